@@ -1,0 +1,8 @@
+// Each subcommand lives in its own cmd_*.cpp and registers itself on the root CLI11 app here.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace df {
+
+
+}  // namespace df

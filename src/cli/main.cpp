@@ -1,0 +1,28 @@
+// dflash_mpi entry point: parses the command line, runs the chosen subcommand, and turns any error into
+// a message with rank, host and file:line followed by MPI_Abort (or exit 1 outside MPI).
+#include <mpi.h>
+
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dflash_mpi: train DFlash speculative-decoding drafters for Qwen targets over MPI ranks"};
+  app.require_subcommand(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const df::Error& e) {
+    df::fatal_abort(e.what());
+  } catch (const std::exception& e) {
+    df::fatal_abort(std::string("unexpected error: ") + e.what());
+  }
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+  return 0;
+}

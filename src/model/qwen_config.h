@@ -1,0 +1,63 @@
+// The target model's architecture as read from a Hugging Face config.json (model_type qwen3, qwen3_5,
+// qwen3_5_text, also nested under text_config), parsed once into this struct with every key checked.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "ops/ops.h"
+
+namespace df {
+
+enum class ModelFamily : uint8_t {
+  qwen3,    // dense: plain RMSNorm, full RoPE, no output gate
+  qwen3_5,  // hybrid: zero-centred RMSNorm, partial RoPE, gated attention + Gated DeltaNet layers
+};
+
+enum class LayerKind : uint8_t { full_attention, linear_attention };
+
+struct QwenConfig {
+  ModelFamily family = ModelFamily::qwen3;
+  std::string model_type;  // as written in the file (text part for multimodal configs)
+  int hidden = 0;
+  int layers = 0;
+  int intermediate = 0;
+  int vocab = 0;
+  float rms_eps = 1e-6f;
+  bool tie_word_embeddings = false;
+  std::vector<LayerKind> layer_types;  // size == layers; all full_attention for qwen3
+
+  // full attention
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  float rope_theta = 1e6f;
+  int rot_dim = 0;                 // head_dim · partial_rotary_factor (even)
+  bool attn_output_gate = false;   // q_proj rows per head are [q | gate]
+
+  // linear attention (Gated DeltaNet), qwen3_5 only
+  int lin_nk = 0;    // linear_num_key_heads
+  int lin_nv = 0;    // linear_num_value_heads
+  int lin_dk = 0;    // linear_key_head_dim
+  int lin_dv = 0;    // linear_value_head_dim
+  int conv_kernel = 0;  // linear_conv_kernel_dim
+
+  NormKind norm_kind() const { return family == ModelFamily::qwen3_5 ? NormKind::zero_centred : NormKind::plain; }
+  int num_linear_layers() const;
+  int num_full_layers() const;
+  // Non-embedding parameter count (for FLOP accounting).
+  double params_non_embedding() const;
+};
+
+// Parses a config.json object. `where` names the source in error messages. Throws df::Error naming the key
+// on a missing, mistyped or inconsistent value and on an unknown model_type.
+QwenConfig qwen_config_from_json(const nlohmann::json& j, const std::string& where);
+// Reads DIR/config.json (or a .json file path).
+QwenConfig qwen_config_load(const std::string& path);
+// The HF config.json a model with this config would carry (used when writing random models).
+nlohmann::json qwen_config_to_json(const QwenConfig& c);
+// One-line summary for logs.
+std::string qwen_config_summary(const QwenConfig& c);
+
+}  // namespace df

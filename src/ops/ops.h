@@ -1,0 +1,99 @@
+// The op interface the models call. One model definition runs on every backend: cpu/ implements each
+// op plainly in fp32 (the oracle), cuda/ dispatches to kernels/. Ops are at fused-kernel granularity.
+//
+// Conventions:
+//  - Tensors are 2-D row-major views (core/tensor.h); token-major activations are [T, features].
+//  - Linear weights are [out, in]; gemm computes c = a · wᵀ (+ beta · c).
+//  - Activations use act_dtype() (f32 on CPU, bf16 on CUDA); vectors of parameters (norm weights,
+//    A_log, dt_bias, conv weights) are always f32 (exact copies of the stored bf16/f32 values).
+//  - Multi-head tensors are [T, heads·head_dim] with head h in columns [h·hd, (h+1)·hd).
+//  - A packed batch of sequences is described by SeqLayout; state (attention context, conv history,
+//    DeltaNet state) never crosses a sequence boundary.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+
+namespace df {
+
+enum class NormKind : uint8_t {
+  plain,         // Qwen3: w · (x · rsqrt(mean(x²) + eps))
+  zero_centred,  // Qwen3.5/3.6: (1 + w) · (x · rsqrt(mean(x²) + eps))
+};
+
+struct SeqLayout {
+  std::vector<int32_t> cu_host;  // S+1 offsets into the packed token axis, cu_host[0] = 0
+  Tensor cu;                     // the same offsets, i32 [1, S+1], in backend memory
+  Tensor pos;                    // i32 [1, T] position of each token within its sequence, backend memory
+  int64_t tokens = 0;
+  int num_seqs = 0;
+  int max_len = 0;
+};
+
+struct GdnShape {
+  int nk = 0;  // key heads
+  int nv = 0;  // value heads (a multiple of nk; value head h reads key head h / (nv / nk))
+  int dk = 0;  // key head dim
+  int dv = 0;  // value head dim
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+  virtual DType act_dtype() const = 0;
+  virtual const char* name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------------
+  // Backend memory that lives until free_bytes; arenas are carved out of such blocks.
+  virtual void* alloc_bytes(size_t bytes) = 0;
+  virtual void free_bytes(void* p) = 0;
+  // Host f32 values into a backend tensor of any float dtype (converted, rounded to nearest even).
+  virtual void upload_f32(const Tensor& dst, const float* host) = 0;
+  // Host bytes of exactly dst's dtype (ids, masks, offsets).
+  virtual void upload_raw(const Tensor& dst, const void* host) = 0;
+  // Backend tensor (any float dtype, may be strided) into host f32, row-major contiguous.
+  virtual void download_f32(const Tensor& src, float* host) = 0;
+  // dst = src (same shape; dtypes may differ between f32 and bf16). Used for taps.
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- ops ----------------------------------------------------------------------------------------
+  // out[t] = table[ids[t]]; ids i32 [1, T]; ids are validated by the caller.
+  virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
+  // c = a · wᵀ + beta · c, fp32 accumulation. a [M, K], w [N, K], c [M, N].
+  virtual void gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) = 0;
+  // out = norm(x) per row; w f32 [1, cols].
+  virtual void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float eps, NormKind kind) = 0;
+  // residual += delta (stored in act dtype), then out = norm(residual). The pre-norm residual stream step.
+  virtual void add_rmsnorm(const Tensor& residual, const Tensor& delta, const Tensor& w, const Tensor& out,
+                           float eps, NormKind kind) = 0;
+  // In place on x [T, heads·hd]: per-head RMSNorm with w f32 [1, hd], then rotate-half RoPE on the first
+  // rot_dim dims of each head (pairs i, i + rot_dim/2; inv_freq_j = theta^(−2j/rot_dim)) at positions pos.
+  virtual void qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, int heads, int hd, int rot_dim,
+                            float theta, float eps, NormKind kind) = 0;
+  // Causal GQA softmax attention within each sequence. q [T, hq·hd], k/v [T, hkv·hd], out [T, hq·hd].
+  virtual void attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                const SeqLayout& seqs, int hq, int hkv, int hd, float scale) = 0;
+  // o *= sigmoid(gate), elementwise; the gated-attention output gate.
+  virtual void sigmoid_gate(const Tensor& o, const Tensor& gate) = 0;
+  // out = silu(gate) · up.
+  virtual void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // Depthwise causal conv over time, then SiLU: out[t,c] = silu(Σ_j w[c,j] · x[t−K+1+j, c]), zeros before
+  // each sequence start. x/out [T, C], w f32 [C, K].
+  virtual void conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, const SeqLayout& seqs) = 0;
+  // Gated DeltaNet prefill. qkv [T, nk·dk | nk·dk | nv·dv] after conv1d_silu; a, b [T, nv] raw projections;
+  // A_log, dt_bias f32 [1, nv]. Computes β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias),
+  // q = l2norm(q)·dk^−½, k = l2norm(k), runs the gated delta rule from a zero state per sequence and
+  // writes o [T, nv·dv].
+  virtual void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                           const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs,
+                           const GdnShape& shape) = 0;
+  // Per value head over dv: out = w · (o · rsqrt(mean(o²) + eps)) · silu(z); w f32 [1, dv] shared by heads.
+  virtual void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads,
+                             int dv, float eps) = 0;
+};
+
+}  // namespace df
