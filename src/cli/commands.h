@@ -4,5 +4,8 @@
 
 namespace df {
 
+void cmd_extract_register(CLI::App& root);
+void cmd_model_register(CLI::App& root);
+void cmd_config_register(CLI::App& root);
 
 }  // namespace df
