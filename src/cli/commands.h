@@ -4,5 +4,6 @@
 
 namespace df {
 
+void cli_register_data(CLI::App& app);  // data convert | synth | info
 
 }  // namespace df
