@@ -7,5 +7,6 @@ namespace df {
 void cmd_extract_register(CLI::App& root);
 void cmd_model_register(CLI::App& root);
 void cmd_config_register(CLI::App& root);
+void cmd_data_register(CLI::App& root);  // data convert | synth | info
 
 }  // namespace df

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   df::cmd_extract_register(app);
   df::cmd_model_register(app);
   df::cmd_config_register(app);
+  df::cmd_data_register(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
