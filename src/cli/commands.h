@@ -4,5 +4,7 @@
 
 namespace df {
 
+void cmd_topo_register(CLI::App& app);  // topo discover | rankfile | nccl-xml
+void cmd_plan_register(CLI::App& app);  // plan split
 
 }  // namespace df
