@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   df::cmd_model_register(app);
   df::cmd_config_register(app);
   df::cmd_data_register(app);
+  df::cmd_topo_register(app);
+  df::cmd_plan_register(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
