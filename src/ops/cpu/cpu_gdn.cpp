@@ -152,6 +152,7 @@ void cpu_gdn_chunked(const Tensor& qkv, const Tensor& a, const Tensor& b, const 
         for (int j = 0; j < i; ++j) {
           const float* kj = kr(j);
           float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
           for (int e = 0; e < dk; ++e) dot += ki[e] * kj[e];
           const float aij = beta * dot * std::exp(gam[size_t(i)] - gam[size_t(j)]);
           const float* Uj = &U[size_t(j) * dv];
@@ -183,6 +184,7 @@ void cpu_gdn_chunked(const Tensor& qkv, const Tensor& a, const Tensor& b, const 
         for (int j = 0; j <= i; ++j) {
           const float* kj = kr(j);
           float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
           for (int e = 0; e < dk; ++e) dot += qi[e] * kj[e];
           const float coef = dot * std::exp(gam[size_t(i)] - gam[size_t(j)]);
           const float* Uj = &U[size_t(j) * dv];
