@@ -374,3 +374,14 @@ TEST(CpuOps, Conv1dSiluCausalPerSequence) {
   Mat x(3, 4), w(4, 4);
   EXPECT_THROW(ops.conv1d_silu(x.t, w.t, x.t, pk->seqs), Error);  // in place is refused
 }
+
+// K = 0 leaves c = beta · c (an empty sum); BLAS must not reject the degenerate leading dimension.
+TEST(CpuOps, GemmEmptyInnerDimension) {
+  CpuOps ops;
+  Mat a(3, 0), w(5, 0), c(3, 5);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 5; ++j) c.at(i, j) = float(i + j);
+  ops.gemm(a.t, w.t, c.t, 2.0f);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(c.at(i, j), 2.0f * float(i + j));
+}
