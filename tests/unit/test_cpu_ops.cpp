@@ -187,8 +187,9 @@ TEST(CpuOps, AddRmsnormUpdatesResidualThenNorms) {
 }
 
 // After the norm the values are O(1..√hd); RoPE adds the angle rounding of the fp32 product pos·inv_freq
-// (≤ ulp(200)/2 ≈ 8e-6 rad at our positions) plus fp32 inv_freq rounding (≤ 200·6e-8): a few 1e-5 at most.
-// A swapped pair, wrong half or wrong frequency exponent errs by O(0.1).
+// (≤ ulp(200)/2 ≈ 8e-6 rad at our positions) plus fp32 inv_freq rounding (≤ 200·6e-8): a few 1e-5 at most,
+// observed 1.6e-6. A swapped pair, wrong half, sign or frequency exponent errs by O(0.1) (a flipped sin sign
+// was seen to fail with errors of 2..7).
 TEST(CpuOps, QkNormRopeRotateHalfPartial) {
   CpuOps ops;
   std::mt19937 rng(6);
