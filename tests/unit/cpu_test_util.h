@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -91,6 +93,7 @@ inline int64_t count_mismatch(const std::vector<float>& got, const std::vector<d
       ++bad;
     }
   }
+  if (std::getenv("DF_TEST_VERBOSE")) std::printf("%-40s worst %.3g\n", what.c_str(), worst);
   if (bad) ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " mismatched, worst |err| " << worst;
   return bad;
 }

@@ -80,9 +80,9 @@ TEST(CpuOps, UploadDownloadCopyHonourStridesAndBf16) {
 
 // ---- gemm ---------------------------------------------------------------------------------------------
 
-// Products of K values in [-1, 1]: the fp32 sum's rounding error grows like u·√K·(partial-sum size) in
-// practice (≈1e-6 for K = 300); BLAS and the loop also sum in different orders. atol 1e-4 leaves ~50x margin
-// while a wrong index or a dropped K block moves results by O(0.1).
+// Sums of K ≤ 513 products of values in [-1, 1] in fp32 (BLAS and the loop in different orders): the
+// rounding error grows like u·√K·|partial sums|, observed ≤ 2e-5. atol 1e-4 leaves 5x margin while a wrong
+// index or a dropped K block moves results by O(0.1).
 TEST(CpuOps, GemmBlasAndLoopMatchDoubleReference) {
   CpuOps ops;
   std::mt19937 rng(2);
@@ -187,8 +187,9 @@ TEST(CpuOps, AddRmsnormUpdatesResidualThenNorms) {
 }
 
 // After the norm the values are O(1..√hd); RoPE adds the angle rounding of the fp32 product pos·inv_freq
-// (≤ ulp(200)/2 ≈ 8e-6 rad at our positions) plus fp32 inv_freq rounding (≤ 200·6e-8): a few 1e-5 at most.
-// A swapped pair, wrong half or wrong frequency exponent errs by O(0.1).
+// (≤ ulp(200)/2 ≈ 8e-6 rad at our positions) plus fp32 inv_freq rounding (≤ 200·6e-8): a few 1e-5 at most,
+// observed 1.6e-6. A swapped pair, wrong half, sign or frequency exponent errs by O(0.1) (a flipped sin sign
+// was seen to fail with errors of 2..7).
 TEST(CpuOps, QkNormRopeRotateHalfPartial) {
   CpuOps ops;
   std::mt19937 rng(6);
@@ -373,4 +374,15 @@ TEST(CpuOps, Conv1dSiluCausalPerSequence) {
   auto pk = packed_make({3});
   Mat x(3, 4), w(4, 4);
   EXPECT_THROW(ops.conv1d_silu(x.t, w.t, x.t, pk->seqs), Error);  // in place is refused
+}
+
+// K = 0 leaves c = beta · c (an empty sum); BLAS must not reject the degenerate leading dimension.
+TEST(CpuOps, GemmEmptyInnerDimension) {
+  CpuOps ops;
+  Mat a(3, 0), w(5, 0), c(3, 5);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 5; ++j) c.at(i, j) = float(i + j);
+  ops.gemm(a.t, w.t, c.t, 2.0f);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(c.at(i, j), 2.0f * float(i + j));
 }

@@ -103,17 +103,20 @@ void cpu_gdn_recurrent(const Tensor& qkv, const Tensor& a, const Tensor& b, cons
       std::fill(u.begin(), u.end(), 0.0f);
       for (int e = 0; e < dk; ++e) {
         const float* Se = &S[size_t(e) * dv];
+#pragma omp simd
         for (int j = 0; j < dv; ++j) u[size_t(j)] += k[e] * Se[j];
       }
       for (int j = 0; j < dv; ++j) u[size_t(j)] = beta * (v[j] - u[size_t(j)]);
       for (int e = 0; e < dk; ++e) {
         float* Se = &S[size_t(e) * dv];
+#pragma omp simd
         for (int j = 0; j < dv; ++j) Se[j] += k[e] * u[size_t(j)];
       }
       float* o = cpu_row(out, t) + int64_t(h) * dv;
       std::fill(o, o + dv, 0.0f);
       for (int e = 0; e < dk; ++e) {
         const float* Se = &S[size_t(e) * dv];
+#pragma omp simd
         for (int j = 0; j < dv; ++j) o[j] += q[e] * Se[j];
       }
     }
@@ -131,13 +134,17 @@ void cpu_gdn_chunked(const Tensor& qkv, const Tensor& a, const Tensor& b, const 
   gdn_for_each_head(seqs, nv, [&](int64_t t0, int64_t t1, int h) {
     const int64_t kh = h / group;
     const size_t C = size_t(chunk);
-    std::vector<float> S(size_t(dk) * dv, 0.0f), gam(C), U(C * dv), W(C * dk);
+    std::vector<float> S(size_t(dk) * dv, 0.0f), gam(C), decay(C * C), U(C * dv), W(C * dk);
     for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
       const int n = int(std::min<int64_t>(chunk, t1 - c0));
       auto kr = [&](int i) { return &p.k[size_t((c0 + i) * kw + kh * dk)]; };
       auto qr = [&](int i) { return &p.q[size_t((c0 + i) * kw + kh * dk)]; };
       float run = 0.0f;
       for (int i = 0; i < n; ++i) gam[size_t(i)] = run += p.g[size_t((c0 + i) * nv + h)];
+      // Γ_ij = exp(γ_i − γ_j) ≤ 1 for j ≤ i, shared by the solve and the output. Formed from the difference
+      // (not exp(γ_i)·exp(−γ_j)) because exp(−γ_j) overflows under strong decay.
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j <= i; ++j) decay[size_t(i) * C + size_t(j)] = std::exp(gam[size_t(i)] - gam[size_t(j)]);
       // Forward substitution of (I + strictly_lower((β·K)Kᵀ ⊙ Γ)) [U | W] = [β·V | β·exp(γ)·K], row by row:
       // row i only needs the finished rows j < i.
       for (int i = 0; i < n; ++i) {
@@ -152,11 +159,14 @@ void cpu_gdn_chunked(const Tensor& qkv, const Tensor& a, const Tensor& b, const 
         for (int j = 0; j < i; ++j) {
           const float* kj = kr(j);
           float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
           for (int e = 0; e < dk; ++e) dot += ki[e] * kj[e];
-          const float aij = beta * dot * std::exp(gam[size_t(i)] - gam[size_t(j)]);
+          const float aij = beta * dot * decay[size_t(i) * C + size_t(j)];
           const float* Uj = &U[size_t(j) * dv];
           const float* Wj = &W[size_t(j) * dk];
+#pragma omp simd
           for (int x = 0; x < dv; ++x) Ui[x] -= aij * Uj[x];
+#pragma omp simd
           for (int e = 0; e < dk; ++e) Wi[e] -= aij * Wj[e];
         }
       }
@@ -166,6 +176,7 @@ void cpu_gdn_chunked(const Tensor& qkv, const Tensor& a, const Tensor& b, const 
         const float* Wi = &W[size_t(i) * dk];
         for (int e = 0; e < dk; ++e) {
           const float* Se = &S[size_t(e) * dv];
+#pragma omp simd
           for (int x = 0; x < dv; ++x) Ui[x] -= Wi[e] * Se[x];
         }
       }
@@ -178,14 +189,17 @@ void cpu_gdn_chunked(const Tensor& qkv, const Tensor& a, const Tensor& b, const 
         for (int e = 0; e < dk; ++e) {
           const float* Se = &S[size_t(e) * dv];
           const float qe = qi[e] * qdecay;
+#pragma omp simd
           for (int x = 0; x < dv; ++x) o[x] += qe * Se[x];
         }
         for (int j = 0; j <= i; ++j) {
           const float* kj = kr(j);
           float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
           for (int e = 0; e < dk; ++e) dot += qi[e] * kj[e];
-          const float coef = dot * std::exp(gam[size_t(i)] - gam[size_t(j)]);
+          const float coef = dot * decay[size_t(i) * C + size_t(j)];
           const float* Uj = &U[size_t(j) * dv];
+#pragma omp simd
           for (int x = 0; x < dv; ++x) o[x] += coef * Uj[x];
         }
       }
@@ -200,6 +214,7 @@ void cpu_gdn_chunked(const Tensor& qkv, const Tensor& a, const Tensor& b, const 
         for (int e = 0; e < dk; ++e) {
           float* Se = &S[size_t(e) * dv];
           const float ke = kj[e] * d;
+#pragma omp simd
           for (int x = 0; x < dv; ++x) Se[x] += ke * Uj[x];
         }
       }

@@ -150,8 +150,9 @@ void CpuOps::gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta)
   cpu_check_f32("gemm", "c", c, a.rows, w.rows);
   const int64_t m = a.rows, n = w.rows, k = a.cols;
   if (m == 0 || n == 0) return;
-  // A single-row view may carry any stride; BLAS wants leading dimensions >= the row length.
-  const int64_t lda = std::max(a.stride, k), ldw = std::max(w.stride, k), ldc = std::max(c.stride, n);
+  // A single-row view may carry any stride; BLAS wants leading dimensions >= max(1, row length).
+  const int64_t lda = std::max({a.stride, k, int64_t(1)}), ldw = std::max({w.stride, k, int64_t(1)});
+  const int64_t ldc = std::max(c.stride, n);
 #ifdef DF_HAVE_CBLAS
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, a.ptr<float>(), int(lda),
               w.ptr<float>(), int(ldw), beta, c.ptr<float>(), int(ldc));
@@ -386,6 +387,7 @@ void CpuOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v,
         const float e = std::exp(p[size_t(j - s0)] - mx);
         sum += e;
         const float* vr = cpu_row(v, j) + int64_t(kvh) * hd;
+#pragma omp simd
         for (int i = 0; i < hd; ++i) acc[size_t(i)] += e * vr[i];
       }
       float* orow = cpu_row(out, t) + int64_t(h) * hd;
@@ -419,6 +421,7 @@ void CpuOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, co
         if (src < start[size_t(t)]) continue;
         const float* xr = cpu_row(x, src);
         const float* wr = wt.data() + j * C;
+#pragma omp simd
         for (int64_t c = 0; c < C; ++c) acc[size_t(c)] += wr[c] * xr[c];
       }
       float* orow = cpu_row(out, t);
