@@ -131,6 +131,18 @@ TEST(Batcher, RandomAccessMatchesSequentialForResume) {
   }
 }
 
+TEST(Batcher, FingerprintChangesWithCorpusOrOptions) {
+  std::vector<int64_t> lens = make_lengths();
+  uint64_t base = Batcher(lens, make_options()).fingerprint();
+  EXPECT_EQ(Batcher(lens, make_options()).fingerprint(), base);
+  EXPECT_NE(Batcher(lens, make_options(6)).fingerprint(), base);
+  BatcherOptions o = make_options();
+  o.bucket_bounds = {16, 64, 129};
+  EXPECT_NE(Batcher(lens, o).fingerprint(), base);
+  lens[3] += 1;
+  EXPECT_NE(Batcher(lens, make_options()).fingerprint(), base);
+}
+
 TEST(Batcher, AwkwardCorpora) {
   // One sequence: one batch per epoch, truncated to the budget.
   Batcher one({1000}, make_options());
