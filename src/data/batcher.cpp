@@ -32,6 +32,9 @@ Batcher::Batcher(std::vector<int64_t> sequence_lengths, BatcherOptions options)
     DF_CHECK(bounds[i] > 0 && (i == 0 || bounds[i] > bounds[i - 1]),
              "bucket bounds must be positive and strictly ascending; entry %zu is %lld", i,
              static_cast<long long>(bounds[i]));
+  fingerprint_ = rng_mix(rng_mix(options_.seed, static_cast<uint64_t>(options_.token_budget)), lengths_.size());
+  for (int64_t b : bounds) fingerprint_ = rng_mix(fingerprint_, static_cast<uint64_t>(b));
+  for (int64_t len : lengths_) fingerprint_ = rng_mix(fingerprint_, static_cast<uint64_t>(len));
   buckets_.resize(bounds.size() + 1);
   for (size_t s = 0; s < lengths_.size(); ++s) {
     int64_t& len = lengths_[s];

@@ -43,6 +43,9 @@ class Batcher {
   int64_t num_empty() const { return num_empty_; }
   size_t num_buckets() const { return buckets_.size(); }
   const BatcherOptions& options() const { return options_; }
+  // Hash of the sequence lengths and the options: a checkpoint stores it next to the batch cursor, and a
+  // resume with a different corpus or batching (where the cursor would mean other batches) can refuse.
+  uint64_t fingerprint() const { return fingerprint_; }
 
  private:
   struct EpochPlan {
@@ -59,6 +62,7 @@ class Batcher {
   std::vector<std::vector<int64_t>> buckets_;   // sequence ids per bucket, ascending
   int64_t num_truncated_ = 0;
   int64_t num_empty_ = 0;
+  uint64_t fingerprint_ = 0;
 
   mutable std::mutex mu_;
   mutable std::vector<int64_t> epoch_starts_{0};  // epoch_starts_[e]: first global index of epoch e

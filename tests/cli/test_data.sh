@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `dflash_mpi data convert|synth|info` from the command line: success paths, and that every bad input
+# fails with a non-zero exit and a message naming the file and line. Args: binary, source dir.
+set -u
+BIN="$1"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+
+# expect_ok DESC CMD...: exit 0.
+expect_ok() {
+  local desc="$1"; shift
+  if ! "$@" >"$TMP/out" 2>&1; then fail "$desc: exit $? ($(cat "$TMP/out"))"; fi
+}
+# expect_err DESC TEXT CMD...: non-zero exit and TEXT in the output.
+expect_err() {
+  local desc="$1" text="$2"; shift 2
+  if "$@" >"$TMP/out" 2>&1; then fail "$desc: succeeded but should fail"; return; fi
+  grep -qF -- "$text" "$TMP/out" || fail "$desc: output lacks '$text': $(cat "$TMP/out")"
+}
+expect_out() {
+  grep -qF -- "$1" "$TMP/out" || fail "output lacks '$1': $(cat "$TMP/out")"
+}
+
+# synth, then info reads it back.
+expect_ok "synth" "$BIN" data synth --out "$TMP/s.h5" --vocab 97 --sequences 19 --min-len 3 --max-len 65 --seed 4
+expect_out "19 sequences"
+expect_ok "info" "$BIN" data info "$TMP/s.h5"
+expect_out "19 sequences"
+expect_out "vocab_size 97"
+expect_err "synth min>max" "--min-len 9 / --max-len 3" \
+  "$BIN" data synth --out "$TMP/t.h5" --vocab 97 --sequences 3 --min-len 9 --max-len 3
+[ -e "$TMP/t.h5" ] && fail "a failed synth left $TMP/t.h5"
+
+# convert: good file.
+printf '{"input_ids": [1, 2, 3]}\n{"input_ids": [4, 5], "loss_mask": [0, 1]}\n' >"$TMP/good.jsonl"
+expect_ok "convert" "$BIN" data convert --in "$TMP/good.jsonl" --out "$TMP/good.h5" --vocab 10
+expect_out "2 sequences, 5 tokens"
+expect_out "80.0% of tokens in the loss"
+
+# convert: each bad input names its line; no output file appears.
+printf '{"input_ids": [1]}\n{"input_ids": [1]}\n{"input_ids": [4, 10]}\n' >"$TMP/range.jsonl"
+expect_err "id out of range" "range.jsonl line 3: input_ids[1] = 10 is outside the vocabulary [0, 10)" \
+  "$BIN" data convert --in "$TMP/range.jsonl" --out "$TMP/bad.h5" --vocab 10
+printf '{"input_ids": [1]}\n{"input_ids": [1, \n' >"$TMP/json.jsonl"
+expect_err "bad JSON" "json.jsonl line 2: not valid JSON" \
+  "$BIN" data convert --in "$TMP/json.jsonl" --out "$TMP/bad.h5" --vocab 10
+printf '{"input_ids": [1]}\n\n{"input_ids": [1]}\n' >"$TMP/blank.jsonl"
+expect_err "empty line" "blank.jsonl line 2: empty line" \
+  "$BIN" data convert --in "$TMP/blank.jsonl" --out "$TMP/bad.h5" --vocab 10
+printf '{"input_ids": [1, 2], "loss_mask": [1]}\n' >"$TMP/mask.jsonl"
+expect_err "mask length" "mask.jsonl line 1: 'loss_mask' has 1 entries" \
+  "$BIN" data convert --in "$TMP/mask.jsonl" --out "$TMP/bad.h5" --vocab 10
+printf '{"input_ids": []}\n' >"$TMP/empty.jsonl"
+expect_err "empty input_ids" "empty.jsonl line 1: 'input_ids' is empty" \
+  "$BIN" data convert --in "$TMP/empty.jsonl" --out "$TMP/bad.h5" --vocab 10
+expect_err "missing input" "nope.jsonl: cannot open" \
+  "$BIN" data convert --in "$TMP/nope.jsonl" --out "$TMP/bad.h5" --vocab 10
+expect_err "missing --vocab" "--vocab" "$BIN" data convert --in "$TMP/good.jsonl" --out "$TMP/bad.h5"
+expect_err "unwritable output" "$TMP/no_dir/x.h5" \
+  "$BIN" data convert --in "$TMP/good.jsonl" --out "$TMP/no_dir/x.h5" --vocab 10
+[ -e "$TMP/bad.h5" ] && fail "a failed convert left $TMP/bad.h5"
+ls "$TMP" | grep -q '\.tmp\.' && fail "a temporary file was left behind"
+
+# info on a file that is not a token file.
+expect_err "info on JSONL" "cannot open as HDF5" "$BIN" data info "$TMP/good.jsonl"
+
+if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
+echo "all data CLI checks passed"
