@@ -47,13 +47,13 @@ QwenConfig tiny_dense() {
   return qwen_config_from_json(j, "tiny_dense");
 }
 
-struct Run {
+struct FwdResult {
   std::vector<std::vector<float>> taps;  // one per layer
   std::vector<float> final_norm;
 };
 
 // Runs `lengths` as one packed batch with taps at every layer and the final norm.
-Run run_model(const TargetModel& m, CpuOps& ops, const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths,
+FwdResult run_model(const TargetModel& m, CpuOps& ops, const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths,
               int num_taps, bool final_norm) {
   const int64_t T = ids.size(), H = m.cfg.hidden;
   TargetForward fwd(m, T);
@@ -71,7 +71,7 @@ Run run_model(const TargetModel& m, CpuOps& ops, const std::vector<int32_t>& ids
   out.want_final_norm = final_norm;
   out.final_norm = tensor_make(store.data() + num_taps * T * H, DType::f32, Device::cpu, T, H);
   fwd.run(id_t, seqs, out);
-  Run r;
+  FwdResult r;
   for (int l = 0; l < num_taps; ++l) r.taps.emplace_back(store.begin() + l * T * H, store.begin() + (l + 1) * T * H);
   if (final_norm) r.final_norm.assign(store.begin() + num_taps * T * H, store.begin() + (num_taps + 1) * T * H);
   return r;
@@ -109,11 +109,11 @@ TEST_P(TargetForwardTest, PackingIsInvisible) {
   int total = 0;
   for (int l : lengths) total += l;
   std::vector<int32_t> ids = random_ids(total, c.vocab, 3);
-  Run packed = run_model(*m, ops, ids, lengths, c.layers, true);
+  FwdResult packed = run_model(*m, ops, ids, lengths, c.layers, true);
   int off = 0;
   for (int32_t len : lengths) {
     std::vector<int32_t> one(ids.begin() + off, ids.begin() + off + len);
-    Run alone = run_model(*m, ops, one, {len}, c.layers, true);
+    FwdResult alone = run_model(*m, ops, one, {len}, c.layers, true);
     const int64_t H = c.hidden;
     std::vector<float> slice(packed.final_norm.begin() + off * H, packed.final_norm.begin() + (off + len) * H);
     // Identical arithmetic per token except GEMM blocking over a different M: fp32 rounding only.
@@ -130,8 +130,8 @@ TEST_P(TargetForwardTest, EarlyStopMatchesFullRun) {
   two.num_layers = 2;
   auto short_model = target_random(c, 11, ops, two);
   std::vector<int32_t> ids = random_ids(33, c.vocab, 5);
-  Run full = run_model(*full_model, ops, ids, {33}, c.layers, true);
-  Run part = run_model(*short_model, ops, ids, {33}, 2, false);
+  FwdResult full = run_model(*full_model, ops, ids, {33}, c.layers, true);
+  FwdResult part = run_model(*short_model, ops, ids, {33}, 2, false);
   for (int l = 0; l < 2; ++l) EXPECT_EQ(max_err(part.taps[l], full.taps[l]), 0.0) << "layer " << l;
   EXPECT_THROW(run_model(*short_model, ops, ids, {33}, 2, true), Error);  // final norm needs every layer
 }
@@ -146,8 +146,8 @@ TEST_P(TargetForwardTest, SaveAndLoadRoundTrip) {
   target_save_hf(*m, dir.string());
   auto loaded = target_load(dir.string(), ops, opt);
   std::vector<int32_t> ids = random_ids(40, c.vocab, 9);
-  Run a = run_model(*m, ops, ids, {25, 15}, c.layers, true);
-  Run b = run_model(*loaded, ops, ids, {25, 15}, c.layers, true);
+  FwdResult a = run_model(*m, ops, ids, {25, 15}, c.layers, true);
+  FwdResult b = run_model(*loaded, ops, ids, {25, 15}, c.layers, true);
   EXPECT_EQ(max_err(a.final_norm, b.final_norm), 0.0);  // f32 weights written and read back exactly
   std::filesystem::remove_all(dir);
 }
@@ -161,8 +161,8 @@ TEST(TargetForward, ChunkedAndRecurrentDeltaNetAgree) {
   auto m1 = target_random(c, 17, chunked, {});
   auto m2 = target_random(c, 17, recurrent, {});
   std::vector<int32_t> ids = random_ids(64 + 65 + 1, c.vocab, 21);
-  Run a = run_model(*m1, chunked, ids, {64, 65, 1}, c.layers, true);
-  Run b = run_model(*m2, recurrent, ids, {64, 65, 1}, c.layers, true);
+  FwdResult a = run_model(*m1, chunked, ids, {64, 65, 1}, c.layers, true);
+  FwdResult b = run_model(*m2, recurrent, ids, {64, 65, 1}, c.layers, true);
   // Same math, different association order inside a 64-chunk (UT solve vs token steps): fp32 noise
   // amplified by four layers stays well under 1e-4.
   EXPECT_LT(max_err(a.final_norm, b.final_norm), 1e-4);
