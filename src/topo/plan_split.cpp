@@ -32,6 +32,8 @@ SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus) 
            drafter_rate);
   DF_CHECK(gpus >= 2, "--gpus %d: a split needs at least 2 GPUs (one target, one drafter)", gpus);
   SplitPlan plan;
+  plan.target_rate = target_rate;
+  plan.drafter_rate = drafter_rate;
   for (int d = 1; d < gpus; ++d) {
     SplitRow r;
     r.targets = gpus - d;
@@ -53,8 +55,10 @@ SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus) 
 }
 
 std::string plan_split_format(const SplitPlan& plan, const std::string& unit) {
-  std::string out = strfmt("%-7s %-14s %-14s %-14s %-10s %s\n", "split", ("targets " + unit).c_str(),
-                           ("drafters " + unit).c_str(), ("pipeline " + unit).c_str(), "efficiency", "bottleneck");
+  std::string out = strfmt("per-GPU rates: target %.4f, drafter %.4f %s; capacities and throughput in %s\n",
+                           plan.target_rate, plan.drafter_rate, unit.c_str(), unit.c_str());
+  out += strfmt("%-7s %-14s %-14s %-14s %-10s %s\n", "split", "targets", "drafters", "pipeline", "efficiency",
+                "bottleneck");
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     const SplitRow& r = plan.rows[i];
     out += strfmt("%-7s %-14.4f %-14.4f %-14.4f %-10s %s%s\n", strfmt("%d-%d", r.targets, r.drafters).c_str(),

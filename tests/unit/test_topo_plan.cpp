@@ -1,0 +1,78 @@
+// The split planner: the measured 8-GPU rates must give 7-1, ties go to fewer drafters (also when the
+// products differ only by rounding), and the choice is the brute-force best on awkward GPU counts.
+#include <cmath>
+#include <limits>
+
+#include "topo/plan_split.h"
+#include "topo_test_util.h"
+
+namespace df {
+namespace {
+
+// Every value here is one or two double operations on the inputs: 1e-12 relative is ~1e4 ulps of slack
+// and far below the 4th decimal the table prints.
+void expect_close(double a, double b) { EXPECT_LE(std::fabs(a - b), 1e-12 + 1e-12 * std::fabs(b)) << a << " vs " << b; }
+
+TEST(TopoPlanSplit, MeasuredEightGpuRatesGiveSevenOne) {
+  const double rt = 0.92 / 7, rd = 0.86;
+  SplitPlan p = plan_split_compute(rt, rd, 8);
+  ASSERT_EQ(p.rows.size(), 7u);
+  const SplitRow& best = p.rows[p.best];
+  EXPECT_EQ(best.targets, 7);
+  EXPECT_EQ(best.drafters, 1);
+  expect_close(best.target_capacity, 0.92);
+  expect_close(best.drafter_capacity, 0.86);
+  expect_close(best.throughput, 0.86);
+  expect_close(best.efficiency, 0.86 / 0.92);
+  EXPECT_EQ(best.bottleneck, SplitBottleneck::drafter);
+  const SplitRow& six_two = p.rows[1];
+  EXPECT_EQ(six_two.targets, 6);
+  expect_close(six_two.throughput, 6 * rt);
+  expect_close(six_two.efficiency, 6 * rt / (2 * rd));
+  EXPECT_EQ(six_two.bottleneck, SplitBottleneck::target);
+  for (const SplitRow& r : p.rows) EXPECT_FALSE(std::isnan(r.throughput) || std::isnan(r.efficiency));
+  std::string table = plan_split_format(p, "batches/s");
+  EXPECT_NE(table.find("recommendation: 7-1 (7 targets, 1 drafters): 0.8600 batches/s"), std::string::npos) << table;
+  EXPECT_NE(table.find("7-1     0.9200"), std::string::npos) << table;
+}
+
+TEST(TopoPlanSplit, TiesGoToFewerDrafters) {
+  // 4-1: min(4,3)=3 and 3-2: min(3,6)=3.
+  EXPECT_EQ(plan_split_compute(1.0, 3.0, 5).rows[plan_split_compute(1.0, 3.0, 5).best].drafters, 1);
+  // 3*0.1 = 0.30000000000000004 > 0.3: a rounding-level difference is still a tie.
+  SplitPlan p = plan_split_compute(0.1, 0.3, 5);
+  EXPECT_EQ(p.rows[p.best].drafters, 1);
+}
+
+TEST(TopoPlanSplit, BalancedSplitHasFullEfficiency) {
+  SplitPlan p = plan_split_compute(2.5, 2.5, 2);
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_EQ(p.rows[0].bottleneck, SplitBottleneck::balanced);
+  expect_close(p.rows[0].efficiency, 1.0);
+}
+
+TEST(TopoPlanSplit, BestIsTheBruteForceMaximumOnAwkwardSizes) {
+  for (int n : {3, 7, 19, 65}) {
+    SplitPlan p = plan_split_compute(0.37, 1.9, n);
+    ASSERT_EQ(static_cast<int>(p.rows.size()), n - 1);
+    double best = 0;
+    int best_d = 0;
+    for (int d = 1; d < n; ++d) {
+      double t = std::min((n - d) * 0.37, d * 1.9);
+      if (t > best * (1 + 1e-9)) best = t, best_d = d;
+    }
+    EXPECT_EQ(p.rows[p.best].drafters, best_d) << "n=" << n;
+    for (const SplitRow& r : p.rows) EXPECT_EQ(r.targets + r.drafters, n);
+  }
+}
+
+TEST(TopoPlanSplit, RejectsBadInputs) {
+  expect_error_with([] { plan_split_compute(0.1, 0.8, 1); }, "--gpus 1");
+  expect_error_with([] { plan_split_compute(0, 0.8, 8); }, "--target-rate");
+  expect_error_with([] { plan_split_compute(0.1, -1, 8); }, "--drafter-rate");
+  expect_error_with([] { plan_split_compute(std::numeric_limits<double>::quiet_NaN(), 0.8, 8); }, "--target-rate");
+  expect_error_with([] { plan_split_compute(0.1, std::numeric_limits<double>::infinity(), 8); }, "--drafter-rate");
+}
+
+}  // namespace
+}  // namespace df
