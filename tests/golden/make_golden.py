@@ -1,0 +1,406 @@
+# Writes the golden files that `dflash_mpi extract` is tested against (tests/unit/test_golden.cpp): small
+# random-weight Qwen3 / Qwen3.5 checkpoints saved as Hugging Face writes them, token files, and the hidden
+# states that HF transformers computes for them on CPU in float32 with its pure-torch kernels.
+import sys
+
+# Block the optional fast kernels before transformers is imported: transformers binds flash-linear-attention,
+# causal-conv1d and hub kernels at import time when they exist, and the references must come from its
+# plain torch code (the same math as MODELS.md, float32 throughout).
+for _blocked in ("fla", "causal_conv1d", "kernels"):
+    sys.modules[_blocked] = None
+
+import argparse
+import collections
+import json
+import math
+import os
+import traceback
+
+import h5py
+import numpy as np
+import safetensors.torch
+import torch
+import transformers
+from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig
+
+# Lengths straddle the GDN chunk size (64) and cover a single token; the order is mixed so that offsets
+# matter. Every model gets its own token ids (its own vocab).
+SEQ_LENGTHS = (63, 1, 300, 64, 65)
+NORM_STD = 0.2  # spread of RMSNorm weights around their centre (0 for zero-centred norms, 1 otherwise)
+EMBED_STD = 0.5
+MAX_ABS_ACTIVATION = 100.0  # beyond this the random weights are too loud for a meaningful tolerance test
+
+# Reloading must reproduce the states; same weights and code, so only thread-order noise is allowed.
+RELOAD_TOL = 1e-6
+
+GDN_CALLS = collections.Counter()
+
+
+def counted(name, fn):
+    def wrapper(*args, **kwargs):
+        GDN_CALLS[name] += 1
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def describe(fn):
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+TORCH_CHUNK_GDN = q35.torch_chunk_gated_delta_rule
+TORCH_RECURRENT_GDN = q35.torch_recurrent_gated_delta_rule
+TORCH_CONV = q35.causal_conv1d_fn
+for _fn in (TORCH_CHUNK_GDN, TORCH_RECURRENT_GDN, TORCH_CONV):
+    if not getattr(_fn, "__module__", "").endswith("modeling_qwen3_5"):
+        raise SystemExit(f"GDN/conv function {describe(_fn)} is not the pure-torch one from modeling_qwen3_5")
+q35.torch_chunk_gated_delta_rule = counted("chunk_gated_delta_rule", TORCH_CHUNK_GDN)
+q35.causal_conv1d_fn = counted("causal_conv1d_fn", TORCH_CONV)
+GDN_IMPL = (f"chunk: {describe(TORCH_CHUNK_GDN)} (chunk_size 64, torch.linalg.solve_triangular); "
+            f"conv: {describe(TORCH_CONV)} (F.conv1d); fla, causal_conv1d and kernels blocked")
+
+
+def chunk_via_recurrent(query, key, value, g, beta, chunk_size=64, **kwargs):
+    """Stands in for the chunked GDN to measure how far HF's chunked form is from its token-by-token form."""
+    return TORCH_RECURRENT_GDN(query, key, value, g=g, beta=beta, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------- models
+
+
+def qwen3_tiny_config():
+    return Qwen3Config(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
+                       num_attention_heads=3, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024,
+                       rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+
+
+def qwen3_untied_config():
+    # A different eps and theta than qwen3_tiny so that a loader ignoring config.json fails one of the two.
+    return Qwen3Config(vocab_size=89, hidden_size=40, intermediate_size=72, num_hidden_layers=2,
+                       num_attention_heads=5, num_key_value_heads=5, head_dim=8, max_position_embeddings=1024,
+                       rms_norm_eps=1e-5, tie_word_embeddings=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
+def qwen35_text_kwargs():
+    return dict(vocab_size=131, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
+                linear_key_head_dim=16, linear_value_head_dim=24, linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
+                max_position_embeddings=1024, tie_word_embeddings=False, attn_output_gate=True,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+
+
+def qwen35_tiny_config():
+    return Qwen3_5TextConfig(layer_types=["linear_attention"] * 3 + ["full_attention"], **qwen35_text_kwargs())
+
+
+def qwen35_interval_config():
+    return Qwen3_5TextConfig(full_attention_interval=2, **qwen35_text_kwargs())
+
+
+def tiny_vision_config():
+    # Only config.json needs it (no vision weights are written but one dummy tensor); small so HF can build it.
+    return dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=4,
+                temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16, in_channels=3)
+
+
+def build(model_cls, config, seed):
+    torch.manual_seed(seed)
+    config._attn_implementation = "eager"
+    model = model_cls(config).to(torch.float32).eval()
+    randomise(model, seed)
+    return model
+
+
+def randomise(model, seed):
+    """Draw every parameter afresh: HF's 0/1 norm init and fixed dt_bias would hide loader and math bugs."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    norm_params = set()
+    for mname, module in model.named_modules():
+        if type(module).__name__.endswith(("RMSNorm", "RMSNormGated")):
+            norm_params.add(f"{mname}.weight")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name in norm_params:
+                # Zero-centred Qwen3.5 norms are initialised to 0, the others to 1: keep that centre.
+                centre = float(p.flatten()[0])
+                if not torch.all(p == centre) or centre not in (0.0, 1.0):
+                    raise SystemExit(f"{name}: unexpected RMSNorm init, cannot tell its centre")
+                new = centre + NORM_STD * torch.randn(p.shape, generator=gen)
+            elif name.endswith("A_log"):
+                # A log-uniform in [0.02, 2]: slow heads carry state across chunks, fast ones decay within one.
+                new = math.log(0.02) + (math.log(2.0) - math.log(0.02)) * torch.rand(p.shape, generator=gen)
+            elif name.endswith("dt_bias"):
+                new = 0.5 * torch.randn(p.shape, generator=gen)
+            elif name.endswith("conv1d.weight"):
+                new = 0.35 * torch.randn(p.shape, generator=gen)
+            elif name.endswith("embed_tokens.weight"):
+                new = EMBED_STD * torch.randn(p.shape, generator=gen)
+            elif p.dim() == 2:
+                new = torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1])
+            else:
+                raise SystemExit(f"{name} {tuple(p.shape)}: no randomisation rule; add one")
+            p.copy_(new)
+
+
+def check_rope(model, config):
+    """The rotary frequencies HF built must be the configured ones (catches a silently ignored rope key)."""
+    theta = config.rope_parameters["rope_theta"]
+    rotary_dims = int(config.head_dim * config.rope_parameters.get("partial_rotary_factor", 1.0))
+    inv = model.model.rotary_emb.inv_freq.double()
+    want = 1.0 / theta ** (torch.arange(0, rotary_dims, 2, dtype=torch.float64) / rotary_dims)
+    if inv.shape != want.shape or (inv - want).abs().max() > 1e-6 * want.max():
+        raise SystemExit(f"rope not as configured: inv_freq {inv.tolist()} vs {want.tolist()}")
+
+
+# ----------------------------------------------------------------------------------------------- forward
+
+
+def make_tokens(vocab, seed):
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(0, vocab, size=n, dtype=np.int64) for n in SEQ_LENGTHS]
+    seqs[1][0] = vocab - 1  # the largest valid id, alone in the length-1 sequence
+    seqs[0][0] = 0
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(s) for s in seqs])
+    return seqs, offsets
+
+
+@torch.no_grad()
+def forward_all(backbone, seqs):
+    """Runs each sequence alone from position 0 and returns {dataset name: [N, H] float32} in extract's layout."""
+    n_layers = len(backbone.layers)
+    captured = {}
+    hooks = [backbone.embed_tokens.register_forward_hook(lambda m, i, o: captured.__setitem__("embeddings", o))]
+    for l, layer in enumerate(backbone.layers):
+        # A hook, not hidden_states[l+1], because the last entry of hidden_states is the final-norm output.
+        hooks.append(layer.register_forward_hook(
+            lambda m, i, o, l=l: captured.__setitem__(f"layer_{l}", o[0] if isinstance(o, tuple) else o)))
+    rows = collections.defaultdict(list)
+    hs_last_is_final_norm = True
+    try:
+        for ids in seqs:
+            captured.clear()
+            out = backbone(input_ids=torch.from_numpy(ids)[None], use_cache=False, output_hidden_states=True)
+            captured["final_norm"] = out.last_hidden_state
+            hs = out.hidden_states
+            if hs is None or not torch.equal(hs[0], captured["embeddings"]):
+                raise SystemExit("hidden_states[0] is not the embedding output")
+            for l in range(min(n_layers, len(hs) - 1) - 1):
+                if not torch.equal(hs[l + 1], captured[f"layer_{l}"]):
+                    raise SystemExit(f"hidden_states[{l + 1}] is not the output of layer {l}")
+            hs_last_is_final_norm &= len(hs) == n_layers + 1 and bool(torch.equal(hs[-1], out.last_hidden_state))
+            for key, t in captured.items():
+                rows[key].append(t[0].to(torch.float32).numpy())
+    finally:
+        for h in hooks:
+            h.remove()
+    result = {k: np.ascontiguousarray(np.concatenate(v, axis=0)) for k, v in rows.items()}
+    for key, a in result.items():
+        if not np.isfinite(a).all() or np.abs(a).max() > MAX_ABS_ACTIVATION:
+            raise SystemExit(f"{key}: activations not finite or above {MAX_ABS_ACTIVATION}; rescale the weights")
+    return result, hs_last_is_final_norm
+
+
+def max_abs_diff(a, b):
+    return max(float(np.abs(a[k] - b[k]).max()) for k in b)
+
+
+def dataset_names(n_layers):
+    return ["embeddings"] + [f"layer_{l}" for l in range(n_layers)] + ["final_norm"]
+
+
+def write_h5(out_dir, seqs, offsets, states, attrs):
+    with h5py.File(os.path.join(out_dir, "tokens.h5"), "w") as f:
+        f.create_dataset("tokens", data=np.concatenate(seqs).astype(np.int32))
+        f.create_dataset("offsets", data=offsets)
+    with h5py.File(os.path.join(out_dir, "expected.h5"), "w") as f:
+        for key in dataset_names(len(states) - 2):
+            f.create_dataset(key, data=states[key].astype(np.float32))
+        f.create_dataset("offsets", data=offsets)
+        for k, v in attrs.items():
+            # Plain variable-length UTF-8: numpy would turn torch's version string into an unsupported '<U'.
+            if isinstance(v, str):
+                f.attrs.create(k, str(v), dtype=h5py.string_dtype())
+            else:
+                f.attrs[k] = v
+
+
+def base_attrs(config, seed, hs_last_is_final_norm):
+    return {"torch_version": torch.__version__, "transformers_version": transformers.__version__,
+            "attn_implementation": "eager", "device": "cpu", "dtype": "float32", "seed": seed,
+            "model_type": config.model_type,
+            "layer_types": json.dumps(list(getattr(config, "layer_types", None) or [])),
+            "hf_hidden_states_last_is_final_norm": int(hs_last_is_final_norm),
+            "generator": "tests/golden/make_golden.py"}
+
+
+def gdn_attrs(backbone, seqs, states):
+    """Records the GDN path that ran and how far HF's chunked form is from its recurrent form here."""
+    q35.torch_chunk_gated_delta_rule = chunk_via_recurrent
+    try:
+        recurrent, _ = forward_all(backbone, seqs)
+    finally:
+        q35.torch_chunk_gated_delta_rule = counted("chunk_gated_delta_rule", TORCH_CHUNK_GDN)
+    return {"gdn_implementation": GDN_IMPL, "gdn_chunk_vs_recurrent_max_abs_diff": max_abs_diff(recurrent, states)}
+
+
+# ----------------------------------------------------------------------------------------------- writers
+
+
+def verify_reload(model_cls, out_dir, seqs, states):
+    model, info = model_cls.from_pretrained(out_dir, attn_implementation="eager", dtype=torch.float32,
+                                            output_loading_info=True)
+    bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if bad:
+        raise SystemExit(f"{out_dir}: reload reported {bad}")
+    again, _ = forward_all(model.eval().model, seqs)
+    diff = max_abs_diff(again, states)
+    if diff > RELOAD_TOL:
+        raise SystemExit(f"{out_dir}: reloaded checkpoint gives different states (max abs diff {diff})")
+    print(f"  reload with {model_cls.__name__}.from_pretrained: max abs diff {diff:.3g}")
+
+
+def make_text_model(out_root, name, model_cls, config, seed, shard=None):
+    out_dir = os.path.join(out_root, name)
+    os.makedirs(out_dir, exist_ok=True)
+    model = build(model_cls, config, seed)
+    check_rope(model, config)
+    seqs, offsets = make_tokens(config.vocab_size, seed)
+    states, hs_last = forward_all(model.model, seqs)
+    attrs = base_attrs(config, seed, hs_last)
+    if model_cls is q35.Qwen3_5ForCausalLM:
+        attrs.update(gdn_attrs(model.model, seqs, states))
+    if shard:
+        model.save_pretrained(out_dir, max_shard_size=shard)
+    else:
+        model.save_pretrained(out_dir)
+    write_h5(out_dir, seqs, offsets, states, attrs)
+    summarise(name, out_dir, attrs)
+    verify_reload(model_cls, out_dir, seqs, states)
+
+
+def make_multimodal(out_root, name, seed):
+    """A Qwen3.5 text model written under the multimodal names, with tensors the loader must skip."""
+    out_dir = os.path.join(out_root, name)
+    os.makedirs(out_dir, exist_ok=True)
+    text_cfg = qwen35_interval_config()
+    want_types = ["linear_attention", "full_attention"] * 2
+    if list(text_cfg.layer_types) != want_types:
+        raise SystemExit(f"full_attention_interval 2 gave {text_cfg.layer_types}")
+    model = build(q35.Qwen3_5ForCausalLM, text_cfg, seed)
+    check_rope(model, text_cfg)
+    seqs, offsets = make_tokens(text_cfg.vocab_size, seed)
+    states, hs_last = forward_all(model.model, seqs)
+    attrs = base_attrs(text_cfg, seed, hs_last)
+    attrs.update(gdn_attrs(model.model, seqs, states))
+
+    tensors = {}
+    for key, t in model.state_dict().items():
+        new_key = "model.language_model." + key[len("model."):] if key.startswith("model.") else key
+        tensors[new_key] = t.detach().clone().contiguous()
+    gen = torch.Generator().manual_seed(seed + 2)
+    h = text_cfg.hidden_size
+    tensors["mtp.fc.weight"] = torch.randn(h, 2 * h, generator=gen)
+    tensors["model.visual.merger.linear_fc2.bias"] = torch.randn(h, generator=gen)
+    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+
+    text_dict = text_cfg.to_dict()
+    text_dict.pop("layer_types")
+    text_dict["full_attention_interval"] = 2
+    full_cfg = Qwen3_5Config(text_config=text_dict, vision_config=tiny_vision_config(), tie_word_embeddings=False)
+    full_cfg.architectures = ["Qwen3_5ForConditionalGeneration"]
+    full_cfg.save_pretrained(out_dir)
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path) as f:
+        cfg_dict = json.load(f)
+    # HF writes layer_types expanded from the interval; the file must exercise the interval path alone.
+    cfg_dict["text_config"].pop("layer_types", None)
+    cfg_dict["text_config"]["full_attention_interval"] = 2
+    cfg_dict["dtype"] = cfg_dict["text_config"]["dtype"] = "float32"
+    with open(cfg_path, "w") as f:
+        json.dump(cfg_dict, f, indent=2, sort_keys=True)
+        f.write("\n")
+    write_h5(out_dir, seqs, offsets, states, attrs)
+    summarise(name, out_dir, attrs)
+    verify_multimodal(out_dir, seqs, states, want_types)
+
+
+def verify_multimodal(out_dir, seqs, states, want_types):
+    """Reads the files back the way HF would: config through Qwen3_5Config, weights under the prefix."""
+    text_cfg = transformers.AutoConfig.from_pretrained(out_dir).text_config
+    if list(text_cfg.layer_types) != want_types:
+        raise SystemExit(f"{out_dir}: config.json reloads with layer_types {text_cfg.layer_types}")
+    text_cfg._attn_implementation = "eager"
+    model = q35.Qwen3_5ForCausalLM(text_cfg).to(torch.float32).eval()
+    prefix = "model.language_model."
+    loaded = safetensors.torch.load_file(os.path.join(out_dir, "model.safetensors"))
+    sd = {("model." + k[len(prefix):] if k.startswith(prefix) else k): v for k, v in loaded.items()
+          if not k.startswith(("mtp.", "model.visual."))}
+    model.load_state_dict(sd, strict=True)
+    again, _ = forward_all(model.model, seqs)
+    diff = max_abs_diff(again, states)
+    if diff > RELOAD_TOL:
+        raise SystemExit(f"{out_dir}: reloaded multimodal checkpoint differs (max abs diff {diff})")
+    print(f"  reload through AutoConfig + prefix strip: max abs diff {diff:.3g}")
+    # HF's own multimodal class as a second opinion; its vision tower is mostly missing, so only report.
+    try:
+        mm = q35.Qwen3_5ForConditionalGeneration.from_pretrained(out_dir, attn_implementation="eager",
+                                                                 dtype=torch.float32).eval()
+        again, _ = forward_all(mm.model.language_model, seqs)
+        print(f"  Qwen3_5ForConditionalGeneration reload: max abs diff {max_abs_diff(again, states):.3g}")
+    except Exception as e:  # noqa: BLE001 - a report, not a gate
+        print(f"  Qwen3_5ForConditionalGeneration reload not checked: {type(e).__name__}: {e}")
+
+
+def summarise(name, out_dir, attrs):
+    with h5py.File(os.path.join(out_dir, "expected.h5"), "r") as f:
+        scales = ", ".join(f"{k} rms {float(np.sqrt(np.mean(f[k][...] ** 2))):.3f}"
+                           for k in f.keys() if k != "offsets")
+    size = sum(os.path.getsize(os.path.join(out_dir, p)) for p in os.listdir(out_dir))
+    print(f"{name}: {sorted(os.listdir(out_dir))} {size / 1e6:.2f} MB")
+    print(f"  {scales}")
+    for k in ("layer_types", "hf_hidden_states_last_is_final_norm", "gdn_chunk_vs_recurrent_max_abs_diff"):
+        if k in attrs:
+            print(f"  {k}: {attrs[k]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Write golden files for dflash_mpi extract.")
+    parser.add_argument("--out", required=True, help="folder that receives one subfolder per model")
+    args = parser.parse_args()
+    torch.set_default_dtype(torch.float32)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}, "
+          f"h5py {h5py.__version__}")
+    print(f"GDN: {GDN_IMPL}")
+    jobs = [
+        ("qwen3_tiny", lambda o: make_text_model(o, "qwen3_tiny", Qwen3ForCausalLM, qwen3_tiny_config(), 11)),
+        ("qwen3_untied_sharded", lambda o: make_text_model(o, "qwen3_untied_sharded", Qwen3ForCausalLM,
+                                                           qwen3_untied_config(), 12, shard="40KB")),
+        ("qwen35_tiny", lambda o: make_text_model(o, "qwen35_tiny", q35.Qwen3_5ForCausalLM,
+                                                  qwen35_tiny_config(), 13)),
+        ("qwen35_multimodal", lambda o: make_multimodal(o, "qwen35_multimodal", 14)),
+    ]
+    failed = []
+    for name, job in jobs:
+        try:
+            job(args.out)
+        except BaseException as e:  # noqa: BLE001 - keep going so one run reports every model
+            traceback.print_exc()
+            failed.append(f"{name}: {e}")
+    print(f"GDN calls: {dict(GDN_CALLS)}")
+    for m in ("fla", "causal_conv1d", "kernels"):
+        if sys.modules.get(m) is not None:
+            failed.append(f"{m} was imported despite the block")
+    if failed:
+        print("FAILED:\n  " + "\n  ".join(failed))
+        sys.exit(1)
+    print("all golden files written and verified")
+
+
+if __name__ == "__main__":
+    main()
