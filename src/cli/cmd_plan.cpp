@@ -1,5 +1,6 @@
 // `dflash_mpi plan split`: the target:drafter split table for measured per-GPU rates, so choosing 7-1
 // versus 6-2 is arithmetic on measurements rather than a guess.
+#include <cstdio>
 #include <memory>
 
 #include "cli/commands.h"
@@ -22,8 +23,10 @@ void cmd_plan_register(CLI::App& app) {
   plan->require_subcommand(1);
   auto o = std::make_shared<PlanSplitOptions>();
   CLI::App* split = plan->add_subcommand("split", "throughput of every T:D split for measured per-GPU rates");
-  split->add_option("--target-rate", o->target_rate, "rate one target GPU produces (unit per GPU)")->required();
-  split->add_option("--drafter-rate", o->drafter_rate, "rate one drafter GPU consumes (unit per GPU)")->required();
+  split->add_option("--target-rate", o->target_rate, "rate one target GPU produces (unit per GPU)")
+      ->required();
+  split->add_option("--drafter-rate", o->drafter_rate, "rate one drafter GPU consumes (unit per GPU)")
+      ->required();
   split->add_option("--gpus", o->gpus, "GPUs to split (T + D)")->required();
   split->add_option("--unit", o->unit, "unit of the rates")->check(CLI::IsMember({"batches/s", "tok/s"}));
   split->callback([o] {

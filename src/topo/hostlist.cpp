@@ -36,27 +36,30 @@ std::vector<std::string> split_top_level(const std::string& text) {
 void expand_one(const std::string& whole, const std::string& item, std::vector<std::string>& out) {
   size_t open = item.find('[');
   if (open == std::string::npos) {
-    DF_CHECK(!item.empty() && item.find(']') == std::string::npos, "host list '%s': empty or malformed name '%s'",
-             whole.c_str(), item.c_str());
+    DF_CHECK(!item.empty() && item.find(']') == std::string::npos,
+             "host list '%s': empty or malformed name '%s'", whole.c_str(), item.c_str());
     out.push_back(item);
     return;
   }
   size_t close = item.find(']', open);
-  std::string prefix = item.substr(0, open), body = item.substr(open + 1, close - open - 1), rest = item.substr(close + 1);
+  std::string prefix = item.substr(0, open), body = item.substr(open + 1, close - open - 1),
+              rest = item.substr(close + 1);
   DF_CHECK(!body.empty(), "host list '%s': empty brackets", whole.c_str());
   size_t start = 0;
   while (start <= body.size()) {
     size_t comma = body.find(',', start);
     std::string range = body.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     size_t dash = range.find('-');
-    std::string lo_s = range.substr(0, dash), hi_s = dash == std::string::npos ? lo_s : range.substr(dash + 1);
+    std::string lo_s = range.substr(0, dash),
+                hi_s = dash == std::string::npos ? lo_s : range.substr(dash + 1);
     auto digits = [](const std::string& s) {
       return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
     };
-    DF_CHECK(digits(lo_s) && digits(hi_s), "host list '%s': range '%s' is not N or N-M", whole.c_str(), range.c_str());
-    long lo = std::stol(lo_s), hi = std::stol(hi_s);
-    DF_CHECK(lo <= hi && hi - lo < 100000, "host list '%s': range '%s' is reversed or too large", whole.c_str(),
+    DF_CHECK(digits(lo_s) && digits(hi_s), "host list '%s': range '%s' is not N or N-M", whole.c_str(),
              range.c_str());
+    long lo = std::stol(lo_s), hi = std::stol(hi_s);
+    DF_CHECK(lo <= hi && hi - lo < 100000, "host list '%s': range '%s' is reversed or too large",
+             whole.c_str(), range.c_str());
     int width = static_cast<int>(lo_s.size());
     for (long v = lo; v <= hi; ++v) expand_one(whole, prefix + strfmt("%0*ld", width, v) + rest, out);
     if (comma == std::string::npos) break;
@@ -76,11 +79,12 @@ std::vector<std::string> hostlist_expand(const std::string& text) {
 std::vector<std::string> hostlist_from_slurm() {
   const char* list = std::getenv("SLURM_JOB_NODELIST");
   if (!list || !*list) list = std::getenv("SLURM_NODELIST");
-  DF_CHECK(list && *list, "--slurm: SLURM_JOB_NODELIST is not set; run inside an allocation (salloc/sbatch) "
-                          "or pass --hosts h1,h2");
+  DF_CHECK(list && *list,
+           "--slurm: SLURM_JOB_NODELIST is not set; run inside an allocation (salloc/sbatch) "
+           "or pass --hosts h1,h2");
   std::string text = list;
-  DF_CHECK(text.find_first_of("'\"\\$`;|&<>") == std::string::npos, "SLURM_JOB_NODELIST '%s' has shell characters",
-           list);
+  DF_CHECK(text.find_first_of("'\"\\$`;|&<>") == std::string::npos,
+           "SLURM_JOB_NODELIST '%s' has shell characters", list);
   std::vector<std::string> hosts;
   if (FILE* p = popen(("scontrol show hostnames '" + text + "' 2>/dev/null").c_str(), "r")) {
     char line[512];

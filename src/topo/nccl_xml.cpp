@@ -38,7 +38,8 @@ std::string nccl_xml_format(const HostTopo& topo, std::vector<std::string>& warn
       warnings.push_back(strfmt("host %s lists no NUMA node %d: its <cpu> gets every cpu (%s) as affinity",
                                 topo.host.c_str(), numa, topo_format_cpulist(cpus).c_str()));
     }
-    out += strfmt("  <cpu numaid=\"%d\" affinity=\"%s\" arch=\"%s\">\n", numa, nccl_xml_cpumask(cpus).c_str(), arch);
+    out += strfmt("  <cpu numaid=\"%d\" affinity=\"%s\" arch=\"%s\">\n", numa, nccl_xml_cpumask(cpus).c_str(),
+                  arch);
     for (const GpuInfo* g : gpus) {
       out += strfmt("    <pci busid=\"%s\" class=\"%s\" vendor=\"0x10de\"/>\n", g->bus_id.c_str(),
                     g->pci_class.empty() ? "0x030200" : g->pci_class.c_str());

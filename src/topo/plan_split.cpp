@@ -13,23 +13,28 @@ namespace {
 
 // Products of measured rates differ in the last bits between equal splits; 1e-9 relative is far below any
 // rate difference a measurement can resolve and far above double rounding (~1e-16).
-bool nearly_equal(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b)); }
+bool nearly_equal(double a, double b) {
+  return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b));
+}
 
 }  // namespace
 
 const char* split_bottleneck_name(SplitBottleneck b) {
   switch (b) {
-    case SplitBottleneck::target: return "target";
-    case SplitBottleneck::drafter: return "drafter";
-    default: return "balanced";
+    case SplitBottleneck::target:
+      return "target";
+    case SplitBottleneck::drafter:
+      return "drafter";
+    default:
+      return "balanced";
   }
 }
 
 SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus) {
   DF_CHECK(std::isfinite(target_rate) && target_rate > 0, "--target-rate %g must be a positive per-GPU rate",
            target_rate);
-  DF_CHECK(std::isfinite(drafter_rate) && drafter_rate > 0, "--drafter-rate %g must be a positive per-GPU rate",
-           drafter_rate);
+  DF_CHECK(std::isfinite(drafter_rate) && drafter_rate > 0,
+           "--drafter-rate %g must be a positive per-GPU rate", drafter_rate);
   DF_CHECK(gpus >= 2, "--gpus %d: a split needs at least 2 GPUs (one target, one drafter)", gpus);
   SplitPlan plan;
   plan.target_rate = target_rate;
@@ -62,13 +67,15 @@ std::string plan_split_format(const SplitPlan& plan, const std::string& unit) {
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     const SplitRow& r = plan.rows[i];
     out += strfmt("%-7s %-14.4f %-14.4f %-14.4f %-10s %s%s\n", strfmt("%d-%d", r.targets, r.drafters).c_str(),
-                  r.target_capacity, r.drafter_capacity, r.throughput, strfmt("%.1f%%", 100 * r.efficiency).c_str(),
-                  split_bottleneck_name(r.bottleneck), static_cast<int>(i) == plan.best ? "  <- best" : "");
+                  r.target_capacity, r.drafter_capacity, r.throughput,
+                  strfmt("%.1f%%", 100 * r.efficiency).c_str(), split_bottleneck_name(r.bottleneck),
+                  static_cast<int>(i) == plan.best ? "  <- best" : "");
   }
   const SplitRow& b = plan.rows[plan.best];
-  out += strfmt("recommendation: %d-%d (%d targets, %d drafters): %.4f %s, %.1f%% efficiency, bottleneck %s\n",
-                b.targets, b.drafters, b.targets, b.drafters, b.throughput, unit.c_str(), 100 * b.efficiency,
-                split_bottleneck_name(b.bottleneck));
+  out +=
+      strfmt("recommendation: %d-%d (%d targets, %d drafters): %.4f %s, %.1f%% efficiency, bottleneck %s\n",
+             b.targets, b.drafters, b.targets, b.drafters, b.throughput, unit.c_str(), 100 * b.efficiency,
+             split_bottleneck_name(b.bottleneck));
   return out;
 }
 

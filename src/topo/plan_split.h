@@ -19,8 +19,8 @@ struct SplitRow {
 
 struct SplitPlan {
   double target_rate = 0, drafter_rate = 0;  // the per-GPU inputs
-  std::vector<SplitRow> rows;  // T = N-1 .. 1 (D = 1 .. N-1)
-  int best = 0;                // index into rows: highest throughput, ties to fewer drafters
+  std::vector<SplitRow> rows;                // T = N-1 .. 1 (D = 1 .. N-1)
+  int best = 0;                              // index into rows: highest throughput, ties to fewer drafters
 };
 
 // Rates are per GPU, in any one unit (batches/s, tok/s). Throws unless both are finite and > 0 and gpus >= 2.

@@ -1,13 +1,14 @@
 // Rank placement: which GPU of which host each target and drafter rank gets, and the cores it binds to.
 // Drafters exchange little with one another per token but receive every target's features, so they are
 // packed onto as few NUMA nodes as possible, away from targets, and targets stay on their own nodes.
+#include "topo/rankfile.h"
+
 #include <algorithm>
 #include <bit>
 #include <map>
 #include <set>
 
 #include "core/error.h"
-#include "topo/rankfile.h"
 
 namespace df {
 
@@ -52,10 +53,13 @@ unsigned choose_drafter_groups(const std::vector<NumaGroup>& groups, int d) {
 }
 
 // Cores (first SMT thread of each) a group's GPUs share: its NUMA node's cpus when the host lists the
-// node, else the GPUs' local cpus, else every cpu.
+// node, else the GPUs' local cpus, else every cpu. Open MPI reads slot numbers as logical core indices;
+// with Linux's usual numbering (every core's first thread before any second thread) a core's first cpu id
+// is that index, so hyperthreads never appear in a slot list.
 std::vector<int> group_cores(const HostTopo& h, const NumaGroup& grp) {
   std::set<int> cpus;
-  if (const NumaNode* n = grp.numa >= 0 ? topo_find_numa(h, grp.numa) : nullptr) cpus.insert(n->cpus.begin(), n->cpus.end());
+  if (const NumaNode* n = grp.numa >= 0 ? topo_find_numa(h, grp.numa) : nullptr)
+    cpus.insert(n->cpus.begin(), n->cpus.end());
   if (cpus.empty())
     for (int g : grp.gpus) cpus.insert(h.gpus[g].local_cpus.begin(), h.gpus[g].local_cpus.end());
   if (cpus.empty()) cpus.insert(h.all_cpus.begin(), h.all_cpus.end());
@@ -80,7 +84,8 @@ std::map<int, std::string> slots_by_gpu(const HostTopo& h, std::vector<std::stri
                                 grp.numa, c, m));
     for (size_t k = 0; k < m; ++k) {
       size_t lo = k * c / m, hi = std::max((k + 1) * c / m, lo + 1);
-      out[grp.gpus[k]] = topo_format_cpulist(std::vector<int>(cores.begin() + lo, cores.begin() + std::min(hi, c)));
+      out[grp.gpus[k]] =
+          topo_format_cpulist(std::vector<int>(cores.begin() + lo, cores.begin() + std::min(hi, c)));
     }
   }
   return out;
@@ -133,11 +138,14 @@ std::vector<std::pair<int, RankRole>> place_on_host(const HostTopo& h, int t, in
 
 }  // namespace
 
-const char* rank_role_name(RankRole r) { return r == RankRole::drafter ? "drafter" : "target"; }
+const char* rank_role_name(RankRole r) {
+  return r == RankRole::drafter ? "drafter" : "target";
+}
 
 std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, int targets, int drafters,
                                           std::vector<std::string>& warnings) {
-  DF_CHECK(targets >= 1, "--targets %d: at least one target rank is needed to produce hidden states", targets);
+  DF_CHECK(targets >= 1, "--targets %d: at least one target rank is needed to produce hidden states",
+           targets);
   DF_CHECK(drafters >= 1, "--drafters %d: at least one drafter rank is needed to train", drafters);
   DF_CHECK(!hosts.empty(), "no hosts to place ranks on");
   int total = targets + drafters, gpus = 0;
@@ -146,8 +154,10 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
     gpus += static_cast<int>(h.gpus.size());
     per_host += strfmt("%s%s=%zu", per_host.empty() ? "" : ", ", h.host.c_str(), h.gpus.size());
   }
-  DF_CHECK(total <= gpus, "%d targets + %d drafters = %d ranks but only %d GPUs (%s): one rank needs one GPU; "
-           "lower --targets/--drafters or add hosts", targets, drafters, total, gpus, per_host.c_str());
+  DF_CHECK(total <= gpus,
+           "%d targets + %d drafters = %d ranks but only %d GPUs (%s): one rank needs one GPU; "
+           "lower --targets/--drafters or add hosts",
+           targets, drafters, total, gpus, per_host.c_str());
   std::vector<int> ranks_on;
   for (const HostTopo& h : hosts) {
     int left = total;
@@ -159,7 +169,8 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
   for (size_t hi = 0; hi < hosts.size(); ++hi) {
     const HostTopo& h = hosts[hi];
     if (ranks_on[hi] == 0) {
-      warnings.push_back(strfmt("host %s gets no rank (the earlier hosts hold all %d)", h.host.c_str(), total));
+      warnings.push_back(strfmt("host %s (%zu GPUs) gets no rank: the hosts before it hold all %d",
+                                h.host.c_str(), h.gpus.size(), total));
       continue;
     }
     std::map<int, std::string> slots = slots_by_gpu(h, warnings);

@@ -18,8 +18,8 @@ struct RankfileEntry {
   std::string host;
   std::string slot;  // Open MPI slot list, e.g. "56-63" (cores of the node) or "1:0-7" (package:cores)
   RankRole role = RankRole::target;
-  int gpu = -1;      // -1: absent; the bootstrap then uses the rank's index among ranks on its host
-  int numa = -1;     // -1: absent or unknown
+  int gpu = -1;   // -1: absent; the bootstrap then uses the rank's index among ranks on its host
+  int numa = -1;  // -1: absent or unknown
 };
 
 // Places `targets` + `drafters` ranks on the hosts in order, filling each host's GPUs before the next.

@@ -31,7 +31,8 @@ void parse_annotations(const std::string& text, const std::string& where, Rankfi
   std::string kv;
   while (ss >> kv) {
     size_t eq = kv.find('=');
-    DF_CHECK(eq != std::string::npos && eq > 0, "%s: annotation '%s' is not key=value", where.c_str(), kv.c_str());
+    DF_CHECK(eq != std::string::npos && eq > 0, "%s: annotation '%s' is not key=value", where.c_str(),
+             kv.c_str());
     std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
     if (key == "role") {
       DF_CHECK(val == "target" || val == "drafter", "%s: role '%s' must be target or drafter", where.c_str(),
@@ -39,8 +40,8 @@ void parse_annotations(const std::string& text, const std::string& where, Rankfi
       e.role = val == "drafter" ? RankRole::drafter : RankRole::target;
       has_role = true;
     } else if (key == "gpu") {
-      DF_CHECK(parse_int_strict(val, e.gpu) && e.gpu >= 0, "%s: gpu '%s' must be an integer >= 0", where.c_str(),
-               val.c_str());
+      DF_CHECK(parse_int_strict(val, e.gpu) && e.gpu >= 0, "%s: gpu '%s' must be an integer >= 0",
+               where.c_str(), val.c_str());
     } else if (key == "numa") {
       DF_CHECK(parse_int_strict(val, e.numa) && e.numa >= -1, "%s: numa '%s' must be an integer >= -1",
                where.c_str(), val.c_str());
@@ -64,8 +65,8 @@ std::vector<RankfileEntry> rankfile_parse_text(const std::string& text, const st
     std::stringstream ls(body);
     std::string word, assign, slot, extra;
     ls >> word >> assign >> slot;
-    DF_CHECK(word == "rank" && !(ls >> extra), "%s: expected `rank N=HOST slot=LIST`, got '%s'", where.c_str(),
-             body.c_str());
+    DF_CHECK(word == "rank" && !(ls >> extra), "%s: expected `rank N=HOST slot=LIST`, got '%s'",
+             where.c_str(), body.c_str());
     size_t eq = assign.find('=');
     DF_CHECK(eq != std::string::npos && parse_int_strict(assign.substr(0, eq), e.rank) && e.rank >= 0,
              "%s: '%s' is not N=HOST with a rank N >= 0", where.c_str(), assign.c_str());
@@ -77,17 +78,20 @@ std::vector<RankfileEntry> rankfile_parse_text(const std::string& text, const st
     e.slot = slot.substr(5);
     bool has_role = false;
     if (hash != std::string::npos) parse_annotations(raw.substr(hash + 1), where, e, has_role);
-    DF_CHECK(has_role, "%s: rank %d has no `# role=target` or `# role=drafter` annotation", where.c_str(), e.rank);
+    DF_CHECK(has_role, "%s: rank %d has no `# role=target` or `# role=drafter` annotation", where.c_str(),
+             e.rank);
     for (size_t i = 0; i < out.size(); ++i)
-      DF_CHECK(out[i].rank != e.rank, "%s: rank %d already given on line %d", where.c_str(), e.rank, line_of[i]);
+      DF_CHECK(out[i].rank != e.rank, "%s: rank %d already given on line %d", where.c_str(), e.rank,
+               line_of[i]);
     out.push_back(std::move(e));
     line_of.push_back(lineno);
   }
   DF_CHECK(!out.empty(), "%s: no `rank N=HOST slot=LIST` line", name.c_str());
-  std::sort(out.begin(), out.end(), [](const RankfileEntry& a, const RankfileEntry& b) { return a.rank < b.rank; });
+  std::sort(out.begin(), out.end(),
+            [](const RankfileEntry& a, const RankfileEntry& b) { return a.rank < b.rank; });
   for (size_t i = 0; i < out.size(); ++i)
-    DF_CHECK(out[i].rank == static_cast<int>(i), "%s: rank %zu is missing (ranks must run 0..%zu)", name.c_str(), i,
-             out.size() - 1);
+    DF_CHECK(out[i].rank == static_cast<int>(i), "%s: rank %zu is missing (ranks must run 0..%zu)",
+             name.c_str(), i, out.size() - 1);
   return out;
 }
 

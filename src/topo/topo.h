@@ -9,11 +9,11 @@
 namespace df {
 
 struct GpuInfo {
-  int index = 0;             // position in PCI bus order, which is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID
-  std::string bus_id;        // "0000:18:00.0", lower case, as sysfs and NCCL spell it
-  std::string pci_class;     // "0x030200"
-  std::string name;          // from NVML; empty when read from sysfs
-  int numa = -1;             // -1: unknown (VMs commonly hide the PCI device's NUMA node)
+  int index = 0;       // position in PCI bus order, which is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID
+  std::string bus_id;  // "0000:18:00.0", lower case, as sysfs and NCCL spell it
+  std::string pci_class;        // "0x030200"
+  std::string name;             // from NVML; empty when read from sysfs
+  int numa = -1;                // -1: unknown (VMs commonly hide the PCI device's NUMA node)
   std::vector<int> local_cpus;  // the device's local_cpulist
 };
 
@@ -27,7 +27,8 @@ struct HostTopo {
   std::string source;  // "nvml" or "sysfs <root>"
   std::vector<GpuInfo> gpus;
   std::vector<NumaNode> numa_nodes;
-  std::vector<int> all_cpus;       // every online cpu: the binding of last resort when a GPU's NUMA node is unknown
+  std::vector<int>
+      all_cpus;  // every online cpu: the binding of last resort when a GPU's NUMA node is unknown
   std::map<int, int> core_of_cpu;  // cpu id -> first cpu of its SMT sibling set (the core Open MPI binds to)
   std::vector<std::string> warnings;
 };

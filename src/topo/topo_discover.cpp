@@ -55,7 +55,8 @@ void read_cpu_topology(const fs::path& root, HostTopo& topo) {
     for (const auto& e : fs::directory_iterator(node_dir)) {
       std::string name = e.path().filename().string();
       if (name.rfind("node", 0) != 0 || name.size() == 4 ||
-          !std::all_of(name.begin() + 4, name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+          !std::all_of(name.begin() + 4, name.end(),
+                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
         continue;
       NumaNode n;
       n.id = std::stoi(name.substr(4));
@@ -64,7 +65,8 @@ void read_cpu_topology(const fs::path& root, HostTopo& topo) {
       topo.numa_nodes.push_back(std::move(n));
     }
   }
-  std::sort(topo.numa_nodes.begin(), topo.numa_nodes.end(), [](const NumaNode& a, const NumaNode& b) { return a.id < b.id; });
+  std::sort(topo.numa_nodes.begin(), topo.numa_nodes.end(),
+            [](const NumaNode& a, const NumaNode& b) { return a.id < b.id; });
   std::set<int> all;
   for (const NumaNode& n : topo.numa_nodes) all.insert(n.cpus.begin(), n.cpus.end());
   if (all.empty()) {
@@ -97,7 +99,8 @@ void warn_unknown_numa(HostTopo& topo) {
   if (ids.empty()) return;
   topo.warnings.push_back(strfmt(
       "host %s: GPUs %s report numa_node -1 (unknown; usual inside VMs). Placement treats them as one group; "
-      "if you know the real mapping, write it into an NCCL topology with `dflash_mpi topo nccl-xml --numa ...`",
+      "if you know the real mapping, write it into an NCCL topology with `dflash_mpi topo nccl-xml --numa "
+      "...`",
       topo.host.c_str(), ids.c_str()));
 }
 
@@ -159,7 +162,9 @@ std::vector<int> topo_parse_cpulist(const std::string& text, const std::string& 
     if (item.empty()) continue;
     size_t dash = item.find('-');
     int lo = parse_int(item.substr(0, dash), what + " (cpu list '" + text + "')");
-    int hi = dash == std::string::npos ? lo : parse_int(item.substr(dash + 1), what + " (cpu list '" + text + "')");
+    int hi = dash == std::string::npos
+                 ? lo
+                 : parse_int(item.substr(dash + 1), what + " (cpu list '" + text + "')");
     DF_CHECK(lo >= 0 && lo <= hi, "%s: bad cpu range '%s' in '%s'", what.c_str(), item.c_str(), text.c_str());
     for (int c = lo; c <= hi; ++c) out.insert(c);
   }
@@ -184,8 +189,8 @@ HostTopo topo_discover_sysfs(const std::string& root, const std::string& host) {
   topo.source = "sysfs " + root;
   fs::path pci_dir = fs::path(root) / "bus/pci/devices";
   std::error_code ec;
-  DF_CHECK(fs::is_directory(pci_dir, ec), "%s is not a directory: --sysfs-root must name a sysfs tree (e.g. /sys)",
-           pci_dir.c_str());
+  DF_CHECK(fs::is_directory(pci_dir, ec),
+           "%s is not a directory: --sysfs-root must name a sysfs tree (e.g. /sys)", pci_dir.c_str());
   std::vector<std::string> bdfs;
   for (const auto& e : fs::directory_iterator(pci_dir)) {
     if (is_nvidia_gpu(read_trimmed(e.path() / "vendor"), read_trimmed(e.path() / "class")))
@@ -196,13 +201,15 @@ HostTopo topo_discover_sysfs(const std::string& root, const std::string& host) {
     GpuInfo g;
     g.index = static_cast<int>(topo.gpus.size());
     g.bus_id = bdf;
-    std::transform(g.bus_id.begin(), g.bus_id.end(), g.bus_id.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(g.bus_id.begin(), g.bus_id.end(), g.bus_id.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     g.pci_class = read_trimmed(pci_dir / bdf / "class");
     read_gpu_locality(pci_dir / bdf, g);
     topo.gpus.push_back(std::move(g));
   }
   read_cpu_topology(root, topo);
-  if (topo.gpus.empty()) topo.warnings.push_back(strfmt("host %s: no NVIDIA GPU under %s", host.c_str(), pci_dir.c_str()));
+  if (topo.gpus.empty())
+    topo.warnings.push_back(strfmt("host %s: no NVIDIA GPU under %s", host.c_str(), pci_dir.c_str()));
   warn_unknown_numa(topo);
   return topo;
 }
@@ -234,14 +241,15 @@ void topo_apply_numa_map(HostTopo& topo, const std::string& map_text) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     size_t colon = item.find(':');
-    DF_CHECK(colon != std::string::npos, "--numa '%s': item '%s' is not GPUS:NUMA (e.g. 0-3:1)", map_text.c_str(),
-             item.c_str());
+    DF_CHECK(colon != std::string::npos, "--numa '%s': item '%s' is not GPUS:NUMA (e.g. 0-3:1)",
+             map_text.c_str(), item.c_str());
     int numa = parse_int(item.substr(colon + 1), "--numa '" + map_text + "' NUMA id");
     DF_CHECK(numa >= 0, "--numa '%s': NUMA id must be >= 0", map_text.c_str());
     std::string gpus_text = item.substr(0, colon);
     for (int g : topo_parse_cpulist(gpus_text, "--numa '" + map_text + "' GPU range")) {
-      DF_CHECK(g < static_cast<int>(topo.gpus.size()), "--numa '%s': GPU %d does not exist on host %s (%zu GPUs)",
-               map_text.c_str(), g, topo.host.c_str(), topo.gpus.size());
+      DF_CHECK(g < static_cast<int>(topo.gpus.size()),
+               "--numa '%s': GPU %d does not exist on host %s (%zu GPUs)", map_text.c_str(), g,
+               topo.host.c_str(), topo.gpus.size());
       DF_CHECK(numa_of[g] == -2, "--numa '%s': GPU %d is mapped twice", map_text.c_str(), g);
       numa_of[g] = numa;
     }
@@ -251,7 +259,8 @@ void topo_apply_numa_map(HostTopo& topo, const std::string& map_text) {
              map_text.c_str(), g, topo.host.c_str(), topo.gpus.size() - 1);
     topo.gpus[g].numa = numa_of[g];
   }
-  std::erase_if(topo.warnings, [](const std::string& w) { return w.find("numa_node -1") != std::string::npos; });
+  std::erase_if(topo.warnings,
+                [](const std::string& w) { return w.find("numa_node -1") != std::string::npos; });
 }
 
 const NumaNode* topo_find_numa(const HostTopo& topo, int id) {

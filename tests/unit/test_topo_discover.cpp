@@ -55,7 +55,8 @@ TEST(TopoDiscover, VmHidesNumaAndWarns) {
   ASSERT_EQ(t.numa_nodes.size(), 1u);
   EXPECT_EQ(t.numa_nodes[0].cpus, range(0, 63));
   ASSERT_EQ(t.warnings.size(), 1u);
-  EXPECT_NE(t.warnings[0].find("GPUs 0,1,2,3,4,5,6,7 report numa_node -1"), std::string::npos) << t.warnings[0];
+  EXPECT_NE(t.warnings[0].find("GPUs 0,1,2,3,4,5,6,7 report numa_node -1"), std::string::npos)
+      << t.warnings[0];
 }
 
 TEST(TopoDiscover, SmtSiblingsMapToFirstThread) {
@@ -68,7 +69,8 @@ TEST(TopoDiscover, SmtSiblingsMapToFirstThread) {
 }
 
 TEST(TopoDiscover, MissingRootNamesThePath) {
-  expect_error_with([] { topo_discover_sysfs("/nonexistent/sysroot", "h"); }, "/nonexistent/sysroot/bus/pci/devices");
+  expect_error_with([] { topo_discover_sysfs("/nonexistent/sysroot", "h"); },
+                    "/nonexistent/sysroot/bus/pci/devices");
 }
 
 TEST(TopoNumaMap, OverridesAndClearsWarning) {
@@ -88,7 +90,8 @@ TEST(TopoNumaMap, RejectsGapsOverlapsAndUnknownGpus) {
 }
 
 TEST(TopoHostlist, ExpandsSlurmForms) {
-  EXPECT_EQ(hostlist_expand("node[01-03,07]"), (std::vector<std::string>{"node01", "node02", "node03", "node07"}));
+  EXPECT_EQ(hostlist_expand("node[01-03,07]"),
+            (std::vector<std::string>{"node01", "node02", "node03", "node07"}));
   EXPECT_EQ(hostlist_expand("a,b"), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(hostlist_expand("n[8-11]"), (std::vector<std::string>{"n8", "n9", "n10", "n11"}));
   EXPECT_EQ(hostlist_expand("rack[1-2]-g[1,3],login"),

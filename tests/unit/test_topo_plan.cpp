@@ -11,7 +11,9 @@ namespace {
 
 // Every value here is one or two double operations on the inputs: 1e-12 relative is ~1e4 ulps of slack
 // and far below the 4th decimal the table prints.
-void expect_close(double a, double b) { EXPECT_LE(std::fabs(a - b), 1e-12 + 1e-12 * std::fabs(b)) << a << " vs " << b; }
+void expect_close(double a, double b) {
+  EXPECT_LE(std::fabs(a - b), 1e-12 + 1e-12 * std::fabs(b)) << a << " vs " << b;
+}
 
 TEST(TopoPlanSplit, MeasuredEightGpuRatesGiveSevenOne) {
   const double rt = 0.92 / 7, rd = 0.86;
@@ -32,7 +34,8 @@ TEST(TopoPlanSplit, MeasuredEightGpuRatesGiveSevenOne) {
   EXPECT_EQ(six_two.bottleneck, SplitBottleneck::target);
   for (const SplitRow& r : p.rows) EXPECT_FALSE(std::isnan(r.throughput) || std::isnan(r.efficiency));
   std::string table = plan_split_format(p, "batches/s");
-  EXPECT_NE(table.find("recommendation: 7-1 (7 targets, 1 drafters): 0.8600 batches/s"), std::string::npos) << table;
+  EXPECT_NE(table.find("recommendation: 7-1 (7 targets, 1 drafters): 0.8600 batches/s"), std::string::npos)
+      << table;
   EXPECT_NE(table.find("7-1     0.9200"), std::string::npos) << table;
 }
 
@@ -70,8 +73,10 @@ TEST(TopoPlanSplit, RejectsBadInputs) {
   expect_error_with([] { plan_split_compute(0.1, 0.8, 1); }, "--gpus 1");
   expect_error_with([] { plan_split_compute(0, 0.8, 8); }, "--target-rate");
   expect_error_with([] { plan_split_compute(0.1, -1, 8); }, "--drafter-rate");
-  expect_error_with([] { plan_split_compute(std::numeric_limits<double>::quiet_NaN(), 0.8, 8); }, "--target-rate");
-  expect_error_with([] { plan_split_compute(0.1, std::numeric_limits<double>::infinity(), 8); }, "--drafter-rate");
+  expect_error_with([] { plan_split_compute(std::numeric_limits<double>::quiet_NaN(), 0.8, 8); },
+                    "--target-rate");
+  expect_error_with([] { plan_split_compute(0.1, std::numeric_limits<double>::infinity(), 8); },
+                    "--drafter-rate");
 }
 
 }  // namespace

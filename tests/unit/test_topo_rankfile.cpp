@@ -60,7 +60,8 @@ TEST(TopoRankfile, PartialHostKeepsTargetsOffTheDrafterNode) {
 }
 
 TEST(TopoRankfile, UnevenNodesPreferTheNodeThatFitsExactly) {
-  // NUMA 0 holds 2 GPUs, NUMA 1 holds 6 (a GPU per core pair): 2 drafters fill NUMA 0 with no target beside them.
+  // NUMA 0 holds 2 GPUs, NUMA 1 holds 6 (a GPU per core pair): 2 drafters fill NUMA 0 with no target beside
+  // them.
   HostTopo h;
   h.host = "odd";
   for (int i = 0; i < 8; ++i) {
@@ -172,18 +173,28 @@ TEST(TopoRankfileParse, HandWrittenFileWithCommentsAndOrder) {
 
 TEST(TopoRankfileParse, ErrorsNameTheLine) {
   const std::string ok = "rank 0=h slot=0-7  # role=target\n";
-  expect_error_with([&] { rankfile_parse_text(ok + "rank 1=h slot=8-15\n", "f.rf"); }, "f.rf:2: rank 1 has no");
-  expect_error_with([&] { rankfile_parse_text(ok + "rank 1=h slot=8  # role=boss\n", "f.rf"); }, "f.rf:2: role 'boss'");
+  expect_error_with([&] { rankfile_parse_text(ok + "rank 1=h slot=8-15\n", "f.rf"); },
+                    "f.rf:2: rank 1 has no");
+  expect_error_with([&] { rankfile_parse_text(ok + "rank 1=h slot=8  # role=boss\n", "f.rf"); },
+                    "f.rf:2: role 'boss'");
   expect_error_with([&] { rankfile_parse_text(ok + "\nrank 0=h slot=8  # role=target\n", "f.rf"); },
                     "f.rf:3: rank 0 already given on line 1");
-  expect_error_with([&] { rankfile_parse_text(ok + "rank 2=h slot=8  # role=target\n", "f.rf"); }, "rank 1 is missing");
-  expect_error_with([&] { rankfile_parse_text(ok + "rank 1=h slot=a-b  # role=target\n", "f.rf"); }, "f.rf:2: 'slot=a-b'");
-  expect_error_with([&] { rankfile_parse_text("rank x=h slot=0  # role=target\n", "f.rf"); }, "f.rf:1: 'x=h'");
-  expect_error_with([&] { rankfile_parse_text("rank 0= slot=0  # role=target\n", "f.rf"); }, "f.rf:1: rank 0 has no host");
-  expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0 extra  # role=target\n", "f.rf"); }, "f.rf:1: expected");
-  expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0  # role\n", "f.rf"); }, "f.rf:1: annotation 'role'");
-  expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0  # role=target gpu=-2\n", "f.rf"); }, "f.rf:1: gpu '-2'");
-  expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0  # role=target numa=x\n", "f.rf"); }, "f.rf:1: numa 'x'");
+  expect_error_with([&] { rankfile_parse_text(ok + "rank 2=h slot=8  # role=target\n", "f.rf"); },
+                    "rank 1 is missing");
+  expect_error_with([&] { rankfile_parse_text(ok + "rank 1=h slot=a-b  # role=target\n", "f.rf"); },
+                    "f.rf:2: 'slot=a-b'");
+  expect_error_with([&] { rankfile_parse_text("rank x=h slot=0  # role=target\n", "f.rf"); },
+                    "f.rf:1: 'x=h'");
+  expect_error_with([&] { rankfile_parse_text("rank 0= slot=0  # role=target\n", "f.rf"); },
+                    "f.rf:1: rank 0 has no host");
+  expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0 extra  # role=target\n", "f.rf"); },
+                    "f.rf:1: expected");
+  expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0  # role\n", "f.rf"); },
+                    "f.rf:1: annotation 'role'");
+  expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0  # role=target gpu=-2\n", "f.rf"); },
+                    "f.rf:1: gpu '-2'");
+  expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0  # role=target numa=x\n", "f.rf"); },
+                    "f.rf:1: numa 'x'");
   expect_error_with([&] { rankfile_parse_text("# only comments\n", "f.rf"); }, "f.rf: no `rank");
   expect_error_with([] { rankfile_parse("/nonexistent/x.rf"); }, "cannot open rankfile '/nonexistent/x.rf'");
 }
@@ -210,13 +221,17 @@ TEST(TopoNcclXml, VmWithNumaMapGroupsGpusUnderTheirNode) {
 #endif
   const std::string expected =
       "<system version=\"1\" name=\"dflash_mpi vm1\">\n"
-      "  <cpu numaid=\"0\" affinity=\"ffffffff,ffffffff\" arch=\"" + arch + "\">\n"
+      "  <cpu numaid=\"0\" affinity=\"ffffffff,ffffffff\" arch=\"" +
+      arch +
+      "\">\n"
       "    <pci busid=\"0000:9a:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>\n"
       "    <pci busid=\"0000:ab:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>\n"
       "    <pci busid=\"0000:ba:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>\n"
       "    <pci busid=\"0000:db:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>\n"
       "  </cpu>\n"
-      "  <cpu numaid=\"1\" affinity=\"ffffffff,ffffffff\" arch=\"" + arch + "\">\n"
+      "  <cpu numaid=\"1\" affinity=\"ffffffff,ffffffff\" arch=\"" +
+      arch +
+      "\">\n"
       "    <pci busid=\"0000:18:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>\n"
       "    <pci busid=\"0000:2a:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>\n"
       "    <pci busid=\"0000:3a:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>\n"

@@ -9,7 +9,9 @@
 
 namespace df {
 
-inline std::string topo_fixture(const std::string& name) { return std::string(DF_SOURCE_DIR) + "/tests/fixtures/sysfs/" + name; }
+inline std::string topo_fixture(const std::string& name) {
+  return std::string(DF_SOURCE_DIR) + "/tests/fixtures/sysfs/" + name;
+}
 
 template <typename F>
 void expect_error_with(F&& fn, const std::string& needle) {
