@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Bad input to the real binary: each case must exit non-zero and print a message naming the problem.
+# Args: <dflash_mpi binary> <source dir>
+set -uo pipefail
+BIN=$1
+SRC=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+
+# expect_fail "<needle in output>" cmd args...
+expect_fail() {
+  local needle=$1
+  shift
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "FAIL (exit 0): $*"; echo "$out"; fails=$((fails + 1))
+  elif ! grep -qF -- "$needle" <<<"$out"; then
+    echo "FAIL (message lacks '$needle'): $*"; echo "$out"; fails=$((fails + 1))
+  else
+    echo "ok: $needle"
+  fi
+}
+
+base="[target]
+random_config = \"$SRC/configs/tiny-target.json\"
+device = \"cpu\"
+[drafter]
+mask_token_id = 255
+"
+printf '%s\n[train]\nlearning_rate = 1e-3\n' "$base" >"$TMP/badkey.toml"
+printf '%s\n[train]\nlr = "fast"\n' "$base" >"$TMP/badtype.toml"
+printf '%s\n' "$base" >"$TMP/good.toml"
+expect_fail "unknown key 'train.learning_rate'" "$BIN" config check --config "$TMP/badkey.toml"
+expect_fail "'train.lr' must be a number" "$BIN" config check --config "$TMP/badtype.toml"
+expect_fail "cannot open config file '$TMP/missing.toml'" "$BIN" config check --config "$TMP/missing.toml"
+"$BIN" config check --config "$TMP/good.toml" >"$TMP/good.out" 2>&1 || { echo "FAIL: good config rejected"; cat "$TMP/good.out"; fails=$((fails + 1)); }
+
+# Unknown model_type and a missing model directory.
+mkdir -p "$TMP/llama"
+sed 's/"qwen3_5_text"/"llama"/' "$SRC/configs/tiny-target.json" >"$TMP/llama/config.json"
+"$BIN" data synth --out "$TMP/tok.h5" --vocab 256 --sequences 4 --min-len 4 --max-len 9 --seed 1 >/dev/null
+expect_fail "llama" "$BIN" extract --model "$TMP/llama" --tokens "$TMP/tok.h5" --out "$TMP/o.h5"
+expect_fail "$TMP/nothing" "$BIN" extract --model "$TMP/nothing" --tokens "$TMP/tok.h5" --out "$TMP/o.h5"
+expect_fail "$TMP/none.h5" "$BIN" extract --model "$TMP/llama" --tokens "$TMP/none.h5" --out "$TMP/o.h5"
+# A token id outside the vocabulary names the id; a weights file that does not fit the config names the tensor.
+"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --out "$TMP/tiny" >/dev/null
+"$BIN" data synth --out "$TMP/big.h5" --vocab 300 --sequences 8 --min-len 50 --max-len 60 --seed 2 >/dev/null
+expect_fail "outside the model's vocabulary" "$BIN" extract --model "$TMP/tiny" --tokens "$TMP/big.h5" --out "$TMP/o.h5"
+sed -i 's/"intermediate_size": 128/"intermediate_size": 130/' "$TMP/tiny/config.json"
+expect_fail "mlp.gate_proj.weight" "$BIN" extract --model "$TMP/tiny" --tokens "$TMP/tok.h5" --out "$TMP/o.h5"
+[ ! -e "$TMP/o.h5" ] || { echo "FAIL: a failed extract left $TMP/o.h5 behind"; fails=$((fails + 1)); }
+expect_fail "--layers" "$BIN" extract --model "$TMP/tiny" --tokens "$TMP/tok.h5" --out "$TMP/o.h5" --layers 1,99
+
+echo "$fails failed"
+[ $fails -eq 0 ]
