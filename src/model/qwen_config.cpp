@@ -359,8 +359,9 @@ std::string qwen_config_summary(const QwenConfig& c) {
               c.attn_output_gate ? ", gated" : "");
   if (c.family == ModelFamily::qwen3_5)
     s += strfmt(", deltanet %d/%d heads × %d/%d conv %d", c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv, c.conv_kernel);
-  s += strfmt(", eps %g, %s, %.2fB non-embedding params", double(c.rms_eps), c.tie_word_embeddings ? "tied" : "untied",
-              c.params_non_embedding() / 1e9);
+  const double p = c.params_non_embedding();
+  s += strfmt(", eps %g, %s, %.4g%s non-embedding params", double(c.rms_eps), c.tie_word_embeddings ? "tied" : "untied",
+              p >= 1e9 ? p / 1e9 : p / 1e6, p >= 1e9 ? "B" : "M");
   return s;
 }
 
