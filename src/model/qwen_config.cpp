@@ -34,8 +34,8 @@ struct CfgObj {
     DF_FAIL("%s: key '%s' must be %s, got %s %s", where.c_str(), key, want, v.type_name(), v.dump().c_str());
   }
   [[noreturn]] void fail_missing(const char* key) const {
-    DF_FAIL("%s: required key '%s' is missing; is this the config.json of a Qwen3 / Qwen3.5 model?", where.c_str(),
-            key);
+    DF_FAIL("%s: required key '%s' is missing; is this the config.json of a Qwen3 / Qwen3.5 model?",
+            where.c_str(), key);
   }
   int get_int(const char* key) const {
     const json* v = find(key);
@@ -98,13 +98,14 @@ struct RopeSources {
   explicit RopeSources(const CfgObj& top) {
     if (const json* rp = top.get_object("rope_parameters")) {
       CfgObj rpo{*rp, top.where + ": rope_parameters"};
-      if (const json* fa = rpo.get_object("full_attention")) objs.push_back({*fa, rpo.where + ".full_attention"});
+      if (const json* fa = rpo.get_object("full_attention"))
+        objs.push_back({*fa, rpo.where + ".full_attention"});
       objs.push_back(rpo);
     }
     if (const json* rs = top.get_object("rope_scaling")) objs.push_back({*rs, top.where + ": rope_scaling"});
     objs.push_back(top);
-    // Scaled RoPE variants (yarn, linear, dynamic ...) change the frequencies; running them as plain RoPE would
-    // silently give wrong logits, so they are refused.
+    // Scaled RoPE variants (yarn, linear, dynamic ...) change the frequencies; running them as plain RoPE
+    // would silently give wrong logits, so they are refused.
     for (const CfgObj& o : objs) {
       if (&o.j == &top.j) continue;
       for (const char* key : {"rope_type", "type"}) {
@@ -112,10 +113,11 @@ struct RopeSources {
         if (!v) continue;
         if (!v->is_string()) o.fail_type(key, "a string", *v);
         const std::string s = v->get<std::string>();
-        DF_CHECK(s == "default" || s == "mrope",
-                 "%s: %s '%s' is not supported (only plain RoPE, and mRoPE for text, are implemented); remove "
-                 "the scaling entry to run at the native context length",
-                 o.where.c_str(), key, s.c_str());
+        DF_CHECK(
+            s == "default" || s == "mrope",
+            "%s: %s '%s' is not supported (only plain RoPE, and mRoPE for text, are implemented); remove "
+            "the scaling entry to run at the native context length",
+            o.where.c_str(), key, s.c_str());
       }
     }
   }
@@ -163,7 +165,9 @@ int QwenConfig::num_linear_layers() const {
   return n;
 }
 
-int QwenConfig::num_full_layers() const { return static_cast<int>(layer_types.size()) - num_linear_layers(); }
+int QwenConfig::num_full_layers() const {
+  return static_cast<int>(layer_types.size()) - num_linear_layers();
+}
 
 // Everything but embed_tokens and lm_head: layer weights (including every norm) plus the final norm.
 double QwenConfig::params_non_embedding() const {
@@ -171,17 +175,19 @@ double QwenConfig::params_non_embedding() const {
   const double mlp = 3.0 * h * intermediate;
   const double norms = 2.0 * h;
   const double q_rows = double(heads) * head_dim * (attn_output_gate ? 2 : 1);
-  const double full = h * q_rows + 2.0 * h * kv_heads * head_dim + double(heads) * head_dim * h + 2.0 * head_dim;
+  const double full =
+      h * q_rows + 2.0 * h * kv_heads * head_dim + double(heads) * head_dim * h + 2.0 * head_dim;
   const double key_dim = double(lin_nk) * lin_dk, value_dim = double(lin_nv) * lin_dv;
   const double conv_ch = 2.0 * key_dim + value_dim;
   const double linear = h * conv_ch + h * value_dim + 2.0 * h * lin_nv  // in_proj_qkv, in_proj_z, in_proj_b/a
-                        + conv_ch * conv_kernel + 2.0 * lin_nv + lin_dv   // conv1d, A_log, dt_bias, norm
-                        + value_dim * h;                                  // out_proj
+                        + conv_ch * conv_kernel + 2.0 * lin_nv + lin_dv  // conv1d, A_log, dt_bias, norm
+                        + value_dim * h;                                 // out_proj
   return (mlp + norms) * layers + full * num_full_layers() + linear * num_linear_layers() + h;
 }
 
 QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
-  DF_CHECK(root.is_object(), "%s: a model config must be a JSON object, got %s", where.c_str(), root.type_name());
+  DF_CHECK(root.is_object(), "%s: a model config must be a JSON object, got %s", where.c_str(),
+           root.type_name());
   const CfgObj outer{root, where};
   const json* text = outer.get_object("text_config");
   const CfgObj cfg = text ? CfgObj{*text, where + ": text_config"} : outer;
@@ -189,8 +195,8 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
   QwenConfig c;
   c.model_type = cfg.find("model_type") ? cfg.get_string("model_type") : outer.get_string("model_type");
   DF_CHECK(model_type_family(c.model_type, &c.family),
-           "%s: model_type '%s' is not supported (supported: qwen3, qwen3_5, qwen3_5_text)", cfg.where.c_str(),
-           c.model_type.c_str());
+           "%s: model_type '%s' is not supported (supported: qwen3, qwen3_5, qwen3_5_text)",
+           cfg.where.c_str(), c.model_type.c_str());
   const bool q35 = c.family == ModelFamily::qwen3_5;
 
   c.hidden = cfg.get_int("hidden_size");
@@ -208,35 +214,38 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
   c.head_dim = cfg.get_int("head_dim", q35 ? 256 : 128);
   c.rms_eps = static_cast<float>(cfg.get_double("rms_norm_eps", 1e-6));
   // A multimodal wrapper may carry the tying flag only at the top level.
-  c.tie_word_embeddings = cfg.get_bool("tie_word_embeddings", text ? outer.get_bool("tie_word_embeddings", false)
-                                                                   : false);
+  c.tie_word_embeddings =
+      cfg.get_bool("tie_word_embeddings", text ? outer.get_bool("tie_word_embeddings", false) : false);
 
   const std::pair<const char*, int> sizes[] = {
-      {"hidden_size", c.hidden},       {"num_hidden_layers", c.layers},     {"intermediate_size", c.intermediate},
-      {"vocab_size", c.vocab},         {"num_attention_heads", c.heads},    {"num_key_value_heads", c.kv_heads},
+      {"hidden_size", c.hidden}, {"num_hidden_layers", c.layers},  {"intermediate_size", c.intermediate},
+      {"vocab_size", c.vocab},   {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads},
       {"head_dim", c.head_dim}};
   for (const auto& [key, v] : sizes)
     DF_CHECK(v > 0, "%s: key '%s' must be positive, got %d", cfg.where.c_str(), key, v);
   DF_CHECK(c.heads % c.kv_heads == 0,
-           "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", cfg.where.c_str(), c.heads,
-           c.kv_heads);
+           "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", cfg.where.c_str(),
+           c.heads, c.kv_heads);
   DF_CHECK(c.rms_eps > 0, "%s: key 'rms_norm_eps' must be positive", cfg.where.c_str());
 
   const RopeSources rope(cfg);
   const CfgObj* theta_at = rope.holder("rope_theta");
-  DF_CHECK(theta_at, "%s: key 'rope_theta' is missing (looked in rope_parameters, rope_scaling and the top level)",
+  DF_CHECK(theta_at,
+           "%s: key 'rope_theta' is missing (looked in rope_parameters, rope_scaling and the top level)",
            cfg.where.c_str());
   c.rope_theta = static_cast<float>(theta_at->get_double("rope_theta", 0));
   DF_CHECK(c.rope_theta > 0, "%s: key 'rope_theta' must be positive", theta_at->where.c_str());
   const CfgObj* prf_at = rope.holder("partial_rotary_factor");
   const double prf = prf_at ? prf_at->get_double("partial_rotary_factor", 0) : (q35 ? 0.25 : 1.0);
   const std::string prf_where = prf_at ? prf_at->where : cfg.where;
-  DF_CHECK(prf > 0 && prf <= 1, "%s: key 'partial_rotary_factor' must be in (0, 1], got %g", prf_where.c_str(), prf);
+  DF_CHECK(prf > 0 && prf <= 1, "%s: key 'partial_rotary_factor' must be in (0, 1], got %g",
+           prf_where.c_str(), prf);
   // transformers truncates head_dim · factor to an integer.
   c.rot_dim = static_cast<int>(c.head_dim * prf);
-  DF_CHECK(c.rot_dim > 0 && c.rot_dim % 2 == 0,
-           "%s: head_dim (%d) × partial_rotary_factor (%g) gives %d rotary dims; it must be even and positive",
-           prf_where.c_str(), c.head_dim, prf, c.rot_dim);
+  DF_CHECK(
+      c.rot_dim > 0 && c.rot_dim % 2 == 0,
+      "%s: head_dim (%d) × partial_rotary_factor (%g) gives %d rotary dims; it must be even and positive",
+      prf_where.c_str(), c.head_dim, prf, c.rot_dim);
   DF_CHECK(q35 || c.rot_dim == c.head_dim,
            "%s: partial_rotary_factor %g is not supported for model_type qwen3 (it rotates the whole head)",
            prf_where.c_str(), prf);
@@ -249,8 +258,8 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
   if (const json* lt = cfg.find("layer_types")) {
     if (!lt->is_array()) cfg.fail_type("layer_types", "an array of strings", *lt);
     DF_CHECK(static_cast<int>(lt->size()) == c.layers,
-             "%s: key 'layer_types' has %zu entries but num_hidden_layers is %d", cfg.where.c_str(), lt->size(),
-             c.layers);
+             "%s: key 'layer_types' has %zu entries but num_hidden_layers is %d", cfg.where.c_str(),
+             lt->size(), c.layers);
     for (size_t i = 0; i < lt->size(); ++i) {
       const json& e = (*lt)[i];
       if (!e.is_string()) cfg.fail_type("layer_types", "an array of strings", *lt);
@@ -261,7 +270,8 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
         c.layer_types.push_back(LayerKind::linear_attention);
       } else {
         DF_FAIL("%s: key 'layer_types'[%zu] is '%s'; %s supports %s", cfg.where.c_str(), i, s.c_str(),
-                c.model_type.c_str(), q35 ? "'full_attention' and 'linear_attention'" : "only 'full_attention'");
+                c.model_type.c_str(),
+                q35 ? "'full_attention' and 'linear_attention'" : "only 'full_attention'");
       }
     }
   } else if (q35) {
@@ -269,7 +279,8 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
     DF_CHECK(interval > 0, "%s: key 'full_attention_interval' must be positive, got %d", cfg.where.c_str(),
              interval);
     for (int i = 0; i < c.layers; ++i)
-      c.layer_types.push_back((i + 1) % interval == 0 ? LayerKind::full_attention : LayerKind::linear_attention);
+      c.layer_types.push_back((i + 1) % interval == 0 ? LayerKind::full_attention
+                                                      : LayerKind::linear_attention);
   } else {
     DF_CHECK(!cfg.get_bool("use_sliding_window", false),
              "%s: key 'use_sliding_window' is true; sliding-window Qwen3 targets are not supported",
@@ -291,8 +302,8 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
     for (const auto& [key, v] : lin)
       DF_CHECK(v > 0, "%s: key '%s' must be positive, got %d", cfg.where.c_str(), key, v);
     DF_CHECK(c.lin_nv % c.lin_nk == 0,
-             "%s: linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)", cfg.where.c_str(),
-             c.lin_nv, c.lin_nk);
+             "%s: linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)",
+             cfg.where.c_str(), c.lin_nv, c.lin_nk);
   }
   return c;
 }
@@ -337,7 +348,8 @@ json qwen_config_to_json(const QwenConfig& c) {
     rope["mrope_section"] = mrope_sections(c.rot_dim);
     j["attn_output_gate"] = c.attn_output_gate;
     json lt = json::array();
-    for (LayerKind k : c.layer_types) lt.push_back(k == LayerKind::full_attention ? "full_attention" : "linear_attention");
+    for (LayerKind k : c.layer_types)
+      lt.push_back(k == LayerKind::full_attention ? "full_attention" : "linear_attention");
     j["layer_types"] = lt;
     j["linear_num_key_heads"] = c.lin_nk;
     j["linear_num_value_heads"] = c.lin_nv;
@@ -353,14 +365,17 @@ json qwen_config_to_json(const QwenConfig& c) {
 
 std::string qwen_config_summary(const QwenConfig& c) {
   std::string s = strfmt("%s: %d layers", c.model_type.c_str(), c.layers);
-  if (c.num_linear_layers() > 0) s += strfmt(" (%d linear + %d full)", c.num_linear_layers(), c.num_full_layers());
+  if (c.num_linear_layers() > 0)
+    s += strfmt(" (%d linear + %d full)", c.num_linear_layers(), c.num_full_layers());
   s += strfmt(", hidden %d, intermediate %d, vocab %d, attn %d/%d heads × %d (rot %d, theta %g%s)", c.hidden,
               c.intermediate, c.vocab, c.heads, c.kv_heads, c.head_dim, c.rot_dim, double(c.rope_theta),
               c.attn_output_gate ? ", gated" : "");
   if (c.family == ModelFamily::qwen3_5)
-    s += strfmt(", deltanet %d/%d heads × %d/%d conv %d", c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv, c.conv_kernel);
-  s += strfmt(", eps %g, %s, %.2fB non-embedding params", double(c.rms_eps), c.tie_word_embeddings ? "tied" : "untied",
-              c.params_non_embedding() / 1e9);
+    s += strfmt(", deltanet %d/%d heads × %d/%d conv %d", c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv,
+                c.conv_kernel);
+  const double p = c.params_non_embedding();
+  s += strfmt(", eps %g, %s, %.4g%s non-embedding params", double(c.rms_eps),
+              c.tie_word_embeddings ? "tied" : "untied", p >= 1e9 ? p / 1e9 : p / 1e6, p >= 1e9 ? "B" : "M");
   return s;
 }
 

@@ -60,8 +60,8 @@ namespace {
 
 bool st_parse_dtype(const std::string& s, DType* out) {
   static const std::pair<const char*, DType> table[] = {{"F32", DType::f32}, {"BF16", DType::bf16},
-                                                         {"F16", DType::f16}, {"I32", DType::i32},
-                                                         {"I64", DType::i64}, {"U8", DType::u8}};
+                                                        {"F16", DType::f16}, {"I32", DType::i32},
+                                                        {"I64", DType::i64}, {"U8", DType::u8}};
   for (const auto& [name, t] : table)
     if (s == name) {
       *out = t;
@@ -72,12 +72,18 @@ bool st_parse_dtype(const std::string& s, DType* out) {
 
 const char* st_dtype_tag(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::i32: return "I32";
-    case DType::i64: return "I64";
-    case DType::u8: return "U8";
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }
@@ -120,7 +126,8 @@ void st_read_header(const StMapping& m, std::map<std::string, StTensor>& out) {
   } catch (const nlohmann::json::exception& e) {
     DF_FAIL("%s: corrupt safetensors header (not valid JSON: %s)", path.c_str(), e.what());
   }
-  DF_CHECK(header.is_object(), "%s: corrupt safetensors header (top level is not a JSON object)", path.c_str());
+  DF_CHECK(header.is_object(), "%s: corrupt safetensors header (top level is not a JSON object)",
+           path.c_str());
 
   const uint8_t* data = m.base() + 8 + hlen;
   const uint64_t data_size = m.size() - 8 - hlen;
@@ -150,14 +157,15 @@ void st_read_header(const StMapping& m, std::map<std::string, StTensor>& out) {
     }
     const int64_t numel = st_shape_numel(t.shape, what);
     const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
-    DF_CHECK(begin <= end && end <= data_size,
-             "%s: bad data_offsets [%llu, %llu]: the data section holds %llu bytes (file truncated or corrupt)",
-             what.c_str(), static_cast<unsigned long long>(begin), static_cast<unsigned long long>(end),
-             static_cast<unsigned long long>(data_size));
+    DF_CHECK(
+        begin <= end && end <= data_size,
+        "%s: bad data_offsets [%llu, %llu]: the data section holds %llu bytes (file truncated or corrupt)",
+        what.c_str(), static_cast<unsigned long long>(begin), static_cast<unsigned long long>(end),
+        static_cast<unsigned long long>(data_size));
     t.nbytes = static_cast<size_t>(end - begin);
     const uint64_t want = static_cast<uint64_t>(numel) * dtype_size(t.dtype);
-    DF_CHECK(t.nbytes == want, "%s: data_offsets span %zu bytes but shape × %s needs %llu", what.c_str(), t.nbytes,
-             dts.c_str(), static_cast<unsigned long long>(want));
+    DF_CHECK(t.nbytes == want, "%s: data_offsets span %zu bytes but shape × %s needs %llu", what.c_str(),
+             t.nbytes, dts.c_str(), static_cast<unsigned long long>(want));
     t.data = data + begin;
     DF_CHECK(out.find(name) == out.end(), "%s: tensor name appears in two files (also in %s)", what.c_str(),
              out.at(name).file.c_str());
@@ -192,8 +200,10 @@ SafetensorsIndex& SafetensorsIndex::operator=(SafetensorsIndex&&) noexcept = def
 
 SafetensorsIndex SafetensorsIndex::open(const std::string& path) {
   SafetensorsIndex idx;
-  DF_CHECK(path_exists(path), "checkpoint path %s does not exist (expected a directory with model.safetensors "
-           "or model.safetensors.index.json, or a .safetensors file)", path.c_str());
+  DF_CHECK(path_exists(path),
+           "checkpoint path %s does not exist (expected a directory with model.safetensors "
+           "or model.safetensors.index.json, or a .safetensors file)",
+           path.c_str());
   if (!path_is_dir(path)) {
     idx.files_.push_back(std::make_unique<StMapping>(path));
     st_read_header(*idx.files_.back(), idx.tensors_);
@@ -203,8 +213,10 @@ SafetensorsIndex SafetensorsIndex::open(const std::string& path) {
   const std::string index_path = path_join(path, "model.safetensors.index.json");
   const std::string single_path = path_join(path, "model.safetensors");
   if (!path_exists(index_path)) {
-    DF_CHECK(path_exists(single_path), "checkpoint directory %s holds neither model.safetensors.index.json nor "
-             "model.safetensors; point at the directory the weights were downloaded to", path.c_str());
+    DF_CHECK(path_exists(single_path),
+             "checkpoint directory %s holds neither model.safetensors.index.json nor "
+             "model.safetensors; point at the directory the weights were downloaded to",
+             path.c_str());
     idx.files_.push_back(std::make_unique<StMapping>(single_path));
     st_read_header(*idx.files_.back(), idx.tensors_);
     return idx;
@@ -221,7 +233,8 @@ SafetensorsIndex SafetensorsIndex::open(const std::string& path) {
     }
   }
   auto wm = index.find("weight_map");
-  DF_CHECK(wm != index.end() && wm->is_object(), "%s: missing or non-object 'weight_map'", index_path.c_str());
+  DF_CHECK(wm != index.end() && wm->is_object(), "%s: missing or non-object 'weight_map'",
+           index_path.c_str());
   // Shards in first-seen order, each mapped once however many tensors name it.
   std::vector<std::string> shards;
   std::set<std::string> seen;
@@ -241,8 +254,8 @@ SafetensorsIndex SafetensorsIndex::open(const std::string& path) {
     auto it = idx.tensors_.find(name);
     const std::string shard_path = path_join(path, shard.get<std::string>());
     DF_CHECK(it != idx.tensors_.end() && it->second.file == shard_path,
-             "%s says tensor '%s' is in %s, but that shard does not hold it", index_path.c_str(), name.c_str(),
-             shard_path.c_str());
+             "%s says tensor '%s' is in %s, but that shard does not hold it", index_path.c_str(),
+             name.c_str(), shard_path.c_str());
   }
   return idx;
 }
@@ -261,12 +274,15 @@ std::vector<std::string> SafetensorsIndex::names() const {
 
 void st_to_f32(const StTensor& t, float* out) {
   const int64_t n = t.numel();
-  DF_CHECK(static_cast<size_t>(n) * dtype_size(t.dtype) == t.nbytes, "tensor '%s' in %s: %zu bytes for %lld %s",
-           t.name.c_str(), t.file.c_str(), t.nbytes, static_cast<long long>(n), dtype_name(t.dtype));
+  DF_CHECK(static_cast<size_t>(n) * dtype_size(t.dtype) == t.nbytes,
+           "tensor '%s' in %s: %zu bytes for %lld %s", t.name.c_str(), t.file.c_str(), t.nbytes,
+           static_cast<long long>(n), dtype_name(t.dtype));
   // memcpy per element: tensors inside a foreign file need not be aligned for their type.
   const uint8_t* p = static_cast<const uint8_t*>(t.data);
   switch (t.dtype) {
-    case DType::f32: std::memcpy(out, p, t.nbytes); return;
+    case DType::f32:
+      std::memcpy(out, p, t.nbytes);
+      return;
     case DType::bf16:
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
@@ -341,13 +357,12 @@ void safetensors_write(const std::string& path, const std::vector<StWriteTensor>
     DF_CHECK(!t.name.empty() && t.name != "__metadata__", "%s: invalid tensor name '%s'", path.c_str(),
              t.name.c_str());
     DF_CHECK(names.insert(t.name).second, "%s: tensor '%s' given twice", path.c_str(), t.name.c_str());
-    const uint64_t nbytes = static_cast<uint64_t>(st_shape_numel(t.shape, strfmt("%s: tensor '%s'", path.c_str(),
-                                                                                   t.name.c_str()))) *
+    const uint64_t nbytes = static_cast<uint64_t>(st_shape_numel(
+                                t.shape, strfmt("%s: tensor '%s'", path.c_str(), t.name.c_str()))) *
                             dtype_size(t.dtype);
     DF_CHECK(nbytes == 0 || t.data != nullptr, "%s: tensor '%s' has no data", path.c_str(), t.name.c_str());
-    header[t.name] = {{"dtype", st_dtype_tag(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + nbytes}}};
+    header[t.name] = {
+        {"dtype", st_dtype_tag(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
     sizes.push_back(static_cast<size_t>(nbytes));
   }
@@ -359,7 +374,8 @@ void safetensors_write(const std::string& path, const std::vector<StWriteTensor>
 
   const std::string tmp = strfmt("%s.tmp.%d", path.c_str(), static_cast<int>(::getpid()));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) DF_FAIL("cannot write %s: creating %s failed: %s", path.c_str(), tmp.c_str(), std::strerror(errno));
+  if (fd < 0)
+    DF_FAIL("cannot write %s: creating %s failed: %s", path.c_str(), tmp.c_str(), std::strerror(errno));
   auto fail = [&](const char* step) {
     int e = errno;
     ::close(fd);
@@ -380,7 +396,8 @@ void safetensors_write(const std::string& path, const std::vector<StWriteTensor>
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
-    DF_FAIL("cannot write %s: renaming %s into place failed: %s", path.c_str(), tmp.c_str(), std::strerror(e));
+    DF_FAIL("cannot write %s: renaming %s into place failed: %s", path.c_str(), tmp.c_str(),
+            std::strerror(e));
   }
   // The rename is durable only once the directory entry is on disk.
   const std::string dir = path_dirname(path);

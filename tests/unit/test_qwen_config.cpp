@@ -129,7 +129,8 @@ json small_q35() {
 }
 
 // Expects the parse to throw a df::Error whose message contains every fragment.
-void expect_error(const json& j, std::initializer_list<const char*> fragments, const char* where = "cfg.json") {
+void expect_error(const json& j, std::initializer_list<const char*> fragments,
+                  const char* where = "cfg.json") {
   try {
     qwen_config_from_json(j, where);
     ADD_FAILURE() << "no error for " << j.dump();
@@ -249,9 +250,14 @@ TEST(QwenConfig, Qwen35TextAndAwkwardSizes) {
 
   // Defaults transformers applies to a bare qwen3_5_text config: interval 4, head_dim 256, factor 0.25,
   // 16/32 linear heads of 128, conv 4. One layer: (0+1) % 4 != 0, so it is linear.
-  json bare = {{"model_type", "qwen3_5_text"}, {"hidden_size", 7},           {"num_hidden_layers", 1},
-               {"intermediate_size", 3},       {"vocab_size", 1},           {"num_attention_heads", 1},
-               {"rope_theta", 1e4},            {"num_key_value_heads", 1}};
+  json bare = {{"model_type", "qwen3_5_text"},
+               {"hidden_size", 7},
+               {"num_hidden_layers", 1},
+               {"intermediate_size", 3},
+               {"vocab_size", 1},
+               {"num_attention_heads", 1},
+               {"rope_theta", 1e4},
+               {"num_key_value_heads", 1}};
   c = qwen_config_from_json(bare, "bare.json");
   EXPECT_EQ(c.layer_types, std::vector<LayerKind>{LayerKind::linear_attention});
   EXPECT_EQ(c.head_dim, 256);
@@ -277,9 +283,15 @@ TEST(QwenConfig, Qwen35TextAndAwkwardSizes) {
 
 TEST(QwenConfig, Qwen3Small) {
   // Tied embeddings, kv_heads = heads, head_dim ≠ hidden / heads, rope in the transformers 5.x place.
-  json j = {{"model_type", "qwen3"},       {"hidden_size", 65},        {"num_hidden_layers", 1},
-            {"intermediate_size", 19},     {"vocab_size", 7},          {"num_attention_heads", 3},
-            {"num_key_value_heads", 3},    {"head_dim", 4},            {"tie_word_embeddings", true},
+  json j = {{"model_type", "qwen3"},
+            {"hidden_size", 65},
+            {"num_hidden_layers", 1},
+            {"intermediate_size", 19},
+            {"vocab_size", 7},
+            {"num_attention_heads", 3},
+            {"num_key_value_heads", 3},
+            {"head_dim", 4},
+            {"tie_word_embeddings", true},
             {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
             {"layer_types", {"full_attention"}}};
   QwenConfig c = qwen_config_from_json(j, "q3.json");
@@ -402,14 +414,10 @@ TEST(QwenConfig, LoadFromDirectoryAndFile) {
   std::string tmpl = (fs::temp_directory_path() / "df_cfg_XXXXXX").string();
   ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
   const fs::path dir = tmpl;
-  {
-    std::ofstream(dir / "config.json") << kQwen36_27B;
-  }
+  { std::ofstream(dir / "config.json") << kQwen36_27B; }
   EXPECT_EQ(qwen_config_load(dir.string()).layers, 64);
   EXPECT_EQ(qwen_config_load((dir / "config.json").string()).hidden, 5120);
-  {
-    std::ofstream(dir / "broken.json") << "{\"model_type\": ";
-  }
+  { std::ofstream(dir / "broken.json") << "{\"model_type\": "; }
   try {
     qwen_config_load((dir / "broken.json").string());
     ADD_FAILURE() << "no throw";

@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstring>
-#include <iterator>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
@@ -193,7 +193,8 @@ TEST(Safetensors, ShardedCheckpointThroughIndex) {
   float c = 0.5f;
   safetensors_write(d.file("model-00001-of-00002.safetensors"),
                     {{"model.a", DType::bf16, {19}, a.data()}, {"model.c", DType::f32, {1}, &c}});
-  safetensors_write(d.file("model-00002-of-00002.safetensors"), {{"lm_head.weight", DType::bf16, {5, 13}, b.data()}});
+  safetensors_write(d.file("model-00002-of-00002.safetensors"),
+                    {{"lm_head.weight", DType::bf16, {5, 13}, b.data()}});
   nlohmann::json index = {{"metadata", {{"total_size", 19 * 2 + 4 + 65 * 2}}},
                           {"weight_map",
                            {{"model.a", "model-00001-of-00002.safetensors"},
@@ -237,7 +238,8 @@ TEST(Safetensors, MissingPathsNameWhatWasLookedFor) {
   TempDir d;
   expect_open_error(d.file("no_such_dir"), {"no_such_dir", "does not exist"});
   // An existing directory with no weights in it.
-  expect_open_error(d.path.string(), {d.path.string().c_str(), "model.safetensors.index.json", "model.safetensors"});
+  expect_open_error(d.path.string(),
+                    {d.path.string().c_str(), "model.safetensors.index.json", "model.safetensors"});
 }
 
 TEST(Safetensors, CorruptFilesAreRejectedWithTheProblemNamed) {
@@ -257,7 +259,8 @@ TEST(Safetensors, CorruptFilesAreRejectedWithTheProblemNamed) {
   expect_open_error(p, {"bad.safetensors", "header length 100"});
 
   // Truncated data section: the offsets say 12 bytes, only 8 are there.
-  spit(p, raw_file(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}})", std::string(8, '\0')));
+  spit(p,
+       raw_file(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}})", std::string(8, '\0')));
   expect_open_error(p, {"'w'", "bad data_offsets [0, 12]", "8 bytes"});
 
   // Offsets reversed.
@@ -265,22 +268,26 @@ TEST(Safetensors, CorruptFilesAreRejectedWithTheProblemNamed) {
   expect_open_error(p, {"'w'", "data_offsets"});
 
   // Byte count disagreeing with the shape.
-  spit(p, raw_file(R"({"w": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 8]}})", std::string(8, '\0')));
+  spit(p,
+       raw_file(R"({"w": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 8]}})", std::string(8, '\0')));
   expect_open_error(p, {"'w'", "8 bytes", "needs 6"});
 
   // An unsupported dtype names the tensor and the dtype.
-  spit(p, raw_file(R"({"w64": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", std::string(8, '\0')));
+  spit(p,
+       raw_file(R"({"w64": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", std::string(8, '\0')));
   expect_open_error(p, {"'w64'", "F64"});
 
   // Missing fields and negative dimensions.
   spit(p, raw_file(R"({"w": {"dtype": "F32", "data_offsets": [0, 4]}})", std::string(4, '\0')));
   expect_open_error(p, {"'w'", "shape"});
-  spit(p, raw_file(R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", std::string(4, '\0')));
+  spit(p,
+       raw_file(R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", std::string(4, '\0')));
   expect_open_error(p, {"'w'", "negative"});
 
   // A valid hand-made file with metadata and an unpadded header is accepted.
-  spit(p, raw_file(R"({"__metadata__": {"k": "v"}, "w": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]}})",
-                   "xyz"));
+  spit(p,
+       raw_file(R"({"__metadata__": {"k": "v"}, "w": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]}})",
+                "xyz"));
   SafetensorsIndex idx = SafetensorsIndex::open(p);
   EXPECT_EQ(idx.size(), 1u);
   EXPECT_EQ(std::string(static_cast<const char*>(idx.find("w")->data), 3), "xyz");
@@ -289,8 +296,9 @@ TEST(Safetensors, CorruptFilesAreRejectedWithTheProblemNamed) {
 TEST(Safetensors, WriteRejectsBadInput) {
   TempDir d;
   float x = 1;
-  EXPECT_THROW(safetensors_write(d.file("a.safetensors"), {{"x", DType::f32, {1}, &x}, {"x", DType::f32, {1}, &x}}),
-               Error);
+  EXPECT_THROW(
+      safetensors_write(d.file("a.safetensors"), {{"x", DType::f32, {1}, &x}, {"x", DType::f32, {1}, &x}}),
+      Error);
   EXPECT_THROW(safetensors_write(d.file("a.safetensors"), {{"x", DType::f32, {2}, nullptr}}), Error);
   EXPECT_FALSE(fs::exists(d.file("a.safetensors")));
   // A directory that does not exist: the message names the target path.
