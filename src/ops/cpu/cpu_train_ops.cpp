@@ -32,6 +32,10 @@ void check_i32(const char* op, const char* what, const Tensor& t, int64_t rows, 
            t.shape_str().c_str());
 }
 
+// Below ~32k multiply-adds a parallel region costs more than it saves (and on an oversubscribed host a
+// barrier can cost milliseconds), so small ops run on the calling thread.
+inline bool cpu_parallel_worth(int64_t work) { return work >= (int64_t(1) << 15); }
+
 inline float* row(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(t.row_bytes(r)); }
 
 inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
@@ -144,13 +148,13 @@ void CpuTrainOps::download_raw(const Tensor& src, void* host) {
 void CpuTrainOps::copy(const Tensor& src, const Tensor& dst) {
   check_f32("copy", "src", src, -1, -1);
   check_f32("copy", "dst", dst, src.rows, src.cols);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(src.numel()))
   for (int64_t r = 0; r < src.rows; ++r) std::memcpy(row(dst, r), row(src, r), src.cols * sizeof(float));
 }
 
 void CpuTrainOps::fill(const Tensor& dst, float value) {
   check_f32("fill", "dst", dst, -1, -1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(dst.numel()))
   for (int64_t r = 0; r < dst.rows; ++r) std::fill_n(row(dst, r), dst.cols, value);
 }
 
@@ -169,7 +173,7 @@ void CpuTrainOps::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
               int(kk), alpha, a.ptr<float>(), int(std::max<int64_t>(1, a.stride)), b.ptr<float>(),
               int(std::max<int64_t>(1, b.stride)), beta, c.ptr<float>(), int(std::max<int64_t>(1, c.stride)));
 #else
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(m * n * kk))
   for (int64_t i = 0; i < m; ++i) {
     float* ci = row(c, i);
     for (int64_t j = 0; j < n; ++j) {
@@ -189,13 +193,13 @@ void CpuTrainOps::embedding(const Tensor& ids, const Tensor& table, const Tensor
   check_i32("embedding", "ids", ids, 1, out.rows);
   check_f32("embedding", "table", table, -1, out.cols);
   const int32_t* id = ids.ptr<int32_t>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(out.numel()))
   for (int64_t r = 0; r < out.rows; ++r) std::memcpy(row(out, r), row(table, id[r]), out.cols * sizeof(float));
 }
 
 void CpuTrainOps::scale_rows(const Tensor& x, const Tensor& s) {
   check_f32("scale_rows", "s", s, 1, x.rows);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
     float f = s.ptr<float>()[r];
     float* xr = row(x, r);
@@ -205,7 +209,7 @@ void CpuTrainOps::scale_rows(const Tensor& x, const Tensor& s) {
 
 void CpuTrainOps::add_gaussian_noise(const Tensor& x, float std, uint64_t seed) {
   check_f32("add_gaussian_noise", "x", x, -1, -1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r)
     for (int64_t c = 0; c < x.cols; ++c) row(x, r)[c] += std * cpu_noise_normal(seed, uint64_t(r * x.cols + c));
 }
@@ -217,7 +221,7 @@ void CpuTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y,
   check_f32("rmsnorm_fwd", "w", w, 1, n);
   check_f32("rmsnorm_fwd", "y", y, x.rows, n);
   check_f32("rmsnorm_fwd", "rstd", rstd, 1, x.rows);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* xr = row(x, r);
     double ss = 0;
@@ -237,7 +241,7 @@ void CpuTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rs
   const float* wv = w.ptr<float>();
   const float* rs = rstd.ptr<float>();
   // dx = rstd · (ĝ − x̂ · mean(ĝ · x̂)) with ĝ = dy · w, x̂ = x · rstd.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = row(x, r), *dyr = row(dy, r);
     double m = 0;
@@ -250,7 +254,7 @@ void CpuTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rs
       dxr[i] = float(beta_dx == 0.0f ? g : beta_dx * dxr[i] + g);
     }
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t i = 0; i < n; ++i) {
     double acc = 0;
     for (int64_t r = 0; r < rows; ++r) acc += double(row(dy, r)[i]) * (double(row(x, r)[i]) * rs[r]);
@@ -267,7 +271,7 @@ void CpuTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tenso
   check_f32("qk_norm_rope_fwd", "rstd", rstd, x.rows, heads);
   check_i32("qk_norm_rope_fwd", "pos", pos, 1, x.rows);
   const int half = hd / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
     std::vector<double> z(hd);
     for (int h = 0; h < heads; ++h) {
@@ -306,7 +310,7 @@ void CpuTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tenso
       dz[i + half] = -dyh[i] * s + dyh[i + half] * c;
     }
   };
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
     std::vector<double> dz(hd);
     for (int h = 0; h < heads; ++h) {
@@ -342,7 +346,7 @@ void CpuTrainOps::dflash_attention_fwd(const Tensor& q, const Tensor& k, const T
   const int64_t nb = blocks.rows, T = k.rows - nb * s.block;
   const int32_t* b = blocks.ptr<int32_t>();
   const int group = s.hq / s.hkv;
-#pragma omp parallel for collapse(2) schedule(dynamic)
+#pragma omp parallel for collapse(2) schedule(dynamic) if(cpu_parallel_worth(q.numel() * (T + s.block)))
   for (int64_t j = 0; j < nb; ++j)
     for (int h = 0; h < s.hq; ++h) {
       std::vector<double> sc(size_t(T + s.block)), acc(s.hd);
@@ -392,7 +396,7 @@ void CpuTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const T
     if (b[2 * j + 1] >= 0 && std::find(starts.begin(), starts.end(), b[2 * j]) == starts.end())
       starts.push_back(b[2 * j]);
   const int64_t items = int64_t(starts.size()) * s.hkv;
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if(cpu_parallel_worth(q.numel() * (T + s.block)))
   for (int64_t it = 0; it < items; ++it) {
     const int g = int(it % s.hkv);
     const int64_t s0 = starts[size_t(it / s.hkv)];
@@ -432,7 +436,7 @@ void CpuTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const T
 void CpuTrainOps::swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) {
   check_f32("swiglu_fwd", "up", up, gate.rows, gate.cols);
   check_f32("swiglu_fwd", "out", out, gate.rows, gate.cols);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(gate.numel()))
   for (int64_t r = 0; r < gate.rows; ++r)
     for (int64_t c = 0; c < gate.cols; ++c) row(out, r)[c] = float(silu(row(gate, r)[c]) * row(up, r)[c]);
 }
@@ -442,7 +446,7 @@ void CpuTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor&
   check_f32("swiglu_bwd", "dout", dout, gate.rows, gate.cols);
   check_f32("swiglu_bwd", "dgate", dgate, gate.rows, gate.cols);
   check_f32("swiglu_bwd", "dup", dup, gate.rows, gate.cols);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(gate.numel()))
   for (int64_t r = 0; r < gate.rows; ++r)
     for (int64_t c = 0; c < gate.cols; ++c) {
       const double g = row(gate, r)[c], sg = 1.0 / (1.0 + std::exp(-g)), d = row(dout, r)[c];
@@ -495,7 +499,7 @@ void CpuTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, cons
       gemm(tensor_make(tgt.data(), DType::f32, Device::cpu, n, H), false, lm_head, true,
            tensor_make(tlogit.data(), DType::f32, Device::cpu, n, V), 1.0f, 0.0f);
     // Softmax in double per row; the logits buffer is overwritten by ∂loss/∂logits.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(n * V))
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = act[c0 + i];
       float* z = &logit[i * V];
@@ -541,7 +545,7 @@ double CpuTrainOps::sum_squares(const Tensor& x) {
   const int64_t n = x.numel(), slices = (n + kSlice - 1) / kSlice;
   std::vector<double> part(size_t(slices), 0.0);
   const float* p = x.ptr<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(n))
   for (int64_t s = 0; s < slices; ++s) {
     double acc = 0;
     for (int64_t i = s * kSlice; i < std::min(n, (s + 1) * kSlice); ++i) acc += double(p[i]) * p[i];
@@ -565,7 +569,7 @@ void CpuTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, const
   const double bc2 = 1.0 - std::pow(double(hp.beta2), double(hp.step_t));
   float *pp = p.ptr<float>(), *mm = m.ptr<float>(), *vv = v.ptr<float>();
   const float* gg = g.ptr<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(cpu_parallel_worth(n))
   for (int64_t i = 0; i < n; ++i) {
     const float gi = gg[i] * hp.grad_scale;
     mm[i] = hp.beta1 * mm[i] + (1.0f - hp.beta1) * gi;
