@@ -16,6 +16,7 @@ struct DrafterLossOptions {
   // confidence c_j = p_draft(label_j)^α (α = streak_alpha ∈ (0, 1]) of each earlier labelled offset j, taken
   // from this forward pass and detached (no gradient flows through it). α < 1 flattens the product so one
   // unsure early offset does not silence the rest of the block. Offsets without a label contribute 1.
+  // The multiplied weights enter both Σ w·L and Σ w.
   bool streak = false;
   float streak_alpha = 0.5f;
   // Gaussian noise on the context features (the concatenated taps) before fc; std as scheduled by

@@ -9,9 +9,9 @@ namespace df {
 struct Rng {
   uint64_t s[4] = {0, 0, 0, 0};
 
-  explicit Rng(uint64_t seed = 0) { rng_seed(seed); }
+  explicit Rng(uint64_t seed = 0) { reseed(seed); }
 
-  void rng_seed(uint64_t seed) {
+  void reseed(uint64_t seed) {
     for (auto& w : s) {
       seed += 0x9e3779b97f4a7c15ull;
       uint64_t z = seed;

@@ -47,11 +47,13 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// RoPE angle of rotary pair i at position p: p · theta^(−2i/hd), in double.
-inline void rope_cos_sin(int32_t p, int i, int hd, double theta, double* c, double* s) {
-  double ang = double(p) * std::pow(theta, -2.0 * i / hd);
-  *c = std::cos(ang);
-  *s = std::sin(ang);
+// cos/sin of the RoPE angles p · theta^(−2i/hd), i < hd/2, for one row, in double.
+inline void rope_row(int32_t p, int hd, double theta, std::vector<double>& c, std::vector<double>& s) {
+  for (int i = 0; i < hd / 2; ++i) {
+    const double ang = double(p) * std::pow(theta, -2.0 * i / hd);
+    c[size_t(i)] = std::cos(ang);
+    s[size_t(i)] = std::sin(ang);
+  }
 }
 
 // The key rows query offset k of block (s0, a) may see, as two ranges: context rows [c0, c1) and block rows
@@ -273,20 +275,19 @@ void CpuTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tenso
   const int half = hd / 2;
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
-    std::vector<double> z(hd);
+    std::vector<double> z(hd), cs(half), sn(half);
+    rope_row(pos.ptr<int32_t>()[r], hd, theta, cs, sn);
     for (int h = 0; h < heads; ++h) {
       const float* xh = row(x, r) + h * hd;
       double ss = 0;
       for (int i = 0; i < hd; ++i) ss += double(xh[i]) * xh[i];
       float rs = float(1.0 / std::sqrt(ss / hd + eps));
       row(rstd, r)[h] = rs;
-      for (int i = 0; i < hd; ++i) z[i] = double(w.ptr<float>()[i]) * (double(xh[i]) * rs);
+      for (int i = 0; i < hd; ++i) z[size_t(i)] = double(w.ptr<float>()[i]) * (double(xh[i]) * rs);
       float* yh = row(y, r) + h * hd;
       for (int i = 0; i < half; ++i) {
-        double c, s;
-        rope_cos_sin(pos.ptr<int32_t>()[r], i, hd, theta, &c, &s);
-        yh[i] = float(z[i] * c - z[i + half] * s);
-        yh[i + half] = float(z[i + half] * c + z[i] * s);
+        yh[i] = float(z[size_t(i)] * cs[size_t(i)] - z[size_t(i + half)] * sn[size_t(i)]);
+        yh[i + half] = float(z[size_t(i + half)] * cs[size_t(i)] + z[size_t(i)] * sn[size_t(i)]);
       }
     }
   }
@@ -300,40 +301,38 @@ void CpuTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tenso
   check_f32("qk_norm_rope_bwd", "dw", dw, 1, hd);
   const int half = hd / 2;
   const float* wv = w.ptr<float>();
-  // dz = RoPEᵀ dy (rotation by −angle), then the RMSNorm backward per head.
-  auto unrotate = [&](int64_t r, int h, std::vector<double>& dz) {
-    const float* dyh = row(dy, r) + h * hd;
-    for (int i = 0; i < half; ++i) {
-      double c, s;
-      rope_cos_sin(pos.ptr<int32_t>()[r], i, hd, theta, &c, &s);
-      dz[i] = dyh[i] * c + dyh[i + half] * s;
-      dz[i + half] = -dyh[i] * s + dyh[i + half] * c;
-    }
-  };
+  // Per-row partial sums of ∂/∂w, added in row order afterwards (deterministic for any thread count).
+  std::vector<double> dw_rows(size_t(x.rows * hd), 0.0);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
-    std::vector<double> dz(hd);
+    std::vector<double> dz(hd), cs(half), sn(half);
+    rope_row(pos.ptr<int32_t>()[r], hd, theta, cs, sn);
+    double* dwr = &dw_rows[size_t(r * hd)];
     for (int h = 0; h < heads; ++h) {
-      unrotate(r, h, dz);
+      // dz = RoPEᵀ dy (rotation by −angle), then the RMSNorm backward of this head.
+      const float* dyh = row(dy, r) + h * hd;
+      for (int i = 0; i < half; ++i) {
+        dz[size_t(i)] = dyh[i] * cs[size_t(i)] + dyh[i + half] * sn[size_t(i)];
+        dz[size_t(i + half)] = -dyh[i] * sn[size_t(i)] + dyh[i + half] * cs[size_t(i)];
+      }
       const float* xh = row(x, r) + h * hd;
       const double rs = row(rstd, r)[h];
       double m = 0;
-      for (int i = 0; i < hd; ++i) m += dz[i] * wv[i] * (xh[i] * rs);
+      for (int i = 0; i < hd; ++i) {
+        const double xhat = xh[i] * rs;
+        m += dz[size_t(i)] * wv[i] * xhat;
+        dwr[i] += dz[size_t(i)] * xhat;
+      }
       m /= hd;
       float* dxh = row(dx, r) + h * hd;
-      for (int i = 0; i < hd; ++i) dxh[i] = float(rs * (dz[i] * wv[i] - xh[i] * rs * m));
+      for (int i = 0; i < hd; ++i) dxh[i] = float(rs * (dz[size_t(i)] * wv[i] - xh[i] * rs * m));
     }
   }
-  std::vector<double> acc(hd, 0.0);
-  for (int64_t r = 0; r < x.rows; ++r) {
-    std::vector<double> dz(hd);
-    for (int h = 0; h < heads; ++h) {
-      unrotate(r, h, dz);
-      const float* xh = row(x, r) + h * hd;
-      for (int i = 0; i < hd; ++i) acc[i] += dz[i] * (double(xh[i]) * row(rstd, r)[h]);
-    }
+  for (int i = 0; i < hd; ++i) {
+    double acc = 0;
+    for (int64_t r = 0; r < x.rows; ++r) acc += dw_rows[size_t(r * hd + i)];
+    dw.ptr<float>()[i] += float(acc);
   }
-  for (int i = 0; i < hd; ++i) dw.ptr<float>()[i] += float(acc[i]);
 }
 
 // ---- attention ------------------------------------------------------------------------------------------
