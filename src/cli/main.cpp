@@ -11,6 +11,12 @@
 int main(int argc, char** argv) {
   CLI::App app{"dflash_mpi: train DFlash speculative-decoding drafters for Qwen targets over MPI ranks"};
   app.require_subcommand(1);
+  df::cmd_extract_register(app);
+  df::cmd_model_register(app);
+  df::cmd_config_register(app);
+  df::cmd_data_register(app);
+  df::cmd_topo_register(app);
+  df::cmd_plan_register(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,37 @@
+// `dflash_mpi model init`: writes a random-weight Hugging Face checkpoint from a config.json, for demos and
+// tests that need a real model directory without downloading weights.
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/log.h"
+#include "model/target.h"
+#include "ops/ops_factory.h"
+
+namespace df {
+
+void cmd_model_register(CLI::App& root) {
+  CLI::App* m = root.add_subcommand("model", "Target model utilities");
+  m->require_subcommand(1);
+  struct Args {
+    std::string config, out;
+    uint64_t seed = 1;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* init = m->add_subcommand("init", "Write a random-weight checkpoint (config.json + model.safetensors)");
+  init->add_option("--hf-config", args->config, "a Hugging Face config.json (qwen3 / qwen3_5 / qwen3_5_text)")
+      ->required()->check(CLI::ExistingFile);
+  init->add_option("--out", args->out, "output directory")->required();
+  init->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  init->callback([args] {
+    QwenConfig cfg = qwen_config_load(args->config);
+    std::unique_ptr<Ops> ops = ops_create("cpu", 0);
+    TargetLoadOptions opt;
+    opt.need_lm_head = !cfg.tie_word_embeddings;
+    std::unique_ptr<TargetModel> model = target_random(cfg, args->seed, *ops, opt);
+    target_save_hf(*model, args->out);
+    log_info("model init: wrote %s (%s, seed %llu)", args->out.c_str(), qwen_config_summary(cfg).c_str(),
+             (unsigned long long)args->seed);
+  });
+}
+
+}  // namespace df

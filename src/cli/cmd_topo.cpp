@@ -1,0 +1,167 @@
+// `dflash_mpi topo discover|rankfile|nccl-xml`: turns the machines' GPU/NUMA layout into an Open MPI
+// rankfile with roles and core bindings, and into an NCCL topology file for VMs that hide NUMA nodes.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "topo/hostlist.h"
+#include "topo/nccl_xml.h"
+#include "topo/rankfile.h"
+#include "topo/topo.h"
+
+namespace df {
+
+namespace {
+
+struct TopoOptions {
+  std::string sysfs_root;               // empty: the live machine (NVML, then /sys)
+  std::vector<std::string> host_dirs;   // NAME=DIR: one sysfs tree per host
+  std::string hosts;                    // h1,h2 or node[01-02]: hosts assumed to look like this one
+  bool slurm = false;
+  std::string numa_map;
+  int targets = 0, drafters = 0;
+  std::string out;
+  bool json = false;
+};
+
+void add_host_options(CLI::App* sub, TopoOptions& o, bool host_lists) {
+  sub->add_option("--sysfs-root", o.sysfs_root, "read this sysfs tree instead of the live machine (tests: fixtures)");
+  sub->add_option("--host", o.host_dirs, "NAME=DIR: host NAME described by the sysfs tree DIR (repeatable)");
+  if (!host_lists) return;
+  sub->add_option("--hosts", o.hosts, "hosts h1,h2 or node[01-04], each assumed to look like this machine");
+  sub->add_flag("--slurm", o.slurm, "hosts of the SLURM allocation (SLURM_JOB_NODELIST)");
+}
+
+// The hosts to place on, each with its topology. Warnings are printed once here.
+std::vector<HostTopo> gather_hosts(const TopoOptions& o) {
+  std::vector<HostTopo> out;
+  if (!o.host_dirs.empty()) {
+    DF_CHECK(o.sysfs_root.empty() && o.hosts.empty() && !o.slurm,
+             "--host NAME=DIR names each host's topology itself: drop --sysfs-root/--hosts/--slurm");
+    for (const std::string& hd : o.host_dirs) {
+      size_t eq = hd.find('=');
+      DF_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < hd.size(), "--host '%s' is not NAME=DIR", hd.c_str());
+      out.push_back(topo_discover_sysfs(hd.substr(eq + 1), hd.substr(0, eq)));
+    }
+  } else {
+    DF_CHECK(o.hosts.empty() || !o.slurm, "--hosts and --slurm both name the hosts: give one");
+    std::vector<std::string> names = o.slurm ? hostlist_from_slurm()
+                                     : o.hosts.empty() ? std::vector<std::string>{topo_local_hostname()}
+                                                       : hostlist_expand(o.hosts);
+    HostTopo base = o.sysfs_root.empty() ? topo_discover_local(names[0]) : topo_discover_sysfs(o.sysfs_root, names[0]);
+    for (size_t i = 0; i < names.size(); ++i) {
+      out.push_back(base);
+      out.back().host = names[i];
+      if (i > 0) out.back().warnings.clear();
+    }
+    if (names.size() > 1)
+      out.front().warnings.push_back(strfmt("assuming all %zu hosts have this machine's layout (%s); use --host "
+                                            "NAME=DIR per host when they differ", names.size(), base.source.c_str()));
+  }
+  for (HostTopo& h : out) {
+    if (!o.numa_map.empty()) topo_apply_numa_map(h, o.numa_map);
+    for (const std::string& w : h.warnings) log_warn("%s", w.c_str());
+  }
+  return out;
+}
+
+void write_or_print(const std::string& path, const std::string& text) {
+  if (path.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return;
+  }
+  std::ofstream f(path);
+  DF_CHECK(f.good(), "cannot write '%s': check that the directory exists and is writable", path.c_str());
+  f << text;
+  f.close();
+  DF_CHECK(f.good(), "writing '%s' failed (disk full?)", path.c_str());
+}
+
+void run_discover(const TopoOptions& o) {
+  std::vector<HostTopo> hosts = gather_hosts(o);
+  if (o.json) {
+    nlohmann::json j;
+    j["hosts"] = nlohmann::json::array();
+    for (const HostTopo& h : hosts) {
+      nlohmann::json jh = {{"host", h.host}, {"source", h.source}, {"warnings", h.warnings}};
+      jh["numa_nodes"] = nlohmann::json::array();
+      for (const NumaNode& n : h.numa_nodes) jh["numa_nodes"].push_back({{"id", n.id}, {"cpus", topo_format_cpulist(n.cpus)}});
+      jh["gpus"] = nlohmann::json::array();
+      for (const GpuInfo& g : h.gpus) {
+        jh["gpus"].push_back({{"index", g.index}, {"bus_id", g.bus_id}, {"class", g.pci_class}, {"name", g.name},
+                              {"numa", g.numa}, {"numa_known", g.numa >= 0},
+                              {"local_cpus", topo_format_cpulist(g.local_cpus)}});
+      }
+      j["hosts"].push_back(jh);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  for (const HostTopo& h : hosts) {
+    std::printf("host %s (%s): %zu GPUs, %zu NUMA nodes\n", h.host.c_str(), h.source.c_str(), h.gpus.size(),
+                h.numa_nodes.size());
+    for (const NumaNode& n : h.numa_nodes) std::printf("  numa %d  cpus %s\n", n.id, topo_format_cpulist(n.cpus).c_str());
+    for (const GpuInfo& g : h.gpus) {
+      std::string numa = g.numa >= 0 ? std::to_string(g.numa) : "unknown";
+      std::printf("  gpu %d  %s  numa %-7s  cpus %s%s%s\n", g.index, g.bus_id.c_str(), numa.c_str(),
+                  topo_format_cpulist(g.local_cpus).c_str(), g.name.empty() ? "" : "  ", g.name.c_str());
+    }
+  }
+}
+
+void run_rankfile(const TopoOptions& o) {
+  std::vector<HostTopo> hosts = gather_hosts(o);
+  std::vector<std::string> warnings;
+  std::vector<RankfileEntry> entries = rankfile_place(hosts, o.targets, o.drafters, warnings);
+  for (const std::string& w : warnings) log_warn("%s", w.c_str());
+  write_or_print(o.out, rankfile_format(entries));
+  if (!o.out.empty()) {
+    std::printf("wrote %s: %d targets + %d drafters = %zu ranks\n", o.out.c_str(), o.targets, o.drafters,
+                entries.size());
+    std::printf("launch: mpirun -np %zu --rankfile %s dflash_mpi ...\n", entries.size(), o.out.c_str());
+  }
+}
+
+void run_nccl_xml(const TopoOptions& o) {
+  std::vector<HostTopo> hosts = gather_hosts(o);
+  DF_CHECK(hosts.size() == 1, "nccl-xml describes one host; run it once per host (got %zu)", hosts.size());
+  DF_CHECK(!hosts[0].gpus.empty(), "host %s has no NVIDIA GPU: nothing to describe", hosts[0].host.c_str());
+  std::vector<std::string> warnings;
+  std::string xml = nccl_xml_format(hosts[0], warnings);
+  for (const std::string& w : warnings) log_warn("%s", w.c_str());
+  write_or_print(o.out, xml);
+  std::printf("export NCCL_TOPO_FILE=%s\n", std::filesystem::absolute(o.out).c_str());
+}
+
+}  // namespace
+
+void cmd_topo_register(CLI::App& app) {
+  auto o = std::make_shared<TopoOptions>();
+  CLI::App* topo = app.add_subcommand("topo", "GPU/NUMA discovery, rankfiles and NCCL topology files");
+  topo->require_subcommand(1);
+
+  CLI::App* disc = topo->add_subcommand("discover", "list hosts, GPUs (PCI bus id), NUMA nodes and local cpus");
+  add_host_options(disc, *o, false);
+  disc->add_flag("--json", o->json, "print JSON instead of a table");
+  disc->callback([o] { run_discover(*o); });
+
+  CLI::App* rf = topo->add_subcommand("rankfile", "write an Open MPI rankfile with target/drafter roles");
+  rf->add_option("--targets", o->targets, "target ranks (one GPU each)")->required();
+  rf->add_option("--drafters", o->drafters, "drafter ranks (one GPU each)")->required();
+  add_host_options(rf, *o, true);
+  rf->add_option("--numa", o->numa_map, "override GPU NUMA nodes, e.g. 0-3:1,4-7:0 (VMs)");
+  rf->add_option("--out", o->out, "rankfile to write (default: stdout)");
+  rf->callback([o] { run_rankfile(*o); });
+
+  CLI::App* nx = topo->add_subcommand("nccl-xml", "write an NCCL_TOPO_FILE placing GPUs under their NUMA node");
+  nx->add_option("--numa", o->numa_map, "GPU ranges to NUMA ids, e.g. 0-3:1,4-7:0 (default: as discovered)");
+  add_host_options(nx, *o, false);
+  nx->add_option("--out", o->out, "XML file to write")->required();
+  nx->callback([o] { run_nccl_xml(*o); });
+}
+
+}  // namespace df

@@ -1,0 +1,304 @@
+// TOML config parsing with toml++ (kept out of nvcc's sight). Each section is read through a Reader that
+// remembers which keys it consumed, so anything left over is reported as unknown by its full name.
+#include "core/config.h"
+
+#include <toml++/toml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace df {
+
+namespace {
+
+template <class T>
+std::string value_text(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return "\"" + v + "\"";
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return strfmt("%g", v);
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(v);
+  } else {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + value_text(v[i]);
+    return s + "]";
+  }
+}
+
+class Reader {
+ public:
+  Reader(const toml::table* t, std::string section, std::string where, Config& cfg)
+      : t_(t), section_(std::move(section)), where_(std::move(where)), cfg_(cfg) {}
+
+  template <class T>
+  void get(const char* key, T& out) {
+    std::string full = section_ + "." + key;
+    if (t_) {
+      if (const toml::node* n = t_->get(key)) {
+        seen_.insert(key);
+        read(*n, full, out);
+      }
+    }
+    cfg_.values.emplace_back(full, value_text(out));
+  }
+
+  // Call after all get()s: anything not consumed is an unknown key.
+  void finish() {
+    if (!t_) return;
+    for (const auto& [k, v] : *t_) {
+      std::string key(k.str());
+      DF_CHECK(seen_.count(key), "%s: unknown key '%s.%s'; HINT: check the spelling against configs/tiny.toml",
+               where_.c_str(), section_.c_str(), key.c_str());
+    }
+  }
+
+ private:
+  [[noreturn]] void type_error(const std::string& full, const char* want, const toml::node& n) {
+    DF_FAIL("%s: '%s' must be %s (line %u)", where_.c_str(), full.c_str(), want, n.source().begin.line);
+  }
+  void read(const toml::node& n, const std::string& full, std::string& out) {
+    if (!n.is_string()) type_error(full, "a string", n);
+    out = *n.value<std::string>();
+  }
+  void read(const toml::node& n, const std::string& full, bool& out) {
+    if (!n.is_boolean()) type_error(full, "true or false", n);
+    out = *n.value<bool>();
+  }
+  void read(const toml::node& n, const std::string& full, double& out) {
+    if (!n.is_number()) type_error(full, "a number", n);
+    out = *n.value<double>();
+  }
+  template <class I>
+    requires std::is_integral_v<I>
+  void read(const toml::node& n, const std::string& full, I& out) {
+    if (!n.is_integer()) type_error(full, "an integer", n);
+    int64_t v = *n.value<int64_t>();
+    if constexpr (std::is_unsigned_v<I>) DF_CHECK(v >= 0, "%s: '%s' must not be negative", where_.c_str(), full.c_str());
+    DF_CHECK(static_cast<int64_t>(static_cast<I>(v)) == v, "%s: '%s' = %lld is out of range", where_.c_str(),
+             full.c_str(), (long long)v);
+    out = static_cast<I>(v);
+  }
+  template <class E>
+  void read(const toml::node& n, const std::string& full, std::vector<E>& out) {
+    const toml::array* arr = n.as_array();
+    if (!arr) type_error(full, "an array", n);
+    out.clear();
+    for (size_t i = 0; i < arr->size(); ++i) {
+      E e{};
+      read((*arr)[i], full + "[" + std::to_string(i) + "]", e);
+      out.push_back(e);
+    }
+  }
+
+  const toml::table* t_;
+  std::string section_, where_;
+  Config& cfg_;
+  std::set<std::string> seen_;
+};
+
+const toml::table* section(const toml::table& root, const char* name, const std::string& where) {
+  const toml::node* n = root.get(name);
+  if (!n) return nullptr;
+  DF_CHECK(n->is_table(), "%s: '%s' must be a table ([%s])", where.c_str(), name, name);
+  return n->as_table();
+}
+
+void check(bool ok, const std::string& where, const char* key, const std::string& why) {
+  DF_CHECK(ok, "%s: '%s' %s", where.c_str(), key, why.c_str());
+}
+
+void validate(const Config& c, const std::string& w) {
+  check(c.run.log_interval > 0, w, "run.log_interval", "must be positive (seconds)");
+  check(c.run.max_steps >= 0, w, "run.max_steps", "must be >= 0");
+  check(c.target.model.empty() != c.target.random_config.empty(), w, "target.model",
+        "or 'target.random_config' must be set, exactly one of them");
+  check(c.target.device == "cpu" || c.target.device == "cuda", w, "target.device", "must be \"cpu\" or \"cuda\"");
+  const DrafterSection& d = c.drafter;
+  check(d.layers > 0, w, "drafter.layers", "must be positive");
+  check(d.heads > 0 && d.kv_heads > 0 && d.heads % d.kv_heads == 0, w, "drafter.heads",
+        "must be a positive multiple of drafter.kv_heads");
+  check(d.head_dim > 0 && d.head_dim % 2 == 0, w, "drafter.head_dim", "must be positive and even (RoPE pairs)");
+  check(d.intermediate >= 0, w, "drafter.intermediate", "must be >= 0 (0 = the target's)");
+  check(d.block_size >= 2, w, "drafter.block_size", "must be at least 2");
+  check(d.mask_token_id >= 0, w, "drafter.mask_token_id", "is required (the target tokenizer's mask token id)");
+  check(d.num_taps > 0, w, "drafter.num_taps", "must be positive");
+  check(d.target_layer_ids.empty() || int(d.target_layer_ids.size()) == d.num_taps, w, "drafter.target_layer_ids",
+        "must have drafter.num_taps entries");
+  for (int l : d.target_layer_ids) check(l >= 0, w, "drafter.target_layer_ids", "must hold layer ids >= 0");
+  check(d.layer_types.empty() || int(d.layer_types.size()) == d.layers, w, "drafter.layer_types",
+        "must have drafter.layers entries");
+  for (const std::string& t : d.layer_types)
+    check(t == "sliding_attention" || t == "full_attention", w, "drafter.layer_types",
+          "entries must be \"sliding_attention\" or \"full_attention\" (got \"" + t + "\")");
+  check(d.sliding_window > 0, w, "drafter.sliding_window", "must be positive");
+  check(d.rope_theta > 0, w, "drafter.rope_theta", "must be positive");
+  check(d.rms_norm_eps > 0, w, "drafter.rms_norm_eps", "must be positive");
+  check(d.num_anchors > 0, w, "drafter.num_anchors", "must be positive");
+  check(c.data.token_budget > 0, w, "data.token_budget", "must be positive");
+  for (int64_t b : c.data.buckets) check(b > 0, w, "data.buckets", "must hold positive lengths");
+  check(c.data.prefetch_depth > 0, w, "data.prefetch_depth", "must be positive");
+  const TrainSection& t = c.train;
+  check(t.epochs > 0, w, "train.epochs", "must be positive");
+  check(t.lr > 0, w, "train.lr", "must be positive");
+  check(t.warmup_ratio >= 0 && t.warmup_ratio < 1, w, "train.warmup_ratio", "must be in [0, 1)");
+  check(t.weight_decay >= 0, w, "train.weight_decay", "must be >= 0");
+  check(t.beta1 >= 0 && t.beta1 < 1, w, "train.beta1", "must be in [0, 1)");
+  check(t.beta2 >= 0 && t.beta2 < 1, w, "train.beta2", "must be in [0, 1)");
+  check(t.eps > 0, w, "train.eps", "must be positive");
+  check(t.clip >= 0, w, "train.clip", "must be >= 0 (0 = no clipping)");
+  check(t.grad_accum > 0, w, "train.grad_accum", "must be positive");
+  check(t.gamma > 0, w, "train.gamma", "must be positive");
+  check(t.loss == "ce" || t.loss == "kl", w, "train.loss", "must be \"ce\" or \"kl\"");
+  check(t.streak_alpha > 0, w, "train.streak_alpha", "must be positive");
+  check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
+  check(c.pipeline.hs_queue_depth > 0, w, "pipeline.hs_queue_depth", "must be positive");
+  check(c.checkpoint.interval > 0, w, "checkpoint.interval", "must be positive (steps)");
+  check(c.checkpoint.keep_last > 0, w, "checkpoint.keep_last", "must be positive");
+  check(c.topology.targets >= 0 && c.topology.drafters >= 0, w, "topology.targets", "and drafters must be >= 0");
+}
+
+}  // namespace
+
+Config config_parse(const std::string& text, const std::string& where) {
+  toml::table root;
+  try {
+    root = toml::parse(text, where);
+  } catch (const toml::parse_error& e) {
+    DF_FAIL("%s:%u:%u: TOML syntax error: %s", where.c_str(), e.source().begin.line, e.source().begin.column,
+            std::string(e.description()).c_str());
+  }
+  Config c;
+  c.path = where;
+  c.text = text;
+  static const std::set<std::string> kSections{"run",   "target",   "drafter",    "data",
+                                               "train", "pipeline", "checkpoint", "topology"};
+  for (const auto& [k, v] : root) {
+    std::string name(k.str());
+    DF_CHECK(kSections.count(name), "%s: unknown section or key '%s' (sections: run, target, drafter, data, train, "
+             "pipeline, checkpoint, topology)",
+             where.c_str(), name.c_str());
+  }
+  {
+    Reader r(section(root, "run", where), "run", where, c);
+    r.get("dir", c.run.dir);
+    r.get("seed", c.run.seed);
+    r.get("log_interval", c.run.log_interval);
+    r.get("max_steps", c.run.max_steps);
+    r.finish();
+  }
+  {
+    Reader r(section(root, "target", where), "target", where, c);
+    r.get("model", c.target.model);
+    r.get("random_config", c.target.random_config);
+    r.get("random_seed", c.target.random_seed);
+    r.get("device", c.target.device);
+    r.finish();
+  }
+  {
+    DrafterSection& d = c.drafter;
+    Reader r(section(root, "drafter", where), "drafter", where, c);
+    r.get("layers", d.layers);
+    r.get("heads", d.heads);
+    r.get("kv_heads", d.kv_heads);
+    r.get("head_dim", d.head_dim);
+    r.get("intermediate", d.intermediate);
+    r.get("block_size", d.block_size);
+    r.get("mask_token_id", d.mask_token_id);
+    r.get("target_layer_ids", d.target_layer_ids);
+    r.get("num_taps", d.num_taps);
+    r.get("layer_types", d.layer_types);
+    r.get("sliding_window", d.sliding_window);
+    r.get("rope_theta", d.rope_theta);
+    r.get("rms_norm_eps", d.rms_norm_eps);
+    r.get("num_anchors", d.num_anchors);
+    r.get("init_seed", d.init_seed);
+    r.finish();
+  }
+  {
+    Reader r(section(root, "data", where), "data", where, c);
+    r.get("train", c.data.train);
+    r.get("token_budget", c.data.token_budget);
+    r.get("buckets", c.data.buckets);
+    r.get("prefetch_depth", c.data.prefetch_depth);
+    r.finish();
+  }
+  {
+    TrainSection& t = c.train;
+    Reader r(section(root, "train", where), "train", where, c);
+    r.get("epochs", t.epochs);
+    r.get("lr", t.lr);
+    r.get("warmup_ratio", t.warmup_ratio);
+    r.get("weight_decay", t.weight_decay);
+    r.get("beta1", t.beta1);
+    r.get("beta2", t.beta2);
+    r.get("eps", t.eps);
+    r.get("clip", t.clip);
+    r.get("grad_accum", t.grad_accum);
+    r.get("gamma", t.gamma);
+    r.get("loss", t.loss);
+    r.get("streak", t.streak);
+    r.get("streak_alpha", t.streak_alpha);
+    r.get("noise_std", t.noise_std);
+    r.finish();
+  }
+  {
+    Reader r(section(root, "pipeline", where), "pipeline", where, c);
+    r.get("hs_queue_depth", c.pipeline.hs_queue_depth);
+    r.finish();
+  }
+  {
+    Reader r(section(root, "checkpoint", where), "checkpoint", where, c);
+    r.get("interval", c.checkpoint.interval);
+    r.get("keep_last", c.checkpoint.keep_last);
+    r.get("resume", c.checkpoint.resume);
+    r.finish();
+  }
+  {
+    Reader r(section(root, "topology", where), "topology", where, c);
+    r.get("targets", c.topology.targets);
+    r.get("drafters", c.topology.drafters);
+    r.finish();
+  }
+  validate(c, where);
+  return c;
+}
+
+Config config_load(const std::string& path) {
+  std::ifstream f(path);
+  DF_CHECK(f.good(), "cannot open config file '%s'; HINT: pass --config with a path to a .toml file (see "
+           "configs/tiny.toml)",
+           path.c_str());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  Config c = config_parse(ss.str(), path);
+  config_resolve_paths(c, std::filesystem::path(path).parent_path().string());
+  return c;
+}
+
+void config_resolve_paths(Config& c, const std::string& base_dir) {
+  namespace fs = std::filesystem;
+  auto fix = [&](std::string& p) {
+    if (!p.empty() && fs::path(p).is_relative() && !fs::exists(p) && fs::exists(fs::path(base_dir) / p))
+      p = (fs::path(base_dir) / p).lexically_normal().string();
+  };
+  fix(c.target.model);
+  fix(c.target.random_config);
+  for (std::string& p : c.data.train) fix(p);
+}
+
+std::string config_table(const Config& c) {
+  size_t w = 0;
+  for (const auto& [k, v] : c.values) w = std::max(w, k.size());
+  std::string out = "config " + c.path + ":\n";
+  for (const auto& [k, v] : c.values) out += strfmt("  %-*s = %s\n", int(w), k.c_str(), v.c_str());
+  return out;
+}
+
+}  // namespace df

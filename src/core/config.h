@@ -1,0 +1,103 @@
+// The run configuration (TOML), parsed once into plain structs. Every key is checked: an unknown key, a
+// wrong type or an invalid value is an error that names `section.key` and the file. Rank 0 prints it as a
+// table; checkpoints store the text so a resume can tell what it continues.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace df {
+
+struct RunSection {
+  std::string dir = "runs/default";  // checkpoints, metrics.jsonl
+  uint64_t seed = 0;
+  double log_interval = 10.0;  // seconds between metric lines
+  int64_t max_steps = 0;       // 0: as many as `train.epochs` give
+};
+
+struct TargetSection {
+  std::string model;          // Hugging Face checkpoint directory, or
+  std::string random_config;  // a config.json to draw random weights from (demo, tests)
+  uint64_t random_seed = 1;
+  std::string device = "cuda";  // cpu | cuda
+};
+
+struct DrafterSection {
+  int layers = 5;
+  int heads = 32;
+  int kv_heads = 8;
+  int head_dim = 128;
+  int intermediate = 0;  // 0: the target's intermediate size
+  int block_size = 16;
+  int64_t mask_token_id = -1;          // required
+  std::vector<int> target_layer_ids;   // empty: round(1 + i·(L−4)/(n−1)) for n = num_taps
+  int num_taps = 5;
+  std::vector<std::string> layer_types;  // "sliding_attention" | "full_attention"; empty: all full
+  int sliding_window = 2048;
+  double rope_theta = 1e7;
+  double rms_norm_eps = 1e-6;
+  int num_anchors = 512;
+  uint64_t init_seed = 0;
+};
+
+struct DataSection {
+  std::vector<std::string> train;  // HDF5 token files
+  int64_t token_budget = 32768;
+  std::vector<int64_t> buckets;    // length bucket upper bounds; empty: one bucket
+  int prefetch_depth = 4;          // q_pre capacity
+};
+
+struct TrainSection {
+  double epochs = 6;
+  double lr = 6e-4;
+  double warmup_ratio = 0.04;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double clip = 1.0;
+  int grad_accum = 1;          // micro-batches per drafter per optimizer step
+  double gamma = 7.0;          // loss weight decay over block positions
+  std::string loss = "ce";     // ce | kl
+  bool streak = false;         // streak-aware weighting
+  double streak_alpha = 1.0;
+  double noise_std = 0.0;      // context-feature noise at step 0, cosine to 0
+};
+
+struct PipelineSection {
+  int hs_queue_depth = 2;  // credits per target on each drafter
+};
+
+struct CheckpointSection {
+  int64_t interval = 1000;  // steps
+  int keep_last = 3;
+  std::string resume = "auto";  // auto | none | a checkpoint path
+};
+
+struct TopologySection {
+  int targets = 0;   // 0: unset (roles from the rankfile or the default)
+  int drafters = 0;
+};
+
+struct Config {
+  std::string path;  // where it came from
+  std::string text;  // the file's text, stored in checkpoints
+  std::vector<std::pair<std::string, std::string>> values;  // every "section.key" with its effective value
+  RunSection run;
+  TargetSection target;
+  DrafterSection drafter;
+  DataSection data;
+  TrainSection train;
+  PipelineSection pipeline;
+  CheckpointSection checkpoint;
+  TopologySection topology;
+};
+
+// Parses TOML text; `where` names the source in messages. Throws df::Error naming section.key.
+Config config_parse(const std::string& text, const std::string& where);
+Config config_load(const std::string& path);
+// Relative paths in the file are resolved against `base_dir` (the file's folder); call after parsing.
+void config_resolve_paths(Config& c, const std::string& base_dir);
+// "section.key = value" lines for the start-up table.
+std::string config_table(const Config& c);
+
+}  // namespace df

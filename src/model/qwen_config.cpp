@@ -1,0 +1,367 @@
+// Hugging Face config.json -> QwenConfig, and back. Missing keys fall back to the defaults transformers 5.x
+// itself uses for that model_type, so a file transformers loads is read the same way here; a file it would
+// reject (or read in a way this code cannot run) is refused with the key and the file named.
+#include "model/qwen_config.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace df {
+
+namespace {
+
+using json = nlohmann::json;
+
+// A JSON object plus where it came from ("/m/config.json" or "/m/config.json: text_config"), so every
+// message can name the file and the key.
+struct CfgObj {
+  const json& j;
+  std::string where;
+
+  // nullptr when the key is absent or null (transformers treats an explicit null as "use the default").
+  const json* find(const char* key) const {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  [[noreturn]] void fail_type(const char* key, const char* want, const json& v) const {
+    DF_FAIL("%s: key '%s' must be %s, got %s %s", where.c_str(), key, want, v.type_name(), v.dump().c_str());
+  }
+  [[noreturn]] void fail_missing(const char* key) const {
+    DF_FAIL("%s: required key '%s' is missing; is this the config.json of a Qwen3 / Qwen3.5 model?", where.c_str(),
+            key);
+  }
+  int get_int(const char* key) const {
+    const json* v = find(key);
+    if (!v) fail_missing(key);
+    return as_int(key, *v);
+  }
+  int get_int(const char* key, int def) const {
+    const json* v = find(key);
+    return v ? as_int(key, *v) : def;
+  }
+  int as_int(const char* key, const json& v) const {
+    if (!v.is_number_integer()) fail_type(key, "an integer", v);
+    const int64_t x = v.get<int64_t>();
+    if (x < INT32_MIN || x > INT32_MAX) fail_type(key, "an integer that fits in 32 bits", v);
+    return static_cast<int>(x);
+  }
+  double get_double(const char* key, double def) const {
+    const json* v = find(key);
+    if (!v) return def;
+    if (!v->is_number()) fail_type(key, "a number", *v);
+    return v->get<double>();
+  }
+  bool get_bool(const char* key, bool def) const {
+    const json* v = find(key);
+    if (!v) return def;
+    if (!v->is_boolean()) fail_type(key, "true or false", *v);
+    return v->get<bool>();
+  }
+  std::string get_string(const char* key) const {
+    const json* v = find(key);
+    if (!v) fail_missing(key);
+    if (!v->is_string()) fail_type(key, "a string", *v);
+    return v->get<std::string>();
+  }
+  // A nested object, or nullptr when absent/null; any other type is an error.
+  const json* get_object(const char* key) const {
+    const json* v = find(key);
+    if (v && !v->is_object()) fail_type(key, "an object", *v);
+    return v;
+  }
+};
+
+bool model_type_family(const std::string& t, ModelFamily* out) {
+  if (t == "qwen3") {
+    *out = ModelFamily::qwen3;
+    return true;
+  }
+  if (t == "qwen3_5" || t == "qwen3_5_text") {
+    *out = ModelFamily::qwen3_5;
+    return true;
+  }
+  return false;
+}
+
+// transformers 5.x keeps rope settings in `rope_parameters` (per layer type in some files), 4.x at the top
+// level with extras in `rope_scaling`; the first place that holds a key wins.
+struct RopeSources {
+  std::vector<CfgObj> objs;
+
+  explicit RopeSources(const CfgObj& top) {
+    if (const json* rp = top.get_object("rope_parameters")) {
+      CfgObj rpo{*rp, top.where + ": rope_parameters"};
+      if (const json* fa = rpo.get_object("full_attention")) objs.push_back({*fa, rpo.where + ".full_attention"});
+      objs.push_back(rpo);
+    }
+    if (const json* rs = top.get_object("rope_scaling")) objs.push_back({*rs, top.where + ": rope_scaling"});
+    objs.push_back(top);
+    // Scaled RoPE variants (yarn, linear, dynamic ...) change the frequencies; running them as plain RoPE would
+    // silently give wrong logits, so they are refused.
+    for (const CfgObj& o : objs) {
+      if (&o.j == &top.j) continue;
+      for (const char* key : {"rope_type", "type"}) {
+        const json* v = o.find(key);
+        if (!v) continue;
+        if (!v->is_string()) o.fail_type(key, "a string", *v);
+        const std::string s = v->get<std::string>();
+        DF_CHECK(s == "default" || s == "mrope",
+                 "%s: %s '%s' is not supported (only plain RoPE, and mRoPE for text, are implemented); remove "
+                 "the scaling entry to run at the native context length",
+                 o.where.c_str(), key, s.c_str());
+      }
+    }
+  }
+  const CfgObj* holder(const char* key) const {
+    for (const CfgObj& o : objs)
+      if (o.find(key)) return &o;
+    return nullptr;
+  }
+};
+
+// The shortest decimal that reads back as the same float, so a written config says 1e-06, not 9.99999997e-07.
+double float_for_json(float f) {
+  for (int prec = 6; prec < 9; ++prec) {
+    const double d = std::strtod(strfmt("%.*g", prec, double(f)).c_str(), nullptr);
+    if (static_cast<float>(d) == f) return d;
+  }
+  return f;
+}
+
+std::string file_read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DF_CHECK(in.good(), "cannot open model config %s (expected a Hugging Face config.json)", path.c_str());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool path_is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// mRoPE splits the rotary frequencies into (temporal, height, width) sections; for text all three positions
+// are equal so any split gives plain RoPE, but transformers wants the sections to cover rot_dim/2.
+std::vector<int> mrope_sections(int rot_dim) {
+  const int r = rot_dim / 2;
+  const int a = (r + 2) / 3;
+  const int b = std::min(a, r - a);
+  return {a, b, r - a - b};
+}
+
+}  // namespace
+
+int QwenConfig::num_linear_layers() const {
+  int n = 0;
+  for (LayerKind k : layer_types) n += k == LayerKind::linear_attention;
+  return n;
+}
+
+int QwenConfig::num_full_layers() const { return static_cast<int>(layer_types.size()) - num_linear_layers(); }
+
+// Everything but embed_tokens and lm_head: layer weights (including every norm) plus the final norm.
+double QwenConfig::params_non_embedding() const {
+  const double h = hidden;
+  const double mlp = 3.0 * h * intermediate;
+  const double norms = 2.0 * h;
+  const double q_rows = double(heads) * head_dim * (attn_output_gate ? 2 : 1);
+  const double full = h * q_rows + 2.0 * h * kv_heads * head_dim + double(heads) * head_dim * h + 2.0 * head_dim;
+  const double key_dim = double(lin_nk) * lin_dk, value_dim = double(lin_nv) * lin_dv;
+  const double conv_ch = 2.0 * key_dim + value_dim;
+  const double linear = h * conv_ch + h * value_dim + 2.0 * h * lin_nv  // in_proj_qkv, in_proj_z, in_proj_b/a
+                        + conv_ch * conv_kernel + 2.0 * lin_nv + lin_dv   // conv1d, A_log, dt_bias, norm
+                        + value_dim * h;                                  // out_proj
+  return (mlp + norms) * layers + full * num_full_layers() + linear * num_linear_layers() + h;
+}
+
+QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
+  DF_CHECK(root.is_object(), "%s: a model config must be a JSON object, got %s", where.c_str(), root.type_name());
+  const CfgObj outer{root, where};
+  const json* text = outer.get_object("text_config");
+  const CfgObj cfg = text ? CfgObj{*text, where + ": text_config"} : outer;
+
+  QwenConfig c;
+  c.model_type = cfg.find("model_type") ? cfg.get_string("model_type") : outer.get_string("model_type");
+  DF_CHECK(model_type_family(c.model_type, &c.family),
+           "%s: model_type '%s' is not supported (supported: qwen3, qwen3_5, qwen3_5_text)", cfg.where.c_str(),
+           c.model_type.c_str());
+  const bool q35 = c.family == ModelFamily::qwen3_5;
+
+  c.hidden = cfg.get_int("hidden_size");
+  c.layers = cfg.get_int("num_hidden_layers");
+  c.intermediate = cfg.get_int("intermediate_size");
+  c.vocab = cfg.get_int("vocab_size");
+  c.heads = cfg.get_int("num_attention_heads");
+  // Defaults below are transformers' own (Qwen3Config / Qwen3_5TextConfig field defaults).
+  if (cfg.find("num_key_value_heads"))
+    c.kv_heads = cfg.get_int("num_key_value_heads");
+  else if (!q35 && cfg.j.contains("num_key_value_heads"))
+    c.kv_heads = c.heads;  // Qwen3Config reads an explicit null as "one kv head per q head"
+  else
+    c.kv_heads = q35 ? 4 : 32;
+  c.head_dim = cfg.get_int("head_dim", q35 ? 256 : 128);
+  c.rms_eps = static_cast<float>(cfg.get_double("rms_norm_eps", 1e-6));
+  // A multimodal wrapper may carry the tying flag only at the top level.
+  c.tie_word_embeddings = cfg.get_bool("tie_word_embeddings", text ? outer.get_bool("tie_word_embeddings", false)
+                                                                   : false);
+
+  const std::pair<const char*, int> sizes[] = {
+      {"hidden_size", c.hidden},       {"num_hidden_layers", c.layers},     {"intermediate_size", c.intermediate},
+      {"vocab_size", c.vocab},         {"num_attention_heads", c.heads},    {"num_key_value_heads", c.kv_heads},
+      {"head_dim", c.head_dim}};
+  for (const auto& [key, v] : sizes)
+    DF_CHECK(v > 0, "%s: key '%s' must be positive, got %d", cfg.where.c_str(), key, v);
+  DF_CHECK(c.heads % c.kv_heads == 0,
+           "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", cfg.where.c_str(), c.heads,
+           c.kv_heads);
+  DF_CHECK(c.rms_eps > 0, "%s: key 'rms_norm_eps' must be positive", cfg.where.c_str());
+
+  const RopeSources rope(cfg);
+  const CfgObj* theta_at = rope.holder("rope_theta");
+  DF_CHECK(theta_at, "%s: key 'rope_theta' is missing (looked in rope_parameters, rope_scaling and the top level)",
+           cfg.where.c_str());
+  c.rope_theta = static_cast<float>(theta_at->get_double("rope_theta", 0));
+  DF_CHECK(c.rope_theta > 0, "%s: key 'rope_theta' must be positive", theta_at->where.c_str());
+  const CfgObj* prf_at = rope.holder("partial_rotary_factor");
+  const double prf = prf_at ? prf_at->get_double("partial_rotary_factor", 0) : (q35 ? 0.25 : 1.0);
+  const std::string prf_where = prf_at ? prf_at->where : cfg.where;
+  DF_CHECK(prf > 0 && prf <= 1, "%s: key 'partial_rotary_factor' must be in (0, 1], got %g", prf_where.c_str(), prf);
+  // transformers truncates head_dim · factor to an integer.
+  c.rot_dim = static_cast<int>(c.head_dim * prf);
+  DF_CHECK(c.rot_dim > 0 && c.rot_dim % 2 == 0,
+           "%s: head_dim (%d) × partial_rotary_factor (%g) gives %d rotary dims; it must be even and positive",
+           prf_where.c_str(), c.head_dim, prf, c.rot_dim);
+  DF_CHECK(q35 || c.rot_dim == c.head_dim,
+           "%s: partial_rotary_factor %g is not supported for model_type qwen3 (it rotates the whole head)",
+           prf_where.c_str(), prf);
+
+  // Qwen3.5 attention is always gated in transformers; the key exists in the released files and is honoured.
+  c.attn_output_gate = cfg.get_bool("attn_output_gate", q35);
+  DF_CHECK(q35 || !c.attn_output_gate, "%s: key 'attn_output_gate' true is not part of model_type qwen3",
+           cfg.where.c_str());
+
+  if (const json* lt = cfg.find("layer_types")) {
+    if (!lt->is_array()) cfg.fail_type("layer_types", "an array of strings", *lt);
+    DF_CHECK(static_cast<int>(lt->size()) == c.layers,
+             "%s: key 'layer_types' has %zu entries but num_hidden_layers is %d", cfg.where.c_str(), lt->size(),
+             c.layers);
+    for (size_t i = 0; i < lt->size(); ++i) {
+      const json& e = (*lt)[i];
+      if (!e.is_string()) cfg.fail_type("layer_types", "an array of strings", *lt);
+      const std::string s = e.get<std::string>();
+      if (s == "full_attention") {
+        c.layer_types.push_back(LayerKind::full_attention);
+      } else if (s == "linear_attention" && q35) {
+        c.layer_types.push_back(LayerKind::linear_attention);
+      } else {
+        DF_FAIL("%s: key 'layer_types'[%zu] is '%s'; %s supports %s", cfg.where.c_str(), i, s.c_str(),
+                c.model_type.c_str(), q35 ? "'full_attention' and 'linear_attention'" : "only 'full_attention'");
+      }
+    }
+  } else if (q35) {
+    const int interval = cfg.get_int("full_attention_interval", 4);
+    DF_CHECK(interval > 0, "%s: key 'full_attention_interval' must be positive, got %d", cfg.where.c_str(),
+             interval);
+    for (int i = 0; i < c.layers; ++i)
+      c.layer_types.push_back((i + 1) % interval == 0 ? LayerKind::full_attention : LayerKind::linear_attention);
+  } else {
+    DF_CHECK(!cfg.get_bool("use_sliding_window", false),
+             "%s: key 'use_sliding_window' is true; sliding-window Qwen3 targets are not supported",
+             cfg.where.c_str());
+    c.layer_types.assign(c.layers, LayerKind::full_attention);
+  }
+
+  if (q35) {
+    c.lin_nk = cfg.get_int("linear_num_key_heads", 16);
+    c.lin_nv = cfg.get_int("linear_num_value_heads", 32);
+    c.lin_dk = cfg.get_int("linear_key_head_dim", 128);
+    c.lin_dv = cfg.get_int("linear_value_head_dim", 128);
+    c.conv_kernel = cfg.get_int("linear_conv_kernel_dim", 4);
+    const std::pair<const char*, int> lin[] = {{"linear_num_key_heads", c.lin_nk},
+                                               {"linear_num_value_heads", c.lin_nv},
+                                               {"linear_key_head_dim", c.lin_dk},
+                                               {"linear_value_head_dim", c.lin_dv},
+                                               {"linear_conv_kernel_dim", c.conv_kernel}};
+    for (const auto& [key, v] : lin)
+      DF_CHECK(v > 0, "%s: key '%s' must be positive, got %d", cfg.where.c_str(), key, v);
+    DF_CHECK(c.lin_nv % c.lin_nk == 0,
+             "%s: linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)", cfg.where.c_str(),
+             c.lin_nv, c.lin_nk);
+  }
+  return c;
+}
+
+QwenConfig qwen_config_load(const std::string& path) {
+  const std::string file = path_is_dir(path) ? path + (path.back() == '/' ? "" : "/") + "config.json" : path;
+  const std::string text = file_read_text(file);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    DF_FAIL("%s: not valid JSON: %s", file.c_str(), e.what());
+  }
+  return qwen_config_from_json(j, file);
+}
+
+json qwen_config_to_json(const QwenConfig& c) {
+  const bool q35 = c.family == ModelFamily::qwen3_5;
+  json j;
+  j["architectures"] = {q35 ? "Qwen3_5ForCausalLM" : "Qwen3ForCausalLM"};
+  j["model_type"] = q35 ? "qwen3_5_text" : "qwen3";
+  j["hidden_size"] = c.hidden;
+  j["num_hidden_layers"] = c.layers;
+  j["intermediate_size"] = c.intermediate;
+  j["vocab_size"] = c.vocab;
+  j["num_attention_heads"] = c.heads;
+  j["num_key_value_heads"] = c.kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["rms_norm_eps"] = float_for_json(c.rms_eps);
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["max_position_embeddings"] = 32768;
+  j["dtype"] = "bfloat16";
+  json rope = {{"rope_type", "default"}, {"rope_theta", float_for_json(c.rope_theta)}};
+  if (q35) {
+    // Chosen so that transformers' int(head_dim · factor) gives back rot_dim exactly.
+    double factor = double(c.rot_dim) / c.head_dim;
+    if (static_cast<int>(c.head_dim * factor) != c.rot_dim) factor = std::nextafter(factor, 2.0);
+    rope["partial_rotary_factor"] = factor;
+    rope["mrope_interleaved"] = true;
+    rope["mrope_section"] = mrope_sections(c.rot_dim);
+    j["attn_output_gate"] = c.attn_output_gate;
+    json lt = json::array();
+    for (LayerKind k : c.layer_types) lt.push_back(k == LayerKind::full_attention ? "full_attention" : "linear_attention");
+    j["layer_types"] = lt;
+    j["linear_num_key_heads"] = c.lin_nk;
+    j["linear_num_value_heads"] = c.lin_nv;
+    j["linear_key_head_dim"] = c.lin_dk;
+    j["linear_value_head_dim"] = c.lin_dv;
+    j["linear_conv_kernel_dim"] = c.conv_kernel;
+  } else {
+    j["use_sliding_window"] = false;
+  }
+  j["rope_parameters"] = rope;
+  return j;
+}
+
+std::string qwen_config_summary(const QwenConfig& c) {
+  std::string s = strfmt("%s: %d layers", c.model_type.c_str(), c.layers);
+  if (c.num_linear_layers() > 0) s += strfmt(" (%d linear + %d full)", c.num_linear_layers(), c.num_full_layers());
+  s += strfmt(", hidden %d, intermediate %d, vocab %d, attn %d/%d heads × %d (rot %d, theta %g%s)", c.hidden,
+              c.intermediate, c.vocab, c.heads, c.kv_heads, c.head_dim, c.rot_dim, double(c.rope_theta),
+              c.attn_output_gate ? ", gated" : "");
+  if (c.family == ModelFamily::qwen3_5)
+    s += strfmt(", deltanet %d/%d heads × %d/%d conv %d", c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv, c.conv_kernel);
+  s += strfmt(", eps %g, %s, %.2fB non-embedding params", double(c.rms_eps), c.tie_word_embeddings ? "tied" : "untied",
+              c.params_non_embedding() / 1e9);
+  return s;
+}
+
+}  // namespace df

@@ -1,0 +1,114 @@
+// The frozen target model (Qwen3 dense or Qwen3.5/3.6 hybrid): weights in one backend block, loaded from
+// a Hugging Face checkpoint or drawn at random, and the backbone forward with hidden-state taps.
+//
+// Load-time fusion (the math is unchanged): q_proj's per-head [q | gate] rows are regrouped to
+// [all q | all gate] and concatenated with k_proj and v_proj into one projection; the DeltaNet's
+// in_proj_qkv, in_proj_z, in_proj_b, in_proj_a become one; gate_proj and up_proj become one. Each layer
+// then runs three or four GEMMs whose output columns are used in place through column views.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/qwen_config.h"
+#include "ops/ops.h"
+
+namespace df {
+
+struct TargetLayer {
+  LayerKind kind = LayerKind::full_attention;
+  Tensor ln1, ln2;  // f32 [1, H]
+  // full attention
+  Tensor w_qkv;     // [heads·hd (q) | heads·hd (gate, if gated) | kv·hd (k) | kv·hd (v), H]
+  Tensor w_o;       // [H, heads·hd]
+  Tensor q_norm, k_norm;  // f32 [1, hd]
+  // linear attention (Gated DeltaNet)
+  Tensor w_in;      // [2·nk·dk + nv·dv (qkv) | nv·dv (z) | nv (b) | nv (a), H]
+  Tensor conv_w;    // f32 [2·nk·dk + nv·dv, K]
+  Tensor A_log, dt_bias;  // f32 [1, nv]
+  Tensor gdn_norm;  // f32 [1, dv]
+  Tensor w_out;     // [H, nv·dv]
+  // MLP
+  Tensor w_gate_up;  // [2·I, H]
+  Tensor w_down;     // [H, I]
+};
+
+struct TargetModel {
+  QwenConfig cfg;
+  Ops* ops = nullptr;
+  int num_loaded_layers = 0;  // layers [0, num_loaded_layers) are present (early stop needs no more)
+  Tensor embed;               // [V, H]
+  Tensor final_norm;          // f32 [1, H]
+  Tensor lm_head;             // [V, H]; empty unless requested (== embed when tied)
+  std::vector<TargetLayer> layers;
+  void* block = nullptr;      // the one backend allocation holding every tensor above
+  size_t block_bytes = 0;
+
+  TargetModel() = default;
+  ~TargetModel();
+  TargetModel(const TargetModel&) = delete;
+  TargetModel& operator=(const TargetModel&) = delete;
+};
+
+struct TargetLoadOptions {
+  int num_layers = -1;         // load layers [0, num_layers); −1 = all
+  bool need_lm_head = false;   // the soft-KL loss needs target logits
+};
+
+// Loads a Hugging Face checkpoint directory (config.json + safetensors, single or sharded; text-only
+// `model.` or multimodal `model.language_model.` names; `mtp.*` and `model.visual.*` ignored). A missing or
+// mis-shaped tensor is an error naming it and the expected shape.
+std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const TargetLoadOptions& opt);
+
+// Random weights from a config and a seed (demos, tests, benchmarks): identical on every backend.
+std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed, Ops& ops,
+                                           const TargetLoadOptions& opt);
+
+// Writes a model (loaded or random) as a Hugging Face checkpoint (config.json + model.safetensors, f32).
+void target_save_hf(const TargetModel& m, const std::string& dir);
+
+// What a forward pass produces, into caller-owned tensors of act dtype [T, H].
+struct TargetOutputs {
+  std::vector<int> tap_layers;   // decoder layer ids whose outputs are wanted (HF hidden_states[l+1])
+  std::vector<Tensor> taps;      // one per tap layer
+  bool want_embeddings = false;  // HF hidden_states[0]
+  Tensor embeddings;
+  bool want_final_norm = false;  // HF last_hidden_state
+  Tensor final_norm;
+};
+
+// The backbone forward. The workspace is planned once for max_tokens and reused for every batch.
+class TargetForward {
+ public:
+  TargetForward(const TargetModel& model, int64_t max_tokens);
+  ~TargetForward();
+  TargetForward(const TargetForward&) = delete;
+  TargetForward& operator=(const TargetForward&) = delete;
+
+  // ids: i32 [1, T] in backend memory (validated < vocab by the caller). Stops after the last layer needed.
+  void run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs& out);
+  size_t workspace_bytes() const { return ws_bytes_; }
+  // The layer after which nothing more is needed for these outputs (−1: only embeddings).
+  int last_needed_layer(const TargetOutputs& out) const;
+
+ private:
+  struct Workspace;
+  void plan(Arena& arena);
+  void layer_full(const TargetLayer& L, const SeqLayout& seqs, int64_t T);
+  void layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T);
+  void mlp(const TargetLayer& L, int64_t T);
+
+  const TargetModel& m_;
+  Ops& ops_;
+  int64_t max_tokens_;
+  void* ws_block_ = nullptr;
+  size_t ws_bytes_ = 0;
+  std::unique_ptr<Workspace> ws_;
+};
+
+// A packed SeqLayout for the given sequence lengths, with offsets and positions uploaded to the backend
+// into tensors carved from `arena`.
+SeqLayout seq_layout_make(const std::vector<int32_t>& lengths, Ops& ops, Arena& arena);
+
+}  // namespace df

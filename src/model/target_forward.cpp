@@ -1,0 +1,170 @@
+// The target backbone forward as a flat list of op calls. Pre-norm residual stream kept in act dtype;
+// the residual add is fused into the next norm (add_rmsnorm). The workspace is planned once for
+// max_tokens against a counting arena and allocated in one block.
+#include <algorithm>
+#include <cmath>
+
+#include "model/target.h"
+
+namespace df {
+
+struct TargetForward::Workspace {
+  Tensor h;      // residual stream [T, H]
+  Tensor n;      // normed input of the current sub-layer [T, H]
+  Tensor delta;  // sub-layer output [T, H]
+  Tensor proj;   // fused projection output [T, max(qkv, in, 2I)]
+  Tensor mix;    // attention / DeltaNet output [T, max(heads·hd, nv·dv)]
+  Tensor mix2;   // gated-norm output and conv output share this [T, max(conv channels, nv·dv)]
+  Tensor act;    // SwiGLU output [T, I]
+};
+
+TargetForward::TargetForward(const TargetModel& model, int64_t max_tokens)
+    : m_(model), ops_(*model.ops), max_tokens_(max_tokens), ws_(std::make_unique<Workspace>()) {
+  DF_CHECK(max_tokens > 0, "max_tokens must be positive (got %lld)", (long long)max_tokens);
+  Arena plan_arena(nullptr, 0, ops_.device());
+  plan(plan_arena);
+  ws_bytes_ = plan_arena.high_water();
+  ws_block_ = ops_.alloc_bytes(ws_bytes_);
+  Arena arena(ws_block_, ws_bytes_, ops_.device());
+  plan(arena);
+}
+
+TargetForward::~TargetForward() {
+  if (ws_block_) ops_.free_bytes(ws_block_);
+}
+
+void TargetForward::plan(Arena& a) {
+  const QwenConfig& c = m_.cfg;
+  const int64_t T = max_tokens_;
+  DType act = ops_.act_dtype();
+  int64_t proj_cols = 2 * int64_t(c.intermediate), mix_cols = 0, mix2_cols = 0;
+  for (const TargetLayer& L : m_.layers) {
+    if (L.kind == LayerKind::full_attention) {
+      proj_cols = std::max(proj_cols, L.w_qkv.rows);
+      mix_cols = std::max(mix_cols, int64_t(c.heads) * c.head_dim);
+    } else {
+      proj_cols = std::max(proj_cols, L.w_in.rows);
+      mix_cols = std::max(mix_cols, int64_t(c.lin_nv) * c.lin_dv);
+      mix2_cols = std::max({mix2_cols, L.conv_w.rows, int64_t(c.lin_nv) * c.lin_dv});
+    }
+  }
+  ws_->h = a.alloc(act, T, c.hidden);
+  ws_->n = a.alloc(act, T, c.hidden);
+  ws_->delta = a.alloc(act, T, c.hidden);
+  ws_->proj = a.alloc(act, T, proj_cols);
+  ws_->mix = a.alloc(act, T, std::max<int64_t>(mix_cols, 1));
+  ws_->mix2 = a.alloc(act, T, std::max<int64_t>(mix2_cols, 1));
+  ws_->act = a.alloc(act, T, c.intermediate);
+}
+
+int TargetForward::last_needed_layer(const TargetOutputs& out) const {
+  int last = -1;
+  for (int l : out.tap_layers) last = std::max(last, l);
+  if (out.want_final_norm) last = m_.cfg.layers - 1;
+  return last;
+}
+
+void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int64_t T) {
+  const QwenConfig& c = m_.cfg;
+  const int hd = c.head_dim;
+  const int64_t q_cols = int64_t(c.heads) * hd, kv_cols = int64_t(c.kv_heads) * hd;
+  Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_qkv.rows);
+  ops_.gemm(ws_->n.rows_view(0, T), L.w_qkv, proj, 0.0f);
+  int64_t k0 = q_cols * (c.attn_output_gate ? 2 : 1);
+  Tensor q = proj.cols_view(0, q_cols);
+  Tensor k = proj.cols_view(k0, kv_cols);
+  Tensor v = proj.cols_view(k0 + kv_cols, kv_cols);
+  ops_.qk_norm_rope(q, L.q_norm, seqs.pos, c.heads, hd, c.rot_dim, c.rope_theta, c.rms_eps, c.norm_kind());
+  ops_.qk_norm_rope(k, L.k_norm, seqs.pos, c.kv_heads, hd, c.rot_dim, c.rope_theta, c.rms_eps, c.norm_kind());
+  Tensor o = ws_->mix.rows_view(0, T).cols_view(0, q_cols);
+  ops_.attention_causal(q, k, v, o, seqs, c.heads, c.kv_heads, hd, 1.0f / std::sqrt(float(hd)));
+  if (c.attn_output_gate) ops_.sigmoid_gate(o, proj.cols_view(q_cols, q_cols));
+  ops_.gemm(o, L.w_o, ws_->delta.rows_view(0, T), 0.0f);
+}
+
+void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T) {
+  const QwenConfig& c = m_.cfg;
+  const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
+  Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
+  ops_.gemm(ws_->n.rows_view(0, T), L.w_in, proj, 0.0f);
+  Tensor conv = ws_->mix2.rows_view(0, T).cols_view(0, conv_ch);
+  ops_.conv1d_silu(proj.cols_view(0, conv_ch), L.conv_w, conv, seqs);
+  Tensor o = ws_->mix.rows_view(0, T).cols_view(0, vdim);
+  GdnShape shape{c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv};
+  ops_.gdn_prefill(conv, proj.cols_view(conv_ch + vdim + nv, nv), proj.cols_view(conv_ch + vdim, nv), L.A_log,
+                   L.dt_bias, o, seqs, shape);
+  // The conv output is dead now, so the gated norm reuses its buffer.
+  Tensor normed = ws_->mix2.rows_view(0, T).cols_view(0, vdim);
+  ops_.gated_rmsnorm(o, proj.cols_view(conv_ch, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);
+  ops_.gemm(normed, L.w_out, ws_->delta.rows_view(0, T), 0.0f);
+}
+
+void TargetForward::mlp(const TargetLayer& L, int64_t T) {
+  const int64_t I = m_.cfg.intermediate;
+  Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, 2 * I);
+  ops_.gemm(ws_->n.rows_view(0, T), L.w_gate_up, proj, 0.0f);
+  Tensor act = ws_->act.rows_view(0, T);
+  ops_.swiglu(proj.cols_view(0, I), proj.cols_view(I, I), act);
+  ops_.gemm(act, L.w_down, ws_->delta.rows_view(0, T), 0.0f);
+}
+
+void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs& out) {
+  const QwenConfig& c = m_.cfg;
+  const int64_t T = seqs.tokens;
+  DF_CHECK(T <= max_tokens_, "batch of %lld tokens exceeds the planned %lld", (long long)T, (long long)max_tokens_);
+  DF_CHECK(ids.cols == T, "ids hold %lld tokens but the layout %lld", (long long)ids.cols, (long long)T);
+  DF_CHECK(out.taps.size() == out.tap_layers.size(), "one output tensor per tap layer");
+  const int last = last_needed_layer(out);
+  DF_CHECK(last < m_.num_loaded_layers, "outputs need layer %d but only %d layers are loaded", last,
+           m_.num_loaded_layers);
+  const NormKind nk = c.norm_kind();
+  Tensor h = ws_->h.rows_view(0, T), n = ws_->n.rows_view(0, T), delta = ws_->delta.rows_view(0, T);
+
+  ops_.embedding(ids, m_.embed, h);
+  if (out.want_embeddings) ops_.copy(h, out.embeddings);
+  if (last < 0) return;
+  ops_.rmsnorm(h, m_.layers[0].ln1, n, c.rms_eps, nk);
+  for (int l = 0; l <= last; ++l) {
+    const TargetLayer& L = m_.layers[l];
+    if (L.kind == LayerKind::full_attention)
+      layer_full(L, seqs, T);
+    else
+      layer_linear(L, seqs, T);
+    ops_.add_rmsnorm(h, delta, L.ln2, n, c.rms_eps, nk);
+    mlp(L, T);
+    // Fold the MLP's residual add into the next norm: the next layer's input norm, or the final norm.
+    const Tensor& next_w = l + 1 < m_.num_loaded_layers ? m_.layers[l + 1].ln1 : m_.final_norm;
+    ops_.add_rmsnorm(h, delta, next_w, n, c.rms_eps, nk);
+    for (size_t i = 0; i < out.tap_layers.size(); ++i)
+      if (out.tap_layers[i] == l) ops_.copy(h, out.taps[i]);
+  }
+  if (out.want_final_norm) {
+    if (last + 1 < m_.num_loaded_layers)  // n holds the next layer's input norm, not the final norm
+      ops_.rmsnorm(h, m_.final_norm, out.final_norm, c.rms_eps, nk);
+    else
+      ops_.copy(n, out.final_norm);
+  }
+}
+
+SeqLayout seq_layout_make(const std::vector<int32_t>& lengths, Ops& ops, Arena& arena) {
+  SeqLayout s;
+  s.num_seqs = static_cast<int>(lengths.size());
+  s.cu_host.assign(1, 0);
+  std::vector<int32_t> pos;
+  for (int32_t len : lengths) {
+    DF_CHECK(len > 0, "sequence lengths must be positive (got %d)", len);
+    s.cu_host.push_back(s.cu_host.back() + len);
+    s.max_len = std::max(s.max_len, static_cast<int>(len));
+    for (int32_t p = 0; p < len; ++p) pos.push_back(p);
+  }
+  s.tokens = s.cu_host.back();
+  s.cu = arena.alloc(DType::i32, 1, s.num_seqs + 1);
+  s.pos = arena.alloc(DType::i32, 1, std::max<int64_t>(s.tokens, 1));
+  s.pos.cols = s.tokens;
+  s.pos.stride = s.tokens;
+  ops.upload_raw(s.cu, s.cu_host.data());
+  if (s.tokens > 0) ops.upload_raw(s.pos, pos.data());
+  return s;
+}
+
+}  // namespace df

@@ -1,0 +1,305 @@
+// Target weights: one layout routine places every tensor in one backend block (run first against a
+// counting arena to size it), and one fill routine pulls each Hugging Face tensor from a source — a
+// safetensors checkpoint or the counter-based RNG — into its (possibly fused) place.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "core/log.h"
+#include "core/rng.h"
+#include "model/safetensors.h"
+#include "model/target.h"
+
+namespace df {
+
+namespace {
+
+// Returns the HF tensor `name` as host f32 after checking it has exactly `shape`.
+using SourceFn = std::function<std::vector<float>(const std::string& name, const std::vector<int64_t>& shape)>;
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t numel_of(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+void layout_model(TargetModel& m, Arena& a, const TargetLoadOptions& opt) {
+  const QwenConfig& c = m.cfg;
+  DType act = m.ops->act_dtype();
+  const int64_t H = c.hidden;
+  m.embed = a.alloc(act, c.vocab, H);
+  m.final_norm = a.alloc(DType::f32, 1, H);
+  if (opt.need_lm_head) m.lm_head = c.tie_word_embeddings ? m.embed : a.alloc(act, c.vocab, H);
+  m.layers.assign(m.num_loaded_layers, TargetLayer{});
+  for (int i = 0; i < m.num_loaded_layers; ++i) {
+    TargetLayer& L = m.layers[i];
+    L.kind = c.layer_types[i];
+    L.ln1 = a.alloc(DType::f32, 1, H);
+    L.ln2 = a.alloc(DType::f32, 1, H);
+    if (L.kind == LayerKind::full_attention) {
+      int64_t q = int64_t(c.heads) * c.head_dim, kv = int64_t(c.kv_heads) * c.head_dim;
+      L.w_qkv = a.alloc(act, q * (c.attn_output_gate ? 2 : 1) + 2 * kv, H);
+      L.w_o = a.alloc(act, H, q);
+      L.q_norm = a.alloc(DType::f32, 1, c.head_dim);
+      L.k_norm = a.alloc(DType::f32, 1, c.head_dim);
+    } else {
+      int64_t conv_ch = 2 * int64_t(c.lin_nk) * c.lin_dk + int64_t(c.lin_nv) * c.lin_dv;
+      int64_t vdim = int64_t(c.lin_nv) * c.lin_dv;
+      L.w_in = a.alloc(act, conv_ch + vdim + 2 * c.lin_nv, H);
+      L.conv_w = a.alloc(DType::f32, conv_ch, c.conv_kernel);
+      L.A_log = a.alloc(DType::f32, 1, c.lin_nv);
+      L.dt_bias = a.alloc(DType::f32, 1, c.lin_nv);
+      L.gdn_norm = a.alloc(DType::f32, 1, c.lin_dv);
+      L.w_out = a.alloc(act, H, vdim);
+    }
+    L.w_gate_up = a.alloc(act, 2 * int64_t(c.intermediate), H);
+    L.w_down = a.alloc(act, H, c.intermediate);
+  }
+}
+
+// Uploads rows [src_row0, src_row0+n) of a host [*, cols] matrix into rows [dst_row0, ...) of dst.
+void upload_rows(Ops& ops, const Tensor& dst, int64_t dst_row0, const std::vector<float>& src, int64_t src_row0,
+                 int64_t n) {
+  ops.upload_f32(dst.rows_view(dst_row0, n), src.data() + src_row0 * dst.cols);
+}
+
+void fill_model(TargetModel& m, const std::string& p, const SourceFn& get) {
+  const QwenConfig& c = m.cfg;
+  Ops& ops = *m.ops;
+  const int64_t H = c.hidden;
+  auto whole = [&](const Tensor& dst, const std::string& name, std::vector<int64_t> shape) {
+    std::vector<float> v = get(name, shape);
+    ops.upload_f32(dst, v.data());
+  };
+  whole(m.embed, p + "embed_tokens.weight", {c.vocab, H});
+  whole(m.final_norm, p + "norm.weight", {H});
+  if (!m.lm_head.empty() && !c.tie_word_embeddings) whole(m.lm_head, "lm_head.weight", {c.vocab, H});
+  for (int i = 0; i < m.num_loaded_layers; ++i) {
+    const TargetLayer& L = m.layers[i];
+    std::string lp = p + "layers." + std::to_string(i) + ".";
+    whole(L.ln1, lp + "input_layernorm.weight", {H});
+    whole(L.ln2, lp + "post_attention_layernorm.weight", {H});
+    if (L.kind == LayerKind::full_attention) {
+      const int64_t hd = c.head_dim, q = int64_t(c.heads) * hd, kv = int64_t(c.kv_heads) * hd;
+      std::string ap = lp + "self_attn.";
+      if (c.attn_output_gate) {
+        // HF rows per head: [q (hd) | gate (hd)]; ours: all q heads, then all gate heads.
+        std::vector<float> w = get(ap + "q_proj.weight", {2 * q, H});
+        for (int h = 0; h < c.heads; ++h) {
+          upload_rows(ops, L.w_qkv, h * hd, w, 2 * h * hd, hd);
+          upload_rows(ops, L.w_qkv, q + h * hd, w, 2 * h * hd + hd, hd);
+        }
+      } else {
+        whole(L.w_qkv.rows_view(0, q), ap + "q_proj.weight", {q, H});
+      }
+      int64_t k0 = q * (c.attn_output_gate ? 2 : 1);
+      whole(L.w_qkv.rows_view(k0, kv), ap + "k_proj.weight", {kv, H});
+      whole(L.w_qkv.rows_view(k0 + kv, kv), ap + "v_proj.weight", {kv, H});
+      whole(L.w_o, ap + "o_proj.weight", {H, q});
+      whole(L.q_norm, ap + "q_norm.weight", {hd});
+      whole(L.k_norm, ap + "k_norm.weight", {hd});
+    } else {
+      std::string gp = lp + "linear_attn.";
+      const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
+      whole(L.w_in.rows_view(0, conv_ch), gp + "in_proj_qkv.weight", {conv_ch, H});
+      whole(L.w_in.rows_view(conv_ch, vdim), gp + "in_proj_z.weight", {vdim, H});
+      whole(L.w_in.rows_view(conv_ch + vdim, nv), gp + "in_proj_b.weight", {nv, H});
+      whole(L.w_in.rows_view(conv_ch + vdim + nv, nv), gp + "in_proj_a.weight", {nv, H});
+      whole(L.conv_w, gp + "conv1d.weight", {conv_ch, 1, c.conv_kernel});
+      whole(L.A_log, gp + "A_log", {nv});
+      whole(L.dt_bias, gp + "dt_bias", {nv});
+      whole(L.gdn_norm, gp + "norm.weight", {c.lin_dv});
+      whole(L.w_out, gp + "out_proj.weight", {H, vdim});
+    }
+    std::string mp = lp + "mlp.";
+    const int64_t I = c.intermediate;
+    whole(L.w_gate_up.rows_view(0, I), mp + "gate_proj.weight", {I, H});
+    whole(L.w_gate_up.rows_view(I, I), mp + "up_proj.weight", {I, H});
+    whole(L.w_down, mp + "down_proj.weight", {H, I});
+  }
+}
+
+std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const TargetLoadOptions& opt,
+                                         const std::string& prefix, const SourceFn& get) {
+  auto m = std::make_unique<TargetModel>();
+  m->cfg = cfg;
+  m->ops = &ops;
+  m->num_loaded_layers = opt.num_layers < 0 ? cfg.layers : opt.num_layers;
+  DF_CHECK(m->num_loaded_layers <= cfg.layers, "asked for %d layers but the model has %d", m->num_loaded_layers,
+           cfg.layers);
+  Arena plan(nullptr, 0, ops.device());
+  layout_model(*m, plan, opt);
+  m->block_bytes = plan.high_water();
+  m->block = ops.alloc_bytes(m->block_bytes);
+  Arena arena(m->block, m->block_bytes, ops.device());
+  layout_model(*m, arena, opt);
+  fill_model(*m, prefix, get);
+  return m;
+}
+
+// Init scale by tensor role: projections ~ 1/sqrt(fan_in) keeps every layer's output O(1); norm weights
+// are drawn around their neutral value (0 for zero-centred, 1 for plain) so tests see non-trivial norms.
+std::vector<float> random_tensor(const QwenConfig& c, uint64_t seed, const std::string& name,
+                                 const std::vector<int64_t>& shape) {
+  uint64_t stream = std::hash<std::string>{}(name);
+  int64_t n = numel_of(shape);
+  std::vector<float> v(n);
+  auto ends_with = [&](const char* s) {
+    std::string suf(s);
+    return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  float mean = 0.0f, std = 0.0f;
+  bool is_norm = ends_with("norm.weight") || ends_with("layernorm.weight");
+  if (ends_with("A_log")) {
+    for (int64_t i = 0; i < n; ++i) v[i] = std::log(1.0f + 15.0f * rng_uniform_at(seed, stream, i));
+    return v;
+  } else if (ends_with("dt_bias")) {
+    std = 0.5f;
+  } else if (ends_with("conv1d.weight")) {
+    std = 0.4f;
+  } else if (ends_with("linear_attn.norm.weight")) {  // gated RMSNorm is plain w·x̂ in both families
+    mean = 1.0f, std = 0.1f;
+  } else if (is_norm) {
+    mean = c.family == ModelFamily::qwen3_5 ? 0.0f : 1.0f, std = 0.1f;
+  } else if (ends_with("embed_tokens.weight")) {
+    std = 1.0f;
+  } else {
+    std = 1.0f / std::sqrt(static_cast<float>(shape.back()));
+  }
+  for (int64_t i = 0; i < n; ++i) v[i] = mean + std * rng_normal_at(seed, stream, i);
+  return v;
+}
+
+std::string find_prefix(const SafetensorsIndex& st, const std::string& dir) {
+  for (const char* p : {"model.", "model.language_model."})
+    if (st.find(std::string(p) + "embed_tokens.weight")) return p;
+  DF_FAIL("%s: no embed_tokens.weight under 'model.' or 'model.language_model.'; HINT: is this a Qwen3 / "
+          "Qwen3.5 causal-LM checkpoint?",
+          dir.c_str());
+}
+
+}  // namespace
+
+TargetModel::~TargetModel() {
+  if (block && ops) ops->free_bytes(block);
+}
+
+std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const TargetLoadOptions& opt) {
+  QwenConfig cfg = qwen_config_load(dir);
+  SafetensorsIndex st = SafetensorsIndex::open(dir);
+  std::string prefix = find_prefix(st, dir);
+  SourceFn get = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    const StTensor* t = st.find(name);
+    DF_CHECK(t != nullptr, "%s: tensor '%s' (expected shape %s) is missing from the checkpoint", dir.c_str(),
+             name.c_str(), shape_text(shape).c_str());
+    DF_CHECK(t->shape == shape, "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
+             "weights do not belong together",
+             dir.c_str(), name.c_str(), shape_text(t->shape).c_str(), shape_text(shape).c_str());
+    std::vector<float> v(numel_of(shape));
+    st_to_f32(*t, v.data());
+    return v;
+  };
+  return build_model(cfg, ops, opt, prefix, get);
+}
+
+std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed, Ops& ops,
+                                           const TargetLoadOptions& opt) {
+  SourceFn get = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return random_tensor(cfg, seed, name, shape);
+  };
+  return build_model(cfg, ops, opt, "model.", get);
+}
+
+void target_save_hf(const TargetModel& m, const std::string& dir) {
+  const QwenConfig& c = m.cfg;
+  DF_CHECK(m.num_loaded_layers == c.layers, "only a fully loaded model can be saved (%d of %d layers loaded)",
+           m.num_loaded_layers, c.layers);
+  Ops& ops = *m.ops;
+  std::vector<std::vector<float>> keep;  // owns the host copies until the file is written
+  std::vector<StWriteTensor> out;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+    keep.push_back(std::move(v));
+    out.push_back({name, DType::f32, std::move(shape), keep.back().data()});
+  };
+  auto get = [&](const Tensor& t) {
+    std::vector<float> v(t.numel());
+    ops.download_f32(t, v.data());
+    return v;
+  };
+  keep.reserve(16 * (c.layers + 2));
+  const int64_t H = c.hidden;
+  add("model.embed_tokens.weight", {c.vocab, H}, get(m.embed));
+  add("model.norm.weight", {H}, get(m.final_norm));
+  for (int i = 0; i < c.layers; ++i) {
+    const TargetLayer& L = m.layers[i];
+    std::string lp = "model.layers." + std::to_string(i) + ".";
+    add(lp + "input_layernorm.weight", {H}, get(L.ln1));
+    add(lp + "post_attention_layernorm.weight", {H}, get(L.ln2));
+    if (L.kind == LayerKind::full_attention) {
+      const int64_t hd = c.head_dim, q = int64_t(c.heads) * hd, kv = int64_t(c.kv_heads) * hd;
+      std::vector<float> w = get(L.w_qkv);
+      std::string ap = lp + "self_attn.";
+      if (c.attn_output_gate) {
+        std::vector<float> qg(2 * q * H);
+        for (int h = 0; h < c.heads; ++h) {
+          std::copy_n(w.begin() + h * hd * H, hd * H, qg.begin() + 2 * h * hd * H);
+          std::copy_n(w.begin() + (q + h * hd) * H, hd * H, qg.begin() + (2 * h * hd + hd) * H);
+        }
+        add(ap + "q_proj.weight", {2 * q, H}, std::move(qg));
+      } else {
+        add(ap + "q_proj.weight", {q, H}, std::vector<float>(w.begin(), w.begin() + q * H));
+      }
+      int64_t k0 = q * (c.attn_output_gate ? 2 : 1);
+      add(ap + "k_proj.weight", {kv, H}, std::vector<float>(w.begin() + k0 * H, w.begin() + (k0 + kv) * H));
+      add(ap + "v_proj.weight", {kv, H},
+          std::vector<float>(w.begin() + (k0 + kv) * H, w.begin() + (k0 + 2 * kv) * H));
+      add(ap + "o_proj.weight", {H, q}, get(L.w_o));
+      add(ap + "q_norm.weight", {hd}, get(L.q_norm));
+      add(ap + "k_norm.weight", {hd}, get(L.k_norm));
+    } else {
+      std::string gp = lp + "linear_attn.";
+      const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
+      std::vector<float> w = get(L.w_in);
+      auto rows = [&](int64_t r0, int64_t n) {
+        return std::vector<float>(w.begin() + r0 * H, w.begin() + (r0 + n) * H);
+      };
+      add(gp + "in_proj_qkv.weight", {conv_ch, H}, rows(0, conv_ch));
+      add(gp + "in_proj_z.weight", {vdim, H}, rows(conv_ch, vdim));
+      add(gp + "in_proj_b.weight", {nv, H}, rows(conv_ch + vdim, nv));
+      add(gp + "in_proj_a.weight", {nv, H}, rows(conv_ch + vdim + nv, nv));
+      add(gp + "conv1d.weight", {conv_ch, 1, c.conv_kernel}, get(L.conv_w));
+      add(gp + "A_log", {nv}, get(L.A_log));
+      add(gp + "dt_bias", {nv}, get(L.dt_bias));
+      add(gp + "norm.weight", {c.lin_dv}, get(L.gdn_norm));
+      add(gp + "out_proj.weight", {H, vdim}, get(L.w_out));
+    }
+    const int64_t I = c.intermediate;
+    std::vector<float> gu = get(L.w_gate_up);
+    add(lp + "mlp.gate_proj.weight", {I, H}, std::vector<float>(gu.begin(), gu.begin() + I * H));
+    add(lp + "mlp.up_proj.weight", {I, H}, std::vector<float>(gu.begin() + I * H, gu.end()));
+    add(lp + "mlp.down_proj.weight", {H, I}, get(L.w_down));
+  }
+  if (!c.tie_word_embeddings) {
+    DF_CHECK(!m.lm_head.empty(), "saving an untied model needs lm_head loaded (TargetLoadOptions::need_lm_head)");
+    add("lm_head.weight", {c.vocab, H}, get(m.lm_head));
+  }
+  std::filesystem::create_directories(dir);
+  safetensors_write(dir + "/model.safetensors", out, {{"format", "pt"}});
+  std::string cfg_path = dir + "/config.json";
+  std::ofstream f(cfg_path);
+  f << qwen_config_to_json(c).dump(2) << "\n";
+  f.close();
+  DF_CHECK(f.good(), "could not write %s", cfg_path.c_str());
+}
+
+}  // namespace df

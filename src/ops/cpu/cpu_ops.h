@@ -1,0 +1,69 @@
+// The CPU fp32 backend of the op interface: the oracle every CUDA kernel and golden test is checked against,
+// and the backend of the CPU demo. Plain loops parallelised with OpenMP; GEMM through OpenBLAS when present.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "ops/ops.h"
+
+namespace df {
+
+// Which Gated DeltaNet form gdn_prefill runs: the chunked UT/WY form (what FLA and the GPU compute) or the
+// token-by-token recurrence (the definition, slower).
+enum class CpuGdnMode : uint8_t { chunked, recurrent };
+
+// c[M, N] = a[M, K] · w[N, K]ᵀ + beta · c with row strides lda/ldw/ldc; c is not read when beta == 0.
+// The OpenMP cache-blocked loop used when OpenBLAS is absent; public so tests can check it against BLAS.
+void cpu_gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* w, int64_t ldw,
+                   float beta, float* c, int64_t ldc);
+// True when CpuOps::gemm goes through cblas_sgemm (built with OpenBLAS), false when it runs cpu_gemm_loop.
+bool cpu_gemm_uses_blas();
+
+class CpuOps final : public Ops {
+ public:
+  explicit CpuOps(CpuGdnMode gdn_mode = CpuGdnMode::chunked) : gdn_mode_(gdn_mode) {}
+
+  Device device() const override { return Device::cpu; }
+  DType act_dtype() const override { return DType::f32; }
+  const char* name() const override { return "cpu"; }
+
+  void* alloc_bytes(size_t bytes) override;
+  void free_bytes(void* p) override;
+  void upload_f32(const Tensor& dst, const float* host) override;
+  void upload_raw(const Tensor& dst, const void* host) override;
+  void download_f32(const Tensor& src, float* host) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void synchronize() override {}
+
+  void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) override;
+  void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float eps, NormKind kind) override;
+  void add_rmsnorm(const Tensor& residual, const Tensor& delta, const Tensor& w, const Tensor& out, float eps,
+                   NormKind kind) override;
+  void qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, int heads, int hd, int rot_dim,
+                    float theta, float eps, NormKind kind) override;
+  void attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const SeqLayout& seqs, int hq, int hkv, int hd, float scale) override;
+  void sigmoid_gate(const Tensor& o, const Tensor& gate) override;
+  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, const SeqLayout& seqs) override;
+  void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                   const Tensor& out, const SeqLayout& seqs, const GdnShape& shape) override;
+  void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
+                     float eps) override;
+
+ private:
+  CpuGdnMode gdn_mode_;
+};
+
+// Checks shared by the CPU ops and the CPU Gated DeltaNet: a host f32 tensor of the given shape (rows < 0 or
+// cols < 0: any), and a SeqLayout whose host offsets cover exactly `tokens` rows.
+void cpu_check_f32(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t cols);
+void cpu_check_layout(const char* op, const SeqLayout& seqs, int64_t tokens);
+
+// Row r of a host f32 tensor, honouring its row stride.
+inline float* cpu_row(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(t.row_bytes(r)); }
+inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float cpu_silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace df

@@ -1,0 +1,14 @@
+// Picks the backend for a device: the CPU reference or, when built with CUDA, the GPU backend.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace df {
+
+// device: "cpu" or "cuda"; gpu: the CUDA device index (ignored on CPU). Throws naming the device when this
+// build or machine cannot provide it.
+std::unique_ptr<Ops> ops_create(const std::string& device, int gpu);
+
+}  // namespace df

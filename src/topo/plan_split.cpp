@@ -1,0 +1,71 @@
+// The split planner: the pipeline's rate is that of its slower side, so for each T:D the throughput is
+// min(T*R_t, D*R_d). Ties go to fewer drafters, which leaves more GPUs producing features.
+#include "topo/plan_split.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace df {
+
+namespace {
+
+// Products of measured rates differ in the last bits between equal splits; 1e-9 relative is far below any
+// rate difference a measurement can resolve and far above double rounding (~1e-16).
+bool nearly_equal(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b)); }
+
+}  // namespace
+
+const char* split_bottleneck_name(SplitBottleneck b) {
+  switch (b) {
+    case SplitBottleneck::target: return "target";
+    case SplitBottleneck::drafter: return "drafter";
+    default: return "balanced";
+  }
+}
+
+SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus) {
+  DF_CHECK(std::isfinite(target_rate) && target_rate > 0, "--target-rate %g must be a positive per-GPU rate",
+           target_rate);
+  DF_CHECK(std::isfinite(drafter_rate) && drafter_rate > 0, "--drafter-rate %g must be a positive per-GPU rate",
+           drafter_rate);
+  DF_CHECK(gpus >= 2, "--gpus %d: a split needs at least 2 GPUs (one target, one drafter)", gpus);
+  SplitPlan plan;
+  for (int d = 1; d < gpus; ++d) {
+    SplitRow r;
+    r.targets = gpus - d;
+    r.drafters = d;
+    r.target_capacity = r.targets * target_rate;
+    r.drafter_capacity = d * drafter_rate;
+    r.throughput = std::min(r.target_capacity, r.drafter_capacity);
+    r.efficiency = r.throughput / std::max(r.target_capacity, r.drafter_capacity);
+    r.bottleneck = nearly_equal(r.target_capacity, r.drafter_capacity) ? SplitBottleneck::balanced
+                   : r.target_capacity < r.drafter_capacity            ? SplitBottleneck::target
+                                                                       : SplitBottleneck::drafter;
+    plan.rows.push_back(r);
+  }
+  for (size_t i = 1; i < plan.rows.size(); ++i) {
+    const double t = plan.rows[i].throughput, best = plan.rows[plan.best].throughput;
+    if (t > best && !nearly_equal(t, best)) plan.best = static_cast<int>(i);
+  }
+  return plan;
+}
+
+std::string plan_split_format(const SplitPlan& plan, const std::string& unit) {
+  std::string out = strfmt("%-7s %-14s %-14s %-14s %-10s %s\n", "split", ("targets " + unit).c_str(),
+                           ("drafters " + unit).c_str(), ("pipeline " + unit).c_str(), "efficiency", "bottleneck");
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    const SplitRow& r = plan.rows[i];
+    out += strfmt("%-7s %-14.4f %-14.4f %-14.4f %-10s %s%s\n", strfmt("%d-%d", r.targets, r.drafters).c_str(),
+                  r.target_capacity, r.drafter_capacity, r.throughput, strfmt("%.1f%%", 100 * r.efficiency).c_str(),
+                  split_bottleneck_name(r.bottleneck), static_cast<int>(i) == plan.best ? "  <- best" : "");
+  }
+  const SplitRow& b = plan.rows[plan.best];
+  out += strfmt("recommendation: %d-%d (%d targets, %d drafters): %.4f %s, %.1f%% efficiency, bottleneck %s\n",
+                b.targets, b.drafters, b.targets, b.drafters, b.throughput, unit.c_str(), 100 * b.efficiency,
+                split_bottleneck_name(b.bottleneck));
+  return out;
+}
+
+}  // namespace df

@@ -1,0 +1,198 @@
+// Rank placement: which GPU of which host each target and drafter rank gets, and the cores it binds to.
+// Drafters exchange little with one another per token but receive every target's features, so they are
+// packed onto as few NUMA nodes as possible, away from targets, and targets stay on their own nodes.
+#include <algorithm>
+#include <bit>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "topo/rankfile.h"
+
+namespace df {
+
+namespace {
+
+struct NumaGroup {
+  int numa = -1;
+  std::vector<int> gpus;  // ascending GPU index
+};
+
+std::vector<NumaGroup> group_by_numa(const HostTopo& h) {
+  std::map<int, NumaGroup> m;
+  for (const GpuInfo& g : h.gpus) {
+    m[g.numa].numa = g.numa;
+    m[g.numa].gpus.push_back(g.index);
+  }
+  std::vector<NumaGroup> out;
+  for (auto& [id, grp] : m) out.push_back(std::move(grp));
+  return out;
+}
+
+// The set of NUMA groups that holds `d` drafters with the fewest other GPUs beside them, then the fewest
+// groups, then the last groups (bitmask compare: a higher bit is a later group).
+unsigned choose_drafter_groups(const std::vector<NumaGroup>& groups, int d) {
+  DF_CHECK(groups.size() <= 20, "%zu NUMA groups on one host: too many to place exhaustively", groups.size());
+  unsigned best = 0;
+  int best_waste = 0, best_count = 0;
+  for (unsigned mask = 1; mask < (1u << groups.size()); ++mask) {
+    int total = 0;
+    for (size_t i = 0; i < groups.size(); ++i)
+      if (mask & (1u << i)) total += static_cast<int>(groups[i].gpus.size());
+    if (total < d) continue;
+    int waste = total - d, count = std::popcount(mask);
+    if (best == 0 || waste < best_waste || (waste == best_waste && count < best_count) ||
+        (waste == best_waste && count == best_count && mask > best)) {
+      best = mask;
+      best_waste = waste;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+// Cores (first SMT thread of each) a group's GPUs share: its NUMA node's cpus when the host lists the
+// node, else the GPUs' local cpus, else every cpu.
+std::vector<int> group_cores(const HostTopo& h, const NumaGroup& grp) {
+  std::set<int> cpus;
+  if (const NumaNode* n = grp.numa >= 0 ? topo_find_numa(h, grp.numa) : nullptr) cpus.insert(n->cpus.begin(), n->cpus.end());
+  if (cpus.empty())
+    for (int g : grp.gpus) cpus.insert(h.gpus[g].local_cpus.begin(), h.gpus[g].local_cpus.end());
+  if (cpus.empty()) cpus.insert(h.all_cpus.begin(), h.all_cpus.end());
+  std::set<int> cores;
+  for (int c : cpus) {
+    auto it = h.core_of_cpu.find(c);
+    cores.insert(it == h.core_of_cpu.end() ? c : it->second);
+  }
+  return {cores.begin(), cores.end()};
+}
+
+// Slot list per GPU index: the group's cores split into equal consecutive chunks in GPU order.
+std::map<int, std::string> slots_by_gpu(const HostTopo& h, std::vector<std::string>& warnings) {
+  std::map<int, std::string> out;
+  for (const NumaGroup& grp : group_by_numa(h)) {
+    std::vector<int> cores = group_cores(h, grp);
+    DF_CHECK(!cores.empty(), "host %s: no cpus known for NUMA node %d (source %s): cannot bind its GPUs",
+             h.host.c_str(), grp.numa, h.source.c_str());
+    size_t m = grp.gpus.size(), c = cores.size();
+    if (c < m)
+      warnings.push_back(strfmt("host %s NUMA %d: %zu cores for %zu GPUs, ranks share cores", h.host.c_str(),
+                                grp.numa, c, m));
+    for (size_t k = 0; k < m; ++k) {
+      size_t lo = k * c / m, hi = std::max((k + 1) * c / m, lo + 1);
+      out[grp.gpus[k]] = topo_format_cpulist(std::vector<int>(cores.begin() + lo, cores.begin() + std::min(hi, c)));
+    }
+  }
+  return out;
+}
+
+// Drafters per host in proportion to the host's ranks (largest remainder; ties to the earlier host).
+std::vector<int> drafter_shares(const std::vector<int>& ranks_on, int drafters, int total) {
+  std::vector<int> share(ranks_on.size());
+  std::vector<std::pair<long, size_t>> rem;
+  int given = 0;
+  for (size_t h = 0; h < ranks_on.size(); ++h) {
+    long num = static_cast<long>(drafters) * ranks_on[h];
+    share[h] = static_cast<int>(num / total);
+    given += share[h];
+    rem.push_back({-(num % total), h});
+  }
+  std::sort(rem.begin(), rem.end());
+  for (size_t i = 0; given < drafters; ++i, ++given) share[rem[i].second]++;
+  return share;
+}
+
+// GPUs of one host for `t` targets and `d` drafters, as (gpu, role) in GPU order.
+std::vector<std::pair<int, RankRole>> place_on_host(const HostTopo& h, int t, int d) {
+  std::vector<NumaGroup> groups = group_by_numa(h);
+  std::vector<bool> in_drafter_group(h.gpus.size(), false), is_drafter(h.gpus.size(), false);
+  if (d > 0) {
+    unsigned mask = choose_drafter_groups(groups, d);
+    std::vector<int> pool;
+    for (size_t i = 0; i < groups.size(); ++i)
+      if (mask & (1u << i))
+        for (int g : groups[i].gpus) {
+          pool.push_back(g);
+          in_drafter_group[g] = true;
+        }
+    std::sort(pool.rbegin(), pool.rend());
+    for (int i = 0; i < d; ++i) is_drafter[pool[i]] = true;
+  }
+  std::vector<int> free_gpus;
+  for (const GpuInfo& g : h.gpus)
+    if (!is_drafter[g.index]) free_gpus.push_back(g.index);
+  std::stable_sort(free_gpus.begin(), free_gpus.end(),
+                   [&](int a, int b) { return !in_drafter_group[a] && in_drafter_group[b]; });
+  std::vector<std::pair<int, RankRole>> out;
+  for (int i = 0; i < t; ++i) out.push_back({free_gpus[i], RankRole::target});
+  for (const GpuInfo& g : h.gpus)
+    if (is_drafter[g.index]) out.push_back({g.index, RankRole::drafter});
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+const char* rank_role_name(RankRole r) { return r == RankRole::drafter ? "drafter" : "target"; }
+
+std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, int targets, int drafters,
+                                          std::vector<std::string>& warnings) {
+  DF_CHECK(targets >= 1, "--targets %d: at least one target rank is needed to produce hidden states", targets);
+  DF_CHECK(drafters >= 1, "--drafters %d: at least one drafter rank is needed to train", drafters);
+  DF_CHECK(!hosts.empty(), "no hosts to place ranks on");
+  int total = targets + drafters, gpus = 0;
+  std::string per_host;
+  for (const HostTopo& h : hosts) {
+    gpus += static_cast<int>(h.gpus.size());
+    per_host += strfmt("%s%s=%zu", per_host.empty() ? "" : ", ", h.host.c_str(), h.gpus.size());
+  }
+  DF_CHECK(total <= gpus, "%d targets + %d drafters = %d ranks but only %d GPUs (%s): one rank needs one GPU; "
+           "lower --targets/--drafters or add hosts", targets, drafters, total, gpus, per_host.c_str());
+  std::vector<int> ranks_on;
+  for (const HostTopo& h : hosts) {
+    int left = total;
+    for (int r : ranks_on) left -= r;
+    ranks_on.push_back(std::min(left, static_cast<int>(h.gpus.size())));
+  }
+  std::vector<int> d_on = drafter_shares(ranks_on, drafters, total);
+  std::vector<RankfileEntry> out;
+  for (size_t hi = 0; hi < hosts.size(); ++hi) {
+    const HostTopo& h = hosts[hi];
+    if (ranks_on[hi] == 0) {
+      warnings.push_back(strfmt("host %s gets no rank (the earlier hosts hold all %d)", h.host.c_str(), total));
+      continue;
+    }
+    std::map<int, std::string> slots = slots_by_gpu(h, warnings);
+    for (auto [gpu, role] : place_on_host(h, ranks_on[hi] - d_on[hi], d_on[hi])) {
+      RankfileEntry e;
+      e.rank = static_cast<int>(out.size());
+      e.host = h.host;
+      e.slot = slots[gpu];
+      e.role = role;
+      e.gpu = gpu;
+      e.numa = h.gpus[gpu].numa;
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+std::string rankfile_format(const std::vector<RankfileEntry>& entries) {
+  int d = 0;
+  std::set<std::string> hosts;
+  for (const RankfileEntry& e : entries) {
+    d += e.role == RankRole::drafter;
+    hosts.insert(e.host);
+  }
+  std::string out = strfmt(
+      "# Open MPI rankfile from `dflash_mpi topo rankfile`: targets=%zu drafters=%d hosts=%zu\n"
+      "# slot = cores of the node, each GPU bound to an equal share of its NUMA node's cores.\n",
+      entries.size() - d, d, hosts.size());
+  for (const RankfileEntry& e : entries) {
+    out += strfmt("rank %d=%s slot=%s  # role=%s gpu=%d numa=%d\n", e.rank, e.host.c_str(), e.slot.c_str(),
+                  rank_role_name(e.role), e.gpu, e.numa);
+  }
+  return out;
+}
+
+}  // namespace df

@@ -1,0 +1,82 @@
+// The TOML run config: defaults, every error names its key, and the shipped configs parse.
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/error.h"
+
+using namespace df;
+
+namespace {
+
+const char* kMinimal = R"(
+[target]
+random_config = "configs/tiny-target.json"
+device = "cpu"
+[drafter]
+mask_token_id = 255
+)";
+
+std::string error_of(const std::string& text) {
+  try {
+    config_parse(text, "test.toml");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Config, MinimalGetsDefaults) {
+  Config c = config_parse(kMinimal, "test.toml");
+  EXPECT_EQ(c.drafter.block_size, 16);
+  EXPECT_EQ(c.drafter.num_anchors, 512);
+  EXPECT_DOUBLE_EQ(c.train.lr, 6e-4);
+  EXPECT_EQ(c.train.loss, "ce");
+  EXPECT_EQ(c.target.device, "cpu");
+  bool found = false;
+  for (const auto& [k, v] : c.values)
+    if (k == "drafter.mask_token_id") found = (v == "255");
+  EXPECT_TRUE(found);
+}
+
+TEST(Config, UnknownKeyIsNamed) {
+  std::string e = error_of(std::string(kMinimal) + "[train]\nlearning_rate = 1e-3\n");
+  EXPECT_NE(e.find("unknown key 'train.learning_rate'"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "[trian]\nlr = 1e-3\n");
+  EXPECT_NE(e.find("'trian'"), std::string::npos) << e;
+}
+
+TEST(Config, WrongTypeIsNamed) {
+  std::string e = error_of(std::string(kMinimal) + "[train]\nlr = \"fast\"\n");
+  EXPECT_NE(e.find("'train.lr' must be a number"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "[data]\ntoken_budget = 1.5\n");
+  EXPECT_NE(e.find("'data.token_budget' must be an integer"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "[data]\ntrain = \"a.h5\"\n");
+  EXPECT_NE(e.find("'data.train' must be an array"), std::string::npos) << e;
+}
+
+TEST(Config, InvalidValuesAreNamed) {
+  EXPECT_NE(error_of(std::string(kMinimal) + "[train]\nloss = \"mse\"\n").find("train.loss"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "[train]\nwarmup_ratio = 1.5\n").find("train.warmup_ratio"),
+            std::string::npos);
+  EXPECT_NE(error_of("[target]\nrandom_config = \"x\"\n").find("drafter.mask_token_id"), std::string::npos);
+  EXPECT_NE(error_of("[drafter]\nmask_token_id = 3\n").find("target.model"), std::string::npos);
+  std::string e = error_of(std::string(kMinimal) + "[pipeline]\nhs_queue_depth = 0\n");
+  EXPECT_NE(e.find("pipeline.hs_queue_depth"), std::string::npos) << e;
+}
+
+TEST(Config, SyntaxErrorHasLine) {
+  std::string e = error_of("[run\nseed = 1\n");
+  EXPECT_NE(e.find("test.toml:1:"), std::string::npos) << e;
+  EXPECT_NE(e.find("TOML syntax error"), std::string::npos) << e;
+}
+
+TEST(Config, MissingFileSaysWhatToDo) {
+  try {
+    config_load("/nonexistent/x.toml");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.toml"), std::string::npos);
+  }
+}
