@@ -1,4 +1,4 @@
-// Elementwise ops on 2-D strided bf16 views: the attention output gate, SwiGLU, and dtype casts. Each thread
+// Elementwise ops on 2-D strided bf16 views: the attention output gate, SwiGLU, dtype casts, random fills. Each thread
 // handles 8 consecutive columns with 16-byte accesses when cols and strides allow, else one element.
 // The bf16 rounding of intermediate results mirrors the torch ops (sigmoid/silu return bf16 tensors).
 #include "kernels/cuda_check.cuh"
@@ -58,6 +58,27 @@ __global__ void cast_kernel(const void* src, bool src_f32, int64_t ld_src, void*
   }
 }
 
+// splitmix64 finaliser: a well-mixed 64-bit hash of the element index.
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_uniform_kernel(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float lo, float hi,
+                                    uint64_t seed) {
+  int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / cols, c = i % cols;
+    float u = static_cast<float>(mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
+    float v = lo + (hi - lo) * u;
+    if (dst_f32)
+      static_cast<float*>(dst)[r * ld + c] = v;
+    else
+      static_cast<bf16*>(dst)[r * ld + c] = __float2bfloat16(v);
+  }
+}
+
 struct SigmoidGateOp {
   __device__ float operator()(float o, float g) const { return o * bf16_rn(sigmoid_f32(g)); }
 };
@@ -95,6 +116,13 @@ void cast_launch(const void* src, bool src_f32, int64_t ld_src, void* dst, bool 
   if (rows == 0 || cols == 0) return;
   cast_kernel<<<grid_for(rows * cols), 256, 0, stream>>>(src, src_f32, ld_src, dst, dst_f32, ld_dst, rows, cols);
   DF_CUDA_CHECK_LAUNCH("cast_kernel");
+}
+
+void fill_uniform_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float lo, float hi,
+                         uint64_t seed, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  fill_uniform_kernel<<<grid_for(rows * cols), 256, 0, stream>>>(dst, dst_f32, ld, rows, cols, lo, hi, seed);
+  DF_CUDA_CHECK_LAUNCH("fill_uniform_kernel");
 }
 
 }  // namespace df

@@ -26,6 +26,10 @@ void swiglu_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld
 // dst = src with dtype conversion; each of src/dst is bf16 (false) or f32 (true).
 void cast_launch(const void* src, bool src_f32, int64_t ld_src, void* dst, bool dst_f32, int64_t ld_dst,
                  int64_t rows, int64_t cols, cudaStream_t stream);
+// Deterministic uniform values in [lo, hi) from a counter hash of (seed, row, col): fills benchmark and test
+// inputs on the device without a host round trip of gigabytes.
+void fill_uniform_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float lo, float hi,
+                         uint64_t seed, cudaStream_t stream);
 
 // ---- rmsnorm.cu, gated_rmsnorm.cu --------------------------------------------------------------------
 // out = norm(x) per row. zero_centred: (1 + w)·x̂ in fp32; else w·bf16(x̂) (Qwen3 casts before the weight).
