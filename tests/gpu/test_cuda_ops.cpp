@@ -23,9 +23,10 @@ using namespace df::test;
 
 namespace {
 
-// bf16 has 8 significant bits: one rounding of a result is a relative error of at most 2^-9 ≈ 2.0e-3.
-// Each tolerance below counts the roundings the GPU path makes that the fp32 CPU path does not.
-constexpr double kBf16Ulp = 1.0 / 512.0;
+// bf16 keeps 7 explicit mantissa bits: rounding to nearest is a relative error of at most 2^-8 ≈ 3.9e-3
+// (seen on the H200: 0.0037 on a value of 1.06). Each tolerance below counts the roundings the GPU path makes
+// that the fp32 CPU path does not.
+constexpr double kBf16Ulp = 1.0 / 256.0;
 
 // One tensor on both backends: CPU f32, GPU bf16 (or f32 for parameter vectors).
 struct Pair {
