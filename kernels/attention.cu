@@ -6,6 +6,7 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/mma.cuh"
 
 namespace df {
 
@@ -14,27 +15,6 @@ constexpr int kAttnKeys = 64;  // keys per tile
 constexpr int kAttnThreads = 128;
 
 // ---- kernels ----
-__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 // Rows [r0, r0 + 64) of one head into shared memory (row stride LDS), zeros past len and past hd.
 template <int HD, int LDS>
 __device__ __forceinline__ void attn_load_tile(bf16* dst, const bf16* src, int64_t ld, int r0, int len, int hd) {

@@ -223,7 +223,8 @@ void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, c
   expect_shape(x, seqs.tokens, x.cols, "conv1d_silu", "x");
   expect_shape(w, x.cols, w.cols, "conv1d_silu", "w");
   expect_shape(out, x.rows, x.cols, "conv1d_silu", "out");
-  DF_CHECK(w.contiguous(), "conv1d_silu: w %s must be contiguous [C, K]", w.shape_str().c_str());
+  DF_CHECK(w.contiguous() && w.cols == 4, "conv1d_silu: w %s must be contiguous [C, 4] (the only conv size built)",
+           w.shape_str().c_str());
   conv1d_silu_launch(bptr(x), x.stride, fptr(w), static_cast<int>(w.cols), bptr(out), out.stride, iptr(seqs.pos),
                      x.rows, x.cols, stream_);
 }
@@ -239,7 +240,8 @@ void CudaOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, c
   expect(out, DType::bf16, op, "out");
   expect(seqs.cu, DType::i32, op, "seqs.cu");
   DF_CHECK(s.nk > 0 && s.nv % s.nk == 0, "%s: %d value heads are not a multiple of %d key heads", op, s.nv, s.nk);
-  DF_CHECK(s.dk <= 128 && s.dv <= 128, "%s: head dims dk %d / dv %d above the kernel's 128", op, s.dk, s.dv);
+  DF_CHECK(s.dk <= 128 && s.dv <= 128 && s.dk % 8 == 0 && s.dv % 8 == 0,
+           "%s: head dims dk %d / dv %d must be multiples of 8 and <= 128", op, s.dk, s.dv);
   expect_shape(qkv, seqs.tokens, 2LL * s.nk * s.dk + (int64_t)s.nv * s.dv, op, "qkv");
   expect_shape(a, seqs.tokens, s.nv, op, "a");
   expect_shape(b, seqs.tokens, s.nv, op, "b");
