@@ -1,5 +1,5 @@
 // Causal GQA attention over packed variable-length sequences, flash style: one block = 64 queries of one
-// head, 4 warps × 16 rows, walking 64-key tiles with an online softmax in fp32 (exp2 with log2e folded into
+// head (128 at hd 256), one warp per 16 rows, walking 64-key tiles with an online softmax in fp32 (exp2 with log2e folded into
 // the scale). Q·Kᵀ and P·V run on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate); P is rounded to
 // bf16 before P·V as in FlashAttention. Head dims are padded with zeros to 16/32/64/128/256 in shared memory.
 #include <cmath>
@@ -10,16 +10,22 @@
 
 namespace df {
 
-constexpr int kAttnRows = 64;  // queries per block
 constexpr int kAttnKeys = 64;  // keys per tile
-constexpr int kAttnThreads = 128;
+
+// Queries per block. At hd 256 the 251-register warps allow one block per SM either way, so 128 rows halve
+// the K/V tile traffic per FLOP; smaller heads keep 64 rows and several blocks per SM.
+template <int HD>
+struct AttnCfg {
+  static constexpr int kRows = HD >= 256 ? 128 : 64;
+  static constexpr int kThreads = kRows * 2;  // 16 rows per warp
+};
 
 // ---- kernels ----
-// Rows [r0, r0 + 64) of one head into shared memory (row stride LDS), zeros past len and past hd.
-template <int HD, int LDS>
+// Rows [r0, r0 + ROWS) of one head into shared memory (row stride LDS), zeros past len and past hd.
+template <int HD, int LDS, int ROWS>
 __device__ __forceinline__ void attn_load_tile(bf16* dst, const bf16* src, int64_t ld, int r0, int len, int hd) {
   constexpr int kChunks = HD / 8;
-  for (int c = threadIdx.x; c < kAttnRows * kChunks; c += kAttnThreads) {
+  for (int c = threadIdx.x; c < ROWS * kChunks; c += AttnCfg<HD>::kThreads) {
     int r = c / kChunks, d = (c % kChunks) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r0 + r < len && d < hd) v = *reinterpret_cast<const uint4*>(src + (int64_t)(r0 + r) * ld + d);
@@ -28,23 +34,24 @@ __device__ __forceinline__ void attn_load_tile(bf16* dst, const bf16* src, int64
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kAttnThreads) attention_causal_kernel(
+__global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel(
     const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v, bf16* out, int64_t ld_out,
     const int32_t* cu, int hq, int hkv, int hd, float scale_log2) {
   constexpr int LDS = HD + 8;  // +16 bytes per row: fragment loads of 8 rows hit 8 different bank groups
+  constexpr int kRows = AttnCfg<HD>::kRows;
   extern __shared__ __align__(16) unsigned char attn_smem[];
   bf16* Qs = reinterpret_cast<bf16*>(attn_smem);
-  bf16* Ks = Qs + kAttnRows * LDS;
+  bf16* Ks = Qs + kRows * LDS;
   bf16* Vs = Ks + kAttnKeys * LDS;
 
   const int seq = blockIdx.y, head = blockIdx.z;
   const int start = cu[seq], len = cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kAttnRows;  // longest (most causal work) tiles first
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // longest (most causal work) tiles first
   if (q0 >= len) return;
   const int kvh = head / (hq / hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
 
-  attn_load_tile<HD, LDS>(Qs, q + (int64_t)start * ld_q + (int64_t)head * hd, ld_q, q0, len, hd);
+  attn_load_tile<HD, LDS, kRows>(Qs, q + (int64_t)start * ld_q + (int64_t)head * hd, ld_q, q0, len, hd);
 
   float o[HD / 8][4];
 #pragma unroll
@@ -52,14 +59,14 @@ __global__ void __launch_bounds__(kAttnThreads) attention_causal_kernel(
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // the two query rows this thread holds
-  const int last_key = min(q0 + kAttnRows - 1, len - 1);
+  const int last_key = min(q0 + kRows - 1, len - 1);
   const bf16* qrow_a = Qs + (warp * 16 + g) * LDS + 2 * t4;
   const bf16* qrow_b = qrow_a + 8 * LDS;
 
   for (int k0 = 0; k0 <= last_key; k0 += kAttnKeys) {
     __syncthreads();  // previous tile fully consumed (and Q stored on the first pass)
-    attn_load_tile<HD, LDS>(Ks, k + (int64_t)start * ld_k + (int64_t)kvh * hd, ld_k, k0, len, hd);
-    attn_load_tile<HD, LDS>(Vs, v + (int64_t)start * ld_v + (int64_t)kvh * hd, ld_v, k0, len, hd);
+    attn_load_tile<HD, LDS, kAttnKeys>(Ks, k + (int64_t)start * ld_k + (int64_t)kvh * hd, ld_k, k0, len, hd);
+    attn_load_tile<HD, LDS, kAttnKeys>(Vs, v + (int64_t)start * ld_v + (int64_t)kvh * hd, ld_v, k0, len, hd);
     __syncthreads();
 
     float s[kAttnKeys / 8][4];
@@ -162,11 +169,12 @@ template <int HD>
 static void attention_causal_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                  int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs,
                                  int max_len, int hq, int hkv, int hd, float scale, cudaStream_t stream) {
-  size_t smem = sizeof(bf16) * (size_t)(kAttnRows + 2 * kAttnKeys) * (HD + 8);
+  constexpr int kRows = AttnCfg<HD>::kRows;
+  size_t smem = sizeof(bf16) * (size_t)(kRows + 2 * kAttnKeys) * (HD + 8);
   DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  dim3 grid((max_len + kAttnRows - 1) / kAttnRows, num_seqs, hq);
-  attention_causal_kernel<HD><<<grid, kAttnThreads, smem, stream>>>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, hq,
+  dim3 grid((max_len + kRows - 1) / kRows, num_seqs, hq);
+  attention_causal_kernel<HD><<<grid, AttnCfg<HD>::kThreads, smem, stream>>>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, hq,
                                                                     hkv, hd, scale * 1.4426950408889634f);
   DF_CUDA_CHECK_LAUNCH("attention_causal_kernel");
 }
