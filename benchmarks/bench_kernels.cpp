@@ -126,6 +126,21 @@ int main() {
     std::printf("device %s, %d SMs; T = %lld tokens (%d x %d), hidden %lld\n", prop.name, prop.multiProcessorCount,
                 (long long)T, S, L, (long long)H);
 
+    // ---- the two ceilings on this card, measured now (the % columns still use the README figures) ------
+    {
+      size_t mark = b.arena.mark();
+      const int64_t n = 8192, bytes = int64_t(2) << 30;
+      Tensor x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
+      Tensor c = b.arena.alloc(DType::bf16, n, n);
+      row_flops("ceiling: cuBLASLt bf16 8192^3", 2.0 * n * n * n, b.time_ms([&] { b.gpu.gemm(x, w, c, 0.0f); }));
+      void* src = b.arena.alloc_bytes(bytes);
+      void* dst = b.arena.alloc_bytes(bytes);
+      row_bytes("ceiling: device copy 2 GiB (read+write)", 2.0 * bytes, b.time_ms([&] {
+                  DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b.gpu.stream()));
+                }));
+      b.arena.reset(mark);
+    }
+
     // ---- GEMMs: c[T, N] = x[T, K] · w[N, K]ᵀ ------------------------------------------------------------
     struct G { const char* name; int64_t N, K; };
     const G gemms[] = {{"gemm linear in_proj_qkv 5120->10240", 10240, H}, {"gemm linear in_proj_z 5120->6144", 6144, H},
