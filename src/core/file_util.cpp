@@ -24,8 +24,8 @@ void file_fsync(const std::string& path, bool directory) {
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  DF_CHECK(rc == 0 || (directory && err == EINVAL), "%s: fsync failed: %s (disk full or I/O error)", path.c_str(),
-           std::strerror(err));
+  DF_CHECK(rc == 0 || (directory && err == EINVAL), "%s: fsync failed: %s (disk full or I/O error)",
+           path.c_str(), std::strerror(err));
 }
 
 void file_write_text_atomic(const std::string& path, const std::string& text) {
@@ -56,7 +56,8 @@ void file_write_text_atomic(const std::string& path, const std::string& text) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
-    DF_FAIL("cannot write %s: renaming %s into place failed: %s", path.c_str(), tmp.c_str(), std::strerror(e));
+    DF_FAIL("cannot write %s: renaming %s into place failed: %s", path.c_str(), tmp.c_str(),
+            std::strerror(e));
   }
   file_fsync(file_dir_of(path), true);
 }

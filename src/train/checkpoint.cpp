@@ -30,12 +30,15 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kGroups[3] = {"params", "adam_m", "adam_v"};
-constexpr const char* kRootObjects[6] = {"params", "adam_m", "adam_v", "rng_state", "config_text", "drafter_config"};
-// Rows per chunk are chosen so a chunk holds about 4 Mi elements (16 MiB): large enough that the per-chunk
+constexpr const char* kRootObjects[6] = {"params",    "adam_m",      "adam_v",
+                                         "rng_state", "config_text", "drafter_config"};
+// A chunk holds at most 4 Mi elements (16 MiB): large enough that the per-chunk
 // Fletcher-32 and B-tree costs vanish, small enough to stay far below HDF5's 4 GiB chunk limit.
 constexpr int64_t kChunkElems = int64_t(4) << 20;
 
-const Tensor& flat_buffer(const DrafterModel& m, int g) { return g == 0 ? m.params : g == 1 ? m.adam_m : m.adam_v; }
+const Tensor& flat_buffer(const DrafterModel& m, int g) {
+  return g == 0 ? m.params : g == 1 ? m.adam_m : m.adam_v;
+}
 
 std::string drafter_config_json(const DrafterConfig& c) {
   nlohmann::json j;
@@ -96,14 +99,17 @@ void h5_write_string_attr(hid_t obj, const char* name, const std::string& text, 
 void h5_write_string_dataset(hid_t file, const char* name, const std::string& text, const std::string& path) {
   H5Handle type(h5_string_type(text.size()), H5Tclose);
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5Handle dset(H5Dcreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  H5Handle dset(H5Dcreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose);
   std::string buf = text.empty() ? std::string(1, '\0') : text;
-  DF_CHECK(dset.get() >= 0 && H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0,
-           "%s: writing dataset '%s' failed (disk full?)", path.c_str(), name);
+  DF_CHECK(
+      dset.get() >= 0 && H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0,
+      "%s: writing dataset '%s' failed (disk full?)", path.c_str(), name);
   DF_CHECK(dset.close(), "%s: closing dataset '%s' failed (disk full?)", path.c_str(), name);
 }
 
-void h5_write_u64_dataset(hid_t file, const char* name, const std::vector<uint64_t>& v, const std::string& path) {
+void h5_write_u64_dataset(hid_t file, const char* name, const std::vector<uint64_t>& v,
+                          const std::string& path) {
   hsize_t dims[1] = {hsize_t(v.size())};
   H5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
   H5Handle dset(H5Dcreate2(file, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -118,15 +124,19 @@ void h5_write_u64_dataset(hid_t file, const char* name, const std::vector<uint64
 void h5_write_matrix(hid_t group, const std::string& where, const std::string& name, const float* data,
                      int64_t rows, int64_t cols, const std::string& path) {
   hsize_t dims[2] = {hsize_t(rows), hsize_t(cols)};
-  hsize_t chunk[2] = {hsize_t(std::clamp<int64_t>(kChunkElems / cols, 1, rows)), hsize_t(cols)};
+  // Equal chunks: HDF5 stores a partial edge chunk at full size, so rows are split evenly, not greedily.
+  const int64_t n_chunks = std::max<int64_t>(1, (rows * cols + kChunkElems - 1) / kChunkElems);
+  hsize_t chunk[2] = {hsize_t((rows + n_chunks - 1) / n_chunks), hsize_t(cols)};
   H5Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
   H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   DF_CHECK(H5Pset_chunk(dcpl.get(), 2, chunk) >= 0 && H5Pset_fletcher32(dcpl.get()) >= 0,
            "%s: cannot set up chunking for tensor '%s'", path.c_str(), where.c_str());
-  H5Handle dset(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                H5Dclose);
-  DF_CHECK(dset.get() >= 0 && H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
-           "%s: writing tensor '%s' failed (disk full?)", path.c_str(), where.c_str());
+  H5Handle dset(
+      H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+      H5Dclose);
+  DF_CHECK(
+      dset.get() >= 0 && H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
+      "%s: writing tensor '%s' failed (disk full?)", path.c_str(), where.c_str());
   DF_CHECK(dset.close(), "%s: closing tensor '%s' failed (disk full?)", path.c_str(), where.c_str());
 }
 
@@ -157,8 +167,8 @@ void checkpoint_write_file(const std::string& tmp, const std::string& path, cons
     DF_CHECK(group.get() >= 0, "%s: cannot create group '%s' (disk full?)", path.c_str(), kGroups[g]);
     for (const auto& e : table.entries) {
       model.ops().download_raw(model.entry_view(flat_buffer(model, g), e.name), scratch.data());
-      h5_write_matrix(group.get(), std::string(kGroups[g]) + "/" + e.name, e.name, scratch.data(), e.rows, e.cols,
-                      path);
+      h5_write_matrix(group.get(), std::string(kGroups[g]) + "/" + e.name, e.name, scratch.data(), e.rows,
+                      e.cols, path);
     }
   }
   DF_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "%s: flushing failed (disk full?)", path.c_str());
@@ -219,8 +229,9 @@ std::vector<std::string> h5_list_links(hid_t group) {
 
 template <class T>
 T h5_read_attr(hid_t file, const char* name, hid_t mem_type, const std::string& path) {
-  DF_CHECK(H5Aexists(file, name) > 0, "%s: root attribute '%s' is missing (not a dflash_mpi checkpoint, or corrupt)",
-           path.c_str(), name);
+  DF_CHECK(H5Aexists(file, name) > 0,
+           "%s: root attribute '%s' is missing (not a dflash_mpi checkpoint, or corrupt)", path.c_str(),
+           name);
   H5Handle attr(H5Aopen(file, name, H5P_DEFAULT), H5Aclose);
   T v{};
   DF_CHECK(attr.get() >= 0 && H5Aread(attr.get(), mem_type, &v) >= 0, "%s: cannot read root attribute '%s'",
@@ -288,14 +299,14 @@ std::string checkpoint_path_for_step(const std::string& ckpt_dir, int64_t step) 
   return ckpt_dir + strfmt("/step_%08lld.h5", (long long)step);
 }
 
-std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& model, const CheckpointState& state,
-                            int keep_last) {
+std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& model,
+                            const CheckpointState& state, int keep_last) {
   DF_CHECK(keep_last >= 1, "checkpoint.keep_last is %d; it must be at least 1", keep_last);
   DF_CHECK(state.step >= 0, "checkpoint step %lld is negative", (long long)state.step);
   std::error_code ec;
   fs::create_directories(ckpt_dir, ec);
-  DF_CHECK(!ec, "cannot create the checkpoint folder %s: %s (check run.dir and permissions)", ckpt_dir.c_str(),
-           ec.message().c_str());
+  DF_CHECK(!ec, "cannot create the checkpoint folder %s: %s (check run.dir and permissions)",
+           ckpt_dir.c_str(), ec.message().c_str());
   const std::string path = checkpoint_path_for_step(ckpt_dir, state.step);
   const std::string name = fs::path(path).filename().string();
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -304,8 +315,8 @@ std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& mod
     try {
       checkpoint_write_file(tmp, path, model, state);
       file_fsync(tmp, false);
-      DF_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "%s: renaming %s into place failed: %s", path.c_str(),
-               tmp.c_str(), std::strerror(errno));
+      DF_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "%s: renaming %s into place failed: %s",
+               path.c_str(), tmp.c_str(), std::strerror(errno));
     } catch (...) {
       std::remove(tmp.c_str());
       throw;
@@ -329,10 +340,13 @@ std::string checkpoint_find_latest(const std::string& ckpt_dir) {
   std::error_code ec;
   if (!fs::exists(pointer, ec)) return "";
   const std::string name = checkpoint_read_pointer(ckpt_dir);
-  DF_CHECK(!name.empty(), "%s is empty; it must name a checkpoint file (e.g. step_00001000.h5). Write the name of "
-           "an existing step_*.h5 into it, or delete it to start fresh", pointer.c_str());
+  DF_CHECK(!name.empty(),
+           "%s is empty; it must name a checkpoint file (e.g. step_00001000.h5). Write the name of "
+           "an existing step_*.h5 into it, or delete it to start fresh",
+           pointer.c_str());
   const std::string path = name[0] == '/' ? name : ckpt_dir + "/" + name;
-  DF_CHECK(fs::is_regular_file(path, ec), "%s points at %s, which does not exist; the checkpoint was deleted or "
+  DF_CHECK(fs::is_regular_file(path, ec),
+           "%s points at %s, which does not exist; the checkpoint was deleted or "
            "the folder copied partially. Point it at an existing step_*.h5, or set checkpoint.resume",
            pointer.c_str(), path.c_str());
   return path;
@@ -341,20 +355,28 @@ std::string checkpoint_find_latest(const std::string& ckpt_dir) {
 CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
   H5Quiet quiet;
   H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  DF_CHECK(file.get() >= 0, "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); resume from an "
-           "older step_*.h5 or set checkpoint.resume", path.c_str());
+  DF_CHECK(file.get() >= 0,
+           "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); resume from an "
+           "older step_*.h5 or set checkpoint.resume",
+           path.c_str());
   const int32_t version = h5_read_attr<int32_t>(file.get(), "format_version", H5T_NATIVE_INT32, path);
-  DF_CHECK(version == kCheckpointFormatVersion, "%s: checkpoint format_version is %d but this build reads version "
-           "%d; use the dflash_mpi that wrote it", path.c_str(), version, kCheckpointFormatVersion);
+  DF_CHECK(version == kCheckpointFormatVersion,
+           "%s: checkpoint format_version is %d but this build reads version "
+           "%d; use the dflash_mpi that wrote it",
+           path.c_str(), version, kCheckpointFormatVersion);
 
   const std::set<std::string> known(std::begin(kRootObjects), std::end(kRootObjects));
   std::vector<std::string> root = h5_list_links(file.get());
   for (const auto& n : root)
-    DF_CHECK(known.count(n), "%s: unknown object '%s' at the root of the checkpoint (written by another tool or "
-             "version?)", path.c_str(), n.c_str());
+    DF_CHECK(known.count(n),
+             "%s: unknown object '%s' at the root of the checkpoint (written by another tool or "
+             "version?)",
+             path.c_str(), n.c_str());
   for (const char* n : kRootObjects)
-    DF_CHECK(std::find(root.begin(), root.end(), n) != root.end(), "%s: '%s' is missing; the checkpoint is "
-             "incomplete or corrupt, resume from an older step_*.h5", path.c_str(), n);
+    DF_CHECK(std::find(root.begin(), root.end(), n) != root.end(),
+             "%s: '%s' is missing; the checkpoint is "
+             "incomplete or corrupt, resume from an older step_*.h5",
+             path.c_str(), n);
   const std::string stored_cfg = h5_read_string_dataset(file.get(), "drafter_config", path);
 
   // Pass 1: every tensor of every group, names and shapes only; all problems are collected, then reported.
@@ -381,10 +403,11 @@ CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
     std::string list;
     for (size_t i = 0; i < problems.size() && i < 4; ++i) list += (i ? "; " : "") + problems[i];
     if (problems.size() > 4) list += strfmt("; and %zu more", problems.size() - 4);
-    DF_FAIL("%s: the checkpoint does not fit the model: %s. HINT: it was written for another drafter config "
-            "(did [drafter] or the target change?); the checkpoint's drafter config is %s and the model's is %s. "
-            "Resume with the config it was written with, or set checkpoint.resume = \"none\" to start fresh",
-            path.c_str(), list.c_str(), stored_cfg.c_str(), drafter_config_json(model.config()).c_str());
+    DF_FAIL(
+        "%s: the checkpoint does not fit the model: %s. HINT: it was written for another drafter config "
+        "(did [drafter] or the target change?); the checkpoint's drafter config is %s and the model's is %s. "
+        "Resume with the config it was written with, or set checkpoint.resume = \"none\" to start fresh",
+        path.c_str(), list.c_str(), stored_cfg.c_str(), drafter_config_json(model.config()).c_str());
   }
 
   // Pass 2: all data into host staging (checksums verified by HDF5 on read), then the scalars.
@@ -395,8 +418,10 @@ CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
       H5Handle dset(H5Dopen2(group_handles[g]->get(), e.name.c_str(), H5P_DEFAULT), H5Dclose);
       DF_CHECK(dset.get() >= 0 && H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                           stage[g].data() + e.offset) >= 0,
-               "%s: reading tensor '%s/%s' failed (checksum mismatch or truncated file: the checkpoint is corrupt; "
-               "resume from an older step_*.h5)", path.c_str(), kGroups[g], e.name.c_str());
+               "%s: reading tensor '%s/%s' failed (checksum mismatch or truncated file: the checkpoint is "
+               "corrupt; "
+               "resume from an older step_*.h5)",
+               path.c_str(), kGroups[g], e.name.c_str());
     }
   }
   CheckpointState st;

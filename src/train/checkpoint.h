@@ -21,24 +21,24 @@ namespace df {
 constexpr int kCheckpointFormatVersion = 1;
 
 struct CheckpointState {
-  int64_t step = 0;                // optimizer steps completed
-  int64_t batch_cursor = 0;        // global batch index to resume from (in-flight batches are redone)
-  uint64_t data_fingerprint = 0;   // the batcher's fingerprint; a resume on other data must refuse
-  std::vector<uint64_t> rng_state; // opaque words (e.g. the training Rng's four)
+  int64_t step = 0;                 // optimizer steps completed
+  int64_t batch_cursor = 0;         // global batch index to resume from (in-flight batches are redone)
+  uint64_t data_fingerprint = 0;    // the batcher's fingerprint; a resume on other data must refuse
+  std::vector<uint64_t> rng_state;  // opaque words (e.g. the training Rng's four)
   int64_t tokens_seen = 0;
-  std::string config_text;         // the TOML the run started from
+  std::string config_text;  // the TOML the run started from
 };
 
 // "<ckpt_dir>/step_<%08lld>.h5".
 std::string checkpoint_path_for_step(const std::string& ckpt_dir, int64_t step);
 
 // Writes model.params, adam_m, adam_v and `state` to checkpoint_path_for_step(ckpt_dir, state.step) through a
-// temp name in the same folder (flush, close, fsync, rename, fsync the folder), then points `<ckpt_dir>/latest`
-// at it the same way, then deletes the oldest step files so that `keep_last` remain (never the new one).
-// The folder is created when missing. On any failure: df::Error naming the path, the temp file removed,
-// `latest` and the existing checkpoints untouched. Returns the path written.
-std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& model, const CheckpointState& state,
-                            int keep_last);
+// temp name in the same folder (flush, close, fsync, rename, fsync the folder), then points
+// `<ckpt_dir>/latest` at it the same way, then deletes the oldest step files so that `keep_last` remain
+// (never the new one). The folder is created when missing. On any failure: df::Error naming the path, the
+// temp file removed, `latest` and the existing checkpoints untouched. Returns the path written.
+std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& model,
+                            const CheckpointState& state, int keep_last);
 
 // The checkpoint `<ckpt_dir>/latest` names, as a path; "" when the folder or the pointer does not exist.
 // Throws when the pointer names a file that is missing.

@@ -1,6 +1,6 @@
 // Drafter -> Hugging Face folder. Besides the keys MODELS.md lists, config.json carries the Qwen3Config keys
-// that the public z-lab DFlash checkpoints set and that loaders read when present (attention_bias, hidden_act,
-// max_position_embeddings, max_window_layers, ...), with the values this drafter actually has.
+// that the public z-lab DFlash checkpoints set and that loaders read when present (attention_bias,
+// hidden_act, max_position_embeddings, max_window_layers, ...), with the values this drafter actually has.
 #include "train/export_hf.h"
 
 #include <cstdlib>
@@ -33,18 +33,22 @@ const char* drafter_layer_type_hf_name(DrafterLayerType t) {
   return t == DrafterLayerType::sliding ? "sliding_attention" : "full_attention";
 }
 
-nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers, int64_t max_position_embeddings) {
+nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
+                                 int64_t max_position_embeddings) {
   drafter_config_validate(c);
   DF_CHECK(num_target_layers > 0, "export: num_target_layers is %d; pass the target model's layer count",
            num_target_layers);
   for (int id : c.target_layer_ids)
-    DF_CHECK(id >= 0 && id < num_target_layers, "export: target layer id %d is outside the target's %d layers "
-             "(wrong num_target_layers?)", id, num_target_layers);
+    DF_CHECK(id >= 0 && id < num_target_layers,
+             "export: target layer id %d is outside the target's %d layers "
+             "(wrong num_target_layers?)",
+             id, num_target_layers);
   nlohmann::json j;
   j["architectures"] = {"DFlashDraftModel"};
   j["model_type"] = "qwen3";
   j["block_size"] = c.block_size;
-  j["dflash_config"] = {{"mask_token_id", c.mask_token_id}, {"target_layer_ids", c.target_layer_ids},
+  j["dflash_config"] = {{"mask_token_id", c.mask_token_id},
+                        {"target_layer_ids", c.target_layer_ids},
                         {"block_size", c.block_size}};
   j["hidden_size"] = c.hidden;
   j["intermediate_size"] = c.intermediate;
@@ -99,8 +103,8 @@ void drafter_export_hf(const std::string& dir, const DrafterModel& model, int nu
     model.ops().download_raw(model.entry_view(model.params, e.name), scratch.data());
     uint16_t* out = bf16.data() + e.offset;
     for (size_t i = 0; i < scratch.size(); ++i) out[i] = f32_to_bf16(scratch[i]);
-    std::vector<int64_t> shape = (e.rows == 1 && !e.decay) ? std::vector<int64_t>{e.cols}
-                                                           : std::vector<int64_t>{e.rows, e.cols};
+    std::vector<int64_t> shape =
+        (e.rows == 1 && !e.decay) ? std::vector<int64_t>{e.cols} : std::vector<int64_t>{e.rows, e.cols};
     tensors.push_back({e.name, DType::bf16, shape, out});
   }
   // Weights first: a folder with a config.json always has the weights that go with it.

@@ -28,7 +28,9 @@ using df_test::ScratchDir;
 
 namespace {
 
-float* buf(const Tensor& t) { return t.ptr<float>(); }
+float* buf(const Tensor& t) {
+  return t.ptr<float>();
+}
 
 // Weights from the seed, moments random (v positive like a real second moment), plus values that a lossy path
 // would change: -0, a denormal, the largest float, and a NaN with a payload.
@@ -52,7 +54,9 @@ void fill_model(DrafterModel& m, uint64_t seed) {
   std::memcpy(&p[3], &nan_bits, 4);
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) { return std::memcmp(a.data, b.data, a.nbytes()) == 0; }
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
 
 // A copy of the three buffers, to show that a refused load changed nothing.
 struct Snapshot {
@@ -61,7 +65,9 @@ struct Snapshot {
   static std::vector<char> bytes(const Tensor& t) {
     return std::vector<char>(static_cast<char*>(t.data), static_cast<char*>(t.data) + t.nbytes());
   }
-  bool equals(const DrafterModel& d) const { return p == bytes(d.params) && m == bytes(d.adam_m) && v == bytes(d.adam_v); }
+  bool equals(const DrafterModel& d) const {
+    return p == bytes(d.params) && m == bytes(d.adam_m) && v == bytes(d.adam_v);
+  }
 };
 
 CheckpointState sample_state(int64_t step) {
@@ -148,22 +154,23 @@ TEST(Checkpoint, KeepLastPrunesOldestButNeverTheNewFile) {
   fill_model(m, 3);
   const std::string dir = d.file("ck");
   for (int64_t s : {1, 2, 3, 4, 5}) checkpoint_save(dir, m, sample_state(s), 3);
-  EXPECT_EQ(dir_entries(dir), (std::set<std::string>{"latest", "step_00000003.h5", "step_00000004.h5",
-                                                     "step_00000005.h5"}));
+  EXPECT_EQ(dir_entries(dir),
+            (std::set<std::string>{"latest", "step_00000003.h5", "step_00000004.h5", "step_00000005.h5"}));
   EXPECT_EQ(read_text(dir + "/latest"), "step_00000005.h5\n");
   EXPECT_EQ(checkpoint_find_latest(dir), dir + "/step_00000005.h5");
 
   // Resumed from an older step: the file just written is the oldest by number but must survive.
   checkpoint_save(dir, m, sample_state(2), 3);
-  EXPECT_EQ(dir_entries(dir), (std::set<std::string>{"latest", "step_00000002.h5", "step_00000004.h5",
-                                                     "step_00000005.h5"}));
+  EXPECT_EQ(dir_entries(dir),
+            (std::set<std::string>{"latest", "step_00000002.h5", "step_00000004.h5", "step_00000005.h5"}));
   EXPECT_EQ(checkpoint_find_latest(dir), dir + "/step_00000002.h5");
 
   // Files that only look like checkpoints are not touched.
   write_text(dir + "/step_12.h5.tmp.99", "x");
   write_text(dir + "/notes.txt", "x");
   checkpoint_save(dir, m, sample_state(6), 1);
-  EXPECT_EQ(dir_entries(dir), (std::set<std::string>{"latest", "step_00000006.h5", "step_12.h5.tmp.99", "notes.txt"}));
+  EXPECT_EQ(dir_entries(dir),
+            (std::set<std::string>{"latest", "step_00000006.h5", "step_12.h5.tmp.99", "notes.txt"}));
 }
 
 TEST(Checkpoint, FindLatest) {
@@ -181,7 +188,8 @@ TEST(Checkpoint, FindLatest) {
     checkpoint_find_latest(d.path().string());
     ADD_FAILURE() << "a pointer to a missing file must be an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("step_00000007.h5, which does not exist"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("step_00000007.h5, which does not exist"), std::string::npos)
+        << e.what();
   }
   write_text(d.file("latest"), "\n");
   EXPECT_THROW(checkpoint_find_latest(d.path().string()), Error);
@@ -200,8 +208,11 @@ TEST(Checkpoint, ShapeMismatchNamesTensorAndLeavesModelUnchanged) {
   fill_model(b, 6);
   Snapshot before(b);
   std::string msg = load_error(path, b);
-  EXPECT_NE(msg.find("params/layers.0.mlp.gate_proj.weight' is [24, 16] in the file but the model expects [25, 16]"),
-            std::string::npos) << msg;
+  EXPECT_NE(
+      msg.find(
+          "params/layers.0.mlp.gate_proj.weight' is [24, 16] in the file but the model expects [25, 16]"),
+      std::string::npos)
+      << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("HINT"), std::string::npos) << msg;
   EXPECT_NE(msg.find("\"intermediate\":24"), std::string::npos) << msg;  // the checkpoint's own config
@@ -215,7 +226,8 @@ TEST(Checkpoint, ShapeMismatchNamesTensorAndLeavesModelUnchanged) {
   Snapshot before_c(c);
   msg = load_error(path, c);
   EXPECT_NE(msg.find("'params/layers.2.self_attn.q_proj.weight' is missing (the model expects [32, 16])"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
   EXPECT_TRUE(before_c.equals(c));
 
   DrafterConfig shallower = tiny_drafter_config();
@@ -223,7 +235,8 @@ TEST(Checkpoint, ShapeMismatchNamesTensorAndLeavesModelUnchanged) {
   shallower.layer_types.pop_back();
   DrafterModel s(shallower, ops);
   msg = load_error(path, s);
-  EXPECT_NE(msg.find("'params/layers.1.input_layernorm.weight' is not a tensor of this model"), std::string::npos)
+  EXPECT_NE(msg.find("'params/layers.1.input_layernorm.weight' is not a tensor of this model"),
+            std::string::npos)
       << msg;
   EXPECT_NE(msg.find("and 29 more"), std::string::npos) << msg;  // 11 tensors of layer 1 in each of 3 groups
 }
@@ -292,7 +305,8 @@ TEST(Checkpoint, CorruptOrTruncatedFilesAreErrors) {
   flipped[at + 21] ^= 0x10;
   write_text(d.file("flip.h5"), flipped);
   msg = load_error(d.file("flip.h5"), b);
-  EXPECT_NE(msg.find("reading tensor 'params/layers.0.self_attn.q_proj.weight' failed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reading tensor 'params/layers.0.self_attn.q_proj.weight' failed"), std::string::npos)
+      << msg;
   EXPECT_TRUE(before.equals(b));
 }
 
@@ -329,6 +343,19 @@ TEST(Checkpoint, FailedSaveKeepsPreviousState) {
   checkpoint_load(first, b);
   EXPECT_TRUE(same_bits(a.params, b.params));
 
+  // The checkpoint lands but `latest` cannot be replaced (a directory is in its way): the new step file is
+  // taken back, so nothing points past what `latest` names.
+  const std::string dir2 = d.file("ck2");
+  fs::create_directories(dir2 + "/latest/x");
+  msg.clear();
+  try {
+    checkpoint_save(dir2, a, sample_state(4), 2);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(dir2 + "/latest"), std::string::npos) << msg;
+  EXPECT_EQ(dir_entries(dir2), (std::set<std::string>{"latest"}));
+
   // A folder that cannot exist: its parent is a regular file.
   write_text(d.file("plain"), "x");
   msg.clear();
@@ -357,13 +384,34 @@ TEST(ExportHf, ConfigKeysAndBf16Weights) {
   nlohmann::json j = nlohmann::json::parse(read_text(dir + "/config.json"));
   std::set<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.insert(it.key());
-  EXPECT_EQ(keys, (std::set<std::string>{
-                      "architectures", "model_type", "block_size", "dflash_config", "hidden_size",
-                      "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                      "head_dim", "num_target_layers", "rms_norm_eps", "rope_theta", "layer_types", "sliding_window",
-                      "use_sliding_window", "vocab_size", "tie_word_embeddings", "dtype", "torch_dtype",
-                      "hidden_act", "attention_bias", "attention_dropout", "max_position_embeddings",
-                      "max_window_layers", "rope_scaling", "initializer_range", "use_cache"}));
+  EXPECT_EQ(keys, (std::set<std::string>{"architectures",
+                                         "model_type",
+                                         "block_size",
+                                         "dflash_config",
+                                         "hidden_size",
+                                         "intermediate_size",
+                                         "num_hidden_layers",
+                                         "num_attention_heads",
+                                         "num_key_value_heads",
+                                         "head_dim",
+                                         "num_target_layers",
+                                         "rms_norm_eps",
+                                         "rope_theta",
+                                         "layer_types",
+                                         "sliding_window",
+                                         "use_sliding_window",
+                                         "vocab_size",
+                                         "tie_word_embeddings",
+                                         "dtype",
+                                         "torch_dtype",
+                                         "hidden_act",
+                                         "attention_bias",
+                                         "attention_dropout",
+                                         "max_position_embeddings",
+                                         "max_window_layers",
+                                         "rope_scaling",
+                                         "initializer_range",
+                                         "use_cache"}));
   EXPECT_EQ(j["architectures"], nlohmann::json::array({"DFlashDraftModel"}));
   EXPECT_EQ(j["model_type"], "qwen3");
   EXPECT_EQ(j["block_size"], 4);
@@ -395,7 +443,8 @@ TEST(ExportHf, ConfigKeysAndBf16Weights) {
     const StTensor* t = idx.find(e.name);
     ASSERT_NE(t, nullptr) << e.name;
     EXPECT_EQ(t->dtype, DType::bf16) << e.name;
-    const std::vector<int64_t> want = e.rows == 1 ? std::vector<int64_t>{e.cols} : std::vector<int64_t>{e.rows, e.cols};
+    const std::vector<int64_t> want =
+        e.rows == 1 ? std::vector<int64_t>{e.cols} : std::vector<int64_t>{e.rows, e.cols};
     EXPECT_EQ(t->shape, want) << e.name;
     const float* p = buf(m.entry_view(m.params, e.name));
     const uint16_t* got = static_cast<const uint16_t*>(t->data);
