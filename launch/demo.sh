@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# The demo: install what is missing, build, then run a tiny end-to-end job on CPU.
-# Today: a random tiny Qwen3.5-style target, a synthetic token corpus, and `extract` of its hidden states.
+# The demo: install what is missing, build, then train a DFlash drafter on CPU ranks with mpirun:
+# 2 target ranks run a random tiny Qwen3.5-style target (configs/tiny-target.json) and stream hidden states
+# under credits to 1 drafter rank, which trains a 1-layer drafter on a synthetic corpus (configs/tiny.toml).
+# Takes about two minutes on 2 cores; the loss falls and tau (acceptance length) rises as it learns.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
+cd "$ROOT_DIR"
 BIN="$BUILD_DIR/dflash_mpi"
-RUN=${RUN_DIR:-$ROOT_DIR/runs/demo}
-mkdir -p "$RUN"
-echo "== 1/3 random tiny target (configs/tiny-target.json) -> $RUN/target"
-"$BIN" model init --hf-config "$ROOT_DIR/configs/tiny-target.json" --seed 1 --out "$RUN/target"
-echo "== 2/3 synthetic corpus -> $RUN/tokens.h5"
-"$BIN" data synth --out "$RUN/tokens.h5" --vocab 256 --sequences 64 --min-len 32 --max-len 256 --seed 1
-echo "== 3/3 extract hidden states (embeddings, every layer, final norm) -> $RUN/features.h5"
-"$BIN" extract --model "$RUN/target" --tokens "$RUN/tokens.h5" --out "$RUN/features.h5" --layers all --device cpu
-command -v h5ls >/dev/null && h5ls "$RUN/features.h5"
-echo "demo done: $RUN"
+mkdir -p runs/tiny
+if [ ! -f runs/tiny/tokens.h5 ]; then
+  echo "== synthetic corpus -> runs/tiny/tokens.h5"
+  "$BIN" data synth --out runs/tiny/tokens.h5 --vocab 255 --sequences 4000 --min-len 48 --max-len 160 --seed 1
+fi
+# A fresh run each time (delete runs/tiny/checkpoints to start over, keep it to resume).
+rm -rf runs/tiny/checkpoints runs/tiny/metrics.jsonl
+echo "== mpirun -np 3 dflash_mpi --config configs/tiny.toml   (2 targets + 1 drafter, CPU)"
+mpirun --oversubscribe -np 3 "$BIN" --config configs/tiny.toml
+echo "== demo done: checkpoints in runs/tiny/checkpoints, metrics in runs/tiny/metrics.jsonl"
+"$BIN" model init --hf-config configs/tiny-target.json --out runs/tiny/target >/dev/null
+echo "   (the same random target as a Hugging Face checkpoint: runs/tiny/target; try"
+echo "    $BIN extract --model runs/tiny/target --tokens runs/tiny/tokens.h5 --out runs/tiny/features.h5)"

@@ -4,6 +4,16 @@
 
 namespace df {
 
+struct TrainArgs {
+  std::string config;
+  std::string rankfile;
+  int64_t stop_at_step = 0;  // > 0: checkpoint and exit cleanly after this step (time-boxed jobs, tests)
+};
+// `train` subcommand, and the root-level --config/--rankfile that run the same thing (DESIGN.md's command line).
+void cmd_train_register(CLI::App& root);
+void train_add_options(CLI::App& app, TrainArgs& args);
+void train_run(const TrainArgs& args);
+
 void cmd_extract_register(CLI::App& root);
 void cmd_model_register(CLI::App& root);
 void cmd_config_register(CLI::App& root);

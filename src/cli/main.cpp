@@ -2,6 +2,7 @@
 // a message with rank, host and file:line followed by MPI_Abort (or exit 1 outside MPI).
 #include <mpi.h>
 
+#include <cstdio>
 #include <exception>
 
 #include "cli/commands.h"
@@ -10,7 +11,10 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"dflash_mpi: train DFlash speculative-decoding drafters for Qwen targets over MPI ranks"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
+  df::TrainArgs root_train;
+  df::train_add_options(app, root_train);
+  df::cmd_train_register(app);
   df::cmd_extract_register(app);
   df::cmd_model_register(app);
   df::cmd_config_register(app);
@@ -19,6 +23,13 @@ int main(int argc, char** argv) {
   df::cmd_plan_register(app);
   try {
     app.parse(argc, argv);
+    if (app.get_subcommands().empty()) {
+      if (root_train.config.empty()) {
+        std::printf("%s", app.help().c_str());
+        return 1;
+      }
+      df::train_run(root_train);
+    }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const df::Error& e) {

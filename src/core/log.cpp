@@ -62,6 +62,13 @@ void log_all(const char* fmt, ...) {
   va_end(ap);
 }
 
+void log_here(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_line(stdout, "", fmt, ap);
+  va_end(ap);
+}
+
 void log_warn(const char* fmt, ...) {
   const ProcessInfo& p = process_info();
   std::string prefix = strfmt("[rank %d %s] WARNING: ", p.rank, p.host.c_str());

@@ -18,6 +18,8 @@ void process_info_init_from_mpi();  // fills rank/world/host from MPI_COMM_WORLD
 void log_info(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_all(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// Prints on this rank, no prefix: for the rank that owns a report (e.g. the metrics line of drafter 0).
+void log_here(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Prints the error with rank and host and ends the whole job: MPI_Abort when MPI is up, exit(1) otherwise.
 [[noreturn]] void fatal_abort(const std::string& what);

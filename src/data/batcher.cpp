@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "data/rng.h"
+#include "core/rng.h"
 
 namespace df {
 

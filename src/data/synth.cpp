@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/rng.h"
+#include "core/rng.h"
 
 namespace df {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "train/rng.h"
+#include "core/rng.h"
 
 namespace df {
 

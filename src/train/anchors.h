@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/drafter.h"
-#include "train/rng.h"
+#include "core/rng.h"
 
 namespace df {
 

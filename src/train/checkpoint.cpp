@@ -437,4 +437,15 @@ CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
   return st;
 }
 
+CheckpointState checkpoint_read_state(const std::string& path) {
+  H5Quiet quiet;
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  DF_CHECK(file.get() >= 0, "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); HINT: resume from an "
+           "older step_*.h5 or set checkpoint.resume", path.c_str());
+  CheckpointState st;
+  st.step = h5_read_attr<int64_t>(file.get(), "step", H5T_NATIVE_INT64, path);
+  st.batch_cursor = h5_read_attr<int64_t>(file.get(), "batch_cursor", H5T_NATIVE_INT64, path);
+  return st;
+}
+
 }  // namespace df

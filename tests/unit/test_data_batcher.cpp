@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "data/batcher.h"
-#include "data/rng.h"
+#include "core/rng.h"
 
 using namespace df;
 

@@ -8,7 +8,7 @@
 #include "model/drafter.h"
 #include "ops/cpu/cpu_train_ops.h"
 #include "train/anchors.h"
-#include "train/rng.h"
+#include "core/rng.h"
 
 namespace df::testing {
 

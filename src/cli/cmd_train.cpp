@@ -1,0 +1,48 @@
+// `dflash_mpi train --config F` (also plain `dflash_mpi --config F`): the training run. Every rank parses the
+// same config, resolves its role, and runs the target or the drafter loop.
+#include "cli/commands.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "dist/dist.h"
+#include "pipeline/loops.h"
+#include "pipeline/train_plan.h"
+
+namespace df {
+
+void train_run(const TrainArgs& args) {
+  Config cfg = config_load(args.config);
+  signals_install();
+  DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda");
+  if (ctx.rank == 0) log_here("%s", config_table(cfg).c_str());
+  TrainPlan plan = train_plan_make(cfg, ctx);
+  plan.stop_at_step = args.stop_at_step;
+  if (ctx.rank == 0)
+    log_here("plan: %d targets, %d drafters, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
+             plan.num_targets, plan.num_drafters, plan.grad_accum, (long long)plan.batches_per_step,
+             (long long)plan.start_step, (long long)plan.total_steps, plan.resume_path.empty() ? "" : "; resume from ",
+             plan.resume_path.c_str());
+  if (ctx.role == RankRole::target)
+    target_loop(plan, ctx);
+  else
+    drafter_loop(plan, ctx);
+  MPI_Barrier(MPI_COMM_WORLD);
+  dist_finalize(ctx);
+}
+
+void train_add_options(CLI::App& app, TrainArgs& args) {
+  app.add_option("--config", args.config, "TOML run config (see configs/tiny.toml)");
+  app.add_option("--rankfile", args.rankfile, "rankfile with '# role=target|drafter gpu=N' annotations "
+                                              "(also DFLASH_RANKFILE)");
+  app.add_option("--stop-at-step", args.stop_at_step, "checkpoint and exit 0 after this optimizer step; the run "
+                                                      "resumes from there (the LR schedule still spans all steps)");
+}
+
+void cmd_train_register(CLI::App& root) {
+  CLI::App* t = root.add_subcommand("train", "Train a DFlash drafter (run under mpirun / srun: one rank per GPU)");
+  auto sub = std::make_shared<TrainArgs>();
+  train_add_options(*t, *sub);
+  t->get_option("--config")->required();
+  t->callback([sub] { train_run(*sub); });
+}
+
+}  // namespace df

@@ -1,0 +1,162 @@
+// MPI bootstrap and role resolution. The rankfile parser lives in topo/ (it also writes rankfiles); here
+// the roles are checked against the world the launcher actually started, because a wrong launcher silently
+// starts N singletons and a mismatched rankfile would pair the wrong ranks.
+#include "dist/dist.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <map>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace df {
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+RoleMap roles_from_rankfile(const std::string& path, const std::string& source, int world) {
+  std::vector<RankfileEntry> entries = rankfile_parse(path);
+  DF_CHECK(int(entries.size()) == world,
+           "%s names %zu ranks but %d were started; HINT: run mpirun -np %zu with this rankfile, or write a new one "
+           "with `dflash_mpi topo rankfile`",
+           source.c_str(), entries.size(), world, entries.size());
+  RoleMap m;
+  m.source = source;
+  m.role.resize(world);
+  m.gpu.resize(world);
+  for (const RankfileEntry& e : entries) {
+    m.role[e.rank] = e.role;
+    m.gpu[e.rank] = e.gpu;
+  }
+  return m;
+}
+
+std::string cpu_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "?";
+  std::string out;
+  int n = CPU_SETSIZE, i = 0;
+  while (i < n) {
+    if (!CPU_ISSET(i, &set)) {
+      ++i;
+      continue;
+    }
+    int j = i;
+    while (j + 1 < n && CPU_ISSET(j + 1, &set)) ++j;
+    out += (out.empty() ? "" : ",") + (i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j));
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& topo,
+                      const std::vector<std::string>& hosts) {
+  const int world = int(hosts.size());
+  RoleMap m;
+  std::string rf = rankfile_cli;
+  std::string source = "--rankfile " + rf;
+  if (rf.empty() && std::getenv("DFLASH_RANKFILE")) {
+    rf = std::getenv("DFLASH_RANKFILE");
+    source = "DFLASH_RANKFILE=" + rf;
+  }
+  if (rf.empty() && std::getenv("OMPI_MCA_orte_rankfile")) {
+    rf = std::getenv("OMPI_MCA_orte_rankfile");
+    source = "OMPI_MCA_orte_rankfile=" + rf;
+  }
+  if (!rf.empty()) {
+    m = roles_from_rankfile(rf, source, world);
+  } else if (topo.targets > 0 || topo.drafters > 0) {
+    DF_CHECK(topo.targets + topo.drafters == world,
+             "[topology] asks for %d targets + %d drafters = %d ranks but %d were started; HINT: mpirun -np %d",
+             topo.targets, topo.drafters, topo.targets + topo.drafters, world, topo.targets + topo.drafters);
+    m.source = "[topology]";
+    for (int r = 0; r < world; ++r) m.role.push_back(r < topo.targets ? RankRole::target : RankRole::drafter);
+    m.gpu.assign(world, -1);
+  } else {
+    m.source = "default (one drafter per host, its last rank)";
+    std::map<std::string, int> last;
+    for (int r = 0; r < world; ++r) last[hosts[r]] = r;
+    for (int r = 0; r < world; ++r) m.role.push_back(last[hosts[r]] == r ? RankRole::drafter : RankRole::target);
+    m.gpu.assign(world, -1);
+  }
+  for (int r = 0; r < world; ++r) (m.role[r] == RankRole::target ? m.targets : m.drafters).push_back(r);
+  DF_CHECK(!m.targets.empty(), "roles from %s: no target rank among %d; HINT: a run needs at least one target and "
+           "one drafter (e.g. mpirun -np 2 with [topology] targets = 1, drafters = 1)",
+           m.source.c_str(), world);
+  DF_CHECK(!m.drafters.empty(), "roles from %s: no drafter rank among %d; HINT: a run needs at least one target and "
+           "one drafter",
+           m.source.c_str(), world);
+  return m;
+}
+
+DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  process_info_init_from_mpi();
+  DistContext c;
+  c.rank = process_info().rank;
+  c.world = process_info().world;
+  c.host = process_info().host;
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c.rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &c.local_rank);
+  MPI_Comm_size(local, &c.local_size);
+  MPI_Comm_free(&local);
+
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  std::snprintf(name, sizeof(name), "%s", c.host.c_str());
+  std::vector<char> all(size_t(c.world) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<std::string> hosts;
+  for (int r = 0; r < c.world; ++r) hosts.emplace_back(all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME);
+
+  c.roles = roles_resolve(rankfile_cli, topo, hosts);
+  c.role = c.roles.role[c.rank];
+  for (size_t i = 0; i < c.roles.targets.size(); ++i)
+    if (c.roles.targets[i] == c.rank) c.target_index = int(i);
+  for (size_t i = 0; i < c.roles.drafters.size(); ++i)
+    if (c.roles.drafters[i] == c.rank) c.drafter_index = int(i);
+  if (use_gpus) c.gpu = c.roles.gpu[c.rank] >= 0 ? c.roles.gpu[c.rank] : c.local_rank;
+
+  MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
+  MPI_Comm split;
+  MPI_Comm_split(MPI_COMM_WORLD, c.role == RankRole::drafter ? 1 : MPI_UNDEFINED, c.rank, &split);
+  c.drafter_comm = split;
+
+  log_all("pid %d host %s role %s%d device %s cpus %s (%d targets, %d drafters; roles from %s)", int(getpid()),
+          c.host.c_str(), rank_role_name(c.role), c.role == RankRole::target ? c.target_index : c.drafter_index,
+          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(), c.num_targets(),
+          c.num_drafters(), c.roles.source.c_str());
+  return c;
+}
+
+void dist_finalize(DistContext& c) {
+  if (c.drafter_comm != MPI_COMM_NULL) MPI_Comm_free(&c.drafter_comm);
+  if (c.data_comm != MPI_COMM_NULL) MPI_Comm_free(&c.data_comm);
+  MPI_Finalize();
+  process_info().mpi_active = false;
+}
+
+void signals_install() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+bool signals_stop_requested() { return g_stop_signal.load() != 0; }
+int signals_last() { return g_stop_signal.load(); }
+
+}  // namespace df

@@ -1,0 +1,54 @@
+// MPI bootstrap: process identity, role resolution (DESIGN.md "Roles and placement"), the communicators
+// every rank needs, the start-up line, and the stop signals (SIGTERM / SIGUSR1) that end a run cleanly.
+#pragma once
+#include <mpi.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "topo/rankfile.h"
+
+namespace df {
+
+struct RoleMap {
+  std::vector<RankRole> role;  // per world rank
+  std::vector<int> gpu;        // per world rank; -1 = from the rank's index on its host
+  std::vector<int> targets;    // world ranks of the targets, in order (target index = position)
+  std::vector<int> drafters;   // world ranks of the drafters, in order
+  std::string source;          // where the roles came from, for the start-up line
+};
+
+// Resolves roles, first that applies: rankfile_cli (or DFLASH_RANKFILE); OMPI_MCA_orte_rankfile; the
+// [topology] section (targets first, then drafters); the default (one drafter per host, on its last rank).
+// hosts: the host name of every world rank. Throws with a message naming the source when the map does not
+// match the world size or lacks a target or a drafter.
+RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& topo, const std::vector<std::string>& hosts);
+
+struct DistContext {
+  int rank = 0, world = 1;
+  std::string host;
+  int local_rank = 0, local_size = 1;  // among ranks on this host (MPI_Comm_split_type)
+  RoleMap roles;
+  RankRole role = RankRole::target;
+  int gpu = -1;               // this rank's GPU (-1 on CPU runs)
+  int target_index = -1;      // position among targets, or -1
+  int drafter_index = -1;     // position among drafters, or -1
+  MPI_Comm data_comm = MPI_COMM_NULL;     // feature channel traffic (a dup of world)
+  MPI_Comm drafter_comm = MPI_COMM_NULL;  // drafters only: gradient all-reduce
+  int num_targets() const { return int(roles.targets.size()); }
+  int num_drafters() const { return int(roles.drafters.size()); }
+};
+
+// MPI_Init_thread (funneled), identity, roles, communicators. Prints one start-up line per rank.
+// use_gpus: GPU ids come from the rankfile `gpu=` annotation or the local rank; otherwise the device is cpu.
+DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus);
+void dist_finalize(DistContext& ctx);
+
+// SIGTERM and SIGUSR1 set a flag; the training loops agree on a step, checkpoint and exit 0.
+void signals_install();
+bool signals_stop_requested();
+int signals_last();  // the signal number that asked to stop, 0 if none
+
+}  // namespace df

@@ -1,0 +1,109 @@
+// Metric lines and JSONL; see metrics.h.
+#include "pipeline/metrics.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace df {
+
+std::vector<double> StepStats::pack() const {
+  std::vector<double> v{loss_sum, weight_sum, tau_sum, tau_blocks, tokens, batches, target_busy_s, drafter_busy_s,
+                        q_pre, q_hs, stop};
+  v.insert(v.end(), correct.begin(), correct.end());
+  v.insert(v.end(), count.begin(), count.end());
+  return v;
+}
+
+void StepStats::unpack(const std::vector<double>& v, int block) {
+  size_t i = 0;
+  for (double* d : {&loss_sum, &weight_sum, &tau_sum, &tau_blocks, &tokens, &batches, &target_busy_s,
+                    &drafter_busy_s, &q_pre, &q_hs, &stop})
+    *d = v[i++];
+  correct.assign(v.begin() + i, v.begin() + i + block - 1);
+  count.assign(v.begin() + i + block - 1, v.begin() + i + 2 * (block - 1));
+}
+
+void StepStats::add(const StepStats& o) {
+  std::vector<double> a = pack(), b = o.pack();
+  if (a.size() < b.size()) a.resize(b.size(), 0.0);
+  for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
+  unpack(a, int(std::max(correct.size(), o.correct.size())) + 1);
+}
+
+double tau_from_accuracy(const std::vector<double>& acc) {
+  double tau = 1, prod = 1;
+  for (double a : acc) {
+    prod *= a;
+    tau += prod;
+  }
+  return tau;
+}
+
+MetricsLog::MetricsLog(const std::string& run_dir, double interval_s, int64_t total_steps, int num_targets,
+                       int num_drafters)
+    : path_(run_dir + "/metrics.jsonl"), interval_(interval_s), total_steps_(total_steps), num_targets_(num_targets),
+      num_drafters_(num_drafters), start_(std::chrono::steady_clock::now()), last_(start_) {
+  std::filesystem::create_directories(run_dir);
+  f_ = std::fopen(path_.c_str(), "a");
+  DF_CHECK(f_ != nullptr, "cannot open %s for appending; HINT: is run.dir writable?", path_.c_str());
+}
+
+MetricsLog::~MetricsLog() {
+  if (f_) std::fclose(f_);
+}
+
+double MetricsLog::target_rate() const {
+  return run_.target_busy_s > 0 ? run_.batches / run_.target_busy_s : 0.0;
+}
+
+double MetricsLog::drafter_rate() const {
+  // drafter_busy_s sums every drafter's time; batches are shared among them.
+  return run_.drafter_busy_s > 0 ? run_.batches / run_.drafter_busy_s : 0.0;
+}
+
+void MetricsLog::step(int64_t step, const StepStats& s, double lr, double grad_norm, bool force) {
+  if (first_step_ < 0) first_step_ = step;
+  window_.add(s);
+  run_.add(s);
+  auto now = std::chrono::steady_clock::now();
+  double since = std::chrono::duration<double>(now - last_).count();
+  if (!force && since < interval_) return;
+  double elapsed = std::chrono::duration<double>(now - start_).count();
+  const StepStats& w = window_;
+  std::vector<double> acc;
+  for (size_t k = 0; k < w.correct.size(); ++k) acc.push_back(w.count[k] > 0 ? w.correct[k] / w.count[k] : 0.0);
+  double loss = w.weight_sum > 0 ? w.loss_sum / w.weight_sum : 0.0;
+  double tau = w.tau_blocks > 0 ? w.tau_sum / w.tau_blocks : 0.0;
+  double tau_est = tau_from_accuracy(acc);
+  // Pipeline rates over the window: what each side could sustain (batches per second of busy time, times
+  // its rank count) and what actually went through.
+  double tgt_bps = w.target_busy_s > 0 ? num_targets_ * w.batches / w.target_busy_s : 0.0;
+  double dft_bps = w.drafter_busy_s > 0 ? num_drafters_ * w.batches / w.drafter_busy_s : 0.0;
+  double ktok_s = w.tokens / std::max(since, 1e-9) / 1e3;
+  double steps_done = double(step + 1 - first_step_);
+  double eta = steps_done > 0 ? elapsed / steps_done * double(total_steps_ - step - 1) : 0.0;
+  double q_hs = w.q_hs / std::max(1.0, w.batches), q_pre = w.q_pre / std::max(1.0, w.batches);
+
+  std::string acc_text;
+  for (size_t k = 0; k < acc.size() && k < 8; ++k) acc_text += strfmt("%s%.2f", k ? " " : "", acc[k]);
+  if (acc.size() > 8) acc_text += " ..";
+  log_here("step %6lld/%lld | loss %.4f | acc[k] %s | tau %.2f (est %.2f) | lr %.2e | gnorm %.3f | tgt %.2f b/s "
+           "dft %.2f b/s | q_hs %.1f q_pre %.1f | %.1f Ktok/s | ETA %.0fs",
+           (long long)(step + 1), (long long)total_steps_, loss, acc_text.c_str(), tau, tau_est, lr, grad_norm, tgt_bps,
+           dft_bps, q_hs, q_pre, ktok_s, eta);
+  nlohmann::json j = {{"step", step + 1},       {"loss", loss},      {"acc", acc},          {"tau", tau},
+                      {"tau_est", tau_est},     {"lr", lr},          {"grad_norm", grad_norm},
+                      {"tgt_batches_s", tgt_bps}, {"dft_batches_s", dft_bps}, {"q_hs", q_hs}, {"q_pre", q_pre},
+                      {"ktok_s", ktok_s},       {"eta_s", eta},      {"elapsed_s", elapsed}};
+  std::string line = j.dump() + "\n";
+  DF_CHECK(std::fputs(line.c_str(), f_) >= 0 && std::fflush(f_) == 0, "writing %s failed; HINT: is the disk full?",
+           path_.c_str());
+  window_ = StepStats{};
+  last_ = now;
+}
+
+}  // namespace df

@@ -1,0 +1,55 @@
+// Training metrics: accumulated per log interval on drafter 0 from the globally reduced step statistics,
+// printed as one line and appended to <run_dir>/metrics.jsonl as one JSON object.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace df {
+
+// Everything one optimizer step contributes, summed over drafters (the layout of the reduced vector).
+struct StepStats {
+  double loss_sum = 0, weight_sum = 0;
+  std::vector<double> correct, count;  // per block offset k = 1..B−1
+  double tau_sum = 0, tau_blocks = 0;
+  double tokens = 0;                   // context tokens trained on
+  double batches = 0;
+  double target_busy_s = 0;            // Σ over batches of the target's forward + pack time
+  double drafter_busy_s = 0;           // Σ over drafters of their compute time this step
+  double q_pre = 0, q_hs = 0;          // Σ of samples (divide by batches / drafters)
+  double stop = 0;                     // > 0: some rank asked to stop
+
+  std::vector<double> pack() const;
+  void unpack(const std::vector<double>& v, int block);
+  void add(const StepStats& o);
+};
+
+// Expected acceptance length from per-offset accuracies: 1 + Σ_k Π_{j≤k} acc_j (offsets treated as
+// independent — an estimate; the measured τ comes from leading-correct counts).
+double tau_from_accuracy(const std::vector<double>& acc);
+
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& run_dir, double interval_s, int64_t total_steps, int num_targets, int num_drafters);
+  ~MetricsLog();
+  // Called every step on drafter 0; prints and appends when the interval has passed (or force).
+  void step(int64_t step, const StepStats& s, double lr, double grad_norm, bool force);
+  std::string path() const { return path_; }
+  // Per-GPU rates over the whole run so far (batches/s): for the split recommendation.
+  double target_rate() const;
+  double drafter_rate() const;
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  double interval_;
+  int64_t total_steps_;
+  int num_targets_, num_drafters_;
+  std::chrono::steady_clock::time_point start_, last_;
+  int64_t first_step_ = -1;
+  StepStats window_, run_;
+};
+
+}  // namespace df

@@ -1,0 +1,100 @@
+// The target role: a flat loop of prefetch → forward with taps → pack → send. On CPU ranks the activation
+// dtype is f32 and the wire is bf16 (the same wire GPU targets produce).
+#include <chrono>
+
+#include "core/log.h"
+#include "data/prefetcher.h"
+#include "dist/feature_channel.h"
+#include "model/target.h"
+#include "ops/ops_factory.h"
+#include "pipeline/loops.h"
+
+namespace df {
+
+void target_loop(const TrainPlan& plan, const DistContext& ctx) {
+  const DrafterConfig& dc = plan.drafter;
+  const int H = plan.target.hidden, k = dc.num_taps();
+  int last = 0;
+  for (int l : dc.target_layer_ids) last = std::max(last, l);
+  const int num_layers = plan.kl ? plan.target.layers : last + 1;
+
+  std::unique_ptr<Ops> ops = ops_create(plan.cfg.target.device, ctx.gpu);
+  std::unique_ptr<TargetModel> model = train_load_target(plan, *ops, num_layers, false);
+  const int64_t budget = plan.cfg.data.token_budget;
+  TargetForward fwd(*model, budget);
+
+  // Taps land side by side in one [budget, k·H] tensor: the wire layout, so packing is one conversion.
+  TargetOutputs outs;
+  outs.tap_layers = dc.target_layer_ids;
+  outs.want_final_norm = plan.kl;
+  auto layout = [&](Arena& a) {
+    Tensor feats = a.alloc(ops->act_dtype(), budget, int64_t(k) * H);
+    outs.taps.clear();
+    for (int i = 0; i < k; ++i) outs.taps.push_back(feats.cols_view(int64_t(i) * H, H));
+    if (plan.kl) outs.final_norm = a.alloc(ops->act_dtype(), budget, H);
+    Tensor ids = a.alloc(DType::i32, 1, budget);
+    return std::make_pair(feats, ids);
+  };
+  Arena counting(nullptr, 0, ops->device());
+  layout(counting);
+  const size_t meta = size_t(budget + plan.cfg.data.token_budget + 2) * 4 + 4 * Arena::kAlign;
+  const size_t bytes = counting.high_water() + meta;
+  void* block = ops->alloc_bytes(bytes);
+  Arena arena(block, bytes, ops->device());
+  auto [feats, ids_all] = layout(arena);
+  const size_t meta_mark = arena.mark();
+
+  const int64_t begin = plan.start_step * plan.batches_per_step, end = plan.total_steps * plan.batches_per_step;
+  std::vector<int64_t> mine = batch_indices_for_target(begin, end, ctx.target_index, plan.num_targets);
+  Prefetcher prefetch(*plan.corpus, *plan.batcher, mine, size_t(plan.cfg.data.prefetch_depth));
+  std::unique_ptr<FeatureSender> sender =
+      feature_sender_mpi(ctx.data_comm, ctx.roles.drafters, plan.cfg.pipeline.hs_queue_depth);
+
+  std::vector<float> host;
+  int64_t sent = 0;
+  while (std::optional<MaterialisedBatch> mb = prefetch.next()) {
+    if (sender->stopped()) break;
+    auto t0 = std::chrono::steady_clock::now();
+    const int64_t T = int64_t(mb->tokens.size());
+    std::vector<int32_t> lengths;
+    for (size_t s = 0; s + 1 < mb->offsets.size(); ++s) lengths.push_back(int32_t(mb->offsets[s + 1] - mb->offsets[s]));
+    arena.reset(meta_mark);
+    SeqLayout seqs = seq_layout_make(lengths, *ops, arena);
+    Tensor ids = ids_all.cols_view(0, T);
+    ops->upload_raw(ids, mb->tokens.data());
+    TargetOutputs o = outs;
+    for (Tensor& t : o.taps) t = t.rows_view(0, T);
+    if (plan.kl) o.final_norm = outs.final_norm.rows_view(0, T);
+    fwd.run(ids, seqs, o);
+
+    FeaturePacket p;
+    p.hdr.batch_id = mb->global_index;
+    p.hdr.epoch = mb->epoch;
+    p.hdr.num_seqs = int64_t(lengths.size());
+    p.hdr.tokens = T;
+    p.hdr.feat_cols = int64_t(k) * H;
+    p.hdr.final_cols = plan.kl ? H : 0;
+    p.hdr.q_pre = int64_t(prefetch.depth());
+    if (signals_stop_requested()) p.hdr.flags |= FeatureHeader::kFlagStopRequested;
+    auto to_bf16 = [&](const Tensor& t, std::vector<uint16_t>& out) {
+      host.resize(size_t(t.numel()));
+      ops->download_f32(t, host.data());
+      out.resize(host.size());
+      for (size_t i = 0; i < host.size(); ++i) out[i] = f32_to_bf16(host[i]);
+    };
+    to_bf16(feats.rows_view(0, T), p.features);
+    if (plan.kl) to_bf16(o.final_norm, p.final_hidden);
+    p.offsets = std::move(mb->offsets);
+    p.tokens = std::move(mb->tokens);
+    p.loss_mask = std::move(mb->loss_mask);
+    p.hdr.target_busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int drafter = int(p.hdr.batch_id % plan.num_drafters);
+    if (!sender->send(drafter, std::move(p))) break;
+    ++sent;
+  }
+  sender->finish();
+  ops->free_bytes(block);
+  log_all("target %d done: %lld batches sent", ctx.target_index, (long long)sent);
+}
+
+}  // namespace df

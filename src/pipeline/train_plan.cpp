@@ -1,0 +1,104 @@
+// Building the shared training plan; see train_plan.h.
+#include "pipeline/train_plan.h"
+
+#include <cmath>
+
+#include "core/log.h"
+#include "model/target.h"
+#include "train/checkpoint.h"
+
+namespace df {
+
+namespace {
+
+DrafterConfig drafter_config_from(const DrafterSection& d, const QwenConfig& t) {
+  DrafterConfig c;
+  c.hidden = t.hidden;
+  c.vocab = t.vocab;
+  c.layers = d.layers;
+  c.heads = d.heads;
+  c.kv_heads = d.kv_heads;
+  c.head_dim = d.head_dim;
+  c.intermediate = d.intermediate > 0 ? d.intermediate : t.intermediate;
+  c.rope_theta = float(d.rope_theta);
+  c.rms_eps = float(d.rms_norm_eps);
+  c.block_size = d.block_size;
+  DF_CHECK(d.mask_token_id < t.vocab, "drafter.mask_token_id = %lld is outside the target vocabulary [0, %d)",
+           (long long)d.mask_token_id, t.vocab);
+  c.mask_token_id = int(d.mask_token_id);
+  c.target_layer_ids =
+      d.target_layer_ids.empty() ? drafter_default_target_layer_ids(t.layers, d.num_taps) : d.target_layer_ids;
+  for (int l : c.target_layer_ids)
+    DF_CHECK(l < t.layers, "drafter.target_layer_ids: layer %d does not exist in the target (layers 0..%d)", l,
+             t.layers - 1);
+  for (int i = 0; i < d.layers; ++i)
+    c.layer_types.push_back(!d.layer_types.empty() && d.layer_types[i] == "sliding_attention" ? DrafterLayerType::sliding
+                                                                                             : DrafterLayerType::full);
+  c.sliding_window = d.sliding_window;
+  c.num_anchors = d.num_anchors;
+  drafter_config_validate(c);
+  return c;
+}
+
+}  // namespace
+
+TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
+  TrainPlan p;
+  p.cfg = cfg;
+  p.target = qwen_config_load(cfg.target.model.empty() ? cfg.target.random_config : cfg.target.model);
+  p.drafter = drafter_config_from(cfg.drafter, p.target);
+  p.kl = cfg.train.loss == "kl";
+  p.num_targets = ctx.num_targets();
+  p.num_drafters = ctx.num_drafters();
+  p.grad_accum = cfg.train.grad_accum;
+  p.batches_per_step = int64_t(p.num_drafters) * p.grad_accum;
+
+  DF_CHECK(!cfg.data.train.empty(), "%s: 'data.train' lists no token files; HINT: make one with `dflash_mpi data "
+           "synth` or `dflash_mpi data convert`",
+           cfg.path.c_str());
+  p.corpus = std::make_unique<TokenCorpus>(cfg.data.train);
+  if (p.corpus->vocab_size() > 0)
+    DF_CHECK(p.corpus->vocab_size() <= p.target.vocab, "the token files were made for a vocabulary of %lld but the "
+             "target has %d",
+             (long long)p.corpus->vocab_size(), p.target.vocab);
+  BatcherOptions bo;
+  bo.seed = cfg.run.seed;
+  bo.token_budget = cfg.data.token_budget;
+  bo.bucket_bounds = cfg.data.buckets;
+  p.batcher = std::make_unique<Batcher>(p.corpus->sequence_lengths(), bo);
+
+  const int64_t full = int64_t(std::floor(cfg.train.epochs));
+  const double frac = cfg.train.epochs - double(full);
+  int64_t total_batches = p.batcher->epoch_start(full) + int64_t(std::llround(frac * p.batcher->batches_in_epoch(full)));
+  p.total_steps = cfg.run.max_steps > 0 ? cfg.run.max_steps : total_batches / p.batches_per_step;
+  DF_CHECK(p.total_steps > 0, "%lld batches in %.3g epochs make no optimizer step of %lld batches (%d drafters x "
+           "grad_accum %d); HINT: more data, more epochs, a smaller data.token_budget or run.max_steps",
+           (long long)total_batches, cfg.train.epochs, (long long)p.batches_per_step, p.num_drafters, p.grad_accum);
+
+  // Drafter 0 owns the checkpoints; it decides where the run starts and tells everyone.
+  int64_t start = 0;
+  const int owner = ctx.roles.drafters[0];
+  std::string resume;
+  if (ctx.rank == owner && cfg.checkpoint.resume != "none") {
+    resume = cfg.checkpoint.resume == "auto" ? checkpoint_find_latest(p.ckpt_dir()) : cfg.checkpoint.resume;
+  }
+  int64_t len = int64_t(resume.size());
+  MPI_Bcast(&len, 1, MPI_INT64_T, owner, MPI_COMM_WORLD);
+  resume.resize(size_t(len));
+  MPI_Bcast(resume.data(), int(len), MPI_CHAR, owner, MPI_COMM_WORLD);
+  p.resume_path = resume;
+  if (!resume.empty() && ctx.rank == owner) start = checkpoint_read_state(resume).step;
+  MPI_Bcast(&start, 1, MPI_INT64_T, owner, MPI_COMM_WORLD);
+  p.start_step = start;
+  return p;
+}
+
+std::unique_ptr<TargetModel> train_load_target(const TrainPlan& plan, Ops& ops, int num_layers, bool need_lm_head) {
+  TargetLoadOptions opt;
+  opt.num_layers = num_layers;
+  opt.need_lm_head = need_lm_head;
+  if (!plan.cfg.target.model.empty()) return target_load(plan.cfg.target.model, ops, opt);
+  return target_random(plan.target, plan.cfg.target.random_seed, ops, opt);
+}
+
+}  // namespace df

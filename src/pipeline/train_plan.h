@@ -1,0 +1,48 @@
+// What every rank of a training run agrees on before any data moves: the configs (run, target, drafter),
+// the corpus and its deterministic batch order, the step count, and where a resume starts. Built the same
+// way on every rank from the same files, so only the resume point needs a broadcast.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "data/batcher.h"
+#include "data/token_file.h"
+#include "dist/dist.h"
+#include "model/drafter.h"
+#include "model/qwen_config.h"
+
+namespace df {
+
+struct TrainPlan {
+  Config cfg;
+  QwenConfig target;
+  DrafterConfig drafter;
+  bool kl = false;                 // soft-KL loss: targets also send their final-norm hidden state
+  int num_targets = 1, num_drafters = 1, grad_accum = 1;
+  int64_t batches_per_step = 1;    // num_drafters · grad_accum
+  int64_t total_steps = 0;
+  int64_t start_step = 0;          // > 0 when resuming
+  int64_t stop_at_step = 0;        // > 0: stop cleanly after this step (--stop-at-step)
+  std::string resume_path;         // the checkpoint resumed from, if any
+  std::unique_ptr<TokenCorpus> corpus;
+  std::unique_ptr<Batcher> batcher;
+
+  std::string ckpt_dir() const { return cfg.run.dir + "/checkpoints"; }
+  // Global batch index of micro-batch `micro` of optimizer step `step` on drafter `d`.
+  int64_t batch_of(int64_t step, int micro, int d) const {
+    return step * batches_per_step + int64_t(micro) * num_drafters + d;
+  }
+};
+
+// Loads configs and the corpus, derives the drafter config and the step count, and (on drafter 0, then
+// broadcast) finds the checkpoint to resume from.
+TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx);
+
+// The target's embedding and lm_head (and, for targets, its layers) come from the same source on every rank.
+struct TargetModel;
+class Ops;
+std::unique_ptr<TargetModel> train_load_target(const TrainPlan& plan, Ops& ops, int num_layers, bool need_lm_head);
+
+}  // namespace df

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Training on CPU ranks with 1-1, 2-1 and 2-2 target-drafter splits: each finishes, checkpoints, logs metrics.
+# Args: <dflash_mpi> <source dir> <mpiexec>
+BIN=$1 SRC=$2 MPIEXEC=$3
+source "$SRC/tests/mpi/train_common.sh"
+for split in "1 1" "2 1" "2 2"; do
+  set -- $split
+  name="t$1d$2"
+  write_config "$TMP/$name.toml" "$TMP/$name" "$1" "$2" 6
+  if ! run_mpi $(($1 + $2)) "$TMP/$name.log" --config "$TMP/$name.toml"; then
+    fail "$name exited non-zero"; tail -20 "$TMP/$name.log"; continue
+  fi
+  [ -f "$TMP/$name/checkpoints/step_00000006.h5" ] || fail "$name: no checkpoint for step 6"
+  n=$(wc -l <"$TMP/$name/metrics.jsonl")
+  [ "$n" -eq 6 ] || fail "$name: expected 6 metric lines, got $n"
+  grep -q "role drafter" "$TMP/$name.log" || fail "$name: no start-up line for a drafter"
+  echo "ok: split $1-$2 ($(tail -1 "$TMP/$name/metrics.jsonl" | cut -c1-80)...)"
+done
+# A world size that does not match [topology] is refused with a message naming both numbers.
+write_config "$TMP/bad.toml" "$TMP/bad" 2 1 2
+run_mpi 2 "$TMP/bad.log" --config "$TMP/bad.toml" && fail "2 ranks for a 2+1 topology were accepted"
+grep -q "2 targets + 1 drafters = 3 ranks but 2 were started" "$TMP/bad.log" || { fail "wrong-size message"; cat "$TMP/bad.log"; }
+echo "$fails failed"
+[ "$fails" -eq 0 ]
