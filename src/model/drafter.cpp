@@ -1,0 +1,162 @@
+// DrafterConfig validation, the parameter table (names, shapes, offsets in the flat buffers) and the model's
+// memory: the one place that decides where every trainable tensor lives.
+#include "model/drafter.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "train/rng.h"
+
+namespace df {
+
+void drafter_config_validate(const DrafterConfig& c) {
+  auto positive = [](int v, const char* key) { DF_CHECK(v > 0, "drafter config: %s = %d must be > 0", key, v); };
+  positive(c.hidden, "hidden_size");
+  positive(c.layers, "num_hidden_layers");
+  positive(c.heads, "num_attention_heads");
+  positive(c.kv_heads, "num_key_value_heads");
+  positive(c.head_dim, "head_dim");
+  positive(c.intermediate, "intermediate_size");
+  positive(c.vocab, "vocab_size");
+  positive(c.num_anchors, "num_anchors");
+  DF_CHECK(c.heads % c.kv_heads == 0, "drafter config: num_attention_heads %d must be a multiple of num_key_value_heads %d",
+           c.heads, c.kv_heads);
+  DF_CHECK(c.head_dim % 2 == 0, "drafter config: head_dim %d must be even (rotate-half RoPE)", c.head_dim);
+  DF_CHECK(c.rope_theta > 0, "drafter config: rope_theta %g must be > 0", double(c.rope_theta));
+  DF_CHECK(c.rms_eps > 0, "drafter config: rms_norm_eps %g must be > 0", double(c.rms_eps));
+  DF_CHECK(c.block_size >= 2, "drafter config: block_size %d must be ≥ 2 (the anchor plus one prediction)",
+           c.block_size);
+  DF_CHECK(c.mask_token_id >= 0 && c.mask_token_id < c.vocab,
+           "drafter config: mask_token_id %d outside the vocabulary [0, %d)", c.mask_token_id, c.vocab);
+  DF_CHECK(!c.target_layer_ids.empty(), "drafter config: target_layer_ids is empty; list the tapped target layers");
+  for (int l : c.target_layer_ids) DF_CHECK(l >= 0, "drafter config: target_layer_ids entry %d must be ≥ 0", l);
+  DF_CHECK(int(c.layer_types.size()) == c.layers,
+           "drafter config: layer_types has %zu entries but num_hidden_layers is %d", c.layer_types.size(), c.layers);
+  for (auto t : c.layer_types)
+    if (t == DrafterLayerType::sliding)
+      DF_CHECK(c.sliding_window >= c.block_size,
+               "drafter config: sliding_window %d must be ≥ block_size %d (a block must see itself)",
+               c.sliding_window, c.block_size);
+}
+
+std::vector<int> drafter_default_target_layer_ids(int target_layers, int n) {
+  DF_CHECK(n >= 1 && target_layers >= 4, "default target_layer_ids: need ≥ 1 tap (got %d) and ≥ 4 target layers (got %d)",
+           n, target_layers);
+  if (n == 1) return {1};
+  std::vector<int> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(int(std::lround(1.0 + double(i) * (target_layers - 4) / (n - 1))));
+  return ids;
+}
+
+const DrafterParamEntry& DrafterParamTable::find(const std::string& name) const {
+  for (const auto& e : entries)
+    if (e.name == name) return e;
+  DF_FAIL("drafter parameter '%s' does not exist (names follow the HF export: fc.weight, layers.{i}.self_attn...)",
+          name.c_str());
+}
+
+DrafterParamTable drafter_param_table(const DrafterConfig& c) {
+  drafter_config_validate(c);
+  DrafterParamTable t;
+  const int64_t H = c.hidden, qd = int64_t(c.heads) * c.head_dim, kvd = int64_t(c.kv_heads) * c.head_dim;
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool decay) {
+    t.entries.push_back({name, rows, cols, t.total, decay});
+    t.total += (rows * cols + 63) / 64 * 64;
+    if (decay) t.n_decay = t.total;
+  };
+  add("fc.weight", H, H * c.num_taps(), true);
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    add(p + "self_attn.q_proj.weight", qd, H, true);
+    add(p + "self_attn.k_proj.weight", kvd, H, true);
+    add(p + "self_attn.v_proj.weight", kvd, H, true);
+    add(p + "self_attn.o_proj.weight", H, qd, true);
+    add(p + "mlp.gate_proj.weight", c.intermediate, H, true);
+    add(p + "mlp.up_proj.weight", c.intermediate, H, true);
+    add(p + "mlp.down_proj.weight", H, c.intermediate, true);
+  }
+  add("hidden_norm.weight", 1, H, false);
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", 1, H, false);
+    add(p + "post_attention_layernorm.weight", 1, H, false);
+    add(p + "self_attn.q_norm.weight", 1, c.head_dim, false);
+    add(p + "self_attn.k_norm.weight", 1, c.head_dim, false);
+  }
+  add("norm.weight", 1, H, false);
+  return t;
+}
+
+namespace {
+
+DrafterTensors tensors_view(const DrafterModel& m, const Tensor& flat) {
+  DrafterTensors t;
+  t.fc = m.entry_view(flat, "fc.weight");
+  t.hidden_norm = m.entry_view(flat, "hidden_norm.weight");
+  t.norm = m.entry_view(flat, "norm.weight");
+  for (int i = 0; i < m.config().layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    DrafterLayerTensors l;
+    l.input_layernorm = m.entry_view(flat, p + "input_layernorm.weight");
+    l.q_proj = m.entry_view(flat, p + "self_attn.q_proj.weight");
+    l.k_proj = m.entry_view(flat, p + "self_attn.k_proj.weight");
+    l.v_proj = m.entry_view(flat, p + "self_attn.v_proj.weight");
+    l.o_proj = m.entry_view(flat, p + "self_attn.o_proj.weight");
+    l.q_norm = m.entry_view(flat, p + "self_attn.q_norm.weight");
+    l.k_norm = m.entry_view(flat, p + "self_attn.k_norm.weight");
+    l.post_attention_layernorm = m.entry_view(flat, p + "post_attention_layernorm.weight");
+    l.gate_proj = m.entry_view(flat, p + "mlp.gate_proj.weight");
+    l.up_proj = m.entry_view(flat, p + "mlp.up_proj.weight");
+    l.down_proj = m.entry_view(flat, p + "mlp.down_proj.weight");
+    t.layers.push_back(l);
+  }
+  return t;
+}
+
+}  // namespace
+
+DrafterModel::DrafterModel(const DrafterConfig& cfg, TrainOps& ops)
+    : cfg_(cfg), table_(drafter_param_table(cfg)), ops_(&ops) {
+  const size_t bytes = size_t(table_.total) * sizeof(float);
+  flat_ = ops.alloc_bytes(4 * bytes);
+  Tensor* bufs[4] = {&params, &grads, &adam_m, &adam_v};
+  for (int i = 0; i < 4; ++i)
+    *bufs[i] = tensor_make(static_cast<char*>(flat_) + i * bytes, DType::f32, ops.device(), 1, table_.total);
+  w = tensors_view(*this, params);
+  g = tensors_view(*this, grads);
+}
+
+DrafterModel::~DrafterModel() {
+  ops_->free_bytes(flat_);
+  if (workspace) ops_->free_bytes(workspace);
+}
+
+Tensor DrafterModel::entry_view(const Tensor& flat, const std::string& name) const {
+  const DrafterParamEntry& e = table_.find(name);
+  return flat.cols_view(e.offset, e.rows * e.cols).reshape(e.rows, e.cols);
+}
+
+void DrafterModel::set_frozen(const Tensor& embed_table, const Tensor& lm_head_table) {
+  for (const Tensor* t : {&embed_table, &lm_head_table})
+    DF_CHECK(t->rows == cfg_.vocab && t->cols == cfg_.hidden,
+             "drafter: frozen target embedding/lm_head is %s, expected [vocab %d, hidden %d]; wrong target model?",
+             t->shape_str().c_str(), cfg_.vocab, cfg_.hidden);
+  embed = embed_table;
+  lm_head = lm_head_table;
+}
+
+void drafter_init_params(DrafterModel& m, uint64_t seed) {
+  std::vector<float> host(size_t(m.table().total), 0.0f);
+  Rng rng(seed);
+  for (const auto& e : m.table().entries)
+    for (int64_t i = 0; i < e.rows * e.cols; ++i)
+      host[size_t(e.offset + i)] = e.decay ? float(0.02 * rng.normal()) : 1.0f;
+  m.ops().upload_raw(m.params, host.data());
+  m.ops().fill(m.adam_m, 0.0f);
+  m.ops().fill(m.adam_v, 0.0f);
+  drafter_zero_grads(m);
+}
+
+void drafter_zero_grads(DrafterModel& m) { m.ops().fill(m.grads, 0.0f); }
+
+}  // namespace df

@@ -1,0 +1,121 @@
+// The ops the DFlash drafter's forward and analytic backward call, at fused-kernel granularity. Separate
+// from Ops (the frozen target's inference ops) because training needs saved statistics, backward passes,
+// an optimizer and a loss that never materialises the full [rows, vocab] logits.
+//
+// Conventions (shared with ops/ops.h):
+//  - Tensors are 2-D row-major views (core/tensor.h), possibly strided; token-major activations [rows, feat].
+//  - Multi-head tensors are [rows, heads·hd] with head h in columns [h·hd, (h+1)·hd).
+//  - Backward ops overwrite their input gradients unless a `beta` says otherwise; parameter gradients (dw)
+//    are always accumulated (+=), so gradient accumulation over micro-batches is free.
+//  - Saved statistics (rstd, logsumexp) are f32 and owned by the caller between forward and backward.
+//  - Everything here is deterministic for a fixed input: reductions run in a fixed order independent of the
+//    thread count, so a resumed run reproduces the same bits.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace df {
+
+// One DFlash block per row of `blocks` (i32 [nb, 2]): col 0 = packed row where the block's sequence starts
+// in the context keys, col 1 = anchor position a within that sequence, or −1 for a padding block (it sees
+// nothing: output 0, lse −inf, no gradient). Block j owns query rows [j·B, (j+1)·B) and, after the T context
+// rows, key rows T + [j·B, (j+1)·B).
+struct DFlashAttnShape {
+  int hq = 0;          // query heads
+  int hkv = 0;         // key/value heads; query head h reads kv head h / (hq / hkv)
+  int hd = 0;          // head dim
+  int block = 0;       // B
+  int window = 0;      // 0: full layer (bidirectional block, all context t < a). W > 0: sliding layer
+                       // (causal in the block, context t ≥ a + k − (W − 1))
+  float scale = 1.0f;  // softmax scale, hd^−½
+};
+
+enum class LmLossKind : uint8_t {
+  ce,  // cross-entropy against the label token
+  kl,  // KL(p_target ‖ p_draft), p_target = softmax(lm_head · target_hidden_row)
+};
+
+class TrainOps {
+ public:
+  virtual ~TrainOps() = default;
+  virtual Device device() const = 0;
+  virtual const char* name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------------
+  virtual void* alloc_bytes(size_t bytes) = 0;  // backend memory, zero-filled
+  virtual void free_bytes(void* p) = 0;
+  virtual void upload_raw(const Tensor& dst, const void* host) = 0;  // host bytes of dst's dtype, contiguous
+  virtual void download_raw(const Tensor& src, void* host) = 0;      // contiguous src, its own dtype, to host
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;       // same shape, f32
+  virtual void fill(const Tensor& dst, float value) = 0;
+
+  // ---- dense --------------------------------------------------------------------------------------
+  // c = alpha · op(a) · op(b) + beta · c with op(x) = xᵀ when trans_x. Covers y = x·Wᵀ (false, true),
+  // dX = dY·W (false, false) and dW += dYᵀ·X (true, false, beta 1).
+  virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                    float beta) = 0;
+  // out[r] = table[ids[r]]; ids i32 [1, rows]; ids validated by the caller.
+  virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
+  // x[r] *= s[r]; s f32 [1, rows].
+  virtual void scale_rows(const Tensor& x, const Tensor& s) = 0;
+  // x += std · N(0, 1) where the normal draw of element (r, c) is a pure function of (seed, r·cols + c), so
+  // every backend and every thread count draws the same noise.
+  virtual void add_gaussian_noise(const Tensor& x, float std, uint64_t seed) = 0;
+
+  // ---- normalisation and RoPE ---------------------------------------------------------------------
+  // Plain RMSNorm y = w · x · rstd, rstd = rsqrt(mean(x²) + eps) saved as f32 [1, rows].
+  virtual void rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps) = 0;
+  // dx = beta_dx · dx + ∂/∂x, dw += ∂/∂w.
+  virtual void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                           const Tensor& dw, float beta_dx) = 0;
+  // Per head: y = rope(w · x · rstd) at positions pos (i32 [1, rows]); rotate-half over all hd dims,
+  // inv_freq_j = theta^(−2j/hd). rstd saved as f32 [rows, heads]. y must not alias x.
+  virtual void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
+                                const Tensor& rstd, int heads, int hd, float theta, float eps) = 0;
+  // dx = ∂/∂x (overwritten), dw += ∂/∂w.
+  virtual void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
+                                const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
+                                float theta) = 0;
+
+  // ---- attention ----------------------------------------------------------------------------------
+  // q [nb·B, hq·hd]; k, v [T + nb·B, hkv·hd] (T context rows, then the block rows); out [nb·B, hq·hd];
+  // lse f32 [nb·B, hq] saved for the backward. Mask as described at DFlashAttnShape / MODELS.md.
+  virtual void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                                    const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) = 0;
+  // dq, dk, dv overwritten (dk/dv rows no query sees are zero).
+  virtual void dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                                    const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                    const Tensor& dk, const Tensor& dv, const DFlashAttnShape& s) = 0;
+
+  // ---- MLP ----------------------------------------------------------------------------------------
+  virtual void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;  // silu(g)·u
+  virtual void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
+                          const Tensor& dup) = 0;
+
+  // ---- loss through the frozen lm_head ------------------------------------------------------------
+  // For every row r with active[r] != 0 (u8 [1, rows]): logits = lm_head · hidden[r] (lm_head [V, H]),
+  // computed a chunk of rows at a time so at most [chunk, V] logits exist. Writes
+  //   loss[r]    CE(label[r]) or KL(p_target ‖ p_draft) (kind kl needs target_hidden [rows, H]),
+  //   p_label[r] softmax(logits)[label[r]], argmax[r] (i32; ties → lowest id),
+  //   dhidden[r] ∂loss[r]/∂hidden[r] for unit weight: the caller scales rows by their (detached) weights
+  //              afterwards, which is exact because row r's loss depends on hidden[r] only.
+  // Inactive rows get loss 0, p_label 0, argmax −1, dhidden 0. labels i32 [1, rows].
+  virtual void lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels, const Tensor& active,
+                            const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
+                            const Tensor& argmax, const Tensor& dhidden) = 0;
+
+  // ---- optimizer ----------------------------------------------------------------------------------
+  // Σ x² over a flat f32 buffer, accumulated in double in a fixed order.
+  virtual double sum_squares(const Tensor& x) = 0;
+  // One AdamW update over flat f32 buffers [1, n] (p, m, v updated; g read as g · grad_scale). Elements
+  // [0, n_decay) get decoupled weight decay, the rest none. step_t = 1-based step for bias correction.
+  struct AdamW {
+    float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0, grad_scale = 1;
+    int64_t step_t = 1;
+    int64_t n_decay = 0;
+  };
+  virtual void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamW& hp) = 0;
+};
+
+}  // namespace df

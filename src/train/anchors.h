@@ -1,0 +1,20 @@
+// Anchor sampling: which positions of a sequence start a training block. Uniform without replacement among
+// the positions a with loss_mask[a] && loss_mask[a+1], up to num_anchors, sorted; re-drawn every time a
+// sequence is used, from the caller's Rng so a checkpoint that stores the Rng resumes the same draws.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/drafter.h"
+#include "train/rng.h"
+
+namespace df {
+
+// Sorted anchor positions for one sequence of `len` tokens.
+std::vector<int32_t> anchors_sample_sequence(const uint8_t* loss_mask, int64_t len, int max_anchors, Rng& rng);
+
+// Anchors of every sequence of the batch, sequence by sequence, then padding blocks (pos −1) up to a
+// multiple of pad_to (fixed shapes for graph capture on the GPU; 1 = no padding).
+std::vector<DrafterAnchor> anchors_sample_batch(const DrafterBatch& batch, int max_anchors, Rng& rng, int pad_to = 1);
+
+}  // namespace df

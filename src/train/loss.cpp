@@ -1,0 +1,75 @@
+// Host-side loss bookkeeping: weights that depend on the forward pass (streak) and the accuracy/τ counters.
+#include "train/loss.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace df {
+
+void LossStats::merge(const LossStats& o) {
+  loss_sum += o.loss_sum;
+  weight_sum += o.weight_sum;
+  if (correct.size() < o.correct.size()) {
+    correct.resize(o.correct.size(), 0);
+    count.resize(o.count.size(), 0);
+  }
+  for (size_t i = 0; i < o.correct.size(); ++i) {
+    correct[i] += o.correct[i];
+    count[i] += o.count[i];
+  }
+  tau_sum += o.tau_sum;
+  tau_blocks += o.tau_blocks;
+}
+
+float loss_offset_weight(int k, float gamma) {
+  DF_CHECK(k >= 1 && gamma > 0, "loss_offset_weight: offset %d must be ≥ 1 and gamma %g > 0", k, double(gamma));
+  return float(std::exp(-double(k - 1) / double(gamma)));
+}
+
+void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labelled, const std::vector<float>& p_label,
+                       int block, float alpha) {
+  DF_CHECK(alpha > 0 && alpha <= 1, "streak_alpha %g must be in (0, 1]", double(alpha));
+  DF_CHECK(w.size() == labelled.size() && w.size() == p_label.size() && w.size() % size_t(block) == 0,
+           "loss_apply_streak: %zu weights, %zu labels, %zu confidences for block %d", w.size(), labelled.size(),
+           p_label.size(), block);
+  for (size_t j0 = 0; j0 < w.size(); j0 += size_t(block)) {
+    double prefix = 1.0;
+    for (int k = 1; k < block; ++k) {
+      const size_t r = j0 + size_t(k);
+      w[r] = float(w[r] * prefix);
+      if (labelled[r]) prefix *= std::pow(double(p_label[r]), double(alpha));
+    }
+  }
+}
+
+void loss_count_accuracy(LossStats& st, const std::vector<uint8_t>& labelled, const std::vector<int32_t>& argmax,
+                         const std::vector<int32_t>& labels, int block) {
+  if (st.correct.size() < size_t(block - 1)) {
+    st.correct.resize(size_t(block - 1), 0);
+    st.count.resize(size_t(block - 1), 0);
+  }
+  for (size_t j0 = 0; j0 < labelled.size(); j0 += size_t(block)) {
+    bool any = false, streak = true;
+    int lead = 0;
+    for (int k = 1; k < block; ++k) {
+      const size_t r = j0 + size_t(k);
+      const bool ok = labelled[r] && argmax[r] == labels[r];
+      if (labelled[r]) {
+        any = true;
+        st.count[size_t(k - 1)] += 1;
+        st.correct[size_t(k - 1)] += ok;
+      }
+      if (streak && ok)
+        ++lead;
+      else
+        streak = false;
+    }
+    if (any) {
+      st.tau_sum += 1.0 + lead;
+      st.tau_blocks += 1;
+    }
+  }
+}
+
+}  // namespace df

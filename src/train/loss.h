@@ -1,0 +1,59 @@
+// The drafter's loss on the host side: per-row weights (offset decay, streak-aware multiplier), the statistics
+// a metrics line reports (Σ w·loss, Σ w, per-offset accuracy, τ) and how micro-batches merge.
+// The loss itself is normalised by the caller over the whole optimizer step: loss = Σ w·L / Σ w.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "ops/train_ops.h"
+
+namespace df {
+
+struct DrafterLossOptions {
+  LmLossKind kind = LmLossKind::ce;  // kl needs DrafterBatch::target_hidden
+  float gamma = 7.0f;                // offset decay w_k = exp(−(k−1)/γ)
+  // Streak-aware weighting: row k of a block is multiplied by Π_{j=1..k−1} c_j, where the smoothed
+  // confidence c_j = p_draft(label_j)^α (α = streak_alpha ∈ (0, 1]) of each earlier labelled offset j, taken
+  // from this forward pass and detached (no gradient flows through it). α < 1 flattens the product so one
+  // unsure early offset does not silence the rest of the block. Offsets without a label contribute 1.
+  // The multiplied weights enter both Σ w·L and Σ w.
+  bool streak = false;
+  float streak_alpha = 0.5f;
+  // Gaussian noise on the context features (the concatenated taps) before fc; std as scheduled by
+  // noise_std_at (train/optimizer.h), seed fresh per micro-batch from the training RNG.
+  float noise_std = 0.0f;
+  uint64_t noise_seed = 0;
+  // Skip the backward (evaluation). Gradients are then left untouched.
+  bool backward = true;
+  // Gradient checks and replays: use these per-row weights (one per block row, nb·B) instead of computing
+  // them, so a finite difference sees the same constants the analytic gradient treats as detached.
+  const std::vector<float>* fixed_row_weights = nullptr;
+};
+
+struct LossStats {
+  double loss_sum = 0;    // Σ w·L (CE or KL)
+  double weight_sum = 0;  // Σ w
+  std::vector<int64_t> correct;  // [B−1]: rows at offset k = index+1 whose argmax equals the label
+  std::vector<int64_t> count;    // [B−1]: labelled rows at offset k
+  double tau_sum = 0;            // Σ over blocks with a labelled row of (1 + leading correct offsets)
+  int64_t tau_blocks = 0;
+  std::vector<float> row_weight;  // the final weight of every block row of the last call (nb·B)
+
+  void merge(const LossStats& o);  // adds another micro-batch (row_weight is not merged)
+  double mean_loss() const { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
+  double tau() const { return tau_blocks > 0 ? tau_sum / double(tau_blocks) : 0.0; }
+};
+
+// exp(−(k−1)/γ) for block offset k ≥ 1.
+float loss_offset_weight(int k, float gamma);
+
+// Multiplies w (nb·B rows, block-major) by the streak factor described at DrafterLossOptions::streak.
+// labelled[r] says whether row r has a label; p_label[r] is p_draft(label) from the forward pass.
+void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labelled, const std::vector<float>& p_label,
+                       int block, float alpha);
+
+// Adds accuracy counts and τ for nb blocks. labelled/argmax/labels per block row.
+void loss_count_accuracy(LossStats& st, const std::vector<uint8_t>& labelled, const std::vector<int32_t>& argmax,
+                         const std::vector<int32_t>& labels, int block);
+
+}  // namespace df
