@@ -1,13 +1,14 @@
 // VRAM planner: bytes each role needs on its GPU (target: frozen bf16 backbone + forward activations at the
-// token budget + send buffers; drafter: weights, fp32 master/grads/Adam, frozen embedding and lm_head, receive
-// buffers, training activations), so a config that cannot fit fails in seconds, not after a queue wait.
-// Used by `dflash_mpi plan vram` and by training at start-up (plan_vram_check).
+// token budget + send buffers; drafter: weights, fp32 master/grads/Adam, frozen embedding and lm_head,
+// receive buffers, training activations), so a config that cannot fit fails in seconds, not after a queue
+// wait. Used by `dflash_mpi plan vram` and by training at start-up (plan_vram_check).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "model/drafter.h"
 #include "model/qwen_config.h"
 
 namespace df {
@@ -25,8 +26,8 @@ struct VramRole {
 };
 
 struct VramAssumptions {
-  int targets = 7;        // targets feeding each drafter: a drafter holds hs_queue_depth payloads per target
-  int64_t seq_len = 0;    // typical sequence length; 0: one sequence fills data.token_budget
+  int targets = 7;      // targets feeding each drafter: a drafter holds hs_queue_depth payloads per target
+  int64_t seq_len = 0;  // typical sequence length; 0: one sequence fills data.token_budget
   int64_t lm_chunk = 2048;  // rows of [chunk, V] fp32 logits alive at once in the loss
 };
 
@@ -35,8 +36,9 @@ struct VramPlan {
   double gpu_bytes = 0;
   std::string gpu_source;  // "--gpu-mem", "NVML <name>", "default (no GPU seen)"
   int target_layers_run = 0;
-  int64_t drafter_params = 0;
-  int64_t anchors = 0;  // anchor blocks per drafter micro-batch
+  int64_t drafter_params = 0;  // trainable elements (Σ rows·cols of the parameter table)
+  int64_t drafter_flat = 0;    // flat buffer length the optimizer allocates (entries 64-aligned)
+  int64_t anchors = 0;         // anchor blocks per drafter micro-batch
   VramAssumptions assume;
   std::vector<std::string> notes;
 };
@@ -45,9 +47,9 @@ struct VramPlan {
 // Throws naming drafter.target_layer_ids when a tap is not a layer of the target.
 std::vector<int> plan_vram_tap_layers(const Config& cfg, const QwenConfig& target);
 
-// Trainable drafter parameters: fc [H, k·H], hidden_norm, norm, and per layer q/k/v/o, q/k norms, two layer
-// norms and the SwiGLU MLP (MODELS.md "DFlash drafter"); ≈1.73 B for the Qwen3.6-27B drafter.
-int64_t plan_vram_drafter_params(const Config& cfg, const QwenConfig& target);
+// The drafter the run config describes for this target: taps resolved (plan_vram_tap_layers), intermediate 0
+// meaning the target's, layer_types empty meaning all full attention, vocab and hidden from the target.
+DrafterConfig plan_vram_drafter_config(const Config& cfg, const QwenConfig& target);
 
 // Parameters of one target decoder layer of `kind` (norms, mixer, MLP).
 double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind);

@@ -1,5 +1,6 @@
-// VRAM planner: every component of a tiny config against hand arithmetic, the Qwen3.6-27B recipe at 32K tokens
-// on an 80 GiB GPU (must fit), configs that cannot fit (must throw), and consistency with QwenConfig's count.
+// VRAM planner: every component of a tiny config against hand arithmetic, the Qwen3.6-27B recipe at 32K
+// tokens on an 80 GiB GPU (must fit), configs that cannot fit (must throw), and consistency with QwenConfig's
+// count.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -41,12 +42,14 @@ num_taps = 2
 target_layer_ids = [0, 1]
 num_anchors = 3
 [data]
-token_budget = )" + std::to_string(budget) +
+token_budget = )" +
+         std::to_string(budget) +
          R"(
 [pipeline]
 hs_queue_depth = 2
 [train]
-)" + extra_train + "\n";
+)" + extra_train +
+         "\n";
 }
 
 double item(const VramRole& r, const std::string& name) {
@@ -70,8 +73,12 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
   a.targets = 1;
   VramPlan p = plan_vram_compute(cfg, tiny_target(), 80 * kGiB, "test", a);
 
-  // fc 2·8·8 = 128, hidden_norm + norm 16, layer: norms 16 + q 64 + k|v 64 + o 64 + q/k norm 8 + MLP 288 = 504.
+  // fc 2·8·8 = 128, hidden_norm + norm 16, layer: norms 16 + q 64 + k|v 64 + o 64 + q/k norm 8 + MLP 288 =
+  // 504.
   EXPECT_EQ(p.drafter_params, 648);
+  // Flat buffers pad each tensor to 64 elements: fc 128, q 64, k 64, v 64, o 64, gate/up/down 3·128, four
+  // 1-layer vectors 4·64, hidden_norm + norm 2·64 = 1152.
+  EXPECT_EQ(p.drafter_flat, 1152);
   EXPECT_EQ(p.target_layers_run, 2);  // last tap is layer 1
   // target layer: MLP 288 + norms 16 + q 64 + k|v 64 + o 64 + q/k norm 8 = 504; 2 layers + embed 256 = 1264.
   EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * 1264);
@@ -85,8 +92,8 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
   for (const VramItem& it : p.target.items) EXPECT_NE(it.name, "DeltaNet chunk states fp32");
   EXPECT_DOUBLE_EQ(p.target.total, 2528 + 160 + 160 + 480 + 160 + 240 + 320 + 740 + kFixed);
 
-  EXPECT_DOUBLE_EQ(item(p.drafter, "weights bf16 copy"), 2 * 648);
-  EXPECT_DOUBLE_EQ(item(p.drafter, "Adam m, v fp32"), 8 * 648);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "weights bf16 copy"), 2 * 1152);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "Adam m, v fp32"), 8 * 1152);
   EXPECT_DOUBLE_EQ(item(p.drafter, "frozen embedding [V,H] bf16"), 2 * 32 * 8);
   EXPECT_DOUBLE_EQ(item(p.drafter, "frozen lm_head"), 0);  // tied
   EXPECT_DOUBLE_EQ(item(p.drafter, "received payloads"), 1 * 2 * 370);
@@ -97,7 +104,7 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "block activations bf16"), 2 * 12 * 108);
   EXPECT_DOUBLE_EQ(item(p.drafter, "backward workspace"), 2 * 12 * 92 + 4 * 10 * 8);
   EXPECT_DOUBLE_EQ(item(p.drafter, "logits chunks fp32"), 2 * 4 * 12 * 32);  // chunk = all 12 rows
-  EXPECT_DOUBLE_EQ(p.drafter.total, 18 * 648 + 512 + 740 + 480 + 2592 + 2528 + 3072 + kFixed);
+  EXPECT_DOUBLE_EQ(p.drafter.total, 18 * 1152 + 512 + 740 + 480 + 2592 + 2528 + 3072 + kFixed);
   EXPECT_NO_THROW(plan_vram_check(p));
 }
 
@@ -107,7 +114,7 @@ TEST(PlanVram, KlRunsEveryLayerAndShipsFinalHidden) {
   EXPECT_EQ(p.target_layers_run, 4);
   EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * (256 + 4 * 504 + 8));  // + final norm
   EXPECT_DOUBLE_EQ(item(p.target, "final hidden [T,H] bf16"), 2 * 10 * 8);
-  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * 10 * (37 + 16));  // + final hidden 2·8 per token
+  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * 10 * (37 + 16));      // + final hidden 2·8 per token
   EXPECT_DOUBLE_EQ(item(p.drafter, "logits chunks fp32"), 3 * 4 * 12 * 32);  // + target logits
 }
 
@@ -176,6 +183,7 @@ TEST(PlanVram, TapBeyondTheTargetIsAnError) {
     plan_vram_tap_layers(cfg, tiny_target());
     FAIL() << "layer 7 of a 4-layer target must be refused";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("drafter.target_layer_ids holds layer 7"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("drafter.target_layer_ids holds layer 7"), std::string::npos)
+        << e.what();
   }
 }
