@@ -3,7 +3,9 @@
 #   (a) launch/slurm/dflash.sbatch (mpirun inside sbatch) runs a short CPU training job to its end,
 #   (b) launch/slurm/dflash-srun.sbatch (srun --mpi=pmix) runs the same,
 #   (c) a dflash.sbatch job gets USR1 in mid-run (`scancel --signal=USR1 --batch`, what --signal=B:USR1@300
-#       delivers) and must forward it, checkpoint and exit 0.
+#       delivers) and must forward it, checkpoint and exit 0;
+#   (d) the same through SLURM's own timer: --time=1 --signal=B:USR1@40 (seen arriving ~20 s in; SLURM checks
+#       signal times only every several seconds) must end COMPLETED, not TIMEOUT.
 # Each must end COMPLETED with exit 0:0 and leave <run.dir>/checkpoints/step_*.h5 and `latest`. Without root,
 # apt or a schedulable node the test skips (exit 77); a job still pending or running past its deadline also
 # skips, with the job's output; anything else that goes wrong fails. Args: binary, source dir, mpiexec.
@@ -135,10 +137,13 @@ jobs_submitted+=("$idb")
 check_done "(a) sbatch+mpirun" "$ida" "$TMP/a"
 check_done "(b) sbatch+srun --mpi=pmix" "$idb" "$TMP/b"
 
-# (c) a long run stopped by USR1 once it is stepping.
+# (c) a long run stopped by USR1 once it is stepping; (d) a long run stopped by the time-limit signal.
 write_config "$TMP/c" 1000000
+write_config "$TMP/d" 1000000
 idc=$(submit dflash.sbatch "$TMP/c") || { echo "FAIL: sbatch (c)"; exit 1; }
 jobs_submitted+=("$idc")
+idd=$(submit dflash.sbatch "$TMP/d" --time=1 --signal=B:USR1@40) || { echo "FAIL: sbatch (d)"; exit 1; }
+jobs_submitted+=("$idd")
 stepping=0
 for _ in $(seq "$JOB_TIMEOUT"); do
   if [ -s "$TMP/c/run/metrics.jsonl" ] || grep -qE "step[ _=:]+[0-9]" "$TMP/c/job.out" 2>/dev/null; then
@@ -156,6 +161,8 @@ else
   fail "(c): job $idc never showed a training step; output:"
   cat "$TMP/c/job.out"
 fi
+check_done "(d) --signal=B:USR1@40 -> checkpoint" "$idd" "$TMP/d"
+grep -q "USR1" "$TMP/d/job.out" || fail "(d): the batch script never saw USR1"
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed"
