@@ -3,7 +3,6 @@
 // every failure is turned into a df::Error that names the file and the dataset.
 #include "data/token_file.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,46 +11,12 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/file_util.h"
+#include "core/h5_util.h"
 
 namespace df {
 
 namespace {
-
-// Turns off HDF5's own stderr dump for the lifetime of the guard (per thread in thread-safe builds).
-class H5Quiet {
- public:
-  H5Quiet() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~H5Quiet() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
-
-// Owns one hid_t and closes it with the matching H5*close.
-class H5Handle {
- public:
-  H5Handle(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
-  ~H5Handle() {
-    if (id_ >= 0) closer_(id_);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  hid_t get() const { return id_; }
-  // Closes now and reports whether the close succeeded (a file close is where buffered writes land).
-  bool close() {
-    herr_t rc = closer_(id_);
-    id_ = -1;
-    return rc >= 0;
-  }
-
- private:
-  hid_t id_;
-  herr_t (*closer_)(hid_t);
-};
 
 // Length of a 1-D integer dataset; throws naming the file and dataset otherwise.
 int64_t h5_dataset_length(hid_t dset, const std::string& path, const char* name) {
@@ -145,21 +110,6 @@ void h5_write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_t
   DF_CHECK(dset.close(), "%s: closing dataset '%s' failed (disk full?)", path.c_str(), name);
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  DF_CHECK(fd >= 0, "%s: cannot open for fsync: %s", path.c_str(), std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  DF_CHECK(rc == 0, "%s: fsync failed: %s (disk full or I/O error)", path.c_str(), std::strerror(err));
-}
-
-std::string dir_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 void write_to(const std::string& tmp, const std::string& path, const TokenData& data) {
   H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   DF_CHECK(file.get() >= 0, "%s: cannot create the temporary file %s (missing directory or no write permission?)",
@@ -198,14 +148,14 @@ void token_file_write(const std::string& path, const TokenData& data) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   try {
     write_to(tmp, path, data);
-    fsync_path(tmp, false);
+    file_fsync(tmp, false);
     DF_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "%s: renaming %s into place failed: %s", path.c_str(),
              tmp.c_str(), std::strerror(errno));
   } catch (...) {
     std::remove(tmp.c_str());
     throw;
   }
-  fsync_path(dir_of(path), true);
+  file_fsync(file_dir_of(path), true);
 }
 
 TokenData token_file_read(const std::string& path) {

@@ -1,0 +1,276 @@
+// CUDA kernel benchmark at the Qwen3.6-27B shapes for one 32,768-token batch (8 sequences × 4096): each
+// GEMM of a layer, causal attention (24 q / 4 kv heads, hd 256), Gated DeltaNet prefill (16/48 heads, 128)
+// and the memory-bound ops. Prints work, median time, rate and % of the measured H200 ceilings (790 TFLOP/s
+// bf16 GEMM, ~4.8 TB/s HBM). Before timing, each op's output on a small slice is checked against CpuOps;
+// a failed check makes the run exit 1. Plain main(): the GPU machine has no Google Benchmark.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "kernels/cuda_check.cuh"
+#include "kernels/launchers.cuh"
+#include "model/target.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
+
+using namespace df;
+
+namespace {
+
+constexpr double kPeakTflops = 790.0;  // cuBLASLt bf16 8192³ on this H200 (shared/device/README.md)
+constexpr double kPeakGBs = 4800.0;    // HBM3e datasheet; copy kernels reach a little less
+
+struct Bench {
+  CudaOps gpu{0};
+  CpuOps cpu;
+  void* block = nullptr;
+  Arena arena;
+  HostBuffer host{size_t(2) << 30};
+  Arena harena{host.data(), host.size(), Device::cpu};
+  uint64_t seed = 1;
+  int failures = 0;
+
+  explicit Bench(size_t bytes) {
+    block = gpu.alloc_bytes(bytes);
+    arena = Arena(block, bytes, Device::cuda);
+  }
+  ~Bench() { gpu.free_bytes(block); }
+
+  Tensor rand(DType dt, int64_t rows, int64_t cols, float lo, float hi) {
+    Tensor t = arena.alloc(dt, rows, cols);
+    fill_uniform_launch(t.data, dt == DType::f32, t.stride, rows, cols, lo, hi, seed++, gpu.stream());
+    return t;
+  }
+  // A host f32 copy of a device tensor (any view), as a CPU tensor for CpuOps.
+  Tensor to_host(const Tensor& t) {
+    Tensor h = harena.alloc(DType::f32, t.rows, t.cols);
+    gpu.download_f32(t, h.ptr<float>());
+    return h;
+  }
+  // max |gpu − cpu| / max |cpu| over a slice; fails the run above tol.
+  void check(const char* what, const Tensor& got_gpu, const Tensor& want_cpu, double tol) {
+    std::vector<float> got(size_t(got_gpu.numel()));
+    gpu.download_f32(got_gpu, got.data());
+    double err = 0, ref = 0;
+    bool nan = false;
+    for (int64_t r = 0; r < want_cpu.rows; ++r)
+      for (int64_t c = 0; c < want_cpu.cols; ++c) {
+        double w = want_cpu.ptr<float>()[r * want_cpu.stride + c], g = got[size_t(r * want_cpu.cols + c)];
+        nan |= std::isnan(g);
+        err = std::max(err, std::fabs(g - w));
+        ref = std::max(ref, std::fabs(w));
+      }
+    double rel = err / std::max(ref, 1e-30);
+    bool ok = !nan && rel <= tol;
+    std::printf("check %-34s max|err|/max|ref| = %.2e (tol %.0e) %s\n", what, rel, tol, ok ? "ok" : "FAILED");
+    if (!ok) ++failures;
+  }
+  // Median of `reps` event-timed runs after two warm-up runs, in ms.
+  double time_ms(const std::function<void()>& fn, int reps = 10) {
+    fn();
+    fn();
+    cudaEvent_t a, b;
+    DF_CUDA_CHECK(cudaEventCreate(&a));
+    DF_CUDA_CHECK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    for (int i = 0; i < reps; ++i) {
+      DF_CUDA_CHECK(cudaEventRecord(a, gpu.stream()));
+      fn();
+      DF_CUDA_CHECK(cudaEventRecord(b, gpu.stream()));
+      DF_CUDA_CHECK(cudaEventSynchronize(b));
+      float t = 0;
+      DF_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+      ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+};
+
+void row_flops(const char* name, double flops, double ms) {
+  double tf = flops / (ms * 1e-3) / 1e12;
+  std::printf("%-40s %10.1f GFLOP %9.3f ms %8.1f TFLOP/s %6.1f %% of %.0f\n", name, flops / 1e9, ms, tf,
+              100.0 * tf / kPeakTflops, kPeakTflops);
+}
+void row_bytes(const char* name, double bytes, double ms) {
+  double gbs = bytes / (ms * 1e-3) / 1e9;
+  std::printf("%-40s %10.1f MB    %9.3f ms %8.1f GB/s    %6.1f %% of %.0f\n", name, bytes / 1e6, ms, gbs,
+              100.0 * gbs / kPeakGBs, kPeakGBs);
+}
+
+}  // namespace
+
+int main() {
+  try {
+    if (cuda_device_count() == 0) {
+      std::printf("bench_kernels: no CUDA device visible; nothing measured\n");
+      return 0;
+    }
+    const int S = 8, L = 4096;
+    const int64_t T = int64_t(S) * L, H = 5120, I = 17408;
+    Bench b(size_t(24) << 30);
+    std::vector<int32_t> lens(S, L);
+    SeqLayout seqs = seq_layout_make(lens, b.gpu, b.arena);
+    const int64_t ns = 256;  // check slice: the first 256 tokens of sequence 0 (causal ops are prefix-exact)
+    SeqLayout hseqs = seq_layout_make({int32_t(ns)}, b.cpu, b.harena);
+    cudaDeviceProp prop{};
+    DF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device %s, %d SMs; T = %lld tokens (%d x %d), hidden %lld\n", prop.name, prop.multiProcessorCount,
+                (long long)T, S, L, (long long)H);
+
+    // ---- the two ceilings on this card, measured now (the % columns still use the README figures) ------
+    {
+      size_t mark = b.arena.mark();
+      const int64_t n = 8192, bytes = int64_t(2) << 30;
+      Tensor x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
+      Tensor c = b.arena.alloc(DType::bf16, n, n);
+      row_flops("ceiling: cuBLASLt bf16 8192^3", 2.0 * n * n * n, b.time_ms([&] { b.gpu.gemm(x, w, c, 0.0f); }));
+      void* src = b.arena.alloc_bytes(bytes);
+      void* dst = b.arena.alloc_bytes(bytes);
+      row_bytes("ceiling: device copy 2 GiB (read+write)", 2.0 * bytes, b.time_ms([&] {
+                  DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b.gpu.stream()));
+                }));
+      b.arena.reset(mark);
+    }
+
+    // ---- GEMMs: c[T, N] = x[T, K] · w[N, K]ᵀ ------------------------------------------------------------
+    struct G { const char* name; int64_t N, K; };
+    const G gemms[] = {{"gemm linear in_proj_qkv 5120->10240", 10240, H}, {"gemm linear in_proj_z 5120->6144", 6144, H},
+                       {"gemm linear out_proj 6144->5120", H, 6144},       {"gemm full q_proj+gate 5120->12288", 12288, H},
+                       {"gemm full k_proj 5120->1024", 1024, H},            {"gemm full o_proj 6144->5120", H, 6144},
+                       {"gemm mlp gate|up 5120->34816", 2 * I, H},          {"gemm mlp down 17408->5120", H, I}};
+    Tensor xa = b.rand(DType::bf16, T, I, -1, 1);
+    Tensor cbig = b.arena.alloc(DType::bf16, T, 2 * I);
+    for (const G& g : gemms) {
+      size_t mark = b.arena.mark();
+      // Contiguous [T, K] and [T, N] views over the front of the big buffers.
+      Tensor a = tensor_make(xa.data, DType::bf16, Device::cuda, T, g.K);
+      Tensor w = b.rand(DType::bf16, g.N, g.K, -0.05f, 0.05f);
+      Tensor c = tensor_make(cbig.data, DType::bf16, Device::cuda, T, g.N);
+      b.gpu.gemm(a, w, c, 0.0f);
+      size_t hm = b.harena.mark();
+      Tensor hc = b.harena.alloc(DType::f32, 32, 256);
+      b.cpu.gemm(b.to_host(a.rows_view(0, 32)), b.to_host(w.rows_view(0, 256)), hc, 0.0f);
+      b.check(g.name, c.rows_view(0, 32).cols_view(0, 256), hc, 1e-2);
+      b.harena.reset(hm);
+      row_flops(g.name, 2.0 * T * g.N * g.K, b.time_ms([&] { b.gpu.gemm(a, w, c, 0.0f); }));
+      b.arena.reset(mark);
+    }
+
+    // ---- attention (full layers): 24 q heads, 4 kv heads, hd 256 ---------------------------------------
+    {
+      size_t mark = b.arena.mark();
+      const int hq = 24, hkv = 4, hd = 256;
+      Tensor q = b.rand(DType::bf16, T, hq * hd, -2, 2), k = b.rand(DType::bf16, T, hkv * hd, -2, 2);
+      Tensor v = b.rand(DType::bf16, T, hkv * hd, -1, 1), o = b.arena.alloc(DType::bf16, T, hq * hd);
+      float scale = 1.0f / 16.0f;
+      b.gpu.attention_causal(q, k, v, o, seqs, hq, hkv, hd, scale);
+      size_t hm = b.harena.mark();
+      Tensor ho = b.harena.alloc(DType::f32, ns, hq * hd);
+      b.cpu.attention_causal(b.to_host(q.rows_view(0, ns)), b.to_host(k.rows_view(0, ns)), b.to_host(v.rows_view(0, ns)),
+                             ho, hseqs, hq, hkv, hd, scale);
+      b.check("attention 24/4 hd256", o.rows_view(0, ns), ho, 2e-2);
+      b.harena.reset(hm);
+      double flops = 4.0 * hd * hq * S * (double(L) * (L + 1) / 2);
+      row_flops("attention causal 24/4 hd256 (causal FLOPs)", flops,
+                b.time_ms([&] { b.gpu.attention_causal(q, k, v, o, seqs, hq, hkv, hd, scale); }, 5));
+      b.arena.reset(mark);
+    }
+
+    // ---- Gated DeltaNet prefill: 16 key / 48 value heads, dk = dv = 128 --------------------------------
+    {
+      size_t mark = b.arena.mark();
+      GdnShape s{16, 48, 128, 128};
+      const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv;
+      Tensor qkv = b.rand(DType::bf16, T, cols, -1, 1), a = b.rand(DType::bf16, T, s.nv, -3, 3);
+      Tensor bb = b.rand(DType::bf16, T, s.nv, -3, 3), A_log = b.rand(DType::f32, 1, s.nv, -2, 1);
+      Tensor dt = b.rand(DType::f32, 1, s.nv, -1, 1), o = b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv);
+      b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s);
+      size_t hm = b.harena.mark();
+      Tensor ho = b.harena.alloc(DType::f32, ns, int64_t(s.nv) * s.dv);
+      b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)), b.to_host(bb.rows_view(0, ns)),
+                        b.to_host(A_log), b.to_host(dt), ho, hseqs, s);
+      b.check("gdn_prefill 16/48 128", o.rows_view(0, ns), ho, 2e-2);
+      b.harena.reset(hm);
+      // FLOPs of the chunked algorithm per (chunk of 64, value head): K Kᵀ, Q Kᵀ, A V' (2·C²·d each), the
+      // triangular solve (C²·(dk+dv)), W S, Q S, Kᵀ V' (2·C·dk·dv each).
+      const double C = 64, d = 128;
+      double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
+      double flops = per_chunk * (T / C) * s.nv;
+      double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s); }, 5);
+      row_flops("gdn_prefill 16/48 dk=dv=128 (TF32 mma)", flops, ms);
+      row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
+      b.arena.reset(mark);
+    }
+
+    // ---- memory-bound ops -------------------------------------------------------------------------------
+    {
+      size_t mark = b.arena.mark();
+      Tensor x = b.rand(DType::bf16, T, H, -2, 2), d = b.rand(DType::bf16, T, H, -2, 2);
+      Tensor w = b.rand(DType::f32, 1, H, -0.2f, 0.2f), y = b.arena.alloc(DType::bf16, T, H);
+      b.gpu.rmsnorm(x, w, y, 1e-6f, NormKind::zero_centred);
+      {
+        size_t hm = b.harena.mark();
+        Tensor hy = b.harena.alloc(DType::f32, 64, H);
+        b.cpu.rmsnorm(b.to_host(x.rows_view(0, 64)), b.to_host(w), hy, 1e-6f, NormKind::zero_centred);
+        b.check("rmsnorm 5120", y.rows_view(0, 64), hy, 1e-2);
+        b.harena.reset(hm);
+      }
+      row_bytes("rmsnorm 5120 (zero-centred)", 2.0 * T * H * 2,
+                b.time_ms([&] { b.gpu.rmsnorm(x, w, y, 1e-6f, NormKind::zero_centred); }));
+      row_bytes("add_rmsnorm 5120", 4.0 * T * H * 2,
+                b.time_ms([&] { b.gpu.add_rmsnorm(x, d, w, y, 1e-6f, NormKind::zero_centred); }));
+      b.arena.reset(mark);
+
+      Tensor q = b.rand(DType::bf16, T, 24 * 256, -2, 2), qw = b.rand(DType::f32, 1, 256, -0.2f, 0.2f);
+      row_bytes("qk_norm_rope q 24x256 rot 64", 2.0 * T * 24 * 256 * 2, b.time_ms([&] {
+                  b.gpu.qk_norm_rope(q, qw, seqs.pos, 24, 256, 64, 1e7f, 1e-6f, NormKind::zero_centred);
+                }));
+      Tensor g = b.rand(DType::bf16, T, 24 * 256, -4, 4);
+      row_bytes("sigmoid_gate 6144", 3.0 * T * 6144 * 2, b.time_ms([&] { b.gpu.sigmoid_gate(q, g); }));
+      b.arena.reset(mark);
+
+      Tensor gu = b.rand(DType::bf16, T, 2 * I, -3, 3), act = b.arena.alloc(DType::bf16, T, I);
+      row_bytes("swiglu 17408 (from fused gate|up)", 3.0 * T * I * 2,
+                b.time_ms([&] { b.gpu.swiglu(gu.cols_view(0, I), gu.cols_view(I, I), act); }));
+      b.arena.reset(mark);
+
+      const int64_t C = 10240;
+      Tensor cx = b.rand(DType::bf16, T, C, -2, 2), cw = b.rand(DType::f32, C, 4, -0.5f, 0.5f);
+      Tensor cy = b.arena.alloc(DType::bf16, T, C);
+      b.gpu.conv1d_silu(cx, cw, cy, seqs);
+      {
+        size_t hm = b.harena.mark();
+        Tensor hy = b.harena.alloc(DType::f32, ns, C);
+        b.cpu.conv1d_silu(b.to_host(cx.rows_view(0, ns)), b.to_host(cw), hy, hseqs);
+        b.check("conv1d_silu 10240", cy.rows_view(0, ns), hy, 1e-2);
+        b.harena.reset(hm);
+      }
+      row_bytes("conv1d_silu 10240 K=4", 2.0 * T * C * 2, b.time_ms([&] { b.gpu.conv1d_silu(cx, cw, cy, seqs); }));
+      b.arena.reset(mark);
+
+      Tensor go = b.rand(DType::bf16, T, 6144, -2, 2), gz = b.rand(DType::bf16, T, 6144, -3, 3);
+      Tensor gw = b.rand(DType::f32, 1, 128, 0.5f, 1.5f), gy = b.arena.alloc(DType::bf16, T, 6144);
+      row_bytes("gated_rmsnorm 48x128", 3.0 * T * 6144 * 2,
+                b.time_ms([&] { b.gpu.gated_rmsnorm(go, gz, gw, gy, 48, 128, 1e-6f); }));
+      b.arena.reset(mark);
+    }
+    if (b.failures) {
+      std::printf("bench_kernels: %d correctness check(s) FAILED\n", b.failures);
+      return 1;
+    }
+    std::printf("bench_kernels: all correctness checks passed\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,206 @@
+// Causal GQA attention over packed variable-length sequences, flash style: one block = 64 queries of one
+// head (128 at hd 256), one warp per 16 rows, walking 64-key tiles with an online softmax in fp32 (exp2 with log2e folded into
+// the scale). Q·Kᵀ and P·V run on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate); P is rounded to
+// bf16 before P·V as in FlashAttention. Head dims are padded with zeros to 16/32/64/128/256 in shared memory.
+#include <cmath>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/launchers.cuh"
+#include "kernels/mma.cuh"
+
+namespace df {
+
+constexpr int kAttnKeys = 64;  // keys per tile
+
+// Queries per block. At hd 256 the 251-register warps allow one block per SM either way, so 128 rows halve
+// the K/V tile traffic per FLOP; smaller heads keep 64 rows and several blocks per SM.
+template <int HD>
+struct AttnCfg {
+  static constexpr int kRows = HD >= 256 ? 128 : 64;
+  static constexpr int kThreads = kRows * 2;  // 16 rows per warp
+};
+
+// ---- kernels ----
+// Rows [r0, r0 + ROWS) of one head into shared memory (row stride LDS), zeros past len and past hd.
+template <int HD, int LDS, int ROWS>
+__device__ __forceinline__ void attn_load_tile(bf16* dst, const bf16* src, int64_t ld, int r0, int len, int hd) {
+  constexpr int kChunks = HD / 8;
+  for (int c = threadIdx.x; c < ROWS * kChunks; c += AttnCfg<HD>::kThreads) {
+    int r = c / kChunks, d = (c % kChunks) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r0 + r < len && d < hd) v = *reinterpret_cast<const uint4*>(src + (int64_t)(r0 + r) * ld + d);
+    *reinterpret_cast<uint4*>(dst + r * LDS + d) = v;
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel(
+    const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v, bf16* out, int64_t ld_out,
+    const int32_t* cu, int hq, int hkv, int hd, float scale_log2) {
+  constexpr int LDS = HD + 8;  // +16 bytes per row: fragment loads of 8 rows hit 8 different bank groups
+  constexpr int kRows = AttnCfg<HD>::kRows;
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(attn_smem);
+  bf16* Ks = Qs + kRows * LDS;
+  bf16* Vs = Ks + kAttnKeys * LDS;
+
+  const int seq = blockIdx.y, head = blockIdx.z;
+  const int start = cu[seq], len = cu[seq + 1] - start;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // longest (most causal work) tiles first
+  if (q0 >= len) return;
+  const int kvh = head / (hq / hkv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+
+  attn_load_tile<HD, LDS, kRows>(Qs, q + (int64_t)start * ld_q + (int64_t)head * hd, ld_q, q0, len, hd);
+
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // the two query rows this thread holds
+  const int last_key = min(q0 + kRows - 1, len - 1);
+  const bf16* qrow_a = Qs + (warp * 16 + g) * LDS + 2 * t4;
+  const bf16* qrow_b = qrow_a + 8 * LDS;
+
+  for (int k0 = 0; k0 <= last_key; k0 += kAttnKeys) {
+    __syncthreads();  // previous tile fully consumed (and Q stored on the first pass)
+    attn_load_tile<HD, LDS, kAttnKeys>(Ks, k + (int64_t)start * ld_k + (int64_t)kvh * hd, ld_k, k0, len, hd);
+    attn_load_tile<HD, LDS, kAttnKeys>(Vs, v + (int64_t)start * ld_v + (int64_t)kvh * hd, ld_v, k0, len, hd);
+    __syncthreads();
+
+    float s[kAttnKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kAttnKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t a0 = *reinterpret_cast<const uint32_t*>(qrow_a + kk * 16);
+      uint32_t a1 = *reinterpret_cast<const uint32_t*>(qrow_b + kk * 16);
+      uint32_t a2 = *reinterpret_cast<const uint32_t*>(qrow_a + kk * 16 + 8);
+      uint32_t a3 = *reinterpret_cast<const uint32_t*>(qrow_b + kk * 16 + 8);
+#pragma unroll
+      for (int n = 0; n < kAttnKeys / 8; ++n) {
+        const bf16* kr = Ks + (n * 8 + g) * LDS + kk * 16 + 2 * t4;
+        mma_bf16_16816(s[n], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(kr),
+                       *reinterpret_cast<const uint32_t*>(kr + 8));
+      }
+    }
+
+    // Scale, causal mask (keys past len are also past every valid row), running max.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kAttnKeys / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int col = k0 + n * 8 + 2 * t4 + (e & 1);
+        int row = e < 2 ? row_a : row_b;
+        float val = col > row ? -INFINITY : s[n][e] * scale_log2;
+        s[n][e] = val;
+        mx[e >> 1] = fmaxf(mx[e >> 1], val);
+      }
+    }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      float m_new = fmaxf(m[r], mx[r]);  // finite: key 0 of the first tile is visible to every row
+      corr[r] = exp2f(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kAttnKeys / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float p = exp2f(s[n][e] - m[e >> 1]);
+        s[n][e] = p;
+        l[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) {
+      o[i][0] *= corr[0];
+      o[i][1] *= corr[0];
+      o[i][2] *= corr[1];
+      o[i][3] *= corr[1];
+    }
+
+    // O += P·V: the S accumulator layout is the A-fragment layout of the next MMA (two n-tiles per k-step).
+#pragma unroll
+    for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
+      uint32_t a0 = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+      uint32_t a1 = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+      uint32_t a2 = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      uint32_t a3 = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const int mat = lane >> 3, r8 = lane & 7;
+      const bf16* vbase = Vs + (kk * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+#pragma unroll
+      for (int nd = 0; nd < HD / 16; ++nd) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vbase + nd * 16);
+        mma_bf16_16816(o[2 * nd], a0, a1, a2, a3, b[0], b[1]);
+        mma_bf16_16816(o[2 * nd + 1], a0, a1, a2, a3, b[2], b[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    l[r] = 1.0f / l[r];
+  }
+  bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * hd;
+  bf16* out_b = out_a + 8 * ld_out;
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) {
+    int d = i * 8 + 2 * t4;
+    if (d >= hd) continue;
+    if (row_a < len)
+      *reinterpret_cast<__nv_bfloat162*>(out_a + d) = __floats2bfloat162_rn(o[i][0] * l[0], o[i][1] * l[0]);
+    if (row_b < len)
+      *reinterpret_cast<__nv_bfloat162*>(out_b + d) = __floats2bfloat162_rn(o[i][2] * l[1], o[i][3] * l[1]);
+  }
+}
+
+// ---- launchers ----
+template <int HD>
+static void attention_causal_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                 int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs,
+                                 int max_len, int hq, int hkv, int hd, float scale, cudaStream_t stream) {
+  constexpr int kRows = AttnCfg<HD>::kRows;
+  size_t smem = sizeof(bf16) * (size_t)(kRows + 2 * kAttnKeys) * (HD + 8);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  dim3 grid((max_len + kRows - 1) / kRows, num_seqs, hq);
+  attention_causal_kernel<HD><<<grid, AttnCfg<HD>::kThreads, smem, stream>>>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, hq,
+                                                                    hkv, hd, scale * 1.4426950408889634f);
+  DF_CUDA_CHECK_LAUNCH("attention_causal_kernel");
+}
+
+void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
+                             bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs, int max_len, int hq, int hkv,
+                             int hd, float scale, cudaStream_t stream) {
+  if (num_seqs == 0 || max_len == 0) return;
+  bool ok = hd % 8 == 0 && hd <= 256 && hkv > 0 && hq % hkv == 0 && ld_q % 8 == 0 && ld_k % 8 == 0 &&
+            ld_v % 8 == 0 && ld_out % 2 == 0;
+  if (!ok)
+    cuda_throw("attention_causal_launch",
+               "needs head_dim a multiple of 8 and <= 256, q heads a multiple of kv heads, row strides multiples of 8",
+               __FILE__, __LINE__);
+  if (hd <= 16)
+    attention_causal_run<16>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale, stream);
+  else if (hd <= 32)
+    attention_causal_run<32>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale, stream);
+  else if (hd <= 64)
+    attention_causal_run<64>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale, stream);
+  else if (hd <= 128)
+    attention_causal_run<128>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale,
+                              stream);
+  else
+    attention_causal_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale,
+                              stream);
+}
+
+}  // namespace df

@@ -1,0 +1,58 @@
+// Depthwise causal conv over time + SiLU for the Gated DeltaNet q/k/v channels. A thread owns one channel
+// for a tile of 32 consecutive tokens: the K weights and a sliding window of the last K inputs stay in
+// registers, so each input is read once (plus K−1 halo rows per tile); loads coalesce across channels.
+// A tap reaching before the token's sequence start (pos < K−1−j) contributes zero: the reset at every
+// sequence boundary. Only K = 4 (every Qwen3.5/3.6 model) is instantiated.
+#include "kernels/cuda_check.cuh"
+#include "kernels/device_math.cuh"
+#include "kernels/launchers.cuh"
+
+namespace df {
+
+constexpr int kConvTokens = 32;   // tokens per thread
+constexpr int kConvThreads = 128; // channels per block
+
+// ---- kernels ----
+template <int K>
+__global__ void __launch_bounds__(kConvThreads) conv1d_silu_kernel(const bf16* x, int64_t ld_x, const float* w,
+                                                                   bf16* out, int64_t ld_out, const int32_t* pos,
+                                                                   int64_t T, int64_t C) {
+  const int64_t c = blockIdx.x * (int64_t)kConvThreads + threadIdx.x;
+  if (c >= C) return;
+  const int64_t t0 = blockIdx.y * (int64_t)kConvTokens;
+  const int64_t t1 = min(t0 + kConvTokens, T);
+  float wr[K], win[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j) wr[j] = w[c * K + j];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) {  // halo: the K−1 tokens before the tile (masked below by pos)
+    int64_t t = t0 - (K - 1) + j;
+    win[j + 1] = t >= 0 ? __bfloat162float(x[t * ld_x + c]) : 0.0f;
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) win[j] = win[j + 1];
+    win[K - 1] = __bfloat162float(x[t * ld_x + c]);
+    const int p = pos[t];
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      if (K - 1 - j <= p) acc += wr[j] * win[j];
+    out[t * ld_out + c] = __float2bfloat16(silu_f32(acc));
+  }
+}
+
+// ---- launchers ----
+void conv1d_silu_launch(const bf16* x, int64_t ld_x, const float* w, int K, bf16* out, int64_t ld_out,
+                        const int32_t* pos, int64_t T, int64_t C, cudaStream_t stream) {
+  if (T == 0 || C == 0) return;
+  if (K != 4)
+    cuda_throw("conv1d_silu_launch", "only conv kernel size 4 is built (Qwen3.5/3.6); add an instantiation",
+               __FILE__, __LINE__);
+  dim3 grid(static_cast<unsigned>((C + kConvThreads - 1) / kConvThreads),
+            static_cast<unsigned>((T + kConvTokens - 1) / kConvTokens));
+  conv1d_silu_kernel<4><<<grid, kConvThreads, 0, stream>>>(x, ld_x, w, out, ld_out, pos, T, C);
+  DF_CUDA_CHECK_LAUNCH("conv1d_silu_kernel");
+}
+
+}  // namespace df

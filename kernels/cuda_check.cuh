@@ -1,0 +1,41 @@
+// Error checking shared by every launcher and by the CUDA backend: a failing CUDA, cuBLASLt or launch call
+// becomes a df::Error naming the call, the file:line and the runtime's message, like DF_CHECK elsewhere.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace df {
+
+[[noreturn]] inline void cuda_throw(const char* call, const char* what, const char* file, int line) {
+  char buf[1024];
+  std::snprintf(buf, sizeof(buf), "%s:%d: %s failed: %s", file, line, call, what);
+  throw Error(buf);
+}
+
+}  // namespace df
+
+#define DF_CUDA_CHECK(call)                                                                 \
+  do {                                                                                      \
+    cudaError_t df_err_ = (call);                                                           \
+    if (df_err_ != cudaSuccess) ::df::cuda_throw(#call, cudaGetErrorString(df_err_), __FILE__, __LINE__); \
+  } while (0)
+
+#define DF_CUBLAS_CHECK(call)                                                                          \
+  do {                                                                                                 \
+    cublasStatus_t df_st_ = (call);                                                                    \
+    if (df_st_ != CUBLAS_STATUS_SUCCESS)                                                               \
+      ::df::cuda_throw(#call, cublasLtGetStatusString(df_st_), __FILE__, __LINE__);                    \
+  } while (0)
+
+// After a <<<>>> launch: catches bad configurations (too much shared memory, grid too large) at the launch.
+#define DF_CUDA_CHECK_LAUNCH(name)                                                                 \
+  do {                                                                                             \
+    cudaError_t df_err_ = cudaGetLastError();                                                      \
+    if (df_err_ != cudaSuccess)                                                                    \
+      ::df::cuda_throw("launch of " name, cudaGetErrorString(df_err_), __FILE__, __LINE__);        \
+  } while (0)

@@ -1,0 +1,70 @@
+// Small device helpers shared by the kernel families: bf16 rounding that mirrors a torch bf16 op,
+// SiLU/sigmoid in fp32, vector bf16 loads/stores, and warp/block sums.
+#pragma once
+#include <cuda_bf16.h>
+
+namespace df {
+
+// What storing an fp32 result into a bf16 tensor does (round to nearest even).
+__device__ __forceinline__ float bf16_rn(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+__device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float silu_f32(float x) { return x * sigmoid_f32(x); }
+
+// V consecutive bf16 (V = 1, 4 or 8: 2-, 8- or 16-byte accesses; the pointer must be aligned to match)
+// to and from fp32 registers.
+template <int V>
+__device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&v)[V]) {
+  if constexpr (V == 8) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(e[j]);
+  } else if constexpr (V == 4) {
+    uint2 u = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = __bfloat162float(e[j]);
+  } else {
+    v[0] = __bfloat162float(*p);
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void store_bf16(__nv_bfloat16* p, const float (&v)[V]) {
+  if constexpr (V == 8) {
+    uint4 u;
+    __nv_bfloat16* e = reinterpret_cast<__nv_bfloat16*>(&u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) e[j] = __float2bfloat16(v[j]);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else if constexpr (V == 4) {
+    uint2 u;
+    __nv_bfloat16* e = reinterpret_cast<__nv_bfloat16*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) e[j] = __float2bfloat16(v[j]);
+    *reinterpret_cast<uint2*>(p) = u;
+  } else {
+    *p = __float2bfloat16(v[0]);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  v = warp_sum(v);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  int nw = blockDim.x >> 5;
+  float t = lane < nw ? partial[lane] : 0.0f;
+  return warp_sum(t);
+}
+
+}  // namespace df

@@ -1,0 +1,71 @@
+// Launchers of every kernel family except the GEMM (gemm.cuh): raw device pointers, sizes, row strides in
+// elements and a stream. Each launcher checks its launch and throws df::Error on failure. bf16 activations,
+// f32 parameter vectors; the arithmetic inside is fp32 wherever the Hugging Face reference upcasts.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace df {
+
+using bf16 = __nv_bfloat16;
+
+// ---- embedding.cu -------------------------------------------------------------------------------------
+// out[t, :] = table[ids[t], :]
+void embedding_launch(const int32_t* ids, const bf16* table, int64_t ld_table, bf16* out, int64_t ld_out, int64_t T,
+                      int64_t H, cudaStream_t stream);
+
+// ---- elementwise.cu -----------------------------------------------------------------------------------
+// o = o · sigmoid(gate), both [rows, cols]
+void sigmoid_gate_launch(bf16* o, int64_t ld_o, const bf16* gate, int64_t ld_gate, int64_t rows, int64_t cols,
+                         cudaStream_t stream);
+// out = silu(gate) · up
+void swiglu_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, bf16* out, int64_t ld_out,
+                   int64_t rows, int64_t cols, cudaStream_t stream);
+// dst = src with dtype conversion; each of src/dst is bf16 (false) or f32 (true).
+void cast_launch(const void* src, bool src_f32, int64_t ld_src, void* dst, bool dst_f32, int64_t ld_dst,
+                 int64_t rows, int64_t cols, cudaStream_t stream);
+// Deterministic uniform values in [lo, hi) from a counter hash of (seed, row, col): fills benchmark and test
+// inputs on the device without a host round trip of gigabytes.
+void fill_uniform_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float lo, float hi,
+                         uint64_t seed, cudaStream_t stream);
+
+// ---- rmsnorm.cu, gated_rmsnorm.cu --------------------------------------------------------------------
+// out = norm(x) per row. zero_centred: (1 + w)·x̂ in fp32; else w·bf16(x̂) (Qwen3 casts before the weight).
+void rmsnorm_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, int64_t rows,
+                    int64_t cols, float eps, bool zero_centred, cudaStream_t stream);
+// residual = bf16(residual + delta), then out = norm(residual).
+void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64_t ld_delta, const float* w,
+                        bf16* out, int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,
+                        cudaStream_t stream);
+// Per (value head, token) over dv: out = bf16(w·bf16(ô)) · silu(z) in fp32, not zero-centred.
+void gated_rmsnorm_launch(const bf16* o, int64_t ld_o, const bf16* z, int64_t ld_z, const float* w, bf16* out,
+                          int64_t ld_out, int64_t T, int heads, int dv, float eps, cudaStream_t stream);
+
+// ---- rope.cu ------------------------------------------------------------------------------------------
+// In place on x [T, heads·hd]: per-head RMSNorm (weight w [hd]) then rotate-half RoPE on dims [0, rot_dim).
+void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* pos, int64_t T, int heads, int hd,
+                         int rot_dim, float theta, float eps, bool zero_centred, cudaStream_t stream);
+
+// ---- attention.cu -------------------------------------------------------------------------------------
+// Causal GQA attention inside each packed sequence (cu [num_seqs + 1] offsets on the device).
+// hd must be a multiple of 8 and ≤ 256; row strides multiples of 8.
+void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
+                             bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs, int max_len, int hq, int hkv,
+                             int hd, float scale, cudaStream_t stream);
+
+// ---- conv1d.cu ----------------------------------------------------------------------------------------
+// out[t, c] = silu(Σ_j w[c, j] · x[t − K + 1 + j, c]) with zeros before each sequence start (pos = position
+// of each token inside its sequence).
+void conv1d_silu_launch(const bf16* x, int64_t ld_x, const float* w, int K, bf16* out, int64_t ld_out,
+                        const int32_t* pos, int64_t T, int64_t C, cudaStream_t stream);
+
+// ---- gdn.cu -------------------------------------------------------------------------------------------
+// Gated DeltaNet chunked prefill, zero state at each sequence start. qkv [T, 2·nk·dk + nv·dv], a/b [T, nv],
+// A_log/dt_bias [nv], out [T, nv·dv]. dk, dv ≤ 128.
+void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
+                        const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const int32_t* cu,
+                        int num_seqs, int nk, int nv, int dk, int dv, cudaStream_t stream);
+
+}  // namespace df

@@ -1,0 +1,65 @@
+// Durable file replacement helpers (see file_util.h): the one place that knows how to make a rename stick.
+#include "core/file_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace df {
+
+std::string file_dir_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+void file_fsync(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_RDONLY | O_CLOEXEC));
+  DF_CHECK(fd >= 0, "%s: cannot open for fsync: %s", path.c_str(), std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  DF_CHECK(rc == 0 || (directory && err == EINVAL), "%s: fsync failed: %s (disk full or I/O error)",
+           path.c_str(), std::strerror(err));
+}
+
+void file_write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DF_CHECK(fd >= 0, "cannot write %s: creating %s failed: %s (missing directory or no write permission?)",
+           path.c_str(), tmp.c_str(), std::strerror(errno));
+  auto fail = [&](const char* step) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    DF_FAIL("cannot write %s: %s failed: %s (the old file is untouched; free space or check the directory)",
+            path.c_str(), step, std::strerror(e));
+  };
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("write");
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    DF_FAIL("cannot write %s: close failed: %s", path.c_str(), std::strerror(e));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    DF_FAIL("cannot write %s: renaming %s into place failed: %s", path.c_str(), tmp.c_str(),
+            std::strerror(e));
+  }
+  file_fsync(file_dir_of(path), true);
+}
+
+}  // namespace df

@@ -1,0 +1,19 @@
+// Durable file replacement on POSIX: fsync of a file or of the directory holding a renamed entry, and
+// small text files written atomically (temp name in the same folder, fsync, rename, fsync the folder).
+#pragma once
+#include <string>
+
+namespace df {
+
+// The folder part of a path ("." when there is none).
+std::string file_dir_of(const std::string& path);
+
+// fsync of a file or of a directory; throws naming the path. A directory fsync that the filesystem does not
+// support (EINVAL) is accepted: the rename is then as durable as that filesystem allows.
+void file_fsync(const std::string& path, bool directory);
+
+// Replaces `path` with `text` so that a crash or a full disk leaves the old content or the new one, never
+// half of one. The temp file "<path>.tmp.<pid>" is removed on failure. Throws naming the path.
+void file_write_text_atomic(const std::string& path, const std::string& text);
+
+}  // namespace df

@@ -1,0 +1,61 @@
+// The CUDA backend of the op interface: bf16 activations, f32 parameter vectors, one stream, cudaMalloc'd
+// memory. Every op is a thin check of shapes/dtypes followed by one launcher call into kernels/.
+// Only compiled when CUDA is on; CPU-only code must not include this header (it pulls in cuda_runtime.h).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "ops/ops.h"
+
+namespace df {
+
+struct GemmContext;
+
+class CudaOps final : public Ops {
+ public:
+  // Selects `device` for this thread and creates the stream and the cuBLASLt context on it.
+  explicit CudaOps(int device = 0);
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  Device device() const override { return Device::cuda; }
+  DType act_dtype() const override { return DType::bf16; }
+  const char* name() const override { return "cuda"; }
+  // The stream every op is queued on (NCCL sends and events order themselves against it).
+  cudaStream_t stream() const { return stream_; }
+
+  void* alloc_bytes(size_t bytes) override;
+  void free_bytes(void* p) override;
+  void upload_f32(const Tensor& dst, const float* host) override;
+  void upload_raw(const Tensor& dst, const void* host) override;
+  void download_f32(const Tensor& src, float* host) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void synchronize() override;
+
+  void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) override;
+  void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float eps, NormKind kind) override;
+  void add_rmsnorm(const Tensor& residual, const Tensor& delta, const Tensor& w, const Tensor& out, float eps,
+                   NormKind kind) override;
+  void qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, int heads, int hd, int rot_dim, float theta,
+                    float eps, NormKind kind) override;
+  void attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const SeqLayout& seqs,
+                        int hq, int hkv, int hd, float scale) override;
+  void sigmoid_gate(const Tensor& o, const Tensor& gate) override;
+  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, const SeqLayout& seqs) override;
+  void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                   const Tensor& out, const SeqLayout& seqs, const GdnShape& shape) override;
+  void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
+                     float eps) override;
+
+ private:
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  GemmContext* gemm_ = nullptr;
+};
+
+// Number of CUDA devices visible, 0 when there is no driver or no GPU (never throws).
+int cuda_device_count();
+
+}  // namespace df

@@ -1,0 +1,53 @@
+// Drafter checkpoints (DESIGN.md "Checkpoint"): one HDF5 file per saved step with the fp32 weights, both Adam
+// moments and what a resume needs to continue bit-identically (step, global batch cursor, data fingerprint,
+// RNG state, the config text). Written atomically next to a `latest` pointer; only the last N are kept.
+//
+// File layout (format_version 1), every table entry under its Hugging Face export name:
+//   /params/<name>, /adam_m/<name>, /adam_v/<name>   f32 [rows, cols], chunked with Fletcher-32 checksums
+//   /rng_state       uint64 [n]   opaque to this module
+//   /config_text     string       the run's TOML
+//   /drafter_config  string       the DrafterConfig as JSON (shown when shapes do not match)
+//   root attributes: format_version (int32), step, batch_cursor, tokens_seen (int64), data_fingerprint
+//                    (uint64), created (UTC time, ISO 8601)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/drafter.h"
+
+namespace df {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointState {
+  int64_t step = 0;                 // optimizer steps completed
+  int64_t batch_cursor = 0;         // global batch index to resume from (in-flight batches are redone)
+  uint64_t data_fingerprint = 0;    // the batcher's fingerprint; a resume on other data must refuse
+  std::vector<uint64_t> rng_state;  // opaque words (e.g. the training Rng's four)
+  int64_t tokens_seen = 0;
+  std::string config_text;  // the TOML the run started from
+};
+
+// "<ckpt_dir>/step_<%08lld>.h5".
+std::string checkpoint_path_for_step(const std::string& ckpt_dir, int64_t step);
+
+// Writes model.params, adam_m, adam_v and `state` to checkpoint_path_for_step(ckpt_dir, state.step) through a
+// temp name in the same folder (flush, close, fsync, rename, fsync the folder), then points
+// `<ckpt_dir>/latest` at it the same way, then deletes the oldest step files so that `keep_last` remain
+// (never the new one). The folder is created when missing. On any failure: df::Error naming the path, the
+// temp file removed, `latest` and the existing checkpoints untouched. Returns the path written.
+std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& model,
+                            const CheckpointState& state, int keep_last);
+
+// The checkpoint `<ckpt_dir>/latest` names, as a path; "" when the folder or the pointer does not exist.
+// Throws when the pointer names a file that is missing.
+std::string checkpoint_find_latest(const std::string& ckpt_dir);
+
+// Checks the whole file first (format version, every table entry present with exactly [rows, cols] in all
+// three groups, no unknown objects, all data readable and checksums correct), then fills model.params,
+// adam_m and adam_v bit-exactly. On any error the model is left as it was. Stages the three buffers in host
+// memory (3 · 4 bytes per parameter) so that a read failure half-way cannot leave a half-loaded model.
+CheckpointState checkpoint_load(const std::string& path, DrafterModel& model);
+
+}  // namespace df

@@ -1,0 +1,115 @@
+// Drafter -> Hugging Face folder. Besides the keys MODELS.md lists, config.json carries the Qwen3Config keys
+// that the public z-lab DFlash checkpoints set and that loaders read when present (attention_bias,
+// hidden_act, max_position_embeddings, max_window_layers, ...), with the values this drafter actually has.
+#include "train/export_hf.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/file_util.h"
+#include "model/safetensors.h"
+
+namespace df {
+
+namespace {
+
+// The shortest decimal that reads back as the same float, as a double: 1e-6f is written 1e-06, not
+// 9.99999997e-07, so the file shows the value the user configured.
+double shortest_decimal(float f) {
+  for (int digits = 6; digits < 9; ++digits) {
+    const double d = std::strtod(strfmt("%.*g", digits, double(f)).c_str(), nullptr);
+    if (float(d) == f) return d;
+  }
+  return double(f);
+}
+
+}  // namespace
+
+const char* drafter_layer_type_hf_name(DrafterLayerType t) {
+  return t == DrafterLayerType::sliding ? "sliding_attention" : "full_attention";
+}
+
+nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
+                                 int64_t max_position_embeddings) {
+  drafter_config_validate(c);
+  DF_CHECK(num_target_layers > 0, "export: num_target_layers is %d; pass the target model's layer count",
+           num_target_layers);
+  for (int id : c.target_layer_ids)
+    DF_CHECK(id >= 0 && id < num_target_layers,
+             "export: target layer id %d is outside the target's %d layers "
+             "(wrong num_target_layers?)",
+             id, num_target_layers);
+  nlohmann::json j;
+  j["architectures"] = {"DFlashDraftModel"};
+  j["model_type"] = "qwen3";
+  j["block_size"] = c.block_size;
+  j["dflash_config"] = {{"mask_token_id", c.mask_token_id},
+                        {"target_layer_ids", c.target_layer_ids},
+                        {"block_size", c.block_size}};
+  j["hidden_size"] = c.hidden;
+  j["intermediate_size"] = c.intermediate;
+  j["num_hidden_layers"] = c.layers;
+  j["num_attention_heads"] = c.heads;
+  j["num_key_value_heads"] = c.kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["num_target_layers"] = num_target_layers;
+  j["rms_norm_eps"] = shortest_decimal(c.rms_eps);
+  j["rope_theta"] = shortest_decimal(c.rope_theta);
+  nlohmann::json types = nlohmann::json::array();
+  bool any_sliding = false;
+  int leading_full = 0;  // old-style Qwen configs slide on layers >= max_window_layers
+  for (DrafterLayerType t : c.layer_types) {
+    types.push_back(drafter_layer_type_hf_name(t));
+    if (t == DrafterLayerType::sliding) any_sliding = true;
+    if (!any_sliding) ++leading_full;
+  }
+  j["layer_types"] = types;
+  // transformers' Qwen3Config keeps sliding_window only when use_sliding_window is set; mirror that.
+  j["use_sliding_window"] = any_sliding;
+  j["sliding_window"] = any_sliding ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  j["max_window_layers"] = leading_full;
+  j["vocab_size"] = c.vocab;
+  j["tie_word_embeddings"] = false;
+  j["dtype"] = "bfloat16";
+  j["torch_dtype"] = "bfloat16";  // the pre-5.x transformers spelling of dtype
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rope_scaling"] = nullptr;
+  j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
+  return j;
+}
+
+void drafter_export_hf(const std::string& dir, const DrafterModel& model, int num_target_layers,
+                       int64_t max_position_embeddings) {
+  const std::string config_text =
+      drafter_hf_config(model.config(), num_target_layers, max_position_embeddings).dump(2) + "\n";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  DF_CHECK(!ec, "export: cannot create the folder %s: %s", dir.c_str(), ec.message().c_str());
+
+  const DrafterParamTable& table = model.table();
+  std::vector<uint16_t> bf16(size_t(table.total));
+  std::vector<float> scratch;
+  std::vector<StWriteTensor> tensors;
+  for (const auto& e : table.entries) {
+    scratch.resize(size_t(e.rows * e.cols));
+    model.ops().download_raw(model.entry_view(model.params, e.name), scratch.data());
+    uint16_t* out = bf16.data() + e.offset;
+    for (size_t i = 0; i < scratch.size(); ++i) out[i] = f32_to_bf16(scratch[i]);
+    std::vector<int64_t> shape =
+        (e.rows == 1 && !e.decay) ? std::vector<int64_t>{e.cols} : std::vector<int64_t>{e.rows, e.cols};
+    tensors.push_back({e.name, DType::bf16, shape, out});
+  }
+  // Weights first: a folder with a config.json always has the weights that go with it.
+  safetensors_write(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  file_write_text_atomic(dir + "/config.json", config_text);
+}
+
+}  // namespace df

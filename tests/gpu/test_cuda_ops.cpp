@@ -1,0 +1,295 @@
+// Every CUDA op against the CPU fp32 reference backend (CpuOps) on identical bf16-representable inputs,
+// over awkward sizes, packed multi-sequence batches, strided views and head dims 8/32/128/256. Outputs are
+// poisoned with NaN before each GPU op, so an unwritten element fails. Skips itself without a GPU, and
+// reduces to one skipped test in a build without CUDA (DF_ENABLE_CUDA=OFF or no nvcc).
+#include <gtest/gtest.h>
+
+#ifndef DF_HAVE_CUDA
+TEST(CudaOpsTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA: GPU op tests skipped"; }
+#else
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/dtype.h"
+#include "model/target.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
+#include "tests/unit/cpu_test_util.h"
+
+using namespace df;
+using namespace df::test;
+
+namespace {
+
+// bf16 keeps 7 explicit mantissa bits: rounding to nearest is a relative error of at most 2^-8 ≈ 3.9e-3
+// (seen on the H200: 0.0037 on a value of 1.06). Each tolerance below counts the roundings the GPU path makes
+// that the fp32 CPU path does not.
+constexpr double kBf16Ulp = 1.0 / 256.0;
+
+// One tensor on both backends: CPU f32, GPU bf16 (or f32 for parameter vectors).
+struct Pair {
+  Tensor cpu, gpu;
+};
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+    gpu_ = std::make_unique<CudaOps>(0);
+    host_ = HostBuffer(size_t(256) << 20);
+    cpu_arena_ = Arena(host_.data(), host_.size(), Device::cpu);
+    gblock_ = gpu_->alloc_bytes(size_t(512) << 20);
+    gpu_arena_ = Arena(gblock_, size_t(512) << 20, Device::cuda);
+  }
+  void TearDown() override {
+    if (gpu_) gpu_->free_bytes(gblock_);
+  }
+
+  // An output pair; the GPU side is filled with NaN (all-ones bytes) so unwritten elements fail the check.
+  Pair out(int64_t rows, int64_t cols, DType gdt = DType::bf16, int64_t pad = 0) {
+    Pair p;
+    p.cpu = cpu_arena_.alloc(DType::f32, rows, cols);
+    p.gpu = gpu_arena_.alloc(gdt, rows, cols + pad).cols_view(0, cols);
+    EXPECT_EQ(cudaMemset(p.gpu.data, 0xff, size_t(rows) * (cols + pad) * dtype_size(gdt)), cudaSuccess);
+    return p;
+  }
+  // Uniform values rounded to bf16 so both backends read exactly the same numbers. pad > 0 makes the GPU
+  // side a strided view (the CPU side stays contiguous; strides are tested by CpuOps' own tests).
+  Pair rand(int64_t rows, int64_t cols, float lo, float hi, DType gdt = DType::bf16, int64_t pad = 0) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> h(size_t(rows * cols));
+    for (float& v : h) v = bf16_round(d(rng_));
+    Pair p = out(rows, cols, gdt, pad);
+    cpu_.upload_f32(p.cpu, h.data());
+    gpu_->upload_f32(p.gpu, h.data());
+    return p;
+  }
+  std::vector<float> down_gpu(const Tensor& t) {
+    std::vector<float> h(size_t(t.numel()));
+    gpu_->download_f32(t, h.data());
+    return h;
+  }
+  std::vector<double> down_cpu(const Tensor& t) {
+    std::vector<float> h(size_t(t.numel()));
+    cpu_.download_f32(t, h.data());
+    return std::vector<double>(h.begin(), h.end());
+  }
+  // Compares and prints the worst error (the numbers the report quotes).
+  void check(const Pair& p, double atol, double rtol, const std::string& what) {
+    std::vector<float> got = down_gpu(p.gpu);
+    std::vector<double> want = down_cpu(p.cpu);
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+      scale = std::max(scale, std::fabs(want[i]));
+    }
+    std::printf("[ maxerr ] %-48s max|err| %.3e  max|ref| %.3e\n", what.c_str(), worst, scale);
+    EXPECT_EQ(count_mismatch(got, want, atol, rtol, what), 0);
+  }
+  struct Layouts {
+    SeqLayout cpu, gpu;
+  };
+  Layouts layouts(const std::vector<int32_t>& lens) {
+    return {seq_layout_make(lens, cpu_, cpu_arena_), seq_layout_make(lens, *gpu_, gpu_arena_)};
+  }
+
+  std::mt19937 rng_{1234};
+  CpuOps cpu_;
+  std::unique_ptr<CudaOps> gpu_;
+  HostBuffer host_;
+  Arena cpu_arena_, gpu_arena_;
+  void* gblock_ = nullptr;
+};
+
+std::string name_of(const char* op, std::initializer_list<int64_t> sizes) {
+  std::string s = op;
+  for (int64_t v : sizes) s += " " + std::to_string(v);
+  return s;
+}
+
+const std::vector<std::vector<int32_t>> kBatches = {{1}, {7}, {65}, {300}, {1, 7, 65, 300}, {64, 64, 3}};
+
+}  // namespace
+
+TEST_F(CudaOpsTest, CopyCastsAndUploadRoundsToNearestEven) {
+  Pair a = rand(65, 19, -3, 3, DType::f32, 5);
+  Pair b = out(65, 19, DType::bf16, 3);
+  gpu_->copy(a.gpu, b.gpu);
+  cpu_.copy(a.cpu, b.cpu);
+  check(b, 0.0, kBf16Ulp, "copy f32->bf16 strided");  // one rounding of the same values
+  Pair c = out(65, 19, DType::f32);
+  gpu_->copy(b.gpu, c.gpu);
+  cpu_.copy(b.cpu, c.cpu);
+  check(c, 0.0, kBf16Ulp, "copy bf16->f32");
+}
+
+TEST_F(CudaOpsTest, GemmBf16AndF32OutputsWithBeta) {
+  for (auto [M, N, K] : {std::tuple{1, 7, 19}, {7, 65, 64}, {65, 300, 136}, {300, 129, 512}}) {
+    Pair a = rand(M, K, -1, 1, DType::bf16, 8), w = rand(N, K, -1, 1);
+    Pair c = out(M, N);
+    gpu_->gemm(a.gpu, w.gpu, c.gpu, 0.0f);
+    cpu_.gemm(a.cpu, w.cpu, c.cpu, 0.0f);
+    // Products of bf16 are exact in fp32 and both sides accumulate in fp32; the GPU result is then rounded
+    // once to bf16 (rtol one ulp), and atol covers cancellation: sums of K terms of size ≤ 1 differ in order.
+    check(c, 1e-5 * K, kBf16Ulp, name_of("gemm bf16 M N K", {M, N, K}));
+    Pair cf = rand(M, N, -1, 1, DType::f32);
+    gpu_->gemm(a.gpu, w.gpu, cf.gpu, 1.0f);
+    cpu_.gemm(a.cpu, w.cpu, cf.cpu, 1.0f);
+    check(cf, 1e-5 * K, 1e-5, name_of("gemm f32 beta=1 M N K", {M, N, K}));  // fp32 end to end
+  }
+}
+
+TEST_F(CudaOpsTest, EmbeddingGathersRowsExactly) {
+  for (int64_t T : {1, 7, 65, 300}) {
+    Pair table = rand(1000, 72, -1, 1);
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (auto& i : ids) i = int32_t(rng_() % 1000);
+    Tensor ic = cpu_arena_.alloc(DType::i32, 1, T), ig = gpu_arena_.alloc(DType::i32, 1, T);
+    cpu_.upload_raw(ic, ids.data());
+    gpu_->upload_raw(ig, ids.data());
+    Pair o = out(T, 72, DType::bf16, 8);
+    cpu_.embedding(ic, table.cpu, o.cpu);
+    gpu_->embedding(ig, table.gpu, o.gpu);
+    check(o, 0.0, 0.0, name_of("embedding T", {T}));
+  }
+}
+
+TEST_F(CudaOpsTest, RmsnormAndAddRmsnormBothKinds) {
+  for (int64_t T : {1, 7, 65, 300})
+    for (int64_t H : {8, 72, 5120})
+      for (NormKind kind : {NormKind::plain, NormKind::zero_centred}) {
+        const char* kn = kind == NormKind::plain ? "plain" : "zero";
+        Pair x = rand(T, H, -2, 2), w = rand(1, H, -0.5f, 1.5f, DType::f32);
+        Pair o = out(T, H);
+        cpu_.rmsnorm(x.cpu, w.cpu, o.cpu, 1e-6f, kind);
+        gpu_->rmsnorm(x.gpu, w.gpu, o.gpu, 1e-6f, kind);
+        // plain rounds x̂ to bf16 before the weight (as Qwen3RMSNorm does) and then the product: 2 ulps.
+        check(o, 1e-5, 2 * kBf16Ulp + 1e-4, name_of(kn, {T, H}) + " rmsnorm");
+        Pair d = rand(T, H, -2, 2, DType::bf16, 8);
+        Pair o2 = out(T, H);
+        cpu_.add_rmsnorm(x.cpu, d.cpu, w.cpu, o2.cpu, 1e-6f, kind);
+        gpu_->add_rmsnorm(x.gpu, d.gpu, w.gpu, o2.gpu, 1e-6f, kind);
+        // The GPU residual stream is bf16 (one rounding, atol for sums that cancel to ~0); the norm then
+        // sees the rounded residual: one more ulp on top of the two above.
+        check(x, 1e-6, kBf16Ulp, name_of(kn, {T, H}) + " add_rmsnorm residual");
+        check(o2, 4 * kBf16Ulp, 3 * kBf16Ulp + 1e-4, name_of(kn, {T, H}) + " add_rmsnorm out");
+      }
+}
+
+TEST_F(CudaOpsTest, QkNormRopePartialAndFull) {
+  struct Case { int heads, hd, rot; NormKind kind; float theta; };
+  for (const auto& lens : kBatches)
+    for (Case c : {Case{3, 8, 8, NormKind::plain, 1e6f}, {2, 32, 8, NormKind::zero_centred, 1e7f},
+                   {4, 128, 128, NormKind::plain, 1e6f}, {2, 256, 64, NormKind::zero_centred, 1e7f}}) {
+      Layouts L = layouts(lens);
+      int64_t T = L.cpu.tokens;
+      Pair x = rand(T, int64_t(c.heads) * c.hd, -2, 2, DType::bf16, c.hd);  // strided like q inside [q | gate]
+      Pair w = rand(1, c.hd, -0.3f, 1.3f, DType::f32);
+      cpu_.qk_norm_rope(x.cpu, w.cpu, L.cpu.pos, c.heads, c.hd, c.rot, c.theta, 1e-6f, c.kind);
+      gpu_->qk_norm_rope(x.gpu, w.gpu, L.gpu.pos, c.heads, c.hd, c.rot, c.theta, 1e-6f, c.kind);
+      // HF-style bf16 pipeline on the GPU: norm output, cos, sin, both products and their sum are rounded
+      // (≈ 4 ulps of values up to |x̂|·|w| ≈ 4); the angle error itself is < 3e-4 rad at position 300.
+      check(x, 4e-2, 4 * kBf16Ulp, name_of("qk_norm_rope T heads hd rot", {T, c.heads, c.hd, c.rot}));
+    }
+}
+
+TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
+  struct Case { int hq, hkv, hd; };
+  for (const auto& lens : kBatches)
+    for (Case c : {Case{4, 2, 8}, {6, 2, 32}, {4, 1, 128}, {6, 1, 256}}) {
+      Layouts L = layouts(lens);
+      int64_t T = L.cpu.tokens;
+      // q strided inside a wider buffer (the gated q_proj output), k/v contiguous.
+      Pair q = rand(T, int64_t(c.hq) * c.hd, -2, 2, DType::bf16, int64_t(c.hq) * c.hd);
+      Pair k = rand(T, int64_t(c.hkv) * c.hd, -2, 2), v = rand(T, int64_t(c.hkv) * c.hd, -1, 1);
+      Pair o = out(T, int64_t(c.hq) * c.hd);
+      float scale = 1.0f / std::sqrt(float(c.hd));
+      cpu_.attention_causal(q.cpu, k.cpu, v.cpu, o.cpu, L.cpu, c.hq, c.hkv, c.hd, scale);
+      gpu_->attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);
+      // Outputs are convex combinations of v (|v| ≤ 1). The GPU rounds P to bf16 before P·V (≤ 1 ulp on
+      // each weight, so ≤ 1 ulp of max|v| on the sum) and the output once more: atol 2 ulps of 1.
+      check(o, 2 * kBf16Ulp + 1e-4, kBf16Ulp,
+            name_of("attention T hq hkv hd", {T, c.hq, c.hkv, c.hd}) + " seqs " + std::to_string(lens.size()));
+    }
+}
+
+TEST_F(CudaOpsTest, SigmoidGateAndSwiglu) {
+  for (int64_t T : {1, 7, 65, 300})
+    for (int64_t C : {3, 64, 1000}) {
+      Pair o = rand(T, C, -2, 2), g = rand(T, C, -4, 4, DType::bf16, C);
+      cpu_.sigmoid_gate(o.cpu, g.cpu);
+      gpu_->sigmoid_gate(o.gpu, g.gpu);
+      // sigmoid is rounded to bf16 (torch returns a bf16 tensor), then the product: 2 ulps.
+      check(o, 1e-6, 2 * kBf16Ulp, name_of("sigmoid_gate T C", {T, C}));
+      Pair up = rand(T, C, -2, 2), y = out(T, C);
+      cpu_.swiglu(g.cpu, up.cpu, y.cpu);
+      gpu_->swiglu(g.gpu, up.gpu, y.gpu);
+      check(y, 1e-6, 2 * kBf16Ulp, name_of("swiglu T C", {T, C}));  // silu rounded, then the product
+    }
+}
+
+TEST_F(CudaOpsTest, Conv1dSiluResetsAtSequenceStarts) {
+  for (const auto& lens : kBatches)
+    for (int64_t C : {5, 96}) {
+      Layouts L = layouts(lens);
+      int64_t T = L.cpu.tokens;
+      Pair x = rand(T, C, -2, 2, DType::bf16, 8), w = rand(C, 4, -1, 1, DType::f32), y = out(T, C);
+      cpu_.conv1d_silu(x.cpu, w.cpu, y.cpu, L.cpu);
+      gpu_->conv1d_silu(x.gpu, w.gpu, y.gpu, L.gpu);
+      check(y, 1e-5, kBf16Ulp + 1e-5, name_of("conv1d_silu T C", {T, C}));  // fp32 inside, one rounding
+    }
+}
+
+TEST_F(CudaOpsTest, GatedRmsnorm) {
+  for (int64_t T : {1, 7, 65, 300})
+    for (auto [heads, dv] : {std::pair{1, 8}, {3, 32}, {4, 128}}) {
+      Pair o = rand(T, int64_t(heads) * dv, -2, 2), z = rand(T, int64_t(heads) * dv, -3, 3, DType::bf16, 16);
+      Pair w = rand(1, dv, 0.5f, 1.5f, DType::f32), y = out(T, int64_t(heads) * dv);
+      cpu_.gated_rmsnorm(o.cpu, z.cpu, w.cpu, y.cpu, heads, dv, 1e-6f);
+      gpu_->gated_rmsnorm(o.gpu, z.gpu, w.gpu, y.gpu, heads, dv, 1e-6f);
+      // x̂ rounded, w·x̂ rounded (as HF), then the output: 3 ulps.
+      check(y, 1e-5, 3 * kBf16Ulp, name_of("gated_rmsnorm T heads dv", {T, heads, dv}));
+    }
+}
+
+TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
+  for (const auto& lens : kBatches)
+    for (GdnShape s : {GdnShape{2, 4, 32, 32}, GdnShape{1, 3, 16, 40}, GdnShape{2, 6, 128, 128}}) {
+      Layouts L = layouts(lens);
+      int64_t T = L.cpu.tokens;
+      int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv;
+      Pair qkv = rand(T, cols, -1, 1, DType::bf16, 8);
+      Pair a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
+      Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
+      Pair o = out(T, int64_t(s.nv) * s.dv);
+      cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s);
+      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s);
+      // Same chunked algorithm on identical inputs, but the GPU's chunk products take TF32 operands (2^-11
+      // relative) summed over up to 128 terms of about the output's size (|o| ≲ 1 here): ≈ √128·2^-11 ≈ 6e-3
+      // worst case, ~1e-3 typical, absolute; then one bf16 rounding of the output (2 ulps with the state's drift).
+      check(o, 6e-3, 2 * kBf16Ulp,
+            name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " + std::to_string(lens.size()));
+    }
+}
+
+TEST_F(CudaOpsTest, BadShapesThrowNamingTheOp) {
+  Pair q = rand(4, 24, -1, 1), o = out(4, 24);
+  Layouts L = layouts({4});
+  EXPECT_THROW(gpu_->attention_causal(q.gpu, q.gpu, q.gpu, o.gpu, L.gpu, 2, 2, 12, 1.0f), Error);
+  Pair w = rand(5, 23, -1, 1);
+  try {
+    gpu_->gemm(q.gpu, w.gpu, o.gpu, 0.0f);
+    ADD_FAILURE() << "gemm with mismatched K did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemm"), std::string::npos) << e.what();
+  }
+}
+
+#endif  // DF_HAVE_CUDA
