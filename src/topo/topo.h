@@ -2,6 +2,7 @@
 // is derived from. Read from NVML when the driver is present, else from sysfs, which tests point at fixture
 // trees (tests/fixtures/sysfs/) so placement can be checked for machines this build host is not.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@ struct GpuInfo {
   std::string name;             // from NVML; empty when read from sysfs
   int numa = -1;                // -1: unknown (VMs commonly hide the PCI device's NUMA node)
   std::vector<int> local_cpus;  // the device's local_cpulist
+  uint64_t memory_bytes = 0;    // total device memory from NVML; 0 when read from sysfs
 };
 
 struct NumaNode {

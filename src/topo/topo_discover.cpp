@@ -111,6 +111,9 @@ struct NvmlPciInfo {
   char bus_id[32];
 };
 using NvmlDevice = void*;
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
 
 bool nvml_list_gpus(std::vector<GpuInfo>& gpus, std::string& why_not) {
   void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -124,6 +127,7 @@ bool nvml_list_gpus(std::vector<GpuInfo>& gpus, std::string& why_not) {
   auto handle = reinterpret_cast<int (*)(unsigned, NvmlDevice*)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
   auto pci = reinterpret_cast<int (*)(NvmlDevice, NvmlPciInfo*)>(dlsym(lib, "nvmlDeviceGetPciInfo_v3"));
   auto name = reinterpret_cast<int (*)(NvmlDevice, char*, unsigned)>(dlsym(lib, "nvmlDeviceGetName"));
+  auto memory = reinterpret_cast<int (*)(NvmlDevice, NvmlMemory*)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
   bool ok = init && shutdown && count && handle && pci && name;
   if (!ok) why_not = "libnvidia-ml.so.1 lacks the v2/v3 entry points";
   if (ok && init() != 0) {
@@ -143,6 +147,8 @@ bool nvml_list_gpus(std::vector<GpuInfo>& gpus, std::string& why_not) {
       g.bus_id = strfmt("%04x:%02x:%02x.0", info.domain, info.bus, info.device);
       g.pci_class = "0x030200";
       if (name(d, buf, sizeof(buf)) == 0) g.name = buf;
+      NvmlMemory mem{};
+      if (memory && memory(d, &mem) == 0) g.memory_bytes = mem.total;
       gpus.push_back(std::move(g));
     }
     if (!ok) why_not = "NVML device query failed";

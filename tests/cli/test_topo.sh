@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the real binary for `topo discover|rankfile|nccl-xml` and `plan split` on the sysfs fixtures and
+# Runs the real binary for `topo discover|rankfile|nccl-xml` and `plan split|vram` on the sysfs fixtures and
 # checks exit codes, files and messages, including every refusal. Args: binary, source dir.
 set -uo pipefail
 BIN="$1"
@@ -137,6 +137,21 @@ run split_neg "$BIN" plan split --target-rate -1 --drafter-rate 1 --gpus 4
 expect_err split_neg "--target-rate"
 run split_unit "$BIN" plan split --target-rate 1 --drafter-rate 1 --gpus 4 --unit furlongs
 [ "$rc" -ne 0 ] || fail "split_unit: bad --unit accepted"
+
+# plan vram: the 27B recipe fits 80 GiB, not 40 GiB; a missing target config is named
+M27="$SRC/tests/fixtures/models/qwen3.6-27b"
+run vram_ok "$BIN" plan vram --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27" --gpu-mem 80
+expect_ok vram_ok
+has vram_ok out "verdict: fits (target 58.39 GiB, drafter 70.09 GiB, GPU 80.00 GiB)"
+has vram_ok out "drafter: 1730213120 trainable params"
+run vram_small "$BIN" plan vram --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27" --gpu-mem 40
+expect_err vram_small "does not fit a 40.00 GiB GPU (--gpu-mem): target needs 58.39 GiB"
+has vram_small out "verdict: DOES NOT FIT"
+run vram_8b "$BIN" plan vram --config "$SRC/configs/qwen3-8b.toml" \
+  --target-config "$SRC/tests/fixtures/models/qwen3-8b" --gpu-mem 80
+expect_ok vram_8b
+run vram_nomodel "$BIN" plan vram --config "$SRC/configs/qwen3-8b.toml" --gpu-mem 80
+expect_err vram_nomodel "/models/Qwen3-8B"
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed"

@@ -1,0 +1,71 @@
+// VRAM planner: bytes each role needs on its GPU (target: frozen bf16 backbone + forward activations at the
+// token budget + send buffers; drafter: weights, fp32 master/grads/Adam, frozen embedding and lm_head,
+// receive buffers, training activations), so a config that cannot fit fails in seconds, not after a queue
+// wait. Used by `dflash_mpi plan vram` and by training at start-up (plan_vram_check).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "model/drafter.h"
+#include "model/qwen_config.h"
+
+namespace df {
+
+struct VramItem {
+  std::string name;
+  double bytes = 0;
+  std::string detail;  // the formula with its numbers, so a reader can redo the arithmetic
+};
+
+struct VramRole {
+  std::string role;  // "target" | "drafter"
+  std::vector<VramItem> items;
+  double total = 0;
+};
+
+struct VramAssumptions {
+  int targets = 7;      // targets feeding each drafter: a drafter holds hs_queue_depth payloads per target
+  int64_t seq_len = 0;  // typical sequence length; 0: one sequence fills data.token_budget
+  int64_t lm_chunk = 2048;  // rows of [chunk, V] fp32 logits alive at once in the loss
+};
+
+struct VramPlan {
+  VramRole target, drafter;
+  double gpu_bytes = 0;
+  std::string gpu_source;  // "--gpu-mem", "NVML <name>", "default (no GPU seen)"
+  int target_layers_run = 0;
+  int64_t drafter_params = 0;  // trainable elements (Σ rows·cols of the parameter table)
+  int64_t drafter_flat = 0;    // flat buffer length the optimizer allocates (entries 64-aligned)
+  int64_t anchors = 0;         // anchor blocks per drafter micro-batch
+  VramAssumptions assume;
+  std::vector<std::string> notes;
+};
+
+// The drafter's taps: drafter.target_layer_ids, else the DFlash default round(1 + i·(L−4)/(n−1)).
+// Throws naming drafter.target_layer_ids when a tap is not a layer of the target.
+std::vector<int> plan_vram_tap_layers(const Config& cfg, const QwenConfig& target);
+
+// The drafter the run config describes for this target: taps resolved (plan_vram_tap_layers), intermediate 0
+// meaning the target's, layer_types empty meaning all full attention, vocab and hidden from the target.
+DrafterConfig plan_vram_drafter_config(const Config& cfg, const QwenConfig& target);
+
+// Parameters of one target decoder layer of `kind` (norms, mixer, MLP).
+double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind);
+
+// Every component of both roles. gpu_bytes is what the plan is judged against (plan_vram_gpu_bytes).
+VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& target, double gpu_bytes,
+                           const std::string& gpu_source, const VramAssumptions& assume = {});
+
+// Throws df::Error naming the role(s) that do not fit, by how much, and what to change.
+void plan_vram_check(const VramPlan& plan);
+
+// Both tables (component, bytes, GiB), the GPU size and the verdict line.
+std::string plan_vram_format(const VramPlan& plan);
+
+// GPU memory to plan against: `gib` > 0 (from --gpu-mem) wins, else GPU 0's total from NVML, else 80 GiB.
+// `source` says which.
+double plan_vram_gpu_bytes(double gib, std::string& source);
+
+}  // namespace df

@@ -1,0 +1,189 @@
+// VRAM planner: every component of a tiny config against hand arithmetic, the Qwen3.6-27B recipe at 32K
+// tokens on an 80 GiB GPU (must fit), configs that cannot fit (must throw), and consistency with QwenConfig's
+// count.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "model/qwen_config.h"
+#include "topo/plan_vram.h"
+
+using namespace df;
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kFixed = 64.0 * 1024 * 1024 + kGiB;  // cuBLASLt workspace + runtime reserve, on each role
+
+// H 8, 4 layers, I 12, V 32, 2 heads / 1 kv head of 4, tied embeddings.
+QwenConfig tiny_target() {
+  return qwen_config_from_json(nlohmann::json::parse(R"({
+    "model_type": "qwen3", "hidden_size": 8, "num_hidden_layers": 4, "intermediate_size": 12,
+    "vocab_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": true})"),
+                               "tiny");
+}
+
+// One drafter layer (2 heads / 1 kv of 4, I 12), taps [0, 1], block 4, 3 anchors, 10 tokens, depth 2.
+std::string tiny_toml(const std::string& extra_train = "", int64_t budget = 10) {
+  return R"([target]
+random_config = "unused.json"
+[drafter]
+layers = 1
+heads = 2
+kv_heads = 1
+head_dim = 4
+intermediate = 12
+block_size = 4
+mask_token_id = 31
+num_taps = 2
+target_layer_ids = [0, 1]
+num_anchors = 3
+[data]
+token_budget = )" +
+         std::to_string(budget) +
+         R"(
+[pipeline]
+hs_queue_depth = 2
+[train]
+)" + extra_train +
+         "\n";
+}
+
+double item(const VramRole& r, const std::string& name) {
+  for (const VramItem& it : r.items)
+    if (it.name == name) return it.bytes;
+  ADD_FAILURE() << r.role << " has no item '" << name << "'";
+  return -1;
+}
+
+QwenConfig load_fixture(const char* name) {
+  return qwen_config_load(std::string(DF_SOURCE_DIR) + "/tests/fixtures/models/" + name);
+}
+
+}  // namespace
+
+// Every number below is worked out by hand from the shapes above (comments show the sum); byte counts are
+// exact integers, so equality is the right test.
+TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
+  Config cfg = config_parse(tiny_toml(), "tiny.toml");
+  VramAssumptions a;
+  a.targets = 1;
+  VramPlan p = plan_vram_compute(cfg, tiny_target(), 80 * kGiB, "test", a);
+
+  // fc 2·8·8 = 128, hidden_norm + norm 16, layer: norms 16 + q 64 + k|v 64 + o 64 + q/k norm 8 + MLP 288 =
+  // 504.
+  EXPECT_EQ(p.drafter_params, 648);
+  // Flat buffers pad each tensor to 64 elements: fc 128, q 64, k 64, v 64, o 64, gate/up/down 3·128, four
+  // 1-layer vectors 4·64, hidden_norm + norm 2·64 = 1152.
+  EXPECT_EQ(p.drafter_flat, 1152);
+  EXPECT_EQ(p.target_layers_run, 2);  // last tap is layer 1
+  // target layer: MLP 288 + norms 16 + q 64 + k|v 64 + o 64 + q/k norm 8 = 504; 2 layers + embed 256 = 1264.
+  EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * 1264);
+  EXPECT_DOUBLE_EQ(item(p.target, "residual [T,H] bf16"), 2 * 10 * 8);
+  EXPECT_DOUBLE_EQ(item(p.target, "largest fused projection bf16"), 2 * 10 * 24);  // gate|up 24 > q|k|v 16
+  EXPECT_DOUBLE_EQ(item(p.target, "attention/DeltaNet outputs bf16"), 2 * 10 * 8);
+  EXPECT_DOUBLE_EQ(item(p.target, "MLP intermediate [T,I] bf16"), 2 * 10 * 12);
+  EXPECT_DOUBLE_EQ(item(p.target, "tap outputs [T,k*H] bf16"), 2 * 10 * 16);
+  // payload per token: id 4 + mask 1 + taps 2·16 = 37 B; 10 tokens, 2 in flight.
+  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * 370);
+  for (const VramItem& it : p.target.items) EXPECT_NE(it.name, "DeltaNet chunk states fp32");
+  EXPECT_DOUBLE_EQ(p.target.total, 2528 + 160 + 160 + 480 + 160 + 240 + 320 + 740 + kFixed);
+
+  EXPECT_DOUBLE_EQ(item(p.drafter, "weights bf16 copy"), 2 * 1152);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "Adam m, v fp32"), 8 * 1152);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "frozen embedding [V,H] bf16"), 2 * 32 * 8);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "frozen lm_head"), 0);  // tied
+  EXPECT_DOUBLE_EQ(item(p.drafter, "received payloads"), 1 * 2 * 370);
+  EXPECT_EQ(p.anchors, 3);  // one 10-token sequence, min(3 anchors, 9 positions)
+  // ctx rows 10 x (fc out 8 + ctx 8 + 1 layer x k|v 8)
+  EXPECT_DOUBLE_EQ(item(p.drafter, "context activations bf16"), 2 * 10 * 24);
+  // 12 block rows x (row width 4·8 + 2·8 + 2·4 + 3·12 = 92, + final norm 16)
+  EXPECT_DOUBLE_EQ(item(p.drafter, "block activations bf16"), 2 * 12 * 108);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "backward workspace"), 2 * 12 * 92 + 4 * 10 * 8);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "logits chunks fp32"), 2 * 4 * 12 * 32);  // chunk = all 12 rows
+  EXPECT_DOUBLE_EQ(p.drafter.total, 18 * 1152 + 512 + 740 + 480 + 2592 + 2528 + 3072 + kFixed);
+  EXPECT_NO_THROW(plan_vram_check(p));
+}
+
+TEST(PlanVram, KlRunsEveryLayerAndShipsFinalHidden) {
+  Config cfg = config_parse(tiny_toml("loss = \"kl\""), "tiny.toml");
+  VramPlan p = plan_vram_compute(cfg, tiny_target(), 80 * kGiB, "test", {1, 0, 2048});
+  EXPECT_EQ(p.target_layers_run, 4);
+  EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * (256 + 4 * 504 + 8));  // + final norm
+  EXPECT_DOUBLE_EQ(item(p.target, "final hidden [T,H] bf16"), 2 * 10 * 8);
+  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * 10 * (37 + 16));      // + final hidden 2·8 per token
+  EXPECT_DOUBLE_EQ(item(p.drafter, "logits chunks fp32"), 3 * 4 * 12 * 32);  // + target logits
+}
+
+TEST(PlanVram, ShortSequencesMeanMoreAnchors) {
+  Config cfg = config_parse(tiny_toml(), "tiny.toml");
+  // 10 tokens in sequences of 4: 3 sequences x min(3 anchors, 3 positions) = 9 anchor blocks.
+  VramPlan p = plan_vram_compute(cfg, tiny_target(), 80 * kGiB, "test", {1, 4, 2048});
+  EXPECT_EQ(p.anchors, 9);
+  // 1-token sequences: every token an anchor, capped at the budget.
+  p = plan_vram_compute(cfg, tiny_target(), 80 * kGiB, "test", {1, 1, 2048});
+  EXPECT_EQ(p.anchors, 10);
+}
+
+// The recipe config at 32K tokens, 7 targets per drafter. Measured: target 58.39 GiB, drafter 70.09 GiB
+// (1,730,213,120 trainable drafter params), both under 80 GiB.
+TEST(PlanVram, Qwen36_27B_At32K_Fits80GiB) {
+  Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-27b.toml");
+  ASSERT_EQ(cfg.data.token_budget, 32768);
+  VramPlan p = plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});
+  EXPECT_EQ(p.drafter_params, 1730213120);  // MODELS.md: ≈1.73 B
+  EXPECT_EQ(p.target_layers_run, 62);
+  EXPECT_NEAR(p.target.total / kGiB, 58.39, 0.01);
+  EXPECT_NEAR(p.drafter.total / kGiB, 70.09, 0.01);
+  EXPECT_NO_THROW(plan_vram_check(p));
+}
+
+TEST(PlanVram, TooLargeFailsNamingTheRole) {
+  Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-27b.toml");
+  VramPlan p = plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 40 * kGiB, "test", {7, 0, 2048});
+  try {
+    plan_vram_check(p);
+    FAIL() << "a 27B target on a 40 GiB GPU must not fit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit a 40.00 GiB GPU"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("target needs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("drafter needs"), std::string::npos) << e.what();
+  }
+  cfg.data.token_budget = 262144;  // 8x the budget: the drafter's received payloads alone pass 80 GiB
+  p = plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});
+  EXPECT_THROW(plan_vram_check(p), Error);
+}
+
+TEST(PlanVram, Qwen3_8B_DefaultTapsAndFit) {
+  Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3-8b.toml");
+  QwenConfig t = load_fixture("qwen3-8b");
+  EXPECT_EQ(plan_vram_tap_layers(cfg, t), (std::vector<int>{1, 9, 17, 25, 33}));
+  VramPlan p = plan_vram_compute(cfg, t, 80 * kGiB, "test", {7, 0, 2048});
+  EXPECT_EQ(p.target_layers_run, 34);
+  EXPECT_NO_THROW(plan_vram_check(p));
+}
+
+TEST(PlanVram, LayerCountAgreesWithQwenConfig) {
+  for (const char* name : {"qwen3.6-27b", "qwen3-8b"}) {
+    QwenConfig t = load_fixture(name);
+    double sum = t.hidden;  // final norm
+    for (LayerKind k : t.layer_types) sum += plan_vram_target_layer_params(t, k);
+    // Both sides add the same integers in double (< 2^53), so they must agree exactly.
+    EXPECT_DOUBLE_EQ(sum, t.params_non_embedding()) << name;
+  }
+}
+
+TEST(PlanVram, TapBeyondTheTargetIsAnError) {
+  Config cfg = config_parse(tiny_toml(), "tiny.toml");
+  cfg.drafter.target_layer_ids = {0, 7};
+  try {
+    plan_vram_tap_layers(cfg, tiny_target());
+    FAIL() << "layer 7 of a 4-layer target must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("drafter.target_layer_ids holds layer 7"), std::string::npos)
+        << e.what();
+  }
+}
