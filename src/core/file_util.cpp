@@ -28,7 +28,7 @@ void file_fsync(const std::string& path, bool directory) {
            path.c_str(), std::strerror(err));
 }
 
-void file_write_text_atomic(const std::string& path, const std::string& text) {
+void file_write_atomic(const std::string& path, const void* data, size_t size) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   DF_CHECK(fd >= 0, "cannot write %s: creating %s failed: %s (missing directory or no write permission?)",
@@ -41,8 +41,8 @@ void file_write_text_atomic(const std::string& path, const std::string& text) {
             path.c_str(), step, std::strerror(e));
   };
   size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+  while (done < size) {
+    ssize_t n = ::write(fd, static_cast<const char*>(data) + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail("write");
     done += size_t(n);

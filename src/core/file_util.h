@@ -1,6 +1,7 @@
 // Durable file replacement on POSIX: fsync of a file or of the directory holding a renamed entry, and
 // small text files written atomically (temp name in the same folder, fsync, rename, fsync the folder).
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace df {
@@ -12,8 +13,11 @@ std::string file_dir_of(const std::string& path);
 // support (EINVAL) is accepted: the rename is then as durable as that filesystem allows.
 void file_fsync(const std::string& path, bool directory);
 
-// Replaces `path` with `text` so that a crash or a full disk leaves the old content or the new one, never
-// half of one. The temp file "<path>.tmp.<pid>" is removed on failure. Throws naming the path.
-void file_write_text_atomic(const std::string& path, const std::string& text);
+// Replaces `path` with `size` bytes so that a crash or a full disk leaves the old content or the new one,
+// never half of one. The temp file "<path>.tmp.<pid>" is removed on failure. Throws naming the path.
+void file_write_atomic(const std::string& path, const void* data, size_t size);
+inline void file_write_text_atomic(const std::string& path, const std::string& text) {
+  file_write_atomic(path, text.data(), text.size());
+}
 
 }  // namespace df

@@ -65,11 +65,15 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
   RoleMap m;
   std::string rf = rankfile_cli;
   std::string source = "--rankfile " + rf;
-  if (rf.empty() && std::getenv("DFLASH_RANKFILE")) {
-    rf = std::getenv("DFLASH_RANKFILE");
+  // DFLASH_RANKFILE=none turns rankfiles off (roles from [topology]); launch scripts need a way to say so
+  // that survives SLURM's SLURM_EXPORT_ENV re-export into srun tasks.
+  const char* env_rf = std::getenv("DFLASH_RANKFILE");
+  const bool no_rankfile = rf.empty() && env_rf && std::string(env_rf) == "none";
+  if (rf.empty() && env_rf && !no_rankfile) {
+    rf = env_rf;
     source = "DFLASH_RANKFILE=" + rf;
   }
-  if (rf.empty() && std::getenv("OMPI_MCA_orte_rankfile")) {
+  if (rf.empty() && !no_rankfile && std::getenv("OMPI_MCA_orte_rankfile")) {
     rf = std::getenv("OMPI_MCA_orte_rankfile");
     source = "OMPI_MCA_orte_rankfile=" + rf;
   }

@@ -20,7 +20,8 @@ struct RoleMap {
   std::string source;          // where the roles came from, for the start-up line
 };
 
-// Resolves roles, first that applies: rankfile_cli (or DFLASH_RANKFILE); OMPI_MCA_orte_rankfile; the
+// Resolves roles, first that applies: rankfile_cli (or DFLASH_RANKFILE; "none" skips rankfiles);
+// OMPI_MCA_orte_rankfile; the
 // [topology] section (targets first, then drafters); the default (one drafter per host, on its last rank).
 // hosts: the host name of every world rank. Throws with a message naming the source when the map does not
 // match the world size or lacks a target or a drafter.

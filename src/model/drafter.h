@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+#include "model/qwen_config.h"
 #include "ops/train_ops.h"
 #include "train/loss.h"
 
@@ -55,6 +57,10 @@ struct DrafterConfig {
 void drafter_config_validate(const DrafterConfig& c);
 // The DFlash default taps for a target of `target_layers` layers: round(1 + i·(L−4)/(n−1)), i = 0..n−1.
 std::vector<int> drafter_default_target_layer_ids(int target_layers, int n);
+// The drafter a run config describes for this target: hidden size and vocabulary from the target, taps
+// resolved (drafter.target_layer_ids, else the default), intermediate 0 = the target's; validated, errors
+// name the config key.
+DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& target);
 
 // One trainable tensor inside the flat buffers. Names are the Hugging Face export names (MODELS.md).
 struct DrafterParamEntry {

@@ -9,44 +9,11 @@
 
 namespace df {
 
-namespace {
-
-DrafterConfig drafter_config_from(const DrafterSection& d, const QwenConfig& t) {
-  DrafterConfig c;
-  c.hidden = t.hidden;
-  c.vocab = t.vocab;
-  c.layers = d.layers;
-  c.heads = d.heads;
-  c.kv_heads = d.kv_heads;
-  c.head_dim = d.head_dim;
-  c.intermediate = d.intermediate > 0 ? d.intermediate : t.intermediate;
-  c.rope_theta = float(d.rope_theta);
-  c.rms_eps = float(d.rms_norm_eps);
-  c.block_size = d.block_size;
-  DF_CHECK(d.mask_token_id < t.vocab, "drafter.mask_token_id = %lld is outside the target vocabulary [0, %d)",
-           (long long)d.mask_token_id, t.vocab);
-  c.mask_token_id = int(d.mask_token_id);
-  c.target_layer_ids =
-      d.target_layer_ids.empty() ? drafter_default_target_layer_ids(t.layers, d.num_taps) : d.target_layer_ids;
-  for (int l : c.target_layer_ids)
-    DF_CHECK(l < t.layers, "drafter.target_layer_ids: layer %d does not exist in the target (layers 0..%d)", l,
-             t.layers - 1);
-  for (int i = 0; i < d.layers; ++i)
-    c.layer_types.push_back(!d.layer_types.empty() && d.layer_types[i] == "sliding_attention" ? DrafterLayerType::sliding
-                                                                                             : DrafterLayerType::full);
-  c.sliding_window = d.sliding_window;
-  c.num_anchors = d.num_anchors;
-  drafter_config_validate(c);
-  return c;
-}
-
-}  // namespace
-
 TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
   TrainPlan p;
   p.cfg = cfg;
   p.target = qwen_config_load(cfg.target.model.empty() ? cfg.target.random_config : cfg.target.model);
-  p.drafter = drafter_config_from(cfg.drafter, p.target);
+  p.drafter = drafter_config_from_run(cfg, p.target);
   p.kl = cfg.train.loss == "kl";
   p.num_targets = ctx.num_targets();
   p.num_drafters = ctx.num_drafters();

@@ -36,46 +36,6 @@ double payload_bytes(int64_t tokens, int taps, int hidden, bool kl) {
 
 }  // namespace
 
-std::vector<int> plan_vram_tap_layers(const Config& cfg, const QwenConfig& target) {
-  std::vector<int> ids = cfg.drafter.target_layer_ids.empty()
-                             ? drafter_default_target_layer_ids(target.layers, cfg.drafter.num_taps)
-                             : cfg.drafter.target_layer_ids;
-  for (int l : ids)
-    DF_CHECK(
-        l >= 0 && l < target.layers,
-        "%s: drafter.target_layer_ids holds layer %d but the target has %d layers (0..%d); HINT: fix the "
-        "list or leave it empty for the DFlash default",
-        cfg.path.c_str(), l, target.layers, target.layers - 1);
-  return ids;
-}
-
-DrafterConfig plan_vram_drafter_config(const Config& cfg, const QwenConfig& target) {
-  const DrafterSection& d = cfg.drafter;
-  DrafterConfig c;
-  c.hidden = target.hidden;
-  c.layers = d.layers;
-  c.heads = d.heads;
-  c.kv_heads = d.kv_heads;
-  c.head_dim = d.head_dim;
-  c.intermediate = d.intermediate > 0 ? d.intermediate : target.intermediate;
-  c.rope_theta = float(d.rope_theta);
-  c.rms_eps = float(d.rms_norm_eps);
-  c.block_size = d.block_size;
-  DF_CHECK(d.mask_token_id < target.vocab,
-           "%s: drafter.mask_token_id %lld is not below the target's vocab %d", cfg.path.c_str(),
-           (long long)d.mask_token_id, target.vocab);
-  c.mask_token_id = int(d.mask_token_id);
-  c.target_layer_ids = plan_vram_tap_layers(cfg, target);
-  for (int i = 0; i < d.layers; ++i)
-    c.layer_types.push_back(!d.layer_types.empty() && d.layer_types[i] == "sliding_attention"
-                                ? DrafterLayerType::sliding
-                                : DrafterLayerType::full);
-  c.sliding_window = d.sliding_window;
-  c.num_anchors = d.num_anchors;
-  c.vocab = target.vocab;
-  return c;
-}
-
 double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind) {
   const double h = t.hidden;
   const double common = 3.0 * h * t.intermediate + 2.0 * h;  // MLP and the two layer norms
@@ -104,7 +64,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   const bool kl = cfg.train.loss == "kl";
   const int64_t T = cfg.data.token_budget;
   const double H = t.hidden, V = t.vocab;
-  const DrafterConfig dc = plan_vram_drafter_config(cfg, t);
+  const DrafterConfig dc = drafter_config_from_run(cfg, t);
   const DrafterParamTable table = drafter_param_table(dc);
   const std::vector<int>& taps = dc.target_layer_ids;
   const int k = int(taps.size());

@@ -43,13 +43,7 @@ struct VramPlan {
   std::vector<std::string> notes;
 };
 
-// The drafter's taps: drafter.target_layer_ids, else the DFlash default round(1 + i·(L−4)/(n−1)).
-// Throws naming drafter.target_layer_ids when a tap is not a layer of the target.
-std::vector<int> plan_vram_tap_layers(const Config& cfg, const QwenConfig& target);
 
-// The drafter the run config describes for this target: taps resolved (plan_vram_tap_layers), intermediate 0
-// meaning the target's, layer_types empty meaning all full attention, vocab and hidden from the target.
-DrafterConfig plan_vram_drafter_config(const Config& cfg, const QwenConfig& target);
 
 // Parameters of one target decoder layer of `kind` (norms, mixer, MLP).
 double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind);

@@ -140,12 +140,16 @@ void h5_write_matrix(hid_t group, const std::string& where, const std::string& n
   DF_CHECK(dset.close(), "%s: closing tensor '%s' failed (disk full?)", path.c_str(), where.c_str());
 }
 
-// Everything but the rename: the complete file under `tmp`, flushed and closed. `path` is for messages.
-void checkpoint_write_file(const std::string& tmp, const std::string& path, const DrafterModel& model,
-                           const CheckpointState& st) {
-  H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  DF_CHECK(file.get() >= 0, "%s: cannot create the temporary file %s (no write permission or disk full?)",
-           path.c_str(), tmp.c_str());
+// The complete checkpoint file as bytes. HDF5 builds it in memory (core driver, no backing store) and plain
+// POSIX writes put it on disk: HDF5 1.10 cannot recover from a failed write (a full disk leaves a half-closed
+// file that crashes the library at exit), so HDF5 itself never touches the disk here. `path` is for messages.
+std::vector<char> checkpoint_file_image(const std::string& path, const DrafterModel& model,
+                                        const CheckpointState& st) {
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  DF_CHECK(H5Pset_fapl_core(fapl.get(), size_t(64) << 20, 0) >= 0, "%s: cannot set up the in-memory HDF5 file",
+           path.c_str());
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  DF_CHECK(file.get() >= 0, "%s: cannot create the in-memory HDF5 file (out of host memory?)", path.c_str());
   const int32_t version = kCheckpointFormatVersion;
   h5_write_attr(file.get(), "format_version", H5T_STD_I32LE, H5T_NATIVE_INT32, &version, path);
   h5_write_attr(file.get(), "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &st.step, path);
@@ -171,8 +175,14 @@ void checkpoint_write_file(const std::string& tmp, const std::string& path, cons
                       e.cols, path);
     }
   }
-  DF_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "%s: flushing failed (disk full?)", path.c_str());
-  DF_CHECK(file.close(), "%s: closing the file failed (disk full?)", path.c_str());
+  DF_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "%s: flushing the in-memory file failed", path.c_str());
+  const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+  DF_CHECK(size > 0, "%s: cannot size the in-memory HDF5 image", path.c_str());
+  std::vector<char> image(static_cast<size_t>(size));
+  DF_CHECK(H5Fget_file_image(file.get(), image.data(), image.size()) == size, "%s: cannot copy the HDF5 image",
+           path.c_str());
+  DF_CHECK(file.close(), "%s: closing the in-memory file failed", path.c_str());
+  return image;
 }
 
 // Step files in the folder by step number (only exact "step_<digits>.h5" names: temp files never match).
@@ -309,20 +319,11 @@ std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& mod
            ckpt_dir.c_str(), ec.message().c_str());
   const std::string path = checkpoint_path_for_step(ckpt_dir, state.step);
   const std::string name = fs::path(path).filename().string();
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     H5Quiet quiet;
-    try {
-      checkpoint_write_file(tmp, path, model, state);
-      file_fsync(tmp, false);
-      DF_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "%s: renaming %s into place failed: %s",
-               path.c_str(), tmp.c_str(), std::strerror(errno));
-    } catch (...) {
-      std::remove(tmp.c_str());
-      throw;
-    }
+    std::vector<char> image = checkpoint_file_image(path, model, state);
+    file_write_atomic(path, image.data(), image.size());  // temp name, fsync, rename, fsync the folder
   }
-  file_fsync(ckpt_dir, true);
   const std::string previous = checkpoint_read_pointer(ckpt_dir);
   try {
     file_write_text_atomic(ckpt_dir + "/latest", name + "\n");

@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
-# Resume continues bit-identically: 12 steps straight vs 6 (--stop-at-step) + resume + 6 give identical losses, and a resume
+# Resume continues bit-identically: 20 steps straight vs 10 (--stop-at-step) + resume + 10 give identical losses, and a resume
 # with a different number of target ranks continues the same run.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
-write_config "$TMP/straight.toml" "$TMP/straight" 2 1 12
+write_config "$TMP/straight.toml" "$TMP/straight" 2 1 20
 run_mpi 3 "$TMP/straight.log" --config "$TMP/straight.toml" || { fail "straight run"; tail -20 "$TMP/straight.log"; }
-write_config "$TMP/split.toml" "$TMP/split" 2 1 12
-run_mpi 3 "$TMP/half1.log" --config "$TMP/split.toml" --stop-at-step 6 || { fail "first half"; tail -20 "$TMP/half1.log"; }
+write_config "$TMP/split.toml" "$TMP/split" 2 1 20
+run_mpi 3 "$TMP/half1.log" --config "$TMP/split.toml" --stop-at-step 10 || { fail "first half"; tail -20 "$TMP/half1.log"; }
 run_mpi 3 "$TMP/half2.log" --config "$TMP/split.toml" || { fail "second half"; tail -20 "$TMP/half2.log"; }
-grep -q "resumed from .*step_00000006.h5 at step 6" "$TMP/half2.log" || fail "second half did not resume at step 6"
+grep -q "resumed from .*step_00000010.h5 at step 10" "$TMP/half2.log" || fail "second half did not resume at step 10"
 if [ "$(losses "$TMP/straight/metrics.jsonl")" == "$(losses "$TMP/split/metrics.jsonl")" ]; then
-  echo "ok: 12 straight == 6 + resume + 6 ($(losses "$TMP/straight/metrics.jsonl" | tr '\n' ' '))"
+  echo "ok: 20 straight == 10 + resume + 10 ($(losses "$TMP/straight/metrics.jsonl" | tr '\n' ' '))"
 else
   fail "losses differ"; paste <(losses "$TMP/straight/metrics.jsonl") <(losses "$TMP/split/metrics.jsonl")
 fi
-# Resume the 6-step run with one target instead of two: the global batch order is the same.
+# Resume the 10-step checkpoint with one target instead of two: the global batch order is the same.
 cp -r "$TMP/split" "$TMP/fewer"
-rm -f "$TMP/fewer/checkpoints/step_00000012.h5" && echo "step_00000006.h5" >"$TMP/fewer/checkpoints/latest"
-head -6 "$TMP/split/metrics.jsonl" >"$TMP/fewer/metrics.jsonl"
-write_config "$TMP/fewer.toml" "$TMP/fewer" 1 1 12
+rm -f "$TMP/fewer/checkpoints/step_00000020.h5" && echo "step_00000010.h5" >"$TMP/fewer/checkpoints/latest"
+head -10 "$TMP/split/metrics.jsonl" >"$TMP/fewer/metrics.jsonl"
+write_config "$TMP/fewer.toml" "$TMP/fewer" 1 1 20
 run_mpi 2 "$TMP/fewer.log" --config "$TMP/fewer.toml" || { fail "resume with 1 target"; tail -20 "$TMP/fewer.log"; }
 if [ "$(losses "$TMP/straight/metrics.jsonl")" == "$(losses "$TMP/fewer/metrics.jsonl")" ]; then
   echo "ok: resume with 1 target instead of 2 gives the same losses"

@@ -16,6 +16,17 @@ for split in "1 1" "2 1" "2 2"; do
   grep -q "role drafter" "$TMP/$name.log" || fail "$name: no start-up line for a drafter"
   echo "ok: split $1-$2 ($(tail -1 "$TMP/$name/metrics.jsonl" | cut -c1-80)...)"
 done
+# Roles from a rankfile (given to dflash_mpi, as DFLASH_RANKFILE would be): here the drafter is rank 0.
+host=$(hostname)
+printf 'rank 0=%s slot=0  # role=drafter gpu=0\nrank 1=%s slot=0  # role=target\nrank 2=%s slot=0  # role=target\n' \
+  "$host" "$host" "$host" >"$TMP/roles.rf"
+write_config "$TMP/rf.toml" "$TMP/rf" 2 1 4
+if run_mpi 3 "$TMP/rf.log" --config "$TMP/rf.toml" --rankfile "$TMP/roles.rf" &&
+   grep -q "\[rank 0 .* role drafter0 .*roles from --rankfile" "$TMP/rf.log"; then
+  echo "ok: roles from --rankfile (rank 0 is the drafter)"
+else
+  fail "rankfile roles"; tail -20 "$TMP/rf.log"
+fi
 # A world size that does not match [topology] is refused with a message naming both numbers.
 write_config "$TMP/bad.toml" "$TMP/bad" 2 1 2
 run_mpi 2 "$TMP/bad.log" --config "$TMP/bad.toml" && fail "2 ranks for a 2+1 topology were accepted"

@@ -160,7 +160,7 @@ TEST(PlanVram, TooLargeFailsNamingTheRole) {
 TEST(PlanVram, Qwen3_8B_DefaultTapsAndFit) {
   Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3-8b.toml");
   QwenConfig t = load_fixture("qwen3-8b");
-  EXPECT_EQ(plan_vram_tap_layers(cfg, t), (std::vector<int>{1, 9, 17, 25, 33}));
+  EXPECT_EQ(drafter_config_from_run(cfg, t).target_layer_ids, (std::vector<int>{1, 9, 17, 25, 33}));
   VramPlan p = plan_vram_compute(cfg, t, 80 * kGiB, "test", {7, 0, 2048});
   EXPECT_EQ(p.target_layers_run, 34);
   EXPECT_NO_THROW(plan_vram_check(p));
@@ -180,7 +180,7 @@ TEST(PlanVram, TapBeyondTheTargetIsAnError) {
   Config cfg = config_parse(tiny_toml(), "tiny.toml");
   cfg.drafter.target_layer_ids = {0, 7};
   try {
-    plan_vram_tap_layers(cfg, tiny_target());
+    drafter_config_from_run(cfg, tiny_target());
     FAIL() << "layer 7 of a 4-layer target must be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("drafter.target_layer_ids holds layer 7"), std::string::npos)
