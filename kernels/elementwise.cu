@@ -1,6 +1,7 @@
 // Elementwise ops on 2-D strided bf16 views: the attention output gate, SwiGLU, dtype casts, random fills. Each thread
 // handles 8 consecutive columns with 16-byte accesses when cols and strides allow, else one element.
 // The bf16 rounding of intermediate results mirrors the torch ops (sigmoid/silu return bf16 tensors).
+#include "core/rng.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/launchers.cuh"
@@ -79,6 +80,19 @@ __global__ void fill_uniform_kernel(void* dst, bool dst_f32, int64_t ld, int64_t
   }
 }
 
+__global__ void fill_normal_kernel(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float mean,
+                                   float std, uint64_t seed, uint64_t stream_id) {
+  int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / cols, c = i % cols;
+    float v = mean + std * rng_normal_at(seed, stream_id, static_cast<uint64_t>(i));
+    if (dst_f32)
+      static_cast<float*>(dst)[r * ld + c] = v;
+    else
+      static_cast<bf16*>(dst)[r * ld + c] = __float2bfloat16(v);
+  }
+}
+
 struct SigmoidGateOp {
   __device__ float operator()(float o, float g) const { return o * bf16_rn(sigmoid_f32(g)); }
 };
@@ -123,6 +137,14 @@ void fill_uniform_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int6
   if (rows == 0 || cols == 0) return;
   fill_uniform_kernel<<<grid_for(rows * cols), 256, 0, stream>>>(dst, dst_f32, ld, rows, cols, lo, hi, seed);
   DF_CUDA_CHECK_LAUNCH("fill_uniform_kernel");
+}
+
+void fill_normal_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float mean, float std,
+                        uint64_t seed, uint64_t stream_id, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  fill_normal_kernel<<<grid_for(rows * cols), 256, 0, stream>>>(dst, dst_f32, ld, rows, cols, mean, std, seed,
+                                                                stream_id);
+  DF_CUDA_CHECK_LAUNCH("fill_normal_kernel");
 }
 
 }  // namespace df

@@ -30,6 +30,10 @@ void cast_launch(const void* src, bool src_f32, int64_t ld_src, void* dst, bool 
 // inputs on the device without a host round trip of gigabytes.
 void fill_uniform_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float lo, float hi,
                          uint64_t seed, cudaStream_t stream);
+// dst[r, c] = mean + std · rng_normal_at(seed, stream_id, r·cols + c): the same counter-based draws as the
+// CPU backend (core/rng.h), for random model weights.
+void fill_normal_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float mean, float std,
+                        uint64_t seed, uint64_t stream_id, cudaStream_t stream);
 
 // ---- rmsnorm.cu, gated_rmsnorm.cu --------------------------------------------------------------------
 // out = norm(x) per row. zero_centred: (1 + w)·x̂ in fp32; else w·bf16(x̂) (Qwen3 casts before the weight).

@@ -18,8 +18,17 @@ namespace df {
 
 namespace {
 
-// Returns the HF tensor `name` as host f32 after checking it has exactly `shape`.
-using SourceFn = std::function<std::vector<float>(const std::string& name, const std::vector<int64_t>& shape)>;
+// Where the weights come from: a checkpoint (host copies, uploaded) or the counter-based RNG (drawn in
+// place by the backend, so a 27 B-parameter random model never exists as host floats).
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Writes HF tensor `name`, of HF shape `shape`, into dst (its rows in order, flattened to dst's 2-D shape).
+  virtual void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) = 0;
+  // A gated q_proj [2·heads·hd, H]: HF rows per head are [q (hd) | gate (hd)]; dst wants all q heads, then
+  // all gate heads.
+  virtual void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) = 0;
+};
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -67,19 +76,11 @@ void layout_model(TargetModel& m, Arena& a, const TargetLoadOptions& opt) {
   }
 }
 
-// Uploads rows [src_row0, src_row0+n) of a host [*, cols] matrix into rows [dst_row0, ...) of dst.
-void upload_rows(Ops& ops, const Tensor& dst, int64_t dst_row0, const std::vector<float>& src, int64_t src_row0,
-                 int64_t n) {
-  ops.upload_f32(dst.rows_view(dst_row0, n), src.data() + src_row0 * dst.cols);
-}
-
-void fill_model(TargetModel& m, const std::string& p, const SourceFn& get) {
+void fill_model(TargetModel& m, const std::string& p, WeightSource& src) {
   const QwenConfig& c = m.cfg;
-  Ops& ops = *m.ops;
   const int64_t H = c.hidden;
   auto whole = [&](const Tensor& dst, const std::string& name, std::vector<int64_t> shape) {
-    std::vector<float> v = get(name, shape);
-    ops.upload_f32(dst, v.data());
+    src.fill(dst, name, shape);
   };
   whole(m.embed, p + "embed_tokens.weight", {c.vocab, H});
   whole(m.final_norm, p + "norm.weight", {H});
@@ -93,12 +94,7 @@ void fill_model(TargetModel& m, const std::string& p, const SourceFn& get) {
       const int64_t hd = c.head_dim, q = int64_t(c.heads) * hd, kv = int64_t(c.kv_heads) * hd;
       std::string ap = lp + "self_attn.";
       if (c.attn_output_gate) {
-        // HF rows per head: [q (hd) | gate (hd)]; ours: all q heads, then all gate heads.
-        std::vector<float> w = get(ap + "q_proj.weight", {2 * q, H});
-        for (int h = 0; h < c.heads; ++h) {
-          upload_rows(ops, L.w_qkv, h * hd, w, 2 * h * hd, hd);
-          upload_rows(ops, L.w_qkv, q + h * hd, w, 2 * h * hd + hd, hd);
-        }
+        src.fill_q_gate(L.w_qkv.rows_view(0, 2 * q), ap + "q_proj.weight", c.heads, hd, H);
       } else {
         whole(L.w_qkv.rows_view(0, q), ap + "q_proj.weight", {q, H});
       }
@@ -130,7 +126,7 @@ void fill_model(TargetModel& m, const std::string& p, const SourceFn& get) {
 }
 
 std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const TargetLoadOptions& opt,
-                                         const std::string& prefix, const SourceFn& get) {
+                                         const std::string& prefix, WeightSource& src) {
   auto m = std::make_unique<TargetModel>();
   m->cfg = cfg;
   m->ops = &ops;
@@ -143,42 +139,96 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
   m->block = ops.alloc_bytes(m->block_bytes);
   Arena arena(m->block, m->block_bytes, ops.device());
   layout_model(*m, arena, opt);
-  fill_model(*m, prefix, get);
+  fill_model(*m, prefix, src);
   return m;
 }
 
 // Init scale by tensor role: projections ~ 1/sqrt(fan_in) keeps every layer's output O(1); norm weights
 // are drawn around their neutral value (0 for zero-centred, 1 for plain) so tests see non-trivial norms.
-std::vector<float> random_tensor(const QwenConfig& c, uint64_t seed, const std::string& name,
-                                 const std::vector<int64_t>& shape) {
-  uint64_t stream = std::hash<std::string>{}(name);
-  int64_t n = numel_of(shape);
-  std::vector<float> v(n);
-  auto ends_with = [&](const char* s) {
-    std::string suf(s);
-    return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
-  };
-  float mean = 0.0f, std = 0.0f;
-  bool is_norm = ends_with("norm.weight") || ends_with("layernorm.weight");
-  if (ends_with("A_log")) {
-    for (int64_t i = 0; i < n; ++i) v[i] = std::log(1.0f + 15.0f * rng_uniform_at(seed, stream, i));
-    return v;
-  } else if (ends_with("dt_bias")) {
-    std = 0.5f;
-  } else if (ends_with("conv1d.weight")) {
-    std = 0.4f;
-  } else if (ends_with("linear_attn.norm.weight")) {  // gated RMSNorm is plain w·x̂ in both families
-    mean = 1.0f, std = 0.1f;
-  } else if (is_norm) {
-    mean = c.family == ModelFamily::qwen3_5 ? 0.0f : 1.0f, std = 0.1f;
-  } else if (ends_with("embed_tokens.weight")) {
-    std = 1.0f;
-  } else {
-    std = 1.0f / std::sqrt(static_cast<float>(shape.back()));
+// Each HF tensor draws from its own stream (a hash of its name), element i of the tensor at counter i, on
+// the backend that holds it. A_log (nv values per layer) is log(1 + 15u), u uniform: decay rates spread
+// over (0, 15] as in trained models, computed on the host because it is tiny and not normal.
+class RandomSource final : public WeightSource {
+ public:
+  RandomSource(const QwenConfig& c, uint64_t seed, Ops& ops) : c_(c), seed_(seed), ops_(ops) {}
+
+  void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) override {
+    DF_CHECK(dst.numel() == numel_of(shape), "random weights: '%s' %s does not fit its destination %s", name.c_str(),
+             shape_text(shape).c_str(), dst.shape_str().c_str());
+    const uint64_t stream = std::hash<std::string>{}(name);
+    auto ends_with = [&](const char* s) {
+      std::string suf(s);
+      return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    };
+    if (ends_with("A_log")) {
+      std::vector<float> v(size_t(dst.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::log(1.0f + 15.0f * rng_uniform_at(seed_, stream, i));
+      ops_.upload_f32(dst, v.data());
+      return;
+    }
+    float mean = 0.0f, std = 0.0f;
+    bool is_norm = ends_with("norm.weight") || ends_with("layernorm.weight");
+    if (ends_with("dt_bias")) {
+      std = 0.5f;
+    } else if (ends_with("conv1d.weight")) {
+      std = 0.4f;
+    } else if (ends_with("linear_attn.norm.weight")) {  // gated RMSNorm is plain w·x̂ in both families
+      mean = 1.0f, std = 0.1f;
+    } else if (is_norm) {
+      mean = c_.family == ModelFamily::qwen3_5 ? 0.0f : 1.0f, std = 0.1f;
+    } else if (ends_with("embed_tokens.weight")) {
+      std = 1.0f;
+    } else {
+      std = 1.0f / std::sqrt(static_cast<float>(shape.back()));
+    }
+    ops_.fill_normal(dst, seed_, stream, mean, std);
   }
-  for (int64_t i = 0; i < n; ++i) v[i] = mean + std * rng_normal_at(seed, stream, i);
-  return v;
-}
+  // Rows are i.i.d., so drawing the fused [q | gate] block in our row order is the same distribution; the
+  // HF order is restored by target_save_hf.
+  void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) override {
+    fill(dst, name, {2 * heads * hd, H});
+  }
+
+ private:
+  const QwenConfig& c_;
+  uint64_t seed_;
+  Ops& ops_;
+};
+
+// Checkpoint tensors: converted to host f32, checked against the expected shape, uploaded.
+class CheckpointSource final : public WeightSource {
+ public:
+  CheckpointSource(const SafetensorsIndex& st, const std::string& dir, Ops& ops) : st_(st), dir_(dir), ops_(ops) {}
+
+  void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) override {
+    std::vector<float> v = get(name, shape);
+    ops_.upload_f32(dst, v.data());
+  }
+  void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) override {
+    std::vector<float> w = get(name, {2 * heads * hd, H});
+    const int64_t q = heads * hd;
+    for (int h = 0; h < heads; ++h) {
+      ops_.upload_f32(dst.rows_view(h * hd, hd), w.data() + 2 * h * hd * H);
+      ops_.upload_f32(dst.rows_view(q + h * hd, hd), w.data() + (2 * h * hd + hd) * H);
+    }
+  }
+
+ private:
+  std::vector<float> get(const std::string& name, const std::vector<int64_t>& shape) const {
+    const StTensor* t = st_.find(name);
+    DF_CHECK(t != nullptr, "%s: tensor '%s' (expected shape %s) is missing from the checkpoint", dir_.c_str(),
+             name.c_str(), shape_text(shape).c_str());
+    DF_CHECK(t->shape == shape, "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
+             "weights do not belong together",
+             dir_.c_str(), name.c_str(), shape_text(t->shape).c_str(), shape_text(shape).c_str());
+    std::vector<float> v(numel_of(shape));
+    st_to_f32(*t, v.data());
+    return v;
+  }
+  const SafetensorsIndex& st_;
+  const std::string& dir_;
+  Ops& ops_;
+};
 
 std::string find_prefix(const SafetensorsIndex& st, const std::string& dir) {
   for (const char* p : {"model.", "model.language_model."})
@@ -198,26 +248,14 @@ std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const
   QwenConfig cfg = qwen_config_load(dir);
   SafetensorsIndex st = SafetensorsIndex::open(dir);
   std::string prefix = find_prefix(st, dir);
-  SourceFn get = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    const StTensor* t = st.find(name);
-    DF_CHECK(t != nullptr, "%s: tensor '%s' (expected shape %s) is missing from the checkpoint", dir.c_str(),
-             name.c_str(), shape_text(shape).c_str());
-    DF_CHECK(t->shape == shape, "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
-             "weights do not belong together",
-             dir.c_str(), name.c_str(), shape_text(t->shape).c_str(), shape_text(shape).c_str());
-    std::vector<float> v(numel_of(shape));
-    st_to_f32(*t, v.data());
-    return v;
-  };
-  return build_model(cfg, ops, opt, prefix, get);
+  CheckpointSource src(st, dir, ops);
+  return build_model(cfg, ops, opt, prefix, src);
 }
 
 std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed, Ops& ops,
                                            const TargetLoadOptions& opt) {
-  SourceFn get = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    return random_tensor(cfg, seed, name, shape);
-  };
-  return build_model(cfg, ops, opt, "model.", get);
+  RandomSource src(cfg, seed, ops);
+  return build_model(cfg, ops, opt, "model.", src);
 }
 
 void target_save_hf(const TargetModel& m, const std::string& dir) {

@@ -58,6 +58,9 @@ class Ops {
   virtual void download_f32(const Tensor& src, float* host) = 0;
   // dst = src (same shape; dtypes may differ between f32 and bf16). Used for taps.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  // dst[r, c] = mean + std · rng_normal_at(seed, stream, r·cols + c) (core/rng.h), drawn where dst lives and
+  // rounded to its dtype: random weights of any size without a host copy, the same draws on every backend.
+  virtual void fill_normal(const Tensor& dst, uint64_t seed, uint64_t stream, float mean, float std) = 0;
   virtual void synchronize() = 0;
 
   // ---- ops ----------------------------------------------------------------------------------------

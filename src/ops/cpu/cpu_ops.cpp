@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/rng.h"
 #include "ops/cpu/cpu_gdn.h"
 
 #ifdef DF_HAVE_CBLAS
@@ -183,6 +184,18 @@ void CpuOps::upload_f32(const Tensor& dst, const float* host) {
     } else {
       for (int64_t i = 0; i < dst.cols; ++i) store_float(row, dst.dtype, i, src[i]);
     }
+  }
+}
+
+void CpuOps::fill_normal(const Tensor& dst, uint64_t seed, uint64_t stream, float mean, float std) {
+  check_host("fill_normal", dst);
+  DF_CHECK(dst.dtype == DType::f32 || dst.dtype == DType::bf16, "fill_normal: destination %s must be f32 or bf16",
+           dst.shape_str().c_str());
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < dst.rows; ++r) {
+    char* row = dst.row_bytes(r);
+    for (int64_t c = 0; c < dst.cols; ++c)
+      store_float(row, dst.dtype, c, mean + std * rng_normal_at(seed, stream, uint64_t(r * dst.cols + c)));
   }
 }
 

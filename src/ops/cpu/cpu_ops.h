@@ -33,6 +33,7 @@ class CpuOps final : public Ops {
   void upload_raw(const Tensor& dst, const void* host) override;
   void download_f32(const Tensor& src, float* host) override;
   void copy(const Tensor& src, const Tensor& dst) override;
+  void fill_normal(const Tensor& dst, uint64_t seed, uint64_t stream, float mean, float std) override;
   void synchronize() override {}
 
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;

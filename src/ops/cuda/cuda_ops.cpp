@@ -123,6 +123,13 @@ void CudaOps::copy(const Tensor& src, const Tensor& dst) {
               src.cols, stream_);
 }
 
+void CudaOps::fill_normal(const Tensor& dst, uint64_t seed, uint64_t stream, float mean, float std) {
+  DF_CHECK(dst.device == Device::cuda && is_float(dst.dtype), "fill_normal: destination %s must be CUDA f32/bf16",
+           dst.shape_str().c_str());
+  fill_normal_launch(dst.data, dst.dtype == DType::f32, dst.stride, dst.rows, dst.cols, mean, std, seed, stream,
+                     stream_);
+}
+
 void CudaOps::synchronize() { DF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void CudaOps::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
