@@ -28,7 +28,7 @@ void file_fsync(const std::string& path, bool directory) {
            path.c_str(), std::strerror(err));
 }
 
-void file_write_atomic(const std::string& path, const void* data, size_t size) {
+void file_write_atomic(const std::string& path, const std::vector<FilePart>& parts) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   DF_CHECK(fd >= 0, "cannot write %s: creating %s failed: %s (missing directory or no write permission?)",
@@ -40,12 +40,15 @@ void file_write_atomic(const std::string& path, const void* data, size_t size) {
     DF_FAIL("cannot write %s: %s failed: %s (the old file is untouched; free space or check the directory)",
             path.c_str(), step, std::strerror(e));
   };
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::write(fd, static_cast<const char*>(data) + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("write");
-    done += size_t(n);
+  for (const FilePart& part : parts) {
+    size_t done = 0;
+    while (done < part.size) {
+      ssize_t n = ::write(fd, static_cast<const char*>(part.data) + done, part.size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) errno = ENOSPC;
+      if (n <= 0) fail(part.what.empty() ? "write" : ("writing " + part.what).c_str());
+      done += size_t(n);
+    }
   }
   if (::fsync(fd) != 0) fail("fsync");
   if (::close(fd) != 0) {

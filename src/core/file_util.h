@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace df {
 
@@ -15,7 +16,16 @@ void file_fsync(const std::string& path, bool directory);
 
 // Replaces `path` with `size` bytes so that a crash or a full disk leaves the old content or the new one,
 // never half of one. The temp file "<path>.tmp.<pid>" is removed on failure. Throws naming the path.
-void file_write_atomic(const std::string& path, const void* data, size_t size);
+// The content is the concatenation of `parts` (pointer, size), written in order.
+struct FilePart {
+  const void* data;
+  size_t size;
+  std::string what;  // named in the error when writing this part fails, e.g. "tensor 'fc.weight'"
+};
+void file_write_atomic(const std::string& path, const std::vector<FilePart>& parts);
+inline void file_write_atomic(const std::string& path, const void* data, size_t size) {
+  file_write_atomic(path, std::vector<FilePart>{{data, size, ""}});
+}
 inline void file_write_text_atomic(const std::string& path, const std::string& text) {
   file_write_atomic(path, text.data(), text.size());
 }

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace df {
 
@@ -178,13 +179,6 @@ std::string path_join(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-std::string path_dirname(const std::string& p) {
-  size_t slash = p.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
-}
-
 }  // namespace
 
 int64_t StTensor::numel() const {
@@ -317,29 +311,6 @@ void st_to_f32(const StTensor& t, float* out) {
   }
 }
 
-namespace {
-
-// Writes all of [p, p+n) to fd; false with errno set on failure (disk full, file size limit, ...).
-bool fd_write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const size_t chunk = n < (size_t{1} << 30) ? n : (size_t{1} << 30);
-    ssize_t w = ::write(fd, c, chunk);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (w == 0) {
-      errno = ENOSPC;
-      return false;
-    }
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-}  // namespace
 
 void safetensors_write(const std::string& path, const std::vector<StWriteTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -372,44 +343,10 @@ void safetensors_write(const std::string& path, const std::vector<StWriteTensor>
   uint8_t hlen[8];
   for (int i = 0; i < 8; ++i) hlen[i] = static_cast<uint8_t>(static_cast<uint64_t>(hjson.size()) >> (8 * i));
 
-  const std::string tmp = strfmt("%s.tmp.%d", path.c_str(), static_cast<int>(::getpid()));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    DF_FAIL("cannot write %s: creating %s failed: %s", path.c_str(), tmp.c_str(), std::strerror(errno));
-  auto fail = [&](const char* step) {
-    int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    DF_FAIL("cannot write %s: %s failed: %s (nothing was written; free space or check the directory)",
-            path.c_str(), step, std::strerror(e));
-  };
-  if (!fd_write_all(fd, hlen, 8) || !fd_write_all(fd, hjson.data(), hjson.size())) fail("writing the header");
+  std::vector<FilePart> parts{{hlen, 8, "the header"}, {hjson.data(), hjson.size(), "the header"}};
   for (size_t i = 0; i < tensors.size(); ++i)
-    if (!fd_write_all(fd, tensors[i].data, sizes[i]))
-      fail(strfmt("writing tensor '%s'", tensors[i].name.c_str()).c_str());
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    DF_FAIL("cannot write %s: close failed: %s", path.c_str(), std::strerror(e));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    DF_FAIL("cannot write %s: renaming %s into place failed: %s", path.c_str(), tmp.c_str(),
-            std::strerror(e));
-  }
-  // The rename is durable only once the directory entry is on disk.
-  const std::string dir = path_dirname(path);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DF_CHECK(dfd >= 0, "wrote %s but cannot open its directory %s to fsync it: %s", path.c_str(), dir.c_str(),
-           std::strerror(errno));
-  int rc = ::fsync(dfd);
-  int e = errno;
-  ::close(dfd);
-  // Some filesystems cannot fsync a directory (EINVAL); the rename is then as durable as they allow.
-  DF_CHECK(rc == 0 || e == EINVAL, "wrote %s but fsync of directory %s failed: %s", path.c_str(), dir.c_str(),
-           std::strerror(e));
+    parts.push_back({tensors[i].data, sizes[i], "tensor '" + tensors[i].name + "'"});
+  file_write_atomic(path, parts);
 }
 
 }  // namespace df

@@ -36,49 +36,13 @@ if ! bash "$SRC/tests/slurm/slurm_up.sh" >"$TMP/slurm_up.log" 2>&1; then
 fi
 cat "$TMP/slurm_up.log"
 
-# The trainer: `dflash_mpi train` once it exists in this build, else the stand-in that proves the plumbing.
-TRAIN_BIN=$BIN
-if ! "$BIN" --help | grep -qE '^ +train +'; then
-  TRAIN_BIN=$SRC/tests/slurm/fake_train.sh
-  echo "NOTE: $BIN has no 'train' subcommand yet: jobs run tests/slurm/fake_train.sh (launch, signals and exit codes only)"
-fi
-
 # A CPU config: the tiny random target, 2 targets + 1 drafter, roles from [topology].
-"$BIN" data synth --out "$TMP/tokens.h5" --vocab 256 --sequences 64 --min-len 32 --max-len 128 --seed 1 \
+"$BIN" data synth --out "$TMP/tokens.h5" --vocab 255 --sequences 64 --min-len 32 --max-len 128 --seed 1 \
   >"$TMP/synth.log" 2>&1 || { cat "$TMP/synth.log"; echo "FAIL: data synth"; exit 1; }
+source "$SRC/tests/mpi/tiny_config.sh"
 write_config() {  # DIR MAX_STEPS
   mkdir -p "$1"
-  cat >"$1/run.toml" <<EOF
-[run]
-dir = "$1/run"
-seed = 1
-log_interval = 1.0
-max_steps = $2
-[target]
-random_config = "$SRC/configs/tiny-target.json"
-device = "cpu"
-[drafter]
-layers = 1
-heads = 4
-kv_heads = 2
-head_dim = 16
-intermediate = 128
-block_size = 4
-mask_token_id = 255
-num_taps = 2
-target_layer_ids = [1, 2]
-layer_types = ["full_attention"]
-sliding_window = 64
-num_anchors = 8
-[data]
-train = ["$TMP/tokens.h5"]
-token_budget = 512
-[checkpoint]
-interval = 2
-[topology]
-targets = 2
-drafters = 1
-EOF
+  tiny_config "$1/run.toml" "$1/run" "$TMP/tokens.h5" 2 1 "$2"
 }
 
 # submit SCRIPT DIR [sbatch options...]: prints the job id.
@@ -87,7 +51,7 @@ submit() {
   shift 2
   sbatch --parsable -N1 -n3 --overcommit --oversubscribe --time=5 --chdir="$dir" \
     --output="$dir/job.out" \
-    --export="ALL,DFLASH_CONFIG=$dir/run.toml,DFLASH_BIN=$TRAIN_BIN,DFLASH_RANKFILE=none,OMPI_MCA_rmaps_base_oversubscribe=1,OMP_NUM_THREADS=1" \
+    --export="ALL,DFLASH_CONFIG=$dir/run.toml,DFLASH_BIN=$BIN,DFLASH_RANKFILE=none,OMPI_MCA_rmaps_base_oversubscribe=1,OMP_NUM_THREADS=1" \
     "$@" "$SRC/launch/slurm/$script"
 }
 

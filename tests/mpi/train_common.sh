@@ -10,46 +10,9 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 "$BIN" data synth --out "$TMP/tokens.h5" --vocab 255 --sequences 400 --min-len 24 --max-len 96 --seed 3 >/dev/null ||
   { echo "FAIL: data synth"; exit 1; }
 
-# write_config FILE RUN_DIR TARGETS DRAFTERS MAX_STEPS [extra TOML lines...]
-write_config() {
-  local f=$1 dir=$2 t=$3 d=$4 steps=$5
-  shift 5
-  cat >"$f" <<TOML
-[run]
-dir = "$dir"
-seed = 5
-log_interval = 1e-6
-max_steps = $steps
-[target]
-random_config = "$SRC/configs/tiny-target.json"
-device = "cpu"
-[drafter]
-layers = 1
-heads = 4
-kv_heads = 2
-head_dim = 16
-intermediate = 96
-block_size = 8
-mask_token_id = 255
-target_layer_ids = [1, 3]
-num_taps = 2
-num_anchors = 4
-[data]
-train = ["$TMP/tokens.h5"]
-token_budget = 256
-[train]
-lr = 3e-3
-warmup_ratio = 0.1
-grad_accum = 2
-[checkpoint]
-interval = 1000
-keep_last = 2
-[topology]
-targets = $t
-drafters = $d
-TOML
-  for line in "$@"; do echo "$line" >>"$f"; done
-}
+# write_config FILE RUN_DIR TARGETS DRAFTERS MAX_STEPS [extra TOML lines...]: the tiny test run config.
+source "$SRC/tests/mpi/tiny_config.sh"
+write_config() { tiny_config "$1" "$2" "$TMP/tokens.h5" "${@:3}"; }
 
 # run_mpi NP LOG args...: runs dflash_mpi under mpirun; returns its exit code.
 run_mpi() {
