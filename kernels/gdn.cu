@@ -59,16 +59,20 @@ __device__ __forceinline__ void gdn_warp_store(const float (&acc)[NT][4], int r0
 }
 
 // Rows [0, L) of the first n (a multiple of 8) bf16 columns of src (row stride ld) into X [64][ldx];
-// the other rows and the columns [n, D) are zero.
+// the other rows and the columns [n, D) are zero. Asynchronous (cp.async, 16 bytes each, zero-filled where
+// out of range) so every copy of a tile is in flight at once; gdn_stage_wait completes them.
 template <int D, int NTHR>
 __device__ __forceinline__ void gdn_stage(bf16* X, int ldx, const bf16* src, int64_t ld, int L, int n) {
   for (int i = threadIdx.x; i < kGdnChunk * (D / 8); i += NTHR) {
     int r = i / (D / 8), d = (i % (D / 8)) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < L && d < n) v = *reinterpret_cast<const uint4*>(src + r * ld + d);
-    *reinterpret_cast<uint4*>(X + r * ldx + d) = v;
+    bool in = r < L && d < n;
+    uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(X + r * ldx + d));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(in ? src + r * ld + d : src),
+                 "r"(in ? 16 : 0));
   }
 }
+
+__device__ __forceinline__ void gdn_stage_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 template <int D>
 struct GdnChunkSmem {
@@ -117,6 +121,7 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
     gam[tid] = g;
     beta[tid] = bt;
   }
+  gdn_stage_wait();
   __syncthreads();
 
   // γ = cumsum(g) (warp 0, two rows per lane), and the inverse row norms of q and k (one warp per row).
@@ -268,19 +273,31 @@ __global__ void __launch_bounds__(kGdnStateThreads, 2)
     gdn_stage<D, kGdnStateThreads>(Qs, LB, row0 + (int64_t)kh * dk, ld_qkv, L, dk);
     gdn_stage<D, kGdnStateThreads>(Ks, LB, row0 + (int64_t)nk * dk + kh * dk, ld_qkv, L, dk);
     gdn_stage<C, kGdnStateThreads>(Ps, LP, ws_p + (t0 * nv + h) * C, (int64_t)nv * C, L, C);
-    for (int i = tid; i < C * (BV / 8); i += kGdnStateThreads) {
-      int r = i / (BV / 8), d = (i % (BV / 8)) * 8;
-      float v[8] = {};
-      if (r < L) load_bf16(ws_u + ((t0 + r) * nv + h) * D + col0 + d, v);
+    // The U slice (converted to fp32) and the row scalars load while the tile copies are in flight.
+    constexpr int kU = C * (BV / 8) / kGdnStateThreads;
+    static_assert(kU * kGdnStateThreads == C * (BV / 8), "U slice split");
+    float u[kU][8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) Vp[r * LV + d + e] = v[e];
+    for (int e = 0; e < kU; ++e) {
+      int i = tid + e * kGdnStateThreads, r = i / (BV / 8), d = (i % (BV / 8)) * 8;
+#pragma unroll
+      for (int x = 0; x < 8; ++x) u[e][x] = 0.0f;
+      if (r < L) load_bf16(ws_u + ((t0 + r) * nv + h) * D + col0 + d, u[e]);
+    }
+    float4 s4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (tid < L) s4 = ws_s[(t0 + tid) * nv + h];
+#pragma unroll
+    for (int e = 0; e < kU; ++e) {
+      int i = tid + e * kGdnStateThreads, r = i / (BV / 8), d = (i % (BV / 8)) * 8;
+#pragma unroll
+      for (int x = 0; x < 8; ++x) Vp[r * LV + d + x] = u[e][x];
     }
     if (tid < C) {
-      float4 s4 = tid < L ? ws_s[(t0 + tid) * nv + h] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       qs[tid] = s4.x;
       kd[tid] = s4.y;
       if (tid == 0) decay[0] = s4.z;
     }
+    gdn_stage_wait();
     __syncthreads();
 
     // V' = U − W S and the inter-chunk output (Q ⊙ e^γ) S; this warp's 16 rows × the slice.
