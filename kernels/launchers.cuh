@@ -67,9 +67,10 @@ void conv1d_silu_launch(const bf16* x, int64_t ld_x, const float* w, int K, bf16
 
 // ---- gdn.cu -------------------------------------------------------------------------------------------
 // Gated DeltaNet chunked prefill, zero state at each sequence start. qkv [T, 2·nk·dk + nv·dv], a/b [T, nv],
-// A_log/dt_bias [nv], out [T, nv·dv]. dk, dv ≤ 128.
+// A_log/dt_bias [nv], out [T, nv·dv]; max_len = longest sequence. dk, dv ≤ 128. Takes a stream-ordered
+// workspace of T·nv·(2·D + 64) bf16 + T·nv float4 (D = max(dk, dv) rounded up to 32/64/128) for the call.
 void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
                         const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const int32_t* cu,
-                        int num_seqs, int nk, int nv, int dk, int dv, cudaStream_t stream);
+                        int num_seqs, int64_t T, int max_len, int nk, int nv, int dk, int dv, cudaStream_t stream);
 
 }  // namespace df

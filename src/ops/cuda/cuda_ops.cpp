@@ -46,6 +46,12 @@ CudaOps::CudaOps(int device) : device_(device) {
   DF_CHECK(device >= 0 && device < n, "CUDA device %d requested but %d visible; check CUDA_VISIBLE_DEVICES", device, n);
   DF_CUDA_CHECK(cudaSetDevice(device));
   DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Kernels that take stream-ordered scratch (the GDN prefill) reuse the pool's memory across calls and
+  // synchronisations instead of handing it back to the driver at every sync.
+  cudaMemPool_t pool;
+  DF_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t keep = UINT64_MAX;
+  DF_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   gemm_ = gemm_init();
 }
 
@@ -256,7 +262,8 @@ void CudaOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, c
   expect_shape(dt_bias, 1, s.nv, op, "dt_bias");
   expect_shape(out, seqs.tokens, (int64_t)s.nv * s.dv, op, "out");
   gdn_prefill_launch(bptr(qkv), qkv.stride, bptr(a), a.stride, bptr(b), b.stride, fptr(A_log), fptr(dt_bias),
-                     bptr(out), out.stride, iptr(seqs.cu), seqs.num_seqs, s.nk, s.nv, s.dk, s.dv, stream_);
+                     bptr(out), out.stride, iptr(seqs.cu), seqs.num_seqs, seqs.tokens, seqs.max_len, s.nk, s.nv, s.dk,
+                     s.dv, stream_);
 }
 
 void CudaOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
