@@ -4,7 +4,7 @@
 # under credits to 1 drafter rank, which trains a 1-layer drafter on a synthetic corpus (configs/tiny.toml).
 # Takes about two minutes on 2 cores; the loss falls and tau (acceptance length) rises as it learns.
 set -euo pipefail
-source "$(dirname "$0")/setup.sh"
+BUILD_TARGETS=dflash_mpi source "$(dirname "$0")/setup.sh"
 cd "$ROOT_DIR"
 BIN="$BUILD_DIR/dflash_mpi"
 mkdir -p runs/tiny
