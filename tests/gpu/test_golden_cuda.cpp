@@ -52,24 +52,15 @@ class GoldenExtractCuda : public ::testing::TestWithParam<std::string> {};
 TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
   const std::string model = GetParam();
-  const fs::path dir = fs::path(DF_TEST_DATA) / model;
   ScratchDir tmp("cuda_" + model);
-  const fs::path out = tmp.path / "out.h5", log = tmp.path / "extract.log";
-  const std::string cmd = shell_quote(DF_BINARY_DIR "/dflash_mpi") + " extract --model " + shell_quote(dir.string()) +
-                          " --tokens " + shell_quote((dir / "tokens.h5").string()) + " --out " +
-                          shell_quote(out.string()) + " --layers all --device cuda";
-  int rc = run_logged(cmd, log);
-  ASSERT_EQ(rc, 0) << cmd << "\nfailed; its output:\n" << read_text(log);
-
-  H5File want_file(dir / "expected.h5", H5F_ACC_RDONLY), got_file(out, H5F_ACC_RDONLY);
-  ASSERT_GE(want_file.id, 0) << dir / "expected.h5";
-  ASSERT_GE(got_file.id, 0) << out << " (extract exited 0 but wrote no readable HDF5 file)";
-  std::vector<std::string> names = dataset_names(want_file.id);
-  ASSERT_GE(names.size(), 4u) << "expected.h5 has too few datasets; regenerate with make_golden.py";
+  std::unique_ptr<H5File> want_file, got_file;
+  std::vector<std::string> names;
+  golden_extract_and_open(model, "cuda", tmp, want_file, got_file, names);
+  if (HasFatalFailure()) return;
   double family_max_abs = 0, family_max_rms = 0;
   for (const std::string& name : names) {
     SCOPED_TRACE(model + "/" + name);
-    Dataset want = read_dataset(want_file.id, name), got = read_dataset(got_file.id, name);
+    Dataset want = read_dataset(want_file->id, name), got = read_dataset(got_file->id, name);
     ASSERT_TRUE(want.ok) << "cannot read " << name << " from expected.h5";
     ASSERT_TRUE(got.ok) << "extract's output lacks dataset '" << name << "'";
     ASSERT_EQ(got.dims, want.dims) << name << ": shape differs";

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -143,6 +144,32 @@ inline Errors compare(const std::vector<double>& got, const std::vector<double>&
     if (!(diff <= tol)) ++e.bad;
   }
   return e;
+}
+
+// The extract command line for a golden model's tokens on `device`.
+inline std::string extract_command(const fs::path& model, const fs::path& tokens, const fs::path& out,
+                                   const std::string& device = "cpu") {
+  return shell_quote(DF_BINARY_DIR "/dflash_mpi") + " extract --model " + shell_quote(model.string()) +
+         " --tokens " + shell_quote(tokens.string()) + " --out " + shell_quote(out.string()) +
+         " --layers all --device " + device;
+}
+
+// Runs extract on golden model `model` into `tmp`, opens expected.h5 and the output and lists the datasets to
+// compare. A step that does not work fails the test (callers check HasFatalFailure()).
+inline void golden_extract_and_open(const std::string& model, const std::string& device, const ScratchDir& tmp,
+                                    std::unique_ptr<H5File>& want, std::unique_ptr<H5File>& got,
+                                    std::vector<std::string>& names) {
+  const fs::path dir = fs::path(DF_TEST_DATA) / model;
+  const fs::path out = tmp.path / "out.h5", log = tmp.path / "extract.log";
+  const std::string cmd = extract_command(dir, dir / "tokens.h5", out, device);
+  int rc = run_logged(cmd, log);
+  ASSERT_EQ(rc, 0) << cmd << "\nfailed; its output:\n" << read_text(log);
+  want = std::make_unique<H5File>(dir / "expected.h5", H5F_ACC_RDONLY);
+  got = std::make_unique<H5File>(out, H5F_ACC_RDONLY);
+  ASSERT_GE(want->id, 0) << dir / "expected.h5";
+  ASSERT_GE(got->id, 0) << out << " (extract exited 0 but wrote no readable HDF5 file)";
+  names = dataset_names(want->id);
+  ASSERT_GE(names.size(), 4u) << "expected.h5 has too few datasets; regenerate with make_golden.py";
 }
 
 }  // namespace df::golden

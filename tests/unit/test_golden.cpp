@@ -21,32 +21,19 @@ constexpr double kRtol = 1e-4;
 // Relative errors are reported where |b| is large enough for them to mean something.
 constexpr double kRelFloor = 1e-2;
 
-std::string extract_command(const fs::path& model, const fs::path& tokens, const fs::path& out) {
-  return shell_quote(DF_BINARY_DIR "/dflash_mpi") + " extract --model " + shell_quote(model.string()) +
-         " --tokens " + shell_quote(tokens.string()) + " --out " + shell_quote(out.string()) +
-         " --layers all --device cpu";
-}
 
 class GoldenExtract : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenExtract, MatchesTransformers) {
   const std::string model = GetParam();
-  const fs::path dir = fs::path(DF_TEST_DATA) / model;
   ScratchDir tmp(model);
-  const fs::path out = tmp.path / "out.h5", log = tmp.path / "extract.log";
-  const std::string cmd = extract_command(dir, dir / "tokens.h5", out);
-  int rc = run_logged(cmd, log);
-  ASSERT_EQ(rc, 0) << cmd << "\nfailed; its output:\n" << read_text(log);
-
-  H5File want_file(dir / "expected.h5", H5F_ACC_RDONLY), got_file(out, H5F_ACC_RDONLY);
-  ASSERT_GE(want_file.id, 0) << dir / "expected.h5";
-  ASSERT_GE(got_file.id, 0) << out << " (extract exited 0 but wrote no readable HDF5 file)";
-
-  std::vector<std::string> names = dataset_names(want_file.id);
-  ASSERT_GE(names.size(), 4u) << "expected.h5 has too few datasets; regenerate with make_golden.py";
+  std::unique_ptr<H5File> want_file, got_file;
+  std::vector<std::string> names;
+  golden_extract_and_open(model, "cpu", tmp, want_file, got_file, names);
+  if (HasFatalFailure()) return;
   for (const std::string& name : names) {
     SCOPED_TRACE(model + "/" + name);
-    Dataset want = read_dataset(want_file.id, name), got = read_dataset(got_file.id, name);
+    Dataset want = read_dataset(want_file->id, name), got = read_dataset(got_file->id, name);
     ASSERT_TRUE(want.ok) << "cannot read " << name << " from expected.h5";
     ASSERT_TRUE(got.ok) << "extract's output lacks dataset '" << name << "'";
     ASSERT_EQ(got.dims, want.dims) << name << ": shape differs";
