@@ -27,6 +27,16 @@ if run_mpi 3 "$TMP/rf.log" --config "$TMP/rf.toml" --rankfile "$TMP/roles.rf" &&
 else
   fail "rankfile roles"; tail -20 "$TMP/rf.log"
 fi
+# A CUDA run that cannot fit its GPU stops before loading anything, printing the VRAM table (this runs
+# without a GPU too: the check needs only the configs; 1e9 tokens per batch fit no GPU).
+write_config "$TMP/big.toml" "$TMP/big" 1 1 2
+sed -i -e 's/^device = "cpu"$/device = "cuda"/' -e 's/^token_budget = 256$/token_budget = 1000000000/' "$TMP/big.toml"
+run_mpi 2 "$TMP/big.log" --config "$TMP/big.toml" && fail "a run that cannot fit was started"
+if grep -q "FATAL: .*does not fit" "$TMP/big.log" && grep -qi "target rank" "$TMP/big.log"; then
+  echo "ok: VRAM check stops an impossible CUDA run: $(grep FATAL "$TMP/big.log" | head -1 | cut -c1-110)"
+else
+  fail "VRAM check at start-up"; tail -30 "$TMP/big.log"
+fi
 # A world size that does not match [topology] is refused with a message naming both numbers.
 write_config "$TMP/bad.toml" "$TMP/bad" 2 1 2
 run_mpi 2 "$TMP/bad.log" --config "$TMP/bad.toml" && fail "2 ranks for a 2+1 topology were accepted"
