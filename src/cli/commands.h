@@ -15,6 +15,7 @@ void train_add_options(CLI::App& app, TrainArgs& args);
 void train_run(const TrainArgs& args);
 
 void cmd_extract_register(CLI::App& root);
+void cmd_export_register(CLI::App& root);
 void cmd_model_register(CLI::App& root);
 void cmd_config_register(CLI::App& root);
 void cmd_data_register(CLI::App& root);  // data convert | synth | info

@@ -12,10 +12,13 @@
 int main(int argc, char** argv) {
   CLI::App app{"dflash_mpi: train DFlash speculative-decoding drafters for Qwen targets over MPI ranks"};
   app.require_subcommand(0, 1);
+  app.footer("Without a subcommand, --config F runs `train` (mpirun -np N dflash_mpi --config F).\n"
+             "Every subcommand has --help. The demo: bash launch/demo.sh");
   df::TrainArgs root_train;
   df::train_add_options(app, root_train);
   df::cmd_train_register(app);
   df::cmd_extract_register(app);
+  df::cmd_export_register(app);
   df::cmd_model_register(app);
   df::cmd_config_register(app);
   df::cmd_data_register(app);

@@ -6,6 +6,13 @@ BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
 write_config "$TMP/straight.toml" "$TMP/straight" 2 1 20
 run_mpi 3 "$TMP/straight.log" --config "$TMP/straight.toml" || { fail "straight run"; tail -20 "$TMP/straight.log"; }
+# The trained drafter exports as a Hugging Face DFlash model.
+if "$BIN" export --config "$TMP/straight.toml" --out "$TMP/export" >"$TMP/export.log" 2>&1 &&
+   grep -q '"DFlashDraftModel"' "$TMP/export/config.json" && [ -s "$TMP/export/model.safetensors" ]; then
+  echo "ok: export of step 20 -> config.json + model.safetensors"
+else
+  fail "export"; cat "$TMP/export.log"
+fi
 write_config "$TMP/split.toml" "$TMP/split" 2 1 20
 run_mpi 3 "$TMP/half1.log" --config "$TMP/split.toml" --stop-at-step 10 || { fail "first half"; tail -20 "$TMP/half1.log"; }
 run_mpi 3 "$TMP/half2.log" --config "$TMP/split.toml" || { fail "second half"; tail -20 "$TMP/half2.log"; }

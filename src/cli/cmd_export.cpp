@@ -1,0 +1,40 @@
+// `dflash_mpi export`: a training checkpoint → a Hugging Face DFlash draft model (config.json + bf16
+// model.safetensors) that SGLang / vLLM load as a speculative-decoding drafter.
+#include "cli/commands.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "model/drafter.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "train/checkpoint.h"
+#include "train/export_hf.h"
+
+namespace df {
+
+void cmd_export_register(CLI::App& root) {
+  struct Args {
+    std::string config, checkpoint, out;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* e = root.add_subcommand("export", "Write a checkpoint's drafter as a Hugging Face DFlash model");
+  e->add_option("--config", args->config, "the run's TOML config (drafter and target shapes)")->required();
+  e->add_option("--checkpoint", args->checkpoint, "a step_*.h5 file (default: <run.dir>/checkpoints/latest)");
+  e->add_option("--out", args->out, "output directory")->required();
+  e->callback([args] {
+    Config cfg = config_load(args->config);
+    QwenConfig target = qwen_config_load(cfg.target.model.empty() ? cfg.target.random_config : cfg.target.model);
+    std::string ckpt = args->checkpoint;
+    if (ckpt.empty()) {
+      ckpt = checkpoint_find_latest(cfg.run.dir + "/checkpoints");
+      DF_CHECK(!ckpt.empty(), "no checkpoint under %s/checkpoints; HINT: pass --checkpoint or train first",
+               cfg.run.dir.c_str());
+    }
+    CpuTrainOps ops;
+    DrafterModel model(drafter_config_from_run(cfg, target), ops);
+    CheckpointState st = checkpoint_load(ckpt, model);
+    drafter_export_hf(args->out, model, target.layers);
+    log_info("export: %s (step %lld) -> %s (config.json + model.safetensors, bf16)", ckpt.c_str(),
+             (long long)st.step, args->out.c_str());
+  });
+}
+
+}  // namespace df
