@@ -54,9 +54,23 @@ TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
   resume.resize(size_t(len));
   MPI_Bcast(resume.data(), int(len), MPI_CHAR, owner, MPI_COMM_WORLD);
   p.resume_path = resume;
-  if (!resume.empty() && ctx.rank == owner) start = checkpoint_read_state(resume).step;
-  MPI_Bcast(&start, 1, MPI_INT64_T, owner, MPI_COMM_WORLD);
-  p.start_step = start;
+  int64_t cursor = 0;
+  if (!resume.empty() && ctx.rank == owner) {
+    CheckpointState st = checkpoint_read_state(resume);
+    start = st.step;
+    cursor = st.batch_cursor;
+  }
+  int64_t pos[2] = {start, cursor};
+  MPI_Bcast(pos, 2, MPI_INT64_T, owner, MPI_COMM_WORLD);
+  p.start_step = pos[0];
+  // The step → batch mapping is step · drafters · grad_accum: a checkpoint resumes exactly only with the same
+  // product (the number of targets may change freely).
+  DF_CHECK(pos[1] == p.start_step * p.batches_per_step,
+           "%s is at step %lld with batch cursor %lld, i.e. %lld batches per step, but this run has %lld (%d drafters "
+           "x grad_accum %d); HINT: resume with drafters x train.grad_accum = %lld",
+           resume.c_str(), (long long)p.start_step, (long long)pos[1],
+           (long long)(p.start_step > 0 ? pos[1] / p.start_step : 0), (long long)p.batches_per_step, p.num_drafters,
+           p.grad_accum, (long long)(p.start_step > 0 ? pos[1] / p.start_step : 0));
   return p;
 }
 

@@ -33,5 +33,11 @@ if [ "$(losses "$TMP/straight/metrics.jsonl")" == "$(losses "$TMP/fewer/metrics.
 else
   fail "resume with fewer targets changed the losses"
 fi
+# Resuming with another drafters x grad_accum would remap batches to steps: refused, saying what to do.
+cp -r "$TMP/fewer" "$TMP/more"
+echo "step_00000010.h5" >"$TMP/more/checkpoints/latest"
+write_config "$TMP/more.toml" "$TMP/more" 1 2 20
+run_mpi 3 "$TMP/more.log" --config "$TMP/more.toml" && fail "resume with 2 drafters instead of 1 was accepted"
+grep -q "HINT: resume with drafters x train.grad_accum = 2" "$TMP/more.log" || { fail "no hint for the drafter count"; tail "$TMP/more.log"; }
 echo "$fails failed"
 [ "$fails" -eq 0 ]
