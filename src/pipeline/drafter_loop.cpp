@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "dist/feature_channel.h"
 #include "dist/grad_reducer.h"
+#include "dist/watchdog.h"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_train_ops.h"
@@ -108,6 +109,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     checkpoint_save(plan.ckpt_dir(), model, st, plan.cfg.checkpoint.keep_last);
   };
 
+  Watchdog watchdog(plan.cfg.run.watchdog_s);
   int64_t step = plan.start_step;
   double last_lr = 0, last_gnorm = 0;
   for (; step < plan.total_steps; ++step) {
@@ -120,7 +122,9 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       const int64_t b = plan.batch_of(step, a, ctx.drafter_index);
       auto t_wait = std::chrono::steady_clock::now();
       ss.q_hs += rx->pending(my_targets);
+      watchdog.beat("waiting for a batch from a target");
       FeaturePacket p = rx->recv(int(b % plan.num_targets));
+      watchdog.beat("training on a batch");
       wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
       DF_CHECK(p.hdr.batch_id == b, "drafter %d expected batch %lld from target %lld but got batch %lld; HINT: all "
                "ranks must run the same config and data",
@@ -155,6 +159,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     ss.drafter_busy_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count() - wait_s;
 
+    watchdog.beat("in the gradient all-reduce (waiting for the other drafters)");
     reducer->sum(model.grads.ptr<float>(), size_t(model.grads.numel()));
     std::vector<double> packed = ss.pack();
     reducer->sum(packed.data(), packed.size());
@@ -167,6 +172,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     const bool stop = ss.stop > 0 || step + 1 == plan.stop_at_step;
     const bool last = step + 1 == plan.total_steps;
     if (owner) metrics->step(step, ss, r.lr, r.grad_norm, stop || last);
+    watchdog.beat("writing a checkpoint");
     if ((step + 1) % plan.cfg.checkpoint.interval == 0 || stop || last) save(step + 1);
     if (stop) {
       if (owner)
@@ -176,6 +182,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       break;
     }
   }
+  watchdog.beat("draining the targets at the end of the run");
   rx->finish();
   if (owner) {
     log_here("training done: %lld steps, last lr %.2e, grad norm %.3f", (long long)step, last_lr, last_gnorm);

@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "data/prefetcher.h"
 #include "dist/feature_channel.h"
+#include "dist/watchdog.h"
 #include "model/target.h"
 #include "ops/ops_factory.h"
 #include "pipeline/loops.h"
@@ -52,6 +53,8 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
 
   std::vector<float> host;
   int64_t sent = 0;
+  Watchdog watchdog(plan.cfg.run.watchdog_s);
+  watchdog.beat("waiting for the prefetcher");
   while (std::optional<MaterialisedBatch> mb = prefetch.next()) {
     if (sender->stopped()) break;
     auto t0 = std::chrono::steady_clock::now();
@@ -89,9 +92,12 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     p.loss_mask = std::move(mb->loss_mask);
     p.hdr.target_busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int drafter = int(p.hdr.batch_id % plan.num_drafters);
+    watchdog.beat("sending a batch (waiting for a drafter's credit)");
     if (!sender->send(drafter, std::move(p))) break;
     ++sent;
+    watchdog.beat("waiting for the prefetcher");
   }
+  watchdog.beat("waiting for every drafter to stop");
   sender->finish();
   ops->free_bytes(block);
   log_all("target %d done: %lld batches sent", ctx.target_index, (long long)sent);

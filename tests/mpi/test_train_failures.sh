@@ -6,9 +6,10 @@
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
 
-# start_long NAME: a 2-1 run with far more steps than the test waits for, in the background.
+# start_long NAME [WATCHDOG_S]: a 2-1 run with far more steps than the test waits for, in the background.
 start_long() {
   write_config "$TMP/$1.toml" "$TMP/$1" 2 1 100000
+  sed -i "s/^max_steps = 100000$/max_steps = 100000\nwatchdog_s = ${2:-1800}/" "$TMP/$1.toml"
   "$MPIEXEC" --oversubscribe -np 3 "$BIN" --config "$TMP/$1.toml" >"$TMP/$1.log" 2>&1 &
   RUN_PID=$!
   for _ in $(seq 1 600); do  # until a few steps have been logged (at most 60 s)
@@ -35,6 +36,18 @@ if start_long kill; then
   if [ "$RC" -eq 0 ] || [ "$RC" -eq 124 ]; then fail "kill: exit code $RC"; tail -20 "$TMP/kill.log"
   elif ! grep -qE "process rank 1 with PID [0-9]+ .*exited on signal 9" "$TMP/kill.log"; then fail "kill: the failed rank is not named"; tail -20 "$TMP/kill.log"
   else echo "ok: killed target1 (pid $victim): job exited $RC after $((SECONDS - t0)) s, naming rank 1"; fi
+fi
+
+# 1b. A rank that hangs without dying (SIGSTOP): the watchdogs of the ranks waiting on it end the job.
+if start_long hang 3; then
+  victim=$(pid_of hang target1)
+  kill -STOP "$victim"
+  t0=$SECONDS
+  wait_exit 60
+  kill -9 "$victim" 2>/dev/null
+  if [ "$RC" -eq 0 ] || [ "$RC" -eq 124 ]; then fail "hang: exit code $RC"; tail -20 "$TMP/hang.log"
+  elif ! grep -q "FATAL: watchdog: no progress for" "$TMP/hang.log"; then fail "hang: no watchdog message"; tail -20 "$TMP/hang.log"
+  else echo "ok: stopped target1: job exited $RC after $((SECONDS - t0)) s: $(grep -m1 "FATAL: watchdog" "$TMP/hang.log" | cut -c1-110)"; fi
 fi
 
 # 2. An error on one rank (a resume path that does not exist) aborts every rank with a message naming it.
