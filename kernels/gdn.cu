@@ -3,7 +3,7 @@
 //   W = T (β e^γ K),  U = T (β V),  V' = U − W S,  O = (Q ⊙ e^γ) S + lower_incl(Q Kᵀ ⊙ Γ) V',
 //   S = e^(γ_C) S + (K ⊙ e^(γ_C − γ))ᵀ V'.
 // gdn_chunk_kernel does everything that does not depend on S for every (chunk, value head) at once (T by
-// 16×16 diagonal blocks and block rows of off-diagonal products) and leaves W, U and the masked scores as
+// 16×16 diagonal blocks and block rows of off-diagonal tensor-core products) and leaves W, U and the masked scores as
 // bf16 rows of a workspace indexed by token. gdn_state_kernel then walks each (sequence, value head) with
 // all of S in fp32 registers from a zero start, so no state crosses a sequence boundary. Gates, norms, T and
 // S stay fp32; every product runs on bf16 tensor cores with fp32 accumulation, the fp32 operands (T, S, V')
@@ -22,7 +22,6 @@ constexpr int kGdnChunk = 64;
 constexpr int kGdnChunkThreads = 256;
 
 // ---- kernels ----
-__device__ __forceinline__ float gdn_bf(bf16 x) { return __bfloat162float(x); }
 
 template <int NT>
 __device__ __forceinline__ void gdn_warp_zero(float (&acc)[NT][4]) {
@@ -59,8 +58,8 @@ __device__ __forceinline__ void gdn_stage_wait() { asm volatile("cp.async.wait_a
 
 template <int D>
 struct GdnChunkSmem {
-  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4, kLdX = 17;
-  static constexpr size_t kBytes = 3 * sizeof(bf16) * C * kLdB + sizeof(float) * (C * kLdA + 3 * 16 * kLdX + 5 * C);
+  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4;
+  static constexpr size_t kBytes = 3 * sizeof(bf16) * C * kLdB + sizeof(float) * (C * kLdA + 5 * C);
 };
 
 template <int D>
@@ -69,15 +68,14 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
                      const float* A_log, const float* dt_bias, const int32_t* cu, int nk, int nv, int dk, int dv,
                      bf16* ws_w, bf16* ws_u, bf16* ws_p, float4* ws_s) {
   using Sm = GdnChunkSmem<D>;
-  constexpr int C = kGdnChunk, LB = Sm::kLdB, LA = Sm::kLdA, LX = Sm::kLdX;
+  constexpr int C = kGdnChunk, LB = Sm::kLdB, LA = Sm::kLdA;
   extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
   bf16* Qs = reinterpret_cast<bf16*>(gdn_chunk_smem);  // [C][LB] raw q, k, v rows
   bf16* Ks = Qs + C * LB;
   bf16* Vs = Ks + C * LB;
   // [C][LA]: A strictly below the diagonal; T stored transposed (T_ij at [j][i]) on and above it.
   float* Am = reinterpret_cast<float*>(Vs + C * LB);
-  float* X = Am + C * LA;  // [3][16][LX] partial off-diagonal blocks of T
-  float* gam = X + 3 * 16 * LX;
+  float* gam = Am + C * LA;
   float* beta = gam + C;
   float* qn = beta + C;  // dk^−½ / ‖q‖
   float* kn = qn + C;    // 1 / ‖k‖
@@ -107,7 +105,7 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
   gdn_stage_wait();
   __syncthreads();
 
-  // γ = cumsum(g) (warp 0, two rows per lane), and the inverse row norms of q and k (one warp per row).
+  // γ = cumsum(g) (warp 0, two rows per lane), and the inverse row norms of q and k (two threads per row).
   if (warp == 0) {
     float v0 = gam[2 * lane], v1 = gam[2 * lane + 1], s = v0 + v1, incl = s;
 #pragma unroll
@@ -119,12 +117,21 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
     gam[2 * lane + 1] = incl;
   }
   const float q_scale = rsqrtf(static_cast<float>(dk));
-  for (int task = warp; task < 2 * C; task += kGdnChunkThreads / 32) {
-    const bf16* row = (task < C ? Qs : Ks) + (task % C) * LB;
+  {
+    static_assert(kGdnChunkThreads == 4 * kGdnChunk, "two threads per q and k row");
+    const int row = tid >> 1, r = row % C;
+    const bf16* src = (row < C ? Qs : Ks) + r * LB + (tid & 1) * (D / 2);
     float ss = 0.0f;
-    for (int d = lane; d < D; d += 32) ss += gdn_bf(row[d]) * gdn_bf(row[d]);
-    float inv = rsqrtf(warp_sum(ss) + 1e-6f);
-    if (lane == 0) (task < C ? qn : kn)[task % C] = task < C ? inv * q_scale : inv;
+#pragma unroll
+    for (int d = 0; d < D / 2; d += 8) {
+      float v[8];
+      load_bf16<8>(src + d, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    const float inv = rsqrtf(ss + 1e-6f);
+    if ((tid & 1) == 0) (row < C ? qn : kn)[r] = row < C ? inv * q_scale : inv;
   }
   __syncthreads();
   if (tid < C) sw[tid] = beta[tid] * expf(gam[tid]) * kn[tid];
@@ -185,23 +192,70 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
       if (r >= c) Am[(base + c) * LA + base + r] = x[r];
   }
   __syncthreads();
-  // Block row bi: T_bi,bj = −T_bi,bi · Σ_{bj ≤ bm < bi} A_bi,bm T_bm,bj, from the block rows above it.
-  for (int bi = 1; bi < 4; ++bi) {
-    for (int e = tid; e < bi * 256; e += kGdnChunkThreads) {
-      const int bj = e >> 8, r = (e >> 4) & 15, c = e & 15, col = bj * 16 + c, row = bi * 16 + r;
-      float s = 0.0f;
-      for (int k = c; k < 16; ++k) s += A_at(row, bj * 16 + k) * T_at(bj * 16 + k, col);
-      for (int m = bj * 16 + 16; m < bi * 16; ++m) s += A_at(row, m) * T_at(m, col);
-      X[(bj * 16 + r) * LX + c] = s;
+  // Block row bi: T_bi,bj = −T_bi,bi X with X = Σ_{bj ≤ bm < bi} A_bi,bm T_bm,bj, one warp per bj < bi, from
+  // the block rows above. Both products run transposed on tensor cores (Xᵀ = Σ T_bm,bjᵀ A_bi,bmᵀ, then
+  // T_bi,bjᵀ = −Xᵀ T_bi,biᵀ), so Xᵀ stays in registers as the next A operand; fp32 operands split into bf16
+  // hi + lo (hi·hi + hi·lo + lo·hi).
+  {
+    const int g = lane >> 2, t = lane & 3;
+    auto mma3 = [](float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+                   uint32_t bl0, uint32_t bl1) {
+      mma_bf16_16816(c, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
+      mma_bf16_16816(c, ah[0], ah[1], ah[2], ah[3], bl0, bl1);
+      mma_bf16_16816(c, al[0], al[1], al[2], al[3], bh0, bh1);
+    };
+    for (int bi = 1; bi < 4; ++bi) {
+      if (warp < bi) {
+        const int cj = warp * 16, ri = bi * 16;
+        float x[2][4];
+        gdn_warp_zero(x);
+        for (int m0 = cj; m0 < ri; m0 += 16) {
+          uint32_t ah[4], al[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {  // Tᵀ[c][m] = T_mc, stored at [c][m]; zero where m < c
+            const int c = cj + g + (e & 1) * 8, m = m0 + 2 * t + (e >> 1) * 8;
+            const float2 v = *reinterpret_cast<const float2*>(Am + c * LA + m);
+            split_bf16x2(m >= c ? v.x : 0.0f, m + 1 >= c ? v.y : 0.0f, ah[e], al[e]);
+          }
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {  // B[m][r] = A_rm
+            const float* arow = Am + (ri + n * 8 + g) * LA + m0 + 2 * t;
+            const float2 b0 = *reinterpret_cast<const float2*>(arow), b1 = *reinterpret_cast<const float2*>(arow + 8);
+            uint32_t bh0, bl0, bh1, bl1;
+            split_bf16x2(b0.x, b0.y, bh0, bl0);
+            split_bf16x2(b1.x, b1.y, bh1, bl1);
+            mma3(x[n], ah, al, bh0, bh1, bl0, bl1);
+          }
+        }
+        uint32_t ah[4], al[4];
+        split_bf16x2(x[0][0], x[0][1], ah[0], al[0]);
+        split_bf16x2(x[0][2], x[0][3], ah[1], al[1]);
+        split_bf16x2(x[1][0], x[1][1], ah[2], al[2]);
+        split_bf16x2(x[1][2], x[1][3], ah[3], al[3]);
+        float y[2][4];
+        gdn_warp_zero(y);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {  // B[k][r] = T_ii[r][k], stored at [ri + k][ri + r]; zero where r < k
+          const int r = n * 8 + g;
+          float tk[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int k = 2 * t + (e & 1) + (e >> 1) * 8;
+            tk[e] = r >= k ? Am[(ri + k) * LA + ri + r] : 0.0f;
+          }
+          uint32_t bh0, bl0, bh1, bl1;
+          split_bf16x2(tk[0], tk[1], bh0, bl0);
+          split_bf16x2(tk[2], tk[3], bh1, bl1);
+          mma3(y[n], ah, al, bh0, bh1, bl0, bl1);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {  // T_bi,bj[r][c] at [cj + c][ri + r]
+          *reinterpret_cast<float2*>(Am + (cj + g) * LA + ri + n * 8 + 2 * t) = make_float2(-y[n][0], -y[n][1]);
+          *reinterpret_cast<float2*>(Am + (cj + g + 8) * LA + ri + n * 8 + 2 * t) = make_float2(-y[n][2], -y[n][3]);
+        }
+      }
+      __syncthreads();
     }
-    __syncthreads();
-    for (int e = tid; e < bi * 256; e += kGdnChunkThreads) {
-      const int bj = e >> 8, r = (e >> 4) & 15, c = e & 15;
-      float s = 0.0f;
-      for (int k = 0; k <= r; ++k) s += T_at(bi * 16 + r, bi * 16 + k) * X[(bj * 16 + k) * LX + c];
-      Am[(bj * 16 + c) * LA + bi * 16 + r] = -s;
-    }
-    __syncthreads();
   }
 
   // W = (T diag(β e^γ/‖k‖)) K, U = (T diag(β)) V: 16 warp tasks of 16 rows × D/2 columns, stored bf16 for
