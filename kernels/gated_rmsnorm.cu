@@ -19,43 +19,21 @@ __global__ void gated_rmsnorm_kernel(const bf16* o, int64_t ld_o, const bf16* z,
   const bf16* orow = o + t * ld_o + (int64_t)h * dv;
   const bf16* zrow = z + t * ld_z + (int64_t)h * dv;
   bf16* yrow = out + t * ld_out + (int64_t)h * dv;
-  // The first kHeld strips of o and z stay in registers between the sum of squares and the output, so a
-  // head of dv ≤ 64·V (every Qwen head) is read once; longer heads re-read the rest.
-  constexpr int kHeld = 2;
-  float ov[kHeld][V], zv[kHeld][V];
   float ss = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kHeld; ++s) {
-    const int i = (s * 32 + lane) * V;
-    if (i < dv) {
-      load_bf16<V>(orow + i, ov[s]);
-      load_bf16<V>(zrow + i, zv[s]);
-#pragma unroll
-      for (int j = 0; j < V; ++j) ss += ov[s][j] * ov[s][j];
-    }
-  }
-  for (int i = (kHeld * 32 + lane) * V; i < dv; i += 32 * V) {
+  for (int i = lane * V; i < dv; i += 32 * V) {
     float v[V];
     load_bf16<V>(orow + i, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) ss += v[j] * v[j];
   }
-  const float r = rsqrtf(warp_sum(ss) / static_cast<float>(dv) + eps);
-  auto emit = [&](int i, float (&v)[V], const float (&z)[V]) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = bf16_rn(w[i + j] * bf16_rn(v[j] * r)) * silu_f32(z[j]);
-    store_bf16<V>(yrow + i, v);
-  };
-#pragma unroll
-  for (int s = 0; s < kHeld; ++s) {
-    const int i = (s * 32 + lane) * V;
-    if (i < dv) emit(i, ov[s], zv[s]);
-  }
-  for (int i = (kHeld * 32 + lane) * V; i < dv; i += 32 * V) {
-    float v[V], z[V];
+  float r = rsqrtf(warp_sum(ss) / static_cast<float>(dv) + eps);
+  for (int i = lane * V; i < dv; i += 32 * V) {
+    float v[V], zv[V];
     load_bf16<V>(orow + i, v);
-    load_bf16<V>(zrow + i, z);
-    emit(i, v, z);
+    load_bf16<V>(zrow + i, zv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = bf16_rn(w[i + j] * bf16_rn(v[j] * r)) * silu_f32(zv[j]);
+    store_bf16<V>(yrow + i, v);
   }
 }
 
