@@ -206,7 +206,7 @@ int main() {
       double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
       double flops = per_chunk * (T / C) * s.nv;
       double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s); }, 5);
-      row_flops("gdn_prefill 16/48 dk=dv=128 (TF32 mma)", flops, ms);
+      row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
       row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
       b.arena.reset(mark);
     }

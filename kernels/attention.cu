@@ -21,23 +21,34 @@ struct AttnCfg {
 };
 
 // ---- kernels ----
-// Rows [r0, r0 + ROWS) of one head into shared memory (row stride LDS), zeros past len and past hd.
+// Rows [r0, r0 + ROWS) of one head into shared memory (row stride LDS), zeros past len and past hd, as
+// 16-byte cp.async copies committed as one group; they complete at the next attn_wait.
 template <int HD, int LDS, int ROWS>
 __device__ __forceinline__ void attn_load_tile(bf16* dst, const bf16* src, int64_t ld, int r0, int len, int hd) {
   constexpr int kChunks = HD / 8;
   for (int c = threadIdx.x; c < ROWS * kChunks; c += AttnCfg<HD>::kThreads) {
     int r = c / kChunks, d = (c % kChunks) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r0 + r < len && d < hd) v = *reinterpret_cast<const uint4*>(src + (int64_t)(r0 + r) * ld + d);
-    *reinterpret_cast<uint4*>(dst + r * LDS + d) = v;
+    bool in = r0 + r < len && d < hd;
+    uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * LDS + d));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to),
+                 "l"(in ? src + (int64_t)(r0 + r) * ld + d : src), "r"(in ? 16 : 0));
   }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+// Every committed copy of this thread is done; the barrier makes all of them visible to the block.
+__device__ __forceinline__ void attn_wait() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
+}
+
+// K and V of a tile have buffers of their own, so the copy of V(j) flies during Q·K(j)ᵀ and the copy of
+// K(j+1) during P·V(j).
 template <int HD>
 __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel(
     const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v, bf16* out, int64_t ld_out,
     const int32_t* cu, int hq, int hkv, int hd, float scale_log2) {
-  constexpr int LDS = HD + 8;  // +16 bytes per row: fragment loads of 8 rows hit 8 different bank groups
+  constexpr int LDS = HD + 8;  // +16 bytes per row: the 8 rows of an ldmatrix hit 8 different bank groups
   constexpr int kRows = AttnCfg<HD>::kRows;
   extern __shared__ __align__(16) unsigned char attn_smem[];
   bf16* Qs = reinterpret_cast<bf16*>(attn_smem);
@@ -50,8 +61,12 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
   if (q0 >= len) return;
   const int kvh = head / (hq / hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int mat = lane >> 3, r8 = lane & 7;
+  const bf16* ksrc = k + (int64_t)start * ld_k + (int64_t)kvh * hd;
+  const bf16* vsrc = v + (int64_t)start * ld_v + (int64_t)kvh * hd;
 
   attn_load_tile<HD, LDS, kRows>(Qs, q + (int64_t)start * ld_q + (int64_t)head * hd, ld_q, q0, len, hd);
+  attn_load_tile<HD, LDS, kAttnKeys>(Ks, ksrc, ld_k, 0, len, hd);
 
   float o[HD / 8][4];
 #pragma unroll
@@ -60,29 +75,26 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
 
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // the two query rows this thread holds
   const int last_key = min(q0 + kRows - 1, len - 1);
-  const bf16* qrow_a = Qs + (warp * 16 + g) * LDS + 2 * t4;
-  const bf16* qrow_b = qrow_a + 8 * LDS;
+  const bf16* qfrag = Qs + (warp * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+  const bf16* kfrag = Ks + ((mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
 
   for (int k0 = 0; k0 <= last_key; k0 += kAttnKeys) {
-    __syncthreads();  // previous tile fully consumed (and Q stored on the first pass)
-    attn_load_tile<HD, LDS, kAttnKeys>(Ks, k + (int64_t)start * ld_k + (int64_t)kvh * hd, ld_k, k0, len, hd);
-    attn_load_tile<HD, LDS, kAttnKeys>(Vs, v + (int64_t)start * ld_v + (int64_t)kvh * hd, ld_v, k0, len, hd);
-    __syncthreads();
+    attn_wait();  // K(k0) (and Q) arrived; every warp is done with P·V of the previous tile
+    attn_load_tile<HD, LDS, kAttnKeys>(Vs, vsrc, ld_v, k0, len, hd);
 
     float s[kAttnKeys / 8][4];
 #pragma unroll
     for (int n = 0; n < kAttnKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
-      uint32_t a0 = *reinterpret_cast<const uint32_t*>(qrow_a + kk * 16);
-      uint32_t a1 = *reinterpret_cast<const uint32_t*>(qrow_b + kk * 16);
-      uint32_t a2 = *reinterpret_cast<const uint32_t*>(qrow_a + kk * 16 + 8);
-      uint32_t a3 = *reinterpret_cast<const uint32_t*>(qrow_b + kk * 16 + 8);
+      uint32_t a[4];
+      ldmatrix_x4(a, qfrag + kk * 16);
 #pragma unroll
-      for (int n = 0; n < kAttnKeys / 8; ++n) {
-        const bf16* kr = Ks + (n * 8 + g) * LDS + kk * 16 + 2 * t4;
-        mma_bf16_16816(s[n], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(kr),
-                       *reinterpret_cast<const uint32_t*>(kr + 8));
+      for (int np = 0; np < kAttnKeys / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kfrag + np * 16 * LDS + kk * 16);
+        mma_bf16_16816(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma_bf16_16816(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
       }
     }
 
@@ -125,6 +137,9 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
       o[i][2] *= corr[1];
       o[i][3] *= corr[1];
     }
+
+    attn_wait();  // V(k0) arrived; every warp is done with Q·K(k0)ᵀ
+    if (k0 + kAttnKeys <= last_key) attn_load_tile<HD, LDS, kAttnKeys>(Ks, ksrc, ld_k, k0 + kAttnKeys, len, hd);
 
     // O += P·V: the S accumulator layout is the A-fragment layout of the next MMA (two n-tiles per k-step).
 #pragma unroll

@@ -3,11 +3,12 @@
 //   W = T (β e^γ K),  U = T (β V),  V' = U − W S,  O = (Q ⊙ e^γ) S + lower_incl(Q Kᵀ ⊙ Γ) V',
 //   S = e^(γ_C) S + (K ⊙ e^(γ_C − γ))ᵀ V'.
 // gdn_chunk_kernel does everything that does not depend on S for every (chunk, value head) at once (T by
-// 16×16 diagonal blocks and block rows of off-diagonal products) and leaves W, U and the masked scores as
-// bf16 rows of a workspace indexed by token. gdn_state_kernel then walks each sequence per (value head,
-// 32-column slice of dv) with that slice of S in fp32 from a zero start, so no state crosses a sequence
-// boundary. Gates, norms, T and S stay fp32; the products take TF32 operands (exact for the bf16 ones)
-// with fp32 accumulation. Row strides are padded so fragment loads are bank-conflict free.
+// 16×16 diagonal blocks and block rows of off-diagonal tensor-core products) and leaves W, U and the masked scores as
+// bf16 rows of a workspace indexed by token. gdn_state_kernel then walks each (sequence, value head) with
+// all of S in fp32 registers from a zero start, so no state crosses a sequence boundary. Gates, norms, T and
+// S stay fp32; every product runs on bf16 tensor cores with fp32 accumulation, the fp32 operands (T, S, V')
+// split into bf16 hi + lo so they keep 16 mantissa bits. Row strides are padded so ldmatrix rows spread
+// over all banks.
 #include <cmath>
 
 #include "kernels/cuda_check.cuh"
@@ -18,28 +19,9 @@
 namespace df {
 
 constexpr int kGdnChunk = 64;
-constexpr int kGdnSlice = 32;  // value columns of S per state-pass block
 constexpr int kGdnChunkThreads = 256;
-constexpr int kGdnStateThreads = 128;  // one warp per 16 chunk rows
 
 // ---- kernels ----
-__device__ __forceinline__ float gdn_bf(bf16 x) { return __bfloat162float(x); }
-
-// acc (this warp's 16 × 8·NT tile at rows r0, columns c0) += Σ_{k < K} fa(i, k) · fb(k, j).
-template <int NT, int K, class FA, class FB>
-__device__ __forceinline__ void gdn_warp_mma(float (&acc)[NT][4], int r0, int c0, FA fa, FB fb) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    uint32_t a0 = to_tf32(fa(r0 + g, k0 + t)), a1 = to_tf32(fa(r0 + g + 8, k0 + t));
-    uint32_t a2 = to_tf32(fa(r0 + g, k0 + t + 4)), a3 = to_tf32(fa(r0 + g + 8, k0 + t + 4));
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      int col = c0 + n * 8 + g;
-      mma_tf32_1688(acc[n], a0, a1, a2, a3, to_tf32(fb(k0 + t, col)), to_tf32(fb(k0 + t + 4, col)));
-    }
-  }
-}
 
 template <int NT>
 __device__ __forceinline__ void gdn_warp_zero(float (&acc)[NT][4]) {
@@ -76,8 +58,8 @@ __device__ __forceinline__ void gdn_stage_wait() { asm volatile("cp.async.wait_a
 
 template <int D>
 struct GdnChunkSmem {
-  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4, kLdX = 17;
-  static constexpr size_t kBytes = 3 * sizeof(bf16) * C * kLdB + sizeof(float) * (C * kLdA + 3 * 16 * kLdX + 5 * C);
+  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4;
+  static constexpr size_t kBytes = 3 * sizeof(bf16) * C * kLdB + sizeof(float) * (C * kLdA + 5 * C);
 };
 
 template <int D>
@@ -86,15 +68,14 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
                      const float* A_log, const float* dt_bias, const int32_t* cu, int nk, int nv, int dk, int dv,
                      bf16* ws_w, bf16* ws_u, bf16* ws_p, float4* ws_s) {
   using Sm = GdnChunkSmem<D>;
-  constexpr int C = kGdnChunk, LB = Sm::kLdB, LA = Sm::kLdA, LX = Sm::kLdX;
+  constexpr int C = kGdnChunk, LB = Sm::kLdB, LA = Sm::kLdA;
   extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
   bf16* Qs = reinterpret_cast<bf16*>(gdn_chunk_smem);  // [C][LB] raw q, k, v rows
   bf16* Ks = Qs + C * LB;
   bf16* Vs = Ks + C * LB;
   // [C][LA]: A strictly below the diagonal; T stored transposed (T_ij at [j][i]) on and above it.
   float* Am = reinterpret_cast<float*>(Vs + C * LB);
-  float* X = Am + C * LA;  // [3][16][LX] partial off-diagonal blocks of T
-  float* gam = X + 3 * 16 * LX;
+  float* gam = Am + C * LA;
   float* beta = gam + C;
   float* qn = beta + C;  // dk^−½ / ‖q‖
   float* kn = qn + C;    // 1 / ‖k‖
@@ -124,7 +105,7 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
   gdn_stage_wait();
   __syncthreads();
 
-  // γ = cumsum(g) (warp 0, two rows per lane), and the inverse row norms of q and k (one warp per row).
+  // γ = cumsum(g) (warp 0, two rows per lane), and the inverse row norms of q and k (two threads per row).
   if (warp == 0) {
     float v0 = gam[2 * lane], v1 = gam[2 * lane + 1], s = v0 + v1, incl = s;
 #pragma unroll
@@ -136,23 +117,48 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
     gam[2 * lane + 1] = incl;
   }
   const float q_scale = rsqrtf(static_cast<float>(dk));
-  for (int task = warp; task < 2 * C; task += kGdnChunkThreads / 32) {
-    const bf16* row = (task < C ? Qs : Ks) + (task % C) * LB;
+  {
+    static_assert(kGdnChunkThreads == 4 * kGdnChunk, "two threads per q and k row");
+    const int row = tid >> 1, r = row % C;
+    const bf16* src = (row < C ? Qs : Ks) + r * LB + (tid & 1) * (D / 2);
     float ss = 0.0f;
-    for (int d = lane; d < D; d += 32) ss += gdn_bf(row[d]) * gdn_bf(row[d]);
-    float inv = rsqrtf(warp_sum(ss) + 1e-6f);
-    if (lane == 0) (task < C ? qn : kn)[task % C] = task < C ? inv * q_scale : inv;
+#pragma unroll
+    for (int d = 0; d < D / 2; d += 8) {
+      float v[8];
+      load_bf16<8>(src + d, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    const float inv = rsqrtf(ss + 1e-6f);
+    if ((tid & 1) == 0) (row < C ? qn : kn)[r] = row < C ? inv * q_scale : inv;
   }
   __syncthreads();
   if (tid < C) sw[tid] = beta[tid] * expf(gam[tid]) * kn[tid];
 
   // A (into Am) and the masked scores lower_incl(Q Kᵀ ⊙ Γ) (straight to the workspace); warp → 16 × 32 tile.
+  // The operands are the raw bf16 rows, so the bf16 MMA is exact up to the fp32 accumulation.
   {
-    const int r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
-    float acc[4][4];
+    const int r0 = (warp >> 1) * 16, cc = (warp & 1) * 32, mat = lane >> 3, r8 = lane & 7;
+    float acc[4][4], accp[4][4];
     gdn_warp_zero(acc);
-    gdn_warp_mma<4, D>(acc, r0, cc, [&](int i, int k) { return gdn_bf(Ks[i * LB + k]); },
-                       [&](int k, int j) { return gdn_bf(Ks[j * LB + k]); });
+    gdn_warp_zero(accp);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int aoff = (r0 + (mat & 1) * 8 + r8) * LB + kk * 16 + (mat >> 1) * 8;
+      uint32_t ak[4], aq[4];
+      ldmatrix_x4(ak, Ks + aoff);
+      ldmatrix_x4(aq, Qs + aoff);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, Ks + (cc + np * 16 + (mat >> 1) * 8 + r8) * LB + kk * 16 + (mat & 1) * 8);
+        mma_bf16_16816(acc[2 * np], ak[0], ak[1], ak[2], ak[3], b[0], b[1]);
+        mma_bf16_16816(acc[2 * np + 1], ak[0], ak[1], ak[2], ak[3], b[2], b[3]);
+        mma_bf16_16816(accp[2 * np], aq[0], aq[1], aq[2], aq[3], b[0], b[1]);
+        mma_bf16_16816(accp[2 * np + 1], aq[0], aq[1], aq[2], aq[3], b[2], b[3]);
+      }
+    }
     auto a_of = [&](int i, int j, float v) {
       return j < i ? beta[i] * kn[i] * kn[j] * expf(gam[i] - gam[j]) * v : 0.0f;
     };
@@ -160,11 +166,8 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
       if (j < i) Am[i * LA + j] = a_of(i, j, v0);
       if (j + 1 < i) Am[i * LA + j + 1] = a_of(i, j + 1, v1);
     });
-    gdn_warp_zero(acc);
-    gdn_warp_mma<4, D>(acc, r0, cc, [&](int i, int k) { return gdn_bf(Qs[i * LB + k]); },
-                       [&](int k, int j) { return gdn_bf(Ks[j * LB + k]); });
     auto p_of = [&](int i, int j, float v) { return j <= i ? qn[i] * kn[j] * expf(gam[i] - gam[j]) * v : 0.0f; };
-    gdn_warp_store(acc, r0, cc, [&](int i, int j, float v0, float v1) {
+    gdn_warp_store(accp, r0, cc, [&](int i, int j, float v0, float v1) {
       if (i < L)
         *reinterpret_cast<uint32_t*>(ws_p + ((t0 + i) * nv + h) * C + j) = pack_bf16x2(p_of(i, j, v0), p_of(i, j + 1, v1));
     });
@@ -189,41 +192,106 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
       if (r >= c) Am[(base + c) * LA + base + r] = x[r];
   }
   __syncthreads();
-  // Block row bi: T_bi,bj = −T_bi,bi · Σ_{bj ≤ bm < bi} A_bi,bm T_bm,bj, from the block rows above it.
-  for (int bi = 1; bi < 4; ++bi) {
-    for (int e = tid; e < bi * 256; e += kGdnChunkThreads) {
-      const int bj = e >> 8, r = (e >> 4) & 15, c = e & 15, col = bj * 16 + c, row = bi * 16 + r;
-      float s = 0.0f;
-      for (int k = c; k < 16; ++k) s += A_at(row, bj * 16 + k) * T_at(bj * 16 + k, col);
-      for (int m = bj * 16 + 16; m < bi * 16; ++m) s += A_at(row, m) * T_at(m, col);
-      X[(bj * 16 + r) * LX + c] = s;
+  // Block row bi: T_bi,bj = −T_bi,bi X with X = Σ_{bj ≤ bm < bi} A_bi,bm T_bm,bj, one warp per bj < bi, from
+  // the block rows above. Both products run transposed on tensor cores (Xᵀ = Σ T_bm,bjᵀ A_bi,bmᵀ, then
+  // T_bi,bjᵀ = −Xᵀ T_bi,biᵀ), so Xᵀ stays in registers as the next A operand; fp32 operands split into bf16
+  // hi + lo (hi·hi + hi·lo + lo·hi).
+  {
+    const int g = lane >> 2, t = lane & 3;
+    auto mma3 = [](float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+                   uint32_t bl0, uint32_t bl1) {
+      mma_bf16_16816(c, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
+      mma_bf16_16816(c, ah[0], ah[1], ah[2], ah[3], bl0, bl1);
+      mma_bf16_16816(c, al[0], al[1], al[2], al[3], bh0, bh1);
+    };
+    for (int bi = 1; bi < 4; ++bi) {
+      if (warp < bi) {
+        const int cj = warp * 16, ri = bi * 16;
+        float x[2][4];
+        gdn_warp_zero(x);
+        for (int m0 = cj; m0 < ri; m0 += 16) {
+          uint32_t ah[4], al[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {  // Tᵀ[c][m] = T_mc, stored at [c][m]; zero where m < c
+            const int c = cj + g + (e & 1) * 8, m = m0 + 2 * t + (e >> 1) * 8;
+            const float2 v = *reinterpret_cast<const float2*>(Am + c * LA + m);
+            split_bf16x2(m >= c ? v.x : 0.0f, m + 1 >= c ? v.y : 0.0f, ah[e], al[e]);
+          }
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {  // B[m][r] = A_rm
+            const float* arow = Am + (ri + n * 8 + g) * LA + m0 + 2 * t;
+            const float2 b0 = *reinterpret_cast<const float2*>(arow), b1 = *reinterpret_cast<const float2*>(arow + 8);
+            uint32_t bh0, bl0, bh1, bl1;
+            split_bf16x2(b0.x, b0.y, bh0, bl0);
+            split_bf16x2(b1.x, b1.y, bh1, bl1);
+            mma3(x[n], ah, al, bh0, bh1, bl0, bl1);
+          }
+        }
+        uint32_t ah[4], al[4];
+        split_bf16x2(x[0][0], x[0][1], ah[0], al[0]);
+        split_bf16x2(x[0][2], x[0][3], ah[1], al[1]);
+        split_bf16x2(x[1][0], x[1][1], ah[2], al[2]);
+        split_bf16x2(x[1][2], x[1][3], ah[3], al[3]);
+        float y[2][4];
+        gdn_warp_zero(y);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {  // B[k][r] = T_ii[r][k], stored at [ri + k][ri + r]; zero where r < k
+          const int r = n * 8 + g;
+          float tk[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int k = 2 * t + (e & 1) + (e >> 1) * 8;
+            tk[e] = r >= k ? Am[(ri + k) * LA + ri + r] : 0.0f;
+          }
+          uint32_t bh0, bl0, bh1, bl1;
+          split_bf16x2(tk[0], tk[1], bh0, bl0);
+          split_bf16x2(tk[2], tk[3], bh1, bl1);
+          mma3(y[n], ah, al, bh0, bh1, bl0, bl1);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {  // T_bi,bj[r][c] at [cj + c][ri + r]
+          *reinterpret_cast<float2*>(Am + (cj + g) * LA + ri + n * 8 + 2 * t) = make_float2(-y[n][0], -y[n][1]);
+          *reinterpret_cast<float2*>(Am + (cj + g + 8) * LA + ri + n * 8 + 2 * t) = make_float2(-y[n][2], -y[n][3]);
+        }
+      }
+      __syncthreads();
     }
-    __syncthreads();
-    for (int e = tid; e < bi * 256; e += kGdnChunkThreads) {
-      const int bj = e >> 8, r = (e >> 4) & 15, c = e & 15;
-      float s = 0.0f;
-      for (int k = 0; k <= r; ++k) s += T_at(bi * 16 + r, bi * 16 + k) * X[(bj * 16 + k) * LX + c];
-      Am[(bj * 16 + c) * LA + bi * 16 + r] = -s;
-    }
-    __syncthreads();
   }
 
-  // W = T (β e^γ K̂), U = T (β V): 16 warp tasks of 16 rows × D/2 columns, stored bf16 for rows < L.
-  auto t_of = [&](int i, int m) { return m <= i ? T_at(i, m) : 0.0f; };
+  // W = (T diag(β e^γ/‖k‖)) K, U = (T diag(β)) V: 16 warp tasks of 16 rows × D/2 columns, stored bf16 for
+  // rows < L. The scaled T (fp32, lower triangular) is the A operand split into bf16 hi + lo; the raw K and V
+  // rows are the B operand through ldmatrix.trans.
   constexpr int NT = D / 16;
 #pragma unroll 1
   for (int task = warp; task < 16; task += kGdnChunkThreads / 32) {
-    const int r0 = ((task >> 1) & 3) * 16, cc = (task & 1) * (D / 2);
+    const int r0 = ((task >> 1) & 3) * 16, cc = (task & 1) * (D / 2), mat = lane >> 3, r8 = lane & 7;
+    const int g = lane >> 2, t = lane & 3;
+    const bool is_w = task < 8;
+    const bf16* X = is_w ? Ks : Vs;
+    const float* scale = is_w ? sw : beta;
+    auto a_at = [&](int i, int m) { return m <= i ? T_at(i, m) * scale[m] : 0.0f; };
     float acc[NT][4];
     gdn_warp_zero(acc);
-    bf16* dst;
-    if (task < 8) {
-      gdn_warp_mma<NT, C>(acc, r0, cc, t_of, [&](int m, int d) { return gdn_bf(Ks[m * LB + d]) * sw[m]; });
-      dst = ws_w;
-    } else {
-      gdn_warp_mma<NT, C>(acc, r0, cc, t_of, [&](int m, int d) { return gdn_bf(Vs[m * LB + d]) * beta[m]; });
-      dst = ws_u;
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) {
+      if (kk * 16 > r0) break;  // T is zero right of the diagonal block
+      const int i0 = r0 + g, i1 = i0 + 8, m0 = kk * 16 + 2 * t;
+      uint32_t ah[4], al[4];
+      split_bf16x2(a_at(i0, m0), a_at(i0, m0 + 1), ah[0], al[0]);
+      split_bf16x2(a_at(i1, m0), a_at(i1, m0 + 1), ah[1], al[1]);
+      split_bf16x2(a_at(i0, m0 + 8), a_at(i0, m0 + 9), ah[2], al[2]);
+      split_bf16x2(a_at(i1, m0 + 8), a_at(i1, m0 + 9), ah[3], al[3]);
+#pragma unroll
+      for (int nd = 0; nd < NT / 2; ++nd) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, X + (kk * 16 + (mat & 1) * 8 + r8) * LB + cc + nd * 16 + (mat >> 1) * 8);
+        mma_bf16_16816(acc[2 * nd], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+        mma_bf16_16816(acc[2 * nd], al[0], al[1], al[2], al[3], b[0], b[1]);
+        mma_bf16_16816(acc[2 * nd + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma_bf16_16816(acc[2 * nd + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+      }
     }
+    bf16* dst = is_w ? ws_w : ws_u;
     gdn_warp_store(acc, r0, cc, [&](int i, int j, float v0, float v1) {
       if (i < L) *reinterpret_cast<uint32_t*>(dst + ((t0 + i) * nv + h) * D + j) = pack_bf16x2(v0, v1);
     });
@@ -235,100 +303,179 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
   }
 }
 
+// One state-pass pipeline stage: W, Q, K and U tiles [C][kLdB], the masked scores [C][kLdP] (bf16) and the
+// row scalars [C] of one chunk. Two stages: the next chunk's copies fly while this one is computed.
 template <int D>
 struct GdnStateSmem {
-  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8, kLdV = kGdnSlice + 8;
-  static constexpr size_t kBytes =
-      sizeof(bf16) * (3 * C * kLdB + C * kLdP) + sizeof(float) * (C * kLdV + D * kLdV + 2 * C + 4);
+  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8;
+  static constexpr size_t kStage = sizeof(bf16) * (4 * C * kLdB + C * kLdP) + sizeof(float4) * C;
+  static constexpr size_t kBytes = 2 * kStage;
+  static_assert((sizeof(bf16) * (4 * C * kLdB + C * kLdP)) % 16 == 0, "row scalars must stay 16-byte aligned");
 };
 
+__device__ __forceinline__ void gdn_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// One block per (value head, sequence) walks the chunks with all of S: warp w keeps Sᵀ rows [16w, 16w + 16)
+// (value columns × key dim) in fp32 registers in the MMA accumulator layout, which is also the A-fragment
+// layout of the products that read S, so S never touches shared memory. Every product is transposed
+// (value columns as M): V'ᵀ = Uᵀ − Sᵀ Wᵀ, Oᵀ = (Sᵀ Qᵀ) ⊙ qs + V'ᵀ Pᵀ, Sᵀ = e^(γ_C) Sᵀ + (V' ⊙ kd)ᵀ K, with the
+// bf16 tiles as B fragments straight from ldmatrix and the fp32 side (S, V') split into bf16 hi + lo.
 template <int D>
-__global__ void __launch_bounds__(kGdnStateThreads, 2)
+__global__ void __launch_bounds__(2 * D, 1)
     gdn_state_kernel(const bf16* qkv, int64_t ld_qkv, const int32_t* cu, int nk, int nv, int dk, int dv,
                      const bf16* ws_w, const bf16* ws_u, const bf16* ws_p, const float4* ws_s, bf16* out,
                      int64_t ld_out) {
   using Sm = GdnStateSmem<D>;
-  constexpr int C = kGdnChunk, BV = kGdnSlice, LB = Sm::kLdB, LP = Sm::kLdP, LV = Sm::kLdV;
+  constexpr int C = kGdnChunk, LB = Sm::kLdB, LP = Sm::kLdP, NTHR = 2 * D, NS = D / 8, NC = C / 8;
   extern __shared__ __align__(16) unsigned char gdn_state_smem[];
-  bf16* Ws = reinterpret_cast<bf16*>(gdn_state_smem);  // [C][LB]
-  bf16* Qs = Ws + C * LB;                              // [C][LB] raw q rows
-  bf16* Ks = Qs + C * LB;                              // [C][LB] raw k rows
-  bf16* Ps = Ks + C * LB;                              // [C][LP] masked scores
-  float* Vp = reinterpret_cast<float*>(Ps + C * LP);   // [C][LV] U slice, then V'
-  float* S = Vp + C * LV;                              // [D][LV] state slice, key dim × value columns
-  float* qs = S + D * LV;
-  float* kd = qs + C;
-  float* decay = kd + C;
+  const int h = blockIdx.x, seq = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3, mat = lane >> 3, r8 = lane & 7, v0 = warp * 16;
+  const int kh = h / (nv / nk), start = cu[seq], len = cu[seq + 1] - start, chunks = (len + C - 1) / C;
 
-  const int col0 = blockIdx.x * BV, h = blockIdx.y, seq = blockIdx.z, tid = threadIdx.x, warp = tid >> 5;
-  const int kh = h / (nv / nk), start = cu[seq], len = cu[seq + 1] - start, r0 = warp * 16;
-  for (int i = tid; i < D * LV; i += kGdnStateThreads) S[i] = 0.0f;
-
-  for (int c0 = 0; c0 < len; c0 += C) {
-    const int L = min(C, len - c0);
-    const int64_t t0 = start + c0;
-    __syncthreads();  // the previous chunk's readers of the tiles are done
+  auto tile = [&](int stage, int i) { return reinterpret_cast<bf16*>(gdn_state_smem + stage * Sm::kStage) + i * C * LB; };
+  auto scalars = [&](int stage) { return reinterpret_cast<float4*>(tile(stage, 4) + C * LP); };
+  auto load = [&](int c, int stage) {
+    const int L = min(C, len - c * C);
+    const int64_t t0 = start + (int64_t)c * C;
     const bf16* row0 = qkv + t0 * ld_qkv;
-    gdn_stage<D, kGdnStateThreads>(Ws, LB, ws_w + (t0 * nv + h) * D, (int64_t)nv * D, L, D);
-    gdn_stage<D, kGdnStateThreads>(Qs, LB, row0 + (int64_t)kh * dk, ld_qkv, L, dk);
-    gdn_stage<D, kGdnStateThreads>(Ks, LB, row0 + (int64_t)nk * dk + kh * dk, ld_qkv, L, dk);
-    gdn_stage<C, kGdnStateThreads>(Ps, LP, ws_p + (t0 * nv + h) * C, (int64_t)nv * C, L, C);
-    // The U slice (converted to fp32) and the row scalars load while the tile copies are in flight.
-    constexpr int kU = C * (BV / 8) / kGdnStateThreads;
-    static_assert(kU * kGdnStateThreads == C * (BV / 8), "U slice split");
-    float u[kU][8];
-#pragma unroll
-    for (int e = 0; e < kU; ++e) {
-      int i = tid + e * kGdnStateThreads, r = i / (BV / 8), d = (i % (BV / 8)) * 8;
-#pragma unroll
-      for (int x = 0; x < 8; ++x) u[e][x] = 0.0f;
-      if (r < L) load_bf16(ws_u + ((t0 + r) * nv + h) * D + col0 + d, u[e]);
+    gdn_stage<D, NTHR>(tile(stage, 0), LB, ws_w + (t0 * nv + h) * D, (int64_t)nv * D, L, D);
+    gdn_stage<D, NTHR>(tile(stage, 1), LB, row0 + (int64_t)kh * dk, ld_qkv, L, dk);
+    gdn_stage<D, NTHR>(tile(stage, 2), LB, row0 + (int64_t)nk * dk + kh * dk, ld_qkv, L, dk);
+    gdn_stage<D, NTHR>(tile(stage, 3), LB, ws_u + (t0 * nv + h) * D, (int64_t)nv * D, L, D);
+    gdn_stage<C, NTHR>(tile(stage, 4), LP, ws_p + (t0 * nv + h) * C, (int64_t)nv * C, L, C);
+    float4* sc = scalars(stage);
+    for (int r = threadIdx.x; r < C; r += NTHR) {
+      uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(sc + r));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+                   "l"(r < L ? ws_s + (t0 + r) * nv + h : ws_s), "r"(r < L ? 16 : 0));
     }
-    float4 s4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (tid < L) s4 = ws_s[(t0 + tid) * nv + h];
-#pragma unroll
-    for (int e = 0; e < kU; ++e) {
-      int i = tid + e * kGdnStateThreads, r = i / (BV / 8), d = (i % (BV / 8)) * 8;
-#pragma unroll
-      for (int x = 0; x < 8; ++x) Vp[r * LV + d + x] = u[e][x];
-    }
-    if (tid < C) {
-      qs[tid] = s4.x;
-      kd[tid] = s4.y;
-      if (tid == 0) decay[0] = s4.z;
-    }
-    gdn_stage_wait();
-    __syncthreads();
+    gdn_stage_commit();
+  };
 
-    // V' = U − W S and the inter-chunk output (Q ⊙ e^γ) S; this warp's 16 rows × the slice.
-    float av[BV / 8][4], ao[BV / 8][4];
-    gdn_warp_zero(av);
-    gdn_warp_zero(ao);
-    auto s_of = [&](int k, int j) { return S[k * LV + j]; };
-    gdn_warp_mma<BV / 8, D>(av, r0, 0, [&](int i, int k) { return gdn_bf(Ws[i * LB + k]); }, s_of);
-    gdn_warp_mma<BV / 8, D>(ao, r0, 0, [&](int i, int k) { return gdn_bf(Qs[i * LB + k]) * qs[i]; }, s_of);
-    gdn_warp_store(av, r0, 0, [&](int i, int j, float v0, float v1) {
-      Vp[i * LV + j] -= v0;
-      Vp[i * LV + j + 1] -= v1;
-    });
-    __syncthreads();  // V' complete; every reader of the old S is done
-
-    auto v_of = [&](int k, int j) { return Vp[k * LV + j]; };
-    gdn_warp_mma<BV / 8, C>(ao, r0, 0, [&](int i, int k) { return gdn_bf(Ps[i * LP + k]); }, v_of);
-    bf16* orow = out + t0 * ld_out + (int64_t)h * dv + col0;
-    gdn_warp_store(ao, r0, 0, [&](int i, int j, float v0, float v1) {
-      if (i < L && col0 + j < dv) *reinterpret_cast<uint32_t*>(orow + i * ld_out + j) = pack_bf16x2(v0, v1);
-    });
-    const float dc = decay[0];
-    for (int s = warp; s < D / 16; s += kGdnStateThreads / 32) {
-      float as[BV / 8][4];
-      gdn_warp_zero(as);
-      gdn_warp_mma<BV / 8, C>(as, s * 16, 0, [&](int i, int k) { return gdn_bf(Ks[k * LB + i]) * kd[k]; }, v_of);
-      gdn_warp_store(as, s * 16, 0, [&](int i, int j, float v0, float v1) {
-        S[i * LV + j] = dc * S[i * LV + j] + v0;
-        S[i * LV + j + 1] = dc * S[i * LV + j + 1] + v1;
-      });
+  float st[NS][4];
+  gdn_warp_zero(st);
+  if (chunks > 0) load(0, 0);
+  for (int c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks) {
+      load(c + 1, (c + 1) & 1);
+      gdn_stage_wait_groups<1>();
+    } else {
+      gdn_stage_wait_groups<0>();
     }
+    __syncthreads();  // chunk c's tiles are visible to every warp
+    const int stage = c & 1, L = min(C, len - c * C);
+    const bf16 *Ws = tile(stage, 0), *Qs = tile(stage, 1), *Ks = tile(stage, 2), *Ps = tile(stage, 4);
+    bf16* Us = tile(stage, 3);
+    const float4* sc = scalars(stage);
+
+    // Sᵀ Wᵀ and Sᵀ Qᵀ over the key dim; the B rows are tokens, so ldmatrix reads W and Q rows as they lie.
+    float vp[NC][4], oo[NC][4];
+    gdn_warp_zero(vp);
+    gdn_warp_zero(oo);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ah[4], al[4];
+      split_bf16x2(st[2 * kk][0], st[2 * kk][1], ah[0], al[0]);
+      split_bf16x2(st[2 * kk][2], st[2 * kk][3], ah[1], al[1]);
+      split_bf16x2(st[2 * kk + 1][0], st[2 * kk + 1][1], ah[2], al[2]);
+      split_bf16x2(st[2 * kk + 1][2], st[2 * kk + 1][3], ah[3], al[3]);
+#pragma unroll
+      for (int np = 0; np < C / 16; ++np) {
+        const int off = (np * 16 + (mat >> 1) * 8 + r8) * LB + kk * 16 + (mat & 1) * 8;
+        uint32_t b[4];
+        ldmatrix_x4(b, Ws + off);
+        mma_bf16_16816(vp[2 * np], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+        mma_bf16_16816(vp[2 * np], al[0], al[1], al[2], al[3], b[0], b[1]);
+        mma_bf16_16816(vp[2 * np + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma_bf16_16816(vp[2 * np + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+        ldmatrix_x4(b, Qs + off);
+        mma_bf16_16816(oo[2 * np], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+        mma_bf16_16816(oo[2 * np], al[0], al[1], al[2], al[3], b[0], b[1]);
+        mma_bf16_16816(oo[2 * np + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma_bf16_16816(oo[2 * np + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+      }
+    }
+    // V'ᵀ = Uᵀ − Sᵀ Wᵀ (U through ldmatrix.trans lands in the accumulator layout) and Oᵀ scaled per token by qs.
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) {
+      uint32_t u[4];
+      ldmatrix_x4_trans(u, Us + (kk * 16 + (mat >> 1) * 8 + r8) * LB + v0 + (mat & 1) * 8);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u[e]));
+        float* acc = vp[2 * kk + (e >> 1)] + 2 * (e & 1);
+        acc[0] = uf.x - acc[0];
+        acc[1] = uf.y - acc[1];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < NC; ++n) {
+      const float q0 = sc[n * 8 + 2 * t].x, q1 = sc[n * 8 + 2 * t + 1].x;
+      oo[n][0] *= q0;
+      oo[n][1] *= q1;
+      oo[n][2] *= q0;
+      oo[n][3] *= q1;
+    }
+    const float dc = sc[0].z;
+#pragma unroll
+    for (int n = 0; n < NS; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[n][e] *= dc;
+    }
+    // Per 16 tokens of V': Oᵀ += V'ᵀ Pᵀ (P lower triangular: only score rows at or past these tokens) and
+    // Sᵀ += (V' ⊙ kd)ᵀ K (K rows are the k index: ldmatrix.trans).
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) {
+      uint32_t ah[4], al[4];
+      split_bf16x2(vp[2 * kk][0], vp[2 * kk][1], ah[0], al[0]);
+      split_bf16x2(vp[2 * kk][2], vp[2 * kk][3], ah[1], al[1]);
+      split_bf16x2(vp[2 * kk + 1][0], vp[2 * kk + 1][1], ah[2], al[2]);
+      split_bf16x2(vp[2 * kk + 1][2], vp[2 * kk + 1][3], ah[3], al[3]);
+#pragma unroll
+      for (int np = kk; np < C / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, Ps + (np * 16 + (mat >> 1) * 8 + r8) * LP + kk * 16 + (mat & 1) * 8);
+        mma_bf16_16816(oo[2 * np], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+        mma_bf16_16816(oo[2 * np], al[0], al[1], al[2], al[3], b[0], b[1]);
+        mma_bf16_16816(oo[2 * np + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma_bf16_16816(oo[2 * np + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+      }
+      const int tk = kk * 16 + 2 * t;
+      const float k0 = sc[tk].y, k1 = sc[tk + 1].y, k8 = sc[tk + 8].y, k9 = sc[tk + 9].y;
+      split_bf16x2(vp[2 * kk][0] * k0, vp[2 * kk][1] * k1, ah[0], al[0]);
+      split_bf16x2(vp[2 * kk][2] * k0, vp[2 * kk][3] * k1, ah[1], al[1]);
+      split_bf16x2(vp[2 * kk + 1][0] * k8, vp[2 * kk + 1][1] * k9, ah[2], al[2]);
+      split_bf16x2(vp[2 * kk + 1][2] * k8, vp[2 * kk + 1][3] * k9, ah[3], al[3]);
+#pragma unroll
+      for (int nd = 0; nd < D / 16; ++nd) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, Ks + (kk * 16 + (mat & 1) * 8 + r8) * LB + nd * 16 + (mat >> 1) * 8);
+        mma_bf16_16816(st[2 * nd], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+        mma_bf16_16816(st[2 * nd], al[0], al[1], al[2], al[3], b[0], b[1]);
+        mma_bf16_16816(st[2 * nd + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma_bf16_16816(st[2 * nd + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+      }
+    }
+    // Oᵀ → this warp's own 16 columns of the U tile (only it read them), then rows of 32 bytes to the output.
+#pragma unroll
+    for (int n = 0; n < NC; ++n) {
+      bf16* o = Us + (n * 8 + 2 * t) * LB + v0 + g;
+      o[0] = __float2bfloat16(oo[n][0]);
+      o[LB] = __float2bfloat16(oo[n][1]);
+      o[8] = __float2bfloat16(oo[n][2]);
+      o[LB + 8] = __float2bfloat16(oo[n][3]);
+    }
+    __syncwarp();
+    const int64_t t0 = start + (int64_t)c * C;
+    for (int e = lane; e < C * 8; e += 32) {
+      const int r = e >> 3, col = v0 + (e & 7) * 2;
+      if (r < L && col < dv)
+        *reinterpret_cast<uint32_t*>(out + (t0 + r) * ld_out + (int64_t)h * dv + col) =
+            *reinterpret_cast<const uint32_t*>(Us + r * LB + col);
+    }
+    __syncthreads();  // every warp is done with this stage before chunk c + 2 is copied into it
   }
 }
 
@@ -356,8 +503,8 @@ static void gdn_prefill_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int6
   gdn_chunk_kernel<D><<<g1, kGdnChunkThreads, smem1, stream>>>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, cu, nk,
                                                                nv, dk, dv, ws_w, ws_u, ws_p, ws_s);
   DF_CUDA_CHECK_LAUNCH("gdn_chunk_kernel");
-  dim3 g2(D / kGdnSlice, nv, num_seqs);
-  gdn_state_kernel<D><<<g2, kGdnStateThreads, smem2, stream>>>(qkv, ld_qkv, cu, nk, nv, dk, dv, ws_w, ws_u, ws_p,
+  dim3 g2(nv, num_seqs);
+  gdn_state_kernel<D><<<g2, 2 * D, smem2, stream>>>(qkv, ld_qkv, cu, nk, nv, dk, dv, ws_w, ws_u, ws_p,
                                                                ws_s, out, ld_out);
   DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");
   DF_CUDA_CHECK(cudaFreeAsync(ws, stream));

@@ -249,7 +249,8 @@ TEST_F(CudaOpsTest, Conv1dSiluResetsAtSequenceStarts) {
 
 TEST_F(CudaOpsTest, GatedRmsnorm) {
   for (int64_t T : {1, 7, 65, 300})
-    for (auto [heads, dv] : {std::pair{1, 8}, {3, 32}, {4, 128}}) {
+    // dv 19: the scalar path; dv 300: past the 64·V values per lane the kernel holds in registers.
+    for (auto [heads, dv] : {std::pair{1, 8}, {3, 32}, {4, 128}, {2, 19}, {2, 300}}) {
       Pair o = rand(T, int64_t(heads) * dv, -2, 2), z = rand(T, int64_t(heads) * dv, -3, 3, DType::bf16, 16);
       Pair w = rand(1, dv, 0.5f, 1.5f, DType::f32), y = out(T, int64_t(heads) * dv);
       cpu_.gated_rmsnorm(o.cpu, z.cpu, w.cpu, y.cpu, heads, dv, 1e-6f);
