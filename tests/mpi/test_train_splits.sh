@@ -16,6 +16,16 @@ for split in "1 1" "2 1" "2 2"; do
   grep -q "role drafter" "$TMP/$name.log" || fail "$name: no start-up line for a drafter"
   echo "ok: split $1-$2 ($(tail -1 "$TMP/$name/metrics.jsonl" | cut -c1-80)...)"
 done
+# The loss variants end to end: soft-KL (targets also send their final-norm hidden state), streak weighting
+# and context-feature noise.
+write_config "$TMP/kl.toml" "$TMP/kl" 2 1 6
+sed -i 's/^grad_accum = 2$/grad_accum = 2\nloss = "kl"\nstreak = true\nstreak_alpha = 0.5\nnoise_std = 0.1/' "$TMP/kl.toml"
+if run_mpi 3 "$TMP/kl.log" --config "$TMP/kl.toml" && [ "$(wc -l <"$TMP/kl/metrics.jsonl")" -eq 6 ] &&
+   python3 -c 'import json,sys,math; l=[json.loads(x)["loss"] for x in open(sys.argv[1])]; sys.exit(0 if all(math.isfinite(v) and v >= 0 for v in l) else 1)' "$TMP/kl/metrics.jsonl"; then
+  echo "ok: soft-KL + streak + noise run ($(tail -1 "$TMP/kl/metrics.jsonl" | cut -c1-60)...)"
+else
+  fail "soft-KL run"; tail -20 "$TMP/kl.log"
+fi
 # Roles from a rankfile (given to dflash_mpi, as DFLASH_RANKFILE would be): here the drafter is rank 0.
 host=$(hostname)
 printf 'rank 0=%s slot=0  # role=drafter gpu=0\nrank 1=%s slot=0  # role=target\nrank 2=%s slot=0  # role=target\n' \
