@@ -1,8 +1,7 @@
 // Depthwise causal conv over time + SiLU for the Gated DeltaNet q/k/v channels. A thread owns V channels (8,
-// one 16-byte load per token, when the strides allow it) for kConvTokens consecutive tokens and loads its
-// whole window (the K−1 halo rows and its own tokens) at once before any arithmetic, so every thread keeps
-// K−1+kConvTokens independent loads in flight; the halo rows are re-read by the neighbouring tile from L2.
-// (A 32-token sliding window per thread reached only 43 % of the copy bandwidth: its loads were serial.)
+// one 16-byte load per token, when the strides allow it) for a tile of 32 consecutive tokens: the K weights
+// and a sliding window of the last K inputs stay in registers, so each input is read once (plus K−1 halo
+// rows per tile); loads coalesce across channels.
 // A tap reaching before the token's sequence start (pos < K−1−j) contributes zero: the reset at every
 // sequence boundary. Only K = 4 (every Qwen3.5/3.6 model) is instantiated.
 #include "kernels/cuda_check.cuh"
@@ -11,53 +10,52 @@
 
 namespace df {
 
-constexpr int kConvTokens = 4;     // tokens per thread
-constexpr int kConvThreads = 128;  // channel groups per block
+constexpr int kConvTokens = 32;   // tokens per thread
+constexpr int kConvThreads = 128; // channels per block
 
 // ---- kernels ----
-// grid.x: token tiles, grid.y: blocks of kConvThreads channel groups.
 template <int K, int V>
 __global__ void __launch_bounds__(kConvThreads) conv1d_silu_kernel(const bf16* __restrict__ x, int64_t ld_x,
-                                                                   const float* __restrict__ w,
-                                                                   bf16* __restrict__ out, int64_t ld_out,
-                                                                   const int32_t* __restrict__ pos, int64_t T,
+                                                                   const float* w, bf16* __restrict__ out,
+                                                                   int64_t ld_out, const int32_t* pos, int64_t T,
                                                                    int64_t C) {
-  constexpr int R = K - 1 + kConvTokens;  // window rows: halo + own tokens
-  const int64_t c = (blockIdx.y * (int64_t)kConvThreads + threadIdx.x) * V;
+  const int64_t c = (blockIdx.x * (int64_t)kConvThreads + threadIdx.x) * V;
   if (c >= C) return;
-  const int64_t t0 = blockIdx.x * (int64_t)kConvTokens;
-  float win[R][V];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t t = t0 - (K - 1) + r;
-    if (t >= 0 && t < T) {
-      load_bf16<V>(x + t * ld_x + c, win[r]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) win[r][e] = 0.0f;
-    }
-  }
-  int p[kConvTokens];
-#pragma unroll
-  for (int i = 0; i < kConvTokens; ++i) p[i] = t0 + i < T ? pos[t0 + i] : 0;
-  float wr[V][K];
+  const int64_t t0 = blockIdx.y * (int64_t)kConvTokens;
+  const int64_t t1 = min(t0 + kConvTokens, T);
+  float wr[V][K], win[K][V];
 #pragma unroll
   for (int e = 0; e < V; ++e)
 #pragma unroll
     for (int j = 0; j < K; ++j) wr[e][j] = w[(c + e) * K + j];
 #pragma unroll
-  for (int i = 0; i < kConvTokens; ++i) {
-    if (t0 + i >= T) break;
+  for (int j = 0; j < K - 1; ++j) {  // halo: the K−1 tokens before the tile (masked below by pos)
+    int64_t t = t0 - (K - 1) + j;
+    if (t >= 0) {
+      load_bf16<V>(x + t * ld_x + c, win[j + 1]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) win[j + 1][e] = 0.0f;
+    }
+  }
+#pragma unroll 4  // x and out never alias, so the unrolled loads of later tokens issue together
+  for (int64_t t = t0; t < t1; ++t) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j)
+#pragma unroll
+      for (int e = 0; e < V; ++e) win[j][e] = win[j + 1][e];
+    load_bf16<V>(x + t * ld_x + c, win[K - 1]);
+    const int p = pos[t];
     float acc[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       acc[e] = 0.0f;
 #pragma unroll
       for (int j = 0; j < K; ++j)
-        if (K - 1 - j <= p[i]) acc[e] += wr[e][j] * win[i + j][e];
+        if (K - 1 - j <= p) acc[e] += wr[e][j] * win[j][e];
       acc[e] = silu_f32(acc[e]);
     }
-    store_bf16<V>(out + (t0 + i) * ld_out + c, acc);
+    store_bf16<V>(out + t * ld_out + c, acc);
   }
 }
 
@@ -71,8 +69,8 @@ void conv1d_silu_launch(const bf16* x, int64_t ld_x, const float* w, int K, bf16
   const bool vec = C % 8 == 0 && ld_x % 8 == 0 && ld_out % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const int64_t per_block = kConvThreads * (vec ? 8 : 1);
-  dim3 grid(static_cast<unsigned>((T + kConvTokens - 1) / kConvTokens),
-            static_cast<unsigned>((C + per_block - 1) / per_block));
+  dim3 grid(static_cast<unsigned>((C + per_block - 1) / per_block),
+            static_cast<unsigned>((T + kConvTokens - 1) / kConvTokens));
   if (vec)
     conv1d_silu_kernel<4, 8><<<grid, kConvThreads, 0, stream>>>(x, ld_x, w, out, ld_out, pos, T, C);
   else
