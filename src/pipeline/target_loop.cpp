@@ -38,7 +38,8 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   };
   Arena counting(nullptr, 0, ops->device());
   layout(counting);
-  const size_t meta = size_t(budget + plan.cfg.data.token_budget + 2) * 4 + 4 * Arena::kAlign;
+  // Per-batch sequence layout: offsets (at most budget + 1) and positions (budget), i32, each 256-aligned.
+  const size_t meta = size_t(2 * budget + 1) * 4 + 4 * Arena::kAlign;
   const size_t bytes = counting.high_water() + meta;
   void* block = ops->alloc_bytes(bytes);
   Arena arena(block, bytes, ops->device());
