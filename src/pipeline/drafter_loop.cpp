@@ -94,9 +94,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   if (owner)
     metrics = std::make_unique<MetricsLog>(plan.cfg.run.dir, plan.cfg.run.log_interval, plan.total_steps,
                                            plan.num_targets, plan.num_drafters);
-  std::vector<int> my_targets;
-  for (int a = 0; a < plan.grad_accum; ++a)
-    my_targets.push_back(int(plan.batch_of(0, a, ctx.drafter_index) % plan.num_targets));
+  std::vector<int> all_targets;  // q_hs: how many targets have a batch for us waiting on the channel
+  for (int t = 0; t < plan.num_targets; ++t) all_targets.push_back(t);
 
   auto save = [&](int64_t next_step) {
     if (!owner) return;
@@ -121,7 +120,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     for (int a = 0; a < plan.grad_accum; ++a) {
       const int64_t b = plan.batch_of(step, a, ctx.drafter_index);
       auto t_wait = std::chrono::steady_clock::now();
-      ss.q_hs += rx->pending(my_targets);
+      ss.q_hs += rx->pending(all_targets);
       watchdog.beat("waiting for a batch from a target");
       FeaturePacket p = rx->recv(int(b % plan.num_targets));
       watchdog.beat("training on a batch");
