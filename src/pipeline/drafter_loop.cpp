@@ -74,8 +74,10 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   DrafterModel model(plan.drafter, ops);
   model.set_frozen(frozen->embed, frozen->lm_head);
   drafter_init_params(model, plan.cfg.drafter.init_seed);
+  int64_t tokens_seen = 0;  // context tokens trained on by all drafters, since step 0
   if (!plan.resume_path.empty()) {
     CheckpointState st = checkpoint_load(plan.resume_path, model);
+    tokens_seen = st.tokens_seen;
     DF_CHECK(st.step == plan.start_step, "%s holds step %lld but the run was told to start at %lld",
              plan.resume_path.c_str(), (long long)st.step, (long long)plan.start_step);
     DF_CHECK(st.data_fingerprint == plan.batcher->fingerprint(),
@@ -104,6 +106,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     st.batch_cursor = next_step * plan.batches_per_step;
     st.data_fingerprint = plan.batcher->fingerprint();
     st.rng_state = {plan.cfg.run.seed};  // every draw is keyed by (seed, global batch index): the seed is the state
+    st.tokens_seen = tokens_seen;
     st.config_text = plan.cfg.text;
     checkpoint_save(plan.ckpt_dir(), model, st, plan.cfg.checkpoint.keep_last);
   };
@@ -163,6 +166,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     std::vector<double> packed = ss.pack();
     reducer->sum(packed.data(), packed.size());
     ss.unpack(packed, B);
+    tokens_seen += int64_t(ss.tokens);
     // No labelled row anywhere this step: nothing to learn from, and 1/Σw would be infinite.
     AdamwStepResult r{};
     if (ss.weight_sum > 0) r = adamw_step(model, optim, step, 1.0 / ss.weight_sum);
