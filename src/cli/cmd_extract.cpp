@@ -71,19 +71,18 @@ void run_extract(const ExtractArgs& a) {
   TargetOutputs outs;
   outs.tap_layers = layers;
   outs.want_embeddings = outs.want_final_norm = true;
+  Tensor ids_all;
   auto layout = [&](Arena& ar) {
     outs.embeddings = ar.alloc(ops->act_dtype(), budget, cfg.hidden);
     outs.final_norm = ar.alloc(ops->act_dtype(), budget, cfg.hidden);
     outs.taps.clear();
     for (size_t i = 0; i < layers.size(); ++i) outs.taps.push_back(ar.alloc(ops->act_dtype(), budget, cfg.hidden));
-    return ar.alloc(DType::i32, 1, budget);
+    ids_all = ar.alloc(DType::i32, 1, budget);
   };
-  Arena plan(nullptr, 0, ops->device());
-  layout(plan);
+  // Per-batch sequence layout after the planned tensors: offsets and positions, i32, each 256-aligned.
   const size_t batch_meta = (budget + data.num_sequences() + 2) * 4 + 4 * Arena::kAlign;
-  void* block = ops->alloc_bytes(plan.high_water() + batch_meta);
-  Arena arena(block, plan.high_water() + batch_meta, ops->device());
-  Tensor ids_all = layout(arena);
+  Arena arena;
+  void* block = ops_alloc_planned(*ops, layout, batch_meta, arena);
   const size_t meta_mark = arena.mark();
 
   std::vector<std::string> names{"embeddings", "final_norm"};

@@ -21,12 +21,9 @@ struct TargetForward::Workspace {
 TargetForward::TargetForward(const TargetModel& model, int64_t max_tokens)
     : m_(model), ops_(*model.ops), max_tokens_(max_tokens), ws_(std::make_unique<Workspace>()) {
   DF_CHECK(max_tokens > 0, "max_tokens must be positive (got %lld)", (long long)max_tokens);
-  Arena plan_arena(nullptr, 0, ops_.device());
-  plan(plan_arena);
-  ws_bytes_ = plan_arena.high_water();
-  ws_block_ = ops_.alloc_bytes(ws_bytes_);
-  Arena arena(ws_block_, ws_bytes_, ops_.device());
-  plan(arena);
+  Arena arena;
+  ws_block_ = ops_alloc_planned(ops_, [this](Arena& a) { plan(a); }, 0, arena);
+  ws_bytes_ = arena.capacity();
 }
 
 TargetForward::~TargetForward() {

@@ -133,12 +133,9 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
   m->num_loaded_layers = opt.num_layers < 0 ? cfg.layers : opt.num_layers;
   DF_CHECK(m->num_loaded_layers <= cfg.layers, "asked for %d layers but the model has %d", m->num_loaded_layers,
            cfg.layers);
-  Arena plan(nullptr, 0, ops.device());
-  layout_model(*m, plan, opt);
-  m->block_bytes = plan.high_water();
-  m->block = ops.alloc_bytes(m->block_bytes);
-  Arena arena(m->block, m->block_bytes, ops.device());
-  layout_model(*m, arena, opt);
+  Arena arena;
+  m->block = ops_alloc_planned(ops, [&](Arena& a) { layout_model(*m, a, opt); }, 0, arena);
+  m->block_bytes = arena.capacity();
   fill_model(*m, prefix, src);
   return m;
 }

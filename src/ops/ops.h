@@ -11,6 +11,7 @@
 //    DeltaNet state) never crosses a sequence boundary.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/arena.h"
@@ -98,5 +99,19 @@ class Ops {
   virtual void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads,
                              int dv, float eps) = 0;
 };
+
+// Plans backend memory once: runs `layout` (which carves tensors out of the arena it gets) against a counting
+// arena, allocates one block of that size plus `extra_bytes`, and runs `layout` again into it. Returns the
+// block (free it with Ops::free_bytes); `arena` then hands out the rest of the block (the extra bytes).
+inline void* ops_alloc_planned(Ops& ops, const std::function<void(Arena&)>& layout, size_t extra_bytes,
+                               Arena& arena) {
+  Arena plan(nullptr, 0, ops.device());
+  layout(plan);
+  const size_t bytes = plan.high_water() + extra_bytes;
+  void* block = ops.alloc_bytes(bytes);
+  arena = Arena(block, bytes, ops.device());
+  layout(arena);
+  return block;
+}
 
 }  // namespace df

@@ -28,22 +28,18 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   TargetOutputs outs;
   outs.tap_layers = dc.target_layer_ids;
   outs.want_final_norm = plan.kl;
+  Tensor feats, ids_all;
   auto layout = [&](Arena& a) {
-    Tensor feats = a.alloc(ops->act_dtype(), budget, int64_t(k) * H);
+    feats = a.alloc(ops->act_dtype(), budget, int64_t(k) * H);
     outs.taps.clear();
     for (int i = 0; i < k; ++i) outs.taps.push_back(feats.cols_view(int64_t(i) * H, H));
     if (plan.kl) outs.final_norm = a.alloc(ops->act_dtype(), budget, H);
-    Tensor ids = a.alloc(DType::i32, 1, budget);
-    return std::make_pair(feats, ids);
+    ids_all = a.alloc(DType::i32, 1, budget);
   };
-  Arena counting(nullptr, 0, ops->device());
-  layout(counting);
   // Per-batch sequence layout: offsets (at most budget + 1) and positions (budget), i32, each 256-aligned.
   const size_t meta = size_t(2 * budget + 1) * 4 + 4 * Arena::kAlign;
-  const size_t bytes = counting.high_water() + meta;
-  void* block = ops->alloc_bytes(bytes);
-  Arena arena(block, bytes, ops->device());
-  auto [feats, ids_all] = layout(arena);
+  Arena arena;
+  void* block = ops_alloc_planned(*ops, layout, meta, arena);
   const size_t meta_mark = arena.mark();
 
   const int64_t begin = plan.start_step * plan.batches_per_step, end = plan.total_steps * plan.batches_per_step;
