@@ -21,7 +21,7 @@ void cmd_export_register(CLI::App& root) {
   e->add_option("--out", args->out, "output directory")->required();
   e->callback([args] {
     Config cfg = config_load(args->config);
-    QwenConfig target = qwen_config_load(cfg.target.model.empty() ? cfg.target.random_config : cfg.target.model);
+    QwenConfig target = qwen_config_load(cfg.target.architecture());
     std::string ckpt = args->checkpoint;
     if (ckpt.empty()) {
       ckpt = checkpoint_find_latest(cfg.run.dir + "/checkpoints");

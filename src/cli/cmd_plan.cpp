@@ -29,9 +29,7 @@ struct PlanVramOptions {
 
 void run_plan_vram(const PlanVramOptions& o) {
   Config cfg = config_load(o.config);
-  const std::string& arch = !o.target_config.empty()   ? o.target_config
-                            : cfg.target.model.empty() ? cfg.target.random_config
-                                                       : cfg.target.model;
+  const std::string& arch = !o.target_config.empty() ? o.target_config : cfg.target.architecture();
   QwenConfig target = qwen_config_load(arch);
   VramAssumptions assume;
   assume.targets = o.targets > 0              ? o.targets

@@ -6,7 +6,6 @@
 #include "dist/dist.h"
 #include "pipeline/loops.h"
 #include "pipeline/train_plan.h"
-#include "topo/plan_vram.h"
 
 namespace df {
 
@@ -15,17 +14,6 @@ void train_run(const TrainArgs& args) {
   signals_install();
   DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda");
   if (ctx.rank == 0) log_here("%s", config_table(cfg).c_str());
-  if (cfg.target.device == "cuda") {
-    // Stop before loading anything when a role cannot fit its GPU (plan vram shows the same table).
-    std::string gpu_source;
-    VramAssumptions assume;
-    assume.targets = ctx.num_targets();
-    VramPlan vram = plan_vram_compute(cfg, qwen_config_load(cfg.target.model.empty() ? cfg.target.random_config
-                                                                                      : cfg.target.model),
-                                      plan_vram_gpu_bytes(0, gpu_source), gpu_source, assume);
-    if (ctx.rank == 0) log_here("%s", plan_vram_format(vram).c_str());
-    plan_vram_check(vram);
-  }
   TrainPlan plan = train_plan_make(cfg, ctx);
   plan.stop_at_step = args.stop_at_step;
   if (ctx.rank == 0)

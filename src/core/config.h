@@ -22,6 +22,8 @@ struct TargetSection {
   std::string random_config;  // a config.json to draw random weights from (demo, tests)
   uint64_t random_seed = 1;
   std::string device = "cuda";  // cpu | cuda
+  // Where the target's config.json comes from: the checkpoint directory, else the random-weights config.
+  const std::string& architecture() const { return model.empty() ? random_config : model; }
 };
 
 struct DrafterSection {

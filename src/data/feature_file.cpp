@@ -1,12 +1,12 @@
 // HDF5 writer for extracted features; see feature_file.h for the layout and the atomic-rename contract.
 #include "data/feature_file.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace df {
 
@@ -61,11 +61,10 @@ void FeatureFileWriter::finish() {
   herr_t st = H5Fclose(file_);
   file_ = -1;
   DF_CHECK(st >= 0, "%s: closing failed; HINT: is the disk full?", tmp_.c_str());
-  int fd = open(tmp_.c_str(), O_RDONLY);
-  DF_CHECK(fd >= 0 && fsync(fd) == 0, "%s: fsync failed", tmp_.c_str());
-  close(fd);
+  file_fsync(tmp_, false);
   DF_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot rename %s to %s", tmp_.c_str(), path_.c_str());
   finished_ = true;
+  file_fsync(file_dir_of(path_), true);  // the rename is durable once the directory entry is
 }
 
 }  // namespace df

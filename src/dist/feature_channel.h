@@ -67,6 +67,6 @@ class FeatureReceiver {
 
 // MPI implementations over `comm`; targets/drafters are world ranks in `comm` (index = role index).
 std::unique_ptr<FeatureSender> feature_sender_mpi(MPI_Comm comm, std::vector<int> drafters, int depth);
-std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets, int depth);
+std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets);
 
 }  // namespace df

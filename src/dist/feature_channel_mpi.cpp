@@ -167,9 +167,8 @@ class MpiSender final : public FeatureSender {
 
 class MpiReceiver final : public FeatureReceiver {
  public:
-  MpiReceiver(MPI_Comm comm, std::vector<int> targets, int depth) : comm_(comm), targets_(std::move(targets)) {
-    (void)depth;  // the sender starts with `depth` credits per drafter; nothing to announce
-  }
+  // The sender starts with `depth` credits per drafter, so the receiver has nothing to announce.
+  MpiReceiver(MPI_Comm comm, std::vector<int> targets) : comm_(comm), targets_(std::move(targets)) {}
 
   FeaturePacket recv(int t) override {
     FeaturePacket p = recv_one(t);
@@ -221,8 +220,8 @@ std::unique_ptr<FeatureSender> feature_sender_mpi(MPI_Comm comm, std::vector<int
   return std::make_unique<MpiSender>(comm, std::move(drafters), depth);
 }
 
-std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets, int depth) {
-  return std::make_unique<MpiReceiver>(comm, std::move(targets), depth);
+std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets) {
+  return std::make_unique<MpiReceiver>(comm, std::move(targets));
 }
 
 }  // namespace df

@@ -88,8 +88,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     if (owner) log_here("resumed from %s at step %lld", plan.resume_path.c_str(), (long long)st.step);
   }
 
-  std::unique_ptr<FeatureReceiver> rx = feature_receiver_mpi(ctx.data_comm, ctx.roles.targets,
-                                                             plan.cfg.pipeline.hs_queue_depth);
+  std::unique_ptr<FeatureReceiver> rx = feature_receiver_mpi(ctx.data_comm, ctx.roles.targets);
   std::unique_ptr<GradReducer> reducer = grad_reducer_mpi(ctx.drafter_comm);
   OptimConfig optim = optim_config(plan);
   std::unique_ptr<MetricsLog> metrics;

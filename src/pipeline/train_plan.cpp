@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "model/target.h"
+#include "topo/plan_vram.h"
 #include "train/checkpoint.h"
 
 namespace df {
@@ -12,7 +13,16 @@ namespace df {
 TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
   TrainPlan p;
   p.cfg = cfg;
-  p.target = qwen_config_load(cfg.target.model.empty() ? cfg.target.random_config : cfg.target.model);
+  p.target = qwen_config_load(cfg.target.architecture());
+  if (cfg.target.device == "cuda") {
+    // Stop before loading anything when a role cannot fit its GPU (plan vram prints the same table).
+    std::string gpu_source;
+    VramAssumptions assume;
+    assume.targets = ctx.num_targets();
+    VramPlan vram = plan_vram_compute(cfg, p.target, plan_vram_gpu_bytes(0, gpu_source), gpu_source, assume);
+    if (ctx.rank == 0) log_here("%s", plan_vram_format(vram).c_str());
+    plan_vram_check(vram);
+  }
   p.drafter = drafter_config_from_run(cfg, p.target);
   p.kl = cfg.train.loss == "kl";
   p.num_targets = ctx.num_targets();

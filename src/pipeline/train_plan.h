@@ -37,7 +37,8 @@ struct TrainPlan {
 };
 
 // Loads configs and the corpus, derives the drafter config and the step count, and (on drafter 0, then
-// broadcast) finds the checkpoint to resume from.
+// broadcast) finds the checkpoint to resume from. A CUDA run that cannot fit its GPUs stops here, before any
+// weights or data are loaded, printing the VRAM table.
 TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx);
 
 // The target's embedding and lm_head (and, for targets, its layers) come from the same source on every rank.
