@@ -204,6 +204,9 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
     cuda_throw("attention_causal_launch",
                "needs head_dim a multiple of 8 and <= 256, q heads a multiple of kv heads, row strides multiples of 8",
                __FILE__, __LINE__);
+  if (attention_causal_sm90_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale,
+                                   stream))
+    return;
   if (hd <= 16)
     attention_causal_run<16>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale, stream);
   else if (hd <= 32)

@@ -59,6 +59,14 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
                              bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs, int max_len, int hq, int hkv,
                              int hd, float scale, cudaStream_t stream);
 
+// ---- attention_sm90.cu --------------------------------------------------------------------------------
+// The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
+// sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, or
+// DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first.
+bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                  int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs,
+                                  int max_len, int hq, int hkv, int hd, float scale, cudaStream_t stream);
+
 // ---- conv1d.cu ----------------------------------------------------------------------------------------
 // out[t, c] = silu(Σ_j w[c, j] · x[t − K + 1 + j, c]) with zeros before each sequence start (pos = position
 // of each token inside its sequence).
