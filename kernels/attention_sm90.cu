@@ -1,14 +1,19 @@
 // Causal GQA attention on Hopper warpgroup MMA (wgmma) for head dims 128 and 256: the flash-attention loop
 // of attention.cu, but each warpgroup owns 64 query rows and the tensor cores read K and V straight from
 // shared memory, so a K/V tile is read from shared memory once per warpgroup instead of once per warp.
-// Block = 2 warpgroups = 128 query rows of one head; 64-key tiles, double-buffered with cp.async into the
-// 128-byte swizzled layout wgmma reads (kernels/wgmma.cuh). S = Q·Kᵀ with both operands in shared memory;
-// O += P·V with P from registers (the S accumulator is the A-fragment layout) and V as a transposed operand.
-// Built only for sm_90a (wgmma is arch-specific); the launcher reports whether it ran so the caller can
-// fall back to the portable kernel.
+// Block = 2 warpgroups = 128 query rows of one head; 64-key tiles in 2 stages, loaded by TMA into the
+// 128-byte swizzled layout wgmma reads (kernels/wgmma.cuh) and tracked by mbarriers, so the warpgroups only
+// wait for the data they use and may run up to a tile apart (one's softmax overlaps the other's MMAs).
+// S = Q·Kᵀ with both operands in shared memory; O += P·V with P from registers (the S accumulator is the
+// A-fragment layout) and V as a transposed operand. Built only for sm_90a (wgmma is arch-specific); the
+// launcher reports whether it ran so the caller can fall back to the portable kernel.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/launchers.cuh"
@@ -23,42 +28,55 @@ namespace df {
 
 template <int HD>
 struct WgAttnCfg {
-  static constexpr int kRows = 128;                          // query rows per block, 64 per warpgroup
-  static constexpr int kKeys = 64;                           // keys per tile
+  static constexpr int kRows = 128;  // query rows per block, 64 per warpgroup
+  static constexpr int kKeys = 64;   // keys per tile
   static constexpr int kThreads = 256;
-  static constexpr int kTileBytes = 64 * HD * 2;             // one 64-row bf16 tile (Q half, K or V)
-  static constexpr int kSmem = 2 * kTileBytes + 4 * kTileBytes + 1024;  // Q, 2 stages of K and V, alignment
+  static constexpr int kTileBytes = 64 * HD * 2;  // one 64-row bf16 tile (Q half, K or V)
+  // Q (2 tiles), 2 stages of K and V, 5 mbarriers, slack to align the base to 1024 bytes.
+  static constexpr int kSmem = 6 * kTileBytes + 64 + 1024;
   static constexpr int kMinBlocks = HD <= 128 ? 2 : 1;
 };
 
 // ---- kernels ----
-// Byte offset of 16-byte chunk cc (HD / 8 per row) of row r of a 64-row tile: HD / 64 column blocks of
-// 64 rows × 128 bytes, chunk index XOR (row % 8) inside each row: the SWIZZLE_128B layout.
-__device__ __forceinline__ uint32_t wg_swizzle(int r, int cc) {
-  return static_cast<uint32_t>((cc >> 3) * (64 * 128) + r * 128 + (((cc & 7) ^ (r & 7)) << 4));
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// The producer's arrival, announcing the bytes the TMA copies will deliver to this phase.
+__device__ __forceinline__ void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
 
-// Rows [r0, r0 + ROWS) of src (row stride ld) into consecutive 64-row swizzled tiles at dst (shared address);
-// rows past len become zeros. One cp.async group per call.
-template <int HD, int ROWS>
-__device__ __forceinline__ void wg_load_rows(uint32_t dst, const bf16* src, int64_t ld, int r0, int len) {
-  constexpr int kChunks = HD / 8;
+// A 64-row × HD tile at (row, col0) of the tensor behind tm: HD / 64 boxes of 64 × 64 (128 bytes wide, the
+// swizzle span), each landing as one 8 KB column block. Rows past the tensor's end arrive as zeros.
+template <int HD>
+__device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap* tm, int col0, int row,
+                                              uint32_t bar) {
 #pragma unroll
-  for (int i = 0; i < ROWS * kChunks / WgAttnCfg<HD>::kThreads; ++i) {
-    const int c = threadIdx.x + i * WgAttnCfg<HD>::kThreads;
-    const int r = c / kChunks, cc = c % kChunks;
-    const bool in = r0 + r < len;
-    const uint32_t to = dst + (r >> 6) * WgAttnCfg<HD>::kTileBytes + wg_swizzle(r & 63, cc);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to),
-                 "l"(in ? src + (int64_t)(r0 + r) * ld + cc * 8 : src), "r"(in ? 16 : 0));
-  }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  for (int b = 0; b < HD / 64; ++b)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(dst + b * 64 * 128),
+        "l"(tm), "r"(col0 + b * 64), "r"(row), "r"(bar)
+        : "memory");
 }
 
 template <int HD>
-__global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks) attention_causal_sm90_kernel(
-    const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v, bf16* out,
-    int64_t ld_out, const int32_t* cu, int hq, int hkv, float scale_log2) {
+__global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks)
+    attention_causal_sm90_kernel(const __grid_constant__ CUtensorMap tm_q,
+                                 const __grid_constant__ CUtensorMap tm_k,
+                                 const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
+                                 const int32_t* cu, int hq, int hkv, float scale_log2) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WgAttnCfg<HD>;
   constexpr int kTile = Cfg::kTileBytes;
@@ -67,45 +85,63 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks) attention_caus
   const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;  // swizzled tiles need 1024-byte aligned bases
   unsigned char* base = attn90_smem + pad;
   const uint32_t base_s = raw + pad;
-  // Q (two 64-row tiles), then stage s = K at 2 + 2s, V at 3 + 2s (in tiles).
+  // Tiles: Q at 0 and 1, stage s: K at 2 + 2s, V at 3 + 2s. Then the mbarriers: Q full, K/V full per
+  // stage (TMA bytes), K/V empty per stage (every thread arrives once it is done reading the stage).
+  const uint32_t bar_q = base_s + 6 * kTile;
+  auto bar_full = [&](int st) { return bar_q + 8 + 8 * st; };
+  auto bar_empty = [&](int st) { return bar_q + 24 + 8 * st; };
 
   const int seq = blockIdx.y, head = blockIdx.z;
   const int start = cu[seq], len = cu[seq + 1] - start;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * Cfg::kRows;  // longest (most causal work) tiles first
   if (q0 >= len) return;
-  const int kvh = head / (hq / hkv);
-  const bf16* ksrc = k + (int64_t)start * ld_k + (int64_t)kvh * HD;
-  const bf16* vsrc = v + (int64_t)start * ld_v + (int64_t)kvh * HD;
+  const int kv_col = head / (hq / hkv) * HD;
+  const bool producer = threadIdx.x == 0;
+  const int end = min(q0 + Cfg::kRows, len);
+  const int ntiles = (end + Cfg::kKeys - 1) / Cfg::kKeys;
+
+  if (producer) {
+    mbar_init(bar_q, 1);
+    for (int st = 0; st < 2; ++st) {
+      mbar_init(bar_full(st), 1);
+      mbar_init(bar_empty(st), Cfg::kThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (producer) {
+    mbar_arrive_expect(bar_q, 2 * kTile);
+    tma_load_tile<HD>(base_s, &tm_q, head * HD, start + q0, bar_q);
+    tma_load_tile<HD>(base_s + kTile, &tm_q, head * HD, start + q0 + 64, bar_q);
+    mbar_arrive_expect(bar_full(0), 2 * kTile);
+    tma_load_tile<HD>(base_s + 2 * kTile, &tm_k, kv_col, start, bar_full(0));
+    tma_load_tile<HD>(base_s + 3 * kTile, &tm_v, kv_col, start, bar_full(0));
+  }
 
   const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int wg_row0 = q0 + wg * 64;
   const int wg_last = min(wg_row0 + 63, len - 1);  // below wg_row0 when this warpgroup has no valid row
   const int row_a = wg_row0 + warp * 16 + g, row_b = row_a + 8;
-  const int ntiles = min(q0 + Cfg::kRows, len) / Cfg::kKeys + (min(q0 + Cfg::kRows, len) % Cfg::kKeys != 0);
-
-  wg_load_rows<HD, 128>(base_s, q + (int64_t)start * ld_q + (int64_t)head * HD, ld_q, q0, len);
-  wg_load_rows<HD, 64>(base_s + 2 * kTile, ksrc, ld_k, 0, len);
-  wg_load_rows<HD, 64>(base_s + 3 * kTile, vsrc, ld_v, 0, len);
 
   float o[HD / 2];
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const unsigned char* qs = base + wg * kTile;
+  mbar_wait(bar_q, 0);
 
   for (int j = 0; j < ntiles; ++j) {
     const int st = j & 1;
-    if (j + 1 < ntiles) {
-      wg_load_rows<HD, 64>(base_s + (2 + 2 * (st ^ 1)) * kTile, ksrc, ld_k, (j + 1) * Cfg::kKeys, len);
-      wg_load_rows<HD, 64>(base_s + (3 + 2 * (st ^ 1)) * kTile, vsrc, ld_v, (j + 1) * Cfg::kKeys, len);
-      asm volatile("cp.async.wait_group 2;\n" ::: "memory");  // all but the two groups just issued
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if (producer && j + 1 < ntiles) {  // refill the other stage once every thread is done with tile j − 1
+      if (j >= 1) mbar_wait(bar_empty(st ^ 1), ((j - 1) >> 1) & 1);
+      mbar_arrive_expect(bar_full(st ^ 1), 2 * kTile);
+      tma_load_tile<HD>(base_s + (2 + 2 * (st ^ 1)) * kTile, &tm_k, kv_col, start + (j + 1) * Cfg::kKeys,
+                        bar_full(st ^ 1));
+      tma_load_tile<HD>(base_s + (3 + 2 * (st ^ 1)) * kTile, &tm_v, kv_col, start + (j + 1) * Cfg::kKeys,
+                        bar_full(st ^ 1));
     }
-    // The copies wrote through the generic proxy; wgmma reads through the async proxy.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
+    mbar_wait(bar_full(st), (j >> 1) & 1);
 
     const int k0 = j * Cfg::kKeys;
     if (k0 <= wg_last) {  // uniform per warpgroup, as wgmma requires
@@ -124,8 +160,9 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks) attention_caus
       wgmma_wait_all();
       wgmma_fence_regs(s);
 
-      // Scale, causal mask on the diagonal tile (keys past len are past every valid row), running max.
-      // s[i] holds row (i & 2 ? row_b : row_a), key k0 + 8 (i / 4) + 2 t4 + (i & 1).
+      // Scale, causal mask on the diagonal tile (keys past len, whether zeros or the next sequence's, are
+      // past every valid row), running max. s[i] holds row (i & 2 ? row_b : row_a), key
+      // k0 + 8 (i / 4) + 2 t4 + (i & 1).
       const bool diag = k0 + Cfg::kKeys - 1 > wg_row0;
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -179,7 +216,7 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks) attention_caus
       wgmma_wait_all();
       wgmma_fence_regs(o);
     }
-    __syncthreads();  // every warpgroup is done with stage st before the next iteration refills it
+    mbar_arrive(bar_empty(st));
   }
 
 #pragma unroll
@@ -202,16 +239,50 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks) attention_caus
 }
 
 // ---- launchers ----
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda).
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  return fn;
+}
+
+// rows × cols bf16 (row stride ld elements) read as 64 × 64 boxes with the 128-byte swizzle.
+static CUtensorMap tensor_map_bf16(const bf16* p, int64_t rows, int64_t cols, int64_t ld) {
+  CUtensorMap tm;
+  cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(bf16)};
+  cuuint32_t box[2] = {64, 64}, elem[2] = {1, 1};
+  CUresult r =
+      tensor_map_encoder()(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p), dims, strides, box,
+                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    cuda_throw("cuTensorMapEncodeTiled", "could not describe an attention operand", __FILE__, __LINE__);
+  return tm;
+}
+
 template <int HD>
 static void attention_causal_sm90_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
-                                      int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs,
-                                      int max_len, int hq, int hkv, float scale, cudaStream_t stream) {
+                                      int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu,
+                                      int num_seqs, int64_t tokens, int max_len, int hq, int hkv, float scale,
+                                      cudaStream_t stream) {
   using Cfg = WgAttnCfg<HD>;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     Cfg::kSmem));
+  DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_sm90_kernel<HD>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+  const CUtensorMap tq = tensor_map_bf16(q, tokens, (int64_t)hq * HD, ld_q);
+  const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k);
+  const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v);
   dim3 grid((max_len + Cfg::kRows - 1) / Cfg::kRows, num_seqs, hq);
   attention_causal_sm90_kernel<HD><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, hq, hkv, scale * 1.4426950408889634f);
+      tq, tk, tv, out, ld_out, cu, hq, hkv, scale * 1.4426950408889634f);
   DF_CUDA_CHECK_LAUNCH("attention_causal_sm90_kernel");
 }
 
@@ -242,18 +313,19 @@ static bool attention_sm90_available() {
 
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs,
-                                  int max_len, int hq, int hkv, int hd, float scale, cudaStream_t stream) {
+                                  int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
+                                  cudaStream_t stream) {
   auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool shape_ok = (hd == 128 || hd == 256) && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 &&
                         ld_out % 2 == 0 && al16(q) && al16(k) && al16(v) &&
                         reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  if (!shape_ok || !attention_sm90_available()) return false;
+  if (!shape_ok || !attention_sm90_available() || !tensor_map_encoder()) return false;
   if (hd == 256)
-    attention_causal_sm90_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, scale,
-                                   stream);
+    attention_causal_sm90_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, tokens, max_len, hq,
+                                   hkv, scale, stream);
   else
-    attention_causal_sm90_run<128>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, scale,
-                                   stream);
+    attention_causal_sm90_run<128>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, tokens, max_len, hq,
+                                   hkv, scale, stream);
   return true;
 }
 
