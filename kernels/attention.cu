@@ -195,8 +195,8 @@ static void attention_causal_run(const bf16* q, int64_t ld_q, const bf16* k, int
 }
 
 void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
-                             bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs, int max_len, int hq, int hkv,
-                             int hd, float scale, cudaStream_t stream) {
+                             bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs, int64_t tokens, int max_len,
+                             int hq, int hkv, int hd, float scale, cudaStream_t stream) {
   if (num_seqs == 0 || max_len == 0) return;
   bool ok = hd % 8 == 0 && hd <= 256 && hkv > 0 && hq % hkv == 0 && ld_q % 8 == 0 && ld_k % 8 == 0 &&
             ld_v % 8 == 0 && ld_out % 2 == 0;
@@ -204,6 +204,9 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
     cuda_throw("attention_causal_launch",
                "needs head_dim a multiple of 8 and <= 256, q heads a multiple of kv heads, row strides multiples of 8",
                __FILE__, __LINE__);
+  if (attention_causal_sm90_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, tokens, max_len, hq, hkv, hd,
+                                   scale, stream))
+    return;
   if (hd <= 16)
     attention_causal_run<16>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale, stream);
   else if (hd <= 32)

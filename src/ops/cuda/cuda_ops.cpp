@@ -209,7 +209,7 @@ void CudaOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v
   DF_CHECK(hkv > 0 && hq % hkv == 0, "%s: %d q heads are not a multiple of %d kv heads", op, hq, hkv);
   DF_CHECK(hd % 8 == 0 && hd <= 256, "%s: head_dim %d must be a multiple of 8 and <= 256", op, hd);
   attention_causal_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, bptr(out), out.stride,
-                          iptr(seqs.cu), seqs.num_seqs, seqs.max_len, hq, hkv, hd, scale, stream_);
+                          iptr(seqs.cu), seqs.num_seqs, seqs.tokens, seqs.max_len, hq, hkv, hd, scale, stream_);
 }
 
 void CudaOps::sigmoid_gate(const Tensor& o, const Tensor& gate) {
