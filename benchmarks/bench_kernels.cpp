@@ -265,8 +265,8 @@ int main() {
       {
         size_t hm = b.harena.mark();
         Tensor hy = b.harena.alloc(DType::f32, 64, 6144);
-        b.cpu.gated_rmsnorm(b.to_host(go.rows_view(0, 64)), b.to_host(gz.rows_view(0, 64)), b.to_host(gw), hy, 48,
-                            128, 1e-6f);
+        b.cpu.gated_rmsnorm(b.to_host(go.rows_view(0, 64)), b.to_host(gz.rows_view(0, 64)), b.to_host(gw), hy,
+                            48, 128, 1e-6f);
         b.check("gated_rmsnorm 48x128", gy.rows_view(0, 64), hy, 1e-2);
         b.harena.reset(hm);
       }

@@ -1,7 +1,7 @@
-// Depthwise causal conv over time + SiLU for the Gated DeltaNet q/k/v channels. It moves ~2 bytes per flop, so
-// its speed is the number of bytes kept in flight per SM: the vector kernel streams a warp down a 32-token tile
-// of 256 channels with the next 8 rows' 16-byte loads always outstanding; a scalar kernel covers the rest.
-// A tap reaching before the token's sequence start (pos < K−1−j) contributes zero: the reset at every
+// Depthwise causal conv over time + SiLU for the Gated DeltaNet q/k/v channels. It moves ~2 bytes per flop,
+// so its speed is the number of bytes kept in flight per SM: the vector kernel streams a warp down a 32-token
+// tile of 256 channels with the next 8 rows' 16-byte loads always outstanding; a scalar kernel covers the
+// rest. A tap reaching before the token's sequence start (pos < K−1−j) contributes zero: the reset at every
 // sequence boundary. Only K = 4 (every Qwen3.5/3.6 model) is instantiated.
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -12,10 +12,10 @@ namespace df {
 // Vector kernel: a lane owns 8 channels (one 16-byte access per token), a warp 256 channels × kConvTile
 // tokens; the warps of a block are stacked along tokens, so a warp's K−1 halo rows are its neighbour's last
 // rows and come from L2.
-constexpr int kConvTile = 32;    // tokens per warp: lane i loads pos[t0 + i] once, shuffled to the warp
-constexpr int kConvAhead = 8;    // rows loaded ahead of their use: 8 × 16 B per lane in flight
-constexpr int kConvWarps = 4;    // warps per block
-constexpr int kConvSpan = 256;   // channels per warp
+constexpr int kConvTile = 32;   // tokens per warp: lane i loads pos[t0 + i] once, shuffled to the warp
+constexpr int kConvAhead = 8;   // rows loaded ahead of their use: 8 × 16 B per lane in flight
+constexpr int kConvWarps = 4;   // warps per block
+constexpr int kConvSpan = 256;  // channels per warp
 // Scalar kernel (any stride or alignment): a thread owns one channel for kConvScalarTokens tokens.
 constexpr int kConvScalarTokens = 32;
 constexpr int kConvScalarThreads = 128;
@@ -29,7 +29,8 @@ __device__ __forceinline__ void conv_unpack8(const uint4& u, float (&v)[8]) {
 }
 
 // One row's 16 bytes (zeros past T or for a lane without channels).
-__device__ __forceinline__ uint4 conv_load_row(const bf16* xc, int64_t ld_x, int64_t t, int64_t T, bool live) {
+__device__ __forceinline__ uint4 conv_load_row(const bf16* xc, int64_t ld_x, int64_t t, int64_t T,
+                                               bool live) {
   return live && t < T ? *reinterpret_cast<const uint4*>(xc + t * ld_x) : make_uint4(0, 0, 0, 0);
 }
 
@@ -91,8 +92,9 @@ __global__ void __launch_bounds__(32 * kConvWarps)
 
 template <int K>
 __global__ void __launch_bounds__(kConvScalarThreads)
-    conv1d_silu_scalar_kernel(const bf16* __restrict__ x, int64_t ld_x, const float* w, bf16* __restrict__ out,
-                              int64_t ld_out, const int32_t* pos, int64_t T, int64_t C) {
+    conv1d_silu_scalar_kernel(const bf16* __restrict__ x, int64_t ld_x, const float* w,
+                              bf16* __restrict__ out, int64_t ld_out, const int32_t* pos, int64_t T,
+                              int64_t C) {
   const int64_t c = blockIdx.x * (int64_t)kConvScalarThreads + threadIdx.x;
   if (c >= C) return;
   const int64_t t0 = blockIdx.y * (int64_t)kConvScalarTokens;

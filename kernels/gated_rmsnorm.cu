@@ -19,9 +19,9 @@ constexpr int kGnThreads = 256;
 // butterflies them over 16 lanes (the 32-lane tree's first four levels) and adds them last (its final
 // level), so both kernels give bit-identical outputs.
 __global__ void __launch_bounds__(kGnThreads)
-    gated_rmsnorm_vec_kernel(const bf16* __restrict__ o, int64_t ld_o, const bf16* __restrict__ z, int64_t ld_z,
-                             const float* __restrict__ w, bf16* __restrict__ out, int64_t ld_out, int64_t T,
-                             int heads, int dv, float eps) {
+    gated_rmsnorm_vec_kernel(const bf16* __restrict__ o, int64_t ld_o, const bf16* __restrict__ z,
+                             int64_t ld_z, const float* __restrict__ w, bf16* __restrict__ out,
+                             int64_t ld_out, int64_t T, int heads, int dv, float eps) {
   const int lane = threadIdx.x & 31;
   const int64_t first = ((int64_t)blockIdx.x * (kGnThreads / 32) + threadIdx.x / 32) * (2 * kGnRows);
   if (first >= T * heads) return;  // the whole warp leaves together, so the shuffles below see 32 lanes
@@ -43,8 +43,10 @@ __global__ void __launch_bounds__(kGnThreads)
     rt[s] = t;
     rh[s] = h;
     const bool ok = col && t < T;
-    ro[s] = ok ? *reinterpret_cast<const uint4*>(o + t * ld_o + (int64_t)h * dv + e0) : make_uint4(0, 0, 0, 0);
-    rz[s] = ok ? *reinterpret_cast<const uint4*>(z + t * ld_z + (int64_t)h * dv + e0) : make_uint4(0, 0, 0, 0);
+    ro[s] =
+        ok ? *reinterpret_cast<const uint4*>(o + t * ld_o + (int64_t)h * dv + e0) : make_uint4(0, 0, 0, 0);
+    rz[s] =
+        ok ? *reinterpret_cast<const uint4*>(z + t * ld_z + (int64_t)h * dv + e0) : make_uint4(0, 0, 0, 0);
     h += 2;
     while (h >= heads) h -= heads, ++t;
   }
@@ -108,15 +110,16 @@ void gated_rmsnorm_launch(const bf16* o, int64_t ld_o, const bf16* z, int64_t ld
   int64_t items = T * heads;
   if (items == 0) return;
   auto al = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
-  if (dv % 8 == 0 && dv <= 128 && ld_o % 8 == 0 && ld_z % 8 == 0 && ld_out % 8 == 0 && al(o, 16) && al(z, 16) &&
-      al(out, 16)) {
+  if (dv % 8 == 0 && dv <= 128 && ld_o % 8 == 0 && ld_z % 8 == 0 && ld_out % 8 == 0 && al(o, 16) &&
+      al(z, 16) && al(out, 16)) {
     const int64_t per_block = int64_t(kGnThreads / 32) * 2 * kGnRows;
-    gated_rmsnorm_vec_kernel<<<static_cast<unsigned>((items + per_block - 1) / per_block), kGnThreads, 0, stream>>>(
-        o, ld_o, z, ld_z, w, out, ld_out, T, heads, dv, eps);
+    gated_rmsnorm_vec_kernel<<<static_cast<unsigned>((items + per_block - 1) / per_block), kGnThreads, 0,
+                               stream>>>(o, ld_o, z, ld_z, w, out, ld_out, T, heads, dv, eps);
     DF_CUDA_CHECK_LAUNCH("gated_rmsnorm_vec_kernel");
     return;
   }
-  bool vec = dv % 4 == 0 && ld_o % 4 == 0 && ld_z % 4 == 0 && ld_out % 4 == 0 && al(o, 8) && al(z, 8) && al(out, 8);
+  bool vec =
+      dv % 4 == 0 && ld_o % 4 == 0 && ld_z % 4 == 0 && ld_out % 4 == 0 && al(o, 8) && al(z, 8) && al(out, 8);
   unsigned blocks = static_cast<unsigned>((items + 7) / 8);
   if (vec)
     gated_rmsnorm_kernel<4><<<blocks, 256, 0, stream>>>(o, ld_o, z, ld_z, w, out, ld_out, T, heads, dv, eps);
