@@ -243,9 +243,11 @@ int main() {
                 b.time_ms([&] { b.gpu.swiglu(gu.cols_view(0, I), gu.cols_view(I, I), act); }));
       b.arena.reset(mark);
 
-      const int64_t C = 10240;
-      Tensor cx = b.rand(DType::bf16, T, C, -2, 2), cw = b.rand(DType::f32, C, 4, -0.5f, 0.5f);
-      Tensor cy = b.arena.alloc(DType::bf16, T, C);
+      // conv1d and gated_rmsnorm read their inputs as column views of the linear layers' fused projection
+      // [T, qkv 10240 | z 6144 | b 48 | a 48], as in the forward, so the strided row pitch is what is timed.
+      const int64_t C = 10240, P = C + 6144 + 2 * 48;
+      Tensor proj = b.rand(DType::bf16, T, P, -2, 2), cw = b.rand(DType::f32, C, 4, -0.5f, 0.5f);
+      Tensor cx = proj.cols_view(0, C), cy = b.arena.alloc(DType::bf16, T, C);
       b.gpu.conv1d_silu(cx, cw, cy, seqs);
       {
         size_t hm = b.harena.mark();
@@ -254,12 +256,21 @@ int main() {
         b.check("conv1d_silu 10240", cy.rows_view(0, ns), hy, 1e-2);
         b.harena.reset(hm);
       }
-      row_bytes("conv1d_silu 10240 K=4", 2.0 * T * C * 2, b.time_ms([&] { b.gpu.conv1d_silu(cx, cw, cy, seqs); }));
-      b.arena.reset(mark);
+      row_bytes("conv1d_silu 10240 K=4 (x in [T,16480])", 2.0 * T * C * 2,
+                b.time_ms([&] { b.gpu.conv1d_silu(cx, cw, cy, seqs); }));
 
-      Tensor go = b.rand(DType::bf16, T, 6144, -2, 2), gz = b.rand(DType::bf16, T, 6144, -3, 3);
+      Tensor go = b.rand(DType::bf16, T, 6144, -2, 2), gz = proj.cols_view(C, 6144);
       Tensor gw = b.rand(DType::f32, 1, 128, 0.5f, 1.5f), gy = b.arena.alloc(DType::bf16, T, 6144);
-      row_bytes("gated_rmsnorm 48x128", 3.0 * T * 6144 * 2,
+      b.gpu.gated_rmsnorm(go, gz, gw, gy, 48, 128, 1e-6f);
+      {
+        size_t hm = b.harena.mark();
+        Tensor hy = b.harena.alloc(DType::f32, 64, 6144);
+        b.cpu.gated_rmsnorm(b.to_host(go.rows_view(0, 64)), b.to_host(gz.rows_view(0, 64)), b.to_host(gw), hy,
+                            48, 128, 1e-6f);
+        b.check("gated_rmsnorm 48x128", gy.rows_view(0, 64), hy, 1e-2);
+        b.harena.reset(hm);
+      }
+      row_bytes("gated_rmsnorm 48x128 (z in [T,16480])", 3.0 * T * 6144 * 2,
                 b.time_ms([&] { b.gpu.gated_rmsnorm(go, gz, gw, gy, 48, 128, 1e-6f); }));
       b.arena.reset(mark);
     }

@@ -237,7 +237,7 @@ TEST_F(CudaOpsTest, SigmoidGateAndSwiglu) {
 
 TEST_F(CudaOpsTest, Conv1dSiluResetsAtSequenceStarts) {
   for (const auto& lens : kBatches)
-    for (int64_t C : {5, 96}) {
+    for (int64_t C : {5, 96, 264}) {  // 264: a second 256-channel warp span with one live lane
       Layouts L = layouts(lens);
       int64_t T = L.cpu.tokens;
       Pair x = rand(T, C, -2, 2, DType::bf16, 8), w = rand(C, 4, -1, 1, DType::f32), y = out(T, C);
@@ -249,14 +249,52 @@ TEST_F(CudaOpsTest, Conv1dSiluResetsAtSequenceStarts) {
 
 TEST_F(CudaOpsTest, GatedRmsnorm) {
   for (int64_t T : {1, 7, 65, 300})
-    // dv 19: the scalar path; dv 300: past the 64·V values per lane the kernel holds in registers.
-    for (auto [heads, dv] : {std::pair{1, 8}, {3, 32}, {4, 128}, {2, 19}, {2, 300}}) {
+    // dv 8/32/128: the register kernel (heads 1 and 3 walk rows across tokens); dv 36: the 4-wide
+    // warp-per-row kernel; dv 19: its scalar form; dv 300: past the 128 values the register kernel holds.
+    for (auto [heads, dv] : {std::pair{1, 8}, {3, 32}, {4, 128}, {5, 128}, {2, 36}, {2, 19}, {2, 300}}) {
       Pair o = rand(T, int64_t(heads) * dv, -2, 2), z = rand(T, int64_t(heads) * dv, -3, 3, DType::bf16, 16);
       Pair w = rand(1, dv, 0.5f, 1.5f, DType::f32), y = out(T, int64_t(heads) * dv);
       cpu_.gated_rmsnorm(o.cpu, z.cpu, w.cpu, y.cpu, heads, dv, 1e-6f);
       gpu_->gated_rmsnorm(o.gpu, z.gpu, w.gpu, y.gpu, heads, dv, 1e-6f);
       // x̂ rounded, w·x̂ rounded (as HF), then the output: 3 ulps.
       check(y, 1e-5, 3 * kBf16Ulp, name_of("gated_rmsnorm T heads dv", {T, heads, dv}));
+    }
+}
+
+// The 16-byte kernels claim the very bits of the narrower fallback kernels (same fp32 expressions, and for
+// gated_rmsnorm the same summation tree): run both on the same values, the fallback forced by a row pitch
+// that is not a multiple of 8, and require equality, not a tolerance.
+TEST_F(CudaOpsTest, VectorKernelsMatchFallbacksBitForBit) {
+  auto same = [&](const Tensor& a, const Tensor& b, const std::string& what) {
+    std::vector<float> x = down_gpu(a), y = down_gpu(b);
+    int64_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) bad += std::isnan(x[i]) || x[i] != y[i];
+    EXPECT_EQ(bad, 0) << what << ": vector and fallback kernels differ in " << bad << " of " << x.size();
+  };
+  auto padded_copy = [&](const Pair& p, int64_t pad) {
+    Tensor t = out(p.gpu.rows, p.gpu.cols, DType::bf16, pad).gpu;
+    std::vector<float> h = down_gpu(p.gpu);
+    gpu_->upload_f32(t, h.data());
+    return t;
+  };
+  for (const auto& lens : kBatches) {
+    Layouts L = layouts(lens);
+    int64_t T = L.cpu.tokens, C = 264;
+    Pair x = rand(T, C, -2, 2, DType::bf16, 8), w = rand(C, 4, -1, 1, DType::f32);
+    Pair y = out(T, C), y4 = out(T, C, DType::bf16, 4);
+    gpu_->conv1d_silu(x.gpu, w.gpu, y.gpu, L.gpu);
+    gpu_->conv1d_silu(padded_copy(x, 4), w.gpu, y4.gpu, L.gpu);
+    same(y.gpu, y4.gpu, name_of("conv1d_silu T C", {T, C}));
+  }
+  for (int64_t T : {1, 7, 65})
+    for (auto [heads, dv] : {std::pair{3, 32}, {5, 128}}) {
+      const int64_t cols = int64_t(heads) * dv;
+      Pair o = rand(T, cols, -2, 2), z = rand(T, cols, -3, 3, DType::bf16, 16),
+           w = rand(1, dv, 0.5f, 1.5f, DType::f32);
+      Pair y = out(T, cols), y4 = out(T, cols, DType::bf16, 4);
+      gpu_->gated_rmsnorm(o.gpu, z.gpu, w.gpu, y.gpu, heads, dv, 1e-6f);
+      gpu_->gated_rmsnorm(padded_copy(o, 4), z.gpu, w.gpu, y4.gpu, heads, dv, 1e-6f);
+      same(y.gpu, y4.gpu, name_of("gated_rmsnorm T heads dv", {T, heads, dv}));
     }
 }
 
