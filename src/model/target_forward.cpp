@@ -10,12 +10,12 @@
 namespace df {
 
 struct TargetForward::Workspace {
-  Tensor h;      // residual stream [T, H]
-  Tensor n;      // normed input of the current sub-layer [T, H]
-  Tensor proj;   // fused projection output [T, max(qkv, in, 2I)]
-  Tensor mix;    // attention / DeltaNet output [T, max(heads·hd, nv·dv)]
-  Tensor mix2;   // gated-norm output and conv output share this [T, max(conv channels, nv·dv)]
-  Tensor act;    // SwiGLU output [T, I]
+  Tensor h;     // residual stream [T, H]
+  Tensor n;     // normed input of the current sub-layer [T, H]
+  Tensor proj;  // fused projection output [T, max(qkv, in, 2I)]
+  Tensor mix;   // attention / DeltaNet output [T, max(heads·hd, nv·dv)]
+  Tensor mix2;  // gated-norm output and conv output share this [T, max(conv channels, nv·dv)]
+  Tensor act;   // SwiGLU output [T, I]
 };
 
 TargetForward::TargetForward(const TargetModel& model, int64_t max_tokens)
