@@ -46,6 +46,12 @@ struct GemmContext {
   bool log = false;  // DFLASH_GEMM_LOG=1 prints the pick of every new shape
   void* workspace = nullptr;
   size_t workspace_bytes = size_t(64) << 20;  // 64 MiB: what the split-K and stream-K kernels ask for on Hopper
+  // Output of the timed launches when beta != 0 (c must keep the values the real call adds to). The target's
+  // token count changes from batch to batch, so new shapes keep arriving: the buffer only grows, and a shape
+  // no larger than one seen before allocates nothing. It is bounded by the largest beta != 0 output, the
+  // target's residual stream [T, hidden].
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
   std::map<GemmKey, GemmPlan> plans;
 };
 
@@ -69,8 +75,25 @@ void gemm_free(GemmContext* ctx) {
     cublasLtMatmulDescDestroy(p.op);
   }
   cudaFree(ctx->workspace);
+  cudaFree(ctx->scratch);
   cublasLtDestroy(ctx->handle);
   delete ctx;
+}
+
+// The tuning scratch grown to at least `bytes`, or nullptr where the memory is not there (the caller then
+// skips timing). Freeing the smaller buffer first keeps the peak at the new size.
+static void* gemm_scratch(GemmContext* ctx, size_t bytes) {
+  if (bytes <= ctx->scratch_bytes) return ctx->scratch;
+  DF_CUDA_CHECK(cudaFree(ctx->scratch));
+  ctx->scratch = nullptr;
+  ctx->scratch_bytes = 0;
+  if (cudaMalloc(&ctx->scratch, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    ctx->scratch = nullptr;
+    return nullptr;
+  }
+  ctx->scratch_bytes = bytes;
+  return ctx->scratch;
 }
 
 // Times the candidates that fit the workspace and returns the fastest that ran, or the heuristic's first
@@ -89,15 +112,12 @@ static cublasLtMatmulAlgo_t gemm_pick_algo(GemmContext* ctx, const GemmPlan& p,
     return res[0].algo;
   }
   void* out = c;
-  void* scratch = nullptr;
   if (beta != 0.0f) {
+    // The span of c in elements, last row cut at N: what a [M, N] view with row stride ldc touches.
     const size_t bytes = size_t((M - 1) * ldc + N) * (c_f32 ? 4 : 2);
-    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
-      cudaGetLastError();
-      return res[0].algo;
-    }
-    DF_CUDA_CHECK(cudaMemsetAsync(scratch, 0, bytes, stream));
-    out = scratch;
+    out = gemm_scratch(ctx, bytes);
+    if (!out) return res[0].algo;
+    DF_CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, stream));
   }
   cudaEvent_t ev[2];
   DF_CUDA_CHECK(cudaEventCreate(&ev[0]));
@@ -130,7 +150,6 @@ static cublasLtMatmulAlgo_t gemm_pick_algo(GemmContext* ctx, const GemmPlan& p,
   }
   cudaEventDestroy(ev[0]);
   cudaEventDestroy(ev[1]);
-  if (scratch) DF_CUDA_CHECK(cudaFree(scratch));
   if (best_ms < 0.0f) return res[0].algo;
   if (first_ms >= 0.0f && best != 0 && best_ms > kGemmSwitchRatio * first_ms) best = 0;
   if (ctx->log)

@@ -1,7 +1,7 @@
 // The one cuBLASLt entry point of the program: c = a · wᵀ + beta · c for row-major bf16 a [M, K] and
-// w [N, K] (Linear weights), fp32 accumulation, bf16 or f32 c. Holds the handle, one workspace and a cache
-// of the fastest of the heuristic's candidates per shape (timed on the shape's first call, which therefore
-// synchronises the stream once), so the per-call cost is one map lookup.
+// w [N, K] (Linear weights), fp32 accumulation, bf16 or f32 c. Holds the handle, one workspace, a scratch
+// output for timing beta != 0 shapes and a cache of the fastest of the heuristic's candidates per shape (timed
+// on the shape's first call, which therefore synchronises the stream once): the per-call cost is a map lookup.
 #pragma once
 #include <cuda_runtime.h>
 

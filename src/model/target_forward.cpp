@@ -1,5 +1,6 @@
-// The target backbone forward as a flat list of op calls. Pre-norm residual stream kept in act dtype;
-// the residual add is fused into the next norm (add_rmsnorm). The workspace is planned once for
+// The target backbone forward as a flat list of op calls. Pre-norm residual stream h kept in act dtype;
+// each sub-layer's output projection accumulates straight into h (gemm with beta = 1), so no sub-layer
+// output buffer exists and the next norm is a plain rmsnorm of h. The workspace is planned once for
 // max_tokens against a counting arena and allocated in one block.
 #include <algorithm>
 #include <cmath>
@@ -9,13 +10,12 @@
 namespace df {
 
 struct TargetForward::Workspace {
-  Tensor h;      // residual stream [T, H]
-  Tensor n;      // normed input of the current sub-layer [T, H]
-  Tensor delta;  // sub-layer output [T, H]
-  Tensor proj;   // fused projection output [T, max(qkv, in, 2I)]
-  Tensor mix;    // attention / DeltaNet output [T, max(heads·hd, nv·dv)]
-  Tensor mix2;   // gated-norm output and conv output share this [T, max(conv channels, nv·dv)]
-  Tensor act;    // SwiGLU output [T, I]
+  Tensor h;     // residual stream [T, H]
+  Tensor n;     // normed input of the current sub-layer [T, H]
+  Tensor proj;  // fused projection output [T, max(qkv, in, 2I)]
+  Tensor mix;   // attention / DeltaNet output [T, max(heads·hd, nv·dv)]
+  Tensor mix2;  // gated-norm output and conv output share this [T, max(conv channels, nv·dv)]
+  Tensor act;   // SwiGLU output [T, I]
 };
 
 TargetForward::TargetForward(const TargetModel& model, int64_t max_tokens)
@@ -47,7 +47,6 @@ void TargetForward::plan(Arena& a) {
   }
   ws_->h = a.alloc(act, T, c.hidden);
   ws_->n = a.alloc(act, T, c.hidden);
-  ws_->delta = a.alloc(act, T, c.hidden);
   ws_->proj = a.alloc(act, T, proj_cols);
   ws_->mix = a.alloc(act, T, std::max<int64_t>(mix_cols, 1));
   ws_->mix2 = a.alloc(act, T, std::max<int64_t>(mix2_cols, 1));
@@ -76,7 +75,7 @@ void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int6
   Tensor o = ws_->mix.rows_view(0, T).cols_view(0, q_cols);
   ops_.attention_causal(q, k, v, o, seqs, c.heads, c.kv_heads, hd, 1.0f / std::sqrt(float(hd)));
   if (c.attn_output_gate) ops_.sigmoid_gate(o, proj.cols_view(q_cols, q_cols));
-  ops_.gemm(o, L.w_o, ws_->delta.rows_view(0, T), 0.0f);
+  ops_.gemm(o, L.w_o, ws_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T) {
@@ -93,7 +92,7 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   // The conv output is dead now, so the gated norm reuses its buffer.
   Tensor normed = ws_->mix2.rows_view(0, T).cols_view(0, vdim);
   ops_.gated_rmsnorm(o, proj.cols_view(conv_ch, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);
-  ops_.gemm(normed, L.w_out, ws_->delta.rows_view(0, T), 0.0f);
+  ops_.gemm(normed, L.w_out, ws_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetForward::mlp(const TargetLayer& L, int64_t T) {
@@ -102,7 +101,7 @@ void TargetForward::mlp(const TargetLayer& L, int64_t T) {
   ops_.gemm(ws_->n.rows_view(0, T), L.w_gate_up, proj, 0.0f);
   Tensor act = ws_->act.rows_view(0, T);
   ops_.swiglu(proj.cols_view(0, I), proj.cols_view(I, I), act);
-  ops_.gemm(act, L.w_down, ws_->delta.rows_view(0, T), 0.0f);
+  ops_.gemm(act, L.w_down, ws_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs& out) {
@@ -115,7 +114,7 @@ void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs&
   DF_CHECK(last < m_.num_loaded_layers, "outputs need layer %d but only %d layers are loaded", last,
            m_.num_loaded_layers);
   const NormKind nk = c.norm_kind();
-  Tensor h = ws_->h.rows_view(0, T), n = ws_->n.rows_view(0, T), delta = ws_->delta.rows_view(0, T);
+  Tensor h = ws_->h.rows_view(0, T), n = ws_->n.rows_view(0, T);
 
   ops_.embedding(ids, m_.embed, h);
   if (out.want_embeddings) ops_.copy(h, out.embeddings);
@@ -127,11 +126,12 @@ void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs&
       layer_full(L, seqs, T);
     else
       layer_linear(L, seqs, T);
-    ops_.add_rmsnorm(h, delta, L.ln2, n, c.rms_eps, nk);
+    ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
     mlp(L, T);
-    // Fold the MLP's residual add into the next norm: the next layer's input norm, or the final norm.
+    // h now holds the output of layer l. Norm it for the next layer's input, or with the final norm after
+    // the last loaded layer (then n is the final norm's output).
     const Tensor& next_w = l + 1 < m_.num_loaded_layers ? m_.layers[l + 1].ln1 : m_.final_norm;
-    ops_.add_rmsnorm(h, delta, next_w, n, c.rms_eps, nk);
+    ops_.rmsnorm(h, next_w, n, c.rms_eps, nk);
     for (size_t i = 0; i < out.tap_layers.size(); ++i)
       if (out.tap_layers[i] == l) ops_.copy(h, out.taps[i]);
   }

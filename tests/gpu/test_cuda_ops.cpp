@@ -143,6 +143,16 @@ TEST_F(CudaOpsTest, GemmBf16AndF32OutputsWithBeta) {
     gpu_->gemm(a.gpu, w.gpu, cf.gpu, 1.0f);
     cpu_.gemm(a.cpu, w.cpu, cf.cpu, 1.0f);
     check(cf, 1e-5 * K, 1e-5, name_of("gemm f32 beta=1 M N K", {M, N, K}));  // fp32 end to end
+    // The target's residual step: bf16 c accumulated in place through a strided view. Each pad is a new
+    // row stride, so a new shape whose first call tunes into the scratch (grown by pad 5, reused by the
+    // smaller pad 1); had the tuning written c, c would hold extra products. One rounding of
+    // fp32(a·w) + c to bf16: rtol one ulp, atol as above.
+    for (int64_t pad : {5, 1}) {
+      Pair cb = rand(M, N, -1, 1, DType::bf16, pad);
+      gpu_->gemm(a.gpu, w.gpu, cb.gpu, 1.0f);
+      cpu_.gemm(a.cpu, w.cpu, cb.cpu, 1.0f);
+      check(cb, 1e-5 * K, kBf16Ulp, name_of("gemm bf16 beta=1 in place M N K pad", {M, N, K, pad}));
+    }
   }
 }
 
