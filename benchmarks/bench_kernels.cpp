@@ -224,9 +224,9 @@ int main() {
         b.check("rmsnorm 5120", y.rows_view(0, 64), hy, 1e-2);
         b.harena.reset(hm);
       }
-      row_bytes("rmsnorm 5120 (zero-centred)", 2.0 * T * H * 2,
+      row_bytes("rmsnorm [T,5120] zero-centred", 2.0 * T * H * 2,
                 b.time_ms([&] { b.gpu.rmsnorm(x, w, y, 1e-6f, NormKind::zero_centred); }));
-      row_bytes("add_rmsnorm 5120", 4.0 * T * H * 2,
+      row_bytes("add_rmsnorm [T,5120] zero-centred", 4.0 * T * H * 2,
                 b.time_ms([&] { b.gpu.add_rmsnorm(x, d, w, y, 1e-6f, NormKind::zero_centred); }));
       b.arena.reset(mark);
 

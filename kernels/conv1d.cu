@@ -22,12 +22,6 @@ constexpr int kConvScalarThreads = 128;
 
 namespace {
 
-__device__ __forceinline__ void conv_unpack8(const uint4& u, float (&v)[8]) {
-  const bf16* e = reinterpret_cast<const bf16*>(&u);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(e[j]);
-}
-
 // One row's 16 bytes (zeros past T or for a lane without channels).
 __device__ __forceinline__ uint4 conv_load_row(const bf16* xc, int64_t ld_x, int64_t t, int64_t T,
                                                bool live) {
@@ -56,7 +50,7 @@ __global__ void __launch_bounds__(32 * kConvWarps)
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) {  // halo: the K−1 tokens before the tile (masked below by pos)
     const int64_t t = t0 - (K - 1) + j;
-    conv_unpack8(t >= 0 ? conv_load_row(xc, ld_x, t, T, live) : make_uint4(0, 0, 0, 0), win[j + 1]);
+    bf16x8_unpack(t >= 0 ? conv_load_row(xc, ld_x, t, T, live) : make_uint4(0, 0, 0, 0), win[j + 1]);
   }
   const int my_pos = t0 + lane < T ? pos[t0 + lane] : 0;
   float wr[8][K];
@@ -74,7 +68,7 @@ __global__ void __launch_bounds__(32 * kConvWarps)
     for (int j = 0; j < K - 1; ++j)
 #pragma unroll
       for (int e = 0; e < 8; ++e) win[j][e] = win[j + 1][e];
-    conv_unpack8(ring[i % kConvAhead], win[K - 1]);
+    bf16x8_unpack(ring[i % kConvAhead], win[K - 1]);
     if (i + kConvAhead < kConvTile) ring[i % kConvAhead] = conv_load_row(xc, ld_x, t + kConvAhead, T, live);
     const int p = __shfl_sync(0xffffffffu, my_pos, i);
     float acc[8];

@@ -11,15 +11,28 @@ __device__ __forceinline__ float bf16_rn(float x) { return __bfloat162float(__fl
 __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float silu_f32(float x) { return x * sigmoid_f32(x); }
 
+// Eight bf16 held in one 16-byte register quad (what a uint4 load brings in) to and from fp32, for kernels
+// that keep raw rows in registers between the load and the use.
+__device__ __forceinline__ void bf16x8_unpack(const uint4& u, float (&v)[8]) {
+  const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&u);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(e[j]);
+}
+
+__device__ __forceinline__ uint4 bf16x8_pack(const float (&v)[8]) {
+  uint4 u;
+  __nv_bfloat16* e = reinterpret_cast<__nv_bfloat16*>(&u);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) e[j] = __float2bfloat16(v[j]);
+  return u;
+}
+
 // V consecutive bf16 (V = 1, 4 or 8: 2-, 8- or 16-byte accesses; the pointer must be aligned to match)
 // to and from fp32 registers.
 template <int V>
 __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&v)[V]) {
   if constexpr (V == 8) {
-    uint4 u = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&u);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(e[j]);
+    bf16x8_unpack(*reinterpret_cast<const uint4*>(p), v);
   } else if constexpr (V == 4) {
     uint2 u = *reinterpret_cast<const uint2*>(p);
     const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&u);
@@ -33,11 +46,7 @@ __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&v)[V])
 template <int V>
 __device__ __forceinline__ void store_bf16(__nv_bfloat16* p, const float (&v)[V]) {
   if constexpr (V == 8) {
-    uint4 u;
-    __nv_bfloat16* e = reinterpret_cast<__nv_bfloat16*>(&u);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) e[j] = __float2bfloat16(v[j]);
-    *reinterpret_cast<uint4*>(p) = u;
+    *reinterpret_cast<uint4*>(p) = bf16x8_pack(v);
   } else if constexpr (V == 4) {
     uint2 u;
     __nv_bfloat16* e = reinterpret_cast<__nv_bfloat16*>(&u);

@@ -171,25 +171,68 @@ TEST_F(CudaOpsTest, EmbeddingGathersRowsExactly) {
   }
 }
 
+// Shapes for both kernels. Rows of a multiple of 8 cols with a pitch of a multiple of 8 (pad 0 or 8) take
+// the register kernel: 8 cols = 1 chunk in a warp, 72 = 9 chunks in a warp, 1000 = 125 chunks in a 128-thread
+// block, 4096 = 128 x 4, 5120 = 128 x 5. The two-pass kernel takes cols 7, pad 4 (pitch not a multiple of 8)
+// and cols 40000 (past the 32768 the register kernel holds).
 TEST_F(CudaOpsTest, RmsnormAndAddRmsnormBothKinds) {
-  for (int64_t T : {1, 7, 65, 300})
-    for (int64_t H : {8, 72, 5120})
+  for (int64_t T : {1, 3, 300})
+    for (int64_t H : {7, 8, 72, 1000, 4096, 5120, 40000})
+      for (int64_t pad : {0, 4, 8})
+        for (NormKind kind : {NormKind::plain, NormKind::zero_centred}) {
+          if (T * H > 2'000'000 || (pad != 0 && H < 1000)) continue;  // host arena and run time
+          const size_t cmark = cpu_arena_.mark(), gmark = gpu_arena_.mark();
+          const std::string what =
+              name_of(kind == NormKind::plain ? "plain T H pad" : "zero T H pad", {T, H, pad});
+          Pair x = rand(T, H, -2, 2, DType::bf16, pad), w = rand(1, H, -0.5f, 1.5f, DType::f32);
+          Pair o = out(T, H, DType::bf16, pad);
+          cpu_.rmsnorm(x.cpu, w.cpu, o.cpu, 1e-6f, kind);
+          gpu_->rmsnorm(x.gpu, w.gpu, o.gpu, 1e-6f, kind);
+          // plain rounds x̂ to bf16 before the weight (as Qwen3RMSNorm does) and then the product: 2 ulps.
+          check(o, 1e-5, 2 * kBf16Ulp + 1e-4, what + " rmsnorm");
+          Pair d = rand(T, H, -2, 2, DType::bf16, 8);
+          Pair o2 = out(T, H);
+          cpu_.add_rmsnorm(x.cpu, d.cpu, w.cpu, o2.cpu, 1e-6f, kind);
+          gpu_->add_rmsnorm(x.gpu, d.gpu, w.gpu, o2.gpu, 1e-6f, kind);
+          // The GPU residual stream is bf16 (one rounding, atol for sums that cancel to ~0); the norm then
+          // sees the rounded residual: one more ulp on top of the two above.
+          check(x, 1e-6, kBf16Ulp, what + " add_rmsnorm residual");
+          check(o2, 4 * kBf16Ulp, 3 * kBf16Ulp + 1e-4, what + " add_rmsnorm out");
+          cpu_arena_.reset(cmark);
+          gpu_arena_.reset(gmark);
+        }
+}
+
+// The register kernel against the two-pass kernel on the same values (the latter forced by a row pitch that
+// is not a multiple of 8). The sums of squares run in different orders, so r may differ in its last fp32 bits
+// and a bf16 rounding after it may land one ulp (≤ 2^-7 relative) apart: one for zero-centred, two for plain
+// (bf16(x̂), then w·bf16(x̂)), so 4 kBf16Ulp relative. The residual write of add_rmsnorm is the same single
+// rounding in both kernels, so it must match exactly.
+TEST_F(CudaOpsTest, RmsnormRegisterKernelMatchesTwoPass) {
+  for (int64_t T : {1, 3, 300})
+    for (int64_t H : {8, 1000, 5120})
       for (NormKind kind : {NormKind::plain, NormKind::zero_centred}) {
-        const char* kn = kind == NormKind::plain ? "plain" : "zero";
-        Pair x = rand(T, H, -2, 2), w = rand(1, H, -0.5f, 1.5f, DType::f32);
-        Pair o = out(T, H);
-        cpu_.rmsnorm(x.cpu, w.cpu, o.cpu, 1e-6f, kind);
-        gpu_->rmsnorm(x.gpu, w.gpu, o.gpu, 1e-6f, kind);
-        // plain rounds x̂ to bf16 before the weight (as Qwen3RMSNorm does) and then the product: 2 ulps.
-        check(o, 1e-5, 2 * kBf16Ulp + 1e-4, name_of(kn, {T, H}) + " rmsnorm");
-        Pair d = rand(T, H, -2, 2, DType::bf16, 8);
-        Pair o2 = out(T, H);
-        cpu_.add_rmsnorm(x.cpu, d.cpu, w.cpu, o2.cpu, 1e-6f, kind);
-        gpu_->add_rmsnorm(x.gpu, d.gpu, w.gpu, o2.gpu, 1e-6f, kind);
-        // The GPU residual stream is bf16 (one rounding, atol for sums that cancel to ~0); the norm then
-        // sees the rounded residual: one more ulp on top of the two above.
-        check(x, 1e-6, kBf16Ulp, name_of(kn, {T, H}) + " add_rmsnorm residual");
-        check(o2, 4 * kBf16Ulp, 3 * kBf16Ulp + 1e-4, name_of(kn, {T, H}) + " add_rmsnorm out");
+        const size_t cmark = cpu_arena_.mark(), gmark = gpu_arena_.mark();
+        const std::string what = name_of(kind == NormKind::plain ? "plain T H" : "zero T H", {T, H});
+        Pair x = rand(T, H, -2, 2), x4 = out(T, H, DType::bf16, 4), w = rand(1, H, -0.5f, 1.5f, DType::f32);
+        Pair d = rand(T, H, -2, 2);
+        std::vector<float> hx = down_gpu(x.gpu);
+        gpu_->upload_f32(x4.gpu, hx.data());
+        Pair y = out(T, H), y4 = out(T, H);
+        gpu_->add_rmsnorm(x.gpu, d.gpu, w.gpu, y.gpu, 1e-6f, kind);
+        gpu_->add_rmsnorm(x4.gpu, d.gpu, w.gpu, y4.gpu, 1e-6f, kind);
+        std::vector<float> a = down_gpu(y.gpu), b = down_gpu(y4.gpu), ra = down_gpu(x.gpu),
+                           rb = down_gpu(x4.gpu);
+        int64_t bad = 0, bad_res = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          bad += !(std::fabs(a[i] - b[i]) <= 4 * kBf16Ulp * std::fabs(b[i]) + 1e-6);  // NaN counts as bad
+          bad_res += std::isnan(ra[i]) || ra[i] != rb[i];
+        }
+        EXPECT_EQ(bad, 0) << what << ": register and two-pass outputs differ in " << bad << " of "
+                          << a.size();
+        EXPECT_EQ(bad_res, 0) << what << ": residuals differ in " << bad_res << " of " << ra.size();
+        cpu_arena_.reset(cmark);
+        gpu_arena_.reset(gmark);
       }
 }
 
