@@ -255,7 +255,7 @@ static bool gemm_algo_fits(GemmContext* ctx, const GemmPlan& p, const cublasLtMa
     return false;
   }
   if (r.workspaceSize > ctx->workspace_bytes) {
-    *why = "needs " + std::to_string(r.workspaceSize >> 20) + " MiB of workspace";
+    *why = "needs " + std::to_string(r.workspaceSize) + " bytes of workspace";
     return false;
   }
   return true;
