@@ -1,7 +1,8 @@
 // The one cuBLASLt entry point of the program: c = a · wᵀ + beta · c for row-major bf16 a [M, K] and
 // w [N, K] (Linear weights), fp32 accumulation, bf16 or f32 c. Holds the handle, one workspace, a scratch
-// output for timing beta != 0 shapes and a cache of the fastest of the heuristic's candidates per shape (timed
-// on the shape's first call, which therefore synchronises the stream once): the per-call cost is a map lookup.
+// output for timing beta != 0 shapes, a plan per exact shape and the fastest of the heuristic's candidates per
+// M bucket (timed on the bucket's first call, which therefore synchronises the stream once; later M of the
+// bucket reuse it after cublasLtMatmulAlgoCheck): the per-call cost is a map lookup.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -17,5 +18,21 @@ void gemm_free(GemmContext* ctx);
 // lda/ldw/ldc are row strides in elements; c_f32 selects an f32 output instead of bf16.
 void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc,
                  bool c_f32, int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream);
+
+// The M (token count) whose tuned algorithm serves `m`: m rounded up to a multiple of a quarter of its power
+// of two, at least 64. Every M in (bucket − step, bucket] shares one timing.
+int64_t gemm_m_bucket(int64_t m);
+
+// What the cache has done since gemm_init: every new exact shape counts once in tuned, reused, rejected or
+// untimed (a call that finds its plan counts nowhere), so the counts show whether anything grows per call.
+struct GemmStats {
+  int64_t plans = 0;     // exact shapes cached now
+  int64_t buckets = 0;   // tuned algorithms kept, one per (N, K, strides, dtype, alignment, M bucket)
+  int64_t tuned = 0;     // shapes whose candidates were timed: the first of their bucket
+  int64_t reused = 0;    // shapes that took their bucket's algorithm (cublasLtMatmulAlgoCheck accepted it)
+  int64_t rejected = 0;  // shapes whose bucket's algorithm the check refused: heuristic's first pick
+  int64_t untimed = 0;   // heuristic's first pick with no bucket entry yet and no timing possible or wanted
+};
+GemmStats gemm_stats(const GemmContext* ctx);
 
 }  // namespace df

@@ -12,12 +12,15 @@ TEST(CudaOpsTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
 #include "core/dtype.h"
+#include "kernels/gemm.cuh"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
@@ -154,6 +157,74 @@ TEST_F(CudaOpsTest, GemmBf16AndF32OutputsWithBeta) {
       check(cb, 1e-5 * K, kBf16Ulp, name_of("gemm bf16 beta=1 in place M N K pad", {M, N, K, pad}));
     }
   }
+}
+
+// Pure arithmetic (no device): the buckets the tuned-algorithm table is keyed by.
+TEST(GemmBucketTest, QuarterOfPowerOfTwoAtLeast64) {
+  for (auto [m, want] : {std::pair<int64_t, int64_t>{1, 64}, {7, 64}, {64, 64}, {65, 128}, {100, 128}, {129, 192},
+                         {256, 256}, {257, 320}, {1000, 1024}, {1023, 1024}, {1024, 1024}, {1025, 1280}, {4097, 5120}})
+    EXPECT_EQ(gemm_m_bucket(m), want) << "M " << m;
+  std::set<int64_t> seen;
+  int64_t prev = 0;
+  for (int64_t m = 1; m <= 70000; ++m) {
+    const int64_t b = gemm_m_bucket(m);
+    // The bucket's timing was made at some M of it: every M must lie within one step of the bucket's top.
+    ASSERT_TRUE(b >= m && b - m < std::max<int64_t>(64, m / 4) && b >= prev) << "M " << m << " bucket " << b;
+    prev = b;
+    if (m >= 64 && m <= 16384) seen.insert(b);
+  }
+  EXPECT_EQ(seen.size(), 28u) << "the count gemm_m_bucket's comment quotes for 64..16384";
+}
+
+// Training's token count T changes from batch to batch: one weight shape (N, K) meets many M. The first M of
+// each bucket is timed; the others take its algorithm after cublasLtMatmulAlgoCheck. Every M is checked
+// against the CPU, in an order that reuses an algorithm at a smaller M (7 then 1) and at larger ones (1000
+// then 1023, 1024), and a second pass over the same M must find every plan cached (no growth per call).
+TEST_F(CudaOpsTest, GemmReusesTunedAlgorithmAcrossMInBucket) {
+  // Its own context so the counts start at zero; the fixture's stream orders it with the uploads/downloads.
+  GemmContext* ctx = gemm_init();
+  const int64_t N = 320, K = 1032;
+  const std::vector<int64_t> ms = {7, 1, 100, 129, 1000, 1023, 1024, 4097};
+  std::set<int64_t> buckets;
+  for (int64_t m : ms) buckets.insert(gemm_m_bucket(m));
+  Pair w = rand(N, K, -1, 1);
+  GemmStats first;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t M : ms) {
+      Pair a = rand(M, K, -1, 1);
+      Pair c = out(M, N);
+      gemm_launch(ctx, a.gpu.data, a.gpu.stride, w.gpu.data, w.gpu.stride, c.gpu.data, c.gpu.stride, false, M, N, K,
+                  0.0f, gpu_->stream());
+      cpu_.gemm(a.cpu, w.cpu, c.cpu, 0.0f);
+      // Tolerances as in GemmBf16AndF32OutputsWithBeta: one bf16 rounding, atol for summation order over K.
+      check(c, 1e-5 * K, kBf16Ulp, name_of("gemm bucket bf16 M N K pass", {M, N, K, pass}));
+      Pair cf = rand(M, N, -1, 1, DType::f32);
+      gemm_launch(ctx, a.gpu.data, a.gpu.stride, w.gpu.data, w.gpu.stride, cf.gpu.data, cf.gpu.stride, true, M, N,
+                  K, 1.0f, gpu_->stream());
+      cpu_.gemm(a.cpu, w.cpu, cf.cpu, 1.0f);
+      check(cf, 1e-5 * K, 1e-5, name_of("gemm bucket f32 beta=1 M N K pass", {M, N, K, pass}));  // fp32 throughout
+    }
+    const GemmStats s = gemm_stats(ctx);
+    std::printf("[ gemm   ] pass %d: plans %lld buckets %lld tuned %lld reused %lld rejected %lld untimed %lld\n", pass,
+                (long long)s.plans, (long long)s.buckets, (long long)s.tuned, (long long)s.reused,
+                (long long)s.rejected, (long long)s.untimed);
+    if (pass == 0) {
+      first = s;
+      const int64_t shapes = 2 * int64_t(ms.size());  // bf16 and f32 outputs are separate shapes
+      EXPECT_EQ(s.plans, shapes);
+      EXPECT_EQ(s.tuned + s.reused + s.rejected + s.untimed, shapes) << "every new shape takes exactly one path";
+      EXPECT_EQ(s.buckets, s.tuned);
+      EXPECT_LE(s.tuned, 2 * int64_t(buckets.size())) << "a bucket was timed twice";
+      const char* tune = std::getenv("DFLASH_GEMM_TUNE");
+      if (!(tune && std::string(tune) == "0"))
+        EXPECT_GT(s.reused, 0) << "no M ran on an algorithm tuned at another M: the reuse path went untested";
+    } else {
+      EXPECT_TRUE(s.plans == first.plans && s.buckets == first.buckets && s.tuned == first.tuned &&
+                  s.reused == first.reused && s.rejected == first.rejected && s.untimed == first.untimed)
+          << "the second pass over the same shapes changed the cache";
+    }
+  }
+  gemm_free(ctx);
 }
 
 TEST_F(CudaOpsTest, EmbeddingGathersRowsExactly) {
