@@ -321,7 +321,10 @@ __device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async
 // (value columns × key dim) in fp32 registers in the MMA accumulator layout, which is also the A-fragment
 // layout of the products that read S, so S never touches shared memory. Every product is transposed
 // (value columns as M): V'ᵀ = Uᵀ − Sᵀ Wᵀ, Oᵀ = (Sᵀ Qᵀ) ⊙ qs + V'ᵀ Pᵀ, Sᵀ = e^(γ_C) Sᵀ + (V' ⊙ kd)ᵀ K, with the
-// bf16 tiles as B fragments straight from ldmatrix and the fp32 side (S, V') split into bf16 hi + lo.
+// bf16 tiles as B fragments straight from ldmatrix. In the recurrence (V' and the S update) the fp32 side
+// (S, V') is split into bf16 hi + lo, because an error there is carried into every later chunk. The two
+// output products take the hi half only: their error (2^-9 relative per term, as in flash-linear-attention,
+// which rounds S to bf16 for every product) stays in this chunk's O, which is rounded to bf16 anyway.
 template <int D>
 __global__ void __launch_bounds__(2 * D, 1)
     gdn_state_kernel(const bf16* qkv, int64_t ld_qkv, const int32_t* cu, int nk, int nv, int dk, int dv,
@@ -392,9 +395,7 @@ __global__ void __launch_bounds__(2 * D, 1)
         mma_bf16_16816(vp[2 * np + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
         ldmatrix_x4(b, Qs + off);
         mma_bf16_16816(oo[2 * np], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
-        mma_bf16_16816(oo[2 * np], al[0], al[1], al[2], al[3], b[0], b[1]);
         mma_bf16_16816(oo[2 * np + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
-        mma_bf16_16816(oo[2 * np + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
       }
     }
     // V'ᵀ = Uᵀ − Sᵀ Wᵀ (U through ldmatrix.trans lands in the accumulator layout) and Oᵀ scaled per token by qs.
@@ -438,9 +439,7 @@ __global__ void __launch_bounds__(2 * D, 1)
         uint32_t b[4];
         ldmatrix_x4(b, Ps + (np * 16 + (mat >> 1) * 8 + r8) * LP + kk * 16 + (mat & 1) * 8);
         mma_bf16_16816(oo[2 * np], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
-        mma_bf16_16816(oo[2 * np], al[0], al[1], al[2], al[3], b[0], b[1]);
         mma_bf16_16816(oo[2 * np + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
-        mma_bf16_16816(oo[2 * np + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
       }
       const int tk = kk * 16 + 2 * t;
       const float k0 = sc[tk].y, k1 = sc[tk + 1].y, k8 = sc[tk + 8].y, k9 = sc[tk + 9].y;
