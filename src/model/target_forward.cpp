@@ -16,8 +16,7 @@ struct TargetForward::Workspace {
   Tensor mix;   // attention / DeltaNet output [T, max(heads·hd, nv·dv)]
   Tensor mix2;  // gated-norm output and conv output share this [T, max(conv channels, nv·dv)]
   Tensor act;   // SwiGLU output [T, I]
-  Tensor gdn;   // DeltaNet prefill scratch u8 [1, Ops::gdn_workspace_bytes(T)]; empty where the backend needs
-                // none
+  Tensor gdn;   // DeltaNet prefill scratch u8 [1, Ops::gdn_workspace_bytes(T)]; empty on the CPU backend
 };
 
 TargetForward::TargetForward(const TargetModel& model, int64_t max_tokens)
