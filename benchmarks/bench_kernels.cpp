@@ -193,11 +193,13 @@ int main() {
       Tensor qkv = b.rand(DType::bf16, T, cols, -1, 1), a = b.rand(DType::bf16, T, s.nv, -3, 3);
       Tensor bb = b.rand(DType::bf16, T, s.nv, -3, 3), A_log = b.rand(DType::f32, 1, s.nv, -2, 1);
       Tensor dt = b.rand(DType::f32, 1, s.nv, -1, 1), o = b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv);
-      b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s);
+      Tensor ws = b.arena.alloc(DType::u8, 1, b.gpu.gdn_workspace_bytes(T, s));
+      b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
       size_t hm = b.harena.mark();
       Tensor ho = b.harena.alloc(DType::f32, ns, int64_t(s.nv) * s.dv);
-      b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)), b.to_host(bb.rows_view(0, ns)),
-                        b.to_host(A_log), b.to_host(dt), ho, hseqs, s);
+      b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)),
+                        b.to_host(bb.rows_view(0, ns)), b.to_host(A_log), b.to_host(dt), ho, hseqs, s,
+                        Tensor{});
       b.check("gdn_prefill 16/48 128", o.rows_view(0, ns), ho, 2e-2);
       b.harena.reset(hm);
       // FLOPs of the chunked algorithm per (chunk of 64, value head): K Kᵀ, Q Kᵀ, A V' (2·C²·d each), the
@@ -205,7 +207,7 @@ int main() {
       const double C = 64, d = 128;
       double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
       double flops = per_chunk * (T / C) * s.nv;
-      double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s); }, 5);
+      double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
       row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
       row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
       b.arena.reset(mark);

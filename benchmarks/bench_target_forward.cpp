@@ -88,8 +88,11 @@ class TimedOps final : public Ops {
     timed("conv1d_silu", [&] { g_.conv1d_silu(x, w, o, s); });
   }
   void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt,
-                   const Tensor& o, const SeqLayout& s, const GdnShape& sh) override {
-    timed("gdn_prefill", [&] { g_.gdn_prefill(qkv, a, b, A_log, dt, o, s, sh); });
+                   const Tensor& o, const SeqLayout& s, const GdnShape& sh, const Tensor& ws) override {
+    timed("gdn_prefill", [&] { g_.gdn_prefill(qkv, a, b, A_log, dt, o, s, sh, ws); });
+  }
+  int64_t gdn_workspace_bytes(int64_t tokens, const GdnShape& sh) const override {
+    return g_.gdn_workspace_bytes(tokens, sh);
   }
   void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
                      float eps) override {

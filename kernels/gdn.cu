@@ -10,15 +10,16 @@
 // split into bf16 hi + lo so they keep 16 mantissa bits. Row strides are padded so ldmatrix rows spread
 // over all banks.
 #include <cmath>
+#include <cstdio>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/gdn_workspace.h"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 
 namespace df {
 
-constexpr int kGdnChunk = 64;
 constexpr int kGdnChunkThreads = 256;
 
 // ---- kernels ----
@@ -480,18 +481,15 @@ __global__ void __launch_bounds__(2 * D, 1)
 
 // ---- launchers ----
 template <int D>
-static void gdn_prefill_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
-                            const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const int32_t* cu,
-                            int num_seqs, int64_t T, int max_len, int nk, int nv, int dk, int dv, cudaStream_t stream) {
-  // Workspace rows follow the tokens: W and U [T, nv, D], scores [T, nv, 64] (bf16), row scalars [T, nv].
-  const int64_t rows = T * nv;
-  const size_t wu = sizeof(bf16) * rows * D, p = sizeof(bf16) * rows * kGdnChunk, sc = sizeof(float4) * rows;
-  unsigned char* ws = nullptr;
-  DF_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), 2 * wu + p + sc, stream));
-  bf16* ws_w = reinterpret_cast<bf16*>(ws);
-  bf16* ws_u = reinterpret_cast<bf16*>(ws + wu);
-  bf16* ws_p = reinterpret_cast<bf16*>(ws + 2 * wu);
-  float4* ws_s = reinterpret_cast<float4*>(ws + 2 * wu + p);
+static void gdn_prefill_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
+                            int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
+                            const int32_t* cu, int num_seqs, int64_t T, int max_len, int nk, int nv, int dk,
+                            int dv, unsigned char* ws, cudaStream_t stream) {
+  const GdnWorkspaceLayout l = gdn_prefill_workspace_layout(T, nv, dk, dv);
+  bf16* ws_w = reinterpret_cast<bf16*>(ws + l.w);
+  bf16* ws_u = reinterpret_cast<bf16*>(ws + l.u);
+  bf16* ws_p = reinterpret_cast<bf16*>(ws + l.scores);
+  float4* ws_s = reinterpret_cast<float4*>(ws + l.scalars);
 
   const size_t smem1 = GdnChunkSmem<D>::kBytes, smem2 = GdnStateSmem<D>::kBytes;
   DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -506,12 +504,12 @@ static void gdn_prefill_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int6
   gdn_state_kernel<D><<<g2, 2 * D, smem2, stream>>>(qkv, ld_qkv, cu, nk, nv, dk, dv, ws_w, ws_u, ws_p,
                                                                ws_s, out, ld_out);
   DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");
-  DF_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
-void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
-                        const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const int32_t* cu,
-                        int num_seqs, int64_t T, int max_len, int nk, int nv, int dk, int dv, cudaStream_t stream) {
+void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
+                        int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
+                        const int32_t* cu, int num_seqs, int64_t T, int max_len, int nk, int nv, int dk,
+                        int dv, void* ws, size_t ws_bytes, cudaStream_t stream) {
   if (num_seqs == 0 || nv == 0 || T == 0 || max_len == 0) return;
   bool ok = dk <= 128 && dv <= 128 && dk % 8 == 0 && dv % 8 == 0 && nk > 0 && nv % nk == 0 && ld_qkv % 8 == 0 &&
             ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
@@ -522,16 +520,28 @@ void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
                "16-byte aligned qkv with a row stride that is a multiple of 8, an even output stride and at most "
                "65535 sequences",
                __FILE__, __LINE__);
-  int d = dk > dv ? dk : dv;
-  if (d <= 32)
-    gdn_prefill_run<32>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len, nk, nv,
-                        dk, dv, stream);
-  else if (d <= 64)
-    gdn_prefill_run<64>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len, nk, nv,
-                        dk, dv, stream);
+  const size_t need = gdn_prefill_workspace_bytes(T, nv, dk, dv);
+  if (ws == nullptr || ws_bytes < need || reinterpret_cast<uintptr_t>(ws) % 16 != 0) {
+    char what[512];
+    std::snprintf(
+        what, sizeof(what),
+        "gdn_prefill needs a 16-byte aligned workspace of %zu bytes for %lld tokens x %d value heads "
+        "(dk %d, dv %d) but got %zu bytes at %p; plan it once with gdn_prefill_workspace_bytes / "
+        "Ops::gdn_workspace_bytes for the largest batch",
+        need, (long long)T, nv, dk, dv, ws == nullptr ? size_t(0) : ws_bytes, ws);
+    cuda_throw("gdn_prefill_launch", what, __FILE__, __LINE__);
+  }
+  unsigned char* w = static_cast<unsigned char*>(ws);
+  const int d = gdn_prefill_tile_dim(dk, dv);
+  if (d == 32)
+    gdn_prefill_run<32>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len,
+                        nk, nv, dk, dv, w, stream);
+  else if (d == 64)
+    gdn_prefill_run<64>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len,
+                        nk, nv, dk, dv, w, stream);
   else
-    gdn_prefill_run<128>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len, nk,
-                         nv, dk, dv, stream);
+    gdn_prefill_run<128>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len,
+                         nk, nv, dk, dv, w, stream);
 }
 
 }  // namespace df

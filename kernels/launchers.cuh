@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/gdn_workspace.h"
+
 namespace df {
 
 using bf16 = __nv_bfloat16;
@@ -76,10 +78,12 @@ void conv1d_silu_launch(const bf16* x, int64_t ld_x, const float* w, int K, bf16
 
 // ---- gdn.cu -------------------------------------------------------------------------------------------
 // Gated DeltaNet chunked prefill, zero state at each sequence start. qkv [T, 2·nk·dk + nv·dv], a/b [T, nv],
-// A_log/dt_bias [nv], out [T, nv·dv]; max_len = longest sequence. dk, dv ≤ 128. Takes a stream-ordered
-// workspace of T·nv·(2·D + 64) bf16 + T·nv float4 (D = max(dk, dv) rounded up to 32/64/128) for the call.
-void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
-                        const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const int32_t* cu,
-                        int num_seqs, int64_t T, int max_len, int nk, int nv, int dk, int dv, cudaStream_t stream);
+// A_log/dt_bias [nv], out [T, nv·dv]; max_len = longest sequence. dk, dv ≤ 128. ws: caller-owned device
+// scratch, 16-byte aligned, of at least gdn_prefill_workspace_bytes(T, nv, dk, dv) bytes (gdn_workspace.h),
+// planned once for the largest batch so nothing is allocated per call; overwritten by the call.
+void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
+                        int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
+                        const int32_t* cu, int num_seqs, int64_t T, int max_len, int nk, int nv, int dk,
+                        int dv, void* ws, size_t ws_bytes, cudaStream_t stream);
 
 }  // namespace df

@@ -95,6 +95,7 @@ class TargetForward {
  private:
   struct Workspace;
   void plan(Arena& arena);
+  GdnShape gdn_shape() const;
   void layer_full(const TargetLayer& L, const SeqLayout& seqs, int64_t T);
   void layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T);
   void mlp(const TargetLayer& L, int64_t T);

@@ -16,6 +16,7 @@ struct TargetForward::Workspace {
   Tensor mix;   // attention / DeltaNet output [T, max(heads·hd, nv·dv)]
   Tensor mix2;  // gated-norm output and conv output share this [T, max(conv channels, nv·dv)]
   Tensor act;   // SwiGLU output [T, I]
+  Tensor gdn;   // DeltaNet prefill scratch u8 [1, Ops::gdn_workspace_bytes(T)]; empty on the CPU backend
 };
 
 TargetForward::TargetForward(const TargetModel& model, int64_t max_tokens)
@@ -34,7 +35,7 @@ void TargetForward::plan(Arena& a) {
   const QwenConfig& c = m_.cfg;
   const int64_t T = max_tokens_;
   DType act = ops_.act_dtype();
-  int64_t proj_cols = 2 * int64_t(c.intermediate), mix_cols = 0, mix2_cols = 0;
+  int64_t proj_cols = 2 * int64_t(c.intermediate), mix_cols = 0, mix2_cols = 0, gdn_bytes = 0;
   for (const TargetLayer& L : m_.layers) {
     if (L.kind == LayerKind::full_attention) {
       proj_cols = std::max(proj_cols, L.w_qkv.rows);
@@ -43,6 +44,7 @@ void TargetForward::plan(Arena& a) {
       proj_cols = std::max(proj_cols, L.w_in.rows);
       mix_cols = std::max(mix_cols, int64_t(c.lin_nv) * c.lin_dv);
       mix2_cols = std::max({mix2_cols, L.conv_w.rows, int64_t(c.lin_nv) * c.lin_dv});
+      gdn_bytes = std::max(gdn_bytes, ops_.gdn_workspace_bytes(T, gdn_shape()));
     }
   }
   ws_->h = a.alloc(act, T, c.hidden);
@@ -51,6 +53,12 @@ void TargetForward::plan(Arena& a) {
   ws_->mix = a.alloc(act, T, std::max<int64_t>(mix_cols, 1));
   ws_->mix2 = a.alloc(act, T, std::max<int64_t>(mix2_cols, 1));
   ws_->act = a.alloc(act, T, c.intermediate);
+  if (gdn_bytes > 0) ws_->gdn = a.alloc(DType::u8, 1, gdn_bytes);
+}
+
+GdnShape TargetForward::gdn_shape() const {
+  const QwenConfig& c = m_.cfg;
+  return GdnShape{c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv};
 }
 
 int TargetForward::last_needed_layer(const TargetOutputs& out) const {
@@ -86,9 +94,8 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   Tensor conv = ws_->mix2.rows_view(0, T).cols_view(0, conv_ch);
   ops_.conv1d_silu(proj.cols_view(0, conv_ch), L.conv_w, conv, seqs);
   Tensor o = ws_->mix.rows_view(0, T).cols_view(0, vdim);
-  GdnShape shape{c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv};
   ops_.gdn_prefill(conv, proj.cols_view(conv_ch + vdim + nv, nv), proj.cols_view(conv_ch + vdim, nv), L.A_log,
-                   L.dt_bias, o, seqs, shape);
+                   L.dt_bias, o, seqs, gdn_shape(), ws_->gdn);
   // The conv output is dead now, so the gated norm reuses its buffer.
   Tensor normed = ws_->mix2.rows_view(0, T).cols_view(0, vdim);
   ops_.gated_rmsnorm(o, proj.cols_view(conv_ch, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);

@@ -91,10 +91,15 @@ class Ops {
   // Gated DeltaNet prefill. qkv [T, nk·dk | nk·dk | nv·dv] after conv1d_silu; a, b [T, nv] raw projections;
   // A_log, dt_bias f32 [1, nv]. Computes β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias),
   // q = l2norm(q)·dk^−½, k = l2norm(k), runs the gated delta rule from a zero state per sequence and
-  // writes o [T, nv·dv].
+  // writes o [T, nv·dv]. workspace: backend scratch, u8 [1, n] with n >= gdn_workspace_bytes(T, shape),
+  // overwritten by the call; it may be an empty tensor where that size is 0 (the CPU backend).
   virtual void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
                            const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs,
-                           const GdnShape& shape) = 0;
+                           const GdnShape& shape, const Tensor& workspace) = 0;
+  // Scratch bytes gdn_prefill needs for a batch of `tokens` packed tokens (monotone in tokens), so a model
+  // plans it once for its largest batch next to its other activations instead of the op allocating per call.
+  // 0 where the backend needs none: the CPU oracle keeps its own per-call host vectors.
+  virtual int64_t gdn_workspace_bytes(int64_t /*tokens*/, const GdnShape& /*shape*/) const { return 0; }
   // Per value head over dv: out = w · (o · rsqrt(mean(o²) + eps)) · silu(z); w f32 [1, dv] shared by heads.
   virtual void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads,
                              int dv, float eps) = 0;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/strfmt.h"
+#include "kernels/gdn_workspace.h"
 #include "topo/topo.h"
 
 namespace df {
@@ -20,8 +21,6 @@ constexpr double kCublasWorkspace = 64.0 * 1024 * 1024;
 // CUDA context, NCCL channel buffers and allocator rounding: ~0.5 GiB context plus NCCL's per-peer
 // buffers; 1 GiB keeps the verdict on the safe side without a device to measure on.
 constexpr double kRuntimeReserve = kGiB;
-// Gated DeltaNet chunk length of the chunked form (MODELS.md): one fp32 state per chunk is kept.
-constexpr int64_t kGdnChunk = 64;
 
 void add(VramRole& r, std::string name, double bytes, std::string detail) {
   r.items.push_back({std::move(name), bytes, std::move(detail)});
@@ -108,9 +107,13 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
       strfmt("2 B x %lld x %.0f (%s)", (long long)T, mixer,
              n_lin ? "conv out + core out" : "heads x head_dim"));
   if (n_lin) {
-    const double chunks = double((T + kGdnChunk - 1) / kGdnChunk);
-    add(tr, "DeltaNet chunk states fp32", kF32 * chunks * t.lin_nv * t.lin_dk * t.lin_dv,
-        strfmt("4 B x %.0f chunks x %d heads x %d x %d", chunks, t.lin_nv, t.lin_dk, t.lin_dv));
+    // Exactly what TargetForward plans for the CUDA prefill (kernels/gdn_workspace.h); the state itself
+    // lives in registers, one (sequence, head) at a time, so no per-chunk state is kept.
+    const int D = gdn_prefill_tile_dim(t.lin_dk, t.lin_dv);
+    add(tr, "DeltaNet prefill workspace",
+        double(gdn_prefill_workspace_bytes(T, t.lin_nv, t.lin_dk, t.lin_dv)),
+        strfmt("%lld tokens x %d heads x (W, U 2 x 2 B x %d + scores 2 B x %d + scalars %zu B)", (long long)T,
+               t.lin_nv, D, kGdnChunk, kGdnRowScalarBytes));
   }
   add(tr, "MLP intermediate [T,I] bf16", kBf16 * T * t.intermediate,
       strfmt("2 B x %lld x %d", (long long)T, t.intermediate));

@@ -432,8 +432,12 @@ TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
       Pair a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
       Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
       Pair o = out(T, int64_t(s.nv) * s.dv);
-      cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s);
-      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s);
+      // Filled with NaN bytes: the kernels must write every workspace byte they later read.
+      Tensor ws = gpu_arena_.alloc(DType::u8, 1, gpu_->gdn_workspace_bytes(T, s));
+      ASSERT_EQ(cudaMemset(ws.data, 0xff, ws.nbytes()), cudaSuccess);
+      EXPECT_EQ(cpu_.gdn_workspace_bytes(T, s), 0);
+      cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s, Tensor{});
+      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, ws);
       // Same chunked algorithm on identical inputs. The GPU's recurrence products keep ~16 mantissa bits
       // (bf16 hi + lo); its two output products (S·Qᵀ, V'·Pᵀ) round S and V' to bf16: 2^-9 relative per term,
       // random in sign over 128 + 64 terms whose sum is |o| ≲ 1, ≈ 2^-9·|o| ≈ 2e-3 typical, below 6e-3 with
@@ -441,6 +445,31 @@ TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
       check(o, 6e-3, 2 * kBf16Ulp,
             name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " + std::to_string(lens.size()));
     }
+}
+
+// The workspace is the caller's: one byte short (or none) must be refused with both sizes in the message,
+// never run past its end.
+TEST_F(CudaOpsTest, GdnPrefillRefusesASmallWorkspace) {
+  const GdnShape s{1, 3, 16, 40};
+  Layouts L = layouts({7, 65});
+  const int64_t T = L.gpu.tokens, need = gpu_->gdn_workspace_bytes(T, s);
+  Pair qkv = rand(T, 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, -1, 1), a = rand(T, s.nv, -3, 3),
+       b = rand(T, s.nv, -3, 3), A_log = rand(1, s.nv, -2, 1, DType::f32),
+       dt = rand(1, s.nv, -1, 1, DType::f32);
+  Pair o = out(T, int64_t(s.nv) * s.dv);
+  Tensor ws = gpu_arena_.alloc(DType::u8, 1, need);
+  for (const Tensor& bad : {ws.cols_view(0, need - 1), Tensor{}}) {
+    try {
+      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, bad);
+      ADD_FAILURE() << "gdn_prefill ran with a workspace of " << bad.cols << " bytes, needs " << need;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("gdn_prefill"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::to_string(need) + " bytes"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("got " + std::to_string(bad.cols) + " bytes"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_NO_THROW(gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, ws));
 }
 
 TEST_F(CudaOpsTest, BadShapesThrowNamingTheOp) {

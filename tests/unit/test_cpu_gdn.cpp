@@ -159,14 +159,14 @@ TEST(CpuGdn, PackedEqualsSeparateSequencesBitwise) {
   for (CpuGdnMode mode : {CpuGdnMode::chunked, CpuGdnMode::recurrent}) {
     CpuOps ops(mode);
     Mat all(T, W);
-    ops.gdn_prefill(in.qkv, in.a, in.b, in.A_log.t, in.dt_bias.t, all.t, pk->seqs, shape);
+    ops.gdn_prefill(in.qkv, in.a, in.b, in.A_log.t, in.dt_bias.t, all.t, pk->seqs, shape, Tensor{});
     const std::vector<float> packed = all.host();
     for (size_t s = 0; s < lens.size(); ++s) {
       const int64_t t0 = pk->cu[s], n = lens[s];
       auto one = packed_make({int(n)});
       Mat o1(n, W);
       ops.gdn_prefill(in.qkv.rows_view(t0, n), in.a.rows_view(t0, n), in.b.rows_view(t0, n), in.A_log.t,
-                      in.dt_bias.t, o1.t, one->seqs, shape);
+                      in.dt_bias.t, o1.t, one->seqs, shape, Tensor{});
       const std::vector<float> alone = o1.host();
       ASSERT_EQ(0, std::memcmp(alone.data(), &packed[size_t(t0 * W)], alone.size() * 4))
           << "sequence " << s << " mode " << int(mode);
@@ -182,11 +182,14 @@ TEST(CpuGdn, CpuOpsDispatchesByMode) {
   GdnInputs in(shape, T, rng, -1, 1);
   Mat via_ops(T, W), direct(T, W);
   CpuOps chunked;
-  chunked.gdn_prefill(in.qkv, in.a, in.b, in.A_log.t, in.dt_bias.t, via_ops.t, pk->seqs, shape);
+  // The CPU oracle needs no workspace (it keeps its own host vectors): an empty tensor is the documented
+  // argument.
+  EXPECT_EQ(chunked.gdn_workspace_bytes(T, shape), 0);
+  chunked.gdn_prefill(in.qkv, in.a, in.b, in.A_log.t, in.dt_bias.t, via_ops.t, pk->seqs, shape, Tensor{});
   cpu_gdn_chunked(in.qkv, in.a, in.b, in.A_log.t, in.dt_bias.t, direct.t, pk->seqs, shape, kCpuGdnChunk);
   EXPECT_EQ(via_ops.host(), direct.host());
   CpuOps recurrent(CpuGdnMode::recurrent);
-  recurrent.gdn_prefill(in.qkv, in.a, in.b, in.A_log.t, in.dt_bias.t, via_ops.t, pk->seqs, shape);
+  recurrent.gdn_prefill(in.qkv, in.a, in.b, in.A_log.t, in.dt_bias.t, via_ops.t, pk->seqs, shape, Tensor{});
   cpu_gdn_recurrent(in.qkv, in.a, in.b, in.A_log.t, in.dt_bias.t, direct.t, pk->seqs, shape);
   EXPECT_EQ(via_ops.host(), direct.host());
 }

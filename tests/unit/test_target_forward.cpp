@@ -3,11 +3,13 @@
 // saved as a Hugging Face checkpoint loads back to the same outputs. (Agreement with transformers itself
 // is test_golden's job.)
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
@@ -53,8 +55,8 @@ struct FwdResult {
 };
 
 // Runs `lengths` as one packed batch with taps at every layer and the final norm.
-FwdResult run_model(const TargetModel& m, CpuOps& ops, const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths,
-              int num_taps, bool final_norm) {
+FwdResult run_model(const TargetModel& m, Ops& ops, const std::vector<int32_t>& ids,
+                    const std::vector<int32_t>& lengths, int num_taps, bool final_norm) {
   const int64_t T = ids.size(), H = m.cfg.hidden;
   TargetForward fwd(m, T);
   std::vector<float> store((num_taps + 2) * T * H + 64 + T);
@@ -93,6 +95,70 @@ double max_err(const std::vector<float>& a, const std::vector<float>& b) {
   }
   return e;
 }
+
+// CpuOps that claims a DeltaNet workspace as the CUDA backend does (a made-up size, growing with the tokens)
+// and records what each gdn_prefill call is handed, so the CPU build tests TargetForward's planning of it.
+class WorkspaceProbeOps final : public Ops {
+ public:
+  static int64_t need(int64_t tokens) { return 13 * tokens + 5; }
+  int calls = 0;
+  std::vector<const void*> seen;  // workspace base of each call
+  int64_t smallest = INT64_MAX;   // fewest bytes handed to any call, minus what that call needed
+
+  Device device() const override { return c_.device(); }
+  DType act_dtype() const override { return c_.act_dtype(); }
+  const char* name() const override { return "cpu+probe"; }
+  void* alloc_bytes(size_t bytes) override { return c_.alloc_bytes(bytes); }
+  void free_bytes(void* p) override { c_.free_bytes(p); }
+  void upload_f32(const Tensor& d, const float* h) override { c_.upload_f32(d, h); }
+  void upload_raw(const Tensor& d, const void* h) override { c_.upload_raw(d, h); }
+  void download_f32(const Tensor& s, float* h) override { c_.download_f32(s, h); }
+  void copy(const Tensor& s, const Tensor& d) override { c_.copy(s, d); }
+  void fill_normal(const Tensor& d, uint64_t seed, uint64_t st, float mean, float std) override {
+    c_.fill_normal(d, seed, st, mean, std);
+  }
+  void synchronize() override { c_.synchronize(); }
+  void embedding(const Tensor& ids, const Tensor& t, const Tensor& o) override { c_.embedding(ids, t, o); }
+  void gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) override {
+    c_.gemm(a, w, c, beta);
+  }
+  void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& o, float eps, NormKind k) override {
+    c_.rmsnorm(x, w, o, eps, k);
+  }
+  void add_rmsnorm(const Tensor& r, const Tensor& d, const Tensor& w, const Tensor& o, float eps,
+                   NormKind k) override {
+    c_.add_rmsnorm(r, d, w, o, eps, k);
+  }
+  void qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, int heads, int hd, int rot,
+                    float theta, float eps, NormKind k) override {
+    c_.qk_norm_rope(x, w, pos, heads, hd, rot, theta, eps, k);
+  }
+  void attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                        const SeqLayout& s, int hq, int hkv, int hd, float scale) override {
+    c_.attention_causal(q, k, v, o, s, hq, hkv, hd, scale);
+  }
+  void sigmoid_gate(const Tensor& o, const Tensor& g) override { c_.sigmoid_gate(o, g); }
+  void swiglu(const Tensor& g, const Tensor& u, const Tensor& o) override { c_.swiglu(g, u, o); }
+  void conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& o, const SeqLayout& s) override {
+    c_.conv1d_silu(x, w, o, s);
+  }
+  void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt,
+                   const Tensor& o, const SeqLayout& s, const GdnShape& sh, const Tensor& ws) override {
+    ++calls;
+    seen.push_back(ws.data);
+    EXPECT_EQ(ws.dtype, DType::u8);
+    smallest = std::min(smallest, (ws.empty() ? 0 : int64_t(ws.nbytes())) - need(s.tokens));
+    c_.gdn_prefill(qkv, a, b, A_log, dt, o, s, sh, ws);
+  }
+  int64_t gdn_workspace_bytes(int64_t tokens, const GdnShape&) const override { return need(tokens); }
+  void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
+                     float eps) override {
+    c_.gated_rmsnorm(o, z, w, out, heads, dv, eps);
+  }
+
+ private:
+  CpuOps c_;
+};
 
 }  // namespace
 
@@ -190,4 +256,32 @@ TEST(TargetLoad, MissingAndMisshapedTensorsAreNamed) {
     EXPECT_NE(msg.find("[38, 20]"), std::string::npos) << msg;
   }
   std::filesystem::remove_all(dir);
+}
+
+// The DeltaNet workspace is planned once, inside the forward's block, for the largest batch: every
+// gdn_prefill of every batch gets the same bytes, at least what it asked for, and nothing changes the
+// outputs.
+TEST(TargetForward, PlansTheDeltaNetWorkspaceOnce) {
+  QwenConfig c = tiny_hybrid();  // layers 0 and 2 are DeltaNet
+  WorkspaceProbeOps probe;
+  CpuOps plain;
+  auto mp = target_random(c, 23, probe, {});
+  auto m = target_random(c, 23, plain, {});
+  const int64_t max_tokens = 19;
+  const size_t with_ws = TargetForward(*mp, max_tokens).workspace_bytes();
+  const size_t without = TargetForward(*m, max_tokens).workspace_bytes();
+  // The arena rounds each allocation's start up to Arena::kAlign, so the block grows by the request plus at
+  // most one alignment gap.
+  EXPECT_GE(with_ws, without + size_t(WorkspaceProbeOps::need(max_tokens)));
+  EXPECT_LE(with_ws, without + size_t(WorkspaceProbeOps::need(max_tokens)) + Arena::kAlign);
+
+  std::vector<int32_t> ids = random_ids(19, c.vocab, 29);
+  FwdResult a = run_model(*mp, probe, ids, {7, 1, 11}, c.layers, true);
+  FwdResult b = run_model(*m, plain, ids, {7, 1, 11}, c.layers, true);
+  EXPECT_EQ(probe.calls, 2);
+  ASSERT_EQ(probe.seen.size(), 2u);
+  EXPECT_NE(probe.seen[0], nullptr);
+  EXPECT_EQ(probe.seen[0], probe.seen[1]);
+  EXPECT_GE(probe.smallest, 0);
+  EXPECT_EQ(max_err(a.final_norm, b.final_norm), 0.0);
 }

@@ -444,7 +444,8 @@ void CpuOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, co
 }
 
 void CpuOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                         const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs, const GdnShape& shape) {
+                         const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs,
+                         const GdnShape& shape, const Tensor& /*workspace*/) {
   if (gdn_mode_ == CpuGdnMode::recurrent) {
     cpu_gdn_recurrent(qkv, a, b, A_log, dt_bias, out, seqs, shape);
   } else {

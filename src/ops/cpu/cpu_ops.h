@@ -48,8 +48,9 @@ class CpuOps final : public Ops {
   void sigmoid_gate(const Tensor& o, const Tensor& gate) override;
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, const SeqLayout& seqs) override;
-  void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                   const Tensor& out, const SeqLayout& seqs, const GdnShape& shape) override;
+  void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                   const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs, const GdnShape& shape,
+                   const Tensor& workspace) override;
   void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
                      float eps) override;
 

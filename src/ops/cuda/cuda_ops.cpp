@@ -46,12 +46,6 @@ CudaOps::CudaOps(int device) : device_(device) {
   DF_CHECK(device >= 0 && device < n, "CUDA device %d requested but %d visible; check CUDA_VISIBLE_DEVICES", device, n);
   DF_CUDA_CHECK(cudaSetDevice(device));
   DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  // Kernels that take stream-ordered scratch (the GDN prefill) reuse the pool's memory across calls and
-  // synchronisations instead of handing it back to the driver at every sync.
-  cudaMemPool_t pool;
-  DF_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t keep = UINT64_MAX;
-  DF_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   gemm_ = gemm_init();
 }
 
@@ -243,7 +237,8 @@ void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, c
 }
 
 void CudaOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                          const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs, const GdnShape& s) {
+                          const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs, const GdnShape& s,
+                          const Tensor& workspace) {
   const char* op = "gdn_prefill";
   expect(qkv, DType::bf16, op, "qkv");
   expect(a, DType::bf16, op, "a");
@@ -261,9 +256,19 @@ void CudaOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, c
   expect_shape(A_log, 1, s.nv, op, "A_log");
   expect_shape(dt_bias, 1, s.nv, op, "dt_bias");
   expect_shape(out, seqs.tokens, (int64_t)s.nv * s.dv, op, "out");
+  // An empty workspace passes through as 0 bytes so the launcher's message gives the size that is needed.
+  if (!workspace.empty()) {
+    expect(workspace, DType::u8, op, "workspace");
+    DF_CHECK(workspace.contiguous(), "%s: workspace %s must be contiguous", op,
+             workspace.shape_str().c_str());
+  }
   gdn_prefill_launch(bptr(qkv), qkv.stride, bptr(a), a.stride, bptr(b), b.stride, fptr(A_log), fptr(dt_bias),
-                     bptr(out), out.stride, iptr(seqs.cu), seqs.num_seqs, seqs.tokens, seqs.max_len, s.nk, s.nv, s.dk,
-                     s.dv, stream_);
+                     bptr(out), out.stride, iptr(seqs.cu), seqs.num_seqs, seqs.tokens, seqs.max_len, s.nk,
+                     s.nv, s.dk, s.dv, workspace.data, workspace.empty() ? 0 : workspace.nbytes(), stream_);
+}
+
+int64_t CudaOps::gdn_workspace_bytes(int64_t tokens, const GdnShape& s) const {
+  return static_cast<int64_t>(gdn_prefill_workspace_bytes(tokens, s.nv, s.dk, s.dv));
 }
 
 void CudaOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
