@@ -236,6 +236,11 @@ int main() {
       row_bytes("qk_norm_rope q 24x256 rot 64", 2.0 * T * 24 * 256 * 2, b.time_ms([&] {
                   b.gpu.qk_norm_rope(q, qw, seqs.pos, 24, 256, 64, 1e7f, 1e-6f, NormKind::zero_centred);
                 }));
+      // Qwen3-8B q: 32 heads x 128, full rotation, plain norm (36 layers x q and k = 72 calls per forward).
+      Tensor q8 = b.rand(DType::bf16, T, 32 * 128, -2, 2), qw8 = b.rand(DType::f32, 1, 128, 0.5f, 1.5f);
+      row_bytes("qk_norm_rope q 32x128 rot 128 (8B)", 2.0 * T * 32 * 128 * 2, b.time_ms([&] {
+                  b.gpu.qk_norm_rope(q8, qw8, seqs.pos, 32, 128, 128, 1e6f, 1e-6f, NormKind::plain);
+                }));
       Tensor g = b.rand(DType::bf16, T, 24 * 256, -4, 4);
       row_bytes("sigmoid_gate 6144", 3.0 * T * 6144 * 2, b.time_ms([&] { b.gpu.sigmoid_gate(q, g); }));
       b.arena.reset(mark);

@@ -8,6 +8,12 @@ namespace df {
 // What storing an fp32 result into a bf16 tensor does (round to nearest even).
 __device__ __forceinline__ float bf16_rn(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
+// RMSNorm output from the normalised value x̂ = x·r: zero-centred (1 + w)·x̂ in fp32, plain w·bf16(x̂) like
+// Qwen3RMSNorm. One definition for the row and the per-head (QK) norms so they round the same way.
+__device__ __forceinline__ float rmsnorm_apply(float x, float r, float w, bool zero_centred) {
+  return zero_centred ? x * r * (1.0f + w) : w * bf16_rn(x * r);
+}
+
 __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float silu_f32(float x) { return x * sigmoid_f32(x); }
 

@@ -17,11 +17,6 @@ constexpr int kRegThreads = 128;
 constexpr int kRegMaxThreads = 512;
 
 // ---- kernels ----
-// y from the normalised value x̂ = x·r: zero-centred (1 + w)·x̂ in fp32, plain w·bf16(x̂) like Qwen3RMSNorm.
-__device__ __forceinline__ float rmsnorm_apply(float x, float r, float w, bool zero_centred) {
-  return zero_centred ? x * r * (1.0f + w) : w * bf16_rn(x * r);
-}
-
 // One block per row; thread t holds chunks t, t + blockDim, ... (NC of them, coalesced across the block) as
 // raw bf16 in registers from the load to the output. With delta != nullptr, residual += delta first, rounded
 // to bf16 and written back; the norm then sees the rounded residual, as in rmsnorm_kernel. Numerics are those

@@ -1,9 +1,11 @@
-// Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims, in place. One block per token:
-// the token's cos/sin table (rot_dim/2 angles, shared by all its heads) is built once in shared memory, then
-// each warp normalises and rotates heads; a head goes through shared memory because RoPE pairs dim i with
-// i + rot/2. Rounding mirrors HF: the norm output is bf16, cos/sin are bf16, and q·cos, rot(q)·sin and their
-// sum each round to bf16. The angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double:
-// fast-math sinf is wrong by far more than a bf16 ulp at angles of thousands of radians.
+// Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims, in place. Rounding mirrors HF:
+// the norm output is bf16, cos/sin are bf16, and q·cos, rot(q)·sin and their sum each round to bf16. The
+// angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double: fast-math sinf is wrong by far more
+// than a bf16 ulp at angles of thousands of radians. Two kernels with bit-identical results: a register
+// kernel for the Qwen head shapes (memory-bound, each element read once) and a shared-memory kernel for
+// everything else.
+#include <algorithm>
+
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/launchers.cuh"
@@ -13,23 +15,39 @@ namespace df {
 constexpr int kRopeWarps = 4;
 constexpr int kRopeMaxHd = 512;
 
+// Register kernel geometry: a head is held by a group of kRopeGroup adjacent lanes, lane q of the group
+// holding the 16-byte chunks q, q + 4, q + 8, ... of the head. The launcher packs tokens into a block until
+// it has about kRopeRegThreads threads; a block holds at most kRopeRegMaxThreads (heads ≤ 128).
+constexpr int kRopeGroup = 4;
+constexpr int kRopeRegThreads = 128;
+constexpr int kRopeRegMaxThreads = 512;
+
 // ---- kernels ----
-__global__ void __launch_bounds__(32 * kRopeWarps) qk_norm_rope_kernel(bf16* x, int64_t ld_x, const float* w,
-                                                                       const int32_t* pos, int heads, int hd,
-                                                                       int rot_dim, float theta, float eps,
-                                                                       bool zero_centred) {
+// The bf16 cos/sin of angle j at position p; both kernels build their tables with it so they agree bit
+// for bit.
+__device__ __forceinline__ void rope_cos_sin(float p, int j, int rot_dim, float theta, float* cos_j,
+                                             float* sin_j) {
+  const float inv_freq = static_cast<float>(pow(static_cast<double>(theta), -2.0 * j / rot_dim));
+  double s, c;
+  sincos(static_cast<double>(p * inv_freq), &s, &c);
+  *cos_j = bf16_rn(static_cast<float>(c));
+  *sin_j = bf16_rn(static_cast<float>(s));
+}
+
+// One block per token: the token's cos/sin table (rot_dim/2 angles, shared by all its heads) is built once in
+// shared memory, then each warp normalises and rotates heads; a head goes through shared memory because RoPE
+// pairs dim i with i + rot/2. Lane l sums the squares of dims l, l + 32, ... and warp_sum adds the lanes: the
+// register kernel reproduces exactly this order.
+__global__ void __launch_bounds__(32 * kRopeWarps)
+    qk_norm_rope_kernel(bf16* x, int64_t ld_x, const float* w, const int32_t* pos, int heads, int hd,
+                        int rot_dim, float theta, float eps, bool zero_centred) {
   __shared__ float buf[kRopeWarps][kRopeMaxHd];
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = rot_dim / 2;
   const float p = static_cast<float>(pos[t]);
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    float inv_freq = static_cast<float>(pow(static_cast<double>(theta), -2.0 * j / rot_dim));
-    double s, c;
-    sincos(static_cast<double>(p * inv_freq), &s, &c);
-    cos_t[j] = bf16_rn(static_cast<float>(c));
-    sin_t[j] = bf16_rn(static_cast<float>(s));
-  }
+  for (int j = threadIdx.x; j < half; j += blockDim.x)
+    rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
   __syncthreads();
   float* nb = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
@@ -41,10 +59,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps) qk_norm_rope_kernel(bf16* x, 
       ss += v * v;
     }
     float r = rsqrtf(warp_sum(ss) / static_cast<float>(hd) + eps);
-    for (int i = lane; i < hd; i += 32) {
-      float v = nb[i] * r;
-      nb[i] = bf16_rn(zero_centred ? v * (1.0f + w[i]) : w[i] * bf16_rn(v));
-    }
+    for (int i = lane; i < hd; i += 32) nb[i] = bf16_rn(rmsnorm_apply(nb[i], r, w[i], zero_centred));
     __syncwarp();
     for (int i = lane; i < hd; i += 32) {
       float y = nb[i];
@@ -59,14 +74,140 @@ __global__ void __launch_bounds__(32 * kRopeWarps) qk_norm_rope_kernel(bf16* x, 
   }
 }
 
+// Register kernel for HD in {64, 128, 256} and ROT a multiple of 64: every chunk a lane holds and its RoPE
+// partner (ROT/2 dims = ROT/64 of the lane's chunks further on) sit in the same lane, so nothing but the sum
+// of squares crosses lanes. All loads are issued before the cos/sin table is built, and the head's raw bf16
+// stay in registers until the store. Sum of squares in the order of qk_norm_rope_kernel: its lane l = 8·q + j
+// sums dims l, l + 32, ... = element j of chunks q, q + 4, ..., which is a[j] of group lane q here; its
+// warp_sum steps xor 16 and xor 8 become shuffles with group lanes q^2 and q^1, steps xor 4, 2, 1 pair the
+// a[j]. hd and rot_dim also come at run time so the divisions compile to the fallback's instructions.
+template <int HD, int ROT>
+__global__ void __launch_bounds__(kRopeRegMaxThreads)
+    qk_norm_rope_reg_kernel(bf16* x, int64_t ld_x, const float* __restrict__ w,
+                            const int32_t* __restrict__ pos, int64_t T, int heads, int hd, int rot_dim,
+                            int tokens_per_block, float theta, float eps, bool zero_centred) {
+  constexpr int K = HD / 32;    // chunks per lane
+  constexpr int KH = ROT / 64;  // chunks per lane in the first rotated half; the partner of chunk k is k + KH
+  constexpr int HALF = ROT / 2;
+  extern __shared__ float4 rope_table_raw[];  // per token slot: HALF cos then HALF sin
+  float* table = reinterpret_cast<float*>(rope_table_raw);
+  const int per_token = heads * kRopeGroup;
+  const int slot = threadIdx.x / per_token, h = (threadIdx.x % per_token) / kRopeGroup;
+  const int q = threadIdx.x % kRopeGroup;
+  const int64_t t0 = int64_t(blockIdx.x) * tokens_per_block, t = t0 + slot;
+  const bool active = slot < tokens_per_block && t < T;  // the block is rounded up to whole warps
+  bf16* row = x + t * ld_x + int64_t(h) * HD;
+  uint4 u[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    u[k] = active ? *reinterpret_cast<const uint4*>(row + (q + kRopeGroup * k) * 8) : make_uint4(0, 0, 0, 0);
+  for (int e = threadIdx.x; e < tokens_per_block * HALF; e += blockDim.x) {
+    const int s = e / HALF, j = e % HALF;
+    if (t0 + s < T)
+      rope_cos_sin(static_cast<float>(pos[t0 + s]), j, rot_dim, theta, &table[s * ROT + j],
+                   &table[s * ROT + HALF + j]);
+  }
+  float a[8] = {};
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float v[8];
+    bf16x8_unpack(u[k], v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[j] += v[j] * v[j];
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a[j] += __shfl_xor_sync(0xffffffffu, a[j], 2);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a[j] += __shfl_xor_sync(0xffffffffu, a[j], 1);
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1)
+#pragma unroll
+    for (int j = 0; j < o; ++j) a[j] = a[j] + a[j + o];
+  const float r = rsqrtf(a[0] / static_cast<float>(hd) + eps);
+  __syncthreads();  // the table is complete
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    // w (hd fp32, 16-byte aligned) is shared by every head and token: it stays in L1 after the first blocks.
+    const int c = q + kRopeGroup * k;
+    const float4 w0 = reinterpret_cast<const float4*>(w)[2 * c],
+                 w1 = reinterpret_cast<const float4*>(w)[2 * c + 1];
+    const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    float v[8];
+    bf16x8_unpack(u[k], v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = rmsnorm_apply(v[j], r, wv[j], zero_centred);
+    u[k] = bf16x8_pack(v);  // the bf16 norm output RoPE reads, as nb in the fallback
+  }
+  const float* cos_t = table + slot * ROT;
+  const float* sin_t = cos_t + HALF;
+#pragma unroll
+  for (int k = 0; k < KH; ++k) {
+    // Angle of the chunk's first dim; its partner chunk k + KH uses the same angles.
+    const int j0 = (q + kRopeGroup * k) * 8;
+    const float4 c0 = *reinterpret_cast<const float4*>(cos_t + j0),
+                 c1 = *reinterpret_cast<const float4*>(cos_t + j0 + 4);
+    const float4 s0 = *reinterpret_cast<const float4*>(sin_t + j0),
+                 s1 = *reinterpret_cast<const float4*>(sin_t + j0 + 4);
+    const float cs[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const float sn[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    float lo[8], hi[8], y_lo[8], y_hi[8];
+    bf16x8_unpack(u[k], lo);
+    bf16x8_unpack(u[k + KH], hi);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      y_lo[j] = bf16_rn(lo[j] * cs[j]) + bf16_rn(-hi[j] * sn[j]);
+      y_hi[j] = bf16_rn(hi[j] * cs[j]) + bf16_rn(lo[j] * sn[j]);
+    }
+    u[k] = bf16x8_pack(y_lo);
+    u[k + KH] = bf16x8_pack(y_hi);
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) *reinterpret_cast<uint4*>(row + (q + kRopeGroup * k) * 8) = u[k];
+}
+
 // ---- launchers ----
-void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* pos, int64_t T, int heads, int hd,
-                         int rot_dim, float theta, float eps, bool zero_centred, cudaStream_t stream) {
+using RopeRegKernel = decltype(&qk_norm_rope_reg_kernel<128, 128>);
+
+// The register kernel instantiated for (hd, rot_dim), or nullptr: Qwen3 (128, 128), Qwen3.5/3.6 (256, 64)
+// and the neighbouring shapes.
+static RopeRegKernel rope_reg_kernel_for(int hd, int rot_dim) {
+  struct Variant {
+    int hd, rot;
+    RopeRegKernel fn;
+  };
+  static constexpr Variant kVariants[] = {
+      {64, 64, qk_norm_rope_reg_kernel<64, 64>},     {128, 64, qk_norm_rope_reg_kernel<128, 64>},
+      {128, 128, qk_norm_rope_reg_kernel<128, 128>}, {256, 64, qk_norm_rope_reg_kernel<256, 64>},
+      {256, 128, qk_norm_rope_reg_kernel<256, 128>}, {256, 256, qk_norm_rope_reg_kernel<256, 256>}};
+  for (const Variant& v : kVariants)
+    if (v.hd == hd && v.rot == rot_dim) return v.fn;
+  return nullptr;
+}
+
+void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* pos, int64_t T, int heads,
+                         int hd, int rot_dim, float theta, float eps, bool zero_centred,
+                         cudaStream_t stream) {
   if (T == 0 || heads == 0) return;
   if (hd > kRopeMaxHd || rot_dim > hd || rot_dim % 2 != 0)
-    cuda_throw("qk_norm_rope_launch", "head_dim must be <= 512 and rot_dim even and <= head_dim", __FILE__, __LINE__);
-  qk_norm_rope_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(x, ld_x, w, pos, heads, hd, rot_dim,
-                                                                                 theta, eps, zero_centred);
+    cuda_throw("qk_norm_rope_launch", "head_dim must be <= 512 and rot_dim even and <= head_dim", __FILE__,
+               __LINE__);
+  auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const RopeRegKernel reg = rope_reg_kernel_for(hd, rot_dim);
+  const int per_token = heads * kRopeGroup;
+  if (reg && al(x) && ld_x % 8 == 0 && al(w) && per_token <= kRopeRegMaxThreads) {
+    const int tokens_per_block =
+        static_cast<int>(std::min<int64_t>(std::max(1, kRopeRegThreads / per_token), T));
+    const unsigned threads = static_cast<unsigned>((tokens_per_block * per_token + 31) / 32 * 32);
+    const unsigned blocks = static_cast<unsigned>((T + tokens_per_block - 1) / tokens_per_block);
+    const size_t smem = size_t(tokens_per_block) * rot_dim * sizeof(float);
+    reg<<<blocks, threads, smem, stream>>>(x, ld_x, w, pos, T, heads, hd, rot_dim, tokens_per_block, theta,
+                                           eps, zero_centred);
+    DF_CUDA_CHECK_LAUNCH("qk_norm_rope_reg_kernel");
+    return;
+  }
+  qk_norm_rope_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
+      x, ld_x, w, pos, heads, hd, rot_dim, theta, eps, zero_centred);
   DF_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
 }
 

@@ -324,6 +324,37 @@ TEST_F(CudaOpsTest, QkNormRopePartialAndFull) {
     }
 }
 
+// The register kernel (16-byte aligned rows, hd 64/128/256, rot a multiple of 64) against the shared-memory
+// kernel it replaces, forced by a row pitch of 4 mod 8 elements: same input, bit-identical output required.
+// Positions up to 20000 exercise the cos/sin table at large angles; few heads pack several tokens per block.
+TEST_F(CudaOpsTest, QkNormRopeRegisterKernelMatchesFallbackBitForBit) {
+  struct Case { int heads, hd, rot; NormKind kind; float theta; };
+  const std::vector<std::vector<int32_t>> batches = {{1}, {7}, {65, 3}, {20000}};
+  for (const auto& lens : batches)
+    for (Case c : {Case{24, 256, 64, NormKind::zero_centred, 1e7f}, {32, 128, 128, NormKind::plain, 1e6f},
+                   {1, 256, 256, NormKind::plain, 1e6f}, {3, 64, 64, NormKind::zero_centred, 1e4f},
+                   {5, 128, 64, NormKind::plain, 1e6f}, {7, 256, 128, NormKind::zero_centred, 1e7f}}) {
+      Layouts L = layouts(lens);
+      const int64_t T = L.gpu.tokens, cols = int64_t(c.heads) * c.hd;
+      if (T * cols > (int64_t(24) << 20)) continue;  // the 20000-token batch only for the narrow cases
+      Pair x = rand(T, cols, -3, 3, DType::bf16, 8), w = rand(1, c.hd, -0.3f, 1.3f, DType::f32);
+      Tensor x4 = out(T, cols, DType::bf16, 4).gpu;
+      std::vector<float> h = down_gpu(x.gpu);
+      gpu_->upload_f32(x4, h.data());
+      gpu_->qk_norm_rope(x.gpu, w.gpu, L.gpu.pos, c.heads, c.hd, c.rot, c.theta, 1e-6f, c.kind);
+      gpu_->qk_norm_rope(x4, w.gpu, L.gpu.pos, c.heads, c.hd, c.rot, c.theta, 1e-6f, c.kind);
+      std::vector<float> a = down_gpu(x.gpu), b = down_gpu(x4);
+      int64_t bad = 0, changed = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        bad += std::isnan(a[i]) || a[i] != b[i];
+        changed += a[i] != h[i];
+      }
+      const std::string what = name_of("qk_norm_rope T heads hd rot", {T, c.heads, c.hd, c.rot});
+      EXPECT_EQ(bad, 0) << what << ": register and fallback kernels differ in " << bad << " of " << a.size();
+      EXPECT_GT(changed, 0) << what << ": output equals the input, the op did not run";
+    }
+}
+
 TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
   struct Case { int hq, hkv, hd; };
   for (const auto& lens : kBatches)
