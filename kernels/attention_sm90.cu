@@ -231,12 +231,22 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks)
   bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * HD;
   bf16* out_b = out_a + 8 * ld_out;
   const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * HD : nullptr;
-  const bf16* gate_b = gate ? gate_a + 8 * ld_gate : nullptr;
+  // Row a, then row b: half of o is dead by the time row b's pointers are needed, which keeps the HD 128
+  // kernel inside its 128 registers with a gate.
+  if (row_a < len) {
 #pragma unroll
-  for (int i = 0; i < HD / 2; i += 4) {
-    const int d = 8 * (i >> 2) + 2 * t4;
-    if (row_a < len) attn_store_pair(out_a + d, gate ? gate_a + d : nullptr, o[i] * l[0], o[i + 1] * l[0]);
-    if (row_b < len) attn_store_pair(out_b + d, gate ? gate_b + d : nullptr, o[i + 2] * l[1], o[i + 3] * l[1]);
+    for (int i = 0; i < HD / 2; i += 4) {
+      const int d = 8 * (i >> 2) + 2 * t4;
+      attn_store_pair(out_a + d, gate ? gate_a + d : nullptr, o[i] * l[0], o[i + 1] * l[0]);
+    }
+  }
+  if (row_b < len) {
+    const bf16* gate_b = gate ? gate_a + 8 * ld_gate : nullptr;
+#pragma unroll
+    for (int i = 0; i < HD / 2; i += 4) {
+      const int d = 8 * (i >> 2) + 2 * t4;
+      attn_store_pair(out_b + d, gate ? gate_b + d : nullptr, o[i + 2] * l[1], o[i + 3] * l[1]);
+    }
   }
 #endif
 }
