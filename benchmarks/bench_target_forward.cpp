@@ -75,8 +75,8 @@ class TimedOps final : public Ops {
     timed("qk_norm_rope", [&] { g_.qk_norm_rope(x, w, pos, heads, hd, rot, theta, eps, k); });
   }
   void attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const SeqLayout& s,
-                        int hq, int hkv, int hd, float scale) override {
-    timed("attention_causal", [&] { g_.attention_causal(q, k, v, o, s, hq, hkv, hd, scale); });
+                        int hq, int hkv, int hd, float scale, const Tensor* gate = nullptr) override {
+    timed("attention_causal", [&] { g_.attention_causal(q, k, v, o, s, hq, hkv, hd, scale, gate); });
   }
   void sigmoid_gate(const Tensor& o, const Tensor& g) override {
     timed("sigmoid_gate", [&] { g_.sigmoid_gate(o, g); });

@@ -2,9 +2,12 @@
 // head (128 at hd 256), one warp per 16 rows, walking 64-key tiles with an online softmax in fp32 (exp2 with log2e folded into
 // the scale). Q·Kᵀ and P·V run on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate); P is rounded to
 // bf16 before P·V as in FlashAttention. Head dims are padded with zeros to 16/32/64/128/256 in shared memory.
+// An optional output gate (gated attention) is applied in the epilogue, saving a pass over the output.
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/device_math.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 
@@ -47,7 +50,7 @@ __device__ __forceinline__ void attn_wait() {
 template <int HD>
 __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel(
     const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v, bf16* out, int64_t ld_out,
-    const int32_t* cu, int hq, int hkv, int hd, float scale_log2) {
+    const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv, int hd, float scale_log2) {
   constexpr int LDS = HD + 8;  // +16 bytes per row: the 8 rows of an ldmatrix hit 8 different bank groups
   constexpr int kRows = AttnCfg<HD>::kRows;
   extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -168,35 +171,37 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
   }
   bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * hd;
   bf16* out_b = out_a + 8 * ld_out;
+  const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * hd : nullptr;
+  const bf16* gate_b = gate ? gate_a + 8 * ld_gate : nullptr;
 #pragma unroll
   for (int i = 0; i < HD / 8; ++i) {
     int d = i * 8 + 2 * t4;
     if (d >= hd) continue;
-    if (row_a < len)
-      *reinterpret_cast<__nv_bfloat162*>(out_a + d) = __floats2bfloat162_rn(o[i][0] * l[0], o[i][1] * l[0]);
-    if (row_b < len)
-      *reinterpret_cast<__nv_bfloat162*>(out_b + d) = __floats2bfloat162_rn(o[i][2] * l[1], o[i][3] * l[1]);
+    if (row_a < len) attn_store_pair(out_a + d, gate ? gate_a + d : nullptr, o[i][0] * l[0], o[i][1] * l[0]);
+    if (row_b < len) attn_store_pair(out_b + d, gate ? gate_b + d : nullptr, o[i][2] * l[1], o[i][3] * l[1]);
   }
 }
 
 // ---- launchers ----
 template <int HD>
 static void attention_causal_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
-                                 int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs,
-                                 int max_len, int hq, int hkv, int hd, float scale, cudaStream_t stream) {
+                                 int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
+                                 const int32_t* cu, int num_seqs, int max_len, int hq, int hkv, int hd, float scale,
+                                 cudaStream_t stream) {
   constexpr int kRows = AttnCfg<HD>::kRows;
   size_t smem = sizeof(bf16) * (size_t)(kRows + 2 * kAttnKeys) * (HD + 8);
   DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   dim3 grid((max_len + kRows - 1) / kRows, num_seqs, hq);
-  attention_causal_kernel<HD><<<grid, AttnCfg<HD>::kThreads, smem, stream>>>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, hq,
-                                                                    hkv, hd, scale * 1.4426950408889634f);
+  attention_causal_kernel<HD><<<grid, AttnCfg<HD>::kThreads, smem, stream>>>(
+      q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, hq, hkv, hd, scale * 1.4426950408889634f);
   DF_CUDA_CHECK_LAUNCH("attention_causal_kernel");
 }
 
 void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
-                             bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs, int64_t tokens, int max_len,
-                             int hq, int hkv, int hd, float scale, cudaStream_t stream) {
+                             bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, const int32_t* cu,
+                             int num_seqs, int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
+                             cudaStream_t stream) {
   if (num_seqs == 0 || max_len == 0) return;
   bool ok = hd % 8 == 0 && hd <= 256 && hkv > 0 && hq % hkv == 0 && ld_q % 8 == 0 && ld_k % 8 == 0 &&
             ld_v % 8 == 0 && ld_out % 2 == 0;
@@ -204,21 +209,28 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
     cuda_throw("attention_causal_launch",
                "needs head_dim a multiple of 8 and <= 256, q heads a multiple of kv heads, row strides multiples of 8",
                __FILE__, __LINE__);
-  if (attention_causal_sm90_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, tokens, max_len, hq, hkv, hd,
-                                   scale, stream))
-    return;
-  if (hd <= 16)
-    attention_causal_run<16>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale, stream);
-  else if (hd <= 32)
-    attention_causal_run<32>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale, stream);
-  else if (hd <= 64)
-    attention_causal_run<64>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale, stream);
-  else if (hd <= 128)
-    attention_causal_run<128>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale,
-                              stream);
-  else
-    attention_causal_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale,
-                              stream);
+  // The epilogues read the gate as bf16 pairs; a gate view they cannot read that way is applied by the
+  // separate sigmoid_gate kernel instead (the same bits, one more pass).
+  const bool gate_pairs = ld_gate % 2 == 0 && reinterpret_cast<uintptr_t>(gate) % 4 == 0;
+  const bf16* fused_gate = gate && gate_pairs ? gate : nullptr;
+  if (!attention_causal_sm90_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu, num_seqs,
+                                    tokens, max_len, hq, hkv, hd, scale, stream)) {
+    auto run = [&](auto pad) {  // pad: the head dim rounded up to the kernel's template size
+      attention_causal_run<decltype(pad)::value>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu,
+                                                 num_seqs, max_len, hq, hkv, hd, scale, stream);
+    };
+    if (hd <= 16)
+      run(std::integral_constant<int, 16>{});
+    else if (hd <= 32)
+      run(std::integral_constant<int, 32>{});
+    else if (hd <= 64)
+      run(std::integral_constant<int, 64>{});
+    else if (hd <= 128)
+      run(std::integral_constant<int, 128>{});
+    else
+      run(std::integral_constant<int, 256>{});
+  }
+  if (gate && !fused_gate) sigmoid_gate_launch(out, ld_out, gate, ld_gate, tokens, (int64_t)hq * hd, stream);
 }
 
 }  // namespace df

@@ -6,7 +6,8 @@
 // wait for the data they use and may run up to a tile apart (one's softmax overlaps the other's MMAs).
 // S = Q·Kᵀ with both operands in shared memory; O += P·V with P from registers (the S accumulator is the
 // A-fragment layout) and V as a transposed operand. Built only for sm_90a (wgmma is arch-specific); the
-// launcher reports whether it ran so the caller can fall back to the portable kernel.
+// launcher reports whether it ran so the caller can fall back to the portable kernel. An optional output
+// gate (gated attention) is applied in the epilogue, as in attention.cu.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -16,6 +17,7 @@
 #include <mutex>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/device_math.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/wgmma.cuh"
@@ -76,7 +78,8 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks)
     attention_causal_sm90_kernel(const __grid_constant__ CUtensorMap tm_q,
                                  const __grid_constant__ CUtensorMap tm_k,
                                  const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
-                                 const int32_t* cu, int hq, int hkv, float scale_log2) {
+                                 const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
+                                 float scale_log2) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WgAttnCfg<HD>;
   constexpr int kTile = Cfg::kTileBytes;
@@ -227,13 +230,23 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks)
   }
   bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * HD;
   bf16* out_b = out_a + 8 * ld_out;
+  const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * HD : nullptr;
+  // Row a, then row b: half of o is dead by the time row b's pointers are needed, which keeps the HD 128
+  // kernel inside its 128 registers with a gate.
+  if (row_a < len) {
 #pragma unroll
-  for (int i = 0; i < HD / 2; i += 4) {
-    const int d = 8 * (i >> 2) + 2 * t4;
-    if (row_a < len)
-      *reinterpret_cast<__nv_bfloat162*>(out_a + d) = __floats2bfloat162_rn(o[i] * l[0], o[i + 1] * l[0]);
-    if (row_b < len)
-      *reinterpret_cast<__nv_bfloat162*>(out_b + d) = __floats2bfloat162_rn(o[i + 2] * l[1], o[i + 3] * l[1]);
+    for (int i = 0; i < HD / 2; i += 4) {
+      const int d = 8 * (i >> 2) + 2 * t4;
+      attn_store_pair(out_a + d, gate ? gate_a + d : nullptr, o[i] * l[0], o[i + 1] * l[0]);
+    }
+  }
+  if (row_b < len) {
+    const bf16* gate_b = gate ? gate_a + 8 * ld_gate : nullptr;
+#pragma unroll
+    for (int i = 0; i < HD / 2; i += 4) {
+      const int d = 8 * (i >> 2) + 2 * t4;
+      attn_store_pair(out_b + d, gate ? gate_b + d : nullptr, o[i + 2] * l[1], o[i + 3] * l[1]);
+    }
   }
 #endif
 }
@@ -271,9 +284,9 @@ static CUtensorMap tensor_map_bf16(const bf16* p, int64_t rows, int64_t cols, in
 
 template <int HD>
 static void attention_causal_sm90_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
-                                      int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu,
-                                      int num_seqs, int64_t tokens, int max_len, int hq, int hkv, float scale,
-                                      cudaStream_t stream) {
+                                      int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
+                                      int64_t ld_gate, const int32_t* cu, int num_seqs, int64_t tokens,
+                                      int max_len, int hq, int hkv, float scale, cudaStream_t stream) {
   using Cfg = WgAttnCfg<HD>;
   DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_sm90_kernel<HD>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
@@ -282,7 +295,7 @@ static void attention_causal_sm90_run(const bf16* q, int64_t ld_q, const bf16* k
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v);
   dim3 grid((max_len + Cfg::kRows - 1) / Cfg::kRows, num_seqs, hq);
   attention_causal_sm90_kernel<HD><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      tq, tk, tv, out, ld_out, cu, hq, hkv, scale * 1.4426950408889634f);
+      tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f);
   DF_CUDA_CHECK_LAUNCH("attention_causal_sm90_kernel");
 }
 
@@ -312,20 +325,20 @@ static bool attention_sm90_available() {
 }
 
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
-                                  int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs,
-                                  int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
-                                  cudaStream_t stream) {
+                                  int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
+                                  const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq, int hkv,
+                                  int hd, float scale, cudaStream_t stream) {
   auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool shape_ok = (hd == 128 || hd == 256) && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 &&
                         ld_out % 2 == 0 && al16(q) && al16(k) && al16(v) &&
                         reinterpret_cast<uintptr_t>(out) % 4 == 0;
   if (!shape_ok || !attention_sm90_available() || !tensor_map_encoder()) return false;
   if (hd == 256)
-    attention_causal_sm90_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, tokens, max_len, hq,
-                                   hkv, scale, stream);
+    attention_causal_sm90_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs, tokens,
+                                   max_len, hq, hkv, scale, stream);
   else
-    attention_causal_sm90_run<128>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, tokens, max_len, hq,
-                                   hkv, scale, stream);
+    attention_causal_sm90_run<128>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs, tokens,
+                                   max_len, hq, hkv, scale, stream);
   return true;
 }
 

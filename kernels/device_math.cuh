@@ -17,6 +17,23 @@ __device__ __forceinline__ float rmsnorm_apply(float x, float r, float w, bool z
 __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float silu_f32(float x) { return x * sigmoid_f32(x); }
 
+// The gated-attention output gate on one element: o (already a bf16 value) times sigmoid(g) rounded to bf16
+// (torch's sigmoid returns a bf16 tensor); the caller rounds the product. Shared by sigmoid_gate and the
+// attention epilogues so the fused and separate paths give identical bits.
+__device__ __forceinline__ float sigmoid_gate_f32(float o, float g) { return o * bf16_rn(sigmoid_f32(g)); }
+
+// Stores an attention output pair (a, b) at out, rounded to bf16; with a gate (non-null, 4-byte aligned)
+// the rounded pair is then gated and rounded again, exactly as attention followed by sigmoid_gate.
+__device__ __forceinline__ void attn_store_pair(__nv_bfloat16* out, const __nv_bfloat16* gate, float a, float b) {
+  __nv_bfloat162 r = __floats2bfloat162_rn(a, b);
+  if (gate) {
+    const __nv_bfloat162 g = *reinterpret_cast<const __nv_bfloat162*>(gate);
+    r = __floats2bfloat162_rn(sigmoid_gate_f32(__low2float(r), __low2float(g)),
+                              sigmoid_gate_f32(__high2float(r), __high2float(g)));
+  }
+  *reinterpret_cast<__nv_bfloat162*>(out) = r;
+}
+
 // Eight bf16 held in one 16-byte register quad (what a uint4 load brings in) to and from fp32, for kernels
 // that keep raw rows in registers between the load and the use.
 __device__ __forceinline__ void bf16x8_unpack(const uint4& u, float (&v)[8]) {

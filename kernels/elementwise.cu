@@ -94,7 +94,7 @@ __global__ void fill_normal_kernel(void* dst, bool dst_f32, int64_t ld, int64_t 
 }
 
 struct SigmoidGateOp {
-  __device__ float operator()(float o, float g) const { return o * bf16_rn(sigmoid_f32(g)); }
+  __device__ float operator()(float o, float g) const { return sigmoid_gate_f32(o, g); }
 };
 struct SwigluOp {
   __device__ float operator()(float g, float u) const { return bf16_rn(silu_f32(g)) * u; }

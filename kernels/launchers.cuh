@@ -56,19 +56,24 @@ void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* p
 
 // ---- attention.cu -------------------------------------------------------------------------------------
 // Causal GQA attention inside each packed sequence (cu [num_seqs + 1] offsets on the device, tokens = cu[num_seqs]).
-// hd must be a multiple of 8 and ≤ 256; row strides multiples of 8.
+// hd must be a multiple of 8 and ≤ 256; row strides multiples of 8. gate [tokens, hq·hd] (row stride ld_gate) or
+// nullptr: out = bf16(bf16(attention) · bf16(sigmoid(gate))), bit-identical to sigmoid_gate_launch after the
+// ungated call; fused into the epilogue when the gate rows can be read as bf16 pairs (4-byte aligned, even
+// ld_gate), else run as that separate pass.
 void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
-                             bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs, int64_t tokens, int max_len,
-                             int hq, int hkv, int hd, float scale, cudaStream_t stream);
+                             bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, const int32_t* cu,
+                             int num_seqs, int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
+                             cudaStream_t stream);
 
 // ---- attention_sm90.cu --------------------------------------------------------------------------------
 // The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
 // sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, or
-// DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first.
+// DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first. gate: nullptr or a
+// bf16-pair-readable gate view (4-byte aligned, even ld_gate) applied in the epilogue.
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
-                                  int64_t ld_v, bf16* out, int64_t ld_out, const int32_t* cu, int num_seqs,
-                                  int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
-                                  cudaStream_t stream);
+                                  int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
+                                  const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq, int hkv,
+                                  int hd, float scale, cudaStream_t stream);
 
 // ---- conv1d.cu ----------------------------------------------------------------------------------------
 // out[t, c] = silu(Σ_j w[c, j] · x[t − K + 1 + j, c]) with zeros before each sequence start (pos = position

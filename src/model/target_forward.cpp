@@ -81,8 +81,10 @@ void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int6
   ops_.qk_norm_rope(q, L.q_norm, seqs.pos, c.heads, hd, c.rot_dim, c.rope_theta, c.rms_eps, c.norm_kind());
   ops_.qk_norm_rope(k, L.k_norm, seqs.pos, c.kv_heads, hd, c.rot_dim, c.rope_theta, c.rms_eps, c.norm_kind());
   Tensor o = ws_->mix.rows_view(0, T).cols_view(0, q_cols);
-  ops_.attention_causal(q, k, v, o, seqs, c.heads, c.kv_heads, hd, 1.0f / std::sqrt(float(hd)));
-  if (c.attn_output_gate) ops_.sigmoid_gate(o, proj.cols_view(q_cols, q_cols));
+  Tensor gate;  // the gate half of [q | gate], applied in the attention epilogue
+  if (c.attn_output_gate) gate = proj.cols_view(q_cols, q_cols);
+  ops_.attention_causal(q, k, v, o, seqs, c.heads, c.kv_heads, hd, 1.0f / std::sqrt(float(hd)),
+                        c.attn_output_gate ? &gate : nullptr);
   ops_.gemm(o, L.w_o, ws_->h.rows_view(0, T), 1.0f);
 }
 

@@ -79,8 +79,11 @@ class Ops {
   virtual void qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, int heads, int hd, int rot_dim,
                             float theta, float eps, NormKind kind) = 0;
   // Causal GQA softmax attention within each sequence. q [T, hq·hd], k/v [T, hkv·hd], out [T, hq·hd].
+  // With a gate [T, hq·hd] (may be a strided view), out is then gated exactly as sigmoid_gate(out, *gate)
+  // would (same bits on every backend); the CUDA kernels do it in their epilogue, saving a pass over out.
   virtual void attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                const SeqLayout& seqs, int hq, int hkv, int hd, float scale) = 0;
+                                const SeqLayout& seqs, int hq, int hkv, int hd, float scale,
+                                const Tensor* gate = nullptr) = 0;
   // o *= sigmoid(gate), elementwise; the gated-attention output gate.
   virtual void sigmoid_gate(const Tensor& o, const Tensor& gate) = 0;
   // out = silu(gate) · up.

@@ -372,6 +372,27 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
       // each weight, so ≤ 1 ulp of max|v| on the sum) and the output once more: atol 2 ulps of 1.
       check(o, 2 * kBf16Ulp + 1e-4, kBf16Ulp,
             name_of("attention T hq hkv hd", {T, c.hq, c.hkv, c.hd}) + " seqs " + std::to_string(lens.size()));
+
+      // Gated: the gate is a strided view inside a wider buffer, as the gate half of [q | gate]. An even row
+      // stride is read as bf16 pairs in the epilogue (fused); an odd one takes the separate sigmoid_gate pass.
+      for (int64_t gate_pad : {int64_t(c.hq) * c.hd + 2, int64_t(3)}) {
+        const std::string what = name_of("gated attention T hq hd gate_pad", {T, c.hq, c.hd, gate_pad}) +
+                                 " seqs " + std::to_string(lens.size());
+        Pair g = rand(T, int64_t(c.hq) * c.hd, -4, 4, DType::bf16, gate_pad);
+        Pair og = out(T, int64_t(c.hq) * c.hd);
+        cpu_.attention_causal(q.cpu, k.cpu, v.cpu, og.cpu, L.cpu, c.hq, c.hkv, c.hd, scale, &g.cpu);
+        gpu_->attention_causal(q.gpu, k.gpu, v.gpu, og.gpu, L.gpu, c.hq, c.hkv, c.hd, scale, &g.gpu);
+        // The ungated error (≤ 2 ulps of 1 + 1e-4 absolute, 1 ulp of |o| ≤ 1) shrinks with the factor
+        // sigmoid < 1; the GPU then rounds sigmoid and the product (2 ulps of the result).
+        check(og, 3 * kBf16Ulp + 1e-4, 2 * kBf16Ulp, what);
+        // The fused epilogue must give exactly the bits of attention followed by sigmoid_gate.
+        gpu_->sigmoid_gate(o.gpu, g.gpu);
+        const std::vector<float> fused = down_gpu(og.gpu), separate = down_gpu(o.gpu);
+        int64_t differ = 0;
+        for (size_t i = 0; i < fused.size(); ++i) differ += std::isnan(fused[i]) || fused[i] != separate[i];
+        EXPECT_EQ(differ, 0) << what << ": fused and separate gate differ in " << differ << " of " << fused.size();
+        gpu_->attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);  // ungated again
+      }
     }
 }
 
@@ -507,6 +528,9 @@ TEST_F(CudaOpsTest, BadShapesThrowNamingTheOp) {
   Pair q = rand(4, 24, -1, 1), o = out(4, 24);
   Layouts L = layouts({4});
   EXPECT_THROW(gpu_->attention_causal(q.gpu, q.gpu, q.gpu, o.gpu, L.gpu, 2, 2, 12, 1.0f), Error);
+  Pair q16 = rand(4, 16, -1, 1), o16 = out(4, 16), narrow_gate = rand(4, 8, -1, 1);
+  EXPECT_THROW(gpu_->attention_causal(q16.gpu, q16.gpu, q16.gpu, o16.gpu, L.gpu, 2, 2, 8, 1.0f, &narrow_gate.gpu),
+               Error);
   Pair w = rand(5, 23, -1, 1);
   try {
     gpu_->gemm(q.gpu, w.gpu, o.gpu, 0.0f);

@@ -335,6 +335,14 @@ TEST(CpuOps, AttentionCausalGqaPackedMatchesReferenceAndSingleRuns) {
       const std::vector<float> alone = o1.host();
       ASSERT_EQ(0, std::memcmp(alone.data(), &packed[size_t(t0 * QW)], alone.size() * 4)) << "sequence " << s;
     }
+    // With a gate (strided, inside a wider buffer) the result must be exactly attention then sigmoid_gate.
+    Mat gate(T, QW, 3, 2), gated(T, QW);
+    gate.fill_uniform(rng, -4.0f, 4.0f);
+    ops.attention_causal(q, k, v, gated.t, pk->seqs, cs.hq, cs.hkv, cs.hd, float(scale), &gate.t);
+    ops.sigmoid_gate(out.t, gate.t);
+    const std::vector<float> fused = gated.host(), separate = out.host();
+    EXPECT_EQ(0, std::memcmp(fused.data(), separate.data(), fused.size() * 4)) << tag("gated", {cs.hq, cs.hd, T});
+    EXPECT_NE(0, std::memcmp(fused.data(), packed.data(), fused.size() * 4)) << "the gate changed nothing";
   }
   auto pk = packed_make({2, 2});
   Mat q(4, 24), k(4, 16), out(4, 24);
@@ -342,6 +350,9 @@ TEST(CpuOps, AttentionCausalGqaPackedMatchesReferenceAndSingleRuns) {
   auto short_layout = packed_make({2, 1});
   Mat k2(4, 8);
   EXPECT_THROW(ops.attention_causal(q.t, k2.t, k2.t, out.t, short_layout->seqs, 3, 1, 8, 1.0f), Error);
+  Mat narrow_gate(4, 23);
+  ops.attention_causal(q.t, k2.t, k2.t, out.t, pk->seqs, 3, 1, 8, 1.0f);  // valid without the gate
+  EXPECT_THROW(ops.attention_causal(q.t, k2.t, k2.t, out.t, pk->seqs, 3, 1, 8, 1.0f, &narrow_gate.t), Error);
 }
 
 // K ≤ 4 products then a silu, in fp32: a few ulp.

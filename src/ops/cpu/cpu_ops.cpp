@@ -362,7 +362,7 @@ void CpuOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, co
 // ---- sequence ops -------------------------------------------------------------------------------------
 
 void CpuOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const SeqLayout& seqs, int hq, int hkv, int hd, float scale) {
+                              const SeqLayout& seqs, int hq, int hkv, int hd, float scale, const Tensor* gate) {
   DF_CHECK(hq > 0 && hkv > 0 && hd > 0 && hq % hkv == 0,
            "attention_causal: q heads %d must be a positive multiple of kv heads %d (hd %d)", hq, hkv, hd);
   cpu_check_f32("attention_causal", "q", q, -1, int64_t(hq) * hd);
@@ -370,6 +370,7 @@ void CpuOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v,
   cpu_check_f32("attention_causal", "v", v, q.rows, int64_t(hkv) * hd);
   cpu_check_f32("attention_causal", "out", out, q.rows, int64_t(hq) * hd);
   cpu_check_layout("attention_causal", seqs, q.rows);
+  if (gate) cpu_check_f32("attention_causal", "gate", *gate, q.rows, int64_t(hq) * hd);
   const std::vector<int64_t> start = seq_starts(seqs, q.rows);
   int64_t max_len = 0;
   for (int s = 0; s < seqs.num_seqs; ++s) max_len = std::max<int64_t>(max_len, seqs.cu_host[s + 1] - seqs.cu_host[s]);
@@ -408,6 +409,7 @@ void CpuOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v,
       for (int i = 0; i < hd; ++i) orow[i] = acc[size_t(i)] * inv;
     }
   }
+  if (gate) sigmoid_gate(out, *gate);
 }
 
 void CpuOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, const SeqLayout& seqs) {

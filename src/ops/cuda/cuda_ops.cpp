@@ -189,7 +189,7 @@ void CudaOps::qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, 
 }
 
 void CudaOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                               const SeqLayout& seqs, int hq, int hkv, int hd, float scale) {
+                               const SeqLayout& seqs, int hq, int hkv, int hd, float scale, const Tensor* gate) {
   const char* op = "attention_causal";
   expect(q, DType::bf16, op, "q");
   expect(k, DType::bf16, op, "k");
@@ -202,8 +202,13 @@ void CudaOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v
   expect_shape(out, seqs.tokens, (int64_t)hq * hd, op, "out");
   DF_CHECK(hkv > 0 && hq % hkv == 0, "%s: %d q heads are not a multiple of %d kv heads", op, hq, hkv);
   DF_CHECK(hd % 8 == 0 && hd <= 256, "%s: head_dim %d must be a multiple of 8 and <= 256", op, hd);
+  if (gate) {
+    expect(*gate, DType::bf16, op, "gate");
+    expect_shape(*gate, seqs.tokens, (int64_t)hq * hd, op, "gate");
+  }
   attention_causal_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, bptr(out), out.stride,
-                          iptr(seqs.cu), seqs.num_seqs, seqs.tokens, seqs.max_len, hq, hkv, hd, scale, stream_);
+                          gate ? bptr(*gate) : nullptr, gate ? gate->stride : 0, iptr(seqs.cu), seqs.num_seqs,
+                          seqs.tokens, seqs.max_len, hq, hkv, hd, scale, stream_);
 }
 
 void CudaOps::sigmoid_gate(const Tensor& o, const Tensor& gate) {

@@ -41,7 +41,7 @@ class CudaOps final : public Ops {
   void qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, int heads, int hd, int rot_dim, float theta,
                     float eps, NormKind kind) override;
   void attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const SeqLayout& seqs,
-                        int hq, int hkv, int hd, float scale) override;
+                        int hq, int hkv, int hd, float scale, const Tensor* gate = nullptr) override;
   void sigmoid_gate(const Tensor& o, const Tensor& gate) override;
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, const SeqLayout& seqs) override;
