@@ -228,26 +228,29 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks)
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     l[h] = 1.0f / l[h];
   }
+  // Row a, then row b: half of o is dead by the time row b is written, which keeps the HD 128 kernel inside
+  // its 128 registers with a gate. A row's gate pairs are all loaded before its first store: the stores
+  // could alias the gate as far as the compiler knows, so loads interleaved with them would each wait a
+  // full memory round trip.
+  auto store_row = [&](bf16* dst, const bf16* gate_row, int lo, float inv) {
+    if (gate_row) {
+      __nv_bfloat162 gv[HD / 8];
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c)
+        gv[c] = __ldg(reinterpret_cast<const __nv_bfloat162*>(gate_row + 8 * c + 2 * t4));
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c)
+        attn_store_gated(dst + 8 * c + 2 * t4, gv[c], o[4 * c + lo] * inv, o[4 * c + lo + 1] * inv);
+    } else {
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c)
+        attn_store_pair(dst + 8 * c + 2 * t4, nullptr, o[4 * c + lo] * inv, o[4 * c + lo + 1] * inv);
+    }
+  };
   bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * HD;
-  bf16* out_b = out_a + 8 * ld_out;
   const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * HD : nullptr;
-  // Row a, then row b: half of o is dead by the time row b's pointers are needed, which keeps the HD 128
-  // kernel inside its 128 registers with a gate.
-  if (row_a < len) {
-#pragma unroll
-    for (int i = 0; i < HD / 2; i += 4) {
-      const int d = 8 * (i >> 2) + 2 * t4;
-      attn_store_pair(out_a + d, gate ? gate_a + d : nullptr, o[i] * l[0], o[i + 1] * l[0]);
-    }
-  }
-  if (row_b < len) {
-    const bf16* gate_b = gate ? gate_a + 8 * ld_gate : nullptr;
-#pragma unroll
-    for (int i = 0; i < HD / 2; i += 4) {
-      const int d = 8 * (i >> 2) + 2 * t4;
-      attn_store_pair(out_b + d, gate ? gate_b + d : nullptr, o[i + 2] * l[1], o[i + 3] * l[1]);
-    }
-  }
+  if (row_a < len) store_row(out_a, gate_a, 0, l[0]);
+  if (row_b < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, l[1]);
 #endif
 }
 
@@ -326,19 +329,19 @@ static bool attention_sm90_available() {
 
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
-                                  const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq, int hkv,
-                                  int hd, float scale, cudaStream_t stream) {
+                                  const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq,
+                                  int hkv, int hd, float scale, cudaStream_t stream) {
   auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool shape_ok = (hd == 128 || hd == 256) && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 &&
                         ld_out % 2 == 0 && al16(q) && al16(k) && al16(v) &&
                         reinterpret_cast<uintptr_t>(out) % 4 == 0;
   if (!shape_ok || !attention_sm90_available() || !tensor_map_encoder()) return false;
   if (hd == 256)
-    attention_causal_sm90_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs, tokens,
-                                   max_len, hq, hkv, scale, stream);
+    attention_causal_sm90_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
+                                   tokens, max_len, hq, hkv, scale, stream);
   else
-    attention_causal_sm90_run<128>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs, tokens,
-                                   max_len, hq, hkv, scale, stream);
+    attention_causal_sm90_run<128>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
+                                   tokens, max_len, hq, hkv, scale, stream);
   return true;
 }
 

@@ -24,14 +24,18 @@ __device__ __forceinline__ float sigmoid_gate_f32(float o, float g) { return o *
 
 // Stores an attention output pair (a, b) at out, rounded to bf16; with a gate (non-null, 4-byte aligned)
 // the rounded pair is then gated and rounded again, exactly as attention followed by sigmoid_gate.
+// The same with the gate pair already loaded (kernels that issue a row's gate loads before any store).
+__device__ __forceinline__ void attn_store_gated(__nv_bfloat16* out, __nv_bfloat162 g, float a, float b) {
+  const __nv_bfloat162 r = __floats2bfloat162_rn(a, b);
+  *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(
+      sigmoid_gate_f32(__low2float(r), __low2float(g)), sigmoid_gate_f32(__high2float(r), __high2float(g)));
+}
+
 __device__ __forceinline__ void attn_store_pair(__nv_bfloat16* out, const __nv_bfloat16* gate, float a, float b) {
-  __nv_bfloat162 r = __floats2bfloat162_rn(a, b);
-  if (gate) {
-    const __nv_bfloat162 g = *reinterpret_cast<const __nv_bfloat162*>(gate);
-    r = __floats2bfloat162_rn(sigmoid_gate_f32(__low2float(r), __low2float(g)),
-                              sigmoid_gate_f32(__high2float(r), __high2float(g)));
-  }
-  *reinterpret_cast<__nv_bfloat162*>(out) = r;
+  if (gate)
+    attn_store_gated(out, *reinterpret_cast<const __nv_bfloat162*>(gate), a, b);
+  else
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(a, b);
 }
 
 // Eight bf16 held in one 16-byte register quad (what a uint4 load brings in) to and from fp32, for kernels
