@@ -6,7 +6,9 @@
 namespace df {
 
 // What storing an fp32 result into a bf16 tensor does (round to nearest even).
-__device__ __forceinline__ float bf16_rn(float x) { return __bfloat162float(__float2bfloat16(x)); }
+__device__ __forceinline__ float bf16_rn(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
 
 // RMSNorm output from the normalised value x̂ = x·r: zero-centred (1 + w)·x̂ in fp32, plain w·bf16(x̂) like
 // Qwen3RMSNorm. One definition for the row and the per-head (QK) norms so they round the same way.
@@ -14,13 +16,19 @@ __device__ __forceinline__ float rmsnorm_apply(float x, float r, float w, bool z
   return zero_centred ? x * r * (1.0f + w) : w * bf16_rn(x * r);
 }
 
-__device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + __expf(-x)); }
-__device__ __forceinline__ float silu_f32(float x) { return x * sigmoid_f32(x); }
+__device__ __forceinline__ float sigmoid_f32(float x) {
+  return 1.0f / (1.0f + __expf(-x));
+}
+__device__ __forceinline__ float silu_f32(float x) {
+  return x * sigmoid_f32(x);
+}
 
 // The gated-attention output gate on one element: o (already a bf16 value) times sigmoid(g) rounded to bf16
 // (torch's sigmoid returns a bf16 tensor); the caller rounds the product. Shared by sigmoid_gate and the
 // attention epilogues so the fused and separate paths give identical bits.
-__device__ __forceinline__ float sigmoid_gate_f32(float o, float g) { return o * bf16_rn(sigmoid_f32(g)); }
+__device__ __forceinline__ float sigmoid_gate_f32(float o, float g) {
+  return o * bf16_rn(sigmoid_f32(g));
+}
 
 // Stores an attention output pair (a, b) at out, rounded to bf16; with a gate (non-null, 4-byte aligned)
 // the rounded pair is then gated and rounded again, exactly as attention followed by sigmoid_gate.
@@ -31,7 +39,8 @@ __device__ __forceinline__ void attn_store_gated(__nv_bfloat16* out, __nv_bfloat
       sigmoid_gate_f32(__low2float(r), __low2float(g)), sigmoid_gate_f32(__high2float(r), __high2float(g)));
 }
 
-__device__ __forceinline__ void attn_store_pair(__nv_bfloat16* out, const __nv_bfloat16* gate, float a, float b) {
+__device__ __forceinline__ void attn_store_pair(__nv_bfloat16* out, const __nv_bfloat16* gate, float a,
+                                                float b) {
   if (gate)
     attn_store_gated(out, *reinterpret_cast<const __nv_bfloat162*>(gate), a, b);
   else
@@ -52,6 +61,19 @@ __device__ __forceinline__ uint4 bf16x8_pack(const float (&v)[8]) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) e[j] = __float2bfloat16(v[j]);
   return u;
+}
+
+// Eight bf16 of a row (one 16-byte load) normalised with their eight fp32 weights (w8 16-byte aligned; the
+// weights are shared by every row, so they stay in L1/L2), back as eight bf16.
+__device__ __forceinline__ uint4 rmsnorm_apply8(const uint4& raw, const float* w8, float r,
+                                                bool zero_centred) {
+  const float4 w0 = reinterpret_cast<const float4*>(w8)[0], w1 = reinterpret_cast<const float4*>(w8)[1];
+  const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  float v[8];
+  bf16x8_unpack(raw, v);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = rmsnorm_apply(v[j], r, wv[j], zero_centred);
+  return bf16x8_pack(v);
 }
 
 // V consecutive bf16 (V = 1, 4 or 8: 2-, 8- or 16-byte accesses; the pointer must be aligned to match)

@@ -70,23 +70,15 @@ __global__ void __launch_bounds__(kRegMaxThreads)
   for (int k = 0; k < NC; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i >= n) continue;
-    // w (cols fp32, 16-byte aligned) is shared by every row: it stays in L1/L2 after the first blocks.
-    const float4 w0 = reinterpret_cast<const float4*>(w)[2 * i],
-                 w1 = reinterpret_cast<const float4*>(w)[2 * i + 1];
-    const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-    float v[8];
-    bf16x8_unpack(u[k], v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = rmsnorm_apply(v[j], r, wv[j], zero_centred);
-    *reinterpret_cast<uint4*>(orow + i * 8) = bf16x8_pack(v);
+    *reinterpret_cast<uint4*>(orow + i * 8) = rmsnorm_apply8(u[k], w + 8 * i, r, zero_centred);
   }
 }
 
 // Two passes over the row (the second read hits L1/L2), V elements per access (8 or 1): rows too wide for
 // the register kernel, or whose layout or weight pointer rules out its 16-byte accesses. With delta as above.
 template <int V>
-__global__ void rmsnorm_kernel(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_delta, const float* w, bf16* out,
-                               int64_t ld_out, int64_t cols, float eps, bool zero_centred) {
+__global__ void rmsnorm_kernel(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_delta, const float* w,
+                               bf16* out, int64_t ld_out, int64_t cols, float eps, bool zero_centred) {
   const int64_t row = blockIdx.x, n = cols / V;
   bf16* xr = x + row * ld_x;
   float ss = 0.0f;
@@ -116,7 +108,8 @@ __global__ void rmsnorm_kernel(bf16* x, int64_t ld_x, const bf16* delta, int64_t
 
 // ---- launchers ----
 static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_delta, const float* w, bf16* out,
-                        int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred, cudaStream_t stream) {
+                        int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,
+                        cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_out % 8 == 0 && al(x) && al(out) &&
@@ -140,11 +133,11 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
   int64_t per_thread_items = vec ? chunks : cols;
   unsigned threads = per_thread_items >= 512 ? 256 : (per_thread_items >= 128 ? 128 : 32);
   if (vec)
-    rmsnorm_kernel<8><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out, ld_out,
-                                                                           cols, eps, zero_centred);
+    rmsnorm_kernel<8><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out,
+                                                                           ld_out, cols, eps, zero_centred);
   else
-    rmsnorm_kernel<1><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out, ld_out,
-                                                                           cols, eps, zero_centred);
+    rmsnorm_kernel<1><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out,
+                                                                           ld_out, cols, eps, zero_centred);
   DF_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 

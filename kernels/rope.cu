@@ -128,16 +128,9 @@ __global__ void __launch_bounds__(kRopeRegMaxThreads)
   if (!active) return;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    // w (hd fp32, 16-byte aligned) is shared by every head and token: it stays in L1 after the first blocks.
     const int c = q + kRopeGroup * k;
-    const float4 w0 = reinterpret_cast<const float4*>(w)[2 * c],
-                 w1 = reinterpret_cast<const float4*>(w)[2 * c + 1];
-    const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-    float v[8];
-    bf16x8_unpack(u[k], v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = rmsnorm_apply(v[j], r, wv[j], zero_centred);
-    u[k] = bf16x8_pack(v);  // the bf16 norm output RoPE reads, as nb in the fallback
+    u[k] = rmsnorm_apply8(u[k], w + 8 * c, r,
+                          zero_centred);  // the bf16 norm output RoPE reads, as nb in the fallback
   }
   const float* cos_t = table + slot * ROT;
   const float* sin_t = cos_t + HALF;
