@@ -134,8 +134,9 @@ class WorkspaceProbeOps final : public Ops {
     c_.qk_norm_rope(x, w, pos, heads, hd, rot, theta, eps, k);
   }
   void attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
-                        const SeqLayout& s, int hq, int hkv, int hd, float scale) override {
-    c_.attention_causal(q, k, v, o, s, hq, hkv, hd, scale);
+                        const SeqLayout& s, int hq, int hkv, int hd, float scale,
+                        const Tensor* gate = nullptr) override {
+    c_.attention_causal(q, k, v, o, s, hq, hkv, hd, scale, gate);
   }
   void sigmoid_gate(const Tensor& o, const Tensor& g) override { c_.sigmoid_gate(o, g); }
   void swiglu(const Tensor& g, const Tensor& u, const Tensor& o) override { c_.swiglu(g, u, o); }
