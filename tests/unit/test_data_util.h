@@ -1,8 +1,11 @@
-// Helpers shared by the data-layer tests: a per-test scratch directory and a raw HDF5 writer that can
-// produce the malformed token files the validating writer refuses to create.
+// Helpers shared by the data-layer and file-writing tests: a per-test scratch directory, a file-size limit
+// that stands in for a full disk, and a raw HDF5 writer that can produce the malformed token files the
+// validating writer refuses to create.
 #pragma once
 #include <hdf5.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -28,6 +31,32 @@ class ScratchDir {
 
  private:
   std::filesystem::path path_;
+};
+
+// While alive, files this process writes may not grow past `bytes` (RLIMIT_FSIZE): a write past it fails
+// with EFBIG the way a full disk fails with ENOSPC (tests run as root, so permissions cannot make writes
+// fail). SIGXFSZ is ignored meanwhile; both are restored at the end of the scope, early returns included.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ok_ = getrlimit(RLIMIT_FSIZE, &old_) == 0;
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    ok_ = ok_ && setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  bool ok() const { return ok_; }  // the limit is in force
+
+ private:
+  struct rlimit old_ {};
+  sighandler_t old_handler_ = SIG_DFL;
+  bool ok_ = false;
 };
 
 // Writes one 1-D dataset of `mem_type` values (no validation) into an open file.

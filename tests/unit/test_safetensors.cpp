@@ -1,9 +1,6 @@
 // safetensors: write/read round trips per dtype, sharded checkpoints through an index, and the error messages
 // for corrupt, truncated and missing files (the loader's first line of defence against a bad download).
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -16,24 +13,13 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/safetensors.h"
+#include "test_data_util.h"
 
 using namespace df;
+using df_test::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory per test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "df_st_XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    if (!p) throw std::runtime_error("mkdtemp failed");
-    path = p;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string slurp(const std::string& p) {
   std::ifstream in(p, std::ios::binary);
@@ -66,7 +52,7 @@ void expect_open_error(const std::string& path, std::initializer_list<const char
 }  // namespace
 
 TEST(Safetensors, RoundTripEveryDtype) {
-  TempDir d;
+  ScratchDir d;
   // Awkward sizes: a scalar, 1, 7 and 3×19 elements.
   std::vector<float> f32(3 * 19);
   for (size_t i = 0; i < f32.size(); ++i) f32[i] = std::sin(0.37f * i) * 100.0f;
@@ -89,7 +75,7 @@ TEST(Safetensors, RoundTripEveryDtype) {
                      {"w.empty", DType::bf16, {0, 4}, nullptr}},
                     {{"format", "pt"}});
   // No temp file is left next to the result.
-  EXPECT_EQ(std::distance(fs::directory_iterator(d.path), fs::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path()), fs::directory_iterator()), 1);
   const std::string bytes = slurp(d.file("a.safetensors"));
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | static_cast<uint8_t>(bytes[i]);
@@ -171,22 +157,22 @@ TEST(Safetensors, RoundTripEveryDtype) {
 }
 
 TEST(Safetensors, DirectoryWithSingleFile) {
-  TempDir d;
+  ScratchDir d;
   float x[3] = {1, 2, 3};
   safetensors_write(d.file("model.safetensors"), {{"x", DType::f32, {3}, x}});
-  SafetensorsIndex idx = SafetensorsIndex::open(d.path.string());
+  SafetensorsIndex idx = SafetensorsIndex::open(d.path().string());
   ASSERT_NE(idx.find("x"), nullptr);
   EXPECT_EQ(idx.find("x")->file, d.file("model.safetensors"));
   // Writing again over an existing file replaces it atomically.
   float y[1] = {9};
   safetensors_write(d.file("model.safetensors"), {{"y", DType::f32, {1}, y}});
-  SafetensorsIndex idx2 = SafetensorsIndex::open(d.path.string() + "/");
+  SafetensorsIndex idx2 = SafetensorsIndex::open(d.path().string() + "/");
   EXPECT_EQ(idx2.find("x"), nullptr);
   ASSERT_NE(idx2.find("y"), nullptr);
 }
 
 TEST(Safetensors, ShardedCheckpointThroughIndex) {
-  TempDir d;
+  ScratchDir d;
   std::vector<uint16_t> a(19), b(65);
   for (int i = 0; i < 19; ++i) a[i] = f32_to_bf16(float(i));
   for (int i = 0; i < 65; ++i) b[i] = f32_to_bf16(-float(i));
@@ -205,7 +191,7 @@ TEST(Safetensors, ShardedCheckpointThroughIndex) {
   float stray = 1;
   safetensors_write(d.file("model.safetensors"), {{"stray", DType::f32, {1}, &stray}});
 
-  SafetensorsIndex idx = SafetensorsIndex::open(d.path.string());
+  SafetensorsIndex idx = SafetensorsIndex::open(d.path().string());
   EXPECT_EQ(idx.size(), 3u);
   EXPECT_EQ(idx.find("stray"), nullptr);
   const StTensor* t = idx.find("lm_head.weight");
@@ -221,29 +207,29 @@ TEST(Safetensors, ShardedCheckpointThroughIndex) {
   // The index naming a tensor its shard lacks is an error that names both.
   index["weight_map"]["model.ghost"] = "model-00002-of-00002.safetensors";
   spit(d.file("model.safetensors.index.json"), index.dump());
-  expect_open_error(d.path.string(), {"model.ghost", "model-00002-of-00002.safetensors"});
+  expect_open_error(d.path().string(), {"model.ghost", "model-00002-of-00002.safetensors"});
 
   // A shard missing from disk is named.
   index["weight_map"].erase("model.ghost");
   index["weight_map"]["x"] = "model-00003-of-00002.safetensors";
   spit(d.file("model.safetensors.index.json"), index.dump());
-  expect_open_error(d.path.string(), {"model-00003-of-00002.safetensors", "does not exist"});
+  expect_open_error(d.path().string(), {"model-00003-of-00002.safetensors", "does not exist"});
 
   // Malformed index JSON.
   spit(d.file("model.safetensors.index.json"), "{\"weight_map\": [1,2]}");
-  expect_open_error(d.path.string(), {"weight_map", "model.safetensors.index.json"});
+  expect_open_error(d.path().string(), {"weight_map", "model.safetensors.index.json"});
 }
 
 TEST(Safetensors, MissingPathsNameWhatWasLookedFor) {
-  TempDir d;
+  ScratchDir d;
   expect_open_error(d.file("no_such_dir"), {"no_such_dir", "does not exist"});
   // An existing directory with no weights in it.
-  expect_open_error(d.path.string(),
-                    {d.path.string().c_str(), "model.safetensors.index.json", "model.safetensors"});
+  expect_open_error(d.path().string(),
+                    {d.path().string().c_str(), "model.safetensors.index.json", "model.safetensors"});
 }
 
 TEST(Safetensors, CorruptFilesAreRejectedWithTheProblemNamed) {
-  TempDir d;
+  ScratchDir d;
   const std::string p = d.file("bad.safetensors");
 
   spit(p, "abc");
@@ -294,7 +280,7 @@ TEST(Safetensors, CorruptFilesAreRejectedWithTheProblemNamed) {
 }
 
 TEST(Safetensors, WriteRejectsBadInput) {
-  TempDir d;
+  ScratchDir d;
   float x = 1;
   EXPECT_THROW(
       safetensors_write(d.file("a.safetensors"), {{"x", DType::f32, {1}, &x}, {"x", DType::f32, {1}, &x}}),
@@ -313,35 +299,31 @@ TEST(Safetensors, WriteRejectsBadInput) {
 // A write that runs out of space (simulated with the file-size limit, which makes write() fail with EFBIG
 // the way a full disk makes it fail with ENOSPC) leaves neither the target nor the temp file behind.
 TEST(Safetensors, FailedWriteLeavesNoPartialFile) {
-  TempDir d;
+  ScratchDir d;
   std::vector<float> big(1 << 18, 1.0f);  // 1 MiB, well past the 64 KiB limit below
   float small = 3;
   safetensors_write(d.file("keep.safetensors"), {{"old", DType::f32, {1}, &small}});
 
-  struct rlimit old_lim {};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
-  auto old_handler = signal(SIGXFSZ, SIG_IGN);
-  struct rlimit lim = old_lim;
-  lim.rlim_cur = 64 * 1024;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
   std::string msg;
-  try {
-    safetensors_write(d.file("big.safetensors"), {{"big", DType::f32, {1 << 18}, big.data()}});
-  } catch (const Error& e) {
-    msg = e.what();
+  {
+    df_test::FileSizeLimit limit(64 * 1024);
+    ASSERT_TRUE(limit.ok());
+    try {
+      safetensors_write(d.file("big.safetensors"), {{"big", DType::f32, {1 << 18}, big.data()}});
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    try {  // an existing file is left untouched by a failed overwrite
+      safetensors_write(d.file("keep.safetensors"), {{"big", DType::f32, {1 << 18}, big.data()}});
+    } catch (const Error&) {
+    }
   }
-  try {  // an existing file is left untouched by a failed overwrite
-    safetensors_write(d.file("keep.safetensors"), {{"big", DType::f32, {1 << 18}, big.data()}});
-  } catch (const Error&) {
-  }
-  setrlimit(RLIMIT_FSIZE, &old_lim);
-  signal(SIGXFSZ, old_handler);
 
   EXPECT_NE(msg.find("big.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("writing tensor 'big'"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(d.file("big.safetensors")));
   int entries = 0;
-  for (auto& e : fs::directory_iterator(d.path)) {
+  for (auto& e : fs::directory_iterator(d.path())) {
     EXPECT_EQ(e.path().filename(), "keep.safetensors");
     ++entries;
   }
