@@ -1,5 +1,6 @@
-// cuBLASLt GEMM for row-major operands. Row-major X is column-major Xᵀ, so c = a·wᵀ is computed as the
-// column-major product cᵀ [N, M] = op_T(wᵀ) · aᵀ: A = w with TRANSA = T, B = a with TRANSB = N.
+// cuBLASLt GEMM for row-major operands. Row-major X is column-major Xᵀ, so c = op(a)·op(b) is computed as the
+// column-major product cᵀ [N, M] = op(b)ᵀ · op(a)ᵀ: cuBLAS's A is b (TRANSA = T when b is stored [N, K], the
+// Linear weight of c = a·wᵀ), its B is a (TRANSB = T when a is stored [K, M], the dYᵀ of dW = dYᵀ·X).
 // The first call of an M bucket times the heuristic's candidates on its own operands; other M reuse the pick.
 #include <algorithm>
 #include <cstdio>
@@ -15,8 +16,8 @@ namespace df {
 
 namespace {
 
-// (M, N, K, lda, ldw, ldc, c is f32, pointer alignment). A plan's key holds M itself; the tuned table's
-// key holds gemm_m_bucket(M) in that slot.
+// (M, N, K, lda, ldb, ldc, c is f32 | trans_a << 1 | trans_b << 2, pointer alignment). A plan's key holds M
+// itself; the tuned table's key holds gemm_m_bucket(M) in that slot.
 using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
 
 // Candidates asked of the heuristic: its first pick is an estimate, 0–12 % slower than the best of its list
@@ -42,6 +43,22 @@ struct GemmPlan {
 struct GemmTuned {
   cublasLtMatmulAlgo_t algo{};
   int64_t m = 0;
+};
+
+// One call's operands: c [M, N] = alpha · op(a) · op(b) + beta · c, all row-major with row strides in elements.
+struct GemmOperands {
+  const void* a;
+  int64_t lda;
+  bool trans_a;
+  const void* b;
+  int64_t ldb;
+  bool trans_b;
+  void* c;
+  int64_t ldc;
+  bool c_f32;
+  int64_t M, N, K;
+  float alpha, beta;
+  int flags() const { return (c_f32 ? 1 : 0) | (trans_a ? 2 : 0) | (trans_b ? 4 : 0); }
 };
 
 // Largest power of two (≤ 256) dividing the address: cuBLASLt picks vectorised kernels from it.
@@ -146,15 +163,17 @@ static void* gemm_scratch(GemmContext* ctx, size_t bytes) {
 // launches compute the real product into c when beta == 0 (the real call overwrites it next); with
 // beta != 0 they write a scratch buffer so c keeps the values the real call adds to.
 static int gemm_time_candidates(GemmContext* ctx, const GemmPlan& p, const cublasLtMatmulHeuristicResult_t* res,
-                                int found, const void* a, const void* w, void* c, int64_t ldc, bool c_f32, int64_t M,
-                                int64_t N, int64_t K, float beta, cudaStream_t stream) {
+                                int found, const GemmOperands& o, cudaStream_t stream) {
+  const int64_t M = o.M, N = o.N, K = o.K, ldc = o.ldc;
+  const bool c_f32 = o.c_f32;
+  const float beta = o.beta;
   if (!ctx->tune || found < 2) return -1;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
     cudaGetLastError();
     return -1;
   }
-  void* out = c;
+  void* out = o.c;
   if (beta != 0.0f) {
     // The span of c in elements, last row cut at N: what a [M, N] view with row stride ldc touches.
     const size_t bytes = size_t((M - 1) * ldc + N) * (c_f32 ? 4 : 2);
@@ -165,13 +184,13 @@ static int gemm_time_candidates(GemmContext* ctx, const GemmPlan& p, const cubla
   cudaEvent_t ev[2];
   DF_CUDA_CHECK(cudaEventCreate(&ev[0]));
   DF_CUDA_CHECK(cudaEventCreate(&ev[1]));
-  const float alpha = 1.0f;
+  const float alpha = o.alpha;
   float first_ms = -1.0f, best_ms = -1.0f;
   int best = 0;
   for (int i = 0; i < found; ++i) {
     if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > ctx->workspace_bytes) continue;
     auto launch = [&] {
-      return cublasLtMatmul(ctx->handle, p.op, &alpha, w, p.la, a, p.lb, &beta, out, p.lc, out, p.lc, &res[i].algo,
+      return cublasLtMatmul(ctx->handle, p.op, &alpha, o.b, p.la, o.a, p.lb, &beta, out, p.lc, out, p.lc, &res[i].algo,
                             ctx->workspace, ctx->workspace_bytes, stream);
     };
     if (launch() != CUBLAS_STATUS_SUCCESS) continue;
@@ -203,15 +222,23 @@ static int gemm_time_candidates(GemmContext* ctx, const GemmPlan& p, const cubla
 }
 
 // The operation and layouts of one exact shape; the algorithm is filled in by the caller.
-static GemmPlan gemm_create_plan(int64_t lda, int64_t ldw, int64_t ldc, bool c_f32, int64_t M, int64_t N, int64_t K) {
+static GemmPlan gemm_create_plan(const GemmOperands& o) {
   GemmPlan p;
   DF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  cublasOperation_t ta = o.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = o.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  cudaDataType_t ct = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
-  DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, K, N, ldw));
-  DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, K, M, lda));
+  cudaDataType_t ct = o.c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const int64_t M = o.M, N = o.N, K = o.K, ldc = o.ldc;
+  // Column-major shapes of the stored operands: b is [N, K] row-major when trans_b, else [K, N].
+  if (o.trans_b)
+    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, K, N, o.ldb));
+  else
+    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, N, K, o.ldb));
+  if (o.trans_a)
+    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, M, K, o.lda));
+  else
+    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, K, M, o.lda));
   DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, ct, N, M, ldc));
   return p;
 }
@@ -219,7 +246,7 @@ static GemmPlan gemm_create_plan(int64_t lda, int64_t ldw, int64_t ldc, bool c_f
 // Up to `want` of the heuristic's candidates for the plan's shape under the workspace and the operands'
 // alignment; returns how many it gave. None is fatal: the plan is destroyed and the shape reported.
 static int gemm_heuristic(GemmContext* ctx, GemmPlan& p, int align, int want, cublasLtMatmulHeuristicResult_t* res,
-                          int64_t lda, int64_t ldw, int64_t ldc, int64_t M, int64_t N, int64_t K) {
+                          const GemmOperands& o) {
   cublasLtMatmulPreference_t pref;
   DF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = ctx->workspace_bytes;
@@ -234,8 +261,10 @@ static int gemm_heuristic(GemmContext* ctx, GemmPlan& p, int align, int want, cu
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     gemm_destroy_plan(p);
     char what[256];
-    std::snprintf(what, sizeof(what), "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld ldw=%lld ldc=%lld (%s)",
-                  (long long)M, (long long)N, (long long)K, (long long)lda, (long long)ldw, (long long)ldc,
+    std::snprintf(what, sizeof(what),
+                  "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld%s ldb=%lld%s ldc=%lld%s (%s)",
+                  (long long)o.M, (long long)o.N, (long long)o.K, (long long)o.lda, o.trans_a ? " (trans)" : "",
+                  (long long)o.ldb, o.trans_b ? " (trans)" : "", (long long)o.ldc, o.c_f32 ? " f32" : "",
                   cublasLtGetStatusString(st));
     cuda_throw("cublasLtMatmulAlgoGetHeuristic", what, __FILE__, __LINE__);
   }
@@ -261,10 +290,10 @@ static bool gemm_algo_fits(GemmContext* ctx, const GemmPlan& p, const cublasLtMa
   return true;
 }
 
-static GemmPlan& gemm_plan(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c,
-                           int64_t ldc, bool c_f32, int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream) {
-  const int align = std::min(std::min(ptr_alignment(a), ptr_alignment(w)), ptr_alignment(c));
-  const GemmKey key{M, N, K, lda, ldw, ldc, c_f32 ? 1 : 0, align};
+static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t stream) {
+  const int64_t M = o.M, N = o.N, K = o.K;
+  const int align = std::min(std::min(ptr_alignment(o.a), ptr_alignment(o.b)), ptr_alignment(o.c));
+  const GemmKey key{M, N, K, o.lda, o.ldb, o.ldc, o.flags(), align};
   auto it = ctx->plans.find(key);
   if (it != ctx->plans.end()) return it->second;
 
@@ -272,9 +301,9 @@ static GemmPlan& gemm_plan(GemmContext* ctx, const void* a, int64_t lda, const v
     if (ctx->log) std::printf("gemm: %zu shapes cached, plans dropped (tuned algorithms kept)\n", ctx->plans.size());
     gemm_clear_plans(ctx);
   }
-  GemmPlan p = gemm_create_plan(lda, ldw, ldc, c_f32, M, N, K);
+  GemmPlan p = gemm_create_plan(o);
   const int64_t bucket = gemm_m_bucket(M);
-  const GemmKey tkey{bucket, N, K, lda, ldw, ldc, c_f32 ? 1 : 0, align};
+  const GemmKey tkey{bucket, N, K, o.lda, o.ldb, o.ldc, o.flags(), align};
   cublasLtMatmulHeuristicResult_t res[kGemmCandidates]{};
   auto t = ctx->tuned.find(tkey);
   if (t != ctx->tuned.end()) {
@@ -287,7 +316,7 @@ static GemmPlan& gemm_plan(GemmContext* ctx, const void* a, int64_t lda, const v
                     (long long)N, (long long)K, (long long)t->second.m, (long long)bucket);
     } else {
       // Timing again would cost what the bucket exists to save; the heuristic's pick is 0–12 % off the best.
-      gemm_heuristic(ctx, p, align, 1, res, lda, ldw, ldc, M, N, K);
+      gemm_heuristic(ctx, p, align, 1, res, o);
       p.algo = res[0].algo;
       ++ctx->stats.rejected;
       if (ctx->log)
@@ -295,8 +324,8 @@ static GemmPlan& gemm_plan(GemmContext* ctx, const void* a, int64_t lda, const v
                     (long long)M, (long long)N, (long long)K, (long long)t->second.m, why.c_str());
     }
   } else {
-    const int found = gemm_heuristic(ctx, p, align, kGemmCandidates, res, lda, ldw, ldc, M, N, K);
-    const int best = gemm_time_candidates(ctx, p, res, found, a, w, c, ldc, c_f32, M, N, K, beta, stream);
+    const int found = gemm_heuristic(ctx, p, align, kGemmCandidates, res, o);
+    const int best = gemm_time_candidates(ctx, p, res, found, o, stream);
     if (best >= 0) {
       p.algo = res[best].algo;
       ctx->tuned.emplace(tkey, GemmTuned{p.algo, M});
@@ -313,13 +342,19 @@ static GemmPlan& gemm_plan(GemmContext* ctx, const void* a, int64_t lda, const v
   return ctx->plans.emplace(key, p).first->second;
 }
 
+void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, const void* b, int64_t ldb,
+                    bool trans_b, void* c, int64_t ldc, bool c_f32, int64_t M, int64_t N, int64_t K, float alpha,
+                    float beta, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  const GemmOperands o{a, lda, trans_a, b, ldb, trans_b, c, ldc, c_f32, M, N, K, alpha, beta};
+  GemmPlan& p = gemm_plan(ctx, o, stream);
+  DF_CUBLAS_CHECK(cublasLtMatmul(ctx->handle, p.op, &alpha, b, p.la, a, p.lb, &beta, c, p.lc, c, p.lc, &p.algo,
+                                 ctx->workspace, ctx->workspace_bytes, stream));
+}
+
 void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc,
                  bool c_f32, int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream) {
-  if (M == 0 || N == 0) return;
-  GemmPlan& p = gemm_plan(ctx, a, lda, w, ldw, c, ldc, c_f32, M, N, K, beta, stream);
-  float alpha = 1.0f;
-  DF_CUBLAS_CHECK(cublasLtMatmul(ctx->handle, p.op, &alpha, w, p.la, a, p.lb, &beta, c, p.lc, c, p.lc, &p.algo,
-                                 ctx->workspace, ctx->workspace_bytes, stream));
+  gemm_launch_ex(ctx, a, lda, false, w, ldw, true, c, ldc, c_f32, M, N, K, 1.0f, beta, stream);
 }
 
 }  // namespace df

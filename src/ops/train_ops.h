@@ -4,12 +4,19 @@
 //
 // Conventions (shared with ops/ops.h):
 //  - Tensors are 2-D row-major views (core/tensor.h), possibly strided; token-major activations [rows, feat].
+//  - Precision: activations, their gradients and GEMM operands are act_dtype() (f32 on CPU, bf16 on CUDA);
+//    GEMM weights are the bf16 shadow of the master weights on CUDA (AdamW refreshes it); norm weights,
+//    parameter gradients (dw), saved statistics, losses and the flat optimizer buffers are always f32.
 //  - Multi-head tensors are [rows, heads·hd] with head h in columns [h·hd, (h+1)·hd).
 //  - Backward ops overwrite their input gradients unless a `beta` says otherwise; parameter gradients (dw)
 //    are always accumulated (+=), so gradient accumulation over micro-batches is free.
 //  - Saved statistics (rstd, logsumexp) are f32 and owned by the caller between forward and backward.
-//  - Everything here is deterministic for a fixed input: reductions run in a fixed order independent of the
-//    thread count, so a resumed run reproduces the same bits.
+//  - Determinism, as promised and tested (test_train_ops.cpp): for a fixed input, configuration and machine
+//    every op returns the same bits on every call and for any thread count (the backends' own reductions run
+//    in a fixed order; the CPU GEMM is OpenBLAS, which never splits the inner dimension across threads), so a
+//    resumed run reproduces the same bits. Across CPU models, and across lm_head_loss chunk sizes, results
+//    agree to float rounding only: OpenBLAS picks its kernels by CPU model and matrix shape (AVX-512 hosts
+//    run small-matrix kernels that sum in another order), so the same dot product can differ in the last bits.
 #pragma once
 #include <cstdint>
 
@@ -41,6 +48,8 @@ class TrainOps {
   virtual ~TrainOps() = default;
   virtual Device device() const = 0;
   virtual const char* name() const = 0;
+  // dtype of activations, activation gradients and GEMM operands (see Precision above).
+  virtual DType act_dtype() const = 0;
 
   // ---- memory -------------------------------------------------------------------------------------
   virtual void* alloc_bytes(size_t bytes) = 0;  // backend memory, zero-filled
@@ -110,12 +119,15 @@ class TrainOps {
   virtual double sum_squares(const Tensor& x) = 0;
   // One AdamW update over flat f32 buffers [1, n] (p, m, v updated; g read as g · grad_scale). Elements
   // [0, n_decay) get decoupled weight decay, the rest none. step_t = 1-based step for bias correction.
+  // p_lp: empty, or a flat bf16 [1, n] shadow of p that receives bf16(p) of the updated weights in the same
+  // pass (the CUDA drafter's GEMM weights).
   struct AdamW {
     float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0, grad_scale = 1;
     int64_t step_t = 1;
     int64_t n_decay = 0;
   };
-  virtual void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamW& hp) = 0;
+  virtual void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
+                     const AdamW& hp) = 0;
 };
 
 }  // namespace df

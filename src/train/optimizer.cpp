@@ -43,7 +43,7 @@ AdamwStepResult adamw_step(DrafterModel& m, const OptimConfig& o, int64_t step, 
   hp.grad_scale = float(grad_scale * r.clip_scale);
   hp.step_t = step + 1;
   hp.n_decay = m.table().n_decay;
-  ops.adamw(m.params, m.grads, m.adam_m, m.adam_v, hp);
+  ops.adamw(m.params, m.grads, m.adam_m, m.adam_v, Tensor{}, hp);
   return r;
 }
 

@@ -204,7 +204,7 @@ TEST(AdamW, TwoStepsMatchHandComputation) {
   std::vector<double> P(p.begin(), p.end()), M(5, 0), V(5, 0);
   for (int64_t step = 1; step <= 2; ++step) {
     hp.step_t = step;
-    ops.adamw(t(p), t(g), t(m), t(v), hp);
+    ops.adamw(t(p), t(g), t(m), t(v), Tensor{}, hp);
     for (int i = 0; i < 5; ++i) {
       const double gi = 0.5 * g[size_t(i)];
       M[size_t(i)] = 0.9 * M[size_t(i)] + 0.1 * gi;

@@ -161,7 +161,7 @@ TEST(TrainOps, LmHeadLossMatchesFullVocabularyAndIgnoresChunking) {
   Tensor at = tensor_make(active.data(), DType::u8, Device::cpu, 1, R);
   for (LmLossKind kind : {LmLossKind::ce, LmLossKind::kl}) {
     std::vector<std::vector<float>> dh_by_chunk;
-    for (int chunk : {1, 3, 64}) {
+    for (int chunk : {1, 3, 64, 3}) {
       CpuTrainOps ops(chunk);
       std::vector<float> loss(R), pl(R), dh(R * H);
       std::vector<int32_t> am(R);
@@ -199,9 +199,17 @@ TEST(TrainOps, LmHeadLossMatchesFullVocabularyAndIgnoresChunking) {
       }
       dh_by_chunk.push_back(dh);
     }
-    // Each row is computed alone whatever the chunk: bit-identical.
-    EXPECT_EQ(dh_by_chunk[0], dh_by_chunk[1]);
-    EXPECT_EQ(dh_by_chunk[0], dh_by_chunk[2]);
+    // The same chunk size gives the same bits (train_ops.h, Determinism).
+    EXPECT_EQ(dh_by_chunk[1], dh_by_chunk[3]);
+    // Another chunk size changes only the GEMMs' M, which may change OpenBLAS's kernel (AVX-512 hosts take
+    // small-matrix kernels that sum in another order): the row's values agree to float rounding. dhidden is
+    // Σ_t ∂L/∂z_t · W_t over 65 terms of O(1) with logits that are 5-term fp32 dots, so reassociation moves it
+    // by a few ulp of its terms, ~1e-6; a row computed wrongly (another row's logits, a lost chunk) is off by O(1).
+    float scale = 0;
+    for (float x : dh_by_chunk[0]) scale = std::max(scale, std::fabs(x));
+    for (size_t c = 1; c < 3; ++c)
+      for (size_t i = 0; i < dh_by_chunk[0].size(); ++i)
+        EXPECT_NEAR(dh_by_chunk[c][i], dh_by_chunk[0][i], 1e-5f * scale) << "element " << i << ", chunking " << c;
   }
 }
 

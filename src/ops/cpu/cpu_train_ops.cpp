@@ -555,7 +555,9 @@ double CpuTrainOps::sum_squares(const Tensor& x) {
   return total;
 }
 
-void CpuTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamW& hp) {
+void CpuTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
+                        const AdamW& hp) {
+  DF_CHECK(p_lp.empty(), "adamw: the CPU backend trains in f32 and keeps no bf16 weight shadow");
   const int64_t n = p.numel();
   for (const Tensor* t : {&p, &g, &m, &v}) {
     check_f32("adamw", "buffer", *t, -1, -1);

@@ -1,6 +1,7 @@
 // The CPU fp32 implementation of the drafter's training ops: the oracle the CUDA training kernels are checked
 // against and the backend of the CPU demo. Plain loops parallelised with OpenMP, GEMM through OpenBLAS when
-// present; every reduction runs in a fixed order so results do not depend on the thread count.
+// present; every reduction runs in a fixed order so results do not depend on the thread count (what is and
+// is not bit-identical: train_ops.h, Determinism).
 #pragma once
 #include "ops/train_ops.h"
 
@@ -13,6 +14,7 @@ class CpuTrainOps final : public TrainOps {
 
   Device device() const override { return Device::cpu; }
   const char* name() const override { return "cpu"; }
+  DType act_dtype() const override { return DType::f32; }
 
   void* alloc_bytes(size_t bytes) override;
   void free_bytes(void* p) override;
@@ -50,7 +52,8 @@ class CpuTrainOps final : public TrainOps {
                     const Tensor& argmax, const Tensor& dhidden) override;
 
   double sum_squares(const Tensor& x) override;
-  void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamW& hp) override;
+  void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
+             const AdamW& hp) override;
 
  private:
   int loss_chunk_rows_;

@@ -1,0 +1,55 @@
+// Launchers of the drafter's training kernels that have no inference twin: DFlash block attention forward and
+// backward, and the lm_head loss. Same conventions as launchers.cuh (raw device pointers, row strides in
+// elements, a stream, launch checked, df::Error on failure); the math is train_ops.h's, the CPU oracle is
+// ops/cpu/cpu_train_ops.cpp. Backward kernels of ops that have an inference kernel live beside it
+// (rmsnorm.cu, rope.cu, elementwise.cu) and are declared in launchers.cuh.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace df {
+
+using bf16 = __nv_bfloat16;
+struct GemmContext;
+
+// ---- dflash_attention.cu ------------------------------------------------------------------------------
+// The shape of one DFlash attention call (train_ops.h DFlashAttnShape, plus the row counts).
+struct DFlashAttnDims {
+  int64_t T = 0;   // context rows of k/v (rows [0, T)); block rows follow at T + j·B
+  int64_t nb = 0;  // blocks; q/out have nb·B rows, k/v have T + nb·B rows
+  int hq = 0, hkv = 0, hd = 0, block = 0, window = 0;
+  float scale = 1.0f;
+};
+
+// q [nb·B, hq·hd], k/v [T + nb·B, hkv·hd], out [nb·B, hq·hd] bf16; lse f32 [nb·B, hq] (row stride ld_lse);
+// blocks i32 [nb, 2] on the device (col 0 = first context row of the block's sequence, col 1 = anchor or −1).
+void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                 int64_t ld_v, const int32_t* blocks, bf16* out, int64_t ld_out, float* lse,
+                                 int64_t ld_lse, const DFlashAttnDims& d, cudaStream_t stream);
+
+// Device scratch the backward needs for these dims (f32 accumulators, softmax row terms); 256-byte aligned.
+size_t dflash_attention_bwd_workspace_bytes(const DFlashAttnDims& d);
+
+// dq [nb·B, hq·hd], dk/dv [T + nb·B, hkv·hd] bf16, overwritten (rows no query sees are 0).
+void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                 int64_t ld_v, const int32_t* blocks, const bf16* out, int64_t ld_out,
+                                 const float* lse, int64_t ld_lse, const bf16* dout, int64_t ld_dout, bf16* dq,
+                                 int64_t ld_dq, bf16* dk, int64_t ld_dk, bf16* dv, int64_t ld_dv,
+                                 const DFlashAttnDims& d, void* ws, size_t ws_bytes, cudaStream_t stream);
+
+// ---- lm_head_loss.cu ----------------------------------------------------------------------------------
+// train_ops.h lm_head_loss on the device: hidden [rows, H] bf16, lm_head [V, H] bf16, labels i32 [rows],
+// active u8 [rows], target_hidden [rows, H] bf16 (kl only, else nullptr); writes loss, p_label f32 [rows],
+// argmax i32 [rows], dhidden bf16 [rows, H]. Logits exist for at most chunk_rows active rows at a time, through
+// the one GEMM entry point (gemm.cuh). ws: device scratch of lm_head_loss_workspace_bytes(...) bytes.
+size_t lm_head_loss_workspace_bytes(int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, bool kl);
+void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidden, const bf16* lm_head,
+                         int64_t ld_lm_head, const int32_t* labels, const uint8_t* active, const bf16* target_hidden,
+                         int64_t ld_target, bool kl, float* loss, float* p_label, int32_t* argmax, bf16* dhidden,
+                         int64_t ld_dhidden, int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, void* ws,
+                         size_t ws_bytes, cudaStream_t stream);
+
+}  // namespace df

@@ -1,0 +1,74 @@
+// The CUDA backend of the drafter's training ops (train_ops.h): bf16 activations and GEMM operands, f32 norm
+// weights, statistics, parameter gradients and optimizer buffers. Shares the device, the stream, the one
+// cuBLASLt entry point (kernels/gemm.cuh) and the kernels of the target's CudaOps; only compiled with CUDA.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "ops/train_ops.h"
+
+namespace df {
+
+struct GemmContext;
+
+class CudaTrainOps final : public TrainOps {
+ public:
+  // Selects `device` for this thread and creates the stream and the cuBLASLt context on it. lm_head_loss
+  // holds logits for at most loss_chunk_rows rows at a time ([chunk, V] f32).
+  explicit CudaTrainOps(int device = 0, int64_t loss_chunk_rows = 1024);
+  ~CudaTrainOps() override;
+  CudaTrainOps(const CudaTrainOps&) = delete;
+  CudaTrainOps& operator=(const CudaTrainOps&) = delete;
+
+  Device device() const override { return Device::cuda; }
+  const char* name() const override { return "cuda"; }
+  DType act_dtype() const override { return DType::bf16; }
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_; }
+
+  void* alloc_bytes(size_t bytes) override;
+  void free_bytes(void* p) override;
+  void upload_raw(const Tensor& dst, const void* host) override;
+  void download_raw(const Tensor& src, void* host) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, float value) override;
+
+  void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+            float beta) override;
+  void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void scale_rows(const Tensor& x, const Tensor& s) override;
+  void add_gaussian_noise(const Tensor& x, float std, uint64_t seed) override;
+
+  void rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps) override;
+  void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                   const Tensor& dw, float beta_dx) override;
+  void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y, const Tensor& rstd,
+                        int heads, int hd, float theta, float eps) override;
+  void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd, const Tensor& dy,
+                        const Tensor& dx, const Tensor& dw, int heads, int hd, float theta) override;
+
+  void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                            const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) override;
+  void dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                            const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, const DFlashAttnShape& s) override;
+
+  void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
+                  const Tensor& dup) override;
+
+  void lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels, const Tensor& active,
+                    const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
+                    const Tensor& argmax, const Tensor& dhidden) override;
+
+  double sum_squares(const Tensor& x) override;
+  void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
+             const AdamW& hp) override;
+
+ private:
+  int device_ = 0;
+  int64_t loss_chunk_rows_ = 1024;
+  cudaStream_t stream_ = nullptr;
+  GemmContext* gemm_ = nullptr;
+};
+
+}  // namespace df
