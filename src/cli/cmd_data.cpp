@@ -1,11 +1,15 @@
-// `dflash_mpi data convert|synth|info`: make and inspect HDF5 token files. Single-process tools: they
+// `dflash_mpi data convert|tokenize|synth|info`: make and inspect HDF5 token files. Single-process tools: they
 // never start MPI, so they run on a login node.
 #include <algorithm>
 #include <memory>
 
 #include "cli/commands.h"
 #include "core/log.h"
+#include "core/strfmt.h"
 #include "data/jsonl_convert.h"
+#ifdef DF_HAVE_TOKENIZER
+#include "data/chat_tokenize.h"
+#endif
 #include "data/synth.h"
 #include "data/token_file.h"
 
@@ -16,6 +20,11 @@ namespace {
 struct ConvertArgs {
   std::string in, out;
   int64_t vocab = 0;
+};
+
+struct TokenizeArgs {
+  std::string tokenizer, in, out, chat_template = "qwen", thinking = "on";
+  int64_t max_len = 0;
 };
 
 struct SynthArgs {
@@ -40,6 +49,54 @@ void data_print_summary(const std::string& path, const TokenData& d) {
            d.vocab_size > 0 ? std::to_string(d.vocab_size).c_str() : "unknown");
 }
 
+// `data info`: the summary, then how lengths, the loss mask and the vocabulary are used.
+void data_print_details(const std::string& path, const TokenData& d) {
+  data_print_summary(path, d);
+  std::vector<int64_t> bucket(64, 0);  // sequences with length in [2^b, 2^(b+1))
+  int top = 0;
+  for (int64_t s = 0; s < d.num_sequences(); ++s) {
+    int b = 0;
+    while ((int64_t(2) << b) <= d.sequence_length(s)) ++b;
+    ++bucket[size_t(b)];
+    top = std::max(top, b);
+  }
+  const int64_t most = *std::max_element(bucket.begin(), bucket.end());
+  log_info("length histogram (sequences per length range):");
+  for (int b = 0; b <= top; ++b) {
+    const int bar = int(40 * bucket[size_t(b)] / std::max<int64_t>(1, most));
+    log_info("  [%7lld, %7lld) %9lld %s", (long long)(int64_t(1) << b), (long long)(int64_t(2) << b),
+             (long long)bucket[size_t(b)], std::string(size_t(bar), '#').c_str());
+  }
+  int64_t masked_seqs = 0, trainable = 0;
+  for (int64_t s = 0; s < d.num_sequences() && !d.loss_mask.empty(); ++s) {
+    int64_t on = 0;
+    for (int64_t t = d.offsets[size_t(s)]; t < d.offsets[size_t(s) + 1]; ++t) on += d.loss_mask[size_t(t)];
+    masked_seqs += on == 0;
+    trainable += on >= 2;  // an anchor needs loss_mask[a] and loss_mask[a+1]
+  }
+  if (!d.loss_mask.empty())
+    log_info("loss mask: %lld sequences have no token in the loss, %lld have at least 2 (can hold an anchor)",
+             (long long)masked_seqs, (long long)trainable);
+  int32_t max_id = 0;
+  for (int32_t t : d.tokens) max_id = std::max(max_id, t);
+  std::vector<int64_t> count(size_t(max_id) + 1, 0);
+  for (int32_t t : d.tokens) ++count[size_t(t)];
+  const int64_t distinct = std::count_if(count.begin(), count.end(), [](int64_t c) { return c > 0; });
+  std::vector<int32_t> order(count.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  const size_t k = std::min<size_t>(5, order.size());
+  std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
+                    [&](int32_t a, int32_t b) { return count[size_t(a)] > count[size_t(b)]; });
+  std::string most_used;
+  for (size_t i = 0; i < k; ++i)
+    most_used += strfmt("%s%d (%.1f%%)", i ? ", " : "", order[i],
+                        100.0 * double(count[size_t(order[i])]) / double(std::max<int64_t>(1, d.num_tokens())));
+  log_info("vocabulary use: %lld distinct ids (%s), largest id %d; most used: %s", (long long)distinct,
+           d.vocab_size > 0 ? strfmt("%.1f%% of %lld", 100.0 * double(distinct) / double(d.vocab_size),
+                                     (long long)d.vocab_size).c_str() : "vocab_size unknown",
+           max_id, most_used.c_str());
+}
+
 }  // namespace
 
 void cmd_data_register(CLI::App& app) {
@@ -57,6 +114,40 @@ void cmd_data_register(CLI::App& app) {
     data_print_summary(conv->out, d);
   });
 
+  auto tk = std::make_shared<TokenizeArgs>();
+  CLI::App* t = data->add_subcommand("tokenize", "Conversation JSONL (OpenAI 'messages', ShareGPT 'conversations' "
+                                                 "or 'text' per line) to an HDF5 token file, assistant-only loss");
+  t->add_option("--tokenizer", tk->tokenizer, "the target's Hugging Face directory (or its tokenizer.json)")
+      ->required();
+  t->add_option("--in", tk->in, "input JSONL file")->required();
+  t->add_option("--out", tk->out, "output HDF5 token file (written atomically, nothing on any error)")->required();
+  t->add_option("--chat-template", tk->chat_template,
+                "qwen: <|im_start|>role\\n...<|im_end|>\\n turns; none: the contents only")
+      ->capture_default_str();
+  t->add_option("--thinking", tk->thinking, "on: reasoning in a <think> block; off: an empty <think> block")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  t->add_option("--max-len", tk->max_len, "cut longer sequences to N tokens (0: keep whole)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  t->callback([tk] {
+#ifdef DF_HAVE_TOKENIZER
+    TokenizeOptions o;
+    o.chat.kind = chat_template_parse(tk->chat_template);
+    o.chat.thinking = tk->thinking == "on";
+    o.max_len = tk->max_len;
+    TokenizeReport rep;
+    TokenData d = chat_tokenize_file(tk->in, tk->out, tk->tokenizer, o, &rep);
+    data_print_summary(tk->out, d);
+    if (rep.truncated) log_info("%lld sequences were cut to --max-len %lld", (long long)rep.truncated,
+                                (long long)tk->max_len);
+    if (rep.untrained) log_info("%lld sequences have no assistant token in the loss", (long long)rep.untrained);
+#else
+    DF_FAIL("this dflash_mpi was built without PCRE2/libunistring, so `data tokenize` is not in it; HINT: apt "
+            "install libpcre2-dev libunistring-dev and rebuild");
+#endif
+  });
+
   auto syn = std::make_shared<SynthArgs>();
   CLI::App* s = data->add_subcommand("synth", "Write a learnable synthetic corpus (sparse Markov chain + motifs)");
   s->add_option("--out", syn->out, "output HDF5 token file")->required();
@@ -72,9 +163,10 @@ void cmd_data_register(CLI::App& app) {
   });
 
   auto info_path = std::make_shared<std::string>();
-  CLI::App* i = data->add_subcommand("info", "Validate a token file and print its shape");
+  CLI::App* i = data->add_subcommand("info", "Validate a token file; print its shape, length histogram, loss-mask "
+                                             "use and vocabulary use");
   i->add_option("file", *info_path, "HDF5 token file")->required();
-  i->callback([info_path] { data_print_summary(*info_path, token_file_read(*info_path)); });
+  i->callback([info_path] { data_print_details(*info_path, token_file_read(*info_path)); });
 }
 
 }  // namespace df

@@ -30,6 +30,10 @@ expect_out "19 sequences"
 expect_ok "info" "$BIN" data info "$TMP/s.h5"
 expect_out "19 sequences"
 expect_out "vocab_size 97"
+expect_out "length histogram"
+expect_out "[      2,       4)"
+expect_out "vocabulary use:"
+expect_out "of 97); largest id"
 expect_err "synth min>max" "--min-len 9 / --max-len 3" \
   "$BIN" data synth --out "$TMP/t.h5" --vocab 97 --sequences 3 --min-len 9 --max-len 3
 [ -e "$TMP/t.h5" ] && fail "a failed synth left $TMP/t.h5"
