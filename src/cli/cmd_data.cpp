@@ -53,16 +53,17 @@ void data_print_summary(const std::string& path, const TokenData& d) {
 void data_print_details(const std::string& path, const TokenData& d) {
   data_print_summary(path, d);
   std::vector<int64_t> bucket(64, 0);  // sequences with length in [2^b, 2^(b+1))
-  int top = 0;
+  int top = 0, bottom = 63;
   for (int64_t s = 0; s < d.num_sequences(); ++s) {
     int b = 0;
     while ((int64_t(2) << b) <= d.sequence_length(s)) ++b;
     ++bucket[size_t(b)];
     top = std::max(top, b);
+    bottom = std::min(bottom, b);
   }
   const int64_t most = *std::max_element(bucket.begin(), bucket.end());
   log_info("length histogram (sequences per length range):");
-  for (int b = 0; b <= top; ++b) {
+  for (int b = bottom; b <= top; ++b) {
     const int bar = int(40 * bucket[size_t(b)] / std::max<int64_t>(1, most));
     log_info("  [%7lld, %7lld) %9lld %s", (long long)(int64_t(1) << b), (long long)(int64_t(2) << b),
              (long long)bucket[size_t(b)], std::string(size_t(bar), '#').c_str());

@@ -31,9 +31,9 @@ expect_ok "info" "$BIN" data info "$TMP/s.h5"
 expect_out "19 sequences"
 expect_out "vocab_size 97"
 expect_out "length histogram"
-expect_out "[      2,       4)"
+expect_out "[      8,      16)"
 expect_out "vocabulary use:"
-expect_out "of 97); largest id"
+expect_out "of 97), largest id"
 expect_err "synth min>max" "--min-len 9 / --max-len 3" \
   "$BIN" data synth --out "$TMP/t.h5" --vocab 97 --sequences 3 --min-len 9 --max-len 3
 [ -e "$TMP/t.h5" ] && fail "a failed synth left $TMP/t.h5"
@@ -70,6 +70,31 @@ ls "$TMP" | grep -q '\.tmp\.' && fail "a temporary file was left behind"
 
 # info on a file that is not a token file.
 expect_err "info on JSONL" "cannot open as HDF5" "$BIN" data info "$TMP/good.jsonl"
+
+# tokenize: conversations through the golden tokenizer (Hugging Face-trained), assistant-only loss.
+TOK="$2/tests/golden/tokenizer"
+if "$BIN" data tokenize --help >/dev/null 2>&1 && ! "$BIN" data tokenize --tokenizer "$TOK" --in /dev/null \
+     --out "$TMP/probe.h5" 2>&1 | grep -q "built without"; then
+  cat > "$TMP/chats.jsonl" <<'JSON'
+{"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4", "reasoning_content": "Simple."}]}
+{"conversations": [{"from": "human", "value": "你好"}, {"from": "gpt", "value": "你好！😀"}]}
+{"text": "plain text, trained whole"}
+JSON
+  expect_ok "tokenize" "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/chats.h5"
+  expect_out "3 sequences"
+  expect_ok "info on tokenized" "$BIN" data info "$TMP/chats.h5"
+  expect_out "vocab_size 906"
+  printf '%s\n' '{"text": "ok"}' '{"messages": [{"role": "user"}]}' > "$TMP/badchat.jsonl"
+  expect_err "tokenize bad line" "badchat.jsonl line 2: messages[0]: needs 'content'" \
+    "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/badchat.jsonl" --out "$TMP/badchat.h5"
+  [ -e "$TMP/badchat.h5" ] && fail "a failed tokenize left $TMP/badchat.h5"
+  expect_err "tokenize unknown template" "--chat-template 'llama' is not known" \
+    "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/x.h5" --chat-template llama
+  expect_err "tokenize no tokenizer" "cannot open" \
+    "$BIN" data tokenize --tokenizer "$TMP/none" --in "$TMP/chats.jsonl" --out "$TMP/x.h5"
+else
+  echo "note: this build has no tokenizer (PCRE2/libunistring missing); data tokenize checks skipped"
+fi
 
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "all data CLI checks passed"
