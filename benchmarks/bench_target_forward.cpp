@@ -49,6 +49,7 @@ class TimedOps final : public Ops {
   void upload_f32(const Tensor& d, const float* h) override { g_.upload_f32(d, h); }
   void upload_raw(const Tensor& d, const void* h) override { g_.upload_raw(d, h); }
   void download_f32(const Tensor& s, float* h) override { g_.download_f32(s, h); }
+  void download_raw(const Tensor& s, void* h) override { g_.download_raw(s, h); }
   void fill_normal(const Tensor& d, uint64_t seed, uint64_t stream, float mean, float std) override {
     g_.fill_normal(d, seed, stream, mean, std);
   }

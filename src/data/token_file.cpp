@@ -114,24 +114,27 @@ void write_to(const std::string& tmp, const std::string& path, const TokenData& 
   H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   DF_CHECK(file.get() >= 0, "%s: cannot create the temporary file %s (missing directory or no write permission?)",
            path.c_str(), tmp.c_str());
-  h5_write_dataset(file.get(), "tokens", H5T_STD_I32LE, H5T_NATIVE_INT32, data.tokens.data(), data.num_tokens(), path);
-  h5_write_dataset(file.get(), "offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, data.offsets.data(),
-                   static_cast<int64_t>(data.offsets.size()), path);
-  if (!data.loss_mask.empty())
-    h5_write_dataset(file.get(), "loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, data.loss_mask.data(),
-                     static_cast<int64_t>(data.loss_mask.size()), path);
-  if (data.vocab_size > 0) {
-    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    H5Handle attr(H5Acreate2(file.get(), "vocab_size", H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                  H5Aclose);
-    DF_CHECK(attr.get() >= 0 && H5Awrite(attr.get(), H5T_NATIVE_INT64, &data.vocab_size) >= 0,
-             "%s: writing attribute 'vocab_size' failed", path.c_str());
-  }
+  token_data_write_datasets(file.get(), data, path);
   DF_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "%s: flushing failed (disk full?)", path.c_str());
   DF_CHECK(file.close(), "%s: closing the file failed (disk full?)", path.c_str());
 }
 
 }  // namespace
+
+void token_data_write_datasets(hid_t file, const TokenData& data, const std::string& path) {
+  h5_write_dataset(file, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT32, data.tokens.data(), data.num_tokens(), path);
+  h5_write_dataset(file, "offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, data.offsets.data(),
+                   static_cast<int64_t>(data.offsets.size()), path);
+  if (!data.loss_mask.empty())
+    h5_write_dataset(file, "loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, data.loss_mask.data(),
+                     static_cast<int64_t>(data.loss_mask.size()), path);
+  if (data.vocab_size > 0) {
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    H5Handle attr(H5Acreate2(file, "vocab_size", H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    DF_CHECK(attr.get() >= 0 && H5Awrite(attr.get(), H5T_NATIVE_INT64, &data.vocab_size) >= 0,
+             "%s: writing attribute 'vocab_size' failed", path.c_str());
+  }
+}
 
 void token_data_validate(const TokenData& data, const std::string& where) {
   check_offsets(data.offsets, data.num_tokens(), where);

@@ -28,6 +28,9 @@ void token_data_validate(const TokenData& data, const std::string& where);
 // either the old file or the new one, never half of one. Throws naming the path on any failure.
 void token_file_write(const std::string& path, const TokenData& data);
 
+// The datasets and attribute of a token file, written into an open HDF5 file (token files, feature files).
+void token_data_write_datasets(hid_t file, const TokenData& data, const std::string& path);
+
 // Reads and validates a whole file into memory.
 TokenData token_file_read(const std::string& path);
 

@@ -57,6 +57,8 @@ class Ops {
   virtual void upload_raw(const Tensor& dst, const void* host) = 0;
   // Backend tensor (any float dtype, may be strided) into host f32, row-major contiguous.
   virtual void download_f32(const Tensor& src, float* host) = 0;
+  // Contiguous host bytes of src's own dtype (no conversion).
+  virtual void download_raw(const Tensor& src, void* host) = 0;
   // dst = src (same shape; dtypes may differ between f32 and bf16). Used for taps.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   // dst[r, c] = mean + std · rng_normal_at(seed, stream, r·cols + c) (core/rng.h), drawn where dst lives and

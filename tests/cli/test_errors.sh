@@ -54,5 +54,23 @@ expect_fail "mlp.gate_proj.weight" "$BIN" extract --model "$TMP/tiny" --tokens "
 [ ! -e "$TMP/o.h5" ] || { echo "FAIL: a failed extract left $TMP/o.h5 behind"; fails=$((fails + 1)); }
 expect_fail "--layers" "$BIN" extract --model "$TMP/tiny" --tokens "$TMP/tok.h5" --out "$TMP/o.h5" --layers 1,99
 
+# Offline features: --for-config writes exactly the drafter's taps (configs/tiny.toml: layers 1 and 3, CE loss),
+# bf16 by default, with the tokens; --dtype f32 and --layers lists are honoured.
+"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --out "$TMP/tiny2" >/dev/null
+if "$BIN" extract --model "$TMP/tiny2" --tokens "$TMP/tok.h5" --out "$TMP/feat.h5" \
+     --for-config "$SRC/configs/tiny.toml" >"$TMP/x.log" 2>&1; then
+  sets=$(h5ls "$TMP/feat.h5" | awk '{print $1}' | sort | tr '\n' ' ')
+  [ "$sets" = "layer_1 layer_3 loss_mask offsets tokens " ] || { echo "FAIL: --for-config wrote: $sets"; fails=$((fails + 1)); }
+  h5ls -v "$TMP/feat.h5/layer_1" | grep -q "native unsigned short" || { echo "FAIL: taps are not 16-bit"; fails=$((fails + 1)); }
+  "$BIN" data info "$TMP/feat.h5" >/dev/null 2>&1 || { echo "FAIL: a feature file is not a token file"; fails=$((fails + 1)); }
+else
+  echo "FAIL: extract --for-config: $(cat "$TMP/x.log")"; fails=$((fails + 1))
+fi
+"$BIN" extract --model "$TMP/tiny2" --tokens "$TMP/tok.h5" --out "$TMP/f32.h5" --layers 2,final_norm --dtype f32 \
+  >/dev/null 2>&1 || { echo "FAIL: extract --dtype f32"; fails=$((fails + 1)); }
+sets=$(h5ls "$TMP/f32.h5" | awk '{print $1}' | sort | tr '\n' ' ')
+[ "$sets" = "final_norm layer_2 loss_mask offsets tokens " ] || { echo "FAIL: --layers 2,final_norm wrote: $sets"; fails=$((fails + 1)); }
+expect_fail "listed twice" "$BIN" extract --model "$TMP/tiny2" --tokens "$TMP/tok.h5" --out "$TMP/o.h5" --layers 1,1
+
 echo "$fails failed"
 [ $fails -eq 0 ]

@@ -151,7 +151,7 @@ inline std::string extract_command(const fs::path& model, const fs::path& tokens
                                    const std::string& device = "cpu") {
   return shell_quote(DF_BINARY_DIR "/dflash_mpi") + " extract --model " + shell_quote(model.string()) +
          " --tokens " + shell_quote(tokens.string()) + " --out " + shell_quote(out.string()) +
-         " --layers all --device " + device;
+         " --layers all --dtype f32 --device " + device;
 }
 
 // Runs extract on golden model `model` into `tmp`, opens expected.h5 and the output and lists the datasets to

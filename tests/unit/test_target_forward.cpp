@@ -113,6 +113,7 @@ class WorkspaceProbeOps final : public Ops {
   void upload_f32(const Tensor& d, const float* h) override { c_.upload_f32(d, h); }
   void upload_raw(const Tensor& d, const void* h) override { c_.upload_raw(d, h); }
   void download_f32(const Tensor& s, float* h) override { c_.download_f32(s, h); }
+  void download_raw(const Tensor& s, void* h) override { c_.download_raw(s, h); }
   void copy(const Tensor& s, const Tensor& d) override { c_.copy(s, d); }
   void fill_normal(const Tensor& d, uint64_t seed, uint64_t st, float mean, float std) override {
     c_.fill_normal(d, seed, st, mean, std);

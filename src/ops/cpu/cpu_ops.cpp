@@ -206,6 +206,13 @@ void CpuOps::upload_raw(const Tensor& dst, const void* host) {
     std::memcpy(dst.row_bytes(r), static_cast<const char*>(host) + size_t(r) * row_bytes, row_bytes);
 }
 
+void CpuOps::download_raw(const Tensor& src, void* host) {
+  check_host("download_raw", src);
+  const size_t row_bytes = size_t(src.cols) * dtype_size(src.dtype);
+  for (int64_t r = 0; r < src.rows; ++r)
+    std::memcpy(static_cast<char*>(host) + size_t(r) * row_bytes, src.row_bytes(r), row_bytes);
+}
+
 void CpuOps::download_f32(const Tensor& src, float* host) {
   check_host("download_f32", src);
   for (int64_t r = 0; r < src.rows; ++r) {

@@ -32,6 +32,7 @@ class CpuOps final : public Ops {
   void upload_f32(const Tensor& dst, const float* host) override;
   void upload_raw(const Tensor& dst, const void* host) override;
   void download_f32(const Tensor& src, float* host) override;
+  void download_raw(const Tensor& src, void* host) override;
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill_normal(const Tensor& dst, uint64_t seed, uint64_t stream, float mean, float std) override;
   void synchronize() override {}

@@ -90,6 +90,14 @@ void CudaOps::upload_raw(const Tensor& dst, const void* host) {
   DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaOps::download_raw(const Tensor& src, void* host) {
+  DF_CHECK(src.device == Device::cuda, "download_raw: source %s must be CUDA memory", src.shape_str().c_str());
+  const size_t es = dtype_size(src.dtype);
+  DF_CUDA_CHECK(cudaMemcpy2DAsync(host, src.cols * es, src.data, src.stride * es, src.cols * es, src.rows,
+                                  cudaMemcpyDeviceToHost, stream_));
+  DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 void CudaOps::download_f32(const Tensor& src, float* host) {
   DF_CHECK(src.device == Device::cuda && is_float(src.dtype), "download_f32: source %s must be CUDA f32/bf16",
            src.shape_str().c_str());
