@@ -27,7 +27,9 @@ constexpr int kMaxCluster = 8;
 // Elements per thread below which a row is not split further (the exchange costs two cluster barriers).
 constexpr int64_t kMinPerThread = 8;
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
 
 // Where each piece of the workspace lives (byte offsets, 256-byte aligned) and the padded row strides: logits
 // rows of a multiple of 8 elements keep every row 16-byte aligned for the vector loads and cuBLASLt.
@@ -68,7 +70,9 @@ int loss_cluster_size(int64_t V) {
   return int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, kMaxCluster));
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace
 
@@ -80,8 +84,8 @@ __global__ void __launch_bounds__(kScanThreads)
     lm_loss_compact_kernel(const uint8_t* active, int rows, int32_t* idx) {
   __shared__ int warp_incl[32];
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-  const int per = (rows + kScanThreads - 1) / kScanThreads;
-  const int r0 = min(rows, t * per), r1 = min(rows, r0 + per);
+  const int64_t per = (int64_t(rows) + kScanThreads - 1) / kScanThreads;
+  const int r0 = int(min(int64_t(rows), t * per)), r1 = int(min(int64_t(rows), r0 + per));
   int cnt = 0;
   for (int r = r0; r < r1; ++r) cnt += active[r] != 0;
   int incl = cnt;
@@ -234,7 +238,8 @@ struct RowArgs {
   int ctas;  // CTAs per row (the cluster size)
 };
 
-// The cluster's barrier (a block barrier when the row has one CTA) and CTA `rank`'s partial as seen from here.
+// The cluster's barrier (a block barrier when the row has one CTA) and CTA `rank`'s partial as seen from
+// here.
 __device__ __forceinline__ void row_sync(int ctas) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (ctas > 1) {
@@ -327,12 +332,12 @@ __global__ void __launch_bounds__(kRowThreads) lm_loss_row_kernel(RowArgs a) {
     fin[3] = log_t;
     if (rank == 0) {
       const int32_t lab = a.labels[r];
-      const float nan = __int_as_float(0x7fc00000);
-      const float zl = lab >= 0 && lab < V ? a.logits[i * a.ld + lab] : nan;
+      const bool ok = lab >= 0 && lab < V;
+      const float nan = __int_as_float(0x7fc00000), zl = ok ? a.logits[i * a.ld + lab] : 0.0f;
       // KL = E_pt[y − z] − (y_max − z_max) + (log Σ_d − log Σ_t): every term is bounded by the logit range.
       const float loss = KL ? g.a / g.s - (g.m - d.m) + (log_d - log_t) : (d.m - zl) + log_d;
-      a.loss[r] = zl == zl ? loss : nan;
-      a.p_label[r] = __expf((zl - d.m) - log_d);
+      a.loss[r] = ok ? loss : nan;
+      a.p_label[r] = ok ? __expf((zl - d.m) - log_d) : nan;
       a.argmax[r] = d.am;
     }
   }
@@ -381,9 +386,11 @@ void rows_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, con
                  int64_t H, bool scatter, cudaStream_t stream) {
   const bool vec = H % 8 == 0 && ld_src % 8 == 0 && ld_dst % 8 == 0 && aligned16(src) && aligned16(dst);
   if (vec)
-    lm_loss_rows_kernel<8><<<unsigned(n), kCopyThreads, 0, stream>>>(src, ld_src, dst, ld_dst, idx, H, scatter);
+    lm_loss_rows_kernel<8>
+        <<<unsigned(n), kCopyThreads, 0, stream>>>(src, ld_src, dst, ld_dst, idx, H, scatter);
   else
-    lm_loss_rows_kernel<1><<<unsigned(n), kCopyThreads, 0, stream>>>(src, ld_src, dst, ld_dst, idx, H, scatter);
+    lm_loss_rows_kernel<1>
+        <<<unsigned(n), kCopyThreads, 0, stream>>>(src, ld_src, dst, ld_dst, idx, H, scatter);
   DF_CUDA_CHECK_LAUNCH("lm_loss_rows_kernel");
 }
 
@@ -410,28 +417,31 @@ size_t lm_head_loss_workspace_bytes(int64_t rows, int64_t H, int64_t V, int64_t 
 }
 
 void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidden, const bf16* lm_head,
-                         int64_t ld_lm_head, const int32_t* labels, const uint8_t* active, const bf16* target_hidden,
-                         int64_t ld_target, bool kl, float* loss, float* p_label, int32_t* argmax, bf16* dhidden,
-                         int64_t ld_dhidden, int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, void* ws,
-                         size_t ws_bytes, cudaStream_t stream) {
-  DF_CHECK(rows >= 0 && rows <= INT_MAX && H >= 1 && V >= 1 && V <= INT_MAX && chunk_rows >= 1,
-           "lm_head_loss_launch: rows %lld, H %lld, V %lld, chunk_rows %lld out of range (rows and V fit int32, "
-           "H, V, chunk ≥ 1)",
-           (long long)rows, (long long)H, (long long)V, (long long)chunk_rows);
-  DF_CHECK(ld_hidden >= H && ld_lm_head >= H && ld_dhidden >= H && (!kl || ld_target >= H),
-           "lm_head_loss_launch: a row stride is shorter than H %lld (hidden %lld, lm_head %lld, dhidden %lld, "
-           "target %lld)",
-           (long long)H, (long long)ld_hidden, (long long)ld_lm_head, (long long)ld_dhidden, (long long)ld_target);
+                         int64_t ld_lm_head, const int32_t* labels, const uint8_t* active,
+                         const bf16* target_hidden, int64_t ld_target, bool kl, float* loss, float* p_label,
+                         int32_t* argmax, bf16* dhidden, int64_t ld_dhidden, int64_t rows, int64_t H,
+                         int64_t V, int64_t chunk_rows, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  DF_CHECK(
+      rows >= 0 && rows <= INT_MAX && H >= 1 && V >= 1 && V <= INT_MAX && chunk_rows >= 1,
+      "lm_head_loss_launch: rows %lld, H %lld, V %lld, chunk_rows %lld out of range (rows and V fit int32, "
+      "H, V, chunk ≥ 1)",
+      (long long)rows, (long long)H, (long long)V, (long long)chunk_rows);
+  DF_CHECK(
+      ld_hidden >= H && ld_lm_head >= H && ld_dhidden >= H && (!kl || ld_target >= H),
+      "lm_head_loss_launch: a row stride is shorter than H %lld (hidden %lld, lm_head %lld, dhidden %lld, "
+      "target %lld)",
+      (long long)H, (long long)ld_hidden, (long long)ld_lm_head, (long long)ld_dhidden, (long long)ld_target);
   DF_CHECK(gemm && hidden && lm_head && labels && active && loss && p_label && argmax && dhidden &&
                (!kl || target_hidden),
            "lm_head_loss_launch: null pointer argument%s", kl ? " (the KL needs target_hidden)" : "");
   if (rows == 0) return;
   const LossLayout L = loss_layout(rows, H, V, chunk_rows, kl);
-  DF_CHECK(ws && ws_bytes >= L.bytes && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
-           "lm_head_loss_launch: workspace %p of %zu bytes, needs %zu bytes 256-byte aligned for rows %lld H %lld "
-           "V %lld chunk %lld%s (HINT: size it with lm_head_loss_workspace_bytes and the same arguments)",
-           ws, ws_bytes, L.bytes, (long long)rows, (long long)H, (long long)V, (long long)chunk_rows,
-           kl ? " kl" : "");
+  DF_CHECK(
+      ws && ws_bytes >= L.bytes && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
+      "lm_head_loss_launch: workspace %p of %zu bytes, needs %zu bytes 256-byte aligned for rows %lld H %lld "
+      "V %lld chunk %lld%s (HINT: size it with lm_head_loss_workspace_bytes and the same arguments)",
+      ws, ws_bytes, L.bytes, (long long)rows, (long long)H, (long long)V, (long long)chunk_rows,
+      kl ? " kl" : "");
   char* base = static_cast<char*>(ws);
   int32_t* idx = reinterpret_cast<int32_t*>(base + L.idx);
   bf16* hid = reinterpret_cast<bf16*>(base + L.hid);
@@ -443,18 +453,19 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
   lm_loss_compact_kernel<<<1, kScanThreads, 0, stream>>>(active, int(rows), idx);
   DF_CUDA_CHECK_LAUNCH("lm_loss_compact_kernel");
   lm_loss_clear_kernel<<<unsigned(rows), kCopyThreads, 0, stream>>>(active, loss, p_label, argmax, dhidden,
-                                                                     ld_dhidden, H);
+                                                                    ld_dhidden, H);
   DF_CUDA_CHECK_LAUNCH("lm_loss_clear_kernel");
   // The host does not know how many rows are active (that would take a sync), so it walks every position;
   // the active ones come first, and the row kernel and the scatter skip the dead ones.
-  const RowArgs base_args{logits, tlogits, grad, L.ldv, idx, labels, loss, p_label, argmax, V, loss_cluster_size(V)};
+  const RowArgs base_args{
+      logits, tlogits, grad, L.ldv, idx, labels, loss, p_label, argmax, V, loss_cluster_size(V)};
   for (int64_t p0 = 0; p0 < rows; p0 += L.chunk) {
     const int64_t n = std::min(L.chunk, rows - p0);
     RowArgs args = base_args;
     args.idx = idx + p0;
     rows_launch(hidden, ld_hidden, hid, L.ldh, args.idx, n, H, false, stream);
-    gemm_launch_ex(gemm, hid, L.ldh, false, lm_head, ld_lm_head, true, logits, L.ldv, true, n, V, H, 1.0f, 0.0f,
-                   stream);
+    gemm_launch_ex(gemm, hid, L.ldh, false, lm_head, ld_lm_head, true, logits, L.ldv, true, n, V, H, 1.0f,
+                   0.0f, stream);
     if (kl) {
       rows_launch(target_hidden, ld_target, tgt, L.ldh, args.idx, n, H, false, stream);
       gemm_launch_ex(gemm, tgt, L.ldh, false, lm_head, ld_lm_head, true, tlogits, L.ldv, true, n, V, H, 1.0f,
@@ -464,8 +475,8 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
       row_kernel_launch<false>(args, n, stream);
     }
     // dhidden of the chunk = grad [n, V] · lm_head [V, H], into the gathered rows' buffer, then scattered.
-    gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, ld_lm_head, false, hid, L.ldh, false, n, H, V, 1.0f, 0.0f,
-                   stream);
+    gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, ld_lm_head, false, hid, L.ldh, false, n, H, V, 1.0f,
+                   0.0f, stream);
     rows_launch(hid, L.ldh, dhidden, ld_dhidden, args.idx, n, H, true, stream);
   }
 }
