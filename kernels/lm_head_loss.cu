@@ -263,6 +263,33 @@ __device__ __forceinline__ const S& row_partial(S* p, int rank, int ctas) {
 template <bool KL>
 constexpr int kRowUnroll = KL ? 2 : 4;
 
+// Calls f(qu, z, y) with the four logits z (and target logits y) of every float4 column qu of the slice
+// [q0, q1) that this thread owns, in increasing order, U loads issued before any is used. `last` marks the
+// slice's second pass: its loads evict first, keeping L2 for the slices still in their first pass.
+template <int U, bool KL, class F>
+__device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y4, int64_t q0, int64_t q1,
+                                               bool last, F&& f) {
+  for (int64_t q = q0 + threadIdx.x; q < q1; q += int64_t(blockDim.x) * U) {
+    float4 zb[U], yb[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t qu = q + int64_t(u) * blockDim.x;
+      zb[u] = yb[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (qu < q1) {
+        zb[u] = last ? __ldcs(z4 + qu) : __ldcg(z4 + qu);
+        if constexpr (KL) yb[u] = last ? __ldcs(y4 + qu) : __ldcg(y4 + qu);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t qu = q + int64_t(u) * blockDim.x;
+      if (qu >= q1) break;
+      const float zv[4] = {zb[u].x, zb[u].y, zb[u].z, zb[u].w}, yv[4] = {yb[u].x, yb[u].y, yb[u].z, yb[u].w};
+      f(qu, zv, yv);
+    }
+  }
+}
+
 // One logits row (chunk position blockIdx.x / ctas) per cluster of `ctas` CTAs, CTA `rank` owning a slice of
 // float4 columns. Pass 1 builds the slice's statistics; every CTA merges the cluster's partials in rank
 // order; pass 2 re-reads the slice (from L2) and writes ∂loss/∂logits as bf16: softmax − onehot(label) for
@@ -281,36 +308,22 @@ __global__ void __launch_bounds__(kRowThreads) lm_loss_row_kernel(RowArgs a) {
   const int32_t r = a.idx[i];
   if (r < 0) return;  // a dead position: every CTA of the cluster leaves before any barrier
   const int64_t V = a.V, V4 = (V + 3) / 4, per = (V4 + a.ctas - 1) / a.ctas;
-  const int64_t q0 = rank * per, q1 = min(V4, q0 + per), step = int64_t(blockDim.x) * U;
+  const int64_t q0 = rank * per, q1 = min(V4, q0 + per);
   const float4* z4 = reinterpret_cast<const float4*>(a.logits + i * a.ld);
   const float4* y4 = KL ? reinterpret_cast<const float4*>(a.tlogits + i * a.ld) : nullptr;
 
   RowStat sd{-INFINITY, 0.0f, INT_MAX};
   TgtStat st{-INFINITY, 0.0f, 0.0f};
-  for (int64_t q = q0 + threadIdx.x; q < q1; q += step) {
-    float4 zb[U] = {}, yb[U] = {};
+  slice_for_each<U, KL>(z4, y4, q0, q1, false, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t qu = q + int64_t(u) * blockDim.x;
-      if (qu < q1) {
-        zb[u] = __ldcg(z4 + qu);
-        if constexpr (KL) yb[u] = __ldcg(y4 + qu);
+    for (int j = 0; j < 4; ++j) {
+      const int64_t t = 4 * qu + j;
+      if (t < V) {
+        row_stat_add(sd, zv[j], int32_t(t));
+        if constexpr (KL) tgt_stat_add(st, yv[j], zv[j]);
       }
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t qu = q + int64_t(u) * blockDim.x;
-      const float zv[4] = {zb[u].x, zb[u].y, zb[u].z, zb[u].w}, yv[4] = {yb[u].x, yb[u].y, yb[u].z, yb[u].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t t = 4 * qu + j;
-        if (qu < q1 && t < V) {
-          row_stat_add(sd, zv[j], int32_t(t));
-          if constexpr (KL) tgt_stat_add(st, yv[j], zv[j]);
-        }
-      }
-    }
-  }
+  });
   sd = stat_block_reduce(sd, red_d);
   if constexpr (KL) st = stat_block_reduce(st, red_t);
   if (threadIdx.x == 0) {
@@ -346,36 +359,21 @@ __global__ void __launch_bounds__(kRowThreads) lm_loss_row_kernel(RowArgs a) {
   const int32_t lab = a.labels[r];
   const float mz = fin[0], lz = fin[1], my = fin[2], ly = fin[3];
   uint2* g4 = reinterpret_cast<uint2*>(a.grad + i * a.ld);
-  for (int64_t q = q0 + threadIdx.x; q < q1; q += step) {
-    float4 zb[U] = {}, yb[U] = {};
+  slice_for_each<U, KL>(z4, y4, q0, q1, true, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+    float gv[4];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t qu = q + int64_t(u) * blockDim.x;
-      if (qu < q1) {
-        zb[u] = __ldcs(z4 + qu);  // last use: evict first, keeping L2 for the slices still in pass 1
-        if constexpr (KL) yb[u] = __ldcs(y4 + qu);
-      }
+    for (int j = 0; j < 4; ++j) {
+      const int64_t t = 4 * qu + j;
+      const float p = __expf((zv[j] - mz) - lz);
+      if constexpr (KL)
+        gv[j] = p - __expf((yv[j] - my) - ly);
+      else
+        gv[j] = t == lab ? p - 1.0f : p;
+      if (t >= V) gv[j] = 0.0f;  // row padding up to ld: never read by the GEMM, kept defined
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t qu = q + int64_t(u) * blockDim.x;
-      if (qu >= q1) break;
-      const float zv[4] = {zb[u].x, zb[u].y, zb[u].z, zb[u].w}, yv[4] = {yb[u].x, yb[u].y, yb[u].z, yb[u].w};
-      float gv[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t t = 4 * qu + j;
-        const float p = __expf((zv[j] - mz) - lz);
-        if constexpr (KL)
-          gv[j] = p - __expf((yv[j] - my) - ly);
-        else
-          gv[j] = t == lab ? p - 1.0f : p;
-        if (t >= V) gv[j] = 0.0f;  // row padding up to ld: never read by the GEMM, kept defined
-      }
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(gv[0], gv[1]), hi = __floats2bfloat162_rn(gv[2], gv[3]);
-      g4[qu] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-    }
-  }
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(gv[0], gv[1]), hi = __floats2bfloat162_rn(gv[2], gv[3]);
+    g4[qu] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  });
 }
 
 // ---- launchers ----
