@@ -348,14 +348,16 @@ class LmHeadLossCuda : public ::testing::Test {
 }  // namespace
 
 // rows 1/7/130, H 5/64/130, V 65/1000/32003 (1 and 4 CTAs per row) and 70001 (8 CTAs, uneven slices),
-// chunk 1/3/64 and larger than rows; odd strides take the element-wise gather, multiples of 8 the vector one.
+// chunk 1/3/64 and larger than rows, 2500 rows (3 per thread of the compaction scan); odd strides take the
+// element-wise gather, multiples of 8 the vector one.
 TEST_F(LmHeadLossCuda, MatchesCpuOnAwkwardShapes) {
   struct Shape {
     int64_t rows, H, V, chunk, pad;
   };
   const Shape shapes[] = {{1, 5, 65, 1, 0},        {7, 5, 65, 64, 3},     {7, 64, 1000, 3, 0},
                           {130, 130, 1000, 64, 3}, {130, 64, 1000, 1, 8}, {7, 130, 32003, 3, 0},
-                          {130, 64, 32003, 64, 0}, {7, 64, 70001, 3, 8},  {130, 5, 65, 200, 0}};
+                          {130, 64, 32003, 64, 0}, {7, 64, 70001, 3, 8},  {130, 5, 65, 200, 0},
+                          {2500, 8, 65, 1000, 0}};
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
     const LossInputs in = make_inputs(s.rows, s.H, s.V, 1.0f, 1.0f, seed++);
