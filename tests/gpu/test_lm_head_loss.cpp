@@ -290,6 +290,7 @@ class LmHeadLossCuda : public ::testing::Test {
     Buf(CudaOps* o, size_t bytes, int poison) : ops(o), p(o->alloc_bytes(std::max<size_t>(bytes, 1))) {
       EXPECT_EQ(cudaMemset(p, poison, std::max<size_t>(bytes, 1)), cudaSuccess);
     }
+    Buf(const Buf&) = delete;
     ~Buf() { ops->free_bytes(p); }
     template <class T>
     T* as() const {
