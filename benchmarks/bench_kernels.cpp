@@ -2,7 +2,8 @@
 // GEMM of a layer, causal attention (24 q / 4 kv heads, hd 256), Gated DeltaNet prefill (16/48 heads, 128)
 // and the memory-bound ops, then the drafter's lm_head loss (8192 block rows). Prints work, median time, rate
 // and % of the measured H200 ceilings (790 TFLOP/s bf16 GEMM, ~4.8 TB/s HBM). Each op's output on a small
-// slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1. Plain main(): the GPU machine has no Google Benchmark.
+// slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
+// Plain main(): the GPU machine has no Google Benchmark.
 #include <cuda_runtime.h>
 
 #include <algorithm>
