@@ -60,16 +60,6 @@ LossLayout loss_layout(int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, b
   return L;
 }
 
-// CTAs that split one row of V logits: 1 below sm_90 (no clusters) or for short rows.
-int loss_cluster_size(int64_t V) {
-  int dev = 0, major = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (major < 9) return 1;
-  const int64_t per_cta = kRowThreads * kMinPerThread;
-  return int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, kMaxCluster));
-}
-
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -392,19 +382,49 @@ void rows_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, con
   DF_CUDA_CHECK_LAUNCH("lm_loss_rows_kernel");
 }
 
-template <bool KL>
-void row_kernel_launch(const RowArgs& args, int64_t n, cudaStream_t stream) {
+// The row kernel's launch for `ctas` CTAs per row over n rows; the cluster attribute only when ctas > 1.
+cudaLaunchConfig_t row_config(int ctas, int64_t n, cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(n * args.ctas));
+  cfg.gridDim = dim3(unsigned(n * ctas));
   cfg.blockDim = dim3(kRowThreads);
   cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(args.ctas);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = args.ctas > 1 ? 1 : 0;
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = unsigned(ctas);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = ctas > 1 ? 1 : 0;
+  return cfg;
+}
+
+// CTAs that split one row of V logits: 1 below sm_90 (no clusters) or for short rows. A cluster's CTAs run
+// at once inside one GPC, so it is halved until the occupancy calculator finds room for one (a MIG slice or
+// a smaller part can have fewer than 8 SMs free per GPC).
+template <bool KL>
+int loss_cluster_size(int64_t V) {
+  int dev = 0, major = 0;
+  DF_CUDA_CHECK(cudaGetDevice(&dev));
+  DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) return 1;
+  const int64_t per_cta = kRowThreads * kMinPerThread;
+  int ctas = int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, kMaxCluster));
+  for (; ctas > 1; ctas /= 2) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = row_config(ctas, 1, nullptr, &attr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, lm_loss_row_kernel<KL>, &cfg) == cudaSuccess &&
+        clusters > 0)
+      break;
+    cudaGetLastError();  // a refusal is an answer here, not an error to leave pending
+  }
+  return ctas;
+}
+
+template <bool KL>
+void row_kernel_launch(const RowArgs& args, int64_t n, cudaStream_t stream) {
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = row_config(args.ctas, n, stream, &attr);
   DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, lm_loss_row_kernel<KL>, args));
 }
 
@@ -455,8 +475,8 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
   DF_CUDA_CHECK_LAUNCH("lm_loss_clear_kernel");
   // The host does not know how many rows are active (that would take a sync), so it walks every position;
   // the active ones come first, and the row kernel and the scatter skip the dead ones.
-  const RowArgs base_args{
-      logits, tlogits, grad, L.ldv, idx, labels, loss, p_label, argmax, V, loss_cluster_size(V)};
+  const int ctas = kl ? loss_cluster_size<true>(V) : loss_cluster_size<false>(V);
+  const RowArgs base_args{logits, tlogits, grad, L.ldv, idx, labels, loss, p_label, argmax, V, ctas};
   for (int64_t p0 = 0; p0 < rows; p0 += L.chunk) {
     const int64_t n = std::min(L.chunk, rows - p0);
     RowArgs args = base_args;
