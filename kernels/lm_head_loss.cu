@@ -125,7 +125,7 @@ __global__ void lm_loss_rows_kernel(const bf16* src, int64_t ld_src, bf16* dst, 
   const int64_t i = blockIdx.x;
   const int32_t r = idx[i];
   if (scatter && r < 0) return;
-  const bf16* s = src + (scatter ? i : int64_t(r)) * ld_src;
+  const bf16* s = src + (scatter ? i : int64_t(max(r, 0))) * ld_src;  // a dead row is never read
   bf16* d = dst + (scatter ? int64_t(r) : i) * ld_dst;
   for (int64_t h = threadIdx.x; h < H / VEC; h += blockDim.x) {
     if constexpr (VEC == 8) {
