@@ -1,20 +1,24 @@
 // CUDA kernel benchmark at the Qwen3.6-27B shapes for one 32,768-token batch (8 sequences × 4096): each
 // GEMM of a layer, causal attention (24 q / 4 kv heads, hd 256), Gated DeltaNet prefill (16/48 heads, 128)
-// and the memory-bound ops. Prints work, median time, rate and % of the measured H200 ceilings (790 TFLOP/s
-// bf16 GEMM, ~4.8 TB/s HBM). Before timing, each op's output on a small slice is checked against CpuOps;
-// a failed check makes the run exit 1. Plain main(): the GPU machine has no Google Benchmark.
+// and the memory-bound ops, then the drafter's lm_head loss (8192 block rows). Prints work, median time, rate
+// and % of the measured H200 ceilings (790 TFLOP/s bf16 GEMM, ~4.8 TB/s HBM). Each op's output on a small
+// slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
+// Plain main(): the GPU machine has no Google Benchmark.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/gemm.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/train_launchers.cuh"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
@@ -104,6 +108,157 @@ void row_bytes(const char* name, double bytes, double ms) {
   double gbs = bytes / (ms * 1e-3) / 1e9;
   std::printf("%-40s %10.1f MB    %9.3f ms %8.1f GB/s    %6.1f %% of %.0f\n", name, bytes / 1e6, ms, gbs,
               100.0 * gbs / kPeakGBs, kPeakGBs);
+}
+
+// The drafter's lm_head loss at the 27B shape: R block rows (every 16th, the anchor, inactive) against
+// V = 248,320; CE at two chunk sizes, the KL at one, and the two GEMMs of the CE alone for the overhead. Each
+// configuration's last timed run is checked on rows 1 (first chunk), R − 1 (last) and 16 (inactive) against
+// a double-precision host computation from the same bf16 values (the CPU oracle would need 5 GB of f32).
+void bench_lm_head_loss(Bench& b, int64_t H) {
+  const int64_t R = 8192, V = 248320;
+  size_t mark = b.arena.mark();
+  Tensor hid = b.rand(DType::bf16, R, H, -2, 2), tgt = b.rand(DType::bf16, R, H, -2, 2);
+  Tensor W = b.rand(DType::bf16, V, H, -0.05f, 0.05f);
+  std::vector<int32_t> labels(R);
+  std::vector<uint8_t> active(R);
+  std::mt19937 rng(7);
+  int64_t n_active = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    labels[size_t(r)] = int32_t(rng() % uint32_t(V));
+    active[size_t(r)] = r % 16 != 0;
+    n_active += active[size_t(r)];
+  }
+  Tensor lab = b.arena.alloc(DType::i32, 1, R), act = b.arena.alloc(DType::u8, 1, R);
+  b.gpu.upload_raw(lab, labels.data());
+  b.gpu.upload_raw(act, active.data());
+  Tensor loss = b.arena.alloc(DType::f32, 1, R), pl = b.arena.alloc(DType::f32, 1, R);
+  Tensor am = b.arena.alloc(DType::i32, 1, R), dh = b.arena.alloc(DType::bf16, R, H);
+  GemmContext* gemm = gemm_init();
+  auto bf = [](const Tensor& t) { return static_cast<bf16*>(t.data); };
+  auto run = [&](bool kl, int64_t chunk, void* ws, size_t ws_bytes) {
+    lm_head_loss_launch(gemm, bf(hid), H, bf(W), H, lab.ptr<int32_t>(), act.ptr<uint8_t>(),
+                        kl ? bf(tgt) : nullptr, H, kl, loss.ptr<float>(), pl.ptr<float>(), am.ptr<int32_t>(),
+                        bf(dh), H, R, H, V, chunk, ws, ws_bytes, b.gpu.stream());
+  };
+  std::vector<uint16_t> w(size_t(V * H)), x(size_t(R * H)), xt(size_t(R * H));
+  DF_CUDA_CHECK(cudaMemcpy(w.data(), W.data, w.size() * 2, cudaMemcpyDeviceToHost));
+  DF_CUDA_CHECK(cudaMemcpy(x.data(), hid.data, x.size() * 2, cudaMemcpyDeviceToHost));
+  DF_CUDA_CHECK(cudaMemcpy(xt.data(), tgt.data, xt.size() * 2, cudaMemcpyDeviceToHost));
+  // Row r's logits in double from the bf16 values.
+  auto host_logits = [&](const std::vector<uint16_t>& in, int64_t r) {
+    std::vector<double> z(static_cast<size_t>(V));
+#pragma omp parallel for schedule(static)
+    for (int64_t v = 0; v < V; ++v) {
+      double s = 0;
+      for (int64_t h = 0; h < H; ++h)
+        s += double(bf16_to_f32(in[size_t(r * H + h)])) * bf16_to_f32(w[size_t(v * H + h)]);
+      z[size_t(v)] = s;
+    }
+    return z;
+  };
+  auto log_softmax = [](std::vector<double> z) {
+    const double m = *std::max_element(z.begin(), z.end());
+    double sum = 0;
+    for (double v : z) sum += std::exp(v - m);
+    for (double& v : z) v -= m + std::log(sum);
+    return z;
+  };
+  auto check = [&](const char* what, bool kl) {
+    std::vector<uint16_t> dh_got(size_t(R * H));
+    std::vector<float> loss_got(R), pl_got(R);
+    std::vector<int32_t> am_got(R);
+    DF_CUDA_CHECK(cudaMemcpy(dh_got.data(), dh.data, dh_got.size() * 2, cudaMemcpyDeviceToHost));
+    DF_CUDA_CHECK(cudaMemcpy(loss_got.data(), loss.data, size_t(R) * 4, cudaMemcpyDeviceToHost));
+    DF_CUDA_CHECK(cudaMemcpy(pl_got.data(), pl.data, size_t(R) * 4, cudaMemcpyDeviceToHost));
+    DF_CUDA_CHECK(cudaMemcpy(am_got.data(), am.data, size_t(R) * 4, cudaMemcpyDeviceToHost));
+    double loss_err = 0, p_err = 0, dh_err = 0, dh_ref = 0;
+    bool ok = true;
+    for (int64_t r : {int64_t(1), R - 1, int64_t(16)}) {
+      const size_t ur = size_t(r);
+      if (!active[ur]) {
+        ok &= loss_got[ur] == 0.0f && pl_got[ur] == 0.0f && am_got[ur] == -1;
+        for (int64_t h = 0; h < H; ++h) ok &= bf16_to_f32(dh_got[size_t(r * H + h)]) == 0.0f;
+        continue;
+      }
+      const std::vector<double> z = host_logits(x, r), lpd = log_softmax(z);
+      const std::vector<double> lpt = kl ? log_softmax(host_logits(xt, r)) : std::vector<double>();
+      const int32_t l = labels[ur], a = am_got[ur];
+      double want = -lpd[size_t(l)];
+      std::vector<double> g(static_cast<size_t>(V));
+      if (kl) want = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double pd = std::exp(lpd[size_t(v)]), pt = kl ? std::exp(lpt[size_t(v)]) : (v == l ? 1.0 : 0.0);
+        if (kl) want += pt * (lpt[size_t(v)] - lpd[size_t(v)]);
+        g[size_t(v)] = pd - pt;
+      }
+      loss_err = std::max(loss_err, std::fabs(loss_got[ur] - want) / std::max(1.0, std::fabs(want)));
+      p_err = std::max(p_err, std::fabs(pl_got[ur] / std::exp(lpd[size_t(l)]) - 1.0));
+      // A maximum up to the fp32 rounding of logits of size ~10 (5120 terms of ~0.05).
+      ok &= a >= 0 && a < V && z[size_t(a)] >= *std::max_element(z.begin(), z.end()) - 1e-3;
+      // dhidden in blocks of 64 columns, each streaming over all of W once.
+#pragma omp parallel for schedule(static)
+      for (int64_t h0 = 0; h0 < H; h0 += 64) {
+        const int64_t nh = std::min<int64_t>(64, H - h0);
+        double acc[64] = {};
+        for (int64_t v = 0; v < V; ++v)
+          for (int64_t k = 0; k < nh; ++k) acc[k] += g[size_t(v)] * bf16_to_f32(w[size_t(v * H + h0 + k)]);
+        double e = 0, m = 0;
+        for (int64_t k = 0; k < nh; ++k) {
+          e = std::max(e, std::fabs(bf16_to_f32(dh_got[size_t(r * H + h0 + k)]) - acc[k]));
+          m = std::max(m, std::fabs(acc[k]));
+        }
+#pragma omp critical
+        dh_err = std::max(dh_err, e), dh_ref = std::max(dh_ref, m);
+      }
+    }
+    // Loss and p_label come from fp32 logits and fp32 sums (errors ~1e-6 here; 1e-4 and 1e-3 leave wide
+    // margins); dhidden goes through bf16 dlogits and a bf16 output, two roundings of at most 2^-8.
+    const double dh_rel = dh_err / std::max(dh_ref, 1e-30);
+    ok &= loss_err <= 1e-4 && p_err <= 1e-3 && dh_rel <= 2e-2;
+    std::printf(
+        "check %-34s loss rel %.1e, p_label rel %.1e, dhidden max|err|/max|ref| %.1e, argmax, zeros: %s\n",
+        what, loss_err, p_err, dh_rel, ok ? "ok" : "FAILED");
+    if (!ok) ++b.failures;
+  };
+
+  for (auto [kl, chunk] : {std::pair{false, int64_t(1024)}, {false, int64_t(4096)}, {true, int64_t(1024)}}) {
+    const size_t m2 = b.arena.mark();
+    const size_t ws_bytes = lm_head_loss_workspace_bytes(R, H, V, chunk, kl);
+    void* ws = b.arena.alloc_bytes(ws_bytes);
+    char name[96];
+    std::snprintf(name, sizeof(name), "lm_head_loss %s chunk %lld, %lld rows", kl ? "kl" : "ce",
+                  (long long)chunk, (long long)R);
+    const double ms = b.time_ms([&] { run(kl, chunk, ws, ws_bytes); }, 5);
+    check(name, kl);
+    // FLOPs of the GEMMs as launched (every row: the host does not know which are active) and as needed.
+    const double per_row = (kl ? 6.0 : 4.0) * double(H) * double(V);
+    row_flops(name, per_row * R, ms);
+    std::snprintf(name, sizeof(name), "  same, counting the %lld active rows", (long long)n_active);
+    row_flops(name, per_row * n_active, ms);
+    std::printf("  workspace %.2f GB\n", ws_bytes / 1e9);
+    if (!kl && chunk == 1024) {
+      // The two GEMMs of each chunk alone (logits f32, then dhidden from bf16 dlogits), same shapes; the
+      // operands are workspace bytes, whatever they hold.
+      char* base = static_cast<char*>(ws);
+      float* logits = reinterpret_cast<float*>(base);
+      bf16* grad = reinterpret_cast<bf16*>(base + size_t(chunk * V) * 4);
+      bf16* dhc = reinterpret_cast<bf16*>(base + size_t(chunk * V) * 6);
+      const double gms = b.time_ms(
+          [&] {
+            for (int64_t p0 = 0; p0 < R; p0 += chunk) {
+              gemm_launch_ex(gemm, bf(hid) + p0 * H, H, false, bf(W), H, true, logits, V, true, chunk, V, H,
+                             1.0f, 0.0f, b.gpu.stream());
+              gemm_launch_ex(gemm, grad, V, false, bf(W), H, false, dhc, H, false, chunk, H, V, 1.0f, 0.0f,
+                             b.gpu.stream());
+            }
+          },
+          5);
+      row_flops("  its GEMMs alone (logits + dhidden)", per_row * R, gms);
+    }
+    b.arena.reset(m2);
+  }
+  gemm_free(gemm);
+  b.arena.reset(mark);
 }
 
 }  // namespace
@@ -281,6 +436,7 @@ int main() {
                 b.time_ms([&] { b.gpu.gated_rmsnorm(go, gz, gw, gy, 48, 128, 1e-6f); }));
       b.arena.reset(mark);
     }
+    bench_lm_head_loss(b, H);
     if (b.failures) {
       std::printf("bench_kernels: %d correctness check(s) FAILED\n", b.failures);
       return 1;
