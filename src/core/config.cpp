@@ -163,6 +163,8 @@ void validate(const Config& c, const std::string& w) {
   check(c.checkpoint.interval > 0, w, "checkpoint.interval", "must be positive (steps)");
   check(c.checkpoint.keep_last > 0, w, "checkpoint.keep_last", "must be positive");
   check(c.topology.targets >= 0 && c.topology.drafters >= 0, w, "topology.targets", "and drafters must be >= 0");
+  check(!c.topology.offline || c.topology.targets == 0, w, "topology.targets",
+        "must be 0 (or unset) with data.features: offline training reads the taps from files, it has no targets");
 }
 
 }  // namespace
@@ -226,6 +228,7 @@ Config config_parse(const std::string& text, const std::string& where) {
   {
     Reader r(section(root, "data", where), "data", where, c);
     r.get("train", c.data.train);
+    r.get("features", c.data.features);
     r.get("token_budget", c.data.token_budget);
     r.get("buckets", c.data.buckets);
     r.get("prefetch_depth", c.data.prefetch_depth);
@@ -268,6 +271,7 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("drafters", c.topology.drafters);
     r.finish();
   }
+  c.topology.offline = !c.data.features.empty();
   validate(c, where);
   return c;
 }
@@ -293,6 +297,7 @@ void config_resolve_paths(Config& c, const std::string& base_dir) {
   fix(c.target.model);
   fix(c.target.random_config);
   for (std::string& p : c.data.train) fix(p);
+  for (std::string& p : c.data.features) fix(p);
 }
 
 std::string config_table(const Config& c) {

@@ -45,7 +45,8 @@ struct DrafterSection {
 };
 
 struct DataSection {
-  std::vector<std::string> train;  // HDF5 token files
+  std::vector<std::string> train;     // HDF5 token files
+  std::vector<std::string> features;  // offline training: feature files from `extract` (no target ranks)
   int64_t token_budget = 32768;
   std::vector<int64_t> buckets;    // length bucket upper bounds; empty: one bucket
   int prefetch_depth = 4;          // q_pre capacity
@@ -79,6 +80,7 @@ struct CheckpointSection {
 struct TopologySection {
   int targets = 0;   // 0: unset (roles from the rankfile or the default)
   int drafters = 0;
+  bool offline = false;  // derived: data.features is set, so every rank is a drafter and there are no targets
 };
 
 struct Config {

@@ -245,6 +245,11 @@ int64_t TokenCorpus::sequence_length(int64_t seq) const {
   return lengths_[static_cast<size_t>(seq)];
 }
 
+TokenCorpus::Location TokenCorpus::locate(int64_t seq) const {
+  const size_t i = file_of(seq);
+  return {i, files_[i].offsets[size_t(seq - files_[i].first_seq)]};
+}
+
 std::string TokenCorpus::describe(int64_t seq) const {
   const File& f = files_[file_of(seq)];
   return strfmt("%s sequence %lld", f.path.c_str(), static_cast<long long>(seq - f.first_seq));

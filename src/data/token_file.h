@@ -51,6 +51,14 @@ class TokenCorpus {
   const std::vector<int64_t>& sequence_lengths() const { return lengths_; }
   // "file.h5 sequence 17" for messages about global sequence `seq`.
   std::string describe(int64_t seq) const;
+  // Where global sequence `seq` lives: the index of its file (in the order given) and its first row there.
+  struct Location {
+    size_t file = 0;
+    int64_t row = 0;
+  };
+  Location locate(int64_t seq) const;
+  size_t num_files() const { return files_.size(); }
+  const std::string& file_path(size_t i) const { return files_[i].path; }
 
   // Copies tokens [start, start+len) of global sequence `seq` into `tokens` and its loss mask into `mask`
   // (all ones when the file has none). Checks mask values are 0/1 and, when the vocabulary is known,

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <map>
@@ -77,7 +78,19 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
     rf = std::getenv("OMPI_MCA_orte_rankfile");
     source = "OMPI_MCA_orte_rankfile=" + rf;
   }
-  if (!rf.empty()) {
+  if (topo.offline) {
+    // Offline training: the taps come from feature files, so every rank is a drafter.
+    m.source = "data.features (offline: every rank a drafter)";
+    m.role.assign(size_t(world), RankRole::drafter);
+    m.gpu.assign(size_t(world), -1);
+    if (!rf.empty()) {
+      RoleMap from_file = roles_from_rankfile(rf, source, world);
+      DF_CHECK(std::count(from_file.role.begin(), from_file.role.end(), RankRole::target) == 0,
+               "%s names target ranks, but data.features makes this an offline run without targets; HINT: drop "
+               "the role=target lines or data.features", source.c_str());
+      m.gpu = from_file.gpu;
+    }
+  } else if (!rf.empty()) {
     m = roles_from_rankfile(rf, source, world);
   } else if (topo.targets > 0 || topo.drafters > 0) {
     DF_CHECK(topo.targets + topo.drafters == world,
@@ -94,7 +107,7 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
     m.gpu.assign(world, -1);
   }
   for (int r = 0; r < world; ++r) (m.role[r] == RankRole::target ? m.targets : m.drafters).push_back(r);
-  DF_CHECK(!m.targets.empty(), "roles from %s: no target rank among %d; HINT: a run needs at least one target and "
+  DF_CHECK(topo.offline || !m.targets.empty(), "roles from %s: no target rank among %d; HINT: a run needs at least one target and "
            "one drafter (e.g. mpirun -np 2 with [topology] targets = 1, drafters = 1)",
            m.source.c_str(), world);
   DF_CHECK(!m.drafters.empty(), "roles from %s: no drafter rank among %d; HINT: a run needs at least one target and "

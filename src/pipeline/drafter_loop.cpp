@@ -13,6 +13,7 @@
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_train_ops.h"
+#include "pipeline/feature_source.h"
 #include "pipeline/loops.h"
 #include "pipeline/metrics.h"
 #include "topo/plan_split.h"
@@ -88,13 +89,17 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     if (owner) log_here("resumed from %s at step %lld", plan.resume_path.c_str(), (long long)st.step);
   }
 
-  std::unique_ptr<FeatureReceiver> rx = feature_receiver_mpi(ctx.data_comm, ctx.roles.targets);
+  std::unique_ptr<FeatureReceiver> rx = plan.cfg.topology.offline
+                                            ? feature_receiver_files(plan, ctx.drafter_index)
+                                            : feature_receiver_mpi(ctx.data_comm, ctx.roles.targets);
   std::unique_ptr<GradReducer> reducer = grad_reducer_mpi(ctx.drafter_comm);
   OptimConfig optim = optim_config(plan);
   std::unique_ptr<MetricsLog> metrics;
   if (owner)
+    // Offline, each drafter's reader thread stands where a target would: "tgt b/s" is the feature read rate.
     metrics = std::make_unique<MetricsLog>(plan.cfg.run.dir, plan.cfg.run.log_interval, plan.total_steps,
-                                           plan.num_targets, plan.num_drafters);
+                                           plan.cfg.topology.offline ? plan.num_drafters : plan.num_targets,
+                                           plan.num_drafters);
   std::vector<int> all_targets;  // q_hs: how many targets have a batch for us waiting on the channel
   for (int t = 0; t < plan.num_targets; ++t) all_targets.push_back(t);
 
@@ -124,12 +129,13 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       auto t_wait = std::chrono::steady_clock::now();
       ss.q_hs += rx->pending(all_targets);
       watchdog.beat("waiting for a batch from a target");
-      FeaturePacket p = rx->recv(int(b % plan.num_targets));
+      const int source = plan.num_targets > 0 ? int(b % plan.num_targets) : 0;  // offline: no targets
+      FeaturePacket p = rx->recv(source);
       watchdog.beat("training on a batch");
       wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
-      DF_CHECK(p.hdr.batch_id == b, "drafter %d expected batch %lld from target %lld but got batch %lld; HINT: all "
+      DF_CHECK(p.hdr.batch_id == b, "drafter %d expected batch %lld from target %d but got batch %lld; HINT: all "
                "ranks must run the same config and data",
-               ctx.drafter_index, (long long)b, (long long)(b % plan.num_targets), (long long)p.hdr.batch_id);
+               ctx.drafter_index, (long long)b, source, (long long)p.hdr.batch_id);
       if (p.hdr.flags & FeatureHeader::kFlagStopRequested) ss.stop = 1;
       HostBatch store;
       DrafterBatch db = batch_from_packet(p, store);
@@ -191,7 +197,10 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     log_here("checkpoints: %s (latest: %s)", plan.ckpt_dir().c_str(), checkpoint_find_latest(plan.ckpt_dir()).c_str());
     log_here("metrics: %s", metrics->path().c_str());
     double rt = metrics->target_rate(), rd = metrics->drafter_rate();
-    if (rt > 0 && rd > 0 && plan.num_targets + plan.num_drafters >= 2) {
+    if (plan.cfg.topology.offline && rt > 0 && rd > 0)
+      log_here("offline features: read at %.3f batches/s per drafter, trained at %.3f batches/s (%s)", rt, rd,
+               rt >= rd ? "reading keeps up" : "reading is the bottleneck: faster storage, or extract with fewer taps");
+    if (rt > 0 && rd > 0 && plan.num_targets > 0 && plan.num_targets + plan.num_drafters >= 2) {
       SplitPlan sp = plan_split_compute(rt, rd, plan.num_targets + plan.num_drafters);
       log_here("measured per-rank rates: target %.3f batches/s, drafter %.3f batches/s\n%s", rt, rd,
                plan_split_format(sp, "batches/s").c_str());

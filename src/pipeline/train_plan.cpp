@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "model/target.h"
+#include "pipeline/feature_source.h"
 #include "topo/plan_vram.h"
 #include "train/checkpoint.h"
 
@@ -14,7 +15,7 @@ TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
   TrainPlan p;
   p.cfg = cfg;
   p.target = qwen_config_load(cfg.target.architecture());
-  if (cfg.target.device == "cuda") {
+  if (cfg.target.device == "cuda" && !cfg.topology.offline) {
     // Stop before loading anything when a role cannot fit its GPU (plan vram prints the same table).
     std::string gpu_source;
     VramAssumptions assume;
@@ -30,10 +31,13 @@ TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
   p.grad_accum = cfg.train.grad_accum;
   p.batches_per_step = int64_t(p.num_drafters) * p.grad_accum;
 
-  DF_CHECK(!cfg.data.train.empty(), "%s: 'data.train' lists no token files; HINT: make one with `dflash_mpi data "
-           "synth` or `dflash_mpi data convert`",
+  DF_CHECK(!cfg.data.train.empty() || cfg.topology.offline, "%s: 'data.train' lists no token files; HINT: make one "
+           "with `dflash_mpi data synth`, `data convert` or `data tokenize` (or train offline from `extract` output "
+           "with data.features)",
            cfg.path.c_str());
-  p.corpus = std::make_unique<TokenCorpus>(cfg.data.train);
+  // Offline, the feature files are the corpus: each holds the tokens its taps were extracted from.
+  p.corpus = std::make_unique<TokenCorpus>(cfg.topology.offline ? cfg.data.features : cfg.data.train);
+  if (cfg.topology.offline) feature_files_validate(p);
   if (p.corpus->vocab_size() > 0)
     DF_CHECK(p.corpus->vocab_size() <= p.target.vocab, "the token files were made for a vocabulary of %lld but the "
              "target has %d",
