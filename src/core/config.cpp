@@ -163,6 +163,8 @@ void validate(const Config& c, const std::string& w) {
   check(c.checkpoint.interval > 0, w, "checkpoint.interval", "must be positive (steps)");
   check(c.checkpoint.keep_last > 0, w, "checkpoint.keep_last", "must be positive");
   check(c.topology.targets >= 0 && c.topology.drafters >= 0, w, "topology.targets", "and drafters must be >= 0");
+  check(c.pipeline.transport == "auto" || c.pipeline.transport == "nccl" || c.pipeline.transport == "mpi", w,
+        "pipeline.transport", "must be \"auto\", \"nccl\" or \"mpi\"");
   check(!c.topology.offline || c.topology.targets == 0, w, "topology.targets",
         "must be 0 (or unset) with data.features: offline training reads the taps from files, it has no targets");
 }
@@ -256,6 +258,7 @@ Config config_parse(const std::string& text, const std::string& where) {
   {
     Reader r(section(root, "pipeline", where), "pipeline", where, c);
     r.get("hs_queue_depth", c.pipeline.hs_queue_depth);
+    r.get("transport", c.pipeline.transport);
     r.finish();
   }
   {

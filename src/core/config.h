@@ -68,7 +68,8 @@ struct TrainSection {
 };
 
 struct PipelineSection {
-  int hs_queue_depth = 2;  // credits per target on each drafter
+  int hs_queue_depth = 2;         // credits per target on each drafter
+  std::string transport = "auto";  // auto | nccl | mpi (dist/transport.h)
 };
 
 struct CheckpointSection {

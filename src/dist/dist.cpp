@@ -116,7 +116,8 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
   return m;
 }
 
-DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus) {
+DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus,
+                      const std::string& transport) {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   process_info_init_from_mpi();
@@ -144,16 +145,27 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   for (size_t i = 0; i < c.roles.drafters.size(); ++i)
     if (c.roles.drafters[i] == c.rank) c.drafter_index = int(i);
   if (use_gpus) c.gpu = c.roles.gpu[c.rank] >= 0 ? c.roles.gpu[c.rank] : c.local_rank;
+  c.hosts = hosts;
+  c.gpus.assign(size_t(c.world), -1);
+  MPI_Allgather(&c.gpu, 1, MPI_INT, c.gpus.data(), 1, MPI_INT, MPI_COMM_WORLD);
+#ifdef DF_HAVE_CUDA
+  constexpr bool kNcclBuilt = true;
+#else
+  constexpr bool kNcclBuilt = false;
+#endif
+  std::string why;
+  c.transport = transport_choose(transport, c.hosts, c.gpus, kNcclBuilt, &why);
 
   MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
   MPI_Comm split;
   MPI_Comm_split(MPI_COMM_WORLD, c.role == RankRole::drafter ? 1 : MPI_UNDEFINED, c.rank, &split);
   c.drafter_comm = split;
 
-  log_all("pid %d host %s role %s%d device %s cpus %s (%d targets, %d drafters; roles from %s)", int(getpid()),
-          c.host.c_str(), rank_role_name(c.role), c.role == RankRole::target ? c.target_index : c.drafter_index,
-          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(), c.num_targets(),
-          c.num_drafters(), c.roles.source.c_str());
+  log_all("pid %d host %s role %s%d device %s cpus %s transport %s (%d targets, %d drafters; roles from %s; %s)",
+          int(getpid()), c.host.c_str(), rank_role_name(c.role),
+          c.role == RankRole::target ? c.target_index : c.drafter_index,
+          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(),
+          transport_name(c.transport), c.num_targets(), c.num_drafters(), c.roles.source.c_str(), why.c_str());
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "dist/transport.h"
 #include "topo/rankfile.h"
 
 namespace df {
@@ -34,6 +35,9 @@ struct DistContext {
   RoleMap roles;
   RankRole role = RankRole::target;
   int gpu = -1;               // this rank's GPU (-1 on CPU runs)
+  std::vector<int> gpus;      // every world rank's GPU (-1 on CPU runs)
+  std::vector<std::string> hosts;  // every world rank's host
+  Transport transport = Transport::mpi;  // features and gradients (pipeline.transport)
   int target_index = -1;      // position among targets, or -1
   int drafter_index = -1;     // position among drafters, or -1
   MPI_Comm data_comm = MPI_COMM_NULL;     // feature channel traffic (a dup of world)
@@ -42,9 +46,11 @@ struct DistContext {
   int num_drafters() const { return int(roles.drafters.size()); }
 };
 
-// MPI_Init_thread (funneled), identity, roles, communicators. Prints one start-up line per rank.
+// MPI_Init_thread (funneled), identity, roles, communicators, the transport. Prints one start-up line per rank.
 // use_gpus: GPU ids come from the rankfile `gpu=` annotation or the local rank; otherwise the device is cpu.
-DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus);
+// transport: pipeline.transport ("auto" | "nccl" | "mpi").
+DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus,
+                      const std::string& transport = "auto");
 void dist_finalize(DistContext& ctx);
 
 // SIGTERM and SIGUSR1 set a flag; the training loops agree on a step, checkpoint and exit 0.
