@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "core/log.h"
 #include "data/jsonl_convert.h"
 #include "data/synth.h"
@@ -16,11 +17,13 @@ namespace {
 struct ConvertArgs {
   std::string in, out;
   int64_t vocab = 0;
+  bool force = false;
 };
 
 struct SynthArgs {
   std::string out;
   SynthOptions options;
+  bool force = false;
 };
 
 void data_print_summary(const std::string& path, const TokenData& d) {
@@ -52,7 +55,9 @@ void cmd_data_register(CLI::App& app) {
   c->add_option("--in", conv->in, "input JSONL file")->required();
   c->add_option("--out", conv->out, "output HDF5 token file (written atomically)")->required();
   c->add_option("--vocab", conv->vocab, "vocabulary size; every id must lie in [0, vocab)")->required();
+  c->add_flag("--force", conv->force, "replace an existing non-empty output (never an input)");
   c->callback([conv] {
+    file_check_output(conv->out, {conv->in}, conv->force);
     TokenData d = jsonl_convert_file(conv->in, conv->out, conv->vocab);
     data_print_summary(conv->out, d);
   });
@@ -65,7 +70,9 @@ void cmd_data_register(CLI::App& app) {
   s->add_option("--min-len", syn->options.min_len, "shortest sequence (tokens, >= 2)")->required();
   s->add_option("--max-len", syn->options.max_len, "longest sequence (tokens)")->required();
   s->add_option("--seed", syn->options.seed, "seed; the same seed gives the same file")->capture_default_str();
+  s->add_flag("--force", syn->force, "replace an existing non-empty output (never an input)");
   s->callback([syn] {
+    file_check_output(syn->out, {}, syn->force);
     TokenData d = synth_generate(syn->options);
     token_file_write(syn->out, d);
     data_print_summary(syn->out, d);

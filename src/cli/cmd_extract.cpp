@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "core/log.h"
 #include "data/feature_file.h"
 #include "data/token_file.h"
@@ -18,6 +19,7 @@ struct ExtractArgs {
   std::string model, tokens, out, layers = "all", device = "cpu";
   int gpu = 0;
   int64_t token_budget = 8192;
+  bool force = false;
 };
 
 std::vector<int> parse_layers(const std::string& spec, int num_layers) {
@@ -52,6 +54,7 @@ void validate_ids(const TokenData& data, int vocab, const std::string& path) {
 }
 
 void run_extract(const ExtractArgs& a) {
+  file_check_output(a.out, {a.model, a.tokens}, a.force);
   TokenData data = token_file_read(a.tokens);
   std::unique_ptr<Ops> ops = ops_create(a.device, a.gpu);
   QwenConfig cfg = qwen_config_load(a.model);
@@ -152,6 +155,7 @@ void cmd_extract_register(CLI::App& root) {
   c->add_option("--gpu", args->gpu, "CUDA device index")->capture_default_str();
   c->add_option("--token-budget", args->token_budget, "tokens per forward batch (sequences are packed)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_flag("--force", args->force, "replace an existing non-empty output (never an input)");
   c->callback([args] { run_extract(*args); });
 }
 
