@@ -3,7 +3,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ctime>
 #include <filesystem>
 
 #include "core/error.h"
@@ -65,12 +64,10 @@ void MetricsLog::append(const std::string& json_line) {
 
 void MetricsLog::mark_start(int64_t step, const std::string& resumed_from, const std::string& run_id,
                             const std::string& moved_aside) {
-  std::time_t now = std::time(nullptr);
-  char when[32];
-  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  nlohmann::json j = {{"event", "start"}, {"step", step},     {"resumed_from", resumed_from},
-                      {"run_id", run_id}, {"time", when},     {"host", process_info().host},
-                      {"targets", num_targets_}, {"drafters", num_drafters_}};
+  nlohmann::json j = {{"event", "start"},          {"step", step},
+                      {"resumed_from", resumed_from}, {"run_id", run_id},
+                      {"time", utc_now("%Y-%m-%dT%H:%M:%SZ")}, {"host", process_info().host},
+                      {"targets", num_targets_},     {"drafters", num_drafters_}};
   if (!moved_aside.empty()) j["moved_aside"] = moved_aside;
   append(j.dump());
 }

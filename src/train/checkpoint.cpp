@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,15 +59,6 @@ std::string drafter_config_json(const DrafterConfig& c) {
   j["num_anchors"] = c.num_anchors;
   j["vocab"] = c.vocab;
   return j.dump();
-}
-
-std::string utc_now_iso8601() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // A fixed-length, NUL-padded UTF-8 string type of n bytes (HDF5 refuses size 0, so empty text gets one NUL).
@@ -156,7 +146,7 @@ std::vector<char> checkpoint_file_image(const std::string& path, const DrafterMo
   h5_write_attr(file.get(), "batch_cursor", H5T_STD_I64LE, H5T_NATIVE_INT64, &st.batch_cursor, path);
   h5_write_attr(file.get(), "tokens_seen", H5T_STD_I64LE, H5T_NATIVE_INT64, &st.tokens_seen, path);
   h5_write_attr(file.get(), "data_fingerprint", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st.data_fingerprint, path);
-  h5_write_string_attr(file.get(), "created", utc_now_iso8601(), path);
+  h5_write_string_attr(file.get(), "created", utc_now("%Y-%m-%dT%H:%M:%SZ"), path);
   h5_write_string_attr(file.get(), "run_id", st.run_id, path);
   h5_write_u64_dataset(file.get(), "rng_state", st.rng_state, path);
   h5_write_string_dataset(file.get(), "config_text", st.config_text, path);

@@ -9,7 +9,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <random>
 #include <vector>
@@ -25,12 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string utc_stamp() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
+  return utc_now("%Y%m%dT%H%M%SZ");
 }
 
 std::string host_name() {

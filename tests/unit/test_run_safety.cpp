@@ -61,6 +61,18 @@ CheckpointState state_at(int64_t step, const std::string& run_id) {
   return s;
 }
 
+// A run dir whose checkpoints/ holds steps 4 and 6 of lineage "run-a", `latest` naming step 6.
+struct RunWithCheckpoints {
+  ScratchDir d;
+  CpuTrainOps ops;
+  DrafterModel m{tiny_drafter_config(), ops};
+  const std::string run = d.file("run"), ck = run + "/checkpoints";
+  RunWithCheckpoints() {
+    drafter_init_params(m, 1);
+    for (int64_t s : {4, 6}) checkpoint_save(ck, m, state_at(s, "run-a"), 3);
+  }
+};
+
 }  // namespace
 
 TEST(FileCheckOutput, AnOutputThatIsAnInputIsRefusedEvenWithForce) {
@@ -162,12 +174,8 @@ TEST(RunStart, EmptyDirStartsFreshWithANewLineage) {
 }
 
 TEST(RunStart, CheckpointsAStartWouldOverwriteAreRefused) {
-  ScratchDir d;
-  CpuTrainOps ops;
-  DrafterModel m(tiny_drafter_config(), ops);
-  drafter_init_params(m, 1);
-  const std::string run = d.file("run"), ck = run + "/checkpoints";
-  for (int64_t s : {4, 6}) checkpoint_save(ck, m, state_at(s, "run-a"), 3);
+  RunWithCheckpoints f;
+  const std::string &run = f.run, &ck = f.ck;
 
   // auto with `latest`: resumes it and inherits its lineage.
   RunStart r = run_start_decide(run, ck, "auto", false);
@@ -188,12 +196,8 @@ TEST(RunStart, CheckpointsAStartWouldOverwriteAreRefused) {
 }
 
 TEST(RunStart, FreshStartMovesTheFolderAsideAndAResumePathFollowsIt) {
-  ScratchDir d;
-  CpuTrainOps ops;
-  DrafterModel m(tiny_drafter_config(), ops);
-  drafter_init_params(m, 1);
-  const std::string run = d.file("run"), ck = run + "/checkpoints";
-  for (int64_t s : {4, 6}) checkpoint_save(ck, m, state_at(s, "run-a"), 3);
+  RunWithCheckpoints f;
+  const std::string &run = f.run, &ck = f.ck;
   const std::string bytes6 = read_text(ck + "/step_00000006.h5");
 
   RunStart r = run_start_decide(run, ck, ck + "/step_00000004.h5", true);
@@ -208,12 +212,12 @@ TEST(RunStart, FreshStartMovesTheFolderAsideAndAResumePathFollowsIt) {
   EXPECT_EQ(r.state.run_id, "run-a");
 
   // Again, with `auto`: the new folder goes aside too (another name), and the run starts at step 0.
-  checkpoint_save(ck, m, state_at(2, r.state.run_id), 3);
-  RunStart f = run_start_decide(run, ck, "auto", true);
-  EXPECT_NE(f.moved_to, r.moved_to);
-  EXPECT_EQ(f.resume_path, "");
-  EXPECT_NE(f.state.run_id, "run-a");
-  EXPECT_TRUE(fs::exists(f.moved_to + "/step_00000002.h5"));
+  checkpoint_save(ck, f.m, state_at(2, r.state.run_id), 3);
+  RunStart again = run_start_decide(run, ck, "auto", true);
+  EXPECT_NE(again.moved_to, r.moved_to);
+  EXPECT_EQ(again.resume_path, "");
+  EXPECT_NE(again.state.run_id, "run-a");
+  EXPECT_TRUE(fs::exists(again.moved_to + "/step_00000002.h5"));
 }
 
 TEST(Watchdog, AutomaticBoundFollowsTheSlowestStep) {
