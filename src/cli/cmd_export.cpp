@@ -21,8 +21,9 @@ void cmd_export_register(CLI::App& root) {
   e->add_option("--config", args->config, "the run's TOML config (drafter and target shapes)")->required();
   e->add_option("--checkpoint", args->checkpoint, "a step_*.h5 file (default: <run.dir>/checkpoints/latest)");
   e->add_option("--out", args->out, "output directory")->required();
-  e->add_flag("--force", args->force, "write into an existing non-empty --out (its config.json and "
-                                      "model.safetensors are replaced)");
+  e->add_flag("--force", args->force,
+              "write into an existing non-empty --out (its config.json and "
+              "model.safetensors are replaced)");
   e->callback([args] {
     Config cfg = config_load(args->config);
     QwenConfig target = qwen_config_load(cfg.target.architecture());

@@ -24,8 +24,9 @@ void cmd_model_register(CLI::App& root) {
       ->required()->check(CLI::ExistingFile);
   init->add_option("--out", args->out, "output directory")->required();
   init->add_option("--seed", args->seed, "random seed")->capture_default_str();
-  init->add_flag("--force", args->force, "write into an existing non-empty --out (its config.json and "
-                                         "model.safetensors are replaced)");
+  init->add_flag("--force", args->force,
+                 "write into an existing non-empty --out (its config.json and "
+                 "model.safetensors are replaced)");
   init->callback([args] {
     file_check_output(args->out, {args->config}, args->force);
     QwenConfig cfg = qwen_config_load(args->config);

@@ -34,14 +34,16 @@ void train_add_options(CLI::App& app, TrainArgs& args) {
   app.add_option("--config", args.config, "TOML run config (see configs/tiny.toml)");
   app.add_option("--rankfile", args.rankfile, "rankfile with '# role=target|drafter gpu=N' annotations "
                                               "(also DFLASH_RANKFILE)");
-  app.add_option("--stop-at-step", args.stop_at_step,
-                 "N >= 1, above the step the run resumes from: after optimizer step N, write a checkpoint and exit "
-                 "0; the next run with this config resumes from step N (the LR schedule still spans all steps)")
-      ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max()));
-  app.add_flag("--fresh-start", args.fresh_start,
-               "start although <run.dir>/checkpoints holds checkpoints this run would overwrite: move that folder "
-               "to <run.dir>/checkpoints.old-<UTC time>/ first (nothing is deleted); checkpoint.resume = \"auto\" "
-               "then starts at step 0");
+  CLI::Option* stop = app.add_option(
+      "--stop-at-step", args.stop_at_step,
+      "N >= 1, above the step the run resumes from: after optimizer step N, write a checkpoint and exit 0; "
+      "the next run with this config resumes from step N (the LR schedule still spans all steps)");
+  stop->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max()));
+  app.add_flag(
+      "--fresh-start", args.fresh_start,
+      "start although <run.dir>/checkpoints holds checkpoints this run would overwrite: move that folder "
+      "to <run.dir>/checkpoints.old-<UTC time>/ first (nothing is deleted); checkpoint.resume = \"auto\" "
+      "then starts at step 0");
 }
 
 void cmd_train_register(CLI::App& root) {

@@ -1,5 +1,5 @@
-// Durable file replacement helpers (see file_util.h): the one place that knows how to make a rename stick, and
-// the one output-versus-input check every command uses.
+// Durable file replacement helpers (see file_util.h): the one place that knows how to make a rename stick,
+// and the one output-versus-input check every command uses.
 #include "core/file_util.h"
 
 #include <fcntl.h>
@@ -86,13 +86,16 @@ void file_check_output(const std::string& out, const std::vector<std::string>& i
   }
   if (force || !fs::exists(out, ec)) return;
   if (fs::is_directory(out, ec)) {
-    DF_CHECK(fs::is_empty(out, ec), "%s %s is a folder that already holds files; HINT: choose a new %s, or pass "
+    DF_CHECK(fs::is_empty(out, ec),
+             "%s %s is a folder that already holds files; HINT: choose a new %s, or pass "
              "--force to write into it (files of the same name are replaced)",
              flag, out.c_str(), flag);
   } else {
     const auto size = fs::file_size(out, ec);
-    DF_CHECK(ec || size == 0, "%s %s already exists (%llu bytes); HINT: choose a new %s, or pass --force to "
-             "replace it", flag, out.c_str(), (unsigned long long)size, flag);
+    DF_CHECK(ec || size == 0,
+             "%s %s already exists (%llu bytes); HINT: choose a new %s, or pass --force to "
+             "replace it",
+             flag, out.c_str(), (unsigned long long)size, flag);
   }
 }
 

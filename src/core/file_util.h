@@ -33,8 +33,8 @@ inline void file_write_text_atomic(const std::string& path, const std::string& t
 
 // Refuses (df::Error naming `flag`, the path and what to do) to write `out` when it is one of `inputs`, or
 // holds one of them (a folder output), compared by real path so that symlinks, hard links and "./x" count;
-// --force does not lift that. Also refuses an `out` that already exists non-empty (a file with bytes, a folder
-// with entries) unless `force`. Inputs that do not exist are skipped: the command reports them itself.
+// --force does not lift that. Also refuses an `out` that already exists non-empty (a file with bytes, a
+// folder with entries) unless `force`. Inputs that do not exist are skipped: the command reports them itself.
 void file_check_output(const std::string& out, const std::vector<std::string>& inputs, bool force,
                        const char* flag = "--out");
 

@@ -31,7 +31,8 @@ double watchdog_checkpoint_s(int64_t drafter_params) {
 
 std::vector<std::string> watchdog_rank_names(const DistContext& ctx) {
   std::vector<std::string> names(size_t(ctx.world));
-  for (size_t i = 0; i < ctx.roles.targets.size(); ++i) names[size_t(ctx.roles.targets[i])] = strfmt("target %zu", i);
+  for (size_t i = 0; i < ctx.roles.targets.size(); ++i)
+    names[size_t(ctx.roles.targets[i])] = strfmt("target %zu", i);
   for (size_t i = 0; i < ctx.roles.drafters.size(); ++i)
     names[size_t(ctx.roles.drafters[i])] = strfmt("drafter %zu", i);
   return names;
@@ -83,28 +84,32 @@ void Watchdog::run() {
     const double bound = bound_s() * patience_.load();
     const double slowest = slowest_s_.load();
     const std::string how = configured_s_ > 0 ? strfmt("run.watchdog_s = %.0f", configured_s_)
-                            : slowest > 0     ? strfmt("automatic: max(%.0f s, %.0f x the slowest step %.2f s, "
-                                                       "one checkpoint %.0f s)",
-                                                       kWatchdogFloorS, kWatchdogStepFactor, slowest, checkpoint_s_)
-                                              : std::string("automatic: start-up allowance, no step measured yet");
+                            : slowest > 0
+                                ? strfmt(
+                                      "automatic: max(%.0f s, %.0f x the slowest step %.2f s, "
+                                      "one checkpoint %.0f s)",
+                                      kWatchdogFloorS, kWatchdogStepFactor, slowest, checkpoint_s_)
+                                : std::string("automatic: start-up allowance, no step measured yet");
     const ProcessInfo& p = process_info();
     const int peer = peer_.load();
     if (idle > bound) {
-      std::fprintf(stderr,
-                   "[rank %d %s] FATAL: watchdog: no progress for %.0f s (bound %.0f s, %s) while %s; %s. HINT: "
-                   "check that rank's log and host (its own watchdog line says what it was doing); set "
-                   "run.watchdog_s if steps are legitimately this slow\n",
-                   p.rank, p.host.c_str(), idle, bound, how.c_str(), describe().c_str(),
-                   peer >= 0 ? strfmt("rank %d is late: stopped, hung or dead", peer).c_str()
-                             : "a peer rank is probably hung or dead");
+      std::fprintf(
+          stderr,
+          "[rank %d %s] FATAL: watchdog: no progress for %.0f s (bound %.0f s, %s) while %s; %s. HINT: "
+          "check that rank's log and host (its own watchdog line says what it was doing); set "
+          "run.watchdog_s if steps are legitimately this slow\n",
+          p.rank, p.host.c_str(), idle, bound, how.c_str(), describe().c_str(),
+          peer >= 0 ? strfmt("rank %d is late: stopped, hung or dead", peer).c_str()
+                    : "a peer rank is probably hung or dead");
       std::fflush(stderr);
       std::_Exit(3);
     }
     // Half-way: a heartbeat line, so a rank that is itself stuck says what it was doing before anyone fires.
     if (idle > 0.5 * bound && warned_for != last) {
       warned_for = last;
-      std::fprintf(stderr, "[rank %d %s] watchdog: no progress for %.0f s (ends the job at %.0f s) while %s\n", p.rank,
-                   p.host.c_str(), idle, bound, describe().c_str());
+      std::fprintf(stderr,
+                   "[rank %d %s] watchdog: no progress for %.0f s (ends the job at %.0f s) while %s\n",
+                   p.rank, p.host.c_str(), idle, bound, describe().c_str());
       std::fflush(stderr);
     }
   }

@@ -23,7 +23,8 @@ struct DistContext;
 constexpr double kWatchdogStartupS = 1800, kWatchdogFloorS = 120, kWatchdogStepFactor = 20;
 // configured_s > 0: that, fixed; 0: off (returns 0); < 0: automatic as above. slowest_step_s <= 0: none yet.
 double watchdog_bound_s(double configured_s, double slowest_step_s, double checkpoint_s);
-// Seconds to write one checkpoint of `drafter_params` parameters (weights and two Adam moments, f32) at 50 MB/s.
+// Seconds to write one checkpoint of `drafter_params` parameters (weights and two Adam moments, f32) at 50
+// MB/s.
 double watchdog_checkpoint_s(int64_t drafter_params);
 // "target 0", "drafter 1", ... by world rank: how messages name the peer waited on.
 std::vector<std::string> watchdog_rank_names(const DistContext& ctx);

@@ -112,7 +112,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     checkpoint_save(plan.ckpt_dir(), model, st, plan.cfg.checkpoint.keep_last);
   };
 
-  Watchdog watchdog(plan.cfg.run.watchdog_s, watchdog_checkpoint_s(model.table().total), watchdog_rank_names(ctx));
+  Watchdog watchdog(plan.cfg.run.watchdog_s, watchdog_checkpoint_s(model.table().total),
+                    watchdog_rank_names(ctx));
   int64_t step = plan.start_step;
   double last_lr = 0, last_gnorm = 0;
   for (; step < plan.total_steps; ++step) {
@@ -162,7 +163,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     ss.drafter_busy_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count() - wait_s;
 
-    // A drafter waiting here waits on one that waits on a target: more patience, so that one names the target.
+    // Here a drafter waits on one that may wait on a target: more patience, so that one names the target.
     watchdog.beat("in the gradient all-reduce (waiting for the other drafters)", -1, 1.5);
     reducer->sum(model.grads.ptr<float>(), size_t(model.grads.numel()));
     std::vector<double> packed = ss.pack();

@@ -58,16 +58,20 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::append(const std::string& json_line) {
   const std::string line = json_line + "\n";
-  DF_CHECK(std::fputs(line.c_str(), f_) >= 0 && std::fflush(f_) == 0, "writing %s failed; HINT: is the disk full?",
-           path_.c_str());
+  DF_CHECK(std::fputs(line.c_str(), f_) >= 0 && std::fflush(f_) == 0,
+           "writing %s failed; HINT: is the disk full?", path_.c_str());
 }
 
 void MetricsLog::mark_start(int64_t step, const std::string& resumed_from, const std::string& run_id,
                             const std::string& moved_aside) {
-  nlohmann::json j = {{"event", "start"},          {"step", step},
-                      {"resumed_from", resumed_from}, {"run_id", run_id},
-                      {"time", utc_now("%Y-%m-%dT%H:%M:%SZ")}, {"host", process_info().host},
-                      {"targets", num_targets_},     {"drafters", num_drafters_}};
+  nlohmann::json j = {{"event", "start"},
+                      {"step", step},
+                      {"resumed_from", resumed_from},
+                      {"run_id", run_id},
+                      {"time", utc_now("%Y-%m-%dT%H:%M:%SZ")},
+                      {"host", process_info().host},
+                      {"targets", num_targets_},
+                      {"drafters", num_drafters_}};
   if (!moved_aside.empty()) j["moved_aside"] = moved_aside;
   append(j.dump());
 }

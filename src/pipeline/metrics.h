@@ -35,8 +35,8 @@ class MetricsLog {
  public:
   MetricsLog(const std::string& run_dir, double interval_s, int64_t total_steps, int num_targets, int num_drafters);
   ~MetricsLog();
-  // The start marker: the step the run starts at, the checkpoint it resumed ("" for none), its lineage id, and
-  // where --fresh-start moved earlier checkpoints ("" for nowhere).
+  // The start marker: the step the run starts at, the checkpoint it resumed ("" for none), its lineage id,
+  // and where --fresh-start moved earlier checkpoints ("" for nowhere).
   void mark_start(int64_t step, const std::string& resumed_from, const std::string& run_id,
                   const std::string& moved_aside);
   // Called every step on drafter 0; prints and appends when the interval has passed (or force).

@@ -81,8 +81,8 @@ TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_
            (long long)(p.start_step > 0 ? pos[1] / p.start_step : 0), (long long)p.batches_per_step, p.num_drafters,
            p.grad_accum, (long long)(p.start_step > 0 ? pos[1] / p.start_step : 0));
   DF_CHECK(stop_at_step == 0 || stop_at_step > p.start_step,
-           "--stop-at-step %lld is not after step %lld, where this run %s; HINT: give a step above %lld (it is the "
-           "optimizer step after which the run checkpoints and exits), or leave it out",
+           "--stop-at-step %lld is not after step %lld, where this run %s; HINT: give a step above %lld "
+           "(it is the optimizer step after which the run checkpoints and exits), or leave it out",
            (long long)stop_at_step, (long long)p.start_step,
            p.start_step > 0 ? "resumes from its checkpoint" : "starts", (long long)p.start_step);
   p.stop_at_step = stop_at_step;

@@ -177,7 +177,8 @@ std::vector<char> checkpoint_file_image(const std::string& path, const DrafterMo
 }
 
 // The step files of lineage `run_id`; a file whose run id cannot be read belongs to nobody and is kept.
-std::map<int64_t, std::string> checkpoint_list_lineage(const std::string& ckpt_dir, const std::string& run_id) {
+std::map<int64_t, std::string> checkpoint_list_lineage(const std::string& ckpt_dir,
+                                                       const std::string& run_id) {
   std::map<int64_t, std::string> out;
   for (const auto& [step, name] : checkpoint_list_steps(ckpt_dir)) {
     try {
@@ -247,8 +248,8 @@ std::string h5_read_string_attr_or_empty(hid_t file, const char* name, const std
   const size_t n = H5Tget_size(ftype.get());
   H5Handle mtype(h5_string_type(n), H5Tclose);
   std::string buf(n, '\0');
-  DF_CHECK(H5Aread(attr.get(), mtype.get(), buf.data()) >= 0, "%s: cannot read root attribute '%s'", path.c_str(),
-           name);
+  DF_CHECK(H5Aread(attr.get(), mtype.get(), buf.data()) >= 0, "%s: cannot read root attribute '%s'",
+           path.c_str(), name);
   buf.resize(strnlen(buf.data(), n));
   return buf;
 }

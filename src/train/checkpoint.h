@@ -39,8 +39,8 @@ std::string checkpoint_path_for_step(const std::string& ckpt_dir, int64_t step);
 // temp name in the same folder (flush, close, fsync, rename, fsync the folder), then points
 // `<ckpt_dir>/latest` at it the same way, then deletes the oldest step files of the same lineage
 // (state.run_id) so that `keep_last` of it remain (never the new one; files of another run, or unreadable
-// ones, are never deleted). The folder is created when missing. On any failure: df::Error naming the path, the
-// temp file removed, `latest` and the existing checkpoints untouched. Returns the path written.
+// ones, are never deleted). The folder is created when missing. On any failure: df::Error naming the path,
+// the temp file removed, `latest` and the existing checkpoints untouched. Returns the path written.
 std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& model,
                             const CheckpointState& state, int keep_last);
 

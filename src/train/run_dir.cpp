@@ -79,8 +79,10 @@ std::string move_aside(const std::string& run_dir, const std::string& ckpt_dir) 
   std::string dest = base;
   for (int i = 2; fs::exists(dest, ec); ++i) dest = base + "-" + std::to_string(i);
   fs::rename(ckpt_dir, dest, ec);
-  DF_CHECK(!ec, "--fresh-start: cannot move %s to %s: %s; HINT: check permissions of run.dir, or use a new run.dir",
-           ckpt_dir.c_str(), dest.c_str(), ec.message().c_str());
+  DF_CHECK(
+      !ec,
+      "--fresh-start: cannot move %s to %s: %s; HINT: check permissions of run.dir, or use a new run.dir",
+      ckpt_dir.c_str(), dest.c_str(), ec.message().c_str());
   file_fsync(run_dir, true);
   log_here("--fresh-start: moved the earlier checkpoints %s to %s (nothing was deleted)", ckpt_dir.c_str(),
            dest.c_str());
@@ -107,18 +109,21 @@ RunLock::RunLock(const std::string& run_dir) : path_(run_dir + "/run.lock") {
     const std::string holder = read_fd(fd_);
     ::close(fd_);
     fd_ = -1;
-    DF_CHECK(err == EWOULDBLOCK, "cannot lock %s: %s; HINT: run.dir must be on a filesystem with flock support",
-             path_.c_str(), std::strerror(err));
-    DF_FAIL("run.dir %s is in use by another run (%s holds %s); HINT: wait for that run to end or stop it, or "
-            "give this run its own run.dir",
-            run_dir.c_str(), holder.empty() ? "a process that has not written its name yet" : holder.c_str(),
-            path_.c_str());
+    DF_CHECK(err == EWOULDBLOCK,
+             "cannot lock %s: %s; HINT: run.dir must be on a filesystem with flock support", path_.c_str(),
+             std::strerror(err));
+    DF_FAIL(
+        "run.dir %s is in use by another run (%s holds %s); HINT: wait for that run to end or stop it, or "
+        "give this run its own run.dir",
+        run_dir.c_str(), holder.empty() ? "a process that has not written its name yet" : holder.c_str(),
+        path_.c_str());
   }
   stale_ = read_fd(fd_);
   if (!stale_.empty())
-    log_warn("run.dir %s: taking over a stale lock: %s held it and ended without releasing it (%s: killed, "
-             "crashed or aborted); its checkpoints are kept",
-             run_dir.c_str(), stale_.c_str(), stale_reason(stale_).c_str());
+    log_warn(
+        "run.dir %s: taking over a stale lock: %s held it and ended without releasing it (%s: killed, "
+        "crashed or aborted); its checkpoints are kept",
+        run_dir.c_str(), stale_.c_str(), stale_reason(stale_).c_str());
   write_holder("");
 }
 
@@ -134,7 +139,8 @@ void RunLock::set_run_id(const std::string& run_id) {
 }
 
 void RunLock::write_holder(const std::string& run_id) {
-  std::string line = strfmt("host=%s pid=%d started=%s", host_name().c_str(), int(::getpid()), utc_stamp().c_str());
+  std::string line =
+      strfmt("host=%s pid=%d started=%s", host_name().c_str(), int(::getpid()), utc_stamp().c_str());
   if (!run_id.empty()) line += " run_id=" + run_id;
   line += "\n";
   DF_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, line.data(), line.size(), 0) == ssize_t(line.size()) &&
@@ -150,7 +156,8 @@ RunStart run_start_decide(const std::string& run_dir, const std::string& ckpt_di
                                                                            : resume;
   if (fresh_start) {
     std::error_code ec;
-    const fs::path rel = fs::weakly_canonical(path, ec).lexically_relative(fs::weakly_canonical(ckpt_dir, ec));
+    const fs::path rel =
+        fs::weakly_canonical(path, ec).lexically_relative(fs::weakly_canonical(ckpt_dir, ec));
     out.moved_to = move_aside(run_dir, ckpt_dir);
     if (!path.empty() && !out.moved_to.empty() && !rel.empty() && *rel.begin() != "..")
       path = (fs::path(out.moved_to) / rel).string();
@@ -174,14 +181,16 @@ RunStart run_start_decide(const std::string& run_dir, const std::string& ckpt_di
   if (path.empty() && fs::exists(ckpt_dir + "/latest", ec)) in_way.push_back("`latest`");
   if (in_way.empty()) return out;
   const std::string why =
-      !path.empty() ? strfmt("resumes step %lld from %s and would write those step numbers again",
-                             (long long)out.state.step, path.c_str())
+      !path.empty()      ? strfmt("resumes step %lld from %s and would write those step numbers again",
+                                  (long long)out.state.step, path.c_str())
       : resume == "none" ? std::string("starts fresh (checkpoint.resume = \"none\")")
                          : std::string("starts fresh: there is no `latest` pointer to resume from");
-  DF_FAIL("%s holds checkpoints that this run would overwrite or rotate away: %s. This run %s. HINT: give this "
-          "run a new run.dir; or resume the newest of them (checkpoint.resume = \"auto\" with `latest` naming it); "
-          "or pass --fresh-start to move all of %s to %s/checkpoints.old-<UTC time>/ first (nothing is deleted)",
-          ckpt_dir.c_str(), join_names(in_way).c_str(), why.c_str(), ckpt_dir.c_str(), run_dir.c_str());
+  DF_FAIL(
+      "%s holds checkpoints that this run would overwrite or rotate away: %s. This run %s. HINT: give this "
+      "run a new run.dir; or resume the newest of them (checkpoint.resume = \"auto\" with `latest` naming "
+      "it); "
+      "or pass --fresh-start to move all of %s to %s/checkpoints.old-<UTC time>/ first (nothing is deleted)",
+      ckpt_dir.c_str(), join_names(in_way).c_str(), why.c_str(), ckpt_dir.c_str(), run_dir.c_str());
 }
 
 }  // namespace df

@@ -1,6 +1,7 @@
-// What keeps a run dir's checkpoints safe: one run at a time (a lock with its holder written in it), a lineage
-// id tying every checkpoint to the run that began its chain (rotation removes only its own), and the rule for
-// what a start may do with checkpoints already there (refuse, or move them aside on --fresh-start; never delete).
+// What keeps a run dir's checkpoints safe: one run at a time (a lock with its holder written in it), a
+// lineage id tying every checkpoint to the run that began its chain (rotation removes only its own), and the
+// rule for what a start may do with checkpoints already there (refuse, or move them aside on --fresh-start;
+// never delete).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,10 +13,10 @@ namespace df {
 // A new lineage id: UTC time, host and pid, and random bits, e.g. "20261201T084012Z-node3-4711-9f3a1c2e".
 std::string run_id_new();
 
-// `<run_dir>/run.lock`, held with flock(LOCK_EX) for the lifetime of the object; the holder's host, pid, start
-// time and run id are written in it. flock is released by the kernel when the process dies, so a file that
-// still names a holder while nobody holds the lock is the trace of a run that did not end cleanly (killed,
-// crashed, aborted): that is said (stale_holder) and the lock taken over.
+// `<run_dir>/run.lock`, held with flock(LOCK_EX) for the lifetime of the object; the holder's host, pid,
+// start time and run id are written in it. flock is released by the kernel when the process dies, so a file
+// that still names a holder while nobody holds the lock is the trace of a run that did not end cleanly
+// (killed, crashed, aborted): that is said (stale_holder) and the lock taken over.
 class RunLock {
  public:
   // Creates run_dir when missing. Throws naming the holder when another process holds the lock.
@@ -41,8 +42,8 @@ class RunLock {
 // Where a run starts, decided on the checkpoint owner while it holds the RunLock.
 struct RunStart {
   std::string resume_path;  // "" : step 0
-  CheckpointState state;    // step, batch cursor and run id of resume_path (step 0 and run_id_new() otherwise)
-  std::string moved_to;     // --fresh-start: the folder the earlier checkpoints went to ("" if none)
+  CheckpointState state;  // step, batch cursor and run id of resume_path (step 0 and run_id_new() otherwise)
+  std::string moved_to;   // --fresh-start: the folder the earlier checkpoints went to ("" if none)
 };
 
 // `resume` is checkpoint.resume: "auto" (the `latest` pointer, if any), "none" or a checkpoint path. A start

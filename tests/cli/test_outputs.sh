@@ -29,13 +29,15 @@ accepted() { "$@" >/dev/null 2>&1 || { fail "refused: $*"; "$@"; }; }
 # data convert / synth
 echo '{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}' >in.jsonl
 ln -s in.jsonl link.jsonl
-refused "would overwrite the input in.jsonl" in.jsonl "$BIN" data convert --in in.jsonl --out ./in.jsonl --vocab 10 --force
+refused "would overwrite the input in.jsonl" in.jsonl \
+  "$BIN" data convert --in in.jsonl --out ./in.jsonl --vocab 10 --force
 refused "would overwrite the input link.jsonl" in.jsonl "$BIN" data convert --in link.jsonl --out in.jsonl --vocab 10
 accepted "$BIN" data convert --in in.jsonl --out tok.h5 --vocab 10
 refused "--out tok.h5 already exists" tok.h5 "$BIN" data convert --in in.jsonl --out tok.h5 --vocab 10
 accepted "$BIN" data convert --in in.jsonl --out tok.h5 --vocab 10 --force
 accepted "$BIN" data synth --out syn.h5 --vocab 256 --sequences 3 --min-len 4 --max-len 8
-refused "--out syn.h5 already exists" syn.h5 "$BIN" data synth --out syn.h5 --vocab 256 --sequences 3 --min-len 4 --max-len 8
+refused "--out syn.h5 already exists" syn.h5 \
+  "$BIN" data synth --out syn.h5 --vocab 256 --sequences 3 --min-len 4 --max-len 8
 
 # model init over a real checkpoint, and extract over its own token file
 accepted "$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --out model
@@ -52,8 +54,9 @@ mkdir -p run/checkpoints exported
 echo "x" >run/checkpoints/step_00000001.h5
 echo "step_00000001.h5" >run/checkpoints/latest
 echo "keep" >exported/config.json
-printf '[run]\ndir = "%s/run"\n[target]\nrandom_config = "%s/configs/tiny-target.json"\ndevice = "cpu"\n[drafter]\nmask_token_id = 255\n' \
+printf '[run]\ndir = "%s/run"\n[target]\nrandom_config = "%s/configs/tiny-target.json"\ndevice = "cpu"\n' \
   "$TMP" "$SRC" >run.toml
+printf '[drafter]\nmask_token_id = 255\n' >>run.toml
 refused "would overwrite the input" run "$BIN" export --config run.toml --out run --force
 refused "--out exported is a folder that already holds files" exported "$BIN" export --config run.toml --out exported
 
@@ -70,7 +73,8 @@ grep -q "targets=6 drafters=2" ranks.rf || fail "--force did not replace ranks.r
 for n in 0 -3; do
   refused "--stop-at-step: Value $n not in range 1" run.toml "$BIN" --config run.toml --stop-at-step "$n"
 done
-"$BIN" train --help | grep -q "above the step the run resumes from" || fail "--help does not say what --stop-at-step means"
+"$BIN" train --help | grep -q "above the step the run resumes from" ||
+  fail "--help does not say what --stop-at-step means"
 
 echo "$fails failed"
 [ $fails -eq 0 ]

@@ -10,7 +10,8 @@ expect_refused() {
   local name=$1 needle=$2
   shift 2
   if run_mpi 3 "$TMP/$name.log" "$@"; then fail "$name: was accepted"; tail -5 "$TMP/$name.log"
-  elif ! grep "FATAL" "$TMP/$name.log" | grep -qF -- "$needle"; then fail "$name: no FATAL line with '$needle'"; tail -5 "$TMP/$name.log"
+  elif ! grep "FATAL" "$TMP/$name.log" | grep -qF -- "$needle"; then
+    fail "$name: no FATAL line with '$needle'"; tail -5 "$TMP/$name.log"
   else echo "ok: $name refused: $(grep -m1 FATAL "$TMP/$name.log" | cut -c1-150)..."; fi
 }
 sums() { (cd "$1" && md5sum step_*.h5 latest); }
@@ -21,7 +22,8 @@ sed -i 's/^interval = 1000$/interval = 2/' "$TMP/a.toml"
 run_mpi 3 "$TMP/a.log" --config "$TMP/a.toml" || { fail "first run"; tail -20 "$TMP/a.log"; }
 C=$TMP/a/checkpoints
 before=$(sums "$C")
-[ "$(ls "$C")" == "$(printf 'latest\nstep_00000004.h5\nstep_00000006.h5')" ] || fail "first run left $(ls "$C" | tr '\n' ' ')"
+[ "$(ls "$C" | tr '\n' ' ')" == "latest step_00000004.h5 step_00000006.h5 " ] ||
+  fail "first run left $(ls "$C" | tr '\n' ' ')"
 
 # 1. A fresh start (resume = "none"), a start without `latest`, and a resume of an older step would all
 #    overwrite or rotate away the run's checkpoints: refused, nothing touched.
@@ -45,7 +47,8 @@ expect_refused stop6 "--stop-at-step 6 is not after step 6" --config "$TMP/ten.t
 run_mpi 3 "$TMP/fresh.log" --config "$TMP/none.toml" --fresh-start || { fail "fresh start"; tail -20 "$TMP/fresh.log"; }
 old=$(ls -d "$TMP"/a/checkpoints.old-* 2>/dev/null | head -1)
 mapfile -t marks < <(starts "$TMP/a/metrics.jsonl")
-if [ -z "$old" ] || [ "$(sums "$old")" != "$before" ]; then fail "fresh start: the old checkpoints are not intact in $old"
+if [ -z "$old" ] || [ "$(sums "$old")" != "$before" ]; then
+  fail "fresh start: the old checkpoints are not intact in $old"
 elif [ ! -f "$C/step_00000006.h5" ]; then fail "fresh start: no new step_6"
 elif [ "${#marks[@]}" -ne 2 ] || [[ ${marks[1]} != "step=0 resumed_from= run_id="* ]] ||
      [ "${marks[0]##*run_id=}" == "${marks[1]##*run_id=}" ]; then fail "fresh start markers: ${marks[*]}"
@@ -64,9 +67,9 @@ write_config "$TMP/short.toml" "$TMP/L" 2 1 2
 expect_refused second "is in use by another run (host=$(hostname) pid=$holder " --config "$TMP/short.toml"
 kill -9 "$holder"
 wait "$RUN_PID"
+stale="taking over a stale lock: host=$(hostname) pid=$holder .*process $holder on this host no longer exists"
 if ! run_mpi 3 "$TMP/after.log" --config "$TMP/short.toml"; then fail "run after the holder died"; tail -20 "$TMP/after.log"
-elif ! grep -q "taking over a stale lock: host=$(hostname) pid=$holder .*process $holder on this host no longer exists" \
-       "$TMP/after.log"; then fail "no stale-lock message"; grep -i lock "$TMP/after.log"
+elif ! grep -q "$stale" "$TMP/after.log"; then fail "no stale-lock message"; grep -i lock "$TMP/after.log"
 else echo "ok: the lock of the killed run (pid $holder) was reported stale and taken over"; fi
 [ ! -s "$TMP/L/run.lock" ] || fail "a cleanly ended run left its holder in run.lock: $(cat "$TMP/L/run.lock")"
 echo "$fails failed"

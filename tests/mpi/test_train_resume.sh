@@ -20,7 +20,8 @@ grep -q "resumed from .*step_00000010.h5 at step 10" "$TMP/half2.log" || fail "s
 # Each segment starts with a marker; the resumed one names its checkpoint and keeps the lineage id.
 mapfile -t marks < <(starts "$TMP/split/metrics.jsonl")
 if [ "${#marks[@]}" -eq 2 ] && [[ ${marks[0]} == "step=0 resumed_from= run_id="?* ]] &&
-   [[ ${marks[1]} == "step=10 resumed_from=$TMP/split/checkpoints/step_00000010.h5 run_id=${marks[0]##*run_id=}" ]]; then
+   [[ ${marks[1]} == "step=10 resumed_from=$TMP/split/checkpoints/step_00000010.h5 run_id=${marks[0]##*run_id=}" ]]
+then
   echo "ok: start markers: ${marks[*]}"
 else
   fail "start markers in metrics.jsonl: ${marks[*]}"

@@ -21,7 +21,8 @@ done
 write_config "$TMP/kl.toml" "$TMP/kl" 2 1 6
 sed -i 's/^grad_accum = 2$/grad_accum = 2\nloss = "kl"\nstreak = true\nstreak_alpha = 0.5\nnoise_std = 0.1/' "$TMP/kl.toml"
 if run_mpi 3 "$TMP/kl.log" --config "$TMP/kl.toml" && [ "$(step_lines "$TMP/kl/metrics.jsonl")" -eq 6 ] &&
-   python3 -c 'import sys,math; l=[float(x) for x in sys.stdin]; sys.exit(0 if all(math.isfinite(v) and v >= 0 for v in l) else 1)' < <(losses "$TMP/kl/metrics.jsonl"); then
+   losses "$TMP/kl/metrics.jsonl" |
+     python3 -c 'import sys,math; sys.exit(0 if all(math.isfinite(float(v)) and float(v) >= 0 for v in sys.stdin) else 1)'; then
   echo "ok: soft-KL + streak + noise run ($(tail -1 "$TMP/kl/metrics.jsonl" | cut -c1-60)...)"
 else
   fail "soft-KL run"; tail -20 "$TMP/kl.log"

@@ -32,5 +32,6 @@ step_lines() { losses "$1" | wc -l; }
 starts() {
   python3 -c 'import json,sys
 for j in map(json.loads, open(sys.argv[1])):
-    if j.get("event") == "start": print("step=%d resumed_from=%s run_id=%s" % (j["step"], j["resumed_from"], j["run_id"]))' "$1"
+    if j.get("event") == "start":
+        print("step=%d resumed_from=%s run_id=%s" % (j["step"], j["resumed_from"], j["run_id"]))' "$1"
 }

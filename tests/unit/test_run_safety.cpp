@@ -1,6 +1,7 @@
-// Run safety in-process: outputs never replace inputs (file_check_output), the run-dir lock and its stale-holder
-// report, checkpoint lineage (rotation removes only the run's own files), the start rule that refuses
-// checkpoints a start would overwrite and --fresh-start that moves them aside, and the watchdog's bound/message.
+// Run safety in-process: outputs never replace inputs (file_check_output), the run-dir lock and its
+// stale-holder report, checkpoint lineage (rotation removes only the run's own files), the start rule that
+// refuses checkpoints a start would overwrite and --fresh-start that moves them aside, and the watchdog's
+// bound/message.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,7 +89,8 @@ TEST(FileCheckOutput, AnOutputThatIsAnInputIsRefusedEvenWithForce) {
   }
   // A folder output that holds an input (model init --out DIR --hf-config DIR/config.json).
   write_text(d.file("sub/config.json"), "{}");
-  const std::string msg = error_of([&] { file_check_output(d.file("sub"), {d.file("sub/config.json")}, true); });
+  const std::string msg =
+      error_of([&] { file_check_output(d.file("sub"), {d.file("sub/config.json")}, true); });
   EXPECT_NE(msg.find("it lies inside that folder"), std::string::npos) << msg;
   // Neither an input nor existing: fine; inputs that do not exist are not this check's business.
   EXPECT_EQ(error_of([&] { file_check_output(d.file("new.h5"), {in, d.file("missing")}, false); }), "");
@@ -101,10 +103,12 @@ TEST(FileCheckOutput, ExistingNonEmptyOutputNeedsForce) {
   fs::create_directories(d.file("full"));
   write_text(d.file("full/x"), "x");
   fs::create_directories(d.file("empty_dir"));
-  EXPECT_NE(error_of([&] { file_check_output(d.file("old.h5"), {}, false); }).find("already exists (4 bytes)"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { file_check_output(d.file("full"), {}, false, "--out"); }).find("already holds files"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { file_check_output(d.file("old.h5"), {}, false); }).find("already exists (4 bytes)"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] { file_check_output(d.file("full"), {}, false, "--out"); }).find("already holds files"),
+      std::string::npos);
   EXPECT_EQ(error_of([&] { file_check_output(d.file("old.h5"), {}, true); }), "");
   EXPECT_EQ(error_of([&] { file_check_output(d.file("full"), {}, true); }), "");
   EXPECT_EQ(error_of([&] { file_check_output(d.file("empty.h5"), {}, false); }), "");
@@ -139,7 +143,8 @@ TEST(RunLock, DeadHoldersLockIsReportedStale) {
   ::waitpid(child, nullptr, 0);  // now a pid that no process has
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
-  const std::string line = std::string("host=") + host + " pid=" + std::to_string(child) + " started=x run_id=old";
+  const std::string line =
+      std::string("host=") + host + " pid=" + std::to_string(child) + " started=x run_id=old";
   fs::create_directories(d.file("run"));
   write_text(d.file("run/run.lock"), line + "\n");
   RunLock lock(d.file("run"));
@@ -156,8 +161,9 @@ TEST(Lineage, RotationRemovesOnlyTheRunsOwnCheckpoints) {
   for (int64_t s : {1, 2}) checkpoint_save(dir, m, state_at(s, "run-a"), 2);
   write_text(dir + "/step_00000000.h5", "not hdf5");  // unreadable: nobody's, never deleted
   for (int64_t s : {3, 4, 5}) checkpoint_save(dir, m, state_at(s, "run-b"), 2);
-  EXPECT_EQ(entries(dir), (std::set<std::string>{"latest", "step_00000000.h5", "step_00000001.h5", "step_00000002.h5",
-                                                 "step_00000004.h5", "step_00000005.h5"}));
+  EXPECT_EQ(entries(dir),
+            (std::set<std::string>{"latest", "step_00000000.h5", "step_00000001.h5", "step_00000002.h5",
+                                   "step_00000004.h5", "step_00000005.h5"}));
   EXPECT_EQ(checkpoint_read_state(dir + "/step_00000001.h5").run_id, "run-a");
   EXPECT_EQ(checkpoint_read_state(dir + "/step_00000005.h5").run_id, "run-b");
   EXPECT_EQ(checkpoint_load(dir + "/step_00000004.h5", m).run_id, "run-b");
@@ -184,7 +190,8 @@ TEST(RunStart, CheckpointsAStartWouldOverwriteAreRefused) {
   EXPECT_EQ(r.state.run_id, "run-a");
 
   std::string msg = error_of([&] { run_start_decide(run, ck, "none", false); });
-  EXPECT_NE(msg.find("step_00000004.h5, step_00000006.h5, `latest`. This run starts fresh"), std::string::npos)
+  EXPECT_NE(msg.find("step_00000004.h5, step_00000006.h5, `latest`. This run starts fresh"),
+            std::string::npos)
       << msg;
   EXPECT_NE(msg.find("--fresh-start"), std::string::npos) << msg;
   msg = error_of([&] { run_start_decide(run, ck, ck + "/step_00000004.h5", false); });
