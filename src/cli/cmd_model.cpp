@@ -1,5 +1,6 @@
 // `dflash_mpi model init`: writes a random-weight Hugging Face checkpoint from a config.json, for demos and
 // tests that need a real model directory without downloading weights.
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -29,6 +30,11 @@ void cmd_model_register(CLI::App& root) {
                  "model.safetensors are replaced)");
   init->callback([args] {
     file_check_output(args->out, {args->config}, args->force);
+    // The loader prefers the index: new config.json and model.safetensors next to it would load old shards.
+    DF_CHECK(!std::filesystem::exists(args->out + "/model.safetensors.index.json"),
+             "--out %s holds a sharded checkpoint (model.safetensors.index.json); writing into it would mix two "
+             "models; HINT: choose a new --out",
+             args->out.c_str());
     QwenConfig cfg = qwen_config_load(args->config);
     std::unique_ptr<Ops> ops = ops_create("cpu", 0);
     TargetLoadOptions opt;

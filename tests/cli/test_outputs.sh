@@ -45,6 +45,9 @@ refused "--out model is a folder that already holds files" model \
   "$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --out model --seed 2
 refused "would overwrite the input model/config.json (it lies inside that folder)" model \
   "$BIN" model init --hf-config model/config.json --out model --force
+mkdir sharded && echo '{"weight_map": {}}' >sharded/model.safetensors.index.json
+refused "holds a sharded checkpoint" sharded \
+  "$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --out sharded --force
 refused "would overwrite the input syn.h5" syn.h5 "$BIN" extract --model model --tokens syn.h5 --out syn.h5 --force
 accepted "$BIN" extract --model model --tokens syn.h5 --out feat.h5
 refused "--out feat.h5 already exists" feat.h5 "$BIN" extract --model model --tokens syn.h5 --out feat.h5
