@@ -31,9 +31,10 @@ void cmd_model_register(CLI::App& root) {
   init->callback([args] {
     file_check_output(args->out, {args->config}, args->force);
     // The loader prefers the index: new config.json and model.safetensors next to it would load old shards.
-    DF_CHECK(!std::filesystem::exists(args->out + "/model.safetensors.index.json"),
-             "--out %s holds a sharded checkpoint (model.safetensors.index.json); writing into it would mix two "
-             "models; HINT: choose a new --out",
+    const bool sharded = std::filesystem::exists(args->out + "/model.safetensors.index.json");
+    DF_CHECK(!sharded,
+             "--out %s holds a sharded checkpoint (model.safetensors.index.json); writing into it "
+             "would mix two models; HINT: choose a new --out",
              args->out.c_str());
     QwenConfig cfg = qwen_config_load(args->config);
     std::unique_ptr<Ops> ops = ops_create("cpu", 0);
