@@ -185,12 +185,17 @@ RunStart run_start_decide(const std::string& run_dir, const std::string& ckpt_di
                                   (long long)out.state.step, path.c_str())
       : resume == "none" ? std::string("starts fresh (checkpoint.resume = \"none\")")
                          : std::string("starts fresh: there is no `latest` pointer to resume from");
+  const bool named = resume != "auto" && resume != "none";  // a named checkpoint.resume follows the move
+  const std::string then =
+      named ? strfmt("the run then resumes step %lld from there", (long long)out.state.step)
+            : std::string("the run then starts at step 0");
   DF_FAIL(
-      "%s holds checkpoints that this run would overwrite or rotate away: %s. This run %s. HINT: give this "
-      "run a new run.dir; or resume the newest of them (checkpoint.resume = \"auto\" with `latest` naming "
-      "it); "
-      "or pass --fresh-start to move all of %s to %s/checkpoints.old-<UTC time>/ first (nothing is deleted)",
-      ckpt_dir.c_str(), join_names(in_way).c_str(), why.c_str(), ckpt_dir.c_str(), run_dir.c_str());
+      "%s holds checkpoints that this run would overwrite or rotate away: %s. This run %s. HINT: give "
+      "this run a new run.dir; or resume the newest of them (checkpoint.resume = \"auto\" with `latest` "
+      "naming it); or pass --fresh-start to move all of %s to %s/checkpoints.old-<UTC time>/ first "
+      "(nothing is deleted; %s)",
+      ckpt_dir.c_str(), join_names(in_way).c_str(), why.c_str(), ckpt_dir.c_str(), run_dir.c_str(),
+      then.c_str());
 }
 
 }  // namespace df
