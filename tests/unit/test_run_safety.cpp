@@ -202,6 +202,21 @@ TEST(RunStart, CheckpointsAStartWouldOverwriteAreRefused) {
   EXPECT_EQ(entries(ck), (std::set<std::string>{"step_00000004.h5", "step_00000006.h5"}));
 }
 
+TEST(RunStart, ACheckpointWithoutLineageContinuesUnderANewIdAndIsNeverRotated) {
+  ScratchDir d;
+  CpuTrainOps ops;
+  DrafterModel m(tiny_drafter_config(), ops);
+  drafter_init_params(m, 1);
+  const std::string run = d.file("run"), ck = run + "/checkpoints";
+  checkpoint_save(ck, m, state_at(3, ""), 1);  // as written before run ids existed: no lineage
+  RunStart r = run_start_decide(run, ck, "auto", false);
+  EXPECT_EQ(r.state.step, 3);
+  ASSERT_FALSE(r.state.run_id.empty());
+  checkpoint_save(ck, m, state_at(4, r.state.run_id), 1);
+  checkpoint_save(ck, m, state_at(5, r.state.run_id), 1);
+  EXPECT_EQ(entries(ck), (std::set<std::string>{"latest", "step_00000003.h5", "step_00000005.h5"}));
+}
+
 TEST(RunStart, FreshStartMovesTheFolderAsideAndAResumePathFollowsIt) {
   RunWithCheckpoints f;
   const std::string &run = f.run, &ck = f.ck;
