@@ -16,12 +16,12 @@ fi
 rm -rf runs/tiny/checkpoints runs/tiny/metrics.jsonl
 echo "== mpirun -np 3 dflash_mpi --config configs/tiny.toml   (2 targets + 1 drafter, CPU)"
 mpirun --oversubscribe -np 3 "$BIN" --config configs/tiny.toml
-"$BIN" export --config configs/tiny.toml --out runs/tiny/export
+"$BIN" export --config configs/tiny.toml --out runs/tiny/export --force
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3  # Debian's python3 has python3-matplotlib (setup.sh installs it)
 "$PY" launch/plot_metrics.py runs/tiny
 echo "== demo done: checkpoints in runs/tiny/checkpoints, metrics in runs/tiny/metrics.jsonl,"
 echo "   the drafter as a Hugging Face DFlash model in runs/tiny/export"
-"$BIN" model init --hf-config configs/tiny-target.json --out runs/tiny/target >/dev/null
+"$BIN" model init --hf-config configs/tiny-target.json --out runs/tiny/target --force >/dev/null
 echo "   (the same random target as a Hugging Face checkpoint: runs/tiny/target; try"
 echo "    $BIN extract --model runs/tiny/target --tokens runs/tiny/tokens.h5 --out runs/tiny/features.h5)"

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "core/log.h"
 #include "core/strfmt.h"
 #include "data/jsonl_convert.h"
@@ -20,16 +21,19 @@ namespace {
 struct ConvertArgs {
   std::string in, out;
   int64_t vocab = 0;
+  bool force = false;
 };
 
 struct TokenizeArgs {
   std::string tokenizer, in, out, chat_template = "qwen", thinking = "on";
   int64_t max_len = 0;
+  bool force = false;
 };
 
 struct SynthArgs {
   std::string out;
   SynthOptions options;
+  bool force = false;
 };
 
 void data_print_summary(const std::string& path, const TokenData& d) {
@@ -110,7 +114,9 @@ void cmd_data_register(CLI::App& app) {
   c->add_option("--in", conv->in, "input JSONL file")->required();
   c->add_option("--out", conv->out, "output HDF5 token file (written atomically)")->required();
   c->add_option("--vocab", conv->vocab, "vocabulary size; every id must lie in [0, vocab)")->required();
+  c->add_flag("--force", conv->force, "replace an existing non-empty output (never an input)");
   c->callback([conv] {
+    file_check_output(conv->out, {conv->in}, conv->force);
     TokenData d = jsonl_convert_file(conv->in, conv->out, conv->vocab);
     data_print_summary(conv->out, d);
   });
@@ -131,8 +137,10 @@ void cmd_data_register(CLI::App& app) {
   t->add_option("--max-len", tk->max_len, "cut longer sequences to N tokens (0: keep whole)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  t->add_flag("--force", tk->force, "replace an existing --out (never one of the inputs)");
   t->callback([tk] {
 #ifdef DF_HAVE_TOKENIZER
+    file_check_output(tk->out, {tk->in, tk->tokenizer}, tk->force);
     TokenizeOptions o;
     o.chat.kind = chat_template_parse(tk->chat_template);
     o.chat.thinking = tk->thinking == "on";
@@ -157,7 +165,9 @@ void cmd_data_register(CLI::App& app) {
   s->add_option("--min-len", syn->options.min_len, "shortest sequence (tokens, >= 2)")->required();
   s->add_option("--max-len", syn->options.max_len, "longest sequence (tokens)")->required();
   s->add_option("--seed", syn->options.seed, "seed; the same seed gives the same file")->capture_default_str();
+  s->add_flag("--force", syn->force, "replace an existing non-empty output (never an input)");
   s->callback([syn] {
+    file_check_output(syn->out, {}, syn->force);
     TokenData d = synth_generate(syn->options);
     token_file_write(syn->out, d);
     data_print_summary(syn->out, d);

@@ -2,6 +2,7 @@
 // model.safetensors) that SGLang / vLLM load as a speculative-decoding drafter.
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/file_util.h"
 #include "core/log.h"
 #include "model/drafter.h"
 #include "ops/cpu/cpu_train_ops.h"
@@ -13,12 +14,16 @@ namespace df {
 void cmd_export_register(CLI::App& root) {
   struct Args {
     std::string config, checkpoint, out;
+    bool force = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* e = root.add_subcommand("export", "Write a checkpoint's drafter as a Hugging Face DFlash model");
   e->add_option("--config", args->config, "the run's TOML config (drafter and target shapes)")->required();
   e->add_option("--checkpoint", args->checkpoint, "a step_*.h5 file (default: <run.dir>/checkpoints/latest)");
   e->add_option("--out", args->out, "output directory")->required();
+  e->add_flag("--force", args->force,
+              "write into an existing non-empty --out (its config.json and "
+              "model.safetensors are replaced)");
   e->callback([args] {
     Config cfg = config_load(args->config);
     QwenConfig target = qwen_config_load(cfg.target.architecture());
@@ -28,6 +33,7 @@ void cmd_export_register(CLI::App& root) {
       DF_CHECK(!ckpt.empty(), "no checkpoint under %s/checkpoints; HINT: pass --checkpoint or train first",
                cfg.run.dir.c_str());
     }
+    file_check_output(args->out, {args->config, ckpt, cfg.run.dir}, args->force);
     CpuTrainOps ops;
     DrafterModel model(drafter_config_from_run(cfg, target), ops);
     CheckpointState st = checkpoint_load(ckpt, model);

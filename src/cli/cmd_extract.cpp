@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/file_util.h"
 #include "core/log.h"
 #include "data/feature_file.h"
 #include "data/token_file.h"
@@ -23,6 +24,7 @@ struct ExtractArgs {
   std::string model, tokens, out, layers = "all", device = "cpu", dtype = "bf16", for_config;
   int gpu = 0;
   int64_t token_budget = 8192;
+  bool force = false;
 };
 
 // What to write: decoder-layer taps plus, optionally, the embeddings and the final norm.
@@ -80,6 +82,7 @@ void validate_ids(const TokenData& data, int vocab, const std::string& path) {
 }
 
 void run_extract(const ExtractArgs& a) {
+  file_check_output(a.out, {a.model, a.tokens, a.for_config}, a.force);
   TokenData data = token_file_read(a.tokens);
   std::unique_ptr<Ops> ops = ops_create(a.device, a.gpu);
   QwenConfig cfg = qwen_config_load(a.model);
@@ -201,6 +204,7 @@ void cmd_extract_register(CLI::App& root) {
   c->add_option("--gpu", args->gpu, "CUDA device index")->capture_default_str();
   c->add_option("--token-budget", args->token_budget, "tokens per forward batch (sequences are packed)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_flag("--force", args->force, "replace an existing non-empty output (never an input)");
   c->callback([args] { run_extract(*args); });
 }
 

@@ -1,8 +1,10 @@
 // `dflash_mpi model init`: writes a random-weight Hugging Face checkpoint from a config.json, for demos and
 // tests that need a real model directory without downloading weights.
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "core/log.h"
 #include "model/target.h"
 #include "ops/ops_factory.h"
@@ -15,6 +17,7 @@ void cmd_model_register(CLI::App& root) {
   struct Args {
     std::string config, out;
     uint64_t seed = 1;
+    bool force = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* init = m->add_subcommand("init", "Write a random-weight checkpoint (config.json + model.safetensors)");
@@ -22,7 +25,17 @@ void cmd_model_register(CLI::App& root) {
       ->required()->check(CLI::ExistingFile);
   init->add_option("--out", args->out, "output directory")->required();
   init->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  init->add_flag("--force", args->force,
+                 "write into an existing non-empty --out (its config.json and "
+                 "model.safetensors are replaced)");
   init->callback([args] {
+    file_check_output(args->out, {args->config}, args->force);
+    // The loader prefers the index: new config.json and model.safetensors next to it would load old shards.
+    const bool sharded = std::filesystem::exists(args->out + "/model.safetensors.index.json");
+    DF_CHECK(!sharded,
+             "--out %s holds a sharded checkpoint (model.safetensors.index.json); writing into it "
+             "would mix two models; HINT: choose a new --out",
+             args->out.c_str());
     QwenConfig cfg = qwen_config_load(args->config);
     std::unique_ptr<Ops> ops = ops_create("cpu", 0);
     TargetLoadOptions opt;

@@ -2,12 +2,12 @@
 // rankfile with roles and core bindings, and into an NCCL topology file for VMs that hide NUMA nodes.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/log.h"
 #include "topo/hostlist.h"
 #include "topo/nccl_xml.h"
@@ -27,6 +27,7 @@ struct TopoOptions {
   int targets = 0, drafters = 0;
   std::string out;
   bool json = false;
+  bool force = false;
 };
 
 void add_host_options(CLI::App* sub, TopoOptions& o, bool host_lists) {
@@ -75,16 +76,20 @@ std::vector<HostTopo> gather_hosts(const TopoOptions& o) {
   return out;
 }
 
+// Before any discovery: an --out that is one of the sysfs trees read, or earlier output, is refused.
+void check_out(const TopoOptions& o) {
+  if (o.out.empty()) return;
+  std::vector<std::string> inputs{o.sysfs_root};
+  for (const std::string& hd : o.host_dirs) inputs.push_back(hd.substr(hd.find('=') + 1));
+  file_check_output(o.out, inputs, o.force);
+}
+
 void write_or_print(const std::string& path, const std::string& text) {
   if (path.empty()) {
     std::fputs(text.c_str(), stdout);
     return;
   }
-  std::ofstream f(path);
-  DF_CHECK(f.good(), "cannot write '%s': check that the directory exists and is writable", path.c_str());
-  f << text;
-  f.close();
-  DF_CHECK(f.good(), "writing '%s' failed (disk full?)", path.c_str());
+  file_write_text_atomic(path, text);
 }
 
 void run_discover(const TopoOptions& o) {
@@ -126,6 +131,7 @@ void run_discover(const TopoOptions& o) {
 }
 
 void run_rankfile(const TopoOptions& o) {
+  check_out(o);
   std::vector<HostTopo> hosts = gather_hosts(o);
   std::vector<std::string> warnings;
   std::vector<RankfileEntry> entries = rankfile_place(hosts, o.targets, o.drafters, warnings);
@@ -139,6 +145,7 @@ void run_rankfile(const TopoOptions& o) {
 }
 
 void run_nccl_xml(const TopoOptions& o) {
+  check_out(o);
   std::vector<HostTopo> hosts = gather_hosts(o);
   DF_CHECK(hosts.size() == 1, "nccl-xml describes one host; run it once per host (got %zu)", hosts.size());
   DF_CHECK(!hosts[0].gpus.empty(), "host %s has no NVIDIA GPU: nothing to describe", hosts[0].host.c_str());
@@ -168,6 +175,7 @@ void cmd_topo_register(CLI::App& app) {
   add_host_options(rf, *o, true);
   rf->add_option("--numa", o->numa_map, "override GPU NUMA nodes, e.g. 0-3:1,4-7:0 (VMs)");
   rf->add_option("--out", o->out, "rankfile to write (default: stdout)");
+  rf->add_flag("--force", o->force, "replace an existing non-empty output (never an input)");
   rf->callback([o] { run_rankfile(*o); });
 
   CLI::App* nx =
@@ -175,6 +183,7 @@ void cmd_topo_register(CLI::App& app) {
   nx->add_option("--numa", o->numa_map, "GPU ranges to NUMA ids, e.g. 0-3:1,4-7:0 (default: as discovered)");
   add_host_options(nx, *o, false);
   nx->add_option("--out", o->out, "XML file to write")->required();
+  nx->add_flag("--force", o->force, "replace an existing non-empty output (never an input)");
   nx->callback([o] { run_nccl_xml(*o); });
 }
 

@@ -1,5 +1,7 @@
 // `dflash_mpi train --config F` (also plain `dflash_mpi --config F`): the training run. Every rank parses the
 // same config, resolves its role, and runs the target or the drafter loop.
+#include <limits>
+
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -14,8 +16,7 @@ void train_run(const TrainArgs& args) {
   signals_install();
   DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda", cfg.pipeline.transport);
   if (ctx.rank == 0) log_here("%s", config_table(cfg).c_str());
-  TrainPlan plan = train_plan_make(cfg, ctx);
-  plan.stop_at_step = args.stop_at_step;
+  TrainPlan plan = train_plan_make(cfg, ctx, args.fresh_start, args.stop_at_step);
   if (ctx.rank == 0)
     log_here("plan: %d targets, %d drafters, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
              plan.num_targets, plan.num_drafters, plan.grad_accum, (long long)plan.batches_per_step,
@@ -33,8 +34,16 @@ void train_add_options(CLI::App& app, TrainArgs& args) {
   app.add_option("--config", args.config, "TOML run config (see configs/tiny.toml)");
   app.add_option("--rankfile", args.rankfile, "rankfile with '# role=target|drafter gpu=N' annotations "
                                               "(also DFLASH_RANKFILE)");
-  app.add_option("--stop-at-step", args.stop_at_step, "checkpoint and exit 0 after this optimizer step; the run "
-                                                      "resumes from there (the LR schedule still spans all steps)");
+  CLI::Option* stop = app.add_option(
+      "--stop-at-step", args.stop_at_step,
+      "N >= 1, above the step the run resumes from: after optimizer step N, write a checkpoint and exit 0; "
+      "the next run with this config resumes from step N (the LR schedule still spans all steps)");
+  stop->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max()));
+  app.add_flag(
+      "--fresh-start", args.fresh_start,
+      "start although <run.dir>/checkpoints holds checkpoints this run would overwrite: move that folder "
+      "to <run.dir>/checkpoints.old-<UTC time>/ first (nothing is deleted); checkpoint.resume = \"auto\" "
+      "then starts at step 0");
 }
 
 void cmd_train_register(CLI::App& root) {

@@ -117,7 +117,8 @@ void check(bool ok, const std::string& where, const char* key, const std::string
 void validate(const Config& c, const std::string& w) {
   check(c.run.log_interval > 0, w, "run.log_interval", "must be positive (seconds)");
   check(c.run.max_steps >= 0, w, "run.max_steps", "must be >= 0");
-  check(c.run.watchdog_s >= 0, w, "run.watchdog_s", "must be >= 0 (seconds; 0 = off)");
+  check(c.run.watchdog_s >= 0 || c.run.watchdog_s == -1, w, "run.watchdog_s",
+        "must be >= 0 (seconds; 0 = off), or -1 / left out for the automatic bound");
   check(c.target.model.empty() != c.target.random_config.empty(), w, "target.model",
         "or 'target.random_config' must be set, exactly one of them");
   check(c.target.device == "cpu" || c.target.device == "cuda", w, "target.device", "must be \"cpu\" or \"cuda\"");

@@ -14,7 +14,8 @@ struct RunSection {
   uint64_t seed = 0;
   double log_interval = 10.0;  // seconds between metric lines
   int64_t max_steps = 0;       // 0: as many as `train.epochs` give
-  double watchdog_s = 1800;    // a rank with no progress for this long ends the job (0: off)
+  // A rank with no progress for this long ends the job (0: off; -1: automatic, see dist/watchdog.h).
+  double watchdog_s = -1;
 };
 
 struct TargetSection {

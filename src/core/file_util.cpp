@@ -1,4 +1,5 @@
-// Durable file replacement helpers (see file_util.h): the one place that knows how to make a rename stick.
+// Durable file replacement helpers (see file_util.h): the one place that knows how to make a rename stick,
+// and the one output-versus-input check every command uses.
 #include "core/file_util.h"
 
 #include <fcntl.h>
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 
@@ -63,6 +65,38 @@ void file_write_atomic(const std::string& path, const std::vector<FilePart>& par
             std::strerror(e));
   }
   file_fsync(file_dir_of(path), true);
+}
+
+void file_check_output(const std::string& out, const std::vector<std::string>& inputs, bool force,
+                       const char* flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out_real = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  for (const std::string& in : inputs) {
+    if (in.empty() || !fs::exists(in, ec)) continue;
+    const fs::path in_real = fs::weakly_canonical(fs::absolute(in, ec), ec);
+    // equivalent(): the same inode, which also catches a hard link under another name.
+    const bool same = in_real == out_real || (fs::exists(out, ec) && fs::equivalent(in, out, ec));
+    const fs::path rel = in_real.lexically_relative(out_real);
+    const bool inside = !rel.empty() && *rel.begin() != ".." && rel != ".";
+    DF_CHECK(!same && !inside,
+             "%s %s would overwrite the input %s%s; HINT: write the output to another path (--force does not "
+             "override this)",
+             flag, out.c_str(), in.c_str(), same ? "" : " (it lies inside that folder)");
+  }
+  if (force || !fs::exists(out, ec)) return;
+  if (fs::is_directory(out, ec)) {
+    DF_CHECK(fs::is_empty(out, ec),
+             "%s %s is a folder that already holds files; HINT: choose a new %s, or pass "
+             "--force to write into it (files of the same name are replaced)",
+             flag, out.c_str(), flag);
+  } else {
+    const auto size = fs::file_size(out, ec);
+    DF_CHECK(ec || size == 0,
+             "%s %s already exists (%llu bytes); HINT: choose a new %s, or pass --force to "
+             "replace it",
+             flag, out.c_str(), (unsigned long long)size, flag);
+  }
 }
 
 }  // namespace df

@@ -1,5 +1,6 @@
-// Durable file replacement on POSIX: fsync of a file or of the directory holding a renamed entry, and
-// small text files written atomically (temp name in the same folder, fsync, rename, fsync the folder).
+// Durable file replacement on POSIX: fsync of a file or of the directory holding a renamed entry, small text
+// files written atomically (temp name in the same folder, fsync, rename, fsync the folder), and the one check
+// every writing command makes first so that an output never replaces an input or earlier work by accident.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -29,5 +30,12 @@ inline void file_write_atomic(const std::string& path, const void* data, size_t 
 inline void file_write_text_atomic(const std::string& path, const std::string& text) {
   file_write_atomic(path, text.data(), text.size());
 }
+
+// Refuses (df::Error naming `flag`, the path and what to do) to write `out` when it is one of `inputs`, or
+// holds one of them (a folder output), compared by real path so that symlinks, hard links and "./x" count;
+// --force does not lift that. Also refuses an `out` that already exists non-empty (a file with bytes, a
+// folder with entries) unless `force`. Inputs that do not exist are skipped: the command reports them itself.
+void file_check_output(const std::string& out, const std::vector<std::string>& inputs, bool force,
+                       const char* flag = "--out");
 
 }  // namespace df

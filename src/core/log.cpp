@@ -7,6 +7,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <mutex>
 
 #include "core/strfmt.h"
@@ -43,6 +44,15 @@ void process_info_init_from_mpi() {
   MPI_Get_processor_name(name, &len);
   p.host.assign(name, len);
   p.mpi_active = true;
+}
+
+std::string utc_now(const char* format) {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), format, &tm);
+  return buf;
 }
 
 void log_info(const char* fmt, ...) {

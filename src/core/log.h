@@ -21,6 +21,9 @@ void log_warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Prints on this rank, no prefix: for the rank that owns a report (e.g. the metrics line of drafter 0).
 void log_here(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// The current UTC time in a strftime format, for records and file names (e.g. "%Y-%m-%dT%H:%M:%SZ").
+std::string utc_now(const char* format);
+
 // Prints the error with rank and host and ends the whole job: MPI_Abort when MPI is up, exit(1) otherwise.
 [[noreturn]] void fatal_abort(const std::string& what);
 

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 
+#include "core/file_util.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/safetensors.h"
@@ -330,11 +330,7 @@ void target_save_hf(const TargetModel& m, const std::string& dir) {
   }
   std::filesystem::create_directories(dir);
   safetensors_write(dir + "/model.safetensors", out, {{"format", "pt"}});
-  std::string cfg_path = dir + "/config.json";
-  std::ofstream f(cfg_path);
-  f << qwen_config_to_json(c).dump(2) << "\n";
-  f.close();
-  DF_CHECK(f.good(), "could not write %s", cfg_path.c_str());
+  file_write_text_atomic(dir + "/config.json", qwen_config_to_json(c).dump(2) + "\n");
 }
 
 }  // namespace df

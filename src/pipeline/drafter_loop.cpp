@@ -100,6 +100,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     metrics = std::make_unique<MetricsLog>(plan.cfg.run.dir, plan.cfg.run.log_interval, plan.total_steps,
                                            plan.cfg.topology.offline ? plan.num_drafters : plan.num_targets,
                                            plan.num_drafters);
+  if (owner) metrics->mark_start(plan.start_step, plan.resume_path, plan.run_id, plan.moved_aside);
   std::vector<int> all_targets;  // q_hs: how many targets have a batch for us waiting on the channel
   for (int t = 0; t < plan.num_targets; ++t) all_targets.push_back(t);
 
@@ -112,10 +113,12 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     st.rng_state = {plan.cfg.run.seed};  // every draw is keyed by (seed, global batch index): the seed is the state
     st.tokens_seen = tokens_seen;
     st.config_text = plan.cfg.text;
+    st.run_id = plan.run_id;
     checkpoint_save(plan.ckpt_dir(), model, st, plan.cfg.checkpoint.keep_last);
   };
 
-  Watchdog watchdog(plan.cfg.run.watchdog_s);
+  Watchdog watchdog(plan.cfg.run.watchdog_s, watchdog_checkpoint_s(model.table().total),
+                    watchdog_rank_names(ctx));
   int64_t step = plan.start_step;
   double last_lr = 0, last_gnorm = 0;
   for (; step < plan.total_steps; ++step) {
@@ -128,8 +131,11 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       const int64_t b = plan.batch_of(step, a, ctx.drafter_index);
       auto t_wait = std::chrono::steady_clock::now();
       ss.q_hs += rx->pending(all_targets);
-      watchdog.beat("waiting for a batch from a target");
       const int source = plan.num_targets > 0 ? int(b % plan.num_targets) : 0;  // offline: no targets
+      if (plan.num_targets > 0)
+        watchdog.beat("waiting for a batch from", ctx.roles.targets[size_t(source)]);
+      else
+        watchdog.beat("waiting for the feature reader thread");
       FeaturePacket p = rx->recv(source);
       watchdog.beat("training on a batch");
       wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
@@ -166,7 +172,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     ss.drafter_busy_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count() - wait_s;
 
-    watchdog.beat("in the gradient all-reduce (waiting for the other drafters)");
+    // Here a drafter waits on one that may wait on a target: more patience, so that one names the target.
+    watchdog.beat("in the gradient all-reduce (waiting for the other drafters)", -1, 1.5);
     reducer->sum(model.grads.ptr<float>(), size_t(model.grads.numel()));
     std::vector<double> packed = ss.pack();
     reducer->sum(packed.data(), packed.size());
@@ -182,6 +189,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     if (owner) metrics->step(step, ss, r.lr, r.grad_norm, stop || last);
     watchdog.beat("writing a checkpoint");
     if ((step + 1) % plan.cfg.checkpoint.interval == 0 || stop || last) save(step + 1);
+    watchdog.step_done(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count());
     if (stop) {
       if (owner)
         log_here("stop requested (%s): checkpointed step %lld, exiting",

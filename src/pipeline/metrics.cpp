@@ -56,6 +56,26 @@ MetricsLog::~MetricsLog() {
   if (f_) std::fclose(f_);
 }
 
+void MetricsLog::append(const std::string& json_line) {
+  const std::string line = json_line + "\n";
+  DF_CHECK(std::fputs(line.c_str(), f_) >= 0 && std::fflush(f_) == 0,
+           "writing %s failed; HINT: is the disk full?", path_.c_str());
+}
+
+void MetricsLog::mark_start(int64_t step, const std::string& resumed_from, const std::string& run_id,
+                            const std::string& moved_aside) {
+  nlohmann::json j = {{"event", "start"},
+                      {"step", step},
+                      {"resumed_from", resumed_from},
+                      {"run_id", run_id},
+                      {"time", utc_now("%Y-%m-%dT%H:%M:%SZ")},
+                      {"host", process_info().host},
+                      {"targets", num_targets_},
+                      {"drafters", num_drafters_}};
+  if (!moved_aside.empty()) j["moved_aside"] = moved_aside;
+  append(j.dump());
+}
+
 double MetricsLog::target_rate() const {
   return run_.target_busy_s > 0 ? run_.batches / run_.target_busy_s : 0.0;
 }
@@ -99,9 +119,7 @@ void MetricsLog::step(int64_t step, const StepStats& s, double lr, double grad_n
                       {"tau_est", tau_est},     {"lr", lr},          {"grad_norm", grad_norm},
                       {"tgt_batches_s", tgt_bps}, {"dft_batches_s", dft_bps}, {"q_hs", q_hs}, {"q_pre", q_pre},
                       {"ktok_s", ktok_s},       {"eta_s", eta},      {"elapsed_s", elapsed}};
-  std::string line = j.dump() + "\n";
-  DF_CHECK(std::fputs(line.c_str(), f_) >= 0 && std::fflush(f_) == 0, "writing %s failed; HINT: is the disk full?",
-           path_.c_str());
+  append(j.dump());
   window_ = StepStats{};
   last_ = now;
 }

@@ -1,5 +1,6 @@
 // Training metrics: accumulated per log interval on drafter 0 from the globally reduced step statistics,
-// printed as one line and appended to <run_dir>/metrics.jsonl as one JSON object.
+// printed as one line and appended to <run_dir>/metrics.jsonl as one JSON object. Every (re)start of a run
+// appends a marker line first ({"event": "start", ...}, no "loss"), so a reader can tell the segments apart.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -34,6 +35,10 @@ class MetricsLog {
  public:
   MetricsLog(const std::string& run_dir, double interval_s, int64_t total_steps, int num_targets, int num_drafters);
   ~MetricsLog();
+  // The start marker: the step the run starts at, the checkpoint it resumed ("" for none), its lineage id,
+  // and where --fresh-start moved earlier checkpoints ("" for nowhere).
+  void mark_start(int64_t step, const std::string& resumed_from, const std::string& run_id,
+                  const std::string& moved_aside);
   // Called every step on drafter 0; prints and appends when the interval has passed (or force).
   void step(int64_t step, const StepStats& s, double lr, double grad_norm, bool force);
   std::string path() const { return path_; }
@@ -50,6 +55,8 @@ class MetricsLog {
   std::chrono::steady_clock::time_point start_, last_;
   int64_t first_step_ = -1;
   StepStats window_, run_;
+
+  void append(const std::string& json_line);
 };
 
 }  // namespace df

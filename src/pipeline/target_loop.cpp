@@ -50,8 +50,10 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
 
   std::vector<float> host;
   int64_t sent = 0;
-  Watchdog watchdog(plan.cfg.run.watchdog_s);
+  Watchdog watchdog(plan.cfg.run.watchdog_s, watchdog_checkpoint_s(drafter_param_table(dc).total),
+                    watchdog_rank_names(ctx));
   watchdog.beat("waiting for the prefetcher");
+  auto t_batch = std::chrono::steady_clock::now();
   while (std::optional<MaterialisedBatch> mb = prefetch.next()) {
     if (sender->stopped()) break;
     auto t0 = std::chrono::steady_clock::now();
@@ -89,12 +91,16 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     p.loss_mask = std::move(mb->loss_mask);
     p.hdr.target_busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int drafter = int(p.hdr.batch_id % plan.num_drafters);
-    watchdog.beat("sending a batch (waiting for a drafter's credit)");
+    // The drafter may itself wait for another target: twice the patience, so that it names that target first.
+    watchdog.beat("sending a batch, waiting for the credit of", ctx.roles.drafters[size_t(drafter)], 2.0);
     if (!sender->send(drafter, std::move(p))) break;
     ++sent;
+    const auto now = std::chrono::steady_clock::now();
+    watchdog.step_done(std::chrono::duration<double>(now - t_batch).count());
+    t_batch = now;
     watchdog.beat("waiting for the prefetcher");
   }
-  watchdog.beat("waiting for every drafter to stop");
+  watchdog.beat("waiting for every drafter to stop", -1, 2.0);
   sender->finish();
   ops->free_bytes(block);
   log_all("target %d done: %lld batches sent", ctx.target_index, (long long)sent);

@@ -11,7 +11,7 @@
 
 namespace df {
 
-TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
+TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_start, int64_t stop_at_step) {
   TrainPlan p;
   p.cfg = cfg;
   p.target = qwen_config_load(cfg.target.architecture());
@@ -56,25 +56,24 @@ TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
            "grad_accum %d); HINT: more data, more epochs, a smaller data.token_budget or run.max_steps",
            (long long)total_batches, cfg.train.epochs, (long long)p.batches_per_step, p.num_drafters, p.grad_accum);
 
-  // Drafter 0 owns the checkpoints; it decides where the run starts and tells everyone.
-  int64_t start = 0;
+  // Drafter 0 owns the run dir: before anything is written it takes the lock, decides where the run starts
+  // (refusing checkpoints it would overwrite) and tells everyone.
   const int owner = ctx.roles.drafters[0];
-  std::string resume;
-  if (ctx.rank == owner && cfg.checkpoint.resume != "none") {
-    resume = cfg.checkpoint.resume == "auto" ? checkpoint_find_latest(p.ckpt_dir()) : cfg.checkpoint.resume;
+  RunStart rs;
+  if (ctx.rank == owner) {
+    p.lock = std::make_unique<RunLock>(cfg.run.dir);
+    rs = run_start_decide(cfg.run.dir, p.ckpt_dir(), cfg.checkpoint.resume, fresh_start);
+    p.lock->set_run_id(rs.state.run_id);
+    p.run_id = rs.state.run_id;
+    p.moved_aside = rs.moved_to;
   }
+  std::string resume = rs.resume_path;
   int64_t len = int64_t(resume.size());
   MPI_Bcast(&len, 1, MPI_INT64_T, owner, MPI_COMM_WORLD);
   resume.resize(size_t(len));
   MPI_Bcast(resume.data(), int(len), MPI_CHAR, owner, MPI_COMM_WORLD);
   p.resume_path = resume;
-  int64_t cursor = 0;
-  if (!resume.empty() && ctx.rank == owner) {
-    CheckpointState st = checkpoint_read_state(resume);
-    start = st.step;
-    cursor = st.batch_cursor;
-  }
-  int64_t pos[2] = {start, cursor};
+  int64_t pos[2] = {rs.state.step, rs.state.batch_cursor};
   MPI_Bcast(pos, 2, MPI_INT64_T, owner, MPI_COMM_WORLD);
   p.start_step = pos[0];
   // The step → batch mapping is step · drafters · grad_accum: a checkpoint resumes exactly only with the same
@@ -85,6 +84,12 @@ TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx) {
            resume.c_str(), (long long)p.start_step, (long long)pos[1],
            (long long)(p.start_step > 0 ? pos[1] / p.start_step : 0), (long long)p.batches_per_step, p.num_drafters,
            p.grad_accum, (long long)(p.start_step > 0 ? pos[1] / p.start_step : 0));
+  DF_CHECK(stop_at_step == 0 || stop_at_step > p.start_step,
+           "--stop-at-step %lld is not after step %lld, where this run %s; HINT: give a step above %lld "
+           "(it is the optimizer step after which the run checkpoints and exits), or leave it out",
+           (long long)stop_at_step, (long long)p.start_step,
+           p.start_step > 0 ? "resumes from its checkpoint" : "starts", (long long)p.start_step);
+  p.stop_at_step = stop_at_step;
   return p;
 }
 

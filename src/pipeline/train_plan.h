@@ -12,6 +12,7 @@
 #include "dist/dist.h"
 #include "model/drafter.h"
 #include "model/qwen_config.h"
+#include "train/run_dir.h"
 
 namespace df {
 
@@ -26,6 +27,10 @@ struct TrainPlan {
   int64_t start_step = 0;          // > 0 when resuming
   int64_t stop_at_step = 0;        // > 0: stop cleanly after this step (--stop-at-step)
   std::string resume_path;         // the checkpoint resumed from, if any
+  // Only on the checkpoint owner (drafter 0): the run dir's lock for the whole run, the lineage id every
+  // checkpoint gets, and where --fresh-start moved earlier checkpoints.
+  std::unique_ptr<RunLock> lock;
+  std::string run_id, moved_aside;
   std::unique_ptr<TokenCorpus> corpus;
   std::unique_ptr<Batcher> batcher;
 
@@ -37,9 +42,11 @@ struct TrainPlan {
 };
 
 // Loads configs and the corpus, derives the drafter config and the step count, and (on drafter 0, then
-// broadcast) finds the checkpoint to resume from. A CUDA run that cannot fit its GPUs stops here, before any
+// broadcast) locks the run dir and finds the checkpoint to resume from, refusing checkpoints the run would
+// overwrite unless fresh_start moves them aside (run_dir.h); stop_at_step (0: none) must lie after the step
+// resumed from. A CUDA run that cannot fit its GPUs stops here, before any
 // weights or data are loaded, printing the VRAM table.
-TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx);
+TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_start, int64_t stop_at_step);
 
 // The target's embedding and lm_head (and, for targets, its layers) come from the same source on every rank.
 struct TargetModel;

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,15 +59,6 @@ std::string drafter_config_json(const DrafterConfig& c) {
   j["num_anchors"] = c.num_anchors;
   j["vocab"] = c.vocab;
   return j.dump();
-}
-
-std::string utc_now_iso8601() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // A fixed-length, NUL-padded UTF-8 string type of n bytes (HDF5 refuses size 0, so empty text gets one NUL).
@@ -156,7 +146,8 @@ std::vector<char> checkpoint_file_image(const std::string& path, const DrafterMo
   h5_write_attr(file.get(), "batch_cursor", H5T_STD_I64LE, H5T_NATIVE_INT64, &st.batch_cursor, path);
   h5_write_attr(file.get(), "tokens_seen", H5T_STD_I64LE, H5T_NATIVE_INT64, &st.tokens_seen, path);
   h5_write_attr(file.get(), "data_fingerprint", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st.data_fingerprint, path);
-  h5_write_string_attr(file.get(), "created", utc_now_iso8601(), path);
+  h5_write_string_attr(file.get(), "created", utc_now("%Y-%m-%dT%H:%M:%SZ"), path);
+  h5_write_string_attr(file.get(), "run_id", st.run_id, path);
   h5_write_u64_dataset(file.get(), "rng_state", st.rng_state, path);
   h5_write_string_dataset(file.get(), "config_text", st.config_text, path);
   h5_write_string_dataset(file.get(), "drafter_config", drafter_config_json(model.config()), path);
@@ -185,24 +176,22 @@ std::vector<char> checkpoint_file_image(const std::string& path, const DrafterMo
   return image;
 }
 
-// Step files in the folder by step number (only exact "step_<digits>.h5" names: temp files never match).
-std::map<int64_t, std::string> checkpoint_list_steps(const std::string& ckpt_dir) {
+// The step files of lineage `run_id`; a file whose run id cannot be read belongs to nobody and is kept.
+std::map<int64_t, std::string> checkpoint_list_lineage(const std::string& ckpt_dir,
+                                                       const std::string& run_id) {
   std::map<int64_t, std::string> out;
-  std::error_code ec;
-  for (const auto& ent : fs::directory_iterator(ckpt_dir, ec)) {
-    const std::string n = ent.path().filename().string();
-    if (n.size() <= 8 || n.compare(0, 5, "step_") != 0 || n.compare(n.size() - 3, 3, ".h5") != 0) continue;
-    const std::string digits = n.substr(5, n.size() - 8);
-    if (digits.empty() || digits.size() > 18 ||
-        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
-    out[std::stoll(digits)] = n;
+  for (const auto& [step, name] : checkpoint_list_steps(ckpt_dir)) {
+    try {
+      if (checkpoint_read_state(ckpt_dir + "/" + name).run_id == run_id) out[step] = name;
+    } catch (const Error&) {
+    }
   }
   return out;
 }
 
-void checkpoint_prune(const std::string& ckpt_dir, int keep_last, const std::string& keep_name) {
-  std::map<int64_t, std::string> steps = checkpoint_list_steps(ckpt_dir);
+void checkpoint_prune(const std::string& ckpt_dir, int keep_last, const std::string& keep_name,
+                      const std::string& run_id) {
+  std::map<int64_t, std::string> steps = checkpoint_list_lineage(ckpt_dir, run_id);
   int64_t excess = int64_t(steps.size()) - keep_last;
   for (auto it = steps.begin(); it != steps.end() && excess > 0; ++it) {
     if (it->second == keep_name) continue;
@@ -247,6 +236,22 @@ T h5_read_attr(hid_t file, const char* name, hid_t mem_type, const std::string& 
   DF_CHECK(attr.get() >= 0 && H5Aread(attr.get(), mem_type, &v) >= 0, "%s: cannot read root attribute '%s'",
            path.c_str(), name);
   return v;
+}
+
+// A fixed-length string root attribute, "" when the file has none (written before the attribute existed).
+std::string h5_read_string_attr_or_empty(hid_t file, const char* name, const std::string& path) {
+  if (H5Aexists(file, name) <= 0) return "";
+  H5Handle attr(H5Aopen(file, name, H5P_DEFAULT), H5Aclose);
+  H5Handle ftype(H5Aget_type(attr.get()), H5Tclose);
+  DF_CHECK(attr.get() >= 0 && H5Tget_class(ftype.get()) == H5T_STRING && H5Tis_variable_str(ftype.get()) == 0,
+           "%s: root attribute '%s' must be a fixed-length string", path.c_str(), name);
+  const size_t n = H5Tget_size(ftype.get());
+  H5Handle mtype(h5_string_type(n), H5Tclose);
+  std::string buf(n, '\0');
+  DF_CHECK(H5Aread(attr.get(), mtype.get(), buf.data()) >= 0, "%s: cannot read root attribute '%s'",
+           path.c_str(), name);
+  buf.resize(strnlen(buf.data(), n));
+  return buf;
 }
 
 std::string h5_read_string_dataset(hid_t file, const char* name, const std::string& path) {
@@ -332,7 +337,7 @@ std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& mod
     if (previous != name) std::remove(path.c_str());
     throw;
   }
-  checkpoint_prune(ckpt_dir, keep_last, name);
+  checkpoint_prune(ckpt_dir, keep_last, name, state.run_id);
   return path;
 }
 
@@ -432,6 +437,7 @@ CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
   st.data_fingerprint = h5_read_attr<uint64_t>(file.get(), "data_fingerprint", H5T_NATIVE_UINT64, path);
   st.rng_state = h5_read_u64_dataset(file.get(), "rng_state", path);
   st.config_text = h5_read_string_dataset(file.get(), "config_text", path);
+  st.run_id = h5_read_string_attr_or_empty(file.get(), "run_id", path);
 
   // Every check passed: only now does the model change.
   for (int g = 0; g < 3; ++g) model.ops().upload_raw(flat_buffer(model, g), stage[g].data());
@@ -446,7 +452,23 @@ CheckpointState checkpoint_read_state(const std::string& path) {
   CheckpointState st;
   st.step = h5_read_attr<int64_t>(file.get(), "step", H5T_NATIVE_INT64, path);
   st.batch_cursor = h5_read_attr<int64_t>(file.get(), "batch_cursor", H5T_NATIVE_INT64, path);
+  st.run_id = h5_read_string_attr_or_empty(file.get(), "run_id", path);
   return st;
+}
+
+std::map<int64_t, std::string> checkpoint_list_steps(const std::string& ckpt_dir) {
+  std::map<int64_t, std::string> out;
+  std::error_code ec;
+  for (const auto& ent : fs::directory_iterator(ckpt_dir, ec)) {
+    const std::string n = ent.path().filename().string();
+    if (n.size() <= 8 || n.compare(0, 5, "step_") != 0 || n.compare(n.size() - 3, 3, ".h5") != 0) continue;
+    const std::string digits = n.substr(5, n.size() - 8);
+    if (digits.empty() || digits.size() > 18 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    out[std::stoll(digits)] = n;
+  }
+  return out;
 }
 
 }  // namespace df

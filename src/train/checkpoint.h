@@ -8,9 +8,11 @@
 //   /config_text     string       the run's TOML
 //   /drafter_config  string       the DrafterConfig as JSON (shown when shapes do not match)
 //   root attributes: format_version (int32), step, batch_cursor, tokens_seen (int64), data_fingerprint
-//                    (uint64), created (UTC time, ISO 8601)
+//                    (uint64), created (UTC time, ISO 8601), run_id (string: the lineage, see run_dir.h;
+//                    absent in files written before lineage ids, read as "")
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@ struct CheckpointState {
   std::vector<uint64_t> rng_state;  // opaque words (e.g. the training Rng's four)
   int64_t tokens_seen = 0;
   std::string config_text;  // the TOML the run started from
+  std::string run_id;       // lineage: the id of the run that began this chain of checkpoints
 };
 
 // "<ckpt_dir>/step_<%08lld>.h5".
@@ -34,11 +37,15 @@ std::string checkpoint_path_for_step(const std::string& ckpt_dir, int64_t step);
 
 // Writes model.params, adam_m, adam_v and `state` to checkpoint_path_for_step(ckpt_dir, state.step) through a
 // temp name in the same folder (flush, close, fsync, rename, fsync the folder), then points
-// `<ckpt_dir>/latest` at it the same way, then deletes the oldest step files so that `keep_last` remain
-// (never the new one). The folder is created when missing. On any failure: df::Error naming the path, the
-// temp file removed, `latest` and the existing checkpoints untouched. Returns the path written.
+// `<ckpt_dir>/latest` at it the same way, then deletes the oldest step files of the same lineage
+// (state.run_id) so that `keep_last` of it remain (never the new one; files of another run, or unreadable
+// ones, are never deleted). The folder is created when missing. On any failure: df::Error naming the path,
+// the temp file removed, `latest` and the existing checkpoints untouched. Returns the path written.
 std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& model,
                             const CheckpointState& state, int keep_last);
+
+// Step files in the folder by step number: exact "step_<digits>.h5" names only (temp files never match).
+std::map<int64_t, std::string> checkpoint_list_steps(const std::string& ckpt_dir);
 
 // The checkpoint `<ckpt_dir>/latest` names, as a path; "" when the folder or the pointer does not exist.
 // Throws when the pointer names a file that is missing.
@@ -50,7 +57,7 @@ std::string checkpoint_find_latest(const std::string& ckpt_dir);
 // memory (3 · 4 bytes per parameter) so that a read failure half-way cannot leave a half-loaded model.
 CheckpointState checkpoint_load(const std::string& path, DrafterModel& model);
 
-// The step and batch cursor of a checkpoint without reading its tensors: where a resume starts.
+// The step, batch cursor and run id of a checkpoint without reading its tensors: where a resume starts.
 CheckpointState checkpoint_read_state(const std::string& path);
 
 }  // namespace df

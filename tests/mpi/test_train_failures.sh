@@ -47,6 +47,10 @@ if start_long hang 3; then
   kill -9 "$victim" 2>/dev/null
   if [ "$RC" -eq 0 ] || [ "$RC" -eq 124 ]; then fail "hang: exit code $RC"; tail -20 "$TMP/hang.log"
   elif ! grep -q "FATAL: watchdog: no progress for" "$TMP/hang.log"; then fail "hang: no watchdog message"; tail -20 "$TMP/hang.log"
+  # The drafter waiting for target1 fires first (the other target waits on the drafter, with more patience).
+  elif ! grep -m1 "FATAL: watchdog" "$TMP/hang.log" |
+         grep -q "waiting for a batch from target 1 (rank 1); rank 1 is late"; then
+    fail "hang: the first watchdog line does not name target 1 (rank 1)"; grep "watchdog" "$TMP/hang.log"
   else echo "ok: stopped target1: job exited $RC after $((SECONDS - t0)) s: $(grep -m1 "FATAL: watchdog" "$TMP/hang.log" | cut -c1-110)"; fi
 fi
 

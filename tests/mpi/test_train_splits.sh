@@ -11,7 +11,7 @@ for split in "1 1" "2 1" "2 2"; do
     fail "$name exited non-zero"; tail -20 "$TMP/$name.log"; continue
   fi
   [ -f "$TMP/$name/checkpoints/step_00000006.h5" ] || fail "$name: no checkpoint for step 6"
-  n=$(wc -l <"$TMP/$name/metrics.jsonl")
+  n=$(step_lines "$TMP/$name/metrics.jsonl")
   [ "$n" -eq 6 ] || fail "$name: expected 6 metric lines, got $n"
   grep -q "role drafter" "$TMP/$name.log" || fail "$name: no start-up line for a drafter"
   echo "ok: split $1-$2 ($(tail -1 "$TMP/$name/metrics.jsonl" | cut -c1-80)...)"
@@ -20,8 +20,9 @@ done
 # and context-feature noise.
 write_config "$TMP/kl.toml" "$TMP/kl" 2 1 6
 sed -i 's/^grad_accum = 2$/grad_accum = 2\nloss = "kl"\nstreak = true\nstreak_alpha = 0.5\nnoise_std = 0.1/' "$TMP/kl.toml"
-if run_mpi 3 "$TMP/kl.log" --config "$TMP/kl.toml" && [ "$(wc -l <"$TMP/kl/metrics.jsonl")" -eq 6 ] &&
-   python3 -c 'import json,sys,math; l=[json.loads(x)["loss"] for x in open(sys.argv[1])]; sys.exit(0 if all(math.isfinite(v) and v >= 0 for v in l) else 1)' "$TMP/kl/metrics.jsonl"; then
+if run_mpi 3 "$TMP/kl.log" --config "$TMP/kl.toml" && [ "$(step_lines "$TMP/kl/metrics.jsonl")" -eq 6 ] &&
+   losses "$TMP/kl/metrics.jsonl" |
+     python3 -c 'import sys,math; sys.exit(0 if all(math.isfinite(float(v)) and float(v) >= 0 for v in sys.stdin) else 1)'; then
   echo "ok: soft-KL + streak + noise run ($(tail -1 "$TMP/kl/metrics.jsonl" | cut -c1-60)...)"
 else
   fail "soft-KL run"; tail -20 "$TMP/kl.log"
