@@ -30,6 +30,7 @@ struct TopoOptions {
   std::string numa_map;
   int targets = 0, drafters = 0;
   std::string config;                          // for the bytes of one batch's features
+  std::string target_config;                   // overrides the config's target architecture
   double target_rate = 0, drafter_rate = 0;    // batches/s per GPU, as `plan split` takes them
   std::string out;
   bool json = false;
@@ -147,8 +148,10 @@ void run_rankfile(const TopoOptions& o) {
   if (!o.config.empty()) {
     Config cfg = config_load(o.config);
     std::string source = "--config (traffic only)";
-    bytes = plan_vram_compute(cfg, qwen_config_load(cfg.target.architecture()), 1, source).payload_bytes;
+    const std::string& arch = o.target_config.empty() ? cfg.target.architecture() : o.target_config;
+    bytes = plan_vram_compute(cfg, qwen_config_load(arch), 1, source).payload_bytes;
   }
+  std::fflush(stdout);
   std::fputs(feature_traffic_format(rankfile_feature_traffic(entries), rate, bytes).c_str(),
              o.out.empty() ? stderr : stdout);
   if (!o.out.empty()) {
@@ -189,6 +192,8 @@ void cmd_topo_register(CLI::App& app) {
   rf->add_option("--numa", o->numa_map, "override GPU NUMA nodes, e.g. 0-3:1,4-7:0 (VMs)");
   rf->add_option("--out", o->out, "rankfile to write (default: stdout)");
   rf->add_option("--config", o->config, "run config: the bytes of one batch's features, for the traffic line");
+  rf->add_option("--target-config", o->target_config,
+                 "config.json (or its directory) for the target architecture instead of the config's");
   rf->add_option("--target-rate", o->target_rate, "batches/s one target GPU produces (with --config)");
   rf->add_option("--drafter-rate", o->drafter_rate, "batches/s one drafter GPU consumes (with --config)");
   rf->callback([o] { run_rankfile(*o); });

@@ -32,7 +32,7 @@ constexpr char kGoodbye = 'B';
 constexpr int kAddrLen = 64;
 // Ranks of one host die within a moment of each other (one kill, one power cut): gather for this long after
 // the first loss so the message names them all.
-constexpr auto kGatherWindow = std::chrono::milliseconds(500);
+constexpr auto kGatherWindow = std::chrono::milliseconds(200);
 
 struct Watch {
   std::vector<int> incoming;               // sockets of the watchers watching this rank

@@ -251,7 +251,7 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
     const int g = std::gcd(targets, drafters);
     warnings.push_back(strfmt(
         "%d targets + %d drafters cannot keep every target's batches on its host: batch b -> target b %% %d "
-        "-> drafter b %% %d makes %d group(s) of %d targets + %d drafters that exchange features, and not "
+        "-> drafter b %% %d makes %d group(s) of %d target(s) + %d drafter(s) that exchange features, and not "
         "every group fits a host whole, so %.1f%% of the feature traffic crosses hosts; HINT: %s",
         targets, drafters, targets, drafters, g, targets / g, drafters / g, 100 * traffic.cross_share,
         local_hint(hosts, targets, drafters).c_str()));

@@ -51,9 +51,9 @@ exec ip netns exec "\$ns" unshare --uts /bin/bash -c "hostname \$host; \$*"
 AGENT
 chmod +x "$TMP/agent.sh"
 
-# mh_mpirun ARGS...: mpirun inside h1 (as host h1), with h2 reachable only over the veth.
+# mh_mpirun ARGS...: mpirun inside h1 (as host h1), with h2 reachable only over the veth; killed after 300 s.
 mh_mpirun() {
-  ip netns exec "$NS1" unshare --uts /bin/bash -c 'hostname h1; exec "$@"' _ "$MPIEXEC" --oversubscribe \
+  ip netns exec "$NS1" unshare --uts /bin/bash -c 'hostname h1; exec "$@"' _ timeout 300 "$MPIEXEC" --oversubscribe \
     --mca plm_rsh_agent "$TMP/agent.sh" --mca btl tcp,self,vader --mca btl_tcp_if_include "$SUBNET" \
     --mca oob_tcp_if_include "$SUBNET" "$@"
 }
