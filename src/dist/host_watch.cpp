@@ -33,6 +33,7 @@ constexpr int kAddrLen = 64;
 // Ranks of one host die within a moment of each other (one kill, one power cut): gather for this long after
 // the first loss so the message names them all.
 constexpr auto kGatherWindow = std::chrono::milliseconds(200);
+constexpr int kConnectTimeoutMs = 5000;
 
 struct Watch {
   std::vector<int> incoming;               // sockets of the watchers watching this rank
@@ -42,16 +43,21 @@ struct Watch {
 };
 Watch g_watch;
 
-// This host's IPv4 address as the other hosts reach it: its name resolved as they resolve it.
+// This host's IPv4 address as the other hosts reach it: its name resolved as they resolve it, loopback
+// skipped (Debian maps the host name to 127.0.1.1, which would reach the watcher's own host).
 std::string local_address(const std::string& host) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return "";
-  char buf[INET_ADDRSTRLEN] = {0};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return "";
+  std::string out;
+  for (addrinfo* a = res; a && out.empty(); a = a->ai_next) {
+    char buf[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, buf, sizeof(buf));
+    if (std::string(buf).rfind("127.", 0) != 0) out = buf;
+  }
   freeaddrinfo(res);
-  return std::string(buf) == "127.0.0.1" ? "" : buf;  // loopback would reach the watcher's own host
+  return out;
 }
 
 int connect_to(const std::string& addr) {
@@ -60,10 +66,19 @@ int connect_to(const std::string& addr) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons(uint16_t(std::stoi(addr.substr(colon + 1))));
   if (inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr) != 1) return -1;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+  // Non-blocking with a bound: a firewall that drops packets would otherwise hold start-up for minutes.
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  int err = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    socklen_t len = sizeof(err);
+    err = poll(&p, 1, kConnectTimeoutMs) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err
+                                                                                                   : ETIMEDOUT;
+  }
+  if (err != 0) {
     close(fd);
-    fd = -1;
+    return -1;
   }
   return fd;
 }
@@ -132,7 +147,7 @@ void host_watch_start(const DistContext& ctx) {
   if (!ip.empty() && listener >= 0 && bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
       listen(listener, 256) == 0 && getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
     std::snprintf(addr, sizeof(addr), "%s:%d", ip.c_str(), int(ntohs(sa.sin_port)));
-  else
+  else if (ctx.local_rank == 0)
     log_warn("host watch: no listening address for host %s (its name resolves to %s): the other hosts cannot "
              "tell when this rank is lost; HINT: make the host name resolve to the address the hosts share",
              ctx.host.c_str(), ip.empty() ? "nothing but loopback" : ip.c_str());
