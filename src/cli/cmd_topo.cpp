@@ -10,8 +10,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "topo/hostlist.h"
 #include "model/qwen_config.h"
+#include "topo/hostlist.h"
 #include "topo/nccl_xml.h"
 #include "topo/plan_split.h"
 #include "topo/plan_vram.h"
@@ -29,9 +29,9 @@ struct TopoOptions {
   bool slurm = false;
   std::string numa_map;
   int targets = 0, drafters = 0;
-  std::string config;                          // for the bytes of one batch's features
-  std::string target_config;                   // overrides the config's target architecture
-  double target_rate = 0, drafter_rate = 0;    // batches/s per GPU, as `plan split` takes them
+  std::string config;                        // for the bytes of one batch's features
+  std::string target_config;                 // overrides the config's target architecture
+  double target_rate = 0, drafter_rate = 0;  // batches/s per GPU, as `plan split` takes them
   std::string out;
   bool json = false;
 };
@@ -143,7 +143,9 @@ void run_rankfile(const TopoOptions& o) {
   if (o.target_rate > 0 || o.drafter_rate > 0) {
     DF_CHECK(o.target_rate > 0 && o.drafter_rate > 0 && !o.config.empty(),
              "--target-rate and --drafter-rate go together with --config (the bytes of one batch)");
-    rate = plan_split_compute(o.target_rate, o.drafter_rate, o.targets + o.drafters).rows[o.drafters - 1].throughput;
+    rate = plan_split_compute(o.target_rate, o.drafter_rate, o.targets + o.drafters)
+               .rows[o.drafters - 1]
+               .throughput;
   }
   if (!o.config.empty()) {
     Config cfg = config_load(o.config);
@@ -191,7 +193,8 @@ void cmd_topo_register(CLI::App& app) {
   add_host_options(rf, *o, true);
   rf->add_option("--numa", o->numa_map, "override GPU NUMA nodes, e.g. 0-3:1,4-7:0 (VMs)");
   rf->add_option("--out", o->out, "rankfile to write (default: stdout)");
-  rf->add_option("--config", o->config, "run config: the bytes of one batch's features, for the traffic line");
+  rf->add_option("--config", o->config,
+                 "run config: the bytes of one batch's features, for the traffic line");
   rf->add_option("--target-config", o->target_config,
                  "config.json (or its directory) for the target architecture instead of the config's");
   rf->add_option("--target-rate", o->target_rate, "batches/s one target GPU produces (with --config)");

@@ -41,8 +41,8 @@ RoleMap roles_from_rankfile(const std::string& path, const std::string& source,
     // A launcher that places ranks by its own rule (srun's block distribution, a hand-made host list) can
     // disagree with the file; then the gpu= and index= placement the file was written for does not hold.
     if (e.host != hosts[e.rank] && m.host_mismatch.empty())
-      m.host_mismatch = strfmt("%s puts rank %d on %s but it runs on %s", source.c_str(), e.rank, e.host.c_str(),
-                               hosts[e.rank].c_str());
+      m.host_mismatch = strfmt("%s puts rank %d on %s but it runs on %s", source.c_str(), e.rank,
+                               e.host.c_str(), hosts[e.rank].c_str());
   }
   m.targets = rankfile_role_ranks(entries, RankRole::target);
   m.drafters = rankfile_role_ranks(entries, RankRole::drafter);
@@ -173,14 +173,15 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   log_all("pid %d host %s local %d/%d role %s%d device %s cpus %s (%d targets, %d drafters; roles from %s)",
           int(getpid()), c.host.c_str(), c.local_rank, c.local_size, rank_role_name(c.role),
           c.role == RankRole::target ? c.target_index : c.drafter_index,
-          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(), c.num_targets(),
-          c.num_drafters(), c.roles.source.c_str());
+          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(),
+          c.num_targets(), c.num_drafters(), c.roles.source.c_str());
   if (c.rank == 0) {
     log_here("roles by host: %s", roles_by_host(c.roles).c_str());
     if (!c.roles.host_mismatch.empty())
-      log_warn("%s; HINT: launch with mpirun --rankfile so ranks land where the file says, or write the file "
-               "for the launcher's placement (`dflash_mpi topo rankfile --slurm`)",
-               c.roles.host_mismatch.c_str());
+      log_warn(
+          "%s; HINT: launch with mpirun --rankfile so ranks land where the file says, or write the file "
+          "for the launcher's placement (`dflash_mpi topo rankfile --slurm`)",
+          c.roles.host_mismatch.c_str());
   }
   host_watch_start(c);
   return c;

@@ -73,8 +73,9 @@ int connect_to(const std::string& addr) {
   if (err == EINPROGRESS) {
     pollfd p{fd, POLLOUT, 0};
     socklen_t len = sizeof(err);
-    err = poll(&p, 1, kConnectTimeoutMs) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err
-                                                                                                   : ETIMEDOUT;
+    err = poll(&p, 1, kConnectTimeoutMs) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0
+              ? err
+              : ETIMEDOUT;
   }
   if (err != 0) {
     close(fd);
@@ -85,7 +86,8 @@ int connect_to(const std::string& addr) {
 
 [[noreturn]] void report_and_exit(const RoleMap& roles, const std::vector<int>& lost) {
   const ProcessInfo& p = process_info();
-  std::fprintf(stderr, "[rank %d %s] FATAL: %s\n", p.rank, p.host.c_str(), host_watch_loss_message(roles, lost).c_str());
+  std::fprintf(stderr, "[rank %d %s] FATAL: %s\n", p.rank, p.host.c_str(),
+               host_watch_loss_message(roles, lost).c_str());
   std::fflush(stderr);
   std::_Exit(4);
 }
@@ -124,14 +126,15 @@ std::string host_watch_loss_message(const RoleMap& roles, const std::vector<int>
     const size_t on_host = size_t(std::count(roles.hosts.begin(), roles.hosts.end(), host));
     std::string names;
     for (int r : ranks) names += (names.empty() ? "" : " ") + roles_label(roles, r);
-    out += strfmt("%slost host %s: rank%s %s (%s) ended without finishing", out.empty() ? "" : "; ", host.c_str(),
-                  ranks.size() > 1 ? "s" : "", names.c_str(),
+    out += strfmt("%slost host %s: rank%s %s (%s) ended without finishing", out.empty() ? "" : "; ",
+                  host.c_str(), ranks.size() > 1 ? "s" : "", names.c_str(),
                   ranks.size() == on_host ? strfmt("all %zu of its ranks", on_host).c_str()
                                           : strfmt("%zu of its %zu ranks", ranks.size(), on_host).c_str());
   }
-  return out + "; the host went down or its processes were killed (a rank that failed on its own prints its "
-               "own FATAL line). HINT: the last checkpoint resumes the run (checkpoint.resume = \"auto\"), on "
-               "fewer hosts too, with the same drafters x train.grad_accum";
+  return out +
+         "; the host went down or its processes were killed (a rank that failed on its own prints its "
+         "own FATAL line). HINT: the last checkpoint resumes the run (checkpoint.resume = \"auto\"), on "
+         "fewer hosts too, with the same drafters x train.grad_accum";
 }
 
 void host_watch_start(const DistContext& ctx) {
@@ -148,9 +151,10 @@ void host_watch_start(const DistContext& ctx) {
       listen(listener, 256) == 0 && getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
     std::snprintf(addr, sizeof(addr), "%s:%d", ip.c_str(), int(ntohs(sa.sin_port)));
   else if (ctx.local_rank == 0)
-    log_warn("host watch: no listening address for host %s (its name resolves to %s): the other hosts cannot "
-             "tell when this rank is lost; HINT: make the host name resolve to the address the hosts share",
-             ctx.host.c_str(), ip.empty() ? "nothing but loopback" : ip.c_str());
+    log_warn(
+        "host watch: no listening address for host %s (its name resolves to %s): the other hosts cannot "
+        "tell when this rank is lost; HINT: make the host name resolve to the address the hosts share",
+        ctx.host.c_str(), ip.empty() ? "nothing but loopback" : ip.c_str());
   std::vector<char> all(size_t(ctx.world) * kAddrLen);
   MPI_Allgather(addr, kAddrLen, MPI_CHAR, all.data(), kAddrLen, MPI_CHAR, MPI_COMM_WORLD);
   if (ctx.local_rank == 0) {
@@ -169,7 +173,8 @@ void host_watch_start(const DistContext& ctx) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (listener >= 0) {
     fcntl(listener, F_SETFL, fcntl(listener, F_GETFL) | O_NONBLOCK);
-    for (int fd; (fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;) g_watch.incoming.push_back(fd);
+    for (int fd; (fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;)
+      g_watch.incoming.push_back(fd);
     close(listener);
   }
   if (!g_watch.peers.empty()) g_watch.thread = std::thread(watch_loop, ctx.roles);

@@ -251,7 +251,8 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
     const int g = std::gcd(targets, drafters);
     warnings.push_back(strfmt(
         "%d targets + %d drafters cannot keep every target's batches on its host: batch b -> target b %% %d "
-        "-> drafter b %% %d makes %d group(s) of %d target(s) + %d drafter(s) that exchange features, and not "
+        "-> drafter b %% %d makes %d group(s) of %d target(s) + %d drafter(s) that exchange features, and "
+        "not "
         "every group fits a host whole, so %.1f%% of the feature traffic crosses hosts; HINT: %s",
         targets, drafters, targets, drafters, g, targets / g, drafters / g, 100 * traffic.cross_share,
         local_hint(hosts, targets, drafters).c_str()));
@@ -314,9 +315,10 @@ std::string feature_traffic_format(const FeatureTraffic& f, double batches_per_s
       "target b %% %d -> drafter b %% %d)\n",
       f.cross_pairs, f.pairs, 100 * f.cross_share, f.targets, f.drafters);
   if (batches_per_s > 0 && batch_bytes > 0)
-    out += strfmt("at %.4g batches/s x %.4g B per batch: %.4g GB/s across hosts (%.4g GB/s of features in all)\n",
-                  batches_per_s, batch_bytes, f.cross_share * batches_per_s * batch_bytes * 1e-9,
-                  batches_per_s * batch_bytes * 1e-9);
+    out += strfmt(
+        "at %.4g batches/s x %.4g B per batch: %.4g GB/s across hosts (%.4g GB/s of features in all)\n",
+        batches_per_s, batch_bytes, f.cross_share * batches_per_s * batch_bytes * 1e-9,
+        batches_per_s * batch_bytes * 1e-9);
   return out;
 }
 

@@ -21,7 +21,7 @@ struct RankfileEntry {
   RankRole role = RankRole::target;
   int gpu = -1;   // -1: absent; the bootstrap then uses the rank's index among ranks on its host
   int numa = -1;  // -1: absent or unknown
-  int index = -1; // position among the ranks of its role (target / drafter index); -1: absent, rank order
+  int index = -1;  // position among the ranks of its role (target / drafter index); -1: absent, rank order
 };
 
 // Places `targets` + `drafters` ranks on the hosts so that feature traffic stays on its host. Batch b goes

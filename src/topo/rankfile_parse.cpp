@@ -97,7 +97,8 @@ std::vector<RankfileEntry> rankfile_parse_text(const std::string& text, const st
              name.c_str(), i, out.size() - 1);
   // A role index decides which batches a rank gets: a half-annotated file or a repeated index would pair
   // targets and drafters other than the file's author meant.
-  const size_t indexed = std::count_if(out.begin(), out.end(), [](const RankfileEntry& e) { return e.index >= 0; });
+  const size_t indexed =
+      std::count_if(out.begin(), out.end(), [](const RankfileEntry& e) { return e.index >= 0; });
   DF_CHECK(indexed == 0 || indexed == out.size(),
            "%s: %zu of %zu ranks carry `index=`; HINT: give every rank its index or none (then rank order "
            "decides), e.g. rewrite the file with `dflash_mpi topo rankfile`",

@@ -92,8 +92,8 @@ TEST(TopoRankfile, TwoHostsExactText) {
   std::vector<HostTopo> hosts = {topo_discover_sysfs(topo_fixture("two_hosts/nodeA"), "nodeA"),
                                  topo_discover_sysfs(topo_fixture("two_hosts/nodeB"), "nodeB")};
   // nodeB has SMT (cpu c and c+16 are one core): its 8 cores per node split 4 per GPU. Batch b goes to
-  // target b % 6 and drafter b % 2, so even targets feed drafter 0 and odd ones drafter 1: each host holds one
-  // such group whole.
+  // target b % 6 and drafter b % 2, so even targets feed drafter 0 and odd ones drafter 1: each host holds
+  // one such group whole.
   const std::string expected =
       "# Open MPI rankfile from `dflash_mpi topo rankfile`: targets=6 drafters=2 hosts=2\n"
       "# slot = cores of the node, each GPU bound to an equal share of its NUMA node's cores.\n"
@@ -142,7 +142,8 @@ TEST(TopoRankfile, EightFourOnTwoEightGpuHostsKeepsFeaturesOnTheirHost) {
   EXPECT_EQ(f.cross_pairs, 0);
   EXPECT_EQ(f.cross_share, 0.0);
   for (const std::string& w : warnings) EXPECT_EQ(w.find("crosses hosts"), std::string::npos) << w;
-  std::vector<int> ts = rankfile_role_ranks(es, RankRole::target), ds = rankfile_role_ranks(es, RankRole::drafter);
+  std::vector<int> ts = rankfile_role_ranks(es, RankRole::target),
+                   ds = rankfile_role_ranks(es, RankRole::drafter);
   for (int t = 0; t < 8; ++t) EXPECT_EQ(es[ts[t]].host, es[ds[t % 4]].host) << "target " << t;
   for (const char* host : {"x", "y"}) {
     int t = 0, d = 0;
@@ -179,8 +180,9 @@ TEST(TopoRankfile, CountsThatCannotStayLocalSaySoAndHowMuchCrosses) {
   f = rankfile_feature_traffic(rankfile_place(small, 7, 1, warnings));
   EXPECT_EQ(f.cross_pairs, 4);
   EXPECT_NEAR(f.cross_share, 4.0 / 7.0, 1e-12);  // a ratio of small integers: exact up to double rounding
-  EXPECT_NE(feature_traffic_format(f, 2.0, 1e9).find("at 2 batches/s x 1e+09 B per batch: 1.143 GB/s across hosts"),
-            std::string::npos)
+  EXPECT_NE(
+      feature_traffic_format(f, 2.0, 1e9).find("at 2 batches/s x 1e+09 B per batch: 1.143 GB/s across hosts"),
+      std::string::npos)
       << feature_traffic_format(f, 2.0, 1e9);
 }
 
@@ -257,13 +259,23 @@ TEST(TopoRankfileParse, ErrorsNameTheLine) {
   expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0  # role=target numa=x\n", "f.rf"); },
                     "f.rf:1: numa 'x'");
   expect_error_with([&] { rankfile_parse_text("# only comments\n", "f.rf"); }, "f.rf: no `rank");
-  expect_error_with([] { rankfile_parse_text("rank 0=h slot=0  # role=target index=0\n"
-                                             "rank 1=h slot=1  # role=drafter\n", "f.rf"); },
-                    "f.rf: 1 of 2 ranks carry `index=`");
-  expect_error_with([] { rankfile_parse_text("rank 0=h slot=0  # role=target index=1\n"
-                                             "rank 1=h slot=1  # role=target index=1\n"
-                                             "rank 2=h slot=1  # role=drafter index=0\n", "f.rf"); },
-                    "f.rf: target indices must run 0..1 once each, but rank 0 has index=1");
+  expect_error_with(
+      [] {
+        rankfile_parse_text(
+            "rank 0=h slot=0  # role=target index=0\n"
+            "rank 1=h slot=1  # role=drafter\n",
+            "f.rf");
+      },
+      "f.rf: 1 of 2 ranks carry `index=`");
+  expect_error_with(
+      [] {
+        rankfile_parse_text(
+            "rank 0=h slot=0  # role=target index=1\n"
+            "rank 1=h slot=1  # role=target index=1\n"
+            "rank 2=h slot=1  # role=drafter index=0\n",
+            "f.rf");
+      },
+      "f.rf: target indices must run 0..1 once each, but rank 0 has index=1");
   expect_error_with([] { rankfile_parse_text("rank 0=h slot=0  # role=target index=x\n", "f.rf"); },
                     "f.rf:1: index 'x'");
   expect_error_with([] { rankfile_parse("/nonexistent/x.rf"); }, "cannot open rankfile '/nonexistent/x.rf'");
