@@ -76,20 +76,21 @@ has rf_two out "rank 3=nodeA slot=24-31  # role=drafter gpu=3 numa=1 index=0"
 has rf_two out "rank 7=nodeB slot=12-15  # role=drafter gpu=3 numa=1 index=1"
 has rf_two err "0 of 6 target->drafter pairs cross hosts: 0.0% of the feature bytes"
 
+# rf_27b NAME T D: T + D on two 8-GPU hosts, with the 27B batch size and the planner's rates for the GB/s.
+rf_27b() {
+  run "$1" "$BIN" topo rankfile --targets "$2" --drafters "$3" --sysfs-root "$FIX/bare_4x4" --hosts 'node[01-02]' \
+    --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$SRC/tests/fixtures/models/qwen3.6-27b" \
+    --target-rate 0.25 --drafter-rate 0.5 --out "$TMP/$1.rf"
+  expect_ok "$1"
+}
 # Traffic-aware placement: 8 targets + 4 drafters on two 8-GPU hosts keep every batch on its host (4 T + 2 D
 # each, drafters on NUMA 1), and at the planner's rates the features of one 27B batch (1.678 GB) never cross.
-run rf84 "$BIN" topo rankfile --targets 8 --drafters 4 --sysfs-root "$FIX/bare_4x4" --hosts 'node[01-02]' \
-  --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$SRC/tests/fixtures/models/qwen3.6-27b" \
-  --target-rate 0.25 --drafter-rate 0.5 --out "$TMP/84.rf"
-expect_ok rf84
+rf_27b rf84 8 4
 has rf84 out "0 of 8 target->drafter pairs cross hosts: 0.0% of the feature bytes"
 has rf84 out "at 2 batches/s x 1.678e+09 B per batch: 0 GB/s across hosts (3.356 GB/s of features in all)"
-[ "$(grep -c 'role=drafter gpu=[67] numa=1' "$TMP/84.rf")" -eq 4 ] || fail "rf84: drafters not on GPUs 6-7 of NUMA 1"
+[ "$(grep -c 'role=drafter gpu=[67] numa=1' "$TMP/rf84.rf")" -eq 4 ] || fail "rf84: drafters not on GPUs 6-7 of NUMA 1"
 # Counts whose groups fit no host whole say so, with the share, the bytes and a count that would fit.
-run rf123 "$BIN" topo rankfile --targets 12 --drafters 3 --sysfs-root "$FIX/bare_4x4" --hosts 'node[01-02]' \
-  --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$SRC/tests/fixtures/models/qwen3.6-27b" \
-  --target-rate 0.25 --drafter-rate 0.5 --out "$TMP/123.rf"
-expect_ok rf123
+rf_27b rf123 12 3
 has rf123 err "so 16.7% of the feature traffic crosses hosts; HINT: --targets 12 --drafters 2 keeps every batch"
 has rf123 out "at 1.5 batches/s x 1.678e+09 B per batch: 0.4195 GB/s across hosts"
 run rf_rates "$BIN" topo rankfile --targets 7 --drafters 1 --sysfs-root "$FIX/bare_4x4" --target-rate 1

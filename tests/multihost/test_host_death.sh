@@ -16,7 +16,8 @@ for _ in $(seq 1 600); do  # until a checkpoint exists and training is past it (
   [ -f "$TMP/long/metrics.jsonl" ] && [ "$(wc -l <"$TMP/long/metrics.jsonl")" -ge 5 ] && break
   sleep 0.2
 done
-[ "$(wc -l <"$TMP/long/metrics.jsonl" 2>/dev/null)" -ge 5 ] || { fail "no progress within 120 s"; tail -20 "$TMP/long.log"; exit 1; }
+[ "$(wc -l <"$TMP/long/metrics.jsonl" 2>/dev/null)" -ge 5 ] ||
+  { fail "no progress within 120 s"; tail -20 "$TMP/long.log"; exit 1; }
 # pids_on HOST: the rank pids of HOST from their start-up lines.
 pids_on() { sed -n "s/^\[rank [0-9]* $1\] pid \([0-9]*\) host $1 .*/\1/p" "$TMP/long.log"; }
 victims=$(pids_on h2) survivors=$(pids_on h1)

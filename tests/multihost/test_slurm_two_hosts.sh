@@ -19,26 +19,22 @@ fi
 S=$TMP/slurm
 mkdir -p "$S/ctld" "$S/spool_h1" "$S/spool_h2"
 cpus=$(getconf _NPROCESSORS_ONLN)  # what slurmd sees on the hardware (nproc may show a narrower affinity)
+# The plugins slurm_up.sh chose for containers (linuxproc, task/none, pmix, no accounting): taken from the
+# file it wrote, so both clusters follow one set of choices.
+keys='AuthType|ProctrackType|TaskPlugin|JobAcctGatherType|AccountingStorageType|SelectType|MpiDefault|ReturnToService'
+common=$(grep -E "^($keys|SelectTypeParameters)=" /etc/slurm/slurm.conf)
 cat >"$S/slurm.conf" <<CONF
 # Two namespace hosts on one machine (tests/multihost/test_slurm_two_hosts.sh).
 ClusterName=dfmh
 SlurmctldHost=h1(10.231.0.1)
 SlurmUser=root
-AuthType=auth/munge
 StateSaveLocation=$S/ctld
 SlurmdSpoolDir=$S/spool_%n
 SlurmctldPidFile=$S/slurmctld.pid
 SlurmdPidFile=$S/slurmd_%n.pid
 SlurmctldLogFile=$S/slurmctld.log
 SlurmdLogFile=$S/slurmd_%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=pmix
-ReturnToService=2
+$common
 NodeName=h1 NodeAddr=10.231.0.1 CPUs=$cpus RealMemory=1000 State=UNKNOWN
 NodeName=h2 NodeAddr=10.231.0.2 CPUs=$cpus RealMemory=1000 State=UNKNOWN
 PartitionName=mh Nodes=h1,h2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
@@ -53,7 +49,8 @@ on() {
   nsenter --net="/run/netns/$ns" unshare --uts --mount /bin/bash -c \
     "mount --bind /etc/netns/$ns/hosts /etc/hosts && mount --bind $S/tmp_$h /tmp && hostname $h && exec \"\$@\"" _ "$@"
 }
-on h1 "$NS1" /usr/sbin/slurmctld -f "$S/slurm.conf" || { fail "slurmctld did not start"; cat "$S/slurmctld.log"; exit 1; }
+on h1 "$NS1" /usr/sbin/slurmctld -f "$S/slurm.conf" ||
+  { fail "slurmctld did not start"; cat "$S/slurmctld.log"; exit 1; }
 on h1 "$NS1" /usr/sbin/slurmd -f "$S/slurm.conf" && on h2 "$NS2" /usr/sbin/slurmd -f "$S/slurm.conf" ||
   { fail "slurmd did not start"; cat "$S"/slurmd_*.log; exit 1; }
 for _ in $(seq 1 60); do
@@ -76,7 +73,8 @@ rc=$?
 [ -f "$TMP/job.out" ] || { echo "$fails failed"; exit 1; }
 for r in "0 h1 target0" "1 h1 drafter0" "2 h2 target1" "3 h2 drafter1"; do
   set -- $r
-  grep -qE "^\[rank $1 $2\] pid [0-9]+ host $2 local $(($1 % 2))/2 role $3 .*roles from DFLASH_RANKFILE" "$TMP/job.out" ||
+  grep -qE "^\[rank $1 $2\] pid [0-9]+ host $2 local $(($1 % 2))/2 role $3 .*roles from DFLASH_RANKFILE" \
+    "$TMP/job.out" ||
     fail "srun rank $1: want host $2 role $3: $(grep "^\[rank $1 " "$TMP/job.out" | head -1)"
 done
 [ -f "$TMP/job/checkpoints/step_00000006.h5" ] || fail "no checkpoint of step 6 in the run dir"

@@ -30,13 +30,15 @@ rc=$?
 while read -r r h role idx; do
   local_rank=$((r % 2))
   grep -qE "^\[rank $r $h\] pid [0-9]+ host $h local $local_rank/2 role $role$idx .*roles from OMPI_MCA_orte_rankfile" \
-    "$TMP/two.log" || fail "start-up line of rank $r: want host $h local $local_rank/2 role $role$idx: $(grep "^\[rank $r " "$TMP/two.log" | head -1)"
+    "$TMP/two.log" ||
+    fail "rank $r: want host $h local $local_rank/2 role $role$idx: $(grep "^\[rank $r " "$TMP/two.log")"
 done <<<"$want"
 grep -q "roles by host: h1 \[ranks 0=target0 1=drafter0\]; h2 \[ranks 2=target1 3=drafter1\]" "$TMP/two.log" ||
   fail "no roles-by-host table on rank 0"
 [ "$(wc -l <"$TMP/two/metrics.jsonl" 2>/dev/null)" == 6 ] || fail "two-host run: expected 6 metrics lines"
 for s in 3 6; do [ -f "$TMP/two/checkpoints/step_0000000$s.h5" ] || fail "two-host run: no checkpoint of step $s"; done
-[ $fails -eq 0 ] && echo "ok: 2 hosts trained 6 steps, checkpoints 3 and 6 in the shared run dir ($(losses "$TMP/two/metrics.jsonl" | tr '\n' ' '))"
+[ $fails -eq 0 ] && echo "ok: 2 hosts trained 6 steps, checkpoints 3 and 6 in the shared run dir" \
+  "($(losses "$TMP/two/metrics.jsonl" | tr '\n' ' '))"
 
 # 3. Resume step 3 on one host (no namespaces, roles from [topology]): the same 2 drafters, the same losses.
 cp -r "$TMP/two" "$TMP/one"
