@@ -1,6 +1,6 @@
 // Rank placement: which GPU of which host each target and drafter rank gets, and the cores it binds to.
-// Drafters exchange little with one another per token but receive every target's features, so they are
-// packed onto as few NUMA nodes as possible, away from targets, and targets stay on their own nodes.
+// Features are the heavy traffic: each target's drafters sit on its own host where the counts allow, and
+// on a host the drafters are packed onto as few NUMA nodes as possible, away from targets.
 #include "topo/rankfile.h"
 
 #include <algorithm>
