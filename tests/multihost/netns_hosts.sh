@@ -20,6 +20,7 @@ netns_cleanup() {
     fi
     rm -rf "/etc/netns/$ns"
   done
+  rmdir /etc/netns 2>/dev/null  # only when no other namespace keeps files there
   ip link del "$VETH1" 2>/dev/null
   rm -rf "$TMP"
 }
