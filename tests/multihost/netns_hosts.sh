@@ -37,6 +37,8 @@ ip netns add "$NS2" && ip link add "$VETH1" type veth peer name "$VETH2" &&
   ip -n "$NS1" link set lo up && ip -n "$NS2" link set lo up &&
   ip -n "$NS1" link set "$VETH1" up && ip -n "$NS2" link set "$VETH2" up ||
   skip "could not join the namespaces by a veth pair (no veth support here?)"
+ip netns exec "$NS2" unshare --uts /bin/bash -c 'hostname h2' 2>"$TMP/uts.err" ||
+  skip "cannot give a namespace host its own name: $(cat "$TMP/uts.err")"
 for ns in "$NS1" "$NS2"; do
   mkdir -p "/etc/netns/$ns"
   printf '127.0.0.1 localhost\n10.231.0.1 h1\n10.231.0.2 h2\n' >"/etc/netns/$ns/hosts"

@@ -49,6 +49,8 @@ on() {
   nsenter --net="/run/netns/$ns" unshare --uts --mount /bin/bash -c \
     "mount --bind /etc/netns/$ns/hosts /etc/hosts && mount --bind $S/tmp_$h /tmp && hostname $h && exec \"\$@\"" _ "$@"
 }
+on h2 "$NS2" true 2>"$TMP/on.err" ||
+  skip "cannot bind-mount a namespace host's /etc/hosts and /tmp: $(cat "$TMP/on.err")"
 on h1 "$NS1" /usr/sbin/slurmctld -f "$S/slurm.conf" ||
   { fail "slurmctld did not start"; cat "$S/slurmctld.log"; exit 1; }
 on h1 "$NS1" /usr/sbin/slurmd -f "$S/slurm.conf" && on h2 "$NS2" /usr/sbin/slurmd -f "$S/slurm.conf" ||
