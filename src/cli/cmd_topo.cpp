@@ -6,11 +6,15 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/log.h"
+#include "model/qwen_config.h"
 #include "topo/hostlist.h"
 #include "topo/nccl_xml.h"
+#include "topo/plan_split.h"
+#include "topo/plan_vram.h"
 #include "topo/rankfile.h"
 #include "topo/topo.h"
 
@@ -25,6 +29,9 @@ struct TopoOptions {
   bool slurm = false;
   std::string numa_map;
   int targets = 0, drafters = 0;
+  std::string config;                        // for the bytes of one batch's features
+  std::string target_config;                 // overrides the config's target architecture
+  double target_rate = 0, drafter_rate = 0;  // batches/s per GPU, as `plan split` takes them
   std::string out;
   bool json = false;
   bool force = false;
@@ -137,6 +144,24 @@ void run_rankfile(const TopoOptions& o) {
   std::vector<RankfileEntry> entries = rankfile_place(hosts, o.targets, o.drafters, warnings);
   for (const std::string& w : warnings) log_warn("%s", w.c_str());
   write_or_print(o.out, rankfile_format(entries));
+  // Batches/s of the pipeline (its slower side, as `plan split` computes it) times the bytes of one batch.
+  double rate = 0, bytes = 0;
+  if (o.target_rate > 0 || o.drafter_rate > 0) {
+    DF_CHECK(o.target_rate > 0 && o.drafter_rate > 0 && !o.config.empty(),
+             "--target-rate and --drafter-rate go together with --config (the bytes of one batch)");
+    rate = plan_split_compute(o.target_rate, o.drafter_rate, o.targets + o.drafters)
+               .rows[o.drafters - 1]
+               .throughput;
+  }
+  if (!o.config.empty()) {
+    Config cfg = config_load(o.config);
+    std::string source = "--config (traffic only)";
+    const std::string& arch = o.target_config.empty() ? cfg.target.architecture() : o.target_config;
+    bytes = plan_vram_compute(cfg, qwen_config_load(arch), 1, source).payload_bytes;
+  }
+  std::fflush(stdout);
+  std::fputs(feature_traffic_format(rankfile_feature_traffic(entries), rate, bytes).c_str(),
+             o.out.empty() ? stderr : stdout);
   if (!o.out.empty()) {
     std::printf("wrote %s: %d targets + %d drafters = %zu ranks\n", o.out.c_str(), o.targets, o.drafters,
                 entries.size());
@@ -176,6 +201,12 @@ void cmd_topo_register(CLI::App& app) {
   rf->add_option("--numa", o->numa_map, "override GPU NUMA nodes, e.g. 0-3:1,4-7:0 (VMs)");
   rf->add_option("--out", o->out, "rankfile to write (default: stdout)");
   rf->add_flag("--force", o->force, "replace an existing non-empty output (never an input)");
+  rf->add_option("--config", o->config,
+                 "run config: the bytes of one batch's features, for the traffic line");
+  rf->add_option("--target-config", o->target_config,
+                 "config.json (or its directory) for the target architecture instead of the config's");
+  rf->add_option("--target-rate", o->target_rate, "batches/s one target GPU produces (with --config)");
+  rf->add_option("--drafter-rate", o->drafter_rate, "batches/s one drafter GPU consumes (with --config)");
   rf->callback([o] { run_rankfile(*o); });
 
   CLI::App* nx =

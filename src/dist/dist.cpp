@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/host_watch.h"
 
 namespace df {
 
@@ -22,7 +23,9 @@ std::atomic<int> g_stop_signal{0};
 
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
-RoleMap roles_from_rankfile(const std::string& path, const std::string& source, int world) {
+RoleMap roles_from_rankfile(const std::string& path, const std::string& source,
+                            const std::vector<std::string>& hosts) {
+  const int world = int(hosts.size());
   std::vector<RankfileEntry> entries = rankfile_parse(path);
   DF_CHECK(int(entries.size()) == world,
            "%s names %zu ranks but %d were started; HINT: run mpirun -np %zu with this rankfile, or write a new one "
@@ -35,7 +38,14 @@ RoleMap roles_from_rankfile(const std::string& path, const std::string& source, 
   for (const RankfileEntry& e : entries) {
     m.role[e.rank] = e.role;
     m.gpu[e.rank] = e.gpu;
+    // A launcher that places ranks by its own rule (srun's block distribution, a hand-made host list) can
+    // disagree with the file; then the gpu= and index= placement the file was written for does not hold.
+    if (e.host != hosts[e.rank] && m.host_mismatch.empty())
+      m.host_mismatch = strfmt("%s puts rank %d on %s but it runs on %s", source.c_str(), e.rank,
+                               e.host.c_str(), hosts[e.rank].c_str());
   }
+  m.targets = rankfile_role_ranks(entries, RankRole::target);
+  m.drafters = rankfile_role_ranks(entries, RankRole::drafter);
   return m;
 }
 
@@ -59,6 +69,26 @@ std::string cpu_affinity() {
 }
 
 }  // namespace
+
+std::string roles_label(const RoleMap& m, int rank) {
+  const std::vector<int>& same = m.role[rank] == RankRole::target ? m.targets : m.drafters;
+  const auto it = std::find(same.begin(), same.end(), rank);
+  return strfmt("%d=%s%d", rank, rank_role_name(m.role[rank]), int(it - same.begin()));
+}
+
+std::string roles_by_host(const RoleMap& m) {
+  std::map<std::string, std::string> per_host;
+  std::vector<std::string> order;
+  for (size_t r = 0; r < m.hosts.size(); ++r) {
+    std::string& line = per_host[m.hosts[r]];
+    if (line.empty()) order.push_back(m.hosts[r]);
+    line += (line.empty() ? "" : " ") + roles_label(m, int(r));
+  }
+  std::string out;
+  for (const std::string& h : order)
+    out += strfmt("%s%s [ranks %s]", out.empty() ? "" : "; ", h.c_str(), per_host[h].c_str());
+  return out;
+}
 
 RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& topo,
                       const std::vector<std::string>& hosts) {
@@ -84,14 +114,14 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
     m.role.assign(size_t(world), RankRole::drafter);
     m.gpu.assign(size_t(world), -1);
     if (!rf.empty()) {
-      RoleMap from_file = roles_from_rankfile(rf, source, world);
+      RoleMap from_file = roles_from_rankfile(rf, source, hosts);
       DF_CHECK(std::count(from_file.role.begin(), from_file.role.end(), RankRole::target) == 0,
                "%s names target ranks, but data.features makes this an offline run without targets; HINT: drop "
                "the role=target lines or data.features", source.c_str());
       m.gpu = from_file.gpu;
     }
   } else if (!rf.empty()) {
-    m = roles_from_rankfile(rf, source, world);
+    m = roles_from_rankfile(rf, source, hosts);
   } else if (topo.targets > 0 || topo.drafters > 0) {
     DF_CHECK(topo.targets + topo.drafters == world,
              "[topology] asks for %d targets + %d drafters = %d ranks but %d were started; HINT: mpirun -np %d",
@@ -106,7 +136,9 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
     for (int r = 0; r < world; ++r) m.role.push_back(last[hosts[r]] == r ? RankRole::drafter : RankRole::target);
     m.gpu.assign(world, -1);
   }
-  for (int r = 0; r < world; ++r) (m.role[r] == RankRole::target ? m.targets : m.drafters).push_back(r);
+  m.hosts = hosts;
+  if (m.targets.empty() && m.drafters.empty())
+    for (int r = 0; r < world; ++r) (m.role[r] == RankRole::target ? m.targets : m.drafters).push_back(r);
   DF_CHECK(topo.offline || !m.targets.empty(), "roles from %s: no target rank among %d; HINT: a run needs at least one target and "
            "one drafter (e.g. mpirun -np 2 with [topology] targets = 1, drafters = 1)",
            m.source.c_str(), world);
@@ -161,15 +193,26 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   MPI_Comm_split(MPI_COMM_WORLD, c.role == RankRole::drafter ? 1 : MPI_UNDEFINED, c.rank, &split);
   c.drafter_comm = split;
 
-  log_all("pid %d host %s role %s%d device %s cpus %s transport %s (%d targets, %d drafters; roles from %s; %s)",
-          int(getpid()), c.host.c_str(), rank_role_name(c.role),
+  log_all("pid %d host %s local %d/%d role %s%d device %s cpus %s transport %s (%d targets, %d drafters; roles "
+          "from %s; %s)",
+          int(getpid()), c.host.c_str(), c.local_rank, c.local_size, rank_role_name(c.role),
           c.role == RankRole::target ? c.target_index : c.drafter_index,
           c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(),
           transport_name(c.transport), c.num_targets(), c.num_drafters(), c.roles.source.c_str(), why.c_str());
+  if (c.rank == 0) {
+    log_here("roles by host: %s", roles_by_host(c.roles).c_str());
+    if (!c.roles.host_mismatch.empty())
+      log_warn(
+          "%s; HINT: launch with mpirun --rankfile so ranks land where the file says, or write the file "
+          "for the launcher's placement (`dflash_mpi topo rankfile --slurm`)",
+          c.roles.host_mismatch.c_str());
+  }
+  host_watch_start(c);
   return c;
 }
 
 void dist_finalize(DistContext& c) {
+  host_watch_stop();
   if (c.drafter_comm != MPI_COMM_NULL) MPI_Comm_free(&c.drafter_comm);
   if (c.data_comm != MPI_COMM_NULL) MPI_Comm_free(&c.data_comm);
   MPI_Finalize();

@@ -18,7 +18,9 @@ struct RoleMap {
   std::vector<int> gpu;        // per world rank; -1 = from the rank's index on its host
   std::vector<int> targets;    // world ranks of the targets, in order (target index = position)
   std::vector<int> drafters;   // world ranks of the drafters, in order
+  std::vector<std::string> hosts;  // per world rank: the host it runs on (failure messages name it)
   std::string source;          // where the roles came from, for the start-up line
+  std::string host_mismatch;   // non-empty: the rankfile placed a rank on another host than it runs on
 };
 
 // Resolves roles, first that applies: rankfile_cli (or DFLASH_RANKFILE; "none" skips rankfiles);
@@ -27,6 +29,11 @@ struct RoleMap {
 // hosts: the host name of every world rank. Throws with a message naming the source when the map does not
 // match the world size or lacks a target or a drafter.
 RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& topo, const std::vector<std::string>& hosts);
+
+// "h1 [ranks 0=target0 1=drafter0]; h2 [ranks 2=target1 3=drafter1]": rank 0's start-up table, and what a
+// failure message names when a host's ranks are lost. roles_label gives one rank's "2=target1".
+std::string roles_by_host(const RoleMap& m);
+std::string roles_label(const RoleMap& m, int rank);
 
 struct DistContext {
   int rank = 0, world = 1;

@@ -69,6 +69,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   const int k = int(taps.size());
   const int depth = cfg.pipeline.hs_queue_depth;
   const double payload = payload_bytes(T, k, t.hidden, kl);
+  p.payload_bytes = payload;
 
   // ---- target: backbone up to the last tap (all layers + final norm for the soft-KL loss) ----
   p.target_layers_run = kl ? t.layers : *std::max_element(taps.begin(), taps.end()) + 1;

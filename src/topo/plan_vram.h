@@ -39,6 +39,7 @@ struct VramPlan {
   int64_t drafter_params = 0;  // trainable elements (Σ rows·cols of the parameter table)
   int64_t drafter_flat = 0;    // flat buffer length the optimizer allocates (entries 64-aligned)
   int64_t anchors = 0;         // anchor blocks per drafter micro-batch
+  double payload_bytes = 0;    // one target->drafter batch at the token budget (what crosses the wire)
   VramAssumptions assume;
   std::vector<std::string> notes;
 };

@@ -1,11 +1,12 @@
 // Rank placement: which GPU of which host each target and drafter rank gets, and the cores it binds to.
-// Drafters exchange little with one another per token but receive every target's features, so they are
-// packed onto as few NUMA nodes as possible, away from targets, and targets stay on their own nodes.
+// Features are the heavy traffic: each target's drafters sit on its own host where the counts allow, and
+// on a host the drafters are packed onto as few NUMA nodes as possible, away from targets.
 #include "topo/rankfile.h"
 
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "core/error.h"
@@ -136,6 +137,66 @@ std::vector<std::pair<int, RankRole>> place_on_host(const HostTopo& h, int t, in
   return out;
 }
 
+// Whether every class of T/g targets + D/g drafters can sit whole on some host (see rankfile_place).
+bool classes_fit(const std::vector<HostTopo>& hosts, int targets, int drafters) {
+  const int g = std::gcd(targets, drafters), size = (targets + drafters) / g;
+  int whole = 0;
+  for (const HostTopo& h : hosts) whole += static_cast<int>(h.gpus.size()) / size;
+  return whole >= g;
+}
+
+// The hint for counts that cannot stay local: the nearest drafter count that can, for the same targets.
+std::string local_hint(const std::vector<HostTopo>& hosts, int targets, int drafters) {
+  int gpus = 0;
+  for (const HostTopo& h : hosts) gpus += static_cast<int>(h.gpus.size());
+  for (int step = 1; step < gpus; ++step)
+    for (int d : {drafters - step, drafters + step})
+      if (d >= 1 && targets + d <= gpus && classes_fit(hosts, targets, d))
+        return strfmt("--targets %d --drafters %d keeps every batch on its host", targets, d);
+  return "no drafter count keeps it local for these targets on these hosts";
+}
+
+// How many targets and drafters each host gets, and which target / drafter indices (see rankfile_place).
+struct HostShare {
+  std::vector<int> target_idx, drafter_idx;
+};
+
+std::vector<HostShare> shares_by_class(const std::vector<HostTopo>& hosts, int targets, int drafters) {
+  const int g = std::gcd(targets, drafters), tc = targets / g, dc = drafters / g, size = tc + dc;
+  std::vector<HostShare> out(hosts.size());
+  auto add_class = [&](HostShare& s, int c) {
+    for (int j = 0; j < tc; ++j) s.target_idx.push_back(c + j * g);
+    for (int j = 0; j < dc; ++j) s.drafter_idx.push_back(c + j * g);
+  };
+  int next = 0;
+  std::vector<int> spare;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const int cap = static_cast<int>(hosts[h].gpus.size());
+    const int whole = std::min(g - next, cap / size);
+    for (int k = 0; k < whole; ++k) add_class(out[h], next++);
+    spare.push_back(cap - whole * size);
+  }
+  if (next == g) return out;
+  // Classes that no host holds whole: their ranks fill the spare GPUs host by host, class after class, so
+  // each class is cut at as few host boundaries as the capacities allow.
+  HostShare rest;
+  for (int c = next; c < g; ++c) add_class(rest, c);
+  int left = static_cast<int>(rest.target_idx.size() + rest.drafter_idx.size());
+  const int total = left;
+  std::vector<int> ranks_on;
+  for (int s : spare) {
+    ranks_on.push_back(std::min(left, s));
+    left -= ranks_on.back();
+  }
+  std::vector<int> d_on = drafter_shares(ranks_on, static_cast<int>(rest.drafter_idx.size()), total);
+  size_t ti = 0, di = 0;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (int k = 0; k < ranks_on[h] - d_on[h]; ++k) out[h].target_idx.push_back(rest.target_idx[ti++]);
+    for (int k = 0; k < d_on[h]; ++k) out[h].drafter_idx.push_back(rest.drafter_idx[di++]);
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* rank_role_name(RankRole r) {
@@ -158,23 +219,22 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
            "%d targets + %d drafters = %d ranks but only %d GPUs (%s): one rank needs one GPU; "
            "lower --targets/--drafters or add hosts",
            targets, drafters, total, gpus, per_host.c_str());
-  std::vector<int> ranks_on;
-  for (const HostTopo& h : hosts) {
-    int left = total;
-    for (int r : ranks_on) left -= r;
-    ranks_on.push_back(std::min(left, static_cast<int>(h.gpus.size())));
-  }
-  std::vector<int> d_on = drafter_shares(ranks_on, drafters, total);
+  std::vector<HostShare> shares = shares_by_class(hosts, targets, drafters);
   std::vector<RankfileEntry> out;
   for (size_t hi = 0; hi < hosts.size(); ++hi) {
     const HostTopo& h = hosts[hi];
-    if (ranks_on[hi] == 0) {
+    HostShare& share = shares[hi];
+    const int t = static_cast<int>(share.target_idx.size()), d = static_cast<int>(share.drafter_idx.size());
+    if (t + d == 0) {
       warnings.push_back(strfmt("host %s (%zu GPUs) gets no rank: the hosts before it hold all %d",
                                 h.host.c_str(), h.gpus.size(), total));
       continue;
     }
+    std::sort(share.target_idx.begin(), share.target_idx.end());
+    std::sort(share.drafter_idx.begin(), share.drafter_idx.end());
     std::map<int, std::string> slots = slots_by_gpu(h, warnings);
-    for (auto [gpu, role] : place_on_host(h, ranks_on[hi] - d_on[hi], d_on[hi])) {
+    size_t ti = 0, di = 0;
+    for (auto [gpu, role] : place_on_host(h, t, d)) {
       RankfileEntry e;
       e.rank = static_cast<int>(out.size());
       e.host = h.host;
@@ -182,8 +242,20 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
       e.role = role;
       e.gpu = gpu;
       e.numa = h.gpus[gpu].numa;
+      e.index = role == RankRole::target ? share.target_idx[ti++] : share.drafter_idx[di++];
       out.push_back(std::move(e));
     }
+  }
+  FeatureTraffic traffic = rankfile_feature_traffic(out);
+  if (traffic.cross_pairs > 0) {
+    const int g = std::gcd(targets, drafters);
+    warnings.push_back(strfmt(
+        "%d targets + %d drafters cannot keep every target's batches on its host: batch b -> target b %% %d "
+        "-> drafter b %% %d makes %d group(s) of %d target(s) + %d drafter(s) that exchange features, and "
+        "not "
+        "every group fits a host whole, so %.1f%% of the feature traffic crosses hosts; HINT: %s",
+        targets, drafters, targets, drafters, g, targets / g, drafters / g, 100 * traffic.cross_share,
+        local_hint(hosts, targets, drafters).c_str()));
   }
   return out;
 }
@@ -197,12 +269,56 @@ std::string rankfile_format(const std::vector<RankfileEntry>& entries) {
   }
   std::string out = strfmt(
       "# Open MPI rankfile from `dflash_mpi topo rankfile`: targets=%zu drafters=%d hosts=%zu\n"
-      "# slot = cores of the node, each GPU bound to an equal share of its NUMA node's cores.\n",
+      "# slot = cores of the node, each GPU bound to an equal share of its NUMA node's cores.\n"
+      "# index = target / drafter index: batch b goes to target b %% T, then to drafter b %% D.\n",
       entries.size() - d, d, hosts.size());
   for (const RankfileEntry& e : entries) {
-    out += strfmt("rank %d=%s slot=%s  # role=%s gpu=%d numa=%d\n", e.rank, e.host.c_str(), e.slot.c_str(),
+    out += strfmt("rank %d=%s slot=%s  # role=%s gpu=%d numa=%d", e.rank, e.host.c_str(), e.slot.c_str(),
                   rank_role_name(e.role), e.gpu, e.numa);
+    out += e.index >= 0 ? strfmt(" index=%d\n", e.index) : "\n";
   }
+  return out;
+}
+
+std::vector<int> rankfile_role_ranks(const std::vector<RankfileEntry>& entries, RankRole role) {
+  std::vector<std::pair<int, int>> keyed;  // (index or rank, rank)
+  for (const RankfileEntry& e : entries)
+    if (e.role == role) keyed.push_back({e.index >= 0 ? e.index : e.rank, e.rank});
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<int> out;
+  for (auto [key, rank] : keyed) out.push_back(rank);
+  return out;
+}
+
+FeatureTraffic rankfile_feature_traffic(const std::vector<RankfileEntry>& entries) {
+  std::map<int, const RankfileEntry*> by_rank;
+  for (const RankfileEntry& e : entries) by_rank[e.rank] = &e;
+  std::vector<int> ts = rankfile_role_ranks(entries, RankRole::target);
+  std::vector<int> ds = rankfile_role_ranks(entries, RankRole::drafter);
+  FeatureTraffic f;
+  f.targets = static_cast<int>(ts.size());
+  f.drafters = static_cast<int>(ds.size());
+  if (ts.empty() || ds.empty()) return f;
+  const int g = std::gcd(f.targets, f.drafters);
+  for (int t = 0; t < f.targets; ++t)
+    for (int d = t % g; d < f.drafters; d += g) {
+      ++f.pairs;
+      f.cross_pairs += by_rank[ts[t]]->host != by_rank[ds[d]]->host;
+    }
+  f.cross_share = static_cast<double>(f.cross_pairs) / f.pairs;
+  return f;
+}
+
+std::string feature_traffic_format(const FeatureTraffic& f, double batches_per_s, double batch_bytes) {
+  std::string out = strfmt(
+      "feature traffic: %d of %d target->drafter pairs cross hosts: %.1f%% of the feature bytes (batch b -> "
+      "target b %% %d -> drafter b %% %d)\n",
+      f.cross_pairs, f.pairs, 100 * f.cross_share, f.targets, f.drafters);
+  if (batches_per_s > 0 && batch_bytes > 0)
+    out += strfmt(
+        "at %.4g batches/s x %.4g B per batch: %.4g GB/s across hosts (%.4g GB/s of features in all)\n",
+        batches_per_s, batch_bytes, f.cross_share * batches_per_s * batch_bytes * 1e-9,
+        batches_per_s * batch_bytes * 1e-9);
   return out;
 }
 

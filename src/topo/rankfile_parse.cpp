@@ -45,6 +45,9 @@ void parse_annotations(const std::string& text, const std::string& where, Rankfi
     } else if (key == "numa") {
       DF_CHECK(parse_int_strict(val, e.numa) && e.numa >= -1, "%s: numa '%s' must be an integer >= -1",
                where.c_str(), val.c_str());
+    } else if (key == "index") {
+      DF_CHECK(parse_int_strict(val, e.index) && e.index >= 0, "%s: index '%s' must be an integer >= 0",
+               where.c_str(), val.c_str());
     }
   }
 }
@@ -92,6 +95,22 @@ std::vector<RankfileEntry> rankfile_parse_text(const std::string& text, const st
   for (size_t i = 0; i < out.size(); ++i)
     DF_CHECK(out[i].rank == static_cast<int>(i), "%s: rank %zu is missing (ranks must run 0..%zu)",
              name.c_str(), i, out.size() - 1);
+  // A role index decides which batches a rank gets: a half-annotated file or a repeated index would pair
+  // targets and drafters other than the file's author meant.
+  const size_t indexed =
+      std::count_if(out.begin(), out.end(), [](const RankfileEntry& e) { return e.index >= 0; });
+  DF_CHECK(indexed == 0 || indexed == out.size(),
+           "%s: %zu of %zu ranks carry `index=`; HINT: give every rank its index or none (then rank order "
+           "decides), e.g. rewrite the file with `dflash_mpi topo rankfile`",
+           name.c_str(), indexed, out.size());
+  for (RankRole role : {RankRole::target, RankRole::drafter}) {
+    std::vector<int> ranks = rankfile_role_ranks(out, role);
+    for (size_t i = 0; indexed > 0 && i < ranks.size(); ++i)
+      DF_CHECK(out[ranks[i]].index == static_cast<int>(i),
+               "%s: %s indices must run 0..%zu once each, but rank %d has index=%d; HINT: rewrite the file "
+               "with `dflash_mpi topo rankfile`",
+               name.c_str(), rank_role_name(role), ranks.size() - 1, ranks[i], out[ranks[i]].index);
+  }
   return out;
 }
 

@@ -58,21 +58,43 @@ has rf71 out "launch: mpirun -np 8 --rankfile $TMP/71.rf"
 cat >"$TMP/71.expected" <<'EOF'
 # Open MPI rankfile from `dflash_mpi topo rankfile`: targets=7 drafters=1 hosts=1
 # slot = cores of the node, each GPU bound to an equal share of its NUMA node's cores.
-rank 0=node01 slot=0-7  # role=target gpu=0 numa=0
-rank 1=node01 slot=8-15  # role=target gpu=1 numa=0
-rank 2=node01 slot=16-23  # role=target gpu=2 numa=0
-rank 3=node01 slot=24-31  # role=target gpu=3 numa=0
-rank 4=node01 slot=32-39  # role=target gpu=4 numa=1
-rank 5=node01 slot=40-47  # role=target gpu=5 numa=1
-rank 6=node01 slot=48-55  # role=target gpu=6 numa=1
-rank 7=node01 slot=56-63  # role=drafter gpu=7 numa=1
+# index = target / drafter index: batch b goes to target b % T, then to drafter b % D.
+rank 0=node01 slot=0-7  # role=target gpu=0 numa=0 index=0
+rank 1=node01 slot=8-15  # role=target gpu=1 numa=0 index=1
+rank 2=node01 slot=16-23  # role=target gpu=2 numa=0 index=2
+rank 3=node01 slot=24-31  # role=target gpu=3 numa=0 index=3
+rank 4=node01 slot=32-39  # role=target gpu=4 numa=1 index=4
+rank 5=node01 slot=40-47  # role=target gpu=5 numa=1 index=5
+rank 6=node01 slot=48-55  # role=target gpu=6 numa=1 index=6
+rank 7=node01 slot=56-63  # role=drafter gpu=7 numa=1 index=0
 EOF
 diff "$TMP/71.expected" "$TMP/71.rf" >/dev/null || fail "rf71: file differs: $(diff "$TMP/71.expected" "$TMP/71.rf")"
 
 run rf_two "$BIN" topo rankfile --targets 6 --drafters 2 --host "nodeA=$FIX/two_hosts/nodeA" --host "nodeB=$FIX/two_hosts/nodeB"
 expect_ok rf_two
-has rf_two out "rank 3=nodeA slot=24-31  # role=drafter gpu=3 numa=1"
-has rf_two out "rank 7=nodeB slot=12-15  # role=drafter gpu=3 numa=1"
+has rf_two out "rank 3=nodeA slot=24-31  # role=drafter gpu=3 numa=1 index=0"
+has rf_two out "rank 7=nodeB slot=12-15  # role=drafter gpu=3 numa=1 index=1"
+has rf_two err "0 of 6 target->drafter pairs cross hosts: 0.0% of the feature bytes"
+
+# rf_27b NAME T D: T + D on two 8-GPU hosts, with the 27B batch size and the planner's rates for the GB/s.
+rf_27b() {
+  run "$1" "$BIN" topo rankfile --targets "$2" --drafters "$3" --sysfs-root "$FIX/bare_4x4" --hosts 'node[01-02]' \
+    --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$SRC/tests/fixtures/models/qwen3.6-27b" \
+    --target-rate 0.25 --drafter-rate 0.5 --out "$TMP/$1.rf"
+  expect_ok "$1"
+}
+# Traffic-aware placement: 8 targets + 4 drafters on two 8-GPU hosts keep every batch on its host (4 T + 2 D
+# each, drafters on NUMA 1), and at the planner's rates the features of one 27B batch (1.678 GB) never cross.
+rf_27b rf84 8 4
+has rf84 out "0 of 8 target->drafter pairs cross hosts: 0.0% of the feature bytes"
+has rf84 out "at 2 batches/s x 1.678e+09 B per batch: 0 GB/s across hosts (3.356 GB/s of features in all)"
+[ "$(grep -c 'role=drafter gpu=[67] numa=1' "$TMP/rf84.rf")" -eq 4 ] || fail "rf84: drafters not on GPUs 6-7 of NUMA 1"
+# Counts whose groups fit no host whole say so, with the share, the bytes and a count that would fit.
+rf_27b rf123 12 3
+has rf123 err "so 16.7% of the feature traffic crosses hosts; HINT: --targets 12 --drafters 2 keeps every batch"
+has rf123 out "at 1.5 batches/s x 1.678e+09 B per batch: 0.4195 GB/s across hosts"
+run rf_rates "$BIN" topo rankfile --targets 7 --drafters 1 --sysfs-root "$FIX/bare_4x4" --target-rate 1
+expect_err rf_rates "--target-rate and --drafter-rate go together with --config"
 
 run rf_hosts "$BIN" topo rankfile --targets 14 --drafters 2 --sysfs-root "$FIX/bare_4x4" --hosts 'node[01-02]'
 expect_ok rf_hosts

@@ -40,3 +40,11 @@ drafters = $d
 TOML
   for line in "$@"; do echo "$line" >>"$f"; done
 }
+
+# losses FILE: the "loss" of every metric line of a metrics.jsonl, one per line, full precision (the start
+# markers, {"event": "start", ...}, have none).
+losses() {
+  python3 -c 'import json,sys; [print(repr(j["loss"])) for j in map(json.loads, open(sys.argv[1])) if "loss" in j]' "$1"
+}
+# step_lines FILE: how many metric lines (not start markers) a metrics.jsonl holds.
+step_lines() { losses "$1" | wc -l; }

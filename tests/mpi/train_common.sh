@@ -21,13 +21,6 @@ run_mpi() {
   timeout 300 "$MPIEXEC" --oversubscribe -np "$np" "$BIN" "$@" >"$log" 2>&1
 }
 
-# losses FILE: the "loss" of every metric line of a metrics.jsonl, one per line, full precision (the start
-# markers, {"event": "start", ...}, have none).
-losses() {
-  python3 -c 'import json,sys; [print(repr(j["loss"])) for j in map(json.loads, open(sys.argv[1])) if "loss" in j]' "$1"
-}
-# step_lines FILE: how many metric lines (not start markers) a metrics.jsonl holds.
-step_lines() { losses "$1" | wc -l; }
 # starts FILE: one line "step=<s> resumed_from=<path> run_id=<id>" per start marker of a metrics.jsonl.
 starts() {
   python3 -c 'import json,sys

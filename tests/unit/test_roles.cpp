@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "dist/dist.h"
+#include "dist/host_watch.h"
 #include "pipeline/metrics.h"
 
 using namespace df;
@@ -84,6 +85,35 @@ TEST(Roles, RankfileWinsAndCarriesGpus) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("names 2 ranks but 3 were started"), std::string::npos) << e.what();
   }
+  std::filesystem::remove(rf);
+}
+
+TEST(Roles, RankfileIndicesOrderTheRolesAndHostsAreChecked) {
+  EnvGuard env;
+  // `topo rankfile` numbers ranks host by host but gives target / drafter indices so each target feeds the
+  // drafter on its host: here target 1 is rank 2 (on b) and drafter 1 is rank 3.
+  std::string rf = write_rankfile("roles_index",
+                                  "rank 0=a slot=0 # role=target index=0\n"
+                                  "rank 1=a slot=1 # role=drafter index=0\n"
+                                  "rank 2=b slot=0 # role=target index=1\n"
+                                  "rank 3=b slot=1 # role=drafter index=1\n"
+                                  "rank 4=a slot=0 # role=target index=2\n");
+  RoleMap m = roles_resolve(rf, TopologySection{}, {"a", "a", "b", "b", "a"});
+  EXPECT_EQ(m.targets, (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(m.drafters, (std::vector<int>{1, 3}));
+  EXPECT_TRUE(m.host_mismatch.empty()) << m.host_mismatch;
+  EXPECT_EQ(roles_by_host(m), "a [ranks 0=target0 1=drafter0 4=target2]; b [ranks 2=target1 3=drafter1]");
+  EXPECT_EQ(
+      host_watch_loss_message(m, {3, 2}).rfind("lost host b: ranks 2=target1 3=drafter1 (all 2 of its ranks) "
+                                               "ended without finishing; the host went down",
+                                               0),
+      0u)
+      << host_watch_loss_message(m, {3, 2});
+  EXPECT_EQ(host_watch_loss_message(m, {4}).rfind("lost host a: rank 4=target2 (1 of its 3 ranks)", 0), 0u);
+  // A launcher that put the ranks elsewhere than the file says is noticed (rank 0 warns at start-up).
+  RoleMap moved = roles_resolve(rf, TopologySection{}, {"a", "b", "b", "b", "a"});
+  EXPECT_NE(moved.host_mismatch.find("puts rank 1 on a but it runs on b"), std::string::npos)
+      << moved.host_mismatch;
   std::filesystem::remove(rf);
 }
 

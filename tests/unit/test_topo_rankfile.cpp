@@ -28,14 +28,15 @@ TEST(TopoRankfile, SevenOneOnFourPlusFourExactText) {
   const std::string expected =
       "# Open MPI rankfile from `dflash_mpi topo rankfile`: targets=7 drafters=1 hosts=1\n"
       "# slot = cores of the node, each GPU bound to an equal share of its NUMA node's cores.\n"
-      "rank 0=node01 slot=0-7  # role=target gpu=0 numa=0\n"
-      "rank 1=node01 slot=8-15  # role=target gpu=1 numa=0\n"
-      "rank 2=node01 slot=16-23  # role=target gpu=2 numa=0\n"
-      "rank 3=node01 slot=24-31  # role=target gpu=3 numa=0\n"
-      "rank 4=node01 slot=32-39  # role=target gpu=4 numa=1\n"
-      "rank 5=node01 slot=40-47  # role=target gpu=5 numa=1\n"
-      "rank 6=node01 slot=48-55  # role=target gpu=6 numa=1\n"
-      "rank 7=node01 slot=56-63  # role=drafter gpu=7 numa=1\n";
+      "# index = target / drafter index: batch b goes to target b % T, then to drafter b % D.\n"
+      "rank 0=node01 slot=0-7  # role=target gpu=0 numa=0 index=0\n"
+      "rank 1=node01 slot=8-15  # role=target gpu=1 numa=0 index=1\n"
+      "rank 2=node01 slot=16-23  # role=target gpu=2 numa=0 index=2\n"
+      "rank 3=node01 slot=24-31  # role=target gpu=3 numa=0 index=3\n"
+      "rank 4=node01 slot=32-39  # role=target gpu=4 numa=1 index=4\n"
+      "rank 5=node01 slot=40-47  # role=target gpu=5 numa=1 index=5\n"
+      "rank 6=node01 slot=48-55  # role=target gpu=6 numa=1 index=6\n"
+      "rank 7=node01 slot=56-63  # role=drafter gpu=7 numa=1 index=0\n";
   EXPECT_EQ(rankfile_format(place({h}, 7, 1)), expected);
 }
 
@@ -90,18 +91,21 @@ TEST(TopoRankfile, VmTreatsUnknownNumaAsOneGroup) {
 TEST(TopoRankfile, TwoHostsExactText) {
   std::vector<HostTopo> hosts = {topo_discover_sysfs(topo_fixture("two_hosts/nodeA"), "nodeA"),
                                  topo_discover_sysfs(topo_fixture("two_hosts/nodeB"), "nodeB")};
-  // nodeB has SMT (cpu c and c+16 are one core): its 8 cores per node split 4 per GPU.
+  // nodeB has SMT (cpu c and c+16 are one core): its 8 cores per node split 4 per GPU. Batch b goes to
+  // target b % 6 and drafter b % 2, so even targets feed drafter 0 and odd ones drafter 1: each host holds
+  // one such group whole.
   const std::string expected =
       "# Open MPI rankfile from `dflash_mpi topo rankfile`: targets=6 drafters=2 hosts=2\n"
       "# slot = cores of the node, each GPU bound to an equal share of its NUMA node's cores.\n"
-      "rank 0=nodeA slot=0-7  # role=target gpu=0 numa=0\n"
-      "rank 1=nodeA slot=8-15  # role=target gpu=1 numa=0\n"
-      "rank 2=nodeA slot=16-23  # role=target gpu=2 numa=1\n"
-      "rank 3=nodeA slot=24-31  # role=drafter gpu=3 numa=1\n"
-      "rank 4=nodeB slot=0-3  # role=target gpu=0 numa=0\n"
-      "rank 5=nodeB slot=4-7  # role=target gpu=1 numa=0\n"
-      "rank 6=nodeB slot=8-11  # role=target gpu=2 numa=1\n"
-      "rank 7=nodeB slot=12-15  # role=drafter gpu=3 numa=1\n";
+      "# index = target / drafter index: batch b goes to target b % T, then to drafter b % D.\n"
+      "rank 0=nodeA slot=0-7  # role=target gpu=0 numa=0 index=0\n"
+      "rank 1=nodeA slot=8-15  # role=target gpu=1 numa=0 index=2\n"
+      "rank 2=nodeA slot=16-23  # role=target gpu=2 numa=1 index=4\n"
+      "rank 3=nodeA slot=24-31  # role=drafter gpu=3 numa=1 index=0\n"
+      "rank 4=nodeB slot=0-3  # role=target gpu=0 numa=0 index=1\n"
+      "rank 5=nodeB slot=4-7  # role=target gpu=1 numa=0 index=3\n"
+      "rank 6=nodeB slot=8-11  # role=target gpu=2 numa=1 index=5\n"
+      "rank 7=nodeB slot=12-15  # role=drafter gpu=3 numa=1 index=1\n";
   EXPECT_EQ(rankfile_format(place(hosts, 6, 2)), expected);
 }
 
@@ -123,6 +127,63 @@ TEST(TopoRankfile, DrafterSharesFollowRanksPerHost) {
   EXPECT_EQ(sixteen[15].role, RankRole::drafter);
   EXPECT_EQ(sixteen[15].host, "y");
   EXPECT_EQ(drafter_gpus(sixteen), (std::vector<int>{7, 7}));
+}
+
+TEST(TopoRankfile, EightFourOnTwoEightGpuHostsKeepsFeaturesOnTheirHost) {
+  HostTopo x = topo_discover_sysfs(topo_fixture("bare_4x4"), "x"), y = x;
+  y.host = "y";
+  std::vector<std::string> warnings;
+  std::vector<RankfileEntry> es = rankfile_place({x, y}, 8, 4, warnings);
+  // Filling x first (5 T + 3 D, then 3 T + 1 D on y) sent 3 of 8 targets' batches across hosts; with
+  // b -> target b % 8 -> drafter b % 4, target t feeds drafter t % 4 only, so 4 T + 2 D per host keeps all.
+  ASSERT_EQ(es.size(), 12u);
+  FeatureTraffic f = rankfile_feature_traffic(es);
+  EXPECT_EQ(f.pairs, 8);
+  EXPECT_EQ(f.cross_pairs, 0);
+  EXPECT_EQ(f.cross_share, 0.0);
+  for (const std::string& w : warnings) EXPECT_EQ(w.find("crosses hosts"), std::string::npos) << w;
+  std::vector<int> ts = rankfile_role_ranks(es, RankRole::target),
+                   ds = rankfile_role_ranks(es, RankRole::drafter);
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(es[ts[t]].host, es[ds[t % 4]].host) << "target " << t;
+  for (const char* host : {"x", "y"}) {
+    int t = 0, d = 0;
+    for (const RankfileEntry& e : es) {
+      if (e.host != host) continue;
+      (e.role == RankRole::target ? t : d)++;
+      // Drafters on NUMA 1, which holds no target; targets on NUMA 0.
+      EXPECT_EQ(e.numa, e.role == RankRole::drafter ? 1 : 0) << host << " rank " << e.rank;
+    }
+    EXPECT_EQ(t, 4) << host;
+    EXPECT_EQ(d, 2) << host;
+  }
+  EXPECT_EQ(drafter_gpus(es), (std::vector<int>{6, 7, 6, 7}));
+}
+
+TEST(TopoRankfile, CountsThatCannotStayLocalSaySoAndHowMuchCrosses) {
+  HostTopo x = topo_discover_sysfs(topo_fixture("bare_4x4"), "x"), y = x;
+  y.host = "y";
+  // 12 T + 3 D: three groups of 4 T + 1 D (5 GPUs); one fits each 8-GPU host, the third is cut in two. The
+  // best cut keeps its drafter with 2 of its targets: 2 of the 12 carrying pairs cross.
+  std::vector<std::string> warnings;
+  FeatureTraffic f = rankfile_feature_traffic(rankfile_place({x, y}, 12, 3, warnings));
+  EXPECT_EQ(f.pairs, 12);
+  EXPECT_EQ(f.cross_pairs, 2);
+  bool said = false;
+  for (const std::string& w : warnings)
+    said |= w.find("16.7% of the feature traffic crosses hosts") != std::string::npos &&
+            w.find("HINT: --targets 12 --drafters 2 keeps every batch on its host") != std::string::npos;
+  EXPECT_TRUE(said) << "no warning with the share and a local alternative";
+  // 7 T + 1 D on two 4-GPU hosts: the single drafter sits with 3 targets, the other 4 send across.
+  std::vector<HostTopo> small = {topo_discover_sysfs(topo_fixture("two_hosts/nodeA"), "nodeA"),
+                                 topo_discover_sysfs(topo_fixture("two_hosts/nodeB"), "nodeB")};
+  warnings.clear();
+  f = rankfile_feature_traffic(rankfile_place(small, 7, 1, warnings));
+  EXPECT_EQ(f.cross_pairs, 4);
+  EXPECT_NEAR(f.cross_share, 4.0 / 7.0, 1e-12);  // a ratio of small integers: exact up to double rounding
+  EXPECT_NE(
+      feature_traffic_format(f, 2.0, 1e9).find("at 2 batches/s x 1e+09 B per batch: 1.143 GB/s across hosts"),
+      std::string::npos)
+      << feature_traffic_format(f, 2.0, 1e9);
 }
 
 TEST(TopoRankfile, ImpossibleRequestsSayWhy) {
@@ -149,7 +210,9 @@ TEST(TopoRankfileParse, RoundTrip) {
     EXPECT_EQ(back[i].role, es[i].role);
     EXPECT_EQ(back[i].gpu, es[i].gpu);
     EXPECT_EQ(back[i].numa, es[i].numa);
+    EXPECT_EQ(back[i].index, es[i].index);
   }
+  EXPECT_EQ(rankfile_role_ranks(back, RankRole::target), rankfile_role_ranks(es, RankRole::target));
 }
 
 TEST(TopoRankfileParse, HandWrittenFileWithCommentsAndOrder) {
@@ -196,6 +259,25 @@ TEST(TopoRankfileParse, ErrorsNameTheLine) {
   expect_error_with([&] { rankfile_parse_text("rank 0=h slot=0  # role=target numa=x\n", "f.rf"); },
                     "f.rf:1: numa 'x'");
   expect_error_with([&] { rankfile_parse_text("# only comments\n", "f.rf"); }, "f.rf: no `rank");
+  expect_error_with(
+      [] {
+        rankfile_parse_text(
+            "rank 0=h slot=0  # role=target index=0\n"
+            "rank 1=h slot=1  # role=drafter\n",
+            "f.rf");
+      },
+      "f.rf: 1 of 2 ranks carry `index=`");
+  expect_error_with(
+      [] {
+        rankfile_parse_text(
+            "rank 0=h slot=0  # role=target index=1\n"
+            "rank 1=h slot=1  # role=target index=1\n"
+            "rank 2=h slot=1  # role=drafter index=0\n",
+            "f.rf");
+      },
+      "f.rf: target indices must run 0..1 once each, but rank 0 has index=1");
+  expect_error_with([] { rankfile_parse_text("rank 0=h slot=0  # role=target index=x\n", "f.rf"); },
+                    "f.rf:1: index 'x'");
   expect_error_with([] { rankfile_parse("/nonexistent/x.rf"); }, "cannot open rankfile '/nonexistent/x.rf'");
 }
 
