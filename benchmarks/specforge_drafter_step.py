@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-# The peer of bench_drafter_step: SpecForge's own DFlash training step (its DFlashDraftModel, OnlineDFlashModel
-# with the flex_attention mask, anchor sampling and chunked loss, and its BF16Optimizer) on the drafter shapes of
-# our run configs, random weights, 1 x 4096 tokens. Prints ONE JSON line per shape (seconds/step, context tok/s,
+# The peer of bench_drafter_step: SpecForge's own DFlash training step (TrainerCore.train_step with its
+# DFlashTrainStrategy over OnlineDFlashModel: flex_attention mask, anchor sampling, chunked loss, backward of the
+# loss numerator, gradient normalisation, then BF16Optimizer) on the drafter shapes of our run configs, random
+# weights, 1 x 4096 tokens, one GPU (its FSDPTrainingBackend unwrapped, as a single-rank run has nothing to shard). Prints ONE JSON line per shape (seconds/step, context tok/s,
 # peak memory) so run_drafter_step.sh can take the ratio. SpecForge is read from .peer/SpecForge, never copied.
 #
 # SpecForge's package __init__ files pull in its whole runtime (config schema, data, sglang capture...). Only
-# four module files are needed here, so load_specforge() registers empty package stubs for the folders and
+# a few module files are needed here, so load_specforge() registers empty package stubs for the folders and
 # imports those files alone: modeling/draft/dflash.py (+ its dflash_kernels.py, registry.py),
-# algorithms/common/dflash_family_model.py (+ core/chunking.py) and optimizer.py (+ lr_scheduler.py, utils.py).
+# algorithms/common/dflash_family_model.py (+ core/chunking.py), optimizer.py (+ lr_scheduler.py, utils.py) and,
+# for the benchmark, training/{backend,controller,strategies/base}.py (+ runtime/contracts.py).
 import argparse
 import importlib
 import json
@@ -42,9 +44,9 @@ def specforge_commit(root):
         return "unknown"
 
 
-def load_specforge(root):
-    """Imports SpecForge's DFlash model, training wrapper and optimizer from `root` without running its package
-    __init__ files. Returns (dflash module, dflash_family_model module, optimizer module)."""
+def load_specforge(root, trainer=False):
+    """Imports SpecForge's DFlash model, training wrapper and optimizer (and with `trainer` its training loop
+    pieces) from `root` without running its package __init__ files. Returns a namespace of modules."""
     pkg = os.path.join(root, "specforge")
     if not os.path.isfile(os.path.join(pkg, "modeling", "draft", "dflash.py")):
         sys.exit(f"SpecForge not found at {root} (no specforge/modeling/draft/dflash.py). HINT: export it with "
@@ -52,14 +54,17 @@ def load_specforge(root):
                  f"machine and carry .peer/ along, or pass --specforge DIR")
     for name, sub in [("specforge", ""), ("specforge.modeling", "modeling"), ("specforge.modeling.draft",
                       "modeling/draft"), ("specforge.core", "core"), ("specforge.algorithms", "algorithms"),
-                      ("specforge.algorithms.common", "algorithms/common")]:
+                      ("specforge.algorithms.common", "algorithms/common"), ("specforge.training", "training"),
+                      ("specforge.training.strategies", "training/strategies"), ("specforge.runtime", "runtime")]:
         stub = types.ModuleType(name)
         stub.__path__ = [os.path.join(pkg, sub)]
         sys.modules[name] = stub
-    dflash = importlib.import_module("specforge.modeling.draft.dflash")
-    family = importlib.import_module("specforge.algorithms.common.dflash_family_model")
-    optimizer = importlib.import_module("specforge.optimizer")
-    return dflash, family, optimizer
+    names = {"dflash": "modeling.draft.dflash", "family": "algorithms.common.dflash_family_model",
+             "optimizer": "optimizer"}
+    if trainer:
+        names.update(backend="training.backend", strategies="training.strategies.base",
+                     controller="training.controller", contracts="runtime.contracts")
+    return types.SimpleNamespace(**{k: importlib.import_module("specforge." + v) for k, v in names.items()})
 
 
 def drafter_fields(toml_path, target):
@@ -103,7 +108,7 @@ def bench_shape(label, toml_path, target, mods, args):
     import torch
     from torch import nn
 
-    dflash, family, optimizer = mods
+    dflash, family = mods.dflash, mods.family
     f = drafter_fields(toml_path, target)
     cfg = qwen3_draft_config(dflash, f, target, args.attn)
     dev = torch.device("cuda")
@@ -126,24 +131,30 @@ def bench_shape(label, toml_path, target, mods, args):
         loss_decay_gamma=args.gamma, objective_chunk_blocks=args.objective_chunk_blocks, loss_type="dflash")
     model.train()
     trainable = sum(p.numel() for p in draft.parameters() if p.requires_grad)
-    opt = optimizer.BF16Optimizer(draft, lr=6e-4, weight_decay=0.0, max_grad_norm=1.0, total_steps=1000,
-                                  warmup_ratio=0.04)
+    opt = mods.optimizer.BF16Optimizer(draft, lr=6e-4, weight_decay=0.0, max_grad_norm=1.0, total_steps=1000,
+                                       warmup_ratio=0.04)
     if args.fused_adamw:
         # The fused CUDA AdamW kernel over the same fp32 masters (SpecForge builds torch.optim.AdamW with its
         # defaults, i.e. the foreach path); the scheduler is rebuilt on the new optimizer.
         opt.optimizer = torch.optim.AdamW(opt.fp32_params, lr=6e-4, weight_decay=0.0, fused=True)
         opt.scheduler = type(opt.scheduler)(opt.optimizer, total_steps=1000, warmup_steps=40)
 
+    backend = mods.backend.FSDPTrainingBackend(mods.backend.ParallelConfig())
+    backend.prepare_model(model, wrap=False)
+    backend.set_optimizer(opt)
+    trainer = mods.controller.TrainerCore(mods.strategies.DFlashTrainStrategy(model), backend, accumulation_steps=1)
+
     g = torch.Generator(device=dev).manual_seed(args.seed)
     ids = torch.randint(0, V, (1, T), device=dev, generator=g)
     hidden = torch.randn(1, T, len(draft.target_layer_ids) * H, device=dev, generator=g, dtype=torch.bfloat16)
     loss_mask = torch.ones(1, T, device=dev)
+    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy="dflash",
+                                      tensors={"input_ids": ids, "hidden_states": hidden, "loss_mask": loss_mask})
 
     def step():
-        loss, _acc, _metrics = model(input_ids=ids, hidden_states=hidden, loss_mask=loss_mask)
-        loss.backward()
-        grad_norm = opt.step()
-        return loss.detach(), grad_norm
+        r = trainer.train_step(batch)
+        assert r.optimizer_stepped, "TrainerCore did not step the optimizer"
+        return r.loss, r.grad_norm
 
     losses, times = [], []
     t0 = time.time()
@@ -161,12 +172,13 @@ def bench_shape(label, toml_path, target, mods, args):
     times = [a.elapsed_time(b) / 1e3 for a, b in ev]
     losses.append(float(loss))
     s = statistics.median(times)
-    finite = all(math.isfinite(x) for x in losses) and math.isfinite(float(grad_norm))
+    finite = all(math.isfinite(x) for x in losses) and grad_norm is not None and math.isfinite(float(grad_norm))
     out = {
         "bench": "specforge_drafter_step", "model": label, "config": os.path.relpath(toml_path, REPO),
         "specforge_commit": specforge_commit(args.specforge), "torch": torch.__version__,
         "transformers": importlib.import_module("transformers").__version__, "attention": args.attn,
         "fused_adamw": args.fused_adamw, "objective_chunk_blocks": args.objective_chunk_blocks,
+        "step": "TrainerCore.train_step (DFlashTrainStrategy, FSDPTrainingBackend unwrapped, BF16Optimizer)",
         "tokens": T, "anchors": f["num_anchors"], "block": f["block_size"], "trainable_params": trainable,
         "warmup_steps": args.warmup, "warmup_s": round(warm_s, 2), "steps": args.steps,
         "seconds_per_step": s, "min_s": min(times), "max_s": max(times), "ctx_tok_s": T / s,
@@ -175,7 +187,7 @@ def bench_shape(label, toml_path, target, mods, args):
         "loss_first": losses[0], "loss_last": losses[-1], "ln_vocab": math.log(V), "finite": finite,
     }
     print(json.dumps(out), flush=True)
-    del model, draft, embed, lm_head, opt
+    del trainer, backend, model, draft, embed, lm_head, opt
     torch.cuda.empty_cache()
     return finite
 
@@ -202,7 +214,7 @@ def main():
     if commit != SPECFORGE_COMMIT:
         print(f"specforge_drafter_step: WARNING .peer/SPECFORGE_COMMIT says {commit}, these scripts pin "
               f"{SPECFORGE_COMMIT}", file=sys.stderr)
-    mods = load_specforge(args.specforge)
+    mods = load_specforge(args.specforge, trainer=True)
     ok = True
     for label in TARGETS if args.model == "all" else [args.model]:
         toml_path = args.config or os.path.join(REPO, TARGETS[label]["toml"])

@@ -59,7 +59,8 @@ def main():
           f"transformers {transformers.__version__}")
     if commit != peer.SPECFORGE_COMMIT:
         print("WARNING: the SpecForge tree is not the pinned commit", file=sys.stderr)
-    dflash, family, _ = peer.load_specforge(args.specforge)
+    sf = peer.load_specforge(args.specforge)
+    dflash, family = sf.dflash, sf.family
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     f64 = getattr(torch, args.dtype)  # the reference's compute dtype (float64 unless asked otherwise)

@@ -44,12 +44,7 @@ TEST(DrafterGoldenCuda, MatchesSpecForgeLossAndGradients) {
   CudaTrainOps ops(0, 1024);
   const StepResult r = run_golden_step(ops, g);
 
-  const std::string rows = row_weight_mismatch(r, read_f32(g, "weight_mask"));
-  EXPECT_EQ(rows, "") << "which rows carry loss differs from SpecForge (anchor/label semantics)";
-  const double den = read_f32(g, "loss_den")[0];
-  EXPECT_NEAR(r.weight_sum, den, 1e-6 * den) << "Σ w differs from SpecForge's loss_den";
-  const double want = read_f32(g, "loss")[0];
-  EXPECT_NEAR(r.loss, want, kLossRtol * std::fabs(want)) << "loss ours " << r.loss << " SpecForge " << want;
+  expect_rows_and_loss(r, g, kLossRtol);
 
   const DrafterParamTable table = drafter_param_table(r.cfg);
   double worst = 0;

@@ -128,6 +128,17 @@ inline std::string row_weight_mismatch(const StepResult& r, const std::vector<fl
   return "";
 }
 
+// The checks both backends share: which rows carry loss (exactly), Σ w against SpecForge's loss denominator (the
+// exp(−(k−1)/γ) decay; float sums of ≤ 100 weights), and the loss within loss_rtol.
+inline void expect_rows_and_loss(const StepResult& r, const SafetensorsIndex& g, double loss_rtol) {
+  EXPECT_EQ(row_weight_mismatch(r, read_f32(g, "weight_mask")), "")
+      << "which rows carry loss differs from SpecForge (anchor/label semantics)";
+  const double den = read_f32(g, "loss_den")[0];
+  EXPECT_NEAR(r.weight_sum, den, 1e-6 * den) << "Σ w (decayed weights) differs from SpecForge's loss_den";
+  const double want = read_f32(g, "loss")[0];
+  EXPECT_NEAR(r.loss, want, loss_rtol * std::fabs(want)) << "loss ours " << r.loss << " SpecForge " << want;
+}
+
 struct GradDiff {
   double worst_ratio = 0, rel_rms = 0, max_abs_want = 0;
   size_t worst = 0;

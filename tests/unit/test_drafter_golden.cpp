@@ -28,13 +28,7 @@ TEST(DrafterGolden, MatchesSpecForgeLossAndGradients) {
   CpuTrainOps ops;
   const StepResult r = run_golden_step(ops, g);
 
-  const std::string rows = row_weight_mismatch(r, read_f32(g, "weight_mask"));
-  EXPECT_EQ(rows, "") << "which rows carry loss differs from SpecForge (anchor/label semantics)";
-  // Σ w with the exp(−(k−1)/γ) decay: SpecForge's loss denominator.
-  const double den = read_f32(g, "loss_den")[0];
-  EXPECT_NEAR(r.weight_sum, den, 1e-6 * den) << "Σ w (decayed weights) differs from SpecForge's loss_den";
-  const double want = read_f32(g, "loss")[0];
-  EXPECT_NEAR(r.loss, want, 1e-5 * std::fabs(want)) << "loss ours " << r.loss << " SpecForge " << want;
+  expect_rows_and_loss(r, g, 1e-5);
 
   const DrafterParamTable table = drafter_param_table(r.cfg);
   for (const auto& [name, got] : r.grads) {
