@@ -1,19 +1,18 @@
-// One DFlash drafter training step (forward + backward + AdamW) on a TrainOps backend, on the drafter shapes of
-// the run configs (Qwen3.6-27B and Qwen3-8B drafters), random weights, 1 x 4096 context tokens, 512 anchors.
-// Prints FLOPs, time, TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device memory, a per-op breakdown
-// and the result check, then one JSON line that run_drafter_step.sh divides into SpecForge's (same shapes).
-// Plain main(): the GPU machine has no Google Benchmark.
+// One DFlash drafter training step (forward + backward + AdamW) on a TrainOps backend, on the drafter shapes
+// of the run configs (Qwen3.6-27B and Qwen3-8B drafters), random weights, 1 x 4096 context tokens, 512
+// anchors. Prints FLOPs, time, TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device memory, a
+// per-op breakdown and the result check, then one JSON line that run_drafter_step.sh divides into SpecForge's
+// (same shapes). Plain main(): the GPU machine has no Google Benchmark.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -47,7 +46,9 @@ struct TargetShape {
 constexpr TargetShape kTargets[] = {{"27b", "configs/qwen3.6-27b.toml", 5120, 64, 17408, 248320},
                                     {"8b", "configs/qwen3-8b.toml", 4096, 36, 12288, 151936}};
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 void device_sync(TrainOps& ops) {
 #ifdef DF_HAVE_CUDA
@@ -57,9 +58,9 @@ void device_sync(TrainOps& ops) {
 #endif
 }
 
-// Forwards every op to the real backend. When `timing` is on it brackets each op with cudaEvents (CUDA) or the
-// wall clock (CPU, whose ops are synchronous) and collect() sums the times per op name. It always tracks the
-// bytes the model holds through alloc_bytes, so the allocator's high water is reported on both backends.
+// Forwards every op to the real backend. When `timing` is on it brackets each op with cudaEvents (CUDA) or
+// the wall clock (CPU, whose ops are synchronous) and collect() sums the times per op name. It always tracks
+// the bytes the model holds through alloc_bytes, so the allocator's high water is reported on both backends.
 class TimedTrainOps final : public TrainOps {
  public:
   explicit TimedTrainOps(TrainOps& inner) : g_(inner) {
@@ -75,9 +76,15 @@ class TimedTrainOps final : public TrainOps {
   bool timing = false;
   size_t live_bytes = 0, peak_bytes = 0;
 
-  Device device() const override { return g_.device(); }
-  const char* name() const override { return g_.name(); }
-  DType act_dtype() const override { return g_.act_dtype(); }
+  Device device() const override {
+    return g_.device();
+  }
+  const char* name() const override {
+    return g_.name();
+  }
+  DType act_dtype() const override {
+    return g_.act_dtype();
+  }
 
   void* alloc_bytes(size_t bytes) override {
     void* p = g_.alloc_bytes(bytes);
@@ -107,7 +114,8 @@ class TimedTrainOps final : public TrainOps {
     timed("fill", [&] { g_.fill(d, v); });
   }
   // GEMMs are named by their role (from the transposes) and the two dims that identify the weight.
-  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha, float beta) override {
+  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
+            float beta) override {
     const char* role = ta ? "dW += dY^T X" : (tb ? "Y = X W^T" : "dX = dY W");
     const int64_t k = ta ? a.rows : a.cols;
     timed(strfmt("gemm %s [%lld x %lld, K %lld]", role, (long long)c.rows, (long long)c.cols, (long long)k),
@@ -122,29 +130,31 @@ class TimedTrainOps final : public TrainOps {
   void add_gaussian_noise(const Tensor& x, float std, uint64_t seed) override {
     timed("add_gaussian_noise", [&] { g_.add_gaussian_noise(x, std, seed); });
   }
-  void rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps) override {
+  void rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
+                   float eps) override {
     timed("rmsnorm_fwd", [&] { g_.rmsnorm_fwd(x, w, y, rstd, eps); });
   }
   void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
                    const Tensor& dw, float beta_dx) override {
     timed("rmsnorm_bwd", [&] { g_.rmsnorm_bwd(x, w, rstd, dy, dx, dw, beta_dx); });
   }
-  void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y, const Tensor& rstd,
-                        int heads, int hd, float theta, float eps) override {
+  void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
+                        const Tensor& rstd, int heads, int hd, float theta, float eps) override {
     timed("qk_norm_rope_fwd", [&] { g_.qk_norm_rope_fwd(x, w, pos, y, rstd, heads, hd, theta, eps); });
   }
-  void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd, const Tensor& dy,
-                        const Tensor& dx, const Tensor& dw, int heads, int hd, float theta) override {
+  void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
+                        const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
+                        float theta) override {
     timed("qk_norm_rope_bwd", [&] { g_.qk_norm_rope_bwd(x, w, pos, rstd, dy, dx, dw, heads, hd, theta); });
   }
-  void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks, const Tensor& out,
-                            const Tensor& lse, const DFlashAttnShape& s) override {
+  void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                            const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) override {
     timed(strfmt("dflash_attention_fwd (%s)", s.window ? "sliding" : "full"),
           [&] { g_.dflash_attention_fwd(q, k, v, blocks, out, lse, s); });
   }
-  void dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks, const Tensor& out,
-                            const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                            const Tensor& dv, const DFlashAttnShape& s) override {
+  void dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                            const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, const DFlashAttnShape& s) override {
     timed(strfmt("dflash_attention_bwd (%s)", s.window ? "sliding" : "full"),
           [&] { g_.dflash_attention_bwd(q, k, v, blocks, out, lse, dout, dq, dk, dv, s); });
   }
@@ -158,8 +168,9 @@ class TimedTrainOps final : public TrainOps {
   void lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels, const Tensor& active,
                     const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
                     const Tensor& argmax, const Tensor& dhidden) override {
-    timed("lm_head_loss",
-          [&] { g_.lm_head_loss(hidden, lm_head, labels, active, target_hidden, kind, loss, p_label, argmax, dhidden); });
+    timed("lm_head_loss", [&] {
+      g_.lm_head_loss(hidden, lm_head, labels, active, target_hidden, kind, loss, p_label, argmax, dhidden);
+    });
   }
   double sum_squares(const Tensor& x) override {
     double r = 0;
@@ -231,18 +242,21 @@ std::unique_ptr<TrainOps> make_backend(const std::string& device) {
   if (device == "cpu") return std::make_unique<CpuTrainOps>();
 #ifdef DF_HAVE_CUDA
   DF_CHECK(device == "cuda", "--device %s: expected cuda or cpu", device.c_str());
-  DF_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA device visible; HINT: run on the GPU machine or "
+  DF_CHECK(cuda_device_count() > 0,
+           "--device cuda: no CUDA device visible; HINT: run on the GPU machine or "
            "pass --device cpu with a small --config");
   return std::make_unique<CudaTrainOps>(0, 1024);
 #else
-  DF_FAIL("--device %s: this build has no CUDA backend (configured with DF_ENABLE_CUDA=OFF or without nvcc); "
-          "HINT: --device cpu", device.c_str());
+  DF_FAIL(
+      "--device %s: this build has no CUDA backend (configured with DF_ENABLE_CUDA=OFF or without nvcc); "
+      "HINT: --device cpu",
+      device.c_str());
 #endif
 }
 
-// Fills `t` (backend memory of the backend's activation dtype) with uniform values of standard deviation `std`,
-// drawn per element from (seed, stream, index), uploaded a slab of rows at a time so the host never holds the
-// whole [248320, 5120] table.
+// Fills `t` (backend memory of the backend's activation dtype) with uniform values of standard deviation
+// `std`, drawn per element from (seed, stream, index), uploaded a slab of rows at a time so the host never
+// holds the whole [248320, 5120] table.
 void fill_random(TrainOps& ops, const Tensor& t, uint64_t seed, uint64_t stream, float std) {
   const float amp = std * std::sqrt(3.0f);
   const int64_t slab = std::max<int64_t>(1, (int64_t(1) << 24) / std::max<int64_t>(1, t.cols));
@@ -266,10 +280,13 @@ void fill_random(TrainOps& ops, const Tensor& t, uint64_t seed, uint64_t stream,
 }
 
 // Model FLOPs of one step (forward + backward), every term written out:
-//   6 · (per-layer q, k, v, o, gate, up, down params) · layers · N block rows     (fwd 2, dX 2, dW 2 per weight)
+//   6 · (per-layer q, k, v, o, gate, up, down params) · layers · N block rows     (fwd 2, dX 2, dW 2 per
+//   weight)
 // + 6 · (k, v params) · layers · T context rows                                    (context K/V: fwd, dX, dW)
-// + 4 · (fc params) · T                                                             (fc fwd + dW; taps need no dX)
-// + 4 · H · V · active rows                                                         (lm_head fwd + dX; head frozen)
+// + 4 · (fc params) · T                                                             (fc fwd + dW; taps need
+// no dX)
+// + 4 · H · V · active rows                                                         (lm_head fwd + dX; head
+// frozen)
 //   (active: offsets k = 1..B−1 with a + k inside the sequence; the bench's loss mask is all ones)
 // + attention: per layer, query row and head, 4 · hd · keys_seen forward (QKᵀ, PV) and 2.5× that backward
 //   (recomputed S, dV, dP, dQ, dK), keys_seen counted exactly from the anchors and the layer's mask.
@@ -306,16 +323,18 @@ struct Options {
 };
 
 // Returns false when the result check fails (then no speed may be claimed).
-bool bench_shape(const std::string& label, const std::string& toml, const QwenConfig& target, const Options& o) {
+bool bench_shape(const std::string& label, const std::string& toml, const QwenConfig& target,
+                 const Options& o) {
   Config cfg = config_load(toml);
   DrafterConfig dc = drafter_config_from_run(cfg, target);
   std::unique_ptr<TrainOps> backend = make_backend(o.device);
   TimedTrainOps ops(*backend);
   const int64_t T = o.seq_len, H = dc.hidden, V = dc.vocab;
-  std::printf("\n=== drafter %s (%s) on %s: %d layers, H %lld, %d/%d heads x %d, intermediate %d, vocab %lld, "
-              "block %d, %d anchors, %lld context tokens ===\n",
-              label.c_str(), toml.c_str(), o.device.c_str(), dc.layers, (long long)H, dc.heads, dc.kv_heads,
-              dc.head_dim, dc.intermediate, (long long)V, dc.block_size, dc.num_anchors, (long long)T);
+  std::printf(
+      "\n=== drafter %s (%s) on %s: %d layers, H %lld, %d/%d heads x %d, intermediate %d, vocab %lld, "
+      "block %d, %d anchors, %lld context tokens ===\n",
+      label.c_str(), toml.c_str(), o.device.c_str(), dc.layers, (long long)H, dc.heads, dc.kv_heads,
+      dc.head_dim, dc.intermediate, (long long)V, dc.block_size, dc.num_anchors, (long long)T);
   size_t free0 = 0, total = 0;
 #ifdef DF_HAVE_CUDA
   if (ops.device() == Device::cuda) DF_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
@@ -327,19 +346,21 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   const DType act = ops.act_dtype();
   void* io = ops.alloc_bytes(size_t(2 * V * H + T * H * dc.num_taps()) * dtype_size(act));
   Tensor embed = tensor_make(io, act, ops.device(), V, H);
-  Tensor lm_head = tensor_make(static_cast<char*>(io) + size_t(V * H) * dtype_size(act), act, ops.device(), V, H);
+  Tensor lm_head =
+      tensor_make(static_cast<char*>(io) + size_t(V * H) * dtype_size(act), act, ops.device(), V, H);
   DrafterBatch batch;
   batch.taps = tensor_make(static_cast<char*>(io) + size_t(2 * V * H) * dtype_size(act), act, ops.device(), T,
                            H * dc.num_taps());
   fill_random(ops, embed, o.seed, 1, 0.02f);
-  // lm_head std 0.1/√H: the drafter's output is RMS-normalised (rms 1), so the initial logits have std 0.1 and
-  // the first loss is ln(V) + ~0.005, which the result check can hold to ±0.1.
+  // lm_head std 0.1/√H: the drafter's output is RMS-normalised (rms 1), so the initial logits have std 0.1
+  // and the first loss is ln(V) + ~0.005, which the result check can hold to ±0.1.
   fill_random(ops, lm_head, o.seed, 2, float(0.1 / std::sqrt(double(H))));
   fill_random(ops, batch.taps, o.seed, 3, 1.0f);
   model.set_frozen(embed, lm_head);
   batch.offsets = {0, T};
   batch.loss_mask.assign(size_t(T), 1);
-  for (int64_t t = 0; t < T; ++t) batch.tokens.push_back(int32_t(rng_u64_at(o.seed, 4, uint64_t(t)) % uint64_t(V)));
+  for (int64_t t = 0; t < T; ++t)
+    batch.tokens.push_back(int32_t(rng_u64_at(o.seed, 4, uint64_t(t)) % uint64_t(V)));
   device_sync(ops);
   std::printf("trainable %.3f B params, random init + upload %.1f s\n", double(model.table().total) / 1e9,
               now_s() - t_init);
@@ -394,22 +415,26 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   const double ln_v = std::log(double(V));
   const bool loss_ok = o.warmup == 0 || std::fabs(first_loss - ln_v) <= 0.1;
   ok = ok && loss_ok && std::isfinite(params_sq);
-  std::printf("warm-up %d steps %.2f s; step %.4f s (median of %d; min %.4f max %.4f) -> %.0f context tok/s\n",
-              o.warmup, warm_s, s, o.steps, times.front(), times.back(), double(T) / s);
-  std::printf("FLOPs/step %.4g T (layers over %zu x %d block rows, context K/V + fc over %lld rows, lm_head over "
-              "the labelled rows, attention)\n",
-              flops / 1e12, anchors.size(), dc.block_size, (long long)T);
+  std::printf(
+      "warm-up %d steps %.2f s; step %.4f s (median of %d; min %.4f max %.4f) -> %.0f context tok/s\n",
+      o.warmup, warm_s, s, o.steps, times.front(), times.back(), double(T) / s);
+  std::printf(
+      "FLOPs/step %.4g T (layers over %zu x %d block rows, context K/V + fc over %lld rows, lm_head over "
+      "the labelled rows, attention)\n",
+      flops / 1e12, anchors.size(), dc.block_size, (long long)T);
   std::printf("achieved %.1f TFLOP/s = %.1f %% of %.0f; at the ceiling %.4f s/step\n", tflops,
               100.0 * tflops / kPeakTflops, kPeakTflops, flops / (kPeakTflops * 1e12));
-  std::printf("memory: TrainOps allocations peak %.2f GiB (params/grads/m/v, frozen tables + taps, workspace)",
-              double(ops.peak_bytes) / double(1 << 30));
+  std::printf(
+      "memory: TrainOps allocations peak %.2f GiB (params/grads/m/v, frozen tables + taps, workspace)",
+      double(ops.peak_bytes) / double(1 << 30));
   if (ops.device() == Device::cuda)
     std::printf("; cudaMemGetInfo used +%.2f GiB of %.2f GiB", double(free0 - free1) / double(1 << 30),
                 double(total) / double(1 << 30));
-  std::printf("\ncheck: first loss %.4f vs ln(V) %.4f (|diff| <= 0.1: %s), last loss %.4f, grad norm %.4g, "
-              "losses/grads/params finite: %s -> %s\n",
-              first_loss, ln_v, loss_ok ? "yes" : "NO", loss, last_grad_norm,
-              std::isfinite(params_sq) && ok ? "yes" : "NO", ok ? "PASS" : "FAIL");
+  std::printf(
+      "\ncheck: first loss %.4f vs ln(V) %.4f (|diff| <= 0.1: %s), last loss %.4f, grad norm %.4g, "
+      "losses/grads/params finite: %s -> %s\n",
+      first_loss, ln_v, loss_ok ? "yes" : "NO", loss, last_grad_norm,
+      std::isfinite(params_sq) && ok ? "yes" : "NO", ok ? "PASS" : "FAIL");
 
   // Breakdown: one more step with every op bracketed (the events add launch gaps, so the sum is a bit above
   // the plain step).
@@ -464,9 +489,11 @@ int main(int argc, char** argv) {
   o.model = "all";
   CLI::App app{"Time one DFlash drafter training step (forward + backward + AdamW)"};
   app.add_option("--device", o.device, "cuda | cpu (default: cuda when a GPU is visible)");
-  app.add_option("--model", o.model, "27b | 8b | all: the drafter of configs/qwen3.6-27b.toml / qwen3-8b.toml");
+  app.add_option("--model", o.model,
+                 "27b | 8b | all: the drafter of configs/qwen3.6-27b.toml / qwen3-8b.toml");
   app.add_option("--config", o.config, "a run config TOML instead (needs --target-config)");
-  app.add_option("--target-config", o.target_config, "the target's config.json (or its directory) for --config");
+  app.add_option("--target-config", o.target_config,
+                 "the target's config.json (or its directory) for --config");
   app.add_option("--seq-len", o.seq_len, "context tokens (one sequence)");
   app.add_option("--warmup", o.warmup, "untimed steps");
   app.add_option("--steps", o.steps, "timed steps (median reported)");
@@ -474,7 +501,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   bool ok = true;
   try {
-    DF_CHECK(o.steps >= 1 && o.seq_len >= 2 && o.warmup >= 0, "need --steps >= 1, --seq-len >= 2, --warmup >= 0");
+    DF_CHECK(o.steps >= 1 && o.seq_len >= 2 && o.warmup >= 0,
+             "need --steps >= 1, --seq-len >= 2, --warmup >= 0");
     if (!o.config.empty()) {
       DF_CHECK(!o.target_config.empty(), "--config %s needs --target-config (the target's config.json)",
                o.config.c_str());

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Times our drafter step (bench_drafter_step) and SpecForge's (specforge_drafter_step.py) on the same shapes in
-# the same call, and prints the ratio per shape: SpecForge s/step / our s/step (goal >= 1.4). GPU machine only.
+# Times our drafter step (bench_drafter_step) and SpecForge's (specforge_drafter_step.py) on the same shapes
+# in the same call, and prints the ratio per shape: SpecForge s/step / our s/step (goal >= 1.4). GPU machine
+# only.
 #
 #   benchmarks/run_drafter_step.sh [27b|8b|all] [BUILD_DIR]      (default: all, build)
 # Environment: DF_BENCH_TIMEOUT seconds per program and shape (default 270), DF_BENCH_STEPS timed steps (5),
-# DF_SPECFORGE the SpecForge tree (default .peer/SpecForge), PYTHON (python3). Logs go to $BUILD_DIR/drafter_step/.
+# DF_SPECFORGE the SpecForge tree (default .peer/SpecForge), PYTHON (python3). Logs go to
+# $BUILD_DIR/drafter_step/.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 which="${1:-all}"
@@ -18,8 +20,13 @@ bench="$build/benchmarks/bench_drafter_step"
 die() { echo "run_drafter_step: $*" >&2; exit 2; }
 [[ -x "$bench" ]] || die "$bench not built. HINT: cmake --build $build -j --target bench_drafter_step"
 [[ -f "$specforge/specforge/modeling/draft/dflash.py" ]] ||
-  die "no SpecForge tree at $specforge. HINT: carry .peer/ from the build machine (the lead's checkout has it), or set DF_SPECFORGE"
-case "$which" in all) shapes="27b 8b" ;; 27b | 8b) shapes="$which" ;; *) die "shape '$which': expected 27b, 8b or all" ;; esac
+  die "no SpecForge tree at $specforge. HINT: carry .peer/ from the build machine (the lead's checkout" \
+    "has it), or set DF_SPECFORGE"
+case "$which" in
+  all) shapes="27b 8b" ;;
+  27b | 8b) shapes="$which" ;;
+  *) die "shape '$which': expected 27b, 8b or all" ;;
+esac
 logs="$build/drafter_step"
 mkdir -p "$logs"
 
@@ -52,9 +59,10 @@ for s in $shapes; do
 import json, sys
 s, ours, peer = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 r = peer["seconds_per_step"] / ours["seconds_per_step"]
-print(f"{s}: ours {ours['seconds_per_step']:.4f} s/step ({ours['ctx_tok_s']:.0f} ctx tok/s, {ours['tflops']:.0f} TFLOP/s, "
-      f"{ours['peak_alloc_gib']:.1f} GiB)  SpecForge {peer['seconds_per_step']:.4f} s/step ({peer['ctx_tok_s']:.0f} ctx "
-      f"tok/s, {peer['peak_mem_gib']:.1f} GiB, commit {peer['specforge_commit'][:12]})  ratio {r:.2f}x "
+print(f"{s}: ours {ours['seconds_per_step']:.4f} s/step ({ours['ctx_tok_s']:.0f} ctx tok/s, "
+      f"{ours['tflops']:.0f} TFLOP/s, {ours['peak_alloc_gib']:.1f} GiB)  SpecForge "
+      f"{peer['seconds_per_step']:.4f} s/step ({peer['ctx_tok_s']:.0f} ctx tok/s, {peer['peak_mem_gib']:.1f} "
+      f"GiB, commit {peer['specforge_commit'][:12]})  ratio {r:.2f}x "
       f"({'meets' if r >= 1.4 else 'below'} the 1.4x goal)")
 EOF
 )")

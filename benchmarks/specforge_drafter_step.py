@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 # The peer of bench_drafter_step: SpecForge's own DFlash training step (TrainerCore.train_step with its
-# DFlashTrainStrategy over OnlineDFlashModel: flex_attention mask, anchor sampling, chunked loss, backward of the
-# loss numerator, gradient normalisation, then BF16Optimizer) on the drafter shapes of our run configs, random
-# weights, 1 x 4096 tokens, one GPU (its FSDPTrainingBackend unwrapped, as a single-rank run has nothing to shard). Prints ONE JSON line per shape (seconds/step, context tok/s,
-# peak memory) so run_drafter_step.sh can take the ratio. SpecForge is read from .peer/SpecForge, never copied.
+# DFlashTrainStrategy over OnlineDFlashModel: flex_attention mask, anchor sampling, chunked loss, backward of
+# the loss numerator, gradient normalisation, then BF16Optimizer) on the drafter shapes of our run configs,
+# random weights, 1 x 4096 tokens, one GPU (its FSDPTrainingBackend unwrapped, as a single-rank run has
+# nothing to shard). Prints ONE JSON line per shape (seconds/step, context tok/s, peak memory) so
+# run_drafter_step.sh can take the ratio. SpecForge is read from .peer/SpecForge, never copied.
 #
 # SpecForge's package __init__ files pull in its whole runtime (config schema, data, sglang capture...). Only
 # a few module files are needed here, so load_specforge() registers empty package stubs for the folders and
 # imports those files alone: modeling/draft/dflash.py (+ its dflash_kernels.py, registry.py),
-# algorithms/common/dflash_family_model.py (+ core/chunking.py), optimizer.py (+ lr_scheduler.py, utils.py) and,
-# for the benchmark, training/{backend,controller,strategies/base}.py (+ runtime/contracts.py).
+# algorithms/common/dflash_family_model.py (+ core/chunking.py), optimizer.py (+ lr_scheduler.py, utils.py)
+# and, for the benchmark, training/{backend,controller,strategies/base}.py (+ runtime/contracts.py).
 import argparse
 import importlib
 import json
@@ -29,8 +30,10 @@ DEFAULT_SPECFORGE = os.path.join(REPO, ".peer", "SpecForge")
 # Target shapes the drafter borrows (hidden size, vocabulary, layer count, intermediate): the run configs name
 # a checkpoint directory that the benchmark machine does not have. Same figures as MODELS.md.
 TARGETS = {
-    "27b": {"toml": "configs/qwen3.6-27b.toml", "hidden": 5120, "vocab": 248320, "layers": 64, "intermediate": 17408},
-    "8b": {"toml": "configs/qwen3-8b.toml", "hidden": 4096, "vocab": 151936, "layers": 36, "intermediate": 12288},
+    "27b": {"toml": "configs/qwen3.6-27b.toml", "hidden": 5120, "vocab": 248320, "layers": 64,
+            "intermediate": 17408},
+    "8b": {"toml": "configs/qwen3-8b.toml", "hidden": 4096, "vocab": 151936, "layers": 36,
+           "intermediate": 12288},
 }
 
 
@@ -49,13 +52,12 @@ def load_specforge(root, trainer=False):
     pieces) from `root` without running its package __init__ files. Returns a namespace of modules."""
     pkg = os.path.join(root, "specforge")
     if not os.path.isfile(os.path.join(pkg, "modeling", "draft", "dflash.py")):
-        sys.exit(f"SpecForge not found at {root} (no specforge/modeling/draft/dflash.py). HINT: export it with "
-                 f"`git --git-dir=<mirror> archive {SPECFORGE_COMMIT} | tar -x -C .peer/SpecForge` on the build "
-                 f"machine and carry .peer/ along, or pass --specforge DIR")
-    for name, sub in [("specforge", ""), ("specforge.modeling", "modeling"), ("specforge.modeling.draft",
-                      "modeling/draft"), ("specforge.core", "core"), ("specforge.algorithms", "algorithms"),
-                      ("specforge.algorithms.common", "algorithms/common"), ("specforge.training", "training"),
-                      ("specforge.training.strategies", "training/strategies"), ("specforge.runtime", "runtime")]:
+        sys.exit(f"SpecForge not found at {root} (no specforge/modeling/draft/dflash.py). HINT: export it "
+                 f"with `git --git-dir=<mirror> archive {SPECFORGE_COMMIT} | tar -x -C .peer/SpecForge` on "
+                 f"the build machine and carry .peer/ along, or pass --specforge DIR")
+    for sub in ["", "modeling", "modeling/draft", "core", "algorithms", "algorithms/common", "training",
+                "training/strategies", "runtime"]:
+        name = "specforge" + ("." + sub.replace("/", ".") if sub else "")
         stub = types.ModuleType(name)
         stub.__path__ = [os.path.join(pkg, sub)]
         sys.modules[name] = stub
@@ -77,8 +79,10 @@ def drafter_fields(toml_path, target):
     taps = d.get("target_layer_ids") or []
     return {
         "layers": layers, "heads": d.get("heads", 32), "kv_heads": d.get("kv_heads", 8),
-        "head_dim": d.get("head_dim", 128), "intermediate": d.get("intermediate", 0) or target["intermediate"],
-        "block_size": d.get("block_size", 16), "mask_token_id": d["mask_token_id"], "num_taps": d.get("num_taps", 5),
+        "head_dim": d.get("head_dim", 128),
+        "intermediate": d.get("intermediate", 0) or target["intermediate"],
+        "block_size": d.get("block_size", 16), "mask_token_id": d["mask_token_id"],
+        "num_taps": d.get("num_taps", 5),
         "target_layer_ids": taps, "layer_types": types_, "sliding_window": d.get("sliding_window", 2048),
         "rope_theta": d.get("rope_theta", 1e7), "rms_norm_eps": d.get("rms_norm_eps", 1e-6),
         "num_anchors": d.get("num_anchors", 512),
@@ -86,16 +90,18 @@ def drafter_fields(toml_path, target):
 
 
 def qwen3_draft_config(dflash, f, target, attn):
-    """A Qwen3Config laid out as SpecForge's configs/qwen3.6-27b-dflash.json (the same keys), for these fields."""
+    """A Qwen3Config laid out as SpecForge's configs/qwen3.6-27b-dflash.json (same keys), for these fields."""
     from transformers import Qwen3Config
 
     taps = f["target_layer_ids"] or dflash.build_target_layer_ids(target["layers"], f["num_taps"])
     sliding = "sliding_attention" in f["layer_types"]
     cfg = Qwen3Config(
         architectures=["DFlashDraftModel"], attention_bias=False, attention_dropout=0.0,
-        block_size=f["block_size"], dflash_config={"mask_token_id": f["mask_token_id"], "target_layer_ids": taps},
+        block_size=f["block_size"],
+        dflash_config={"mask_token_id": f["mask_token_id"], "target_layer_ids": taps},
         head_dim=f["head_dim"], hidden_act="silu", hidden_size=target["hidden"], initializer_range=0.02,
-        intermediate_size=f["intermediate"], layer_types=list(f["layer_types"]), max_position_embeddings=262144,
+        intermediate_size=f["intermediate"], layer_types=list(f["layer_types"]),
+        max_position_embeddings=262144,
         max_window_layers=f["layers"], num_attention_heads=f["heads"], num_hidden_layers=f["layers"],
         num_key_value_heads=f["kv_heads"], num_target_layers=target["layers"], rms_norm_eps=f["rms_norm_eps"],
         sliding_window=f["sliding_window"] if sliding else None, use_sliding_window=sliding,
@@ -120,13 +126,15 @@ def bench_shape(label, toml_path, target, mods, args):
         draft = dflash.DFlashDraftModel(cfg).to(torch.bfloat16)
         embed = nn.Embedding(V, H, dtype=torch.bfloat16)
         lm_head = nn.Linear(H, V, bias=False, dtype=torch.bfloat16)
-    # Same scales as bench_drafter_step: embedding std 0.02; lm_head std 0.1/sqrt(H) so the first loss is ~ln(V).
+    # Same scales as bench_drafter_step: embedding std 0.02; lm_head std 0.1/sqrt(H) so the first loss is
+    # ~ln(V).
     nn.init.normal_(embed.weight, 0.0, 0.02)
     nn.init.normal_(lm_head.weight, 0.0, 0.1 / math.sqrt(H))
     for frozen in (embed, lm_head):
         frozen.requires_grad_(False)
     model = family.OnlineDFlashModel(
-        draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed, mask_token_id=f["mask_token_id"],
+        draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed,
+        mask_token_id=f["mask_token_id"],
         block_size=f["block_size"], attention_backend=args.attn, num_anchors=f["num_anchors"],
         loss_decay_gamma=args.gamma, objective_chunk_blocks=args.objective_chunk_blocks, loss_type="dflash")
     model.train()
@@ -142,14 +150,15 @@ def bench_shape(label, toml_path, target, mods, args):
     backend = mods.backend.FSDPTrainingBackend(mods.backend.ParallelConfig())
     backend.prepare_model(model, wrap=False)
     backend.set_optimizer(opt)
-    trainer = mods.controller.TrainerCore(mods.strategies.DFlashTrainStrategy(model), backend, accumulation_steps=1)
+    strategy = mods.strategies.DFlashTrainStrategy(model)
+    trainer = mods.controller.TrainerCore(strategy, backend, accumulation_steps=1)
 
     g = torch.Generator(device=dev).manual_seed(args.seed)
     ids = torch.randint(0, V, (1, T), device=dev, generator=g)
     hidden = torch.randn(1, T, len(draft.target_layer_ids) * H, device=dev, generator=g, dtype=torch.bfloat16)
     loss_mask = torch.ones(1, T, device=dev)
-    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy="dflash",
-                                      tensors={"input_ids": ids, "hidden_states": hidden, "loss_mask": loss_mask})
+    tensors = {"input_ids": ids, "hidden_states": hidden, "loss_mask": loss_mask}
+    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy="dflash", tensors=tensors)
 
     def step():
         r = trainer.train_step(batch)
@@ -163,7 +172,7 @@ def bench_shape(label, toml_path, target, mods, args):
         losses.append(float(loss))
     torch.cuda.synchronize()
     warm_s = time.time() - t0
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.steps)]
+    ev = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(2)) for _ in range(args.steps)]
     for a, b in ev:
         a.record()
         loss, grad_norm = step()
@@ -172,7 +181,8 @@ def bench_shape(label, toml_path, target, mods, args):
     times = [a.elapsed_time(b) / 1e3 for a, b in ev]
     losses.append(float(loss))
     s = statistics.median(times)
-    finite = all(math.isfinite(x) for x in losses) and grad_norm is not None and math.isfinite(float(grad_norm))
+    finite = all(math.isfinite(x) for x in losses)
+    finite = finite and grad_norm is not None and math.isfinite(float(grad_norm))
     out = {
         "bench": "specforge_drafter_step", "model": label, "config": os.path.relpath(toml_path, REPO),
         "specforge_commit": specforge_commit(args.specforge), "torch": torch.__version__,
@@ -195,10 +205,10 @@ def bench_shape(label, toml_path, target, mods, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default="all", choices=["all", *TARGETS], help="drafter shape(s) to time")
-    p.add_argument("--config", help="a run config TOML instead of the model's default (its target is --model's)")
-    p.add_argument("--specforge", default=DEFAULT_SPECFORGE, help="SpecForge source tree (default .peer/SpecForge)")
+    p.add_argument("--config", help="a run config TOML instead of the model's (its target: --model's)")
+    p.add_argument("--specforge", default=DEFAULT_SPECFORGE, help="SpecForge tree (default .peer/SpecForge)")
     p.add_argument("--seq-len", type=int, default=4096)
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps (flex_attention compiles on the first)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps (flex_attention compiles first)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--gamma", type=float, default=7.0, help="loss_decay_gamma (SpecForge examples use 7)")
     p.add_argument("--attn", default="flex_attention", choices=["flex_attention", "sdpa", "eager"])

@@ -76,8 +76,10 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   model.set_frozen(frozen->embed, frozen->lm_head);
   drafter_init_params(model, plan.cfg.drafter.init_seed);
   if (plan.resume_path.empty() && !plan.cfg.drafter.init_from.empty()) {
-    drafter_init_from(model, plan.cfg.drafter.init_from);  // a resumed checkpoint's weights win over init_from
-    if (owner) log_here("drafter weights from %s (optimizer state fresh)", plan.cfg.drafter.init_from.c_str());
+    // A resumed checkpoint's weights win over init_from (the folder only seeds a fresh run).
+    drafter_init_from(model, plan.cfg.drafter.init_from);
+    if (owner)
+      log_here("drafter weights from %s (optimizer state fresh)", plan.cfg.drafter.init_from.c_str());
   }
   int64_t tokens_seen = 0;  // context tokens trained on by all drafters, since step 0
   if (!plan.resume_path.empty()) {

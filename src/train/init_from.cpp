@@ -1,6 +1,6 @@
-// Hugging Face DFlash drafter folder -> DrafterConfig and weights (drafter.init_from). The Qwen3 keys are read
-// by the target's config parser (so rope_theta is found wherever transformers keeps it); only the DFlash keys
-// are read here.
+// Hugging Face DFlash drafter folder -> DrafterConfig and weights (drafter.init_from). The Qwen3 keys are
+// read by the target's config parser (so rope_theta is found wherever transformers keeps it); only the DFlash
+// keys are read here.
 #include "train/init_from.h"
 
 #include <cmath>
@@ -34,7 +34,8 @@ std::string join(const std::vector<int>& v) {
 
 std::string join(const std::vector<DrafterLayerType>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += strfmt("%s\"%s\"", i ? ", " : "", drafter_layer_type_hf_name(v[i]));
+  for (size_t i = 0; i < v.size(); ++i)
+    s += strfmt("%s\"%s\"", i ? ", " : "", drafter_layer_type_hf_name(v[i]));
   return s + "]";
 }
 
@@ -51,8 +52,10 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
   if (const auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     bool dflash = false;
     for (const json& a : *it) dflash |= a.is_string() && a.get<std::string>() == "DFlashDraftModel";
-    DF_CHECK(dflash, "%s: architectures is %s, not DFlashDraftModel; HINT: drafter.init_from names a DFlash drafter "
-             "folder (as `dflash_mpi export` writes), not the target model", where.c_str(), it->dump().c_str());
+    DF_CHECK(dflash,
+             "%s: architectures is %s, not DFlashDraftModel; HINT: drafter.init_from names a DFlash drafter "
+             "folder (as `dflash_mpi export` writes), not the target model",
+             where.c_str(), it->dump().c_str());
   }
   // Sliding layer types are DFlash's own; the Qwen3 target parser refuses them, so it reads the rest.
   json base = j;
@@ -84,8 +87,9 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
       const auto it = o->find(key);
       if (it != o->end() && !it->is_null()) return &*it;
     }
-    DF_FAIL("%s: key '%s' is missing (looked in dflash_config and at the top level); is this a DFlash drafter?",
-            where.c_str(), key);
+    DF_FAIL(
+        "%s: key '%s' is missing (looked in dflash_config and at the top level); is this a DFlash drafter?",
+        where.c_str(), key);
   };
   c.block_size = json_int(*dflash_key("block_size"), where, "block_size");
   c.mask_token_id = json_int(*dflash_key("mask_token_id"), where, "dflash_config.mask_token_id");
@@ -98,8 +102,8 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
     c.layer_types.assign(size_t(c.layers), DrafterLayerType::full);
   } else {
     DF_CHECK(lt->is_array() && int(lt->size()) == c.layers,
-             "%s: key 'layer_types' must be an array of num_hidden_layers (%d) strings, got %s", where.c_str(),
-             c.layers, lt->dump().c_str());
+             "%s: key 'layer_types' must be an array of num_hidden_layers (%d) strings, got %s",
+             where.c_str(), c.layers, lt->dump().c_str());
     for (const json& t : *lt) {
       const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
       DF_CHECK(s == "sliding_attention" || s == "full_attention",
@@ -116,8 +120,8 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
              "%s: layer_types has sliding_attention layers but use_sliding_window is %s", where.c_str(),
              use->dump().c_str());
     const auto sw = j.find("sliding_window");
-    DF_CHECK(sw != j.end() && !sw->is_null(), "%s: layer_types has sliding_attention layers but no sliding_window",
-             where.c_str());
+    DF_CHECK(sw != j.end() && !sw->is_null(),
+             "%s: layer_types has sliding_attention layers but no sliding_window", where.c_str());
     c.sliding_window = json_int(*sw, where, "sliding_window");
   }
   drafter_config_validate(c);
@@ -131,10 +135,13 @@ DrafterConfig drafter_config_load_hf(const std::string& path) {
 }
 
 void drafter_config_check_same(const DrafterConfig& run, const DrafterConfig& hf, const std::string& where) {
-  auto differ = [&](const char* field, const char* run_key, const std::string& theirs, const std::string& ours) {
-    DF_FAIL("drafter.init_from %s: config.json has %s = %s but this run's drafter has %s (%s); HINT: make the run "
-            "config match the folder, or point drafter.init_from at a drafter of this architecture",
-            where.c_str(), field, theirs.c_str(), ours.c_str(), run_key);
+  auto differ = [&](const char* field, const char* run_key, const std::string& theirs,
+                    const std::string& ours) {
+    DF_FAIL(
+        "drafter.init_from %s: config.json has %s = %s but this run's drafter has %s (%s); HINT: make the "
+        "run "
+        "config match the folder, or point drafter.init_from at a drafter of this architecture",
+        where.c_str(), field, theirs.c_str(), ours.c_str(), run_key);
   };
   const struct {
     const char* field;
@@ -160,9 +167,11 @@ void drafter_config_check_same(const DrafterConfig& run, const DrafterConfig& hf
     differ("sliding_window", "drafter.sliding_window", std::to_string(hf.sliding_window),
            std::to_string(run.sliding_window));
   if (hf.rope_theta != run.rope_theta)
-    differ("rope_theta", "drafter.rope_theta", strfmt("%g", double(hf.rope_theta)), strfmt("%g", double(run.rope_theta)));
+    differ("rope_theta", "drafter.rope_theta", strfmt("%g", double(hf.rope_theta)),
+           strfmt("%g", double(run.rope_theta)));
   if (hf.rms_eps != run.rms_eps)
-    differ("rms_norm_eps", "drafter.rms_norm_eps", strfmt("%g", double(hf.rms_eps)), strfmt("%g", double(run.rms_eps)));
+    differ("rms_norm_eps", "drafter.rms_norm_eps", strfmt("%g", double(hf.rms_eps)),
+           strfmt("%g", double(run.rms_eps)));
 }
 
 void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
@@ -173,27 +182,32 @@ void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
   for (const DrafterParamEntry& e : table.entries) {
     known.insert(e.name);
     const StTensor* t = idx.find(e.name);
-    DF_CHECK(t, "drafter.init_from %s: tensor '%s' is missing; HINT: the folder must hold every drafter parameter "
-             "(as `dflash_mpi export` writes them)", dir.c_str(), e.name.c_str());
+    DF_CHECK(
+        t,
+        "drafter.init_from %s: tensor '%s' is missing; HINT: the folder must hold every drafter parameter "
+        "(as `dflash_mpi export` writes them)",
+        dir.c_str(), e.name.c_str());
     const bool shape_ok = t->shape == std::vector<int64_t>{e.rows, e.cols} ||
                           (e.rows == 1 && t->shape == std::vector<int64_t>{e.cols});
     std::string shape;
     for (int64_t d : t->shape) shape += strfmt("%s%lld", shape.empty() ? "" : ", ", (long long)d);
-    DF_CHECK(shape_ok, "%s: tensor '%s' has shape [%s], the run's drafter needs [%lld, %lld]", t->file.c_str(),
-             e.name.c_str(), shape.c_str(), (long long)e.rows, (long long)e.cols);
+    DF_CHECK(shape_ok, "%s: tensor '%s' has shape [%s], the run's drafter needs [%lld, %lld]",
+             t->file.c_str(), e.name.c_str(), shape.c_str(), (long long)e.rows, (long long)e.cols);
     DF_CHECK(t->dtype == DType::f32 || t->dtype == DType::bf16 || t->dtype == DType::f16,
-             "%s: tensor '%s' is %s; drafter weights must be F32, BF16 or F16", t->file.c_str(), e.name.c_str(),
-             dtype_name(t->dtype));
+             "%s: tensor '%s' is %s; drafter weights must be F32, BF16 or F16", t->file.c_str(),
+             e.name.c_str(), dtype_name(t->dtype));
     buf.resize(size_t(e.rows * e.cols));
     st_to_f32(*t, buf.data());
     for (size_t i = 0; i < buf.size(); ++i)
-      DF_CHECK(std::isfinite(buf[i]), "%s: tensor '%s' holds a non-finite value (%g) at element %zu", t->file.c_str(),
-               e.name.c_str(), double(buf[i]), i);
+      DF_CHECK(std::isfinite(buf[i]), "%s: tensor '%s' holds a non-finite value (%g) at element %zu",
+               t->file.c_str(), e.name.c_str(), double(buf[i]), i);
     m.ops().upload_raw(m.entry_view(m.params, e.name), buf.data());
   }
   for (const std::string& name : idx.names())
-    DF_CHECK(known.count(name), "drafter.init_from %s: tensor '%s' is not a drafter parameter; HINT: is this a "
-             "DFlash drafter folder (not a target checkpoint)?", dir.c_str(), name.c_str());
+    DF_CHECK(known.count(name),
+             "drafter.init_from %s: tensor '%s' is not a drafter parameter; HINT: is this a "
+             "DFlash drafter folder (not a target checkpoint)?",
+             dir.c_str(), name.c_str());
 }
 
 void drafter_init_from(DrafterModel& m, const std::string& dir) {

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 # Golden files for the drafter's training step, written by SpecForge's own DFlash code (DFlashDraftModel +
-# OnlineDFlashModel: mask, labels, anchor-block weights, decay, loss) on a tiny awkward config, in float64 on the
-# CPU. Attention is SpecForge's "sdpa" backend (its dense twin of the flex_attention mask, create_dflash_sdpa_mask):
-# flex_attention on the CPU would need inductor, and the "eager" path casts float64's additive mask minimum to
-# float32 -inf inside transformers' softmax, so padding blocks (no visible key) turn NaN. test_drafter_golden(.cpp, unit and gpu) loads the drafter through drafter.init_from's reader and must
-# reproduce the loss and every parameter gradient. Run where torch + transformers exist (the GPU machine):
+# OnlineDFlashModel: mask, labels, anchor-block weights, decay, loss) on a tiny awkward config, in float64 on
+# the CPU. Attention is SpecForge's "sdpa" backend (its dense twin of the flex_attention mask,
+# create_dflash_sdpa_mask): flex_attention on the CPU would need inductor, and the "eager" path casts
+# float64's additive mask minimum to float32 -inf inside transformers' softmax, so padding blocks (no visible
+# key) turn NaN. test_drafter_golden(.cpp, unit and gpu) loads the drafter through drafter.init_from's reader
+# and must reproduce the loss and every parameter gradient. Run where torch + transformers exist (the GPU
+# machine):
 #
 #   python3 tests/golden/make_drafter_golden.py [--specforge .peer/SpecForge] [--out tests/golden/drafter]
 #
 # Out: <out>/model/{config.json, model.safetensors} (the drafter, HF layout, F32) and <out>/golden.safetensors
 # (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).
-# Every value is seeded, and float64 on the CPU is deterministic, so a rerun with the same versions writes
-# the same numbers.
+# Every value is seeded, and float64 on the CPU is deterministic, so a rerun with the same versions writes the
+# same numbers.
 import argparse
 import json
 import math
@@ -71,7 +73,8 @@ def main():
     want = theta ** (-torch.arange(0, hd, 2, dtype=f64) / hd)
     got = draft.rotary_emb.inv_freq.to(f64)
     assert torch.allclose(got, want, rtol=1e-6), f"rotary inv_freq {got} is not theta {theta}'s"
-    assert draft.sliding_window == FIELDS["sliding_window"] and list(draft.layer_types) == FIELDS["layer_types"]
+    assert draft.sliding_window == FIELDS["sliding_window"]
+    assert list(draft.layer_types) == FIELDS["layer_types"]
 
     # Every value is drawn in float64 and rounded to float32 once, so the float32 files hold exactly what the
     # float64 reference ran on. Matrices ~ N(0, 1/fan_in); norm weights 1 + N(0, 0.2) (never the init's 1).
@@ -123,8 +126,9 @@ def main():
         mask_token_id=FIELDS["mask_token_id"], block_size=B, attention_backend=args.attn, num_anchors=N,
         loss_decay_gamma=GAMMA, objective_chunk_blocks=128, loss_type="dflash")
     model.train()
-    # Fixed anchors in place of SpecForge's random draw (same return contract: positions with 0 where not kept,
-    # and the keep mask); the weight mask the objective receives is recorded for the row-by-row comparison.
+    # Fixed anchors in place of SpecForge's random draw (same return contract: positions with 0 where not
+    # kept, and the keep mask); the weight mask the objective receives is recorded for the row-by-row
+    # comparison.
     model._sample_anchor_positions = lambda seq_len, lm, device: (anchors.clone(), keep.clone())
     seen = {}
     objective = model._dflash_objective_chunk_terms
@@ -143,8 +147,9 @@ def main():
     loss_num, loss_den = metrics["loss_terms"]
     bad = [n for n, prm in draft.named_parameters() if prm.grad is None or not torch.isfinite(prm.grad).all()]
     if not math.isfinite(float(loss)) or bad:
-        sys.exit(f"make_drafter_golden: loss {float(loss)} or gradients of {bad} are not finite; nothing written. "
-                 f"HINT: try --attn eager --dtype float32 (then loosen the CPU test's tolerance: float32 reference)")
+        sys.exit(f"make_drafter_golden: loss {float(loss)} or gradients of {bad} are not finite; nothing "
+                 f"written. HINT: try --attn eager --dtype float32 (then loosen the CPU test's tolerance: a "
+                 f"float32 reference)")
     print(f"loss {float(loss):.9f} = {float(loss_num):.6f} / {float(loss_den):.6f}")
 
     packed_anchors = []
@@ -185,8 +190,8 @@ def main():
         "layer_types": FIELDS["layer_types"], "sliding_window": FIELDS["sliding_window"],
         "use_sliding_window": True, "vocab_size": V, "tie_word_embeddings": False, "hidden_act": "silu",
         "attention_bias": False, "dtype": "float32",
-        "dflash_config": {"mask_token_id": FIELDS["mask_token_id"], "target_layer_ids": FIELDS["target_layer_ids"],
-                          "block_size": B},
+        "dflash_config": {"mask_token_id": FIELDS["mask_token_id"],
+                          "target_layer_ids": FIELDS["target_layer_ids"], "block_size": B},
     }
     with open(os.path.join(model_dir, "config.json"), "w") as fh:
         json.dump(hf, fh, indent=2)

@@ -1,7 +1,7 @@
-// The CUDA drafter step against SpecForge's own DFlash step (golden files of tests/golden/make_drafter_golden.py;
-// the CPU twin is tests/unit/test_drafter_golden.cpp), with bf16 weights and activations: the rows that carry
-// loss must match exactly, the loss and every gradient within what bf16 allows. Skips without a device, without
-// a CUDA build, or while the golden files have not been generated.
+// The CUDA drafter step against SpecForge's own DFlash step (golden files of
+// tests/golden/make_drafter_golden.py; the CPU twin is tests/unit/test_drafter_golden.cpp), with bf16 weights
+// and activations: the rows that carry loss must match exactly, the loss and every gradient within what bf16
+// allows. Skips without a device, without a CUDA build, or while the golden files have not been generated.
 #include <gtest/gtest.h>
 
 #include "tests/unit/drafter_golden_util.h"
@@ -16,15 +16,15 @@ namespace {
 using namespace df;
 using namespace df::drafter_golden;
 
-// Tolerance, bf16 against the float64 reference. The GEMM weights are the bf16 shadow (relative 2^-9), and every
-// activation and activation gradient the CUDA step stores is bf16 (relative 2^-8 at most, rms ≈ 1.6e-3 per
-// rounding). A gradient passes through ~20 such roundings between the loss and a weight (2 layers forward and
-// backward, the lm_head's dlogits, the attention's P and dS), which add in quadrature to an expected relative
-// RMS error of ≈ 1.6e-3·√20 ≈ 7e-3, growing somewhat through the random layers. The bound is the per-tensor
-// relative RMS error ||a − b|| / ||b|| ≤ 4e-2 (≈ 5× the estimate); wrong semantics (a mask, a label offset, a
-// weight, a mis-wired dW) give 0.1 to 1. The elementwise worst is printed, not bounded: where a row's RMS is
-// small (RMSNorm divides by it) one element can be far off in relative terms. The loss is a mean of ~50 CE terms
-// of logits ~O(1) computed from bf16 inputs with fp32 accumulation: relative 1e-2.
+// Tolerance, bf16 against the float64 reference. The GEMM weights are the bf16 shadow (relative 2^-9), and
+// every activation and activation gradient the CUDA step stores is bf16 (relative 2^-8 at most, rms ≈ 1.6e-3
+// per rounding). A gradient passes through ~20 such roundings between the loss and a weight (2 layers forward
+// and backward, the lm_head's dlogits, the attention's P and dS), which add in quadrature to an expected
+// relative RMS error of ≈ 1.6e-3·√20 ≈ 7e-3, growing somewhat through the random layers. The bound is the
+// per-tensor relative RMS error ||a − b|| / ||b|| ≤ 4e-2 (≈ 5× the estimate); wrong semantics (a mask, a
+// label offset, a weight, a mis-wired dW) give 0.1 to 1. The elementwise worst is printed, not bounded: where
+// a row's RMS is small (RMSNorm divides by it) one element can be far off in relative terms. The loss is a
+// mean of ~50 CE terms of logits ~O(1) computed from bf16 inputs with fp32 accumulation: relative 1e-2.
 constexpr double kMaxRelRms = 4e-2;
 constexpr double kLossRtol = 1e-2;
 

@@ -1,7 +1,7 @@
 // Shared by the drafter golden tests (tests/unit/test_drafter_golden.cpp on the CPU, tests/gpu/
-// test_drafter_golden_cuda.cpp on CUDA): reads the files tests/golden/make_drafter_golden.py wrote from SpecForge's
-// own DFlash step, runs our step on them with the drafter loaded through drafter.init_from, and compares.
-// Header-only; each test executable includes it once.
+// test_drafter_golden_cuda.cpp on CUDA): reads the files tests/golden/make_drafter_golden.py wrote from
+// SpecForge's own DFlash step, runs our step on them with the drafter loaded through drafter.init_from, and
+// compares. Header-only; each test executable includes it once.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -22,14 +22,19 @@
 
 namespace df::drafter_golden {
 
-inline std::string golden_dir() { return std::string(DF_SOURCE_DIR) + "/tests/golden/drafter"; }
-inline std::string model_dir() { return golden_dir() + "/model"; }
+inline std::string golden_dir() {
+  return std::string(DF_SOURCE_DIR) + "/tests/golden/drafter";
+}
+inline std::string model_dir() {
+  return golden_dir() + "/model";
+}
 inline bool golden_present() {
   return std::filesystem::exists(golden_dir() + "/golden.safetensors") &&
          std::filesystem::exists(model_dir() + "/config.json");
 }
 constexpr const char* kMissing =
-    "tests/golden/drafter/ is absent: run `python3 tests/golden/make_drafter_golden.py` where torch, transformers "
+    "tests/golden/drafter/ is absent: run `python3 tests/golden/make_drafter_golden.py` where torch, "
+    "transformers "
     "and .peer/SpecForge exist (the GPU machine) and commit tests/golden/drafter/";
 
 inline const StTensor& tensor_of(const SafetensorsIndex& g, const std::string& name) {
@@ -53,7 +58,8 @@ std::vector<T> read_raw(const SafetensorsIndex& g, const std::string& name, DTyp
 }
 
 // Host f32 values -> a backend tensor of `dtype` (f32 or bf16) inside `mem`.
-inline Tensor upload_as(TrainOps& ops, void* mem, DType dtype, int64_t rows, int64_t cols, const std::vector<float>& v) {
+inline Tensor upload_as(TrainOps& ops, void* mem, DType dtype, int64_t rows, int64_t cols,
+                        const std::vector<float>& v) {
   Tensor t = tensor_make(mem, dtype, ops.device(), rows, cols);
   if (dtype == DType::f32) {
     ops.upload_raw(t, v.data());
@@ -74,7 +80,8 @@ struct StepResult {
 };
 
 // Our step on the golden inputs: drafter from model/ through drafter_init_from, frozen tables and taps in the
-// backend's activation dtype, the golden anchors in SpecForge's block order (sequence-major, padding as pos −1).
+// backend's activation dtype, the golden anchors in SpecForge's block order (sequence-major, padding as pos
+// −1).
 inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g) {
   StepResult r;
   r.cfg = drafter_config_load_hf(model_dir());
@@ -91,8 +98,10 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g) {
   void* mem = ops.alloc_bytes(bytes);
   char* p = static_cast<char*>(mem);
   const Tensor embed = upload_as(ops, p, act, V, H, read_f32(g, "embed"));
-  const Tensor lm_head = upload_as(ops, p + size_t(V * H) * dtype_size(act), act, V, H, read_f32(g, "lm_head"));
-  b.taps = upload_as(ops, p + size_t(2 * V * H) * dtype_size(act), act, T, H * r.cfg.num_taps(), read_f32(g, "taps"));
+  const Tensor lm_head =
+      upload_as(ops, p + size_t(V * H) * dtype_size(act), act, V, H, read_f32(g, "lm_head"));
+  b.taps = upload_as(ops, p + size_t(2 * V * H) * dtype_size(act), act, T, H * r.cfg.num_taps(),
+                     read_f32(g, "taps"));
   m.set_frozen(embed, lm_head);
   const std::vector<int32_t> an = read_raw<int32_t>(g, "anchors", DType::i32);
   for (size_t i = 0; i + 1 < an.size(); i += 2) r.anchors.push_back({an[i], an[i + 1]});
@@ -114,7 +123,8 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g) {
 }
 
 // SpecForge's weight mask says which block rows carry loss (block validity × in-sequence × not the anchor ×
-// loss_mask of the label); ours must agree row by row. Returns "" or a message naming the first row that differs.
+// loss_mask of the label); ours must agree row by row. Returns "" or a message naming the first row that
+// differs.
 inline std::string row_weight_mismatch(const StepResult& r, const std::vector<float>& weight_mask) {
   const int B = r.cfg.block_size;
   if (weight_mask.size() != r.row_weight.size())
@@ -122,14 +132,15 @@ inline std::string row_weight_mismatch(const StepResult& r, const std::vector<fl
   for (size_t i = 0; i < weight_mask.size(); ++i)
     if ((weight_mask[i] > 0) != (r.row_weight[i] > 0)) {
       const DrafterAnchor& a = r.anchors[i / size_t(B)];
-      return strfmt("row %zu (block %zu: sequence %d, anchor %d, offset %zu): SpecForge weight mask %g, ours %g",
-                    i, i / size_t(B), a.seq, a.pos, i % size_t(B), double(weight_mask[i]), double(r.row_weight[i]));
+      return strfmt(
+          "row %zu (block %zu: sequence %d, anchor %d, offset %zu): SpecForge weight mask %g, ours %g", i,
+          i / size_t(B), a.seq, a.pos, i % size_t(B), double(weight_mask[i]), double(r.row_weight[i]));
     }
   return "";
 }
 
-// The checks both backends share: which rows carry loss (exactly), Σ w against SpecForge's loss denominator (the
-// exp(−(k−1)/γ) decay; float sums of ≤ 100 weights), and the loss within loss_rtol.
+// The checks both backends share: which rows carry loss (exactly), Σ w against SpecForge's loss denominator
+// (the exp(−(k−1)/γ) decay; float sums of ≤ 100 weights), and the loss within loss_rtol.
 inline void expect_rows_and_loss(const StepResult& r, const SafetensorsIndex& g, double loss_rtol) {
   EXPECT_EQ(row_weight_mismatch(r, read_f32(g, "weight_mask")), "")
       << "which rows carry loss differs from SpecForge (anchor/label semantics)";
@@ -170,11 +181,13 @@ inline GradDiff grad_diff(const std::vector<float>& got, const std::vector<float
   return d;
 }
 
-inline std::string describe(const std::string& name, const std::vector<float>& want, int64_t cols, const GradDiff& d) {
-  return strfmt("%s [%zu elements]: worst element %zu (row %lld, col %lld) ours %.9g SpecForge %.9g "
-                "(|diff| / tol = %.3g), max |SpecForge| %.4g, relative RMS error %.3g",
-                name.c_str(), want.size(), d.worst, (long long)(d.worst / size_t(cols)),
-                (long long)(d.worst % size_t(cols)), d.got, d.want, d.worst_ratio, d.max_abs_want, d.rel_rms);
+inline std::string describe(const std::string& name, const std::vector<float>& want, int64_t cols,
+                            const GradDiff& d) {
+  return strfmt(
+      "%s [%zu elements]: worst element %zu (row %lld, col %lld) ours %.9g SpecForge %.9g "
+      "(|diff| / tol = %.3g), max |SpecForge| %.4g, relative RMS error %.3g",
+      name.c_str(), want.size(), d.worst, (long long)(d.worst / size_t(cols)),
+      (long long)(d.worst % size_t(cols)), d.got, d.want, d.worst_ratio, d.max_abs_want, d.rel_rms);
 }
 
 }  // namespace df::drafter_golden

@@ -1,6 +1,6 @@
-// The CPU drafter step against SpecForge's own DFlash step (tests/golden/make_drafter_golden.py): the drafter is
-// read through drafter.init_from, and the rows that carry loss, the loss and every parameter gradient must match.
-// Skips (saying so) only while the golden files have not been generated and committed.
+// The CPU drafter step against SpecForge's own DFlash step (tests/golden/make_drafter_golden.py): the drafter
+// is read through drafter.init_from, and the rows that carry loss, the loss and every parameter gradient must
+// match. Skips (saying so) only while the golden files have not been generated and committed.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -17,8 +17,9 @@ using namespace df::drafter_golden;
 // (6e-8) relative; the deepest gradient path is ~40 ops (2 layers, lm_head, backward) with sums of at most
 // 128 terms (H 64, vocab 97, ≤ 64 keys per row, 48 context rows), so ≲ 3e-6 of the magnitudes that meet in a
 // sum. The reference itself uses float32 for the RoPE tables and the decay weights (transformers / SpecForge
-// compute them in float32), the same values we use. A gradient element is held to 1e-5 of its tensor's largest
-// |element| plus 1e-5 of its own size: wrong semantics (a mask, a label offset, a weight) give 1e-2 to 1.
+// compute them in float32), the same values we use. A gradient element is held to 1e-5 of its tensor's
+// largest |element| plus 1e-5 of its own size: wrong semantics (a mask, a label offset, a weight) give 1e-2
+// to 1.
 constexpr double kAtolFrac = 1e-5;
 constexpr double kRtol = 1e-5;
 
@@ -46,8 +47,10 @@ TEST(DrafterGolden, ConfigLayoutsAgree) {
   const DrafterConfig a = drafter_config_load_hf(model_dir());
   EXPECT_EQ(a.block_size, 4);
   EXPECT_EQ(a.rope_theta, 10000.0f);
-  EXPECT_EQ(a.layer_types, (std::vector<DrafterLayerType>{DrafterLayerType::sliding, DrafterLayerType::full}));
-  EXPECT_NO_THROW(drafter_config_check_same(a, drafter_config_from_hf_json(drafter_hf_config(a, 6), "export"), "x"));
+  EXPECT_EQ(a.layer_types,
+            (std::vector<DrafterLayerType>{DrafterLayerType::sliding, DrafterLayerType::full}));
+  EXPECT_NO_THROW(
+      drafter_config_check_same(a, drafter_config_from_hf_json(drafter_hf_config(a, 6), "export"), "x"));
 }
 
 }  // namespace

@@ -27,7 +27,9 @@ nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);
   return nlohmann::json::parse(f);
 }
-void write_json(const std::string& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(2); }
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream(path) << j.dump(2);
+}
 
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -113,7 +115,8 @@ TEST(InitFrom, EveryDisagreementNamesTheField) {
   }
   for (const char* key : {"mask_token_id", "target_layer_ids", "block_size"}) {
     nlohmann::json j = orig;
-    j["dflash_config"][key] = std::string(key) == "target_layer_ids" ? nlohmann::json{1, 2} : nlohmann::json(3);
+    j["dflash_config"][key] =
+        std::string(key) == "target_layer_ids" ? nlohmann::json{1, 2} : nlohmann::json(3);
     write_json(cfg_path, j);
     TinySetup dst({5}, 3);
     const std::string e = error_of([&] { drafter_init_from(*dst.model, ex.dir); });
@@ -123,7 +126,8 @@ TEST(InitFrom, EveryDisagreementNamesTheField) {
   j["architectures"] = {"Qwen3ForCausalLM"};
   write_json(cfg_path, j);
   TinySetup dst({5}, 3);
-  EXPECT_NE(error_of([&] { drafter_init_from(*dst.model, ex.dir); }).find("DFlashDraftModel"), std::string::npos);
+  EXPECT_NE(error_of([&] { drafter_init_from(*dst.model, ex.dir); }).find("DFlashDraftModel"),
+            std::string::npos);
 }
 
 TEST(InitFrom, MissingExtraAndMisshapenTensorsAreNamed) {
