@@ -61,7 +61,8 @@ s, ours, peer = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 r = peer["seconds_per_step"] / ours["seconds_per_step"]
 print(f"{s}: ours {ours['seconds_per_step']:.4f} s/step ({ours['ctx_tok_s']:.0f} ctx tok/s, "
       f"{ours['tflops']:.0f} TFLOP/s, {ours['peak_alloc_gib']:.1f} GiB)  SpecForge "
-      f"{peer['seconds_per_step']:.4f} s/step ({peer['ctx_tok_s']:.0f} ctx tok/s, {peer['peak_mem_gib']:.1f} "
+      f"{peer['seconds_per_step']:.4f} s/step ({peer['ctx_tok_s']:.0f} ctx tok/s, "
+      f"{ours['tflop_per_step'] / peer['seconds_per_step']:.0f} TFLOP/s by our count, {peer['peak_mem_gib']:.1f} "
       f"GiB, commit {peer['specforge_commit'][:12]})  ratio {r:.2f}x "
       f"({'meets' if r >= 1.4 else 'below'} the 1.4x goal)")
 EOF
