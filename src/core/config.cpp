@@ -226,6 +226,7 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("rms_norm_eps", d.rms_norm_eps);
     r.get("num_anchors", d.num_anchors);
     r.get("init_seed", d.init_seed);
+    r.get("init_from", d.init_from);
     r.finish();
   }
   {
@@ -300,6 +301,7 @@ void config_resolve_paths(Config& c, const std::string& base_dir) {
   };
   fix(c.target.model);
   fix(c.target.random_config);
+  fix(c.drafter.init_from);
   for (std::string& p : c.data.train) fix(p);
   for (std::string& p : c.data.features) fix(p);
 }

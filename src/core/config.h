@@ -43,6 +43,7 @@ struct DrafterSection {
   double rms_norm_eps = 1e-6;
   int num_anchors = 512;
   uint64_t init_seed = 0;
+  std::string init_from;  // a Hugging Face DFlash drafter folder to start from (empty: random init)
 };
 
 struct DataSection {

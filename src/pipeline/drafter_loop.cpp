@@ -19,6 +19,7 @@
 #include "topo/plan_split.h"
 #include "train/anchors.h"
 #include "train/checkpoint.h"
+#include "train/init_from.h"
 #include "train/optimizer.h"
 
 namespace df {
@@ -75,6 +76,12 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   DrafterModel model(plan.drafter, ops);
   model.set_frozen(frozen->embed, frozen->lm_head);
   drafter_init_params(model, plan.cfg.drafter.init_seed);
+  if (plan.resume_path.empty() && !plan.cfg.drafter.init_from.empty()) {
+    // A resumed checkpoint's weights win over init_from (the folder only seeds a fresh run).
+    drafter_init_from(model, plan.cfg.drafter.init_from);
+    if (owner)
+      log_here("drafter weights from %s (optimizer state fresh)", plan.cfg.drafter.init_from.c_str());
+  }
   int64_t tokens_seen = 0;  // context tokens trained on by all drafters, since step 0
   if (!plan.resume_path.empty()) {
     CheckpointState st = checkpoint_load(plan.resume_path, model);

@@ -1,0 +1,529 @@
+// One DFlash drafter training step (forward + backward + AdamW) on a TrainOps backend, on the drafter shapes
+// of the run configs (Qwen3.6-27B and Qwen3-8B drafters), random weights, 1 x 4096 context tokens, 512
+// anchors. Prints FLOPs, time, TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device memory, a
+// per-op breakdown and the result check, then one JSON line that run_drafter_step.sh divides into SpecForge's
+// (same shapes). Plain main(): the GPU machine has no Google Benchmark.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/strfmt.h"
+#include "model/drafter.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "train/anchors.h"
+#include "train/optimizer.h"
+#ifdef DF_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_check.cuh"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_train_ops.h"
+#endif
+
+using namespace df;
+
+namespace {
+
+constexpr double kPeakTflops = 790.0;  // cuBLASLt bf16 8192³ on this H200 (bench_kernels.md)
+
+// The targets whose drafters are timed: the run configs name checkpoint directories the benchmark machine
+// lacks, so the drafter borrows these shapes (MODELS.md) instead of reading the target's config.json.
+struct TargetShape {
+  const char* label;
+  const char* toml;  // relative to the source tree
+  int hidden, layers, intermediate, vocab;
+};
+constexpr TargetShape kTargets[] = {{"27b", "configs/qwen3.6-27b.toml", 5120, 64, 17408, 248320},
+                                    {"8b", "configs/qwen3-8b.toml", 4096, 36, 12288, 151936}};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void device_sync(TrainOps& ops) {
+#ifdef DF_HAVE_CUDA
+  if (ops.device() == Device::cuda) DF_CUDA_CHECK(cudaDeviceSynchronize());
+#else
+  (void)ops;
+#endif
+}
+
+// Forwards every op to the real backend. When `timing` is on it brackets each op with cudaEvents (CUDA) or
+// the wall clock (CPU, whose ops are synchronous) and collect() sums the times per op name. It always tracks
+// the bytes the model holds through alloc_bytes, so the allocator's high water is reported on both backends.
+class TimedTrainOps final : public TrainOps {
+ public:
+  explicit TimedTrainOps(TrainOps& inner) : g_(inner) {
+#ifdef DF_HAVE_CUDA
+    if (auto* cuda = dynamic_cast<CudaTrainOps*>(&inner)) stream_ = cuda->stream();
+#endif
+  }
+  ~TimedTrainOps() override {
+#ifdef DF_HAVE_CUDA
+    for (auto& e : events_) cudaEventDestroy(e);
+#endif
+  }
+  bool timing = false;
+  size_t live_bytes = 0, peak_bytes = 0;
+
+  Device device() const override {
+    return g_.device();
+  }
+  const char* name() const override {
+    return g_.name();
+  }
+  DType act_dtype() const override {
+    return g_.act_dtype();
+  }
+
+  void* alloc_bytes(size_t bytes) override {
+    void* p = g_.alloc_bytes(bytes);
+    sizes_[p] = bytes;
+    live_bytes += bytes;
+    peak_bytes = std::max(peak_bytes, live_bytes);
+    return p;
+  }
+  void free_bytes(void* p) override {
+    auto it = sizes_.find(p);
+    if (it != sizes_.end()) {
+      live_bytes -= it->second;
+      sizes_.erase(it);
+    }
+    g_.free_bytes(p);
+  }
+  void upload_raw(const Tensor& d, const void* h) override {
+    timed("upload", [&] { g_.upload_raw(d, h); });
+  }
+  void download_raw(const Tensor& s, void* h) override {
+    timed("download", [&] { g_.download_raw(s, h); });
+  }
+  void copy(const Tensor& s, const Tensor& d) override {
+    timed("copy", [&] { g_.copy(s, d); });
+  }
+  void fill(const Tensor& d, float v) override {
+    timed("fill", [&] { g_.fill(d, v); });
+  }
+  // GEMMs are named by their role (from the transposes) and the two dims that identify the weight.
+  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
+            float beta) override {
+    const char* role = ta ? "dW += dY^T X" : (tb ? "Y = X W^T" : "dX = dY W");
+    const int64_t k = ta ? a.rows : a.cols;
+    timed(strfmt("gemm %s [%lld x %lld, K %lld]", role, (long long)c.rows, (long long)c.cols, (long long)k),
+          [&] { g_.gemm(a, ta, b, tb, c, alpha, beta); });
+  }
+  void embedding(const Tensor& ids, const Tensor& t, const Tensor& o) override {
+    timed("embedding", [&] { g_.embedding(ids, t, o); });
+  }
+  void scale_rows(const Tensor& x, const Tensor& s) override {
+    timed("scale_rows", [&] { g_.scale_rows(x, s); });
+  }
+  void add_gaussian_noise(const Tensor& x, float std, uint64_t seed) override {
+    timed("add_gaussian_noise", [&] { g_.add_gaussian_noise(x, std, seed); });
+  }
+  void rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
+                   float eps) override {
+    timed("rmsnorm_fwd", [&] { g_.rmsnorm_fwd(x, w, y, rstd, eps); });
+  }
+  void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                   const Tensor& dw, float beta_dx) override {
+    timed("rmsnorm_bwd", [&] { g_.rmsnorm_bwd(x, w, rstd, dy, dx, dw, beta_dx); });
+  }
+  void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
+                        const Tensor& rstd, int heads, int hd, float theta, float eps) override {
+    timed("qk_norm_rope_fwd", [&] { g_.qk_norm_rope_fwd(x, w, pos, y, rstd, heads, hd, theta, eps); });
+  }
+  void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
+                        const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
+                        float theta) override {
+    timed("qk_norm_rope_bwd", [&] { g_.qk_norm_rope_bwd(x, w, pos, rstd, dy, dx, dw, heads, hd, theta); });
+  }
+  void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                            const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) override {
+    timed(strfmt("dflash_attention_fwd (%s)", s.window ? "sliding" : "full"),
+          [&] { g_.dflash_attention_fwd(q, k, v, blocks, out, lse, s); });
+  }
+  void dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                            const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, const DFlashAttnShape& s) override {
+    timed(strfmt("dflash_attention_bwd (%s)", s.window ? "sliding" : "full"),
+          [&] { g_.dflash_attention_bwd(q, k, v, blocks, out, lse, dout, dq, dk, dv, s); });
+  }
+  void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+    timed("swiglu_fwd", [&] { g_.swiglu_fwd(gate, up, out); });
+  }
+  void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
+                  const Tensor& dup) override {
+    timed("swiglu_bwd", [&] { g_.swiglu_bwd(gate, up, dout, dgate, dup); });
+  }
+  void lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels, const Tensor& active,
+                    const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
+                    const Tensor& argmax, const Tensor& dhidden) override {
+    timed("lm_head_loss", [&] {
+      g_.lm_head_loss(hidden, lm_head, labels, active, target_hidden, kind, loss, p_label, argmax, dhidden);
+    });
+  }
+  double sum_squares(const Tensor& x) override {
+    double r = 0;
+    timed("sum_squares", [&] { r = g_.sum_squares(x); });
+    return r;
+  }
+  void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
+             const AdamW& hp) override {
+    timed("adamw", [&] { g_.adamw(p, g, m, v, p_lp, hp); });
+  }
+
+  // Per op name: (total ms, calls) since the last collect().
+  std::map<std::string, std::pair<double, int>> collect() {
+    device_sync(g_);
+    std::map<std::string, std::pair<double, int>> out;
+    for (size_t i = 0; i < names_.size(); ++i) {
+      double ms = cpu_ms_.empty() ? 0.0 : cpu_ms_[i];
+#ifdef DF_HAVE_CUDA
+      if (stream_) {
+        float e = 0;
+        DF_CUDA_CHECK(cudaEventElapsedTime(&e, events_[2 * i], events_[2 * i + 1]));
+        ms = e;
+      }
+#endif
+      out[names_[i]].first += ms;
+      out[names_[i]].second += 1;
+    }
+    names_.clear();
+    cpu_ms_.clear();
+    return out;
+  }
+
+ private:
+  template <class F>
+  void timed(const std::string& what, F&& fn) {
+    if (!timing) return fn();
+#ifdef DF_HAVE_CUDA
+    if (stream_) {
+      const size_t i = names_.size();
+      while (events_.size() < 2 * (i + 1)) {
+        cudaEvent_t e;
+        DF_CUDA_CHECK(cudaEventCreate(&e));
+        events_.push_back(e);
+      }
+      DF_CUDA_CHECK(cudaEventRecord(events_[2 * i], stream_));
+      fn();
+      DF_CUDA_CHECK(cudaEventRecord(events_[2 * i + 1], stream_));
+      names_.push_back(what);
+      return;
+    }
+#endif
+    const double t0 = now_s();
+    fn();
+    cpu_ms_.push_back((now_s() - t0) * 1e3);
+    names_.push_back(what);
+  }
+
+  TrainOps& g_;
+  std::map<void*, size_t> sizes_;
+  std::vector<std::string> names_;
+  std::vector<double> cpu_ms_;
+#ifdef DF_HAVE_CUDA
+  cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+#endif
+};
+
+std::unique_ptr<TrainOps> make_backend(const std::string& device) {
+  if (device == "cpu") return std::make_unique<CpuTrainOps>();
+#ifdef DF_HAVE_CUDA
+  DF_CHECK(device == "cuda", "--device %s: expected cuda or cpu", device.c_str());
+  DF_CHECK(cuda_device_count() > 0,
+           "--device cuda: no CUDA device visible; HINT: run on the GPU machine or "
+           "pass --device cpu with a small --config");
+  return std::make_unique<CudaTrainOps>(0, 1024);
+#else
+  DF_FAIL(
+      "--device %s: this build has no CUDA backend (configured with DF_ENABLE_CUDA=OFF or without nvcc); "
+      "HINT: --device cpu",
+      device.c_str());
+#endif
+}
+
+// Fills `t` (backend memory of the backend's activation dtype) with uniform values of standard deviation
+// `std`, drawn per element from (seed, stream, index), uploaded a slab of rows at a time so the host never
+// holds the whole [248320, 5120] table.
+void fill_random(TrainOps& ops, const Tensor& t, uint64_t seed, uint64_t stream, float std) {
+  const float amp = std * std::sqrt(3.0f);
+  const int64_t slab = std::max<int64_t>(1, (int64_t(1) << 24) / std::max<int64_t>(1, t.cols));
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  for (int64_t r0 = 0; r0 < t.rows; r0 += slab) {
+    const int64_t n = std::min(slab, t.rows - r0);
+    f32.resize(size_t(n * t.cols));
+    for (int64_t i = 0; i < n * t.cols; ++i)
+      f32[size_t(i)] = amp * (2.0f * rng_uniform_at(seed, stream, uint64_t(r0 * t.cols + i)) - 1.0f);
+    const Tensor dst = t.rows_view(r0, n);
+    if (t.dtype == DType::f32) {
+      ops.upload_raw(dst, f32.data());
+      continue;
+    }
+    DF_CHECK(t.dtype == DType::bf16, "fill_random: %s tensors are not supported", dtype_name(t.dtype));
+    bf16.resize(f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) bf16[i] = f32_to_bf16(f32[i]);
+    ops.upload_raw(dst, bf16.data());
+  }
+}
+
+// Model FLOPs of one step (forward + backward), every term written out:
+//   6 · (per-layer q, k, v, o, gate, up, down params) · layers · N block rows     (fwd 2, dX 2, dW 2 per
+//   weight)
+// + 6 · (k, v params) · layers · T context rows                                    (context K/V: fwd, dX, dW)
+// + 4 · (fc params) · T                                                             (fc fwd + dW; taps need
+// no dX)
+// + 4 · H · V · active rows                                                         (lm_head fwd + dX; head
+// frozen)
+//   (active: offsets k = 1..B−1 with a + k inside the sequence; the bench's loss mask is all ones)
+// + attention: per layer, query row and head, 4 · hd · keys_seen forward (QKᵀ, PV) and 2.5× that backward
+//   (recomputed S, dV, dP, dQ, dK), keys_seen counted exactly from the anchors and the layer's mask.
+double step_flops(const DrafterConfig& c, const std::vector<DrafterAnchor>& anchors, int64_t T) {
+  int64_t active = 0;
+  for (const DrafterAnchor& an : anchors)
+    if (an.pos >= 0) active += std::min<int64_t>(c.block_size - 1, T - 1 - an.pos);
+  const double H = c.hidden, qd = double(c.heads) * c.head_dim, kvd = double(c.kv_heads) * c.head_dim;
+  const double layer_params = qd * H * 2 + kvd * H * 2 + 3.0 * c.intermediate * H;
+  const double N = double(anchors.size()) * c.block_size;
+  double f = 6.0 * layer_params * c.layers * N;
+  f += 6.0 * (2 * kvd * H) * c.layers * double(T);
+  f += 4.0 * (H * c.num_taps() * H) * double(T);
+  f += 4.0 * H * double(c.vocab) * double(active);
+  for (int l = 0; l < c.layers; ++l) {
+    const int W = c.layer_types[size_t(l)] == DrafterLayerType::sliding ? c.sliding_window : 0;
+    double keys = 0;
+    for (const DrafterAnchor& an : anchors) {
+      if (an.pos < 0) continue;
+      for (int k = 0; k < c.block_size; ++k) {
+        const int64_t lo = W ? std::max<int64_t>(0, int64_t(an.pos) + k - (W - 1)) : 0;
+        keys += double(std::max<int64_t>(0, an.pos - lo)) + (W ? k + 1 : c.block_size);
+      }
+    }
+    f += 3.5 * 4.0 * c.head_dim * c.heads * keys;
+  }
+  return f;
+}
+
+struct Options {
+  std::string device, model, config, target_config;
+  int seq_len = 4096, warmup = 2, steps = 5;
+  uint64_t seed = 0;
+};
+
+// Returns false when the result check fails (then no speed may be claimed).
+bool bench_shape(const std::string& label, const std::string& toml, const QwenConfig& target,
+                 const Options& o) {
+  Config cfg = config_load(toml);
+  DrafterConfig dc = drafter_config_from_run(cfg, target);
+  std::unique_ptr<TrainOps> backend = make_backend(o.device);
+  TimedTrainOps ops(*backend);
+  const int64_t T = o.seq_len, H = dc.hidden, V = dc.vocab;
+  std::printf(
+      "\n=== drafter %s (%s) on %s: %d layers, H %lld, %d/%d heads x %d, intermediate %d, vocab %lld, "
+      "block %d, %d anchors, %lld context tokens ===\n",
+      label.c_str(), toml.c_str(), o.device.c_str(), dc.layers, (long long)H, dc.heads, dc.kv_heads,
+      dc.head_dim, dc.intermediate, (long long)V, dc.block_size, dc.num_anchors, (long long)T);
+  size_t free0 = 0, total = 0;
+#ifdef DF_HAVE_CUDA
+  if (ops.device() == Device::cuda) DF_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+#endif
+
+  const double t_init = now_s();
+  DrafterModel model(dc, ops);
+  drafter_init_params(model, o.seed);
+  const DType act = ops.act_dtype();
+  void* io = ops.alloc_bytes(size_t(2 * V * H + T * H * dc.num_taps()) * dtype_size(act));
+  Tensor embed = tensor_make(io, act, ops.device(), V, H);
+  Tensor lm_head =
+      tensor_make(static_cast<char*>(io) + size_t(V * H) * dtype_size(act), act, ops.device(), V, H);
+  DrafterBatch batch;
+  batch.taps = tensor_make(static_cast<char*>(io) + size_t(2 * V * H) * dtype_size(act), act, ops.device(), T,
+                           H * dc.num_taps());
+  fill_random(ops, embed, o.seed, 1, 0.02f);
+  // lm_head std 0.1/√H: the drafter's output is RMS-normalised (rms 1), so the initial logits have std 0.1
+  // and the first loss is ln(V) + ~0.005, which the result check can hold to ±0.1.
+  fill_random(ops, lm_head, o.seed, 2, float(0.1 / std::sqrt(double(H))));
+  fill_random(ops, batch.taps, o.seed, 3, 1.0f);
+  model.set_frozen(embed, lm_head);
+  batch.offsets = {0, T};
+  batch.loss_mask.assign(size_t(T), 1);
+  for (int64_t t = 0; t < T; ++t)
+    batch.tokens.push_back(int32_t(rng_u64_at(o.seed, 4, uint64_t(t)) % uint64_t(V)));
+  device_sync(ops);
+  std::printf("trainable %.3f B params, random init + upload %.1f s\n", double(model.table().total) / 1e9,
+              now_s() - t_init);
+
+  OptimConfig optim;
+  optim.total_steps = 1000;
+  optim.warmup_steps = 40;
+  DrafterLossOptions lo;
+  lo.gamma = float(cfg.train.gamma);
+  Rng rng(o.seed + 17);
+  std::vector<DrafterAnchor> anchors;
+  int64_t step_no = 0;
+  bool ok = true;
+  double first_loss = 0, last_grad_norm = 0;
+  // One optimizer step as the drafter loop runs it for a single micro-batch: fresh anchors, forward/backward,
+  // AdamW with grad_scale 1/Σw.
+  auto step = [&]() {
+    drafter_zero_grads(model);
+    anchors = anchors_sample_batch(batch, dc.num_anchors, rng);
+    LossStats st = drafter_forward_backward(model, batch, anchors, lo);
+    AdamwStepResult r = adamw_step(model, optim, step_no++, 1.0 / std::max(st.weight_sum, 1e-30));
+    last_grad_norm = r.grad_norm;
+    if (!std::isfinite(st.mean_loss()) || !std::isfinite(r.grad_norm) || !(r.grad_norm > 0)) ok = false;
+    return st.mean_loss();
+  };
+
+  const double t_warm = now_s();
+  for (int i = 0; i < o.warmup; ++i) {
+    const double l = step();
+    if (i == 0) first_loss = l;
+  }
+  device_sync(ops);
+  const double warm_s = now_s() - t_warm;
+  std::vector<double> times;
+  double loss = first_loss;
+  for (int i = 0; i < o.steps; ++i) {
+    const double t0 = now_s();
+    loss = step();
+    device_sync(ops);
+    times.push_back(now_s() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  const double s = times[times.size() / 2];
+  size_t free1 = free0;
+#ifdef DF_HAVE_CUDA
+  if (ops.device() == Device::cuda) DF_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+#endif
+  const double params_sq = ops.sum_squares(model.params);
+
+  const double flops = step_flops(dc, anchors, T);
+  const double tflops = flops / s / 1e12;
+  const double ln_v = std::log(double(V));
+  const bool loss_ok = o.warmup == 0 || std::fabs(first_loss - ln_v) <= 0.1;
+  ok = ok && loss_ok && std::isfinite(params_sq);
+  std::printf(
+      "warm-up %d steps %.2f s; step %.4f s (median of %d; min %.4f max %.4f) -> %.0f context tok/s\n",
+      o.warmup, warm_s, s, o.steps, times.front(), times.back(), double(T) / s);
+  std::printf(
+      "FLOPs/step %.4g T (layers over %zu x %d block rows, context K/V + fc over %lld rows, lm_head over "
+      "the labelled rows, attention)\n",
+      flops / 1e12, anchors.size(), dc.block_size, (long long)T);
+  std::printf("achieved %.1f TFLOP/s = %.1f %% of %.0f; at the ceiling %.4f s/step\n", tflops,
+              100.0 * tflops / kPeakTflops, kPeakTflops, flops / (kPeakTflops * 1e12));
+  std::printf(
+      "memory: TrainOps allocations peak %.2f GiB (params/grads/m/v, frozen tables + taps, workspace)",
+      double(ops.peak_bytes) / double(1 << 30));
+  if (ops.device() == Device::cuda)
+    std::printf("; cudaMemGetInfo used +%.2f GiB of %.2f GiB", double(free0 - free1) / double(1 << 30),
+                double(total) / double(1 << 30));
+  std::printf(
+      "\ncheck: first loss %.4f vs ln(V) %.4f (|diff| <= 0.1: %s), last loss %.4f, grad norm %.4g, "
+      "losses/grads/params finite: %s -> %s\n",
+      first_loss, ln_v, loss_ok ? "yes" : "NO", loss, last_grad_norm,
+      std::isfinite(params_sq) && ok ? "yes" : "NO", ok ? "PASS" : "FAIL");
+
+  // Breakdown: one more step with every op bracketed (the events add launch gaps, so the sum is a bit above
+  // the plain step).
+  ops.timing = true;
+  step();
+  ops.timing = false;
+  std::map<std::string, std::pair<double, int>> by = ops.collect();
+  std::vector<std::pair<double, std::string>> rows;
+  double sum = 0;
+  for (auto& [name, v] : by) {
+    rows.push_back({v.first, strfmt("%-46s %5d calls %9.2f ms", name.c_str(), v.second, v.first)});
+    sum += v.first;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::printf("per-op breakdown (event-timed step, sum %.1f ms):\n", sum);
+  for (auto& [t, line] : rows) std::printf("  %s %6.1f %%\n", line.c_str(), sum > 0 ? 100.0 * t / sum : 0.0);
+
+  nlohmann::json j = {{"bench", "bench_drafter_step"},
+                      {"model", label},
+                      {"config", toml},
+                      {"device", o.device},
+                      {"tokens", T},
+                      {"anchors", anchors.size()},
+                      {"block", dc.block_size},
+                      {"trainable_params", model.table().total},
+                      {"seconds_per_step", s},
+                      {"min_s", times.front()},
+                      {"max_s", times.back()},
+                      {"ctx_tok_s", double(T) / s},
+                      {"tflop_per_step", flops / 1e12},
+                      {"tflops", tflops},
+                      {"pct_of_peak", 100.0 * tflops / kPeakTflops},
+                      {"peak_alloc_gib", double(ops.peak_bytes) / double(1 << 30)},
+                      {"mem_used_gib", double(free0 - free1) / double(1 << 30)},
+                      {"loss_first", first_loss},
+                      {"loss_last", loss},
+                      {"ok", ok}};
+  std::printf("%s\n", j.dump().c_str());
+  ops.free_bytes(io);
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+#ifdef DF_HAVE_CUDA
+  o.device = cuda_device_count() > 0 ? "cuda" : "cpu";
+#else
+  o.device = "cpu";
+#endif
+  o.model = "all";
+  CLI::App app{"Time one DFlash drafter training step (forward + backward + AdamW)"};
+  app.add_option("--device", o.device, "cuda | cpu (default: cuda when a GPU is visible)");
+  app.add_option("--model", o.model,
+                 "27b | 8b | all: the drafter of configs/qwen3.6-27b.toml / qwen3-8b.toml");
+  app.add_option("--config", o.config, "a run config TOML instead (needs --target-config)");
+  app.add_option("--target-config", o.target_config,
+                 "the target's config.json (or its directory) for --config");
+  app.add_option("--seq-len", o.seq_len, "context tokens (one sequence)");
+  app.add_option("--warmup", o.warmup, "untimed steps");
+  app.add_option("--steps", o.steps, "timed steps (median reported)");
+  app.add_option("--seed", o.seed, "weights, taps, tokens and anchors");
+  CLI11_PARSE(app, argc, argv);
+  bool ok = true;
+  try {
+    DF_CHECK(o.steps >= 1 && o.seq_len >= 2 && o.warmup >= 0,
+             "need --steps >= 1, --seq-len >= 2, --warmup >= 0");
+    if (!o.config.empty()) {
+      DF_CHECK(!o.target_config.empty(), "--config %s needs --target-config (the target's config.json)",
+               o.config.c_str());
+      ok = bench_shape("custom", o.config, qwen_config_load(o.target_config), o);
+    } else {
+      bool any = false;
+      for (const TargetShape& t : kTargets) {
+        if (o.model != "all" && o.model != t.label) continue;
+        any = true;
+        QwenConfig q;
+        q.hidden = t.hidden;
+        q.layers = t.layers;
+        q.intermediate = t.intermediate;
+        q.vocab = t.vocab;
+        ok &= bench_shape(t.label, std::string(DF_SOURCE_DIR) + "/" + t.toml, q, o);
+      }
+      DF_CHECK(any, "--model %s: expected 27b, 8b or all", o.model.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_drafter_step: %s\n", e.what());
+    return 1;
+  }
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Times our drafter step (bench_drafter_step) and SpecForge's (specforge_drafter_step.py) on the same shapes
+# in the same call, and prints the ratio per shape: SpecForge s/step / our s/step (goal >= 1.4). GPU machine
+# only.
+#
+#   benchmarks/run_drafter_step.sh [27b|8b|all] [BUILD_DIR]      (default: all, build)
+# Environment: DF_BENCH_TIMEOUT seconds per program and shape (default 270), DF_BENCH_STEPS timed steps (5),
+# DF_SPECFORGE the SpecForge tree (default .peer/SpecForge), PYTHON (python3). Logs go to
+# $BUILD_DIR/drafter_step/.
+set -uo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+which="${1:-all}"
+build="${2:-$here/build}"
+timeout_s="${DF_BENCH_TIMEOUT:-270}"
+steps="${DF_BENCH_STEPS:-5}"
+specforge="${DF_SPECFORGE:-$here/.peer/SpecForge}"
+python="${PYTHON:-python3}"
+bench="$build/benchmarks/bench_drafter_step"
+
+die() { echo "run_drafter_step: $*" >&2; exit 2; }
+[[ -x "$bench" ]] || die "$bench not built. HINT: cmake --build $build -j --target bench_drafter_step"
+[[ -f "$specforge/specforge/modeling/draft/dflash.py" ]] ||
+  die "no SpecForge tree at $specforge. HINT: carry .peer/ from the build machine (the lead's checkout" \
+    "has it), or set DF_SPECFORGE"
+case "$which" in
+  all) shapes="27b 8b" ;;
+  27b | 8b) shapes="$which" ;;
+  *) die "shape '$which': expected 27b, 8b or all" ;;
+esac
+logs="$build/drafter_step"
+mkdir -p "$logs"
+
+# The one JSON line a program printed (its last line starting with '{'), or nothing.
+json_of() { grep '^{' "$1" | tail -n 1; }
+
+status=0
+summary=()
+for s in $shapes; do
+  echo "=== $s: ours (log $logs/ours_$s.log)"
+  timeout "$timeout_s" "$bench" --device cuda --model "$s" --steps "$steps" 2>&1 | tee "$logs/ours_$s.log"
+  rc_ours=${PIPESTATUS[0]}
+  echo "=== $s: SpecForge (log $logs/specforge_$s.log)"
+  timeout "$timeout_s" "$python" "$here/benchmarks/specforge_drafter_step.py" --model "$s" --steps "$steps" \
+    --specforge "$specforge" 2>&1 | tee "$logs/specforge_$s.log"
+  rc_peer=${PIPESTATUS[0]}
+  ours="$(json_of "$logs/ours_$s.log")"
+  peer="$(json_of "$logs/specforge_$s.log")"
+  if [[ $rc_ours -ne 0 || -z "$ours" ]]; then
+    summary+=("$s: our bench failed (exit $rc_ours$([[ $rc_ours -eq 124 ]] && echo ', timed out'))")
+    status=1
+    continue
+  fi
+  if [[ $rc_peer -ne 0 || -z "$peer" ]]; then
+    summary+=("$s: SpecForge failed (exit $rc_peer$([[ $rc_peer -eq 124 ]] && echo ', timed out'))")
+    status=1
+    continue
+  fi
+  summary+=("$("$python" - "$s" "$ours" "$peer" <<'EOF'
+import json, sys
+s, ours, peer = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+r = peer["seconds_per_step"] / ours["seconds_per_step"]
+print(f"{s}: ours {ours['seconds_per_step']:.4f} s/step ({ours['ctx_tok_s']:.0f} ctx tok/s, "
+      f"{ours['tflops']:.0f} TFLOP/s, {ours['peak_alloc_gib']:.1f} GiB)  SpecForge "
+      f"{peer['seconds_per_step']:.4f} s/step ({peer['ctx_tok_s']:.0f} ctx tok/s, "
+      f"{ours['tflop_per_step'] / peer['seconds_per_step']:.0f} TFLOP/s by our count, {peer['peak_mem_gib']:.1f} "
+      f"GiB, commit {peer['specforge_commit'][:12]})  ratio {r:.2f}x "
+      f"({'meets' if r >= 1.4 else 'below'} the 1.4x goal)")
+EOF
+)")
+done
+echo
+echo "=== drafter step: SpecForge s/step / ours"
+printf '%s\n' "${summary[@]}"
+exit $status

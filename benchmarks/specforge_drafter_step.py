@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+# The peer of bench_drafter_step: SpecForge's own DFlash training step (TrainerCore.train_step with its
+# DFlashTrainStrategy over OnlineDFlashModel: flex_attention mask, anchor sampling, chunked loss, backward of
+# the loss numerator, gradient normalisation, then BF16Optimizer) on the drafter shapes of our run configs,
+# random weights, 1 x 4096 tokens, one GPU (its FSDPTrainingBackend unwrapped, as a single-rank run has
+# nothing to shard). Prints ONE JSON line per shape (seconds/step, context tok/s, peak memory) so
+# run_drafter_step.sh can take the ratio. SpecForge is read from .peer/SpecForge, never copied.
+#
+# SpecForge's package __init__ files pull in its whole runtime (config schema, data, sglang capture...). Only
+# a few module files are needed here, so load_specforge() registers empty package stubs for the folders and
+# imports those files alone: modeling/draft/dflash.py (+ its dflash_kernels.py, registry.py),
+# algorithms/common/dflash_family_model.py (+ core/chunking.py), optimizer.py (+ lr_scheduler.py, utils.py)
+# and, for the benchmark, training/{backend,controller,strategies/base}.py (+ runtime/contracts.py).
+import argparse
+import importlib
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import tomllib
+import types
+
+# The SpecForge commit these scripts were written against (github:sgl-project/SpecForge, 2026-08-08).
+SPECFORGE_COMMIT = "a6b6b0230009d15ec2a97a57384e6f53f0f96946"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SPECFORGE = os.path.join(REPO, ".peer", "SpecForge")
+
+# Target shapes the drafter borrows (hidden size, vocabulary, layer count, intermediate): the run configs name
+# a checkpoint directory that the benchmark machine does not have. Same figures as MODELS.md.
+TARGETS = {
+    "27b": {"toml": "configs/qwen3.6-27b.toml", "hidden": 5120, "vocab": 248320, "layers": 64,
+            "intermediate": 17408},
+    "8b": {"toml": "configs/qwen3-8b.toml", "hidden": 4096, "vocab": 151936, "layers": 36,
+           "intermediate": 12288},
+}
+
+
+def specforge_commit(root):
+    """The commit recorded beside the exported tree (.peer/SPECFORGE_COMMIT), or 'unknown'."""
+    path = os.path.join(os.path.dirname(os.path.abspath(root)), "SPECFORGE_COMMIT")
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def load_specforge(root, trainer=False):
+    """Imports SpecForge's DFlash model, training wrapper and optimizer (and with `trainer` its training loop
+    pieces) from `root` without running its package __init__ files. Returns a namespace of modules."""
+    pkg = os.path.join(root, "specforge")
+    if not os.path.isfile(os.path.join(pkg, "modeling", "draft", "dflash.py")):
+        sys.exit(f"SpecForge not found at {root} (no specforge/modeling/draft/dflash.py). HINT: export it "
+                 f"with `git --git-dir=<mirror> archive {SPECFORGE_COMMIT} | tar -x -C .peer/SpecForge` on "
+                 f"the build machine and carry .peer/ along, or pass --specforge DIR")
+    for sub in ["", "modeling", "modeling/draft", "core", "algorithms", "algorithms/common", "training",
+                "training/strategies", "runtime"]:
+        name = "specforge" + ("." + sub.replace("/", ".") if sub else "")
+        stub = types.ModuleType(name)
+        stub.__path__ = [os.path.join(pkg, sub)]
+        sys.modules[name] = stub
+    names = {"dflash": "modeling.draft.dflash", "family": "algorithms.common.dflash_family_model",
+             "optimizer": "optimizer"}
+    if trainer:
+        names.update(backend="training.backend", strategies="training.strategies.base",
+                     controller="training.controller", contracts="runtime.contracts")
+    return types.SimpleNamespace(**{k: importlib.import_module("specforge." + v) for k, v in names.items()})
+
+
+def drafter_fields(toml_path, target):
+    """The [drafter] section of one of our run configs, resolved against the target the way
+    drafter_config_from_run does (intermediate 0 = the target's, empty taps = the DFlash default)."""
+    with open(toml_path, "rb") as f:
+        d = tomllib.load(f)["drafter"]
+    layers = d.get("layers", 5)
+    types_ = d.get("layer_types") or ["full_attention"] * layers
+    taps = d.get("target_layer_ids") or []
+    return {
+        "layers": layers, "heads": d.get("heads", 32), "kv_heads": d.get("kv_heads", 8),
+        "head_dim": d.get("head_dim", 128),
+        "intermediate": d.get("intermediate", 0) or target["intermediate"],
+        "block_size": d.get("block_size", 16), "mask_token_id": d["mask_token_id"],
+        "num_taps": d.get("num_taps", 5),
+        "target_layer_ids": taps, "layer_types": types_, "sliding_window": d.get("sliding_window", 2048),
+        "rope_theta": d.get("rope_theta", 1e7), "rms_norm_eps": d.get("rms_norm_eps", 1e-6),
+        "num_anchors": d.get("num_anchors", 512),
+    }
+
+
+def qwen3_draft_config(dflash, f, target, attn):
+    """A Qwen3Config laid out as SpecForge's configs/qwen3.6-27b-dflash.json (same keys), for these fields."""
+    from transformers import Qwen3Config
+
+    taps = f["target_layer_ids"] or dflash.build_target_layer_ids(target["layers"], f["num_taps"])
+    sliding = "sliding_attention" in f["layer_types"]
+    cfg = Qwen3Config(
+        architectures=["DFlashDraftModel"], attention_bias=False, attention_dropout=0.0,
+        block_size=f["block_size"],
+        dflash_config={"mask_token_id": f["mask_token_id"], "target_layer_ids": taps},
+        head_dim=f["head_dim"], hidden_act="silu", hidden_size=target["hidden"], initializer_range=0.02,
+        intermediate_size=f["intermediate"], layer_types=list(f["layer_types"]),
+        max_position_embeddings=262144,
+        max_window_layers=f["layers"], num_attention_heads=f["heads"], num_hidden_layers=f["layers"],
+        num_key_value_heads=f["kv_heads"], num_target_layers=target["layers"], rms_norm_eps=f["rms_norm_eps"],
+        sliding_window=f["sliding_window"] if sliding else None, use_sliding_window=sliding,
+        tie_word_embeddings=False, vocab_size=target["vocab"], rope_theta=f["rope_theta"], rope_scaling=None)
+    cfg._attn_implementation = attn
+    return cfg
+
+
+def bench_shape(label, toml_path, target, mods, args):
+    import torch
+    from torch import nn
+
+    dflash, family = mods.dflash, mods.family
+    f = drafter_fields(toml_path, target)
+    cfg = qwen3_draft_config(dflash, f, target, args.attn)
+    dev = torch.device("cuda")
+    torch.manual_seed(args.seed)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    H, V, T = target["hidden"], target["vocab"], args.seq_len
+    with dev:
+        draft = dflash.DFlashDraftModel(cfg).to(torch.bfloat16)
+        embed = nn.Embedding(V, H, dtype=torch.bfloat16)
+        lm_head = nn.Linear(H, V, bias=False, dtype=torch.bfloat16)
+    # Same scales as bench_drafter_step: embedding std 0.02; lm_head std 0.1/sqrt(H) so the first loss is
+    # ~ln(V).
+    nn.init.normal_(embed.weight, 0.0, 0.02)
+    nn.init.normal_(lm_head.weight, 0.0, 0.1 / math.sqrt(H))
+    for frozen in (embed, lm_head):
+        frozen.requires_grad_(False)
+    model = family.OnlineDFlashModel(
+        draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed,
+        mask_token_id=f["mask_token_id"],
+        block_size=f["block_size"], attention_backend=args.attn, num_anchors=f["num_anchors"],
+        loss_decay_gamma=args.gamma, objective_chunk_blocks=args.objective_chunk_blocks, loss_type="dflash")
+    model.train()
+    trainable = sum(p.numel() for p in draft.parameters() if p.requires_grad)
+    opt = mods.optimizer.BF16Optimizer(draft, lr=6e-4, weight_decay=0.0, max_grad_norm=1.0, total_steps=1000,
+                                       warmup_ratio=0.04)
+    if args.fused_adamw:
+        # The fused CUDA AdamW kernel over the same fp32 masters (SpecForge builds torch.optim.AdamW with its
+        # defaults, i.e. the foreach path); the scheduler is rebuilt on the new optimizer.
+        opt.optimizer = torch.optim.AdamW(opt.fp32_params, lr=6e-4, weight_decay=0.0, fused=True)
+        opt.scheduler = type(opt.scheduler)(opt.optimizer, total_steps=1000, warmup_steps=40)
+
+    backend = mods.backend.FSDPTrainingBackend(mods.backend.ParallelConfig())
+    backend.prepare_model(model, wrap=False)
+    backend.set_optimizer(opt)
+    strategy = mods.strategies.DFlashTrainStrategy(model)
+    trainer = mods.controller.TrainerCore(strategy, backend, accumulation_steps=1)
+
+    g = torch.Generator(device=dev).manual_seed(args.seed)
+    ids = torch.randint(0, V, (1, T), device=dev, generator=g)
+    hidden = torch.randn(1, T, len(draft.target_layer_ids) * H, device=dev, generator=g, dtype=torch.bfloat16)
+    loss_mask = torch.ones(1, T, device=dev)
+    tensors = {"input_ids": ids, "hidden_states": hidden, "loss_mask": loss_mask}
+    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy="dflash", tensors=tensors)
+
+    def step():
+        r = trainer.train_step(batch)
+        assert r.optimizer_stepped, "TrainerCore did not step the optimizer"
+        return r.loss, r.grad_norm
+
+    losses, times = [], []
+    t0 = time.time()
+    for _ in range(args.warmup):
+        loss, grad_norm = step()
+        losses.append(float(loss))
+    torch.cuda.synchronize()
+    warm_s = time.time() - t0
+    ev = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(2)) for _ in range(args.steps)]
+    for a, b in ev:
+        a.record()
+        loss, grad_norm = step()
+        b.record()
+    torch.cuda.synchronize()
+    times = [a.elapsed_time(b) / 1e3 for a, b in ev]
+    losses.append(float(loss))
+    s = statistics.median(times)
+    finite = all(math.isfinite(x) for x in losses)
+    finite = finite and grad_norm is not None and math.isfinite(float(grad_norm))
+    out = {
+        "bench": "specforge_drafter_step", "model": label, "config": os.path.relpath(toml_path, REPO),
+        "specforge_commit": specforge_commit(args.specforge), "torch": torch.__version__,
+        "transformers": importlib.import_module("transformers").__version__, "attention": args.attn,
+        "fused_adamw": args.fused_adamw, "objective_chunk_blocks": args.objective_chunk_blocks,
+        "step": "TrainerCore.train_step (DFlashTrainStrategy, FSDPTrainingBackend unwrapped, BF16Optimizer)",
+        "tokens": T, "anchors": f["num_anchors"], "block": f["block_size"], "trainable_params": trainable,
+        "warmup_steps": args.warmup, "warmup_s": round(warm_s, 2), "steps": args.steps,
+        "seconds_per_step": s, "min_s": min(times), "max_s": max(times), "ctx_tok_s": T / s,
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+        "loss_first": losses[0], "loss_last": losses[-1], "ln_vocab": math.log(V), "finite": finite,
+    }
+    print(json.dumps(out), flush=True)
+    del trainer, backend, model, draft, embed, lm_head, opt
+    torch.cuda.empty_cache()
+    return finite
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default="all", choices=["all", *TARGETS], help="drafter shape(s) to time")
+    p.add_argument("--config", help="a run config TOML instead of the model's (its target: --model's)")
+    p.add_argument("--specforge", default=DEFAULT_SPECFORGE, help="SpecForge tree (default .peer/SpecForge)")
+    p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps (flex_attention compiles first)")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--gamma", type=float, default=7.0, help="loss_decay_gamma (SpecForge examples use 7)")
+    p.add_argument("--attn", default="flex_attention", choices=["flex_attention", "sdpa", "eager"])
+    p.add_argument("--objective-chunk-blocks", type=int, default=128, help="SpecForge's default 128")
+    p.add_argument("--no-fused-adamw", dest="fused_adamw", action="store_false")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("specforge_drafter_step: no CUDA device; this peer benchmark runs on the GPU machine only")
+    commit = specforge_commit(args.specforge)
+    if commit != SPECFORGE_COMMIT:
+        print(f"specforge_drafter_step: WARNING .peer/SPECFORGE_COMMIT says {commit}, these scripts pin "
+              f"{SPECFORGE_COMMIT}", file=sys.stderr)
+    mods = load_specforge(args.specforge, trainer=True)
+    ok = True
+    for label in TARGETS if args.model == "all" else [args.model]:
+        toml_path = args.config or os.path.join(REPO, TARGETS[label]["toml"])
+        ok &= bench_shape(label, toml_path, TARGETS[label], mods, args)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

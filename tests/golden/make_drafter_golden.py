@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+# Golden files for the drafter's training step, written by SpecForge's own DFlash code (DFlashDraftModel +
+# OnlineDFlashModel: mask, labels, anchor-block weights, decay, loss) on a tiny awkward config, in float64 on
+# the CPU. Attention is SpecForge's "sdpa" backend (its dense twin of the flex_attention mask,
+# create_dflash_sdpa_mask): flex_attention on the CPU would need inductor, and the "eager" path casts
+# float64's additive mask minimum to float32 -inf inside transformers' softmax, so padding blocks (no visible
+# key) turn NaN. test_drafter_golden(.cpp, unit and gpu) loads the drafter through drafter.init_from's reader
+# and must reproduce the loss and every parameter gradient. Run where torch + transformers exist (the GPU
+# machine):
+#
+#   python3 tests/golden/make_drafter_golden.py [--specforge .peer/SpecForge] [--out tests/golden/drafter]
+#
+# Out: <out>/model/{config.json, model.safetensors} (the drafter, HF layout, F32) and <out>/golden.safetensors
+# (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).
+# Every value is seeded, and float64 on the CPU is deterministic, so a rerun with the same versions writes the
+# same numbers.
+import argparse
+import json
+import math
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+import specforge_drafter_step as peer  # noqa: E402  (SpecForge loader shared with the peer benchmark)
+
+# The config: H 64, 2 layers (sliding then full), GQA 4/2 x 16, block 4, window 5, vocab 97, two taps.
+TARGET = {"hidden": 64, "vocab": 97, "layers": 6, "intermediate": 96}
+FIELDS = {
+    "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "intermediate": 96, "block_size": 4,
+    "mask_token_id": 96, "num_taps": 2, "target_layer_ids": [1, 3],
+    "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5, "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-6, "num_anchors": 5,
+}
+GAMMA = 3.0
+# Three sequences; loss-mask holes (a prompt, one unsupervised token). Anchors are SpecForge-valid positions
+# (loss_mask[a] and loss_mask[a+1], a <= len-2) chosen to hit the edges: a = 0 (no context), neighbours closer
+# than the block (1, 2; 3, 4), blocks running past the sequence end (11 in 13, 17 in 21), a label on a masked
+# token (12: its offset 3 is position 15), a window that cuts the context (a >= 5 in the sliding layer), and
+# padding blocks (keep = false) where a sequence has fewer than 5 anchors.
+LENGTHS = [13, 21, 9]
+MASK_ZEROS = {1: [0, 1, 2, 15]}
+ANCHORS = [[0, 1, 2, 7, 11], [3, 4, 12, 17], [5]]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--specforge", default=peer.DEFAULT_SPECFORGE)
+    p.add_argument("--out", default=os.path.join(REPO, "tests", "golden", "drafter"))
+    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    args = p.parse_args()
+
+    import torch
+    from safetensors.torch import save_file
+    from torch import nn
+    import transformers
+
+    commit = peer.specforge_commit(args.specforge)
+    print(f"SpecForge {commit} (pinned {peer.SPECFORGE_COMMIT}), torch {torch.__version__}, "
+          f"transformers {transformers.__version__}")
+    if commit != peer.SPECFORGE_COMMIT:
+        print("WARNING: the SpecForge tree is not the pinned commit", file=sys.stderr)
+    sf = peer.load_specforge(args.specforge)
+    dflash, family = sf.dflash, sf.family
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    f64 = getattr(torch, args.dtype)  # the reference's compute dtype (float64 unless asked otherwise)
+
+    cfg = peer.qwen3_draft_config(dflash, FIELDS, TARGET, args.attn)
+    draft = dflash.DFlashDraftModel(cfg).to(f64)
+    hd, theta = FIELDS["head_dim"], FIELDS["rope_theta"]
+    want = theta ** (-torch.arange(0, hd, 2, dtype=f64) / hd)
+    got = draft.rotary_emb.inv_freq.to(f64)
+    assert torch.allclose(got, want, rtol=1e-6), f"rotary inv_freq {got} is not theta {theta}'s"
+    assert draft.sliding_window == FIELDS["sliding_window"]
+    assert list(draft.layer_types) == FIELDS["layer_types"]
+
+    # Every value is drawn in float64 and rounded to float32 once, so the float32 files hold exactly what the
+    # float64 reference ran on. Matrices ~ N(0, 1/fan_in); norm weights 1 + N(0, 0.2) (never the init's 1).
+    def f32_exact(t):
+        return t.to(torch.float32).to(f64)
+
+    H, V, k = TARGET["hidden"], TARGET["vocab"], FIELDS["num_taps"]
+    with torch.no_grad():
+        for name, prm in draft.named_parameters():
+            if prm.dim() == 2:
+                prm.copy_(f32_exact(torch.randn(prm.shape, dtype=f64) / math.sqrt(prm.shape[1])))
+            else:
+                prm.copy_(f32_exact(1.0 + 0.2 * torch.randn(prm.shape, dtype=f64)))
+    embed = nn.Embedding(V, H, dtype=f64)
+    lm_head = nn.Linear(H, V, bias=False, dtype=f64)
+    with torch.no_grad():
+        embed.weight.copy_(f32_exact(0.5 * torch.randn(V, H, dtype=f64)))
+        lm_head.weight.copy_(f32_exact(1.5 * torch.randn(V, H, dtype=f64) / math.sqrt(H)))
+    for frozen in (embed, lm_head):
+        frozen.requires_grad_(False)
+
+    S, L, N, B = len(LENGTHS), max(LENGTHS), FIELDS["num_anchors"], FIELDS["block_size"]
+    T = sum(LENGTHS)
+    tokens = torch.randint(0, V - 1, (T,))
+    taps = f32_exact(torch.randn(T, k * H, dtype=f64))
+    loss_mask_packed = torch.ones(T, dtype=torch.uint8)
+    offsets = [0]
+    for n in LENGTHS:
+        offsets.append(offsets[-1] + n)
+    for s, zeros in MASK_ZEROS.items():
+        for t in zeros:
+            loss_mask_packed[offsets[s] + t] = 0
+    # SpecForge trains on [batch, seq] rows padded to the longest, padding masked out.
+    input_ids = torch.zeros(S, L, dtype=torch.long)
+    hidden = torch.zeros(S, L, k * H, dtype=f64)
+    loss_mask = torch.zeros(S, L)
+    anchors = torch.zeros(S, N, dtype=torch.long)
+    keep = torch.zeros(S, N, dtype=torch.bool)
+    for s, n in enumerate(LENGTHS):
+        input_ids[s, :n] = tokens[offsets[s]:offsets[s + 1]]
+        hidden[s, :n] = taps[offsets[s]:offsets[s + 1]]
+        loss_mask[s, :n] = loss_mask_packed[offsets[s]:offsets[s + 1]].to(loss_mask.dtype)
+        for j, a in enumerate(ANCHORS[s]):
+            assert a <= n - 2 and loss_mask[s, a] > 0.5 and loss_mask[s, a + 1] > 0.5, (s, a)
+            anchors[s, j], keep[s, j] = a, True
+
+    model = family.OnlineDFlashModel(
+        draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed,
+        mask_token_id=FIELDS["mask_token_id"], block_size=B, attention_backend=args.attn, num_anchors=N,
+        loss_decay_gamma=GAMMA, objective_chunk_blocks=128, loss_type="dflash")
+    model.train()
+    # Fixed anchors in place of SpecForge's random draw (same return contract: positions with 0 where not
+    # kept, and the keep mask); the weight mask the objective receives is recorded for the row-by-row
+    # comparison.
+    model._sample_anchor_positions = lambda seq_len, lm, device: (anchors.clone(), keep.clone())
+    seen = {}
+    objective = model._dflash_objective_chunk_terms
+
+    def recording_objective(hidden_4d, target_ids, weight_mask):
+        seen["weight_mask"] = weight_mask.detach().clone()
+        return objective(hidden_4d, target_ids, weight_mask)
+
+    model._dflash_objective_chunk_terms = recording_objective
+    # The math SDPA kernel: float64 throughout, and a fully masked row (a padding block) gives 0, not NaN.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        loss, _acc, metrics = model(input_ids=input_ids, hidden_states=hidden, loss_mask=loss_mask)
+        loss.backward()
+    loss_num, loss_den = metrics["loss_terms"]
+    bad = [n for n, prm in draft.named_parameters() if prm.grad is None or not torch.isfinite(prm.grad).all()]
+    if not math.isfinite(float(loss)) or bad:
+        sys.exit(f"make_drafter_golden: loss {float(loss)} or gradients of {bad} are not finite; nothing "
+                 f"written. HINT: try --attn eager --dtype float32 (then loosen the CPU test's tolerance: a "
+                 f"float32 reference)")
+    print(f"loss {float(loss):.9f} = {float(loss_num):.6f} / {float(loss_den):.6f}")
+
+    packed_anchors = []
+    for s in range(S):
+        for j in range(N):
+            packed_anchors.append([s, int(anchors[s, j]) if keep[s, j] else -1])
+    out = {
+        "offsets": torch.tensor(offsets, dtype=torch.int64),
+        "tokens": tokens.to(torch.int32),
+        "loss_mask": loss_mask_packed,
+        "anchors": torch.tensor(packed_anchors, dtype=torch.int32),
+        "taps": taps.float(),
+        "embed": embed.weight.detach().float(),
+        "lm_head": lm_head.weight.detach().float(),
+        "gamma": torch.tensor([GAMMA], dtype=torch.float32),
+        "weight_mask": seen["weight_mask"].reshape(-1).float(),
+        "loss": torch.tensor([float(loss)], dtype=torch.float32),
+        "loss_den": torch.tensor([float(loss_den)], dtype=torch.float32),
+    }
+    weights = {}
+    for name, prm in draft.named_parameters():
+        assert prm.grad is not None, f"no gradient for {name}"
+        out["grad." + name] = prm.grad.detach().float().contiguous()
+        weights[name] = prm.detach().float().contiguous()
+    meta = {"specforge_commit": commit, "torch": torch.__version__, "transformers": transformers.__version__,
+            "precision": f"{args.dtype} reference on float32-exact inputs", "attention": args.attn}
+
+    model_dir = os.path.join(args.out, "model")
+    os.makedirs(model_dir, exist_ok=True)
+    save_file(weights, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
+    # The 2026 published layout: block_size inside dflash_config, rope_theta inside rope_parameters.
+    hf = {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": H,
+        "intermediate_size": FIELDS["intermediate"], "num_hidden_layers": FIELDS["layers"],
+        "num_attention_heads": FIELDS["heads"], "num_key_value_heads": FIELDS["kv_heads"], "head_dim": hd,
+        "num_target_layers": TARGET["layers"], "rms_norm_eps": FIELDS["rms_norm_eps"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+        "layer_types": FIELDS["layer_types"], "sliding_window": FIELDS["sliding_window"],
+        "use_sliding_window": True, "vocab_size": V, "tie_word_embeddings": False, "hidden_act": "silu",
+        "attention_bias": False, "dtype": "float32",
+        "dflash_config": {"mask_token_id": FIELDS["mask_token_id"],
+                          "target_layer_ids": FIELDS["target_layer_ids"], "block_size": B},
+    }
+    with open(os.path.join(model_dir, "config.json"), "w") as fh:
+        json.dump(hf, fh, indent=2)
+        fh.write("\n")
+    save_file(out, os.path.join(args.out, "golden.safetensors"), metadata=meta)
+    print(f"wrote {model_dir}/{{config.json,model.safetensors}} and {args.out}/golden.safetensors "
+          f"({len(weights)} parameters)")
+
+
+if __name__ == "__main__":
+    main()

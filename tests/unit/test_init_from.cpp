@@ -1,0 +1,179 @@
+// drafter.init_from: a Hugging Face DFlash drafter folder (as `export` writes it, and in the 2026 published
+// layout) loads into a model of the same architecture with a fresh optimizer; every disagreement is an error
+// that names the field; missing, extra or misshapen tensors are named too.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "model/safetensors.h"
+#include "tests/unit/test_data_util.h"
+#include "tests/unit/test_drafter_util.h"
+#include "train/export_hf.h"
+#include "train/init_from.h"
+
+using namespace df;
+using namespace df::testing;
+using df_test::ScratchDir;
+
+namespace {
+
+constexpr int kTargetLayers = 6;
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream(path) << j.dump(2);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The tiny model's weights exported to dir, and the model they came from.
+struct Exported {
+  ScratchDir tmp;
+  TinySetup src;
+  std::string dir = tmp.file("drafter");
+  Exported() { drafter_export_hf(dir, *src.model, kTargetLayers); }
+};
+
+}  // namespace
+
+TEST(InitFrom, ExportRoundTripLoadsWeightsAndResetsOptimizer) {
+  Exported ex;
+  TinySetup dst({5}, 99);  // other weights, and optimizer state that must be cleared
+  dst.ops.fill(dst.model->adam_m, 3.0f);
+  dst.ops.fill(dst.model->adam_v, 4.0f);
+  dst.ops.fill(dst.model->grads, 5.0f);
+  drafter_init_from(*dst.model, ex.dir);
+  const int64_t n = dst.model->table().total;
+  for (const DrafterParamEntry& e : dst.model->table().entries)
+    for (int64_t i = 0; i < e.rows * e.cols; ++i) {
+      const int64_t at = e.offset + i;
+      ASSERT_EQ(dst.params()[at], bf16_round(ex.src.params()[at])) << e.name << " element " << i;
+    }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(dst.model->adam_m.ptr<float>()[i], 0.0f);
+    ASSERT_EQ(dst.model->adam_v.ptr<float>()[i], 0.0f);
+    ASSERT_EQ(dst.grads()[i], 0.0f);
+  }
+}
+
+TEST(InitFrom, PublishedLayoutReadsTheSame) {
+  Exported ex;
+  nlohmann::json j = read_json(ex.dir + "/config.json");
+  const DrafterConfig top = drafter_config_from_hf_json(j, "export");
+  // z-lab 2026: block_size only in dflash_config, rope_theta only in rope_parameters.
+  j.erase("block_size");
+  const double theta = j["rope_theta"].get<double>();
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+  const DrafterConfig nested = drafter_config_from_hf_json(j, "nested");
+  EXPECT_NO_THROW(drafter_config_check_same(top, nested, "nested"));
+  EXPECT_NO_THROW(drafter_config_check_same(ex.src.cfg, nested, "nested"));
+  EXPECT_EQ(nested.block_size, ex.src.cfg.block_size);
+  EXPECT_EQ(nested.rope_theta, ex.src.cfg.rope_theta);
+  // dflash_config wins over the top level where both hold a key.
+  j["block_size"] = 99;
+  EXPECT_EQ(drafter_config_from_hf_json(j, "both").block_size, ex.src.cfg.block_size);
+}
+
+TEST(InitFrom, EveryDisagreementNamesTheField) {
+  Exported ex;
+  const std::string cfg_path = ex.dir + "/config.json";
+  const nlohmann::json orig = read_json(cfg_path);
+  struct Case {
+    const char* field;
+    nlohmann::json value;
+    const char* run_key;
+  } cases[] = {{"intermediate_size", 32, "drafter.intermediate"},
+               {"num_key_value_heads", 4, "drafter.kv_heads"},
+               {"hidden_size", 32, "hidden_size"},
+               {"rms_norm_eps", 1e-5, "drafter.rms_norm_eps"},
+               {"rope_theta", 1e6, "drafter.rope_theta"},
+               {"sliding_window", 7, "drafter.sliding_window"},
+               {"layer_types", {"full_attention", "full_attention"}, "drafter.layer_types"}};
+  for (const Case& c : cases) {
+    nlohmann::json j = orig;
+    j[c.field] = c.value;
+    write_json(cfg_path, j);
+    TinySetup dst({5}, 3);
+    const std::string e = error_of([&] { drafter_init_from(*dst.model, ex.dir); });
+    EXPECT_NE(e.find(c.field), std::string::npos) << c.field << ": " << e;
+    EXPECT_NE(e.find(c.run_key), std::string::npos) << c.field << ": " << e;
+  }
+  for (const char* key : {"mask_token_id", "target_layer_ids", "block_size"}) {
+    nlohmann::json j = orig;
+    j["dflash_config"][key] =
+        std::string(key) == "target_layer_ids" ? nlohmann::json{1, 2} : nlohmann::json(3);
+    write_json(cfg_path, j);
+    TinySetup dst({5}, 3);
+    const std::string e = error_of([&] { drafter_init_from(*dst.model, ex.dir); });
+    EXPECT_NE(e.find(key), std::string::npos) << key << ": " << e;
+  }
+  nlohmann::json j = orig;
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  write_json(cfg_path, j);
+  TinySetup dst({5}, 3);
+  EXPECT_NE(error_of([&] { drafter_init_from(*dst.model, ex.dir); }).find("DFlashDraftModel"),
+            std::string::npos);
+}
+
+TEST(InitFrom, MissingExtraAndMisshapenTensorsAreNamed) {
+  Exported ex;
+  const std::string st = ex.dir + "/model.safetensors";
+  const SafetensorsIndex idx = SafetensorsIndex::open(st);
+  auto rewrite = [&](const std::string& drop, const std::string& add, const std::string& reshape) {
+    std::vector<std::vector<float>> keep;
+    std::vector<StWriteTensor> out;
+    for (const std::string& name : idx.names()) {
+      if (name == drop) continue;
+      const StTensor* t = idx.find(name);
+      keep.emplace_back(size_t(t->numel()));
+      st_to_f32(*t, keep.back().data());
+      std::vector<int64_t> shape = name == reshape ? std::vector<int64_t>{t->numel()} : t->shape;
+      out.push_back({name, DType::f32, shape, keep.back().data()});
+    }
+    std::vector<float> extra(4, 0.0f);
+    if (!add.empty()) out.push_back({add, DType::f32, {4}, extra.data()});
+    const std::string dir = ex.tmp.file("case");
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(ex.dir + "/config.json", dir + "/config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    safetensors_write(dir + "/model.safetensors", out, {});
+    TinySetup dst({5}, 3);
+    return error_of([&] { drafter_init_from(*dst.model, dir); });
+  };
+  EXPECT_NE(rewrite("layers.1.mlp.up_proj.weight", "", "").find("'layers.1.mlp.up_proj.weight' is missing"),
+            std::string::npos);
+  EXPECT_NE(rewrite("", "model.embed_tokens.weight", "").find("'model.embed_tokens.weight' is not a drafter"),
+            std::string::npos);
+  EXPECT_NE(rewrite("", "", "fc.weight").find("'fc.weight' has shape"), std::string::npos);
+  EXPECT_EQ(rewrite("", "", ""), "");  // the same tensors rewritten as F32 load fine
+}
+
+TEST(InitFrom, ConfigKeyIsParsed) {
+  const Config c = config_parse(R"(
+[target]
+random_config = "configs/tiny-target.json"
+device = "cpu"
+[drafter]
+mask_token_id = 255
+init_from = "/models/drafter"
+)",
+                                "test.toml");
+  EXPECT_EQ(c.drafter.init_from, "/models/drafter");
+  EXPECT_TRUE(config_parse("[target]\nrandom_config = \"x.json\"\n[drafter]\nmask_token_id = 1\n", "t.toml")
+                  .drafter.init_from.empty());
+}
