@@ -43,6 +43,10 @@ DF_HOST_DEVICE inline float rng_normal_at(uint64_t seed, uint64_t stream, uint64
   return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307179586f * u2);
 }
 
+// The stream of TrainOps::add_gaussian_noise: element (r, c) of a [rows, cols] tensor draws
+// rng_normal_at(seed, kRngStreamTrainNoise, r·cols + c) on every backend ("noise" in ASCII).
+constexpr uint64_t kRngStreamTrainNoise = 0x6e6f697365ull;
+
 struct Rng {
   uint64_t s[4] = {0, 0, 0, 0};
 
