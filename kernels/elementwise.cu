@@ -99,7 +99,8 @@ __global__ void fill_normal_kernel(void* dst, bool dst_f32, int64_t ld, int64_t 
 template <class F>
 __global__ void rows_map_kernel(int64_t rows, int64_t cols, F f) {
   int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     f(i / cols, i % cols);
 }
 
@@ -150,7 +151,8 @@ struct FillOp {
 
 // dst[c] += Σ_k partial[k·cols + c], k ascending: the same bits whatever the grid that made the partials.
 __global__ void column_sum_kernel(const float* partial, int64_t chunks, int64_t cols, float* dst) {
-  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols;
+       c += (int64_t)gridDim.x * blockDim.x) {
     float acc = 0.0f;
     for (int64_t k = 0; k < chunks; ++k) acc += partial[k * cols + c];
     dst[c] += acc;
@@ -219,13 +221,14 @@ static void rows_map_launch(int64_t rows, int64_t cols, F f, cudaStream_t stream
 }
 
 void swiglu_bwd_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, const bf16* dout,
-                       int64_t ld_dout, bf16* dgate, int64_t ld_dgate, bf16* dup, int64_t ld_dup, int64_t rows,
-                       int64_t cols, cudaStream_t stream) {
-  rows_map_launch(rows, cols, SwigluBwdOp{gate, up, dout, dgate, dup, ld_gate, ld_up, ld_dout, ld_dgate, ld_dup},
-                  stream);
+                       int64_t ld_dout, bf16* dgate, int64_t ld_dgate, bf16* dup, int64_t ld_dup,
+                       int64_t rows, int64_t cols, cudaStream_t stream) {
+  rows_map_launch(rows, cols,
+                  SwigluBwdOp{gate, up, dout, dgate, dup, ld_gate, ld_up, ld_dout, ld_dgate, ld_dup}, stream);
 }
 
-void scale_rows_launch(bf16* x, int64_t ld_x, const float* s, int64_t rows, int64_t cols, cudaStream_t stream) {
+void scale_rows_launch(bf16* x, int64_t ld_x, const float* s, int64_t rows, int64_t cols,
+                       cudaStream_t stream) {
   rows_map_launch(rows, cols, ScaleRowsOp{x, ld_x, s}, stream);
 }
 

@@ -25,20 +25,22 @@ void sigmoid_gate_launch(bf16* o, int64_t ld_o, const bf16* gate, int64_t ld_gat
 // out = silu(gate) · up
 void swiglu_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, bf16* out, int64_t ld_out,
                    int64_t rows, int64_t cols, cudaStream_t stream);
-// Training SwiGLU backward of out = silu(gate)·up: dgate = dout·up·σ(g)·(1 + g·(1 − σ(g))), dup = dout·silu(g),
-// fp32 inside, each output rounded to bf16 once.
+// Training SwiGLU backward of out = silu(gate)·up: dgate = dout·up·σ(g)·(1 + g·(1 − σ(g))), dup =
+// dout·silu(g), fp32 inside, each output rounded to bf16 once.
 void swiglu_bwd_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, const bf16* dout,
-                       int64_t ld_dout, bf16* dgate, int64_t ld_dgate, bf16* dup, int64_t ld_dup, int64_t rows,
-                       int64_t cols, cudaStream_t stream);
+                       int64_t ld_dout, bf16* dgate, int64_t ld_dgate, bf16* dup, int64_t ld_dup,
+                       int64_t rows, int64_t cols, cudaStream_t stream);
 // x[r, :] = bf16(x[r, :] · s[r]), s f32 [rows].
-void scale_rows_launch(bf16* x, int64_t ld_x, const float* s, int64_t rows, int64_t cols, cudaStream_t stream);
+void scale_rows_launch(bf16* x, int64_t ld_x, const float* s, int64_t rows, int64_t cols,
+                       cudaStream_t stream);
 // x = bf16(x + std · rng_normal_at(seed, kRngStreamTrainNoise, r·cols + c)): the CPU backend's draws.
 void add_gaussian_noise_launch(bf16* x, int64_t ld_x, int64_t rows, int64_t cols, float std, uint64_t seed,
                                cudaStream_t stream);
 // dst = value on a bf16 (false) or f32 (true) view.
-void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float value, cudaStream_t stream);
-// dst[c] += Σ_k partial[k·cols + c] over k = 0 .. chunks − 1 in that order: the second, fixed-order pass of the
-// parameter-gradient reductions (rmsnorm_bwd, qk_norm_rope_bwd), so dw never depends on float atomics.
+void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float value,
+                 cudaStream_t stream);
+// dst[c] += Σ_k partial[k·cols + c] over k = 0 .. chunks − 1 in that order: the second, fixed-order pass of
+// the parameter-gradient reductions (rmsnorm_bwd, qk_norm_rope_bwd), so dw never depends on float atomics.
 void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, cudaStream_t stream);
 // Row chunks of those reductions: chunk k of `rows` rows covers [k·R, (k + 1)·R), R = ceil(rows / chunks).
 // A function of the shape only, so a given shape always sums in the same order.
@@ -88,14 +90,14 @@ void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* p
 // Training forward (train_ops.h qk_norm_rope_fwd): y = rope(w·x·rstd) over all hd dims, fp32 inside with the
 // fp32 angles of the inference kernel unrounded, y rounded once; rstd f32 [T, heads] (row stride ld_rstd).
 void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, bf16* y,
-                             int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd, float theta,
-                             float eps, cudaStream_t stream);
+                             int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd,
+                             float theta, float eps, cudaStream_t stream);
 // Its backward: dx overwritten, dw [hd] += ∂/∂w through per-chunk partials in ws and column_sum_launch.
 size_t qk_norm_rope_bwd_workspace_bytes(int64_t T, int hd);
-void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, const float* rstd,
-                             int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw,
-                             int64_t T, int heads, int hd, float theta, void* ws, size_t ws_bytes,
-                             cudaStream_t stream);
+void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
+                             const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
+                             int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,
+                             size_t ws_bytes, cudaStream_t stream);
 
 // ---- adamw.cu -----------------------------------------------------------------------------------------
 // One AdamW step over flat f32 buffers of n elements, the CPU backend's arithmetic operation for operation
@@ -111,7 +113,8 @@ void adamw_launch(float* p, const float* g, float* m, float* v, bf16* p_lp, int6
 // Σ x² over n floats in double in a fixed order (fixed grid: the same bits on every GPU), into *result
 // (device memory); ws of sum_squares_workspace_bytes(n) bytes.
 size_t sum_squares_workspace_bytes(int64_t n);
-void sum_squares_launch(const float* x, int64_t n, double* result, void* ws, size_t ws_bytes, cudaStream_t stream);
+void sum_squares_launch(const float* x, int64_t n, double* result, void* ws, size_t ws_bytes,
+                        cudaStream_t stream);
 
 // ---- attention.cu -------------------------------------------------------------------------------------
 // Causal GQA attention inside each packed sequence (cu [num_seqs + 1] offsets on the device, tokens = cu[num_seqs]).

@@ -171,11 +171,11 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
   int64_t per_thread_items = vec ? chunks : cols;
   unsigned threads = per_thread_items >= 512 ? 256 : (per_thread_items >= 128 ? 128 : 32);
   if (vec)
-    rmsnorm_kernel<8><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out,
-                                                                           ld_out, rstd, cols, eps, zero_centred);
+    rmsnorm_kernel<8><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+        x, ld_x, delta, ld_delta, w, out, ld_out, rstd, cols, eps, zero_centred);
   else
-    rmsnorm_kernel<1><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out,
-                                                                           ld_out, rstd, cols, eps, zero_centred);
+    rmsnorm_kernel<1><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+        x, ld_x, delta, ld_delta, w, out, ld_out, rstd, cols, eps, zero_centred);
   DF_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 
@@ -189,7 +189,8 @@ void rmsnorm_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int6
 void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64_t ld_delta, const float* w,
                         bf16* out, int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,
                         cudaStream_t stream) {
-  rmsnorm_run(residual, ld_res, delta, ld_delta, w, out, ld_out, nullptr, rows, cols, eps, zero_centred, stream);
+  rmsnorm_run(residual, ld_res, delta, ld_delta, w, out, ld_out, nullptr, rows, cols, eps, zero_centred,
+              stream);
 }
 
 void rmsnorm_fwd_launch(const bf16* x, int64_t ld_x, const float* w, bf16* y, int64_t ld_y, float* rstd,
@@ -206,11 +207,12 @@ void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float
                         int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const size_t need = rmsnorm_bwd_workspace_bytes(rows, cols);
-  if (ws_bytes < need) cuda_throw("rmsnorm_bwd_launch", "workspace smaller than rmsnorm_bwd_workspace_bytes", __FILE__,
-                                  __LINE__);
+  if (ws_bytes < need)
+    cuda_throw("rmsnorm_bwd_launch", "workspace smaller than rmsnorm_bwd_workspace_bytes", __FILE__,
+               __LINE__);
   const unsigned threads = cols >= 1024 ? 256 : (cols >= 128 ? 128 : 32);
-  rmsnorm_bwd_dx_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, w, rstd, dy, ld_dy, dx, ld_dx,
-                                                                             cols, beta_dx);
+  rmsnorm_bwd_dx_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, w, rstd, dy, ld_dy, dx,
+                                                                             ld_dx, cols, beta_dx);
   DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
   const int64_t chunks = column_partial_chunks(rows, cols), R = (rows + chunks - 1) / chunks;
   float* partial = static_cast<float*>(ws);

@@ -1,7 +1,7 @@
-// Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims. Inference (in place) rounds like
-// HF: the norm output is bf16, cos/sin are bf16, and q·cos, rot(q)·sin and their sum each round to bf16. The
-// angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double: fast-math sinf is wrong by far more
-// than a bf16 ulp at angles of thousands of radians. Two inference kernels with bit-identical results: a
+// Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims. Inference (in place) rounds
+// like HF: the norm output is bf16, cos/sin are bf16, and q·cos, rot(q)·sin and their sum each round to bf16.
+// The angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double: fast-math sinf is wrong by far
+// more than a bf16 ulp at angles of thousands of radians. Two inference kernels with bit-identical results: a
 // register kernel for the Qwen head shapes (memory-bound, each element read once) and a shared-memory kernel
 // for everything else, which also runs the drafter's training forward (fp32 inside, rstd saved, y separate
 // from x); the training backward is here too, on the same angles.
@@ -49,8 +49,8 @@ __device__ __forceinline__ void rope_cos_sin(float p, int j, int rot_dim, float 
 // rstd != nullptr selects the training forward: fp32 table and arithmetic, w·x·r unrounded, r saved.
 __global__ void __launch_bounds__(32 * kRopeWarps)
     qk_norm_rope_kernel(const bf16* x, int64_t ld_x, bf16* y, int64_t ld_y, float* rstd, int64_t ld_rstd,
-                        const float* w, const int32_t* pos, int heads, int hd, int rot_dim, float theta, float eps,
-                        bool zero_centred) {
+                        const float* w, const int32_t* pos, int heads, int hd, int rot_dim, float theta,
+                        float eps, bool zero_centred) {
   __shared__ float buf[kRopeWarps][kRopeMaxHd];
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
@@ -95,15 +95,16 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
 // Training backward, one block per token and a warp per head like the forward: dz = RoPEᵀ·dy (rotation by
 // −angle) in shared memory, then the RMSNorm backward dx = r·(dz·w − x̂·mean(dz·w·x̂)), x̂ = x·r.
 __global__ void __launch_bounds__(32 * kRopeWarps)
-    qk_norm_rope_bwd_dx_kernel(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, const float* rstd,
-                               int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx, int64_t ld_dx, int heads,
-                               int hd, float theta) {
+    qk_norm_rope_bwd_dx_kernel(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
+                               const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
+                               int64_t ld_dx, int heads, int hd, float theta) {
   __shared__ float buf[kRopeWarps][kRopeMaxHd];
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = hd / 2;
   const float p = static_cast<float>(pos[t]);
-  for (int j = threadIdx.x; j < half; j += blockDim.x) rope_cos_sin_f32(p, j, hd, theta, &cos_t[j], &sin_t[j]);
+  for (int j = threadIdx.x; j < half; j += blockDim.x)
+    rope_cos_sin_f32(p, j, hd, theta, &cos_t[j], &sin_t[j]);
   __syncthreads();
   float* dz = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
@@ -128,11 +129,11 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   }
 }
 
-// Partial ∂/∂w of token chunk blockIdx.y: thread i (one per head dim) sums dz_i·x̂_i over the chunk's tokens in
-// order and, inside a token, over heads in order; partial[k·hd + i]. column_sum_launch adds the chunks.
+// Partial ∂/∂w of token chunk blockIdx.y: thread i (one per head dim) sums dz_i·x̂_i over the chunk's tokens
+// in order and, inside a token, over heads in order; partial[k·hd + i]. column_sum_launch adds the chunks.
 __global__ void qk_norm_rope_bwd_dw_kernel(const bf16* x, int64_t ld_x, const int32_t* pos, const float* rstd,
-                                           int64_t ld_rstd, const bf16* dy, int64_t ld_dy, int64_t T, int heads,
-                                           int hd, float theta, int64_t R, float* partial) {
+                                           int64_t ld_rstd, const bf16* dy, int64_t ld_dy, int64_t T,
+                                           int heads, int hd, float theta, int64_t R, float* partial) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x), half = hd / 2;
   const int64_t k = blockIdx.y;
   if (i >= hd) return;
@@ -288,8 +289,8 @@ static void rope_train_check(int hd, const char* who) {
 }
 
 void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, bf16* y,
-                             int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd, float theta,
-                             float eps, cudaStream_t stream) {
+                             int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd,
+                             float theta, float eps, cudaStream_t stream) {
   if (T == 0 || heads == 0) return;
   rope_train_check(hd, "qk_norm_rope_fwd_launch");
   qk_norm_rope_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
@@ -301,10 +302,10 @@ size_t qk_norm_rope_bwd_workspace_bytes(int64_t T, int hd) {
   return size_t(column_partial_chunks(T, hd)) * size_t(hd) * sizeof(float);
 }
 
-void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, const float* rstd,
-                             int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw,
-                             int64_t T, int heads, int hd, float theta, void* ws, size_t ws_bytes,
-                             cudaStream_t stream) {
+void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
+                             const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
+                             int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,
+                             size_t ws_bytes, cudaStream_t stream) {
   if (T == 0 || heads == 0) return;
   rope_train_check(hd, "qk_norm_rope_bwd_launch");
   if (ws_bytes < qk_norm_rope_bwd_workspace_bytes(T, hd))
@@ -317,8 +318,8 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
   float* partial = static_cast<float*>(ws);
   const unsigned threads = hd >= 128 ? 128 : static_cast<unsigned>((hd + 31) / 32 * 32);
   const dim3 grid(static_cast<unsigned>((hd + threads - 1) / threads), static_cast<unsigned>(chunks));
-  qk_norm_rope_bwd_dw_kernel<<<grid, threads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads, hd,
-                                                           theta, R, partial);
+  qk_norm_rope_bwd_dw_kernel<<<grid, threads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads,
+                                                           hd, theta, R, partial);
   DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_kernel");
   column_sum_launch(partial, chunks, hd, dw, stream);
 }

@@ -87,7 +87,9 @@ void check_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
 
 }  // namespace
 
-float cpu_noise_normal(uint64_t seed, uint64_t i) { return rng_normal_at(seed, kRngStreamTrainNoise, i); }
+float cpu_noise_normal(uint64_t seed, uint64_t i) {
+  return rng_normal_at(seed, kRngStreamTrainNoise, i);
+}
 
 // ---- memory ---------------------------------------------------------------------------------------------
 
@@ -97,9 +99,13 @@ void* CpuTrainOps::alloc_bytes(size_t bytes) {
   return p;
 }
 
-void CpuTrainOps::free_bytes(void* p) { ops_.free_bytes(p); }
+void CpuTrainOps::free_bytes(void* p) {
+  ops_.free_bytes(p);
+}
 
-void CpuTrainOps::upload_raw(const Tensor& dst, const void* host) { ops_.upload_raw(dst, host); }
+void CpuTrainOps::upload_raw(const Tensor& dst, const void* host) {
+  ops_.upload_raw(dst, host);
+}
 
 void CpuTrainOps::download_raw(const Tensor& src, void* host) {
   DF_CHECK(src.contiguous(), "download_raw: source %s must be contiguous", src.shape_str().c_str());
@@ -110,7 +116,8 @@ void CpuTrainOps::copy(const Tensor& src, const Tensor& dst) {
   cpu_check_f32("copy", "src", src, -1, -1);
   cpu_check_f32("copy", "dst", dst, src.rows, src.cols);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(src.numel()))
-  for (int64_t r = 0; r < src.rows; ++r) std::memcpy(cpu_row(dst, r), cpu_row(src, r), src.cols * sizeof(float));
+  for (int64_t r = 0; r < src.rows; ++r)
+    std::memcpy(cpu_row(dst, r), cpu_row(src, r), src.cols * sizeof(float));
 }
 
 void CpuTrainOps::fill(const Tensor& dst, float value) {
@@ -130,8 +137,8 @@ void CpuTrainOps::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   cpu_check_f32("gemm", "c", c, m, n);
   // A single-row view may carry any stride; BLAS wants leading dimensions >= max(1, row length).
   auto ld = [](const Tensor& t) { return std::max({t.stride, t.cols, int64_t(1)}); };
-  cpu_gemm(trans_a, trans_b, m, n, kk, alpha, a.ptr<float>(), ld(a), b.ptr<float>(), ld(b), beta, c.ptr<float>(),
-           ld(c));
+  cpu_gemm(trans_a, trans_b, m, n, kk, alpha, a.ptr<float>(), ld(a), b.ptr<float>(), ld(b), beta,
+           c.ptr<float>(), ld(c));
 }
 
 void CpuTrainOps::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
@@ -152,7 +159,8 @@ void CpuTrainOps::add_gaussian_noise(const Tensor& x, float std, uint64_t seed) 
   cpu_check_f32("add_gaussian_noise", "x", x, -1, -1);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r)
-    for (int64_t c = 0; c < x.cols; ++c) cpu_row(x, r)[c] += std * cpu_noise_normal(seed, uint64_t(r * x.cols + c));
+    for (int64_t c = 0; c < x.cols; ++c)
+      cpu_row(x, r)[c] += std * cpu_noise_normal(seed, uint64_t(r * x.cols + c));
 }
 
 // ---- normalisation and RoPE -----------------------------------------------------------------------------
@@ -214,7 +222,8 @@ void CpuTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tenso
     cpu_rope_cos_sin(pos.ptr<int32_t>()[r], inv_freq, cs.data(), sn.data());
     for (int h = 0; h < heads; ++h) {
       float* yh = cpu_row(y, r) + h * hd;
-      cpu_row(rstd, r)[h] = cpu_norm_row(cpu_row(x, r) + h * hd, w.ptr<float>(), yh, hd, eps, NormKind::plain);
+      cpu_row(rstd, r)[h] =
+          cpu_norm_row(cpu_row(x, r) + h * hd, w.ptr<float>(), yh, hd, eps, NormKind::plain);
       cpu_rope_rotate(yh, half, cs.data(), sn.data());
     }
   }
@@ -358,7 +367,9 @@ void CpuTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const T
 
 // ---- MLP ------------------------------------------------------------------------------------------------
 
-void CpuTrainOps::swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) { ops_.swiglu(gate, up, out); }
+void CpuTrainOps::swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  ops_.swiglu(gate, up, out);
+}
 
 void CpuTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
                              const Tensor& dup) {
@@ -410,7 +421,8 @@ void CpuTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, cons
     const int64_t n = std::min<int64_t>(chunk, int64_t(act.size() - c0));
     for (int64_t i = 0; i < n; ++i) {
       std::memcpy(&hid[i * H], cpu_row(hidden, act[c0 + i]), H * sizeof(float));
-      if (kind == LmLossKind::kl) std::memcpy(&tgt[i * H], cpu_row(target_hidden, act[c0 + i]), H * sizeof(float));
+      if (kind == LmLossKind::kl)
+        std::memcpy(&tgt[i * H], cpu_row(target_hidden, act[c0 + i]), H * sizeof(float));
     }
     Tensor lt = tensor_make(logit.data(), DType::f32, Device::cpu, n, V);
     gemm(tensor_make(hid.data(), DType::f32, Device::cpu, n, H), false, lm_head, true, lt, 1.0f, 0.0f);

@@ -41,15 +41,17 @@ void cuda_expect_shape(const Tensor& t, int64_t rows, int64_t cols, const char* 
 // CUDA memory holding f32 or bf16.
 void cuda_expect_float(const Tensor& t, const char* op, const char* what);
 
-inline bool cuda_is_float(DType t) { return t == DType::f32 || t == DType::bf16; }
+inline bool cuda_is_float(DType t) {
+  return t == DType::f32 || t == DType::bf16;
+}
 
 // The ops both backends run with the same contract, checked and launched once here: out[t] = table[ids[t]]
 // (ids i32 [1, T]; bf16 table and out), out = silu(gate)·up (bf16), and c = alpha·op(a)·op(b) + beta·c with
 // bf16 a, b and bf16 or f32 c (gemm.cuh gemm_launch_ex).
 void cuda_embedding(const CudaDevice& dev, const Tensor& ids, const Tensor& table, const Tensor& out);
 void cuda_swiglu(const CudaDevice& dev, const Tensor& gate, const Tensor& up, const Tensor& out);
-void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-               float alpha, float beta);
+void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+               const Tensor& c, float alpha, float beta);
 
 // Number of CUDA devices visible, 0 when there is no driver or no GPU (never throws).
 int cuda_device_count();

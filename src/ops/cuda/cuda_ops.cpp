@@ -20,9 +20,13 @@ const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data
 
 CudaOps::CudaOps(int device) : dev_(device) {}
 
-void* CudaOps::alloc_bytes(size_t bytes) { return dev_.alloc(bytes); }
+void* CudaOps::alloc_bytes(size_t bytes) {
+  return dev_.alloc(bytes);
+}
 
-void CudaOps::free_bytes(void* p) { dev_.free(p); }
+void CudaOps::free_bytes(void* p) {
+  dev_.free(p);
+}
 
 void CudaOps::upload_f32(const Tensor& dst, const float* host) {
   cuda_expect_float(dst, "upload_f32", "dst");
@@ -32,7 +36,9 @@ void CudaOps::upload_f32(const Tensor& dst, const float* host) {
   dev_.upload_raw(dst, tmp.data());
 }
 
-void CudaOps::upload_raw(const Tensor& dst, const void* host) { dev_.upload_raw(dst, host); }
+void CudaOps::upload_raw(const Tensor& dst, const void* host) {
+  dev_.upload_raw(dst, host);
+}
 
 void CudaOps::download_f32(const Tensor& src, float* host) {
   cuda_expect_float(src, "download_f32", "src");
@@ -42,15 +48,19 @@ void CudaOps::download_f32(const Tensor& src, float* host) {
   for (size_t i = 0; i < tmp.size(); ++i) host[i] = bf16_to_f32(tmp[i]);
 }
 
-void CudaOps::copy(const Tensor& src, const Tensor& dst) { dev_.copy(src, dst); }
+void CudaOps::copy(const Tensor& src, const Tensor& dst) {
+  dev_.copy(src, dst);
+}
 
 void CudaOps::fill_normal(const Tensor& dst, uint64_t seed, uint64_t stream, float mean, float std) {
   cuda_expect_float(dst, "fill_normal", "dst");
-  fill_normal_launch(dst.data, dst.dtype == DType::f32, dst.stride, dst.rows, dst.cols, mean, std, seed, stream,
-                     dev_.stream);
+  fill_normal_launch(dst.data, dst.dtype == DType::f32, dst.stride, dst.rows, dst.cols, mean, std, seed,
+                     stream, dev_.stream);
 }
 
-void CudaOps::synchronize() { DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream)); }
+void CudaOps::synchronize() {
+  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+}
 
 void CudaOps::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
   cuda_embedding(dev_, ids, table, out);
@@ -66,8 +76,8 @@ void CudaOps::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float
   cuda_expect(out, DType::bf16, "rmsnorm", "out");
   cuda_expect_shape(w, 1, x.cols, "rmsnorm", "w");
   cuda_expect_shape(out, x.rows, x.cols, "rmsnorm", "out");
-  rmsnorm_launch(bptr(x), x.stride, fptr(w), bptr(out), out.stride, x.rows, x.cols, eps, kind == NormKind::zero_centred,
-                 dev_.stream);
+  rmsnorm_launch(bptr(x), x.stride, fptr(w), bptr(out), out.stride, x.rows, x.cols, eps,
+                 kind == NormKind::zero_centred, dev_.stream);
 }
 
 void CudaOps::add_rmsnorm(const Tensor& residual, const Tensor& delta, const Tensor& w, const Tensor& out, float eps,
@@ -79,8 +89,9 @@ void CudaOps::add_rmsnorm(const Tensor& residual, const Tensor& delta, const Ten
   cuda_expect_shape(delta, residual.rows, residual.cols, "add_rmsnorm", "delta");
   cuda_expect_shape(w, 1, residual.cols, "add_rmsnorm", "w");
   cuda_expect_shape(out, residual.rows, residual.cols, "add_rmsnorm", "out");
-  add_rmsnorm_launch(bptr(residual), residual.stride, bptr(delta), delta.stride, fptr(w), bptr(out), out.stride,
-                     residual.rows, residual.cols, eps, kind == NormKind::zero_centred, dev_.stream);
+  add_rmsnorm_launch(bptr(residual), residual.stride, bptr(delta), delta.stride, fptr(w), bptr(out),
+                     out.stride, residual.rows, residual.cols, eps, kind == NormKind::zero_centred,
+                     dev_.stream);
 }
 
 void CudaOps::qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, int heads, int hd, int rot_dim,
@@ -127,7 +138,9 @@ void CudaOps::sigmoid_gate(const Tensor& o, const Tensor& gate) {
   sigmoid_gate_launch(bptr(o), o.stride, bptr(gate), gate.stride, o.rows, o.cols, dev_.stream);
 }
 
-void CudaOps::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) { cuda_swiglu(dev_, gate, up, out); }
+void CudaOps::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  cuda_swiglu(dev_, gate, up, out);
+}
 
 void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, const SeqLayout& seqs) {
   cuda_expect(x, DType::bf16, "conv1d_silu", "x");
@@ -139,8 +152,8 @@ void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, c
   cuda_expect_shape(out, x.rows, x.cols, "conv1d_silu", "out");
   DF_CHECK(w.contiguous() && w.cols == 4, "conv1d_silu: w %s must be contiguous [C, 4] (the only conv size built)",
            w.shape_str().c_str());
-  conv1d_silu_launch(bptr(x), x.stride, fptr(w), static_cast<int>(w.cols), bptr(out), out.stride, iptr(seqs.pos),
-                     x.rows, x.cols, dev_.stream);
+  conv1d_silu_launch(bptr(x), x.stride, fptr(w), static_cast<int>(w.cols), bptr(out), out.stride,
+                     iptr(seqs.pos), x.rows, x.cols, dev_.stream);
 }
 
 void CudaOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
@@ -171,7 +184,8 @@ void CudaOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, c
   }
   gdn_prefill_launch(bptr(qkv), qkv.stride, bptr(a), a.stride, bptr(b), b.stride, fptr(A_log), fptr(dt_bias),
                      bptr(out), out.stride, iptr(seqs.cu), seqs.num_seqs, seqs.tokens, seqs.max_len, s.nk,
-                     s.nv, s.dk, s.dv, workspace.data, workspace.empty() ? 0 : workspace.nbytes(), dev_.stream);
+                     s.nv, s.dk, s.dv, workspace.data, workspace.empty() ? 0 : workspace.nbytes(),
+                     dev_.stream);
 }
 
 int64_t CudaOps::gdn_workspace_bytes(int64_t tokens, const GdnShape& s) const {
@@ -188,8 +202,8 @@ void CudaOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, c
   cuda_expect_shape(z, o.rows, o.cols, "gated_rmsnorm", "z");
   cuda_expect_shape(w, 1, dv, "gated_rmsnorm", "w");
   cuda_expect_shape(out, o.rows, o.cols, "gated_rmsnorm", "out");
-  gated_rmsnorm_launch(bptr(o), o.stride, bptr(z), z.stride, fptr(w), bptr(out), out.stride, o.rows, heads, dv, eps,
-                       dev_.stream);
+  gated_rmsnorm_launch(bptr(o), o.stride, bptr(z), z.stride, fptr(w), bptr(out), out.stride, o.rows, heads,
+                       dv, eps, dev_.stream);
 }
 
 }  // namespace df

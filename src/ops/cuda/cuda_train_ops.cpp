@@ -1,5 +1,5 @@
-// CudaTrainOps: checks each training op's tensors against train_ops.h (device, dtype, shape; messages name the
-// op and the tensor), sizes the op's workspace in the shared scratch buffer, and makes one launcher call.
+// CudaTrainOps: checks each training op's tensors against train_ops.h (device, dtype, shape; messages name
+// the op and the tensor), sizes the op's workspace in the shared scratch buffer, and makes one launcher call.
 #include "ops/cuda/cuda_train_ops.h"
 
 #include <cmath>
@@ -12,23 +12,29 @@ namespace df {
 
 namespace {
 
-bf16* bptr(const Tensor& t) { return static_cast<bf16*>(t.data); }
-float* fptr(const Tensor& t) { return static_cast<float*>(t.data); }
-const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data); }
+bf16* bptr(const Tensor& t) {
+  return static_cast<bf16*>(t.data);
+}
+float* fptr(const Tensor& t) {
+  return static_cast<float*>(t.data);
+}
+const int32_t* iptr(const Tensor& t) {
+  return static_cast<const int32_t*>(t.data);
+}
 
 // A flat optimizer buffer: contiguous CUDA memory of dtype dt with n elements.
 void expect_flat(const Tensor& t, DType dt, int64_t n, const char* op, const char* what) {
   cuda_expect(t, dt, op, what);
-  DF_CHECK(t.contiguous() && t.numel() == n, "%s: %s %s must be a contiguous flat buffer of %lld elements", op, what,
-           t.shape_str().c_str(), (long long)n);
+  DF_CHECK(t.contiguous() && t.numel() == n, "%s: %s %s must be a contiguous flat buffer of %lld elements",
+           op, what, t.shape_str().c_str(), (long long)n);
 }
 
 void expect_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
                  const DFlashAttnShape& s) {
   DF_CHECK(s.hq > 0 && s.hkv > 0 && s.hq % s.hkv == 0 && s.hd > 0 && s.block > 0,
            "%s: bad head shape hq %d hkv %d hd %d block %d", op, s.hq, s.hkv, s.hd, s.block);
-  DF_CHECK(s.window == 0 || s.window >= s.block, "%s: sliding window %d smaller than the block %d", op, s.window,
-           s.block);
+  DF_CHECK(s.window == 0 || s.window >= s.block, "%s: sliding window %d smaller than the block %d", op,
+           s.window, s.block);
   cuda_expect(blocks, DType::i32, op, "blocks");
   DF_CHECK(blocks.cols == 2 && blocks.contiguous(), "%s: blocks %s must be contiguous i32 [nb, 2]", op,
            blocks.shape_str().c_str());
@@ -37,8 +43,8 @@ void expect_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   cuda_expect(k, DType::bf16, op, "k");
   cuda_expect(v, DType::bf16, op, "v");
   cuda_expect_shape(q, nb * s.block, int64_t(s.hq) * s.hd, op, "q");
-  DF_CHECK(k.rows >= nb * s.block, "%s: k has %lld rows, fewer than the %lld block rows", op, (long long)k.rows,
-           (long long)(nb * s.block));
+  DF_CHECK(k.rows >= nb * s.block, "%s: k has %lld rows, fewer than the %lld block rows", op,
+           (long long)k.rows, (long long)(nb * s.block));
   cuda_expect_shape(k, k.rows, int64_t(s.hkv) * s.hd, op, "k");
   cuda_expect_shape(v, k.rows, int64_t(s.hkv) * s.hd, op, "v");
 }
@@ -58,7 +64,8 @@ DFlashAttnDims attn_dims(const Tensor& k, const Tensor& blocks, const DFlashAttn
 
 }  // namespace
 
-CudaTrainOps::CudaTrainOps(int device, int64_t loss_chunk_rows) : dev_(device), loss_chunk_rows_(loss_chunk_rows) {
+CudaTrainOps::CudaTrainOps(int device, int64_t loss_chunk_rows)
+    : dev_(device), loss_chunk_rows_(loss_chunk_rows) {
   DF_CHECK(loss_chunk_rows > 0, "CudaTrainOps: loss_chunk_rows must be positive, got %lld",
            (long long)loss_chunk_rows);
 }
@@ -93,11 +100,17 @@ void CudaTrainOps::free_bytes(void* p) {
   dev_.free(p);
 }
 
-void CudaTrainOps::upload_raw(const Tensor& dst, const void* host) { dev_.upload_raw(dst, host); }
+void CudaTrainOps::upload_raw(const Tensor& dst, const void* host) {
+  dev_.upload_raw(dst, host);
+}
 
-void CudaTrainOps::download_raw(const Tensor& src, void* host) { dev_.download_raw(src, host); }
+void CudaTrainOps::download_raw(const Tensor& src, void* host) {
+  dev_.download_raw(src, host);
+}
 
-void CudaTrainOps::copy(const Tensor& src, const Tensor& dst) { dev_.copy(src, dst); }
+void CudaTrainOps::copy(const Tensor& src, const Tensor& dst) {
+  dev_.copy(src, dst);
+}
 
 void CudaTrainOps::fill(const Tensor& dst, float value) {
   cuda_expect_float(dst, "fill", "dst");
@@ -106,8 +119,8 @@ void CudaTrainOps::fill(const Tensor& dst, float value) {
 
 // ---- dense ----------------------------------------------------------------------------------------------
 
-void CudaTrainOps::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
-                        float beta) {
+void CudaTrainOps::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                        float alpha, float beta) {
   cuda_gemm(dev_, a, trans_a, b, trans_b, c, alpha, beta);
 }
 
@@ -129,7 +142,8 @@ void CudaTrainOps::add_gaussian_noise(const Tensor& x, float std, uint64_t seed)
 
 // ---- normalisation and RoPE -----------------------------------------------------------------------------
 
-void CudaTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps) {
+void CudaTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
+                               float eps) {
   const char* op = "rmsnorm_fwd";
   cuda_expect(x, DType::bf16, op, "x");
   cuda_expect(w, DType::f32, op, "w");
@@ -139,7 +153,8 @@ void CudaTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y
   cuda_expect_shape(y, x.rows, x.cols, op, "y");
   cuda_expect_shape(rstd, 1, x.rows, op, "rstd");
   DF_CHECK(x.data != y.data, "%s: y must not alias x", op);
-  rmsnorm_fwd_launch(bptr(x), x.stride, fptr(w), bptr(y), y.stride, fptr(rstd), x.rows, x.cols, eps, dev_.stream);
+  rmsnorm_fwd_launch(bptr(x), x.stride, fptr(w), bptr(y), y.stride, fptr(rstd), x.rows, x.cols, eps,
+                     dev_.stream);
 }
 
 void CudaTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
@@ -157,15 +172,15 @@ void CudaTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& r
   cuda_expect_shape(dx, x.rows, x.cols, op, "dx");
   cuda_expect_shape(dw, 1, x.cols, op, "dw");
   const size_t ws = rmsnorm_bwd_workspace_bytes(x.rows, x.cols);
-  rmsnorm_bwd_launch(bptr(x), x.stride, fptr(w), fptr(rstd), bptr(dy), dy.stride, bptr(dx), dx.stride, fptr(dw),
-                     beta_dx, x.rows, x.cols, scratch(ws), ws, dev_.stream);
+  rmsnorm_bwd_launch(bptr(x), x.stride, fptr(w), fptr(rstd), bptr(dy), dy.stride, bptr(dx), dx.stride,
+                     fptr(dw), beta_dx, x.rows, x.cols, scratch(ws), ws, dev_.stream);
 }
 
 void CudaTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
                                     const Tensor& rstd, int heads, int hd, float theta, float eps) {
   const char* op = "qk_norm_rope_fwd";
-  DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512, "%s: need heads > 0 and an even hd <= 512, got %d, %d",
-           op, heads, hd);
+  DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512,
+           "%s: need heads > 0 and an even hd <= 512, got %d, %d", op, heads, hd);
   cuda_expect(x, DType::bf16, op, "x");
   cuda_expect(w, DType::f32, op, "w");
   cuda_expect(pos, DType::i32, op, "pos");
@@ -177,16 +192,16 @@ void CudaTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tens
   cuda_expect_shape(y, x.rows, x.cols, op, "y");
   cuda_expect_shape(rstd, x.rows, heads, op, "rstd");
   DF_CHECK(x.data != y.data, "%s: y must not alias x", op);
-  qk_norm_rope_fwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), bptr(y), y.stride, fptr(rstd), rstd.stride, x.rows,
-                          heads, hd, theta, eps, dev_.stream);
+  qk_norm_rope_fwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), bptr(y), y.stride, fptr(rstd), rstd.stride,
+                          x.rows, heads, hd, theta, eps, dev_.stream);
 }
 
 void CudaTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
                                     const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
                                     float theta) {
   const char* op = "qk_norm_rope_bwd";
-  DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512, "%s: need heads > 0 and an even hd <= 512, got %d, %d",
-           op, heads, hd);
+  DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512,
+           "%s: need heads > 0 and an even hd <= 512, got %d, %d", op, heads, hd);
   cuda_expect(x, DType::bf16, op, "x");
   cuda_expect(w, DType::f32, op, "w");
   cuda_expect(pos, DType::i32, op, "pos");
@@ -203,26 +218,30 @@ void CudaTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tens
   cuda_expect_shape(dw, 1, hd, op, "dw");
   const size_t ws = qk_norm_rope_bwd_workspace_bytes(x.rows, hd);
   qk_norm_rope_bwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), fptr(rstd), rstd.stride, bptr(dy), dy.stride,
-                          bptr(dx), dx.stride, fptr(dw), x.rows, heads, hd, theta, scratch(ws), ws, dev_.stream);
+                          bptr(dx), dx.stride, fptr(dw), x.rows, heads, hd, theta, scratch(ws), ws,
+                          dev_.stream);
 }
 
 // ---- attention ------------------------------------------------------------------------------------------
 
-void CudaTrainOps::dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
-                                        const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) {
+void CudaTrainOps::dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& blocks, const Tensor& out, const Tensor& lse,
+                                        const DFlashAttnShape& s) {
   const char* op = "dflash_attention_fwd";
   expect_attn(op, q, k, v, blocks, s);
   cuda_expect(out, DType::bf16, op, "out");
   cuda_expect(lse, DType::f32, op, "lse");
   cuda_expect_shape(out, q.rows, q.cols, op, "out");
   cuda_expect_shape(lse, q.rows, s.hq, op, "lse");
-  dflash_attention_fwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks), bptr(out),
-                              out.stride, fptr(lse), lse.stride, attn_dims(k, blocks, s), dev_.stream);
+  dflash_attention_fwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks),
+                              bptr(out), out.stride, fptr(lse), lse.stride, attn_dims(k, blocks, s),
+                              dev_.stream);
 }
 
-void CudaTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
-                                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                                        const Tensor& dk, const Tensor& dv, const DFlashAttnShape& s) {
+void CudaTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& blocks, const Tensor& out, const Tensor& lse,
+                                        const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                                        const Tensor& dv, const DFlashAttnShape& s) {
   const char* op = "dflash_attention_bwd";
   expect_attn(op, q, k, v, blocks, s);
   cuda_expect(out, DType::bf16, op, "out");
@@ -239,9 +258,10 @@ void CudaTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const 
   cuda_expect_shape(dv, v.rows, v.cols, op, "dv");
   const DFlashAttnDims d = attn_dims(k, blocks, s);
   const size_t ws = dflash_attention_bwd_workspace_bytes(d);
-  dflash_attention_bwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks), bptr(out),
-                              out.stride, fptr(lse), lse.stride, bptr(dout), dout.stride, bptr(dq), dq.stride,
-                              bptr(dk), dk.stride, bptr(dv), dv.stride, d, scratch(ws), ws, dev_.stream);
+  dflash_attention_bwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks),
+                              bptr(out), out.stride, fptr(lse), lse.stride, bptr(dout), dout.stride, bptr(dq),
+                              dq.stride, bptr(dk), dk.stride, bptr(dv), dv.stride, d, scratch(ws), ws,
+                              dev_.stream);
 }
 
 // ---- MLP ------------------------------------------------------------------------------------------------
@@ -253,13 +273,13 @@ void CudaTrainOps::swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor
 void CudaTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
                               const Tensor& dup) {
   const char* op = "swiglu_bwd";
-  for (const auto& [t, what] : {std::pair{&gate, "gate"}, {&up, "up"}, {&dout, "dout"}, {&dgate, "dgate"},
-                                {&dup, "dup"}}) {
+  for (const auto& [t, what] :
+       {std::pair{&gate, "gate"}, {&up, "up"}, {&dout, "dout"}, {&dgate, "dgate"}, {&dup, "dup"}}) {
     cuda_expect(*t, DType::bf16, op, what);
     cuda_expect_shape(*t, gate.rows, gate.cols, op, what);
   }
-  swiglu_bwd_launch(bptr(gate), gate.stride, bptr(up), up.stride, bptr(dout), dout.stride, bptr(dgate), dgate.stride,
-                    bptr(dup), dup.stride, gate.rows, gate.cols, dev_.stream);
+  swiglu_bwd_launch(bptr(gate), gate.stride, bptr(up), up.stride, bptr(dout), dout.stride, bptr(dgate),
+                    dgate.stride, bptr(dup), dup.stride, gate.rows, gate.cols, dev_.stream);
 }
 
 // ---- loss -----------------------------------------------------------------------------------------------
@@ -280,8 +300,11 @@ void CudaTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, con
   cuda_expect(argmax, DType::i32, op, "argmax");
   cuda_expect(dhidden, DType::bf16, op, "dhidden");
   cuda_expect_shape(lm_head, V, H, op, "lm_head");
-  for (const auto& [t, what] : {std::pair{&labels, "labels"}, {&active, "active"}, {&loss, "loss"},
-                                {&p_label, "p_label"}, {&argmax, "argmax"}}) {
+  for (const auto& [t, what] : {std::pair{&labels, "labels"},
+                                {&active, "active"},
+                                {&loss, "loss"},
+                                {&p_label, "p_label"},
+                                {&argmax, "argmax"}}) {
     cuda_expect_shape(*t, 1, rows, op, what);
   }
   cuda_expect_shape(dhidden, rows, H, op, "dhidden");
@@ -312,8 +335,8 @@ double CudaTrainOps::sum_squares(const Tensor& x) {
   return host;
 }
 
-void CudaTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
-                         const AdamW& hp) {
+void CudaTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                         const Tensor& p_lp, const AdamW& hp) {
   const char* op = "adamw";
   const int64_t n = p.numel();
   expect_flat(p, DType::f32, n, op, "p");
@@ -321,8 +344,8 @@ void CudaTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, cons
   expect_flat(m, DType::f32, n, op, "m");
   expect_flat(v, DType::f32, n, op, "v");
   if (!p_lp.empty()) expect_flat(p_lp, DType::bf16, n, op, "p_lp");
-  DF_CHECK(hp.step_t >= 1 && hp.n_decay >= 0 && hp.n_decay <= n, "adamw: step_t %lld / n_decay %lld out of range",
-           (long long)hp.step_t, (long long)hp.n_decay);
+  DF_CHECK(hp.step_t >= 1 && hp.n_decay >= 0 && hp.n_decay <= n,
+           "adamw: step_t %lld / n_decay %lld out of range", (long long)hp.step_t, (long long)hp.n_decay);
   // The CPU backend's bias corrections, in double, exactly as it forms them.
   const AdamWArgs a{hp.lr,
                     hp.beta1,
