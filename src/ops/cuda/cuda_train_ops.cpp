@@ -22,6 +22,24 @@ const int32_t* iptr(const Tensor& t) {
   return static_cast<const int32_t*>(t.data);
 }
 
+// cuda_expect and cuda_expect_shape in one: most checks below are "this dtype, that shape".
+void expect_as(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* what) {
+  cuda_expect(t, dt, op, what);
+  cuda_expect_shape(t, rows, cols, op, what);
+}
+
+// What the QK norm forward and backward share: x bf16 [rows, heads·hd], w f32 [1, hd], pos i32 [1, rows],
+// rstd f32 [rows, heads].
+void expect_qk(const char* op, const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
+               int heads, int hd) {
+  DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512,
+           "%s: need heads > 0 and an even hd <= 512, got %d, %d", op, heads, hd);
+  expect_as(x, DType::bf16, x.rows, int64_t(heads) * hd, op, "x");
+  expect_as(w, DType::f32, 1, hd, op, "w");
+  expect_as(pos, DType::i32, 1, x.rows, op, "pos");
+  expect_as(rstd, DType::f32, x.rows, heads, op, "rstd");
+}
+
 // A flat optimizer buffer: contiguous CUDA memory of dtype dt with n elements.
 void expect_flat(const Tensor& t, DType dt, int64_t n, const char* op, const char* what) {
   cuda_expect(t, dt, op, what);
@@ -29,8 +47,10 @@ void expect_flat(const Tensor& t, DType dt, int64_t n, const char* op, const cha
            op, what, t.shape_str().c_str(), (long long)n);
 }
 
+// The tensors both DFlash attention passes take: q [nb·B, hq·hd], k/v [T + nb·B, hkv·hd], out like q (bf16),
+// lse f32 [nb·B, hq], blocks contiguous i32 [nb, 2].
 void expect_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
-                 const DFlashAttnShape& s) {
+                 const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) {
   DF_CHECK(s.hq > 0 && s.hkv > 0 && s.hq % s.hkv == 0 && s.hd > 0 && s.block > 0,
            "%s: bad head shape hq %d hkv %d hd %d block %d", op, s.hq, s.hkv, s.hd, s.block);
   DF_CHECK(s.window == 0 || s.window >= s.block, "%s: sliding window %d smaller than the block %d", op,
@@ -39,27 +59,18 @@ void expect_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   DF_CHECK(blocks.cols == 2 && blocks.contiguous(), "%s: blocks %s must be contiguous i32 [nb, 2]", op,
            blocks.shape_str().c_str());
   const int64_t nb = blocks.rows;
-  cuda_expect(q, DType::bf16, op, "q");
-  cuda_expect(k, DType::bf16, op, "k");
-  cuda_expect(v, DType::bf16, op, "v");
-  cuda_expect_shape(q, nb * s.block, int64_t(s.hq) * s.hd, op, "q");
   DF_CHECK(k.rows >= nb * s.block, "%s: k has %lld rows, fewer than the %lld block rows", op,
            (long long)k.rows, (long long)(nb * s.block));
-  cuda_expect_shape(k, k.rows, int64_t(s.hkv) * s.hd, op, "k");
-  cuda_expect_shape(v, k.rows, int64_t(s.hkv) * s.hd, op, "v");
+  expect_as(q, DType::bf16, nb * s.block, int64_t(s.hq) * s.hd, op, "q");
+  expect_as(k, DType::bf16, k.rows, int64_t(s.hkv) * s.hd, op, "k");
+  expect_as(v, DType::bf16, k.rows, int64_t(s.hkv) * s.hd, op, "v");
+  expect_as(out, DType::bf16, q.rows, q.cols, op, "out");
+  expect_as(lse, DType::f32, q.rows, s.hq, op, "lse");
 }
 
 DFlashAttnDims attn_dims(const Tensor& k, const Tensor& blocks, const DFlashAttnShape& s) {
-  DFlashAttnDims d;
-  d.nb = blocks.rows;
-  d.T = k.rows - d.nb * s.block;
-  d.hq = s.hq;
-  d.hkv = s.hkv;
-  d.hd = s.hd;
-  d.block = s.block;
-  d.window = s.window;
-  d.scale = s.scale;
-  return d;
+  const int64_t nb = blocks.rows;
+  return DFlashAttnDims{k.rows - nb * s.block, nb, s.hq, s.hkv, s.hd, s.block, s.window, s.scale};
 }
 
 }  // namespace
@@ -90,7 +101,9 @@ void* CudaTrainOps::scratch(size_t bytes) {
 
 void* CudaTrainOps::alloc_bytes(size_t bytes) {
   void* p = dev_.alloc(bytes);
+  // Synchronised: the memory may next be touched from another stream (NCCL) or the host.
   DF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, dev_.stream));
+  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   return p;
 }
 
@@ -130,8 +143,7 @@ void CudaTrainOps::embedding(const Tensor& ids, const Tensor& table, const Tenso
 
 void CudaTrainOps::scale_rows(const Tensor& x, const Tensor& s) {
   cuda_expect(x, DType::bf16, "scale_rows", "x");
-  cuda_expect(s, DType::f32, "scale_rows", "s");
-  cuda_expect_shape(s, 1, x.rows, "scale_rows", "s");
+  expect_as(s, DType::f32, 1, x.rows, "scale_rows", "s");
   scale_rows_launch(bptr(x), x.stride, fptr(s), x.rows, x.cols, dev_.stream);
 }
 
@@ -146,12 +158,9 @@ void CudaTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y
                                float eps) {
   const char* op = "rmsnorm_fwd";
   cuda_expect(x, DType::bf16, op, "x");
-  cuda_expect(w, DType::f32, op, "w");
-  cuda_expect(y, DType::bf16, op, "y");
-  cuda_expect(rstd, DType::f32, op, "rstd");
-  cuda_expect_shape(w, 1, x.cols, op, "w");
-  cuda_expect_shape(y, x.rows, x.cols, op, "y");
-  cuda_expect_shape(rstd, 1, x.rows, op, "rstd");
+  expect_as(w, DType::f32, 1, x.cols, op, "w");
+  expect_as(y, DType::bf16, x.rows, x.cols, op, "y");
+  expect_as(rstd, DType::f32, 1, x.rows, op, "rstd");
   DF_CHECK(x.data != y.data, "%s: y must not alias x", op);
   rmsnorm_fwd_launch(bptr(x), x.stride, fptr(w), bptr(y), y.stride, fptr(rstd), x.rows, x.cols, eps,
                      dev_.stream);
@@ -161,16 +170,11 @@ void CudaTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& r
                                const Tensor& dx, const Tensor& dw, float beta_dx) {
   const char* op = "rmsnorm_bwd";
   cuda_expect(x, DType::bf16, op, "x");
-  cuda_expect(w, DType::f32, op, "w");
-  cuda_expect(rstd, DType::f32, op, "rstd");
-  cuda_expect(dy, DType::bf16, op, "dy");
-  cuda_expect(dx, DType::bf16, op, "dx");
-  cuda_expect(dw, DType::f32, op, "dw");
-  cuda_expect_shape(w, 1, x.cols, op, "w");
-  cuda_expect_shape(rstd, 1, x.rows, op, "rstd");
-  cuda_expect_shape(dy, x.rows, x.cols, op, "dy");
-  cuda_expect_shape(dx, x.rows, x.cols, op, "dx");
-  cuda_expect_shape(dw, 1, x.cols, op, "dw");
+  expect_as(w, DType::f32, 1, x.cols, op, "w");
+  expect_as(rstd, DType::f32, 1, x.rows, op, "rstd");
+  expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
+  expect_as(dx, DType::bf16, x.rows, x.cols, op, "dx");
+  expect_as(dw, DType::f32, 1, x.cols, op, "dw");
   const size_t ws = rmsnorm_bwd_workspace_bytes(x.rows, x.cols);
   rmsnorm_bwd_launch(bptr(x), x.stride, fptr(w), fptr(rstd), bptr(dy), dy.stride, bptr(dx), dx.stride,
                      fptr(dw), beta_dx, x.rows, x.cols, scratch(ws), ws, dev_.stream);
@@ -179,18 +183,8 @@ void CudaTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& r
 void CudaTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
                                     const Tensor& rstd, int heads, int hd, float theta, float eps) {
   const char* op = "qk_norm_rope_fwd";
-  DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512,
-           "%s: need heads > 0 and an even hd <= 512, got %d, %d", op, heads, hd);
-  cuda_expect(x, DType::bf16, op, "x");
-  cuda_expect(w, DType::f32, op, "w");
-  cuda_expect(pos, DType::i32, op, "pos");
-  cuda_expect(y, DType::bf16, op, "y");
-  cuda_expect(rstd, DType::f32, op, "rstd");
-  cuda_expect_shape(x, x.rows, int64_t(heads) * hd, op, "x");
-  cuda_expect_shape(w, 1, hd, op, "w");
-  cuda_expect_shape(pos, 1, x.rows, op, "pos");
-  cuda_expect_shape(y, x.rows, x.cols, op, "y");
-  cuda_expect_shape(rstd, x.rows, heads, op, "rstd");
+  expect_qk(op, x, w, pos, rstd, heads, hd);
+  expect_as(y, DType::bf16, x.rows, x.cols, op, "y");
   DF_CHECK(x.data != y.data, "%s: y must not alias x", op);
   qk_norm_rope_fwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), bptr(y), y.stride, fptr(rstd), rstd.stride,
                           x.rows, heads, hd, theta, eps, dev_.stream);
@@ -200,22 +194,10 @@ void CudaTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tens
                                     const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
                                     float theta) {
   const char* op = "qk_norm_rope_bwd";
-  DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512,
-           "%s: need heads > 0 and an even hd <= 512, got %d, %d", op, heads, hd);
-  cuda_expect(x, DType::bf16, op, "x");
-  cuda_expect(w, DType::f32, op, "w");
-  cuda_expect(pos, DType::i32, op, "pos");
-  cuda_expect(rstd, DType::f32, op, "rstd");
-  cuda_expect(dy, DType::bf16, op, "dy");
-  cuda_expect(dx, DType::bf16, op, "dx");
-  cuda_expect(dw, DType::f32, op, "dw");
-  cuda_expect_shape(x, x.rows, int64_t(heads) * hd, op, "x");
-  cuda_expect_shape(w, 1, hd, op, "w");
-  cuda_expect_shape(pos, 1, x.rows, op, "pos");
-  cuda_expect_shape(rstd, x.rows, heads, op, "rstd");
-  cuda_expect_shape(dy, x.rows, x.cols, op, "dy");
-  cuda_expect_shape(dx, x.rows, x.cols, op, "dx");
-  cuda_expect_shape(dw, 1, hd, op, "dw");
+  expect_qk(op, x, w, pos, rstd, heads, hd);
+  expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
+  expect_as(dx, DType::bf16, x.rows, x.cols, op, "dx");
+  expect_as(dw, DType::f32, 1, hd, op, "dw");
   const size_t ws = qk_norm_rope_bwd_workspace_bytes(x.rows, hd);
   qk_norm_rope_bwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), fptr(rstd), rstd.stride, bptr(dy), dy.stride,
                           bptr(dx), dx.stride, fptr(dw), x.rows, heads, hd, theta, scratch(ws), ws,
@@ -228,11 +210,7 @@ void CudaTrainOps::dflash_attention_fwd(const Tensor& q, const Tensor& k, const 
                                         const Tensor& blocks, const Tensor& out, const Tensor& lse,
                                         const DFlashAttnShape& s) {
   const char* op = "dflash_attention_fwd";
-  expect_attn(op, q, k, v, blocks, s);
-  cuda_expect(out, DType::bf16, op, "out");
-  cuda_expect(lse, DType::f32, op, "lse");
-  cuda_expect_shape(out, q.rows, q.cols, op, "out");
-  cuda_expect_shape(lse, q.rows, s.hq, op, "lse");
+  expect_attn(op, q, k, v, blocks, out, lse, s);
   dflash_attention_fwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks),
                               bptr(out), out.stride, fptr(lse), lse.stride, attn_dims(k, blocks, s),
                               dev_.stream);
@@ -243,19 +221,11 @@ void CudaTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const 
                                         const Tensor& dout, const Tensor& dq, const Tensor& dk,
                                         const Tensor& dv, const DFlashAttnShape& s) {
   const char* op = "dflash_attention_bwd";
-  expect_attn(op, q, k, v, blocks, s);
-  cuda_expect(out, DType::bf16, op, "out");
-  cuda_expect(lse, DType::f32, op, "lse");
-  cuda_expect(dout, DType::bf16, op, "dout");
-  cuda_expect(dq, DType::bf16, op, "dq");
-  cuda_expect(dk, DType::bf16, op, "dk");
-  cuda_expect(dv, DType::bf16, op, "dv");
-  cuda_expect_shape(out, q.rows, q.cols, op, "out");
-  cuda_expect_shape(lse, q.rows, s.hq, op, "lse");
-  cuda_expect_shape(dout, q.rows, q.cols, op, "dout");
-  cuda_expect_shape(dq, q.rows, q.cols, op, "dq");
-  cuda_expect_shape(dk, k.rows, k.cols, op, "dk");
-  cuda_expect_shape(dv, v.rows, v.cols, op, "dv");
+  expect_attn(op, q, k, v, blocks, out, lse, s);
+  expect_as(dout, DType::bf16, q.rows, q.cols, op, "dout");
+  expect_as(dq, DType::bf16, q.rows, q.cols, op, "dq");
+  expect_as(dk, DType::bf16, k.rows, k.cols, op, "dk");
+  expect_as(dv, DType::bf16, v.rows, v.cols, op, "dv");
   const DFlashAttnDims d = attn_dims(k, blocks, s);
   const size_t ws = dflash_attention_bwd_workspace_bytes(d);
   dflash_attention_bwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks),
@@ -275,8 +245,7 @@ void CudaTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor
   const char* op = "swiglu_bwd";
   for (const auto& [t, what] :
        {std::pair{&gate, "gate"}, {&up, "up"}, {&dout, "dout"}, {&dgate, "dgate"}, {&dup, "dup"}}) {
-    cuda_expect(*t, DType::bf16, op, what);
-    cuda_expect_shape(*t, gate.rows, gate.cols, op, what);
+    expect_as(*t, DType::bf16, gate.rows, gate.cols, op, what);
   }
   swiglu_bwd_launch(bptr(gate), gate.stride, bptr(up), up.stride, bptr(dout), dout.stride, bptr(dgate),
                     dgate.stride, bptr(dup), dup.stride, gate.rows, gate.cols, dev_.stream);
@@ -292,26 +261,14 @@ void CudaTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, con
   const int64_t rows = hidden.rows, H = hidden.cols, V = lm_head.rows;
   const bool kl = kind == LmLossKind::kl;
   cuda_expect(hidden, DType::bf16, op, "hidden");
-  cuda_expect(lm_head, DType::bf16, op, "lm_head");
-  cuda_expect(labels, DType::i32, op, "labels");
-  cuda_expect(active, DType::u8, op, "active");
-  cuda_expect(loss, DType::f32, op, "loss");
-  cuda_expect(p_label, DType::f32, op, "p_label");
-  cuda_expect(argmax, DType::i32, op, "argmax");
-  cuda_expect(dhidden, DType::bf16, op, "dhidden");
-  cuda_expect_shape(lm_head, V, H, op, "lm_head");
-  for (const auto& [t, what] : {std::pair{&labels, "labels"},
-                                {&active, "active"},
-                                {&loss, "loss"},
-                                {&p_label, "p_label"},
-                                {&argmax, "argmax"}}) {
-    cuda_expect_shape(*t, 1, rows, op, what);
-  }
-  cuda_expect_shape(dhidden, rows, H, op, "dhidden");
-  if (kl) {
-    cuda_expect(target_hidden, DType::bf16, op, "target_hidden");
-    cuda_expect_shape(target_hidden, rows, H, op, "target_hidden");
-  }
+  expect_as(lm_head, DType::bf16, V, H, op, "lm_head");
+  expect_as(labels, DType::i32, 1, rows, op, "labels");
+  expect_as(active, DType::u8, 1, rows, op, "active");
+  expect_as(loss, DType::f32, 1, rows, op, "loss");
+  expect_as(p_label, DType::f32, 1, rows, op, "p_label");
+  expect_as(argmax, DType::i32, 1, rows, op, "argmax");
+  expect_as(dhidden, DType::bf16, rows, H, op, "dhidden");
+  if (kl) expect_as(target_hidden, DType::bf16, rows, H, op, "target_hidden");
   const size_t ws = lm_head_loss_workspace_bytes(rows, H, V, loss_chunk_rows_, kl);
   lm_head_loss_launch(dev_.gemm, bptr(hidden), hidden.stride, bptr(lm_head), lm_head.stride, iptr(labels),
                       static_cast<const uint8_t*>(active.data), kl ? bptr(target_hidden) : nullptr,
