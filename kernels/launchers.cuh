@@ -69,7 +69,7 @@ void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64
                         bf16* out, int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,
                         cudaStream_t stream);
 // Training forward (fp32 inside, y rounded once): y = w·x·rstd with rstd = rsqrt(mean(x²) + eps) saved as f32
-// [rows]; y must not alias x.
+// [rows]; y may be x (each thread reads its elements before writing them).
 void rmsnorm_fwd_launch(const bf16* x, int64_t ld_x, const float* w, bf16* y, int64_t ld_y, float* rstd,
                         int64_t rows, int64_t cols, float eps, cudaStream_t stream);
 // dx = beta_dx·dx + rstd·(dy·w − x̂·mean(dy·w·x̂)), x̂ = x·rstd; dw += Σ_rows dy·x̂ through per-chunk partials in

@@ -1,11 +1,10 @@
-// CpuTrainOps: the drafter's training ops in plain fp32 on the host, with double accumulators in every
-// reduction so the oracle's own rounding stays far below what the gradient checks and CUDA tests resolve.
-// Parameter-gradient reductions run column-parallel (each thread owns whole columns) to stay deterministic.
+// CpuTrainOps: the drafter's training ops in fp32 on the host, double accumulators in every reduction, the
+// target's CpuOps math where it is the same (GEMM, RMSNorm, RoPE angles, embedding, SwiGLU). Parameter-gradient
+// reductions run column-parallel (each thread owns whole columns) to stay deterministic.
 #include "ops/cpu/cpu_train_ops.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
