@@ -334,6 +334,15 @@ TEST_F(CudaTrainOpsTest, RmsnormForwardAndBackward) {
         expect_close(down(gdw), host(cdw), 1, cols, 0.0, 2 * kF32,
                      shape_name("rmsnorm_bwd dw", {rows, cols}) + b, mag_dw, double(rows + 8) * kF32);
       }
+      // The same input gives the same bits: the dw reduction runs in a fixed order (no float atomics).
+      Tensor grs_in = dev(DType::f32, 1, rows, 0, &rs), gdy = dev(DType::bf16, rows, cols, pad, &dy);
+      std::vector<float> dw_runs[2];
+      for (std::vector<float>& run : dw_runs) {
+        Tensor gdx = dev(DType::bf16, rows, cols, pad), gdw = dev(DType::f32, 1, cols, 0, &dw0);
+        gpu_->rmsnorm_bwd(gx, gw, grs_in, gdy, gdx, gdw, 0.0f);
+        run = down(gdw);
+      }
+      expect_equal(dw_runs[1], dw_runs[0], 1, cols, shape_name("rmsnorm_bwd dw repeated", {rows, cols}));
     }
 }
 
@@ -404,6 +413,14 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
                    shape_name("qk_norm_rope_bwd dx", {rows, hd}), mag_dx, double(hd + 16) * kF32);
       expect_close(down(gdw), host(cdw), 1, hd, 0.0, 2 * kF32, shape_name("qk_norm_rope_bwd dw", {rows, hd}),
                    mag_dw, double(rows * heads + 16) * kF32);
+      Tensor grs_in = dev(DType::f32, rows, heads, 2, &rs), gdy = dev(DType::bf16, rows, cols, 4, &dy);
+      std::vector<float> dw_runs[2];
+      for (std::vector<float>& run : dw_runs) {
+        Tensor gdx2 = dev(DType::bf16, rows, cols, 0), gdw2 = dev(DType::f32, 1, hd, 0, &dw0);
+        gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs_in, gdy, gdx2, gdw2, heads, hd, theta);
+        run = down(gdw2);
+      }
+      expect_equal(dw_runs[1], dw_runs[0], 1, hd, shape_name("qk_norm_rope_bwd dw repeated", {rows, hd}));
     }
 }
 
