@@ -1,7 +1,8 @@
-// Elementwise ops on 2-D strided bf16 views: the attention output gate, SwiGLU and its backward, row scaling,
-// training noise, dtype casts, fills, and the fixed-order column sum that finishes deterministic parameter-
-// gradient reductions. The inference ops mirror torch's bf16 rounding of intermediates (sigmoid/silu return
-// bf16 tensors); the training ops compute in fp32 and round each output once.
+// Elementwise ops on 2-D strided views: output gate, SwiGLU (+ backward), row scaling, noise, casts, fills, and
+// the fixed-order column sum of the dw reductions. Inference ops round intermediates to bf16 as torch does
+// (sigmoid/silu return bf16 tensors); training ops compute in fp32 and round each output once.
+#include <algorithm>
+
 #include "core/rng.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -94,14 +95,15 @@ __global__ void fill_normal_kernel(void* dst, bool dst_f32, int64_t ld, int64_t 
   }
 }
 
-// One thread per element of a [rows, cols] view, grid-stride; f(r, c) does the work. For the training ops,
-// which are a small share of a step's time next to the GEMMs and attention, so plain 2-byte accesses do.
+// One thread per element of a [rows, cols] view, f(r, c) doing the work: grid.y strides over rows and grid.x
+// over columns, so no thread divides by cols. For the training ops, a small share of a step next to the GEMMs
+// and attention, so plain 2-byte accesses do.
 template <class F>
 __global__ void rows_map_kernel(int64_t rows, int64_t cols, F f) {
-  int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    f(i / cols, i % cols);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols;
+         c += (int64_t)gridDim.x * blockDim.x)
+      f(r, c);
 }
 
 struct SwigluBwdOp {
@@ -216,7 +218,9 @@ void fill_normal_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64
 template <class F>
 static void rows_map_launch(int64_t rows, int64_t cols, F f, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  rows_map_kernel<<<grid_for(rows * cols), 256, 0, stream>>>(rows, cols, f);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((cols + 255) / 256, 64)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  rows_map_kernel<<<grid, 256, 0, stream>>>(rows, cols, f);
   DF_CUDA_CHECK_LAUNCH("rows_map_kernel");
 }
 
