@@ -439,25 +439,25 @@ TEST_F(CudaTrainOpsTest, SwigluForwardAndBackward) {
       Tensor co = cpu(rows, cols, {}), go = dev(DType::bf16, rows, cols, pad);
       cpu_ops_.swiglu_fwd(cg, cu, co);
       gpu_->swiglu_fwd(gg, gu, go);
-      // The forward rounds silu(g) to bf16 before the product (as torch does), then the product: two
-      // roundings; __expf adds ~2 f32 ulps to silu.
-      expect_close(down(go), host(co), rows, cols, 1e-7, 2 * kBf16Rel + 8 * kF32,
+      // The forward rounds silu(g) to bf16 before the product (as torch does), then the product: two bf16
+      // roundings; __expf and the fast division add at most 12 f32 ulps to silu.
+      expect_close(down(go), host(co), rows, cols, 1e-7, 2 * kBf16Rel + 16 * kF32,
                    shape_name("swiglu_fwd", {rows, cols}));
 
       Tensor cdg = cpu(rows, cols, {}), cdu = cpu(rows, cols, {});
       Tensor gdg = dev(DType::bf16, rows, cols, pad), gdu = dev(DType::bf16, rows, cols, pad);
       cpu_ops_.swiglu_bwd(cg, cu, cd, cdg, cdu);
       gpu_->swiglu_bwd(gg, gu, gd, gdg, gdu);
-      // f32 with __expf against the CPU's double: σ(g) to a few f32 ulps; 1 + g·(1 − σ) cancels near g ≈
-      // −1.28, so the error scales with |d·u·σ|·(1 + |g|), not with the result. One bf16 rounding of each
-      // output.
+      // f32 with fast-math __expf (2 + 1.2·|g| ulps, ≤ 10 for |g| ≤ 6) and division against the CPU's double:
+      // σ(g) to 12 f32 ulps. 1 + g·(1 − σ) cancels near g ≈ −1.28, so dgate's error scales with
+      // |d·u·σ|·(1 + 2|g|) ≤ 2·mag, not with the result. One bf16 rounding of each output.
       std::vector<double> mag(static_cast<size_t>(rows * cols));
       for (size_t i = 0; i < mag.size(); ++i) {
         const double sg = 1.0 / (1.0 + std::exp(-double(g[i])));
         mag[i] = std::fabs(double(d[i]) * u[i] * sg) * (1.0 + std::fabs(double(g[i])));
       }
       expect_close(down(gdg), host(cdg), rows, cols, 0.0, kBf16Rel,
-                   shape_name("swiglu_bwd dgate", {rows, cols}), mag, 16 * kF32);
+                   shape_name("swiglu_bwd dgate", {rows, cols}), mag, 32 * kF32);
       expect_close(down(gdu), host(cdu), rows, cols, 0.0, kBf16Rel + 16 * kF32,
                    shape_name("swiglu_bwd dup", {rows, cols}));
     }
