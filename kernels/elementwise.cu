@@ -1,6 +1,8 @@
-// Elementwise ops on 2-D strided bf16 views: the attention output gate, SwiGLU, dtype casts, random fills. Each thread
-// handles 8 consecutive columns with 16-byte accesses when cols and strides allow, else one element.
-// The bf16 rounding of intermediate results mirrors the torch ops (sigmoid/silu return bf16 tensors).
+// Elementwise ops on 2-D strided views: output gate, SwiGLU (+ backward), row scaling, noise, casts, fills, and
+// the fixed-order column sum of the dw reductions. Inference ops round intermediates to bf16 as torch does
+// (sigmoid/silu return bf16 tensors); training ops compute in fp32 and round each output once.
+#include <algorithm>
+
 #include "core/rng.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -93,6 +95,72 @@ __global__ void fill_normal_kernel(void* dst, bool dst_f32, int64_t ld, int64_t 
   }
 }
 
+// One thread per element of a [rows, cols] view, f(r, c) doing the work: grid.y strides over rows and grid.x
+// over columns, so no thread divides by cols. For the training ops, a small share of a step next to the GEMMs
+// and attention, so plain 2-byte accesses do.
+template <class F>
+__global__ void rows_map_kernel(int64_t rows, int64_t cols, F f) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols;
+         c += (int64_t)gridDim.x * blockDim.x)
+      f(r, c);
+}
+
+struct SwigluBwdOp {
+  const bf16 *gate, *up, *dout;
+  bf16 *dgate, *dup;
+  int64_t ld_gate, ld_up, ld_dout, ld_dgate, ld_dup;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    const float g = __bfloat162float(gate[r * ld_gate + c]), u = __bfloat162float(up[r * ld_up + c]);
+    const float d = __bfloat162float(dout[r * ld_dout + c]), sg = sigmoid_f32(g);
+    dgate[r * ld_dgate + c] = __float2bfloat16(d * u * sg * (1.0f + g * (1.0f - sg)));
+    dup[r * ld_dup + c] = __float2bfloat16(d * g * sg);
+  }
+};
+
+struct ScaleRowsOp {
+  bf16* x;
+  int64_t ld;
+  const float* s;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    x[r * ld + c] = __float2bfloat16(__bfloat162float(x[r * ld + c]) * s[r]);
+  }
+};
+
+struct GaussianNoiseOp {
+  bf16* x;
+  int64_t ld, cols;
+  float std;
+  uint64_t seed;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    const float z = rng_normal_at(seed, kRngStreamTrainNoise, static_cast<uint64_t>(r * cols + c));
+    x[r * ld + c] = __float2bfloat16(__bfloat162float(x[r * ld + c]) + std * z);
+  }
+};
+
+struct FillOp {
+  void* dst;
+  bool f32;
+  int64_t ld;
+  float value;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    if (f32)
+      static_cast<float*>(dst)[r * ld + c] = value;
+    else
+      static_cast<bf16*>(dst)[r * ld + c] = __float2bfloat16(value);
+  }
+};
+
+// dst[c] += Σ_k partial[k·cols + c], k ascending: the same bits whatever the grid that made the partials.
+__global__ void column_sum_kernel(const float* partial, int64_t chunks, int64_t cols, float* dst) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols;
+       c += (int64_t)gridDim.x * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) acc += partial[k * cols + c];
+    dst[c] += acc;
+  }
+}
+
 struct SigmoidGateOp {
   __device__ float operator()(float o, float g) const { return sigmoid_gate_f32(o, g); }
 };
@@ -145,6 +213,43 @@ void fill_normal_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64
   fill_normal_kernel<<<grid_for(rows * cols), 256, 0, stream>>>(dst, dst_f32, ld, rows, cols, mean, std, seed,
                                                                 stream_id);
   DF_CUDA_CHECK_LAUNCH("fill_normal_kernel");
+}
+
+template <class F>
+static void rows_map_launch(int64_t rows, int64_t cols, F f, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((cols + 255) / 256, 64)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  rows_map_kernel<<<grid, 256, 0, stream>>>(rows, cols, f);
+  DF_CUDA_CHECK_LAUNCH("rows_map_kernel");
+}
+
+void swiglu_bwd_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, const bf16* dout,
+                       int64_t ld_dout, bf16* dgate, int64_t ld_dgate, bf16* dup, int64_t ld_dup,
+                       int64_t rows, int64_t cols, cudaStream_t stream) {
+  rows_map_launch(rows, cols,
+                  SwigluBwdOp{gate, up, dout, dgate, dup, ld_gate, ld_up, ld_dout, ld_dgate, ld_dup}, stream);
+}
+
+void scale_rows_launch(bf16* x, int64_t ld_x, const float* s, int64_t rows, int64_t cols,
+                       cudaStream_t stream) {
+  rows_map_launch(rows, cols, ScaleRowsOp{x, ld_x, s}, stream);
+}
+
+void add_gaussian_noise_launch(bf16* x, int64_t ld_x, int64_t rows, int64_t cols, float std, uint64_t seed,
+                               cudaStream_t stream) {
+  rows_map_launch(rows, cols, GaussianNoiseOp{x, ld_x, cols, std, seed}, stream);
+}
+
+void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float value,
+                 cudaStream_t stream) {
+  rows_map_launch(rows, cols, FillOp{dst, dst_f32, ld, value}, stream);
+}
+
+void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, cudaStream_t stream) {
+  if (cols == 0) return;
+  column_sum_kernel<<<grid_for(cols), 256, 0, stream>>>(partial, chunks, cols, dst);
+  DF_CUDA_CHECK_LAUNCH("column_sum_kernel");
 }
 
 }  // namespace df

@@ -25,6 +25,29 @@ void sigmoid_gate_launch(bf16* o, int64_t ld_o, const bf16* gate, int64_t ld_gat
 // out = silu(gate) · up
 void swiglu_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, bf16* out, int64_t ld_out,
                    int64_t rows, int64_t cols, cudaStream_t stream);
+// Training SwiGLU backward of out = silu(gate)·up: dgate = dout·up·σ(g)·(1 + g·(1 − σ(g))), dup =
+// dout·silu(g), fp32 inside, each output rounded to bf16 once.
+void swiglu_bwd_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, const bf16* dout,
+                       int64_t ld_dout, bf16* dgate, int64_t ld_dgate, bf16* dup, int64_t ld_dup,
+                       int64_t rows, int64_t cols, cudaStream_t stream);
+// x[r, :] = bf16(x[r, :] · s[r]), s f32 [rows].
+void scale_rows_launch(bf16* x, int64_t ld_x, const float* s, int64_t rows, int64_t cols,
+                       cudaStream_t stream);
+// x = bf16(x + std · rng_normal_at(seed, kRngStreamTrainNoise, r·cols + c)): the CPU backend's draws.
+void add_gaussian_noise_launch(bf16* x, int64_t ld_x, int64_t rows, int64_t cols, float std, uint64_t seed,
+                               cudaStream_t stream);
+// dst = value on a bf16 (false) or f32 (true) view.
+void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float value,
+                 cudaStream_t stream);
+// dst[c] += Σ_k partial[k·cols + c] over k = 0 .. chunks − 1 in that order: the second, fixed-order pass of
+// the parameter-gradient reductions (rmsnorm_bwd, qk_norm_rope_bwd), so dw never depends on float atomics.
+void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, cudaStream_t stream);
+// Row chunks of those reductions: chunk k of `rows` rows covers [k·R, (k + 1)·R), R = ceil(rows / chunks).
+// A function of the shape only, so a given shape always sums in the same order.
+inline int64_t column_partial_chunks(int64_t rows, int64_t cols) {
+  const int64_t tiles = (cols + 255) / 256, want = (512 + tiles - 1) / tiles, by_rows = (rows + 15) / 16;
+  return want < by_rows ? want : (by_rows > 0 ? by_rows : 1);
+}
 // dst = src with dtype conversion; each of src/dst is bf16 (false) or f32 (true).
 void cast_launch(const void* src, bool src_f32, int64_t ld_src, void* dst, bool dst_f32, int64_t ld_dst,
                  int64_t rows, int64_t cols, cudaStream_t stream);
@@ -45,6 +68,16 @@ void rmsnorm_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int6
 void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64_t ld_delta, const float* w,
                         bf16* out, int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,
                         cudaStream_t stream);
+// Training forward (fp32 inside, y rounded once): y = w·x·rstd with rstd = rsqrt(mean(x²) + eps) saved as f32
+// [rows]; y may be x (each thread reads its elements before writing them).
+void rmsnorm_fwd_launch(const bf16* x, int64_t ld_x, const float* w, bf16* y, int64_t ld_y, float* rstd,
+                        int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+// dx = beta_dx·dx + rstd·(dy·w − x̂·mean(dy·w·x̂)), x̂ = x·rstd; dw += Σ_rows dy·x̂ through per-chunk partials in
+// ws (rmsnorm_bwd_workspace_bytes) and column_sum_launch.
+size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t cols);
+void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float* rstd, const bf16* dy,
+                        int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw, float beta_dx, int64_t rows,
+                        int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream);
 // Per (value head, token) over dv: out = bf16(w·bf16(ô)) · silu(z) in fp32, not zero-centred.
 void gated_rmsnorm_launch(const bf16* o, int64_t ld_o, const bf16* z, int64_t ld_z, const float* w, bf16* out,
                           int64_t ld_out, int64_t T, int heads, int dv, float eps, cudaStream_t stream);
@@ -53,6 +86,35 @@ void gated_rmsnorm_launch(const bf16* o, int64_t ld_o, const bf16* z, int64_t ld
 // In place on x [T, heads·hd]: per-head RMSNorm (weight w [hd]) then rotate-half RoPE on dims [0, rot_dim).
 void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* pos, int64_t T, int heads, int hd,
                          int rot_dim, float theta, float eps, bool zero_centred, cudaStream_t stream);
+
+// Training forward (train_ops.h qk_norm_rope_fwd): y = rope(w·x·rstd) over all hd dims, fp32 inside with the
+// fp32 angles of the inference kernel unrounded, y rounded once; rstd f32 [T, heads] (row stride ld_rstd).
+void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, bf16* y,
+                             int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd,
+                             float theta, float eps, cudaStream_t stream);
+// Its backward: dx overwritten, dw [hd] += ∂/∂w through per-chunk partials in ws and column_sum_launch.
+size_t qk_norm_rope_bwd_workspace_bytes(int64_t T, int hd);
+void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
+                             const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
+                             int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,
+                             size_t ws_bytes, cudaStream_t stream);
+
+// ---- adamw.cu -----------------------------------------------------------------------------------------
+// One AdamW step over flat f32 buffers of n elements, the CPU backend's arithmetic operation for operation
+// (fp32 moments, the update in double; bc1/bc2 = 1 − β^t from the host), so results are bit-identical to
+// it; decoupled decay on [0, n_decay). p_lp: nullptr or a bf16 [n] shadow receiving bf16(p) in the same pass.
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  double bc1, bc2;
+  int64_t n_decay;
+};
+void adamw_launch(float* p, const float* g, float* m, float* v, bf16* p_lp, int64_t n, const AdamWArgs& a,
+                  cudaStream_t stream);
+// Σ x² over n floats in double in a fixed order (fixed grid: the same bits on every GPU), into *result
+// (device memory); ws of sum_squares_workspace_bytes(n) bytes.
+size_t sum_squares_workspace_bytes(int64_t n);
+void sum_squares_launch(const float* x, int64_t n, double* result, void* ws, size_t ws_bytes,
+                        cudaStream_t stream);
 
 // ---- attention.cu -------------------------------------------------------------------------------------
 // Causal GQA attention inside each packed sequence (cu [num_seqs + 1] offsets on the device, tokens = cu[num_seqs]).

@@ -1,6 +1,7 @@
 // Row RMSNorm, plain (Qwen3) and zero-centred (Qwen3.5/3.6), with the residual add of the pre-norm block
-// fused in. Memory-bound: the register kernel reads each row from global memory once, all of a thread's
-// 16-byte loads in flight before the reduction; a two-pass kernel covers every other shape and alignment.
+// fused in, and the drafter's training forward (saved rstd) and backward. Memory-bound: the register kernel
+// reads each row from global memory once, all of a thread's 16-byte loads in flight before the reduction; a
+// two-pass kernel covers every other shape and alignment and the training forward.
 #include <algorithm>
 
 #include "kernels/cuda_check.cuh"
@@ -76,9 +77,12 @@ __global__ void __launch_bounds__(kRegMaxThreads)
 
 // Two passes over the row (the second read hits L1/L2), V elements per access (8 or 1): rows too wide for
 // the register kernel, or whose layout or weight pointer rules out its 16-byte accesses. With delta as above.
+// With rstd != nullptr it is the training forward: r saved per row and out = w·x·r in fp32, rounded once
+// (the backward differentiates that, not the inference path's bf16(x̂) before the weight).
 template <int V>
 __global__ void rmsnorm_kernel(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_delta, const float* w,
-                               bf16* out, int64_t ld_out, int64_t cols, float eps, bool zero_centred) {
+                               bf16* out, int64_t ld_out, float* rstd, int64_t cols, float eps,
+                               bool zero_centred) {
   const int64_t row = blockIdx.x, n = cols / V;
   bf16* xr = x + row * ld_x;
   float ss = 0.0f;
@@ -96,26 +100,60 @@ __global__ void rmsnorm_kernel(bf16* x, int64_t ld_x, const bf16* delta, int64_t
     for (int j = 0; j < V; ++j) ss += v[j] * v[j];
   }
   const float r = rsqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
+  if (rstd && threadIdx.x == 0) rstd[row] = r;
   bf16* orow = out + row * ld_out;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     float v[V];
     load_bf16<V>(xr + i * V, v);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = rmsnorm_apply(v[j], r, w[i * V + j], zero_centred);
+    for (int j = 0; j < V; ++j)
+      v[j] = rstd ? w[i * V + j] * (v[j] * r) : rmsnorm_apply(v[j], r, w[i * V + j], zero_centred);
     store_bf16<V>(orow + i * V, v);
   }
 }
 
+// One block per row of the backward: m = mean(dy·w·x̂), then dx = beta_dx·dx + r·(dy·w − x̂·m).
+__global__ void rmsnorm_bwd_dx_kernel(const bf16* x, int64_t ld_x, const float* w, const float* rstd,
+                                      const bf16* dy, int64_t ld_dy, bf16* dx, int64_t ld_dx, int64_t cols,
+                                      float beta_dx) {
+  const int64_t row = blockIdx.x;
+  const bf16 *xr = x + row * ld_x, *dyr = dy + row * ld_dy;
+  bf16* dxr = dx + row * ld_dx;
+  const float r = rstd[row];
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
+    acc += __bfloat162float(dyr[i]) * w[i] * __bfloat162float(xr[i]);
+  const float m = block_sum(acc) * r / static_cast<float>(cols);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float xh = __bfloat162float(xr[i]) * r;
+    const float g = r * (__bfloat162float(dyr[i]) * w[i] - xh * m);
+    dxr[i] = __float2bfloat16(beta_dx == 0.0f ? g : beta_dx * __bfloat162float(dxr[i]) + g);
+  }
+}
+
+// Partial ∂/∂w of row chunk blockIdx.y (rows [k·R, (k + 1)·R)), one column per thread summed in row order:
+// partial[k·cols + c]. column_sum_launch adds the chunks in order.
+__global__ void rmsnorm_bwd_dw_kernel(const bf16* x, int64_t ld_x, const float* rstd, const bf16* dy,
+                                      int64_t ld_dy, int64_t rows, int64_t cols, int64_t R, float* partial) {
+  const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, k = blockIdx.y;
+  if (c >= cols) return;
+  const int64_t r1 = rows < (k + 1) * R ? rows : (k + 1) * R;
+  float acc = 0.0f;
+  for (int64_t r = k * R; r < r1; ++r)
+    acc += __bfloat162float(dy[r * ld_dy + c]) * (__bfloat162float(x[r * ld_x + c]) * rstd[r]);
+  partial[k * cols + c] = acc;
+}
+
 // ---- launchers ----
 static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_delta, const float* w, bf16* out,
-                        int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,
+                        int64_t ld_out, float* rstd, int64_t rows, int64_t cols, float eps, bool zero_centred,
                         cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_out % 8 == 0 && al(x) && al(out) &&
              (!delta || (ld_delta % 8 == 0 && al(delta)));
   const int64_t chunks = cols / 8;
-  if (vec && al(w) && chunks <= int64_t(kRegMaxChunks) * kRegMaxThreads) {
+  if (!rstd && vec && al(w) && chunks <= int64_t(kRegMaxChunks) * kRegMaxThreads) {
     // Fewest chunks per thread that keeps the block at kRegThreads, then the block trimmed to a whole number
     // of warps that still covers the row (block_sum needs whole warps).
     const int nc =
@@ -133,24 +171,55 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
   int64_t per_thread_items = vec ? chunks : cols;
   unsigned threads = per_thread_items >= 512 ? 256 : (per_thread_items >= 128 ? 128 : 32);
   if (vec)
-    rmsnorm_kernel<8><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out,
-                                                                           ld_out, cols, eps, zero_centred);
+    rmsnorm_kernel<8><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+        x, ld_x, delta, ld_delta, w, out, ld_out, rstd, cols, eps, zero_centred);
   else
-    rmsnorm_kernel<1><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out,
-                                                                           ld_out, cols, eps, zero_centred);
+    rmsnorm_kernel<1><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+        x, ld_x, delta, ld_delta, w, out, ld_out, rstd, cols, eps, zero_centred);
   DF_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 
 void rmsnorm_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, int64_t rows,
                     int64_t cols, float eps, bool zero_centred, cudaStream_t stream) {
   // x is only written when a delta is given; the kernel takes one pointer type for both uses.
-  rmsnorm_run(const_cast<bf16*>(x), ld_x, nullptr, 0, w, out, ld_out, rows, cols, eps, zero_centred, stream);
+  rmsnorm_run(const_cast<bf16*>(x), ld_x, nullptr, 0, w, out, ld_out, nullptr, rows, cols, eps, zero_centred,
+              stream);
 }
 
 void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64_t ld_delta, const float* w,
                         bf16* out, int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,
                         cudaStream_t stream) {
-  rmsnorm_run(residual, ld_res, delta, ld_delta, w, out, ld_out, rows, cols, eps, zero_centred, stream);
+  rmsnorm_run(residual, ld_res, delta, ld_delta, w, out, ld_out, nullptr, rows, cols, eps, zero_centred,
+              stream);
+}
+
+void rmsnorm_fwd_launch(const bf16* x, int64_t ld_x, const float* w, bf16* y, int64_t ld_y, float* rstd,
+                        int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+  rmsnorm_run(const_cast<bf16*>(x), ld_x, nullptr, 0, w, y, ld_y, rstd, rows, cols, eps, false, stream);
+}
+
+size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t cols) {
+  return size_t(column_partial_chunks(rows, cols)) * size_t(cols) * sizeof(float);
+}
+
+void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float* rstd, const bf16* dy,
+                        int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw, float beta_dx, int64_t rows,
+                        int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const size_t need = rmsnorm_bwd_workspace_bytes(rows, cols);
+  if (ws_bytes < need)
+    cuda_throw("rmsnorm_bwd_launch", "workspace smaller than rmsnorm_bwd_workspace_bytes", __FILE__,
+               __LINE__);
+  const unsigned threads = cols >= 1024 ? 256 : (cols >= 128 ? 128 : 32);
+  rmsnorm_bwd_dx_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, w, rstd, dy, ld_dy, dx,
+                                                                             ld_dx, cols, beta_dx);
+  DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
+  const int64_t chunks = column_partial_chunks(rows, cols), R = (rows + chunks - 1) / chunks;
+  float* partial = static_cast<float*>(ws);
+  const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(chunks));
+  rmsnorm_bwd_dw_kernel<<<grid, 256, 0, stream>>>(x, ld_x, rstd, dy, ld_dy, rows, cols, R, partial);
+  DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dw_kernel");
+  column_sum_launch(partial, chunks, cols, dw, stream);
 }
 
 }  // namespace df

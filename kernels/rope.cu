@@ -1,9 +1,10 @@
-// Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims, in place. Rounding mirrors HF:
-// the norm output is bf16, cos/sin are bf16, and q·cos, rot(q)·sin and their sum each round to bf16. The
-// angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double: fast-math sinf is wrong by far more
-// than a bf16 ulp at angles of thousands of radians. Two kernels with bit-identical results: a register
-// kernel for the Qwen head shapes (memory-bound, each element read once) and a shared-memory kernel for
-// everything else.
+// Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims. Inference (in place) rounds
+// like HF: the norm output is bf16, cos/sin are bf16, and q·cos, rot(q)·sin and their sum each round to bf16.
+// The angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double: fast-math sinf is wrong by far
+// more than a bf16 ulp at angles of thousands of radians. Two inference kernels with bit-identical results: a
+// register kernel for the Qwen head shapes (memory-bound, each element read once) and a shared-memory kernel
+// for everything else, which also runs the drafter's training forward (fp32 inside, rstd saved, y separate
+// from x); the training backward is here too, on the same angles.
 #include <algorithm>
 
 #include "kernels/cuda_check.cuh"
@@ -23,35 +24,50 @@ constexpr int kRopeRegThreads = 128;
 constexpr int kRopeRegMaxThreads = 512;
 
 // ---- kernels ----
-// The bf16 cos/sin of angle j at position p; both kernels build their tables with it so they agree bit
-// for bit.
-__device__ __forceinline__ void rope_cos_sin(float p, int j, int rot_dim, float theta, float* cos_j,
-                                             float* sin_j) {
+// The fp32 cos/sin of angle j at position p: every RoPE kernel here builds its table from it.
+__device__ __forceinline__ void rope_cos_sin_f32(float p, int j, int rot_dim, float theta, float* cos_j,
+                                                 float* sin_j) {
   const float inv_freq = static_cast<float>(pow(static_cast<double>(theta), -2.0 * j / rot_dim));
   double s, c;
   sincos(static_cast<double>(p * inv_freq), &s, &c);
-  *cos_j = bf16_rn(static_cast<float>(c));
-  *sin_j = bf16_rn(static_cast<float>(s));
+  *cos_j = static_cast<float>(c);
+  *sin_j = static_cast<float>(s);
+}
+
+// The bf16 cos/sin the inference kernels use (HF's cos/sin tensors are bf16), so they agree bit for bit.
+__device__ __forceinline__ void rope_cos_sin(float p, int j, int rot_dim, float theta, float* cos_j,
+                                             float* sin_j) {
+  rope_cos_sin_f32(p, j, rot_dim, theta, cos_j, sin_j);
+  *cos_j = bf16_rn(*cos_j);
+  *sin_j = bf16_rn(*sin_j);
 }
 
 // One block per token: the token's cos/sin table (rot_dim/2 angles, shared by all its heads) is built once in
 // shared memory, then each warp normalises and rotates heads; a head goes through shared memory because RoPE
 // pairs dim i with i + rot/2. Lane l sums the squares of dims l, l + 32, ... and warp_sum adds the lanes: the
-// register kernel reproduces exactly this order.
+// register kernel reproduces exactly this order. Reads x, writes y (y == x for the in-place inference call).
+// rstd != nullptr selects the training forward: fp32 table and arithmetic, w·x·r unrounded, r saved.
 __global__ void __launch_bounds__(32 * kRopeWarps)
-    qk_norm_rope_kernel(bf16* x, int64_t ld_x, const float* w, const int32_t* pos, int heads, int hd,
-                        int rot_dim, float theta, float eps, bool zero_centred) {
+    qk_norm_rope_kernel(const bf16* x, int64_t ld_x, bf16* y, int64_t ld_y, float* rstd, int64_t ld_rstd,
+                        const float* w, const int32_t* pos, int heads, int hd, int rot_dim, float theta,
+                        float eps, bool zero_centred) {
   __shared__ float buf[kRopeWarps][kRopeMaxHd];
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = rot_dim / 2;
+  const bool train = rstd != nullptr;
   const float p = static_cast<float>(pos[t]);
-  for (int j = threadIdx.x; j < half; j += blockDim.x)
-    rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    if (train)
+      rope_cos_sin_f32(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
+    else
+      rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
+  }
   __syncthreads();
   float* nb = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
-    bf16* row = x + t * ld_x + (int64_t)h * hd;
+    const bf16* row = x + t * ld_x + (int64_t)h * hd;
+    bf16* out = y + t * ld_y + (int64_t)h * hd;
     float ss = 0.0f;
     for (int i = lane; i < hd; i += 32) {
       float v = __bfloat162float(row[i]);
@@ -59,19 +75,82 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
       ss += v * v;
     }
     float r = rsqrtf(warp_sum(ss) / static_cast<float>(hd) + eps);
-    for (int i = lane; i < hd; i += 32) nb[i] = bf16_rn(rmsnorm_apply(nb[i], r, w[i], zero_centred));
+    if (train && lane == 0) rstd[t * ld_rstd + h] = r;
+    for (int i = lane; i < hd; i += 32)
+      nb[i] = train ? w[i] * (nb[i] * r) : bf16_rn(rmsnorm_apply(nb[i], r, w[i], zero_centred));
     __syncwarp();
     for (int i = lane; i < hd; i += 32) {
-      float y = nb[i];
+      float v = nb[i];
       if (i < rot_dim) {
         int j = i < half ? i : i - half;
         float rot = i < half ? -nb[i + half] : nb[i - half];
-        y = bf16_rn(y * cos_t[j]) + bf16_rn(rot * sin_t[j]);
+        v = train ? v * cos_t[j] + rot * sin_t[j] : bf16_rn(v * cos_t[j]) + bf16_rn(rot * sin_t[j]);
       }
-      row[i] = __float2bfloat16(y);
+      out[i] = __float2bfloat16(v);
     }
     __syncwarp();  // nb is reused by this warp's next head
   }
+}
+
+// Training backward, one block per token and a warp per head like the forward: dz = RoPEᵀ·dy (rotation by
+// −angle) in shared memory, then the RMSNorm backward dx = r·(dz·w − x̂·mean(dz·w·x̂)), x̂ = x·r.
+__global__ void __launch_bounds__(32 * kRopeWarps)
+    qk_norm_rope_bwd_dx_kernel(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
+                               const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
+                               int64_t ld_dx, int heads, int hd, float theta) {
+  __shared__ float buf[kRopeWarps][kRopeMaxHd];
+  __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = hd / 2;
+  const float p = static_cast<float>(pos[t]);
+  for (int j = threadIdx.x; j < half; j += blockDim.x)
+    rope_cos_sin_f32(p, j, hd, theta, &cos_t[j], &sin_t[j]);
+  __syncthreads();
+  float* dz = buf[warp];
+  for (int h = warp; h < heads; h += kRopeWarps) {
+    const bf16* dyh = dy + t * ld_dy + (int64_t)h * hd;
+    for (int i = lane; i < half; i += 32) {
+      const float a = __bfloat162float(dyh[i]), b = __bfloat162float(dyh[i + half]);
+      dz[i] = a * cos_t[i] + b * sin_t[i];
+      dz[i + half] = b * cos_t[i] - a * sin_t[i];
+    }
+    __syncwarp();
+    const bf16* xh = x + t * ld_x + (int64_t)h * hd;
+    const float r = rstd[t * ld_rstd + h];
+    float acc = 0.0f;
+    for (int i = lane; i < hd; i += 32) acc += dz[i] * w[i] * __bfloat162float(xh[i]);
+    const float m = warp_sum(acc) * r / static_cast<float>(hd);
+    bf16* dxh = dx + t * ld_dx + (int64_t)h * hd;
+    for (int i = lane; i < hd; i += 32) {
+      const float xv = __bfloat162float(xh[i]);
+      dxh[i] = __float2bfloat16(r * (dz[i] * w[i] - xv * r * m));
+    }
+    __syncwarp();  // dz is reused by this warp's next head
+  }
+}
+
+// Partial ∂/∂w of token chunk blockIdx.y: thread i (one per head dim) sums dz_i·x̂_i over the chunk's tokens
+// in order and, inside a token, over heads in order; partial[k·hd + i]. column_sum_launch adds the chunks.
+__global__ void qk_norm_rope_bwd_dw_kernel(const bf16* x, int64_t ld_x, const int32_t* pos, const float* rstd,
+                                           int64_t ld_rstd, const bf16* dy, int64_t ld_dy, int64_t T,
+                                           int heads, int hd, float theta, int64_t R, float* partial) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x), half = hd / 2;
+  const int64_t k = blockIdx.y;
+  if (i >= hd) return;
+  const int j = i < half ? i : i - half;
+  const int64_t t1 = T < (k + 1) * R ? T : (k + 1) * R;
+  float acc = 0.0f;
+  for (int64_t t = k * R; t < t1; ++t) {
+    float c, s;
+    rope_cos_sin_f32(static_cast<float>(pos[t]), j, hd, theta, &c, &s);
+    for (int h = 0; h < heads; ++h) {
+      const bf16* dyh = dy + t * ld_dy + (int64_t)h * hd;
+      const float a = __bfloat162float(dyh[j]), b = __bfloat162float(dyh[j + half]);
+      const float dzi = i < half ? a * c + b * s : b * c - a * s;
+      acc += dzi * (__bfloat162float(x[t * ld_x + (int64_t)h * hd + i]) * rstd[t * ld_rstd + h]);
+    }
+  }
+  partial[k * hd + i] = acc;
 }
 
 // Register kernel for HD in {64, 128, 256} and ROT a multiple of 64: every chunk a lane holds and its RoPE
@@ -200,8 +279,49 @@ void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* p
     return;
   }
   qk_norm_rope_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
-      x, ld_x, w, pos, heads, hd, rot_dim, theta, eps, zero_centred);
+      x, ld_x, x, ld_x, nullptr, 0, w, pos, heads, hd, rot_dim, theta, eps, zero_centred);
   DF_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
+}
+
+static void rope_train_check(int hd, const char* who) {
+  if (hd <= 0 || hd > kRopeMaxHd || hd % 2 != 0)
+    cuda_throw(who, "head_dim must be even and in [2, 512]", __FILE__, __LINE__);
+}
+
+void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, bf16* y,
+                             int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd,
+                             float theta, float eps, cudaStream_t stream) {
+  if (T == 0 || heads == 0) return;
+  rope_train_check(hd, "qk_norm_rope_fwd_launch");
+  qk_norm_rope_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
+      x, ld_x, y, ld_y, rstd, ld_rstd, w, pos, heads, hd, hd, theta, eps, false);
+  DF_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel (training forward)");
+}
+
+size_t qk_norm_rope_bwd_workspace_bytes(int64_t T, int hd) {
+  return size_t(column_partial_chunks(T, hd)) * size_t(hd) * sizeof(float);
+}
+
+void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
+                             const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
+                             int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,
+                             size_t ws_bytes, cudaStream_t stream) {
+  if (T == 0 || heads == 0) return;
+  rope_train_check(hd, "qk_norm_rope_bwd_launch");
+  if (ws_bytes < qk_norm_rope_bwd_workspace_bytes(T, hd))
+    cuda_throw("qk_norm_rope_bwd_launch", "workspace smaller than qk_norm_rope_bwd_workspace_bytes", __FILE__,
+               __LINE__);
+  qk_norm_rope_bwd_dx_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
+      x, ld_x, w, pos, rstd, ld_rstd, dy, ld_dy, dx, ld_dx, heads, hd, theta);
+  DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dx_kernel");
+  const int64_t chunks = column_partial_chunks(T, hd), R = (T + chunks - 1) / chunks;
+  float* partial = static_cast<float*>(ws);
+  const unsigned threads = hd >= 128 ? 128 : static_cast<unsigned>((hd + 31) / 32 * 32);
+  const dim3 grid(static_cast<unsigned>((hd + threads - 1) / threads), static_cast<unsigned>(chunks));
+  qk_norm_rope_bwd_dw_kernel<<<grid, threads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads,
+                                                           hd, theta, R, partial);
+  DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_kernel");
+  column_sum_launch(partial, chunks, hd, dw, stream);
 }
 
 }  // namespace df

@@ -36,12 +36,22 @@ DF_HOST_DEVICE inline float rng_uniform_at(uint64_t seed, uint64_t stream, uint6
   return (static_cast<float>(rng_u64_at(seed, stream, index) >> 40) + 0.5f) * (1.0f / 16777216.0f);
 }
 
-// Standard normal by Box–Muller over two uniforms drawn at (2i, 2i+1).
+// Standard normal by Box–Muller over two uniforms drawn at (2i, 2i+1). On the device the logarithm, root and
+// cosine run in double: the kernels build with --use_fast_math, whose logf near 1 keeps too few bits for
+// sqrt(−2·log u1), so the f32 forms would not give the host's draw; in double both agree to a few f32 ulps.
 DF_HOST_DEVICE inline float rng_normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
   float u1 = rng_uniform_at(seed, stream, 2 * index);
   float u2 = rng_uniform_at(seed, stream, 2 * index + 1);
+#if defined(__CUDA_ARCH__)
+  return static_cast<float>(sqrt(-2.0 * log(double(u1))) * cos(double(6.283185307179586f * u2)));
+#else
   return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307179586f * u2);
+#endif
 }
+
+// The stream of TrainOps::add_gaussian_noise: element (r, c) of a [rows, cols] tensor draws
+// rng_normal_at(seed, kRngStreamTrainNoise, r·cols + c) on every backend ("noise" in ASCII).
+constexpr uint64_t kRngStreamTrainNoise = 0x6e6f697365ull;
 
 struct Rng {
   uint64_t s[4] = {0, 0, 0, 0};

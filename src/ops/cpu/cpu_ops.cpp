@@ -51,12 +51,6 @@ inline float rms_inv(const float* x, int64_t n, float eps) {
   return float(1.0 / std::sqrt(ss / double(n) + double(eps)));
 }
 
-// out = norm(x) over n values; out may equal x (each element is read before it is written).
-inline void norm_row(const float* x, const float* w, float* out, int64_t n, float eps, NormKind kind) {
-  const float r = rms_inv(x, n, eps);
-  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * r) * norm_scale(w, i, kind);
-}
-
 // First token of the sequence each token belongs to (for causal windows and conv history).
 std::vector<int64_t> seq_starts(const SeqLayout& seqs, int64_t tokens) {
   std::vector<int64_t> start(static_cast<size_t>(tokens));
@@ -89,6 +83,28 @@ void store_float(char* row, DType dt, int64_t i, float v) {
 }
 
 }  // namespace
+
+float cpu_norm_row(const float* x, const float* w, float* out, int64_t n, float eps, NormKind kind) {
+  const float r = rms_inv(x, n, eps);  // each element is read before it is written, so out may equal x
+  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * r) * norm_scale(w, i, kind);
+  return r;
+}
+
+std::vector<float> cpu_rope_inv_freq(int rot_dim, float theta) {
+  // fp32 exponent and fp32 result as transformers forms them; the pow itself in double, rounded once.
+  std::vector<float> inv_freq(static_cast<size_t>(rot_dim / 2));
+  for (int j = 0; j < rot_dim / 2; ++j)
+    inv_freq[size_t(j)] = float(1.0 / std::pow(double(theta), double(float(2 * j) / float(rot_dim))));
+  return inv_freq;
+}
+
+void cpu_rope_cos_sin(int32_t pos, const std::vector<float>& inv_freq, float* cs, float* sn) {
+  for (size_t j = 0; j < inv_freq.size(); ++j) {
+    const float ang = float(pos) * inv_freq[j];
+    cs[j] = float(std::cos(double(ang)));
+    sn[j] = float(std::sin(double(ang)));
+  }
+}
 
 // ---- GEMM ---------------------------------------------------------------------------------------------
 
@@ -145,21 +161,36 @@ void cpu_gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
   }
 }
 
+void cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+#ifdef DF_HAVE_CBLAS
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+#else
+  if (!trans_a && trans_b && alpha == 1.0f) return cpu_gemm_loop(m, n, k, a, lda, b, ldb, beta, c, ldc);
+#pragma omp parallel for schedule(static) if (m * n * k >= (int64_t(1) << 15))
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; ++p)
+        acc +=
+            double(trans_a ? a[p * lda + i] : a[i * lda + p]) * (trans_b ? b[j * ldb + p] : b[p * ldb + j]);
+      c[i * ldc + j] = float(alpha * acc + (beta == 0.0f ? 0.0 : double(beta) * c[i * ldc + j]));
+    }
+  }
+#endif
+}
+
 void CpuOps::gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) {
   cpu_check_f32("gemm", "a", a, -1, -1);
   cpu_check_f32("gemm", "w", w, -1, a.cols);
   cpu_check_f32("gemm", "c", c, a.rows, w.rows);
   const int64_t m = a.rows, n = w.rows, k = a.cols;
-  if (m == 0 || n == 0) return;
   // A single-row view may carry any stride; BLAS wants leading dimensions >= max(1, row length).
   const int64_t lda = std::max({a.stride, k, int64_t(1)}), ldw = std::max({w.stride, k, int64_t(1)});
   const int64_t ldc = std::max(c.stride, n);
-#ifdef DF_HAVE_CBLAS
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, a.ptr<float>(), int(lda),
-              w.ptr<float>(), int(ldw), beta, c.ptr<float>(), int(ldc));
-#else
-  cpu_gemm_loop(m, n, k, a.ptr<float>(), lda, w.ptr<float>(), ldw, beta, c.ptr<float>(), ldc);
-#endif
+  cpu_gemm(false, true, m, n, k, 1.0f, a.ptr<float>(), lda, w.ptr<float>(), ldw, beta, c.ptr<float>(), ldc);
 }
 
 // ---- memory -------------------------------------------------------------------------------------------
@@ -263,7 +294,7 @@ void CpuOps::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float 
   cpu_check_f32("rmsnorm", "out", out, x.rows, x.cols);
   const float* wp = w.ptr<float>();
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < x.rows; ++t) norm_row(cpu_row(x, t), wp, cpu_row(out, t), x.cols, eps, kind);
+  for (int64_t t = 0; t < x.rows; ++t) cpu_norm_row(cpu_row(x, t), wp, cpu_row(out, t), x.cols, eps, kind);
 }
 
 void CpuOps::add_rmsnorm(const Tensor& residual, const Tensor& delta, const Tensor& w, const Tensor& out, float eps,
@@ -278,7 +309,7 @@ void CpuOps::add_rmsnorm(const Tensor& residual, const Tensor& delta, const Tens
     float* r = cpu_row(residual, t);
     const float* d = cpu_row(delta, t);
     for (int64_t i = 0; i < residual.cols; ++i) r[i] += d[i];
-    norm_row(r, wp, cpu_row(out, t), residual.cols, eps, kind);
+    cpu_norm_row(r, wp, cpu_row(out, t), residual.cols, eps, kind);
   }
 }
 
@@ -292,11 +323,7 @@ void CpuOps::qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, i
   DF_CHECK(pos.dtype == DType::i32 && pos.device == Device::cpu && pos.rows == 1 && pos.cols == x.rows,
            "qk_norm_rope: pos must be host i32 [1, %lld], got %s", (long long)x.rows, pos.shape_str().c_str());
   const int half = rot_dim / 2;
-  // inv_freq and the angle in fp32 exactly as transformers forms them (fp32 pow, then position · inv_freq
-  // rounded to fp32); only cos/sin themselves are evaluated in double and rounded once.
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int j = 0; j < half; ++j)
-    inv_freq[size_t(j)] = float(1.0 / std::pow(double(theta), double(float(2 * j) / float(rot_dim))));
+  const std::vector<float> inv_freq = cpu_rope_inv_freq(rot_dim, theta);
   const float* wp = w.ptr<float>();
   const int32_t* pp = pos.ptr<int32_t>();
 #pragma omp parallel
@@ -304,19 +331,11 @@ void CpuOps::qk_norm_rope(const Tensor& x, const Tensor& w, const Tensor& pos, i
     std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < x.rows; ++t) {
-      for (int j = 0; j < half; ++j) {
-        const float ang = float(pp[t]) * inv_freq[size_t(j)];
-        cs[size_t(j)] = float(std::cos(double(ang)));
-        sn[size_t(j)] = float(std::sin(double(ang)));
-      }
+      cpu_rope_cos_sin(pp[t], inv_freq, cs.data(), sn.data());
       for (int h = 0; h < heads; ++h) {
         float* v = cpu_row(x, t) + int64_t(h) * hd;
-        norm_row(v, wp, v, hd, eps, kind);
-        for (int j = 0; j < half; ++j) {
-          const float x1 = v[j], x2 = v[j + half];
-          v[j] = x1 * cs[size_t(j)] - x2 * sn[size_t(j)];
-          v[j + half] = x2 * cs[size_t(j)] + x1 * sn[size_t(j)];
-        }
+        cpu_norm_row(v, wp, v, hd, eps, kind);
+        cpu_rope_rotate(v, half, cs.data(), sn.data());
       }
     }
   }

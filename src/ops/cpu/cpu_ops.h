@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -18,6 +19,12 @@ void cpu_gemm_loop(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                    float beta, float* c, int64_t ldc);
 // True when CpuOps::gemm goes through cblas_sgemm (built with OpenBLAS), false when it runs cpu_gemm_loop.
 bool cpu_gemm_uses_blas();
+// The general form both CPU backends call: c[M, N] = alpha · op(a) · op(b) + beta · c, op(x) = xᵀ when
+// trans_x, row-major with row strides lda/ldb/ldc (at least the stored row length). cblas_sgemm when built
+// with it; without it cpu_gemm_loop for the Linear form (false, true, alpha 1) and a double-accumulating loop
+// otherwise.
+void cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 class CpuOps final : public Ops {
  public:
@@ -69,5 +76,22 @@ void cpu_check_layout(const char* op, const SeqLayout& seqs, int64_t tokens);
 inline float* cpu_row(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(t.row_bytes(r)); }
 inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float cpu_silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// out = norm(x) over n values (out may equal x); returns rstd = rsqrt(mean(x²) + eps), the sum of squares in
+// double. Shared by the target's norms and the drafter's training forward so both round the same way.
+float cpu_norm_row(const float* x, const float* w, float* out, int64_t n, float eps, NormKind kind);
+// RoPE as transformers computes it: inv_freq_j = 1 / theta^(2j / rot_dim) in fp32 (rot_dim / 2 values), the
+// angle pos · inv_freq_j rounded to fp32, its cos/sin evaluated in double and rounded once.
+std::vector<float> cpu_rope_inv_freq(int rot_dim, float theta);
+void cpu_rope_cos_sin(int32_t pos, const std::vector<float>& inv_freq, float* cs, float* sn);
+// Rotate-half in place on v[0, 2·half): (v_j, v_{j+half}) ← (v_j·c − v_{j+half}·s, v_{j+half}·c + v_j·s);
+// with −sin it applies the transpose (the backward's rotation by −angle).
+inline void cpu_rope_rotate(float* v, int half, const float* cs, const float* sn) {
+  for (int j = 0; j < half; ++j) {
+    const float x1 = v[j], x2 = v[j + half];
+    v[j] = x1 * cs[j] - x2 * sn[j];
+    v[j + half] = x2 * cs[j] + x1 * sn[j];
+  }
+}
 
 }  // namespace df

@@ -1,30 +1,19 @@
-// CpuTrainOps: the drafter's training ops in plain fp32 on the host, with double accumulators in every
-// reduction so the oracle's own rounding stays far below what the gradient checks and CUDA tests resolve.
-// Parameter-gradient reductions run column-parallel (each thread owns whole columns) to stay deterministic.
+// CpuTrainOps: the drafter's training ops in fp32 on the host, double accumulators in every reduction, the
+// target's CpuOps math where it is the same (GEMM, RMSNorm, RoPE angles, embedding, SwiGLU). Parameter-gradient
+// reductions run column-parallel (each thread owns whole columns) to stay deterministic.
 #include "ops/cpu/cpu_train_ops.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
 
-#ifdef DF_HAVE_CBLAS
-#include <cblas.h>
-#endif
+#include "core/rng.h"
 
 namespace df {
 
 namespace {
-
-void check_f32(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t cols) {
-  DF_CHECK(t.device == Device::cpu, "%s: %s must live in host memory for the CPU backend", op, what);
-  DF_CHECK(t.dtype == DType::f32, "%s: %s must be f32 on the CPU backend, got %s", op, what, t.shape_str().c_str());
-  DF_CHECK((rows < 0 || t.rows == rows) && (cols < 0 || t.cols == cols), "%s: %s is %s, expected [%lld, %lld]", op,
-           what, t.shape_str().c_str(), (long long)rows, (long long)cols);
-  DF_CHECK(t.data != nullptr || t.numel() == 0, "%s: %s has no memory", op, what);
-}
 
 void check_i32(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t cols) {
   DF_CHECK(t.device == Device::cpu && t.dtype == DType::i32 && t.rows == rows && t.cols == cols,
@@ -35,26 +24,6 @@ void check_i32(const char* op, const char* what, const Tensor& t, int64_t rows, 
 // Below ~32k multiply-adds a parallel region costs more than it saves (and on an oversubscribed host a
 // barrier can cost milliseconds), so small ops run on the calling thread.
 inline bool cpu_parallel_worth(int64_t work) { return work >= (int64_t(1) << 15); }
-
-inline float* row(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(t.row_bytes(r)); }
-
-inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
-
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// cos/sin of the RoPE angles p · theta^(−2i/hd), i < hd/2, for one row, in double.
-inline void rope_row(int32_t p, int hd, double theta, std::vector<double>& c, std::vector<double>& s) {
-  for (int i = 0; i < hd / 2; ++i) {
-    const double ang = double(p) * std::pow(theta, -2.0 * i / hd);
-    c[size_t(i)] = std::cos(ang);
-    s[size_t(i)] = std::sin(ang);
-  }
-}
 
 // The key rows query offset k of block (s0, a) may see, as two ranges: context rows [c0, c1) and block rows
 // [b0, b1) (absolute rows of k/v).
@@ -84,7 +53,7 @@ inline int attn_scores(const Tensor& k, const float* qh, int g, const KeyRanges&
   int n = 0;
   for (int pass = 0; pass < 2; ++pass) {
     int64_t r0 = pass == 0 ? kr.c0 : kr.b0, r1 = pass == 0 ? kr.c1 : kr.b1;
-    for (int64_t t = r0; t < r1; ++t) sc[n++] = s.scale * dot(qh, row(k, t) + g * s.hd, s.hd);
+    for (int64_t t = r0; t < r1; ++t) sc[n++] = s.scale * dot(qh, cpu_row(k, t) + g * s.hd, s.hd);
   }
   return n;
 }
@@ -102,9 +71,9 @@ void check_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
            s.block);
   int64_t nb = blocks.rows;
   check_i32(op, "blocks", blocks, nb, 2);
-  check_f32(op, "q", q, nb * s.block, int64_t(s.hq) * s.hd);
-  check_f32(op, "k", k, -1, int64_t(s.hkv) * s.hd);
-  check_f32(op, "v", v, k.rows, int64_t(s.hkv) * s.hd);
+  cpu_check_f32(op, "q", q, nb * s.block, int64_t(s.hq) * s.hd);
+  cpu_check_f32(op, "k", k, -1, int64_t(s.hkv) * s.hd);
+  cpu_check_f32(op, "v", v, k.rows, int64_t(s.hkv) * s.hd);
   DF_CHECK(k.rows >= nb * s.block, "%s: k has %lld rows, fewer than the %lld block rows", op, (long long)k.rows,
            (long long)(nb * s.block));
   int64_t T = k.rows - nb * s.block;
@@ -118,28 +87,23 @@ void check_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
 }  // namespace
 
 float cpu_noise_normal(uint64_t seed, uint64_t i) {
-  uint64_t h1 = splitmix64(seed ^ splitmix64(2 * i));
-  uint64_t h2 = splitmix64(seed ^ splitmix64(2 * i + 1));
-  double u1 = (double(h1 >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]: log stays finite
-  double u2 = double(h2 >> 11) * 0x1.0p-53;
-  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+  return rng_normal_at(seed, kRngStreamTrainNoise, i);
 }
 
 // ---- memory ---------------------------------------------------------------------------------------------
 
 void* CpuTrainOps::alloc_bytes(size_t bytes) {
-  size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
-  void* p = std::aligned_alloc(256, rounded);
-  DF_CHECK(p != nullptr, "CpuTrainOps: host allocation of %zu bytes failed", bytes);
-  std::memset(p, 0, rounded);
+  void* p = ops_.alloc_bytes(bytes);
+  std::memset(p, 0, bytes);
   return p;
 }
 
-void CpuTrainOps::free_bytes(void* p) { std::free(p); }
+void CpuTrainOps::free_bytes(void* p) {
+  ops_.free_bytes(p);
+}
 
 void CpuTrainOps::upload_raw(const Tensor& dst, const void* host) {
-  DF_CHECK(dst.contiguous(), "upload_raw: destination %s must be contiguous", dst.shape_str().c_str());
-  if (dst.nbytes() > 0) std::memcpy(dst.data, host, dst.nbytes());
+  ops_.upload_raw(dst, host);
 }
 
 void CpuTrainOps::download_raw(const Tensor& src, void* host) {
@@ -148,16 +112,17 @@ void CpuTrainOps::download_raw(const Tensor& src, void* host) {
 }
 
 void CpuTrainOps::copy(const Tensor& src, const Tensor& dst) {
-  check_f32("copy", "src", src, -1, -1);
-  check_f32("copy", "dst", dst, src.rows, src.cols);
+  cpu_check_f32("copy", "src", src, -1, -1);
+  cpu_check_f32("copy", "dst", dst, src.rows, src.cols);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(src.numel()))
-  for (int64_t r = 0; r < src.rows; ++r) std::memcpy(row(dst, r), row(src, r), src.cols * sizeof(float));
+  for (int64_t r = 0; r < src.rows; ++r)
+    std::memcpy(cpu_row(dst, r), cpu_row(src, r), src.cols * sizeof(float));
 }
 
 void CpuTrainOps::fill(const Tensor& dst, float value) {
-  check_f32("fill", "dst", dst, -1, -1);
+  cpu_check_f32("fill", "dst", dst, -1, -1);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(dst.numel()))
-  for (int64_t r = 0; r < dst.rows; ++r) std::fill_n(row(dst, r), dst.cols, value);
+  for (int64_t r = 0; r < dst.rows; ++r) std::fill_n(cpu_row(dst, r), dst.cols, value);
 }
 
 // ---- dense ----------------------------------------------------------------------------------------------
@@ -166,90 +131,66 @@ void CpuTrainOps::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
                        float beta) {
   const int64_t m = trans_a ? a.cols : a.rows, kk = trans_a ? a.rows : a.cols;
   const int64_t n = trans_b ? b.rows : b.cols;
-  check_f32("gemm", "a", a, -1, -1);
-  check_f32("gemm", "b", b, trans_b ? n : kk, trans_b ? kk : n);
-  check_f32("gemm", "c", c, m, n);
-  if (m == 0 || n == 0) return;
-#ifdef DF_HAVE_CBLAS
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
-              int(kk), alpha, a.ptr<float>(), int(std::max<int64_t>(1, a.stride)), b.ptr<float>(),
-              int(std::max<int64_t>(1, b.stride)), beta, c.ptr<float>(), int(std::max<int64_t>(1, c.stride)));
-#else
-#pragma omp parallel for schedule(static) if(cpu_parallel_worth(m * n * kk))
-  for (int64_t i = 0; i < m; ++i) {
-    float* ci = row(c, i);
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = 0;
-      for (int64_t p = 0; p < kk; ++p) {
-        float av = trans_a ? row(a, p)[i] : row(a, i)[p];
-        float bv = trans_b ? row(b, j)[p] : row(b, p)[j];
-        acc += double(av) * bv;
-      }
-      ci[j] = float(alpha * acc + (beta == 0.0f ? 0.0 : double(beta) * ci[j]));
-    }
-  }
-#endif
+  cpu_check_f32("gemm", "a", a, -1, -1);
+  cpu_check_f32("gemm", "b", b, trans_b ? n : kk, trans_b ? kk : n);
+  cpu_check_f32("gemm", "c", c, m, n);
+  // A single-row view may carry any stride; BLAS wants leading dimensions >= max(1, row length).
+  auto ld = [](const Tensor& t) { return std::max({t.stride, t.cols, int64_t(1)}); };
+  cpu_gemm(trans_a, trans_b, m, n, kk, alpha, a.ptr<float>(), ld(a), b.ptr<float>(), ld(b), beta,
+           c.ptr<float>(), ld(c));
 }
 
 void CpuTrainOps::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  check_i32("embedding", "ids", ids, 1, out.rows);
-  check_f32("embedding", "table", table, -1, out.cols);
-  const int32_t* id = ids.ptr<int32_t>();
-#pragma omp parallel for schedule(static) if(cpu_parallel_worth(out.numel()))
-  for (int64_t r = 0; r < out.rows; ++r) std::memcpy(row(out, r), row(table, id[r]), out.cols * sizeof(float));
+  ops_.embedding(ids, table, out);
 }
 
 void CpuTrainOps::scale_rows(const Tensor& x, const Tensor& s) {
-  check_f32("scale_rows", "s", s, 1, x.rows);
+  cpu_check_f32("scale_rows", "s", s, 1, x.rows);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
     float f = s.ptr<float>()[r];
-    float* xr = row(x, r);
+    float* xr = cpu_row(x, r);
     for (int64_t c = 0; c < x.cols; ++c) xr[c] *= f;
   }
 }
 
 void CpuTrainOps::add_gaussian_noise(const Tensor& x, float std, uint64_t seed) {
-  check_f32("add_gaussian_noise", "x", x, -1, -1);
+  cpu_check_f32("add_gaussian_noise", "x", x, -1, -1);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r)
-    for (int64_t c = 0; c < x.cols; ++c) row(x, r)[c] += std * cpu_noise_normal(seed, uint64_t(r * x.cols + c));
+    for (int64_t c = 0; c < x.cols; ++c)
+      cpu_row(x, r)[c] += std * cpu_noise_normal(seed, uint64_t(r * x.cols + c));
 }
 
 // ---- normalisation and RoPE -----------------------------------------------------------------------------
 
 void CpuTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps) {
   const int64_t n = x.cols;
-  check_f32("rmsnorm_fwd", "w", w, 1, n);
-  check_f32("rmsnorm_fwd", "y", y, x.rows, n);
-  check_f32("rmsnorm_fwd", "rstd", rstd, 1, x.rows);
+  cpu_check_f32("rmsnorm_fwd", "w", w, 1, n);
+  cpu_check_f32("rmsnorm_fwd", "y", y, x.rows, n);
+  cpu_check_f32("rmsnorm_fwd", "rstd", rstd, 1, x.rows);
+  const float* wv = w.ptr<float>();
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const float* xr = row(x, r);
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += double(xr[i]) * xr[i];
-    float rs = float(1.0 / std::sqrt(ss / double(n) + eps));
-    rstd.ptr<float>()[r] = rs;
-    for (int64_t i = 0; i < n; ++i) row(y, r)[i] = w.ptr<float>()[i] * (xr[i] * rs);
-  }
+  for (int64_t r = 0; r < x.rows; ++r)
+    rstd.ptr<float>()[r] = cpu_norm_row(cpu_row(x, r), wv, cpu_row(y, r), n, eps, NormKind::plain);
 }
 
 void CpuTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                               const Tensor& dx, const Tensor& dw, float beta_dx) {
   const int64_t n = x.cols, rows = x.rows;
-  check_f32("rmsnorm_bwd", "dy", dy, rows, n);
-  check_f32("rmsnorm_bwd", "dx", dx, rows, n);
-  check_f32("rmsnorm_bwd", "dw", dw, 1, n);
+  cpu_check_f32("rmsnorm_bwd", "dy", dy, rows, n);
+  cpu_check_f32("rmsnorm_bwd", "dx", dx, rows, n);
+  cpu_check_f32("rmsnorm_bwd", "dw", dw, 1, n);
   const float* wv = w.ptr<float>();
   const float* rs = rstd.ptr<float>();
   // dx = rstd · (ĝ − x̂ · mean(ĝ · x̂)) with ĝ = dy · w, x̂ = x · rstd.
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = row(x, r), *dyr = row(dy, r);
+    const float *xr = cpu_row(x, r), *dyr = cpu_row(dy, r);
     double m = 0;
     for (int64_t i = 0; i < n; ++i) m += double(dyr[i]) * wv[i] * (double(xr[i]) * rs[r]);
     m /= double(n);
-    float* dxr = row(dx, r);
+    float* dxr = cpu_row(dx, r);
     for (int64_t i = 0; i < n; ++i) {
       double xh = double(xr[i]) * rs[r];
       double g = rs[r] * (double(dyr[i]) * wv[i] - xh * m);
@@ -259,7 +200,7 @@ void CpuTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rs
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t i = 0; i < n; ++i) {
     double acc = 0;
-    for (int64_t r = 0; r < rows; ++r) acc += double(row(dy, r)[i]) * (double(row(x, r)[i]) * rs[r]);
+    for (int64_t r = 0; r < rows; ++r) acc += double(cpu_row(dy, r)[i]) * (double(cpu_row(x, r)[i]) * rs[r]);
     dw.ptr<float>()[i] += float(acc);
   }
 }
@@ -267,28 +208,22 @@ void CpuTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rs
 void CpuTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
                                    const Tensor& rstd, int heads, int hd, float theta, float eps) {
   DF_CHECK(hd % 2 == 0, "qk_norm_rope_fwd: head dim %d must be even for rotate-half RoPE", hd);
-  check_f32("qk_norm_rope_fwd", "x", x, -1, int64_t(heads) * hd);
-  check_f32("qk_norm_rope_fwd", "w", w, 1, hd);
-  check_f32("qk_norm_rope_fwd", "y", y, x.rows, x.cols);
-  check_f32("qk_norm_rope_fwd", "rstd", rstd, x.rows, heads);
+  cpu_check_f32("qk_norm_rope_fwd", "x", x, -1, int64_t(heads) * hd);
+  cpu_check_f32("qk_norm_rope_fwd", "w", w, 1, hd);
+  cpu_check_f32("qk_norm_rope_fwd", "y", y, x.rows, x.cols);
+  cpu_check_f32("qk_norm_rope_fwd", "rstd", rstd, x.rows, heads);
   check_i32("qk_norm_rope_fwd", "pos", pos, 1, x.rows);
   const int half = hd / 2;
+  const std::vector<float> inv_freq = cpu_rope_inv_freq(hd, theta);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
-    std::vector<double> z(hd), cs(half), sn(half);
-    rope_row(pos.ptr<int32_t>()[r], hd, theta, cs, sn);
+    std::vector<float> cs(half), sn(half);
+    cpu_rope_cos_sin(pos.ptr<int32_t>()[r], inv_freq, cs.data(), sn.data());
     for (int h = 0; h < heads; ++h) {
-      const float* xh = row(x, r) + h * hd;
-      double ss = 0;
-      for (int i = 0; i < hd; ++i) ss += double(xh[i]) * xh[i];
-      float rs = float(1.0 / std::sqrt(ss / hd + eps));
-      row(rstd, r)[h] = rs;
-      for (int i = 0; i < hd; ++i) z[size_t(i)] = double(w.ptr<float>()[i]) * (double(xh[i]) * rs);
-      float* yh = row(y, r) + h * hd;
-      for (int i = 0; i < half; ++i) {
-        yh[i] = float(z[size_t(i)] * cs[size_t(i)] - z[size_t(i + half)] * sn[size_t(i)]);
-        yh[i + half] = float(z[size_t(i + half)] * cs[size_t(i)] + z[size_t(i)] * sn[size_t(i)]);
-      }
+      float* yh = cpu_row(y, r) + h * hd;
+      cpu_row(rstd, r)[h] =
+          cpu_norm_row(cpu_row(x, r) + h * hd, w.ptr<float>(), yh, hd, eps, NormKind::plain);
+      cpu_rope_rotate(yh, half, cs.data(), sn.data());
     }
   }
 }
@@ -296,27 +231,26 @@ void CpuTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tenso
 void CpuTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
                                    const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
                                    float theta) {
-  check_f32("qk_norm_rope_bwd", "dy", dy, x.rows, x.cols);
-  check_f32("qk_norm_rope_bwd", "dx", dx, x.rows, x.cols);
-  check_f32("qk_norm_rope_bwd", "dw", dw, 1, hd);
+  cpu_check_f32("qk_norm_rope_bwd", "dy", dy, x.rows, x.cols);
+  cpu_check_f32("qk_norm_rope_bwd", "dx", dx, x.rows, x.cols);
+  cpu_check_f32("qk_norm_rope_bwd", "dw", dw, 1, hd);
   const int half = hd / 2;
   const float* wv = w.ptr<float>();
+  const std::vector<float> inv_freq = cpu_rope_inv_freq(hd, theta);
   // Per-row partial sums of ∂/∂w, added in row order afterwards (deterministic for any thread count).
   std::vector<double> dw_rows(size_t(x.rows * hd), 0.0);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
   for (int64_t r = 0; r < x.rows; ++r) {
-    std::vector<double> dz(hd), cs(half), sn(half);
-    rope_row(pos.ptr<int32_t>()[r], hd, theta, cs, sn);
+    std::vector<float> dz(hd), cs(half), sn(half);
+    cpu_rope_cos_sin(pos.ptr<int32_t>()[r], inv_freq, cs.data(), sn.data());
+    for (float& v : sn) v = -v;  // the transpose of the rotation: by −angle
     double* dwr = &dw_rows[size_t(r * hd)];
     for (int h = 0; h < heads; ++h) {
-      // dz = RoPEᵀ dy (rotation by −angle), then the RMSNorm backward of this head.
-      const float* dyh = row(dy, r) + h * hd;
-      for (int i = 0; i < half; ++i) {
-        dz[size_t(i)] = dyh[i] * cs[size_t(i)] + dyh[i + half] * sn[size_t(i)];
-        dz[size_t(i + half)] = -dyh[i] * sn[size_t(i)] + dyh[i + half] * cs[size_t(i)];
-      }
-      const float* xh = row(x, r) + h * hd;
-      const double rs = row(rstd, r)[h];
+      // dz = RoPEᵀ dy, then the RMSNorm backward of this head.
+      std::copy_n(cpu_row(dy, r) + h * hd, hd, dz.begin());
+      cpu_rope_rotate(dz.data(), half, cs.data(), sn.data());
+      const float* xh = cpu_row(x, r) + h * hd;
+      const double rs = cpu_row(rstd, r)[h];
       double m = 0;
       for (int i = 0; i < hd; ++i) {
         const double xhat = xh[i] * rs;
@@ -324,7 +258,7 @@ void CpuTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tenso
         dwr[i] += dz[size_t(i)] * xhat;
       }
       m /= hd;
-      float* dxh = row(dx, r) + h * hd;
+      float* dxh = cpu_row(dx, r) + h * hd;
       for (int i = 0; i < hd; ++i) dxh[i] = float(rs * (dz[size_t(i)] * wv[i] - xh[i] * rs * m));
     }
   }
@@ -340,8 +274,8 @@ void CpuTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tenso
 void CpuTrainOps::dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
                                        const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) {
   check_attn("dflash_attention_fwd", q, k, v, blocks, s);
-  check_f32("dflash_attention_fwd", "out", out, q.rows, q.cols);
-  check_f32("dflash_attention_fwd", "lse", lse, q.rows, s.hq);
+  cpu_check_f32("dflash_attention_fwd", "out", out, q.rows, q.cols);
+  cpu_check_f32("dflash_attention_fwd", "lse", lse, q.rows, s.hq);
   const int64_t nb = blocks.rows, T = k.rows - nb * s.block;
   const int32_t* b = blocks.ptr<int32_t>();
   const int group = s.hq / s.hkv;
@@ -352,24 +286,24 @@ void CpuTrainOps::dflash_attention_fwd(const Tensor& q, const Tensor& k, const T
       const int g = h / group;
       for (int kq = 0; kq < s.block; ++kq) {
         const int64_t qr = j * s.block + kq;
-        float* oh = row(out, qr) + h * s.hd;
+        float* oh = cpu_row(out, qr) + h * s.hd;
         if (b[2 * j + 1] < 0) {
           std::fill_n(oh, s.hd, 0.0f);
-          row(lse, qr)[h] = -std::numeric_limits<float>::infinity();
+          cpu_row(lse, qr)[h] = -std::numeric_limits<float>::infinity();
           continue;
         }
         KeyRanges kr = key_ranges(T, j, kq, b[2 * j], b[2 * j + 1], s);
-        int n = attn_scores(k, row(q, qr) + h * s.hd, g, kr, s, sc);
+        int n = attn_scores(k, cpu_row(q, qr) + h * s.hd, g, kr, s, sc);
         double mx = *std::max_element(sc.begin(), sc.begin() + n), sum = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int i = 0; i < n; ++i) {
           double p = std::exp(sc[i] - mx);
           sum += p;
-          const float* vr = row(v, key_row(kr, i)) + g * s.hd;
+          const float* vr = cpu_row(v, key_row(kr, i)) + g * s.hd;
           for (int d = 0; d < s.hd; ++d) acc[d] += p * vr[d];
         }
         for (int d = 0; d < s.hd; ++d) oh[d] = float(acc[d] / sum);
-        row(lse, qr)[h] = float(mx + std::log(sum));
+        cpu_row(lse, qr)[h] = float(mx + std::log(sum));
       }
     }
 }
@@ -378,10 +312,10 @@ void CpuTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const T
                                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
                                        const Tensor& dk, const Tensor& dv, const DFlashAttnShape& s) {
   check_attn("dflash_attention_bwd", q, k, v, blocks, s);
-  check_f32("dflash_attention_bwd", "dout", dout, q.rows, q.cols);
-  check_f32("dflash_attention_bwd", "dq", dq, q.rows, q.cols);
-  check_f32("dflash_attention_bwd", "dk", dk, k.rows, k.cols);
-  check_f32("dflash_attention_bwd", "dv", dv, v.rows, v.cols);
+  cpu_check_f32("dflash_attention_bwd", "dout", dout, q.rows, q.cols);
+  cpu_check_f32("dflash_attention_bwd", "dq", dq, q.rows, q.cols);
+  cpu_check_f32("dflash_attention_bwd", "dk", dk, k.rows, k.cols);
+  cpu_check_f32("dflash_attention_bwd", "dv", dv, v.rows, v.cols);
   fill(dq, 0.0f);
   fill(dk, 0.0f);
   fill(dv, 0.0f);
@@ -406,24 +340,24 @@ void CpuTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const T
         for (int kq = 0; kq < s.block; ++kq) {
           const int64_t qr = j * s.block + kq;
           KeyRanges kr = key_ranges(T, j, kq, s0, b[2 * j + 1], s);
-          const float *qh = row(q, qr) + h * s.hd, *doh = row(dout, qr) + h * s.hd;
+          const float *qh = cpu_row(q, qr) + h * s.hd, *doh = cpu_row(dout, qr) + h * s.hd;
           int n = attn_scores(k, qh, g, kr, s, sc);
-          const double L = row(lse, qr)[h], D = dot(doh, row(out, qr) + h * s.hd, s.hd);
+          const double L = cpu_row(lse, qr)[h], D = dot(doh, cpu_row(out, qr) + h * s.hd, s.hd);
           std::fill(dqa.begin(), dqa.end(), 0.0);
           for (int i = 0; i < n; ++i) {
             const int64_t kr_i = key_row(kr, i);
             const double p = std::exp(sc[i] - L);
-            const float* vr = row(v, kr_i) + g * s.hd;
+            const float* vr = cpu_row(v, kr_i) + g * s.hd;
             const double ds = p * (dot(doh, vr, s.hd) - D) * s.scale;
-            const float* kk = row(k, kr_i) + g * s.hd;
-            float *dkr = row(dk, kr_i) + g * s.hd, *dvr = row(dv, kr_i) + g * s.hd;
+            const float* kk = cpu_row(k, kr_i) + g * s.hd;
+            float *dkr = cpu_row(dk, kr_i) + g * s.hd, *dvr = cpu_row(dv, kr_i) + g * s.hd;
             for (int d = 0; d < s.hd; ++d) {
               dqa[d] += ds * kk[d];
               dkr[d] += float(ds * qh[d]);
               dvr[d] += float(p * doh[d]);
             }
           }
-          float* dqh = row(dq, qr) + h * s.hd;
+          float* dqh = cpu_row(dq, qr) + h * s.hd;
           for (int d = 0; d < s.hd; ++d) dqh[d] = float(dqa[d]);
         }
     }
@@ -433,24 +367,20 @@ void CpuTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const T
 // ---- MLP ------------------------------------------------------------------------------------------------
 
 void CpuTrainOps::swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  check_f32("swiglu_fwd", "up", up, gate.rows, gate.cols);
-  check_f32("swiglu_fwd", "out", out, gate.rows, gate.cols);
-#pragma omp parallel for schedule(static) if(cpu_parallel_worth(gate.numel()))
-  for (int64_t r = 0; r < gate.rows; ++r)
-    for (int64_t c = 0; c < gate.cols; ++c) row(out, r)[c] = float(silu(row(gate, r)[c]) * row(up, r)[c]);
+  ops_.swiglu(gate, up, out);
 }
 
 void CpuTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
                              const Tensor& dup) {
-  check_f32("swiglu_bwd", "dout", dout, gate.rows, gate.cols);
-  check_f32("swiglu_bwd", "dgate", dgate, gate.rows, gate.cols);
-  check_f32("swiglu_bwd", "dup", dup, gate.rows, gate.cols);
+  cpu_check_f32("swiglu_bwd", "dout", dout, gate.rows, gate.cols);
+  cpu_check_f32("swiglu_bwd", "dgate", dgate, gate.rows, gate.cols);
+  cpu_check_f32("swiglu_bwd", "dup", dup, gate.rows, gate.cols);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(gate.numel()))
   for (int64_t r = 0; r < gate.rows; ++r)
     for (int64_t c = 0; c < gate.cols; ++c) {
-      const double g = row(gate, r)[c], sg = 1.0 / (1.0 + std::exp(-g)), d = row(dout, r)[c];
-      row(dgate, r)[c] = float(d * row(up, r)[c] * sg * (1.0 + g * (1.0 - sg)));
-      row(dup, r)[c] = float(d * g * sg);
+      const double g = cpu_row(gate, r)[c], sg = 1.0 / (1.0 + std::exp(-g)), d = cpu_row(dout, r)[c];
+      cpu_row(dgate, r)[c] = float(d * cpu_row(up, r)[c] * sg * (1.0 + g * (1.0 - sg)));
+      cpu_row(dup, r)[c] = float(d * g * sg);
     }
 }
 
@@ -461,15 +391,15 @@ void CpuTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, cons
                                const Tensor& loss, const Tensor& p_label, const Tensor& argmax,
                                const Tensor& dhidden) {
   const int64_t rows = hidden.rows, H = hidden.cols, V = lm_head.rows;
-  check_f32("lm_head_loss", "lm_head", lm_head, V, H);
+  cpu_check_f32("lm_head_loss", "lm_head", lm_head, V, H);
   check_i32("lm_head_loss", "labels", labels, 1, rows);
   DF_CHECK(active.dtype == DType::u8 && active.rows == 1 && active.cols == rows,
            "lm_head_loss: active must be u8 [1, %lld], got %s", (long long)rows, active.shape_str().c_str());
-  if (kind == LmLossKind::kl) check_f32("lm_head_loss", "target_hidden", target_hidden, rows, H);
-  check_f32("lm_head_loss", "loss", loss, 1, rows);
-  check_f32("lm_head_loss", "p_label", p_label, 1, rows);
+  if (kind == LmLossKind::kl) cpu_check_f32("lm_head_loss", "target_hidden", target_hidden, rows, H);
+  cpu_check_f32("lm_head_loss", "loss", loss, 1, rows);
+  cpu_check_f32("lm_head_loss", "p_label", p_label, 1, rows);
   check_i32("lm_head_loss", "argmax", argmax, 1, rows);
-  check_f32("lm_head_loss", "dhidden", dhidden, rows, H);
+  cpu_check_f32("lm_head_loss", "dhidden", dhidden, rows, H);
   std::vector<int64_t> act;
   for (int64_t r = 0; r < rows; ++r) {
     if (active.ptr<uint8_t>()[r]) {
@@ -481,7 +411,7 @@ void CpuTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, cons
     loss.ptr<float>()[r] = 0.0f;
     p_label.ptr<float>()[r] = 0.0f;
     argmax.ptr<int32_t>()[r] = -1;
-    std::fill_n(row(dhidden, r), H, 0.0f);
+    std::fill_n(cpu_row(dhidden, r), H, 0.0f);
   }
   const int64_t chunk = std::max(1, loss_chunk_rows_);
   std::vector<float> hid(chunk * H), tgt(kind == LmLossKind::kl ? chunk * H : 0), logit(chunk * V),
@@ -489,8 +419,9 @@ void CpuTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, cons
   for (size_t c0 = 0; c0 < act.size(); c0 += size_t(chunk)) {
     const int64_t n = std::min<int64_t>(chunk, int64_t(act.size() - c0));
     for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(&hid[i * H], row(hidden, act[c0 + i]), H * sizeof(float));
-      if (kind == LmLossKind::kl) std::memcpy(&tgt[i * H], row(target_hidden, act[c0 + i]), H * sizeof(float));
+      std::memcpy(&hid[i * H], cpu_row(hidden, act[c0 + i]), H * sizeof(float));
+      if (kind == LmLossKind::kl)
+        std::memcpy(&tgt[i * H], cpu_row(target_hidden, act[c0 + i]), H * sizeof(float));
     }
     Tensor lt = tensor_make(logit.data(), DType::f32, Device::cpu, n, V);
     gemm(tensor_make(hid.data(), DType::f32, Device::cpu, n, H), false, lm_head, true, lt, 1.0f, 0.0f);
@@ -530,14 +461,14 @@ void CpuTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, cons
     }
     Tensor dht = tensor_make(dh.data(), DType::f32, Device::cpu, n, H);
     gemm(lt, false, lm_head, false, dht, 1.0f, 0.0f);
-    for (int64_t i = 0; i < n; ++i) std::memcpy(row(dhidden, act[c0 + i]), &dh[i * H], H * sizeof(float));
+    for (int64_t i = 0; i < n; ++i) std::memcpy(cpu_row(dhidden, act[c0 + i]), &dh[i * H], H * sizeof(float));
   }
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------------
 
 double CpuTrainOps::sum_squares(const Tensor& x) {
-  check_f32("sum_squares", "x", x, -1, -1);
+  cpu_check_f32("sum_squares", "x", x, -1, -1);
   DF_CHECK(x.contiguous(), "sum_squares: %s must be a contiguous flat buffer", x.shape_str().c_str());
   // Fixed slices summed in slice order: the result does not depend on the thread count.
   constexpr int64_t kSlice = 1 << 16;
@@ -560,7 +491,7 @@ void CpuTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, const
   DF_CHECK(p_lp.empty(), "adamw: the CPU backend trains in f32 and keeps no bf16 weight shadow");
   const int64_t n = p.numel();
   for (const Tensor* t : {&p, &g, &m, &v}) {
-    check_f32("adamw", "buffer", *t, -1, -1);
+    cpu_check_f32("adamw", "buffer", *t, -1, -1);
     DF_CHECK(t->contiguous() && t->numel() == n, "adamw: buffer %s must be contiguous with %lld elements",
              t->shape_str().c_str(), (long long)n);
   }

@@ -3,6 +3,7 @@
 // present; every reduction runs in a fixed order so results do not depend on the thread count (what is and
 // is not bit-identical: train_ops.h, Determinism).
 #pragma once
+#include "ops/cpu/cpu_ops.h"
 #include "ops/train_ops.h"
 
 namespace df {
@@ -57,9 +58,11 @@ class CpuTrainOps final : public TrainOps {
 
  private:
   int loss_chunk_rows_;
+  CpuOps ops_;  // the target's CPU ops, for the ops whose math is the same (embedding, SwiGLU, uploads)
 };
 
-// The same normal draw add_gaussian_noise uses for element index i (tests and other backends match it).
+// The normal draw add_gaussian_noise adds (times std) at flat element index i: core/rng.h's
+// rng_normal_at(seed, kRngStreamTrainNoise, i), which the CUDA backend draws too.
 float cpu_noise_normal(uint64_t seed, uint64_t i);
 
 }  // namespace df

@@ -4,17 +4,16 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "ops/cuda/cuda_device.h"
 #include "ops/ops.h"
 
 namespace df {
-
-struct GemmContext;
 
 class CudaOps final : public Ops {
  public:
   // Selects `device` for this thread and creates the stream and the cuBLASLt context on it.
   explicit CudaOps(int device = 0);
-  ~CudaOps() override;
+  ~CudaOps() override = default;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
@@ -22,7 +21,7 @@ class CudaOps final : public Ops {
   DType act_dtype() const override { return DType::bf16; }
   const char* name() const override { return "cuda"; }
   // The stream every op is queued on (NCCL sends and events order themselves against it).
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return dev_.stream; }
 
   void* alloc_bytes(size_t bytes) override;
   void free_bytes(void* p) override;
@@ -54,12 +53,7 @@ class CudaOps final : public Ops {
                      float eps) override;
 
  private:
-  int device_ = 0;
-  cudaStream_t stream_ = nullptr;
-  GemmContext* gemm_ = nullptr;
+  CudaDevice dev_;
 };
-
-// Number of CUDA devices visible, 0 when there is no driver or no GPU (never throws).
-int cuda_device_count();
 
 }  // namespace df

@@ -4,11 +4,10 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "ops/cuda/cuda_device.h"
 #include "ops/train_ops.h"
 
 namespace df {
-
-struct GemmContext;
 
 class CudaTrainOps final : public TrainOps {
  public:
@@ -22,8 +21,8 @@ class CudaTrainOps final : public TrainOps {
   Device device() const override { return Device::cuda; }
   const char* name() const override { return "cuda"; }
   DType act_dtype() const override { return DType::bf16; }
-  cudaStream_t stream() const { return stream_; }
-  int device_index() const { return device_; }
+  cudaStream_t stream() const { return dev_.stream; }
+  int device_index() const { return dev_.index; }
 
   void* alloc_bytes(size_t bytes) override;
   void free_bytes(void* p) override;
@@ -65,10 +64,14 @@ class CudaTrainOps final : public TrainOps {
              const AdamW& hp) override;
 
  private:
-  int device_ = 0;
+  // Device scratch of at least `bytes` (backward partial sums, attention and loss workspaces): one buffer for
+  // every op, since they run one after another on the stream; grown, never shrunk.
+  void* scratch(size_t bytes);
+
+  CudaDevice dev_;
   int64_t loss_chunk_rows_ = 1024;
-  cudaStream_t stream_ = nullptr;
-  GemmContext* gemm_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
 };
 
 }  // namespace df

@@ -1,0 +1,318 @@
+// CudaTrainOps: checks each training op's tensors against train_ops.h (device, dtype, shape; messages name
+// the op and the tensor), sizes the op's workspace in the shared scratch buffer, and makes one launcher call.
+#include "ops/cuda/cuda_train_ops.h"
+
+#include <cmath>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/launchers.cuh"
+#include "kernels/train_launchers.cuh"
+
+namespace df {
+
+namespace {
+
+bf16* bptr(const Tensor& t) {
+  return static_cast<bf16*>(t.data);
+}
+float* fptr(const Tensor& t) {
+  return static_cast<float*>(t.data);
+}
+const int32_t* iptr(const Tensor& t) {
+  return static_cast<const int32_t*>(t.data);
+}
+
+// cuda_expect and cuda_expect_shape in one: most checks below are "this dtype, that shape".
+void expect_as(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* what) {
+  cuda_expect(t, dt, op, what);
+  cuda_expect_shape(t, rows, cols, op, what);
+}
+
+// What the QK norm forward and backward share: x bf16 [rows, heads·hd], w f32 [1, hd], pos i32 [1, rows],
+// rstd f32 [rows, heads].
+void expect_qk(const char* op, const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
+               int heads, int hd) {
+  DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512,
+           "%s: need heads > 0 and an even hd <= 512, got %d, %d", op, heads, hd);
+  expect_as(x, DType::bf16, x.rows, int64_t(heads) * hd, op, "x");
+  expect_as(w, DType::f32, 1, hd, op, "w");
+  expect_as(pos, DType::i32, 1, x.rows, op, "pos");
+  expect_as(rstd, DType::f32, x.rows, heads, op, "rstd");
+}
+
+// A flat optimizer buffer: contiguous CUDA memory of dtype dt with n elements.
+void expect_flat(const Tensor& t, DType dt, int64_t n, const char* op, const char* what) {
+  cuda_expect(t, dt, op, what);
+  DF_CHECK(t.contiguous() && t.numel() == n, "%s: %s %s must be a contiguous flat buffer of %lld elements",
+           op, what, t.shape_str().c_str(), (long long)n);
+}
+
+// The tensors both DFlash attention passes take: q [nb·B, hq·hd], k/v [T + nb·B, hkv·hd], out like q (bf16),
+// lse f32 [nb·B, hq], blocks contiguous i32 [nb, 2].
+void expect_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
+                 const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) {
+  DF_CHECK(s.hq > 0 && s.hkv > 0 && s.hq % s.hkv == 0 && s.hd > 0 && s.block > 0,
+           "%s: bad head shape hq %d hkv %d hd %d block %d", op, s.hq, s.hkv, s.hd, s.block);
+  DF_CHECK(s.window == 0 || s.window >= s.block, "%s: sliding window %d smaller than the block %d", op,
+           s.window, s.block);
+  cuda_expect(blocks, DType::i32, op, "blocks");
+  DF_CHECK(blocks.cols == 2 && blocks.contiguous(), "%s: blocks %s must be contiguous i32 [nb, 2]", op,
+           blocks.shape_str().c_str());
+  const int64_t nb = blocks.rows;
+  DF_CHECK(k.rows >= nb * s.block, "%s: k has %lld rows, fewer than the %lld block rows", op,
+           (long long)k.rows, (long long)(nb * s.block));
+  expect_as(q, DType::bf16, nb * s.block, int64_t(s.hq) * s.hd, op, "q");
+  expect_as(k, DType::bf16, k.rows, int64_t(s.hkv) * s.hd, op, "k");
+  expect_as(v, DType::bf16, k.rows, int64_t(s.hkv) * s.hd, op, "v");
+  expect_as(out, DType::bf16, q.rows, q.cols, op, "out");
+  expect_as(lse, DType::f32, q.rows, s.hq, op, "lse");
+}
+
+DFlashAttnDims attn_dims(const Tensor& k, const Tensor& blocks, const DFlashAttnShape& s) {
+  const int64_t nb = blocks.rows;
+  return DFlashAttnDims{k.rows - nb * s.block, nb, s.hq, s.hkv, s.hd, s.block, s.window, s.scale};
+}
+
+}  // namespace
+
+CudaTrainOps::CudaTrainOps(int device, int64_t loss_chunk_rows)
+    : dev_(device), loss_chunk_rows_(loss_chunk_rows) {
+  DF_CHECK(loss_chunk_rows > 0, "CudaTrainOps: loss_chunk_rows must be positive, got %lld",
+           (long long)loss_chunk_rows);
+}
+
+CudaTrainOps::~CudaTrainOps() {
+  if (scratch_) cudaFree(scratch_);
+}
+
+void* CudaTrainOps::scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return scratch_;
+  // Kernels queued earlier may still read the old buffer.
+  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  dev_.free(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  scratch_ = dev_.alloc(bytes);
+  scratch_bytes_ = bytes;
+  return scratch_;
+}
+
+// ---- memory ---------------------------------------------------------------------------------------------
+
+void* CudaTrainOps::alloc_bytes(size_t bytes) {
+  void* p = dev_.alloc(bytes);
+  // Synchronised: the memory may next be touched from another stream (NCCL) or the host.
+  DF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, dev_.stream));
+  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  return p;
+}
+
+void CudaTrainOps::free_bytes(void* p) {
+  // The stream may still use p: cudaFree alone does not wait for a non-blocking stream's work.
+  if (p) DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  dev_.free(p);
+}
+
+void CudaTrainOps::upload_raw(const Tensor& dst, const void* host) {
+  dev_.upload_raw(dst, host);
+}
+
+void CudaTrainOps::download_raw(const Tensor& src, void* host) {
+  dev_.download_raw(src, host);
+}
+
+void CudaTrainOps::copy(const Tensor& src, const Tensor& dst) {
+  dev_.copy(src, dst);
+}
+
+void CudaTrainOps::fill(const Tensor& dst, float value) {
+  cuda_expect_float(dst, "fill", "dst");
+  fill_launch(dst.data, dst.dtype == DType::f32, dst.stride, dst.rows, dst.cols, value, dev_.stream);
+}
+
+// ---- dense ----------------------------------------------------------------------------------------------
+
+void CudaTrainOps::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                        float alpha, float beta) {
+  cuda_gemm(dev_, a, trans_a, b, trans_b, c, alpha, beta);
+}
+
+void CudaTrainOps::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  cuda_embedding(dev_, ids, table, out);
+}
+
+void CudaTrainOps::scale_rows(const Tensor& x, const Tensor& s) {
+  cuda_expect(x, DType::bf16, "scale_rows", "x");
+  expect_as(s, DType::f32, 1, x.rows, "scale_rows", "s");
+  scale_rows_launch(bptr(x), x.stride, fptr(s), x.rows, x.cols, dev_.stream);
+}
+
+void CudaTrainOps::add_gaussian_noise(const Tensor& x, float std, uint64_t seed) {
+  cuda_expect(x, DType::bf16, "add_gaussian_noise", "x");
+  add_gaussian_noise_launch(bptr(x), x.stride, x.rows, x.cols, std, seed, dev_.stream);
+}
+
+// ---- normalisation and RoPE -----------------------------------------------------------------------------
+
+void CudaTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
+                               float eps) {
+  const char* op = "rmsnorm_fwd";
+  cuda_expect(x, DType::bf16, op, "x");
+  expect_as(w, DType::f32, 1, x.cols, op, "w");
+  expect_as(y, DType::bf16, x.rows, x.cols, op, "y");
+  expect_as(rstd, DType::f32, 1, x.rows, op, "rstd");
+  rmsnorm_fwd_launch(bptr(x), x.stride, fptr(w), bptr(y), y.stride, fptr(rstd), x.rows, x.cols, eps,
+                     dev_.stream);
+}
+
+void CudaTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
+                               const Tensor& dx, const Tensor& dw, float beta_dx) {
+  const char* op = "rmsnorm_bwd";
+  cuda_expect(x, DType::bf16, op, "x");
+  expect_as(w, DType::f32, 1, x.cols, op, "w");
+  expect_as(rstd, DType::f32, 1, x.rows, op, "rstd");
+  expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
+  expect_as(dx, DType::bf16, x.rows, x.cols, op, "dx");
+  expect_as(dw, DType::f32, 1, x.cols, op, "dw");
+  const size_t ws = rmsnorm_bwd_workspace_bytes(x.rows, x.cols);
+  rmsnorm_bwd_launch(bptr(x), x.stride, fptr(w), fptr(rstd), bptr(dy), dy.stride, bptr(dx), dx.stride,
+                     fptr(dw), beta_dx, x.rows, x.cols, scratch(ws), ws, dev_.stream);
+}
+
+void CudaTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
+                                    const Tensor& rstd, int heads, int hd, float theta, float eps) {
+  const char* op = "qk_norm_rope_fwd";
+  expect_qk(op, x, w, pos, rstd, heads, hd);
+  expect_as(y, DType::bf16, x.rows, x.cols, op, "y");
+  DF_CHECK(x.data != y.data, "%s: y must not alias x", op);
+  qk_norm_rope_fwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), bptr(y), y.stride, fptr(rstd), rstd.stride,
+                          x.rows, heads, hd, theta, eps, dev_.stream);
+}
+
+void CudaTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
+                                    const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
+                                    float theta) {
+  const char* op = "qk_norm_rope_bwd";
+  expect_qk(op, x, w, pos, rstd, heads, hd);
+  expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
+  expect_as(dx, DType::bf16, x.rows, x.cols, op, "dx");
+  expect_as(dw, DType::f32, 1, hd, op, "dw");
+  const size_t ws = qk_norm_rope_bwd_workspace_bytes(x.rows, hd);
+  qk_norm_rope_bwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), fptr(rstd), rstd.stride, bptr(dy), dy.stride,
+                          bptr(dx), dx.stride, fptr(dw), x.rows, heads, hd, theta, scratch(ws), ws,
+                          dev_.stream);
+}
+
+// ---- attention ------------------------------------------------------------------------------------------
+
+void CudaTrainOps::dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& blocks, const Tensor& out, const Tensor& lse,
+                                        const DFlashAttnShape& s) {
+  const char* op = "dflash_attention_fwd";
+  expect_attn(op, q, k, v, blocks, out, lse, s);
+  dflash_attention_fwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks),
+                              bptr(out), out.stride, fptr(lse), lse.stride, attn_dims(k, blocks, s),
+                              dev_.stream);
+}
+
+void CudaTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& blocks, const Tensor& out, const Tensor& lse,
+                                        const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                                        const Tensor& dv, const DFlashAttnShape& s) {
+  const char* op = "dflash_attention_bwd";
+  expect_attn(op, q, k, v, blocks, out, lse, s);
+  expect_as(dout, DType::bf16, q.rows, q.cols, op, "dout");
+  expect_as(dq, DType::bf16, q.rows, q.cols, op, "dq");
+  expect_as(dk, DType::bf16, k.rows, k.cols, op, "dk");
+  expect_as(dv, DType::bf16, v.rows, v.cols, op, "dv");
+  const DFlashAttnDims d = attn_dims(k, blocks, s);
+  const size_t ws = dflash_attention_bwd_workspace_bytes(d);
+  dflash_attention_bwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks),
+                              bptr(out), out.stride, fptr(lse), lse.stride, bptr(dout), dout.stride, bptr(dq),
+                              dq.stride, bptr(dk), dk.stride, bptr(dv), dv.stride, d, scratch(ws), ws,
+                              dev_.stream);
+}
+
+// ---- MLP ------------------------------------------------------------------------------------------------
+
+void CudaTrainOps::swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  cuda_swiglu(dev_, gate, up, out);
+}
+
+void CudaTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
+                              const Tensor& dup) {
+  const char* op = "swiglu_bwd";
+  for (const auto& [t, what] :
+       {std::pair{&gate, "gate"}, {&up, "up"}, {&dout, "dout"}, {&dgate, "dgate"}, {&dup, "dup"}}) {
+    expect_as(*t, DType::bf16, gate.rows, gate.cols, op, what);
+  }
+  swiglu_bwd_launch(bptr(gate), gate.stride, bptr(up), up.stride, bptr(dout), dout.stride, bptr(dgate),
+                    dgate.stride, bptr(dup), dup.stride, gate.rows, gate.cols, dev_.stream);
+}
+
+// ---- loss -----------------------------------------------------------------------------------------------
+
+void CudaTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels,
+                                const Tensor& active, const Tensor& target_hidden, LmLossKind kind,
+                                const Tensor& loss, const Tensor& p_label, const Tensor& argmax,
+                                const Tensor& dhidden) {
+  const char* op = "lm_head_loss";
+  const int64_t rows = hidden.rows, H = hidden.cols, V = lm_head.rows;
+  const bool kl = kind == LmLossKind::kl;
+  cuda_expect(hidden, DType::bf16, op, "hidden");
+  expect_as(lm_head, DType::bf16, V, H, op, "lm_head");
+  expect_as(labels, DType::i32, 1, rows, op, "labels");
+  expect_as(active, DType::u8, 1, rows, op, "active");
+  expect_as(loss, DType::f32, 1, rows, op, "loss");
+  expect_as(p_label, DType::f32, 1, rows, op, "p_label");
+  expect_as(argmax, DType::i32, 1, rows, op, "argmax");
+  expect_as(dhidden, DType::bf16, rows, H, op, "dhidden");
+  if (kl) expect_as(target_hidden, DType::bf16, rows, H, op, "target_hidden");
+  const size_t ws = lm_head_loss_workspace_bytes(rows, H, V, loss_chunk_rows_, kl);
+  lm_head_loss_launch(dev_.gemm, bptr(hidden), hidden.stride, bptr(lm_head), lm_head.stride, iptr(labels),
+                      static_cast<const uint8_t*>(active.data), kl ? bptr(target_hidden) : nullptr,
+                      kl ? target_hidden.stride : 0, kl, fptr(loss), fptr(p_label),
+                      static_cast<int32_t*>(argmax.data), bptr(dhidden), dhidden.stride, rows, H, V,
+                      loss_chunk_rows_, scratch(ws), ws, dev_.stream);
+}
+
+// ---- optimizer ------------------------------------------------------------------------------------------
+
+double CudaTrainOps::sum_squares(const Tensor& x) {
+  const int64_t n = x.numel();
+  expect_flat(x, DType::f32, n, "sum_squares", "x");
+  // The result sits at the start of the scratch, the partials after it (both 8-byte aligned).
+  const size_t ws = sum_squares_workspace_bytes(n);
+  double* result = static_cast<double*>(scratch(sizeof(double) + ws));
+  sum_squares_launch(fptr(x), n, result, result + 1, ws, dev_.stream);
+  double host = 0.0;
+  DF_CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, dev_.stream));
+  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  return host;
+}
+
+void CudaTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                         const Tensor& p_lp, const AdamW& hp) {
+  const char* op = "adamw";
+  const int64_t n = p.numel();
+  expect_flat(p, DType::f32, n, op, "p");
+  expect_flat(g, DType::f32, n, op, "g");
+  expect_flat(m, DType::f32, n, op, "m");
+  expect_flat(v, DType::f32, n, op, "v");
+  if (!p_lp.empty()) expect_flat(p_lp, DType::bf16, n, op, "p_lp");
+  DF_CHECK(hp.step_t >= 1 && hp.n_decay >= 0 && hp.n_decay <= n,
+           "adamw: step_t %lld / n_decay %lld out of range", (long long)hp.step_t, (long long)hp.n_decay);
+  // The CPU backend's bias corrections, in double, exactly as it forms them.
+  const AdamWArgs a{hp.lr,
+                    hp.beta1,
+                    hp.beta2,
+                    hp.eps,
+                    hp.weight_decay,
+                    hp.grad_scale,
+                    1.0 - std::pow(double(hp.beta1), double(hp.step_t)),
+                    1.0 - std::pow(double(hp.beta2), double(hp.step_t)),
+                    hp.n_decay};
+  adamw_launch(fptr(p), fptr(g), fptr(m), fptr(v), p_lp.empty() ? nullptr : bptr(p_lp), n, a, dev_.stream);
+}
+
+}  // namespace df
