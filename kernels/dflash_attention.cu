@@ -17,7 +17,7 @@ namespace {
 constexpr int kTile = 64;  // keys per K/V tile and query rows per CTA (16 per warp)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// ---- kernels -----------------------------------------------------------------------------------------------
+// ---- kernels ----------------------------------------------------------------------------------------
 
 // One block's mask (train_ops.h) on absolute k/v rows: context rows [s0 + lo(kq), s0 + a), own rows
 // [bj, bj + B), causal in sliding layers. Context rows end at s0 + a ≤ T ≤ bj, so the two ranges never meet.
@@ -80,7 +80,8 @@ __device__ __forceinline__ void store_two(bf16* row, int d, int hd, bool pairs, 
 // acc[16 rows × 8·NT cols] += A · B with A's 16×16 k-slice given as mma A fragments and B (16 k rows,
 // row-major [k][n] in shared memory at `b`, row stride LDS) read with ldmatrix.trans: the P·V / dS·K step.
 template <int NT, int LDS>
-__device__ __forceinline__ void mma_a_bt(float (&acc)[NT][4], const uint32_t (&a)[4], const bf16* b, int lane) {
+__device__ __forceinline__ void mma_a_bt(float (&acc)[NT][4], const uint32_t (&a)[4], const bf16* b,
+                                         int lane) {
   const int mat = lane >> 3, r8 = lane & 7;
   const bf16* base = b + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
 #pragma unroll
@@ -147,9 +148,10 @@ __global__ void __launch_bounds__(128) dfa_query_kernel(QueryArgs p) {
   constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
   extern __shared__ __align__(16) unsigned char dfa_smem[];
   bf16* Qs = reinterpret_cast<bf16*>(dfa_smem);
-  bf16* Ks = Qs + kTile * LDS;
-  bf16* Vs = Ks + kTile * LDS;
-  bf16* dOs = Vs + kTile * LDS;  // DQ only
+  bf16* dOs = Qs + kTile * LDS;                // DQ only
+  bf16* KV = Qs + (DQ ? 2 : 1) * kTile * LDS;  // K, V of two tiles: the next one loads during this one
+  auto Kb = [&](int b) { return KV + 2 * b * kTile * LDS; };
+  auto Vb = [&](int b) { return KV + (2 * b + 1) * kTile * LDS; };
   const DFlashAttnDims& d = p.d;
   const int64_t j = blockIdx.x;
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
@@ -172,7 +174,9 @@ __global__ void __launch_bounds__(128) dfa_query_kernel(QueryArgs p) {
   auto key_row = [&](int x) { return x < nctx ? c0 + x : m.bj + (x - nctx); };
 
   auto qsrc = [&](const bf16* base, int64_t ld) {
-    return [=](int r) -> const bf16* { return z0 + r < R ? base + q_row(z0 + r) * ld + q_col(z0 + r) : nullptr; };
+    return [=](int r) -> const bf16* {
+      return z0 + r < R ? base + q_row(z0 + r) * ld + q_col(z0 + r) : nullptr;
+    };
   };
   auto kvsrc = [&](const bf16* base, int64_t ld, int k0) {
     return [=](int r) -> const bf16* {
@@ -181,8 +185,8 @@ __global__ void __launch_bounds__(128) dfa_query_kernel(QueryArgs p) {
   };
   load_tile<HD, kTile, 128>(Qs, d.hd, p.vec, p.q, qsrc(p.q, p.ld_q));
   if (DQ) load_tile<HD, kTile, 128>(dOs, d.hd, p.vec, p.q, qsrc(p.dout, p.ld_dout));
-  load_tile<HD, kTile, 128>(Ks, d.hd, p.vec, p.q, kvsrc(p.k, p.ld_k, 0));
-  load_tile<HD, kTile, 128>(Vs, d.hd, p.vec, p.q, kvsrc(p.v, p.ld_v, 0));
+  load_tile<HD, kTile, 128>(Kb(0), d.hd, p.vec, p.q, kvsrc(p.k, p.ld_k, 0));
+  load_tile<HD, kTile, 128>(Vb(0), d.hd, p.vec, p.q, kvsrc(p.v, p.ld_v, 0));
 
   // The two query rows this thread holds, their visible interval and (dq) their lse and D.
   int ilo[2], ihi[2];
@@ -205,8 +209,13 @@ __global__ void __launch_bounds__(128) dfa_query_kernel(QueryArgs p) {
   float mx_run[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const bf16* qw = Qs + warp * 16 * LDS;
 
-  for (int k0 = 0; k0 < nkeys; k0 += kTile) {
-    tile_wait();
+  for (int k0 = 0, buf = 0; k0 < nkeys; k0 += kTile, buf ^= 1) {
+    tile_wait();  // tile k0 landed; every warp is done with the other buffer (tile k0 − 64)
+    if (k0 + kTile < nkeys) {
+      load_tile<HD, kTile, 128>(Kb(buf ^ 1), d.hd, p.vec, p.q, kvsrc(p.k, p.ld_k, k0 + kTile));
+      load_tile<HD, kTile, 128>(Vb(buf ^ 1), d.hd, p.vec, p.q, kvsrc(p.v, p.ld_v, k0 + kTile));
+    }
+    const bf16 *Ks = Kb(buf), *Vs = Vb(buf);
     for (int kh = 0; kh < kTile && k0 + kh < nkeys; kh += KSUB) {
       float s[KSUB / 8][4];
       mma_x_yt<KSUB / 8, HD, LDS>(s, qw, Ks + kh * LDS, lane);
@@ -267,11 +276,6 @@ __global__ void __launch_bounds__(128) dfa_query_kernel(QueryArgs p) {
         mma_a_bt<HD / 8, LDS>(o, a, (DQ ? Ks : Vs) + (kh + kk * 16) * LDS, lane);
       }
     }
-    __syncthreads();  // every warp is done with K/V of this tile
-    if (k0 + kTile < nkeys) {
-      load_tile<HD, kTile, 128>(Ks, d.hd, p.vec, p.q, kvsrc(p.k, p.ld_k, k0 + kTile));
-      load_tile<HD, kTile, 128>(Vs, d.hd, p.vec, p.q, kvsrc(p.v, p.ld_v, k0 + kTile));
-    }
   }
 
   float fin[2];
@@ -297,8 +301,8 @@ __global__ void __launch_bounds__(128) dfa_query_kernel(QueryArgs p) {
 }
 
 // D[row, head] = Σ_d dO·O in fp32 (the softmax backward's row term), one warp per (row, head).
-__global__ void dfa_dsum_kernel(const bf16* out, int64_t ld_out, const bf16* dout, int64_t ld_dout, float* dsum,
-                                int64_t rows, int hq, int hd) {
+__global__ void dfa_dsum_kernel(const bf16* out, int64_t ld_out, const bf16* dout, int64_t ld_dout,
+                                float* dsum, int64_t rows, int hq, int hd) {
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (w >= rows * hq) return;
@@ -359,7 +363,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads) dfa_kv_kernel(KvArgs p) {
   const int64_t ta = r0 + kw + gr, tb = ta + 8;
 
   auto kvsrc = [&](const bf16* base, int64_t ld) {
-    return [=](int r) -> const bf16* { return r0 + r < rows ? base + (r0 + r) * ld + int64_t(g) * d.hd : nullptr; };
+    return [=](int r) -> const bf16* {
+      return r0 + r < rows ? base + (r0 + r) * ld + int64_t(g) * d.hd : nullptr;
+    };
   };
   load_tile<HD, kTile, THREADS>(Ks, d.hd, p.vec, p.k, kvsrc(p.k, p.ld_k));
   load_tile<HD, kTile, THREADS>(Vs, d.hd, p.vec, p.k, kvsrc(p.v, p.ld_v));
@@ -393,6 +399,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads) dfa_kv_kernel(KvArgs p) {
       const BlockMask m = block_mask(p.blocks, j, d);
       // Every query row sees every key of this tile (the common case deep in a context): no per-element mask.
       const bool full = r0 >= m.s0 + m.lo(d.block - 1) && r1 <= m.s0 + m.a;
+      // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
+      const int64_t w0 = r0 + kw, w1 = w0 + 16;
+      const bool warp_sees = (m.s0 + m.lo(0) < w1 && m.s0 + m.a > w0) || (m.bj < w1 && m.bj + m.B > w0);
       for (int z0 = 0; z0 < R; z0 += kTile) {
         auto qsrc = [&](const bf16* b, int64_t ld) {
           return [=](int r) -> const bf16* {
@@ -416,7 +425,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads) dfa_kv_kernel(KvArgs p) {
 
 #pragma unroll 1
         for (int sub = 0; sub < kTile / 16; ++sub) {
-          if (z0 + sub * 16 >= R) break;  // uniform: the rest of the chunk is past the group
+          if (!warp_sees || z0 + sub * 16 >= R) break;  // warp-uniform
           float s[2][4], dp[2][4];
           mma_x_yt<2, HD, LDS>(s, Ks + kw * LDS, Qs + sub * 16 * LDS, lane);
           mma_x_yt<2, HD, LDS>(dp, Vs + kw * LDS, dOs + sub * 16 * LDS, lane);
@@ -441,6 +450,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads) dfa_kv_kernel(KvArgs p) {
     }
   }
 
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // K/V copies of a tile no block sees
   const float scale = p.scale_log2 / kLog2e;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -457,18 +467,21 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads) dfa_kv_kernel(KvArgs p) {
   }
 }
 
-// ---- launchers -------------------------------------------------------------------------------------------
+// ---- launchers --------------------------------------------------------------------------------------
 
 void check_dims(const char* op, const DFlashAttnDims& d) {
-  if (d.hq <= 0 || d.hkv <= 0 || d.hq % d.hkv != 0 || d.hd <= 0 || d.hd > 256 || d.block <= 0 || d.window < 0 ||
-      d.T < 0 || d.nb < 0 || d.nb > 0x7fffffff || int64_t(d.hq / d.hkv) * d.block > 65535 * kTile)
+  if (d.hq <= 0 || d.hkv <= 0 || d.hq % d.hkv != 0 || d.hd <= 0 || d.hd > 256 || d.block <= 0 ||
+      d.window < 0 || d.T < 0 || d.nb < 0 || d.nb > 0x7fffffff ||
+      int64_t(d.hq / d.hkv) * d.block > 65535 * kTile)
     cuda_throw(op,
                "bad DFlash attention shape (needs hq a multiple of hkv > 0, 0 < head_dim <= 256, block > 0, "
                "window >= 0); HINT: check the drafter config's heads / kv_heads / head_dim / block_size",
                __FILE__, __LINE__);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Calls fn(std::integral_constant<int, HD>) with hd rounded up to the kernels' template head dims.
 template <class Fn>
@@ -487,7 +500,7 @@ void dispatch_hd(int hd, Fn&& fn) {
 
 template <int HD, bool DQ>
 void query_pass(const QueryArgs& a, cudaStream_t stream) {
-  const size_t smem = sizeof(bf16) * size_t(DQ ? 4 : 3) * kTile * (HD + 8);
+  const size_t smem = sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
   DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int R = a.d.hq / a.d.hkv * a.d.block;
@@ -496,7 +509,9 @@ void query_pass(const QueryArgs& a, cudaStream_t stream) {
   DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
 }
 
-size_t round256(size_t n) { return (n + 255) / 256 * 256; }
+size_t round256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 }  // namespace
 
@@ -519,25 +534,27 @@ size_t dflash_attention_bwd_workspace_bytes(const DFlashAttnDims& d) {
 
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                  int64_t ld_v, const int32_t* blocks, const bf16* out, int64_t ld_out,
-                                 const float* lse, int64_t ld_lse, const bf16* dout, int64_t ld_dout, bf16* dq,
-                                 int64_t ld_dq, bf16* dk, int64_t ld_dk, bf16* dv, int64_t ld_dv,
+                                 const float* lse, int64_t ld_lse, const bf16* dout, int64_t ld_dout,
+                                 bf16* dq, int64_t ld_dq, bf16* dk, int64_t ld_dk, bf16* dv, int64_t ld_dv,
                                  const DFlashAttnDims& d, void* ws, size_t ws_bytes, cudaStream_t stream) {
   check_dims("dflash_attention_bwd_launch", d);
   if (ws_bytes < dflash_attention_bwd_workspace_bytes(d) || (ws == nullptr && d.nb > 0))
-    cuda_throw("dflash_attention_bwd_launch",
-               "workspace smaller than dflash_attention_bwd_workspace_bytes(dims); HINT: size it with that call",
-               __FILE__, __LINE__);
+    cuda_throw(
+        "dflash_attention_bwd_launch",
+        "workspace smaller than dflash_attention_bwd_workspace_bytes(dims); HINT: size it with that call",
+        __FILE__, __LINE__);
   float* dsum = static_cast<float*>(ws);
   const int64_t qrows = d.nb * d.block, kvrows = d.T + qrows;
   const bool vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v | ld_dout) % 8 == 0 && aligned16(q) && aligned16(k) &&
                    aligned16(v) && aligned16(dout);
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
-    dfa_dsum_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(out, ld_out, dout, ld_dout, dsum, qrows, d.hq,
-                                                                   d.hd);
+    dfa_dsum_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(out, ld_out, dout, ld_dout, dsum, qrows,
+                                                                   d.hq, d.hd);
     DF_CUDA_CHECK_LAUNCH("dfa_dsum_kernel");
     QueryArgs a{};
-    a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v, a.ld_dout = ld_dout;
+    a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v,
+    a.ld_dout = ld_dout;
     a.blocks = blocks, a.lse_in = lse, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.ld_lse = ld_lse, a.d = d;
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
