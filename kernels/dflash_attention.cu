@@ -143,7 +143,7 @@ struct QueryArgs {
 // [64i, 64i + 64): virtual key x < nctx is context row c0 + x, the rest own rows; every query row sees one
 // interval [ilo, ihi) of virtual keys, so the mask is two compares.
 template <int HD, bool DQ>
-__global__ void __launch_bounds__(128) dfa_query_kernel(QueryArgs p) {
+__global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
   constexpr int LDS = HD + 8;
   constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
   extern __shared__ __align__(16) unsigned char dfa_smem[];
@@ -340,24 +340,26 @@ struct KvArgs {
 
 // One CTA per (64 absolute k/v rows, kv head). It lists, in block order, the blocks that see any of its keys
 // (a THREADS-wide scan of `blocks` at a time, compacted with ballots) and for each one loads the group's
-// query rows 64 at a time: Sᵀ = K·Qᵀ, Pᵀ from the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q.
-// Each dk/dv row is written once, by its CTA, in a fixed order: deterministic, no atomics.
+// query rows 64 at a time (the next chunk's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from the lse, dV +=
+// Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. Each dk/dv row is written once, by its CTA, in a fixed order:
+// deterministic, no atomics.
 template <int HD>
-__global__ void __launch_bounds__(KvCfg<HD>::kThreads) dfa_kv_kernel(KvArgs p) {
+__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p) {
   constexpr int LDS = HD + 8, THREADS = KvCfg<HD>::kThreads, COLS = KvCfg<HD>::kCols;
   extern __shared__ __align__(16) unsigned char dfa_smem[];
   bf16* Ks = reinterpret_cast<bf16*>(dfa_smem);
   bf16* Vs = Ks + kTile * LDS;
-  bf16* Qs = Vs + kTile * LDS;
-  bf16* dOs = Qs + kTile * LDS;
-  float* lse2 = reinterpret_cast<float*>(dOs + kTile * LDS);
-  float* dsum = lse2 + kTile;
-  int* kqs = reinterpret_cast<int*>(dsum + kTile);  // block offset of each query row, −1 past the group
-  int* list = kqs + kTile;
+  bf16* QdO = Vs + kTile * LDS;  // Q and dO of two query chunks: the next one loads during this one
+  auto Qb = [&](int b) { return QdO + 2 * b * kTile * LDS; };
+  auto dOb = [&](int b) { return QdO + (2 * b + 1) * kTile * LDS; };
+  float* lse2 = reinterpret_cast<float*>(QdO + 4 * kTile * LDS);  // [2][64] per chunk row: lse·log2 e,
+  float* dsum = lse2 + 2 * kTile;                                 // D,
+  int* kqs = reinterpret_cast<int*>(dsum + 2 * kTile);            // block offset (−1 past the group)
+  int* list = kqs + 2 * kTile;
   int* wcount = list + THREADS;
   const DFlashAttnDims& d = p.d;
   const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * kTile, r1 = min(r0 + kTile, rows);
-  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block;
+  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const int kw = (warp % 4) * 16, col0 = (warp / 4) * COLS;  // this warp's key rows and output columns
   const int64_t ta = r0 + kw + gr, tb = ta + 8;
@@ -394,64 +396,72 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads) dfa_kv_kernel(KvArgs p) {
     if (sees) list[off + __popc(bal & ((1u << lane) - 1))] = int(jc - base);
     __syncthreads();
 
-    for (int li = 0; li < total; ++li) {
-      const int64_t j = base + list[li];
+    // Items of this round: (listed block n / nz, query chunk n % nz), Q/dO double-buffered.
+    auto load_item = [&](int n, int b) {
+      const int64_t j = base + list[n / nz];
+      const int z0 = (n % nz) * kTile;
+      auto qsrc = [&](const bf16* src, int64_t ld) {
+        return [=](int r) -> const bf16* {
+          const int rr = z0 + r;
+          return rr < R ? src + (j * d.block + rr % d.block) * ld + int64_t(g * group + rr / d.block) * d.hd
+                        : nullptr;
+        };
+      };
+      load_tile<HD, kTile, THREADS>(Qb(b), d.hd, p.vec, p.k, qsrc(p.q, p.ld_q));
+      load_tile<HD, kTile, THREADS>(dOb(b), d.hd, p.vec, p.k, qsrc(p.dout, p.ld_dout));
+      for (int r = threadIdx.x; r < kTile; r += THREADS) {
+        const int rr = z0 + r;
+        const bool in = rr < R;
+        const int64_t qr = j * d.block + rr % d.block;
+        const int head = g * group + rr / d.block;
+        kqs[b * kTile + r] = in ? rr % d.block : -1;
+        lse2[b * kTile + r] = in ? p.lse[qr * p.ld_lse + head] * kLog2e : 0.0f;
+        dsum[b * kTile + r] = in ? p.dsum[qr * d.hq + head] : 0.0f;
+      }
+    };
+    const int items = total * nz;
+    if (items > 0) load_item(0, 0);
+    for (int n = 0; n < items; ++n) {
+      const int b = n & 1;
+      tile_wait();  // item n landed; every warp is done with item n − 1 (the other buffer)
+      if (n + 1 < items) load_item(n + 1, b ^ 1);
+      const int64_t j = base + list[n / nz];
+      const int z0 = (n % nz) * kTile;
       const BlockMask m = block_mask(p.blocks, j, d);
       // Every query row sees every key of this tile (the common case deep in a context): no per-element mask.
       const bool full = r0 >= m.s0 + m.lo(d.block - 1) && r1 <= m.s0 + m.a;
       // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
       const int64_t w0 = r0 + kw, w1 = w0 + 16;
-      const bool warp_sees = (m.s0 + m.lo(0) < w1 && m.s0 + m.a > w0) || (m.bj < w1 && m.bj + m.B > w0);
-      for (int z0 = 0; z0 < R; z0 += kTile) {
-        auto qsrc = [&](const bf16* b, int64_t ld) {
-          return [=](int r) -> const bf16* {
-            const int rr = z0 + r;
-            return rr < R ? b + (j * d.block + rr % d.block) * ld + int64_t(g * group + rr / d.block) * d.hd
-                          : nullptr;
-          };
-        };
-        load_tile<HD, kTile, THREADS>(Qs, d.hd, p.vec, p.k, qsrc(p.q, p.ld_q));
-        load_tile<HD, kTile, THREADS>(dOs, d.hd, p.vec, p.k, qsrc(p.dout, p.ld_dout));
-        for (int r = threadIdx.x; r < kTile; r += THREADS) {
-          const int rr = z0 + r;
-          const bool in = rr < R;
-          const int64_t qr = j * d.block + rr % d.block;
-          const int head = g * group + rr / d.block;
-          kqs[r] = in ? rr % d.block : -1;
-          lse2[r] = in ? p.lse[qr * p.ld_lse + head] * kLog2e : 0.0f;
-          dsum[r] = in ? p.dsum[qr * d.hq + head] : 0.0f;
-        }
-        tile_wait();
-
+      if (!((m.s0 + m.lo(0) < w1 && m.s0 + m.a > w0) || (m.bj < w1 && m.bj + m.B > w0))) continue;
+      const bf16 *Qs = Qb(b), *dOs = dOb(b);
+      const int* kqb = kqs + b * kTile;
+      const float *lb = lse2 + b * kTile, *db = dsum + b * kTile;
 #pragma unroll 1
-        for (int sub = 0; sub < kTile / 16; ++sub) {
-          if (!warp_sees || z0 + sub * 16 >= R) break;  // warp-uniform
-          float s[2][4], dp[2][4];
-          mma_x_yt<2, HD, LDS>(s, Ks + kw * LDS, Qs + sub * 16 * LDS, lane);
-          mma_x_yt<2, HD, LDS>(dp, Vs + kw * LDS, dOs + sub * 16 * LDS, lane);
+      for (int sub = 0; sub < kTile / 16 && z0 + sub * 16 < R; ++sub) {
+        float s[2][4], dp[2][4];
+        mma_x_yt<2, HD, LDS>(s, Ks + kw * LDS, Qs + sub * 16 * LDS, lane);
+        mma_x_yt<2, HD, LDS>(dp, Vs + kw * LDS, dOs + sub * 16 * LDS, lane);
 #pragma unroll
-          for (int n = 0; n < 2; ++n)
+        for (int n2 = 0; n2 < 2; ++n2)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int c = sub * 16 + n * 8 + 2 * t4 + (e & 1), kq = kqs[c];
-              const bool vis = kq >= 0 && (full || m.sees(e < 2 ? ta : tb, kq));
-              const float pr = vis ? exp2f(s[n][e] * p.scale_log2 - lse2[c]) : 0.0f;
-              s[n][e] = pr;
-              dp[n][e] = pr * (dp[n][e] - dsum[c]);
-            }
-          uint32_t a[4];
-          acc_to_a(s[0], s[1], a);
-          mma_a_bt<COLS / 8, LDS>(dv, a, dOs + sub * 16 * LDS + col0, lane);
-          acc_to_a(dp[0], dp[1], a);
-          mma_a_bt<COLS / 8, LDS>(dk, a, Qs + sub * 16 * LDS + col0, lane);
-        }
-        __syncthreads();  // every warp is done with Q/dO of this chunk
+          for (int e = 0; e < 4; ++e) {
+            const int c = sub * 16 + n2 * 8 + 2 * t4 + (e & 1), kq = kqb[c];
+            const bool vis = kq >= 0 && (full || m.sees(e < 2 ? ta : tb, kq));
+            const float pr = vis ? exp2f(s[n2][e] * p.scale_log2 - lb[c]) : 0.0f;
+            s[n2][e] = pr;
+            dp[n2][e] = pr * (dp[n2][e] - db[c]);
+          }
+        uint32_t a[4];
+        acc_to_a(s[0], s[1], a);
+        mma_a_bt<COLS / 8, LDS>(dv, a, dOs + sub * 16 * LDS + col0, lane);
+        acc_to_a(dp[0], dp[1], a);
+        mma_a_bt<COLS / 8, LDS>(dk, a, Qs + sub * 16 * LDS + col0, lane);
       }
     }
   }
 
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // K/V copies of a tile no block sees
-  const float scale = p.scale_log2 / kLog2e;
+  const float scale = d.scale;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t t = h ? tb : ta;
@@ -570,8 +580,8 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   dispatch_hd(d.hd, [&](auto hdc) {
     constexpr int HD = decltype(hdc)::value;
     constexpr int THREADS = KvCfg<HD>::kThreads;
-    const size_t smem = sizeof(bf16) * 4 * kTile * (HD + 8) + sizeof(float) * 2 * kTile +
-                        sizeof(int) * (kTile + THREADS + THREADS / 32);
+    const size_t smem = sizeof(bf16) * 6 * kTile * (HD + 8) + sizeof(float) * 4 * kTile +
+                        sizeof(int) * (2 * kTile + THREADS + THREADS / 32);
     DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
     dim3 grid(unsigned((kvrows + kTile - 1) / kTile), unsigned(d.hkv));
