@@ -378,10 +378,13 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
 
-  for (int64_t base = 0; base < d.nb; base += THREADS) {
+  // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
+  const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
+  const int64_t j_end = r0 >= d.T ? min(d.nb, (r1 - 1 - d.T) / d.block + 1) : d.nb;
+  for (int64_t base = j_begin; base < j_end; base += THREADS) {
     const int64_t jc = base + threadIdx.x;
     bool sees = false;
-    if (jc < d.nb) {
+    if (jc < j_end) {
       const BlockMask mc = block_mask(p.blocks, jc, d);
       sees = mc.a >= 0 && ((mc.s0 + mc.lo(0) < r1 && mc.s0 + mc.a > r0) || (mc.bj < r1 && mc.bj + mc.B > r0));
     }

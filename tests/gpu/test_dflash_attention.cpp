@@ -30,9 +30,12 @@ using namespace df;
 namespace {
 
 // One test shape: context lengths of the packed sequences, then blocks as (sequence, anchor or −1).
+struct Shape {
+  int hq, hkv, hd, B, W;
+};
 struct Case {
   const char* name;
-  int hq, hkv, hd, B, W;
+  Shape s;
   std::vector<int> ctx;
   std::vector<std::pair<int, int> > blocks;
   int pad = 0;  // extra columns on every GPU row (strided views)
@@ -63,7 +66,8 @@ class DFlashAttentionCuda : public ::testing::Test {
     const int64_t ld = cols + pad;
     void* p = gpu_->alloc_bytes(std::max<size_t>(16, size_t(rows * ld) * dtype_size(dt)));
     allocs_.push_back(p);
-    EXPECT_EQ(cudaMemset(p, 0xff, size_t(rows * ld) * dtype_size(dt)), cudaSuccess);  // NaN poison
+    // NaN poison, on the ops' stream (non-blocking: a legacy-stream memset could land after the upload).
+    EXPECT_EQ(cudaMemsetAsync(p, 0xff, size_t(rows * ld) * dtype_size(dt), gpu_->stream()), cudaSuccess);
     m.gpu = tensor_make(p, dt, Device::cuda, rows, ld).cols_view(0, cols);
     return m;
   }
@@ -147,7 +151,7 @@ void DFlashAttentionCuda::run(const Case& c) {
   SCOPED_TRACE(c.name);
   std::vector<int64_t> start(c.ctx.size() + 1, 0);
   for (size_t s = 0; s < c.ctx.size(); ++s) start[s + 1] = start[s] + c.ctx[s];
-  const int64_t T = start.back(), nb = int64_t(c.blocks.size()), qr = nb * c.B, kr = T + qr;
+  const int64_t T = start.back(), nb = int64_t(c.blocks.size()), qr = nb * c.s.B, kr = T + qr;
   std::vector<int32_t> blk;
   std::vector<std::pair<int, int> > order = c.blocks;
   if (c.shuffle) std::shuffle(order.begin(), order.end(), rng_);
@@ -155,19 +159,20 @@ void DFlashAttentionCuda::run(const Case& c) {
     blk.push_back(int32_t(start[size_t(s)]));
     blk.push_back(a);
   }
-  const int64_t qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
+  const int64_t qc = int64_t(c.s.hq) * c.s.hd, kc = int64_t(c.s.hkv) * c.s.hd;
   Mat q = rand(qr, qc, -2, 2, c.pad), k = rand(kr, kc, -2, 2, c.pad), v = rand(kr, kc, -1, 1, c.pad);
   Mat dout = rand(qr, qc, -1, 1, c.pad);
-  Mat out = mat(qr, qc, DType::bf16, c.pad), lse = mat(qr, c.hq, DType::f32, c.pad);
+  Mat out = mat(qr, qc, DType::bf16, c.pad), lse = mat(qr, c.s.hq, DType::f32, c.pad);
   Mat dq = mat(qr, qc, DType::bf16, c.pad), dk = mat(kr, kc, DType::bf16, c.pad),
       dv = mat(kr, kc, DType::bf16, c.pad);
   int32_t* dblk = static_cast<int32_t*>(gpu_->alloc_bytes(std::max<size_t>(8, blk.size() * 4)));
   allocs_.push_back(dblk);
-  ASSERT_EQ(cudaMemcpy(dblk, blk.data(), blk.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dblk, blk.data(), blk.size() * 4, cudaMemcpyHostToDevice, gpu_->stream()),
+            cudaSuccess);
 
   DFlashAttnDims d;
-  d.T = T, d.nb = nb, d.hq = c.hq, d.hkv = c.hkv, d.hd = c.hd, d.block = c.B, d.window = c.W;
-  d.scale = 1.0f / std::sqrt(float(c.hd));
+  d.T = T, d.nb = nb, d.hq = c.s.hq, d.hkv = c.s.hkv, d.hd = c.s.hd, d.block = c.s.B, d.window = c.s.W;
+  d.scale = 1.0f / std::sqrt(float(c.s.hd));
   const size_t ws_bytes = dflash_attention_bwd_workspace_bytes(d);
   void* ws = gpu_->alloc_bytes(std::max<size_t>(256, ws_bytes));
   allocs_.push_back(ws);
@@ -187,15 +192,15 @@ void DFlashAttentionCuda::run(const Case& c) {
                            g_dv = down(dv);
 
   // Oracle.
-  DFlashAttnShape s{c.hq, c.hkv, c.hd, c.B, c.W, d.scale};
+  DFlashAttnShape s{c.s.hq, c.s.hkv, c.s.hd, c.s.B, c.s.W, d.scale};
   Tensor hb = tensor_make(blk.data(), DType::i32, Device::cpu, nb, 2);
-  Mat c_out = hmat(qr, qc), c_lse = hmat(qr, c.hq);
+  Mat c_out = hmat(qr, qc), c_lse = hmat(qr, c.s.hq);
   cpu_.dflash_attention_fwd(host(q), host(k), host(v), hb, host(c_out), host(c_lse), s);
   const double vmax = max_abs(v.h);
   expect_close(std::string(c.name) + " out", g_out, c_out.h, qc, kUlp * vmax, kUlp);
-  expect_close(std::string(c.name) + " lse", g_lse, c_lse.h, c.hq, 1e-4, 1e-6);
+  expect_close(std::string(c.name) + " lse", g_lse, c_lse.h, c.s.hq, 1e-4, 1e-6);
 
-  Mat o_in = hmat(qr, qc), l_in = hmat(qr, c.hq);
+  Mat o_in = hmat(qr, qc), l_in = hmat(qr, c.s.hq);
   o_in.h = g_out, l_in.h = g_lse;
   Mat c_dq = hmat(qr, qc), c_dk = hmat(kr, kc), c_dv = hmat(kr, kc);
   cpu_.dflash_attention_bwd(host(q), host(k), host(v), hb, host(o_in), host(l_in), host(dout), host(c_dq),
@@ -224,80 +229,69 @@ void DFlashAttentionCuda::run(const Case& c) {
       << c.name << ": a second backward on the same inputs gave different bits";
 }
 
+// Shapes as {hq, hkv, hd, B, W}, then the context lengths, then blocks as {sequence, anchor or −1}.
 TEST_F(DFlashAttentionCuda, FullLayerGqaSeveralSequences) {
   // Anchors at 0, closer than B, at the sequence end; a padding block; the 27B group (4 q heads per kv head).
   run({"full hq8 hkv2 hd128 B16",
-       8,
-       2,
-       128,
-       16,
-       0,
+       {8, 2, 128, 16, 0},
        {100, 37, 70},
        {{0, 0}, {0, 5}, {0, 9}, {0, 64}, {0, 99}, {1, 36}, {1, 1}, {0, -1}, {2, 70}, {2, 3}}});
 }
 
 TEST_F(DFlashAttentionCuda, SlidingLayerWindowEdges) {
   run({"sliding W16 hq8 hkv2 hd128 B16",
-       8,
-       2,
-       128,
-       16,
-       16,
+       {8, 2, 128, 16, 16},
        {100, 37},
        {{0, 0}, {0, 15}, {0, 16}, {0, 17}, {0, 99}, {1, 36}, {1, 2}, {1, -1}}});
   run({"sliding W33 hq4 hkv4 hd64 B8",
-       4,
-       4,
-       64,
-       8,
-       33,
+       {4, 4, 64, 8, 33},
        {90, 200},
        {{0, 40}, {1, 199}, {1, 0}, {0, 89}, {1, 64}, {1, 65}, {0, 33}}});
-  run({"sliding W larger than context", 4, 2, 64, 16, 1000, {50}, {{0, 50}, {0, 10}, {0, 0}}});
+  run({"sliding W larger than context", {4, 2, 64, 16, 1000}, {50}, {{0, 50}, {0, 10}, {0, 0}}});
 }
 
 TEST_F(DFlashAttentionCuda, OddGroupsAndBlockSizes) {
-  run({"hq3 hkv1 hd64 B5 full", 3, 1, 64, 5, 0, {23, 9}, {{0, 22}, {1, 4}, {0, 2}, {1, 9}, {0, -1}}});
-  run({"hq3 hkv1 hd64 B5 W5", 3, 1, 64, 5, 5, {23, 9}, {{0, 22}, {1, 4}, {0, 2}, {1, 9}}});
-  run({"hq6 hkv2 hd256 B16 W17", 6, 2, 256, 16, 17, {130, 20}, {{0, 129}, {1, 19}, {0, 70}, {1, 0}}});
-  run({"hq6 hkv2 hd256 B16 full", 6, 2, 256, 16, 0, {130, 20}, {{0, 129}, {1, 19}, {0, 70}, {0, -1}}});
+  run({"hq3 hkv1 hd64 B5 full", {3, 1, 64, 5, 0}, {23, 9}, {{0, 22}, {1, 4}, {0, 2}, {1, 9}, {0, -1}}});
+  run({"hq3 hkv1 hd64 B5 W5", {3, 1, 64, 5, 5}, {23, 9}, {{0, 22}, {1, 4}, {0, 2}, {1, 9}}});
+  run({"hq6 hkv2 hd256 B16 W17", {6, 2, 256, 16, 17}, {130, 20}, {{0, 129}, {1, 19}, {0, 70}, {1, 0}}});
+  run({"hq6 hkv2 hd256 B16 full", {6, 2, 256, 16, 0}, {130, 20}, {{0, 129}, {1, 19}, {0, 70}, {0, -1}}});
 }
 
 TEST_F(DFlashAttentionCuda, WindowOfOneAndThree) {
-  run({"W1 B1", 2, 1, 32, 1, 1, {40}, {{0, 0}, {0, 7}, {0, 39}, {0, 40}}});
-  run({"W3 B3", 2, 1, 32, 3, 3, {40}, {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 39}, {0, -1}}});
-  run({"W3 B2", 2, 2, 16, 2, 3, {40, 5}, {{0, 1}, {1, 5}, {0, 38}, {1, 0}}});
+  run({"W1 B1", {2, 1, 32, 1, 1}, {40}, {{0, 0}, {0, 7}, {0, 39}, {0, 40}}});
+  run({"W3 B3", {2, 1, 32, 3, 3}, {40}, {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 39}, {0, -1}}});
+  run({"W3 B2", {2, 2, 16, 2, 3}, {40, 5}, {{0, 1}, {1, 5}, {0, 38}, {1, 0}}});
 }
 
 TEST_F(DFlashAttentionCuda, HeadDimsPaddedAndUnaligned) {
   // hd 40 pads to 64 with 16-byte copies; hd 20 (and the odd row strides) take the element-copy path.
-  run({"hd16", 4, 2, 16, 16, 0, {80}, {{0, 80}, {0, 1}, {0, 40}}});
-  run({"hd40 strided", 4, 2, 40, 16, 24, {80}, {{0, 79}, {0, 3}, {0, 40}}, 8});
-  run({"hd20 unaligned", 4, 1, 20, 7, 0, {50, 13}, {{0, 49}, {1, 13}, {1, 6}, {0, -1}}, 3});
-  run({"hd136 to 256", 2, 1, 136, 4, 0, {70}, {{0, 69}, {0, 0}}});
+  run({"hd16", {4, 2, 16, 16, 0}, {80}, {{0, 80}, {0, 1}, {0, 40}}});
+  run({"hd40 strided", {4, 2, 40, 16, 24}, {80}, {{0, 79}, {0, 3}, {0, 40}}, 8});
+  run({"hd20 unaligned", {4, 1, 20, 7, 0}, {50, 13}, {{0, 49}, {1, 13}, {1, 6}, {0, -1}}, 3});
+  run({"hd136 to 256", {2, 1, 136, 4, 0}, {70}, {{0, 69}, {0, 0}}});
 }
 
 TEST_F(DFlashAttentionCuda, ShuffledBlocksManyPerTileAndNoContext) {
   // 300 blocks of one sequence: the key-major pass scans blocks 128 (256) at a time, in shuffled order.
-  Case many{"300 shuffled blocks B2", 2, 1, 32, 2, 0, {200}, {}, 0, true};
+  Case many{"300 shuffled blocks B2", {2, 1, 32, 2, 0}, {200}, {}, 0, true};
   for (int i = 0; i < 300; ++i) many.blocks.push_back({0, i % 7 == 3 ? -1 : (i * 37) % 201});
   run(many);
   many.name = "300 shuffled blocks B2 W9";
-  many.W = 9;
+  many.s.W = 9;
   run(many);
-  run({"no context T=0", 4, 2, 64, 16, 0, {0}, {{0, 0}, {0, 0}, {0, -1}}});
-  run({"no context T=0 sliding", 4, 2, 64, 16, 16, {0, 0}, {{1, 0}, {0, 0}}});
+  run({"no context T=0", {4, 2, 64, 16, 0}, {0}, {{0, 0}, {0, 0}, {0, -1}}});
+  run({"no context T=0 sliding", {4, 2, 64, 16, 16}, {0, 0}, {{1, 0}, {0, 0}}});
 }
 
 TEST_F(DFlashAttentionCuda, LargeGroupAndBlockPastOneTile) {
   // 16 q heads per kv head × B 16 = 256 query rows: four 64-row chunks per CTA. B 70: own block spans tiles.
-  run({"group16 B16", 16, 1, 64, 16, 0, {150}, {{0, 149}, {0, 65}, {0, 0}}});
-  run({"B70 full", 2, 2, 32, 70, 0, {100}, {{0, 100}, {0, 30}}});
-  run({"B70 W80", 2, 2, 32, 70, 80, {100}, {{0, 100}, {0, 30}}});
+  run({"group16 B16", {16, 1, 64, 16, 0}, {150}, {{0, 149}, {0, 65}, {0, 0}}});
+  run({"B70 full", {2, 2, 32, 70, 0}, {100}, {{0, 100}, {0, 30}}});
+  run({"B70 W80", {2, 2, 32, 70, 80}, {100}, {{0, 100}, {0, 30}}});
 }
 
 TEST_F(DFlashAttentionCuda, AllPaddingBlocksZeroEverything) {
-  run({"all padding", 4, 2, 64, 16, 0, {30}, {{0, -1}, {0, -1}}});
+  run({"all padding", {4, 2, 64, 16, 0}, {30}, {{0, -1}, {0, -1}}});
 }
 
 #endif  // DF_HAVE_CUDA
