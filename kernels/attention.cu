@@ -64,7 +64,6 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
   if (q0 >= len) return;
   const int kvh = head / (hq / hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int mat = lane >> 3, r8 = lane & 7;
   const bf16* ksrc = k + (int64_t)start * ld_k + (int64_t)kvh * hd;
   const bf16* vsrc = v + (int64_t)start * ld_v + (int64_t)kvh * hd;
 
@@ -78,28 +77,13 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
 
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // the two query rows this thread holds
   const int last_key = min(q0 + kRows - 1, len - 1);
-  const bf16* qfrag = Qs + (warp * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-  const bf16* kfrag = Ks + ((mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
 
   for (int k0 = 0; k0 <= last_key; k0 += kAttnKeys) {
     attn_wait();  // K(k0) (and Q) arrived; every warp is done with P·V of the previous tile
     attn_load_tile<HD, LDS, kAttnKeys>(Vs, vsrc, ld_v, k0, len, hd);
 
     float s[kAttnKeys / 8][4];
-#pragma unroll
-    for (int n = 0; n < kAttnKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, qfrag + kk * 16);
-#pragma unroll
-      for (int np = 0; np < kAttnKeys / 16; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, kfrag + np * 16 * LDS + kk * 16);
-        mma_bf16_16816(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
-        mma_bf16_16816(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
-      }
-    }
+    warp_mma_abt<kAttnKeys / 8, HD, LDS>(s, Qs + warp * 16 * LDS, Ks, lane);
 
     // Scale, causal mask (keys past len are also past every valid row), running max.
     float mx[2] = {-INFINITY, -INFINITY};
@@ -147,19 +131,9 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
     // O += P·V: the S accumulator layout is the A-fragment layout of the next MMA (two n-tiles per k-step).
 #pragma unroll
     for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
-      uint32_t a0 = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-      uint32_t a1 = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-      uint32_t a2 = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      uint32_t a3 = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      const int mat = lane >> 3, r8 = lane & 7;
-      const bf16* vbase = Vs + (kk * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-#pragma unroll
-      for (int nd = 0; nd < HD / 16; ++nd) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vbase + nd * 16);
-        mma_bf16_16816(o[2 * nd], a0, a1, a2, a3, b[0], b[1]);
-        mma_bf16_16816(o[2 * nd + 1], a0, a1, a2, a3, b[2], b[3]);
-      }
+      uint32_t a[4];
+      acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+      warp_mma_ab<HD / 8, LDS>(o, a, Vs + kk * 16 * LDS, lane);
     }
   }
 

@@ -77,52 +77,6 @@ __device__ __forceinline__ void store_two(bf16* row, int d, int hd, bool pairs, 
   }
 }
 
-// acc[16 rows × 8·NT cols] += A · B with A's 16×16 k-slice given as mma A fragments and B (16 k rows,
-// row-major [k][n] in shared memory at `b`, row stride LDS) read with ldmatrix.trans: the P·V / dS·K step.
-template <int NT, int LDS>
-__device__ __forceinline__ void mma_a_bt(float (&acc)[NT][4], const uint32_t (&a)[4], const bf16* b,
-                                         int lane) {
-  const int mat = lane >> 3, r8 = lane & 7;
-  const bf16* base = b + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-#pragma unroll
-  for (int nd = 0; nd < NT / 2; ++nd) {
-    uint32_t f[4];
-    ldmatrix_x4_trans(f, base + nd * 16);
-    mma_bf16_16816(acc[2 * nd], a[0], a[1], a[2], a[3], f[0], f[1]);
-    mma_bf16_16816(acc[2 * nd + 1], a[0], a[1], a[2], a[3], f[2], f[3]);
-  }
-}
-
-// s[16 rows × 8·NT] = X · Yᵀ over HD columns: X rows at x (16 of them), Y rows at y (8·NT), both [row][d].
-template <int NT, int HD, int LDS>
-__device__ __forceinline__ void mma_x_yt(float (&s)[NT][4], const bf16* x, const bf16* y, int lane) {
-  const int mat = lane >> 3, r8 = lane & 7;
-  const bf16* xf = x + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-  const bf16* yf = y + ((mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {
-    uint32_t a[4];
-    ldmatrix_x4(a, xf + kk * 16);
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4(b, yf + np * 16 * LDS + kk * 16);
-      mma_bf16_16816(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
-      mma_bf16_16816(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
-    }
-  }
-}
-
-// The accumulator of a 16×16 product as the A fragment of the next MMA (k = its 16 columns), rounded to bf16.
-__device__ __forceinline__ void acc_to_a(const float (&lo)[4], const float (&hi)[4], uint32_t (&a)[4]) {
-  a[0] = pack_bf16x2(lo[0], lo[1]);
-  a[1] = pack_bf16x2(lo[2], lo[3]);
-  a[2] = pack_bf16x2(hi[0], hi[1]);
-  a[3] = pack_bf16x2(hi[2], hi[3]);
-}
-
 struct QueryArgs {
   const bf16 *q, *k, *v, *dout;
   int64_t ld_q, ld_k, ld_v, ld_dout;
@@ -218,7 +172,7 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
     const bf16 *Ks = Kb(buf), *Vs = Vb(buf);
     for (int kh = 0; kh < kTile && k0 + kh < nkeys; kh += KSUB) {
       float s[KSUB / 8][4];
-      mma_x_yt<KSUB / 8, HD, LDS>(s, qw, Ks + kh * LDS, lane);
+      warp_mma_abt<KSUB / 8, HD, LDS>(s, qw, Ks + kh * LDS, lane);
 #pragma unroll
       for (int n = 0; n < KSUB / 8; ++n)
 #pragma unroll
@@ -259,7 +213,7 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
         }
       } else {
         float dp[KSUB / 8][4];
-        mma_x_yt<KSUB / 8, HD, LDS>(dp, dOs + warp * 16 * LDS, Vs + kh * LDS, lane);
+        warp_mma_abt<KSUB / 8, HD, LDS>(dp, dOs + warp * 16 * LDS, Vs + kh * LDS, lane);
 #pragma unroll
         for (int n = 0; n < KSUB / 8; ++n)
 #pragma unroll
@@ -272,8 +226,8 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
 #pragma unroll
       for (int kk = 0; kk < KSUB / 16; ++kk) {
         uint32_t a[4];
-        acc_to_a(s[2 * kk], s[2 * kk + 1], a);
-        mma_a_bt<HD / 8, LDS>(o, a, (DQ ? Ks : Vs) + (kh + kk * 16) * LDS, lane);
+        acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+        warp_mma_ab<HD / 8, LDS>(o, a, (DQ ? Ks : Vs) + (kh + kk * 16) * LDS, lane);
       }
     }
   }
@@ -442,8 +396,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
 #pragma unroll 1
       for (int sub = 0; sub < kTile / 16 && z0 + sub * 16 < R; ++sub) {
         float s[2][4], dp[2][4];
-        mma_x_yt<2, HD, LDS>(s, Ks + kw * LDS, Qs + sub * 16 * LDS, lane);
-        mma_x_yt<2, HD, LDS>(dp, Vs + kw * LDS, dOs + sub * 16 * LDS, lane);
+        warp_mma_abt<2, HD, LDS>(s, Ks + kw * LDS, Qs + sub * 16 * LDS, lane);
+        warp_mma_abt<2, HD, LDS>(dp, Vs + kw * LDS, dOs + sub * 16 * LDS, lane);
 #pragma unroll
         for (int n2 = 0; n2 < 2; ++n2)
 #pragma unroll
@@ -455,10 +409,10 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
             dp[n2][e] = pr * (dp[n2][e] - db[c]);
           }
         uint32_t a[4];
-        acc_to_a(s[0], s[1], a);
-        mma_a_bt<COLS / 8, LDS>(dv, a, dOs + sub * 16 * LDS + col0, lane);
-        acc_to_a(dp[0], dp[1], a);
-        mma_a_bt<COLS / 8, LDS>(dk, a, Qs + sub * 16 * LDS + col0, lane);
+        acc_to_a_frag(s[0], s[1], a);
+        warp_mma_ab<COLS / 8, LDS>(dv, a, dOs + sub * 16 * LDS + col0, lane);
+        acc_to_a_frag(dp[0], dp[1], a);
+        warp_mma_ab<COLS / 8, LDS>(dk, a, Qs + sub * 16 * LDS + col0, lane);
       }
     }
   }
