@@ -4,7 +4,6 @@
 // bf16 before P·V as in FlashAttention. Head dims are padded with zeros to 16/32/64/128/256 in shared memory.
 // An optional output gate (gated attention) is applied in the epilogue, saving a pass over the output.
 #include <cmath>
-#include <type_traits>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -189,20 +188,10 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
   const bf16* fused_gate = gate && gate_pairs ? gate : nullptr;
   if (!attention_causal_sm90_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu, num_seqs,
                                     tokens, max_len, hq, hkv, hd, scale, stream)) {
-    auto run = [&](auto pad) {  // pad: the head dim rounded up to the kernel's template size
+    dispatch_head_dim(hd, [&](auto pad) {
       attention_causal_run<decltype(pad)::value>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu,
                                                  num_seqs, max_len, hq, hkv, hd, scale, stream);
-    };
-    if (hd <= 16)
-      run(std::integral_constant<int, 16>{});
-    else if (hd <= 32)
-      run(std::integral_constant<int, 32>{});
-    else if (hd <= 64)
-      run(std::integral_constant<int, 64>{});
-    else if (hd <= 128)
-      run(std::integral_constant<int, 128>{});
-    else
-      run(std::integral_constant<int, 256>{});
+    });
   }
   if (gate && !fused_gate) sigmoid_gate_launch(out, ld_out, gate, ld_gate, tokens, (int64_t)hq * hd, stream);
 }

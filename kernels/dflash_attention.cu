@@ -4,7 +4,6 @@
 // Backward, deterministic without atomics: D = rowsum(dO∘O); dq query-major (the forward's walk); dk/dv
 // key-major, one CTA per (64-key tile, kv head) visiting, in block order, every block that sees the tile.
 #include <cmath>
-#include <type_traits>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/mma.cuh"
@@ -450,21 +449,6 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Calls fn(std::integral_constant<int, HD>) with hd rounded up to the kernels' template head dims.
-template <class Fn>
-void dispatch_hd(int hd, Fn&& fn) {
-  if (hd <= 16)
-    fn(std::integral_constant<int, 16>{});
-  else if (hd <= 32)
-    fn(std::integral_constant<int, 32>{});
-  else if (hd <= 64)
-    fn(std::integral_constant<int, 64>{});
-  else if (hd <= 128)
-    fn(std::integral_constant<int, 128>{});
-  else
-    fn(std::integral_constant<int, 256>{});
-}
-
 template <int HD, bool DQ>
 void query_pass(const QueryArgs& a, cudaStream_t stream) {
   const size_t smem = sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
@@ -492,7 +476,7 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  dispatch_hd(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false>(a, stream); });
+  dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false>(a, stream); });
 }
 
 size_t dflash_attention_bwd_workspace_bytes(const DFlashAttnDims& d) {
@@ -525,7 +509,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     a.blocks = blocks, a.lse_in = lse, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.ld_lse = ld_lse, a.d = d;
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
-    dispatch_hd(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true>(a, stream); });
+    dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true>(a, stream); });
   }
   if (kvrows == 0) return;
   KvArgs a{};
@@ -534,7 +518,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
   a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
-  dispatch_hd(d.hd, [&](auto hdc) {
+  dispatch_head_dim(d.hd, [&](auto hdc) {
     constexpr int HD = decltype(hdc)::value;
     constexpr int THREADS = KvCfg<HD>::kThreads;
     const size_t smem = sizeof(bf16) * 6 * kTile * (HD + 8) + sizeof(float) * 4 * kTile +

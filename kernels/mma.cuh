@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace df {
 
@@ -97,6 +98,22 @@ __device__ __forceinline__ void acc_to_a_frag(const float (&lo)[4], const float 
   a[1] = pack_bf16x2(lo[2], lo[3]);
   a[2] = pack_bf16x2(hi[0], hi[1]);
   a[3] = pack_bf16x2(hi[2], hi[3]);
+}
+
+// Host side: calls fn(std::integral_constant<int, HD>{}) with the head dim rounded up to the template sizes
+// (16, 32, 64, 128, 256) of the kernels above, whose shared-memory rows are zero-padded to HD.
+template <class Fn>
+void dispatch_head_dim(int hd, Fn&& fn) {
+  if (hd <= 16)
+    fn(std::integral_constant<int, 16>{});
+  else if (hd <= 32)
+    fn(std::integral_constant<int, 32>{});
+  else if (hd <= 64)
+    fn(std::integral_constant<int, 64>{});
+  else if (hd <= 128)
+    fn(std::integral_constant<int, 128>{});
+  else
+    fn(std::integral_constant<int, 256>{});
 }
 
 }  // namespace df
