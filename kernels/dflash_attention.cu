@@ -4,6 +4,7 @@
 // Backward, deterministic without atomics: D = rowsum(dO∘O); dq query-major (the forward's walk); dk/dv
 // key-major, one CTA per (64-key tile, kv head) visiting, in block order, every block that sees the tile.
 #include <cmath>
+#include <cstdio>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/mma.cuh"
@@ -436,13 +437,18 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
 // ---- launchers --------------------------------------------------------------------------------------
 
 void check_dims(const char* op, const DFlashAttnDims& d) {
-  if (d.hq <= 0 || d.hkv <= 0 || d.hq % d.hkv != 0 || d.hd <= 0 || d.hd > 256 || d.block <= 0 ||
-      d.window < 0 || d.T < 0 || d.nb < 0 || d.nb > 0x7fffffff ||
-      int64_t(d.hq / d.hkv) * d.block > 65535 * kTile)
-    cuda_throw(op,
-               "bad DFlash attention shape (needs hq a multiple of hkv > 0, 0 < head_dim <= 256, block > 0, "
-               "window >= 0); HINT: check the drafter config's heads / kv_heads / head_dim / block_size",
-               __FILE__, __LINE__);
+  if (d.hq > 0 && d.hkv > 0 && d.hkv <= 65535 && d.hq % d.hkv == 0 && d.hd > 0 && d.hd <= 256 &&
+      d.block > 0 && d.window >= 0 && d.T >= 0 && d.nb >= 0 && d.nb <= 0x7fffffff &&
+      int64_t(d.hq / d.hkv) * d.block <= 65535 * kTile)
+    return;
+  char what[512];
+  std::snprintf(
+      what, sizeof(what),
+      "bad DFlash attention shape: hq %d hkv %d head_dim %d block %d window %d T %lld blocks %lld (needs "
+      "hq a multiple of hkv, 0 < head_dim <= 256, block > 0, window >= 0); HINT: check the drafter "
+      "config's heads / kv_heads / head_dim / block_size / sliding_window",
+      d.hq, d.hkv, d.hd, d.block, d.window, (long long)d.T, (long long)d.nb);
+  cuda_throw(op, what, __FILE__, __LINE__);
 }
 
 bool aligned16(const void* p) {

@@ -21,6 +21,7 @@ TEST(DFlashAttentionCuda, SkippedWithoutCudaBuild) {
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/train_launchers.cuh"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/cuda/cuda_ops.h"
@@ -292,6 +293,31 @@ TEST_F(DFlashAttentionCuda, LargeGroupAndBlockPastOneTile) {
 
 TEST_F(DFlashAttentionCuda, AllPaddingBlocksZeroEverything) {
   run({"all padding", {4, 2, 64, 16, 0}, {30}, {{0, -1}, {0, -1}}});
+}
+
+TEST_F(DFlashAttentionCuda, BadShapeOrWorkspaceIsAClearError) {
+  DFlashAttnDims d;
+  d.nb = 1, d.hq = 4, d.hkv = 3, d.hd = 64, d.block = 16;  // 4 q heads cannot share 3 kv heads
+  auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const cudaStream_t st = gpu_->stream();
+  std::string m = message([&] {
+    dflash_attention_fwd_launch(nullptr, 0, nullptr, 0, nullptr, 0, nullptr, nullptr, 0, nullptr, 0, d, st);
+  });
+  EXPECT_NE(m.find("hq 4 hkv 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("HINT"), std::string::npos) << m;
+  d.hkv = 2;
+  m = message([&] {
+    dflash_attention_bwd_launch(nullptr, 0, nullptr, 0, nullptr, 0, nullptr, nullptr, 0, nullptr, 0, nullptr,
+                                0, nullptr, 0, nullptr, 0, nullptr, 0, d, nullptr, 0, st);
+  });
+  EXPECT_NE(m.find("workspace"), std::string::npos) << m;
 }
 
 #endif  // DF_HAVE_CUDA
