@@ -116,13 +116,7 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
         l[e >> 1] += p;
       }
     }
-#pragma unroll
-    for (int i = 0; i < HD / 8; ++i) {
-      o[i][0] *= corr[0];
-      o[i][1] *= corr[0];
-      o[i][2] *= corr[1];
-      o[i][3] *= corr[1];
-    }
+    scale_acc_rows(o, corr[0], corr[1]);
 
     attn_wait();  // V(k0) arrived; every warp is done with Q·K(k0)ᵀ
     if (k0 + kAttnKeys <= last_key) attn_load_tile<HD, LDS, kAttnKeys>(Ks, ksrc, ld_k, k0 + kAttnKeys, len, hd);

@@ -204,13 +204,7 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
             s[n][e] = exp2f(s[n][e] - base[e >> 1]);
             l[e >> 1] += s[n][e];
           }
-#pragma unroll
-        for (int i = 0; i < HD / 8; ++i) {
-          o[i][0] *= corr[0];
-          o[i][1] *= corr[0];
-          o[i][2] *= corr[1];
-          o[i][3] *= corr[1];
-        }
+        scale_acc_rows(o, corr[0], corr[1]);
       } else {
         float dp[KSUB / 8][4];
         warp_mma_abt<KSUB / 8, HD, LDS>(dp, dOs + warp * 16 * LDS, Vs + kh * LDS, lane);

@@ -100,6 +100,18 @@ __device__ __forceinline__ void acc_to_a_frag(const float (&lo)[4], const float 
   a[3] = pack_bf16x2(hi[2], hi[3]);
 }
 
+// The online softmax's rescale of an m16 accumulator: rows g by c_lo, rows g + 8 by c_hi.
+template <int NT>
+__device__ __forceinline__ void scale_acc_rows(float (&acc)[NT][4], float c_lo, float c_hi) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    acc[i][0] *= c_lo;
+    acc[i][1] *= c_lo;
+    acc[i][2] *= c_hi;
+    acc[i][3] *= c_hi;
+  }
+}
+
 // Host side: calls fn(std::integral_constant<int, HD>{}) with the head dim rounded up to the template sizes
 // (16, 32, 64, 128, 256) of the kernels above, whose shared-memory rows are zero-padded to HD.
 template <class Fn>
