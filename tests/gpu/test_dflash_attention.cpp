@@ -16,8 +16,10 @@ TEST(DFlashAttentionCuda, SkippedWithoutCudaBuild) {
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -118,9 +120,11 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
   }
   if (worst_i < 0) return;
   const double g = got[size_t(worst_i)], w = want[size_t(worst_i)];
-  std::printf("[ maxerr ] %-52s worst (row %lld, col %lld) got %.6g want %.6g |err| %.3e, max|ref| %.3e\n",
-              what.c_str(), (long long)(worst_i / cols), (long long)(worst_i % cols), g, w, std::fabs(g - w),
-              ref);
+  std::printf(
+      "[ maxerr ] %-44s [%lld x %lld] worst (row %lld, col %lld) got %.6g want %.6g |err| %.3e, "
+      "max|ref| %.3e\n",
+      what.c_str(), (long long)(want.size() / size_t(cols)), (long long)cols, (long long)(worst_i / cols),
+      (long long)(worst_i % cols), g, w, std::fabs(g - w), ref);
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " elements outside " << atol << " + "
                     << rtol << "·|want|; worst at row " << worst_i / cols << " col " << worst_i % cols
                     << ": got " << g << " want " << w;
