@@ -15,6 +15,7 @@ namespace df {
 namespace {
 
 constexpr int kTile = 64;  // keys per K/V tile and query rows per CTA (16 per warp)
+constexpr int kScan = 8;   // blocks each thread of the key-major pass tests per round of its scan
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- kernels ----------------------------------------------------------------------------------------
@@ -287,9 +288,9 @@ struct KvArgs {
 };
 
 // One CTA per (64 absolute k/v rows, kv head). It lists, in block order, the blocks that see any of its keys
-// (a THREADS-wide scan of `blocks` at a time, compacted with ballots) and for each one loads the group's
-// query rows 64 at a time (the next chunk's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from the lse, dV +=
-// Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. Each dk/dv row is written once, by its CTA, in a fixed order:
+// (kScan·THREADS entries of `blocks` at a time) and for each one loads the group's query rows 64 at a time
+// (the next chunk's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from the lse, dV += Pᵀ·dO,
+// dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. Each dk/dv row is written once, by its CTA, in a fixed order:
 // deterministic, no atomics.
 template <int HD>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p) {
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
   float* dsum = lse2 + 2 * kTile;                                 // D,
   int* kqs = reinterpret_cast<int*>(dsum + 2 * kTile);            // block offset (−1 past the group)
   int* list = kqs + 2 * kTile;
-  int* wcount = list + THREADS;
+  int* wcount = list + kScan * THREADS;
   const DFlashAttnDims& d = p.d;
   const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * kTile, r1 = min(r0 + kTile, rows);
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
@@ -329,22 +330,34 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
   // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
   const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
   const int64_t j_end = r0 >= d.T ? min(d.nb, (r1 - 1 - d.T) / d.block + 1) : d.nb;
-  for (int64_t base = j_begin; base < j_end; base += THREADS) {
-    const int64_t jc = base + threadIdx.x;
-    bool sees = false;
-    if (jc < j_end) {
+  for (int64_t base = j_begin; base < j_end; base += kScan * THREADS) {
+    // Each thread tests kScan consecutive blocks (their loads in flight together); an exclusive scan of the
+    // per-thread counts places the visible ones in the list in block order.
+    unsigned seen = 0;
+#pragma unroll
+    for (int i = 0; i < kScan; ++i) {
+      const int64_t jc = base + threadIdx.x * kScan + i;
+      if (jc >= j_end) break;
       const BlockMask mc = block_mask(p.blocks, jc, d);
-      sees = mc.a >= 0 && ((mc.s0 + mc.lo(0) < r1 && mc.s0 + mc.a > r0) || (mc.bj < r1 && mc.bj + mc.B > r0));
+      if (mc.a >= 0 && ((mc.s0 + mc.lo(0) < r1 && mc.s0 + mc.a > r0) || (mc.bj < r1 && mc.bj + mc.B > r0)))
+        seen |= 1u << i;
     }
-    const unsigned bal = __ballot_sync(0xffffffffu, sees);
-    if (lane == 0) wcount[warp] = __popc(bal);
+    const int cnt = __popc(seen);
+    int inc = cnt;  // inclusive scan over the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += y;
+    }
+    if (lane == 31) wcount[warp] = inc;
     __syncthreads();
-    int off = 0, total = 0;
+    int off = inc - cnt, total = 0;
     for (int w = 0; w < THREADS / 32; ++w) {
       off += w < warp ? wcount[w] : 0;
       total += wcount[w];
     }
-    if (sees) list[off + __popc(bal & ((1u << lane) - 1))] = int(jc - base);
+    for (int i = 0; i < kScan; ++i)
+      if (seen >> i & 1) list[off++] = threadIdx.x * kScan + i;
     __syncthreads();
 
     // Items of this round: (listed block n / nz, query chunk n % nz), Q/dO double-buffered.
@@ -522,7 +535,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     constexpr int HD = decltype(hdc)::value;
     constexpr int THREADS = KvCfg<HD>::kThreads;
     const size_t smem = sizeof(bf16) * 6 * kTile * (HD + 8) + sizeof(float) * 4 * kTile +
-                        sizeof(int) * (2 * kTile + THREADS + THREADS / 32);
+                        sizeof(int) * (2 * kTile + kScan * THREADS + THREADS / 32);
     DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
     dim3 grid(unsigned((kvrows + kTile - 1) / kTile), unsigned(d.hkv));

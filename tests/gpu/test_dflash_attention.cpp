@@ -285,6 +285,13 @@ TEST_F(DFlashAttentionCuda, ShuffledBlocksManyPerTileAndNoContext) {
   many.name = "300 shuffled blocks B2 W9";
   many.s.W = 9;
   run(many);
+  // 1500 blocks of B 1: more than one round of the scan (8 blocks per thread, 1024 or 2048 per round).
+  Case rounds{"1500 shuffled blocks B1", {2, 1, 16, 1, 0}, {300, 40}, {}, 0, true};
+  for (int i = 0; i < 1500; ++i)
+    rounds.blocks.push_back({i % 5 == 4 ? 1 : 0, i % 11 == 5 ? -1 : (i * 13) % (i % 5 == 4 ? 41 : 301)});
+  run(rounds);
+  rounds.name = "1500 shuffled blocks B1 W1", rounds.s.W = 1;
+  run(rounds);
   run({"no context T=0", {4, 2, 64, 16, 0}, {0}, {{0, 0}, {0, 0}, {0, -1}}});
   run({"no context T=0 sliding", {4, 2, 64, 16, 16}, {0, 0}, {{1, 0}, {0, 0}}});
 }
