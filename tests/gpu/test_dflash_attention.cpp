@@ -278,7 +278,7 @@ TEST_F(DFlashAttentionCuda, HeadDimsPaddedAndUnaligned) {
 }
 
 TEST_F(DFlashAttentionCuda, ShuffledBlocksManyPerTileAndNoContext) {
-  // 300 blocks of one sequence: the key-major pass scans blocks 128 (256) at a time, in shuffled order.
+  // 300 blocks of one sequence in shuffled order: many blocks share each context tile.
   Case many{"300 shuffled blocks B2", {2, 1, 32, 2, 0}, {200}, {}, 0, true};
   for (int i = 0; i < 300; ++i) many.blocks.push_back({0, i % 7 == 3 ? -1 : (i * 37) % 201});
   run(many);
