@@ -21,6 +21,7 @@
 #include "kernels/train_launchers.cuh"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_train_ops.h"
 #include "ops/cuda/cuda_ops.h"
 
 using namespace df;
@@ -261,6 +262,112 @@ void bench_lm_head_loss(Bench& b, int64_t H) {
   b.arena.reset(mark);
 }
 
+// Column sums of a device tensor in double, downloaded a slab of rows at a time (whole tensors do not fit the
+// host arena at drafter sizes).
+std::vector<double> col_sums(Bench& b, const Tensor& t) {
+  std::vector<double> sums(size_t(t.cols), 0.0);
+  const int64_t slab = 4096;
+  std::vector<float> h;
+  for (int64_t r0 = 0; r0 < t.rows; r0 += slab) {
+    Tensor v = t.rows_view(r0, std::min(slab, t.rows - r0));
+    h.resize(size_t(v.numel()));
+    b.gpu.download_f32(v, h.data());
+    for (int64_t i = 0; i < v.numel(); ++i) sums[size_t(i % t.cols)] += h[size_t(i)];
+  }
+  return sums;
+}
+
+// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16), 8 sequences of 4096
+// context tokens with 512 blocks each, forward and backward. Checked first: out, lse, dq and the own-block
+// dk/dv of the 4 longest-context blocks against CpuTrainOps on that sub-problem; then every dv row, context
+// rows included, through Σ_t dV[t] = Σ_q dO[q] (each query's softmax sums to 1).
+void bench_dflash_attention(Bench& b, int window) {
+  const int S = 8, L = 4096, per_seq = 512, B = 16, hq = 32, hkv = 8, hd = 128, group = hq / hkv;
+  const int64_t nb = int64_t(S) * per_seq, T = int64_t(S) * L, qr = nb * B, kr = T + qr;
+  size_t mark = b.arena.mark();
+  Tensor q = b.rand(DType::bf16, qr, hq * hd, -2, 2), dout = b.rand(DType::bf16, qr, hq * hd, -1, 1);
+  Tensor k = b.rand(DType::bf16, kr, hkv * hd, -2, 2), v = b.rand(DType::bf16, kr, hkv * hd, -1, 1);
+  Tensor out = b.arena.alloc(DType::bf16, qr, hq * hd), dq = b.arena.alloc(DType::bf16, qr, hq * hd);
+  Tensor lse = b.arena.alloc(DType::f32, qr, hq), dk = b.arena.alloc(DType::bf16, kr, hkv * hd);
+  Tensor dv = b.arena.alloc(DType::bf16, kr, hkv * hd), blocks = b.arena.alloc(DType::i32, nb, 2);
+  // Anchors spread over the whole context, one every 8 tokens with a varying offset, ascending per sequence.
+  std::vector<int32_t> hb;
+  double pairs = 0;  // (query, key) pairs the mask admits, per q head
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < per_seq; ++i) {
+      const int a = 8 * i + (i * 5) % 8;
+      hb.push_back(s * L);
+      hb.push_back(a);
+      for (int kq = 0; kq < B; ++kq)
+        pairs += window > 0 ? a - std::min(a, std::max(0, a + kq - (window - 1))) + kq + 1 : a + B;
+    }
+  b.gpu.upload_raw(blocks, hb.data());
+  DFlashAttnDims d;
+  d.T = T, d.nb = nb, d.hq = hq, d.hkv = hkv, d.hd = hd, d.block = B, d.window = window;
+  d.scale = 1.0f / std::sqrt(float(hd));
+  const size_t ws_bytes = dflash_attention_bwd_workspace_bytes(d);
+  void* ws = b.arena.alloc_bytes(ws_bytes);
+  auto bf = [](const Tensor& t) { return t.ptr<bf16>(); };
+  auto fwd = [&] {
+    dflash_attention_fwd_launch(bf(q), q.stride, bf(k), k.stride, bf(v), v.stride, blocks.ptr<int32_t>(), bf(out),
+                                out.stride, lse.ptr<float>(), lse.stride, d, b.gpu.stream());
+  };
+  auto bwd = [&] {
+    dflash_attention_bwd_launch(bf(q), q.stride, bf(k), k.stride, bf(v), v.stride, blocks.ptr<int32_t>(), bf(out),
+                                out.stride, lse.ptr<float>(), lse.stride, bf(dout), dout.stride, bf(dq), dq.stride,
+                                bf(dk), dk.stride, bf(dv), dv.stride, d, ws, ws_bytes, b.gpu.stream());
+  };
+  fwd();
+  bwd();
+  {
+    const int nc = 4, j0 = per_seq - nc;  // blocks 508..511 of sequence 0: the longest contexts
+    size_t hm = b.harena.mark();
+    Tensor hk = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
+    Tensor hv = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
+    for (auto [src, dst] : {std::pair{&k, &hk}, std::pair{&v, &hv}}) {
+      b.gpu.download_f32(src->rows_view(0, L), dst->ptr<float>());
+      b.gpu.download_f32(src->rows_view(T + j0 * B, nc * B), dst->rows_view(L, nc * B).ptr<float>());
+    }
+    std::vector<int32_t> sub(hb.begin() + 2 * j0, hb.begin() + 2 * (j0 + nc));
+    Tensor hblk = tensor_make(sub.data(), DType::i32, Device::cpu, nc, 2);
+    Tensor hq_ = b.to_host(q.rows_view(j0 * B, nc * B)), hdo = b.to_host(dout.rows_view(j0 * B, nc * B));
+    Tensor ho = b.harena.alloc(DType::f32, nc * B, hq * hd), hl = b.harena.alloc(DType::f32, nc * B, hq);
+    CpuTrainOps cpu;
+    DFlashAttnShape s{hq, hkv, hd, B, window, d.scale};
+    cpu.dflash_attention_fwd(hq_, hk, hv, hblk, ho, hl, s);
+    b.check("dflash attention out", out.rows_view(j0 * B, nc * B), ho, 1e-2);
+    b.check("dflash attention lse", lse.rows_view(j0 * B, nc * B), hl, 1e-4);
+    Tensor hdq = b.harena.alloc(DType::f32, nc * B, hq * hd);
+    Tensor hdk = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
+    Tensor hdv = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
+    cpu.dflash_attention_bwd(hq_, hk, hv, hblk, b.to_host(out.rows_view(j0 * B, nc * B)),
+                             b.to_host(lse.rows_view(j0 * B, nc * B)), hdo, hdq, hdk, hdv, s);
+    b.check("dflash attention dq", dq.rows_view(j0 * B, nc * B), hdq, 2e-2);
+    b.check("dflash attention dk (own rows)", dk.rows_view(T + j0 * B, nc * B), hdk.rows_view(L, nc * B), 2e-2);
+    b.check("dflash attention dv (own rows)", dv.rows_view(T + j0 * B, nc * B), hdv.rows_view(L, nc * B), 2e-2);
+    b.harena.reset(hm);
+    const std::vector<double> sdo = col_sums(b, dout), sdv = col_sums(b, dv);
+    double err = 0, ref = 0;
+    for (int g = 0; g < hkv; ++g)
+      for (int e = 0; e < hd; ++e) {
+        double want = 0;
+        for (int h = g * group; h < (g + 1) * group; ++h) want += sdo[size_t(h * hd + e)];
+        err = std::max(err, std::fabs(sdv[size_t(g * hd + e)] - want));
+        ref = std::max(ref, std::fabs(want));
+      }
+    const bool ok = err <= 1e-2 * ref;
+    std::printf("check %-34s max|err|/max|ref| = %.2e (tol 1e-02) %s\n", "dflash attention sum_t dV = sum_q dO",
+                err / std::max(ref, 1e-30), ok ? "ok" : "FAILED");
+    if (!ok) ++b.failures;
+  }
+  char name[96];
+  std::snprintf(name, sizeof(name), "dflash attn fwd %s (visible FLOPs)", window ? "W2048" : "full");
+  row_flops(name, 4.0 * hd * hq * pairs, b.time_ms(fwd, 5));
+  std::snprintf(name, sizeof(name), "dflash attn bwd %s (5-GEMM FLOPs)", window ? "W2048" : "full");
+  row_flops(name, 10.0 * hd * hq * pairs, b.time_ms(bwd, 5));
+  b.arena.reset(mark);
+}
+
 }  // namespace
 
 int main() {
@@ -339,6 +446,10 @@ int main() {
                 b.time_ms([&] { b.gpu.attention_causal(q, k, v, o, seqs, hq, hkv, hd, scale); }, 5));
       b.arena.reset(mark);
     }
+
+    // ---- DFlash drafter attention (27B drafter): sliding (W 2048) and full layers ------------------------
+    bench_dflash_attention(b, 2048);
+    bench_dflash_attention(b, 0);
 
     // ---- Gated DeltaNet prefill: 16 key / 48 value heads, dk = dv = 128 --------------------------------
     {

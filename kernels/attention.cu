@@ -4,7 +4,6 @@
 // bf16 before P·V as in FlashAttention. Head dims are padded with zeros to 16/32/64/128/256 in shared memory.
 // An optional output gate (gated attention) is applied in the epilogue, saving a pass over the output.
 #include <cmath>
-#include <type_traits>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -64,7 +63,6 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
   if (q0 >= len) return;
   const int kvh = head / (hq / hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int mat = lane >> 3, r8 = lane & 7;
   const bf16* ksrc = k + (int64_t)start * ld_k + (int64_t)kvh * hd;
   const bf16* vsrc = v + (int64_t)start * ld_v + (int64_t)kvh * hd;
 
@@ -78,28 +76,13 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
 
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // the two query rows this thread holds
   const int last_key = min(q0 + kRows - 1, len - 1);
-  const bf16* qfrag = Qs + (warp * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-  const bf16* kfrag = Ks + ((mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
 
   for (int k0 = 0; k0 <= last_key; k0 += kAttnKeys) {
     attn_wait();  // K(k0) (and Q) arrived; every warp is done with P·V of the previous tile
     attn_load_tile<HD, LDS, kAttnKeys>(Vs, vsrc, ld_v, k0, len, hd);
 
     float s[kAttnKeys / 8][4];
-#pragma unroll
-    for (int n = 0; n < kAttnKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, qfrag + kk * 16);
-#pragma unroll
-      for (int np = 0; np < kAttnKeys / 16; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, kfrag + np * 16 * LDS + kk * 16);
-        mma_bf16_16816(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
-        mma_bf16_16816(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
-      }
-    }
+    warp_mma_abt<kAttnKeys / 8, HD, LDS>(s, Qs + warp * 16 * LDS, Ks, lane);
 
     // Scale, causal mask (keys past len are also past every valid row), running max.
     float mx[2] = {-INFINITY, -INFINITY};
@@ -133,13 +116,7 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
         l[e >> 1] += p;
       }
     }
-#pragma unroll
-    for (int i = 0; i < HD / 8; ++i) {
-      o[i][0] *= corr[0];
-      o[i][1] *= corr[0];
-      o[i][2] *= corr[1];
-      o[i][3] *= corr[1];
-    }
+    scale_acc_rows(o, corr[0], corr[1]);
 
     attn_wait();  // V(k0) arrived; every warp is done with Q·K(k0)ᵀ
     if (k0 + kAttnKeys <= last_key) attn_load_tile<HD, LDS, kAttnKeys>(Ks, ksrc, ld_k, k0 + kAttnKeys, len, hd);
@@ -147,19 +124,9 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
     // O += P·V: the S accumulator layout is the A-fragment layout of the next MMA (two n-tiles per k-step).
 #pragma unroll
     for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
-      uint32_t a0 = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-      uint32_t a1 = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-      uint32_t a2 = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      uint32_t a3 = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      const int mat = lane >> 3, r8 = lane & 7;
-      const bf16* vbase = Vs + (kk * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-#pragma unroll
-      for (int nd = 0; nd < HD / 16; ++nd) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vbase + nd * 16);
-        mma_bf16_16816(o[2 * nd], a0, a1, a2, a3, b[0], b[1]);
-        mma_bf16_16816(o[2 * nd + 1], a0, a1, a2, a3, b[2], b[3]);
-      }
+      uint32_t a[4];
+      acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+      warp_mma_ab<HD / 8, LDS>(o, a, Vs + kk * 16 * LDS, lane);
     }
   }
 
@@ -215,20 +182,10 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
   const bf16* fused_gate = gate && gate_pairs ? gate : nullptr;
   if (!attention_causal_sm90_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu, num_seqs,
                                     tokens, max_len, hq, hkv, hd, scale, stream)) {
-    auto run = [&](auto pad) {  // pad: the head dim rounded up to the kernel's template size
+    dispatch_head_dim(hd, [&](auto pad) {
       attention_causal_run<decltype(pad)::value>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu,
                                                  num_seqs, max_len, hq, hkv, hd, scale, stream);
-    };
-    if (hd <= 16)
-      run(std::integral_constant<int, 16>{});
-    else if (hd <= 32)
-      run(std::integral_constant<int, 32>{});
-    else if (hd <= 64)
-      run(std::integral_constant<int, 64>{});
-    else if (hd <= 128)
-      run(std::integral_constant<int, 128>{});
-    else
-      run(std::integral_constant<int, 256>{});
+    });
   }
   if (gate && !fused_gate) sigmoid_gate_launch(out, ld_out, gate, ld_gate, tokens, (int64_t)hq * hd, stream);
 }

@@ -1,4 +1,5 @@
-// Warp-level tensor-core wrappers (mma.sync, ldmatrix) shared by the attention and Gated DeltaNet kernels.
+// Warp-level tensor-core wrappers (mma.sync, ldmatrix) shared by the attention, DFlash attention and Gated
+// DeltaNet kernels.
 // Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4): C/D of m16n8 holds (g, 2t), (g, 2t+1), (g+8, 2t),
 // (g+8, 2t+1); bf16 m16n8k16 A holds (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..), B (k 2t.., n g),
 // (k 2t+8.., n g).
@@ -6,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace df {
 
@@ -47,6 +49,83 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
   __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
   hi = *reinterpret_cast<uint32_t*>(&h);
   lo = *reinterpret_cast<uint32_t*>(&l);
+}
+
+// One warp, shared-memory tiles of bf16 rows (row stride LDS elements, a multiple of 8):
+// acc[16 rows × 8·NT cols] += A · B with A's 16×16 k-slice given as mma A fragments and B (16 k rows,
+// row-major [k][n] at `b`) read with ldmatrix.trans: attention's P·V step.
+template <int NT, int LDS>
+__device__ __forceinline__ void warp_mma_ab(float (&acc)[NT][4], const uint32_t (&a)[4], const __nv_bfloat16* b,
+                                            int lane) {
+  const int mat = lane >> 3, r8 = lane & 7;
+  const __nv_bfloat16* base = b + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+#pragma unroll
+  for (int nd = 0; nd < NT / 2; ++nd) {
+    uint32_t f[4];
+    ldmatrix_x4_trans(f, base + nd * 16);
+    mma_bf16_16816(acc[2 * nd], a[0], a[1], a[2], a[3], f[0], f[1]);
+    mma_bf16_16816(acc[2 * nd + 1], a[0], a[1], a[2], a[3], f[2], f[3]);
+  }
+}
+
+// s[16 rows × 8·NT] = X · Yᵀ over HD columns, X rows at x (16 of them), Y rows at y (8·NT), both [row][d]:
+// attention's Q·Kᵀ step.
+template <int NT, int HD, int LDS>
+__device__ __forceinline__ void warp_mma_abt(float (&s)[NT][4], const __nv_bfloat16* x, const __nv_bfloat16* y,
+                                             int lane) {
+  const int mat = lane >> 3, r8 = lane & 7;
+  const __nv_bfloat16* xf = x + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+  const __nv_bfloat16* yf = y + ((mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4(a, xf + kk * 16);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, yf + np * 16 * LDS + kk * 16);
+      mma_bf16_16816(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
+      mma_bf16_16816(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+    }
+  }
+}
+
+// The accumulator of a 16×16 product, rounded to bf16, as the A fragment of the next MMA (k = its columns).
+__device__ __forceinline__ void acc_to_a_frag(const float (&lo)[4], const float (&hi)[4], uint32_t (&a)[4]) {
+  a[0] = pack_bf16x2(lo[0], lo[1]);
+  a[1] = pack_bf16x2(lo[2], lo[3]);
+  a[2] = pack_bf16x2(hi[0], hi[1]);
+  a[3] = pack_bf16x2(hi[2], hi[3]);
+}
+
+// The online softmax's rescale of an m16 accumulator: rows g by c_lo, rows g + 8 by c_hi.
+template <int NT>
+__device__ __forceinline__ void scale_acc_rows(float (&acc)[NT][4], float c_lo, float c_hi) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    acc[i][0] *= c_lo;
+    acc[i][1] *= c_lo;
+    acc[i][2] *= c_hi;
+    acc[i][3] *= c_hi;
+  }
+}
+
+// Host side: calls fn(std::integral_constant<int, HD>{}) with the head dim rounded up to the template sizes
+// (16, 32, 64, 128, 256) of the kernels above, whose shared-memory rows are zero-padded to HD.
+template <class Fn>
+void dispatch_head_dim(int hd, Fn&& fn) {
+  if (hd <= 16)
+    fn(std::integral_constant<int, 16>{});
+  else if (hd <= 32)
+    fn(std::integral_constant<int, 32>{});
+  else if (hd <= 64)
+    fn(std::integral_constant<int, 64>{});
+  else if (hd <= 128)
+    fn(std::integral_constant<int, 128>{});
+  else
+    fn(std::integral_constant<int, 256>{});
 }
 
 }  // namespace df

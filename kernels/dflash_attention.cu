@@ -1,0 +1,547 @@
+// DFlash block attention (train_ops.h DFlashAttnShape, MODELS.md) forward and backward on bf16 tensor cores
+// (mma.sync m16n8k16, fp32 accumulation and softmax). One CTA per (block, kv head, 64 rows of the GQA group's
+// hq/hkv·B query rows) walks only the visible keys: the context range [s0 + lo, s0 + a) then the B own rows.
+// Backward, deterministic without atomics: D = rowsum(dO∘O); dq query-major (the forward's walk); dk/dv
+// key-major, one CTA per (64-key tile, kv head) visiting, in block order, every block that sees the tile.
+#include <cmath>
+#include <cstdio>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/train_launchers.cuh"
+
+namespace df {
+
+namespace {
+
+constexpr int kTile = 64;  // keys per K/V tile and query rows per CTA (16 per warp)
+constexpr int kScan = 8;   // blocks each thread of the key-major pass tests per round of its scan
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- kernels ----------------------------------------------------------------------------------------
+
+// One block's mask (train_ops.h) on absolute k/v rows: context rows [s0 + lo(kq), s0 + a), own rows
+// [bj, bj + B), causal in sliding layers. Context rows end at s0 + a ≤ T ≤ bj, so the two ranges never meet.
+struct BlockMask {
+  int64_t s0, a, bj;
+  int B, W;
+  __device__ int64_t lo(int kq) const { return W > 0 ? min(a, max(int64_t(0), a + kq - (W - 1))) : 0; }
+  __device__ bool sees(int64_t t, int kq) const {
+    if (t >= bj) return t < bj + B && (W == 0 || t - bj <= kq);
+    return t >= s0 + lo(kq) && t < s0 + a;
+  }
+};
+
+__device__ __forceinline__ BlockMask block_mask(const int32_t* blocks, int64_t j, const DFlashAttnDims& d) {
+  return {blocks[2 * j], blocks[2 * j + 1], d.T + j * d.block, d.block, d.window};
+}
+
+// Rows [0, ROWS) of a tile into shared memory (row stride HD + 8: the 8 rows of an ldmatrix hit 8 bank
+// groups), row r read from src(r) (nullptr: a zero row), columns past hd zero. vec: 16-byte cp.async copies,
+// complete at the next tile_wait; otherwise element copies (any hd, stride or alignment).
+template <int HD, int ROWS, int THREADS, class Src>
+__device__ __forceinline__ void load_tile(bf16* dst, int hd, bool vec, const bf16* any, Src src) {
+  constexpr int LDS = HD + 8;
+  if (vec) {
+    constexpr int kChunks = HD / 8;
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += THREADS) {
+      const int r = c / kChunks, d = (c % kChunks) * 8;
+      const bf16* p = src(r);
+      const bool in = p != nullptr && d < hd;
+      const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * LDS + d));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(in ? p + d : any),
+                   "r"(in ? 16 : 0));
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  } else {
+    for (int c = threadIdx.x; c < ROWS * HD; c += THREADS) {
+      const int r = c / HD, d = c % HD;
+      const bf16* p = src(r);
+      dst[r * LDS + d] = p != nullptr && d < hd ? p[d] : __float2bfloat16(0.0f);
+    }
+  }
+}
+
+// Every copy of this thread is done; the barrier makes all of them (and the element stores) visible.
+__device__ __forceinline__ void tile_wait() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
+}
+
+// Two adjacent output columns d, d + 1 of one row (either may lie past hd).
+__device__ __forceinline__ void store_two(bf16* row, int d, int hd, bool pairs, float x0, float x1) {
+  if (pairs && d + 1 < hd) {
+    *reinterpret_cast<__nv_bfloat162*>(row + d) = __floats2bfloat162_rn(x0, x1);
+  } else {
+    if (d < hd) row[d] = __float2bfloat16(x0);
+    if (d + 1 < hd) row[d + 1] = __float2bfloat16(x1);
+  }
+}
+
+struct QueryArgs {
+  const bf16 *q, *k, *v, *dout;
+  int64_t ld_q, ld_k, ld_v, ld_dout;
+  const int32_t* blocks;
+  const float* lse_in;  // dq pass: the forward's lse
+  const float* dsum;    // dq pass: D = rowsum(dO∘O), [nb·B, hq]
+  bf16* o;              // out (forward) or dq
+  int64_t ld_o;
+  float* lse_out;  // forward
+  int64_t ld_lse;
+  DFlashAttnDims d;
+  float scale_log2;
+  bool vec, pairs;
+};
+
+// Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
+// the saved lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys
+// [64i, 64i + 64): virtual key x < nctx is context row c0 + x, the rest own rows; every query row sees one
+// interval [ilo, ihi) of virtual keys, so the mask is two compares.
+template <int HD, bool DQ>
+__global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
+  constexpr int LDS = HD + 8;
+  constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
+  extern __shared__ __align__(16) unsigned char dfa_smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(dfa_smem);
+  bf16* dOs = Qs + kTile * LDS;                // DQ only
+  bf16* KV = Qs + (DQ ? 2 : 1) * kTile * LDS;  // K, V of two tiles: the next one loads during this one
+  auto Kb = [&](int b) { return KV + 2 * b * kTile * LDS; };
+  auto Vb = [&](int b) { return KV + (2 * b + 1) * kTile * LDS; };
+  const DFlashAttnDims& d = p.d;
+  const int64_t j = blockIdx.x;
+  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
+  const BlockMask m = block_mask(p.blocks, j, d);
+  auto q_row = [&](int r) { return j * d.block + r % d.block; };  // r: row of the group, < R
+  auto q_col = [&](int r) { return int64_t(g * group + r / d.block) * d.hd; };
+
+  if (m.a < 0) {  // padding block: out / dq 0, lse −inf
+    for (int c = threadIdx.x; c < kTile * d.hd; c += blockDim.x) {
+      const int r = z0 + c / d.hd, e = c % d.hd;
+      if (r >= R) continue;
+      p.o[q_row(r) * p.ld_o + q_col(r) + e] = __float2bfloat16(0.0f);
+      if (!DQ && e == 0) p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = -INFINITY;
+    }
+    return;
+  }
+  const int64_t lo0 = m.lo(0), nctx = m.a - lo0, c0 = m.s0 + lo0;
+  const int nkeys = int(nctx) + d.block;
+  auto key_row = [&](int x) { return x < nctx ? c0 + x : m.bj + (x - nctx); };
+
+  auto qsrc = [&](const bf16* base, int64_t ld) {
+    return [=](int r) -> const bf16* {
+      return z0 + r < R ? base + q_row(z0 + r) * ld + q_col(z0 + r) : nullptr;
+    };
+  };
+  auto kvsrc = [&](const bf16* base, int64_t ld, int k0) {
+    return [=](int r) -> const bf16* {
+      return k0 + r < nkeys ? base + key_row(k0 + r) * ld + int64_t(g) * d.hd : nullptr;
+    };
+  };
+  load_tile<HD, kTile, 128>(Qs, d.hd, p.vec, p.q, qsrc(p.q, p.ld_q));
+  if (DQ) load_tile<HD, kTile, 128>(dOs, d.hd, p.vec, p.q, qsrc(p.dout, p.ld_dout));
+  load_tile<HD, kTile, 128>(Kb(0), d.hd, p.vec, p.q, kvsrc(p.k, p.ld_k, 0));
+  load_tile<HD, kTile, 128>(Vb(0), d.hd, p.vec, p.q, kvsrc(p.v, p.ld_v, 0));
+
+  // The two query rows this thread holds, their visible interval and (dq) their lse and D.
+  int ilo[2], ihi[2];
+  float lse2[2] = {0.0f, 0.0f}, dsum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = z0 + warp * 16 + gr + 8 * h, kq = r % d.block;
+    ilo[h] = r < R ? int(m.lo(kq) - lo0) : 0;
+    ihi[h] = r < R ? int(nctx) + (d.window > 0 ? kq + 1 : d.block) : 0;
+    if (DQ && r < R) {
+      const int head = g * group + r / d.block;
+      lse2[h] = p.lse_in[q_row(r) * p.ld_lse + head] * kLog2e;
+      dsum[h] = p.dsum[q_row(r) * d.hq + head];
+    }
+  }
+
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float mx_run[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const bf16* qw = Qs + warp * 16 * LDS;
+
+  for (int k0 = 0, buf = 0; k0 < nkeys; k0 += kTile, buf ^= 1) {
+    tile_wait();  // tile k0 landed; every warp is done with the other buffer (tile k0 − 64)
+    if (k0 + kTile < nkeys) {
+      load_tile<HD, kTile, 128>(Kb(buf ^ 1), d.hd, p.vec, p.q, kvsrc(p.k, p.ld_k, k0 + kTile));
+      load_tile<HD, kTile, 128>(Vb(buf ^ 1), d.hd, p.vec, p.q, kvsrc(p.v, p.ld_v, k0 + kTile));
+    }
+    const bf16 *Ks = Kb(buf), *Vs = Vb(buf);
+    for (int kh = 0; kh < kTile && k0 + kh < nkeys; kh += KSUB) {
+      float s[KSUB / 8][4];
+      warp_mma_abt<KSUB / 8, HD, LDS>(s, qw, Ks + kh * LDS, lane);
+#pragma unroll
+      for (int n = 0; n < KSUB / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int x = k0 + kh + n * 8 + 2 * t4 + (e & 1), h = e >> 1;
+          s[n][e] = x >= ilo[h] && x < ihi[h] ? s[n][e] * p.scale_log2 : -INFINITY;
+        }
+      if constexpr (!DQ) {
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < KSUB / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        float corr[2], base[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          const float m_new = fmaxf(mx_run[h], mx[h]);
+          base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen nothing yet keeps 0 weight
+          corr[h] = exp2f(mx_run[h] - base[h]);
+          mx_run[h] = m_new;
+          l[h] *= corr[h];
+        }
+#pragma unroll
+        for (int n = 0; n < KSUB / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[n][e] = exp2f(s[n][e] - base[e >> 1]);
+            l[e >> 1] += s[n][e];
+          }
+        scale_acc_rows(o, corr[0], corr[1]);
+      } else {
+        float dp[KSUB / 8][4];
+        warp_mma_abt<KSUB / 8, HD, LDS>(dp, dOs + warp * 16 * LDS, Vs + kh * LDS, lane);
+#pragma unroll
+        for (int n = 0; n < KSUB / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            s[n][e] = exp2f(s[n][e] - lse2[h]) * (dp[n][e] - dsum[h]);
+          }
+      }
+      // o += P·V (forward) or dS·K (dq), 16 keys per k-step.
+#pragma unroll
+      for (int kk = 0; kk < KSUB / 16; ++kk) {
+        uint32_t a[4];
+        acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+        warp_mma_ab<HD / 8, LDS>(o, a, (DQ ? Ks : Vs) + (kh + kk * 16) * LDS, lane);
+      }
+    }
+  }
+
+  float fin[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!DQ) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    fin[h] = DQ ? d.scale : 1.0f / l[h];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = z0 + warp * 16 + gr + 8 * h;
+    if (r >= R) continue;
+    bf16* orow = p.o + q_row(r) * p.ld_o + q_col(r);
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i)
+      store_two(orow, i * 8 + 2 * t4, d.hd, p.pairs, o[i][2 * h] * fin[h], o[i][2 * h + 1] * fin[h]);
+    if (!DQ && t4 == 0)  // natural-log lse of the scaled scores: (max + log2 Σ) / log2 e
+      p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = (mx_run[h] + log2f(l[h])) / kLog2e;
+  }
+}
+
+// D[row, head] = Σ_d dO·O in fp32 (the softmax backward's row term), one warp per (row, head).
+__global__ void dfa_dsum_kernel(const bf16* out, int64_t ld_out, const bf16* dout, int64_t ld_dout,
+                                float* dsum, int64_t rows, int hq, int hd) {
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= rows * hq) return;
+  const int64_t r = w / hq, col = (w % hq) * hd;
+  float acc = 0.0f;
+  for (int e = lane; e < hd; e += 32)
+    acc += __bfloat162float(out[r * ld_out + col + e]) * __bfloat162float(dout[r * ld_dout + col + e]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) dsum[w] = acc;
+}
+
+// Key-major dk/dv: warps split the 64 keys in 16-row slices and, at hd 256, the head columns in two halves
+// (128 accumulator columns of dk and of dv per thread at most, so nothing spills).
+template <int HD>
+struct KvCfg {
+  static constexpr int kSplit = HD > 128 ? 2 : 1;
+  static constexpr int kThreads = 128 * kSplit;
+  static constexpr int kCols = HD / kSplit;
+};
+
+struct KvArgs {
+  const bf16 *q, *k, *v, *dout;
+  int64_t ld_q, ld_k, ld_v, ld_dout;
+  const int32_t* blocks;
+  const float* lse;
+  int64_t ld_lse;
+  const float* dsum;
+  bf16 *dk, *dv;
+  int64_t ld_dk, ld_dv;
+  DFlashAttnDims d;
+  float scale_log2;
+  bool vec, pairs;
+};
+
+// One CTA per (64 absolute k/v rows, kv head). It lists, in block order, the blocks that see any of its keys
+// (kScan·THREADS entries of `blocks` at a time) and for each one loads the group's query rows 64 at a time
+// (the next chunk's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from the lse, dV += Pᵀ·dO,
+// dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. Each dk/dv row is written once, by its CTA, in a fixed order:
+// deterministic, no atomics.
+template <int HD>
+__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p) {
+  constexpr int LDS = HD + 8, THREADS = KvCfg<HD>::kThreads, COLS = KvCfg<HD>::kCols;
+  extern __shared__ __align__(16) unsigned char dfa_smem[];
+  bf16* Ks = reinterpret_cast<bf16*>(dfa_smem);
+  bf16* Vs = Ks + kTile * LDS;
+  bf16* QdO = Vs + kTile * LDS;  // Q and dO of two query chunks: the next one loads during this one
+  auto Qb = [&](int b) { return QdO + 2 * b * kTile * LDS; };
+  auto dOb = [&](int b) { return QdO + (2 * b + 1) * kTile * LDS; };
+  float* lse2 = reinterpret_cast<float*>(QdO + 4 * kTile * LDS);  // [2][64] per chunk row: lse·log2 e,
+  float* dsum = lse2 + 2 * kTile;                                 // D,
+  int* kqs = reinterpret_cast<int*>(dsum + 2 * kTile);            // block offset (−1 past the group)
+  int* list = kqs + 2 * kTile;
+  int* wcount = list + kScan * THREADS;
+  const DFlashAttnDims& d = p.d;
+  const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * kTile, r1 = min(r0 + kTile, rows);
+  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
+  const int kw = (warp % 4) * 16, col0 = (warp / 4) * COLS;  // this warp's key rows and output columns
+  const int64_t ta = r0 + kw + gr, tb = ta + 8;
+
+  auto kvsrc = [&](const bf16* base, int64_t ld) {
+    return [=](int r) -> const bf16* {
+      return r0 + r < rows ? base + (r0 + r) * ld + int64_t(g) * d.hd : nullptr;
+    };
+  };
+  load_tile<HD, kTile, THREADS>(Ks, d.hd, p.vec, p.k, kvsrc(p.k, p.ld_k));
+  load_tile<HD, kTile, THREADS>(Vs, d.hd, p.vec, p.k, kvsrc(p.v, p.ld_v));
+
+  float dk[COLS / 8][4], dv[COLS / 8][4];
+#pragma unroll
+  for (int i = 0; i < COLS / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+
+  // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
+  const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
+  const int64_t j_end = r0 >= d.T ? min(d.nb, (r1 - 1 - d.T) / d.block + 1) : d.nb;
+  for (int64_t base = j_begin; base < j_end; base += kScan * THREADS) {
+    // Each thread tests kScan consecutive blocks (their loads in flight together); an exclusive scan of the
+    // per-thread counts places the visible ones in the list in block order.
+    unsigned seen = 0;
+#pragma unroll
+    for (int i = 0; i < kScan; ++i) {
+      const int64_t jc = base + threadIdx.x * kScan + i;
+      if (jc >= j_end) break;
+      const BlockMask mc = block_mask(p.blocks, jc, d);
+      if (mc.a >= 0 && ((mc.s0 + mc.lo(0) < r1 && mc.s0 + mc.a > r0) || (mc.bj < r1 && mc.bj + mc.B > r0)))
+        seen |= 1u << i;
+    }
+    const int cnt = __popc(seen);
+    int inc = cnt;  // inclusive scan over the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += y;
+    }
+    if (lane == 31) wcount[warp] = inc;
+    __syncthreads();
+    int off = inc - cnt, total = 0;
+    for (int w = 0; w < THREADS / 32; ++w) {
+      off += w < warp ? wcount[w] : 0;
+      total += wcount[w];
+    }
+    for (int i = 0; i < kScan; ++i)
+      if (seen >> i & 1) list[off++] = threadIdx.x * kScan + i;
+    __syncthreads();
+
+    // Items of this round: (listed block n / nz, query chunk n % nz), Q/dO double-buffered.
+    auto load_item = [&](int n, int b) {
+      const int64_t j = base + list[n / nz];
+      const int z0 = (n % nz) * kTile;
+      auto qsrc = [&](const bf16* src, int64_t ld) {
+        return [=](int r) -> const bf16* {
+          const int rr = z0 + r;
+          return rr < R ? src + (j * d.block + rr % d.block) * ld + int64_t(g * group + rr / d.block) * d.hd
+                        : nullptr;
+        };
+      };
+      load_tile<HD, kTile, THREADS>(Qb(b), d.hd, p.vec, p.k, qsrc(p.q, p.ld_q));
+      load_tile<HD, kTile, THREADS>(dOb(b), d.hd, p.vec, p.k, qsrc(p.dout, p.ld_dout));
+      for (int r = threadIdx.x; r < kTile; r += THREADS) {
+        const int rr = z0 + r;
+        const bool in = rr < R;
+        const int64_t qr = j * d.block + rr % d.block;
+        const int head = g * group + rr / d.block;
+        kqs[b * kTile + r] = in ? rr % d.block : -1;
+        lse2[b * kTile + r] = in ? p.lse[qr * p.ld_lse + head] * kLog2e : 0.0f;
+        dsum[b * kTile + r] = in ? p.dsum[qr * d.hq + head] : 0.0f;
+      }
+    };
+    const int items = total * nz;
+    if (items > 0) load_item(0, 0);
+    for (int n = 0; n < items; ++n) {
+      const int b = n & 1;
+      tile_wait();  // item n landed; every warp is done with item n − 1 (the other buffer)
+      if (n + 1 < items) load_item(n + 1, b ^ 1);
+      const int64_t j = base + list[n / nz];
+      const int z0 = (n % nz) * kTile;
+      const BlockMask m = block_mask(p.blocks, j, d);
+      // Every query row sees every key of this tile (the common case deep in a context): no per-element mask.
+      const bool full = r0 >= m.s0 + m.lo(d.block - 1) && r1 <= m.s0 + m.a;
+      // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
+      const int64_t w0 = r0 + kw, w1 = w0 + 16;
+      if (!((m.s0 + m.lo(0) < w1 && m.s0 + m.a > w0) || (m.bj < w1 && m.bj + m.B > w0))) continue;
+      const bf16 *Qs = Qb(b), *dOs = dOb(b);
+      const int* kqb = kqs + b * kTile;
+      const float *lb = lse2 + b * kTile, *db = dsum + b * kTile;
+#pragma unroll 1
+      for (int sub = 0; sub < kTile / 16 && z0 + sub * 16 < R; ++sub) {
+        float s[2][4], dp[2][4];
+        warp_mma_abt<2, HD, LDS>(s, Ks + kw * LDS, Qs + sub * 16 * LDS, lane);
+        warp_mma_abt<2, HD, LDS>(dp, Vs + kw * LDS, dOs + sub * 16 * LDS, lane);
+#pragma unroll
+        for (int n2 = 0; n2 < 2; ++n2)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = sub * 16 + n2 * 8 + 2 * t4 + (e & 1), kq = kqb[c];
+            const bool vis = kq >= 0 && (full || m.sees(e < 2 ? ta : tb, kq));
+            const float pr = vis ? exp2f(s[n2][e] * p.scale_log2 - lb[c]) : 0.0f;
+            s[n2][e] = pr;
+            dp[n2][e] = pr * (dp[n2][e] - db[c]);
+          }
+        uint32_t a[4];
+        acc_to_a_frag(s[0], s[1], a);
+        warp_mma_ab<COLS / 8, LDS>(dv, a, dOs + sub * 16 * LDS + col0, lane);
+        acc_to_a_frag(dp[0], dp[1], a);
+        warp_mma_ab<COLS / 8, LDS>(dk, a, Qs + sub * 16 * LDS + col0, lane);
+      }
+    }
+  }
+
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // K/V copies of a tile no block sees
+  const float scale = d.scale;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t t = h ? tb : ta;
+    if (t >= rows) continue;
+    bf16* dkr = p.dk + t * p.ld_dk + int64_t(g) * d.hd + col0;
+    bf16* dvr = p.dv + t * p.ld_dv + int64_t(g) * d.hd + col0;
+    const int hd_left = d.hd - col0;
+#pragma unroll
+    for (int i = 0; i < COLS / 8; ++i) {
+      store_two(dkr, i * 8 + 2 * t4, hd_left, p.pairs, dk[i][2 * h] * scale, dk[i][2 * h + 1] * scale);
+      store_two(dvr, i * 8 + 2 * t4, hd_left, p.pairs, dv[i][2 * h], dv[i][2 * h + 1]);
+    }
+  }
+}
+
+// ---- launchers --------------------------------------------------------------------------------------
+
+void check_dims(const char* op, const DFlashAttnDims& d) {
+  if (d.hq > 0 && d.hkv > 0 && d.hkv <= 65535 && d.hq % d.hkv == 0 && d.hd > 0 && d.hd <= 256 &&
+      d.block > 0 && d.window >= 0 && d.T >= 0 && d.nb >= 0 && d.nb <= 0x7fffffff &&
+      int64_t(d.hq / d.hkv) * d.block <= 65535 * kTile)
+    return;
+  char what[512];
+  std::snprintf(
+      what, sizeof(what),
+      "bad DFlash attention shape: hq %d hkv %d head_dim %d block %d window %d T %lld blocks %lld (needs "
+      "hq a multiple of hkv, 0 < head_dim <= 256, block > 0, window >= 0); HINT: check the drafter "
+      "config's heads / kv_heads / head_dim / block_size / sliding_window",
+      d.hq, d.hkv, d.hd, d.block, d.window, (long long)d.T, (long long)d.nb);
+  cuda_throw(op, what, __FILE__, __LINE__);
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+template <int HD, bool DQ>
+void query_pass(const QueryArgs& a, cudaStream_t stream) {
+  const size_t smem = sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  const int R = a.d.hq / a.d.hkv * a.d.block;
+  dim3 grid(unsigned(a.d.nb), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
+  dfa_query_kernel<HD, DQ><<<grid, 128, smem, stream>>>(a);
+  DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
+}
+
+size_t round256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
+
+}  // namespace
+
+void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                 int64_t ld_v, const int32_t* blocks, bf16* out, int64_t ld_out, float* lse,
+                                 int64_t ld_lse, const DFlashAttnDims& d, cudaStream_t stream) {
+  check_dims("dflash_attention_fwd_launch", d);
+  if (d.nb == 0) return;
+  QueryArgs a{};
+  a.q = q, a.k = k, a.v = v, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v, a.blocks = blocks;
+  a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
+  a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
+  a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
+  dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false>(a, stream); });
+}
+
+size_t dflash_attention_bwd_workspace_bytes(const DFlashAttnDims& d) {
+  return round256(sizeof(float) * size_t(d.nb * d.block) * size_t(d.hq));
+}
+
+void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                 int64_t ld_v, const int32_t* blocks, const bf16* out, int64_t ld_out,
+                                 const float* lse, int64_t ld_lse, const bf16* dout, int64_t ld_dout,
+                                 bf16* dq, int64_t ld_dq, bf16* dk, int64_t ld_dk, bf16* dv, int64_t ld_dv,
+                                 const DFlashAttnDims& d, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  check_dims("dflash_attention_bwd_launch", d);
+  if (ws_bytes < dflash_attention_bwd_workspace_bytes(d) || (ws == nullptr && d.nb > 0))
+    cuda_throw(
+        "dflash_attention_bwd_launch",
+        "workspace smaller than dflash_attention_bwd_workspace_bytes(dims); HINT: size it with that call",
+        __FILE__, __LINE__);
+  float* dsum = static_cast<float*>(ws);
+  const int64_t qrows = d.nb * d.block, kvrows = d.T + qrows;
+  const bool vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v | ld_dout) % 8 == 0 && aligned16(q) && aligned16(k) &&
+                   aligned16(v) && aligned16(dout);
+  if (d.nb > 0) {
+    const int64_t warps = qrows * d.hq;
+    dfa_dsum_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(out, ld_out, dout, ld_dout, dsum, qrows,
+                                                                   d.hq, d.hd);
+    DF_CUDA_CHECK_LAUNCH("dfa_dsum_kernel");
+    QueryArgs a{};
+    a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v,
+    a.ld_dout = ld_dout;
+    a.blocks = blocks, a.lse_in = lse, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.ld_lse = ld_lse, a.d = d;
+    a.scale_log2 = d.scale * kLog2e, a.vec = vec;
+    a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
+    dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true>(a, stream); });
+  }
+  if (kvrows == 0) return;
+  KvArgs a{};
+  a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v, a.ld_dout = ld_dout;
+  a.blocks = blocks, a.lse = lse, a.ld_lse = ld_lse, a.dsum = dsum, a.dk = dk, a.dv = dv, a.ld_dk = ld_dk;
+  a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
+  a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
+            reinterpret_cast<uintptr_t>(dv) % 4 == 0;
+  dispatch_head_dim(d.hd, [&](auto hdc) {
+    constexpr int HD = decltype(hdc)::value;
+    constexpr int THREADS = KvCfg<HD>::kThreads;
+    const size_t smem = sizeof(bf16) * 6 * kTile * (HD + 8) + sizeof(float) * 4 * kTile +
+                        sizeof(int) * (2 * kTile + kScan * THREADS + THREADS / 32);
+    DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    dim3 grid(unsigned((kvrows + kTile - 1) / kTile), unsigned(d.hkv));
+    dfa_kv_kernel<HD><<<grid, THREADS, smem, stream>>>(a);
+    DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
+  });
+}
+
+}  // namespace df
