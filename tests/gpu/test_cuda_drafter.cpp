@@ -103,9 +103,10 @@ TEST_F(CudaDrafter, LossRowStatsMatchesTheCpu) {
     for (int mode = 0; mode < 3; ++mode) {  // 0 plain, 1 streak, 2 given weights
       const int64_t N = c.nb * c.B;
       Rng r(uint64_t(N * 3 + mode));
-      std::vector<int32_t> labels(size_t(N)), argmax(size_t(N));
-      std::vector<uint8_t> active(size_t(N));
-      std::vector<float> loss(size_t(N)), p(size_t(N)), w(size_t(N));
+      const size_t n = static_cast<size_t>(N);
+      std::vector<int32_t> labels(n), argmax(n);
+      std::vector<uint8_t> active(n);
+      std::vector<float> loss(n), p(n), w(n);
       for (int64_t i = 0; i < N; ++i) {
         active[size_t(i)] = i % c.B != 0 && r.below(4) != 0;
         labels[size_t(i)] = int32_t(r.below(9));
