@@ -201,6 +201,16 @@ void drafter_refresh_shadow(DrafterModel& m) {
 
 namespace df {
 
+DrafterLimits drafter_limits_from_run(const Config& cfg) {
+  DrafterLimits l;
+  l.max_tokens = cfg.data.token_budget;
+  l.max_blocks = cfg.drafter.max_block_rows > 0 ? cfg.drafter.max_block_rows / cfg.drafter.block_size
+                                                : cfg.data.token_budget;
+  l.kl = cfg.train.loss == "kl";
+  l.noise = cfg.train.noise_std > 0;
+  return l;
+}
+
 DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& target) {
   const DrafterSection& d = cfg.drafter;
   DrafterConfig c;

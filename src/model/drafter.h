@@ -115,6 +115,11 @@ struct DrafterLimits {
   bool noise = false;      // feature noise: room for the noisy copy of the taps
 };
 
+// The limits a run config implies: data.token_budget tokens; drafter.max_block_rows / block_size blocks, or
+// without a cap one block per token (anchors are distinct positions of the batch); the loss kind; noise on
+// when train.noise_std > 0.
+DrafterLimits drafter_limits_from_run(const Config& cfg);
+
 class DrafterModel {
  public:
   DrafterModel(const DrafterConfig& cfg, TrainOps& ops);

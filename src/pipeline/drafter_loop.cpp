@@ -124,13 +124,6 @@ class DrafterMemory {
   std::vector<float> taps_f32_, final_f32_;
 };
 
-// Blocks a micro-batch may hold: drafter.max_block_rows / B, or without a cap one per token (anchors are
-// distinct positions of the batch, so never more than its tokens).
-int64_t max_blocks_of(const TrainPlan& p) {
-  const int64_t cap = p.cfg.drafter.max_block_rows;
-  return cap > 0 ? cap / p.drafter.block_size : p.cfg.data.token_budget;
-}
-
 // The MPI reducer works on host memory: a device-resident drafter stages its gradients through the host
 // (the NCCL all-reduce on device memory is a later step). One drafter reduces nothing.
 void all_reduce_grads(GradReducer& reducer, DrafterModel& m) {
@@ -161,11 +154,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   DrafterMemory mem(*ops, frozen->embed, frozen->lm_head, plan.cfg.data.token_budget, H * plan.drafter.num_taps(),
                     plan.kl ? H : 0);
   model.set_frozen(mem.embed(), mem.lm_head());
-  DrafterLimits limits;
-  limits.max_tokens = plan.cfg.data.token_budget;
-  limits.max_blocks = max_blocks_of(plan);
-  limits.kl = plan.kl;
-  limits.noise = tc.noise_std > 0;
+  const DrafterLimits limits = drafter_limits_from_run(plan.cfg);
   drafter_plan_workspace(model, limits);
   if (owner)
     log_here("drafter on %s: workspace %.1f MiB for %lld tokens and %lld blocks per micro-batch", ops->name(),
