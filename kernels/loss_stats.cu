@@ -7,8 +7,8 @@
 
 namespace df {
 
-// One thread block: the work is nb·B rows of bookkeeping (microseconds), and a single block reduces in a fixed
-// order without a second pass, so the sums are the same bits on every run.
+// One thread block: the work is nb·B rows of bookkeeping (microseconds), and a single block reduces in a
+// fixed order without a second pass, so the sums are the same bits on every run.
 constexpr int kStatsThreads = 256;
 
 // ---- kernels ----
@@ -79,21 +79,22 @@ __global__ void __launch_bounds__(kStatsThreads)
     stats[LossStatsSlots::kTauSum] += static_cast<double>(cnt[2 * nk]);
     stats[LossStatsSlots::kTauBlocks] += static_cast<double>(cnt[2 * nk + 1]);
     for (int k = 1; k < B; ++k) {
-      stats[LossStatsSlots::kFixed + k - 1] += static_cast<double>(cnt[k - 1]);       // LossStatsSlots::correct
+      stats[LossStatsSlots::kFixed + k - 1] += static_cast<double>(cnt[k - 1]);  // LossStatsSlots::correct
       stats[LossStatsSlots::kFixed + nk + k - 1] += static_cast<double>(cnt[nk + k - 1]);  // ::count
     }
   }
 }
 
 // ---- launchers ----
-void loss_row_stats_launch(const int32_t* labels, const uint8_t* active, const float* loss, const float* p_label,
-                           const int32_t* argmax, const LossRowDims& d, float* row_w, double* stats,
-                           cudaStream_t stream) {
+void loss_row_stats_launch(const int32_t* labels, const uint8_t* active, const float* loss,
+                           const float* p_label, const int32_t* argmax, const LossRowDims& d, float* row_w,
+                           double* stats, cudaStream_t stream) {
   DF_CHECK(d.block >= 2 && d.nb >= 0, "loss_row_stats: block %d must be ≥ 2 and nb %lld ≥ 0", d.block,
            (long long)d.nb);
   if (d.nb == 0) return;
   const size_t smem = size_t(2 * (d.block - 1) + 2) * sizeof(unsigned long long);
-  loss_row_stats_kernel<<<1, kStatsThreads, smem, stream>>>(labels, active, loss, p_label, argmax, d, row_w, stats);
+  loss_row_stats_kernel<<<1, kStatsThreads, smem, stream>>>(labels, active, loss, p_label, argmax, d, row_w,
+                                                            stats);
   DF_CUDA_CHECK_LAUNCH("loss_row_stats_kernel");
 }
 

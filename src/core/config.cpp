@@ -241,7 +241,8 @@ Config config_parse(const std::string& text, const std::string& where) {
     // Unset: derived from the token budget; the table shows the value in force.
     c.drafter.max_block_rows = 4 * c.data.token_budget;
     for (auto& [key, value] : c.values)
-      if (key == "drafter.max_block_rows") value = std::to_string(c.drafter.max_block_rows) + " (4 x data.token_budget)";
+      if (key == "drafter.max_block_rows")
+        value = std::to_string(c.drafter.max_block_rows) + " (4 x data.token_budget)";
   }
   {
     TrainSection& t = c.train;

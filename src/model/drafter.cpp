@@ -130,8 +130,8 @@ uint64_t name_stream(const std::string& name) {
 
 DrafterModel::DrafterModel(const DrafterConfig& cfg, TrainOps& ops)
     : cfg_(cfg), table_(drafter_param_table(cfg)), ops_(&ops) {
-  // One allocation: 4 f32 buffers, the bf16 shadow (bf16 backends), the statistics block. The table's total is
-  // a multiple of 64 elements, so every part starts at least 128-byte aligned.
+  // One allocation: 4 f32 buffers, the bf16 shadow (bf16 backends), the statistics block. The table's total
+  // is a multiple of 64 elements, so every part starts at least 128-byte aligned.
   const size_t bytes = size_t(table_.total) * sizeof(float);
   const bool shadow = ops.act_dtype() == DType::bf16;
   const size_t lp_bytes = shadow ? size_t(table_.total) * dtype_size(DType::bf16) : 0;
@@ -139,7 +139,8 @@ DrafterModel::DrafterModel(const DrafterConfig& cfg, TrainOps& ops)
   flat_ = ops.alloc_bytes(4 * bytes + lp_bytes + size_t(stat_bytes));
   char* base = static_cast<char*>(flat_);
   Tensor* bufs[4] = {&params, &grads, &adam_m, &adam_v};
-  for (int i = 0; i < 4; ++i) *bufs[i] = tensor_make(base + i * bytes, DType::f32, ops.device(), 1, table_.total);
+  for (int i = 0; i < 4; ++i)
+    *bufs[i] = tensor_make(base + i * bytes, DType::f32, ops.device(), 1, table_.total);
   if (shadow) params_lp = tensor_make(base + 4 * bytes, DType::bf16, ops.device(), 1, table_.total);
   stats = tensor_make(base + 4 * bytes + lp_bytes, DType::u8, ops.device(), 1, stat_bytes);
   w = tensors_view(*this, shadow ? params_lp : params, params);
@@ -161,18 +162,19 @@ void DrafterModel::set_frozen(const Tensor& embed_table, const Tensor& lm_head_t
     DF_CHECK(t->rows == cfg_.vocab && t->cols == cfg_.hidden,
              "drafter: frozen target embedding/lm_head is %s, expected [vocab %d, hidden %d]; wrong target model?",
              t->shape_str().c_str(), cfg_.vocab, cfg_.hidden);
-    DF_CHECK(t->dtype == ops_->act_dtype() && t->device == ops_->device(),
-             "drafter: frozen target embedding/lm_head is %s on %s, but the %s backend trains in %s on its own "
-             "memory; HINT: upload the tables as %s first",
-             dtype_name(t->dtype), t->device == Device::cpu ? "the host" : "a GPU", ops_->name(),
-             dtype_name(ops_->act_dtype()), dtype_name(ops_->act_dtype()));
+    DF_CHECK(
+        t->dtype == ops_->act_dtype() && t->device == ops_->device(),
+        "drafter: frozen target embedding/lm_head is %s on %s, but the %s backend trains in %s on its own "
+        "memory; HINT: upload the tables as %s first",
+        dtype_name(t->dtype), t->device == Device::cpu ? "the host" : "a GPU", ops_->name(),
+        dtype_name(ops_->act_dtype()), dtype_name(ops_->act_dtype()));
   }
   embed = embed_table;
   lm_head = lm_head_table;
 }
 
 void drafter_init_params(DrafterModel& m, uint64_t seed) {
-  // Counter-based draws, computed on the host and uploaded: element values depend on (seed, name, index) only.
+  // Counter-based draws computed on the host and uploaded: a value depends on (seed, name, index) only.
   std::vector<float> host(size_t(m.table().total), 0.0f);
   for (const auto& e : m.table().entries) {
     const uint64_t stream = name_stream(e.name);

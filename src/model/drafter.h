@@ -8,8 +8,8 @@
 //   auto ops = train_ops_create("cuda", gpu);         // ops/ops_factory.h, or CpuTrainOps
 //   DrafterModel model(cfg, *ops);                     // allocates params/grads/m/v (+ bf16 shadow), zero
 //   drafter_init_params(model, seed);                  // or checkpoint_load + drafter_refresh_shadow
-//   model.set_frozen(embed, lm_head);                  // target embedding and lm_head [V, H] act_dtype, not owned
-//   drafter_plan_workspace(model, limits);             // the one activation allocation, for the largest batch
+//   model.set_frozen(embed, lm_head);                  // frozen embedding, lm_head [V, H] (act_dtype)
+//   drafter_plan_workspace(model, limits);             // the one activation allocation, largest batch
 //   for each step:
 //     drafter_zero_grads(model);
 //     for each micro-batch:

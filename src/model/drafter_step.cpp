@@ -1,6 +1,7 @@
-// drafter_accumulate: lays out the blocks of a micro-batch on the host (ids, positions, labels), uploads them,
-// then runs context → layers → final norm → lm_head loss → row weights and statistics → backward as a flat list
-// of TrainOps calls in the workspace planned once (drafter_plan_workspace). Nothing is read back per micro-batch.
+// drafter_accumulate: lays out the blocks of a micro-batch on the host (ids, positions, labels), uploads
+// them, then runs context → layers → final norm → lm_head loss → row weights and statistics → backward as a
+// flat list of TrainOps calls in the workspace planned once (drafter_plan_workspace). Nothing is read back
+// per micro-batch.
 #include <algorithm>
 #include <cmath>
 
@@ -19,7 +20,8 @@ struct BlockLayout {
   std::vector<uint8_t> labelled;
 };
 
-BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b, const std::vector<DrafterAnchor>& anchors) {
+BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b,
+                          const std::vector<DrafterAnchor>& anchors) {
   const int B = c.block_size;
   const int64_t T = b.offsets.back(), N = int64_t(anchors.size()) * B;
   BlockLayout L;
@@ -68,7 +70,8 @@ struct StepBuffers {
 
 // taps: the copy feature noise is added into (the batch's taps are the caller's: a replayed batch, the
 // finite-difference checks, must see the same features again); only when noise is on.
-StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, bool kl, bool noise, DType act) {
+StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, bool kl, bool noise,
+                       DType act) {
   const int64_t H = c.hidden;
   StepBuffers s;
   if (noise) s.taps = a.alloc(act, d.T, H * c.num_taps());
@@ -124,19 +127,24 @@ void check_batch(const DrafterModel& m, const DrafterBatch& b, const DrafterLoss
            c.hidden, m.ops().name());
   if (o.kind == LmLossKind::kl)
     DF_CHECK(b.target_hidden.rows == T && b.target_hidden.cols == c.hidden && b.target_hidden.dtype == act,
-             "drafter batch: the soft-KL loss needs target_hidden %s [%lld, %d] (target final-norm output), got %s",
+             "drafter batch: the soft-KL loss needs target_hidden %s [%lld, %d] (target final-norm output), "
+             "got %s",
              dtype_name(act), (long long)T, c.hidden, b.target_hidden.shape_str().c_str());
   const DrafterLimits& lim = m.limits;
-  DF_CHECK(m.workspace != nullptr, "drafter step: no workspace; HINT: call drafter_plan_workspace(model, limits) once");
+  DF_CHECK(m.workspace != nullptr,
+           "drafter step: no workspace; HINT: call drafter_plan_workspace(model, limits) once");
   DF_CHECK(T <= lim.max_tokens,
-           "drafter batch: %lld tokens but the workspace is planned for %lld (data.token_budget); HINT: plan with the "
+           "drafter batch: %lld tokens but the workspace is planned for %lld (data.token_budget); HINT: plan "
+           "with the "
            "batcher's token budget",
            (long long)T, (long long)lim.max_tokens);
   DF_CHECK(nb <= lim.max_blocks,
-           "drafter batch: %lld blocks but the workspace is planned for %lld (drafter.max_block_rows / block_size); "
+           "drafter batch: %lld blocks but the workspace is planned for %lld (drafter.max_block_rows / "
+           "block_size); "
            "HINT: cap the anchors first (anchors_cap)",
            (long long)nb, (long long)lim.max_blocks);
-  DF_CHECK(!(o.kind == LmLossKind::kl) || lim.kl, "drafter step: soft-KL loss but the workspace was planned without it");
+  DF_CHECK(!(o.kind == LmLossKind::kl) || lim.kl,
+           "drafter step: soft-KL loss but the workspace was planned without it");
   DF_CHECK(!(o.noise_std > 0) || lim.noise,
            "drafter step: feature noise on but the workspace was planned without it (DrafterLimits::noise)");
 }
@@ -152,8 +160,8 @@ size_t drafter_workspace_bytes(const DrafterConfig& c, const DrafterLimits& limi
 void drafter_plan_workspace(DrafterModel& m, const DrafterLimits& limits) {
   DF_CHECK(m.workspace == nullptr, "drafter_plan_workspace: the workspace is planned once per model");
   DF_CHECK(limits.max_tokens > 0 && limits.max_blocks > 0,
-           "drafter_plan_workspace: max_tokens %lld and max_blocks %lld must be > 0", (long long)limits.max_tokens,
-           (long long)limits.max_blocks);
+           "drafter_plan_workspace: max_tokens %lld and max_blocks %lld must be > 0",
+           (long long)limits.max_tokens, (long long)limits.max_blocks);
   m.workspace_bytes = drafter_workspace_bytes(m.config(), limits, m.ops().act_dtype());
   m.workspace = m.ops().alloc_bytes(m.workspace_bytes);
   m.limits = limits;
@@ -232,7 +240,8 @@ LossStats drafter_take_stats(DrafterModel& m) {
   return st;
 }
 
-LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
+LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch,
+                                   const std::vector<DrafterAnchor>& anchors,
                                    const DrafterLossOptions& opts) {
   drafter_accumulate(m, batch, anchors, opts);
   LossStats st = drafter_take_stats(m);
@@ -241,8 +250,9 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
   if (N > 0) {
     // row_w is the same workspace tensor drafter_accumulate carved (same arena sequence, same sizes).
     Arena arena(m.workspace, m.workspace_bytes, m.ops().device());
-    const StepBuffers s = step_alloc(arena, m.config(), dims_of(m.config(), batch.offsets.back(), int64_t(anchors.size())),
-                                     opts.kind == LmLossKind::kl, opts.noise_std > 0, m.ops().act_dtype());
+    const StepBuffers s =
+        step_alloc(arena, m.config(), dims_of(m.config(), batch.offsets.back(), int64_t(anchors.size())),
+                   opts.kind == LmLossKind::kl, opts.noise_std > 0, m.ops().act_dtype());
     m.ops().download_raw(s.row_w, st.row_weight.data());
   }
   return st;

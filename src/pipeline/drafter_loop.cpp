@@ -44,8 +44,8 @@ OptimConfig optim_config(const TrainPlan& p) {
 // bf16 bytes in one copy, no conversion.
 class DrafterMemory {
  public:
-  DrafterMemory(TrainOps& ops, const Tensor& embed, const Tensor& lm_head, int64_t max_tokens, int64_t feat_cols,
-                int64_t final_cols)
+  DrafterMemory(TrainOps& ops, const Tensor& embed, const Tensor& lm_head, int64_t max_tokens,
+                int64_t feat_cols, int64_t final_cols)
       : ops_(ops), host_(ops.device() == Device::cpu) {
     DF_CHECK(embed.device == Device::cpu && lm_head.device == Device::cpu,
              "drafter: the frozen tables must come from a host-loaded target");
@@ -93,8 +93,9 @@ class DrafterMemory {
     for (int64_t r = 0; r < t.rows; ++r)
       for (int64_t c = 0; c < t.cols; ++c) {
         const char* src = t.row_bytes(r) + c * int64_t(dtype_size(t.dtype));
-        lp[size_t(r * t.cols + c)] =
-            t.dtype == DType::bf16 ? *reinterpret_cast<const uint16_t*>(src) : f32_to_bf16(*reinterpret_cast<const float*>(src));
+        lp[size_t(r * t.cols + c)] = t.dtype == DType::bf16
+                                         ? *reinterpret_cast<const uint16_t*>(src)
+                                         : f32_to_bf16(*reinterpret_cast<const float*>(src));
       }
     Tensor d = tensor_make(at, DType::bf16, ops_.device(), t.rows, t.cols);
     ops_.upload_raw(d, lp.data());
@@ -151,14 +152,15 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   std::unique_ptr<TrainOps> ops = train_ops_create(plan.cfg.drafter.device, std::max(ctx.gpu, 0));
   DrafterModel model(plan.drafter, *ops);
   const int64_t H = plan.drafter.hidden;
-  DrafterMemory mem(*ops, frozen->embed, frozen->lm_head, plan.cfg.data.token_budget, H * plan.drafter.num_taps(),
-                    plan.kl ? H : 0);
+  DrafterMemory mem(*ops, frozen->embed, frozen->lm_head, plan.cfg.data.token_budget,
+                    H * plan.drafter.num_taps(), plan.kl ? H : 0);
   model.set_frozen(mem.embed(), mem.lm_head());
   const DrafterLimits limits = drafter_limits_from_run(plan.cfg);
   drafter_plan_workspace(model, limits);
   if (owner)
     log_here("drafter on %s: workspace %.1f MiB for %lld tokens and %lld blocks per micro-batch", ops->name(),
-             double(model.workspace_bytes) / (1 << 20), (long long)limits.max_tokens, (long long)limits.max_blocks);
+             double(model.workspace_bytes) / (1 << 20), (long long)limits.max_tokens,
+             (long long)limits.max_blocks);
   drafter_init_params(model, plan.cfg.drafter.init_seed);
   int64_t tokens_seen = 0;  // context tokens trained on by all drafters, since step 0
   if (!plan.resume_path.empty()) {

@@ -136,10 +136,11 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   p.anchors = std::min<int64_t>(std::min<int64_t>(d.num_anchors, std::max<int64_t>(L - 1, 1)) * seqs, T);
   VramRole& dr = p.drafter;
   dr.role = "drafter";
-  // What DrafterModel, the drafter loop and CudaTrainOps allocate (model/drafter.cpp, pipeline/drafter_loop.cpp):
-  // one flat block of f32 master weights, gradients, Adam m and v plus the bf16 shadow, the frozen tables
-  // uploaded once as bf16, the staging of one received batch, and the activation workspace planned for
-  // drafter_limits_from_run — the exact bytes drafter_workspace_bytes computes, not a per-row estimate.
+  // What DrafterModel, the drafter loop and CudaTrainOps allocate (model/drafter.cpp,
+  // pipeline/drafter_loop.cpp): one flat block of f32 master weights, gradients, Adam m and v plus the bf16
+  // shadow, the frozen tables uploaded once as bf16, the staging of one received batch, and the activation
+  // workspace planned for drafter_limits_from_run — the exact bytes drafter_workspace_bytes computes, not a
+  // per-row estimate.
   add(dr, "weights bf16 copy", kBf16 * P, strfmt("2 B x %.4g params (the GEMM weight shadow)", P));
   add(dr, "master weights fp32", kF32 * P, strfmt("4 B x %.4g", P));
   add(dr, "gradients fp32", kF32 * P, strfmt("4 B x %.4g", P));
@@ -176,9 +177,10 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
              "blocks of %d (pass --seq-len for your data's typical length)",
              (long long)T, (long long)L, (long long)seqs, (long long)p.anchors, d.block_size));
   if (p.anchors > p.max_blocks)
-    p.notes.push_back(strfmt("drafter.max_block_rows %lld keeps %lld of those %lld anchor blocks (the rest are "
-                             "dropped at random, metrics.jsonl anchors_dropped)",
-                             (long long)d.max_block_rows, (long long)p.max_blocks, (long long)p.anchors));
+    p.notes.push_back(
+        strfmt("drafter.max_block_rows %lld keeps %lld of those %lld anchor blocks (the rest are "
+               "dropped at random, metrics.jsonl anchors_dropped)",
+               (long long)d.max_block_rows, (long long)p.max_blocks, (long long)p.anchors));
   p.notes.push_back(
       strfmt("each drafter receives from %d targets (hs_queue_depth credits per target)", assume.targets));
   if (kl)

@@ -28,7 +28,7 @@ struct VramRole {
 struct VramAssumptions {
   int targets = 7;      // targets feeding each drafter: a drafter holds hs_queue_depth payloads per target
   int64_t seq_len = 0;  // typical sequence length; 0: one sequence fills data.token_budget
-  int64_t lm_chunk = 1024;  // rows of [chunk, V] fp32 logits alive at once in the loss (CudaTrainOps' default)
+  int64_t lm_chunk = 1024;  // rows of [chunk, V] fp32 logits alive at once (CudaTrainOps' default)
 };
 
 struct VramPlan {

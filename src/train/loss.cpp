@@ -23,8 +23,9 @@ void LossStats::merge(const LossStats& o) {
 }
 
 LossStats loss_stats_from_slots(const std::vector<double>& slots, int block) {
-  DF_CHECK(int(slots.size()) == LossStatsSlots::size(block), "loss statistics: %zu slots for block %d, expected %d",
-           slots.size(), block, LossStatsSlots::size(block));
+  DF_CHECK(int(slots.size()) == LossStatsSlots::size(block),
+           "loss statistics: %zu slots for block %d, expected %d", slots.size(), block,
+           LossStatsSlots::size(block));
   LossStats st;
   st.loss_sum = slots[LossStatsSlots::kLossSum];
   st.weight_sum = slots[LossStatsSlots::kWeightSum];

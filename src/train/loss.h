@@ -49,7 +49,7 @@ struct LossStats {
 struct LossStatsSlots {
   static constexpr int kLossSum = 0, kWeightSum = 1, kTauSum = 2, kTauBlocks = 3, kFixed = 4;
   static int size(int block) { return kFixed + 2 * (block - 1); }
-  static int correct(int k) { return kFixed + k - 1; }                   // offset k = 1..B−1
+  static int correct(int k) { return kFixed + k - 1; }  // offset k = 1..B−1
   static int count(int block, int k) { return kFixed + block - 1 + k - 1; }
 };
 // The LossStats those slots hold (row_weight left empty).

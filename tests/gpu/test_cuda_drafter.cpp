@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
-TEST(CudaDrafter, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA: GPU drafter tests skipped"; }
+TEST(CudaDrafter, SkippedWithoutCudaBuild) {
+  GTEST_SKIP() << "built without CUDA: GPU drafter tests skipped";
+}
 #else
 #include <cmath>
 #include <cstdio>
@@ -61,8 +63,8 @@ void round_to_bf16(std::vector<float>& v) {
 
 // Worst |a−b| − (atol + rtol·|b|) over the elements, printed with its index and both values; true if none
 // exceeds.
-bool report(const std::string& what, const std::vector<double>& got, const std::vector<double>& want, double atol,
-            double rtol) {
+bool report(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+            double atol, double rtol) {
   size_t worst = 0;
   double excess = -1e300, maxerr = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -73,15 +75,16 @@ bool report(const std::string& what, const std::vector<double>& got, const std::
       worst = i;
     }
   }
-  std::printf("[ maxerr ] %-44s n %zu max|err| %.3e worst at %zu: gpu %.9g cpu %.9g\n", what.c_str(), got.size(),
-              maxerr, worst, got.empty() ? 0.0 : got[worst], want.empty() ? 0.0 : want[worst]);
+  std::printf("[ maxerr ] %-44s n %zu max|err| %.3e worst at %zu: gpu %.9g cpu %.9g\n", what.c_str(),
+              got.size(), maxerr, worst, got.empty() ? 0.0 : got[worst], want.empty() ? 0.0 : want[worst]);
   return excess <= 0;
 }
 
 class CudaDrafter : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+    if (cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
     gpu_ = std::make_unique<CudaTrainOps>(0);
   }
   CpuTrainOps cpu_;
@@ -125,22 +128,27 @@ TEST_F(CudaDrafter, LossRowStatsMatchesTheCpu) {
       // Both backends start from the same non-zero block: the op adds.
       std::vector<double> st_cpu(size_t(slots), 1.0);
       std::vector<float> w_cpu = w;
-      auto row = [](auto& v, DType dt) { return tensor_make(v.data(), dt, Device::cpu, 1, int64_t(v.size())); };
-      cpu_.loss_row_stats(row(labels, DType::i32), row(active, DType::u8), row(loss, DType::f32), row(p, DType::f32),
-                          row(argmax, DType::i32), a, row(w_cpu, DType::f32),
+      auto row = [](auto& v, DType dt) {
+        return tensor_make(v.data(), dt, Device::cpu, 1, int64_t(v.size()));
+      };
+      cpu_.loss_row_stats(row(labels, DType::i32), row(active, DType::u8), row(loss, DType::f32),
+                          row(p, DType::f32), row(argmax, DType::i32), a, row(w_cpu, DType::f32),
                           tensor_make(st_cpu.data(), DType::u8, Device::cpu, 1, slots * 8));
       Dev d(*gpu_);
-      Tensor gw = d.up(w, DType::f32, 1, N), gst = d.up(std::vector<double>(size_t(slots), 1.0), DType::u8, 1, slots * 8);
-      gpu_->loss_row_stats(d.up(labels, DType::i32, 1, N), d.up(active, DType::u8, 1, N), d.up(loss, DType::f32, 1, N),
-                           d.up(p, DType::f32, 1, N), d.up(argmax, DType::i32, 1, N), a, gw, gst);
-      const std::string name = "loss_row_stats nb " + std::to_string(c.nb) + " B " + std::to_string(c.B) + " mode " +
-                               std::to_string(mode);
+      Tensor gw = d.up(w, DType::f32, 1, N),
+             gst = d.up(std::vector<double>(size_t(slots), 1.0), DType::u8, 1, slots * 8);
+      gpu_->loss_row_stats(d.up(labels, DType::i32, 1, N), d.up(active, DType::u8, 1, N),
+                           d.up(loss, DType::f32, 1, N), d.up(p, DType::f32, 1, N),
+                           d.up(argmax, DType::i32, 1, N), a, gw, gst);
+      const std::string name = "loss_row_stats nb " + std::to_string(c.nb) + " B " + std::to_string(c.B) +
+                               " mode " + std::to_string(mode);
       const std::vector<float> w_gpu = d.down<float>(gw);
       const std::vector<double> st_gpu = d.down<double>(gst);
       EXPECT_TRUE(report(name + " row_w", std::vector<double>(w_gpu.begin(), w_gpu.end()),
                          std::vector<double>(w_cpu.begin(), w_cpu.end()), 0, 1e-6));
       EXPECT_TRUE(report(name + " sums", {st_gpu[0], st_gpu[1]}, {st_cpu[0], st_cpu[1]}, 0, 2e-6));
-      for (int i = 2; i < slots; ++i) EXPECT_EQ(st_gpu[size_t(i)], st_cpu[size_t(i)]) << name << " count slot " << i;
+      for (int i = 2; i < slots; ++i)
+        EXPECT_EQ(st_gpu[size_t(i)], st_cpu[size_t(i)]) << name << " count slot " << i;
     }
 }
 
@@ -160,7 +168,8 @@ TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
     o.noise_std = variant == 1 ? 0.05f : 0.0f;
     o.noise_seed = 11;
     const int64_t T = host.batch.offsets.back(), H = host.cfg.hidden, V = host.cfg.vocab;
-    for (std::vector<float>* t : {&host.taps, &host.target_hidden, &host.embed, &host.lm_head}) round_to_bf16(*t);
+    for (std::vector<float>* t : {&host.taps, &host.target_hidden, &host.embed, &host.lm_head})
+      round_to_bf16(*t);
     DrafterModel gm(host.cfg, *gpu_);
     drafter_init_params(gm, 7);  // TinySetup's seed: identical master weights
     Dev d(*gpu_);
@@ -177,11 +186,13 @@ TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
     const std::string v = variant == 0 ? "ce" : "kl+streak+noise";
     EXPECT_TRUE(report("step " + v + " loss_sum, weight_sum", {sg.loss_sum, sg.weight_sum},
                        {sc.loss_sum, sc.weight_sum}, 0, 3e-2));
-    EXPECT_TRUE(report("step " + v + " row weights", std::vector<double>(sg.row_weight.begin(), sg.row_weight.end()),
+    EXPECT_TRUE(report("step " + v + " row weights",
+                       std::vector<double>(sg.row_weight.begin(), sg.row_weight.end()),
                        std::vector<double>(sc.row_weight.begin(), sc.row_weight.end()), 1e-3, 3e-2));
     EXPECT_EQ(sg.count, sc.count) << v;
     EXPECT_EQ(sg.tau_blocks, sc.tau_blocks) << v;
-    for (size_t k = 0; k < sc.correct.size(); ++k) EXPECT_NEAR(double(sg.correct[k]), double(sc.correct[k]), 2) << v;
+    for (size_t k = 0; k < sc.correct.size(); ++k)
+      EXPECT_NEAR(double(sg.correct[k]), double(sc.correct[k]), 2) << v;
     const std::vector<float> g_gpu = d.down<float>(gm.grads);
     for (const DrafterParamEntry& e : host.model->table().entries) {
       double dot = 0, na = 0, nb = 0;
@@ -191,9 +202,10 @@ TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
         na += a * a;
         nb += b * b;
       }
-      const double cosine = dot / std::sqrt(std::max(na * nb, 1e-300)), ratio = std::sqrt(na / std::max(nb, 1e-300));
-      std::printf("[ grad   ] %-8s %-40s cosine %.5f norm gpu/cpu %.4f (cpu norm %.3e)\n", v.c_str(), e.name.c_str(),
-                  cosine, ratio, std::sqrt(nb));
+      const double cosine = dot / std::sqrt(std::max(na * nb, 1e-300)),
+                   ratio = std::sqrt(na / std::max(nb, 1e-300));
+      std::printf("[ grad   ] %-8s %-40s cosine %.5f norm gpu/cpu %.4f (cpu norm %.3e)\n", v.c_str(),
+                  e.name.c_str(), cosine, ratio, std::sqrt(nb));
       EXPECT_GE(cosine, 0.98) << v << " " << e.name;
       EXPECT_NEAR(ratio, 1.0, 0.1) << v << " " << e.name;
     }
@@ -222,8 +234,9 @@ TEST_F(CudaDrafter, ShadowFollowsTheMasterWeights) {
     for (const DrafterParamEntry& e : m.table().entries)
       for (int64_t i = e.offset; i < e.offset + e.rows * e.cols; ++i)
         if (lp[size_t(i)] != f32_to_bf16(p[size_t(i)]) && bad++ == 0) first = i;
-    EXPECT_EQ(bad, 0) << what << ": first at " << first << " params " << (first >= 0 ? p[size_t(first)] : 0.0f)
-                      << " shadow " << (first >= 0 ? bf16_to_f32(lp[size_t(first)]) : 0.0f);
+    EXPECT_EQ(bad, 0) << what << ": first at " << first << " params "
+                      << (first >= 0 ? p[size_t(first)] : 0.0f) << " shadow "
+                      << (first >= 0 ? bf16_to_f32(lp[size_t(first)]) : 0.0f);
   };
   check("after adamw");
   std::vector<float> p(size_t(m.table().total));

@@ -90,7 +90,8 @@ TEST(Config, DrafterDeviceAndBlockRowCap) {
   EXPECT_NE(config_table(c).find("drafter.max_block_rows"), std::string::npos);
   EXPECT_NE(config_table(c).find("131072 (4 x data.token_budget)"), std::string::npos) << config_table(c);
   EXPECT_NE(config_table(c).find("drafter.device"), std::string::npos);
-  Config g = config_parse("[target]\nrandom_config = \"x.json\"\n[drafter]\nmask_token_id = 1\n", "test.toml");
+  Config g =
+      config_parse("[target]\nrandom_config = \"x.json\"\n[drafter]\nmask_token_id = 1\n", "test.toml");
   EXPECT_EQ(g.drafter.device, "cuda");  // target.device's default
   Config d = config_parse(std::string(kMinimal) + "device = \"cuda\"\nmax_block_rows = 0\n", "test.toml");
   EXPECT_EQ(d.drafter.device, "cuda");

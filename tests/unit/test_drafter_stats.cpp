@@ -93,14 +93,14 @@ Restated restate(const RowInputs& in, int B, float gamma, bool streak, float alp
   return o;
 }
 
-std::vector<double> run_op(TrainOps& ops, RowInputs& in, const TrainOps::LossRowArgs& a, std::vector<float>& w,
-                           int calls = 1) {
+std::vector<double> run_op(TrainOps& ops, RowInputs& in, const TrainOps::LossRowArgs& a,
+                           std::vector<float>& w, int calls = 1) {
   std::vector<double> slots(size_t(LossStatsSlots::size(a.block)), 0.0);
   Tensor st = tensor_make(slots.data(), DType::u8, Device::cpu, 1, int64_t(slots.size() * sizeof(double)));
   for (int i = 0; i < calls; ++i)
-    ops.loss_row_stats(row_view(in.labels, DType::i32), row_view(in.active, DType::u8), row_view(in.loss, DType::f32),
-                       row_view(in.p_label, DType::f32), row_view(in.argmax, DType::i32), a, row_view(w, DType::f32),
-                       st);
+    ops.loss_row_stats(row_view(in.labels, DType::i32), row_view(in.active, DType::u8),
+                       row_view(in.loss, DType::f32), row_view(in.p_label, DType::f32),
+                       row_view(in.argmax, DType::i32), a, row_view(w, DType::f32), st);
   return slots;
 }
 
@@ -121,7 +121,8 @@ TEST(LossRowStats, MatchesTheRestatedRules) {
       std::vector<float> w(in.labels.size(), -1.0f);
       const std::vector<double> got = run_op(ops, in, a, w);
       const Restated want = restate(in, B, a.gamma, streak, a.streak_alpha);
-      for (size_t r = 0; r < w.size(); ++r) ASSERT_EQ(w[r], want.w[r]) << "B " << B << " streak " << streak << " row " << r;
+      for (size_t r = 0; r < w.size(); ++r)
+        ASSERT_EQ(w[r], want.w[r]) << "B " << B << " streak " << streak << " row " << r;
       for (size_t i = 0; i < got.size(); ++i)
         EXPECT_NEAR(got[i], want.slots[i], 1e-12 * std::fabs(want.slots[i])) << "B " << B << " slot " << i;
       EXPECT_GT(want.slots[LossStatsSlots::kTauBlocks], 0);
@@ -230,12 +231,15 @@ class CountingOps final : public TrainOps {
   void download_raw(const Tensor& s, void* h) override { cpu.download_raw(s, h); }
   void copy(const Tensor& s, const Tensor& d) override { cpu.copy(s, d); }
   void fill(const Tensor& d, float v) override { cpu.fill(d, v); }
-  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float al, float be) override {
+  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float al,
+            float be) override {
     cpu.gemm(a, ta, b, tb, c, al, be);
   }
   void embedding(const Tensor& i, const Tensor& t, const Tensor& o) override { cpu.embedding(i, t, o); }
   void scale_rows(const Tensor& x, const Tensor& s) override { cpu.scale_rows(x, s); }
-  void add_gaussian_noise(const Tensor& x, float sd, uint64_t seed) override { cpu.add_gaussian_noise(x, sd, seed); }
+  void add_gaussian_noise(const Tensor& x, float sd, uint64_t seed) override {
+    cpu.add_gaussian_noise(x, sd, seed);
+  }
   void rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& r, float e) override {
     cpu.rmsnorm_fwd(x, w, y, r, e);
   }
@@ -243,33 +247,35 @@ class CountingOps final : public TrainOps {
                    const Tensor& dw, float b) override {
     cpu.rmsnorm_bwd(x, w, r, dy, dx, dw, b);
   }
-  void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& p, const Tensor& y, const Tensor& r, int h,
-                        int hd, float th, float e) override {
+  void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& p, const Tensor& y, const Tensor& r,
+                        int h, int hd, float th, float e) override {
     cpu.qk_norm_rope_fwd(x, w, p, y, r, h, hd, th, e);
   }
   void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& p, const Tensor& r, const Tensor& dy,
                         const Tensor& dx, const Tensor& dw, int h, int hd, float th) override {
     cpu.qk_norm_rope_bwd(x, w, p, r, dy, dx, dw, h, hd, th);
   }
-  void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b, const Tensor& o,
-                            const Tensor& l, const DFlashAttnShape& s) override {
+  void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b,
+                            const Tensor& o, const Tensor& l, const DFlashAttnShape& s) override {
     cpu.dflash_attention_fwd(q, k, v, b, o, l, s);
   }
-  void dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b, const Tensor& o,
-                            const Tensor& l, const Tensor& d, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                            const DFlashAttnShape& s) override {
+  void dflash_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b,
+                            const Tensor& o, const Tensor& l, const Tensor& d, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, const DFlashAttnShape& s) override {
     cpu.dflash_attention_bwd(q, k, v, b, o, l, d, dq, dk, dv, s);
   }
   void swiglu_fwd(const Tensor& g, const Tensor& u, const Tensor& o) override { cpu.swiglu_fwd(g, u, o); }
-  void swiglu_bwd(const Tensor& g, const Tensor& u, const Tensor& d, const Tensor& dg, const Tensor& du) override {
+  void swiglu_bwd(const Tensor& g, const Tensor& u, const Tensor& d, const Tensor& dg,
+                  const Tensor& du) override {
     cpu.swiglu_bwd(g, u, d, dg, du);
   }
   void lm_head_loss(const Tensor& h, const Tensor& lm, const Tensor& lab, const Tensor& act, const Tensor& th,
-                    LmLossKind k, const Tensor& l, const Tensor& p, const Tensor& am, const Tensor& dh) override {
+                    LmLossKind k, const Tensor& l, const Tensor& p, const Tensor& am,
+                    const Tensor& dh) override {
     cpu.lm_head_loss(h, lm, lab, act, th, k, l, p, am, dh);
   }
-  void loss_row_stats(const Tensor& lab, const Tensor& act, const Tensor& l, const Tensor& p, const Tensor& am,
-                      const LossRowArgs& a, const Tensor& w, const Tensor& st) override {
+  void loss_row_stats(const Tensor& lab, const Tensor& act, const Tensor& l, const Tensor& p,
+                      const Tensor& am, const LossRowArgs& a, const Tensor& w, const Tensor& st) override {
     cpu.loss_row_stats(lab, act, l, p, am, a, w, st);
   }
   double sum_squares(const Tensor& x) override { return cpu.sum_squares(x); }
@@ -313,7 +319,9 @@ TEST(DrafterWorkspace, PlannedOnceNothingPerBatch) {
   EXPECT_NE(error_of([&] { plan_workspace(m, 25, 8); }).find("planned once"), std::string::npos);
   DrafterModel unplanned(s.cfg, ops);
   unplanned.set_frozen(s.model->embed, s.model->lm_head);
-  EXPECT_NE(error_of([&] { drafter_accumulate(unplanned, s.batch, {{0, 1}}, {}); }).find("drafter_plan_workspace"),
+  EXPECT_NE(error_of([&] {
+              drafter_accumulate(unplanned, s.batch, {{0, 1}}, {});
+            }).find("drafter_plan_workspace"),
             std::string::npos);
 }
 

@@ -100,10 +100,10 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "frozen lm_head"), 0);  // tied
   EXPECT_DOUBLE_EQ(item(p.drafter, "received payloads"), 1 * 2 * 370);
   EXPECT_EQ(p.anchors, 3);  // one 10-token sequence, min(3 anchors, 9 positions)
-  EXPECT_EQ(p.max_blocks, 3);    // max_block_rows 12 / block 4
+  EXPECT_EQ(p.max_blocks, 3);  // max_block_rows 12 / block 4
   EXPECT_DOUBLE_EQ(item(p.drafter, "batch staging bf16"), 2 * 10 * 16);
-  // The workspace for 10 tokens and 3 blocks (12 block rows, 22 key rows), every tensor starting on a 256-byte
-  // boundary; all of them fit 256 bytes but the [12, I 12] bf16 MLP tensors (288 B, two slots each).
+  // The workspace for 10 tokens and 3 blocks (12 block rows, 22 key rows), every tensor starting on a
+  // 256-byte boundary; all of them fit 256 bytes but the [12, I 12] bf16 MLP tensors (288 B, two slots each).
   // Context: f, ctx, rstd, pos, blocks, x0 (6 slots); layer: 15 small + gate, up, act (21 slots); y, rstd,
   // ids, labels, active, tgt_rows, loss, p_label, argmax, row_w, dy, dx, dfc (13 slots); backward scratch:
   // 9 small + dgate, dup, dact (15 slots, the last one dctx [10, 8] bf16 ending after 160 B).

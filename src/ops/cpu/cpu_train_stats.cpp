@@ -40,7 +40,8 @@ void CpuTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, con
            "loss_row_stats: stats must be host u8 [1, %d] (%d f64 slots for block %d), got %s",
            slots * int(sizeof(double)), slots, B, stats.shape_str().c_str());
   if (!a.weights_given) {
-    for (int64_t r = 0; r < N; ++r) w[size_t(r)] = act[size_t(r)] && r % B > 0 ? loss_offset_weight(int(r % B), a.gamma) : 0.0f;
+    for (int64_t r = 0; r < N; ++r)
+      w[size_t(r)] = act[size_t(r)] && r % B > 0 ? loss_offset_weight(int(r % B), a.gamma) : 0.0f;
     if (a.streak) loss_apply_streak(w, act, p, B, a.streak_alpha);
     std::copy(w.begin(), w.end(), row_w.ptr<float>());
   }

@@ -66,7 +66,8 @@ class CudaTrainOps final : public TrainOps {
 
   // ---- drafter bookkeeping (cuda_train_stats.cpp, kernels/loss_stats.cu) --------------------------------
   void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss, const Tensor& p_label,
-                      const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w, const Tensor& stats) override;
+                      const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w,
+                      const Tensor& stats) override;
 
  private:
   int device_ = 0;

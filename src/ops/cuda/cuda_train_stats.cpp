@@ -21,8 +21,8 @@ void CudaTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, co
                                   const Tensor& p_label, const Tensor& argmax, const LossRowArgs& a,
                                   const Tensor& row_w, const Tensor& stats) {
   const int64_t N = labels.cols;
-  DF_CHECK(a.block >= 2 && N % a.block == 0, "loss_row_stats: %lld rows are not whole blocks of %d (block ≥ 2)",
-           (long long)N, a.block);
+  DF_CHECK(a.block >= 2 && N % a.block == 0,
+           "loss_row_stats: %lld rows are not whole blocks of %d (block ≥ 2)", (long long)N, a.block);
   expect_row(labels, DType::i32, N, "labels");
   expect_row(active, DType::u8, N, "active");
   expect_row(loss, DType::f32, N, "loss");
@@ -39,7 +39,8 @@ void CudaTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, co
   d.streak_alpha = a.streak_alpha;
   d.weights_given = a.weights_given;
   loss_row_stats_launch(labels.ptr<int32_t>(), active.ptr<uint8_t>(), loss.ptr<float>(), p_label.ptr<float>(),
-                        argmax.ptr<int32_t>(), d, row_w.ptr<float>(), static_cast<double*>(stats.data), stream_);
+                        argmax.ptr<int32_t>(), d, row_w.ptr<float>(), static_cast<double*>(stats.data),
+                        stream_);
 }
 
 }  // namespace df
