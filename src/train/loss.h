@@ -37,7 +37,7 @@ struct LossStats {
   std::vector<int64_t> count;    // [B−1]: labelled rows at offset k
   double tau_sum = 0;            // Σ over blocks with a labelled row of (1 + leading correct offsets)
   int64_t tau_blocks = 0;
-  std::vector<float> row_weight;  // the final weight of every block row of the last call (nb·B)
+  std::vector<float> row_weight;  // drafter_forward_backward: the final weight of every block row (nb·B)
 
   void merge(const LossStats& o);  // adds another micro-batch (row_weight is not merged)
   double mean_loss() const { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
