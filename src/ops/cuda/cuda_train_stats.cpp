@@ -40,7 +40,7 @@ void CudaTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, co
   d.weights_given = a.weights_given;
   loss_row_stats_launch(labels.ptr<int32_t>(), active.ptr<uint8_t>(), loss.ptr<float>(), p_label.ptr<float>(),
                         argmax.ptr<int32_t>(), d, row_w.ptr<float>(), static_cast<double*>(stats.data),
-                        stream_);
+                        stream());
 }
 
 }  // namespace df
