@@ -20,6 +20,7 @@
 #include "core/strfmt.h"
 #include "model/drafter.h"
 #include "ops/cpu/cpu_train_ops.h"
+#include "ops/ops_factory.h"
 #include "train/anchors.h"
 #include "train/optimizer.h"
 #ifdef DF_HAVE_CUDA
@@ -172,6 +173,10 @@ class TimedTrainOps final : public TrainOps {
       g_.lm_head_loss(hidden, lm_head, labels, active, target_hidden, kind, loss, p_label, argmax, dhidden);
     });
   }
+  void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss, const Tensor& p_label,
+                      const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w, const Tensor& stats) override {
+    timed("loss_row_stats", [&] { g_.loss_row_stats(labels, active, loss, p_label, argmax, a, row_w, stats); });
+  }
   double sum_squares(const Tensor& x) override {
     double r = 0;
     timed("sum_squares", [&] { r = g_.sum_squares(x); });
@@ -238,21 +243,6 @@ class TimedTrainOps final : public TrainOps {
 #endif
 };
 
-std::unique_ptr<TrainOps> make_backend(const std::string& device) {
-  if (device == "cpu") return std::make_unique<CpuTrainOps>();
-#ifdef DF_HAVE_CUDA
-  DF_CHECK(device == "cuda", "--device %s: expected cuda or cpu", device.c_str());
-  DF_CHECK(cuda_device_count() > 0,
-           "--device cuda: no CUDA device visible; HINT: run on the GPU machine or "
-           "pass --device cpu with a small --config");
-  return std::make_unique<CudaTrainOps>(0, 1024);
-#else
-  DF_FAIL(
-      "--device %s: this build has no CUDA backend (configured with DF_ENABLE_CUDA=OFF or without nvcc); "
-      "HINT: --device cpu",
-      device.c_str());
-#endif
-}
 
 // Fills `t` (backend memory of the backend's activation dtype) with uniform values of standard deviation
 // `std`, drawn per element from (seed, stream, index), uploaded a slab of rows at a time so the host never
@@ -327,7 +317,7 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
                  const Options& o) {
   Config cfg = config_load(toml);
   DrafterConfig dc = drafter_config_from_run(cfg, target);
-  std::unique_ptr<TrainOps> backend = make_backend(o.device);
+  std::unique_ptr<TrainOps> backend = train_ops_create(o.device, 0);
   TimedTrainOps ops(*backend);
   const int64_t T = o.seq_len, H = dc.hidden, V = dc.vocab;
   std::printf(

@@ -52,4 +52,20 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
                          int64_t ld_dhidden, int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, void* ws,
                          size_t ws_bytes, cudaStream_t stream);
 
+// ---- loss_stats.cu ------------------------------------------------------------------------------------
+// train_ops.h loss_row_stats on the device for nb blocks of `block` rows: labels, argmax i32, active u8,
+// loss, p_label f32 [nb·block] (contiguous); row_w f32 [nb·block] written (read when weights_given); stats:
+// the train/loss.h LossStatsSlots::size(block) f64 accumulators, added to. Deterministic (one thread block).
+struct LossRowDims {
+  int64_t nb = 0;
+  int block = 0;
+  float gamma = 1;
+  bool streak = false;
+  float streak_alpha = 1;
+  bool weights_given = false;
+};
+void loss_row_stats_launch(const int32_t* labels, const uint8_t* active, const float* loss,
+                           const float* p_label, const int32_t* argmax, const LossRowDims& d, float* row_w,
+                           double* stats, cudaStream_t stream);
+
 }  // namespace df

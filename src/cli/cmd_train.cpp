@@ -14,7 +14,8 @@ namespace df {
 void train_run(const TrainArgs& args) {
   Config cfg = config_load(args.config);
   signals_install();
-  DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda", cfg.pipeline.transport);
+  DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda" || cfg.drafter.device == "cuda",
+                              cfg.pipeline.transport);
   if (ctx.rank == 0) log_here("%s", config_table(cfg).c_str());
   TrainPlan plan = train_plan_make(cfg, ctx, args.fresh_start, args.stop_at_step);
   if (ctx.rank == 0)

@@ -143,6 +143,9 @@ void validate(const Config& c, const std::string& w) {
   check(d.rope_theta > 0, w, "drafter.rope_theta", "must be positive");
   check(d.rms_norm_eps > 0, w, "drafter.rms_norm_eps", "must be positive");
   check(d.num_anchors > 0, w, "drafter.num_anchors", "must be positive");
+  check(d.device == "cpu" || d.device == "cuda", w, "drafter.device", "must be \"cpu\" or \"cuda\"");
+  check(d.max_block_rows == 0 || d.max_block_rows >= d.block_size, w, "drafter.max_block_rows",
+        strfmt("must be 0 (no cap) or at least drafter.block_size (%d): one block", d.block_size));
   check(c.data.token_budget > 0, w, "data.token_budget", "must be positive");
   for (int64_t b : c.data.buckets) check(b > 0, w, "data.buckets", "must hold positive lengths");
   check(c.data.prefetch_depth > 0, w, "data.prefetch_depth", "must be positive");
@@ -227,6 +230,9 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("num_anchors", d.num_anchors);
     r.get("init_seed", d.init_seed);
     r.get("init_from", d.init_from);
+    d.device = c.target.device;
+    r.get("device", d.device);
+    r.get("max_block_rows", d.max_block_rows);
     r.finish();
   }
   {
@@ -237,6 +243,13 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("buckets", c.data.buckets);
     r.get("prefetch_depth", c.data.prefetch_depth);
     r.finish();
+  }
+  if (c.drafter.max_block_rows < 0) {
+    // Unset: derived from the token budget; the table shows the value in force.
+    c.drafter.max_block_rows = 4 * c.data.token_budget;
+    for (auto& [key, value] : c.values)
+      if (key == "drafter.max_block_rows")
+        value = std::to_string(c.drafter.max_block_rows) + " (4 x data.token_budget)";
   }
   {
     TrainSection& t = c.train;

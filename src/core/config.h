@@ -44,6 +44,10 @@ struct DrafterSection {
   int num_anchors = 512;
   uint64_t init_seed = 0;
   std::string init_from;  // a Hugging Face DFlash drafter folder to start from (empty: random init)
+  std::string device;  // cpu | cuda: the drafter's backend; unset: target.device
+  // Per micro-batch cap on block rows (anchors · block_size); anchors over it are dropped at random. Unset:
+  // 4 · data.token_budget; 0: no cap (the workspace is then planned for an anchor at every token).
+  int64_t max_block_rows = -1;
 };
 
 struct DataSection {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -89,41 +90,61 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
 
 namespace {
 
-DrafterTensors tensors_view(const DrafterModel& m, const Tensor& flat) {
+// Matrices (the decayed entries) are viewed in `mats`, norm vectors in `vecs`: the GEMM weights may be the
+// bf16 shadow while norm weights stay f32.
+DrafterTensors tensors_view(const DrafterModel& m, const Tensor& mats, const Tensor& vecs) {
+  auto view = [&](const std::string& name) {
+    return m.entry_view(m.table().find(name).decay ? mats : vecs, name);
+  };
   DrafterTensors t;
-  t.fc = m.entry_view(flat, "fc.weight");
-  t.hidden_norm = m.entry_view(flat, "hidden_norm.weight");
-  t.norm = m.entry_view(flat, "norm.weight");
+  t.fc = view("fc.weight");
+  t.hidden_norm = view("hidden_norm.weight");
+  t.norm = view("norm.weight");
   for (int i = 0; i < m.config().layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     DrafterLayerTensors l;
-    l.input_layernorm = m.entry_view(flat, p + "input_layernorm.weight");
-    l.q_proj = m.entry_view(flat, p + "self_attn.q_proj.weight");
-    l.k_proj = m.entry_view(flat, p + "self_attn.k_proj.weight");
-    l.v_proj = m.entry_view(flat, p + "self_attn.v_proj.weight");
-    l.o_proj = m.entry_view(flat, p + "self_attn.o_proj.weight");
-    l.q_norm = m.entry_view(flat, p + "self_attn.q_norm.weight");
-    l.k_norm = m.entry_view(flat, p + "self_attn.k_norm.weight");
-    l.post_attention_layernorm = m.entry_view(flat, p + "post_attention_layernorm.weight");
-    l.gate_proj = m.entry_view(flat, p + "mlp.gate_proj.weight");
-    l.up_proj = m.entry_view(flat, p + "mlp.up_proj.weight");
-    l.down_proj = m.entry_view(flat, p + "mlp.down_proj.weight");
+    l.input_layernorm = view(p + "input_layernorm.weight");
+    l.q_proj = view(p + "self_attn.q_proj.weight");
+    l.k_proj = view(p + "self_attn.k_proj.weight");
+    l.v_proj = view(p + "self_attn.v_proj.weight");
+    l.o_proj = view(p + "self_attn.o_proj.weight");
+    l.q_norm = view(p + "self_attn.q_norm.weight");
+    l.k_norm = view(p + "self_attn.k_norm.weight");
+    l.post_attention_layernorm = view(p + "post_attention_layernorm.weight");
+    l.gate_proj = view(p + "mlp.gate_proj.weight");
+    l.up_proj = view(p + "mlp.up_proj.weight");
+    l.down_proj = view(p + "mlp.down_proj.weight");
     t.layers.push_back(l);
   }
   return t;
+}
+
+// FNV-1a of the tensor name: the init stream of a tensor does not depend on where the table puts it.
+uint64_t name_stream(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
 }
 
 }  // namespace
 
 DrafterModel::DrafterModel(const DrafterConfig& cfg, TrainOps& ops)
     : cfg_(cfg), table_(drafter_param_table(cfg)), ops_(&ops) {
+  // One allocation: 4 f32 buffers, the bf16 shadow (bf16 backends), the statistics block. The table's total
+  // is a multiple of 64 elements, so every part starts at least 128-byte aligned.
   const size_t bytes = size_t(table_.total) * sizeof(float);
-  flat_ = ops.alloc_bytes(4 * bytes);
+  const bool shadow = ops.act_dtype() == DType::bf16;
+  const size_t lp_bytes = shadow ? size_t(table_.total) * dtype_size(DType::bf16) : 0;
+  const int64_t stat_bytes = int64_t(LossStatsSlots::size(cfg.block_size)) * int64_t(sizeof(double));
+  flat_ = ops.alloc_bytes(4 * bytes + lp_bytes + size_t(stat_bytes));
+  char* base = static_cast<char*>(flat_);
   Tensor* bufs[4] = {&params, &grads, &adam_m, &adam_v};
   for (int i = 0; i < 4; ++i)
-    *bufs[i] = tensor_make(static_cast<char*>(flat_) + i * bytes, DType::f32, ops.device(), 1, table_.total);
-  w = tensors_view(*this, params);
-  g = tensors_view(*this, grads);
+    *bufs[i] = tensor_make(base + i * bytes, DType::f32, ops.device(), 1, table_.total);
+  if (shadow) params_lp = tensor_make(base + 4 * bytes, DType::bf16, ops.device(), 1, table_.total);
+  stats = tensor_make(base + 4 * bytes + lp_bytes, DType::u8, ops.device(), 1, stat_bytes);
+  w = tensors_view(*this, shadow ? params_lp : params, params);
+  g = tensors_view(*this, grads, grads);
 }
 
 DrafterModel::~DrafterModel() {
@@ -137,31 +158,60 @@ Tensor DrafterModel::entry_view(const Tensor& flat, const std::string& name) con
 }
 
 void DrafterModel::set_frozen(const Tensor& embed_table, const Tensor& lm_head_table) {
-  for (const Tensor* t : {&embed_table, &lm_head_table})
+  for (const Tensor* t : {&embed_table, &lm_head_table}) {
     DF_CHECK(t->rows == cfg_.vocab && t->cols == cfg_.hidden,
              "drafter: frozen target embedding/lm_head is %s, expected [vocab %d, hidden %d]; wrong target model?",
              t->shape_str().c_str(), cfg_.vocab, cfg_.hidden);
+    DF_CHECK(
+        t->dtype == ops_->act_dtype() && t->device == ops_->device(),
+        "drafter: frozen target embedding/lm_head is %s on %s, but the %s backend trains in %s on its own "
+        "memory; HINT: upload the tables as %s first",
+        dtype_name(t->dtype), t->device == Device::cpu ? "the host" : "a GPU", ops_->name(),
+        dtype_name(ops_->act_dtype()), dtype_name(ops_->act_dtype()));
+  }
   embed = embed_table;
   lm_head = lm_head_table;
 }
 
 void drafter_init_params(DrafterModel& m, uint64_t seed) {
+  // Counter-based draws computed on the host and uploaded: a value depends on (seed, name, index) only.
   std::vector<float> host(size_t(m.table().total), 0.0f);
-  Rng rng(seed);
-  for (const auto& e : m.table().entries)
+  for (const auto& e : m.table().entries) {
+    const uint64_t stream = name_stream(e.name);
     for (int64_t i = 0; i < e.rows * e.cols; ++i)
-      host[size_t(e.offset + i)] = e.decay ? float(0.02 * rng.normal()) : 1.0f;
+      host[size_t(e.offset + i)] = e.decay ? 0.02f * rng_normal_at(seed, stream, uint64_t(i)) : 1.0f;
+  }
   m.ops().upload_raw(m.params, host.data());
   m.ops().fill(m.adam_m, 0.0f);
   m.ops().fill(m.adam_v, 0.0f);
   drafter_zero_grads(m);
+  drafter_refresh_shadow(m);
 }
 
 void drafter_zero_grads(DrafterModel& m) { m.ops().fill(m.grads, 0.0f); }
 
+void drafter_refresh_shadow(DrafterModel& m) {
+  if (m.params_lp.empty()) return;
+  std::vector<float> host(size_t(m.table().total));
+  m.ops().download_raw(m.params, host.data());
+  std::vector<uint16_t> lp(host.size());
+  for (size_t i = 0; i < host.size(); ++i) lp[i] = f32_to_bf16(host[i]);
+  m.ops().upload_raw(m.params_lp, lp.data());
+}
+
 }  // namespace df
 
 namespace df {
+
+DrafterLimits drafter_limits_from_run(const Config& cfg) {
+  DrafterLimits l;
+  l.max_tokens = cfg.data.token_budget;
+  l.max_blocks = cfg.drafter.max_block_rows > 0 ? cfg.drafter.max_block_rows / cfg.drafter.block_size
+                                                : cfg.data.token_budget;
+  l.kl = cfg.train.loss == "kl";
+  l.noise = cfg.train.noise_std > 0;
+  return l;
+}
 
 DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& target) {
   const DrafterSection& d = cfg.drafter;

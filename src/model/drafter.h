@@ -1,19 +1,21 @@
 // The DFlash drafter (MODELS.md "DFlash drafter"): config, the one parameter table over flat fp32 buffers
-// (params, grads, Adam m, v) and the training step. The model calls TrainOps only, so the CPU oracle and the
-// CUDA backend run the same definition.
+// (params, grads, Adam m, v, plus a bf16 shadow of params on a bf16 backend) and the training step. The model
+// calls TrainOps only, so the CPU oracle and the CUDA backend run the same definition; activations are the
+// backend's act_dtype (f32 on CPU, bf16 on CUDA), statistics f32/f64 (train_ops.h, Precision).
 //
 // How the training pipeline drives it (one optimizer step = several micro-batches on several drafters):
 //
-//   CpuTrainOps ops;                                   // or the CUDA TrainOps
-//   DrafterModel model(cfg, ops);                      // allocates params/grads/m/v, zero
-//   drafter_init_params(model, seed);                  // or load a checkpoint into model.params
-//   model.set_frozen(embed, lm_head);                  // target embedding and lm_head [V, H], not owned
+//   auto ops = train_ops_create("cuda", gpu);         // ops/ops_factory.h, or CpuTrainOps
+//   DrafterModel model(cfg, *ops);                     // allocates params/grads/m/v (+ bf16 shadow), zero
+//   drafter_init_params(model, seed);                  // or checkpoint_load + drafter_refresh_shadow
+//   model.set_frozen(embed, lm_head);                  // frozen embedding, lm_head [V, H] (act_dtype)
+//   drafter_plan_workspace(model, limits);             // the one activation allocation, largest batch
 //   for each step:
 //     drafter_zero_grads(model);
-//     LossStats st;
 //     for each micro-batch:
 //       anchors = anchors_sample_batch(batch, cfg.num_anchors, rng);           // train/anchors.h
-//       st.merge(drafter_forward_backward(model, batch, anchors, opts));       // grads += ∂(Σ w·L)
+//       drafter_accumulate(model, batch, anchors, opts);   // grads += ∂(Σ w·L), statistics on the backend
+//     LossStats st = drafter_take_stats(model);            // the step's one device→host read
 //     all-reduce model.grads and (st.loss_sum, st.weight_sum) among drafters;
 //     adamw_step(model, optim, step, 1.0 / total_weight_sum);                  // train/optimizer.h
 //
@@ -94,8 +96,8 @@ struct DrafterBatch {
   std::vector<int64_t> offsets;     // S+1, offsets[0] = 0, offsets[S] = T
   std::vector<int32_t> tokens;      // [T] host copy (block inputs and labels)
   std::vector<uint8_t> loss_mask;   // [T] host copy
-  Tensor taps;                      // f32 [T, k·H] backend memory: concatenated target layer outputs
-  Tensor target_hidden;             // f32 [T, H] target final-norm output; only for the soft-KL loss
+  Tensor taps;                      // act_dtype [T, k·H] backend memory: concatenated target layer outputs
+  Tensor target_hidden;             // act_dtype [T, H] target final-norm output; only for the soft-KL loss
   int num_seqs() const { return int(offsets.size()) - 1; }
 };
 
@@ -105,6 +107,19 @@ struct DrafterAnchor {
   int32_t pos = -1;
 };
 
+// What the activation workspace is planned for (drafter_plan_workspace): a micro-batch beyond it is an error.
+struct DrafterLimits {
+  int64_t max_tokens = 0;  // packed context tokens per micro-batch (data.token_budget)
+  int64_t max_blocks = 0;  // blocks per micro-batch, padding blocks included (drafter.max_block_rows / B)
+  bool kl = false;         // soft-KL loss: room for the gathered target hidden rows
+  bool noise = false;      // feature noise: room for the noisy copy of the taps
+};
+
+// The limits a run config implies: data.token_budget tokens; drafter.max_block_rows / block_size blocks, or
+// without a cap one block per token (anchors are distinct positions of the batch); the loss kind; noise on
+// when train.noise_std > 0.
+DrafterLimits drafter_limits_from_run(const Config& cfg);
+
 class DrafterModel {
  public:
   DrafterModel(const DrafterConfig& cfg, TrainOps& ops);
@@ -112,7 +127,8 @@ class DrafterModel {
   DrafterModel(const DrafterModel&) = delete;
   DrafterModel& operator=(const DrafterModel&) = delete;
 
-  // The frozen target embedding and lm_head, both [vocab, hidden]; not owned, must outlive the model's use.
+  // The frozen target embedding and lm_head, both act_dtype [vocab, hidden] in backend memory; not owned,
+  // must outlive the model's use.
   void set_frozen(const Tensor& embed, const Tensor& lm_head);
 
   const DrafterConfig& config() const { return cfg_; }
@@ -122,13 +138,19 @@ class DrafterModel {
 
   // Flat f32 [1, table.total] buffers: the fp32 master weights, gradients and Adam moments.
   Tensor params, grads, adam_m, adam_v;
-  DrafterTensors w;  // views into params
+  // bf16 [1, table.total] copy of params (same offsets) when act_dtype is bf16, else empty: the GEMM weights.
+  // AdamW rewrites it with every update; drafter_refresh_shadow after anything else writes params.
+  Tensor params_lp;
+  DrafterTensors w;  // matrices: views into params_lp when it exists, else params; norm vectors: params
   DrafterTensors g;  // views into grads
   Tensor embed, lm_head;
+  // u8 [1, 8·LossStatsSlots::size(B)]: f64 statistics of the micro-batches since the last drafter_take_stats.
+  Tensor stats;
 
-  // Activation workspace, grown on demand by drafter_forward_backward (planned with a counting arena).
+  // Activation workspace, allocated once by drafter_plan_workspace for `limits`.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  DrafterLimits limits;
 
  private:
   DrafterConfig cfg_;
@@ -137,13 +159,30 @@ class DrafterModel {
   void* flat_ = nullptr;
 };
 
-// Deterministic init from a seed: matrices N(0, 0.02²) (HF initializer_range), norm weights 1.
+// Deterministic init from a seed: matrices N(0, 0.02²) (HF initializer_range), norm weights 1. Element i of
+// tensor `name` is 0.02 · rng_normal_at(seed, stream of name, i) (core/rng.h): the same values on every
+// backend and for any table layout. Zeroes grads and Adam moments, refreshes the bf16 shadow.
 void drafter_init_params(DrafterModel& m, uint64_t seed);
 void drafter_zero_grads(DrafterModel& m);
+// params_lp = bf16(params) (round to nearest even); no-op without a shadow. Call after a checkpoint load.
+void drafter_refresh_shadow(DrafterModel& m);
+
+// Bytes of the activation workspace for these limits on a backend of activation dtype `act` (what
+// drafter_plan_workspace allocates; plan vram reports it).
+size_t drafter_workspace_bytes(const DrafterConfig& c, const DrafterLimits& limits, DType act);
+// The one workspace allocation; a second call is an error.
+void drafter_plan_workspace(DrafterModel& m, const DrafterLimits& limits);
 
 // Forward over all blocks of the micro-batch, the loss through the frozen lm_head and (opts.backward) the
-// analytic backward, accumulating ∂(Σ w·L)/∂θ into m.grads. Returns Σ w·L, Σ w, accuracy and τ counts.
-// anchors: any number of blocks, in any order; padding blocks (pos < 0) are allowed.
+// analytic backward, accumulating ∂(Σ w·L)/∂θ into m.grads and Σ w·L, Σ w, accuracy and τ counts into
+// m.stats, with no device→host copy. anchors: any number of blocks up to limits.max_blocks, in any order;
+// padding blocks (pos < 0) are allowed.
+void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
+                        const DrafterLossOptions& opts);
+// The statistics accumulated since the last take (one download), then zeroed.
+LossStats drafter_take_stats(DrafterModel& m);
+// One micro-batch as its own step (tests, evaluation): drafter_accumulate, then drafter_take_stats, with
+// row_weight the final weight of every block row (read back from the workspace).
 LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
                                    const DrafterLossOptions& opts);
 

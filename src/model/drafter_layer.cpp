@@ -22,44 +22,46 @@ DFlashAttnShape attn_shape(const DrafterConfig& c, int layer) {
 
 }  // namespace
 
-void drafter_layer_acts_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, DrafterLayerActs& x) {
+void drafter_layer_acts_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, DType act,
+                              DrafterLayerActs& x) {
   const int64_t H = c.hidden, qd = int64_t(c.heads) * c.head_dim, kvd = int64_t(c.kv_heads) * c.head_dim;
   const int64_t N = d.N, TN = d.T + d.N;
-  x.x_out = a.alloc(DType::f32, N, H);
-  x.n = a.alloc(DType::f32, N, H);
+  x.x_out = a.alloc(act, N, H);
+  x.n = a.alloc(act, N, H);
   x.rstd1 = a.alloc(DType::f32, 1, N);
-  x.q_raw = a.alloc(DType::f32, N, qd);
-  x.q = a.alloc(DType::f32, N, qd);
+  x.q_raw = a.alloc(act, N, qd);
+  x.q = a.alloc(act, N, qd);
   x.rstd_q = a.alloc(DType::f32, N, c.heads);
-  x.k_raw = a.alloc(DType::f32, TN, kvd);
-  x.k = a.alloc(DType::f32, TN, kvd);
+  x.k_raw = a.alloc(act, TN, kvd);
+  x.k = a.alloc(act, TN, kvd);
   x.rstd_k = a.alloc(DType::f32, TN, c.kv_heads);
-  x.v = a.alloc(DType::f32, TN, kvd);
-  x.att = a.alloc(DType::f32, N, qd);
+  x.v = a.alloc(act, TN, kvd);
+  x.att = a.alloc(act, N, qd);
   x.lse = a.alloc(DType::f32, N, c.heads);
-  x.h = a.alloc(DType::f32, N, H);
-  x.n2 = a.alloc(DType::f32, N, H);
+  x.h = a.alloc(act, N, H);
+  x.n2 = a.alloc(act, N, H);
   x.rstd2 = a.alloc(DType::f32, 1, N);
-  x.gate = a.alloc(DType::f32, N, c.intermediate);
-  x.up = a.alloc(DType::f32, N, c.intermediate);
-  x.act = a.alloc(DType::f32, N, c.intermediate);
+  x.gate = a.alloc(act, N, c.intermediate);
+  x.up = a.alloc(act, N, c.intermediate);
+  x.act = a.alloc(act, N, c.intermediate);
 }
 
-void drafter_layer_grads_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, DrafterLayerGrads& g) {
+void drafter_layer_grads_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, DType act,
+                               DrafterLayerGrads& g) {
   const int64_t H = c.hidden, qd = int64_t(c.heads) * c.head_dim, kvd = int64_t(c.kv_heads) * c.head_dim;
   const int64_t N = d.N, TN = d.T + d.N;
-  g.dn = a.alloc(DType::f32, N, H);
-  g.dn2 = a.alloc(DType::f32, N, H);
-  g.datt = a.alloc(DType::f32, N, qd);
-  g.dq = a.alloc(DType::f32, N, qd);
-  g.dq_raw = a.alloc(DType::f32, N, qd);
-  g.dk = a.alloc(DType::f32, TN, kvd);
-  g.dk_raw = a.alloc(DType::f32, TN, kvd);
-  g.dv = a.alloc(DType::f32, TN, kvd);
-  g.dgate = a.alloc(DType::f32, N, c.intermediate);
-  g.dup = a.alloc(DType::f32, N, c.intermediate);
-  g.dact = a.alloc(DType::f32, N, c.intermediate);
-  g.dctx = a.alloc(DType::f32, d.T, H);
+  g.dn = a.alloc(act, N, H);
+  g.dn2 = a.alloc(act, N, H);
+  g.datt = a.alloc(act, N, qd);
+  g.dq = a.alloc(act, N, qd);
+  g.dq_raw = a.alloc(act, N, qd);
+  g.dk = a.alloc(act, TN, kvd);
+  g.dk_raw = a.alloc(act, TN, kvd);
+  g.dv = a.alloc(act, TN, kvd);
+  g.dgate = a.alloc(act, N, c.intermediate);
+  g.dup = a.alloc(act, N, c.intermediate);
+  g.dact = a.alloc(act, N, c.intermediate);
+  g.dctx = a.alloc(act, d.T, H);
 }
 
 void drafter_layer_forward(TrainOps& ops, const DrafterConfig& c, int layer, const DrafterLayerTensors& w,

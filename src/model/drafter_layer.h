@@ -35,8 +35,11 @@ struct DrafterLayerGrads {
   Tensor dctx;  // [T, H] ∂/∂ctx, accumulated over the layers
 };
 
-void drafter_layer_acts_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, DrafterLayerActs& acts);
-void drafter_layer_grads_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, DrafterLayerGrads& g);
+// Activations and their gradients in `act` (the backend's act_dtype), rstd and lse in f32.
+void drafter_layer_acts_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, DType act,
+                              DrafterLayerActs& acts);
+void drafter_layer_grads_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, DType act,
+                               DrafterLayerGrads& g);
 
 void drafter_layer_forward(TrainOps& ops, const DrafterConfig& c, int layer, const DrafterLayerTensors& w,
                            const DrafterLayerInputs& in, const Tensor& x_in, DrafterLayerActs& a);

@@ -1,5 +1,7 @@
-// drafter_forward_backward: lays out the blocks of a micro-batch on the host (ids, positions, labels,
-// weights), then runs context → layers → final norm → lm_head loss → backward as a flat list of TrainOps calls.
+// drafter_accumulate: lays out the blocks of a micro-batch on the host (ids, positions, labels), uploads
+// them, then runs context → layers → final norm → lm_head loss → row weights and statistics → backward as a
+// flat list of TrainOps calls in the workspace planned once (drafter_plan_workspace). Nothing is read back
+// per micro-batch.
 #include <algorithm>
 #include <cmath>
 
@@ -11,15 +13,15 @@ namespace df {
 
 namespace {
 
-// Host description of the blocks: everything that depends only on the batch and the anchors.
+// Host description of the blocks: everything that depends only on the batch and the anchors. The row weights
+// depend on the forward (streak) and are made on the backend by loss_row_stats.
 struct BlockLayout {
   std::vector<int32_t> ids, pos_all, blocks, labels, tgt_rows;
   std::vector<uint8_t> labelled;
-  std::vector<float> weight;  // base weight exp(−(k−1)/γ) · [a+k < len] · loss_mask[a+k]
 };
 
-BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b, const std::vector<DrafterAnchor>& anchors,
-                          float gamma) {
+BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b,
+                          const std::vector<DrafterAnchor>& anchors) {
   const int B = c.block_size;
   const int64_t T = b.offsets.back(), N = int64_t(anchors.size()) * B;
   BlockLayout L;
@@ -27,7 +29,6 @@ BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b, const s
   L.labels.assign(size_t(N), 0);
   L.tgt_rows.assign(size_t(N), 0);
   L.labelled.assign(size_t(N), 0);
-  L.weight.assign(size_t(N), 0.0f);
   L.blocks.assign(2 * anchors.size(), 0);
   L.pos_all.resize(size_t(T + N));
   for (int s = 0; s < b.num_seqs(); ++s)
@@ -52,13 +53,13 @@ BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b, const s
       L.labels[r] = b.tokens[size_t(t)];
       L.tgt_rows[r] = int32_t(t - 1);
       L.labelled[r] = 1;
-      L.weight[r] = loss_offset_weight(k, gamma);
     }
   }
   return L;
 }
 
 // Every tensor of one step, carved from the model's workspace (or a counting arena when planning).
+// Activations and their gradients are act_dtype; saved statistics, losses and weights f32; indices i32.
 struct StepBuffers {
   Tensor taps, f, rstd_ctx, x0, y, rstd_final, ids, labels, active, tgt_rows, tgt, loss, p_label, argmax, row_w, dy,
       dx, dfc;
@@ -67,37 +68,50 @@ struct StepBuffers {
   DrafterLayerGrads grads;
 };
 
-StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, bool kl) {
+// taps: the copy feature noise is added into (the batch's taps are the caller's: a replayed batch, the
+// finite-difference checks, must see the same features again); only when noise is on.
+StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, bool kl, bool noise,
+                       DType act) {
   const int64_t H = c.hidden;
   StepBuffers s;
-  s.taps = a.alloc(DType::f32, d.T, H * c.num_taps());
-  s.f = a.alloc(DType::f32, d.T, H);
-  s.in.ctx = a.alloc(DType::f32, d.T, H);
+  if (noise) s.taps = a.alloc(act, d.T, H * c.num_taps());
+  s.f = a.alloc(act, d.T, H);
+  s.in.ctx = a.alloc(act, d.T, H);
   s.rstd_ctx = a.alloc(DType::f32, 1, d.T);
   s.in.pos_all = a.alloc(DType::i32, 1, d.T + d.N);
   s.in.blocks = a.alloc(DType::i32, d.nb, 2);
-  s.x0 = a.alloc(DType::f32, d.N, H);
+  s.x0 = a.alloc(act, d.N, H);
   s.layers.resize(size_t(c.layers));
-  for (auto& l : s.layers) drafter_layer_acts_alloc(a, c, d, l);
-  s.y = a.alloc(DType::f32, d.N, H);
+  for (auto& l : s.layers) drafter_layer_acts_alloc(a, c, d, act, l);
+  s.y = a.alloc(act, d.N, H);
   s.rstd_final = a.alloc(DType::f32, 1, d.N);
   s.ids = a.alloc(DType::i32, 1, d.N);
   s.labels = a.alloc(DType::i32, 1, d.N);
   s.active = a.alloc(DType::u8, 1, d.N);
   s.tgt_rows = a.alloc(DType::i32, 1, d.N);
-  if (kl) s.tgt = a.alloc(DType::f32, d.N, H);
+  if (kl) s.tgt = a.alloc(act, d.N, H);
   s.loss = a.alloc(DType::f32, 1, d.N);
   s.p_label = a.alloc(DType::f32, 1, d.N);
   s.argmax = a.alloc(DType::i32, 1, d.N);
   s.row_w = a.alloc(DType::f32, 1, d.N);
-  s.dy = a.alloc(DType::f32, d.N, H);
-  s.dx = a.alloc(DType::f32, d.N, H);
-  s.dfc = a.alloc(DType::f32, d.T, H);
-  drafter_layer_grads_alloc(a, c, d, s.grads);
+  s.dy = a.alloc(act, d.N, H);
+  s.dx = a.alloc(act, d.N, H);
+  s.dfc = a.alloc(act, d.T, H);
+  drafter_layer_grads_alloc(a, c, d, act, s.grads);
   return s;
 }
 
-void check_batch(const DrafterConfig& c, const DrafterBatch& b, const DrafterLossOptions& o) {
+DrafterDims dims_of(const DrafterConfig& c, int64_t T, int64_t nb) {
+  DrafterDims d;
+  d.T = T;
+  d.nb = nb;
+  d.N = nb * c.block_size;
+  return d;
+}
+
+void check_batch(const DrafterModel& m, const DrafterBatch& b, const DrafterLossOptions& o, int64_t nb) {
+  const DrafterConfig& c = m.config();
+  const DType act = m.ops().act_dtype();
   DF_CHECK(b.offsets.size() >= 2 && b.offsets[0] == 0, "drafter batch: offsets must start at 0 and name ≥ 1 sequence");
   for (size_t s = 1; s < b.offsets.size(); ++s)
     DF_CHECK(b.offsets[s] >= b.offsets[s - 1], "drafter batch: offsets decrease at sequence %zu", s - 1);
@@ -106,44 +120,66 @@ void check_batch(const DrafterConfig& c, const DrafterBatch& b, const DrafterLos
            "drafter batch: %zu tokens and %zu loss_mask entries for %lld packed tokens", b.tokens.size(),
            b.loss_mask.size(), (long long)T);
   for (int32_t t : b.tokens) DF_CHECK(t >= 0 && t < c.vocab, "drafter batch: token id %d outside vocab %d", t, c.vocab);
-  DF_CHECK(b.taps.dtype == DType::f32 && b.taps.rows == T && b.taps.cols == int64_t(c.hidden) * c.num_taps(),
-           "drafter batch: taps are %s, expected f32 [%lld, %d taps × hidden %d]", b.taps.shape_str().c_str(),
-           (long long)T, c.num_taps(), c.hidden);
+  DF_CHECK(b.taps.dtype == act && b.taps.device == m.ops().device() && b.taps.rows == T &&
+               b.taps.cols == int64_t(c.hidden) * c.num_taps(),
+           "drafter batch: taps are %s %s, expected %s [%lld, %d taps × hidden %d] in %s backend memory",
+           dtype_name(b.taps.dtype), b.taps.shape_str().c_str(), dtype_name(act), (long long)T, c.num_taps(),
+           c.hidden, m.ops().name());
   if (o.kind == LmLossKind::kl)
-    DF_CHECK(b.target_hidden.rows == T && b.target_hidden.cols == c.hidden,
-             "drafter batch: the soft-KL loss needs target_hidden [%lld, %d] (target final-norm output), got %s",
-             (long long)T, c.hidden, b.target_hidden.shape_str().c_str());
+    DF_CHECK(b.target_hidden.rows == T && b.target_hidden.cols == c.hidden && b.target_hidden.dtype == act,
+             "drafter batch: the soft-KL loss needs target_hidden %s [%lld, %d] (target final-norm output), "
+             "got %s",
+             dtype_name(act), (long long)T, c.hidden, b.target_hidden.shape_str().c_str());
+  const DrafterLimits& lim = m.limits;
+  DF_CHECK(m.workspace != nullptr,
+           "drafter step: no workspace; HINT: call drafter_plan_workspace(model, limits) once");
+  DF_CHECK(T <= lim.max_tokens,
+           "drafter batch: %lld tokens but the workspace is planned for %lld (data.token_budget); HINT: plan "
+           "with the "
+           "batcher's token budget",
+           (long long)T, (long long)lim.max_tokens);
+  DF_CHECK(nb <= lim.max_blocks,
+           "drafter batch: %lld blocks but the workspace is planned for %lld (drafter.max_block_rows / "
+           "block_size); "
+           "HINT: cap the anchors first (anchors_cap)",
+           (long long)nb, (long long)lim.max_blocks);
+  DF_CHECK(!(o.kind == LmLossKind::kl) || lim.kl,
+           "drafter step: soft-KL loss but the workspace was planned without it");
+  DF_CHECK(!(o.noise_std > 0) || lim.noise,
+           "drafter step: feature noise on but the workspace was planned without it (DrafterLimits::noise)");
 }
 
 }  // namespace
 
-LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
-                                   const DrafterLossOptions& opts) {
+size_t drafter_workspace_bytes(const DrafterConfig& c, const DrafterLimits& limits, DType act) {
+  Arena plan(nullptr, 0, Device::cpu);
+  step_alloc(plan, c, dims_of(c, limits.max_tokens, limits.max_blocks), limits.kl, limits.noise, act);
+  return plan.high_water();
+}
+
+void drafter_plan_workspace(DrafterModel& m, const DrafterLimits& limits) {
+  DF_CHECK(m.workspace == nullptr, "drafter_plan_workspace: the workspace is planned once per model");
+  DF_CHECK(limits.max_tokens > 0 && limits.max_blocks > 0,
+           "drafter_plan_workspace: max_tokens %lld and max_blocks %lld must be > 0",
+           (long long)limits.max_tokens, (long long)limits.max_blocks);
+  m.workspace_bytes = drafter_workspace_bytes(m.config(), limits, m.ops().act_dtype());
+  m.workspace = m.ops().alloc_bytes(m.workspace_bytes);
+  m.limits = limits;
+}
+
+void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
+                        const DrafterLossOptions& opts) {
   const DrafterConfig& c = m.config();
   TrainOps& ops = m.ops();
   DF_CHECK(!m.embed.empty() && !m.lm_head.empty(), "drafter step: call set_frozen(embed, lm_head) first");
-  check_batch(c, batch, opts);
-  const int B = c.block_size;
-  const bool kl = opts.kind == LmLossKind::kl;
-  DrafterDims d;
-  d.T = batch.offsets.back();
-  d.nb = int64_t(anchors.size());
-  d.N = d.nb * B;
-  LossStats st;
-  st.correct.assign(size_t(B - 1), 0);
-  st.count.assign(size_t(B - 1), 0);
-  if (d.nb == 0) return st;
-  BlockLayout L = layout_blocks(c, batch, anchors, opts.gamma);
-
-  Arena plan(nullptr, 0, ops.device());
-  step_alloc(plan, c, d, kl);
-  if (plan.high_water() > m.workspace_bytes) {
-    if (m.workspace) ops.free_bytes(m.workspace);
-    m.workspace = ops.alloc_bytes(plan.high_water());
-    m.workspace_bytes = plan.high_water();
-  }
+  check_batch(m, batch, opts, int64_t(anchors.size()));
+  const bool kl = opts.kind == LmLossKind::kl, noise = opts.noise_std > 0;
+  const DrafterDims d = dims_of(c, batch.offsets.back(), int64_t(anchors.size()));
+  if (d.nb == 0) return;
+  const BlockLayout L = layout_blocks(c, batch, anchors);
+  // Carved at the batch's own sizes: every tensor is at most its planned size, so the planned bytes hold it.
   Arena arena(m.workspace, m.workspace_bytes, ops.device());
-  StepBuffers s = step_alloc(arena, c, d, kl);
+  StepBuffers s = step_alloc(arena, c, d, kl, noise, ops.act_dtype());
   ops.upload_raw(s.in.pos_all, L.pos_all.data());
   ops.upload_raw(s.in.blocks, L.blocks.data());
   ops.upload_raw(s.ids, L.ids.data());
@@ -152,9 +188,12 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
   ops.upload_raw(s.tgt_rows, L.tgt_rows.data());
 
   // ---- forward ----
-  ops.copy(batch.taps, s.taps);
-  if (opts.noise_std > 0) ops.add_gaussian_noise(s.taps, opts.noise_std, opts.noise_seed);
-  ops.gemm(s.taps, false, m.w.fc, true, s.f, 1, 0);
+  const Tensor& taps = noise ? s.taps : batch.taps;
+  if (noise) {
+    ops.copy(batch.taps, s.taps);
+    ops.add_gaussian_noise(s.taps, opts.noise_std, opts.noise_seed);
+  }
+  ops.gemm(taps, false, m.w.fc, true, s.f, 1, 0);
   ops.rmsnorm_fwd(s.f, m.w.hidden_norm, s.in.ctx, s.rstd_ctx, c.rms_eps);
   ops.embedding(s.ids, m.embed, s.x0);
   for (int l = 0; l < c.layers; ++l)
@@ -165,29 +204,22 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
   if (kl) ops.embedding(s.tgt_rows, batch.target_hidden, s.tgt);
   ops.lm_head_loss(s.y, m.lm_head, s.labels, s.active, s.tgt, opts.kind, s.loss, s.p_label, s.argmax, s.dy);
 
-  // ---- weights and statistics (host) ----
-  std::vector<float> loss(size_t(d.N)), p_label(size_t(d.N));
-  std::vector<int32_t> argmax(size_t(d.N));
-  ops.download_raw(s.loss, loss.data());
-  ops.download_raw(s.p_label, p_label.data());
-  ops.download_raw(s.argmax, argmax.data());
-  if (opts.fixed_row_weights) {
+  // ---- row weights and statistics (backend) ----
+  TrainOps::LossRowArgs ra;
+  ra.block = c.block_size;
+  ra.gamma = opts.gamma;
+  ra.streak = opts.streak;
+  ra.streak_alpha = opts.streak_alpha;
+  ra.weights_given = opts.fixed_row_weights != nullptr;
+  if (ra.weights_given) {
     DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N, "drafter step: %zu fixed row weights for %lld rows",
              opts.fixed_row_weights->size(), (long long)d.N);
-    st.row_weight = *opts.fixed_row_weights;
-  } else {
-    st.row_weight = L.weight;
-    if (opts.streak) loss_apply_streak(st.row_weight, L.labelled, p_label, B, opts.streak_alpha);
+    ops.upload_raw(s.row_w, opts.fixed_row_weights->data());
   }
-  for (int64_t r = 0; r < d.N; ++r) {
-    st.loss_sum += double(st.row_weight[size_t(r)]) * loss[size_t(r)];
-    st.weight_sum += st.row_weight[size_t(r)];
-  }
-  loss_count_accuracy(st, L.labelled, argmax, L.labels, B);
-  if (!opts.backward) return st;
+  ops.loss_row_stats(s.labels, s.active, s.loss, s.p_label, s.argmax, ra, s.row_w, m.stats);
+  if (!opts.backward) return;
 
   // ---- backward: ∂(Σ w·L) ----
-  ops.upload_raw(s.row_w, st.row_weight.data());
   ops.scale_rows(s.dy, s.row_w);
   ops.rmsnorm_bwd(x_last, m.w.norm, s.rstd_final, s.dy, s.dx, m.g.norm, 0);
   ops.fill(s.grads.dctx, 0.0f);
@@ -195,7 +227,34 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
     drafter_layer_backward(ops, c, l, m.w.layers[size_t(l)], m.g.layers[size_t(l)], s.in,
                            l == 0 ? s.x0 : s.layers[size_t(l) - 1].x_out, s.layers[size_t(l)], s.dx, s.grads);
   ops.rmsnorm_bwd(s.f, m.w.hidden_norm, s.rstd_ctx, s.grads.dctx, s.dfc, m.g.hidden_norm, 0);
-  ops.gemm(s.dfc, true, s.taps, false, m.g.fc, 1, 1);
+  ops.gemm(s.dfc, true, taps, false, m.g.fc, 1, 1);
+}
+
+LossStats drafter_take_stats(DrafterModel& m) {
+  const int B = m.config().block_size;
+  std::vector<double> slots(size_t(LossStatsSlots::size(B)), 0.0);
+  m.ops().download_raw(m.stats, slots.data());
+  LossStats st = loss_stats_from_slots(slots, B);
+  const std::vector<double> zero(slots.size(), 0.0);
+  m.ops().upload_raw(m.stats, zero.data());
+  return st;
+}
+
+LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch,
+                                   const std::vector<DrafterAnchor>& anchors,
+                                   const DrafterLossOptions& opts) {
+  drafter_accumulate(m, batch, anchors, opts);
+  LossStats st = drafter_take_stats(m);
+  const int64_t N = int64_t(anchors.size()) * m.config().block_size;
+  st.row_weight.assign(size_t(N), 0.0f);
+  if (N > 0) {
+    // row_w is the same workspace tensor drafter_accumulate carved (same arena sequence, same sizes).
+    Arena arena(m.workspace, m.workspace_bytes, m.ops().device());
+    const StepBuffers s =
+        step_alloc(arena, m.config(), dims_of(m.config(), batch.offsets.back(), int64_t(anchors.size())),
+                   opts.kind == LmLossKind::kl, opts.noise_std > 0, m.ops().act_dtype());
+    m.ops().download_raw(s.row_w, st.row_weight.data());
+  }
   return st;
 }
 

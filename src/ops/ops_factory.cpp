@@ -2,8 +2,10 @@
 #include "ops/ops_factory.h"
 
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_train_ops.h"
 #ifdef DF_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_train_ops.h"
 #endif
 
 namespace df {
@@ -18,6 +20,25 @@ std::unique_ptr<Ops> ops_create(const std::string& device, int gpu) {
 #endif
   }
   DF_FAIL("unknown device '%s' (expected cpu or cuda)", device.c_str());
+}
+
+std::unique_ptr<TrainOps> train_ops_create(const std::string& device, int gpu) {
+  if (device == "cpu") return std::make_unique<CpuTrainOps>();
+  if (device == "cuda") {
+#ifdef DF_HAVE_CUDA
+    const int n = cuda_device_count();
+    DF_CHECK(n > 0,
+             "drafter.device = \"cuda\" but this machine shows no CUDA GPU; HINT: set drafter.device = "
+             "\"cpu\" or run the drafter ranks where a GPU is visible (CUDA_VISIBLE_DEVICES)");
+    DF_CHECK(gpu >= 0 && gpu < n, "drafter.device = \"cuda\": GPU %d asked for but %d visible", gpu, n);
+    return std::make_unique<CudaTrainOps>(gpu);
+#else
+    DF_FAIL(
+        "drafter.device = \"cuda\": this build has no CUDA backend; HINT: rebuild where nvcc exists "
+        "(DF_ENABLE_CUDA=ON) or set drafter.device = \"cpu\"");
+#endif
+  }
+  DF_FAIL("unknown drafter.device '%s' (expected cpu or cuda)", device.c_str());
 }
 
 }  // namespace df

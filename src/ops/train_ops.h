@@ -114,6 +114,27 @@ class TrainOps {
                             const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
                             const Tensor& argmax, const Tensor& dhidden) = 0;
 
+  // ---- loss weights and step statistics ----------------------------------------------------------
+  // The weight of every block row and the statistics a metrics line reports, on the backend, so a micro-batch
+  // never waits for the host. Rows are nb blocks of `block` rows, block-major (row r = j·block + k).
+  // Row k ≥ 1 with active[r] gets w = exp(−(k−1)/γ) (train/loss.h loss_offset_weight), times, when streak,
+  // the detached Π over earlier active offsets j < k of p_label[j]^α (loss_apply_streak); every other row
+  // gets 0. With weights_given, row_w is read instead of written (gradient checks hold the weights fixed).
+  // stats: LossStatsSlots f64 accumulators (train/loss.h), stored as u8 [1, 8·slots], ADDED to:
+  //   Σ w·loss, Σ w, Σ (1 + leading correct offsets) and the number of blocks with an active row, then
+  //   per offset k = 1..B−1 the active rows whose argmax equals the label, then the active rows.
+  // Sums run in a fixed order on every backend (deterministic, like every op here).
+  struct LossRowArgs {
+    int block = 0;
+    float gamma = 1;
+    bool streak = false;
+    float streak_alpha = 1;
+    bool weights_given = false;
+  };
+  virtual void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss,
+                              const Tensor& p_label, const Tensor& argmax, const LossRowArgs& a,
+                              const Tensor& row_w, const Tensor& stats) = 0;
+
   // ---- optimizer ----------------------------------------------------------------------------------
   // Σ x² over a flat f32 buffer, accumulated in double in a fixed order.
   virtual double sum_squares(const Tensor& x) = 0;

@@ -1,7 +1,7 @@
 // The drafter role: for every optimizer step, take this drafter's micro-batches off the feature channel
-// (from target b % T, in global batch order), run the DFlash forward/backward, all-reduce gradients and the
-// step statistics among drafters, AdamW, then metrics and checkpoints on drafter 0. A stop requested by a
-// signal on any rank travels with the statistics, so all drafters leave after the same step.
+// (from target b % T, in global batch order), run the DFlash forward/backward on drafter.device, all-reduce
+// gradients and the step statistics among drafters, AdamW, then metrics and checkpoints on drafter 0. A stop
+// requested by a signal on any rank travels with the statistics, so all drafters leave after the same step.
 #include <chrono>
 #include <filesystem>
 
@@ -12,7 +12,7 @@
 #include "dist/watchdog.h"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/cpu_train_ops.h"
+#include "ops/ops_factory.h"
 #include "pipeline/feature_source.h"
 #include "pipeline/loops.h"
 #include "pipeline/metrics.h"
@@ -40,26 +40,105 @@ OptimConfig optim_config(const TrainPlan& p) {
   return o;
 }
 
-// Host copies of one received batch, converted to the f32 the CPU drafter trains on.
-struct HostBatch {
-  std::vector<float> taps, final_hidden;
+// Backend memory planned once for the run: the frozen embedding/lm_head and the staging of received
+// features. The CPU backend trains in f32 on host memory, so it uses the host tables as they are and converts
+// each batch's bf16 features to f32; a bf16 backend gets the tables uploaded once as bf16 and each batch's
+// bf16 bytes in one copy, no conversion.
+class DrafterMemory {
+ public:
+  DrafterMemory(TrainOps& ops, const Tensor& embed, const Tensor& lm_head, int64_t max_tokens,
+                int64_t feat_cols, int64_t final_cols)
+      : ops_(ops), host_(ops.device() == Device::cpu) {
+    DF_CHECK(embed.device == Device::cpu && lm_head.device == Device::cpu,
+             "drafter: the frozen tables must come from a host-loaded target");
+    if (host_) {
+      DF_CHECK(embed.dtype == DType::f32 && lm_head.dtype == DType::f32,
+               "drafter: the CPU backend needs f32 frozen tables, the target loader gave %s",
+               dtype_name(embed.dtype));
+      embed_ = embed;
+      lm_head_ = lm_head;
+      return;
+    }
+    const bool tied = lm_head.data == embed.data;
+    const size_t table = size_t(embed.numel()) * dtype_size(DType::bf16);
+    const size_t taps = size_t(max_tokens * feat_cols) * dtype_size(DType::bf16);
+    const size_t fin = size_t(max_tokens * final_cols) * dtype_size(DType::bf16);
+    mem_ = static_cast<char*>(ops.alloc_bytes(table * (tied ? 1 : 2) + taps + fin));
+    embed_ = upload_bf16(embed, mem_);
+    lm_head_ = tied ? embed_ : upload_bf16(lm_head, mem_ + table);
+    char* stage = mem_ + table * (tied ? 1 : 2);
+    taps_ = tensor_make(stage, DType::bf16, ops.device(), max_tokens, feat_cols);
+    if (final_cols > 0) final_ = tensor_make(stage + taps, DType::bf16, ops.device(), max_tokens, final_cols);
+  }
+  ~DrafterMemory() {
+    if (mem_) ops_.free_bytes(mem_);
+  }
+  DrafterMemory(const DrafterMemory&) = delete;
+  DrafterMemory& operator=(const DrafterMemory&) = delete;
+
+  const Tensor& embed() const { return embed_; }
+  const Tensor& lm_head() const { return lm_head_; }
+
+  DrafterBatch load(const FeaturePacket& p) {
+    DrafterBatch b;
+    b.offsets = p.offsets;
+    b.tokens = p.tokens;
+    b.loss_mask = p.loss_mask;
+    b.taps = stage(p.features, p.hdr.feat_cols, taps_, taps_f32_);
+    if (p.hdr.final_cols > 0) b.target_hidden = stage(p.final_hidden, p.hdr.final_cols, final_, final_f32_);
+    return b;
+  }
+
+ private:
+  Tensor upload_bf16(const Tensor& t, char* at) {
+    std::vector<uint16_t> lp(size_t(t.numel()));
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t c = 0; c < t.cols; ++c) {
+        const char* src = t.row_bytes(r) + c * int64_t(dtype_size(t.dtype));
+        lp[size_t(r * t.cols + c)] = t.dtype == DType::bf16
+                                         ? *reinterpret_cast<const uint16_t*>(src)
+                                         : f32_to_bf16(*reinterpret_cast<const float*>(src));
+      }
+    Tensor d = tensor_make(at, DType::bf16, ops_.device(), t.rows, t.cols);
+    ops_.upload_raw(d, lp.data());
+    return d;
+  }
+
+  Tensor stage(const std::vector<uint16_t>& bf16, int64_t cols, const Tensor& dev, std::vector<float>& f32) {
+    const int64_t rows = cols > 0 ? int64_t(bf16.size()) / cols : 0;
+    if (host_) {
+      f32.resize(bf16.size());
+      for (size_t i = 0; i < bf16.size(); ++i) f32[i] = bf16_to_f32(bf16[i]);
+      return tensor_make(f32.data(), DType::f32, Device::cpu, rows, cols);
+    }
+    DF_CHECK(rows <= dev.rows && cols == dev.cols,
+             "drafter: a batch of %lld x %lld features does not fit the staging buffer %s planned from "
+             "data.token_budget; HINT: all ranks must run the same config",
+             (long long)rows, (long long)cols, dev.shape_str().c_str());
+    Tensor t = dev.rows_view(0, rows);
+    ops_.upload_raw(t, bf16.data());
+    return t;
+  }
+
+  TrainOps& ops_;
+  bool host_;
+  char* mem_ = nullptr;
+  Tensor embed_, lm_head_, taps_, final_;
+  std::vector<float> taps_f32_, final_f32_;
 };
 
-DrafterBatch batch_from_packet(const FeaturePacket& p, HostBatch& store) {
-  DrafterBatch b;
-  b.offsets = p.offsets;
-  b.tokens = p.tokens;
-  b.loss_mask = p.loss_mask;
-  const int64_t T = p.hdr.tokens;
-  store.taps.resize(p.features.size());
-  for (size_t i = 0; i < p.features.size(); ++i) store.taps[i] = bf16_to_f32(p.features[i]);
-  b.taps = tensor_make(store.taps.data(), DType::f32, Device::cpu, T, p.hdr.feat_cols);
-  if (p.hdr.final_cols > 0) {
-    store.final_hidden.resize(p.final_hidden.size());
-    for (size_t i = 0; i < p.final_hidden.size(); ++i) store.final_hidden[i] = bf16_to_f32(p.final_hidden[i]);
-    b.target_hidden = tensor_make(store.final_hidden.data(), DType::f32, Device::cpu, T, p.hdr.final_cols);
+// The MPI reducer works on host memory: a device-resident drafter stages its gradients through the host
+// (the NCCL all-reduce on device memory is a later step). One drafter reduces nothing.
+void all_reduce_grads(GradReducer& reducer, DrafterModel& m) {
+  if (m.ops().device() == Device::cpu) {
+    reducer.sum(m.grads.ptr<float>(), size_t(m.grads.numel()));
+    return;
   }
-  return b;
+  if (reducer.size() == 1) return;
+  std::vector<float> host(size_t(m.grads.numel()));
+  m.ops().download_raw(m.grads, host.data());
+  reducer.sum(host.data(), host.size());
+  m.ops().upload_raw(m.grads, host.data());
 }
 
 }  // namespace
@@ -72,19 +151,30 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   // Frozen target embedding and lm_head, from the same source as the targets' weights.
   CpuOps target_ops;
   std::unique_ptr<TargetModel> frozen = train_load_target(plan, target_ops, 0, true);
-  CpuTrainOps ops;
-  DrafterModel model(plan.drafter, ops);
-  model.set_frozen(frozen->embed, frozen->lm_head);
+  std::unique_ptr<TrainOps> ops = train_ops_create(plan.cfg.drafter.device, std::max(ctx.gpu, 0));
+  DrafterModel model(plan.drafter, *ops);
+  const int64_t H = plan.drafter.hidden;
+  DrafterMemory mem(*ops, frozen->embed, frozen->lm_head, plan.cfg.data.token_budget,
+                    H * plan.drafter.num_taps(), plan.kl ? H : 0);
+  model.set_frozen(mem.embed(), mem.lm_head());
+  const DrafterLimits limits = drafter_limits_from_run(plan.cfg);
+  drafter_plan_workspace(model, limits);
+  if (owner)
+    log_here("drafter on %s: workspace %.1f MiB for %lld tokens and %lld blocks per micro-batch", ops->name(),
+             double(model.workspace_bytes) / (1 << 20), (long long)limits.max_tokens,
+             (long long)limits.max_blocks);
   drafter_init_params(model, plan.cfg.drafter.init_seed);
   if (plan.resume_path.empty() && !plan.cfg.drafter.init_from.empty()) {
     // A resumed checkpoint's weights win over init_from (the folder only seeds a fresh run).
     drafter_init_from(model, plan.cfg.drafter.init_from);
+    drafter_refresh_shadow(model);
     if (owner)
       log_here("drafter weights from %s (optimizer state fresh)", plan.cfg.drafter.init_from.c_str());
   }
   int64_t tokens_seen = 0;  // context tokens trained on by all drafters, since step 0
   if (!plan.resume_path.empty()) {
     CheckpointState st = checkpoint_load(plan.resume_path, model);
+    drafter_refresh_shadow(model);
     tokens_seen = st.tokens_seen;
     DF_CHECK(st.step == plan.start_step, "%s holds step %lld but the run was told to start at %lld",
              plan.resume_path.c_str(), (long long)st.step, (long long)plan.start_step);
@@ -132,7 +222,6 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     auto t_step = std::chrono::steady_clock::now();
     double wait_s = 0;
     drafter_zero_grads(model);
-    LossStats ls;
     StepStats ss;
     for (int a = 0; a < plan.grad_accum; ++a) {
       const int64_t b = plan.batch_of(step, a, ctx.drafter_index);
@@ -150,10 +239,10 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
                "ranks must run the same config and data",
                ctx.drafter_index, (long long)b, source, (long long)p.hdr.batch_id);
       if (p.hdr.flags & FeatureHeader::kFlagStopRequested) ss.stop = 1;
-      HostBatch store;
-      DrafterBatch db = batch_from_packet(p, store);
+      DrafterBatch db = mem.load(p);
       Rng rng(rng_mix(plan.cfg.run.seed, uint64_t(b)));
       std::vector<DrafterAnchor> anchors = anchors_sample_batch(db, plan.drafter.num_anchors, rng);
+      ss.anchors_dropped += double(anchors_cap(anchors, limits.max_blocks, rng));
       DrafterLossOptions lo;
       lo.kind = plan.kl ? LmLossKind::kl : LmLossKind::ce;
       lo.gamma = float(tc.gamma);
@@ -161,13 +250,14 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       lo.streak_alpha = float(tc.streak_alpha);
       lo.noise_std = noise_std_at(float(tc.noise_std), step, plan.total_steps);
       lo.noise_seed = rng.next_u64();
-      ls.merge(drafter_forward_backward(model, db, anchors, lo));
+      drafter_accumulate(model, db, anchors, lo);
       ss.tokens += double(p.hdr.tokens);
       ss.batches += 1;
       ss.target_busy_s += p.hdr.target_busy_s;
       ss.q_pre += double(p.hdr.q_pre);
     }
     if (signals_stop_requested()) ss.stop = 1;
+    const LossStats ls = drafter_take_stats(model);
     ss.loss_sum = ls.loss_sum;
     ss.weight_sum = ls.weight_sum;
     ss.correct.assign(ls.correct.begin(), ls.correct.end());
@@ -181,7 +271,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
 
     // Here a drafter waits on one that may wait on a target: more patience, so that one names the target.
     watchdog.beat("in the gradient all-reduce (waiting for the other drafters)", -1, 1.5);
-    reducer->sum(model.grads.ptr<float>(), size_t(model.grads.numel()));
+    all_reduce_grads(*reducer, model);
     std::vector<double> packed = ss.pack();
     reducer->sum(packed.data(), packed.size());
     ss.unpack(packed, B);

@@ -11,8 +11,8 @@
 namespace df {
 
 std::vector<double> StepStats::pack() const {
-  std::vector<double> v{loss_sum, weight_sum, tau_sum, tau_blocks, tokens, batches, target_busy_s, drafter_busy_s,
-                        q_pre, q_hs, stop};
+  std::vector<double> v{loss_sum,      weight_sum,     tau_sum, tau_blocks, tokens, batches,
+                        target_busy_s, drafter_busy_s, q_pre,   q_hs,       stop,   anchors_dropped};
   v.insert(v.end(), correct.begin(), correct.end());
   v.insert(v.end(), count.begin(), count.end());
   return v;
@@ -21,7 +21,7 @@ std::vector<double> StepStats::pack() const {
 void StepStats::unpack(const std::vector<double>& v, int block) {
   size_t i = 0;
   for (double* d : {&loss_sum, &weight_sum, &tau_sum, &tau_blocks, &tokens, &batches, &target_busy_s,
-                    &drafter_busy_s, &q_pre, &q_hs, &stop})
+                    &drafter_busy_s, &q_pre, &q_hs, &stop, &anchors_dropped})
     *d = v[i++];
   correct.assign(v.begin() + i, v.begin() + i + block - 1);
   count.assign(v.begin() + i + block - 1, v.begin() + i + 2 * (block - 1));
@@ -115,10 +115,21 @@ void MetricsLog::step(int64_t step, const StepStats& s, double lr, double grad_n
            "dft %.2f b/s | q_hs %.1f q_pre %.1f | %.1f Ktok/s | ETA %.0fs",
            (long long)(step + 1), (long long)total_steps_, loss, acc_text.c_str(), tau, tau_est, lr, grad_norm, tgt_bps,
            dft_bps, q_hs, q_pre, ktok_s, eta);
-  nlohmann::json j = {{"step", step + 1},       {"loss", loss},      {"acc", acc},          {"tau", tau},
-                      {"tau_est", tau_est},     {"lr", lr},          {"grad_norm", grad_norm},
-                      {"tgt_batches_s", tgt_bps}, {"dft_batches_s", dft_bps}, {"q_hs", q_hs}, {"q_pre", q_pre},
-                      {"ktok_s", ktok_s},       {"eta_s", eta},      {"elapsed_s", elapsed}};
+  nlohmann::json j = {{"step", step + 1},
+                      {"loss", loss},
+                      {"acc", acc},
+                      {"tau", tau},
+                      {"tau_est", tau_est},
+                      {"lr", lr},
+                      {"grad_norm", grad_norm},
+                      {"tgt_batches_s", tgt_bps},
+                      {"dft_batches_s", dft_bps},
+                      {"q_hs", q_hs},
+                      {"q_pre", q_pre},
+                      {"ktok_s", ktok_s},
+                      {"eta_s", eta},
+                      {"elapsed_s", elapsed},
+                      {"anchors_dropped", w.anchors_dropped}};
   append(j.dump());
   window_ = StepStats{};
   last_ = now;

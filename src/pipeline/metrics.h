@@ -21,6 +21,7 @@ struct StepStats {
   double drafter_busy_s = 0;           // Σ over drafters of their compute time this step
   double q_pre = 0, q_hs = 0;          // Σ of samples (divide by batches / drafters)
   double stop = 0;                     // > 0: some rank asked to stop
+  double anchors_dropped = 0;          // anchors over drafter.max_block_rows, dropped (Σ over the window)
 
   std::vector<double> pack() const;
   void unpack(const std::vector<double>& v, int block);

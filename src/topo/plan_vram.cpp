@@ -135,15 +135,14 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   const int64_t L = assume.seq_len > 0 ? std::min(assume.seq_len, T) : T;
   const int64_t seqs = (T + L - 1) / L;
   p.anchors = std::min<int64_t>(std::min<int64_t>(d.num_anchors, std::max<int64_t>(L - 1, 1)) * seqs, T);
-  const double R = double(p.anchors) * d.block_size, C = double(T);
-  const double I = dc.intermediate;
-  const double q = double(d.heads) * d.head_dim, kv = double(d.kv_heads) * d.head_dim;
-  // Per block row and layer, kept for the backward: input, normed input, q, block k|v, attention output,
-  // post-attention residual, its norm, gate, up, silu(gate)·up.
-  const double row_w = 4 * H + 2 * q + 2 * kv + 3 * I;
   VramRole& dr = p.drafter;
   dr.role = "drafter";
-  add(dr, "weights bf16 copy", kBf16 * P, strfmt("2 B x %.4g params", P));
+  // What DrafterModel, the drafter loop and CudaTrainOps allocate (model/drafter.cpp,
+  // pipeline/drafter_loop.cpp): one flat block of f32 master weights, gradients, Adam m and v plus the bf16
+  // shadow, the frozen tables uploaded once as bf16, the staging of one received batch, and the activation
+  // workspace planned for drafter_limits_from_run — the exact bytes drafter_workspace_bytes computes, not a
+  // per-row estimate.
+  add(dr, "weights bf16 copy", kBf16 * P, strfmt("2 B x %.4g params (the GEMM weight shadow)", P));
   add(dr, "master weights fp32", kF32 * P, strfmt("4 B x %.4g", P));
   add(dr, "gradients fp32", kF32 * P, strfmt("4 B x %.4g", P));
   add(dr, "Adam m, v fp32", 2 * kF32 * P, strfmt("2 x 4 B x %.4g", P));
@@ -154,15 +153,19 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
     add(dr, "frozen lm_head [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
   add(dr, "received payloads", double(assume.targets) * depth * payload,
       strfmt("%d targets x hs_queue_depth %d x %.4g B", assume.targets, depth, payload));
-  add(dr, "context activations bf16", kBf16 * C * (2 * H + d.layers * 2 * kv),
-      strfmt("2 B x %lld ctx rows x (fc out + ctx %.0f + %d layers x k|v %.0f)", (long long)T, 2 * H,
-             d.layers, 2 * kv));
-  add(dr, "block activations bf16", kBf16 * R * (d.layers * row_w + 2 * H),
-      strfmt("2 B x %.0f rows (%lld anchors x %d) x (%d layers x %.0f + final norm %.0f)", R,
-             (long long)p.anchors, d.block_size, d.layers, row_w, 2 * H));
-  add(dr, "backward workspace", kBf16 * R * row_w + kF32 * C * H,
-      strfmt("one layer's activation grads 2 B x %.0f x %.0f + ctx grad 4 B x %lld x %.0f", R, row_w,
-             (long long)T, H));
+  add(dr, "batch staging bf16", kBf16 * double(T) * (k * H + (kl ? H : 0)),
+      strfmt("2 B x %lld tokens x (taps %.0f%s)", (long long)T, k * H, kl ? " + final hidden" : ""));
+  const DrafterLimits lim = drafter_limits_from_run(cfg);
+  p.max_blocks = lim.max_blocks;
+  add(dr, "activation workspace", double(drafter_workspace_bytes(dc, lim, DType::bf16)),
+      strfmt("drafter_workspace_bytes: %lld tokens, %lld blocks of %d (drafter.max_block_rows %lld)%s%s",
+             (long long)lim.max_tokens, (long long)lim.max_blocks, d.block_size, (long long)d.max_block_rows,
+             lim.kl ? ", kl" : "", lim.noise ? ", noisy taps copy" : ""));
+  const double R = double(lim.max_blocks) * d.block_size;
+  // The attention backward's f32 softmax row terms, one per query row and head (kernels/dflash_attention.cu
+  // dflash_attention_bwd_workspace_bytes), for the largest planned batch.
+  add(dr, "attention bwd workspace f32", kF32 * R * d.heads,
+      strfmt("4 B x %.0f block rows x %d heads", R, d.heads));
   const double chunk = double(std::min<int64_t>(assume.lm_chunk, int64_t(R)));
   const int n_logits = kl ? 3 : 2;
   add(dr, "logits chunks fp32", kF32 * n_logits * chunk * V,
@@ -174,6 +177,11 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
       strfmt("token budget %lld; sequences of %lld tokens -> %lld per micro-batch, %lld anchor "
              "blocks of %d (pass --seq-len for your data's typical length)",
              (long long)T, (long long)L, (long long)seqs, (long long)p.anchors, d.block_size));
+  if (p.anchors > p.max_blocks)
+    p.notes.push_back(
+        strfmt("drafter.max_block_rows %lld keeps %lld of those %lld anchor blocks (the rest are "
+               "dropped at random, metrics.jsonl anchors_dropped)",
+               (long long)d.max_block_rows, (long long)p.max_blocks, (long long)p.anchors));
   p.notes.push_back(
       strfmt("each drafter receives from %d targets (hs_queue_depth credits per target)", assume.targets));
   if (kl)

@@ -28,7 +28,7 @@ struct VramRole {
 struct VramAssumptions {
   int targets = 7;      // targets feeding each drafter: a drafter holds hs_queue_depth payloads per target
   int64_t seq_len = 0;  // typical sequence length; 0: one sequence fills data.token_budget
-  int64_t lm_chunk = 2048;  // rows of [chunk, V] fp32 logits alive at once in the loss
+  int64_t lm_chunk = 1024;  // rows of [chunk, V] fp32 logits alive at once (CudaTrainOps' default)
 };
 
 struct VramPlan {
@@ -38,7 +38,8 @@ struct VramPlan {
   int target_layers_run = 0;
   int64_t drafter_params = 0;  // trainable elements (Σ rows·cols of the parameter table)
   int64_t drafter_flat = 0;    // flat buffer length the optimizer allocates (entries 64-aligned)
-  int64_t anchors = 0;         // anchor blocks per drafter micro-batch
+  int64_t anchors = 0;         // anchor blocks a drafter micro-batch samples (before the block-row cap)
+  int64_t max_blocks = 0;      // blocks the drafter workspace is planned for (drafter_limits_from_run)
   double payload_bytes = 0;    // one target->drafter batch at the token budget (what crosses the wire)
   VramAssumptions assume;
   std::vector<std::string> notes;

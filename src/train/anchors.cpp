@@ -32,4 +32,20 @@ std::vector<DrafterAnchor> anchors_sample_batch(const DrafterBatch& batch, int m
   return out;
 }
 
+int64_t anchors_cap(std::vector<DrafterAnchor>& anchors, int64_t max_blocks, Rng& rng) {
+  DF_CHECK(max_blocks >= 0, "anchors: max_blocks %lld must be ≥ 0", (long long)max_blocks);
+  const size_t n = anchors.size();
+  if (max_blocks == 0 || n <= size_t(max_blocks)) return 0;
+  std::vector<size_t> idx(n);
+  for (size_t i = 0; i < n; ++i) idx[i] = i;
+  for (size_t i = 0; i < size_t(max_blocks); ++i) std::swap(idx[i], idx[i + size_t(rng.below(n - i))]);
+  idx.resize(size_t(max_blocks));
+  std::sort(idx.begin(), idx.end());
+  std::vector<DrafterAnchor> kept;
+  kept.reserve(idx.size());
+  for (size_t i : idx) kept.push_back(anchors[i]);
+  anchors.swap(kept);
+  return int64_t(n - idx.size());
+}
+
 }  // namespace df

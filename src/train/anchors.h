@@ -17,4 +17,9 @@ std::vector<int32_t> anchors_sample_sequence(const uint8_t* loss_mask, int64_t l
 // multiple of pad_to (fixed shapes for graph capture on the GPU; 1 = no padding).
 std::vector<DrafterAnchor> anchors_sample_batch(const DrafterBatch& batch, int max_anchors, Rng& rng, int pad_to = 1);
 
+// Keeps at most max_blocks of `anchors`, a subset chosen uniformly at random from rng (partial Fisher–Yates
+// over the indices), in their original order; returns how many were dropped. max_blocks 0: no cap (rng is
+// then not drawn from, nor when nothing is over the cap).
+int64_t anchors_cap(std::vector<DrafterAnchor>& anchors, int64_t max_blocks, Rng& rng);
+
 }  // namespace df

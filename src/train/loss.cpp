@@ -22,6 +22,22 @@ void LossStats::merge(const LossStats& o) {
   tau_blocks += o.tau_blocks;
 }
 
+LossStats loss_stats_from_slots(const std::vector<double>& slots, int block) {
+  DF_CHECK(int(slots.size()) == LossStatsSlots::size(block),
+           "loss statistics: %zu slots for block %d, expected %d", slots.size(), block,
+           LossStatsSlots::size(block));
+  LossStats st;
+  st.loss_sum = slots[LossStatsSlots::kLossSum];
+  st.weight_sum = slots[LossStatsSlots::kWeightSum];
+  st.tau_sum = slots[LossStatsSlots::kTauSum];
+  st.tau_blocks = int64_t(slots[LossStatsSlots::kTauBlocks]);
+  for (int k = 1; k < block; ++k) {
+    st.correct.push_back(int64_t(slots[size_t(LossStatsSlots::correct(k))]));
+    st.count.push_back(int64_t(slots[size_t(LossStatsSlots::count(block, k))]));
+  }
+  return st;
+}
+
 float loss_offset_weight(int k, float gamma) {
   DF_CHECK(k >= 1 && gamma > 0, "loss_offset_weight: offset %d must be ≥ 1 and gamma %g > 0", k, double(gamma));
   return float(std::exp(-double(k - 1) / double(gamma)));

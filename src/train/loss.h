@@ -37,12 +37,23 @@ struct LossStats {
   std::vector<int64_t> count;    // [B−1]: labelled rows at offset k
   double tau_sum = 0;            // Σ over blocks with a labelled row of (1 + leading correct offsets)
   int64_t tau_blocks = 0;
-  std::vector<float> row_weight;  // the final weight of every block row of the last call (nb·B)
+  std::vector<float> row_weight;  // drafter_forward_backward: the final weight of every block row (nb·B)
 
   void merge(const LossStats& o);  // adds another micro-batch (row_weight is not merged)
   double mean_loss() const { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
   double tau() const { return tau_blocks > 0 ? tau_sum / double(tau_blocks) : 0.0; }
 };
+
+// The statistics block TrainOps::loss_row_stats adds into (f64 slots, read by the host once per optimizer
+// step): the fixed sums, then correct[B−1], then count[B−1].
+struct LossStatsSlots {
+  static constexpr int kLossSum = 0, kWeightSum = 1, kTauSum = 2, kTauBlocks = 3, kFixed = 4;
+  static int size(int block) { return kFixed + 2 * (block - 1); }
+  static int correct(int k) { return kFixed + k - 1; }  // offset k = 1..B−1
+  static int count(int block, int k) { return kFixed + block - 1 + k - 1; }
+};
+// The LossStats those slots hold (row_weight left empty).
+LossStats loss_stats_from_slots(const std::vector<double>& slots, int block);
 
 // exp(−(k−1)/γ) for block offset k ≥ 1.
 float loss_offset_weight(int k, float gamma);

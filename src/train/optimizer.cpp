@@ -1,5 +1,6 @@
 // AdamW step and schedules. The norm is computed on the device buffer (one reduction) and the clip factor is
-// folded into the gradient scale so the update stays one pass over the flat buffers.
+// folded into the gradient scale so the update stays one pass over the flat buffers (the bf16 weight shadow,
+// where the backend keeps one, is rewritten in the same pass).
 #include "train/optimizer.h"
 
 #include <algorithm>
@@ -43,7 +44,7 @@ AdamwStepResult adamw_step(DrafterModel& m, const OptimConfig& o, int64_t step, 
   hp.grad_scale = float(grad_scale * r.clip_scale);
   hp.step_t = step + 1;
   hp.n_decay = m.table().n_decay;
-  ops.adamw(m.params, m.grads, m.adam_m, m.adam_v, Tensor{}, hp);
+  ops.adamw(m.params, m.grads, m.adam_m, m.adam_v, m.params_lp, hp);
   return r;
 }
 

@@ -13,7 +13,7 @@ start_long() {
   "$MPIEXEC" --oversubscribe -np 3 "$BIN" --config "$TMP/$1.toml" >"$TMP/$1.log" 2>&1 &
   RUN_PID=$!
   for _ in $(seq 1 600); do  # until a few steps have been logged (at most 60 s)
-    [ -f "$TMP/$1/metrics.jsonl" ] && [ "$(wc -l <"$TMP/$1/metrics.jsonl")" -ge 3 ] && return 0
+    [ -f "$TMP/$1/metrics.jsonl" ] && [ "$(step_lines "$TMP/$1/metrics.jsonl")" -ge 3 ] && return 0
     sleep 0.1
   done
   fail "$1: no progress within 60 s"; tail -20 "$TMP/$1.log"; return 1

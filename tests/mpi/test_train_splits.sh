@@ -27,6 +27,16 @@ if run_mpi 3 "$TMP/kl.log" --config "$TMP/kl.toml" && [ "$(step_lines "$TMP/kl/m
 else
   fail "soft-KL run"; tail -20 "$TMP/kl.log"
 fi
+# drafter.max_block_rows: 16 rows = 2 blocks of 8 per micro-batch, fewer than the anchors of a 256-token batch, so
+# anchors are dropped, counted in metrics.jsonl, and training goes on.
+write_config "$TMP/cap.toml" "$TMP/cap" 1 1 4
+sed -i 's/^num_anchors = 4$/num_anchors = 4\nmax_block_rows = 16/' "$TMP/cap.toml"
+if run_mpi 2 "$TMP/cap.log" --config "$TMP/cap.toml" && [ "$(step_lines "$TMP/cap/metrics.jsonl")" -eq 4 ] &&
+   python3 -c 'import json,sys,math; l=[json.loads(x) for x in open(sys.argv[1]) if "loss" in x]; sys.exit(0 if all(x["anchors_dropped"] > 0 and math.isfinite(x["loss"]) for x in l) else 1)' "$TMP/cap/metrics.jsonl"; then
+  echo "ok: anchors over max_block_rows dropped ($(tail -1 "$TMP/cap/metrics.jsonl" | grep -o '"anchors_dropped":[0-9.]*'))"
+else
+  fail "max_block_rows run"; tail -20 "$TMP/cap.log"; tail -2 "$TMP/cap/metrics.jsonl"
+fi
 # Roles from a rankfile (given to dflash_mpi, as DFLASH_RANKFILE would be): here the drafter is rank 0.
 host=$(hostname)
 printf 'rank 0=%s slot=0  # role=drafter gpu=0\nrank 1=%s slot=0  # role=target\nrank 2=%s slot=0  # role=target\n' \

@@ -19,10 +19,10 @@ kill_host() {
   mh_mpirun -np 4 --rankfile "$TMP/rf" "$BIN" --config "$TMP/$name.toml" >"$log" 2>&1 &
   local run_pid=$! before=$fails
   for _ in $(seq 1 600); do  # until checkpoints exist and training is past them (at most 120 s)
-    [ -f "$TMP/$name/metrics.jsonl" ] && [ "$(wc -l <"$TMP/$name/metrics.jsonl")" -ge 5 ] && break
+    [ -f "$TMP/$name/metrics.jsonl" ] && [ "$(step_lines "$TMP/$name/metrics.jsonl")" -ge 5 ] && break
     sleep 0.2
   done
-  [ "$(wc -l <"$TMP/$name/metrics.jsonl" 2>/dev/null)" -ge 5 ] ||
+  [ "$(step_lines "$TMP/$name/metrics.jsonl" 2>/dev/null)" -ge 5 ] ||
     { fail "$name: no progress within 120 s"; tail -20 "$log"; kill -9 $run_pid; return; }
   # The rank pids of a host from their start-up lines.
   local victims survivors

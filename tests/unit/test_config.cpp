@@ -80,3 +80,35 @@ TEST(Config, MissingFileSaysWhatToDo) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/x.toml"), std::string::npos);
   }
 }
+
+// drafter.device follows target.device unless set; the block-row cap defaults to 4 x the token budget and
+// the table shows the value in force.
+TEST(Config, DrafterDeviceAndBlockRowCap) {
+  Config c = config_parse(kMinimal, "test.toml");
+  EXPECT_EQ(c.drafter.device, "cpu");
+  EXPECT_EQ(c.drafter.max_block_rows, 4 * c.data.token_budget);
+  EXPECT_NE(config_table(c).find("drafter.max_block_rows"), std::string::npos);
+  EXPECT_NE(config_table(c).find("131072 (4 x data.token_budget)"), std::string::npos) << config_table(c);
+  EXPECT_NE(config_table(c).find("drafter.device"), std::string::npos);
+  Config g =
+      config_parse("[target]\nrandom_config = \"x.json\"\n[drafter]\nmask_token_id = 1\n", "test.toml");
+  EXPECT_EQ(g.drafter.device, "cuda");  // target.device's default
+  Config d = config_parse(std::string(kMinimal) + "device = \"cuda\"\nmax_block_rows = 0\n", "test.toml");
+  EXPECT_EQ(d.drafter.device, "cuda");
+  EXPECT_EQ(d.drafter.max_block_rows, 0);
+  std::string e = error_of(std::string(kMinimal) + "device = \"gpu\"\n");
+  EXPECT_NE(e.find("drafter.device"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "max_block_rows = 15\n");  // below one block of 16
+  EXPECT_NE(e.find("drafter.max_block_rows"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "max_block_rows = \"many\"\n");
+  EXPECT_NE(e.find("drafter.max_block_rows"), std::string::npos) << e;
+}
+
+TEST(Config, ShippedConfigsChooseTheDrafterDevice) {
+  EXPECT_EQ(config_load(std::string(DF_SOURCE_DIR) + "/configs/tiny.toml").drafter.device, "cpu");
+  for (const char* f : {"qwen3.6-27b.toml", "qwen3-8b.toml"}) {
+    Config c = config_load(std::string(DF_SOURCE_DIR) + "/configs/" + f);
+    EXPECT_EQ(c.drafter.device, "cuda") << f;
+    EXPECT_EQ(c.drafter.max_block_rows, 8192) << f;
+  }
+}

@@ -39,6 +39,16 @@ inline std::vector<float> normal_vec(size_t n, float std, uint64_t seed) {
   return v;
 }
 
+// Plans m's workspace for batches of up to `tokens` tokens and `blocks` blocks, soft-KL and noise included.
+inline void plan_workspace(DrafterModel& m, int64_t tokens, int64_t blocks) {
+  DrafterLimits lim;
+  lim.max_tokens = tokens;
+  lim.max_blocks = blocks;
+  lim.kl = true;
+  lim.noise = true;
+  drafter_plan_workspace(m, lim);
+}
+
 // Owns the host memory behind a DrafterBatch and the frozen tables.
 struct TinySetup {
   DrafterConfig cfg = tiny_drafter_config();
@@ -66,6 +76,7 @@ struct TinySetup {
     batch.target_hidden = tensor_make(target_hidden.data(), DType::f32, Device::cpu, T, H);
     model->set_frozen(tensor_make(embed.data(), DType::f32, Device::cpu, cfg.vocab, H),
                       tensor_make(lm_head.data(), DType::f32, Device::cpu, cfg.vocab, H));
+    plan_workspace(*model, T, 4 * T);  // an anchor at every token, with room for padding blocks
   }
 
   float* params() { return model->params.ptr<float>(); }

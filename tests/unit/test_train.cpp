@@ -248,6 +248,7 @@ TEST(DrafterTraining, LossFallsOnALearnableSignal) {
   auto tap_table = normal_vec(size_t(cfg.vocab * K), 1.0f, 4);
   model.set_frozen(tensor_make(embed.data(), DType::f32, Device::cpu, cfg.vocab, H),
                    tensor_make(lm_head.data(), DType::f32, Device::cpu, cfg.vocab, H));
+  plan_workspace(model, 23 + 31 + 17 + 29, 4 * 8);
   OptimConfig o;
   o.lr = 1e-2f;
   o.warmup_steps = 5;

@@ -247,6 +247,7 @@ TEST(TrainOps, StepIsIndependentOfTheThreadCount) {
     drafter_init_params(m, 3);
     auto embed = normal_vec(size_t(c.vocab * c.hidden), 1.0f, 4), lm = normal_vec(size_t(c.vocab * c.hidden), 0.3f, 5);
     m.set_frozen(view(embed, c.vocab, c.hidden), view(lm, c.vocab, c.hidden));
+    plan_workspace(m, 733, 2 * 80);
     DrafterBatch b;
     b.offsets = {0, 400, 733};
     Rng r(6);

@@ -52,6 +52,10 @@ class CpuTrainOps final : public TrainOps {
                     const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
                     const Tensor& argmax, const Tensor& dhidden) override;
 
+  void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss, const Tensor& p_label,
+                      const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w,
+                      const Tensor& stats) override;
+
   double sum_squares(const Tensor& x) override;
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
              const AdamW& hp) override;

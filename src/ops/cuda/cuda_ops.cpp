@@ -41,11 +41,7 @@ void CudaOps::upload_raw(const Tensor& dst, const void* host) {
 }
 
 void CudaOps::download_raw(const Tensor& src, void* host) {
-  DF_CHECK(src.device == Device::cuda, "download_raw: source %s must be CUDA memory", src.shape_str().c_str());
-  const size_t es = dtype_size(src.dtype);
-  DF_CUDA_CHECK(cudaMemcpy2DAsync(host, src.cols * es, src.data, src.stride * es, src.cols * es, src.rows,
-                                  cudaMemcpyDeviceToHost, stream_));
-  DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  dev_.download_raw(src, host);
 }
 
 void CudaOps::download_f32(const Tensor& src, float* host) {

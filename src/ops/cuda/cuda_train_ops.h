@@ -63,6 +63,11 @@ class CudaTrainOps final : public TrainOps {
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
              const AdamW& hp) override;
 
+  // ---- drafter bookkeeping (cuda_train_stats.cpp, kernels/loss_stats.cu) --------------------------------
+  void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss, const Tensor& p_label,
+                      const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w,
+                      const Tensor& stats) override;
+
  private:
   // Device scratch of at least `bytes` (backward partial sums, attention and loss workspaces): one buffer for
   // every op, since they run one after another on the stream; grown, never shrunk.
