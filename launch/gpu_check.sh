@@ -2,8 +2,9 @@
 # One call on the GPU machine: configure with the carried .deps (toml++, CLI11, nlohmann-json, Google Benchmark:
 # ../shared/device/README.md), build, then run each step named on the command line with a timeout, logging to
 # $OUT (or ./gpu-logs; at most 8 files come back from a device call, so steps share extra.log). Steps: gpu (ctest -L gpu), kernels (bench_kernels), forward (bench_target_forward),
-# drafter (benchmarks/run_drafter_step.sh: ours and SpecForge's step in the same call), golden (the goldens'
-# scripts), or any quoted shell command. Example: bash launch/gpu_check.sh gpu drafter
+# drafter (benchmarks/run_drafter_step.sh: ours and SpecForge's step in the same call), golden (the drafter
+# golden from SpecForge into $OUT/drafter), tokgolden (the tokenizer golden into $OUT/tokenizer), or any quoted
+# shell command. GPU_TARGETS limits the build to those targets. Example: bash launch/gpu_check.sh gpu drafter
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-logs}
@@ -14,7 +15,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$ROOT/.deps/usr" \
-    -DCMAKE_CUDA_ARCHITECTURES=90 && timeout 420 cmake --build "$B" -j"$(nproc)"
+    -DCMAKE_CUDA_ARCHITECTURES=90 && timeout 420 cmake --build "$B" -j"$(nproc)" ${GPU_TARGETS:+--target $GPU_TARGETS}
 } > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 echo "build ok"
 for step in "$@"; do
@@ -24,10 +25,12 @@ for step in "$@"; do
     kernels) timeout 180 "$B/benchmarks/bench_kernels" > "$OUT/bench-kernels.log" 2>&1; echo "bench_kernels: rc=$?" ;;
     forward) timeout 240 "$B/benchmarks/bench_target_forward" > "$OUT/bench-forward.log" 2>&1
              echo "bench_target_forward: rc=$?" ;;
-    drafter) BENCH_BUILD_DIR=$B timeout 300 bash "$ROOT/benchmarks/run_drafter_step.sh" > "$OUT/bench-drafter.log" 2>&1
+    drafter) timeout 560 bash "$ROOT/benchmarks/run_drafter_step.sh" all "$B" > "$OUT/bench-drafter.log" 2>&1
              echo "run_drafter_step: rc=$?" ;;
-    golden) timeout 120 python3 "$ROOT/tests/golden/make_tokenizer_golden.py" "$OUT/tokenizer" >> "$OUT/extra.log" 2>&1
-            echo "tokenizer golden: rc=$?" ;;
+    golden) timeout 180 python3 "$ROOT/tests/golden/make_drafter_golden.py" --out "$OUT/drafter" >> "$OUT/extra.log" 2>&1
+            echo "drafter golden: rc=$?" ;;
+    tokgolden) timeout 120 python3 "$ROOT/tests/golden/make_tokenizer_golden.py" "$OUT/tokenizer" >> "$OUT/extra.log" 2>&1
+               echo "tokenizer golden: rc=$?" ;;
     *) (cd "$ROOT" && timeout 300 bash -c "$step") >> "$OUT/extra.log" 2>&1; echo "'$step': rc=$?" ;;
   esac
 done
