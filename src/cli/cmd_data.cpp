@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/file_util.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "core/strfmt.h"
 #include "data/jsonl_convert.h"
