@@ -13,6 +13,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#ifdef DF_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 #include "dist/host_watch.h"
 
 namespace df {
@@ -176,7 +179,15 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
     if (c.roles.targets[i] == c.rank) c.target_index = int(i);
   for (size_t i = 0; i < c.roles.drafters.size(); ++i)
     if (c.roles.drafters[i] == c.rank) c.drafter_index = int(i);
-  if (use_gpus) c.gpu = c.roles.gpu[c.rank] >= 0 ? c.roles.gpu[c.rank] : c.local_rank;
+  if (use_gpus) {
+    c.gpu = c.roles.gpu[c.rank] >= 0 ? c.roles.gpu[c.rank] : c.local_rank;
+#ifdef DF_HAVE_CUDA
+    // More ranks on a host than GPUs (the one-GPU test machine: a target and a drafter sharing the H200):
+    // ranks without a gpu= annotation share the visible GPUs round robin, which the MPI transport allows.
+    const int visible = cuda_device_count();
+    if (c.roles.gpu[c.rank] < 0 && visible > 0 && c.gpu >= visible) c.gpu %= visible;
+#endif
+  }
   c.hosts = hosts;
   c.gpus.assign(size_t(c.world), -1);
   MPI_Allgather(&c.gpu, 1, MPI_INT, c.gpus.data(), 1, MPI_INT, MPI_COMM_WORLD);

@@ -211,7 +211,11 @@ void DFlashAttentionCuda::run(const Case& c) {
   Mat c_dq = hmat(qr, qc), c_dk = hmat(kr, kc), c_dv = hmat(kr, kc);
   cpu_.dflash_attention_bwd(host(q), host(k), host(v), hb, host(o_in), host(l_in), host(dout), host(c_dq),
                             host(c_dk), host(c_dv), s);
-  expect_close(std::string(c.name) + " dq", g_dq, c_dq.h, qc, 2 * kUlp * max_abs(c_dq.h), 2 * kUlp);
+  // dq = scale·Σ P(dP − D)·k: where the exact gradient is 0 (a query that sees one key: P = 1, dP = D) the GPU's
+  // dP (an mma over hd terms) and D (rowsum(dO∘O) in another order) still differ by fp32 accumulation order,
+  // ≤ hd·2⁻²³·|dO|·|v|, which |k|·scale carries into dq: that is the floor of its absolute tolerance.
+  const double fp32_order = double(c.s.hd) * std::ldexp(1.0, -23) * max_abs(dout.h) * vmax * max_abs(k.h) * d.scale;
+  expect_close(std::string(c.name) + " dq", g_dq, c_dq.h, qc, 2 * kUlp * max_abs(c_dq.h) + fp32_order, 2 * kUlp);
   expect_close(std::string(c.name) + " dk", g_dk, c_dk.h, kc, 2 * kUlp * max_abs(c_dk.h), 2 * kUlp);
   expect_close(std::string(c.name) + " dv", g_dv, c_dv.h, kc, 2 * kUlp * max_abs(c_dv.h), 2 * kUlp);
 

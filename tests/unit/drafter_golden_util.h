@@ -87,6 +87,7 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g) {
   r.cfg = drafter_config_load_hf(model_dir());
   DrafterModel m(r.cfg, ops);
   drafter_init_from(m, model_dir());
+  drafter_refresh_shadow(m);
   const int64_t H = r.cfg.hidden, V = r.cfg.vocab;
   DrafterBatch b;
   b.offsets = read_raw<int64_t>(g, "offsets", DType::i64);
@@ -105,6 +106,10 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g) {
   m.set_frozen(embed, lm_head);
   const std::vector<int32_t> an = read_raw<int32_t>(g, "anchors", DType::i32);
   for (size_t i = 0; i + 1 < an.size(); i += 2) r.anchors.push_back({an[i], an[i + 1]});
+  DrafterLimits lim;
+  lim.max_tokens = T;
+  lim.max_blocks = int64_t(r.anchors.size());
+  drafter_plan_workspace(m, lim);
   DrafterLossOptions opts;
   opts.gamma = read_f32(g, "gamma")[0];
   drafter_zero_grads(m);
