@@ -14,7 +14,7 @@ void train_run(const TrainArgs& args) {
   signals_install();
   DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda");
   if (ctx.rank == 0) log_here("%s", config_table(cfg).c_str());
-  TrainPlan plan = train_plan_make(cfg, ctx);
+  TrainPlan plan = train_plan_make(cfg, ctx, args.allow_change);
   plan.stop_at_step = args.stop_at_step;
   if (ctx.rank == 0)
     log_here("plan: %d targets, %d drafters, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
@@ -35,6 +35,8 @@ void train_add_options(CLI::App& app, TrainArgs& args) {
                                               "(also DFLASH_RANKFILE)");
   app.add_option("--stop-at-step", args.stop_at_step, "checkpoint and exit 0 after this optimizer step; the run "
                                                       "resumes from there (the LR schedule still spans all steps)");
+  app.add_option("--allow-change", args.allow_change, "a setting (e.g. train.lr) that a resume may change from what "
+                                                      "the checkpoint trained; repeatable");
 }
 
 void cmd_train_register(CLI::App& root) {

@@ -78,13 +78,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   if (!plan.resume_path.empty()) {
     CheckpointState st = checkpoint_load(plan.resume_path, model);
     tokens_seen = st.tokens_seen;
-    DF_CHECK(st.step == plan.start_step, "%s holds step %lld but the run was told to start at %lld",
-             plan.resume_path.c_str(), (long long)st.step, (long long)plan.start_step);
-    DF_CHECK(st.data_fingerprint == plan.batcher->fingerprint(),
-             "%s was written for another corpus or batching (fingerprint %016llx, now %016llx); HINT: resume with "
-             "the same data.train, data.token_budget, data.buckets and run.seed, or set checkpoint.resume = \"none\"",
-             plan.resume_path.c_str(), (unsigned long long)st.data_fingerprint,
-             (unsigned long long)plan.batcher->fingerprint());
+    train_plan_check_loaded(plan, st);
     if (owner) log_here("resumed from %s at step %lld", plan.resume_path.c_str(), (long long)st.step);
   }
 
@@ -103,8 +97,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     CheckpointState st;
     st.step = next_step;
     st.batch_cursor = next_step * plan.batches_per_step;
-    st.data_fingerprint = plan.batcher->fingerprint();
-    st.rng_state = {plan.cfg.run.seed};  // every draw is keyed by (seed, global batch index): the seed is the state
+    st.data_fingerprint = plan.data_fingerprint;
     st.tokens_seen = tokens_seen;
     st.config_text = plan.cfg.text;
     checkpoint_save(plan.ckpt_dir(), model, st, plan.cfg.checkpoint.keep_last);
