@@ -17,7 +17,8 @@ void cmd_config_register(CLI::App& root) {
   auto args = std::make_shared<Args>();
   CLI::App* c = root.add_subcommand("config", "Run-config utilities");
   c->require_subcommand(1);
-  CLI::App* chk = c->add_subcommand("check", "Run every check a training run makes before step 1, print the plan");
+  CLI::App* chk =
+      c->add_subcommand("check", "Run every check a training run makes before step 1, print the plan");
   chk->add_option("--config", args->path, "TOML run config")->required();
   chk->add_option("--targets", args->targets, "target ranks (default: [topology] targets, else 1)");
   chk->add_option("--drafters", args->drafters, "drafter ranks (default: [topology] drafters, else 1)");

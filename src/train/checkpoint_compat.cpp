@@ -1,5 +1,5 @@
-// "The checkpoint is the truth for what was trained": the drafter config stored in a checkpoint (as JSON), its
-// header without the tensors, and the comparison of a run config against it that resume and export make.
+// "The checkpoint is the truth for what was trained": the drafter config stored in a checkpoint (as JSON),
+// its header without the tensors, and the comparison of a run config against it that resume and export make.
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -25,7 +25,8 @@ std::string list(const std::vector<int>& v) {
 
 std::string types(const DrafterConfig& c) {
   std::string s = "[";
-  for (size_t i = 0; i < c.layer_types.size(); ++i) s += (i ? ", " : "") + std::string(drafter_layer_type_hf_name(c.layer_types[i]));
+  for (size_t i = 0; i < c.layer_types.size(); ++i)
+    s += (i ? ", " : "") + std::string(drafter_layer_type_hf_name(c.layer_types[i]));
   return s + "]";
 }
 
@@ -44,10 +45,12 @@ const Field kFields[] = {
     {"drafter.head_dim", [](const DrafterConfig& c) { return std::to_string(c.head_dim); }, nullptr},
     {"drafter.intermediate", [](const DrafterConfig& c) { return std::to_string(c.intermediate); }, nullptr},
     {"drafter.block_size", [](const DrafterConfig& c) { return std::to_string(c.block_size); }, nullptr},
-    {"drafter.mask_token_id", [](const DrafterConfig& c) { return std::to_string(c.mask_token_id); }, nullptr},
+    {"drafter.mask_token_id", [](const DrafterConfig& c) { return std::to_string(c.mask_token_id); },
+     nullptr},
     {"drafter.target_layer_ids", [](const DrafterConfig& c) { return list(c.target_layer_ids); }, nullptr},
     {"drafter.layer_types", [](const DrafterConfig& c) { return types(c); }, nullptr},
-    {"drafter.sliding_window", [](const DrafterConfig& c) { return std::to_string(c.sliding_window); }, nullptr},
+    {"drafter.sliding_window", [](const DrafterConfig& c) { return std::to_string(c.sliding_window); },
+     nullptr},
     {"drafter.rope_theta", [](const DrafterConfig& c) { return num(c.rope_theta); }, nullptr},
     {"drafter.rms_norm_eps", [](const DrafterConfig& c) { return num(c.rms_eps); }, nullptr},
     {"drafter.num_anchors", [](const DrafterConfig& c) { return std::to_string(c.num_anchors); }, nullptr},
@@ -133,11 +136,15 @@ DrafterConfig drafter_config_from_json(const std::string& text, const std::strin
 CheckpointHeader checkpoint_read_header(const std::string& path) {
   H5Quiet quiet;
   H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  DF_CHECK(file.get() >= 0, "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); HINT: resume from "
-           "an older step_*.h5 or set checkpoint.resume", path.c_str());
+  DF_CHECK(file.get() >= 0,
+           "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); HINT: resume from "
+           "an older step_*.h5 or set checkpoint.resume",
+           path.c_str());
   const int32_t version = h5_read_attr<int32_t>(file.get(), "format_version", H5T_NATIVE_INT32, path);
-  DF_CHECK(version == kCheckpointFormatVersion, "%s: checkpoint format_version is %d but this build reads version "
-           "%d; use the dflash_mpi that wrote it", path.c_str(), version, kCheckpointFormatVersion);
+  DF_CHECK(version == kCheckpointFormatVersion,
+           "%s: checkpoint format_version is %d but this build reads version "
+           "%d; use the dflash_mpi that wrote it",
+           path.c_str(), version, kCheckpointFormatVersion);
   CheckpointHeader h;
   h.state.step = h5_read_attr<int64_t>(file.get(), "step", H5T_NATIVE_INT64, path);
   h.state.batch_cursor = h5_read_attr<int64_t>(file.get(), "batch_cursor", H5T_NATIVE_INT64, path);
@@ -154,8 +161,10 @@ std::vector<CheckpointChange> checkpoint_config_changes(const CheckpointHeader& 
   try {
     stored = config_parse(h.state.config_text, path + " (its stored config_text)");
   } catch (const Error& e) {
-    DF_FAIL("%s: the run config stored in the checkpoint does not parse: %s. HINT: use the dflash_mpi that wrote "
-            "it", path.c_str(), e.what());
+    DF_FAIL(
+        "%s: the run config stored in the checkpoint does not parse: %s. HINT: use the dflash_mpi that wrote "
+        "it",
+        path.c_str(), e.what());
   }
   std::vector<CheckpointChange> out;
   for (const Field& f : kFields) {
@@ -179,9 +188,12 @@ void checkpoint_check_resume_config(const CheckpointHeader& h, const std::string
   const std::set<std::string> ok(allowed.begin(), allowed.end());
   for (const CheckpointChange& c : checkpoint_config_changes(h, path, cfg, now)) {
     if (ok.count(c.key)) continue;
-    DF_FAIL("%s: '%s' is %s but %s was trained with %s; a resume trains what the checkpoint trained. HINT: set it "
-            "back, pass --allow-change %s to change it on purpose, or start fresh with checkpoint.resume = \"none\"",
-            cfg.path.c_str(), c.key.c_str(), c.now.c_str(), path.c_str(), c.checkpoint.c_str(), c.key.c_str());
+    DF_FAIL(
+        "%s: '%s' is %s but %s was trained with %s; a resume trains what the checkpoint trained. HINT: set "
+        "it "
+        "back, pass --allow-change %s to change it on purpose, or start fresh with checkpoint.resume = "
+        "\"none\"",
+        cfg.path.c_str(), c.key.c_str(), c.now.c_str(), path.c_str(), c.checkpoint.c_str(), c.key.c_str());
   }
 }
 

@@ -23,7 +23,8 @@ hid_t h5_string_type(size_t n);
 template <class T>
 T h5_read_attr(hid_t file, const char* name, hid_t mem_type, const std::string& path) {
   DF_CHECK(H5Aexists(file, name) > 0,
-           "%s: root attribute '%s' is missing (not a dflash_mpi checkpoint, or corrupt)", path.c_str(), name);
+           "%s: root attribute '%s' is missing (not a dflash_mpi checkpoint, or corrupt)", path.c_str(),
+           name);
   const hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
   T v{};
   const bool ok = attr >= 0 && H5Aread(attr, mem_type, &v) >= 0;

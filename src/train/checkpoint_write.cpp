@@ -1,8 +1,9 @@
 // The checkpoint writer: HDF5 streams the file to disk dataset by dataset, one chunk of rows at a time, so a
 // save needs one chunk of host memory (plus HDF5's own buffers), not a second copy of the model.
-// HDF5 1.10 cannot recover from a failed write (a full disk leaves a half-closed file that crashes the library
-// at exit), so HDF5 writes through a small file driver of ours that never reports an I/O failure to it: the
-// driver latches the first errno, skips every later write, and the writer turns the latch into a df::Error.
+// HDF5 1.10 cannot recover from a failed write (a full disk leaves a half-closed file that crashes the
+// library at exit), so HDF5 writes through a small file driver of ours that never reports an I/O failure to
+// it: the driver latches the first errno, skips every later write, and the writer turns the latch into a
+// df::Error.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -31,8 +32,8 @@ constexpr const char* kGroups[3] = {"params", "adam_m", "adam_v"};
 // ---- the latching POSIX file driver ---------------------------------------------------------------------
 
 struct LatchInfo {
-  int fd;           // open read-write; owned by the caller
-  int* first_errno; // 0 until a write fails
+  int fd;            // open read-write; owned by the caller
+  int* first_errno;  // 0 until a write fails
 };
 
 struct LatchFile {
@@ -84,8 +85,8 @@ haddr_t latch_get_eof(const H5FD_t* f, H5FD_mem_t) {
   return latch(f)->eof;
 }
 
-// HDF5 re-reads metadata it wrote; bytes the failed (skipped) writes never stored read back as zeros, which is
-// harmless because such a file is thrown away.
+// HDF5 re-reads metadata it wrote; bytes the failed (skipped) writes never stored read back as zeros, which
+// is harmless because such a file is thrown away.
 herr_t latch_read(H5FD_t* fh, H5FD_mem_t, hid_t, haddr_t addr, size_t size, void* buf) {
   LatchFile* f = latch(fh);
   char* out = static_cast<char*>(buf);
@@ -192,13 +193,15 @@ void h5_write_string_dataset(hid_t file, const char* name, const std::string& te
 }
 
 // One tensor, `slab_rows` rows at a time (a whole number of chunks per write, so HDF5 never reads a chunk
-// back): each slab is copied off the backend into `scratch` and handed to HDF5, which checksums and writes it.
+// back): each slab is copied off the backend into `scratch` and handed to HDF5, which checksums and writes
+// it.
 void h5_write_matrix(hid_t group, const std::string& where, const DrafterModel& model, const Tensor& src,
                      std::vector<float>& scratch, const std::string& path) {
   const int64_t rows = src.rows, cols = src.cols;
   hsize_t dims[2] = {hsize_t(rows), hsize_t(cols)};
   // Equal chunks: HDF5 stores a partial edge chunk at full size, so rows are split evenly, not greedily.
-  const int64_t n_chunks = std::max<int64_t>(1, (rows * cols + kCheckpointChunkElems - 1) / kCheckpointChunkElems);
+  const int64_t n_chunks =
+      std::max<int64_t>(1, (rows * cols + kCheckpointChunkElems - 1) / kCheckpointChunkElems);
   const int64_t chunk_rows = (rows + n_chunks - 1) / n_chunks;
   hsize_t chunk[2] = {hsize_t(chunk_rows), hsize_t(cols)};
   H5Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
@@ -216,10 +219,11 @@ void h5_write_matrix(hid_t group, const std::string& where, const DrafterModel& 
     model.ops().download_raw(src.rows_view(r0, n), scratch.data());
     hsize_t start[2] = {hsize_t(r0), 0}, count[2] = {hsize_t(n), hsize_t(cols)};
     H5Handle mem(H5Screate_simple(2, count, nullptr), H5Sclose);
-    DF_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
-                 H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, scratch.data()) >= 0,
-             "%s: writing rows %lld..%lld of tensor '%s' failed", path.c_str(), (long long)r0,
-             (long long)(r0 + n), where.c_str());
+    DF_CHECK(
+        H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
+            H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, scratch.data()) >= 0,
+        "%s: writing rows %lld..%lld of tensor '%s' failed", path.c_str(), (long long)r0, (long long)(r0 + n),
+        where.c_str());
   }
   DF_CHECK(dset.close(), "%s: closing tensor '%s' failed", path.c_str(), where.c_str());
 }
@@ -240,14 +244,15 @@ void checkpoint_write_file(const std::string& path, const DrafterModel& model, c
     int first_errno = 0;
     // Checked after every object, so the error names the first thing that did not reach the disk.
     auto check_io = [&](const std::string& what) {
-      DF_CHECK(first_errno == 0, "cannot write %s: writing %s to %s failed: %s (the old checkpoints and `latest` "
+      DF_CHECK(first_errno == 0,
+               "cannot write %s: writing %s to %s failed: %s (the old checkpoints and `latest` "
                "are untouched; HINT: free disk space under the run dir)",
                path.c_str(), what.c_str(), tmp.c_str(), std::strerror(first_errno));
     };
     const LatchInfo info{fd, &first_errno};
     H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    DF_CHECK(H5Pset_driver(fapl.get(), latch_driver_id(), &info) >= 0, "%s: cannot set up the HDF5 file driver",
-             path.c_str());
+    DF_CHECK(H5Pset_driver(fapl.get(), latch_driver_id(), &info) >= 0,
+             "%s: cannot set up the HDF5 file driver", path.c_str());
     H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     DF_CHECK(file.get() >= 0, "%s: cannot create the HDF5 file %s", path.c_str(), tmp.c_str());
     const int32_t version = kCheckpointFormatVersion;
@@ -255,7 +260,8 @@ void checkpoint_write_file(const std::string& path, const DrafterModel& model, c
     h5_write_attr(file.get(), "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &st.step, path);
     h5_write_attr(file.get(), "batch_cursor", H5T_STD_I64LE, H5T_NATIVE_INT64, &st.batch_cursor, path);
     h5_write_attr(file.get(), "tokens_seen", H5T_STD_I64LE, H5T_NATIVE_INT64, &st.tokens_seen, path);
-    h5_write_attr(file.get(), "data_fingerprint", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st.data_fingerprint, path);
+    h5_write_attr(file.get(), "data_fingerprint", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st.data_fingerprint,
+                  path);
     h5_write_string_attr(file.get(), "created", utc_now_iso8601(), path);
     h5_write_string_dataset(file.get(), "config_text", st.config_text, path);
     h5_write_string_dataset(file.get(), "drafter_config", drafter_config_json(model.config()), path);

@@ -1,8 +1,8 @@
 // libFuzzer target: checkpoint files. As for token files, the input does not become HDF5 bytes (libhdf5's own
 // parser is not ours to fix): it edits a valid checkpoint of a tiny drafter through the HDF5 API (objects
 // deleted or added, tensors replaced by other shapes and types, root attributes rewritten, the stored
-// drafter_config JSON and config text replaced by input text). checkpoint_read_header and checkpoint_load must
-// load it or refuse it with a df::Error, and a refused load must leave the model as it was.
+// drafter_config JSON and config text replaced by input text). checkpoint_read_header and checkpoint_load
+// must load it or refuse it with a df::Error, and a refused load must leave the model as it was.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <hdf5.h>
 
@@ -56,7 +56,8 @@ const std::string& base_checkpoint() {
 }
 
 const char* kRoot[] = {"params", "adam_m", "adam_v", "config_text", "drafter_config", "extra"};
-const char* kAttrs[] = {"format_version", "step", "batch_cursor", "tokens_seen", "data_fingerprint", "created"};
+const char* kAttrs[] = {"format_version",   "step",   "batch_cursor", "tokens_seen",
+                        "data_fingerprint", "created"};
 const char* kTensors[] = {"params/fc.weight", "adam_m/norm.weight", "adam_v/layers.0.mlp.up_proj.weight",
                           "params/layers.0.self_attn.q_norm.weight", "params/bogus"};
 
@@ -65,7 +66,8 @@ void put_string(hid_t file, const char* name, const std::string& text) {
   df::H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type.get(), std::max<size_t>(1, text.size()));
   df::H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  df::H5Handle d(H5Dcreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  df::H5Handle d(H5Dcreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                 H5Dclose);
   std::string buf = text.empty() ? std::string(1, '\0') : text;
   H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
 }
@@ -86,7 +88,8 @@ void mutate(FuzzedDataProvider& in, hid_t file) {
       const hid_t type = types[in.ConsumeIntegralInRange(0, 2)];
       std::vector<double> v(size_t(n) + 1, in.ConsumeFloatingPoint<double>());
       df::H5Handle space(H5Screate_simple(rank, dims, nullptr), H5Sclose);
-      df::H5Handle d(H5Dcreate2(file, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+      df::H5Handle d(H5Dcreate2(file, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                     H5Dclose);
       if (n > 0) H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
       break;
     }
@@ -110,8 +113,9 @@ void mutate(FuzzedDataProvider& in, hid_t file) {
       put_string(file, "config_text", in.ConsumeRandomLengthString(2000));
       break;
     default: {
-      df::H5Handle g(H5Gcreate2(file, kRoot[in.ConsumeIntegralInRange(0, 5)], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                     H5Gclose);
+      df::H5Handle g(
+          H5Gcreate2(file, kRoot[in.ConsumeIntegralInRange(0, 5)], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+          H5Gclose);
       break;
     }
   }
@@ -131,11 +135,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   df_fuzz::expect_clean([&] { df::checkpoint_read_header(path); });
   df::DrafterModel m(tiny(), ops());
   std::memset(m.params.data, 0x5a, size_t(m.table().total) * 4);
-  std::vector<char> before(static_cast<char*>(m.params.data), static_cast<char*>(m.params.data) + m.table().total * 4);
+  std::vector<char> before(static_cast<char*>(m.params.data),
+                           static_cast<char*>(m.params.data) + m.table().total * 4);
   try {
     df::checkpoint_load(path, m);
   } catch (const df::Error&) {
-    if (std::memcmp(before.data(), m.params.data, before.size()) != 0) std::abort();  // a refused load changed it
+    if (std::memcmp(before.data(), m.params.data, before.size()) != 0)
+      std::abort();  // a refused load changed it
   }
   return 0;
 }

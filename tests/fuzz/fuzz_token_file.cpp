@@ -1,7 +1,7 @@
 // libFuzzer target: HDF5 token files. The input does not become HDF5 bytes (that would fuzz libhdf5's own
 // binary parser, which this project cannot fix); it chooses the file's structure: which datasets exist, their
-// element types, ranks, lengths and values, and the vocab_size attribute. The reader (token_file_read) and the
-// corpus (TokenCorpus: open, scan, read) must accept it or refuse it with a df::Error.
+// element types, ranks, lengths and values, and the vocab_size attribute. The reader (token_file_read) and
+// the corpus (TokenCorpus: open, scan, read) must accept it or refuse it with a df::Error.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <hdf5.h>
 
@@ -24,7 +24,8 @@ void write_dataset(FuzzedDataProvider& in, hid_t file, const char* name, hid_t u
   hsize_t dims[2] = {hsize_t(n), 1};
   std::vector<int64_t> v(n);
   for (auto& x : v) x = in.ConsumeIntegral<int64_t>();
-  if (usual_type == H5T_NATIVE_INT64 && in.ConsumeBool())  // offsets: often sorted, to get past the first check
+  if (usual_type == H5T_NATIVE_INT64 &&
+      in.ConsumeBool())  // offsets: often sorted, to get past the first check
     for (size_t i = 0; i < n; ++i) v[i] = int64_t(i) * in.ConsumeIntegralInRange<int64_t>(0, 3);
   if (usual_type == H5T_NATIVE_UINT8 && in.ConsumeBool())
     for (auto& x : v) x &= 1;
@@ -53,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (in.ConsumeIntegralInRange(0, 15) != 0)
       write_dataset(in, file.get(), "offsets", H5T_NATIVE_INT64, in.ConsumeIntegralInRange<size_t>(0, 40));
     if (in.ConsumeBool())
-      write_dataset(in, file.get(), "loss_mask", H5T_NATIVE_UINT8, in.ConsumeBool() ? n : in.ConsumeIntegral<uint8_t>());
+      write_dataset(in, file.get(), "loss_mask", H5T_NATIVE_UINT8,
+                    in.ConsumeBool() ? n : in.ConsumeIntegral<uint8_t>());
     if (in.ConsumeBool()) {
       const int64_t vocab = in.ConsumeIntegral<int64_t>();
       df::H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);

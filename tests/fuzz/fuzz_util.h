@@ -14,7 +14,8 @@ namespace df_fuzz {
 
 inline const std::string& scratch_dir() {
   static const std::string dir = [] {
-    std::string d = (std::filesystem::temp_directory_path() / ("df_fuzz_" + std::to_string(::getpid()))).string();
+    std::string d =
+        (std::filesystem::temp_directory_path() / ("df_fuzz_" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(d);
     return d;
   }();

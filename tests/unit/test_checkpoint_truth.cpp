@@ -1,6 +1,6 @@
 // The checkpoint as the truth for what was trained, and its save path's memory bound: the header reads back
-// the drafter config; a resume config that changes the architecture, loss or LR schedule is refused naming the
-// key unless allowed; a save of a ~200 MB checkpoint grows the peak RSS by at most 64 MiB + one chunk.
+// the drafter config; a resume config that changes the architecture, loss or LR schedule is refused naming
+// the key unless allowed; a save of a ~200 MB checkpoint grows the peak RSS by at most 64 MiB + one chunk.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -116,8 +116,9 @@ TEST(CheckpointTruth, ResumeRefusesChangesNamingTheKeyUnlessAllowed) {
 // checksum buffer and its metadata); the in-memory image it replaced grew it by the whole file.
 TEST(CheckpointTruth, SaveGrowsPeakMemoryByLessThan64MiBPlusAChunk) {
 #if defined(__SANITIZE_ADDRESS__) || defined(DF_SANITIZE_BUILD)
-  GTEST_SKIP() << "the peak-RSS bound is measured in the plain build: ASan's shadow memory and its quarantine of "
-                  "freed blocks add to the RSS";
+  GTEST_SKIP()
+      << "the peak-RSS bound is measured in the plain build: ASan's shadow memory and its quarantine of "
+         "freed blocks add to the RSS";
 #endif
   ScratchDir d;
   DrafterConfig c = tiny_drafter_config();
@@ -151,8 +152,9 @@ TEST(CheckpointTruth, SaveGrowsPeakMemoryByLessThan64MiBPlusAChunk) {
   st.step = 1;
   const std::string path = checkpoint_save(d.file("ck"), m, st, 1);
   const int64_t growth = proc_status_bytes("VmHWM:") - before;
-  EXPECT_LE(growth, (64ll << 20) + (16ll << 20)) << "peak RSS grew by " << (growth >> 20) << " MiB while saving a "
-                                                 << (file_bytes >> 20) << " MiB checkpoint";
+  EXPECT_LE(growth, (64ll << 20) + (16ll << 20))
+      << "peak RSS grew by " << (growth >> 20) << " MiB while saving a " << (file_bytes >> 20)
+      << " MiB checkpoint";
   std::printf("checkpoint save of %lld MiB: peak RSS +%lld MiB\n", (long long)(file_bytes >> 20),
               (long long)(growth >> 20));
   DrafterModel back(c, ops);

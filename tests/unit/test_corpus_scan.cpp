@@ -1,6 +1,6 @@
 // TokenCorpus::scan, what a run checks about its data before step 1: the content hash behind the checkpoint's
-// data fingerprint (a token edited in place changes it, lengths alone do not decide), the count of positions a
-// block can anchor at, and a token id outside the target's vocabulary named by file and sequence.
+// data fingerprint (a token edited in place changes it, lengths alone do not decide), the count of positions
+// a block can anchor at, and a token id outside the target's vocabulary named by file and sequence.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
