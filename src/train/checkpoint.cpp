@@ -172,18 +172,28 @@ std::string checkpoint_find_latest(const std::string& ckpt_dir) {
   return path;
 }
 
-CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
-  H5Quiet quiet;
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  DF_CHECK(file.get() >= 0,
-           "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); resume from an "
+hid_t checkpoint_open(const std::string& path) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  DF_CHECK(file >= 0,
+           "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); HINT: resume from an "
            "older step_*.h5 or set checkpoint.resume",
            path.c_str());
-  const int32_t version = h5_read_attr<int32_t>(file.get(), "format_version", H5T_NATIVE_INT32, path);
-  DF_CHECK(version == kCheckpointFormatVersion,
-           "%s: checkpoint format_version is %d but this build reads version "
-           "%d; use the dflash_mpi that wrote it",
-           path.c_str(), version, kCheckpointFormatVersion);
+  try {
+    const int32_t version = h5_read_attr<int32_t>(file, "format_version", H5T_NATIVE_INT32, path);
+    DF_CHECK(version == kCheckpointFormatVersion,
+             "%s: checkpoint format_version is %d but this build reads version "
+             "%d; use the dflash_mpi that wrote it",
+             path.c_str(), version, kCheckpointFormatVersion);
+  } catch (...) {
+    H5Fclose(file);
+    throw;
+  }
+  return file;
+}
+
+CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
+  H5Quiet quiet;
+  H5Handle file(checkpoint_open(path), H5Fclose);
 
   const std::set<std::string> known(std::begin(kRootObjects), std::end(kRootObjects));
   std::vector<std::string> root = h5_list_links(file.get());
@@ -253,17 +263,6 @@ CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
 
   // Every check passed: only now does the model change.
   for (int g = 0; g < 3; ++g) model.ops().upload_raw(flat_buffer(model, g), stage[g].data());
-  return st;
-}
-
-CheckpointState checkpoint_read_state(const std::string& path) {
-  H5Quiet quiet;
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  DF_CHECK(file.get() >= 0, "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); HINT: resume from an "
-           "older step_*.h5 or set checkpoint.resume", path.c_str());
-  CheckpointState st;
-  st.step = h5_read_attr<int64_t>(file.get(), "step", H5T_NATIVE_INT64, path);
-  st.batch_cursor = h5_read_attr<int64_t>(file.get(), "batch_cursor", H5T_NATIVE_INT64, path);
   return st;
 }
 

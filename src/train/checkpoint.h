@@ -54,9 +54,6 @@ std::string checkpoint_find_latest(const std::string& ckpt_dir);
 // memory (3 · 4 bytes per parameter) so that a read failure half-way cannot leave a half-loaded model.
 CheckpointState checkpoint_load(const std::string& path, DrafterModel& model);
 
-// The step and batch cursor of a checkpoint without reading its tensors: where a resume starts.
-CheckpointState checkpoint_read_state(const std::string& path);
-
 // What a checkpoint says about itself without its tensors: the state and the drafter it trained.
 struct CheckpointHeader {
   CheckpointState state;

@@ -135,16 +135,7 @@ DrafterConfig drafter_config_from_json(const std::string& text, const std::strin
 
 CheckpointHeader checkpoint_read_header(const std::string& path) {
   H5Quiet quiet;
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  DF_CHECK(file.get() >= 0,
-           "%s: cannot open as HDF5 (missing, truncated or not a checkpoint); HINT: resume from "
-           "an older step_*.h5 or set checkpoint.resume",
-           path.c_str());
-  const int32_t version = h5_read_attr<int32_t>(file.get(), "format_version", H5T_NATIVE_INT32, path);
-  DF_CHECK(version == kCheckpointFormatVersion,
-           "%s: checkpoint format_version is %d but this build reads version "
-           "%d; use the dflash_mpi that wrote it",
-           path.c_str(), version, kCheckpointFormatVersion);
+  H5Handle file(checkpoint_open(path), H5Fclose);
   CheckpointHeader h;
   h.state.step = h5_read_attr<int64_t>(file.get(), "step", H5T_NATIVE_INT64, path);
   h.state.batch_cursor = h5_read_attr<int64_t>(file.get(), "batch_cursor", H5T_NATIVE_INT64, path);

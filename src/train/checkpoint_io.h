@@ -33,6 +33,9 @@ T h5_read_attr(hid_t file, const char* name, hid_t mem_type, const std::string& 
   return v;
 }
 
+// Opens a checkpoint read-only after checking its format version; throws naming the file. The caller closes it.
+hid_t checkpoint_open(const std::string& path);
+
 // A fixed-length string dataset at the root; throws naming the file and the dataset.
 std::string h5_read_string_dataset(hid_t file, const char* name, const std::string& path);
 

@@ -2,53 +2,17 @@
 # What `config check` and the size guards refuse before any work starts (issue 17 item 7): each case exits
 # non-zero naming the key or file at fault; a good config prints what the run would do.
 # Args: <dflash_mpi binary> <source dir>
-set -uo pipefail
 BIN=$1
 SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-
-# expect_fail "<needle in output>" cmd args...
-expect_fail() {
-  local needle=$1
-  shift
-  local out
-  if out=$("$@" 2>&1); then
-    echo "FAIL (exit 0): $*"; echo "$out"; fails=$((fails + 1))
-  elif ! grep -qF -- "$needle" <<<"$out"; then
-    echo "FAIL (message lacks '$needle'): $*"; echo "$out"; fails=$((fails + 1))
-  else
-    echo "ok: $needle"
-  fi
-}
+source "$SRC/tests/cli/cli_common.sh"
+source "$SRC/tests/mpi/tiny_config.sh"
 
 "$BIN" data synth --out "$TMP/tokens.h5" --vocab 255 --sequences 50 --min-len 24 --max-len 64 --seed 3 >/dev/null ||
   { echo "FAIL: data synth"; exit 1; }
 "$BIN" data synth --out "$TMP/short.h5" --vocab 255 --sequences 5 --min-len 2 --max-len 2 --seed 3 >/dev/null ||
   { echo "FAIL: data synth"; exit 1; }
-# config FILE RUN_DIR TOKENS: a 1-1 CPU config of the tiny target.
-config() {
-  cat >"$1" <<TOML
-[run]
-dir = "$2"
-max_steps = 3
-[target]
-random_config = "$SRC/configs/tiny-target.json"
-device = "cpu"
-[drafter]
-layers = 1
-heads = 4
-kv_heads = 2
-head_dim = 16
-intermediate = 96
-block_size = 8
-mask_token_id = 255
-[data]
-train = ["$3"]
-token_budget = 256
-TOML
-}
+# config FILE RUN_DIR TOKENS: the tiny 1-1 CPU config of the MPI tests, 3 steps.
+config() { tiny_config "$1" "$2" "$3" 1 1 3; }
 
 config "$TMP/good.toml" "$TMP/run" "$TMP/tokens.h5"
 if out=$("$BIN" config check --config "$TMP/good.toml" 2>&1) && grep -q "anchorable positions" <<<"$out" &&
@@ -67,7 +31,7 @@ config "$TMP/mask.toml" "$TMP/run" "$TMP/tokens.h5"
 sed -i 's/^mask_token_id = 255$/mask_token_id = 256/' "$TMP/mask.toml"
 expect_fail "drafter.mask_token_id 256 is not below the target's vocab 256" "$BIN" config check --config "$TMP/mask.toml"
 config "$TMP/taps.toml" "$TMP/run" "$TMP/tokens.h5"
-sed -i 's/^mask_token_id = 255$/mask_token_id = 255\nnum_taps = 2\ntarget_layer_ids = [1, 9]/' "$TMP/taps.toml"
+sed -i 's/^target_layer_ids = \[1, 3\]$/target_layer_ids = [1, 9]/' "$TMP/taps.toml"
 expect_fail "drafter.target_layer_ids holds layer 9 but the target has 4 layers" "$BIN" config check --config "$TMP/taps.toml"
 # Sequences of 2 tokens with a prompt mask: no block can anchor anywhere.
 config "$TMP/short.toml" "$TMP/run" "$TMP/short.h5"

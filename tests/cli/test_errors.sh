@@ -1,28 +1,9 @@
 #!/usr/bin/env bash
 # Bad input to the real binary: each case must exit non-zero and print a message naming the problem.
 # Args: <dflash_mpi binary> <source dir>
-set -uo pipefail
 BIN=$1
 SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-
-# expect_fail "<needle in output>" cmd args...
-expect_fail() {
-  local needle=$1
-  shift
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ $rc -eq 0 ]; then
-    echo "FAIL (exit 0): $*"; echo "$out"; fails=$((fails + 1))
-  elif ! grep -qF -- "$needle" <<<"$out"; then
-    echo "FAIL (message lacks '$needle'): $*"; echo "$out"; fails=$((fails + 1))
-  else
-    echo "ok: $needle"
-  fi
-}
+source "$SRC/tests/cli/cli_common.sh"
 
 base="[target]
 random_config = \"$SRC/configs/tiny-target.json\"
