@@ -297,7 +297,8 @@ TokenCorpus::Scan TokenCorpus::scan(int64_t vocab, int64_t max_len) const {
       const int64_t n = std::min(b - a, max_len);
       for (int64_t i = 0; i + 1 < n; ++i) out.anchor_positions += m[i] & m[i + 1];
       // FNV-1a over 64-bit words (token id | mask << 32): one multiply per token.
-      for (int64_t i = 0; i < b - a; ++i) h = (h ^ (uint64_t(uint32_t(t[i])) | uint64_t(m[i]) << 32)) * 0x100000001b3ull;
+      for (int64_t i = 0; i < b - a; ++i)
+        h = (h ^ (uint64_t(uint32_t(t[i])) | uint64_t(m[i]) << 32)) * 0x100000001b3ull;
     }
   }
   out.content_hash = h;

@@ -75,7 +75,8 @@ TrainPlan train_plan_build(const Config& cfg, int num_targets, int num_drafters)
 
   const int64_t full = int64_t(std::floor(cfg.train.epochs));
   const double frac = cfg.train.epochs - double(full);
-  int64_t total_batches = p.batcher->epoch_start(full) + int64_t(std::llround(frac * p.batcher->batches_in_epoch(full)));
+  int64_t total_batches =
+      p.batcher->epoch_start(full) + int64_t(std::llround(frac * p.batcher->batches_in_epoch(full)));
   p.total_steps = cfg.run.max_steps > 0 ? cfg.run.max_steps : total_batches / p.batches_per_step;
   DF_CHECK(p.total_steps > 0, "%lld batches in %.3g epochs make no optimizer step of %lld batches (%d drafters x "
            "grad_accum %d); HINT: more data, more epochs, a smaller data.token_budget or run.max_steps",

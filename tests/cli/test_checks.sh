@@ -29,10 +29,12 @@ config "$TMP/missing.toml" "$TMP/run" "$TMP/nope.h5"
 expect_fail "$TMP/nope.h5: cannot open as HDF5" "$BIN" config check --config "$TMP/missing.toml"
 config "$TMP/mask.toml" "$TMP/run" "$TMP/tokens.h5"
 sed -i 's/^mask_token_id = 255$/mask_token_id = 256/' "$TMP/mask.toml"
-expect_fail "drafter.mask_token_id 256 is not below the target's vocab 256" "$BIN" config check --config "$TMP/mask.toml"
+expect_fail "drafter.mask_token_id 256 is not below the target's vocab 256" \
+  "$BIN" config check --config "$TMP/mask.toml"
 config "$TMP/taps.toml" "$TMP/run" "$TMP/tokens.h5"
 sed -i 's/^target_layer_ids = \[1, 3\]$/target_layer_ids = [1, 9]/' "$TMP/taps.toml"
-expect_fail "drafter.target_layer_ids holds layer 9 but the target has 4 layers" "$BIN" config check --config "$TMP/taps.toml"
+expect_fail "drafter.target_layer_ids holds layer 9 but the target has 4 layers" \
+  "$BIN" config check --config "$TMP/taps.toml"
 # Sequences of 2 tokens with a prompt mask: no block can anchor anywhere.
 config "$TMP/short.toml" "$TMP/run" "$TMP/short.h5"
 expect_fail "have no position to train on" "$BIN" config check --config "$TMP/short.toml"

@@ -15,7 +15,8 @@ printf '%s\n[train]\nlearning_rate = 1e-3\n' "$base" >"$TMP/badkey.toml"
 printf '%s\n[train]\nlr = "fast"\n' "$base" >"$TMP/badtype.toml"
 # config check runs every check of a training run, so the good config names real data and a usable run.dir.
 "$BIN" data synth --out "$TMP/good.h5" --vocab 256 --sequences 20 --min-len 16 --max-len 40 --seed 1 >/dev/null
-printf '[run]\ndir = "%s"\nmax_steps = 2\n%s\n[data]\ntrain = ["%s"]\n' "$TMP/run" "$base" "$TMP/good.h5" >"$TMP/good.toml"
+printf '[run]\ndir = "%s"\nmax_steps = 2\n%s\n[data]\ntrain = ["%s"]\n' "$TMP/run" "$base" "$TMP/good.h5" \
+  >"$TMP/good.toml"
 expect_fail "unknown key 'train.learning_rate'" "$BIN" config check --config "$TMP/badkey.toml"
 expect_fail "'train.lr' must be a number" "$BIN" config check --config "$TMP/badtype.toml"
 expect_fail "cannot open config file '$TMP/missing.toml'" "$BIN" config check --config "$TMP/missing.toml"

@@ -21,4 +21,5 @@ if [ "$rc" -ne 0 ] || [ -n "$found" ]; then
   [ -n "$found" ] && echo "reproducer: $WORK/artifacts/$found  (replay: $BIN $WORK/artifacts/$found)"
   exit 1
 fi
-echo "$name: no finding in ${SECONDS_} s ($(grep -o 'stat::number_of_executed_units: *[0-9]*' "$WORK/log.txt" | grep -o '[0-9]*$') runs)"
+runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$WORK/log.txt" | grep -o '[0-9]*$')
+echo "$name: no finding in ${SECONDS_} s ($runs runs)"

@@ -42,8 +42,9 @@ grep -q "HINT: resume with drafters x train.grad_accum = 2" "$TMP/more.log" || {
 # The checkpoint is the truth: export writes the drafter it trained (mask id 255), not what the TOML says now.
 sed 's/^mask_token_id = 255$/mask_token_id = 7/' "$TMP/straight.toml" >"$TMP/mask7.toml"
 if "$BIN" export --config "$TMP/mask7.toml" --out "$TMP/export7" >"$TMP/export7.log" 2>&1 &&
-   python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["dflash_config"]["mask_token_id"] == 255 else 1)' \
-     "$TMP/export7/config.json" && grep -q "drafter.mask_token_id = 7 but .* was trained with 255" "$TMP/export7.log"; then
+   python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["dflash_config"]["mask_token_id"] != 255)' \
+     "$TMP/export7/config.json" &&
+   grep -q "drafter.mask_token_id = 7 but .* was trained with 255" "$TMP/export7.log"; then
   echo "ok: export takes the mask id from the checkpoint and says the TOML disagrees"
 else
   fail "export with a disagreeing mask id"; cat "$TMP/export7.log"; cat "$TMP/export7/config.json"
