@@ -7,7 +7,8 @@ BUILD_DIR=${BUILD_DIR:-$ROOT_DIR/build}
 
 DF_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev libhdf5-dev libtomlplusplus-dev libcli11-dev
              nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libhwloc-dev hdf5-tools
-             libpcre2-dev libunistring-dev python3-matplotlib iproute2)
+             libpcre2-dev libunistring-dev python3-matplotlib iproute2
+             clang libclang-rt-14-dev libomp-14-dev)  # clang: the sanitizer + libFuzzer tree (tests/fuzz/build_san.sh)
 missing=()
 for p in "${DF_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -18,7 +18,8 @@ void cmd_export_register(CLI::App& root) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* e = root.add_subcommand("export", "Write a checkpoint's drafter as a Hugging Face DFlash model");
-  e->add_option("--config", args->config, "the run's TOML config (drafter and target shapes)")->required();
+  e->add_option("--config", args->config, "the run's TOML config (target, run.dir; the drafter comes from the "
+                                          "checkpoint)")->required();
   e->add_option("--checkpoint", args->checkpoint, "a step_*.h5 file (default: <run.dir>/checkpoints/latest)");
   e->add_option("--out", args->out, "output directory")->required();
   e->add_flag("--force", args->force,
@@ -34,8 +35,14 @@ void cmd_export_register(CLI::App& root) {
                cfg.run.dir.c_str());
     }
     file_check_output(args->out, {args->config, ckpt, cfg.run.dir}, args->force);
+    // The checkpoint is the truth for what was trained: its drafter (taps, mask id, block size, shapes) is
+    // exported, whatever the TOML says now; a disagreement is reported, not silently written.
+    const CheckpointHeader h = checkpoint_read_header(ckpt);
+    for (const CheckpointChange& c : checkpoint_config_changes(h, ckpt, cfg, drafter_config_from_run(cfg, target)))
+      log_warn("export: %s says %s = %s but %s was trained with %s; exporting what was trained", args->config.c_str(),
+               c.key.c_str(), c.now.c_str(), ckpt.c_str(), c.checkpoint.c_str());
     CpuTrainOps ops;
-    DrafterModel model(drafter_config_from_run(cfg, target), ops);
+    DrafterModel model(h.drafter, ops);
     CheckpointState st = checkpoint_load(ckpt, model);
     drafter_export_hf(args->out, model, target.layers);
     log_info("export: %s (step %lld) -> %s (config.json + model.safetensors, bf16)", ckpt.c_str(),

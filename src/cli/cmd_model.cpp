@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/file_util.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "model/target.h"
 #include "ops/ops_factory.h"
@@ -37,6 +38,11 @@ void cmd_model_register(CLI::App& root) {
              "would mix two models; HINT: choose a new --out",
              args->out.c_str());
     QwenConfig cfg = qwen_config_load(args->config);
+    // fp32 weights in memory plus their bf16 copy on the way to model.safetensors: 6 bytes per parameter.
+    const double params = cfg.params_non_embedding() +
+                          double(cfg.vocab) * cfg.hidden * (cfg.tie_word_embeddings ? 1.0 : 2.0);
+    host_memory_check(params * 6.0, strfmt("model init of %s (%.3g B parameters)", args->config.c_str(), params / 1e9),
+                      "random weights are for small test configs; train against the real checkpoint instead");
     std::unique_ptr<Ops> ops = ops_create("cpu", 0);
     TargetLoadOptions opt;
     opt.need_lm_head = !cfg.tie_word_embeddings;

@@ -17,7 +17,7 @@ void train_run(const TrainArgs& args) {
   DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda" || cfg.drafter.device == "cuda",
                               cfg.pipeline.transport);
   if (ctx.rank == 0) log_here("%s", config_table(cfg).c_str());
-  TrainPlan plan = train_plan_make(cfg, ctx, args.fresh_start, args.stop_at_step);
+  TrainPlan plan = train_plan_make(cfg, ctx, args.fresh_start, args.stop_at_step, args.allow_change);
   if (ctx.rank == 0)
     log_here("plan: %d targets, %d drafters, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
              plan.num_targets, plan.num_drafters, plan.grad_accum, (long long)plan.batches_per_step,
@@ -45,6 +45,8 @@ void train_add_options(CLI::App& app, TrainArgs& args) {
       "start although <run.dir>/checkpoints holds checkpoints this run would overwrite: move that folder "
       "to <run.dir>/checkpoints.old-<UTC time>/ first (nothing is deleted); checkpoint.resume = \"auto\" "
       "then starts at step 0");
+  app.add_option("--allow-change", args.allow_change, "a setting (e.g. train.lr) that a resume may change from what "
+                                                      "the checkpoint trained; repeatable");
 }
 
 void cmd_train_register(CLI::App& root) {

@@ -9,6 +9,7 @@ struct TrainArgs {
   std::string rankfile;
   int64_t stop_at_step = 0;  // > 0: checkpoint and exit cleanly after this step (time-boxed jobs, tests)
   bool fresh_start = false;  // move checkpoints the run would overwrite aside instead of refusing
+  std::vector<std::string> allow_change;  // run-config keys a resume may change on purpose (--allow-change)
 };
 // `train` subcommand, and the root-level --config/--rankfile that run the same thing (DESIGN.md's command line).
 void cmd_train_register(CLI::App& root);

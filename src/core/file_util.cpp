@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "core/error.h"
 
@@ -30,29 +31,25 @@ void file_fsync(const std::string& path, bool directory) {
            path.c_str(), std::strerror(err));
 }
 
-void file_write_atomic(const std::string& path, const std::vector<FilePart>& parts) {
+void file_write_atomic_fd(const std::string& path, const std::function<void(int fd, const std::string& tmp)>& fill) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   DF_CHECK(fd >= 0, "cannot write %s: creating %s failed: %s (missing directory or no write permission?)",
            path.c_str(), tmp.c_str(), std::strerror(errno));
-  auto fail = [&](const char* step) {
+  try {
+    fill(fd, tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::fsync(fd) != 0) {
     int e = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    DF_FAIL("cannot write %s: %s failed: %s (the old file is untouched; free space or check the directory)",
-            path.c_str(), step, std::strerror(e));
-  };
-  for (const FilePart& part : parts) {
-    size_t done = 0;
-    while (done < part.size) {
-      ssize_t n = ::write(fd, static_cast<const char*>(part.data) + done, part.size - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0) errno = ENOSPC;
-      if (n <= 0) fail(part.what.empty() ? "write" : ("writing " + part.what).c_str());
-      done += size_t(n);
-    }
+    DF_FAIL("cannot write %s: fsync failed: %s (the old file is untouched; free space or check the directory)",
+            path.c_str(), std::strerror(e));
   }
-  if (::fsync(fd) != 0) fail("fsync");
   if (::close(fd) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
@@ -97,6 +94,23 @@ void file_check_output(const std::string& out, const std::vector<std::string>& i
              "replace it",
              flag, out.c_str(), (unsigned long long)size, flag);
   }
+}
+
+void file_write_atomic(const std::string& path, const std::vector<FilePart>& parts) {
+  file_write_atomic_fd(path, [&](int fd, const std::string&) {
+    for (const FilePart& part : parts) {
+      size_t done = 0;
+      while (done < part.size) {
+        ssize_t n = ::write(fd, static_cast<const char*>(part.data) + done, part.size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) errno = ENOSPC;
+        DF_CHECK(n > 0, "cannot write %s: %s failed: %s (the old file is untouched; free space or check the "
+                 "directory)", path.c_str(), part.what.empty() ? "write" : ("writing " + part.what).c_str(),
+                 std::strerror(errno));
+        done += size_t(n);
+      }
+    }
+  });
 }
 
 }  // namespace df

@@ -3,6 +3,7 @@
 // every writing command makes first so that an output never replaces an input or earlier work by accident.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,11 @@ std::string file_dir_of(const std::string& path);
 // fsync of a file or of a directory; throws naming the path. A directory fsync that the filesystem does not
 // support (EINVAL) is accepted: the rename is then as durable as that filesystem allows.
 void file_fsync(const std::string& path, bool directory);
+
+// The atomic replacement itself: `fill` writes the content to `fd` (open read-write on the temp file `tmp`,
+// for writers that seek) and throws on failure; then fsync, close, rename over `path`, fsync the folder. On
+// any failure the temp file is removed, `path` is untouched, and the error names `path`.
+void file_write_atomic_fd(const std::string& path, const std::function<void(int fd, const std::string& tmp)>& fill);
 
 // Replaces `path` with `size` bytes so that a crash or a full disk leaves the old content or the new one,
 // never half of one. The temp file "<path>.tmp.<pid>" is removed on failure. Throws naming the path.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/rng.h"
 
 namespace df {
@@ -64,6 +65,11 @@ TokenData synth_generate(const SynthOptions& o) {
   DF_CHECK(o.sequences > 0, "--sequences %lld must be positive", static_cast<long long>(o.sequences));
   DF_CHECK(o.min_len >= 2 && o.max_len >= o.min_len, "--min-len %lld / --max-len %lld: need 2 <= min-len <= max-len",
            static_cast<long long>(o.min_len), static_cast<long long>(o.max_len));
+  // The corpus is built in memory: 4 bytes of token id and 1 of loss mask per token, mean length (min+max)/2.
+  host_memory_check(double(o.sequences) * 0.5 * (double(o.min_len) + double(o.max_len)) * 5.0,
+                    strfmt("data synth of %lld sequences of %lld..%lld tokens", static_cast<long long>(o.sequences),
+                           static_cast<long long>(o.min_len), static_cast<long long>(o.max_len)),
+                    "fewer --sequences or a smaller --max-len (several files can form one corpus)");
   Rng structure(rng_mix(o.seed, 1));
   Chain chain = chain_make(o.vocab_size, structure);
   std::vector<std::vector<int32_t>> motifs(kMotifs);

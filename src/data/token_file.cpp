@@ -274,4 +274,43 @@ void TokenCorpus::read(int64_t seq, int64_t start, int64_t len, int32_t* tokens,
   if (vocab_size_ > 0) check_token_range(tokens, len, vocab_size_, describe(seq));
 }
 
+TokenCorpus::Scan TokenCorpus::scan(int64_t vocab, int64_t max_len) const {
+  constexpr int64_t kBlock = int64_t(1) << 20;  // tokens per read: 5 MiB of buffers, few HDF5 calls
+  H5Quiet quiet;
+  Scan out;
+  uint64_t h = 0xcbf29ce484222325ull;
+  std::vector<int32_t> tok;
+  std::vector<uint8_t> mask;
+  for (const File& f : files_) {
+    int64_t lo = 0, hi = 0;  // [lo, hi) of the file's tokens held in the buffers
+    for (size_t s = 0; s + 1 < f.offsets.size(); ++s) {
+      const int64_t a = f.offsets[s], b = f.offsets[s + 1];
+      if (a == b) continue;
+      if (a < lo || b > hi) {
+        lo = a;
+        hi = std::min(f.offsets.back(), std::max(b, a + kBlock));
+        tok.resize(size_t(hi - lo));
+        mask.assign(size_t(hi - lo), uint8_t{1});
+        h5_read_range(f.tokens, H5T_NATIVE_INT32, lo, hi - lo, tok.data(), f.path, "tokens");
+        if (f.mask >= 0) h5_read_range(f.mask, H5T_NATIVE_UINT8, lo, hi - lo, mask.data(), f.path, "loss_mask");
+      }
+      const int32_t* t = tok.data() + (a - lo);
+      const uint8_t* m = mask.data() + (a - lo);
+      bool bad = false;  // the message (file and sequence) is built only for a bad sequence
+      for (int64_t i = 0; i < b - a; ++i) bad |= m[i] > 1 || (vocab > 0 && (t[i] < 0 || t[i] >= vocab));
+      if (bad) {
+        check_mask_values(m, b - a, describe(f.first_seq + int64_t(s)));
+        check_token_range(t, b - a, vocab, describe(f.first_seq + int64_t(s)));
+      }
+      const int64_t n = std::min(b - a, max_len);
+      for (int64_t i = 0; i + 1 < n; ++i) out.anchor_positions += m[i] & m[i + 1];
+      // FNV-1a over 64-bit words (token id | mask << 32): one multiply per token.
+      for (int64_t i = 0; i < b - a; ++i)
+        h = (h ^ (uint64_t(uint32_t(t[i])) | uint64_t(m[i]) << 32)) * 0x100000001b3ull;
+    }
+  }
+  out.content_hash = h;
+  return out;
+}
+
 }  // namespace df

@@ -65,6 +65,16 @@ class TokenCorpus {
   // that token ids lie in [0, vocab_size).
   void read(int64_t seq, int64_t start, int64_t len, int32_t* tokens, uint8_t* mask) const;
 
+  // One pass over every token and mask byte, in blocks: a hash of the content (a resume on edited data must
+  // refuse even when every length is the same), the positions a drafter can anchor at (loss_mask[a] and
+  // loss_mask[a+1] both 1 within the first `max_len` tokens of a sequence: what training truncates to), and
+  // every token id checked against `vocab` (> 0) with an error that names the file and sequence.
+  struct Scan {
+    uint64_t content_hash = 0;
+    int64_t anchor_positions = 0;
+  };
+  Scan scan(int64_t vocab, int64_t max_len) const;
+
  private:
   struct File {
     std::string path;

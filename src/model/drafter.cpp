@@ -223,6 +223,9 @@ DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& targe
   c.kv_heads = d.kv_heads;
   c.head_dim = d.head_dim;
   c.intermediate = d.intermediate > 0 ? d.intermediate : target.intermediate;
+  DF_CHECK(c.intermediate > 0, "%s: drafter.intermediate is 0 (= the target's) but the target %s has no dense "
+           "intermediate_size; a drafter MLP of width 0 cannot learn. HINT: set drafter.intermediate",
+           cfg.path.c_str(), cfg.target.architecture().c_str());
   c.rope_theta = float(d.rope_theta);
   c.rms_eps = float(d.rms_norm_eps);
   c.block_size = d.block_size;

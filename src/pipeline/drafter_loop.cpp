@@ -176,13 +176,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     CheckpointState st = checkpoint_load(plan.resume_path, model);
     drafter_refresh_shadow(model);
     tokens_seen = st.tokens_seen;
-    DF_CHECK(st.step == plan.start_step, "%s holds step %lld but the run was told to start at %lld",
-             plan.resume_path.c_str(), (long long)st.step, (long long)plan.start_step);
-    DF_CHECK(st.data_fingerprint == plan.batcher->fingerprint(),
-             "%s was written for another corpus or batching (fingerprint %016llx, now %016llx); HINT: resume with "
-             "the same data.train, data.token_budget, data.buckets and run.seed, or set checkpoint.resume = \"none\"",
-             plan.resume_path.c_str(), (unsigned long long)st.data_fingerprint,
-             (unsigned long long)plan.batcher->fingerprint());
+    train_plan_check_loaded(plan, st);
     if (owner) log_here("resumed from %s at step %lld", plan.resume_path.c_str(), (long long)st.step);
   }
 
@@ -206,8 +200,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     CheckpointState st;
     st.step = next_step;
     st.batch_cursor = next_step * plan.batches_per_step;
-    st.data_fingerprint = plan.batcher->fingerprint();
-    st.rng_state = {plan.cfg.run.seed};  // every draw is keyed by (seed, global batch index): the seed is the state
+    st.data_fingerprint = plan.data_fingerprint;
     st.tokens_seen = tokens_seen;
     st.config_text = plan.cfg.text;
     st.run_id = plan.run_id;

@@ -1,9 +1,15 @@
 // Building the shared training plan; see train_plan.h.
 #include "pipeline/train_plan.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 
 #include "core/log.h"
+#include "core/rng.h"
 #include "model/target.h"
 #include "pipeline/feature_source.h"
 #include "topo/plan_vram.h"
@@ -11,25 +17,40 @@
 
 namespace df {
 
-TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_start, int64_t stop_at_step) {
+namespace {
+
+// run.dir must be a folder we can write, or creatable under one: found before a job waits hours for step 1.
+void check_run_dir(const Config& cfg) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = cfg.run.dir.empty() ? fs::path(".") : fs::path(cfg.run.dir);
+  if (fs::exists(p, ec)) {
+    DF_CHECK(fs::is_directory(p, ec), "%s: 'run.dir' = \"%s\" is a file, not a folder; HINT: point run.dir at a "
+             "folder (checkpoints and metrics.jsonl go there)", cfg.path.c_str(), cfg.run.dir.c_str());
+    DF_CHECK(::access(p.c_str(), W_OK | X_OK) == 0, "%s: 'run.dir' = \"%s\" is not writable: %s; HINT: fix its "
+             "permissions or choose another run.dir", cfg.path.c_str(), cfg.run.dir.c_str(), std::strerror(errno));
+    return;
+  }
+  fs::path up = fs::absolute(p, ec).parent_path();
+  while (!up.empty() && !fs::exists(up, ec) && up != up.root_path()) up = up.parent_path();
+  DF_CHECK(fs::is_directory(up, ec) && ::access(up.c_str(), W_OK | X_OK) == 0, "%s: 'run.dir' = \"%s\" cannot be "
+           "created: %s is %s; HINT: choose a run.dir under a writable folder", cfg.path.c_str(), cfg.run.dir.c_str(),
+           up.c_str(), fs::is_directory(up, ec) ? "not writable" : "not a folder");
+}
+
+}  // namespace
+
+TrainPlan train_plan_build(const Config& cfg, int num_targets, int num_drafters) {
   TrainPlan p;
   p.cfg = cfg;
   p.target = qwen_config_load(cfg.target.architecture());
-  if (cfg.target.device == "cuda" && !cfg.topology.offline) {
-    // Stop before loading anything when a role cannot fit its GPU (plan vram prints the same table).
-    std::string gpu_source;
-    VramAssumptions assume;
-    assume.targets = ctx.num_targets();
-    VramPlan vram = plan_vram_compute(cfg, p.target, plan_vram_gpu_bytes(0, gpu_source), gpu_source, assume);
-    if (ctx.rank == 0) log_here("%s", plan_vram_format(vram).c_str());
-    plan_vram_check(vram);
-  }
   p.drafter = drafter_config_from_run(cfg, p.target);
   p.kl = cfg.train.loss == "kl";
-  p.num_targets = ctx.num_targets();
-  p.num_drafters = ctx.num_drafters();
+  p.num_targets = num_targets;
+  p.num_drafters = num_drafters;
   p.grad_accum = cfg.train.grad_accum;
   p.batches_per_step = int64_t(p.num_drafters) * p.grad_accum;
+  check_run_dir(cfg);
 
   DF_CHECK(!cfg.data.train.empty() || cfg.topology.offline, "%s: 'data.train' lists no token files; HINT: make one "
            "with `dflash_mpi data synth`, `data convert` or `data tokenize` (or train offline from `extract` output "
@@ -47,43 +68,85 @@ TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_
   bo.token_budget = cfg.data.token_budget;
   bo.bucket_bounds = cfg.data.buckets;
   p.batcher = std::make_unique<Batcher>(p.corpus->sequence_lengths(), bo);
+  const TokenCorpus::Scan scan = p.corpus->scan(p.target.vocab, cfg.data.token_budget);
+  p.data_fingerprint = rng_mix(p.batcher->fingerprint(), scan.content_hash);
+  p.anchor_positions = scan.anchor_positions;
+  DF_CHECK(p.anchor_positions > 0, "%s: the token files of 'data.train' (%lld sequences, %lld tokens) have no "
+           "position to train on: a block anchors at a token whose loss_mask and next token's loss_mask are both 1, "
+           "so every sequence is shorter than 2 tokens or its loss_mask has no two 1s in a row; HINT: check the "
+           "files with `dflash_mpi data info` (was the mask inverted, or the chat template not matched?)",
+           cfg.path.c_str(), (long long)p.corpus->num_sequences(), (long long)p.corpus->num_tokens());
 
   const int64_t full = int64_t(std::floor(cfg.train.epochs));
   const double frac = cfg.train.epochs - double(full);
-  int64_t total_batches = p.batcher->epoch_start(full) + int64_t(std::llround(frac * p.batcher->batches_in_epoch(full)));
+  int64_t total_batches =
+      p.batcher->epoch_start(full) + int64_t(std::llround(frac * p.batcher->batches_in_epoch(full)));
   p.total_steps = cfg.run.max_steps > 0 ? cfg.run.max_steps : total_batches / p.batches_per_step;
   DF_CHECK(p.total_steps > 0, "%lld batches in %.3g epochs make no optimizer step of %lld batches (%d drafters x "
            "grad_accum %d); HINT: more data, more epochs, a smaller data.token_budget or run.max_steps",
            (long long)total_batches, cfg.train.epochs, (long long)p.batches_per_step, p.num_drafters, p.grad_accum);
+  return p;
+}
+
+std::string train_plan_find_resume(const TrainPlan& plan) {
+  const std::string& r = plan.cfg.checkpoint.resume;
+  if (r == "none") return "";
+  return r == "auto" ? checkpoint_find_latest(plan.ckpt_dir()) : r;
+}
+
+void train_plan_check_resume(TrainPlan& plan, const std::string& path, const std::vector<std::string>& allow_change) {
+  const CheckpointHeader h = checkpoint_read_header(path);
+  checkpoint_check_resume_config(h, path, plan.cfg, plan.drafter, allow_change);
+  // The step → batch mapping is step · drafters · grad_accum: a checkpoint resumes exactly only with the same
+  // product (the number of targets may change freely).
+  const int64_t step = h.state.step, cursor = h.state.batch_cursor;
+  DF_CHECK(cursor == step * plan.batches_per_step,
+           "%s is at step %lld with batch cursor %lld, i.e. %lld batches per step, but this run has %lld (%d drafters "
+           "x grad_accum %d); HINT: resume with drafters x train.grad_accum = %lld",
+           path.c_str(), (long long)step, (long long)cursor, (long long)(step > 0 ? cursor / step : 0),
+           (long long)plan.batches_per_step, plan.num_drafters, plan.grad_accum,
+           (long long)(step > 0 ? cursor / step : 0));
+  DF_CHECK(h.state.data_fingerprint == plan.data_fingerprint,
+           "%s was written for another corpus or batching (fingerprint %016llx, now %016llx: the token content, "
+           "sequence lengths, data.token_budget, data.buckets or run.seed differ); HINT: resume with the same "
+           "data.train files, token_budget, buckets and seed, or set checkpoint.resume = \"none\"",
+           path.c_str(), (unsigned long long)h.state.data_fingerprint, (unsigned long long)plan.data_fingerprint);
+  plan.resume_path = path;
+  plan.start_step = step;
+}
+
+TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_start, int64_t stop_at_step,
+                          const std::vector<std::string>& allow_change) {
+  if (cfg.target.device == "cuda" && !cfg.topology.offline) {
+    // Stop before loading anything when a role cannot fit its GPU (plan vram prints the same table).
+    std::string gpu_source;
+    VramAssumptions assume;
+    assume.targets = ctx.num_targets();
+    VramPlan vram = plan_vram_compute(cfg, qwen_config_load(cfg.target.architecture()),
+                                      plan_vram_gpu_bytes(0, gpu_source), gpu_source, assume);
+    if (ctx.rank == 0) log_here("%s", plan_vram_format(vram).c_str());
+    plan_vram_check(vram);
+  }
+  TrainPlan p = train_plan_build(cfg, ctx.num_targets(), ctx.num_drafters());
 
   // Drafter 0 owns the run dir: before anything is written it takes the lock, decides where the run starts
-  // (refusing checkpoints it would overwrite) and tells everyone.
+  // (refusing checkpoints it would overwrite), checks that the resumed checkpoint trained what this config
+  // trains, and tells everyone. A refusal there ends the job through MPI_Abort (main), so nobody waits in the
+  // broadcast.
   const int owner = ctx.roles.drafters[0];
-  RunStart rs;
   if (ctx.rank == owner) {
     p.lock = std::make_unique<RunLock>(cfg.run.dir);
-    rs = run_start_decide(cfg.run.dir, p.ckpt_dir(), cfg.checkpoint.resume, fresh_start);
+    const RunStart rs = run_start_decide(cfg.run.dir, p.ckpt_dir(), cfg.checkpoint.resume, fresh_start);
     p.lock->set_run_id(rs.state.run_id);
     p.run_id = rs.state.run_id;
     p.moved_aside = rs.moved_to;
+    if (!rs.resume_path.empty()) train_plan_check_resume(p, rs.resume_path, allow_change);
   }
-  std::string resume = rs.resume_path;
-  int64_t len = int64_t(resume.size());
+  int64_t len = int64_t(p.resume_path.size());
   MPI_Bcast(&len, 1, MPI_INT64_T, owner, MPI_COMM_WORLD);
-  resume.resize(size_t(len));
-  MPI_Bcast(resume.data(), int(len), MPI_CHAR, owner, MPI_COMM_WORLD);
-  p.resume_path = resume;
-  int64_t pos[2] = {rs.state.step, rs.state.batch_cursor};
-  MPI_Bcast(pos, 2, MPI_INT64_T, owner, MPI_COMM_WORLD);
-  p.start_step = pos[0];
-  // The step → batch mapping is step · drafters · grad_accum: a checkpoint resumes exactly only with the same
-  // product (the number of targets may change freely).
-  DF_CHECK(pos[1] == p.start_step * p.batches_per_step,
-           "%s is at step %lld with batch cursor %lld, i.e. %lld batches per step, but this run has %lld (%d drafters "
-           "x grad_accum %d); HINT: resume with drafters x train.grad_accum = %lld",
-           resume.c_str(), (long long)p.start_step, (long long)pos[1],
-           (long long)(p.start_step > 0 ? pos[1] / p.start_step : 0), (long long)p.batches_per_step, p.num_drafters,
-           p.grad_accum, (long long)(p.start_step > 0 ? pos[1] / p.start_step : 0));
+  p.resume_path.resize(size_t(len));
+  MPI_Bcast(p.resume_path.data(), int(len), MPI_CHAR, owner, MPI_COMM_WORLD);
+  MPI_Bcast(&p.start_step, 1, MPI_INT64_T, owner, MPI_COMM_WORLD);
   DF_CHECK(stop_at_step == 0 || stop_at_step > p.start_step,
            "--stop-at-step %lld is not after step %lld, where this run %s; HINT: give a step above %lld "
            "(it is the optimizer step after which the run checkpoints and exits), or leave it out",
@@ -91,6 +154,37 @@ TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_
            p.start_step > 0 ? "resumes from its checkpoint" : "starts", (long long)p.start_step);
   p.stop_at_step = stop_at_step;
   return p;
+}
+
+void train_plan_check_loaded(const TrainPlan& plan, const CheckpointState& st) {
+  DF_CHECK(st.step == plan.start_step && st.data_fingerprint == plan.data_fingerprint,
+           "%s holds step %lld (data fingerprint %016llx) but the run was planned from step %lld (%016llx): the file "
+           "changed after the plan was made; HINT: do not write into run.dir while a run starts",
+           plan.resume_path.c_str(), (long long)st.step, (unsigned long long)st.data_fingerprint,
+           (long long)plan.start_step, (unsigned long long)plan.data_fingerprint);
+}
+
+std::string train_plan_summary(const TrainPlan& p) {
+  const DrafterParamTable table = drafter_param_table(p.drafter);
+  int64_t trainable = 0;
+  for (const auto& e : table.entries) trainable += e.rows * e.cols;
+  std::string taps;
+  for (int l : p.drafter.target_layer_ids) taps += (taps.empty() ? "" : ",") + std::to_string(l);
+  std::string s;
+  s += strfmt("roles: %d targets, %d drafters (mpirun -np %d), grad_accum %d -> %lld batches per step\n",
+              p.num_targets, p.num_drafters, p.num_targets + p.num_drafters, p.grad_accum,
+              (long long)p.batches_per_step);
+  s += strfmt("target: %s (%d layers, hidden %d, vocab %d) on %s\n", p.cfg.target.architecture().c_str(),
+              p.target.layers, p.target.hidden, p.target.vocab, p.cfg.target.device.c_str());
+  s += strfmt("drafter: %d layers, %lld trainable parameters, taps %s, block %d, mask id %d, loss %s\n",
+              p.drafter.layers, (long long)trainable, taps.c_str(), p.drafter.block_size, p.drafter.mask_token_id,
+              p.cfg.train.loss.c_str());
+  s += strfmt("data: %lld sequences, %lld tokens, %lld anchorable positions, %lld batches per epoch\n",
+              (long long)p.corpus->num_sequences(), (long long)p.corpus->num_tokens(), (long long)p.anchor_positions,
+              (long long)p.batcher->batches_in_epoch(0));
+  s += strfmt("steps: %lld..%lld%s%s\n", (long long)p.start_step, (long long)p.total_steps,
+              p.resume_path.empty() ? " (fresh start)" : ", resuming from ", p.resume_path.c_str());
+  return s;
 }
 
 std::unique_ptr<TargetModel> train_load_target(const TrainPlan& plan, Ops& ops, int num_layers, bool need_lm_head) {

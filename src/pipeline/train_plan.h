@@ -31,6 +31,8 @@ struct TrainPlan {
   // checkpoint gets, and where --fresh-start moved earlier checkpoints.
   std::unique_ptr<RunLock> lock;
   std::string run_id, moved_aside;
+  uint64_t data_fingerprint = 0;   // batch order (seed, budget, buckets, lengths) and token content
+  int64_t anchor_positions = 0;    // positions of the corpus that training can anchor a block at
   std::unique_ptr<TokenCorpus> corpus;
   std::unique_ptr<Batcher> batcher;
 
@@ -41,12 +43,30 @@ struct TrainPlan {
   }
 };
 
-// Loads configs and the corpus, derives the drafter config and the step count, and (on drafter 0, then
-// broadcast) locks the run dir and finds the checkpoint to resume from, refusing checkpoints the run would
-// overwrite unless fresh_start moves them aside (run_dir.h); stop_at_step (0: none) must lie after the step
-// resumed from. A CUDA run that cannot fit its GPUs stops here, before any
-// weights or data are loaded, printing the VRAM table.
-TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_start, int64_t stop_at_step);
+// Everything a run is checked for before step 1, without MPI (also `config check`): the target and drafter
+// configs (mask id < vocab, taps < layers), run.dir usable, the token files readable with every token id below
+// the target's vocabulary, at least one position to train on, and at least one optimizer step.
+TrainPlan train_plan_build(const Config& cfg, int num_targets, int num_drafters);
+
+// Where a run would resume (cfg.checkpoint.resume, "" = fresh) and the checks a resume makes before it
+// loads anything: the checkpoint trained the same drafter, loss and LR schedule as `plan` (unless the key is
+// in `allow_change`) and has the same batches per step. Sets plan.start_step and plan.resume_path.
+std::string train_plan_find_resume(const TrainPlan& plan);
+void train_plan_check_resume(TrainPlan& plan, const std::string& path, const std::vector<std::string>& allow_change);
+
+// train_plan_build with the run's role counts, the VRAM check of a CUDA run (before any weights or data are
+// loaded, printing the table), then on drafter 0 (and broadcast): the run dir locked, the start decided —
+// refusing checkpoints the run would overwrite unless fresh_start moves them aside (run_dir.h) — and the
+// resume point checked; stop_at_step (0: none) must lie after the step resumed from.
+TrainPlan train_plan_make(const Config& cfg, const DistContext& ctx, bool fresh_start, int64_t stop_at_step,
+                          const std::vector<std::string>& allow_change = {});
+
+// The checkpoint a drafter loaded is the one the plan was checked against, on the same data.
+struct CheckpointState;
+void train_plan_check_loaded(const TrainPlan& plan, const CheckpointState& st);
+
+// "what the run would do": roles, drafter size, corpus, steps, resume point; printed by `config check`.
+std::string train_plan_summary(const TrainPlan& plan);
 
 // The target's embedding and lm_head (and, for targets, its layers) come from the same source on every rank.
 struct TargetModel;

@@ -1,28 +1,9 @@
 #!/usr/bin/env bash
 # Bad input to the real binary: each case must exit non-zero and print a message naming the problem.
 # Args: <dflash_mpi binary> <source dir>
-set -uo pipefail
 BIN=$1
 SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-
-# expect_fail "<needle in output>" cmd args...
-expect_fail() {
-  local needle=$1
-  shift
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ $rc -eq 0 ]; then
-    echo "FAIL (exit 0): $*"; echo "$out"; fails=$((fails + 1))
-  elif ! grep -qF -- "$needle" <<<"$out"; then
-    echo "FAIL (message lacks '$needle'): $*"; echo "$out"; fails=$((fails + 1))
-  else
-    echo "ok: $needle"
-  fi
-}
+source "$SRC/tests/cli/cli_common.sh"
 
 base="[target]
 random_config = \"$SRC/configs/tiny-target.json\"
@@ -32,7 +13,10 @@ mask_token_id = 255
 "
 printf '%s\n[train]\nlearning_rate = 1e-3\n' "$base" >"$TMP/badkey.toml"
 printf '%s\n[train]\nlr = "fast"\n' "$base" >"$TMP/badtype.toml"
-printf '%s\n' "$base" >"$TMP/good.toml"
+# config check runs every check of a training run, so the good config names real data and a usable run.dir.
+"$BIN" data synth --out "$TMP/good.h5" --vocab 256 --sequences 20 --min-len 16 --max-len 40 --seed 1 >/dev/null
+printf '[run]\ndir = "%s"\nmax_steps = 2\n%s\n[data]\ntrain = ["%s"]\n' "$TMP/run" "$base" "$TMP/good.h5" \
+  >"$TMP/good.toml"
 expect_fail "unknown key 'train.learning_rate'" "$BIN" config check --config "$TMP/badkey.toml"
 expect_fail "'train.lr' must be a number" "$BIN" config check --config "$TMP/badtype.toml"
 expect_fail "cannot open config file '$TMP/missing.toml'" "$BIN" config check --config "$TMP/missing.toml"

@@ -11,5 +11,16 @@ if ! run_mpi 2 "$TMP/gpu.log" --config "$TMP/gpu.toml"; then fail "CUDA-target r
 grep -q "role target0 device cuda:0" "$TMP/gpu.log" || fail "the target did not run on cuda:0"
 [ -f "$TMP/gpu/checkpoints/step_00000008.h5" ] || fail "no checkpoint for step 8"
 grep -E "^step|fits" "$TMP/gpu.log" | tail -3
+# The same run with the target on the CPU (the fp32 oracle) must train the same way. Tolerance rtol 2e-2, atol
+# 2e-2 on each step's loss: the CUDA target runs its GEMMs in bf16 where the CPU one is fp32, so the bf16 taps
+# sent to the drafter differ in the last bf16 bit for some elements; a wrong layer, a wrong tap or garbage
+# features change the loss curve by far more within 8 steps.
+write_config "$TMP/cpu.toml" "$TMP/cpu" 1 1 8
+if run_mpi 2 "$TMP/cpu.log" --config "$TMP/cpu.toml"; then
+  python3 "$SRC/tests/mpi/compare_losses.py" "$TMP/gpu/metrics.jsonl" "$TMP/cpu/metrics.jsonl" 2e-2 2e-2 \
+    "CUDA target vs CPU target, 8 steps" || fail "the CUDA-target losses differ from the CPU-target run"
+else
+  fail "CPU-target reference run"; tail -30 "$TMP/cpu.log"
+fi
 echo "$fails failed"
 [ "$fails" -eq 0 ]

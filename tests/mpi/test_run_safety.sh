@@ -41,7 +41,8 @@ expect_refused older "step_00000006.h5. This run resumes step 4 from $C/step_000
 
 # 2. --stop-at-step at or below the step resumed from is an error (the run would never stop there).
 sed 's/^max_steps = 6$/max_steps = 10/' "$TMP/a.toml" >"$TMP/ten.toml"
-expect_refused stop6 "--stop-at-step 6 is not after step 6" --config "$TMP/ten.toml" --stop-at-step 6
+expect_refused stop6 "--stop-at-step 6 is not after step 6" --config "$TMP/ten.toml" --stop-at-step 6 \
+  --allow-change run.max_steps
 
 # 3. --fresh-start moves the whole folder aside, intact, and starts at step 0 with a new lineage id.
 run_mpi 3 "$TMP/fresh.log" --config "$TMP/none.toml" --fresh-start || { fail "fresh start"; tail -20 "$TMP/fresh.log"; }

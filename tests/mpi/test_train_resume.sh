@@ -48,5 +48,29 @@ rm -f "$TMP/more/checkpoints/step_00000020.h5" && echo "step_00000010.h5" >"$TMP
 write_config "$TMP/more.toml" "$TMP/more" 1 2 20
 run_mpi 3 "$TMP/more.log" --config "$TMP/more.toml" && fail "resume with 2 drafters instead of 1 was accepted"
 grep -q "HINT: resume with drafters x train.grad_accum = 2" "$TMP/more.log" || { fail "no hint for the drafter count"; tail "$TMP/more.log"; }
+# The checkpoint is the truth: export writes the drafter it trained (mask id 255), not what the TOML says now.
+sed 's/^mask_token_id = 255$/mask_token_id = 7/' "$TMP/straight.toml" >"$TMP/mask7.toml"
+if "$BIN" export --config "$TMP/mask7.toml" --out "$TMP/export7" >"$TMP/export7.log" 2>&1 &&
+   python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["dflash_config"]["mask_token_id"] != 255)' \
+     "$TMP/export7/config.json" &&
+   grep -q "drafter.mask_token_id = 7 but .* was trained with 255" "$TMP/export7.log"; then
+  echo "ok: export takes the mask id from the checkpoint and says the TOML disagrees"
+else
+  fail "export with a disagreeing mask id"; cat "$TMP/export7.log"; cat "$TMP/export7/config.json"
+fi
+# A resume that changes what was trained (here the LR) is refused naming the key, unless allowed by name.
+# A run dir whose newest checkpoint is step 10 (a resume of an older step, with step 20 there, is refused
+# before any config is compared: test_run_safety.sh).
+mkdir -p "$TMP/lr/checkpoints"
+cp "$TMP/fewer/checkpoints/step_00000010.h5" "$TMP/lr/checkpoints/"
+echo "step_00000010.h5" >"$TMP/lr/checkpoints/latest"
+write_config "$TMP/lr.toml" "$TMP/lr" 1 1 20
+sed -i 's/^lr = 3e-3$/lr = 1e-3/' "$TMP/lr.toml"
+run_mpi 2 "$TMP/lr.log" --config "$TMP/lr.toml" && fail "a resume with another train.lr was accepted"
+grep -q "'train.lr' is 0.001 but .*step_00000010.h5 was trained with 0.003" "$TMP/lr.log" ||
+  { fail "no message naming train.lr"; tail "$TMP/lr.log"; }
+run_mpi 2 "$TMP/lr2.log" --config "$TMP/lr.toml" --allow-change train.lr ||
+  { fail "--allow-change train.lr was not accepted"; tail "$TMP/lr2.log"; }
+grep -q "resumed from .*step_00000010.h5 at step 10" "$TMP/lr2.log" && echo "ok: train.lr change refused, then allowed"
 echo "$fails failed"
 [ "$fails" -eq 0 ]

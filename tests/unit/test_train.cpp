@@ -125,16 +125,14 @@ TEST(Anchors, UniformWithoutReplacement) {
   for (int h : hits) EXPECT_NEAR(h, 9000, 360);
 }
 
-TEST(Anchors, RngStateResumesTheSameDraws) {
+// A batch's anchors are padded to a multiple of the requested group and a length-1 sequence gets none. (No
+// RNG state is checkpointed: every draw is keyed by (seed, global batch); tests/mpi/test_train_resume.sh
+// shows a resume continuing bit-identically.)
+TEST(Anchors, BatchPaddingAndShortSequences) {
   TinySetup s({11, 1, 13});
   Rng a(9);
-  anchors_sample_batch(s.batch, 3, a);
-  Rng saved = a;  // what a checkpoint stores: four words
   auto x = anchors_sample_batch(s.batch, 3, a, 4);
-  auto y = anchors_sample_batch(s.batch, 3, saved, 4);
-  ASSERT_EQ(x.size(), y.size());
   EXPECT_EQ(x.size() % 4, 0u);
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(x[i].seq == y[i].seq && x[i].pos == y[i].pos);
   EXPECT_EQ(x.back().pos, -1);  // 3 + 0 + 3 anchors padded to 8
   for (const auto& an : x) EXPECT_NE(an.seq, 1);  // the length-1 sequence has no anchor
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+# Compares the per-step "loss" of two metrics.jsonl files: same number of steps, and every step within
+# |a - b| <= atol + rtol * |b|. Prints the worst step with both values either way; exit 1 on a mismatch.
+# Used by tests/mpi/test_train_splits.sh and tests/gpu/test_train_cuda_target.sh.
+# Usage: compare_losses.py A.jsonl B.jsonl RTOL ATOL LABEL
+import json
+import math
+import sys
+
+
+def losses(path):
+    # Start markers ({"event": "start", ...}) carry no loss.
+    with open(path) as f:
+        return [r["loss"] for r in (json.loads(line) for line in f if line.strip()) if "loss" in r]
+
+
+a_path, b_path, rtol, atol, label = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+a, b = losses(a_path), losses(b_path)
+if len(a) != len(b) or not a:
+    print(f"FAIL: {label}: {len(a)} steps in {a_path} but {len(b)} in {b_path}")
+    sys.exit(1)
+worst, worst_i = -1.0, 0
+for i, (x, y) in enumerate(zip(a, b)):
+    excess = abs(x - y) - (atol + rtol * abs(y)) if math.isfinite(x) and math.isfinite(y) else math.inf
+    if excess > worst or worst_i < 0:
+        worst, worst_i = excess, i
+x, y = a[worst_i], b[worst_i]
+verdict = "ok" if worst <= 0 else "FAIL"
+print(f"{verdict}: {label}: worst step {worst_i + 1} of {len(a)}: {x!r} vs {y!r} (|diff| {abs(x - y):.3g}, "
+      f"allowed {atol + rtol * abs(y):.3g} = {atol:g} + {rtol:g}*|b|)")
+sys.exit(0 if verdict == "ok" else 1)
