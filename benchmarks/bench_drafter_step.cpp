@@ -332,6 +332,12 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
 
   const double t_init = now_s();
   DrafterModel model(dc, ops);
+  // The workspace planned for exactly this micro-batch (one sequence of T tokens, num_anchors blocks), as the
+  // drafter loop plans it once for the run's limits.
+  DrafterLimits limits = drafter_limits_from_run(cfg);
+  limits.max_tokens = T;
+  limits.max_blocks = dc.num_anchors;
+  drafter_plan_workspace(model, limits);
   drafter_init_params(model, o.seed);
   const DType act = ops.act_dtype();
   void* io = ops.alloc_bytes(size_t(2 * V * H + T * H * dc.num_taps()) * dtype_size(act));
