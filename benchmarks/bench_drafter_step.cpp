@@ -168,9 +168,10 @@ class TimedTrainOps final : public TrainOps {
   }
   void lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels, const Tensor& active,
                     const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
-                    const Tensor& argmax, const Tensor& dhidden) override {
+                    const Tensor& argmax, const Tensor& dhidden, int64_t max_active) override {
     timed("lm_head_loss", [&] {
-      g_.lm_head_loss(hidden, lm_head, labels, active, target_hidden, kind, loss, p_label, argmax, dhidden);
+      g_.lm_head_loss(hidden, lm_head, labels, active, target_hidden, kind, loss, p_label, argmax, dhidden,
+                      max_active);
     });
   }
   void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss, const Tensor& p_label,

@@ -139,7 +139,7 @@ void bench_lm_head_loss(Bench& b, int64_t H) {
   auto run = [&](bool kl, int64_t chunk, void* ws, size_t ws_bytes) {
     lm_head_loss_launch(gemm, bf(hid), H, bf(W), H, lab.ptr<int32_t>(), act.ptr<uint8_t>(),
                         kl ? bf(tgt) : nullptr, H, kl, loss.ptr<float>(), pl.ptr<float>(), am.ptr<int32_t>(),
-                        bf(dh), H, R, H, V, chunk, ws, ws_bytes, b.gpu.stream());
+                        bf(dh), H, R, H, V, chunk, n_active, ws, ws_bytes, b.gpu.stream());
   };
   std::vector<uint16_t> w(size_t(V * H)), x(size_t(R * H)), xt(size_t(R * H));
   DF_CUDA_CHECK(cudaMemcpy(w.data(), W.data, w.size() * 2, cudaMemcpyDeviceToHost));

@@ -438,7 +438,8 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
                          int64_t ld_lm_head, const int32_t* labels, const uint8_t* active,
                          const bf16* target_hidden, int64_t ld_target, bool kl, float* loss, float* p_label,
                          int32_t* argmax, bf16* dhidden, int64_t ld_dhidden, int64_t rows, int64_t H,
-                         int64_t V, int64_t chunk_rows, void* ws, size_t ws_bytes, cudaStream_t stream) {
+                         int64_t V, int64_t chunk_rows, int64_t max_active, void* ws, size_t ws_bytes,
+                         cudaStream_t stream) {
   DF_CHECK(
       rows >= 0 && rows <= INT_MAX && H >= 1 && V >= 1 && V <= INT_MAX && chunk_rows >= 1,
       "lm_head_loss_launch: rows %lld, H %lld, V %lld, chunk_rows %lld out of range (rows and V fit int32, "
@@ -473,12 +474,14 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
   lm_loss_clear_kernel<<<unsigned(rows), kCopyThreads, 0, stream>>>(active, loss, p_label, argmax, dhidden,
                                                                     ld_dhidden, H);
   DF_CUDA_CHECK_LAUNCH("lm_loss_clear_kernel");
-  // The host does not know how many rows are active (that would take a sync), so it walks every position;
-  // the active ones come first, and the row kernel and the scatter skip the dead ones.
+  // The active rows come first in idx. Without max_active the host does not know how many there are (that
+  // would take a sync), so it walks every position and the row kernel and the scatter skip the dead ones;
+  // with it the GEMMs stop at the last active row (the anchor rows alone are 1/16 of a drafter's rows).
   const int ctas = kl ? loss_cluster_size<true>(V) : loss_cluster_size<false>(V);
   const RowArgs base_args{logits, tlogits, grad, L.ldv, idx, labels, loss, p_label, argmax, V, ctas};
-  for (int64_t p0 = 0; p0 < rows; p0 += L.chunk) {
-    const int64_t n = std::min(L.chunk, rows - p0);
+  const int64_t walk = max_active >= 0 ? std::min(rows, max_active) : rows;
+  for (int64_t p0 = 0; p0 < walk; p0 += L.chunk) {
+    const int64_t n = std::min(L.chunk, walk - p0);
     RowArgs args = base_args;
     args.idx = idx + p0;
     rows_launch(hidden, ld_hidden, hid, L.ldh, args.idx, n, H, false, stream);

@@ -45,12 +45,13 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
 // active u8 [rows], target_hidden [rows, H] bf16 (kl only, else nullptr); writes loss, p_label f32 [rows],
 // argmax i32 [rows], dhidden bf16 [rows, H]. Logits exist for at most chunk_rows active rows at a time, through
 // the one GEMM entry point (gemm.cuh). ws: device scratch of lm_head_loss_workspace_bytes(...) bytes.
+// max_active: −1, or the host-known number of active rows (not less): the GEMMs then cover only those.
 size_t lm_head_loss_workspace_bytes(int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, bool kl);
 void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidden, const bf16* lm_head,
                          int64_t ld_lm_head, const int32_t* labels, const uint8_t* active, const bf16* target_hidden,
                          int64_t ld_target, bool kl, float* loss, float* p_label, int32_t* argmax, bf16* dhidden,
-                         int64_t ld_dhidden, int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, void* ws,
-                         size_t ws_bytes, cudaStream_t stream);
+                         int64_t ld_dhidden, int64_t rows, int64_t H, int64_t V, int64_t chunk_rows,
+                         int64_t max_active, void* ws, size_t ws_bytes, cudaStream_t stream);
 
 // ---- loss_stats.cu ------------------------------------------------------------------------------------
 // train_ops.h loss_row_stats on the device for nb blocks of `block` rows: labels, argmax i32, active u8,

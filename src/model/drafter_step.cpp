@@ -202,7 +202,9 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   const Tensor& x_last = s.layers.back().x_out;
   ops.rmsnorm_fwd(x_last, m.w.norm, s.y, s.rstd_final, c.rms_eps);
   if (kl) ops.embedding(s.tgt_rows, batch.target_hidden, s.tgt);
-  ops.lm_head_loss(s.y, m.lm_head, s.labels, s.active, s.tgt, opts.kind, s.loss, s.p_label, s.argmax, s.dy);
+  const int64_t labelled = std::count(L.labelled.begin(), L.labelled.end(), uint8_t(1));
+  ops.lm_head_loss(s.y, m.lm_head, s.labels, s.active, s.tgt, opts.kind, s.loss, s.p_label, s.argmax, s.dy,
+                   labelled);
 
   // ---- row weights and statistics (backend) ----
   TrainOps::LossRowArgs ra;

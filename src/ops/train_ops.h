@@ -109,10 +109,13 @@ class TrainOps {
   //   p_label[r] softmax(logits)[label[r]], argmax[r] (i32; ties → lowest id),
   //   dhidden[r] ∂loss[r]/∂hidden[r] for unit weight: the caller scales rows by their (detached) weights
   //              afterwards, which is exact because row r's loss depends on hidden[r] only.
-  // Inactive rows get loss 0, p_label 0, argmax −1, dhidden 0. labels i32 [1, rows].
+  // Inactive rows get loss 0, p_label 0, argmax −1, dhidden 0. labels i32 [1, rows]. max_active: −1, or the
+  // number of active rows when the caller knows it on the host (it must not be less: the CUDA backend sizes its
+  // GEMMs by it instead of by rows, since counting on the device would need a synchronisation).
   virtual void lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels, const Tensor& active,
                             const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
-                            const Tensor& argmax, const Tensor& dhidden) = 0;
+                            const Tensor& argmax, const Tensor& dhidden,
+                            int64_t max_active = -1) = 0;
 
   // ---- loss weights and step statistics ----------------------------------------------------------
   // The weight of every block row and the statistics a metrics line reports, on the backend, so a micro-batch

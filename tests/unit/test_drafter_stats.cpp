@@ -270,9 +270,9 @@ class CountingOps final : public TrainOps {
     cpu.swiglu_bwd(g, u, d, dg, du);
   }
   void lm_head_loss(const Tensor& h, const Tensor& lm, const Tensor& lab, const Tensor& act, const Tensor& th,
-                    LmLossKind k, const Tensor& l, const Tensor& p, const Tensor& am,
-                    const Tensor& dh) override {
-    cpu.lm_head_loss(h, lm, lab, act, th, k, l, p, am, dh);
+                    LmLossKind k, const Tensor& l, const Tensor& p, const Tensor& am, const Tensor& dh,
+                    int64_t max_active) override {
+    cpu.lm_head_loss(h, lm, lab, act, th, k, l, p, am, dh, max_active);
   }
   void loss_row_stats(const Tensor& lab, const Tensor& act, const Tensor& l, const Tensor& p,
                       const Tensor& am, const LossRowArgs& a, const Tensor& w, const Tensor& st) override {

@@ -389,7 +389,7 @@ void CpuTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor&
 void CpuTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels,
                                const Tensor& active, const Tensor& target_hidden, LmLossKind kind,
                                const Tensor& loss, const Tensor& p_label, const Tensor& argmax,
-                               const Tensor& dhidden) {
+                               const Tensor& dhidden, int64_t max_active) {
   const int64_t rows = hidden.rows, H = hidden.cols, V = lm_head.rows;
   cpu_check_f32("lm_head_loss", "lm_head", lm_head, V, H);
   check_i32("lm_head_loss", "labels", labels, 1, rows);

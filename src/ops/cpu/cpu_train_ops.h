@@ -50,7 +50,8 @@ class CpuTrainOps final : public TrainOps {
 
   void lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels, const Tensor& active,
                     const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
-                    const Tensor& argmax, const Tensor& dhidden) override;
+                    const Tensor& argmax, const Tensor& dhidden,
+                    int64_t max_active = -1) override;
 
   void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss, const Tensor& p_label,
                       const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w,

@@ -255,7 +255,7 @@ void CudaTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor
 void CudaTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels,
                                 const Tensor& active, const Tensor& target_hidden, LmLossKind kind,
                                 const Tensor& loss, const Tensor& p_label, const Tensor& argmax,
-                                const Tensor& dhidden) {
+                                const Tensor& dhidden, int64_t max_active) {
   const char* op = "lm_head_loss";
   const int64_t rows = hidden.rows, H = hidden.cols, V = lm_head.rows;
   const bool kl = kind == LmLossKind::kl;
@@ -273,7 +273,7 @@ void CudaTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, con
                       static_cast<const uint8_t*>(active.data), kl ? bptr(target_hidden) : nullptr,
                       kl ? target_hidden.stride : 0, kl, fptr(loss), fptr(p_label),
                       static_cast<int32_t*>(argmax.data), bptr(dhidden), dhidden.stride, rows, H, V,
-                      loss_chunk_rows_, scratch(ws), ws, dev_.stream);
+                      loss_chunk_rows_, max_active, scratch(ws), ws, dev_.stream);
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ class CudaTrainOps final : public TrainOps {
 
   void lm_head_loss(const Tensor& hidden, const Tensor& lm_head, const Tensor& labels, const Tensor& active,
                     const Tensor& target_hidden, LmLossKind kind, const Tensor& loss, const Tensor& p_label,
-                    const Tensor& argmax, const Tensor& dhidden) override;
+                    const Tensor& argmax, const Tensor& dhidden,
+                    int64_t max_active = -1) override;
 
   double sum_squares(const Tensor& x) override;
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
