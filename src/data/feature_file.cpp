@@ -107,8 +107,7 @@ FeatureFileWriter::~FeatureFileWriter() {
   if (!finished_) std::remove(tmp_.c_str());
 }
 
-void FeatureFileWriter::write_rows_bf16(size_t index, int64_t row0, int64_t n, const uint16_t* values) {
-  DF_CHECK(bf16_, "%s: the file stores float32; write float values", tmp_.c_str());
+void FeatureFileWriter::write_hyperslab(size_t index, int64_t row0, int64_t n, hid_t mem_type, const void* values) {
   DF_CHECK(index < sets_.size() && row0 >= 0 && row0 + n <= rows_, "feature rows [%lld, %lld) out of range",
            (long long)row0, (long long)(row0 + n));
   if (n == 0) return;
@@ -116,26 +115,20 @@ void FeatureFileWriter::write_rows_bf16(size_t index, int64_t row0, int64_t n, c
   hsize_t start[2] = {static_cast<hsize_t>(row0), 0}, count[2] = {static_cast<hsize_t>(n), static_cast<hsize_t>(cols_)};
   H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
   H5Handle mem(H5Screate_simple(2, count, nullptr), H5Sclose);
-  DF_CHECK(H5Dwrite(sets_[index], H5T_NATIVE_UINT16, mem.get(), space.get(), H5P_DEFAULT, values) >= 0,
+  DF_CHECK(H5Dwrite(sets_[index], mem_type, mem.get(), space.get(), H5P_DEFAULT, values) >= 0,
            "%s: writing rows failed; HINT: is the disk full?", tmp_.c_str());
 }
 
+void FeatureFileWriter::write_rows_bf16(size_t index, int64_t row0, int64_t n, const uint16_t* values) {
+  DF_CHECK(bf16_, "%s: the file stores float32; write float values", tmp_.c_str());
+  write_hyperslab(index, row0, n, H5T_NATIVE_UINT16, values);
+}
+
 void FeatureFileWriter::write_rows(size_t index, int64_t row0, int64_t n, const float* values) {
-  if (bf16_) {
-    staging_.resize(size_t(n * cols_));
-    for (size_t i = 0; i < staging_.size(); ++i) staging_[i] = f32_to_bf16(values[i]);
-    write_rows_bf16(index, row0, n, staging_.data());
-    return;
-  }
-  DF_CHECK(index < sets_.size() && row0 >= 0 && row0 + n <= rows_, "feature rows [%lld, %lld) out of range",
-           (long long)row0, (long long)(row0 + n));
-  if (n == 0) return;
-  H5Handle space(H5Dget_space(sets_[index]), H5Sclose);
-  hsize_t start[2] = {static_cast<hsize_t>(row0), 0}, count[2] = {static_cast<hsize_t>(n), static_cast<hsize_t>(cols_)};
-  H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  H5Handle mem(H5Screate_simple(2, count, nullptr), H5Sclose);
-  DF_CHECK(H5Dwrite(sets_[index], H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, values) >= 0,
-           "%s: writing rows failed; HINT: is the disk full?", tmp_.c_str());
+  if (!bf16_) return write_hyperslab(index, row0, n, H5T_NATIVE_FLOAT, values);
+  staging_.resize(size_t(n * cols_));
+  for (size_t i = 0; i < staging_.size(); ++i) staging_[i] = f32_to_bf16(values[i]);
+  write_hyperslab(index, row0, n, H5T_NATIVE_UINT16, staging_.data());
 }
 
 void FeatureFileWriter::finish() {

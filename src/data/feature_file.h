@@ -38,6 +38,7 @@ class FeatureFileWriter {
   void finish();
 
  private:
+  void write_hyperslab(size_t index, int64_t row0, int64_t n, hid_t mem_type, const void* values);
   std::string path_, tmp_;
   hid_t file_ = -1;
   std::vector<hid_t> sets_;
