@@ -198,6 +198,14 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 #endif
   std::string why;
   c.transport = transport_choose(transport, c.hosts, c.gpus, kNcclBuilt, &why);
+  // The choice is made and reported, but the NCCL feature channel and reducer are not written yet: say so
+  // rather than print a transport that is not used.
+  if (c.transport == Transport::nccl) {
+    DF_CHECK(transport != "nccl", "pipeline.transport = \"nccl\": the NCCL transport is not implemented yet "
+             "(features and gradients travel over MPI); HINT: \"auto\" or \"mpi\"");
+    c.transport = Transport::mpi;
+    why += "; the NCCL path is not implemented yet, so MPI";
+  }
 
   MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
   MPI_Comm split;
