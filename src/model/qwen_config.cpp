@@ -308,15 +308,20 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
   return c;
 }
 
-QwenConfig qwen_config_load(const std::string& path) {
+json qwen_config_read_json(const std::string& path, std::string* file_out) {
   const std::string file = path_is_dir(path) ? path + (path.back() == '/' ? "" : "/") + "config.json" : path;
   const std::string text = file_read_text(file);
-  json j;
+  if (file_out) *file_out = file;
   try {
-    j = json::parse(text);
+    return json::parse(text);
   } catch (const json::exception& e) {
     DF_FAIL("%s: not valid JSON: %s", file.c_str(), e.what());
   }
+}
+
+QwenConfig qwen_config_load(const std::string& path) {
+  std::string file;
+  const json j = qwen_config_read_json(path, &file);
   return qwen_config_from_json(j, file);
 }
 

@@ -55,6 +55,8 @@ struct QwenConfig {
 QwenConfig qwen_config_from_json(const nlohmann::json& j, const std::string& where);
 // Reads DIR/config.json (or a .json file path).
 QwenConfig qwen_config_load(const std::string& path);
+// The parsed JSON of DIR/config.json (or a .json file path); *file_out receives the file's path.
+nlohmann::json qwen_config_read_json(const std::string& path, std::string* file_out = nullptr);
 // The HF config.json a model with this config would carry (used when writing random models).
 nlohmann::json qwen_config_to_json(const QwenConfig& c);
 // One-line summary for logs.

@@ -1,0 +1,31 @@
+// Warm start from a Hugging Face DFlash drafter (`drafter.init_from = DIR`): the folder `dflash_mpi export`
+// writes or a published one (z-lab), config.json + model.safetensors. The folder must describe the run's drafter
+// exactly (a mismatch is an error naming the field); the weights are loaded and the optimizer starts fresh.
+#pragma once
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "model/drafter.h"
+
+namespace df {
+
+// A DFlash drafter config.json object, in either layout: `block_size` / `rope_theta` at the top level, or inside
+// `dflash_config` / `rope_parameters` (dflash_config wins when both hold a key). num_anchors is a training
+// setting and keeps its default. `where` names the file in messages.
+DrafterConfig drafter_config_from_hf_json(const nlohmann::json& j, const std::string& where);
+// DIR/config.json (or a .json file path).
+DrafterConfig drafter_config_load_hf(const std::string& path);
+
+// Throws naming the first config.json field (and the run config key) where the folder's drafter `hf` differs
+// from the run's `run`; `where` names the folder.
+void drafter_config_check_same(const DrafterConfig& run, const DrafterConfig& hf, const std::string& where);
+
+// Copies DIR's model.safetensors (F32, BF16 or F16) into m.params. Every tensor of the parameter table must be
+// there with its shape (norm vectors [n] or [1, n]); a tensor that is not a drafter parameter is an error too
+// (a wrong folder, e.g. a target checkpoint).
+void drafter_load_hf_weights(DrafterModel& m, const std::string& dir);
+
+// drafter.init_from: checks DIR/config.json against m's config, loads the weights, zeroes grads and Adam m, v.
+void drafter_init_from(DrafterModel& m, const std::string& dir);
+
+}  // namespace df
