@@ -184,6 +184,7 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
     st.weight_sum += st.row_weight[size_t(r)];
   }
   loss_count_accuracy(st, L.labelled, argmax, L.labels, B);
+  st.row_argmax = argmax;  // what the drafter drafts (pipeline/spec_decode.cpp)
   if (!opts.backward) return st;
 
   // ---- backward: ∂(Σ w·L) ----

@@ -1,7 +1,8 @@
 // TargetDecoder: the target forward of target_forward.cpp, step by step over one sequence. Attention layers
-// append the step's keys/values to their cache and attend over it (Ops::attention_cached); DeltaNet layers run
-// the causal conv over [saved conv history | step inputs] and continue the recurrence from the carried state
-// (Ops::gdn_decode), saving the states and conv inputs of the step's last tokens so commit can roll back.
+// append the step's keys/values to their cache and attend over it (Ops::attention_cached); DeltaNet layers
+// run the causal conv over [saved conv history | step inputs] and continue the recurrence from the carried
+// state (Ops::gdn_decode), saving the states and conv inputs of the step's last tokens so commit can roll
+// back.
 #include "model/target_decode.h"
 
 #include <algorithm>
@@ -12,21 +13,22 @@
 namespace df {
 
 struct TargetDecoder::Buffers {
-  Tensor ids, pos;         // i32 [1, max_step]
-  Tensor h, n, proj, mix;  // as in TargetForward's workspace, [max_step, ·]
+  Tensor ids, pos;           // i32 [1, max_step]
+  Tensor h, n, proj, mix;    // as in TargetForward's workspace, [max_step, ·]
   Tensor conv_in, conv_out;  // [K − 1 + max_step, conv channels]: [history | step inputs] and its conv
-  Tensor normed, act;      // gated-norm output [max_step, nv·dv]; SwiGLU output [max_step, I]
-  Tensor conv_cu, conv_pos;  // the one-sequence layout of conv_in: i32 [1, 2] and positions [1, K − 1 + max_step]
+  Tensor normed, act;        // gated-norm output [max_step, nv·dv]; SwiGLU output [max_step, I]
+  Tensor conv_cu,
+      conv_pos;  // the one-sequence layout of conv_in: i32 [1, 2] and positions [1, K − 1 + max_step]
   std::vector<Tensor> taps;  // [max_step, H] per tap layer
   Tensor logits;             // [max_block, V]
 };
 
 struct TargetDecoder::LayerCache {
-  Tensor k, v;                // full attention: [max_len, kv·hd]
-  Tensor conv_hist;           // DeltaNet: raw conv inputs of the last K − 1 committed tokens [K − 1, C]
-  Tensor conv_saved;          // the step's last K − 1 + R conv inputs, for commit [K − 1 + max_block, C]
-  Tensor state;               // f32 [1, nv·dk·dv] after the last committed token
-  Tensor states;              // f32 [max_block, nv·dk·dv] after each of the step's last R tokens
+  Tensor k, v;        // full attention: [max_len, kv·hd]
+  Tensor conv_hist;   // DeltaNet: raw conv inputs of the last K − 1 committed tokens [K − 1, C]
+  Tensor conv_saved;  // the step's last K − 1 + R conv inputs, for commit [K − 1 + max_block, C]
+  Tensor state;       // f32 [1, nv·dk·dv] after the last committed token
+  Tensor states;      // f32 [max_block, nv·dk·dv] after each of the step's last R tokens
 };
 
 TargetDecoder::TargetDecoder(const TargetModel& model, const TargetDecodeLimits& limits,
@@ -34,19 +36,22 @@ TargetDecoder::TargetDecoder(const TargetModel& model, const TargetDecodeLimits&
     : m_(model), ops_(*model.ops), lim_(limits), tap_layers_(tap_layers), b_(std::make_unique<Buffers>()) {
   const QwenConfig& c = m_.cfg;
   DF_CHECK(lim_.max_len > 0 && lim_.max_step > 0 && lim_.max_block > 0 && lim_.max_step <= lim_.max_len,
-           "target decode: limits max_len %lld, max_step %lld, max_block %lld must be positive, max_step ≤ max_len",
+           "target decode: limits max_len %lld, max_step %lld, max_block %lld must be positive, max_step ≤ "
+           "max_len",
            (long long)lim_.max_len, (long long)lim_.max_step, (long long)lim_.max_block);
-  DF_CHECK(m_.num_loaded_layers == c.layers && !m_.lm_head.empty(),
-           "target decode needs every layer (%d of %d loaded) and the lm_head (%s); HINT: load the target with "
-           "TargetLoadOptions{-1, need_lm_head = true}",
-           m_.num_loaded_layers, c.layers, m_.lm_head.empty() ? "missing" : "present");
+  DF_CHECK(
+      m_.num_loaded_layers == c.layers && !m_.lm_head.empty(),
+      "target decode needs every layer (%d of %d loaded) and the lm_head (%s); HINT: load the target with "
+      "TargetLoadOptions{-1, need_lm_head = true}",
+      m_.num_loaded_layers, c.layers, m_.lm_head.empty() ? "missing" : "present");
   for (int l : tap_layers_)
     DF_CHECK(l >= 0 && l < c.layers, "target decode: tap layer %d outside the target's layers 0..%d", l,
              c.layers - 1);
   lim_.max_block = std::min(lim_.max_block, lim_.max_step);
   caches_.resize(m_.layers.size());
   Arena arena;
-  block_ = ops_alloc_planned(ops_, [this](Arena& a) { plan(a); }, 0, arena);
+  block_ = ops_alloc_planned(
+      ops_, [this](Arena& a) { plan(a); }, 0, arena);
   std::vector<int32_t> pos(size_t(b_->conv_pos.cols));
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = int32_t(i);
   ops_.upload_raw(b_->conv_pos, pos.data());
@@ -123,7 +128,8 @@ void TargetDecoder::layer_full(size_t l, int64_t T) {
   Tensor proj = b_->proj.rows_view(0, T).cols_view(0, L.w_qkv.rows);
   ops_.gemm(b_->n.rows_view(0, T), L.w_qkv, proj, 0.0f);
   const int64_t k0 = q_cols * (c.attn_output_gate ? 2 : 1);
-  Tensor q = proj.cols_view(0, q_cols), k = proj.cols_view(k0, kv_cols), v = proj.cols_view(k0 + kv_cols, kv_cols);
+  Tensor q = proj.cols_view(0, q_cols), k = proj.cols_view(k0, kv_cols),
+         v = proj.cols_view(k0 + kv_cols, kv_cols);
   Tensor pos = b_->pos.cols_view(0, T);
   ops_.qk_norm_rope(q, L.q_norm, pos, c.heads, hd, c.rot_dim, c.rope_theta, c.rms_eps, c.norm_kind());
   ops_.qk_norm_rope(k, L.k_norm, pos, c.kv_heads, hd, c.rot_dim, c.rope_theta, c.rms_eps, c.norm_kind());
@@ -132,8 +138,8 @@ void TargetDecoder::layer_full(size_t l, int64_t T) {
   Tensor o = b_->mix.rows_view(0, T).cols_view(0, q_cols);
   Tensor gate;
   if (c.attn_output_gate) gate = proj.cols_view(q_cols, q_cols);
-  ops_.attention_cached(q, lc.k.rows_view(0, len_ + T), lc.v.rows_view(0, len_ + T), o, len_, c.heads, c.kv_heads,
-                        hd, 1.0f / std::sqrt(float(hd)), c.attn_output_gate ? &gate : nullptr);
+  ops_.attention_cached(q, lc.k.rows_view(0, len_ + T), lc.v.rows_view(0, len_ + T), o, len_, c.heads,
+                        c.kv_heads, hd, 1.0f / std::sqrt(float(hd)), c.attn_output_gate ? &gate : nullptr);
   ops_.gemm(o, L.w_o, b_->h.rows_view(0, T), 1.0f);
 }
 
@@ -184,13 +190,15 @@ void TargetDecoder::step(const std::vector<int32_t>& ids) {
   const int64_t T = int64_t(ids.size());
   DF_CHECK(pending_ < 0, "target decode: commit the previous step (%lld tokens) before the next",
            (long long)pending_);
-  DF_CHECK(T >= 1 && T <= lim_.max_step, "target decode: a step of %lld tokens; it must be 1..%lld (max_step)",
-           (long long)T, (long long)lim_.max_step);
+  DF_CHECK(T >= 1 && T <= lim_.max_step,
+           "target decode: a step of %lld tokens; it must be 1..%lld (max_step)", (long long)T,
+           (long long)lim_.max_step);
   DF_CHECK(len_ + T <= lim_.max_len,
            "target decode: %lld cached + %lld new tokens exceed max_len %lld; HINT: raise the decode limits "
            "(max new tokens + block size)",
            (long long)len_, (long long)T, (long long)lim_.max_len);
-  for (int32_t id : ids) DF_CHECK(id >= 0 && id < c.vocab, "target decode: token id %d outside vocab %d", id, c.vocab);
+  for (int32_t id : ids)
+    DF_CHECK(id >= 0 && id < c.vocab, "target decode: token id %d outside vocab %d", id, c.vocab);
   std::vector<int32_t> pos(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i) pos[size_t(i)] = int32_t(len_ + i);
   ops_.upload_raw(b_->ids.cols_view(0, T), ids.data());
@@ -247,13 +255,18 @@ Tensor TargetDecoder::tap(size_t i) const {
   return b_->taps[i].rows_view(0, last_step_);
 }
 
-std::vector<int32_t> TargetDecoder::argmax_rows() {
+std::vector<float> TargetDecoder::logits_host() {
   const Tensor lg = logits();
-  const int64_t V = lg.cols;
-  std::vector<float> host(size_t(lg.rows * V));
+  std::vector<float> host(size_t(lg.numel()));
   ops_.download_f32(lg, host.data());
-  std::vector<int32_t> out(size_t(lg.rows));
-  for (int64_t r = 0; r < lg.rows; ++r) {
+  return host;
+}
+
+std::vector<int32_t> TargetDecoder::argmax_rows() {
+  const std::vector<float> host = logits_host();
+  const int64_t V = m_.cfg.vocab, rows = int64_t(host.size()) / V;
+  std::vector<int32_t> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
     const float* row = &host[size_t(r * V)];
     out[size_t(r)] = int32_t(std::max_element(row, row + V) - row);
   }

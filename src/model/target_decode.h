@@ -1,14 +1,16 @@
 // Incremental decoding of the target for speculative decoding and generation (MODELS.md "Speculative decoding
-// with a DFlash drafter"): one sequence, a KV cache for the attention layers and the DeltaNet recurrent + conv
-// state, steps of a few tokens whose effect can be rolled back to any accepted prefix.
+// with a DFlash drafter"): one sequence, a KV cache for the attention layers and the DeltaNet recurrent +
+// conv state, steps of a few tokens whose effect can be rolled back to any accepted prefix.
 //
 //   TargetDecoder dec(model, {max_len, max_step, max_block}, tap_layers);
-//   dec.step(prompt);   dec.commit(prompt.size());           // prefill: logits of the last row, taps of all rows
-//   dec.step(block);    dec.commit(accepted + 1);            // verify B tokens, keep the accepted prefix
+//   dec.step(prompt);   dec.commit(prompt.size());           // prefill: logits of the last row, taps of all
+//   rows dec.step(block);    dec.commit(accepted + 1);            // verify B tokens, keep the accepted
+//   prefix
 //
-// A step is tentative until commit(n) keeps its first n tokens; the attention caches are cropped by moving the
-// length, the DeltaNet layers restore the recurrent state and conv history saved after token n. Everything runs
-// through Ops, so a backend that implements attention_cached and gdn_decode runs it unchanged.
+// A step is tentative until commit(n) keeps its first n tokens; the attention caches are cropped by moving
+// the length, the DeltaNet layers restore the recurrent state and conv history saved after token n.
+// Everything runs through Ops, so a backend that implements attention_cached and gdn_decode runs it
+// unchanged.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -28,7 +30,8 @@ class TargetDecoder {
  public:
   // The model must hold every layer and its lm_head (TargetLoadOptions::need_lm_head). tap_layers: decoder
   // layers whose outputs each step returns (the drafter's target_layer_ids).
-  TargetDecoder(const TargetModel& model, const TargetDecodeLimits& limits, const std::vector<int>& tap_layers);
+  TargetDecoder(const TargetModel& model, const TargetDecodeLimits& limits,
+                const std::vector<int>& tap_layers);
   ~TargetDecoder();
   TargetDecoder(const TargetDecoder&) = delete;
   TargetDecoder& operator=(const TargetDecoder&) = delete;
@@ -42,12 +45,15 @@ class TargetDecoder {
   void commit(int64_t n);
 
   int64_t length() const { return len_; }  // committed tokens
+  int vocab() const { return m_.cfg.vocab; }
   // f32/act [rows, V] logits of the last step's last rows (row r = token size − rows + r).
   Tensor logits() const;
   // act [n, H]: output of decoder layer tap_layers[i] for the last step's tokens.
   Tensor tap(size_t i) const;
   const std::vector<int>& tap_layers() const { return tap_layers_; }
-  // The argmax of each logits() row, on the host (ties → lowest id, as greedy decoding in transformers).
+  // logits() on the host, row-major.
+  std::vector<float> logits_host();
+  // The argmax of each logits() row (ties → lowest id, as greedy decoding in transformers).
   std::vector<int32_t> argmax_rows();
 
  private:

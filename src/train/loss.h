@@ -38,8 +38,9 @@ struct LossStats {
   double tau_sum = 0;            // Σ over blocks with a labelled row of (1 + leading correct offsets)
   int64_t tau_blocks = 0;
   std::vector<float> row_weight;  // the final weight of every block row of the last call (nb·B)
+  std::vector<int32_t> row_argmax;  // the draft's argmax at every labelled block row of the last call (else −1)
 
-  void merge(const LossStats& o);  // adds another micro-batch (row_weight is not merged)
+  void merge(const LossStats& o);  // adds another micro-batch (row_weight, row_argmax are not merged)
   double mean_loss() const { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
   double tau() const { return tau_blocks > 0 ? tau_sum / double(tau_blocks) : 0.0; }
 };

@@ -1,5 +1,6 @@
 // Shared helpers for the target model tests: two tiny random configs (a Qwen3.5 hybrid with both layer kinds
-// and a tied Qwen3 dense), a full-sequence forward returning host taps, deterministic ids and a relative error.
+// and a tied Qwen3 dense), a full-sequence forward returning host taps, host logits, deterministic ids and a
+// relative error.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -15,33 +16,36 @@
 namespace df {
 
 inline QwenConfig tiny_hybrid() {
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},
-                      {"hidden_size", 24},
-                      {"num_hidden_layers", 4},
-                      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-                      {"intermediate_size", 40},
-                      {"vocab_size", 37},
-                      {"num_attention_heads", 3},
-                      {"num_key_value_heads", 1},
-                      {"head_dim", 8},
-                      {"attn_output_gate", true},
-                      {"partial_rotary_factor", 0.5},
-                      {"rope_theta", 10000.0},
-                      {"rms_norm_eps", 1e-6},
-                      {"linear_num_key_heads", 1},
-                      {"linear_num_value_heads", 3},
-                      {"linear_key_head_dim", 8},
-                      {"linear_value_head_dim", 4},
-                      {"linear_conv_kernel_dim", 4},
-                      {"tie_word_embeddings", false}};
+  nlohmann::json j = {
+      {"model_type", "qwen3_5_text"},
+      {"hidden_size", 24},
+      {"num_hidden_layers", 4},
+      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+      {"intermediate_size", 40},
+      {"vocab_size", 37},
+      {"num_attention_heads", 3},
+      {"num_key_value_heads", 1},
+      {"head_dim", 8},
+      {"attn_output_gate", true},
+      {"partial_rotary_factor", 0.5},
+      {"rope_theta", 10000.0},
+      {"rms_norm_eps", 1e-6},
+      {"linear_num_key_heads", 1},
+      {"linear_num_value_heads", 3},
+      {"linear_key_head_dim", 8},
+      {"linear_value_head_dim", 4},
+      {"linear_conv_kernel_dim", 4},
+      {"tie_word_embeddings", false}};
   return qwen_config_from_json(j, "tiny_hybrid");
 }
 
 inline QwenConfig tiny_dense() {
-  nlohmann::json j = {{"model_type", "qwen3"},       {"hidden_size", 20},        {"num_hidden_layers", 3},
-                      {"intermediate_size", 36},     {"vocab_size", 29},         {"num_attention_heads", 5},
-                      {"num_key_value_heads", 1},    {"head_dim", 6},            {"rope_theta", 1e6},
-                      {"rms_norm_eps", 1e-6},        {"tie_word_embeddings", true}};
+  nlohmann::json j = {{"model_type", "qwen3"},      {"hidden_size", 20},
+                      {"num_hidden_layers", 3},     {"intermediate_size", 36},
+                      {"vocab_size", 29},           {"num_attention_heads", 5},
+                      {"num_key_value_heads", 1},   {"head_dim", 6},
+                      {"rope_theta", 1e6},          {"rms_norm_eps", 1e-6},
+                      {"tie_word_embeddings", true}};
   return qwen_config_from_json(j, "tiny_dense");
 }
 
@@ -52,7 +56,7 @@ struct FwdResult {
 
 // Runs `lengths` as one packed batch with taps at every layer and the final norm.
 inline FwdResult run_model(const TargetModel& m, Ops& ops, const std::vector<int32_t>& ids,
-                    const std::vector<int32_t>& lengths, int num_taps, bool final_norm) {
+                           const std::vector<int32_t>& lengths, int num_taps, bool final_norm) {
   const int64_t T = ids.size(), H = m.cfg.hidden;
   TargetForward fwd(m, T);
   std::vector<float> store((num_taps + 2) * T * H + 64 + T);
@@ -70,8 +74,10 @@ inline FwdResult run_model(const TargetModel& m, Ops& ops, const std::vector<int
   out.final_norm = tensor_make(store.data() + num_taps * T * H, DType::f32, Device::cpu, T, H);
   fwd.run(id_t, seqs, out);
   FwdResult r;
-  for (int l = 0; l < num_taps; ++l) r.taps.emplace_back(store.begin() + l * T * H, store.begin() + (l + 1) * T * H);
-  if (final_norm) r.final_norm.assign(store.begin() + num_taps * T * H, store.begin() + (num_taps + 1) * T * H);
+  for (int l = 0; l < num_taps; ++l)
+    r.taps.emplace_back(store.begin() + l * T * H, store.begin() + (l + 1) * T * H);
+  if (final_norm)
+    r.final_norm.assign(store.begin() + num_taps * T * H, store.begin() + (num_taps + 1) * T * H);
   return r;
 }
 
@@ -90,6 +96,20 @@ inline double max_err(const std::vector<float>& a, const std::vector<float>& b) 
     e = std::max(e, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(double(b[i]))));
   }
   return e;
+}
+
+// Host logits final_norm · lm_headᵀ, row-major [T, V], in double: the reference for the decoder's logits.
+inline std::vector<float> host_logits(const TargetModel& m, Ops& ops, const std::vector<float>& final_norm) {
+  const int64_t H = m.cfg.hidden, V = m.cfg.vocab, T = int64_t(final_norm.size()) / H;
+  std::vector<float> w(size_t(V * H)), out(size_t(T * V));
+  ops.download_f32(m.lm_head, w.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t v = 0; v < V; ++v) {
+      double d = 0;
+      for (int64_t i = 0; i < H; ++i) d += double(final_norm[size_t(t * H + i)]) * w[size_t(v * H + i)];
+      out[size_t(t * V + v)] = float(d);
+    }
+  return out;
 }
 
 }  // namespace df

@@ -1,6 +1,6 @@
 // Incremental target decoding (model/target_decode.h) on the CPU with random tiny models of both families:
-// steps of any size reproduce the full-sequence forward's taps and logits, and rolling a step back to a partial
-// accept leaves the caches exactly as a fresh prefill of the accepted prefix would.
+// steps of any size reproduce the full-sequence forward's taps and logits, and rolling a step back to a
+// partial accept leaves the caches exactly as a fresh prefill of the accepted prefix would.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -12,20 +12,6 @@
 using namespace df;
 
 namespace {
-
-// Host logits final_norm · lm_headᵀ, row-major [T, V], in double: the reference for the decoder's logits.
-std::vector<float> host_logits(const TargetModel& m, Ops& ops, const std::vector<float>& final_norm) {
-  const int64_t H = m.cfg.hidden, V = m.cfg.vocab, T = int64_t(final_norm.size()) / H;
-  std::vector<float> w(size_t(V * H)), out(size_t(T * V));
-  ops.download_f32(m.lm_head, w.data());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t v = 0; v < V; ++v) {
-      double d = 0;
-      for (int64_t i = 0; i < H; ++i) d += double(final_norm[size_t(t * H + i)]) * w[size_t(v * H + i)];
-      out[size_t(t * V + v)] = float(d);
-    }
-  return out;
-}
 
 std::vector<float> download(Ops& ops, const Tensor& t) {
   std::vector<float> v(size_t(t.numel()));
@@ -105,7 +91,8 @@ TEST_P(TargetDecodeTest, RollbackEqualsFreshPrefill) {
   fresh.step(span(0, 12));
   fresh.commit(12);
   fresh.step(span(12, 16));
-  // Same arithmetic except GEMM row blocking and the conv/attention order over a different split: fp32 rounding.
+  // Same arithmetic except GEMM row blocking and the conv/attention order over a different split: fp32
+  // rounding.
   EXPECT_LT(max_err(download(ops, spec.logits()), download(ops, fresh.logits())), 1e-5);
   for (size_t i = 0; i < 2; ++i)
     EXPECT_LT(max_err(download(ops, spec.tap(i)), download(ops, fresh.tap(i))), 1e-5) << "tap " << i;
@@ -118,8 +105,8 @@ TEST_P(TargetDecodeTest, MisuseIsAnError) {
   auto m = target_random(c, 3, ops, with_head());
   TargetDecoder dec(*m, {16, 8, 4}, {});
   dec.step(random_ids(8, c.vocab, 1));
-  EXPECT_THROW(dec.step({1}), Error);   // the last step is not committed
-  EXPECT_THROW(dec.commit(3), Error);   // states are kept for the last 4 tokens only: 5..8 or 0
+  EXPECT_THROW(dec.step({1}), Error);  // the last step is not committed
+  EXPECT_THROW(dec.commit(3), Error);  // states are kept for the last 4 tokens only: 5..8 or 0
   dec.commit(8);
   EXPECT_THROW(dec.step(random_ids(9, c.vocab, 2)), Error);  // longer than max_step
   EXPECT_THROW(dec.step({int32_t(c.vocab)}), Error);         // not a token
