@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `dflash_mpi eval` end to end: train the tiny drafter a few steps, export it, then measure its τ by speculative
+# decoding against the same random target (from the HF export and from the checkpoint + config), regenerate the
+# prompts' responses with the target (--generate), and check that bad invocations fail with a message.
+# Args: <dflash_mpi> <source dir> <mpiexec>
+BIN=$1 SRC=$2 MPIEXEC=$3
+source "$SRC/tests/mpi/train_common.sh"
+write_config "$TMP/run.toml" "$TMP/run" 1 1 12
+run_mpi 2 "$TMP/train.log" --config "$TMP/run.toml" || { fail "training"; tail -20 "$TMP/train.log"; }
+"$BIN" export --config "$TMP/run.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || { fail "export"; cat "$TMP/export.log"; }
+# The training target is configs/tiny-target.json drawn with random_seed 1: the same model as a folder.
+"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --seed 1 --out "$TMP/target" >/dev/null 2>&1 ||
+  fail "model init"
+
+# expect_out LOG TEXT: TEXT occurs in LOG.
+expect_out() { grep -qE -- "$2" "$1" || fail "$1 lacks '$2': $(tail -5 "$1")"; }
+
+if "$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
+  --max-new-tokens 24 --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1; then
+  expect_out "$TMP/eval.log" "^tau [0-9]+\.[0-9]{3} over 3 prompts$"
+  expect_out "$TMP/eval.log" "acceptance length histogram \(blocks\):  1: [0-9]+"
+  expect_out "$TMP/eval.log" "draft [0-9.]+ s .*verify [0-9.]+ s .*72 new tokens"
+  python3 - "$TMP/eval.jsonl" <<'PY' || fail "eval.jsonl"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3, rows
+for r in rows:
+    assert len(r["tokens"]) == 24 and r["new_tokens"] == 24, r
+    assert 1 <= min(r["accept_lengths"]) and max(r["accept_lengths"]) <= 8, r
+    assert abs(r["tau"] - sum(r["accept_lengths"]) / len(r["accept_lengths"])) < 1e-9, r
+PY
+  echo "ok: eval --drafter: $(grep '^tau' "$TMP/eval.log")"
+else
+  fail "eval --drafter"; cat "$TMP/eval.log"
+fi
+if "$BIN" eval --target "$TMP/target" --checkpoint "$TMP/run/checkpoints/step_00000012.h5" --config "$TMP/run.toml" \
+  --prompts "$TMP/tokens.h5" --num-prompts 2 --max-new-tokens 16 --block-size 4 >"$TMP/ck.log" 2>&1; then
+  expect_out "$TMP/ck.log" "^tau [0-9.]+ over 2 prompts$"
+  expect_out "$TMP/ck.log" "  4: [0-9]+ \([0-9.]+%\)$"
+  echo "ok: eval --checkpoint --block-size 4: $(grep '^tau' "$TMP/ck.log")"
+else
+  fail "eval --checkpoint"; cat "$TMP/ck.log"
+fi
+if "$BIN" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5" --num-prompts 4 --max-new-tokens 10 \
+  --temperature 0.8 --top-p 0.9 --seed 3 --out "$TMP/gen.h5" >"$TMP/gen.log" 2>&1 &&
+  "$BIN" data info "$TMP/gen.h5" >"$TMP/info.log" 2>&1; then
+  expect_out "$TMP/gen.log" "generated 40 tokens for 4 prompts"
+  expect_out "$TMP/info.log" "4 sequences"
+  echo "ok: eval --generate -> $(grep -o '[0-9]* sequences, [0-9]* tokens' "$TMP/info.log" | head -1)"
+else
+  fail "eval --generate"; cat "$TMP/gen.log" "$TMP/info.log"
+fi
+
+# Bad invocations name what is wrong.
+expect_err() {
+  local desc=$1 text=$2; shift 2
+  if "$BIN" "$@" >"$TMP/err.log" 2>&1; then fail "$desc: succeeded"; return; fi
+  grep -qF -- "$text" "$TMP/err.log" || fail "$desc: lacks '$text': $(cat "$TMP/err.log")"
+}
+expect_err "no drafter" "--drafter DIR (or --checkpoint F --config T)" eval --target "$TMP/target" --prompts "$TMP/tokens.h5"
+expect_err "cuda" "HINT: --device cpu" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" \
+  --device cuda
+expect_err "generate without out" "--out F.h5" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5"
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["hidden_size"]=32; json.dump(c,open(sys.argv[2],"w"))' \
+  "$SRC/configs/tiny-target.json" "$TMP/other.json" && "$BIN" model init --hf-config "$TMP/other.json" --out "$TMP/other" \
+  >/dev/null 2>&1 || fail "model init (other)"
+expect_err "drafter for another target" "a drafter trained for this target" eval --target "$TMP/other" \
+  --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5"
+[ -e "$TMP/gen.h5.tmp" ] && fail "a temp file was left behind"
+echo "$fails failed"
+[ "$fails" -eq 0 ]
