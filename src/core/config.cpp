@@ -156,7 +156,14 @@ void validate(const Config& c, const std::string& w) {
   check(t.clip >= 0, w, "train.clip", "must be >= 0 (0 = no clipping)");
   check(t.grad_accum > 0, w, "train.grad_accum", "must be positive");
   check(t.gamma > 0, w, "train.gamma", "must be positive");
-  check(t.loss == "ce" || t.loss == "kl", w, "train.loss", "must be \"ce\" or \"kl\"");
+  check(t.loss == "ce" || t.loss == "kl" || t.loss == "dpace" || t.loss == "dpace-cumulative-confidence-only" ||
+            t.loss == "dpace-continuation-value-only",
+        w, "train.loss",
+        "must be \"ce\", \"kl\", \"dpace\", \"dpace-cumulative-confidence-only\" or "
+        "\"dpace-continuation-value-only\"");
+  check(t.dpace_alpha >= 0 && t.dpace_alpha <= 1, w, "train.dpace_alpha", "must be in [0, 1]");
+  check(!(t.streak && t.loss.rfind("dpace", 0) == 0), w, "train.streak",
+        "cannot be combined with a dpace loss (both set the block's row weights); choose one");
   check(t.streak_alpha > 0, w, "train.streak_alpha", "must be positive");
   check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
   check(c.pipeline.hs_queue_depth > 0, w, "pipeline.hs_queue_depth", "must be positive");
@@ -247,6 +254,7 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("loss", t.loss);
     r.get("streak", t.streak);
     r.get("streak_alpha", t.streak_alpha);
+    r.get("dpace_alpha", t.dpace_alpha);
     r.get("noise_std", t.noise_std);
     r.finish();
   }

@@ -60,7 +60,8 @@ struct TrainSection {
   double clip = 1.0;
   int grad_accum = 1;          // micro-batches per drafter per optimizer step
   double gamma = 7.0;          // loss weight decay over block positions
-  std::string loss = "ce";     // ce | kl
+  std::string loss = "ce";     // ce | kl | dpace | dpace-cumulative-confidence-only | dpace-continuation-value-only
+  double dpace_alpha = 0.5;    // D-PACE confidence smoothing α (MODELS.md "D-PACE loss")
   bool streak = false;         // streak-aware weighting
   double streak_alpha = 1.0;
   double noise_std = 0.0;      // context-feature noise at step 0, cosine to 0

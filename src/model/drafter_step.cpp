@@ -175,6 +175,8 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
     DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N, "drafter step: %zu fixed row weights for %lld rows",
              opts.fixed_row_weights->size(), (long long)d.N);
     st.row_weight = *opts.fixed_row_weights;
+  } else if (opts.dpace != DpaceKind::off) {
+    st.row_weight = loss_dpace_weights(L.labelled, p_label, B, opts.dpace_alpha, opts.dpace);
   } else {
     st.row_weight = L.weight;
     if (opts.streak) loss_apply_streak(st.row_weight, L.labelled, p_label, B, opts.streak_alpha);
@@ -183,6 +185,7 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
     st.loss_sum += double(st.row_weight[size_t(r)]) * loss[size_t(r)];
     st.weight_sum += st.row_weight[size_t(r)];
   }
+  if (opts.dpace != DpaceKind::off) st.weight_sum = batch.num_seqs();  // D-PACE divides by the sequences
   loss_count_accuracy(st, L.labelled, argmax, L.labels, B);
   st.row_argmax = argmax;  // what the drafter drafts (pipeline/spec_decode.cpp)
   if (!opts.backward) return st;

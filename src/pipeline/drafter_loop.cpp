@@ -140,6 +140,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       lo.gamma = float(tc.gamma);
       lo.streak = tc.streak;
       lo.streak_alpha = float(tc.streak_alpha);
+      lo.dpace = loss_dpace_kind(tc.loss);
+      lo.dpace_alpha = float(tc.dpace_alpha);
       lo.noise_std = noise_std_at(float(tc.noise_std), step, plan.total_steps);
       lo.noise_seed = rng.next_u64();
       ls.merge(drafter_forward_backward(model, db, anchors, lo));
