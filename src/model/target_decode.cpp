@@ -176,15 +176,6 @@ void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
   ops_.gemm(normed, L.w_out, b_->h.rows_view(0, T), 1.0f);
 }
 
-void TargetDecoder::mlp(const TargetLayer& L, int64_t T) {
-  const int64_t I = m_.cfg.intermediate;
-  Tensor proj = b_->proj.rows_view(0, T).cols_view(0, 2 * I);
-  ops_.gemm(b_->n.rows_view(0, T), L.w_gate_up, proj, 0.0f);
-  Tensor act = b_->act.rows_view(0, T);
-  ops_.swiglu(proj.cols_view(0, I), proj.cols_view(I, I), act);
-  ops_.gemm(act, L.w_down, b_->h.rows_view(0, T), 1.0f);
-}
-
 void TargetDecoder::step(const std::vector<int32_t>& ids) {
   const QwenConfig& c = m_.cfg;
   const int64_t T = int64_t(ids.size());
@@ -215,7 +206,7 @@ void TargetDecoder::step(const std::vector<int32_t>& ids) {
     else
       layer_linear(l, T, R);
     ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
-    mlp(L, T);
+    target_mlp(ops_, L, c.intermediate, b_->n, b_->proj, b_->act, b_->h, T);
     const Tensor& next_w = l + 1 < m_.layers.size() ? m_.layers[l + 1].ln1 : m_.final_norm;
     ops_.rmsnorm(h, next_w, n, c.rms_eps, nk);  // after the last layer: the final norm
     for (size_t i = 0; i < tap_layers_.size(); ++i)

@@ -62,7 +62,6 @@ class TargetDecoder {
   void plan(Arena& a);
   void layer_full(size_t l, int64_t T);
   void layer_linear(size_t l, int64_t T, int64_t R);
-  void mlp(const TargetLayer& L, int64_t T);
 
   const TargetModel& m_;
   Ops& ops_;

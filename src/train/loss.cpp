@@ -23,17 +23,16 @@ void LossStats::merge(const LossStats& o) {
 }
 
 float loss_offset_weight(int k, float gamma) {
-  DF_CHECK(k >= 1 && gamma > 0, "loss_offset_weight: offset %d must be ≥ 1 and gamma %g > 0", k,
-           double(gamma));
+  DF_CHECK(k >= 1 && gamma > 0, "loss_offset_weight: offset %d must be ≥ 1 and gamma %g > 0", k, double(gamma));
   return float(std::exp(-double(k - 1) / double(gamma)));
 }
 
-void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labelled,
-                       const std::vector<float>& p_label, int block, float alpha) {
+void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labelled, const std::vector<float>& p_label,
+                       int block, float alpha) {
   DF_CHECK(alpha > 0 && alpha <= 1, "streak_alpha %g must be in (0, 1]", double(alpha));
   DF_CHECK(w.size() == labelled.size() && w.size() == p_label.size() && w.size() % size_t(block) == 0,
-           "loss_apply_streak: %zu weights, %zu labels, %zu confidences for block %d", w.size(),
-           labelled.size(), p_label.size(), block);
+           "loss_apply_streak: %zu weights, %zu labels, %zu confidences for block %d", w.size(), labelled.size(),
+           p_label.size(), block);
   for (size_t j0 = 0; j0 < w.size(); j0 += size_t(block)) {
     double prefix = 1.0;
     for (int k = 1; k < block; ++k) {
@@ -87,8 +86,8 @@ std::vector<float> loss_dpace_weights(const std::vector<uint8_t>& labelled, cons
   return w;
 }
 
-void loss_count_accuracy(LossStats& st, const std::vector<uint8_t>& labelled,
-                         const std::vector<int32_t>& argmax, const std::vector<int32_t>& labels, int block) {
+void loss_count_accuracy(LossStats& st, const std::vector<uint8_t>& labelled, const std::vector<int32_t>& argmax,
+                         const std::vector<int32_t>& labels, int block) {
   if (st.correct.size() < size_t(block - 1)) {
     st.correct.resize(size_t(block - 1), 0);
     st.count.resize(size_t(block - 1), 0);

@@ -1,6 +1,6 @@
-// The drafter's loss on the host side: per-row weights (offset decay, streak-aware multiplier), the
-// statistics a metrics line reports (Σ w·loss, Σ w, per-offset accuracy, τ) and how micro-batches merge. The
-// loss itself is normalised by the caller over the whole optimizer step: loss = Σ w·L / Σ w.
+// The drafter's loss on the host side: per-row weights (offset decay, streak-aware multiplier), the statistics
+// a metrics line reports (Σ w·loss, Σ w, per-offset accuracy, τ) and how micro-batches merge.
+// The loss itself is normalised by the caller over the whole optimizer step: loss = Σ w·L / Σ w.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -46,15 +46,14 @@ struct DrafterLossOptions {
 };
 
 struct LossStats {
-  double loss_sum = 0;           // Σ w·L (CE or KL)
-  double weight_sum = 0;         // Σ w
+  double loss_sum = 0;    // Σ w·L (CE or KL)
+  double weight_sum = 0;  // Σ w
   std::vector<int64_t> correct;  // [B−1]: rows at offset k = index+1 whose argmax equals the label
   std::vector<int64_t> count;    // [B−1]: labelled rows at offset k
   double tau_sum = 0;            // Σ over blocks with a labelled row of (1 + leading correct offsets)
   int64_t tau_blocks = 0;
   std::vector<float> row_weight;  // the final weight of every block row of the last call (nb·B)
-  std::vector<int32_t>
-      row_argmax;  // the draft's argmax at every labelled block row of the last call (else −1)
+  std::vector<int32_t> row_argmax;  // the draft's argmax at every labelled block row of the last call (else −1)
 
   void merge(const LossStats& o);  // adds another micro-batch (row_weight, row_argmax are not merged)
   double mean_loss() const { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
@@ -66,18 +65,17 @@ float loss_offset_weight(int k, float gamma);
 
 // Multiplies w (nb·B rows, block-major) by the streak factor described at DrafterLossOptions::streak.
 // labelled[r] says whether row r has a label; p_label[r] is p_draft(label) from the forward pass.
-void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labelled,
-                       const std::vector<float>& p_label, int block, float alpha);
+void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labelled, const std::vector<float>& p_label,
+                       int block, float alpha);
 
 // D-PACE weights of nb blocks (block-major rows; offset 0 of each block gets 0): with m_k = labelled,
-// p_k = p_label (detached), s_k = (1 − α)·p_k + α where m_k = 1 and 1 elsewhere, prefix_k = Π_{j=1..k} s_j
-// and suffix_k = Σ_{j=k..B−1} prefix_j·m_j, row k gets m_k times suffix_k, prefix_k or suffix_k / prefix_k
-// (kind).
+// p_k = p_label (detached), s_k = (1 − α)·p_k + α where m_k = 1 and 1 elsewhere, prefix_k = Π_{j=1..k} s_j and
+// suffix_k = Σ_{j=k..B−1} prefix_j·m_j, row k gets m_k times suffix_k, prefix_k or suffix_k / prefix_k (kind).
 std::vector<float> loss_dpace_weights(const std::vector<uint8_t>& labelled, const std::vector<float>& p_label,
                                       int block, float alpha, DpaceKind kind);
 
 // Adds accuracy counts and τ for nb blocks. labelled/argmax/labels per block row.
-void loss_count_accuracy(LossStats& st, const std::vector<uint8_t>& labelled,
-                         const std::vector<int32_t>& argmax, const std::vector<int32_t>& labels, int block);
+void loss_count_accuracy(LossStats& st, const std::vector<uint8_t>& labelled, const std::vector<int32_t>& argmax,
+                         const std::vector<int32_t>& labels, int block);
 
 }  // namespace df

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -110,6 +111,22 @@ inline std::vector<float> host_logits(const TargetModel& m, Ops& ops, const std:
       out[size_t(t * V + v)] = float(d);
     }
   return out;
+}
+
+inline TargetLoadOptions with_lm_head() {
+  TargetLoadOptions o;
+  o.need_lm_head = true;
+  return o;
+}
+
+// Tests run for both families: parameter 0 = the Qwen3.5 hybrid, 1 = Qwen3 dense (INSTANTIATE with
+// target_family_name).
+class TargetFamilyTest : public ::testing::TestWithParam<int> {
+ protected:
+  QwenConfig cfg() const { return GetParam() == 0 ? tiny_hybrid() : tiny_dense(); }
+};
+inline std::string target_family_name(const ::testing::TestParamInfo<int>& info) {
+  return info.param == 0 ? "qwen3_5" : "qwen3";
 }
 
 }  // namespace df

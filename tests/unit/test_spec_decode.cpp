@@ -10,16 +10,11 @@
 #include "ops/cpu/cpu_train_ops.h"
 #include "pipeline/spec_decode.h"
 #include "target_test_util.h"
+#include "test_drafter_util.h"
 
 using namespace df;
 
 namespace {
-
-TargetLoadOptions with_head() {
-  TargetLoadOptions o;
-  o.need_lm_head = true;
-  return o;
-}
 
 // Greedy decoding by re-running the full forward over the whole sequence for every token.
 std::vector<int32_t> greedy_by_full_forward(const TargetModel& m, Ops& ops, std::vector<int32_t> seq, int n) {
@@ -72,27 +67,17 @@ class RandomDrafter final : public BlockDrafter {
   Rng rng_{99};
 };
 
+// The drafter tests' tiny drafter, sized for the target.
 DrafterConfig tiny_drafter(const QwenConfig& t) {
-  DrafterConfig c;
+  DrafterConfig c = df::testing::tiny_drafter_config();
   c.hidden = t.hidden;
   c.vocab = t.vocab;
-  c.layers = 2;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.head_dim = 8;
-  c.intermediate = 16;
-  c.block_size = 4;
   c.mask_token_id = t.vocab - 1;
   c.target_layer_ids = {0, t.layers - 1};
-  c.layer_types = {DrafterLayerType::sliding, DrafterLayerType::full};
-  c.sliding_window = 6;  // shorter than the sequences, so the sliding mask matters
   return c;
 }
 
-class SpecDecodeTest : public ::testing::TestWithParam<int> {
- protected:
-  QwenConfig cfg() const { return GetParam() == 0 ? tiny_hybrid() : tiny_dense(); }
-};
+using SpecDecodeTest = TargetFamilyTest;
 
 }  // namespace
 
@@ -100,7 +85,7 @@ TEST_P(SpecDecodeTest, DFlashDrafterCommitsTheGreedyTokens) {
   CpuOps ops;
   CpuTrainOps tops;
   const QwenConfig c = cfg();
-  auto target = target_random(c, 31, ops, with_head());
+  auto target = target_random(c, 31, ops, with_lm_head());
   DrafterModel drafter(tiny_drafter(c), tops);
   drafter_init_params(drafter, 5);
   drafter.set_frozen(target->embed, target->lm_head);
@@ -128,7 +113,7 @@ TEST_P(SpecDecodeTest, DFlashDrafterCommitsTheGreedyTokens) {
 TEST_P(SpecDecodeTest, OracleDrafterGivesTauEqualToBlock) {
   CpuOps ops;
   const QwenConfig c = cfg();
-  auto target = target_random(c, 32, ops, with_head());
+  auto target = target_random(c, 32, ops, with_lm_head());
   const std::vector<int32_t> prompt = random_ids(9, c.vocab, 3);
   const int n = 20, B = 5;
   std::vector<int32_t> full = prompt;
@@ -144,7 +129,7 @@ TEST_P(SpecDecodeTest, OracleDrafterGivesTauEqualToBlock) {
 TEST_P(SpecDecodeTest, RandomDrafterGivesTauNearOne) {
   CpuOps ops;
   const QwenConfig c = cfg();
-  auto target = target_random(c, 33, ops, with_head());
+  auto target = target_random(c, 33, ops, with_lm_head());
   const std::vector<int32_t> prompt = random_ids(6, c.vocab, 4);
   const int n = 40;
   RandomDrafter rd(c.vocab, 4);
@@ -160,7 +145,7 @@ TEST_P(SpecDecodeTest, RandomDrafterGivesTauNearOne) {
 TEST_P(SpecDecodeTest, GenerateGreedyAndSeeded) {
   CpuOps ops;
   const QwenConfig c = cfg();
-  auto target = target_random(c, 34, ops, with_head());
+  auto target = target_random(c, 34, ops, with_lm_head());
   const std::vector<int32_t> prompt = random_ids(7, c.vocab, 5);
   TargetDecoder dec(*target, {7 + 12, 7, 1}, {});
   Rng rng(1);
@@ -172,8 +157,7 @@ TEST_P(SpecDecodeTest, GenerateGreedyAndSeeded) {
   EXPECT_NE(a, target_generate(dec, prompt, 12, hot, r3));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1),
-                         [](const auto& info) { return info.param == 0 ? "qwen3_5" : "qwen3"; });
+INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1), target_family_name);
 
 TEST(SampleToken, TemperatureAndTopP) {
   const float logits[4] = {0.0f, 1.0f, 2.0f, 3.0f};

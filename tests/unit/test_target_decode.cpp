@@ -25,16 +25,7 @@ std::vector<int> all_layers(const QwenConfig& c) {
   return l;
 }
 
-TargetLoadOptions with_head() {
-  TargetLoadOptions o;
-  o.need_lm_head = true;
-  return o;
-}
-
-class TargetDecodeTest : public ::testing::TestWithParam<int> {
- protected:
-  QwenConfig cfg() const { return GetParam() == 0 ? tiny_hybrid() : tiny_dense(); }
-};
+using TargetDecodeTest = TargetFamilyTest;
 
 }  // namespace
 
@@ -44,7 +35,7 @@ TEST_P(TargetDecodeTest, StepsReproduceTheFullForward) {
   // layers of O(1) activations, stays under 2e-5 relative (observed ~1e-6).
   CpuOps ops(CpuGdnMode::recurrent);
   const QwenConfig c = cfg();
-  auto m = target_random(c, 23, ops, with_head());
+  auto m = target_random(c, 23, ops, with_lm_head());
   const std::vector<int32_t> ids = random_ids(23, c.vocab, 4);
   const FwdResult full = run_model(*m, ops, ids, {23}, c.layers, true);
   const std::vector<float> want_logits = host_logits(*m, ops, full.final_norm);
@@ -73,7 +64,7 @@ TEST_P(TargetDecodeTest, StepsReproduceTheFullForward) {
 TEST_P(TargetDecodeTest, RollbackEqualsFreshPrefill) {
   CpuOps ops;
   const QwenConfig c = cfg();
-  auto m = target_random(c, 5, ops, with_head());
+  auto m = target_random(c, 5, ops, with_lm_head());
   const std::vector<int32_t> ids = random_ids(30, c.vocab, 8);
   auto span = [&](int64_t a, int64_t b) { return std::vector<int32_t>(ids.begin() + a, ids.begin() + b); };
   // The speculative path: prompt of 9, a 6-token block of which 3 are kept (twice: once after keeping none),
@@ -102,7 +93,7 @@ TEST_P(TargetDecodeTest, RollbackEqualsFreshPrefill) {
 TEST_P(TargetDecodeTest, MisuseIsAnError) {
   CpuOps ops;
   const QwenConfig c = cfg();
-  auto m = target_random(c, 3, ops, with_head());
+  auto m = target_random(c, 3, ops, with_lm_head());
   TargetDecoder dec(*m, {16, 8, 4}, {});
   dec.step(random_ids(8, c.vocab, 1));
   EXPECT_THROW(dec.step({1}), Error);  // the last step is not committed
@@ -114,5 +105,4 @@ TEST_P(TargetDecodeTest, MisuseIsAnError) {
   EXPECT_THROW(TargetDecoder(*no_head, {16, 8, 4}, {}), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TargetDecodeTest, ::testing::Values(0, 1),
-                         [](const auto& info) { return info.param == 0 ? "qwen3_5" : "qwen3"; });
+INSTANTIATE_TEST_SUITE_P(Families, TargetDecodeTest, ::testing::Values(0, 1), target_family_name);

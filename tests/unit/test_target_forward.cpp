@@ -95,10 +95,7 @@ class WorkspaceProbeOps final : public Ops {
 
 }  // namespace
 
-class TargetForwardTest : public ::testing::TestWithParam<int> {
- protected:
-  QwenConfig cfg() const { return GetParam() == 0 ? tiny_hybrid() : tiny_dense(); }
-};
+using TargetForwardTest = TargetFamilyTest;
 
 TEST_P(TargetForwardTest, PackingIsInvisible) {
   CpuOps ops;
@@ -151,8 +148,7 @@ TEST_P(TargetForwardTest, SaveAndLoadRoundTrip) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TargetForwardTest, ::testing::Values(0, 1),
-                         [](const auto& info) { return info.param == 0 ? "qwen3_5" : "qwen3"; });
+INSTANTIATE_TEST_SUITE_P(Families, TargetForwardTest, ::testing::Values(0, 1), target_family_name);
 
 TEST(TargetForward, ChunkedAndRecurrentDeltaNetAgree) {
   CpuOps chunked(CpuGdnMode::chunked), recurrent(CpuGdnMode::recurrent);
