@@ -166,6 +166,10 @@ void validate(const Config& c, const std::string& w) {
         "cannot be combined with a dpace loss (both set the block's row weights); choose one");
   check(t.streak_alpha > 0, w, "train.streak_alpha", "must be positive");
   check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
+  check(c.eval.interval >= 0, w, "eval.interval", "must be >= 0 (steps; 0 = no held-out evaluation)");
+  check(c.eval.interval == 0 || !c.eval.data.empty(), w, "eval.data",
+        "must name feature files when eval.interval > 0 (HINT: dflash_mpi extract --for-config)");
+  check(c.eval.max_sequences >= 0, w, "eval.max_sequences", "must be >= 0 (0 = all)");
   check(c.pipeline.hs_queue_depth > 0, w, "pipeline.hs_queue_depth", "must be positive");
   check(c.checkpoint.interval > 0, w, "checkpoint.interval", "must be positive (steps)");
   check(c.checkpoint.keep_last > 0, w, "checkpoint.keep_last", "must be positive");
@@ -185,12 +189,12 @@ Config config_parse(const std::string& text, const std::string& where) {
   Config c;
   c.path = where;
   c.text = text;
-  static const std::set<std::string> kSections{"run",   "target",   "drafter",    "data",
-                                               "train", "pipeline", "checkpoint", "topology"};
+  static const std::set<std::string> kSections{"run",      "target",     "drafter",  "data", "train",
+                                               "pipeline", "checkpoint", "topology", "eval"};
   for (const auto& [k, v] : root) {
     std::string name(k.str());
     DF_CHECK(kSections.count(name), "%s: unknown section or key '%s' (sections: run, target, drafter, data, train, "
-             "pipeline, checkpoint, topology)",
+             "pipeline, checkpoint, topology, eval)",
              where.c_str(), name.c_str());
   }
   {
@@ -276,6 +280,13 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("drafters", c.topology.drafters);
     r.finish();
   }
+  {
+    Reader r(section(root, "eval", where), "eval", where, c);
+    r.get("data", c.eval.data);
+    r.get("interval", c.eval.interval);
+    r.get("max_sequences", c.eval.max_sequences);
+    r.finish();
+  }
   validate(c, where);
   return c;
 }
@@ -301,6 +312,7 @@ void config_resolve_paths(Config& c, const std::string& base_dir) {
   fix(c.target.model);
   fix(c.target.random_config);
   for (std::string& p : c.data.train) fix(p);
+  for (std::string& p : c.eval.data) fix(p);
 }
 
 std::string config_table(const Config& c) {

@@ -82,6 +82,14 @@ struct TopologySection {
   int drafters = 0;
 };
 
+// Held-out evaluation during training: loss and teacher-forced τ on feature files (as `extract --for-config`
+// writes them for this run) every `interval` steps, forward only, on drafter 0.
+struct EvalSection {
+  std::vector<std::string> data;  // feature files (taps + tokens + loss_mask)
+  int64_t interval = 0;           // steps; 0 = off
+  int64_t max_sequences = 0;      // evaluate only the first N sequences (0 = all)
+};
+
 struct Config {
   std::string path;  // where it came from
   std::string text;  // the file's text, stored in checkpoints
@@ -94,6 +102,7 @@ struct Config {
   PipelineSection pipeline;
   CheckpointSection checkpoint;
   TopologySection topology;
+  EvalSection eval;
 };
 
 // Parses TOML text; `where` names the source in messages. Throws df::Error naming section.key.

@@ -13,6 +13,7 @@
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_train_ops.h"
+#include "pipeline/heldout.h"
 #include "pipeline/loops.h"
 #include "pipeline/metrics.h"
 #include "topo/plan_split.h"
@@ -95,6 +96,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   if (owner)
     metrics = std::make_unique<MetricsLog>(plan.cfg.run.dir, plan.cfg.run.log_interval, plan.total_steps,
                                            plan.num_targets, plan.num_drafters);
+  std::unique_ptr<HeldoutEval> heldout;  // [eval]: drafter 0 alone, between its steps
+  if (owner && plan.cfg.eval.interval > 0) heldout = std::make_unique<HeldoutEval>(plan.cfg, plan.drafter);
   std::vector<int> all_targets;  // q_hs: how many targets have a batch for us waiting on the channel
   for (int t = 0; t < plan.num_targets; ++t) all_targets.push_back(t);
 
@@ -135,13 +138,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       DrafterBatch db = batch_from_packet(p, store);
       Rng rng(rng_mix(plan.cfg.run.seed, uint64_t(b)));
       std::vector<DrafterAnchor> anchors = anchors_sample_batch(db, plan.drafter.num_anchors, rng);
-      DrafterLossOptions lo;
-      lo.kind = plan.kl ? LmLossKind::kl : LmLossKind::ce;
-      lo.gamma = float(tc.gamma);
-      lo.streak = tc.streak;
-      lo.streak_alpha = float(tc.streak_alpha);
-      lo.dpace = loss_dpace_kind(tc.loss);
-      lo.dpace_alpha = float(tc.dpace_alpha);
+      DrafterLossOptions lo = loss_options_from_config(tc);
       lo.noise_std = noise_std_at(float(tc.noise_std), step, plan.total_steps);
       lo.noise_seed = rng.next_u64();
       ls.merge(drafter_forward_backward(model, db, anchors, lo));
@@ -175,7 +172,13 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     last_gnorm = r.grad_norm;
     const bool stop = ss.stop > 0 || step + 1 == plan.stop_at_step;
     const bool last = step + 1 == plan.total_steps;
-    if (owner) metrics->step(step, ss, r.lr, r.grad_norm, stop || last);
+    const bool eval_now = heldout && ((step + 1) % plan.cfg.eval.interval == 0 || stop || last);
+    if (eval_now) {
+      watchdog.beat("evaluating on the held-out set (eval.data)");
+      const LossStats ev = heldout->run(model, loss_options_from_config(tc));
+      metrics->set_eval(ev.mean_loss(), ev.tau(), loss_accuracy(ev));
+    }
+    if (owner) metrics->step(step, ss, r.lr, r.grad_norm, stop || last || eval_now);
     watchdog.beat("writing a checkpoint");
     if ((step + 1) % plan.cfg.checkpoint.interval == 0 || stop || last) save(step + 1);
     if (stop) {

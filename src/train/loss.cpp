@@ -22,6 +22,13 @@ void LossStats::merge(const LossStats& o) {
   tau_blocks += o.tau_blocks;
 }
 
+std::vector<double> loss_accuracy(const LossStats& st) {
+  std::vector<double> acc;
+  for (size_t k = 0; k < st.correct.size(); ++k)
+    acc.push_back(st.count[k] > 0 ? double(st.correct[k]) / double(st.count[k]) : 0.0);
+  return acc;
+}
+
 float loss_offset_weight(int k, float gamma) {
   DF_CHECK(k >= 1 && gamma > 0, "loss_offset_weight: offset %d must be ≥ 1 and gamma %g > 0", k, double(gamma));
   return float(std::exp(-double(k - 1) / double(gamma)));
@@ -41,6 +48,17 @@ void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labell
       if (labelled[r]) prefix *= std::pow(double(p_label[r]), double(alpha));
     }
   }
+}
+
+DrafterLossOptions loss_options_from_config(const TrainSection& t) {
+  DrafterLossOptions o;
+  o.kind = t.loss == "kl" ? LmLossKind::kl : LmLossKind::ce;
+  o.gamma = float(t.gamma);
+  o.streak = t.streak;
+  o.streak_alpha = float(t.streak_alpha);
+  o.dpace = loss_dpace_kind(t.loss);
+  o.dpace_alpha = float(t.dpace_alpha);
+  return o;
 }
 
 DpaceKind loss_dpace_kind(const std::string& loss) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "ops/train_ops.h"
 
 namespace df {
@@ -60,6 +61,9 @@ struct LossStats {
   double tau() const { return tau_blocks > 0 ? tau_sum / double(tau_blocks) : 0.0; }
 };
 
+// correct[k] / count[k] per block offset (0 where an offset has no labelled row).
+std::vector<double> loss_accuracy(const LossStats& st);
+
 // exp(−(k−1)/γ) for block offset k ≥ 1.
 float loss_offset_weight(int k, float gamma);
 
@@ -67,6 +71,10 @@ float loss_offset_weight(int k, float gamma);
 // labelled[r] says whether row r has a label; p_label[r] is p_draft(label) from the forward pass.
 void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labelled, const std::vector<float>& p_label,
                        int block, float alpha);
+
+// The options a run config's [train] section sets (loss kind, γ, streak, D-PACE); noise, backward and fixed
+// weights are the caller's.
+DrafterLossOptions loss_options_from_config(const TrainSection& t);
 
 // D-PACE weights of nb blocks (block-major rows; offset 0 of each block gets 0): with m_k = labelled,
 // p_k = p_label (detached), s_k = (1 − α)·p_k + α where m_k = 1 and 1 elsewhere, prefix_k = Π_{j=1..k} s_j and

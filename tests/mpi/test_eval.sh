@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `dflash_mpi eval` end to end: train the tiny drafter a few steps, export it, then measure its τ by speculative
 # decoding against the same random target (from the HF export and from the checkpoint + config), regenerate the
-# prompts' responses with the target (--generate), and check that bad invocations fail with a message.
+# prompts' responses with the target (--generate), train with a held-out set ([eval]), and check that bad
+# invocations fail with a message.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -49,6 +50,26 @@ if "$BIN" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5" --nu
   echo "ok: eval --generate -> $(grep -o '[0-9]* sequences, [0-9]* tokens' "$TMP/info.log" | head -1)"
 else
   fail "eval --generate"; cat "$TMP/gen.log" "$TMP/info.log"
+fi
+
+# Held-out evaluation during training: features of the first sequences as eval.data, evaluated every 4 steps.
+"$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --for-config "$TMP/run.toml" --out "$TMP/heldout.h5" \
+  >"$TMP/extract.log" 2>&1 || { fail "extract held-out features"; cat "$TMP/extract.log"; }
+write_config "$TMP/ev.toml" "$TMP/ev" 1 1 10 "[eval]" "data = [\"$TMP/heldout.h5\"]" "interval = 4" "max_sequences = 30"
+if run_mpi 2 "$TMP/ev.log" --config "$TMP/ev.toml"; then
+  python3 - "$TMP/ev/metrics.jsonl" <<'PY' || fail "held-out metrics"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ev = [r["step"] for r in rows if "eval_loss" in r]
+assert ev == [4, 8, 10], ev  # every 4 steps and at the end
+for r in rows:
+    if "eval_loss" in r:
+        assert 0 < r["eval_loss"] < 10 and 1 <= r["eval_tau"] <= 8 and len(r["eval_acc"]) == 7, r
+PY
+  expect_out "$TMP/ev.log" "step +4/10 .* \| eval loss [0-9.]+ tau [0-9.]+$"
+  echo "ok: [eval] held-out loss/tau at steps $(grep -o 'eval loss [0-9.]* tau [0-9.]*' "$TMP/ev.log" | tr '\n' ',')"
+else
+  fail "training with [eval]"; tail -20 "$TMP/ev.log"
 fi
 
 # Bad invocations name what is wrong.
