@@ -44,6 +44,9 @@ void cmd_eval_register(CLI::App& root) {
   c->add_option("--top-p", o->sample.top_p, "--generate: nucleus sampling mass")
       ->check(CLI::Range(1e-6, 1.0))
       ->capture_default_str();
+  c->add_option("--batch", o->batch, "--generate: prompts decoded side by side (one GEMM per layer for all)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--seed", o->sample.seed, "--generate: sampling seed (each prompt draws its own stream)")
       ->capture_default_str();
   c->callback([o] {

@@ -1,8 +1,8 @@
-// TargetDecoder: the target forward of target_forward.cpp, step by step over one sequence. Attention layers
-// append the step's keys/values to their cache and attend over it (Ops::attention_cached); DeltaNet layers
-// run the causal conv over [saved conv history | step inputs] and continue the recurrence from the carried
-// state (Ops::gdn_decode), saving the states and conv inputs of the step's last tokens so commit can roll
-// back.
+// TargetDecoder: the target forward of target_forward.cpp, step by step. A step's rows form segments, one per
+// sequence slot (one segment for step, one row per slot for step_all). Attention layers append each segment's
+// keys/values to its slot's cache and attend over it (Ops::attention_cached); DeltaNet layers run the causal
+// conv over [the slot's conv history | segment inputs] and continue its recurrence (Ops::gdn_decode), saving
+// the states and conv inputs of a step's last tokens so commit can roll back.
 #include "model/target_decode.h"
 
 #include <algorithm>
@@ -20,25 +20,28 @@ struct TargetDecoder::Buffers {
   Tensor conv_cu,
       conv_pos;  // the one-sequence layout of conv_in: i32 [1, 2] and positions [1, K − 1 + max_step]
   std::vector<Tensor> taps;  // [max_step, H] per tap layer
-  Tensor logits;             // [max_block, V]
+  Tensor logits;             // [max(max_block, slots), V]
 };
 
 struct TargetDecoder::LayerCache {
-  Tensor k, v;        // full attention: [max_len, kv·hd]
-  Tensor conv_hist;   // DeltaNet: raw conv inputs of the last K − 1 committed tokens [K − 1, C]
-  Tensor conv_saved;  // the step's last K − 1 + R conv inputs, for commit [K − 1 + max_block, C]
-  Tensor state;       // f32 [1, nv·dk·dv] after the last committed token
-  Tensor states;      // f32 [max_block, nv·dk·dv] after each of the step's last R tokens
+  Tensor k, v;  // full attention: [slots · max_len, kv·hd], slot s at rows [s·max_len, (s+1)·max_len)
+  Tensor
+      conv_hist;  // DeltaNet: raw conv inputs of each slot's last K − 1 committed tokens [slots · (K − 1), C]
+  Tensor conv_saved;  // a step's last K − 1 + R conv inputs, for commit [K − 1 + max_block, C]
+  Tensor state;       // f32 [slots, nv·dk·dv] after each slot's last committed token
+  Tensor states;      // f32 [max(max_block, slots), nv·dk·dv]: after each of a step's last R tokens (step),
+                      // after each slot's token (step_all)
 };
 
 TargetDecoder::TargetDecoder(const TargetModel& model, const TargetDecodeLimits& limits,
                              const std::vector<int>& tap_layers)
     : m_(model), ops_(*model.ops), lim_(limits), tap_layers_(tap_layers), b_(std::make_unique<Buffers>()) {
   const QwenConfig& c = m_.cfg;
-  DF_CHECK(lim_.max_len > 0 && lim_.max_step > 0 && lim_.max_block > 0 && lim_.max_step <= lim_.max_len,
-           "target decode: limits max_len %lld, max_step %lld, max_block %lld must be positive, max_step ≤ "
-           "max_len",
-           (long long)lim_.max_len, (long long)lim_.max_step, (long long)lim_.max_block);
+  DF_CHECK(lim_.max_len > 0 && lim_.max_step > 0 && lim_.max_block > 0 && lim_.max_step <= lim_.max_len &&
+               lim_.slots >= 1 && lim_.slots <= lim_.max_step,
+           "target decode: limits max_len %lld, max_step %lld, max_block %lld, slots %d must be positive, "
+           "max_step ≤ max_len, slots ≤ max_step",
+           (long long)lim_.max_len, (long long)lim_.max_step, (long long)lim_.max_block, lim_.slots);
   DF_CHECK(
       m_.num_loaded_layers == c.layers && !m_.lm_head.empty(),
       "target decode needs every layer (%d of %d loaded) and the lm_head (%s); HINT: load the target with "
@@ -65,8 +68,9 @@ TargetDecoder::~TargetDecoder() {
 void TargetDecoder::plan(Arena& a) {
   const QwenConfig& c = m_.cfg;
   const DType act = ops_.act_dtype();
-  const int64_t S = lim_.max_step, K1 = std::max(c.conv_kernel - 1, 0);
+  const int64_t S = lim_.max_step, K1 = std::max(c.conv_kernel - 1, 0), slots = lim_.slots;
   const int64_t vdim = int64_t(c.lin_nv) * c.lin_dv, sdim = vdim * c.lin_dk;
+  const int64_t saved = std::max<int64_t>(lim_.max_block, slots);
   int64_t proj_cols = 2 * int64_t(c.intermediate), conv_ch = 1;
   for (const TargetLayer& L : m_.layers) {
     proj_cols = std::max(proj_cols, L.kind == LayerKind::full_attention ? L.w_qkv.rows : L.w_in.rows);
@@ -87,20 +91,20 @@ void TargetDecoder::plan(Arena& a) {
   b.conv_pos = a.alloc(DType::i32, 1, K1 + S);
   b.taps.clear();
   for (size_t i = 0; i < tap_layers_.size(); ++i) b.taps.push_back(a.alloc(act, S, c.hidden));
-  b.logits = a.alloc(act, lim_.max_block, c.vocab);
+  b.logits = a.alloc(act, saved, c.vocab);
   for (size_t l = 0; l < m_.layers.size(); ++l) {
     const TargetLayer& L = m_.layers[l];
     LayerCache& lc = caches_[l];
     if (L.kind == LayerKind::full_attention) {
-      lc.k = a.alloc(act, lim_.max_len, int64_t(c.kv_heads) * c.head_dim);
-      lc.v = a.alloc(act, lim_.max_len, int64_t(c.kv_heads) * c.head_dim);
+      lc.k = a.alloc(act, slots * lim_.max_len, int64_t(c.kv_heads) * c.head_dim);
+      lc.v = a.alloc(act, slots * lim_.max_len, int64_t(c.kv_heads) * c.head_dim);
     } else {
       if (K1 > 0) {
-        lc.conv_hist = a.alloc(act, K1, L.conv_w.rows);
+        lc.conv_hist = a.alloc(act, slots * K1, L.conv_w.rows);
         lc.conv_saved = a.alloc(act, K1 + lim_.max_block, L.conv_w.rows);
       }
-      lc.state = a.alloc(DType::f32, 1, sdim);
-      lc.states = a.alloc(DType::f32, lim_.max_block, sdim);
+      lc.state = a.alloc(DType::f32, slots, sdim);
+      lc.states = a.alloc(DType::f32, saved, sdim);
     }
   }
 }
@@ -114,7 +118,8 @@ void TargetDecoder::reset() {
       ops_.upload_f32(*t, zeros.data());
     }
   }
-  len_ = last_step_ = 0;
+  lens_.assign(size_t(lim_.slots), 0);
+  last_step_ = 0;
   pending_ = -1;
   pending_saved_ = 0;
 }
@@ -133,13 +138,17 @@ void TargetDecoder::layer_full(size_t l, int64_t T) {
   Tensor pos = b_->pos.cols_view(0, T);
   ops_.qk_norm_rope(q, L.q_norm, pos, c.heads, hd, c.rot_dim, c.rope_theta, c.rms_eps, c.norm_kind());
   ops_.qk_norm_rope(k, L.k_norm, pos, c.kv_heads, hd, c.rot_dim, c.rope_theta, c.rms_eps, c.norm_kind());
-  ops_.copy(k, lc.k.rows_view(len_, T));
-  ops_.copy(v, lc.v.rows_view(len_, T));
   Tensor o = b_->mix.rows_view(0, T).cols_view(0, q_cols);
-  Tensor gate;
-  if (c.attn_output_gate) gate = proj.cols_view(q_cols, q_cols);
-  ops_.attention_cached(q, lc.k.rows_view(0, len_ + T), lc.v.rows_view(0, len_ + T), o, len_, c.heads,
-                        c.kv_heads, hd, 1.0f / std::sqrt(float(hd)), c.attn_output_gate ? &gate : nullptr);
+  for (const Segment& g : segs_) {
+    const int64_t base = int64_t(g.slot) * lim_.max_len;
+    ops_.copy(k.rows_view(g.row0, g.n), lc.k.rows_view(base + g.past, g.n));
+    ops_.copy(v.rows_view(g.row0, g.n), lc.v.rows_view(base + g.past, g.n));
+    Tensor gate;
+    if (c.attn_output_gate) gate = proj.cols_view(q_cols, q_cols).rows_view(g.row0, g.n);
+    ops_.attention_cached(q.rows_view(g.row0, g.n), lc.k.rows_view(base, g.past + g.n),
+                          lc.v.rows_view(base, g.past + g.n), o.rows_view(g.row0, g.n), g.past, c.heads,
+                          c.kv_heads, hd, 1.0f / std::sqrt(float(hd)), c.attn_output_gate ? &gate : nullptr);
+  }
   ops_.gemm(o, L.w_o, b_->h.rows_view(0, T), 1.0f);
 }
 
@@ -148,53 +157,55 @@ void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
   const TargetLayer& L = m_.layers[l];
   LayerCache& lc = caches_[l];
   const int64_t C = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
-  const int64_t K1 = std::max(c.conv_kernel - 1, 0), rows = K1 + T;
+  const int64_t K1 = std::max(c.conv_kernel - 1, 0);
   Tensor proj = b_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
   ops_.gemm(b_->n.rows_view(0, T), L.w_in, proj, 0.0f);
-  // The conv of the step's tokens over [last K − 1 committed inputs | step inputs] as one sequence: the saved
-  // history stands in for the zeros a prefill sees before position 0.
-  Tensor conv_in = b_->conv_in.rows_view(0, rows).cols_view(0, C);
-  if (K1 > 0) ops_.copy(lc.conv_hist, conv_in.rows_view(0, K1));
-  ops_.copy(proj.cols_view(0, C), conv_in.rows_view(K1, T));
-  SeqLayout one;
-  one.cu_host = {0, int32_t(rows)};
-  one.cu = b_->conv_cu;
-  one.pos = b_->conv_pos.cols_view(0, rows);
-  one.tokens = rows;
-  one.num_seqs = 1;
-  one.max_len = int(rows);
-  ops_.upload_raw(one.cu, one.cu_host.data());
-  Tensor conv_out = b_->conv_out.rows_view(0, rows).cols_view(0, C);
-  ops_.conv1d_silu(conv_in, L.conv_w, conv_out, one);
   Tensor o = b_->mix.rows_view(0, T).cols_view(0, vdim);
-  ops_.gdn_decode(conv_out.rows_view(K1, T), proj.cols_view(C + vdim + nv, nv), proj.cols_view(C + vdim, nv),
-                  L.A_log, L.dt_bias, o, lc.state, lc.states.rows_view(0, R),
-                  GdnShape{c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv});
-  if (K1 > 0) ops_.copy(conv_in.rows_view(T - R, K1 + R), lc.conv_saved.rows_view(0, K1 + R));
+  for (size_t gi = 0; gi < segs_.size(); ++gi) {
+    const Segment& g = segs_[gi];
+    const int64_t rows = K1 + g.n;
+    Tensor seg = proj.rows_view(g.row0, g.n);
+    Tensor hist = K1 > 0 ? lc.conv_hist.rows_view(int64_t(g.slot) * K1, K1) : Tensor{};
+    // The conv of the segment over [the slot's last K − 1 committed inputs | its inputs] as one sequence: the
+    // history stands in for the zeros a prefill sees before position 0.
+    Tensor conv_in = b_->conv_in.rows_view(0, rows).cols_view(0, C);
+    if (K1 > 0) ops_.copy(hist, conv_in.rows_view(0, K1));
+    ops_.copy(seg.cols_view(0, C), conv_in.rows_view(K1, g.n));
+    SeqLayout one;
+    one.cu_host = {0, int32_t(rows)};
+    one.cu = b_->conv_cu;
+    one.pos = b_->conv_pos.cols_view(0, rows);
+    one.tokens = rows;
+    one.num_seqs = 1;
+    one.max_len = int(rows);
+    ops_.upload_raw(one.cu, one.cu_host.data());
+    Tensor conv_out = b_->conv_out.rows_view(0, rows).cols_view(0, C);
+    ops_.conv1d_silu(conv_in, L.conv_w, conv_out, one);
+    // step_all: one token per slot, its state in row gi; step: the last R tokens' states.
+    Tensor states = batched_ ? lc.states.rows_view(int64_t(gi), 1) : lc.states.rows_view(0, R);
+    Tensor state = lc.state.rows_view(g.slot, 1);
+    ops_.gdn_decode(conv_out.rows_view(K1, g.n), seg.cols_view(C + vdim + nv, nv),
+                    seg.cols_view(C + vdim, nv), L.A_log, L.dt_bias, o.rows_view(g.row0, g.n), state, states,
+                    GdnShape{c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv});
+    if (batched_) {  // committed at once: the slot's state and conv history move on
+      ops_.copy(states, state);
+      if (K1 > 0) ops_.copy(conv_in.rows_view(g.n, K1), hist);
+    } else if (K1 > 0) {
+      ops_.copy(conv_in.rows_view(g.n - R, K1 + R), lc.conv_saved.rows_view(0, K1 + R));
+    }
+  }
   Tensor normed = b_->normed.rows_view(0, T).cols_view(0, vdim);
   ops_.gated_rmsnorm(o, proj.cols_view(C, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);
   ops_.gemm(normed, L.w_out, b_->h.rows_view(0, T), 1.0f);
 }
 
-void TargetDecoder::step(const std::vector<int32_t>& ids) {
+void TargetDecoder::forward(const std::vector<int32_t>& ids, const std::vector<int32_t>& pos, int64_t R) {
   const QwenConfig& c = m_.cfg;
   const int64_t T = int64_t(ids.size());
-  DF_CHECK(pending_ < 0, "target decode: commit the previous step (%lld tokens) before the next",
-           (long long)pending_);
-  DF_CHECK(T >= 1 && T <= lim_.max_step,
-           "target decode: a step of %lld tokens; it must be 1..%lld (max_step)", (long long)T,
-           (long long)lim_.max_step);
-  DF_CHECK(len_ + T <= lim_.max_len,
-           "target decode: %lld cached + %lld new tokens exceed max_len %lld; HINT: raise the decode limits "
-           "(max new tokens + block size)",
-           (long long)len_, (long long)T, (long long)lim_.max_len);
   for (int32_t id : ids)
     DF_CHECK(id >= 0 && id < c.vocab, "target decode: token id %d outside vocab %d", id, c.vocab);
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) pos[size_t(i)] = int32_t(len_ + i);
   ops_.upload_raw(b_->ids.cols_view(0, T), ids.data());
   ops_.upload_raw(b_->pos.cols_view(0, T), pos.data());
-  const int64_t R = std::min(T, lim_.max_block);
   const NormKind nk = c.norm_kind();
   Tensor h = b_->h.rows_view(0, T), n = b_->n.rows_view(0, T);
   ops_.embedding(b_->ids.cols_view(0, T), m_.embed, h);
@@ -213,8 +224,49 @@ void TargetDecoder::step(const std::vector<int32_t>& ids) {
       if (tap_layers_[i] == int(l)) ops_.copy(h, b_->taps[i].rows_view(0, T));
   }
   ops_.gemm(n.rows_view(T - R, R), m_.lm_head, b_->logits.rows_view(0, R), 0.0f);
-  pending_ = last_step_ = T;
+  last_step_ = T;
   pending_saved_ = R;
+}
+
+void TargetDecoder::step(const std::vector<int32_t>& ids, int slot) {
+  const int64_t T = int64_t(ids.size());
+  DF_CHECK(pending_ < 0, "target decode: commit the previous step (%lld tokens) before the next",
+           (long long)pending_);
+  DF_CHECK(slot >= 0 && slot < lim_.slots, "target decode: slot %d of %d", slot, lim_.slots);
+  DF_CHECK(T >= 1 && T <= lim_.max_step,
+           "target decode: a step of %lld tokens; it must be 1..%lld (max_step)", (long long)T,
+           (long long)lim_.max_step);
+  const int64_t past = lens_[size_t(slot)];
+  DF_CHECK(past + T <= lim_.max_len,
+           "target decode: %lld cached + %lld new tokens exceed max_len %lld; HINT: raise the decode limits "
+           "(max new tokens + block size)",
+           (long long)past, (long long)T, (long long)lim_.max_len);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) pos[size_t(i)] = int32_t(past + i);
+  segs_ = {Segment{slot, 0, T, past}};
+  batched_ = false;
+  forward(ids, pos, std::min(T, lim_.max_block));
+  pending_ = T;
+  pending_slot_ = slot;
+}
+
+void TargetDecoder::step_all(const std::vector<int32_t>& ids) {
+  DF_CHECK(pending_ < 0, "target decode: commit the previous step (%lld tokens) before the next",
+           (long long)pending_);
+  DF_CHECK(int64_t(ids.size()) == lim_.slots,
+           "target decode: step_all takes one token per slot (%d), got %zu", lim_.slots, ids.size());
+  std::vector<int32_t> pos;
+  segs_.clear();
+  for (int s = 0; s < lim_.slots; ++s) {
+    const int64_t past = lens_[size_t(s)];
+    DF_CHECK(past + 1 <= lim_.max_len, "target decode: slot %d holds %lld tokens, max_len %lld", s,
+             (long long)past, (long long)lim_.max_len);
+    segs_.push_back(Segment{s, s, 1, past});
+    pos.push_back(int32_t(past));
+  }
+  batched_ = true;
+  forward(ids, pos, lim_.slots);
+  for (int64_t& len : lens_) ++len;
 }
 
 void TargetDecoder::commit(int64_t n) {
@@ -228,10 +280,12 @@ void TargetDecoder::commit(int64_t n) {
     for (size_t l = 0; l < m_.layers.size(); ++l) {
       if (m_.layers[l].kind != LayerKind::linear_attention) continue;
       LayerCache& lc = caches_[l];
-      ops_.copy(lc.states.rows_view(n - 1 - first, 1), lc.state);
-      if (K1 > 0) ops_.copy(lc.conv_saved.rows_view(n - first, K1), lc.conv_hist);
+      ops_.copy(lc.states.rows_view(n - 1 - first, 1), lc.state.rows_view(pending_slot_, 1));
+      if (K1 > 0)
+        ops_.copy(lc.conv_saved.rows_view(n - first, K1),
+                  lc.conv_hist.rows_view(int64_t(pending_slot_) * K1, K1));
     }
-  len_ += n;
+  lens_[size_t(pending_slot_)] += n;
   pending_ = -1;
 }
 

@@ -24,6 +24,7 @@ struct TargetDecodeLimits {
   int64_t max_len = 0;    // tokens the caches hold (prompt + generated + one block of look-ahead)
   int64_t max_step = 0;   // tokens one step takes (the longest prompt; prefill is one step)
   int64_t max_block = 0;  // a step can be rolled back within its last max_block tokens; logits exist for them
+  int slots = 1;          // sequences decoded side by side (step_all); slots ≤ max_step
 };
 
 class TargetDecoder {
@@ -36,16 +37,21 @@ class TargetDecoder {
   TargetDecoder(const TargetDecoder&) = delete;
   TargetDecoder& operator=(const TargetDecoder&) = delete;
 
-  // Empties the caches for a new sequence.
+  // Empties the caches of every slot.
   void reset();
-  // Runs ids (host, each < vocab) at positions length() .. length() + n − 1. The previous step must have been
-  // committed. Afterwards logits() holds the last min(n, max_block) rows and tap(i) all n rows.
-  void step(const std::vector<int32_t>& ids);
+  // Runs ids (host, each < vocab) of one slot at positions length(slot) .. length(slot) + n − 1. The previous
+  // step must have been committed. Afterwards logits() holds the last min(n, max_block) rows and tap(i) all
+  // n.
+  void step(const std::vector<int32_t>& ids, int slot = 0);
   // Keeps the first n tokens of the last step (0 ≤ n ≤ its size; n = 0 or n > size − min(size, max_block)).
   void commit(int64_t n);
+  // One token per slot (ids[s] for slot s, all slots), committed at once (no rollback); logits() row s and
+  // tap(i) row s belong to slot s.
+  void step_all(const std::vector<int32_t>& ids);
 
-  int64_t length() const { return len_; }  // committed tokens
+  int64_t length(int slot = 0) const { return lens_[size_t(slot)]; }  // committed tokens
   int vocab() const { return m_.cfg.vocab; }
+  int slots() const { return lim_.slots; }
   // f32/act [rows, V] logits of the last step's last rows (row r = token size − rows + r).
   Tensor logits() const;
   // act [n, H]: output of decoder layer tap_layers[i] for the last step's tokens.
@@ -59,7 +65,13 @@ class TargetDecoder {
  private:
   struct Buffers;
   struct LayerCache;
+  // Rows [row0, row0 + n) of a step belong to `slot`, whose caches hold `past` tokens before them.
+  struct Segment {
+    int slot = 0;
+    int64_t row0 = 0, n = 0, past = 0;
+  };
   void plan(Arena& a);
+  void forward(const std::vector<int32_t>& ids, const std::vector<int32_t>& pos, int64_t R);
   void layer_full(size_t l, int64_t T);
   void layer_linear(size_t l, int64_t T, int64_t R);
 
@@ -70,8 +82,11 @@ class TargetDecoder {
   std::unique_ptr<Buffers> b_;
   std::vector<LayerCache> caches_;
   void* block_ = nullptr;
-  int64_t len_ = 0;
+  std::vector<int64_t> lens_;  // committed tokens per slot
+  std::vector<Segment> segs_;  // the running step's rows
+  bool batched_ = false;       // the running step is step_all (no rollback: caches updated in place)
   int64_t pending_ = -1;       // tokens of the uncommitted step, −1 when none
+  int pending_slot_ = 0;
   int64_t pending_saved_ = 0;  // how many of its last tokens have saved DeltaNet states and logits
   int64_t last_step_ = 0;      // tokens of the last step run (committed or not)
 };

@@ -159,19 +159,27 @@ SpecSummary eval_run(const EvalOptions& o) {
 void generate_run(const EvalOptions& o) {
   DF_CHECK(!o.out.empty(), "eval --generate: --out F.h5 names the token file to write");
   Loaded L = load_target_and_prompts(o);
-  TargetDecoder dec(*L.target, {L.max_prompt + o.max_new_tokens, L.max_prompt, 1}, {});
+  const int slots = int(std::min<int64_t>(o.batch, int64_t(L.prompts.size())));
+  TargetDecoder dec(*L.target,
+                    {L.max_prompt + o.max_new_tokens, std::max<int64_t>(L.max_prompt, slots), 1, slots}, {});
   TokenData out;
   out.vocab_size = L.target->cfg.vocab;
   const auto t0 = std::chrono::steady_clock::now();
-  for (size_t s = 0; s < L.prompts.size(); ++s) {
-    Rng rng(rng_mix(o.sample.seed, s));  // each prompt its own stream: the output does not depend on order
-    const std::vector<int32_t>& p = L.prompts[s];
-    const std::vector<int32_t> cont = target_generate(dec, p, o.max_new_tokens, o.sample, rng);
-    out.tokens.insert(out.tokens.end(), p.begin(), p.end());
-    out.tokens.insert(out.tokens.end(), cont.begin(), cont.end());
-    out.loss_mask.insert(out.loss_mask.end(), p.size(), 0);
-    out.loss_mask.insert(out.loss_mask.end(), cont.size(), 1);
-    out.offsets.push_back(int64_t(out.tokens.size()));
+  for (size_t s0 = 0; s0 < L.prompts.size(); s0 += size_t(slots)) {
+    const size_t s1 = std::min(L.prompts.size(), s0 + size_t(slots));
+    const std::vector<std::vector<int32_t>> group(L.prompts.begin() + s0, L.prompts.begin() + s1);
+    std::vector<Rng> rngs;  // each prompt its own stream: the output depends on neither order nor batch
+    for (size_t s = s0; s < s1; ++s) rngs.emplace_back(rng_mix(o.sample.seed, s));
+    const std::vector<std::vector<int32_t>> cont =
+        target_generate(dec, group, o.max_new_tokens, o.sample, rngs);
+    for (size_t i = 0; i < group.size(); ++i) {
+      out.tokens.insert(out.tokens.end(), group[i].begin(), group[i].end());
+      out.tokens.insert(out.tokens.end(), cont[i].begin(), cont[i].end());
+      out.loss_mask.insert(out.loss_mask.end(), group[i].size(), 0);
+      out.loss_mask.insert(out.loss_mask.end(), cont[i].size(), 1);
+      out.offsets.push_back(int64_t(out.tokens.size()));
+    }
+    log_info("eval --generate: %zu / %zu prompts", s1, L.prompts.size());
   }
   token_data_validate(out, o.out);
   token_file_write(o.out, out);

@@ -23,6 +23,7 @@ struct EvalOptions {
   int block_size = 0;       // 0: the drafter's own
   int64_t num_prompts = 0;  // 0: all
   bool generate = false;
+  int64_t batch = 8;     // generate: prompts decoded side by side
   SampleOptions sample;  // generate only
 };
 

@@ -144,20 +144,34 @@ int32_t sample_token(const float* logits, int64_t vocab, const SampleOptions& o,
   return order[keep - 1];
 }
 
-std::vector<int32_t> target_generate(TargetDecoder& dec, const std::vector<int32_t>& prompt, int64_t max_new,
-                                     const SampleOptions& o, Rng& rng) {
+std::vector<std::vector<int32_t>> target_generate(TargetDecoder& dec,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  int64_t max_new, const SampleOptions& o,
+                                                  std::vector<Rng>& rngs) {
   const int64_t V = dec.vocab();
+  const size_t n = prompts.size();
+  DF_CHECK(n >= 1 && int(n) <= dec.slots() && rngs.size() == n && max_new >= 1,
+           "target_generate: %zu prompts, %zu generators, %lld new tokens for a decoder of %d slots", n,
+           rngs.size(), (long long)max_new, dec.slots());
   dec.reset();
-  dec.step(prompt);
-  dec.commit(int64_t(prompt.size()));
-  std::vector<int32_t> out;
-  while (true) {
+  std::vector<std::vector<int32_t>> out(n);
+  std::vector<int32_t> next(size_t(dec.slots()), 0);  // placeholder token for slots without a prompt
+  for (size_t i = 0; i < n; ++i) {
+    dec.step(prompts[i], int(i));
+    dec.commit(int64_t(prompts[i].size()));
     const std::vector<float> lg = dec.logits_host();
-    out.push_back(sample_token(&lg[lg.size() - size_t(V)], V, o, rng));
-    if (int64_t(out.size()) >= max_new) return out;
-    dec.step({out.back()});
-    dec.commit(1);
+    next[i] = sample_token(&lg[lg.size() - size_t(V)], V, o, rngs[i]);
+    out[i].push_back(next[i]);
   }
+  for (int64_t t = 1; t < max_new; ++t) {
+    dec.step_all(next);
+    const std::vector<float> lg = dec.logits_host();  // row s: slot s
+    for (size_t i = 0; i < n; ++i) {
+      next[i] = sample_token(&lg[i * size_t(V)], V, o, rngs[i]);
+      out[i].push_back(next[i]);
+    }
+  }
+  return out;
 }
 
 void SpecSummary::add(const SpecPromptResult& r, int block) {

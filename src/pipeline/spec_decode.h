@@ -77,10 +77,14 @@ struct SampleOptions {
 // The next token from one row of logits (host, V floats); rng is used only when temperature > 0.
 int32_t sample_token(const float* logits, int64_t vocab, const SampleOptions& o, Rng& rng);
 
-// The target's own continuation of `prompt` (max_new tokens), one token per step. dec: planned with
-// max_step ≥ prompt length and max_len ≥ prompt + max_new.
-std::vector<int32_t> target_generate(TargetDecoder& dec, const std::vector<int32_t>& prompt, int64_t max_new,
-                                     const SampleOptions& o, Rng& rng);
+// The target's own continuations (max_new tokens each) of up to dec's slots prompts, decoded side by side:
+// each prompt is prefilled in its slot, then every step decodes one token of every slot
+// (TargetDecoder::step_all; slots without a prompt run on a placeholder and are dropped). rngs[i] draws
+// prompt i's tokens. dec: planned with max_step ≥ the longest prompt and max_len ≥ prompt + max_new.
+std::vector<std::vector<int32_t>> target_generate(TargetDecoder& dec,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  int64_t max_new, const SampleOptions& o,
+                                                  std::vector<Rng>& rngs);
 
 // Totals over prompts for the summary line.
 struct SpecSummary {

@@ -48,6 +48,14 @@ if "$BIN" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5" --nu
   expect_out "$TMP/gen.log" "generated 40 tokens for 4 prompts"
   expect_out "$TMP/info.log" "4 sequences"
   echo "ok: eval --generate -> $(grep -o '[0-9]* sequences, [0-9]* tokens' "$TMP/info.log" | head -1)"
+  # Batched (3 + 1 side by side) and one at a time write the same file: each prompt draws its own stream.
+  for b in 3 1; do
+    "$BIN" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5" --num-prompts 4 --max-new-tokens 10 \
+      --temperature 0.8 --top-p 0.9 --seed 3 --batch $b --out "$TMP/gen_b$b.h5" >"$TMP/gen_b$b.log" 2>&1 ||
+      fail "eval --generate --batch $b: $(cat "$TMP/gen_b$b.log")"
+  done
+  h5diff "$TMP/gen_b3.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null && h5diff "$TMP/gen.h5" "$TMP/gen_b1.h5" tokens tokens \
+    >/dev/null && echo "ok: --batch 8, 3 and 1 write the same tokens" || fail "batched generation differs"
 else
   fail "eval --generate"; cat "$TMP/gen.log" "$TMP/info.log"
 fi

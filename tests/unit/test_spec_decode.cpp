@@ -148,13 +148,38 @@ TEST_P(SpecDecodeTest, GenerateGreedyAndSeeded) {
   auto target = target_random(c, 34, ops, with_lm_head());
   const std::vector<int32_t> prompt = random_ids(7, c.vocab, 5);
   TargetDecoder dec(*target, {7 + 12, 7, 1}, {});
-  Rng rng(1);
-  EXPECT_EQ(target_generate(dec, prompt, 12, {}, rng), greedy_by_full_forward(*target, ops, prompt, 12));
-  SampleOptions hot{1.5f, 0.9f, 0};
-  Rng r1(42), r2(42), r3(43);
-  const std::vector<int32_t> a = target_generate(dec, prompt, 12, hot, r1);
-  EXPECT_EQ(a, target_generate(dec, prompt, 12, hot, r2));
-  EXPECT_NE(a, target_generate(dec, prompt, 12, hot, r3));
+  auto gen = [&](const SampleOptions& o, uint64_t seed) {
+    std::vector<Rng> rngs{Rng(seed)};
+    return target_generate(dec, {prompt}, 12, o, rngs)[0];
+  };
+  EXPECT_EQ(gen({}, 1), greedy_by_full_forward(*target, ops, prompt, 12));
+  const SampleOptions hot{1.5f, 0.9f, 0};
+  const std::vector<int32_t> a = gen(hot, 42);
+  EXPECT_EQ(a, gen(hot, 42));
+  EXPECT_NE(a, gen(hot, 43));
+}
+
+TEST_P(SpecDecodeTest, BatchedGenerationEqualsOneAtATime) {
+  // Prompts of different lengths side by side, one slot left without a prompt: every continuation equals the
+  // target's greedy decoding of its prompt alone, and sampled ones equal their one-at-a-time draws.
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 35, ops, with_lm_head());
+  const std::vector<std::vector<int32_t>> prompts{random_ids(7, c.vocab, 1), random_ids(3, c.vocab, 2),
+                                                  random_ids(11, c.vocab, 3)};
+  const int n = 10;
+  TargetDecoder batch(*target, {11 + n, 11, 1, 4}, {}), single(*target, {11 + n, 11, 1}, {});
+  std::vector<Rng> r3(3, Rng(0));
+  const auto greedy = target_generate(batch, prompts, n, {}, r3);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(greedy[i], greedy_by_full_forward(*target, ops, prompts[i], n)) << "prompt " << i;
+  const SampleOptions hot{1.2f, 0.95f, 0};
+  std::vector<Rng> rb{Rng(5), Rng(6), Rng(7)};
+  const auto sampled = target_generate(batch, prompts, n, hot, rb);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<Rng> one{Rng(5 + i)};
+    EXPECT_EQ(sampled[i], target_generate(single, {prompts[i]}, n, hot, one)[0]) << "prompt " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1), target_family_name);

@@ -90,6 +90,41 @@ TEST_P(TargetDecodeTest, RollbackEqualsFreshPrefill) {
   EXPECT_EQ(spec.length(), 12);
 }
 
+TEST_P(TargetDecodeTest, BatchedStepsMatchSingleSlotSteps) {
+  // Three slots prefilled with different lengths, then three batched steps: every row's logits and taps equal
+  // those of the same sequence decoded alone (GEMMs over 3 rows instead of 1: fp32 rounding only).
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  auto m = target_random(c, 9, ops, with_lm_head());
+  const std::vector<int64_t> lens{5, 1, 9};
+  TargetDecoder batch(*m, {16, 9, 4, 3}, {0}), single(*m, {16, 9, 4}, {0});
+  for (int s = 0; s < 3; ++s) {
+    batch.step(random_ids(int(lens[size_t(s)]), c.vocab, uint32_t(s + 1)), s);
+    batch.commit(lens[size_t(s)]);
+  }
+  std::vector<std::vector<float>> logits, taps;
+  for (int t = 0; t < 3; ++t) {
+    batch.step_all({int32_t(t + 1), int32_t(t + 2), int32_t(t + 3)});
+    logits.push_back(download(ops, batch.logits()));
+    taps.push_back(download(ops, batch.tap(0)));
+  }
+  for (int s = 0; s < 3; ++s) {
+    single.reset();
+    single.step(random_ids(int(lens[size_t(s)]), c.vocab, uint32_t(s + 1)));
+    single.commit(lens[size_t(s)]);
+    for (int t = 0; t < 3; ++t) {
+      single.step({int32_t(t + 1 + s)});
+      single.commit(1);
+      const int64_t V = c.vocab, H = c.hidden;
+      const std::vector<float> lg(logits[size_t(t)].begin() + s * V, logits[size_t(t)].begin() + (s + 1) * V);
+      const std::vector<float> tp(taps[size_t(t)].begin() + s * H, taps[size_t(t)].begin() + (s + 1) * H);
+      EXPECT_LT(max_err(lg, download(ops, single.logits())), 1e-5) << "slot " << s << " step " << t;
+      EXPECT_LT(max_err(tp, download(ops, single.tap(0))), 1e-5) << "slot " << s << " step " << t;
+    }
+    EXPECT_EQ(batch.length(s), lens[size_t(s)] + 3);
+  }
+}
+
 TEST_P(TargetDecodeTest, MisuseIsAnError) {
   CpuOps ops;
   const QwenConfig c = cfg();
@@ -101,6 +136,8 @@ TEST_P(TargetDecodeTest, MisuseIsAnError) {
   dec.commit(8);
   EXPECT_THROW(dec.step(random_ids(9, c.vocab, 2)), Error);  // longer than max_step
   EXPECT_THROW(dec.step({int32_t(c.vocab)}), Error);         // not a token
+  EXPECT_THROW(dec.step({1}, 1), Error);                     // one slot only
+  EXPECT_THROW(dec.step_all({1, 2}), Error);                 // one token per slot
   auto no_head = target_random(c, 3, ops, {});
   EXPECT_THROW(TargetDecoder(*no_head, {16, 8, 4}, {}), Error);
 }
