@@ -8,7 +8,8 @@ BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
 write_config "$TMP/run.toml" "$TMP/run" 1 1 12
 run_mpi 2 "$TMP/train.log" --config "$TMP/run.toml" || { fail "training"; tail -20 "$TMP/train.log"; }
-"$BIN" export --config "$TMP/run.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || { fail "export"; cat "$TMP/export.log"; }
+"$BIN" export --config "$TMP/run.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 ||
+  { fail "export"; cat "$TMP/export.log"; }
 # The training target is configs/tiny-target.json drawn with random_seed 1: the same model as a folder.
 "$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --seed 1 --out "$TMP/target" >/dev/null 2>&1 ||
   fail "model init"
@@ -54,8 +55,8 @@ if "$BIN" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5" --nu
       --temperature 0.8 --top-p 0.9 --seed 3 --batch $b --out "$TMP/gen_b$b.h5" >"$TMP/gen_b$b.log" 2>&1 ||
       fail "eval --generate --batch $b: $(cat "$TMP/gen_b$b.log")"
   done
-  h5diff "$TMP/gen_b3.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null && h5diff "$TMP/gen.h5" "$TMP/gen_b1.h5" tokens tokens \
-    >/dev/null && echo "ok: --batch 8, 3 and 1 write the same tokens" || fail "batched generation differs"
+  h5diff "$TMP/gen_b3.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null &&
+    h5diff "$TMP/gen.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null && echo "ok: --batch 8, 3 and 1 write the same tokens" || fail "batched generation differs"
 else
   fail "eval --generate"; cat "$TMP/gen.log" "$TMP/info.log"
 fi
@@ -86,13 +87,14 @@ expect_err() {
   if "$BIN" "$@" >"$TMP/err.log" 2>&1; then fail "$desc: succeeded"; return; fi
   grep -qF -- "$text" "$TMP/err.log" || fail "$desc: lacks '$text': $(cat "$TMP/err.log")"
 }
-expect_err "no drafter" "--drafter DIR (or --checkpoint F --config T)" eval --target "$TMP/target" --prompts "$TMP/tokens.h5"
+expect_err "no drafter" "--drafter DIR (or --checkpoint F --config T)" eval --target "$TMP/target" \
+  --prompts "$TMP/tokens.h5"
 expect_err "cuda" "HINT: --device cpu" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" \
   --device cuda
 expect_err "generate without out" "--out F.h5" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5"
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["hidden_size"]=32; json.dump(c,open(sys.argv[2],"w"))' \
-  "$SRC/configs/tiny-target.json" "$TMP/other.json" && "$BIN" model init --hf-config "$TMP/other.json" --out "$TMP/other" \
-  >/dev/null 2>&1 || fail "model init (other)"
+  "$SRC/configs/tiny-target.json" "$TMP/other.json" &&
+  "$BIN" model init --hf-config "$TMP/other.json" --out "$TMP/other" >/dev/null 2>&1 || fail "model init (other)"
 expect_err "drafter for another target" "a drafter trained for this target" eval --target "$TMP/other" \
   --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5"
 [ -e "$TMP/gen.h5.tmp" ] && fail "a temp file was left behind"

@@ -1,6 +1,6 @@
 // Finite-difference checks of the drafter's analytic backward: every parameter tensor of the table, for the
-// CE loss, the soft-KL loss, the streak-weighted and the D-PACE-weighted loss, with feature noise on, on a batch that has padding
-// blocks, blocks running past their sequence's end and holes in the loss mask.
+// CE loss, the soft-KL loss, the streak-weighted and the D-PACE-weighted loss, with feature noise on, on a batch
+// that has padding blocks, blocks running past their sequence's end and holes in the loss mask.
 #include <gtest/gtest.h>
 
 #include <algorithm>
