@@ -31,6 +31,9 @@ void cmd_eval_register(CLI::App& root) {
       ->check(CLI::Range(2, 1024));
   c->add_option("--num-prompts", o->num_prompts, "use only the first N prompts (default: all)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--stop-token", o->sample.stop_tokens,
+                "end a continuation at this token id (repeatable; e.g. "
+                "the id of <|im_end|> in the target's tokenizer.json)");
   c->add_option("--device", o->device, "cpu (cuda: not yet)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

@@ -124,7 +124,7 @@ SpecSummary eval_run(const EvalOptions& o) {
   std::string jsonl;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t s = 0; s < L.prompts.size(); ++s) {
-    const SpecPromptResult r = spec.run(L.prompts[s]);
+    const SpecPromptResult r = spec.run(L.prompts[s], o.sample.stop_tokens);
     sum.add(r, B);
     nlohmann::json j = {{"prompt", s},
                         {"prompt_tokens", L.prompts[s].size()},
@@ -165,6 +165,7 @@ void generate_run(const EvalOptions& o) {
   TokenData out;
   out.vocab_size = L.target->cfg.vocab;
   const auto t0 = std::chrono::steady_clock::now();
+  int64_t generated = 0;
   for (size_t s0 = 0; s0 < L.prompts.size(); s0 += size_t(slots)) {
     const size_t s1 = std::min(L.prompts.size(), s0 + size_t(slots));
     const std::vector<std::vector<int32_t>> group(L.prompts.begin() + s0, L.prompts.begin() + s1);
@@ -177,6 +178,7 @@ void generate_run(const EvalOptions& o) {
       out.tokens.insert(out.tokens.end(), cont[i].begin(), cont[i].end());
       out.loss_mask.insert(out.loss_mask.end(), group[i].size(), 0);
       out.loss_mask.insert(out.loss_mask.end(), cont[i].size(), 1);
+      generated += int64_t(cont[i].size());
       out.offsets.push_back(int64_t(out.tokens.size()));
     }
     log_info("eval --generate: %zu / %zu prompts", s1, L.prompts.size());
@@ -185,8 +187,7 @@ void generate_run(const EvalOptions& o) {
   token_file_write(o.out, out);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("generated %lld tokens for %zu prompts in %.3f s (%.1f tok/s), %s; wrote %s\n",
-              (long long)(L.prompts.size() * o.max_new_tokens), L.prompts.size(), wall,
-              double(L.prompts.size() * o.max_new_tokens) / std::max(wall, 1e-12),
+              (long long)generated, L.prompts.size(), wall, double(generated) / std::max(wall, 1e-12),
               o.sample.temperature > 0
                   ? strfmt("temperature %g top_p %g seed %llu", double(o.sample.temperature),
                            double(o.sample.top_p), (unsigned long long)o.sample.seed)

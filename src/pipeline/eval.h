@@ -24,7 +24,7 @@ struct EvalOptions {
   int64_t num_prompts = 0;  // 0: all
   bool generate = false;
   int64_t batch = 8;     // generate: prompts decoded side by side
-  SampleOptions sample;  // generate only
+  SampleOptions sample;  // generate: sampling; both: sample.stop_tokens end a continuation
 };
 
 // A prompt of sequence s of a token file: the tokens before its first loss_mask = 1 token when the file has a

@@ -81,7 +81,7 @@ void SpecDecoder::append_context(int64_t start, int64_t n) {
     target_.ops->copy(dec_->tap(i).rows_view(0, n), ctx_.rows_view(start, n).cols_view(int64_t(i) * H, H));
 }
 
-SpecPromptResult SpecDecoder::run(const std::vector<int32_t>& prompt) {
+SpecPromptResult SpecDecoder::run(const std::vector<int32_t>& prompt, const std::vector<int32_t>& stop) {
   const int B = drafter_.block_size();
   const int64_t P = int64_t(prompt.size());
   SpecPromptResult r;
@@ -93,7 +93,15 @@ SpecPromptResult SpecDecoder::run(const std::vector<int32_t>& prompt) {
   std::vector<int32_t> committed = prompt;
   committed.push_back(dec_->argmax_rows().back());
   r.prefill_s = seconds_since(t0);
-  while (int64_t(committed.size()) - P < max_new_) {
+  // The first stop token among committed[from..), or committed.size(): the generation ends with it.
+  auto stop_at = [&](size_t from) {
+    for (size_t i = from; i < committed.size(); ++i)
+      if (std::find(stop.begin(), stop.end(), committed[i]) != stop.end()) return i;
+    return committed.size();
+  };
+  size_t end = stop_at(size_t(P));
+  while (end == committed.size() && int64_t(committed.size()) - P < max_new_) {
+    const size_t before = committed.size();
     t0 = std::chrono::steady_clock::now();
     const std::vector<int32_t> drafts = drafter_.draft(committed, ctx_);
     DF_CHECK(int(drafts.size()) == B - 1,
@@ -104,8 +112,7 @@ SpecPromptResult SpecDecoder::run(const std::vector<int32_t>& prompt) {
     block.insert(block.end(), drafts.begin(), drafts.end());
     const int64_t start = dec_->length();
     dec_->step(block);
-    const std::vector<int32_t> posterior =
-        dec_->argmax_rows();  // the target's next token after each position
+    const std::vector<int32_t> posterior = dec_->argmax_rows();  // the target's next token after each one
     int acc = 0;
     while (acc < B - 1 && block[size_t(acc) + 1] == posterior[size_t(acc)]) ++acc;
     dec_->commit(acc + 1);
@@ -114,8 +121,10 @@ SpecPromptResult SpecDecoder::run(const std::vector<int32_t>& prompt) {
     committed.push_back(posterior[size_t(acc)]);
     r.accept_lengths.push_back(acc + 1);
     r.verify_s += seconds_since(t0);
+    end = stop_at(before);
   }
-  r.tokens.assign(committed.begin() + P, committed.begin() + P + max_new_);
+  end = std::min({end + 1, committed.size(), size_t(P + max_new_)});
+  r.tokens.assign(committed.begin() + P, committed.begin() + int64_t(end));
   return r;
 }
 
@@ -156,20 +165,27 @@ std::vector<std::vector<int32_t>> target_generate(TargetDecoder& dec,
   dec.reset();
   std::vector<std::vector<int32_t>> out(n);
   std::vector<int32_t> next(size_t(dec.slots()), 0);  // placeholder token for slots without a prompt
+  std::vector<uint8_t> done(n, 0);                    // ended with a stop token: its slot idles
+  size_t running = n;
+  auto take = [&](size_t i, const float* logits) {
+    next[i] = sample_token(logits, V, o, rngs[i]);
+    out[i].push_back(next[i]);
+    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next[i]) != o.stop_tokens.end()) {
+      done[i] = 1;
+      --running;
+    }
+  };
   for (size_t i = 0; i < n; ++i) {
     dec.step(prompts[i], int(i));
     dec.commit(int64_t(prompts[i].size()));
     const std::vector<float> lg = dec.logits_host();
-    next[i] = sample_token(&lg[lg.size() - size_t(V)], V, o, rngs[i]);
-    out[i].push_back(next[i]);
+    take(i, &lg[lg.size() - size_t(V)]);
   }
-  for (int64_t t = 1; t < max_new; ++t) {
+  for (int64_t t = 1; t < max_new && running > 0; ++t) {
     dec.step_all(next);
     const std::vector<float> lg = dec.logits_host();  // row s: slot s
-    for (size_t i = 0; i < n; ++i) {
-      next[i] = sample_token(&lg[i * size_t(V)], V, o, rngs[i]);
-      out[i].push_back(next[i]);
-    }
+    for (size_t i = 0; i < n; ++i)
+      if (!done[i]) take(i, &lg[i * size_t(V)]);
   }
   return out;
 }

@@ -40,7 +40,7 @@ class DFlashBlockDrafter final : public BlockDrafter {
 };
 
 struct SpecPromptResult {
-  std::vector<int32_t> tokens;  // the generated tokens (exactly max_new_tokens)
+  std::vector<int32_t> tokens;  // the generated tokens: max_new_tokens, or fewer ending in a stop token
   std::vector<int>
       accept_lengths;  // per verified block: acc + 1 (committed tokens of that block, bonus included)
   double draft_s = 0, verify_s = 0, prefill_s = 0;
@@ -54,7 +54,9 @@ class SpecDecoder {
   ~SpecDecoder();
   SpecDecoder(const SpecDecoder&) = delete;
   SpecDecoder& operator=(const SpecDecoder&) = delete;
-  SpecPromptResult run(const std::vector<int32_t>& prompt);
+  // Decodes until max_new tokens or, after a block, until one of `stop` (e.g. the chat template's end of
+  // turn) has been committed; the tokens end with it.
+  SpecPromptResult run(const std::vector<int32_t>& prompt, const std::vector<int32_t>& stop = {});
 
  private:
   void append_context(int64_t start,
@@ -72,15 +74,17 @@ struct SampleOptions {
   float temperature = 0;  // 0: greedy (argmax, ties → lowest id)
   float top_p = 1;        // nucleus: the smallest set of most likely tokens whose probability reaches top_p
   uint64_t seed = 0;      // with the prompt index, seeds each prompt's own core/rng.h stream
+  std::vector<int32_t> stop_tokens;  // a continuation ends with the first of these it produces
 };
 
 // The next token from one row of logits (host, V floats); rng is used only when temperature > 0.
 int32_t sample_token(const float* logits, int64_t vocab, const SampleOptions& o, Rng& rng);
 
-// The target's own continuations (max_new tokens each) of up to dec's slots prompts, decoded side by side:
-// each prompt is prefilled in its slot, then every step decodes one token of every slot
-// (TargetDecoder::step_all; slots without a prompt run on a placeholder and are dropped). rngs[i] draws
-// prompt i's tokens. dec: planned with max_step ≥ the longest prompt and max_len ≥ prompt + max_new.
+// The target's own continuations (max_new tokens each, or fewer ending in one of o.stop_tokens) of up to
+// dec's slots prompts, decoded side by side: each prompt is prefilled in its slot, then every step decodes
+// one token of every slot (TargetDecoder::step_all; slots without a prompt run on a placeholder and are
+// dropped). rngs[i] draws prompt i's tokens. dec: planned with max_step ≥ the longest prompt and max_len ≥
+// prompt + max_new.
 std::vector<std::vector<int32_t>> target_generate(TargetDecoder& dec,
                                                   const std::vector<std::vector<int32_t>>& prompts,
                                                   int64_t max_new, const SampleOptions& o,

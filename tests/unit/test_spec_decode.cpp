@@ -182,6 +182,32 @@ TEST_P(SpecDecodeTest, BatchedGenerationEqualsOneAtATime) {
   }
 }
 
+TEST_P(SpecDecodeTest, StopTokensEndTheContinuation) {
+  // The stop token is the greedy continuation's 6th token: speculative decoding and (batched) generation both
+  // end right after it, and a prompt that never meets it runs to max_new.
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 36, ops, with_lm_head());
+  const std::vector<int32_t> prompt = random_ids(8, c.vocab, 6), other = random_ids(5, c.vocab, 9);
+  const int n = 16;
+  const std::vector<int32_t> greedy = greedy_by_full_forward(*target, ops, prompt, n);
+  const int32_t stop = greedy[5];
+  const size_t first = size_t(std::find(greedy.begin(), greedy.end(), stop) - greedy.begin());
+  const std::vector<int32_t> want(greedy.begin(), greedy.begin() + int64_t(first) + 1);
+  RandomDrafter rd(c.vocab, 4);
+  SpecDecoder spec(*target, rd, 8, n);
+  EXPECT_EQ(spec.run(prompt, {stop}).tokens, want);
+  TargetDecoder dec(*target, {8 + n, 8, 1, 2}, {});
+  SampleOptions o;
+  o.stop_tokens = {stop};
+  std::vector<Rng> rngs(2, Rng(0));
+  const auto gen = target_generate(dec, {prompt, other}, n, o, rngs);
+  EXPECT_EQ(gen[0], want);
+  const std::vector<int32_t> other_greedy = greedy_by_full_forward(*target, ops, other, n);
+  const auto it = std::find(other_greedy.begin(), other_greedy.end(), stop);
+  EXPECT_EQ(gen[1], std::vector<int32_t>(other_greedy.begin(), it == other_greedy.end() ? it : it + 1));
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1), target_family_name);
 
 TEST(SampleToken, TemperatureAndTopP) {
