@@ -14,12 +14,14 @@ void cmd_eval_register(CLI::App& root) {
   c->add_option("--target", o->target, "Hugging Face target directory (config.json + safetensors)")
       ->required();
   auto* dr = c->add_option("--drafter", o->drafter, "Hugging Face drafter directory (as `export` writes it)");
-  auto* ck =
-      c->add_option("--checkpoint", o->checkpoint, "a training checkpoint step_N.h5 instead of --drafter");
-  auto* cf = c->add_option("--config", o->config, "the run config (TOML) that trained --checkpoint");
+  auto* ck = c->add_option("--checkpoint", o->checkpoint,
+                           "a training checkpoint step_N.h5 (with --config; default: "
+                           "<run.dir>/checkpoints/latest)");
+  auto* cf = c->add_option("--config", o->config,
+                           "the run config (TOML) whose drafter to evaluate, instead of "
+                           "--drafter");
   dr->excludes(ck)->excludes(cf);
   ck->needs(cf);
-  cf->needs(ck);
   c->add_option("--prompts", o->prompts,
                 "token file, one prompt per sequence (with a loss_mask: the tokens "
                 "before the first loss_mask = 1, i.e. the prompt of a conversation)")
@@ -54,12 +56,13 @@ void cmd_eval_register(CLI::App& root) {
       ->capture_default_str();
   c->callback([o] {
     if (o->generate) {
-      if (!o->drafter.empty() || !o->checkpoint.empty())
-        throw CLI::ValidationError("--generate", "runs the target alone; drop --drafter / --checkpoint");
+      if (!o->drafter.empty() || !o->checkpoint.empty() || !o->config.empty())
+        throw CLI::ValidationError("--generate",
+                                   "runs the target alone; drop --drafter / --checkpoint / --config");
       generate_run(*o);
     } else {
-      if (o->drafter.empty() && o->checkpoint.empty())
-        throw CLI::RequiredError("--drafter DIR (or --checkpoint F --config T)");
+      if (o->drafter.empty() && o->config.empty())
+        throw CLI::RequiredError("--drafter DIR (or --config T [--checkpoint F])");
       eval_run(*o);
     }
   });

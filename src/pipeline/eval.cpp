@@ -65,6 +65,7 @@ Loaded load_target_and_prompts(const EvalOptions& o) {
 
 std::unique_ptr<DrafterModel> load_drafter(const EvalOptions& o, const QwenConfig& target, TrainOps& tops) {
   DrafterConfig dc;
+  std::string ckpt = o.checkpoint;
   if (!o.drafter.empty()) {
     dc = drafter_config_load_hf(o.drafter);
     DF_CHECK(
@@ -73,9 +74,17 @@ std::unique_ptr<DrafterModel> load_drafter(const EvalOptions& o, const QwenConfi
         "must be a drafter trained for this target",
         o.drafter.c_str(), dc.hidden, dc.vocab, o.target.c_str(), target.hidden, target.vocab);
   } else {
-    DF_CHECK(!o.checkpoint.empty() && !o.config.empty(),
-             "eval: give --drafter DIR, or --checkpoint step_N.h5 together with --config (the run's TOML)");
-    dc = drafter_config_from_run(config_load(o.config), target);
+    DF_CHECK(
+        !o.config.empty(),
+        "eval: give --drafter DIR, or --config (the run's TOML) with an optional --checkpoint step_N.h5");
+    const Config cfg = config_load(o.config);
+    dc = drafter_config_from_run(cfg, target);
+    if (ckpt.empty()) {  // the run's latest, as `export` picks it
+      ckpt = checkpoint_find_latest(cfg.run.dir + "/checkpoints");
+      DF_CHECK(!ckpt.empty(),
+               "eval: no checkpoint under %s/checkpoints; HINT: pass --checkpoint or train first",
+               cfg.run.dir.c_str());
+    }
   }
   if (o.block_size > 0) dc.block_size = o.block_size;  // the weights do not depend on B
   drafter_config_validate(dc);
@@ -83,7 +92,7 @@ std::unique_ptr<DrafterModel> load_drafter(const EvalOptions& o, const QwenConfi
   if (!o.drafter.empty())
     drafter_load_hf_weights(*m, o.drafter);
   else
-    checkpoint_load(o.checkpoint, *m);
+    checkpoint_load(ckpt, *m);
   return m;
 }
 

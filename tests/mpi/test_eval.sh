@@ -40,6 +40,10 @@ if "$BIN" eval --target "$TMP/target" --checkpoint "$TMP/run/checkpoints/step_00
   expect_out "$TMP/ck.log" "^tau [0-9.]+ over 2 prompts$"
   expect_out "$TMP/ck.log" "  4: [0-9]+ \([0-9.]+%\)$"
   echo "ok: eval --checkpoint --block-size 4: $(grep '^tau' "$TMP/ck.log")"
+  # --config alone evaluates the run's latest checkpoint (step 12 here): the same numbers.
+  "$BIN" eval --target "$TMP/target" --config "$TMP/run.toml" --prompts "$TMP/tokens.h5" --num-prompts 2 \
+    --max-new-tokens 16 --block-size 4 >"$TMP/latest.log" 2>&1 || fail "eval --config: $(cat "$TMP/latest.log")"
+  [ "$(grep '^tau' "$TMP/latest.log")" == "$(grep '^tau' "$TMP/ck.log")" ] || fail "eval --config != --checkpoint"
 else
   fail "eval --checkpoint"; cat "$TMP/ck.log"
 fi
@@ -87,7 +91,7 @@ expect_err() {
   if "$BIN" "$@" >"$TMP/err.log" 2>&1; then fail "$desc: succeeded"; return; fi
   grep -qF -- "$text" "$TMP/err.log" || fail "$desc: lacks '$text': $(cat "$TMP/err.log")"
 }
-expect_err "no drafter" "--drafter DIR (or --checkpoint F --config T)" eval --target "$TMP/target" \
+expect_err "no drafter" "--drafter DIR (or --config T [--checkpoint F])" eval --target "$TMP/target" \
   --prompts "$TMP/tokens.h5"
 expect_err "cuda" "HINT: --device cpu" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" \
   --device cuda
