@@ -17,16 +17,16 @@ struct TargetDecoder::Buffers {
   Tensor h, n, proj, mix;    // as in TargetForward's workspace, [max_step, ·]
   Tensor conv_in, conv_out;  // [K − 1 + max_step, conv channels]: [history | step inputs] and its conv
   Tensor normed, act;        // gated-norm output [max_step, nv·dv]; SwiGLU output [max_step, I]
-  Tensor conv_cu,
-      conv_pos;  // the one-sequence layout of conv_in: i32 [1, 2] and positions [1, K − 1 + max_step]
+  // The one-sequence layout of conv_in: offsets i32 [1, 2] and positions [1, K − 1 + max_step].
+  Tensor conv_cu, conv_pos;
   std::vector<Tensor> taps;  // [max_step, H] per tap layer
   Tensor logits;             // [max(max_block, slots), V]
 };
 
 struct TargetDecoder::LayerCache {
   Tensor k, v;  // full attention: [slots · max_len, kv·hd], slot s at rows [s·max_len, (s+1)·max_len)
-  Tensor
-      conv_hist;  // DeltaNet: raw conv inputs of each slot's last K − 1 committed tokens [slots · (K − 1), C]
+  // DeltaNet: raw conv inputs of each slot's last K − 1 committed tokens [slots · (K − 1), C].
+  Tensor conv_hist;
   Tensor conv_saved;  // a step's last K − 1 + R conv inputs, for commit [K − 1 + max_block, C]
   Tensor state;       // f32 [slots, nv·dk·dv] after each slot's last committed token
   Tensor states;      // f32 [max(max_block, slots), nv·dk·dv]: after each of a step's last R tokens (step),
@@ -53,8 +53,7 @@ TargetDecoder::TargetDecoder(const TargetModel& model, const TargetDecodeLimits&
   lim_.max_block = std::min(lim_.max_block, lim_.max_step);
   caches_.resize(m_.layers.size());
   Arena arena;
-  block_ = ops_alloc_planned(
-      ops_, [this](Arena& a) { plan(a); }, 0, arena);
+  block_ = ops_alloc_planned(ops_, [this](Arena& a) { plan(a); }, 0, arena);
   std::vector<int32_t> pos(size_t(b_->conv_pos.cols));
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = int32_t(i);
   ops_.upload_raw(b_->conv_pos, pos.data());

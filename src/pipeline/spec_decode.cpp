@@ -65,8 +65,7 @@ SpecDecoder::SpecDecoder(const TargetModel& target, BlockDrafter& drafter, int64
   const int64_t rows = max_len + B,
                 cols = int64_t(target_.cfg.hidden) * int64_t(drafter_.target_layer_ids().size());
   Arena arena;
-  ctx_block_ = ops_alloc_planned(
-      ops, [&](Arena& a) { ctx_ = a.alloc(DType::f32, rows, cols); }, 0, arena);
+  ctx_block_ = ops_alloc_planned(ops, [&](Arena& a) { ctx_ = a.alloc(DType::f32, rows, cols); }, 0, arena);
   const std::vector<float> zeros(size_t(rows * cols), 0.0f);  // scratch rows are read by the drafter's fc
   ops.upload_f32(ctx_, zeros.data());
 }

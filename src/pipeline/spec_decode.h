@@ -41,8 +41,7 @@ class DFlashBlockDrafter final : public BlockDrafter {
 
 struct SpecPromptResult {
   std::vector<int32_t> tokens;  // the generated tokens: max_new_tokens, or fewer ending in a stop token
-  std::vector<int>
-      accept_lengths;  // per verified block: acc + 1 (committed tokens of that block, bonus included)
+  std::vector<int> accept_lengths;  // per verified block: acc + 1 (its committed tokens, bonus included)
   double draft_s = 0, verify_s = 0, prefill_s = 0;
   double tau() const;  // mean of accept_lengths
 };
