@@ -31,6 +31,13 @@ std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& commi
   // token. The placeholders only make the block rows labelled (the loss op scores, hence argmaxes, only
   // those); the block sees context positions < anchor, so neither they nor the scratch rows of ctx reach the
   // drafts.
+  if (m_.workspace == nullptr) {
+    // Planned once, for the context buffer's rows (every draft's sequence fits it) and one block.
+    DrafterLimits lim;
+    lim.max_tokens = ctx.rows;
+    lim.max_blocks = 1;
+    drafter_plan_workspace(m_, lim);
+  }
   DrafterBatch b;
   b.offsets = {0, len};
   b.tokens = committed;

@@ -27,7 +27,8 @@ class BlockDrafter {
 };
 
 // The DFlash drafter's inference forward: the training step's forward with backward off, one block anchored
-// at the last committed token (it sees every earlier position as context, as at inference in DFlash).
+// at the last committed token (it sees every earlier position as context, as at inference in DFlash). The
+// first draft plans the model's workspace for the context buffer it is given (a model without one).
 class DFlashBlockDrafter final : public BlockDrafter {
  public:
   explicit DFlashBlockDrafter(DrafterModel& model) : m_(model) {}
