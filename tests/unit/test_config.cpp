@@ -70,6 +70,11 @@ TEST(Config, InvalidValuesAreNamed) {
   EXPECT_NE(e.find("train.streak"), std::string::npos) << e;
   for (const char* loss : {"dpace", "dpace-cumulative-confidence-only", "dpace-continuation-value-only"})
     EXPECT_EQ(error_of(std::string(kMinimal) + "[train]\nloss = \"" + loss + "\"\n"), "") << loss;
+  // No CUDA kernel for the D-PACE weights: a CUDA drafter refuses the loss up front, naming the key and the fix.
+  e = error_of("[target]\nrandom_config = \"configs/tiny-target.json\"\ndevice = \"cpu\"\n[drafter]\n"
+               "mask_token_id = 255\ndevice = \"cuda\"\n[train]\nloss = \"dpace-continuation-value-only\"\n");
+  EXPECT_NE(e.find("train.loss"), std::string::npos) << e;
+  EXPECT_NE(e.find("HINT: drafter.device = \"cpu\""), std::string::npos) << e;
 }
 
 TEST(Config, SyntaxErrorHasLine) {
