@@ -99,6 +99,14 @@ class TimedOps final : public Ops {
                      float eps) override {
     timed("gated_rmsnorm", [&] { g_.gated_rmsnorm(o, z, w, out, heads, dv, eps); });
   }
+  void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, int64_t past, int hq,
+                        int hkv, int hd, float scale, const Tensor* gate = nullptr) override {
+    timed("attention_cached", [&] { g_.attention_cached(q, k, v, o, past, hq, hkv, hd, scale, gate); });
+  }
+  void gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt,
+                  const Tensor& o, const Tensor& st, const Tensor& sts, const GdnShape& sh) override {
+    timed("gdn_decode", [&] { g_.gdn_decode(qkv, a, b, A_log, dt, o, st, sts, sh); });
+  }
 
   // Per op name: (total ms, calls) over the forward just run; clears the record.
   std::map<std::string, std::pair<double, int>> collect() {

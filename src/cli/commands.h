@@ -18,6 +18,7 @@ void train_run(const TrainArgs& args);
 
 void cmd_extract_register(CLI::App& root);
 void cmd_export_register(CLI::App& root);
+void cmd_eval_register(CLI::App& root);  // eval (tau by speculative decoding) | eval --generate
 void cmd_model_register(CLI::App& root);
 void cmd_config_register(CLI::App& root);
 void cmd_data_register(CLI::App& root);  // data convert | synth | info

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   df::cmd_train_register(app);
   df::cmd_extract_register(app);
   df::cmd_export_register(app);
+  df::cmd_eval_register(app);
   df::cmd_model_register(app);
   df::cmd_config_register(app);
   df::cmd_data_register(app);

@@ -160,9 +160,22 @@ void validate(const Config& c, const std::string& w) {
   check(t.clip >= 0, w, "train.clip", "must be >= 0 (0 = no clipping)");
   check(t.grad_accum > 0, w, "train.grad_accum", "must be positive");
   check(t.gamma > 0, w, "train.gamma", "must be positive");
-  check(t.loss == "ce" || t.loss == "kl", w, "train.loss", "must be \"ce\" or \"kl\"");
+  check(t.loss == "ce" || t.loss == "kl" || t.loss == "dpace" || t.loss == "dpace-cumulative-confidence-only" ||
+            t.loss == "dpace-continuation-value-only",
+        w, "train.loss",
+        "must be \"ce\", \"kl\", \"dpace\", \"dpace-cumulative-confidence-only\" or "
+        "\"dpace-continuation-value-only\"");
+  check(t.dpace_alpha >= 0 && t.dpace_alpha <= 1, w, "train.dpace_alpha", "must be in [0, 1]");
+  check(!(t.streak && t.loss.rfind("dpace", 0) == 0), w, "train.streak",
+        "cannot be combined with a dpace loss (both set the block's row weights); choose one");
+  check(!(d.device == "cuda" && t.loss.rfind("dpace", 0) == 0), w, "train.loss",
+        "= \"" + t.loss + "\": dpace is implemented on the CPU drafter only; HINT: drafter.device = \"cpu\"");
   check(t.streak_alpha > 0, w, "train.streak_alpha", "must be positive");
   check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
+  check(c.eval.interval >= 0, w, "eval.interval", "must be >= 0 (steps; 0 = no held-out evaluation)");
+  check(c.eval.interval == 0 || !c.eval.data.empty(), w, "eval.data",
+        "must name feature files when eval.interval > 0 (HINT: dflash_mpi extract --for-config)");
+  check(c.eval.max_sequences >= 0, w, "eval.max_sequences", "must be >= 0 (0 = all)");
   check(c.pipeline.hs_queue_depth > 0, w, "pipeline.hs_queue_depth", "must be positive");
   check(c.checkpoint.interval > 0, w, "checkpoint.interval", "must be positive (steps)");
   check(c.checkpoint.keep_last > 0, w, "checkpoint.keep_last", "must be positive");
@@ -186,12 +199,12 @@ Config config_parse(const std::string& text, const std::string& where) {
   Config c;
   c.path = where;
   c.text = text;
-  static const std::set<std::string> kSections{"run",   "target",   "drafter",    "data",
-                                               "train", "pipeline", "checkpoint", "topology"};
+  static const std::set<std::string> kSections{"run",      "target",     "drafter",  "data", "train",
+                                               "pipeline", "checkpoint", "topology", "eval"};
   for (const auto& [k, v] : root) {
     std::string name(k.str());
     DF_CHECK(kSections.count(name), "%s: unknown section or key '%s' (sections: run, target, drafter, data, train, "
-             "pipeline, checkpoint, topology)",
+             "pipeline, checkpoint, topology, eval)",
              where.c_str(), name.c_str());
   }
   {
@@ -267,6 +280,7 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("loss", t.loss);
     r.get("streak", t.streak);
     r.get("streak_alpha", t.streak_alpha);
+    r.get("dpace_alpha", t.dpace_alpha);
     r.get("noise_std", t.noise_std);
     r.finish();
   }
@@ -290,6 +304,13 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.finish();
   }
   c.topology.offline = !c.data.features.empty();
+  {
+    Reader r(section(root, "eval", where), "eval", where, c);
+    r.get("data", c.eval.data);
+    r.get("interval", c.eval.interval);
+    r.get("max_sequences", c.eval.max_sequences);
+    r.finish();
+  }
   validate(c, where);
   return c;
 }
@@ -317,6 +338,7 @@ void config_resolve_paths(Config& c, const std::string& base_dir) {
   fix(c.drafter.init_from);
   for (std::string& p : c.data.train) fix(p);
   for (std::string& p : c.data.features) fix(p);
+  for (std::string& p : c.eval.data) fix(p);
 }
 
 std::string config_table(const Config& c) {

@@ -67,7 +67,8 @@ struct TrainSection {
   double clip = 1.0;
   int grad_accum = 1;          // micro-batches per drafter per optimizer step
   double gamma = 7.0;          // loss weight decay over block positions
-  std::string loss = "ce";     // ce | kl
+  std::string loss = "ce";     // ce | kl | dpace | dpace-cumulative-confidence-only | dpace-continuation-value-only
+  double dpace_alpha = 0.5;    // D-PACE confidence smoothing α (MODELS.md "D-PACE loss")
   bool streak = false;         // streak-aware weighting
   double streak_alpha = 1.0;
   double noise_std = 0.0;      // context-feature noise at step 0, cosine to 0
@@ -90,6 +91,14 @@ struct TopologySection {
   bool offline = false;  // derived: data.features is set, so every rank is a drafter and there are no targets
 };
 
+// Held-out evaluation during training: loss and teacher-forced τ on feature files (as `extract --for-config`
+// writes them for this run) every `interval` steps, forward only, on drafter 0.
+struct EvalSection {
+  std::vector<std::string> data;  // feature files (taps + tokens + loss_mask)
+  int64_t interval = 0;           // steps; 0 = off
+  int64_t max_sequences = 0;      // evaluate only the first N sequences (0 = all)
+};
+
 struct Config {
   std::string path;  // where it came from
   std::string text;  // the file's text, stored in checkpoints
@@ -102,6 +111,7 @@ struct Config {
   PipelineSection pipeline;
   CheckpointSection checkpoint;
   TopologySection topology;
+  EvalSection eval;
 };
 
 // Parses TOML text; `where` names the source in messages. Throws df::Error naming section.key.

@@ -182,7 +182,8 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
 // The statistics accumulated since the last take (one download), then zeroed.
 LossStats drafter_take_stats(DrafterModel& m);
 // One micro-batch as its own step (tests, evaluation): drafter_accumulate, then drafter_take_stats, with
-// row_weight the final weight of every block row (read back from the workspace).
+// row_weight the final weight of every block row and row_argmax its argmax (the drafts; −1 where a row has
+// no label), read back from the workspace.
 LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
                                    const DrafterLossOptions& opts);
 

@@ -212,6 +212,9 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   ra.gamma = opts.gamma;
   ra.streak = opts.streak;
   ra.streak_alpha = opts.streak_alpha;
+  ra.dpace = opts.dpace;
+  ra.dpace_alpha = opts.dpace_alpha;
+  ra.sequences = batch.num_seqs();
   ra.weights_given = opts.fixed_row_weights != nullptr;
   if (ra.weights_given) {
     DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N, "drafter step: %zu fixed row weights for %lld rows",
@@ -249,13 +252,16 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch,
   LossStats st = drafter_take_stats(m);
   const int64_t N = int64_t(anchors.size()) * m.config().block_size;
   st.row_weight.assign(size_t(N), 0.0f);
+  st.row_argmax.assign(size_t(N), -1);
   if (N > 0) {
-    // row_w is the same workspace tensor drafter_accumulate carved (same arena sequence, same sizes).
+    // row_w and argmax (what the drafter drafts, pipeline/spec_decode.cpp) are the workspace tensors
+    // drafter_accumulate carved (same arena sequence, same sizes).
     Arena arena(m.workspace, m.workspace_bytes, m.ops().device());
     const StepBuffers s =
         step_alloc(arena, m.config(), dims_of(m.config(), batch.offsets.back(), int64_t(anchors.size())),
                    opts.kind == LmLossKind::kl, opts.noise_std > 0, m.ops().act_dtype());
     m.ops().download_raw(s.row_w, st.row_weight.data());
+    m.ops().download_raw(s.argmax, st.row_argmax.data());
   }
   return st;
 }

@@ -98,7 +98,6 @@ class TargetForward {
   GdnShape gdn_shape() const;
   void layer_full(const TargetLayer& L, const SeqLayout& seqs, int64_t T);
   void layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T);
-  void mlp(const TargetLayer& L, int64_t T);
 
   const TargetModel& m_;
   Ops& ops_;
@@ -107,6 +106,11 @@ class TargetForward {
   size_t ws_bytes_ = 0;
   std::unique_ptr<Workspace> ws_;
 };
+
+// One layer's MLP on T rows: h += down(silu(gate(n)) · up(n)), with proj [≥ T, 2I] and act [≥ T, I] as scratch.
+// Shared by the forward and the incremental decoder (model/target_decode.h).
+void target_mlp(Ops& ops, const TargetLayer& L, int64_t intermediate, const Tensor& n, const Tensor& proj,
+                const Tensor& act, const Tensor& h, int64_t T);
 
 // A packed SeqLayout for the given sequence lengths, with offsets and positions uploaded to the backend
 // into tensors carved from `arena`.

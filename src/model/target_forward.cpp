@@ -104,13 +104,14 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   ops_.gemm(normed, L.w_out, ws_->h.rows_view(0, T), 1.0f);
 }
 
-void TargetForward::mlp(const TargetLayer& L, int64_t T) {
-  const int64_t I = m_.cfg.intermediate;
-  Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, 2 * I);
-  ops_.gemm(ws_->n.rows_view(0, T), L.w_gate_up, proj, 0.0f);
-  Tensor act = ws_->act.rows_view(0, T);
-  ops_.swiglu(proj.cols_view(0, I), proj.cols_view(I, I), act);
-  ops_.gemm(act, L.w_down, ws_->h.rows_view(0, T), 1.0f);
+void target_mlp(Ops& ops, const TargetLayer& L, int64_t intermediate, const Tensor& n, const Tensor& proj,
+                const Tensor& act, const Tensor& h, int64_t T) {
+  const int64_t I = intermediate;
+  Tensor gate_up = proj.rows_view(0, T).cols_view(0, 2 * I);
+  ops.gemm(n.rows_view(0, T), L.w_gate_up, gate_up, 0.0f);
+  Tensor a = act.rows_view(0, T);
+  ops.swiglu(gate_up.cols_view(0, I), gate_up.cols_view(I, I), a);
+  ops.gemm(a, L.w_down, h.rows_view(0, T), 1.0f);
 }
 
 void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs& out) {
@@ -136,7 +137,7 @@ void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs&
     else
       layer_linear(L, seqs, T);
     ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
-    mlp(L, T);
+    target_mlp(ops_, L, c.intermediate, ws_->n, ws_->proj, ws_->act, ws_->h, T);
     // h now holds the output of layer l. Norm it for the next layer's input, or with the final norm after
     // the last loaded layer (then n is the final norm's output).
     const Tensor& next_w = l + 1 < m_.num_loaded_layers ? m_.layers[l + 1].ln1 : m_.final_norm;

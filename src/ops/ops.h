@@ -105,6 +105,19 @@ class Ops {
   // plans it once for its largest batch next to its other activations instead of the op allocating per call.
   // 0 where the backend needs none: the CPU oracle keeps its own per-call host vectors.
   virtual int64_t gdn_workspace_bytes(int64_t /*tokens*/, const GdnShape& /*shape*/) const { return 0; }
+  // ---- incremental decoding (one sequence; model/target_decode.h) ------------------------------------
+  // Attention of T new queries over a key/value cache: query i sits at position past + i and sees cache rows
+  // [0, past + i]. q [T, hq·hd]; k, v [≥ past + T, hkv·hd] whose rows [past, past + T) already hold the new
+  // tokens' keys and values; out [T, hq·hd]; gate as in attention_causal.
+  virtual void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past,
+                                int hq, int hkv, int hd, float scale, const Tensor* gate = nullptr) = 0;
+  // Gated DeltaNet over the T new tokens of one sequence, continuing from `state` (read only) by the
+  // token-by-token recurrence, with the gating and normalisation of gdn_prefill. state f32 [1, nv·dk·dv]: value
+  // head h's S [dk, dv] (row-major) at columns [h·dk·dv, (h+1)·dk·dv). states f32 [R, nv·dk·dv], 1 ≤ R ≤ T:
+  // row r receives the state after token T − R + r, so the caller can roll back to any of the last R tokens.
+  virtual void gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                          const Tensor& dt_bias, const Tensor& out, const Tensor& state, const Tensor& states,
+                          const GdnShape& shape) = 0;
   // Per value head over dv: out = w · (o · rsqrt(mean(o²) + eps)) · silu(z); w f32 [1, dv] shared by heads.
   virtual void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads,
                              int dv, float eps) = 0;

@@ -43,6 +43,15 @@ enum class LmLossKind : uint8_t {
   kl,  // KL(p_target ‖ p_draft), p_target = softmax(lm_head · target_hidden_row)
 };
 
+// D-PACE row weights (MODELS.md "D-PACE loss", SpecForge's loss_type "dpace" and its two ablations;
+// train/loss.h loss_dpace_weights).
+enum class DpaceKind : uint8_t {
+  off,
+  full,                        // "dpace": w_k = Σ_{j≥k} prefix_j·m_j
+  cumulative_confidence_only,  // "dpace-cumulative-confidence-only": w_k = prefix_k
+  continuation_value_only,     // "dpace-continuation-value-only": w_k = (Σ_{j≥k} prefix_j·m_j) / prefix_k
+};
+
 class TrainOps {
  public:
   virtual ~TrainOps() = default;
@@ -122,7 +131,10 @@ class TrainOps {
   // never waits for the host. Rows are nb blocks of `block` rows, block-major (row r = j·block + k).
   // Row k ≥ 1 with active[r] gets w = exp(−(k−1)/γ) (train/loss.h loss_offset_weight), times, when streak,
   // the detached Π over earlier active offsets j < k of p_label[j]^α (loss_apply_streak); every other row
-  // gets 0. With weights_given, row_w is read instead of written (gradient checks hold the weights fixed).
+  // gets 0. With dpace (not off) the rows get the D-PACE weights of loss_dpace_weights (α = dpace_alpha) instead,
+  // and the Σ w slot gets the micro-batch's `sequences` added instead of the weights: D-PACE divides the
+  // step's Σ w·CE by its sequences. CPU backend only; the CUDA one refuses it. With weights_given, row_w is
+  // read instead of written (gradient checks hold the weights fixed).
   // stats: LossStatsSlots f64 accumulators (train/loss.h), stored as u8 [1, 8·slots], ADDED to:
   //   Σ w·loss, Σ w, Σ (1 + leading correct offsets) and the number of blocks with an active row, then
   //   per offset k = 1..B−1 the active rows whose argmax equals the label, then the active rows.
@@ -133,6 +145,9 @@ class TrainOps {
     bool streak = false;
     float streak_alpha = 1;
     bool weights_given = false;
+    DpaceKind dpace = DpaceKind::off;
+    float dpace_alpha = 0.5f;
+    int64_t sequences = 0;
   };
   virtual void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss,
                               const Tensor& p_label, const Tensor& argmax, const LossRowArgs& a,

@@ -13,7 +13,9 @@
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops_factory.h"
+#include "pipeline/drafter_memory.h"
 #include "pipeline/feature_source.h"
+#include "pipeline/heldout.h"
 #include "pipeline/loops.h"
 #include "pipeline/metrics.h"
 #include "topo/plan_split.h"
@@ -39,93 +41,6 @@ OptimConfig optim_config(const TrainPlan& p) {
   o.warmup_steps = int64_t(t.warmup_ratio * double(p.total_steps));
   return o;
 }
-
-// Backend memory planned once for the run: the frozen embedding/lm_head and the staging of received
-// features. The CPU backend trains in f32 on host memory, so it uses the host tables as they are and converts
-// each batch's bf16 features to f32; a bf16 backend gets the tables uploaded once as bf16 and each batch's
-// bf16 bytes in one copy, no conversion.
-class DrafterMemory {
- public:
-  DrafterMemory(TrainOps& ops, const Tensor& embed, const Tensor& lm_head, int64_t max_tokens,
-                int64_t feat_cols, int64_t final_cols)
-      : ops_(ops), host_(ops.device() == Device::cpu) {
-    DF_CHECK(embed.device == Device::cpu && lm_head.device == Device::cpu,
-             "drafter: the frozen tables must come from a host-loaded target");
-    if (host_) {
-      DF_CHECK(embed.dtype == DType::f32 && lm_head.dtype == DType::f32,
-               "drafter: the CPU backend needs f32 frozen tables, the target loader gave %s",
-               dtype_name(embed.dtype));
-      embed_ = embed;
-      lm_head_ = lm_head;
-      return;
-    }
-    const bool tied = lm_head.data == embed.data;
-    const size_t table = size_t(embed.numel()) * dtype_size(DType::bf16);
-    const size_t taps = size_t(max_tokens * feat_cols) * dtype_size(DType::bf16);
-    const size_t fin = size_t(max_tokens * final_cols) * dtype_size(DType::bf16);
-    mem_ = static_cast<char*>(ops.alloc_bytes(table * (tied ? 1 : 2) + taps + fin));
-    embed_ = upload_bf16(embed, mem_);
-    lm_head_ = tied ? embed_ : upload_bf16(lm_head, mem_ + table);
-    char* stage = mem_ + table * (tied ? 1 : 2);
-    taps_ = tensor_make(stage, DType::bf16, ops.device(), max_tokens, feat_cols);
-    if (final_cols > 0) final_ = tensor_make(stage + taps, DType::bf16, ops.device(), max_tokens, final_cols);
-  }
-  ~DrafterMemory() {
-    if (mem_) ops_.free_bytes(mem_);
-  }
-  DrafterMemory(const DrafterMemory&) = delete;
-  DrafterMemory& operator=(const DrafterMemory&) = delete;
-
-  const Tensor& embed() const { return embed_; }
-  const Tensor& lm_head() const { return lm_head_; }
-
-  DrafterBatch load(const FeaturePacket& p) {
-    DrafterBatch b;
-    b.offsets = p.offsets;
-    b.tokens = p.tokens;
-    b.loss_mask = p.loss_mask;
-    b.taps = stage(p.features, p.hdr.feat_cols, taps_, taps_f32_);
-    if (p.hdr.final_cols > 0) b.target_hidden = stage(p.final_hidden, p.hdr.final_cols, final_, final_f32_);
-    return b;
-  }
-
- private:
-  Tensor upload_bf16(const Tensor& t, char* at) {
-    std::vector<uint16_t> lp(size_t(t.numel()));
-    for (int64_t r = 0; r < t.rows; ++r)
-      for (int64_t c = 0; c < t.cols; ++c) {
-        const char* src = t.row_bytes(r) + c * int64_t(dtype_size(t.dtype));
-        lp[size_t(r * t.cols + c)] = t.dtype == DType::bf16
-                                         ? *reinterpret_cast<const uint16_t*>(src)
-                                         : f32_to_bf16(*reinterpret_cast<const float*>(src));
-      }
-    Tensor d = tensor_make(at, DType::bf16, ops_.device(), t.rows, t.cols);
-    ops_.upload_raw(d, lp.data());
-    return d;
-  }
-
-  Tensor stage(const std::vector<uint16_t>& bf16, int64_t cols, const Tensor& dev, std::vector<float>& f32) {
-    const int64_t rows = cols > 0 ? int64_t(bf16.size()) / cols : 0;
-    if (host_) {
-      f32.resize(bf16.size());
-      for (size_t i = 0; i < bf16.size(); ++i) f32[i] = bf16_to_f32(bf16[i]);
-      return tensor_make(f32.data(), DType::f32, Device::cpu, rows, cols);
-    }
-    DF_CHECK(rows <= dev.rows && cols == dev.cols,
-             "drafter: a batch of %lld x %lld features does not fit the staging buffer %s planned from "
-             "data.token_budget; HINT: all ranks must run the same config",
-             (long long)rows, (long long)cols, dev.shape_str().c_str());
-    Tensor t = dev.rows_view(0, rows);
-    ops_.upload_raw(t, bf16.data());
-    return t;
-  }
-
-  TrainOps& ops_;
-  bool host_;
-  char* mem_ = nullptr;
-  Tensor embed_, lm_head_, taps_, final_;
-  std::vector<float> taps_f32_, final_f32_;
-};
 
 // The MPI reducer works on host memory: a device-resident drafter stages its gradients through the host
 // (the NCCL all-reduce on device memory is a later step). One drafter reduces nothing.
@@ -192,6 +107,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
                                            plan.cfg.topology.offline ? plan.num_drafters : plan.num_targets,
                                            plan.num_drafters);
   if (owner) metrics->mark_start(plan.start_step, plan.resume_path, plan.run_id, plan.moved_aside);
+  std::unique_ptr<HeldoutEval> heldout;  // [eval]: drafter 0 alone, between its steps
+  if (owner && plan.cfg.eval.interval > 0) heldout = std::make_unique<HeldoutEval>(plan.cfg, plan.drafter);
   std::vector<int> all_targets;  // q_hs: how many targets have a batch for us waiting on the channel
   for (int t = 0; t < plan.num_targets; ++t) all_targets.push_back(t);
 
@@ -236,11 +153,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       Rng rng(rng_mix(plan.cfg.run.seed, uint64_t(b)));
       std::vector<DrafterAnchor> anchors = anchors_sample_batch(db, plan.drafter.num_anchors, rng);
       ss.anchors_dropped += double(anchors_cap(anchors, limits.max_blocks, rng));
-      DrafterLossOptions lo;
-      lo.kind = plan.kl ? LmLossKind::kl : LmLossKind::ce;
-      lo.gamma = float(tc.gamma);
-      lo.streak = tc.streak;
-      lo.streak_alpha = float(tc.streak_alpha);
+      DrafterLossOptions lo = loss_options_from_config(tc);
       lo.noise_std = noise_std_at(float(tc.noise_std), step, plan.total_steps);
       lo.noise_seed = rng.next_u64();
       drafter_accumulate(model, db, anchors, lo);
@@ -276,7 +189,13 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     last_gnorm = r.grad_norm;
     const bool stop = ss.stop > 0 || step + 1 == plan.stop_at_step;
     const bool last = step + 1 == plan.total_steps;
-    if (owner) metrics->step(step, ss, r.lr, r.grad_norm, stop || last);
+    const bool eval_now = heldout && ((step + 1) % plan.cfg.eval.interval == 0 || stop || last);
+    if (eval_now) {
+      watchdog.beat("evaluating on the held-out set (eval.data)");
+      const LossStats ev = heldout->run(model, mem, loss_options_from_config(tc));
+      metrics->set_eval(ev.mean_loss(), ev.tau(), loss_accuracy(ev));
+    }
+    if (owner) metrics->step(step, ss, r.lr, r.grad_norm, stop || last || eval_now);
     watchdog.beat("writing a checkpoint");
     if ((step + 1) % plan.cfg.checkpoint.interval == 0 || stop || last) save(step + 1);
     watchdog.step_done(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count());

@@ -85,6 +85,13 @@ double MetricsLog::drafter_rate() const {
   return run_.drafter_busy_s > 0 ? run_.batches / run_.drafter_busy_s : 0.0;
 }
 
+void MetricsLog::set_eval(double loss, double tau, const std::vector<double>& acc) {
+  has_eval_ = true;
+  eval_loss_ = loss;
+  eval_tau_ = tau;
+  eval_acc_ = acc;
+}
+
 void MetricsLog::step(int64_t step, const StepStats& s, double lr, double grad_norm, bool force) {
   if (first_step_ < 0) first_step_ = step;
   window_.add(s);
@@ -111,10 +118,11 @@ void MetricsLog::step(int64_t step, const StepStats& s, double lr, double grad_n
   std::string acc_text;
   for (size_t k = 0; k < acc.size() && k < 8; ++k) acc_text += strfmt("%s%.2f", k ? " " : "", acc[k]);
   if (acc.size() > 8) acc_text += " ..";
+  const std::string eval_text = has_eval_ ? strfmt(" | eval loss %.4f tau %.2f", eval_loss_, eval_tau_) : "";
   log_here("step %6lld/%lld | loss %.4f | acc[k] %s | tau %.2f (est %.2f) | lr %.2e | gnorm %.3f | tgt %.2f b/s "
-           "dft %.2f b/s | q_hs %.1f q_pre %.1f | %.1f Ktok/s | ETA %.0fs",
+           "dft %.2f b/s | q_hs %.1f q_pre %.1f | %.1f Ktok/s | ETA %.0fs%s",
            (long long)(step + 1), (long long)total_steps_, loss, acc_text.c_str(), tau, tau_est, lr, grad_norm, tgt_bps,
-           dft_bps, q_hs, q_pre, ktok_s, eta);
+           dft_bps, q_hs, q_pre, ktok_s, eta, eval_text.c_str());
   nlohmann::json j = {{"step", step + 1},
                       {"loss", loss},
                       {"acc", acc},
@@ -130,6 +138,12 @@ void MetricsLog::step(int64_t step, const StepStats& s, double lr, double grad_n
                       {"eta_s", eta},
                       {"elapsed_s", elapsed},
                       {"anchors_dropped", w.anchors_dropped}};
+  if (has_eval_) {
+    j["eval_loss"] = eval_loss_;
+    j["eval_tau"] = eval_tau_;
+    j["eval_acc"] = eval_acc_;
+    has_eval_ = false;
+  }
   append(j.dump());
   window_ = StepStats{};
   last_ = now;

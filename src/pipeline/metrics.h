@@ -42,6 +42,9 @@ class MetricsLog {
                   const std::string& moved_aside);
   // Called every step on drafter 0; prints and appends when the interval has passed (or force).
   void step(int64_t step, const StepStats& s, double lr, double grad_norm, bool force);
+  // A held-out evaluation after this step (pipeline/heldout.h): the next line printed carries its loss, τ and
+  // per-offset accuracy (eval_loss, eval_tau, eval_acc in the JSON).
+  void set_eval(double loss, double tau, const std::vector<double>& acc);
   std::string path() const { return path_; }
   // Per-GPU rates over the whole run so far (batches/s): for the split recommendation.
   double target_rate() const;
@@ -56,6 +59,9 @@ class MetricsLog {
   std::chrono::steady_clock::time_point start_, last_;
   int64_t first_step_ = -1;
   StepStats window_, run_;
+  bool has_eval_ = false;
+  double eval_loss_ = 0, eval_tau_ = 0;
+  std::vector<double> eval_acc_;
 
   void append(const std::string& json_line);
 };

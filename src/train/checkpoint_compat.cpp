@@ -61,6 +61,7 @@ const Field kFields[] = {
     {"train.gamma", nullptr, [](const Config& c) { return num(c.train.gamma); }},
     {"train.streak", nullptr, [](const Config& c) { return std::string(c.train.streak ? "true" : "false"); }},
     {"train.streak_alpha", nullptr, [](const Config& c) { return num(c.train.streak_alpha); }},
+    {"train.dpace_alpha", nullptr, [](const Config& c) { return num(c.train.dpace_alpha); }},
     {"train.noise_std", nullptr, [](const Config& c) { return num(c.train.noise_std); }},
     {"train.lr", nullptr, [](const Config& c) { return num(c.train.lr); }},
     {"train.warmup_ratio", nullptr, [](const Config& c) { return num(c.train.warmup_ratio); }},

@@ -38,6 +38,13 @@ LossStats loss_stats_from_slots(const std::vector<double>& slots, int block) {
   return st;
 }
 
+std::vector<double> loss_accuracy(const LossStats& st) {
+  std::vector<double> acc;
+  for (size_t k = 0; k < st.correct.size(); ++k)
+    acc.push_back(st.count[k] > 0 ? double(st.correct[k]) / double(st.count[k]) : 0.0);
+  return acc;
+}
+
 float loss_offset_weight(int k, float gamma) {
   DF_CHECK(k >= 1 && gamma > 0, "loss_offset_weight: offset %d must be ≥ 1 and gamma %g > 0", k, double(gamma));
   return float(std::exp(-double(k - 1) / double(gamma)));
@@ -57,6 +64,60 @@ void loss_apply_streak(std::vector<float>& w, const std::vector<uint8_t>& labell
       if (labelled[r]) prefix *= std::pow(double(p_label[r]), double(alpha));
     }
   }
+}
+
+DrafterLossOptions loss_options_from_config(const TrainSection& t) {
+  DrafterLossOptions o;
+  o.kind = t.loss == "kl" ? LmLossKind::kl : LmLossKind::ce;
+  o.gamma = float(t.gamma);
+  o.streak = t.streak;
+  o.streak_alpha = float(t.streak_alpha);
+  o.dpace = loss_dpace_kind(t.loss);
+  o.dpace_alpha = float(t.dpace_alpha);
+  return o;
+}
+
+DpaceKind loss_dpace_kind(const std::string& loss) {
+  if (loss == "ce" || loss == "kl") return DpaceKind::off;
+  if (loss == "dpace") return DpaceKind::full;
+  if (loss == "dpace-cumulative-confidence-only") return DpaceKind::cumulative_confidence_only;
+  if (loss == "dpace-continuation-value-only") return DpaceKind::continuation_value_only;
+  DF_FAIL(
+      "train.loss = \"%s\" is not a loss; HINT: ce, kl, dpace, dpace-cumulative-confidence-only or "
+      "dpace-continuation-value-only",
+      loss.c_str());
+}
+
+std::vector<float> loss_dpace_weights(const std::vector<uint8_t>& labelled, const std::vector<float>& p_label,
+                                      int block, float alpha, DpaceKind kind) {
+  DF_CHECK(kind != DpaceKind::off, "loss_dpace_weights: no D-PACE kind given");
+  DF_CHECK(alpha >= 0 && alpha <= 1, "dpace_alpha %g must be in [0, 1]", double(alpha));
+  DF_CHECK(labelled.size() == p_label.size() && labelled.size() % size_t(block) == 0,
+           "loss_dpace_weights: %zu labels and %zu confidences for block %d", labelled.size(), p_label.size(),
+           block);
+  std::vector<float> w(labelled.size(), 0.0f);
+  std::vector<double> s(static_cast<size_t>(block) + 1, 1.0), prefix(static_cast<size_t>(block), 1.0);
+  for (size_t j0 = 0; j0 < w.size(); j0 += size_t(block)) {
+    for (int k = 1; k < block; ++k) {
+      const size_t r = j0 + size_t(k);
+      s[size_t(k)] = labelled[r] ? (1.0 - alpha) * double(p_label[r]) + alpha : 1.0;
+      prefix[size_t(k)] = prefix[size_t(k) - 1] * s[size_t(k)];
+    }
+    // suffix_k and the continuation value c_k = suffix_k / prefix_k = m_k + s_{k+1}·c_{k+1}, built from the
+    // end; the recursion needs no division, so c_k stays exact where prefix_k underflows (α near 0).
+    double suffix = 0.0, cont = 0.0;
+    for (int k = block - 1; k >= 1; --k) {
+      const size_t r = j0 + size_t(k);
+      const double m = labelled[r] ? 1.0 : 0.0;
+      suffix += prefix[size_t(k)] * m;
+      cont = m + s[size_t(k) + 1] * cont;
+      const double wk = kind == DpaceKind::full                         ? suffix
+                        : kind == DpaceKind::cumulative_confidence_only ? prefix[size_t(k)]
+                                                                        : cont;
+      w[r] = float(m * wk);
+    }
+  }
+  return w;
 }
 
 void loss_count_accuracy(LossStats& st, const std::vector<uint8_t>& labelled, const std::vector<int32_t>& argmax,

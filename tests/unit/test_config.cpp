@@ -64,6 +64,17 @@ TEST(Config, InvalidValuesAreNamed) {
   EXPECT_NE(error_of("[drafter]\nmask_token_id = 3\n").find("target.model"), std::string::npos);
   std::string e = error_of(std::string(kMinimal) + "[pipeline]\nhs_queue_depth = 0\n");
   EXPECT_NE(e.find("pipeline.hs_queue_depth"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "[train]\nloss = \"dpace\"\ndpace_alpha = 1.5\n");
+  EXPECT_NE(e.find("train.dpace_alpha"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "[train]\nloss = \"dpace\"\nstreak = true\n");
+  EXPECT_NE(e.find("train.streak"), std::string::npos) << e;
+  for (const char* loss : {"dpace", "dpace-cumulative-confidence-only", "dpace-continuation-value-only"})
+    EXPECT_EQ(error_of(std::string(kMinimal) + "[train]\nloss = \"" + loss + "\"\n"), "") << loss;
+  // No CUDA kernel for the D-PACE weights: a CUDA drafter refuses the loss up front, naming the key and the fix.
+  e = error_of("[target]\nrandom_config = \"configs/tiny-target.json\"\ndevice = \"cpu\"\n[drafter]\n"
+               "mask_token_id = 255\ndevice = \"cuda\"\n[train]\nloss = \"dpace-continuation-value-only\"\n");
+  EXPECT_NE(e.find("train.loss"), std::string::npos) << e;
+  EXPECT_NE(e.find("HINT: drafter.device = \"cpu\""), std::string::npos) << e;
 }
 
 TEST(Config, SyntaxErrorHasLine) {

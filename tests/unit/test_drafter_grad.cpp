@@ -1,6 +1,6 @@
 // Finite-difference checks of the drafter's analytic backward: every parameter tensor of the table, for the
-// CE loss, the soft-KL loss and the streak-weighted loss, with feature noise on, on a batch that has padding
-// blocks, blocks running past their sequence's end and holes in the loss mask.
+// CE loss, the soft-KL loss, the streak-weighted and the D-PACE-weighted loss, with feature noise on, on a batch
+// that has padding blocks, blocks running past their sequence's end and holes in the loss mask.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,6 +121,20 @@ TEST(DrafterGrad, StreakWeightsAreDetached) {
   LossStats base = drafter_forward_backward(*s.model, s.batch, fixed_anchors(), plain);
   ASSERT_LT(st.weight_sum, base.weight_sum * 0.9);
   // The finite difference holds the streak weights at their forward values: that is what detached means.
+  DrafterLossOptions frozen;
+  frozen.fixed_row_weights = &st.row_weight;
+  check_all(s, o, frozen);
+}
+
+TEST(DrafterGrad, DpaceWeightsAreDetached) {
+  TinySetup s;
+  randomise_params(s, 14);
+  DrafterLossOptions o;
+  o.dpace = DpaceKind::full;
+  DrafterLossOptions fwd = o;
+  fwd.backward = false;
+  LossStats st = drafter_forward_backward(*s.model, s.batch, fixed_anchors(), fwd);
+  ASSERT_EQ(st.weight_sum, 3.0);  // D-PACE divides by the batch's sequences
   DrafterLossOptions frozen;
   frozen.fixed_row_weights = &st.row_weight;
   check_all(s, o, frozen);

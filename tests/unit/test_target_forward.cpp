@@ -13,88 +13,11 @@
 
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
+#include "target_test_util.h"
 
 using namespace df;
 
 namespace {
-
-QwenConfig tiny_hybrid() {
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},
-                      {"hidden_size", 24},
-                      {"num_hidden_layers", 4},
-                      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-                      {"intermediate_size", 40},
-                      {"vocab_size", 37},
-                      {"num_attention_heads", 3},
-                      {"num_key_value_heads", 1},
-                      {"head_dim", 8},
-                      {"attn_output_gate", true},
-                      {"partial_rotary_factor", 0.5},
-                      {"rope_theta", 10000.0},
-                      {"rms_norm_eps", 1e-6},
-                      {"linear_num_key_heads", 1},
-                      {"linear_num_value_heads", 3},
-                      {"linear_key_head_dim", 8},
-                      {"linear_value_head_dim", 4},
-                      {"linear_conv_kernel_dim", 4},
-                      {"tie_word_embeddings", false}};
-  return qwen_config_from_json(j, "tiny_hybrid");
-}
-
-QwenConfig tiny_dense() {
-  nlohmann::json j = {{"model_type", "qwen3"},       {"hidden_size", 20},        {"num_hidden_layers", 3},
-                      {"intermediate_size", 36},     {"vocab_size", 29},         {"num_attention_heads", 5},
-                      {"num_key_value_heads", 1},    {"head_dim", 6},            {"rope_theta", 1e6},
-                      {"rms_norm_eps", 1e-6},        {"tie_word_embeddings", true}};
-  return qwen_config_from_json(j, "tiny_dense");
-}
-
-struct FwdResult {
-  std::vector<std::vector<float>> taps;  // one per layer
-  std::vector<float> final_norm;
-};
-
-// Runs `lengths` as one packed batch with taps at every layer and the final norm.
-FwdResult run_model(const TargetModel& m, Ops& ops, const std::vector<int32_t>& ids,
-                    const std::vector<int32_t>& lengths, int num_taps, bool final_norm) {
-  const int64_t T = ids.size(), H = m.cfg.hidden;
-  TargetForward fwd(m, T);
-  std::vector<float> store((num_taps + 2) * T * H + 64 + T);
-  HostBuffer meta(64 * 1024);
-  Arena arena(meta.data(), meta.size(), Device::cpu);
-  SeqLayout seqs = seq_layout_make(lengths, ops, arena);
-  Tensor id_t = arena.alloc(DType::i32, 1, T);
-  ops.upload_raw(id_t, ids.data());
-  TargetOutputs out;
-  for (int l = 0; l < num_taps; ++l) {
-    out.tap_layers.push_back(l);
-    out.taps.push_back(tensor_make(store.data() + l * T * H, DType::f32, Device::cpu, T, H));
-  }
-  out.want_final_norm = final_norm;
-  out.final_norm = tensor_make(store.data() + num_taps * T * H, DType::f32, Device::cpu, T, H);
-  fwd.run(id_t, seqs, out);
-  FwdResult r;
-  for (int l = 0; l < num_taps; ++l) r.taps.emplace_back(store.begin() + l * T * H, store.begin() + (l + 1) * T * H);
-  if (final_norm) r.final_norm.assign(store.begin() + num_taps * T * H, store.begin() + (num_taps + 1) * T * H);
-  return r;
-}
-
-std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
-  std::vector<int32_t> v(n);
-  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((seed * 2654435761u + i * 40503u) % vocab);
-  return v;
-}
-
-// Max |a − b| / (1 + |b|): all values here are O(1), so this is a relative error with an absolute floor.
-double max_err(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double e = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_FALSE(std::isnan(a[i]));
-    e = std::max(e, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(double(b[i]))));
-  }
-  return e;
-}
 
 // CpuOps that claims a DeltaNet workspace as the CUDA backend does (a made-up size, growing with the tokens)
 // and records what each gdn_prefill call is handed, so the CPU build tests TargetForward's planning of it.
@@ -157,6 +80,14 @@ class WorkspaceProbeOps final : public Ops {
                      float eps) override {
     c_.gated_rmsnorm(o, z, w, out, heads, dv, eps);
   }
+  void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, int64_t past, int hq,
+                        int hkv, int hd, float scale, const Tensor* gate = nullptr) override {
+    c_.attention_cached(q, k, v, o, past, hq, hkv, hd, scale, gate);
+  }
+  void gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt,
+                  const Tensor& o, const Tensor& st, const Tensor& sts, const GdnShape& sh) override {
+    c_.gdn_decode(qkv, a, b, A_log, dt, o, st, sts, sh);
+  }
 
  private:
   CpuOps c_;
@@ -164,10 +95,7 @@ class WorkspaceProbeOps final : public Ops {
 
 }  // namespace
 
-class TargetForwardTest : public ::testing::TestWithParam<int> {
- protected:
-  QwenConfig cfg() const { return GetParam() == 0 ? tiny_hybrid() : tiny_dense(); }
-};
+using TargetForwardTest = TargetFamilyTest;
 
 TEST_P(TargetForwardTest, PackingIsInvisible) {
   CpuOps ops;
@@ -220,8 +148,7 @@ TEST_P(TargetForwardTest, SaveAndLoadRoundTrip) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TargetForwardTest, ::testing::Values(0, 1),
-                         [](const auto& info) { return info.param == 0 ? "qwen3_5" : "qwen3"; });
+INSTANTIATE_TEST_SUITE_P(Families, TargetForwardTest, ::testing::Values(0, 1), target_family_name);
 
 TEST(TargetForward, ChunkedAndRecurrentDeltaNetAgree) {
   CpuOps chunked(CpuGdnMode::chunked), recurrent(CpuGdnMode::recurrent);

@@ -83,6 +83,31 @@ void gdn_for_each_head(const SeqLayout& seqs, int nv, Fn fn) {
   }
 }
 
+// One token of the recurrence on value head state S [dk, dv]: S = exp(g)·S; u = Sᵀk; S += k·(β·(v − u))ᵀ;
+// o = Sᵀq. u is dv floats of scratch.
+void gdn_token(float* S, const float* q, const float* k, const float* v, float decay, float beta, int dk, int dv,
+               float* u, float* o) {
+  for (int64_t i = 0; i < int64_t(dk) * dv; ++i) S[i] *= decay;
+  std::fill(u, u + dv, 0.0f);
+  for (int e = 0; e < dk; ++e) {
+    const float* Se = S + int64_t(e) * dv;
+#pragma omp simd
+    for (int j = 0; j < dv; ++j) u[j] += k[e] * Se[j];
+  }
+  for (int j = 0; j < dv; ++j) u[j] = beta * (v[j] - u[j]);
+  for (int e = 0; e < dk; ++e) {
+    float* Se = S + int64_t(e) * dv;
+#pragma omp simd
+    for (int j = 0; j < dv; ++j) Se[j] += k[e] * u[j];
+  }
+  std::fill(o, o + dv, 0.0f);
+  for (int e = 0; e < dk; ++e) {
+    const float* Se = S + int64_t(e) * dv;
+#pragma omp simd
+    for (int j = 0; j < dv; ++j) o[j] += q[e] * Se[j];
+  }
+}
+
 }  // namespace
 
 void cpu_gdn_recurrent(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
@@ -94,31 +119,38 @@ void cpu_gdn_recurrent(const Tensor& qkv, const Tensor& a, const Tensor& b, cons
   gdn_for_each_head(seqs, nv, [&](int64_t t0, int64_t t1, int h) {
     const int64_t kh = h / group;
     std::vector<float> S(size_t(dk) * dv, 0.0f), u(static_cast<size_t>(dv));
+    for (int64_t t = t0; t < t1; ++t)
+      gdn_token(S.data(), &p.q[size_t(t * kw + kh * dk)], &p.k[size_t(t * kw + kh * dk)],
+                cpu_row(qkv, t) + voff + int64_t(h) * dv, std::exp(p.g[size_t(t * nv + h)]),
+                p.beta[size_t(t * nv + h)], dk, dv, u.data(), cpu_row(out, t) + int64_t(h) * dv);
+  });
+}
+
+void cpu_gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                    const Tensor& out, const Tensor& state, const Tensor& states, const GdnShape& shape) {
+  const int64_t T = qkv.rows, sdim = int64_t(shape.nv) * shape.dk * shape.dv;
+  SeqLayout one;  // one sequence of T tokens: gdn_check's layout check and the head loop need no backend tensors
+  one.cu_host = {0, int32_t(T)};
+  one.tokens = T;
+  one.num_seqs = 1;
+  one.max_len = int(T);
+  gdn_check("gdn_decode", qkv, a, b, A_log, dt_bias, out, one, shape);
+  cpu_check_f32("gdn_decode", "state", state, 1, sdim);
+  cpu_check_f32("gdn_decode", "states", states, -1, sdim);
+  DF_CHECK(states.rows >= 1 && states.rows <= T, "gdn_decode: states has %lld rows; it needs 1..%lld (the tokens)",
+           (long long)states.rows, (long long)T);
+  const GdnPrepared p = gdn_prepare(qkv, a, b, A_log, dt_bias, shape);
+  const int dk = shape.dk, dv = shape.dv, nv = shape.nv, group = shape.nv / shape.nk;
+  const int64_t kw = int64_t(shape.nk) * dk, voff = 2 * kw, hs = int64_t(dk) * dv, first_saved = T - states.rows;
+  gdn_for_each_head(one, nv, [&](int64_t t0, int64_t t1, int h) {
+    const int64_t kh = h / group;
+    const float* S0 = cpu_row(state, 0) + h * hs;
+    std::vector<float> S(S0, S0 + hs), u(static_cast<size_t>(dv));
     for (int64_t t = t0; t < t1; ++t) {
-      const float* q = &p.q[size_t(t * kw + kh * dk)];
-      const float* k = &p.k[size_t(t * kw + kh * dk)];
-      const float* v = cpu_row(qkv, t) + voff + int64_t(h) * dv;
-      const float decay = std::exp(p.g[size_t(t * nv + h)]), beta = p.beta[size_t(t * nv + h)];
-      for (float& x : S) x *= decay;
-      std::fill(u.begin(), u.end(), 0.0f);
-      for (int e = 0; e < dk; ++e) {
-        const float* Se = &S[size_t(e) * dv];
-#pragma omp simd
-        for (int j = 0; j < dv; ++j) u[size_t(j)] += k[e] * Se[j];
-      }
-      for (int j = 0; j < dv; ++j) u[size_t(j)] = beta * (v[j] - u[size_t(j)]);
-      for (int e = 0; e < dk; ++e) {
-        float* Se = &S[size_t(e) * dv];
-#pragma omp simd
-        for (int j = 0; j < dv; ++j) Se[j] += k[e] * u[size_t(j)];
-      }
-      float* o = cpu_row(out, t) + int64_t(h) * dv;
-      std::fill(o, o + dv, 0.0f);
-      for (int e = 0; e < dk; ++e) {
-        const float* Se = &S[size_t(e) * dv];
-#pragma omp simd
-        for (int j = 0; j < dv; ++j) o[j] += q[e] * Se[j];
-      }
+      gdn_token(S.data(), &p.q[size_t(t * kw + kh * dk)], &p.k[size_t(t * kw + kh * dk)],
+                cpu_row(qkv, t) + voff + int64_t(h) * dv, std::exp(p.g[size_t(t * nv + h)]),
+                p.beta[size_t(t * nv + h)], dk, dv, u.data(), cpu_row(out, t) + int64_t(h) * dv);
+      if (t >= first_saved) std::copy(S.begin(), S.end(), cpu_row(states, t - first_saved) + h * hs);
     }
   });
 }

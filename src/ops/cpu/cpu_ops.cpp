@@ -387,6 +387,37 @@ void CpuOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, co
 
 // ---- sequence ops -------------------------------------------------------------------------------------
 
+namespace {
+
+// Softmax attention of one query row of head h over key rows [j0, j1]: the inner loop of both causal forms.
+// p holds ≥ j1 − j0 + 1 scores, acc hd floats.
+void attend_row(const float* qr, const Tensor& k, const Tensor& v, int64_t j0, int64_t j1, int kvh, int hd,
+                float scale, float* p, float* acc, float* orow) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = j0; j <= j1; ++j) {
+    const float* kr = cpu_row(k, j) + int64_t(kvh) * hd;
+    float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+    for (int e = 0; e < hd; ++e) d += qr[e] * kr[e];
+    d *= scale;
+    p[j - j0] = d;
+    mx = std::max(mx, d);
+  }
+  float sum = 0.0f;
+  std::fill(acc, acc + hd, 0.0f);
+  for (int64_t j = j0; j <= j1; ++j) {
+    const float e = std::exp(p[j - j0] - mx);
+    sum += e;
+    const float* vr = cpu_row(v, j) + int64_t(kvh) * hd;
+#pragma omp simd
+    for (int i = 0; i < hd; ++i) acc[i] += e * vr[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < hd; ++i) orow[i] = acc[i] * inv;
+}
+
+}  // namespace
+
 void CpuOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const SeqLayout& seqs, int hq, int hkv, int hd, float scale, const Tensor* gate) {
   DF_CHECK(hq > 0 && hkv > 0 && hd > 0 && hq % hkv == 0,
@@ -408,31 +439,38 @@ void CpuOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v,
     // Work per (token, head) grows with the position, hence dynamic scheduling.
 #pragma omp for schedule(dynamic, 8)
     for (int64_t idx = 0; idx < tokens * hq; ++idx) {
-      const int64_t t = idx / hq, s0 = start[size_t(t)];
-      const int h = int(idx % hq), kvh = h / group;
-      const float* qr = cpu_row(q, t) + int64_t(h) * hd;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = s0; j <= t; ++j) {
-        const float* kr = cpu_row(k, j) + int64_t(kvh) * hd;
-        float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-        for (int e = 0; e < hd; ++e) d += qr[e] * kr[e];
-        d *= scale;
-        p[size_t(j - s0)] = d;
-        mx = std::max(mx, d);
-      }
-      float sum = 0.0f;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = s0; j <= t; ++j) {
-        const float e = std::exp(p[size_t(j - s0)] - mx);
-        sum += e;
-        const float* vr = cpu_row(v, j) + int64_t(kvh) * hd;
-#pragma omp simd
-        for (int i = 0; i < hd; ++i) acc[size_t(i)] += e * vr[i];
-      }
-      float* orow = cpu_row(out, t) + int64_t(h) * hd;
-      const float inv = 1.0f / sum;
-      for (int i = 0; i < hd; ++i) orow[i] = acc[size_t(i)] * inv;
+      const int64_t t = idx / hq;
+      const int h = int(idx % hq);
+      attend_row(cpu_row(q, t) + int64_t(h) * hd, k, v, start[size_t(t)], t, h / group, hd, scale, p.data(),
+                 acc.data(), cpu_row(out, t) + int64_t(h) * hd);
+    }
+  }
+  if (gate) sigmoid_gate(out, *gate);
+}
+
+void CpuOps::attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past,
+                              int hq, int hkv, int hd, float scale, const Tensor* gate) {
+  DF_CHECK(hq > 0 && hkv > 0 && hd > 0 && hq % hkv == 0,
+           "attention_cached: q heads %d must be a positive multiple of kv heads %d (hd %d)", hq, hkv, hd);
+  cpu_check_f32("attention_cached", "q", q, -1, int64_t(hq) * hd);
+  cpu_check_f32("attention_cached", "k", k, -1, int64_t(hkv) * hd);
+  cpu_check_f32("attention_cached", "v", v, k.rows, int64_t(hkv) * hd);
+  cpu_check_f32("attention_cached", "out", out, q.rows, int64_t(hq) * hd);
+  DF_CHECK(past >= 0 && past + q.rows <= k.rows,
+           "attention_cached: %lld cached + %lld new tokens exceed the %lld cache rows given", (long long)past,
+           (long long)q.rows, (long long)k.rows);
+  if (gate) cpu_check_f32("attention_cached", "gate", *gate, q.rows, int64_t(hq) * hd);
+  const int group = hq / hkv;
+  const int64_t tokens = q.rows;
+#pragma omp parallel
+  {
+    std::vector<float> p(size_t(past + tokens)), acc(static_cast<size_t>(hd));
+#pragma omp for schedule(static)
+    for (int64_t idx = 0; idx < tokens * hq; ++idx) {
+      const int64_t t = idx / hq;
+      const int h = int(idx % hq);
+      attend_row(cpu_row(q, t) + int64_t(h) * hd, k, v, 0, past + t, h / group, hd, scale, p.data(), acc.data(),
+                 cpu_row(out, t) + int64_t(h) * hd);
     }
   }
   if (gate) sigmoid_gate(out, *gate);
@@ -479,6 +517,12 @@ void CpuOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, co
   } else {
     cpu_gdn_chunked(qkv, a, b, A_log, dt_bias, out, seqs, shape, kCpuGdnChunk);
   }
+}
+
+void CpuOps::gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                        const Tensor& dt_bias, const Tensor& out, const Tensor& state, const Tensor& states,
+                        const GdnShape& shape) {
+  cpu_gdn_decode(qkv, a, b, A_log, dt_bias, out, state, states, shape);
 }
 
 }  // namespace df

@@ -40,9 +40,13 @@ void CpuTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, con
            "loss_row_stats: stats must be host u8 [1, %d] (%d f64 slots for block %d), got %s",
            slots * int(sizeof(double)), slots, B, stats.shape_str().c_str());
   if (!a.weights_given) {
-    for (int64_t r = 0; r < N; ++r)
-      w[size_t(r)] = act[size_t(r)] && r % B > 0 ? loss_offset_weight(int(r % B), a.gamma) : 0.0f;
-    if (a.streak) loss_apply_streak(w, act, p, B, a.streak_alpha);
+    if (a.dpace != DpaceKind::off) {
+      w = loss_dpace_weights(act, p, B, a.dpace_alpha, a.dpace);
+    } else {
+      for (int64_t r = 0; r < N; ++r)
+        w[size_t(r)] = act[size_t(r)] && r % B > 0 ? loss_offset_weight(int(r % B), a.gamma) : 0.0f;
+      if (a.streak) loss_apply_streak(w, act, p, B, a.streak_alpha);
+    }
     std::copy(w.begin(), w.end(), row_w.ptr<float>());
   }
   LossStats st;
@@ -50,6 +54,7 @@ void CpuTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, con
     st.loss_sum += double(w[size_t(r)]) * l[size_t(r)];
     st.weight_sum += w[size_t(r)];
   }
+  if (a.dpace != DpaceKind::off) st.weight_sum = double(a.sequences);  // D-PACE divides by the sequences
   loss_count_accuracy(st, act, am, lab, B);
   double* s = reinterpret_cast<double*>(stats.data);
   s[LossStatsSlots::kLossSum] += st.loss_sum;

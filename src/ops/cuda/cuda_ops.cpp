@@ -210,4 +210,16 @@ void CudaOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, c
                        dv, eps, dev_.stream);
 }
 
+void CudaOps::attention_cached(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int, int, int,
+                               float, const Tensor*) {
+  DF_FAIL("attention_cached is not yet on CUDA (incremental target decoding runs on the CPU); HINT: use "
+          "--device cpu for eval / --generate");
+}
+
+void CudaOps::gdn_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, const Tensor&, const GdnShape&) {
+  DF_FAIL("gdn_decode is not yet on CUDA (incremental target decoding runs on the CPU); HINT: use --device cpu "
+          "for eval / --generate");
+}
+
 }  // namespace df

@@ -51,6 +51,11 @@ class CudaOps final : public Ops {
   int64_t gdn_workspace_bytes(int64_t tokens, const GdnShape& shape) const override;
   void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
                      float eps) override;
+  // Incremental decoding is CPU-only for now: these two fail with a message instead of computing anything.
+  void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past, int hq,
+                        int hkv, int hd, float scale, const Tensor* gate = nullptr) override;
+  void gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                  const Tensor& out, const Tensor& state, const Tensor& states, const GdnShape& shape) override;
 
  private:
   CudaDevice dev_;

@@ -23,6 +23,9 @@ void CudaTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, co
   const int64_t N = labels.cols;
   DF_CHECK(a.block >= 2 && N % a.block == 0,
            "loss_row_stats: %lld rows are not whole blocks of %d (block ≥ 2)", (long long)N, a.block);
+  DF_CHECK(a.dpace == DpaceKind::off,
+           "train.loss: dpace is implemented on the CPU drafter only (no CUDA kernel for its row weights); HINT: "
+           "drafter.device = \"cpu\"");
   expect_row(labels, DType::i32, N, "labels");
   expect_row(active, DType::u8, N, "active");
   expect_row(loss, DType::f32, N, "loss");

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# `dflash_mpi eval` end to end: train the tiny drafter a few steps, export it, then measure its τ by speculative
+# decoding against the same random target (from the HF export and from the checkpoint + config), regenerate the
+# prompts' responses with the target (--generate), train with a held-out set ([eval]), and check that bad
+# invocations fail with a message.
+# Args: <dflash_mpi> <source dir> <mpiexec>
+BIN=$1 SRC=$2 MPIEXEC=$3
+source "$SRC/tests/mpi/train_common.sh"
+write_config "$TMP/run.toml" "$TMP/run" 1 1 12
+run_mpi 2 "$TMP/train.log" --config "$TMP/run.toml" || { fail "training"; tail -20 "$TMP/train.log"; }
+"$BIN" export --config "$TMP/run.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 ||
+  { fail "export"; cat "$TMP/export.log"; }
+# The training target is configs/tiny-target.json drawn with random_seed 1: the same model as a folder.
+"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --seed 1 --out "$TMP/target" >/dev/null 2>&1 ||
+  fail "model init"
+
+# expect_out LOG TEXT: TEXT occurs in LOG.
+expect_out() { grep -qE -- "$2" "$1" || fail "$1 lacks '$2': $(tail -5 "$1")"; }
+
+if "$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
+  --max-new-tokens 24 --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1; then
+  expect_out "$TMP/eval.log" "^tau [0-9]+\.[0-9]{3} over 3 prompts$"
+  expect_out "$TMP/eval.log" "acceptance length histogram \(blocks\):  1: [0-9]+"
+  expect_out "$TMP/eval.log" "draft [0-9.]+ s .*verify [0-9.]+ s .*72 new tokens"
+  python3 - "$TMP/eval.jsonl" <<'PY' || fail "eval.jsonl"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3, rows
+for r in rows:
+    assert len(r["tokens"]) == 24 and r["new_tokens"] == 24, r
+    assert 1 <= min(r["accept_lengths"]) and max(r["accept_lengths"]) <= 8, r
+    assert abs(r["tau"] - sum(r["accept_lengths"]) / len(r["accept_lengths"])) < 1e-9, r
+PY
+  echo "ok: eval --drafter: $(grep '^tau' "$TMP/eval.log")"
+else
+  fail "eval --drafter"; cat "$TMP/eval.log"
+fi
+if "$BIN" eval --target "$TMP/target" --checkpoint "$TMP/run/checkpoints/step_00000012.h5" --config "$TMP/run.toml" \
+  --prompts "$TMP/tokens.h5" --num-prompts 2 --max-new-tokens 16 --block-size 4 >"$TMP/ck.log" 2>&1; then
+  expect_out "$TMP/ck.log" "^tau [0-9.]+ over 2 prompts$"
+  expect_out "$TMP/ck.log" "  4: [0-9]+ \([0-9.]+%\)$"
+  echo "ok: eval --checkpoint --block-size 4: $(grep '^tau' "$TMP/ck.log")"
+  # --config alone evaluates the run's latest checkpoint (step 12 here): the same numbers.
+  "$BIN" eval --target "$TMP/target" --config "$TMP/run.toml" --prompts "$TMP/tokens.h5" --num-prompts 2 \
+    --max-new-tokens 16 --block-size 4 >"$TMP/latest.log" 2>&1 || fail "eval --config: $(cat "$TMP/latest.log")"
+  [ "$(grep '^tau' "$TMP/latest.log")" == "$(grep '^tau' "$TMP/ck.log")" ] || fail "eval --config != --checkpoint"
+else
+  fail "eval --checkpoint"; cat "$TMP/ck.log"
+fi
+if "$BIN" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5" --num-prompts 4 --max-new-tokens 10 \
+  --temperature 0.8 --top-p 0.9 --seed 3 --out "$TMP/gen.h5" >"$TMP/gen.log" 2>&1 &&
+  "$BIN" data info "$TMP/gen.h5" >"$TMP/info.log" 2>&1; then
+  expect_out "$TMP/gen.log" "generated 40 tokens for 4 prompts"
+  expect_out "$TMP/info.log" "4 sequences"
+  echo "ok: eval --generate -> $(grep -o '[0-9]* sequences, [0-9]* tokens' "$TMP/info.log" | head -1)"
+  # Batched (3 + 1 side by side) and one at a time write the same file: each prompt draws its own stream.
+  for b in 3 1; do
+    "$BIN" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5" --num-prompts 4 --max-new-tokens 10 \
+      --temperature 0.8 --top-p 0.9 --seed 3 --batch $b --out "$TMP/gen_b$b.h5" >"$TMP/gen_b$b.log" 2>&1 ||
+      fail "eval --generate --batch $b: $(cat "$TMP/gen_b$b.log")"
+  done
+  h5diff "$TMP/gen_b3.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null &&
+    h5diff "$TMP/gen.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null && echo "ok: --batch 8, 3 and 1 write the same tokens" || fail "batched generation differs"
+else
+  fail "eval --generate"; cat "$TMP/gen.log" "$TMP/info.log"
+fi
+
+# Held-out evaluation during training: features of the first sequences as eval.data, evaluated every 4 steps.
+"$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --for-config "$TMP/run.toml" --out "$TMP/heldout.h5" \
+  >"$TMP/extract.log" 2>&1 || { fail "extract held-out features"; cat "$TMP/extract.log"; }
+write_config "$TMP/ev.toml" "$TMP/ev" 1 1 10 "[eval]" "data = [\"$TMP/heldout.h5\"]" "interval = 4" "max_sequences = 30"
+if run_mpi 2 "$TMP/ev.log" --config "$TMP/ev.toml"; then
+  python3 - "$TMP/ev/metrics.jsonl" <<'PY' || fail "held-out metrics"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ev = [r["step"] for r in rows if "eval_loss" in r]
+assert ev == [4, 8, 10], ev  # every 4 steps and at the end
+for r in rows:
+    if "eval_loss" in r:
+        assert 0 < r["eval_loss"] < 10 and 1 <= r["eval_tau"] <= 8 and len(r["eval_acc"]) == 7, r
+PY
+  expect_out "$TMP/ev.log" "step +4/10 .* \| eval loss [0-9.]+ tau [0-9.]+$"
+  echo "ok: [eval] held-out loss/tau at steps $(grep -o 'eval loss [0-9.]* tau [0-9.]*' "$TMP/ev.log" | tr '\n' ',')"
+else
+  fail "training with [eval]"; tail -20 "$TMP/ev.log"
+fi
+
+# Bad invocations name what is wrong.
+expect_err() {
+  local desc=$1 text=$2; shift 2
+  if "$BIN" "$@" >"$TMP/err.log" 2>&1; then fail "$desc: succeeded"; return; fi
+  grep -qF -- "$text" "$TMP/err.log" || fail "$desc: lacks '$text': $(cat "$TMP/err.log")"
+}
+expect_err "no drafter" "--drafter DIR (or --config T [--checkpoint F])" eval --target "$TMP/target" \
+  --prompts "$TMP/tokens.h5"
+expect_err "cuda" "HINT: --device cpu" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" \
+  --device cuda
+expect_err "generate without out" "--out F.h5" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5"
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["hidden_size"]=32; json.dump(c,open(sys.argv[2],"w"))' \
+  "$SRC/configs/tiny-target.json" "$TMP/other.json" &&
+  "$BIN" model init --hf-config "$TMP/other.json" --out "$TMP/other" >/dev/null 2>&1 || fail "model init (other)"
+expect_err "drafter for another target" "a drafter trained for this target" eval --target "$TMP/other" \
+  --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5"
+[ -e "$TMP/gen.h5.tmp" ] && fail "a temp file was left behind"
+echo "$fails failed"
+[ "$fails" -eq 0 ]

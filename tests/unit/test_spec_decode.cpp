@@ -1,0 +1,231 @@
+// Speculative decoding (pipeline/spec_decode.h) on the CPU with random tiny targets of both families: the
+// committed tokens equal the target's plain greedy decoding (recomputed with the full forward, independently
+// of the decoder) whatever drafts; a drafter that drafts the greedy tokens gives τ = B, a random one τ ≈ 1;
+// and sampling honours temperature, top-p and the seed.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "pipeline/spec_decode.h"
+#include "target_test_util.h"
+#include "test_drafter_util.h"
+
+using namespace df;
+
+namespace {
+
+// Greedy decoding by re-running the full forward over the whole sequence for every token.
+std::vector<int32_t> greedy_by_full_forward(const TargetModel& m, Ops& ops, std::vector<int32_t> seq, int n) {
+  const int64_t V = m.cfg.vocab;
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const FwdResult r = run_model(m, ops, seq, {int32_t(seq.size())}, 0, true);
+    const std::vector<float> lg = host_logits(m, ops, r.final_norm);
+    const float* last = &lg[lg.size() - size_t(V)];
+    out.push_back(int32_t(std::max_element(last, last + V) - last));
+    seq.push_back(out.back());
+  }
+  return out;
+}
+
+// Drafts the target's own greedy continuation: every draft must be accepted.
+class OracleDrafter final : public BlockDrafter {
+ public:
+  OracleDrafter(std::vector<int32_t> full, int block, std::vector<int> taps)
+      : full_(std::move(full)), block_(block), taps_(std::move(taps)) {}
+  int block_size() const override { return block_; }
+  const std::vector<int>& target_layer_ids() const override { return taps_; }
+  std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor&) override {
+    EXPECT_TRUE(std::equal(committed.begin(), committed.end(), full_.begin()))
+        << "committed tokens left greedy";
+    return std::vector<int32_t>(full_.begin() + int64_t(committed.size()),
+                                full_.begin() + int64_t(committed.size()) + block_ - 1);
+  }
+
+ private:
+  std::vector<int32_t> full_;
+  int block_;
+  std::vector<int> taps_;
+};
+
+class RandomDrafter final : public BlockDrafter {
+ public:
+  RandomDrafter(int vocab, int block) : vocab_(vocab), block_(block) {}
+  int block_size() const override { return block_; }
+  const std::vector<int>& target_layer_ids() const override { return taps_; }
+  std::vector<int32_t> draft(const std::vector<int32_t>&, const Tensor&) override {
+    std::vector<int32_t> d;
+    for (int i = 1; i < block_; ++i) d.push_back(int32_t(rng_.below(uint64_t(vocab_))));
+    return d;
+  }
+
+ private:
+  int vocab_, block_;
+  std::vector<int> taps_{0};
+  Rng rng_{99};
+};
+
+// The drafter tests' tiny drafter, sized for the target.
+DrafterConfig tiny_drafter(const QwenConfig& t) {
+  DrafterConfig c = df::testing::tiny_drafter_config();
+  c.hidden = t.hidden;
+  c.vocab = t.vocab;
+  c.mask_token_id = t.vocab - 1;
+  c.target_layer_ids = {0, t.layers - 1};
+  return c;
+}
+
+using SpecDecodeTest = TargetFamilyTest;
+
+}  // namespace
+
+TEST_P(SpecDecodeTest, DFlashDrafterCommitsTheGreedyTokens) {
+  CpuOps ops;
+  CpuTrainOps tops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 31, ops, with_lm_head());
+  DrafterModel drafter(tiny_drafter(c), tops);
+  drafter_init_params(drafter, 5);
+  drafter.set_frozen(target->embed, target->lm_head);
+  DFlashBlockDrafter bd(drafter);
+  const std::vector<int32_t> prompt = random_ids(11, c.vocab, 2);
+  const int n = 17;
+  const std::vector<int32_t> want = greedy_by_full_forward(*target, ops, prompt, n);
+  SpecDecoder spec(*target, bd, 16, n);
+  const SpecPromptResult r = spec.run(prompt);
+  EXPECT_EQ(r.tokens, want);
+  int64_t committed = 1;  // the prefill's token
+  for (int a : r.accept_lengths) {
+    EXPECT_GE(a, 1);
+    EXPECT_LE(a, 4);
+    committed += a;
+  }
+  EXPECT_GE(committed, n);
+  EXPECT_LT(committed - (r.accept_lengths.empty() ? 0 : r.accept_lengths.back()),
+            n);  // no block past the end
+  // The same decoder reused for a second prompt starts from empty caches.
+  const std::vector<int32_t> p2 = random_ids(5, c.vocab, 7);
+  EXPECT_EQ(spec.run(p2).tokens, greedy_by_full_forward(*target, ops, p2, n));
+}
+
+TEST_P(SpecDecodeTest, OracleDrafterGivesTauEqualToBlock) {
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 32, ops, with_lm_head());
+  const std::vector<int32_t> prompt = random_ids(9, c.vocab, 3);
+  const int n = 20, B = 5;
+  std::vector<int32_t> full = prompt;
+  for (int32_t t : greedy_by_full_forward(*target, ops, prompt, n + B)) full.push_back(t);
+  OracleDrafter oracle(full, B, {c.layers - 1});
+  SpecDecoder spec(*target, oracle, 9, n);
+  const SpecPromptResult r = spec.run(prompt);
+  EXPECT_EQ(r.tokens, std::vector<int32_t>(full.begin() + 9, full.begin() + 9 + n));
+  EXPECT_DOUBLE_EQ(r.tau(), double(B));
+  EXPECT_EQ(r.accept_lengths.size(), size_t(4));  // 1 + 4 blocks of 5 ≥ 20 tokens
+}
+
+TEST_P(SpecDecodeTest, RandomDrafterGivesTauNearOne) {
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 33, ops, with_lm_head());
+  const std::vector<int32_t> prompt = random_ids(6, c.vocab, 4);
+  const int n = 40;
+  RandomDrafter rd(c.vocab, 4);
+  SpecDecoder spec(*target, rd, 6, n);
+  const SpecPromptResult r = spec.run(prompt);
+  EXPECT_EQ(r.tokens, greedy_by_full_forward(*target, ops, prompt, n));
+  // A random draft matches with probability ~1/V per position (V ≈ 30 here): τ ≈ 1.03; 1.25 leaves room for
+  // a few lucky hits without letting a drafter that is accepted half the time pass.
+  EXPECT_GE(r.tau(), 1.0);
+  EXPECT_LT(r.tau(), 1.25);
+}
+
+TEST_P(SpecDecodeTest, GenerateGreedyAndSeeded) {
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 34, ops, with_lm_head());
+  const std::vector<int32_t> prompt = random_ids(7, c.vocab, 5);
+  TargetDecoder dec(*target, {7 + 12, 7, 1}, {});
+  auto gen = [&](const SampleOptions& o, uint64_t seed) {
+    std::vector<Rng> rngs{Rng(seed)};
+    return target_generate(dec, {prompt}, 12, o, rngs)[0];
+  };
+  EXPECT_EQ(gen({}, 1), greedy_by_full_forward(*target, ops, prompt, 12));
+  const SampleOptions hot{1.5f, 0.9f, 0};
+  const std::vector<int32_t> a = gen(hot, 42);
+  EXPECT_EQ(a, gen(hot, 42));
+  EXPECT_NE(a, gen(hot, 43));
+}
+
+TEST_P(SpecDecodeTest, BatchedGenerationEqualsOneAtATime) {
+  // Prompts of different lengths side by side, one slot left without a prompt: every continuation equals the
+  // target's greedy decoding of its prompt alone, and sampled ones equal their one-at-a-time draws.
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 35, ops, with_lm_head());
+  const std::vector<std::vector<int32_t>> prompts{random_ids(7, c.vocab, 1), random_ids(3, c.vocab, 2),
+                                                  random_ids(11, c.vocab, 3)};
+  const int n = 10;
+  TargetDecoder batch(*target, {11 + n, 11, 1, 4}, {}), single(*target, {11 + n, 11, 1}, {});
+  std::vector<Rng> r3(3, Rng(0));
+  const auto greedy = target_generate(batch, prompts, n, {}, r3);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(greedy[i], greedy_by_full_forward(*target, ops, prompts[i], n)) << "prompt " << i;
+  const SampleOptions hot{1.2f, 0.95f, 0};
+  std::vector<Rng> rb{Rng(5), Rng(6), Rng(7)};
+  const auto sampled = target_generate(batch, prompts, n, hot, rb);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<Rng> one{Rng(5 + i)};
+    EXPECT_EQ(sampled[i], target_generate(single, {prompts[i]}, n, hot, one)[0]) << "prompt " << i;
+  }
+}
+
+TEST_P(SpecDecodeTest, StopTokensEndTheContinuation) {
+  // The stop token is the greedy continuation's 6th token: speculative decoding and (batched) generation both
+  // end right after it, and a prompt that never meets it runs to max_new.
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 36, ops, with_lm_head());
+  const std::vector<int32_t> prompt = random_ids(8, c.vocab, 6), other = random_ids(5, c.vocab, 9);
+  const int n = 16;
+  const std::vector<int32_t> greedy = greedy_by_full_forward(*target, ops, prompt, n);
+  const int32_t stop = greedy[5];
+  const size_t first = size_t(std::find(greedy.begin(), greedy.end(), stop) - greedy.begin());
+  const std::vector<int32_t> want(greedy.begin(), greedy.begin() + int64_t(first) + 1);
+  RandomDrafter rd(c.vocab, 4);
+  SpecDecoder spec(*target, rd, 8, n);
+  EXPECT_EQ(spec.run(prompt, {stop}).tokens, want);
+  TargetDecoder dec(*target, {8 + n, 8, 1, 2}, {});
+  SampleOptions o;
+  o.stop_tokens = {stop};
+  std::vector<Rng> rngs(2, Rng(0));
+  const auto gen = target_generate(dec, {prompt, other}, n, o, rngs);
+  EXPECT_EQ(gen[0], want);
+  const std::vector<int32_t> other_greedy = greedy_by_full_forward(*target, ops, other, n);
+  const auto it = std::find(other_greedy.begin(), other_greedy.end(), stop);
+  EXPECT_EQ(gen[1], std::vector<int32_t>(other_greedy.begin(), it == other_greedy.end() ? it : it + 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1), target_family_name);
+
+TEST(SampleToken, TemperatureAndTopP) {
+  const float logits[4] = {0.0f, 1.0f, 2.0f, 3.0f};
+  Rng rng(7);
+  EXPECT_EQ(sample_token(logits, 4, {}, rng), 3);  // greedy
+  // p ∝ e^0..e^3 = (0.032, 0.087, 0.237, 0.644): top_p 0.5 keeps only the most likely token.
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(sample_token(logits, 4, {1.0f, 0.5f, 0}, rng), 3);
+  // top_p 0.8 keeps {3, 2} with renormalised probabilities 0.731 / 0.269.
+  int counts[4] = {0, 0, 0, 0};
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) counts[sample_token(logits, 4, {1.0f, 0.8f, 0}, rng)]++;
+  EXPECT_EQ(counts[0] + counts[1], 0);
+  // Binomial standard deviation at n = 20000 is 0.003; 0.015 is five of them.
+  EXPECT_NEAR(counts[3] / double(n), 0.731, 0.015);
+  // Full distribution at temperature 2: p ∝ e^{0, .5, 1, 1.5} = (0.102, 0.168, 0.277, 0.456).
+  int all[4] = {0, 0, 0, 0};
+  for (int i = 0; i < n; ++i) all[sample_token(logits, 4, {2.0f, 1.0f, 0}, rng)]++;
+  EXPECT_NEAR(all[0] / double(n), 0.102, 0.015);
+  EXPECT_NEAR(all[3] / double(n), 0.456, 0.015);
+}
