@@ -65,11 +65,17 @@ echo "ok: SLURM up on two namespace hosts: $(tr '\n' ' ' <"$S/sinfo")"
 
 "$BIN" topo rankfile --host "h1=$TMP/sysfs" --host "h2=$TMP/sysfs" --targets 2 --drafters 2 --out "$TMP/rf" \
   >/dev/null 2>&1 || { fail "topo rankfile"; exit 1; }
-tiny_config "$TMP/job.toml" "$TMP/job" "$TMP/tokens.h5" 2 2 6
+# The job does not see this machine's /tmp (each slurmd has its own), where a CI checkout may well live: what it
+# reads (the binary, the batch script, the target config) is staged under $TMP first.
+JOB_SRC=$TMP/src
+mkdir -p "$JOB_SRC/launch/slurm" "$JOB_SRC/configs"
+cp "$SRC/launch/slurm/dflash-srun.sbatch" "$JOB_SRC/launch/slurm/" && cp "$SRC/configs/tiny-target.json" "$JOB_SRC/configs/" &&
+  cp "$BIN" "$TMP/dflash_mpi" || { echo "FAIL: cannot stage the job's files under $TMP"; exit 1; }
+(SRC=$JOB_SRC && tiny_config "$TMP/job.toml" "$TMP/job" "$TMP/tokens.h5" 2 2 6)
 cd "$TMP" || exit 1
 on h1 "$NS1" timeout 240 sbatch --wait -N2 --ntasks-per-node=2 --overcommit --output="$TMP/job.out" \
-  --export="ALL,DFLASH_CONFIG=$TMP/job.toml,DFLASH_BIN=$BIN,DFLASH_RANKFILE=$TMP/rf" \
-  "$SRC/launch/slurm/dflash-srun.sbatch" >"$TMP/sbatch.log" 2>&1
+  --export="ALL,DFLASH_CONFIG=$TMP/job.toml,DFLASH_BIN=$TMP/dflash_mpi,DFLASH_RANKFILE=$TMP/rf" \
+  "$JOB_SRC/launch/slurm/dflash-srun.sbatch" >"$TMP/sbatch.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || { fail "sbatch --wait exited $rc: $(cat "$TMP/sbatch.log")"; tail "$S"/*.log; }
 [ -f "$TMP/job.out" ] || { echo "$fails failed"; exit 1; }
