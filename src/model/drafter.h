@@ -186,5 +186,10 @@ LossStats drafter_take_stats(DrafterModel& m);
 // no label), read back from the workspace.
 LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
                                    const DrafterLossOptions& opts);
+// The final-norm output y [nb·B, H] (row j·B + k: block j, offset k) of the step drafter_accumulate last ran
+// with these same arguments, as host f32, read back from the workspace (the backward does not write it): the
+// input of the lm_head loss, for tests that restate the loss.
+std::vector<float> drafter_final_hidden(const DrafterModel& m, const DrafterBatch& batch,
+                                        const std::vector<DrafterAnchor>& anchors, const DrafterLossOptions& opts);
 
 }  // namespace df

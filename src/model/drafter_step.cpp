@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/drafter.h"
 #include "model/drafter_layer.h"
@@ -149,6 +150,15 @@ void check_batch(const DrafterModel& m, const DrafterBatch& b, const DrafterLoss
            "drafter step: feature noise on but the workspace was planned without it (DrafterLimits::noise)");
 }
 
+// The tensors of the step drafter_accumulate last ran with these arguments: the same arena sequence at the
+// same sizes carves the same workspace tensors.
+StepBuffers step_buffers_after(const DrafterModel& m, const DrafterBatch& batch,
+                               const std::vector<DrafterAnchor>& anchors, const DrafterLossOptions& opts) {
+  Arena arena(m.workspace, m.workspace_bytes, m.ops().device());
+  return step_alloc(arena, m.config(), dims_of(m.config(), batch.offsets.back(), int64_t(anchors.size())),
+                    opts.kind == LmLossKind::kl, opts.noise_std > 0, m.ops().act_dtype());
+}
+
 }  // namespace
 
 size_t drafter_workspace_bytes(const DrafterConfig& c, const DrafterLimits& limits, DType act) {
@@ -254,16 +264,29 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch,
   st.row_weight.assign(size_t(N), 0.0f);
   st.row_argmax.assign(size_t(N), -1);
   if (N > 0) {
-    // row_w and argmax (what the drafter drafts, pipeline/spec_decode.cpp) are the workspace tensors
-    // drafter_accumulate carved (same arena sequence, same sizes).
-    Arena arena(m.workspace, m.workspace_bytes, m.ops().device());
-    const StepBuffers s =
-        step_alloc(arena, m.config(), dims_of(m.config(), batch.offsets.back(), int64_t(anchors.size())),
-                   opts.kind == LmLossKind::kl, opts.noise_std > 0, m.ops().act_dtype());
+    // row_w and argmax (what the drafter drafts, pipeline/spec_decode.cpp) are workspace tensors of the step.
+    const StepBuffers s = step_buffers_after(m, batch, anchors, opts);
     m.ops().download_raw(s.row_w, st.row_weight.data());
     m.ops().download_raw(s.argmax, st.row_argmax.data());
   }
   return st;
+}
+
+std::vector<float> drafter_final_hidden(const DrafterModel& m, const DrafterBatch& batch,
+                                        const std::vector<DrafterAnchor>& anchors, const DrafterLossOptions& opts) {
+  const int64_t n = int64_t(anchors.size()) * m.config().block_size * m.config().hidden;
+  std::vector<float> y(size_t(n), 0.0f);
+  if (n == 0) return y;
+  const Tensor& dev = step_buffers_after(m, batch, anchors, opts).y;
+  if (dev.dtype == DType::f32) {
+    m.ops().download_raw(dev, y.data());
+    return y;
+  }
+  DF_CHECK(dev.dtype == DType::bf16, "drafter_final_hidden: activations are %s", dtype_name(dev.dtype));
+  std::vector<uint16_t> lp(static_cast<size_t>(n));
+  m.ops().download_raw(dev, lp.data());
+  for (size_t i = 0; i < lp.size(); ++i) y[i] = bf16_to_f32(lp[i]);
+  return y;
 }
 
 }  // namespace df

@@ -21,6 +21,7 @@
 #include "topo/plan_split.h"
 #include "train/anchors.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_saver.h"
 #include "train/init_from.h"
 #include "train/optimizer.h"
 
@@ -112,6 +113,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   std::vector<int> all_targets;  // q_hs: how many targets have a batch for us waiting on the channel
   for (int t = 0; t < plan.num_targets; ++t) all_targets.push_back(t);
 
+  CheckpointSaver saver(model);  // a device drafter writes in the background from a host snapshot
   auto save = [&](int64_t next_step) {
     if (!owner) return;
     CheckpointState st;
@@ -121,7 +123,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     st.tokens_seen = tokens_seen;
     st.config_text = plan.cfg.text;
     st.run_id = plan.run_id;
-    checkpoint_save(plan.ckpt_dir(), model, st, plan.cfg.checkpoint.keep_last);
+    saver.save(plan.ckpt_dir(), st, plan.cfg.checkpoint.keep_last);
   };
 
   Watchdog watchdog(plan.cfg.run.watchdog_s, watchdog_checkpoint_s(model.table().total),
@@ -209,6 +211,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   }
   watchdog.beat("draining the targets at the end of the run");
   rx->finish();
+  watchdog.beat("finishing the last checkpoint write");
+  saver.wait();
   if (owner) {
     log_here("training done: %lld steps, last lr %.2e, grad norm %.3f", (long long)step, last_lr, last_gnorm);
     log_here("checkpoints: %s (latest: %s)", plan.ckpt_dir().c_str(), checkpoint_find_latest(plan.ckpt_dir()).c_str());

@@ -144,8 +144,30 @@ std::string checkpoint_path_for_step(const std::string& ckpt_dir, int64_t step) 
   return ckpt_dir + strfmt("/step_%08lld.h5", (long long)step);
 }
 
+namespace {
+
+// The tensors straight off the model's backend, one slab at a time.
+class BackendSource : public CheckpointSource {
+ public:
+  explicit BackendSource(const DrafterModel& m) : m_(m) {}
+  void read(int g, const DrafterParamEntry& e, int64_t r0, int64_t n, float* dst) const override {
+    m_.ops().download_raw(m_.entry_view(flat_buffer(m_, g), e.name).rows_view(r0, n), dst);
+  }
+
+ private:
+  const DrafterModel& m_;
+};
+
+}  // namespace
+
 std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& model,
                             const CheckpointState& state, int keep_last) {
+  return checkpoint_save_from(ckpt_dir, model.config(), model.table(), BackendSource(model), state, keep_last);
+}
+
+std::string checkpoint_save_from(const std::string& ckpt_dir, const DrafterConfig& cfg,
+                                 const DrafterParamTable& table, const CheckpointSource& src,
+                                 const CheckpointState& state, int keep_last) {
   DF_CHECK(keep_last >= 1, "checkpoint.keep_last is %d; it must be at least 1", keep_last);
   DF_CHECK(state.step >= 0, "checkpoint step %lld is negative", (long long)state.step);
   std::error_code ec;
@@ -154,7 +176,7 @@ std::string checkpoint_save(const std::string& ckpt_dir, const DrafterModel& mod
            ckpt_dir.c_str(), ec.message().c_str());
   const std::string path = checkpoint_path_for_step(ckpt_dir, state.step);
   const std::string name = fs::path(path).filename().string();
-  checkpoint_write_file(path, model, state);  // temp name, fsync, rename, fsync the folder
+  checkpoint_write_file(path, cfg, table, src, state);  // temp name, fsync, rename, fsync the folder
   const std::string previous = checkpoint_read_pointer(ckpt_dir);
   try {
     file_write_text_atomic(ckpt_dir + "/latest", name + "\n");

@@ -41,8 +41,24 @@ std::string h5_read_string_dataset(hid_t file, const char* name, const std::stri
 // A fixed-length string root attribute, "" when the file has none (written before the attribute existed).
 std::string h5_read_string_attr_or_empty(hid_t file, const char* name, const std::string& path);
 
+// Where the writer pulls the three flat buffers from, one slab of rows of one table entry at a time: the
+// model's backend (download_raw) or a host snapshot of it (checkpoint_saver.h). g: 0 params, 1 adam_m,
+// 2 adam_v. Called from the writing thread only.
+class CheckpointSource {
+ public:
+  virtual ~CheckpointSource() = default;
+  // Rows [r0, r0 + n) of entry `e` of flat buffer g into dst (n · e.cols floats).
+  virtual void read(int g, const DrafterParamEntry& e, int64_t r0, int64_t n, float* dst) const = 0;
+};
+
 // Writes the whole checkpoint file at `path` atomically (temp name, fsync, rename), streaming the tensors.
-void checkpoint_write_file(const std::string& path, const DrafterModel& model, const CheckpointState& st);
+void checkpoint_write_file(const std::string& path, const DrafterConfig& cfg, const DrafterParamTable& table,
+                           const CheckpointSource& src, const CheckpointState& st);
+
+// checkpoint_save (checkpoint.h) with the tensors from `src`: the file, then `latest`, then pruning.
+std::string checkpoint_save_from(const std::string& ckpt_dir, const DrafterConfig& cfg,
+                                 const DrafterParamTable& table, const CheckpointSource& src,
+                                 const CheckpointState& state, int keep_last);
 
 // The DrafterConfig as the JSON stored in /drafter_config, and back (throws naming `where` and the key).
 std::string drafter_config_json(const DrafterConfig& c);

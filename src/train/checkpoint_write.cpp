@@ -1,5 +1,6 @@
-// The checkpoint writer: HDF5 streams the file to disk dataset by dataset, one chunk of rows at a time, so a
-// save needs one chunk of host memory (plus HDF5's own buffers), not a second copy of the model.
+// The checkpoint writer: HDF5 streams the file to disk dataset by dataset, one chunk of rows at a time pulled
+// from a CheckpointSource (the backend, or a host snapshot), so a save from the backend needs one chunk of
+// host memory (plus HDF5's own buffers), not a second copy of the model.
 // HDF5 1.10 cannot recover from a failed write (a full disk leaves a half-closed file that crashes the
 // library at exit), so HDF5 writes through a small file driver of ours that never reports an I/O failure to
 // it: the driver latches the first errno, skips every later write, and the writer turns the latch into a
@@ -185,11 +186,11 @@ void h5_write_string_dataset(hid_t file, const char* name, const std::string& te
 }
 
 // One tensor, `slab_rows` rows at a time (a whole number of chunks per write, so HDF5 never reads a chunk
-// back): each slab is copied off the backend into `scratch` and handed to HDF5, which checksums and writes
-// it.
-void h5_write_matrix(hid_t group, const std::string& where, const DrafterModel& model, const Tensor& src,
+// back): each slab is pulled from `src` into `scratch` and handed to HDF5, which checksums and writes it.
+void h5_write_matrix(hid_t group, int g, const DrafterParamEntry& e, const CheckpointSource& src,
                      std::vector<float>& scratch, const std::string& path) {
-  const int64_t rows = src.rows, cols = src.cols;
+  const std::string where = std::string(kGroups[g]) + "/" + e.name;
+  const int64_t rows = e.rows, cols = e.cols;
   hsize_t dims[2] = {hsize_t(rows), hsize_t(cols)};
   // Equal chunks: HDF5 stores a partial edge chunk at full size, so rows are split evenly, not greedily.
   const int64_t n_chunks =
@@ -200,15 +201,14 @@ void h5_write_matrix(hid_t group, const std::string& where, const DrafterModel& 
   H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   DF_CHECK(H5Pset_chunk(dcpl.get(), 2, chunk) >= 0 && H5Pset_fletcher32(dcpl.get()) >= 0,
            "%s: cannot set up chunking for tensor '%s'", path.c_str(), where.c_str());
-  const std::string name = where.substr(where.find('/') + 1);
   H5Handle dset(
-      H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+      H5Dcreate2(group, e.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
       H5Dclose);
   DF_CHECK(dset.get() >= 0, "%s: cannot create tensor '%s'", path.c_str(), where.c_str());
   scratch.resize(size_t(chunk_rows * cols));
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - r0);
-    model.ops().download_raw(src.rows_view(r0, n), scratch.data());
+    src.read(g, e, r0, n, scratch.data());
     hsize_t start[2] = {hsize_t(r0), 0}, count[2] = {hsize_t(n), hsize_t(cols)};
     H5Handle mem(H5Screate_simple(2, count, nullptr), H5Sclose);
     DF_CHECK(
@@ -230,7 +230,8 @@ hid_t h5_string_type(size_t n) {
   return t;
 }
 
-void checkpoint_write_file(const std::string& path, const DrafterModel& model, const CheckpointState& st) {
+void checkpoint_write_file(const std::string& path, const DrafterConfig& cfg, const DrafterParamTable& table,
+                           const CheckpointSource& src, const CheckpointState& st) {
   H5Quiet quiet;
   file_write_atomic_fd(path, [&](int fd, const std::string& tmp) {
     int first_errno = 0;
@@ -257,19 +258,16 @@ void checkpoint_write_file(const std::string& path, const DrafterModel& model, c
     h5_write_string_attr(file.get(), "created", utc_now("%Y-%m-%dT%H:%M:%SZ"), path);
     h5_write_string_attr(file.get(), "run_id", st.run_id, path);
     h5_write_string_dataset(file.get(), "config_text", st.config_text, path);
-    h5_write_string_dataset(file.get(), "drafter_config", drafter_config_json(model.config()), path);
+    h5_write_string_dataset(file.get(), "drafter_config", drafter_config_json(cfg), path);
     check_io("the header");
 
-    const DrafterParamTable& table = model.table();
     std::vector<float> scratch;
     for (int g = 0; g < 3; ++g) {
-      const Tensor& flat = g == 0 ? model.params : g == 1 ? model.adam_m : model.adam_v;
       H5Handle group(H5Gcreate2(file.get(), kGroups[g], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
       DF_CHECK(group.get() >= 0, "%s: cannot create group '%s'", path.c_str(), kGroups[g]);
       for (const auto& e : table.entries) {
-        const std::string where = std::string(kGroups[g]) + "/" + e.name;
-        h5_write_matrix(group.get(), where, model, model.entry_view(flat, e.name), scratch, path);
-        check_io("tensor '" + where + "'");
+        h5_write_matrix(group.get(), g, e, src, scratch, path);
+        check_io("tensor '" + std::string(kGroups[g]) + "/" + e.name + "'");
       }
     }
     DF_CHECK(file.close(), "%s: closing the HDF5 file %s failed", path.c_str(), tmp.c_str());
