@@ -110,6 +110,11 @@ const toml::table* section(const toml::table& root, const char* name, const std:
   return n->as_table();
 }
 
+// data.token_budget bound: 2^24 tokens per micro-batch is past any GPU's memory (a 27B target's taps are ~50 KB a
+// token) and keeps every size derived from it (4 x for drafter.max_block_rows, x hidden x bytes for workspaces)
+// far inside int64.
+constexpr int64_t kMaxTokenBudget = int64_t(1) << 24;
+
 void check(bool ok, const std::string& where, const char* key, const std::string& why) {
   DF_CHECK(ok, "%s: '%s' %s", where.c_str(), key, why.c_str());
 }
@@ -144,9 +149,12 @@ void validate(const Config& c, const std::string& w) {
   check(d.rms_norm_eps > 0, w, "drafter.rms_norm_eps", "must be positive");
   check(d.num_anchors > 0, w, "drafter.num_anchors", "must be positive");
   check(d.device == "cpu" || d.device == "cuda", w, "drafter.device", "must be \"cpu\" or \"cuda\"");
-  check(d.max_block_rows == 0 || d.max_block_rows >= d.block_size, w, "drafter.max_block_rows",
-        strfmt("must be 0 (no cap) or at least drafter.block_size (%d): one block", d.block_size));
-  check(c.data.token_budget > 0, w, "data.token_budget", "must be positive");
+  check(d.max_block_rows == 0 || (d.max_block_rows >= d.block_size && d.max_block_rows <= 4 * kMaxTokenBudget), w,
+        "drafter.max_block_rows",
+        strfmt("must be 0 (no cap) or in [drafter.block_size (%d): one block, %lld]", d.block_size,
+               (long long)(4 * kMaxTokenBudget)));
+  check(c.data.token_budget > 0 && c.data.token_budget <= kMaxTokenBudget, w, "data.token_budget",
+        strfmt("must be in [1, %lld] (tokens per micro-batch)", (long long)kMaxTokenBudget));
   for (int64_t b : c.data.buckets) check(b > 0, w, "data.buckets", "must hold positive lengths");
   check(c.data.prefetch_depth > 0, w, "data.prefetch_depth", "must be positive");
   const TrainSection& t = c.train;
@@ -258,8 +266,10 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.finish();
   }
   if (c.drafter.max_block_rows < 0) {
-    // Unset: derived from the token budget; the table shows the value in force.
-    c.drafter.max_block_rows = 4 * c.data.token_budget;
+    // Unset: derived from the token budget; the table shows the value in force. An out-of-range budget derives
+    // nothing (validate() names it); it must not overflow here first.
+    const bool budget_ok = c.data.token_budget > 0 && c.data.token_budget <= kMaxTokenBudget;
+    c.drafter.max_block_rows = budget_ok ? 4 * c.data.token_budget : 0;
     for (auto& [key, value] : c.values)
       if (key == "drafter.max_block_rows")
         value = std::to_string(c.drafter.max_block_rows) + " (4 x data.token_budget)";
