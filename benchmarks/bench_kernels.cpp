@@ -3,7 +3,7 @@
 // and the memory-bound ops, then the drafter's lm_head loss (8192 block rows). Prints work, median time, rate
 // and % of the measured H200 ceilings (790 TFLOP/s bf16 GEMM, ~4.8 TB/s HBM). Each op's output on a small
 // slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
-// Plain main(): the GPU machine has no Google Benchmark.
+// Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels alone.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -368,9 +368,52 @@ void bench_dflash_attention(Bench& b, int window) {
   b.arena.reset(mark);
 }
 
+// Incremental decoding at the 27B shapes: one verify block of T = 16 tokens after a context of 4096 —
+// attention_cached (24 q / 4 kv heads, hd 256) and gdn_decode (16 / 48 heads, 128 × 128 states, the last 16
+// states saved for rollback). Checked in full against CpuOps on the same values first. Bytes are what must
+// cross HBM once (the cache, or the state read and the states written); the kernels re-read the cache per
+// query head from L2, so the % shows how far a split-K decode kernel could go.
+void bench_decode(Bench& b) {
+  size_t mark = b.arena.mark(), hmark = b.harena.mark();
+  const int64_t T = 16, past = 4096;
+  {
+    const int hq = 24, hkv = 4, hd = 256;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    Tensor q = b.rand(DType::bf16, T, int64_t(hq) * hd, -2, 2), k = b.rand(DType::bf16, past + T, hkv * hd, -2, 2);
+    Tensor v = b.rand(DType::bf16, past + T, hkv * hd, -1, 1), g = b.rand(DType::bf16, T, int64_t(hq) * hd, -4, 4);
+    Tensor o = b.arena.alloc(DType::bf16, T, int64_t(hq) * hd);
+    b.gpu.attention_cached(q, k, v, o, past, hq, hkv, hd, scale, &g);
+    Tensor ho = b.harena.alloc(DType::f32, T, int64_t(hq) * hd), hg = b.to_host(g);
+    b.cpu.attention_cached(b.to_host(q), b.to_host(k), b.to_host(v), ho, past, hq, hkv, hd, scale, &hg);
+    b.check("attention_cached 24/4 hd 256", o, ho, 1e-2);
+    const double bytes = 2.0 * double(past + T) * hkv * hd * 2 + 3.0 * T * hq * hd * 2;
+    row_bytes("decode attention_cached T16 past 4096", bytes,
+              b.time_ms([&] { b.gpu.attention_cached(q, k, v, o, past, hq, hkv, hd, scale, &g); }));
+  }
+  {
+    const GdnShape s{16, 48, 128, 128};
+    const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
+    Tensor qkv = b.rand(DType::bf16, T, cols, -1, 1), a = b.rand(DType::bf16, T, s.nv, -3, 3);
+    Tensor bb = b.rand(DType::bf16, T, s.nv, -3, 3), A_log = b.rand(DType::f32, 1, s.nv, -2, 1);
+    Tensor dt = b.rand(DType::f32, 1, s.nv, -1, 1), st = b.rand(DType::f32, 1, sdim, -0.5f, 0.5f);
+    Tensor o = b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv), sts = b.arena.alloc(DType::f32, T, sdim);
+    b.gpu.gdn_decode(qkv, a, bb, A_log, dt, o, st, sts, s);
+    Tensor ho = b.harena.alloc(DType::f32, T, int64_t(s.nv) * s.dv), hs = b.harena.alloc(DType::f32, T, sdim);
+    b.cpu.gdn_decode(b.to_host(qkv), b.to_host(a), b.to_host(bb), b.to_host(A_log), b.to_host(dt), ho,
+                     b.to_host(st), hs, s);
+    b.check("gdn_decode 16/48 128 out", o, ho, 1e-2);
+    b.check("gdn_decode 16/48 128 states", sts, hs, 1e-4);
+    const double bytes = double(sdim) * 4 * (1 + T) + double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2;
+    row_bytes("decode gdn_decode T16 (16 states saved)", bytes,
+              b.time_ms([&] { b.gpu.gdn_decode(qkv, a, bb, A_log, dt, o, st, sts, s); }));
+  }
+  b.arena.reset(mark);
+  b.harena.reset(hmark);
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
     if (cuda_device_count() == 0) {
       std::printf("bench_kernels: no CUDA device visible; nothing measured\n");
@@ -387,6 +430,11 @@ int main() {
     DF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device %s, %d SMs; T = %lld tokens (%d x %d), hidden %lld\n", prop.name, prop.multiProcessorCount,
                 (long long)T, S, L, (long long)H);
+    if (argc > 1 && std::string(argv[1]) == "decode") {  // the decode kernels alone
+      bench_decode(b);
+      std::printf("bench_kernels decode: %s\n", b.failures ? "a correctness check FAILED" : "all correctness checks passed");
+      return b.failures ? 1 : 0;
+    }
 
     // ---- the two ceilings on this card, measured now (the % columns still use the README figures) ------
     {
@@ -548,6 +596,7 @@ int main() {
       b.arena.reset(mark);
     }
     bench_lm_head_loss(b, H);
+    bench_decode(b);
     if (b.failures) {
       std::printf("bench_kernels: %d correctness check(s) FAILED\n", b.failures);
       return 1;

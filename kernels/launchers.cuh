@@ -127,6 +127,22 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
                              int num_seqs, int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
                              cudaStream_t stream);
 
+// ---- decode.cu ----------------------------------------------------------------------------------------
+// Incremental decoding of one sequence (ops.h attention_cached / gdn_decode). Head dims up to this work.
+constexpr int kDecodeMaxHeadDim = 512;
+// T new queries q [T, hq·hd] over the cache k, v [past + T, hkv·hd] (rows [past, past + T) are the new
+// tokens'); query t sees cache rows [0, past + t]. fp32 scores and softmax, out = bf16(attention), then with a
+// gate (nullptr: none) bf16(out · bf16(sigmoid(gate))) as attention_causal_launch.
+void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
+                             bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
+                             int hq, int hkv, int hd, float scale, cudaStream_t stream);
+// The Gated DeltaNet recurrence over T tokens from `state` f32 [nv·dk·dv] (read only), gating and l2norm as
+// gdn_prefill_launch; the state after token T − saved + r goes to row r of `states` (row stride ld_states).
+void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
+                       const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
+                       float* states, int64_t ld_states, int64_t saved, int64_t T, int nk, int nv, int dk, int dv,
+                       cudaStream_t stream);
+
 // ---- attention_sm90.cu --------------------------------------------------------------------------------
 // The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
 // sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, or

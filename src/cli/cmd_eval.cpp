@@ -36,7 +36,7 @@ void cmd_eval_register(CLI::App& root) {
   c->add_option("--stop-token", o->sample.stop_tokens,
                 "end a continuation at this token id (repeatable; e.g. "
                 "the id of <|im_end|> in the target's tokenizer.json)");
-  c->add_option("--device", o->device, "cpu (cuda: not yet)")
+  c->add_option("--device", o->device, "cpu, or cuda: the target and the drafter on GPU 0 (bf16)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   c->add_option("--out", o->out, "eval: per-prompt results as JSONL; --generate: the token file to write");

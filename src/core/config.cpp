@@ -110,10 +110,10 @@ const toml::table* section(const toml::table& root, const char* name, const std:
   return n->as_table();
 }
 
-// data.token_budget bound: 2^24 tokens per micro-batch is past any GPU's memory (a 27B target's taps are ~50 KB a
-// token) and keeps every size derived from it (4 x for drafter.max_block_rows, x hidden x bytes for workspaces)
-// far inside int64.
-constexpr int64_t kMaxTokenBudget = int64_t(1) << 24;
+// data.token_budget bound: 2^30 tokens per micro-batch is far past any GPU's memory (even a tiny target's
+// activations are kilobytes a token; the start-up VRAM check names what does not fit) and keeps every size
+// derived from it (4 x for drafter.max_block_rows, x columns x bytes for workspaces) far inside int64.
+constexpr int64_t kMaxTokenBudget = int64_t(1) << 30;
 
 void check(bool ok, const std::string& where, const char* key, const std::string& why) {
   DF_CHECK(ok, "%s: '%s' %s", where.c_str(), key, why.c_str());

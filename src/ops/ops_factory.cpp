@@ -14,6 +14,11 @@ std::unique_ptr<Ops> ops_create(const std::string& device, int gpu) {
   if (device == "cpu") return std::make_unique<CpuOps>();
   if (device == "cuda") {
 #ifdef DF_HAVE_CUDA
+    const int n = cuda_device_count();
+    DF_CHECK(n > 0,
+             "device cuda (--device / target.device) but this machine shows no CUDA GPU; HINT: --device cpu "
+             "(target.device = \"cpu\"), or run where a GPU is visible (CUDA_VISIBLE_DEVICES)");
+    DF_CHECK(gpu >= 0 && gpu < n, "device cuda: GPU %d asked for but %d visible", gpu, n);
     return std::make_unique<CudaOps>(gpu);
 #else
     DF_FAIL("--device cuda: this build has no CUDA backend; HINT: rebuild where nvcc exists (DF_ENABLE_CUDA=ON)");

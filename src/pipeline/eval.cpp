@@ -12,7 +12,6 @@
 #include "core/file_util.h"
 #include "core/log.h"
 #include "core/strfmt.h"
-#include "ops/cpu/cpu_train_ops.h"
 #include "ops/ops_factory.h"
 #include "train/checkpoint.h"
 #include "train/init_from.h"
@@ -30,11 +29,6 @@ struct Loaded {
 };
 
 Loaded load_target_and_prompts(const EvalOptions& o) {
-  DF_CHECK(
-      o.device == "cpu",
-      "eval: --device %s: incremental target decoding (Ops::attention_cached, gdn_decode) exists on the CPU "
-      "only for now; HINT: --device cpu",
-      o.device.c_str());
   DF_CHECK(o.max_new_tokens >= 1, "eval: --max-new-tokens %lld must be ≥ 1", (long long)o.max_new_tokens);
   Loaded L;
   L.data = token_file_read(o.prompts);
@@ -120,8 +114,10 @@ std::vector<int32_t> eval_prompt(const TokenData& data, int64_t s) {
 
 SpecSummary eval_run(const EvalOptions& o) {
   Loaded L = load_target_and_prompts(o);
-  CpuTrainOps tops;
-  std::unique_ptr<DrafterModel> drafter = load_drafter(o, L.target->cfg, tops);
+  // The drafter on the target's device: on CUDA it reads the target's bf16 embedding/lm_head and the context
+  // taps where the target decoder leaves them (same GPU; SpecDecoder orders the two streams).
+  std::unique_ptr<TrainOps> tops = train_ops_create(o.device, 0);
+  std::unique_ptr<DrafterModel> drafter = load_drafter(o, L.target->cfg, *tops);
   drafter->set_frozen(L.target->embed, L.target->lm_head);
   DFlashBlockDrafter bd(*drafter);
   const int B = bd.block_size();

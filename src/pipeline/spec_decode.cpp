@@ -72,7 +72,9 @@ SpecDecoder::SpecDecoder(const TargetModel& target, BlockDrafter& drafter, int64
   const int64_t rows = max_len + B,
                 cols = int64_t(target_.cfg.hidden) * int64_t(drafter_.target_layer_ids().size());
   Arena arena;
-  ctx_block_ = ops_alloc_planned(ops, [&](Arena& a) { ctx_ = a.alloc(DType::f32, rows, cols); }, 0, arena);
+  // In the target's activation dtype (f32 on the CPU, bf16 on CUDA): the drafter on the same device trains in it.
+  ctx_block_ =
+      ops_alloc_planned(ops, [&](Arena& a) { ctx_ = a.alloc(ops.act_dtype(), rows, cols); }, 0, arena);
   const std::vector<float> zeros(size_t(rows * cols), 0.0f);  // scratch rows are read by the drafter's fc
   ops.upload_f32(ctx_, zeros.data());
 }
@@ -85,6 +87,8 @@ void SpecDecoder::append_context(int64_t start, int64_t n) {
   const int64_t H = target_.cfg.hidden;
   for (size_t i = 0; i < dec_->tap_layers().size(); ++i)
     target_.ops->copy(dec_->tap(i).rows_view(0, n), ctx_.rows_view(start, n).cols_view(int64_t(i) * H, H));
+  // The drafter reads ctx_ next, on its own backend's stream.
+  target_.ops->synchronize();
 }
 
 SpecPromptResult SpecDecoder::run(const std::vector<int32_t>& prompt, const std::vector<int32_t>& stop) {

@@ -1,5 +1,5 @@
-// The target role: a flat loop of prefetch → forward with taps → pack → send. On CPU ranks the activation
-// dtype is f32 and the wire is bf16 (the same wire GPU targets produce).
+// The target role: a flat loop of prefetch → forward with taps → pack → send. The wire is bf16: CUDA ranks'
+// activations are bf16 already and go out as they are; CPU ranks' are f32 and are rounded when packed.
 #include <chrono>
 
 #include "core/log.h"
@@ -78,10 +78,13 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     p.hdr.final_cols = plan.kl ? H : 0;
     p.hdr.q_pre = int64_t(prefetch.depth());
     if (signals_stop_requested()) p.hdr.flags |= FeatureHeader::kFlagStopRequested;
+    // The wire is bf16: a bf16 backend's activations are copied as they are (one device-to-host copy, no
+    // conversion), the CPU's f32 ones rounded here.
     auto to_bf16 = [&](const Tensor& t, std::vector<uint16_t>& out) {
-      host.resize(size_t(t.numel()));
+      out.resize(size_t(t.numel()));
+      if (t.dtype == DType::bf16) return ops->download_raw(t, out.data());
+      host.resize(out.size());
       ops->download_f32(t, host.data());
-      out.resize(host.size());
       for (size_t i = 0; i < host.size(); ++i) out[i] = f32_to_bf16(host[i]);
     };
     to_bf16(feats.rows_view(0, T), p.features);

@@ -111,6 +111,17 @@ class CudaOpsTest : public ::testing::Test {
   void* gblock_ = nullptr;
 };
 
+// Resets both arenas to where they stood at construction: a loop over many cases frees each case's tensors.
+struct ArenaMarks {
+  ArenaMarks(Arena& c, Arena& g) : cpu(c), gpu(g), cm(c.mark()), gm(g.mark()) {}
+  ~ArenaMarks() {
+    cpu.reset(cm);
+    gpu.reset(gm);
+  }
+  Arena &cpu, &gpu;
+  size_t cm, gm;
+};
+
 std::string name_of(const char* op, std::initializer_list<int64_t> sizes) {
   std::string s = op;
   for (int64_t v : sizes) s += " " + std::to_string(v);
@@ -497,6 +508,73 @@ TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
       check(o, 6e-3, 2 * kBf16Ulp,
             name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " + std::to_string(lens.size()));
     }
+}
+
+// Incremental decoding: T new queries over a cache of past + T rows, any head dim up to 512 (lanes stride over
+// dims), GQA, a strided q (the gated q_proj half) and out, with and without the output gate.
+TEST_F(CudaOpsTest, AttentionCachedMatchesCpu) {
+  struct Case { int hq, hkv, hd; };
+  for (Case c : {Case{3, 1, 32}, {8, 2, 128}, {4, 4, 256}, {6, 3, 40}, {2, 1, 512}, {5, 1, 6}, {4, 2, 16}})
+    for (int64_t past : {0, 1, 37, 300})
+      for (int64_t T : {1, 5, 16}) {
+        const ArenaMarks marks(cpu_arena_, gpu_arena_);  // each case's tensors are freed at its end
+        const int64_t qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
+        Pair q = rand(T, qc, -2, 2, DType::bf16, qc);
+        Pair k = rand(past + T, kc, -2, 2, DType::bf16, 8), v = rand(past + T, kc, -1, 1);
+        Pair o = out(T, qc, DType::bf16, 3);
+        const float scale = 1.0f / std::sqrt(float(c.hd));
+        cpu_.attention_cached(q.cpu, k.cpu, v.cpu, o.cpu, past, c.hq, c.hkv, c.hd, scale);
+        gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, past, c.hq, c.hkv, c.hd, scale);
+        const std::string what = name_of("attention_cached hq hkv hd past T", {c.hq, c.hkv, c.hd, past, T});
+        // fp32 scores, softmax and P·V on both sides (the sum orders differ: 1e-4 absolute on |o| <= 1),
+        // then one bf16 rounding of the output (1 ulp relative).
+        check(o, 1e-4, kBf16Ulp, what);
+        Pair g = rand(T, qc, -4, 4, DType::bf16, 5);
+        Pair og = out(T, qc);
+        cpu_.attention_cached(q.cpu, k.cpu, v.cpu, og.cpu, past, c.hq, c.hkv, c.hd, scale, &g.cpu);
+        gpu_->attention_cached(q.gpu, k.gpu, v.gpu, og.gpu, past, c.hq, c.hkv, c.hd, scale, &g.gpu);
+        // The GPU rounds the output, the sigmoid and the product (as attention_causal + sigmoid_gate): 3 half
+        // ulps of the result, under 2 ulps.
+        check(og, 1e-4, 2 * kBf16Ulp, "gated " + what);
+      }
+  Pair q = rand(4, 64, -1, 1), k = rand(6, 32, -1, 1), v = rand(6, 32, -1, 1), o = out(4, 64);
+  EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 3, 4, 2, 16, 0.25f), Error);  // 3 + 4 > 6 rows
+  EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 2, 4, 3, 16, 0.25f), Error);  // 4 % 3 heads
+}
+
+// The DeltaNet recurrence continued from a carried state over T tokens, saving the last R states: GVA ratios
+// 1..3, key dims 8..512 (one to sixteen values per lane), value dims below one warp tile (4) and ragged (24),
+// strided qkv / a / b / out as the decoder passes them.
+TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
+  for (GdnShape s : {GdnShape{1, 3, 8, 4}, GdnShape{2, 4, 16, 24}, GdnShape{1, 2, 24, 16}, GdnShape{2, 6, 128, 128},
+                     GdnShape{1, 1, 256, 32}, GdnShape{3, 3, 40, 64}, GdnShape{1, 2, 512, 8}})
+    for (int64_t T : {1, 7, 16})
+      for (int64_t R : {int64_t(1), T}) {
+        const ArenaMarks marks(cpu_arena_, gpu_arena_);
+        const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
+        Pair qkv = rand(T, cols, -1, 1, DType::bf16, 8);
+        Pair a = rand(T, s.nv, -3, 3, DType::bf16, 5), b = rand(T, s.nv, -3, 3, DType::bf16, 5);
+        Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
+        Pair state = rand(1, sdim, -0.5f, 0.5f, DType::f32);
+        Pair o = out(T, int64_t(s.nv) * s.dv, DType::bf16, 3), states = out(R, sdim, DType::f32);
+        cpu_.gdn_decode(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, state.cpu, states.cpu, s);
+        gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, states.gpu, s);
+        const std::string what = name_of("gdn_decode nk nv dk dv T R", {s.nk, s.nv, s.dk, s.dv, T, R});
+        // fp32 end to end on both sides; the sums over dk run in another order (warp tree vs sequential) and
+        // the gates use the CUDA expf/log1pf: 1e-4 absolute on O(1) states. The output is then rounded once.
+        check(states, 1e-4, 1e-4, "states " + what);
+        check(o, 1e-4, kBf16Ulp, "out " + what);
+        // The state read is the caller's committed one: it must be left as it was.
+        const std::vector<float> s_after = down_gpu(state.gpu);
+        const std::vector<double> s_before = down_cpu(state.cpu);
+        EXPECT_EQ(count_mismatch(s_after, s_before, 0.0, 0.0, "state unchanged " + what), 0);
+      }
+  const GdnShape s{1, 2, 16, 16};
+  Pair qkv = rand(4, 64, -1, 1), a = rand(4, 2, -1, 1), b = rand(4, 2, -1, 1);
+  Pair A_log = rand(1, 2, -1, 1, DType::f32), dt = rand(1, 2, -1, 1, DType::f32);
+  Pair state = rand(1, 512, -1, 1, DType::f32), o = out(4, 32), five = out(5, 512, DType::f32);
+  EXPECT_THROW(gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, five.gpu, s), Error);
+  EXPECT_THROW(gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, o.gpu, five.gpu, s), Error);
 }
 
 // The workspace is the caller's: one byte short (or none) must be refused with both sizes in the message,

@@ -21,6 +21,11 @@ void cuda_expect_shape(const Tensor& t, int64_t rows, int64_t cols, const char* 
            t.shape_str().c_str(), (long long)rows, (long long)cols);
 }
 
+void cuda_expect_as(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* what) {
+  cuda_expect(t, dt, op, what);
+  cuda_expect_shape(t, rows, cols, op, what);
+}
+
 void cuda_expect_float(const Tensor& t, const char* op, const char* what) {
   DF_CHECK(t.device == Device::cuda && t.data != nullptr && cuda_is_float(t.dtype),
            "%s: tensor '%s' %s must be non-empty CUDA f32 or bf16 memory", op, what, t.shape_str().c_str());

@@ -38,6 +38,8 @@ struct CudaDevice {
 // Non-empty CUDA memory of dtype dt; op and what name the call and the tensor in the message.
 void cuda_expect(const Tensor& t, DType dt, const char* op, const char* what);
 void cuda_expect_shape(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* what);
+// Both: non-empty CUDA memory of dtype dt and shape [rows, cols].
+void cuda_expect_as(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* what);
 // CUDA memory holding f32 or bf16.
 void cuda_expect_float(const Tensor& t, const char* op, const char* what);
 

@@ -210,16 +210,45 @@ void CudaOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, c
                        dv, eps, dev_.stream);
 }
 
-void CudaOps::attention_cached(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int, int, int,
-                               float, const Tensor*) {
-  DF_FAIL("attention_cached is not yet on CUDA (incremental target decoding runs on the CPU); HINT: use "
-          "--device cpu for eval / --generate");
+void CudaOps::attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past,
+                               int hq, int hkv, int hd, float scale, const Tensor* gate) {
+  const char* op = "attention_cached";
+  DF_CHECK(hq > 0 && hkv > 0 && hd > 0 && hq % hkv == 0 && hd <= kDecodeMaxHeadDim,
+           "%s: q heads %d must be a positive multiple of kv heads %d, head_dim %d in 1..%d", op, hq, hkv, hd,
+           kDecodeMaxHeadDim);
+  cuda_expect_as(q, DType::bf16, q.rows, int64_t(hq) * hd, op, "q");
+  cuda_expect_as(k, DType::bf16, k.rows, int64_t(hkv) * hd, op, "k");
+  cuda_expect_as(v, DType::bf16, k.rows, int64_t(hkv) * hd, op, "v");
+  cuda_expect_as(out, DType::bf16, q.rows, int64_t(hq) * hd, op, "out");
+  DF_CHECK(past >= 0 && past + q.rows <= k.rows, "%s: %lld cached + %lld new tokens exceed the %lld cache rows given",
+           op, (long long)past, (long long)q.rows, (long long)k.rows);
+  if (gate) cuda_expect_as(*gate, DType::bf16, q.rows, int64_t(hq) * hd, op, "gate");
+  attention_cached_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, bptr(out), out.stride,
+                          gate ? bptr(*gate) : nullptr, gate ? gate->stride : 0, q.rows, past, hq, hkv, hd, scale,
+                          dev_.stream);
 }
 
-void CudaOps::gdn_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const Tensor&, const Tensor&, const GdnShape&) {
-  DF_FAIL("gdn_decode is not yet on CUDA (incremental target decoding runs on the CPU); HINT: use --device cpu "
-          "for eval / --generate");
+void CudaOps::gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                         const Tensor& dt_bias, const Tensor& out, const Tensor& state, const Tensor& states,
+                         const GdnShape& s) {
+  const char* op = "gdn_decode";
+  DF_CHECK(s.nk > 0 && s.nv > 0 && s.dk > 0 && s.dv > 0 && s.nv % s.nk == 0 && s.dk <= kDecodeMaxHeadDim,
+           "%s: GdnShape nk %d nv %d dk %d dv %d: all must be positive, nv a multiple of nk, dk <= %d", op, s.nk,
+           s.nv, s.dk, s.dv, kDecodeMaxHeadDim);
+  const int64_t T = qkv.rows, sdim = int64_t(s.nv) * s.dk * s.dv;
+  cuda_expect_as(qkv, DType::bf16, T, 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, op, "qkv");
+  cuda_expect_as(a, DType::bf16, T, s.nv, op, "a");
+  cuda_expect_as(b, DType::bf16, T, s.nv, op, "b");
+  cuda_expect_as(A_log, DType::f32, 1, s.nv, op, "A_log");
+  cuda_expect_as(dt_bias, DType::f32, 1, s.nv, op, "dt_bias");
+  cuda_expect_as(out, DType::bf16, T, int64_t(s.nv) * s.dv, op, "out");
+  cuda_expect_as(state, DType::f32, 1, sdim, op, "state");
+  cuda_expect_as(states, DType::f32, states.rows, sdim, op, "states");
+  DF_CHECK(states.rows >= 1 && states.rows <= T, "%s: states has %lld rows; it needs 1..%lld (the tokens)", op,
+           (long long)states.rows, (long long)T);
+  gdn_decode_launch(bptr(qkv), qkv.stride, bptr(a), a.stride, bptr(b), b.stride, fptr(A_log), fptr(dt_bias),
+                    bptr(out), out.stride, fptr(state), static_cast<float*>(states.data), states.stride,
+                    states.rows, T, s.nk, s.nv, s.dk, s.dv, dev_.stream);
 }
 
 }  // namespace df

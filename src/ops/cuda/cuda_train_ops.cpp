@@ -23,21 +23,16 @@ const int32_t* iptr(const Tensor& t) {
 }
 
 // cuda_expect and cuda_expect_shape in one: most checks below are "this dtype, that shape".
-void expect_as(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* what) {
-  cuda_expect(t, dt, op, what);
-  cuda_expect_shape(t, rows, cols, op, what);
-}
-
 // What the QK norm forward and backward share: x bf16 [rows, heads·hd], w f32 [1, hd], pos i32 [1, rows],
 // rstd f32 [rows, heads].
 void expect_qk(const char* op, const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
                int heads, int hd) {
   DF_CHECK(heads > 0 && hd > 0 && hd % 2 == 0 && hd <= 512,
            "%s: need heads > 0 and an even hd <= 512, got %d, %d", op, heads, hd);
-  expect_as(x, DType::bf16, x.rows, int64_t(heads) * hd, op, "x");
-  expect_as(w, DType::f32, 1, hd, op, "w");
-  expect_as(pos, DType::i32, 1, x.rows, op, "pos");
-  expect_as(rstd, DType::f32, x.rows, heads, op, "rstd");
+  cuda_expect_as(x, DType::bf16, x.rows, int64_t(heads) * hd, op, "x");
+  cuda_expect_as(w, DType::f32, 1, hd, op, "w");
+  cuda_expect_as(pos, DType::i32, 1, x.rows, op, "pos");
+  cuda_expect_as(rstd, DType::f32, x.rows, heads, op, "rstd");
 }
 
 // A flat optimizer buffer: contiguous CUDA memory of dtype dt with n elements.
@@ -61,11 +56,11 @@ void expect_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   const int64_t nb = blocks.rows;
   DF_CHECK(k.rows >= nb * s.block, "%s: k has %lld rows, fewer than the %lld block rows", op,
            (long long)k.rows, (long long)(nb * s.block));
-  expect_as(q, DType::bf16, nb * s.block, int64_t(s.hq) * s.hd, op, "q");
-  expect_as(k, DType::bf16, k.rows, int64_t(s.hkv) * s.hd, op, "k");
-  expect_as(v, DType::bf16, k.rows, int64_t(s.hkv) * s.hd, op, "v");
-  expect_as(out, DType::bf16, q.rows, q.cols, op, "out");
-  expect_as(lse, DType::f32, q.rows, s.hq, op, "lse");
+  cuda_expect_as(q, DType::bf16, nb * s.block, int64_t(s.hq) * s.hd, op, "q");
+  cuda_expect_as(k, DType::bf16, k.rows, int64_t(s.hkv) * s.hd, op, "k");
+  cuda_expect_as(v, DType::bf16, k.rows, int64_t(s.hkv) * s.hd, op, "v");
+  cuda_expect_as(out, DType::bf16, q.rows, q.cols, op, "out");
+  cuda_expect_as(lse, DType::f32, q.rows, s.hq, op, "lse");
 }
 
 DFlashAttnDims attn_dims(const Tensor& k, const Tensor& blocks, const DFlashAttnShape& s) {
@@ -143,7 +138,7 @@ void CudaTrainOps::embedding(const Tensor& ids, const Tensor& table, const Tenso
 
 void CudaTrainOps::scale_rows(const Tensor& x, const Tensor& s) {
   cuda_expect(x, DType::bf16, "scale_rows", "x");
-  expect_as(s, DType::f32, 1, x.rows, "scale_rows", "s");
+  cuda_expect_as(s, DType::f32, 1, x.rows, "scale_rows", "s");
   scale_rows_launch(bptr(x), x.stride, fptr(s), x.rows, x.cols, dev_.stream);
 }
 
@@ -158,9 +153,9 @@ void CudaTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y
                                float eps) {
   const char* op = "rmsnorm_fwd";
   cuda_expect(x, DType::bf16, op, "x");
-  expect_as(w, DType::f32, 1, x.cols, op, "w");
-  expect_as(y, DType::bf16, x.rows, x.cols, op, "y");
-  expect_as(rstd, DType::f32, 1, x.rows, op, "rstd");
+  cuda_expect_as(w, DType::f32, 1, x.cols, op, "w");
+  cuda_expect_as(y, DType::bf16, x.rows, x.cols, op, "y");
+  cuda_expect_as(rstd, DType::f32, 1, x.rows, op, "rstd");
   rmsnorm_fwd_launch(bptr(x), x.stride, fptr(w), bptr(y), y.stride, fptr(rstd), x.rows, x.cols, eps,
                      dev_.stream);
 }
@@ -169,11 +164,11 @@ void CudaTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& r
                                const Tensor& dx, const Tensor& dw, float beta_dx) {
   const char* op = "rmsnorm_bwd";
   cuda_expect(x, DType::bf16, op, "x");
-  expect_as(w, DType::f32, 1, x.cols, op, "w");
-  expect_as(rstd, DType::f32, 1, x.rows, op, "rstd");
-  expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
-  expect_as(dx, DType::bf16, x.rows, x.cols, op, "dx");
-  expect_as(dw, DType::f32, 1, x.cols, op, "dw");
+  cuda_expect_as(w, DType::f32, 1, x.cols, op, "w");
+  cuda_expect_as(rstd, DType::f32, 1, x.rows, op, "rstd");
+  cuda_expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
+  cuda_expect_as(dx, DType::bf16, x.rows, x.cols, op, "dx");
+  cuda_expect_as(dw, DType::f32, 1, x.cols, op, "dw");
   const size_t ws = rmsnorm_bwd_workspace_bytes(x.rows, x.cols);
   rmsnorm_bwd_launch(bptr(x), x.stride, fptr(w), fptr(rstd), bptr(dy), dy.stride, bptr(dx), dx.stride,
                      fptr(dw), beta_dx, x.rows, x.cols, scratch(ws), ws, dev_.stream);
@@ -183,7 +178,7 @@ void CudaTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tens
                                     const Tensor& rstd, int heads, int hd, float theta, float eps) {
   const char* op = "qk_norm_rope_fwd";
   expect_qk(op, x, w, pos, rstd, heads, hd);
-  expect_as(y, DType::bf16, x.rows, x.cols, op, "y");
+  cuda_expect_as(y, DType::bf16, x.rows, x.cols, op, "y");
   DF_CHECK(x.data != y.data, "%s: y must not alias x", op);
   qk_norm_rope_fwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), bptr(y), y.stride, fptr(rstd), rstd.stride,
                           x.rows, heads, hd, theta, eps, dev_.stream);
@@ -194,9 +189,9 @@ void CudaTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tens
                                     float theta) {
   const char* op = "qk_norm_rope_bwd";
   expect_qk(op, x, w, pos, rstd, heads, hd);
-  expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
-  expect_as(dx, DType::bf16, x.rows, x.cols, op, "dx");
-  expect_as(dw, DType::f32, 1, hd, op, "dw");
+  cuda_expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
+  cuda_expect_as(dx, DType::bf16, x.rows, x.cols, op, "dx");
+  cuda_expect_as(dw, DType::f32, 1, hd, op, "dw");
   const size_t ws = qk_norm_rope_bwd_workspace_bytes(x.rows, hd);
   qk_norm_rope_bwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), fptr(rstd), rstd.stride, bptr(dy), dy.stride,
                           bptr(dx), dx.stride, fptr(dw), x.rows, heads, hd, theta, scratch(ws), ws,
@@ -221,10 +216,10 @@ void CudaTrainOps::dflash_attention_bwd(const Tensor& q, const Tensor& k, const 
                                         const Tensor& dv, const DFlashAttnShape& s) {
   const char* op = "dflash_attention_bwd";
   expect_attn(op, q, k, v, blocks, out, lse, s);
-  expect_as(dout, DType::bf16, q.rows, q.cols, op, "dout");
-  expect_as(dq, DType::bf16, q.rows, q.cols, op, "dq");
-  expect_as(dk, DType::bf16, k.rows, k.cols, op, "dk");
-  expect_as(dv, DType::bf16, v.rows, v.cols, op, "dv");
+  cuda_expect_as(dout, DType::bf16, q.rows, q.cols, op, "dout");
+  cuda_expect_as(dq, DType::bf16, q.rows, q.cols, op, "dq");
+  cuda_expect_as(dk, DType::bf16, k.rows, k.cols, op, "dk");
+  cuda_expect_as(dv, DType::bf16, v.rows, v.cols, op, "dv");
   const DFlashAttnDims d = attn_dims(k, blocks, s);
   const size_t ws = dflash_attention_bwd_workspace_bytes(d);
   dflash_attention_bwd_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, iptr(blocks),
@@ -244,7 +239,7 @@ void CudaTrainOps::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor
   const char* op = "swiglu_bwd";
   for (const auto& [t, what] :
        {std::pair{&gate, "gate"}, {&up, "up"}, {&dout, "dout"}, {&dgate, "dgate"}, {&dup, "dup"}}) {
-    expect_as(*t, DType::bf16, gate.rows, gate.cols, op, what);
+    cuda_expect_as(*t, DType::bf16, gate.rows, gate.cols, op, what);
   }
   swiglu_bwd_launch(bptr(gate), gate.stride, bptr(up), up.stride, bptr(dout), dout.stride, bptr(dgate),
                     dgate.stride, bptr(dup), dup.stride, gate.rows, gate.cols, dev_.stream);
@@ -260,14 +255,14 @@ void CudaTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, con
   const int64_t rows = hidden.rows, H = hidden.cols, V = lm_head.rows;
   const bool kl = kind == LmLossKind::kl;
   cuda_expect(hidden, DType::bf16, op, "hidden");
-  expect_as(lm_head, DType::bf16, V, H, op, "lm_head");
-  expect_as(labels, DType::i32, 1, rows, op, "labels");
-  expect_as(active, DType::u8, 1, rows, op, "active");
-  expect_as(loss, DType::f32, 1, rows, op, "loss");
-  expect_as(p_label, DType::f32, 1, rows, op, "p_label");
-  expect_as(argmax, DType::i32, 1, rows, op, "argmax");
-  expect_as(dhidden, DType::bf16, rows, H, op, "dhidden");
-  if (kl) expect_as(target_hidden, DType::bf16, rows, H, op, "target_hidden");
+  cuda_expect_as(lm_head, DType::bf16, V, H, op, "lm_head");
+  cuda_expect_as(labels, DType::i32, 1, rows, op, "labels");
+  cuda_expect_as(active, DType::u8, 1, rows, op, "active");
+  cuda_expect_as(loss, DType::f32, 1, rows, op, "loss");
+  cuda_expect_as(p_label, DType::f32, 1, rows, op, "p_label");
+  cuda_expect_as(argmax, DType::i32, 1, rows, op, "argmax");
+  cuda_expect_as(dhidden, DType::bf16, rows, H, op, "dhidden");
+  if (kl) cuda_expect_as(target_hidden, DType::bf16, rows, H, op, "target_hidden");
   const size_t ws = lm_head_loss_workspace_bytes(rows, H, V, loss_chunk_rows_, kl);
   lm_head_loss_launch(dev_.gemm, bptr(hidden), hidden.stride, bptr(lm_head), lm_head.stride, iptr(labels),
                       static_cast<const uint8_t*>(active.data), kl ? bptr(target_hidden) : nullptr,

@@ -7,16 +7,6 @@
 
 namespace df {
 
-namespace {
-
-void expect_row(const Tensor& t, DType dt, int64_t n, const char* what) {
-  DF_CHECK(t.device == Device::cuda && t.dtype == dt && t.rows == 1 && t.cols == n && t.contiguous(),
-           "loss_row_stats: %s must be device %s [1, %lld], got %s %s", what, dtype_name(dt), (long long)n,
-           dtype_name(t.dtype), t.shape_str().c_str());
-}
-
-}  // namespace
-
 void CudaTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss,
                                   const Tensor& p_label, const Tensor& argmax, const LossRowArgs& a,
                                   const Tensor& row_w, const Tensor& stats) {
@@ -26,14 +16,14 @@ void CudaTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, co
   DF_CHECK(a.dpace == DpaceKind::off,
            "train.loss: dpace is implemented on the CPU drafter only (no CUDA kernel for its row weights); HINT: "
            "drafter.device = \"cpu\"");
-  expect_row(labels, DType::i32, N, "labels");
-  expect_row(active, DType::u8, N, "active");
-  expect_row(loss, DType::f32, N, "loss");
-  expect_row(p_label, DType::f32, N, "p_label");
-  expect_row(argmax, DType::i32, N, "argmax");
-  expect_row(row_w, DType::f32, N, "row_w");
-  expect_row(stats, DType::u8, int64_t(LossStatsSlots::size(a.block)) * int64_t(sizeof(double)),
-             "stats (f64 slots as bytes)");
+  cuda_expect_as(labels, DType::i32, 1, N, "loss_row_stats", "labels");
+  cuda_expect_as(active, DType::u8, 1, N, "loss_row_stats", "active");
+  cuda_expect_as(loss, DType::f32, 1, N, "loss_row_stats", "loss");
+  cuda_expect_as(p_label, DType::f32, 1, N, "loss_row_stats", "p_label");
+  cuda_expect_as(argmax, DType::i32, 1, N, "loss_row_stats", "argmax");
+  cuda_expect_as(row_w, DType::f32, 1, N, "loss_row_stats", "row_w");
+  cuda_expect_as(stats, DType::u8, 1, int64_t(LossStatsSlots::size(a.block)) * int64_t(sizeof(double)),
+                 "loss_row_stats", "stats (f64 slots as bytes)");
   LossRowDims d;
   d.nb = N / a.block;
   d.block = a.block;

@@ -1,0 +1,208 @@
+// Incremental decoding kernels (ops.h "incremental decoding"): attention of a step's new queries over a
+// sequence's key/value cache, and the Gated DeltaNet recurrence continued token by token from a carried state.
+// A decode step has few rows (a block of B, or one token per slot), so both kernels are warp-per-work-item
+// with fp32 arithmetic throughout and no tiling: they are bound by reading the cache / the state once. Any
+// head dim up to kDecodeMaxHeadDim works (lanes stride over the dims), any row stride, any GQA / GVA ratio.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/device_math.cuh"
+#include "kernels/launchers.cuh"
+
+namespace df {
+
+namespace {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeThreads = 32 * kDecodeWarps;
+constexpr int kDecodeMaxPerLane = kDecodeMaxHeadDim / 32;
+
+// ---- attention over a cache -------------------------------------------------------------------------
+// Block (t, h): query row t of head h at position past + t, keys [0, past + t] of kv head h / group. Each
+// warp runs an online softmax over every kDecodeWarps-th key, lanes holding dims lane, lane + 32, ...; the
+// warps' partial (max, sum, acc) are merged through shared memory at the end.
+template <int PL>
+__global__ void __launch_bounds__(kDecodeThreads) attention_cached_kernel(
+    const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k, const bf16* __restrict__ v,
+    int64_t ld_v, bf16* __restrict__ out, int64_t ld_out, const bf16* __restrict__ gate, int64_t ld_gate,
+    int64_t past, int hq, int hkv, int hd, float scale) {
+  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int kvh = h / (hq / hkv);
+  const bf16* qrow = q + t * ld_q + (int64_t)h * hd;
+  float qr[PL], acc[PL];
+#pragma unroll
+  for (int i = 0; i < PL; ++i) {
+    const int d = lane + 32 * i;
+    qr[i] = d < hd ? __bfloat162float(qrow[d]) * scale : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int64_t last = past + t;  // inclusive
+  for (int64_t j = warp; j <= last; j += kDecodeWarps) {
+    const bf16* krow = k + j * ld_k + (int64_t)kvh * hd;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) s += qr[i] * __bfloat162float(krow[d]);
+    }
+    s = warp_sum(s);
+    const float m_new = fmaxf(m, s), c = expf(m - m_new), p = expf(s - m_new);
+    l = l * c + p;
+    const bf16* vrow = v + j * ld_v + (int64_t)kvh * hd;
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int d = lane + 32 * i;
+      acc[i] = acc[i] * c + (d < hd ? p * __bfloat162float(vrow[d]) : 0.0f);
+    }
+    m = m_new;
+  }
+  extern __shared__ float smem[];  // [warps] max, [warps] sum, [warps][hd] acc
+  float* sm = smem;
+  float* sl = smem + kDecodeWarps;
+  float* sacc = smem + 2 * kDecodeWarps;
+  if (lane == 0) {
+    sm[warp] = m;
+    sl[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < PL; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) sacc[warp * hd + d] = acc[i];
+  }
+  __syncthreads();
+  float mt = -INFINITY;
+  for (int w = 0; w < kDecodeWarps; ++w) mt = fmaxf(mt, sm[w]);
+  float lt = 0.0f;
+  for (int w = 0; w < kDecodeWarps; ++w) lt += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - mt);
+  bf16* orow = out + t * ld_out + (int64_t)h * hd;
+  const bf16* grow = gate ? gate + t * ld_gate + (int64_t)h * hd : nullptr;
+  for (int d = threadIdx.x; d < hd; d += kDecodeThreads) {
+    float o = 0.0f;
+    for (int w = 0; w < kDecodeWarps; ++w)
+      if (sm[w] != -INFINITY) o += sacc[w * hd + d] * expf(sm[w] - mt);
+    o = bf16_rn(o / lt);
+    if (grow) o = sigmoid_gate_f32(o, __bfloat162float(grow[d]));
+    orow[d] = __float2bfloat16(o);
+  }
+}
+
+// ---- Gated DeltaNet decode --------------------------------------------------------------------------
+// Block (h, column tile): warp w owns column j of value head h's state S [dk, dv], lanes holding rows e =
+// lane, lane + 32, ... in registers for the whole step. Per token, as cpu_gdn.cpp gdn_token: S = exp(g)·S;
+// u = β·(v − Sᵀk̂); S += k̂·uᵀ; o = Sᵀq̂, with q̂ = l2norm(q)·dk^−½, k̂ = l2norm(k) (each warp normalises its
+// own copy: dk values, one warp sum each).
+template <int PL>
+__global__ void __launch_bounds__(kDecodeThreads) gdn_decode_kernel(
+    const bf16* __restrict__ qkv, int64_t ld_qkv, const bf16* __restrict__ a_in, int64_t ld_a,
+    const bf16* __restrict__ b_in, int64_t ld_b, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+    bf16* __restrict__ out, int64_t ld_out, const float* __restrict__ state, float* __restrict__ states,
+    int64_t ld_states, int64_t T, int64_t first_saved, int nk, int nv, int dk, int dv) {
+  const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int j = blockIdx.y * kDecodeWarps + warp;
+  if (j >= dv) return;  // whole warps only: no block-wide barrier below
+  const int kh = h / (nv / nk);
+  const int64_t hs = (int64_t)dk * dv, head0 = (int64_t)h * hs;
+  float S[PL];
+#pragma unroll
+  for (int i = 0; i < PL; ++i) {
+    const int e = lane + 32 * i;
+    S[i] = e < dk ? state[head0 + (int64_t)e * dv + j] : 0.0f;
+  }
+  const float q_scale = rsqrtf(static_cast<float>(dk)), neg_a = -expf(A_log[h]);
+  for (int64_t t = 0; t < T; ++t) {
+    const bf16* row = qkv + t * ld_qkv;
+    float qv[PL], kv[PL], qss = 0.0f, kss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int e = lane + 32 * i;
+      qv[i] = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
+      kv[i] = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
+      qss += qv[i] * qv[i];
+      kss += kv[i] * kv[i];
+    }
+    const float qi = rsqrtf(warp_sum(qss) + 1e-6f) * q_scale, ki = rsqrtf(warp_sum(kss) + 1e-6f);
+    const float x = __bfloat162float(a_in[t * ld_a + h]) + dt_bias[h];
+    const float decay = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
+    const float beta = sigmoid_f32(__bfloat162float(b_in[t * ld_b + h]));
+    const float vj = __bfloat162float(row[2LL * nk * dk + (int64_t)h * dv + j]);
+    float u = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      S[i] *= decay;
+      u += kv[i] * ki * S[i];
+    }
+    u = beta * (vj - warp_sum(u));
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      S[i] += kv[i] * ki * u;
+      o += qv[i] * qi * S[i];
+    }
+    o = warp_sum(o);
+    if (lane == 0) out[t * ld_out + (int64_t)h * dv + j] = __float2bfloat16(o);
+    if (t >= first_saved) {
+      float* dst = states + (t - first_saved) * ld_states + head0 + j;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) {
+        const int e = lane + 32 * i;
+        if (e < dk) dst[(int64_t)e * dv] = S[i];
+      }
+    }
+  }
+}
+
+// Registers per lane for a head dim: the smallest of 1, 2, 4, 8, 16 covering it (kernels are built for those).
+template <class Fn>
+void dispatch_per_lane(int dim, Fn&& fn) {
+  if (dim <= 32)
+    fn(std::integral_constant<int, 1>{});
+  else if (dim <= 64)
+    fn(std::integral_constant<int, 2>{});
+  else if (dim <= 128)
+    fn(std::integral_constant<int, 4>{});
+  else if (dim <= 256)
+    fn(std::integral_constant<int, 8>{});
+  else
+    fn(std::integral_constant<int, kDecodeMaxPerLane>{});
+}
+
+}  // namespace
+
+void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
+                             bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
+                             int hq, int hkv, int hd, float scale, cudaStream_t stream) {
+  if (T == 0) return;
+  if (hd <= 0 || hd > kDecodeMaxHeadDim || hkv <= 0 || hq % hkv != 0 || past < 0 || T > 65535 || hq > 65535)
+    cuda_throw("attention_cached_launch", "needs 0 < head_dim <= 512, q heads a multiple of kv heads, past >= 0, "
+               "at most 65535 new tokens and heads", __FILE__, __LINE__);
+  const size_t smem = sizeof(float) * (size_t)kDecodeWarps * (2 + hd);
+  dispatch_per_lane(hd, [&](auto pl) {
+    attention_cached_kernel<decltype(pl)::value><<<dim3((unsigned)T, (unsigned)hq), kDecodeThreads, smem, stream>>>(
+        q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, past, hq, hkv, hd, scale);
+  });
+  DF_CUDA_CHECK_LAUNCH("attention_cached_kernel");
+}
+
+void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
+                       const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
+                       float* states, int64_t ld_states, int64_t saved, int64_t T, int nk, int nv, int dk, int dv,
+                       cudaStream_t stream) {
+  if (T == 0) return;
+  if (nk <= 0 || nv % nk != 0 || dk <= 0 || dk > kDecodeMaxHeadDim || dv <= 0 || saved < 1 || saved > T)
+    cuda_throw("gdn_decode_launch", "needs value heads a multiple of key heads, 0 < dk <= 512, dv > 0 and "
+               "1 <= saved states <= tokens", __FILE__, __LINE__);
+  const dim3 grid((unsigned)nv, (unsigned)((dv + kDecodeWarps - 1) / kDecodeWarps));
+  dispatch_per_lane(dk, [&](auto pl) {
+    gdn_decode_kernel<decltype(pl)::value><<<grid, kDecodeThreads, 0, stream>>>(
+        qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk, nv,
+        dk, dv);
+  });
+  DF_CUDA_CHECK_LAUNCH("gdn_decode_kernel");
+}
+
+}  // namespace df

@@ -1,0 +1,269 @@
+// Incremental target decoding and speculative decoding on CUDA (model/target_decode.h, pipeline/spec_decode.h)
+// with random tiny targets of both families at shapes the CUDA forward runs (head dims 16/32, GQA, gated
+// attention, partial rotary, DeltaNet 16×16 heads):
+//  - decoding step by step reproduces the full-sequence forward: its error against the CPU fp32 forward is no
+//    worse than the CUDA forward's own (both bf16), per tap and for the logits;
+//  - rolling a step back to a partial accept equals a fresh prefill of the accepted prefix;
+//  - speculative decoding with a CUDA DFlash drafter commits the CUDA target's plain greedy tokens (up to a
+//    near tie of the target's top two logits, where bf16 verification of B rows at once may choose the other).
+// Skips itself without a GPU or a CUDA build.
+#include <gtest/gtest.h>
+
+#ifndef DF_HAVE_CUDA
+TEST(TargetDecodeCuda, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA: GPU decode tests skipped"; }
+#else
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_train_ops.h"
+#include "pipeline/spec_decode.h"
+#include "tests/unit/target_test_util.h"
+#include "tests/unit/test_drafter_util.h"
+
+using namespace df;
+
+namespace {
+
+QwenConfig cuda_hybrid() {
+  nlohmann::json j = {{"model_type", "qwen3_5_text"},
+                      {"hidden_size", 64},
+                      {"num_hidden_layers", 4},
+                      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+                      {"intermediate_size", 96},
+                      {"vocab_size", 200},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"head_dim", 16},
+                      {"attn_output_gate", true},
+                      {"partial_rotary_factor", 0.25},
+                      {"rope_theta", 10000.0},
+                      {"rms_norm_eps", 1e-6},
+                      {"linear_num_key_heads", 2},
+                      {"linear_num_value_heads", 4},
+                      {"linear_key_head_dim", 16},
+                      {"linear_value_head_dim", 16},
+                      {"linear_conv_kernel_dim", 4},
+                      {"tie_word_embeddings", false}};
+  return qwen_config_from_json(j, "cuda_hybrid");
+}
+
+QwenConfig cuda_dense() {
+  nlohmann::json j = {{"model_type", "qwen3"},    {"hidden_size", 64},        {"num_hidden_layers", 3},
+                      {"intermediate_size", 96},  {"vocab_size", 160},        {"num_attention_heads", 4},
+                      {"num_key_value_heads", 1}, {"head_dim", 32},           {"rope_theta", 1e6},
+                      {"rms_norm_eps", 1e-6},     {"tie_word_embeddings", true}};
+  return qwen_config_from_json(j, "cuda_dense");
+}
+
+class TargetDecodeCuda : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU decode test skipped";
+    gpu_ = std::make_unique<CudaOps>(0);
+  }
+  QwenConfig cfg() const { return GetParam() == 0 ? cuda_hybrid() : cuda_dense(); }
+  std::vector<float> down(const Tensor& t) {
+    std::vector<float> h(size_t(t.numel()));
+    gpu_->download_f32(t, h.data());
+    return h;
+  }
+  std::unique_ptr<CudaOps> gpu_;
+};
+
+// ||a − b|| / ||b||.
+double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_FALSE(std::isnan(a[i])) << "element " << i;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// The full forward on CUDA over one sequence: every layer's tap and the final norm, downloaded.
+FwdResult cuda_forward(const TargetModel& m, CudaOps& ops, const std::vector<int32_t>& ids) {
+  const int64_t T = int64_t(ids.size()), H = m.cfg.hidden;
+  const int L = m.cfg.layers;
+  TargetForward fwd(m, T);
+  Tensor taps, fin, id_t;
+  Arena arena;
+  void* block = ops_alloc_planned(
+      ops,
+      [&](Arena& a) {
+        taps = a.alloc(DType::bf16, T, int64_t(L) * H);
+        fin = a.alloc(DType::bf16, T, H);
+        id_t = a.alloc(DType::i32, 1, T);
+      },
+      4096, arena);
+  SeqLayout seqs = seq_layout_make({int32_t(T)}, ops, arena);
+  ops.upload_raw(id_t, ids.data());
+  TargetOutputs out;
+  for (int l = 0; l < L; ++l) {
+    out.tap_layers.push_back(l);
+    out.taps.push_back(taps.cols_view(int64_t(l) * H, H));
+  }
+  out.want_final_norm = true;
+  out.final_norm = fin;
+  fwd.run(id_t, seqs, out);
+  FwdResult r;
+  for (int l = 0; l < L; ++l) {
+    r.taps.emplace_back(size_t(T * H));
+    ops.download_f32(out.taps[size_t(l)], r.taps.back().data());
+  }
+  r.final_norm.resize(size_t(T * H));
+  ops.download_f32(fin, r.final_norm.data());
+  ops.free_bytes(block);
+  return r;
+}
+
+std::vector<int> all_layers(const QwenConfig& c) {
+  std::vector<int> l;
+  for (int i = 0; i < c.layers; ++i) l.push_back(i);
+  return l;
+}
+
+}  // namespace
+
+TEST_P(TargetDecodeCuda, StepsReproduceTheFullForward) {
+  const QwenConfig c = cfg();
+  CpuOps cpu(CpuGdnMode::recurrent);
+  auto mg = target_random(c, 23, *gpu_, with_lm_head());
+  auto mc = target_random(c, 23, cpu, with_lm_head());  // the same draws, unrounded: the fp32 golden
+  const std::vector<int32_t> ids = random_ids(23, c.vocab, 4);
+  const FwdResult gold = run_model(*mc, cpu, ids, {23}, c.layers, true);
+  const std::vector<float> gold_logits = host_logits(*mc, cpu, gold.final_norm);
+  const FwdResult fwd = cuda_forward(*mg, *gpu_, ids);
+  const std::vector<float> fwd_logits = host_logits(*mg, *gpu_, fwd.final_norm);
+
+  TargetDecoder dec(*mg, {32, 8, 8}, all_layers(c));
+  const int64_t H = c.hidden, V = c.vocab;
+  std::vector<std::vector<float>> taps(size_t(c.layers));
+  std::vector<float> logits;
+  int64_t done = 0;
+  for (int64_t n : {5, 1, 7, 3, 7}) {
+    dec.step(std::vector<int32_t>(ids.begin() + done, ids.begin() + done + n));
+    const std::vector<float> lg = down(dec.logits());
+    ASSERT_EQ(int64_t(lg.size()), n * V);
+    logits.insert(logits.end(), lg.begin(), lg.end());
+    for (int l = 0; l < c.layers; ++l) {
+      const std::vector<float> t = down(dec.tap(size_t(l)));
+      ASSERT_EQ(int64_t(t.size()), n * H);
+      taps[size_t(l)].insert(taps[size_t(l)].end(), t.begin(), t.end());
+    }
+    dec.commit(n);
+    done += n;
+  }
+  EXPECT_EQ(dec.length(), 23);
+  // Decoding and the forward make the same bf16 roundings of weights and activations; they differ in the
+  // kernels' internal precision (decode keeps P and the DeltaNet products in fp32, the prefill kernels round
+  // P / use bf16 hi+lo MMA products). So decoding may be no worse than the forward against fp32: 1.25x its
+  // error (the anchor factor), plus 1e-3 (a quarter of a bf16 ulp) for taps the forward gets almost
+  // exactly. The decoder's logits come from its own bf16 lm_head GEMM, the forward's here from host fp32
+  // products of its bf16 final norm: the same bound covers that one extra rounding.
+  auto expect_bounded = [&](const std::vector<float>& dec_v, const std::vector<float>& fwd_v,
+                            const std::vector<float>& gold_v, const std::string& what) {
+    const double e_dec = rel_rms(dec_v, gold_v), e_fwd = rel_rms(fwd_v, gold_v), e_df = rel_rms(dec_v, fwd_v);
+    std::printf("[ decode ] %-12s rel-RMS vs fp32: decode %.3e, forward %.3e; decode vs forward %.3e\n",
+                what.c_str(), e_dec, e_fwd, e_df);
+    EXPECT_LE(e_dec, 1.25 * e_fwd + 1e-3) << what;
+  };
+  for (int l = 0; l < c.layers; ++l)
+    expect_bounded(taps[size_t(l)], fwd.taps[size_t(l)], gold.taps[size_t(l)], "tap " + std::to_string(l));
+  expect_bounded(logits, fwd_logits, gold_logits, "logits");
+}
+
+TEST_P(TargetDecodeCuda, RollbackEqualsFreshPrefill) {
+  const QwenConfig c = cfg();
+  auto m = target_random(c, 5, *gpu_, with_lm_head());
+  const std::vector<int32_t> ids = random_ids(30, c.vocab, 8);
+  auto span = [&](int64_t a, int64_t b) { return std::vector<int32_t>(ids.begin() + a, ids.begin() + b); };
+  TargetDecoder spec(*m, {40, 16, 6}, {0, c.layers - 1});
+  spec.step(span(0, 9));
+  spec.commit(9);
+  spec.step(span(20, 26));  // rejected outright
+  spec.commit(0);
+  spec.step(span(9, 15));
+  spec.commit(3);
+  spec.step(span(12, 16));
+  TargetDecoder fresh(*m, {40, 16, 6}, {0, c.layers - 1});
+  fresh.step(span(0, 12));
+  fresh.commit(12);
+  fresh.step(span(12, 16));
+  // The recurrence and the attention rows do the same arithmetic on both paths; the GEMMs see other row
+  // counts (one cuBLASLt algorithm per M bucket, so the same here, but not promised): at most a few bf16
+  // roundings apart, 1e-2 relative RMS (2.5 roundings of 2^-9).
+  const double e_logits = rel_rms(down(spec.logits()), down(fresh.logits()));
+  std::printf("[ decode ] rollback vs fresh prefill: logits rel-RMS %.3e\n", e_logits);
+  EXPECT_LE(e_logits, 1e-2);
+  for (size_t i = 0; i < 2; ++i) EXPECT_LE(rel_rms(down(spec.tap(i)), down(fresh.tap(i))), 1e-2) << "tap " << i;
+  EXPECT_EQ(spec.length(), 12);
+}
+
+TEST_P(TargetDecodeCuda, SpeculativeDecodingCommitsTheGreedyTokens) {
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 31, *gpu_, with_lm_head());
+  const std::vector<int32_t> prompt = random_ids(11, c.vocab, 2);
+  const int n = 24, B = 4;
+  // Plain greedy decoding on the same CUDA target, one token a step, with each step's top-2 logit margin.
+  TargetDecoder plain(*target, {11 + n + 1, 11, 1}, {});
+  std::vector<int32_t> greedy;
+  std::vector<float> margin, top;
+  plain.step(prompt);
+  plain.commit(int64_t(prompt.size()));
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> lg = plain.logits_host();
+    const float* row = &lg[lg.size() - size_t(c.vocab)];
+    std::vector<float> sorted(row, row + c.vocab);
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    greedy.push_back(int32_t(std::max_element(row, row + c.vocab) - row));
+    margin.push_back(sorted[0] - sorted[1]);
+    top.push_back(sorted[0]);
+    plain.step({greedy.back()});
+    plain.commit(1);
+  }
+  CudaTrainOps tops(0);
+  DrafterConfig dc = df::testing::tiny_drafter_config();
+  dc.hidden = c.hidden;
+  dc.vocab = c.vocab;
+  dc.mask_token_id = c.vocab - 1;
+  dc.head_dim = 16;
+  dc.target_layer_ids = {0, c.layers - 1};
+  dc.block_size = B;
+  DrafterModel drafter(dc, tops);
+  drafter_init_params(drafter, 5);
+  drafter.set_frozen(target->embed, target->lm_head);
+  DFlashBlockDrafter bd(drafter);
+  SpecDecoder spec(*target, bd, 11, n);
+  const SpecPromptResult r = spec.run(prompt);
+  ASSERT_EQ(r.tokens.size(), size_t(n));
+  // Verification scores B rows at once, plain decoding one: the rows' arithmetic is the same up to the GEMM's
+  // row count, so the tokens agree wherever the target's choice is clear. They may part only at a near tie
+  // (top-2 margin within two bf16 ulps of the top logit); the sequences differ from there on.
+  for (int i = 0; i < n; ++i) {
+    if (r.tokens[size_t(i)] == greedy[size_t(i)]) continue;
+    // One bf16 ulp of x: 2^(floor(log2 |x|) − 7).
+    const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::fabs(top[size_t(i)]), 1e-6f)) - 7);
+    EXPECT_LE(margin[size_t(i)], 2 * ulp)
+        << "token " << i << ": speculative " << r.tokens[size_t(i)] << ", greedy " << greedy[size_t(i)]
+        << " with a clear margin " << margin[size_t(i)];
+    std::printf("[ decode ] tokens part at %d (a near tie, margin %.3g)\n", i, double(margin[size_t(i)]));
+    break;
+  }
+  for (int a : r.accept_lengths) {
+    EXPECT_GE(a, 1);
+    EXPECT_LE(a, B);
+  }
+  std::printf("[ decode ] random CUDA drafter: tau %.3f over %zu blocks\n", r.tau(), r.accept_lengths.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, TargetDecodeCuda, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& i) { return i.param == 0 ? "qwen3_5" : "qwen3"; });
+
+#endif  // DF_HAVE_CUDA
