@@ -172,10 +172,9 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
   if (num_seqs == 0 || max_len == 0) return;
   bool ok = hd % 8 == 0 && hd <= 256 && hkv > 0 && hq % hkv == 0 && ld_q % 8 == 0 && ld_k % 8 == 0 &&
             ld_v % 8 == 0 && ld_out % 2 == 0;
-  if (!ok)
-    cuda_throw("attention_causal_launch",
-               "needs head_dim a multiple of 8 and <= 256, q heads a multiple of kv heads, row strides multiples of 8",
-               __FILE__, __LINE__);
+  if (!ok)  // a shape or layout the tiled kernels are not built for: the general kernel (decode.cu), slower
+    return attention_causal_general_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
+                                           tokens, hq, hkv, hd, scale, stream);
   // The epilogues read the gate as bf16 pairs; a gate view they cannot read that way is applied by the
   // separate sigmoid_gate kernel instead (the same bits, one more pass).
   const bool gate_pairs = ld_gate % 2 == 0 && reinterpret_cast<uintptr_t>(gate) % 4 == 0;

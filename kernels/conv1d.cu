@@ -2,7 +2,7 @@
 // so its speed is the number of bytes kept in flight per SM: the vector kernel streams a warp down a 32-token
 // tile of 256 channels with the next 8 rows' 16-byte loads always outstanding; a scalar kernel covers the
 // rest. A tap reaching before the token's sequence start (pos < K−1−j) contributes zero: the reset at every
-// sequence boundary. Only K = 4 (every Qwen3.5/3.6 model) is instantiated.
+// sequence boundary. Built for K = 2..8 (every Qwen3.5/3.6 model has 4).
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/launchers.cuh"
@@ -116,25 +116,42 @@ __global__ void __launch_bounds__(kConvScalarThreads)
 }
 
 // ---- launchers ----
-void conv1d_silu_launch(const bf16* x, int64_t ld_x, const float* w, int K, bf16* out, int64_t ld_out,
-                        const int32_t* pos, int64_t T, int64_t C, cudaStream_t stream) {
-  if (T == 0 || C == 0) return;
-  if (K != 4)
-    cuda_throw("conv1d_silu_launch", "only conv kernel size 4 is built (Qwen3.5/3.6); add an instantiation",
-               __FILE__, __LINE__);
+namespace {
+
+template <int K>
+void conv1d_silu_run(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, const int32_t* pos,
+                     int64_t T, int64_t C, cudaStream_t stream) {
   const bool vec = C % 8 == 0 && ld_x % 8 == 0 && ld_out % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
   if (vec) {
     const int64_t tokens_per_block = int64_t(kConvTile) * kConvWarps;
     dim3 grid(static_cast<unsigned>((C + kConvSpan - 1) / kConvSpan),
               static_cast<unsigned>((T + tokens_per_block - 1) / tokens_per_block));
-    conv1d_silu_vec_kernel<4><<<grid, 32 * kConvWarps, 0, stream>>>(x, ld_x, w, out, ld_out, pos, T, C);
+    conv1d_silu_vec_kernel<K><<<grid, 32 * kConvWarps, 0, stream>>>(x, ld_x, w, out, ld_out, pos, T, C);
     DF_CUDA_CHECK_LAUNCH("conv1d_silu_vec_kernel");
   } else {
     dim3 grid(static_cast<unsigned>((C + kConvScalarThreads - 1) / kConvScalarThreads),
               static_cast<unsigned>((T + kConvScalarTokens - 1) / kConvScalarTokens));
-    conv1d_silu_scalar_kernel<4><<<grid, kConvScalarThreads, 0, stream>>>(x, ld_x, w, out, ld_out, pos, T, C);
+    conv1d_silu_scalar_kernel<K><<<grid, kConvScalarThreads, 0, stream>>>(x, ld_x, w, out, ld_out, pos, T, C);
     DF_CUDA_CHECK_LAUNCH("conv1d_silu_scalar_kernel");
+  }
+}
+
+}  // namespace
+
+void conv1d_silu_launch(const bf16* x, int64_t ld_x, const float* w, int K, bf16* out, int64_t ld_out,
+                        const int32_t* pos, int64_t T, int64_t C, cudaStream_t stream) {
+  if (T == 0 || C == 0) return;
+  switch (K) {
+    case 2: return conv1d_silu_run<2>(x, ld_x, w, out, ld_out, pos, T, C, stream);
+    case 3: return conv1d_silu_run<3>(x, ld_x, w, out, ld_out, pos, T, C, stream);
+    case 4: return conv1d_silu_run<4>(x, ld_x, w, out, ld_out, pos, T, C, stream);
+    case 5: return conv1d_silu_run<5>(x, ld_x, w, out, ld_out, pos, T, C, stream);
+    case 6: return conv1d_silu_run<6>(x, ld_x, w, out, ld_out, pos, T, C, stream);
+    case 7: return conv1d_silu_run<7>(x, ld_x, w, out, ld_out, pos, T, C, stream);
+    case 8: return conv1d_silu_run<8>(x, ld_x, w, out, ld_out, pos, T, C, stream);
+    default:
+      cuda_throw("conv1d_silu_launch", "conv kernel sizes 2..8 are built (Qwen3.5/3.6 use 4)", __FILE__, __LINE__);
   }
 }
 

@@ -21,16 +21,18 @@ constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = 32 * kDecodeWarps;
 constexpr int kDecodeMaxPerLane = kDecodeMaxHeadDim / 32;
 
-// ---- attention over a cache -------------------------------------------------------------------------
-// Block (t, h): query row t of head h at position past + t, keys [0, past + t] of kv head h / group. Each
-// warp runs an online softmax over every kDecodeWarps-th key, lanes holding dims lane, lane + 32, ...; the
-// warps' partial (max, sum, acc) are merged through shared memory at the end.
+// ---- attention over a cache, or causal over packed sequences ------------------------------------------
+// Block (t, h): query row t of head h. Over a cache (cu == nullptr) it sits at position past + t and sees key
+// rows [0, past + t]; over packed sequences (cu [num_seqs + 1] offsets) it sees its own sequence's rows
+// [cu[s], t]. Each warp runs an online softmax over every kDecodeWarps-th key of kv head h / group, lanes
+// holding dims lane, lane + 32, ...; the warps' partial (max, sum, acc) are merged through shared memory.
 template <int PL>
 __global__ void __launch_bounds__(kDecodeThreads) attention_cached_kernel(
     const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k, const bf16* __restrict__ v,
     int64_t ld_v, bf16* __restrict__ out, int64_t ld_out, const bf16* __restrict__ gate, int64_t ld_gate,
-    int64_t past, int hq, int hkv, int hd, float scale) {
-  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int64_t past, const int32_t* __restrict__ cu, int num_seqs, int hq, int hkv, int hd, float scale) {
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = h / (hq / hkv);
   const bf16* qrow = q + t * ld_q + (int64_t)h * hd;
   float qr[PL], acc[PL];
@@ -41,8 +43,17 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_cached_kernel(
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int64_t last = past + t;  // inclusive
-  for (int64_t j = warp; j <= last; j += kDecodeWarps) {
+  int64_t first = 0, last = past + t;  // key rows, inclusive; warp 0 always has one
+  if (cu) {
+    int lo = 0, hi = num_seqs;  // the sequence s with cu[s] <= t < cu[s + 1]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (cu[mid] <= t) lo = mid; else hi = mid;
+    }
+    first = cu[lo];
+    last = t;
+  }
+  for (int64_t j = first + warp; j <= last; j += kDecodeWarps) {
     const bf16* krow = k + j * ld_k + (int64_t)kvh * hd;
     float s = 0.0f;
 #pragma unroll
@@ -91,9 +102,11 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_cached_kernel(
   }
 }
 
-// ---- Gated DeltaNet decode --------------------------------------------------------------------------
-// Block (h, column tile): warp w owns column j of value head h's state S [dk, dv], lanes holding rows e =
-// lane, lane + 32, ... in registers for the whole step. Per token, as cpu_gdn.cpp gdn_token: S = exp(g)·S;
+// ---- Gated DeltaNet by the token recurrence ----------------------------------------------------------
+// Block (h, column tile, sequence): warp w owns column j of value head h's state S [dk, dv], lanes holding
+// rows e = lane, lane + 32, ... in registers for the whole sequence. Decoding: one sequence [0, T) from a
+// carried state, saving the states from token first_saved on; the prefill fallback: the packed sequences of
+// cu from zero states, saving none. Per token, as cpu_gdn.cpp gdn_token: S = exp(g)·S;
 // u = β·(v − Sᵀk̂); S += k̂·uᵀ; o = Sᵀq̂, with q̂ = l2norm(q)·dk^−½, k̂ = l2norm(k) (each warp normalises its
 // own copy: dk values, one warp sum each).
 template <int PL>
@@ -101,20 +114,22 @@ __global__ void __launch_bounds__(kDecodeThreads) gdn_decode_kernel(
     const bf16* __restrict__ qkv, int64_t ld_qkv, const bf16* __restrict__ a_in, int64_t ld_a,
     const bf16* __restrict__ b_in, int64_t ld_b, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     bf16* __restrict__ out, int64_t ld_out, const float* __restrict__ state, float* __restrict__ states,
-    int64_t ld_states, int64_t T, int64_t first_saved, int nk, int nv, int dk, int dv) {
+    int64_t ld_states, const int32_t* __restrict__ cu, int64_t T, int64_t first_saved, int nk, int nv, int dk,
+    int dv) {
   const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int j = blockIdx.y * kDecodeWarps + warp;
   if (j >= dv) return;  // whole warps only: no block-wide barrier below
+  const int64_t t0 = cu ? cu[blockIdx.z] : 0, t1 = cu ? cu[blockIdx.z + 1] : T;
   const int kh = h / (nv / nk);
   const int64_t hs = (int64_t)dk * dv, head0 = (int64_t)h * hs;
   float S[PL];
 #pragma unroll
   for (int i = 0; i < PL; ++i) {
     const int e = lane + 32 * i;
-    S[i] = e < dk ? state[head0 + (int64_t)e * dv + j] : 0.0f;
+    S[i] = e < dk && state ? state[head0 + (int64_t)e * dv + j] : 0.0f;
   }
   const float q_scale = rsqrtf(static_cast<float>(dk)), neg_a = -expf(A_log[h]);
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = t0; t < t1; ++t) {
     const bf16* row = qkv + t * ld_qkv;
     float qv[PL], kv[PL], qss = 0.0f, kss = 0.0f;
 #pragma unroll
@@ -145,8 +160,8 @@ __global__ void __launch_bounds__(kDecodeThreads) gdn_decode_kernel(
     }
     o = warp_sum(o);
     if (lane == 0) out[t * ld_out + (int64_t)h * dv + j] = __float2bfloat16(o);
-    if (t >= first_saved) {
-      float* dst = states + (t - first_saved) * ld_states + head0 + j;
+    if (states && t - t0 >= first_saved) {
+      float* dst = states + (t - t0 - first_saved) * ld_states + head0 + j;
 #pragma unroll
       for (int i = 0; i < PL; ++i) {
         const int e = lane + 32 * i;
@@ -177,32 +192,72 @@ void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
                              bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
                              int hq, int hkv, int hd, float scale, cudaStream_t stream) {
   if (T == 0) return;
-  if (hd <= 0 || hd > kDecodeMaxHeadDim || hkv <= 0 || hq % hkv != 0 || past < 0 || T > 65535 || hq > 65535)
-    cuda_throw("attention_cached_launch", "needs 0 < head_dim <= 512, q heads a multiple of kv heads, past >= 0, "
-               "at most 65535 new tokens and heads", __FILE__, __LINE__);
+  if (hd <= 0 || hd > kDecodeMaxHeadDim || hkv <= 0 || hq % hkv != 0 || past < 0 || hq > 65535)
+    cuda_throw("attention_cached_launch", "needs 0 < head_dim <= 512, q heads a multiple of kv heads, past >= 0 "
+               "and at most 65535 heads", __FILE__, __LINE__);
   const size_t smem = sizeof(float) * (size_t)kDecodeWarps * (2 + hd);
   dispatch_per_lane(hd, [&](auto pl) {
     attention_cached_kernel<decltype(pl)::value><<<dim3((unsigned)T, (unsigned)hq), kDecodeThreads, smem, stream>>>(
-        q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, past, hq, hkv, hd, scale);
+        q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, past, nullptr, 0, hq, hkv, hd, scale);
   });
   DF_CUDA_CHECK_LAUNCH("attention_cached_kernel");
 }
+
+void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
+                                     const int32_t* cu, int num_seqs, int64_t tokens, int hq, int hkv, int hd,
+                                     float scale, cudaStream_t stream) {
+  if (tokens == 0 || num_seqs == 0) return;
+  if (hd <= 0 || hd > kDecodeMaxHeadDim || hkv <= 0 || hq % hkv != 0 || hq > 65535)
+    cuda_throw("attention_causal_general_launch", "needs 0 < head_dim <= 512, q heads a multiple of kv heads and "
+               "at most 65535 heads", __FILE__, __LINE__);
+  const size_t smem = sizeof(float) * (size_t)kDecodeWarps * (2 + hd);
+  dispatch_per_lane(hd, [&](auto pl) {
+    attention_cached_kernel<decltype(pl)::value>
+        <<<dim3((unsigned)tokens, (unsigned)hq), kDecodeThreads, smem, stream>>>(
+            q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, 0, cu, num_seqs, hq, hkv, hd, scale);
+  });
+  DF_CUDA_CHECK_LAUNCH("attention_cached_kernel (causal packed)");
+}
+
+namespace {
+
+void gdn_recurrence_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
+                        const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
+                        float* states, int64_t ld_states, const int32_t* cu, int num_seqs, int64_t T,
+                        int64_t first_saved, int nk, int nv, int dk, int dv, const char* who, cudaStream_t stream) {
+  if (nk <= 0 || nv % nk != 0 || dk <= 0 || dk > kDecodeMaxHeadDim || dv <= 0 || num_seqs > 65535)
+    cuda_throw(who, "needs value heads a multiple of key heads, 0 < dk <= 512, dv > 0 and at most 65535 "
+               "sequences", __FILE__, __LINE__);
+  const dim3 grid((unsigned)nv, (unsigned)((dv + kDecodeWarps - 1) / kDecodeWarps), (unsigned)num_seqs);
+  dispatch_per_lane(dk, [&](auto pl) {
+    gdn_decode_kernel<decltype(pl)::value><<<grid, kDecodeThreads, 0, stream>>>(
+        qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, cu, T, first_saved,
+        nk, nv, dk, dv);
+  });
+  DF_CUDA_CHECK_LAUNCH("gdn_decode_kernel");
+}
+
+}  // namespace
 
 void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
                        const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
                        float* states, int64_t ld_states, int64_t saved, int64_t T, int nk, int nv, int dk, int dv,
                        cudaStream_t stream) {
   if (T == 0) return;
-  if (nk <= 0 || nv % nk != 0 || dk <= 0 || dk > kDecodeMaxHeadDim || dv <= 0 || saved < 1 || saved > T)
-    cuda_throw("gdn_decode_launch", "needs value heads a multiple of key heads, 0 < dk <= 512, dv > 0 and "
-               "1 <= saved states <= tokens", __FILE__, __LINE__);
-  const dim3 grid((unsigned)nv, (unsigned)((dv + kDecodeWarps - 1) / kDecodeWarps));
-  dispatch_per_lane(dk, [&](auto pl) {
-    gdn_decode_kernel<decltype(pl)::value><<<grid, kDecodeThreads, 0, stream>>>(
-        qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk, nv,
-        dk, dv);
-  });
-  DF_CUDA_CHECK_LAUNCH("gdn_decode_kernel");
+  if (saved < 1 || saved > T)
+    cuda_throw("gdn_decode_launch", "needs 1 <= saved states <= tokens", __FILE__, __LINE__);
+  gdn_recurrence_run(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, nullptr,
+                     1, T, T - saved, nk, nv, dk, dv, "gdn_decode_launch", stream);
+}
+
+void gdn_prefill_recurrent_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
+                                  int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
+                                  const int32_t* cu, int num_seqs, int64_t T, int nk, int nv, int dk, int dv,
+                                  cudaStream_t stream) {
+  if (T == 0 || num_seqs == 0) return;
+  gdn_recurrence_run(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, nullptr, nullptr, 0, cu,
+                     num_seqs, T, 0, nk, nv, dk, dv, "gdn_prefill_recurrent_launch", stream);
 }
 
 }  // namespace df

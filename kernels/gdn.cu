@@ -514,12 +514,9 @@ void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
   bool ok = dk <= 128 && dv <= 128 && dk % 8 == 0 && dv % 8 == 0 && nk > 0 && nv % nk == 0 && ld_qkv % 8 == 0 &&
             ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
             reinterpret_cast<uintptr_t>(out) % 4 == 0 && num_seqs <= 65535 && nv <= 65535;
-  if (!ok)
-    cuda_throw("gdn_prefill_launch",
-               "needs key/value head dims multiples of 8 and <= 128, value heads a multiple of key heads, a "
-               "16-byte aligned qkv with a row stride that is a multiple of 8, an even output stride and at most "
-               "65535 sequences",
-               __FILE__, __LINE__);
+  if (!ok || !gdn_prefill_chunked_shape(dk, dv))  // the token recurrence (decode.cu): any dims, no workspace
+    return gdn_prefill_recurrent_launch(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T,
+                                        nk, nv, dk, dv, stream);
   const size_t need = gdn_prefill_workspace_bytes(T, nv, dk, dv);
   if (ws == nullptr || ws_bytes < need || reinterpret_cast<uintptr_t>(ws) % 16 != 0) {
     char what[512];

@@ -36,9 +36,14 @@ inline GdnWorkspaceLayout gdn_prefill_workspace_layout(int64_t T, int nv, int dk
   return l;
 }
 
+// Head dims the chunked kernels are built for; others run the token recurrence, which needs no workspace.
+inline bool gdn_prefill_chunked_shape(int dk, int dv) {
+  return dk > 0 && dv > 0 && dk <= 128 && dv <= 128 && dk % 8 == 0 && dv % 8 == 0;
+}
+
 // Bytes gdn_prefill_launch needs for a batch of T packed tokens (any split into sequences).
 inline size_t gdn_prefill_workspace_bytes(int64_t T, int nv, int dk, int dv) {
-  return gdn_prefill_workspace_layout(T, nv, dk, dv).total;
+  return gdn_prefill_chunked_shape(dk, dv) ? gdn_prefill_workspace_layout(T, nv, dk, dv).total : 0;
 }
 
 }  // namespace df

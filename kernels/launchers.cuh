@@ -136,6 +136,19 @@ constexpr int kDecodeMaxHeadDim = 512;
 void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
                              bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
                              int hq, int hkv, int hd, float scale, cudaStream_t stream);
+// attention_causal_launch's general kernel (any head dim up to kDecodeMaxHeadDim, any strides): the decode
+// kernel with each query seeing its own packed sequence's rows up to itself. Called by attention_causal_launch
+// for shapes its tiled kernels are not built for; O(len²) key reads per head, so meant for small models.
+void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
+                                     const int32_t* cu, int num_seqs, int64_t tokens, int hq, int hkv, int hd,
+                                     float scale, cudaStream_t stream);
+// gdn_prefill_launch's general path: the token recurrence of each packed sequence from a zero state (any head
+// dims, dk up to kDecodeMaxHeadDim, any strides, no workspace).
+void gdn_prefill_recurrent_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
+                                  int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
+                                  const int32_t* cu, int num_seqs, int64_t T, int nk, int nv, int dk, int dv,
+                                  cudaStream_t stream);
 // The Gated DeltaNet recurrence over T tokens from `state` f32 [nv·dk·dv] (read only), gating and l2norm as
 // gdn_prefill_launch; the state after token T − saved + r goes to row r of `states` (row stride ld_states).
 void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,

@@ -127,6 +127,7 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src) {
 
 std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const TargetLoadOptions& opt,
                                          const std::string& prefix, WeightSource& src) {
+  ops.check_target(cfg);
   auto m = std::make_unique<TargetModel>();
   m->cfg = cfg;
   m->ops = &ops;

@@ -40,12 +40,17 @@ struct GdnShape {
   int dv = 0;  // value head dim
 };
 
+struct QwenConfig;
+
 class Ops {
  public:
   virtual ~Ops() = default;
   virtual Device device() const = 0;
   virtual DType act_dtype() const = 0;
   virtual const char* name() const = 0;
+  // Refuses, naming the config field, a target this backend has no kernel for: called when a model is
+  // built, so an unsupported shape fails at load time rather than in the middle of a forward.
+  virtual void check_target(const QwenConfig& /*cfg*/) const {}
 
   // ---- memory -------------------------------------------------------------------------------------
   // Backend memory that lives until free_bytes; arenas are carved out of such blocks.

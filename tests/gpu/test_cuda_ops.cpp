@@ -510,6 +510,76 @@ TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
     }
 }
 
+// Shapes the tiled attention kernels are not built for (head dims not a multiple of 8 or above 256, an odd row
+// stride) run the general kernel (decode.cu): packed causal sequences, GQA, with and without the gate.
+TEST_F(CudaOpsTest, AttentionCausalGeneralKernelMatchesCpu) {
+  struct Case { int hq, hkv, hd; int64_t pad; };
+  for (const auto& lens : {std::vector<int32_t>{1}, {7}, {1, 7, 65, 300}, {64, 64, 3}})
+    for (Case c : {Case{3, 1, 6, 0}, {4, 2, 12, 0}, {5, 1, 20, 0}, {2, 1, 300, 0}, {2, 2, 512, 0}, {4, 2, 32, 3}}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);
+      Layouts L = layouts(lens);
+      const int64_t T = L.cpu.tokens, qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
+      Pair q = rand(T, qc, -2, 2, DType::bf16, c.pad), k = rand(T, kc, -2, 2, DType::bf16, c.pad);
+      Pair v = rand(T, kc, -1, 1, DType::bf16, c.pad), o = out(T, qc, DType::bf16, c.pad);
+      const float scale = 1.0f / std::sqrt(float(c.hd));
+      cpu_.attention_causal(q.cpu, k.cpu, v.cpu, o.cpu, L.cpu, c.hq, c.hkv, c.hd, scale);
+      gpu_->attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);
+      const std::string what = name_of("attention general T hq hkv hd pad", {T, c.hq, c.hkv, c.hd, c.pad}) +
+                               " seqs " + std::to_string(lens.size());
+      // As attention_cached: fp32 inside, one rounding of the output; the gate adds two roundings.
+      check(o, 1e-4, kBf16Ulp, what);
+      Pair g = rand(T, qc, -4, 4, DType::bf16, 3), og = out(T, qc);
+      cpu_.attention_causal(q.cpu, k.cpu, v.cpu, og.cpu, L.cpu, c.hq, c.hkv, c.hd, scale, &g.cpu);
+      gpu_->attention_causal(q.gpu, k.gpu, v.gpu, og.gpu, L.gpu, c.hq, c.hkv, c.hd, scale, &g.gpu);
+      check(og, 1e-4, 2 * kBf16Ulp, "gated " + what);
+    }
+}
+
+// Head dims the chunked DeltaNet kernels are not built for (not multiples of 8, above 128) and a layout they
+// cannot read (an odd qkv row stride) run the token recurrence from zero states per sequence: no workspace.
+TEST_F(CudaOpsTest, GdnPrefillRecurrentPathMatchesCpu) {
+  struct Case { GdnShape s; int64_t pad; };
+  for (const auto& lens : {std::vector<int32_t>{1}, {7}, {1, 7, 65, 300}, {64, 64, 3}})
+    for (Case c : {Case{GdnShape{1, 3, 8, 4}, 8}, {GdnShape{2, 4, 12, 20}, 8}, {GdnShape{1, 2, 136, 24}, 8},
+                   {GdnShape{1, 1, 256, 160}, 8}, {GdnShape{2, 4, 32, 32}, 3}}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);
+      const GdnShape& s = c.s;
+      Layouts L = layouts(lens);
+      const int64_t T = L.cpu.tokens, cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv;
+      Pair qkv = rand(T, cols, -1, 1, DType::bf16, c.pad);
+      Pair a = rand(T, s.nv, -3, 3, DType::bf16, 3), b = rand(T, s.nv, -3, 3, DType::bf16, 3);
+      Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
+      Pair o = out(T, int64_t(s.nv) * s.dv, DType::bf16, c.pad);
+      const int64_t ws_bytes = gpu_->gdn_workspace_bytes(T, s);
+      const bool chunked_shape = s.dk % 8 == 0 && s.dv % 8 == 0 && s.dk <= 128 && s.dv <= 128;
+      EXPECT_EQ(ws_bytes == 0, !chunked_shape) << "the recurrence needs no workspace, the chunked kernels do";
+      Tensor ws = ws_bytes > 0 ? gpu_arena_.alloc(DType::u8, 1, ws_bytes) : Tensor{};
+      cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s, Tensor{});
+      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, ws);
+      // fp32 recurrence on both sides (the CPU's chunked form agrees with it to ~1e-6); the sums over dk run in
+      // another order: 2e-4 absolute, then one bf16 rounding of the output.
+      check(o, 2e-4, kBf16Ulp,
+            name_of("gdn_prefill recurrent T nk nv dk dv pad", {T, s.nk, s.nv, s.dk, s.dv, c.pad}) + " seqs " +
+                std::to_string(lens.size()));
+    }
+}
+
+// Conv kernel sizes other than Qwen's 4, on the vector (aligned) and scalar (strided) paths.
+TEST_F(CudaOpsTest, Conv1dSiluOtherKernelSizes) {
+  for (int K : {2, 3, 5, 8})
+    for (int64_t pad : {0, 3}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);
+      Layouts L = layouts({1, 7, 65, 300});
+      const int64_t T = L.cpu.tokens, C = 96;
+      Pair x = rand(T, C, -2, 2, DType::bf16, pad), w = rand(C, K, -0.5f, 0.5f, DType::f32);
+      Pair y = out(T, C, DType::bf16, pad);
+      cpu_.conv1d_silu(x.cpu, w.cpu, y.cpu, L.cpu);
+      gpu_->conv1d_silu(x.gpu, w.gpu, y.gpu, L.gpu);
+      // fp32 sums of K products, then silu and one rounding.
+      check(y, 1e-5, kBf16Ulp, name_of("conv1d_silu K pad", {K, pad}));
+    }
+}
+
 // Incremental decoding: T new queries over a cache of past + T rows, any head dim up to 512 (lanes stride over
 // dims), GQA, a strided q (the gated q_proj half) and out, with and without the output gate.
 TEST_F(CudaOpsTest, AttentionCachedMatchesCpu) {
@@ -605,7 +675,10 @@ TEST_F(CudaOpsTest, GdnPrefillRefusesASmallWorkspace) {
 TEST_F(CudaOpsTest, BadShapesThrowNamingTheOp) {
   Pair q = rand(4, 24, -1, 1), o = out(4, 24);
   Layouts L = layouts({4});
-  EXPECT_THROW(gpu_->attention_causal(q.gpu, q.gpu, q.gpu, o.gpu, L.gpu, 2, 2, 12, 1.0f), Error);
+  // head_dim 12 runs (the general kernel); past kDecodeMaxHeadDim no kernel does.
+  Pair q600 = rand(4, 600, -1, 1), o600 = out(4, 600);
+  EXPECT_THROW(gpu_->attention_causal(q600.gpu, q600.gpu, q600.gpu, o600.gpu, L.gpu, 1, 1, 600, 1.0f), Error);
+  EXPECT_THROW(gpu_->attention_causal(q.gpu, q.gpu, q.gpu, o.gpu, L.gpu, 3, 2, 8, 1.0f), Error);  // 3 % 2 heads
   Pair q16 = rand(4, 16, -1, 1), o16 = out(4, 16), narrow_gate = rand(4, 8, -1, 1);
   EXPECT_THROW(gpu_->attention_causal(q16.gpu, q16.gpu, q16.gpu, o16.gpu, L.gpu, 2, 2, 8, 1.0f, &narrow_gate.gpu),
                Error);

@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launchers.cuh"
+#include "model/qwen_config.h"
 
 namespace df {
 
@@ -125,7 +126,7 @@ void CudaOps::attention_causal(const Tensor& q, const Tensor& k, const Tensor& v
   cuda_expect_shape(v, seqs.tokens, (int64_t)hkv * hd, op, "v");
   cuda_expect_shape(out, seqs.tokens, (int64_t)hq * hd, op, "out");
   DF_CHECK(hkv > 0 && hq % hkv == 0, "%s: %d q heads are not a multiple of %d kv heads", op, hq, hkv);
-  DF_CHECK(hd % 8 == 0 && hd <= 256, "%s: head_dim %d must be a multiple of 8 and <= 256", op, hd);
+  DF_CHECK(hd > 0 && hd <= kDecodeMaxHeadDim, "%s: head_dim %d must be in 1..%d", op, hd, kDecodeMaxHeadDim);
   if (gate) {
     cuda_expect(*gate, DType::bf16, op, "gate");
     cuda_expect_shape(*gate, seqs.tokens, (int64_t)hq * hd, op, "gate");
@@ -154,8 +155,8 @@ void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, c
   cuda_expect_shape(x, seqs.tokens, x.cols, "conv1d_silu", "x");
   cuda_expect_shape(w, x.cols, w.cols, "conv1d_silu", "w");
   cuda_expect_shape(out, x.rows, x.cols, "conv1d_silu", "out");
-  DF_CHECK(w.contiguous() && w.cols == 4, "conv1d_silu: w %s must be contiguous [C, 4] (the only conv size built)",
-           w.shape_str().c_str());
+  DF_CHECK(w.contiguous() && w.cols >= 2 && w.cols <= 8,
+           "conv1d_silu: w %s must be contiguous [C, K] with K in 2..8 (the conv sizes built)", w.shape_str().c_str());
   conv1d_silu_launch(bptr(x), x.stride, fptr(w), static_cast<int>(w.cols), bptr(out), out.stride,
                      iptr(seqs.pos), x.rows, x.cols, dev_.stream);
 }
@@ -172,8 +173,8 @@ void CudaOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, c
   cuda_expect(out, DType::bf16, op, "out");
   cuda_expect(seqs.cu, DType::i32, op, "seqs.cu");
   DF_CHECK(s.nk > 0 && s.nv % s.nk == 0, "%s: %d value heads are not a multiple of %d key heads", op, s.nv, s.nk);
-  DF_CHECK(s.dk <= 128 && s.dv <= 128 && s.dk % 8 == 0 && s.dv % 8 == 0,
-           "%s: head dims dk %d / dv %d must be multiples of 8 and <= 128", op, s.dk, s.dv);
+  DF_CHECK(s.dk > 0 && s.dv > 0 && s.dk <= kDecodeMaxHeadDim, "%s: head dims dk %d / dv %d must be positive, dk <= %d",
+           op, s.dk, s.dv, kDecodeMaxHeadDim);
   cuda_expect_shape(qkv, seqs.tokens, 2LL * s.nk * s.dk + (int64_t)s.nv * s.dv, op, "qkv");
   cuda_expect_shape(a, seqs.tokens, s.nv, op, "a");
   cuda_expect_shape(b, seqs.tokens, s.nv, op, "b");
@@ -208,6 +209,24 @@ void CudaOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, c
   cuda_expect_shape(out, o.rows, o.cols, "gated_rmsnorm", "out");
   gated_rmsnorm_launch(bptr(o), o.stride, bptr(z), z.stride, fptr(w), bptr(out), out.stride, o.rows, heads,
                        dv, eps, dev_.stream);
+}
+
+void CudaOps::check_target(const QwenConfig& c) const {
+  auto need = [&](bool ok, const char* field, int value, const char* range) {
+    DF_CHECK(ok, "target config: %s = %d: the CUDA backend runs %s; HINT: --device cpu (target.device = \"cpu\") "
+             "runs any shape", field, value, range);
+  };
+  if (c.num_full_layers() > 0) {
+    need(c.head_dim > 0 && c.head_dim <= kDecodeMaxHeadDim, "head_dim", c.head_dim, "head_dim 1..512");
+    need(c.kv_heads > 0 && c.heads % c.kv_heads == 0, "num_attention_heads", c.heads,
+         "a multiple of num_key_value_heads");
+  }
+  if (c.num_linear_layers() > 0) {
+    need(c.lin_dk > 0 && c.lin_dk <= kDecodeMaxHeadDim, "linear_key_head_dim", c.lin_dk, "key head dims 1..512");
+    need(c.conv_kernel >= 2 && c.conv_kernel <= 8, "linear_conv_kernel_dim", c.conv_kernel, "conv sizes 2..8");
+    need(c.lin_nk > 0 && c.lin_nv % c.lin_nk == 0, "linear_num_value_heads", c.lin_nv,
+         "a multiple of linear_num_key_heads");
+  }
 }
 
 void CudaOps::attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past,
