@@ -526,12 +526,12 @@ TEST_F(CudaOpsTest, AttentionCausalGeneralKernelMatchesCpu) {
       gpu_->attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);
       const std::string what = name_of("attention general T hq hkv hd pad", {T, c.hq, c.hkv, c.hd, c.pad}) +
                                " seqs " + std::to_string(lens.size());
-      // As attention_cached: fp32 inside, one rounding of the output; the gate adds two roundings.
+      // As attention_cached: fp32 inside, one rounding of the output (1 ulp); the gate adds two (3 ulps).
       check(o, 1e-4, kBf16Ulp, what);
       Pair g = rand(T, qc, -4, 4, DType::bf16, 3), og = out(T, qc);
       cpu_.attention_causal(q.cpu, k.cpu, v.cpu, og.cpu, L.cpu, c.hq, c.hkv, c.hd, scale, &g.cpu);
       gpu_->attention_causal(q.gpu, k.gpu, v.gpu, og.gpu, L.gpu, c.hq, c.hkv, c.hd, scale, &g.gpu);
-      check(og, 1e-4, 2 * kBf16Ulp, "gated " + what);
+      check(og, 1e-4, 3 * kBf16Ulp, "gated " + what);
     }
 }
 
@@ -603,9 +603,9 @@ TEST_F(CudaOpsTest, AttentionCachedMatchesCpu) {
         Pair og = out(T, qc);
         cpu_.attention_cached(q.cpu, k.cpu, v.cpu, og.cpu, past, c.hq, c.hkv, c.hd, scale, &g.cpu);
         gpu_->attention_cached(q.gpu, k.gpu, v.gpu, og.gpu, past, c.hq, c.hkv, c.hd, scale, &g.gpu);
-        // The GPU rounds the output, the sigmoid and the product (as attention_causal + sigmoid_gate): 3 half
-        // ulps of the result, under 2 ulps.
-        check(og, 1e-4, 2 * kBf16Ulp, "gated " + what);
+        // The GPU rounds the output, the sigmoid and the product (as attention_causal + sigmoid_gate), each up
+        // to 2^-8 relative at the bottom of a binade: 3 ulps of the result (the H200 showed up to 2.4).
+        check(og, 1e-4, 3 * kBf16Ulp, "gated " + what);
       }
   Pair q = rand(4, 64, -1, 1), k = rand(6, 32, -1, 1), v = rand(6, 32, -1, 1), o = out(4, 64);
   EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 3, 4, 2, 16, 0.25f), Error);  // 3 + 4 > 6 rows
