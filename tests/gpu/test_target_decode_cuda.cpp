@@ -4,8 +4,9 @@
 //  - decoding step by step reproduces the full-sequence forward: its error against the CPU fp32 forward is no
 //    worse than the CUDA forward's own (both bf16), per tap and for the logits;
 //  - rolling a step back to a partial accept equals a fresh prefill of the accepted prefix;
-//  - speculative decoding with a CUDA DFlash drafter commits the CUDA target's plain greedy tokens (up to a
-//    near tie of the target's top two logits, where bf16 verification of B rows at once may choose the other).
+//  - speculative decoding with a CUDA DFlash drafter, and batched generation (eval --generate), commit the
+//    CUDA target's plain greedy tokens (up to a near tie of the target's top two logits, where bf16 rounding
+//    of a differently batched step may choose the other).
 // Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
@@ -170,6 +171,49 @@ FwdResult cuda_forward(const TargetModel& m, CudaOps& ops, const std::vector<int
   return r;
 }
 
+// Plain greedy decoding of one prompt on the target's own device, one token a step, with each step's top-2
+// logit margin and top logit (to tell a near tie from a real difference).
+struct Greedy {
+  std::vector<int32_t> tokens;
+  std::vector<float> margin, top;
+};
+Greedy greedy_with_margins(const TargetModel& m, const std::vector<int32_t>& prompt, int n) {
+  const int V = m.cfg.vocab;
+  TargetDecoder plain(m, {int64_t(prompt.size()) + n + 1, int64_t(prompt.size()), 1}, {});
+  Greedy g;
+  plain.step(prompt);
+  plain.commit(int64_t(prompt.size()));
+  for (int i = 0; i < n; ++i) {
+    const std::vector<float> lg = plain.logits_host();
+    const float* row = &lg[lg.size() - size_t(V)];
+    std::vector<float> sorted(row, row + V);
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    g.tokens.push_back(int32_t(std::max_element(row, row + V) - row));
+    g.margin.push_back(sorted[0] - sorted[1]);
+    g.top.push_back(sorted[0]);
+    plain.step({g.tokens.back()});
+    plain.commit(1);
+  }
+  return g;
+}
+
+// `got` must equal the greedy tokens, or part from them only where the target's top two logits are within two
+// bf16 ulps of each other (bf16 rounding of a differently batched GEMM may pick the other one there); the
+// sequences differ from that point on, so only the first difference is judged.
+void expect_greedy_up_to_a_near_tie(const std::vector<int32_t>& got, const Greedy& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.tokens.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want.tokens[i]) continue;
+    // One bf16 ulp of x: 2^(floor(log2 |x|) − 7).
+    const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::fabs(want.top[i]), 1e-6f)) - 7);
+    EXPECT_LE(want.margin[i], 2 * ulp) << what << ": token " << i << " is " << got[i] << ", greedy "
+                                       << want.tokens[i] << " with a clear margin " << want.margin[i];
+    std::printf("[ decode ] %s: tokens part at %zu (a near tie, margin %.3g)\n", what.c_str(), i,
+                double(want.margin[i]));
+    return;
+  }
+}
+
 std::vector<int> all_layers(const QwenConfig& c) {
   std::vector<int> l;
   for (int i = 0; i < c.layers; ++i) l.push_back(i);
@@ -286,23 +330,7 @@ TEST_P(TargetDecodeCuda, SpeculativeDecodingCommitsTheGreedyTokens) {
   auto target = target_random(c, 31, *gpu_, with_lm_head());
   const std::vector<int32_t> prompt = random_ids(11, c.vocab, 2);
   const int n = 24, B = 4;
-  // Plain greedy decoding on the same CUDA target, one token a step, with each step's top-2 logit margin.
-  TargetDecoder plain(*target, {11 + n + 1, 11, 1}, {});
-  std::vector<int32_t> greedy;
-  std::vector<float> margin, top;
-  plain.step(prompt);
-  plain.commit(int64_t(prompt.size()));
-  for (int i = 0; i < n; ++i) {
-    std::vector<float> lg = plain.logits_host();
-    const float* row = &lg[lg.size() - size_t(c.vocab)];
-    std::vector<float> sorted(row, row + c.vocab);
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    greedy.push_back(int32_t(std::max_element(row, row + c.vocab) - row));
-    margin.push_back(sorted[0] - sorted[1]);
-    top.push_back(sorted[0]);
-    plain.step({greedy.back()});
-    plain.commit(1);
-  }
+  const Greedy greedy = greedy_with_margins(*target, prompt, n);
   CudaTrainOps tops(0);
   DrafterConfig dc = df::testing::tiny_drafter_config();
   dc.hidden = c.hidden;
@@ -317,25 +345,30 @@ TEST_P(TargetDecodeCuda, SpeculativeDecodingCommitsTheGreedyTokens) {
   DFlashBlockDrafter bd(drafter);
   SpecDecoder spec(*target, bd, 11, n);
   const SpecPromptResult r = spec.run(prompt);
-  ASSERT_EQ(r.tokens.size(), size_t(n));
-  // Verification scores B rows at once, plain decoding one: the rows' arithmetic is the same up to the GEMM's
-  // row count, so the tokens agree wherever the target's choice is clear. They may part only at a near tie
-  // (top-2 margin within two bf16 ulps of the top logit); the sequences differ from there on.
-  for (int i = 0; i < n; ++i) {
-    if (r.tokens[size_t(i)] == greedy[size_t(i)]) continue;
-    // One bf16 ulp of x: 2^(floor(log2 |x|) − 7).
-    const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::fabs(top[size_t(i)]), 1e-6f)) - 7);
-    EXPECT_LE(margin[size_t(i)], 2 * ulp)
-        << "token " << i << ": speculative " << r.tokens[size_t(i)] << ", greedy " << greedy[size_t(i)]
-        << " with a clear margin " << margin[size_t(i)];
-    std::printf("[ decode ] tokens part at %d (a near tie, margin %.3g)\n", i, double(margin[size_t(i)]));
-    break;
-  }
+  // Verification scores B rows at once, plain decoding one: the same row arithmetic up to the GEMM's row count.
+  expect_greedy_up_to_a_near_tie(r.tokens, greedy, "speculative decoding");
   for (int a : r.accept_lengths) {
     EXPECT_GE(a, 1);
     EXPECT_LE(a, B);
   }
   std::printf("[ decode ] random CUDA drafter: tau %.3f over %zu blocks\n", r.tau(), r.accept_lengths.size());
+}
+
+TEST_P(TargetDecodeCuda, BatchedGenerationEqualsOneAtATime) {
+  // eval --generate on the GPU: prompts of different lengths side by side (one slot left without a prompt),
+  // each continuation the target's greedy decoding of its prompt alone, up to a near tie.
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 35, *gpu_, with_lm_head());
+  const std::vector<std::vector<int32_t>> prompts{random_ids(7, c.vocab, 1), random_ids(3, c.vocab, 2),
+                                                  random_ids(11, c.vocab, 3)};
+  const int n = 12;
+  TargetDecoder batch(*target, {11 + n, 11, 1, 4}, {});
+  std::vector<Rng> rngs(3, Rng(0));
+  const auto got = target_generate(batch, prompts, n, {}, rngs);
+  ASSERT_EQ(got.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i)
+    expect_greedy_up_to_a_near_tie(got[i], greedy_with_margins(*target, prompts[i], n),
+                                   "batched generation, prompt " + std::to_string(i));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TargetDecodeCuda, ::testing::Range(0, 6),
