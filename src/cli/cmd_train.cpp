@@ -15,7 +15,7 @@ void train_run(const TrainArgs& args) {
   Config cfg = config_load(args.config);
   signals_install();
   DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda" || cfg.drafter.device == "cuda",
-                              cfg.pipeline.transport);
+                              cfg.pipeline.transport, cfg.run.watchdog_s != 0);
   if (ctx.rank == 0) log_here("%s", config_table(cfg).c_str());
   TrainPlan plan = train_plan_make(cfg, ctx, args.fresh_start, args.stop_at_step, args.allow_change);
   if (ctx.rank == 0)

@@ -14,7 +14,8 @@ struct RunSection {
   uint64_t seed = 0;
   double log_interval = 10.0;  // seconds between metric lines
   int64_t max_steps = 0;       // 0: as many as `train.epochs` give
-  // A rank with no progress for this long ends the job (0: off; -1: automatic, see dist/watchdog.h).
+  // A rank with no progress for this long ends the job (0: off, also for silent ranks (dist/host_watch.h);
+  // -1: automatic, see dist/watchdog.h).
   double watchdog_s = -1;
 };
 

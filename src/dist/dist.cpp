@@ -152,7 +152,7 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
 }
 
 DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus,
-                      const std::string& transport) {
+                      const std::string& transport, bool silence_watch) {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   process_info_init_from_mpi();
@@ -226,7 +226,7 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
           "for the launcher's placement (`dflash_mpi topo rankfile --slurm`)",
           c.roles.host_mismatch.c_str());
   }
-  host_watch_start(c);
+  host_watch_start(c, silence_watch);
   return c;
 }
 

@@ -55,9 +55,10 @@ struct DistContext {
 
 // MPI_Init_thread (funneled), identity, roles, communicators, the transport. Prints one start-up line per rank.
 // use_gpus: GPU ids come from the rankfile `gpu=` annotation or the local rank; otherwise the device is cpu.
-// transport: pipeline.transport ("auto" | "nccl" | "mpi").
+// transport: pipeline.transport ("auto" | "nccl" | "mpi"). silence_watch: end the job when a rank stops sending
+// heartbeats (dist/host_watch.h); off with run.watchdog_s = 0, e.g. to attach a debugger.
 DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus,
-                      const std::string& transport = "auto");
+                      const std::string& transport = "auto", bool silence_watch = true);
 void dist_finalize(DistContext& ctx);
 
 // SIGTERM and SIGUSR1 set a flag; the training loops agree on a step, checkpoint and exit 0.

@@ -1,6 +1,8 @@
-// Host-loss detection; see host_watch.h. Plain sockets rather than MPI: MPI runs funneled (only the main
-// thread may call it), and Open MPI 4.1 has no way to report which peers are gone; the kernel closes a
-// killed process's sockets at once, so a closed connection without the goodbye byte is the signal.
+// Host-loss and hang detection; see host_watch.h. Plain sockets rather than MPI: MPI runs funneled (only the
+// main thread may call it), and Open MPI 4.1 has no way to report which peers are gone; the kernel closes a
+// killed process's sockets at once, so a closed connection without the goodbye byte is the signal. A process
+// that is stopped, or whose host froze or dropped off the network, closes nothing: every rank's heartbeat
+// thread sends a byte a second, and silence past kHeartbeatTimeout is the signal for those.
 #include "dist/host_watch.h"
 
 #include <arpa/inet.h>
@@ -28,18 +30,29 @@ namespace df {
 
 namespace {
 
-constexpr char kGoodbye = 'B';
+constexpr char kGoodbye = 'B', kHeartbeat = 'H';
+constexpr auto kHeartbeatInterval = std::chrono::seconds(1);
+// Far above any scheduling delay of a thread that only sleeps and writes a byte (CI runs ranks 5× over-
+// subscribed), well inside the minute within which a hung peer must be named.
+constexpr auto kHeartbeatTimeout = std::chrono::seconds(30);
 constexpr int kAddrLen = 64;
 // Ranks of one host die within a moment of each other (one kill, one power cut): gather for this long after
 // the first loss so the message names them all.
 constexpr auto kGatherWindow = std::chrono::milliseconds(200);
 constexpr int kConnectTimeoutMs = 5000;
 
+struct Peer {
+  int fd = -1, rank = -1;
+  bool same_host = false;  // its death is the launcher's to report (it sees the exit at once); its silence is ours
+  std::chrono::steady_clock::time_point last_heard;
+};
+
 struct Watch {
-  std::vector<int> incoming;               // sockets of the watchers watching this rank
-  std::vector<std::pair<int, int>> peers;  // (socket, world rank) this rank watches
+  std::vector<int> incoming;  // sockets of the watchers watching this rank
+  std::vector<Peer> peers;    // the ranks this rank watches
   std::atomic<bool> stop{false};
-  std::thread thread;
+  bool silence = true;  // a silent peer ends the job
+  std::thread thread, heartbeat;
 };
 Watch g_watch;
 
@@ -84,36 +97,59 @@ int connect_to(const std::string& addr) {
   return fd;
 }
 
-[[noreturn]] void report_and_exit(const RoleMap& roles, const std::vector<int>& lost) {
-  const ProcessInfo& p = process_info();
-  std::fprintf(stderr, "[rank %d %s] FATAL: %s\n", p.rank, p.host.c_str(),
-               host_watch_loss_message(roles, lost).c_str());
-  std::fflush(stderr);
-  std::_Exit(4);
+void heartbeat_loop() {
+  while (!g_watch.stop.load()) {
+    for (int fd : g_watch.incoming) {
+      const ssize_t n = send(fd, &kHeartbeat, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)n;  // a watcher that is gone, or a full buffer (the watcher is itself stopped), needs no beat
+    }
+    std::this_thread::sleep_for(kHeartbeatInterval);
+  }
 }
 
 void watch_loop(RoleMap roles) {
-  std::vector<int> lost;
+  std::vector<int> lost, silent;
   auto first_loss = std::chrono::steady_clock::time_point{};
+  auto note = [&](std::vector<int>& list, int rank) {
+    if (lost.empty() && silent.empty()) first_loss = std::chrono::steady_clock::now();
+    list.push_back(rank);
+  };
   while (!g_watch.stop.load() && !g_watch.peers.empty()) {
     std::vector<pollfd> fds;
-    for (auto [fd, rank] : g_watch.peers) fds.push_back({fd, POLLIN, 0});
+    for (const Peer& p : g_watch.peers) fds.push_back({p.fd, POLLIN, 0});
     poll(fds.data(), fds.size(), 100);
+    const auto now = std::chrono::steady_clock::now();
     for (size_t i = fds.size(); i-- > 0;) {
-      if (!fds[i].revents) continue;
-      char c = 0;
-      const ssize_t n = recv(fds[i].fd, &c, 1, MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n != 1 || c != kGoodbye) {
-        if (lost.empty()) first_loss = std::chrono::steady_clock::now();
-        lost.push_back(g_watch.peers[i].second);
+      Peer& peer = g_watch.peers[i];
+      bool gone = false;
+      if (fds[i].revents) {
+        char buf[64];
+        const ssize_t n = recv(peer.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (n > 0 && std::memchr(buf, kGoodbye, size_t(n)) == nullptr) {
+          peer.last_heard = now;
+          continue;
+        }
+        gone = true;  // the goodbye, or closed without it: lost unless the launcher sees it first
+        if (n <= 0 && !peer.same_host) note(lost, peer.rank);
+      } else if (g_watch.silence && now - peer.last_heard > kHeartbeatTimeout) {
+        gone = true;
+        note(silent, peer.rank);
       }
-      close(fds[i].fd);
-      g_watch.peers.erase(g_watch.peers.begin() + long(i));
+      if (gone) {
+        close(peer.fd);
+        g_watch.peers.erase(g_watch.peers.begin() + long(i));
+      }
     }
-    if (!lost.empty() && std::chrono::steady_clock::now() - first_loss > kGatherWindow) break;
+    if ((!lost.empty() || !silent.empty()) && std::chrono::steady_clock::now() - first_loss > kGatherWindow) break;
   }
-  if (!lost.empty() && !g_watch.stop.load()) report_and_exit(roles, lost);
+  if ((lost.empty() && silent.empty()) || g_watch.stop.load()) return;
+  const ProcessInfo& p = process_info();
+  std::string msg = lost.empty() ? "" : host_watch_loss_message(roles, lost);
+  if (!silent.empty()) msg += (msg.empty() ? "" : "; ") + host_watch_silence_message(roles, silent);
+  std::fprintf(stderr, "[rank %d %s] FATAL: %s\n", p.rank, p.host.c_str(), msg.c_str());
+  std::fflush(stderr);
+  std::_Exit(4);
 }
 
 }  // namespace
@@ -137,38 +173,58 @@ std::string host_watch_loss_message(const RoleMap& roles, const std::vector<int>
          "fewer hosts too, with the same drafters x train.grad_accum";
 }
 
-void host_watch_start(const DistContext& ctx) {
+std::string host_watch_silence_message(const RoleMap& roles, const std::vector<int>& silent) {
+  std::string names;
+  for (int r : std::set<int>(silent.begin(), silent.end()))
+    names += strfmt("%s%s on host %s", names.empty() ? "" : ", ", roles_label(roles, r).c_str(),
+                    roles.hosts[r].c_str());
+  return strfmt("rank%s %s sent no heartbeat for %lld s: stopped (SIGSTOP, a debugger), frozen, or its host is "
+                "unreachable; ending the job rather than waiting on it. HINT: the last checkpoint resumes the run "
+                "(checkpoint.resume = \"auto\")",
+                silent.size() > 1 ? "s" : "", names.c_str(),
+                (long long)std::chrono::duration_cast<std::chrono::seconds>(kHeartbeatTimeout).count());
+}
+
+void host_watch_start(const DistContext& ctx, bool silence) {
+  g_watch.silence = silence;
   const std::set<std::string> hosts(ctx.roles.hosts.begin(), ctx.roles.hosts.end());
-  if (hosts.size() < 2) return;
-  // Every rank listens; the first rank of each host connects to every rank of the other hosts.
+  if (ctx.world < 2) return;
+  const bool one_host = hosts.size() == 1;
+  // Every rank listens. The first rank of each host watches every other rank; on one host its second rank
+  // watches the first. On one host loopback serves; across hosts the address the others resolve for it.
   int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   socklen_t len = sizeof(sa);
-  std::string ip = local_address(ctx.host);
+  const std::string ip = one_host ? "127.0.0.1" : local_address(ctx.host);
+  if (one_host) inet_pton(AF_INET, ip.c_str(), &sa.sin_addr);
   char addr[kAddrLen] = {0};
   if (!ip.empty() && listener >= 0 && bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
       listen(listener, 256) == 0 && getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
     std::snprintf(addr, sizeof(addr), "%s:%d", ip.c_str(), int(ntohs(sa.sin_port)));
   else if (ctx.local_rank == 0)
     log_warn(
-        "host watch: no listening address for host %s (its name resolves to %s): the other hosts cannot "
+        "host watch: no listening address for host %s (its name resolves to %s): the other ranks cannot "
         "tell when this rank is lost; HINT: make the host name resolve to the address the hosts share",
         ctx.host.c_str(), ip.empty() ? "nothing but loopback" : ip.c_str());
   std::vector<char> all(size_t(ctx.world) * kAddrLen);
   MPI_Allgather(addr, kAddrLen, MPI_CHAR, all.data(), kAddrLen, MPI_CHAR, MPI_COMM_WORLD);
-  if (ctx.local_rank == 0) {
-    for (int r = 0; r < ctx.world; ++r) {
-      const std::string peer(all.data() + size_t(r) * kAddrLen);
-      if (ctx.roles.hosts[r] == ctx.host || peer.empty()) continue;
-      const int fd = connect_to(peer);
-      if (fd < 0)
-        log_warn("host watch: cannot connect to rank %d at %s: its loss will show only through the launcher",
-                 r, peer.c_str());
-      else
-        g_watch.peers.push_back({fd, r});
-    }
-  }
+  auto watch = [&](int r) {
+    const std::string peer(all.data() + size_t(r) * kAddrLen);
+    if (peer.empty()) return;
+    const int fd = connect_to(peer);
+    if (fd < 0)
+      log_warn("host watch: cannot connect to rank %d at %s: its loss will show only through the launcher", r,
+               peer.c_str());
+    else
+      g_watch.peers.push_back({fd, r, ctx.roles.hosts[r] == ctx.host, std::chrono::steady_clock::now()});
+  };
+  if (ctx.local_rank == 0)
+    for (int r = 0; r < ctx.world; ++r)
+      if (r != ctx.rank) watch(r);
+  // Local ranks are numbered in world order (dist.cpp splits by host keyed on the world rank): on one host
+  // local rank 0 is world rank 0.
+  if (one_host && ctx.local_rank == 1) watch(0);
   // Every connect has completed (it returns once the peer's kernel queued it), so the queue holds them all.
   MPI_Barrier(MPI_COMM_WORLD);
   if (listener >= 0) {
@@ -178,10 +234,12 @@ void host_watch_start(const DistContext& ctx) {
     close(listener);
   }
   if (!g_watch.peers.empty()) g_watch.thread = std::thread(watch_loop, ctx.roles);
+  if (!g_watch.incoming.empty()) g_watch.heartbeat = std::thread(heartbeat_loop);
 }
 
 void host_watch_stop() {
   g_watch.stop = true;
+  if (g_watch.heartbeat.joinable()) g_watch.heartbeat.join();
   for (int fd : g_watch.incoming) {
     const ssize_t n = send(fd, &kGoodbye, 1, MSG_NOSIGNAL);
     (void)n;  // a watcher that is already gone needs no goodbye
@@ -189,7 +247,7 @@ void host_watch_stop() {
   }
   g_watch.incoming.clear();
   if (g_watch.thread.joinable()) g_watch.thread.join();
-  for (auto [fd, rank] : g_watch.peers) close(fd);
+  for (const Peer& p : g_watch.peers) close(p.fd);
   g_watch.peers.clear();
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Failures end the whole job: a killed rank or a rank that hits an error makes every rank exit non-zero
-# within a bounded time, naming the rank; SIGUSR1 / SIGTERM on any one rank make all ranks agree on a step,
+# Failures end the whole job: a killed rank, a stopped rank (its watchdog-waiting peers, or its missing
+# heartbeats within 60 s) or a rank that hits an error makes every rank exit non-zero within a bounded time,
+# naming the rank; SIGUSR1 / SIGTERM on any one rank make all ranks agree on a step,
 # checkpoint it and exit 0.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
@@ -52,6 +53,22 @@ if start_long hang 3; then
          grep -q "waiting for a batch from target 1 (rank 1); rank 1 is late"; then
     fail "hang: the first watchdog line does not name target 1 (rank 1)"; grep "watchdog" "$TMP/hang.log"
   else echo "ok: stopped target1: job exited $RC after $((SECONDS - t0)) s: $(grep -m1 "FATAL: watchdog" "$TMP/hang.log" | cut -c1-110)"; fi
+fi
+
+# 1c. The same stop with the automatic watchdog (30 minutes before the first measured step would be its bound
+# at start-up, 120 s after): the stopped rank's heartbeats cease and its watcher names it within 60 s.
+if start_long silent -1; then
+  victim=$(pid_of silent target1)
+  kill -STOP "$victim"
+  t0=$SECONDS
+  wait_exit 75
+  took=$((SECONDS - t0))
+  kill -9 "$victim" 2>/dev/null
+  if [ "$RC" -eq 0 ] || [ "$RC" -eq 124 ]; then fail "silent: exit code $RC after $took s"; tail -20 "$TMP/silent.log"
+  elif ! grep -q "FATAL: rank 1=target1 on host .* sent no heartbeat for 30 s" "$TMP/silent.log"; then
+    fail "silent: no heartbeat message naming rank 1=target1"; grep FATAL "$TMP/silent.log"; tail -5 "$TMP/silent.log"
+  elif [ "$took" -gt 60 ]; then fail "silent: the job took $took s to end (> 60)"
+  else echo "ok: stopped target1 under the automatic watchdog: job exited $RC after $took s: $(grep -m1 "sent no heartbeat" "$TMP/silent.log" | cut -c1-110)"; fi
 fi
 
 # 2. An error on one rank (a resume path that does not exist) aborts every rank with a message naming it.

@@ -110,6 +110,11 @@ TEST(Roles, RankfileIndicesOrderTheRolesAndHostsAreChecked) {
       0u)
       << host_watch_loss_message(m, {3, 2});
   EXPECT_EQ(host_watch_loss_message(m, {4}).rfind("lost host a: rank 4=target2 (1 of its 3 ranks)", 0), 0u);
+  EXPECT_EQ(host_watch_silence_message(m, {4, 1}).rfind("ranks 1=drafter0 on host a, 4=target2 on host a sent no "
+                                                        "heartbeat for 30 s: stopped",
+                                                        0),
+            0u)
+      << host_watch_silence_message(m, {4, 1});
   // A launcher that put the ranks elsewhere than the file says is noticed (rank 0 warns at start-up).
   RoleMap moved = roles_resolve(rf, TopologySection{}, {"a", "b", "b", "b", "a"});
   EXPECT_NE(moved.host_mismatch.find("puts rank 1 on a but it runs on b"), std::string::npos)
