@@ -44,6 +44,7 @@ struct TargetModel {
   std::vector<TargetLayer> layers;
   void* block = nullptr;      // the one backend allocation holding every tensor above
   size_t block_bytes = 0;
+  bool fp8 = false;           // target.dtype = "fp8": see target_linear
 
   TargetModel() = default;
   ~TargetModel();
@@ -54,6 +55,10 @@ struct TargetModel {
 struct TargetLoadOptions {
   int num_layers = -1;         // load layers [0, num_layers); −1 = all
   bool need_lm_head = false;   // the soft-KL loss needs target logits
+  // FP8 compute (target.dtype = "fp8"): the linear layers' weights are rounded to e4m3 per output channel
+  // once loaded, except the DeltaNet b / a rows (kept in bf16, as the official FP8 releases keep
+  // in_proj_a / in_proj_b); embeddings, lm_head, norms and the conv stay as they are.
+  bool fp8 = false;
 };
 
 // Loads a Hugging Face checkpoint directory (config.json + safetensors, single or sharded; text-only
@@ -107,10 +112,15 @@ class TargetForward {
   std::unique_ptr<Workspace> ws_;
 };
 
+// A linear layer of the target, out = x · wᵀ + beta · out. On an FP8 target x's rows are first rounded to e4m3
+// per token (in place: x is that GEMM's input alone), so with the per-channel weights the product is what a
+// row-wise-scaled FP8 GEMM with fp32 accumulation computes.
+void target_linear(const TargetModel& m, const Tensor& x, const Tensor& w, const Tensor& out, float beta);
+
 // One layer's MLP on T rows: h += down(silu(gate(n)) · up(n)), with proj [≥ T, 2I] and act [≥ T, I] as scratch.
 // Shared by the forward and the incremental decoder (model/target_decode.h).
-void target_mlp(Ops& ops, const TargetLayer& L, int64_t intermediate, const Tensor& n, const Tensor& proj,
-                const Tensor& act, const Tensor& h, int64_t T);
+void target_mlp(const TargetModel& m, const TargetLayer& L, const Tensor& n, const Tensor& proj, const Tensor& act,
+                const Tensor& h, int64_t T);
 
 // A packed SeqLayout for the given sequence lengths, with offsets and positions uploaded to the backend
 // into tensors carved from `arena`.

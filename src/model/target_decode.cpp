@@ -130,7 +130,7 @@ void TargetDecoder::layer_full(size_t l, int64_t T) {
   const int hd = c.head_dim;
   const int64_t q_cols = int64_t(c.heads) * hd, kv_cols = int64_t(c.kv_heads) * hd;
   Tensor proj = b_->proj.rows_view(0, T).cols_view(0, L.w_qkv.rows);
-  ops_.gemm(b_->n.rows_view(0, T), L.w_qkv, proj, 0.0f);
+  target_linear(m_, b_->n.rows_view(0, T), L.w_qkv, proj, 0.0f);
   const int64_t k0 = q_cols * (c.attn_output_gate ? 2 : 1);
   Tensor q = proj.cols_view(0, q_cols), k = proj.cols_view(k0, kv_cols),
          v = proj.cols_view(k0 + kv_cols, kv_cols);
@@ -148,7 +148,7 @@ void TargetDecoder::layer_full(size_t l, int64_t T) {
                           lc.v.rows_view(base, g.past + g.n), o.rows_view(g.row0, g.n), g.past, c.heads,
                           c.kv_heads, hd, 1.0f / std::sqrt(float(hd)), c.attn_output_gate ? &gate : nullptr);
   }
-  ops_.gemm(o, L.w_o, b_->h.rows_view(0, T), 1.0f);
+  target_linear(m_, o, L.w_o, b_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
@@ -158,7 +158,7 @@ void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
   const int64_t C = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
   const int64_t K1 = std::max(c.conv_kernel - 1, 0);
   Tensor proj = b_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
-  ops_.gemm(b_->n.rows_view(0, T), L.w_in, proj, 0.0f);
+  target_linear(m_, b_->n.rows_view(0, T), L.w_in, proj, 0.0f);
   Tensor o = b_->mix.rows_view(0, T).cols_view(0, vdim);
   for (size_t gi = 0; gi < segs_.size(); ++gi) {
     const Segment& g = segs_[gi];
@@ -195,7 +195,7 @@ void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
   }
   Tensor normed = b_->normed.rows_view(0, T).cols_view(0, vdim);
   ops_.gated_rmsnorm(o, proj.cols_view(C, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);
-  ops_.gemm(normed, L.w_out, b_->h.rows_view(0, T), 1.0f);
+  target_linear(m_, normed, L.w_out, b_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetDecoder::forward(const std::vector<int32_t>& ids, const std::vector<int32_t>& pos, int64_t R) {
@@ -216,7 +216,7 @@ void TargetDecoder::forward(const std::vector<int32_t>& ids, const std::vector<i
     else
       layer_linear(l, T, R);
     ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
-    target_mlp(ops_, L, c.intermediate, b_->n, b_->proj, b_->act, b_->h, T);
+    target_mlp(m_, L, b_->n, b_->proj, b_->act, b_->h, T);
     const Tensor& next_w = l + 1 < m_.layers.size() ? m_.layers[l + 1].ln1 : m_.final_norm;
     ops_.rmsnorm(h, next_w, n, c.rms_eps, nk);  // after the last layer: the final norm
     for (size_t i = 0; i < tap_layers_.size(); ++i)

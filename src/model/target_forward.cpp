@@ -73,7 +73,7 @@ void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int6
   const int hd = c.head_dim;
   const int64_t q_cols = int64_t(c.heads) * hd, kv_cols = int64_t(c.kv_heads) * hd;
   Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_qkv.rows);
-  ops_.gemm(ws_->n.rows_view(0, T), L.w_qkv, proj, 0.0f);
+  target_linear(m_, ws_->n.rows_view(0, T), L.w_qkv, proj, 0.0f);
   int64_t k0 = q_cols * (c.attn_output_gate ? 2 : 1);
   Tensor q = proj.cols_view(0, q_cols);
   Tensor k = proj.cols_view(k0, kv_cols);
@@ -85,14 +85,14 @@ void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int6
   if (c.attn_output_gate) gate = proj.cols_view(q_cols, q_cols);
   ops_.attention_causal(q, k, v, o, seqs, c.heads, c.kv_heads, hd, 1.0f / std::sqrt(float(hd)),
                         c.attn_output_gate ? &gate : nullptr);
-  ops_.gemm(o, L.w_o, ws_->h.rows_view(0, T), 1.0f);
+  target_linear(m_, o, L.w_o, ws_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T) {
   const QwenConfig& c = m_.cfg;
   const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
   Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
-  ops_.gemm(ws_->n.rows_view(0, T), L.w_in, proj, 0.0f);
+  target_linear(m_, ws_->n.rows_view(0, T), L.w_in, proj, 0.0f);
   Tensor conv = ws_->mix2.rows_view(0, T).cols_view(0, conv_ch);
   ops_.conv1d_silu(proj.cols_view(0, conv_ch), L.conv_w, conv, seqs);
   Tensor o = ws_->mix.rows_view(0, T).cols_view(0, vdim);
@@ -101,17 +101,22 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   // The conv output is dead now, so the gated norm reuses its buffer.
   Tensor normed = ws_->mix2.rows_view(0, T).cols_view(0, vdim);
   ops_.gated_rmsnorm(o, proj.cols_view(conv_ch, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);
-  ops_.gemm(normed, L.w_out, ws_->h.rows_view(0, T), 1.0f);
+  target_linear(m_, normed, L.w_out, ws_->h.rows_view(0, T), 1.0f);
 }
 
-void target_mlp(Ops& ops, const TargetLayer& L, int64_t intermediate, const Tensor& n, const Tensor& proj,
-                const Tensor& act, const Tensor& h, int64_t T) {
-  const int64_t I = intermediate;
+void target_linear(const TargetModel& m, const Tensor& x, const Tensor& w, const Tensor& out, float beta) {
+  if (m.fp8) m.ops->fp8_round_rows(x);
+  m.ops->gemm(x, w, out, beta);
+}
+
+void target_mlp(const TargetModel& m, const TargetLayer& L, const Tensor& n, const Tensor& proj, const Tensor& act,
+                const Tensor& h, int64_t T) {
+  const int64_t I = m.cfg.intermediate;
   Tensor gate_up = proj.rows_view(0, T).cols_view(0, 2 * I);
-  ops.gemm(n.rows_view(0, T), L.w_gate_up, gate_up, 0.0f);
+  target_linear(m, n.rows_view(0, T), L.w_gate_up, gate_up, 0.0f);
   Tensor a = act.rows_view(0, T);
-  ops.swiglu(gate_up.cols_view(0, I), gate_up.cols_view(I, I), a);
-  ops.gemm(a, L.w_down, h.rows_view(0, T), 1.0f);
+  m.ops->swiglu(gate_up.cols_view(0, I), gate_up.cols_view(I, I), a);
+  target_linear(m, a, L.w_down, h.rows_view(0, T), 1.0f);
 }
 
 void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs& out) {
@@ -137,7 +142,7 @@ void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs&
     else
       layer_linear(L, seqs, T);
     ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
-    target_mlp(ops_, L, c.intermediate, ws_->n, ws_->proj, ws_->act, ws_->h, T);
+    target_mlp(m_, L, ws_->n, ws_->proj, ws_->act, ws_->h, T);
     // h now holds the output of layer l. Norm it for the next layer's input, or with the final norm after
     // the last loaded layer (then n is the final norm's output).
     const Tensor& next_w = l + 1 < m_.num_loaded_layers ? m_.layers[l + 1].ln1 : m_.final_norm;

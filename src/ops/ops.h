@@ -123,6 +123,13 @@ class Ops {
   virtual void gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
                           const Tensor& dt_bias, const Tensor& out, const Tensor& state, const Tensor& states,
                           const GdnShape& shape) = 0;
+  // In place: each row rounded to float8 e4m3 on its own scale amax(|row|)/448 and back (core/fp8.h), an
+  // all-zero row left as it is. The FP8 target's quantisation: per output channel for weights (at load), per
+  // token for the linear layers' inputs (model/target.h target_linear).
+  virtual void fp8_round_rows(const Tensor& x) {
+    DF_FAIL("fp8_round_rows (%s): target.dtype = \"fp8\" is emulated on the CPU backend only so far; HINT: "
+            "target.device = \"cpu\"", x.shape_str().c_str());
+  }
   // Per value head over dv: out = w · (o · rsqrt(mean(o²) + eps)) · silu(z); w f32 [1, dv] shared by heads.
   virtual void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads,
                              int dv, float eps) = 0;

@@ -191,6 +191,7 @@ std::unique_ptr<TargetModel> train_load_target(const TrainPlan& plan, Ops& ops, 
   TargetLoadOptions opt;
   opt.num_layers = num_layers;
   opt.need_lm_head = need_lm_head;
+  opt.fp8 = plan.cfg.target.dtype == "fp8";
   if (!plan.cfg.target.model.empty()) return target_load(plan.cfg.target.model, ops, opt);
   return target_random(plan.target, plan.cfg.target.random_seed, ops, opt);
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/fp8.h"
 #include "core/rng.h"
 #include "ops/cpu/cpu_gdn.h"
 
@@ -362,6 +363,19 @@ void CpuOps::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
     const float* u = cpu_row(up, t);
     float* op = cpu_row(out, t);
     for (int64_t i = 0; i < gate.cols; ++i) op[i] = cpu_silu(g[i]) * u[i];
+  }
+}
+
+void CpuOps::fp8_round_rows(const Tensor& x) {
+  cpu_check_f32("fp8_round_rows", "x", x, -1, -1);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < x.rows; ++r) {
+    float* row = cpu_row(x, r);
+    float amax = 0.0f;
+    for (int64_t c = 0; c < x.cols; ++c) amax = std::max(amax, std::fabs(row[c]));
+    if (!(amax > 0.0f)) continue;  // zeros stay zeros; a NaN row stays NaN
+    const float scale = amax / kE4m3Max;
+    for (int64_t c = 0; c < x.cols; ++c) row[c] = e4m3_to_f32(f32_to_e4m3(row[c] / scale)) * scale;
   }
 }
 
