@@ -1,0 +1,58 @@
+// The float8 e4m3fn format of published FP8 checkpoints (torch.float8_e4m3fn, safetensors F8_E4M3): 1 sign,
+// 4 exponent bits (bias 7), 3 mantissa bits, subnormals, no infinities, NaN = S.1111.111, max finite 448.
+// Header-only and free of CUDA so loaders, writers and tests share the one definition.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace df {
+
+constexpr float kE4m3Max = 448.0f;
+
+// Exact: every e4m3 value is an f32 (a 4-bit significand times a power of two in [2^-9, 2^8]).
+inline float e4m3_to_f32(uint8_t c) {
+  const uint32_t sign = uint32_t(c & 0x80u) << 24;
+  const uint32_t exp = (c >> 3) & 0xfu, mant = c & 0x7u;
+  if (exp == 0xfu && mant == 0x7u) return std::numeric_limits<float>::quiet_NaN();
+  float mag;
+  if (exp == 0) {
+    mag = static_cast<float>(mant) * (1.0f / 512.0f);  // subnormal: mant · 2^-9
+  } else {
+    const uint32_t u = ((exp + 127 - 7) << 23) | (mant << 20);
+    std::memcpy(&mag, &u, 4);
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &mag, 4);
+  bits |= sign;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even; magnitudes at or above 448 saturate to ±448 (the format has no infinity, and the
+// quantiser divides by amax/448 so only rounding noise can reach past it); NaN stays NaN.
+inline uint8_t f32_to_e4m3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7fu;
+  if (a >= 0x43e00000u) return sign | 0x7eu;  // |f| >= 448, infinities included
+  if (a >= 0x3c800000u) {                     // |f| >= 2^-6: normal in e4m3
+    // Keep 3 of the 23 mantissa bits, rounding the other 20 to nearest even; a carry bumps the exponent,
+    // which is the right answer (1.111b rounds up to 10.000b).
+    const uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+    return sign | static_cast<uint8_t>(r - ((127u - 7u) << 3));
+  }
+  // Subnormal: k · 2^-9 with k in [0, 8] (k = 8 is the smallest normal, code 0x08). Scaling by 2^9 is exact.
+  float x;
+  std::memcpy(&x, &a, 4);
+  x *= 512.0f;
+  uint32_t k = static_cast<uint32_t>(x);
+  const float frac = x - static_cast<float>(k);
+  if (frac > 0.5f || (frac == 0.5f && (k & 1u))) ++k;
+  return sign | static_cast<uint8_t>(k);
+}
+
+}  // namespace df
