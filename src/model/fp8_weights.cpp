@@ -61,18 +61,18 @@ void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, 
   for (int c = 0; c < 256; ++c) lut[c] = e4m3_to_f32(static_cast<uint8_t>(c));
 
   const uint8_t* codes = static_cast<const uint8_t*>(q.data);
-  int64_t bad = -1;  // first NaN code, reported after the parallel loop
-#pragma omp parallel for schedule(static) reduction(max : bad)
+  int64_t bad = INT64_MAX;  // first NaN code, reported after the parallel loop
+#pragma omp parallel for schedule(static) reduction(min : bad)
   for (int64_t r = 0; r < N; ++r) {
     const uint8_t* qr = codes + r * K;
     const float* sr = scale.data() + (r / block_n) * kb;
     float* o = out + r * K;
     for (int64_t c = 0; c < K; ++c) {
       o[c] = lut[qr[c]] * sr[c / block_k];
-      if ((qr[c] & 0x7fu) == 0x7fu) bad = std::max(bad, r * K + c);
+      if ((qr[c] & 0x7fu) == 0x7fu) bad = std::min(bad, r * K + c);
     }
   }
-  DF_CHECK(bad < 0, "%s: tensor '%s' holds the e4m3 NaN code at [%lld, %lld]; HINT: the checkpoint is corrupt",
+  DF_CHECK(bad == INT64_MAX, "%s: tensor '%s' holds the e4m3 NaN code at [%lld, %lld]; HINT: the checkpoint is corrupt",
            q.file.c_str(), q.name.c_str(), static_cast<long long>(bad / K), static_cast<long long>(bad % K));
 }
 
