@@ -27,9 +27,10 @@ void cmd_model_register(CLI::App& root) {
       ->required()->check(CLI::ExistingFile);
   init->add_option("--out", args->out, "output directory")->required();
   init->add_option("--seed", args->seed, "random seed")->capture_default_str();
-  init->add_flag("--fp8", args->fp8,
-                 "store the decoder projections as block-scaled FP8 (e4m3, 128x128 blocks, weight_scale_inv), "
-                 "the layout of the official Qwen FP8 releases");
+  init->add_flag(
+      "--fp8", args->fp8,
+      "store the decoder projections as block-scaled FP8 (e4m3, 128x128 blocks, weight_scale_inv), "
+      "the layout of the official Qwen FP8 releases");
   init->add_flag("--force", args->force,
                  "write into an existing non-empty --out (its config.json and "
                  "model.safetensors are replaced)");

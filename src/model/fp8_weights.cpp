@@ -14,7 +14,9 @@ namespace df {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 bool ends_with(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
@@ -23,7 +25,9 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 }  // namespace
 
-std::string fp8_scale_name(const std::string& weight_name) { return weight_name + "_scale_inv"; }
+std::string fp8_scale_name(const std::string& weight_name) {
+  return weight_name + "_scale_inv";
+}
 
 std::vector<int64_t> fp8_scale_shape(int64_t N, int64_t K, int block_n, int block_k) {
   return {ceil_div(N, block_n), ceil_div(K, block_k)};
@@ -53,8 +57,8 @@ void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, 
   DF_CHECK(s->shape == want,
            "%s: tensor '%s' has shape %s but '%s' %s in %dx%d blocks needs %s; HINT: config.json's "
            "quantization_config.weight_block_size does not match the weights",
-           s->file.c_str(), sname.c_str(), st_shape_text(s->shape).c_str(), q.name.c_str(), st_shape_text(q.shape).c_str(),
-           block_n, block_k, st_shape_text(want).c_str());
+           s->file.c_str(), sname.c_str(), st_shape_text(s->shape).c_str(), q.name.c_str(),
+           st_shape_text(q.shape).c_str(), block_n, block_k, st_shape_text(want).c_str());
   std::vector<float> scale(static_cast<size_t>(want[0] * kb));
   st_to_f32(*s, scale.data());
   std::array<float, 256> lut;
@@ -72,7 +76,8 @@ void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, 
       if ((qr[c] & 0x7fu) == 0x7fu) bad = std::min(bad, r * K + c);
     }
   }
-  DF_CHECK(bad == INT64_MAX, "%s: tensor '%s' holds the e4m3 NaN code at [%lld, %lld]; HINT: the checkpoint is corrupt",
+  DF_CHECK(bad == INT64_MAX,
+           "%s: tensor '%s' holds the e4m3 NaN code at [%lld, %lld]; HINT: the checkpoint is corrupt",
            q.file.c_str(), q.name.c_str(), static_cast<long long>(bad / K), static_cast<long long>(bad % K));
 }
 
@@ -101,12 +106,13 @@ void fp8_quantize(const float* w, int64_t N, int64_t K, int block_n, int block_k
 
 bool fp8_quantized_weight(const std::string& name) {
   if (name.find("layers.") == std::string::npos) return false;
-  static const char* suffixes[] = {"self_attn.q_proj.weight",       "self_attn.k_proj.weight",
-                                   "self_attn.v_proj.weight",       "self_attn.o_proj.weight",
-                                   "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight",
-                                   "linear_attn.out_proj.weight",   "mlp.gate_proj.weight",
-                                   "mlp.up_proj.weight",            "mlp.down_proj.weight"};
-  return std::any_of(std::begin(suffixes), std::end(suffixes), [&](const char* s) { return ends_with(name, s); });
+  static const char* suffixes[] = {
+      "self_attn.q_proj.weight",     "self_attn.k_proj.weight",        "self_attn.v_proj.weight",
+      "self_attn.o_proj.weight",     "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight",
+      "linear_attn.out_proj.weight", "mlp.gate_proj.weight",           "mlp.up_proj.weight",
+      "mlp.down_proj.weight"};
+  return std::any_of(std::begin(suffixes), std::end(suffixes),
+                     [&](const char* s) { return ends_with(name, s); });
 }
 
 }  // namespace df

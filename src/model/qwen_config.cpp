@@ -162,13 +162,15 @@ std::vector<int> mrope_sections(int rot_dim) {
 // Anything this loader would read differently is refused rather than guessed at.
 void parse_quantization_config(const CfgObj& q, QwenConfig& c) {
   for (const auto& [key, v] : q.j.items()) {
-    static const char* known[] = {"quant_method", "fmt", "weight_block_size", "activation_scheme",
+    static const char* known[] = {"quant_method",           "fmt",
+                                  "weight_block_size",      "activation_scheme",
                                   "modules_to_not_convert", "ignored_layers"};
-    DF_CHECK(std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) !=
-                 std::end(known),
-             "%s: key '%s' is not understood (known: quant_method, fmt, weight_block_size, activation_scheme, "
-             "modules_to_not_convert, ignored_layers); HINT: only block-scaled FP8 checkpoints are supported",
-             q.where.c_str(), key.c_str());
+    DF_CHECK(
+        std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) !=
+            std::end(known),
+        "%s: key '%s' is not understood (known: quant_method, fmt, weight_block_size, activation_scheme, "
+        "modules_to_not_convert, ignored_layers); HINT: only block-scaled FP8 checkpoints are supported",
+        q.where.c_str(), key.c_str());
   }
   const std::string method = q.get_string("quant_method");
   DF_CHECK(method == "fp8",
@@ -177,8 +179,8 @@ void parse_quantization_config(const CfgObj& q, QwenConfig& c) {
            q.where.c_str(), method.c_str());
   if (const json* fmt = q.find("fmt")) {
     if (!fmt->is_string()) q.fail_type("fmt", "a string", *fmt);
-    DF_CHECK(fmt->get<std::string>() == "e4m3", "%s: fmt '%s' is not supported (only 'e4m3')", q.where.c_str(),
-             fmt->get<std::string>().c_str());
+    DF_CHECK(fmt->get<std::string>() == "e4m3", "%s: fmt '%s' is not supported (only 'e4m3')",
+             q.where.c_str(), fmt->get<std::string>().c_str());
   }
   if (const json* act = q.find("activation_scheme")) {
     if (!act->is_string()) q.fail_type("activation_scheme", "a string", *act);
@@ -189,18 +191,22 @@ void parse_quantization_config(const CfgObj& q, QwenConfig& c) {
   }
   for (const char* key : {"modules_to_not_convert", "ignored_layers"}) {
     const json* v = q.find(key);
-    if (v && !(v->is_array() && std::all_of(v->begin(), v->end(), [](const json& e) { return e.is_string(); })))
+    if (v &&
+        !(v->is_array() && std::all_of(v->begin(), v->end(), [](const json& e) { return e.is_string(); })))
       q.fail_type(key, "an array of module names", *v);
   }
   const json* bs = q.find("weight_block_size");
-  DF_CHECK(bs, "%s: key 'weight_block_size' is missing; HINT: per-tensor or per-channel FP8 scales are not "
+  DF_CHECK(bs,
+           "%s: key 'weight_block_size' is missing; HINT: per-tensor or per-channel FP8 scales are not "
            "supported, only [block_n, block_k] blocks",
            q.where.c_str());
   if (!bs->is_array() || bs->size() != 2) q.fail_type("weight_block_size", "two positive integers", *bs);
   c.fp8_block_n = q.as_int("weight_block_size", (*bs)[0]);
   c.fp8_block_k = q.as_int("weight_block_size", (*bs)[1]);
-  DF_CHECK(c.fp8_block_n > 0 && c.fp8_block_k > 0, "%s: key 'weight_block_size' must be two positive integers, "
-           "got %s", q.where.c_str(), bs->dump().c_str());
+  DF_CHECK(c.fp8_block_n > 0 && c.fp8_block_k > 0,
+           "%s: key 'weight_block_size' must be two positive integers, "
+           "got %s",
+           q.where.c_str(), bs->dump().c_str());
 }
 
 }  // namespace

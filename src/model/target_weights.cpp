@@ -146,8 +146,8 @@ class RandomSource final : public WeightSource {
   RandomSource(const QwenConfig& c, uint64_t seed, Ops& ops) : c_(c), seed_(seed), ops_(ops) {}
 
   void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) override {
-    DF_CHECK(dst.numel() == numel_of(shape), "random weights: '%s' %s does not fit its destination %s", name.c_str(),
-             st_shape_text(shape).c_str(), dst.shape_str().c_str());
+    DF_CHECK(dst.numel() == numel_of(shape), "random weights: '%s' %s does not fit its destination %s",
+             name.c_str(), st_shape_text(shape).c_str(), dst.shape_str().c_str());
     const uint64_t stream = std::hash<std::string>{}(name);
     auto ends_with = [&](const char* s) {
       std::string suf(s);
@@ -213,7 +213,8 @@ class CheckpointSource final : public WeightSource {
     const StTensor* t = st_.find(name);
     DF_CHECK(t != nullptr, "%s: tensor '%s' (expected shape %s) is missing from the checkpoint", dir_.c_str(),
              name.c_str(), st_shape_text(shape).c_str());
-    DF_CHECK(t->shape == shape, "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
+    DF_CHECK(t->shape == shape,
+             "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
              "weights do not belong together",
              dir_.c_str(), name.c_str(), st_shape_text(t->shape).c_str(), st_shape_text(shape).c_str());
     std::vector<float> v(numel_of(shape));
@@ -264,8 +265,8 @@ std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed,
 
 void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSaveOptions& opt) {
   const QwenConfig& c = m.cfg;
-  DF_CHECK((opt.fp8_block_n > 0) == (opt.fp8_block_k > 0), "target_save_hf: FP8 block %dx%d must be both "
-           "positive or both 0", opt.fp8_block_n, opt.fp8_block_k);
+  DF_CHECK((opt.fp8_block_n > 0) == (opt.fp8_block_k > 0),
+           "target_save_hf: FP8 block %dx%d must be both positive or both 0", opt.fp8_block_n, opt.fp8_block_k);
   DF_CHECK(m.num_loaded_layers == c.layers, "only a fully loaded model can be saved (%d of %d layers loaded)",
            m.num_loaded_layers, c.layers);
   Ops& ops = *m.ops;

@@ -21,7 +21,9 @@ double e4m3_definition(int code) {
   return s ? -mag : mag;
 }
 
-bool is_nan_code(int code) { return (code & 0x7f) == 0x7f; }
+bool is_nan_code(int code) {
+  return (code & 0x7f) == 0x7f;
+}
 
 }  // namespace
 
@@ -70,7 +72,8 @@ TEST(E4m3, MidpointsRoundToEvenAndNeighboursToNearest) {
 
 TEST(E4m3, SaturatesAtMaxFinite) {
   const float inf = std::numeric_limits<float>::infinity();
-  for (float v : {448.0f * (1.0f + 1.0f / 16), 464.0f, 480.0f, 1e30f, std::numeric_limits<float>::max(), inf}) {
+  for (float v :
+       {448.0f * (1.0f + 1.0f / 16), 464.0f, 480.0f, 1e30f, std::numeric_limits<float>::max(), inf}) {
     EXPECT_EQ(int(f32_to_e4m3(v)), 0x7e) << v;
     EXPECT_EQ(int(f32_to_e4m3(-v)), 0xfe) << -v;
   }
@@ -83,7 +86,8 @@ TEST(E4m3, UnderflowsToZeroBelowHalfTheSmallestSubnormal) {
   EXPECT_EQ(int(f32_to_e4m3(half)), 0x00);  // a tie: 0 is even
   EXPECT_EQ(int(f32_to_e4m3(-half)), 0x80);
   EXPECT_EQ(int(f32_to_e4m3(std::nextafter(half, 1.0f))), 0x01);
-  for (float v : {std::nextafter(half, 0.0f), std::ldexp(1.0f, -11), 1e-30f, std::numeric_limits<float>::denorm_min()}) {
+  for (float v : {std::nextafter(half, 0.0f), std::ldexp(1.0f, -11), 1e-30f,
+                  std::numeric_limits<float>::denorm_min()}) {
     EXPECT_EQ(int(f32_to_e4m3(v)), 0x00) << v;
     EXPECT_EQ(int(f32_to_e4m3(-v)), 0x80) << -v;
   }

@@ -84,7 +84,8 @@ void expect_error(F fn, std::initializer_list<std::string> parts) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
   }
 }
 
@@ -139,7 +140,8 @@ TEST(Fp8Dequant, MatchesDefinitionAtBlockEdges) {
       for (int64_t c = 0; c < dc.K; ++c) {
         const size_t blk = size_t((r / dc.bn) * kb + c / dc.bk), i = size_t(r * dc.K + c);
         ASSERT_EQ(a[i], e4m3_to_f32(q[i]) * scale[blk]) << "f32 scales, [" << r << ", " << c << "]";
-        ASSERT_EQ(b[i], e4m3_to_f32(q[i]) * bf16_to_f32(scale_bf16[blk])) << "bf16 scales, [" << r << ", " << c << "]";
+        ASSERT_EQ(b[i], e4m3_to_f32(q[i]) * bf16_to_f32(scale_bf16[blk]))
+            << "bf16 scales, [" << r << ", " << c << "]";
       }
     fs::remove_all(dir);
   }
@@ -149,8 +151,9 @@ class Fp8CheckpointTest : public TargetFamilyTest {};
 
 // Writes dir/model.safetensors + config.json (config c, no quantization) holding src's tensors with every
 // _scale_inv dropped and every other tensor turned into f32 by `to_f32` (name, tensor, values out).
-void write_f32_copy(const fs::path& src, const fs::path& dir, const QwenConfig& c,
-                    const std::function<void(const std::vector<Owned>&, const Owned&, std::vector<float>&)>& to_f32) {
+void write_f32_copy(
+    const fs::path& src, const fs::path& dir, const QwenConfig& c,
+    const std::function<void(const std::vector<Owned>&, const Owned&, std::vector<float>&)>& to_f32) {
   std::vector<Owned> ts = read_all(src), plain;
   for (const Owned& t : ts) {
     if (t.name.size() > 10 && t.name.compare(t.name.size() - 10, 10, "_scale_inv") == 0) continue;
@@ -189,10 +192,10 @@ double norm_rel_err(const std::vector<float>& a, const std::vector<float>& ref) 
 // stay close to the original f32 model's.
 //
 // Bound: e4m3 rounds each weight (w / scale, then times scale) to within 2^-4 of itself (half an ulp of a
-// 3-bit mantissa; subnormals, below 2^-6·scale, matter even less). So the reference for the taps' error is the
-// same projections multiplied by 1 + 2^-4·u, u uniform in [-1, 1] and independent: a perturbation as large
-// as e4m3's worst case everywhere, with an RMS (2^-4/√3) at least e4m3's (whose relative error is uniform in
-// ±2^-4/m for significand m in [1, 2)). Going through the same model, this absorbs the model's own
+// 3-bit mantissa; subnormals, below 2^-6·scale, matter even less). So the reference for the taps' error is
+// the same projections multiplied by 1 + 2^-4·u, u uniform in [-1, 1] and independent: a perturbation as
+// large as e4m3's worst case everywhere, with an RMS (2^-4/√3) at least e4m3's (whose relative error is
+// uniform in ±2^-4/m for significand m in [1, 2)). Going through the same model, this absorbs the model's own
 // sensitivity, which is large, non-linear and concentrated in few directions in these tiny layers (a
 // DeltaNet with 8-dim keys): one draw of such noise moved the hybrid's layer-0 taps by 0.056 to 0.26 over
 // ten seeds. So the reference is the RMS over kDraws draws, and FP8 — one fixed, in effect random, draw of
@@ -228,16 +231,17 @@ TEST_P(Fp8CheckpointTest, WrittenAsFp8LoadsBackAndRunsTheForward) {
   EXPECT_EQ(loaded->cfg.fp8_block_k, 16);
   EXPECT_NE(qwen_config_summary(loaded->cfg).find("fp8"), std::string::npos);
 
-  write_f32_copy(root / "fp8", root / "ref", c, [](const std::vector<Owned>& ts, const Owned& t, std::vector<float>& v) {
-    if (t.dtype != DType::f8_e4m3) {
-      v = owned_f32(t);
-      return;
-    }
-    const std::vector<float> sc = owned_f32(find_owned(ts, fp8_scale_name(t.name)));
-    const int64_t K = t.shape[1], kb = (K + 15) / 16;
-    for (size_t i = 0; i < v.size(); ++i)
-      v[i] = e4m3_to_f32(t.bytes[i]) * sc[size_t(((int64_t(i) / K) / 16) * kb + (int64_t(i) % K) / 16)];
-  });
+  write_f32_copy(
+      root / "fp8", root / "ref", c, [](const std::vector<Owned>& ts, const Owned& t, std::vector<float>& v) {
+        if (t.dtype != DType::f8_e4m3) {
+          v = owned_f32(t);
+          return;
+        }
+        const std::vector<float> sc = owned_f32(find_owned(ts, fp8_scale_name(t.name)));
+        const int64_t K = t.shape[1], kb = (K + 15) / 16;
+        for (size_t i = 0; i < v.size(); ++i)
+          v[i] = e4m3_to_f32(t.bytes[i]) * sc[size_t(((int64_t(i) / K) / 16) * kb + (int64_t(i) % K) / 16)];
+      });
   auto reference = target_load((root / "ref").string(), ops, opt);
   EXPECT_EQ(reference->cfg.fp8_block_n, 0);
 
@@ -250,21 +254,25 @@ TEST_P(Fp8CheckpointTest, WrittenAsFp8LoadsBackAndRunsTheForward) {
     std::mt19937 rng(uint32_t(draw + 1));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const fs::path nd = root / ("noise" + std::to_string(draw));
-    write_f32_copy(root / "f32", nd, c, [&](const std::vector<Owned>&, const Owned& t, std::vector<float>& v) {
-      v = owned_f32(t);
-      if (fp8_quantized_weight(t.name))
-        for (float& x : v) x *= 1.0f + std::ldexp(u(rng), -4);
-    });
+    write_f32_copy(root / "f32", nd, c,
+                   [&](const std::vector<Owned>&, const Owned& t, std::vector<float>& v) {
+                     v = owned_f32(t);
+                     if (fp8_quantized_weight(t.name))
+                       for (float& x : v) x *= 1.0f + std::ldexp(u(rng), -4);
+                   });
     FwdResult noise = run_model(*target_load(nd.string(), ops, opt), ops, ids, {30, 11}, c.layers, true);
-    for (int l = 0; l < c.layers; ++l) noise_ms[l] += std::pow(norm_rel_err(noise.taps[l], orig.taps[l]), 2) / kDraws;
+    for (int l = 0; l < c.layers; ++l)
+      noise_ms[l] += std::pow(norm_rel_err(noise.taps[l], orig.taps[l]), 2) / kDraws;
   }
-  EXPECT_EQ(max_err(fp8.final_norm, ref.final_norm), 0.0) << "loader's dequantisation differs from the definition";
+  EXPECT_EQ(max_err(fp8.final_norm, ref.final_norm), 0.0)
+      << "loader's dequantisation differs from the definition";
   for (int l = 0; l < c.layers; ++l) {
     EXPECT_EQ(max_err(fp8.taps[l], ref.taps[l]), 0.0) << "layer " << l;
     const double e8 = norm_rel_err(fp8.taps[l], orig.taps[l]), en = std::sqrt(noise_ms[l]);
-    std::printf("%s tap layer %d: norm-wise relative error FP8 %.4g, 2^-4 noise (rms of %d) %.4g, ratio %.3g "
-                "(allowed <= 2)\n",
-                c.model_type.c_str(), l, e8, kDraws, en, e8 / en);
+    std::printf(
+        "%s tap layer %d: norm-wise relative error FP8 %.4g, 2^-4 noise (rms of %d) %.4g, ratio %.3g "
+        "(allowed <= 2)\n",
+        c.model_type.c_str(), l, e8, kDraws, en, e8 / en);
     EXPECT_LE(e8, 2 * en) << "layer " << l;
   }
   fs::remove_all(root);
@@ -342,11 +350,12 @@ TEST(Fp8Checkpoint, BrokenFilesAreNamed) {
 TEST(Fp8Checkpoint, QuantizationConfig) {
   json base = qwen_config_to_json(tiny_hybrid());
   json official = base;
-  official["quantization_config"] = {{"activation_scheme", "dynamic"},
-                                     {"fmt", "e4m3"},
-                                     {"quant_method", "fp8"},
-                                     {"weight_block_size", {128, 128}},
-                                     {"modules_to_not_convert", {"lm_head", "model.visual.blocks.0.attn.qkv"}}};
+  official["quantization_config"] = {
+      {"activation_scheme", "dynamic"},
+      {"fmt", "e4m3"},
+      {"quant_method", "fp8"},
+      {"weight_block_size", {128, 128}},
+      {"modules_to_not_convert", {"lm_head", "model.visual.blocks.0.attn.qkv"}}};
   QwenConfig q = qwen_config_from_json(official, "/m/config.json");
   EXPECT_EQ(q.fp8_block_n, 128);
   EXPECT_EQ(q.fp8_block_k, 128);
@@ -355,7 +364,9 @@ TEST(Fp8Checkpoint, QuantizationConfig) {
   EXPECT_EQ(qwen_config_from_json(base, "plain").fp8_block_n, 0);
   EXPECT_EQ(qwen_config_to_json(qwen_config_from_json(base, "plain")).count("quantization_config"), 0u);
 
-  json wrapped = {{"model_type", "qwen3_5"}, {"text_config", base}, {"quantization_config", official["quantization_config"]}};
+  json wrapped = {{"model_type", "qwen3_5"},
+                  {"text_config", base},
+                  {"quantization_config", official["quantization_config"]}};
   wrapped["quantization_config"]["weight_block_size"] = {64, 32};
   QwenConfig w = qwen_config_from_json(wrapped, "/mm/config.json");
   EXPECT_EQ(w.fp8_block_n, 64);
