@@ -12,22 +12,15 @@ constexpr float kE4m3Max = 448.0f;
 
 // Exact: every e4m3 value is an f32 (a 4-bit significand times a power of two in [2^-9, 2^8]).
 inline float e4m3_to_f32(uint8_t c) {
-  const uint32_t sign = uint32_t(c & 0x80u) << 24;
   const uint32_t exp = (c >> 3) & 0xfu, mant = c & 0x7u;
   if (exp == 0xfu && mant == 0x7u) return std::numeric_limits<float>::quiet_NaN();
-  float mag;
-  if (exp == 0) {
-    mag = static_cast<float>(mant) * (1.0f / 512.0f);  // subnormal: mant · 2^-9
-  } else {
+  // Subnormal: mant · 2^-9; normal: the f32 with the same mantissa bits and the exponent rebiased 7 -> 127.
+  float mag = static_cast<float>(mant) * (1.0f / 512.0f);
+  if (exp != 0) {
     const uint32_t u = ((exp + 127 - 7) << 23) | (mant << 20);
     std::memcpy(&mag, &u, 4);
   }
-  uint32_t bits;
-  std::memcpy(&bits, &mag, 4);
-  bits |= sign;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return (c & 0x80u) ? -mag : mag;
 }
 
 // Round to nearest even; magnitudes at or above 448 saturate to ±448 (the format has no infinity, and the
