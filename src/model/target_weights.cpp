@@ -266,7 +266,8 @@ std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed,
 void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSaveOptions& opt) {
   const QwenConfig& c = m.cfg;
   DF_CHECK((opt.fp8_block_n > 0) == (opt.fp8_block_k > 0),
-           "target_save_hf: FP8 block %dx%d must be both positive or both 0", opt.fp8_block_n, opt.fp8_block_k);
+           "target_save_hf: FP8 block %dx%d must be both positive or both 0", opt.fp8_block_n,
+           opt.fp8_block_k);
   DF_CHECK(m.num_loaded_layers == c.layers, "only a fully loaded model can be saved (%d of %d layers loaded)",
            m.num_loaded_layers, c.layers);
   Ops& ops = *m.ops;

@@ -59,7 +59,8 @@ expect_fail "listed twice" "$BIN" extract --model "$TMP/tiny2" --tokens "$TMP/to
 # An FP8 checkpoint (model init --fp8: block-scaled e4m3 projections) extracts like any other; the same
 # weights with a config.json that lost its quantization_config name the tensor and the key.
 "$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --out "$TMP/fp8" --fp8 >/dev/null
-grep -q '"quant_method": "fp8"' "$TMP/fp8/config.json" || { echo "FAIL: --fp8 wrote no quantization_config"; fails=$((fails + 1)); }
+grep -q '"quant_method": "fp8"' "$TMP/fp8/config.json" \
+  || { echo "FAIL: --fp8 wrote no quantization_config"; fails=$((fails + 1)); }
 "$BIN" extract --model "$TMP/fp8" --tokens "$TMP/tok.h5" --out "$TMP/fp8.h5" --layers 1 >/dev/null 2>&1 \
   || { echo "FAIL: extract from an FP8 checkpoint"; fails=$((fails + 1)); }
 cp "$SRC/configs/tiny-target.json" "$TMP/fp8/config.json"

@@ -89,6 +89,11 @@ void expect_error(F fn, std::initializer_list<std::string> parts) {
   }
 }
 
+bool is_scale(const std::string& name) {
+  const std::string suffix = "_scale_inv";
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 struct DequantCase {
   int64_t N, K;
   int bn, bk;
@@ -156,7 +161,7 @@ void write_f32_copy(
     const std::function<void(const std::vector<Owned>&, const Owned&, std::vector<float>&)>& to_f32) {
   std::vector<Owned> ts = read_all(src), plain;
   for (const Owned& t : ts) {
-    if (t.name.size() > 10 && t.name.compare(t.name.size() - 10, 10, "_scale_inv") == 0) continue;
+    if (is_scale(t.name)) continue;
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     std::vector<float> v(static_cast<size_t>(n));
@@ -279,6 +284,36 @@ TEST_P(Fp8CheckpointTest, WrittenAsFp8LoadsBackAndRunsTheForward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Fp8CheckpointTest, ::testing::Values(0, 1), target_family_name);
+
+// Published FP8 releases are sharded, and nothing keeps a weight and its scales in one shard: here every
+// F8 weight goes to one shard and every scale to the other, and the model loads to the very same forward.
+TEST(Fp8Checkpoint, ScalesInAnotherShard) {
+  CpuOps ops;
+  const QwenConfig c = tiny_hybrid();
+  const TargetLoadOptions opt = with_lm_head();
+  auto m = target_random(c, 9, ops, opt);
+  const fs::path one = temp_dir("one"), sharded = temp_dir("sharded");
+  TargetSaveOptions save;
+  save.fp8_block_n = save.fp8_block_k = 16;
+  target_save_hf(*m, one.string(), save);
+  std::vector<Owned> a, b;
+  json map = json::object();
+  for (Owned& t : read_all(one)) {
+    const bool scale = is_scale(t.name);
+    map[t.name] = scale ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    (scale ? b : a).push_back(std::move(t));
+  }
+  write_all(sharded / "model-00001-of-00002.safetensors", a);
+  write_all(sharded / "model-00002-of-00002.safetensors", b);
+  std::ofstream((sharded / "model.safetensors.index.json").string()) << json{{"weight_map", map}}.dump();
+  fs::copy_file(one / "config.json", sharded / "config.json");
+  std::vector<int32_t> ids = random_ids(23, c.vocab, 4);
+  FwdResult x = run_model(*target_load(one.string(), ops, opt), ops, ids, {23}, c.layers, true);
+  FwdResult y = run_model(*target_load(sharded.string(), ops, opt), ops, ids, {23}, c.layers, true);
+  EXPECT_EQ(max_err(x.final_norm, y.final_norm), 0.0);
+  fs::remove_all(one);
+  fs::remove_all(sharded);
+}
 
 // (c) Broken FP8 checkpoints: each error names the tensor (or key), the file and what to do.
 TEST(Fp8Checkpoint, BrokenFilesAreNamed) {
