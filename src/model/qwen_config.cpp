@@ -204,9 +204,8 @@ void parse_quantization_config(const CfgObj& q, QwenConfig& c) {
   c.fp8_block_n = q.as_int("weight_block_size", (*bs)[0]);
   c.fp8_block_k = q.as_int("weight_block_size", (*bs)[1]);
   DF_CHECK(c.fp8_block_n > 0 && c.fp8_block_k > 0,
-           "%s: key 'weight_block_size' must be two positive integers, "
-           "got %s",
-           q.where.c_str(), bs->dump().c_str());
+           "%s: key 'weight_block_size' must be two positive integers, got %s", q.where.c_str(),
+           bs->dump().c_str());
 }
 
 }  // namespace
