@@ -1,5 +1,5 @@
 // `dflash_mpi model init`: writes a random-weight Hugging Face checkpoint from a config.json, for demos and
-// tests that need a real model directory without downloading weights.
+// tests that need a real model directory without downloading weights (f32, or FP8 projections with --fp8).
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +19,7 @@ void cmd_model_register(CLI::App& root) {
     std::string config, out;
     uint64_t seed = 1;
     bool force = false;
+    bool fp8 = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* init = m->add_subcommand("init", "Write a random-weight checkpoint (config.json + model.safetensors)");
@@ -26,6 +27,10 @@ void cmd_model_register(CLI::App& root) {
       ->required()->check(CLI::ExistingFile);
   init->add_option("--out", args->out, "output directory")->required();
   init->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  init->add_flag(
+      "--fp8", args->fp8,
+      "store the decoder projections as block-scaled FP8 (e4m3, 128x128 blocks, weight_scale_inv), "
+      "the layout of the official Qwen FP8 releases");
   init->add_flag("--force", args->force,
                  "write into an existing non-empty --out (its config.json and "
                  "model.safetensors are replaced)");
@@ -47,9 +52,11 @@ void cmd_model_register(CLI::App& root) {
     TargetLoadOptions opt;
     opt.need_lm_head = !cfg.tie_word_embeddings;
     std::unique_ptr<TargetModel> model = target_random(cfg, args->seed, *ops, opt);
-    target_save_hf(*model, args->out);
-    log_info("model init: wrote %s (%s, seed %llu)", args->out.c_str(), qwen_config_summary(cfg).c_str(),
-             (unsigned long long)args->seed);
+    TargetSaveOptions save;
+    if (args->fp8) save.fp8_block_n = save.fp8_block_k = 128;
+    target_save_hf(*model, args->out, save);
+    log_info("model init: wrote %s (%s, seed %llu%s)", args->out.c_str(), qwen_config_summary(cfg).c_str(),
+             (unsigned long long)args->seed, args->fp8 ? ", FP8 projections in 128x128 blocks" : "");
   });
 }
 

@@ -1,4 +1,5 @@
 // Element types and the bf16/f16 <-> f32 conversions used by loaders, the wire format and tests.
+// f8_e4m3 only ever lives in host memory as checkpoint storage (core/fp8.h); no backend holds it.
 // Header-only and free of CUDA so host code and nvcc-compiled code can both include it.
 #pragma once
 #include <cstdint>
@@ -6,7 +7,7 @@
 
 namespace df {
 
-enum class DType : uint8_t { f32, bf16, f16, i32, i64, u8 };
+enum class DType : uint8_t { f32, bf16, f16, i32, i64, u8, f8_e4m3 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -16,6 +17,7 @@ inline size_t dtype_size(DType t) {
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::u8: return 1;
+    case DType::f8_e4m3: return 1;
   }
   return 0;
 }
@@ -28,6 +30,7 @@ inline const char* dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::f8_e4m3: return "f8_e4m3";
   }
   return "?";
 }

@@ -157,6 +157,57 @@ std::vector<int> mrope_sections(int rot_dim) {
   return {a, b, r - a - b};
 }
 
+// quantization_config as the official Qwen FP8 releases write it (and transformers' FineGrainedFP8Config /
+// vLLM's Fp8Config read it): block-scaled e4m3 weights, activations quantised on the fly ("dynamic").
+// Anything this loader would read differently is refused rather than guessed at.
+void parse_quantization_config(const CfgObj& q, QwenConfig& c) {
+  for (const auto& [key, v] : q.j.items()) {
+    static const char* known[] = {"quant_method",           "fmt",
+                                  "weight_block_size",      "activation_scheme",
+                                  "modules_to_not_convert", "ignored_layers"};
+    DF_CHECK(
+        std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) !=
+            std::end(known),
+        "%s: key '%s' is not understood (known: quant_method, fmt, weight_block_size, activation_scheme, "
+        "modules_to_not_convert, ignored_layers); HINT: only block-scaled FP8 checkpoints are supported",
+        q.where.c_str(), key.c_str());
+  }
+  const std::string method = q.get_string("quant_method");
+  DF_CHECK(method == "fp8",
+           "%s: quant_method '%s' is not supported (only 'fp8', the block-scaled e4m3 format of the official "
+           "Qwen FP8 releases); HINT: use the bf16 release of the model",
+           q.where.c_str(), method.c_str());
+  if (const json* fmt = q.find("fmt")) {
+    if (!fmt->is_string()) q.fail_type("fmt", "a string", *fmt);
+    DF_CHECK(fmt->get<std::string>() == "e4m3", "%s: fmt '%s' is not supported (only 'e4m3')",
+             q.where.c_str(), fmt->get<std::string>().c_str());
+  }
+  if (const json* act = q.find("activation_scheme")) {
+    if (!act->is_string()) q.fail_type("activation_scheme", "a string", *act);
+    DF_CHECK(act->get<std::string>() == "dynamic",
+             "%s: activation_scheme '%s' is not supported (only 'dynamic': static activation scales are "
+             "not read)",
+             q.where.c_str(), act->get<std::string>().c_str());
+  }
+  for (const char* key : {"modules_to_not_convert", "ignored_layers"}) {
+    const json* v = q.find(key);
+    if (v &&
+        !(v->is_array() && std::all_of(v->begin(), v->end(), [](const json& e) { return e.is_string(); })))
+      q.fail_type(key, "an array of module names", *v);
+  }
+  const json* bs = q.find("weight_block_size");
+  DF_CHECK(bs,
+           "%s: key 'weight_block_size' is missing; HINT: per-tensor or per-channel FP8 scales are not "
+           "supported, only [block_n, block_k] blocks",
+           q.where.c_str());
+  if (!bs->is_array() || bs->size() != 2) q.fail_type("weight_block_size", "two positive integers", *bs);
+  c.fp8_block_n = q.as_int("weight_block_size", (*bs)[0]);
+  c.fp8_block_k = q.as_int("weight_block_size", (*bs)[1]);
+  DF_CHECK(c.fp8_block_n > 0 && c.fp8_block_k > 0,
+           "%s: key 'weight_block_size' must be two positive integers, got %s", q.where.c_str(),
+           bs->dump().c_str());
+}
+
 }  // namespace
 
 int QwenConfig::num_linear_layers() const {
@@ -305,6 +356,11 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
              "%s: linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)",
              cfg.where.c_str(), c.lin_nv, c.lin_nk);
   }
+  // A multimodal wrapper keeps it at the top level, next to text_config.
+  const json* qc = cfg.get_object("quantization_config");
+  const CfgObj& q_at = qc ? cfg : outer;
+  if (!qc) qc = outer.get_object("quantization_config");
+  if (qc) parse_quantization_config({*qc, q_at.where + ": quantization_config"}, c);
   return c;
 }
 
@@ -365,6 +421,11 @@ json qwen_config_to_json(const QwenConfig& c) {
     j["use_sliding_window"] = false;
   }
   j["rope_parameters"] = rope;
+  if (c.fp8_block_n > 0)
+    j["quantization_config"] = {{"quant_method", "fp8"},
+                                {"fmt", "e4m3"},
+                                {"activation_scheme", "dynamic"},
+                                {"weight_block_size", {c.fp8_block_n, c.fp8_block_k}}};
   return j;
 }
 
@@ -378,6 +439,8 @@ std::string qwen_config_summary(const QwenConfig& c) {
   if (c.family == ModelFamily::qwen3_5)
     s += strfmt(", deltanet %d/%d heads × %d/%d conv %d", c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv,
                 c.conv_kernel);
+  if (c.fp8_block_n > 0)
+    s += strfmt(", fp8 e4m3 weights in %dx%d blocks (dequantised at load)", c.fp8_block_n, c.fp8_block_k);
   const double p = c.params_non_embedding();
   s += strfmt(", eps %g, %s, %.4g%s non-embedding params", double(c.rms_eps),
               c.tie_word_embeddings ? "tied" : "untied", p >= 1e9 ? p / 1e9 : p / 1e6, p >= 1e9 ? "B" : "M");

@@ -43,6 +43,12 @@ struct QwenConfig {
   int lin_dv = 0;    // linear_value_head_dim
   int conv_kernel = 0;  // linear_conv_kernel_dim
 
+  // quantization_config of a block-scaled FP8 checkpoint (quant_method "fp8", e4m3): weights stored as
+  // F8_E4M3 with a scale per [fp8_block_n rows × fp8_block_k columns] block. 0 = not quantised. The loader
+  // dequantises at load time, so this changes how the file is read, not what the model computes in.
+  int fp8_block_n = 0;
+  int fp8_block_k = 0;
+
   NormKind norm_kind() const { return family == ModelFamily::qwen3_5 ? NormKind::zero_centred : NormKind::plain; }
   int num_linear_layers() const;
   int num_full_layers() const;

@@ -60,9 +60,9 @@ class StMapping {
 namespace {
 
 bool st_parse_dtype(const std::string& s, DType* out) {
-  static const std::pair<const char*, DType> table[] = {{"F32", DType::f32}, {"BF16", DType::bf16},
-                                                        {"F16", DType::f16}, {"I32", DType::i32},
-                                                        {"I64", DType::i64}, {"U8", DType::u8}};
+  static const std::pair<const char*, DType> table[] = {
+      {"F32", DType::f32}, {"BF16", DType::bf16}, {"F16", DType::f16},        {"I32", DType::i32},
+      {"I64", DType::i64}, {"U8", DType::u8},     {"F8_E4M3", DType::f8_e4m3}};
   for (const auto& [name, t] : table)
     if (s == name) {
       *out = t;
@@ -85,6 +85,8 @@ const char* st_dtype_tag(DType t) {
       return "I64";
     case DType::u8:
       return "U8";
+    case DType::f8_e4m3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -150,7 +152,8 @@ void st_read_header(const StMapping& m, std::map<std::string, StTensor>& out) {
     t.file = path;
     const std::string dts = dt->get<std::string>();
     DF_CHECK(st_parse_dtype(dts, &t.dtype),
-             "%s: unsupported dtype '%s' (supported: F32, BF16, F16, I32, I64, U8); convert the checkpoint",
+             "%s: unsupported dtype '%s' (supported: F32, BF16, F16, I32, I64, U8, F8_E4M3); convert the "
+             "checkpoint",
              what.c_str(), dts.c_str());
     for (const auto& d : *sh) {
       DF_CHECK(d.is_number_integer(), "%s: shape entries must be integers", what.c_str());
@@ -180,6 +183,12 @@ std::string path_join(const std::string& dir, const std::string& name) {
 }
 
 }  // namespace
+
+std::string st_shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
 
 int64_t StTensor::numel() const {
   int64_t n = 1;
@@ -308,9 +317,14 @@ void st_to_f32(const StTensor& t, float* out) {
     case DType::u8:
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]);
       return;
+    case DType::f8_e4m3:
+      // Block-scaled FP8 codes mean nothing without their weight_scale_inv (model/fp8_weights.h).
+      DF_FAIL(
+          "tensor '%s' in %s is F8_E4M3: it needs its block scale to be read; HINT: only target "
+          "checkpoint linear weights may be FP8 (dequantised by the target loader)",
+          t.name.c_str(), t.file.c_str());
   }
 }
-
 
 void safetensors_write(const std::string& path, const std::vector<StWriteTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {

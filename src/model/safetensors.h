@@ -13,13 +13,16 @@ namespace df {
 
 struct StTensor {
   std::string name;
-  DType dtype = DType::f32;       // F32, BF16, F16 (and I32/I64/U8 for completeness)
+  DType dtype = DType::f32;       // F32, BF16, F16, F8_E4M3 (and I32/I64/U8 for completeness)
   std::vector<int64_t> shape;
   const void* data = nullptr;     // inside the mapped file
   size_t nbytes = 0;
   std::string file;               // which shard it came from (for messages)
   int64_t numel() const;
 };
+
+// "[N, K]": how messages print a tensor shape.
+std::string st_shape_text(const std::vector<int64_t>& shape);
 
 class StMapping;  // one mapped file (private)
 
@@ -42,7 +45,7 @@ class SafetensorsIndex {
   std::map<std::string, StTensor> tensors_;
 };
 
-// Copies a tensor's values into f32 (converting BF16/F16).
+// Copies a tensor's values into f32 (converting BF16/F16); F8_E4M3 is refused (it needs its block scale).
 void st_to_f32(const StTensor& t, float* out);
 
 struct StWriteTensor {

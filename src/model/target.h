@@ -70,8 +70,16 @@ std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const
 std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed, Ops& ops,
                                            const TargetLoadOptions& opt);
 
-// Writes a model (loaded or random) as a Hugging Face checkpoint (config.json + model.safetensors, f32).
-void target_save_hf(const TargetModel& m, const std::string& dir);
+struct TargetSaveOptions {
+  // > 0: store the decoder's large projections (fp8_quantized_weight) as block-scaled FP8 in blocks of
+  // fp8_block_n × fp8_block_k with f32 weight_scale_inv, and say so in config.json's quantization_config.
+  int fp8_block_n = 0;
+  int fp8_block_k = 0;
+};
+
+// Writes a model (loaded or random) as a Hugging Face checkpoint (config.json + model.safetensors, f32 or,
+// with fp8 blocks, FP8 projections as the official Qwen FP8 releases store them).
+void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSaveOptions& opt = {});
 
 // What a forward pass produces, into caller-owned tensors of act dtype [T, H].
 struct TargetOutputs {

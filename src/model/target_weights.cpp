@@ -11,6 +11,7 @@
 #include "core/file_util.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "model/fp8_weights.h"
 #include "model/safetensors.h"
 #include "model/target.h"
 
@@ -29,12 +30,6 @@ class WeightSource {
   // all gate heads.
   virtual void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) = 0;
 };
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 int64_t numel_of(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -160,8 +155,8 @@ class RandomSource final : public WeightSource {
   RandomSource(const QwenConfig& c, uint64_t seed, Ops& ops) : c_(c), seed_(seed), ops_(ops) {}
 
   void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) override {
-    DF_CHECK(dst.numel() == numel_of(shape), "random weights: '%s' %s does not fit its destination %s", name.c_str(),
-             shape_text(shape).c_str(), dst.shape_str().c_str());
+    DF_CHECK(dst.numel() == numel_of(shape), "random weights: '%s' %s does not fit its destination %s",
+             name.c_str(), st_shape_text(shape).c_str(), dst.shape_str().c_str());
     const uint64_t stream = std::hash<std::string>{}(name);
     auto ends_with = [&](const char* s) {
       std::string suf(s);
@@ -202,10 +197,12 @@ class RandomSource final : public WeightSource {
   Ops& ops_;
 };
 
-// Checkpoint tensors: converted to host f32, checked against the expected shape, uploaded.
+// Checkpoint tensors: converted to host f32 (FP8 ones dequantised with their block scales), checked against
+// the expected shape, uploaded. One tensor's host copy at a time, so a 27 B model never sits twice in memory.
 class CheckpointSource final : public WeightSource {
  public:
-  CheckpointSource(const SafetensorsIndex& st, const std::string& dir, Ops& ops) : st_(st), dir_(dir), ops_(ops) {}
+  CheckpointSource(const SafetensorsIndex& st, const std::string& dir, const QwenConfig& cfg, Ops& ops)
+      : st_(st), dir_(dir), cfg_(cfg), ops_(ops) {}
 
   void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) override {
     std::vector<float> v = get(name, shape);
@@ -224,16 +221,26 @@ class CheckpointSource final : public WeightSource {
   std::vector<float> get(const std::string& name, const std::vector<int64_t>& shape) const {
     const StTensor* t = st_.find(name);
     DF_CHECK(t != nullptr, "%s: tensor '%s' (expected shape %s) is missing from the checkpoint", dir_.c_str(),
-             name.c_str(), shape_text(shape).c_str());
-    DF_CHECK(t->shape == shape, "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
+             name.c_str(), st_shape_text(shape).c_str());
+    DF_CHECK(t->shape == shape,
+             "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
              "weights do not belong together",
-             dir_.c_str(), name.c_str(), shape_text(t->shape).c_str(), shape_text(shape).c_str());
+             dir_.c_str(), name.c_str(), st_shape_text(t->shape).c_str(), st_shape_text(shape).c_str());
     std::vector<float> v(numel_of(shape));
-    st_to_f32(*t, v.data());
+    if (t->dtype == DType::f8_e4m3) {
+      DF_CHECK(cfg_.fp8_block_n > 0,
+               "%s: tensor '%s' is F8_E4M3 but %s/config.json has no quantization_config; HINT: use the "
+               "config.json that came with the FP8 weights (it gives weight_block_size)",
+               t->file.c_str(), name.c_str(), dir_.c_str());
+      fp8_dequantize(st_, *t, cfg_.fp8_block_n, cfg_.fp8_block_k, v.data());
+    } else {
+      st_to_f32(*t, v.data());
+    }
     return v;
   }
   const SafetensorsIndex& st_;
   const std::string& dir_;
+  const QwenConfig& cfg_;
   Ops& ops_;
 };
 
@@ -255,7 +262,7 @@ std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const
   QwenConfig cfg = qwen_config_load(dir);
   SafetensorsIndex st = SafetensorsIndex::open(dir);
   std::string prefix = find_prefix(st, dir);
-  CheckpointSource src(st, dir, ops);
+  CheckpointSource src(st, dir, cfg, ops);
   return build_model(cfg, ops, opt, prefix, src);
 }
 
@@ -265,14 +272,28 @@ std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed,
   return build_model(cfg, ops, opt, "model.", src);
 }
 
-void target_save_hf(const TargetModel& m, const std::string& dir) {
+void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSaveOptions& opt) {
   const QwenConfig& c = m.cfg;
+  DF_CHECK((opt.fp8_block_n > 0) == (opt.fp8_block_k > 0),
+           "target_save_hf: FP8 block %dx%d must be both positive or both 0", opt.fp8_block_n,
+           opt.fp8_block_k);
   DF_CHECK(m.num_loaded_layers == c.layers, "only a fully loaded model can be saved (%d of %d layers loaded)",
            m.num_loaded_layers, c.layers);
   Ops& ops = *m.ops;
   std::vector<std::vector<float>> keep;  // owns the host copies until the file is written
+  std::vector<std::vector<uint8_t>> codes;
   std::vector<StWriteTensor> out;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+    if (opt.fp8_block_n > 0 && fp8_quantized_weight(name)) {
+      std::vector<int64_t> sshape = fp8_scale_shape(shape[0], shape[1], opt.fp8_block_n, opt.fp8_block_k);
+      codes.emplace_back(v.size());
+      keep.emplace_back(size_t(sshape[0] * sshape[1]));
+      fp8_quantize(v.data(), shape[0], shape[1], opt.fp8_block_n, opt.fp8_block_k, codes.back().data(),
+                   keep.back().data());
+      out.push_back({name, DType::f8_e4m3, std::move(shape), codes.back().data()});
+      out.push_back({fp8_scale_name(name), DType::f32, std::move(sshape), keep.back().data()});
+      return;
+    }
     keep.push_back(std::move(v));
     out.push_back({name, DType::f32, std::move(shape), keep.back().data()});
   };
@@ -340,7 +361,10 @@ void target_save_hf(const TargetModel& m, const std::string& dir) {
   }
   std::filesystem::create_directories(dir);
   safetensors_write(dir + "/model.safetensors", out, {{"format", "pt"}});
-  file_write_text_atomic(dir + "/config.json", qwen_config_to_json(c).dump(2) + "\n");
+  QwenConfig written = c;  // a model loaded from FP8 and saved as f32 must not claim FP8 weights
+  written.fp8_block_n = opt.fp8_block_n;
+  written.fp8_block_k = opt.fp8_block_k;
+  file_write_text_atomic(dir + "/config.json", qwen_config_to_json(written).dump(2) + "\n");
 }
 
 }  // namespace df

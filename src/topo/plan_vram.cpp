@@ -83,9 +83,11 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   VramRole& tr = p.target;
   tr.role = "target";
   const double tw = V * H + layer_params + (kl ? H : 0);
+  // An FP8 checkpoint is dequantised at load (model/fp8_weights.h): its weights take bf16 room, not 1 B each.
   add(tr, "weights bf16", kBf16 * tw,
-      strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s) = %.4g params", V, H,
-             p.target_layers_run, n_lin, n_full, kl ? " + final norm" : "", tw));
+      strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s) = %.4g params%s", V, H,
+             p.target_layers_run, n_lin, n_full, kl ? " + final norm" : "", tw,
+             t.fp8_block_n > 0 ? " (FP8 checkpoint, held as bf16 after dequantisation)" : ""));
   add(tr, "residual [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   add(tr, "normed input [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   double proj = 2.0 * t.intermediate, mixer = 0;

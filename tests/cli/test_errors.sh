@@ -56,5 +56,15 @@ sets=$(h5ls "$TMP/f32.h5" | awk '{print $1}' | sort | tr '\n' ' ')
 [ "$sets" = "final_norm layer_2 loss_mask offsets tokens " ] || { echo "FAIL: --layers 2,final_norm wrote: $sets"; fails=$((fails + 1)); }
 expect_fail "listed twice" "$BIN" extract --model "$TMP/tiny2" --tokens "$TMP/tok.h5" --out "$TMP/o.h5" --layers 1,1
 
+# An FP8 checkpoint (model init --fp8: block-scaled e4m3 projections) extracts like any other; the same
+# weights with a config.json that lost its quantization_config name the tensor and the key.
+"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --out "$TMP/fp8" --fp8 >/dev/null
+grep -q '"quant_method": "fp8"' "$TMP/fp8/config.json" \
+  || { echo "FAIL: --fp8 wrote no quantization_config"; fails=$((fails + 1)); }
+"$BIN" extract --model "$TMP/fp8" --tokens "$TMP/tok.h5" --out "$TMP/fp8.h5" --layers 1 >/dev/null 2>&1 \
+  || { echo "FAIL: extract from an FP8 checkpoint"; fails=$((fails + 1)); }
+cp "$SRC/configs/tiny-target.json" "$TMP/fp8/config.json"
+expect_fail "quantization_config" "$BIN" extract --model "$TMP/fp8" --tokens "$TMP/tok.h5" --out "$TMP/o.h5"
+
 echo "$fails failed"
 [ $fails -eq 0 ]
