@@ -135,11 +135,13 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
   fill_model(*m, prefix, src);
   if (opt.fp8) {
     const int64_t b_rows = 2 * int64_t(cfg.lin_nv);  // in_proj_b and in_proj_a, the last rows of w_in
-    for (const TargetLayer& L : m->layers) {
-      for (const Tensor* w : {&L.w_qkv, &L.w_o, &L.w_out, &L.w_gate_up, &L.w_down})
-        if (!w->empty()) ops.fp8_round_rows(*w);
-      if (!L.w_in.empty()) ops.fp8_round_rows(L.w_in.rows_view(0, L.w_in.rows - b_rows));
-    }
+    // A block-scaled FP8 checkpoint's weights are e4m3 values already (on their block scales): kept as they are.
+    if (cfg.fp8_block_n == 0)
+      for (const TargetLayer& L : m->layers) {
+        for (const Tensor* w : {&L.w_qkv, &L.w_o, &L.w_out, &L.w_gate_up, &L.w_down})
+          if (!w->empty()) ops.fp8_round_rows(*w);
+        if (!L.w_in.empty()) ops.fp8_round_rows(L.w_in.rows_view(0, L.w_in.rows - b_rows));
+      }
     m->fp8 = true;
   }
   return m;
