@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # target.dtype = "fp8" end to end on CPU ranks: the same tiny run trained once from the FP8-emulated target's
-# taps and once from the plain target's trains the same way (per-step losses within 0.2 %, about 3x the largest
-# difference seen here, 0.07 %; τ of the last 20 steps within 0.05), while the losses are not bit-identical
+# taps and once from the plain target's trains the same way (per-step losses within 0.05 %, about 4x the largest
+# difference seen here, 0.013 %; τ of the last 20 steps within 0.05), while the losses are not bit-identical
 # (the FP8 rounding did reach the features). On this tiny random target the drafter learns mostly from the
 # tokens, so this bounds what FP8 taps cost a drafter only loosely; the per-tap error is bounded in
 # tests/unit/test_fp8_target.cpp.
@@ -14,8 +14,8 @@ for dt in bf16 fp8; do
   run_mpi 2 "$TMP/$dt.log" --config "$TMP/$dt.toml" || { fail "$dt run"; tail -20 "$TMP/$dt.log"; }
 done
 grep -q 'target.dtype *= "fp8"' "$TMP/fp8.log" || fail "the fp8 run's config table lacks target.dtype = \"fp8\""
-python3 "$SRC/tests/mpi/compare_losses.py" "$TMP/fp8/metrics.jsonl" "$TMP/bf16/metrics.jsonl" 2e-3 0 \
-  "FP8 target vs bf16 target, 150 steps" || fail "FP8-target losses left the bf16 run's by more than 0.2 %"
+python3 "$SRC/tests/mpi/compare_losses.py" "$TMP/fp8/metrics.jsonl" "$TMP/bf16/metrics.jsonl" 5e-4 0 \
+  "FP8 target vs bf16 target, 150 steps" || fail "FP8-target losses left the bf16 run's by more than 0.05 %"
 [ "$(losses "$TMP/fp8/metrics.jsonl")" != "$(losses "$TMP/bf16/metrics.jsonl")" ] ||
   fail "FP8 and bf16 losses are bit-identical: the FP8 rounding never reached the taps"
 python3 - "$TMP/fp8/metrics.jsonl" "$TMP/bf16/metrics.jsonl" <<'PY' || fail "tau of FP8 vs bf16"
