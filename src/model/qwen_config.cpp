@@ -161,7 +161,9 @@ std::vector<int> mrope_sections(int rot_dim) {
 // vLLM's Fp8Config read it): block-scaled e4m3 weights, activations quantised on the fly ("dynamic").
 // Anything this loader would read differently is refused rather than guessed at.
 void parse_quantization_config(const CfgObj& q, QwenConfig& c) {
-  for (const auto& [key, v] : q.j.items()) {
+  for (const auto& item : q.j.items()) {
+    // A named copy, not a structured binding: clang 14 (the sanitizer build) cannot capture those in a lambda.
+    const std::string key = item.key();
     static const char* known[] = {"quant_method",           "fmt",
                                   "weight_block_size",      "activation_scheme",
                                   "modules_to_not_convert", "ignored_layers"};
