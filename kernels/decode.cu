@@ -1,8 +1,10 @@
 // Incremental decoding kernels (ops.h "incremental decoding"): attention of a step's new queries over a
 // sequence's key/value cache, and the Gated DeltaNet recurrence continued token by token from a carried state.
 // A decode step has few rows (a block of B, or one token per slot), so both kernels are warp-per-work-item
-// with fp32 arithmetic throughout and no tiling: they are bound by reading the cache / the state once. Any
-// head dim up to kDecodeMaxHeadDim works (lanes stride over the dims), any row stride, any GQA / GVA ratio.
+// with fp32 arithmetic throughout and no tiling. Any head dim up to kDecodeMaxHeadDim works (lanes stride over
+// the dims), any row stride, any GQA / GVA ratio; that generality makes them the prefill's fallback too, for
+// shapes the tiled attention and chunked DeltaNet kernels are not built for (causal over packed sequences;
+// the recurrence from zero states per sequence).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
