@@ -188,41 +188,22 @@ void dispatch_per_lane(int dim, Fn&& fn) {
     fn(std::integral_constant<int, kDecodeMaxPerLane>{});
 }
 
-}  // namespace
-
-void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
-                             bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
-                             int hq, int hkv, int hd, float scale, cudaStream_t stream) {
-  if (T == 0) return;
+// One block per (query row, head) of attention_cached_kernel, over a cache (cu == nullptr) or over packed
+// sequences; `who` names the launcher in errors.
+void attention_rows_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
+                        bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t rows, int64_t past,
+                        const int32_t* cu, int num_seqs, int hq, int hkv, int hd, float scale, const char* who,
+                        cudaStream_t stream) {
   if (hd <= 0 || hd > kDecodeMaxHeadDim || hkv <= 0 || hq % hkv != 0 || past < 0 || hq > 65535)
-    cuda_throw("attention_cached_launch", "needs 0 < head_dim <= 512, q heads a multiple of kv heads, past >= 0 "
-               "and at most 65535 heads", __FILE__, __LINE__);
+    cuda_throw(who, "needs 0 < head_dim <= 512, q heads a multiple of kv heads, past >= 0 and at most 65535 heads",
+               __FILE__, __LINE__);
   const size_t smem = sizeof(float) * (size_t)kDecodeWarps * (2 + hd);
   dispatch_per_lane(hd, [&](auto pl) {
-    attention_cached_kernel<decltype(pl)::value><<<dim3((unsigned)T, (unsigned)hq), kDecodeThreads, smem, stream>>>(
-        q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, past, nullptr, 0, hq, hkv, hd, scale);
+    attention_cached_kernel<decltype(pl)::value><<<dim3((unsigned)rows, (unsigned)hq), kDecodeThreads, smem, stream>>>(
+        q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, past, cu, num_seqs, hq, hkv, hd, scale);
   });
   DF_CUDA_CHECK_LAUNCH("attention_cached_kernel");
 }
-
-void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
-                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
-                                     const int32_t* cu, int num_seqs, int64_t tokens, int hq, int hkv, int hd,
-                                     float scale, cudaStream_t stream) {
-  if (tokens == 0 || num_seqs == 0) return;
-  if (hd <= 0 || hd > kDecodeMaxHeadDim || hkv <= 0 || hq % hkv != 0 || hq > 65535)
-    cuda_throw("attention_causal_general_launch", "needs 0 < head_dim <= 512, q heads a multiple of kv heads and "
-               "at most 65535 heads", __FILE__, __LINE__);
-  const size_t smem = sizeof(float) * (size_t)kDecodeWarps * (2 + hd);
-  dispatch_per_lane(hd, [&](auto pl) {
-    attention_cached_kernel<decltype(pl)::value>
-        <<<dim3((unsigned)tokens, (unsigned)hq), kDecodeThreads, smem, stream>>>(
-            q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, 0, cu, num_seqs, hq, hkv, hd, scale);
-  });
-  DF_CUDA_CHECK_LAUNCH("attention_cached_kernel (causal packed)");
-}
-
-namespace {
 
 void gdn_recurrence_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
                         const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
@@ -241,6 +222,23 @@ void gdn_recurrence_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
 }
 
 }  // namespace
+
+void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
+                             bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
+                             int hq, int hkv, int hd, float scale, cudaStream_t stream) {
+  if (T == 0) return;
+  attention_rows_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, nullptr, 0, hq, hkv, hd, scale,
+                     "attention_cached_launch", stream);
+}
+
+void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
+                                     const int32_t* cu, int num_seqs, int64_t tokens, int hq, int hkv, int hd,
+                                     float scale, cudaStream_t stream) {
+  if (tokens == 0 || num_seqs == 0) return;
+  attention_rows_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, tokens, 0, cu, num_seqs, hq, hkv, hd,
+                     scale, "attention_causal_general_launch", stream);
+}
 
 void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
                        const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
