@@ -10,6 +10,14 @@ namespace df {
 
 constexpr float kE4m3Max = 448.0f;
 
+// The scale of a group of values quantised together to e4m3 (a weight block, a row): amax / 448 maps the
+// largest to the largest code; an all-zero group, or one so small that its scale underflows, takes 1 (its
+// codes are all zero anyway, and a zero scale would turn them into 0/0).
+inline float e4m3_scale(float amax) {
+  const float s = amax / kE4m3Max;
+  return s > 0.0f ? s : 1.0f;
+}
+
 // Exact: every e4m3 value is an f32 (a 4-bit significand times a power of two in [2^-9, 2^8]).
 inline float e4m3_to_f32(uint8_t c) {
   const uint32_t exp = (c >> 3) & 0xfu, mant = c & 0x7u;

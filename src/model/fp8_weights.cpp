@@ -96,8 +96,7 @@ void fp8_quantize(const float* w, int64_t N, int64_t K, int block_n, int block_k
                    static_cast<long long>(r), static_cast<long long>(c), double(v));
           amax = std::max(amax, std::fabs(v));
         }
-      // An all-zero block (or one so tiny its scale underflows) takes scale 1: its codes are all zero anyway.
-      const float s = amax / kE4m3Max > 0.0f ? amax / kE4m3Max : 1.0f;
+      const float s = e4m3_scale(amax);
       scale_inv[bi * kb + bj] = s;
       for (int64_t r = bi * block_n; r < r1; ++r)
         for (int64_t c = bj * block_k; c < c1; ++c) q[r * K + c] = f32_to_e4m3(w[r * K + c] / s);
