@@ -123,54 +123,6 @@ class TargetDecodeCuda : public ::testing::TestWithParam<int> {
   std::unique_ptr<CudaOps> gpu_;
 };
 
-// ||a − b|| / ||b||.
-double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    EXPECT_FALSE(std::isnan(a[i])) << "element " << i;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-// The full forward on CUDA over one sequence: every layer's tap and the final norm, downloaded.
-FwdResult cuda_forward(const TargetModel& m, CudaOps& ops, const std::vector<int32_t>& ids) {
-  const int64_t T = int64_t(ids.size()), H = m.cfg.hidden;
-  const int L = m.cfg.layers;
-  TargetForward fwd(m, T);
-  Tensor taps, fin, id_t;
-  Arena arena;
-  void* block = ops_alloc_planned(
-      ops,
-      [&](Arena& a) {
-        taps = a.alloc(DType::bf16, T, int64_t(L) * H);
-        fin = a.alloc(DType::bf16, T, H);
-        id_t = a.alloc(DType::i32, 1, T);
-      },
-      4096, arena);
-  SeqLayout seqs = seq_layout_make({int32_t(T)}, ops, arena);
-  ops.upload_raw(id_t, ids.data());
-  TargetOutputs out;
-  for (int l = 0; l < L; ++l) {
-    out.tap_layers.push_back(l);
-    out.taps.push_back(taps.cols_view(int64_t(l) * H, H));
-  }
-  out.want_final_norm = true;
-  out.final_norm = fin;
-  fwd.run(id_t, seqs, out);
-  FwdResult r;
-  for (int l = 0; l < L; ++l) {
-    r.taps.emplace_back(size_t(T * H));
-    ops.download_f32(out.taps[size_t(l)], r.taps.back().data());
-  }
-  r.final_norm.resize(size_t(T * H));
-  ops.download_f32(fin, r.final_norm.data());
-  ops.free_bytes(block);
-  return r;
-}
-
 // Plain greedy decoding of one prompt on the target's own device, one token a step, with each step's top-2
 // logit margin and top logit (to tell a near tie from a real difference).
 struct Greedy {
@@ -235,7 +187,7 @@ TEST_P(TargetDecodeCuda, ForwardMatchesFp32WithinBf16Error) {
   for (int n : {1, 63, 64, 65, 257}) {
     const std::vector<int32_t> ids = random_ids(n, c.vocab, uint32_t(n));
     const FwdResult gold = run_model(*mc, cpu, ids, {n}, c.layers, true);
-    const FwdResult fwd = cuda_forward(*mg, *gpu_, ids);
+    const FwdResult fwd = run_model(*mg, *gpu_, ids, {int32_t(ids.size())}, c.layers, true);
     const double bound = c.family == ModelFamily::qwen3_5 ? 0.14 : 8e-2;
     double worst = 0;
     for (int l = 0; l < c.layers; ++l) {
@@ -258,7 +210,7 @@ TEST_P(TargetDecodeCuda, StepsReproduceTheFullForward) {
   const std::vector<int32_t> ids = random_ids(23, c.vocab, 4);
   const FwdResult gold = run_model(*mc, cpu, ids, {23}, c.layers, true);
   const std::vector<float> gold_logits = host_logits(*mc, cpu, gold.final_norm);
-  const FwdResult fwd = cuda_forward(*mg, *gpu_, ids);
+  const FwdResult fwd = run_model(*mg, *gpu_, ids, {int32_t(ids.size())}, c.layers, true);
   const std::vector<float> fwd_logits = host_logits(*mg, *gpu_, fwd.final_norm);
 
   TargetDecoder dec(*mg, {32, 8, 8}, all_layers(c));
@@ -299,30 +251,16 @@ TEST_P(TargetDecodeCuda, StepsReproduceTheFullForward) {
 }
 
 TEST_P(TargetDecodeCuda, RollbackEqualsFreshPrefill) {
-  const QwenConfig c = cfg();
-  auto m = target_random(c, 5, *gpu_, with_lm_head());
-  const std::vector<int32_t> ids = random_ids(30, c.vocab, 8);
-  auto span = [&](int64_t a, int64_t b) { return std::vector<int32_t>(ids.begin() + a, ids.begin() + b); };
-  TargetDecoder spec(*m, {40, 16, 6}, {0, c.layers - 1});
-  spec.step(span(0, 9));
-  spec.commit(9);
-  spec.step(span(20, 26));  // rejected outright
-  spec.commit(0);
-  spec.step(span(9, 15));
-  spec.commit(3);
-  spec.step(span(12, 16));
-  TargetDecoder fresh(*m, {40, 16, 6}, {0, c.layers - 1});
-  fresh.step(span(0, 12));
-  fresh.commit(12);
-  fresh.step(span(12, 16));
+  auto m = target_random(cfg(), 5, *gpu_, with_lm_head());
+  const RollbackRun r = rollback_vs_fresh_prefill(*m);
   // The recurrence and the attention rows do the same arithmetic on both paths; the GEMMs see other row
   // counts (one cuBLASLt algorithm per M bucket, so the same here, but not promised): at most a few bf16
   // roundings apart, 1e-2 relative RMS (2.5 roundings of 2^-9).
-  const double e_logits = rel_rms(down(spec.logits()), down(fresh.logits()));
+  const double e_logits = rel_rms(r.spec_logits, r.fresh_logits);
   std::printf("[ decode ] rollback vs fresh prefill: logits rel-RMS %.3e\n", e_logits);
   EXPECT_LE(e_logits, 1e-2);
-  for (size_t i = 0; i < 2; ++i) EXPECT_LE(rel_rms(down(spec.tap(i)), down(fresh.tap(i))), 1e-2) << "tap " << i;
-  EXPECT_EQ(spec.length(), 12);
+  for (size_t i = 0; i < 2; ++i) EXPECT_LE(rel_rms(r.spec_taps[i], r.fresh_taps[i]), 1e-2) << "tap " << i;
+  EXPECT_EQ(r.spec_length, 12);
 }
 
 TEST_P(TargetDecodeCuda, SpeculativeDecodingCommitsTheGreedyTokens) {

@@ -13,6 +13,7 @@
 
 #include "core/arena.h"
 #include "model/target.h"
+#include "model/target_decode.h"
 
 namespace df {
 
@@ -55,30 +56,44 @@ struct FwdResult {
   std::vector<float> final_norm;
 };
 
-// Runs `lengths` as one packed batch with taps at every layer and the final norm.
+// Runs `lengths` as one packed batch with taps at the first num_taps layers and the final norm, on any backend:
+// the outputs in its act dtype, downloaded as f32.
 inline FwdResult run_model(const TargetModel& m, Ops& ops, const std::vector<int32_t>& ids,
                            const std::vector<int32_t>& lengths, int num_taps, bool final_norm) {
   const int64_t T = ids.size(), H = m.cfg.hidden;
   TargetForward fwd(m, T);
-  std::vector<float> store((num_taps + 2) * T * H + 64 + T);
-  HostBuffer meta(64 * 1024);
-  Arena arena(meta.data(), meta.size(), Device::cpu);
+  Tensor taps, fin, id_t;
+  Arena arena;
+  // The sequence layout (offsets and positions, each aligned) goes into the extra bytes.
+  const size_t layout_bytes = (lengths.size() + 1 + size_t(T)) * 4 + 2 * Arena::kAlign;
+  void* block = ops_alloc_planned(
+      ops,
+      [&](Arena& a) {
+        taps = a.alloc(ops.act_dtype(), T, int64_t(std::max(num_taps, 1)) * H);
+        fin = a.alloc(ops.act_dtype(), T, H);
+        id_t = a.alloc(DType::i32, 1, T);
+      },
+      layout_bytes, arena);
   SeqLayout seqs = seq_layout_make(lengths, ops, arena);
-  Tensor id_t = arena.alloc(DType::i32, 1, T);
   ops.upload_raw(id_t, ids.data());
   TargetOutputs out;
   for (int l = 0; l < num_taps; ++l) {
     out.tap_layers.push_back(l);
-    out.taps.push_back(tensor_make(store.data() + l * T * H, DType::f32, Device::cpu, T, H));
+    out.taps.push_back(taps.cols_view(int64_t(l) * H, H));
   }
   out.want_final_norm = final_norm;
-  out.final_norm = tensor_make(store.data() + num_taps * T * H, DType::f32, Device::cpu, T, H);
+  out.final_norm = fin;
   fwd.run(id_t, seqs, out);
   FwdResult r;
-  for (int l = 0; l < num_taps; ++l)
-    r.taps.emplace_back(store.begin() + l * T * H, store.begin() + (l + 1) * T * H);
-  if (final_norm)
-    r.final_norm.assign(store.begin() + num_taps * T * H, store.begin() + (num_taps + 1) * T * H);
+  for (int l = 0; l < num_taps; ++l) {
+    r.taps.emplace_back(size_t(T * H));
+    ops.download_f32(out.taps[size_t(l)], r.taps.back().data());
+  }
+  if (final_norm) {
+    r.final_norm.resize(size_t(T * H));
+    ops.download_f32(fin, r.final_norm.data());
+  }
+  ops.free_bytes(block);
   return r;
 }
 
@@ -97,6 +112,18 @@ inline double max_err(const std::vector<float>& a, const std::vector<float>& b) 
     e = std::max(e, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(double(b[i]))));
   }
   return e;
+}
+
+// ||a − b|| / ||b|| (relative RMS error), flagging NaN in a and a size mismatch.
+inline double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_FALSE(std::isnan(a[i])) << "element " << i;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 // Host logits final_norm · lm_headᵀ, row-major [T, V], in double: the reference for the decoder's logits.
@@ -125,6 +152,47 @@ class TargetFamilyTest : public ::testing::TestWithParam<int> {
  protected:
   QwenConfig cfg() const { return GetParam() == 0 ? tiny_hybrid() : tiny_dense(); }
 };
+// The rollback scenario both backends test, on model seed 5 and ids seed 8. The speculative path: a prompt of
+// 9, a 6-token block rejected outright (nothing of it may remain), another of which 3 are kept, then a probe
+// step of 4 tokens. The fresh path: a prefill of the 12 accepted tokens, then the same probe. Returns each
+// path's probe logits and taps of the first and last layer (host f32) and the speculative path's length.
+struct RollbackRun {
+  std::vector<float> spec_logits, fresh_logits;
+  std::vector<std::vector<float>> spec_taps, fresh_taps;
+  int64_t spec_length = 0;
+};
+inline RollbackRun rollback_vs_fresh_prefill(const TargetModel& m) {
+  Ops& ops = *m.ops;
+  const std::vector<int32_t> ids = random_ids(30, m.cfg.vocab, 8);
+  auto span = [&](int64_t a, int64_t b) { return std::vector<int32_t>(ids.begin() + a, ids.begin() + b); };
+  auto host = [&](const Tensor& t) {
+    std::vector<float> v(size_t(t.numel()));
+    ops.download_f32(t, v.data());
+    return v;
+  };
+  TargetDecoder spec(m, {40, 16, 6}, {0, m.cfg.layers - 1});
+  spec.step(span(0, 9));
+  spec.commit(9);
+  spec.step(span(20, 26));
+  spec.commit(0);
+  spec.step(span(9, 15));
+  spec.commit(3);
+  spec.step(span(12, 16));
+  TargetDecoder fresh(m, {40, 16, 6}, {0, m.cfg.layers - 1});
+  fresh.step(span(0, 12));
+  fresh.commit(12);
+  fresh.step(span(12, 16));
+  RollbackRun r;
+  r.spec_logits = host(spec.logits());
+  r.fresh_logits = host(fresh.logits());
+  for (size_t i = 0; i < 2; ++i) {
+    r.spec_taps.push_back(host(spec.tap(i)));
+    r.fresh_taps.push_back(host(fresh.tap(i)));
+  }
+  r.spec_length = spec.length();
+  return r;
+}
+
 inline std::string target_family_name(const ::testing::TestParamInfo<int>& info) {
   return info.param == 0 ? "qwen3_5" : "qwen3";
 }

@@ -19,15 +19,6 @@ Tensor host_tensor(std::vector<float>& v, int64_t rows, int64_t cols) {
   return tensor_make(v.data(), DType::f32, Device::cpu, rows, cols);
 }
 
-double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 using Fp8TargetTest = TargetFamilyTest;
 
 }  // namespace

@@ -63,31 +63,13 @@ TEST_P(TargetDecodeTest, StepsReproduceTheFullForward) {
 
 TEST_P(TargetDecodeTest, RollbackEqualsFreshPrefill) {
   CpuOps ops;
-  const QwenConfig c = cfg();
-  auto m = target_random(c, 5, ops, with_lm_head());
-  const std::vector<int32_t> ids = random_ids(30, c.vocab, 8);
-  auto span = [&](int64_t a, int64_t b) { return std::vector<int32_t>(ids.begin() + a, ids.begin() + b); };
-  // The speculative path: prompt of 9, a 6-token block of which 3 are kept (twice: once after keeping none),
-  // then a probe step of 4 tokens.
-  TargetDecoder spec(*m, {40, 16, 6}, {0, c.layers - 1});
-  spec.step(span(0, 9));
-  spec.commit(9);
-  spec.step(span(20, 26));  // a block rejected outright: nothing of it may remain
-  spec.commit(0);
-  spec.step(span(9, 15));
-  spec.commit(3);
-  spec.step(span(12, 16));
-  // The fresh path: prefill of the 12 accepted tokens, then the same probe.
-  TargetDecoder fresh(*m, {40, 16, 6}, {0, c.layers - 1});
-  fresh.step(span(0, 12));
-  fresh.commit(12);
-  fresh.step(span(12, 16));
+  auto m = target_random(cfg(), 5, ops, with_lm_head());
+  const RollbackRun r = rollback_vs_fresh_prefill(*m);
   // Same arithmetic except GEMM row blocking and the conv/attention order over a different split: fp32
   // rounding.
-  EXPECT_LT(max_err(download(ops, spec.logits()), download(ops, fresh.logits())), 1e-5);
-  for (size_t i = 0; i < 2; ++i)
-    EXPECT_LT(max_err(download(ops, spec.tap(i)), download(ops, fresh.tap(i))), 1e-5) << "tap " << i;
-  EXPECT_EQ(spec.length(), 12);
+  EXPECT_LT(max_err(r.spec_logits, r.fresh_logits), 1e-5);
+  for (size_t i = 0; i < 2; ++i) EXPECT_LT(max_err(r.spec_taps[i], r.fresh_taps[i]), 1e-5) << "tap " << i;
+  EXPECT_EQ(r.spec_length, 12);
 }
 
 TEST_P(TargetDecodeTest, BatchedStepsMatchSingleSlotSteps) {
