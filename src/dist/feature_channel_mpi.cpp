@@ -13,18 +13,20 @@ namespace df {
 
 namespace {
 
-enum Tag : int { kTagHeader = 101, kTagPayload = 102, kTagCredit = 103, kTagStop = 104 };
+enum Tag : int { kTagHeader = 101, kTagMeta = 102, kTagCredit = 103, kTagStop = 104, kTagPayload = 105 };
 
 size_t align8(size_t n) { return (n + 7) / 8 * 8; }
 
-size_t payload_bytes(const FeatureHeader& h) {
-  size_t T = size_t(h.tokens);
-  return align8(8 * (h.num_seqs + 1)) + align8(4 * T) + align8(T) + 2 * T * h.feat_cols + 2 * T * h.final_cols;
+// The batch's small host arrays travel in one message; its payload in another, straight from the slot.
+size_t meta_bytes(const FeatureHeader& h) {
+  const size_t T = size_t(h.tokens);
+  return align8(8 * size_t(h.num_seqs + 1)) + align8(4 * T) + align8(T);
 }
 
-std::vector<char> payload_pack(const FeaturePacket& p) {
-  const FeatureHeader& h = p.hdr;
-  std::vector<char> buf(payload_bytes(h));
+size_t payload_bytes(const FeatureHeader& h) { return WireLayout::bytes(h.tokens, h.feat_cols, h.final_cols); }
+
+std::vector<char> meta_pack(const FeaturePacket& p) {
+  std::vector<char> buf(meta_bytes(p.hdr));
   char* w = buf.data();
   auto put = [&](const void* src, size_t n) {
     if (n) std::memcpy(w, src, n);
@@ -33,12 +35,10 @@ std::vector<char> payload_pack(const FeaturePacket& p) {
   put(p.offsets.data(), 8 * p.offsets.size());
   put(p.tokens.data(), 4 * p.tokens.size());
   put(p.loss_mask.data(), p.loss_mask.size());
-  put(p.features.data(), 2 * p.features.size());
-  put(p.final_hidden.data(), 2 * p.final_hidden.size());
   return buf;
 }
 
-void payload_unpack(const std::vector<char>& buf, FeaturePacket& p) {
+void meta_unpack(const std::vector<char>& buf, FeaturePacket& p) {
   const FeatureHeader& h = p.hdr;
   const size_t T = size_t(h.tokens);
   const char* r = buf.data();
@@ -51,8 +51,6 @@ void payload_unpack(const std::vector<char>& buf, FeaturePacket& p) {
   get(p.offsets, size_t(h.num_seqs + 1));
   get(p.tokens, T);
   get(p.loss_mask, T);
-  get(p.features, T * h.feat_cols);
-  get(p.final_hidden, T * h.final_cols);
 }
 
 int checked_count(size_t bytes) {
@@ -67,11 +65,25 @@ void poll_pause() { std::this_thread::sleep_for(std::chrono::microseconds(200));
 
 class MpiSender final : public FeatureSender {
  public:
-  MpiSender(MPI_Comm comm, std::vector<int> drafters, int depth)
+  MpiSender(MPI_Comm comm, std::vector<int> drafters, int depth, WirePool& pool)
       : comm_(comm), drafters_(std::move(drafters)), credits_(drafters_.size(), depth),
-        stop_seen_(drafters_.size(), false) {}
+        stop_seen_(drafters_.size(), false), pool_(pool), busy_(size_t(pool.depth()), false) {}
+
+  char* acquire() override {
+    slot_ = next_;
+    next_ = (next_ + 1) % pool_.depth();
+    while (busy_[size_t(slot_)]) {
+      poll();
+      if (busy_[size_t(slot_)]) poll_pause();
+    }
+    return pool_.data(slot_);
+  }
 
   bool send(int d, FeaturePacket&& p) override {
+    DF_CHECK(slot_ >= 0, "feature channel: send() without acquire() (internal error)");
+    DF_CHECK(payload_bytes(p.hdr) <= pool_.bytes(), "feature channel: a batch of %lld tokens needs %zu payload "
+             "bytes but the wire slots hold %zu; HINT: all ranks must run the same data.token_budget",
+             (long long)p.hdr.tokens, payload_bytes(p.hdr), pool_.bytes());
     while (credits_[d] == 0) {
       poll();
       if (stopped()) return false;
@@ -79,7 +91,16 @@ class MpiSender final : public FeatureSender {
     }
     if (stopped()) return false;
     --credits_[d];
-    post(d, std::move(p));
+    auto f = std::make_unique<Inflight>();
+    f->drafter = d;
+    f->slot = slot_;
+    f->hdr = p.hdr;
+    f->meta = meta_pack(p);
+    pool_.to_host(slot_, payload_bytes(p.hdr));
+    busy_[size_t(slot_)] = true;
+    slot_ = -1;
+    staged_.push_back(std::move(f));
+    poll();
     return true;
   }
 
@@ -92,12 +113,18 @@ class MpiSender final : public FeatureSender {
 
   void finish() override {
     while (!stopped()) poll_pause();
-    for (size_t d = 0; d < drafters_.size(); ++d) {
-      FeaturePacket end;
-      end.hdr.flags = FeatureHeader::kFlagEnd;
-      post(int(d), std::move(end));
+    // Batches still copying to the host go out first: the drafters drain every batch up to END.
+    while (!staged_.empty()) {
+      pool_.wait(staged_.front()->slot);
+      poll();
     }
-    for (auto& f : inflight_) MPI_Waitall(2, f->req, MPI_STATUSES_IGNORE);
+    for (size_t d = 0; d < drafters_.size(); ++d) {
+      auto end = std::make_unique<Inflight>();
+      end->drafter = int(d);
+      end->hdr.flags = FeatureHeader::kFlagEnd;
+      post(std::move(end));
+    }
+    for (auto& f : inflight_) MPI_Waitall(3, f->req, MPI_STATUSES_IGNORE);
     inflight_.clear();
     // Credits returned after the last batch are still queued: take them so no message outlives the run.
     int flag = 1;
@@ -113,20 +140,22 @@ class MpiSender final : public FeatureSender {
 
  private:
   struct Inflight {
+    int drafter = 0;
+    int slot = -1;  // -1: END, no payload
     FeatureHeader hdr;
-    std::vector<char> payload;
-    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    std::vector<char> meta;
+    MPI_Request req[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   };
 
-  void post(int d, FeaturePacket&& p) {
-    auto f = std::make_unique<Inflight>();
-    f->hdr = p.hdr;
-    f->payload = payload_pack(p);
-    const int dst = drafters_[d];
+  void post(std::unique_ptr<Inflight> f) {
+    const int dst = drafters_[size_t(f->drafter)];
     MPI_Isend(&f->hdr, int(sizeof(FeatureHeader)), MPI_BYTE, dst, kTagHeader, comm_, &f->req[0]);
-    if (!(f->hdr.flags & FeatureHeader::kFlagEnd))
-      MPI_Isend(f->payload.data(), checked_count(f->payload.size()), MPI_BYTE, dst, kTagPayload, comm_, &f->req[1]);
-    inflight_.push_back(std::move(f));  // heap-held: MPI keeps pointers into hdr and payload
+    if (f->slot >= 0) {
+      MPI_Isend(f->meta.data(), checked_count(f->meta.size()), MPI_BYTE, dst, kTagMeta, comm_, &f->req[1]);
+      MPI_Isend(pool_.host(f->slot), checked_count(payload_bytes(f->hdr)), MPI_BYTE, dst, kTagPayload, comm_,
+                &f->req[2]);
+    }
+    inflight_.push_back(std::move(f));  // heap-held: MPI keeps pointers into hdr and meta
   }
 
   void poll() {
@@ -149,12 +178,21 @@ class MpiSender final : public FeatureSender {
         }
       }
     }
-    // Retire completed sends in order (the buffers must live until MPI is done with them).
-    while (!inflight_.empty()) {
+    // Staged batches go on the wire in order, each once its payload has reached the host.
+    while (!staged_.empty() && pool_.copied(staged_.front()->slot)) {
+      post(std::move(staged_.front()));
+      staged_.pop_front();
+    }
+    // Completed sends free their slots (a drafter may take its batches in another order than the sends').
+    for (auto it = inflight_.begin(); it != inflight_.end();) {
       int done = 0;
-      MPI_Testall(2, inflight_.front()->req, &done, MPI_STATUSES_IGNORE);
-      if (!done) break;
-      inflight_.pop_front();
+      MPI_Testall(3, (*it)->req, &done, MPI_STATUSES_IGNORE);
+      if (!done) {
+        ++it;
+        continue;
+      }
+      if ((*it)->slot >= 0) busy_[size_t((*it)->slot)] = false;
+      it = inflight_.erase(it);
     }
   }
 
@@ -162,13 +200,17 @@ class MpiSender final : public FeatureSender {
   std::vector<int> drafters_;
   std::vector<int> credits_;
   std::vector<bool> stop_seen_;
-  std::deque<std::unique_ptr<Inflight>> inflight_;
+  WirePool& pool_;
+  std::vector<bool> busy_;  // per slot: its batch is staged or on the wire
+  int next_ = 0, slot_ = -1;
+  std::deque<std::unique_ptr<Inflight>> staged_, inflight_;
 };
 
 class MpiReceiver final : public FeatureReceiver {
  public:
   // The sender starts with `depth` credits per drafter, so the receiver has nothing to announce.
-  MpiReceiver(MPI_Comm comm, std::vector<int> targets) : comm_(comm), targets_(std::move(targets)) {}
+  MpiReceiver(MPI_Comm comm, std::vector<int> targets, WirePool& pool)
+      : comm_(comm), targets_(std::move(targets)), pool_(pool) {}
 
   FeaturePacket recv(int t) override {
     FeaturePacket p = recv_one(t);
@@ -204,24 +246,42 @@ class MpiReceiver final : public FeatureReceiver {
     FeaturePacket p;
     MPI_Recv(&p.hdr, int(sizeof(FeatureHeader)), MPI_BYTE, targets_[t], kTagHeader, comm_, MPI_STATUS_IGNORE);
     if (p.hdr.flags & FeatureHeader::kFlagEnd) return p;
-    std::vector<char> buf(payload_bytes(p.hdr));
-    MPI_Recv(buf.data(), checked_count(buf.size()), MPI_BYTE, targets_[t], kTagPayload, comm_, MPI_STATUS_IGNORE);
-    payload_unpack(buf, p);
+    const size_t n = payload_bytes(p.hdr);
+    DF_CHECK(n <= pool_.bytes(), "target %d (rank %d) sent a batch of %lld tokens (%zu payload bytes) but this "
+             "drafter's wire slots hold %zu; HINT: all ranks must run the same data.token_budget",
+             t, targets_[size_t(t)], (long long)p.hdr.tokens, n, pool_.bytes());
+    std::vector<char> meta(meta_bytes(p.hdr));
+    MPI_Recv(meta.data(), checked_count(meta.size()), MPI_BYTE, targets_[size_t(t)], kTagMeta, comm_,
+             MPI_STATUS_IGNORE);
+    meta_unpack(meta, p);
+    // The slot's host mirror is free once its last copy to the device is done; the device side is guarded by
+    // the pool (the copy waits for the work already queued, which may still read the slot's previous batch).
+    const int slot = next_;
+    next_ = (next_ + 1) % pool_.depth();
+    pool_.wait(slot);
+    MPI_Recv(pool_.host(slot), checked_count(n), MPI_BYTE, targets_[size_t(t)], kTagPayload, comm_,
+             MPI_STATUS_IGNORE);
+    pool_.to_device(slot, n);
+    p.slot = pool_.data(slot);
+    p.slot_device = pool_.device();
     return p;
   }
 
   MPI_Comm comm_;
   std::vector<int> targets_;
+  WirePool& pool_;
+  int next_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<FeatureSender> feature_sender_mpi(MPI_Comm comm, std::vector<int> drafters, int depth) {
-  return std::make_unique<MpiSender>(comm, std::move(drafters), depth);
+std::unique_ptr<FeatureSender> feature_sender_mpi(MPI_Comm comm, std::vector<int> drafters, int depth,
+                                                  WirePool& pool) {
+  return std::make_unique<MpiSender>(comm, std::move(drafters), depth, pool);
 }
 
-std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets) {
-  return std::make_unique<MpiReceiver>(comm, std::move(targets));
+std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets, WirePool& pool) {
+  return std::make_unique<MpiReceiver>(comm, std::move(targets), pool);
 }
 
 }  // namespace df

@@ -70,8 +70,12 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   std::unique_ptr<TrainOps> ops = train_ops_create(plan.cfg.drafter.device, std::max(ctx.gpu, 0));
   DrafterModel model(plan.drafter, *ops);
   const int64_t H = plan.drafter.hidden;
-  DrafterMemory mem(*ops, frozen->embed, frozen->lm_head, plan.cfg.data.token_budget,
-                    H * plan.drafter.num_taps(), plan.kl ? H : 0);
+  const int64_t budget = plan.cfg.data.token_budget, feat_cols = H * plan.drafter.num_taps();
+  const int64_t final_cols = plan.kl ? H : 0;
+  const bool offline = plan.cfg.topology.offline;
+  // Host-built batches (offline feature files, held-out data) are staged; the channel's land in its pool.
+  const bool host_batches = offline || (owner && plan.cfg.eval.interval > 0);
+  DrafterMemory mem(*ops, frozen->embed, frozen->lm_head, host_batches ? budget : 0, feat_cols, final_cols);
   model.set_frozen(mem.embed(), mem.lm_head());
   const DrafterLimits limits = drafter_limits_from_run(plan.cfg);
   drafter_plan_workspace(model, limits);
@@ -96,9 +100,16 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     if (owner) log_here("resumed from %s at step %lld", plan.resume_path.c_str(), (long long)st.step);
   }
 
-  std::unique_ptr<FeatureReceiver> rx = plan.cfg.topology.offline
-                                            ? feature_receiver_files(plan, ctx.drafter_index)
-                                            : feature_receiver_mpi(ctx.data_comm, ctx.roles.targets);
+  // One receive slot: a batch is trained from in place and the next one's copy to the device waits for that
+  // work anyway, so a second slot would buy no overlap for its memory (1.6 GiB at the 27B budget).
+  std::unique_ptr<WirePool> pool;
+  std::unique_ptr<FeatureReceiver> rx;
+  if (offline) {
+    rx = feature_receiver_files(plan, ctx.drafter_index);
+  } else {
+    pool = ops->wire_pool(1, WireLayout::bytes(budget, feat_cols, final_cols));
+    rx = feature_receiver_mpi(ctx.data_comm, ctx.roles.targets, *pool);
+  }
   std::unique_ptr<GradReducer> reducer = grad_reducer_mpi(ctx.drafter_comm);
   OptimConfig optim = optim_config(plan);
   std::unique_ptr<MetricsLog> metrics;

@@ -41,9 +41,30 @@ DrafterBatch DrafterMemory::load(const FeaturePacket& p) {
   b.offsets = p.offsets;
   b.tokens = p.tokens;
   b.loss_mask = p.loss_mask;
-  b.taps = stage(p.features, p.hdr.feat_cols, taps_, taps_f32_);
-  if (p.hdr.final_cols > 0) b.target_hidden = stage(p.final_hidden, p.hdr.final_cols, final_, final_f32_);
+  const FeatureHeader& h = p.hdr;
+  if (p.slot) {
+    const char* fin = p.slot + WireLayout::final_offset(h.tokens, h.feat_cols);
+    b.taps = in_slot(p.slot, p.slot_device, h.tokens, h.feat_cols, taps_f32_);
+    if (h.final_cols > 0) b.target_hidden = in_slot(fin, p.slot_device, h.tokens, h.final_cols, final_f32_);
+    return b;
+  }
+  b.taps = stage(p.features, h.feat_cols, taps_, taps_f32_);
+  if (h.final_cols > 0) b.target_hidden = stage(p.final_hidden, h.final_cols, final_, final_f32_);
   return b;
+}
+
+Tensor DrafterMemory::in_slot(const char* at, Device where, int64_t rows, int64_t cols, std::vector<float>& f32) {
+  const uint16_t* bf16 = reinterpret_cast<const uint16_t*>(at);
+  if (host_) {
+    DF_CHECK(where == Device::cpu, "drafter: a CPU drafter got its features in device memory (internal error)");
+    f32.resize(size_t(rows * cols));
+    for (size_t i = 0; i < f32.size(); ++i) f32[i] = bf16_to_f32(bf16[i]);
+    return tensor_make(f32.data(), DType::f32, Device::cpu, rows, cols);
+  }
+  DF_CHECK(where == ops_.device(), "drafter: features arrived in %s memory but the drafter trains on %s "
+           "(internal error: the receive pool must come from the drafter's backend)",
+           where == Device::cpu ? "host" : "device", ops_.name());
+  return tensor_make(const_cast<char*>(at), DType::bf16, where, rows, cols);
 }
 
 Tensor DrafterMemory::upload_bf16(const Tensor& t, char* at) {

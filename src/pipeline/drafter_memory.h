@@ -15,8 +15,8 @@ namespace df {
 // bytes in one copy, no conversion.
 class DrafterMemory {
  public:
-  // embed/lm_head: host tables of the loaded target. max_tokens: the most tokens of one batch
-  // (data.token_budget); feat_cols: the taps' columns; final_cols: the final-norm columns (0 = none, no KL).
+  // embed/lm_head: host tables of the loaded target. max_tokens: the most tokens of one host-built batch
+  // (data.token_budget; 0 when every batch comes off the channel, which needs no staging); feat_cols: the taps' columns; final_cols: the final-norm columns (0 = none, no KL).
   DrafterMemory(TrainOps& ops, const Tensor& embed, const Tensor& lm_head, int64_t max_tokens,
                 int64_t feat_cols, int64_t final_cols);
   ~DrafterMemory();
@@ -26,12 +26,14 @@ class DrafterMemory {
   const Tensor& embed() const { return embed_; }
   const Tensor& lm_head() const { return lm_head_; }
 
-  // The packet as a drafter batch whose taps (and target_hidden) live in the staging memory: valid until the
-  // next load.
+  // The packet as a drafter batch. A packet off the channel is used where it landed (a device drafter
+  // trains from its receive slot in place; the CPU one converts to f32); a host-built packet (offline files,
+  // held-out data) is copied into the staging memory. Valid until the next load or recv.
   DrafterBatch load(const FeaturePacket& p);
 
  private:
   Tensor upload_bf16(const Tensor& t, char* at);
+  Tensor in_slot(const char* at, Device where, int64_t rows, int64_t cols, std::vector<float>& f32);
   Tensor stage(const std::vector<uint16_t>& bf16, int64_t cols, const Tensor& dev, std::vector<float>& f32);
 
   TrainOps& ops_;

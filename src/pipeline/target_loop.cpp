@@ -1,5 +1,6 @@
-// The target role: a flat loop of prefetch → forward with taps → pack → send. The wire is bf16: CUDA ranks'
-// activations are bf16 already and go out as they are; CPU ranks' are f32 and are rounded when packed.
+// The target role: a flat loop of prefetch → forward with taps → send. The wire is bf16: a CUDA rank's forward
+// writes its bf16 taps straight into a slot of its wire pool, and the channel copies them to the host off the
+// compute stream while the next forward runs; a CPU rank's taps are f32 and are rounded into the slot.
 #include <chrono>
 
 #include "core/log.h"
@@ -24,16 +25,16 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   const int64_t budget = plan.cfg.data.token_budget;
   TargetForward fwd(*model, budget);
 
-  // Taps land side by side in one [budget, k·H] tensor: the wire layout, so packing is one conversion.
-  TargetOutputs outs;
-  outs.tap_layers = dc.target_layer_ids;
-  outs.want_final_norm = plan.kl;
-  Tensor feats, ids_all;
+  // Taps land side by side in one [T, k·H] tensor, the wire layout (WireLayout): in the wire slot itself when
+  // the activations are bf16, else in f32 tensors rounded into the slot after the forward.
+  const int64_t feat_cols = int64_t(k) * H, final_cols = plan.kl ? H : 0;
+  const bool in_place = ops->act_dtype() == DType::bf16;
+  Tensor feats_f32, final_f32, ids_all;
   auto layout = [&](Arena& a) {
-    feats = a.alloc(ops->act_dtype(), budget, int64_t(k) * H);
-    outs.taps.clear();
-    for (int i = 0; i < k; ++i) outs.taps.push_back(feats.cols_view(int64_t(i) * H, H));
-    if (plan.kl) outs.final_norm = a.alloc(ops->act_dtype(), budget, H);
+    if (!in_place) {
+      feats_f32 = a.alloc(ops->act_dtype(), budget, feat_cols);
+      if (plan.kl) final_f32 = a.alloc(ops->act_dtype(), budget, H);
+    }
     ids_all = a.alloc(DType::i32, 1, budget);
   };
   // Per-batch sequence layout: offsets (at most budget + 1) and positions (budget), i32, each 256-aligned.
@@ -45,8 +46,9 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   const int64_t begin = plan.start_step * plan.batches_per_step, end = plan.total_steps * plan.batches_per_step;
   std::vector<int64_t> mine = batch_indices_for_target(begin, end, ctx.target_index, plan.num_targets);
   Prefetcher prefetch(*plan.corpus, *plan.batcher, mine, size_t(plan.cfg.data.prefetch_depth));
-  std::unique_ptr<FeatureSender> sender =
-      feature_sender_mpi(ctx.data_comm, ctx.roles.drafters, plan.cfg.pipeline.hs_queue_depth);
+  const int depth = plan.cfg.pipeline.hs_queue_depth;
+  std::unique_ptr<WirePool> pool = ops->wire_pool(depth, WireLayout::bytes(budget, feat_cols, final_cols));
+  std::unique_ptr<FeatureSender> sender = feature_sender_mpi(ctx.data_comm, ctx.roles.drafters, depth, *pool);
 
   std::vector<float> host;
   int64_t sent = 0;
@@ -64,10 +66,27 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     SeqLayout seqs = seq_layout_make(lengths, *ops, arena);
     Tensor ids = ids_all.cols_view(0, T);
     ops->upload_raw(ids, mb->tokens.data());
-    TargetOutputs o = outs;
-    for (Tensor& t : o.taps) t = t.rows_view(0, T);
-    if (plan.kl) o.final_norm = outs.final_norm.rows_view(0, T);
+    char* slot = sender->acquire();
+    const Device where = pool->device();
+    Tensor feats = in_place ? tensor_make(slot, DType::bf16, where, T, feat_cols) : feats_f32.rows_view(0, T);
+    TargetOutputs o;
+    o.tap_layers = dc.target_layer_ids;
+    o.want_final_norm = plan.kl;
+    for (int i = 0; i < k; ++i) o.taps.push_back(feats.cols_view(int64_t(i) * H, H));
+    char* fin = slot + WireLayout::final_offset(T, feat_cols);
+    if (plan.kl) o.final_norm = in_place ? tensor_make(fin, DType::bf16, where, T, H) : final_f32.rows_view(0, T);
     fwd.run(ids, seqs, o);
+    if (!in_place) {
+      // A host backend: its f32 taps are rounded into the (host) slot.
+      auto round_into = [&](const Tensor& t, char* at) {
+        host.resize(size_t(t.numel()));
+        ops->download_f32(t, host.data());
+        uint16_t* out = reinterpret_cast<uint16_t*>(at);
+        for (size_t i = 0; i < host.size(); ++i) out[i] = f32_to_bf16(host[i]);
+      };
+      round_into(feats, slot);
+      if (plan.kl) round_into(o.final_norm, fin);
+    }
 
     FeaturePacket p;
     p.hdr.batch_id = mb->global_index;
@@ -78,17 +97,6 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     p.hdr.final_cols = plan.kl ? H : 0;
     p.hdr.q_pre = int64_t(prefetch.depth());
     if (signals_stop_requested()) p.hdr.flags |= FeatureHeader::kFlagStopRequested;
-    // The wire is bf16: a bf16 backend's activations are copied as they are (one device-to-host copy, no
-    // conversion), the CPU's f32 ones rounded here.
-    auto to_bf16 = [&](const Tensor& t, std::vector<uint16_t>& out) {
-      out.resize(size_t(t.numel()));
-      if (t.dtype == DType::bf16) return ops->download_raw(t, out.data());
-      host.resize(out.size());
-      ops->download_f32(t, host.data());
-      for (size_t i = 0; i < host.size(); ++i) out[i] = f32_to_bf16(host[i]);
-    };
-    to_bf16(feats.rows_view(0, T), p.features);
-    if (plan.kl) to_bf16(o.final_norm, p.final_hidden);
     p.offsets = std::move(mb->offsets);
     p.tokens = std::move(mb->tokens);
     p.loss_mask = std::move(mb->loss_mask);

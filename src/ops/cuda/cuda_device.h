@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/wire_pool.h"
 
 namespace df {
 
@@ -54,6 +55,10 @@ void cuda_embedding(const CudaDevice& dev, const Tensor& ids, const Tensor& tabl
 void cuda_swiglu(const CudaDevice& dev, const Tensor& gate, const Tensor& up, const Tensor& out);
 void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                const Tensor& c, float alpha, float beta);
+
+// The wire pool of a CUDA rank (ops/wire_pool.h): device slots of `bytes` with pinned host mirrors, ordered
+// against dev's stream.
+std::unique_ptr<WirePool> cuda_wire_pool(const CudaDevice& dev, int depth, size_t bytes);
 
 // Number of CUDA devices visible, 0 when there is no driver or no GPU (never throws).
 int cuda_device_count();

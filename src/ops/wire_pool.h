@@ -1,0 +1,47 @@
+// WirePool: the fixed set of buffers a rank's feature channel moves batches through (pipeline.hs_queue_depth
+// slots, each sized for one batch at data.token_budget). A slot lives in the backend's memory, so a CUDA
+// target's forward writes its taps straight into it and a CUDA drafter trains from it in place; on a device
+// backend each slot also has a pinned host mirror that the MPI wire reads or fills, copied on a stream of its
+// own so the compute stream never waits for the wire. Allocated once: no allocation per batch.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace df {
+
+class WirePool {
+ public:
+  virtual ~WirePool() = default;
+  int depth() const { return depth_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+  // The slot in backend memory (device on CUDA ranks, host on CPU ranks) and its host bytes (the same memory
+  // on a host pool).
+  virtual char* data(int slot) = 0;
+  virtual char* host(int slot) = 0;
+  // Queues data → host of the slot's first n bytes, after the work queued so far on the compute stream (the
+  // forward that wrote it); returns at once. A host pool has nothing to copy.
+  virtual void to_host(int slot, size_t n) = 0;
+  // Queues host → data of the first n bytes after the compute stream's work queued so far (which may still
+  // read the slot's previous batch); the compute stream's later work waits for the copy.
+  virtual void to_device(int slot, size_t n) = 0;
+  // True once the slot's last queued copy is complete (always on a host pool); wait() blocks until it is.
+  virtual bool copied(int slot) = 0;
+  virtual void wait(int slot) = 0;
+
+ protected:
+  WirePool(int depth, size_t bytes, Device device) : depth_(depth), bytes_(bytes), device_(device) {}
+
+ private:
+  int depth_;
+  size_t bytes_;
+  Device device_;
+};
+
+// Host slots (CPU ranks): plain aligned host memory, no copies.
+std::unique_ptr<WirePool> wire_pool_host(int depth, size_t bytes);
+
+}  // namespace df
