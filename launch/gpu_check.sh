@@ -30,7 +30,7 @@ for step in "$@"; do
              echo "bench_target_forward: rc=$?" ;;
     drafter) timeout 560 bash "$ROOT/benchmarks/run_drafter_step.sh" all "$B" > "$OUT/bench-drafter.log" 2>&1
              echo "run_drafter_step: rc=$?" ;;
-    forward_peer) timeout 560 bash "$ROOT/benchmarks/run_target_forward.sh" all "$B" > "$OUT/forward-peer.log" 2>"$OUT/bench-forward-peer.log" 2>&11
+    forward_peer) timeout 560 bash "$ROOT/benchmarks/run_target_forward.sh" all "$B" > "$OUT/forward-peer.log" 2>&1
                   echo "run_target_forward: rc=$?"; tail -3 "$OUT/forward-peer.log" ;;
     hfgolden) G=/tmp/df-golden
               { timeout 240 python3 "$ROOT/tests/golden/make_golden.py" --out $G --models qwen35_gqa3,qwen3_gqa5 &&
