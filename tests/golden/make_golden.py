@@ -16,6 +16,7 @@ for _blocked in ("causal_conv1d", "kernels") if HF_BF16 else ("fla", "causal_con
 
 import argparse
 import collections
+import functools
 import hashlib
 import json
 import math
@@ -54,6 +55,7 @@ GDN_CALLS = collections.Counter()
 
 
 def counted(name, fn):
+    @functools.wraps(fn)  # keeps fn's name, so gdn_kernels() reports the function that really runs
     def wrapper(*args, **kwargs):
         GDN_CALLS[name] += 1
         return fn(*args, **kwargs)
