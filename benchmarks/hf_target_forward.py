@@ -58,6 +58,8 @@ def main():
                    help="time the hybrid with HF's pure-torch DeltaNet when FLA is missing (not the peer)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    if args.steps < 1 or args.warmup < 0:
+        p.error("--steps must be >= 1 and --warmup >= 0")
     if not torch.cuda.is_available():
         sys.exit("hf_target_forward: no CUDA device; this peer runs on the GPU machine only")
     label, make_config, model_cls, hybrid = MODELS[args.model]
@@ -81,6 +83,9 @@ def main():
         model = model_cls(config).eval()  # HF's own random init, drawn on the device
     torch.cuda.synchronize()
     init_s = time.perf_counter() - t0
+    bad = [name for name, t in model.named_parameters() if not bool(torch.isfinite(t).all())]
+    if bad:
+        sys.exit(f"hf_target_forward: HF's init left non-finite values in {bad[:3]} ({len(bad)} tensors)")
     kernels = gdn_kernels(model)
     if hybrid and fla["fla_version"] and not kernels.startswith("fla."):
         sys.exit(f"hf_target_forward: FLA was wired but the DeltaNet layers hold {kernels}")
