@@ -1,8 +1,9 @@
 // End-to-end target forward on one GPU: Qwen3.6-27B and Qwen3-8B shapes with random weights (drawn on the
 // device by Ops::fill_normal), 32,768 tokens as 8 sequences of 4096, five DFlash taps plus the final norm.
-// Prints tok/s, achieved TFLOP/s against the 790 TFLOP/s bf16 ceiling, the ratio to a *recorded* 9,000 tok/s
-// transformers + flash-linear-attention figure (27B, shared/device/README.md; not measured in this run: the
-// same-call peer measurement is still to be built), a per-op time breakdown and the device memory.
+// Prints tok/s, achieved TFLOP/s against the 790 TFLOP/s bf16 ceiling, a per-op time breakdown, the device
+// memory and one JSON line per model; benchmarks/run_target_forward.sh times the peer (HF transformers + FLA)
+// in the same call and prints the ratio. Every run checks its result: the first layers' taps on a slice of
+// the tokens must match the CPU fp32 path, or the benchmark fails and claims no speed.
 // Plain main(): the GPU machine has no Google Benchmark. Optional argument: "27b" or "8b" (default both).
 #include <cuda_runtime.h>
 
@@ -22,6 +23,7 @@
 #include "kernels/cuda_check.cuh"
 #include "model/drafter.h"
 #include "model/target.h"
+#include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
 
 using namespace df;
@@ -29,9 +31,19 @@ using namespace df;
 namespace {
 
 constexpr double kPeakTflops = 790.0;   // cuBLASLt bf16 8192³ on this H200 (bench_kernels.md)
-constexpr double kPeerTokS = 9000.0;    // HF transformers + flash-linear-attention, Qwen3.6-27B, one H200
 constexpr int kSeqs = 8, kSeqLen = 4096;
 constexpr int kGdnChunk = 64;
+constexpr uint64_t kSeed = 1234;
+
+// The result check: the first kCheckLayers layers (27B: three DeltaNet layers and the first full-attention
+// layer; 8B: four attention layers) on the first kCheckTokens tokens of the first and the last sequence, bf16
+// CUDA against the fp32 CPU path with the same random weights (fill_normal draws the same values on both).
+// 100 tokens span one 64-token GDN chunk and a partial one. Bound on the relative RMS error per layer: the
+// golden CUDA test measured 1.2e-2 (3 Qwen3 layers) to 3.2e-2 (4 Qwen3.5 layers) for bf16 against fp32, and
+// this init is gentler than the golden's; wiring or kernel bugs give 0.3 to 1 (tests/gpu/test_golden_cuda.cpp).
+constexpr int kCheckLayers = 4;
+constexpr int kCheckTokens = 100;
+constexpr double kCheckMaxRelRms = 8e-2;
 
 // Forwards every op to CudaOps and brackets it with a pair of cudaEvents; after a synchronised forward,
 // collect() sums the elapsed times per op name (GEMMs are named by their N×K so the projections separate).
@@ -186,8 +198,102 @@ double flops_per_token(const QwenConfig& c, int seq_len) {
 
 double gib(double bytes) { return bytes / double(size_t(1) << 30); }
 
-// Returns false when the forward produced non-finite values (then no speed may be claimed).
-bool bench_model(const char* label, const QwenConfig& cfg, bool with_peer) {
+// The taps at layers 0..kCheckLayers-1 of `model` on `ids` (packed sequences of `lengths`), downloaded as f32.
+std::vector<std::vector<float>> slice_taps(const TargetModel& model, Ops& ops, const std::vector<int32_t>& ids,
+                                           const std::vector<int32_t>& lengths) {
+  const int64_t T = int64_t(ids.size()), H = model.cfg.hidden;
+  TargetForward fwd(model, T);
+  TargetOutputs out;
+  Tensor id_t;
+  Arena arena;
+  const size_t layout_bytes = (lengths.size() + 1 + size_t(T)) * 4 + 2 * Arena::kAlign;
+  void* block = ops_alloc_planned(
+      ops,
+      [&](Arena& a) {
+        out.taps.clear();
+        for (int l = 0; l < kCheckLayers; ++l) out.taps.push_back(a.alloc(ops.act_dtype(), T, H));
+        id_t = a.alloc(DType::i32, 1, T);
+      },
+      layout_bytes, arena);
+  SeqLayout seqs = seq_layout_make(lengths, ops, arena);
+  ops.upload_raw(id_t, ids.data());
+  for (int l = 0; l < kCheckLayers; ++l) out.tap_layers.push_back(l);
+  fwd.run(id_t, seqs, out);
+  std::vector<std::vector<float>> taps;
+  for (const Tensor& t : out.taps) {
+    taps.emplace_back(size_t(T * H));
+    ops.download_f32(t, taps.back().data());
+  }
+  ops.free_bytes(block);
+  return taps;
+}
+
+struct SliceError {
+  double rel_rms = 0, max_abs = 0;
+  int64_t worst = 0, non_finite = 0;  // worst: index of the largest |a − b|
+};
+
+SliceError slice_error(const std::vector<float>& got, const std::vector<float>& want) {
+  SliceError e;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - want[i];
+    if (!std::isfinite(got[i])) ++e.non_finite;
+    num += d * d;
+    den += double(want[i]) * want[i];
+    if (std::fabs(d) > e.max_abs) e.max_abs = std::fabs(d), e.worst = int64_t(i);
+  }
+  e.rel_rms = std::sqrt(num / std::max(den, 1e-300));
+  return e;
+}
+
+// Checks the benchmark's result against the CPU fp32 path (see kCheckLayers): the timed forward's first tap
+// on the slice rows, and a forward of the slice alone on the benchmark's model with a tap at every checked
+// layer. Prints every figure; false when any layer is off or non-finite.
+bool check_against_cpu(const QwenConfig& cfg, const TargetModel& gpu_model, Ops& gpu,
+                       const std::vector<int32_t>& host_ids, const TargetOutputs& timed) {
+  const int64_t H = cfg.hidden;
+  const std::vector<int64_t> starts = {0, int64_t(kSeqs - 1) * kSeqLen};
+  std::vector<int32_t> ids, lengths;
+  for (int64_t s : starts) {
+    ids.insert(ids.end(), host_ids.begin() + s, host_ids.begin() + s + kCheckTokens);
+    lengths.push_back(kCheckTokens);
+  }
+  CpuOps cpu;
+  TargetLoadOptions opt;
+  opt.num_layers = kCheckLayers;
+  std::unique_ptr<TargetModel> cpu_model = target_random(cfg, kSeed, cpu, opt);
+  const std::vector<std::vector<float>> want = slice_taps(*cpu_model, cpu, ids, lengths);
+  std::vector<std::pair<std::string, SliceError>> rows;
+  const std::vector<std::vector<float>> got = slice_taps(gpu_model, gpu, ids, lengths);
+  for (int l = 0; l < kCheckLayers; ++l)
+    rows.push_back({strfmt("layer %d (%s), slice alone", l,
+                           cfg.layer_types[size_t(l)] == LayerKind::full_attention ? "attention" : "DeltaNet"),
+                    slice_error(got[size_t(l)], want[size_t(l)])});
+  const int tap0 = timed.tap_layers.front();
+  if (tap0 < kCheckLayers) {
+    std::vector<float> rows_got(want[0].size());
+    for (size_t i = 0; i < starts.size(); ++i)
+      gpu.download_f32(timed.taps.front().rows_view(starts[i], kCheckTokens),
+                       rows_got.data() + i * size_t(kCheckTokens * H));
+    rows.push_back({strfmt("layer %d, timed forward's tap", tap0), slice_error(rows_got, want[size_t(tap0)])});
+  }
+  bool ok = true;
+  std::printf("result check vs the CPU fp32 path: %d + %d tokens (sequences 0 and %d), bound rel rms %.0e\n",
+              kCheckTokens, kCheckTokens, kSeqs - 1, kCheckMaxRelRms);
+  for (const auto& [what, e] : rows) {
+    const bool pass = e.non_finite == 0 && e.rel_rms <= kCheckMaxRelRms;
+    ok &= pass;
+    std::printf("  %-40s rel rms %.3e  max abs %.3e at token %lld col %lld  non-finite %lld  %s\n", what.c_str(),
+                e.rel_rms, e.max_abs, (long long)(e.worst / H), (long long)(e.worst % H), (long long)e.non_finite,
+                pass ? "ok" : "FAIL");
+  }
+  return ok;
+}
+
+// Returns false when the forward produced non-finite values or failed the CPU check (then no speed may be
+// claimed: the JSON line is not printed).
+bool bench_model(const char* key, const char* label, const QwenConfig& cfg) {
   std::printf("\n=== %s: %s ===\n", label, qwen_config_summary(cfg).c_str());
   CudaOps gpu(0);
   TimedOps timed(gpu);
@@ -195,7 +301,7 @@ bool bench_model(const char* label, const QwenConfig& cfg, bool with_peer) {
   DF_CUDA_CHECK(cudaEventCreate(&a));
   DF_CUDA_CHECK(cudaEventCreate(&b));
   DF_CUDA_CHECK(cudaEventRecord(a, gpu.stream()));
-  std::unique_ptr<TargetModel> model = target_random(cfg, 1234, gpu, TargetLoadOptions{});
+  std::unique_ptr<TargetModel> model = target_random(cfg, kSeed, gpu, TargetLoadOptions{});
   DF_CUDA_CHECK(cudaEventRecord(b, gpu.stream()));
   DF_CUDA_CHECK(cudaEventSynchronize(b));
   float init_ms = 0;
@@ -258,11 +364,8 @@ bool bench_model(const char* label, const QwenConfig& cfg, bool with_peer) {
               cfg.params_non_embedding() / 1e9);
   std::printf("achieved %.1f TFLOP/s = %.1f %% of %.0f; upper bound at the ceiling %.0f tok/s\n", tflops,
               100.0 * tflops / kPeakTflops, kPeakTflops, kPeakTflops * 1e12 / fpt);
-  if (with_peer)
-    std::printf("vs a recorded peer figure %.0f tok/s (HF transformers + FLA on an H200, not measured in this run): "
-                "%.2fx  (goal 1.4x = %.0f tok/s)\n",
-                kPeerTokS, tok_s / kPeerTokS, 1.4 * kPeerTokS);
   std::printf("output finite: %s\n", finite ? "yes" : "NO");
+  const bool checked = check_against_cpu(cfg, *model, gpu, host_ids, out);
   std::printf("memory: model block %.2f GiB + forward workspace %.2f GiB + outputs %.2f GiB = %.2f GiB; "
               "cudaMemGetInfo used %.2f GiB of %.2f GiB (fits 80 GB: %s)\n",
               gib(model->block_bytes), gib(fwd.workspace_bytes()), gib(io_bytes),
@@ -291,7 +394,16 @@ bool bench_model(const char* label, const QwenConfig& cfg, bool with_peer) {
   gpu.free_bytes(io);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  return finite;
+  if (!finite || !checked) {
+    std::printf("%s: result check FAILED, no speed reported\n", label);
+    return false;
+  }
+  // The line run_target_forward.sh reads.
+  nlohmann::json line = {{"model", key},          {"tok_s", tok_s},  {"seconds", ms * 1e-3},
+                         {"tflops", tflops},      {"tokens", T},     {"used_gib", gib(total - free1)},
+                         {"result_check", "ok"}};
+  std::printf("%s\n", line.dump().c_str());
+  return true;
 }
 
 }  // namespace
@@ -304,8 +416,12 @@ int main(int argc, char** argv) {
   std::string which = argc > 1 ? argv[1] : "all";
   bool ok = true;
   try {
-    if (which == "all" || which == "27b") ok &= bench_model("Qwen3.6-27B", config_qwen36_27b(), true);
-    if (which == "all" || which == "8b") ok &= bench_model("Qwen3-8B", config_qwen3_8b(), false);
+    if (which != "all" && which != "27b" && which != "8b") {
+      std::fprintf(stderr, "bench_target_forward: model '%s': expected 27b, 8b or all\n", which.c_str());
+      return 2;
+    }
+    if (which == "all" || which == "27b") ok &= bench_model("27b", "Qwen3.6-27B", config_qwen36_27b());
+    if (which == "all" || which == "8b") ok &= bench_model("8b", "Qwen3-8B", config_qwen3_8b());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_target_forward: %s\n", e.what());
     return 1;

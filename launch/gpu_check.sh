@@ -2,9 +2,12 @@
 # One call on the GPU machine: configure with the carried .deps (toml++, CLI11, nlohmann-json, Google Benchmark:
 # ../shared/device/README.md), build, then run each step named on the command line with a timeout, logging to
 # $OUT (or ./gpu-logs; at most 8 files come back from a device call, so steps share extra.log). Steps: gpu (ctest -L gpu), kernels (bench_kernels), forward (bench_target_forward),
-# drafter (benchmarks/run_drafter_step.sh: ours and SpecForge's step in the same call), golden (the drafter
-# golden from SpecForge into $OUT/drafter), tokgolden (the tokenizer golden into $OUT/tokenizer), or any quoted
-# shell command. GPU_TARGETS limits the build to those targets. Example: bash launch/gpu_check.sh gpu drafter
+# drafter (benchmarks/run_drafter_step.sh: ours and SpecForge's step in the same call), forward_peer
+# (benchmarks/run_target_forward.sh: our target forward and HF + FLA's in the same call), golden (the drafter
+# golden from SpecForge into $OUT/drafter), tokgolden (the tokenizer golden into $OUT/tokenizer), hfgolden
+# (the new target goldens and every model's HF-bf16 error, into tests/golden/data here and $OUT/golden.tar,
+# then the CPU and CUDA golden tests on them), or any quoted shell command. The 27B peer and hfgolden need the
+# lead's .peer/ carried. GPU_TARGETS limits the build to those targets. Example: bash launch/gpu_check.sh gpu drafter
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-logs}
@@ -27,6 +30,17 @@ for step in "$@"; do
              echo "bench_target_forward: rc=$?" ;;
     drafter) timeout 560 bash "$ROOT/benchmarks/run_drafter_step.sh" all "$B" > "$OUT/bench-drafter.log" 2>&1
              echo "run_drafter_step: rc=$?" ;;
+    forward_peer) timeout 560 bash "$ROOT/benchmarks/run_target_forward.sh" all "$B" > "$OUT/forward-peer.log" 2>&1
+                  echo "run_target_forward: rc=$?"; tail -3 "$OUT/forward-peer.log" ;;
+    hfgolden) G=/tmp/df-golden
+              { timeout 240 python3 "$ROOT/tests/golden/make_golden.py" --out $G --models qwen35_gqa3,qwen3_gqa5 &&
+                timeout 300 python3 "$ROOT/tests/golden/make_golden.py" --hf-bf16 --out $G &&
+                cp -r $G/. "$ROOT/tests/golden/data/" && tar -C $G -cf "$OUT/golden.tar" .; } > "$OUT/golden.log" 2>&1
+              echo "hf-bf16 golden files: rc=$? (into tests/golden/data here and \$OUT/golden.tar)"
+              # The binaries, not ctest: they list the models when they start, ctest's list is from build time.
+              for t in test_golden test_golden_cuda; do
+                timeout 180 "$B/tests/$t" >> "$OUT/golden.log" 2>&1; echo "$t: rc=$?"
+              done ;;
     golden) timeout 180 python3 "$ROOT/tests/golden/make_drafter_golden.py" --out "$OUT/drafter" >> "$OUT/extra.log" 2>&1
             echo "drafter golden: rc=$?" ;;
     tokgolden) timeout 120 python3 "$ROOT/tests/golden/make_tokenizer_golden.py" "$OUT/tokenizer" >> "$OUT/extra.log" 2>&1

@@ -1,16 +1,23 @@
 # Writes the golden files that `dflash_mpi extract` is tested against (tests/unit/test_golden.cpp): small
 # random-weight Qwen3 / Qwen3.5 checkpoints saved as Hugging Face writes them, token files, and the hidden
-# states that HF transformers computes for them on CPU in float32 with its pure-torch kernels.
+# states that HF transformers computes for them on CPU in float32 with its pure-torch kernels. With
+# --hf-bf16 (a separate run, on the GPU machine) it instead records how far HF itself lands from those fp32
+# states when run in bf16 on CUDA: the anchor of the CUDA golden test (tests/gpu/test_golden_cuda.cpp).
 import sys
 
 # Block the optional fast kernels before transformers is imported: transformers binds flash-linear-attention,
-# causal-conv1d and hub kernels at import time when they exist, and the references must come from its
-# plain torch code (the same math as MODELS.md, float32 throughout).
-for _blocked in ("fla", "causal_conv1d", "kernels"):
+# causal-conv1d and hub kernels at import time when they exist, and the fp32 references must come from its
+# plain torch code (the same math as MODELS.md, float32 throughout). The --hf-bf16 run measures the peer,
+# HF + flash-linear-attention (benchmarks/hf_peer.py), so it leaves FLA importable; it is its own process, so
+# no fp32 golden can ever come from a process with FLA loaded.
+HF_BF16 = "--hf-bf16" in sys.argv[1:]
+for _blocked in ("causal_conv1d", "kernels") if HF_BF16 else ("fla", "causal_conv1d", "kernels"):
     sys.modules[_blocked] = None
 
 import argparse
 import collections
+import functools
+import hashlib
 import json
 import math
 import os
@@ -25,9 +32,18 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+from hf_peer import gdn_kernels, wire_fla  # noqa: E402
+
+COMMITTED = os.path.join(REPO, "tests", "golden", "data")
+HF_BF16_FILE = "hf_bf16_error.json"
+
 # Lengths straddle the GDN chunk size (64) and cover a single token; the order is mixed so that offsets
-# matter. Every model gets its own token ids (its own vocab).
+# matter. Every model gets its own token ids (its own vocab). The models added for issue 15 use 257 = 4·64 + 1
+# for the long one (a last chunk of one token); the first four keep 300 so their files stay as committed.
 SEQ_LENGTHS = (63, 1, 300, 64, 65)
+SEQ_LENGTHS_257 = (63, 1, 257, 64, 65)
 NORM_STD = 0.2  # spread of RMSNorm weights around their centre (0 for zero-centred norms, 1 otherwise)
 EMBED_STD = 0.5
 MAX_ABS_ACTIVATION = 100.0  # beyond this the random weights are too loud for a meaningful tolerance test
@@ -39,6 +55,7 @@ GDN_CALLS = collections.Counter()
 
 
 def counted(name, fn):
+    @functools.wraps(fn)  # keeps fn's name, so gdn_kernels() reports the function that really runs
     def wrapper(*args, **kwargs):
         GDN_CALLS[name] += 1
         return fn(*args, **kwargs)
@@ -96,6 +113,24 @@ def qwen35_text_kwargs():
 
 def qwen35_tiny_config():
     return Qwen3_5TextConfig(layer_types=["linear_attention"] * 3 + ["full_attention"], **qwen35_text_kwargs())
+
+
+def qwen35_gqa3_config():
+    # Attention with 3 query heads on 1 kv head of 32 (rotary on 8 dims), the first layer an attention layer;
+    # DeltaNet 1 key head x 16 feeding 3 value heads x 24 (three value heads per key head).
+    kw = qwen35_text_kwargs()
+    kw.update(vocab_size=113, hidden_size=48, intermediate_size=88, num_attention_heads=3, num_key_value_heads=1,
+              linear_num_key_heads=1, linear_num_value_heads=3)
+    return Qwen3_5TextConfig(layer_types=["full_attention", "linear_attention", "linear_attention",
+                                          "full_attention"], **kw)
+
+
+def qwen3_gqa5_config():
+    # Dense GQA with a group of 5 (5 query heads x 16 on 1 kv head), hidden 40 = not a multiple of 16.
+    return Qwen3Config(vocab_size=101, hidden_size=40, intermediate_size=64, num_hidden_layers=3,
+                       num_attention_heads=5, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024,
+                       rms_norm_eps=1e-6, tie_word_embeddings=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
 
 
 def qwen35_interval_config():
@@ -160,9 +195,9 @@ def check_rope(model, config):
 # ----------------------------------------------------------------------------------------------- forward
 
 
-def make_tokens(vocab, seed):
+def make_tokens(vocab, seed, lengths=SEQ_LENGTHS):
     rng = np.random.default_rng(seed)
-    seqs = [rng.integers(0, vocab, size=n, dtype=np.int64) for n in SEQ_LENGTHS]
+    seqs = [rng.integers(0, vocab, size=n, dtype=np.int64) for n in lengths]
     seqs[1][0] = vocab - 1  # the largest valid id, alone in the length-1 sequence
     seqs[0][0] = 0
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
@@ -171,7 +206,7 @@ def make_tokens(vocab, seed):
 
 
 @torch.no_grad()
-def forward_all(backbone, seqs):
+def forward_all(backbone, seqs, device="cpu"):
     """Runs each sequence alone from position 0 and returns {dataset name: [N, H] float32} in extract's layout."""
     n_layers = len(backbone.layers)
     captured = {}
@@ -185,7 +220,8 @@ def forward_all(backbone, seqs):
     try:
         for ids in seqs:
             captured.clear()
-            out = backbone(input_ids=torch.from_numpy(ids)[None], use_cache=False, output_hidden_states=True)
+            out = backbone(input_ids=torch.from_numpy(ids)[None].to(device), use_cache=False,
+                           output_hidden_states=True)
             captured["final_norm"] = out.last_hidden_state
             hs = out.hidden_states
             if hs is None or not torch.equal(hs[0], captured["embeddings"]):
@@ -195,7 +231,7 @@ def forward_all(backbone, seqs):
                     raise SystemExit(f"hidden_states[{l + 1}] is not the output of layer {l}")
             hs_last_is_final_norm &= len(hs) == n_layers + 1 and bool(torch.equal(hs[-1], out.last_hidden_state))
             for key, t in captured.items():
-                rows[key].append(t[0].to(torch.float32).numpy())
+                rows[key].append(t[0].to(torch.float32).cpu().numpy())
     finally:
         for h in hooks:
             h.remove()
@@ -265,12 +301,12 @@ def verify_reload(model_cls, out_dir, seqs, states):
     print(f"  reload with {model_cls.__name__}.from_pretrained: max abs diff {diff:.3g}")
 
 
-def make_text_model(out_root, name, model_cls, config, seed, shard=None):
+def make_text_model(out_root, name, model_cls, config, seed, shard=None, lengths=SEQ_LENGTHS):
     out_dir = os.path.join(out_root, name)
     os.makedirs(out_dir, exist_ok=True)
     model = build(model_cls, config, seed)
     check_rope(model, config)
-    seqs, offsets = make_tokens(config.vocab_size, seed)
+    seqs, offsets = make_tokens(config.vocab_size, seed, lengths)
     states, hs_last = forward_all(model.model, seqs)
     attrs = base_attrs(config, seed, hs_last)
     if model_cls is q35.Qwen3_5ForCausalLM:
@@ -330,18 +366,26 @@ def make_multimodal(out_root, name, seed):
     verify_multimodal(out_dir, seqs, states, want_types)
 
 
-def verify_multimodal(out_dir, seqs, states, want_types):
-    """Reads the files back the way HF would: config through Qwen3_5Config, weights under the prefix."""
+def load_multimodal_text(out_dir, attn="eager"):
+    """The text model of a multimodal checkpoint read the way HF would: config through Qwen3_5Config, weights
+    under the prefix (float32, CPU)."""
     text_cfg = transformers.AutoConfig.from_pretrained(out_dir).text_config
-    if list(text_cfg.layer_types) != want_types:
-        raise SystemExit(f"{out_dir}: config.json reloads with layer_types {text_cfg.layer_types}")
-    text_cfg._attn_implementation = "eager"
+    text_cfg._attn_implementation = attn
+    text_cfg.dtype = torch.float32  # FLA's gated norm, when wired, is built in the config's dtype
     model = q35.Qwen3_5ForCausalLM(text_cfg).to(torch.float32).eval()
     prefix = "model.language_model."
     loaded = safetensors.torch.load_file(os.path.join(out_dir, "model.safetensors"))
     sd = {("model." + k[len(prefix):] if k.startswith(prefix) else k): v for k, v in loaded.items()
           if not k.startswith(("mtp.", "model.visual."))}
     model.load_state_dict(sd, strict=True)
+    return model
+
+
+def verify_multimodal(out_dir, seqs, states, want_types):
+    """Reads the files back through load_multimodal_text and HF's own multimodal class."""
+    model = load_multimodal_text(out_dir)
+    if list(model.config.layer_types) != want_types:
+        raise SystemExit(f"{out_dir}: config.json reloads with layer_types {model.config.layer_types}")
     again, _ = forward_all(model.model, seqs)
     diff = max_abs_diff(again, states)
     if diff > RELOAD_TOL:
@@ -369,37 +413,177 @@ def summarise(name, out_dir, attrs):
             print(f"  {k}: {attrs[k]}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description="Write golden files for dflash_mpi extract.")
-    parser.add_argument("--out", required=True, help="folder that receives one subfolder per model")
-    args = parser.parse_args()
-    torch.set_default_dtype(torch.float32)
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}, "
-          f"h5py {h5py.__version__}")
-    print(f"GDN: {GDN_IMPL}")
-    jobs = [
-        ("qwen3_tiny", lambda o: make_text_model(o, "qwen3_tiny", Qwen3ForCausalLM, qwen3_tiny_config(), 11)),
-        ("qwen3_untied_sharded", lambda o: make_text_model(o, "qwen3_untied_sharded", Qwen3ForCausalLM,
-                                                           qwen3_untied_config(), 12, shard="40KB")),
-        ("qwen35_tiny", lambda o: make_text_model(o, "qwen35_tiny", q35.Qwen3_5ForCausalLM,
-                                                  qwen35_tiny_config(), 13)),
-        ("qwen35_multimodal", lambda o: make_multimodal(o, "qwen35_multimodal", 14)),
-    ]
+# ----------------------------------------------------------------------------------------------- HF in bf16
+
+
+def read_tokens(model_dir):
+    with h5py.File(os.path.join(model_dir, "tokens.h5"), "r") as f:
+        tokens, offsets = f["tokens"][...].astype(np.int64), f["offsets"][...]
+    return [tokens[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+def model_type(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f)["model_type"]
+
+
+def load_bf16(model_dir):
+    """The checkpoint in model_dir as HF loads it, then bf16 on CUDA with sdpa attention."""
+    kind = model_type(model_dir)
+    if kind == "qwen3_5":
+        model = load_multimodal_text(model_dir, attn="sdpa")
+    else:
+        cls = {"qwen3": Qwen3ForCausalLM, "qwen3_5_text": q35.Qwen3_5ForCausalLM}[kind]
+        model = cls.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32)
+    return model.to("cuda", torch.bfloat16).eval()
+
+
+def bf16_errors(got, want):
+    """max |a − b| and ||a − b|| / ||b|| over a dataset, in float64: the definitions of test_golden_cuda.cpp."""
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    d = a - b
+    rel_rms = math.sqrt((d * d).sum() / max((b * b).sum(), 1e-300))
+    return {"max_abs": float(np.abs(d).max()), "rel_rms": float(rel_rms)}
+
+
+def write_json_atomic(path, obj):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def measure_bf16(name, golden_dir, out_dir, fla):
+    """HF in bf16 on CUDA over the golden's tokens; writes its error against expected.h5 per dataset."""
+    model = load_bf16(golden_dir)
+    kernels = gdn_kernels(model)
+    states, _ = forward_all(model.model, read_tokens(golden_dir), device="cuda")
+    expected = os.path.join(golden_dir, "expected.h5")
+    with h5py.File(expected, "r") as f:
+        want = {k: f[k][...] for k in f.keys() if k != "offsets"}
+    if sorted(want) != sorted(states):
+        raise SystemExit(f"{name}: HF in bf16 gave datasets {sorted(states)}, expected.h5 holds {sorted(want)}")
+    with open(expected, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    record = {"model": name, "reference": "expected.h5 (HF float32 on CPU, pure-torch kernels)",
+              "expected_h5_sha256": digest, "dtype": "bfloat16", "device": torch.cuda.get_device_name(),
+              "attn_implementation": "sdpa", "gdn_kernels": kernels, "torch_version": torch.__version__,
+              "transformers_version": transformers.__version__, "generator": "tests/golden/make_golden.py --hf-bf16",
+              "datasets": {k: bf16_errors(states[k], want[k]) for k in sorted(want)}}
+    if kernels:
+        record.update(fla_version=fla.get("fla_version"), fla_commit=fla.get("fla_commit"))
+    os.makedirs(out_dir, exist_ok=True)
+    write_json_atomic(os.path.join(out_dir, HF_BF16_FILE), record)
+    for key, e in record["datasets"].items():
+        print(f"  {name:22s} {key:11s} HF bf16: max abs {e['max_abs']:.3e}  rel rms {e['rel_rms']:.3e}")
+    print(f"{name}: HF bf16 vs the fp32 golden in {golden_dir}; DeltaNet: {kernels or 'none'}")
+    return record
+
+
+def set_gdn_kernels(fla_kernels):
+    """Module globals Qwen3_5GatedDeltaNet.__init__ reads: FLA's (wire_fla) or None, HF's 'not installed'."""
+    if fla_kernels is None:
+        q35.chunk_gated_delta_rule = q35.fused_recurrent_gated_delta_rule = q35.FusedRMSNormGated = None
+    else:
+        q35.chunk_gated_delta_rule, q35.fused_recurrent_gated_delta_rule, q35.FusedRMSNormGated = fla_kernels
+
+
+def run_hf_bf16(args, names):
+    """One JSON per model into --out/<model>/, against the golden just written there or the committed one."""
+    if not torch.cuda.is_available():
+        raise SystemExit("--hf-bf16 needs a CUDA device (run it on the GPU machine)")
+    fla, fla_kernels = {}, None
+    try:
+        fla = wire_fla(q35, args.fla)
+        fla_kernels = (q35.chunk_gated_delta_rule, q35.fused_recurrent_gated_delta_rule, q35.FusedRMSNormGated)
+    except RuntimeError as e:
+        if not args.allow_no_fla:
+            raise SystemExit(f"{e}\nThe peer is HF + FLA; --allow-no-fla records HF's pure-torch DeltaNet instead")
+        print(f"warning: {e}; recording HF's pure-torch DeltaNet (--allow-no-fla)")
+        set_gdn_kernels(None)
+    print(f"FLA: {fla or 'not used'}")
     failed = []
-    for name, job in jobs:
+    for name in names:
+        fresh = os.path.join(args.out, name)
+        golden_dir = fresh if os.path.isfile(os.path.join(fresh, "expected.h5")) else os.path.join(COMMITTED, name)
         try:
-            job(args.out)
+            if not os.path.isfile(os.path.join(golden_dir, "expected.h5")):
+                raise SystemExit(f"no golden for {name} in {fresh} or {COMMITTED}; write it first (without --hf-bf16)")
+            try:
+                measure_bf16(name, golden_dir, fresh, fla)
+            except Exception as e:  # noqa: BLE001 - FLA refusing a tiny shape must not lose the whole run
+                if fla_kernels is None or not model_type(golden_dir).startswith("qwen3_5"):
+                    raise
+                traceback.print_exc()
+                print(f"{name}: FLA failed ({type(e).__name__}: {e}); recording HF's pure-torch DeltaNet instead")
+                set_gdn_kernels(None)
+                try:
+                    record = measure_bf16(name, golden_dir, fresh, {})
+                finally:
+                    set_gdn_kernels(fla_kernels)
+                record["fla_error"] = f"{type(e).__name__}: {e}"
+                write_json_atomic(os.path.join(fresh, HF_BF16_FILE), record)
         except BaseException as e:  # noqa: BLE001 - keep going so one run reports every model
             traceback.print_exc()
             failed.append(f"{name}: {e}")
-    print(f"GDN calls: {dict(GDN_CALLS)}")
-    for m in ("fla", "causal_conv1d", "kernels"):
-        if sys.modules.get(m) is not None:
-            failed.append(f"{m} was imported despite the block")
+    return failed
+
+
+JOBS = {
+    "qwen3_tiny": lambda o: make_text_model(o, "qwen3_tiny", Qwen3ForCausalLM, qwen3_tiny_config(), 11),
+    "qwen3_untied_sharded": lambda o: make_text_model(o, "qwen3_untied_sharded", Qwen3ForCausalLM,
+                                                      qwen3_untied_config(), 12, shard="40KB"),
+    "qwen35_tiny": lambda o: make_text_model(o, "qwen35_tiny", q35.Qwen3_5ForCausalLM, qwen35_tiny_config(), 13),
+    "qwen35_multimodal": lambda o: make_multimodal(o, "qwen35_multimodal", 14),
+    "qwen35_gqa3": lambda o: make_text_model(o, "qwen35_gqa3", q35.Qwen3_5ForCausalLM, qwen35_gqa3_config(), 15,
+                                             lengths=SEQ_LENGTHS_257),
+    "qwen3_gqa5": lambda o: make_text_model(o, "qwen3_gqa5", Qwen3ForCausalLM, qwen3_gqa5_config(), 16,
+                                            lengths=SEQ_LENGTHS_257),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Write golden files for dflash_mpi extract, or (--hf-bf16) "
+                                     "HF-bf16's error against them.")
+    parser.add_argument("--out", required=True, help="folder that receives one subfolder per model")
+    parser.add_argument("--models", default=",".join(JOBS),
+                        help=f"comma-separated subset of {','.join(JOBS)} (default all)")
+    parser.add_argument("--hf-bf16", action="store_true",
+                        help=f"on CUDA: write <out>/<model>/{HF_BF16_FILE}, HF-bf16's error against the fp32 "
+                        f"golden in <out>/<model> if there, else the committed one in {COMMITTED}")
+    parser.add_argument("--fla", help="FLA tree for --hf-bf16 (default .peer/flash-linear-attention)")
+    parser.add_argument("--allow-no-fla", action="store_true",
+                        help="--hf-bf16 without FLA: record HF's pure-torch DeltaNet (not the peer)")
+    args = parser.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in JOBS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; known: {', '.join(JOBS)}")
+    torch.set_default_dtype(torch.float32)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}, "
+          f"h5py {h5py.__version__}")
+    if args.hf_bf16:
+        failed = run_hf_bf16(args, names)
+    else:
+        print(f"GDN: {GDN_IMPL}")
+        failed = []
+        for name in names:
+            try:
+                JOBS[name](args.out)
+            except BaseException as e:  # noqa: BLE001 - keep going so one run reports every model
+                traceback.print_exc()
+                failed.append(f"{name}: {e}")
+        print(f"GDN calls: {dict(GDN_CALLS)}")
+        for m in ("fla", "causal_conv1d", "kernels"):
+            if sys.modules.get(m) is not None:
+                failed.append(f"{m} was imported despite the block")
     if failed:
         print("FAILED:\n  " + "\n  ".join(failed))
         sys.exit(1)
-    print("all golden files written and verified")
+    print(f"all {'HF-bf16 error files' if args.hf_bf16 else 'golden files'} written and verified")
 
 
 if __name__ == "__main__":

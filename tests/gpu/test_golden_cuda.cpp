@@ -1,8 +1,12 @@
 // Golden test on the GPU: `dflash_mpi extract --device cuda` on every model under tests/golden/data must
-// reproduce the hidden states Hugging Face computed in float32 (the CPU twin is tests/unit/test_golden.cpp),
-// within what bf16 weights and activations allow. Checks the loader into bf16, the fused layouts and the
-// CUDA forward end to end. Skips itself without a device or without a CUDA build.
+// reproduce the hidden states Hugging Face computed in float32 (the CPU twin is tests/unit/test_golden.cpp)
+// about as well as Hugging Face itself does in bf16 on the GPU (hf_bf16_error.json beside each golden,
+// written by make_golden.py --hf-bf16). Checks the loader into bf16, the fused layouts and the CUDA forward
+// end to end. Skips itself without a device or without a CUDA build.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "tests/unit/golden_util.h"
 
@@ -14,21 +18,67 @@ namespace {
 
 using namespace df::golden;
 
-// Tolerance, bf16 against fp32. Weights are rounded to bf16 on load (relative 2^-9) and every activation the
-// CUDA path stores is bf16 (relative 2^-8 ≈ 3.9e-3 at most, rms ≈ 1.6e-3: exactly what the embeddings show,
-// since they are the table rows rounded once). Each layer stores about ten rounded intermediates (residual
-// stream twice, normed inputs, projections, attention/DeltaNet output, gate, SwiGLU) and the random golden
-// layers amplify what reaches them, so the relative RMS error grows about 1e-2 per layer: measured on the
-// H200 (2026-11-29) 1.2e-2 after 3 Qwen3 layers and 3.2e-2 after 4 Qwen3.5 layers (max over datasets).
-// A single element can be far off where a row's norm is small (RMSNorm divides by it; max abs 0.70 on
-// values up to 8), so the elementwise error is reported, not bounded. The bound is on the dataset's
-// relative RMS error ||a − b|| / ||b|| <= 8e-2 (2.5x the worst measured); the wiring bugs this test exists
-// for (w vs 1 + w, RoPE span, key-head mapping, conv offset, a skipped or mis-fused tensor) give 0.3 to 1.
+// Tolerance, anchored to the peer (issue 15). Per dataset, our max |a − b| and our relative RMS error
+// ||a − b|| / ||b|| against the fp32 golden must each be at most 1.25x what HF transformers itself gets in
+// bf16 on CUDA (sdpa attention, flash-linear-attention DeltaNet: the peer users would otherwise run) on the
+// same checkpoint and tokens, measured by make_golden.py --hf-bf16 with the same two definitions. Why an
+// anchor and not a fixed number: bf16's error is not derivable up front, random DeltaNet gates and norms
+// amplify it layer by layer by model-dependent factors (HF-bf16 itself ranges from ~1e-2 rel RMS on the dense
+// models to ~1e-1 on the hybrids). Why 1.25: our fused kernels round at other points than HF's unfused ops,
+// which moves the error either way by a few tens of percent at the same precision; a real precision loss (an
+// intermediate, a softmax sum, the DeltaNet state or a norm's statistics kept in bf16 where HF keeps fp32)
+// shows up as 2x or more on the datasets after it. So the rule protects the precision of the forward: we
+// may not be noticeably less accurate than the peer on any model, layer or the final norm.
+constexpr double kPeerFactor = 1.25;
+// An absolute ceiling as well: the rel RMS measured on the H200 (2026-11-29) was 1.2e-2 after 3 Qwen3
+// layers and 3.2e-2 after 4 Qwen3.5 layers, and the wiring bugs this test also exists for (w vs 1 + w, RoPE
+// span, key-head mapping, conv offset, a skipped or mis-fused tensor) give 0.3 to 1; 8e-2 (2.5x the worst
+// measured) keeps catching them should the peer's own error on some model be large.
 constexpr double kMaxRelRms = 8e-2;
 // Elementwise statistics are reported against this (the CPU test's scale of interest), not asserted.
 constexpr double kAtol = 5e-2;
 constexpr double kRtol = 5e-2;
 constexpr double kRelFloor = 1e-2;
+constexpr const char* kPeerFile = "hf_bf16_error.json";
+
+struct PeerError {
+  double max_abs = 0, rel_rms = 0;
+};
+
+// HF-bf16's error per dataset for `model`; a missing file or dataset fails the test with what to regenerate.
+void read_peer_errors(const std::string& model, std::map<std::string, PeerError>& out, std::string& kernels) {
+  const fs::path path = fs::path(DF_TEST_DATA) / model / kPeerFile;
+  const std::string hint =
+      "HINT: on the GPU machine run `python3 tests/golden/make_golden.py --hf-bf16 --out "
+      "/tmp/golden --models " +
+      model + "` and copy /tmp/golden/" + model + "/" + kPeerFile + " into tests/golden/data/" + model +
+      "/ (tests/golden/README.md)";
+  ASSERT_TRUE(fs::exists(path)) << path << " is missing: no HF-bf16 error to anchor the tolerance. " << hint;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(path));
+    kernels = j.value("gdn_kernels", "");
+    for (const auto& [name, e] : j.at("datasets").items())
+      out[name] = PeerError{e.at("max_abs").get<double>(), e.at("rel_rms").get<double>()};
+  } catch (const nlohmann::json::exception& e) {
+    FAIL() << path << ": " << e.what() << ". " << hint;
+  }
+}
+
+// Where |a − b| is largest, for the report.
+struct Worst {
+  size_t index = 0;
+  double got = 0, want = 0;
+};
+
+Worst worst_element(const std::vector<double>& got, const std::vector<double>& want) {
+  Worst w;
+  double d = -1;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::isfinite(got[i]) && std::fabs(got[i] - want[i]) > d)
+      d = std::fabs(got[i] - want[i]), w = {i, got[i], want[i]};
+  return w;
+}
 
 bool have_device() {
 #ifdef DF_HAVE_CUDA
@@ -52,12 +102,20 @@ class GoldenExtractCuda : public ::testing::TestWithParam<std::string> {};
 TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
   const std::string model = GetParam();
+  std::map<std::string, PeerError> peer;
+  std::string peer_kernels;
+  read_peer_errors(model, peer, peer_kernels);
+  if (HasFatalFailure()) return;
   ScratchDir tmp("cuda_" + model);
   std::unique_ptr<H5File> want_file, got_file;
   std::vector<std::string> names;
   golden_extract_and_open(model, "cuda", tmp, want_file, got_file, names);
   if (HasFatalFailure()) return;
-  double family_max_abs = 0, family_max_rms = 0;
+  std::printf(
+      "[golden-cuda] %s: ours vs HF-bf16 (DeltaNet: %s), both against the fp32 golden; pass: ours <= "
+      "%.2fx HF's, rel rms <= %.0e\n",
+      model.c_str(), peer_kernels.empty() ? "none" : peer_kernels.c_str(), kPeerFactor, kMaxRelRms);
+  double worst_abs_ratio = 0, worst_rms_ratio = 0;
   for (const std::string& name : names) {
     SCOPED_TRACE(model + "/" + name);
     Dataset want = read_dataset(want_file->id, name), got = read_dataset(got_file->id, name);
@@ -68,17 +126,34 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
       EXPECT_EQ(got.values, want.values) << "offsets must be copied from the token file";
       continue;
     }
+    auto it = peer.find(name);
+    ASSERT_NE(it, peer.end()) << kPeerFile << " of " << model << " has no figure for dataset '" << name
+                              << "'; regenerate it with make_golden.py --hf-bf16 (tests/golden/README.md)";
+    const PeerError& hf = it->second;
     Errors e = compare(got.values, want.values, kAtol, kRtol, kRelFloor);
-    double rms = rel_rms(got.values, want.values);
-    family_max_abs = std::max(family_max_abs, e.max_abs);
-    family_max_rms = std::max(family_max_rms, rms);
-    std::printf("[golden-cuda] %-22s %-11s max abs %.3e  max rel %.3e  rel rms %.3e  worst/tol %.3f\n",
-                model.c_str(), name.c_str(), e.max_abs, e.max_rel, rms, e.worst_ratio);
+    const double rms = rel_rms(got.values, want.values);
+    const Worst w = worst_element(got.values, want.values);
+    const size_t cols = want.dims.size() > 1 ? want.dims[1] : 1;
+    const double abs_ratio = e.max_abs / std::max(hf.max_abs, 1e-300),
+                 rms_ratio = rms / std::max(hf.rel_rms, 1e-300);
+    worst_abs_ratio = std::max(worst_abs_ratio, abs_ratio);
+    worst_rms_ratio = std::max(worst_rms_ratio, rms_ratio);
+    std::printf(
+        "[golden-cuda] %-22s %-11s max abs ours %.3e HF %.3e (%.2fx)  rel rms ours %.3e HF %.3e (%.2fx)  "
+        "worst [%zu, %zu] ours %.5g want %.5g  worst/tol %.3f\n",
+        model.c_str(), name.c_str(), e.max_abs, hf.max_abs, abs_ratio, rms, hf.rel_rms, rms_ratio,
+        w.index / cols, w.index % cols, w.got, w.want, e.worst_ratio);
     EXPECT_EQ(e.nan, 0) << name << ": non-finite values in extract's output";
+    EXPECT_LE(e.max_abs, kPeerFactor * hf.max_abs)
+        << name << " " << got.dims[0] << "x" << cols << ": max abs error " << e.max_abs << " at ["
+        << w.index / cols << ", " << w.index % cols << "] (ours " << w.got << ", golden " << w.want
+        << ") exceeds " << kPeerFactor << " x HF-bf16's " << hf.max_abs;
+    EXPECT_LE(rms, kPeerFactor * hf.rel_rms) << name << ": relative RMS error " << rms << " exceeds "
+                                             << kPeerFactor << " x HF-bf16's " << hf.rel_rms;
     EXPECT_LE(rms, kMaxRelRms) << name << ": relative RMS error over the dataset";
   }
-  std::printf("[golden-cuda] %-22s max abs %.3e, max rel rms %.3e over all datasets\n", model.c_str(),
-              family_max_abs, family_max_rms);
+  std::printf("[golden-cuda] %-22s worst ratio to HF-bf16 over all datasets: max abs %.2fx, rel rms %.2fx\n",
+              model.c_str(), worst_abs_ratio, worst_rms_ratio);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenExtractCuda, ::testing::ValuesIn(golden_models()),

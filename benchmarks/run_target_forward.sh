@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Times our target forward (bench_target_forward, which checks its own result against the CPU path) and the
+# peer's (hf_target_forward.py: HF transformers + flash-linear-attention for the 27B hybrid, HF sdpa for the
+# 8B) on the same shapes in the same call, and prints the ratio per shape: our tok/s / the peer's. GPU machine
+# only; the two run one after the other in separate processes, so each has the GPU's memory to itself.
+#
+#   benchmarks/run_target_forward.sh [27b|8b|all] [BUILD_DIR]      (default: all, build)
+# Environment: DF_BENCH_TIMEOUT seconds per program and shape (default 300), DF_FLA the FLA tree (default
+# .peer/flash-linear-attention), PYTHON (python3). Logs go to $BUILD_DIR/target_forward/.
+set -uo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+which="${1:-all}"
+build="${2:-$here/build}"
+timeout_s="${DF_BENCH_TIMEOUT:-300}"
+fla="${DF_FLA:-$here/.peer/flash-linear-attention}"
+python="${PYTHON:-python3}"
+bench="$build/benchmarks/bench_target_forward"
+
+die() { echo "run_target_forward: $*" >&2; exit 2; }
+[[ -x "$bench" ]] || die "$bench not built. HINT: cmake --build $build -j --target bench_target_forward"
+case "$which" in
+  all) shapes="27b 8b" ;;
+  27b | 8b) shapes="$which" ;;
+  *) die "shape '$which': expected 27b, 8b or all" ;;
+esac
+if [[ " $shapes " == *" 27b "* && ! -f "$fla/fla/__init__.py" ]]; then
+  die "no flash-linear-attention tree at $fla (the 27B peer is HF + FLA). HINT: carry .peer/ from the lead's" \
+    "checkout (FLA v0.5.2, commit in benchmarks/hf_peer.py), or set DF_FLA"
+fi
+logs="$build/target_forward"
+mkdir -p "$logs"
+
+# The one JSON line a program printed (its last line starting with '{'), or nothing.
+json_of() { grep '^{' "$1" | tail -n 1; }
+# "exit N" plus ", timed out" for timeout's 124.
+exit_text() { echo "exit $1$([[ $1 -eq 124 ]] && echo ', timed out')"; }
+
+status=0
+summary=()
+for s in $shapes; do
+  echo "=== $s: ours (log $logs/ours_$s.log)"
+  timeout "$timeout_s" "$bench" "$s" 2>&1 | tee "$logs/ours_$s.log"
+  rc_ours=${PIPESTATUS[0]}
+  echo "=== $s: HF peer (log $logs/hf_$s.log)"
+  timeout "$timeout_s" "$python" "$here/benchmarks/hf_target_forward.py" --model "$s" --fla "$fla" 2>&1 |
+    tee "$logs/hf_$s.log"
+  rc_peer=${PIPESTATUS[0]}
+  ours="$(json_of "$logs/ours_$s.log")"
+  peer="$(json_of "$logs/hf_$s.log")"
+  if [[ $rc_ours -ne 0 || -z "$ours" ]]; then
+    summary+=("$s: our bench failed ($(exit_text "$rc_ours"); a failed result check prints no speed)")
+    status=1
+    continue
+  fi
+  if [[ $rc_peer -ne 0 || -z "$peer" ]]; then
+    summary+=("$s: HF peer failed ($(exit_text "$rc_peer"))")
+    status=1
+    continue
+  fi
+  summary+=("$("$python" - "$s" "$ours" "$peer" <<'PY'
+import json, sys
+s, ours, peer = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+r = ours["tok_s"] / peer["tok_s"]
+fla = f", FLA {peer['fla_version']} {str(peer['fla_commit'])[:12]}" if peer["fla_version"] else ""
+print(f"{s}: ours {ours['tok_s']:.0f} tok/s ({ours['seconds']:.3f} s, {ours['tflops']:.0f} TFLOP/s, result check "
+      f"{ours['result_check']})  {peer['peer']} {peer['tok_s']:.0f} tok/s ({peer['seconds']:.3f} s, "
+      f"{peer['peak_mem_gib']:.1f} GiB, transformers {peer['transformers_version']}{fla}, "
+      f"{peer['hidden_states']} hidden states)  ratio {r:.2f}x ({'meets' if r >= 1.4 else 'below'} the 1.4x goal)")
+PY
+)")
+done
+echo
+echo "=== target forward: our tok/s / the HF peer's"
+printf '%s\n' "${summary[@]}"
+exit $status
