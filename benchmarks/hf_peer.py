@@ -1,6 +1,8 @@
 # The peer our CUDA target forward is measured against: Hugging Face transformers with flash-linear-attention
 # (FLA) for the Gated DeltaNet, wired the way transformers wires it when it finds the package. Shared by
 # benchmarks/hf_target_forward.py (speed) and tests/golden/make_golden.py --hf-bf16 (the bf16 error anchor).
+import collections
+import functools
 import os
 import sys
 
@@ -22,11 +24,24 @@ def fla_commit(root):
         return "unknown"
 
 
-def wire_fla(q35, root=None):
-    """Imports FLA from `root` (default .peer/flash-linear-attention, or what is importable already) and makes
-    transformers' Qwen3.5 module use its chunked/recurrent gated delta rule and fused gated norm: the module
-    globals that Qwen3_5GatedDeltaNet.__init__ reads, so call this before building a model. Returns a dict
-    describing what was wired; raises RuntimeError with a HINT when FLA cannot be imported."""
+FLA_CALLS = collections.Counter()  # calls into FLA's chunked gated delta rule, through the wrapper below
+
+
+def _counted(fn):
+    @functools.wraps(fn)  # keeps fn's signature: transformers filters the kwargs it passes by it
+    def wrapper(*args, **kwargs):
+        FLA_CALLS["chunk_gated_delta_rule"] += 1
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def load_fla(root=None):
+    """Imports FLA from `root` (default .peer/flash-linear-attention, or what is importable already) and counts
+    the calls into its chunked gated delta rule. Call it BEFORE transformers' Qwen3.5 module is imported:
+    transformers 5.x binds a kernel package's functions when that module is imported (it takes the package when
+    it is importable, its pure-torch function otherwise). Returns a dict describing FLA; raises RuntimeError
+    with a HINT when FLA cannot be imported."""
     root = os.path.abspath(root or DEFAULT_FLA)
     if os.path.isfile(os.path.join(root, "fla", "__init__.py")) and root not in sys.path:
         sys.path.insert(0, root)
@@ -36,14 +51,15 @@ def wire_fla(q35, root=None):
     torch.zeros(1, device="cuda")
     try:
         import fla
-        from fla.modules import FusedRMSNormGated
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+        import fla.ops
+        import fla.ops.gated_delta_rule as gdr
     except ImportError as e:
         raise RuntimeError(f"flash-linear-attention not importable ({type(e).__name__}: {e}). HINT: carry the "
                            f"lead's .peer/ (FLA v0.5.2 at {DEFAULT_FLA}, commit {FLA_COMMIT}) or pass --fla DIR")
-    q35.chunk_gated_delta_rule = chunk_gated_delta_rule
-    q35.fused_recurrent_gated_delta_rule = fused_recurrent_gated_delta_rule
-    q35.FusedRMSNormGated = FusedRMSNormGated
+    if not hasattr(gdr.chunk_gated_delta_rule, "__wrapped__"):
+        gdr.chunk_gated_delta_rule = _counted(gdr.chunk_gated_delta_rule)
+        if hasattr(fla.ops, "chunk_gated_delta_rule"):
+            fla.ops.chunk_gated_delta_rule = gdr.chunk_gated_delta_rule
     commit = fla_commit(os.path.dirname(os.path.dirname(os.path.abspath(fla.__file__))))
     if commit not in (FLA_COMMIT, "unknown"):
         print(f"warning: FLA commit {commit} is not the pinned {FLA_COMMIT}", file=sys.stderr)
@@ -51,16 +67,29 @@ def wire_fla(q35, root=None):
             "fla_path": os.path.dirname(os.path.abspath(fla.__file__))}
 
 
+def wire_fla(q35):
+    """After load_fla and the import of transformers' Qwen3.5 module: also point the module globals a
+    transformers that looks its kernels up by name reads at the (counted) FLA functions."""
+    import fla.ops.gated_delta_rule as gdr
+    from fla.modules import FusedRMSNormGated
+
+    q35.chunk_gated_delta_rule = gdr.chunk_gated_delta_rule
+    q35.fused_recurrent_gated_delta_rule = gdr.fused_recurrent_gated_delta_rule
+    q35.FusedRMSNormGated = FusedRMSNormGated
+
+
 def qualified(obj):
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
 
 
-def gdn_kernels(model):
-    """The gated-delta-rule and gated-norm implementations the DeltaNet layers of `model` hold, as one string
-    (empty for a model without DeltaNet layers): proof of which kernels ran."""
-    seen = set()
-    for module in model.modules():
-        if type(module).__name__.endswith("GatedDeltaNet"):
-            fn, norm = module.chunk_gated_delta_rule, type(module.norm)
-            seen.add(f"{qualified(fn)} + {qualified(norm)}")
-    return "; ".join(sorted(seen))
+def gdn_kernels(model, fla_calls):
+    """What the DeltaNet layers of `model` ran, as one string (empty for a model without DeltaNet layers), from
+    their gated norm's type and `fla_calls`, the FLA chunk-rule calls counted over the forward: proof of which
+    kernels ran."""
+    norms = sorted({qualified(type(m.norm)) for m in model.modules()
+                    if type(m).__name__.endswith("GatedDeltaNet") and hasattr(m, "norm")})
+    if not norms:
+        return ""
+    rule = f"fla.ops.gated_delta_rule.chunk_gated_delta_rule ({fla_calls} calls)" if fla_calls else \
+        "transformers' pure-torch chunk rule (no FLA call)"
+    return f"{rule} + {'; '.join(norms)}"

@@ -13,13 +13,28 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the GPU machine reaches no network
 
 import torch
-import transformers
-from transformers import Qwen3Config, Qwen3Model
-from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
-from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_peer import FLA_COMMIT, gdn_kernels, wire_fla  # noqa: E402
+from hf_peer import FLA_CALLS, FLA_COMMIT, gdn_kernels, load_fla, wire_fla  # noqa: E402
+
+
+def argv_value(flag):
+    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv[:-1] else None
+
+
+# FLA must be imported before transformers' Qwen3.5 module, which binds its kernels when it is imported
+# (hf_peer.load_fla); only the hybrid needs it.
+FLA, FLA_ERROR = {"fla_version": None, "fla_commit": None}, None
+if argv_value("--model") == "27b" and torch.cuda.is_available():
+    try:
+        FLA = load_fla(argv_value("--fla"))
+    except RuntimeError as e:
+        FLA_ERROR = e
+
+import transformers  # noqa: E402
+from transformers import Qwen3Config, Qwen3Model  # noqa: E402
+from transformers.models.qwen3_5 import modeling_qwen3_5 as q35  # noqa: E402
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig  # noqa: E402
 
 
 # The shapes of bench_target_forward.cpp (config_qwen36_27b, config_qwen3_8b).
@@ -64,15 +79,14 @@ def main():
         sys.exit("hf_target_forward: no CUDA device; this peer runs on the GPU machine only")
     label, make_config, model_cls, hybrid = MODELS[args.model]
 
-    fla = {"fla_version": None, "fla_commit": None}
-    if hybrid:
-        try:
-            fla = wire_fla(q35, args.fla)
-        except RuntimeError as e:
-            if not args.allow_no_fla:
-                sys.exit(f"hf_target_forward: {e}\nThe peer of the hybrid is HF + FLA; --allow-no-fla times HF's "
-                         f"pure-torch DeltaNet instead (and says so)")
-            print(f"warning: {e}; timing HF's pure-torch DeltaNet (--allow-no-fla)", file=sys.stderr)
+    fla = FLA
+    if hybrid and FLA_ERROR is not None:
+        if not args.allow_no_fla:
+            sys.exit(f"hf_target_forward: {FLA_ERROR}\nThe peer of the hybrid is HF + FLA; --allow-no-fla times "
+                     f"HF's pure-torch DeltaNet instead (and says so)")
+        print(f"warning: {FLA_ERROR}; timing HF's pure-torch DeltaNet (--allow-no-fla)", file=sys.stderr)
+    if hybrid and fla["fla_version"]:
+        wire_fla(q35)
 
     config = make_config()
     config._attn_implementation = args.attn
@@ -86,9 +100,6 @@ def main():
     bad = [name for name, t in model.named_parameters() if not bool(torch.isfinite(t).all())]
     if bad:
         sys.exit(f"hf_target_forward: HF's init left non-finite values in {bad[:3]} ({len(bad)} tensors)")
-    kernels = gdn_kernels(model)
-    if hybrid and fla["fla_version"] and not kernels.startswith("fla."):
-        sys.exit(f"hf_target_forward: FLA was wired but the DeltaNet layers hold {kernels}")
 
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     ids = torch.randint(0, config.vocab_size, (args.seqs, args.seq_len), device="cuda", generator=gen)
@@ -111,6 +122,10 @@ def main():
             if not finite:
                 sys.exit("hf_target_forward: non-finite final hidden state; no speed reported")
     seconds = statistics.median(times)
+    kernels = gdn_kernels(model, FLA_CALLS["chunk_gated_delta_rule"])
+    if hybrid and fla["fla_version"] and not FLA_CALLS["chunk_gated_delta_rule"]:
+        sys.exit(f"hf_target_forward: FLA was loaded but the forward never called it ({kernels}); no speed "
+                 f"reported, since this would not be the HF + FLA peer")
     result = {"model": args.model, "label": label, "peer": "HF transformers" + (" + FLA" if fla["fla_version"] else ""),
               "tok_s": tokens / seconds, "seconds": seconds, "seconds_all": times, "tokens": tokens,
               "seqs": args.seqs, "seq_len": args.seq_len, "hidden_states": config.num_hidden_layers + 1,

@@ -11,7 +11,8 @@ import sys
 # HF + flash-linear-attention (benchmarks/hf_peer.py), so it leaves FLA importable; it is its own process, so
 # no fp32 golden can ever come from a process with FLA loaded.
 HF_BF16 = "--hf-bf16" in sys.argv[1:]
-for _blocked in ("causal_conv1d", "kernels") if HF_BF16 else ("fla", "causal_conv1d", "kernels"):
+NO_FLA = "--no-fla" in sys.argv[1:]
+for _blocked in ("causal_conv1d", "kernels") if HF_BF16 and not NO_FLA else ("fla", "causal_conv1d", "kernels"):
     sys.modules[_blocked] = None
 
 import argparse
@@ -21,20 +22,36 @@ import hashlib
 import json
 import math
 import os
+import subprocess
 import traceback
 
 import h5py
 import numpy as np
 import safetensors.torch
 import torch
-import transformers
-from transformers import Qwen3Config, Qwen3ForCausalLM
-from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
-from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-from hf_peer import gdn_kernels, wire_fla  # noqa: E402
+from hf_peer import FLA_CALLS, gdn_kernels, load_fla, wire_fla  # noqa: E402  (hf_peer imports torch only)
+
+
+def _argv_value(flag):
+    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv[:-1] else None
+
+
+# The --hf-bf16 run loads FLA before transformers' Qwen3.5 module is imported, which is when transformers 5.x
+# binds its DeltaNet kernels (hf_peer.load_fla).
+FLA_INFO, FLA_ERROR = {}, None
+if HF_BF16 and not NO_FLA:
+    try:
+        FLA_INFO = load_fla(_argv_value("--fla"))
+    except RuntimeError as e:
+        FLA_ERROR = e
+
+import transformers  # noqa: E402
+from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
+from transformers.models.qwen3_5 import modeling_qwen3_5 as q35  # noqa: E402
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig  # noqa: E402
 
 COMMITTED = os.path.join(REPO, "tests", "golden", "data")
 HF_BF16_FILE = "hf_bf16_error.json"
@@ -459,8 +476,12 @@ def write_json_atomic(path, obj):
 def measure_bf16(name, golden_dir, out_dir, fla):
     """HF in bf16 on CUDA over the golden's tokens; writes its error against expected.h5 per dataset."""
     model = load_bf16(golden_dir)
-    kernels = gdn_kernels(model)
+    calls0 = FLA_CALLS["chunk_gated_delta_rule"]
     states, _ = forward_all(model.model, read_tokens(golden_dir), device="cuda")
+    calls = FLA_CALLS["chunk_gated_delta_rule"] - calls0
+    kernels = gdn_kernels(model, calls)
+    if kernels and fla and not calls:
+        raise RuntimeError(f"{name}: FLA was loaded but the forward never called it ({kernels})")
     expected = os.path.join(golden_dir, "expected.h5")
     with h5py.File(expected, "r") as f:
         want = {k: f[k][...] for k in f.keys() if k != "offsets"}
@@ -483,27 +504,19 @@ def measure_bf16(name, golden_dir, out_dir, fla):
     return record
 
 
-def set_gdn_kernels(fla_kernels):
-    """Module globals Qwen3_5GatedDeltaNet.__init__ reads: FLA's (wire_fla) or None, HF's 'not installed'."""
-    if fla_kernels is None:
-        q35.chunk_gated_delta_rule = q35.fused_recurrent_gated_delta_rule = q35.FusedRMSNormGated = None
-    else:
-        q35.chunk_gated_delta_rule, q35.fused_recurrent_gated_delta_rule, q35.FusedRMSNormGated = fla_kernels
-
-
 def run_hf_bf16(args, names):
-    """One JSON per model into --out/<model>/, against the golden just written there or the committed one."""
+    """One JSON per model into --out/<model>/, against the golden just written there or the committed one. A
+    hybrid that FLA fails on is measured again in a process of its own with FLA blocked (--no-fla): HF's
+    pure-torch DeltaNet, and the JSON says so."""
     if not torch.cuda.is_available():
         raise SystemExit("--hf-bf16 needs a CUDA device (run it on the GPU machine)")
-    fla, fla_kernels = {}, None
-    try:
-        fla = wire_fla(q35, args.fla)
-        fla_kernels = (q35.chunk_gated_delta_rule, q35.fused_recurrent_gated_delta_rule, q35.FusedRMSNormGated)
-    except RuntimeError as e:
-        if not args.allow_no_fla:
-            raise SystemExit(f"{e}\nThe peer is HF + FLA; --allow-no-fla records HF's pure-torch DeltaNet instead")
-        print(f"warning: {e}; recording HF's pure-torch DeltaNet (--allow-no-fla)")
-        set_gdn_kernels(None)
+    fla = FLA_INFO
+    if FLA_ERROR is not None and not args.allow_no_fla and not NO_FLA:
+        raise SystemExit(f"{FLA_ERROR}\nThe peer is HF + FLA; --allow-no-fla records HF's pure-torch DeltaNet instead")
+    if fla:
+        wire_fla(q35)
+    elif not NO_FLA:
+        print(f"warning: {FLA_ERROR}; recording HF's pure-torch DeltaNet (--allow-no-fla)")
     print(f"FLA: {fla or 'not used'}")
     failed = []
     for name in names:
@@ -515,17 +528,19 @@ def run_hf_bf16(args, names):
             try:
                 measure_bf16(name, golden_dir, fresh, fla)
             except Exception as e:  # noqa: BLE001 - FLA refusing a tiny shape must not lose the whole run
-                if fla_kernels is None or not model_type(golden_dir).startswith("qwen3_5"):
+                if not fla or not model_type(golden_dir).startswith("qwen3_5"):
                     raise
                 traceback.print_exc()
-                print(f"{name}: FLA failed ({type(e).__name__}: {e}); recording HF's pure-torch DeltaNet instead")
-                set_gdn_kernels(None)
-                try:
-                    record = measure_bf16(name, golden_dir, fresh, {})
-                finally:
-                    set_gdn_kernels(fla_kernels)
+                print(f"{name}: FLA failed ({type(e).__name__}: {e}); measuring HF's pure-torch DeltaNet instead")
+                cmd = [sys.executable, os.path.abspath(__file__), "--hf-bf16", "--no-fla", "--models", name,
+                       "--out", args.out]
+                if subprocess.run(cmd).returncode != 0:
+                    raise RuntimeError(f"{name}: the --no-fla re-run failed too") from e
+                path = os.path.join(fresh, HF_BF16_FILE)
+                with open(path) as f:
+                    record = json.load(f)
                 record["fla_error"] = f"{type(e).__name__}: {e}"
-                write_json_atomic(os.path.join(fresh, HF_BF16_FILE), record)
+                write_json_atomic(path, record)
         except BaseException as e:  # noqa: BLE001 - keep going so one run reports every model
             traceback.print_exc()
             failed.append(f"{name}: {e}")
@@ -557,6 +572,8 @@ def main():
     parser.add_argument("--fla", help="FLA tree for --hf-bf16 (default .peer/flash-linear-attention)")
     parser.add_argument("--allow-no-fla", action="store_true",
                         help="--hf-bf16 without FLA: record HF's pure-torch DeltaNet (not the peer)")
+    parser.add_argument("--no-fla", action="store_true",
+                        help="--hf-bf16 with FLA blocked (the re-run of a hybrid FLA failed on)")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in JOBS]
