@@ -323,8 +323,9 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   Config cfg = config_load(toml);
   DrafterConfig dc = drafter_config_from_run(cfg, target);
   const int64_t T = o.seq_len, H = dc.hidden, V = dc.vocab;
-  // The micro-batch this benchmark trains is the limit its workspace is planned for (one sequence of T tokens,
-  // num_anchors blocks), as the drafter loop plans once for the run's; plan vram sees the same limits.
+  // The micro-batch this benchmark trains is the limit its workspace is planned for (one sequence of T
+  // tokens, num_anchors blocks), as the drafter loop plans once for the run's; plan vram sees the same
+  // limits.
   cfg.data.token_budget = T;
   cfg.drafter.max_block_rows = int64_t(dc.num_anchors) * dc.block_size;
   size_t free0 = 0, total = 0;
@@ -436,8 +437,8 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
                 double(total) / double(1 << 30));
   std::printf("\n");
   // plan vram's drafter role for these limits beside what was allocated. The benchmark's own tables and taps
-  // take the bytes DrafterMemory would (two bf16 [V, H] tables, the taps at T tokens); the plan's 1 GiB runtime
-  // reserve is left out of the comparison (the context exists before the first count).
+  // take the bytes DrafterMemory would (two bf16 [V, H] tables, the taps at T tokens); the plan's 1 GiB
+  // runtime reserve is left out of the comparison (the context exists before the first count).
   VramAssumptions assume;
   assume.targets = 1;
   const VramRole plan = plan_vram_drafter(cfg, dc, false, assume);
@@ -453,14 +454,16 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
     const double want = plan.total - reserve - untracked;
     in_use = double(total) - double(free1);
     std::printf(
-        "plan vram (drafter, %lld tokens, %lld block rows): %.2f GiB = allocations %.2f GiB + reserve %.2f GiB; "
-        "CudaTrainOps high water %.2f GiB vs plan %.2f GiB (%+.2f %%); device used +%.2f GiB vs plan %.2f GiB "
-        "(%+.2f %%)\n",
+        "plan vram (drafter, %lld tokens, %lld block rows): %.2f GiB = allocations %.2f GiB + reserve "
+        "%.2f GiB; CudaTrainOps high water %.2f GiB vs plan %.2f GiB (%+.2f %%); device used +%.2f GiB "
+        "vs plan %.2f GiB (%+.2f %%)\n",
         (long long)T, (long long)cfg.drafter.max_block_rows, plan.total / kGiB, (plan.total - reserve) / kGiB,
         reserve / kGiB, peak / kGiB, want / kGiB, 100.0 * (want - peak) / peak, used / kGiB,
         (plan.total - reserve) / kGiB, 100.0 * (plan.total - reserve - used) / used);
-    std::printf("device memory in use at the end, CUDA context included: %.2f GiB; fits an 80 GB GPU (%.2f GiB): %s\n",
-                in_use / kGiB, k80GB / kGiB, in_use <= k80GB ? "yes" : "NO");
+    std::printf(
+        "device memory in use at the end, CUDA context included: %.2f GiB; fits an 80 GB GPU "
+        "(%.2f GiB): %s\n",
+        in_use / kGiB, k80GB / kGiB, in_use <= k80GB ? "yes" : "NO");
   }
 #endif
   std::printf(

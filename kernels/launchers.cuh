@@ -87,8 +87,8 @@ void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* p
 void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, bf16* y,
                              int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd,
                              float theta, float eps, cudaStream_t stream);
-// Its backward: dx overwritten, dw [hd] += ∂/∂w through per-chunk partials in ws (qk_norm_rope_bwd_workspace_bytes,
-// train_workspace.h) and column_sum_launch.
+// Its backward: dx overwritten, dw [hd] += ∂/∂w through per-chunk partials in ws
+// (qk_norm_rope_bwd_workspace_bytes, train_workspace.h) and column_sum_launch.
 void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
                              const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
                              int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,

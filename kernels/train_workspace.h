@@ -1,6 +1,6 @@
-// The device scratch the CUDA launchers of the drafter's training ops ask for, and the cuBLASLt entry point's own
-// buffers. Plain C++ with no CUDA header (like gdn_workspace.h), so that the VRAM planner, built without CUDA,
-// counts exactly the bytes the launchers check for: one formula each, used by both.
+// The device scratch the CUDA launchers of the drafter's training ops ask for, and the cuBLASLt entry point's
+// own buffers. Plain C++ with no CUDA header (like gdn_workspace.h), so that the VRAM planner, built without
+// CUDA, counts exactly the bytes the launchers check for: one formula each, used by both.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,10 +8,11 @@
 namespace df {
 
 // ---- gemm.cu --------------------------------------------------------------------------------------------
-// The cuBLASLt workspace every GemmContext allocates: what the split-K and stream-K kernels ask for on Hopper.
+// The cuBLASLt workspace every GemmContext allocates: what the split-K and stream-K kernels ask for on
+// Hopper.
 constexpr size_t kGemmWorkspaceBytes = size_t(64) << 20;
-// Bytes of the tuning output for a beta != 0 GEMM writing c [M, N] (row stride ldc): the timed candidates must
-// not touch c, so they write a scratch of c's span, last row cut at N. The scratch only grows.
+// Bytes of the tuning output for a beta != 0 GEMM writing c [M, N] (row stride ldc): the timed candidates
+// must not touch c, so they write a scratch of c's span, last row cut at N. The scratch only grows.
 inline size_t gemm_tune_scratch_bytes(int64_t M, int64_t N, int64_t ldc, bool c_f32) {
   return size_t((M - 1) * ldc + N) * (c_f32 ? 4 : 2);
 }

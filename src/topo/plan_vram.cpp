@@ -50,7 +50,8 @@ double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind) {
          + value_dim * h;                                           // out_proj
 }
 
-VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied, const VramAssumptions& assume) {
+VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied,
+                           const VramAssumptions& assume) {
   const DrafterLimits lim = drafter_limits_from_run(cfg);
   const DrafterParamTable table = drafter_param_table(dc);
   const double P = double(table.total), H = dc.hidden, V = dc.vocab;
@@ -66,8 +67,8 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
   add(dr, "weights bf16 copy", kBf16 * P, strfmt("2 B x %.4g (the GEMM weight shadow)", P));
   const int slots = LossStatsSlots::size(dc.block_size);
   add(dr, "loss statistics f64", 8.0 * slots, strfmt("8 B x %d slots", slots));
-  // DrafterMemory's one allocation (pipeline/drafter_memory.cpp): the frozen tables as bf16 and the staging of
-  // one received batch at the token budget.
+  // DrafterMemory's one allocation (pipeline/drafter_memory.cpp): the frozen tables as bf16 and the staging
+  // of one received batch at the token budget.
   add(dr, "frozen embedding [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
   if (tied)
     add(dr, "frozen lm_head", 0, "tied: the embedding serves as lm_head");
@@ -75,7 +76,8 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
     add(dr, "frozen lm_head [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
   add(dr, "batch staging bf16", kBf16 * double(T) * (k * H + (lim.kl ? H : 0)),
       strfmt("2 B x %lld tokens x (taps %.0f%s)", (long long)T, k * H, lim.kl ? " + final hidden" : ""));
-  // The activation workspace planned once for drafter_limits_from_run: the bytes drafter_plan_workspace takes.
+  // The activation workspace planned once for drafter_limits_from_run: the bytes drafter_plan_workspace
+  // takes.
   add(dr, "activation workspace", double(drafter_workspace_bytes(dc, lim, DType::bf16)),
       strfmt("drafter_workspace_bytes: %lld tokens, %lld blocks of %d (drafter.max_block_rows %lld)%s%s",
              (long long)T, (long long)nb, dc.block_size, (long long)cfg.drafter.max_block_rows,
@@ -105,7 +107,8 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
   for (const DrafterParamEntry& e : table.entries)
     if (e.rows > 1) tune = std::max(tune, gemm_tune_scratch_bytes(e.rows, e.cols, e.cols, true));
   add(dr, "GEMM tuning output", double(tune),
-      "the largest beta != 0 GEMM output (weight gradients f32, dctx / residuals bf16); 0 with DFLASH_GEMM_TUNE=0");
+      "the largest beta != 0 GEMM output (weight gradients f32, dctx / residuals bf16); 0 with "
+      "DFLASH_GEMM_TUNE=0");
   const int depth = cfg.pipeline.hs_queue_depth;
   const double payload = payload_bytes(T, k, dc.hidden, lim.kl);
   add(dr, "received payloads (host)", 0,

@@ -1,7 +1,8 @@
 // `plan vram`'s drafter role against what a CUDA drafter really allocates: builds the drafter as the drafter
-// loop does (CudaTrainOps, DrafterModel, DrafterMemory, the workspace for drafter_limits_from_run), trains one
-// step on a received batch that fills the limits, and compares the plan with CudaTrainOps' allocation high water
-// and with the device's own count (cudaMemGetInfo). Prints both and every item either way. Skips without a GPU.
+// loop does (CudaTrainOps, DrafterModel, DrafterMemory, the workspace for drafter_limits_from_run), trains
+// one step on a received batch that fills the limits, and compares the plan with CudaTrainOps' allocation
+// high water and with the device's own count (cudaMemGetInfo). Prints both and every item either way. Skips
+// without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -34,9 +35,9 @@ using namespace df;
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-// The bound for planned vs measured. The tracked comparison is expected to be exact (the plan calls the
-// formulas the code allocates with); the device count adds cudaMalloc's rounding (2 MiB pages) and cuBLASLt's
-// handle, which is why it is only held to the bound where the plan passes 1 GiB.
+// The bound for planned vs measured. The tracked comparison is expected to be exact (the plan calls
+// the formulas the code allocates with); the device count adds cudaMalloc's rounding (2 MiB pages) and
+// cuBLASLt's handle, which is why it is only held to the bound where the plan passes 1 GiB.
 constexpr double kRelTol = 0.05;
 // Plan items that CudaTrainOps does not allocate itself: the GemmContext's buffers and the runtime reserve.
 const char* const kNotTracked[] = {"cuBLASLt workspace", "GEMM tuning output", "CUDA context, NCCL, slack"};
@@ -64,7 +65,8 @@ Case tiny_case(const std::string& loss, int64_t seq_len) {
 // The Qwen3-8B drafter (configs/qwen3-8b.toml, 1.05 B trainable) with a 32,000-token vocabulary instead of
 // 151,936: the host tables stay small; every other shape is the run's, at token_budget 32768.
 Case qwen3_8b_case(int64_t seq_len) {
-  Case c{"qwen3-8b drafter (vocab 32000) seq " + std::to_string(seq_len), load_config("configs/qwen3-8b.toml"),
+  Case c{"qwen3-8b drafter (vocab 32000) seq " + std::to_string(seq_len),
+         load_config("configs/qwen3-8b.toml"),
          qwen_config_load(std::string(DF_SOURCE_DIR) + "/tests/fixtures/models/qwen3-8b"), seq_len};
   c.target.vocab = 32000;
   c.cfg.drafter.mask_token_id = 31999;
@@ -88,7 +90,8 @@ FeaturePacket make_packet(const DrafterConfig& dc, int64_t T, int64_t seq_len, b
   for (int64_t s = 0; s < T; s += seq_len) p.offsets.push_back(s);
   p.offsets.push_back(T);
   p.hdr.num_seqs = int64_t(p.offsets.size()) - 1;
-  for (int64_t t = 0; t < T; ++t) p.tokens.push_back(int32_t(rng_u64_at(7, 1, uint64_t(t)) % uint64_t(dc.vocab - 1)));
+  for (int64_t t = 0; t < T; ++t)
+    p.tokens.push_back(int32_t(rng_u64_at(7, 1, uint64_t(t)) % uint64_t(dc.vocab - 1)));
   p.loss_mask.assign(size_t(T), 1);
   auto fill = [](std::vector<uint16_t>& v, size_t n, uint64_t stream) {
     v.resize(n);
@@ -167,10 +170,11 @@ Measured measure(const Case& c, const DrafterConfig& dc, int64_t lm_chunk) {
 bool within(const char* what, double planned, double measured, bool bound_only) {
   const double rel = measured > 0 ? std::fabs(planned - measured) / measured : (planned == 0 ? 0 : 1e300);
   const bool ok = bound_only ? measured <= planned : rel <= kRelTol;
-  std::printf("[ plan   ] %-40s planned %14.0f B (%8.3f GiB) measured %14.0f B (%8.3f GiB) diff %+.2f %% %s\n",
-              what, planned, planned / kGiB, measured, measured / kGiB,
-              measured > 0 ? 100.0 * (planned - measured) / measured : 0.0,
-              ok ? (bound_only ? "ok (bound)" : "ok") : (bound_only ? "OVER THE PLAN" : "OFF BY > 5 %"));
+  std::printf(
+      "[ plan   ] %-40s planned %14.0f B (%8.3f GiB) measured %14.0f B (%8.3f GiB) diff %+.2f %% %s\n", what,
+      planned, planned / kGiB, measured, measured / kGiB,
+      measured > 0 ? 100.0 * (planned - measured) / measured : 0.0,
+      ok ? (bound_only ? "ok (bound)" : "ok") : (bound_only ? "OVER THE PLAN" : "OFF BY > 5 %"));
   return ok;
 }
 
@@ -181,9 +185,10 @@ void check_case(const Case& c) {
   const DrafterConfig dc = drafter_config_from_run(c.cfg, c.target);
   const VramRole plan = plan_vram_drafter(c.cfg, dc, c.target.tie_word_embeddings, a);
   const Measured m = measure(c, dc, a.lm_chunk);
-  std::printf("[ case   ] %s: %lld tokens in sequences of %lld, %lld blocks of %d trained (limit %lld), loss %.4f\n",
-              c.name.c_str(), (long long)c.cfg.data.token_budget, (long long)c.seq_len, (long long)m.blocks,
-              dc.block_size, (long long)drafter_limits_from_run(c.cfg).max_blocks, m.loss);
+  std::printf(
+      "[ case   ] %s: %lld tokens in sequences of %lld, %lld blocks of %d trained (limit %lld), loss %.4f\n",
+      c.name.c_str(), (long long)c.cfg.data.token_budget, (long long)c.seq_len, (long long)m.blocks,
+      dc.block_size, (long long)drafter_limits_from_run(c.cfg).max_blocks, m.loss);
   for (const VramItem& it : plan.items)
     std::printf("[ item   ]   %-32s %14.0f B  %s\n", it.name.c_str(), it.bytes, it.detail.c_str());
   const double flat = plan_item(plan, "master weights fp32") + plan_item(plan, "gradients fp32") +
@@ -194,7 +199,7 @@ void check_case(const Case& c) {
                         plan_item(plan, "batch staging bf16");
   double tracked = plan.total;
   for (const char* n : kNotTracked) tracked -= plan_item(plan, n);
-  // The op scratch grows with the block rows trained: at the limit the plan must match it, below only hold it.
+  // The op scratch grows with the block rows trained: at the limit the plan must match, below only hold.
   const bool below = m.blocks < drafter_limits_from_run(c.cfg).max_blocks;
   bool ok = true;
   ok &= within("DrafterModel flat buffers + statistics", flat, double(m.model), false);
@@ -207,13 +212,15 @@ void check_case(const Case& c) {
   if (device_plan >= kGiB)
     ok &= device_ok;
   else
-    std::printf("[ plan   ]   (device count not held to 5 %%: %.1f MiB planned is within cudaMalloc's rounding)\n",
-                device_plan / (1 << 20));
+    std::printf(
+        "[ plan   ]   (device count not held to 5 %%: %.1f MiB planned is within cudaMalloc's rounding)\n",
+        device_plan / (1 << 20));
   std::printf("[ plan   ] CUDA context before the backend: %.3f GiB (the plan reserves %.3f GiB with NCCL)\n",
               m.context / kGiB, plan_item(plan, "CUDA context, NCCL, slack") / kGiB);
-  EXPECT_TRUE(ok) << c.name << ": plan vram's drafter items differ from the allocations (lines marked OVER / OFF "
-                  << "above; HINT: a new allocation in DrafterModel / DrafterMemory / CudaTrainOps needs its line in "
-                  << "plan_vram_drafter)";
+  EXPECT_TRUE(ok)
+      << c.name << ": plan vram's drafter items differ from the allocations (lines marked OVER / OFF "
+      << "above; HINT: a new allocation in DrafterModel / DrafterMemory / CudaTrainOps needs its line in "
+      << "plan_vram_drafter)";
   EXPECT_TRUE(std::isfinite(m.loss)) << c.name << ": the step's loss is not finite";
 }
 

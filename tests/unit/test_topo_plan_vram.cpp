@@ -99,7 +99,7 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "frozen embedding [V,H] bf16"), 2 * 32 * 8);
   EXPECT_DOUBLE_EQ(item(p.drafter, "frozen lm_head"), 0);  // tied
   EXPECT_DOUBLE_EQ(item(p.drafter, "loss statistics f64"), 8 * (4 + 2 * 3));  // block 4: 10 slots
-  EXPECT_DOUBLE_EQ(item(p.drafter, "received payloads (host)"), 0);  // host memory, 1 x 2 x 370 B
+  EXPECT_DOUBLE_EQ(item(p.drafter, "received payloads (host)"), 0);           // host memory, 1 x 2 x 370 B
   EXPECT_EQ(p.anchors, 3);  // one 10-token sequence, min(3 anchors, 9 positions)
   EXPECT_EQ(p.max_blocks, 3);  // max_block_rows 12 / block 4
   EXPECT_DOUBLE_EQ(item(p.drafter, "batch staging bf16"), 2 * 10 * 16);
@@ -112,9 +112,10 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "activation workspace"),
                    double(drafter_workspace_bytes(drafter_config_from_run(cfg, tiny_target()),
                                                   drafter_limits_from_run(cfg), DType::bf16)));
-  // The largest op workspace is the loss's, chunk = all 12 rows, each part rounded to 256 B: label index 12·4,
-  // gathered hidden 12·8·2, f32 logits 12·32·4 = 1536, bf16 dlogits 12·32·2 = 768. (Attention bwd 4·12·2 → 256,
-  // rmsnorm_bwd 1 chunk · 8 · 4, qk_norm_rope_bwd 2 chunks · 4 · 4, sum_squares 8 + 5 blocks · 8 are smaller.)
+  // The largest op workspace is the loss's, chunk = all 12 rows, each part rounded to 256 B: label index
+  // 12·4, gathered hidden 12·8·2, f32 logits 12·32·4 = 1536, bf16 dlogits 12·32·2 = 768. (Attention bwd
+  // 4·12·2 → 256, rmsnorm_bwd 1 chunk · 8 · 4, qk_norm_rope_bwd 2 chunks · 4 · 4, sum_squares 8 + 5 blocks ·
+  // 8 are smaller.)
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 256 + 256 + 1536 + 768);
   // GEMM tuning output: the largest beta != 0 product is the f32 fc gradient [8, 16].
   EXPECT_DOUBLE_EQ(item(p.drafter, "GEMM tuning output"), 4 * 8 * 16);

@@ -25,9 +25,9 @@ class CudaTrainOps final : public TrainOps {
   DType act_dtype() const override { return DType::bf16; }
   cudaStream_t stream() const { return dev_.stream; }
   int device_index() const { return dev_.index; }
-  // Device bytes this backend holds (alloc_bytes and the op scratch), now and at most since construction: what
-  // `plan vram` itemises for a drafter, checked against it by tests/gpu/test_plan_vram_cuda.cpp. The cuBLASLt
-  // context's own buffers (kernels/train_workspace.h) are not included.
+  // Device bytes this backend holds (alloc_bytes and the op scratch), now and at most since construction:
+  // what `plan vram` itemises for a drafter, checked against it by tests/gpu/test_plan_vram_cuda.cpp. The
+  // cuBLASLt context's own buffers (kernels/train_workspace.h) are not included.
   size_t live_bytes() const { return live_bytes_; }
   size_t peak_bytes() const { return peak_bytes_; }
 
