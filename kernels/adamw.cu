@@ -8,15 +8,6 @@
 
 namespace df {
 
-// Sum-of-squares geometry: a fixed grid whatever the GPU, so every device sums in the same order.
-constexpr int kSsqThreads = 256;
-constexpr int kSsqMaxBlocks = 1024;
-
-static int ssq_blocks(int64_t n) {
-  const int64_t b = (n + kSsqThreads - 1) / kSsqThreads;
-  return static_cast<int>(b < kSsqMaxBlocks ? (b > 0 ? b : 1) : kSsqMaxBlocks);
-}
-
 // ---- kernels ----
 // CPU: m = β1·m + (1 − β1)·g; v = β2·v + ((1 − β2)·g)·g in fp32; upd = (m / bc1) / (sqrt(v / bc2) + eps) and
 // p − lr·(upd + wd·p) in double. The _rn intrinsics keep nvcc from fusing or approximating any of it.
@@ -121,16 +112,12 @@ void adamw_launch(float* p, const float* g, float* m, float* v, bf16* p_lp, int6
   DF_CUDA_CHECK_LAUNCH("adamw_kernel");
 }
 
-size_t sum_squares_workspace_bytes(int64_t n) {
-  return size_t(ssq_blocks(n)) * sizeof(double);
-}
-
 void sum_squares_launch(const float* x, int64_t n, double* result, void* ws, size_t ws_bytes,
                         cudaStream_t stream) {
   if (ws_bytes < sum_squares_workspace_bytes(n))
     cuda_throw("sum_squares_launch", "workspace smaller than sum_squares_workspace_bytes", __FILE__,
                __LINE__);
-  const int blocks = ssq_blocks(n);
+  const int blocks = sum_squares_blocks(n);
   double* partial = static_cast<double*>(ws);
   sum_squares_kernel<<<blocks, kSsqThreads, 0, stream>>>(x, n, partial);
   DF_CUDA_CHECK_LAUNCH("sum_squares_kernel");

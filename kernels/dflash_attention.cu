@@ -473,10 +473,6 @@ void query_pass(const QueryArgs& a, cudaStream_t stream) {
   DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
 }
 
-size_t round256(size_t n) {
-  return (n + 255) / 256 * 256;
-}
-
 }  // namespace
 
 void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -490,10 +486,6 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false>(a, stream); });
-}
-
-size_t dflash_attention_bwd_workspace_bytes(const DFlashAttnDims& d) {
-  return round256(sizeof(float) * size_t(d.nb * d.block) * size_t(d.hq));
 }
 
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,

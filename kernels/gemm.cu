@@ -11,6 +11,7 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
+#include "kernels/train_workspace.h"
 
 namespace df {
 
@@ -84,7 +85,7 @@ struct GemmContext {
   bool tune = true;  // DFLASH_GEMM_TUNE=0 keeps the heuristic's first algorithm (for A/B timing)
   bool log = false;  // DFLASH_GEMM_LOG=1 prints the decision taken for every new shape
   void* workspace = nullptr;
-  size_t workspace_bytes = size_t(64) << 20;  // 64 MiB: what the split-K and stream-K kernels ask for on Hopper
+  size_t workspace_bytes = kGemmWorkspaceBytes;
   // Output of the timed launches when beta != 0 (c must keep the values the real call adds to). Timing runs
   // once per M bucket, so new shapes keep arriving: the buffer only grows, and a shape no larger than one
   // seen before allocates nothing. It is bounded by the largest beta != 0 output, the target's residual
@@ -175,8 +176,7 @@ static int gemm_time_candidates(GemmContext* ctx, const GemmPlan& p, const cubla
   }
   void* out = o.c;
   if (beta != 0.0f) {
-    // The span of c in elements, last row cut at N: what a [M, N] view with row stride ldc touches.
-    const size_t bytes = size_t((M - 1) * ldc + N) * (c_f32 ? 4 : 2);
+    const size_t bytes = gemm_tune_scratch_bytes(M, N, ldc, c_f32);
     out = gemm_scratch(ctx, bytes);
     if (!out) return -1;
     DF_CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, stream));

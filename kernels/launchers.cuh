@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/gdn_workspace.h"
+#include "kernels/train_workspace.h"
 
 namespace df {
 
@@ -42,12 +43,7 @@ void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols
 // dst[c] += Σ_k partial[k·cols + c] over k = 0 .. chunks − 1 in that order: the second, fixed-order pass of
 // the parameter-gradient reductions (rmsnorm_bwd, qk_norm_rope_bwd), so dw never depends on float atomics.
 void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, cudaStream_t stream);
-// Row chunks of those reductions: chunk k of `rows` rows covers [k·R, (k + 1)·R), R = ceil(rows / chunks).
-// A function of the shape only, so a given shape always sums in the same order.
-inline int64_t column_partial_chunks(int64_t rows, int64_t cols) {
-  const int64_t tiles = (cols + 255) / 256, want = (512 + tiles - 1) / tiles, by_rows = (rows + 15) / 16;
-  return want < by_rows ? want : (by_rows > 0 ? by_rows : 1);
-}
+// Row chunks of those reductions: column_partial_chunks (train_workspace.h).
 // dst = src with dtype conversion; each of src/dst is bf16 (false) or f32 (true).
 void cast_launch(const void* src, bool src_f32, int64_t ld_src, void* dst, bool dst_f32, int64_t ld_dst,
                  int64_t rows, int64_t cols, cudaStream_t stream);
@@ -73,8 +69,7 @@ void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64
 void rmsnorm_fwd_launch(const bf16* x, int64_t ld_x, const float* w, bf16* y, int64_t ld_y, float* rstd,
                         int64_t rows, int64_t cols, float eps, cudaStream_t stream);
 // dx = beta_dx·dx + rstd·(dy·w − x̂·mean(dy·w·x̂)), x̂ = x·rstd; dw += Σ_rows dy·x̂ through per-chunk partials in
-// ws (rmsnorm_bwd_workspace_bytes) and column_sum_launch.
-size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t cols);
+// ws (rmsnorm_bwd_workspace_bytes, train_workspace.h) and column_sum_launch.
 void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float* rstd, const bf16* dy,
                         int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw, float beta_dx, int64_t rows,
                         int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream);
@@ -92,8 +87,8 @@ void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* p
 void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, bf16* y,
                              int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd,
                              float theta, float eps, cudaStream_t stream);
-// Its backward: dx overwritten, dw [hd] += ∂/∂w through per-chunk partials in ws and column_sum_launch.
-size_t qk_norm_rope_bwd_workspace_bytes(int64_t T, int hd);
+// Its backward: dx overwritten, dw [hd] += ∂/∂w through per-chunk partials in ws
+// (qk_norm_rope_bwd_workspace_bytes, train_workspace.h) and column_sum_launch.
 void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
                              const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
                              int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,
@@ -111,8 +106,7 @@ struct AdamWArgs {
 void adamw_launch(float* p, const float* g, float* m, float* v, bf16* p_lp, int64_t n, const AdamWArgs& a,
                   cudaStream_t stream);
 // Σ x² over n floats in double in a fixed order (fixed grid: the same bits on every GPU), into *result
-// (device memory); ws of sum_squares_workspace_bytes(n) bytes.
-size_t sum_squares_workspace_bytes(int64_t n);
+// (device memory); ws of sum_squares_workspace_bytes(n) bytes (train_workspace.h).
 void sum_squares_launch(const float* x, int64_t n, double* result, void* ws, size_t ws_bytes,
                         cudaStream_t stream);
 

@@ -27,39 +27,6 @@ constexpr int kMaxCluster = 8;
 // Elements per thread below which a row is not split further (the exchange costs two cluster barriers).
 constexpr int64_t kMinPerThread = 8;
 
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
-}
-
-// Where each piece of the workspace lives (byte offsets, 256-byte aligned) and the padded row strides: logits
-// rows of a multiple of 8 elements keep every row 16-byte aligned for the vector loads and cuBLASLt.
-struct LossLayout {
-  int64_t chunk = 0, ldh = 0, ldv = 0;
-  size_t idx = 0, hid = 0, tgt = 0, logits = 0, tlogits = 0, grad = 0, bytes = 0;
-};
-
-LossLayout loss_layout(int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, bool kl) {
-  LossLayout L;
-  L.chunk = std::max<int64_t>(1, std::min(chunk_rows, rows));
-  L.ldh = round_up(H, 8);
-  L.ldv = round_up(V, 8);
-  size_t off = 0;
-  auto take = [&](int64_t bytes) {
-    const size_t at = off;
-    off += size_t(round_up(bytes, 256));
-    return at;
-  };
-  L.idx = take(rows * int64_t(sizeof(int32_t)));
-  // hid also receives the chunk's dhidden: the gathered rows are dead once the logits exist.
-  L.hid = take(L.chunk * L.ldh * int64_t(sizeof(bf16)));
-  if (kl) L.tgt = take(L.chunk * L.ldh * int64_t(sizeof(bf16)));
-  L.logits = take(L.chunk * L.ldv * int64_t(sizeof(float)));
-  if (kl) L.tlogits = take(L.chunk * L.ldv * int64_t(sizeof(float)));
-  L.grad = take(L.chunk * L.ldv * int64_t(sizeof(bf16)));
-  L.bytes = off;
-  return L;
-}
-
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -430,10 +397,6 @@ void row_kernel_launch(const RowArgs& args, int64_t n, cudaStream_t stream) {
 
 }  // namespace
 
-size_t lm_head_loss_workspace_bytes(int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, bool kl) {
-  return loss_layout(rows, H, V, chunk_rows, kl).bytes;
-}
-
 void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidden, const bf16* lm_head,
                          int64_t ld_lm_head, const int32_t* labels, const uint8_t* active,
                          const bf16* target_hidden, int64_t ld_target, bool kl, float* loss, float* p_label,
@@ -454,7 +417,7 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
                (!kl || target_hidden),
            "lm_head_loss_launch: null pointer argument%s", kl ? " (the KL needs target_hidden)" : "");
   if (rows == 0) return;
-  const LossLayout L = loss_layout(rows, H, V, chunk_rows, kl);
+  const LmLossLayout L = lm_head_loss_layout(rows, H, V, chunk_rows, kl);
   DF_CHECK(
       ws && ws_bytes >= L.bytes && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
       "lm_head_loss_launch: workspace %p of %zu bytes, needs %zu bytes 256-byte aligned for rows %lld H %lld "

@@ -198,10 +198,6 @@ void rmsnorm_fwd_launch(const bf16* x, int64_t ld_x, const float* w, bf16* y, in
   rmsnorm_run(const_cast<bf16*>(x), ld_x, nullptr, 0, w, y, ld_y, rstd, rows, cols, eps, false, stream);
 }
 
-size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t cols) {
-  return size_t(column_partial_chunks(rows, cols)) * size_t(cols) * sizeof(float);
-}
-
 void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float* rstd, const bf16* dy,
                         int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw, float beta_dx, int64_t rows,
                         int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream) {

@@ -298,10 +298,6 @@ void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
   DF_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel (training forward)");
 }
 
-size_t qk_norm_rope_bwd_workspace_bytes(int64_t T, int hd) {
-  return size_t(column_partial_chunks(T, hd)) * size_t(hd) * sizeof(float);
-}
-
 void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
                              const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
                              int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,

@@ -10,28 +10,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/train_workspace.h"
+
 namespace df {
 
 using bf16 = __nv_bfloat16;
 struct GemmContext;
 
 // ---- dflash_attention.cu ------------------------------------------------------------------------------
-// The shape of one DFlash attention call (train_ops.h DFlashAttnShape, plus the row counts).
-struct DFlashAttnDims {
-  int64_t T = 0;   // context rows of k/v (rows [0, T)); block rows follow at T + j·B
-  int64_t nb = 0;  // blocks; q/out have nb·B rows, k/v have T + nb·B rows
-  int hq = 0, hkv = 0, hd = 0, block = 0, window = 0;
-  float scale = 1.0f;
-};
-
 // q [nb·B, hq·hd], k/v [T + nb·B, hkv·hd], out [nb·B, hq·hd] bf16; lse f32 [nb·B, hq] (row stride ld_lse);
 // blocks i32 [nb, 2] on the device (col 0 = first context row of the block's sequence, col 1 = anchor or −1).
 void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                  int64_t ld_v, const int32_t* blocks, bf16* out, int64_t ld_out, float* lse,
                                  int64_t ld_lse, const DFlashAttnDims& d, cudaStream_t stream);
-
-// Device scratch the backward needs for these dims (f32 accumulators, softmax row terms); 256-byte aligned.
-size_t dflash_attention_bwd_workspace_bytes(const DFlashAttnDims& d);
 
 // dq [nb·B, hq·hd], dk/dv [T + nb·B, hkv·hd] bf16, overwritten (rows no query sees are 0).
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -44,9 +35,9 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
 // train_ops.h lm_head_loss on the device: hidden [rows, H] bf16, lm_head [V, H] bf16, labels i32 [rows],
 // active u8 [rows], target_hidden [rows, H] bf16 (kl only, else nullptr); writes loss, p_label f32 [rows],
 // argmax i32 [rows], dhidden bf16 [rows, H]. Logits exist for at most chunk_rows active rows at a time, through
-// the one GEMM entry point (gemm.cuh). ws: device scratch of lm_head_loss_workspace_bytes(...) bytes.
+// the one GEMM entry point (gemm.cuh). ws: device scratch of lm_head_loss_workspace_bytes(...) bytes
+// (train_workspace.h, with DFlashAttnDims and the other launchers' scratch sizes).
 // max_active: −1, or the host-known number of active rows (not less): the GEMMs then cover only those.
-size_t lm_head_loss_workspace_bytes(int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, bool kl);
 void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidden, const bf16* lm_head,
                          int64_t ld_lm_head, const int32_t* labels, const uint8_t* active, const bf16* target_hidden,
                          int64_t ld_target, bool kl, float* loss, float* p_label, int32_t* argmax, bf16* dhidden,

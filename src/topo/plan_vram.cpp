@@ -8,7 +8,9 @@
 #include "core/error.h"
 #include "core/strfmt.h"
 #include "kernels/gdn_workspace.h"
+#include "kernels/train_workspace.h"
 #include "topo/topo.h"
+#include "train/loss.h"
 
 namespace df {
 
@@ -16,8 +18,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kBf16 = 2, kF32 = 4;
-// cuBLASLt workspace: what kernels/gemm.cu allocates (split-K / stream-K kernels on Hopper ask for it).
-constexpr double kCublasWorkspace = 64.0 * 1024 * 1024;
 // CUDA context, NCCL channel buffers and allocator rounding: ~0.5 GiB context plus NCCL's per-peer
 // buffers; 1 GiB keeps the verdict on the safe side without a device to measure on.
 constexpr double kRuntimeReserve = kGiB;
@@ -48,6 +48,75 @@ double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind) {
   return common + h * conv_ch + h * value_dim + 2.0 * h * t.lin_nv  // in_proj_qkv, in_proj_z, in_proj_b/a
          + conv_ch * t.conv_kernel + 2.0 * t.lin_nv + t.lin_dv      // conv1d, A_log + dt_bias, norm
          + value_dim * h;                                           // out_proj
+}
+
+VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied,
+                           const VramAssumptions& assume) {
+  const DrafterLimits lim = drafter_limits_from_run(cfg);
+  const DrafterParamTable table = drafter_param_table(dc);
+  const double P = double(table.total), H = dc.hidden, V = dc.vocab;
+  const int64_t T = lim.max_tokens, nb = lim.max_blocks, N = nb * dc.block_size;
+  const int k = dc.num_taps();
+  VramRole dr;
+  dr.role = "drafter";
+  // DrafterModel's one allocation (model/drafter.cpp): four f32 flat buffers, the bf16 GEMM shadow, the f64
+  // loss statistics.
+  add(dr, "master weights fp32", kF32 * P, strfmt("4 B x %.4g (flat, entries 64-aligned)", P));
+  add(dr, "gradients fp32", kF32 * P, strfmt("4 B x %.4g", P));
+  add(dr, "Adam m, v fp32", 2 * kF32 * P, strfmt("2 x 4 B x %.4g", P));
+  add(dr, "weights bf16 copy", kBf16 * P, strfmt("2 B x %.4g (the GEMM weight shadow)", P));
+  const int slots = LossStatsSlots::size(dc.block_size);
+  add(dr, "loss statistics f64", 8.0 * slots, strfmt("8 B x %d slots", slots));
+  // DrafterMemory's one allocation (pipeline/drafter_memory.cpp): the frozen tables as bf16 and the staging
+  // of one received batch at the token budget.
+  add(dr, "frozen embedding [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
+  if (tied)
+    add(dr, "frozen lm_head", 0, "tied: the embedding serves as lm_head");
+  else
+    add(dr, "frozen lm_head [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
+  add(dr, "batch staging bf16", kBf16 * double(T) * (k * H + (lim.kl ? H : 0)),
+      strfmt("2 B x %lld tokens x (taps %.0f%s)", (long long)T, k * H, lim.kl ? " + final hidden" : ""));
+  // The activation workspace planned once for drafter_limits_from_run: the bytes drafter_plan_workspace
+  // takes.
+  add(dr, "activation workspace", double(drafter_workspace_bytes(dc, lim, DType::bf16)),
+      strfmt("drafter_workspace_bytes: %lld tokens, %lld blocks of %d (drafter.max_block_rows %lld)%s%s",
+             (long long)T, (long long)nb, dc.block_size, (long long)cfg.drafter.max_block_rows,
+             lim.kl ? ", kl" : "", lim.noise ? ", noisy taps copy" : ""));
+  // CudaTrainOps' one scratch buffer serves every op in turn and only grows: the largest of the ops' own
+  // workspaces at the planned sizes (kernels/train_workspace.h; N block rows, T context rows).
+  DFlashAttnDims ad;
+  ad.nb = nb;
+  ad.block = dc.block_size;
+  ad.hq = dc.heads;
+  const std::pair<const char*, size_t> ops[] = {
+      {"lm_head_loss", lm_head_loss_workspace_bytes(N, dc.hidden, dc.vocab, assume.lm_chunk, lim.kl)},
+      {"dflash_attention_bwd", dflash_attention_bwd_workspace_bytes(ad)},
+      {"rmsnorm_bwd", rmsnorm_bwd_workspace_bytes(std::max(N, T), dc.hidden)},
+      {"qk_norm_rope_bwd", qk_norm_rope_bwd_workspace_bytes(T + N, dc.head_dim)},
+      {"sum_squares", sizeof(double) + sum_squares_workspace_bytes(table.total)}};
+  const auto* big = std::max_element(std::begin(ops), std::end(ops),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  add(dr, "op scratch", double(big->second),
+      strfmt("the largest op workspace: %s (%lld rows%s, logits chunk %lld)", big->first, (long long)N,
+             lim.kl ? ", kl" : "", (long long)assume.lm_chunk));
+  add(dr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train_workspace.h)");
+  // GEMM tuning times candidates of a beta != 0 product into a scratch of the output's size, kept and only
+  // grown: the largest accumulated output is a weight gradient (f32) or dctx / a residual (bf16).
+  size_t tune = std::max(gemm_tune_scratch_bytes(N, dc.hidden, dc.hidden, false),
+                         gemm_tune_scratch_bytes(T, dc.hidden, dc.hidden, false));
+  for (const DrafterParamEntry& e : table.entries)
+    if (e.rows > 1) tune = std::max(tune, gemm_tune_scratch_bytes(e.rows, e.cols, e.cols, true));
+  add(dr, "GEMM tuning output", double(tune),
+      "the largest beta != 0 GEMM output (weight gradients f32, dctx / residuals bf16); 0 with "
+      "DFLASH_GEMM_TUNE=0");
+  const int depth = cfg.pipeline.hs_queue_depth;
+  const double payload = payload_bytes(T, k, dc.hidden, lim.kl);
+  add(dr, "received payloads (host)", 0,
+      strfmt("host RAM, not VRAM: %d targets x hs_queue_depth %d x %.4g B = %.2f GiB (the feature channel "
+             "receives into host memory; the staging above holds the batch being trained)",
+             assume.targets, depth, payload, assume.targets * depth * payload / kGiB));
+  add(dr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
+  return dr;
 }
 
 VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_bytes,
@@ -123,7 +192,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   add(tr, "tap outputs [T,k*H] bf16", kBf16 * T * k * H,
       strfmt("2 B x %lld x %d x %.0f", (long long)T, k, H));
   if (kl) add(tr, "final hidden [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
-  add(tr, "cuBLASLt workspace", kCublasWorkspace, "64 MiB");
+  add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train_workspace.h)");
   add(tr, "send buffers", depth * payload,
       strfmt("hs_queue_depth %d x payload %.4g B (ids, mask, taps%s)", depth, payload,
              kl ? ", final hidden" : ""));
@@ -133,47 +202,11 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   const DrafterSection& d = cfg.drafter;
   for (const DrafterParamEntry& e : table.entries) p.drafter_params += e.rows * e.cols;
   p.drafter_flat = table.total;
-  const double P = double(table.total);
   const int64_t L = assume.seq_len > 0 ? std::min(assume.seq_len, T) : T;
   const int64_t seqs = (T + L - 1) / L;
   p.anchors = std::min<int64_t>(std::min<int64_t>(d.num_anchors, std::max<int64_t>(L - 1, 1)) * seqs, T);
-  VramRole& dr = p.drafter;
-  dr.role = "drafter";
-  // What DrafterModel, the drafter loop and CudaTrainOps allocate (model/drafter.cpp,
-  // pipeline/drafter_loop.cpp): one flat block of f32 master weights, gradients, Adam m and v plus the bf16
-  // shadow, the frozen tables uploaded once as bf16, the staging of one received batch, and the activation
-  // workspace planned for drafter_limits_from_run — the exact bytes drafter_workspace_bytes computes, not a
-  // per-row estimate.
-  add(dr, "weights bf16 copy", kBf16 * P, strfmt("2 B x %.4g params (the GEMM weight shadow)", P));
-  add(dr, "master weights fp32", kF32 * P, strfmt("4 B x %.4g", P));
-  add(dr, "gradients fp32", kF32 * P, strfmt("4 B x %.4g", P));
-  add(dr, "Adam m, v fp32", 2 * kF32 * P, strfmt("2 x 4 B x %.4g", P));
-  add(dr, "frozen embedding [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
-  if (t.tie_word_embeddings)
-    add(dr, "frozen lm_head", 0, "tied: the embedding serves as lm_head");
-  else
-    add(dr, "frozen lm_head [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
-  add(dr, "received payloads", double(assume.targets) * depth * payload,
-      strfmt("%d targets x hs_queue_depth %d x %.4g B", assume.targets, depth, payload));
-  add(dr, "batch staging bf16", kBf16 * double(T) * (k * H + (kl ? H : 0)),
-      strfmt("2 B x %lld tokens x (taps %.0f%s)", (long long)T, k * H, kl ? " + final hidden" : ""));
-  const DrafterLimits lim = drafter_limits_from_run(cfg);
-  p.max_blocks = lim.max_blocks;
-  add(dr, "activation workspace", double(drafter_workspace_bytes(dc, lim, DType::bf16)),
-      strfmt("drafter_workspace_bytes: %lld tokens, %lld blocks of %d (drafter.max_block_rows %lld)%s%s",
-             (long long)lim.max_tokens, (long long)lim.max_blocks, d.block_size, (long long)d.max_block_rows,
-             lim.kl ? ", kl" : "", lim.noise ? ", noisy taps copy" : ""));
-  const double R = double(lim.max_blocks) * d.block_size;
-  // The attention backward's f32 softmax row terms, one per query row and head (kernels/dflash_attention.cu
-  // dflash_attention_bwd_workspace_bytes), for the largest planned batch.
-  add(dr, "attention bwd workspace f32", kF32 * R * d.heads,
-      strfmt("4 B x %.0f block rows x %d heads", R, d.heads));
-  const double chunk = double(std::min<int64_t>(assume.lm_chunk, int64_t(R)));
-  const int n_logits = kl ? 3 : 2;
-  add(dr, "logits chunks fp32", kF32 * n_logits * chunk * V,
-      strfmt("%d x 4 B x [%.0f, %.0f] (logits, dlogits%s)", n_logits, chunk, V, kl ? ", target logits" : ""));
-  add(dr, "cuBLASLt workspace", kCublasWorkspace, "64 MiB");
-  add(dr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
+  p.max_blocks = drafter_limits_from_run(cfg).max_blocks;
+  p.drafter = plan_vram_drafter(cfg, dc, t.tie_word_embeddings, assume);
 
   p.notes.push_back(
       strfmt("token budget %lld; sequences of %lld tokens -> %lld per micro-batch, %lld anchor "

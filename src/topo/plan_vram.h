@@ -1,7 +1,7 @@
 // VRAM planner: bytes each role needs on its GPU (target: frozen bf16 backbone + forward activations at the
 // token budget + send buffers; drafter: weights, fp32 master/grads/Adam, frozen embedding and lm_head,
-// receive buffers, training activations), so a config that cannot fit fails in seconds, not after a queue
-// wait. Used by `dflash_mpi plan vram` and by training at start-up (plan_vram_check).
+// batch staging, training activations and op scratch), so a config that cannot fit fails in seconds, not
+// after a queue wait. Used by `dflash_mpi plan vram` and by training at start-up (plan_vram_check).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,7 +26,7 @@ struct VramRole {
 };
 
 struct VramAssumptions {
-  int targets = 7;      // targets feeding each drafter: a drafter holds hs_queue_depth payloads per target
+  int targets = 7;      // targets feeding each drafter: it queues hs_queue_depth payloads per target (host)
   int64_t seq_len = 0;  // typical sequence length; 0: one sequence fills data.token_budget
   int64_t lm_chunk = 1024;  // rows of [chunk, V] fp32 logits alive at once (CudaTrainOps' default)
 };
@@ -45,10 +45,16 @@ struct VramPlan {
   std::vector<std::string> notes;
 };
 
-
-
 // Parameters of one target decoder layer of `kind` (norms, mixer, MLP).
 double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind);
+
+// The drafter rank of a CUDA drafter: every device allocation it makes (DrafterModel's flat buffers,
+// DrafterMemory's frozen tables and staging, the activation workspace, CudaTrainOps' op scratch, the cuBLASLt
+// workspace and GEMM tuning output) from the same formulas the code allocates with, plus the runtime reserve;
+// the receive queue is listed at 0 (host memory). tied: the target ties its embedding and lm_head.
+// tests/gpu/test_plan_vram_cuda.cpp holds it to the measured allocations.
+VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied,
+                           const VramAssumptions& assume);
 
 // Every component of both roles. gpu_bytes is what the plan is judged against (plan_vram_gpu_bytes).
 VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& target, double gpu_bytes,

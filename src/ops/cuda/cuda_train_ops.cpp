@@ -2,6 +2,7 @@
 // the op and the tensor), sizes the op's workspace in the shared scratch buffer, and makes one launcher call.
 #include "ops/cuda/cuda_train_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda_check.cuh"
@@ -84,18 +85,35 @@ void* CudaTrainOps::scratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return scratch_;
   // Kernels queued earlier may still read the old buffer.
   DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
-  dev_.free(scratch_);
+  tracked_free(scratch_);
   scratch_ = nullptr;
   scratch_bytes_ = 0;
-  scratch_ = dev_.alloc(bytes);
+  scratch_ = tracked_alloc(bytes);
   scratch_bytes_ = bytes;
   return scratch_;
 }
 
 // ---- memory ---------------------------------------------------------------------------------------------
 
-void* CudaTrainOps::alloc_bytes(size_t bytes) {
+void* CudaTrainOps::tracked_alloc(size_t bytes) {
   void* p = dev_.alloc(bytes);
+  sizes_[p] = bytes;
+  live_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  return p;
+}
+
+void CudaTrainOps::tracked_free(void* p) {
+  if (!p) return;
+  auto it = sizes_.find(p);
+  DF_CHECK(it != sizes_.end(), "CudaTrainOps: free of %p, which this backend did not allocate", p);
+  live_bytes_ -= it->second;
+  sizes_.erase(it);
+  dev_.free(p);
+}
+
+void* CudaTrainOps::alloc_bytes(size_t bytes) {
+  void* p = tracked_alloc(bytes);
   // Synchronised: the memory may next be touched from another stream (NCCL) or the host.
   DF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, dev_.stream));
   DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
@@ -105,7 +123,7 @@ void* CudaTrainOps::alloc_bytes(size_t bytes) {
 void CudaTrainOps::free_bytes(void* p) {
   // The stream may still use p: cudaFree alone does not wait for a non-blocking stream's work.
   if (p) DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
-  dev_.free(p);
+  tracked_free(p);
 }
 
 void CudaTrainOps::upload_raw(const Tensor& dst, const void* host) {

@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <unordered_map>
+
 #include "ops/cuda/cuda_device.h"
 #include "ops/train_ops.h"
 
@@ -23,6 +25,11 @@ class CudaTrainOps final : public TrainOps {
   DType act_dtype() const override { return DType::bf16; }
   cudaStream_t stream() const { return dev_.stream; }
   int device_index() const { return dev_.index; }
+  // Device bytes this backend holds (alloc_bytes and the op scratch), now and at most since construction:
+  // what `plan vram` itemises for a drafter, checked against it by tests/gpu/test_plan_vram_cuda.cpp. The
+  // cuBLASLt context's own buffers (kernels/train_workspace.h) are not included.
+  size_t live_bytes() const { return live_bytes_; }
+  size_t peak_bytes() const { return peak_bytes_; }
 
   void* alloc_bytes(size_t bytes) override;
   void free_bytes(void* p) override;
@@ -74,11 +81,15 @@ class CudaTrainOps final : public TrainOps {
   // Device scratch of at least `bytes` (backward partial sums, attention and loss workspaces): one buffer for
   // every op, since they run one after another on the stream; grown, never shrunk.
   void* scratch(size_t bytes);
+  void* tracked_alloc(size_t bytes);
+  void tracked_free(void* p);
 
   CudaDevice dev_;
   int64_t loss_chunk_rows_ = 1024;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  std::unordered_map<void*, size_t> sizes_;
+  size_t live_bytes_ = 0, peak_bytes_ = 0;
 };
 
 }  // namespace df
