@@ -11,6 +11,17 @@
 
 namespace df {
 
+// Where a batch's payload sits in a wire slot: features [T, feat_cols] at byte 0, the final hidden
+// [T, final_cols] at final_offset (256-aligned, for the views kernels read), `bytes` in all.
+struct WireLayout {
+  static size_t final_offset(int64_t tokens, int64_t feat_cols) {
+    return (size_t(tokens * feat_cols) * 2 + 255) / 256 * 256;
+  }
+  static size_t bytes(int64_t tokens, int64_t feat_cols, int64_t final_cols) {
+    return final_offset(tokens, feat_cols) + size_t(tokens * final_cols) * 2;
+  }
+};
+
 class WirePool {
  public:
   virtual ~WirePool() = default;

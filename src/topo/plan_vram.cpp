@@ -9,6 +9,7 @@
 #include "core/strfmt.h"
 #include "kernels/gdn_workspace.h"
 #include "kernels/train_workspace.h"
+#include "ops/wire_pool.h"
 #include "topo/topo.h"
 #include "train/loss.h"
 
@@ -67,15 +68,25 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
   add(dr, "weights bf16 copy", kBf16 * P, strfmt("2 B x %.4g (the GEMM weight shadow)", P));
   const int slots = LossStatsSlots::size(dc.block_size);
   add(dr, "loss statistics f64", 8.0 * slots, strfmt("8 B x %d slots", slots));
-  // DrafterMemory's one allocation (pipeline/drafter_memory.cpp): the frozen tables as bf16 and the staging
-  // of one received batch at the token budget.
+  // DrafterMemory's one allocation (pipeline/drafter_memory.cpp): the frozen tables as bf16 and, where
+  // host-built batches arrive (offline feature files; held-out data on drafter 0), their staging at the token
+  // budget. A batch off the channel is trained from in its receive slot instead (drafter_loop.cpp).
   add(dr, "frozen embedding [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
   if (tied)
     add(dr, "frozen lm_head", 0, "tied: the embedding serves as lm_head");
   else
     add(dr, "frozen lm_head [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
-  add(dr, "batch staging bf16", kBf16 * double(T) * (k * H + (lim.kl ? H : 0)),
-      strfmt("2 B x %lld tokens x (taps %.0f%s)", (long long)T, k * H, lim.kl ? " + final hidden" : ""));
+  const bool offline = cfg.topology.offline, staged = offline || cfg.eval.interval > 0;
+  const int64_t final_cols = lim.kl ? int64_t(H) : 0;
+  const double slot = double(WireLayout::bytes(T, int64_t(k) * int64_t(H), final_cols));
+  add(dr, "batch staging bf16", staged ? kBf16 * double(T) * (k * H + double(final_cols)) : 0,
+      staged ? strfmt("2 B x %lld tokens x (taps %.0f%s): host-built batches (%s)", (long long)T, k * H,
+                      lim.kl ? " + final hidden" : "", offline ? "offline features" : "eval.data on drafter 0")
+             : std::string("none: every batch comes off the feature channel"));
+  add(dr, "receive slot bf16", offline ? 0 : slot,
+      offline ? std::string("none: offline, no feature channel")
+              : strfmt("one wire slot at the token budget (WireLayout: taps %.0f%s), trained from in place",
+                       k * H, lim.kl ? " + final hidden" : ""));
   // The activation workspace planned once for drafter_limits_from_run: the bytes drafter_plan_workspace
   // takes.
   add(dr, "activation workspace", double(drafter_workspace_bytes(dc, lim, DType::bf16)),
@@ -109,12 +120,10 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
   add(dr, "GEMM tuning output", double(tune),
       "the largest beta != 0 GEMM output (weight gradients f32, dctx / residuals bf16); 0 with "
       "DFLASH_GEMM_TUNE=0");
-  const int depth = cfg.pipeline.hs_queue_depth;
-  const double payload = payload_bytes(T, k, dc.hidden, lim.kl);
-  add(dr, "received payloads (host)", 0,
-      strfmt("host RAM, not VRAM: %d targets x hs_queue_depth %d x %.4g B = %.2f GiB (the feature channel "
-             "receives into host memory; the staging above holds the batch being trained)",
-             assume.targets, depth, payload, assume.targets * depth * payload / kGiB));
+  add(dr, "receive slot's pinned mirror (host)", 0,
+      offline ? std::string("none: offline")
+              : strfmt("host RAM, not VRAM: %.4g B pinned (the MPI wire lands there; credits keep the rest of "
+                       "the %d targets' batches with them)", slot, assume.targets));
   add(dr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
   return dr;
 }
@@ -189,12 +198,11 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   }
   add(tr, "MLP intermediate [T,I] bf16", kBf16 * T * t.intermediate,
       strfmt("2 B x %lld x %d", (long long)T, t.intermediate));
-  add(tr, "tap outputs [T,k*H] bf16", kBf16 * T * k * H,
-      strfmt("2 B x %lld x %d x %.0f", (long long)T, k, H));
-  if (kl) add(tr, "final hidden [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train_workspace.h)");
-  add(tr, "send buffers", depth * payload,
-      strfmt("hs_queue_depth %d x payload %.4g B (ids, mask, taps%s)", depth, payload,
+  const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, kl ? t.hidden : 0));
+  add(tr, "send buffers", depth * slot,
+      strfmt("hs_queue_depth %d wire slots x %.4g B (taps%s, written by the forward in place; each with a pinned "
+             "host mirror of the same size)", depth, slot,
              kl ? ", final hidden" : ""));
   add(tr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
 

@@ -164,10 +164,10 @@ run split_unit "$BIN" plan split --target-rate 1 --drafter-rate 1 --gpus 4 --uni
 M27="$SRC/tests/fixtures/models/qwen3.6-27b"
 run vram_ok "$BIN" plan vram --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27" --gpu-mem 80
 expect_ok vram_ok
-has vram_ok out "verdict: fits (target 57.85 GiB, drafter 48.90 GiB, GPU 80.00 GiB)"
+has vram_ok out "verdict: fits (target 56.28 GiB, drafter 48.90 GiB, GPU 80.00 GiB)"
 has vram_ok out "drafter: 1730213120 trainable params"
 run vram_small "$BIN" plan vram --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27" --gpu-mem 40
-expect_err vram_small "does not fit a 40.00 GiB GPU (--gpu-mem): target needs 57.85 GiB"
+expect_err vram_small "does not fit a 40.00 GiB GPU (--gpu-mem): target needs 56.28 GiB"
 has vram_small out "verdict: DOES NOT FIT"
 run vram_8b "$BIN" plan vram --config "$SRC/configs/qwen3-8b.toml" \
   --target-config "$SRC/tests/fixtures/models/qwen3-8b" --gpu-mem 80

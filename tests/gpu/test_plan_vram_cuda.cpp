@@ -59,6 +59,7 @@ Case tiny_case(const std::string& loss, int64_t seq_len) {
          qwen_config_load(std::string(DF_SOURCE_DIR) + "/configs/tiny-target.json"), seq_len};
   c.cfg.train.loss = loss;
   c.cfg.drafter.device = "cuda";
+  c.cfg.topology.offline = true;  // the batch is host-built and staged, as offline features are
   return c;
 }
 
@@ -70,6 +71,7 @@ Case qwen3_8b_case(int64_t seq_len) {
          qwen_config_load(std::string(DF_SOURCE_DIR) + "/tests/fixtures/models/qwen3-8b"), seq_len};
   c.target.vocab = 32000;
   c.cfg.drafter.mask_token_id = 31999;
+  c.cfg.topology.offline = true;  // as above
   return c;
 }
 
@@ -80,7 +82,8 @@ double plan_item(const VramRole& r, const std::string& name) {
   return 0;
 }
 
-// A batch as the feature channel delivers it: sequences of seq_len tokens (the last one shorter) filling the
+// A batch as an offline feature file delivers it (staged in DrafterMemory; the channel's receive slot is the
+// same WireLayout size, planned as "receive slot bf16"): sequences of seq_len tokens (the last one shorter) filling the
 // budget, every position labelled, random bf16 features (and final hidden for the soft-KL loss).
 FeaturePacket make_packet(const DrafterConfig& dc, int64_t T, int64_t seq_len, bool kl) {
   FeaturePacket p;

@@ -88,21 +88,22 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
   EXPECT_DOUBLE_EQ(item(p.target, "largest fused projection bf16"), 2 * 10 * 24);  // gate|up 24 > q|k|v 16
   EXPECT_DOUBLE_EQ(item(p.target, "attention/DeltaNet outputs bf16"), 2 * 10 * 8);
   EXPECT_DOUBLE_EQ(item(p.target, "MLP intermediate [T,I] bf16"), 2 * 10 * 12);
-  EXPECT_DOUBLE_EQ(item(p.target, "tap outputs [T,k*H] bf16"), 2 * 10 * 16);
-  // payload per token: id 4 + mask 1 + taps 2·16 = 37 B; 10 tokens, 2 in flight.
-  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * 370);
+  // The forward writes its taps into a wire slot: taps 10 x 16 bf16 = 320 B, the slot's final-hidden offset
+  // rounds it to 512; hs_queue_depth 2 slots.
+  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * 512);
   for (const VramItem& it : p.target.items) EXPECT_NE(it.name, "DeltaNet prefill workspace");  // no DeltaNet
-  EXPECT_DOUBLE_EQ(p.target.total, 2528 + 160 + 160 + 480 + 160 + 240 + 320 + 740 + kFixed);
+  EXPECT_DOUBLE_EQ(p.target.total, 2528 + 160 + 160 + 480 + 160 + 240 + 1024 + kFixed);
 
   EXPECT_DOUBLE_EQ(item(p.drafter, "weights bf16 copy"), 2 * 1152);
   EXPECT_DOUBLE_EQ(item(p.drafter, "Adam m, v fp32"), 8 * 1152);
   EXPECT_DOUBLE_EQ(item(p.drafter, "frozen embedding [V,H] bf16"), 2 * 32 * 8);
   EXPECT_DOUBLE_EQ(item(p.drafter, "frozen lm_head"), 0);  // tied
   EXPECT_DOUBLE_EQ(item(p.drafter, "loss statistics f64"), 8 * (4 + 2 * 3));  // block 4: 10 slots
-  EXPECT_DOUBLE_EQ(item(p.drafter, "received payloads (host)"), 0);           // host memory, 1 x 2 x 370 B
+  EXPECT_DOUBLE_EQ(item(p.drafter, "receive slot's pinned mirror (host)"), 0);  // host memory
   EXPECT_EQ(p.anchors, 3);  // one 10-token sequence, min(3 anchors, 9 positions)
   EXPECT_EQ(p.max_blocks, 3);  // max_block_rows 12 / block 4
-  EXPECT_DOUBLE_EQ(item(p.drafter, "batch staging bf16"), 2 * 10 * 16);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "batch staging bf16"), 0);  // online, no eval.data: nothing host-built
+  EXPECT_DOUBLE_EQ(item(p.drafter, "receive slot bf16"), 512);  // one wire slot, as the target's
   // The workspace for 10 tokens and 3 blocks (12 block rows, 22 key rows), every tensor starting on a
   // 256-byte boundary; all of them fit 256 bytes but the [12, I 12] bf16 MLP tensors (288 B, two slots each).
   // Context: f, ctx, rstd, pos, blocks, x0 (6 slots); layer: 15 small + gate, up, act (21 slots); y, rstd,
@@ -119,8 +120,15 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 256 + 256 + 1536 + 768);
   // GEMM tuning output: the largest beta != 0 product is the f32 fc gradient [8, 16].
   EXPECT_DOUBLE_EQ(item(p.drafter, "GEMM tuning output"), 4 * 8 * 16);
-  EXPECT_DOUBLE_EQ(p.drafter.total, 18 * 1152 + 80 + 512 + 320 + 13984 + 2816 + 512 + kFixed);
+  EXPECT_DOUBLE_EQ(p.drafter.total, 18 * 1152 + 80 + 512 + 512 + 13984 + 2816 + 512 + kFixed);
   EXPECT_NO_THROW(plan_vram_check(p));
+
+  // Offline (or with eval.data on drafter 0) the host-built batches are staged instead; offline there is
+  // no receive slot.
+  cfg.topology.offline = true;
+  p = plan_vram_compute(cfg, tiny_target(), 80 * kGiB, "test", a);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "batch staging bf16"), 2 * 10 * 16);
+  EXPECT_DOUBLE_EQ(item(p.drafter, "receive slot bf16"), 0);
 }
 
 TEST(PlanVram, KlRunsEveryLayerAndShipsFinalHidden) {
@@ -128,8 +136,8 @@ TEST(PlanVram, KlRunsEveryLayerAndShipsFinalHidden) {
   VramPlan p = plan_vram_compute(cfg, tiny_target(), 80 * kGiB, "test", {1, 0, 2048});
   EXPECT_EQ(p.target_layers_run, 4);
   EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * (256 + 4 * 504 + 8));  // + final norm
-  EXPECT_DOUBLE_EQ(item(p.target, "final hidden [T,H] bf16"), 2 * 10 * 8);
-  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * 10 * (37 + 16));      // + final hidden 2·8 per token
+  // Each slot: taps 320 B rounded to 512, then the final hidden 10 x 8 bf16 = 160 B.
+  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * (512 + 160));
   // + the gathered target rows (256 B) and their f32 logits 12·32·4.
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 256 + 256 + 256 + 1536 + 1536 + 768);
 }
@@ -145,9 +153,9 @@ TEST(PlanVram, ShortSequencesMeanMoreAnchors) {
 }
 
 // The recipe config at 32K tokens, 7 targets per drafter, 2048-row logits chunks. The planner's arithmetic
-// (tests/gpu/test_plan_vram_cuda.cpp holds the drafter's to the CUDA allocations): target 57.85 GiB, drafter
-// 50.33 GiB with the workspace planned for max_block_rows 8192 (1,730,213,120 trainable drafter params), both
-// under 80 GiB. The 7 x 2 received payloads (21.9 GiB) are host memory.
+// (tests/gpu/test_plan_vram_cuda.cpp holds the drafter's to the CUDA allocations): target 56.28 GiB (its taps
+// written into the 2 wire slots), drafter 50.33 GiB with the workspace planned for max_block_rows 8192
+// (1,730,213,120 trainable drafter params) and one receive slot, both under 80 GiB.
 TEST(PlanVram, Qwen36_27B_At32K_Fits80GiB) {
   Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-27b.toml");
   ASSERT_EQ(cfg.data.token_budget, 32768);
@@ -156,7 +164,7 @@ TEST(PlanVram, Qwen36_27B_At32K_Fits80GiB) {
   EXPECT_EQ(p.target_layers_run, 62);
   // 48 value heads, dk = dv = 128: 32768 tokens x 48 x (W, U 2·2·128 + scores 2·64 + scalars 16 = 656 B).
   EXPECT_DOUBLE_EQ(item(p.target, "DeltaNet prefill workspace"), 32768.0 * 48 * 656);
-  EXPECT_NEAR(p.target.total / kGiB, 57.85, 0.01);
+  EXPECT_NEAR(p.target.total / kGiB, 56.28, 0.01);
   EXPECT_NEAR(p.drafter.total / kGiB, 50.33, 0.01);
   EXPECT_NO_THROW(plan_vram_check(p));
 }
