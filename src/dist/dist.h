@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "topo/rankfile.h"
 
 namespace df {
+
+class NcclComm;  // dist/nccl_comm.h (CUDA builds)
 
 struct RoleMap {
   std::vector<RankRole> role;  // per world rank
@@ -49,11 +52,15 @@ struct DistContext {
   int drafter_index = -1;     // position among drafters, or -1
   MPI_Comm data_comm = MPI_COMM_NULL;     // feature channel traffic (a dup of world)
   MPI_Comm drafter_comm = MPI_COMM_NULL;  // drafters only: gradient all-reduce
+  // transport nccl only (null otherwise): every rank's world communicator, warmed up between every target and
+  // every drafter, and the drafters' split of it for the gradient all-reduce (null on targets).
+  std::shared_ptr<NcclComm> nccl_world, nccl_drafters;
   int num_targets() const { return int(roles.targets.size()); }
   int num_drafters() const { return int(roles.drafters.size()); }
 };
 
-// MPI_Init_thread (funneled), identity, roles, communicators, the transport. Prints one start-up line per rank.
+// MPI_Init_thread (funneled), identity, roles, communicators, the transport (with NCCL: its communicators, on
+// this thread, which must then issue every NCCL call). Prints one start-up line per rank.
 // use_gpus: GPU ids come from the rankfile `gpu=` annotation or the local rank; otherwise the device is cpu.
 // transport: pipeline.transport ("auto" | "nccl" | "mpi"). silence_watch: end the job when a rank stops sending
 // heartbeats (dist/host_watch.h); off with run.watchdog_s = 0, e.g. to attach a debugger.
