@@ -51,8 +51,8 @@ class StagedReducer final : public GradReducer {
   }
   ~StagedReducer() override { cudaFreeHost(pinned_); }  // synchronises: no copy is left in flight
   void sum(float* data, size_t n) override {
-    if (host_->size() == 1) return;
     DF_CHECK(n <= max_n_, "gradient all-reduce of %zu floats, but the staging buffer holds %zu", n, max_n_);
+    if (host_->size() == 1) return;
     DF_CUDA_CHECK(cudaMemcpyAsync(pinned_, data, n * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     DF_CUDA_CHECK(cudaStreamSynchronize(compute_));
     host_->sum(pinned_, n);
