@@ -73,31 +73,6 @@ std::string cpu_affinity() {
   return out;
 }
 
-#ifdef DF_HAVE_CUDA
-// Every rank at once, right after the MPI start-up, so a rank that cannot join fails here and not in step 1.
-// The bound is generous (NCCL's set-up on a large job takes seconds to a minute) but finite, unless
-// run.watchdog_s = 0 asked for no bounds at all.
-constexpr double kNcclStartupS = 600;
-
-void nccl_comms_create(DistContext& c, bool bounded) {
-  std::vector<std::string> names = watchdog_rank_names(c);
-  for (size_t r = 0; r < names.size(); ++r) names[r] += strfmt(" (world rank %zu)", r);
-  c.nccl_world = NcclComm::create(MPI_COMM_WORLD, c.gpu, "world", names, bounded ? kNcclStartupS : 0);
-  // Features go from every target to every drafter (batch b to drafter b % D from target b % T).
-  c.nccl_world->warm_up(c.role == RankRole::target ? c.roles.drafters : c.roles.targets);
-  std::vector<std::string> drafter_names;
-  for (int r : c.roles.drafters) drafter_names.push_back(names[size_t(r)]);
-  c.nccl_drafters = c.nccl_world->split(c.role == RankRole::drafter ? 0 : NCCL_SPLIT_NOCOLOR, c.rank,
-                                        "drafters", drafter_names);
-  if (c.nccl_drafters) c.nccl_drafters->warm_up({});
-  int v = 0;
-  ncclGetVersion(&v);
-  if (c.rank == 0)
-    log_here("NCCL %d.%d.%d: world communicator of %d ranks and drafters communicator of %d, warmed up",
-             v / 10000, v / 100 % 100, v % 100, c.world, c.num_drafters());
-}
-#endif
-
 }  // namespace
 
 std::string roles_label(const RoleMap& m, int rank) {
@@ -247,12 +222,37 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
           "for the launcher's placement (`dflash_mpi topo rankfile --slurm`)",
           c.roles.host_mismatch.c_str());
   }
-#ifdef DF_HAVE_CUDA
-  if (c.transport == Transport::nccl) nccl_comms_create(c, silence_watch);
-#endif
   host_watch_start(c, silence_watch);
   return c;
 }
+
+#ifdef DF_HAVE_CUDA
+// Every rank at once, before the first step, so a rank that cannot join fails here and not in step 1.
+// The bound is generous (NCCL's set-up on a large job takes seconds to a minute) but finite, unless
+// run.watchdog_s = 0 asked for no bounds at all.
+constexpr double kNcclStartupS = 600;
+
+void dist_nccl_start(DistContext& c, bool bounded) {
+  if (c.transport != Transport::nccl) return;
+  std::vector<std::string> names = watchdog_rank_names(c);
+  for (size_t r = 0; r < names.size(); ++r) names[r] += strfmt(" (world rank %zu)", r);
+  c.nccl_world = NcclComm::create(MPI_COMM_WORLD, c.gpu, "world", names, bounded ? kNcclStartupS : 0);
+  // Features go from every target to every drafter (batch b to drafter b % D from target b % T).
+  c.nccl_world->warm_up(c.role == RankRole::target ? c.roles.drafters : c.roles.targets);
+  std::vector<std::string> drafter_names;
+  for (int r : c.roles.drafters) drafter_names.push_back(names[size_t(r)]);
+  c.nccl_drafters = c.nccl_world->split(c.role == RankRole::drafter ? 0 : NCCL_SPLIT_NOCOLOR, c.rank,
+                                        "drafters", drafter_names);
+  if (c.nccl_drafters) c.nccl_drafters->warm_up({});
+  int v = 0;
+  ncclGetVersion(&v);
+  if (c.rank == 0)
+    log_here("NCCL %d.%d.%d: world communicator of %d ranks and drafters communicator of %d, warmed up",
+             v / 10000, v / 100 % 100, v % 100, c.world, c.num_drafters());
+}
+#else
+void dist_nccl_start(DistContext&, bool) {}  // transport_choose never picks NCCL without CUDA
+#endif
 
 void dist_finalize(DistContext& c) {
   host_watch_stop();

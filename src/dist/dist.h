@@ -59,13 +59,17 @@ struct DistContext {
   int num_drafters() const { return int(roles.drafters.size()); }
 };
 
-// MPI_Init_thread (funneled), identity, roles, communicators, the transport (with NCCL: its communicators, on
-// this thread, which must then issue every NCCL call). Prints one start-up line per rank.
+// MPI_Init_thread (funneled), identity, roles, communicators, the transport. Prints one start-up line per rank.
 // use_gpus: GPU ids come from the rankfile `gpu=` annotation or the local rank; otherwise the device is cpu.
 // transport: pipeline.transport ("auto" | "nccl" | "mpi"). silence_watch: end the job when a rank stops sending
 // heartbeats (dist/host_watch.h); off with run.watchdog_s = 0, e.g. to attach a debugger.
 DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus,
                       const std::string& transport = "auto", bool silence_watch = true);
+// Transport nccl: the NCCL communicators (nccl_world, nccl_drafters), created and warmed up collectively on
+// this thread, which must then issue every NCCL call of the rank. Called after the run's plan is checked, so
+// a config that cannot run fails on its own message first. bounded: every NCCL wait has a bound (false with
+// run.watchdog_s = 0). Nothing with the MPI transport.
+void dist_nccl_start(DistContext& ctx, bool bounded);
 void dist_finalize(DistContext& ctx);
 
 // SIGTERM and SIGUSR1 set a flag; the training loops agree on a step, checkpoint and exit 0.
