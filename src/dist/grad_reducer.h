@@ -14,7 +14,8 @@ namespace df {
 class GradReducer {
  public:
   virtual ~GradReducer() = default;
-  virtual void sum(float* data, size_t n) = 0;   // in place, over all drafters; host or device: see the factory
+  virtual void sum(float* data,
+                   size_t n) = 0;  // in place, over all drafters; host or device: see the factory
   virtual void sum(double* data, size_t n) = 0;  // in place, over all drafters; always host memory
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -31,7 +32,8 @@ class NcclComm;
 // whole backward: no bucketing or overlap with the backward (not measured to pay yet). sum(double*) (a few
 // host doubles of step statistics) stays on MPI over drafter_comm: NCCL would need them copied to the device
 // and back for a message that costs microseconds either way.
-std::unique_ptr<GradReducer> grad_reducer_nccl(NcclComm& drafters, cudaStream_t compute, MPI_Comm drafter_comm);
+std::unique_ptr<GradReducer> grad_reducer_nccl(NcclComm& drafters, cudaStream_t compute,
+                                               MPI_Comm drafter_comm);
 // DEVICE pointers for sum(float*), staged through one pinned host buffer of `max_n` floats allocated here
 // (CUDA drafters on the MPI transport): copy down on `compute`, MPI all-reduce, copy back on `compute`.
 std::unique_ptr<GradReducer> grad_reducer_staged(MPI_Comm drafter_comm, cudaStream_t compute, size_t max_n);

@@ -44,9 +44,10 @@ class StagedReducer final : public GradReducer {
     // One drafter reduces nothing: no buffer.
     if (host_->size() > 1) {
       const cudaError_t e = cudaMallocHost(&pinned_, max_n * sizeof(float));
-      DF_CHECK(e == cudaSuccess, "cudaMallocHost of %zu bytes for the gradient staging buffer failed: %s; HINT: "
-               "pinned memory is limited by `ulimit -l` and the host's RAM", max_n * sizeof(float),
-               cudaGetErrorString(e));
+      DF_CHECK(e == cudaSuccess,
+               "cudaMallocHost of %zu bytes for the gradient staging buffer failed: %s; HINT: "
+               "pinned memory is limited by `ulimit -l` and the host's RAM",
+               max_n * sizeof(float), cudaGetErrorString(e));
     }
   }
   ~StagedReducer() override { cudaFreeHost(pinned_); }  // synchronises: no copy is left in flight
@@ -73,7 +74,8 @@ class StagedReducer final : public GradReducer {
 
 }  // namespace
 
-std::unique_ptr<GradReducer> grad_reducer_nccl(NcclComm& drafters, cudaStream_t compute, MPI_Comm drafter_comm) {
+std::unique_ptr<GradReducer> grad_reducer_nccl(NcclComm& drafters, cudaStream_t compute,
+                                               MPI_Comm drafter_comm) {
   return std::make_unique<NcclReducer>(drafters, compute, drafter_comm);
 }
 

@@ -49,16 +49,18 @@ std::string nccl_failure_message(const NcclOpContext& c, ncclResult_t result, bo
                                  double timeout_s, const char* last_error) {
   const std::string step = c.step < 0 ? "at start-up" : strfmt("in step %lld", (long long)c.step);
   const std::string why =
-      timed_out ? strfmt("not finished after %.1f s (bound %.1f s): a peer never joined it", waited_s, timeout_s)
-                : strfmt("%s after %.3f s", ncclGetErrorString(result), waited_s);
+      timed_out
+          ? strfmt("not finished after %.1f s (bound %.1f s): a peer never joined it", waited_s, timeout_s)
+          : strfmt("%s after %.3f s", ncclGetErrorString(result), waited_s);
   std::string msg = strfmt("NCCL %s on the %s communicator %s (%s; peers: %s): %s", c.op.c_str(),
                            c.label.c_str(), step.c_str(), c.self.c_str(), c.peers.c_str(), why.c_str());
   if (last_error && *last_error) msg += strfmt("; NCCL says: %s", last_error);
-  msg += timed_out ? "; the communicator was aborted. HINT: look for the peer's own error (it died, hangs, or "
-                     "issued its NCCL calls in another order); NCCL_DEBUG=INFO shows each rank's calls; raise "
-                     "run.watchdog_s if the peer is merely slow"
-                   : "; the communicator was aborted. HINT: rerun with NCCL_DEBUG=INFO "
-                     "(NCCL_DEBUG_SUBSYS=INIT,P2P,NET) to see which connection failed";
+  msg += timed_out
+             ? "; the communicator was aborted. HINT: look for the peer's own error (it died, hangs, or "
+               "issued its NCCL calls in another order); NCCL_DEBUG=INFO shows each rank's calls; raise "
+               "run.watchdog_s if the peer is merely slow"
+             : "; the communicator was aborted. HINT: rerun with NCCL_DEBUG=INFO "
+               "(NCCL_DEBUG_SUBSYS=INIT,P2P,NET) to see which connection failed";
   return msg;
 }
 
@@ -70,17 +72,22 @@ std::unique_ptr<NcclComm> NcclComm::create(MPI_Comm comm, int device, std::strin
   ncclUniqueId id{};
   if (rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
-    DF_CHECK(r == ncclSuccess, "ncclGetUniqueId for the %s communicator failed: %s; HINT: NCCL_DEBUG=INFO shows "
-             "why (no usable network interface? set NCCL_SOCKET_IFNAME)", label.c_str(), ncclGetErrorString(r));
+    DF_CHECK(r == ncclSuccess,
+             "ncclGetUniqueId for the %s communicator failed: %s; HINT: NCCL_DEBUG=INFO shows "
+             "why (no usable network interface? set NCCL_SOCKET_IFNAME)",
+             label.c_str(), ncclGetErrorString(r));
   }
   const int rc = MPI_Bcast(&id, int(sizeof(id)), MPI_BYTE, 0, comm);
-  DF_CHECK(rc == MPI_SUCCESS, "MPI_Bcast of the NCCL id of the %s communicator failed (code %d)", label.c_str(), rc);
-  return std::make_unique<NcclComm>(id, size, rank, device, std::move(label), std::move(rank_names), timeout_s);
+  DF_CHECK(rc == MPI_SUCCESS, "MPI_Bcast of the NCCL id of the %s communicator failed (code %d)",
+           label.c_str(), rc);
+  return std::make_unique<NcclComm>(id, size, rank, device, std::move(label), std::move(rank_names),
+                                    timeout_s);
 }
 
 NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int device, std::string label,
                    std::vector<std::string> rank_names, double timeout_s)
-    : NcclComm(nullptr, device, std::move(label), std::move(rank_names), timeout_s, std::this_thread::get_id()) {
+    : NcclComm(nullptr, device, std::move(label), std::move(rank_names), timeout_s,
+               std::this_thread::get_id()) {
   rank_ = rank;
   size_ = nranks;
   name_ranks();
@@ -93,8 +100,12 @@ NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int device, std
 
 NcclComm::NcclComm(ncclComm_t comm, int device, std::string label, std::vector<std::string> rank_names,
                    double timeout_s, std::thread::id owner)
-    : comm_(comm), device_(device), label_(std::move(label)), names_(std::move(rank_names)),
-      timeout_s_(timeout_s), owner_(owner) {
+    : comm_(comm),
+      device_(device),
+      label_(std::move(label)),
+      names_(std::move(rank_names)),
+      timeout_s_(timeout_s),
+      owner_(owner) {
   DF_CUDA_CHECK(cudaSetDevice(device_));
   DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   DF_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
@@ -120,42 +131,47 @@ NcclComm::~NcclComm() {
     double waited = 0;
     ncclResult_t r = ncclCommFinalize(comm_);
     if (r == ncclInProgress || r == ncclSuccess)
-      r = nccl_poll(
-          [this] {
-            ncclResult_t s = ncclSuccess;
-            const ncclResult_t q = ncclCommGetAsyncError(comm_, &s);
-            return q != ncclSuccess ? q : s;
-          },
-          timeout_s_ > 0 ? timeout_s_ : kFinalizeS, &timed_out, &waited);
+      r = nccl_poll([this] { return state(); }, timeout_s_ > 0 ? timeout_s_ : kFinalizeS, &timed_out,
+                    &waited);
     if (r == ncclSuccess) {
       ncclCommDestroy(comm_);
     } else {
-      log_warn("NCCL: finalizing the %s communicator %s after %.1f s; aborting it",
-               label_.c_str(), timed_out ? "did not finish" : ncclGetErrorString(r), waited);
+      log_warn("NCCL: finalizing the %s communicator %s after %.1f s; aborting it", label_.c_str(),
+               timed_out ? "did not finish" : ncclGetErrorString(r), waited);
       ncclCommAbort(comm_);
     }
   }
   release_stream();
 }
 
-void NcclComm::check_thread(const char* what) const {
-  DF_CHECK(std::this_thread::get_id() == owner_, "NCCL %s on the %s communicator from another thread than the one "
-           "that created it; HINT: every NCCL call of a rank must come from one thread (dist/nccl_comm.h)",
-           what, label_.c_str());
-  DF_CHECK(comm_ != nullptr, "NCCL %s on the %s communicator after it was aborted by an earlier failure", what,
-           label_.c_str());
+ncclResult_t NcclComm::state() const {
+  ncclResult_t s = ncclSuccess;
+  const ncclResult_t q = ncclCommGetAsyncError(comm_, &s);
+  return q != ncclSuccess ? q : s;
 }
 
-void NcclComm::fail(ncclResult_t r, bool timed_out, double waited_s, const char* what, const std::string& peers) {
+void NcclComm::check_thread(const char* what) const {
+  DF_CHECK(std::this_thread::get_id() == owner_,
+           "NCCL %s on the %s communicator from another thread than the one "
+           "that created it; HINT: every NCCL call of a rank must come from one thread (dist/nccl_comm.h)",
+           what, label_.c_str());
+  DF_CHECK(comm_ != nullptr, "NCCL %s on the %s communicator after it was aborted by an earlier failure",
+           what, label_.c_str());
+}
+
+void NcclComm::fail(ncclResult_t r, bool timed_out, double waited_s, const char* what,
+                    const std::string& peers) {
   NcclOpContext c;
   c.label = label_;
-  c.self = strfmt("%s, rank %d of %d, cuda:%d", size_t(rank_) < names_.size() ? names_[size_t(rank_)].c_str() : "?", rank_,
-                  size_, device_);
+  c.self = strfmt("%s, rank %d of %d, cuda:%d",
+                  size_t(rank_) < names_.size() ? names_[size_t(rank_)].c_str() : "?", rank_, size_, device_);
   c.op = what;
   c.peers = peers;
   c.step = step_;
-  const std::string msg = nccl_failure_message(c, r, timed_out, waited_s, timeout_s_, ncclGetLastError(comm_));
-  if (comm_) ncclCommAbort(comm_);  // blocking even on a non-blocking comm: the comm's kernels are gone after it
+  const std::string msg =
+      nccl_failure_message(c, r, timed_out, waited_s, timeout_s_, ncclGetLastError(comm_));
+  if (comm_)
+    ncclCommAbort(comm_);  // blocking even on a non-blocking comm: the comm's kernels are gone after it
   comm_ = nullptr;
   error_throw(__FILE__, __LINE__, msg);
 }
@@ -165,13 +181,7 @@ void NcclComm::settle(ncclResult_t r, const char* what, const std::string& peers
   if (r != ncclInProgress) fail(r, false, 0, what, peers);
   bool timed_out = false;
   double waited = 0;
-  r = nccl_poll(
-      [this] {
-        ncclResult_t s = ncclSuccess;
-        const ncclResult_t q = ncclCommGetAsyncError(comm_, &s);
-        return q != ncclSuccess ? q : s;
-      },
-      timeout_s_, &timed_out, &waited);
+  r = nccl_poll([this] { return state(); }, timeout_s_, &timed_out, &waited);
   if (r != ncclSuccess) fail(r, timed_out, waited, what, peers);
 }
 
@@ -203,7 +213,9 @@ void NcclComm::set_step(int64_t step, double timeout_s) {
   timeout_s_ = timeout_s;
 }
 
-void NcclComm::wait_for(cudaEvent_t e) { DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, e, 0)); }
+void NcclComm::wait_for(cudaEvent_t e) {
+  DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, e, 0));
+}
 
 cudaEvent_t NcclComm::record() {
   DF_CUDA_CHECK(cudaEventRecord(done_, stream_));
@@ -244,13 +256,12 @@ void NcclComm::synchronize(const char* what) {
   cudaError_t cuda = cudaSuccess;
   const ncclResult_t r = nccl_poll(
       [&] {
-        ncclResult_t s = ncclSuccess;
-        const ncclResult_t q = ncclCommGetAsyncError(comm_, &s);
-        if (q != ncclSuccess) return q;
+        const ncclResult_t s = state();
         if (s != ncclSuccess && s != ncclInProgress) return s;
         cuda = cudaEventQuery(done_);
-        return cuda == cudaErrorNotReady ? ncclInProgress : cuda == cudaSuccess ? ncclSuccess
-                                                                                : ncclUnhandledCudaError;
+        return cuda == cudaErrorNotReady ? ncclInProgress
+               : cuda == cudaSuccess     ? ncclSuccess
+                                         : ncclUnhandledCudaError;
       },
       timeout_s_, &timed_out, &waited);
   if (r == ncclUnhandledCudaError && cuda != cudaSuccess && cuda != cudaErrorNotReady)
@@ -283,12 +294,15 @@ void NcclComm::warm_up(const std::vector<int>& peers) {
   }
   DF_CUDA_CHECK(cudaMemcpy(host.data(), buf, n * sizeof(float), cudaMemcpyDeviceToHost));
   DF_CUDA_CHECK(cudaFree(buf));
-  DF_CHECK(host[0] == float(size_), "NCCL warm-up all-reduce on the %s communicator: every rank adds 1, the sum "
-           "is %g, expected %d; HINT: NCCL_DEBUG=INFO", label_.c_str(), host[0], size_);
+  DF_CHECK(host[0] == float(size_),
+           "NCCL warm-up all-reduce on the %s communicator: every rank adds 1, the sum "
+           "is %g, expected %d; HINT: NCCL_DEBUG=INFO",
+           label_.c_str(), host[0], size_);
   for (size_t i = 0; i < peers.size(); ++i)
-    DF_CHECK(host[2 + i] == float(peers[i]), "NCCL warm-up on the %s communicator: %s sent %g, expected its "
-             "rank %d; HINT: NCCL_DEBUG=INFO", label_.c_str(), names_[size_t(peers[i])].c_str(), host[2 + i],
-             peers[i]);
+    DF_CHECK(host[2 + i] == float(peers[i]),
+             "NCCL warm-up on the %s communicator: %s sent %g, expected its "
+             "rank %d; HINT: NCCL_DEBUG=INFO",
+             label_.c_str(), names_[size_t(peers[i])].c_str(), host[2 + i], peers[i]);
 }
 
 }  // namespace df

@@ -1,6 +1,6 @@
 // NcclComm: one NCCL communicator with its own stream, created non-blocking so that no NCCL call can hang the
-// rank: every call is followed by a bounded wait that polls ncclCommGetAsyncError and, on an error or when the
-// bound passes, aborts the communicator and throws naming the rank, the peer, the operation and the step.
+// rank: every call is followed by a bounded wait that polls ncclCommGetAsyncError and, on an error or when
+// the bound passes, aborts the communicator and throws naming the rank, the peer, the operation and the step.
 #pragma once
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -16,8 +16,8 @@
 namespace df {
 
 // Polls check() until it returns anything but ncclInProgress, or until timeout_s (<= 0: no bound) passes.
-// Returns what check() returned last; on a timeout ncclInProgress with *timed_out set. Sleeps a little between
-// polls after the first millisecond, so a long wait does not burn the core the compute thread needs.
+// Returns what check() returned last; on a timeout ncclInProgress with *timed_out set. Sleeps a little
+// between polls after the first millisecond, so a long wait does not burn the core the compute thread needs.
 ncclResult_t nccl_poll(const std::function<ncclResult_t()>& check, double timeout_s, bool* timed_out,
                        double* waited_s);
 
@@ -61,7 +61,8 @@ class NcclComm {
   NcclComm& operator=(const NcclComm&) = delete;
 
   // Collective over this comm (ncclCommSplit): ranks with the same color form a new comm, ordered by key.
-  // color NCCL_SPLIT_NOCOLOR: this rank joins none and gets nullptr. rank_names as in create, for the new comm.
+  // color NCCL_SPLIT_NOCOLOR: this rank joins none and gets nullptr. rank_names as in create, for the new
+  // comm.
   std::unique_ptr<NcclComm> split(int color, int key, std::string label, std::vector<std::string> rank_names);
 
   // Start-up, collective: a 1-element all-reduce (checked: it must sum to size()) and, with peers, one
@@ -96,6 +97,7 @@ class NcclComm {
   [[noreturn]] void fail(ncclResult_t r, bool timed_out, double waited_s, const char* what,
                          const std::string& peers);
   void check_thread(const char* what) const;
+  ncclResult_t state() const;  // ncclCommGetAsyncError: ncclInProgress while a call is still being set up
 
   ncclComm_t comm_ = nullptr;
   int device_ = 0, rank_ = 0, size_ = 1;

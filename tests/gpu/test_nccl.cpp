@@ -1,12 +1,14 @@
 // The NCCL layer on a real GPU (dist/nccl_comm.h, grad_reducer.h): one-rank communicators (NCCL refuses two
-// ranks on one GPU), so every sum is the identity and must be bit-exact. Covers the all-reduce ordered against
-// a caller's stream, split, send/receive to self, warm-up, both hang paths of the watchdog (a rank that never
-// joins, a receive with no send) and the device gradient reducers. tests/gpu/test_nccl_reducers.sh runs the
-// reducer cases again under mpirun -np 2, where the staged MPI reducer must double every element.
+// ranks on one GPU), so every sum is the identity and must be bit-exact. Covers the all-reduce ordered
+// against a caller's stream, split, send/receive to self, warm-up, both hang paths of the watchdog (a rank
+// that never joins, a receive with no send) and the device gradient reducers. tests/gpu/test_nccl_reducers.sh
+// runs the reducer cases again under mpirun -np 2, where the staged MPI reducer must double every element.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
-TEST(NcclTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA/NCCL: NCCL tests skipped"; }
+TEST(NcclTest, SkippedWithoutCudaBuild) {
+  GTEST_SKIP() << "built without CUDA/NCCL: NCCL tests skipped";
+}
 #else
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -38,7 +40,8 @@ std::vector<float> pattern(size_t n) {
 }
 
 // First differing element, as "index i: got a, expected b (k of n differ)"; empty when equal.
-std::string first_difference(const std::vector<float>& got, const std::vector<float>& want, float scale = 1.0f) {
+std::string first_difference(const std::vector<float>& got, const std::vector<float>& want,
+                             float scale = 1.0f) {
   size_t bad = 0, first = got.size();
   for (size_t i = 0; i < got.size(); ++i)
     if (got[i] != scale * want[i] && bad++ == 0) first = i;
@@ -59,7 +62,8 @@ class HangGuard {
       while (!done_.load() && std::chrono::steady_clock::now() < end)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       if (!done_.load()) {
-        std::fprintf(stderr, "FAILED: %s did not return within %.0f s (hang, or ncclCommAbort did not return)\n",
+        std::fprintf(stderr,
+                     "FAILED: %s did not return within %.0f s (hang, or ncclCommAbort did not return)\n",
                      what_, seconds);
         std::_Exit(3);
       }
@@ -85,7 +89,8 @@ std::unique_ptr<NcclComm> one_rank_comm(const char* label, double timeout_s = 60
 class NcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+    if (cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (world > 1) GTEST_SKIP() << "NCCL comm tests run on one rank (NCCL refuses two ranks on one GPU)";
@@ -163,7 +168,8 @@ TEST_F(NcclTest, SplitGivesAWorkingCommunicatorAndNoColorGivesNone) {
   part->all_reduce_sum(d, want.size(), "split all-reduce");
   part->synchronize("split all-reduce");
   EXPECT_EQ(first_difference(download(d, want.size()), want), "");
-  EXPECT_EQ(world->split(NCCL_SPLIT_NOCOLOR, 0, "none", {}), nullptr) << "NCCL_SPLIT_NOCOLOR must give no comm";
+  EXPECT_EQ(world->split(NCCL_SPLIT_NOCOLOR, 0, "none", {}), nullptr)
+      << "NCCL_SPLIT_NOCOLOR must give no comm";
   // The parent still works after both splits.
   world->all_reduce_sum(d, want.size(), "parent all-reduce");
   world->synchronize("parent all-reduce");
@@ -239,7 +245,8 @@ TEST_F(NcclTest, ReceiveWithoutSendEndsInANamedErrorWithinTheBound) {
 }
 
 TEST(NcclReducerTest, NcclReducerSumsDeviceGradientsInPlace) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world > 1) GTEST_SKIP() << "the NCCL reducer runs on one rank here (NCCL refuses two ranks on one GPU)";
@@ -267,9 +274,10 @@ TEST(NcclReducerTest, NcclReducerSumsDeviceGradientsInPlace) {
 }
 
 TEST(NcclReducerTest, StagedReducerSumsDeviceGradientsOverMpi) {
-  // One rank: the identity (nothing staged). Under mpirun -np 2 (test_nccl_reducers.sh): every element doubled,
-  // exact since the pattern's values and their doubles are exact in fp32.
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+  // One rank: the identity (nothing staged). Under mpirun -np 2 (test_nccl_reducers.sh): every element
+  // doubled, exact since the pattern's values and their doubles are exact in fp32.
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -286,10 +294,11 @@ TEST(NcclReducerTest, StagedReducerSumsDeviceGradientsOverMpi) {
     std::vector<float> got(want.size());
     CUDA_OK(cudaMemcpyAsync(got.data(), d, got.size() * sizeof(float), cudaMemcpyDeviceToHost, compute));
     CUDA_OK(cudaStreamSynchronize(compute));
-    EXPECT_EQ(first_difference(got, want, float(world)), "") << "staged reducer over " << world << " ranks, round "
-                                                             << round;
+    EXPECT_EQ(first_difference(got, want, float(world)), "")
+        << "staged reducer over " << world << " ranks, round " << round;
   }
-  EXPECT_THROW(r->sum(d, want.size() + 6), Error) << "more floats than the staging buffer holds must be refused";
+  EXPECT_THROW(r->sum(d, want.size() + 6), Error)
+      << "more floats than the staging buffer holds must be refused";
   cudaFree(d);
   cudaStreamDestroy(compute);
 }
