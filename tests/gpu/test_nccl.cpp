@@ -245,17 +245,23 @@ TEST_F(NcclTest, ReceiveWithoutSendEndsInANamedErrorWithinTheBound) {
 }
 
 TEST(NcclReducerTest, NcclReducerSumsDeviceGradientsInPlace) {
-  if (cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-  int world = 1;
+  // One rank: the identity. Under mpirun -np N with N GPUs (test_nccl_reducers.sh on a multi-GPU machine):
+  // rank r on GPU r, every element times N, exact for the pattern's values.
+  const int gpus = cuda_device_count();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+  int world = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world > 1) GTEST_SKIP() << "the NCCL reducer runs on one rank here (NCCL refuses two ranks on one GPU)";
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  std::unique_ptr<NcclComm> comm = one_rank_comm("drafters");
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (world > gpus)
+    GTEST_SKIP() << world << " ranks on " << gpus << " GPU(s): NCCL refuses two ranks on one GPU";
+  ASSERT_EQ(cudaSetDevice(rank), cudaSuccess);
+  std::unique_ptr<NcclComm> comm = NcclComm::create(MPI_COMM_WORLD, rank, "drafters", {}, 60);
+  comm->warm_up({});
   cudaStream_t compute;
   CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   std::unique_ptr<GradReducer> r = grad_reducer_nccl(*comm, compute, MPI_COMM_WORLD);
-  EXPECT_EQ(r->size(), 1);
+  EXPECT_EQ(r->size(), world);
+  EXPECT_EQ(r->rank(), rank);
   const std::vector<float> want = pattern(333333);
   float* d = nullptr;
   CUDA_OK(cudaMalloc(&d, want.size() * sizeof(float)));
@@ -265,10 +271,11 @@ TEST(NcclReducerTest, NcclReducerSumsDeviceGradientsInPlace) {
   std::vector<float> got(want.size());
   CUDA_OK(cudaMemcpyAsync(got.data(), d, got.size() * sizeof(float), cudaMemcpyDeviceToHost, compute));
   CUDA_OK(cudaStreamSynchronize(compute));
-  EXPECT_EQ(first_difference(got, want), "") << "NCCL reducer on one rank must return its input";
+  EXPECT_EQ(first_difference(got, want, float(world)), "") << "NCCL reducer over " << world << " rank(s)";
   std::vector<double> stats = {1.5, -2.0, 3e10};
   r->sum(stats.data(), stats.size());
-  EXPECT_EQ(stats, (std::vector<double>{1.5, -2.0, 3e10})) << "host statistics over MPI on one rank";
+  EXPECT_EQ(stats, (std::vector<double>{1.5 * world, -2.0 * world, 3e10 * world}))
+      << "host statistics over MPI";
   cudaFree(d);
   cudaStreamDestroy(compute);
 }
@@ -278,9 +285,10 @@ TEST(NcclReducerTest, StagedReducerSumsDeviceGradientsOverMpi) {
   // doubled, exact since the pattern's values and their doubles are exact in fp32.
   if (cuda_device_count() == 0)
     GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-  int world = 1;
+  int world = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  ASSERT_EQ(cudaSetDevice(rank % cuda_device_count()), cudaSuccess);
   cudaStream_t compute;
   CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   const std::vector<float> want = pattern(1000003);

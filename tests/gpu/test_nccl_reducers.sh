@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The device gradient reducers over two MPI ranks sharing the one GPU: test_nccl's reducer cases under
-# mpirun -np 2, where the pinned-staging MPI reducer must return every element doubled (the NCCL cases skip
-# themselves there: NCCL refuses two ranks on one GPU). Skips (77) without a GPU.
+# The device gradient reducers over two MPI ranks: test_nccl's reducer cases under mpirun -np 2, where each
+# must return every element doubled. The pinned-staging MPI reducer runs on one GPU (the ranks share it); the
+# NCCL one needs two GPUs (rank r on GPU r) and skips itself on one. Skips (77) without a GPU.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 MPIEXEC=$3
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "SKIP: no GPU"; exit 77; }
