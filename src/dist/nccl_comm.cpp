@@ -20,10 +20,11 @@ constexpr auto kSleep = std::chrono::microseconds(200);
 // that ends must not wait forever for a peer that died.
 constexpr double kFinalizeS = 60;
 
-ncclConfig_t nonblocking_config(const std::string& label) {
+// name: NCCL_DEBUG lines name the comm by it; it must outlive the comm (nullptr: none).
+ncclConfig_t nonblocking_config(const char* name) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  cfg.commName = label.c_str();  // NCCL_DEBUG lines name the comm
+  cfg.commName = name;
   return cfg;
 }
 
@@ -91,7 +92,7 @@ NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int device, std
   rank_ = rank;
   size_ = nranks;
   name_ranks();
-  ncclConfig_t cfg = nonblocking_config(label_);
+  ncclConfig_t cfg = nonblocking_config(label_.c_str());
   // A throw from here runs the destructor (the delegated constructor has finished): fail() has already
   // aborted the comm, so it releases the stream and the event only.
   settle(ncclCommInitRankConfig(&comm_, nranks, id, rank, &cfg), "communicator set-up",
@@ -188,22 +189,25 @@ void NcclComm::settle(ncclResult_t r, const char* what, const std::string& peers
 std::unique_ptr<NcclComm> NcclComm::split(int color, int key, std::string label,
                                           std::vector<std::string> rank_names) {
   check_thread("split");
-  ncclConfig_t cfg = nonblocking_config(label);
-  ncclComm_t child = nullptr;
-  const ncclResult_t r = ncclCommSplit(comm_, color, key, &child, &cfg);
-  // The split runs on the parent: its state tells when this rank's part is done (the child is null here for
-  // NCCL_SPLIT_NOCOLOR), then the child's tells when the new comm is ready.
+  // The child object first: config.commName then points at the child's own label, which lives as long as the
+  // comm (NCCL's async set-up may read it after this call returns).
+  std::unique_ptr<NcclComm> c;
+  if (color != NCCL_SPLIT_NOCOLOR)
+    c.reset(new NcclComm(nullptr, device_, std::move(label), std::move(rank_names), timeout_s_, owner_));
+  ncclConfig_t cfg = nonblocking_config(c ? c->label_.c_str() : nullptr);
+  ncclComm_t none = nullptr;
+  const ncclResult_t r = ncclCommSplit(comm_, color, key, c ? &c->comm_ : &none, &cfg);
+  // The split runs on the parent: its state tells when this rank's part is done, then the child's tells
+  // when the new comm is ready.
   settle(r, "split", strfmt("all %d ranks", size_));
-  if (color == NCCL_SPLIT_NOCOLOR) return nullptr;
-  DF_CHECK(child != nullptr, "ncclCommSplit of the %s communicator (color %d) returned no communicator",
+  if (!c) return nullptr;
+  DF_CHECK(c->comm_ != nullptr, "ncclCommSplit of the %s communicator (color %d) returned no communicator",
            label_.c_str(), color);
-  std::unique_ptr<NcclComm> c(
-      new NcclComm(child, device_, std::move(label), std::move(rank_names), timeout_s_, owner_));
   c->step_ = step_;
   c->size_ = size_;  // until the child is ready and can say its own size
   c->settle(ncclInProgress, "split (the new communicator)", "its ranks");
-  ncclCommUserRank(child, &c->rank_);
-  ncclCommCount(child, &c->size_);
+  ncclCommUserRank(c->comm_, &c->rank_);
+  ncclCommCount(c->comm_, &c->size_);
   c->name_ranks();
   return c;
 }
