@@ -44,8 +44,8 @@ struct NcclP2p {
 // Threading contract: every NCCL call of a rank, on every one of its communicators, is issued from ONE thread
 // (the thread that created the comm, which a split inherits; each call checks it) and in the same order on
 // every rank: NCCL matches operations by their order, so a rank that mixes p2p and collectives in another
-// order than its peers deadlocks them. Operations are queued on the comm's own non-blocking stream: order them against a
-// compute stream with wait_for(event) before and cudaStreamWaitEvent(compute, record()) after.
+// order than its peers deadlocks them. Operations are queued on the comm's own non-blocking stream: order them
+// against a compute stream with wait_for(event) before and cudaStreamWaitEvent(compute, record()) after.
 class NcclComm {
  public:
   // Collective over `comm`: its rank 0 makes the NCCL id and broadcasts it. device: this rank's GPU.
