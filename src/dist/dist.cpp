@@ -14,6 +14,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #ifdef DF_HAVE_CUDA
+#include "dist/nccl_comm.h"
+#include "dist/watchdog.h"
 #include "ops/cuda/cuda_ops.h"
 #endif
 #include "dist/host_watch.h"
@@ -198,14 +200,8 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 #endif
   std::string why;
   c.transport = transport_choose(transport, c.hosts, c.gpus, kNcclBuilt, &why);
-  // The choice is made and reported, but the NCCL feature channel and reducer are not written yet: say so
-  // rather than print a transport that is not used.
-  if (c.transport == Transport::nccl) {
-    DF_CHECK(transport != "nccl", "pipeline.transport = \"nccl\": the NCCL transport is not implemented yet "
-             "(features and gradients travel over MPI); HINT: \"auto\" or \"mpi\"");
-    c.transport = Transport::mpi;
-    why += "; the NCCL path is not implemented yet, so MPI";
-  }
+  // The NCCL gradient all-reduce exists; the NCCL feature channel does not yet: features stay on MPI.
+  if (c.transport == Transport::nccl) why += "; gradients over NCCL, features over MPI";
 
   MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
   MPI_Comm split;
@@ -230,8 +226,38 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   return c;
 }
 
+#ifdef DF_HAVE_CUDA
+// Every rank at once, before the first step, so a rank that cannot join fails here and not in step 1.
+// The bound is generous (NCCL's set-up on a large job takes seconds to a minute) but finite, unless
+// run.watchdog_s = 0 asked for no bounds at all.
+constexpr double kNcclStartupS = 600;
+
+void dist_nccl_start(DistContext& c, bool bounded) {
+  if (c.transport != Transport::nccl) return;
+  std::vector<std::string> names = watchdog_rank_names(c);
+  for (size_t r = 0; r < names.size(); ++r) names[r] += strfmt(" (world rank %zu)", r);
+  c.nccl_world = NcclComm::create(MPI_COMM_WORLD, c.gpu, "world", names, bounded ? kNcclStartupS : 0);
+  // Features go from every target to every drafter (batch b to drafter b % D from target b % T).
+  c.nccl_world->warm_up(c.role == RankRole::target ? c.roles.drafters : c.roles.targets);
+  std::vector<std::string> drafter_names;
+  for (int r : c.roles.drafters) drafter_names.push_back(names[size_t(r)]);
+  c.nccl_drafters = c.nccl_world->split(c.role == RankRole::drafter ? 0 : NCCL_SPLIT_NOCOLOR, c.rank,
+                                        "drafters", drafter_names);
+  if (c.nccl_drafters) c.nccl_drafters->warm_up({});
+  int v = 0;
+  ncclGetVersion(&v);
+  if (c.rank == 0)
+    log_here("NCCL %d.%d.%d: world communicator of %d ranks and drafters communicator of %d, warmed up",
+             v / 10000, v / 100 % 100, v % 100, c.world, c.num_drafters());
+}
+#else
+void dist_nccl_start(DistContext&, bool) {}  // transport_choose never picks NCCL without CUDA
+#endif
+
 void dist_finalize(DistContext& c) {
   host_watch_stop();
+  c.nccl_drafters.reset();  // NCCL finalize is collective: every rank gets here after the same last step
+  c.nccl_world.reset();
   if (c.drafter_comm != MPI_COMM_NULL) MPI_Comm_free(&c.drafter_comm);
   if (c.data_comm != MPI_COMM_NULL) MPI_Comm_free(&c.data_comm);
   MPI_Finalize();

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "topo/rankfile.h"
 
 namespace df {
+
+class NcclComm;  // dist/nccl_comm.h (CUDA builds)
 
 struct RoleMap {
   std::vector<RankRole> role;  // per world rank
@@ -49,6 +52,9 @@ struct DistContext {
   int drafter_index = -1;     // position among drafters, or -1
   MPI_Comm data_comm = MPI_COMM_NULL;     // feature channel traffic (a dup of world)
   MPI_Comm drafter_comm = MPI_COMM_NULL;  // drafters only: gradient all-reduce
+  // transport nccl only (null otherwise): every rank's world communicator, warmed up between every target and
+  // every drafter, and the drafters' split of it for the gradient all-reduce (null on targets).
+  std::shared_ptr<NcclComm> nccl_world, nccl_drafters;
   int num_targets() const { return int(roles.targets.size()); }
   int num_drafters() const { return int(roles.drafters.size()); }
 };
@@ -59,6 +65,11 @@ struct DistContext {
 // heartbeats (dist/host_watch.h); off with run.watchdog_s = 0, e.g. to attach a debugger.
 DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus,
                       const std::string& transport = "auto", bool silence_watch = true);
+// Transport nccl: the NCCL communicators (nccl_world, nccl_drafters), created and warmed up collectively on
+// this thread, which must then issue every NCCL call of the rank. Called after the run's plan is checked, so
+// a config that cannot run fails on its own message first. bounded: every NCCL wait has a bound (false with
+// run.watchdog_s = 0). Nothing with the MPI transport.
+void dist_nccl_start(DistContext& ctx, bool bounded);
 void dist_finalize(DistContext& ctx);
 
 // SIGTERM and SIGUSR1 set a flag; the training loops agree on a step, checkpoint and exit 0.

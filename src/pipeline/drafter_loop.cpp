@@ -10,6 +10,10 @@
 #include "dist/feature_channel.h"
 #include "dist/grad_reducer.h"
 #include "dist/watchdog.h"
+#ifdef DF_HAVE_CUDA
+#include "dist/nccl_comm.h"
+#include "ops/cuda/cuda_train_ops.h"
+#endif
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops_factory.h"
@@ -43,18 +47,18 @@ OptimConfig optim_config(const TrainPlan& p) {
   return o;
 }
 
-// The MPI reducer works on host memory: a device-resident drafter stages its gradients through the host
-// (the NCCL all-reduce on device memory is a later step). One drafter reduces nothing.
-void all_reduce_grads(GradReducer& reducer, DrafterModel& m) {
-  if (m.ops().device() == Device::cpu) {
-    reducer.sum(m.grads.ptr<float>(), size_t(m.grads.numel()));
-    return;
-  }
-  if (reducer.size() == 1) return;
-  std::vector<float> host(size_t(m.grads.numel()));
-  m.ops().download_raw(m.grads, host.data());
-  reducer.sum(host.data(), host.size());
-  m.ops().upload_raw(m.grads, host.data());
+// A CPU drafter reduces its host gradients over MPI; a CUDA drafter its device gradients, by NCCL when the
+// run's transport is NCCL, else over MPI through a pinned host buffer.
+std::unique_ptr<GradReducer> reducer_create(const DistContext& ctx, TrainOps& ops, size_t grads) {
+  if (ops.device() == Device::cpu) return grad_reducer_mpi(ctx.drafter_comm);
+#ifdef DF_HAVE_CUDA
+  auto* cuda = dynamic_cast<CudaTrainOps*>(&ops);
+  DF_CHECK(cuda != nullptr, "drafter on %s: no gradient reducer for this backend", ops.name());
+  if (ctx.nccl_drafters) return grad_reducer_nccl(*ctx.nccl_drafters, cuda->stream(), ctx.drafter_comm);
+  return grad_reducer_staged(ctx.drafter_comm, cuda->stream(), grads);
+#else
+  DF_FAIL("drafter on %s in a build without CUDA", ops.name());
+#endif
 }
 
 }  // namespace
@@ -110,7 +114,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     pool = ops->wire_pool(1, WireLayout::bytes(budget, feat_cols, final_cols));
     rx = feature_receiver_mpi(ctx.data_comm, ctx.roles.targets, *pool);
   }
-  std::unique_ptr<GradReducer> reducer = grad_reducer_mpi(ctx.drafter_comm);
+  std::unique_ptr<GradReducer> reducer = reducer_create(ctx, *ops, size_t(model.grads.numel()));
   OptimConfig optim = optim_config(plan);
   std::unique_ptr<MetricsLog> metrics;
   if (owner)
@@ -190,7 +194,12 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
 
     // Here a drafter waits on one that may wait on a target: more patience, so that one names the target.
     watchdog.beat("in the gradient all-reduce (waiting for the other drafters)", -1, 1.5);
-    all_reduce_grads(*reducer, model);
+#ifdef DF_HAVE_CUDA
+    // The NCCL wait gives up at the watchdog's bound, before the watchdog's 1.5x above: its message names
+    // the NCCL operation and the step.
+    if (ctx.nccl_drafters) ctx.nccl_drafters->set_step(step, watchdog.bound_s());
+#endif
+    reducer->sum(model.grads.ptr<float>(), size_t(model.grads.numel()));
     std::vector<double> packed = ss.pack();
     reducer->sum(packed.data(), packed.size());
     ss.unpack(packed, B);

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # Compares the per-step "loss" of two metrics.jsonl files: same number of steps, and every step within
 # |a - b| <= atol + rtol * |b|. Prints how the difference grows with the steps and the worst step with both
-# values either way; exit 1 on a mismatch. Used by tests/mpi/test_train_splits.sh and
-# tests/gpu/test_train_cuda_{target,drafter}.sh.
+# values either way; exit 1 on a mismatch. Used by tests/mpi/test_train_splits.sh,
+# tests/gpu/test_train_cuda_{target,drafter}.sh and tests/gpu/test_train_nccl.sh.
 # Usage: compare_losses.py A.jsonl B.jsonl RTOL ATOL LABEL
 import json
 import math
