@@ -28,10 +28,6 @@ struct BlockMask {
   int64_t s0, a, bj;
   int B, W;
   __device__ int64_t lo(int kq) const { return W > 0 ? min(a, max(int64_t(0), a + kq - (W - 1))) : 0; }
-  __device__ bool sees(int64_t t, int kq) const {
-    if (t >= bj) return t < bj + B && (W == 0 || t - bj <= kq);
-    return t >= s0 + lo(kq) && t < s0 + a;
-  }
 };
 
 __device__ __forceinline__ BlockMask block_mask(const int32_t* blocks, int64_t j, const DFlashAttnDims& d) {
@@ -307,7 +303,8 @@ struct KvCfg {
   static constexpr int kThreads = 256;
   static constexpr int kKeys = 128 / kSplit;
   static constexpr int kCols = HD / kSplit;
-  static constexpr bool kRegs = HD <= 128;
+  static constexpr int kQStep = HD > 128 ? 16 : 32;  // query rows per step of a warp (32 spills at hd 256)
+  static constexpr bool kRegs = HD <= 128 && kQStep == 16;
   static constexpr int kScanK = 4;  // blocks each thread tests per round of the scan
   static constexpr int kRanks = 4;  // CTAs of a cluster sharing one tile's items
   static constexpr size_t kPartBytes = sizeof(float) * 2 * kKeys * HD;  // one rank's dk, dv partial
@@ -346,8 +343,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
   auto dOb = [&](int b) { return QdO + (2 * b + 1) * kTile * LDS; };
   float* lse2 = reinterpret_cast<float*>(QdO + 4 * kTile * LDS);  // [2][64] per chunk row: lse·log2 e,
   float* dsum = lse2 + 2 * kTile;                                 // D,
-  int* kqs = reinterpret_cast<int*>(dsum + 2 * kTile);            // block offset (−1 past the group)
-  int2* meta = reinterpret_cast<int2*>(kqs + 2 * kTile);          // listed blocks' (first row, anchor)
+  int* cols = reinterpret_cast<int*>(dsum + 2 * kTile);           // first context key | end of own keys << 16
+  int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
   int* list = reinterpret_cast<int*>(meta + LIST);
   int* wcount = list + LIST;
   const DFlashAttnDims& d = p.d;
@@ -355,7 +352,6 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const int kw = (warp % SLICES) * 16, col0 = (warp / SLICES) * COLS;  // this warp's key rows and columns
-  const int64_t ta = r0 + kw + gr, tb = ta + 8;
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = int(cluster.block_rank());
 
@@ -364,6 +360,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
       return r0 + r < rows ? base + (r0 + r) * ld + int64_t(g) * d.hd : nullptr;
     };
   };
+  // A block's mask on this tile as key offsets from r0, clamped to [−1, KEYS + 1] (the same answer for the
+  // offsets 0..KEYS − 1 of the tile): query row kq sees [ctx_lo(kq), ctx_hi) and [own_lo, own_hi(kq)).
+  auto rel = [&](int64_t t) { return int(min(max(t - r0, int64_t(-1)), int64_t(KEYS + 1))); };
   load_tile<HD, KEYS, THREADS>(Ks, d.hd, p.vec, p.k, kvsrc(p.k, p.ld_k));
   load_tile<HD, KEYS, THREADS>(Vs, d.hd, p.vec, p.k, kvsrc(p.v, p.ld_v));
 
@@ -418,11 +417,16 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
     auto load_item = [&](int n, int b) {
       const int64_t j = base + list[n / nz];
       const int z0 = (n % nz) * kTile;
+      const int2 sj = meta[n / nz];
+      const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
       for (int r = threadIdx.x; r < kTile; r += THREADS) {
-        const int rr = z0 + r;
+        const int rr = z0 + r, kq = rr % d.block;
         const bool in = rr < R;
         const int64_t at = (j * d.hq + int64_t(g) * group) * d.block + (in ? rr : 0);
-        kqs[b * kTile + r] = in ? rr % d.block : -1;
+        // A row past the group sees nothing: an empty context range and an empty own range.
+        const int lo = in ? rel(m.s0 + m.lo(kq)) : KEYS + 1;
+        const int hi = in ? rel(m.bj + (d.window > 0 ? kq + 1 : d.block)) : -1;
+        cols[b * kTile + r] = int((uint32_t(lo) & 0xffffu) | (uint32_t(hi) << 16));
         copy4(lse2 + b * kTile + r, p.lse2 + at, in);
         copy4(dsum + b * kTile + r, p.dsum + at, in);
       }
@@ -455,38 +459,47 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
       const int z0 = (n % nz) * kTile;
       const int2 sj = meta[n / nz];
       const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
-      // Every query row sees every key of this tile (the common case deep in a context): no per-element mask.
-      const bool full = r0 >= m.s0 + m.lo(d.block - 1) && r1 <= m.s0 + m.a;
+      const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj), xa = kw + gr, xb = xa + 8;
       // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
       const int64_t w0 = r0 + kw, w1 = w0 + 16;
       if (!((m.s0 + m.lo(0) < w1 && m.s0 + m.a > w0) || (m.bj < w1 && m.bj + m.B > w0))) continue;
       const bf16 *Qs = Qb(b), *dOs = dOb(b);
-      const int* kqb = kqs + b * kTile;
+      const int* cb = cols + b * kTile;
       const float *lb = lse2 + b * kTile, *db = dsum + b * kTile;
+      // QS query rows per step: QS / 8 independent accumulators per product keep the tensor pipes busy.
+      constexpr int QS = Cfg::kQStep, NQ = QS / 8;
 #pragma unroll 1
-      for (int sub = 0; sub < kTile / 16 && z0 + sub * 16 < R; ++sub) {
-        float s[2][4], dp[2][4];
+      for (int sub = 0; sub < kTile / QS && z0 + sub * QS < R; ++sub) {
+        const bf16 *qs = Qs + sub * QS * LDS, *dos = dOs + sub * QS * LDS;
+        float s[NQ][4], dp[NQ][4];
         if constexpr (Cfg::kRegs) {
-          warp_mma_fbt<2, HD, LDS>(s, kf, Qs + sub * 16 * LDS, lane);
+          warp_mma_fbt<NQ, HD, LDS>(s, kf, qs, lane);
         } else {
-          warp_mma_abt<2, HD, LDS>(s, Ks + kw * LDS, Qs + sub * 16 * LDS, lane);
+          warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
         }
-        warp_mma_abt<2, HD, LDS>(dp, Vs + kw * LDS, dOs + sub * 16 * LDS, lane);
+        warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
 #pragma unroll
-        for (int n2 = 0; n2 < 2; ++n2)
+        for (int n2 = 0; n2 < NQ; ++n2) {
+          const int c = sub * QS + n2 * 8 + 2 * t4;  // the two query columns c, c + 1 of this thread
+          const int2 v2 = *reinterpret_cast<const int2*>(cb + c);
+          const float2 l2 = *reinterpret_cast<const float2*>(lb + c), ds = *reinterpret_cast<const float2*>(db + c);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int c = sub * 16 + n2 * 8 + 2 * t4 + (e & 1), kq = kqb[c];
-            const bool vis = kq >= 0 && (full || m.sees(e < 2 ? ta : tb, kq));
-            const float pr = vis ? exp2f(s[n2][e] * p.scale_log2 - lb[c]) : 0.0f;
+            const int v = e & 1 ? v2.y : v2.x, x = e < 2 ? xa : xb;
+            const bool vis = (x >= int(short(v)) && x < ctx_hi) || (x >= own_lo && x < (v >> 16));
+            const float pr = vis ? exp2f(s[n2][e] * p.scale_log2 - (e & 1 ? l2.y : l2.x)) : 0.0f;
             s[n2][e] = pr;
-            dp[n2][e] = pr * (dp[n2][e] - db[c]);
+            dp[n2][e] = pr * (dp[n2][e] - (e & 1 ? ds.y : ds.x));
           }
-        uint32_t a[4];
-        acc_to_a_frag(s[0], s[1], a);
-        warp_mma_ab<COLS / 8, LDS>(dv, a, dOs + sub * 16 * LDS + col0, lane);
-        acc_to_a_frag(dp[0], dp[1], a);
-        warp_mma_ab<COLS / 8, LDS>(dk, a, Qs + sub * 16 * LDS + col0, lane);
+        }
+#pragma unroll
+        for (int kk = 0; kk < QS / 16; ++kk) {
+          uint32_t a[4];
+          acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+          warp_mma_ab<COLS / 8, LDS>(dv, a, dos + kk * 16 * LDS + col0, lane);
+          acc_to_a_frag(dp[2 * kk], dp[2 * kk + 1], a);
+          warp_mma_ab<COLS / 8, LDS>(dk, a, qs + kk * 16 * LDS + col0, lane);
+        }
       }
     }
   }
