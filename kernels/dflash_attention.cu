@@ -1,8 +1,9 @@
 // DFlash block attention (train_ops.h DFlashAttnShape, MODELS.md) forward and backward on bf16 tensor cores
 // (mma.sync m16n8k16, fp32 accumulation and softmax). One CTA per (block, kv head, 64 rows of the GQA group's
 // hq/hkv·B query rows) walks only the visible keys: the context range [s0 + lo, s0 + a) then the B own rows.
-// Backward, deterministic without atomics: D = rowsum(dO∘O); dq query-major (the forward's walk); dk/dv
-// key-major, one CTA per (64-key tile, kv head) visiting, in block order, every block that sees the tile.
+// Backward, deterministic without atomics: row terms lse·log2 e and D = rowsum(dO∘O); dq query-major (the
+// forward's walk); dk/dv key-major, a cluster of CTAs per (key tile, kv head) sharing, in block order, the
+// blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -81,7 +82,7 @@ struct QueryArgs {
   int64_t ld_q, ld_k, ld_v, ld_dout;
   const int32_t* blocks;
   const float *lse2, *dsum;  // dq pass: lse·log2 e and D = rowsum(dO∘O), dfa_rowterms_kernel's layout
-  bf16* o;              // out (forward) or dq
+  bf16* o;                   // out (forward) or dq
   int64_t ld_o;
   float* lse_out;  // forward
   int64_t ld_lse;
@@ -246,9 +247,9 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
   }
 }
 
-// The softmax row terms of the backward, one warp per (row, head), laid out [block][q head][block row] so that
-// a query chunk of the GQA group (rows (head − g·group)·B + kq) is contiguous: lse2 = lse·log2 e (the exp2
-// domain of the passes) and D = Σ_d dO·O in fp32.
+// The softmax row terms of the backward, one warp per (row, head), laid out [block][q head][block row] so
+// that a query chunk of the GQA group (rows (head − g·group)·B + kq) is contiguous: lse2 = lse·log2 e (the
+// exp2 domain of the passes) and D = Σ_d dO·O in fp32.
 __global__ void dfa_rowterms_kernel(const bf16* out, int64_t ld_out, const bf16* dout, int64_t ld_dout,
                                     const float* lse, int64_t ld_lse, float* lse2, float* dsum, int64_t rows,
                                     int hq, int hd, int block) {
@@ -273,30 +274,9 @@ __device__ __forceinline__ void copy4(float* dst, const float* src, bool in) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(in ? 4 : 0));
 }
 
-// s[16 rows × 8·NT] = X · Yᵀ over HD columns like warp_mma_abt, X given as its mma A fragments (one per 16
-// columns, kept in registers across calls), Y rows at y.
-template <int NT, int HD, int LDS>
-__device__ __forceinline__ void warp_mma_fbt(float (&s)[NT][4], const uint32_t (&x)[HD / 16][4],
-                                             const bf16* y, int lane) {
-  const int mat = lane >> 3, r8 = lane & 7;
-  const bf16* yf = y + ((mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk)
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4(b, yf + np * 16 * LDS + kk * 16);
-      mma_bf16_16816(s[2 * np], x[kk][0], x[kk][1], x[kk][2], x[kk][3], b[0], b[1]);
-      mma_bf16_16816(s[2 * np + 1], x[kk][0], x[kk][1], x[kk][2], x[kk][3], b[2], b[3]);
-    }
-}
-
-// Key-major dk/dv, 8 warps, each on 16 keys of the CTA's tile. At hd ≤ 128 the tile is 128 keys and a warp
-// keeps its K and V rows as A fragments in registers (the Q/dO chunk is then the only shared-memory operand
-// of Sᵀ and dPᵀ); at hd 256 the tile is 64 keys and warp pairs split the head columns of dk/dv (128
-// accumulator columns of each per thread at most, so nothing spills).
+// Key-major dk/dv, 8 warps, each on 16 keys of the CTA's tile: 128 keys at hd ≤ 128; at hd 256 the tile is
+// 64 keys and warp pairs split the head columns of dk/dv (128 accumulator columns of each per thread at most,
+// so nothing spills).
 template <int HD>
 struct KvCfg {
   static constexpr int kSplit = HD > 128 ? 2 : 1;
@@ -304,9 +284,8 @@ struct KvCfg {
   static constexpr int kKeys = 128 / kSplit;
   static constexpr int kCols = HD / kSplit;
   static constexpr int kQStep = HD > 128 ? 16 : 32;  // query rows per step of a warp (32 spills at hd 256)
-  static constexpr bool kRegs = HD <= 128 && kQStep == 16;
-  static constexpr int kScanK = 4;  // blocks each thread tests per round of the scan
-  static constexpr int kRanks = 4;  // CTAs of a cluster sharing one tile's items
+  static constexpr int kScanK = 4;                   // blocks each thread tests per round of the scan
+  static constexpr int kRanks = 4;                   // CTAs of a cluster sharing one tile's items
   static constexpr size_t kPartBytes = sizeof(float) * 2 * kKeys * HD;  // one rank's dk, dv partial
 };
 
@@ -330,8 +309,8 @@ struct KvArgs {
 // the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed through
 // distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
 template <int HD>
-__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
-    __cluster_dims__(1, 1, KvCfg<HD>::kRanks) dfa_kv_kernel(KvArgs p) {
+__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, KvCfg<HD>::kRanks)
+    dfa_kv_kernel(KvArgs p) {
   using Cfg = KvCfg<HD>;
   constexpr int LDS = HD + 8, THREADS = Cfg::kThreads, COLS = Cfg::kCols, KEYS = Cfg::kKeys;
   constexpr int SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
@@ -371,8 +350,6 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
   for (int i = 0; i < COLS / 8; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
-  uint32_t kf[Cfg::kRegs ? HD / 16 : 1][4];  // this warp's K rows
-  bool have_frags = false;
 
   // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
   const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
@@ -445,15 +422,6 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
     for (int n = n0; n < n1; ++n) {
       const int b = (n - n0) & 1;
       tile_wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
-      if (Cfg::kRegs && !have_frags) {
-        const int mat = lane >> 3, r8 = lane & 7;
-#pragma unroll
-        for (int kk = 0; kk < (Cfg::kRegs ? HD / 16 : 0); ++kk) {
-          const int at = (kw + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8 + kk * 16;
-          ldmatrix_x4(kf[kk], Ks + at);
-        }
-        have_frags = true;
-      }
       if (n + 1 < n1) load_item(n + 1, b ^ 1);
       const int64_t j = base + list[n / nz];
       const int z0 = (n % nz) * kTile;
@@ -472,17 +440,14 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
       for (int sub = 0; sub < kTile / QS && z0 + sub * QS < R; ++sub) {
         const bf16 *qs = Qs + sub * QS * LDS, *dos = dOs + sub * QS * LDS;
         float s[NQ][4], dp[NQ][4];
-        if constexpr (Cfg::kRegs) {
-          warp_mma_fbt<NQ, HD, LDS>(s, kf, qs, lane);
-        } else {
-          warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
-        }
+        warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
         warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
 #pragma unroll
         for (int n2 = 0; n2 < NQ; ++n2) {
           const int c = sub * QS + n2 * 8 + 2 * t4;  // the two query columns c, c + 1 of this thread
           const int2 v2 = *reinterpret_cast<const int2*>(cb + c);
-          const float2 l2 = *reinterpret_cast<const float2*>(lb + c), ds = *reinterpret_cast<const float2*>(db + c);
+          const float2 l2 = *reinterpret_cast<const float2*>(lb + c),
+                       ds = *reinterpret_cast<const float2*>(db + c);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int v = e & 1 ? v2.y : v2.x, x = e < 2 ? xa : xb;
@@ -526,7 +491,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1)
 #pragma unroll
     for (int q = 0; q < Cfg::kRanks; ++q) {
       const float* rp = cluster.map_shared_rank(part, q);
-      const float2 a = *reinterpret_cast<const float2*>(rp + at), b = *reinterpret_cast<const float2*>(rp + KEYS * HD + at);
+      const float2 a = *reinterpret_cast<const float2*>(rp + at),
+                   b = *reinterpret_cast<const float2*>(rp + KEYS * HD + at);
       sk.x += a.x, sk.y += a.y, sv.x += b.x, sv.y += b.y;
     }
     const int64_t t = r0 + row;
@@ -610,8 +576,8 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
                    aligned16(v) && aligned16(dout);
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
-    dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(out, ld_out, dout, ld_dout, lse, ld_lse,
-                                                                       lse2, dsum, qrows, d.hq, d.hd, d.block);
+    dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
+        out, ld_out, dout, ld_dout, lse, ld_lse, lse2, dsum, qrows, d.hq, d.hd, d.block);
     DF_CUDA_CHECK_LAUNCH("dfa_rowterms_kernel");
     QueryArgs a{};
     a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v,
@@ -632,10 +598,10 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     constexpr int HD = decltype(hdc)::value;
     using Cfg = KvCfg<HD>;
     const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
-    const size_t smem = std::max(Cfg::kPartBytes, sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8) +
-                                                      sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
-                                                      (sizeof(int2) + sizeof(int)) * list +
-                                                      sizeof(int) * Cfg::kThreads / 32);
+    const size_t smem =
+        std::max(Cfg::kPartBytes, sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8) +
+                                      sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
+                                      (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32);
     DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
     dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(d.hkv), unsigned(Cfg::kRanks));

@@ -164,10 +164,10 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
              (long long)lim.max_tokens, (long long)lim.max_blocks, d.block_size, (long long)d.max_block_rows,
              lim.kl ? ", kl" : "", lim.noise ? ", noisy taps copy" : ""));
   const double R = double(lim.max_blocks) * d.block_size;
-  // The attention backward's f32 softmax row terms, one per query row and head (kernels/dflash_attention.cu
-  // dflash_attention_bwd_workspace_bytes), for the largest planned batch.
-  add(dr, "attention bwd workspace f32", kF32 * R * d.heads,
-      strfmt("4 B x %.0f block rows x %d heads", R, d.heads));
+  // The attention backward's f32 softmax row terms, lse·log2 e and D per query row and head
+  // (kernels/dflash_attention.cu dflash_attention_bwd_workspace_bytes), for the largest planned batch.
+  add(dr, "attention bwd workspace f32", 2 * kF32 * R * d.heads,
+      strfmt("2 x 4 B x %.0f block rows x %d heads", R, d.heads));
   const double chunk = double(std::min<int64_t>(assume.lm_chunk, int64_t(R)));
   const int n_logits = kl ? 3 : 2;
   add(dr, "logits chunks fp32", kF32 * n_logits * chunk * V,
