@@ -1,8 +1,12 @@
 // DFlash block attention (train_ops.h DFlashAttnShape, MODELS.md) forward and backward on bf16 tensor cores
 // (mma.sync m16n8k16, fp32 accumulation and softmax). One CTA per (block, kv head, 64 rows of the GQA group's
 // hq/hkv·B query rows) walks only the visible keys: the context range [s0 + lo, s0 + a) then the B own rows.
-// Backward, deterministic without atomics: D = rowsum(dO∘O); dq query-major (the forward's walk); dk/dv
-// key-major, one CTA per (64-key tile, kv head) visiting, in block order, every block that sees the tile.
+// Backward, deterministic without atomics: row terms lse·log2 e and D = rowsum(dO∘O); dq query-major (the
+// forward's walk); dk/dv key-major, a cluster of CTAs per (key tile, kv head) sharing, in block order, the
+// blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -14,8 +18,7 @@ namespace df {
 
 namespace {
 
-constexpr int kTile = 64;  // keys per K/V tile and query rows per CTA (16 per warp)
-constexpr int kScan = 8;   // blocks each thread of the key-major pass tests per round of its scan
+constexpr int kTile = 64;  // keys per K/V tile of the query-major passes, query rows per CTA or chunk
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- kernels ----------------------------------------------------------------------------------------
@@ -26,10 +29,6 @@ struct BlockMask {
   int64_t s0, a, bj;
   int B, W;
   __device__ int64_t lo(int kq) const { return W > 0 ? min(a, max(int64_t(0), a + kq - (W - 1))) : 0; }
-  __device__ bool sees(int64_t t, int kq) const {
-    if (t >= bj) return t < bj + B && (W == 0 || t - bj <= kq);
-    return t >= s0 + lo(kq) && t < s0 + a;
-  }
 };
 
 __device__ __forceinline__ BlockMask block_mask(const int32_t* blocks, int64_t j, const DFlashAttnDims& d) {
@@ -82,9 +81,8 @@ struct QueryArgs {
   const bf16 *q, *k, *v, *dout;
   int64_t ld_q, ld_k, ld_v, ld_dout;
   const int32_t* blocks;
-  const float* lse_in;  // dq pass: the forward's lse
-  const float* dsum;    // dq pass: D = rowsum(dO∘O), [nb·B, hq]
-  bf16* o;              // out (forward) or dq
+  const float *lse2, *dsum;  // dq pass: lse·log2 e and D = rowsum(dO∘O), dfa_rowterms_kernel's layout
+  bf16* o;                   // out (forward) or dq
   int64_t ld_o;
   float* lse_out;  // forward
   int64_t ld_lse;
@@ -152,9 +150,9 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
     ilo[h] = r < R ? int(m.lo(kq) - lo0) : 0;
     ihi[h] = r < R ? int(nctx) + (d.window > 0 ? kq + 1 : d.block) : 0;
     if (DQ && r < R) {
-      const int head = g * group + r / d.block;
-      lse2[h] = p.lse_in[q_row(r) * p.ld_lse + head] * kLog2e;
-      dsum[h] = p.dsum[q_row(r) * d.hq + head];
+      const int64_t at = (j * d.hq + int64_t(g) * group) * d.block + r;
+      lse2[h] = p.lse2[at];
+      dsum[h] = p.dsum[at];
     }
   }
 
@@ -249,37 +247,53 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
   }
 }
 
-// D[row, head] = Σ_d dO·O in fp32 (the softmax backward's row term), one warp per (row, head).
-__global__ void dfa_dsum_kernel(const bf16* out, int64_t ld_out, const bf16* dout, int64_t ld_dout,
-                                float* dsum, int64_t rows, int hq, int hd) {
+// The softmax row terms of the backward, one warp per (row, head), laid out [block][q head][block row] so
+// that a query chunk of the GQA group (rows (head − g·group)·B + kq) is contiguous: lse2 = lse·log2 e (the
+// exp2 domain of the passes) and D = Σ_d dO·O in fp32.
+__global__ void dfa_rowterms_kernel(const bf16* out, int64_t ld_out, const bf16* dout, int64_t ld_dout,
+                                    const float* lse, int64_t ld_lse, float* lse2, float* dsum, int64_t rows,
+                                    int hq, int hd, int block) {
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (w >= rows * hq) return;
-  const int64_t r = w / hq, col = (w % hq) * hd;
+  const int64_t r = w / hq, head = w % hq, col = head * hd;
   float acc = 0.0f;
   for (int e = lane; e < hd; e += 32)
     acc += __bfloat162float(out[r * ld_out + col + e]) * __bfloat162float(dout[r * ld_dout + col + e]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) dsum[w] = acc;
+  if (lane != 0) return;
+  const int64_t at = (r / block * hq + head) * block + r % block;
+  dsum[at] = acc;
+  lse2[at] = lse[r * ld_lse + head] * kLog2e;
 }
 
-// Key-major dk/dv: warps split the 64 keys in 16-row slices and, at hd 256, the head columns in two halves
-// (128 accumulator columns of dk and of dv per thread at most, so nothing spills).
+// 4-byte cp.async (zero-filled when !in), complete at the next tile_wait.
+__device__ __forceinline__ void copy4(float* dst, const float* src, bool in) {
+  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(in ? 4 : 0));
+}
+
+// Key-major dk/dv, 8 warps, each on 16 keys of the CTA's tile: 128 keys at hd ≤ 128; at hd 256 the tile is
+// 64 keys and warp pairs split the head columns of dk/dv (128 accumulator columns of each per thread at most,
+// so nothing spills).
 template <int HD>
 struct KvCfg {
   static constexpr int kSplit = HD > 128 ? 2 : 1;
-  static constexpr int kThreads = 128 * kSplit;
+  static constexpr int kThreads = 256;
+  static constexpr int kKeys = 128 / kSplit;
   static constexpr int kCols = HD / kSplit;
+  static constexpr int kQStep = HD > 128 ? 16 : 32;  // query rows per step of a warp (32 spills at hd 256)
+  static constexpr int kScanK = 4;                   // blocks each thread tests per round of the scan
+  static constexpr int kRanks = 4;                   // CTAs of a cluster sharing one tile's items
+  static constexpr size_t kPartBytes = sizeof(float) * 2 * kKeys * HD;  // one rank's dk, dv partial
 };
 
 struct KvArgs {
   const bf16 *q, *k, *v, *dout;
   int64_t ld_q, ld_k, ld_v, ld_dout;
   const int32_t* blocks;
-  const float* lse;
-  int64_t ld_lse;
-  const float* dsum;
+  const float *lse2, *dsum;  // dfa_rowterms_kernel's layout
   bf16 *dk, *dv;
   int64_t ld_dk, ld_dv;
   DFlashAttnDims d;
@@ -287,39 +301,49 @@ struct KvArgs {
   bool vec, pairs;
 };
 
-// One CTA per (64 absolute k/v rows, kv head). It lists, in block order, the blocks that see any of its keys
-// (kScan·THREADS entries of `blocks` at a time) and for each one loads the group's query rows 64 at a time
-// (the next chunk's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from the lse, dV += Pᵀ·dO,
-// dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. Each dk/dv row is written once, by its CTA, in a fixed order:
-// deterministic, no atomics.
+// One cluster of kRanks CTAs per (kKeys absolute k/v rows, kv head). Each CTA lists, in block order, the
+// blocks that see any of its keys (kScanK·THREADS entries of `blocks` at a time, their masks kept in shared
+// memory); of the list's items (block, 64-row query chunk) rank r takes the r-th contiguous share, so a tile
+// that every block sees (the start of a long context) is spread over kRanks SMs. Per item it loads the
+// group's query rows with their row terms (the next item's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from
+// the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed through
+// distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
 template <int HD>
-__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p) {
-  constexpr int LDS = HD + 8, THREADS = KvCfg<HD>::kThreads, COLS = KvCfg<HD>::kCols;
+__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, KvCfg<HD>::kRanks)
+    dfa_kv_kernel(KvArgs p) {
+  using Cfg = KvCfg<HD>;
+  constexpr int LDS = HD + 8, THREADS = Cfg::kThreads, COLS = Cfg::kCols, KEYS = Cfg::kKeys;
+  constexpr int SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
   extern __shared__ __align__(16) unsigned char dfa_smem[];
   bf16* Ks = reinterpret_cast<bf16*>(dfa_smem);
-  bf16* Vs = Ks + kTile * LDS;
-  bf16* QdO = Vs + kTile * LDS;  // Q and dO of two query chunks: the next one loads during this one
+  bf16* Vs = Ks + KEYS * LDS;
+  bf16* QdO = Vs + KEYS * LDS;  // Q and dO of two query chunks: the next one loads during this one
   auto Qb = [&](int b) { return QdO + 2 * b * kTile * LDS; };
   auto dOb = [&](int b) { return QdO + (2 * b + 1) * kTile * LDS; };
   float* lse2 = reinterpret_cast<float*>(QdO + 4 * kTile * LDS);  // [2][64] per chunk row: lse·log2 e,
   float* dsum = lse2 + 2 * kTile;                                 // D,
-  int* kqs = reinterpret_cast<int*>(dsum + 2 * kTile);            // block offset (−1 past the group)
-  int* list = kqs + 2 * kTile;
-  int* wcount = list + kScan * THREADS;
+  int* cols = reinterpret_cast<int*>(dsum + 2 * kTile);           // first context key | end of own keys << 16
+  int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
+  int* list = reinterpret_cast<int*>(meta + LIST);
+  int* wcount = list + LIST;
   const DFlashAttnDims& d = p.d;
-  const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * kTile, r1 = min(r0 + kTile, rows);
+  const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * KEYS, r1 = min(r0 + KEYS, rows);
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
-  const int kw = (warp % 4) * 16, col0 = (warp / 4) * COLS;  // this warp's key rows and output columns
-  const int64_t ta = r0 + kw + gr, tb = ta + 8;
+  const int kw = (warp % SLICES) * 16, col0 = (warp / SLICES) * COLS;  // this warp's key rows and columns
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rank = int(cluster.block_rank());
 
   auto kvsrc = [&](const bf16* base, int64_t ld) {
     return [=](int r) -> const bf16* {
       return r0 + r < rows ? base + (r0 + r) * ld + int64_t(g) * d.hd : nullptr;
     };
   };
-  load_tile<HD, kTile, THREADS>(Ks, d.hd, p.vec, p.k, kvsrc(p.k, p.ld_k));
-  load_tile<HD, kTile, THREADS>(Vs, d.hd, p.vec, p.k, kvsrc(p.v, p.ld_v));
+  // A block's mask on this tile as key offsets from r0, clamped to [−1, KEYS + 1] (the same answer for the
+  // offsets 0..KEYS − 1 of the tile): query row kq sees [ctx_lo(kq), ctx_hi) and [own_lo, own_hi(kq)).
+  auto rel = [&](int64_t t) { return int(min(max(t - r0, int64_t(-1)), int64_t(KEYS + 1))); };
+  load_tile<HD, KEYS, THREADS>(Ks, d.hd, p.vec, p.k, kvsrc(p.k, p.ld_k));
+  load_tile<HD, KEYS, THREADS>(Vs, d.hd, p.vec, p.k, kvsrc(p.v, p.ld_v));
 
   float dk[COLS / 8][4], dv[COLS / 8][4];
 #pragma unroll
@@ -330,15 +354,17 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
   // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
   const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
   const int64_t j_end = r0 >= d.T ? min(d.nb, (r1 - 1 - d.T) / d.block + 1) : d.nb;
-  for (int64_t base = j_begin; base < j_end; base += kScan * THREADS) {
-    // Each thread tests kScan consecutive blocks (their loads in flight together); an exclusive scan of the
+  for (int64_t base = j_begin; base < j_end; base += LIST) {
+    // Each thread tests kScanK consecutive blocks (their loads in flight together); an exclusive scan of the
     // per-thread counts places the visible ones in the list in block order.
     unsigned seen = 0;
+    int2 sa[Cfg::kScanK];
 #pragma unroll
-    for (int i = 0; i < kScan; ++i) {
-      const int64_t jc = base + threadIdx.x * kScan + i;
+    for (int i = 0; i < Cfg::kScanK; ++i) {
+      const int64_t jc = base + threadIdx.x * Cfg::kScanK + i;
       if (jc >= j_end) break;
       const BlockMask mc = block_mask(p.blocks, jc, d);
+      sa[i] = make_int2(int(mc.s0), int(mc.a));
       if (mc.a >= 0 && ((mc.s0 + mc.lo(0) < r1 && mc.s0 + mc.a > r0) || (mc.bj < r1 && mc.bj + mc.B > r0)))
         seen |= 1u << i;
     }
@@ -356,14 +382,31 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
       off += w < warp ? wcount[w] : 0;
       total += wcount[w];
     }
-    for (int i = 0; i < kScan; ++i)
-      if (seen >> i & 1) list[off++] = threadIdx.x * kScan + i;
+#pragma unroll
+    for (int i = 0; i < Cfg::kScanK; ++i)
+      if (seen >> i & 1) {
+        meta[off] = sa[i];
+        list[off++] = threadIdx.x * Cfg::kScanK + i;
+      }
     __syncthreads();
 
-    // Items of this round: (listed block n / nz, query chunk n % nz), Q/dO double-buffered.
+    // Items of this round: (listed block n / nz, query chunk n % nz), Q/dO and row terms double-buffered.
     auto load_item = [&](int n, int b) {
       const int64_t j = base + list[n / nz];
       const int z0 = (n % nz) * kTile;
+      const int2 sj = meta[n / nz];
+      const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
+      for (int r = threadIdx.x; r < kTile; r += THREADS) {
+        const int rr = z0 + r, kq = rr % d.block;
+        const bool in = rr < R;
+        const int64_t at = (j * d.hq + int64_t(g) * group) * d.block + (in ? rr : 0);
+        // A row past the group sees nothing: an empty context range and an empty own range.
+        const int lo = in ? rel(m.s0 + m.lo(kq)) : KEYS + 1;
+        const int hi = in ? rel(m.bj + (d.window > 0 ? kq + 1 : d.block)) : -1;
+        cols[b * kTile + r] = int((uint32_t(lo) & 0xffffu) | (uint32_t(hi) << 16));
+        copy4(lse2 + b * kTile + r, p.lse2 + at, in);
+        copy4(dsum + b * kTile + r, p.dsum + at, in);
+      }
       auto qsrc = [&](const bf16* src, int64_t ld) {
         return [=](int r) -> const bf16* {
           const int rr = z0 + r;
@@ -373,72 +416,91 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) dfa_kv_kernel(KvArgs p
       };
       load_tile<HD, kTile, THREADS>(Qb(b), d.hd, p.vec, p.k, qsrc(p.q, p.ld_q));
       load_tile<HD, kTile, THREADS>(dOb(b), d.hd, p.vec, p.k, qsrc(p.dout, p.ld_dout));
-      for (int r = threadIdx.x; r < kTile; r += THREADS) {
-        const int rr = z0 + r;
-        const bool in = rr < R;
-        const int64_t qr = j * d.block + rr % d.block;
-        const int head = g * group + rr / d.block;
-        kqs[b * kTile + r] = in ? rr % d.block : -1;
-        lse2[b * kTile + r] = in ? p.lse[qr * p.ld_lse + head] * kLog2e : 0.0f;
-        dsum[b * kTile + r] = in ? p.dsum[qr * d.hq + head] : 0.0f;
-      }
     };
-    const int items = total * nz;
-    if (items > 0) load_item(0, 0);
-    for (int n = 0; n < items; ++n) {
-      const int b = n & 1;
-      tile_wait();  // item n landed; every warp is done with item n − 1 (the other buffer)
-      if (n + 1 < items) load_item(n + 1, b ^ 1);
+    const int items = total * nz, n0 = items * rank / Cfg::kRanks, n1 = items * (rank + 1) / Cfg::kRanks;
+    if (n0 < n1) load_item(n0, 0);
+    for (int n = n0; n < n1; ++n) {
+      const int b = (n - n0) & 1;
+      tile_wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
+      if (n + 1 < n1) load_item(n + 1, b ^ 1);
       const int64_t j = base + list[n / nz];
       const int z0 = (n % nz) * kTile;
-      const BlockMask m = block_mask(p.blocks, j, d);
-      // Every query row sees every key of this tile (the common case deep in a context): no per-element mask.
-      const bool full = r0 >= m.s0 + m.lo(d.block - 1) && r1 <= m.s0 + m.a;
+      const int2 sj = meta[n / nz];
+      const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
+      const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj), xa = kw + gr, xb = xa + 8;
       // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
       const int64_t w0 = r0 + kw, w1 = w0 + 16;
       if (!((m.s0 + m.lo(0) < w1 && m.s0 + m.a > w0) || (m.bj < w1 && m.bj + m.B > w0))) continue;
       const bf16 *Qs = Qb(b), *dOs = dOb(b);
-      const int* kqb = kqs + b * kTile;
+      const int* cb = cols + b * kTile;
       const float *lb = lse2 + b * kTile, *db = dsum + b * kTile;
+      // QS query rows per step: QS / 8 independent accumulators per product keep the tensor pipes busy.
+      constexpr int QS = Cfg::kQStep, NQ = QS / 8;
 #pragma unroll 1
-      for (int sub = 0; sub < kTile / 16 && z0 + sub * 16 < R; ++sub) {
-        float s[2][4], dp[2][4];
-        warp_mma_abt<2, HD, LDS>(s, Ks + kw * LDS, Qs + sub * 16 * LDS, lane);
-        warp_mma_abt<2, HD, LDS>(dp, Vs + kw * LDS, dOs + sub * 16 * LDS, lane);
+      for (int sub = 0; sub < kTile / QS && z0 + sub * QS < R; ++sub) {
+        const bf16 *qs = Qs + sub * QS * LDS, *dos = dOs + sub * QS * LDS;
+        float s[NQ][4], dp[NQ][4];
+        warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
+        warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
 #pragma unroll
-        for (int n2 = 0; n2 < 2; ++n2)
+        for (int n2 = 0; n2 < NQ; ++n2) {
+          const int c = sub * QS + n2 * 8 + 2 * t4;  // the two query columns c, c + 1 of this thread
+          const int2 v2 = *reinterpret_cast<const int2*>(cb + c);
+          const float2 l2 = *reinterpret_cast<const float2*>(lb + c),
+                       ds = *reinterpret_cast<const float2*>(db + c);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int c = sub * 16 + n2 * 8 + 2 * t4 + (e & 1), kq = kqb[c];
-            const bool vis = kq >= 0 && (full || m.sees(e < 2 ? ta : tb, kq));
-            const float pr = vis ? exp2f(s[n2][e] * p.scale_log2 - lb[c]) : 0.0f;
+            const int v = e & 1 ? v2.y : v2.x, x = e < 2 ? xa : xb;
+            const bool vis = (x >= int(short(v)) && x < ctx_hi) || (x >= own_lo && x < (v >> 16));
+            const float pr = vis ? exp2f(s[n2][e] * p.scale_log2 - (e & 1 ? l2.y : l2.x)) : 0.0f;
             s[n2][e] = pr;
-            dp[n2][e] = pr * (dp[n2][e] - db[c]);
+            dp[n2][e] = pr * (dp[n2][e] - (e & 1 ? ds.y : ds.x));
           }
-        uint32_t a[4];
-        acc_to_a_frag(s[0], s[1], a);
-        warp_mma_ab<COLS / 8, LDS>(dv, a, dOs + sub * 16 * LDS + col0, lane);
-        acc_to_a_frag(dp[0], dp[1], a);
-        warp_mma_ab<COLS / 8, LDS>(dk, a, Qs + sub * 16 * LDS + col0, lane);
+        }
+#pragma unroll
+        for (int kk = 0; kk < QS / 16; ++kk) {
+          uint32_t a[4];
+          acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+          warp_mma_ab<COLS / 8, LDS>(dv, a, dos + kk * 16 * LDS + col0, lane);
+          acc_to_a_frag(dp[2 * kk], dp[2 * kk + 1], a);
+          warp_mma_ab<COLS / 8, LDS>(dk, a, qs + kk * 16 * LDS + col0, lane);
+        }
       }
     }
   }
 
-  asm volatile("cp.async.wait_all;\n" ::: "memory");  // K/V copies of a tile no block sees
-  const float scale = d.scale;
+  // This rank's partial into its shared memory (the tiles are dead once every warp is past its last item).
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
+  float* part = reinterpret_cast<float*>(dfa_smem);  // [dk, dv][KEYS][HD]
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t t = h ? tb : ta;
-    if (t >= rows) continue;
-    bf16* dkr = p.dk + t * p.ld_dk + int64_t(g) * d.hd + col0;
-    bf16* dvr = p.dv + t * p.ld_dv + int64_t(g) * d.hd + col0;
-    const int hd_left = d.hd - col0;
+  for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int i = 0; i < COLS / 8; ++i) {
-      store_two(dkr, i * 8 + 2 * t4, hd_left, p.pairs, dk[i][2 * h] * scale, dk[i][2 * h + 1] * scale);
-      store_two(dvr, i * 8 + 2 * t4, hd_left, p.pairs, dv[i][2 * h], dv[i][2 * h + 1]);
+      const int at = (kw + gr + 8 * h) * HD + col0 + i * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(part + at) = make_float2(dk[i][2 * h], dk[i][2 * h + 1]);
+      *reinterpret_cast<float2*>(part + KEYS * HD + at) = make_float2(dv[i][2 * h], dv[i][2 * h + 1]);
     }
+  cluster.sync();
+  // Rank r sums rows [r·KEYS/kRanks, (r + 1)·KEYS/kRanks) over the ranks, in rank order.
+  constexpr int RROWS = KEYS / Cfg::kRanks;
+  const float scale = d.scale;
+  for (int c = threadIdx.x; c < RROWS * HD / 2; c += THREADS) {
+    const int row = rank * RROWS + 2 * c / HD, col = 2 * c % HD, at = row * HD + col;
+    float2 sk = make_float2(0.0f, 0.0f), sv = sk;
+#pragma unroll
+    for (int q = 0; q < Cfg::kRanks; ++q) {
+      const float* rp = cluster.map_shared_rank(part, q);
+      const float2 a = *reinterpret_cast<const float2*>(rp + at),
+                   b = *reinterpret_cast<const float2*>(rp + KEYS * HD + at);
+      sk.x += a.x, sk.y += a.y, sv.x += b.x, sv.y += b.y;
+    }
+    const int64_t t = r0 + row;
+    if (t >= rows) continue;
+    store_two(p.dk + t * p.ld_dk + int64_t(g) * d.hd, col, d.hd, p.pairs, sk.x * scale, sk.y * scale);
+    store_two(p.dv + t * p.ld_dv + int64_t(g) * d.hd, col, d.hd, p.pairs, sv.x, sv.y);
   }
+  cluster.sync();  // no CTA leaves while another still reads its partial
 }
 
 // ---- launchers --------------------------------------------------------------------------------------
@@ -499,19 +561,20 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
         "dflash_attention_bwd_launch",
         "workspace smaller than dflash_attention_bwd_workspace_bytes(dims); HINT: size it with that call",
         __FILE__, __LINE__);
-  float* dsum = static_cast<float*>(ws);
+  float* lse2 = static_cast<float*>(ws);
+  float* dsum = lse2 + round256(sizeof(float) * size_t(d.nb * d.block) * size_t(d.hq)) / sizeof(float);
   const int64_t qrows = d.nb * d.block, kvrows = d.T + qrows;
   const bool vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v | ld_dout) % 8 == 0 && aligned16(q) && aligned16(k) &&
                    aligned16(v) && aligned16(dout);
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
-    dfa_dsum_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(out, ld_out, dout, ld_dout, dsum, qrows,
-                                                                   d.hq, d.hd);
-    DF_CUDA_CHECK_LAUNCH("dfa_dsum_kernel");
+    dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
+        out, ld_out, dout, ld_dout, lse, ld_lse, lse2, dsum, qrows, d.hq, d.hd, d.block);
+    DF_CUDA_CHECK_LAUNCH("dfa_rowterms_kernel");
     QueryArgs a{};
     a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v,
     a.ld_dout = ld_dout;
-    a.blocks = blocks, a.lse_in = lse, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.ld_lse = ld_lse, a.d = d;
+    a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.d = d;
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
     dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true>(a, stream); });
@@ -519,19 +582,22 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   if (kvrows == 0) return;
   KvArgs a{};
   a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v, a.ld_dout = ld_dout;
-  a.blocks = blocks, a.lse = lse, a.ld_lse = ld_lse, a.dsum = dsum, a.dk = dk, a.dv = dv, a.ld_dk = ld_dk;
+  a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.dk = dk, a.dv = dv, a.ld_dk = ld_dk;
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
   a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
   dispatch_head_dim(d.hd, [&](auto hdc) {
     constexpr int HD = decltype(hdc)::value;
-    constexpr int THREADS = KvCfg<HD>::kThreads;
-    const size_t smem = sizeof(bf16) * 6 * kTile * (HD + 8) + sizeof(float) * 4 * kTile +
-                        sizeof(int) * (2 * kTile + kScan * THREADS + THREADS / 32);
+    using Cfg = KvCfg<HD>;
+    const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
+    const size_t smem =
+        std::max(Cfg::kPartBytes, sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8) +
+                                      sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
+                                      (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32);
     DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    dim3 grid(unsigned((kvrows + kTile - 1) / kTile), unsigned(d.hkv));
-    dfa_kv_kernel<HD><<<grid, THREADS, smem, stream>>>(a);
+    dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(d.hkv), unsigned(Cfg::kRanks));
+    dfa_kv_kernel<HD><<<grid, Cfg::kThreads, smem, stream>>>(a);
     DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
   });
 }

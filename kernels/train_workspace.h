@@ -54,9 +54,10 @@ struct DFlashAttnDims {
 inline size_t round256(size_t n) {
   return (n + 255) / 256 * 256;
 }
-// The backward's f32 softmax row terms, one per query row and head; 256-byte aligned.
+// The backward's two f32 softmax row-term arrays (lse·log2 e and D = rowsum(dO∘O)), one entry per query row
+// and head each; 256-byte aligned.
 inline size_t dflash_attention_bwd_workspace_bytes(const DFlashAttnDims& d) {
-  return round256(sizeof(float) * size_t(d.nb * d.block) * size_t(d.hq));
+  return 2 * round256(sizeof(float) * size_t(d.nb * d.block) * size_t(d.hq));
 }
 
 // ---- lm_head_loss.cu -------------------------------------------------------------------------------------

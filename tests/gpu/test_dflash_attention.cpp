@@ -291,7 +291,7 @@ TEST_F(DFlashAttentionCuda, ShuffledBlocksManyPerTileAndNoContext) {
   many.name = "300 shuffled blocks B2 W9";
   many.s.W = 9;
   run(many);
-  // 1500 blocks of B 1: more than one round of the scan (8 blocks per thread, 1024 or 2048 per round).
+  // 1500 blocks of B 1: more than one round of the scan (1024 blocks per round).
   Case rounds{"1500 shuffled blocks B1", {2, 1, 16, 1, 0}, {300, 40}, {}, 0, true};
   for (int i = 0; i < 1500; ++i)
     rounds.blocks.push_back({i % 5 == 4 ? 1 : 0, i % 11 == 5 ? -1 : (i * 13) % (i % 5 == 4 ? 41 : 301)});
@@ -307,6 +307,17 @@ TEST_F(DFlashAttentionCuda, LargeGroupAndBlockPastOneTile) {
   run({"group16 B16", {16, 1, 64, 16, 0}, {150}, {{0, 149}, {0, 65}, {0, 0}}});
   run({"B70 full", {2, 2, 32, 70, 0}, {100}, {{0, 100}, {0, 30}}});
   run({"B70 W80", {2, 2, 32, 70, 80}, {100}, {{0, 100}, {0, 30}}});
+}
+
+TEST_F(DFlashAttentionCuda, LongContextTilesSharedByManyBlocks) {
+  // hd 128 (the backward keeps K in registers), 128-key tiles seen by up to 48 blocks: a tile's items are
+  // split over the CTAs of its cluster in uneven shares; contexts that are not a multiple of the tile.
+  Case c{"48 blocks hd128 full", {8, 2, 128, 16, 0}, {700, 150}, {}};
+  for (int i = 0; i < 48; ++i)
+    c.blocks.push_back(i % 3 == 2 ? std::pair{1, (i * 29) % 151} : std::pair{0, (i * 61) % 701});
+  run(c);
+  c.name = "48 blocks hd128 W300", c.s.W = 300;
+  run(c);
 }
 
 TEST_F(DFlashAttentionCuda, AllPaddingBlocksZeroEverything) {

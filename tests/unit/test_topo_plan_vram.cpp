@@ -115,7 +115,7 @@ TEST(PlanVram, TinyConfigMatchesHandArithmetic) {
                                                   drafter_limits_from_run(cfg), DType::bf16)));
   // The largest op workspace is the loss's, chunk = all 12 rows, each part rounded to 256 B: label index
   // 12·4, gathered hidden 12·8·2, f32 logits 12·32·4 = 1536, bf16 dlogits 12·32·2 = 768. (Attention bwd
-  // 4·12·2 → 256, rmsnorm_bwd 1 chunk · 8 · 4, qk_norm_rope_bwd 2 chunks · 4 · 4, sum_squares 8 + 5 blocks ·
+  // 2 x (4·12·2 → 256), rmsnorm_bwd 1 chunk · 8 · 4, qk_norm_rope_bwd 2 chunks · 4 · 4, sum_squares 8 + 5 blocks ·
   // 8 are smaller.)
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 256 + 256 + 1536 + 768);
   // GEMM tuning output: the largest beta != 0 product is the f32 fc gradient [8, 16].
