@@ -21,7 +21,6 @@ constexpr double kRtol = 1e-4;
 // Relative errors are reported where |b| is large enough for them to mean something.
 constexpr double kRelFloor = 1e-2;
 
-
 class GoldenExtract : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenExtract, MatchesTransformers) {
@@ -44,11 +43,12 @@ TEST_P(GoldenExtract, MatchesTransformers) {
     }
     EXPECT_TRUE(got.type_class == H5T_FLOAT && got.type_size == 4) << name << " must be float32";
     Errors e = compare(got.values, want.values, kAtol, kRtol, kRelFloor);
-    std::printf("[golden] %-22s %-11s max abs %.3e  max rel %.3e (|b|>=%.0e)  worst/tol %.3f\n", model.c_str(),
-                name.c_str(), e.max_abs, e.max_rel, kRelFloor, e.worst_ratio);
+    std::printf("[golden] %-22s %-11s max abs %.3e  max rel %.3e (|b|>=%.0e)  worst/tol %.3f\n",
+                model.c_str(), name.c_str(), e.max_abs, e.max_rel, kRelFloor, e.worst_ratio);
     EXPECT_EQ(e.nan, 0) << name << ": non-finite values in extract's output";
-    EXPECT_EQ(e.bad, 0) << name << ": " << e.bad << " of " << want.values.size() << " values outside |a-b| <= "
-                        << kAtol << " + " << kRtol << "*|b|; max abs error " << e.max_abs;
+    EXPECT_EQ(e.bad, 0) << name << ": " << e.bad << " of " << want.values.size()
+                        << " values outside |a-b| <= " << kAtol << " + " << kRtol << "*|b|; max abs error "
+                        << e.max_abs;
   }
 }
 
@@ -58,7 +58,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenExtract, ::testing::ValuesIn(golden_model
 // Guards against the data going missing: an empty folder would otherwise instantiate no test at all.
 TEST(GoldenData, AllModelsPresent) {
   std::vector<std::string> models = golden_models();
-  for (const char* m : {"qwen3_tiny", "qwen3_untied_sharded", "qwen35_tiny", "qwen35_multimodal"})
+  for (const char* m : {"qwen3_tiny", "qwen3_untied_sharded", "qwen35_tiny", "qwen35_multimodal",
+                        "qwen35_gqa3", "qwen3_gqa5"})
     EXPECT_NE(std::find(models.begin(), models.end(), m), models.end())
         << DF_TEST_DATA << "/" << m << " is missing; see tests/golden/README.md";
 }
@@ -78,8 +79,10 @@ TEST(GoldenExtract, TokenIdOutsideVocabFails) {
   }
   int rc = run_logged(extract_command(fs::path(DF_TEST_DATA) / "qwen3_tiny", tokens, out), log);
   std::string text = read_text(log);
-  EXPECT_NE(rc, 0) << "extract accepted token id " << bad_id << " for a 97-token vocabulary; output:\n" << text;
-  EXPECT_NE(text.find(std::to_string(bad_id)), std::string::npos) << "the error should name the id; got:\n" << text;
+  EXPECT_NE(rc, 0) << "extract accepted token id " << bad_id << " for a 97-token vocabulary; output:\n"
+                   << text;
+  EXPECT_NE(text.find(std::to_string(bad_id)), std::string::npos) << "the error should name the id; got:\n"
+                                                                  << text;
   EXPECT_FALSE(fs::exists(out)) << "a failed extract must not leave an output file";
 }
 
