@@ -201,8 +201,19 @@ std::unique_ptr<NcclComm> NcclComm::split(int color, int key, std::string label,
   // when the new comm is ready.
   settle(r, "split", strfmt("all %d ranks", size_));
   if (!c) return nullptr;
-  DF_CHECK(c->comm_ != nullptr, "ncclCommSplit of the %s communicator (color %d) returned no communicator",
-           label_.c_str(), color);
+  // NCCL stores the new handle only once the child's set-up has completed (init.cc keeps *newcomm NULL until
+  // then; seen on 2.28.3, where the parent's state is already ncclSuccess while the handle is still NULL), so
+  // wait for the handle, within the bound, before the child's own state can be asked.
+  bool timed_out = false;
+  double waited = 0;
+  const ncclResult_t h = nccl_poll(
+      [&] {
+        if (__atomic_load_n(&c->comm_, __ATOMIC_ACQUIRE) != nullptr) return ncclSuccess;
+        const ncclResult_t p = state();
+        return p == ncclSuccess ? ncclInProgress : p;
+      },
+      timeout_s_, &timed_out, &waited);
+  if (h != ncclSuccess) fail(h, timed_out, waited, "split (waiting for the new communicator)", "its ranks");
   c->step_ = step_;
   c->size_ = size_;  // until the child is ready and can say its own size
   c->settle(ncclInProgress, "split (the new communicator)", "its ranks");
