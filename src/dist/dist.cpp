@@ -241,9 +241,13 @@ void dist_nccl_start(DistContext& c, bool bounded) {
   c.nccl_world->warm_up(c.role == RankRole::target ? c.roles.drafters : c.roles.targets);
   std::vector<std::string> drafter_names;
   for (int r : c.roles.drafters) drafter_names.push_back(names[size_t(r)]);
-  c.nccl_drafters = c.nccl_world->split(c.role == RankRole::drafter ? 0 : NCCL_SPLIT_NOCOLOR, c.rank,
-                                        "drafters", drafter_names);
-  if (c.nccl_drafters) c.nccl_drafters->warm_up({});
+  // The drafters' own communicator comes from their MPI communicator (ncclCommInitRankConfig, the path the
+  // one-GPU tests run), not from ncclCommSplit of the world one: on the H200 (NCCL 2.28.3) a non-blocking
+  // split of a one-rank communicator never handed back its new handle.
+  if (c.role == RankRole::drafter) {
+    c.nccl_drafters = NcclComm::create(c.drafter_comm, c.gpu, "drafters", drafter_names, bounded ? kNcclStartupS : 0);
+    c.nccl_drafters->warm_up({});
+  }
   int v = 0;
   ncclGetVersion(&v);
   if (c.rank == 0)

@@ -53,7 +53,7 @@ struct DistContext {
   MPI_Comm data_comm = MPI_COMM_NULL;     // feature channel traffic (a dup of world)
   MPI_Comm drafter_comm = MPI_COMM_NULL;  // drafters only: gradient all-reduce
   // transport nccl only (null otherwise): every rank's world communicator, warmed up between every target and
-  // every drafter, and the drafters' split of it for the gradient all-reduce (null on targets).
+  // every drafter, and the drafters' own communicator for the gradient all-reduce (null on targets).
   std::shared_ptr<NcclComm> nccl_world, nccl_drafters;
   int num_targets() const { return int(roles.targets.size()); }
   int num_drafters() const { return int(roles.drafters.size()); }

@@ -186,43 +186,6 @@ void NcclComm::settle(ncclResult_t r, const char* what, const std::string& peers
   if (r != ncclSuccess) fail(r, timed_out, waited, what, peers);
 }
 
-std::unique_ptr<NcclComm> NcclComm::split(int color, int key, std::string label,
-                                          std::vector<std::string> rank_names) {
-  check_thread("split");
-  // The child object first: config.commName then points at the child's own label, which lives as long as the
-  // comm (NCCL's async set-up may read it after this call returns).
-  std::unique_ptr<NcclComm> c;
-  if (color != NCCL_SPLIT_NOCOLOR)
-    c.reset(new NcclComm(nullptr, device_, std::move(label), std::move(rank_names), timeout_s_, owner_));
-  ncclConfig_t cfg = nonblocking_config(c ? c->label_.c_str() : nullptr);
-  ncclComm_t none = nullptr;
-  const ncclResult_t r = ncclCommSplit(comm_, color, key, c ? &c->comm_ : &none, &cfg);
-  // The split runs on the parent: its state tells when this rank's part is done, then the child's tells
-  // when the new comm is ready.
-  settle(r, "split", strfmt("all %d ranks", size_));
-  if (!c) return nullptr;
-  // NCCL stores the new handle only once the child's set-up has completed (init.cc keeps *newcomm NULL until
-  // then; seen on 2.28.3, where the parent's state is already ncclSuccess while the handle is still NULL), so
-  // wait for the handle, within the bound, before the child's own state can be asked.
-  bool timed_out = false;
-  double waited = 0;
-  const ncclResult_t h = nccl_poll(
-      [&] {
-        if (__atomic_load_n(&c->comm_, __ATOMIC_ACQUIRE) != nullptr) return ncclSuccess;
-        const ncclResult_t p = state();
-        return p == ncclSuccess ? ncclInProgress : p;
-      },
-      timeout_s_, &timed_out, &waited);
-  if (h != ncclSuccess) fail(h, timed_out, waited, "split (waiting for the new communicator)", "its ranks");
-  c->step_ = step_;
-  c->size_ = size_;  // until the child is ready and can say its own size
-  c->settle(ncclInProgress, "split (the new communicator)", "its ranks");
-  ncclCommUserRank(c->comm_, &c->rank_);
-  ncclCommCount(c->comm_, &c->size_);
-  c->name_ranks();
-  return c;
-}
-
 void NcclComm::set_step(int64_t step, double timeout_s) {
   step_ = step;
   timeout_s_ = timeout_s;

@@ -42,7 +42,7 @@ struct NcclP2p {
 };
 
 // Threading contract: every NCCL call of a rank, on every one of its communicators, is issued from ONE thread
-// (the thread that created the comm, which a split inherits; each call checks it) and in the same order on
+// (the thread that created the comm; each call checks it) and in the same order on
 // every rank: NCCL matches operations by their order, so a rank that mixes p2p and collectives in another
 // order than its peers deadlocks them. Operations are queued on the comm's own non-blocking stream: order them
 // against a compute stream with wait_for(event) before and cudaStreamWaitEvent(compute, record()) after.
@@ -59,11 +59,6 @@ class NcclComm {
   ~NcclComm();  // finalizes within the bound, else aborts; never throws
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
-
-  // Collective over this comm (ncclCommSplit): ranks with the same color form a new comm, ordered by key.
-  // color NCCL_SPLIT_NOCOLOR: this rank joins none and gets nullptr. rank_names as in create, for the new
-  // comm.
-  std::unique_ptr<NcclComm> split(int color, int key, std::string label, std::vector<std::string> rank_names);
 
   // Start-up, collective: a 1-element all-reduce (checked: it must sum to size()) and, with peers, one
   // 1-element send and receive with each, so NCCL's lazy connection set-up happens here, not in step 1.

@@ -66,7 +66,11 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     SeqLayout seqs = seq_layout_make(lengths, *ops, arena);
     Tensor ids = ids_all.cols_view(0, T);
     ops->upload_raw(ids, mb->tokens.data());
+    // A slot frees when its batch has reached its drafter, which may itself wait for another target: twice
+    // the patience, as for a credit, so that the drafter names that target first.
+    watchdog.beat("waiting for a free send slot (a batch still on its way to a drafter)", -1, 2.0);
     char* slot = sender->acquire();
+    watchdog.beat("running the forward");
     const Device where = pool->device();
     Tensor feats = in_place ? tensor_make(slot, DType::bf16, where, T, feat_cols) : feats_f32.rows_view(0, T);
     TargetOutputs o;

@@ -1,6 +1,6 @@
 // The NCCL layer on a real GPU (dist/nccl_comm.h, grad_reducer.h): one-rank communicators (NCCL refuses two
 // ranks on one GPU), so every sum is the identity and must be bit-exact. Covers the all-reduce ordered
-// against a caller's stream, split, send/receive to self, warm-up, both hang paths of the watchdog (a rank
+// against a caller's stream, send/receive to self, warm-up, both hang paths of the watchdog (a rank
 // that never joins, a receive with no send) and the device gradient reducers. tests/gpu/test_nccl_reducers.sh
 // runs the reducer cases again under mpirun -np 2, where the staged MPI reducer must double every element.
 #include <gtest/gtest.h>
@@ -154,26 +154,6 @@ TEST_F(NcclTest, AllReduceOfOneRankIsTheIdentityAndOrdersAgainstTheCallersStream
     cudaEventDestroy(written);
     cudaStreamDestroy(s);
   }
-}
-
-TEST_F(NcclTest, SplitGivesAWorkingCommunicatorAndNoColorGivesNone) {
-  std::unique_ptr<NcclComm> world = one_rank_comm("world");
-  std::unique_ptr<NcclComm> part = world->split(0, 0, "part", {"the only rank"});
-  ASSERT_NE(part, nullptr);
-  EXPECT_EQ(part->size(), 1);
-  EXPECT_EQ(part->rank(), 0);
-  EXPECT_EQ(part->rank_name(0), "the only rank");
-  const std::vector<float> want = pattern(4097);
-  float* d = upload(want);
-  part->all_reduce_sum(d, want.size(), "split all-reduce");
-  part->synchronize("split all-reduce");
-  EXPECT_EQ(first_difference(download(d, want.size()), want), "");
-  EXPECT_EQ(world->split(NCCL_SPLIT_NOCOLOR, 0, "none", {}), nullptr)
-      << "NCCL_SPLIT_NOCOLOR must give no comm";
-  // The parent still works after both splits.
-  world->all_reduce_sum(d, want.size(), "parent all-reduce");
-  world->synchronize("parent all-reduce");
-  EXPECT_EQ(first_difference(download(d, want.size()), want), "");
 }
 
 TEST_F(NcclTest, SendToSelfInOneGroupCopiesTheBytes) {
