@@ -16,6 +16,16 @@ for split in "1 1" "2 1" "2 2"; do
   grep -q "role drafter" "$TMP/$name.log" || fail "$name: no start-up line for a drafter"
   echo "ok: split $1-$2 ($(tail -1 "$TMP/$name/metrics.jsonl" | cut -c1-80)...)"
 done
+# pipeline.hs_queue_depth = 1: one send slot per target and one credit per drafter, so a target cannot start a
+# forward into its slot before its previous batch has reached its drafter. Flow control changes nothing else:
+# the same batches train in the same order, so the losses equal the 2-2 run's (depth 2) exactly.
+write_config "$TMP/q1.toml" "$TMP/q1" 2 2 6 "[pipeline]" "hs_queue_depth = 1"
+if run_mpi 4 "$TMP/q1.log" --config "$TMP/q1.toml"; then
+  python3 "$SRC/tests/mpi/compare_losses.py" "$TMP/q1/metrics.jsonl" "$TMP/t2d2/metrics.jsonl" 0 0 \
+    "2-2 with hs_queue_depth 1 vs 2" || fail "hs_queue_depth 1 changed the losses"
+else
+  fail "hs_queue_depth 1 run"; tail -20 "$TMP/q1.log"
+fi
 # The step's loss is normalised by the global Σw across drafters: 2 drafters x grad_accum 1 train on the same
 # global batches per step as 1 drafter x grad_accum 2 (batch = step*2 + micro*D + d) and must give the same
 # losses. Tolerance rtol 1e-6: the only difference is the fp32 order in which the two micro-batches' gradients
