@@ -69,7 +69,11 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     // A slot frees when its batch has reached its drafter, which may itself wait for another target: twice
     // the patience, as for a credit, so that the drafter names that target first.
     watchdog.beat("waiting for a free send slot (a batch still on its way to a drafter)", -1, 2.0);
+    const auto t_slot = std::chrono::steady_clock::now();
     char* slot = sender->acquire();
+    // Waiting for a slot is the drafters' back-pressure, not the target's work: it stays out of the busy time
+    // the split planner reads as this target's rate.
+    const double slot_wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_slot).count();
     watchdog.beat("running the forward");
     const Device where = pool->device();
     Tensor feats = in_place ? tensor_make(slot, DType::bf16, where, T, feat_cols) : feats_f32.rows_view(0, T);
@@ -104,7 +108,8 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     p.offsets = std::move(mb->offsets);
     p.tokens = std::move(mb->tokens);
     p.loss_mask = std::move(mb->loss_mask);
-    p.hdr.target_busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p.hdr.target_busy_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - slot_wait_s;
     const int drafter = int(p.hdr.batch_id % plan.num_drafters);
     // The drafter may itself wait for another target: twice the patience, so that it names that target first.
     watchdog.beat("sending a batch, waiting for the credit of", ctx.roles.drafters[size_t(drafter)], 2.0);
