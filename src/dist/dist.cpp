@@ -26,17 +26,14 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
-}
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
 RoleMap roles_from_rankfile(const std::string& path, const std::string& source,
                             const std::vector<std::string>& hosts) {
   const int world = int(hosts.size());
   std::vector<RankfileEntry> entries = rankfile_parse(path);
   DF_CHECK(int(entries.size()) == world,
-           "%s names %zu ranks but %d were started; HINT: run mpirun -np %zu with this rankfile, or write a "
-           "new one "
+           "%s names %zu ranks but %d were started; HINT: run mpirun -np %zu with this rankfile, or write a new one "
            "with `dflash_mpi topo rankfile`",
            source.c_str(), entries.size(), world, entries.size());
   RoleMap m;
@@ -70,8 +67,7 @@ std::string cpu_affinity() {
     }
     int j = i;
     while (j + 1 < n && CPU_ISSET(j + 1, &set)) ++j;
-    out +=
-        (out.empty() ? "" : ",") + (i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j));
+    out += (out.empty() ? "" : ",") + (i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j));
     i = j + 1;
   }
   return out;
@@ -124,20 +120,17 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
     m.gpu.assign(size_t(world), -1);
     if (!rf.empty()) {
       RoleMap from_file = roles_from_rankfile(rf, source, hosts);
-      DF_CHECK(
-          std::count(from_file.role.begin(), from_file.role.end(), RankRole::target) == 0,
-          "%s names target ranks, but data.features makes this an offline run without targets; HINT: drop "
-          "the role=target lines or data.features",
-          source.c_str());
+      DF_CHECK(std::count(from_file.role.begin(), from_file.role.end(), RankRole::target) == 0,
+               "%s names target ranks, but data.features makes this an offline run without targets; HINT: drop "
+               "the role=target lines or data.features", source.c_str());
       m.gpu = from_file.gpu;
     }
   } else if (!rf.empty()) {
     m = roles_from_rankfile(rf, source, hosts);
   } else if (topo.targets > 0 || topo.drafters > 0) {
-    DF_CHECK(
-        topo.targets + topo.drafters == world,
-        "[topology] asks for %d targets + %d drafters = %d ranks but %d were started; HINT: mpirun -np %d",
-        topo.targets, topo.drafters, topo.targets + topo.drafters, world, topo.targets + topo.drafters);
+    DF_CHECK(topo.targets + topo.drafters == world,
+             "[topology] asks for %d targets + %d drafters = %d ranks but %d were started; HINT: mpirun -np %d",
+             topo.targets, topo.drafters, topo.targets + topo.drafters, world, topo.targets + topo.drafters);
     m.source = "[topology]";
     for (int r = 0; r < world; ++r) m.role.push_back(r < topo.targets ? RankRole::target : RankRole::drafter);
     m.gpu.assign(world, -1);
@@ -145,19 +138,16 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
     m.source = "default (one drafter per host, its last rank)";
     std::map<std::string, int> last;
     for (int r = 0; r < world; ++r) last[hosts[r]] = r;
-    for (int r = 0; r < world; ++r)
-      m.role.push_back(last[hosts[r]] == r ? RankRole::drafter : RankRole::target);
+    for (int r = 0; r < world; ++r) m.role.push_back(last[hosts[r]] == r ? RankRole::drafter : RankRole::target);
     m.gpu.assign(world, -1);
   }
   m.hosts = hosts;
   if (m.targets.empty() && m.drafters.empty())
     for (int r = 0; r < world; ++r) (m.role[r] == RankRole::target ? m.targets : m.drafters).push_back(r);
-  DF_CHECK(topo.offline || !m.targets.empty(),
-           "roles from %s: no target rank among %d; HINT: a run needs at least one target and "
+  DF_CHECK(topo.offline || !m.targets.empty(), "roles from %s: no target rank among %d; HINT: a run needs at least one target and "
            "one drafter (e.g. mpirun -np 2 with [topology] targets = 1, drafters = 1)",
            m.source.c_str(), world);
-  DF_CHECK(!m.drafters.empty(),
-           "roles from %s: no drafter rank among %d; HINT: a run needs at least one target and "
+  DF_CHECK(!m.drafters.empty(), "roles from %s: no drafter rank among %d; HINT: a run needs at least one target and "
            "one drafter",
            m.source.c_str(), world);
   return m;
@@ -181,8 +171,7 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   char name[MPI_MAX_PROCESSOR_NAME] = {0};
   std::snprintf(name, sizeof(name), "%s", c.host.c_str());
   std::vector<char> all(size_t(c.world) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                MPI_COMM_WORLD);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
   std::vector<std::string> hosts;
   for (int r = 0; r < c.world; ++r) hosts.emplace_back(all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME);
 
@@ -219,13 +208,12 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   MPI_Comm_split(MPI_COMM_WORLD, c.role == RankRole::drafter ? 1 : MPI_UNDEFINED, c.rank, &split);
   c.drafter_comm = split;
 
-  log_all(
-      "pid %d host %s local %d/%d role %s%d device %s cpus %s transport %s (%d targets, %d drafters; roles "
-      "from %s; %s)",
-      int(getpid()), c.host.c_str(), c.local_rank, c.local_size, rank_role_name(c.role),
-      c.role == RankRole::target ? c.target_index : c.drafter_index,
-      c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(),
-      transport_name(c.transport), c.num_targets(), c.num_drafters(), c.roles.source.c_str(), why.c_str());
+  log_all("pid %d host %s local %d/%d role %s%d device %s cpus %s transport %s (%d targets, %d drafters; roles "
+          "from %s; %s)",
+          int(getpid()), c.host.c_str(), c.local_rank, c.local_size, rank_role_name(c.role),
+          c.role == RankRole::target ? c.target_index : c.drafter_index,
+          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(),
+          transport_name(c.transport), c.num_targets(), c.num_drafters(), c.roles.source.c_str(), why.c_str());
   if (c.rank == 0) {
     log_here("roles by host: %s", roles_by_host(c.roles).c_str());
     if (!c.roles.host_mismatch.empty())
@@ -257,8 +245,7 @@ void dist_nccl_start(DistContext& c, bool bounded) {
   // one-GPU tests run), not from ncclCommSplit of the world one: on the H200 (NCCL 2.28.3) a non-blocking
   // split of a one-rank communicator never handed back its new handle.
   if (c.role == RankRole::drafter) {
-    c.nccl_drafters =
-        NcclComm::create(c.drafter_comm, c.gpu, "drafters", drafter_names, bounded ? kNcclStartupS : 0);
+    c.nccl_drafters = NcclComm::create(c.drafter_comm, c.gpu, "drafters", drafter_names, bounded ? kNcclStartupS : 0);
     c.nccl_drafters->warm_up({});
   }
   int v = 0;
@@ -290,11 +277,7 @@ void signals_install() {
   sigaction(SIGUSR1, &sa, nullptr);
 }
 
-bool signals_stop_requested() {
-  return g_stop_signal.load() != 0;
-}
-int signals_last() {
-  return g_stop_signal.load();
-}
+bool signals_stop_requested() { return g_stop_signal.load() != 0; }
+int signals_last() { return g_stop_signal.load(); }
 
 }  // namespace df

@@ -1,7 +1,6 @@
-// The target role: a flat loop of prefetch → forward with taps → send. The wire is bf16: a CUDA rank's
-// forward writes its bf16 taps straight into a slot of its wire pool, and the channel copies them to the host
-// off the compute stream while the next forward runs; a CPU rank's taps are f32 and are rounded into the
-// slot.
+// The target role: a flat loop of prefetch → forward with taps → send. The wire is bf16: a CUDA rank's forward
+// writes its bf16 taps straight into a slot of its wire pool, and the channel copies them to the host off the
+// compute stream while the next forward runs; a CPU rank's taps are f32 and are rounded into the slot.
 #include <chrono>
 
 #include "core/log.h"
@@ -44,8 +43,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   void* block = ops_alloc_planned(*ops, layout, meta, arena);
   const size_t meta_mark = arena.mark();
 
-  const int64_t begin = plan.start_step * plan.batches_per_step,
-                end = plan.total_steps * plan.batches_per_step;
+  const int64_t begin = plan.start_step * plan.batches_per_step, end = plan.total_steps * plan.batches_per_step;
   std::vector<int64_t> mine = batch_indices_for_target(begin, end, ctx.target_index, plan.num_targets);
   Prefetcher prefetch(*plan.corpus, *plan.batcher, mine, size_t(plan.cfg.data.prefetch_depth));
   const int depth = plan.cfg.pipeline.hs_queue_depth;
@@ -63,8 +61,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     auto t0 = std::chrono::steady_clock::now();
     const int64_t T = int64_t(mb->tokens.size());
     std::vector<int32_t> lengths;
-    for (size_t s = 0; s + 1 < mb->offsets.size(); ++s)
-      lengths.push_back(int32_t(mb->offsets[s + 1] - mb->offsets[s]));
+    for (size_t s = 0; s + 1 < mb->offsets.size(); ++s) lengths.push_back(int32_t(mb->offsets[s + 1] - mb->offsets[s]));
     arena.reset(meta_mark);
     SeqLayout seqs = seq_layout_make(lengths, *ops, arena);
     Tensor ids = ids_all.cols_view(0, T);
@@ -76,8 +73,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     char* slot = sender->acquire();
     // Waiting for a slot is the drafters' back-pressure, not the target's work: it stays out of the busy time
     // the split planner reads as this target's rate.
-    const double slot_wait_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_slot).count();
+    const double slot_wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_slot).count();
     watchdog.beat("running the forward");
     const Device where = pool->device();
     Tensor feats = in_place ? tensor_make(slot, DType::bf16, where, T, feat_cols) : feats_f32.rows_view(0, T);
@@ -86,8 +82,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     o.want_final_norm = plan.kl;
     for (int i = 0; i < k; ++i) o.taps.push_back(feats.cols_view(int64_t(i) * H, H));
     char* fin = slot + WireLayout::final_offset(T, feat_cols);
-    if (plan.kl)
-      o.final_norm = in_place ? tensor_make(fin, DType::bf16, where, T, H) : final_f32.rows_view(0, T);
+    if (plan.kl) o.final_norm = in_place ? tensor_make(fin, DType::bf16, where, T, H) : final_f32.rows_view(0, T);
     fwd.run(ids, seqs, o);
     if (!in_place) {
       // A host backend: its f32 taps are rounded into the (host) slot.
