@@ -54,17 +54,20 @@ DrafterBatch DrafterMemory::load(const FeaturePacket& p) {
 }
 
 Tensor DrafterMemory::in_slot(const char* at, Device where, int64_t rows, int64_t cols, std::vector<float>& f32) {
-  const uint16_t* bf16 = reinterpret_cast<const uint16_t*>(at);
   if (host_) {
     DF_CHECK(where == Device::cpu, "drafter: a CPU drafter got its features in device memory (internal error)");
-    f32.resize(size_t(rows * cols));
-    for (size_t i = 0; i < f32.size(); ++i) f32[i] = bf16_to_f32(bf16[i]);
-    return tensor_make(f32.data(), DType::f32, Device::cpu, rows, cols);
+    return host_f32(reinterpret_cast<const uint16_t*>(at), rows, cols, f32);
   }
   DF_CHECK(where == ops_.device(), "drafter: features arrived in %s memory but the drafter trains on %s "
            "(internal error: the receive pool must come from the drafter's backend)",
            where == Device::cpu ? "host" : "device", ops_.name());
   return tensor_make(const_cast<char*>(at), DType::bf16, where, rows, cols);
+}
+
+Tensor DrafterMemory::host_f32(const uint16_t* bf16, int64_t rows, int64_t cols, std::vector<float>& f32) {
+  f32.resize(size_t(rows * cols));
+  for (size_t i = 0; i < f32.size(); ++i) f32[i] = bf16_to_f32(bf16[i]);
+  return tensor_make(f32.data(), DType::f32, Device::cpu, rows, cols);
 }
 
 Tensor DrafterMemory::upload_bf16(const Tensor& t, char* at) {
@@ -83,11 +86,7 @@ Tensor DrafterMemory::upload_bf16(const Tensor& t, char* at) {
 Tensor DrafterMemory::stage(const std::vector<uint16_t>& bf16, int64_t cols, const Tensor& dev,
                             std::vector<float>& f32) {
   const int64_t rows = cols > 0 ? int64_t(bf16.size()) / cols : 0;
-  if (host_) {
-    f32.resize(bf16.size());
-    for (size_t i = 0; i < bf16.size(); ++i) f32[i] = bf16_to_f32(bf16[i]);
-    return tensor_make(f32.data(), DType::f32, Device::cpu, rows, cols);
-  }
+  if (host_) return host_f32(bf16.data(), rows, cols, f32);
   DF_CHECK(rows <= dev.rows && cols == dev.cols,
            "drafter: a batch of %lld x %lld features does not fit the staging buffer %s planned from "
            "data.token_budget; HINT: all ranks must run the same config",

@@ -33,6 +33,8 @@ class DrafterMemory {
 
  private:
   Tensor upload_bf16(const Tensor& t, char* at);
+  // The CPU backend's f32 copy of rows x cols bf16 values, in f32 (kept for the next batch).
+  Tensor host_f32(const uint16_t* bf16, int64_t rows, int64_t cols, std::vector<float>& f32);
   Tensor in_slot(const char* at, Device where, int64_t rows, int64_t cols, std::vector<float>& f32);
   Tensor stage(const std::vector<uint16_t>& bf16, int64_t cols, const Tensor& dev, std::vector<float>& f32);
 

@@ -42,20 +42,6 @@ if run_mpi 2 "$TMP/cpu.log" --config "$TMP/cpu.toml" --stop-at-step 50; then
 else
   fail "CPU reference run"; tail -30 "$TMP/cpu.log"
 fi
-mkdir -p "$TMP/res/checkpoints"
-cp "$TMP/gpu/checkpoints/step_00000030.h5" "$TMP/res/checkpoints/" && echo step_00000030.h5 >"$TMP/res/checkpoints/latest"
-sed "s|$TMP/gpu|$TMP/res|" "$TMP/gpu.toml" >"$TMP/res.toml"
-if run_mpi 2 "$TMP/res.log" --config "$TMP/res.toml"; then
-  python3 - "$TMP/gpu/metrics.jsonl" "$TMP/res/metrics.jsonl" <<'PY' || fail "the resumed run's losses differ"
-import json, sys
-a = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x][30:]
-b = [json.loads(x)["loss"] for x in open(sys.argv[2]) if '"loss"' in x]
-worst = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 30 else float("inf")
-print(f"resume of step 30: steps 31..60 differ by at most {worst:.3g} ({'bit-identical' if worst == 0 else 'not bit-identical'})")
-sys.exit(0 if worst <= 2e-2 else 1)
-PY
-else
-  fail "resume run"; tail -30 "$TMP/res.log"
-fi
+resumes_like "$TMP/gpu" "$TMP/gpu.toml" 30 60 2e-2 "CUDA drafter"
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -30,22 +30,7 @@ if run_mpi 2 "$TMP/tiny.log" --config "$TMP/tiny.toml"; then
 else
   fail "tiny 200-step run"; tail -30 "$TMP/tiny.log"
 fi
-mkdir -p "$TMP/res/checkpoints"
-cp "$TMP/tiny/checkpoints/step_00000100.h5" "$TMP/res/checkpoints/" &&
-  echo step_00000100.h5 >"$TMP/res/checkpoints/latest"
-sed "s|$TMP/tiny|$TMP/res|" "$TMP/tiny.toml" >"$TMP/res.toml"
-if run_mpi 2 "$TMP/res.log" --config "$TMP/res.toml"; then
-  python3 - "$TMP/tiny/metrics.jsonl" "$TMP/res/metrics.jsonl" <<'PY' || fail "the resumed run differs"
-import json, sys
-a = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x][100:]
-b = [json.loads(x)["loss"] for x in open(sys.argv[2]) if '"loss"' in x]
-worst = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 100 else float("inf")
-print(f"resume of step 100: steps 101..200 differ by at most {worst:.3g}")
-sys.exit(0 if worst == 0 else 1)
-PY
-else
-  fail "tiny resume run"; tail -30 "$TMP/res.log"
-fi
+resumes_like "$TMP/tiny" "$TMP/tiny.toml" 100 200 0 "tiny"
 
 # The Qwen3-8B-shaped run: real shapes, random weights, sequences of 256..2048 tokens of the 8B vocabulary.
 "$BIN" data synth --out "$TMP/tok8b.h5" --vocab 151936 --sequences 600 --min-len 256 --max-len 2048 --seed 4 \

@@ -28,3 +28,26 @@ for j in map(json.loads, open(sys.argv[1])):
     if j.get("event") == "start":
         print("step=%d resumed_from=%s run_id=%s" % (j["step"], j["resumed_from"], j["run_id"]))' "$1"
 }
+
+# resumes_like RUN_DIR TOML STEP TOTAL ATOL LABEL: resumes TOML's run from RUN_DIR's checkpoint of STEP in a fresh
+# run dir (1 target + 1 drafter) and checks that steps STEP+1..TOTAL give RUN_DIR's losses within ATOL (0: exactly).
+resumes_like() {
+  local dir=$1 toml=$2 step=$3 total=$4 atol=$5 label=$6 ck
+  ck=$(printf 'step_%08d.h5' "$step")
+  rm -rf "$TMP/res" && mkdir -p "$TMP/res/checkpoints"
+  cp "$dir/checkpoints/$ck" "$TMP/res/checkpoints/" && echo "$ck" >"$TMP/res/checkpoints/latest"
+  sed "s|$dir|$TMP/res|" "$toml" >"$TMP/res.toml"
+  if ! run_mpi 2 "$TMP/res.log" --config "$TMP/res.toml"; then
+    fail "$label: resume run"; tail -30 "$TMP/res.log"; return
+  fi
+  python3 - "$dir/metrics.jsonl" "$TMP/res/metrics.jsonl" "$step" "$total" "$atol" <<'PY' || fail "$label: the resumed run's losses differ"
+import json, sys
+step, total, atol = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+a = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x][step:]
+b = [json.loads(x)["loss"] for x in open(sys.argv[2]) if '"loss"' in x]
+worst = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == total - step else float("inf")
+print(f"resume of step {step}: steps {step + 1}..{total} differ by at most {worst:.3g} "
+      f"({'bit-identical' if worst == 0 else 'not bit-identical'})")
+sys.exit(0 if worst <= atol else 1)
+PY
+}
