@@ -67,15 +67,43 @@ def load_fla(root=None):
             "fla_path": os.path.dirname(os.path.abspath(fla.__file__))}
 
 
-def wire_fla(q35):
-    """After load_fla and the import of transformers' Qwen3.5 module: also point the module globals a
-    transformers that looks its kernels up by name reads at the (counted) FLA functions."""
+def fla_chunk_rule(query, key, value, g, beta, chunk_size=64, initial_state=None, output_final_state=False,
+                   use_qk_l2norm_in_kernel=False):
+    """FLA's chunked gated delta rule behind the signature of transformers' pure-torch one (same [B, T, H, D]
+    layout, scale dk^-1/2, returns (output, final state)); FLA picks its own chunk size (64, as HF's)."""
     import fla.ops.gated_delta_rule as gdr
+
+    return gdr.chunk_gated_delta_rule(query, key, value, g=g, beta=beta, initial_state=initial_state,
+                                      output_final_state=output_final_state,
+                                      use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+
+
+def attach_fla(model, modeling):
+    """Routes the Gated DeltaNet layers of a constructed `model` (transformers module `modeling`, e.g.
+    modeling_qwen3_5) to FLA: the chunked rule, which transformers 5.17 calls through the module's name
+    torch_chunk_gated_delta_rule when it found no kernel package, and FLA's fused gated RMSNorm holding each
+    layer's own norm weight. Needed because transformers decides by the installed package, which a source tree on
+    sys.path is not: loaded that way, FLA is importable yet never called. Returns the number of layers wired;
+    FLA_CALLS then counts the calls. Call after load_fla."""
     from fla.modules import FusedRMSNormGated
 
-    q35.chunk_gated_delta_rule = gdr.chunk_gated_delta_rule
-    q35.fused_recurrent_gated_delta_rule = gdr.fused_recurrent_gated_delta_rule
-    q35.FusedRMSNormGated = FusedRMSNormGated
+    if not hasattr(modeling.torch_chunk_gated_delta_rule, "__wrapped__"):
+        modeling.torch_chunk_gated_delta_rule = _counted(fla_chunk_rule)
+    wired = 0
+    for m in model.modules():
+        if not (type(m).__name__.endswith("GatedDeltaNet") and hasattr(m, "norm")):
+            continue
+        old = m.norm
+        eps = getattr(old, "variance_epsilon", getattr(old, "eps", None))
+        if eps is None:
+            raise RuntimeError(f"attach_fla: {qualified(type(old))} has no eps attribute to carry over")
+        norm = FusedRMSNormGated(old.weight.shape[0], eps=eps, activation="silu", device=old.weight.device,
+                                 dtype=old.weight.dtype)
+        with torch.no_grad():
+            norm.weight.copy_(old.weight)
+        m.norm = norm
+        wired += 1
+    return wired
 
 
 def qualified(obj):

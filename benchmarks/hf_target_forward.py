@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the GPU machine reaches no netwo
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_peer import FLA_CALLS, FLA_COMMIT, gdn_kernels, load_fla, wire_fla  # noqa: E402
+from hf_peer import FLA_CALLS, FLA_COMMIT, attach_fla, gdn_kernels, load_fla  # noqa: E402
 
 
 def argv_value(flag):
@@ -85,9 +85,6 @@ def main():
             sys.exit(f"hf_target_forward: {FLA_ERROR}\nThe peer of the hybrid is HF + FLA; --allow-no-fla times "
                      f"HF's pure-torch DeltaNet instead (and says so)")
         print(f"warning: {FLA_ERROR}; timing HF's pure-torch DeltaNet (--allow-no-fla)", file=sys.stderr)
-    if hybrid and fla["fla_version"]:
-        wire_fla(q35)
-
     config = make_config()
     config._attn_implementation = args.attn
     torch.manual_seed(args.seed)
@@ -97,6 +94,8 @@ def main():
         model = model_cls(config).eval()  # HF's own random init, drawn on the device
     torch.cuda.synchronize()
     init_s = time.perf_counter() - t0
+    if hybrid and fla["fla_version"] and not attach_fla(model, q35):
+        sys.exit("hf_target_forward: FLA is loaded but the model has no Gated DeltaNet layer to wire it into")
     bad = [name for name, t in model.named_parameters() if not bool(torch.isfinite(t).all())]
     if bad:
         sys.exit(f"hf_target_forward: HF's init left non-finite values in {bad[:3]} ({len(bad)} tensors)")

@@ -32,7 +32,7 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-from hf_peer import FLA_CALLS, gdn_kernels, load_fla, wire_fla  # noqa: E402  (hf_peer imports torch only)
+from hf_peer import FLA_CALLS, attach_fla, gdn_kernels, load_fla  # noqa: E402  (hf_peer imports torch only)
 
 
 def _argv_value(flag):
@@ -476,6 +476,8 @@ def write_json_atomic(path, obj):
 def measure_bf16(name, golden_dir, out_dir, fla):
     """HF in bf16 on CUDA over the golden's tokens; writes its error against expected.h5 per dataset."""
     model = load_bf16(golden_dir)
+    if fla:
+        attach_fla(model, q35)
     calls0 = FLA_CALLS["chunk_gated_delta_rule"]
     states, _ = forward_all(model.model, read_tokens(golden_dir), device="cuda")
     calls = FLA_CALLS["chunk_gated_delta_rule"] - calls0
@@ -513,9 +515,7 @@ def run_hf_bf16(args, names):
     fla = FLA_INFO
     if FLA_ERROR is not None and not args.allow_no_fla and not NO_FLA:
         raise SystemExit(f"{FLA_ERROR}\nThe peer is HF + FLA; --allow-no-fla records HF's pure-torch DeltaNet instead")
-    if fla:
-        wire_fla(q35)
-    elif not NO_FLA:
+    if not fla and not NO_FLA:
         print(f"warning: {FLA_ERROR}; recording HF's pure-torch DeltaNet (--allow-no-fla)")
     print(f"FLA: {fla or 'not used'}")
     failed = []
