@@ -407,6 +407,59 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
     }
 }
 
+// The forward's layout (target_forward.cpp, layer_full): q, gate, k and v are column views of one fused
+// projection [T, lead | q | gate | k | v], the output a view of a wider workspace. Head dims the sm90 kernel
+// is not built for (it takes 128 and 256 only), so the portable tiled kernel runs with its epilogue loading
+// each row's gate before storing it; hd 24 and 40 leave zero-padded columns whose gate is not read. A lead of
+// 4 columns (q 8-byte aligned) or an output at column 1 (2-byte aligned) is beyond the tiled kernels' 16-byte
+// copies and bf16-pair stores: the general kernel runs instead of a misaligned access.
+TEST_F(CudaOpsTest, AttentionGateInsideFusedProjection) {
+  struct Case { int hq, hkv, hd; int64_t lead, out_col; };
+  for (const auto& lens : kBatches)
+    for (Case c : {Case{3, 1, 32, 0, 0}, {5, 1, 16, 0, 0}, {4, 2, 40, 0, 0}, {6, 3, 24, 0, 0}, {2, 1, 64, 0, 0},
+                   {3, 1, 32, 4, 0}, {3, 1, 32, 0, 1}}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);
+      Layouts L = layouts(lens);
+      const int64_t T = L.cpu.tokens, qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
+      const int64_t P = c.lead + 2 * qc + 2 * kc;
+      // One range for the whole projection: |v| ≤ 1 keeps the tolerance argument of the test above.
+      Pair proj = rand(T, P, -1, 1, DType::bf16, (8 - P % 8) % 8);  // row pitch a multiple of 8, as the GEMM's
+      auto cols = [&](int64_t c0, int64_t n) { return Pair{proj.cpu.cols_view(c0, n), proj.gpu.cols_view(c0, n)}; };
+      Pair q = cols(c.lead, qc), g = cols(c.lead + qc, qc), k = cols(c.lead + 2 * qc, kc);
+      Pair v = cols(c.lead + 2 * qc + kc, kc);
+      const std::vector<float> proj_before = down_gpu(proj.gpu);
+      Pair mix = out(T, qc + 8), plain = out(T, qc + 8);
+      Pair o{mix.cpu.cols_view(c.out_col, qc), mix.gpu.cols_view(c.out_col, qc)};
+      Pair ou{plain.cpu.cols_view(c.out_col, qc), plain.gpu.cols_view(c.out_col, qc)};
+      const float scale = 1.0f / std::sqrt(float(c.hd));
+      cpu_.attention_causal(q.cpu, k.cpu, v.cpu, o.cpu, L.cpu, c.hq, c.hkv, c.hd, scale, &g.cpu);
+      gpu_->attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale, &g.gpu);
+      const std::string what = name_of("gated attention in [T, lead|q|gate|k|v] T hq hkv hd lead out_col",
+                                       {T, c.hq, c.hkv, c.hd, c.lead, c.out_col}) +
+                               " seqs " + std::to_string(lens.size()) + " (element i is row i / " +
+                               std::to_string(qc) + ", column i % " + std::to_string(qc) + ")";
+      check(o, 3 * kBf16Ulp + 1e-4, 2 * kBf16Ulp, what);  // as the gated case above (≤ the general kernel's)
+      // Fused gate bits = attention then sigmoid_gate, and the projection (gate included) left untouched.
+      gpu_->attention_causal(q.gpu, k.gpu, v.gpu, ou.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);
+      gpu_->sigmoid_gate(ou.gpu, g.gpu);
+      const std::vector<float> fused = down_gpu(o.gpu), separate = down_gpu(ou.gpu);
+      int64_t differ = 0, first = -1;
+      for (size_t i = 0; i < fused.size(); ++i)
+        if (std::isnan(fused[i]) || fused[i] != separate[i]) {
+          if (first < 0) first = int64_t(i);
+          ++differ;
+        }
+      EXPECT_EQ(differ, 0) << what << ": fused and separate gate differ in " << differ << " of "
+                           << fused.size() << ", first at element " << first << " (fused "
+                           << (first >= 0 ? fused[size_t(first)] : 0.0f) << ", separate "
+                           << (first >= 0 ? separate[size_t(first)] : 0.0f) << ")";
+      const std::vector<float> proj_after = down_gpu(proj.gpu);
+      int64_t touched = 0;
+      for (size_t i = 0; i < proj_after.size(); ++i) touched += proj_after[i] != proj_before[i];
+      EXPECT_EQ(touched, 0) << what << ": attention wrote " << touched << " elements of its input projection";
+    }
+}
+
 TEST_F(CudaOpsTest, SigmoidGateAndSwiglu) {
   for (int64_t T : {1, 7, 65, 300})
     for (int64_t C : {3, 64, 1000}) {
