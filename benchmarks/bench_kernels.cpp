@@ -569,16 +569,18 @@ int main(int argc, char** argv) {
       const int64_t C = 10240, P = C + 6144 + 2 * 48;
       Tensor proj = b.rand(DType::bf16, T, P, -2, 2), cw = b.rand(DType::f32, C, 4, -0.5f, 0.5f);
       Tensor cx = proj.cols_view(0, C), cy = b.arena.alloc(DType::bf16, T, C);
-      b.gpu.conv1d_silu(cx, cw, cy, seqs);
-      {
+      // The same on a contiguous [T, 10240] input: the gap between the two lines is what the row pitch costs.
+      Tensor cxc = b.rand(DType::bf16, T, C, -2, 2);
+      for (auto [x, what] : {std::pair{cx, "conv1d_silu 10240 K=4 (x in [T,16480])"},
+                             std::pair{cxc, "conv1d_silu 10240 K=4 (x contiguous)"}}) {
+        b.gpu.conv1d_silu(x, cw, cy, seqs);
         size_t hm = b.harena.mark();
         Tensor hy = b.harena.alloc(DType::f32, ns, C);
-        b.cpu.conv1d_silu(b.to_host(cx.rows_view(0, ns)), b.to_host(cw), hy, hseqs);
-        b.check("conv1d_silu 10240", cy.rows_view(0, ns), hy, 1e-2);
+        b.cpu.conv1d_silu(b.to_host(x.rows_view(0, ns)), b.to_host(cw), hy, hseqs);
+        b.check(what, cy.rows_view(0, ns), hy, 1e-2);
         b.harena.reset(hm);
+        row_bytes(what, 2.0 * T * C * 2, b.time_ms([&] { b.gpu.conv1d_silu(x, cw, cy, seqs); }));
       }
-      row_bytes("conv1d_silu 10240 K=4 (x in [T,16480])", 2.0 * T * C * 2,
-                b.time_ms([&] { b.gpu.conv1d_silu(cx, cw, cy, seqs); }));
 
       Tensor go = b.rand(DType::bf16, T, 6144, -2, 2), gz = proj.cols_view(C, 6144);
       Tensor gw = b.rand(DType::f32, 1, 128, 0.5f, 1.5f), gy = b.arena.alloc(DType::bf16, T, 6144);

@@ -136,17 +136,34 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     l[r] = 1.0f / l[r];
   }
-  bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * hd;
-  bf16* out_b = out_a + 8 * ld_out;
-  const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * hd : nullptr;
-  const bf16* gate_b = gate ? gate_a + 8 * ld_gate : nullptr;
+  // Row a, then row b, each with all its gate pairs loaded before its first store: the stores could alias
+  // the gate as far as the compiler knows, so loads interleaved with them would each wait a full memory
+  // round trip (the epilogue of attention_sm90.cu has the same order).
+  auto store_row = [&](bf16* dst, const bf16* gate_row, int lo, float inv) {
+    if (gate_row) {
+      __nv_bfloat162 gv[HD / 8];
 #pragma unroll
-  for (int i = 0; i < HD / 8; ++i) {
-    int d = i * 8 + 2 * t4;
-    if (d >= hd) continue;
-    if (row_a < len) attn_store_pair(out_a + d, gate ? gate_a + d : nullptr, o[i][0] * l[0], o[i][1] * l[0]);
-    if (row_b < len) attn_store_pair(out_b + d, gate ? gate_b + d : nullptr, o[i][2] * l[1], o[i][3] * l[1]);
-  }
+      for (int i = 0; i < HD / 8; ++i) {
+        const int d = i * 8 + 2 * t4;
+        gv[i] = d < hd ? __ldg(reinterpret_cast<const __nv_bfloat162*>(gate_row + d)) : __nv_bfloat162{};
+      }
+#pragma unroll
+      for (int i = 0; i < HD / 8; ++i) {
+        const int d = i * 8 + 2 * t4;
+        if (d < hd) attn_store_gated(dst + d, gv[i], o[i][lo] * inv, o[i][lo + 1] * inv);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < HD / 8; ++i) {
+        const int d = i * 8 + 2 * t4;
+        if (d < hd) attn_store_pair(dst + d, nullptr, o[i][lo] * inv, o[i][lo + 1] * inv);
+      }
+    }
+  };
+  bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * hd;
+  const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * hd : nullptr;
+  if (row_a < len) store_row(out_a, gate_a, 0, l[0]);
+  if (row_b < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, l[1]);
 }
 
 // ---- launchers ----
@@ -170,8 +187,10 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
                              int num_seqs, int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
                              cudaStream_t stream) {
   if (num_seqs == 0 || max_len == 0) return;
+  // The tiled kernels copy q/k/v rows in 16-byte pieces and store the output as bf16 pairs.
+  auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   bool ok = hd % 8 == 0 && hd <= 256 && hkv > 0 && hq % hkv == 0 && ld_q % 8 == 0 && ld_k % 8 == 0 &&
-            ld_v % 8 == 0 && ld_out % 2 == 0;
+            ld_v % 8 == 0 && ld_out % 2 == 0 && al(q, 16) && al(k, 16) && al(v, 16) && al(out, 4);
   if (!ok)  // a shape or layout the tiled kernels are not built for: the general kernel (decode.cu), slower
     return attention_causal_general_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                            tokens, hq, hkv, hd, scale, stream);

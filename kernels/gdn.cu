@@ -229,10 +229,7 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
           }
         }
         uint32_t ah[4], al[4];
-        split_bf16x2(x[0][0], x[0][1], ah[0], al[0]);
-        split_bf16x2(x[0][2], x[0][3], ah[1], al[1]);
-        split_bf16x2(x[1][0], x[1][1], ah[2], al[2]);
-        split_bf16x2(x[1][2], x[1][3], ah[3], al[3]);
+        acc_to_a_frag_split(x[0], x[1], ah, al);
         float y[2][4];
         gdn_warp_zero(y);
 #pragma unroll
@@ -286,10 +283,7 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
       for (int nd = 0; nd < NT / 2; ++nd) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, X + (kk * 16 + (mat & 1) * 8 + r8) * LB + cc + nd * 16 + (mat >> 1) * 8);
-        mma_bf16_16816(acc[2 * nd], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
-        mma_bf16_16816(acc[2 * nd], al[0], al[1], al[2], al[3], b[0], b[1]);
-        mma_bf16_16816(acc[2 * nd + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
-        mma_bf16_16816(acc[2 * nd + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+        mma_split_a(acc[2 * nd], acc[2 * nd + 1], ah, al, b);
       }
     }
     bf16* dst = is_w ? ws_w : ws_u;
@@ -381,19 +375,13 @@ __global__ void __launch_bounds__(2 * D, 1)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t ah[4], al[4];
-      split_bf16x2(st[2 * kk][0], st[2 * kk][1], ah[0], al[0]);
-      split_bf16x2(st[2 * kk][2], st[2 * kk][3], ah[1], al[1]);
-      split_bf16x2(st[2 * kk + 1][0], st[2 * kk + 1][1], ah[2], al[2]);
-      split_bf16x2(st[2 * kk + 1][2], st[2 * kk + 1][3], ah[3], al[3]);
+      acc_to_a_frag_split(st[2 * kk], st[2 * kk + 1], ah, al);
 #pragma unroll
       for (int np = 0; np < C / 16; ++np) {
         const int off = (np * 16 + (mat >> 1) * 8 + r8) * LB + kk * 16 + (mat & 1) * 8;
         uint32_t b[4];
         ldmatrix_x4(b, Ws + off);
-        mma_bf16_16816(vp[2 * np], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
-        mma_bf16_16816(vp[2 * np], al[0], al[1], al[2], al[3], b[0], b[1]);
-        mma_bf16_16816(vp[2 * np + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
-        mma_bf16_16816(vp[2 * np + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+        mma_split_a(vp[2 * np], vp[2 * np + 1], ah, al, b);
         ldmatrix_x4(b, Qs + off);
         mma_bf16_16816(oo[2 * np], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
         mma_bf16_16816(oo[2 * np + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
@@ -431,10 +419,7 @@ __global__ void __launch_bounds__(2 * D, 1)
 #pragma unroll
     for (int kk = 0; kk < C / 16; ++kk) {
       uint32_t ah[4], al[4];
-      split_bf16x2(vp[2 * kk][0], vp[2 * kk][1], ah[0], al[0]);
-      split_bf16x2(vp[2 * kk][2], vp[2 * kk][3], ah[1], al[1]);
-      split_bf16x2(vp[2 * kk + 1][0], vp[2 * kk + 1][1], ah[2], al[2]);
-      split_bf16x2(vp[2 * kk + 1][2], vp[2 * kk + 1][3], ah[3], al[3]);
+      acc_to_a_frag_split(vp[2 * kk], vp[2 * kk + 1], ah, al);
 #pragma unroll
       for (int np = kk; np < C / 16; ++np) {
         uint32_t b[4];
@@ -444,18 +429,15 @@ __global__ void __launch_bounds__(2 * D, 1)
       }
       const int tk = kk * 16 + 2 * t;
       const float k0 = sc[tk].y, k1 = sc[tk + 1].y, k8 = sc[tk + 8].y, k9 = sc[tk + 9].y;
-      split_bf16x2(vp[2 * kk][0] * k0, vp[2 * kk][1] * k1, ah[0], al[0]);
-      split_bf16x2(vp[2 * kk][2] * k0, vp[2 * kk][3] * k1, ah[1], al[1]);
-      split_bf16x2(vp[2 * kk + 1][0] * k8, vp[2 * kk + 1][1] * k9, ah[2], al[2]);
-      split_bf16x2(vp[2 * kk + 1][2] * k8, vp[2 * kk + 1][3] * k9, ah[3], al[3]);
+      const float vk0[4] = {vp[2 * kk][0] * k0, vp[2 * kk][1] * k1, vp[2 * kk][2] * k0, vp[2 * kk][3] * k1};
+      const float vk1[4] = {vp[2 * kk + 1][0] * k8, vp[2 * kk + 1][1] * k9, vp[2 * kk + 1][2] * k8,
+                            vp[2 * kk + 1][3] * k9};
+      acc_to_a_frag_split(vk0, vk1, ah, al);
 #pragma unroll
       for (int nd = 0; nd < D / 16; ++nd) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, Ks + (kk * 16 + (mat & 1) * 8 + r8) * LB + nd * 16 + (mat >> 1) * 8);
-        mma_bf16_16816(st[2 * nd], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
-        mma_bf16_16816(st[2 * nd], al[0], al[1], al[2], al[3], b[0], b[1]);
-        mma_bf16_16816(st[2 * nd + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
-        mma_bf16_16816(st[2 * nd + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+        mma_split_a(st[2 * nd], st[2 * nd + 1], ah, al, b);
       }
     }
     // Oᵀ → this warp's own 16 columns of the U tile (only it read them), then rows of 32 bytes to the output.

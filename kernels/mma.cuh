@@ -100,6 +100,26 @@ __device__ __forceinline__ void acc_to_a_frag(const float (&lo)[4], const float 
   a[3] = pack_bf16x2(hi[2], hi[3]);
 }
 
+// The same fragment kept to 16 mantissa bits: each pair split into bf16 hi + lo (split_bf16x2), for an fp32
+// accumulator that feeds the next product through mma_split_a.
+__device__ __forceinline__ void acc_to_a_frag_split(const float (&c0)[4], const float (&c1)[4],
+                                                    uint32_t (&ah)[4], uint32_t (&al)[4]) {
+  split_bf16x2(c0[0], c0[1], ah[0], al[0]);
+  split_bf16x2(c0[2], c0[3], ah[1], al[1]);
+  split_bf16x2(c1[0], c1[1], ah[2], al[2]);
+  split_bf16x2(c1[2], c1[3], ah[3], al[3]);
+}
+
+// acc0 += (A_hi + A_lo)·B(b[0], b[1]) and acc1 += (A_hi + A_lo)·B(b[2], b[3]): the two 8-column tiles of one
+// ldmatrix_x4 against an A split into bf16 hi + lo, hi first into each accumulator.
+__device__ __forceinline__ void mma_split_a(float (&acc0)[4], float (&acc1)[4], const uint32_t (&ah)[4],
+                                            const uint32_t (&al)[4], const uint32_t (&b)[4]) {
+  mma_bf16_16816(acc0, ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+  mma_bf16_16816(acc0, al[0], al[1], al[2], al[3], b[0], b[1]);
+  mma_bf16_16816(acc1, ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+  mma_bf16_16816(acc1, al[0], al[1], al[2], al[3], b[2], b[3]);
+}
+
 // The online softmax's rescale of an m16 accumulator: rows g by c_lo, rows g + 8 by c_hi.
 template <int NT>
 __device__ __forceinline__ void scale_acc_rows(float (&acc)[NT][4], float c_lo, float c_hi) {

@@ -96,6 +96,22 @@ class CudaOpsTest : public ::testing::Test {
     std::printf("[ maxerr ] %-48s max|err| %.3e  max|ref| %.3e\n", what.c_str(), worst, scale);
     EXPECT_EQ(count_mismatch(got, want, atol, rtol, what), 0);
   }
+  // Two GPU results that must be identical bits (two kernels or paths of the same arithmetic); names the
+  // first differing element and both values.
+  void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what, const char* a_is,
+                        const char* b_is) {
+    const std::vector<float> x = down_gpu(a), y = down_gpu(b);
+    int64_t differ = 0, first = -1;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (std::isnan(x[i]) || x[i] != y[i]) {
+        if (first < 0) first = int64_t(i);
+        ++differ;
+      }
+    if (differ)
+      ADD_FAILURE() << what << ": " << a_is << " and " << b_is << " differ in " << differ << " of " << x.size()
+                    << ", first at element " << first << " (" << a_is << " " << x[size_t(first)] << ", " << b_is
+                    << " " << y[size_t(first)] << ")";
+  }
   struct Layouts {
     SeqLayout cpu, gpu;
   };
@@ -398,12 +414,52 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
         check(og, 3 * kBf16Ulp + 1e-4, 2 * kBf16Ulp, what);
         // The fused epilogue must give exactly the bits of attention followed by sigmoid_gate.
         gpu_->sigmoid_gate(o.gpu, g.gpu);
-        const std::vector<float> fused = down_gpu(og.gpu), separate = down_gpu(o.gpu);
-        int64_t differ = 0;
-        for (size_t i = 0; i < fused.size(); ++i) differ += std::isnan(fused[i]) || fused[i] != separate[i];
-        EXPECT_EQ(differ, 0) << what << ": fused and separate gate differ in " << differ << " of " << fused.size();
+        expect_same_bits(og.gpu, o.gpu, what, "fused gate", "attention then sigmoid_gate");
         gpu_->attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);  // ungated again
       }
+    }
+}
+
+// The forward's layout (target_forward.cpp, layer_full): q, gate, k and v are column views of one fused
+// projection [T, lead | q | gate | k | v], the output a view of a wider workspace. Head dims the sm90 kernel
+// is not built for (it takes 128 and 256 only), so the portable tiled kernel runs with its epilogue loading
+// each row's gate before storing it; hd 24 and 40 leave zero-padded columns whose gate is not read. A lead of
+// 4 columns (q 8-byte aligned) or an output at column 1 (2-byte aligned) is beyond the tiled kernels' 16-byte
+// copies and bf16-pair stores: the general kernel runs instead of a misaligned access.
+TEST_F(CudaOpsTest, AttentionGateInsideFusedProjection) {
+  struct Case { int hq, hkv, hd; int64_t lead, out_col; };
+  for (const auto& lens : kBatches)
+    for (Case c : {Case{3, 1, 32, 0, 0}, {5, 1, 16, 0, 0}, {4, 2, 40, 0, 0}, {6, 3, 24, 0, 0}, {2, 1, 64, 0, 0},
+                   {3, 1, 32, 4, 0}, {3, 1, 32, 0, 1}}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);
+      Layouts L = layouts(lens);
+      const int64_t T = L.cpu.tokens, qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
+      const int64_t P = c.lead + 2 * qc + 2 * kc;
+      // One range for the whole projection: |v| ≤ 1 keeps the tolerance argument of the test above.
+      Pair proj = rand(T, P, -1, 1, DType::bf16, (8 - P % 8) % 8);  // row pitch a multiple of 8, as the GEMM's
+      auto cols = [&](int64_t c0, int64_t n) { return Pair{proj.cpu.cols_view(c0, n), proj.gpu.cols_view(c0, n)}; };
+      Pair q = cols(c.lead, qc), g = cols(c.lead + qc, qc), k = cols(c.lead + 2 * qc, kc);
+      Pair v = cols(c.lead + 2 * qc + kc, kc);
+      const std::vector<float> proj_before = down_gpu(proj.gpu);
+      Pair mix = out(T, qc + 8), plain = out(T, qc + 8);
+      Pair o{mix.cpu.cols_view(c.out_col, qc), mix.gpu.cols_view(c.out_col, qc)};
+      Pair ou{plain.cpu.cols_view(c.out_col, qc), plain.gpu.cols_view(c.out_col, qc)};
+      const float scale = 1.0f / std::sqrt(float(c.hd));
+      cpu_.attention_causal(q.cpu, k.cpu, v.cpu, o.cpu, L.cpu, c.hq, c.hkv, c.hd, scale, &g.cpu);
+      gpu_->attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale, &g.gpu);
+      const std::string what = name_of("gated attention in [T, lead|q|gate|k|v] T hq hkv hd lead out_col",
+                                       {T, c.hq, c.hkv, c.hd, c.lead, c.out_col}) +
+                               " seqs " + std::to_string(lens.size()) + " (element i is row i / " +
+                               std::to_string(qc) + ", column i % " + std::to_string(qc) + ")";
+      check(o, 3 * kBf16Ulp + 1e-4, 2 * kBf16Ulp, what);  // as the gated case above (≤ the general kernel's)
+      // Fused gate bits = attention then sigmoid_gate, and the projection (gate included) left untouched.
+      gpu_->attention_causal(q.gpu, k.gpu, v.gpu, ou.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);
+      gpu_->sigmoid_gate(ou.gpu, g.gpu);
+      expect_same_bits(o.gpu, ou.gpu, what, "fused gate", "attention then sigmoid_gate");
+      const std::vector<float> proj_after = down_gpu(proj.gpu);
+      int64_t touched = 0;
+      for (size_t i = 0; i < proj_after.size(); ++i) touched += proj_after[i] != proj_before[i];
+      EXPECT_EQ(touched, 0) << what << ": attention wrote " << touched << " elements of its input projection";
     }
 }
 
@@ -453,10 +509,7 @@ TEST_F(CudaOpsTest, GatedRmsnorm) {
 // that is not a multiple of 8, and require equality, not a tolerance.
 TEST_F(CudaOpsTest, VectorKernelsMatchFallbacksBitForBit) {
   auto same = [&](const Tensor& a, const Tensor& b, const std::string& what) {
-    std::vector<float> x = down_gpu(a), y = down_gpu(b);
-    int64_t bad = 0;
-    for (size_t i = 0; i < x.size(); ++i) bad += std::isnan(x[i]) || x[i] != y[i];
-    EXPECT_EQ(bad, 0) << what << ": vector and fallback kernels differ in " << bad << " of " << x.size();
+    expect_same_bits(a, b, what, "vector kernel", "fallback kernel");
   };
   auto padded_copy = [&](const Pair& p, int64_t pad) {
     Tensor t = out(p.gpu.rows, p.gpu.cols, DType::bf16, pad).gpu;
@@ -578,6 +631,34 @@ TEST_F(CudaOpsTest, Conv1dSiluOtherKernelSizes) {
       // fp32 sums of K products, then silu and one rounding.
       check(y, 1e-5, kBf16Ulp, name_of("conv1d_silu K pad", {K, pad}));
     }
+}
+
+// The conv kernels' edges: C not a multiple of 8 and column offsets not a multiple of 8 (the scalar kernel), a
+// 256-channel span with one live lane (264, 520), sequences of 1..3 tokens, T not a multiple of the vector
+// kernel's 32-row stage or 256-token block, and sequences crossing a block boundary (the halo is the previous
+// block's rows), at K 4 and 8 (a 7-row halo). x is a column view of a wider buffer, as conv1d reads the fused
+// projection. Against the CPU, and where the vector kernel runs, bit for bit against the scalar kernel (forced
+// by an output pitch of 4 mod 8): both sum the K products in the same fp32 order and apply the same SiLU.
+TEST_F(CudaOpsTest, Conv1dSiluAwkwardShapes) {
+  for (const auto& lens : {std::vector<int32_t>{1}, {2}, {3}, {1, 2, 3, 1}, {33}, {257}, {255, 3, 300}, {600, 1, 2}})
+    for (int K : {4, 8})
+      for (auto [C, col] : {std::pair<int64_t, int64_t>{8, 0}, {13, 0}, {264, 0}, {520, 8}, {96, 1}, {1000, 3}}) {
+        const ArenaMarks marks(cpu_arena_, gpu_arena_);
+        Layouts L = layouts(lens);
+        const int64_t T = L.cpu.tokens;
+        Pair buf = rand(T, col + C + 8, -2, 2);
+        Pair x{buf.cpu.cols_view(col, C), buf.gpu.cols_view(col, C)};
+        Pair w = rand(C, K, -0.5f, 0.5f, DType::f32), y = out(T, C);
+        cpu_.conv1d_silu(x.cpu, w.cpu, y.cpu, L.cpu);
+        gpu_->conv1d_silu(x.gpu, w.gpu, y.gpu, L.gpu);
+        const std::string what = name_of("conv1d_silu T C col K", {T, C, col, K}) + " seqs " +
+                                 std::to_string(lens.size()) + " (element i is token i / C, channel i % C)";
+        check(y, 1e-5, kBf16Ulp, what);  // fp32 sums of K products, then silu and one rounding
+        if (C % 8 != 0 || col % 8 != 0) continue;  // the scalar kernel ran already
+        Pair y4 = out(T, C, DType::bf16, 4);
+        gpu_->conv1d_silu(x.gpu, w.gpu, y4.gpu, L.gpu);
+        expect_same_bits(y.gpu, y4.gpu, what, "vector kernel", "scalar kernel");
+      }
 }
 
 // Incremental decoding: T new queries over a cache of past + T rows, any head dim up to 512 (lanes stride over
