@@ -68,14 +68,20 @@ def load_fla(root=None):
 
 
 def fla_chunk_rule(query, key, value, g, beta, chunk_size=64, initial_state=None, output_final_state=False,
-                   use_qk_l2norm_in_kernel=False):
+                   use_qk_l2norm_in_kernel=False, cu_seqlens=None, **ignored):
     """FLA's chunked gated delta rule behind the signature of transformers' pure-torch one (same [B, T, H, D]
-    layout, scale dk^-1/2, returns (output, final state)); FLA picks its own chunk size (64, as HF's)."""
+    layout, scale dk^-1/2, returns (output, final state)); FLA picks its own chunk size (64, as HF's). It stands
+    where transformers' hub wrapper stood, which drops the keywords the torch function lacks: so does `ignored`,
+    while cu_seqlens (packed sequences) goes on to FLA, which takes it."""
     import fla.ops.gated_delta_rule as gdr
 
+    extra = {"cu_seqlens": cu_seqlens} if cu_seqlens is not None else {}
     return gdr.chunk_gated_delta_rule(query, key, value, g=g, beta=beta, initial_state=initial_state,
                                       output_final_state=output_final_state,
-                                      use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+                                      use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, **extra)
+
+
+_FLA_CHUNK = _counted(fla_chunk_rule)
 
 
 def attach_fla(model, modeling):
@@ -87,8 +93,9 @@ def attach_fla(model, modeling):
     FLA_CALLS then counts the calls. Call after load_fla."""
     from fla.modules import FusedRMSNormGated
 
-    if not hasattr(modeling.torch_chunk_gated_delta_rule, "__wrapped__"):
-        modeling.torch_chunk_gated_delta_rule = _counted(fla_chunk_rule)
+    # The name's own value is transformers' hub wrapper (it has __wrapped__ too), so ours is told apart by identity.
+    if modeling.torch_chunk_gated_delta_rule is not _FLA_CHUNK:
+        modeling.torch_chunk_gated_delta_rule = _FLA_CHUNK
     wired = 0
     for m in model.modules():
         if not (type(m).__name__.endswith("GatedDeltaNet") and hasattr(m, "norm")):

@@ -460,7 +460,11 @@ def bf16_errors(got, want):
     a, b = got.astype(np.float64), want.astype(np.float64)
     d = a - b
     rel_rms = math.sqrt((d * d).sum() / max((b * b).sum(), 1e-300))
-    return {"max_abs": float(np.abs(d).max()), "rel_rms": float(rel_rms)}
+    at = np.unravel_index(int(np.abs(d).argmax()), d.shape)
+    # Where HF's worst element sits, and its values: test_golden_cuda prints it beside ours, which tells a
+    # sensitive element (both worst there) from a kernel of ours that is off.
+    return {"max_abs": float(np.abs(d).max()), "rel_rms": float(rel_rms), "worst_at": [int(i) for i in at],
+            "worst_got": float(a[at]), "worst_want": float(b[at])}
 
 
 def write_json_atomic(path, obj):

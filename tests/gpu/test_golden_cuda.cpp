@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/strfmt.h"
 #include "tests/unit/golden_util.h"
 
 #ifdef DF_HAVE_CUDA
@@ -43,6 +44,7 @@ constexpr const char* kPeerFile = "hf_bf16_error.json";
 
 struct PeerError {
   double max_abs = 0, rel_rms = 0;
+  std::string worst;  // where HF's own worst element is, with its values ("" in files written before it was kept)
 };
 
 // HF-bf16's error per dataset for `model`; a missing file or dataset fails the test with what to regenerate.
@@ -58,8 +60,13 @@ void read_peer_errors(const std::string& model, std::map<std::string, PeerError>
   try {
     j = nlohmann::json::parse(read_text(path));
     kernels = j.value("gdn_kernels", "");
-    for (const auto& [name, e] : j.at("datasets").items())
-      out[name] = PeerError{e.at("max_abs").get<double>(), e.at("rel_rms").get<double>()};
+    for (const auto& [name, e] : j.at("datasets").items()) {
+      out[name] = PeerError{e.at("max_abs").get<double>(), e.at("rel_rms").get<double>(), ""};
+      if (e.contains("worst_at") && e.at("worst_at").size() == 2)
+        out[name].worst = df::strfmt("[%lld, %lld] HF %.5g want %.5g", e.at("worst_at")[0].get<long long>(),
+                                     e.at("worst_at")[1].get<long long>(), e.at("worst_got").get<double>(),
+                                     e.at("worst_want").get<double>());
+    }
   } catch (const nlohmann::json::exception& e) {
     FAIL() << path << ": " << e.what() << ". " << hint;
   }
@@ -140,9 +147,10 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
     worst_rms_ratio = std::max(worst_rms_ratio, rms_ratio);
     std::printf(
         "[golden-cuda] %-22s %-11s max abs ours %.3e HF %.3e (%.2fx)  rel rms ours %.3e HF %.3e (%.2fx)  "
-        "worst [%zu, %zu] ours %.5g want %.5g  worst/tol %.3f\n",
+        "worst [%zu, %zu] ours %.5g want %.5g  worst/tol %.3f%s%s\n",
         model.c_str(), name.c_str(), e.max_abs, hf.max_abs, abs_ratio, rms, hf.rel_rms, rms_ratio,
-        w.index / cols, w.index % cols, w.got, w.want, e.worst_ratio);
+        w.index / cols, w.index % cols, w.got, w.want, e.worst_ratio, hf.worst.empty() ? "" : "  HF's worst ",
+        hf.worst.c_str());
     EXPECT_EQ(e.nan, 0) << name << ": non-finite values in extract's output";
     EXPECT_LE(e.max_abs, kPeerFactor * hf.max_abs)
         << name << " " << got.dims[0] << "x" << cols << ": max abs error " << e.max_abs << " at ["
