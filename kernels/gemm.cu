@@ -278,12 +278,13 @@ static int gemm_heuristic(GemmContext* ctx, GemmPlan& p, int align, int want, cu
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     gemm_destroy_plan(p);
     if (may_fail) return 0;
-    char what[320];
+    char what[400];
     std::snprintf(what, sizeof(what),
                   "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld%s ldb=%lld%s ldc=%lld%s%s beta=%g (%s)",
                   (long long)o.M, (long long)o.N, (long long)o.K, (long long)o.lda, o.trans_a ? " (trans)" : "",
                   (long long)o.ldb, o.trans_b ? " (trans)" : "", (long long)o.ldc, o.c_f32 ? " f32" : "",
-                  o.fp8 ? " e4m3 with outer-vector scales" : "", o.beta, cublasLtGetStatusString(st));
+                  o.fp8 ? " e4m3 with outer-vector scales (HINT: FP8 needs sm_90 and cuBLAS >= 12.9)" : "",
+                  o.beta, cublasLtGetStatusString(st));
     cuda_throw("cublasLtMatmulAlgoGetHeuristic", what, __FILE__, __LINE__);
   }
   return found;
