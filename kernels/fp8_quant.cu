@@ -25,8 +25,8 @@ __device__ __forceinline__ float block_max(float v) {
 // One block per row: the row's amax, then every element divided by amax/448 and rounded to e4m3. The library
 // is built with --use_fast_math, whose '/' is an approximation: __fdiv_rn is the IEEE division the CPU does.
 // fmaxf skips NaN as the CPU's std::max(amax, NaN) does, so a row's scale never is NaN.
-__global__ void fp8_quantize_rows_kernel(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale, int64_t cols,
-                                         bool write_back) {
+__global__ void fp8_quantize_rows_kernel(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale,
+                                         int64_t cols, bool write_back) {
   bf16* xr = x + blockIdx.x * ldx;
   uint8_t* qr = q + blockIdx.x * ldq;
   float amax = 0.0f;
@@ -48,7 +48,8 @@ void fp8_quantize_rows_launch(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, flo
                               int64_t cols, bool write_back, cudaStream_t stream) {
   if (rows == 0) return;
   DF_CHECK(rows <= 0x7fffffff, "fp8_quantize_rows: %lld rows exceed the grid", (long long)rows);
-  fp8_quantize_rows_kernel<<<unsigned(rows), kQuantThreads, 0, stream>>>(x, ldx, q, ldq, scale, cols, write_back);
+  fp8_quantize_rows_kernel<<<unsigned(rows), kQuantThreads, 0, stream>>>(x, ldx, q, ldq, scale, cols,
+                                                                         write_back);
   DF_CUDA_CHECK_LAUNCH("fp8_quantize_rows_kernel");
 }
 

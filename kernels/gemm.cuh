@@ -1,8 +1,9 @@
 // The one cuBLASLt entry point of the program: c = a · wᵀ + beta · c for row-major bf16 a [M, K] and
 // w [N, K] (Linear weights), fp32 accumulation, bf16 or f32 c, and its FP8 (e4m3, row-scaled) form. Holds
-// the handle, one workspace, a scratch output for timing beta != 0 shapes, a plan per exact shape and the fastest of the heuristic's candidates per
-// M bucket (timed on the bucket's first call, which therefore synchronises the stream once; later M of the
-// bucket reuse it after cublasLtMatmulAlgoCheck): the per-call cost is a map lookup.
+// the handle, one workspace, a scratch output for timing beta != 0 shapes, a plan per exact shape and the
+// fastest of the heuristic's candidates per M bucket (timed on the bucket's first call, which therefore
+// synchronises the stream once; later M of the bucket reuse it after cublasLtMatmulAlgoCheck): the per-call
+// cost is a map lookup.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -48,6 +48,8 @@ void TargetForward::plan(Arena& a) {
       gdn_bytes = std::max(gdn_bytes, ops_.gdn_workspace_bytes(T, gdn_shape()));
     }
   }
+  // FP8 GEMMs write 16-byte aligned rows: the fused projection's row stride a multiple of 8 bf16.
+  if (m_.fp8_codes) proj_cols = (proj_cols + 7) / 8 * 8;
   ws_->h = a.alloc(act, T, c.hidden);
   ws_->n = a.alloc(act, T, c.hidden);
   ws_->proj = a.alloc(act, T, proj_cols);

@@ -3,6 +3,7 @@
 // safetensors checkpoint or the counter-based RNG — into its (possibly fused) place.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>

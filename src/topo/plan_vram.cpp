@@ -66,11 +66,13 @@ Fp8LayerProj fp8_layer_proj(const QwenConfig& t, LayerKind kind) {
   p.rows = 2 * I + h;  // gate|up, down
   p.elems = 3 * h * I;
   if (kind == LayerKind::full_attention) {
-    const double q = double(t.heads) * t.head_dim, qkv = q * (t.attn_output_gate ? 2 : 1) + 2.0 * t.kv_heads * t.head_dim;
+    const double q = double(t.heads) * t.head_dim;
+    const double qkv = q * (t.attn_output_gate ? 2 : 1) + 2.0 * t.kv_heads * t.head_dim;
     p.rows += qkv + h;
     p.elems += qkv * h + q * h;
   } else {
-    const double value_dim = double(t.lin_nv) * t.lin_dv, in = 2.0 * t.lin_nk * t.lin_dk + 2 * value_dim + 2.0 * t.lin_nv;
+    const double value_dim = double(t.lin_nv) * t.lin_dv;
+    const double in = 2.0 * t.lin_nk * t.lin_dk + 2 * value_dim + 2.0 * t.lin_nv;  // qkv, z, b, a
     p.rows += in + h;
     p.elems += in * h + value_dim * h;
     p.ba_bf16 = 2.0 * t.lin_nv * h;
@@ -200,8 +202,9 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
       const LayerKind kind = t.layer_types[l];
       const Fp8LayerProj x = fp8_layer_proj(t, kind);
       f.elems += x.elems, f.rows += x.rows, f.ba_bf16 += x.ba_bf16;
-      max_k = std::max({max_k, double(t.intermediate),
-                        kind == LayerKind::full_attention ? double(t.heads) * t.head_dim : double(t.lin_nv) * t.lin_dv});
+      const double mixer_out = kind == LayerKind::full_attention ? double(t.heads) * t.head_dim  // o_proj's K
+                                                                 : double(t.lin_nv) * t.lin_dv;  // out_proj's K
+      max_k = std::max({max_k, double(t.intermediate), mixer_out});
     }
     add(tr, "weights bf16", kBf16 * (tw - f.elems + f.ba_bf16),
         strfmt("2 B x (embed %.0fx%.0f, norms, conv, DeltaNet b|a rows%s) = %.4g params", V, H,

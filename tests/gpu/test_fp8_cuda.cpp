@@ -1,12 +1,14 @@
-// The FP8 target on CUDA (target.dtype = "fp8"): the row quantiser against core/fp8.h and CpuOps::fp8_round_rows
-// bit for bit, the cuBLASLt FP8 GEMM against an exact host product of its codes and scales, a tiny FP8 forward
-// against the CPU FP8 emulation per tap, and FP8 vs bf16 taps on a few 27B-shaped layers (the error FP8 costs,
-// printed and bounded). Every failure prints the worst element, its index and both values. Skips itself without
-// a device or a CUDA build.
+// The FP8 target on CUDA (target.dtype = "fp8"): the row quantiser against core/fp8.h and
+// CpuOps::fp8_round_rows bit for bit, the cuBLASLt FP8 GEMM against an exact host product of its codes and
+// scales, a tiny FP8 forward against the CPU FP8 emulation per tap, and FP8 vs bf16 taps on a few 27B-shaped
+// layers (the error FP8 costs, printed and bounded). Every failure prints the worst element, its index and
+// both values. Skips itself without a device or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
-TEST(Fp8CudaTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA: FP8 GPU tests skipped"; }
+TEST(Fp8CudaTest, SkippedWithoutCudaBuild) {
+  GTEST_SKIP() << "built without CUDA: FP8 GPU tests skipped";
+}
 #else
 #include <algorithm>
 #include <cmath>
@@ -26,7 +28,8 @@ namespace {
 class Fp8CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+    if (cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
     gpu_ = std::make_unique<CudaOps>(0);
     block_ = gpu_->alloc_bytes(kBlock);
     arena_ = Arena(block_, kBlock, Device::cuda);
@@ -42,7 +45,8 @@ class Fp8CudaTest : public ::testing::Test {
     std::vector<float> v(size_t(M * K));
     for (int64_t r = 0; r < M; ++r) {
       const int e = exps[size_t(r) % exps.size()];
-      for (int64_t c = 0; c < K; ++c) v[size_t(r * K + c)] = e == -1000 ? 0.0f : bf16_round(std::ldexp(d(g), e));
+      for (int64_t c = 0; c < K; ++c)
+        v[size_t(r * K + c)] = e == -1000 ? 0.0f : bf16_round(std::ldexp(d(g), e));
     }
     return v;
   }
@@ -96,8 +100,9 @@ TEST_F(Fp8CudaTest, QuantiseMatchesCoreFp8BitForBit) {
           const float deq = e4m3_to_f32(g) * s[size_t(r)];
           if ((g != wq[size_t(c)] || deq != rounded[i] || back[i] != bf16_round(deq)) && bad++ < 5)
             ADD_FAILURE() << "[" << r << ", " << c << "] x " << x[i] << ": GPU code 0x" << std::hex << int(g)
-                          << " vs core/fp8.h 0x" << int(wq[size_t(c)]) << std::dec << "; GPU code·scale " << deq
-                          << " vs CpuOps::fp8_round_rows " << rounded[i] << "; written back " << back[i];
+                          << " vs core/fp8.h 0x" << int(wq[size_t(c)]) << std::dec << "; GPU code·scale "
+                          << deq << " vs CpuOps::fp8_round_rows " << rounded[i] << "; written back "
+                          << back[i];
         }
       }
       EXPECT_EQ(bad, 0) << "elements or scales that differ";
@@ -152,8 +157,8 @@ TEST_F(Fp8CudaTest, GemmMatchesExactProductOfCodesAndScales) {
         }
         const double s = double(sxh[size_t(m)]) * swh[size_t(n)];
         const double want = acc * s + sh.beta * ch[size_t(m * N + n)];
-        const double tol = std::ldexp(1.0, -8) * std::fabs(want) + double(K) * std::ldexp(1.0, -24) * mag * s +
-                           1e-30;
+        const double tol =
+            std::ldexp(1.0, -8) * std::fabs(want) + double(K) * std::ldexp(1.0, -24) * mag * s + 1e-30;
         const double err = std::fabs(double(got[size_t(m * N + n)]) - want);
         if (!(err <= tol)) ++bad;
         if (!(err / tol <= worst)) {
@@ -161,7 +166,8 @@ TEST_F(Fp8CudaTest, GemmMatchesExactProductOfCodesAndScales) {
           worst_i = m * N + n, worst_got = got[size_t(m * N + n)], worst_want = want, worst_tol = tol;
         }
       }
-    EXPECT_EQ(bad, 0) << bad << " of " << M * N << " outside |got - want| <= 2^-8 |want| + K 2^-24 sum|terms|;"
+    EXPECT_EQ(bad, 0) << bad << " of " << M * N
+                      << " outside |got - want| <= 2^-8 |want| + K 2^-24 sum|terms|;"
                       << " worst at [" << worst_i / N << ", " << worst_i % N << "]: GPU " << worst_got
                       << " vs exact " << worst_want << " (tolerance " << worst_tol << ", " << worst
                       << "x of it)";
@@ -171,25 +177,26 @@ TEST_F(Fp8CudaTest, GemmMatchesExactProductOfCodesAndScales) {
 // A hybrid config whose every projection input is a multiple of 16 (the FP8 GEMMs' rule): hidden 32, q 2·16,
 // DeltaNet value dim 2·16, intermediate 48.
 QwenConfig tiny_hybrid16() {
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},
-                      {"hidden_size", 32},
-                      {"num_hidden_layers", 4},
-                      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-                      {"intermediate_size", 48},
-                      {"vocab_size", 37},
-                      {"num_attention_heads", 2},
-                      {"num_key_value_heads", 1},
-                      {"head_dim", 16},
-                      {"attn_output_gate", true},
-                      {"partial_rotary_factor", 0.5},
-                      {"rope_theta", 10000.0},
-                      {"rms_norm_eps", 1e-6},
-                      {"linear_num_key_heads", 1},
-                      {"linear_num_value_heads", 2},
-                      {"linear_key_head_dim", 16},
-                      {"linear_value_head_dim", 16},
-                      {"linear_conv_kernel_dim", 4},
-                      {"tie_word_embeddings", false}};
+  nlohmann::json j = {
+      {"model_type", "qwen3_5_text"},
+      {"hidden_size", 32},
+      {"num_hidden_layers", 4},
+      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+      {"intermediate_size", 48},
+      {"vocab_size", 37},
+      {"num_attention_heads", 2},
+      {"num_key_value_heads", 1},
+      {"head_dim", 16},
+      {"attn_output_gate", true},
+      {"partial_rotary_factor", 0.5},
+      {"rope_theta", 10000.0},
+      {"rms_norm_eps", 1e-6},
+      {"linear_num_key_heads", 1},
+      {"linear_num_value_heads", 2},
+      {"linear_key_head_dim", 16},
+      {"linear_value_head_dim", 16},
+      {"linear_conv_kernel_dim", 4},
+      {"tie_word_embeddings", false}};
   return qwen_config_from_json(j, "tiny_hybrid16");
 }
 
@@ -203,19 +210,21 @@ TapError tap_error(const std::vector<float>& got, const std::vector<float>& want
   e.rel_rms = rel_rms(got, want);
   for (size_t i = 0; i < want.size(); ++i) {
     const double d = std::fabs(double(got[i]) - want[i]);
-    if (!(d <= e.max_abs)) e.max_abs = std::isfinite(d) ? d : 1e30, e.worst = int64_t(i), e.got = got[i], e.want = want[i];
+    if (!(d <= e.max_abs))
+      e.max_abs = std::isfinite(d) ? d : 1e30, e.worst = int64_t(i), e.got = got[i], e.want = want[i];
   }
   return e;
 }
 
-// The FP8 CUDA forward against the CPU FP8 emulation (same weights: fill_normal draws the same values on both).
-// They differ by the CUDA path's bf16 weights and activations, which move an element across an e4m3 rounding
-// boundary now and then: a bf16 difference of up to 2^-9 against an e4m3 spacing of 2^-4..2^-3 relative flips
-// ~2 % of the codes by one step (~9 %), an RMS of ~1.3 % against the ~2.6 % of the e4m3 rounding itself. So the
-// CUDA FP8 taps sit at about half the FP8 rounding error (CPU FP8 vs CPU fp32, measured here) from the CPU FP8
-// taps, and must sit within 1x of it; the bugs left possible (the GEMM takes only codes, so an unquantised
-// operand cannot reach it) are wrong scales, a mis-placed scale vector or lost b / a rows: O(1), 10x and more.
-// And the FP8 rounding must have happened: the CUDA FP8 taps at least 0.3x of that error from the fp32 ones.
+// The FP8 CUDA forward against the CPU FP8 emulation (same weights: fill_normal draws the same values on
+// both). They differ by the CUDA path's bf16 weights and activations, which move an element across an e4m3
+// rounding boundary now and then: a bf16 difference of up to 2^-9 against an e4m3 spacing of 2^-4..2^-3
+// relative flips ~2 % of the codes by one step (~9 %), an RMS of ~1.3 % against the ~2.6 % of the e4m3
+// rounding itself. So the CUDA FP8 taps sit at about half the FP8 rounding error (CPU FP8 vs CPU fp32,
+// measured here) from the CPU FP8 taps, and must sit within 1x of it; the bugs left possible (the GEMM takes
+// only codes, so an unquantised operand cannot reach it) are wrong scales, a mis-placed scale vector or lost
+// b / a rows: O(1), 10x and more. And the FP8 rounding must have happened: the CUDA FP8 taps at least 0.3x of
+// that error from the fp32 ones.
 constexpr double kFp8AgreementFactor = 1.0;
 constexpr double kFp8PresenceFactor = 0.3;
 
@@ -254,18 +263,20 @@ TEST_F(Fp8CudaTest, TinyForwardMatchesCpuFp8Emulation) {
 // a Qwen3.6-27B-shaped random model (three DeltaNet layers, one gated attention layer). Bound, as in
 // tests/unit/test_fp8_target.cpp: e4m3 keeps 3 mantissa bits, a uniform relative rounding error of RMS
 // 2^-4/√3 ≈ 3.6 % per operand, ≈ 5 % on a product, which a dot product over K random-signed terms keeps as a
-// relative error; each of a layer's two sub-layers adds that to the residual stream, so after L layers the taps
-// sit at most ~5 %·√(2L) away (14 % after 4). Twice that, 2 · 0.05 · √(2L), bounds it; unquantised operands
-// give ~0 (then the FP8 path is not running: checked below as a floor of 1e-3) and wrong scales O(1).
+// relative error; each of a layer's two sub-layers adds that to the residual stream, so after L layers the
+// taps sit at most ~5 %·√(2L) away (14 % after 4). Twice that, 2 · 0.05 · √(2L), bounds it; unquantised
+// operands give ~0 (then the FP8 path is not running: checked below as a floor of 1e-3) and wrong scales
+// O(1).
 TEST_F(Fp8CudaTest, Fp8VsBf16TapsOn27bShapes) {
   nlohmann::json types = {"linear_attention", "linear_attention", "linear_attention", "full_attention"};
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},  {"hidden_size", 5120},       {"num_hidden_layers", 4},
-                      {"layer_types", types},          {"intermediate_size", 17408}, {"vocab_size", 248320},
-                      {"num_attention_heads", 24},     {"num_key_value_heads", 4},  {"head_dim", 256},
-                      {"attn_output_gate", true},      {"partial_rotary_factor", 0.25}, {"rope_theta", 1e7},
-                      {"rms_norm_eps", 1e-6},          {"linear_num_key_heads", 16}, {"linear_num_value_heads", 48},
-                      {"linear_key_head_dim", 128},    {"linear_value_head_dim", 128},
-                      {"linear_conv_kernel_dim", 4},   {"tie_word_embeddings", false}};
+  nlohmann::json j = {
+      {"model_type", "qwen3_5_text"}, {"hidden_size", 5120},           {"num_hidden_layers", 4},
+      {"layer_types", types},         {"intermediate_size", 17408},    {"vocab_size", 248320},
+      {"num_attention_heads", 24},    {"num_key_value_heads", 4},      {"head_dim", 256},
+      {"attn_output_gate", true},     {"partial_rotary_factor", 0.25}, {"rope_theta", 1e7},
+      {"rms_norm_eps", 1e-6},         {"linear_num_key_heads", 16},    {"linear_num_value_heads", 48},
+      {"linear_key_head_dim", 128},   {"linear_value_head_dim", 128},  {"linear_conv_kernel_dim", 4},
+      {"tie_word_embeddings", false}};
   const QwenConfig c = qwen_config_from_json(j, "Qwen3.6-27B shapes, 4 layers");
   TargetLoadOptions fp8;
   fp8.fp8 = true;
@@ -283,13 +294,15 @@ TEST_F(Fp8CudaTest, Fp8VsBf16TapsOn27bShapes) {
   for (int l = 0; l < c.layers; ++l) {
     const TapError e = tap_error(f8.taps[size_t(l)], bf.taps[size_t(l)]);
     const double bound = 2 * 0.05 * std::sqrt(2.0 * (l + 1));
-    std::printf("27B shapes, layer %d (%s): FP8 vs bf16 rel rms %.3e, max abs %.3e at token %lld col %lld "
-                "(%.4g vs %.4g); bound %.3f\n",
-                l, c.layer_types[size_t(l)] == LayerKind::full_attention ? "attention" : "DeltaNet", e.rel_rms,
-                e.max_abs, (long long)(e.worst / c.hidden), (long long)(e.worst % c.hidden), e.got, e.want, bound);
+    std::printf(
+        "27B shapes, layer %d (%s): FP8 vs bf16 rel rms %.3e, max abs %.3e at token %lld col %lld "
+        "(%.4g vs %.4g); bound %.3f\n",
+        l, c.layer_types[size_t(l)] == LayerKind::full_attention ? "attention" : "DeltaNet", e.rel_rms,
+        e.max_abs, (long long)(e.worst / c.hidden), (long long)(e.worst % c.hidden), e.got, e.want, bound);
     EXPECT_LE(e.rel_rms, bound) << "layer " << l << ": worst at token " << e.worst / c.hidden << " col "
                                 << e.worst % c.hidden << ": FP8 " << e.got << " vs bf16 " << e.want;
-    EXPECT_GE(e.rel_rms, 1e-3) << "layer " << l << ": FP8 taps equal the bf16 ones: the FP8 GEMMs did not run";
+    EXPECT_GE(e.rel_rms, 1e-3) << "layer " << l
+                               << ": FP8 taps equal the bf16 ones: the FP8 GEMMs did not run";
   }
 }
 

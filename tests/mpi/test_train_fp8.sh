@@ -29,7 +29,8 @@ PY
 write_config "$TMP/cuda.toml" "$TMP/cuda" 1 1 2
 sed -i 's/^device = "cpu"$/device = "cuda"\ndtype = "fp8"/' "$TMP/cuda.toml"
 grep -q '^dtype = "fp8"' "$TMP/cuda.toml" || fail "the CUDA config lacks dtype = \"fp8\""
-"$BIN" config check --config "$TMP/cuda.toml" >"$TMP/cuda.log" 2>&1 || fail "fp8 on CUDA refused: $(cat "$TMP/cuda.log")"
+"$BIN" config check --config "$TMP/cuda.toml" >"$TMP/cuda.log" 2>&1 ||
+  fail "fp8 on CUDA refused: $(cat "$TMP/cuda.log")"
 grep -q "target.dtype" "$TMP/cuda.log" && grep -q "runs on the CPU backend only" "$TMP/cuda.log" &&
   fail "fp8 on CUDA: the old refusal is still printed"
 echo "$fails failed"
