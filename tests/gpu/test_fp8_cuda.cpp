@@ -80,14 +80,14 @@ TEST_F(Fp8CudaTest, QuantiseMatchesCoreFp8BitForBit) {
       gpu_->upload_f32(xg, x.data());
       gpu_->fp8_quantize_rows(xg, qg, sg, true);
       std::vector<uint8_t> q(size_t(M * (K + pad)));
-      std::vector<float> s(size_t(M)), back(size_t(M * K));
+      std::vector<float> s(static_cast<size_t>(M)), back(size_t(M * K));
       gpu_->download_raw(Tensor{qg.data, DType::u8, Device::cuda, M, K + pad, K + pad}, q.data());
       gpu_->download_f32(sg, s.data());
       gpu_->download_f32(xg, back.data());
       // The CPU op itself on the same rows: its output must be each GPU code times the GPU scale.
       std::vector<float> rounded = x;
       cpu.fp8_round_rows(tensor_make(rounded.data(), DType::f32, Device::cpu, M, K));
-      std::vector<uint8_t> wq(size_t(K));
+      std::vector<uint8_t> wq(static_cast<size_t>(K));
       int64_t bad = 0;
       for (int64_t r = 0; r < M; ++r) {
         float ws = 0;
@@ -135,7 +135,7 @@ TEST_F(Fp8CudaTest, GemmMatchesExactProductOfCodesAndScales) {
     gpu_->fp8_quantize_rows(w, w8, sw, false);
     gpu_->gemm_fp8(x8, sx, w8, sw, c, sh.beta);
     std::vector<uint8_t> qx(size_t(M * ldx)), qw(size_t(N * K));
-    std::vector<float> sxh(size_t(M)), swh(size_t(N)), got(size_t(M * N));
+    std::vector<float> sxh(static_cast<size_t>(M)), swh(static_cast<size_t>(N)), got(size_t(M * N));
     gpu_->download_raw(Tensor{x8.data, DType::u8, Device::cuda, M, ldx, ldx}, qx.data());
     gpu_->download_raw(Tensor{w8.data, DType::u8, Device::cuda, N, K, K}, qw.data());
     gpu_->download_f32(sx, sxh.data());
