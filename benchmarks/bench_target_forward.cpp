@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "benchmarks/cuda_timing.h"
 #include "core/arena.h"
 #include "core/strfmt.h"
 #include "kernels/cuda_check.cuh"
@@ -184,7 +185,7 @@ class TimedOps final : public Ops {
 };
 
 // cuBLASLt's FP8 rate at 8192³ (e4m3 codes with outer-vector scales, bf16 out), the ceiling the forward's FP8
-// GEMMs are measured against: 2 untimed launches (tuning, module load), then the median of 5 timed ones.
+// GEMMs are measured against: the median of 5 timed launches after 2 untimed ones (tuning, module load).
 double fp8_burst_tflops(CudaOps& gpu) {
   const int64_t n = 8192;
   const size_t bytes = size_t(n) * n * (2 + 1 + 1 + 2) + 2 * size_t(n) * 4 + 4 * Arena::kAlign;
@@ -196,25 +197,9 @@ double fp8_burst_tflops(CudaOps& gpu) {
   gpu.fp8_quantize_rows(src, x8, sx, false);
   gpu.fill_normal(src, 1, 2, 0.0f, 1.0f);
   gpu.fp8_quantize_rows(src, w8, sw, false);
-  for (int i = 0; i < 2; ++i) gpu.gemm_fp8(x8, sx, w8, sw, c, 0.0f);
-  cudaEvent_t e0, e1;
-  DF_CUDA_CHECK(cudaEventCreate(&e0));
-  DF_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 5; ++i) {
-    DF_CUDA_CHECK(cudaEventRecord(e0, gpu.stream()));
-    gpu.gemm_fp8(x8, sx, w8, sw, c, 0.0f);
-    DF_CUDA_CHECK(cudaEventRecord(e1, gpu.stream()));
-    DF_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    DF_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const double ms = cuda_median_ms(gpu.stream(), [&] { gpu.gemm_fp8(x8, sx, w8, sw, c, 0.0f); }, 5);
   gpu.free_bytes(block);
-  std::sort(ms.begin(), ms.end());
-  return 2.0 * double(n) * n * n / (ms[ms.size() / 2] * 1e-3) / 1e12;
+  return 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
 }
 
 QwenConfig config_qwen36_27b() {
