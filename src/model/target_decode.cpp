@@ -76,7 +76,7 @@ void TargetDecoder::plan(Arena& a) {
     proj_cols = std::max(proj_cols, L.kind == LayerKind::full_attention ? L.w_qkv.rows : L.w_in.rows);
     if (L.kind == LayerKind::linear_attention) conv_ch = std::max(conv_ch, L.conv_w.rows);
   }
-  if (m_.fp8_codes) proj_cols = (proj_cols + 7) / 8 * 8;  // FP8 GEMMs write 16-byte aligned rows
+  if (m_.fp8_codes) proj_cols = (proj_cols + 15) / 16 * 16;  // as TargetForward::plan: FP8 GEMM output rows
   Buffers& b = *b_;
   b.ids = a.alloc(DType::i32, 1, S);
   b.pos = a.alloc(DType::i32, 1, S);

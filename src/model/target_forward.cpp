@@ -48,8 +48,9 @@ void TargetForward::plan(Arena& a) {
       gdn_bytes = std::max(gdn_bytes, ops_.gdn_workspace_bytes(T, gdn_shape()));
     }
   }
-  // FP8 GEMMs write 16-byte aligned rows: the fused projection's row stride a multiple of 8 bf16.
-  if (m_.fp8_codes) proj_cols = (proj_cols + 7) / 8 * 8;
+  // FP8 GEMMs want 16-byte multiples for every leading dimension: the fused projection's row stride a multiple
+  // of 16 bf16 (32 bytes, as PyTorch's _scaled_mm asks of its output too).
+  if (m_.fp8_codes) proj_cols = (proj_cols + 15) / 16 * 16;
   ws_->h = a.alloc(act, T, c.hidden);
   ws_->n = a.alloc(act, T, c.hidden);
   ws_->proj = a.alloc(act, T, proj_cols);

@@ -148,18 +148,22 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
   }
 }
 
-// Hopper's FP8 GEMMs read K in 16-byte steps: every projection's input width a multiple of 16, refused at
-// load time with the tensor named rather than in the first forward.
+// Hopper's FP8 GEMMs read K in 16-byte steps: every projection's input width a multiple of 16; its FP8 rows
+// (w_in's without b / a) too, as PyTorch's _scaled_mm also demands of N. Refused at load time with the tensor
+// named rather than in the first forward. Every Qwen3 / Qwen3.5 / Qwen3.6 release passes.
 void fp8_check_shapes(const TargetModel& m) {
   const char* names[] = {"q|k|v_proj", "o_proj", "in_proj_qkv|z", "out_proj", "gate|up_proj", "down_proj"};
+  const int64_t ba = 2 * int64_t(m.cfg.lin_nv);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const TargetLayer& L = m.layers[l];
     const Tensor* ws[] = {&L.w_qkv, &L.w_o, &L.w_in, &L.w_out, &L.w_gate_up, &L.w_down};
-    for (int i = 0; i < 6; ++i)
-      DF_CHECK(ws[i]->empty() || ws[i]->cols % 16 == 0,
-               "target.dtype = \"fp8\": layer %zu %s.weight %s has K = %lld inputs, not a multiple of 16, which "
-               "the FP8 GEMMs need; HINT: target.dtype = \"bf16\" for this model",
-               l, names[i], ws[i]->shape_str().c_str(), (long long)ws[i]->cols);
+    for (int i = 0; i < 6; ++i) {
+      const int64_t rows = ws[i]->rows - (ws[i] == &L.w_in ? ba : 0);
+      DF_CHECK(ws[i]->empty() || (ws[i]->cols % 16 == 0 && rows % 16 == 0),
+               "target.dtype = \"fp8\": layer %zu %s.weight %s: the FP8 GEMMs need its %lld inputs and %lld FP8 "
+               "rows to be multiples of 16; HINT: target.dtype = \"bf16\" for this model",
+               l, names[i], ws[i]->shape_str().c_str(), (long long)ws[i]->cols, (long long)rows);
+    }
   }
 }
 
