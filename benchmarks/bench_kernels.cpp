@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/cuda_timing.h"
 #include "core/arena.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
@@ -77,27 +78,7 @@ struct Bench {
     if (!ok) ++failures;
   }
   // Median of `reps` event-timed runs after two warm-up runs, in ms.
-  double time_ms(const std::function<void()>& fn, int reps = 10) {
-    fn();
-    fn();
-    cudaEvent_t a, b;
-    DF_CUDA_CHECK(cudaEventCreate(&a));
-    DF_CUDA_CHECK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-      DF_CUDA_CHECK(cudaEventRecord(a, gpu.stream()));
-      fn();
-      DF_CUDA_CHECK(cudaEventRecord(b, gpu.stream()));
-      DF_CUDA_CHECK(cudaEventSynchronize(b));
-      float t = 0;
-      DF_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-      ms.push_back(t);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
+  double time_ms(const std::function<void()>& fn, int reps = 10) { return cuda_median_ms(gpu.stream(), fn, reps); }
 };
 
 void row_flops(const char* name, double flops, double ms) {

@@ -4,7 +4,11 @@
 // memory and one JSON line per model; benchmarks/run_target_forward.sh times the peer (HF transformers + FLA)
 // in the same call and prints the ratio. Every run checks its result: the first layers' taps on a slice of
 // the tokens must match the CPU fp32 path, or the benchmark fails and claims no speed.
-// Plain main(): the GPU machine has no Google Benchmark. Optional argument: "27b" or "8b" (default both).
+// With --dtype fp8 the target is the FP8 one (target.dtype = "fp8": e4m3 projections, cuBLASLt FP8 GEMMs): the
+// breakdown then also gives the FP8 GEMMs' rate against a cuBLASLt FP8 8192³ burst measured in the same run, and
+// the result check compares with the CPU FP8 emulation.
+// Plain main(): the GPU machine has no Google Benchmark. Arguments: "27b" or "8b" (default both), then
+// optionally --dtype bf16|fp8 (default bf16).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "benchmarks/cuda_timing.h"
 #include "core/arena.h"
 #include "core/strfmt.h"
 #include "kernels/cuda_check.cuh"
@@ -44,6 +49,11 @@ constexpr uint64_t kSeed = 1234;
 constexpr int kCheckLayers = 4;
 constexpr int kCheckTokens = 100;
 constexpr double kCheckMaxRelRms = 8e-2;
+// FP8: the CUDA FP8 taps against the CPU FP8 emulation, bounded by 1x of what the FP8 rounding itself moves the
+// CPU taps (CPU FP8 vs CPU fp32 on the same slice): the two FP8 paths differ only where bf16 moved an element
+// across an e4m3 rounding boundary, about half that (tests/gpu/test_fp8_cuda.cpp derives it); wrong scales or
+// lost rows give many times it.
+constexpr double kCheckFp8Factor = 1.0;
 
 // Forwards every op to CudaOps and brackets it with a pair of cudaEvents; after a synchronised forward,
 // collect() sums the elapsed times per op name (GEMMs are named by their N×K so the projections separate).
@@ -75,7 +85,24 @@ class TimedOps final : public Ops {
     timed("embedding", [&] { g_.embedding(ids, t, o); });
   }
   void gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) override {
-    timed(strfmt("gemm %lldx%lld", (long long)w.rows, (long long)w.cols), [&] { g_.gemm(a, w, c, beta); });
+    const std::string name = strfmt("gemm %lldx%lld", (long long)w.rows, (long long)w.cols);
+    flops_[name] += 2.0 * a.rows * w.rows * w.cols;
+    timed(name, [&] { g_.gemm(a, w, c, beta); });
+  }
+  bool fp8_gemm() const override { return g_.fp8_gemm(); }
+  void fp8_quantize_rows(const Tensor& x, const Tensor& q, const Tensor& s, bool back) override {
+    timed("fp8_quantize_rows", [&] { g_.fp8_quantize_rows(x, q, s, back); });
+  }
+  void gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
+                float beta) override {
+    const std::string name = strfmt("gemm_fp8 %lldx%lld", (long long)w8.rows, (long long)w8.cols);
+    flops_[name] += 2.0 * x8.rows * w8.rows * w8.cols;
+    timed(name, [&] { g_.gemm_fp8(x8, sx, w8, sw, c, beta); });
+  }
+  // FLOPs per GEMM name over the forward just collected (cleared by collect()).
+  double flops(const std::string& name) const {
+    auto it = last_flops_.find(name);
+    return it == last_flops_.end() ? 0.0 : it->second;
   }
   void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& o, float eps, NormKind k) override {
     timed("rmsnorm", [&] { g_.rmsnorm(x, w, o, eps, k); });
@@ -132,6 +159,8 @@ class TimedOps final : public Ops {
       out[names_[i]].second += 1;
     }
     names_.clear();
+    last_flops_ = std::move(flops_);
+    flops_.clear();
     return out;
   }
 
@@ -152,7 +181,26 @@ class TimedOps final : public Ops {
   CudaOps& g_;
   std::vector<cudaEvent_t> pool_;
   std::vector<std::string> names_;
+  std::map<std::string, double> flops_, last_flops_;
 };
+
+// cuBLASLt's FP8 rate at 8192³ (e4m3 codes with outer-vector scales, bf16 out), the ceiling the forward's FP8
+// GEMMs are measured against: the median of 5 timed launches after 2 untimed ones (tuning, module load).
+double fp8_burst_tflops(CudaOps& gpu) {
+  const int64_t n = 8192;
+  const size_t bytes = size_t(n) * n * (2 + 1 + 1 + 2) + 2 * size_t(n) * 4 + 4 * Arena::kAlign;
+  void* block = gpu.alloc_bytes(bytes);
+  Arena a(block, bytes, Device::cuda);
+  Tensor src = a.alloc(DType::bf16, n, n), x8 = a.alloc(DType::f8_e4m3, n, n), w8 = a.alloc(DType::f8_e4m3, n, n);
+  Tensor sx = a.alloc(DType::f32, 1, n), sw = a.alloc(DType::f32, 1, n), c = a.alloc(DType::bf16, n, n);
+  gpu.fill_normal(src, 1, 1, 0.0f, 1.0f);
+  gpu.fp8_quantize_rows(src, x8, sx, false);
+  gpu.fill_normal(src, 1, 2, 0.0f, 1.0f);
+  gpu.fp8_quantize_rows(src, w8, sw, false);
+  const double ms = cuda_median_ms(gpu.stream(), [&] { gpu.gemm_fp8(x8, sx, w8, sw, c, 0.0f); }, 5);
+  gpu.free_bytes(block);
+  return 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
+}
 
 QwenConfig config_qwen36_27b() {
   nlohmann::json types = nlohmann::json::array();
@@ -251,7 +299,7 @@ SliceError slice_error(const std::vector<float>& got, const std::vector<float>& 
 // on the slice rows, and a forward of the slice alone on the benchmark's model with a tap at every checked
 // layer. Prints every figure; false when any layer is off or non-finite.
 bool check_against_cpu(const QwenConfig& cfg, const TargetModel& gpu_model, Ops& gpu,
-                       const std::vector<int32_t>& host_ids, const TargetOutputs& timed) {
+                       const std::vector<int32_t>& host_ids, const TargetOutputs& timed, bool fp8) {
   const int64_t H = cfg.hidden;
   const std::vector<int64_t> starts = {0, int64_t(kSeqs - 1) * kSeqLen};
   std::vector<int32_t> ids, lengths;
@@ -262,8 +310,17 @@ bool check_against_cpu(const QwenConfig& cfg, const TargetModel& gpu_model, Ops&
   CpuOps cpu;
   TargetLoadOptions opt;
   opt.num_layers = kCheckLayers;
-  std::unique_ptr<TargetModel> cpu_model = target_random(cfg, kSeed, cpu, opt);
-  const std::vector<std::vector<float>> want = slice_taps(*cpu_model, cpu, ids, lengths);
+  // The bound per checked layer: fixed for bf16; for FP8 kCheckFp8Factor x the FP8 rounding's own effect.
+  std::vector<double> bound(kCheckLayers, kCheckMaxRelRms);
+  std::vector<std::vector<float>> fp32 = slice_taps(*target_random(cfg, kSeed, cpu, opt), cpu, ids, lengths), want;
+  if (fp8) {
+    opt.fp8 = true;
+    want = slice_taps(*target_random(cfg, kSeed, cpu, opt), cpu, ids, lengths);
+    for (int l = 0; l < kCheckLayers; ++l)
+      bound[size_t(l)] = kCheckFp8Factor * slice_error(want[size_t(l)], fp32[size_t(l)]).rel_rms;
+  } else {
+    want = std::move(fp32);
+  }
   std::vector<std::pair<std::string, SliceError>> rows;
   const std::vector<std::vector<float>> got = slice_taps(gpu_model, gpu, ids, lengths);
   for (int l = 0; l < kCheckLayers; ++l)
@@ -279,29 +336,36 @@ bool check_against_cpu(const QwenConfig& cfg, const TargetModel& gpu_model, Ops&
     rows.push_back({strfmt("layer %d, timed forward's tap", tap0), slice_error(rows_got, want[size_t(tap0)])});
   }
   bool ok = true;
-  std::printf("result check vs the CPU fp32 path: %d + %d tokens (sequences 0 and %d), bound rel rms %.0e\n",
-              kCheckTokens, kCheckTokens, kSeqs - 1, kCheckMaxRelRms);
-  for (const auto& [what, e] : rows) {
-    const bool pass = e.non_finite == 0 && e.rel_rms <= kCheckMaxRelRms;
+  std::printf("result check vs the CPU %s path: %d + %d tokens (sequences 0 and %d), bound rel rms %s\n",
+              fp8 ? "FP8-emulation" : "fp32", kCheckTokens, kCheckTokens, kSeqs - 1,
+              fp8 ? "per layer, 1x the CPU's FP8-vs-fp32 distance" : strfmt("%.0e", kCheckMaxRelRms).c_str());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& [what, e] = rows[i];
+    const double b = bound[std::min(i < size_t(kCheckLayers) ? i : size_t(tap0), size_t(kCheckLayers - 1))];
+    const bool pass = e.non_finite == 0 && e.rel_rms <= b;
     ok &= pass;
-    std::printf("  %-40s rel rms %.3e  max abs %.3e at token %lld col %lld  non-finite %lld  %s\n", what.c_str(),
-                e.rel_rms, e.max_abs, (long long)(e.worst / H), (long long)(e.worst % H), (long long)e.non_finite,
-                pass ? "ok" : "FAIL");
+    std::printf("  %-40s rel rms %.3e (bound %.3e)  max abs %.3e at token %lld col %lld  non-finite %lld  %s\n",
+                what.c_str(), e.rel_rms, b, e.max_abs, (long long)(e.worst / H), (long long)(e.worst % H),
+                (long long)e.non_finite, pass ? "ok" : "FAIL");
   }
   return ok;
 }
 
 // Returns false when the forward produced non-finite values or failed the CPU check (then no speed may be
 // claimed: the JSON line is not printed).
-bool bench_model(const char* key, const char* label, const QwenConfig& cfg) {
-  std::printf("\n=== %s: %s ===\n", label, qwen_config_summary(cfg).c_str());
+bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool fp8) {
+  std::printf("\n=== %s (%s): %s ===\n", label, fp8 ? "FP8" : "bf16", qwen_config_summary(cfg).c_str());
   CudaOps gpu(0);
+  const double burst = fp8 ? fp8_burst_tflops(gpu) : 0.0;
+  if (fp8) std::printf("cuBLASLt FP8 8192^3 burst (outer-vector scales, bf16 out): %.0f TFLOP/s\n", burst);
+  TargetLoadOptions load;
+  load.fp8 = fp8;
   TimedOps timed(gpu);
   cudaEvent_t a, b;
   DF_CUDA_CHECK(cudaEventCreate(&a));
   DF_CUDA_CHECK(cudaEventCreate(&b));
   DF_CUDA_CHECK(cudaEventRecord(a, gpu.stream()));
-  std::unique_ptr<TargetModel> model = target_random(cfg, kSeed, gpu, TargetLoadOptions{});
+  std::unique_ptr<TargetModel> model = target_random(cfg, kSeed, gpu, load);
   DF_CUDA_CHECK(cudaEventRecord(b, gpu.stream()));
   DF_CUDA_CHECK(cudaEventSynchronize(b));
   float init_ms = 0;
@@ -365,7 +429,7 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg) {
   std::printf("achieved %.1f TFLOP/s = %.1f %% of %.0f; upper bound at the ceiling %.0f tok/s\n", tflops,
               100.0 * tflops / kPeakTflops, kPeakTflops, kPeakTflops * 1e12 / fpt);
   std::printf("output finite: %s\n", finite ? "yes" : "NO");
-  const bool checked = check_against_cpu(cfg, *model, gpu, host_ids, out);
+  const bool checked = check_against_cpu(cfg, *model, gpu, host_ids, out, fp8);
   std::printf("memory: model block %.2f GiB + forward workspace %.2f GiB + outputs %.2f GiB = %.2f GiB; "
               "cudaMemGetInfo used %.2f GiB of %.2f GiB (fits 80 GB: %s)\n",
               gib(model->block_bytes), gib(fwd.workspace_bytes()), gib(io_bytes),
@@ -381,14 +445,20 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg) {
     tfwd.run(ids, seqs, out);
     std::map<std::string, std::pair<double, int>> by = timed.collect();
     std::vector<std::pair<double, std::string>> rows;
-    double sum = 0;
+    double sum = 0, fp8_flops = 0, fp8_ms = 0;
     for (auto& [name, v] : by) {
-      rows.push_back({v.first, strfmt("%-22s %5d calls %9.1f ms", name.c_str(), v.second, v.first)});
+      const double f = timed.flops(name);
+      rows.push_back({v.first, strfmt("%-26s %5d calls %9.1f ms%s", name.c_str(), v.second, v.first,
+                                      f > 0 ? strfmt(" %6.0f TFLOP/s", f / (v.first * 1e-3) / 1e12).c_str() : "")});
       sum += v.first;
+      if (name.rfind("gemm_fp8", 0) == 0) fp8_flops += f, fp8_ms += v.first;
     }
     std::sort(rows.rbegin(), rows.rend());
     std::printf("per-op breakdown (event-timed forward, sum %.1f ms):\n", sum);
     for (auto& [t, line] : rows) std::printf("  %s %6.1f %%\n", line.c_str(), 100.0 * t / sum);
+    if (fp8_ms > 0)
+      std::printf("FP8 GEMMs: %.1f ms, %.0f TFLOP/s = %.1f %% of the %.0f TFLOP/s 8192^3 burst\n", fp8_ms,
+                  fp8_flops / (fp8_ms * 1e-3) / 1e12, 100.0 * fp8_flops / (fp8_ms * 1e-3) / 1e12 / burst, burst);
   }
   model->ops = plain;
   gpu.free_bytes(io);
@@ -401,7 +471,7 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg) {
   // The line run_target_forward.sh reads.
   nlohmann::json line = {{"model", key},          {"tok_s", tok_s},  {"seconds", ms * 1e-3},
                          {"tflops", tflops},      {"tokens", T},     {"used_gib", gib(total - free1)},
-                         {"result_check", "ok"}};
+                         {"result_check", "ok"},  {"dtype", fp8 ? "fp8" : "bf16"}};
   std::printf("%s\n", line.dump().c_str());
   return true;
 }
@@ -413,15 +483,32 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
   }
-  std::string which = argc > 1 ? argv[1] : "all";
+  std::string which = "all", dtype = "bf16";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--dtype" && i + 1 < argc) {
+      dtype = argv[++i];
+    } else if (a.rfind("--", 0) != 0) {
+      which = a;
+    } else {
+      std::fprintf(stderr, "bench_target_forward: unknown option '%s'; usage: [27b|8b|all] [--dtype bf16|fp8]\n",
+                   a.c_str());
+      return 2;
+    }
+  }
   bool ok = true;
   try {
     if (which != "all" && which != "27b" && which != "8b") {
       std::fprintf(stderr, "bench_target_forward: model '%s': expected 27b, 8b or all\n", which.c_str());
       return 2;
     }
-    if (which == "all" || which == "27b") ok &= bench_model("27b", "Qwen3.6-27B", config_qwen36_27b());
-    if (which == "all" || which == "8b") ok &= bench_model("8b", "Qwen3-8B", config_qwen3_8b());
+    if (dtype != "bf16" && dtype != "fp8") {
+      std::fprintf(stderr, "bench_target_forward: --dtype '%s': expected bf16 or fp8\n", dtype.c_str());
+      return 2;
+    }
+    const bool fp8 = dtype == "fp8";
+    if (which == "all" || which == "27b") ok &= bench_model("27b", "Qwen3.6-27B", config_qwen36_27b(), fp8);
+    if (which == "all" || which == "8b") ok &= bench_model("8b", "Qwen3-8B", config_qwen3_8b(), fp8);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_target_forward: %s\n", e.what());
     return 1;

@@ -2,6 +2,9 @@
 // column-major product cᵀ [N, M] = op(b)ᵀ · op(a)ᵀ: cuBLAS's A is b (TRANSA = T when b is stored [N, K], the
 // Linear weight of c = a·wᵀ), its B is a (TRANSB = T when a is stored [K, M], the dYᵀ of dW = dYᵀ·X).
 // The first call of an M bucket times the heuristic's candidates on its own operands; other M reuse the pick.
+// FP8 (gemm_fp8_launch): e4m3 operands in the same "TN" arrangement Hopper requires (cuBLAS's A, the weight,
+// transposed), with cuBLASLt's outer-vector scales (per row of cuBLAS's A = per output channel, per column of
+// its B = per token) applied to the fp32 accumulator in the epilogue.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +20,7 @@ namespace df {
 
 namespace {
 
-// (M, N, K, lda, ldb, ldc, c is f32 | trans_a << 1 | trans_b << 2, pointer alignment). A plan's key holds M
+// (M, N, K, lda, ldb, ldc, c is f32 | trans_a << 1 | trans_b << 2 | fp8 << 3, pointer alignment). A plan's key holds M
 // itself; the tuned table's key holds gemm_m_bucket(M) in that slot.
 using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
 
@@ -59,7 +62,11 @@ struct GemmOperands {
   bool c_f32;
   int64_t M, N, K;
   float alpha, beta;
-  int flags() const { return (c_f32 ? 1 : 0) | (trans_a ? 2 : 0) | (trans_b ? 4 : 0); }
+  // FP8: a and b are e4m3 codes, scale_a [M] and scale_b [N] their outer-vector scales (device f32).
+  bool fp8 = false;
+  const float* scale_a = nullptr;
+  const float* scale_b = nullptr;
+  int flags() const { return (c_f32 ? 1 : 0) | (trans_a ? 2 : 0) | (trans_b ? 4 : 0) | (fp8 ? 8 : 0); }
 };
 
 // Largest power of two (≤ 256) dividing the address: cuBLASLt picks vectorised kernels from it.
@@ -95,6 +102,9 @@ struct GemmContext {
   std::map<GemmKey, GemmPlan> plans;   // per exact shape: cuBLASLt layouts carry M; at most kGemmMaxPlans
   std::map<GemmKey, GemmTuned> tuned;  // per M bucket: about 4 per power of two of M per weight shape
   GemmStats stats;
+  // Set when cuBLASLt offered no FP8 algorithm that adds beta · c (bf16 c with outer-vector scales): every
+  // later FP8 call with beta != 0 then takes gemm_fp8_launch's f32-output route without asking again.
+  bool fp8_beta_unfused = false;
 };
 
 int64_t gemm_m_bucket(int64_t m) {
@@ -228,25 +238,32 @@ static GemmPlan gemm_create_plan(const GemmOperands& o) {
   cublasOperation_t ta = o.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = o.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  cudaDataType_t ct = o.c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  cudaDataType_t ct = o.c_f32 ? CUDA_R_32F : CUDA_R_16BF, it = o.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   const int64_t M = o.M, N = o.N, K = o.K, ldc = o.ldc;
+  if (o.fp8) {
+    // cuBLAS's A is our b (scale per output channel n), its B our a (scale per token m).
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+  }
   // Column-major shapes of the stored operands: b is [N, K] row-major when trans_b, else [K, N].
   if (o.trans_b)
-    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, K, N, o.ldb));
+    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, it, K, N, o.ldb));
   else
-    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, N, K, o.ldb));
+    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, it, N, K, o.ldb));
   if (o.trans_a)
-    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, M, K, o.lda));
+    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, it, M, K, o.lda));
   else
-    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, K, M, o.lda));
+    DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, it, K, M, o.lda));
   DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, ct, N, M, ldc));
   return p;
 }
 
 // Up to `want` of the heuristic's candidates for the plan's shape under the workspace and the operands'
-// alignment; returns how many it gave. None is fatal: the plan is destroyed and the shape reported.
+// alignment; returns how many it gave. None destroys the plan; it is fatal, the shape reported, unless
+// may_fail (then 0 is returned).
 static int gemm_heuristic(GemmContext* ctx, GemmPlan& p, int align, int want, cublasLtMatmulHeuristicResult_t* res,
-                          const GemmOperands& o) {
+                          const GemmOperands& o, bool may_fail = false) {
   cublasLtMatmulPreference_t pref;
   DF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = ctx->workspace_bytes;
@@ -260,12 +277,14 @@ static int gemm_heuristic(GemmContext* ctx, GemmPlan& p, int align, int want, cu
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     gemm_destroy_plan(p);
-    char what[256];
+    if (may_fail) return 0;
+    char what[400];
     std::snprintf(what, sizeof(what),
-                  "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld%s ldb=%lld%s ldc=%lld%s (%s)",
+                  "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld%s ldb=%lld%s ldc=%lld%s%s beta=%g (%s)",
                   (long long)o.M, (long long)o.N, (long long)o.K, (long long)o.lda, o.trans_a ? " (trans)" : "",
                   (long long)o.ldb, o.trans_b ? " (trans)" : "", (long long)o.ldc, o.c_f32 ? " f32" : "",
-                  cublasLtGetStatusString(st));
+                  o.fp8 ? " e4m3 with outer-vector scales (HINT: FP8 needs sm_90 and cuBLAS >= 12.9)" : "",
+                  o.beta, cublasLtGetStatusString(st));
     cuda_throw("cublasLtMatmulAlgoGetHeuristic", what, __FILE__, __LINE__);
   }
   return found;
@@ -290,18 +309,31 @@ static bool gemm_algo_fits(GemmContext* ctx, const GemmPlan& p, const cublasLtMa
   return true;
 }
 
-static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t stream) {
+// The FP8 scale vectors of this call: they differ per weight, so they are set on the cached descriptor before
+// every launch (a host-side attribute write).
+static void gemm_bind_scales(const GemmPlan& p, const GemmOperands& o) {
+  if (!o.fp8) return;
+  DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &o.scale_b,
+                                                 sizeof(o.scale_b)));
+  DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &o.scale_a,
+                                                 sizeof(o.scale_a)));
+}
+
+// The plan of this exact shape, created (and its bucket tuned) on first use; nullptr only where may_fail and
+// cuBLASLt has no algorithm for it.
+static GemmPlan* gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t stream, bool may_fail = false) {
   const int64_t M = o.M, N = o.N, K = o.K;
   const int align = std::min(std::min(ptr_alignment(o.a), ptr_alignment(o.b)), ptr_alignment(o.c));
   const GemmKey key{M, N, K, o.lda, o.ldb, o.ldc, o.flags(), align};
   auto it = ctx->plans.find(key);
-  if (it != ctx->plans.end()) return it->second;
+  if (it != ctx->plans.end()) return &it->second;
 
   if (ctx->plans.size() >= kGemmMaxPlans) {
     if (ctx->log) std::printf("gemm: %zu shapes cached, plans dropped (tuned algorithms kept)\n", ctx->plans.size());
     gemm_clear_plans(ctx);
   }
   GemmPlan p = gemm_create_plan(o);
+  gemm_bind_scales(p, o);
   const int64_t bucket = gemm_m_bucket(M);
   const GemmKey tkey{bucket, N, K, o.lda, o.ldb, o.ldc, o.flags(), align};
   cublasLtMatmulHeuristicResult_t res[kGemmCandidates]{};
@@ -324,7 +356,8 @@ static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t
                     (long long)M, (long long)N, (long long)K, (long long)t->second.m, why.c_str());
     }
   } else {
-    const int found = gemm_heuristic(ctx, p, align, kGemmCandidates, res, o);
+    const int found = gemm_heuristic(ctx, p, align, kGemmCandidates, res, o, may_fail);
+    if (found == 0) return nullptr;
     const int best = gemm_time_candidates(ctx, p, res, found, o, stream);
     if (best >= 0) {
       p.algo = res[best].algo;
@@ -339,7 +372,12 @@ static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t
                     (long long)K, found);
     }
   }
-  return ctx->plans.emplace(key, p).first->second;
+  return &ctx->plans.emplace(key, p).first->second;
+}
+
+static void gemm_run(GemmContext* ctx, const GemmPlan& p, const GemmOperands& o, cudaStream_t stream) {
+  DF_CUBLAS_CHECK(cublasLtMatmul(ctx->handle, p.op, &o.alpha, o.b, p.la, o.a, p.lb, &o.beta, o.c, p.lc, o.c, p.lc,
+                                 &p.algo, ctx->workspace, ctx->workspace_bytes, stream));
 }
 
 void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, const void* b, int64_t ldb,
@@ -347,14 +385,68 @@ void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, 
                     float beta, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
   const GemmOperands o{a, lda, trans_a, b, ldb, trans_b, c, ldc, c_f32, M, N, K, alpha, beta};
-  GemmPlan& p = gemm_plan(ctx, o, stream);
-  DF_CUBLAS_CHECK(cublasLtMatmul(ctx->handle, p.op, &alpha, b, p.la, a, p.lb, &beta, c, p.lc, c, p.lc, &p.algo,
-                                 ctx->workspace, ctx->workspace_bytes, stream));
+  gemm_run(ctx, *gemm_plan(ctx, o, stream), o, stream);
 }
 
 void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc,
                  bool c_f32, int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream) {
   gemm_launch_ex(ctx, a, lda, false, w, ldw, true, c, ldc, c_f32, M, N, K, 1.0f, beta, stream);
+}
+
+// c = bf16(f32(c) + d), d f32 [M, N] contiguous: the epilogue cuBLASLt would have run, rounded once as there.
+__global__ void gemm_add_f32_kernel(__nv_bfloat16* c, int64_t ldc, const float* d, int64_t M, int64_t N) {
+  const int64_t n = M * N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / N, col = i % N;
+    c[r * ldc + col] = __float2bfloat16_rn(__bfloat162float(c[r * ldc + col]) + d[i]);
+  }
+}
+
+void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x, const uint8_t* w,
+                     int64_t ldw, const float* scale_w, void* c, int64_t ldc, int64_t M, int64_t N, int64_t K,
+                     float beta, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  // Hopper's FP8 tensor-core kernels read K in 16-byte steps: K and both row strides multiples of 16, rows
+  // 16-byte aligned. The target refuses other shapes when it loads (naming the tensor); this names the call.
+  const bool ok = K % 16 == 0 && ldx % 16 == 0 && ldw % 16 == 0 && ptr_alignment(x) >= 16 && ptr_alignment(w) >= 16;
+  DF_CHECK(ok,
+           "gemm_fp8: M=%lld N=%lld K=%lld ldx=%lld ldw=%lld, x %% 16 = %d, w %% 16 = %d: FP8 GEMMs need K, the row "
+           "strides and the row addresses multiples of 16 bytes",
+           (long long)M, (long long)N, (long long)K, (long long)ldx, (long long)ldw,
+           int(reinterpret_cast<uintptr_t>(x) % 16), int(reinterpret_cast<uintptr_t>(w) % 16));
+  GemmOperands o{x, ldx, false, w, ldw, true, c, ldc, false, M, N, K, 1.0f, beta};
+  o.fp8 = true;
+  o.scale_a = scale_x;
+  o.scale_b = scale_w;
+  if (beta == 0.0f || !ctx->fp8_beta_unfused) {
+    if (GemmPlan* p = gemm_plan(ctx, o, stream, beta != 0.0f)) {
+      gemm_bind_scales(*p, o);
+      gemm_run(ctx, *p, o, stream);
+      return;
+    }
+    ctx->fp8_beta_unfused = true;
+    std::fprintf(stderr,
+                 "gemm_fp8: cuBLASLt has no FP8 algorithm adding beta * c (M=%lld N=%lld K=%lld); the FP8 GEMMs "
+                 "with beta != 0 write an f32 product and add it in a second kernel (same rounding, one more pass)\n",
+                 (long long)M, (long long)N, (long long)K);
+  }
+  // The fallback: d = the scaled product in f32 (beta 0), then c = bf16(c + beta·d) with beta 1 folded in.
+  DF_CHECK(beta == 1.0f, "gemm_fp8: beta %g: the unfused route adds c once (beta 1 only)", beta);
+  float* d = static_cast<float*>(gemm_scratch(ctx, size_t(M) * size_t(N) * sizeof(float)));
+  DF_CHECK(d != nullptr, "gemm_fp8: no device memory for the %lld x %lld f32 product; HINT: fewer tokens per batch",
+           (long long)M, (long long)N);
+  GemmOperands od = o;
+  od.c = d;
+  od.ldc = N;
+  od.c_f32 = true;
+  od.beta = 0.0f;
+  GemmPlan* p = gemm_plan(ctx, od, stream);
+  gemm_bind_scales(*p, od);
+  gemm_run(ctx, *p, od, stream);
+  const int64_t n = M * N;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 65535 * 8));
+  gemm_add_f32_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(c), ldc, d, M, N);
+  DF_CUDA_CHECK_LAUNCH("gemm_add_f32_kernel");
 }
 
 }  // namespace df

@@ -1,8 +1,9 @@
 // The one cuBLASLt entry point of the program: c = a · wᵀ + beta · c for row-major bf16 a [M, K] and
-// w [N, K] (Linear weights), fp32 accumulation, bf16 or f32 c. Holds the handle, one workspace, a scratch
-// output for timing beta != 0 shapes, a plan per exact shape and the fastest of the heuristic's candidates per
-// M bucket (timed on the bucket's first call, which therefore synchronises the stream once; later M of the
-// bucket reuse it after cublasLtMatmulAlgoCheck): the per-call cost is a map lookup.
+// w [N, K] (Linear weights), fp32 accumulation, bf16 or f32 c, and its FP8 (e4m3, row-scaled) form. Holds
+// the handle, one workspace, a scratch output for timing beta != 0 shapes, a plan per exact shape and the
+// fastest of the heuristic's candidates per M bucket (timed on the bucket's first call, which therefore
+// synchronises the stream once; later M of the bucket reuse it after cublasLtMatmulAlgoCheck): the per-call
+// cost is a map lookup.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -26,6 +27,16 @@ void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, 
 // lda/ldw/ldc are row strides in elements; c_f32 selects an f32 output instead of bf16.
 void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc,
                  bool c_f32, int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream);
+
+// The FP8 linear layer: c [M, N] (bf16) = (scale_x ⊙ x) · (scale_w ⊙ w)ᵀ + beta · c, x e4m3 codes [M, K] with
+// one f32 scale per row (token), w e4m3 codes [N, K] with one per row (output channel), fp32 accumulation of
+// the exact code products and both scales applied to the accumulator (cuBLASLt outer-vector scaling, sm_90,
+// cuBLAS >= 12.9). K, ldx, ldw must be multiples of 16 and x, w 16-byte aligned. Where cuBLASLt offers no
+// algorithm that also adds beta · c, beta 1 is served by an f32 product in the tuning scratch plus an add
+// kernel with the same single rounding (said once on stderr).
+void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x, const uint8_t* w,
+                     int64_t ldw, const float* scale_w, void* c, int64_t ldc, int64_t M, int64_t N, int64_t K,
+                     float beta, cudaStream_t stream);
 
 // The M (token count) whose tuned algorithm serves `m`: m rounded up to a multiple of a quarter of its power
 // of two, at least 64. Every M in (bucket − step, bucket] shares one timing.

@@ -19,6 +19,14 @@ using bf16 = __nv_bfloat16;
 void embedding_launch(const int32_t* ids, const bf16* table, int64_t ld_table, bf16* out, int64_t ld_out, int64_t T,
                       int64_t H, cudaStream_t stream);
 
+// ---- fp8_quant.cu --------------------------------------------------------------------------------------
+// Each row of x [rows, cols] to e4m3 codes q [rows, cols] on its own scale[r] = amax(|row|)/448 (1 for an
+// all-zero row), rounded as core/fp8.h does (RNE, satfinite), so the codes equal the CPU oracle's bit for bit.
+// write_back: the row is then replaced by bf16(code · scale), the value the FP8 GEMM multiplies, for a bf16
+// GEMM that must see the same quantised input (the DeltaNet b / a rows).
+void fp8_quantize_rows_launch(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale, int64_t rows,
+                              int64_t cols, bool write_back, cudaStream_t stream);
+
 // ---- elementwise.cu -----------------------------------------------------------------------------------
 // o = o · sigmoid(gate), both [rows, cols]
 void sigmoid_gate_launch(bf16* o, int64_t ld_o, const bf16* gate, int64_t ld_gate, int64_t rows, int64_t cols,

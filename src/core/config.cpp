@@ -128,9 +128,6 @@ void validate(const Config& c, const std::string& w) {
         "or 'target.random_config' must be set, exactly one of them");
   check(c.target.device == "cpu" || c.target.device == "cuda", w, "target.device", "must be \"cpu\" or \"cuda\"");
   check(c.target.dtype == "bf16" || c.target.dtype == "fp8", w, "target.dtype", "must be \"bf16\" or \"fp8\"");
-  check(c.target.dtype != "fp8" || c.target.device == "cpu", w, "target.dtype",
-        "= \"fp8\" runs on the CPU backend only so far (it emulates the FP8 GEMMs; the CUDA FP8 GEMMs are not "
-        "built yet); HINT: target.device = \"cpu\", or target.dtype = \"bf16\"");
   const DrafterSection& d = c.drafter;
   check(d.layers > 0, w, "drafter.layers", "must be positive");
   check(d.heads > 0 && d.kv_heads > 0 && d.heads % d.kv_heads == 0, w, "drafter.heads",

@@ -25,7 +25,7 @@ struct TargetSection {
   uint64_t random_seed = 1;
   std::string device = "cuda";  // cpu | cuda
   // bf16 | fp8: FP8 rounds the linear layers' weights per output channel at load and their inputs per token
-  // to e4m3 (model/target.h target_linear); emulated on the CPU backend only so far.
+  // to e4m3 (model/target.h target_linear): cuBLASLt FP8 GEMMs on CUDA (sm_90), emulated on the CPU.
   std::string dtype = "bf16";
   // Where the target's config.json comes from: the checkpoint directory, else the random-weights config.
   const std::string& architecture() const { return model.empty() ? random_config : model; }

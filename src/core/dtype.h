@@ -1,5 +1,5 @@
 // Element types and the bf16/f16 <-> f32 conversions used by loaders, the wire format and tests.
-// f8_e4m3 only ever lives in host memory as checkpoint storage (core/fp8.h); no backend holds it.
+// f8_e4m3: checkpoint storage on the host (core/fp8.h), and the FP8 target's codes on a backend with FP8 GEMMs.
 // Header-only and free of CUDA so host code and nvcc-compiled code can both include it.
 #pragma once
 #include <cstdint>

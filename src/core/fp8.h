@@ -1,10 +1,19 @@
 // The float8 e4m3fn format of published FP8 checkpoints (torch.float8_e4m3fn, safetensors F8_E4M3): 1 sign,
 // 4 exponent bits (bias 7), 3 mantissa bits, subnormals, no infinities, NaN = S.1111.111, max finite 448.
-// Header-only and free of CUDA so loaders, writers and tests share the one definition.
+// Header-only and free of CUDA headers so loaders, writers, tests and the CUDA quantiser (kernels/fp8_quant.cu)
+// share the one definition of the rounding.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <limits>
+
+#ifndef DF_HOST_DEVICE  // as core/rng.h defines it
+#if defined(__CUDACC__)
+#define DF_HOST_DEVICE __host__ __device__
+#else
+#define DF_HOST_DEVICE
+#endif
+#endif
 
 namespace df {
 
@@ -12,14 +21,15 @@ constexpr float kE4m3Max = 448.0f;
 
 // The scale of a group of values quantised together to e4m3 (a weight block, a row): amax / 448 maps the
 // largest to the largest code; an all-zero group, or one so small that its scale underflows, takes 1 (its
-// codes are all zero anyway, and a zero scale would turn them into 0/0).
+// codes are all zero anyway, and a zero scale would turn them into 0/0). kernels/fp8_quant.cu computes the same
+// with an explicitly IEEE-rounded division (its library is built with --use_fast_math).
 inline float e4m3_scale(float amax) {
   const float s = amax / kE4m3Max;
   return s > 0.0f ? s : 1.0f;
 }
 
 // Exact: every e4m3 value is an f32 (a 4-bit significand times a power of two in [2^-9, 2^8]).
-inline float e4m3_to_f32(uint8_t c) {
+DF_HOST_DEVICE inline float e4m3_to_f32(uint8_t c) {
   const uint32_t exp = (c >> 3) & 0xfu, mant = c & 0x7u;
   if (exp == 0xfu && mant == 0x7u) return std::numeric_limits<float>::quiet_NaN();
   // Subnormal: mant · 2^-9; normal: the f32 with the same mantissa bits and the exponent rebiased 7 -> 127.
@@ -33,7 +43,7 @@ inline float e4m3_to_f32(uint8_t c) {
 
 // Round to nearest even; magnitudes at or above 448 saturate to ±448 (the format has no infinity, and the
 // quantiser divides by amax/448 so only rounding noise can reach past it); NaN stays NaN.
-inline uint8_t f32_to_e4m3(float f) {
+DF_HOST_DEVICE inline uint8_t f32_to_e4m3(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);

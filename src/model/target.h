@@ -32,6 +32,11 @@ struct TargetLayer {
   // MLP
   Tensor w_gate_up;  // [2·I, H]
   Tensor w_down;     // [H, I]
+  // FP8 target on a backend with FP8 GEMMs (Ops::fp8_gemm): the six projections above hold e4m3 codes
+  // (DType::f8_e4m3) and these their per-output-channel scales, f32 [1, rows of the weight]. The DeltaNet b / a
+  // rows stay bf16 in w_in_ba [2·nv, H] (w_in's last 2·nv rows of codes are zero and unused). Empty otherwise.
+  Tensor s_qkv, s_o, s_in, s_out, s_gate_up, s_down;
+  Tensor w_in_ba;
 };
 
 struct TargetModel {
@@ -45,6 +50,7 @@ struct TargetModel {
   void* block = nullptr;      // the one backend allocation holding every tensor above
   size_t block_bytes = 0;
   bool fp8 = false;           // target.dtype = "fp8": see target_linear
+  bool fp8_codes = false;     // ... on a backend with FP8 GEMMs: projections are codes + scales (TargetLayer)
 
   TargetModel() = default;
   ~TargetModel();
@@ -57,7 +63,10 @@ struct TargetLoadOptions {
   bool need_lm_head = false;   // the soft-KL loss needs target logits
   // FP8 compute (target.dtype = "fp8"): the linear layers' weights are rounded to e4m3 per output channel
   // once loaded, except the DeltaNet b / a rows (kept in bf16, as the official FP8 releases keep
-  // in_proj_a / in_proj_b); embeddings, lm_head, norms and the conv stay as they are.
+  // in_proj_a / in_proj_b); embeddings, lm_head, norms and the conv stay as they are. A block-scaled FP8
+  // checkpoint is dequantised (code · block scale) and then rounded per output channel like any other, on
+  // every backend: the row-scaled FP8 GEMM has one scale per row, and the CPU oracle must do the same math.
+  // On a backend with FP8 GEMMs the projections are held as codes + scales (1 byte a weight), never as bf16.
   bool fp8 = false;
 };
 
@@ -120,15 +129,27 @@ class TargetForward {
   std::unique_ptr<Workspace> ws_;
 };
 
-// A linear layer of the target, out = x · wᵀ + beta · out. On an FP8 target x's rows are first rounded to e4m3
-// per token (in place: x is that GEMM's input alone), so with the per-channel weights the product is what a
-// row-wise-scaled FP8 GEMM with fp32 accumulation computes.
-void target_linear(const TargetModel& m, const Tensor& x, const Tensor& w, const Tensor& out, float beta);
+// The FP8 GEMMs' input: e4m3 codes f8_e4m3 [≥ T, ≥ max K] and per-token scales f32 [1, ≥ T], planned by a
+// forward for its largest batch. Empty unless the model holds FP8 codes (TargetModel::fp8_codes).
+struct Fp8Inputs {
+  Tensor codes;
+  Tensor scales;
+};
+// Plans `in` for T tokens of model m (nothing unless m.fp8_codes).
+void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in);
+
+// A linear layer of the target, out = x · wᵀ + beta · out, w_scale its FP8 scales (TargetLayer s_*, empty
+// unless fp8_codes), ba the bf16 tail of w_in (nullptr for the others). On an FP8 target x's rows are first
+// rounded to e4m3 per token (in place where the FP8 GEMM is emulated: x is that GEMM's input alone), so with the
+// per-channel weights the product is what a row-wise-scaled FP8 GEMM with fp32 accumulation computes; with
+// codes, x is quantised into q and the FP8 GEMM runs.
+void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w, const Tensor& w_scale,
+                   const Tensor& out, float beta, const Tensor* ba = nullptr);
 
 // One layer's MLP on T rows: h += down(silu(gate(n)) · up(n)), with proj [≥ T, 2I] and act [≥ T, I] as scratch.
 // Shared by the forward and the incremental decoder (model/target_decode.h).
-void target_mlp(const TargetModel& m, const TargetLayer& L, const Tensor& n, const Tensor& proj, const Tensor& act,
-                const Tensor& h, int64_t T);
+void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, const Tensor& n, const Tensor& proj,
+                const Tensor& act, const Tensor& h, int64_t T);
 
 // A packed SeqLayout for the given sequence lengths, with offsets and positions uploaded to the backend
 // into tensors carved from `arena`.

@@ -21,6 +21,7 @@ struct TargetDecoder::Buffers {
   Tensor conv_cu, conv_pos;
   std::vector<Tensor> taps;  // [max_step, H] per tap layer
   Tensor logits;             // [max(max_block, slots), V]
+  Fp8Inputs fp8;             // FP8 GEMM input codes [max_step, max K]; empty unless the model holds FP8 codes
 };
 
 struct TargetDecoder::LayerCache {
@@ -75,6 +76,7 @@ void TargetDecoder::plan(Arena& a) {
     proj_cols = std::max(proj_cols, L.kind == LayerKind::full_attention ? L.w_qkv.rows : L.w_in.rows);
     if (L.kind == LayerKind::linear_attention) conv_ch = std::max(conv_ch, L.conv_w.rows);
   }
+  if (m_.fp8_codes) proj_cols = (proj_cols + 15) / 16 * 16;  // as TargetForward::plan: FP8 GEMM output rows
   Buffers& b = *b_;
   b.ids = a.alloc(DType::i32, 1, S);
   b.pos = a.alloc(DType::i32, 1, S);
@@ -91,6 +93,7 @@ void TargetDecoder::plan(Arena& a) {
   b.taps.clear();
   for (size_t i = 0; i < tap_layers_.size(); ++i) b.taps.push_back(a.alloc(act, S, c.hidden));
   b.logits = a.alloc(act, saved, c.vocab);
+  fp8_inputs_plan(m_, S, a, b.fp8);
   for (size_t l = 0; l < m_.layers.size(); ++l) {
     const TargetLayer& L = m_.layers[l];
     LayerCache& lc = caches_[l];
@@ -130,7 +133,7 @@ void TargetDecoder::layer_full(size_t l, int64_t T) {
   const int hd = c.head_dim;
   const int64_t q_cols = int64_t(c.heads) * hd, kv_cols = int64_t(c.kv_heads) * hd;
   Tensor proj = b_->proj.rows_view(0, T).cols_view(0, L.w_qkv.rows);
-  target_linear(m_, b_->n.rows_view(0, T), L.w_qkv, proj, 0.0f);
+  target_linear(m_, b_->fp8, b_->n.rows_view(0, T), L.w_qkv, L.s_qkv, proj, 0.0f);
   const int64_t k0 = q_cols * (c.attn_output_gate ? 2 : 1);
   Tensor q = proj.cols_view(0, q_cols), k = proj.cols_view(k0, kv_cols),
          v = proj.cols_view(k0 + kv_cols, kv_cols);
@@ -148,7 +151,7 @@ void TargetDecoder::layer_full(size_t l, int64_t T) {
                           lc.v.rows_view(base, g.past + g.n), o.rows_view(g.row0, g.n), g.past, c.heads,
                           c.kv_heads, hd, 1.0f / std::sqrt(float(hd)), c.attn_output_gate ? &gate : nullptr);
   }
-  target_linear(m_, o, L.w_o, b_->h.rows_view(0, T), 1.0f);
+  target_linear(m_, b_->fp8, o, L.w_o, L.s_o, b_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
@@ -158,7 +161,7 @@ void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
   const int64_t C = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
   const int64_t K1 = std::max(c.conv_kernel - 1, 0);
   Tensor proj = b_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
-  target_linear(m_, b_->n.rows_view(0, T), L.w_in, proj, 0.0f);
+  target_linear(m_, b_->fp8, b_->n.rows_view(0, T), L.w_in, L.s_in, proj, 0.0f, &L.w_in_ba);
   Tensor o = b_->mix.rows_view(0, T).cols_view(0, vdim);
   for (size_t gi = 0; gi < segs_.size(); ++gi) {
     const Segment& g = segs_[gi];
@@ -195,7 +198,7 @@ void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
   }
   Tensor normed = b_->normed.rows_view(0, T).cols_view(0, vdim);
   ops_.gated_rmsnorm(o, proj.cols_view(C, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);
-  target_linear(m_, normed, L.w_out, b_->h.rows_view(0, T), 1.0f);
+  target_linear(m_, b_->fp8, normed, L.w_out, L.s_out, b_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetDecoder::forward(const std::vector<int32_t>& ids, const std::vector<int32_t>& pos, int64_t R) {
@@ -216,7 +219,7 @@ void TargetDecoder::forward(const std::vector<int32_t>& ids, const std::vector<i
     else
       layer_linear(l, T, R);
     ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
-    target_mlp(m_, L, b_->n, b_->proj, b_->act, b_->h, T);
+    target_mlp(m_, b_->fp8, L, b_->n, b_->proj, b_->act, b_->h, T);
     const Tensor& next_w = l + 1 < m_.layers.size() ? m_.layers[l + 1].ln1 : m_.final_norm;
     ops_.rmsnorm(h, next_w, n, c.rms_eps, nk);  // after the last layer: the final norm
     for (size_t i = 0; i < tap_layers_.size(); ++i)

@@ -17,6 +17,7 @@ struct TargetForward::Workspace {
   Tensor mix2;  // gated-norm output and conv output share this [T, max(conv channels, nv·dv)]
   Tensor act;   // SwiGLU output [T, I]
   Tensor gdn;   // DeltaNet prefill scratch u8 [1, Ops::gdn_workspace_bytes(T)]; empty on the CPU backend
+  Fp8Inputs fp8;  // the FP8 GEMMs' input codes and scales; empty unless the model holds FP8 codes
 };
 
 TargetForward::TargetForward(const TargetModel& model, int64_t max_tokens)
@@ -47,6 +48,9 @@ void TargetForward::plan(Arena& a) {
       gdn_bytes = std::max(gdn_bytes, ops_.gdn_workspace_bytes(T, gdn_shape()));
     }
   }
+  // FP8 GEMMs want 16-byte multiples for every leading dimension: the fused projection's row stride a multiple
+  // of 16 bf16 (32 bytes, as PyTorch's _scaled_mm asks of its output too).
+  if (m_.fp8_codes) proj_cols = (proj_cols + 15) / 16 * 16;
   ws_->h = a.alloc(act, T, c.hidden);
   ws_->n = a.alloc(act, T, c.hidden);
   ws_->proj = a.alloc(act, T, proj_cols);
@@ -54,6 +58,17 @@ void TargetForward::plan(Arena& a) {
   ws_->mix2 = a.alloc(act, T, std::max<int64_t>(mix2_cols, 1));
   ws_->act = a.alloc(act, T, c.intermediate);
   if (gdn_bytes > 0) ws_->gdn = a.alloc(DType::u8, 1, gdn_bytes);
+  fp8_inputs_plan(m_, T, a, ws_->fp8);
+}
+
+void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in) {
+  if (!m.fp8_codes) return;
+  int64_t k = m.cfg.hidden;  // every projection but the three output ones reads the hidden state
+  for (const TargetLayer& L : m.layers)
+    for (const Tensor* w : {&L.w_o, &L.w_out, &L.w_down})
+      if (!w->empty()) k = std::max(k, w->cols);
+  in.codes = a.alloc(DType::f8_e4m3, T, k);
+  in.scales = a.alloc(DType::f32, 1, T);
 }
 
 GdnShape TargetForward::gdn_shape() const {
@@ -73,7 +88,7 @@ void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int6
   const int hd = c.head_dim;
   const int64_t q_cols = int64_t(c.heads) * hd, kv_cols = int64_t(c.kv_heads) * hd;
   Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_qkv.rows);
-  target_linear(m_, ws_->n.rows_view(0, T), L.w_qkv, proj, 0.0f);
+  target_linear(m_, ws_->fp8, ws_->n.rows_view(0, T), L.w_qkv, L.s_qkv, proj, 0.0f);
   int64_t k0 = q_cols * (c.attn_output_gate ? 2 : 1);
   Tensor q = proj.cols_view(0, q_cols);
   Tensor k = proj.cols_view(k0, kv_cols);
@@ -85,14 +100,14 @@ void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int6
   if (c.attn_output_gate) gate = proj.cols_view(q_cols, q_cols);
   ops_.attention_causal(q, k, v, o, seqs, c.heads, c.kv_heads, hd, 1.0f / std::sqrt(float(hd)),
                         c.attn_output_gate ? &gate : nullptr);
-  target_linear(m_, o, L.w_o, ws_->h.rows_view(0, T), 1.0f);
+  target_linear(m_, ws_->fp8, o, L.w_o, L.s_o, ws_->h.rows_view(0, T), 1.0f);
 }
 
 void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T) {
   const QwenConfig& c = m_.cfg;
   const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
   Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
-  target_linear(m_, ws_->n.rows_view(0, T), L.w_in, proj, 0.0f);
+  target_linear(m_, ws_->fp8, ws_->n.rows_view(0, T), L.w_in, L.s_in, proj, 0.0f, &L.w_in_ba);
   Tensor conv = ws_->mix2.rows_view(0, T).cols_view(0, conv_ch);
   ops_.conv1d_silu(proj.cols_view(0, conv_ch), L.conv_w, conv, seqs);
   Tensor o = ws_->mix.rows_view(0, T).cols_view(0, vdim);
@@ -101,22 +116,36 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   // The conv output is dead now, so the gated norm reuses its buffer.
   Tensor normed = ws_->mix2.rows_view(0, T).cols_view(0, vdim);
   ops_.gated_rmsnorm(o, proj.cols_view(conv_ch, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);
-  target_linear(m_, normed, L.w_out, ws_->h.rows_view(0, T), 1.0f);
+  target_linear(m_, ws_->fp8, normed, L.w_out, L.s_out, ws_->h.rows_view(0, T), 1.0f);
 }
 
-void target_linear(const TargetModel& m, const Tensor& x, const Tensor& w, const Tensor& out, float beta) {
-  if (m.fp8) m.ops->fp8_round_rows(x);
-  m.ops->gemm(x, w, out, beta);
+void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w, const Tensor& w_scale,
+                   const Tensor& out, float beta, const Tensor* ba) {
+  if (!m.fp8_codes) {
+    if (m.fp8) m.ops->fp8_round_rows(x);
+    m.ops->gemm(x, w, out, beta);
+    return;
+  }
+  DF_CHECK(!q.codes.empty() && x.rows <= q.codes.rows && x.cols <= q.codes.cols,
+           "target_linear: FP8 input %s does not fit the planned codes %s", x.shape_str().c_str(),
+           q.codes.shape_str().c_str());
+  const Tensor codes = q.codes.rows_view(0, x.rows).cols_view(0, x.cols), scales = q.scales.cols_view(0, x.rows);
+  // The b / a rows multiply the same quantised input in bf16 (written back into x, rounded to bf16 once).
+  const bool tail = ba != nullptr && !ba->empty();
+  m.ops->fp8_quantize_rows(x, codes, scales, tail);
+  const int64_t n8 = w.rows - (tail ? ba->rows : 0);
+  m.ops->gemm_fp8(codes, scales, w.rows_view(0, n8), w_scale.cols_view(0, n8), out.cols_view(0, n8), beta);
+  if (tail) m.ops->gemm(x, *ba, out.cols_view(n8, ba->rows), beta);
 }
 
-void target_mlp(const TargetModel& m, const TargetLayer& L, const Tensor& n, const Tensor& proj, const Tensor& act,
-                const Tensor& h, int64_t T) {
+void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, const Tensor& n, const Tensor& proj,
+                const Tensor& act, const Tensor& h, int64_t T) {
   const int64_t I = m.cfg.intermediate;
   Tensor gate_up = proj.rows_view(0, T).cols_view(0, 2 * I);
-  target_linear(m, n.rows_view(0, T), L.w_gate_up, gate_up, 0.0f);
+  target_linear(m, q, n.rows_view(0, T), L.w_gate_up, L.s_gate_up, gate_up, 0.0f);
   Tensor a = act.rows_view(0, T);
   m.ops->swiglu(gate_up.cols_view(0, I), gate_up.cols_view(I, I), a);
-  target_linear(m, a, L.w_down, h.rows_view(0, T), 1.0f);
+  target_linear(m, q, a, L.w_down, L.s_down, h.rows_view(0, T), 1.0f);
 }
 
 void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs& out) {
@@ -142,7 +171,7 @@ void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs&
     else
       layer_linear(L, seqs, T);
     ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
-    target_mlp(m_, L, ws_->n, ws_->proj, ws_->act, ws_->h, T);
+    target_mlp(m_, ws_->fp8, L, ws_->n, ws_->proj, ws_->act, ws_->h, T);
     // h now holds the output of layer l. Norm it for the next layer's input, or with the final norm after
     // the last loaded layer (then n is the final norm's output).
     const Tensor& next_w = l + 1 < m_.num_loaded_layers ? m_.layers[l + 1].ln1 : m_.final_norm;

@@ -3,6 +3,7 @@
 // safetensors checkpoint or the counter-based RNG — into its (possibly fused) place.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -40,6 +41,9 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 void layout_model(TargetModel& m, Arena& a, const TargetLoadOptions& opt) {
   const QwenConfig& c = m.cfg;
   DType act = m.ops->act_dtype();
+  // The projections: act dtype, or e4m3 codes with a scale per row where the backend multiplies codes.
+  const DType pdt = m.fp8_codes ? DType::f8_e4m3 : act;
+  auto scales = [&](const Tensor& w) { return m.fp8_codes ? a.alloc(DType::f32, 1, w.rows) : Tensor(); };
   const int64_t H = c.hidden;
   m.embed = a.alloc(act, c.vocab, H);
   m.final_norm = a.alloc(DType::f32, 1, H);
@@ -52,30 +56,50 @@ void layout_model(TargetModel& m, Arena& a, const TargetLoadOptions& opt) {
     L.ln2 = a.alloc(DType::f32, 1, H);
     if (L.kind == LayerKind::full_attention) {
       int64_t q = int64_t(c.heads) * c.head_dim, kv = int64_t(c.kv_heads) * c.head_dim;
-      L.w_qkv = a.alloc(act, q * (c.attn_output_gate ? 2 : 1) + 2 * kv, H);
-      L.w_o = a.alloc(act, H, q);
+      L.w_qkv = a.alloc(pdt, q * (c.attn_output_gate ? 2 : 1) + 2 * kv, H);
+      L.w_o = a.alloc(pdt, H, q);
+      L.s_qkv = scales(L.w_qkv);
+      L.s_o = scales(L.w_o);
       L.q_norm = a.alloc(DType::f32, 1, c.head_dim);
       L.k_norm = a.alloc(DType::f32, 1, c.head_dim);
     } else {
       int64_t conv_ch = 2 * int64_t(c.lin_nk) * c.lin_dk + int64_t(c.lin_nv) * c.lin_dv;
       int64_t vdim = int64_t(c.lin_nv) * c.lin_dv;
-      L.w_in = a.alloc(act, conv_ch + vdim + 2 * c.lin_nv, H);
+      L.w_in = a.alloc(pdt, conv_ch + vdim + 2 * c.lin_nv, H);
+      L.s_in = scales(L.w_in);
+      if (m.fp8_codes) L.w_in_ba = a.alloc(act, 2 * c.lin_nv, H);
       L.conv_w = a.alloc(DType::f32, conv_ch, c.conv_kernel);
       L.A_log = a.alloc(DType::f32, 1, c.lin_nv);
       L.dt_bias = a.alloc(DType::f32, 1, c.lin_nv);
       L.gdn_norm = a.alloc(DType::f32, 1, c.lin_dv);
-      L.w_out = a.alloc(act, H, vdim);
+      L.w_out = a.alloc(pdt, H, vdim);
+      L.s_out = scales(L.w_out);
     }
-    L.w_gate_up = a.alloc(act, 2 * int64_t(c.intermediate), H);
-    L.w_down = a.alloc(act, H, c.intermediate);
+    L.w_gate_up = a.alloc(pdt, 2 * int64_t(c.intermediate), H);
+    L.w_down = a.alloc(pdt, H, c.intermediate);
+    L.s_gate_up = scales(L.w_gate_up);
+    L.s_down = scales(L.w_down);
   }
 }
 
-void fill_model(TargetModel& m, const std::string& p, WeightSource& src) {
+// Where a model holds FP8 codes, each projection is drawn or read into `staging` (act dtype, at least as large
+// as the largest HF projection) and quantised per row into its codes and scales; rows are quantised
+// independently, so a fused weight filled piece by piece gets the scales the whole would.
+void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const Tensor& staging) {
   const QwenConfig& c = m.cfg;
   const int64_t H = c.hidden;
   auto whole = [&](const Tensor& dst, const std::string& name, std::vector<int64_t> shape) {
     src.fill(dst, name, shape);
+  };
+  // Rows [r0, r0 + n) of projection w (scales s) from HF tensor `name`; q_gate: the gated q_proj's regrouping.
+  auto proj = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name, bool q_gate) {
+    const Tensor dst = m.fp8_codes ? Tensor{staging.data, staging.dtype, staging.device, n, w.cols, w.cols}
+                                    : w.rows_view(r0, n);
+    if (q_gate)
+      src.fill_q_gate(dst, name, c.heads, c.head_dim, H);
+    else
+      src.fill(dst, name, {n, w.cols});
+    if (m.fp8_codes) m.ops->fp8_quantize_rows(dst, w.rows_view(r0, n), s.cols_view(r0, n), false);
   };
   whole(m.embed, p + "embed_tokens.weight", {c.vocab, H});
   whole(m.final_norm, p + "norm.weight", {H});
@@ -88,35 +112,58 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src) {
     if (L.kind == LayerKind::full_attention) {
       const int64_t hd = c.head_dim, q = int64_t(c.heads) * hd, kv = int64_t(c.kv_heads) * hd;
       std::string ap = lp + "self_attn.";
-      if (c.attn_output_gate) {
-        src.fill_q_gate(L.w_qkv.rows_view(0, 2 * q), ap + "q_proj.weight", c.heads, hd, H);
-      } else {
-        whole(L.w_qkv.rows_view(0, q), ap + "q_proj.weight", {q, H});
-      }
-      int64_t k0 = q * (c.attn_output_gate ? 2 : 1);
-      whole(L.w_qkv.rows_view(k0, kv), ap + "k_proj.weight", {kv, H});
-      whole(L.w_qkv.rows_view(k0 + kv, kv), ap + "v_proj.weight", {kv, H});
-      whole(L.w_o, ap + "o_proj.weight", {H, q});
+      const int64_t k0 = q * (c.attn_output_gate ? 2 : 1);
+      proj(L.w_qkv, L.s_qkv, 0, k0, ap + "q_proj.weight", c.attn_output_gate);
+      proj(L.w_qkv, L.s_qkv, k0, kv, ap + "k_proj.weight", false);
+      proj(L.w_qkv, L.s_qkv, k0 + kv, kv, ap + "v_proj.weight", false);
+      proj(L.w_o, L.s_o, 0, H, ap + "o_proj.weight", false);
       whole(L.q_norm, ap + "q_norm.weight", {hd});
       whole(L.k_norm, ap + "k_norm.weight", {hd});
     } else {
       std::string gp = lp + "linear_attn.";
       const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
-      whole(L.w_in.rows_view(0, conv_ch), gp + "in_proj_qkv.weight", {conv_ch, H});
-      whole(L.w_in.rows_view(conv_ch, vdim), gp + "in_proj_z.weight", {vdim, H});
-      whole(L.w_in.rows_view(conv_ch + vdim, nv), gp + "in_proj_b.weight", {nv, H});
-      whole(L.w_in.rows_view(conv_ch + vdim + nv, nv), gp + "in_proj_a.weight", {nv, H});
+      proj(L.w_in, L.s_in, 0, conv_ch, gp + "in_proj_qkv.weight", false);
+      proj(L.w_in, L.s_in, conv_ch, vdim, gp + "in_proj_z.weight", false);
+      // With codes, b / a live in bf16 in w_in_ba; their rows of codes stay zero with scale 1 (never read).
+      const Tensor& ba = m.fp8_codes ? L.w_in_ba : L.w_in.rows_view(conv_ch + vdim, 2 * nv);
+      whole(ba.rows_view(0, nv), gp + "in_proj_b.weight", {nv, H});
+      whole(ba.rows_view(nv, nv), gp + "in_proj_a.weight", {nv, H});
+      if (m.fp8_codes) {
+        const std::vector<uint8_t> zero(size_t(2 * nv * H), 0);
+        const std::vector<float> one(size_t(2 * nv), 1.0f);
+        m.ops->upload_raw(L.w_in.rows_view(conv_ch + vdim, 2 * nv), zero.data());
+        m.ops->upload_f32(L.s_in.cols_view(conv_ch + vdim, 2 * nv), one.data());
+      }
       whole(L.conv_w, gp + "conv1d.weight", {conv_ch, 1, c.conv_kernel});
       whole(L.A_log, gp + "A_log", {nv});
       whole(L.dt_bias, gp + "dt_bias", {nv});
       whole(L.gdn_norm, gp + "norm.weight", {c.lin_dv});
-      whole(L.w_out, gp + "out_proj.weight", {H, vdim});
+      proj(L.w_out, L.s_out, 0, H, gp + "out_proj.weight", false);
     }
     std::string mp = lp + "mlp.";
     const int64_t I = c.intermediate;
-    whole(L.w_gate_up.rows_view(0, I), mp + "gate_proj.weight", {I, H});
-    whole(L.w_gate_up.rows_view(I, I), mp + "up_proj.weight", {I, H});
-    whole(L.w_down, mp + "down_proj.weight", {H, I});
+    proj(L.w_gate_up, L.s_gate_up, 0, I, mp + "gate_proj.weight", false);
+    proj(L.w_gate_up, L.s_gate_up, I, I, mp + "up_proj.weight", false);
+    proj(L.w_down, L.s_down, 0, H, mp + "down_proj.weight", false);
+  }
+}
+
+// Hopper's FP8 GEMMs read K in 16-byte steps: every projection's input width a multiple of 16; its FP8 rows
+// (w_in's without b / a) too, as PyTorch's _scaled_mm also demands of N. Refused at load time with the tensor
+// named rather than in the first forward. Every Qwen3 / Qwen3.5 / Qwen3.6 release passes.
+void fp8_check_shapes(const TargetModel& m) {
+  const char* names[] = {"q|k|v_proj", "o_proj", "in_proj_qkv|z", "out_proj", "gate|up_proj", "down_proj"};
+  const int64_t ba = 2 * int64_t(m.cfg.lin_nv);
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const TargetLayer& L = m.layers[l];
+    const Tensor* ws[] = {&L.w_qkv, &L.w_o, &L.w_in, &L.w_out, &L.w_gate_up, &L.w_down};
+    for (int i = 0; i < 6; ++i) {
+      const int64_t rows = ws[i]->rows - (ws[i] == &L.w_in ? ba : 0);
+      DF_CHECK(ws[i]->empty() || (ws[i]->cols % 16 == 0 && rows % 16 == 0),
+               "target.dtype = \"fp8\": layer %zu %s.weight %s: the FP8 GEMMs need its %lld inputs and %lld FP8 "
+               "rows to be multiples of 16; HINT: target.dtype = \"bf16\" for this model",
+               l, names[i], ws[i]->shape_str().c_str(), (long long)ws[i]->cols, (long long)rows);
+    }
   }
 }
 
@@ -129,20 +176,33 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
   m->num_loaded_layers = opt.num_layers < 0 ? cfg.layers : opt.num_layers;
   DF_CHECK(m->num_loaded_layers <= cfg.layers, "asked for %d layers but the model has %d", m->num_loaded_layers,
            cfg.layers);
+  m->fp8 = opt.fp8;
+  m->fp8_codes = opt.fp8 && ops.fp8_gemm();
   Arena arena;
   m->block = ops_alloc_planned(ops, [&](Arena& a) { layout_model(*m, a, opt); }, 0, arena);
   m->block_bytes = arena.capacity();
-  fill_model(*m, prefix, src);
-  if (opt.fp8) {
+  Tensor staging;  // one projection in act dtype, quantised into codes as it is filled (fp8_codes only)
+  if (m->fp8_codes) {
+    fp8_check_shapes(*m);
+    int64_t most = 0;
+    for (const TargetLayer& L : m->layers)
+      for (const Tensor* w : {&L.w_qkv, &L.w_o, &L.w_in, &L.w_out, &L.w_gate_up, &L.w_down})
+        most = std::max(most, w->numel());
+    staging = Tensor{ops.alloc_bytes(size_t(most) * dtype_size(ops.act_dtype())), ops.act_dtype(), ops.device(),
+                     1, most, most};
+  }
+  fill_model(*m, prefix, src, staging);
+  if (!staging.empty()) {
+    ops.synchronize();  // the last quantisation reads the staging buffer
+    ops.free_bytes(staging.data);
+  }
+  if (opt.fp8 && !m->fp8_codes) {
     const int64_t b_rows = 2 * int64_t(cfg.lin_nv);  // in_proj_b and in_proj_a, the last rows of w_in
-    // A block-scaled FP8 checkpoint's weights are e4m3 values already (on their block scales): kept as they are.
-    if (cfg.fp8_block_n == 0)
-      for (const TargetLayer& L : m->layers) {
-        for (const Tensor* w : {&L.w_qkv, &L.w_o, &L.w_out, &L.w_gate_up, &L.w_down})
-          if (!w->empty()) ops.fp8_round_rows(*w);
-        if (!L.w_in.empty()) ops.fp8_round_rows(L.w_in.rows_view(0, L.w_in.rows - b_rows));
-      }
-    m->fp8 = true;
+    for (const TargetLayer& L : m->layers) {
+      for (const Tensor* w : {&L.w_qkv, &L.w_o, &L.w_out, &L.w_gate_up, &L.w_down})
+        if (!w->empty()) ops.fp8_round_rows(*w);
+      if (!L.w_in.empty()) ops.fp8_round_rows(L.w_in.rows_view(0, L.w_in.rows - b_rows));
+    }
   }
   return m;
 }
@@ -281,6 +341,8 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
            opt.fp8_block_k);
   DF_CHECK(m.num_loaded_layers == c.layers, "only a fully loaded model can be saved (%d of %d layers loaded)",
            m.num_loaded_layers, c.layers);
+  DF_CHECK(!m.fp8_codes, "target_save_hf: this FP8 target holds e4m3 codes with per-row scales; HINT: save the "
+           "model from a target.dtype = \"bf16\" load");
   Ops& ops = *m.ops;
   std::vector<std::vector<float>> keep;  // owns the host copies until the file is written
   std::vector<std::vector<uint8_t>> codes;

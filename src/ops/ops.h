@@ -131,8 +131,23 @@ class Ops {
   // all-zero row left as it is. The FP8 target's quantisation: per output channel for weights (at load), per
   // token for the linear layers' inputs (model/target.h target_linear).
   virtual void fp8_round_rows(const Tensor& x) {
-    DF_FAIL("fp8_round_rows (%s): target.dtype = \"fp8\" is emulated on the CPU backend only so far; HINT: "
-            "target.device = \"cpu\"", x.shape_str().c_str());
+    DF_FAIL("fp8_round_rows (%s): this backend runs FP8 through fp8_quantize_rows and gemm_fp8 instead",
+            x.shape_str().c_str());
+  }
+  // True where the backend multiplies FP8 codes (fp8_quantize_rows + gemm_fp8): an FP8 target then holds its
+  // projections as e4m3 codes and scales. Elsewhere FP8 is emulated by fp8_round_rows and the fp32 gemm.
+  virtual bool fp8_gemm() const { return false; }
+  // Each row of x (act dtype) to e4m3 codes, codes f8_e4m3 [R, C], and its scale, scales f32 [1, R], rounded
+  // exactly as fp8_round_rows rounds it; write_back then replaces x's rows by code · scale in x's dtype.
+  virtual void fp8_quantize_rows(const Tensor& x, const Tensor& /*codes*/, const Tensor& /*scales*/,
+                                 bool /*write_back*/) {
+    DF_FAIL("fp8_quantize_rows (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x.shape_str().c_str());
+  }
+  // c = (sx ⊙ x8) · (sw ⊙ w8)ᵀ + beta · c, fp32 accumulation: x8 f8_e4m3 [M, K] with sx f32 [1, M] (per
+  // token), w8 f8_e4m3 [N, K] with sw f32 [1, N] (per output channel), c act dtype [M, N].
+  virtual void gemm_fp8(const Tensor& x8, const Tensor& /*sx*/, const Tensor& /*w8*/, const Tensor& /*sw*/,
+                        const Tensor& /*c*/, float /*beta*/) {
+    DF_FAIL("gemm_fp8 (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x8.shape_str().c_str());
   }
   // Per value head over dv: out = w · (o · rsqrt(mean(o²) + eps)) · silu(z); w f32 [1, dv] shared by heads.
   virtual void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads,

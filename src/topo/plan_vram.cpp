@@ -51,6 +51,37 @@ double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind) {
          + value_dim * h;                                           // out_proj
 }
 
+namespace {
+
+// One layer's projections as an FP8 target holds them (model/target.h TargetLayer): their elements (1 B e4m3
+// codes each, w_in's b / a rows included as unused zero codes), their rows (one f32 scale each), and the
+// DeltaNet b / a rows' bf16 copy.
+struct Fp8LayerProj {
+  double elems = 0, rows = 0, ba_bf16 = 0;
+};
+
+Fp8LayerProj fp8_layer_proj(const QwenConfig& t, LayerKind kind) {
+  const double h = t.hidden, I = t.intermediate;
+  Fp8LayerProj p;
+  p.rows = 2 * I + h;  // gate|up, down
+  p.elems = 3 * h * I;
+  if (kind == LayerKind::full_attention) {
+    const double q = double(t.heads) * t.head_dim;
+    const double qkv = q * (t.attn_output_gate ? 2 : 1) + 2.0 * t.kv_heads * t.head_dim;
+    p.rows += qkv + h;
+    p.elems += qkv * h + q * h;
+  } else {
+    const double value_dim = double(t.lin_nv) * t.lin_dv;
+    const double in = 2.0 * t.lin_nk * t.lin_dk + 2 * value_dim + 2.0 * t.lin_nv;  // qkv, z, b, a
+    p.rows += in + h;
+    p.elems += in * h + value_dim * h;
+    p.ba_bf16 = 2.0 * t.lin_nv * h;
+  }
+  return p;
+}
+
+}  // namespace
+
 VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied,
                            const VramAssumptions& assume) {
   const DrafterLimits lim = drafter_limits_from_run(cfg);
@@ -161,11 +192,35 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   VramRole& tr = p.target;
   tr.role = "target";
   const double tw = V * H + layer_params + (kl ? H : 0);
-  // An FP8 checkpoint is dequantised at load (model/fp8_weights.h): its weights take bf16 room, not 1 B each.
-  add(tr, "weights bf16", kBf16 * tw,
-      strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s) = %.4g params%s", V, H,
-             p.target_layers_run, n_lin, n_full, kl ? " + final norm" : "", tw,
-             t.fp8_block_n > 0 ? " (FP8 checkpoint, held as bf16 after dequantisation)" : ""));
+  if (cfg.target.dtype == "fp8") {
+    // target.dtype = "fp8" on CUDA: the projections are e4m3 codes + a scale per output channel (from a bf16 or a
+    // block-scaled checkpoint alike), the rest bf16; each linear layer's input is quantised into one planned
+    // [T, max K] code buffer with a scale per token.
+    Fp8LayerProj f;
+    double max_k = H;
+    for (int l = 0; l < p.target_layers_run; ++l) {
+      const LayerKind kind = t.layer_types[l];
+      const Fp8LayerProj x = fp8_layer_proj(t, kind);
+      f.elems += x.elems, f.rows += x.rows, f.ba_bf16 += x.ba_bf16;
+      const double mixer_out = kind == LayerKind::full_attention ? double(t.heads) * t.head_dim  // o_proj's K
+                                                                 : double(t.lin_nv) * t.lin_dv;  // out_proj's K
+      max_k = std::max({max_k, double(t.intermediate), mixer_out});
+    }
+    add(tr, "weights bf16", kBf16 * (tw - f.elems + f.ba_bf16),
+        strfmt("2 B x (embed %.0fx%.0f, norms, conv, DeltaNet b|a rows%s) = %.4g params", V, H,
+               kl ? ", final norm" : "", tw - f.elems + f.ba_bf16));
+    add(tr, "weights FP8 e4m3 + scales", f.elems + kF32 * f.rows,
+        strfmt("1 B x %.4g projection weights of %d layers (%d linear, %d full) + 4 B x %.4g channel scales",
+               f.elems, p.target_layers_run, n_lin, n_full, f.rows));
+    add(tr, "FP8 input codes + scales", double(T) * max_k + kF32 * T,
+        strfmt("1 B x %lld x %.0f + 4 B x %lld", (long long)T, max_k, (long long)T));
+  } else {
+    // An FP8 checkpoint is dequantised at load (model/fp8_weights.h): its weights take bf16 room, not 1 B each.
+    add(tr, "weights bf16", kBf16 * tw,
+        strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s) = %.4g params%s", V, H,
+               p.target_layers_run, n_lin, n_full, kl ? " + final norm" : "", tw,
+               t.fp8_block_n > 0 ? " (FP8 checkpoint, held as bf16 after dequantisation)" : ""));
+  }
   add(tr, "residual [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   add(tr, "normed input [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   double proj = 2.0 * t.intermediate, mixer = 0;

@@ -3,7 +3,10 @@
 // layer's input per token. The taps then differ from the fp32 forward by what e4m3 rounding predicts, not more.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include "core/fp8.h"
@@ -84,6 +87,49 @@ TEST_P(Fp8TargetTest, TapsDifferFromFp32ByE4m3Rounding) {
   }
   std::printf("[ fp8    ] %s: worst tap rel-RMS vs fp32 %.3f, final norm %.3f\n", c.model_type.c_str(), worst,
               rel_rms(b.final_norm, a.final_norm));
+}
+
+// A block-scaled FP8 checkpoint loaded with target.dtype = "fp8" is rounded per output channel like any other
+// weight (model/target.h TargetLoadOptions::fp8): the CUDA FP8 GEMM has one scale per row, and this CPU path is
+// its oracle. So every projection row is then a set of e4m3 codes on one scale (rounding it again moves nothing),
+// which the block-scaled values alone (loaded as bf16) are not: their 16-column blocks carry other scales.
+TEST_P(Fp8TargetTest, BlockScaledCheckpointIsRoundedPerChannel) {
+  CpuOps ops;
+  const QwenConfig c = cfg();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("df_fp8_target_block_" + std::to_string(GetParam()) + "_" +
+                                     std::to_string(::getpid()));
+  TargetSaveOptions save;
+  save.fp8_block_n = save.fp8_block_k = 16;
+  TargetLoadOptions with_head;
+  with_head.need_lm_head = true;  // an untied model is saved with its lm_head
+  target_save_hf(*target_random(c, 11, ops, with_head), dir.string(), save);
+  TargetLoadOptions fp8;
+  fp8.fp8 = true;
+  auto per_row = target_load(dir.string(), ops, fp8);
+  auto blocks = target_load(dir.string(), ops, {});
+  // How many elements of w move when its rows are rounded to e4m3 on their own scales once more.
+  auto moved = [&](const Tensor& w) {
+    std::vector<float> v(size_t(w.numel()));
+    ops.download_f32(w, v.data());
+    std::vector<float> again = v;
+    ops.fp8_round_rows(tensor_make(again.data(), DType::f32, Device::cpu, w.rows, w.cols));
+    int64_t n = 0;
+    // The row's scale may come back an f32 ulp off (its amax / 448 is recomputed), hence not bit-exact.
+    for (size_t i = 0; i < v.size(); ++i) n += std::fabs(again[i] - v[i]) > 1e-6f * std::fabs(v[i]);
+    return n;
+  };
+  int64_t moved_blocks = 0;
+  for (size_t l = 0; l < per_row->layers.size(); ++l) {
+    const TargetLayer& L = per_row->layers[l];
+    const TargetLayer& B = blocks->layers[l];
+    for (auto [w, b] : {std::pair{&L.w_gate_up, &B.w_gate_up}, std::pair{&L.w_down, &B.w_down}}) {
+      EXPECT_EQ(moved(*w), 0) << "layer " << l << ": a projection of the FP8 load is not per-row e4m3";
+      moved_blocks += moved(*b);
+    }
+  }
+  EXPECT_GT(moved_blocks, 0) << "the block-scaled values were per-row e4m3 already: the test shows nothing";
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Fp8TargetTest, ::testing::Values(0, 1), target_family_name);

@@ -142,6 +142,22 @@ TEST(PlanVram, KlRunsEveryLayerAndShipsFinalHidden) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 256 + 256 + 256 + 1536 + 1536 + 768);
 }
 
+// target.dtype = "fp8" (CUDA FP8 GEMMs): the projections are 1 B codes + one f32 scale per output row, the
+// rest bf16, plus the planned input codes. Per layer of the tiny target: q 8x8, k|v 8x8, o 8x8, gate|up 24x8,
+// down 8x12 = 480 weights in 56 rows; the other 24 parameters (norms, q/k norms) stay bf16.
+TEST(PlanVram, Fp8TargetCountsCodesAndScales) {
+  std::string toml = tiny_toml();
+  toml.replace(toml.find("[target]\n"), 9, "[target]\ndtype = \"fp8\"\n");
+  Config cfg = config_parse(toml, "tiny.toml");
+  VramAssumptions a;
+  a.targets = 1;
+  VramPlan p = plan_vram_compute(cfg, tiny_target(), 80 * kGiB, "test", a);
+  EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * (1264 - 2 * 480));  // embed 256 + 2 x 24
+  EXPECT_DOUBLE_EQ(item(p.target, "weights FP8 e4m3 + scales"), 2 * 480 + 4 * 2 * 56);
+  // 10 tokens x the widest input (down_proj's K = I = 12) + a scale per token.
+  EXPECT_DOUBLE_EQ(item(p.target, "FP8 input codes + scales"), 10 * 12 + 4 * 10);
+}
+
 TEST(PlanVram, ShortSequencesMeanMoreAnchors) {
   Config cfg = config_parse(tiny_toml(), "tiny.toml");
   // 10 tokens in sequences of 4: 3 sequences x min(3 anchors, 3 positions) = 9 anchor blocks.

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/gemm.cuh"
 #include "kernels/launchers.cuh"
 #include "model/qwen_config.h"
 
@@ -73,6 +74,29 @@ void CudaOps::embedding(const Tensor& ids, const Tensor& table, const Tensor& ou
 
 void CudaOps::gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) {
   cuda_gemm(dev_, a, false, w, true, c, 1.0f, beta);
+}
+
+void CudaOps::fp8_quantize_rows(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) {
+  cuda_expect(x, DType::bf16, "fp8_quantize_rows", "x");
+  cuda_expect_as(codes, DType::f8_e4m3, x.rows, x.cols, "fp8_quantize_rows", "codes");
+  cuda_expect_as(scales, DType::f32, 1, x.rows, "fp8_quantize_rows", "scales");
+  fp8_quantize_rows_launch(bptr(x), x.stride, static_cast<uint8_t*>(codes.data), codes.stride, fptr(scales), x.rows,
+                           x.cols, write_back, dev_.stream);
+}
+
+void CudaOps::gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
+                       float beta) {
+  cuda_expect(x8, DType::f8_e4m3, "gemm_fp8", "x8");
+  cuda_expect(w8, DType::f8_e4m3, "gemm_fp8", "w8");
+  DF_CHECK(w8.cols == x8.cols, "gemm_fp8: x8 %s and w8 %s disagree on K", x8.shape_str().c_str(),
+           w8.shape_str().c_str());
+  cuda_expect_as(sx, DType::f32, 1, x8.rows, "gemm_fp8", "sx");
+  cuda_expect_as(sw, DType::f32, 1, w8.rows, "gemm_fp8", "sw");
+  cuda_expect_as(c, DType::bf16, x8.rows, w8.rows, "gemm_fp8", "c");
+  auto ld = [](const Tensor& t) { return t.stride > t.cols ? t.stride : t.cols; };
+  gemm_fp8_launch(dev_.gemm, static_cast<const uint8_t*>(x8.data), ld(x8), fptr(sx),
+                  static_cast<const uint8_t*>(w8.data), ld(w8), fptr(sw), c.data, ld(c), x8.rows, w8.rows, x8.cols,
+                  beta, dev_.stream);
 }
 
 void CudaOps::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float eps, NormKind kind) {

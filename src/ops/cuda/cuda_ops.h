@@ -53,6 +53,10 @@ class CudaOps final : public Ops {
   int64_t gdn_workspace_bytes(int64_t tokens, const GdnShape& shape) const override;
   void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
                      float eps) override;
+  bool fp8_gemm() const override { return true; }
+  void fp8_quantize_rows(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) override;
+  void gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
+                float beta) override;
   // Incremental decoding is CPU-only for now: these two fail with a message instead of computing anything.
   void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past, int hq,
                         int hkv, int hd, float scale, const Tensor* gate = nullptr) override;

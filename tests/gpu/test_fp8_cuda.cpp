@@ -1,0 +1,314 @@
+// The FP8 target on CUDA (target.dtype = "fp8"): the row quantiser against core/fp8.h and
+// CpuOps::fp8_round_rows bit for bit, the cuBLASLt FP8 GEMM against an exact host product of its codes and
+// scales, a tiny FP8 forward against the CPU FP8 emulation per tap, and FP8 vs bf16 taps on a few 27B-shaped
+// layers (the error FP8 costs, printed and bounded). Every failure prints the worst element, its index and
+// both values. Skips itself without a device or a CUDA build.
+#include <gtest/gtest.h>
+
+#ifndef DF_HAVE_CUDA
+TEST(Fp8CudaTest, SkippedWithoutCudaBuild) {
+  GTEST_SKIP() << "built without CUDA: FP8 GPU tests skipped";
+}
+#else
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "core/fp8.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
+#include "tests/unit/target_test_util.h"
+
+using namespace df;
+
+namespace {
+
+class Fp8CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+    gpu_ = std::make_unique<CudaOps>(0);
+    block_ = gpu_->alloc_bytes(kBlock);
+    arena_ = Arena(block_, kBlock, Device::cuda);
+  }
+  void TearDown() override {
+    if (gpu_) gpu_->free_bytes(block_);
+  }
+  // Host values rounded to bf16 (so both backends read the same numbers), row r scaled by 2^exp[r]; rows with
+  // exp = -1000 are all zero.
+  static std::vector<float> rows_of(int64_t M, int64_t K, const std::vector<int>& exps, uint32_t seed) {
+    std::mt19937 g(seed);
+    std::normal_distribution<float> d;
+    std::vector<float> v(size_t(M * K));
+    for (int64_t r = 0; r < M; ++r) {
+      const int e = exps[size_t(r) % exps.size()];
+      for (int64_t c = 0; c < K; ++c)
+        v[size_t(r * K + c)] = e == -1000 ? 0.0f : bf16_round(std::ldexp(d(g), e));
+    }
+    return v;
+  }
+  static constexpr size_t kBlock = size_t(256) << 20;
+  std::unique_ptr<CudaOps> gpu_;
+  void* block_ = nullptr;
+  Arena arena_;
+};
+
+// The host reference of one row's quantisation: core/fp8.h, exactly as CpuOps::fp8_round_rows computes it.
+void host_quantize_row(const float* x, int64_t K, uint8_t* q, float* scale) {
+  float amax = 0.0f;
+  for (int64_t c = 0; c < K; ++c) amax = std::max(amax, std::fabs(x[c]));
+  *scale = e4m3_scale(amax);
+  for (int64_t c = 0; c < K; ++c) q[c] = f32_to_e4m3(x[c] / *scale);
+}
+
+TEST_F(Fp8CudaTest, QuantiseMatchesCoreFp8BitForBit) {
+  // Magnitudes from 2^-100 to 2^100 (bf16 and the scale stay normal f32), zero rows, unit rows.
+  const std::vector<int> exps = {0, -1000, 7, -20, 100, -100, 3, -1000, -6};
+  CpuOps cpu;
+  // K 37 (rows not 16-byte aligned) takes the kernel's scalar path, the others its 8-wide one.
+  for (int64_t M : {1, 7, 300})
+    for (int64_t K : {16, 37, 48, 5120}) {
+      SCOPED_TRACE(testing::Message() << "M " << M << " K " << K);
+      const std::vector<float> x = rows_of(M, K, exps, uint32_t(M * 131 + K));
+      const int64_t pad = 16;  // strided rows on both sides: x and the codes are views of wider buffers
+      Arena a = arena_;
+      Tensor xg = a.alloc(DType::bf16, M, K + pad).cols_view(0, K);
+      Tensor qg = a.alloc(DType::f8_e4m3, M, K + pad).cols_view(0, K);
+      Tensor sg = a.alloc(DType::f32, 1, M);
+      gpu_->upload_f32(xg, x.data());
+      gpu_->fp8_quantize_rows(xg, qg, sg, true);
+      std::vector<uint8_t> q(size_t(M * (K + pad)));
+      std::vector<float> s(static_cast<size_t>(M)), back(size_t(M * K));
+      gpu_->download_raw(Tensor{qg.data, DType::u8, Device::cuda, M, K + pad, K + pad}, q.data());
+      gpu_->download_f32(sg, s.data());
+      gpu_->download_f32(xg, back.data());
+      // The CPU op itself on the same rows: its output must be each GPU code times the GPU scale.
+      std::vector<float> rounded = x;
+      cpu.fp8_round_rows(tensor_make(rounded.data(), DType::f32, Device::cpu, M, K));
+      std::vector<uint8_t> wq(static_cast<size_t>(K));
+      int64_t bad = 0;
+      for (int64_t r = 0; r < M; ++r) {
+        float ws = 0;
+        host_quantize_row(&x[size_t(r * K)], K, wq.data(), &ws);
+        if (s[size_t(r)] != ws && bad++ < 5)
+          ADD_FAILURE() << "row " << r << ": scale " << s[size_t(r)] << " (GPU) vs " << ws << " (core/fp8.h)";
+        for (int64_t c = 0; c < K; ++c) {
+          const size_t i = size_t(r * K + c);
+          const uint8_t g = q[size_t(r * (K + pad) + c)];
+          const float deq = e4m3_to_f32(g) * s[size_t(r)];
+          if ((g != wq[size_t(c)] || deq != rounded[i] || back[i] != bf16_round(deq)) && bad++ < 5)
+            ADD_FAILURE() << "[" << r << ", " << c << "] x " << x[i] << ": GPU code 0x" << std::hex << int(g)
+                          << " vs core/fp8.h 0x" << int(wq[size_t(c)]) << std::dec << "; GPU code·scale "
+                          << deq << " vs CpuOps::fp8_round_rows " << rounded[i] << "; written back "
+                          << back[i];
+        }
+      }
+      EXPECT_EQ(bad, 0) << "elements or scales that differ";
+    }
+}
+
+TEST_F(Fp8CudaTest, GemmMatchesExactProductOfCodesAndScales) {
+  struct Shape {
+    int64_t M, N, K;
+    float beta;
+  };
+  // Odd M (one token, 7, 33, 300), N and K multiples of 16 as the target's loader demands (16 to the 27B's
+  // hidden size), and the residual-add form (beta 1) the output projections use.
+  for (const Shape sh : {Shape{1, 48, 16, 0.0f}, Shape{7, 48, 48, 1.0f}, Shape{300, 144, 5120, 0.0f},
+                         Shape{300, 80, 5120, 1.0f}, Shape{33, 5120, 64, 1.0f}}) {
+    const int64_t M = sh.M, N = sh.N, K = sh.K;
+    SCOPED_TRACE(testing::Message() << "M " << M << " N " << N << " K " << K << " beta " << sh.beta);
+    Arena a = arena_;
+    const int64_t ldx = K + 32, ldc = N + 16;  // x codes and c are views of wider buffers, as in the forward
+    const std::vector<float> xh = rows_of(M, K, {0, 2, -3, -1000}, 11), wh = rows_of(N, K, {-4, -6, -2}, 12);
+    std::vector<float> ch = rows_of(M, N, {1}, 13);
+    Tensor x = a.alloc(DType::bf16, M, K), w = a.alloc(DType::bf16, N, K);
+    Tensor x8 = a.alloc(DType::f8_e4m3, M, ldx).cols_view(0, K), sx = a.alloc(DType::f32, 1, M);
+    Tensor w8 = a.alloc(DType::f8_e4m3, N, K), sw = a.alloc(DType::f32, 1, N);
+    Tensor c = a.alloc(DType::bf16, M, ldc).cols_view(0, N);
+    gpu_->upload_f32(x, xh.data());
+    gpu_->upload_f32(w, wh.data());
+    gpu_->upload_f32(c, ch.data());
+    gpu_->fp8_quantize_rows(x, x8, sx, false);
+    gpu_->fp8_quantize_rows(w, w8, sw, false);
+    gpu_->gemm_fp8(x8, sx, w8, sw, c, sh.beta);
+    std::vector<uint8_t> qx(size_t(M * ldx)), qw(size_t(N * K));
+    std::vector<float> sxh(static_cast<size_t>(M)), swh(static_cast<size_t>(N)), got(size_t(M * N));
+    gpu_->download_raw(Tensor{x8.data, DType::u8, Device::cuda, M, ldx, ldx}, qx.data());
+    gpu_->download_raw(Tensor{w8.data, DType::u8, Device::cuda, N, K, K}, qw.data());
+    gpu_->download_f32(sx, sxh.data());
+    gpu_->download_f32(sw, swh.data());
+    gpu_->download_f32(c, got.data());
+    // Reference in double from the downloaded codes and scales, so only the GEMM is under test. The code
+    // products are exact (4-bit significands); what the GPU adds is its accumulation and the bf16 rounding of the
+    // output, half a bf16 ulp, 2^-9 · |c| (2^-8 here to cover a result at the edge of a binade). Accumulation: fp32
+    // in any order is within K · 2^-24 · Σ|terms|, but Hopper's FP8 MMA keeps only ~14 mantissa bits inside a
+    // chain of instructions before cuBLASLt promotes the partial sum to fp32 (DeepSeek-V3 report, section 3.3.2),
+    // so allow 2^-12 · Σ|terms| on top: for K = 5120 about 1.4 % of a typical |c|, while a lost 16-wide K slice, a
+    // wrong scale or a mis-strided operand moves c by far more.
+    double worst = -1, worst_got = 0, worst_want = 0, worst_tol = 0;
+    int64_t worst_i = -1, bad = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double t = double(e4m3_to_f32(qx[size_t(m * ldx + k)])) * e4m3_to_f32(qw[size_t(n * K + k)]);
+          acc += t;
+          mag += std::fabs(t);
+        }
+        const double s = double(sxh[size_t(m)]) * swh[size_t(n)];
+        const double want = acc * s + sh.beta * ch[size_t(m * N + n)];
+        const double tol = std::ldexp(1.0, -8) * std::fabs(want) +
+                           (double(K) * std::ldexp(1.0, -24) + std::ldexp(1.0, -12)) * mag * s + 1e-30;
+        const double err = std::fabs(double(got[size_t(m * N + n)]) - want);
+        if (!(err <= tol)) ++bad;
+        if (!(err / tol <= worst)) {
+          worst = std::isfinite(err) ? err / tol : 1e30;
+          worst_i = m * N + n, worst_got = got[size_t(m * N + n)], worst_want = want, worst_tol = tol;
+        }
+      }
+    EXPECT_EQ(bad, 0) << bad << " of " << M * N
+                      << " outside |got - want| <= 2^-8 |want| + (K 2^-24 + 2^-12) sum|terms|;"
+                      << " worst at [" << worst_i / N << ", " << worst_i % N << "]: GPU " << worst_got
+                      << " vs exact " << worst_want << " (tolerance " << worst_tol << ", " << worst
+                      << "x of it)";
+  }
+}
+
+// A hybrid config whose every projection input is a multiple of 16 (the FP8 GEMMs' rule): hidden 32, q 2·16,
+// DeltaNet value dim 2·16, intermediate 48.
+QwenConfig tiny_hybrid16() {
+  nlohmann::json j = {
+      {"model_type", "qwen3_5_text"},
+      {"hidden_size", 32},
+      {"num_hidden_layers", 4},
+      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+      {"intermediate_size", 48},
+      {"vocab_size", 37},
+      {"num_attention_heads", 2},
+      {"num_key_value_heads", 1},
+      {"head_dim", 16},
+      {"attn_output_gate", true},
+      {"partial_rotary_factor", 0.5},
+      {"rope_theta", 10000.0},
+      {"rms_norm_eps", 1e-6},
+      {"linear_num_key_heads", 1},
+      {"linear_num_value_heads", 2},
+      {"linear_key_head_dim", 16},
+      {"linear_value_head_dim", 16},
+      {"linear_conv_kernel_dim", 4},
+      {"tie_word_embeddings", false}};
+  return qwen_config_from_json(j, "tiny_hybrid16");
+}
+
+struct TapError {
+  double rel_rms = 0, max_abs = 0, got = 0, want = 0;
+  int64_t worst = -1;
+};
+
+TapError tap_error(const std::vector<float>& got, const std::vector<float>& want) {
+  TapError e;
+  e.rel_rms = rel_rms(got, want);
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - want[i]);
+    if (!(d <= e.max_abs))
+      e.max_abs = std::isfinite(d) ? d : 1e30, e.worst = int64_t(i), e.got = got[i], e.want = want[i];
+  }
+  return e;
+}
+
+// The FP8 CUDA forward against the CPU FP8 emulation (same weights: fill_normal draws the same values on
+// both). They differ by the CUDA path's bf16 weights and activations, which move an element across an e4m3
+// rounding boundary now and then: a bf16 difference of up to 2^-9 against an e4m3 spacing of 2^-4..2^-3
+// relative flips ~2 % of the codes by one step (~9 %), an RMS of ~1.3 % against the ~2.6 % of the e4m3
+// rounding itself. So the CUDA FP8 taps sit at about half the FP8 rounding error (CPU FP8 vs CPU fp32,
+// measured here) from the CPU FP8 taps, and must sit within 1x of it; the bugs left possible (the GEMM takes
+// only codes, so an unquantised operand cannot reach it) are wrong scales, a mis-placed scale vector or lost
+// b / a rows: O(1), 10x and more. And the FP8 rounding must have happened: the CUDA FP8 taps at least 0.3x of
+// that error from the fp32 ones.
+constexpr double kFp8AgreementFactor = 1.0;
+constexpr double kFp8PresenceFactor = 0.3;
+
+TEST_F(Fp8CudaTest, TinyForwardMatchesCpuFp8Emulation) {
+  const QwenConfig c = tiny_hybrid16();
+  CpuOps cpu(CpuGdnMode::recurrent);
+  TargetLoadOptions fp8;
+  fp8.fp8 = true;
+  auto cpu32 = target_random(c, 7, cpu, {});
+  auto cpu8 = target_random(c, 7, cpu, fp8);
+  auto gpu8 = target_random(c, 7, *gpu_, fp8);
+  ASSERT_TRUE(gpu8->fp8_codes) << "CudaOps must hold an FP8 target as codes";
+  ASSERT_FALSE(cpu8->fp8_codes);
+  const std::vector<int32_t> ids = random_ids(150, c.vocab, 5);
+  const std::vector<int32_t> lengths = {70, 1, 79};
+  const FwdResult a = run_model(*cpu32, cpu, ids, lengths, c.layers, true);
+  const FwdResult b = run_model(*cpu8, cpu, ids, lengths, c.layers, true);
+  const FwdResult g = run_model(*gpu8, *gpu_, ids, lengths, c.layers, true);
+  for (int l = 0; l <= c.layers; ++l) {
+    const bool fin = l == c.layers;
+    const std::vector<float>& want = fin ? b.final_norm : b.taps[size_t(l)];
+    const std::vector<float>& got = fin ? g.final_norm : g.taps[size_t(l)];
+    const double fp8_err = rel_rms(want, fin ? a.final_norm : a.taps[size_t(l)]);
+    const TapError e = tap_error(got, want);
+    std::printf("tap %s: CUDA FP8 vs CPU FP8 rel rms %.3e max abs %.3e; CPU FP8 vs CPU fp32 rel rms %.3e\n",
+                fin ? "final norm" : std::to_string(l).c_str(), e.rel_rms, e.max_abs, fp8_err);
+    EXPECT_LE(e.rel_rms, kFp8AgreementFactor * fp8_err)
+        << "tap " << (fin ? "final norm" : std::to_string(l)) << ": worst at token " << e.worst / c.hidden
+        << " col " << e.worst % c.hidden << ": CUDA " << e.got << " vs CPU FP8 " << e.want;
+    EXPECT_GE(rel_rms(got, fin ? a.final_norm : a.taps[size_t(l)]), kFp8PresenceFactor * fp8_err)
+        << "tap " << (fin ? "final norm" : std::to_string(l)) << ": the CUDA FP8 taps equal the fp32 ones";
+  }
+}
+
+// The fidelity figure on the real shapes: FP8 vs bf16 taps of the CUDA forward on the first layers of
+// a Qwen3.6-27B-shaped random model (three DeltaNet layers, one gated attention layer). Bound, as in
+// tests/unit/test_fp8_target.cpp: e4m3 keeps 3 mantissa bits, a uniform relative rounding error of RMS
+// 2^-4/√3 ≈ 3.6 % per operand, ≈ 5 % on a product, which a dot product over K random-signed terms keeps as a
+// relative error; each of a layer's two sub-layers adds that to the residual stream, so after L layers the
+// taps sit at most ~5 %·√(2L) away (14 % after 4). Twice that, 2 · 0.05 · √(2L), bounds it; unquantised
+// operands give ~0 (then the FP8 path is not running: checked below as a floor of 1e-3) and wrong scales
+// O(1).
+TEST_F(Fp8CudaTest, Fp8VsBf16TapsOn27bShapes) {
+  nlohmann::json types = {"linear_attention", "linear_attention", "linear_attention", "full_attention"};
+  nlohmann::json j = {
+      {"model_type", "qwen3_5_text"}, {"hidden_size", 5120},           {"num_hidden_layers", 4},
+      {"layer_types", types},         {"intermediate_size", 17408},    {"vocab_size", 248320},
+      {"num_attention_heads", 24},    {"num_key_value_heads", 4},      {"head_dim", 256},
+      {"attn_output_gate", true},     {"partial_rotary_factor", 0.25}, {"rope_theta", 1e7},
+      {"rms_norm_eps", 1e-6},         {"linear_num_key_heads", 16},    {"linear_num_value_heads", 48},
+      {"linear_key_head_dim", 128},   {"linear_value_head_dim", 128},  {"linear_conv_kernel_dim", 4},
+      {"tie_word_embeddings", false}};
+  const QwenConfig c = qwen_config_from_json(j, "Qwen3.6-27B shapes, 4 layers");
+  TargetLoadOptions fp8;
+  fp8.fp8 = true;
+  const std::vector<int32_t> lengths = {300, 212};
+  const std::vector<int32_t> ids = random_ids(512, c.vocab, 9);
+  FwdResult bf, f8;
+  {
+    auto m = target_random(c, 3, *gpu_, {});
+    bf = run_model(*m, *gpu_, ids, lengths, c.layers, false);
+  }
+  {
+    auto m = target_random(c, 3, *gpu_, fp8);
+    f8 = run_model(*m, *gpu_, ids, lengths, c.layers, false);
+  }
+  for (int l = 0; l < c.layers; ++l) {
+    const TapError e = tap_error(f8.taps[size_t(l)], bf.taps[size_t(l)]);
+    const double bound = 2 * 0.05 * std::sqrt(2.0 * (l + 1));
+    std::printf(
+        "27B shapes, layer %d (%s): FP8 vs bf16 rel rms %.3e, max abs %.3e at token %lld col %lld "
+        "(%.4g vs %.4g); bound %.3f\n",
+        l, c.layer_types[size_t(l)] == LayerKind::full_attention ? "attention" : "DeltaNet", e.rel_rms,
+        e.max_abs, (long long)(e.worst / c.hidden), (long long)(e.worst % c.hidden), e.got, e.want, bound);
+    EXPECT_LE(e.rel_rms, bound) << "layer " << l << ": worst at token " << e.worst / c.hidden << " col "
+                                << e.worst % c.hidden << ": FP8 " << e.got << " vs bf16 " << e.want;
+    EXPECT_GE(e.rel_rms, 1e-3) << "layer " << l
+                               << ": FP8 taps equal the bf16 ones: the FP8 GEMMs did not run";
+  }
+}
+
+}  // namespace
+#endif
