@@ -22,6 +22,7 @@ namespace {
 
 struct ExtractArgs {
   std::string model, tokens, out, layers = "all", device = "cpu", dtype = "bf16", for_config;
+  std::string target_dtype;  // "bf16" | "fp8" (target.dtype); empty: --for-config's target.dtype, else bf16
   int gpu = 0;
   int64_t token_budget = 8192;
   bool force = false;
@@ -31,6 +32,7 @@ struct ExtractArgs {
 struct LayerSelection {
   std::vector<int> layers;
   bool embeddings = false, final_norm = false;
+  std::string target_dtype;  // the run config's target.dtype (--for-config), else empty
 };
 
 LayerSelection parse_layers(const std::string& spec, int num_layers) {
@@ -67,6 +69,7 @@ LayerSelection layers_for_config(const std::string& path, const QwenConfig& targ
   LayerSelection out;
   out.layers = drafter_config_from_run(cfg, target).target_layer_ids;
   out.final_norm = cfg.train.loss == "kl";
+  out.target_dtype = cfg.target.dtype;
   return out;
 }
 
@@ -91,14 +94,21 @@ void run_extract(const ExtractArgs& a) {
                                                   : layers_for_config(a.for_config, cfg);
   const std::vector<int>& layers = sel.layers;
   const bool bf16 = a.dtype == "bf16";
-  log_info("extract: %s on %s (%s), %lld sequences, %lld tokens, %zu layer taps", qwen_config_summary(cfg).c_str(),
-           a.device.c_str(), ops->name(), (long long)data.num_sequences(), (long long)data.num_tokens(),
-           layers.size());
+  // The target's compute: the flag, else what the run config trains from, so offline features carry the same
+  // FP8 rounding as the run's online ones.
+  const std::string target_dtype = !a.target_dtype.empty() ? a.target_dtype
+                                   : sel.target_dtype.empty() ? "bf16"
+                                                              : sel.target_dtype;
+  log_info("extract: %s on %s (%s, target %s), %lld sequences, %lld tokens, %zu layer taps",
+           qwen_config_summary(cfg).c_str(), a.device.c_str(), ops->name(), target_dtype.c_str(),
+           (long long)data.num_sequences(), (long long)data.num_tokens(), layers.size());
 
   int64_t max_len = 1;
   for (int64_t s = 0; s < data.num_sequences(); ++s) max_len = std::max(max_len, data.sequence_length(s));
   const int64_t budget = std::max(a.token_budget, max_len);
-  std::unique_ptr<TargetModel> model = target_load(a.model, *ops, TargetLoadOptions{});
+  TargetLoadOptions load;
+  load.fp8 = target_dtype == "fp8";
+  std::unique_ptr<TargetModel> model = target_load(a.model, *ops, load);
   TargetForward fwd(*model, budget);
 
   // Output tensors and the per-batch ids/offsets/positions, planned once for the budget.
@@ -199,6 +209,10 @@ void cmd_extract_register(CLI::App& root) {
   c->add_option("--dtype", args->dtype, "bf16 (what training uses) or f32")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
+  c->add_option("--target-dtype", args->target_dtype,
+                "the target's compute, as target.dtype: bf16, or fp8 (e4m3 linear layers, per-channel weight and "
+                "per-token activation scales). Default: --for-config's target.dtype, else bf16")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   c->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   c->add_option("--gpu", args->gpu, "CUDA device index")->capture_default_str();

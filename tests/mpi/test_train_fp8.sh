@@ -33,5 +33,35 @@ grep -q '^dtype = "fp8"' "$TMP/cuda.toml" || fail "the CUDA config lacks dtype =
   fail "fp8 on CUDA refused: $(cat "$TMP/cuda.log")"
 grep -q "target.dtype" "$TMP/cuda.log" && grep -q "runs on the CPU backend only" "$TMP/cuda.log" &&
   fail "fp8 on CUDA: the old refusal is still printed"
+# Offline FP8 features: `extract --for-config` of an fp8 run computes with the FP8 target (its log says so), and a
+# drafter trained offline from them takes the online FP8 run's losses (1e-3 relative, the bound of
+# test_train_offline.sh: only the forward's batching differs); features extracted with --target-dtype bf16 give
+# other losses, so the FP8 rounding did reach the file.
+"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --out "$TMP/target" >/dev/null || fail "model init"
+write_config "$TMP/on8.toml" "$TMP/on8" 1 1 6
+sed -i -e "s|^random_config = .*|model = \"$TMP/target\"|" -e 's/^device = "cpu"$/device = "cpu"\ndtype = "fp8"/' \
+  "$TMP/on8.toml"
+run_mpi 2 "$TMP/on8.log" --config "$TMP/on8.toml" || fail "online fp8 run: $(tail -5 "$TMP/on8.log")"
+for dt in fp8 bf16; do
+  flag=()
+  [ "$dt" = bf16 ] && flag=(--target-dtype bf16)
+  "$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --out "$TMP/feat_$dt.h5" --for-config "$TMP/on8.toml" \
+    "${flag[@]}" >"$TMP/extract_$dt.log" 2>&1 || fail "extract ($dt): $(tail -3 "$TMP/extract_$dt.log")"
+  grep -q "target $dt)" "$TMP/extract_$dt.log" || fail "extract's log does not say target $dt: $(head -3 "$TMP/extract_$dt.log")"
+  write_config "$TMP/off_$dt.toml" "$TMP/off_$dt" 0 1 6
+  sed -i -e "s|^random_config = .*|model = \"$TMP/target\"|" -e "s|^train = .*|features = [\"$TMP/feat_$dt.h5\"]|" \
+    "$TMP/off_$dt.toml"
+  run_mpi 1 "$TMP/off_$dt.log" --config "$TMP/off_$dt.toml" || fail "offline run from $dt features: $(tail -5 "$TMP/off_$dt.log")"
+done
+python3 - "$TMP/on8/metrics.jsonl" "$TMP/off_fp8/metrics.jsonl" "$TMP/off_bf16/metrics.jsonl" <<'PY' ||
+import json, sys
+on, f8, b16 = ([json.loads(x)["loss"] for x in open(f) if '"loss"' in x] for f in sys.argv[1:4])
+assert len(on) == len(f8) == len(b16) == 6, (len(on), len(f8), len(b16))
+worst = max(abs(x - y) / abs(x) for x, y in zip(on, f8))
+print(f"online FP8 vs offline FP8 features: worst relative loss difference {worst:.2e}; bf16 features "
+      f"{'differ' if f8 != b16 else 'are identical'}")
+sys.exit(0 if worst < 1e-3 and f8 != b16 else 1)
+PY
+  fail "offline FP8 features do not train like the online FP8 target (or equal bf16 features)"
 echo "$fails failed"
 [ "$fails" -eq 0 ]
