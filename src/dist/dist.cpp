@@ -200,8 +200,9 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 #endif
   std::string why;
   c.transport = transport_choose(transport, c.hosts, c.gpus, kNcclBuilt, &why);
-  // The NCCL gradient all-reduce exists; the NCCL feature channel does not yet: features stay on MPI.
-  if (c.transport == Transport::nccl) why += "; gradients over NCCL, features over MPI";
+  // Headers, host arrays and credits of the feature channel always go over MPI; the transport carries the rest.
+  why += c.transport == Transport::nccl ? "; feature payloads and gradients over NCCL"
+                                        : "; feature payloads and gradients over MPI";
 
   MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
   MPI_Comm split;
