@@ -201,8 +201,9 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   std::string why;
   c.transport = transport_choose(transport, c.hosts, c.gpus, kNcclBuilt, &why);
   // Headers, host arrays and credits of the feature channel always go over MPI; the transport carries the rest.
-  why += c.transport == Transport::nccl ? "; feature payloads and gradients over NCCL"
-                                        : "; feature payloads and gradients over MPI";
+  const char* over = c.transport == Transport::nccl ? "NCCL" : "MPI";
+  why += topo.offline ? strfmt("; gradients over %s (features from files)", over)
+                      : strfmt("; feature payloads and gradients over %s", over);
 
   MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
   MPI_Comm split;

@@ -126,19 +126,12 @@ std::unique_ptr<FeatureSender> feature_sender_mpi(MPI_Comm comm, std::vector<int
 std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets,
                                                       DrafterBatches order, WirePool& pool);
 
-// CUDA builds (feature_channel_nccl.cpp): the payload by NCCL between device slots. world: the NCCL world
-// communicator, whose ranks are the world ranks of `comm`; its one thread issues every call (dist/nccl_comm.h).
+// CUDA builds (feature_channel_nccl.h): the payload by NCCL between device slots. world: the NCCL world
+// communicator, whose ranks are the world ranks of the channel's comm; its one thread issues every call.
 class NcclComm;
-std::unique_ptr<FeatureSender> feature_sender_nccl(MPI_Comm comm, NcclComm& world, std::vector<int> drafters,
-                                                   int depth, WirePool& pool);
-std::unique_ptr<FeatureReceiver> feature_receiver_nccl(MPI_Comm comm, NcclComm& world, std::vector<int> targets,
-                                                       DrafterBatches order, WirePool& pool);
-
-// The run's channel: the payload by NCCL when `nccl` (the NCCL world communicator, transport nccl), else by
-// MPI. A pool for the NCCL wire needs no host mirrors (WirePool's `mirrors`).
-std::unique_ptr<FeatureSender> feature_sender_for(MPI_Comm comm, NcclComm* nccl, std::vector<int> drafters,
-                                                  int depth, WirePool& pool);
-std::unique_ptr<FeatureReceiver> feature_receiver_for(MPI_Comm comm, NcclComm* nccl, std::vector<int> targets,
-                                                      DrafterBatches order, WirePool& pool);
+std::unique_ptr<PayloadWire> payload_wire_nccl(NcclComm& world, WirePool& pool);
+// The run's wire: NCCL when `nccl` (the world communicator, transport nccl), else MPI over comm. A pool for
+// the NCCL wire needs no host mirrors (WirePool's `mirrors`).
+std::unique_ptr<PayloadWire> payload_wire(MPI_Comm comm, NcclComm* nccl, WirePool& pool);
 
 }  // namespace df

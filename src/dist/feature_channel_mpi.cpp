@@ -365,22 +365,12 @@ std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector
   return feature_receiver(comm, std::move(targets), order, pool, payload_wire_mpi(comm, pool));
 }
 
-std::unique_ptr<FeatureSender> feature_sender_for(MPI_Comm comm, NcclComm* nccl, std::vector<int> drafters,
-                                                  int depth, WirePool& pool) {
+std::unique_ptr<PayloadWire> payload_wire(MPI_Comm comm, NcclComm* nccl, WirePool& pool) {
 #ifdef DF_HAVE_CUDA
-  if (nccl) return feature_sender_nccl(comm, *nccl, std::move(drafters), depth, pool);
+  if (nccl) return payload_wire_nccl(*nccl, pool);
 #endif
-  DF_CHECK(!nccl, "feature channel over NCCL in a build without CUDA (internal error)");
-  return feature_sender_mpi(comm, std::move(drafters), depth, pool);
-}
-
-std::unique_ptr<FeatureReceiver> feature_receiver_for(MPI_Comm comm, NcclComm* nccl, std::vector<int> targets,
-                                                      DrafterBatches order, WirePool& pool) {
-#ifdef DF_HAVE_CUDA
-  if (nccl) return feature_receiver_nccl(comm, *nccl, std::move(targets), order, pool);
-#endif
-  DF_CHECK(!nccl, "feature channel over NCCL in a build without CUDA (internal error)");
-  return feature_receiver_mpi(comm, std::move(targets), order, pool);
+  DF_CHECK(!nccl, "feature payloads over NCCL in a build without CUDA (internal error)");
+  return payload_wire_mpi(comm, pool);
 }
 
 }  // namespace df

@@ -1,6 +1,14 @@
 // The feature channel with its payload over NCCL (dist/feature_channel_nccl.h): the protocol is the MPI
 // channel's (feature_channel_mpi.cpp), only the payload wire differs. Every wait is bounded by the world
 // communicator's bound (NcclComm::set_step) and names the batch, the peer and the step.
+//
+// Order (NCCL matches p2p by issue order per peer, and mixed p2p and collectives out of order can hang): a
+// rank's main thread issues every call. A target uses only the world communicator and sends in batch order;
+// a drafter receives in batch order (the drain too), so on every rank's world stream the transfers run in
+// increasing batch id and the lowest one outstanding always has both ends posted. A drafter waits for each
+// payload (arrived) before it trains on it and so before the step's all-reduce on the drafters'
+// communicator, and the reducer waits for that all-reduce before the next receive is posted: a drafter's
+// two communicators never have work in flight at once, so nothing of one can wait behind the other.
 #include "dist/feature_channel_nccl.h"
 
 #include "core/error.h"
@@ -24,7 +32,9 @@ NcclWire::Slot& NcclWire::at(int slot) {
            slots_.size());
   return slots_[size_t(slot)];
 }
-const NcclWire::Slot& NcclWire::at(int slot) const { return const_cast<NcclWire*>(this)->at(slot); }
+const NcclWire::Slot& NcclWire::at(int slot) const {
+  return const_cast<NcclWire*>(this)->at(slot);
+}
 
 NcclP2p NcclWire::begin(int slot, bool send, size_t n, int peer, int64_t batch) {
   Slot& s = at(slot);
@@ -69,14 +79,8 @@ void NcclWire::arrived(int slot) {
   s.pending = false;
 }
 
-std::unique_ptr<FeatureSender> feature_sender_nccl(MPI_Comm comm, NcclComm& world, std::vector<int> drafters,
-                                                   int depth, WirePool& pool) {
-  return feature_sender(comm, std::move(drafters), depth, pool, std::make_unique<NcclWire>(world, pool));
-}
-
-std::unique_ptr<FeatureReceiver> feature_receiver_nccl(MPI_Comm comm, NcclComm& world, std::vector<int> targets,
-                                                       DrafterBatches order, WirePool& pool) {
-  return feature_receiver(comm, std::move(targets), order, pool, std::make_unique<NcclWire>(world, pool));
+std::unique_ptr<PayloadWire> payload_wire_nccl(NcclComm& world, WirePool& pool) {
+  return std::make_unique<NcclWire>(world, pool);
 }
 
 }  // namespace df

@@ -114,7 +114,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     NcclComm* nccl = ctx.nccl_world.get();  // transport nccl: the payload lands in the device slot itself
     pool = ops->wire_pool(1, WireLayout::bytes(budget, feat_cols, final_cols), nccl == nullptr);
     const DrafterBatches order{plan.batch_of(plan.start_step, 0, ctx.drafter_index), plan.num_drafters};
-    rx = feature_receiver_for(ctx.data_comm, nccl, ctx.roles.targets, order, *pool);
+    rx = feature_receiver(ctx.data_comm, ctx.roles.targets, order, *pool, payload_wire(ctx.data_comm, nccl, *pool));
   }
   std::unique_ptr<GradReducer> reducer = reducer_create(ctx, *ops, size_t(model.grads.numel()));
   OptimConfig optim = optim_config(plan);
@@ -153,8 +153,9 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     drafter_zero_grads(model);
     StepStats ss;
 #ifdef DF_HAVE_CUDA
-    // The payload's NCCL receive gives up at the watchdog's bound too, naming the batch and the target.
-    if (ctx.nccl_world) ctx.nccl_world->set_step(step, watchdog.bound_s());
+    // The payload's NCCL receive gives up just inside the watchdog's bound for that wait (patience 1), so its
+    // message, naming the batch and the target, comes first.
+    if (ctx.nccl_world) ctx.nccl_world->set_step(step, 0.9 * watchdog.bound_s());
 #endif
     for (int a = 0; a < plan.grad_accum; ++a) {
       const int64_t b = plan.batch_of(step, a, ctx.drafter_index);

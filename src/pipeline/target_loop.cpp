@@ -54,7 +54,8 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   NcclComm* nccl = ctx.nccl_world.get();  // transport nccl: the payload leaves from the device slot itself
   std::unique_ptr<WirePool> pool =
       ops->wire_pool(depth, WireLayout::bytes(budget, feat_cols, final_cols), nccl == nullptr);
-  std::unique_ptr<FeatureSender> sender = feature_sender_for(ctx.data_comm, nccl, ctx.roles.drafters, depth, *pool);
+  std::unique_ptr<FeatureSender> sender =
+      feature_sender(ctx.data_comm, ctx.roles.drafters, depth, *pool, payload_wire(ctx.data_comm, nccl, *pool));
 
   std::vector<float> host;
   int64_t sent = 0;

@@ -1,26 +1,28 @@
-// The NCCL payload wire of the feature channel (dist/feature_channel_nccl.h) on one GPU: a send to self and its
-// receive in one NCCL group (NCCL refuses two ranks on one GPU, and a self send needs its receive in the same
-// group), between the device slots of two pools whose compute streams belong to two CudaOps, as a target's
-// and a drafter's would. The bytes must arrive exactly (a copy, no arithmetic), ordered by events both ways;
-// a transfer with no partner must end in a df::Error naming the batch, the peer and the step within the
-// bound, not hang. The end-to-end run over two GPUs is tests/gpu/test_train_nccl_features.sh.
+// The NCCL payload wire of the feature channel (dist/feature_channel_nccl.h) on one GPU: a send to self and
+// its receive in one NCCL group (NCCL refuses two ranks on one GPU, and a self send needs its receive in the
+// same group), between the device slots of two pools whose compute streams belong to two CudaOps, as a
+// target's and a drafter's would. The bytes must arrive exactly (a copy, no arithmetic), ordered by events
+// both ways; a transfer with no partner must end in a df::Error naming the batch, the peer and the step
+// within the bound, not hang. The end-to-end run over two GPUs is tests/gpu/test_train_nccl_features.sh.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
-TEST(FeatureNccl, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA/NCCL: NCCL wire tests skipped"; }
+TEST(FeatureNccl, SkippedWithoutCudaBuild) {
+  GTEST_SKIP() << "built without CUDA/NCCL: NCCL wire tests skipped";
+}
 #else
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "dist/feature_channel_nccl.h"
 #include "ops/cuda/cuda_ops.h"
+#include "tests/unit/mpi_test_env.h"
 
 namespace df {
 namespace {
@@ -32,13 +34,13 @@ constexpr int64_t kTokens = 777, kFeatCols = 192, kFinalCols = 64;
 class FeatureNccl : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-    int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (world > 1) GTEST_SKIP() << "one-rank NCCL test (NCCL refuses two ranks on one GPU)";
+    if (cuda_device_count() == 0 || mpi_world_size() > 1)
+      GTEST_SKIP() << "needs a CUDA device and one rank (NCCL refuses two ranks on one GPU): "
+                   << cuda_device_count() << " device(s), " << mpi_world_size() << " rank(s)";
     ncclUniqueId id{};
     ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-    comm_ = std::make_unique<NcclComm>(id, 1, 0, 0, "world", std::vector<std::string>{"self (world rank 0)"}, 60);
+    comm_ =
+        std::make_unique<NcclComm>(id, 1, 0, 0, "world", std::vector<std::string>{"self (world rank 0)"}, 60);
   }
   std::unique_ptr<NcclComm> comm_;
 };
@@ -78,7 +80,8 @@ TEST_F(FeatureNccl, SendToSelfCarriesTheSlotOrderedAgainstBothComputeStreams) {
     target.synchronize();
     target.fill_normal(src, 29, uint64_t(round), 0.f, 1.f);
     comm_->set_step(round, 30);
-    comm_->p2p({tx.begin(slot, true, n, 0, 10 + round), rx.begin(0, false, n, 0, 10 + round)}, "self transfer");
+    comm_->p2p({tx.begin(slot, true, n, 0, 10 + round), rx.begin(0, false, n, 0, 10 + round)},
+               "self transfer");
     tx.end(slot);
     rx.end(0);
     EXPECT_EQ(rx.what(0), "feature payload recv of batch " + std::to_string(10 + round));
@@ -86,8 +89,9 @@ TEST_F(FeatureNccl, SendToSelfCarriesTheSlotOrderedAgainstBothComputeStreams) {
     const std::vector<uint8_t> early = slot_bytes(drafter, rx_pool->data(0), n);
     rx.arrived(0);
     const std::vector<uint8_t> want = slot_bytes(target, tx_pool->data(slot), n);
-    EXPECT_EQ(first_difference(early, want), "") << "round " << round << ": the drafter's stream read the slot "
-                                                 << "before the receive landed, or the send left before the fill";
+    EXPECT_EQ(first_difference(early, want), "")
+        << "round " << round << ": the drafter's stream read the slot "
+        << "before the receive landed, or the send left before the fill";
     EXPECT_EQ(first_difference(slot_bytes(drafter, rx_pool->data(0), n), want), "") << "round " << round;
     const auto t0 = std::chrono::steady_clock::now();
     while (!tx.left(slot))
@@ -97,66 +101,48 @@ TEST_F(FeatureNccl, SendToSelfCarriesTheSlotOrderedAgainstBothComputeStreams) {
 }
 
 // NCCL requires a self send's receive in the same group: alone, it either fails at once or never finishes
-// (the timeout path). Either way a df::Error naming the transfer and the step, within the bound of 2 s.
-std::string expect_failure(const std::function<void()>& f, double* seconds) {
+// (the timeout path). Either way a df::Error naming the transfer, the peer and the step within the bound (2
+// s), not a hang. send: a send nobody receives (the target's wait, left()), else a receive with no send
+// (arrived()).
+void expect_unmatched_fails(NcclComm& comm, bool send) {
+  CudaOps ops(0);
+  const size_t n = WireLayout::bytes(kTokens, kFeatCols, kFinalCols);
+  std::unique_ptr<WirePool> pool = ops.wire_pool(1, n, false);
+  NcclWire wire(comm, *pool);
+  comm.set_step(4, 2.0);
   const auto t0 = std::chrono::steady_clock::now();
   std::string msg;
   try {
-    f();
+    if (send) {
+      wire.post(0, n, 0, 9, nullptr);
+      while (!wire.left(0)) {
+      }
+    } else {
+      wire.receive(0, n, 0, 9);
+      wire.arrived(0);
+    }
   } catch (const Error& e) {
     msg = e.what();
   }
-  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return msg;
-}
-
-TEST_F(FeatureNccl, AReceiveWithoutItsSendEndsInANamedErrorWithinTheBound) {
-  CudaOps drafter(0);
-  const size_t n = WireLayout::bytes(kTokens, kFeatCols, kFinalCols);
-  std::unique_ptr<WirePool> pool = drafter.wire_pool(1, n, false);
-  NcclWire rx(*comm_, *pool);
-  comm_->set_step(4, 2.0);
-  double s = 0;
-  const std::string msg = expect_failure([&] {
-    rx.receive(0, n, 0, 9);
-    rx.arrived(0);
-  }, &s);
-  std::printf("unmatched payload receive: after %.2f s: %s\n", s, msg.c_str());
-  ASSERT_FALSE(msg.empty()) << "a payload receive from self without its send completed";
-  EXPECT_NE(msg.find("feature payload recv of batch 9"), std::string::npos) << msg;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const char* what = send ? "feature payload send of batch 9" : "feature payload recv of batch 9";
+  std::printf("unmatched %s: after %.2f s: %s\n", what, s, msg.c_str());
+  ASSERT_FALSE(msg.empty()) << what << " to/from self without its partner completed";
+  EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  EXPECT_NE(msg.find(send ? "send to self (world rank 0)" : "receive from self (world rank 0)"),
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("in step 4"), std::string::npos) << msg;
   EXPECT_LT(s, 60.0) << "the bound was 2 s";
 }
 
-TEST_F(FeatureNccl, ASendNobodyReceivesEndsInANamedErrorWithinTheBound) {
-  CudaOps target(0);
-  const size_t n = WireLayout::bytes(kTokens, kFeatCols, kFinalCols);
-  std::unique_ptr<WirePool> pool = target.wire_pool(1, n, false);
-  NcclWire tx(*comm_, *pool);
-  comm_->set_step(2, 2.0);
-  double s = 0;
-  const std::string msg = expect_failure([&] {
-    tx.post(0, n, 0, 5, nullptr);
-    while (!tx.left(0)) {
-    }
-  }, &s);
-  std::printf("unmatched payload send: after %.2f s: %s\n", s, msg.c_str());
-  ASSERT_FALSE(msg.empty()) << "a payload send to self without its receive completed";
-  EXPECT_NE(msg.find("feature payload send of batch 5"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("send to self (world rank 0)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("in step 2"), std::string::npos) << msg;
-  EXPECT_LT(s, 60.0) << "the bound was 2 s";
+TEST_F(FeatureNccl, AReceiveWithoutItsSendEndsInANamedErrorWithinTheBound) {
+  expect_unmatched_fails(*comm_, false);
 }
 
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  }
-  void TearDown() override { MPI_Finalize(); }
-};
-const auto* const kMpi = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+TEST_F(FeatureNccl, ASendNobodyReceivesEndsInANamedErrorWithinTheBound) {
+  expect_unmatched_fails(*comm_, true);
+}
 
 }  // namespace
 }  // namespace df

@@ -17,10 +17,10 @@ cuda_config() {  # FILE RUN_DIR [extra TOML lines]: target and drafter on the GP
 cuda_config "$TMP/nccl.toml" "$TMP/nccl"
 cuda_config "$TMP/mpi.toml" "$TMP/mpi" "[pipeline]" 'transport = "mpi"'
 run_mpi 2 "$TMP/nccl.log" --config "$TMP/nccl.toml" || { fail "NCCL run"; tail -30 "$TMP/nccl.log"; }
-grep -q "role target0 device cuda:0 .*transport nccl" "$TMP/nccl.log" ||
-  fail "the target did not run on cuda:0 with transport nccl: $(grep -m1 'role target0' "$TMP/nccl.log")"
-grep -q "role drafter0 device cuda:1 .*transport nccl" "$TMP/nccl.log" ||
-  fail "the drafter did not run on cuda:1 with transport nccl: $(grep -m1 'role drafter0' "$TMP/nccl.log")"
+for placed in "target0 device cuda:0" "drafter0 device cuda:1"; do
+  grep -q "role $placed .*transport nccl" "$TMP/nccl.log" ||
+    fail "not '$placed' with transport nccl: $(grep -m1 "role ${placed%% *}" "$TMP/nccl.log")"
+done
 grep -q "feature payloads and gradients over NCCL" "$TMP/nccl.log" || fail "the start-up line does not say NCCL"
 grep -q "target 0 done: [1-9][0-9]* batches sent" "$TMP/nccl.log" || fail "the target sent nothing"
 run_mpi 2 "$TMP/mpi.log" --config "$TMP/mpi.toml" || { fail "MPI run"; tail -30 "$TMP/mpi.log"; }

@@ -12,19 +12,10 @@
 
 #include "core/error.h"
 #include "dist/feature_channel.h"
+#include "tests/unit/mpi_test_env.h"
 
 namespace df {
 namespace {
-
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  }
-  void TearDown() override { MPI_Finalize(); }
-};
-const auto* const kMpi = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
 
 TEST(FeatureSources, ATargetFeedsTheDraftersCongruentModTheGcd) {
   // 2 targets, 2 drafters: batch b goes from target b % 2 to drafter b % 2, so each pair is fixed.
@@ -39,9 +30,13 @@ TEST(FeatureSources, ATargetFeedsTheDraftersCongruentModTheGcd) {
 }
 
 // Batch b's shape and bytes: both ends compute them, so a payload in the wrong slot or order shows.
-int64_t tokens_of(int64_t b) { return 3 + b % 5; }
+int64_t tokens_of(int64_t b) {
+  return 3 + b % 5;
+}
 constexpr int64_t kFeatCols = 4, kFinalCols = 2;
-char byte_of(int64_t b, size_t i) { return char((b * 131 + int64_t(i) * 7) & 0xff); }
+char byte_of(int64_t b, size_t i) {
+  return char((b * 131 + int64_t(i) * 7) & 0xff);
+}
 
 // Targets are world ranks [0, T), drafters the rest; targets have batches [0, batches); each drafter takes
 // `takes` of its batches off the channel, then drains.
@@ -92,38 +87,33 @@ void stream(int T, int64_t batches, int takes) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-int targets_from_env(int world) {
-  const char* e = std::getenv("DF_TEST_TARGETS");
-  const int T = e ? std::atoi(e) : 1;
-  return T >= 1 && T < world ? T : 0;
-}
+// Under mpirun with DF_TEST_TARGETS=T: T targets, the other ranks drafters. Skips in a singleton.
+class FeatureChannelMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    const char* e = std::getenv("DF_TEST_TARGETS");
+    targets_ = e ? std::atoi(e) : 0;
+    if (targets_ < 1 || targets_ >= world_)
+      GTEST_SKIP() << "needs mpirun with DF_TEST_TARGETS in [1, ranks) (tests/mpi/test_feature_channel.sh)";
+  }
+  int world_ = 1, targets_ = 0;
+};
 
-TEST(FeatureChannelMpi, DraftersThatStopEarlyDrainEveryTargetInBatchOrder) {
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const int T = targets_from_env(world);
-  if (T == 0) GTEST_SKIP() << "needs mpirun with DF_TEST_TARGETS in [1, ranks) (tests/mpi/test_feature_channel.sh)";
+TEST_F(FeatureChannelMpi, DraftersThatStopEarlyDrainEveryTargetInBatchOrder) {
   // 40 batches and 2 credits per drafter: most are still coming when the drafters stop after 3 each.
-  stream(T, 40, 3);
+  stream(targets_, 40, 3);
 }
 
-TEST(FeatureChannelMpi, DraftersThatTakeNothingStillDrain) {
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const int T = targets_from_env(world);
-  if (T == 0) GTEST_SKIP() << "needs mpirun with DF_TEST_TARGETS in [1, ranks) (tests/mpi/test_feature_channel.sh)";
-  stream(T, 40, 0);
+TEST_F(FeatureChannelMpi, DraftersThatTakeNothingStillDrain) {
+  stream(targets_, 40, 0);
 }
 
-TEST(FeatureChannelMpi, DraftersThatTakeEveryBatchSeeEveryTargetEnd) {
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const int T = targets_from_env(world);
-  if (T == 0) GTEST_SKIP() << "needs mpirun with DF_TEST_TARGETS in [1, ranks) (tests/mpi/test_feature_channel.sh)";
+TEST_F(FeatureChannelMpi, DraftersThatTakeEveryBatchSeeEveryTargetEnd) {
   // 12 batches over D drafters: each takes exactly its share, then sees only ENDs.
-  const int D = world - T;
+  const int D = world_ - targets_;
   if (12 % D != 0) GTEST_SKIP() << "12 batches do not split evenly over " << D << " drafters";
-  stream(T, 12, 12 / D);
+  stream(targets_, 12, 12 / D);
 }
 
 }  // namespace
