@@ -60,8 +60,8 @@ class FeatureSender {
   // it last held has left this rank.
   virtual char* acquire() = 0;
   // Sends p (header and host arrays; the payload is in the acquired slot, written by work already queued on
-  // the compute stream) to drafter `drafter` once a credit is held. Returns without waiting for the payload's
-  // copy to the wire. Returns false (and sends nothing) when the drafters have stopped the run.
+  // the compute stream) to drafter `drafter` once a credit is held. Returns without waiting for the payload
+  // to leave. Returns false (and sends nothing) when the drafters have stopped the run.
   virtual bool send(int drafter, FeaturePacket&& p) = 0;
   // True once every drafter has sent STOP.
   virtual bool stopped() = 0;
@@ -77,7 +77,7 @@ class FeatureReceiver {
   virtual FeaturePacket recv(int target) = 0;
   // Batches that have arrived (headers waiting) from the given targets: the q_hs metric.
   virtual int pending(const std::vector<int>& targets) = 0;
-  // STOP to every target, then drain each until its END.
+  // STOP to every target, then drain every batch still coming, in batch order, until each target's END.
   virtual void finish() = 0;
 };
 
@@ -112,8 +112,8 @@ struct DrafterBatches {
 std::vector<bool> feature_sources(int num_targets, int num_drafters, int d);
 
 // The channel over `comm` with the payload on `wire`; targets/drafters are world ranks in `comm` (index =
-// role index). The pool holds the payloads (its depth bounds the batches in flight from a target, its slots
-// one batch at the token budget) must outlive the channel, which owns the wire.
+// role index). The pool, which holds the payloads (its depth bounds the batches in flight from a target, its
+// slots one batch at the token budget), must outlive the channel, which owns the wire.
 std::unique_ptr<FeatureSender> feature_sender(MPI_Comm comm, std::vector<int> drafters, int depth, WirePool& pool,
                                               std::unique_ptr<PayloadWire> wire);
 std::unique_ptr<FeatureReceiver> feature_receiver(MPI_Comm comm, std::vector<int> targets, DrafterBatches order,
