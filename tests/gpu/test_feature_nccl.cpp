@@ -27,9 +27,9 @@ TEST(FeatureNccl, SkippedWithoutCudaBuild) {
 namespace df {
 namespace {
 
-// An awkward payload: 777 tokens, 3 taps of 64 plus a final hidden of 64, so the final hidden starts on a
-// padded 256-byte boundary and the byte count is no multiple of NCCL's chunks.
-constexpr int64_t kTokens = 777, kFeatCols = 192, kFinalCols = 64;
+// An awkward payload: 7777 tokens, 3 taps of 64 plus a final hidden of 64 (4 MB), so the final hidden starts
+// on a padded 256-byte boundary and the byte count is no multiple of NCCL's chunks.
+constexpr int64_t kTokens = 7777, kFeatCols = 192, kFinalCols = 64;
 
 class FeatureNccl : public ::testing::Test {
  protected:
@@ -72,13 +72,13 @@ TEST_F(FeatureNccl, SendToSelfCarriesTheSlotOrderedAgainstBothComputeStreams) {
   const int64_t elems = int64_t(n / 2);
   for (int round = 0; round < 2; ++round) {
     const int slot = round;  // both send slots, the one receive slot twice
-    // The "forward": zeros, then random bf16 queued on the target's stream and not waited for; a send that
-    // did not wait for it would carry zeros or a mix.
+    // The "forward": zeros, then 20 random fills queued on the target's stream and not waited for (the last
+    // one's values stay); a send that did not wait for them would carry zeros or a mix, and a drafter read
+    // that did not wait for the receive would see its slot's old bytes.
     const Tensor src = tensor_make(tx_pool->data(slot), DType::bf16, Device::cuda, 1, elems);
     const std::vector<uint16_t> zeros(size_t(elems), 0);
     target.upload_raw(src, zeros.data());
-    target.synchronize();
-    target.fill_normal(src, 29, uint64_t(round), 0.f, 1.f);
+    for (int f = 0; f < 20; ++f) target.fill_normal(src, 29, uint64_t(round * 100 + f), 0.f, 1.f);
     comm_->set_step(round, 30);
     comm_->p2p({tx.begin(slot, true, n, 0, 10 + round), rx.begin(0, false, n, 0, 10 + round)},
                "self transfer");
