@@ -200,7 +200,7 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 #endif
   std::string why;
   c.transport = transport_choose(transport, c.hosts, c.gpus, kNcclBuilt, &why);
-  // Headers, host arrays and credits of the feature channel always go over MPI; the transport carries the rest.
+  // The feature channel's headers, host arrays and credits go over MPI whatever the transport.
   const char* over = c.transport == Transport::nccl ? "NCCL" : "MPI";
   why += topo.offline ? strfmt("; gradients over %s (features from files)", over)
                       : strfmt("; feature payloads and gradients over %s", over);

@@ -1,9 +1,9 @@
 // The target→drafter feature channel (DESIGN.md "Wire format"). A fixed-size header goes over MPI; so do the
 // batch's small host arrays (offsets, token ids, loss mask) and the credits. Its bf16 payload (features
-// [T, k·H], then the optional final hidden [T, H]) lives in a slot of the rank's WirePool (ops/wire_pool.h) and
-// crosses on a PayloadWire: over MPI through the slots' pinned mirrors (copied off the compute stream), or, on
-// GPU ranks with transport nccl, by ncclSend/ncclRecv between the device slots, ordered by events. A CUDA
-// target's forward writes the slot on the device; a CUDA drafter trains from its own slot in place. Flow
+// [T, k·H], then the optional final hidden [T, H]) lives in a slot of the rank's WirePool (ops/wire_pool.h)
+// and crosses on a PayloadWire: over MPI through the slots' pinned mirrors (copied off the compute stream),
+// or, on GPU ranks with transport nccl, by ncclSend/ncclRecv between the device slots, ordered by events. A
+// CUDA target's forward writes the slot on the device; a CUDA drafter trains from its own slot in place. Flow
 // control is by credits: a drafter grants `depth` credits per target and returns one each time it takes a
 // batch off the channel, so a target never has more than `depth` unconsumed batches in flight to any drafter.
 //
@@ -114,10 +114,11 @@ std::vector<bool> feature_sources(int num_targets, int num_drafters, int d);
 // The channel over `comm` with the payload on `wire`; targets/drafters are world ranks in `comm` (index =
 // role index). The pool, which holds the payloads (its depth bounds the batches in flight from a target, its
 // slots one batch at the token budget), must outlive the channel, which owns the wire.
-std::unique_ptr<FeatureSender> feature_sender(MPI_Comm comm, std::vector<int> drafters, int depth, WirePool& pool,
-                                              std::unique_ptr<PayloadWire> wire);
-std::unique_ptr<FeatureReceiver> feature_receiver(MPI_Comm comm, std::vector<int> targets, DrafterBatches order,
-                                                  WirePool& pool, std::unique_ptr<PayloadWire> wire);
+std::unique_ptr<FeatureSender> feature_sender(MPI_Comm comm, std::vector<int> drafters, int depth,
+                                              WirePool& pool, std::unique_ptr<PayloadWire> wire);
+std::unique_ptr<FeatureReceiver> feature_receiver(MPI_Comm comm, std::vector<int> targets,
+                                                  DrafterBatches order, WirePool& pool,
+                                                  std::unique_ptr<PayloadWire> wire);
 
 // The payload over MPI from/into the slots' host bytes (a device pool's pinned mirrors).
 std::unique_ptr<PayloadWire> payload_wire_mpi(MPI_Comm comm, WirePool& pool);

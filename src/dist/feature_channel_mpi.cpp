@@ -94,8 +94,12 @@ class ChannelSender final : public FeatureSender {
  public:
   ChannelSender(MPI_Comm comm, std::vector<int> drafters, int depth, WirePool& pool,
                 std::unique_ptr<PayloadWire> wire)
-      : comm_(comm), drafters_(std::move(drafters)), credits_(drafters_.size(), depth),
-        stop_seen_(drafters_.size(), false), pool_(pool), wire_(std::move(wire)),
+      : comm_(comm),
+        drafters_(std::move(drafters)),
+        credits_(drafters_.size(), depth),
+        stop_seen_(drafters_.size(), false),
+        pool_(pool),
+        wire_(std::move(wire)),
         busy_(size_t(pool.depth()), false) {}
 
   char* acquire() override {
@@ -281,10 +285,11 @@ class ChannelReceiver final : public FeatureReceiver {
       const int t = int(b % T);
       if (ended[size_t(t)]) continue;
       const FeaturePacket p = recv_one(t);
-      DF_CHECK((p.hdr.flags & FeatureHeader::kFlagEnd) || p.hdr.batch_id == b,
-               "draining target %d (rank %d): expected batch %lld, got batch %lld; HINT: all ranks must run the "
-               "same config and data",
-               t, targets_[size_t(t)], (long long)b, (long long)p.hdr.batch_id);
+      DF_CHECK(
+          (p.hdr.flags & FeatureHeader::kFlagEnd) || p.hdr.batch_id == b,
+          "draining target %d (rank %d): expected batch %lld, got batch %lld; HINT: all ranks must run the "
+          "same config and data",
+          t, targets_[size_t(t)], (long long)b, (long long)p.hdr.batch_id);
       if (p.hdr.flags & FeatureHeader::kFlagEnd) {
         ended[size_t(t)] = true;
         --open;
@@ -293,10 +298,11 @@ class ChannelReceiver final : public FeatureReceiver {
     for (int t = 0; t < T; ++t)
       if (!sends[size_t(t)]) {
         const FeaturePacket p = recv_one(t);
-        DF_CHECK(p.hdr.flags & FeatureHeader::kFlagEnd,
-                 "target %d (rank %d) sent batch %lld to a drafter it has no batches for; HINT: all ranks must "
-                 "run the same config (topology, pipeline)",
-                 t, targets_[size_t(t)], (long long)p.hdr.batch_id);
+        DF_CHECK(
+            p.hdr.flags & FeatureHeader::kFlagEnd,
+            "target %d (rank %d) sent batch %lld to a drafter it has no batches for; HINT: all ranks must "
+            "run the same config (topology, pipeline)",
+            t, targets_[size_t(t)], (long long)p.hdr.batch_id);
       }
   }
 
@@ -334,20 +340,22 @@ class ChannelReceiver final : public FeatureReceiver {
 
 std::vector<bool> feature_sources(int num_targets, int num_drafters, int d) {
   DF_CHECK(num_targets >= 1 && num_drafters >= 1 && d >= 0 && d < num_drafters,
-           "feature channel: drafter %d of %d with %d targets (internal error)", d, num_drafters, num_targets);
+           "feature channel: drafter %d of %d with %d targets (internal error)", d, num_drafters,
+           num_targets);
   const int g = std::gcd(num_targets, num_drafters);
   std::vector<bool> out(size_t(num_targets), false);
   for (int t = 0; t < num_targets; ++t) out[size_t(t)] = t % g == d % g;
   return out;
 }
 
-std::unique_ptr<FeatureSender> feature_sender(MPI_Comm comm, std::vector<int> drafters, int depth, WirePool& pool,
-                                              std::unique_ptr<PayloadWire> wire) {
+std::unique_ptr<FeatureSender> feature_sender(MPI_Comm comm, std::vector<int> drafters, int depth,
+                                              WirePool& pool, std::unique_ptr<PayloadWire> wire) {
   return std::make_unique<ChannelSender>(comm, std::move(drafters), depth, pool, std::move(wire));
 }
 
-std::unique_ptr<FeatureReceiver> feature_receiver(MPI_Comm comm, std::vector<int> targets, DrafterBatches order,
-                                                  WirePool& pool, std::unique_ptr<PayloadWire> wire) {
+std::unique_ptr<FeatureReceiver> feature_receiver(MPI_Comm comm, std::vector<int> targets,
+                                                  DrafterBatches order, WirePool& pool,
+                                                  std::unique_ptr<PayloadWire> wire) {
   return std::make_unique<ChannelReceiver>(comm, std::move(targets), order, pool, std::move(wire));
 }
 
@@ -360,8 +368,8 @@ std::unique_ptr<FeatureSender> feature_sender_mpi(MPI_Comm comm, std::vector<int
   return feature_sender(comm, std::move(drafters), depth, pool, payload_wire_mpi(comm, pool));
 }
 
-std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets, DrafterBatches order,
-                                                      WirePool& pool) {
+std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets,
+                                                      DrafterBatches order, WirePool& pool) {
   return feature_receiver(comm, std::move(targets), order, pool, payload_wire_mpi(comm, pool));
 }
 

@@ -249,7 +249,8 @@ void NcclComm::wait(cudaEvent_t e, const char* what, const std::string& peers) {
   bool timed_out = false;
   double waited = 0;
   // test() enforces the bound and throws; the poll itself is unbounded.
-  nccl_poll([&] { return test(e, waited, what, peers) ? ncclSuccess : ncclInProgress; }, 0, &timed_out, &waited);
+  nccl_poll([&] { return test(e, waited, what, peers) ? ncclSuccess : ncclInProgress; }, 0, &timed_out,
+            &waited);
 }
 
 void NcclComm::warm_up(const std::vector<int>& peers) {

@@ -2,8 +2,8 @@
 // slots, each sized for one batch at data.token_budget). A slot lives in the backend's memory, so a CUDA
 // target's forward writes its taps straight into it and a CUDA drafter trains from it in place; on a device
 // backend each slot also has a pinned host mirror that the MPI wire reads or fills, copied on a stream of its
-// own so the compute stream never waits for the wire; the NCCL wire moves the device bytes itself and needs no
-// mirror. Allocated once: no allocation per batch.
+// own so the compute stream never waits for the wire; the NCCL wire moves the device bytes itself and needs
+// no mirror. Allocated once: no allocation per batch.
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -114,7 +114,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     NcclComm* nccl = ctx.nccl_world.get();  // transport nccl: the payload lands in the device slot itself
     pool = ops->wire_pool(1, WireLayout::bytes(budget, feat_cols, final_cols), nccl == nullptr);
     const DrafterBatches order{plan.batch_of(plan.start_step, 0, ctx.drafter_index), plan.num_drafters};
-    rx = feature_receiver(ctx.data_comm, ctx.roles.targets, order, *pool, payload_wire(ctx.data_comm, nccl, *pool));
+    rx = feature_receiver(ctx.data_comm, ctx.roles.targets, order, *pool,
+                          payload_wire(ctx.data_comm, nccl, *pool));
   }
   std::unique_ptr<GradReducer> reducer = reducer_create(ctx, *ops, size_t(model.grads.numel()));
   OptimConfig optim = optim_config(plan);

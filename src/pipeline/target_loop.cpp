@@ -1,7 +1,7 @@
-// The target role: a flat loop of prefetch → forward with taps → send. The wire is bf16: a CUDA rank's forward
-// writes its bf16 taps straight into a slot of its wire pool, and the channel sends them from there by NCCL,
-// or copies them to the host for MPI off the compute stream while the next forward runs; a CPU rank's taps
-// are f32 and are rounded into the slot.
+// The target role: a flat loop of prefetch → forward with taps → send. The wire is bf16: a CUDA rank's
+// forward writes its bf16 taps straight into a slot of its wire pool, and the channel sends them from there
+// by NCCL, or copies them to the host for MPI off the compute stream while the next forward runs; a CPU
+// rank's taps are f32 and are rounded into the slot.
 #include <chrono>
 
 #include "core/log.h"
@@ -54,8 +54,8 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   NcclComm* nccl = ctx.nccl_world.get();  // transport nccl: the payload leaves from the device slot itself
   std::unique_ptr<WirePool> pool =
       ops->wire_pool(depth, WireLayout::bytes(budget, feat_cols, final_cols), nccl == nullptr);
-  std::unique_ptr<FeatureSender> sender =
-      feature_sender(ctx.data_comm, ctx.roles.drafters, depth, *pool, payload_wire(ctx.data_comm, nccl, *pool));
+  std::unique_ptr<FeatureSender> sender = feature_sender(ctx.data_comm, ctx.roles.drafters, depth, *pool,
+                                                         payload_wire(ctx.data_comm, nccl, *pool));
 
   std::vector<float> host;
   int64_t sent = 0;

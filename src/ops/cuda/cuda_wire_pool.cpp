@@ -1,7 +1,7 @@
-// The CUDA WirePool (ops/wire_pool.h): device slots with pinned host mirrors (for the MPI wire), copied on the
-// pool's own stream. Each copy first waits for the compute stream's work queued so far (an event), so a D2H
-// reads the finished forward and an H2D never overwrites a slot a queued kernel still reads; after an H2D the
-// compute stream waits for the copy. The host thread only blocks in wait(), never the compute stream. The
+// The CUDA WirePool (ops/wire_pool.h): device slots with pinned host mirrors (for the MPI wire), copied on
+// the pool's own stream. Each copy first waits for the compute stream's work queued so far (an event), so a
+// D2H reads the finished forward and an H2D never overwrites a slot a queued kernel still reads; after an H2D
+// the compute stream waits for the copy. The host thread only blocks in wait(), never the compute stream. The
 // NCCL wire orders its own stream against the compute stream through the same event.
 #include <vector>
 
@@ -47,8 +47,8 @@ class CudaWirePool final : public WirePool {
   char* data(int slot) override { return at(slot).dev; }
   char* host(int slot) override {
     Slot& s = at(slot);
-    DF_CHECK(s.host != nullptr, "wire pool: slot %d has no host mirror (a pool for the NCCL wire; internal error)",
-             slot);
+    DF_CHECK(s.host != nullptr,
+             "wire pool: slot %d has no host mirror (a pool for the NCCL wire; internal error)", slot);
     return s.host;
   }
 
