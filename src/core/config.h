@@ -80,7 +80,7 @@ struct TrainSection {
 
 struct PipelineSection {
   int hs_queue_depth = 2;         // credits per target on each drafter
-  std::string transport = "auto";  // auto | nccl | mpi (dist/transport.h); NCCL itself is not implemented yet
+  std::string transport = "auto";  // auto | nccl | mpi (dist/transport.h): carries payloads, gradients
 };
 
 struct CheckpointSection {

@@ -200,8 +200,10 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 #endif
   std::string why;
   c.transport = transport_choose(transport, c.hosts, c.gpus, kNcclBuilt, &why);
-  // The NCCL gradient all-reduce exists; the NCCL feature channel does not yet: features stay on MPI.
-  if (c.transport == Transport::nccl) why += "; gradients over NCCL, features over MPI";
+  // The feature channel's headers, host arrays and credits go over MPI whatever the transport.
+  const char* over = c.transport == Transport::nccl ? "NCCL" : "MPI";
+  why += topo.offline ? strfmt("; gradients over %s (features from files)", over)
+                      : strfmt("; feature payloads and gradients over %s", over);
 
   MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
   MPI_Comm split;

@@ -1,9 +1,12 @@
-// The feature channel over MPI point-to-point. Sends are non-blocking and kept alive until complete; every
-// wait is a polling loop that also watches for STOP, so a target never blocks in a call the drafters will
-// not answer.
+// The feature channel's protocol over MPI point-to-point (header, host arrays, credits, STOP/END), whatever
+// wire carries the payload, and the MPI payload wire. Sends are non-blocking and kept alive until complete;
+// every wait is a polling loop that also watches for STOP, so a target never blocks in a call the drafters
+// will not answer.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <thread>
 
 #include "core/error.h"
@@ -63,11 +66,41 @@ int checked_count(size_t bytes) {
 // Sleep between polls: short enough not to add latency to a CPU pipeline, long enough not to spin a core.
 void poll_pause() { std::this_thread::sleep_for(std::chrono::microseconds(200)); }
 
-class MpiSender final : public FeatureSender {
+// The payload from the slot's host bytes and into them, then to the device.
+class MpiWire final : public PayloadWire {
  public:
-  MpiSender(MPI_Comm comm, std::vector<int> drafters, int depth, WirePool& pool)
-      : comm_(comm), drafters_(std::move(drafters)), credits_(drafters_.size(), depth),
-        stop_seen_(drafters_.size(), false), pool_(pool), busy_(size_t(pool.depth()), false) {}
+  MpiWire(MPI_Comm comm, WirePool& pool) : comm_(comm), pool_(pool) {}
+  void stage(int slot, size_t n) override { pool_.to_host(slot, n); }
+  bool staged(int slot) override { return pool_.copied(slot); }
+  void post(int slot, size_t n, int to, int64_t, MPI_Request* req) override {
+    MPI_Isend(pool_.host(slot), checked_count(n), MPI_BYTE, to, kTagPayload, comm_, req);
+  }
+  bool left(int) override { return true; }
+  void receive(int slot, size_t n, int from, int64_t) override {
+    // The slot's host mirror is free once its last copy to the device is done; the device side is guarded
+    // by the pool (the copy waits for the work already queued, which may still read the slot's last batch).
+    pool_.wait(slot);
+    MPI_Recv(pool_.host(slot), checked_count(n), MPI_BYTE, from, kTagPayload, comm_, MPI_STATUS_IGNORE);
+    pool_.to_device(slot, n);
+  }
+  void arrived(int) override {}  // receive() returned with the bytes
+
+ private:
+  MPI_Comm comm_;
+  WirePool& pool_;
+};
+
+class ChannelSender final : public FeatureSender {
+ public:
+  ChannelSender(MPI_Comm comm, std::vector<int> drafters, int depth, WirePool& pool,
+                std::unique_ptr<PayloadWire> wire)
+      : comm_(comm),
+        drafters_(std::move(drafters)),
+        credits_(drafters_.size(), depth),
+        stop_seen_(drafters_.size(), false),
+        pool_(pool),
+        wire_(std::move(wire)),
+        busy_(size_t(pool.depth()), false) {}
 
   char* acquire() override {
     slot_ = next_;
@@ -96,7 +129,7 @@ class MpiSender final : public FeatureSender {
     f->slot = slot_;
     f->hdr = p.hdr;
     f->meta = meta_pack(p);
-    pool_.to_host(slot_, payload_bytes(p.hdr));
+    wire_->stage(slot_, payload_bytes(p.hdr));
     busy_[size_t(slot_)] = true;
     slot_ = -1;
     staged_.push_back(std::move(f));
@@ -113,10 +146,10 @@ class MpiSender final : public FeatureSender {
 
   void finish() override {
     while (!stopped()) poll_pause();
-    // Batches still copying to the host go out first: the drafters drain every batch up to END.
+    // Batches still staging go out first: the drafters drain every batch up to END.
     while (!staged_.empty()) {
-      pool_.wait(staged_.front()->slot);
       poll();
+      if (!staged_.empty()) poll_pause();
     }
     for (size_t d = 0; d < drafters_.size(); ++d) {
       auto end = std::make_unique<Inflight>();
@@ -124,8 +157,10 @@ class MpiSender final : public FeatureSender {
       end->hdr.flags = FeatureHeader::kFlagEnd;
       post(std::move(end));
     }
-    for (auto& f : inflight_) MPI_Waitall(3, f->req, MPI_STATUSES_IGNORE);
-    inflight_.clear();
+    while (!inflight_.empty()) {
+      poll();
+      if (!inflight_.empty()) poll_pause();
+    }
     // Credits returned after the last batch are still queued: take them so no message outlives the run.
     int flag = 1;
     while (flag) {
@@ -152,8 +187,7 @@ class MpiSender final : public FeatureSender {
     MPI_Isend(&f->hdr, int(sizeof(FeatureHeader)), MPI_BYTE, dst, kTagHeader, comm_, &f->req[0]);
     if (f->slot >= 0) {
       MPI_Isend(f->meta.data(), checked_count(f->meta.size()), MPI_BYTE, dst, kTagMeta, comm_, &f->req[1]);
-      MPI_Isend(pool_.host(f->slot), checked_count(payload_bytes(f->hdr)), MPI_BYTE, dst, kTagPayload, comm_,
-                &f->req[2]);
+      wire_->post(f->slot, payload_bytes(f->hdr), dst, f->hdr.batch_id, &f->req[2]);
     }
     inflight_.push_back(std::move(f));  // heap-held: MPI keeps pointers into hdr and meta
   }
@@ -178,8 +212,8 @@ class MpiSender final : public FeatureSender {
         }
       }
     }
-    // Staged batches go on the wire in order, each once its payload has reached the host.
-    while (!staged_.empty() && pool_.copied(staged_.front()->slot)) {
+    // Staged batches go on the wire in order (an NCCL peer matches them by it), each once it may.
+    while (!staged_.empty() && wire_->staged(staged_.front()->slot)) {
       post(std::move(staged_.front()));
       staged_.pop_front();
     }
@@ -187,6 +221,7 @@ class MpiSender final : public FeatureSender {
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       int done = 0;
       MPI_Testall(3, (*it)->req, &done, MPI_STATUSES_IGNORE);
+      if (done && (*it)->slot >= 0) done = wire_->left((*it)->slot);
       if (!done) {
         ++it;
         continue;
@@ -201,19 +236,24 @@ class MpiSender final : public FeatureSender {
   std::vector<int> credits_;
   std::vector<bool> stop_seen_;
   WirePool& pool_;
+  std::unique_ptr<PayloadWire> wire_;
   std::vector<bool> busy_;  // per slot: its batch is staged or on the wire
   int next_ = 0, slot_ = -1;
   std::deque<std::unique_ptr<Inflight>> staged_, inflight_;
 };
 
-class MpiReceiver final : public FeatureReceiver {
+class ChannelReceiver final : public FeatureReceiver {
  public:
   // The sender starts with `depth` credits per drafter, so the receiver has nothing to announce.
-  MpiReceiver(MPI_Comm comm, std::vector<int> targets, WirePool& pool)
-      : comm_(comm), targets_(std::move(targets)), pool_(pool) {}
+  ChannelReceiver(MPI_Comm comm, std::vector<int> targets, DrafterBatches order, WirePool& pool,
+                  std::unique_ptr<PayloadWire> wire)
+      : comm_(comm), targets_(std::move(targets)), order_(order), pool_(pool), wire_(std::move(wire)) {
+    DF_CHECK(order_.stride >= 1, "feature channel: %d drafters (internal error)", order_.stride);
+  }
 
   FeaturePacket recv(int t) override {
     FeaturePacket p = recv_one(t);
+    order_.next = p.hdr.batch_id + order_.stride;
     DF_CHECK(!(p.hdr.flags & FeatureHeader::kFlagEnd),
              "target %d (rank %d) ended its stream while drafters still expected batches; HINT: did the target "
              "run out of data? check both ranks' configs are identical",
@@ -236,8 +276,33 @@ class MpiReceiver final : public FeatureReceiver {
   void finish() override {
     int64_t zero = 0;
     for (int r : targets_) MPI_Send(&zero, 1, MPI_INT64_T, r, kTagStop, comm_);
-    for (size_t t = 0; t < targets_.size(); ++t)
-      while (!(recv_one(int(t)).hdr.flags & FeatureHeader::kFlagEnd)) {
+    const int T = int(targets_.size());
+    const std::vector<bool> sends = feature_sources(T, order_.stride, int(order_.next % order_.stride));
+    // The batches still coming, in batch order; then the END of each target that sends this drafter nothing.
+    std::vector<bool> ended(size_t(T), false);
+    int open = int(std::count(sends.begin(), sends.end(), true));
+    for (int64_t b = order_.next; open > 0; b += order_.stride) {
+      const int t = int(b % T);
+      if (ended[size_t(t)]) continue;
+      const FeaturePacket p = recv_one(t);
+      DF_CHECK(
+          (p.hdr.flags & FeatureHeader::kFlagEnd) || p.hdr.batch_id == b,
+          "draining target %d (rank %d): expected batch %lld, got batch %lld; HINT: all ranks must run the "
+          "same config and data",
+          t, targets_[size_t(t)], (long long)b, (long long)p.hdr.batch_id);
+      if (p.hdr.flags & FeatureHeader::kFlagEnd) {
+        ended[size_t(t)] = true;
+        --open;
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      if (!sends[size_t(t)]) {
+        const FeaturePacket p = recv_one(t);
+        DF_CHECK(
+            p.hdr.flags & FeatureHeader::kFlagEnd,
+            "target %d (rank %d) sent batch %lld to a drafter it has no batches for; HINT: all ranks must "
+            "run the same config (topology, pipeline)",
+            t, targets_[size_t(t)], (long long)p.hdr.batch_id);
       }
   }
 
@@ -254,14 +319,10 @@ class MpiReceiver final : public FeatureReceiver {
     MPI_Recv(meta.data(), checked_count(meta.size()), MPI_BYTE, targets_[size_t(t)], kTagMeta, comm_,
              MPI_STATUS_IGNORE);
     meta_unpack(meta, p);
-    // The slot's host mirror is free once its last copy to the device is done; the device side is guarded by
-    // the pool (the copy waits for the work already queued, which may still read the slot's previous batch).
     const int slot = next_;
     next_ = (next_ + 1) % pool_.depth();
-    pool_.wait(slot);
-    MPI_Recv(pool_.host(slot), checked_count(n), MPI_BYTE, targets_[size_t(t)], kTagPayload, comm_,
-             MPI_STATUS_IGNORE);
-    pool_.to_device(slot, n);
+    wire_->receive(slot, n, targets_[size_t(t)], p.hdr.batch_id);
+    wire_->arrived(slot);
     p.slot = pool_.data(slot);
     p.slot_device = pool_.device();
     return p;
@@ -269,19 +330,55 @@ class MpiReceiver final : public FeatureReceiver {
 
   MPI_Comm comm_;
   std::vector<int> targets_;
+  DrafterBatches order_;  // .next: the batch this drafter takes next
   WirePool& pool_;
+  std::unique_ptr<PayloadWire> wire_;
   int next_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<FeatureSender> feature_sender_mpi(MPI_Comm comm, std::vector<int> drafters, int depth,
-                                                  WirePool& pool) {
-  return std::make_unique<MpiSender>(comm, std::move(drafters), depth, pool);
+std::vector<bool> feature_sources(int num_targets, int num_drafters, int d) {
+  DF_CHECK(num_targets >= 1 && num_drafters >= 1 && d >= 0 && d < num_drafters,
+           "feature channel: drafter %d of %d with %d targets (internal error)", d, num_drafters,
+           num_targets);
+  const int g = std::gcd(num_targets, num_drafters);
+  std::vector<bool> out(size_t(num_targets), false);
+  for (int t = 0; t < num_targets; ++t) out[size_t(t)] = t % g == d % g;
+  return out;
 }
 
-std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets, WirePool& pool) {
-  return std::make_unique<MpiReceiver>(comm, std::move(targets), pool);
+std::unique_ptr<FeatureSender> feature_sender(MPI_Comm comm, std::vector<int> drafters, int depth,
+                                              WirePool& pool, std::unique_ptr<PayloadWire> wire) {
+  return std::make_unique<ChannelSender>(comm, std::move(drafters), depth, pool, std::move(wire));
+}
+
+std::unique_ptr<FeatureReceiver> feature_receiver(MPI_Comm comm, std::vector<int> targets,
+                                                  DrafterBatches order, WirePool& pool,
+                                                  std::unique_ptr<PayloadWire> wire) {
+  return std::make_unique<ChannelReceiver>(comm, std::move(targets), order, pool, std::move(wire));
+}
+
+std::unique_ptr<PayloadWire> payload_wire_mpi(MPI_Comm comm, WirePool& pool) {
+  return std::make_unique<MpiWire>(comm, pool);
+}
+
+std::unique_ptr<FeatureSender> feature_sender_mpi(MPI_Comm comm, std::vector<int> drafters, int depth,
+                                                  WirePool& pool) {
+  return feature_sender(comm, std::move(drafters), depth, pool, payload_wire_mpi(comm, pool));
+}
+
+std::unique_ptr<FeatureReceiver> feature_receiver_mpi(MPI_Comm comm, std::vector<int> targets,
+                                                      DrafterBatches order, WirePool& pool) {
+  return feature_receiver(comm, std::move(targets), order, pool, payload_wire_mpi(comm, pool));
+}
+
+std::unique_ptr<PayloadWire> payload_wire(MPI_Comm comm, NcclComm* nccl, WirePool& pool) {
+#ifdef DF_HAVE_CUDA
+  if (nccl) return payload_wire_nccl(*nccl, pool);
+#endif
+  DF_CHECK(!nccl, "feature payloads over NCCL in a build without CUDA (internal error)");
+  return payload_wire_mpi(comm, pool);
 }
 
 }  // namespace df

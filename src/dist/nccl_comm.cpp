@@ -228,23 +228,29 @@ void NcclComm::p2p(const std::vector<NcclP2p>& ops, const char* what) {
 
 void NcclComm::synchronize(const char* what) {
   check_thread(what);
-  DF_CUDA_CHECK(cudaEventRecord(done_, stream_));
+  wait(record(), what, strfmt("all %d ranks", size_));
+}
+
+bool NcclComm::test(cudaEvent_t e, double waited_s, const char* what, const std::string& peers) {
+  check_thread(what);
+  const ncclResult_t s = state();
+  if (s != ncclSuccess && s != ncclInProgress) fail(s, false, waited_s, what, peers);
+  const cudaError_t q = cudaEventQuery(e);
+  if (q == cudaSuccess) return true;
+  if (q != cudaErrorNotReady) {
+    log_warn("NCCL %s: the comm stream reports %s", what, cudaGetErrorString(q));
+    fail(ncclUnhandledCudaError, false, waited_s, what, peers);
+  }
+  if (timeout_s_ > 0 && waited_s >= timeout_s_) fail(ncclInProgress, true, waited_s, what, peers);
+  return false;
+}
+
+void NcclComm::wait(cudaEvent_t e, const char* what, const std::string& peers) {
   bool timed_out = false;
   double waited = 0;
-  cudaError_t cuda = cudaSuccess;
-  const ncclResult_t r = nccl_poll(
-      [&] {
-        const ncclResult_t s = state();
-        if (s != ncclSuccess && s != ncclInProgress) return s;
-        cuda = cudaEventQuery(done_);
-        return cuda == cudaErrorNotReady ? ncclInProgress
-               : cuda == cudaSuccess     ? ncclSuccess
-                                         : ncclUnhandledCudaError;
-      },
-      timeout_s_, &timed_out, &waited);
-  if (r == ncclUnhandledCudaError && cuda != cudaSuccess && cuda != cudaErrorNotReady)
-    log_warn("NCCL %s: the comm stream reports %s", what, cudaGetErrorString(cuda));
-  if (r != ncclSuccess) fail(r, timed_out, waited, what, strfmt("all %d ranks", size_));
+  // test() enforces the bound and throws; the poll itself is unbounded.
+  nccl_poll([&] { return test(e, waited, what, peers) ? ncclSuccess : ncclInProgress; }, 0, &timed_out,
+            &waited);
 }
 
 void NcclComm::warm_up(const std::vector<int>& peers) {

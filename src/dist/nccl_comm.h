@@ -75,6 +75,12 @@ class NcclComm {
   void p2p(const std::vector<NcclP2p>& ops, const char* what);
   // Host waits, within the bound, until everything queued on the comm stream has finished.
   void synchronize(const char* what);
+  // Whether event e (recorded on the comm stream after an operation) has completed, for a caller that polls
+  // while it does other work; waited_s: how long it has been waited for. Past the bound, or on an NCCL
+  // error, aborts and throws naming `what` and `peers` (e.g. "send to drafter 0 (world rank 1)").
+  bool test(cudaEvent_t e, double waited_s, const char* what, const std::string& peers);
+  // Host waits for e within the bound, as test() does.
+  void wait(cudaEvent_t e, const char* what, const std::string& peers);
 
   int rank() const { return rank_; }
   int size() const { return size_; }

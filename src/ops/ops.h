@@ -71,9 +71,12 @@ class Ops {
   // rounded to its dtype: random weights of any size without a host copy, the same draws on every backend.
   virtual void fill_normal(const Tensor& dst, uint64_t seed, uint64_t stream, float mean, float std) = 0;
   virtual void synchronize() = 0;
-  // The feature channel's slots in this backend's memory (ops/wire_pool.h): host memory here, device slots with
-  // pinned mirrors on CUDA.
-  virtual std::unique_ptr<WirePool> wire_pool(int depth, size_t bytes) { return wire_pool_host(depth, bytes); }
+  // The feature channel's slots in this backend's memory (ops/wire_pool.h): host memory here, device slots
+  // with pinned mirrors on CUDA (mirrors = false: none, for the NCCL wire, which reads and fills the device
+  // slots).
+  virtual std::unique_ptr<WirePool> wire_pool(int depth, size_t bytes, bool mirrors = true) {
+    return wire_pool_host(depth, bytes);
+  }
 
   // ---- ops ----------------------------------------------------------------------------------------
   // out[t] = table[ids[t]]; ids i32 [1, T]; ids are validated by the caller.

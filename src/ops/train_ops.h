@@ -68,8 +68,11 @@ class TrainOps {
   virtual void download_raw(const Tensor& src, void* host) = 0;      // contiguous src, its own dtype, to host
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;       // same shape, f32
   virtual void fill(const Tensor& dst, float value) = 0;
-  // The feature channel's receive slots in this backend's memory (ops/wire_pool.h), as Ops::wire_pool.
-  virtual std::unique_ptr<WirePool> wire_pool(int depth, size_t bytes) { return wire_pool_host(depth, bytes); }
+  // The feature channel's receive slots in this backend's memory (ops/wire_pool.h), as Ops::wire_pool
+  // (mirrors = false for the NCCL wire).
+  virtual std::unique_ptr<WirePool> wire_pool(int depth, size_t bytes, bool mirrors = true) {
+    return wire_pool_host(depth, bytes);
+  }
 
   // ---- dense --------------------------------------------------------------------------------------
   // c = alpha · op(a) · op(b) + beta · c with op(x) = xᵀ when trans_x. Covers y = x·Wᵀ (false, true),

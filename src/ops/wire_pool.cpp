@@ -38,6 +38,14 @@ class HostWirePool final : public WirePool {
 
 }  // namespace
 
+// Only a device pool has streams: the NCCL wire is chosen only when every rank is on a GPU.
+void WirePool::stream_after_compute(void*) {
+  DF_FAIL("host wire pool: no device stream to order (internal error)");
+}
+void WirePool::compute_after(void*) {
+  stream_after_compute(nullptr);
+}
+
 std::unique_ptr<WirePool> wire_pool_host(int depth, size_t bytes) {
   return std::make_unique<HostWirePool>(depth, bytes);
 }

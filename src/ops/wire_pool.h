@@ -2,7 +2,8 @@
 // slots, each sized for one batch at data.token_budget). A slot lives in the backend's memory, so a CUDA
 // target's forward writes its taps straight into it and a CUDA drafter trains from it in place; on a device
 // backend each slot also has a pinned host mirror that the MPI wire reads or fills, copied on a stream of its
-// own so the compute stream never waits for the wire. Allocated once: no allocation per batch.
+// own so the compute stream never waits for the wire; the NCCL wire moves the device bytes itself and needs
+// no mirror. Allocated once: no allocation per batch.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -30,7 +31,7 @@ class WirePool {
   Device device() const { return device_; }
 
   // The slot in backend memory (device on CUDA ranks, host on CPU ranks) and its host bytes (the same memory
-  // on a host pool).
+  // on a host pool; a device pool made without mirrors has none and throws).
   virtual char* data(int slot) = 0;
   virtual char* host(int slot) = 0;
   // Queues data → host of the slot's first n bytes, after the work queued so far on the compute stream (the
@@ -42,6 +43,12 @@ class WirePool {
   // True once the slot's last queued copy is complete (always on a host pool); wait() blocks until it is.
   virtual bool copied(int slot) = 0;
   virtual void wait(int slot) = 0;
+  // For a wire that moves the device bytes itself on a stream of its own (NCCL): `stream` is that backend
+  // stream (a cudaStream_t), `event` an event of the backend. stream_after_compute: the stream's next work
+  // waits for the compute stream's work queued so far (the forward that wrote a slot, the training that still
+  // reads one); compute_after: the compute stream's next work waits for `event`. A host pool has no streams.
+  virtual void stream_after_compute(void* stream);
+  virtual void compute_after(void* event);
 
  protected:
   WirePool(int depth, size_t bytes, Device device) : depth_(depth), bytes_(bytes), device_(device) {}

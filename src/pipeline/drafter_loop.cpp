@@ -111,8 +111,11 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   if (offline) {
     rx = feature_receiver_files(plan, ctx.drafter_index);
   } else {
-    pool = ops->wire_pool(1, WireLayout::bytes(budget, feat_cols, final_cols));
-    rx = feature_receiver_mpi(ctx.data_comm, ctx.roles.targets, *pool);
+    NcclComm* nccl = ctx.nccl_world.get();  // transport nccl: the payload lands in the device slot itself
+    pool = ops->wire_pool(1, WireLayout::bytes(budget, feat_cols, final_cols), nccl == nullptr);
+    const DrafterBatches order{plan.batch_of(plan.start_step, 0, ctx.drafter_index), plan.num_drafters};
+    rx = feature_receiver(ctx.data_comm, ctx.roles.targets, order, *pool,
+                          payload_wire(ctx.data_comm, nccl, *pool));
   }
   std::unique_ptr<GradReducer> reducer = reducer_create(ctx, *ops, size_t(model.grads.numel()));
   OptimConfig optim = optim_config(plan);
@@ -150,6 +153,11 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     double wait_s = 0;
     drafter_zero_grads(model);
     StepStats ss;
+#ifdef DF_HAVE_CUDA
+    // The payload's NCCL receive gives up just inside the watchdog's bound for that wait (patience 1), so its
+    // message, naming the batch and the target, comes first.
+    if (ctx.nccl_world) ctx.nccl_world->set_step(step, 0.9 * watchdog.bound_s());
+#endif
     for (int a = 0; a < plan.grad_accum; ++a) {
       const int64_t b = plan.batch_of(step, a, ctx.drafter_index);
       auto t_wait = std::chrono::steady_clock::now();

@@ -1,12 +1,16 @@
-// The target role: a flat loop of prefetch → forward with taps → send. The wire is bf16: a CUDA rank's forward
-// writes its bf16 taps straight into a slot of its wire pool, and the channel copies them to the host off the
-// compute stream while the next forward runs; a CPU rank's taps are f32 and are rounded into the slot.
+// The target role: a flat loop of prefetch → forward with taps → send. The wire is bf16: a CUDA rank's
+// forward writes its bf16 taps straight into a slot of its wire pool, and the channel sends them from there
+// by NCCL, or copies them to the host for MPI off the compute stream while the next forward runs; a CPU
+// rank's taps are f32 and are rounded into the slot.
 #include <chrono>
 
 #include "core/log.h"
 #include "data/prefetcher.h"
 #include "dist/feature_channel.h"
 #include "dist/watchdog.h"
+#ifdef DF_HAVE_CUDA
+#include "dist/nccl_comm.h"
+#endif
 #include "model/target.h"
 #include "ops/ops_factory.h"
 #include "pipeline/loops.h"
@@ -47,8 +51,11 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   std::vector<int64_t> mine = batch_indices_for_target(begin, end, ctx.target_index, plan.num_targets);
   Prefetcher prefetch(*plan.corpus, *plan.batcher, mine, size_t(plan.cfg.data.prefetch_depth));
   const int depth = plan.cfg.pipeline.hs_queue_depth;
-  std::unique_ptr<WirePool> pool = ops->wire_pool(depth, WireLayout::bytes(budget, feat_cols, final_cols));
-  std::unique_ptr<FeatureSender> sender = feature_sender_mpi(ctx.data_comm, ctx.roles.drafters, depth, *pool);
+  NcclComm* nccl = ctx.nccl_world.get();  // transport nccl: the payload leaves from the device slot itself
+  std::unique_ptr<WirePool> pool =
+      ops->wire_pool(depth, WireLayout::bytes(budget, feat_cols, final_cols), nccl == nullptr);
+  std::unique_ptr<FeatureSender> sender = feature_sender(ctx.data_comm, ctx.roles.drafters, depth, *pool,
+                                                         payload_wire(ctx.data_comm, nccl, *pool));
 
   std::vector<float> host;
   int64_t sent = 0;
@@ -69,6 +76,10 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     // A slot frees when its batch has reached its drafter, which may itself wait for another target: twice
     // the patience, as for a credit, so that the drafter names that target first.
     watchdog.beat("waiting for a free send slot (a batch still on its way to a drafter)", -1, 2.0);
+#ifdef DF_HAVE_CUDA
+    // An NCCL send gives up before the watchdog's 2x patience of its waits, naming the batch and the drafter.
+    if (nccl) nccl->set_step(mb->global_index / plan.batches_per_step, 1.5 * watchdog.bound_s());
+#endif
     const auto t_slot = std::chrono::steady_clock::now();
     char* slot = sender->acquire();
     // Waiting for a slot is the drafters' back-pressure, not the target's work: it stays out of the busy time

@@ -25,6 +25,7 @@ TEST(NcclTest, SkippedWithoutCudaBuild) {
 #include "dist/grad_reducer.h"
 #include "dist/nccl_comm.h"
 #include "ops/cuda/cuda_device.h"
+#include "tests/unit/mpi_test_env.h"  // MPI for the reducers' host statistics
 
 using namespace df;
 
@@ -114,17 +115,6 @@ class NcclTest : public ::testing::Test {
   }
   std::vector<float*> allocs_;
 };
-
-// MPI for the reducers' host statistics: a singleton (or mpirun's world), finalized after the last test.
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  }
-  void TearDown() override { MPI_Finalize(); }
-};
-const auto* const kMpi = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
 
 }  // namespace
 

@@ -14,6 +14,8 @@ for split in "1 1" "2 1" "2 2"; do
   n=$(step_lines "$TMP/$name/metrics.jsonl")
   [ "$n" -eq 6 ] || fail "$name: expected 6 metric lines, got $n"
   grep -q "role drafter" "$TMP/$name.log" || fail "$name: no start-up line for a drafter"
+  grep -q "transport mpi (.*feature payloads and gradients over MPI)" "$TMP/$name.log" ||
+    fail "$name: the start-up line does not say what carries the features: $(grep -m1 transport "$TMP/$name.log")"
   echo "ok: split $1-$2 ($(tail -1 "$TMP/$name/metrics.jsonl" | cut -c1-80)...)"
 done
 # pipeline.hs_queue_depth = 1: one send slot per target and one credit per drafter, so a target cannot start a

@@ -56,9 +56,9 @@ void cuda_swiglu(const CudaDevice& dev, const Tensor& gate, const Tensor& up, co
 void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                const Tensor& c, float alpha, float beta);
 
-// The wire pool of a CUDA rank (ops/wire_pool.h): device slots of `bytes` with pinned host mirrors, ordered
-// against dev's stream.
-std::unique_ptr<WirePool> cuda_wire_pool(const CudaDevice& dev, int depth, size_t bytes);
+// The wire pool of a CUDA rank (ops/wire_pool.h): device slots of `bytes`, with pinned host mirrors for the
+// MPI wire (mirrors) or without for the NCCL one, ordered against dev's stream.
+std::unique_ptr<WirePool> cuda_wire_pool(const CudaDevice& dev, int depth, size_t bytes, bool mirrors);
 
 // Number of CUDA devices visible, 0 when there is no driver or no GPU (never throws).
 int cuda_device_count();

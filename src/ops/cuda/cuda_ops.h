@@ -33,7 +33,9 @@ class CudaOps final : public Ops {
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill_normal(const Tensor& dst, uint64_t seed, uint64_t stream, float mean, float std) override;
   void synchronize() override;
-  std::unique_ptr<WirePool> wire_pool(int depth, size_t bytes) override { return cuda_wire_pool(dev_, depth, bytes); }
+  std::unique_ptr<WirePool> wire_pool(int depth, size_t bytes, bool mirrors = true) override {
+    return cuda_wire_pool(dev_, depth, bytes, mirrors);
+  }
 
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) override;

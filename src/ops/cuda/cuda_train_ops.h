@@ -37,7 +37,9 @@ class CudaTrainOps final : public TrainOps {
   void download_raw(const Tensor& src, void* host) override;
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, float value) override;
-  std::unique_ptr<WirePool> wire_pool(int depth, size_t bytes) override { return cuda_wire_pool(dev_, depth, bytes); }
+  std::unique_ptr<WirePool> wire_pool(int depth, size_t bytes, bool mirrors = true) override {
+    return cuda_wire_pool(dev_, depth, bytes, mirrors);
+  }
 
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
             float beta) override;

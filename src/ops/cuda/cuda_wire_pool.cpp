@@ -1,7 +1,8 @@
-// The CUDA WirePool (ops/wire_pool.h): device slots with pinned host mirrors, copied on the pool's own
-// stream. Each copy first waits for the compute stream's work queued so far (an event), so a D2H reads the
-// finished forward and an H2D never overwrites a slot a queued kernel still reads; after an H2D the compute
-// stream waits for the copy. The host thread only blocks in wait(), never the compute stream.
+// The CUDA WirePool (ops/wire_pool.h): device slots with pinned host mirrors (for the MPI wire), copied on
+// the pool's own stream. Each copy first waits for the compute stream's work queued so far (an event), so a
+// D2H reads the finished forward and an H2D never overwrites a slot a queued kernel still reads; after an H2D
+// the compute stream waits for the copy. The host thread only blocks in wait(), never the compute stream. The
+// NCCL wire orders its own stream against the compute stream through the same event.
 #include <vector>
 
 #include "kernels/cuda_check.cuh"
@@ -14,7 +15,7 @@ namespace {
 
 class CudaWirePool final : public WirePool {
  public:
-  CudaWirePool(const CudaDevice& dev, int depth, size_t bytes)
+  CudaWirePool(const CudaDevice& dev, int depth, size_t bytes, bool mirrors)
       : WirePool(depth, bytes, Device::cuda), dev_(dev) {
     DF_CHECK(depth >= 1, "wire pool: needs at least one slot (pipeline.hs_queue_depth >= 1), got %d", depth);
     DF_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
@@ -22,7 +23,7 @@ class CudaWirePool final : public WirePool {
     for (int i = 0; i < depth; ++i) {
       Slot s;
       s.dev = static_cast<char*>(dev_.alloc(bytes));
-      const cudaError_t e = cudaMallocHost(reinterpret_cast<void**>(&s.host), bytes);
+      const cudaError_t e = mirrors ? cudaMallocHost(reinterpret_cast<void**>(&s.host), bytes) : cudaSuccess;
       DF_CHECK(e == cudaSuccess,
                "wire pool: cannot pin %d host buffers of %.1f MiB for GPU %d (%s); HINT: lower "
                "pipeline.hs_queue_depth or data.token_budget, or raise the locked-memory limit (ulimit -l)",
@@ -44,10 +45,16 @@ class CudaWirePool final : public WirePool {
   }
 
   char* data(int slot) override { return at(slot).dev; }
-  char* host(int slot) override { return at(slot).host; }
+  char* host(int slot) override {
+    Slot& s = at(slot);
+    DF_CHECK(s.host != nullptr,
+             "wire pool: slot %d has no host mirror (a pool for the NCCL wire; internal error)", slot);
+    return s.host;
+  }
 
   void to_host(int slot, size_t n) override {
     Slot& s = at(slot);
+    host(slot);
     after_compute();
     if (n) DF_CUDA_CHECK(cudaMemcpyAsync(s.host, s.dev, checked(n), cudaMemcpyDeviceToHost, copy_));
     DF_CUDA_CHECK(cudaEventRecord(s.copied, copy_));
@@ -55,6 +62,7 @@ class CudaWirePool final : public WirePool {
 
   void to_device(int slot, size_t n) override {
     Slot& s = at(slot);
+    host(slot);
     after_compute();
     if (n) DF_CUDA_CHECK(cudaMemcpyAsync(s.dev, s.host, checked(n), cudaMemcpyHostToDevice, copy_));
     DF_CUDA_CHECK(cudaEventRecord(s.copied, copy_));
@@ -68,6 +76,14 @@ class CudaWirePool final : public WirePool {
     return true;
   }
   void wait(int slot) override { DF_CUDA_CHECK(cudaEventSynchronize(at(slot).copied)); }
+
+  void stream_after_compute(void* stream) override {
+    DF_CUDA_CHECK(cudaEventRecord(compute_done_, dev_.stream));
+    DF_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), compute_done_, 0));
+  }
+  void compute_after(void* event) override {
+    DF_CUDA_CHECK(cudaStreamWaitEvent(dev_.stream, static_cast<cudaEvent_t>(event), 0));
+  }
 
  private:
   struct Slot {
@@ -84,10 +100,7 @@ class CudaWirePool final : public WirePool {
     DF_CHECK(n <= bytes(), "wire pool: a copy of %zu bytes exceeds the %zu-byte slot", n, bytes());
     return n;
   }
-  void after_compute() {
-    DF_CUDA_CHECK(cudaEventRecord(compute_done_, dev_.stream));
-    DF_CUDA_CHECK(cudaStreamWaitEvent(copy_, compute_done_, 0));
-  }
+  void after_compute() { stream_after_compute(copy_); }
 
   const CudaDevice& dev_;
   cudaStream_t copy_ = nullptr;
@@ -97,8 +110,8 @@ class CudaWirePool final : public WirePool {
 
 }  // namespace
 
-std::unique_ptr<WirePool> cuda_wire_pool(const CudaDevice& dev, int depth, size_t bytes) {
-  return std::make_unique<CudaWirePool>(dev, depth, bytes);
+std::unique_ptr<WirePool> cuda_wire_pool(const CudaDevice& dev, int depth, size_t bytes, bool mirrors) {
+  return std::make_unique<CudaWirePool>(dev, depth, bytes, mirrors);
 }
 
 }  // namespace df
