@@ -56,7 +56,8 @@ void NcclWire::end(int slot) {
 }
 
 void NcclWire::post(int slot, size_t n, int to, int64_t batch, MPI_Request*) {
-  comm_.p2p({begin(slot, true, n, to, batch)}, at(slot).what.c_str());
+  const NcclP2p op = begin(slot, true, n, to, batch);  // names the slot's operation, which p2p then reports
+  comm_.p2p({op}, at(slot).what.c_str());
   end(slot);
 }
 
@@ -69,7 +70,8 @@ bool NcclWire::left(int slot) {
 }
 
 void NcclWire::receive(int slot, size_t n, int from, int64_t batch) {
-  comm_.p2p({begin(slot, false, n, from, batch)}, at(slot).what.c_str());
+  const NcclP2p op = begin(slot, false, n, from, batch);
+  comm_.p2p({op}, at(slot).what.c_str());
   end(slot);
 }
 

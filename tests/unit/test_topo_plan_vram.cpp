@@ -156,6 +156,8 @@ TEST(PlanVram, Fp8TargetCountsCodesAndScales) {
   EXPECT_DOUBLE_EQ(item(p.target, "weights FP8 e4m3 + scales"), 2 * 480 + 4 * 2 * 56);
   // 10 tokens x the widest input (down_proj's K = I = 12) + a scale per token.
   EXPECT_DOUBLE_EQ(item(p.target, "FP8 input codes + scales"), 10 * 12 + 4 * 10);
+  // The residual adds' f32 product: 10 tokens x hidden 8.
+  EXPECT_DOUBLE_EQ(item(p.target, "FP8 residual-add product [T,H] f32"), 4 * 10 * 8);
 }
 
 TEST(PlanVram, ShortSequencesMeanMoreAnchors) {
