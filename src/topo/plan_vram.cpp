@@ -153,8 +153,8 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
       "DFLASH_GEMM_TUNE=0");
   add(dr, "receive slot's pinned mirror (host)", 0,
       offline ? std::string("none: offline")
-              : strfmt("host RAM, not VRAM: %.4g B pinned (the MPI wire lands there; credits keep the rest of "
-                       "the %d targets' batches with them)", slot, assume.targets));
+              : strfmt("host RAM, not VRAM: %.4g B pinned (the MPI wire lands there, NCCL lands in the slot and "
+                       "needs none; credits keep the rest of the %d targets' batches with them)", slot, assume.targets));
   add(dr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
   return dr;
 }
@@ -260,7 +260,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, kl ? t.hidden : 0));
   add(tr, "send buffers", depth * slot,
       strfmt("hs_queue_depth %d wire slots x %.4g B (taps%s, written by the forward in place; each with a pinned "
-             "host mirror of the same size)", depth, slot,
+             "host mirror of the same size on the MPI wire, none on NCCL)", depth, slot,
              kl ? ", final hidden" : ""));
   add(tr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
 
