@@ -33,6 +33,7 @@ def _counted(fn):
         FLA_CALLS["chunk_gated_delta_rule"] += 1
         return fn(*args, **kwargs)
 
+    wrapper.df_counted = True  # FLA's own function may carry __wrapped__ (a decorator): this marks ours
     return wrapper
 
 
@@ -56,7 +57,7 @@ def load_fla(root=None):
     except ImportError as e:
         raise RuntimeError(f"flash-linear-attention not importable ({type(e).__name__}: {e}). HINT: carry the "
                            f"lead's .peer/ (FLA v0.5.2 at {DEFAULT_FLA}, commit {FLA_COMMIT}) or pass --fla DIR")
-    if not hasattr(gdr.chunk_gated_delta_rule, "__wrapped__"):
+    if not getattr(gdr.chunk_gated_delta_rule, "df_counted", False):
         gdr.chunk_gated_delta_rule = _counted(gdr.chunk_gated_delta_rule)
         if hasattr(fla.ops, "chunk_gated_delta_rule"):
             fla.ops.chunk_gated_delta_rule = gdr.chunk_gated_delta_rule
@@ -81,9 +82,6 @@ def fla_chunk_rule(query, key, value, g, beta, chunk_size=64, initial_state=None
                                       use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, **extra)
 
 
-_FLA_CHUNK = _counted(fla_chunk_rule)
-
-
 def attach_fla(model, modeling):
     """Routes the Gated DeltaNet layers of a constructed `model` (transformers module `modeling`, e.g.
     modeling_qwen3_5) to FLA: the chunked rule, which transformers 5.17 calls through the module's name
@@ -93,9 +91,9 @@ def attach_fla(model, modeling):
     FLA_CALLS then counts the calls. Call after load_fla."""
     from fla.modules import FusedRMSNormGated
 
-    # The name's own value is transformers' hub wrapper (it has __wrapped__ too), so ours is told apart by identity.
-    if modeling.torch_chunk_gated_delta_rule is not _FLA_CHUNK:
-        modeling.torch_chunk_gated_delta_rule = _FLA_CHUNK
+    # fla_chunk_rule calls the counted FLA function (load_fla), so each call counts once, whether transformers
+    # reaches FLA through this name or (FLA installed as a package) directly.
+    modeling.torch_chunk_gated_delta_rule = fla_chunk_rule
     wired = 0
     for m in model.modules():
         if not (type(m).__name__.endswith("GatedDeltaNet") and hasattr(m, "norm")):
