@@ -315,12 +315,12 @@ static void gemm_bind_scales(const GemmPlan& p, const GemmOperands& o) {
 }
 
 // The plan of this exact shape, created (and its bucket tuned) on first use.
-static GemmPlan* gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t stream) {
+static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t stream) {
   const int64_t M = o.M, N = o.N, K = o.K;
   const int align = std::min(std::min(ptr_alignment(o.a), ptr_alignment(o.b)), ptr_alignment(o.c));
   const GemmKey key{M, N, K, o.lda, o.ldb, o.ldc, o.flags(), align};
   auto it = ctx->plans.find(key);
-  if (it != ctx->plans.end()) return &it->second;
+  if (it != ctx->plans.end()) return it->second;
 
   if (ctx->plans.size() >= kGemmMaxPlans) {
     if (ctx->log) std::printf("gemm: %zu shapes cached, plans dropped (tuned algorithms kept)\n", ctx->plans.size());
@@ -365,10 +365,11 @@ static GemmPlan* gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t
                     (long long)K, found);
     }
   }
-  return &ctx->plans.emplace(key, p).first->second;
+  return ctx->plans.emplace(key, p).first->second;
 }
 
 static void gemm_run(GemmContext* ctx, const GemmPlan& p, const GemmOperands& o, cudaStream_t stream) {
+  gemm_bind_scales(p, o);
   DF_CUBLAS_CHECK(cublasLtMatmul(ctx->handle, p.op, &o.alpha, o.b, p.la, o.a, p.lb, &o.beta, o.c, p.lc, o.c, p.lc,
                                  &p.algo, ctx->workspace, ctx->workspace_bytes, stream));
 }
@@ -378,7 +379,7 @@ void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, 
                     float beta, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
   const GemmOperands o{a, lda, trans_a, b, ldb, trans_b, c, ldc, c_f32, M, N, K, alpha, beta};
-  gemm_run(ctx, *gemm_plan(ctx, o, stream), o, stream);
+  gemm_run(ctx, gemm_plan(ctx, o, stream), o, stream);
 }
 
 void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc,
@@ -412,9 +413,7 @@ void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const floa
   o.scale_a = scale_x;
   o.scale_b = scale_w;
   if (beta == 0.0f) {
-    GemmPlan* p = gemm_plan(ctx, o, stream);
-    gemm_bind_scales(*p, o);
-    gemm_run(ctx, *p, o, stream);
+    gemm_run(ctx, gemm_plan(ctx, o, stream), o, stream);
     return;
   }
   // beta != 0 (the residual add) never goes through cuBLASLt's own beta: on the H200 (cuBLASLt 13.1) its FP8
@@ -430,9 +429,7 @@ void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const floa
   od.ldc = N;
   od.c_f32 = true;
   od.beta = 0.0f;
-  GemmPlan* p = gemm_plan(ctx, od, stream);
-  gemm_bind_scales(*p, od);
-  gemm_run(ctx, *p, od, stream);
+  gemm_run(ctx, gemm_plan(ctx, od, stream), od, stream);
   const int64_t n = M * N;
   const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 65535 * 8));
   gemm_add_f32_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(c), ldc, d, M, N);

@@ -6,6 +6,7 @@
 // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a become one; gate_proj and up_proj become one. Each layer
 // then runs three or four GEMMs whose output columns are used in place through column views.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +38,9 @@ struct TargetLayer {
   // rows stay bf16 in w_in_ba [2·nv, H] (w_in's last 2·nv rows of codes are zero and unused). Empty otherwise.
   Tensor s_qkv, s_o, s_in, s_out, s_gate_up, s_down;
   Tensor w_in_ba;
+
+  // The six projections in this order (a layer's mixer leaves either w_qkv / w_o or w_in / w_out empty).
+  std::array<const Tensor*, 6> projections() const { return {&w_qkv, &w_o, &w_in, &w_out, &w_gate_up, &w_down}; }
 };
 
 struct TargetModel {

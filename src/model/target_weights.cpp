@@ -156,8 +156,8 @@ void fp8_check_shapes(const TargetModel& m) {
   const int64_t ba = 2 * int64_t(m.cfg.lin_nv);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const TargetLayer& L = m.layers[l];
-    const Tensor* ws[] = {&L.w_qkv, &L.w_o, &L.w_in, &L.w_out, &L.w_gate_up, &L.w_down};
-    for (int i = 0; i < 6; ++i) {
+    const auto ws = L.projections();
+    for (size_t i = 0; i < ws.size(); ++i) {
       const int64_t rows = ws[i]->rows - (ws[i] == &L.w_in ? ba : 0);
       DF_CHECK(ws[i]->empty() || (ws[i]->cols % 16 == 0 && rows % 16 == 0),
                "target.dtype = \"fp8\": layer %zu %s.weight %s: the FP8 GEMMs need its %lld inputs and %lld FP8 "
@@ -186,8 +186,7 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
     fp8_check_shapes(*m);
     int64_t most = 0;
     for (const TargetLayer& L : m->layers)
-      for (const Tensor* w : {&L.w_qkv, &L.w_o, &L.w_in, &L.w_out, &L.w_gate_up, &L.w_down})
-        most = std::max(most, w->numel());
+      for (const Tensor* w : L.projections()) most = std::max(most, w->numel());
     staging = Tensor{ops.alloc_bytes(size_t(most) * dtype_size(ops.act_dtype())), ops.act_dtype(), ops.device(),
                      1, most, most};
   }
@@ -198,11 +197,9 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
   }
   if (opt.fp8 && !m->fp8_codes) {
     const int64_t b_rows = 2 * int64_t(cfg.lin_nv);  // in_proj_b and in_proj_a, the last rows of w_in
-    for (const TargetLayer& L : m->layers) {
-      for (const Tensor* w : {&L.w_qkv, &L.w_o, &L.w_out, &L.w_gate_up, &L.w_down})
-        if (!w->empty()) ops.fp8_round_rows(*w);
-      if (!L.w_in.empty()) ops.fp8_round_rows(L.w_in.rows_view(0, L.w_in.rows - b_rows));
-    }
+    for (const TargetLayer& L : m->layers)
+      for (const Tensor* w : L.projections())
+        if (!w->empty()) ops.fp8_round_rows(w == &L.w_in ? w->rows_view(0, w->rows - b_rows) : *w);
   }
   return m;
 }

@@ -138,9 +138,7 @@ void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tenso
   if (m == 0 || n == 0 || (k == 0 && beta == 1.0f)) return;
   DF_CHECK(k > 0, "gemm: K is 0 with beta %g; nothing to multiply (HINT: skip the call for an empty batch)",
            beta);
-  // A one-row view may carry any stride; cuBLASLt wants leading dimensions of at least the row length.
-  auto ld = [](const Tensor& t) { return t.stride > t.cols ? t.stride : t.cols; };
-  gemm_launch_ex(dev.gemm, a.data, ld(a), trans_a, b.data, ld(b), trans_b, c.data, ld(c),
+  gemm_launch_ex(dev.gemm, a.data, cuda_gemm_ld(a), trans_a, b.data, cuda_gemm_ld(b), trans_b, c.data, cuda_gemm_ld(c),
                  c.dtype == DType::f32, m, n, k, alpha, beta, dev.stream);
 }
 

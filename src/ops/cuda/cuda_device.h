@@ -55,6 +55,9 @@ void cuda_embedding(const CudaDevice& dev, const Tensor& ids, const Tensor& tabl
 void cuda_swiglu(const CudaDevice& dev, const Tensor& gate, const Tensor& up, const Tensor& out);
 void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                const Tensor& c, float alpha, float beta);
+// A tensor's leading dimension for cuBLASLt: its row stride, at least its row length (a one-row view may carry
+// any stride).
+inline int64_t cuda_gemm_ld(const Tensor& t) { return t.stride > t.cols ? t.stride : t.cols; }
 
 // The wire pool of a CUDA rank (ops/wire_pool.h): device slots of `bytes`, with pinned host mirrors for the
 // MPI wire (mirrors) or without for the NCCL one, ordered against dev's stream.

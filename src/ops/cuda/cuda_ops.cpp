@@ -93,10 +93,9 @@ void CudaOps::gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, con
   cuda_expect_as(sx, DType::f32, 1, x8.rows, "gemm_fp8", "sx");
   cuda_expect_as(sw, DType::f32, 1, w8.rows, "gemm_fp8", "sw");
   cuda_expect_as(c, DType::bf16, x8.rows, w8.rows, "gemm_fp8", "c");
-  auto ld = [](const Tensor& t) { return t.stride > t.cols ? t.stride : t.cols; };
-  gemm_fp8_launch(dev_.gemm, static_cast<const uint8_t*>(x8.data), ld(x8), fptr(sx),
-                  static_cast<const uint8_t*>(w8.data), ld(w8), fptr(sw), c.data, ld(c), x8.rows, w8.rows, x8.cols,
-                  beta, dev_.stream);
+  gemm_fp8_launch(dev_.gemm, static_cast<const uint8_t*>(x8.data), cuda_gemm_ld(x8), fptr(sx),
+                  static_cast<const uint8_t*>(w8.data), cuda_gemm_ld(w8), fptr(sw), c.data, cuda_gemm_ld(c), x8.rows,
+                  w8.rows, x8.cols, beta, dev_.stream);
 }
 
 void CudaOps::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float eps, NormKind kind) {
