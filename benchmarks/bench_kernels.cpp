@@ -3,7 +3,8 @@
 // and the memory-bound ops, then the drafter's lm_head loss (8192 block rows). Prints work, median time, rate
 // and % of the measured H200 ceilings (790 TFLOP/s bf16 GEMM, ~4.8 TB/s HBM). Each op's output on a small
 // slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
-// Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels alone.
+// Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels
+// alone, `bench_kernels fp8` the FP8 input quantiser alone.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "benchmarks/cuda_timing.h"
 #include "core/arena.h"
+#include "core/fp8.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/launchers.cuh"
@@ -392,6 +394,37 @@ void bench_decode(Bench& b) {
   b.harena.reset(hmark);
 }
 
+// The FP8 target's input quantisation at the 27B's GEMM input widths (hidden 5120 and down_proj's 17408):
+// bf16 in, e4m3 codes and one f32 scale per row out, T·K·3 + 4T bytes. Checked first on 64 rows: code · scale
+// must be CpuOps::fp8_round_rows of the same rows bit for bit.
+void bench_fp8_quantize(Bench& b, int64_t T) {
+  for (int64_t K : {int64_t(5120), int64_t(17408)}) {
+    size_t mark = b.arena.mark(), hmark = b.harena.mark();
+    Tensor x = b.rand(DType::bf16, T, K, -3, 3), s = b.arena.alloc(DType::f32, 1, T);
+    Tensor q = b.arena.alloc(DType::f8_e4m3, T, K);
+    b.gpu.fp8_quantize_rows(x, q, s, false);
+    const int64_t n = 64;
+    std::vector<uint8_t> qh(size_t(n * K));
+    std::vector<float> sh(static_cast<size_t>(n));
+    b.gpu.download_raw(Tensor{q.data, DType::u8, Device::cuda, n, K, K}, qh.data());
+    b.gpu.download_f32(s.cols_view(0, n), sh.data());
+    Tensor want = b.to_host(x.rows_view(0, n));
+    b.cpu.fp8_round_rows(want);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < K; ++c)
+        bad += e4m3_to_f32(qh[size_t(r * K + c)]) * sh[size_t(r)] != want.ptr<float>()[r * want.stride + c];
+    char name[64];
+    std::snprintf(name, sizeof(name), "fp8_quantize_rows [T,%lld]", (long long)K);
+    std::printf("check %-34s %lld of %lld code*scale differ from CpuOps::fp8_round_rows %s\n", name,
+                (long long)bad, (long long)(n * K), bad ? "FAILED" : "ok");
+    if (bad) ++b.failures;
+    row_bytes(name, 3.0 * T * K + 4.0 * T, b.time_ms([&] { b.gpu.fp8_quantize_rows(x, q, s, false); }));
+    b.arena.reset(mark);
+    b.harena.reset(hmark);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -411,9 +444,12 @@ int main(int argc, char** argv) {
     DF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device %s, %d SMs; T = %lld tokens (%d x %d), hidden %lld\n", prop.name, prop.multiProcessorCount,
                 (long long)T, S, L, (long long)H);
-    if (argc > 1 && std::string(argv[1]) == "decode") {  // the decode kernels alone
-      bench_decode(b);
-      std::printf("bench_kernels decode: %s\n", b.failures ? "a correctness check FAILED" : "all correctness checks passed");
+    const std::string only = argc > 1 ? argv[1] : "";
+    if (only == "decode" || only == "fp8") {  // the decode kernels, or the FP8 quantiser, alone
+      if (only == "decode") bench_decode(b);
+      if (only == "fp8") bench_fp8_quantize(b, T);
+      std::printf("bench_kernels %s: %s\n", only.c_str(),
+                  b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
     }
 
@@ -578,6 +614,7 @@ int main(int argc, char** argv) {
                 b.time_ms([&] { b.gpu.gated_rmsnorm(go, gz, gw, gy, 48, 128, 1e-6f); }));
       b.arena.reset(mark);
     }
+    bench_fp8_quantize(b, T);
     bench_lm_head_loss(b, H);
     bench_decode(b);
     if (b.failures) {

@@ -1,6 +1,12 @@
 // Row-wise e4m3 quantisation for the FP8 target (weights at load, each linear layer's input per token): the
 // codes and f32 scales the FP8 GEMM (gemm.cuh gemm_fp8_launch) multiplies, bit-identical to the CPU oracle's
-// CpuOps::fp8_round_rows, which is why the rounding itself is core/fp8.h's and the divisions are IEEE ones.
+// CpuOps::fp8_round_rows: the same IEEE scale, reciprocal and product (core/fp8.h e4m3_quantize), rounded by
+// the hardware's cvt.rn.satfinite.e4m3x2.f32, which tests/unit/test_fp8.cpp shows is core/fp8.h's rounding.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cfloat>
+
 #include "core/fp8.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -11,6 +17,24 @@ namespace df {
 namespace {
 
 constexpr int kQuantThreads = 256;
+
+// IEEE f32 arithmetic whatever the library's --use_fast_math says: its -ftz=true turns '/', __fdiv_rn,
+// __frcp_rn and __fmul_rn into .ftz forms that flush subnormal inputs and results, where the CPU keeps them.
+__device__ __forceinline__ float ieee_div(float a, float b) {
+  float r;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float ieee_rcp(float a) {
+  float r;
+  asm("rcp.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+__device__ __forceinline__ float ieee_mul(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 
 __device__ __forceinline__ float block_max(float v) {
   __shared__ float partial[32];
@@ -23,52 +47,129 @@ __device__ __forceinline__ float block_max(float v) {
   return t;
 }
 
-// One block per row: the row's amax, then every element divided by amax/448 and rounded to e4m3. The library
-// is built with --use_fast_math, whose '/' is an approximation: __fdiv_rn is the IEEE division the CPU does.
-// fmaxf skips NaN as the CPU's std::max(amax, NaN) does, so a row's scale never is NaN. VEC: eight elements
-// per step through 16-byte loads of x and 8-byte stores of the codes (rows aligned so, cols a multiple of 8);
-// the second pass re-reads a row the first just brought into cache.
+// core/fp8.h e4m3_scale: amax / 448, 1 below the smallest normal f32.
+__device__ __forceinline__ float row_scale(float amax) {
+  const float s = ieee_div(amax, kE4m3Max);
+  return s >= FLT_MIN ? s : 1.0f;
+}
+
+// max |x| over eight bf16 as max over four bf16 pairs: exact (the max of bf16 values is one of them), and
+// __hmax2 returns the other operand of a NaN as fmaxf does, so NaN is skipped like the CPU's std::max(amax,
+// NaN).
+__device__ __forceinline__ float abs_max8(const uint4& raw, float amax) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  __nv_bfloat162 m = __habs2(p[0]);
+#pragma unroll
+  for (int j = 1; j < 4; ++j) m = __hmax2(m, __habs2(p[j]));
+  return fmaxf(amax, fmaxf(__low2float(m), __high2float(m)));
+}
+
+// Two values times the row's reciprocal to two e4m3 codes (a's in the low byte): one cvt for the pair.
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b, float inv) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(ieee_mul(a, inv), ieee_mul(b, inv)), __NV_SATFINITE, __NV_E4M3);
+}
+
+// Code pair back to code · s: e4m3 -> f16 is exact (every e4m3 value is an f16 one), f16 -> f32 too.
+__device__ __forceinline__ float2 e4m3x2_dequant(uint32_t codes, float s) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  return make_float2(ieee_mul(f.x, s), ieee_mul(f.y, s));
+}
+
+// Eight bf16 (one 16-byte load) to eight codes (one 8-byte store); with back non-null also code · s in bf16.
+__device__ __forceinline__ uint2 quantize8(const uint4& raw, float inv, float s, uint4* back) {
+  float v[8];
+  bf16x8_unpack(raw, v);
+  uint32_t w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    w[h] = e4m3x2(v[4 * h], v[4 * h + 1], inv) | e4m3x2(v[4 * h + 2], v[4 * h + 3], inv) << 16;
+  if (back) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float2 d = e4m3x2_dequant(w[p / 2] >> (16 * (p % 2)), s);
+      v[2 * p] = d.x;
+      v[2 * p + 1] = d.y;
+    }
+    *back = bf16x8_pack(v);
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// One block per row, the row's 16-byte chunks held in registers (R per thread; rows aligned so, cols a
+// multiple of 8 and at most blockDim.x · 8 · R): the amax over them, then every chunk quantised from the same
+// registers. Threads past the row's end load nothing and hold zeros, which leave the amax as it is.
+template <int R>
+__global__ void __launch_bounds__(kQuantThreads)
+    fp8_quantize_rows_reg_kernel(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale, int64_t cols,
+                                 bool write_back) {
+  uint4* xr = reinterpret_cast<uint4*>(x + blockIdx.x * ldx);
+  uint2* qr = reinterpret_cast<uint2*>(q + blockIdx.x * ldq);
+  const int64_t n = cols / 8;
+  uint4 raw[R];
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    raw[k] = i < n ? xr[i] : make_uint4(0, 0, 0, 0);
+    amax = abs_max8(raw[k], amax);
+  }
+  const float s = row_scale(block_max(amax)), inv = ieee_rcp(s);
+  if (threadIdx.x == 0) scale[blockIdx.x] = s;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    if (i < n) qr[i] = quantize8(raw[k], inv, s, write_back ? xr + i : nullptr);
+  }
+}
+
+// Any row: the amax pass, then the quantise pass re-reading a row the first just brought into cache. VEC:
+// eight elements per step as above (rows 16-byte aligned, cols a multiple of 8); otherwise one at a time.
 template <bool VEC>
 __global__ void fp8_quantize_rows_kernel(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale,
                                          int64_t cols, bool write_back) {
   bf16* xr = x + blockIdx.x * ldx;
   uint8_t* qr = q + blockIdx.x * ldq;
-  const int64_t step = VEC ? 8 : 1, n = cols / step;
+  const int64_t n = VEC ? cols / 8 : cols;
   float amax = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    if constexpr (VEC) {
-      float v[8];
-      bf16x8_unpack(reinterpret_cast<const uint4*>(xr)[i], v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
-    } else {
+    if constexpr (VEC)
+      amax = abs_max8(reinterpret_cast<const uint4*>(xr)[i], amax);
+    else
       amax = fmaxf(amax, fabsf(__bfloat162float(xr[i])));
-    }
   }
-  amax = block_max(amax);
-  float s = __fdiv_rn(amax, kE4m3Max);
-  s = s > 0.0f ? s : 1.0f;  // core/fp8.h e4m3_scale
+  const float s = row_scale(block_max(amax)), inv = ieee_rcp(s);
   if (threadIdx.x == 0) scale[blockIdx.x] = s;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     if constexpr (VEC) {
-      float v[8];
-      bf16x8_unpack(reinterpret_cast<const uint4*>(xr)[i], v);
-      uint2 codes;
-      uint8_t* c = reinterpret_cast<uint8_t*>(&codes);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        c[j] = f32_to_e4m3(__fdiv_rn(v[j], s));
-        v[j] = e4m3_to_f32(c[j]) * s;
-      }
-      reinterpret_cast<uint2*>(qr)[i] = codes;
-      if (write_back) reinterpret_cast<uint4*>(xr)[i] = bf16x8_pack(v);
+      uint4* xi = reinterpret_cast<uint4*>(xr) + i;
+      reinterpret_cast<uint2*>(qr)[i] = quantize8(*xi, inv, s, write_back ? xi : nullptr);
     } else {
-      const uint8_t code = f32_to_e4m3(__fdiv_rn(__bfloat162float(xr[i]), s));
-      qr[i] = code;
-      if (write_back) xr[i] = __float2bfloat16_rn(e4m3_to_f32(code) * s);
+      const uint32_t code = e4m3x2(__bfloat162float(xr[i]), 0.0f, inv) & 0xffu;
+      qr[i] = static_cast<uint8_t>(code);
+      if (write_back) xr[i] = __float2bfloat16_rn(e4m3x2_dequant(code, s).x);
     }
   }
 }
+
+template <int R>
+void launch_reg(unsigned rows, int threads, bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale,
+                int64_t cols, bool write_back, cudaStream_t stream) {
+  fp8_quantize_rows_reg_kernel<R><<<rows, threads, 0, stream>>>(x, ldx, q, ldq, scale, cols, write_back);
+}
+
+// Rows of up to kQuantThreads · 8 · R elements stay in registers between the amax and the quantise pass (one
+// read of x); these R cover the Qwen widths with few idle slots (the 27B's 5120 and 6144 take R = 3, its
+// down_proj's 17408 R = 9). Wider rows take the two-pass loop, whose second pass hits L2.
+using RegLaunch = void (*)(unsigned, int, bf16*, int64_t, uint8_t*, int64_t, float*, int64_t, bool,
+                           cudaStream_t);
+struct RegVariant {
+  int r;
+  RegLaunch launch;
+};
+constexpr RegVariant kRegVariants[] = {{1, launch_reg<1>},   {2, launch_reg<2>},  {3, launch_reg<3>},
+                                       {4, launch_reg<4>},   {6, launch_reg<6>},  {9, launch_reg<9>},
+                                       {12, launch_reg<12>}, {16, launch_reg<16>}};
 
 }  // namespace
 
@@ -78,12 +179,21 @@ void fp8_quantize_rows_launch(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, flo
   DF_CHECK(rows <= 0x7fffffff, "fp8_quantize_rows: %lld rows exceed the grid", (long long)rows);
   const bool vec = cols % 8 == 0 && ldx % 8 == 0 && ldq % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0;
-  if (vec)
+  const int64_t chunks = cols / 8, per_thread = (chunks + kQuantThreads - 1) / kQuantThreads;
+  const RegVariant* reg = nullptr;
+  for (const RegVariant& v : kRegVariants)
+    if (!reg && v.r >= per_thread) reg = &v;
+  if (vec && chunks > 0 && reg) {
+    // As few threads (whole warps) as hold the row at R chunks each, so only the last warp has idle slots.
+    const int64_t need = (chunks + reg->r - 1) / reg->r;
+    reg->launch(unsigned(rows), int((need + 31) / 32 * 32), x, ldx, q, ldq, scale, cols, write_back, stream);
+  } else if (vec) {
     fp8_quantize_rows_kernel<true>
         <<<unsigned(rows), kQuantThreads, 0, stream>>>(x, ldx, q, ldq, scale, cols, write_back);
-  else
+  } else {
     fp8_quantize_rows_kernel<false>
         <<<unsigned(rows), kQuantThreads, 0, stream>>>(x, ldx, q, ldq, scale, cols, write_back);
+  }
   DF_CUDA_CHECK_LAUNCH("fp8_quantize_rows_kernel");
 }
 

@@ -13,6 +13,7 @@ TEST(Fp8CudaTest, SkippedWithoutCudaBuild) {
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -61,53 +62,100 @@ void host_quantize_row(const float* x, int64_t K, uint8_t* q, float* scale) {
   float amax = 0.0f;
   for (int64_t c = 0; c < K; ++c) amax = std::max(amax, std::fabs(x[c]));
   *scale = e4m3_scale(amax);
-  for (int64_t c = 0; c < K; ++c) q[c] = f32_to_e4m3(x[c] / *scale);
+  const float inv = e4m3_inv_scale(*scale);
+  for (int64_t c = 0; c < K; ++c) q[c] = e4m3_quantize(x[c], inv);
+}
+
+bool same(float a, float b) {  // bit-for-bit tests meet NaN codes: any NaN equals any NaN
+  return a == b || (std::isnan(a) && std::isnan(b));
+}
+
+// fp8_quantize_rows on the [M, K] rows x (bf16 values) against core/fp8.h and CpuOps::fp8_round_rows, bit for
+// bit: each scale, each code, code · scale against the CPU op, and x afterwards (code · scale in bf16 with
+// write_back, x untouched without). x and the codes are views of wider buffers (strided rows on both sides).
+void expect_quantised_as_core(CudaOps& gpu, Arena a, const std::vector<float>& x, int64_t M, int64_t K,
+                              bool write_back) {
+  SCOPED_TRACE(testing::Message() << "M " << M << " K " << K << (write_back ? " write_back" : ""));
+  const int64_t pad = 16;
+  Tensor xg = a.alloc(DType::bf16, M, K + pad).cols_view(0, K);
+  Tensor qg = a.alloc(DType::f8_e4m3, M, K + pad).cols_view(0, K);
+  Tensor sg = a.alloc(DType::f32, 1, M);
+  gpu.upload_f32(xg, x.data());
+  gpu.fp8_quantize_rows(xg, qg, sg, write_back);
+  std::vector<uint8_t> q(size_t(M * (K + pad)));
+  std::vector<float> s(static_cast<size_t>(M)), back(size_t(M * K));
+  gpu.download_raw(Tensor{qg.data, DType::u8, Device::cuda, M, K + pad, K + pad}, q.data());
+  gpu.download_f32(sg, s.data());
+  gpu.download_f32(xg, back.data());
+  // The CPU op itself on the same rows: its output must be each GPU code times the GPU scale.
+  std::vector<float> rounded = x;
+  CpuOps cpu;
+  cpu.fp8_round_rows(tensor_make(rounded.data(), DType::f32, Device::cpu, M, K));
+  std::vector<uint8_t> wq(static_cast<size_t>(K));
+  int64_t bad = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    float ws = 0;
+    host_quantize_row(&x[size_t(r * K)], K, wq.data(), &ws);
+    if (s[size_t(r)] != ws && bad++ < 5)
+      ADD_FAILURE() << "row " << r << ": scale " << s[size_t(r)] << " (GPU) vs " << ws << " (core/fp8.h)";
+    for (int64_t c = 0; c < K; ++c) {
+      const size_t i = size_t(r * K + c);
+      const uint8_t g = q[size_t(r * (K + pad) + c)];
+      const float deq = e4m3_to_f32(g) * s[size_t(r)], want_back = write_back ? bf16_round(deq) : x[i];
+      if ((g != wq[size_t(c)] || !same(deq, rounded[i]) || !same(back[i], want_back)) && bad++ < 5)
+        ADD_FAILURE() << "[" << r << ", " << c << "] x " << std::hexfloat << x[i] << ": GPU code 0x"
+                      << std::hex << int(g) << " vs core/fp8.h 0x" << int(wq[size_t(c)])
+                      << "; GPU code·scale " << deq << " vs CpuOps::fp8_round_rows " << rounded[i]
+                      << "; x afterwards " << back[i] << " (want " << want_back << ")" << std::defaultfloat;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "elements or scales that differ";
 }
 
 TEST_F(Fp8CudaTest, QuantiseMatchesCoreFp8BitForBit) {
   // Magnitudes from 2^-100 to 2^100 (bf16 and the scale stay normal f32), zero rows, unit rows.
   const std::vector<int> exps = {0, -1000, 7, -20, 100, -100, 3, -1000, -6};
-  CpuOps cpu;
-  // K 37 (rows not 16-byte aligned) takes the kernel's scalar path, the others its 8-wide one.
+  // The kernel's paths: K 37 (rows not 16-byte aligned) the scalar loop; K 16 to 17408 rows held in registers
+  // (8 elements x R per thread: R 1, 3 for 5120, 9 for down_proj's 17408); K 40000 the 8-wide two-pass loop.
   for (int64_t M : {1, 7, 300})
-    for (int64_t K : {16, 37, 48, 5120}) {
-      SCOPED_TRACE(testing::Message() << "M " << M << " K " << K);
-      const std::vector<float> x = rows_of(M, K, exps, uint32_t(M * 131 + K));
-      const int64_t pad = 16;  // strided rows on both sides: x and the codes are views of wider buffers
-      Arena a = arena_;
-      Tensor xg = a.alloc(DType::bf16, M, K + pad).cols_view(0, K);
-      Tensor qg = a.alloc(DType::f8_e4m3, M, K + pad).cols_view(0, K);
-      Tensor sg = a.alloc(DType::f32, 1, M);
-      gpu_->upload_f32(xg, x.data());
-      gpu_->fp8_quantize_rows(xg, qg, sg, true);
-      std::vector<uint8_t> q(size_t(M * (K + pad)));
-      std::vector<float> s(static_cast<size_t>(M)), back(size_t(M * K));
-      gpu_->download_raw(Tensor{qg.data, DType::u8, Device::cuda, M, K + pad, K + pad}, q.data());
-      gpu_->download_f32(sg, s.data());
-      gpu_->download_f32(xg, back.data());
-      // The CPU op itself on the same rows: its output must be each GPU code times the GPU scale.
-      std::vector<float> rounded = x;
-      cpu.fp8_round_rows(tensor_make(rounded.data(), DType::f32, Device::cpu, M, K));
-      std::vector<uint8_t> wq(static_cast<size_t>(K));
-      int64_t bad = 0;
-      for (int64_t r = 0; r < M; ++r) {
-        float ws = 0;
-        host_quantize_row(&x[size_t(r * K)], K, wq.data(), &ws);
-        if (s[size_t(r)] != ws && bad++ < 5)
-          ADD_FAILURE() << "row " << r << ": scale " << s[size_t(r)] << " (GPU) vs " << ws << " (core/fp8.h)";
-        for (int64_t c = 0; c < K; ++c) {
-          const size_t i = size_t(r * K + c);
-          const uint8_t g = q[size_t(r * (K + pad) + c)];
-          const float deq = e4m3_to_f32(g) * s[size_t(r)];
-          if ((g != wq[size_t(c)] || deq != rounded[i] || back[i] != bf16_round(deq)) && bad++ < 5)
-            ADD_FAILURE() << "[" << r << ", " << c << "] x " << x[i] << ": GPU code 0x" << std::hex << int(g)
-                          << " vs core/fp8.h 0x" << int(wq[size_t(c)]) << std::dec << "; GPU code·scale "
-                          << deq << " vs CpuOps::fp8_round_rows " << rounded[i] << "; written back "
-                          << back[i];
-        }
-      }
-      EXPECT_EQ(bad, 0) << "elements or scales that differ";
+    for (int64_t K : {16, 37, 48, 5120, 17408, 40000})
+      for (bool write_back : {false, true})
+        expect_quantised_as_core(*gpu_, arena_, rows_of(M, K, exps, uint32_t(M * 131 + K)), M, K, write_back);
+}
+
+// The hardware conversion against core/fp8.h on every bf16 input it can meet: rows whose amax is 448 (scale
+// 1, reciprocal 1, so each code is the conversion of the bf16 value itself) holding every bf16 with |x| <=
+// 448, ties and subnormal codes included, and NaNs of both signs; rows whose amax is 448 · 2^-126 (scale
+// 2^-126, the smallest normal) holding every bf16 below it, f32 subnormals included, which the product scales
+// into the e4m3 range (a flush-to-zero multiply would zero them); a row holding an infinity (scale inf, codes
+// 0 and NaN). Over each of the kernel's three paths.
+TEST_F(Fp8CudaTest, QuantiseEveryBf16ValueMatchesCoreFp8) {
+  struct Group {
+    float amax;
+    std::vector<float> values;
+  };
+  std::vector<Group> groups(3);
+  groups[0].amax = 448.0f;
+  groups[1].amax = 448.0f * std::ldexp(1.0f, -126);
+  for (uint32_t b = 0; b <= 0x43e0u; ++b)
+    for (uint32_t sign : {0u, 0x8000u}) {
+      groups[0].values.push_back(bf16_to_f32(b | sign));
+      if (bf16_to_f32(b) <= groups[1].amax) groups[1].values.push_back(bf16_to_f32(b | sign));
     }
+  for (uint32_t nan : {0x7fc0u, 0xffc0u, 0x7f81u, 0xffffu}) groups[0].values.push_back(bf16_to_f32(nan));
+  const float inf = std::numeric_limits<float>::infinity();
+  groups[2] = {inf, {1.0f, -2.0f, 0.0f, -0.0f, -inf, std::ldexp(1.0f, -130)}};
+  for (int64_t K : {37, 4096, 40000}) {
+    // Each row: its group's amax first, then the group's next K - 1 values (zeros past the group's end).
+    std::vector<float> x;
+    for (const Group& g : groups)
+      for (size_t next = 0; next < g.values.size();) {
+        x.push_back(g.amax);
+        for (int64_t c = 1; c < K; ++c) x.push_back(next < g.values.size() ? g.values[next++] : 0.0f);
+      }
+    for (bool write_back : {false, true})
+      expect_quantised_as_core(*gpu_, arena_, x, int64_t(x.size()) / K, K, write_back);
+  }
 }
 
 TEST_F(Fp8CudaTest, GemmMatchesExactProductOfCodesAndScales) {
