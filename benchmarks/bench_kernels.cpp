@@ -4,7 +4,7 @@
 // and % of the measured H200 ceilings (790 TFLOP/s bf16 GEMM, ~4.8 TB/s HBM). Each op's output on a small
 // slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels
-// alone, `bench_kernels fp8` the FP8 input quantiser alone.
+// alone. The FP8 input quantisers are bench_kernels_fp8.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "benchmarks/cuda_timing.h"
+#include "benchmarks/kernel_bench.h"
 #include "core/arena.h"
-#include "core/fp8.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/launchers.cuh"
@@ -30,69 +30,6 @@
 using namespace df;
 
 namespace {
-
-constexpr double kPeakTflops = 790.0;  // cuBLASLt bf16 8192³ on this H200 (shared/device/README.md)
-constexpr double kPeakGBs = 4800.0;    // HBM3e datasheet; copy kernels reach a little less
-
-struct Bench {
-  CudaOps gpu{0};
-  CpuOps cpu;
-  void* block = nullptr;
-  Arena arena;
-  HostBuffer host{size_t(2) << 30};
-  Arena harena{host.data(), host.size(), Device::cpu};
-  uint64_t seed = 1;
-  int failures = 0;
-
-  explicit Bench(size_t bytes) {
-    block = gpu.alloc_bytes(bytes);
-    arena = Arena(block, bytes, Device::cuda);
-  }
-  ~Bench() { gpu.free_bytes(block); }
-
-  Tensor rand(DType dt, int64_t rows, int64_t cols, float lo, float hi) {
-    Tensor t = arena.alloc(dt, rows, cols);
-    fill_uniform_launch(t.data, dt == DType::f32, t.stride, rows, cols, lo, hi, seed++, gpu.stream());
-    return t;
-  }
-  // A host f32 copy of a device tensor (any view), as a CPU tensor for CpuOps.
-  Tensor to_host(const Tensor& t) {
-    Tensor h = harena.alloc(DType::f32, t.rows, t.cols);
-    gpu.download_f32(t, h.ptr<float>());
-    return h;
-  }
-  // max |gpu − cpu| / max |cpu| over a slice; fails the run above tol.
-  void check(const char* what, const Tensor& got_gpu, const Tensor& want_cpu, double tol) {
-    std::vector<float> got(size_t(got_gpu.numel()));
-    gpu.download_f32(got_gpu, got.data());
-    double err = 0, ref = 0;
-    bool nan = false;
-    for (int64_t r = 0; r < want_cpu.rows; ++r)
-      for (int64_t c = 0; c < want_cpu.cols; ++c) {
-        double w = want_cpu.ptr<float>()[r * want_cpu.stride + c], g = got[size_t(r * want_cpu.cols + c)];
-        nan |= std::isnan(g);
-        err = std::max(err, std::fabs(g - w));
-        ref = std::max(ref, std::fabs(w));
-      }
-    double rel = err / std::max(ref, 1e-30);
-    bool ok = !nan && rel <= tol;
-    std::printf("check %-34s max|err|/max|ref| = %.2e (tol %.0e) %s\n", what, rel, tol, ok ? "ok" : "FAILED");
-    if (!ok) ++failures;
-  }
-  // Median of `reps` event-timed runs after two warm-up runs, in ms.
-  double time_ms(const std::function<void()>& fn, int reps = 10) { return cuda_median_ms(gpu.stream(), fn, reps); }
-};
-
-void row_flops(const char* name, double flops, double ms) {
-  double tf = flops / (ms * 1e-3) / 1e12;
-  std::printf("%-40s %10.1f GFLOP %9.3f ms %8.1f TFLOP/s %6.1f %% of %.0f\n", name, flops / 1e9, ms, tf,
-              100.0 * tf / kPeakTflops, kPeakTflops);
-}
-void row_bytes(const char* name, double bytes, double ms) {
-  double gbs = bytes / (ms * 1e-3) / 1e9;
-  std::printf("%-40s %10.1f MB    %9.3f ms %8.1f GB/s    %6.1f %% of %.0f\n", name, bytes / 1e6, ms, gbs,
-              100.0 * gbs / kPeakGBs, kPeakGBs);
-}
 
 // The drafter's lm_head loss at the 27B shape: R block rows (every 16th, the anchor, inactive) against
 // V = 248,320; CE at two chunk sizes, the KL at one, and the two GEMMs of the CE alone for the overhead. Each
@@ -394,37 +331,6 @@ void bench_decode(Bench& b) {
   b.harena.reset(hmark);
 }
 
-// The FP8 target's input quantisation at the 27B's GEMM input widths (hidden 5120 and down_proj's 17408):
-// bf16 in, e4m3 codes and one f32 scale per row out, T·K·3 + 4T bytes. Checked first on 64 rows: code · scale
-// must be CpuOps::fp8_round_rows of the same rows bit for bit.
-void bench_fp8_quantize(Bench& b, int64_t T) {
-  for (int64_t K : {int64_t(5120), int64_t(17408)}) {
-    size_t mark = b.arena.mark(), hmark = b.harena.mark();
-    Tensor x = b.rand(DType::bf16, T, K, -3, 3), s = b.arena.alloc(DType::f32, 1, T);
-    Tensor q = b.arena.alloc(DType::f8_e4m3, T, K);
-    b.gpu.fp8_quantize_rows(x, q, s, false);
-    const int64_t n = 64;
-    std::vector<uint8_t> qh(size_t(n * K));
-    std::vector<float> sh(static_cast<size_t>(n));
-    b.gpu.download_raw(Tensor{q.data, DType::u8, Device::cuda, n, K, K}, qh.data());
-    b.gpu.download_f32(s.cols_view(0, n), sh.data());
-    Tensor want = b.to_host(x.rows_view(0, n));
-    b.cpu.fp8_round_rows(want);
-    int64_t bad = 0;
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < K; ++c)
-        bad += e4m3_to_f32(qh[size_t(r * K + c)]) * sh[size_t(r)] != want.ptr<float>()[r * want.stride + c];
-    char name[64];
-    std::snprintf(name, sizeof(name), "fp8_quantize_rows [T,%lld]", (long long)K);
-    std::printf("check %-34s %lld of %lld code*scale differ from CpuOps::fp8_round_rows %s\n", name,
-                (long long)bad, (long long)(n * K), bad ? "FAILED" : "ok");
-    if (bad) ++b.failures;
-    row_bytes(name, 3.0 * T * K + 4.0 * T, b.time_ms([&] { b.gpu.fp8_quantize_rows(x, q, s, false); }));
-    b.arena.reset(mark);
-    b.harena.reset(hmark);
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -444,11 +350,9 @@ int main(int argc, char** argv) {
     DF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device %s, %d SMs; T = %lld tokens (%d x %d), hidden %lld\n", prop.name, prop.multiProcessorCount,
                 (long long)T, S, L, (long long)H);
-    const std::string only = argc > 1 ? argv[1] : "";
-    if (only == "decode" || only == "fp8") {  // the decode kernels, or the FP8 quantiser, alone
-      if (only == "decode") bench_decode(b);
-      if (only == "fp8") bench_fp8_quantize(b, T);
-      std::printf("bench_kernels %s: %s\n", only.c_str(),
+    if (argc > 1 && std::string(argv[1]) == "decode") {  // the decode kernels alone
+      bench_decode(b);
+      std::printf("bench_kernels decode: %s\n",
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
     }
@@ -614,7 +518,6 @@ int main(int argc, char** argv) {
                 b.time_ms([&] { b.gpu.gated_rmsnorm(go, gz, gw, gy, 48, 128, 1e-6f); }));
       b.arena.reset(mark);
     }
-    bench_fp8_quantize(b, T);
     bench_lm_head_loss(b, H);
     bench_decode(b);
     if (b.failures) {

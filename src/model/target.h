@@ -146,7 +146,8 @@ void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in);
 void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w, const Tensor& w_scale,
                    const Tensor& out, float beta, const Tensor* ba = nullptr);
 
-// One layer's MLP on T rows: h += down(silu(gate(n)) · up(n)), with proj [≥ T, 2I] and act [≥ T, I] as scratch.
+// One layer's MLP on T rows: h += down(silu(gate(n)) · up(n)), with proj [≥ T, 2I] and act [≥ T, I] as
+// scratch (act unused with FP8 codes: Ops::swiglu_fp8 makes the down projection's input codes directly).
 // Shared by the forward and the incremental decoder (model/target_decode.h).
 void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, const Tensor& n, const Tensor& proj,
                 const Tensor& act, const Tensor& h, int64_t T);

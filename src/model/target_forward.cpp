@@ -119,6 +119,14 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   target_linear(m_, ws_->fp8, normed, L.w_out, L.s_out, ws_->h.rows_view(0, T), 1.0f);
 }
 
+// The planned FP8 input buffers cut to an input x's shape.
+static Tensor fp8_codes_for(const Fp8Inputs& q, const Tensor& x) {
+  DF_CHECK(!q.codes.empty() && x.rows <= q.codes.rows && x.cols <= q.codes.cols,
+           "target_linear: FP8 input %s does not fit the planned codes %s", x.shape_str().c_str(),
+           q.codes.shape_str().c_str());
+  return q.codes.rows_view(0, x.rows).cols_view(0, x.cols);
+}
+
 void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w, const Tensor& w_scale,
                    const Tensor& out, float beta, const Tensor* ba) {
   if (!m.fp8_codes) {
@@ -126,10 +134,7 @@ void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, co
     m.ops->gemm(x, w, out, beta);
     return;
   }
-  DF_CHECK(!q.codes.empty() && x.rows <= q.codes.rows && x.cols <= q.codes.cols,
-           "target_linear: FP8 input %s does not fit the planned codes %s", x.shape_str().c_str(),
-           q.codes.shape_str().c_str());
-  const Tensor codes = q.codes.rows_view(0, x.rows).cols_view(0, x.cols), scales = q.scales.cols_view(0, x.rows);
+  const Tensor codes = fp8_codes_for(q, x), scales = q.scales.cols_view(0, x.rows);
   // The b / a rows multiply the same quantised input in bf16 (written back into x, rounded to bf16 once).
   const bool tail = ba != nullptr && !ba->empty();
   m.ops->fp8_quantize_rows(x, codes, scales, tail);
@@ -144,6 +149,12 @@ void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, 
   Tensor gate_up = proj.rows_view(0, T).cols_view(0, 2 * I);
   target_linear(m, q, n.rows_view(0, T), L.w_gate_up, L.s_gate_up, gate_up, 0.0f);
   Tensor a = act.rows_view(0, T);
+  if (m.fp8_codes) {  // swiglu straight into the down projection's e4m3 codes: act is never stored
+    const Tensor codes = fp8_codes_for(q, a), scales = q.scales.cols_view(0, T);
+    m.ops->swiglu_fp8(gate_up.cols_view(0, I), gate_up.cols_view(I, I), codes, scales);
+    m.ops->gemm_fp8(codes, scales, L.w_down, L.s_down, h.rows_view(0, T), 1.0f);
+    return;
+  }
   m.ops->swiglu(gate_up.cols_view(0, I), gate_up.cols_view(I, I), a);
   target_linear(m, q, a, L.w_down, L.s_down, h.rows_view(0, T), 1.0f);
 }

@@ -146,6 +146,13 @@ class Ops {
                                  bool /*write_back*/) {
     DF_FAIL("fp8_quantize_rows (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x.shape_str().c_str());
   }
+  // fp8_quantize_rows of swiglu(gate, up) without the act-dtype tensor in between: the codes and scales that
+  // swiglu into out then fp8_quantize_rows(out) give, bit for bit (the down projection's input,
+  // model/target.h target_mlp).
+  virtual void swiglu_fp8(const Tensor& gate, const Tensor& /*up*/, const Tensor& /*codes*/,
+                          const Tensor& /*scales*/) {
+    DF_FAIL("swiglu_fp8 (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", gate.shape_str().c_str());
+  }
   // c = (sx ⊙ x8) · (sw ⊙ w8)ᵀ + beta · c, fp32 accumulation: x8 f8_e4m3 [M, K] with sx f32 [1, M] (per
   // token), w8 f8_e4m3 [N, K] with sw f32 [1, N] (per output channel), c act dtype [M, N].
   virtual void gemm_fp8(const Tensor& x8, const Tensor& /*sx*/, const Tensor& /*w8*/, const Tensor& /*sw*/,

@@ -1,8 +1,9 @@
 // The FP8 target on CUDA (target.dtype = "fp8"): the row quantiser against core/fp8.h and
-// CpuOps::fp8_round_rows bit for bit, the cuBLASLt FP8 GEMM against an exact host product of its codes and
-// scales, a tiny FP8 forward against the CPU FP8 emulation per tap, and FP8 vs bf16 taps on a few 27B-shaped
-// layers (the error FP8 costs, printed and bounded). Every failure prints the worst element, its index and
-// both values. Skips itself without a device or a CUDA build.
+// CpuOps::fp8_round_rows bit for bit (every bf16 value included), the fused swiglu quantiser against swiglu
+// then the quantiser, the cuBLASLt FP8 GEMM against an exact host product of its codes and scales, a tiny FP8
+// forward against the CPU FP8 emulation per tap, and FP8 vs bf16 taps on a few 27B-shaped layers (the error
+// FP8 costs, printed and bounded). Every failure prints the worst element, its index and both values. Skips
+// itself without a device or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -139,10 +140,12 @@ TEST_F(Fp8CudaTest, QuantiseEveryBf16ValueMatchesCoreFp8) {
   groups[1].amax = 448.0f * std::ldexp(1.0f, -126);
   for (uint32_t b = 0; b <= 0x43e0u; ++b)
     for (uint32_t sign : {0u, 0x8000u}) {
-      groups[0].values.push_back(bf16_to_f32(b | sign));
-      if (bf16_to_f32(b) <= groups[1].amax) groups[1].values.push_back(bf16_to_f32(b | sign));
+      groups[0].values.push_back(bf16_to_f32(uint16_t(b | sign)));
+      if (bf16_to_f32(uint16_t(b)) <= groups[1].amax)
+        groups[1].values.push_back(bf16_to_f32(uint16_t(b | sign)));
     }
-  for (uint32_t nan : {0x7fc0u, 0xffc0u, 0x7f81u, 0xffffu}) groups[0].values.push_back(bf16_to_f32(nan));
+  for (uint32_t nan : {0x7fc0u, 0xffc0u, 0x7f81u, 0xffffu})
+    groups[0].values.push_back(bf16_to_f32(uint16_t(nan)));
   const float inf = std::numeric_limits<float>::infinity();
   groups[2] = {inf, {1.0f, -2.0f, 0.0f, -0.0f, -inf, std::ldexp(1.0f, -130)}};
   for (int64_t K : {37, 4096, 40000}) {
@@ -156,6 +159,45 @@ TEST_F(Fp8CudaTest, QuantiseEveryBf16ValueMatchesCoreFp8) {
     for (bool write_back : {false, true})
       expect_quantised_as_core(*gpu_, arena_, x, int64_t(x.size()) / K, K, write_back);
   }
+}
+
+// swiglu_fp8 (the down projection's input codes straight from gate and up) against swiglu into bf16 then
+// fp8_quantize_rows, bit for bit, on the forward's layout (gate and up the two halves of one [M, 2I] buffer),
+// over the kernel's paths: I 37 scalar, 16 to 17408 in registers, 40000 two-pass.
+TEST_F(Fp8CudaTest, SwigluFp8MatchesSwigluThenQuantise) {
+  for (int64_t M : {1, 7, 300})
+    for (int64_t I : {16, 37, 48, 5120, 17408, 40000}) {
+      SCOPED_TRACE(testing::Message() << "M " << M << " I " << I);
+      Arena a = arena_;
+      Tensor gu = a.alloc(DType::bf16, M, 2 * I), act = a.alloc(DType::bf16, M, I);
+      Tensor q1 = a.alloc(DType::f8_e4m3, M, I), q2 = a.alloc(DType::f8_e4m3, M, I);
+      Tensor s1 = a.alloc(DType::f32, 1, M), s2 = a.alloc(DType::f32, 1, M);
+      gpu_->upload_f32(gu, rows_of(M, 2 * I, {2, -1, 0, -1000, 9}, uint32_t(M + 7 * I)).data());
+      const Tensor g = gu.cols_view(0, I), u = gu.cols_view(I, I);
+      gpu_->swiglu(g, u, act);
+      gpu_->fp8_quantize_rows(act, q1, s1, false);
+      gpu_->swiglu_fp8(g, u, q2, s2);
+      std::vector<uint8_t> c1(size_t(M * I)), c2(size_t(M * I));
+      std::vector<float> h1(static_cast<size_t>(M)), h2(static_cast<size_t>(M)), ah(size_t(M * I));
+      gpu_->download_raw(Tensor{q1.data, DType::u8, Device::cuda, M, I, I}, c1.data());
+      gpu_->download_raw(Tensor{q2.data, DType::u8, Device::cuda, M, I, I}, c2.data());
+      gpu_->download_f32(s1, h1.data());
+      gpu_->download_f32(s2, h2.data());
+      gpu_->download_f32(act, ah.data());
+      int64_t bad = 0;
+      for (int64_t r = 0; r < M; ++r) {
+        if (h1[size_t(r)] != h2[size_t(r)] && bad++ < 5)
+          ADD_FAILURE() << "row " << r << ": scale " << h2[size_t(r)] << " (swiglu_fp8) vs " << h1[size_t(r)]
+                        << " (swiglu + fp8_quantize_rows)";
+        for (int64_t c = 0; c < I; ++c) {
+          const size_t i = size_t(r * I + c);
+          if (c1[i] != c2[i] && bad++ < 5)
+            ADD_FAILURE() << "[" << r << ", " << c << "] act " << ah[i] << ": swiglu_fp8 code 0x" << std::hex
+                          << int(c2[i]) << " vs swiglu + fp8_quantize_rows 0x" << int(c1[i]) << std::dec;
+        }
+      }
+      EXPECT_EQ(bad, 0) << "codes or scales that differ";
+    }
 }
 
 TEST_F(Fp8CudaTest, GemmMatchesExactProductOfCodesAndScales) {

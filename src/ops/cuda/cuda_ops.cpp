@@ -84,6 +84,15 @@ void CudaOps::fp8_quantize_rows(const Tensor& x, const Tensor& codes, const Tens
                            x.cols, write_back, dev_.stream);
 }
 
+void CudaOps::swiglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& codes, const Tensor& scales) {
+  cuda_expect(gate, DType::bf16, "swiglu_fp8", "gate");
+  cuda_expect_as(up, DType::bf16, gate.rows, gate.cols, "swiglu_fp8", "up");
+  cuda_expect_as(codes, DType::f8_e4m3, gate.rows, gate.cols, "swiglu_fp8", "codes");
+  cuda_expect_as(scales, DType::f32, 1, gate.rows, "swiglu_fp8", "scales");
+  swiglu_fp8_launch(bptr(gate), gate.stride, bptr(up), up.stride, static_cast<uint8_t*>(codes.data),
+                    codes.stride, fptr(scales), gate.rows, gate.cols, dev_.stream);
+}
+
 void CudaOps::gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
                        float beta) {
   cuda_expect(x8, DType::f8_e4m3, "gemm_fp8", "x8");
