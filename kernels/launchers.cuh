@@ -72,6 +72,12 @@ void fill_normal_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64
 // out = norm(x) per row. zero_centred: (1 + w)·x̂ in fp32; else w·bf16(x̂) (Qwen3 casts before the weight).
 void rmsnorm_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, int64_t rows,
                     int64_t cols, float eps, bool zero_centred, cudaStream_t stream);
+// rmsnorm_launch whose output also goes to an FP8 GEMM: its rows' e4m3 codes q and scales as
+// fp8_quantize_rows_launch(out, ..., write_back) would give them, from the registers where the row fits
+// there.
+void rmsnorm_fp8_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, uint8_t* q,
+                        int64_t ldq, float* scale, bool write_back, int64_t rows, int64_t cols, float eps,
+                        bool zero_centred, cudaStream_t stream);
 // residual = bf16(residual + delta), then out = norm(residual).
 void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64_t ld_delta, const float* w,
                         bf16* out, int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,

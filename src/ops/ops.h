@@ -146,6 +146,14 @@ class Ops {
                                  bool /*write_back*/) {
     DF_FAIL("fp8_quantize_rows (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x.shape_str().c_str());
   }
+  // rmsnorm into out whose rows then go to an FP8 GEMM: also their codes and scales, bit for bit those of
+  // fp8_quantize_rows(out, codes, scales, write_back) after the rmsnorm (so with write_back out ends as
+  // code · scale), without reading out back (model/target.h TargetForward).
+  virtual void rmsnorm_fp8(const Tensor& x, const Tensor& /*w*/, const Tensor& /*out*/, float /*eps*/,
+                           NormKind /*kind*/, const Tensor& /*codes*/, const Tensor& /*scales*/,
+                           bool /*write_back*/) {
+    DF_FAIL("rmsnorm_fp8 (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x.shape_str().c_str());
+  }
   // fp8_quantize_rows of swiglu(gate, up) without the act-dtype tensor in between: the codes and scales that
   // swiglu into out then fp8_quantize_rows(out) give, bit for bit (the down projection's input,
   // model/target.h target_mlp).

@@ -1,9 +1,9 @@
 // The FP8 target on CUDA (target.dtype = "fp8"): the row quantiser against core/fp8.h and
-// CpuOps::fp8_round_rows bit for bit (every bf16 value included), the fused swiglu quantiser against swiglu
-// then the quantiser, the cuBLASLt FP8 GEMM against an exact host product of its codes and scales, a tiny FP8
-// forward against the CPU FP8 emulation per tap, and FP8 vs bf16 taps on a few 27B-shaped layers (the error
-// FP8 costs, printed and bounded). Every failure prints the worst element, its index and both values. Skips
-// itself without a device or a CUDA build.
+// CpuOps::fp8_round_rows bit for bit (every bf16 value included), the fused swiglu and rmsnorm quantisers
+// against the op then the quantiser, the cuBLASLt FP8 GEMM against an exact host product of its codes and
+// scales, a tiny FP8 forward against the CPU FP8 emulation per tap, and FP8 vs bf16 taps on a few 27B-shaped
+// layers (the error FP8 costs, printed and bounded). Every failure prints the worst element, its index and
+// both values. Skips itself without a device or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -161,6 +161,33 @@ TEST_F(Fp8CudaTest, QuantiseEveryBf16ValueMatchesCoreFp8) {
   }
 }
 
+// Two GPU quantisations of the same [M, K] rows (codes f8 views, any row pitch), bit for bit: ref from the
+// unfused ops, got from the fused one. Prints the first differing scales and codes with their rows' values.
+void expect_same_codes(CudaOps& gpu, const Tensor& q_ref, const Tensor& s_ref, const Tensor& q,
+                       const Tensor& s, const Tensor& values, const char* fused) {
+  const int64_t M = q.rows, K = q.cols;
+  std::vector<uint8_t> c_ref(size_t(M * q_ref.stride)), c(size_t(M * q.stride));
+  std::vector<float> h_ref(static_cast<size_t>(M)), h(static_cast<size_t>(M)), v(size_t(M * K));
+  gpu.download_raw(Tensor{q_ref.data, DType::u8, Device::cuda, M, q_ref.stride, q_ref.stride}, c_ref.data());
+  gpu.download_raw(Tensor{q.data, DType::u8, Device::cuda, M, q.stride, q.stride}, c.data());
+  gpu.download_f32(s_ref, h_ref.data());
+  gpu.download_f32(s, h.data());
+  gpu.download_f32(values, v.data());
+  int64_t bad = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    if (h_ref[size_t(r)] != h[size_t(r)] && bad++ < 5)
+      ADD_FAILURE() << "row " << r << ": scale " << h[size_t(r)] << " (" << fused << ") vs "
+                    << h_ref[size_t(r)] << " (unfused)";
+    for (int64_t col = 0; col < K; ++col) {
+      const uint8_t want = c_ref[size_t(r * q_ref.stride + col)], got = c[size_t(r * q.stride + col)];
+      if (got != want && bad++ < 5)
+        ADD_FAILURE() << "[" << r << ", " << col << "] value " << v[size_t(r * K + col)] << ": " << fused
+                      << " code 0x" << std::hex << int(got) << " vs unfused 0x" << int(want) << std::dec;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "codes or scales that differ";
+}
+
 // swiglu_fp8 (the down projection's input codes straight from gate and up) against swiglu into bf16 then
 // fp8_quantize_rows, bit for bit, on the forward's layout (gate and up the two halves of one [M, 2I] buffer),
 // over the kernel's paths: I 37 scalar, 16 to 17408 in registers, 40000 two-pass.
@@ -177,27 +204,43 @@ TEST_F(Fp8CudaTest, SwigluFp8MatchesSwigluThenQuantise) {
       gpu_->swiglu(g, u, act);
       gpu_->fp8_quantize_rows(act, q1, s1, false);
       gpu_->swiglu_fp8(g, u, q2, s2);
-      std::vector<uint8_t> c1(size_t(M * I)), c2(size_t(M * I));
-      std::vector<float> h1(static_cast<size_t>(M)), h2(static_cast<size_t>(M)), ah(size_t(M * I));
-      gpu_->download_raw(Tensor{q1.data, DType::u8, Device::cuda, M, I, I}, c1.data());
-      gpu_->download_raw(Tensor{q2.data, DType::u8, Device::cuda, M, I, I}, c2.data());
-      gpu_->download_f32(s1, h1.data());
-      gpu_->download_f32(s2, h2.data());
-      gpu_->download_f32(act, ah.data());
-      int64_t bad = 0;
-      for (int64_t r = 0; r < M; ++r) {
-        if (h1[size_t(r)] != h2[size_t(r)] && bad++ < 5)
-          ADD_FAILURE() << "row " << r << ": scale " << h2[size_t(r)] << " (swiglu_fp8) vs " << h1[size_t(r)]
-                        << " (swiglu + fp8_quantize_rows)";
-        for (int64_t c = 0; c < I; ++c) {
-          const size_t i = size_t(r * I + c);
-          if (c1[i] != c2[i] && bad++ < 5)
-            ADD_FAILURE() << "[" << r << ", " << c << "] act " << ah[i] << ": swiglu_fp8 code 0x" << std::hex
-                          << int(c2[i]) << " vs swiglu + fp8_quantize_rows 0x" << int(c1[i]) << std::dec;
-        }
-      }
-      EXPECT_EQ(bad, 0) << "codes or scales that differ";
+      expect_same_codes(*gpu_, q1, s1, q2, s2, act, "swiglu_fp8");
     }
+}
+
+// rmsnorm_fp8 (a norm whose output feeds an FP8 GEMM) against rmsnorm then fp8_quantize_rows, bit for bit in
+// the codes, the scales and out (the norm, or code · scale with write_back), both norm kinds, codes a view of
+// wider rows as in the forward; K 37 and 40000 take the unfused fallback, the others the register kernel.
+TEST_F(Fp8CudaTest, RmsnormFp8MatchesRmsnormThenQuantise) {
+  for (int64_t M : {1, 7, 300})
+    for (int64_t K : {16, 37, 48, 5120, 6144, 40000})
+      for (NormKind kind : {NormKind::plain, NormKind::zero_centred})
+        for (bool write_back : {false, true}) {
+          SCOPED_TRACE(testing::Message()
+                       << "M " << M << " K " << K << " zero_centred " << (kind == NormKind::zero_centred)
+                       << " write_back " << write_back);
+          Arena a = arena_;
+          Tensor x = a.alloc(DType::bf16, M, K), w = a.alloc(DType::f32, 1, K);
+          Tensor o1 = a.alloc(DType::bf16, M, K), o2 = a.alloc(DType::bf16, M, K);
+          Tensor q1 = a.alloc(DType::f8_e4m3, M, K + 32).cols_view(0, K);
+          Tensor q2 = a.alloc(DType::f8_e4m3, M, K + 32).cols_view(0, K);
+          Tensor s1 = a.alloc(DType::f32, 1, M), s2 = a.alloc(DType::f32, 1, M);
+          gpu_->upload_f32(x, rows_of(M, K, {0, 3, -4, -1000, 20}, uint32_t(M * 3 + K)).data());
+          gpu_->upload_f32(w, rows_of(1, K, {-2}, uint32_t(K)).data());
+          gpu_->rmsnorm(x, w, o1, 1e-6f, kind);
+          gpu_->fp8_quantize_rows(o1, q1, s1, write_back);
+          gpu_->rmsnorm_fp8(x, w, o2, 1e-6f, kind, q2, s2, write_back);
+          expect_same_codes(*gpu_, q1, s1, q2, s2, o1, "rmsnorm_fp8");
+          std::vector<float> h1(size_t(M * K)), h2(size_t(M * K));
+          gpu_->download_f32(o1, h1.data());
+          gpu_->download_f32(o2, h2.data());
+          int64_t bad = 0;
+          for (size_t i = 0; i < h1.size(); ++i)
+            if (!same(h1[i], h2[i]) && bad++ < 5)
+              ADD_FAILURE() << "out [" << i / size_t(K) << ", " << i % size_t(K) << "]: rmsnorm_fp8 " << h2[i]
+                            << " vs rmsnorm + fp8_quantize_rows " << h1[i];
+          EXPECT_EQ(bad, 0) << "out elements that differ";
+        }
 }
 
 TEST_F(Fp8CudaTest, GemmMatchesExactProductOfCodesAndScales) {

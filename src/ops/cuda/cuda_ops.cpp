@@ -118,6 +118,18 @@ void CudaOps::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float
                  kind == NormKind::zero_centred, dev_.stream);
 }
 
+void CudaOps::rmsnorm_fp8(const Tensor& x, const Tensor& w, const Tensor& out, float eps, NormKind kind,
+                          const Tensor& codes, const Tensor& scales, bool write_back) {
+  cuda_expect(x, DType::bf16, "rmsnorm_fp8", "x");
+  cuda_expect_as(w, DType::f32, 1, x.cols, "rmsnorm_fp8", "w");
+  cuda_expect_as(out, DType::bf16, x.rows, x.cols, "rmsnorm_fp8", "out");
+  cuda_expect_as(codes, DType::f8_e4m3, x.rows, x.cols, "rmsnorm_fp8", "codes");
+  cuda_expect_as(scales, DType::f32, 1, x.rows, "rmsnorm_fp8", "scales");
+  rmsnorm_fp8_launch(bptr(x), x.stride, fptr(w), bptr(out), out.stride, static_cast<uint8_t*>(codes.data),
+                     codes.stride, fptr(scales), write_back, x.rows, x.cols, eps,
+                     kind == NormKind::zero_centred, dev_.stream);
+}
+
 void CudaOps::add_rmsnorm(const Tensor& residual, const Tensor& delta, const Tensor& w, const Tensor& out, float eps,
                           NormKind kind) {
   cuda_expect(residual, DType::bf16, "add_rmsnorm", "residual");
