@@ -1,7 +1,6 @@
-// Device pieces of the row-wise e4m3 quantiser (kernels/fp8_quant.cu) for the kernels that quantise a row
-// they already hold in registers (fp8_quant.cu's own, rmsnorm.cu's fused norm): the IEEE scale and
-// reciprocal, the hardware conversion of value pairs, and the whole held row to codes + scale, so every path
-// rounds alike.
+// Device pieces of the row-wise e4m3 quantiser for every kernel that quantises a row it holds in registers
+// (fp8_quant.cu's, rmsnorm.cu's fused norm): the IEEE scale and reciprocal, the hardware conversion of value
+// pairs, and a whole held row to codes + scale, so that every path rounds alike.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
