@@ -93,6 +93,13 @@ class TimedOps final : public Ops {
   void fp8_quantize_rows(const Tensor& x, const Tensor& q, const Tensor& s, bool back) override {
     timed("fp8_quantize_rows", [&] { g_.fp8_quantize_rows(x, q, s, back); });
   }
+  void rmsnorm_fp8(const Tensor& x, const Tensor& w, const Tensor& o, float eps, NormKind k, const Tensor& q,
+                   const Tensor& s, bool back) override {
+    timed("rmsnorm_fp8", [&] { g_.rmsnorm_fp8(x, w, o, eps, k, q, s, back); });
+  }
+  void swiglu_fp8(const Tensor& g, const Tensor& u, const Tensor& q, const Tensor& s) override {
+    timed("swiglu_fp8", [&] { g_.swiglu_fp8(g, u, q, s); });
+  }
   void gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
                 float beta) override {
     const std::string name = strfmt("gemm_fp8 %lldx%lld", (long long)w8.rows, (long long)w8.cols);

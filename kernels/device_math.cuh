@@ -22,6 +22,11 @@ __device__ __forceinline__ float sigmoid_f32(float x) {
 __device__ __forceinline__ float silu_f32(float x) {
   return x * sigmoid_f32(x);
 }
+// One SwiGLU element before its bf16 store: silu(gate) rounded to bf16 (torch's F.silu returns a bf16 tensor)
+// times up. Shared by swiglu and the FP8 quantiser that consumes it directly, so both see the same bits.
+__device__ __forceinline__ float swiglu_f32(float g, float u) {
+  return bf16_rn(silu_f32(g)) * u;
+}
 
 // The gated-attention output gate on one element: o (already a bf16 value) times sigmoid(g) rounded to bf16
 // (torch's sigmoid returns a bf16 tensor); the caller rounds the product. Shared by sigmoid_gate and the

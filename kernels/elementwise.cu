@@ -165,7 +165,7 @@ struct SigmoidGateOp {
   __device__ float operator()(float o, float g) const { return sigmoid_gate_f32(o, g); }
 };
 struct SwigluOp {
-  __device__ float operator()(float g, float u) const { return bf16_rn(silu_f32(g)) * u; }
+  __device__ float operator()(float g, float u) const { return swiglu_f32(g, u); }
 };
 
 // ---- launchers ----

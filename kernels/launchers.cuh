@@ -20,12 +20,16 @@ void embedding_launch(const int32_t* ids, const bf16* table, int64_t ld_table, b
                       int64_t H, cudaStream_t stream);
 
 // ---- fp8_quant.cu --------------------------------------------------------------------------------------
-// Each row of x [rows, cols] to e4m3 codes q [rows, cols] on its own scale[r] = amax(|row|)/448 (1 for an
-// all-zero row), rounded as core/fp8.h does (RNE, satfinite), so the codes equal the CPU oracle's bit for bit.
-// write_back: the row is then replaced by bf16(code · scale), the value the FP8 GEMM multiplies, for a bf16
-// GEMM that must see the same quantised input (the DeltaNet b / a rows).
+// Each row of x [rows, cols] to e4m3 codes q [rows, cols] on its own scale[r] = amax(|row|)/448 (core/fp8.h
+// e4m3_scale: 1 for an all-zero row), x · (1/scale) rounded as core/fp8.h does (RNE, satfinite), so the codes
+// equal the CPU oracle's bit for bit. write_back: the row is then replaced by bf16(code · scale), the value
+// the FP8 GEMM multiplies, for a bf16 GEMM that must see the same quantised input (the DeltaNet b / a rows).
 void fp8_quantize_rows_launch(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale, int64_t rows,
                               int64_t cols, bool write_back, cudaStream_t stream);
+// The same for the rows of swiglu(gate, up) without storing them: the codes and scales swiglu_launch into a
+// bf16 tensor then fp8_quantize_rows_launch of it give, bit for bit (the down projection's FP8 input).
+void swiglu_fp8_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, uint8_t* q,
+                       int64_t ldq, float* scale, int64_t rows, int64_t cols, cudaStream_t stream);
 
 // ---- elementwise.cu -----------------------------------------------------------------------------------
 // o = o · sigmoid(gate), both [rows, cols]
@@ -68,6 +72,12 @@ void fill_normal_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64
 // out = norm(x) per row. zero_centred: (1 + w)·x̂ in fp32; else w·bf16(x̂) (Qwen3 casts before the weight).
 void rmsnorm_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, int64_t rows,
                     int64_t cols, float eps, bool zero_centred, cudaStream_t stream);
+// rmsnorm_launch whose output also goes to an FP8 GEMM: its rows' e4m3 codes q and scales as
+// fp8_quantize_rows_launch(out, ..., write_back) would give them, from the registers where the row fits
+// there.
+void rmsnorm_fp8_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, uint8_t* q,
+                        int64_t ldq, float* scale, bool write_back, int64_t rows, int64_t cols, float eps,
+                        bool zero_centred, cudaStream_t stream);
 // residual = bf16(residual + delta), then out = norm(residual).
 void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64_t ld_delta, const float* w,
                         bf16* out, int64_t ld_out, int64_t rows, int64_t cols, float eps, bool zero_centred,

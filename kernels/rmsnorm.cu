@@ -6,6 +6,7 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/fp8_rows.cuh"
 #include "kernels/launchers.cuh"
 
 namespace df {
@@ -23,11 +24,14 @@ constexpr int kRegMaxThreads = 512;
 // to bf16 and written back; the norm then sees the rounded residual, as in rmsnorm_kernel. Numerics are those
 // of rmsnorm_kernel except the order of the fp32 sum of squares (per-thread partials over its chunks, then
 // the block tree), so results can differ from it in the last bits of r.
-template <int NC>
+// FP8: the output rows are also quantised to e4m3 as fp8_quantize_rows_launch of out would (codes at q, scale
+// at qscale[row]) from the registers, and with write_back out then holds code · scale instead. A template
+// argument so that the plain norm keeps its register count (occupancy) without the quantiser's.
+template <int NC, bool FP8>
 __global__ void __launch_bounds__(kRegMaxThreads)
     rmsnorm_reg_kernel(bf16* x, int64_t ld_x, const bf16* __restrict__ delta, int64_t ld_delta,
                        const float* __restrict__ w, bf16* out, int64_t ld_out, int64_t cols, float eps,
-                       bool zero_centred) {
+                       bool zero_centred, uint8_t* q, int64_t ldq, float* qscale, bool write_back) {
   const int64_t row = blockIdx.x;
   const int n = static_cast<int>(cols / 8);
   bf16* xr = x + row * ld_x;
@@ -66,13 +70,17 @@ __global__ void __launch_bounds__(kRegMaxThreads)
     for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
   }
   const float r = rsqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
-  bf16* orow = out + row * ld_out;
+  uint4* orow = reinterpret_cast<uint4*>(out + row * ld_out);
 #pragma unroll
   for (int k = 0; k < NC; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i >= n) continue;
-    *reinterpret_cast<uint4*>(orow + i * 8) = rmsnorm_apply8(u[k], w + 8 * i, r, zero_centred);
+    u[k] = rmsnorm_apply8(u[k], w + 8 * i, r, zero_centred);
+    if (!FP8 || !write_back) orow[i] = u[k];
   }
+  if constexpr (FP8)
+    fp8_quantize_held_row(u, n, reinterpret_cast<uint2*>(q + row * ldq), qscale + row,
+                          write_back ? orow : nullptr);
 }
 
 // Two passes over the row (the second read hits L1/L2), V elements per access (8 or 1): rows too wide for
@@ -145,26 +153,34 @@ __global__ void rmsnorm_bwd_dw_kernel(const bf16* x, int64_t ld_x, const float* 
 }
 
 // ---- launchers ----
+// q: the FP8 rows of out too (rmsnorm_fp8_launch), fused into the register kernel where it runs, else
+// fp8_quantize_rows_launch on out afterwards.
 static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_delta, const float* w, bf16* out,
                         int64_t ld_out, float* rstd, int64_t rows, int64_t cols, float eps, bool zero_centred,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, uint8_t* q = nullptr, int64_t ldq = 0, float* qscale = nullptr,
+                        bool write_back = false) {
   if (rows == 0 || cols == 0) return;
   auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_out % 8 == 0 && al(x) && al(out) &&
              (!delta || (ld_delta % 8 == 0 && al(delta)));
   const int64_t chunks = cols / 8;
-  if (!rstd && vec && al(w) && chunks <= int64_t(kRegMaxChunks) * kRegMaxThreads) {
+  const bool q_vec = !q || (ldq % 8 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0);
+  if (!rstd && vec && q_vec && al(w) && chunks <= int64_t(kRegMaxChunks) * kRegMaxThreads) {
     // Fewest chunks per thread that keeps the block at kRegThreads, then the block trimmed to a whole number
     // of warps that still covers the row (block_sum needs whole warps).
     const int nc =
         static_cast<int>(std::clamp<int64_t>((chunks + kRegThreads - 1) / kRegThreads, 1, kRegMaxChunks));
     const unsigned threads = static_cast<unsigned>(((chunks + nc - 1) / nc + 31) / 32 * 32);
-    using Kernel = decltype(&rmsnorm_reg_kernel<1>);
-    constexpr Kernel by_chunks[kRegMaxChunks] = {
-        rmsnorm_reg_kernel<1>, rmsnorm_reg_kernel<2>, rmsnorm_reg_kernel<3>, rmsnorm_reg_kernel<4>,
-        rmsnorm_reg_kernel<5>, rmsnorm_reg_kernel<6>, rmsnorm_reg_kernel<7>, rmsnorm_reg_kernel<8>};
-    by_chunks[nc - 1]<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, delta, ld_delta, w, out,
-                                                                           ld_out, cols, eps, zero_centred);
+    using Kernel = decltype(&rmsnorm_reg_kernel<1, false>);
+    constexpr Kernel by_chunks[2][kRegMaxChunks] = {
+        {rmsnorm_reg_kernel<1, false>, rmsnorm_reg_kernel<2, false>, rmsnorm_reg_kernel<3, false>,
+         rmsnorm_reg_kernel<4, false>, rmsnorm_reg_kernel<5, false>, rmsnorm_reg_kernel<6, false>,
+         rmsnorm_reg_kernel<7, false>, rmsnorm_reg_kernel<8, false>},
+        {rmsnorm_reg_kernel<1, true>, rmsnorm_reg_kernel<2, true>, rmsnorm_reg_kernel<3, true>,
+         rmsnorm_reg_kernel<4, true>, rmsnorm_reg_kernel<5, true>, rmsnorm_reg_kernel<6, true>,
+         rmsnorm_reg_kernel<7, true>, rmsnorm_reg_kernel<8, true>}};
+    by_chunks[q != nullptr][nc - 1]<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+        x, ld_x, delta, ld_delta, w, out, ld_out, cols, eps, zero_centred, q, ldq, qscale, write_back);
     DF_CUDA_CHECK_LAUNCH("rmsnorm_reg_kernel");
     return;
   }
@@ -177,6 +193,7 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
     rmsnorm_kernel<1><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
         x, ld_x, delta, ld_delta, w, out, ld_out, rstd, cols, eps, zero_centred);
   DF_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
+  if (q) fp8_quantize_rows_launch(out, ld_out, q, ldq, qscale, rows, cols, write_back, stream);
 }
 
 void rmsnorm_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, int64_t rows,
@@ -184,6 +201,13 @@ void rmsnorm_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int6
   // x is only written when a delta is given; the kernel takes one pointer type for both uses.
   rmsnorm_run(const_cast<bf16*>(x), ld_x, nullptr, 0, w, out, ld_out, nullptr, rows, cols, eps, zero_centred,
               stream);
+}
+
+void rmsnorm_fp8_launch(const bf16* x, int64_t ld_x, const float* w, bf16* out, int64_t ld_out, uint8_t* q,
+                        int64_t ldq, float* scale, bool write_back, int64_t rows, int64_t cols, float eps,
+                        bool zero_centred, cudaStream_t stream) {
+  rmsnorm_run(const_cast<bf16*>(x), ld_x, nullptr, 0, w, out, ld_out, nullptr, rows, cols, eps, zero_centred,
+              stream, q, ldq, scale, write_back);
 }
 
 void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64_t ld_delta, const float* w,

@@ -1,35 +1,28 @@
 // The float8 e4m3fn format of published FP8 checkpoints (torch.float8_e4m3fn, safetensors F8_E4M3): 1 sign,
 // 4 exponent bits (bias 7), 3 mantissa bits, subnormals, no infinities, NaN = S.1111.111, max finite 448.
-// Header-only and free of CUDA headers so loaders, writers, tests and the CUDA quantiser (kernels/fp8_quant.cu)
-// share the one definition of the rounding.
+// Header-only and free of CUDA headers so loaders, writers and tests share the one definition of the
+// rounding, the one the CUDA quantiser (kernels/fp8_quant.cu) gets from the hardware's conversion.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <limits>
-
-#ifndef DF_HOST_DEVICE  // as core/rng.h defines it
-#if defined(__CUDACC__)
-#define DF_HOST_DEVICE __host__ __device__
-#else
-#define DF_HOST_DEVICE
-#endif
-#endif
 
 namespace df {
 
 constexpr float kE4m3Max = 448.0f;
 
 // The scale of a group of values quantised together to e4m3 (a weight block, a row): amax / 448 maps the
-// largest to the largest code; an all-zero group, or one so small that its scale underflows, takes 1 (its
-// codes are all zero anyway, and a zero scale would turn them into 0/0). kernels/fp8_quant.cu computes the same
-// with an explicitly IEEE-rounded division (its library is built with --use_fast_math).
+// largest to the largest code. An all-zero group, or one so small that its scale is below the smallest normal
+// f32, takes 1: its codes are all zero anyway (|x| < 448 · 2^-126), a zero scale would turn them into 0/0,
+// and a subnormal one would have an infinite reciprocal (e4m3_quantize). kernels/fp8_quant.cu computes the
+// same with IEEE-rounded, denormal-keeping PTX (its library is built with --use_fast_math).
 inline float e4m3_scale(float amax) {
   const float s = amax / kE4m3Max;
-  return s > 0.0f ? s : 1.0f;
+  return s >= std::numeric_limits<float>::min() ? s : 1.0f;
 }
 
 // Exact: every e4m3 value is an f32 (a 4-bit significand times a power of two in [2^-9, 2^8]).
-DF_HOST_DEVICE inline float e4m3_to_f32(uint8_t c) {
+inline float e4m3_to_f32(uint8_t c) {
   const uint32_t exp = (c >> 3) & 0xfu, mant = c & 0x7u;
   if (exp == 0xfu && mant == 0x7u) return std::numeric_limits<float>::quiet_NaN();
   // Subnormal: mant · 2^-9; normal: the f32 with the same mantissa bits and the exponent rebiased 7 -> 127.
@@ -41,14 +34,17 @@ DF_HOST_DEVICE inline float e4m3_to_f32(uint8_t c) {
   return (c & 0x80u) ? -mag : mag;
 }
 
-// Round to nearest even; magnitudes at or above 448 saturate to ±448 (the format has no infinity, and the
-// quantiser divides by amax/448 so only rounding noise can reach past it); NaN stays NaN.
-DF_HOST_DEVICE inline uint8_t f32_to_e4m3(float f) {
+// Round to nearest even; magnitudes above 448 saturate to ±448 (the format has no infinity, and the
+// quantiser multiplies by 448/amax so only rounding noise can reach past it); every NaN becomes the one
+// canonical NaN code 0x7f, whatever its sign. This is Hopper's cvt.rn.satfinite.e4m3x2.f32, which the CUDA
+// quantiser runs instead (cuda_fp8.hpp's host model of that instruction canonicalises NaN the same way);
+// tests/unit/test_fp8.cpp checks the two definitions agree on every class of f32.
+inline uint8_t f32_to_e4m3(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7fu;
+  if (a > 0x7f800000u) return 0x7fu;
   if (a >= 0x43e00000u) return sign | 0x7eu;  // |f| >= 448, infinities included
   if (a >= 0x3c800000u) {                     // |f| >= 2^-6: normal in e4m3
     // Keep 3 of the 23 mantissa bits, rounding the other 20 to nearest even; a carry bumps the exponent,
@@ -64,6 +60,20 @@ DF_HOST_DEVICE inline uint8_t f32_to_e4m3(float f) {
   const float frac = x - static_cast<float>(k);
   if (frac > 0.5f || (frac == 0.5f && (k & 1u))) ++k;
   return sign | static_cast<uint8_t>(k);
+}
+
+// A group's codes are its values times the IEEE reciprocal of its scale, computed once per group: one
+// multiplication per element instead of a division (the CUDA quantiser is compute-bound on the division;
+// __fdiv_rn is a long instruction sequence). x · rn(1/s) can differ from rn(x/s) in the last f32 bit, which
+// moves a code only when that bit decides an e4m3 rounding (a value within an f32 ulp of a midpoint between
+// codes); the scale stays amax/448 and the amax element still maps to ±448. Every CPU path
+// (CpuOps::fp8_round_rows, the checkpoint writer fp8_quantize, the tests' references) quantises through here,
+// so all agree with the kernel.
+inline float e4m3_inv_scale(float scale) {
+  return 1.0f / scale;
+}
+inline uint8_t e4m3_quantize(float x, float inv_scale) {
+  return f32_to_e4m3(x * inv_scale);
 }
 
 }  // namespace df

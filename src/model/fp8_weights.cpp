@@ -96,10 +96,10 @@ void fp8_quantize(const float* w, int64_t N, int64_t K, int block_n, int block_k
                    static_cast<long long>(r), static_cast<long long>(c), double(v));
           amax = std::max(amax, std::fabs(v));
         }
-      const float s = e4m3_scale(amax);
+      const float s = e4m3_scale(amax), inv = e4m3_inv_scale(s);
       scale_inv[bi * kb + bj] = s;
       for (int64_t r = bi * block_n; r < r1; ++r)
-        for (int64_t c = bj * block_k; c < c1; ++c) q[r * K + c] = f32_to_e4m3(w[r * K + c] / s);
+        for (int64_t c = bj * block_k; c < c1; ++c) q[r * K + c] = e4m3_quantize(w[r * K + c], inv);
     }
 }
 

@@ -122,8 +122,13 @@ class TargetForward {
   struct Workspace;
   void plan(Arena& arena);
   GdnShape gdn_shape() const;
-  void layer_full(const TargetLayer& L, const SeqLayout& seqs, int64_t T);
-  void layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T);
+  // n_quantised: the norm that made n also left its FP8 codes (norm_for_linear).
+  void layer_full(const TargetLayer& L, const SeqLayout& seqs, int64_t T, bool n_quantised);
+  void layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T, bool n_quantised);
+  // n = rmsnorm(h) with weight w for the linear layers that read it next; with FP8 codes the norm also leaves
+  // n's codes and scales in the FP8 input buffers (and with tail, n as code · scale for in_proj's bf16 b / a
+  // rows), so those linears skip their own quantise pass. Returns whether it did.
+  bool norm_for_linear(const Tensor& w, bool tail, int64_t T);
 
   const TargetModel& m_;
   Ops& ops_;
@@ -144,16 +149,19 @@ void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in);
 
 // A linear layer of the target, out = x · wᵀ + beta · out, w_scale its FP8 scales (TargetLayer s_*, empty
 // unless fp8_codes), ba the bf16 tail of w_in (nullptr for the others). On an FP8 target x's rows are first
-// rounded to e4m3 per token (in place where the FP8 GEMM is emulated: x is that GEMM's input alone), so with the
-// per-channel weights the product is what a row-wise-scaled FP8 GEMM with fp32 accumulation computes; with
-// codes, x is quantised into q and the FP8 GEMM runs.
-void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w, const Tensor& w_scale,
-                   const Tensor& out, float beta, const Tensor* ba = nullptr);
+// rounded to e4m3 per token (in place where the FP8 GEMM is emulated: x is that GEMM's input alone), so with
+// the per-channel weights the product is what a row-wise-scaled FP8 GEMM with fp32 accumulation computes;
+// with codes, x is quantised into q and the FP8 GEMM runs; x_quantised: q already holds x's codes (an
+// Ops::rmsnorm_fp8 made x, with write_back where there is a tail).
+void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w,
+                   const Tensor& w_scale, const Tensor& out, float beta, const Tensor* ba = nullptr,
+                   bool x_quantised = false);
 
-// One layer's MLP on T rows: h += down(silu(gate(n)) · up(n)), with proj [≥ T, 2I] and act [≥ T, I] as scratch.
+// One layer's MLP on T rows: h += down(silu(gate(n)) · up(n)), with proj [≥ T, 2I] and act [≥ T, I] as
+// scratch (act unused with FP8 codes: Ops::swiglu_fp8 makes the down projection's input codes directly).
 // Shared by the forward and the incremental decoder (model/target_decode.h).
-void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, const Tensor& n, const Tensor& proj,
-                const Tensor& act, const Tensor& h, int64_t T);
+void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, const Tensor& n,
+                const Tensor& proj, const Tensor& act, const Tensor& h, int64_t T, bool n_quantised = false);
 
 // A packed SeqLayout for the given sequence lengths, with offsets and positions uploaded to the backend
 // into tensors carved from `arena`.

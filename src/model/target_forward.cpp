@@ -83,12 +83,12 @@ int TargetForward::last_needed_layer(const TargetOutputs& out) const {
   return last;
 }
 
-void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int64_t T) {
+void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int64_t T, bool n_quantised) {
   const QwenConfig& c = m_.cfg;
   const int hd = c.head_dim;
   const int64_t q_cols = int64_t(c.heads) * hd, kv_cols = int64_t(c.kv_heads) * hd;
   Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_qkv.rows);
-  target_linear(m_, ws_->fp8, ws_->n.rows_view(0, T), L.w_qkv, L.s_qkv, proj, 0.0f);
+  target_linear(m_, ws_->fp8, ws_->n.rows_view(0, T), L.w_qkv, L.s_qkv, proj, 0.0f, nullptr, n_quantised);
   int64_t k0 = q_cols * (c.attn_output_gate ? 2 : 1);
   Tensor q = proj.cols_view(0, q_cols);
   Tensor k = proj.cols_view(k0, kv_cols);
@@ -103,11 +103,11 @@ void TargetForward::layer_full(const TargetLayer& L, const SeqLayout& seqs, int6
   target_linear(m_, ws_->fp8, o, L.w_o, L.s_o, ws_->h.rows_view(0, T), 1.0f);
 }
 
-void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T) {
+void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, int64_t T, bool n_quantised) {
   const QwenConfig& c = m_.cfg;
   const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
   Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
-  target_linear(m_, ws_->fp8, ws_->n.rows_view(0, T), L.w_in, L.s_in, proj, 0.0f, &L.w_in_ba);
+  target_linear(m_, ws_->fp8, ws_->n.rows_view(0, T), L.w_in, L.s_in, proj, 0.0f, &L.w_in_ba, n_quantised);
   Tensor conv = ws_->mix2.rows_view(0, T).cols_view(0, conv_ch);
   ops_.conv1d_silu(proj.cols_view(0, conv_ch), L.conv_w, conv, seqs);
   Tensor o = ws_->mix.rows_view(0, T).cols_view(0, vdim);
@@ -119,33 +119,56 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   target_linear(m_, ws_->fp8, normed, L.w_out, L.s_out, ws_->h.rows_view(0, T), 1.0f);
 }
 
-void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w, const Tensor& w_scale,
-                   const Tensor& out, float beta, const Tensor* ba) {
+// The planned FP8 input buffers cut to an input x's shape.
+static Tensor fp8_codes_for(const Fp8Inputs& q, const Tensor& x) {
+  DF_CHECK(!q.codes.empty() && x.rows <= q.codes.rows && x.cols <= q.codes.cols,
+           "target_linear: FP8 input %s does not fit the planned codes %s", x.shape_str().c_str(),
+           q.codes.shape_str().c_str());
+  return q.codes.rows_view(0, x.rows).cols_view(0, x.cols);
+}
+
+void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w,
+                   const Tensor& w_scale, const Tensor& out, float beta, const Tensor* ba, bool x_quantised) {
   if (!m.fp8_codes) {
     if (m.fp8) m.ops->fp8_round_rows(x);
     m.ops->gemm(x, w, out, beta);
     return;
   }
-  DF_CHECK(!q.codes.empty() && x.rows <= q.codes.rows && x.cols <= q.codes.cols,
-           "target_linear: FP8 input %s does not fit the planned codes %s", x.shape_str().c_str(),
-           q.codes.shape_str().c_str());
-  const Tensor codes = q.codes.rows_view(0, x.rows).cols_view(0, x.cols), scales = q.scales.cols_view(0, x.rows);
+  const Tensor codes = fp8_codes_for(q, x), scales = q.scales.cols_view(0, x.rows);
   // The b / a rows multiply the same quantised input in bf16 (written back into x, rounded to bf16 once).
   const bool tail = ba != nullptr && !ba->empty();
-  m.ops->fp8_quantize_rows(x, codes, scales, tail);
+  if (!x_quantised) m.ops->fp8_quantize_rows(x, codes, scales, tail);
   const int64_t n8 = w.rows - (tail ? ba->rows : 0);
   m.ops->gemm_fp8(codes, scales, w.rows_view(0, n8), w_scale.cols_view(0, n8), out.cols_view(0, n8), beta);
   if (tail) m.ops->gemm(x, *ba, out.cols_view(n8, ba->rows), beta);
 }
 
-void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, const Tensor& n, const Tensor& proj,
-                const Tensor& act, const Tensor& h, int64_t T) {
+void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, const Tensor& n,
+                const Tensor& proj, const Tensor& act, const Tensor& h, int64_t T, bool n_quantised) {
   const int64_t I = m.cfg.intermediate;
   Tensor gate_up = proj.rows_view(0, T).cols_view(0, 2 * I);
-  target_linear(m, q, n.rows_view(0, T), L.w_gate_up, L.s_gate_up, gate_up, 0.0f);
+  target_linear(m, q, n.rows_view(0, T), L.w_gate_up, L.s_gate_up, gate_up, 0.0f, nullptr, n_quantised);
   Tensor a = act.rows_view(0, T);
+  if (m.fp8_codes) {  // swiglu straight into the down projection's e4m3 codes: act is never stored
+    const Tensor codes = fp8_codes_for(q, a), scales = q.scales.cols_view(0, T);
+    m.ops->swiglu_fp8(gate_up.cols_view(0, I), gate_up.cols_view(I, I), codes, scales);
+    m.ops->gemm_fp8(codes, scales, L.w_down, L.s_down, h.rows_view(0, T), 1.0f);
+    return;
+  }
   m.ops->swiglu(gate_up.cols_view(0, I), gate_up.cols_view(I, I), a);
   target_linear(m, q, a, L.w_down, L.s_down, h.rows_view(0, T), 1.0f);
+}
+
+bool TargetForward::norm_for_linear(const Tensor& w, bool tail, int64_t T) {
+  const QwenConfig& c = m_.cfg;
+  const Tensor h = ws_->h.rows_view(0, T), n = ws_->n.rows_view(0, T);
+  if (!m_.fp8_codes) {
+    ops_.rmsnorm(h, w, n, c.rms_eps, c.norm_kind());
+    return false;
+  }
+  ops_.rmsnorm_fp8(h, w, n, c.rms_eps, c.norm_kind(), fp8_codes_for(ws_->fp8, n),
+                   ws_->fp8.scales.cols_view(0, T), tail);
+  return true;
 }
 
 void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs& out) {
@@ -163,19 +186,22 @@ void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs&
   ops_.embedding(ids, m_.embed, h);
   if (out.want_embeddings) ops_.copy(h, out.embeddings);
   if (last < 0) return;
-  ops_.rmsnorm(h, m_.layers[0].ln1, n, c.rms_eps, nk);
+  auto has_tail = [](const TargetLayer& L) { return !L.w_in_ba.empty(); };
+  bool n_quantised = norm_for_linear(m_.layers[0].ln1, has_tail(m_.layers[0]), T);
   for (int l = 0; l <= last; ++l) {
     const TargetLayer& L = m_.layers[l];
     if (L.kind == LayerKind::full_attention)
-      layer_full(L, seqs, T);
+      layer_full(L, seqs, T, n_quantised);
     else
-      layer_linear(L, seqs, T);
-    ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
-    target_mlp(m_, ws_->fp8, L, ws_->n, ws_->proj, ws_->act, ws_->h, T);
+      layer_linear(L, seqs, T, n_quantised);
+    n_quantised = norm_for_linear(L.ln2, false, T);
+    target_mlp(m_, ws_->fp8, L, ws_->n, ws_->proj, ws_->act, ws_->h, T, n_quantised);
     // h now holds the output of layer l. Norm it for the next layer's input, or with the final norm after
     // the last loaded layer (then n is the final norm's output).
-    const Tensor& next_w = l + 1 < m_.num_loaded_layers ? m_.layers[l + 1].ln1 : m_.final_norm;
-    ops_.rmsnorm(h, next_w, n, c.rms_eps, nk);
+    if (l + 1 < m_.num_loaded_layers)
+      n_quantised = norm_for_linear(m_.layers[l + 1].ln1, has_tail(m_.layers[l + 1]), T);
+    else
+      ops_.rmsnorm(h, m_.final_norm, n, c.rms_eps, nk);
     for (size_t i = 0; i < out.tap_layers.size(); ++i)
       if (out.tap_layers[i] == l) ops_.copy(h, out.taps[i]);
   }

@@ -146,6 +146,21 @@ class Ops {
                                  bool /*write_back*/) {
     DF_FAIL("fp8_quantize_rows (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x.shape_str().c_str());
   }
+  // rmsnorm into out whose rows then go to an FP8 GEMM: also their codes and scales, bit for bit those of
+  // fp8_quantize_rows(out, codes, scales, write_back) after the rmsnorm (so with write_back out ends as
+  // code · scale), without reading out back (model/target.h TargetForward).
+  virtual void rmsnorm_fp8(const Tensor& x, const Tensor& /*w*/, const Tensor& /*out*/, float /*eps*/,
+                           NormKind /*kind*/, const Tensor& /*codes*/, const Tensor& /*scales*/,
+                           bool /*write_back*/) {
+    DF_FAIL("rmsnorm_fp8 (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x.shape_str().c_str());
+  }
+  // fp8_quantize_rows of swiglu(gate, up) without the act-dtype tensor in between: the codes and scales that
+  // swiglu into out then fp8_quantize_rows(out) give, bit for bit (the down projection's input,
+  // model/target.h target_mlp).
+  virtual void swiglu_fp8(const Tensor& gate, const Tensor& /*up*/, const Tensor& /*codes*/,
+                          const Tensor& /*scales*/) {
+    DF_FAIL("swiglu_fp8 (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", gate.shape_str().c_str());
+  }
   // c = (sx ⊙ x8) · (sw ⊙ w8)ᵀ + beta · c, fp32 accumulation: x8 f8_e4m3 [M, K] with sx f32 [1, M] (per
   // token), w8 f8_e4m3 [N, K] with sw f32 [1, N] (per output channel), c act dtype [M, N].
   virtual void gemm_fp8(const Tensor& x8, const Tensor& /*sx*/, const Tensor& /*w8*/, const Tensor& /*sw*/,

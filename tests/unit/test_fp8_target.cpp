@@ -47,7 +47,8 @@ TEST(Fp8RoundRows, PerRowScaleExactCodesAndBoundedError) {
         continue;
       }
       // Exactly a code times the row's scale.
-      EXPECT_EQ(got, e4m3_to_f32(f32_to_e4m3(want / scale)) * scale) << "row " << i << " col " << c;
+      EXPECT_EQ(got, e4m3_to_f32(e4m3_quantize(want, e4m3_inv_scale(scale))) * scale)
+          << "row " << i << " col " << c;
       // e4m3 keeps 3 mantissa bits: a normal value (|x / scale| ≥ 2^-6) is within 2^-4 relative; below that
       // the spacing is the subnormal step 2^-9 · scale.
       const double bound = std::fabs(want / scale) >= 1.0 / 64 ? std::ldexp(1.0, -4) * std::fabs(want)

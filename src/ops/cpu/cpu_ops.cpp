@@ -374,8 +374,8 @@ void CpuOps::fp8_round_rows(const Tensor& x) {
     float amax = 0.0f;
     for (int64_t c = 0; c < x.cols; ++c) amax = std::max(amax, std::fabs(row[c]));
     if (!(amax > 0.0f)) continue;  // zeros stay zeros; a NaN row stays NaN
-    const float scale = e4m3_scale(amax);
-    for (int64_t c = 0; c < x.cols; ++c) row[c] = e4m3_to_f32(f32_to_e4m3(row[c] / scale)) * scale;
+    const float scale = e4m3_scale(amax), inv = e4m3_inv_scale(scale);
+    for (int64_t c = 0; c < x.cols; ++c) row[c] = e4m3_to_f32(e4m3_quantize(row[c], inv)) * scale;
   }
 }
 

@@ -84,6 +84,15 @@ void CudaOps::fp8_quantize_rows(const Tensor& x, const Tensor& codes, const Tens
                            x.cols, write_back, dev_.stream);
 }
 
+void CudaOps::swiglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& codes, const Tensor& scales) {
+  cuda_expect(gate, DType::bf16, "swiglu_fp8", "gate");
+  cuda_expect_as(up, DType::bf16, gate.rows, gate.cols, "swiglu_fp8", "up");
+  cuda_expect_as(codes, DType::f8_e4m3, gate.rows, gate.cols, "swiglu_fp8", "codes");
+  cuda_expect_as(scales, DType::f32, 1, gate.rows, "swiglu_fp8", "scales");
+  swiglu_fp8_launch(bptr(gate), gate.stride, bptr(up), up.stride, static_cast<uint8_t*>(codes.data),
+                    codes.stride, fptr(scales), gate.rows, gate.cols, dev_.stream);
+}
+
 void CudaOps::gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
                        float beta) {
   cuda_expect(x8, DType::f8_e4m3, "gemm_fp8", "x8");
@@ -106,6 +115,18 @@ void CudaOps::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& out, float
   cuda_expect_shape(out, x.rows, x.cols, "rmsnorm", "out");
   rmsnorm_launch(bptr(x), x.stride, fptr(w), bptr(out), out.stride, x.rows, x.cols, eps,
                  kind == NormKind::zero_centred, dev_.stream);
+}
+
+void CudaOps::rmsnorm_fp8(const Tensor& x, const Tensor& w, const Tensor& out, float eps, NormKind kind,
+                          const Tensor& codes, const Tensor& scales, bool write_back) {
+  cuda_expect(x, DType::bf16, "rmsnorm_fp8", "x");
+  cuda_expect_as(w, DType::f32, 1, x.cols, "rmsnorm_fp8", "w");
+  cuda_expect_as(out, DType::bf16, x.rows, x.cols, "rmsnorm_fp8", "out");
+  cuda_expect_as(codes, DType::f8_e4m3, x.rows, x.cols, "rmsnorm_fp8", "codes");
+  cuda_expect_as(scales, DType::f32, 1, x.rows, "rmsnorm_fp8", "scales");
+  rmsnorm_fp8_launch(bptr(x), x.stride, fptr(w), bptr(out), out.stride, static_cast<uint8_t*>(codes.data),
+                     codes.stride, fptr(scales), write_back, x.rows, x.cols, eps,
+                     kind == NormKind::zero_centred, dev_.stream);
 }
 
 void CudaOps::add_rmsnorm(const Tensor& residual, const Tensor& delta, const Tensor& w, const Tensor& out, float eps,

@@ -57,6 +57,9 @@ class CudaOps final : public Ops {
                      float eps) override;
   bool fp8_gemm() const override { return true; }
   void fp8_quantize_rows(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) override;
+  void swiglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& codes, const Tensor& scales) override;
+  void rmsnorm_fp8(const Tensor& x, const Tensor& w, const Tensor& out, float eps, NormKind kind,
+                   const Tensor& codes, const Tensor& scales, bool write_back) override;
   void gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
                 float beta) override;
   // Incremental decoding is CPU-only for now: these two fail with a message instead of computing anything.
