@@ -51,6 +51,10 @@ struct TargetModel {
   size_t block_bytes = 0;
   bool fp8 = false;           // target.dtype = "fp8": see target_linear
   bool fp8_codes = false;     // ... on a backend with FP8 GEMMs: projections are codes + scales (TargetLayer)
+  // ... from a 128x128 block-scaled checkpoint, computed with its own numbers: the projections are the file's
+  // codes · block scales (no re-rounding) and each linear layer's input is rounded per token per fp8_group
+  // (128) columns, as inference engines run these releases. 0: per-channel weights and per-token inputs.
+  int64_t fp8_group = 0;
 
   TargetModel() = default;
   ~TargetModel();
@@ -63,10 +67,11 @@ struct TargetLoadOptions {
   bool need_lm_head = false;   // the soft-KL loss needs target logits
   // FP8 compute (target.dtype = "fp8"): the linear layers' weights are rounded to e4m3 per output channel
   // once loaded, except the DeltaNet b / a rows (kept in bf16, as the official FP8 releases keep
-  // in_proj_a / in_proj_b); embeddings, lm_head, norms and the conv stay as they are. A block-scaled FP8
-  // checkpoint is dequantised (code · block scale) and then rounded per output channel like any other, on
-  // every backend: the row-scaled FP8 GEMM has one scale per row, and the CPU oracle must do the same math.
-  // On a backend with FP8 GEMMs the projections are held as codes + scales (1 byte a weight), never as bf16.
+  // in_proj_a / in_proj_b); embeddings, lm_head, norms and the conv stay as they are. On a backend with FP8
+  // GEMMs the projections are held as codes + scales (1 byte a weight), never as bf16. A checkpoint in
+  // 128x128 FP8 blocks keeps its own weights instead (TargetModel::fp8_group) where the FP8 math is emulated
+  // (CPU); other block sizes, and such checkpoints on CUDA (which has no block-scaled GEMM yet), are
+  // dequantised (code · block scale) and then rounded per output channel like any other weight.
   bool fp8 = false;
 };
 
@@ -140,9 +145,10 @@ void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in);
 
 // A linear layer of the target, out = x · wᵀ + beta · out, w_scale its FP8 scales (TargetLayer s_*, empty
 // unless fp8_codes), ba the bf16 tail of w_in (nullptr for the others). On an FP8 target x's rows are first
-// rounded to e4m3 per token (in place where the FP8 GEMM is emulated: x is that GEMM's input alone), so with the
-// per-channel weights the product is what a row-wise-scaled FP8 GEMM with fp32 accumulation computes; with
-// codes, x is quantised into q and the FP8 GEMM runs.
+// rounded to e4m3 per token (in place where the FP8 GEMM is emulated: x is that GEMM's input alone), so with
+// the per-channel weights the product is what a row-wise-scaled FP8 GEMM with fp32 accumulation computes;
+// with a block-scaled checkpoint's own weights (m.fp8_group) per token per 128 columns, the 1x128 x 128x128
+// block-scaled GEMM's product; with codes, x is quantised into q and the FP8 GEMM runs.
 void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w, const Tensor& w_scale,
                    const Tensor& out, float beta, const Tensor* ba = nullptr);
 

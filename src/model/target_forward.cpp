@@ -122,7 +122,7 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
 void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w, const Tensor& w_scale,
                    const Tensor& out, float beta, const Tensor* ba) {
   if (!m.fp8_codes) {
-    if (m.fp8) m.ops->fp8_round_rows(x);
+    if (m.fp8) m.ops->fp8_round_rows(x, m.fp8_group);
     m.ops->gemm(x, w, out, beta);
     return;
   }

@@ -167,8 +167,11 @@ void fp8_check_shapes(const TargetModel& m) {
   }
 }
 
+// fp8_group > 0: the source holds a block-scaled FP8 checkpoint whose weights are kept as they are
+// (TargetModel::fp8_group).
 std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const TargetLoadOptions& opt,
-                                         const std::string& prefix, WeightSource& src) {
+                                         const std::string& prefix, WeightSource& src,
+                                         int64_t fp8_group = 0) {
   ops.check_target(cfg);
   auto m = std::make_unique<TargetModel>();
   m->cfg = cfg;
@@ -178,6 +181,7 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
            cfg.layers);
   m->fp8 = opt.fp8;
   m->fp8_codes = opt.fp8 && ops.fp8_gemm();
+  m->fp8_group = fp8_group;
   Arena arena;
   m->block = ops_alloc_planned(ops, [&](Arena& a) { layout_model(*m, a, opt); }, 0, arena);
   m->block_bytes = arena.capacity();
@@ -196,7 +200,7 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
     ops.synchronize();  // the last quantisation reads the staging buffer
     ops.free_bytes(staging.data);
   }
-  if (opt.fp8 && !m->fp8_codes) {
+  if (opt.fp8 && !m->fp8_codes && m->fp8_group == 0) {
     const int64_t b_rows = 2 * int64_t(cfg.lin_nv);  // in_proj_b and in_proj_a, the last rows of w_in
     for (const TargetLayer& L : m->layers) {
       for (const Tensor* w : {&L.w_qkv, &L.w_o, &L.w_out, &L.w_gate_up, &L.w_down})
@@ -263,8 +267,10 @@ class RandomSource final : public WeightSource {
 // the expected shape, uploaded. One tensor's host copy at a time, so a 27 B model never sits twice in memory.
 class CheckpointSource final : public WeightSource {
  public:
-  CheckpointSource(const SafetensorsIndex& st, const std::string& dir, const QwenConfig& cfg, Ops& ops)
-      : st_(st), dir_(dir), cfg_(cfg), ops_(ops) {}
+  // own_blocks: the FP8 target computes with the checkpoint's blocks, so every projection must be FP8 in it.
+  CheckpointSource(const SafetensorsIndex& st, const std::string& dir, const QwenConfig& cfg, Ops& ops,
+                   bool own_blocks)
+      : st_(st), dir_(dir), cfg_(cfg), ops_(ops), own_blocks_(own_blocks) {}
 
   void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) override {
     std::vector<float> v = get(name, shape);
@@ -288,6 +294,12 @@ class CheckpointSource final : public WeightSource {
              "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
              "weights do not belong together",
              dir_.c_str(), name.c_str(), st_shape_text(t->shape).c_str(), st_shape_text(shape).c_str());
+    DF_CHECK(
+        !own_blocks_ || t->dtype == DType::f8_e4m3 || !fp8_quantized_weight(name),
+        "%s: tensor '%s' is %s, but target.dtype = \"fp8\" computes this %dx%d block-scaled checkpoint with "
+        "its own blocks, which needs every decoder projection stored as F8_E4M3; HINT: the checkpoint as "
+        "published, or target.dtype = \"bf16\"",
+        t->file.c_str(), name.c_str(), dtype_name(t->dtype), cfg_.fp8_block_n, cfg_.fp8_block_k);
     std::vector<float> v(numel_of(shape));
     if (t->dtype == DType::f8_e4m3) {
       DF_CHECK(cfg_.fp8_block_n > 0,
@@ -304,6 +316,7 @@ class CheckpointSource final : public WeightSource {
   const std::string& dir_;
   const QwenConfig& cfg_;
   Ops& ops_;
+  bool own_blocks_;
 };
 
 std::string find_prefix(const SafetensorsIndex& st, const std::string& dir) {
@@ -324,8 +337,16 @@ std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const
   QwenConfig cfg = qwen_config_load(dir);
   SafetensorsIndex st = SafetensorsIndex::open(dir);
   std::string prefix = find_prefix(st, dir);
-  CheckpointSource src(st, dir, cfg, ops);
-  return build_model(cfg, ops, opt, prefix, src);
+  // 128x128 blocks with 1x128 input groups is how these releases are meant to run; where FP8 is emulated (the
+  // CPU, the oracle) the dequantised values are exactly the checkpoint's. CUDA has no block-scaled GEMM yet
+  // and rounds them per channel (TargetLoadOptions::fp8).
+  const int64_t group =
+      opt.fp8 && !ops.fp8_gemm() && cfg.fp8_block_n == 128 && cfg.fp8_block_k == 128 ? 128 : 0;
+  if (group > 0)
+    log_info("target: FP8 with %s's own 128x128 weight blocks, inputs per token per 128 columns",
+             dir.c_str());
+  CheckpointSource src(st, dir, cfg, ops, group > 0);
+  return build_model(cfg, ops, opt, prefix, src, group);
 }
 
 std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed, Ops& ops,

@@ -131,9 +131,11 @@ class Ops {
                           const Tensor& dt_bias, const Tensor& out, const Tensor& state, const Tensor& states,
                           const GdnShape& shape) = 0;
   // In place: each row rounded to float8 e4m3 on its own scale amax(|row|)/448 and back (core/fp8.h), an
-  // all-zero row left as it is. The FP8 target's quantisation: per output channel for weights (at load), per
-  // token for the linear layers' inputs (model/target.h target_linear).
-  virtual void fp8_round_rows(const Tensor& x) {
+  // all-zero row left as it is; group > 0: each run of `group` columns of a row (the last one partial where
+  // group does not divide the width) on its own scale instead. The FP8 target's quantisation: per output
+  // channel for weights (at load), per token, or per token and 128 columns, for the linear layers' inputs
+  // (model/target.h target_linear).
+  virtual void fp8_round_rows(const Tensor& x, int64_t /*group*/ = 0) {
     DF_FAIL("fp8_round_rows (%s): this backend runs FP8 through fp8_quantize_rows and gemm_fp8 instead",
             x.shape_str().c_str());
   }
