@@ -16,8 +16,8 @@ constexpr int kPerLane = kGroup / 32;
 // Warp w of block (r, y) takes group g = y·4 + w of row r: lane l holds columns g·128 + l + 32·j. The library
 // is built with --use_fast_math, whose '/' is an approximation: __fdiv_rn is the IEEE division the CPU does,
 // and fmaxf skips NaN as the CPU's std::max(amax, NaN) does.
-__global__ void fp8_quantize_groups_kernel(const bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale,
-                                           int64_t rows, int64_t cols, int64_t groups) {
+__global__ void fp8_quantize_groups_kernel(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale,
+                                           int64_t rows, int64_t cols, int64_t groups, bool write_back) {
   const int64_t r = blockIdx.x, g = int64_t(blockIdx.y) * kGroupsPerBlock + (threadIdx.x >> 5);
   if (g >= groups) return;
   const int lane = threadIdx.x & 31;
@@ -37,21 +37,24 @@ __global__ void fp8_quantize_groups_kernel(const bf16* x, int64_t ldx, uint8_t* 
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = c0 + lane + 32 * j;
-    if (c < cols) q[r * ldq + c] = f32_to_e4m3(__fdiv_rn(v[j], s));
+    if (c >= cols) continue;
+    const uint8_t code = f32_to_e4m3(__fdiv_rn(v[j], s));
+    q[r * ldq + c] = code;
+    if (write_back) x[r * ldx + c] = __float2bfloat16_rn(e4m3_to_f32(code) * s);
   }
 }
 
 }  // namespace
 
-void fp8_quantize_groups_launch(const bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale,
-                                int64_t rows, int64_t cols, cudaStream_t stream) {
+void fp8_quantize_groups_launch(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale, int64_t rows,
+                                int64_t cols, bool write_back, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const int64_t groups = (cols + kGroup - 1) / kGroup;
   DF_CHECK(rows <= 0x7fffffff && (groups + kGroupsPerBlock - 1) / kGroupsPerBlock <= 65535,
            "fp8_quantize_groups: %lld rows x %lld columns exceed the grid", (long long)rows, (long long)cols);
   const dim3 grid(unsigned(rows), unsigned((groups + kGroupsPerBlock - 1) / kGroupsPerBlock));
   fp8_quantize_groups_kernel<<<grid, 32 * kGroupsPerBlock, 0, stream>>>(x, ldx, q, ldq, scale, rows, cols,
-                                                                        groups);
+                                                                        groups, write_back);
   DF_CUDA_CHECK_LAUNCH("fp8_quantize_groups_kernel");
 }
 

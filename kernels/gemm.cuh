@@ -40,18 +40,12 @@ void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const floa
 
 // The block-scaled FP8 linear layer of a 128x128 block checkpoint: as gemm_fp8_launch, but x's scales are one
 // per token per 128 columns, scale_x f32 [ceil(K/128), M] token-contiguous (fp8_quantize_groups_launch), and
-// w's one per 128x128 block, scale_w f32 [ceil(N/128), gemm_block_scale_ld(K)] row-major (the checkpoint's
+// w's one per 128x128 block, scale_w f32 [ceil(N/128), fp8_block_scale_ld(K) of model/fp8_weights.h] row-major (the checkpoint's
 // weight_scale_inv, rows padded): cuBLASLt's VEC128_32F x BLK128x128_32F modes (sm_90, cuBLAS >= 12.9), fp32
 // accumulation.
 void gemm_fp8_block_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x,
                            const uint8_t* w, int64_t ldw, const float* scale_w, void* c, int64_t ldc,
                            int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream);
-// The row stride of a weight's block scales for K inputs: ceil(K/128) rounded up to a multiple of 4, as
-// PyTorch's _scaled_mm demands of 128x128 block scales for cuBLASLt.
-inline int64_t gemm_block_scale_ld(int64_t K) {
-  return ((K + 127) / 128 + 3) / 4 * 4;
-}
-
 // The M (token count) whose tuned algorithm serves `m`: m rounded up to a multiple of a quarter of its power
 // of two, at least 64. Every M in (bucket − step, bucket] shares one timing.
 int64_t gemm_m_bucket(int64_t m);

@@ -35,6 +35,8 @@ struct TargetLayer {
   // FP8 target on a backend with FP8 GEMMs (Ops::fp8_gemm): the six projections above hold e4m3 codes
   // (DType::f8_e4m3) and these their per-output-channel scales, f32 [1, rows of the weight]. The DeltaNet b / a
   // rows stay bf16 in w_in_ba [2·nv, H] (w_in's last 2·nv rows of codes are zero and unused). Empty otherwise.
+  // From a 128x128 block checkpoint (TargetModel::fp8_group) the scales are its blocks' instead, f32
+  // [FP8 rows / 128, fp8_block_scale_ld(K)] (model/fp8_weights.h), the codes the file's.
   Tensor s_qkv, s_o, s_in, s_out, s_gate_up, s_down;
   Tensor w_in_ba;
 };
@@ -52,8 +54,9 @@ struct TargetModel {
   bool fp8 = false;           // target.dtype = "fp8": see target_linear
   bool fp8_codes = false;     // ... on a backend with FP8 GEMMs: projections are codes + scales (TargetLayer)
   // ... from a 128x128 block-scaled checkpoint, computed with its own numbers: the projections are the file's
-  // codes · block scales (no re-rounding) and each linear layer's input is rounded per token per fp8_group
-  // (128) columns, as inference engines run these releases. 0: per-channel weights and per-token inputs.
+  // codes and block scales (no re-rounding; on the CPU their dequantised values) and each linear layer's input
+  // is quantised per token per fp8_group (128) columns, as inference engines run these releases. 0: per-channel
+  // weights and per-token inputs.
   int64_t fp8_group = 0;
 
   TargetModel() = default;
@@ -69,9 +72,8 @@ struct TargetLoadOptions {
   // once loaded, except the DeltaNet b / a rows (kept in bf16, as the official FP8 releases keep
   // in_proj_a / in_proj_b); embeddings, lm_head, norms and the conv stay as they are. On a backend with FP8
   // GEMMs the projections are held as codes + scales (1 byte a weight), never as bf16. A checkpoint in
-  // 128x128 FP8 blocks keeps its own weights instead (TargetModel::fp8_group) where the FP8 math is emulated
-  // (CPU); other block sizes, and such checkpoints on CUDA (which has no block-scaled GEMM yet), are
-  // dequantised (code · block scale) and then rounded per output channel like any other weight.
+  // 128x128 FP8 blocks keeps its own codes and block scales instead (TargetModel::fp8_group), on both
+  // backends; other block sizes are dequantised (code · block scale) and then rounded per output channel.
   bool fp8 = false;
 };
 

@@ -68,7 +68,8 @@ void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in) {
     for (const Tensor* w : {&L.w_o, &L.w_out, &L.w_down})
       if (!w->empty()) k = std::max(k, w->cols);
   in.codes = a.alloc(DType::f8_e4m3, T, k);
-  in.scales = a.alloc(DType::f32, 1, T);
+  // One scale per token, or per token per 128 columns (target_linear views them as [groups, T]).
+  in.scales = a.alloc(DType::f32, 1, m.fp8_group > 0 ? T * ((k + m.fp8_group - 1) / m.fp8_group) : T);
 }
 
 GdnShape TargetForward::gdn_shape() const {
@@ -129,12 +130,21 @@ void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, co
   DF_CHECK(!q.codes.empty() && x.rows <= q.codes.rows && x.cols <= q.codes.cols,
            "target_linear: FP8 input %s does not fit the planned codes %s", x.shape_str().c_str(),
            q.codes.shape_str().c_str());
-  const Tensor codes = q.codes.rows_view(0, x.rows).cols_view(0, x.cols), scales = q.scales.cols_view(0, x.rows);
+  const Tensor codes = q.codes.rows_view(0, x.rows).cols_view(0, x.cols);
   // The b / a rows multiply the same quantised input in bf16 (written back into x, rounded to bf16 once).
   const bool tail = ba != nullptr && !ba->empty();
-  m.ops->fp8_quantize_rows(x, codes, scales, tail);
   const int64_t n8 = w.rows - (tail ? ba->rows : 0);
-  m.ops->gemm_fp8(codes, scales, w.rows_view(0, n8), w_scale.cols_view(0, n8), out.cols_view(0, n8), beta);
+  if (m.fp8_group > 0) {  // the checkpoint's 128x128 blocks: w_scale has a row per 128 FP8 rows
+    const int64_t groups = (x.cols + m.fp8_group - 1) / m.fp8_group;
+    const Tensor scales{q.scales.data, DType::f32, q.scales.device, groups, x.rows, x.rows};
+    m.ops->fp8_quantize_groups(x, codes, scales, tail);
+    m.ops->gemm_fp8_block(codes, scales, w.rows_view(0, n8), w_scale.rows_view(0, n8 / 128), out.cols_view(0, n8),
+                          beta);
+  } else {
+    const Tensor scales = q.scales.cols_view(0, x.rows);
+    m.ops->fp8_quantize_rows(x, codes, scales, tail);
+    m.ops->gemm_fp8(codes, scales, w.rows_view(0, n8), w_scale.cols_view(0, n8), out.cols_view(0, n8), beta);
+  }
   if (tail) m.ops->gemm(x, *ba, out.cols_view(n8, ba->rows), beta);
 }
 

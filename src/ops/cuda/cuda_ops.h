@@ -59,14 +59,9 @@ class CudaOps final : public Ops {
   void fp8_quantize_rows(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) override;
   void gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
                 float beta) override;
-  // A 128x128 block checkpoint's FP8 linear layer (kernels/gemm.cuh gemm_fp8_block_launch), not yet wired
-  // into the target: x's rows to codes with a scale per token per 128 columns, scales f32 [ceil(K/128),
-  // x.rows] contiguous, as CpuOps::fp8_round_rows(x, 128) rounds; then c = x8 · w8ᵀ with those scales and
-  // w8's block scales sw f32 [ceil(N/128), gemm_block_scale_ld(K)] contiguous (weight_scale_inv, rows padded
-  // to 4).
-  void fp8_quantize_groups(const Tensor& x, const Tensor& codes, const Tensor& scales);
+  void fp8_quantize_groups(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) override;
   void gemm_fp8_block(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
-                      float beta);
+                      float beta) override;
   // Incremental decoding is CPU-only for now: these two fail with a message instead of computing anything.
   void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past, int hq,
                         int hkv, int hd, float scale, const Tensor* gate = nullptr) override;
