@@ -183,26 +183,7 @@ TEST_F(Fp8BlockCudaTest, BlockGemmMatchesExactProductOfCodesAndScales) {
 // Every fused projection in whole 128-row blocks (fp8_check_blocks): hidden 256, heads of 128, DeltaNet
 // conv channels 2·128 + 2·128, intermediate 384.
 QwenConfig block_hybrid128() {
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},
-                      {"hidden_size", 256},
-                      {"num_hidden_layers", 2},
-                      {"layer_types", {"linear_attention", "full_attention"}},
-                      {"intermediate_size", 384},
-                      {"vocab_size", 64},
-                      {"num_attention_heads", 2},
-                      {"num_key_value_heads", 1},
-                      {"head_dim", 128},
-                      {"attn_output_gate", true},
-                      {"partial_rotary_factor", 0.5},
-                      {"rope_theta", 10000.0},
-                      {"rms_norm_eps", 1e-6},
-                      {"linear_num_key_heads", 1},
-                      {"linear_num_value_heads", 2},
-                      {"linear_key_head_dim", 128},
-                      {"linear_value_head_dim", 128},
-                      {"linear_conv_kernel_dim", 4},
-                      {"tie_word_embeddings", false}};
-  return qwen_config_from_json(j, "block_hybrid128");
+  return two_layer_hybrid(256, 384, 128, 128, 128, "block_hybrid128");
 }
 
 // A block checkpoint as `model init --fp8` writes it, loaded with target.dtype = "fp8" on both backends and

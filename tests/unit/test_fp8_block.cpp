@@ -23,26 +23,7 @@ namespace {
 // Widths that are not multiples of 128 wherever the model allows: H = 200 (groups 128 + 72), I = 300
 // (128 + 128 + 44), so every projection has a partial last block and every input a partial last group.
 QwenConfig block_hybrid() {
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},
-                      {"hidden_size", 200},
-                      {"num_hidden_layers", 2},
-                      {"layer_types", {"linear_attention", "full_attention"}},
-                      {"intermediate_size", 300},
-                      {"vocab_size", 37},
-                      {"num_attention_heads", 2},
-                      {"num_key_value_heads", 1},
-                      {"head_dim", 64},
-                      {"attn_output_gate", true},
-                      {"partial_rotary_factor", 0.5},
-                      {"rope_theta", 10000.0},
-                      {"rms_norm_eps", 1e-6},
-                      {"linear_num_key_heads", 1},
-                      {"linear_num_value_heads", 2},
-                      {"linear_key_head_dim", 32},
-                      {"linear_value_head_dim", 64},
-                      {"linear_conv_kernel_dim", 4},
-                      {"tie_word_embeddings", false}};
-  return qwen_config_from_json(j, "block_hybrid");
+  return two_layer_hybrid(200, 300, 64, 32, 64, "block_hybrid");
 }
 
 // The reference rounding of one row, group by group, with core/fp8.h alone.
