@@ -4,7 +4,9 @@
 // The first call of an M bucket times the heuristic's candidates on its own operands; other M reuse the pick.
 // FP8 (gemm_fp8_launch): e4m3 operands in the same "TN" arrangement Hopper requires (cuBLAS's A, the weight,
 // transposed), with cuBLASLt's outer-vector scales (per row of cuBLAS's A = per output channel, per column of
-// its B = per token) applied to the fp32 accumulator in the epilogue.
+// its B = per token) applied to the fp32 accumulator in the epilogue; or, for a 128x128 block checkpoint
+// (gemm_fp8_block_launch), one scale per 128x128 weight block and per token per 128 columns, applied per K
+// block.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,8 +22,8 @@ namespace df {
 
 namespace {
 
-// (M, N, K, lda, ldb, ldc, c is f32 | trans_a << 1 | trans_b << 2 | fp8 << 3, pointer alignment). A plan's key holds M
-// itself; the tuned table's key holds gemm_m_bucket(M) in that slot.
+// (M, N, K, lda, ldb, ldc, c is f32 | trans_a << 1 | trans_b << 2 | fp8 << 3 | fp8 blocks << 4, pointer
+// alignment). A plan's key holds M itself; the tuned table's key holds gemm_m_bucket(M) in that slot.
 using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
 
 // Candidates asked of the heuristic: its first pick is an estimate, 0–12 % slower than the best of its list
@@ -62,11 +64,15 @@ struct GemmOperands {
   bool c_f32;
   int64_t M, N, K;
   float alpha, beta;
-  // FP8: a and b are e4m3 codes, scale_a [M] and scale_b [N] their outer-vector scales (device f32).
+  // FP8: a and b are e4m3 codes, scale_a [M] and scale_b [N] their outer-vector scales (device f32); with
+  // fp8_blocks, scale_a VEC128 [ceil(K/128), M] and scale_b BLK128x128 (gemm.cuh gemm_fp8_block_launch).
   bool fp8 = false;
+  bool fp8_blocks = false;
   const float* scale_a = nullptr;
   const float* scale_b = nullptr;
-  int flags() const { return (c_f32 ? 1 : 0) | (trans_a ? 2 : 0) | (trans_b ? 4 : 0) | (fp8 ? 8 : 0); }
+  int flags() const {
+    return (c_f32 ? 1 : 0) | (trans_a ? 2 : 0) | (trans_b ? 4 : 0) | (fp8 ? 8 : 0) | (fp8_blocks ? 16 : 0);
+  }
 };
 
 // Largest power of two (≤ 256) dividing the address: cuBLASLt picks vectorised kernels from it.
@@ -238,10 +244,16 @@ static GemmPlan gemm_create_plan(const GemmOperands& o) {
   cudaDataType_t ct = o.c_f32 ? CUDA_R_32F : CUDA_R_16BF, it = o.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   const int64_t M = o.M, N = o.N, K = o.K, ldc = o.ldc;
   if (o.fp8) {
-    // cuBLAS's A is our b (scale per output channel n), its B our a (scale per token m).
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
-    DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    // cuBLAS's A is our b (scale per output channel n, or per weight block), its B our a (per token, or per
+    // token per 128 columns).
+    const int32_t mode_a = o.fp8_blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                        : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+                  mode_b = o.fp8_blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                        : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    DF_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof(mode_a)));
+    DF_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof(mode_b)));
   }
   // Column-major shapes of the stored operands: b is [N, K] row-major when trans_b, else [K, N].
   if (o.trans_b)
@@ -274,12 +286,15 @@ static int gemm_heuristic(GemmContext* ctx, GemmPlan& p, int align, int want, cu
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     gemm_destroy_plan(p);
     char what[400];
-    std::snprintf(what, sizeof(what),
-                  "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld%s ldb=%lld%s ldc=%lld%s%s beta=%g (%s)",
-                  (long long)o.M, (long long)o.N, (long long)o.K, (long long)o.lda, o.trans_a ? " (trans)" : "",
-                  (long long)o.ldb, o.trans_b ? " (trans)" : "", (long long)o.ldc, o.c_f32 ? " f32" : "",
-                  o.fp8 ? " e4m3 with outer-vector scales (HINT: FP8 needs sm_90 and cuBLAS >= 12.9)" : "",
-                  o.beta, cublasLtGetStatusString(st));
+    std::snprintf(
+        what, sizeof(what),
+        "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld%s ldb=%lld%s ldc=%lld%s%s beta=%g (%s)",
+        (long long)o.M, (long long)o.N, (long long)o.K, (long long)o.lda, o.trans_a ? " (trans)" : "",
+        (long long)o.ldb, o.trans_b ? " (trans)" : "", (long long)o.ldc, o.c_f32 ? " f32" : "",
+        !o.fp8         ? ""
+        : o.fp8_blocks ? " e4m3 with 1x128 / 128x128 block scales (HINT: needs sm_90 and cuBLAS >= 12.9)"
+                       : " e4m3 with outer-vector scales (HINT: FP8 needs sm_90 and cuBLAS >= 12.9)",
+        o.beta, cublasLtGetStatusString(st));
     cuda_throw("cublasLtMatmulAlgoGetHeuristic", what, __FILE__, __LINE__);
   }
   return found;
@@ -396,23 +411,21 @@ __global__ void gemm_add_f32_kernel(__nv_bfloat16* c, int64_t ldc, const float* 
   }
 }
 
-void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x, const uint8_t* w,
-                     int64_t ldw, const float* scale_w, void* c, int64_t ldc, int64_t M, int64_t N, int64_t K,
-                     float beta, cudaStream_t stream) {
+// Both FP8 entry points past their operands: the shape rule Hopper's FP8 kernels have, then beta 0 straight
+// through cuBLASLt, beta 1 through an f32 product and one rounding.
+static void gemm_fp8_run(GemmContext* ctx, const GemmOperands& o, cudaStream_t stream) {
+  const int64_t M = o.M, N = o.N, K = o.K;
   if (M == 0 || N == 0) return;
   // Hopper's FP8 tensor-core kernels read K in 16-byte steps: K and both row strides multiples of 16, rows
   // 16-byte aligned. The target refuses other shapes when it loads (naming the tensor); this names the call.
-  const bool ok = K % 16 == 0 && ldx % 16 == 0 && ldw % 16 == 0 && ptr_alignment(x) >= 16 && ptr_alignment(w) >= 16;
+  const bool ok = K % 16 == 0 && o.lda % 16 == 0 && o.ldb % 16 == 0 && ptr_alignment(o.a) >= 16 &&
+                  ptr_alignment(o.b) >= 16;
   DF_CHECK(ok,
-           "gemm_fp8: M=%lld N=%lld K=%lld ldx=%lld ldw=%lld, x %% 16 = %d, w %% 16 = %d: FP8 GEMMs need K, the row "
-           "strides and the row addresses multiples of 16 bytes",
-           (long long)M, (long long)N, (long long)K, (long long)ldx, (long long)ldw,
-           int(reinterpret_cast<uintptr_t>(x) % 16), int(reinterpret_cast<uintptr_t>(w) % 16));
-  GemmOperands o{x, ldx, false, w, ldw, true, c, ldc, false, M, N, K, 1.0f, beta};
-  o.fp8 = true;
-  o.scale_a = scale_x;
-  o.scale_b = scale_w;
-  if (beta == 0.0f) {
+           "gemm_fp8: M=%lld N=%lld K=%lld ldx=%lld ldw=%lld, x %% 16 = %d, w %% 16 = %d: FP8 GEMMs need K, "
+           "the row strides and the row addresses multiples of 16 bytes",
+           (long long)M, (long long)N, (long long)K, (long long)o.lda, (long long)o.ldb,
+           int(reinterpret_cast<uintptr_t>(o.a) % 16), int(reinterpret_cast<uintptr_t>(o.b) % 16));
+  if (o.beta == 0.0f) {
     gemm_run(ctx, gemm_plan(ctx, o, stream), o, stream);
     return;
   }
@@ -420,7 +433,7 @@ void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const floa
   // epilogue with bf16 c rounds the product to bf16 before adding c, 1.5-8x past a single rounding in
   // test_fp8_cuda's GEMM case, where the bf16 path and the CPU oracle round once.
   // So: d = the scaled product in f32 (beta 0), then c = bf16(c + d), one rounding; beta 1 only.
-  DF_CHECK(beta == 1.0f, "gemm_fp8: beta %g: the residual add adds c once (beta 1 only)", beta);
+  DF_CHECK(o.beta == 1.0f, "gemm_fp8: beta %g: the residual add adds c once (beta 1 only)", o.beta);
   float* d = static_cast<float*>(gemm_scratch(ctx, size_t(M) * size_t(N) * sizeof(float)));
   DF_CHECK(d != nullptr, "gemm_fp8: no device memory for the %lld x %lld f32 product; HINT: fewer tokens per batch",
            (long long)M, (long long)N);
@@ -432,8 +445,29 @@ void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const floa
   gemm_run(ctx, gemm_plan(ctx, od, stream), od, stream);
   const int64_t n = M * N;
   const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 65535 * 8));
-  gemm_add_f32_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(c), ldc, d, M, N);
+  gemm_add_f32_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(o.c), o.ldc, d, M, N);
   DF_CUDA_CHECK_LAUNCH("gemm_add_f32_kernel");
+}
+
+void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x, const uint8_t* w,
+                     int64_t ldw, const float* scale_w, void* c, int64_t ldc, int64_t M, int64_t N, int64_t K,
+                     float beta, cudaStream_t stream) {
+  GemmOperands o{x, ldx, false, w, ldw, true, c, ldc, false, M, N, K, 1.0f, beta};
+  o.fp8 = true;
+  o.scale_a = scale_x;
+  o.scale_b = scale_w;
+  gemm_fp8_run(ctx, o, stream);
+}
+
+void gemm_fp8_block_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x,
+                           const uint8_t* w, int64_t ldw, const float* scale_w, void* c, int64_t ldc,
+                           int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream) {
+  GemmOperands o{x, ldx, false, w, ldw, true, c, ldc, false, M, N, K, 1.0f, beta};
+  o.fp8 = true;
+  o.fp8_blocks = true;
+  o.scale_a = scale_x;
+  o.scale_b = scale_w;
+  gemm_fp8_run(ctx, o, stream);
 }
 
 }  // namespace df

@@ -31,6 +31,14 @@ void fp8_quantize_rows_launch(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, flo
 void swiglu_fp8_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, uint8_t* q,
                        int64_t ldq, float* scale, int64_t rows, int64_t cols, cudaStream_t stream);
 
+// ---- fp8_group_quant.cu --------------------------------------------------------------------------------
+// Each row of x [rows, cols] to e4m3 codes q [rows, cols], every 128 columns (the last run partial) on its own
+// scale amax/448 (1 when all zero), rounded as core/fp8.h does: CpuOps::fp8_round_rows(x, 128) bit for bit.
+// scale f32 [ceil(cols / 128), rows], token-contiguous (element (r, g) at g·rows + r): cuBLASLt's VEC128 layout.
+// write_back: x's values are then replaced by bf16(code · scale), as fp8_quantize_rows_launch does.
+void fp8_quantize_groups_launch(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale, int64_t rows,
+                                int64_t cols, bool write_back, cudaStream_t stream);
+
 // ---- elementwise.cu -----------------------------------------------------------------------------------
 // o = o · sigmoid(gate), both [rows, cols]
 void sigmoid_gate_launch(bf16* o, int64_t ld_o, const bf16* gate, int64_t ld_gate, int64_t rows, int64_t cols,

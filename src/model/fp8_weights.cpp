@@ -33,7 +33,8 @@ std::vector<int64_t> fp8_scale_shape(int64_t N, int64_t K, int block_n, int bloc
   return {ceil_div(N, block_n), ceil_div(K, block_k)};
 }
 
-void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, int block_k, float* out) {
+const uint8_t* fp8_block_codes(const SafetensorsIndex& st, const StTensor& q, int block_n, int block_k,
+                               std::vector<float>& scale) {
   DF_CHECK(q.dtype == DType::f8_e4m3, "fp8_dequantize: tensor '%s' in %s is %s, not F8_E4M3", q.name.c_str(),
            q.file.c_str(), dtype_name(q.dtype));
   DF_CHECK(block_n > 0 && block_k > 0, "fp8_dequantize: tensor '%s': block size %dx%d must be positive",
@@ -44,7 +45,6 @@ void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, 
            q.file.c_str(), q.name.c_str(), st_shape_text(q.shape).c_str());
   const int64_t N = q.shape[0], K = q.shape[1];
   const std::vector<int64_t> want = fp8_scale_shape(N, K, block_n, block_k);
-  const int64_t kb = want[1];
   const std::string sname = fp8_scale_name(q.name);
   const StTensor* s = st.find(sname);
   DF_CHECK(s != nullptr,
@@ -59,26 +59,32 @@ void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, 
            "quantization_config.weight_block_size does not match the weights",
            s->file.c_str(), sname.c_str(), st_shape_text(s->shape).c_str(), q.name.c_str(),
            st_shape_text(q.shape).c_str(), block_n, block_k, st_shape_text(want).c_str());
-  std::vector<float> scale(static_cast<size_t>(want[0] * kb));
+  scale.resize(static_cast<size_t>(want[0] * want[1]));
   st_to_f32(*s, scale.data());
-  std::array<float, 256> lut;
-  for (int c = 0; c < 256; ++c) lut[c] = e4m3_to_f32(static_cast<uint8_t>(c));
-
   const uint8_t* codes = static_cast<const uint8_t*>(q.data);
   int64_t bad = INT64_MAX;  // first NaN code, reported after the parallel loop
 #pragma omp parallel for schedule(static) reduction(min : bad)
+  for (int64_t i = 0; i < N * K; ++i)
+    if ((codes[i] & 0x7fu) == 0x7fu) bad = std::min(bad, i);
+  DF_CHECK(bad == INT64_MAX,
+           "%s: tensor '%s' holds the e4m3 NaN code at [%lld, %lld]; HINT: the checkpoint is corrupt",
+           q.file.c_str(), q.name.c_str(), static_cast<long long>(bad / K), static_cast<long long>(bad % K));
+  return codes;
+}
+
+void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, int block_k, float* out) {
+  std::vector<float> scale;
+  const uint8_t* codes = fp8_block_codes(st, q, block_n, block_k, scale);
+  const int64_t N = q.shape[0], K = q.shape[1], kb = ceil_div(K, block_k);
+  std::array<float, 256> lut;
+  for (int c = 0; c < 256; ++c) lut[c] = e4m3_to_f32(static_cast<uint8_t>(c));
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < N; ++r) {
     const uint8_t* qr = codes + r * K;
     const float* sr = scale.data() + (r / block_n) * kb;
     float* o = out + r * K;
-    for (int64_t c = 0; c < K; ++c) {
-      o[c] = lut[qr[c]] * sr[c / block_k];
-      if ((qr[c] & 0x7fu) == 0x7fu) bad = std::min(bad, r * K + c);
-    }
+    for (int64_t c = 0; c < K; ++c) o[c] = lut[qr[c]] * sr[c / block_k];
   }
-  DF_CHECK(bad == INT64_MAX,
-           "%s: tensor '%s' holds the e4m3 NaN code at [%lld, %lld]; HINT: the checkpoint is corrupt",
-           q.file.c_str(), q.name.c_str(), static_cast<long long>(bad / K), static_cast<long long>(bad % K));
 }
 
 void fp8_quantize(const float* w, int64_t N, int64_t K, int block_n, int block_k, uint8_t* q,

@@ -36,6 +36,8 @@ struct TargetLayer {
   // FP8 target on a backend with FP8 GEMMs (Ops::fp8_gemm): the six projections above hold e4m3 codes
   // (DType::f8_e4m3) and these their per-output-channel scales, f32 [1, rows of the weight]. The DeltaNet b / a
   // rows stay bf16 in w_in_ba [2·nv, H] (w_in's last 2·nv rows of codes are zero and unused). Empty otherwise.
+  // From a 128x128 block checkpoint (TargetModel::fp8_group) the scales are its blocks' instead, f32
+  // [FP8 rows / 128, fp8_block_scale_ld(K)] (model/fp8_weights.h), the codes the file's.
   Tensor s_qkv, s_o, s_in, s_out, s_gate_up, s_down;
   Tensor w_in_ba;
 
@@ -55,6 +57,11 @@ struct TargetModel {
   size_t block_bytes = 0;
   bool fp8 = false;           // target.dtype = "fp8": see target_linear
   bool fp8_codes = false;     // ... on a backend with FP8 GEMMs: projections are codes + scales (TargetLayer)
+  // ... from a 128x128 block-scaled checkpoint, computed with its own numbers: the projections are the file's
+  // codes and block scales (no re-rounding; on the CPU their dequantised values) and each linear layer's input
+  // is quantised per token per fp8_group (128) columns, as inference engines run these releases. 0: per-channel
+  // weights and per-token inputs.
+  int64_t fp8_group = 0;
 
   TargetModel() = default;
   ~TargetModel();
@@ -67,10 +74,10 @@ struct TargetLoadOptions {
   bool need_lm_head = false;   // the soft-KL loss needs target logits
   // FP8 compute (target.dtype = "fp8"): the linear layers' weights are rounded to e4m3 per output channel
   // once loaded, except the DeltaNet b / a rows (kept in bf16, as the official FP8 releases keep
-  // in_proj_a / in_proj_b); embeddings, lm_head, norms and the conv stay as they are. A block-scaled FP8
-  // checkpoint is dequantised (code · block scale) and then rounded per output channel like any other, on
-  // every backend: the row-scaled FP8 GEMM has one scale per row, and the CPU oracle must do the same math.
-  // On a backend with FP8 GEMMs the projections are held as codes + scales (1 byte a weight), never as bf16.
+  // in_proj_a / in_proj_b); embeddings, lm_head, norms and the conv stay as they are. On a backend with FP8
+  // GEMMs the projections are held as codes + scales (1 byte a weight), never as bf16. A checkpoint in
+  // 128x128 FP8 blocks keeps its own codes and block scales instead (TargetModel::fp8_group), on both
+  // backends; other block sizes are dequantised (code · block scale) and then rounded per output channel.
   bool fp8 = false;
 };
 
@@ -151,8 +158,10 @@ void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in);
 // unless fp8_codes), ba the bf16 tail of w_in (nullptr for the others). On an FP8 target x's rows are first
 // rounded to e4m3 per token (in place where the FP8 GEMM is emulated: x is that GEMM's input alone), so with
 // the per-channel weights the product is what a row-wise-scaled FP8 GEMM with fp32 accumulation computes;
-// with codes, x is quantised into q and the FP8 GEMM runs; x_quantised: q already holds x's codes (an
-// Ops::rmsnorm_fp8 made x, with write_back where there is a tail).
+// with a block-scaled checkpoint's own weights (m.fp8_group) per token per 128 columns, the 1x128 x 128x128
+// block-scaled GEMM's product; with codes, x is quantised into q and the FP8 GEMM runs; x_quantised: q already
+// holds x's per-token codes (an Ops::rmsnorm_fp8 made x, with write_back where there is a tail; never with
+// m.fp8_group).
 void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w,
                    const Tensor& w_scale, const Tensor& out, float beta, const Tensor* ba = nullptr,
                    bool x_quantised = false);

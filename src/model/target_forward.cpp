@@ -68,7 +68,8 @@ void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in) {
     for (const Tensor* w : {&L.w_o, &L.w_out, &L.w_down})
       if (!w->empty()) k = std::max(k, w->cols);
   in.codes = a.alloc(DType::f8_e4m3, T, k);
-  in.scales = a.alloc(DType::f32, 1, T);
+  // One scale per token, or per token per 128 columns (target_linear views them as [groups, T]).
+  in.scales = a.alloc(DType::f32, 1, m.fp8_group > 0 ? T * ((k + m.fp8_group - 1) / m.fp8_group) : T);
 }
 
 GdnShape TargetForward::gdn_shape() const {
@@ -130,16 +131,26 @@ static Tensor fp8_codes_for(const Fp8Inputs& q, const Tensor& x) {
 void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, const Tensor& w,
                    const Tensor& w_scale, const Tensor& out, float beta, const Tensor* ba, bool x_quantised) {
   if (!m.fp8_codes) {
-    if (m.fp8) m.ops->fp8_round_rows(x);
+    if (m.fp8) m.ops->fp8_round_rows(x, m.fp8_group);
     m.ops->gemm(x, w, out, beta);
     return;
   }
-  const Tensor codes = fp8_codes_for(q, x), scales = q.scales.cols_view(0, x.rows);
+  const Tensor codes = fp8_codes_for(q, x);
   // The b / a rows multiply the same quantised input in bf16 (written back into x, rounded to bf16 once).
   const bool tail = ba != nullptr && !ba->empty();
-  if (!x_quantised) m.ops->fp8_quantize_rows(x, codes, scales, tail);
   const int64_t n8 = w.rows - (tail ? ba->rows : 0);
-  m.ops->gemm_fp8(codes, scales, w.rows_view(0, n8), w_scale.cols_view(0, n8), out.cols_view(0, n8), beta);
+  if (m.fp8_group > 0) {  // the checkpoint's 128x128 blocks: w_scale has a row per 128 FP8 rows
+    DF_CHECK(!x_quantised, "target_linear: the fused norm leaves per-token codes, a block checkpoint needs per-128");
+    const int64_t groups = (x.cols + m.fp8_group - 1) / m.fp8_group;
+    const Tensor scales{q.scales.data, DType::f32, q.scales.device, groups, x.rows, x.rows};
+    m.ops->fp8_quantize_groups(x, codes, scales, tail);
+    m.ops->gemm_fp8_block(codes, scales, w.rows_view(0, n8), w_scale.rows_view(0, n8 / 128), out.cols_view(0, n8),
+                          beta);
+  } else {
+    const Tensor scales = q.scales.cols_view(0, x.rows);
+    if (!x_quantised) m.ops->fp8_quantize_rows(x, codes, scales, tail);
+    m.ops->gemm_fp8(codes, scales, w.rows_view(0, n8), w_scale.cols_view(0, n8), out.cols_view(0, n8), beta);
+  }
   if (tail) m.ops->gemm(x, *ba, out.cols_view(n8, ba->rows), beta);
 }
 
@@ -149,7 +160,7 @@ void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, 
   Tensor gate_up = proj.rows_view(0, T).cols_view(0, 2 * I);
   target_linear(m, q, n.rows_view(0, T), L.w_gate_up, L.s_gate_up, gate_up, 0.0f, nullptr, n_quantised);
   Tensor a = act.rows_view(0, T);
-  if (m.fp8_codes) {  // swiglu straight into the down projection's e4m3 codes: act is never stored
+  if (m.fp8_codes && m.fp8_group == 0) {  // swiglu straight into down's per-token e4m3 codes: act never stored
     const Tensor codes = fp8_codes_for(q, a), scales = q.scales.cols_view(0, T);
     m.ops->swiglu_fp8(gate_up.cols_view(0, I), gate_up.cols_view(I, I), codes, scales);
     m.ops->gemm_fp8(codes, scales, L.w_down, L.s_down, h.rows_view(0, T), 1.0f);
@@ -162,7 +173,7 @@ void target_mlp(const TargetModel& m, const Fp8Inputs& q, const TargetLayer& L, 
 bool TargetForward::norm_for_linear(const Tensor& w, bool tail, int64_t T) {
   const QwenConfig& c = m_.cfg;
   const Tensor h = ws_->h.rows_view(0, T), n = ws_->n.rows_view(0, T);
-  if (!m_.fp8_codes) {
+  if (!m_.fp8_codes || m_.fp8_group > 0) {  // the fused norm quantises per token, not per 128 columns
     ops_.rmsnorm(h, w, n, c.rms_eps, c.norm_kind());
     return false;
   }

@@ -30,6 +30,13 @@ class WeightSource {
   // A gated q_proj [2·heads·hd, H]: HF rows per head are [q (hd) | gate (hd)]; dst wants all q heads, then
   // all gate heads.
   virtual void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) = 0;
+  // A 128x128 block checkpoint's FP8 tensor `name` as it is: its codes into `codes` (f8_e4m3 rows, a multiple of
+  // 128) and its block scales into `scales` (one row per 128 rows, fp8_block_scale_ld columns); q_gate_hd > 0:
+  // the gated q_proj, regrouped as fill_q_gate does (hd a multiple of 128, so blocks move whole).
+  virtual void fill_fp8_blocks(const Tensor& codes, const Tensor& /*scales*/, const std::string& name,
+                               const std::vector<int64_t>& /*shape*/, int64_t /*q_gate_hd*/) {
+    DF_FAIL("'%s' -> %s: this weight source has no FP8 blocks", name.c_str(), codes.shape_str().c_str());
+  }
 };
 
 int64_t numel_of(const std::vector<int64_t>& s) {
@@ -41,9 +48,14 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 void layout_model(TargetModel& m, Arena& a, const TargetLoadOptions& opt) {
   const QwenConfig& c = m.cfg;
   DType act = m.ops->act_dtype();
-  // The projections: act dtype, or e4m3 codes with a scale per row where the backend multiplies codes.
+  // The projections: act dtype, or e4m3 codes with a scale per row where the backend multiplies codes; a
+  // 128x128 block checkpoint's codes keep its block scales instead, one row of them per 128 FP8 rows.
   const DType pdt = m.fp8_codes ? DType::f8_e4m3 : act;
-  auto scales = [&](const Tensor& w) { return m.fp8_codes ? a.alloc(DType::f32, 1, w.rows) : Tensor(); };
+  auto scales = [&](const Tensor& w, int64_t fp8_rows) {
+    if (!m.fp8_codes) return Tensor();
+    if (m.fp8_group > 0) return a.alloc(DType::f32, (fp8_rows + 127) / 128, fp8_block_scale_ld(w.cols));
+    return a.alloc(DType::f32, 1, w.rows);
+  };
   const int64_t H = c.hidden;
   m.embed = a.alloc(act, c.vocab, H);
   m.final_norm = a.alloc(DType::f32, 1, H);
@@ -58,27 +70,27 @@ void layout_model(TargetModel& m, Arena& a, const TargetLoadOptions& opt) {
       int64_t q = int64_t(c.heads) * c.head_dim, kv = int64_t(c.kv_heads) * c.head_dim;
       L.w_qkv = a.alloc(pdt, q * (c.attn_output_gate ? 2 : 1) + 2 * kv, H);
       L.w_o = a.alloc(pdt, H, q);
-      L.s_qkv = scales(L.w_qkv);
-      L.s_o = scales(L.w_o);
+      L.s_qkv = scales(L.w_qkv, L.w_qkv.rows);
+      L.s_o = scales(L.w_o, L.w_o.rows);
       L.q_norm = a.alloc(DType::f32, 1, c.head_dim);
       L.k_norm = a.alloc(DType::f32, 1, c.head_dim);
     } else {
       int64_t conv_ch = 2 * int64_t(c.lin_nk) * c.lin_dk + int64_t(c.lin_nv) * c.lin_dv;
       int64_t vdim = int64_t(c.lin_nv) * c.lin_dv;
       L.w_in = a.alloc(pdt, conv_ch + vdim + 2 * c.lin_nv, H);
-      L.s_in = scales(L.w_in);
+      L.s_in = scales(L.w_in, conv_ch + vdim);
       if (m.fp8_codes) L.w_in_ba = a.alloc(act, 2 * c.lin_nv, H);
       L.conv_w = a.alloc(DType::f32, conv_ch, c.conv_kernel);
       L.A_log = a.alloc(DType::f32, 1, c.lin_nv);
       L.dt_bias = a.alloc(DType::f32, 1, c.lin_nv);
       L.gdn_norm = a.alloc(DType::f32, 1, c.lin_dv);
       L.w_out = a.alloc(pdt, H, vdim);
-      L.s_out = scales(L.w_out);
+      L.s_out = scales(L.w_out, L.w_out.rows);
     }
     L.w_gate_up = a.alloc(pdt, 2 * int64_t(c.intermediate), H);
     L.w_down = a.alloc(pdt, H, c.intermediate);
-    L.s_gate_up = scales(L.w_gate_up);
-    L.s_down = scales(L.w_down);
+    L.s_gate_up = scales(L.w_gate_up, L.w_gate_up.rows);
+    L.s_down = scales(L.w_down, L.w_down.rows);
   }
 }
 
@@ -93,6 +105,11 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
   };
   // Rows [r0, r0 + n) of projection w (scales s) from HF tensor `name`; q_gate: the gated q_proj's regrouping.
   auto proj = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name, bool q_gate) {
+    if (m.fp8_codes && m.fp8_group > 0) {  // rows in whole blocks: fp8_check_blocks
+      src.fill_fp8_blocks(w.rows_view(r0, n), s.rows_view(r0 / 128, n / 128), name, {n, w.cols},
+                          q_gate ? c.head_dim : 0);
+      return;
+    }
     const Tensor dst = m.fp8_codes ? Tensor{staging.data, staging.dtype, staging.device, n, w.cols, w.cols}
                                     : w.rows_view(r0, n);
     if (q_gate)
@@ -132,7 +149,7 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
         const std::vector<uint8_t> zero(size_t(2 * nv * H), 0);
         const std::vector<float> one(size_t(2 * nv), 1.0f);
         m.ops->upload_raw(L.w_in.rows_view(conv_ch + vdim, 2 * nv), zero.data());
-        m.ops->upload_f32(L.s_in.cols_view(conv_ch + vdim, 2 * nv), one.data());
+        if (m.fp8_group == 0) m.ops->upload_f32(L.s_in.cols_view(conv_ch + vdim, 2 * nv), one.data());
       }
       whole(L.conv_w, gp + "conv1d.weight", {conv_ch, 1, c.conv_kernel});
       whole(L.A_log, gp + "A_log", {nv});
@@ -167,8 +184,39 @@ void fp8_check_shapes(const TargetModel& m) {
   }
 }
 
+// A block-scaled GEMM multiplies each weight with one scale per 128x128 block, so every HF projection fused into
+// one of ours must start and end on a block row (and a gated q_proj's heads too, which are regrouped). Refused at
+// load time with the tensor named. Qwen3.6-27B: q_proj 12288 (heads of 256), k/v 1024, in_proj_qkv 10240, z
+// 6144, gate/up 17408, and 5120 for the outputs: all whole blocks.
+void fp8_check_blocks(const TargetModel& m) {
+  const QwenConfig& c = m.cfg;
+  const int64_t hd = c.head_dim, q = int64_t(c.heads) * hd * (c.attn_output_gate ? 2 : 1);
+  const int64_t kv = int64_t(c.kv_heads) * hd, vdim = int64_t(c.lin_nv) * c.lin_dv;
+  const int64_t conv_ch = 2 * int64_t(c.lin_nk) * c.lin_dk + vdim;
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    std::vector<std::pair<const char*, int64_t>> parts = {
+        {"mlp.gate_proj", c.intermediate}, {"mlp.up_proj", c.intermediate}, {"mlp.down_proj", c.hidden}};
+    if (m.layers[l].kind == LayerKind::full_attention) {
+      parts.insert(parts.end(), {{"self_attn.q_proj", q}, {"self_attn.k_proj", kv}, {"self_attn.v_proj", kv},
+                                 {"self_attn.o_proj", c.hidden}});
+      if (c.attn_output_gate) parts.push_back({"self_attn.q_proj (per head)", hd});
+    } else {
+      parts.insert(parts.end(), {{"linear_attn.in_proj_qkv", conv_ch}, {"linear_attn.in_proj_z", vdim},
+                                 {"linear_attn.out_proj", c.hidden}});
+    }
+    for (const auto& [name, rows] : parts)
+      DF_CHECK(rows % 128 == 0,
+               "target.dtype = \"fp8\" with the checkpoint's 128x128 blocks: layer %zu %s.weight has %lld rows; the "
+               "block-scaled GEMM of a fused projection needs whole 128-row blocks; HINT: target.dtype = \"bf16\"",
+               l, name, (long long)rows);
+  }
+}
+
+// fp8_group > 0: the source holds a block-scaled FP8 checkpoint whose weights are kept as they are
+// (TargetModel::fp8_group).
 std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const TargetLoadOptions& opt,
-                                         const std::string& prefix, WeightSource& src) {
+                                         const std::string& prefix, WeightSource& src,
+                                         int64_t fp8_group = 0) {
   ops.check_target(cfg);
   auto m = std::make_unique<TargetModel>();
   m->cfg = cfg;
@@ -178,12 +226,14 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
            cfg.layers);
   m->fp8 = opt.fp8;
   m->fp8_codes = opt.fp8 && ops.fp8_gemm();
+  m->fp8_group = fp8_group;
   Arena arena;
   m->block = ops_alloc_planned(ops, [&](Arena& a) { layout_model(*m, a, opt); }, 0, arena);
   m->block_bytes = arena.capacity();
-  Tensor staging;  // one projection in act dtype, quantised into codes as it is filled (fp8_codes only)
-  if (m->fp8_codes) {
-    fp8_check_shapes(*m);
+  Tensor staging;  // one projection in act dtype, quantised into codes as it is filled (per-row codes only)
+  if (m->fp8_codes) fp8_check_shapes(*m);
+  if (m->fp8_codes && m->fp8_group > 0) fp8_check_blocks(*m);
+  if (m->fp8_codes && m->fp8_group == 0) {
     int64_t most = 0;
     for (const TargetLayer& L : m->layers)
       for (const Tensor* w : L.projections()) most = std::max(most, w->numel());
@@ -195,7 +245,7 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
     ops.synchronize();  // the last quantisation reads the staging buffer
     ops.free_bytes(staging.data);
   }
-  if (opt.fp8 && !m->fp8_codes) {
+  if (opt.fp8 && !m->fp8_codes && m->fp8_group == 0) {
     const int64_t b_rows = 2 * int64_t(cfg.lin_nv);  // in_proj_b and in_proj_a, the last rows of w_in
     for (const TargetLayer& L : m->layers)
       for (const Tensor* w : L.projections())
@@ -260,12 +310,39 @@ class RandomSource final : public WeightSource {
 // the expected shape, uploaded. One tensor's host copy at a time, so a 27 B model never sits twice in memory.
 class CheckpointSource final : public WeightSource {
  public:
-  CheckpointSource(const SafetensorsIndex& st, const std::string& dir, const QwenConfig& cfg, Ops& ops)
-      : st_(st), dir_(dir), cfg_(cfg), ops_(ops) {}
+  // own_blocks: the FP8 target computes with the checkpoint's blocks, so every projection must be FP8 in it.
+  CheckpointSource(const SafetensorsIndex& st, const std::string& dir, const QwenConfig& cfg, Ops& ops,
+                   bool own_blocks)
+      : st_(st), dir_(dir), cfg_(cfg), ops_(ops), own_blocks_(own_blocks) {}
 
   void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) override {
     std::vector<float> v = get(name, shape);
     ops_.upload_f32(dst, v.data());
+  }
+  void fill_fp8_blocks(const Tensor& codes, const Tensor& scales, const std::string& name,
+                       const std::vector<int64_t>& shape, int64_t q_gate_hd) override {
+    const StTensor* t = find(name, shape);
+    check_fp8(*t, name);
+    std::vector<float> s;
+    const uint8_t* q = fp8_block_codes(st_, *t, 128, 128, s);
+    const int64_t N = shape[0], K = shape[1], kb = (K + 127) / 128, ld = scales.cols;
+    std::vector<float> padded(size_t(scales.rows * ld), 0.0f);
+    // n HF rows from src_row to our dst_row, all three multiples of 128.
+    auto place = [&](int64_t dst_row, int64_t src_row, int64_t n) {
+      ops_.upload_raw(codes.rows_view(dst_row, n), q + src_row * K);
+      for (int64_t b = 0; b < n / 128; ++b)
+        std::copy_n(s.data() + (src_row / 128 + b) * kb, kb, padded.data() + (dst_row / 128 + b) * ld);
+    };
+    if (q_gate_hd == 0) {
+      place(0, 0, N);
+    } else {
+      const int64_t heads = N / (2 * q_gate_hd), qrows = N / 2;
+      for (int64_t h = 0; h < heads; ++h) {
+        place(h * q_gate_hd, 2 * h * q_gate_hd, q_gate_hd);
+        place(qrows + h * q_gate_hd, (2 * h + 1) * q_gate_hd, q_gate_hd);
+      }
+    }
+    ops_.upload_f32(scales, padded.data());
   }
   void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) override {
     std::vector<float> w = get(name, {2 * heads * hd, H});
@@ -277,7 +354,8 @@ class CheckpointSource final : public WeightSource {
   }
 
  private:
-  std::vector<float> get(const std::string& name, const std::vector<int64_t>& shape) const {
+  // Tensor `name`, present and of the expected shape.
+  const StTensor* find(const std::string& name, const std::vector<int64_t>& shape) const {
     const StTensor* t = st_.find(name);
     DF_CHECK(t != nullptr, "%s: tensor '%s' (expected shape %s) is missing from the checkpoint", dir_.c_str(),
              name.c_str(), st_shape_text(shape).c_str());
@@ -285,6 +363,19 @@ class CheckpointSource final : public WeightSource {
              "%s: tensor '%s' has shape %s but the config needs %s; HINT: config.json and the "
              "weights do not belong together",
              dir_.c_str(), name.c_str(), st_shape_text(t->shape).c_str(), st_shape_text(shape).c_str());
+    return t;
+  }
+  // With own_blocks every decoder projection must be FP8 in the file.
+  void check_fp8(const StTensor& t, const std::string& name) const {
+    DF_CHECK(!own_blocks_ || t.dtype == DType::f8_e4m3 || !fp8_quantized_weight(name),
+             "%s: tensor '%s' is %s, but target.dtype = \"fp8\" computes this %dx%d block-scaled checkpoint with "
+             "its own blocks, which needs every decoder projection stored as F8_E4M3; HINT: the checkpoint as "
+             "published, or target.dtype = \"bf16\"",
+             t.file.c_str(), name.c_str(), dtype_name(t.dtype), cfg_.fp8_block_n, cfg_.fp8_block_k);
+  }
+  std::vector<float> get(const std::string& name, const std::vector<int64_t>& shape) const {
+    const StTensor* t = find(name, shape);
+    check_fp8(*t, name);
     std::vector<float> v(numel_of(shape));
     if (t->dtype == DType::f8_e4m3) {
       DF_CHECK(cfg_.fp8_block_n > 0,
@@ -301,6 +392,7 @@ class CheckpointSource final : public WeightSource {
   const std::string& dir_;
   const QwenConfig& cfg_;
   Ops& ops_;
+  bool own_blocks_;
 };
 
 std::string find_prefix(const SafetensorsIndex& st, const std::string& dir) {
@@ -321,8 +413,15 @@ std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const
   QwenConfig cfg = qwen_config_load(dir);
   SafetensorsIndex st = SafetensorsIndex::open(dir);
   std::string prefix = find_prefix(st, dir);
-  CheckpointSource src(st, dir, cfg, ops);
-  return build_model(cfg, ops, opt, prefix, src);
+  // 128x128 blocks with 1x128 input groups is how these releases are meant to run: with FP8 GEMMs the file's
+  // codes and block scales are uploaded as they are; where FP8 is emulated (the CPU, the oracle) their
+  // dequantised values are exactly the checkpoint's.
+  const int64_t group = opt.fp8 && cfg.fp8_block_n == 128 && cfg.fp8_block_k == 128 ? 128 : 0;
+  if (group > 0)
+    log_info("target: FP8 with %s's own 128x128 weight blocks, inputs per token per 128 columns",
+             dir.c_str());
+  CheckpointSource src(st, dir, cfg, ops, group > 0);
+  return build_model(cfg, ops, opt, prefix, src, group);
 }
 
 std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed, Ops& ops,

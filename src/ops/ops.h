@@ -131,9 +131,11 @@ class Ops {
                           const Tensor& dt_bias, const Tensor& out, const Tensor& state, const Tensor& states,
                           const GdnShape& shape) = 0;
   // In place: each row rounded to float8 e4m3 on its own scale amax(|row|)/448 and back (core/fp8.h), an
-  // all-zero row left as it is. The FP8 target's quantisation: per output channel for weights (at load), per
-  // token for the linear layers' inputs (model/target.h target_linear).
-  virtual void fp8_round_rows(const Tensor& x) {
+  // all-zero row left as it is; group > 0: each run of `group` columns of a row (the last one partial where
+  // group does not divide the width) on its own scale instead. The FP8 target's quantisation: per output
+  // channel for weights (at load), per token, or per token and 128 columns, for the linear layers' inputs
+  // (model/target.h target_linear).
+  virtual void fp8_round_rows(const Tensor& x, int64_t /*group*/ = 0) {
     DF_FAIL("fp8_round_rows (%s): this backend runs FP8 through fp8_quantize_rows and gemm_fp8 instead",
             x.shape_str().c_str());
   }
@@ -166,6 +168,19 @@ class Ops {
   virtual void gemm_fp8(const Tensor& x8, const Tensor& /*sx*/, const Tensor& /*w8*/, const Tensor& /*sw*/,
                         const Tensor& /*c*/, float /*beta*/) {
     DF_FAIL("gemm_fp8 (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x8.shape_str().c_str());
+  }
+  // A 128x128 block checkpoint's FP8 linear layer on a backend with FP8 GEMMs: x's rows to codes with a scale
+  // per token per 128 columns, scales f32 [ceil(C/128), R] contiguous (token-major, as cuBLASLt reads them),
+  // rounded as fp8_round_rows(x, 128) rounds; write_back as in fp8_quantize_rows.
+  virtual void fp8_quantize_groups(const Tensor& x, const Tensor& /*codes*/, const Tensor& /*scales*/,
+                                   bool /*write_back*/) {
+    DF_FAIL("fp8_quantize_groups (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x.shape_str().c_str());
+  }
+  // c = x8 · w8ᵀ + beta · c with x8's group scales sx (fp8_quantize_groups) and w8's block scales sw f32
+  // [ceil(N/128), fp8_block_scale_ld(K)] (the checkpoint's weight_scale_inv, rows padded), fp32 accumulation.
+  virtual void gemm_fp8_block(const Tensor& x8, const Tensor& /*sx*/, const Tensor& /*w8*/, const Tensor& /*sw*/,
+                              const Tensor& /*c*/, float /*beta*/) {
+    DF_FAIL("gemm_fp8_block (%s): this backend has no FP8 GEMMs (Ops::fp8_gemm)", x8.shape_str().c_str());
   }
   // Per value head over dv: out = w · (o · rsqrt(mean(o²) + eps)) · silu(z); w f32 [1, dv] shared by heads.
   virtual void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads,

@@ -4,11 +4,13 @@
 #include "topo/plan_vram.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/strfmt.h"
 #include "kernels/gdn_workspace.h"
 #include "kernels/train_workspace.h"
+#include "model/fp8_weights.h"
 #include "ops/wire_pool.h"
 #include "topo/topo.h"
 #include "train/loss.h"
@@ -56,25 +58,34 @@ namespace {
 // One layer's projections as an FP8 target holds them (model/target.h TargetLayer): their elements (1 B e4m3
 // codes each, w_in's b / a rows included as unused zero codes), their rows (one f32 scale each), and the
 // DeltaNet b / a rows' bf16 copy.
+// A layer's FP8 projections: weights, rows (one channel scale each), and the 128x128 block scales a block
+// checkpoint keeps instead (model/target.h TargetLayer, rows padded to fp8_block_scale_ld).
 struct Fp8LayerProj {
-  double elems = 0, rows = 0, ba_bf16 = 0;
+  double elems = 0, rows = 0, ba_bf16 = 0, block_scales = 0;
 };
+
+double fp8_blocks_of(double rows, double K) {
+  return std::ceil(rows / 128) * double(fp8_block_scale_ld(int64_t(K)));
+}
 
 Fp8LayerProj fp8_layer_proj(const QwenConfig& t, LayerKind kind) {
   const double h = t.hidden, I = t.intermediate;
   Fp8LayerProj p;
   p.rows = 2 * I + h;  // gate|up, down
   p.elems = 3 * h * I;
+  p.block_scales = fp8_blocks_of(2 * I, h) + fp8_blocks_of(h, I);
   if (kind == LayerKind::full_attention) {
     const double q = double(t.heads) * t.head_dim;
     const double qkv = q * (t.attn_output_gate ? 2 : 1) + 2.0 * t.kv_heads * t.head_dim;
     p.rows += qkv + h;
     p.elems += qkv * h + q * h;
+    p.block_scales += fp8_blocks_of(qkv, h) + fp8_blocks_of(h, q);
   } else {
     const double value_dim = double(t.lin_nv) * t.lin_dv;
     const double in = 2.0 * t.lin_nk * t.lin_dk + 2 * value_dim + 2.0 * t.lin_nv;  // qkv, z, b, a
     p.rows += in + h;
     p.elems += in * h + value_dim * h;
+    p.block_scales += fp8_blocks_of(in - 2.0 * t.lin_nv, h) + fp8_blocks_of(h, value_dim);
     p.ba_bf16 = 2.0 * t.lin_nv * h;
   }
   return p;
@@ -193,15 +204,15 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   tr.role = "target";
   const double tw = V * H + layer_params + (kl ? H : 0);
   if (cfg.target.dtype == "fp8") {
-    // target.dtype = "fp8" on CUDA: the projections are e4m3 codes + a scale per output channel (from a bf16 or a
-    // block-scaled checkpoint alike), the rest bf16; each linear layer's input is quantised into one planned
-    // [T, max K] code buffer with a scale per token.
+    // target.dtype = "fp8" on CUDA: the projections are e4m3 codes + a scale per output channel (or a 128x128
+    // block checkpoint's own codes and block scales), the rest bf16; each linear layer's input is quantised into
+    // one planned [T, max K] code buffer with a scale per token (per token per 128 columns with blocks).
     Fp8LayerProj f;
     double max_k = H;
     for (int l = 0; l < p.target_layers_run; ++l) {
       const LayerKind kind = t.layer_types[l];
       const Fp8LayerProj x = fp8_layer_proj(t, kind);
-      f.elems += x.elems, f.rows += x.rows, f.ba_bf16 += x.ba_bf16;
+      f.elems += x.elems, f.rows += x.rows, f.ba_bf16 += x.ba_bf16, f.block_scales += x.block_scales;
       const double mixer_out = kind == LayerKind::full_attention ? double(t.heads) * t.head_dim  // o_proj's K
                                                                  : double(t.lin_nv) * t.lin_dv;  // out_proj's K
       max_k = std::max({max_k, double(t.intermediate), mixer_out});
@@ -209,11 +220,16 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
     add(tr, "weights bf16", kBf16 * (tw - f.elems + f.ba_bf16),
         strfmt("2 B x (embed %.0fx%.0f, norms, conv, DeltaNet b|a rows%s) = %.4g params", V, H,
                kl ? ", final norm" : "", tw - f.elems + f.ba_bf16));
-    add(tr, "weights FP8 e4m3 + scales", f.elems + kF32 * f.rows,
-        strfmt("1 B x %.4g projection weights of %d layers (%d linear, %d full) + 4 B x %.4g channel scales",
-               f.elems, p.target_layers_run, n_lin, n_full, f.rows));
-    add(tr, "FP8 input codes + scales", double(T) * max_k + kF32 * T,
-        strfmt("1 B x %lld x %.0f + 4 B x %lld", (long long)T, max_k, (long long)T));
+    // A 128x128 block checkpoint keeps its block scales and quantises inputs per token per 128 columns.
+    const bool blocks = t.fp8_block_n == 128 && t.fp8_block_k == 128;
+    const double wscales = blocks ? f.block_scales : f.rows, xscales = blocks ? T * std::ceil(max_k / 128) : T;
+    add(tr, "weights FP8 e4m3 + scales", f.elems + kF32 * wscales,
+        strfmt("1 B x %.4g projection weights of %d layers (%d linear, %d full) + 4 B x %.4g %s", f.elems,
+               p.target_layers_run, n_lin, n_full, wscales,
+               blocks ? "128x128 block scales (the checkpoint's)" : "channel scales"));
+    add(tr, "FP8 input codes + scales", double(T) * max_k + kF32 * xscales,
+        strfmt("1 B x %lld x %.0f + 4 B x %.0f%s", (long long)T, max_k, xscales,
+               blocks ? " (a scale per token per 128 columns)" : ""));
     // The residual adds (o_proj, out_proj, down: beta 1) take an f32 product in the GEMM context's scratch
     // (kernels/gemm.cuh gemm_fp8_launch), kept for the run.
     add(tr, "FP8 residual-add product [T,H] f32", kF32 * T * H, strfmt("4 B x %lld x %.0f", (long long)T, H));

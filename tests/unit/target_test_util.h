@@ -51,6 +51,32 @@ inline QwenConfig tiny_dense() {
   return qwen_config_from_json(j, "tiny_dense");
 }
 
+// A two-layer gated hybrid (a DeltaNet layer with 1 key and 2 value heads, then an attention layer with 2 heads
+// and 1 KV head) of the given widths: the FP8 block tests choose them against the 128-wide blocks.
+inline QwenConfig two_layer_hybrid(int64_t hidden, int64_t intermediate, int head_dim, int lin_dk, int lin_dv,
+                                   const char* name) {
+  nlohmann::json j = {{"model_type", "qwen3_5_text"},
+                      {"hidden_size", hidden},
+                      {"num_hidden_layers", 2},
+                      {"layer_types", {"linear_attention", "full_attention"}},
+                      {"intermediate_size", intermediate},
+                      {"vocab_size", 64},
+                      {"num_attention_heads", 2},
+                      {"num_key_value_heads", 1},
+                      {"head_dim", head_dim},
+                      {"attn_output_gate", true},
+                      {"partial_rotary_factor", 0.5},
+                      {"rope_theta", 10000.0},
+                      {"rms_norm_eps", 1e-6},
+                      {"linear_num_key_heads", 1},
+                      {"linear_num_value_heads", 2},
+                      {"linear_key_head_dim", lin_dk},
+                      {"linear_value_head_dim", lin_dv},
+                      {"linear_conv_kernel_dim", 4},
+                      {"tie_word_embeddings", false}};
+  return qwen_config_from_json(j, name);
+}
+
 struct FwdResult {
   std::vector<std::vector<float>> taps;  // one per layer
   std::vector<float> final_norm;

@@ -160,6 +160,22 @@ TEST(PlanVram, Fp8TargetCountsCodesAndScales) {
   EXPECT_DOUBLE_EQ(item(p.target, "FP8 residual-add product [T,H] f32"), 4 * 10 * 8);
 }
 
+// From a 128x128 block checkpoint its block scales replace the channel scales: per layer of the tiny target four
+// projections (q|k|v, o, gate|up, down) of one block row each, a row padded to 4 columns: 16 f32 a layer.
+TEST(PlanVram, Fp8BlockCheckpointCountsBlockScales) {
+  std::string toml = tiny_toml();
+  toml.replace(toml.find("[target]\n"), 9, "[target]\ndtype = \"fp8\"\n");
+  Config cfg = config_parse(toml, "tiny.toml");
+  VramAssumptions a;
+  a.targets = 1;
+  QwenConfig t = tiny_target();
+  t.fp8_block_n = t.fp8_block_k = 128;
+  VramPlan p = plan_vram_compute(cfg, t, 80 * kGiB, "test", a);
+  EXPECT_DOUBLE_EQ(item(p.target, "weights FP8 e4m3 + scales"), 2 * 480 + 4 * 2 * 16);
+  // The widest input (K = 12) is one 128-column group: one scale per token, as per row.
+  EXPECT_DOUBLE_EQ(item(p.target, "FP8 input codes + scales"), 10 * 12 + 4 * 10);
+}
+
 TEST(PlanVram, ShortSequencesMeanMoreAnchors) {
   Config cfg = config_parse(tiny_toml(), "tiny.toml");
   // 10 tokens in sequences of 4: 3 sequences x min(3 anchors, 3 positions) = 9 anchor blocks.

@@ -366,16 +366,22 @@ void CpuOps::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   }
 }
 
-void CpuOps::fp8_round_rows(const Tensor& x) {
+void CpuOps::fp8_round_rows(const Tensor& x, int64_t group) {
   cpu_check_f32("fp8_round_rows", "x", x, -1, -1);
+  DF_CHECK(group >= 0, "fp8_round_rows %s: group %lld must be 0 (whole rows) or positive",
+           x.shape_str().c_str(), (long long)group);
+  const int64_t g = group > 0 ? group : std::max<int64_t>(x.cols, 1);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < x.rows; ++r) {
-    float* row = cpu_row(x, r);
-    float amax = 0.0f;
-    for (int64_t c = 0; c < x.cols; ++c) amax = std::max(amax, std::fabs(row[c]));
-    if (!(amax > 0.0f)) continue;  // zeros stay zeros; a NaN row stays NaN
-    const float scale = e4m3_scale(amax), inv = e4m3_inv_scale(scale);
-    for (int64_t c = 0; c < x.cols; ++c) row[c] = e4m3_to_f32(e4m3_quantize(row[c], inv)) * scale;
+    for (int64_t c0 = 0; c0 < x.cols; c0 += g) {
+      float* v = cpu_row(x, r) + c0;
+      const int64_t n = std::min(g, x.cols - c0);
+      float amax = 0.0f;
+      for (int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(v[c]));
+      if (!(amax > 0.0f)) continue;  // zeros stay zeros; a NaN group stays NaN
+      const float scale = e4m3_scale(amax), inv = e4m3_inv_scale(scale);
+      for (int64_t c = 0; c < n; ++c) v[c] = e4m3_to_f32(e4m3_quantize(v[c], inv)) * scale;
+    }
   }
 }
 

@@ -60,7 +60,7 @@ class CpuOps final : public Ops {
   void gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,
                    const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs, const GdnShape& shape,
                    const Tensor& workspace) override;
-  void fp8_round_rows(const Tensor& x) override;
+  void fp8_round_rows(const Tensor& x, int64_t group = 0) override;
   void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
                      float eps) override;
   void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past, int hq,

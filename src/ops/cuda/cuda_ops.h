@@ -62,6 +62,9 @@ class CudaOps final : public Ops {
                    const Tensor& codes, const Tensor& scales, bool write_back) override;
   void gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
                 float beta) override;
+  void fp8_quantize_groups(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) override;
+  void gemm_fp8_block(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
+                      float beta) override;
   // Incremental decoding is CPU-only for now: these two fail with a message instead of computing anything.
   void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past, int hq,
                         int hkv, int hd, float scale, const Tensor* gate = nullptr) override;
