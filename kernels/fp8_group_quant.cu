@@ -1,5 +1,6 @@
 // Per-token, per-128-column e4m3 quantisation of a linear layer's input, for the block-scaled FP8 GEMM of a
-// 128x128 block checkpoint (gemm.cuh gemm_fp8_block_launch): the codes and the VEC128 scales cuBLASLt reads,
+// 128x128 block checkpoint (gemm.cuh gemm_fp8_block_launch): the codes and the VEC128 scales cuBLASLt reads
+// (laid out as core/fp8.h fp8_group_scale_index says),
 // bit-identical to CpuOps::fp8_round_rows(x, 128): the row quantiser's IEEE scale and reciprocal and the
 // hardware conversion (kernels/fp8_rows.cuh).
 #include "core/fp8.h"
@@ -33,7 +34,7 @@ __global__ void fp8_quantize_groups_kernel(bf16* x, int64_t ldx, uint8_t* q, int
   }
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   const float s = row_scale(amax), inv = ieee_rcp(s);  // core/fp8.h e4m3_scale, e4m3_inv_scale
-  if (lane == 0) scale[g * rows + r] = s;
+  if (lane == 0) scale[fp8_group_scale_index(r, g, rows, groups)] = s;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = c0 + lane + 32 * j;

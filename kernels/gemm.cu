@@ -402,13 +402,40 @@ void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, in
   gemm_launch_ex(ctx, a, lda, false, w, ldw, true, c, ldc, c_f32, M, N, K, 1.0f, beta, stream);
 }
 
-// c = bf16(f32(c) + d), d f32 [M, N] contiguous: the epilogue cuBLASLt would have run, rounded once as there.
-__global__ void gemm_add_f32_kernel(__nv_bfloat16* c, int64_t ldc, const float* d, int64_t M, int64_t N) {
-  const int64_t n = M * N;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / N, col = i % N;
-    c[r * ldc + col] = __float2bfloat16_rn(__bfloat162float(c[r * ldc + col]) + d[i]);
+// c [M, N] = bf16(f32(c) + d) (add) or bf16(d), d f32 with rows ldd: the epilogue cuBLASLt would have run,
+// rounded once as there. Block (x, y) takes 8 · 256 columns of rows y, y + gridDim.y, ...; vec: 16-byte loads
+// and stores (N, ldc, ldd multiples of 8, c and d 16-byte aligned), else one element per thread.
+__global__ void gemm_store_f32_kernel(__nv_bfloat16* c, int64_t ldc, const float* d, int64_t ldd, int64_t M,
+                                      int64_t N, bool add, bool vec) {
+  const int64_t c0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * (vec ? 8 : 1);
+  if (c0 >= N) return;
+  for (int64_t r = blockIdx.y; r < M; r += gridDim.y) {
+    __nv_bfloat16* cr = c + r * ldc + c0;
+    const float* dr = d + r * ldd + c0;
+    if (!vec) {
+      *cr = __float2bfloat16_rn((add ? __bfloat162float(*cr) : 0.0f) + *dr);
+      continue;
+    }
+    const float4 lo = *reinterpret_cast<const float4*>(dr), hi = *reinterpret_cast<const float4*>(dr + 4);
+    const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    uint4 old = add ? *reinterpret_cast<const uint4*>(cr) : make_uint4(0, 0, 0, 0);
+    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&old);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(p[j]);
+      p[j] = __floats2bfloat162_rn(f.x + v[2 * j], f.y + v[2 * j + 1]);
+    }
+    *reinterpret_cast<uint4*>(cr) = old;
   }
+}
+
+static void gemm_store_f32(void* c, int64_t ldc, const float* d, int64_t ldd, int64_t M, int64_t N, bool add,
+                           cudaStream_t stream) {
+  const bool vec = N % 8 == 0 && ldc % 8 == 0 && ldd % 8 == 0 && ptr_alignment(c) >= 16 && ptr_alignment(d) >= 16;
+  const int64_t per_block = 256 * (vec ? 8 : 1);
+  const dim3 grid(unsigned((N + per_block - 1) / per_block), unsigned(std::min<int64_t>(M, 65535)));
+  gemm_store_f32_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(c), ldc, d, ldd, M, N, add, vec);
+  DF_CUDA_CHECK_LAUNCH("gemm_store_f32_kernel");
 }
 
 // Both FP8 entry points past their operands: the shape rule Hopper's FP8 kernels have, then beta 0 straight
@@ -443,10 +470,7 @@ static void gemm_fp8_run(GemmContext* ctx, const GemmOperands& o, cudaStream_t s
   od.c_f32 = true;
   od.beta = 0.0f;
   gemm_run(ctx, gemm_plan(ctx, od, stream), od, stream);
-  const int64_t n = M * N;
-  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 65535 * 8));
-  gemm_add_f32_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(o.c), o.ldc, d, M, N);
-  DF_CUDA_CHECK_LAUNCH("gemm_add_f32_kernel");
+  gemm_store_f32(o.c, o.ldc, d, N, M, N, true, stream);
 }
 
 void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x, const uint8_t* w,
@@ -467,7 +491,32 @@ void gemm_fp8_block_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, cons
   o.fp8_blocks = true;
   o.scale_a = scale_x;
   o.scale_b = scale_w;
+  // cuBLASLt runs VEC128 scales only for a multiple of 4 rows (core/fp8.h fp8_group_scale_index): the first
+  // rows4 rows as they are, the last M - rows4 copied into a zero-padded 4-row operand in the scratch, its
+  // product in f32 there, then stored into c with one rounding.
+  DF_CHECK(beta == 0.0f || beta == 1.0f, "gemm_fp8_block: beta %g: 0 or 1 (the residual add)", beta);
+  const int64_t rows4 = M & ~int64_t(3), tail = M - rows4;
+  o.M = rows4;
   gemm_fp8_run(ctx, o, stream);
+  if (tail == 0) return;
+  const int64_t kpad = (K + 255) & ~int64_t(255);
+  uint8_t* s = static_cast<uint8_t*>(gemm_scratch(ctx, size_t(4 * kpad) + size_t(4 * N) * sizeof(float)));
+  DF_CHECK(s != nullptr, "gemm_fp8_block: no device memory for the %lld-row tail", (long long)tail);
+  DF_CUDA_CHECK(cudaMemsetAsync(s, 0, size_t(4 * kpad), stream));
+  DF_CUDA_CHECK(cudaMemcpy2DAsync(s, size_t(kpad), x + rows4 * ldx, size_t(ldx), size_t(K), size_t(tail),
+                                  cudaMemcpyDeviceToDevice, stream));
+  float* d = reinterpret_cast<float*>(s + 4 * kpad);
+  GemmOperands ot = o;
+  ot.a = s;
+  ot.lda = kpad;
+  ot.M = 4;
+  ot.scale_a = scale_x + ((K + 127) / 128) * rows4;
+  ot.c = d;
+  ot.ldc = N;
+  ot.c_f32 = true;
+  ot.beta = 0.0f;
+  gemm_fp8_run(ctx, ot, stream);
+  gemm_store_f32(static_cast<__nv_bfloat16*>(c) + rows4 * ldc, ldc, d, N, tail, N, beta != 0.0f, stream);
 }
 
 }  // namespace df

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/host_device.h"
+
 namespace df {
 
 constexpr float kE4m3Max = 448.0f;
@@ -74,6 +76,20 @@ inline float e4m3_inv_scale(float scale) {
 }
 inline uint8_t e4m3_quantize(float x, float inv_scale) {
   return f32_to_e4m3(x * inv_scale);
+}
+
+// Where the input scale of row r, 128-column group g sits for the block-scaled FP8 GEMM of `rows` rows and
+// `groups` groups (kernels/fp8_group_quant.cu writes it, gemm_fp8_block_launch reads it). cuBLASLt's VEC128
+// scales are [groups, rows] row-contiguous, and on the H200 (cuBLASLt 13.1) its heuristic refuses every row
+// count that is not a multiple of 4. So the first rows4 = rows rounded down to 4 rows keep that layout
+// [groups, rows4], and the last rows - rows4 (< 4) follow as a [groups, 4] tail that a second, 4-row GEMM
+// reads; fp8_group_scales_size is the whole buffer.
+DF_HOST_DEVICE inline int64_t fp8_group_scale_index(int64_t r, int64_t g, int64_t rows, int64_t groups) {
+  const int64_t rows4 = rows & ~int64_t(3);
+  return r < rows4 ? g * rows4 + r : groups * rows4 + g * 4 + (r - rows4);
+}
+inline int64_t fp8_group_scales_size(int64_t rows, int64_t groups) {
+  return groups * ((rows + 3) & ~int64_t(3));
 }
 
 }  // namespace df

@@ -9,11 +9,7 @@
 #include <utility>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define DF_HOST_DEVICE __host__ __device__
-#else
-#define DF_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace df {
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/fp8.h"
 #include "model/target.h"
 
 namespace df {
@@ -68,8 +69,9 @@ void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in) {
     for (const Tensor* w : {&L.w_o, &L.w_out, &L.w_down})
       if (!w->empty()) k = std::max(k, w->cols);
   in.codes = a.alloc(DType::f8_e4m3, T, k);
-  // One scale per token, or per token per 128 columns (target_linear views them as [groups, T]).
-  in.scales = a.alloc(DType::f32, 1, m.fp8_group > 0 ? T * ((k + m.fp8_group - 1) / m.fp8_group) : T);
+  // One scale per token, or per token per 128 columns (core/fp8.h fp8_group_scale_index).
+  const int64_t groups = m.fp8_group > 0 ? (k + m.fp8_group - 1) / m.fp8_group : 0;
+  in.scales = a.alloc(DType::f32, 1, groups > 0 ? fp8_group_scales_size(T, groups) : T);
 }
 
 GdnShape TargetForward::gdn_shape() const {
@@ -142,7 +144,7 @@ void target_linear(const TargetModel& m, const Fp8Inputs& q, const Tensor& x, co
   if (m.fp8_group > 0) {  // the checkpoint's 128x128 blocks: w_scale has a row per 128 FP8 rows
     DF_CHECK(!x_quantised, "target_linear: the fused norm leaves per-token codes, a block checkpoint needs per-128");
     const int64_t groups = (x.cols + m.fp8_group - 1) / m.fp8_group;
-    const Tensor scales{q.scales.data, DType::f32, q.scales.device, groups, x.rows, x.rows};
+    const Tensor scales = q.scales.cols_view(0, fp8_group_scales_size(x.rows, groups));
     m.ops->fp8_quantize_groups(x, codes, scales, tail);
     m.ops->gemm_fp8_block(codes, scales, w.rows_view(0, n8), w_scale.rows_view(0, n8 / 128), out.cols_view(0, n8),
                           beta);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/strfmt.h"
 #include "kernels/gdn_workspace.h"
 #include "kernels/train_workspace.h"
@@ -222,7 +223,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
                kl ? ", final norm" : "", tw - f.elems + f.ba_bf16));
     // A 128x128 block checkpoint keeps its block scales and quantises inputs per token per 128 columns.
     const bool blocks = t.fp8_block_n == 128 && t.fp8_block_k == 128;
-    const double wscales = blocks ? f.block_scales : f.rows, xscales = blocks ? T * std::ceil(max_k / 128) : T;
+    const double wscales = blocks ? f.block_scales : f.rows, xscales = blocks ? double(fp8_group_scales_size(T, int64_t(std::ceil(max_k / 128)))) : T;
     add(tr, "weights FP8 e4m3 + scales", f.elems + kF32 * wscales,
         strfmt("1 B x %.4g projection weights of %d layers (%d linear, %d full) + 4 B x %.4g %s", f.elems,
                p.target_layers_run, n_lin, n_full, wscales,

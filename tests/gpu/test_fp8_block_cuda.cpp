@@ -74,11 +74,11 @@ TEST_F(Fp8BlockCudaTest, GroupQuantiserMatchesCpuBitForBit) {
     const std::vector<float> xh = graded(M, K, {0, 4, -6}, 21);
     const int64_t G = groups_of(K), ldq = K + 48;
     Tensor x = a.alloc(DType::bf16, M, K), q = a.alloc(DType::f8_e4m3, M, ldq).cols_view(0, K);
-    Tensor s = a.alloc(DType::f32, G, M);
+    Tensor s = a.alloc(DType::f32, 1, fp8_group_scales_size(M, G));
     gpu_->upload_f32(x, xh.data());
     gpu_->fp8_quantize_groups(x, q, s, true);
     std::vector<uint8_t> qh(size_t(M * ldq));
-    std::vector<float> sh(size_t(G * M));
+    std::vector<float> sh(size_t(s.cols));
     gpu_->download_raw(Tensor{q.data, DType::u8, Device::cuda, M, ldq, ldq}, qh.data());
     gpu_->download_f32(s, sh.data());
     std::vector<float> want = xh, back(size_t(M * K));
@@ -90,13 +90,13 @@ TEST_F(Fp8BlockCudaTest, GroupQuantiserMatchesCpuBitForBit) {
     int64_t bad = 0, first = -1;
     for (int64_t r = 0; r < M; ++r)
       for (int64_t c = 0; c < K; ++c) {
-        const float got = e4m3_to_f32(qh[size_t(r * ldq + c)]) * sh[size_t((c / 128) * M + r)];
+        const float got = e4m3_to_f32(qh[size_t(r * ldq + c)]) * sh[size_t(fp8_group_scale_index(r, c / 128, M, G))];
         if (got != want[size_t(r * K + c)] && bad++ == 0) first = r * K + c;
       }
     EXPECT_EQ(bad, 0) << bad << " of " << M * K << " differ from CpuOps::fp8_round_rows(x, 128); first at ["
                       << first / K << ", " << first % K << "]: GPU code 0x" << std::hex
                       << int(qh[size_t(first / K * ldq + first % K)]) << std::dec << " x scale "
-                      << sh[size_t(((first % K) / 128) * M + first / K)] << " vs CPU "
+                      << sh[size_t(fp8_group_scale_index(first / K, (first % K) / 128, M, G))] << " vs CPU "
                       << want[size_t(std::max<int64_t>(first, 0))] << " (input "
                       << xh[size_t(std::max<int64_t>(first, 0))] << ")";
   }
@@ -135,7 +135,7 @@ TEST_F(Fp8BlockCudaTest, BlockGemmMatchesExactProductOfCodesAndScales) {
     for (float& v : ch) v = bf16_round(d(g));
     const int64_t ldx = K + 32, ldc = N + 16;
     Tensor x = a.alloc(DType::bf16, M, K), x8 = a.alloc(DType::f8_e4m3, M, ldx).cols_view(0, K);
-    Tensor sx = a.alloc(DType::f32, G, M), w8 = a.alloc(DType::f8_e4m3, N, K),
+    Tensor sx = a.alloc(DType::f32, 1, fp8_group_scales_size(M, G)), w8 = a.alloc(DType::f8_e4m3, N, K),
            sw = a.alloc(DType::f32, NB, ld);
     Tensor c = a.alloc(DType::bf16, M, ldc).cols_view(0, N);
     gpu_->upload_f32(x, xh.data());
@@ -145,7 +145,7 @@ TEST_F(Fp8BlockCudaTest, BlockGemmMatchesExactProductOfCodesAndScales) {
     gpu_->fp8_quantize_groups(x, x8, sx, false);
     gpu_->gemm_fp8_block(x8, sx, w8, sw, c, sh.beta);
     std::vector<uint8_t> qx(size_t(M * ldx));
-    std::vector<float> sxh(size_t(G * M)), got(size_t(M * N));
+    std::vector<float> sxh(size_t(sx.cols)), got(size_t(M * N));
     gpu_->download_raw(Tensor{x8.data, DType::u8, Device::cuda, M, ldx, ldx}, qx.data());
     gpu_->download_f32(sx, sxh.data());
     gpu_->download_f32(c, got.data());
@@ -156,7 +156,7 @@ TEST_F(Fp8BlockCudaTest, BlockGemmMatchesExactProductOfCodesAndScales) {
         double acc = 0, mag = 0;
         for (int64_t k = 0; k < K; ++k) {
           const double t = double(e4m3_to_f32(qx[size_t(m * ldx + k)])) * e4m3_to_f32(wq[size_t(n * K + k)]) *
-                           sxh[size_t((k / 128) * M + m)] * ws[size_t((n / 128) * G + k / 128)];
+                           sxh[size_t(fp8_group_scale_index(m, k / 128, M, G))] * ws[size_t((n / 128) * G + k / 128)];
           acc += t;
           mag += std::fabs(t);
         }

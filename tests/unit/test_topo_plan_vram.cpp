@@ -172,8 +172,9 @@ TEST(PlanVram, Fp8BlockCheckpointCountsBlockScales) {
   t.fp8_block_n = t.fp8_block_k = 128;
   VramPlan p = plan_vram_compute(cfg, t, 80 * kGiB, "test", a);
   EXPECT_DOUBLE_EQ(item(p.target, "weights FP8 e4m3 + scales"), 2 * 480 + 4 * 2 * 16);
-  // The widest input (K = 12) is one 128-column group: one scale per token, as per row.
-  EXPECT_DOUBLE_EQ(item(p.target, "FP8 input codes + scales"), 10 * 12 + 4 * 10);
+  // The widest input (K = 12) is one 128-column group: one scale per token, the 10 tokens' scales padded to 12
+  // (core/fp8.h fp8_group_scales_size: the last 10 % 4 rows take a 4-row tail).
+  EXPECT_DOUBLE_EQ(item(p.target, "FP8 input codes + scales"), 10 * 12 + 4 * 12);
 }
 
 TEST(PlanVram, ShortSequencesMeanMoreAnchors) {

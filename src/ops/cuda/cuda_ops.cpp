@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/fp8.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/launchers.cuh"
@@ -111,10 +112,8 @@ void CudaOps::gemm_fp8(const Tensor& x8, const Tensor& sx, const Tensor& w8, con
 void CudaOps::fp8_quantize_groups(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) {
   cuda_expect(x, DType::bf16, "fp8_quantize_groups", "x");
   cuda_expect_as(codes, DType::f8_e4m3, x.rows, x.cols, "fp8_quantize_groups", "codes");
-  cuda_expect_as(scales, DType::f32, (x.cols + 127) / 128, x.rows, "fp8_quantize_groups", "scales");
-  DF_CHECK(scales.rows == 1 || scales.stride == scales.cols,
-           "fp8_quantize_groups: scales %s (stride %lld) must be contiguous, as cuBLASLt reads them",
-           scales.shape_str().c_str(), (long long)scales.stride);
+  cuda_expect_as(scales, DType::f32, 1, fp8_group_scales_size(x.rows, (x.cols + 127) / 128), "fp8_quantize_groups",
+                 "scales");
   fp8_quantize_groups_launch(bptr(x), x.stride, static_cast<uint8_t*>(codes.data), codes.stride, fptr(scales),
                              x.rows, x.cols, write_back, dev_.stream);
 }
@@ -126,11 +125,10 @@ void CudaOps::gemm_fp8_block(const Tensor& x8, const Tensor& sx, const Tensor& w
   DF_CHECK(w8.cols == x8.cols, "gemm_fp8_block: x8 %s and w8 %s disagree on K", x8.shape_str().c_str(),
            w8.shape_str().c_str());
   const int64_t K = x8.cols;
-  cuda_expect_as(sx, DType::f32, (K + 127) / 128, x8.rows, "gemm_fp8_block", "sx");
+  cuda_expect_as(sx, DType::f32, 1, fp8_group_scales_size(x8.rows, (K + 127) / 128), "gemm_fp8_block", "sx");
   cuda_expect_as(sw, DType::f32, (w8.rows + 127) / 128, fp8_block_scale_ld(K), "gemm_fp8_block", "sw");
-  DF_CHECK((sx.rows == 1 || sx.stride == sx.cols) && (sw.rows == 1 || sw.stride == sw.cols),
-           "gemm_fp8_block: scales sx %s (stride %lld) and sw %s (stride %lld) must be contiguous",
-           sx.shape_str().c_str(), (long long)sx.stride, sw.shape_str().c_str(), (long long)sw.stride);
+  DF_CHECK(sw.rows == 1 || sw.stride == sw.cols, "gemm_fp8_block: block scales sw %s (stride %lld) must be contiguous",
+           sw.shape_str().c_str(), (long long)sw.stride);
   cuda_expect_as(c, DType::bf16, x8.rows, w8.rows, "gemm_fp8_block", "c");
   gemm_fp8_block_launch(dev_.gemm, static_cast<const uint8_t*>(x8.data), cuda_gemm_ld(x8), fptr(sx),
                         static_cast<const uint8_t*>(w8.data), cuda_gemm_ld(w8), fptr(sw), c.data, cuda_gemm_ld(c),
