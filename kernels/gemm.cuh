@@ -31,9 +31,8 @@ void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, in
 // The FP8 linear layer: c [M, N] (bf16) = (scale_x ⊙ x) · (scale_w ⊙ w)ᵀ + beta · c, x e4m3 codes [M, K] with
 // one f32 scale per row (token), w e4m3 codes [N, K] with one per row (output channel), fp32 accumulation of
 // the exact code products and both scales applied to the accumulator (cuBLASLt outer-vector scaling, sm_90,
-// cuBLAS >= 12.9). K, ldx, ldw must be multiples of 16 and x, w 16-byte aligned. beta 1 (the residual add) is
-// an f32 product in the context's scratch ([M, N] f32, kept) plus an add kernel rounding once: cuBLASLt's own
-// FP8 beta rounds the product to bf16 first (measured in test_fp8_cuda).
+// cuBLAS >= 12.9). K, ldx, ldw must be multiples of 16 and x, w 16-byte aligned. beta 0, or 1 for the
+// residual add, which rounds the product to bf16 before adding c, as the HF peer's bf16 Linear + add does.
 void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x, const uint8_t* w,
                      int64_t ldw, const float* scale_w, void* c, int64_t ldc, int64_t M, int64_t N, int64_t K,
                      float beta, cudaStream_t stream);

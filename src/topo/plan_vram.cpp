@@ -231,9 +231,6 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
     add(tr, "FP8 input codes + scales", double(T) * max_k + kF32 * xscales,
         strfmt("1 B x %lld x %.0f + 4 B x %.0f%s", (long long)T, max_k, xscales,
                blocks ? " (a scale per token per 128 columns)" : ""));
-    // The residual adds (o_proj, out_proj, down: beta 1) take an f32 product in the GEMM context's scratch
-    // (kernels/gemm.cuh gemm_fp8_launch), kept for the run.
-    add(tr, "FP8 residual-add product [T,H] f32", kF32 * T * H, strfmt("4 B x %lld x %.0f", (long long)T, H));
   } else {
     // An FP8 checkpoint is dequantised at load (model/fp8_weights.h): its weights take bf16 room, not 1 B each.
     add(tr, "weights bf16", kBf16 * tw,
