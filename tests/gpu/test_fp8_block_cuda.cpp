@@ -235,7 +235,7 @@ TEST_F(Fp8BlockCudaTest, TinyBlockCheckpointForwardMatchesCpuOracle) {
     std::printf(
         "tap %s: CUDA FP8 vs CPU FP8 rel rms %.3e max abs %.3e; CPU FP8 vs CPU dequantised rel rms %.3e\n",
         tap.c_str(), err, worst, fp8_err);
-    EXPECT_LE(err, fp8_err) << "tap " << tap << ": worst at token " << wi / c.hidden << " col "
+    EXPECT_LE(err, kFp8CudaAgreement * fp8_err) << "tap " << tap << ": worst at token " << wi / c.hidden << " col "
                             << wi % c.hidden << ": CUDA " << got[size_t(wi)] << " vs CPU FP8 "
                             << want[size_t(wi)];
     EXPECT_GE(rel_rms(got, plain), 0.3 * fp8_err)

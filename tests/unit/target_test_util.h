@@ -17,6 +17,17 @@
 
 namespace df {
 
+// How far an FP8 CUDA forward's taps may sit from the CPU FP8 emulation's, as a multiple of the FP8 rounding
+// error itself (CPU FP8 vs CPU fp32 on the same weights): the CUDA path's bf16 weights and activations move an
+// element across an e4m3 rounding boundary now and then, a bf16 difference of up to 2^-9 against an e4m3 spacing
+// of 2^-4..2^-3 relative, each flip one e4m3 step; the two paths' code flips are two draws of that noise, at most
+// the FP8 error apart (1x). The residual adds round the projection's product to bf16 before adding it (as HF's
+// bf16 Linear + add does; kernels/gemm.cuh gemm_fp8_launch), up to twice the bf16 difference of one rounding,
+// twice the flips, sqrt(2) their RMS. Measured on the H200: 1.06-1.07x on the tiny hybrids with that add, below
+// 1x with a single rounding. The bugs left possible (the GEMM takes only codes, so an unquantised operand cannot
+// reach it) are wrong scales, a mis-placed scale vector or lost b / a rows: O(1), 10x and more.
+constexpr double kFp8CudaAgreement = 1.41421356;
+
 inline QwenConfig tiny_hybrid() {
   nlohmann::json j = {
       {"model_type", "qwen3_5_text"},
