@@ -147,21 +147,22 @@ inline Errors compare(const std::vector<double>& got, const std::vector<double>&
 }
 
 // The extract command line for a golden model's tokens on `device`.
+// `extra`: more options (e.g. --target-dtype fp8).
 inline std::string extract_command(const fs::path& model, const fs::path& tokens, const fs::path& out,
-                                   const std::string& device = "cpu") {
+                                   const std::string& device = "cpu", const std::string& extra = "") {
   return shell_quote(DF_BINARY_DIR "/dflash_mpi") + " extract --model " + shell_quote(model.string()) +
          " --tokens " + shell_quote(tokens.string()) + " --out " + shell_quote(out.string()) +
-         " --layers all --dtype f32 --device " + device;
+         " --layers all --dtype f32 --device " + device + (extra.empty() ? "" : " " + extra);
 }
 
 // Runs extract on golden model `model` into `tmp`, opens expected.h5 and the output and lists the datasets to
 // compare. A step that does not work fails the test (callers check HasFatalFailure()).
 inline void golden_extract_and_open(const std::string& model, const std::string& device, const ScratchDir& tmp,
                                     std::unique_ptr<H5File>& want, std::unique_ptr<H5File>& got,
-                                    std::vector<std::string>& names) {
+                                    std::vector<std::string>& names, const std::string& extra = "") {
   const fs::path dir = fs::path(DF_TEST_DATA) / model;
   const fs::path out = tmp.path / "out.h5", log = tmp.path / "extract.log";
-  const std::string cmd = extract_command(dir, dir / "tokens.h5", out, device);
+  const std::string cmd = extract_command(dir, dir / "tokens.h5", out, device, extra);
   int rc = run_logged(cmd, log);
   ASSERT_EQ(rc, 0) << cmd << "\nfailed; its output:\n" << read_text(log);
   want = std::make_unique<H5File>(dir / "expected.h5", H5F_ACC_RDONLY);
