@@ -165,14 +165,17 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
 }
 
 // Issue 16's fidelity figure on the HF goldens: `extract --device cuda --target-dtype fp8` against the fp32
-// golden, per dataset, next to HF-bf16's own error. Bound, as in test_fp8_cuda's 27B-shapes case: e4m3's
-// relative rounding error, RMS 2^-4/sqrt(3) ~ 3.6 % per operand, ~5 % on a product, which a dot product over
-// random-signed terms keeps; each layer's two sub-layers add that to the residual stream, so after L layers the
-// taps sit ~5 % sqrt(2L) away, and twice that, 2 * 0.05 * sqrt(2L), bounds them (the final norm: all layers;
-// the embeddings, before any GEMM, are printed only). A golden whose shapes the FP8 GEMMs refuse (a K not a multiple of 16) is skipped
-// with extract's own error, which names the tensor. Floor: FP8 taps past the first layer at least 1e-3 from the
-// golden (else the FP8 path did not run).
-TEST_P(GoldenExtractCuda, Fp8TapsStayWithinTheE4m3Bound) {
+// golden, per dataset, next to HF-bf16's own error on the same model, tokens and dataset. Bound, anchored to that
+// error as the bf16 test is: e4m3 keeps 4 significant bits where bf16 keeps 8, a unit roundoff 2^-4 against
+// 2^-8, and the model amplifies a rounding error the same way whichever format made it (random DeltaNet gates
+// and norms amplify it several-fold layer by layer, so no per-layer constant holds across models: the tiny
+// hybrid's third layer sits at 0.26 rel RMS where the dense model's sits at 0.10). So FP8's rel RMS is at most
+// 16x HF-bf16's (measured on the H200: 7.3-8.5x on every dataset of the three goldens FP8 runs); a wrong scale
+// or a lost row gives O(1), 30x and more of HF's. A golden whose shapes the FP8 GEMMs refuse (a K or N not a
+// multiple of 16: the odd-shape goldens, deliberately) is skipped with the loader's message, which names the
+// tensor. Floor: FP8 taps at least 1e-3 from the golden (else the FP8 path did not run).
+constexpr double kFp8PeerFactor = 16.0;
+TEST_P(GoldenExtractCuda, Fp8TapsWithin16xHfBf16Error) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
   const std::string model = GetParam();
   std::map<std::string, PeerError> peer;
@@ -184,33 +187,31 @@ TEST_P(GoldenExtractCuda, Fp8TapsStayWithinTheE4m3Bound) {
   const std::string cmd = extract_command(dir, dir / "tokens.h5", out, "cuda", "--target-dtype fp8");
   if (run_logged(cmd, log) != 0) {
     const std::string text = read_text(log);
-    if (text.find("multiple of 16") != std::string::npos)
+    if (text.find("multiples of 16") != std::string::npos)
       GTEST_SKIP() << model << ": the FP8 GEMMs refuse its shapes: " << text;
     FAIL() << cmd << "\nfailed; its output:\n" << text;
   }
   H5File want_file(dir / "expected.h5", H5F_ACC_RDONLY), got_file(out, H5F_ACC_RDONLY);
   ASSERT_GE(got_file.id, 0) << out;
-  int layers = 0;
-  for (const std::string& name : dataset_names(want_file.id)) layers += name.rfind("layer_", 0) == 0;
   for (const std::string& name : dataset_names(want_file.id)) {
     if (name == "offsets" || name == "tokens") continue;
     SCOPED_TRACE(model + "/" + name);
     Dataset want = read_dataset(want_file.id, name), got = read_dataset(got_file.id, name);
     ASSERT_TRUE(want.ok && got.ok && got.dims == want.dims) << name << ": missing or reshaped in extract's output";
-    const int l = name == "embeddings" ? 0 : name == "final_norm" ? layers : std::stoi(name.substr(6)) + 1;
-    const double rms = rel_rms(got.values, want.values), bound = 2 * 0.05 * std::sqrt(2.0 * l);
+    auto hf = peer.find(name);
+    ASSERT_NE(hf, peer.end()) << kPeerFile << " of " << model << " has no figure for dataset '" << name << "'";
+    const double rms = rel_rms(got.values, want.values), bound = kFp8PeerFactor * hf->second.rel_rms;
     const Worst w = worst_element(got.values, want.values);
     const size_t cols = want.dims.size() > 1 ? want.dims[1] : 1;
-    auto hf = peer.find(name);
-    std::printf("[golden-cuda-fp8] %-22s %-11s FP8 vs fp32 golden: rel rms %.3e (bound %.3f) max abs %.3e at "
-                "[%zu, %zu] (%.5g vs %.5g); HF-bf16 rel rms %.3e max abs %.3e\n",
-                model.c_str(), name.c_str(), rms, bound, std::fabs(w.got - w.want), w.index / cols,
-                w.index % cols, w.got, w.want, hf == peer.end() ? 0.0 : hf->second.rel_rms,
-                hf == peer.end() ? 0.0 : hf->second.max_abs);
-    if (l == 0) continue;  // the embeddings: a bf16 lookup, no FP8 GEMM before them (MatchesTransformersInBf16)
+    std::printf("[golden-cuda-fp8] %-22s %-11s FP8 vs fp32 golden: rel rms %.3e = %.1fx HF-bf16's %.3e (bound "
+                "%.0fx), max abs %.3e at [%zu, %zu] (%.5g vs %.5g), HF-bf16's %.3e\n",
+                model.c_str(), name.c_str(), rms, rms / std::max(hf->second.rel_rms, 1e-300), hf->second.rel_rms,
+                kFp8PeerFactor, std::fabs(w.got - w.want), w.index / cols, w.index % cols, w.got, w.want,
+                hf->second.max_abs);
+    if (name == "embeddings") continue;  // a bf16 lookup before any FP8 GEMM (MatchesTransformersInBf16)
     EXPECT_LE(rms, bound) << name << ": worst at [" << w.index / cols << ", " << w.index % cols << "]: FP8 "
                           << w.got << " vs golden " << w.want;
-    if (l > 1) EXPECT_GE(rms, 1e-3) << name << ": FP8 taps equal the fp32 golden: the FP8 path did not run";
+    EXPECT_GE(rms, 1e-3) << name << ": FP8 taps equal the fp32 golden: the FP8 path did not run";
   }
 }
 
