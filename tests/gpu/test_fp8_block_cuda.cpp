@@ -22,24 +22,15 @@ TEST(Fp8BlockCudaTest, SkippedWithoutCudaBuild) {
 #include "model/fp8_weights.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "tests/gpu/cuda_arena_test.h"
 #include "tests/unit/target_test_util.h"
 
 using namespace df;
 
 namespace {
 
-class Fp8BlockCudaTest : public ::testing::Test {
+class Fp8BlockCudaTest : public CudaArenaTest {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-    gpu_ = std::make_unique<CudaOps>(0);
-    block_ = gpu_->alloc_bytes(kBlock);
-    arena_ = Arena(block_, kBlock, Device::cuda);
-  }
-  void TearDown() override {
-    if (gpu_) gpu_->free_bytes(block_);
-  }
   // bf16-exact host values (both backends read the same numbers) whose 128-column groups span 2^-12 .. 2^0
   // and whose rows are scaled by 2^exp[r]: a scale shared by a whole row would flush the small groups.
   static std::vector<float> graded(int64_t M, int64_t K, const std::vector<int>& exps, uint32_t seed) {
@@ -52,10 +43,6 @@ class Fp8BlockCudaTest : public ::testing::Test {
             bf16_round(std::ldexp(d(g), exps[size_t(r) % exps.size()] - 3 * int((c / 128) % 5)));
     return v;
   }
-  static constexpr size_t kBlock = size_t(256) << 20;
-  std::unique_ptr<CudaOps> gpu_;
-  void* block_ = nullptr;
-  Arena arena_;
 };
 
 int64_t groups_of(int64_t K) {

@@ -21,24 +21,15 @@ TEST(Fp8CudaTest, SkippedWithoutCudaBuild) {
 #include "core/fp8.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "tests/gpu/cuda_arena_test.h"
 #include "tests/unit/target_test_util.h"
 
 using namespace df;
 
 namespace {
 
-class Fp8CudaTest : public ::testing::Test {
+class Fp8CudaTest : public CudaArenaTest {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-    gpu_ = std::make_unique<CudaOps>(0);
-    block_ = gpu_->alloc_bytes(kBlock);
-    arena_ = Arena(block_, kBlock, Device::cuda);
-  }
-  void TearDown() override {
-    if (gpu_) gpu_->free_bytes(block_);
-  }
   // Host values rounded to bf16 (so both backends read the same numbers), row r scaled by 2^exp[r]; rows with
   // exp = -1000 are all zero.
   static std::vector<float> rows_of(int64_t M, int64_t K, const std::vector<int>& exps, uint32_t seed) {
@@ -52,10 +43,6 @@ class Fp8CudaTest : public ::testing::Test {
     }
     return v;
   }
-  static constexpr size_t kBlock = size_t(256) << 20;
-  std::unique_ptr<CudaOps> gpu_;
-  void* block_ = nullptr;
-  Arena arena_;
 };
 
 // The host reference of one row's quantisation: core/fp8.h, exactly as CpuOps::fp8_round_rows computes it.
