@@ -65,7 +65,8 @@ struct GemmOperands {
   int64_t M, N, K;
   float alpha, beta;
   // FP8: a and b are e4m3 codes, scale_a [M] and scale_b [N] their outer-vector scales (device f32); with
-  // fp8_blocks, scale_a VEC128 [ceil(K/128), M] and scale_b BLK128x128 (gemm.cuh gemm_fp8_block_launch).
+  // fp8_blocks, scale_a VEC128 [ceil(K/128), M] (M a multiple of 4) and scale_b BLK128x128 (gemm.cuh
+  // gemm_fp8_block_launch).
   bool fp8 = false;
   bool fp8_blocks = false;
   const float* scale_a = nullptr;
@@ -402,8 +403,8 @@ void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, in
   gemm_launch_ex(ctx, a, lda, false, w, ldw, true, c, ldc, c_f32, M, N, K, 1.0f, beta, stream);
 }
 
-// c [M, N] = bf16(f32(c) + d) (add) or bf16(d), d f32 with rows ldd: the epilogue cuBLASLt would have run,
-// rounded once as there. Block (x, y) takes 8 · 256 columns of rows y, y + gridDim.y, ...; vec: 16-byte loads
+// c [M, N] = bf16(f32(c) + d) (add) or bf16(d), d f32 with rows ldd: the block GEMM's tail rows (their
+// product computed in the scratch) stored into c, rounded once. Block (x, y) takes 8 · 256 columns of rows y, y + gridDim.y, ...; vec: 16-byte loads
 // and stores (N, ldc, ldd multiples of 8, c and d 16-byte aligned), else one element per thread.
 __global__ void gemm_store_f32_kernel(__nv_bfloat16* c, int64_t ldc, const float* d, int64_t ldd, int64_t M,
                                       int64_t N, bool add, bool vec) {

@@ -34,7 +34,8 @@ void swiglu_fp8_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_
 // ---- fp8_group_quant.cu --------------------------------------------------------------------------------
 // Each row of x [rows, cols] to e4m3 codes q [rows, cols], every 128 columns (the last run partial) on its own
 // scale amax/448 (1 when all zero), rounded as core/fp8.h does: CpuOps::fp8_round_rows(x, 128) bit for bit.
-// scale f32 [ceil(cols / 128), rows], token-contiguous (element (r, g) at g·rows + r): cuBLASLt's VEC128 layout.
+// scale f32, fp8_group_scales_size(rows, groups) of them, element (r, g) at core/fp8.h fp8_group_scale_index:
+// cuBLASLt's token-contiguous VEC128 layout for the first rows rounded down to 4, a 4-row tail for the rest.
 // write_back: x's values are then replaced by bf16(code · scale), as fp8_quantize_rows_launch does.
 void fp8_quantize_groups_launch(bf16* x, int64_t ldx, uint8_t* q, int64_t ldq, float* scale, int64_t rows,
                                 int64_t cols, bool write_back, cudaStream_t stream);
