@@ -403,39 +403,20 @@ void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, in
   gemm_launch_ex(ctx, a, lda, false, w, ldw, true, c, ldc, c_f32, M, N, K, 1.0f, beta, stream);
 }
 
-// c [M, N] = bf16(f32(c) + d) (add) or bf16(d), d f32 with rows ldd: the block GEMM's tail rows (their
-// product computed in the scratch) stored into c, rounded once. Block (x, y) takes 8 · 256 columns of rows y, y + gridDim.y, ...; vec: 16-byte loads
-// and stores (N, ldc, ldd multiples of 8, c and d 16-byte aligned), else one element per thread.
-__global__ void gemm_store_f32_kernel(__nv_bfloat16* c, int64_t ldc, const float* d, int64_t ldd, int64_t M,
-                                      int64_t N, bool add, bool vec) {
-  const int64_t c0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * (vec ? 8 : 1);
-  if (c0 >= N) return;
-  for (int64_t r = blockIdx.y; r < M; r += gridDim.y) {
-    __nv_bfloat16* cr = c + r * ldc + c0;
-    const float* dr = d + r * ldd + c0;
-    if (!vec) {
-      *cr = __float2bfloat16_rn((add ? __bfloat162float(*cr) : 0.0f) + *dr);
-      continue;
-    }
-    const float4 lo = *reinterpret_cast<const float4*>(dr), hi = *reinterpret_cast<const float4*>(dr + 4);
-    const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    uint4 old = add ? *reinterpret_cast<const uint4*>(cr) : make_uint4(0, 0, 0, 0);
-    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&old);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(p[j]);
-      p[j] = __floats2bfloat162_rn(f.x + v[2 * j], f.y + v[2 * j + 1]);
-    }
-    *reinterpret_cast<uint4*>(cr) = old;
-  }
+// c [M, N] = bf16(f32(c) + d) (add) or bf16(d), d f32 with rows ldd: the block GEMM's tail rows (at most 3,
+// their product computed in the scratch) stored into c, rounded once. Block (x, y): 256 columns of row y.
+__global__ void gemm_store_f32_kernel(__nv_bfloat16* c, int64_t ldc, const float* d, int64_t ldd, int64_t N,
+                                      bool add) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, r = blockIdx.y;
+  if (col >= N) return;
+  __nv_bfloat16* cr = c + r * ldc + col;
+  *cr = __float2bfloat16_rn((add ? __bfloat162float(*cr) : 0.0f) + d[r * ldd + col]);
 }
 
 static void gemm_store_f32(void* c, int64_t ldc, const float* d, int64_t ldd, int64_t M, int64_t N, bool add,
                            cudaStream_t stream) {
-  const bool vec = N % 8 == 0 && ldc % 8 == 0 && ldd % 8 == 0 && ptr_alignment(c) >= 16 && ptr_alignment(d) >= 16;
-  const int64_t per_block = 256 * (vec ? 8 : 1);
-  const dim3 grid(unsigned((N + per_block - 1) / per_block), unsigned(std::min<int64_t>(M, 65535)));
-  gemm_store_f32_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(c), ldc, d, ldd, M, N, add, vec);
+  const dim3 grid(unsigned((N + 255) / 256), unsigned(M));
+  gemm_store_f32_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(c), ldc, d, ldd, N, add);
   DF_CUDA_CHECK_LAUNCH("gemm_store_f32_kernel");
 }
 

@@ -31,17 +31,9 @@ namespace {
 
 class Fp8BlockCudaTest : public CudaArenaTest {
  protected:
-  // bf16-exact host values (both backends read the same numbers) whose 128-column groups span 2^-12 .. 2^0
-  // and whose rows are scaled by 2^exp[r]: a scale shared by a whole row would flush the small groups.
+  // Rows whose 128-column groups span 2^-12 .. 2^0 (CudaArenaTest::bf16_rows).
   static std::vector<float> graded(int64_t M, int64_t K, const std::vector<int>& exps, uint32_t seed) {
-    std::mt19937 g(seed);
-    std::normal_distribution<float> d;
-    std::vector<float> v(size_t(M * K));
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t c = 0; c < K; ++c)
-        v[size_t(r * K + c)] =
-            bf16_round(std::ldexp(d(g), exps[size_t(r) % exps.size()] - 3 * int((c / 128) % 5)));
-    return v;
+    return bf16_rows(M, K, exps, seed, 3);
   }
 };
 
@@ -136,43 +128,24 @@ TEST_F(Fp8BlockCudaTest, BlockGemmMatchesExactProductOfCodesAndScales) {
     gpu_->download_raw(Tensor{x8.data, DType::u8, Device::cuda, M, ldx, ldx}, qx.data());
     gpu_->download_f32(sx, sxh.data());
     gpu_->download_f32(c, got.data());
-    double worst = -1, worst_got = 0, worst_want = 0, worst_tol = 0;
-    int64_t worst_i = -1, bad = 0;
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double acc = 0, mag = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          const double t = double(e4m3_to_f32(qx[size_t(m * ldx + k)])) * e4m3_to_f32(wq[size_t(n * K + k)]) *
-                           sxh[size_t(fp8_group_scale_index(m, k / 128, M, G))] * ws[size_t((n / 128) * G + k / 128)];
-          acc += t;
-          mag += std::fabs(t);
-        }
-        const double want = acc + sh.beta * ch[size_t(m * N + n)];
-        // beta 1: the product's bf16 rounding before the add on top (gemm.cuh gemm_fp8_launch), 2^-8 |product|.
-        const double tol = std::ldexp(1.0, -8) * (std::fabs(want) + sh.beta * std::fabs(acc)) +
-                           (double(K) * std::ldexp(1.0, -24) + std::ldexp(1.0, -12)) * mag + 1e-30;
-        const double err = std::fabs(double(got[size_t(m * N + n)]) - want);
-        if (!(err <= tol)) ++bad;
-        if (!(err / tol <= worst)) {
-          worst = std::isfinite(err) ? err / tol : 1e30;
-          worst_i = m * N + n, worst_got = got[size_t(m * N + n)], worst_want = want, worst_tol = tol;
-        }
-      }
-    EXPECT_EQ(bad, 0)
-        << bad << " of " << M * N
-        << " outside |got - want| <= 2^-8 (|want| + beta |product|) + (K 2^-24 + 2^-12) sum|terms|; worst at ["
-        << worst_i / N
-        << ", " << worst_i % N << "] of [" << M << ", " << N << "]: GPU " << worst_got << " vs exact "
-        << worst_want << " (tolerance " << worst_tol << ", " << worst
-        << "x of it). HINT: if only shapes with ceil(K/128) % 4 != 0 fail, cuBLASLt reads the weight "
-           "block scales unpadded (fp8_block_scale_ld)";
+    std::string why;
+    const int64_t bad = fp8_gemm_mismatches(
+        got, ch, sh.beta, M, N, K,
+        [&](int64_t m, int64_t n, int64_t k) {
+          return double(e4m3_to_f32(qx[size_t(m * ldx + k)])) * e4m3_to_f32(wq[size_t(n * K + k)]) *
+                 sxh[size_t(fp8_group_scale_index(m, k / 128, M, G))] * ws[size_t((n / 128) * G + k / 128)];
+        },
+        &why);
+    EXPECT_EQ(bad, 0) << why
+                      << ". HINT: if only shapes with ceil(K/128) % 4 != 0 fail, cuBLASLt reads the weight block "
+                         "scales unpadded (fp8_block_scale_ld)";
   }
 }
 
 // Every fused projection in whole 128-row blocks (fp8_check_blocks): hidden 256, heads of 128, DeltaNet
 // conv channels 2·128 + 2·128, intermediate 384.
 QwenConfig block_hybrid128() {
-  return two_layer_hybrid(256, 384, 128, 128, 128, "block_hybrid128");
+  return gated_hybrid(256, 384, 128, 128, 128, "block_hybrid128");
 }
 
 // A block checkpoint as `model init --fp8` writes it, loaded with target.dtype = "fp8" on both backends and

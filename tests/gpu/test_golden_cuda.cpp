@@ -104,15 +104,19 @@ double rel_rms(const std::vector<double>& got, const std::vector<double>& want) 
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-class GoldenExtractCuda : public ::testing::TestWithParam<std::string> {};
+// Every golden case: skipped without a device, else the model's HF-bf16 errors read (or the test fails there).
+class GoldenExtractCuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
+    read_peer_errors(GetParam(), peer_, peer_kernels_);
+  }
+  std::map<std::string, PeerError> peer_;
+  std::string peer_kernels_;
+};
 
 TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
   const std::string model = GetParam();
-  std::map<std::string, PeerError> peer;
-  std::string peer_kernels;
-  read_peer_errors(model, peer, peer_kernels);
-  if (HasFatalFailure()) return;
   ScratchDir tmp("cuda_" + model);
   std::unique_ptr<H5File> want_file, got_file;
   std::vector<std::string> names;
@@ -121,7 +125,7 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
   std::printf(
       "[golden-cuda] %s: ours vs HF-bf16 (DeltaNet: %s), both against the fp32 golden; pass: ours <= "
       "%.2fx HF's, rel rms <= %.0e\n",
-      model.c_str(), peer_kernels.empty() ? "none" : peer_kernels.c_str(), kPeerFactor, kMaxRelRms);
+      model.c_str(), peer_kernels_.empty() ? "none" : peer_kernels_.c_str(), kPeerFactor, kMaxRelRms);
   double worst_abs_ratio = 0, worst_rms_ratio = 0;
   for (const std::string& name : names) {
     SCOPED_TRACE(model + "/" + name);
@@ -133,8 +137,8 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
       EXPECT_EQ(got.values, want.values) << "offsets must be copied from the token file";
       continue;
     }
-    auto it = peer.find(name);
-    ASSERT_NE(it, peer.end()) << kPeerFile << " of " << model << " has no figure for dataset '" << name
+    auto it = peer_.find(name);
+    ASSERT_NE(it, peer_.end()) << kPeerFile << " of " << model << " has no figure for dataset '" << name
                               << "'; regenerate it with make_golden.py --hf-bf16 (tests/golden/README.md)";
     const PeerError& hf = it->second;
     Errors e = compare(got.values, want.values, kAtol, kRtol, kRelFloor);
@@ -176,12 +180,7 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
 // tensor. Floor: FP8 taps at least 1e-3 from the golden (else the FP8 path did not run).
 constexpr double kFp8PeerFactor = 16.0;
 TEST_P(GoldenExtractCuda, Fp8TapsWithin16xHfBf16Error) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
   const std::string model = GetParam();
-  std::map<std::string, PeerError> peer;
-  std::string peer_kernels;
-  read_peer_errors(model, peer, peer_kernels);
-  if (HasFatalFailure()) return;
   ScratchDir tmp("cuda_fp8_" + model);
   const fs::path dir = fs::path(DF_TEST_DATA) / model, out = tmp.path / "out.h5", log = tmp.path / "extract.log";
   const std::string cmd = extract_command(dir, dir / "tokens.h5", out, "cuda", "--target-dtype fp8");
@@ -198,8 +197,8 @@ TEST_P(GoldenExtractCuda, Fp8TapsWithin16xHfBf16Error) {
     SCOPED_TRACE(model + "/" + name);
     Dataset want = read_dataset(want_file.id, name), got = read_dataset(got_file.id, name);
     ASSERT_TRUE(want.ok && got.ok && got.dims == want.dims) << name << ": missing or reshaped in extract's output";
-    auto hf = peer.find(name);
-    ASSERT_NE(hf, peer.end()) << kPeerFile << " of " << model << " has no figure for dataset '" << name << "'";
+    auto hf = peer_.find(name);
+    ASSERT_NE(hf, peer_.end()) << kPeerFile << " of " << model << " has no figure for dataset '" << name << "'";
     const double rms = rel_rms(got.values, want.values), bound = kFp8PeerFactor * hf->second.rel_rms;
     const Worst w = worst_element(got.values, want.values);
     const size_t cols = want.dims.size() > 1 ? want.dims[1] : 1;

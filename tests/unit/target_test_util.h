@@ -62,16 +62,19 @@ inline QwenConfig tiny_dense() {
   return qwen_config_from_json(j, "tiny_dense");
 }
 
-// A two-layer gated hybrid (a DeltaNet layer with 1 key and 2 value heads, then an attention layer with 2 heads
-// and 1 KV head) of the given widths: the FP8 block tests choose them against the 128-wide blocks.
-inline QwenConfig two_layer_hybrid(int64_t hidden, int64_t intermediate, int head_dim, int lin_dk, int lin_dv,
-                                   const char* name) {
+// A gated hybrid of `layers` layers alternating a DeltaNet layer (1 key and 2 value heads) and an attention layer
+// (2 heads, 1 KV head), of the given widths: the FP8 tests choose them against the FP8 GEMMs' 16-wide K steps and
+// the 128-wide blocks.
+inline QwenConfig gated_hybrid(int64_t hidden, int64_t intermediate, int head_dim, int lin_dk, int lin_dv,
+                               const char* name, int layers = 2, int64_t vocab = 64) {
+  nlohmann::json types = nlohmann::json::array();
+  for (int l = 0; l < layers; ++l) types.push_back(l % 2 == 0 ? "linear_attention" : "full_attention");
   nlohmann::json j = {{"model_type", "qwen3_5_text"},
                       {"hidden_size", hidden},
-                      {"num_hidden_layers", 2},
-                      {"layer_types", {"linear_attention", "full_attention"}},
+                      {"num_hidden_layers", layers},
+                      {"layer_types", types},
                       {"intermediate_size", intermediate},
-                      {"vocab_size", 64},
+                      {"vocab_size", vocab},
                       {"num_attention_heads", 2},
                       {"num_key_value_heads", 1},
                       {"head_dim", head_dim},

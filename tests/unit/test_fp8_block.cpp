@@ -23,7 +23,7 @@ namespace {
 // Widths that are not multiples of 128 wherever the model allows: H = 200 (groups 128 + 72), I = 300
 // (128 + 128 + 44), so every projection has a partial last block and every input a partial last group.
 QwenConfig block_hybrid() {
-  return two_layer_hybrid(200, 300, 64, 32, 64, "block_hybrid");
+  return gated_hybrid(200, 300, 64, 32, 64, "block_hybrid");
 }
 
 // The reference rounding of one row, group by group, with core/fp8.h alone.
