@@ -10,10 +10,16 @@ __device__ __forceinline__ float bf16_rn(float x) {
   return __bfloat162float(__float2bfloat16(x));
 }
 
-// RMSNorm output from the normalised value x̂ = x·r: zero-centred (1 + w)·x̂ in fp32, plain w·bf16(x̂) like
-// Qwen3RMSNorm. One definition for the row and the per-head (QK) norms so they round the same way.
+// Rounding policy of the inference kernels: a fused op computes in fp32 and rounds once, where its output is
+// stored. HF's unfused bf16 ops round every intermediate tensor (Qwen3RMSNorm's x̂ before the weight,
+// F.silu's output before the product with up, bf16 cos/sin and each RoPE term); the golden test bounds our
+// error by HF-bf16's, and keeping those intermediates in fp32 is free inside a fused kernel.
+//
+// RMSNorm output from the normalised value x̂ = x·r, in fp32: (1 + w)·x̂ zero-centred, w·x̂ otherwise. The
+// products are pinned (no contraction) so every kernel that calls this gets the same bits. One definition
+// for the row and the per-head (QK) norms.
 __device__ __forceinline__ float rmsnorm_apply(float x, float r, float w, bool zero_centred) {
-  return zero_centred ? x * r * (1.0f + w) : w * bf16_rn(x * r);
+  return __fmul_rn(__fmul_rn(x, r), zero_centred ? 1.0f + w : w);
 }
 
 __device__ __forceinline__ float sigmoid_f32(float x) {
@@ -22,17 +28,17 @@ __device__ __forceinline__ float sigmoid_f32(float x) {
 __device__ __forceinline__ float silu_f32(float x) {
   return x * sigmoid_f32(x);
 }
-// One SwiGLU element before its bf16 store: silu(gate) rounded to bf16 (torch's F.silu returns a bf16 tensor)
-// times up. Shared by swiglu and the FP8 quantiser that consumes it directly, so both see the same bits.
+// One SwiGLU element before its bf16 store: silu(gate) · up in fp32. Shared by swiglu and the FP8 quantiser
+// that consumes it directly, so both see the same bits.
 __device__ __forceinline__ float swiglu_f32(float g, float u) {
-  return bf16_rn(silu_f32(g)) * u;
+  return __fmul_rn(silu_f32(g), u);
 }
 
-// The gated-attention output gate on one element: o (already a bf16 value) times sigmoid(g) rounded to bf16
-// (torch's sigmoid returns a bf16 tensor); the caller rounds the product. Shared by sigmoid_gate and the
-// attention epilogues so the fused and separate paths give identical bits.
+// The gated-attention output gate on one element: o (already a bf16 value: the attention output as stored)
+// times sigmoid(g) in fp32; the caller rounds the product. Shared by sigmoid_gate and the attention epilogues
+// so the fused and separate paths give identical bits.
 __device__ __forceinline__ float sigmoid_gate_f32(float o, float g) {
-  return o * bf16_rn(sigmoid_f32(g));
+  return __fmul_rn(o, sigmoid_f32(g));
 }
 
 // Stores an attention output pair (a, b) at out, rounded to bf16; with a gate (non-null, 4-byte aligned)
@@ -69,15 +75,20 @@ __device__ __forceinline__ uint4 bf16x8_pack(const float (&v)[8]) {
 }
 
 // Eight bf16 of a row (one 16-byte load) normalised with their eight fp32 weights (w8 16-byte aligned; the
-// weights are shared by every row, so they stay in L1/L2), back as eight bf16.
-__device__ __forceinline__ uint4 rmsnorm_apply8(const uint4& raw, const float* w8, float r,
-                                                bool zero_centred) {
+// weights are shared by every row, so they stay in L1/L2), as eight fp32 values or packed back to bf16.
+__device__ __forceinline__ void rmsnorm_apply8_f32(const uint4& raw, const float* w8, float r,
+                                                   bool zero_centred, float (&v)[8]) {
   const float4 w0 = reinterpret_cast<const float4*>(w8)[0], w1 = reinterpret_cast<const float4*>(w8)[1];
   const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-  float v[8];
   bf16x8_unpack(raw, v);
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = rmsnorm_apply(v[j], r, wv[j], zero_centred);
+}
+
+__device__ __forceinline__ uint4 rmsnorm_apply8(const uint4& raw, const float* w8, float r,
+                                                bool zero_centred) {
+  float v[8];
+  rmsnorm_apply8_f32(raw, w8, r, zero_centred, v);
   return bf16x8_pack(v);
 }
 

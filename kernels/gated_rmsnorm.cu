@@ -1,5 +1,6 @@
-// The Gated DeltaNet output norm: RMSNorm per (token, value head) over dv, not zero-centred, times silu(z);
-// mirrors Qwen3_5RMSNormGated: w·bf16(x̂) rounded to bf16, then · silu(z) in fp32. Memory-bound: the vector
+// The Gated DeltaNet output norm: RMSNorm per (token, value head) over dv, not zero-centred, times silu(z):
+// w·x̂·silu(z) in fp32, rounded once at the store (device_math.cuh's rounding policy; Qwen3_5RMSNormGated
+// rounds w·bf16(x̂) to bf16 first, FLA's fused gated norm rounds once as here). Memory-bound: the vector
 // kernel (dv ≤ 128) reads each row once into registers, several rows per lane in flight; a warp-per-row
 // kernel covers every other shape.
 #include "kernels/cuda_check.cuh"
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kGnThreads)
     }
     float r = rsqrtf((lo + hi) / static_cast<float>(dv) + eps);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = bf16_rn(wr[j] * bf16_rn(v[j] * r)) * silu_f32(zv[j]);
+    for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(rmsnorm_apply(v[j], r, wr[j], false), silu_f32(zv[j]));
     if (col && rt[s] < T) store_bf16<8>(out + rt[s] * ld_out + (int64_t)rh[s] * dv + e0, v);
   }
 }
@@ -99,7 +100,7 @@ __global__ void gated_rmsnorm_kernel(const bf16* o, int64_t ld_o, const bf16* z,
     load_bf16<V>(orow + i, v);
     load_bf16<V>(zrow + i, zv);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = bf16_rn(w[i + j] * bf16_rn(v[j] * r)) * silu_f32(zv[j]);
+    for (int j = 0; j < V; ++j) v[j] = __fmul_rn(rmsnorm_apply(v[j], r, w[i + j], false), silu_f32(zv[j]));
     store_bf16<V>(yrow + i, v);
   }
 }

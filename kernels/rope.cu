@@ -1,10 +1,10 @@
-// Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims. Inference (in place) rounds
-// like HF: the norm output is bf16, cos/sin are bf16, and q·cos, rot(q)·sin and their sum each round to bf16.
-// The angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double: fast-math sinf is wrong by far
-// more than a bf16 ulp at angles of thousands of radians. Two inference kernels with bit-identical results: a
-// register kernel for the Qwen head shapes (memory-bound, each element read once) and a shared-memory kernel
-// for everything else, which also runs the drafter's training forward (fp32 inside, rstd saved, y separate
-// from x); the training backward is here too, on the same angles.
+// Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims, in fp32 with one rounding at
+// the store (device_math.cuh's rounding policy; HF rounds the norm output, cos/sin and each RoPE term to
+// bf16). The angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double: fast-math sinf is wrong by
+// far more than a bf16 ulp at angles of thousands of radians. Two inference kernels with bit-identical
+// results: a register kernel for the Qwen head shapes (memory-bound, each element read once) and a
+// shared-memory kernel for everything else, which also runs the drafter's training forward (the same math,
+// rstd saved, y separate from x); the training backward is here too, on the same angles.
 #include <algorithm>
 
 #include "kernels/cuda_check.cuh"
@@ -24,9 +24,9 @@ constexpr int kRopeRegThreads = 128;
 constexpr int kRopeRegMaxThreads = 512;
 
 // ---- kernels ----
-// The fp32 cos/sin of angle j at position p: every RoPE kernel here builds its table from it.
-__device__ __forceinline__ void rope_cos_sin_f32(float p, int j, int rot_dim, float theta, float* cos_j,
-                                                 float* sin_j) {
+// The cos/sin of angle j at position p: every RoPE kernel here builds its table from it.
+__device__ __forceinline__ void rope_cos_sin(float p, int j, int rot_dim, float theta, float* cos_j,
+                                             float* sin_j) {
   const float inv_freq = static_cast<float>(pow(static_cast<double>(theta), -2.0 * j / rot_dim));
   double s, c;
   sincos(static_cast<double>(p * inv_freq), &s, &c);
@@ -34,19 +34,17 @@ __device__ __forceinline__ void rope_cos_sin_f32(float p, int j, int rot_dim, fl
   *sin_j = static_cast<float>(s);
 }
 
-// The bf16 cos/sin the inference kernels use (HF's cos/sin tensors are bf16), so they agree bit for bit.
-__device__ __forceinline__ void rope_cos_sin(float p, int j, int rot_dim, float theta, float* cos_j,
-                                             float* sin_j) {
-  rope_cos_sin_f32(p, j, rot_dim, theta, cos_j, sin_j);
-  *cos_j = bf16_rn(*cos_j);
-  *sin_j = bf16_rn(*sin_j);
+// One rotated element: v·cos + partner·sin with the products and the sum pinned (no contraction), so the
+// register and the shared-memory kernels agree bit for bit.
+__device__ __forceinline__ float rope_rotate(float v, float partner, float c, float s) {
+  return __fadd_rn(__fmul_rn(v, c), __fmul_rn(partner, s));
 }
 
 // One block per token: the token's cos/sin table (rot_dim/2 angles, shared by all its heads) is built once in
 // shared memory, then each warp normalises and rotates heads; a head goes through shared memory because RoPE
 // pairs dim i with i + rot/2. Lane l sums the squares of dims l, l + 32, ... and warp_sum adds the lanes: the
 // register kernel reproduces exactly this order. Reads x, writes y (y == x for the in-place inference call).
-// rstd != nullptr selects the training forward: fp32 table and arithmetic, w·x·r unrounded, r saved.
+// rstd != nullptr (the training forward) also saves r per token and head.
 __global__ void __launch_bounds__(32 * kRopeWarps)
     qk_norm_rope_kernel(const bf16* x, int64_t ld_x, bf16* y, int64_t ld_y, float* rstd, int64_t ld_rstd,
                         const float* w, const int32_t* pos, int heads, int hd, int rot_dim, float theta,
@@ -55,14 +53,9 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = rot_dim / 2;
-  const bool train = rstd != nullptr;
   const float p = static_cast<float>(pos[t]);
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    if (train)
-      rope_cos_sin_f32(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
-    else
-      rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
-  }
+  for (int j = threadIdx.x; j < half; j += blockDim.x)
+    rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
   __syncthreads();
   float* nb = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
@@ -75,16 +68,14 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
       ss += v * v;
     }
     float r = rsqrtf(warp_sum(ss) / static_cast<float>(hd) + eps);
-    if (train && lane == 0) rstd[t * ld_rstd + h] = r;
-    for (int i = lane; i < hd; i += 32)
-      nb[i] = train ? w[i] * (nb[i] * r) : bf16_rn(rmsnorm_apply(nb[i], r, w[i], zero_centred));
+    if (rstd && lane == 0) rstd[t * ld_rstd + h] = r;
+    for (int i = lane; i < hd; i += 32) nb[i] = rmsnorm_apply(nb[i], r, w[i], zero_centred);
     __syncwarp();
     for (int i = lane; i < hd; i += 32) {
       float v = nb[i];
       if (i < rot_dim) {
         int j = i < half ? i : i - half;
-        float rot = i < half ? -nb[i + half] : nb[i - half];
-        v = train ? v * cos_t[j] + rot * sin_t[j] : bf16_rn(v * cos_t[j]) + bf16_rn(rot * sin_t[j]);
+        v = rope_rotate(v, i < half ? -nb[i + half] : nb[i - half], cos_t[j], sin_t[j]);
       }
       out[i] = __float2bfloat16(v);
     }
@@ -104,7 +95,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = hd / 2;
   const float p = static_cast<float>(pos[t]);
   for (int j = threadIdx.x; j < half; j += blockDim.x)
-    rope_cos_sin_f32(p, j, hd, theta, &cos_t[j], &sin_t[j]);
+    rope_cos_sin(p, j, hd, theta, &cos_t[j], &sin_t[j]);
   __syncthreads();
   float* dz = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
@@ -142,7 +133,7 @@ __global__ void qk_norm_rope_bwd_dw_kernel(const bf16* x, int64_t ld_x, const in
   float acc = 0.0f;
   for (int64_t t = k * R; t < t1; ++t) {
     float c, s;
-    rope_cos_sin_f32(static_cast<float>(pos[t]), j, hd, theta, &c, &s);
+    rope_cos_sin(static_cast<float>(pos[t]), j, hd, theta, &c, &s);
     for (int h = 0; h < heads; ++h) {
       const bf16* dyh = dy + t * ld_dy + (int64_t)h * hd;
       const float a = __bfloat162float(dyh[j]), b = __bfloat162float(dyh[j + half]);
@@ -205,12 +196,9 @@ __global__ void __launch_bounds__(kRopeRegMaxThreads)
   const float r = rsqrtf(a[0] / static_cast<float>(hd) + eps);
   __syncthreads();  // the table is complete
   if (!active) return;
+  float n[K][8];  // the fp32 norm output RoPE reads, as nb in the fallback
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int c = q + kRopeGroup * k;
-    u[k] = rmsnorm_apply8(u[k], w + 8 * c, r,
-                          zero_centred);  // the bf16 norm output RoPE reads, as nb in the fallback
-  }
+  for (int k = 0; k < K; ++k) rmsnorm_apply8_f32(u[k], w + 8 * (q + kRopeGroup * k), r, zero_centred, n[k]);
   const float* cos_t = table + slot * ROT;
   const float* sin_t = cos_t + HALF;
 #pragma unroll
@@ -223,17 +211,17 @@ __global__ void __launch_bounds__(kRopeRegMaxThreads)
                  s1 = *reinterpret_cast<const float4*>(sin_t + j0 + 4);
     const float cs[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     const float sn[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-    float lo[8], hi[8], y_lo[8], y_hi[8];
-    bf16x8_unpack(u[k], lo);
-    bf16x8_unpack(u[k + KH], hi);
+    float y_lo[8], y_hi[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      y_lo[j] = bf16_rn(lo[j] * cs[j]) + bf16_rn(-hi[j] * sn[j]);
-      y_hi[j] = bf16_rn(hi[j] * cs[j]) + bf16_rn(lo[j] * sn[j]);
+      y_lo[j] = rope_rotate(n[k][j], -n[k + KH][j], cs[j], sn[j]);
+      y_hi[j] = rope_rotate(n[k + KH][j], n[k][j], cs[j], sn[j]);
     }
     u[k] = bf16x8_pack(y_lo);
     u[k + KH] = bf16x8_pack(y_hi);
   }
+#pragma unroll
+  for (int k = 2 * KH; k < K; ++k) u[k] = bf16x8_pack(n[k]);  // the dims past rot_dim: the norm alone
 #pragma unroll
   for (int k = 0; k < K; ++k) *reinterpret_cast<uint4*>(row + (q + kRopeGroup * k) * 8) = u[k];
 }
