@@ -25,11 +25,13 @@ using namespace df::golden;
 // same checkpoint and tokens, measured by make_golden.py --hf-bf16 with the same two definitions. Why an
 // anchor and not a fixed number: bf16's error is not derivable up front, random DeltaNet gates and norms
 // amplify it layer by layer by model-dependent factors (HF-bf16 itself ranges from ~1e-2 rel RMS on the dense
-// models to ~1e-1 on the hybrids). Why 1.25: our fused kernels round at other points than HF's unfused ops,
-// which moves the error either way by a few tens of percent at the same precision; a real precision loss (an
-// intermediate, a softmax sum, the DeltaNet state or a norm's statistics kept in bf16 where HF keeps fp32)
-// shows up as 2x or more on the datasets after it. So the rule protects the precision of the forward: we
-// may not be noticeably less accurate than the peer on any model, layer or the final norm.
+// models to ~1e-1 on the hybrids). Why 1.25: our fused kernels round at other points than HF's unfused ops
+// (once, at the store: kernels/device_math.cuh), so the worst element of a tap is another element than HF's
+// and max-abs, an extreme over ~20 K elements, lands either side of HF's by a few tens of percent (measured
+// on the H200, session 8: rel RMS 0.77-0.94x HF's on every tap, max-abs up to 1.17x); a real precision loss
+// (an intermediate, a softmax sum, the DeltaNet state or a norm's statistics kept in bf16 where HF keeps
+// fp32) shows up as 2x or more on the datasets after it. So the rule protects the precision of the forward:
+// we may not be noticeably less accurate than the peer on any model, layer or the final norm.
 constexpr double kPeerFactor = 1.25;
 // An absolute ceiling as well: the rel RMS measured on the H200 (2026-11-29) was 1.2e-2 after 3 Qwen3
 // layers and 3.2e-2 after 4 Qwen3.5 layers, and the wiring bugs this test also exists for (w vs 1 + w, RoPE
