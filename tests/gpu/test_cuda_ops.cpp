@@ -246,7 +246,11 @@ TEST_F(CudaOpsTest, QkNormRopeRegisterKernelMatchesFallbackBitForBit) {
 
 TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
   struct Case { int hq, hkv, hd; };
-  for (const auto& lens : kBatches)
+  // Plus one batch long enough for every K/V stage of the wgmma kernel to be refilled many times (a 1000-token
+  // sequence is 16 key tiles) next to a short one.
+  std::vector<std::vector<int32_t>> batches = kBatches;
+  batches.push_back({1000, 129});
+  for (const auto& lens : batches)
     for (Case c : {Case{4, 2, 8}, {6, 2, 32}, {4, 1, 128}, {6, 1, 256}}) {
       Layouts L = layouts(lens);
       int64_t T = L.cpu.tokens;
