@@ -15,6 +15,12 @@ constexpr int kGnRows = 4;
 constexpr int kGnThreads = 256;
 
 // ---- kernels ----
+// One output element before its store, from the value x, the row's r, the weight and the gate: the one
+// expression both kernels use, so that with the same r they give the same bits.
+__device__ __forceinline__ float gated_rmsnorm_apply(float x, float r, float w, float z) {
+  return __fmul_rn(rmsnorm_apply(x, r, w, false), silu_f32(z));
+}
+
 // Sums of squares are taken in exactly the order of gated_rmsnorm_kernel<4> (lane l of that kernel holds
 // values 4l..4l+3 and butterflies over 32 lanes): here each 8-value lane keeps its two 4-value halves apart,
 // butterflies them over 16 lanes (the 32-lane tree's first four levels) and adds them last (its final
@@ -70,7 +76,7 @@ __global__ void __launch_bounds__(kGnThreads)
     }
     float r = rsqrtf((lo + hi) / static_cast<float>(dv) + eps);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(rmsnorm_apply(v[j], r, wr[j], false), silu_f32(zv[j]));
+    for (int j = 0; j < 8; ++j) v[j] = gated_rmsnorm_apply(v[j], r, wr[j], zv[j]);
     if (col && rt[s] < T) store_bf16<8>(out + rt[s] * ld_out + (int64_t)rh[s] * dv + e0, v);
   }
 }
@@ -100,7 +106,7 @@ __global__ void gated_rmsnorm_kernel(const bf16* o, int64_t ld_o, const bf16* z,
     load_bf16<V>(orow + i, v);
     load_bf16<V>(zrow + i, zv);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = __fmul_rn(rmsnorm_apply(v[j], r, w[i + j], false), silu_f32(zv[j]));
+    for (int j = 0; j < V; ++j) v[j] = gated_rmsnorm_apply(v[j], r, w[i + j], zv[j]);
     store_bf16<V>(yrow + i, v);
   }
 }
