@@ -4,7 +4,9 @@
 // and % of the measured H200 ceilings (790 TFLOP/s bf16 GEMM, ~4.8 TB/s HBM). Each op's output on a small
 // slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels
-// alone. The FP8 input quantisers are bench_kernels_fp8.
+// alone, `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
+// (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
+// timed straight after GEMMs. The FP8 input quantisers are bench_kernels_fp8.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -333,6 +335,77 @@ void bench_decode(Bench& b) {
 
 }  // namespace
 
+// Causal attention over the batch (hq / hkv heads of hd, optionally gated as Qwen3.5's full layers are),
+// checked on the first ns tokens against CpuOps, then timed (causal FLOPs: 4·hd·hq per visible pair).
+// fused: q, gate, k and v are column views of one [T, q | gate | k | v] projection, as in the forward
+// (target_forward.cpp, layer_full); otherwise each is its own contiguous tensor. hot: each timed run comes
+// straight after 8192³ GEMMs (about 5 ms of them, untimed, with no sync in between), so the attention runs
+// at the clock the GPU holds inside a forward rather than the one it reaches after idling.
+void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns, int hq, int hkv, int hd,
+                     bool gated, bool fused = false, bool hot = false) {
+  const int64_t T = seqs.tokens, q_cols = int64_t(hq) * hd, kv_cols = int64_t(hkv) * hd;
+  size_t mark = b.arena.mark();
+  Tensor q, g, k, v;
+  if (fused) {
+    const int64_t k0 = q_cols * (gated ? 2 : 1);
+    Tensor proj = b.rand(DType::bf16, T, k0 + 2 * kv_cols, -2, 2);
+    q = proj.cols_view(0, q_cols), k = proj.cols_view(k0, kv_cols), v = proj.cols_view(k0 + kv_cols, kv_cols);
+    if (gated) g = proj.cols_view(q_cols, q_cols);
+  } else {
+    q = b.rand(DType::bf16, T, q_cols, -2, 2), k = b.rand(DType::bf16, T, kv_cols, -2, 2);
+    v = b.rand(DType::bf16, T, kv_cols, -1, 1);
+    if (gated) g = b.rand(DType::bf16, T, q_cols, -3, 3);
+  }
+  Tensor o = b.arena.alloc(DType::bf16, T, q_cols);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  auto run = [&] { b.gpu.attention_causal(q, k, v, o, seqs, hq, hkv, hd, scale, gated ? &g : nullptr); };
+  run();
+  size_t hm = b.harena.mark();
+  Tensor ho = b.harena.alloc(DType::f32, ns, q_cols);
+  Tensor hg = gated ? b.to_host(g.rows_view(0, ns)) : Tensor{};
+  b.cpu.attention_causal(b.to_host(q.rows_view(0, ns)), b.to_host(k.rows_view(0, ns)), b.to_host(v.rows_view(0, ns)),
+                         ho, hseqs, hq, hkv, hd, scale, gated ? &hg : nullptr);
+  char name[112];
+  const char* how = fused ? (hot ? ", fused, hot" : ", fused") : (hot ? ", hot" : "");
+  std::snprintf(name, sizeof name, "attention %d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "", how);
+  b.check(name, o.rows_view(0, ns), ho, 2e-2);
+  b.harena.reset(hm);
+  double flops = 0;
+  for (int i = 0; i < seqs.num_seqs; ++i) {
+    const double len = seqs.cu_host[i + 1] - seqs.cu_host[i];
+    flops += 4.0 * hd * hq * (len * (len + 1) / 2);
+  }
+  double ms = 0;
+  if (hot) {
+    const int64_t n = 8192;
+    Tensor x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
+    Tensor c = b.arena.alloc(DType::bf16, n, n);
+    cudaEvent_t e0, e1;
+    DF_CUDA_CHECK(cudaEventCreate(&e0));
+    DF_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int r = 0; r < 7; ++r) {
+      for (int i = 0; i < 4; ++i) b.gpu.gemm(x, w, c, 0.0f);
+      DF_CUDA_CHECK(cudaEventRecord(e0, b.gpu.stream()));
+      run();
+      DF_CUDA_CHECK(cudaEventRecord(e1, b.gpu.stream()));
+      DF_CUDA_CHECK(cudaEventSynchronize(e1));
+      float v_ms = 0;
+      DF_CUDA_CHECK(cudaEventElapsedTime(&v_ms, e0, e1));
+      if (r > 0) t.push_back(v_ms);  // the first one warms up
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(t.begin(), t.end());
+    ms = t[t.size() / 2];
+  } else {
+    ms = b.time_ms(run, 5);
+  }
+  std::snprintf(name, sizeof name, "attention causal %d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "", how);
+  row_flops(name, flops, ms);
+  b.arena.reset(mark);
+}
+
 int main(int argc, char** argv) {
   try {
     if (cuda_device_count() == 0) {
@@ -350,6 +423,16 @@ int main(int argc, char** argv) {
     DF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device %s, %d SMs; T = %lld tokens (%d x %d), hidden %lld\n", prop.name, prop.multiProcessorCount,
                 (long long)T, S, L, (long long)H);
+    if (argc > 1 && std::string(argv[1]) == "attention") {  // causal attention at the 27B and the 8B shapes
+      for (bool fused : {false, true})
+        for (bool hot : {false, true}) {
+          bench_attention(b, seqs, hseqs, ns, 24, 4, 256, true, fused, hot);
+          bench_attention(b, seqs, hseqs, ns, 32, 8, 128, false, fused, hot);
+        }
+      std::printf("bench_kernels attention: %s\n",
+                  b.failures ? "a correctness check FAILED" : "all correctness checks passed");
+      return b.failures ? 1 : 0;
+    }
     if (argc > 1 && std::string(argv[1]) == "decode") {  // the decode kernels alone
       bench_decode(b);
       std::printf("bench_kernels decode: %s\n",
@@ -396,25 +479,8 @@ int main(int argc, char** argv) {
       b.arena.reset(mark);
     }
 
-    // ---- attention (full layers): 24 q heads, 4 kv heads, hd 256 ---------------------------------------
-    {
-      size_t mark = b.arena.mark();
-      const int hq = 24, hkv = 4, hd = 256;
-      Tensor q = b.rand(DType::bf16, T, hq * hd, -2, 2), k = b.rand(DType::bf16, T, hkv * hd, -2, 2);
-      Tensor v = b.rand(DType::bf16, T, hkv * hd, -1, 1), o = b.arena.alloc(DType::bf16, T, hq * hd);
-      float scale = 1.0f / 16.0f;
-      b.gpu.attention_causal(q, k, v, o, seqs, hq, hkv, hd, scale);
-      size_t hm = b.harena.mark();
-      Tensor ho = b.harena.alloc(DType::f32, ns, hq * hd);
-      b.cpu.attention_causal(b.to_host(q.rows_view(0, ns)), b.to_host(k.rows_view(0, ns)), b.to_host(v.rows_view(0, ns)),
-                             ho, hseqs, hq, hkv, hd, scale);
-      b.check("attention 24/4 hd256", o.rows_view(0, ns), ho, 2e-2);
-      b.harena.reset(hm);
-      double flops = 4.0 * hd * hq * S * (double(L) * (L + 1) / 2);
-      row_flops("attention causal 24/4 hd256 (causal FLOPs)", flops,
-                b.time_ms([&] { b.gpu.attention_causal(q, k, v, o, seqs, hq, hkv, hd, scale); }, 5));
-      b.arena.reset(mark);
-    }
+    // ---- attention (full layers): 24 q heads, 4 kv heads, hd 256, gated ---------------------------------
+    bench_attention(b, seqs, hseqs, ns, 24, 4, 256, true);
 
     // ---- DFlash drafter attention (27B drafter): sliding (W 2048) and full layers ------------------------
     bench_dflash_attention(b, 2048);
