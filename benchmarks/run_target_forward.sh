@@ -8,6 +8,9 @@
 # Environment: DF_BENCH_TIMEOUT seconds per program and shape (default 300), DF_FLA the FLA tree (default
 # .peer/flash-linear-attention), PYTHON (python3), DF_DTYPE bf16 (default) or fp8 (our forward's target.dtype;
 # the peer stays HF bf16; goals: 1.5x for bf16, 2x for fp8, issues 15 and 16). Logs go to $BUILD_DIR/target_forward/.
+# While each program runs, nvidia-smi samples the SM clock and the board power every 50 ms; the summary gives
+# their medians over the loaded samples (power at least half the limit) for ours and the peer, since a forward
+# that holds the GPU at its power limit runs at a lower clock than an idle-then-burst kernel benchmark.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 which="${1:-all}"
@@ -35,19 +38,56 @@ mkdir -p "$logs"
 
 # The one JSON line a program printed (its last line starting with '{'), or nothing.
 json_of() { grep '^{' "$1" | tail -n 1; }
+# sample_gpu CSV: starts nvidia-smi sampling into CSV in the background (sets smi_pid; none without nvidia-smi).
+sample_gpu() {
+  smi_pid=""
+  command -v nvidia-smi >/dev/null || return 0
+  nvidia-smi --query-gpu=clocks.sm,power.draw,power.limit --format=csv,noheader,nounits -lms 50 >"$1" 2>/dev/null &
+  smi_pid=$!
+}
+stop_sampling() { [[ -n "$smi_pid" ]] && kill "$smi_pid" 2>/dev/null && wait "$smi_pid" 2>/dev/null; return 0; }
+# gpu_load WHO CSV: one line, the medians of the loaded samples.
+gpu_load() {
+  [[ -s "$2" ]] || { echo "  $1: no nvidia-smi samples"; return 0; }
+  "$python" - "$1" "$2" <<'PY'
+import statistics, sys
+who, rows = sys.argv[1], []
+for line in open(sys.argv[2]):
+    try:
+        mhz, w, cap = (float(x) for x in line.split(","))
+    except ValueError:
+        continue
+    rows.append((mhz, w, cap))
+cap = max((r[2] for r in rows), default=0)
+busy = [r for r in rows if cap and r[1] >= 0.5 * cap]
+if not busy:
+    print(f"  {who}: {len(rows)} samples, none at half the {cap:.0f} W limit or more")
+else:
+    capped = sum(r[1] >= 0.95 * cap for r in busy)
+    print(f"  {who}: {len(busy)} loaded samples of {len(rows)}: SM clock median {statistics.median(r[0] for r in busy):.0f} "
+          f"MHz (max {max(r[0] for r in rows):.0f}), power median {statistics.median(r[1] for r in busy):.0f} W of the "
+          f"{cap:.0f} W limit, {100 * capped / len(busy):.0f} % of them within 5 % of it")
+PY
+}
 # "exit N" plus ", timed out" for timeout's 124.
 exit_text() { echo "exit $1$([[ $1 -eq 124 ]] && echo ', timed out')"; }
 
 status=0
 summary=()
+load=()
 for s in $shapes; do
   echo "=== $s: ours (log $logs/ours_$s.log)"
+  sample_gpu "$logs/smi_ours_$s.csv"
   timeout "$timeout_s" "$bench" "$s" --dtype "$dtype" 2>&1 | tee "$logs/ours_$s.log"
   rc_ours=${PIPESTATUS[0]}
+  stop_sampling
   echo "=== $s: HF peer (log $logs/hf_$s.log)"
+  sample_gpu "$logs/smi_hf_$s.csv"
   timeout "$timeout_s" "$python" "$here/benchmarks/hf_target_forward.py" --model "$s" --fla "$fla" 2>&1 |
     tee "$logs/hf_$s.log"
   rc_peer=${PIPESTATUS[0]}
+  stop_sampling
+  load+=("$s:" "$(gpu_load ours "$logs/smi_ours_$s.csv")" "$(gpu_load "HF peer" "$logs/smi_hf_$s.csv")")
   ours="$(json_of "$logs/ours_$s.log")"
   peer="$(json_of "$logs/hf_$s.log")"
   if [[ $rc_ours -ne 0 || -z "$ours" ]]; then
@@ -77,4 +117,6 @@ done
 echo
 echo "=== target forward: our tok/s / the HF peer's"
 printf '%s\n' "${summary[@]}"
+echo "=== the GPU while each ran (nvidia-smi every 50 ms; includes start-up and the result check)"
+printf '%s\n' "${load[@]}"
 exit $status
