@@ -163,32 +163,34 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks)
       wgmma_wait_all();
       wgmma_fence_regs(s);
 
-      // Scale, causal mask on the diagonal tile (keys past len, whether zeros or the next sequence's, are
-      // past every valid row), running max. s[i] holds row (i & 2 ? row_b : row_a), key
-      // k0 + 8 (i / 4) + 2 t4 + (i & 1).
-      const bool diag = k0 + Cfg::kKeys - 1 > wg_row0;
+      // Causal mask on the diagonal tile only (keys past len, whether zeros or the next sequence's, are past
+      // every valid row), then the running max of the raw scores; the scale goes into the exponent's FFMA
+      // (scale > 0, so the max commutes with it), which keeps the common off-diagonal tile to a max, one
+      // FFMA and one ex2 per score. s[i] holds row (i & 2 ? row_b : row_a), key k0 + 8 (i / 4) + 2 t4 + (i & 1).
+      if (k0 + Cfg::kKeys - 1 > wg_row0) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int col = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+          if (col > (i & 2 ? row_b : row_a)) s[i] = -INFINITY;
+        }
+      }
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int col = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
-        const int h = (i >> 1) & 1;
-        const float val = diag && col > (h ? row_b : row_a) ? -INFINITY : s[i] * scale_log2;
-        s[i] = val;
-        mx[h] = fmaxf(mx[h], val);
-      }
-      float corr[2];
+      for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+      float corr[2], neg_m[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m[h], mx[h]);  // finite: key 0 is visible to every row
+        const float m_new = fmaxf(m[h], mx[h] * scale_log2);  // finite: key 0 is visible to every row
         corr[h] = exp2f(m[h] - m_new);
         m[h] = m_new;
+        neg_m[h] = -m_new;
         l[h] *= corr[h];
       }
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        const float p = exp2f(s[i] - m[(i >> 1) & 1]);
+        const float p = exp2f(fmaf(s[i], scale_log2, neg_m[(i >> 1) & 1]));
         s[i] = p;
         l[(i >> 1) & 1] += p;
       }
