@@ -341,8 +341,8 @@ void bench_decode(Bench& b) {
 // (target_forward.cpp, layer_full); otherwise each is its own contiguous tensor. hot: each timed run comes
 // straight after 8192³ GEMMs (about 5 ms of them, untimed, with no sync in between), so the attention runs
 // at the clock the GPU holds inside a forward rather than the one it reaches after idling.
-void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns, int hq, int hkv, int hd,
-                     bool gated, bool fused = false, bool hot = false) {
+void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns, int hq, int hkv,
+                     int hd, bool gated, bool fused = false, bool hot = false) {
   const int64_t T = seqs.tokens, q_cols = int64_t(hq) * hd, kv_cols = int64_t(hkv) * hd;
   size_t mark = b.arena.mark();
   Tensor q, g, k, v;
@@ -363,8 +363,8 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
   size_t hm = b.harena.mark();
   Tensor ho = b.harena.alloc(DType::f32, ns, q_cols);
   Tensor hg = gated ? b.to_host(g.rows_view(0, ns)) : Tensor{};
-  b.cpu.attention_causal(b.to_host(q.rows_view(0, ns)), b.to_host(k.rows_view(0, ns)), b.to_host(v.rows_view(0, ns)),
-                         ho, hseqs, hq, hkv, hd, scale, gated ? &hg : nullptr);
+  b.cpu.attention_causal(b.to_host(q.rows_view(0, ns)), b.to_host(k.rows_view(0, ns)),
+                         b.to_host(v.rows_view(0, ns)), ho, hseqs, hq, hkv, hd, scale, gated ? &hg : nullptr);
   char name[112];
   const char* how = fused ? (hot ? ", fused, hot" : ", fused") : (hot ? ", hot" : "");
   std::snprintf(name, sizeof name, "attention %d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "", how);
@@ -401,7 +401,8 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
   } else {
     ms = b.time_ms(run, 5);
   }
-  std::snprintf(name, sizeof name, "attention causal %d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "", how);
+  std::snprintf(name, sizeof name, "attention causal %d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "",
+                how);
   row_flops(name, flops, ms);
   b.arena.reset(mark);
 }

@@ -166,7 +166,8 @@ __global__ void __launch_bounds__(256, WgAttnCfg<HD>::kMinBlocks)
       // Causal mask on the diagonal tile only (keys past len, whether zeros or the next sequence's, are past
       // every valid row), then the running max of the raw scores; the scale goes into the exponent's FFMA
       // (scale > 0, so the max commutes with it), which keeps the common off-diagonal tile to a max, one
-      // FFMA and one ex2 per score. s[i] holds row (i & 2 ? row_b : row_a), key k0 + 8 (i / 4) + 2 t4 + (i & 1).
+      // FFMA and one ex2 per score. s[i] holds row (i & 2 ? row_b : row_a),
+      // key k0 + 8 (i / 4) + 2 t4 + (i & 1).
       if (k0 + Cfg::kKeys - 1 > wg_row0) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -334,9 +335,10 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
                                   const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq,
                                   int hkv, int hd, float scale, cudaStream_t stream) {
   auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // scale > 0: the kernel takes the running max over unscaled scores (the portable kernel takes any scale).
   const bool shape_ok = (hd == 128 || hd == 256) && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 &&
                         ld_out % 2 == 0 && al16(q) && al16(k) && al16(v) &&
-                        reinterpret_cast<uintptr_t>(out) % 4 == 0;
+                        reinterpret_cast<uintptr_t>(out) % 4 == 0 && scale > 0.0f;
   if (!shape_ok || !attention_sm90_available() || !tensor_map_encoder()) return false;
   if (hd == 256)
     attention_causal_sm90_run<256>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,

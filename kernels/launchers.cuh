@@ -179,7 +179,7 @@ void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t l
 
 // ---- attention_sm90.cu --------------------------------------------------------------------------------
 // The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
-// sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, or
+// sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, scale <= 0, or
 // DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first. gate: nullptr or a
 // bf16-pair-readable gate view (4-byte aligned, even ld_gate) applied in the epilogue.
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
