@@ -150,6 +150,27 @@ def qwen3_gqa5_config():
                        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
 
 
+def qwen3_hd128_config():
+    # Head dim 128, a shape the CUDA forward's Hopper (wgmma) attention kernel takes, on 2 query heads over
+    # 1 kv head; the 257-token sequence spans three 128-row query blocks and five 64-key tiles.
+    return Qwen3Config(vocab_size=103, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=128, max_position_embeddings=1024,
+                       rms_norm_eps=1e-6, tie_word_embeddings=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+
+
+def qwen35_hd256_config():
+    # Qwen3.6-27B's kernel shapes at toy width: gated attention of head dim 256 (2 query heads on 1 kv head,
+    # rotary on 64 dims, mrope sections summing to 32) and DeltaNet heads of 128 (1 key head feeding 2 value
+    # heads), which the CUDA forward runs on its wgmma attention and its 128-wide GDN kernels.
+    kw = qwen35_text_kwargs()
+    kw.update(vocab_size=107, num_attention_heads=2, num_key_value_heads=1, head_dim=256, linear_num_key_heads=1,
+              linear_num_value_heads=2, linear_key_head_dim=128, linear_value_head_dim=128)
+    kw["rope_parameters"] = dict(kw["rope_parameters"], mrope_section=[11, 11, 10])
+    return Qwen3_5TextConfig(layer_types=["linear_attention", "full_attention", "linear_attention",
+                                          "full_attention"], **kw)
+
+
 def qwen35_interval_config():
     return Qwen3_5TextConfig(full_attention_interval=2, **qwen35_text_kwargs())
 
@@ -561,6 +582,10 @@ JOBS = {
                                              lengths=SEQ_LENGTHS_257),
     "qwen3_gqa5": lambda o: make_text_model(o, "qwen3_gqa5", Qwen3ForCausalLM, qwen3_gqa5_config(), 16,
                                             lengths=SEQ_LENGTHS_257),
+    "qwen3_hd128": lambda o: make_text_model(o, "qwen3_hd128", Qwen3ForCausalLM, qwen3_hd128_config(), 17,
+                                             lengths=SEQ_LENGTHS_257),
+    "qwen35_hd256": lambda o: make_text_model(o, "qwen35_hd256", q35.Qwen3_5ForCausalLM, qwen35_hd256_config(),
+                                              18, lengths=SEQ_LENGTHS_257),
 }
 
 
