@@ -365,9 +365,10 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
   Tensor hg = gated ? b.to_host(g.rows_view(0, ns)) : Tensor{};
   b.cpu.attention_causal(b.to_host(q.rows_view(0, ns)), b.to_host(k.rows_view(0, ns)),
                          b.to_host(v.rows_view(0, ns)), ho, hseqs, hq, hkv, hd, scale, gated ? &hg : nullptr);
-  char name[112];
+  char label[64], name[96];
   const char* how = fused ? (hot ? ", fused, hot" : ", fused") : (hot ? ", hot" : "");
-  std::snprintf(name, sizeof name, "attention %d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "", how);
+  std::snprintf(label, sizeof label, "%d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "", how);
+  std::snprintf(name, sizeof name, "attention %s", label);
   b.check(name, o.rows_view(0, ns), ho, 2e-2);
   b.harena.reset(hm);
   double flops = 0;
@@ -380,29 +381,13 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     const int64_t n = 8192;
     Tensor x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
     Tensor c = b.arena.alloc(DType::bf16, n, n);
-    cudaEvent_t e0, e1;
-    DF_CUDA_CHECK(cudaEventCreate(&e0));
-    DF_CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<float> t;
-    for (int r = 0; r < 7; ++r) {
+    ms = b.time_ms(run, 6, [&] {
       for (int i = 0; i < 4; ++i) b.gpu.gemm(x, w, c, 0.0f);
-      DF_CUDA_CHECK(cudaEventRecord(e0, b.gpu.stream()));
-      run();
-      DF_CUDA_CHECK(cudaEventRecord(e1, b.gpu.stream()));
-      DF_CUDA_CHECK(cudaEventSynchronize(e1));
-      float v_ms = 0;
-      DF_CUDA_CHECK(cudaEventElapsedTime(&v_ms, e0, e1));
-      if (r > 0) t.push_back(v_ms);  // the first one warms up
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    std::sort(t.begin(), t.end());
-    ms = t[t.size() / 2];
+    });
   } else {
     ms = b.time_ms(run, 5);
   }
-  std::snprintf(name, sizeof name, "attention causal %d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "",
-                how);
+  std::snprintf(name, sizeof name, "attention causal %s", label);
   row_flops(name, flops, ms);
   b.arena.reset(mark);
 }

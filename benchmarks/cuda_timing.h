@@ -11,15 +11,21 @@
 
 namespace df {
 
-// Median of `reps` event-timed runs of fn on `stream` after two untimed ones, in ms.
-inline double cuda_median_ms(cudaStream_t stream, const std::function<void()>& fn, int reps) {
-  fn();
-  fn();
+// Median of `reps` event-timed runs of fn on `stream` after two untimed ones, in ms. before, when given, runs
+// untimed ahead of every run of fn with no sync in between (e.g. GEMMs, so fn runs at the clock a forward
+// leaves it, not the one an idle GPU bursts to).
+inline double cuda_median_ms(cudaStream_t stream, const std::function<void()>& fn, int reps,
+                             const std::function<void()>& before = nullptr) {
+  for (int i = 0; i < 2; ++i) {
+    if (before) before();
+    fn();
+  }
   cudaEvent_t a, b;
   DF_CUDA_CHECK(cudaEventCreate(&a));
   DF_CUDA_CHECK(cudaEventCreate(&b));
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
+    if (before) before();
     DF_CUDA_CHECK(cudaEventRecord(a, stream));
     fn();
     DF_CUDA_CHECK(cudaEventRecord(b, stream));

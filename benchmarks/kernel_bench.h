@@ -64,9 +64,10 @@ struct Bench {
     std::printf("check %-34s max|err|/max|ref| = %.2e (tol %.0e) %s\n", what, rel, tol, ok ? "ok" : "FAILED");
     if (!ok) ++failures;
   }
-  // Median of `reps` event-timed runs after two warm-up runs, in ms.
-  double time_ms(const std::function<void()>& fn, int reps = 10) {
-    return cuda_median_ms(gpu.stream(), fn, reps);
+  // Median of `reps` event-timed runs after two warm-up runs, in ms; before: see cuda_median_ms.
+  double time_ms(const std::function<void()>& fn, int reps = 10,
+                 const std::function<void()>& before = nullptr) {
+    return cuda_median_ms(gpu.stream(), fn, reps, before);
   }
 };
 
