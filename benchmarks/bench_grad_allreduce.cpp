@@ -1,7 +1,10 @@
 // The drafters' gradient all-reduce as the training loop runs it (grad_reducer.h): the NCCL reducer on device
 // memory and the MPI reducer staged through pinned host memory, for flat fp32 buffers of real drafter sizes.
 // Tells whether overlapping the all-reduce with the backward would pay: compare its time to a drafter step.
-// Run: mpirun -np N bench_grad_allreduce [floats ...] with N GPUs (rank r on GPU r % visible GPUs).
+// Run: mpirun -np N bench_grad_allreduce [floats ...] with N GPUs (rank r on GPU r % visible GPUs). With fewer
+// GPUs than ranks, NCCL runs only when every rank has its own NCCL_HOSTID (mpirun -np N launch/nccl_hostid.sh
+// bench_grad_allreduce): then it crosses NCCL's socket transport on loopback, a correctness run whose times
+// say nothing of an interconnect, and the default sizes stop at 64 Mi floats.
 #include <mpi.h>
 
 #include <algorithm>
@@ -65,10 +68,12 @@ int main(int argc, char** argv) {
     const int gpus = cuda_device_count();
     DF_CHECK(gpus > 0, "bench_grad_allreduce needs a CUDA GPU; none is visible");
     // 1.05 G and 1.73 G: the Qwen3-8B and Qwen3.6-27B drafters' trainable parameters (device/README.md).
-    std::vector<size_t> sizes = {size_t(1) << 20, size_t(64) << 20, 1050000000, 1730000000};
+    // Ranks sharing a GPU reach NCCL only as separate "hosts" (the socket test mode, dist/transport.h).
+    const bool shared = world > gpus, nccl_ok = !shared || std::getenv("NCCL_HOSTID") != nullptr;
+    std::vector<size_t> sizes = {size_t(1) << 20, size_t(64) << 20};
+    if (!shared) sizes.insert(sizes.end(), {1050000000, 1730000000});
     if (argc > 1) sizes.clear();
     for (int i = 1; i < argc; ++i) sizes.push_back(size_t(std::strtod(argv[i], nullptr)));
-    const bool nccl_ok = world <= gpus;
     const int dev = rank % gpus;
     DF_CUDA_CHECK(cudaSetDevice(dev));
     std::unique_ptr<NcclComm> comm;
@@ -80,7 +85,11 @@ int main(int argc, char** argv) {
     DF_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
     if (rank == 0)
       std::printf("%d ranks on %d GPUs%s; busbw = algbw * 2(N-1)/N (nccl-tests' all-reduce formula)\n", world,
-                  gpus, nccl_ok ? "" : " (NCCL skipped: it refuses two ranks on one GPU)");
+                  gpus,
+                  !nccl_ok ? " (NCCL skipped: it refuses two ranks on one GPU without NCCL_HOSTID per rank)"
+                  : shared ? " (CORRECTNESS RUN: the ranks share a GPU, NCCL talks over sockets on loopback; "
+                             "no figure below is an interconnect's)"
+                           : "");
     for (size_t n : sizes) {
       float* d = nullptr;
       DF_CUDA_CHECK(cudaMalloc(&d, n * sizeof(float)));
@@ -90,7 +99,9 @@ int main(int argc, char** argv) {
         int iters;
       };
       std::vector<Path> paths;
-      if (nccl_ok) paths.push_back({"nccl", grad_reducer_nccl(*comm, compute, MPI_COMM_WORLD), 10});
+      if (nccl_ok)
+        paths.push_back({shared ? "nccl/socket" : "nccl", grad_reducer_nccl(*comm, compute, MPI_COMM_WORLD),
+                         shared ? 3 : 10});
       paths.push_back({"mpi staged", grad_reducer_staged(MPI_COMM_WORLD, compute, n), 3});
       for (Path& p : paths) {
         bool ok = false;
@@ -104,7 +115,7 @@ int main(int argc, char** argv) {
         if (rank == 0) {
           const double bytes = double(n) * sizeof(float), algbw = bytes / hi / 1e9;
           std::printf(
-              "%-10s %12zu floats (%7.3f GB): min %9.3f avg %9.3f max %9.3f ms, algbw %7.1f GB/s, "
+              "%-12s %12zu floats (%7.3f GB): min %9.3f avg %9.3f max %9.3f ms, algbw %7.1f GB/s, "
               "busbw %7.1f GB/s (slowest rank), %s\n",
               p.name, n, bytes / 1e9, lo * 1e3, sum / world * 1e3, hi * 1e3, algbw,
               algbw * 2.0 * (world - 1) / world, all_ok ? "result checked" : "WRONG RESULT");

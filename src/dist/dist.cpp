@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -198,8 +199,23 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 #else
   constexpr bool kNcclBuilt = false;
 #endif
-  std::string why;
-  c.transport = transport_choose(transport, c.hosts, c.gpus, kNcclBuilt, &why);
+  // NCCL_HOSTID of every rank: ranks that share a GPU may talk NCCL only with one id each (dist/transport.h).
+  constexpr int kIdChars = 256;
+  char id[kIdChars] = {0};
+  if (const char* env = std::getenv("NCCL_HOSTID")) {
+    DF_CHECK(std::strlen(env) < size_t(kIdChars), "NCCL_HOSTID of rank %d is %zu characters long; HINT: keep it "
+             "under %d",
+             c.rank, std::strlen(env), kIdChars);
+    std::snprintf(id, sizeof(id), "%s", env);
+  }
+  std::vector<char> ids(size_t(c.world) * kIdChars);
+  MPI_Allgather(id, kIdChars, MPI_CHAR, ids.data(), kIdChars, MPI_CHAR, MPI_COMM_WORLD);
+  TransportRanks placed{c.hosts, c.gpus, {}};
+  for (int r = 0; r < c.world; ++r) placed.host_ids.emplace_back(ids.data() + size_t(r) * kIdChars);
+  const TransportChoice choice = transport_choose(transport, placed, kNcclBuilt);
+  c.transport = choice.transport;
+  c.nccl_test_mode = choice.test_mode;
+  std::string why = choice.why;
   // The feature channel's headers, host arrays and credits go over MPI whatever the transport.
   const char* over = c.transport == Transport::nccl ? "NCCL" : "MPI";
   why += topo.offline ? strfmt("; gradients over %s (features from files)", over)
@@ -218,6 +234,10 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
           transport_name(c.transport), c.num_targets(), c.num_drafters(), c.roles.source.c_str(), why.c_str());
   if (c.rank == 0) {
     log_here("roles by host: %s", roles_by_host(c.roles).c_str());
+    if (!choice.test_mode.empty())
+      log_here("%s: every NCCL path runs, at socket speed on loopback; no figure of this run is an interconnect's",
+               choice.test_mode.c_str());
+    if (!choice.warning.empty()) log_warn("%s", choice.warning.c_str());
     if (!c.roles.host_mismatch.empty())
       log_warn(
           "%s; HINT: launch with mpirun --rankfile so ranks land where the file says, or write the file "

@@ -33,6 +33,9 @@ struct FeatureHeader {
   int64_t final_cols = 0;    // H when the final hidden travels (soft-KL), else 0
   int64_t flags = 0;         // kFlagEnd, kFlagStopRequested
   double target_busy_s = 0;  // the target's forward + packing time for this batch (throughput metric)
+  // The target's time inside its send path for its previous batch (FeatureSender::send_path_s): the cost of
+  // streaming, beside target_busy_s. One batch behind, since a batch's own send ends after its header left.
+  double target_send_s = 0;
   int64_t q_pre = 0;         // the target's prefetch queue depth when it sent
   static constexpr int64_t kFlagEnd = 1;            // no more batches from this target
   static constexpr int64_t kFlagStopRequested = 2;  // this target received SIGTERM / SIGUSR1
@@ -67,6 +70,10 @@ class FeatureSender {
   virtual bool stopped() = 0;
   // Waits for STOP from every drafter, sends END to each, completes every outstanding send.
   virtual void finish() = 0;
+  // Seconds spent so far inside send() once a credit was held: packing the host arrays, staging the payload
+  // (the MPI wire's copy issue), posting it and polling the wire. Waits for a credit are the drafters'
+  // back-pressure and stay out.
+  virtual double send_path_s() const = 0;
 };
 
 // Drafter side.

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -123,6 +124,7 @@ class ChannelSender final : public FeatureSender {
       if (credits_[d] == 0) poll_pause();
     }
     if (stopped()) return false;
+    const auto t_credit = std::chrono::steady_clock::now();
     --credits_[d];
     auto f = std::make_unique<Inflight>();
     f->drafter = d;
@@ -134,8 +136,11 @@ class ChannelSender final : public FeatureSender {
     slot_ = -1;
     staged_.push_back(std::move(f));
     poll();
+    send_path_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_credit).count();
     return true;
   }
+
+  double send_path_s() const override { return send_path_s_; }
 
   bool stopped() override {
     poll();
@@ -240,6 +245,7 @@ class ChannelSender final : public FeatureSender {
   std::vector<bool> busy_;  // per slot: its batch is staged or on the wire
   int next_ = 0, slot_ = -1;
   std::deque<std::unique_ptr<Inflight>> staged_, inflight_;
+  double send_path_s_ = 0;
 };
 
 class ChannelReceiver final : public FeatureReceiver {

@@ -128,6 +128,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   if (owner) metrics->mark_start(plan.start_step, plan.resume_path, plan.run_id, plan.moved_aside);
   std::unique_ptr<HeldoutEval> heldout;  // [eval]: drafter 0 alone, between its steps
   if (owner && plan.cfg.eval.interval > 0) heldout = std::make_unique<HeldoutEval>(plan.cfg, plan.drafter);
+  // Offline, each drafter's reader thread stands where a target would (as in the metrics' rates).
+  const int stats_targets = plan.cfg.topology.offline ? plan.num_drafters : plan.num_targets;
   std::vector<int> all_targets;  // q_hs: how many targets have a batch for us waiting on the channel
   for (int t = 0; t < plan.num_targets; ++t) all_targets.push_back(t);
 
@@ -152,7 +154,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     auto t_step = std::chrono::steady_clock::now();
     double wait_s = 0;
     drafter_zero_grads(model);
-    StepStats ss;
+    StepStats ss = StepStats::shaped(B, stats_targets, plan.num_drafters);
 #ifdef DF_HAVE_CUDA
     // The payload's NCCL receive gives up just inside the watchdog's bound for that wait (patience 1), so its
     // message, naming the batch and the target, comes first.
@@ -185,6 +187,10 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       ss.tokens += double(p.hdr.tokens);
       ss.batches += 1;
       ss.target_busy_s += p.hdr.target_busy_s;
+      const size_t from = size_t(plan.num_targets > 0 ? source : ctx.drafter_index);
+      ss.target_busy_by[from] += p.hdr.target_busy_s;
+      ss.target_send_by[from] += p.hdr.target_send_s;
+      ss.target_batches_by[from] += 1;
       ss.q_pre += double(p.hdr.q_pre);
     }
     if (signals_stop_requested()) ss.stop = 1;
@@ -199,6 +205,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     ss.tau_blocks = double(ls.tau_blocks);
     ss.drafter_busy_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count() - wait_s;
+    ss.drafter_busy_by[size_t(ctx.drafter_index)] = ss.drafter_busy_s;
+    ss.drafter_batches_by[size_t(ctx.drafter_index)] = double(plan.grad_accum);
 
     // Here a drafter waits on one that may wait on a target: more patience, so that one names the target.
     watchdog.beat("in the gradient all-reduce (waiting for the other drafters)", -1, 1.5);
@@ -210,7 +218,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     reducer->sum(model.grads.ptr<float>(), size_t(model.grads.numel()));
     std::vector<double> packed = ss.pack();
     reducer->sum(packed.data(), packed.size());
-    ss.unpack(packed, B);
+    ss.unpack(packed, B, stats_targets, plan.num_drafters);
     tokens_seen += int64_t(ss.tokens);
     // No labelled row anywhere this step: nothing to learn from, and 1/Σw would be infinite.
     AdamwStepResult r{};

@@ -10,28 +10,56 @@
 
 namespace df {
 
+StepStats StepStats::shaped(int block, int targets, int drafters) {
+  StepStats s;
+  s.correct.assign(size_t(block - 1), 0.0);
+  s.count.assign(size_t(block - 1), 0.0);
+  for (std::vector<double>* v : {&s.target_busy_by, &s.target_send_by, &s.target_batches_by})
+    v->assign(size_t(targets), 0.0);
+  for (std::vector<double>* v : {&s.drafter_busy_by, &s.drafter_batches_by}) v->assign(size_t(drafters), 0.0);
+  return s;
+}
+
 std::vector<double> StepStats::pack() const {
   std::vector<double> v{loss_sum,      weight_sum,     tau_sum, tau_blocks, tokens, batches,
                         target_busy_s, drafter_busy_s, q_pre,   q_hs,       stop,   anchors_dropped};
-  v.insert(v.end(), correct.begin(), correct.end());
-  v.insert(v.end(), count.begin(), count.end());
+  for (const std::vector<double>* x :
+       {&correct, &count, &target_busy_by, &target_send_by, &target_batches_by, &drafter_busy_by, &drafter_batches_by})
+    v.insert(v.end(), x->begin(), x->end());
   return v;
 }
 
-void StepStats::unpack(const std::vector<double>& v, int block) {
+void StepStats::unpack(const std::vector<double>& v, int block, int targets, int drafters) {
   size_t i = 0;
   for (double* d : {&loss_sum, &weight_sum, &tau_sum, &tau_blocks, &tokens, &batches, &target_busy_s,
                     &drafter_busy_s, &q_pre, &q_hs, &stop, &anchors_dropped})
     *d = v[i++];
-  correct.assign(v.begin() + i, v.begin() + i + block - 1);
-  count.assign(v.begin() + i + block - 1, v.begin() + i + 2 * (block - 1));
+  auto take = [&](std::vector<double>& x, int n) {
+    x.assign(v.begin() + long(i), v.begin() + long(i) + n);
+    i += size_t(n);
+  };
+  take(correct, block - 1);
+  take(count, block - 1);
+  for (std::vector<double>* x : {&target_busy_by, &target_send_by, &target_batches_by}) take(*x, targets);
+  for (std::vector<double>* x : {&drafter_busy_by, &drafter_batches_by}) take(*x, drafters);
 }
 
 void StepStats::add(const StepStats& o) {
-  std::vector<double> a = pack(), b = o.pack();
-  if (a.size() < b.size()) a.resize(b.size(), 0.0);
-  for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
-  unpack(a, int(std::max(correct.size(), o.correct.size())) + 1);
+  const size_t block = std::max(correct.size(), o.correct.size()) + 1;
+  const size_t targets = std::max(target_busy_by.size(), o.target_busy_by.size());
+  const size_t drafters = std::max(drafter_busy_by.size(), o.drafter_busy_by.size());
+  // Both packed at the common shape (a window starts empty), then summed element by element.
+  auto widened = [&](StepStats s) {
+    for (std::vector<double>* x : {&s.correct, &s.count}) x->resize(block - 1, 0.0);
+    for (std::vector<double>* x : {&s.target_busy_by, &s.target_send_by, &s.target_batches_by})
+      x->resize(targets, 0.0);
+    for (std::vector<double>* x : {&s.drafter_busy_by, &s.drafter_batches_by}) x->resize(drafters, 0.0);
+    return s.pack();
+  };
+  std::vector<double> a = widened(*this);
+  const std::vector<double> b = widened(o);
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  unpack(a, int(block), int(targets), int(drafters));
 }
 
 double tau_from_accuracy(const std::vector<double>& acc) {
@@ -114,6 +142,17 @@ void MetricsLog::step(int64_t step, const StepStats& s, double lr, double grad_n
   double steps_done = double(step + 1 - first_step_);
   double eta = steps_done > 0 ? elapsed / steps_done * double(total_steps_ - step - 1) : 0.0;
   double q_hs = w.q_hs / std::max(1.0, w.batches), q_pre = w.q_pre / std::max(1.0, w.batches);
+  // Per rank: batches per second of its own busy time; and what streaming costs each target, as its send
+  // path's share of its forward time.
+  auto rates = [](const std::vector<double>& batches, const std::vector<double>& busy) {
+    std::vector<double> r(busy.size(), 0.0);
+    for (size_t i = 0; i < busy.size(); ++i) r[i] = busy[i] > 0 ? batches[i] / busy[i] : 0.0;
+    return r;
+  };
+  const std::vector<double> send_share = rates(w.target_send_by, w.target_busy_by);
+  double send_s = 0;
+  for (double x : w.target_send_by) send_s += x;
+  const double tgt_send_share = w.target_busy_s > 0 ? send_s / w.target_busy_s : 0.0;
 
   std::string acc_text;
   for (size_t k = 0; k < acc.size() && k < 8; ++k) acc_text += strfmt("%s%.2f", k ? " " : "", acc[k]);
@@ -137,7 +176,11 @@ void MetricsLog::step(int64_t step, const StepStats& s, double lr, double grad_n
                       {"ktok_s", ktok_s},
                       {"eta_s", eta},
                       {"elapsed_s", elapsed},
-                      {"anchors_dropped", w.anchors_dropped}};
+                      {"anchors_dropped", w.anchors_dropped},
+                      {"tgt_rank_batches_s", rates(w.target_batches_by, w.target_busy_by)},
+                      {"dft_rank_batches_s", rates(w.drafter_batches_by, w.drafter_busy_by)},
+                      {"tgt_send_share", tgt_send_share},
+                      {"tgt_rank_send_share", send_share}};
   if (has_eval_) {
     j["eval_loss"] = eval_loss_;
     j["eval_tau"] = eval_tau_;

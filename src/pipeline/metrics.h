@@ -22,9 +22,15 @@ struct StepStats {
   double q_pre = 0, q_hs = 0;          // Σ of samples (divide by batches / drafters)
   double stop = 0;                     // > 0: some rank asked to stop
   double anchors_dropped = 0;          // anchors over drafter.max_block_rows, dropped (Σ over the window)
+  // Per rank, for the per-rank rates and the cost of streaming (index: target index, or the drafter's reader
+  // thread offline; drafter index): busy seconds, batches, and each target's send-path seconds.
+  std::vector<double> target_busy_by, target_send_by, target_batches_by;  // [targets]
+  std::vector<double> drafter_busy_by, drafter_batches_by;               // [drafters]
 
+  // Zeroed stats with every vector sized: block − 1 offsets, `targets` and `drafters` ranks.
+  static StepStats shaped(int block, int targets, int drafters);
   std::vector<double> pack() const;
-  void unpack(const std::vector<double>& v, int block);
+  void unpack(const std::vector<double>& v, int block, int targets = 0, int drafters = 0);
   void add(const StepStats& o);
 };
 

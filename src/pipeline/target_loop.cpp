@@ -59,6 +59,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
 
   std::vector<float> host;
   int64_t sent = 0;
+  double send_path_reported = 0;  // of sender->send_path_s(), what earlier headers carried
   Watchdog watchdog(plan.cfg.run.watchdog_s, watchdog_checkpoint_s(drafter_param_table(dc).total),
                     watchdog_rank_names(ctx));
   watchdog.beat("waiting for the prefetcher");
@@ -121,6 +122,8 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     p.loss_mask = std::move(mb->loss_mask);
     p.hdr.target_busy_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - slot_wait_s;
+    p.hdr.target_send_s = sender->send_path_s() - send_path_reported;
+    send_path_reported = sender->send_path_s();
     const int drafter = int(p.hdr.batch_id % plan.num_drafters);
     // The drafter may itself wait for another target: twice the patience, so that it names that target first.
     watchdog.beat("sending a batch, waiting for the credit of", ctx.roles.drafters[size_t(drafter)], 2.0);

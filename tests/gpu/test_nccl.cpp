@@ -1,8 +1,10 @@
-// The NCCL layer on a real GPU (dist/nccl_comm.h, grad_reducer.h): one-rank communicators (NCCL refuses two
-// ranks on one GPU), so every sum is the identity and must be bit-exact. Covers the all-reduce ordered
-// against a caller's stream, send/receive to self, warm-up, both hang paths of the watchdog (a rank
-// that never joins, a receive with no send) and the device gradient reducers. tests/gpu/test_nccl_reducers.sh
-// runs the reducer cases again under mpirun -np 2, where the staged MPI reducer must double every element.
+// The NCCL layer on a real GPU (dist/nccl_comm.h, grad_reducer.h). Under ctest, one-rank communicators, so
+// every sum is the identity and must be bit-exact: the all-reduce ordered against a caller's stream,
+// send/receive to self, warm-up, both hang paths of the watchdog (a rank that never joins, a receive with no
+// send) and the device gradient reducers. tests/gpu/test_nccl_reducers.sh runs the reducer and multi-rank
+// cases again under mpirun -np 2 and 3 (one GPU per rank, or ranks sharing a GPU each with its own
+// NCCL_HOSTID: the socket test mode), where every sum is N times the pattern and 64 MiB must cross each rank
+// pair byte for byte.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -13,8 +15,10 @@ TEST(NcclTest, SkippedWithoutCudaBuild) {
 #include <cuda_runtime.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -222,10 +226,12 @@ TEST(NcclReducerTest, NcclReducerSumsDeviceGradientsInPlace) {
   int world = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (world > gpus)
-    GTEST_SKIP() << world << " ranks on " << gpus << " GPU(s): NCCL refuses two ranks on one GPU";
-  ASSERT_EQ(cudaSetDevice(rank), cudaSuccess);
-  std::unique_ptr<NcclComm> comm = NcclComm::create(MPI_COMM_WORLD, rank, "drafters", {}, 60);
+  if (world > gpus && !std::getenv("NCCL_HOSTID"))
+    GTEST_SKIP() << world << " ranks on " << gpus
+                 << " GPU(s): NCCL refuses two ranks on one GPU unless each has its own NCCL_HOSTID "
+                    "(launch/nccl_hostid.sh)";
+  ASSERT_EQ(cudaSetDevice(rank % gpus), cudaSuccess);
+  std::unique_ptr<NcclComm> comm = NcclComm::create(MPI_COMM_WORLD, rank % gpus, "drafters", {}, 60);
   comm->warm_up({});
   cudaStream_t compute;
   CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
@@ -279,5 +285,76 @@ TEST(NcclReducerTest, StagedReducerSumsDeviceGradientsOverMpi) {
       << "more floats than the staging buffer holds must be refused";
   cudaFree(d);
   cudaStreamDestroy(compute);
+}
+TEST(NcclWorldTest, RingOf64MiBArrivesByteForByteAndAllReduceSums) {
+  // The mechanism itself, under mpirun -np N (test_nccl_reducers.sh): every rank sends 64 MiB to the next
+  // and receives from the previous in one group, then all-reduces 16 Mi floats. Every byte is checked. The
+  // time is printed with the bytes, as a correctness run: with ranks sharing a GPU it is NCCL's socket path
+  // on loopback, never an interconnect figure.
+  const int gpus = cuda_device_count();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (world < 2) GTEST_SKIP() << "needs mpirun -np 2 or more (tests/gpu/test_nccl_reducers.sh runs it so)";
+  if (world > gpus && !std::getenv("NCCL_HOSTID"))
+    GTEST_SKIP() << world << " ranks on " << gpus << " GPU(s) without NCCL_HOSTID (launch/nccl_hostid.sh)";
+  ASSERT_EQ(cudaSetDevice(rank % gpus), cudaSuccess);
+  std::unique_ptr<NcclComm> comm = NcclComm::create(MPI_COMM_WORLD, rank % gpus, "world", {}, 120);
+  const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  comm->warm_up({next, prev});
+  constexpr size_t kBytes = size_t(64) << 20;
+  // Byte i of rank r's payload: (i * 7 + 13 * r + i / 4093) mod 256, so a shifted or swapped page shows.
+  auto byte_of = [](size_t i, int r) { return uint8_t(i * 7 + size_t(13 * r) + i / 4093); };
+  std::vector<uint8_t> host(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) host[i] = byte_of(i, rank);
+  uint8_t *src = nullptr, *dst = nullptr;
+  CUDA_OK(cudaMalloc(&src, kBytes));
+  CUDA_OK(cudaMalloc(&dst, kBytes));
+  CUDA_OK(cudaMemcpy(src, host.data(), kBytes, cudaMemcpyHostToDevice));
+  double best_s = 1e30, sum_s = 0;
+  constexpr int kRuns = 3;
+  for (int run = 0; run <= kRuns; ++run) {  // run 0 is the warm-up
+    CUDA_OK(cudaMemset(dst, 0, kBytes));
+    CUDA_OK(cudaDeviceSynchronize());
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = std::chrono::steady_clock::now();
+    comm->p2p({{true, src, kBytes, next}, {false, dst, kBytes, prev}}, "64 MiB ring send/receive");
+    comm->synchronize("64 MiB ring send/receive");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (run > 0) {
+      best_s = std::min(best_s, s);
+      sum_s += s;
+    }
+    CUDA_OK(cudaMemcpy(host.data(), dst, kBytes, cudaMemcpyDeviceToHost));
+    size_t bad = 0, first = kBytes;
+    for (size_t i = 0; i < kBytes; ++i)
+      if (host[i] != byte_of(i, prev) && bad++ == 0) first = i;
+    ASSERT_EQ(bad, size_t(0)) << "run " << run << ": " << bad << " of " << kBytes << " bytes from rank " << prev
+                              << " differ, the first at " << first;
+  }
+  std::printf("rank %d of %d: 64 MiB ring send/receive: %zu bytes each way, best %.1f ms, mean %.1f ms = %.3f GB/s "
+              "(correctness run%s)\n",
+              rank, world, kBytes, best_s * 1e3, sum_s / kRuns * 1e3, double(kBytes) / best_s / 1e9,
+              world > gpus ? ": ranks share a GPU, NCCL's socket transport on loopback, not an interconnect figure"
+                           : "");
+  const size_t n = size_t(16) << 20;
+  const std::vector<float> want = pattern(n);
+  float* d = nullptr;
+  CUDA_OK(cudaMalloc(&d, n * sizeof(float)));
+  CUDA_OK(cudaMemcpy(d, want.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  const auto t0 = std::chrono::steady_clock::now();
+  comm->all_reduce_sum(d, n, "16 Mi-float all-reduce");
+  comm->synchronize("16 Mi-float all-reduce");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<float> got(n);
+  CUDA_OK(cudaMemcpy(got.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  // Every addend is the same pattern value, exact in fp32 with its N-fold sum, so any order gives N·x.
+  EXPECT_EQ(first_difference(got, want, float(world)), "") << "all-reduce over " << world << " ranks";
+  std::printf("rank %d of %d: all-reduce of %zu floats (%zu bytes): %.1f ms\n", rank, world, n, n * sizeof(float),
+              s * 1e3);
+  cudaFree(d);
+  cudaFree(src);
+  cudaFree(dst);
 }
 #endif

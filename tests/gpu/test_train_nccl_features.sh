@@ -1,32 +1,31 @@
 #!/usr/bin/env bash
-# The feature payload over NCCL end to end: 1 CUDA target + 1 CUDA drafter on two GPUs (NCCL refuses two ranks
-# on one). pipeline.transport "auto" must pick NCCL and say that it carries the feature payloads; the same run
-# with transport "mpi" (payloads through the pinned mirrors) moves the same bf16 bytes into the same device
-# slot and runs the same deterministic kernels, so the losses must be bit-identical (the check allows 1e-6
-# relative only so that a difference prints as a number). Skips (77) with fewer than 2 GPUs.
+# The feature payload over NCCL end to end: CUDA targets stream to a CUDA drafter with pipeline.transport "nccl"
+# (one GPU per rank, or the shared-GPU test mode: tests/gpu/nccl_common.sh); the same run over MPI (payloads
+# through the pinned mirrors) moves the same bf16 bytes into the same device slots and runs the same
+# deterministic kernels, so the losses must be bit-identical (the check allows 1e-6 relative only so that a
+# difference prints as a number). Shapes: 1 target + 1 drafter, then 3 targets + 1 drafter.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-[ "$gpus" -ge 2 ] || { echo "SKIP: needs 2 GPUs (NCCL refuses two ranks on one), $gpus visible"; exit 77; }
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the shared GPU machines (device/KINDS.md)
 source "$SRC/tests/mpi/train_common.sh"
-cuda_config() {  # FILE RUN_DIR [extra TOML lines]: target and drafter on the GPU (the drafter follows the target)
-  write_config "$1" "$2" 1 1 8 "${@:3}"
-  sed -i 's/^device = "cpu"$/device = "cuda"/' "$1"
-}
-cuda_config "$TMP/nccl.toml" "$TMP/nccl"
-cuda_config "$TMP/mpi.toml" "$TMP/mpi" "[pipeline]" 'transport = "mpi"'
-run_mpi 2 "$TMP/nccl.log" --config "$TMP/nccl.toml" || { fail "NCCL run"; tail -30 "$TMP/nccl.log"; }
-for placed in "target0 device cuda:0" "drafter0 device cuda:1"; do
-  grep -q "role $placed .*transport nccl" "$TMP/nccl.log" ||
-    fail "not '$placed' with transport nccl: $(grep -m1 "role ${placed%% *}" "$TMP/nccl.log")"
+source "$SRC/tests/gpu/nccl_common.sh"
+for shape in "1 1" "3 1"; do
+  read -r T D <<<"$shape"
+  np=$((T + D)) name="${T}t${D}d"
+  cuda_config "$TMP/$name-nccl.toml" "$TMP/$name-nccl" "$T" "$D" 8 "${NCCL_TOML[@]}"
+  cuda_config "$TMP/$name-mpi.toml" "$TMP/$name-mpi" "$T" "$D" 8 "${MPI_TOML[@]}"
+  run_nccl "$np" "$TMP/$name-nccl.log" --config "$TMP/$name-nccl.toml" ||
+    { fail "$name: NCCL run"; tail -30 "$TMP/$name-nccl.log"; continue; }
+  expect_nccl "$np" "$TMP/$name-nccl.log" "$name"
+  grep -q "feature payloads and gradients over NCCL" "$TMP/$name-nccl.log" || fail "$name: the start-up line does not say NCCL"
+  for t in $(seq 0 $((T - 1))); do
+    grep -q "target $t done: [1-9][0-9]* batches sent" "$TMP/$name-nccl.log" || fail "$name: target $t sent nothing"
+  done
+  run_mpi "$np" "$TMP/$name-mpi.log" --config "$TMP/$name-mpi.toml" ||
+    { fail "$name: MPI run"; tail -30 "$TMP/$name-mpi.log"; continue; }
+  grep -q "feature payloads and gradients over MPI" "$TMP/$name-mpi.log" || fail "$name: transport \"mpi\" was not used"
+  python3 "$SRC/tests/mpi/compare_losses.py" "$TMP/$name-nccl/metrics.jsonl" "$TMP/$name-mpi/metrics.jsonl" 1e-6 0 \
+    "$T CUDA target(s) -> 1 CUDA drafter, feature payloads over NCCL vs MPI, 8 steps" ||
+    fail "$name: the NCCL and MPI feature payloads train differently"
 done
-grep -q "feature payloads and gradients over NCCL" "$TMP/nccl.log" || fail "the start-up line does not say NCCL"
-grep -q "target 0 done: [1-9][0-9]* batches sent" "$TMP/nccl.log" || fail "the target sent nothing"
-run_mpi 2 "$TMP/mpi.log" --config "$TMP/mpi.toml" || { fail "MPI run"; tail -30 "$TMP/mpi.log"; }
-grep -q "feature payloads and gradients over MPI" "$TMP/mpi.log" || fail "transport = \"mpi\" was not used"
-python3 "$SRC/tests/mpi/compare_losses.py" "$TMP/nccl/metrics.jsonl" "$TMP/mpi/metrics.jsonl" 1e-6 0 \
-  "CUDA target -> CUDA drafter, feature payloads over NCCL vs MPI, 8 steps" ||
-  fail "the NCCL and MPI feature payloads train differently"
 echo "$fails failed"
 [ "$fails" -eq 0 ]
