@@ -53,7 +53,8 @@ void data_print_summary(const std::string& path, const TokenData& d) {
            static_cast<long long>(d.num_sequences()), static_cast<long long>(d.num_tokens()),
            static_cast<long long>(lo),
            static_cast<double>(d.num_tokens()) / static_cast<double>(std::max<int64_t>(1, d.num_sequences())),
-           static_cast<long long>(hi), mask.c_str(), d.vocab_size > 0 ? std::to_string(d.vocab_size).c_str() : "unknown");
+           static_cast<long long>(hi), mask.c_str(),
+           d.vocab_size > 0 ? std::to_string(d.vocab_size).c_str() : "unknown");
 }
 
 // Prompts or training data? A loss_mask 0→1 step marks a response after its prompt (`data tokenize`, `eval
@@ -71,7 +72,11 @@ void data_print_layout(const TokenData& d) {
     (p < len ? split : whole) += 1;
     prompt_tokens += p;
   }
-  const double mean_prompt = double(prompt_tokens) / double(std::max<int64_t>(1, split + whole));
+  if (empty > 0)
+    log_info("layout: %lld sequences are empty (the first is sequence %lld): eval refuses them", (long long)empty,
+             (long long)first_empty);
+  if (split + whole == 0) return;
+  const double mean_prompt = double(prompt_tokens) / double(split + whole);
   const bool any_trained =
       d.loss_mask.empty() || std::find(d.loss_mask.begin(), d.loss_mask.end(), uint8_t{1}) != d.loss_mask.end();
   if (split == 0)
@@ -89,9 +94,6 @@ void data_print_layout(const TokenData& d) {
     log_info("layout: mixed: %lld sequences have a prompt followed by a response (a loss_mask 0->1 step), eval's "
              "prompt is the part before it; %lld have no such step, eval takes them whole (%.1f prompt tokens on "
              "average)", (long long)split, (long long)whole, mean_prompt);
-  if (empty > 0)
-    log_info("layout: %lld sequences are empty (the first is sequence %lld): eval refuses them", (long long)empty,
-             (long long)first_empty);
 }
 
 // `data info`: the summary, then how lengths, the loss mask and the vocabulary are used.
@@ -152,7 +154,8 @@ void cmd_data_register(CLI::App& app) {
 
   auto conv = std::make_shared<ConvertArgs>();
   CLI::App* c = data->add_subcommand("convert", "JSONL ({\"input_ids\": [...], \"loss_mask\": [...]} per line) "
-                                                "to an HDF5 token file");
+                                                "to an HDF5 token file; loss_mask is optional (in no record: the "
+                                                "file gets none, e.g. a file of prompts for eval)");
   c->add_option("--in", conv->in, "input JSONL file")->required();
   c->add_option("--out", conv->out, "output HDF5 token file (written atomically)")->required();
   c->add_option("--vocab", conv->vocab, "vocabulary size; every id must lie in [0, vocab)")->required();

@@ -97,13 +97,13 @@ std::string histogram_line(const SpecSummary& s) {
 }  // namespace
 
 std::vector<int32_t> eval_prompt(const TokenData& data, int64_t s, const std::string& where) {
-  // token_data_prompt_length gives at least one token of any sequence that has one: only an empty one is left.
+  // The rule gives every non-empty sequence a prompt of at least one token: only an empty sequence has none.
   DF_CHECK(data.sequence_length(s) > 0,
            "%s: sequence %lld is empty (offsets[%lld] = offsets[%lld] = %lld), so it holds no prompt; HINT: "
            "rewrite the token file without empty sequences (`dflash_mpi data info` counts them)",
            where.c_str(), (long long)s, (long long)s, (long long)s + 1, (long long)data.offsets[size_t(s)]);
-  const int64_t b = data.offsets[size_t(s)];
-  return std::vector<int32_t>(data.tokens.begin() + b, data.tokens.begin() + b + token_data_prompt_length(data, s));
+  const auto first = data.tokens.begin() + data.offsets[size_t(s)];
+  return std::vector<int32_t>(first, first + token_data_prompt_length(data, s));
 }
 
 SpecSummary eval_run(const EvalOptions& o) {

@@ -1,6 +1,7 @@
-// What `eval` takes as the prompt of each sequence (issue 28): a prompts file from `data convert` is taken whole,
-// a conversation from `data tokenize` is cut where its first assistant turn begins, and an empty sequence is
-// refused naming the file and its index. The rule itself is token_data_prompt_length (test_data_token_file.cpp).
+// What `eval` takes as the prompt of each sequence (issue 28): a prompts file from `data convert` is taken
+// whole, a conversation from `data tokenize` is cut where its first assistant turn begins, and an empty
+// sequence is refused naming the file and its index. The rule itself is token_data_prompt_length
+// (test_data_token_file.cpp).
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -25,13 +26,16 @@ TEST(EvalPrompt, ConvertedPromptsAreTakenWhole) {
   EXPECT_EQ(eval_prompt(d, 1, "p.h5"), (std::vector<int32_t>{1}));
   EXPECT_EQ(eval_prompt(d, 2, "p.h5"), (std::vector<int32_t>{5, 9, 2, 6}));
 
-  // A file of all-ones masks (what `data convert` wrote before, or prompts given loss_mask 1 by hand) is the same.
+  // A file of all-ones masks (what `data convert` wrote before, or prompts given loss_mask 1 by hand) is the
+  // same.
   TokenData ones = d;
   ones.loss_mask.assign(size_t(d.num_tokens()), 1);
-  for (int64_t s = 0; s < d.num_sequences(); ++s) EXPECT_EQ(eval_prompt(ones, s, "p.h5"), eval_prompt(d, s, "p.h5"));
+  for (int64_t s = 0; s < d.num_sequences(); ++s)
+    EXPECT_EQ(eval_prompt(ones, s, "p.h5"), eval_prompt(d, s, "p.h5"));
 
   // One record with a mask among records without: those are written as ones, the masked one is cut.
-  std::istringstream mixed("{\"input_ids\": [3, 1, 4]}\n{\"input_ids\": [7, 8, 9], \"loss_mask\": [0, 1, 1]}\n");
+  std::istringstream mixed(
+      "{\"input_ids\": [3, 1, 4]}\n{\"input_ids\": [7, 8, 9], \"loss_mask\": [0, 1, 1]}\n");
   const TokenData m = jsonl_parse_tokens(mixed, "m.jsonl", 10, 0, &rep);
   EXPECT_EQ(m.loss_mask, (std::vector<uint8_t>{1, 1, 1, 0, 1, 1}));
   EXPECT_EQ(rep.unmasked, 1);
@@ -56,9 +60,9 @@ TEST(EvalPrompt, EmptySequenceIsRefusedNamingFileAndIndex) {
 }
 
 #ifdef DF_HAVE_TOKENIZER
-// The golden tokenizer (Hugging Face-trained, Qwen's special tokens) through the Qwen template: the prompt is the
-// rendered text up to and including the first "<|im_start|>assistant\n", whatever follows (a second turn, a
-// reasoning block); a plain text record has no prompt/response step and is taken whole.
+// The golden tokenizer (Hugging Face-trained, Qwen's special tokens) through the Qwen template: the prompt is
+// the rendered text up to and including the first "<|im_start|>assistant\n", whatever follows (a second turn,
+// a reasoning block); a plain text record has no prompt/response step and is taken whole.
 TEST(EvalPrompt, TokenizedConversationIsCutAtTheFirstAssistantTurn) {
   const std::string tj = std::string(DF_SOURCE_DIR) + "/tests/golden/tokenizer/tokenizer.json";
   BpeTokenizer tok(tj);
@@ -74,7 +78,8 @@ TEST(EvalPrompt, TokenizedConversationIsCutAtTheFirstAssistantTurn) {
   const TokenData d = chat_tokenize_stream(in, "chats.jsonl", tok, o, 0, &rep);
   ASSERT_EQ(d.num_sequences(), 2);
   const std::vector<int32_t> want = tok.encode_ids(
-      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is "
+      "2+2?<|im_end|>\n<|im_start|>assistant\n");
   const std::vector<int32_t> p = eval_prompt(d, 0, "chats.h5");
   EXPECT_EQ(p, want);
   ASSERT_LT(int64_t(p.size()), d.sequence_length(0));
