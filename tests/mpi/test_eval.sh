@@ -53,6 +53,7 @@ got = [json.loads(l)["prompt_tokens"] for l in open(sys.argv[1])]
 assert got == [int(x) for x in sys.argv[2:]], (got, sys.argv[2:])
 PY
 }
+fails_before=$fails
 for f in p c; do
   "$BIN" data convert --in "$TMP/$f.jsonl" --out "$TMP/$f.h5" --vocab 256 >"$TMP/convert_$f.log" 2>&1 &&
     "$BIN" data info "$TMP/$f.h5" >"$TMP/info_$f.log" 2>&1 &&
@@ -67,7 +68,8 @@ expect_out "$TMP/info_c.log" "layout: mixed: 2 sequences have a prompt followed 
 prompt_lengths "$TMP/eval_c.log" "$TMP/eval_c.jsonl" 4 2 5
 "$BIN" data info "$TMP/tokens.h5" >"$TMP/info_t.log" 2>&1 || fail "data info tokens.h5"
 expect_out "$TMP/info_t.log" "layout: looks like training data: every sequence has a prompt"
-echo "ok: prompts file decoded whole ($(grep '^tau' "$TMP/eval_p.log")), conversations cut at the response"
+[ "$fails" -eq "$fails_before" ] &&
+  echo "ok: prompts file decoded whole ($(grep '^tau' "$TMP/eval_p.log")), conversations cut at the response"
 
 if "$BIN" eval --target "$TMP/target" --checkpoint "$TMP/run/checkpoints/step_00000012.h5" --config "$TMP/run.toml" \
   --prompts "$TMP/tokens.h5" --num-prompts 2 --max-new-tokens 16 --block-size 4 >"$TMP/ck.log" 2>&1; then
