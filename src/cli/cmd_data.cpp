@@ -44,14 +44,56 @@ void data_print_summary(const std::string& path, const TokenData& d) {
     hi = std::max(hi, d.sequence_length(s));
   }
   for (uint8_t m : d.loss_mask) trained += m;
-  if (d.loss_mask.empty()) trained = d.num_tokens();
-  log_info("%s: %lld sequences, %lld tokens, length min %lld mean %.1f max %lld, %.1f%% of tokens in the loss, "
-           "vocab_size %s", path.c_str(), static_cast<long long>(d.num_sequences()),
-           static_cast<long long>(d.num_tokens()), static_cast<long long>(lo),
+  const std::string mask =
+      d.loss_mask.empty()
+          ? std::string("no loss_mask (training: every token in the loss)")
+          : strfmt("%.1f%% of tokens in the loss",
+                   100.0 * static_cast<double>(trained) / static_cast<double>(std::max<int64_t>(1, d.num_tokens())));
+  log_info("%s: %lld sequences, %lld tokens, length min %lld mean %.1f max %lld, %s, vocab_size %s", path.c_str(),
+           static_cast<long long>(d.num_sequences()), static_cast<long long>(d.num_tokens()),
+           static_cast<long long>(lo),
            static_cast<double>(d.num_tokens()) / static_cast<double>(std::max<int64_t>(1, d.num_sequences())),
-           static_cast<long long>(hi),
-           100.0 * static_cast<double>(trained) / static_cast<double>(std::max<int64_t>(1, d.num_tokens())),
+           static_cast<long long>(hi), mask.c_str(),
            d.vocab_size > 0 ? std::to_string(d.vocab_size).c_str() : "unknown");
+}
+
+// Prompts or training data? A loss_mask 0→1 step marks a response after its prompt (`data tokenize`, `eval
+// --generate`); a file where no sequence has one (no mask, masks of all ones or all zeros) holds nothing but
+// whole sequences, which is what a file of prompts is, though a mask of all ones is also text trained whole. What
+// eval does is token_data_prompt_length's answer, counted here, not a second copy of the rule.
+void data_print_layout(const TokenData& d) {
+  int64_t split = 0, whole = 0, empty = 0, first_empty = -1, prompt_tokens = 0;
+  for (int64_t s = 0; s < d.num_sequences(); ++s) {
+    const int64_t len = d.sequence_length(s), p = token_data_prompt_length(d, s);
+    if (len == 0) {
+      if (empty++ == 0) first_empty = s;
+      continue;
+    }
+    (p < len ? split : whole) += 1;
+    prompt_tokens += p;
+  }
+  if (empty > 0)
+    log_info("layout: %lld sequences are empty (the first is sequence %lld): eval refuses them", (long long)empty,
+             (long long)first_empty);
+  if (split + whole == 0) return;
+  const double mean_prompt = double(prompt_tokens) / double(split + whole);
+  const bool any_trained =
+      d.loss_mask.empty() || std::find(d.loss_mask.begin(), d.loss_mask.end(), uint8_t{1}) != d.loss_mask.end();
+  if (split == 0)
+    log_info("layout: looks like prompts: no sequence has a loss_mask 0->1 step (%s), so eval takes every sequence "
+             "whole as its prompt (%.1f tokens on average); as training data %s",
+             d.loss_mask.empty() ? "the file has no loss_mask" : "each mask is all ones or all zeros", mean_prompt,
+             d.loss_mask.empty() ? "every token is in the loss (text trained whole)"
+             : any_trained       ? "its tokens with loss_mask 1 are in the loss (text trained whole)"
+                                 : "it has no token in the loss");
+  else if (whole == 0)
+    log_info("layout: looks like training data: every sequence has a prompt (loss_mask 0) followed by a response "
+             "(loss_mask 1), so eval takes the tokens before the first response as the prompt (%.1f tokens on "
+             "average)", mean_prompt);
+  else
+    log_info("layout: mixed: %lld sequences have a prompt followed by a response (a loss_mask 0->1 step), eval's "
+             "prompt is the part before it; %lld have no such step, eval takes them whole (%.1f prompt tokens on "
+             "average)", (long long)split, (long long)whole, mean_prompt);
 }
 
 // `data info`: the summary, then how lengths, the loss mask and the vocabulary are used.
@@ -83,6 +125,7 @@ void data_print_details(const std::string& path, const TokenData& d) {
   if (!d.loss_mask.empty())
     log_info("loss mask: %lld sequences have no token in the loss, %lld have at least 2 (can hold an anchor)",
              (long long)masked_seqs, (long long)trainable);
+  data_print_layout(d);
   int32_t max_id = 0;
   for (int32_t t : d.tokens) max_id = std::max(max_id, t);
   std::vector<int64_t> count(size_t(max_id) + 1, 0);
@@ -111,15 +154,23 @@ void cmd_data_register(CLI::App& app) {
 
   auto conv = std::make_shared<ConvertArgs>();
   CLI::App* c = data->add_subcommand("convert", "JSONL ({\"input_ids\": [...], \"loss_mask\": [...]} per line) "
-                                                "to an HDF5 token file");
+                                                "to an HDF5 token file; loss_mask is optional (in no record: the "
+                                                "file gets none, e.g. a file of prompts for eval)");
   c->add_option("--in", conv->in, "input JSONL file")->required();
   c->add_option("--out", conv->out, "output HDF5 token file (written atomically)")->required();
   c->add_option("--vocab", conv->vocab, "vocabulary size; every id must lie in [0, vocab)")->required();
   c->add_flag("--force", conv->force, "replace an existing non-empty output (never an input)");
   c->callback([conv] {
     file_check_output(conv->out, {conv->in}, conv->force);
-    TokenData d = jsonl_convert_file(conv->in, conv->out, conv->vocab);
+    JsonlReport rep;
+    TokenData d = jsonl_convert_file(conv->in, conv->out, conv->vocab, &rep);
     data_print_summary(conv->out, d);
+    if (d.loss_mask.empty())
+      log_info("no record has a loss_mask, so none is written: training puts every token in the loss, eval takes "
+               "each sequence whole as its prompt");
+    else if (rep.unmasked > 0)
+      log_info("%lld of %lld records have no loss_mask: written as loss_mask 1 (in the loss; eval takes such a "
+               "sequence whole as its prompt)", (long long)rep.unmasked, (long long)d.num_sequences());
   });
 
   auto tk = std::make_shared<TokenizeArgs>();

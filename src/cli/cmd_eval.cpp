@@ -23,8 +23,10 @@ void cmd_eval_register(CLI::App& root) {
   dr->excludes(ck)->excludes(cf);
   ck->needs(cf);
   c->add_option("--prompts", o->prompts,
-                "token file, one prompt per sequence (with a loss_mask: the tokens "
-                "before the first loss_mask = 1, i.e. the prompt of a conversation)")
+                "token file, one prompt per sequence: the tokens before the first loss_mask 0->1 step (a "
+                "conversation of `data tokenize`: up to its first assistant turn), or the whole sequence when "
+                "its mask has no 0->1 step (no mask, all ones or all zeros: a file of prompts, e.g. from "
+                "`data convert`)")
       ->required();
   c->add_option("--max-new-tokens", o->max_new_tokens, "tokens generated per prompt")
       ->check(CLI::PositiveNumber)

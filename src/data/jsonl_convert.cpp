@@ -13,7 +13,8 @@ namespace df {
 
 namespace {
 
-void append_record(TokenData& data, const nlohmann::json& rec, const std::string& where, int64_t vocab) {
+// Returns whether the record carries a loss_mask (one without is appended as all ones).
+bool append_record(TokenData& data, const nlohmann::json& rec, const std::string& where, int64_t vocab) {
   DF_CHECK(rec.is_object(), "%s: expected a JSON object {\"input_ids\": [...]}", where.c_str());
   auto ids = rec.find("input_ids");
   DF_CHECK(ids != rec.end() && ids->is_array(), "%s: missing the array 'input_ids'", where.c_str());
@@ -28,7 +29,8 @@ void append_record(TokenData& data, const nlohmann::json& rec, const std::string
     data.tokens.push_back(static_cast<int32_t>(id));
   }
   auto mask = rec.find("loss_mask");
-  if (mask == rec.end() || mask->is_null()) {
+  const bool has_mask = mask != rec.end() && !mask->is_null();
+  if (!has_mask) {
     data.loss_mask.insert(data.loss_mask.end(), n, uint8_t{1});
   } else {
     DF_CHECK(mask->is_array(), "%s: 'loss_mask' must be an array of 0/1", where.c_str());
@@ -42,18 +44,20 @@ void append_record(TokenData& data, const nlohmann::json& rec, const std::string
     }
   }
   data.offsets.push_back(data.num_tokens());
+  return has_mask;
 }
 
 }  // namespace
 
-TokenData jsonl_parse_tokens(std::istream& in, const std::string& name, int64_t vocab_size, int64_t total_bytes) {
+TokenData jsonl_parse_tokens(std::istream& in, const std::string& name, int64_t vocab_size, int64_t total_bytes,
+                             JsonlReport* report) {
   DF_CHECK(vocab_size > 0 && vocab_size <= std::numeric_limits<int32_t>::max(),
            "--vocab %lld must be in [1, 2^31-1] (the tokenizer's vocabulary size)", static_cast<long long>(vocab_size));
   TokenData data;
   data.vocab_size = vocab_size;
   using clock = std::chrono::steady_clock;
   auto last_report = clock::now();
-  int64_t bytes = 0;
+  int64_t bytes = 0, unmasked = 0;
   std::string line;
   for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
     bytes += static_cast<int64_t>(line.size()) + 1;
@@ -66,7 +70,7 @@ TokenData jsonl_parse_tokens(std::istream& in, const std::string& name, int64_t 
     } catch (const nlohmann::json::parse_error& e) {
       DF_FAIL("%s: not valid JSON (%s)", where.c_str(), e.what());
     }
-    append_record(data, rec, where, vocab_size);
+    unmasked += !append_record(data, rec, where, vocab_size);
     if (total_bytes > 0 && (line_no & 1023) == 0 && clock::now() - last_report > std::chrono::seconds(5)) {
       last_report = clock::now();
       log_info("convert %s: %lld lines, %lld tokens, %.1f%% of the input", name.c_str(),
@@ -76,15 +80,20 @@ TokenData jsonl_parse_tokens(std::istream& in, const std::string& name, int64_t 
   }
   DF_CHECK(!in.bad(), "%s: read error", name.c_str());
   DF_CHECK(data.num_sequences() > 0, "%s: no records; the file is empty", name.c_str());
+  // No record has a mask: write none, so the file says so (`data info`). Training reads a missing mask as all
+  // ones, exactly what was written here before; eval takes each sequence whole as its prompt either way.
+  if (unmasked == data.num_sequences()) data.loss_mask.clear();
+  if (report) report->unmasked = unmasked;
   return data;
 }
 
-TokenData jsonl_convert_file(const std::string& in_path, const std::string& out_path, int64_t vocab_size) {
+TokenData jsonl_convert_file(const std::string& in_path, const std::string& out_path, int64_t vocab_size,
+                             JsonlReport* report) {
   std::ifstream in(in_path, std::ios::binary | std::ios::ate);
   DF_CHECK(in.is_open(), "%s: cannot open the JSONL input (missing or unreadable)", in_path.c_str());
   int64_t size = static_cast<int64_t>(in.tellg());
   in.seekg(0);
-  TokenData data = jsonl_parse_tokens(in, in_path, vocab_size, size);
+  TokenData data = jsonl_parse_tokens(in, in_path, vocab_size, size, report);
   token_file_write(out_path, data);
   return data;
 }

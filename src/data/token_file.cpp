@@ -136,6 +136,14 @@ void token_data_write_datasets(hid_t file, const TokenData& data, const std::str
   }
 }
 
+int64_t token_data_prompt_length(const TokenData& data, int64_t s) {
+  const int64_t b = data.offsets[size_t(s)], e = data.offsets[size_t(s) + 1];
+  if (!data.loss_mask.empty())
+    for (int64_t i = b + 1; i < e; ++i)
+      if (!data.loss_mask[size_t(i) - 1] && data.loss_mask[size_t(i)]) return i - b;
+  return e - b;
+}
+
 void token_data_validate(const TokenData& data, const std::string& where) {
   check_offsets(data.offsets, data.num_tokens(), where);
   DF_CHECK(data.loss_mask.empty() || data.loss_mask.size() == data.tokens.size(),

@@ -21,6 +21,13 @@ struct TokenData {
   int64_t sequence_length(int64_t s) const { return offsets[s + 1] - offsets[s]; }
 };
 
+// The prompt `eval` decodes from sequence s, as its length from the sequence's first token: the tokens before
+// the first 0→1 step of its loss_mask, where a response starts after its prompt (`data tokenize`'s first
+// assistant turn, `eval --generate`'s continuation); the whole sequence when its mask has no 0→1 step (no mask,
+// all ones, all zeros: a file of prompts, or plain text trained whole). The one home of this rule: eval and
+// `data info` both ask it.
+int64_t token_data_prompt_length(const TokenData& data, int64_t s);
+
 // Throws naming `where` (a file name) and the dataset when offsets/mask/token ids are inconsistent.
 void token_data_validate(const TokenData& data, const std::string& where);
 

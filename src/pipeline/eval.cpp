@@ -39,11 +39,7 @@ Loaded load_target_and_prompts(const EvalOptions& o) {
   const int64_t n =
       o.num_prompts > 0 ? std::min(o.num_prompts, L.data.num_sequences()) : L.data.num_sequences();
   for (int64_t s = 0; s < n; ++s) {
-    std::vector<int32_t> p = eval_prompt(L.data, s);
-    DF_CHECK(!p.empty(),
-             "%s: sequence %lld gives an empty prompt (its first token already has loss_mask 1); "
-             "HINT: a prompt needs at least one token",
-             o.prompts.c_str(), (long long)s);
+    std::vector<int32_t> p = eval_prompt(L.data, s, o.prompts);
     for (int32_t id : p)
       DF_CHECK(
           id >= 0 && id < L.target->cfg.vocab,
@@ -100,16 +96,14 @@ std::string histogram_line(const SpecSummary& s) {
 
 }  // namespace
 
-std::vector<int32_t> eval_prompt(const TokenData& data, int64_t s) {
-  const int64_t b = data.offsets[size_t(s)], e = data.offsets[size_t(s) + 1];
-  int64_t end = e;
-  if (!data.loss_mask.empty())
-    for (int64_t i = b; i < e; ++i)
-      if (data.loss_mask[size_t(i)]) {
-        end = i;
-        break;
-      }
-  return std::vector<int32_t>(data.tokens.begin() + b, data.tokens.begin() + end);
+std::vector<int32_t> eval_prompt(const TokenData& data, int64_t s, const std::string& where) {
+  // The rule gives every non-empty sequence a prompt of at least one token: only an empty sequence has none.
+  DF_CHECK(data.sequence_length(s) > 0,
+           "%s: sequence %lld is empty (offsets[%lld] = offsets[%lld] = %lld), so it holds no prompt; HINT: "
+           "rewrite the token file without empty sequences (`dflash_mpi data info` counts them)",
+           where.c_str(), (long long)s, (long long)s, (long long)s + 1, (long long)data.offsets[size_t(s)]);
+  const auto first = data.tokens.begin() + data.offsets[size_t(s)];
+  return std::vector<int32_t>(first, first + token_data_prompt_length(data, s));
 }
 
 SpecSummary eval_run(const EvalOptions& o) {

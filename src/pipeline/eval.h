@@ -16,7 +16,7 @@ struct EvalOptions {
   std::string drafter;     // Hugging Face drafter directory (as `export` writes it, or published)
   std::string checkpoint;  // or a training checkpoint step_N.h5 ...
   std::string config;      // ... with the run config that trained it
-  std::string prompts;  // token file: one prompt per sequence (before the first loss_mask = 1 token, if any)
+  std::string prompts;  // token file: one prompt per sequence (token_data_prompt_length says which tokens)
   std::string out;      // eval: per-prompt JSONL (optional); generate: the token file written
   std::string device = "cpu";
   int64_t max_new_tokens = 256;
@@ -27,9 +27,9 @@ struct EvalOptions {
   SampleOptions sample;  // generate: sampling; both: sample.stop_tokens end a continuation
 };
 
-// A prompt of sequence s of a token file: the tokens before its first loss_mask = 1 token when the file has a
-// loss mask that marks one (a chat conversation: the response is what gets drafted), else the whole sequence.
-std::vector<int32_t> eval_prompt(const TokenData& data, int64_t s);
+// The prompt of sequence s of the token file `where` (token_data_prompt_length: before the first loss_mask 0→1
+// step, else the whole sequence); an empty sequence is refused naming the file and s.
+std::vector<int32_t> eval_prompt(const TokenData& data, int64_t s, const std::string& where);
 
 // Loads everything, runs every prompt, prints the summary (`tau X.XXX over N prompts`, the acceptance-length
 // histogram, time split and tokens/s), writes the JSONL. Returns the summary.

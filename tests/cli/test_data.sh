@@ -43,6 +43,21 @@ printf '{"input_ids": [1, 2, 3]}\n{"input_ids": [4, 5], "loss_mask": [0, 1]}\n' 
 expect_ok "convert" "$BIN" data convert --in "$TMP/good.jsonl" --out "$TMP/good.h5" --vocab 10
 expect_out "2 sequences, 5 tokens"
 expect_out "80.0% of tokens in the loss"
+expect_out "1 of 2 records have no loss_mask: written as loss_mask 1"
+expect_ok "info on mixed" "$BIN" data info "$TMP/good.h5"
+expect_out "layout: mixed: 1 sequences have a prompt followed by a response"
+# convert of prompts (no record has a loss_mask): no mask is written, and the summary and info say what that means.
+printf '{"input_ids": [1, 2, 3]}\n{"input_ids": [4, 5]}\n' >"$TMP/prompts.jsonl"
+expect_ok "convert prompts" "$BIN" data convert --in "$TMP/prompts.jsonl" --out "$TMP/prompts.h5" --vocab 10
+expect_out "no loss_mask (training: every token in the loss)"
+expect_out "no record has a loss_mask, so none is written: training puts every token in the loss, eval takes each"
+h5dump -H "$TMP/prompts.h5" 2>/dev/null | grep -q loss_mask && fail "convert of prompts wrote a loss_mask"
+expect_ok "info on prompts" "$BIN" data info "$TMP/prompts.h5"
+expect_out "layout: looks like prompts: no sequence has a loss_mask 0->1 step (the file has no loss_mask), so eval"
+expect_out "(2.5 tokens on average)"
+# The synthetic corpus: a prompt (loss_mask 0) then the trained part in every sequence.
+expect_ok "info on synth" "$BIN" data info "$TMP/s.h5"
+expect_out "layout: looks like training data: every sequence has a prompt (loss_mask 0) followed by a response"
 
 # convert: each bad input names its line; no output file appears.
 printf '{"input_ids": [1]}\n{"input_ids": [1]}\n{"input_ids": [4, 10]}\n' >"$TMP/range.jsonl"
@@ -84,6 +99,7 @@ JSON
   expect_out "3 sequences"
   expect_ok "info on tokenized" "$BIN" data info "$TMP/chats.h5"
   expect_out "vocab_size 906"
+  expect_out "layout: mixed: 2 sequences have a prompt followed by a response (a loss_mask 0->1 step)"
   printf '%s\n' '{"text": "ok"}' '{"messages": [{"role": "user"}]}' > "$TMP/badchat.jsonl"
   expect_err "tokenize bad line" "badchat.jsonl line 2: messages[0]: needs 'content'" \
     "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/badchat.jsonl" --out "$TMP/badchat.h5"

@@ -35,6 +35,42 @@ PY
 else
   fail "eval --drafter"; cat "$TMP/eval.log"
 fi
+# What eval takes as the prompt (issue 28; the rule is token_data_prompt_length): a prompts JSONL converted without
+# a loss_mask is decoded whole; a record whose mask steps 0->1 is cut there (a conversation's first assistant
+# turn); an all-ones mask has no such step and is taken whole. `data info` says which the file looks like.
+printf '%s\n' '{"input_ids": [5, 17, 200, 3, 9]}' '{"input_ids": [44, 2, 71, 8, 8, 120, 6, 31, 255]}' \
+  '{"input_ids": [7, 99, 1]}' >"$TMP/p.jsonl"
+printf '%s\n' '{"input_ids": [5, 17, 200, 3, 9, 1, 2, 3, 4], "loss_mask": [0, 0, 0, 0, 1, 1, 1, 1, 1]}' \
+  '{"input_ids": [44, 2, 71, 8, 8, 120], "loss_mask": [0, 0, 1, 1, 1, 1]}' \
+  '{"input_ids": [7, 99, 1, 3, 3], "loss_mask": [1, 1, 1, 1, 1]}' >"$TMP/c.jsonl"
+# prompt_lengths LOG EVAL_JSONL WANT...: eval printed a tau over the prompts and their lengths are WANT.
+prompt_lengths() {
+  local log=$1 out=$2; shift 2
+  expect_out "$log" "^tau [0-9]+\.[0-9]{3} over $# prompts$"
+  python3 - "$out" "$@" <<'PY' || fail "$out: prompt lengths"
+import json, sys
+got = [json.loads(l)["prompt_tokens"] for l in open(sys.argv[1])]
+assert got == [int(x) for x in sys.argv[2:]], (got, sys.argv[2:])
+PY
+}
+fails_before=$fails
+for f in p c; do
+  "$BIN" data convert --in "$TMP/$f.jsonl" --out "$TMP/$f.h5" --vocab 256 >"$TMP/convert_$f.log" 2>&1 &&
+    "$BIN" data info "$TMP/$f.h5" >"$TMP/info_$f.log" 2>&1 &&
+    "$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/$f.h5" --max-new-tokens 8 \
+      --out "$TMP/eval_$f.jsonl" >"$TMP/eval_$f.log" 2>&1 ||
+    fail "convert -> info -> eval of $f.jsonl: $(cat "$TMP/convert_$f.log" "$TMP/info_$f.log" "$TMP/eval_$f.log")"
+done
+expect_out "$TMP/convert_p.log" "no record has a loss_mask, so none is written: .* eval takes each sequence whole"
+expect_out "$TMP/info_p.log" "layout: looks like prompts: no sequence has a loss_mask 0->1 step \(the file has no"
+prompt_lengths "$TMP/eval_p.log" "$TMP/eval_p.jsonl" 5 9 3
+expect_out "$TMP/info_c.log" "layout: mixed: 2 sequences have a prompt followed by a response .* 1 have no such step"
+prompt_lengths "$TMP/eval_c.log" "$TMP/eval_c.jsonl" 4 2 5
+"$BIN" data info "$TMP/tokens.h5" >"$TMP/info_t.log" 2>&1 || fail "data info tokens.h5"
+expect_out "$TMP/info_t.log" "layout: looks like training data: every sequence has a prompt"
+[ "$fails" -eq "$fails_before" ] &&
+  echo "ok: prompts file decoded whole ($(grep '^tau' "$TMP/eval_p.log")), conversations cut at the response"
+
 if "$BIN" eval --target "$TMP/target" --checkpoint "$TMP/run/checkpoints/step_00000012.h5" --config "$TMP/run.toml" \
   --prompts "$TMP/tokens.h5" --num-prompts 2 --max-new-tokens 16 --block-size 4 >"$TMP/ck.log" 2>&1; then
   expect_out "$TMP/ck.log" "^tau [0-9.]+ over 2 prompts$"

@@ -107,6 +107,39 @@ TEST(TokenFile, RewriteReplacesAtomically) {
   EXPECT_EQ(std::distance(it, std::filesystem::directory_iterator()), 1);
 }
 
+// The prompt rule: cut before the first loss_mask 0→1 step, else the whole sequence (no mask, all ones, all
+// zeros); a leading run of ones is not a response (nothing precedes it) and later steps do not move the cut.
+TEST(TokenFile, PromptLengthCutsAtTheFirstZeroToOneStep) {
+  struct Case {
+    std::vector<uint8_t> mask;
+    int64_t want;
+  } cases[] = {
+      {{0, 0, 1, 1}, 2}, {{0, 1, 0, 1}, 1},    {{1, 1, 0, 0, 1, 1}, 4}, {{0, 0, 0, 1}, 3}, {{1, 1, 1}, 3},
+      {{0, 0, 0}, 3},    {{1, 0, 0}, 3},       {{1}, 1},                {{0}, 1},          {{0, 1}, 1},
+  };
+  for (const Case& c : cases) {
+    TokenData d;
+    d.tokens.assign(c.mask.size(), 5);
+    d.loss_mask = c.mask;
+    d.offsets.push_back(d.num_tokens());
+    std::string m;
+    for (uint8_t x : c.mask) m += char('0' + x);
+    EXPECT_EQ(token_data_prompt_length(d, 0), c.want) << "mask " << m;
+    d.loss_mask.clear();  // no mask: the whole sequence
+    EXPECT_EQ(token_data_prompt_length(d, 0), int64_t(c.mask.size())) << "mask " << m << " dropped";
+  }
+  // Sequences of a multi-sequence file are cut on their own (a step across a boundary is no step), and an
+  // empty one has an empty prompt.
+  TokenData d;
+  d.tokens = {1, 2, 3, 4, 5, 6};
+  d.loss_mask = {0, 0, 1, 1, 1, 0};
+  d.offsets = {0, 2, 2, 4, 6};
+  EXPECT_EQ(token_data_prompt_length(d, 0), 2);
+  EXPECT_EQ(token_data_prompt_length(d, 1), 0);
+  EXPECT_EQ(token_data_prompt_length(d, 2), 2);
+  EXPECT_EQ(token_data_prompt_length(d, 3), 2);
+}
+
 TEST(TokenCorpus, SeveralFilesShareOneSequenceIndex) {
   ScratchDir dir;
   TokenData a = make_data(3, true), b = make_data(7, false), c = make_data(1, true);
