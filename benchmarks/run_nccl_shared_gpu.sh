@@ -10,7 +10,7 @@
 #           (configs/qwen3-8b.toml) on a Qwen3-8B-shaped random target cut to LAYERS layers (default 18: 7 full
 #           8B targets do not fit one GPU beside the drafter; the taps follow the DFlash default for that depth),
 #           100 steps: per-rank rates, q_hs, and how long the drafter waited for batches.
-#   benchmarks/run_nccl_shared_gpu.sh BUILD_DIR stream|7-1|all [STEPS] [LAYERS]
+#   [LOG_DIR=DIR] benchmarks/run_nccl_shared_gpu.sh BUILD_DIR stream|7-1|all [STEPS] [LAYERS]
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build=${1:?BUILD_DIR}
@@ -23,7 +23,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export NCCL_NVLS_ENABLE=0
 [[ -x "$bin" ]] || { echo "run_nccl_shared_gpu: $bin not built" >&2; exit 2; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# LOG_DIR: where the runs' own logs are copied at the end (e.g. a device call's $OUT).
+trap 'exit 143' TERM
+trap '[ -n "${LOG_DIR:-}" ] && cp "$tmp"/*.log "$LOG_DIR"/ 2>/dev/null; rm -rf "$tmp"' EXIT
 "$bin" data synth --out "$tmp/tok.h5" --vocab 151936 --sequences 400 --min-len 4096 --max-len 4096 --seed 5 \
   >/dev/null || { echo "run_nccl_shared_gpu: data synth failed" >&2; exit 1; }
 mkdir -p "$tmp/target"

@@ -4,8 +4,10 @@
 #   mpirun -np 2 launch/nccl_hostid.sh dflash_mpi --config F     (F with pipeline.transport = "nccl")
 #   srun -n 2 launch/nccl_hostid.sh dflash_mpi --config F
 # The rank comes from OMPI_COMM_WORLD_RANK (mpirun; first, since under mpirun inside sbatch SLURM_PROCID is 0 on
-# every rank), else SLURM_PROCID (srun), else PMIX_RANK. NCCL_SOCKET_IFNAME defaults to lo and NVLink multicast
-# is turned off; a value already set wins. For tests only: real runs leave NCCL_HOSTID unset.
+# every rank), else SLURM_PROCID (srun), else PMIX_RANK. NCCL_SOCKET_IFNAME defaults to lo, NVLink multicast is
+# turned off, and NCCL's buffers grow to 32 MiB with 2 MiB network chunks (on the H200 that took a 64 MiB send
+# between two ranks of one GPU from 57 to 33 ms: benchmarks/RESULTS.md); a value already set wins. For tests
+# only: real runs leave NCCL_HOSTID unset.
 set -euo pipefail
 rank=${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-${PMIX_RANK:-}}}
 if [ -z "$rank" ]; then
@@ -17,4 +19,5 @@ fi
 export NCCL_HOSTID="dflash-test-$(hostname)-rank$rank"
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export NCCL_BUFFSIZE=${NCCL_BUFFSIZE:-33554432} NCCL_P2P_NET_CHUNKSIZE=${NCCL_P2P_NET_CHUNKSIZE:-2097152}
 exec "$@"

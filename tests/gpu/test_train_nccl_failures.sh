@@ -2,19 +2,32 @@
 # Failures over NCCL end the whole job within the bound, naming the rank, and leave no rank behind in an NCCL
 # call: CUDA 2 targets + 1 drafter with pipeline.transport "nccl" (one GPU per rank, or the shared-GPU test mode
 # of tests/gpu/nccl_common.sh) and run.watchdog_s = 5, so a target's NCCL send gives up at 7.5 s and its
-# watchdog at 10 s. Cases: a target killed (SIGKILL); a target stopped (SIGSTOP: the drafter waiting for its
-# batch names it); the drafter stopped while the targets hold credits, so their next payloads sit posted in
-# ncclSend with no receive (the send's bounded wait, or the watchdog, names the drafter, and the communicator is
-# aborted); the drafter killed while the targets are in that state. After each, no process of the run remains.
+# watchdog at 10 s. The target is the tiny one widened to hidden 2048 and the batches hold 4096 tokens, so each
+# payload (2 taps x 2048 x 2 B x 4096 = 32 MiB) is more than NCCL's buffers (1 MiB here) and the loopback
+# socket's can take without a posted receive: a send to a drafter that stopped receiving stays inside ncclSend.
+# Cases: a target killed (SIGKILL); a target stopped (SIGSTOP: the drafter waiting for its batch names it); the
+# drafter stopped (the targets' sends sit posted in ncclSend; the send's own bound names the drafter and aborts
+# the communicator); the drafter killed while the targets are in that state. After each, no process remains.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
 source "$SRC/tests/gpu/nccl_common.sh"
+export NCCL_BUFFSIZE=1048576 NCCL_P2P_NET_CHUNKSIZE=131072  # small NCCL buffers: a 32 MiB send cannot hide in them
+python3 - "$SRC/configs/tiny-target.json" "$TMP/wide-target.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["hidden_size"] = 2048
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$BIN" data synth --out "$TMP/long.h5" --vocab 255 --sequences 8000 --min-len 24 --max-len 96 --seed 4 >/dev/null ||
+  { echo "FAIL: data synth"; exit 1; }
 
 # start_long NAME: a 2-1 CUDA run over NCCL with far more steps than the test waits for, in the background.
 start_long() {
   cuda_config "$TMP/$1.toml" "$TMP/$1" 2 1 100000 "${NCCL_TOML[@]}"
-  sed -i "s/^max_steps = 100000$/max_steps = 100000\nwatchdog_s = 5/" "$TMP/$1.toml"
+  sed -i -e "s/^max_steps = 100000$/max_steps = 100000\nwatchdog_s = 5/" -e 's/^token_budget = 256$/token_budget = 4096/' \
+    -e "s|^random_config = .*|random_config = \"$TMP/wide-target.json\"|" -e "s|^train = .*|train = [\"$TMP/long.h5\"]|" \
+    "$TMP/$1.toml"
   # shellcheck disable=SC2046
   "$MPIEXEC" --oversubscribe -np 3 $(nccl_prefix 3) "$BIN" --config "$TMP/$1.toml" >"$TMP/$1.log" 2>&1 &
   RUN_PID=$!
@@ -71,16 +84,15 @@ if start_long dstop; then
   kill -STOP "$victim"
   wait_exit 60
   kill -9 "$victim" 2>/dev/null
-  check dstop "FATAL: .*drafter 0 \((world )?rank 2\)" "stopped drafter0"
-  grep -q "NCCL feature payload send of batch [0-9]* on the world communicator .*the communicator was aborted" \
-    "$TMP/dstop.log" && echo "   (the NCCL send's own bound fired first and aborted the communicator)"
+  check dstop "FATAL: .*NCCL feature payload send of batch [0-9]+ on the world communicator .*send to drafter 0 \(world rank 2\).*not finished after.*the communicator was aborted" \
+    "stopped drafter0, the target's ncclSend gave up"
 fi
 
 # 4. The drafter dies while the targets sit in ncclSend (stopped first, so their sends are posted and unmatched).
 if start_long dkill; then
   victim=$(pid_of dkill drafter0)
   kill -STOP "$victim"
-  sleep 1.5
+  sleep 2  # the targets' next sends are posted by now, and their bound (7.5 s) is far off
   kill -9 "$victim"
   wait_exit 60
   check dkill "process rank 2 with PID [0-9]+ .*exited on signal 9" "drafter0 killed with sends pending"
