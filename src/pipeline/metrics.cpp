@@ -12,7 +12,8 @@ namespace df {
 
 std::vector<double> StepStats::pack() const {
   std::vector<double> v{loss_sum,      weight_sum,     tau_sum, tau_blocks, tokens, batches,
-                        target_busy_s, drafter_busy_s, q_pre,   q_hs,       stop,   anchors_dropped};
+                        target_busy_s, drafter_busy_s, q_pre,   q_hs,       stop,   anchors_dropped,
+                        rebalance};
   v.insert(v.end(), correct.begin(), correct.end());
   v.insert(v.end(), count.begin(), count.end());
   return v;
@@ -21,7 +22,7 @@ std::vector<double> StepStats::pack() const {
 void StepStats::unpack(const std::vector<double>& v, int block) {
   size_t i = 0;
   for (double* d : {&loss_sum, &weight_sum, &tau_sum, &tau_blocks, &tokens, &batches, &target_busy_s,
-                    &drafter_busy_s, &q_pre, &q_hs, &stop, &anchors_dropped})
+                    &drafter_busy_s, &q_pre, &q_hs, &stop, &anchors_dropped, &rebalance})
     *d = v[i++];
   correct.assign(v.begin() + i, v.begin() + i + block - 1);
   count.assign(v.begin() + i + block - 1, v.begin() + i + 2 * (block - 1));
