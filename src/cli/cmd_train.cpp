@@ -46,7 +46,9 @@ void train_run(const TrainArgs& args) {
 }
 
 void train_add_options(CLI::App& app, TrainArgs& args) {
-  app.add_option("--config", args.config, "TOML run config (see configs/tiny.toml)");
+  app.add_option("--config", args.config,
+                 "TOML run config (see configs/tiny.toml; [pipeline] rebalance = \"off\" turns role rebalancing "
+                 "off; pipeline.test_target_delay_s is a test knob that slows every target, not for real runs)");
   app.add_option("--rankfile", args.rankfile, "rankfile with '# role=target|drafter gpu=N' annotations "
                                               "(also DFLASH_RANKFILE)");
   CLI::Option* stop = app.add_option(

@@ -9,12 +9,11 @@
 // the normal path makes the re-formed run train exactly what a run stopped and resumed by hand would.
 #include "pipeline/rebalance.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -24,7 +23,9 @@ namespace df {
 
 namespace {
 
-std::string split_name(int t, int d) { return strfmt("%d-%d", t, d); }
+std::string split_name(int t, int d) {
+  return strfmt("%d-%d", t, d);
+}
 
 const char* kind_name(RebalanceEvent::Kind k) {
   switch (k) {
@@ -39,8 +40,8 @@ const char* kind_name(RebalanceEvent::Kind k) {
 
 }  // namespace
 
-std::vector<RebalanceEvent> rebalance_choose(double target_rate, double drafter_rate, const RebalanceLimits& lim,
-                                             double margin, int64_t step) {
+std::vector<RebalanceEvent> rebalance_choose(double target_rate, double drafter_rate,
+                                             const RebalanceLimits& lim, double margin, int64_t step) {
   std::vector<RebalanceEvent> out;
   if (!(std::isfinite(target_rate) && target_rate > 0 && std::isfinite(drafter_rate) && drafter_rate > 0))
     return out;
@@ -69,13 +70,16 @@ std::vector<RebalanceEvent> rebalance_choose(double target_rate, double drafter_
     e.predicted_new = r.throughput;
     if (global % r.drafters != 0) {
       e.kind = RebalanceEvent::Kind::refused;
-      e.reason = strfmt("the global batch of %lld micro-batches (%d drafters x grad_accum %d) does not split over "
-                        "%d drafters",
-                        (long long)global, lim.drafters, lim.grad_accum, r.drafters);
+      e.reason = strfmt(
+          "the global batch of %lld micro-batches (%d drafters x grad_accum %d) does not split over "
+          "%d drafters",
+          (long long)global, lim.drafters, lim.grad_accum, r.drafters);
     } else if (r.targets < lim.range.min_targets || r.targets > lim.range.max_targets) {
       e.kind = RebalanceEvent::Kind::refused;
-      e.reason = strfmt("pinned ranks (rankfile `pinned`, pipeline.rebalance_pinned; drafter 0 never moves) keep "
-                        "%d..%d targets", lim.range.min_targets, lim.range.max_targets);
+      e.reason = strfmt(
+          "pinned ranks (rankfile `pinned`, pipeline.rebalance_pinned; drafter 0 never moves) keep "
+          "%d..%d targets",
+          lim.range.min_targets, lim.range.max_targets);
     } else {
       e.kind = RebalanceEvent::Kind::advise;
       e.new_grad_accum = int(global / r.drafters);
@@ -137,8 +141,10 @@ std::string rebalance_event_json(const RebalanceEvent& e) {
                       {"predicted_new", e.predicted_new},
                       {"predicted_gain", e.predicted_now > 0 ? e.predicted_new / e.predicted_now - 1 : 0.0},
                       {"window_steps", e.window_steps}};
-  if (e.kind == RebalanceEvent::Kind::refused) j["reason"] = e.reason;
-  else j["grad_accum_to"] = e.new_grad_accum;
+  if (e.kind == RebalanceEvent::Kind::refused)
+    j["reason"] = e.reason;
+  else
+    j["grad_accum_to"] = e.new_grad_accum;
   if (e.kind == RebalanceEvent::Kind::move) j["moved_ranks"] = e.moved;
   return j.dump();
 }
@@ -157,14 +163,16 @@ std::string rebalance_event_text(const RebalanceEvent& e) {
     case RebalanceEvent::Kind::move: {
       std::string ranks;
       for (int r : e.moved) ranks += strfmt("%s%d", ranks.empty() ? "" : ",", r);
-      return strfmt("rebalance: moving %s -> %s after step %lld (ranks %s change role, grad_accum %d -> %d): %s",
-                    split_name(e.targets, e.drafters).c_str(), split_name(e.new_targets, e.new_drafters).c_str(),
-                    (long long)e.moved_at, ranks.c_str(), e.grad_accum, e.new_grad_accum, rates.c_str());
+      return strfmt(
+          "rebalance: moving %s -> %s after step %lld (ranks %s change role, grad_accum %d -> %d): %s",
+          split_name(e.targets, e.drafters).c_str(), split_name(e.new_targets, e.new_drafters).c_str(),
+          (long long)e.moved_at, ranks.c_str(), e.grad_accum, e.new_grad_accum, rates.c_str());
     }
     default:
-      return strfmt("rebalance advice: %s would be faster (grad_accum %d keeps the global batch): %s; "
-                    "pipeline.rebalance = \"auto\" moves by itself",
-                    split_name(e.new_targets, e.new_drafters).c_str(), e.new_grad_accum, rates.c_str());
+      return strfmt(
+          "rebalance advice: %s would be faster (grad_accum %d keeps the global batch): %s; "
+          "pipeline.rebalance = \"auto\" moves by itself",
+          split_name(e.new_targets, e.new_drafters).c_str(), e.new_grad_accum, rates.c_str());
   }
 }
 
@@ -197,11 +205,12 @@ int64_t rebalance_reform(const LoopEnd& end, DistContext& ctx, Config& cfg) {
 }
 
 void rebalance_check_resumed(int64_t planned_start, int64_t expected, const DistContext& ctx) {
-  DF_CHECK(planned_start == expected,
-           "rank %d: after the role move the run would resume step %lld, but the move checkpointed step %lld; "
-           "HINT: something else wrote into run.dir's checkpoints during the move; resume by hand from "
-           "step_%08lld.h5",
-           ctx.rank, (long long)planned_start, (long long)expected, (long long)expected);
+  DF_CHECK(
+      planned_start == expected,
+      "rank %d: after the role move the run would resume step %lld, but the move checkpointed step %lld; "
+      "HINT: something else wrote into run.dir's checkpoints during the move; resume by hand from "
+      "step_%08lld.h5",
+      ctx.rank, (long long)planned_start, (long long)expected, (long long)expected);
 }
 
 }  // namespace df

@@ -11,13 +11,15 @@ namespace df {
 
 namespace {
 
-bool movable(const std::vector<RoleSlot>& ranks, int r, int keep) { return !ranks[size_t(r)].pinned && r != keep; }
+bool movable(const std::vector<RoleSlot>& ranks, int r, int keep) {
+  return !ranks[size_t(r)].pinned && r != keep;
+}
 
 // (host-share deviation, targets beside a drafter on a known NUMA node): lower is closer to rankfile_place.
 std::pair<double, int> placement_cost(const std::vector<RoleSlot>& ranks) {
   const int n = int(ranks.size());
   int drafters = 0;
-  std::map<std::string, std::pair<int, int>> per_host;  // ranks, drafters
+  std::map<std::string, std::pair<int, int>> per_host;                  // ranks, drafters
   std::map<std::pair<std::string, int>, std::pair<int, int>> per_numa;  // targets, drafters
   for (const RoleSlot& s : ranks) {
     const bool d = s.role == RankRole::drafter;
@@ -56,9 +58,10 @@ std::vector<int> role_move_pick(const std::vector<RoleSlot>& ranks, int keep, in
       if (!movable(ranks, r, keep))
         fixed += strfmt("%s%d (%s%s)", fixed.empty() ? "" : ", ", r, rank_role_name(ranks[size_t(r)].role),
                         r == keep ? ", drafter 0: holds the run dir" : ", pinned");
-    DF_FAIL("a move to %d targets of %zu ranks is impossible: the split must keep %d..%d targets because these "
-            "ranks keep their role: %s; HINT: drop `pinned` from the rankfile or pipeline.rebalance_pinned",
-            new_targets, ranks.size(), range.min_targets, range.max_targets, fixed.c_str());
+    DF_FAIL(
+        "a move to %d targets of %zu ranks is impossible: the split must keep %d..%d targets because these "
+        "ranks keep their role: %s; HINT: drop `pinned` from the rankfile or pipeline.rebalance_pinned",
+        new_targets, ranks.size(), range.min_targets, range.max_targets, fixed.c_str());
   }
   std::vector<RoleSlot> now = ranks;
   int targets = 0;
@@ -76,8 +79,9 @@ std::vector<int> role_move_pick(const std::vector<RoleSlot>& ranks, int keep, in
       now[size_t(r)].role = from;
       // A new drafter goes to the last GPU (rankfile_place's tie), a drafter given back leaves the first.
       const int g = now[size_t(r)].gpu;
-      const std::tuple<double, int, int, int> key =
-          from == RankRole::target ? std::make_tuple(deviation, mixed, -g, -r) : std::make_tuple(deviation, mixed, g, r);
+      const std::tuple<double, int, int, int> key = from == RankRole::target
+                                                        ? std::make_tuple(deviation, mixed, -g, -r)
+                                                        : std::make_tuple(deviation, mixed, g, r);
       if (best < 0 || key < best_key) {
         best = r;
         best_key = key;

@@ -19,7 +19,8 @@ struct RoleSlot {
 };
 
 // How many targets a move may reach: every rank that may change role (not pinned, and not `keep`, the
-// checkpoint owner, drafter 0, which holds the run dir's lock and the metrics) can. At least one of each role.
+// checkpoint owner, drafter 0, which holds the run dir's lock and the metrics) can. At least one of each
+// role.
 struct RoleRange {
   int min_targets = 1, max_targets = 1;
 };

@@ -1,7 +1,9 @@
 // Role rebalancing without MPI: the split chosen from rates (global batch kept, pins respected), the
-// controller's hysteresis (warm-up, window, dwell, margin: alternating rates give at most one move), which ranks
-// a move picks (the rankfile writer's rules), the role map after a move, the records, and the config keys.
+// controller's hysteresis (warm-up, window, dwell, margin: alternating rates give at most one move), which
+// ranks a move picks (the rankfile writer's rules), the role map after a move, the records, and the config
+// keys.
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
@@ -36,10 +38,12 @@ PipelineSection fast_settings(const std::string& mode = "auto") {
   return p;
 }
 
-// Runs the controller over `steps` steps as a job would: per-batch busy times from rates(step), D x ga batches
-// a step, and a move taking effect one step after it is decided, as the new segment's start. Returns the moves.
+// Runs the controller over `steps` steps as a job would: per-batch busy times from rates(step), D x ga
+// batches a step, and a move taking effect one step after it is decided, as the new segment's start. Returns
+// the moves.
 template <class Rates>
-std::vector<RebalanceEvent> simulate(int t, int d, int ga, int64_t steps, const PipelineSection& cfg, Rates rates) {
+std::vector<RebalanceEvent> simulate(int t, int d, int ga, int64_t steps, const PipelineSection& cfg,
+                                     Rates rates) {
   std::vector<RebalanceEvent> moves;
   auto ctl = std::make_unique<Rebalancer>(cfg, limits(t, d, ga), 0);
   int64_t move_at = -1;
@@ -76,8 +80,8 @@ TEST(Rebalance, SlowTargetsChooseMoreTargetsAndKeepTheGlobalBatch) {
 }
 
 TEST(Rebalance, ASplitThatCannotKeepTheGlobalBatchIsRefusedAndSaysSo) {
-  // Drafters slow: 1-3 is best (3 vs 2), but 2 micro-batches a step do not split over 3 drafters, and the next
-  // best is the current split: only the refusal.
+  // Drafters slow: 1-3 is best (3 vs 2), but 2 micro-batches a step do not split over 3 drafters, and the
+  // next best is the current split: only the refusal.
   std::vector<RebalanceEvent> ev = rebalance_choose(4.0, 1.0, limits(2, 2, 1), 0.10, 100);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].kind, RebalanceEvent::Kind::refused);
@@ -89,8 +93,8 @@ TEST(Rebalance, ASplitThatCannotKeepTheGlobalBatchIsRefusedAndSaysSo) {
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].kind, RebalanceEvent::Kind::advise);
   EXPECT_EQ(ev[0].new_grad_accum, 2);
-  // 8 ranks, 2-6 with ga 1 (6 micro-batches) and targets 1 b/s, drafters 6: 7-1 (6) is best; 6-2 and 5-3 (both
-  // 5.x) come next. 7-1 keeps the batch (ga 6).
+  // 8 ranks, 2-6 with ga 1 (6 micro-batches) and targets 1 b/s, drafters 6: 7-1 (6) is best; 6-2 and 5-3
+  // (both 5.x) come next. 7-1 keeps the batch (ga 6).
   ev = rebalance_choose(1.0, 6.0, limits(2, 6, 1), 0.10, 100);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].new_targets, 7);
@@ -115,7 +119,9 @@ TEST(Rebalance, AGainWithinTheMarginIsNoMove) {
 
 TEST(Rebalance, MovesOnlyAfterWarmupWindowAndDwell) {
   const PipelineSection cfg = fast_settings();
-  std::vector<RebalanceEvent> moves = simulate(2, 2, 1, 200, cfg, [](int64_t) { return std::pair{1.0, 0.25}; });
+  std::vector<RebalanceEvent> moves = simulate(2, 2, 1, 200, cfg, [](int64_t) {
+    return std::pair{1.0, 0.25};
+  });
   ASSERT_EQ(moves.size(), 1u);
   EXPECT_EQ(moves[0].step, cfg.rebalance_dwell_steps);  // the first step the dwell allows
   EXPECT_EQ(moves[0].new_targets, 3);
@@ -135,8 +141,8 @@ TEST(Rebalance, MovesOnlyAfterWarmupWindowAndDwell) {
 
 TEST(Rebalance, AlternatingRatesMakeAtMostOneMove) {
   const PipelineSection cfg = fast_settings();
-  // Each step alone favours the opposite extreme (targets 4x slower than drafters, then 4x faster): the window
-  // sees the mean, which is balanced, so a 3-1 start moves once, to 2-2, and stays there.
+  // Each step alone favours the opposite extreme (targets 4x slower than drafters, then 4x faster): the
+  // window sees the mean, which is balanced, so a 3-1 start moves once, to 2-2, and stays there.
   auto every_step = [](int64_t s) { return s % 2 ? std::pair{1.0, 0.25} : std::pair{0.25, 1.0}; };
   std::vector<RebalanceEvent> moves = simulate(3, 1, 2, 2000, cfg, every_step);
   ASSERT_LE(moves.size(), 1u);
@@ -155,7 +161,8 @@ TEST(Rebalance, AlternatingRatesMakeAtMostOneMove) {
 TEST(RoleMove, ADrafterBecomesATargetButNeverDrafterZeroOrAPinnedRank) {
   // [topology] 2-2 on one host: targets 0 1, drafters 2 (drafter 0) 3.
   std::vector<RoleSlot> r(4);
-  for (int i = 0; i < 4; ++i) r[size_t(i)] = RoleSlot{i < 2 ? RankRole::target : RankRole::drafter, "h", -1, -1, false};
+  for (int i = 0; i < 4; ++i)
+    r[size_t(i)] = RoleSlot{i < 2 ? RankRole::target : RankRole::drafter, "h", -1, -1, false};
   EXPECT_EQ(role_move_pick(r, 2, 3), (std::vector<int>{3}));
   r[3].pinned = true;
   EXPECT_EQ(role_move_range(r, 2).max_targets, 2);
@@ -171,7 +178,8 @@ TEST(RoleMove, ANewDrafterJoinsTheDraftersNumaNodeOnTheLastGpu) {
   // 8 GPUs, NUMA 0 = GPUs 0-3, NUMA 1 = 4-7; 7-1 with the drafter on GPU 7 (rankfile_place's 7-1). To 6-2 the
   // new drafter is GPU 6 (same node, last free GPU); to 5-3 GPUs 6 and 5.
   std::vector<RoleSlot> r(8);
-  for (int i = 0; i < 8; ++i) r[size_t(i)] = RoleSlot{i == 7 ? RankRole::drafter : RankRole::target, "h", i / 4, i, false};
+  for (int i = 0; i < 8; ++i)
+    r[size_t(i)] = RoleSlot{i == 7 ? RankRole::drafter : RankRole::target, "h", i / 4, i, false};
   EXPECT_EQ(role_move_pick(r, 7, 6), (std::vector<int>{6}));
   EXPECT_EQ(role_move_pick(r, 7, 5), (std::vector<int>{6, 5}));
   // Back from 4-4 (drafters 4-7, drafter 0 = GPU 7) to 7-1: drafters leave from the first GPU.
@@ -183,7 +191,8 @@ TEST(RoleMove, TwoHostsKeepDraftersInProportion) {
   // Two hosts of 4, 6-2 with one drafter on each host's last GPU: to 4-4 each host gets one more.
   std::vector<RoleSlot> r(8);
   for (int i = 0; i < 8; ++i)
-    r[size_t(i)] = RoleSlot{i % 4 == 3 ? RankRole::drafter : RankRole::target, i < 4 ? "a" : "b", -1, i % 4, false};
+    r[size_t(i)] =
+        RoleSlot{i % 4 == 3 ? RankRole::drafter : RankRole::target, i < 4 ? "a" : "b", -1, i % 4, false};
   std::vector<int> moved = role_move_pick(r, 3, 4);
   std::sort(moved.begin(), moved.end());
   EXPECT_EQ(moved, (std::vector<int>{2, 6}));
@@ -240,7 +249,8 @@ TEST(Rebalance, TheMoveRecordCarriesStepSplitsAndRates) {
 }
 
 TEST(Rebalance, ConfigKeysAreCheckedByName) {
-  const std::string base = "[target]\nrandom_config = \"x.json\"\ndevice = \"cpu\"\n[drafter]\nmask_token_id = 1\n";
+  const std::string base =
+      "[target]\nrandom_config = \"x.json\"\ndevice = \"cpu\"\n[drafter]\nmask_token_id = 1\n";
   auto error_of = [&](const std::string& pipeline) -> std::string {
     try {
       config_parse(base + "[pipeline]\n" + pipeline, "t.toml");
@@ -254,9 +264,12 @@ TEST(Rebalance, ConfigKeysAreCheckedByName) {
   EXPECT_DOUBLE_EQ(c.pipeline.rebalance_margin, 0.10);
   EXPECT_NE(error_of("rebalance = \"yes\"\n").find("pipeline.rebalance'"), std::string::npos);
   EXPECT_NE(error_of("rebalance_margin = 0\n").find("pipeline.rebalance_margin"), std::string::npos);
-  EXPECT_NE(error_of("rebalance_window_steps = 0\n").find("pipeline.rebalance_window_steps"), std::string::npos);
-  EXPECT_NE(error_of("rebalance_warmup_steps = -1\n").find("pipeline.rebalance_warmup_steps"), std::string::npos);
-  EXPECT_NE(error_of("rebalance_dwell_steps = 10\n").find("pipeline.rebalance_dwell_steps"), std::string::npos);
+  EXPECT_NE(error_of("rebalance_window_steps = 0\n").find("pipeline.rebalance_window_steps"),
+            std::string::npos);
+  EXPECT_NE(error_of("rebalance_warmup_steps = -1\n").find("pipeline.rebalance_warmup_steps"),
+            std::string::npos);
+  EXPECT_NE(error_of("rebalance_dwell_steps = 10\n").find("pipeline.rebalance_dwell_steps"),
+            std::string::npos);
   EXPECT_NE(error_of("rebalance_pinned = [1, 1]\n").find("pipeline.rebalance_pinned"), std::string::npos);
   EXPECT_NE(error_of("test_target_delay_s = -1\n").find("pipeline.test_target_delay_s"), std::string::npos);
   EXPECT_EQ(error_of("rebalance = \"auto\"\nrebalance_pinned = [0, 3]\ntest_target_delay_s = 0.5\n"), "");
