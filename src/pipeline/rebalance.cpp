@@ -1,9 +1,10 @@
 // The rebalancing controller, its records, and the in-process re-form; see rebalance.h.
 //
-// Why the same processes re-form in process rather than exec'ing the command line again: under Open MPI a
-// process that calls MPI_Finalize cannot MPI_Init again, and one that exec's itself keeps its slot's
-// launcher connection but not an MPI identity the job can re-join (PMIx allows no second init of the same
-// rank), so an exec would need a new mpirun from outside. MPI_COMM_WORLD, by contrast, outlives any role:
+// Why the same processes re-form in process rather than exec'ing the command line again: MPI forbids a
+// second MPI_Init in a process that called MPI_Finalize, and a process that exec's itself would have to
+// join its job's world again as the same rank, which Open MPI does not support for a rank that finalized
+// (the launcher counts it as done), so an exec would need a new mpirun from outside, i.e. the restart by
+// hand this feature replaces. MPI_COMM_WORLD, by contrast, outlives any role:
 // after the agreed checkpoint every loop returns and frees its channels, reducers and NCCL communicators,
 // and the world only needs a new drafter_comm split and a fresh data_comm. Resuming that checkpoint through
 // the normal path makes the re-formed run train exactly what a run stopped and resumed by hand would.
