@@ -30,6 +30,8 @@ for j in map(json.loads, open(sys.argv[1])):
         print(j["step"], j["from"], j["to"], j.get("reason", ""))' "$1" "$2"
 }
 SLOW='test_target_delay_s = 0.5'
+# Checks read captured output (grep <<<"$(...)"), never `python3 ... | grep -q`: with pipefail and an unbuffered
+# python (PYTHONUNBUFFERED=1), grep leaving at the first match would fail the writer with SIGPIPE now and then.
 
 # 1. 2-2 with slowed targets under "auto" moves to 3-1 once, by itself, and finishes.
 rebalance_config "$TMP/auto.toml" "$TMP/auto" 2 2 1 'rebalance = "auto"' "$SLOW"
@@ -41,7 +43,7 @@ else
   move=$(echo "$moves" | awk 'NR == 1 {print $1}')
   starts "$TMP/auto/metrics.jsonl" >"$TMP/auto.starts"
   id=$(sed -n '1s/.*run_id=//p' "$TMP/auto.starts")
-  if [ "$(echo "$moves" | wc -l)" -ne 1 ] || ! echo "$moves" | grep -q "^5 2-2 3-1"; then
+  if [ "$(echo "$moves" | wc -l)" -ne 1 ] || ! grep -q "^5 2-2 3-1" <<<"$moves"; then
     fail "auto: expected one move 2-2 -> 3-1 after step 5, got: $moves"; grep "rebalance" "$TMP/auto.log"
   elif [ "$(wc -l <"$TMP/auto.starts")" -ne 2 ] ||
        ! grep -q "^step=5 resumed_from=$TMP/auto/checkpoints/step_00000005.h5 run_id=$id$" "$TMP/auto.starts"; then
@@ -87,7 +89,7 @@ elif [ "$(cat "$TMP/kill/checkpoints/latest" 2>/dev/null)" != "step_00000005.h5"
   fail "kill: the move's checkpoint is not the latest"; ls "$TMP/kill/checkpoints"
 elif ! run_mpi 4 "$TMP/kill2.log" --config "$TMP/kill.toml"; then
   fail "kill: the resume after the kill failed"; tail -20 "$TMP/kill2.log"
-elif ! starts "$TMP/kill/metrics.jsonl" | grep -q "^step=5 resumed_from=$TMP/kill/checkpoints/step_00000005.h5 "; then
+elif ! grep -q "^step=5 resumed_from=$TMP/kill/checkpoints/step_00000005.h5 " <<<"$(starts "$TMP/kill/metrics.jsonl")"; then
   fail "kill: the rerun did not resume step 5"; starts "$TMP/kill/metrics.jsonl"
 else
   # The rerun starts 2-2 again at step 5 and moves after its own dwell: same batches, same global batch, so
@@ -101,22 +103,31 @@ for s in sorted(rows): print(json.dumps(rows[s]))' "$TMP/kill/metrics.jsonl") "$
   echo "ok: rank 3 killed during the move: exit $rc, $(grep -m1 -oE "process rank 3 with PID [0-9]+ .*signal 9" "$TMP/kill.log"); resumed step 5"
 fi
 
-# 4. "advise" reports 3-1 and moves nothing; "auto" with rank 3 pinned records the refusal and moves nothing.
+# 4. "advise" reports 3-1 and moves nothing; "auto" with rank 3 pinned (by pipeline.rebalance_pinned, and by
+# `pinned` in a rankfile) records the refusal and moves nothing.
 rebalance_config "$TMP/adv.toml" "$TMP/adv" 2 2 1 'rebalance = "advise"' "$SLOW"
 rebalance_config "$TMP/pin.toml" "$TMP/pin" 2 2 1 'rebalance = "auto"' 'rebalance_pinned = [3]' "$SLOW"
-if run_mpi 4 "$TMP/adv.log" --config "$TMP/adv.toml" && run_mpi 4 "$TMP/pin.log" --config "$TMP/pin.toml"; then
-  if ! events "$TMP/adv/metrics.jsonl" rebalance_advice | grep -q "^4 2-2 3-1" ||
+rebalance_config "$TMP/pinrf.toml" "$TMP/pinrf" 2 2 1 'rebalance = "auto"' "$SLOW"
+host=$(hostname)
+printf 'rank 0=%s slot=0  # role=target\nrank 1=%s slot=0  # role=target\nrank 2=%s slot=0  # role=drafter\nrank 3=%s slot=0  # role=drafter pinned\n' \
+  "$host" "$host" "$host" "$host" >"$TMP/pin.rf"
+if run_mpi 4 "$TMP/adv.log" --config "$TMP/adv.toml" && run_mpi 4 "$TMP/pin.log" --config "$TMP/pin.toml" &&
+   run_mpi 4 "$TMP/pinrf.log" --config "$TMP/pinrf.toml" --rankfile "$TMP/pin.rf"; then
+  if ! grep -q "^4 2-2 3-1" <<<"$(events "$TMP/adv/metrics.jsonl" rebalance_advice)" ||
      [ -n "$(events "$TMP/adv/metrics.jsonl" rebalance)" ] || [ "$(starts "$TMP/adv/metrics.jsonl" | wc -l)" -ne 1 ]; then
-    fail "advise: expected advice 2-2 -> 3-1 after step 4 and no move"; grep rebalance "$TMP/adv.log"
-  elif ! events "$TMP/pin/metrics.jsonl" rebalance_refused | grep -q "^4 2-2 3-1 pinned ranks" ||
+    fail "advise: expected advice 2-2 -> 3-1 after step 4 and no move"; grep event "$TMP/adv/metrics.jsonl"
+  elif ! grep -q "^4 2-2 3-1 pinned ranks" <<<"$(events "$TMP/pin/metrics.jsonl" rebalance_refused)" ||
        [ -n "$(events "$TMP/pin/metrics.jsonl" rebalance)" ]; then
-    fail "pinned: expected a refusal naming the pins and no move"; grep rebalance "$TMP/pin.log"
+    fail "pinned: expected a refusal naming the pins and no move"; grep event "$TMP/pin/metrics.jsonl"
+  elif ! grep -q "^4 2-2 3-1 pinned ranks" <<<"$(events "$TMP/pinrf/metrics.jsonl" rebalance_refused)" ||
+       [ -n "$(events "$TMP/pinrf/metrics.jsonl" rebalance)" ]; then
+    fail "rankfile pinned: expected a refusal naming the pins and no move"; grep event "$TMP/pinrf/metrics.jsonl"
   else
     echo "ok: advise: $(grep -m1 -o "rebalance advice: .*" "$TMP/adv.log" | cut -c1-90)"
     echo "ok: pinned: $(grep -m1 -o "rebalance: 3-1 refused: .*" "$TMP/pin.log" | cut -c1-120)"
   fi
 else
-  fail "advise / pinned runs"; tail -20 "$TMP/adv.log" "$TMP/pin.log"
+  fail "advise / pinned runs"; tail -20 "$TMP/adv.log" "$TMP/pin.log" "$TMP/pinrf.log"
 fi
 echo "$fails failed"
 [ "$fails" -eq 0 ]
