@@ -156,6 +156,12 @@ LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   if (owner && !offline && limits_now.gpus >= 2)
     rebalancer = std::make_unique<Rebalancer>(plan.cfg.pipeline, limits_now, plan.start_step);
   LoopEnd end;
+  auto record = [&](const RebalanceEvent& e, const char* when) {
+    const bool hint = e.kind == RebalanceEvent::Kind::advise && plan.cfg.pipeline.rebalance == "advise";
+    log_here("%s%s%s", when, rebalance_event_text(e).c_str(),
+             hint ? "; pipeline.rebalance = \"auto\" would move by itself" : "");
+    metrics->event(rebalance_event_json(e));
+  };
 
   Watchdog watchdog(plan.cfg.run.watchdog_s, watchdog_checkpoint_s(model.table().total),
                     watchdog_rank_names(ctx));
@@ -250,8 +256,7 @@ LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       if (owner) {
         end.move.moved_at = step + 1;
         end.move.moved = role_move_pick(roles_slots(ctx.roles, ctx.gpus), ctx.roles.drafters[0], end.new_targets);
-        log_here("%s", rebalance_event_text(end.move).c_str());
-        metrics->event(rebalance_event_json(end.move));
+        record(end.move, "");
       }
       ++step;
       break;
@@ -262,8 +267,7 @@ LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
           end.move = e;  // announced to the other drafters with the next step's statistics
           continue;
         }
-        log_here("%s", rebalance_event_text(e).c_str());
-        metrics->event(rebalance_event_json(e));
+        record(e, "");
       }
     if (stop) {
       if (owner)
@@ -294,8 +298,7 @@ LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       if (plan.cfg.pipeline.rebalance != "off")
         for (RebalanceEvent e : rebalance_choose(rt, rd, limits_now, plan.cfg.pipeline.rebalance_margin, step)) {
           e.window_steps = step - plan.start_step;
-          log_here("at the end of the run: %s", rebalance_event_text(e).c_str());
-          metrics->event(rebalance_event_json(e));
+          record(e, "at the end of the run: ");
         }
     }
   }

@@ -170,10 +170,8 @@ std::string rebalance_event_text(const RebalanceEvent& e) {
           (long long)e.moved_at, ranks.c_str(), e.grad_accum, e.new_grad_accum, rates.c_str());
     }
     default:
-      return strfmt(
-          "rebalance advice: %s would be faster (grad_accum %d keeps the global batch): %s; "
-          "pipeline.rebalance = \"auto\" moves by itself",
-          split_name(e.new_targets, e.new_drafters).c_str(), e.new_grad_accum, rates.c_str());
+      return strfmt("rebalance advice: %s would be faster (grad_accum %d keeps the global batch): %s",
+                    split_name(e.new_targets, e.new_drafters).c_str(), e.new_grad_accum, rates.c_str());
   }
 }
 
