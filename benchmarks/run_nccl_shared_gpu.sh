@@ -43,14 +43,16 @@ config() {
     -e 's|^interval = 1000|interval = 100000|' -e "s|^hs_queue_depth = .*|hs_queue_depth = 2\ntransport = \"$4\"|" \
     "$here/configs/qwen3-8b.toml" >"$tmp/$1.toml"
 }
-# run NAME NP PREFIX: the training run; its log into $tmp/NAME.log (tail on failure).
+# run NAME NP PREFIX: the training run; its log into $tmp/NAME.log (tail on failure). Unbound (--bind-to none):
+# mpirun would bind each of a few ranks to one core, and the drafter fills its frozen random embedding and
+# lm_head (2 x 151,936 x 4096 values) on the host with OpenMP.
 run() {
   local name=$1 np=$2 prefix=$3
   local t0=$SECONDS sampler
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 1000 >"$tmp/$name.mem" 2>/dev/null &
   sampler=$!
   # shellcheck disable=SC2086
-  if ! timeout 480 "$mpiexec" --oversubscribe -np "$np" $prefix "$bin" --config "$tmp/$name.toml" >"$tmp/$name.log" 2>&1; then
+  if ! timeout 480 "$mpiexec" --oversubscribe --bind-to none -np "$np" $prefix "$bin" --config "$tmp/$name.toml" >"$tmp/$name.log" 2>&1; then
     kill "$sampler" 2>/dev/null
     tail -30 "$tmp/$name.log"; echo "run_nccl_shared_gpu: $name failed" >&2; return 1
   fi

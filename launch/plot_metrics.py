@@ -2,7 +2,8 @@
 # Plots a run's metrics.jsonl (one JSON object per log interval, written by drafter rank 0) as one PNG: loss,
 # accuracy per block offset, tau measured / estimated (and held-out tau when the run logs it), context
 # tokens/s and the queue depths q_hs / q_pre, all against the optimizer step. Restarts of a resumed run show as
-# vertical lines. Needs only python3-matplotlib (Debian).
+# grey dotted vertical lines, role moves ({"event": "rebalance"}, pipeline.rebalance = "auto") as magenta dashed
+# ones labelled with the old and new target-drafter split. Needs only python3-matplotlib (Debian).
 #   python3 launch/plot_metrics.py RUN_DIR [--out FILE.png]     (default RUN_DIR/metrics.png)
 import argparse
 import json
@@ -16,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_metrics(path):
-    rows, restarts = [], []
+    rows, restarts, moves = [], [], []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -28,9 +29,11 @@ def read_metrics(path):
                 sys.exit(f"{path} line {n}: not valid JSON ({e})")
             if "loss" in rec and "step" in rec:
                 rows.append(rec)
-            elif "step" in rec:  # a (re)start marker or another event line
+            elif rec.get("event") == "rebalance":
+                moves.append((rec["step"], f"{rec['from']} -> {rec['to']}"))
+            elif rec.get("event") == "start":
                 restarts.append(rec["step"])
-    return rows, restarts
+    return rows, restarts, moves
 
 
 def main():
@@ -41,7 +44,7 @@ def main():
     src = os.path.join(a.run_dir, "metrics.jsonl")
     if not os.path.isfile(src):
         sys.exit(f"{src}: not found; HINT: pass the run's run.dir (the directory that holds metrics.jsonl)")
-    rows, restarts = read_metrics(src)
+    rows, restarts, moves = read_metrics(src)
     if not rows:
         sys.exit(f"{src}: no metrics lines yet (the first is written after run.log_interval seconds)")
     step = [r["step"] for r in rows]
@@ -84,6 +87,10 @@ def main():
         axis.grid(alpha=0.3)
         for s in restarts:
             axis.axvline(s, color="grey", linestyle=":", linewidth=1)
+        for s, label in moves:
+            axis.axvline(s, color="magenta", linestyle="--", linewidth=1.2)
+            axis.annotate(label, (s, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                          textcoords="offset points", fontsize=7, color="magenta")
     out = a.out or os.path.join(a.run_dir, "metrics.png")
     tmp = f"{out}.tmp.{os.getpid()}.png"
     fig.savefig(tmp, dpi=90)

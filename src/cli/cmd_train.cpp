@@ -16,24 +16,39 @@ void train_run(const TrainArgs& args) {
   signals_install();
   DistContext ctx = dist_init(args.rankfile, cfg.topology, cfg.target.device == "cuda" || cfg.drafter.device == "cuda",
                               cfg.pipeline.transport, cfg.run.watchdog_s != 0);
+  roles_pin(ctx.roles, cfg.pipeline.rebalance_pinned);
   if (ctx.rank == 0) log_here("%s", config_table(cfg).c_str());
-  TrainPlan plan = train_plan_make(cfg, ctx, args.fresh_start, args.stop_at_step, args.allow_change);
-  if (ctx.rank == 0)
-    log_here("plan: %d targets, %d drafters, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
-             plan.num_targets, plan.num_drafters, plan.grad_accum, (long long)plan.batches_per_step,
-             (long long)plan.start_step, (long long)plan.total_steps, plan.resume_path.empty() ? "" : "; resume from ",
-             plan.resume_path.c_str());
-  dist_nccl_start(ctx, cfg.run.watchdog_s != 0);
-  if (ctx.role == RankRole::target)
-    target_loop(plan, ctx);
-  else
-    drafter_loop(plan, ctx);
+  // One pass per role map: pipeline.rebalance = "auto" may end a pass after an agreed checkpoint, and the same
+  // processes then re-form their roles and resume it (rebalance.cpp says why in process, not by exec).
+  bool fresh_start = args.fresh_start;
+  for (int64_t moved_at = -1;;) {
+    LoopEnd end;
+    {
+      TrainPlan plan = train_plan_make(cfg, ctx, fresh_start, args.stop_at_step, args.allow_change);
+      if (moved_at >= 0) rebalance_check_resumed(plan.start_step, moved_at, ctx);
+      if (ctx.rank == 0)
+        log_here("plan: %d targets, %d drafters, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
+                 plan.num_targets, plan.num_drafters, plan.grad_accum, (long long)plan.batches_per_step,
+                 (long long)plan.start_step, (long long)plan.total_steps,
+                 plan.resume_path.empty() ? "" : "; resume from ", plan.resume_path.c_str());
+      dist_nccl_start(ctx, cfg.run.watchdog_s != 0);
+      if (ctx.role == RankRole::target)
+        target_loop(plan, ctx);
+      else
+        end = drafter_loop(plan, ctx);
+    }  // the plan goes, and with it drafter 0's run-dir lock, which the next pass takes again
+    moved_at = rebalance_reform(end, ctx, cfg);
+    if (moved_at < 0) break;
+    fresh_start = false;
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   dist_finalize(ctx);
 }
 
 void train_add_options(CLI::App& app, TrainArgs& args) {
-  app.add_option("--config", args.config, "TOML run config (see configs/tiny.toml)");
+  app.add_option("--config", args.config,
+                 "TOML run config (see configs/tiny.toml; [pipeline] rebalance = \"off\" turns role rebalancing "
+                 "off; pipeline.test_target_delay_s is a test knob that slows every target, not for real runs)");
   app.add_option("--rankfile", args.rankfile, "rankfile with '# role=target|drafter gpu=N' annotations "
                                               "(also DFLASH_RANKFILE)");
   CLI::Option* stop = app.add_option(

@@ -4,6 +4,7 @@
 
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -191,6 +192,26 @@ void validate(const Config& c, const std::string& w) {
   check(c.topology.targets >= 0 && c.topology.drafters >= 0, w, "topology.targets", "and drafters must be >= 0");
   check(c.pipeline.transport == "auto" || c.pipeline.transport == "nccl" || c.pipeline.transport == "mpi", w,
         "pipeline.transport", "must be \"auto\", \"nccl\" or \"mpi\"");
+  const PipelineSection& pl = c.pipeline;
+  check(pl.rebalance == "off" || pl.rebalance == "advise" || pl.rebalance == "auto", w, "pipeline.rebalance",
+        "must be \"off\", \"advise\" or \"auto\"");
+  check(pl.rebalance_warmup_steps >= 0, w, "pipeline.rebalance_warmup_steps", "must be >= 0 (steps)");
+  check(pl.rebalance_window_steps >= 1, w, "pipeline.rebalance_window_steps", "must be >= 1 (steps)");
+  check(pl.rebalance_dwell_steps >= pl.rebalance_warmup_steps + pl.rebalance_window_steps, w,
+        "pipeline.rebalance_dwell_steps",
+        strfmt("must be >= rebalance_warmup_steps + rebalance_window_steps (%lld): a move needs a full window of "
+               "rates measured after the warm-up",
+               (long long)(pl.rebalance_warmup_steps + pl.rebalance_window_steps)));
+  check(std::isfinite(pl.rebalance_margin) && pl.rebalance_margin > 0 && pl.rebalance_margin <= 10, w,
+        "pipeline.rebalance_margin", "must be in (0, 10] (0.10: the better split must be predicted 10 % faster)");
+  for (size_t i = 0; i < pl.rebalance_pinned.size(); ++i) {
+    check(pl.rebalance_pinned[i] >= 0, w, "pipeline.rebalance_pinned", "must hold world ranks (>= 0)");
+    for (size_t j = 0; j < i; ++j)
+      check(pl.rebalance_pinned[i] != pl.rebalance_pinned[j], w, "pipeline.rebalance_pinned",
+            strfmt("names rank %d twice", pl.rebalance_pinned[i]));
+  }
+  check(std::isfinite(pl.test_target_delay_s) && pl.test_target_delay_s >= 0 && pl.test_target_delay_s <= 60, w,
+        "pipeline.test_target_delay_s", "must be in [0, 60] seconds (a test knob: 0 in real runs)");
   check(!c.topology.offline || c.topology.targets == 0, w, "topology.targets",
         "must be 0 (or unset) with data.features: offline training reads the taps from files, it has no targets");
 }
@@ -300,6 +321,13 @@ Config config_parse(const std::string& text, const std::string& where) {
     Reader r(section(root, "pipeline", where), "pipeline", where, c);
     r.get("hs_queue_depth", c.pipeline.hs_queue_depth);
     r.get("transport", c.pipeline.transport);
+    r.get("rebalance", c.pipeline.rebalance);
+    r.get("rebalance_warmup_steps", c.pipeline.rebalance_warmup_steps);
+    r.get("rebalance_window_steps", c.pipeline.rebalance_window_steps);
+    r.get("rebalance_dwell_steps", c.pipeline.rebalance_dwell_steps);
+    r.get("rebalance_margin", c.pipeline.rebalance_margin);
+    r.get("rebalance_pinned", c.pipeline.rebalance_pinned);
+    r.get("test_target_delay_s", c.pipeline.test_target_delay_s);
     r.finish();
   }
   {

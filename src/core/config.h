@@ -81,6 +81,17 @@ struct TrainSection {
 struct PipelineSection {
   int hs_queue_depth = 2;         // credits per target on each drafter
   std::string transport = "auto";  // auto | nccl | mpi (dist/transport.h): carries payloads, gradients
+  // Role rebalancing (pipeline/rebalance.h): "off" | "advise" (log and record the better split) | "auto"
+  // (checkpoint and re-form the roles in process when the better split is predicted faster by the margin).
+  std::string rebalance = "advise";
+  int64_t rebalance_warmup_steps = 20;   // steps after every (re)start whose rates are not measured
+  int64_t rebalance_window_steps = 50;   // measured steps the rates are averaged over
+  int64_t rebalance_dwell_steps = 200;   // at least this many steps after a (re)start before a move
+  double rebalance_margin = 0.10;        // the better split must predict > (1 + margin) x the current rate
+  std::vector<int> rebalance_pinned;     // world ranks whose role never moves (also `pinned` in a rankfile)
+  // TEST KNOB, not for real runs: every target sleeps this long per batch (counted in its busy time), so a
+  // test can make the targets the bottleneck whatever the machine. 0 = off.
+  double test_target_delay_s = 0;
 };
 
 struct CheckpointSection {

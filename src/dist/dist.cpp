@@ -41,9 +41,13 @@ RoleMap roles_from_rankfile(const std::string& path, const std::string& source,
   m.source = source;
   m.role.resize(world);
   m.gpu.resize(world);
+  m.numa.assign(size_t(world), -1);
+  m.pinned.assign(size_t(world), false);
   for (const RankfileEntry& e : entries) {
     m.role[e.rank] = e.role;
     m.gpu[e.rank] = e.gpu;
+    m.numa[size_t(e.rank)] = e.numa;
+    m.pinned[size_t(e.rank)] = e.pinned;
     // A launcher that places ranks by its own rule (srun's block distribution, a hand-made host list) can
     // disagree with the file; then the gpu= and index= placement the file was written for does not hold.
     if (e.host != hosts[e.rank] && m.host_mismatch.empty())
@@ -143,6 +147,8 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
     m.gpu.assign(world, -1);
   }
   m.hosts = hosts;
+  m.numa.resize(size_t(world), -1);
+  m.pinned.resize(size_t(world), false);
   if (m.targets.empty() && m.drafters.empty())
     for (int r = 0; r < world; ++r) (m.role[r] == RankRole::target ? m.targets : m.drafters).push_back(r);
   DF_CHECK(topo.offline || !m.targets.empty(), "roles from %s: no target rank among %d; HINT: a run needs at least one target and "
@@ -153,6 +159,46 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
            m.source.c_str(), world);
   return m;
 }
+
+void roles_pin(RoleMap& m, const std::vector<int>& ranks) {
+  for (int r : ranks) {
+    DF_CHECK(r >= 0 && r < int(m.role.size()), "'pipeline.rebalance_pinned' names rank %d but the job has ranks "
+             "0..%zu; HINT: list world ranks of this job", r, m.role.size() - 1);
+    m.pinned[size_t(r)] = true;
+  }
+}
+
+std::vector<RoleSlot> roles_slots(const RoleMap& m, const std::vector<int>& gpus) {
+  std::vector<RoleSlot> out(m.role.size());
+  for (size_t r = 0; r < out.size(); ++r)
+    out[r] = RoleSlot{m.role[r], m.hosts[r], m.numa[r], r < gpus.size() ? gpus[r] : -1, bool(m.pinned[r])};
+  return out;
+}
+
+RoleMap roles_after_move(const RoleMap& m, const std::vector<int>& moved) {
+  RoleMap n = m;
+  auto drop = [](std::vector<int>& v, int r) { v.erase(std::remove(v.begin(), v.end(), r), v.end()); };
+  for (int r : moved) {
+    const bool to_drafter = n.role[size_t(r)] == RankRole::target;
+    n.role[size_t(r)] = to_drafter ? RankRole::drafter : RankRole::target;
+    drop(to_drafter ? n.targets : n.drafters, r);
+    (to_drafter ? n.drafters : n.targets).push_back(r);
+  }
+  return n;
+}
+
+namespace {
+
+// The rank's position among the targets or the drafters of c.roles (-1 for the role it does not have).
+void set_role_indices(DistContext& c) {
+  c.target_index = c.drafter_index = -1;
+  for (size_t i = 0; i < c.roles.targets.size(); ++i)
+    if (c.roles.targets[i] == c.rank) c.target_index = int(i);
+  for (size_t i = 0; i < c.roles.drafters.size(); ++i)
+    if (c.roles.drafters[i] == c.rank) c.drafter_index = int(i);
+}
+
+}  // namespace
 
 DistContext dist_init(const std::string& rankfile_cli, const TopologySection& topo, bool use_gpus,
                       const std::string& transport, bool silence_watch) {
@@ -178,10 +224,7 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 
   c.roles = roles_resolve(rankfile_cli, topo, hosts);
   c.role = c.roles.role[c.rank];
-  for (size_t i = 0; i < c.roles.targets.size(); ++i)
-    if (c.roles.targets[i] == c.rank) c.target_index = int(i);
-  for (size_t i = 0; i < c.roles.drafters.size(); ++i)
-    if (c.roles.drafters[i] == c.rank) c.drafter_index = int(i);
+  set_role_indices(c);
   if (use_gpus) {
     c.gpu = c.roles.gpu[c.rank] >= 0 ? c.roles.gpu[c.rank] : c.local_rank;
 #ifdef DF_HAVE_CUDA
@@ -288,6 +331,28 @@ void dist_finalize(DistContext& c) {
   if (c.data_comm != MPI_COMM_NULL) MPI_Comm_free(&c.data_comm);
   MPI_Finalize();
   process_info().mpi_active = false;
+}
+
+void dist_nccl_stop(DistContext& c) {
+  c.nccl_drafters.reset();  // collective, as in dist_finalize: every rank leaves its loop after the same step
+  c.nccl_world.reset();
+}
+
+void dist_reform(DistContext& c, const RoleMap& roles) {
+  DF_CHECK(c.nccl_world == nullptr && c.nccl_drafters == nullptr,
+           "rank %d: re-forming roles while NCCL communicators are alive; HINT: dist_nccl_stop first", c.rank);
+  if (c.drafter_comm != MPI_COMM_NULL) MPI_Comm_free(&c.drafter_comm);
+  MPI_Comm_free(&c.data_comm);
+  c.roles = roles;
+  c.role = roles.role[size_t(c.rank)];
+  set_role_indices(c);
+  MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
+  MPI_Comm_split(MPI_COMM_WORLD, c.role == RankRole::drafter ? 1 : MPI_UNDEFINED, c.rank, &c.drafter_comm);
+  host_watch_set_roles(c.roles);
+  log_all("re-formed: role %s%d device %s (%d targets, %d drafters)", rank_role_name(c.role),
+          c.role == RankRole::target ? c.target_index : c.drafter_index,
+          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", c.num_targets(), c.num_drafters());
+  if (c.rank == 0) log_here("roles by host: %s", roles_by_host(c.roles).c_str());
 }
 
 void signals_install() {

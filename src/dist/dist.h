@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "dist/transport.h"
 #include "topo/rankfile.h"
+#include "topo/role_move.h"
 
 namespace df {
 
@@ -22,6 +23,8 @@ struct RoleMap {
   std::vector<int> targets;    // world ranks of the targets, in order (target index = position)
   std::vector<int> drafters;   // world ranks of the drafters, in order
   std::vector<std::string> hosts;  // per world rank: the host it runs on (failure messages name it)
+  std::vector<int> numa;       // per world rank: its NUMA node from the rankfile's numa=, -1 unknown
+  std::vector<bool> pinned;    // per world rank: rebalancing never moves it (rankfile `pinned`, roles_pin)
   std::string source;          // where the roles came from, for the start-up line
   std::string host_mismatch;   // non-empty: the rankfile placed a rank on another host than it runs on
 };
@@ -32,6 +35,14 @@ struct RoleMap {
 // hosts: the host name of every world rank. Throws with a message naming the source when the map does not
 // match the world size or lacks a target or a drafter.
 RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& topo, const std::vector<std::string>& hosts);
+
+// Pins pipeline.rebalance_pinned's world ranks; throws naming the key when a rank is not in the world.
+void roles_pin(RoleMap& m, const std::vector<int>& ranks);
+// The ranks as the role move sees them (topo/role_move.h); gpus: every world rank's GPU (-1 on CPU runs).
+std::vector<RoleSlot> roles_slots(const RoleMap& m, const std::vector<int>& gpus);
+// The map after `moved` (role_move_pick) change role: each role keeps its ranks' order and appends the ranks
+// that join it, so drafter 0 and every rank that stays keep their index.
+RoleMap roles_after_move(const RoleMap& m, const std::vector<int>& moved);
 
 // "h1 [ranks 0=target0 1=drafter0]; h2 [ranks 2=target1 3=drafter1]": rank 0's start-up table, and what a
 // failure message names when a host's ranks are lost. roles_label gives one rank's "2=target1".
@@ -72,6 +83,13 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 // run.watchdog_s = 0). Nothing with the MPI transport.
 void dist_nccl_start(DistContext& ctx, bool bounded);
 void dist_finalize(DistContext& ctx);
+
+// A role move within the same MPI world (pipeline/rebalance.h), after every rank's loop has returned:
+// dist_nccl_stop destroys the NCCL communicators (collective; nothing with the MPI transport); dist_reform
+// takes the new roles, re-splits drafter_comm, re-dups data_comm (so no message of the old wiring can reach
+// the new one), prints each rank's start-up line again, and then dist_nccl_start builds NCCL for the new roles.
+void dist_nccl_stop(DistContext& ctx);
+void dist_reform(DistContext& ctx, const RoleMap& roles);
 
 // SIGTERM and SIGUSR1 set a flag; the training loops agree on a step, checkpoint and exit 0.
 void signals_install();

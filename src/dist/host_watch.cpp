@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -53,6 +54,8 @@ struct Watch {
   std::atomic<bool> stop{false};
   bool silence = true;  // a silent peer ends the job
   std::thread thread, heartbeat;
+  std::mutex roles_mu;  // the roles named in messages change when a run re-forms them (host_watch_set_roles)
+  RoleMap roles;
 };
 Watch g_watch;
 
@@ -107,7 +110,7 @@ void heartbeat_loop() {
   }
 }
 
-void watch_loop(RoleMap roles) {
+void watch_loop() {
   std::vector<int> lost, silent;
   auto first_loss = std::chrono::steady_clock::time_point{};
   auto note = [&](std::vector<int>& list, int rank) {
@@ -145,6 +148,11 @@ void watch_loop(RoleMap roles) {
   }
   if ((lost.empty() && silent.empty()) || g_watch.stop.load()) return;
   const ProcessInfo& p = process_info();
+  RoleMap roles;
+  {
+    std::lock_guard<std::mutex> lock(g_watch.roles_mu);
+    roles = g_watch.roles;
+  }
   std::string msg = lost.empty() ? "" : host_watch_loss_message(roles, lost);
   if (!silent.empty()) msg += (msg.empty() ? "" : "; ") + host_watch_silence_message(roles, silent);
   std::fprintf(stderr, "[rank %d %s] FATAL: %s\n", p.rank, p.host.c_str(), msg.c_str());
@@ -233,8 +241,14 @@ void host_watch_start(const DistContext& ctx, bool silence) {
       g_watch.incoming.push_back(fd);
     close(listener);
   }
-  if (!g_watch.peers.empty()) g_watch.thread = std::thread(watch_loop, ctx.roles);
+  host_watch_set_roles(ctx.roles);
+  if (!g_watch.peers.empty()) g_watch.thread = std::thread(watch_loop);
   if (!g_watch.incoming.empty()) g_watch.heartbeat = std::thread(heartbeat_loop);
+}
+
+void host_watch_set_roles(const RoleMap& roles) {
+  std::lock_guard<std::mutex> lock(g_watch.roles_mu);
+  g_watch.roles = roles;
 }
 
 void host_watch_stop() {

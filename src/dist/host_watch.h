@@ -20,6 +20,9 @@ namespace df {
 // goes on. silence: whether a silent rank ends the job (deaths are reported either way).
 void host_watch_start(const DistContext& ctx, bool silence = true);
 
+// The roles a loss message names, after a run re-formed them (pipeline/rebalance.h).
+void host_watch_set_roles(const RoleMap& roles);
+
 // A clean end: every rank tells its watchers it is finishing, then the watcher stops. Call before
 // MPI_Finalize, after the final barrier, on every rank.
 void host_watch_stop();

@@ -1,7 +1,8 @@
 // The drafter role: for every optimizer step, take this drafter's micro-batches off the feature channel
 // (from target b % T, in global batch order), run the DFlash forward/backward on drafter.device, all-reduce
 // gradients and the step statistics among drafters, AdamW, then metrics and checkpoints on drafter 0. A stop
-// requested by a signal on any rank travels with the statistics, so all drafters leave after the same step.
+// requested by a signal on any rank travels with the statistics, so all drafters leave after the same step;
+// so does drafter 0's decision to move the roles (pipeline/rebalance.h), one step after it is made.
 #include <chrono>
 #include <filesystem>
 
@@ -63,7 +64,7 @@ std::unique_ptr<GradReducer> reducer_create(const DistContext& ctx, TrainOps& op
 
 }  // namespace
 
-void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
+LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   const TrainSection& tc = plan.cfg.train;
   const bool owner = ctx.drafter_index == 0;
   const int B = plan.drafter.block_size;
@@ -146,6 +147,24 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     saver.save(plan.ckpt_dir(), st, plan.cfg.checkpoint.keep_last);
   };
 
+  // Role rebalancing: drafter 0 watches the rates; a move it decides travels in the next step's statistics.
+  RebalanceLimits limits_now;
+  limits_now.gpus = plan.num_targets + plan.num_drafters;
+  limits_now.targets = plan.num_targets;
+  limits_now.drafters = plan.num_drafters;
+  limits_now.grad_accum = plan.grad_accum;
+  limits_now.range = role_move_range(roles_slots(ctx.roles, ctx.gpus), ctx.roles.drafters[0]);
+  std::unique_ptr<Rebalancer> rebalancer;
+  if (owner && !offline && limits_now.gpus >= 2)
+    rebalancer = std::make_unique<Rebalancer>(plan.cfg.pipeline, limits_now, plan.start_step);
+  LoopEnd end;
+  auto record = [&](const RebalanceEvent& e, const char* when) {
+    const bool hint = e.kind == RebalanceEvent::Kind::advise && plan.cfg.pipeline.rebalance == "advise";
+    log_here("%s%s%s", when, rebalance_event_text(e).c_str(),
+             hint ? "; pipeline.rebalance = \"auto\" would move by itself" : "");
+    metrics->event(rebalance_event_json(e));
+  };
+
   Watchdog watchdog(plan.cfg.run.watchdog_s, watchdog_checkpoint_s(model.table().total),
                     watchdog_rank_names(ctx));
   int64_t step = plan.start_step;
@@ -194,6 +213,7 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       ss.q_pre += double(p.hdr.q_pre);
     }
     if (signals_stop_requested()) ss.stop = 1;
+    if (end.move.new_targets > 0) ss.rebalance = end.move.new_targets;  // drafter 0 only: the sum is its value
     const LossStats ls = drafter_take_stats(model);
     ss.loss_sum = ls.loss_sum;
     ss.weight_sum = ls.weight_sum;
@@ -227,16 +247,36 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     last_gnorm = r.grad_norm;
     const bool stop = ss.stop > 0 || step + 1 == plan.stop_at_step;
     const bool last = step + 1 == plan.total_steps;
+    // A stop or the run's end wins over a move: the next start measures again.
+    const bool reform = ss.rebalance > 0 && !stop && !last;
     const bool eval_now = heldout && ((step + 1) % plan.cfg.eval.interval == 0 || stop || last);
     if (eval_now) {
       watchdog.beat("evaluating on the held-out set (eval.data)");
       const LossStats ev = heldout->run(model, mem, loss_options_from_config(tc));
       metrics->set_eval(ev.mean_loss(), ev.tau(), loss_accuracy(ev));
     }
-    if (owner) metrics->step(step, ss, r.lr, r.grad_norm, stop || last || eval_now);
+    if (owner) metrics->step(step, ss, r.lr, r.grad_norm, stop || last || eval_now || reform);
     watchdog.beat("writing a checkpoint");
-    if ((step + 1) % plan.cfg.checkpoint.interval == 0 || stop || last) save(step + 1);
+    if ((step + 1) % plan.cfg.checkpoint.interval == 0 || stop || last || reform) save(step + 1);
     watchdog.step_done(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count());
+    if (reform) {
+      end.new_targets = int(ss.rebalance);
+      if (owner) {
+        end.move.moved_at = step + 1;
+        end.move.moved = role_move_pick(roles_slots(ctx.roles, ctx.gpus), ctx.roles.drafters[0], end.new_targets);
+        record(end.move, "");
+      }
+      ++step;
+      break;
+    }
+    if (rebalancer && end.move.new_targets == 0)
+      for (const RebalanceEvent& e : rebalancer->observe(step, ss.batches, ss.target_busy_s, ss.drafter_busy_s)) {
+        if (e.kind == RebalanceEvent::Kind::move) {
+          end.move = e;  // announced to the other drafters with the next step's statistics
+          continue;
+        }
+        record(e, "");
+      }
     if (stop) {
       if (owner)
         log_here("stop requested (%s): checkpointed step %lld, exiting",
@@ -249,7 +289,8 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   rx->finish();
   watchdog.beat("finishing the last checkpoint write");
   saver.wait();
-  if (owner) {
+  if (owner && end.new_targets > 0) log_here("checkpointed step %lld for the role move", (long long)step);
+  if (owner && end.new_targets == 0) {
     log_here("training done: %lld steps, last lr %.2e, grad norm %.3f", (long long)step, last_lr, last_gnorm);
     log_here("checkpoints: %s (latest: %s)", plan.ckpt_dir().c_str(), checkpoint_find_latest(plan.ckpt_dir()).c_str());
     log_here("metrics: %s", metrics->path().c_str());
@@ -261,8 +302,15 @@ void drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       SplitPlan sp = plan_split_compute(rt, rd, plan.num_targets + plan.num_drafters);
       log_here("measured per-rank rates: target %.3f batches/s, drafter %.3f batches/s\n%s", rt, rd,
                plan_split_format(sp, "batches/s").c_str());
+      // The whole run's advice, with its predicted gain and what the global batch and pins allow.
+      if (plan.cfg.pipeline.rebalance != "off")
+        for (RebalanceEvent e : rebalance_choose(rt, rd, limits_now, plan.cfg.pipeline.rebalance_margin, step)) {
+          e.window_steps = step - plan.start_step;
+          record(e, "at the end of the run: ");
+        }
     }
   }
+  return end;
 }
 
 }  // namespace df

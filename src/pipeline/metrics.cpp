@@ -22,7 +22,8 @@ StepStats StepStats::shaped(int block, int targets, int drafters) {
 
 std::vector<double> StepStats::pack() const {
   std::vector<double> v{loss_sum,      weight_sum,     tau_sum, tau_blocks, tokens, batches,
-                        target_busy_s, drafter_busy_s, q_pre,   q_hs,       stop,   anchors_dropped};
+                        target_busy_s, drafter_busy_s, q_pre,   q_hs,       stop,   anchors_dropped,
+                        rebalance};
   for (const std::vector<double>* x :
        {&correct, &count, &target_busy_by, &target_send_by, &target_batches_by, &drafter_busy_by, &drafter_batches_by})
     v.insert(v.end(), x->begin(), x->end());
@@ -32,7 +33,7 @@ std::vector<double> StepStats::pack() const {
 void StepStats::unpack(const std::vector<double>& v, int block, int targets, int drafters) {
   size_t i = 0;
   for (double* d : {&loss_sum, &weight_sum, &tau_sum, &tau_blocks, &tokens, &batches, &target_busy_s,
-                    &drafter_busy_s, &q_pre, &q_hs, &stop, &anchors_dropped})
+                    &drafter_busy_s, &q_pre, &q_hs, &stop, &anchors_dropped, &rebalance})
     *d = v[i++];
   auto take = [&](std::vector<double>& x, int n) {
     x.assign(v.begin() + long(i), v.begin() + long(i) + n);

@@ -22,6 +22,7 @@ struct StepStats {
   double q_pre = 0, q_hs = 0;          // Σ of samples (divide by batches / drafters)
   double stop = 0;                     // > 0: some rank asked to stop
   double anchors_dropped = 0;          // anchors over drafter.max_block_rows, dropped (Σ over the window)
+  double rebalance = 0;                // > 0: drafter 0 moves the roles to this many targets after this step
   // Per rank, for the per-rank rates and the cost of streaming (index: target index, or the drafter's reader
   // thread offline; drafter index): busy seconds, batches, and each target's send-path seconds.
   std::vector<double> target_busy_by, target_send_by, target_batches_by;  // [targets]
@@ -51,6 +52,8 @@ class MetricsLog {
   // A held-out evaluation after this step (pipeline/heldout.h): the next line printed carries its loss, τ and
   // per-offset accuracy (eval_loss, eval_tau, eval_acc in the JSON).
   void set_eval(double loss, double tau, const std::vector<double>& acc);
+  // Any other record (role rebalancing, pipeline/rebalance.h): one JSON object, appended as it is.
+  void event(const std::string& json_line) { append(json_line); }
   std::string path() const { return path_; }
   // Per-GPU rates over the whole run so far (batches/s): for the split recommendation.
   double target_rate() const;

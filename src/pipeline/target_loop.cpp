@@ -3,6 +3,7 @@
 // by NCCL, or copies them to the host for MPI off the compute stream while the next forward runs; a CPU
 // rank's taps are f32 and are rounded into the slot.
 #include <chrono>
+#include <thread>
 
 #include "core/log.h"
 #include "data/prefetcher.h"
@@ -96,6 +97,9 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     char* fin = slot + WireLayout::final_offset(T, feat_cols);
     if (plan.kl) o.final_norm = in_place ? tensor_make(fin, DType::bf16, where, T, H) : final_f32.rows_view(0, T);
     fwd.run(ids, seqs, o);
+    // pipeline.test_target_delay_s, a test knob: a slower target whatever the machine (inside the busy time).
+    if (plan.cfg.pipeline.test_target_delay_s > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(plan.cfg.pipeline.test_target_delay_s));
     if (!in_place) {
       // A host backend: its f32 taps are rounded into the (host) slot.
       auto round_into = [&](const Tensor& t, char* at) {

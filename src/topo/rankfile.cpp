@@ -275,7 +275,8 @@ std::string rankfile_format(const std::vector<RankfileEntry>& entries) {
   for (const RankfileEntry& e : entries) {
     out += strfmt("rank %d=%s slot=%s  # role=%s gpu=%d numa=%d", e.rank, e.host.c_str(), e.slot.c_str(),
                   rank_role_name(e.role), e.gpu, e.numa);
-    out += e.index >= 0 ? strfmt(" index=%d\n", e.index) : "\n";
+    out += e.index >= 0 ? strfmt(" index=%d", e.index) : "";
+    out += e.pinned ? " pinned\n" : "\n";
   }
   return out;
 }

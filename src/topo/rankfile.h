@@ -22,6 +22,7 @@ struct RankfileEntry {
   int gpu = -1;   // -1: absent; the bootstrap then uses the rank's index among ranks on its host
   int numa = -1;  // -1: absent or unknown
   int index = -1;  // position among the ranks of its role (target / drafter index); -1: absent, rank order
+  bool pinned = false;  // `pinned`: a running job's role rebalancing never moves this rank (pipeline/rebalance.h)
 };
 
 // Places `targets` + `drafters` ranks on the hosts so that feature traffic stays on its host. Batch b goes
@@ -57,7 +58,8 @@ FeatureTraffic rankfile_feature_traffic(const std::vector<RankfileEntry>& entrie
 std::string feature_traffic_format(const FeatureTraffic& t, double batches_per_s, double batch_bytes);
 
 // Parses a rankfile (see the line form above). Full-line comments and blank lines are skipped; trailing
-// `# key=value` annotations give role (required), gpu, numa and index; unknown keys are ignored. Errors
+// `# key=value` annotations give role (required), gpu, numa and index, and the bare word `pinned` keeps the
+// rank's role through rebalancing; unknown keys are ignored. Errors
 // name `name:line`. Entries come back sorted by rank, which must run 0..N-1 without gaps or repeats; index
 // is on every line or none, and runs 0..n-1 within each role.
 std::vector<RankfileEntry> rankfile_parse(const std::string& path);

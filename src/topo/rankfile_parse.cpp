@@ -30,8 +30,12 @@ void parse_annotations(const std::string& text, const std::string& where, Rankfi
   std::stringstream ss(text);
   std::string kv;
   while (ss >> kv) {
+    if (kv == "pinned") {
+      e.pinned = true;
+      continue;
+    }
     size_t eq = kv.find('=');
-    DF_CHECK(eq != std::string::npos && eq > 0, "%s: annotation '%s' is not key=value", where.c_str(),
+    DF_CHECK(eq != std::string::npos && eq > 0, "%s: annotation '%s' is not key=value (or `pinned`)", where.c_str(),
              kv.c_str());
     std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
     if (key == "role") {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # launch/plot_metrics.py writes a real picture of a run's metrics: a metrics.jsonl in the format MetricsLog
-# writes (with a restart marker line) becomes a PNG whose pixels carry several colours (curves, not a blank
-# canvas); a missing run dir fails naming the file. Args: binary (unused), source dir.
+# writes (with a restart marker line and a role move) becomes a PNG whose pixels carry several colours (curves,
+# not a blank canvas) and the move's magenta line; a missing run dir fails naming the file.
+# Args: binary (unused), source dir.
 set -u
 SRC="$2"
 TMP="$(mktemp -d)"
@@ -16,6 +17,9 @@ with open(sys.argv[1] + "/metrics.jsonl", "w") as f:
     for i in range(1, 41):
         if i == 20:
             f.write(json.dumps({"event": "start", "step": 20, "from": "step_00000020.h5"}) + "\n")
+        if i == 30:
+            f.write(json.dumps({"event": "rebalance", "step": 150, "from": "2-2", "to": "3-1"}) + "\n")
+            f.write(json.dumps({"event": "start", "step": 150, "from": "step_00000150.h5"}) + "\n")
         f.write(json.dumps({"step": i * 5, "loss": 5.5 * math.exp(-i / 15) + 1, "acc": [0.1 * k * i / 40 for k in range(15)],
                             "tau": 1 + i / 20, "tau_est": 1 + i / 22, "lr": 1e-3, "grad_norm": 1 / i, "ktok_s": 3 + i % 3,
                             "q_hs": 1.5, "q_pre": 2.0, "tgt_batches_s": 1, "dft_batches_s": 1, "eta_s": 10, "elapsed_s": i}) + "\n")
@@ -31,6 +35,11 @@ colours = {tuple((img[y, x, :3] * 255).astype(int)) for y in range(0, h, 3) for 
 print(f"{w}x{h} px, {len(colours)} distinct colours sampled")
 if w < 800 or h < 500 or len(colours) < 50:
     print("FAIL: the PNG looks empty"); sys.exit(1)
+px = (img[:, :, :3] * 255).astype(int)
+magenta = int(((px[:, :, 0] > 200) & (px[:, :, 1] < 80) & (px[:, :, 2] > 200)).sum())
+print(f"{magenta} magenta px (the role move)")
+if magenta < 100:
+    print("FAIL: the role move is not marked"); sys.exit(1)
 PY
 if $PY "$SRC/launch/plot_metrics.py" "$TMP/nope" >"$TMP/err" 2>&1; then echo "FAIL: missing dir accepted"; exit 1; fi
 grep -qF "metrics.jsonl: not found" "$TMP/err" || { echo "FAIL: unclear error: $(cat "$TMP/err")"; exit 1; }
