@@ -13,14 +13,27 @@
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
+# REBALANCE_ON_GPU=1 (tests/gpu/test_train_rebalance_nccl.sh): the same cases on CUDA ranks over NCCL, started
+# as tests/gpu/nccl_common.sh starts them (on one GPU, its shared-GPU test mode): the move then also tears down
+# and rebuilds both NCCL communicators.
+DEVICE_TOML=()
+if [ -n "${REBALANCE_ON_GPU:-}" ]; then
+  source "$SRC/tests/gpu/nccl_common.sh"
+  DEVICE_TOML=('transport = "nccl"')
+  run_ranks() { run_nccl "$@"; }
+else
+  run_ranks() { run_mpi "$@"; }
+  nccl_prefix() { :; }
+fi
 
 # rebalance_config FILE RUN_DIR TARGETS DRAFTERS GRAD_ACCUM [extra [pipeline] lines...]: 14 steps of the tiny run.
 rebalance_config() {
   local f=$1 dir=$2 t=$3 d=$4 ga=$5
   shift 5
   write_config "$f" "$dir" "$t" "$d" 14 "[pipeline]" "rebalance_warmup_steps = 1" "rebalance_window_steps = 3" \
-    "rebalance_dwell_steps = 4" "$@"
+    "rebalance_dwell_steps = 4" "${DEVICE_TOML[@]}" "$@"
   sed -i "s/^grad_accum = 2$/grad_accum = $ga/" "$f"
+  if [ -n "${REBALANCE_ON_GPU:-}" ]; then sed -i 's/^device = "cpu"$/device = "cuda"/' "$f"; fi
 }
 # events FILE KIND: "step from to" of every record of that event kind in a metrics.jsonl.
 events() {
@@ -36,7 +49,7 @@ SLOW='test_target_delay_s = 0.5'
 # 1. 2-2 with slowed targets under "auto" moves to 3-1 once, by itself, and finishes.
 rebalance_config "$TMP/auto.toml" "$TMP/auto" 2 2 1 'rebalance = "auto"' "$SLOW"
 move=""
-if ! run_mpi 4 "$TMP/auto.log" --config "$TMP/auto.toml"; then
+if ! run_ranks 4 "$TMP/auto.log" --config "$TMP/auto.toml"; then
   fail "auto: the run exited non-zero"; tail -30 "$TMP/auto.log"
 else
   moves=$(events "$TMP/auto/metrics.jsonl" rebalance)
@@ -65,8 +78,8 @@ fi
 if [ -n "$move" ]; then
   rebalance_config "$TMP/hand.toml" "$TMP/hand" 2 2 1 'rebalance = "off"'
   rebalance_config "$TMP/hand31.toml" "$TMP/hand" 3 1 2 'rebalance = "off"'
-  if run_mpi 4 "$TMP/hand.log" --config "$TMP/hand.toml" --stop-at-step "$move" &&
-     run_mpi 4 "$TMP/hand31.log" --config "$TMP/hand31.toml"; then
+  if run_ranks 4 "$TMP/hand.log" --config "$TMP/hand.toml" --stop-at-step "$move" &&
+     run_ranks 4 "$TMP/hand31.log" --config "$TMP/hand31.toml"; then
     python3 "$SRC/tests/mpi/compare_losses.py" "$TMP/auto/metrics.jsonl" "$TMP/hand/metrics.jsonl" 1e-6 0 \
       "moved by itself vs stopped after step $move and resumed 3-1 by hand" || fail "auto vs by hand: losses differ"
     paste <(losses "$TMP/auto/metrics.jsonl") <(losses "$TMP/hand/metrics.jsonl") |
@@ -79,7 +92,8 @@ fi
 # 3. A rank killed during the move (DFLASH_TEST_KILL_AT_REFORM=3: rank 3 kills itself after the checkpoint,
 # before the re-form) ends the job naming it; the same command then resumes the move's checkpoint and finishes.
 rebalance_config "$TMP/kill.toml" "$TMP/kill" 2 2 1 'rebalance = "auto"' "$SLOW"
-DFLASH_TEST_KILL_AT_REFORM=3 timeout 300 "$MPIEXEC" --oversubscribe -np 4 -x DFLASH_TEST_KILL_AT_REFORM "$BIN" \
+# shellcheck disable=SC2046
+DFLASH_TEST_KILL_AT_REFORM=3 timeout 300 "$MPIEXEC" --oversubscribe -np 4 -x DFLASH_TEST_KILL_AT_REFORM $(nccl_prefix 4) "$BIN" \
   --config "$TMP/kill.toml" >"$TMP/kill.log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then fail "kill: exit code $rc"; tail -20 "$TMP/kill.log"
@@ -87,7 +101,7 @@ elif ! grep -qE "process rank 3 with PID [0-9]+ .*exited on signal 9" "$TMP/kill
   fail "kill: the killed rank is not named"; tail -20 "$TMP/kill.log"
 elif [ "$(cat "$TMP/kill/checkpoints/latest" 2>/dev/null)" != "step_00000005.h5" ]; then
   fail "kill: the move's checkpoint is not the latest"; ls "$TMP/kill/checkpoints"
-elif ! run_mpi 4 "$TMP/kill2.log" --config "$TMP/kill.toml"; then
+elif ! run_ranks 4 "$TMP/kill2.log" --config "$TMP/kill.toml"; then
   fail "kill: the resume after the kill failed"; tail -20 "$TMP/kill2.log"
 elif ! grep -q "^step=5 resumed_from=$TMP/kill/checkpoints/step_00000005.h5 " <<<"$(starts "$TMP/kill/metrics.jsonl")"; then
   fail "kill: the rerun did not resume step 5"; starts "$TMP/kill/metrics.jsonl"
@@ -111,8 +125,8 @@ rebalance_config "$TMP/pinrf.toml" "$TMP/pinrf" 2 2 1 'rebalance = "auto"' "$SLO
 host=$(hostname)
 printf 'rank 0=%s slot=0  # role=target\nrank 1=%s slot=0  # role=target\nrank 2=%s slot=0  # role=drafter\nrank 3=%s slot=0  # role=drafter pinned\n' \
   "$host" "$host" "$host" "$host" >"$TMP/pin.rf"
-if run_mpi 4 "$TMP/adv.log" --config "$TMP/adv.toml" && run_mpi 4 "$TMP/pin.log" --config "$TMP/pin.toml" &&
-   run_mpi 4 "$TMP/pinrf.log" --config "$TMP/pinrf.toml" --rankfile "$TMP/pin.rf"; then
+if run_ranks 4 "$TMP/adv.log" --config "$TMP/adv.toml" && run_ranks 4 "$TMP/pin.log" --config "$TMP/pin.toml" &&
+   run_ranks 4 "$TMP/pinrf.log" --config "$TMP/pinrf.toml" --rankfile "$TMP/pin.rf"; then
   if ! grep -q "^4 2-2 3-1" <<<"$(events "$TMP/adv/metrics.jsonl" rebalance_advice)" ||
      [ -n "$(events "$TMP/adv/metrics.jsonl" rebalance)" ] || [ "$(starts "$TMP/adv/metrics.jsonl" | wc -l)" -ne 1 ]; then
     fail "advise: expected advice 2-2 -> 3-1 after step 4 and no move"; grep event "$TMP/adv/metrics.jsonl"
