@@ -25,7 +25,7 @@ export NCCL_NVLS_ENABLE=0
 tmp=$(mktemp -d)
 # LOG_DIR: where the runs' own logs are copied at the end (e.g. a device call's $OUT).
 trap 'exit 143' TERM
-trap '[ -n "${LOG_DIR:-}" ] && cp "$tmp"/*.log "$LOG_DIR"/ 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -n "${LOG_DIR:-}" ] && for f in "$tmp"/*.log; do cp "$f" "$LOG_DIR/run-${f##*/}"; done 2>/dev/null; rm -rf "$tmp"' EXIT
 "$bin" data synth --out "$tmp/tok.h5" --vocab 151936 --sequences 400 --min-len 4096 --max-len 4096 --seed 5 \
   >/dev/null || { echo "run_nccl_shared_gpu: data synth failed" >&2; exit 1; }
 mkdir -p "$tmp/target"
