@@ -69,24 +69,24 @@ if start_long kill; then
   check kill "process rank 1 with PID [0-9]+ .*exited on signal 9" "killed target1"
 fi
 
-# 2. SIGSTOP a target: the drafter waiting for its batch names it.
-if start_long hang; then
-  victim=$(pid_of hang target1)
+# stop_case NAME ROLE PATTERN LABEL: SIGSTOP the rank of ROLE mid-run; the job must end naming it (PATTERN).
+stop_case() {
+  start_long "$1" || return
+  local victim
+  victim=$(pid_of "$1" "$2")
   kill -STOP "$victim"
   wait_exit 60
   kill -9 "$victim" 2>/dev/null
-  check hang "FATAL: .*target 1 \(rank 1\)" "stopped target1"
-fi
+  check "$1" "$3" "$4"
+}
+
+# 2. SIGSTOP a target: the drafter waiting for its batch names it.
+stop_case hang target1 "FATAL: .*target 1 \(rank 1\)" "stopped target1"
 
 # 3. SIGSTOP the drafter: the targets' posted payloads wait in ncclSend for a receive that never comes.
-if start_long dstop; then
-  victim=$(pid_of dstop drafter0)
-  kill -STOP "$victim"
-  wait_exit 60
-  kill -9 "$victim" 2>/dev/null
-  check dstop "FATAL: .*NCCL feature payload send of batch [0-9]+ on the world communicator .*send to drafter 0 \(world rank 2\).*not finished after.*the communicator was aborted" \
-    "stopped drafter0, the target's ncclSend gave up"
-fi
+stop_case dstop drafter0 \
+  "FATAL: .*NCCL feature payload send of batch [0-9]+ on the world communicator .*send to drafter 0 \(world rank 2\).*not finished after.*the communicator was aborted" \
+  "stopped drafter0, the target's ncclSend gave up"
 
 # 4. The drafter dies while the targets sit in ncclSend (stopped first, so their sends are posted and unmatched).
 if start_long dkill; then
