@@ -257,7 +257,6 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   for (int r = 0; r < c.world; ++r) placed.host_ids.emplace_back(ids.data() + size_t(r) * kIdChars);
   const TransportChoice choice = transport_choose(transport, placed, kNcclBuilt);
   c.transport = choice.transport;
-  c.nccl_test_mode = choice.test_mode;
   std::string why = choice.why;
   // The feature channel's headers, host arrays and credits go over MPI whatever the transport.
   const char* over = c.transport == Transport::nccl ? "NCCL" : "MPI";

@@ -59,7 +59,6 @@ struct DistContext {
   std::vector<int> gpus;      // every world rank's GPU (-1 on CPU runs)
   std::vector<std::string> hosts;  // every world rank's host
   Transport transport = Transport::mpi;  // features and gradients (pipeline.transport)
-  std::string nccl_test_mode;  // non-empty: NCCL between ranks that share a GPU (dist/transport.h)
   int target_index = -1;      // position among targets, or -1
   int drafter_index = -1;     // position among drafters, or -1
   MPI_Comm data_comm = MPI_COMM_NULL;     // feature channel traffic (a dup of world)

@@ -12,10 +12,11 @@ namespace df {
 
 namespace {
 
-// "0, 1, 2" of a list of ranks.
-std::string rank_list(const std::vector<int>& ranks) {
+// "0, 1, 2": ranks or GPU ids, in order.
+template <class Ints>
+std::string int_list(const Ints& values) {
   std::string s;
-  for (int r : ranks) s += strfmt("%s%d", s.empty() ? "" : ", ", r);
+  for (int v : values) s += strfmt("%s%d", s.empty() ? "" : ", ", v);
   return s;
 }
 
@@ -62,7 +63,7 @@ TransportChoice transport_choose(const std::string& setting, const TransportRank
     if (reason.empty()) {
       shared_gpus.insert(where.second);
       if (shared.empty())
-        shared = strfmt("ranks %s share GPU %d of %s", rank_list(members).c_str(), where.second,
+        shared = strfmt("ranks %s share GPU %d of %s", int_list(members).c_str(), where.second,
                         where.first.c_str());
     }
   }
@@ -94,9 +95,7 @@ TransportChoice transport_choose(const std::string& setting, const TransportRank
     c.transport = Transport::nccl;
     c.why = "pipeline.transport = \"nccl\"";
     if (!shared.empty()) {
-      std::string gpus;
-      for (int g : shared_gpus) gpus += strfmt("%s%d", gpus.empty() ? "" : ", ", g);
-      c.test_mode = strfmt("NCCL over sockets: ranks share GPU %s (test mode)", gpus.c_str());
+      c.test_mode = strfmt("NCCL over sockets: ranks share GPU %s (test mode)", int_list(shared_gpus).c_str());
       c.why += strfmt("; %s: %s, each with its own NCCL_HOSTID; no interconnect speed", c.test_mode.c_str(),
                       shared.c_str());
     }

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
 
 #include "core/error.h"
@@ -12,37 +14,49 @@ namespace df {
 
 StepStats StepStats::shaped(int block, int targets, int drafters) {
   StepStats s;
-  s.correct.assign(size_t(block - 1), 0.0);
-  s.count.assign(size_t(block - 1), 0.0);
-  for (std::vector<double>* v : {&s.target_busy_by, &s.target_send_by, &s.target_batches_by})
-    v->assign(size_t(targets), 0.0);
-  for (std::vector<double>* v : {&s.drafter_busy_by, &s.drafter_batches_by}) v->assign(size_t(drafters), 0.0);
+  s.reshape(size_t(block), size_t(targets), size_t(drafters));
   return s;
 }
 
+void StepStats::reshape(size_t block, size_t targets, size_t drafters) {
+  for (std::vector<double>* v : {&correct, &count}) v->resize(block - 1, 0.0);
+  for (std::vector<double>* v : {&target_busy_by, &target_send_by, &target_batches_by}) v->resize(targets, 0.0);
+  for (std::vector<double>* v : {&drafter_busy_by, &drafter_batches_by}) v->resize(drafters, 0.0);
+}
+
+namespace {
+
+// The packed layout, in order, for pack and unpack alike (S: StepStats or const StepStats): the scalars, then
+// the vectors at their current sizes.
+template <class S>
+auto scalar_fields(S& s) {
+  return std::array{&s.loss_sum, &s.weight_sum,     &s.tau_sum, &s.tau_blocks, &s.tokens,
+                    &s.batches,  &s.target_busy_s,  &s.drafter_busy_s, &s.q_pre, &s.q_hs,
+                    &s.stop,     &s.anchors_dropped, &s.rebalance};
+}
+template <class S>
+auto vector_fields(S& s) {
+  return std::array{&s.correct,         &s.count,          &s.target_busy_by,   &s.target_send_by,
+                    &s.target_batches_by, &s.drafter_busy_by, &s.drafter_batches_by};
+}
+
+}  // namespace
+
 std::vector<double> StepStats::pack() const {
-  std::vector<double> v{loss_sum,      weight_sum,     tau_sum, tau_blocks, tokens, batches,
-                        target_busy_s, drafter_busy_s, q_pre,   q_hs,       stop,   anchors_dropped,
-                        rebalance};
-  for (const std::vector<double>* x :
-       {&correct, &count, &target_busy_by, &target_send_by, &target_batches_by, &drafter_busy_by, &drafter_batches_by})
-    v.insert(v.end(), x->begin(), x->end());
+  std::vector<double> v;
+  for (const double* d : scalar_fields(*this)) v.push_back(*d);
+  for (const std::vector<double>* x : vector_fields(*this)) v.insert(v.end(), x->begin(), x->end());
   return v;
 }
 
 void StepStats::unpack(const std::vector<double>& v, int block, int targets, int drafters) {
-  size_t i = 0;
-  for (double* d : {&loss_sum, &weight_sum, &tau_sum, &tau_blocks, &tokens, &batches, &target_busy_s,
-                    &drafter_busy_s, &q_pre, &q_hs, &stop, &anchors_dropped, &rebalance})
-    *d = v[i++];
-  auto take = [&](std::vector<double>& x, int n) {
-    x.assign(v.begin() + long(i), v.begin() + long(i) + n);
-    i += size_t(n);
-  };
-  take(correct, block - 1);
-  take(count, block - 1);
-  for (std::vector<double>* x : {&target_busy_by, &target_send_by, &target_batches_by}) take(*x, targets);
-  for (std::vector<double>* x : {&drafter_busy_by, &drafter_batches_by}) take(*x, drafters);
+  reshape(size_t(block), size_t(targets), size_t(drafters));
+  auto at = v.begin();
+  for (double* d : scalar_fields(*this)) *d = *at++;
+  for (std::vector<double>* x : vector_fields(*this)) {
+    std::copy(at, at + long(x->size()), x->begin());
+    at += long(x->size());
+  }
 }
 
 void StepStats::add(const StepStats& o) {
@@ -51,10 +65,7 @@ void StepStats::add(const StepStats& o) {
   const size_t drafters = std::max(drafter_busy_by.size(), o.drafter_busy_by.size());
   // Both packed at the common shape (a window starts empty), then summed element by element.
   auto widened = [&](StepStats s) {
-    for (std::vector<double>* x : {&s.correct, &s.count}) x->resize(block - 1, 0.0);
-    for (std::vector<double>* x : {&s.target_busy_by, &s.target_send_by, &s.target_batches_by})
-      x->resize(targets, 0.0);
-    for (std::vector<double>* x : {&s.drafter_busy_by, &s.drafter_batches_by}) x->resize(drafters, 0.0);
+    s.reshape(block, targets, drafters);
     return s.pack();
   };
   std::vector<double> a = widened(*this);

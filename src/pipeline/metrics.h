@@ -30,6 +30,8 @@ struct StepStats {
 
   // Zeroed stats with every vector sized: block − 1 offsets, `targets` and `drafters` ranks.
   static StepStats shaped(int block, int targets, int drafters);
+  // Sizes every vector so (keeping what it holds, zeros after).
+  void reshape(size_t block, size_t targets, size_t drafters);
   std::vector<double> pack() const;
   void unpack(const std::vector<double>& v, int block, int targets = 0, int drafters = 0);
   void add(const StepStats& o);

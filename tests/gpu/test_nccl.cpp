@@ -91,6 +91,27 @@ std::unique_ptr<NcclComm> one_rank_comm(const char* label, double timeout_s = 60
   return std::make_unique<NcclComm>(id, 1, 0, 0, label, std::vector<std::string>{"self"}, timeout_s);
 }
 
+// This process's place under mpirun: the visible GPUs, the world size and its rank.
+struct RankPlace {
+  int gpus = 0, world = 1, rank = 0;
+};
+RankPlace rank_place() {
+  RankPlace p;
+  p.gpus = cuda_device_count();
+  MPI_Comm_size(MPI_COMM_WORLD, &p.world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);
+  return p;
+}
+// Why a communicator over every rank cannot form here ("" when it can): no GPU, or more ranks than GPUs
+// without one NCCL_HOSTID per rank (the shared-GPU test mode, launch/nccl_hostid.sh).
+std::string nccl_world_skip(const RankPlace& p) {
+  if (p.gpus == 0) return "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+  if (p.world > p.gpus && !std::getenv("NCCL_HOSTID"))
+    return std::to_string(p.world) + " ranks on " + std::to_string(p.gpus) +
+           " GPU(s): NCCL refuses two ranks on one GPU unless each has its own NCCL_HOSTID (launch/nccl_hostid.sh)";
+  return "";
+}
+
 class NcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -221,15 +242,9 @@ TEST_F(NcclTest, ReceiveWithoutSendEndsInANamedErrorWithinTheBound) {
 TEST(NcclReducerTest, NcclReducerSumsDeviceGradientsInPlace) {
   // One rank: the identity. Under mpirun -np N with N GPUs (test_nccl_reducers.sh on a multi-GPU machine):
   // rank r on GPU r, every element times N, exact for the pattern's values.
-  const int gpus = cuda_device_count();
-  if (gpus == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-  int world = 1, rank = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (world > gpus && !std::getenv("NCCL_HOSTID"))
-    GTEST_SKIP() << world << " ranks on " << gpus
-                 << " GPU(s): NCCL refuses two ranks on one GPU unless each has its own NCCL_HOSTID "
-                    "(launch/nccl_hostid.sh)";
+  const RankPlace at = rank_place();
+  if (const std::string why = nccl_world_skip(at); !why.empty()) GTEST_SKIP() << why;
+  const int gpus = at.gpus, world = at.world, rank = at.rank;
   ASSERT_EQ(cudaSetDevice(rank % gpus), cudaSuccess);
   std::unique_ptr<NcclComm> comm = NcclComm::create(MPI_COMM_WORLD, rank % gpus, "drafters", {}, 60);
   comm->warm_up({});
@@ -291,14 +306,10 @@ TEST(NcclWorldTest, RingOf64MiBArrivesByteForByteAndAllReduceSums) {
   // and receives from the previous in one group, then all-reduces 16 Mi floats. Every byte is checked. The
   // time is printed with the bytes, as a correctness run: with ranks sharing a GPU it is NCCL's socket path
   // on loopback, never an interconnect figure.
-  const int gpus = cuda_device_count();
-  if (gpus == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-  int world = 1, rank = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (world < 2) GTEST_SKIP() << "needs mpirun -np 2 or more (tests/gpu/test_nccl_reducers.sh runs it so)";
-  if (world > gpus && !std::getenv("NCCL_HOSTID"))
-    GTEST_SKIP() << world << " ranks on " << gpus << " GPU(s) without NCCL_HOSTID (launch/nccl_hostid.sh)";
+  const RankPlace at = rank_place();
+  if (const std::string why = nccl_world_skip(at); !why.empty()) GTEST_SKIP() << why;
+  if (at.world < 2) GTEST_SKIP() << "needs mpirun -np 2 or more (tests/gpu/test_nccl_reducers.sh runs it so)";
+  const int gpus = at.gpus, world = at.world, rank = at.rank;
   ASSERT_EQ(cudaSetDevice(rank % gpus), cudaSuccess);
   std::unique_ptr<NcclComm> comm = NcclComm::create(MPI_COMM_WORLD, rank % gpus, "world", {}, 120);
   const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
