@@ -6,7 +6,8 @@
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels
 // alone, `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
 // (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
-// timed straight after GEMMs. The FP8 input quantisers are bench_kernels_fp8.
+// timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone. The FP8 input quantisers are
+// bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in the same call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -333,6 +334,36 @@ void bench_decode(Bench& b) {
   b.harena.reset(hmark);
 }
 
+// Gated DeltaNet prefill at the 27B shape (16 key / 48 value heads, dk = dv = 128) over the batch, checked on the
+// first ns tokens against CpuOps, then timed.
+void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns) {
+  const int64_t T = seqs.tokens;
+  size_t mark = b.arena.mark();
+  GdnShape s{16, 48, 128, 128};
+  const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv;
+  Tensor qkv = b.rand(DType::bf16, T, cols, -1, 1), a = b.rand(DType::bf16, T, s.nv, -3, 3);
+  Tensor bb = b.rand(DType::bf16, T, s.nv, -3, 3), A_log = b.rand(DType::f32, 1, s.nv, -2, 1);
+  Tensor dt = b.rand(DType::f32, 1, s.nv, -1, 1), o = b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv);
+  Tensor ws = b.arena.alloc(DType::u8, 1, b.gpu.gdn_workspace_bytes(T, s));
+  b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
+  size_t hm = b.harena.mark();
+  Tensor ho = b.harena.alloc(DType::f32, ns, int64_t(s.nv) * s.dv);
+  b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)),
+                    b.to_host(bb.rows_view(0, ns)), b.to_host(A_log), b.to_host(dt), ho, hseqs, s,
+                    Tensor{});
+  b.check("gdn_prefill 16/48 128", o.rows_view(0, ns), ho, 2e-2);
+  b.harena.reset(hm);
+  // FLOPs of the chunked algorithm per (chunk of 64, value head): K Kᵀ, Q Kᵀ, A V' (2·C²·d each), the
+  // triangular solve (C²·(dk+dv)), W S, Q S, Kᵀ V' (2·C·dk·dv each).
+  const double C = 64, d = 128;
+  double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
+  double flops = per_chunk * (T / C) * s.nv;
+  double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
+  row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
+  row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
+  b.arena.reset(mark);
+}
+
 }  // namespace
 
 // Causal attention over the batch (hq / hkv heads of hd, optionally gated as Qwen3.5's full layers are),
@@ -419,6 +450,12 @@ int main(int argc, char** argv) {
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
     }
+    if (argc > 1 && std::string(argv[1]) == "gdn") {  // the Gated DeltaNet prefill alone
+      bench_gdn_prefill(b, seqs, hseqs, ns);
+      std::printf("bench_kernels gdn: %s\n",
+                  b.failures ? "a correctness check FAILED" : "all correctness checks passed");
+      return b.failures ? 1 : 0;
+    }
     if (argc > 1 && std::string(argv[1]) == "decode") {  // the decode kernels alone
       bench_decode(b);
       std::printf("bench_kernels decode: %s\n",
@@ -472,33 +509,7 @@ int main(int argc, char** argv) {
     bench_dflash_attention(b, 2048);
     bench_dflash_attention(b, 0);
 
-    // ---- Gated DeltaNet prefill: 16 key / 48 value heads, dk = dv = 128 --------------------------------
-    {
-      size_t mark = b.arena.mark();
-      GdnShape s{16, 48, 128, 128};
-      const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv;
-      Tensor qkv = b.rand(DType::bf16, T, cols, -1, 1), a = b.rand(DType::bf16, T, s.nv, -3, 3);
-      Tensor bb = b.rand(DType::bf16, T, s.nv, -3, 3), A_log = b.rand(DType::f32, 1, s.nv, -2, 1);
-      Tensor dt = b.rand(DType::f32, 1, s.nv, -1, 1), o = b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv);
-      Tensor ws = b.arena.alloc(DType::u8, 1, b.gpu.gdn_workspace_bytes(T, s));
-      b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
-      size_t hm = b.harena.mark();
-      Tensor ho = b.harena.alloc(DType::f32, ns, int64_t(s.nv) * s.dv);
-      b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)),
-                        b.to_host(bb.rows_view(0, ns)), b.to_host(A_log), b.to_host(dt), ho, hseqs, s,
-                        Tensor{});
-      b.check("gdn_prefill 16/48 128", o.rows_view(0, ns), ho, 2e-2);
-      b.harena.reset(hm);
-      // FLOPs of the chunked algorithm per (chunk of 64, value head): K Kᵀ, Q Kᵀ, A V' (2·C²·d each), the
-      // triangular solve (C²·(dk+dv)), W S, Q S, Kᵀ V' (2·C·dk·dv each).
-      const double C = 64, d = 128;
-      double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
-      double flops = per_chunk * (T / C) * s.nv;
-      double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
-      row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
-      row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
-      b.arena.reset(mark);
-    }
+    bench_gdn_prefill(b, seqs, hseqs, ns);
 
     // ---- memory-bound ops -------------------------------------------------------------------------------
     {
