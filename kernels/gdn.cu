@@ -11,6 +11,8 @@
 // over all banks.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -488,6 +490,16 @@ static void gdn_prefill_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int6
   DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");
 }
 
+// DFLASH_GDN=recurrent sends every prefill to the fp32 token recurrence (decode.cu) instead of the chunked
+// kernels, so the golden tests can tell how much of a model's bf16 error the chunked form's roundings add.
+static bool gdn_recurrent_forced() {
+  static const bool forced = [] {
+    const char* e = std::getenv("DFLASH_GDN");
+    return e && std::strcmp(e, "recurrent") == 0;
+  }();
+  return forced;
+}
+
 void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
                         int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
                         const int32_t* cu, int num_seqs, int64_t T, int max_len, int nk, int nv, int dk,
@@ -496,7 +508,8 @@ void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
   bool ok = dk <= 128 && dv <= 128 && dk % 8 == 0 && dv % 8 == 0 && nk > 0 && nv % nk == 0 && ld_qkv % 8 == 0 &&
             ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
             reinterpret_cast<uintptr_t>(out) % 4 == 0 && num_seqs <= 65535 && nv <= 65535;
-  if (!ok || !gdn_prefill_chunked_shape(dk, dv))  // the token recurrence (decode.cu): any dims, no workspace
+  // The token recurrence (decode.cu): any dims, no workspace.
+  if (!ok || !gdn_prefill_chunked_shape(dk, dv) || gdn_recurrent_forced())
     return gdn_prefill_recurrent_launch(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T,
                                         nk, nv, dk, dv, stream);
   const size_t need = gdn_prefill_workspace_bytes(T, nv, dk, dv);
