@@ -246,12 +246,15 @@ TEST_F(CudaOpsTest, QkNormRopeRegisterKernelMatchesFallbackBitForBit) {
 
 TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
   struct Case { int hq, hkv, hd; };
-  // Plus one batch long enough for every K/V stage of the wgmma kernel to be refilled many times (a 1000-token
-  // sequence is 16 key tiles) next to a short one.
+  // Plus one batch long enough for every K/V stage of the wgmma kernels to be refilled many times (a 1000-token
+  // sequence is 16 key tiles) next to a short one, and lengths around the wgmma kernels' 64-row warpgroups,
+  // 128-row blocks and 64-, 80- and 128-key tiles (a block whose second warpgroup has no valid row, or whose
+  // first warpgroup's rows end a key tile before the block's).
   std::vector<std::vector<int32_t>> batches = kBatches;
   batches.push_back({1000, 129});
+  batches.push_back({63, 127, 129, 64, 65, 1, 81, 160, 193});
   for (const auto& lens : batches)
-    for (Case c : {Case{4, 2, 8}, {6, 2, 32}, {4, 1, 128}, {6, 1, 256}}) {
+    for (Case c : {Case{4, 2, 8}, {6, 2, 32}, {4, 1, 128}, {6, 1, 256}, {3, 3, 128}, {6, 2, 256}}) {
       Layouts L = layouts(lens);
       int64_t T = L.cpu.tokens;
       // q strided inside a wider buffer (the gated q_proj output), k/v contiguous.
@@ -288,15 +291,16 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
 
 // The forward's layout (target_forward.cpp, layer_full): q, gate, k and v are column views of one fused
 // projection [T, lead | q | gate | k | v], the output a view of a wider workspace. Head dims the sm90 kernel
-// is not built for (it takes 128 and 256 only), so the portable tiled kernel runs with its epilogue loading
-// each row's gate before storing it; hd 24 and 40 leave zero-padded columns whose gate is not read. A lead of
+// is not built for (it takes 128 and 256 only) run the portable tiled kernel with its epilogue loading each
+// row's gate before storing it; hd 24 and 40 leave zero-padded columns whose gate is not read. Hd 128 and 256
+// run the wgmma kernel on the same strided views (TMA boxes inside a wider row). A lead of
 // 4 columns (q 8-byte aligned) or an output at column 1 (2-byte aligned) is beyond the tiled kernels' 16-byte
 // copies and bf16-pair stores: the general kernel runs instead of a misaligned access.
 TEST_F(CudaOpsTest, AttentionGateInsideFusedProjection) {
   struct Case { int hq, hkv, hd; int64_t lead, out_col; };
   for (const auto& lens : kBatches)
     for (Case c : {Case{3, 1, 32, 0, 0}, {5, 1, 16, 0, 0}, {4, 2, 40, 0, 0}, {6, 3, 24, 0, 0}, {2, 1, 64, 0, 0},
-                   {3, 1, 32, 4, 0}, {3, 1, 32, 0, 1}}) {
+                   {3, 1, 32, 4, 0}, {3, 1, 32, 0, 1}, {4, 2, 128, 0, 0}, {3, 1, 256, 0, 0}}) {
       const ArenaMarks marks(cpu_arena_, gpu_arena_);
       Layouts L = layouts(lens);
       const int64_t T = L.cpu.tokens, qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;

@@ -1,0 +1,83 @@
+// Hopper (sm_90) bulk tensor copies (TMA) and the shared-memory mbarriers that track them, shared by the
+// wgmma attention kernels: device-side barrier and copy primitives, and the host-side tensor map that
+// describes a bf16 matrix as 64-column boxes in the 128-byte swizzled layout wgmma reads (kernels/wgmma.cuh).
+#pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/launchers.cuh"
+
+namespace df {
+
+// ---- device primitives ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// The producer's arrival, announcing the bytes the TMA copies will deliver to this phase.
+__device__ __forceinline__ void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// A ROWS × HD tile at (row, col0) of the tensor behind tm (whose box is 64 columns × ROWS rows): HD / 64
+// boxes, each landing as one column block of ROWS × 128 bytes. Rows past the tensor's end arrive as zeros.
+template <int HD, int ROWS>
+__device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap* tm, int col0, int row,
+                                              uint32_t bar) {
+#pragma unroll
+  for (int b = 0; b < HD / 64; ++b)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(dst + b * ROWS * 128),
+        "l"(tm), "r"(col0 + b * 64), "r"(row), "r"(bar)
+        : "memory");
+}
+
+// ---- host side ----
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda); null when the
+// driver has none.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  return fn;
+}
+
+// rows × cols bf16 (row stride ld elements) read as boxes of 64 columns × box_rows rows with the 128-byte
+// swizzle.
+inline CUtensorMap tensor_map_bf16(const bf16* p, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+  CUtensorMap tm;
+  cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(bf16)};
+  cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)}, elem[2] = {1, 1};
+  CUresult r =
+      tensor_map_encoder()(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p), dims, strides, box,
+                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    cuda_throw("cuTensorMapEncodeTiled", "could not describe an attention operand", __FILE__, __LINE__);
+  return tm;
+}
+
+}  // namespace df
