@@ -184,6 +184,15 @@ __global__ void __launch_bounds__(kDecodeThreads) gdn_decode_kernel(
   }
 }
 
+// The fast kernels are launched with programmatic dependent launch (launch_pdl): a block may start while the
+// previous kernel on the stream drains, so it waits here, before touching any memory, for that kernel's writes.
+// A no-op when launched without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // ---- split-KV attention over a cache on tensor cores -----------------------------------------------------
 // Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
 // the same K / V; one m16 tile of rows per warp (at least 4 warps, for the copies), kSplitKeys keys per stage.
@@ -211,7 +220,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
   const int nb = (int)((min((int64_t)chunk_len, len - key0) + kSplitKeys - 1) / kSplitKeys);
   bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [tiles·16][LDS], rows past `rows` zero
   bf16* skv = sq + tiles * 16 * LDS;               // ring of stages: K [kSplitKeys][LDS] then V
-
+  pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last combine
   for (int i = threadIdx.x; i < tiles * 16 * CH; i += blockDim.x) {
     const int r = i / CH, d = (i % CH) * 8;
     const bool in = r < rows;
@@ -324,6 +333,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(
     const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
   const int r = blockIdx.x, kvh = blockIdx.y;
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
+  pdl_wait();
   const float* ml = part_ml + (unit0 * rows + r) * 2;
   float mt = -INFINITY;
   for (int c = 0; c < chunks; ++c) mt = fmaxf(mt, ml[(int64_t)c * rows * 2]);
@@ -365,6 +375,7 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
   const bool col = j < dv;  // lanes past dv carry zeros and write nothing, but keep the barriers
   const int kh = h / (nv / nk);
   const int64_t head0 = (int64_t)h * dk * dv;
+  pdl_wait();
   float S[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) S[i] = col && e0 + i < dk ? state[head0 + (int64_t)(e0 + i) * dv + j] : 0.0f;
@@ -496,6 +507,24 @@ int device_sms() {
   return sms;
 }
 
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialisation: its launch and
+// block set-up overlap the previous kernel's tail (the kernels wait in pdl_wait before touching memory).
+template <class... Params, class... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
+}
+
 // Shapes the split kernel is built for: hd 128 or 256 and at most kSplitMaxRows query rows per kv head.
 bool split_shape(int64_t T, int hq, int hkv, int hd) {
   return !decode_general_forced() && (hd == 128 || hd == 256) && T * (hq / hkv) <= kSplitMaxRows;
@@ -572,23 +601,13 @@ void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv);
-  if (hd == 128) {
-    DF_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(p.smem)));
-    attention_split_kernel<128><<<grid, threads, p.smem, stream>>>(q, ld_q, k, ld_k, v, ld_v, part, part_ml,
-                                                                         past, int(T), group, p.chunk_len,
-                                                                         scale_log2);
-  } else {
-    DF_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(p.smem)));
-    attention_split_kernel<256><<<grid, threads, p.smem, stream>>>(q, ld_q, k, ld_k, v, ld_v, part, part_ml,
-                                                                         past, int(T), group, p.chunk_len,
-                                                                         scale_log2);
-  }
-  DF_CUDA_CHECK_LAUNCH("attention_split_kernel");
-  attention_combine_kernel<<<dim3((unsigned)rows, (unsigned)hkv), kCombineThreads, 0, stream>>>(
-      part, part_ml, out, ld_out, gate, ld_gate, rows, group, p.chunks, hd);
-  DF_CUDA_CHECK_LAUNCH("attention_combine_kernel");
+  auto split = hd == 128 ? attention_split_kernel<128> : attention_split_kernel<256>;
+  DF_CUDA_CHECK(
+      cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));
+  launch_pdl(split, grid, dim3(threads), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
+             group, p.chunk_len, scale_log2);
+  launch_pdl(attention_combine_kernel, dim3((unsigned)rows, (unsigned)hkv), dim3(kCombineThreads), 0, stream,
+             part, part_ml, out, ld_out, gate, ld_gate, rows, group, p.chunks, hd);
 }
 
 void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -615,11 +634,10 @@ void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t l
                __FILE__, __LINE__);
   const dim3 grid((unsigned)nv, (unsigned)((dv + 31) / 32));
   dispatch_slice_rows(dk, [&](auto per) {
-    gdn_decode_slice_kernel<decltype(per)::value><<<grid, 32 * kGdnSliceWarps, 0, stream>>>(
-        qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk, nv,
-        dk, dv);
+    launch_pdl(gdn_decode_slice_kernel<decltype(per)::value>, grid, dim3(32 * kGdnSliceWarps), 0, stream, qkv,
+               ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk,
+               nv, dk, dv);
   });
-  DF_CUDA_CHECK_LAUNCH("gdn_decode_slice_kernel");
 }
 
 void gdn_prefill_recurrent_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
