@@ -3,8 +3,9 @@
 // A decode step moves far more bytes (the cache; the state and the per-token states kept for rollback) than it
 // computes with, so the fast kernels are built to move those bytes once, at full bandwidth:
 // - attention (hd 128 / 256): split-KV on tensor cores. A CTA per (kv head, key chunk) loads its chunk once
-//   and runs every query row that reads it (the step's T tokens × the hq / hkv query heads of that kv head)
-//   through mma.sync with an online softmax; a second kernel merges the chunks' (max, sum, acc), gates, rounds.
+//   and runs every query row that reads it (the step's T tokens × the hq / hkv query heads of that kv head,
+//   128 rows a CTA) through mma.sync with an online softmax; a second kernel merges the chunks' (max, sum,
+//   acc), gates and rounds.
 // - DeltaNet: a CTA per (value head, 32 state columns) keeps that slice of the fp32 state in registers over
 //   the tokens and writes each saved state as whole rows.
 // The general warp-per-work-item kernels (fp32, any head dim up to kDecodeMaxHeadDim, any stride or GQA / GVA
@@ -195,14 +196,16 @@ __device__ __forceinline__ void pdl_wait() {
 
 // ---- split-KV attention over a cache on tensor cores -----------------------------------------------------
 // Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
-// the same K / V; one m16 tile of rows per warp (at least 4 warps, for the copies), kSplitKeys keys per stage.
+// the same K / V. A CTA takes up to kSplitMaxRows of them (longer steps: one CTA per 128-row group), one m16
+// tile per warp (at least 4 warps, for the copies), kSplitKeys keys per pipeline stage.
 constexpr int kSplitKeys = 32;
 constexpr int kSplitStages = 4;
 constexpr int kSplitMaxRows = 128;
 constexpr int kSplitThreads = 32 * kSplitMaxRows / 16;
 constexpr int kCombineThreads = 128;
 
-// Block (chunk, kvh): keys [chunk·chunk_len, +chunk_len) of the cache against every row of kv head kvh. Scores
+// Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [128z, 128z + 128) of kv
+// head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0). Scores
 // and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into bf16 hi + lo, so
 // its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far above the decode's
 // fp32 contract). Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per row to part_ml.
@@ -213,18 +216,20 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
     int chunk_len, float scale_log2) {
   constexpr int LDS = HD + 8, NT = HD / 8, CH = HD / 8;  // CH: 16-byte pieces of a row
   extern __shared__ __align__(16) unsigned char split_smem[];
-  const int rows = T * group, tiles = (rows + 15) / 16;
+  const int rows = T * group, r0 = blockIdx.z * kSplitMaxRows, here = min(kSplitMaxRows, rows - r0);
+  const int tiles = (here + 15) / 16;
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
-  const int nb = (int)((min((int64_t)chunk_len, len - key0) + kSplitKeys - 1) / kSplitKeys);
-  bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [tiles·16][LDS], rows past `rows` zero
+  const int64_t seen = past + (r0 + here - 1) / group + 1;  // keys [0, seen) are visible to some row here
+  const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + kSplitKeys - 1) / kSplitKeys);
+  bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [tiles·16][LDS], rows past `here` zero
   bf16* skv = sq + tiles * 16 * LDS;               // ring of stages: K [kSplitKeys][LDS] then V
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last combine
   for (int i = threadIdx.x; i < tiles * 16 * CH; i += blockDim.x) {
-    const int r = i / CH, d = (i % CH) * 8;
-    const bool in = r < rows;
-    const bf16* src = in ? q + (int64_t)(r / group) * ld_q + (int64_t)(kvh * group + r % group) * HD + d : q;
+    const int r = i / CH, d = (i % CH) * 8, rg = r0 + r;
+    const bool in = r < here;
+    const bf16* src = in ? q + (int64_t)(rg / group) * ld_q + (int64_t)(kvh * group + rg % group) * HD + d : q;
     cp_async_16(sq + r * LDS + d, src, in ? 16 : 0);
   }
   cp_async_commit();
@@ -245,9 +250,11 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
   }
 
   const bool active = warp < tiles;
-  // This lane's rows (g and g + 8 of the warp's tile) see keys up to past + their token; padding rows none.
-  const int r_lo = warp * 16 + (lane >> 2), r_hi = r_lo + 8;
-  const int64_t lim_lo = r_lo < rows ? past + r_lo / group : -1, lim_hi = r_hi < rows ? past + r_hi / group : -1;
+  // This lane's rows (g and g + 8 of the warp's tile; r_lo, r_hi of the kv head's) see keys up to past + their
+  // token; padding rows none.
+  const int r_lo = r0 + warp * 16 + (lane >> 2), r_hi = r_lo + 8;
+  const bool in_lo = r_lo < r0 + here, in_hi = r_hi < r0 + here;
+  const int64_t lim_lo = in_lo ? past + r_lo / group : -1, lim_hi = in_hi ? past + r_hi / group : -1;
   float acc[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -305,6 +312,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
     }
     __syncthreads();  // stage b % kSplitStages is refilled next iteration
   }
+  cp_async_wait<0>();  // a CTA with no visible key (nb = 0) still has Q's copies in flight
   if (!active) return;
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {
@@ -315,13 +323,13 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
   float* prow = part + unit * rows * HD + 2 * (lane & 3);
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
-    if (r_lo < rows) *reinterpret_cast<float2*>(prow + (int64_t)r_lo * HD + n * 8) = make_float2(acc[n][0], acc[n][1]);
-    if (r_hi < rows) *reinterpret_cast<float2*>(prow + (int64_t)r_hi * HD + n * 8) = make_float2(acc[n][2], acc[n][3]);
+    if (in_lo) *reinterpret_cast<float2*>(prow + (int64_t)r_lo * HD + n * 8) = make_float2(acc[n][0], acc[n][1]);
+    if (in_hi) *reinterpret_cast<float2*>(prow + (int64_t)r_hi * HD + n * 8) = make_float2(acc[n][2], acc[n][3]);
   }
   if ((lane & 3) == 0) {
     float* ml = part_ml + unit * rows * 2;
-    if (r_lo < rows) *reinterpret_cast<float2*>(ml + 2 * r_lo) = make_float2(m_lo, l_lo);
-    if (r_hi < rows) *reinterpret_cast<float2*>(ml + 2 * r_hi) = make_float2(m_hi, l_hi);
+    if (in_lo) *reinterpret_cast<float2*>(ml + 2 * r_lo) = make_float2(m_lo, l_lo);
+    if (in_hi) *reinterpret_cast<float2*>(ml + 2 * r_hi) = make_float2(m_hi, l_hi);
   }
 }
 
@@ -525,16 +533,19 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
-// Shapes the split kernel is built for: hd 128 or 256 and at most kSplitMaxRows query rows per kv head.
+// Shapes the split kernel is built for: hd 128 or 256 (grid limits aside).
 bool split_shape(int64_t T, int hq, int hkv, int hd) {
-  return !decode_general_forced() && (hd == 128 || hd == 256) && T * (hq / hkv) <= kSplitMaxRows;
+  return !decode_general_forced() && (hd == 128 || hd == 256) && hkv <= 65535 &&
+         T * (hq / hkv) <= int64_t(kSplitMaxRows) * 65535;
 }
 
-// Chunks per kv head to aim for: one CTA per SM once a CTA runs more than 3 row tiles (its warps and shared
-// memory fill an SM), two below that, so short steps (T = 1) still keep every SM reading keys.
-int64_t split_chunks_per_head(int rows, int hkv) {
+// Chunks per kv head to aim for, given the query rows per kv head: one CTA per SM once a CTA runs more than 3
+// row tiles (its warps and shared memory fill an SM), two below that, so short steps (T = 1) still keep every
+// SM reading keys; the 128-row groups of a long step share that budget (down to one chunk each).
+int64_t split_chunks_per_head(int64_t rows, int hkv) {
+  const int64_t groups = (rows + kSplitMaxRows - 1) / kSplitMaxRows;
   const int64_t target = int64_t(rows > 48 ? 1 : 2) * device_sms();
-  return std::max<int64_t>(1, (target + hkv - 1) / hkv);
+  return std::max<int64_t>(1, (target + hkv * groups - 1) / (hkv * groups));
 }
 
 // How one call splits the cache: `chunks` per kv head of chunk_len keys (whole stages; the last chunk may be
@@ -545,7 +556,8 @@ struct SplitPlan {
 };
 
 SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
-  const int rows = int(T * group), tiles = (rows + 15) / 16;
+  const int64_t rows = T * group;
+  const int tiles = int((std::min<int64_t>(rows, kSplitMaxRows) + 15) / 16);
   const int64_t blocks = (past + T + kSplitKeys - 1) / kSplitKeys;
   const int64_t per_head = std::min(split_chunks_per_head(rows, hkv), blocks);
   const int64_t per_chunk = (blocks + per_head - 1) / per_head;
@@ -576,7 +588,7 @@ void dispatch_slice_rows(int dk, Fn&& fn) {
 
 size_t attention_cached_workspace_bytes(int64_t T, int hq, int hkv, int hd) {
   if (T <= 0 || hkv <= 0 || hq % hkv != 0 || !split_shape(T, hq, hkv, hd)) return 0;
-  const int rows = int(T * (hq / hkv));
+  const int64_t rows = T * (hq / hkv);
   return sizeof(float) * size_t(hkv) * size_t(split_chunks_per_head(rows, hkv)) * size_t(rows) * size_t(hd + 2);
 }
 
@@ -596,11 +608,11 @@ void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
                __FILE__, __LINE__);
   const int group = hq / hkv, rows = int(T * group);
   const SplitPlan p = split_plan(T, past, group, hkv, hd);
-  const int threads = 32 * std::max(4, (rows + 15) / 16);
+  const int threads = 32 * std::max(4, (std::min(rows, kSplitMaxRows) + 15) / 16);
   float* part = static_cast<float*>(workspace);
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
-  const dim3 grid((unsigned)p.chunks, (unsigned)hkv);
+  const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)((rows + kSplitMaxRows - 1) / kSplitMaxRows));
   auto split = hd == 128 ? attention_split_kernel<128> : attention_split_kernel<256>;
   DF_CUDA_CHECK(
       cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));

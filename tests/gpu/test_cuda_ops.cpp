@@ -437,17 +437,17 @@ TEST_F(CudaOpsTest, AttentionCachedMatchesCpu) {
   EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 2, 4, 3, 16, 0.25f), Error);  // 4 % 3 heads
 }
 
-// The split-KV tensor-core path of attention_cached (hd 128 / 256, at most 128 query rows per kv head): step
-// sizes around its 16-row tiles (T·group 3 .. 102), caches that end inside, on and just past a 32-key stage
-// and span many chunks (4095), GQA groups 3 and 6, with and without the gate; T 17 × group 6 = 102 rows and
-// T 33 × 6 = 198 (past its row limit: the general kernel) in the same sweep. P·V keeps P to 16 mantissa bits
-// (bf16 hi + lo), so the same fp32 bound as the general kernel holds.
+// The split-KV tensor-core path of attention_cached (hd 128 / 256): step sizes around its 16-row tiles
+// (T·group 3 .. 102), past one CTA's 128 rows (T 33 × group 6: two row groups) and a prompt-sized step (T 300:
+// 15 row groups, whose early groups see none of the later chunks' keys), caches that end inside, on and just
+// past a 32-key stage and span many chunks (4095), GQA groups 3 and 6, with and without the gate. P·V keeps P
+// to 16 mantissa bits (bf16 hi + lo), so the same fp32 bound as the general kernel holds.
 TEST_F(CudaOpsTest, AttentionCachedSplitKvMatchesCpu) {
   struct Case { int hq, hkv, hd; };
   for (Case c : {Case{6, 1, 128}, {12, 2, 256}, {6, 2, 256}, {3, 1, 128}})
     for (int64_t past : {0, 1, 63, 4095})
-      for (int64_t T : {1, 3, 16, 17, 33}) {
-        if (T == 33 && c.hq / c.hkv != 6) continue;
+      for (int64_t T : {1, 3, 16, 17, 33, 300}) {
+        if (T >= 33 && c.hq / c.hkv != 6) continue;
         const ArenaMarks marks(cpu_arena_, gpu_arena_);
         const int64_t qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
         Pair q = rand(T, qc, -2, 2, DType::bf16, qc);  // the gated q_proj half: row stride 2·qc
