@@ -2,9 +2,9 @@
 // tokens after a 4096-token prompt) of the full 64-layer target with random bf16 weights on one GPU, run by
 // TargetDecoder exactly as eval runs it (step, the 16 logits rows read back for the argmax, commit), set
 // against the bytes the step must move and the copy bandwidth measured in the same run. Checked first: the
-// verify step's logits against one step over all 4112 tokens from empty caches (which takes the general
-// attention kernel: more than 128 query rows per kv head), so a wrong split-KV kernel, cache offset or state
-// hand-over fails the run. DFLASH_DECODE=general rows time the same step on the old decode kernels.
+// verify step's logits against one step over all 4112 tokens from empty caches on the general decode kernels
+// (DFLASH_DECODE=general), so a wrong split-KV or DeltaNet slice kernel, cache offset or state hand-over fails
+// the run. DFLASH_DECODE=general rows then time the same step on those old kernels.
 // Plain main(): the GPU machine has no Google Benchmark. Arguments: none.
 #include <cuda_runtime.h>
 
@@ -123,7 +123,8 @@ int main() {
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 2654435761ull) % uint64_t(cfg.vocab));
     for (size_t i = 0; i < block.size(); ++i) block[i] = int32_t((i * 40503ull + 7) % uint64_t(cfg.vocab));
 
-    // The check: verify the block after the prompt, then prefill prompt + block from empty caches.
+    // The check: verify the block after the prompt, then prompt + block in one step from empty caches on the
+    // general kernels.
     dec.step(prompt);
     dec.commit(kPrompt);
     dec.step(block);
@@ -131,11 +132,14 @@ int main() {
     dec.reset();
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), block.begin(), block.end());
+    setenv("DFLASH_DECODE", "general", 1);
     dec.step(all);
     const std::vector<float> prefill = dec.logits_host();
+    unsetenv("DFLASH_DECODE");
     const double err = rel_rms(verify, prefill);
     const bool ok = err <= kMaxLogitRelRms;
-    std::printf("check: verify-step logits vs one step over the same %lld tokens: rel-RMS %.3e (bound %.0e) %s\n",
+    std::printf("check: verify-step logits vs one general-kernel step over the same %lld tokens: rel-RMS %.3e "
+                "(bound %.0e) %s\n",
                 (long long)all.size(), err, kMaxLogitRelRms, ok ? "ok" : "FAILED");
     if (!ok) {
       std::printf("bench_target_decode: result check FAILED, no speed reported\n");
