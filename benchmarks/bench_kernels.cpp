@@ -403,8 +403,8 @@ void bench_decode(Bench& b) {
   double copy_gbs = 0;
   {  // the copy ceiling now, on this card: a 1 GiB device-to-device copy, read + write bytes
     size_t mark = b.arena.mark();
-    const int64_t n = int64_t(1) << 30;
-    Tensor src = b.rand(DType::bf16, 1, n / 2, -1, 1), dst = b.arena.alloc(DType::bf16, 1, n / 2);
+    const int64_t n = int64_t(1) << 30;  // bytes: 2^14 rows of 2^15 bf16
+    Tensor src = b.rand(DType::bf16, 1 << 14, 1 << 15, -1, 1), dst = b.arena.alloc(DType::bf16, 1 << 14, 1 << 15);
     const double ms = b.time_ms([&] {
       DF_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, size_t(n), cudaMemcpyDeviceToDevice, b.gpu.stream()));
     });
