@@ -335,25 +335,41 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
 
 // Block (r, kvh): row r of kv head kvh merged over the chunks, o = Σ acc·2^(m − M) / Σ l·2^(m − M), then
 // rounded and gated as the general kernel. A chunk with no key for the row has m = −inf and acc = l = 0 (every
-// row sees key 0, so M is finite).
+// row sees key 0, so M is finite). Warp 0 puts the chunks' weights 2^(m − M) in shared memory first, so the
+// per-dim sums issue their partial loads back to back instead of one L2 round trip per chunk.
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(
     const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
     const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
-  const int r = blockIdx.x, kvh = blockIdx.y;
+  extern __shared__ float combine_w[];  // [chunks], then 1 / Σ l·2^(m − M)
+  const int r = blockIdx.x, kvh = blockIdx.y, lane = threadIdx.x & 31;
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
+  const int64_t cs = (int64_t)rows * 2;  // a chunk's stride in part_ml
   pdl_wait();
   const float* ml = part_ml + (unit0 * rows + r) * 2;
-  float mt = -INFINITY;
-  for (int c = 0; c < chunks; ++c) mt = fmaxf(mt, ml[(int64_t)c * rows * 2]);
-  float lt = 0.0f;
-  for (int c = 0; c < chunks; ++c) lt += ml[(int64_t)c * rows * 2 + 1] * exp2f(ml[(int64_t)c * rows * 2] - mt);
+  if (threadIdx.x < 32) {
+    float mt = -INFINITY;
+    for (int c = lane; c < chunks; c += 32) mt = fmaxf(mt, ml[c * cs]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+    float lt = 0.0f;
+    for (int c = lane; c < chunks; c += 32) {
+      const float w = exp2f(ml[c * cs] - mt);
+      combine_w[c] = w;
+      lt += ml[c * cs + 1] * w;
+    }
+    lt = warp_sum(lt);
+    if (lane == 0) combine_w[chunks] = 1.0f / lt;
+  }
+  __syncthreads();
   const float* acc = part + (unit0 * rows + r) * hd;
+  const int64_t ca = (int64_t)rows * hd;  // a chunk's stride in part
   bf16* orow = out + t * ld_out + h * hd;
   const bf16* grow = gate ? gate + t * ld_gate + h * hd : nullptr;
   for (int d = threadIdx.x; d < hd; d += kCombineThreads) {
     float o = 0.0f;
-    for (int c = 0; c < chunks; ++c) o += acc[(int64_t)c * rows * hd + d] * exp2f(ml[(int64_t)c * rows * 2] - mt);
-    o = bf16_rn(o / lt);
+#pragma unroll 8
+    for (int c = 0; c < chunks; ++c) o += acc[c * ca + d] * combine_w[c];
+    o = bf16_rn(o * combine_w[chunks]);
     if (grow) o = sigmoid_gate_f32(o, __bfloat162float(grow[d]));
     orow[d] = __float2bfloat16(o);
   }
@@ -618,8 +634,9 @@ void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
       cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));
   launch_pdl(split, grid, dim3(threads), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
              group, p.chunk_len, scale_log2);
-  launch_pdl(attention_combine_kernel, dim3((unsigned)rows, (unsigned)hkv), dim3(kCombineThreads), 0, stream,
-             part, part_ml, out, ld_out, gate, ld_gate, rows, group, p.chunks, hd);
+  launch_pdl(attention_combine_kernel, dim3((unsigned)rows, (unsigned)hkv), dim3(kCombineThreads),
+             sizeof(float) * size_t(p.chunks + 1), stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
+             p.chunks, hd);
 }
 
 void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
