@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -292,46 +293,135 @@ void bench_dflash_attention(Bench& b, int window) {
 }
 
 // Incremental decoding at the 27B shapes: one verify block of T = 16 tokens after a context of 4096 —
-// attention_cached (24 q / 4 kv heads, hd 256) and gdn_decode (16 / 48 heads, 128 × 128 states, the last 16
-// states saved for rollback). Checked in full against CpuOps on the same values first. Bytes are what must
-// cross HBM once (the cache, or the state read and the states written); the kernels re-read the cache per
-// query head from L2, so the % shows how far a split-K decode kernel could go.
-void bench_decode(Bench& b) {
+// The decode kernels against the memory bandwidth measured in the same run. Bytes are what must cross HBM
+// once: attention_cached reads the cache (K and V of past + T rows), q and the gate and writes out; gdn_decode
+// reads the state and writes the R saved states (R = T: every token of a verify block can be the one kept),
+// plus its small per-token inputs and outputs. The split-KV partials are the kernel's own overhead and not
+// counted. Each call runs on its own of N rotating input sets whose total passes 4× the L2, so every call
+// reads from HBM as in a real step (where the layer's weights flush the cache between calls); the N calls go
+// back to back on the stream (no graph: the launches are what a decode step pays), and the per-call time is
+// the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the goal is
+// ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time the old
+// warp-per-item kernels in the same process.
+struct DecodeRow {
+  std::string name;
+  double bytes = 0, us = 0;
+};
+
+// Median per-call µs of `sets` back-to-back calls of fn(set).
+double decode_time_us(Bench& b, int sets, const std::function<void(int)>& fn) {
+  return 1e3 * b.time_ms([&] {
+           for (int i = 0; i < sets; ++i) fn(i);
+         }) / sets;
+}
+
+int decode_sets(double bytes_per_set, int l2_bytes) {
+  return std::max(2, int(std::ceil(4.0 * l2_bytes / bytes_per_set)));
+}
+
+void decode_print(const DecodeRow& r, double copy_gbs) {
+  const double gbs = r.bytes / (r.us * 1e-6) / 1e9, ideal_us = r.bytes / (copy_gbs * 1e9) * 1e6;
+  const double ratio = r.us / ideal_us;
+  std::printf("%-52s %7.2f MB %9.2f us %8.0f GB/s %6.1f %% of copy %6.2fx bw time  %s\n", r.name.c_str(),
+              r.bytes / 1e6, r.us, gbs, 100.0 * gbs / copy_gbs, ratio, ratio <= 2.0 ? "PASS" : "FAIL (> 2x)");
+}
+
+// attention_cached over past cached + T new tokens, hq / hkv heads of hd, gated or not.
+void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past, int hq, int hkv, int hd,
+                            bool gated, int l2_bytes, std::vector<DecodeRow>& rows) {
   size_t mark = b.arena.mark(), hmark = b.harena.mark();
-  const int64_t T = 16, past = 4096;
-  {
-    const int hq = 24, hkv = 4, hd = 256;
-    const float scale = 1.0f / std::sqrt(float(hd));
-    Tensor q = b.rand(DType::bf16, T, int64_t(hq) * hd, -2, 2), k = b.rand(DType::bf16, past + T, hkv * hd, -2, 2);
-    Tensor v = b.rand(DType::bf16, past + T, hkv * hd, -1, 1), g = b.rand(DType::bf16, T, int64_t(hq) * hd, -4, 4);
-    Tensor o = b.arena.alloc(DType::bf16, T, int64_t(hq) * hd);
-    b.gpu.attention_cached(q, k, v, o, past, hq, hkv, hd, scale, &g);
-    Tensor ho = b.harena.alloc(DType::f32, T, int64_t(hq) * hd), hg = b.to_host(g);
-    b.cpu.attention_cached(b.to_host(q), b.to_host(k), b.to_host(v), ho, past, hq, hkv, hd, scale, &hg);
-    b.check("attention_cached 24/4 hd 256", o, ho, 1e-2);
-    const double bytes = 2.0 * double(past + T) * hkv * hd * 2 + 3.0 * T * hq * hd * 2;
-    row_bytes("decode attention_cached T16 past 4096", bytes,
-              b.time_ms([&] { b.gpu.attention_cached(q, k, v, o, past, hq, hkv, hd, scale, &g); }));
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int64_t qc = int64_t(hq) * hd, kc = int64_t(hkv) * hd;
+  const double bytes = 2.0 * double(past + T) * kc * 2 + (gated ? 3.0 : 2.0) * double(T) * qc * 2;
+  const int sets = decode_sets(bytes, l2_bytes);
+  struct Set { Tensor q, k, v, g, o; };
+  std::vector<Set> S;
+  for (int i = 0; i < sets; ++i)
+    S.push_back({b.rand(DType::bf16, T, qc, -2, 2), b.rand(DType::bf16, past + T, kc, -2, 2),
+                 b.rand(DType::bf16, past + T, kc, -1, 1), b.rand(DType::bf16, T, qc, -4, 4),
+                 b.arena.alloc(DType::bf16, T, qc)});
+  auto call = [&](int i) {
+    const Set& s = S[size_t(i)];
+    b.gpu.attention_cached(s.q, s.k, s.v, s.o, past, hq, hkv, hd, scale, gated ? &s.g : nullptr);
+  };
+  Tensor ho = b.harena.alloc(DType::f32, T, qc), hg = b.to_host(S[0].g);
+  b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
+                         gated ? &hg : nullptr);
+  char name[128];
+  for (bool general : {false, true}) {
+    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+    std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
+                  (long long)past, general ? " [general]" : "");
+    call(0);
+    b.check(name, S[0].o, ho, 1e-2);
+    rows.push_back({name, bytes, decode_time_us(b, sets, call)});
   }
-  {
-    const GdnShape s{16, 48, 128, 128};
-    const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
-    Tensor qkv = b.rand(DType::bf16, T, cols, -1, 1), a = b.rand(DType::bf16, T, s.nv, -3, 3);
-    Tensor bb = b.rand(DType::bf16, T, s.nv, -3, 3), A_log = b.rand(DType::f32, 1, s.nv, -2, 1);
-    Tensor dt = b.rand(DType::f32, 1, s.nv, -1, 1), st = b.rand(DType::f32, 1, sdim, -0.5f, 0.5f);
-    Tensor o = b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv), sts = b.arena.alloc(DType::f32, T, sdim);
-    b.gpu.gdn_decode(qkv, a, bb, A_log, dt, o, st, sts, s);
-    Tensor ho = b.harena.alloc(DType::f32, T, int64_t(s.nv) * s.dv), hs = b.harena.alloc(DType::f32, T, sdim);
-    b.cpu.gdn_decode(b.to_host(qkv), b.to_host(a), b.to_host(bb), b.to_host(A_log), b.to_host(dt), ho,
-                     b.to_host(st), hs, s);
-    b.check("gdn_decode 16/48 128 out", o, ho, 1e-2);
-    b.check("gdn_decode 16/48 128 states", sts, hs, 1e-4);
-    const double bytes = double(sdim) * 4 * (1 + T) + double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2;
-    row_bytes("decode gdn_decode T16 (16 states saved)", bytes,
-              b.time_ms([&] { b.gpu.gdn_decode(qkv, a, bb, A_log, dt, o, st, sts, s); }));
-  }
+  unsetenv("DFLASH_DECODE");
   b.arena.reset(mark);
   b.harena.reset(hmark);
+}
+
+// gdn_decode at the 27B shape (16 / 48 heads, 128 × 128 states) over T tokens, all T states saved.
+void bench_decode_gdn(Bench& b, int64_t T, int l2_bytes, std::vector<DecodeRow>& rows) {
+  size_t mark = b.arena.mark(), hmark = b.harena.mark();
+  const GdnShape s{16, 48, 128, 128};
+  const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
+  const double bytes = double(sdim) * 4 * (1 + T) + double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2;
+  const int sets = decode_sets(bytes, l2_bytes);
+  Tensor A_log = b.rand(DType::f32, 1, s.nv, -2, 1), dt = b.rand(DType::f32, 1, s.nv, -1, 1);
+  struct Set { Tensor qkv, a, bb, st, o, sts; };
+  std::vector<Set> S;
+  for (int i = 0; i < sets; ++i)
+    S.push_back({b.rand(DType::bf16, T, cols, -1, 1), b.rand(DType::bf16, T, s.nv, -3, 3),
+                 b.rand(DType::bf16, T, s.nv, -3, 3), b.rand(DType::f32, 1, sdim, -0.5f, 0.5f),
+                 b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv), b.arena.alloc(DType::f32, T, sdim)});
+  auto call = [&](int i) {
+    const Set& x = S[size_t(i)];
+    b.gpu.gdn_decode(x.qkv, x.a, x.bb, A_log, dt, x.o, x.st, x.sts, s);
+  };
+  Tensor ho = b.harena.alloc(DType::f32, T, int64_t(s.nv) * s.dv), hs = b.harena.alloc(DType::f32, T, sdim);
+  b.cpu.gdn_decode(b.to_host(S[0].qkv), b.to_host(S[0].a), b.to_host(S[0].bb), b.to_host(A_log), b.to_host(dt),
+                   ho, b.to_host(S[0].st), hs, s);
+  char name[128];
+  for (bool general : {false, true}) {
+    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+    std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s", (long long)T,
+                  (long long)T, general ? " [general]" : "");
+    call(0);
+    b.check((std::string(name) + " out").c_str(), S[0].o, ho, 1e-2);
+    b.check((std::string(name) + " states").c_str(), S[0].sts, hs, 1e-4);
+    rows.push_back({name, bytes, decode_time_us(b, sets, call)});
+  }
+  unsetenv("DFLASH_DECODE");
+  b.arena.reset(mark);
+  b.harena.reset(hmark);
+}
+
+void bench_decode(Bench& b) {
+  cudaDeviceProp prop{};
+  DF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  double copy_gbs = 0;
+  {  // the copy ceiling now, on this card: a 1 GiB device-to-device copy, read + write bytes
+    size_t mark = b.arena.mark();
+    const int64_t n = int64_t(1) << 30;  // bytes: 2^14 rows of 2^15 bf16
+    Tensor src = b.rand(DType::bf16, 1 << 14, 1 << 15, -1, 1), dst = b.arena.alloc(DType::bf16, 1 << 14, 1 << 15);
+    const double ms = b.time_ms([&] {
+      DF_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, size_t(n), cudaMemcpyDeviceToDevice, b.gpu.stream()));
+    });
+    copy_gbs = 2.0 * double(n) / (ms * 1e-3) / 1e9;
+    b.arena.reset(mark);
+  }
+  std::printf("decode: copy bandwidth %.0f GB/s (1 GiB device copy, read + write); L2 %d MB. Each row: N "
+              "back-to-back launches (no graph) over N rotating input sets (> 4x L2), per-call time = span / N, "
+              "median of 10\n",
+              copy_gbs, prop.l2CacheSize >> 20);
+  std::vector<DecodeRow> rows;
+  for (int64_t T : {16, 1}) {
+    bench_decode_attention(b, "27B 24/4 x 256 gated", T, 4096, 24, 4, 256, true, prop.l2CacheSize, rows);
+    bench_decode_attention(b, "8B 32/8 x 128", T, 4096, 32, 8, 128, false, prop.l2CacheSize, rows);
+    bench_decode_gdn(b, T, prop.l2CacheSize, rows);
+  }
+  for (const DecodeRow& r : rows) decode_print(r, copy_gbs);
 }
 
 // Gated DeltaNet prefill at the 27B shape (16 key / 48 value heads, dk = dv = 128) over the batch, checked on the

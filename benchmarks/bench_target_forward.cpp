@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "benchmarks/cuda_timing.h"
+#include "benchmarks/target_configs.h"
 #include "core/arena.h"
 #include "core/strfmt.h"
 #include "kernels/cuda_check.cuh"
@@ -207,30 +208,6 @@ double fp8_burst_tflops(CudaOps& gpu) {
   const double ms = cuda_median_ms(gpu.stream(), [&] { gpu.gemm_fp8(x8, sx, w8, sw, c, 0.0f); }, 5);
   gpu.free_bytes(block);
   return 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
-}
-
-QwenConfig config_qwen36_27b() {
-  nlohmann::json types = nlohmann::json::array();
-  for (int i = 0; i < 64; ++i) types.push_back(i % 4 == 3 ? "full_attention" : "linear_attention");
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},   {"hidden_size", 5120},
-                      {"num_hidden_layers", 64},        {"layer_types", types},
-                      {"intermediate_size", 17408},     {"vocab_size", 248320},
-                      {"num_attention_heads", 24},      {"num_key_value_heads", 4},
-                      {"head_dim", 256},                {"attn_output_gate", true},
-                      {"partial_rotary_factor", 0.25},  {"rope_theta", 1e7},
-                      {"rms_norm_eps", 1e-6},           {"linear_num_key_heads", 16},
-                      {"linear_num_value_heads", 48},   {"linear_key_head_dim", 128},
-                      {"linear_value_head_dim", 128},   {"linear_conv_kernel_dim", 4},
-                      {"tie_word_embeddings", false}};
-  return qwen_config_from_json(j, "Qwen3.6-27B shapes");
-}
-
-QwenConfig config_qwen3_8b() {
-  nlohmann::json j = {{"model_type", "qwen3"},        {"hidden_size", 4096},     {"num_hidden_layers", 36},
-                      {"intermediate_size", 12288},   {"vocab_size", 151936},    {"num_attention_heads", 32},
-                      {"num_key_value_heads", 8},     {"head_dim", 128},         {"rope_theta", 1e6},
-                      {"rms_norm_eps", 1e-6},         {"tie_word_embeddings", false}};
-  return qwen_config_from_json(j, "Qwen3-8B shapes");
 }
 
 // FLOPs per token of the forward that is timed (every layer up to the last tap, which for both models is the

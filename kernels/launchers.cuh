@@ -153,10 +153,16 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
 constexpr int kDecodeMaxHeadDim = 512;
 // T new queries q [T, hq·hd] over the cache k, v [past + T, hkv·hd] (rows [past, past + T) are the new
 // tokens'); query t sees cache rows [0, past + t]. fp32 scores and softmax, out = bf16(attention), then with a
-// gate (nullptr: none) bf16(out · bf16(sigmoid(gate))) as attention_causal_launch.
+// gate (nullptr: none) bf16(out · bf16(sigmoid(gate))) as attention_causal_launch. hd 128 / 256 with 16-byte
+// aligned q, k, v rows run split-KV on tensor cores, whose per-chunk partials need `workspace` (device memory,
+// overwritten; calls sharing it must be ordered on one stream) of at least attention_cached_workspace_bytes(T,
+// hq, hkv, hd) (about 13 MB for the 27B's 16-token step; it grows with T); other shapes need none and run the
+// general kernel.
+size_t attention_cached_workspace_bytes(int64_t T, int hq, int hkv, int hd);
 void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
                              bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
-                             int hq, int hkv, int hd, float scale, cudaStream_t stream);
+                             int hq, int hkv, int hd, float scale, void* workspace, size_t workspace_bytes,
+                             cudaStream_t stream);
 // attention_causal_launch's general kernel (any head dim up to kDecodeMaxHeadDim, any strides): the decode
 // kernel with each query seeing its own packed sequence's rows up to itself. Called by attention_causal_launch
 // for shapes its tiled kernels are not built for; O(len²) key reads per head, so meant for small models.

@@ -1,5 +1,5 @@
-// Warp-level tensor-core wrappers (mma.sync, ldmatrix) shared by the attention, DFlash attention and Gated
-// DeltaNet kernels.
+// Warp-level tensor-core wrappers (mma.sync, ldmatrix) and the cp.async copies that feed them, shared by the
+// attention, DFlash attention, decode and Gated DeltaNet kernels.
 // Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4): C/D of m16n8 holds (g, 2t), (g, 2t+1), (g+8, 2t),
 // (g+8, 2t+1); bf16 m16n8k16 A holds (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..), B (k 2t.., n g),
 // (k 2t+8.., n g).
@@ -120,6 +120,21 @@ __device__ __forceinline__ void mma_split_a(float (&acc0)[4], float (&acc1)[4], 
   mma_bf16_16816(acc1, al[0], al[1], al[2], al[3], b[2], b[3]);
 }
 
+// warp_mma_ab with A split into bf16 hi + lo (acc_to_a_frag_split): P·V where P must keep 16 mantissa
+// bits, as the decode attention whose softmax weights stay fp32 up to the output rounding.
+template <int NT, int LDS>
+__device__ __forceinline__ void warp_mma_ab_split(float (&acc)[NT][4], const uint32_t (&ah)[4],
+                                                  const uint32_t (&al)[4], const __nv_bfloat16* b, int lane) {
+  const int mat = lane >> 3, r8 = lane & 7;
+  const __nv_bfloat16* base = b + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+#pragma unroll
+  for (int nd = 0; nd < NT / 2; ++nd) {
+    uint32_t f[4];
+    ldmatrix_x4_trans(f, base + nd * 16);
+    mma_split_a(acc[2 * nd], acc[2 * nd + 1], ah, al, f);
+  }
+}
+
 // The online softmax's rescale of an m16 accumulator: rows g by c_lo, rows g + 8 by c_hi.
 template <int NT>
 __device__ __forceinline__ void scale_acc_rows(float (&acc)[NT][4], float c_lo, float c_hi) {
@@ -130,6 +145,21 @@ __device__ __forceinline__ void scale_acc_rows(float (&acc)[NT][4], float c_lo, 
     acc[i][2] *= c_hi;
     acc[i][3] *= c_hi;
   }
+}
+
+// 16 bytes global → shared without a register stage; bytes < 16 zero-fills the rest (0: a zero chunk, src
+// still a valid address). Copies of one thread complete in commit order: cp_async_wait<N> leaves at most N
+// of its groups in flight.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int bytes) {
+  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Host side: calls fn(std::integral_constant<int, HD>{}) with the head dim rounded up to the template sizes

@@ -180,7 +180,10 @@ void TargetDecoder::layer_linear(size_t l, int64_t T, int64_t R) {
     one.tokens = rows;
     one.num_seqs = 1;
     one.max_len = int(rows);
-    ops_.upload_raw(one.cu, one.cu_host.data());
+    if (conv_cu_rows_ != int32_t(rows)) {  // the same for every layer of a step: one sync a step, not 48
+      ops_.upload_raw(one.cu, one.cu_host.data());
+      conv_cu_rows_ = int32_t(rows);
+    }
     Tensor conv_out = b_->conv_out.rows_view(0, rows).cols_view(0, C);
     ops_.conv1d_silu(conv_in, L.conv_w, conv_out, one);
     // step_all: one token per slot, its state in row gi; step: the last R tokens' states.

@@ -89,6 +89,7 @@ class TargetDecoder {
   int pending_slot_ = 0;
   int64_t pending_saved_ = 0;  // how many of its last tokens have saved DeltaNet states and logits
   int64_t last_step_ = 0;      // tokens of the last step run (committed or not)
+  int32_t conv_cu_rows_ = -1;  // what b_->conv_cu holds ({0, rows}); uploading is a stream sync, so only on change
 };
 
 }  // namespace df

@@ -8,6 +8,8 @@
 #ifndef DF_HAVE_CUDA
 TEST(CudaOpsTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA: GPU op tests skipped"; }
 #else
+#include <cstdlib>
+
 #include "tests/gpu/cuda_ops_test_util.h"
 
 TEST_F(CudaOpsTest, CopyCastsAndUploadRoundsToNearestEven) {
@@ -437,6 +439,52 @@ TEST_F(CudaOpsTest, AttentionCachedMatchesCpu) {
   Pair q = rand(4, 64, -1, 1), k = rand(6, 32, -1, 1), v = rand(6, 32, -1, 1), o = out(4, 64);
   EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 3, 4, 2, 16, 0.25f), Error);  // 3 + 4 > 6 rows
   EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 2, 4, 3, 16, 0.25f), Error);  // 4 % 3 heads
+}
+
+// The split-KV tensor-core path of attention_cached (hd 128 / 256): step sizes around its 16-row tiles
+// (T·group 3 .. 102), past one CTA's 128 rows (T 33 × group 6: two row groups) and a prompt-sized step (T 300:
+// 15 row groups, whose early groups see none of the later chunks' keys), caches that end inside, on and just
+// past a 32-key stage and span many chunks (4095), GQA groups 3 and 6, with and without the gate. P·V keeps P
+// to 16 mantissa bits (bf16 hi + lo), so the same fp32 bound as the general kernel holds.
+TEST_F(CudaOpsTest, AttentionCachedSplitKvMatchesCpu) {
+  struct Case { int hq, hkv, hd; };
+  for (Case c : {Case{6, 1, 128}, {12, 2, 256}, {6, 2, 256}, {3, 1, 128}})
+    for (int64_t past : {0, 1, 63, 4095})
+      for (int64_t T : {1, 3, 16, 17, 33, 300}) {
+        if (T >= 33 && c.hq / c.hkv != 6) continue;
+        const ArenaMarks marks(cpu_arena_, gpu_arena_);
+        const int64_t qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
+        Pair q = rand(T, qc, -2, 2, DType::bf16, qc);  // the gated q_proj half: row stride 2·qc
+        Pair k = rand(past + T, kc, -2, 2, DType::bf16, 8), v = rand(past + T, kc, -1, 1);
+        Pair o = out(T, qc, DType::bf16, 3);
+        const float scale = 1.0f / std::sqrt(float(c.hd));
+        cpu_.attention_cached(q.cpu, k.cpu, v.cpu, o.cpu, past, c.hq, c.hkv, c.hd, scale);
+        gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, past, c.hq, c.hkv, c.hd, scale);
+        const std::string what = name_of("split-KV attention_cached hq hkv hd past T", {c.hq, c.hkv, c.hd, past, T});
+        check(o, 1e-4, kBf16Ulp, what);
+        Pair g = rand(T, qc, -4, 4, DType::bf16, 5), og = out(T, qc);
+        cpu_.attention_cached(q.cpu, k.cpu, v.cpu, og.cpu, past, c.hq, c.hkv, c.hd, scale, &g.cpu);
+        gpu_->attention_cached(q.gpu, k.gpu, v.gpu, og.gpu, past, c.hq, c.hkv, c.hd, scale, &g.gpu);
+        check(og, 1e-4, 3 * kBf16Ulp, "gated " + what);
+      }
+}
+
+// DFLASH_DECODE=general sends decoding to the general kernels (the benchmark's A/B switch): both paths agree
+// with the CPU on a 27B-like step, and the switch is read per call.
+TEST_F(CudaOpsTest, DecodeGeneralSwitchMatchesCpu) {
+  const int hq = 12, hkv = 2, hd = 256;
+  const int64_t T = 16, past = 300, qc = int64_t(hq) * hd, kc = int64_t(hkv) * hd;
+  Pair q = rand(T, qc, -2, 2), k = rand(past + T, kc, -2, 2), v = rand(past + T, kc, -1, 1);
+  Pair g = rand(T, qc, -4, 4);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  for (bool general : {true, false}) {
+    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+    Pair o = out(T, qc);
+    cpu_.attention_cached(q.cpu, k.cpu, v.cpu, o.cpu, past, hq, hkv, hd, scale, &g.cpu);
+    gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, past, hq, hkv, hd, scale, &g.gpu);
+    check(o, 1e-4, 3 * kBf16Ulp, general ? "attention_cached DFLASH_DECODE=general" : "attention_cached split");
+  }
+  unsetenv("DFLASH_DECODE");
 }
 
 TEST_F(CudaOpsTest, BadShapesThrowNamingTheOp) {

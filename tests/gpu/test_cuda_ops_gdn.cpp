@@ -7,6 +7,8 @@
 #ifndef DF_HAVE_CUDA
 TEST(CudaOpsGdnTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA: GPU op tests skipped"; }
 #else
+#include <cstdlib>
+
 #include "tests/gpu/cuda_ops_test_util.h"
 
 TEST_F(CudaOpsTest, Conv1dSiluResetsAtSequenceStarts) {
@@ -134,13 +136,17 @@ TEST_F(CudaOpsTest, Conv1dSiluAwkwardShapes) {
 }
 
 // The DeltaNet recurrence continued from a carried state over T tokens, saving the last R states: GVA ratios
-// 1..3, key dims 8..512 (one to sixteen values per lane), value dims below one warp tile (4) and ragged (24),
-// strided qkv / a / b / out as the decoder passes them.
+// 1..3, key dims 8..512 (4 to 64 state rows per warp of the slice kernel), value dims below one 32-column
+// slice (4), ragged (24, 200) and the 27B layer (16 / 48 heads of 128), T across the kernel's 8-token staging
+// (1, 3, 7, 16, 17), the first, a middle and the last saved state, strided qkv / a / b / out as the decoder
+// passes them.
 TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
   for (GdnShape s : {GdnShape{1, 3, 8, 4}, GdnShape{2, 4, 16, 24}, GdnShape{1, 2, 24, 16}, GdnShape{2, 6, 128, 128},
-                     GdnShape{1, 1, 256, 32}, GdnShape{3, 3, 40, 64}, GdnShape{1, 2, 512, 8}})
-    for (int64_t T : {1, 7, 16})
-      for (int64_t R : {int64_t(1), T}) {
+                     GdnShape{1, 1, 256, 32}, GdnShape{3, 3, 40, 64}, GdnShape{1, 2, 512, 8},
+                     GdnShape{1, 2, 64, 200}, GdnShape{16, 48, 128, 128}})
+    for (int64_t T : {1, 3, 7, 16, 17})
+      for (int64_t R : {int64_t(1), (T + 1) / 2, T}) {
+        if (R == (T + 1) / 2 && (R == 1 || R == T)) continue;  // already run
         const ArenaMarks marks(cpu_arena_, gpu_arena_);
         const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
         Pair qkv = rand(T, cols, -1, 1, DType::bf16, 8);
@@ -166,6 +172,26 @@ TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
   Pair state = rand(1, 512, -1, 1, DType::f32), o = out(4, 32), five = out(5, 512, DType::f32);
   EXPECT_THROW(gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, five.gpu, s), Error);
   EXPECT_THROW(gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, o.gpu, five.gpu, s), Error);
+}
+
+// DFLASH_DECODE=general runs gdn_decode on the general warp-per-column kernel (the benchmark's A/B switch),
+// read per call: both kernels agree with the CPU on the 27B layer's shape.
+TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
+  const GdnShape s{16, 48, 128, 128};
+  const int64_t T = 16, cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
+  Pair qkv = rand(T, cols, -1, 1), a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
+  Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
+  Pair state = rand(1, sdim, -0.5f, 0.5f, DType::f32);
+  for (bool general : {true, false}) {
+    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+    Pair o = out(T, int64_t(s.nv) * s.dv), states = out(T, sdim, DType::f32);
+    cpu_.gdn_decode(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, state.cpu, states.cpu, s);
+    gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, states.gpu, s);
+    const std::string what = general ? "gdn_decode DFLASH_DECODE=general" : "gdn_decode slice kernel";
+    check(states, 1e-4, 1e-4, "states " + what);
+    check(o, 1e-4, kBf16Ulp, "out " + what);
+  }
+  unsetenv("DFLASH_DECODE");
 }
 
 // The workspace is the caller's: one byte short (or none) must be refused with both sizes in the message,

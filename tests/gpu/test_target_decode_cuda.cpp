@@ -94,8 +94,33 @@ QwenConfig odd_dense() {
   return qwen_config_from_json(j, "odd_dense");
 }
 
+// The 27B layer's head layout at a small width: gated attention with 6 q heads per kv head of hd 128 (the
+// split-KV decode kernel) and DeltaNet heads of 128 × 128 with 3 value heads per key head.
+QwenConfig wide_hybrid() {
+  nlohmann::json j = {{"model_type", "qwen3_5_text"},
+                      {"hidden_size", 64},
+                      {"num_hidden_layers", 2},
+                      {"layer_types", {"linear_attention", "full_attention"}},
+                      {"intermediate_size", 96},
+                      {"vocab_size", 200},
+                      {"num_attention_heads", 6},
+                      {"num_key_value_heads", 1},
+                      {"head_dim", 128},
+                      {"attn_output_gate", true},
+                      {"partial_rotary_factor", 0.25},
+                      {"rope_theta", 10000.0},
+                      {"rms_norm_eps", 1e-6},
+                      {"linear_num_key_heads", 1},
+                      {"linear_num_value_heads", 3},
+                      {"linear_key_head_dim", 128},
+                      {"linear_value_head_dim", 128},
+                      {"linear_conv_kernel_dim", 4},
+                      {"tie_word_embeddings", false}};
+  return qwen_config_from_json(j, "wide_hybrid");
+}
+
 // 0, 1: shapes the tiled kernels run; 2, 3: the CPU tests' tiny models (hd 8 / 6, DeltaNet dv 4, hidden 24 /
-// 20); 4, 5: odd_hybrid / odd_dense.
+// 20); 4, 5: odd_hybrid / odd_dense; 6: wide_hybrid (the decode kernels' fast paths).
 QwenConfig family_config(int i) {
   switch (i) {
     case 0: return cuda_hybrid();
@@ -103,10 +128,12 @@ QwenConfig family_config(int i) {
     case 2: return tiny_hybrid();
     case 3: return tiny_dense();
     case 4: return odd_hybrid();
-    default: return odd_dense();
+    case 5: return odd_dense();
+    default: return wide_hybrid();
   }
 }
-const char* const kFamilyNames[] = {"hybrid", "dense", "tiny_hybrid", "tiny_dense", "odd_hybrid", "odd_dense"};
+const char* const kFamilyNames[] = {"hybrid",     "dense",     "tiny_hybrid", "tiny_dense",
+                                    "odd_hybrid", "odd_dense", "wide_hybrid"};
 
 class TargetDecodeCuda : public ::testing::TestWithParam<int> {
  protected:
@@ -309,7 +336,7 @@ TEST_P(TargetDecodeCuda, BatchedGenerationEqualsOneAtATime) {
                                    "batched generation, prompt " + std::to_string(i));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TargetDecodeCuda, ::testing::Range(0, 6),
+INSTANTIATE_TEST_SUITE_P(Shapes, TargetDecodeCuda, ::testing::Range(0, 7),
                          [](const ::testing::TestParamInfo<int>& i) { return std::string(kFamilyNames[i.param]); });
 
 #endif  // DF_HAVE_CUDA

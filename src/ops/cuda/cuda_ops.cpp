@@ -24,6 +24,8 @@ const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data
 
 CudaOps::CudaOps(int device) : dev_(device) {}
 
+CudaOps::~CudaOps() { dev_.free(decode_ws_); }
+
 void* CudaOps::alloc_bytes(size_t bytes) {
   return dev_.alloc(bytes);
 }
@@ -314,9 +316,18 @@ void CudaOps::attention_cached(const Tensor& q, const Tensor& k, const Tensor& v
   DF_CHECK(past >= 0 && past + q.rows <= k.rows, "%s: %lld cached + %lld new tokens exceed the %lld cache rows given",
            op, (long long)past, (long long)q.rows, (long long)k.rows);
   if (gate) cuda_expect_as(*gate, DType::bf16, q.rows, int64_t(hq) * hd, op, "gate");
+  const size_t need = attention_cached_workspace_bytes(q.rows, hq, hkv, hd);
+  if (need > decode_ws_bytes_) {  // the old buffer may still be read by queued kernels
+    DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+    dev_.free(decode_ws_);
+    decode_ws_ = nullptr;
+    decode_ws_bytes_ = 0;
+    decode_ws_ = dev_.alloc(need);
+    decode_ws_bytes_ = need;
+  }
   attention_cached_launch(bptr(q), q.stride, bptr(k), k.stride, bptr(v), v.stride, bptr(out), out.stride,
                           gate ? bptr(*gate) : nullptr, gate ? gate->stride : 0, q.rows, past, hq, hkv, hd, scale,
-                          dev_.stream);
+                          decode_ws_, decode_ws_bytes_, dev_.stream);
 }
 
 void CudaOps::gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log,

@@ -13,7 +13,7 @@ class CudaOps final : public Ops {
  public:
   // Selects `device` for this thread and creates the stream and the cuBLASLt context on it.
   explicit CudaOps(int device = 0);
-  ~CudaOps() override = default;
+  ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
@@ -65,7 +65,8 @@ class CudaOps final : public Ops {
   void fp8_quantize_groups(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) override;
   void gemm_fp8_block(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
                       float beta) override;
-  // Incremental decoding is CPU-only for now: these two fail with a message instead of computing anything.
+  // Incremental decoding (kernels/decode.cu). attention_cached's split-KV partials live in decode_ws_, grown
+  // on first use of a larger shape (the step size and head counts, not the cache length, set its size).
   void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past, int hq,
                         int hkv, int hd, float scale, const Tensor* gate = nullptr) override;
   void gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
@@ -73,6 +74,8 @@ class CudaOps final : public Ops {
 
  private:
   CudaDevice dev_;
+  void* decode_ws_ = nullptr;
+  size_t decode_ws_bytes_ = 0;
 };
 
 }  // namespace df
