@@ -22,10 +22,6 @@
 #include "kernels/mma.cuh"
 #include "kernels/wgmma.cuh"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define DF_WGMMA_BODY 1
-#endif
-
 namespace df {
 
 template <int HD>
@@ -305,15 +301,8 @@ static void attention_causal_sm90_run(const bf16* q, int64_t ld_q, const bf16* k
   DF_CUDA_CHECK_LAUNCH("attention_causal_sm90_kernel");
 }
 
-// True when this build has sm_90a code and the current GPU is compute capability 9.0 (read once per
-// device); DFLASH_ATTN=mma turns the path off, for A/B measurements.
-static bool attention_sm90_available() {
+bool wgmma_available() {
 #ifdef DF_CUDA_SM90A
-  static const bool disabled = [] {
-    const char* e = std::getenv("DFLASH_ATTN");
-    return e && std::strcmp(e, "mma") == 0;
-  }();
-  if (disabled) return false;
   static int cached[64];  // 0 unknown, 1 yes, 2 no
   int dev = 0;
   DF_CUDA_CHECK(cudaGetDevice(&dev));
@@ -328,6 +317,15 @@ static bool attention_sm90_available() {
 #else
   return false;
 #endif
+}
+
+// wgmma_available, unless DFLASH_ATTN=mma turns the path off (read once), for A/B measurements.
+static bool attention_sm90_available() {
+  static const bool disabled = [] {
+    const char* e = std::getenv("DFLASH_ATTN");
+    return e && std::strcmp(e, "mma") == 0;
+  }();
+  return !disabled && wgmma_available();
 }
 
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
