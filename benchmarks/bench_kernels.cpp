@@ -240,12 +240,12 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
 }
 
 // DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096
-// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward. The
-// backward runs on both of its paths in the same process: the default (wgmma on an sm_90a build and a
-// compute capability 9.0 GPU) and DFLASH_DFA_BWD=mma (the mma.sync kernels). Checked first, on each path:
-// dq and the own-block dk/dv of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that
-// sub-problem (out and lse too, once), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q]
-// (each query's softmax sums to 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head,
+// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on both
+// kernel paths in the same process: the default (wgmma on an sm_90a build and a compute capability 9.0 GPU)
+// and DFLASH_DFA=mma (the mma.sync kernels). Checked first, on each path: out, lse, dq and the own-block dk/dv
+// of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed
+// the path's out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each
+// query's softmax sums to 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head,
 // pairs counted exactly; the whole backward is credited its 5 GEMMs, its passes what each executes.
 void bench_dflash_attention(Bench& b, int window, int S) {
   const int L = 4096, per_seq = 512, B = 16, hq = 32, hkv = 8, hd = 128, group = hq / hkv;
@@ -289,7 +289,6 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   std::printf("dflash attn %s: %d x %d context, %lld blocks of %d, %d/%d heads x %d; %.4g visible (query, key) "
               "pairs per q head; 1 GEMM = 2*hd*hq*pairs = %.1f GFLOP\n",
               tag, S, L, (long long)nb, B, hq, hkv, hd, pairs, gemm / 1e9);
-  fwd();
   const int nc = 4, j0 = per_seq - nc;  // blocks 508..511 of sequence 0: the longest contexts
   size_t hm = b.harena.mark();
   Tensor hk = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
@@ -305,31 +304,36 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   CpuTrainOps cpu;
   DFlashAttnShape s{hq, hkv, hd, B, window, d.scale};
   cpu.dflash_attention_fwd(hq_, hk, hv, hblk, ho, hl, s);
-  b.check("dflash attention out", out.rows_view(j0 * B, nc * B), ho, 1e-2);
-  b.check("dflash attention lse", lse.rows_view(j0 * B, nc * B), hl, 1e-4);
   Tensor hdq = b.harena.alloc(DType::f32, nc * B, hq * hd);
   Tensor hdk = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
   Tensor hdv = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
-  cpu.dflash_attention_bwd(hq_, hk, hv, hblk, b.to_host(out.rows_view(j0 * B, nc * B)),
-                           b.to_host(lse.rows_view(j0 * B, nc * B)), hdo, hdq, hdk, hdv, s);
   const std::vector<double> sdo = col_sums(b, dout);
   char name[112];
-  std::snprintf(name, sizeof(name), "dflash attn fwd %s (2 GEMMs)", tag);
-  row_flops(name, 2 * gemm, b.time_ms(fwd, 5));
 
-  const char* env = std::getenv("DFLASH_DFA_BWD");
+  const char* env = std::getenv("DFLASH_DFA");
   const std::string saved = env ? env : "";
   for (bool mma : {false, true}) {
     if (mma)
-      setenv("DFLASH_DFA_BWD", "mma", 1);
+      setenv("DFLASH_DFA", "mma", 1);
     else
-      unsetenv("DFLASH_DFA_BWD");
+      unsetenv("DFLASH_DFA");
     const char* path = mma ? "mma.sync" : wgmma_available() ? "wgmma" : "default (no wgmma here)";
-    DF_CUDA_CHECK(cudaMemsetAsync(dq.data, 0xff, size_t(qr * dq.stride) * 2, b.gpu.stream()));
-    DF_CUDA_CHECK(cudaMemsetAsync(dk.data, 0xff, size_t(kr * dk.stride) * 2, b.gpu.stream()));
-    DF_CUDA_CHECK(cudaMemsetAsync(dv.data, 0xff, size_t(kr * dv.stride) * 2, b.gpu.stream()));
+    std::printf("dflash attn %s, %s path (DFLASH_DFA=%s):\n", tag, path, mma ? "mma" : "unset");
+    for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
+      DF_CUDA_CHECK(cudaMemsetAsync(t->data, 0xff, size_t(t->rows * t->stride) * dtype_size(t->dtype),
+                                    b.gpu.stream()));
+    fwd();
+    b.check("dflash attention out", out.rows_view(j0 * B, nc * B), ho, 1e-2);
+    b.check("dflash attention lse", lse.rows_view(j0 * B, nc * B), hl, 1e-4);
+    std::snprintf(name, sizeof(name), "dflash attn fwd %s %s (2 GEMMs)", tag, path);
+    row_flops(name, 2 * gemm, b.time_ms(fwd, 5));
     bwd();
-    std::printf("dflash attn bwd %s, %s path (DFLASH_DFA_BWD=%s):\n", tag, path, mma ? "mma" : "unset");
+    {
+      size_t hm2 = b.harena.mark();
+      cpu.dflash_attention_bwd(hq_, hk, hv, hblk, b.to_host(out.rows_view(j0 * B, nc * B)),
+                               b.to_host(lse.rows_view(j0 * B, nc * B)), hdo, hdq, hdk, hdv, s);
+      b.harena.reset(hm2);
+    }
     b.check("dflash attention dq", dq.rows_view(j0 * B, nc * B), hdq, 2e-2);
     b.check("dflash attention dk (own rows)", dk.rows_view(T + j0 * B, nc * B), hdk.rows_view(L, nc * B), 2e-2);
     b.check("dflash attention dv (own rows)", dv.rows_view(T + j0 * B, nc * B), hdv.rows_view(L, nc * B), 2e-2);
@@ -360,9 +364,9 @@ void bench_dflash_attention(Bench& b, int window, int S) {
     }
   }
   if (env)
-    setenv("DFLASH_DFA_BWD", saved.c_str(), 1);
+    setenv("DFLASH_DFA", saved.c_str(), 1);
   else
-    unsetenv("DFLASH_DFA_BWD");
+    unsetenv("DFLASH_DFA");
   b.harena.reset(hm);
   b.arena.reset(mark);
 }

@@ -4,8 +4,8 @@
 // Backward, deterministic without atomics: row terms lse·log2 e and D = rowsum(dO∘O); dq query-major (the
 // forward's walk); dk/dv key-major, a cluster of CTAs per (key tile, kv head) sharing, in block order, the
 // blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
-// On Hopper at head dim 128 both backward passes run the same walks on wgmma (one warpgroup per 64 query rows
-// or 64 keys, operands straight from swizzled shared memory); DFLASH_DFA_BWD=mma keeps the mma.sync kernels.
+// On Hopper at head dims 65..128 the three passes run the same walks on wgmma (one warpgroup per 64 query rows
+// or 64 keys, operands straight from swizzled shared memory); DFLASH_DFA=mma keeps the mma.sync kernels.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -116,19 +116,38 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
   return p + (((raw + 1023u) & ~1023u) - raw);
 }
 
-// One warpgroup's two score-like products of a backward step, s = X·Yᵀ and t = Z·Wᵀ over 128 columns for
-// 64-row tiles (m64n64, all K-major), one group, waited for. s[i] holds row 16·warp + g + 8·(i / 2 % 2),
-// column 8·(i / 4) + 2·t4 + i % 2 (the m16n8 accumulator layout per warp).
+// s = X·Yᵀ over HD columns for 64-row tiles X and Y (m64n64, both K-major), issued without commit. s[i]
+// holds row 16·warp + g + 8·(i / 2 % 2), column 8·(i / 4) + 2·t4 + i % 2 (the m16n8 accumulator layout).
+template <int HD>
+__device__ __forceinline__ void wg_issue_abt(float (&s)[32], const unsigned char* x, const unsigned char* y) {
+#ifdef DF_WGMMA_BODY
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) wgmma_m64n64k16_ss(s, wgmma_desc_k(x, kk), wgmma_desc_k(y, kk), kk > 0);
+#endif
+}
+
+// One warpgroup's s = X·Yᵀ over 128 columns (wg_issue_abt), waited for: the forward's scores.
+__device__ __forceinline__ void wg_score(float (&s)[32], const unsigned char* x, const unsigned char* y) {
+#ifdef DF_WGMMA_BODY
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+  wgmma_fence();
+  wg_issue_abt<128>(s, x, y);
+  wgmma_commit();
+  wgmma_wait_all();
+  wgmma_fence_regs(s);
+#endif
+}
+
+// The two score-like products of a backward step, s = X·Yᵀ and t = Z·Wᵀ, as one group, waited for.
 __device__ __forceinline__ void wg_scores(float (&s)[32], const unsigned char* x, const unsigned char* y,
                                           float (&t)[32], const unsigned char* z, const unsigned char* w) {
 #ifdef DF_WGMMA_BODY
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = t[i] = 0.0f;
   wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) wgmma_m64n64k16_ss(s, wgmma_desc_k(x, kk), wgmma_desc_k(y, kk), kk > 0);
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) wgmma_m64n64k16_ss(t, wgmma_desc_k(z, kk), wgmma_desc_k(w, kk), kk > 0);
+  wg_issue_abt<128>(s, x, y);
+  wg_issue_abt<128>(t, z, w);
   wgmma_commit();
   wgmma_wait_all();
   wgmma_fence_regs(s);
@@ -188,6 +207,36 @@ __device__ __forceinline__ void store_two(bf16* row, int d, int hd, bool pairs, 
   }
 }
 
+// One key tile of the forward's online softmax for this thread's two query rows: NT n-tiles of masked scores
+// in the exp2 domain (−inf where masked; element e of n-tile n is S(n, e), of row e / 2) become unnormalised
+// weights against the rows' new running max; mx_run and l move on; corr[h] rescales what row h holds so far.
+template <int NT, class Sf>
+__device__ __forceinline__ void softmax_step(Sf&& S, float (&mx_run)[2], float (&l)[2], float (&corr)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], S(n, e));
+  float base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float m_new = fmaxf(mx_run[h], mx[h]);
+    base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen nothing yet keeps 0 weight
+    corr[h] = exp2f(mx_run[h] - base[h]);
+    mx_run[h] = m_new;
+    l[h] *= corr[h];
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      S(n, e) = exp2f(S(n, e) - base[e >> 1]);
+      l[e >> 1] += S(n, e);
+    }
+}
+
 struct QueryArgs {
   const bf16 *q, *k, *v, *dout;
   int64_t ld_q, ld_k, ld_v, ld_dout;
@@ -205,11 +254,12 @@ struct QueryArgs {
 // Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
 // the saved lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys
 // [64i, 64i + 64): virtual key x < nctx is context row c0 + x, the rest own rows; every query row sees one
-// interval [ilo, ihi) of virtual keys, so the mask is two compares. WG (dq at hd 128 only): the 4 warps are
-// one warpgroup, S, dP and dq on wgmma from swizzled tiles; two CTAs fit an SM.
+// interval [ilo, ihi) of virtual keys, so the mask is two compares. WG (hd 128 only): the 4 warps are one
+// warpgroup running the products on wgmma from swizzled tiles (P or dS as the register operand); two CTAs
+// fit an SM.
 template <int HD, bool DQ, bool WG>
 __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p) {
-  static_assert(!WG || (DQ && HD == 128), "the wgmma variant is the dq pass at head dim 128");
+  static_assert(!WG || HD == 128, "the wgmma variant is written for head dim 128");
   constexpr int LDS = HD + 8;
   constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
   constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
@@ -300,7 +350,23 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
       load(Kb(buf ^ 1), kvsrc(p.k, p.ld_k, k0 + kTile));
       load(Vb(buf ^ 1), kvsrc(p.v, p.ld_v, k0 + kTile));
     }
-    if constexpr (WG) {
+    if constexpr (WG && !DQ) {
+      // The mma.sync step on the wgmma fragment: masked scores, the online softmax, o += P·V.
+      float s[32];
+      wg_score(s, Qt, Kb(buf));
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
+        s[i] = x >= ilo[h] && x < ihi[h] ? s[i] * p.scale_log2 : -INFINITY;
+      }
+      float corr[2];
+      softmax_step<8>([&](int n, int e) -> float& { return s[4 * n + e]; }, mx_run, l, corr);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+      uint32_t a[4][4];
+      wg_a_frags(s, a);
+      wg_product(o, a, Vb(buf));
+    } else if constexpr (WG) {
       // dS = P∘(dP − D) for this thread's 32 (query, key) pairs, masked pairs 0, then dq += dS·K.
       float s[32], dp[32];
       wg_scores(s, Qt, Kb(buf), dp, dOt, Vb(buf));
@@ -325,29 +391,8 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
             s[n][e] = x >= ilo[h] && x < ihi[h] ? s[n][e] * p.scale_log2 : -INFINITY;
           }
         if constexpr (!DQ) {
-          float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-          for (int n = 0; n < KSUB / 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-          float corr[2], base[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            const float m_new = fmaxf(mx_run[h], mx[h]);
-            base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen nothing yet keeps 0 weight
-            corr[h] = exp2f(mx_run[h] - base[h]);
-            mx_run[h] = m_new;
-            l[h] *= corr[h];
-          }
-#pragma unroll
-          for (int n = 0; n < KSUB / 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              s[n][e] = exp2f(s[n][e] - base[e >> 1]);
-              l[e >> 1] += s[n][e];
-            }
+          float corr[2];
+          softmax_step<KSUB / 8>([&](int n, int e) -> float& { return s[n][e]; }, mx_run, l, corr);
           scale_acc_rows(o, corr[0], corr[1]);
         } else {
           float dp[KSUB / 8][4];
@@ -735,18 +780,19 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Whether the backward takes the wgmma kernels: head dims 65..128 (one 128-column tile, zero-padded) with
-// 16-byte copies on a compute capability 9.0 GPU of an sm_90a build. DFLASH_DFA_BWD=mma keeps the mma.sync
-// kernels; read on every call, so one process can time both.
-bool bwd_on_wgmma(const DFlashAttnDims& d, bool vec) {
-  const char* e = std::getenv("DFLASH_DFA_BWD");
+// Whether a pass takes the wgmma kernels: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte
+// copies on a compute capability 9.0 GPU of an sm_90a build. DFLASH_DFA=mma keeps the mma.sync kernels; read
+// on every call, so one process can time both.
+bool on_wgmma(const DFlashAttnDims& d, bool vec) {
+  const char* e = std::getenv("DFLASH_DFA");
   return d.hd > 64 && d.hd <= 128 && vec && !(e && std::strcmp(e, "mma") == 0) && wgmma_available();
 }
 
 template <int HD, bool DQ, bool WG>
 void query_pass(const QueryArgs& a, cudaStream_t stream) {
   // Q (and dO), K and V of two key tiles; the wgmma tiles need a 1024-byte aligned base.
-  const size_t smem = WG ? 1024 + 6 * size_t(kWgTile) : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
+  const size_t smem =
+      WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
   DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int R = a.d.hq / a.d.hkv * a.d.block;
@@ -784,7 +830,10 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false, false>(a, stream); });
+  if (on_wgmma(d, a.vec))
+    query_pass<128, false, true>(a, stream);
+  else
+    dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false, false>(a, stream); });
 }
 
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -803,7 +852,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   const int64_t qrows = d.nb * d.block, kvrows = d.T + qrows;
   const bool vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v | ld_dout) % 8 == 0 && aligned16(q) && aligned16(k) &&
                    aligned16(v) && aligned16(dout);
-  const bool wg = bwd_on_wgmma(d, vec);
+  const bool wg = on_wgmma(d, vec);
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
     dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(

@@ -1,9 +1,9 @@
 // DFlash block attention kernels (kernels/dflash_attention.cu) against the CPU fp32 oracle (CpuTrainOps) on
 // the same bf16-representable inputs: odd GQA groups, head dims 16–256 and unaligned ones, padding blocks,
 // anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
-// views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. The backward is
-// checked on both of its paths in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and
-// a compute capability 9.0 GPU) and DFLASH_DFA_BWD=mma (the mma.sync kernels). Skips without a GPU.
+// views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
+// both kernel paths in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
+// capability 9.0 GPU) and DFLASH_DFA=mma (the mma.sync kernels). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -152,8 +152,8 @@ constexpr double kUlp = 1.0 / 256.0;
 
 }  // namespace
 
-// The whole check of one case: forward against the oracle, then, on each backward path, the backward against
-// the oracle fed the GPU's own out and lse (both are backward inputs, so only the backward's own rounding is
+// The whole check of one case, on each kernel path: forward against the oracle, then the backward against the
+// oracle fed the GPU's own out and lse (both are backward inputs, so only the backward's own rounding is
 // measured), guard rows and run-to-run bit identity.
 void DFlashAttentionCuda::run(const Case& c) {
   SCOPED_TRACE(c.name);
@@ -187,30 +187,16 @@ void DFlashAttentionCuda::run(const Case& c) {
   const cudaStream_t st = gpu_->stream();
   auto ld = [](const Mat& m) { return m.gpu.stride; };
   auto bf = [](const Mat& m) { return m.gpu.ptr<bf16>(); };
-  dflash_attention_fwd_launch(bf(q), ld(q), bf(k), ld(k), bf(v), ld(v), dblk, bf(out), ld(out),
-                              lse.gpu.ptr<float>(), ld(lse), d, st);
-  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-  const std::vector<float> g_out = down(out), g_lse = down(lse);
-
-  // Oracle.
+  // Oracle forward; dq, dk, dv tolerances. dq = scale·Σ P(dP − D)·k: where the exact gradient is 0 (a query
+  // that sees one key: P = 1, dP = D) the GPU's dP (an mma over hd terms) and D (rowsum(dO∘O) in another order)
+  // still differ by fp32 accumulation order, ≤ hd·2⁻²³·|dO|·|v|, which |k|·scale carries into dq: that is the
+  // floor of its absolute tolerance; dk = scale·Σ dS·q: the same floor with |q| in place of |k|.
   DFlashAttnShape s{c.s.hq, c.s.hkv, c.s.hd, c.s.B, c.s.W, d.scale};
   Tensor hb = tensor_make(blk.data(), DType::i32, Device::cpu, nb, 2);
   Mat c_out = hmat(qr, qc), c_lse = hmat(qr, c.s.hq);
   cpu_.dflash_attention_fwd(host(q), host(k), host(v), hb, host(c_out), host(c_lse), s);
   const double vmax = max_abs(v.h);
-  expect_close(std::string(c.name) + " out", g_out, c_out.h, qc, kUlp * vmax, kUlp);
-  expect_close(std::string(c.name) + " lse", g_lse, c_lse.h, c.s.hq, 1e-4, 1e-6);
-
-  Mat o_in = hmat(qr, qc), l_in = hmat(qr, c.s.hq);
-  o_in.h = g_out, l_in.h = g_lse;
-  Mat c_dq = hmat(qr, qc), c_dk = hmat(kr, kc), c_dv = hmat(kr, kc);
-  cpu_.dflash_attention_bwd(host(q), host(k), host(v), hb, host(o_in), host(l_in), host(dout), host(c_dq),
-                            host(c_dk), host(c_dv), s);
-  // dq = scale·Σ P(dP − D)·k: where the exact gradient is 0 (a query that sees one key: P = 1, dP = D) the GPU's
-  // dP (an mma over hd terms) and D (rowsum(dO∘O) in another order) still differ by fp32 accumulation order,
-  // ≤ hd·2⁻²³·|dO|·|v|, which |k|·scale carries into dq: that is the floor of its absolute tolerance.
   const double fp32_order = double(c.s.hd) * std::ldexp(1.0, -23) * max_abs(dout.h) * vmax * max_abs(k.h) * d.scale;
-  // dk = scale·Σ dS·q: the same floor with |q| in place of |k|.
   const double fp32_order_k = fp32_order / max_abs(k.h) * max_abs(q.h);
 
   auto bwd = [&] {
@@ -218,20 +204,35 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  const char* env = std::getenv("DFLASH_DFA_BWD");
+  const char* env = std::getenv("DFLASH_DFA");
   const std::string saved = env ? env : "";
   for (const char* path : {"default", "mma"}) {
-    SCOPED_TRACE(std::string("backward path ") + path);
+    SCOPED_TRACE(std::string("kernel path ") + path);
     if (std::strcmp(path, "mma") == 0)
-      setenv("DFLASH_DFA_BWD", "mma", 1);
+      setenv("DFLASH_DFA", "mma", 1);
     else
-      unsetenv("DFLASH_DFA_BWD");
-    for (const Mat* m : {&dq, &dk, &dv})  // NaN poison again: a row the previous path wrote must not pass
-      EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * 2, st), cudaSuccess);
+      unsetenv("DFLASH_DFA");
+    // NaN poison again: a row the previous path wrote must not pass for this one.
+    for (const Mat* m : {&out, &lse, &dq, &dk, &dv})
+      EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * dtype_size(m->gpu.dtype), st),
+                cudaSuccess);
+    const std::string name = std::string(c.name) + " [" + path + "]";
+    dflash_attention_fwd_launch(bf(q), ld(q), bf(k), ld(k), bf(v), ld(v), dblk, bf(out), ld(out),
+                                lse.gpu.ptr<float>(), ld(lse), d, st);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    const std::vector<float> g_out = down(out), g_lse = down(lse);
+    expect_close(name + " out", g_out, c_out.h, qc, kUlp * vmax, kUlp);
+    expect_close(name + " lse", g_lse, c_lse.h, c.s.hq, 1e-4, 1e-6);
+
+    // The oracle backward fed this path's out and lse.
+    Mat o_in = hmat(qr, qc), l_in = hmat(qr, c.s.hq);
+    o_in.h = g_out, l_in.h = g_lse;
+    Mat c_dq = hmat(qr, qc), c_dk = hmat(kr, kc), c_dv = hmat(kr, kc);
+    cpu_.dflash_attention_bwd(host(q), host(k), host(v), hb, host(o_in), host(l_in), host(dout), host(c_dq),
+                              host(c_dk), host(c_dv), s);
     bwd();
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     const std::vector<float> g_dq = down(dq), g_dk = down(dk), g_dv = down(dv);
-    const std::string name = std::string(c.name) + " [" + path + "]";
     expect_close(name + " dq", g_dq, c_dq.h, qc, 2 * kUlp * max_abs(c_dq.h) + fp32_order, 2 * kUlp);
     expect_close(name + " dk", g_dk, c_dk.h, kc, 2 * kUlp * max_abs(c_dk.h) + fp32_order_k, 2 * kUlp);
     expect_close(name + " dv", g_dv, c_dv.h, kc, 2 * kUlp * max_abs(c_dv.h), 2 * kUlp);
@@ -256,9 +257,9 @@ void DFlashAttentionCuda::run(const Case& c) {
         << name << ": a second backward on the same inputs gave different bits";
   }
   if (env)
-    setenv("DFLASH_DFA_BWD", saved.c_str(), 1);
+    setenv("DFLASH_DFA", saved.c_str(), 1);
   else
-    unsetenv("DFLASH_DFA_BWD");
+    unsetenv("DFLASH_DFA");
 }
 
 // Shapes as {hq, hkv, hd, B, W}, then the context lengths, then blocks as {sequence, anchor or −1}.
@@ -341,7 +342,7 @@ TEST_F(DFlashAttentionCuda, LongContextTilesSharedByManyBlocks) {
 }
 
 TEST_F(DFlashAttentionCuda, HopperPathAwkwardShapes) {
-  // The wgmma backward serves head dims 65..128 as one zero-padded 128-column tile and 64-row query chunks:
+  // The wgmma kernels serve head dims 65..128 as one zero-padded 128-column tile and 64-row query chunks:
   // hd 96 and 72, a group of 6 × B 16 = 96 rows (a second, part-empty chunk), 15 rows (one mostly empty
   // chunk), strided rows, no context, and more than one round of the dk/dv scan (1024 blocks per round).
   run({"hd96 group6 two chunks", {6, 1, 96, 16, 0}, {150, 40}, {{0, 149}, {1, 7}, {0, -1}, {0, 64}, {1, 40}}});
