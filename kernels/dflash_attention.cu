@@ -520,8 +520,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   unsigned char* const tiles = WG ? align1024(dfa_smem) : dfa_smem;
   unsigned char* const Kt = tiles;
   unsigned char* const Vt = Kt + KEYS / 64 * TILE;
-  unsigned char* const QdO = Vt + KEYS / 64 * TILE;  // Q and dO of two query chunks: the next one loads during
-  auto Qb = [&](int b) { return QdO + 2 * b * TILE; };  // this one
+  // Q and dO of two query chunks: the next one loads during this one.
+  unsigned char* const QdO = Vt + KEYS / 64 * TILE;
+  auto Qb = [&](int b) { return QdO + 2 * b * TILE; };
   auto dOb = [&](int b) { return QdO + (2 * b + 1) * TILE; };
   float* lse2 = reinterpret_cast<float*>(QdO + 4 * TILE);  // [2][64] per chunk row: lse·log2 e,
   float* dsum = lse2 + 2 * kTile;                                 // D,
