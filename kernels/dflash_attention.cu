@@ -139,19 +139,27 @@ __device__ __forceinline__ void wg_score(float (&s)[32], const unsigned char* x,
 #endif
 }
 
-// The two score-like products of a backward step, s = X·Yᵀ and t = Z·Wᵀ, as one group, waited for.
-__device__ __forceinline__ void wg_scores(float (&s)[32], const unsigned char* x, const unsigned char* y,
-                                          float (&t)[32], const unsigned char* z, const unsigned char* w) {
+// The two score-like products of a backward step, s = X·Yᵀ (S or Sᵀ) and t = Z·Wᵀ (dP or dPᵀ), as two groups,
+// not waited for, so that P can be formed (wg_wait<1>) while dP is still on the tensor cores.
+__device__ __forceinline__ void wg_issue_scores(float (&s)[32], const unsigned char* x, const unsigned char* y,
+                                                float (&t)[32], const unsigned char* z, const unsigned char* w) {
 #ifdef DF_WGMMA_BODY
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = t[i] = 0.0f;
   wgmma_fence();
   wg_issue_abt<128>(s, x, y);
+  wgmma_commit();
   wg_issue_abt<128>(t, z, w);
   wgmma_commit();
-  wgmma_wait_all();
-  wgmma_fence_regs(s);
-  wgmma_fence_regs(t);
+#endif
+}
+
+// Waits until at most N of the warpgroup's groups are pending, then makes acc readable.
+template <int N, int M>
+__device__ __forceinline__ void wg_wait(float (&acc)[M]) {
+#ifdef DF_WGMMA_BODY
+  wgmma_wait<N>();
+  wgmma_fence_regs(acc);
 #endif
 }
 
@@ -180,20 +188,14 @@ __device__ __forceinline__ void wg_product(float (&acc)[64], const uint32_t (&a)
 #endif
 }
 
-// wg_product for two independent products, issued as one group.
-__device__ __forceinline__ void wg_products(float (&acc0)[64], const uint32_t (&a0)[4][4], const unsigned char* b0,
-                                            float (&acc1)[64], const uint32_t (&a1)[4][4],
-                                            const unsigned char* b1) {
+// wg_product's issue alone, as one group, not waited for (acc and a stay untouched until a wg_wait).
+__device__ __forceinline__ void wg_issue_product(float (&acc)[64], const uint32_t (&a)[4][4],
+                                                 const unsigned char* b) {
 #ifdef DF_WGMMA_BODY
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_rs_tb(acc0, a0[kk], wgmma_desc_t(b0, kk));
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_rs_tb(acc1, a1[kk], wgmma_desc_t(b1, kk));
+  for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_rs_tb(acc, a[kk], wgmma_desc_t(b, kk));
   wgmma_commit();
-  wgmma_wait_all();
-  wgmma_fence_regs(acc0);
-  wgmma_fence_regs(acc1);
 #endif
 }
 
@@ -367,14 +369,19 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
       wg_a_frags(s, a);
       wg_product(o, a, Vb(buf));
     } else if constexpr (WG) {
-      // dS = P∘(dP − D) for this thread's 32 (query, key) pairs, masked pairs 0, then dq += dS·K.
+      // dS = P∘(dP − D) for this thread's 32 (query, key) pairs, masked pairs 0, then dq += dS·K; P is formed
+      // while dP is still on the tensor cores.
       float s[32], dp[32];
-      wg_scores(s, Qt, Kb(buf), dp, dOt, Vb(buf));
+      wg_issue_scores(s, Qt, Kb(buf), dp, dOt, Vb(buf));
+      wg_wait<1>(s);
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
-        s[i] = x >= ilo[h] && x < ihi[h] ? exp2f(s[i] * p.scale_log2 - lse2[h]) * (dp[i] - dsum[h]) : 0.0f;
+        s[i] = x >= ilo[h] && x < ihi[h] ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
       }
+      wg_wait<0>(dp);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] *= dp[i] - dsum[(i >> 1) & 1];
       uint32_t a[4][4];
       wg_a_frags(s, a);
       wg_product(o, a, Kb(buf));
@@ -659,7 +666,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       // Pᵀ and dSᵀ of NQ 8-column n-tiles (query columns c0 + 8·n2 + 2·t4 + {0, 1}) for key rows xa (elements
       // 0, 1 of an n-tile) and xa + 8 (elements 2, 3), masked pairs 0: element e of n-tile n2 is S(n2, e),
       // Sᵀ that becomes Pᵀ, and DP(n2, e), dPᵀ that becomes dSᵀ.
-      auto p_ds = [&](auto nq, int c0, int xa, auto&& S, auto&& DP) {
+      // With with_ds false only Pᵀ is formed (the wgmma variant forms dSᵀ later, from Pᵀ, the masked pairs 0).
+      auto p_ds = [&](auto nq, int c0, int xa, auto&& S, auto&& DP, auto with_ds) {
 #pragma unroll
         for (int n2 = 0; n2 < decltype(nq)::value; ++n2) {
           const int c = c0 + n2 * 8 + 2 * t4;  // the two query columns c, c + 1 of this thread
@@ -673,7 +681,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
             float &se = S(n2, e), &de = DP(n2, e);
             const float pr = vis ? exp2f(se * p.scale_log2 - (e & 1 ? l2.y : l2.x)) : 0.0f;
             se = pr;
-            de = pr * (de - (e & 1 ? ds.y : ds.x));
+            if constexpr (decltype(with_ds)::value) de = pr * (de - (e & 1 ? ds.y : ds.x));
           }
         }
       };
@@ -682,15 +690,26 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
         if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
+        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
         float s[32], dp[32];
-        wg_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
-        p_ds(std::integral_constant<int, 8>{}, 0, kw + gr,
-             [&](int n2, int e) -> float& { return s[4 * n2 + e]; },
-             [&](int n2, int e) -> float& { return dp[4 * n2 + e]; });
-        uint32_t pa[4][4], da[4][4];
+        wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
+        wg_wait<1>(s);
+        p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, [&](int n2, int e) -> float& { return s[4 * n2 + e]; },
+             [&](int n2, int e) -> float& { return dp[4 * n2 + e]; }, std::false_type{});
+        uint32_t pa[4][4];
         wg_a_frags(s, pa);
+        wg_issue_product(dv, pa, dOb(b));
+        wg_wait<1>(dp);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const float2 ds = *reinterpret_cast<const float2*>(db + 8 * (i >> 2) + 2 * t4);
+          dp[i] = s[i] * (dp[i] - (i & 1 ? ds.y : ds.x));
+        }
+        uint32_t da[4][4];
         wg_a_frags(dp, da);
-        wg_products(dv, pa, dOb(b), dk, da, Qb(b));
+        wg_issue_product(dk, da, Qb(b));
+        wg_wait<0>(dv);
+        wgmma_fence_regs(dk);
       } else {
         // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
         if (!m.sees(r0 + kw, r0 + kw + 16)) continue;
@@ -706,7 +725,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
           p_ds(std::integral_constant<int, NQ>{}, sub * QS, kw + gr,
                [&](int n2, int e) -> float& { return s[n2][e]; },
-               [&](int n2, int e) -> float& { return dp[n2][e]; });
+               [&](int n2, int e) -> float& { return dp[n2][e]; }, std::true_type{});
 #pragma unroll
           for (int kk = 0; kk < QS / 16; ++kk) {
             uint32_t a[4];
