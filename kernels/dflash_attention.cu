@@ -272,7 +272,9 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
   auto Kb = [&](int b) { return KV + 2 * b * TILE; };
   auto Vb = [&](int b) { return KV + (2 * b + 1) * TILE; };
   const DFlashAttnDims& d = p.d;
-  const int64_t j = blockIdx.x;
+  // The drafter's anchors ascend within a sequence, so the last blocks see the most keys: the wgmma variant
+  // walks the blocks from the last, which starts the longest CTAs first and leaves short ones for the tail.
+  const int64_t j = WG ? d.nb - 1 - blockIdx.x : blockIdx.x;
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const BlockMask m = block_mask(p.blocks, j, d);
