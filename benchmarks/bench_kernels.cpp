@@ -6,7 +6,8 @@
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels
 // alone, `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
 // (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
-// timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone. The FP8 input quantisers are
+// timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash` the
+// DFlash drafter attention at the drafter step's shape and 8x it, both backward paths. The FP8 input quantisers are
 // bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in the same call.
 #include <cuda_runtime.h>
 
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <random>
 #include <string>
@@ -201,12 +203,62 @@ std::vector<double> col_sums(Bench& b, const Tensor& t) {
   return sums;
 }
 
-// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16), 8 sequences of 4096
-// context tokens with 512 blocks each, forward and backward. Checked first: out, lse, dq and the own-block
-// dk/dv of the 4 longest-context blocks against CpuTrainOps on that sub-problem; then every dv row, context
-// rows included, through Σ_t dV[t] = Σ_q dO[q] (each query's softmax sums to 1).
-void bench_dflash_attention(Bench& b, int window) {
-  const int S = 8, L = 4096, per_seq = 512, B = 16, hq = 32, hkv = 8, hd = 128, group = hq / hkv;
+// Median time of each kernel that `fn` launches, run alone: fn is captured into a CUDA graph and each kernel
+// node, in launch order, is replayed by itself in a one-node graph (same function, grid, shared memory and
+// arguments). A call's kernels run back to back on one stream, so their times add up to about the call's.
+// A call that cannot be captured gives no times (the caller says so) rather than ending the benchmark.
+std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, int reps) {
+  const cudaStream_t st = b.gpu.stream();
+  cudaGraph_t graph = nullptr;
+  DF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    std::printf("  (could not capture the call into a CUDA graph: %s)\n", e.what());
+    cudaStreamEndCapture(st, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return {};
+  }
+  DF_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  // A stream capture is a chain: start at the root and follow each node's one dependent.
+  size_t n = 1;
+  cudaGraphNode_t node = nullptr;
+  DF_CUDA_CHECK(cudaGraphGetRootNodes(graph, &node, &n));
+  std::vector<double> ms;
+  while (n == 1) {
+    cudaGraphNodeType type;
+    DF_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel) {
+      cudaKernelNodeParams kp{};
+      DF_CUDA_CHECK(cudaGraphKernelNodeGetParams(node, &kp));
+      cudaGraph_t one;
+      cudaGraphNode_t added;
+      cudaGraphExec_t exec;
+      DF_CUDA_CHECK(cudaGraphCreate(&one, 0));
+      DF_CUDA_CHECK(cudaGraphAddKernelNode(&added, one, nullptr, 0, &kp));
+      DF_CUDA_CHECK(cudaGraphInstantiate(&exec, one, 0));
+      ms.push_back(b.time_ms([&] { DF_CUDA_CHECK(cudaGraphLaunch(exec, st)); }, reps));
+      DF_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      DF_CUDA_CHECK(cudaGraphDestroy(one));
+    }
+    n = 1;
+    DF_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, &node, nullptr, &n));
+  }
+  DF_CUDA_CHECK(cudaGraphDestroy(graph));
+  return ms;
+}
+
+// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096
+// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on both
+// kernel paths in the same process: the default (wgmma on an sm_90a build and a compute capability 9.0 GPU)
+// and DFLASH_DFA=mma (the mma.sync kernels). Checked first, on each path: out, lse, dq and the own-block dk/dv
+// of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed
+// the path's out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each
+// query's softmax sums to 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head,
+// pairs counted exactly; the whole backward is credited its 5 GEMMs, its passes what each executes.
+void bench_dflash_attention(Bench& b, int window, int S) {
+  const int L = 4096, per_seq = 512, B = 16, hq = 32, hkv = 8, hd = 128, group = hq / hkv;
   const int64_t nb = int64_t(S) * per_seq, T = int64_t(S) * L, qr = nb * B, kr = T + qr;
   size_t mark = b.arena.mark();
   Tensor q = b.rand(DType::bf16, qr, hq * hd, -2, 2), dout = b.rand(DType::bf16, qr, hq * hd, -1, 1);
@@ -241,36 +293,61 @@ void bench_dflash_attention(Bench& b, int window) {
                                 out.stride, lse.ptr<float>(), lse.stride, bf(dout), dout.stride, bf(dq), dq.stride,
                                 bf(dk), dk.stride, bf(dv), dv.stride, d, ws, ws_bytes, b.gpu.stream());
   };
-  fwd();
-  bwd();
-  {
-    const int nc = 4, j0 = per_seq - nc;  // blocks 508..511 of sequence 0: the longest contexts
-    size_t hm = b.harena.mark();
-    Tensor hk = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
-    Tensor hv = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
-    for (auto [src, dst] : {std::pair{&k, &hk}, std::pair{&v, &hv}}) {
-      b.gpu.download_f32(src->rows_view(0, L), dst->ptr<float>());
-      b.gpu.download_f32(src->rows_view(T + j0 * B, nc * B), dst->rows_view(L, nc * B).ptr<float>());
-    }
-    std::vector<int32_t> sub(hb.begin() + 2 * j0, hb.begin() + 2 * (j0 + nc));
-    Tensor hblk = tensor_make(sub.data(), DType::i32, Device::cpu, nc, 2);
-    Tensor hq_ = b.to_host(q.rows_view(j0 * B, nc * B)), hdo = b.to_host(dout.rows_view(j0 * B, nc * B));
-    Tensor ho = b.harena.alloc(DType::f32, nc * B, hq * hd), hl = b.harena.alloc(DType::f32, nc * B, hq);
-    CpuTrainOps cpu;
-    DFlashAttnShape s{hq, hkv, hd, B, window, d.scale};
-    cpu.dflash_attention_fwd(hq_, hk, hv, hblk, ho, hl, s);
+  char tag[64];
+  std::snprintf(tag, sizeof(tag), "%s S%d", window ? "W2048" : "full", S);
+  const double gemm = 2.0 * hd * hq * pairs;  // one GEMM over the visible pairs
+  std::printf("dflash attn %s: %d x %d context, %lld blocks of %d, %d/%d heads x %d; %.4g visible (query, key) "
+              "pairs per q head; 1 GEMM = 2*hd*hq*pairs = %.1f GFLOP\n",
+              tag, S, L, (long long)nb, B, hq, hkv, hd, pairs, gemm / 1e9);
+  const int nc = 4, j0 = per_seq - nc;  // blocks 508..511 of sequence 0: the longest contexts
+  size_t hm = b.harena.mark();
+  Tensor hk = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
+  Tensor hv = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
+  for (auto [src, dst] : {std::pair{&k, &hk}, std::pair{&v, &hv}}) {
+    b.gpu.download_f32(src->rows_view(0, L), dst->ptr<float>());
+    b.gpu.download_f32(src->rows_view(T + j0 * B, nc * B), dst->rows_view(L, nc * B).ptr<float>());
+  }
+  std::vector<int32_t> sub(hb.begin() + 2 * j0, hb.begin() + 2 * (j0 + nc));
+  Tensor hblk = tensor_make(sub.data(), DType::i32, Device::cpu, nc, 2);
+  Tensor hq_ = b.to_host(q.rows_view(j0 * B, nc * B)), hdo = b.to_host(dout.rows_view(j0 * B, nc * B));
+  Tensor ho = b.harena.alloc(DType::f32, nc * B, hq * hd), hl = b.harena.alloc(DType::f32, nc * B, hq);
+  CpuTrainOps cpu;
+  DFlashAttnShape s{hq, hkv, hd, B, window, d.scale};
+  cpu.dflash_attention_fwd(hq_, hk, hv, hblk, ho, hl, s);
+  Tensor hdq = b.harena.alloc(DType::f32, nc * B, hq * hd);
+  Tensor hdk = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
+  Tensor hdv = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
+  const std::vector<double> sdo = col_sums(b, dout);
+  char name[112];
+
+  const char* env = std::getenv("DFLASH_DFA");
+  const std::string saved = env ? env : "";
+  for (bool mma : {false, true}) {
+    if (mma)
+      setenv("DFLASH_DFA", "mma", 1);
+    else
+      unsetenv("DFLASH_DFA");
+    const char* path = mma ? "mma.sync" : wgmma_available() ? "wgmma" : "default (no wgmma here)";
+    std::printf("dflash attn %s, %s path (DFLASH_DFA=%s):\n", tag, path, mma ? "mma" : "unset");
+    for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
+      DF_CUDA_CHECK(cudaMemsetAsync(t->data, 0xff, size_t(t->rows * t->stride) * dtype_size(t->dtype),
+                                    b.gpu.stream()));
+    fwd();
     b.check("dflash attention out", out.rows_view(j0 * B, nc * B), ho, 1e-2);
     b.check("dflash attention lse", lse.rows_view(j0 * B, nc * B), hl, 1e-4);
-    Tensor hdq = b.harena.alloc(DType::f32, nc * B, hq * hd);
-    Tensor hdk = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
-    Tensor hdv = b.harena.alloc(DType::f32, L + nc * B, hkv * hd);
-    cpu.dflash_attention_bwd(hq_, hk, hv, hblk, b.to_host(out.rows_view(j0 * B, nc * B)),
-                             b.to_host(lse.rows_view(j0 * B, nc * B)), hdo, hdq, hdk, hdv, s);
+    std::snprintf(name, sizeof(name), "dflash attn fwd %s %s (2 GEMMs)", tag, path);
+    row_flops(name, 2 * gemm, b.time_ms(fwd, 5));
+    bwd();
+    {
+      size_t hm2 = b.harena.mark();
+      cpu.dflash_attention_bwd(hq_, hk, hv, hblk, b.to_host(out.rows_view(j0 * B, nc * B)),
+                               b.to_host(lse.rows_view(j0 * B, nc * B)), hdo, hdq, hdk, hdv, s);
+      b.harena.reset(hm2);
+    }
     b.check("dflash attention dq", dq.rows_view(j0 * B, nc * B), hdq, 2e-2);
     b.check("dflash attention dk (own rows)", dk.rows_view(T + j0 * B, nc * B), hdk.rows_view(L, nc * B), 2e-2);
     b.check("dflash attention dv (own rows)", dv.rows_view(T + j0 * B, nc * B), hdv.rows_view(L, nc * B), 2e-2);
-    b.harena.reset(hm);
-    const std::vector<double> sdo = col_sums(b, dout), sdv = col_sums(b, dv);
+    const std::vector<double> sdv = col_sums(b, dv);
     double err = 0, ref = 0;
     for (int g = 0; g < hkv; ++g)
       for (int e = 0; e < hd; ++e) {
@@ -279,16 +356,28 @@ void bench_dflash_attention(Bench& b, int window) {
         err = std::max(err, std::fabs(sdv[size_t(g * hd + e)] - want));
         ref = std::max(ref, std::fabs(want));
       }
-    const bool ok = err <= 1e-2 * ref;
+    const bool ok = err <= 1e-2 * ref;  // NaN (a row never written) fails too
     std::printf("check %-34s max|err|/max|ref| = %.2e (tol 1e-02) %s\n", "dflash attention sum_t dV = sum_q dO",
                 err / std::max(ref, 1e-30), ok ? "ok" : "FAILED");
     if (!ok) ++b.failures;
+    std::snprintf(name, sizeof(name), "dflash attn bwd %s %s (5 GEMMs)", tag, path);
+    row_flops(name, 5 * gemm, b.time_ms(bwd, 5));
+    // The three kernels alone: row terms (reads out and dO), the dq pass (S, dP, dS·K), the dk/dv pass (S, dP,
+    // dV, dK).
+    const std::vector<double> ks = kernel_times_ms(b, bwd, 5);
+    if (ks.size() == 3) {
+      row_bytes("  row terms (out, dO read)", 2.0 * qr * hq * hd * 2, ks[0]);
+      row_flops("  dq pass (3 GEMMs)", 3 * gemm, ks[1]);
+      row_flops("  dk/dv pass (4 GEMMs)", 4 * gemm, ks[2]);
+    } else if (!ks.empty()) {
+      std::printf("  (the backward launched %zu kernels, not 3: no per-pass rows)\n", ks.size());
+    }
   }
-  char name[96];
-  std::snprintf(name, sizeof(name), "dflash attn fwd %s (visible FLOPs)", window ? "W2048" : "full");
-  row_flops(name, 4.0 * hd * hq * pairs, b.time_ms(fwd, 5));
-  std::snprintf(name, sizeof(name), "dflash attn bwd %s (5-GEMM FLOPs)", window ? "W2048" : "full");
-  row_flops(name, 10.0 * hd * hq * pairs, b.time_ms(bwd, 5));
+  if (env)
+    setenv("DFLASH_DFA", saved.c_str(), 1);
+  else
+    unsetenv("DFLASH_DFA");
+  b.harena.reset(hm);
   b.arena.reset(mark);
 }
 
@@ -546,6 +635,15 @@ int main(int argc, char** argv) {
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
     }
+    if (argc > 1 && std::string(argv[1]) == "dflash") {  // DFlash attention at the step's and 8x its shape
+      for (int S : {1, 8}) {
+        bench_dflash_attention(b, 2048, S);
+        bench_dflash_attention(b, 0, S);
+      }
+      std::printf("bench_kernels dflash: %s\n",
+                  b.failures ? "a correctness check FAILED" : "all correctness checks passed");
+      return b.failures ? 1 : 0;
+    }
     if (argc > 1 && std::string(argv[1]) == "decode") {  // the decode kernels alone
       bench_decode(b);
       std::printf("bench_kernels decode: %s\n",
@@ -596,8 +694,8 @@ int main(int argc, char** argv) {
     bench_attention(b, seqs, hseqs, ns, 24, 4, 256, true);
 
     // ---- DFlash drafter attention (27B drafter): sliding (W 2048) and full layers ------------------------
-    bench_dflash_attention(b, 2048);
-    bench_dflash_attention(b, 0);
+    bench_dflash_attention(b, 2048, 8);
+    bench_dflash_attention(b, 0, 8);
 
     bench_gdn_prefill(b, seqs, hseqs, ns);
 

@@ -18,10 +18,6 @@
 #include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define DF_WGMMA_BODY 1
-#endif
-
 namespace df {
 
 // HD head dim, KEYS keys per K/V tile, STAGES K/V tiles in flight.
@@ -374,11 +370,9 @@ static const AttnSm90Choice& attention_sm90_choice() {
   return c;
 }
 
-// True when this build has sm_90a code and the current GPU is compute capability 9.0 (read once per
-// device).
-static bool attention_sm90_available() {
+// True when this build has sm_90a code and the current GPU is compute capability 9.0 (read once per device).
+bool wgmma_available() {
 #ifdef DF_CUDA_SM90A
-  if (attention_sm90_choice().portable) return false;
   static int cached[64];  // 0 unknown, 1 yes, 2 no
   int dev = 0;
   DF_CUDA_CHECK(cudaGetDevice(&dev));
@@ -394,6 +388,9 @@ static bool attention_sm90_available() {
   return false;
 #endif
 }
+
+// wgmma_available, unless DFLASH_ATTN=mma turns the path off (read once), for A/B measurements.
+static bool attention_sm90_available() { return !attention_sm90_choice().portable && wgmma_available(); }
 
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,

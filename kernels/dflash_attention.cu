@@ -4,15 +4,22 @@
 // Backward, deterministic without atomics: row terms lse·log2 e and D = rowsum(dO∘O); dq query-major (the
 // forward's walk); dk/dv key-major, a cluster of CTAs per (key tile, kv head) sharing, in block order, the
 // blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
+// On Hopper at head dims 65..128 the three passes run the same walks on wgmma (one warpgroup per 64 query rows
+// or 64 keys, operands straight from swizzled shared memory); DFLASH_DFA=mma keeps the mma.sync kernels.
 #include <cooperative_groups.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/train_launchers.cuh"
+#include "kernels/wgmma_tiles.cuh"
 
 namespace df {
 
@@ -29,6 +36,10 @@ struct BlockMask {
   int64_t s0, a, bj;
   int B, W;
   __device__ int64_t lo(int kq) const { return W > 0 ? min(a, max(int64_t(0), a + kq - (W - 1))) : 0; }
+  // Whether some query row of the block sees a k/v row in [k0, k1) (lo grows with kq: lo(0) is the least).
+  __device__ bool sees(int64_t k0, int64_t k1) const {
+    return (s0 + lo(0) < k1 && s0 + a > k0) || (bj < k1 && bj + B > k0);
+  }
 };
 
 __device__ __forceinline__ BlockMask block_mask(const int32_t* blocks, int64_t j, const DFlashAttnDims& d) {
@@ -47,9 +58,7 @@ __device__ __forceinline__ void load_tile(bf16* dst, int hd, bool vec, const bf1
       const int r = c / kChunks, d = (c % kChunks) * 8;
       const bf16* p = src(r);
       const bool in = p != nullptr && d < hd;
-      const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * LDS + d));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(in ? p + d : any),
-                   "r"(in ? 16 : 0));
+      copy16(static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * LDS + d)), in ? p + d : any, in);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   } else {
@@ -77,6 +86,36 @@ __device__ __forceinline__ void store_two(bf16* row, int d, int hd, bool pairs, 
   }
 }
 
+// One key tile of the forward's online softmax for this thread's two query rows: NT n-tiles of masked scores
+// in the exp2 domain (−inf where masked; element e of n-tile n is S(n, e), of row e / 2) become unnormalised
+// weights against the rows' new running max; mx_run and l move on; corr[h] rescales what row h holds so far.
+template <int NT, class Sf>
+__device__ __forceinline__ void softmax_step(Sf&& S, float (&mx_run)[2], float (&l)[2], float (&corr)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], S(n, e));
+  float base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float m_new = fmaxf(mx_run[h], mx[h]);
+    base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen nothing yet keeps 0 weight
+    corr[h] = exp2f(mx_run[h] - base[h]);
+    mx_run[h] = m_new;
+    l[h] *= corr[h];
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      S(n, e) = exp2f(S(n, e) - base[e >> 1]);
+      l[e >> 1] += S(n, e);
+    }
+}
+
 struct QueryArgs {
   const bf16 *q, *k, *v, *dout;
   int64_t ld_q, ld_k, ld_v, ld_dout;
@@ -94,19 +133,25 @@ struct QueryArgs {
 // Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
 // the saved lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys
 // [64i, 64i + 64): virtual key x < nctx is context row c0 + x, the rest own rows; every query row sees one
-// interval [ilo, ihi) of virtual keys, so the mask is two compares.
-template <int HD, bool DQ>
-__global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
+// interval [ilo, ihi) of virtual keys, so the mask is two compares. WG (hd 128 only): the 4 warps are one
+// warpgroup running the products on wgmma from swizzled tiles (P or dS as the register operand); two CTAs
+// fit an SM.
+template <int HD, bool DQ, bool WG>
+__global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p) {
+  static_assert(!WG || HD == 128, "the wgmma variant is written for head dim 128");
   constexpr int LDS = HD + 8;
   constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
+  constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
   extern __shared__ __align__(16) unsigned char dfa_smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(dfa_smem);
-  bf16* dOs = Qs + kTile * LDS;                // DQ only
-  bf16* KV = Qs + (DQ ? 2 : 1) * kTile * LDS;  // K, V of two tiles: the next one loads during this one
-  auto Kb = [&](int b) { return KV + 2 * b * kTile * LDS; };
-  auto Vb = [&](int b) { return KV + (2 * b + 1) * kTile * LDS; };
+  unsigned char* const Qt = WG ? align1024(dfa_smem) : dfa_smem;
+  unsigned char* const dOt = Qt + TILE;                 // DQ only
+  unsigned char* const KV = Qt + (DQ ? 2 : 1) * TILE;  // K, V of two tiles: the next one loads during this one
+  auto Kb = [&](int b) { return KV + 2 * b * TILE; };
+  auto Vb = [&](int b) { return KV + (2 * b + 1) * TILE; };
   const DFlashAttnDims& d = p.d;
-  const int64_t j = blockIdx.x;
+  // The drafter's anchors ascend within a sequence, so the last blocks see the most keys: the wgmma variant
+  // walks the blocks from the last, which starts the longest CTAs first and leaves short ones for the tail.
+  const int64_t j = WG ? d.nb - 1 - blockIdx.x : blockIdx.x;
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const BlockMask m = block_mask(p.blocks, j, d);
@@ -136,10 +181,16 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
       return k0 + r < nkeys ? base + key_row(k0 + r) * ld + int64_t(g) * d.hd : nullptr;
     };
   };
-  load_tile<HD, kTile, 128>(Qs, d.hd, p.vec, p.q, qsrc(p.q, p.ld_q));
-  if (DQ) load_tile<HD, kTile, 128>(dOs, d.hd, p.vec, p.q, qsrc(p.dout, p.ld_dout));
-  load_tile<HD, kTile, 128>(Kb(0), d.hd, p.vec, p.q, kvsrc(p.k, p.ld_k, 0));
-  load_tile<HD, kTile, 128>(Vb(0), d.hd, p.vec, p.q, kvsrc(p.v, p.ld_v, 0));
+  auto load = [&](unsigned char* dst, auto src) {
+    if constexpr (WG)
+      load_tile_wg<kTile, 128>(dst, d.hd, p.q, src);
+    else
+      load_tile<HD, kTile, 128>(reinterpret_cast<bf16*>(dst), d.hd, p.vec, p.q, src);
+  };
+  load(Qt, qsrc(p.q, p.ld_q));
+  if (DQ) load(dOt, qsrc(p.dout, p.ld_dout));
+  load(Kb(0), kvsrc(p.k, p.ld_k, 0));
+  load(Vb(0), kvsrc(p.v, p.ld_v, 0));
 
   // The two query rows this thread holds, their visible interval and (dq) their lse and D.
   int ilo[2], ihi[2];
@@ -156,71 +207,97 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
     }
   }
 
-  float o[HD / 8][4];
+  // Output accumulator: per warp 16 rows × HD, as mma.sync n-tiles or as the wgmma m64n128 fragment (the
+  // same element order: o[i] of the flat one is o[i / 4][i % 4]).
+  std::conditional_t<WG, float[64], float[HD / 8][4]> o;
+  if constexpr (WG) {
 #pragma unroll
-  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  } else {
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  }
   float mx_run[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const bf16* qw = Qs + warp * 16 * LDS;
+  const bf16* qw = reinterpret_cast<const bf16*>(Qt) + warp * 16 * LDS;
+  const bf16* dOs = reinterpret_cast<const bf16*>(dOt);
 
   for (int k0 = 0, buf = 0; k0 < nkeys; k0 += kTile, buf ^= 1) {
-    tile_wait();  // tile k0 landed; every warp is done with the other buffer (tile k0 − 64)
+    // Tile k0 landed; every warp is done with the other buffer (tile k0 − 64).
+    if constexpr (WG)
+      tile_wait_wg();
+    else
+      tile_wait();
     if (k0 + kTile < nkeys) {
-      load_tile<HD, kTile, 128>(Kb(buf ^ 1), d.hd, p.vec, p.q, kvsrc(p.k, p.ld_k, k0 + kTile));
-      load_tile<HD, kTile, 128>(Vb(buf ^ 1), d.hd, p.vec, p.q, kvsrc(p.v, p.ld_v, k0 + kTile));
+      load(Kb(buf ^ 1), kvsrc(p.k, p.ld_k, k0 + kTile));
+      load(Vb(buf ^ 1), kvsrc(p.v, p.ld_v, k0 + kTile));
     }
-    const bf16 *Ks = Kb(buf), *Vs = Vb(buf);
-    for (int kh = 0; kh < kTile && k0 + kh < nkeys; kh += KSUB) {
-      float s[KSUB / 8][4];
-      warp_mma_abt<KSUB / 8, HD, LDS>(s, qw, Ks + kh * LDS, lane);
+    if constexpr (WG && !DQ) {
+      // The mma.sync step on the wgmma fragment: masked scores, the online softmax, o += P·V.
+      float s[32];
+      wg_score(s, Qt, Kb(buf));
 #pragma unroll
-      for (int n = 0; n < KSUB / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int x = k0 + kh + n * 8 + 2 * t4 + (e & 1), h = e >> 1;
-          s[n][e] = x >= ilo[h] && x < ihi[h] ? s[n][e] * p.scale_log2 : -INFINITY;
-        }
-      if constexpr (!DQ) {
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < KSUB / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-        float corr[2], base[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-          const float m_new = fmaxf(mx_run[h], mx[h]);
-          base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen nothing yet keeps 0 weight
-          corr[h] = exp2f(mx_run[h] - base[h]);
-          mx_run[h] = m_new;
-          l[h] *= corr[h];
-        }
-#pragma unroll
-        for (int n = 0; n < KSUB / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[n][e] = exp2f(s[n][e] - base[e >> 1]);
-            l[e >> 1] += s[n][e];
-          }
-        scale_acc_rows(o, corr[0], corr[1]);
-      } else {
-        float dp[KSUB / 8][4];
-        warp_mma_abt<KSUB / 8, HD, LDS>(dp, dOs + warp * 16 * LDS, Vs + kh * LDS, lane);
-#pragma unroll
-        for (int n = 0; n < KSUB / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            s[n][e] = exp2f(s[n][e] - lse2[h]) * (dp[n][e] - dsum[h]);
-          }
+      for (int i = 0; i < 32; ++i) {
+        const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
+        s[i] = x >= ilo[h] && x < ihi[h] ? s[i] * p.scale_log2 : -INFINITY;
       }
-      // o += P·V (forward) or dS·K (dq), 16 keys per k-step.
+      float corr[2];
+      softmax_step<8>([&](int n, int e) -> float& { return s[4 * n + e]; }, mx_run, l, corr);
 #pragma unroll
-      for (int kk = 0; kk < KSUB / 16; ++kk) {
-        uint32_t a[4];
-        acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
-        warp_mma_ab<HD / 8, LDS>(o, a, (DQ ? Ks : Vs) + (kh + kk * 16) * LDS, lane);
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+      uint32_t a[4][4];
+      wg_a_frags(s, a);
+      wg_product(o, a, Vb(buf));
+    } else if constexpr (WG) {
+      // dS = P∘(dP − D) for this thread's 32 (query, key) pairs, masked pairs 0, then dq += dS·K; P is formed
+      // while dP is still on the tensor cores.
+      float s[32], dp[32];
+      wg_issue_scores(s, Qt, Kb(buf), dp, dOt, Vb(buf));
+      wg_wait<1>(s);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
+        s[i] = x >= ilo[h] && x < ihi[h] ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
+      }
+      wg_wait<0>(dp);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] *= dp[i] - dsum[(i >> 1) & 1];
+      uint32_t a[4][4];
+      wg_a_frags(s, a);
+      wg_product(o, a, Kb(buf));
+    } else {
+      const bf16 *Ks = reinterpret_cast<const bf16*>(Kb(buf)), *Vs = reinterpret_cast<const bf16*>(Vb(buf));
+      for (int kh = 0; kh < kTile && k0 + kh < nkeys; kh += KSUB) {
+        float s[KSUB / 8][4];
+        warp_mma_abt<KSUB / 8, HD, LDS>(s, qw, Ks + kh * LDS, lane);
+#pragma unroll
+        for (int n = 0; n < KSUB / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int x = k0 + kh + n * 8 + 2 * t4 + (e & 1), h = e >> 1;
+            s[n][e] = x >= ilo[h] && x < ihi[h] ? s[n][e] * p.scale_log2 : -INFINITY;
+          }
+        if constexpr (!DQ) {
+          float corr[2];
+          softmax_step<KSUB / 8>([&](int n, int e) -> float& { return s[n][e]; }, mx_run, l, corr);
+          scale_acc_rows(o, corr[0], corr[1]);
+        } else {
+          float dp[KSUB / 8][4];
+          warp_mma_abt<KSUB / 8, HD, LDS>(dp, dOs + warp * 16 * LDS, Vs + kh * LDS, lane);
+#pragma unroll
+          for (int n = 0; n < KSUB / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e >> 1;
+              s[n][e] = exp2f(s[n][e] - lse2[h]) * (dp[n][e] - dsum[h]);
+            }
+        }
+        // o += P·V (forward) or dS·K (dq), 16 keys per k-step.
+#pragma unroll
+        for (int kk = 0; kk < KSUB / 16; ++kk) {
+          uint32_t a[4];
+          acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+          warp_mma_ab<HD / 8, LDS>(o, a, (DQ ? Ks : Vs) + (kh + kk * 16) * LDS, lane);
+        }
       }
     }
   }
@@ -240,8 +317,14 @@ __global__ void __launch_bounds__(128, 1) dfa_query_kernel(QueryArgs p) {
     if (r >= R) continue;
     bf16* orow = p.o + q_row(r) * p.ld_o + q_col(r);
 #pragma unroll
-    for (int i = 0; i < HD / 8; ++i)
-      store_two(orow, i * 8 + 2 * t4, d.hd, p.pairs, o[i][2 * h] * fin[h], o[i][2 * h + 1] * fin[h]);
+    for (int i = 0; i < HD / 8; ++i) {
+      float x0, x1;
+      if constexpr (WG)
+        x0 = o[4 * i + 2 * h], x1 = o[4 * i + 2 * h + 1];
+      else
+        x0 = o[i][2 * h], x1 = o[i][2 * h + 1];
+      store_two(orow, i * 8 + 2 * t4, d.hd, p.pairs, x0 * fin[h], x1 * fin[h]);
+    }
     if (!DQ && t4 == 0)  // natural-log lse of the scaled scores: (max + log2 Σ) / log2 e
       p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = (mx_run[h] + log2f(l[h])) / kLog2e;
   }
@@ -308,19 +391,26 @@ struct KvArgs {
 // group's query rows with their row terms (the next item's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from
 // the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed through
 // distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
-template <int HD>
+// WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
+// (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands).
+template <int HD, bool WG>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, KvCfg<HD>::kRanks)
     dfa_kv_kernel(KvArgs p) {
   using Cfg = KvCfg<HD>;
+  static_assert(!WG || (HD == 128 && Cfg::kKeys == 128 && Cfg::kThreads == 256),
+                "the wgmma variant: head dim 128, two warpgroups of 64 keys");
   constexpr int LDS = HD + 8, THREADS = Cfg::kThreads, COLS = Cfg::kCols, KEYS = Cfg::kKeys;
   constexpr int SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
+  constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
   extern __shared__ __align__(16) unsigned char dfa_smem[];
-  bf16* Ks = reinterpret_cast<bf16*>(dfa_smem);
-  bf16* Vs = Ks + KEYS * LDS;
-  bf16* QdO = Vs + KEYS * LDS;  // Q and dO of two query chunks: the next one loads during this one
-  auto Qb = [&](int b) { return QdO + 2 * b * kTile * LDS; };
-  auto dOb = [&](int b) { return QdO + (2 * b + 1) * kTile * LDS; };
-  float* lse2 = reinterpret_cast<float*>(QdO + 4 * kTile * LDS);  // [2][64] per chunk row: lse·log2 e,
+  unsigned char* const tiles = WG ? align1024(dfa_smem) : dfa_smem;
+  unsigned char* const Kt = tiles;
+  unsigned char* const Vt = Kt + KEYS / 64 * TILE;
+  // Q and dO of two query chunks: the next one loads during this one.
+  unsigned char* const QdO = Vt + KEYS / 64 * TILE;
+  auto Qb = [&](int b) { return QdO + 2 * b * TILE; };
+  auto dOb = [&](int b) { return QdO + (2 * b + 1) * TILE; };
+  float* lse2 = reinterpret_cast<float*>(QdO + 4 * TILE);  // [2][64] per chunk row: lse·log2 e,
   float* dsum = lse2 + 2 * kTile;                                 // D,
   int* cols = reinterpret_cast<int*>(dsum + 2 * kTile);           // first context key | end of own keys << 16
   int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
@@ -342,14 +432,36 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   // A block's mask on this tile as key offsets from r0, clamped to [−1, KEYS + 1] (the same answer for the
   // offsets 0..KEYS − 1 of the tile): query row kq sees [ctx_lo(kq), ctx_hi) and [own_lo, own_hi(kq)).
   auto rel = [&](int64_t t) { return int(min(max(t - r0, int64_t(-1)), int64_t(KEYS + 1))); };
-  load_tile<HD, KEYS, THREADS>(Ks, d.hd, p.vec, p.k, kvsrc(p.k, p.ld_k));
-  load_tile<HD, KEYS, THREADS>(Vs, d.hd, p.vec, p.k, kvsrc(p.v, p.ld_v));
+  const int hd = d.hd;
+  const bool vec = p.vec;
+  const bf16* any = p.k;
+  auto load = [hd, vec, any](unsigned char* dst, auto rows, auto src) {
+    if constexpr (WG)
+      load_tile_wg<decltype(rows)::value, THREADS>(dst, hd, any, src);
+    else
+      load_tile<HD, decltype(rows)::value, THREADS>(reinterpret_cast<bf16*>(dst), hd, vec, any, src);
+  };
+  auto wait = [] {
+    if constexpr (WG)
+      tile_wait_wg();
+    else
+      tile_wait();
+  };
+  load(Kt, std::integral_constant<int, KEYS>{}, kvsrc(p.k, p.ld_k));
+  load(Vt, std::integral_constant<int, KEYS>{}, kvsrc(p.v, p.ld_v));
 
-  float dk[COLS / 8][4], dv[COLS / 8][4];
+  // dk, dv of this thread's keys: per warp 16 keys × COLS as mma.sync n-tiles, or per warpgroup the wgmma
+  // m64n128 fragment (the same element order: acc[i] of the flat one is acc[i / 4][i % 4]).
+  std::conditional_t<WG, float[64], float[COLS / 8][4]> dk, dv;
+  if constexpr (WG) {
 #pragma unroll
-  for (int i = 0; i < COLS / 8; ++i)
+    for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.0f;
+  } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+    for (int i = 0; i < COLS / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+  }
 
   // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
   const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
@@ -414,56 +526,93 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
                         : nullptr;
         };
       };
-      load_tile<HD, kTile, THREADS>(Qb(b), d.hd, p.vec, p.k, qsrc(p.q, p.ld_q));
-      load_tile<HD, kTile, THREADS>(dOb(b), d.hd, p.vec, p.k, qsrc(p.dout, p.ld_dout));
+      load(Qb(b), std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
+      load(dOb(b), std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
     };
     const int items = total * nz, n0 = items * rank / Cfg::kRanks, n1 = items * (rank + 1) / Cfg::kRanks;
     if (n0 < n1) load_item(n0, 0);
     for (int n = n0; n < n1; ++n) {
       const int b = (n - n0) & 1;
-      tile_wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
+      wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
       if (n + 1 < n1) load_item(n + 1, b ^ 1);
       const int64_t j = base + list[n / nz];
       const int z0 = (n % nz) * kTile;
       const int2 sj = meta[n / nz];
       const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
-      const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj), xa = kw + gr, xb = xa + 8;
-      // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
-      const int64_t w0 = r0 + kw, w1 = w0 + 16;
-      if (!((m.s0 + m.lo(0) < w1 && m.s0 + m.a > w0) || (m.bj < w1 && m.bj + m.B > w0))) continue;
-      const bf16 *Qs = Qb(b), *dOs = dOb(b);
+      const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj);
       const int* cb = cols + b * kTile;
       const float *lb = lse2 + b * kTile, *db = dsum + b * kTile;
-      // QS query rows per step: QS / 8 independent accumulators per product keep the tensor pipes busy.
-      constexpr int QS = Cfg::kQStep, NQ = QS / 8;
-#pragma unroll 1
-      for (int sub = 0; sub < kTile / QS && z0 + sub * QS < R; ++sub) {
-        const bf16 *qs = Qs + sub * QS * LDS, *dos = dOs + sub * QS * LDS;
-        float s[NQ][4], dp[NQ][4];
-        warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
-        warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
+      // Pᵀ and dSᵀ of NQ 8-column n-tiles (query columns c0 + 8·n2 + 2·t4 + {0, 1}) for key rows xa (elements
+      // 0, 1 of an n-tile) and xa + 8 (elements 2, 3), masked pairs 0: element e of n-tile n2 is S(n2, e),
+      // Sᵀ that becomes Pᵀ, and DP(n2, e), dPᵀ that becomes dSᵀ.
+      // With with_ds false only Pᵀ is formed (the wgmma variant forms dSᵀ later, from Pᵀ, the masked pairs 0).
+      auto p_ds = [&](auto nq, int c0, int xa, auto&& S, auto&& DP, auto with_ds) {
 #pragma unroll
-        for (int n2 = 0; n2 < NQ; ++n2) {
-          const int c = sub * QS + n2 * 8 + 2 * t4;  // the two query columns c, c + 1 of this thread
+        for (int n2 = 0; n2 < decltype(nq)::value; ++n2) {
+          const int c = c0 + n2 * 8 + 2 * t4;  // the two query columns c, c + 1 of this thread
           const int2 v2 = *reinterpret_cast<const int2*>(cb + c);
           const float2 l2 = *reinterpret_cast<const float2*>(lb + c),
                        ds = *reinterpret_cast<const float2*>(db + c);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int v = e & 1 ? v2.y : v2.x, x = e < 2 ? xa : xb;
+            const int v = e & 1 ? v2.y : v2.x, x = e < 2 ? xa : xa + 8;
             const bool vis = (x >= int(short(v)) && x < ctx_hi) || (x >= own_lo && x < (v >> 16));
-            const float pr = vis ? exp2f(s[n2][e] * p.scale_log2 - (e & 1 ? l2.y : l2.x)) : 0.0f;
-            s[n2][e] = pr;
-            dp[n2][e] = pr * (dp[n2][e] - (e & 1 ? ds.y : ds.x));
+            float &se = S(n2, e), &de = DP(n2, e);
+            const float pr = vis ? exp2f(se * p.scale_log2 - (e & 1 ? l2.y : l2.x)) : 0.0f;
+            se = pr;
+            if constexpr (decltype(with_ds)::value) de = pr * (de - (e & 1 ? ds.y : ds.x));
           }
         }
+      };
+      if constexpr (WG) {
+        // Warpgroup wg holds keys [64·wg, 64·wg + 64) of the tile (so warp w's fragment rows are keys kw + gr
+        // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
+        const int wg = threadIdx.x >> 7;
+        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
+        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
+        float s[32], dp[32];
+        wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
+        wg_wait<1>(s);
+        p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, [&](int n2, int e) -> float& { return s[4 * n2 + e]; },
+             [&](int n2, int e) -> float& { return dp[4 * n2 + e]; }, std::false_type{});
+        uint32_t pa[4][4];
+        wg_a_frags(s, pa);
+        wg_issue_product(dv, pa, dOb(b));
+        wg_wait<1>(dp);
 #pragma unroll
-        for (int kk = 0; kk < QS / 16; ++kk) {
-          uint32_t a[4];
-          acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
-          warp_mma_ab<COLS / 8, LDS>(dv, a, dos + kk * 16 * LDS + col0, lane);
-          acc_to_a_frag(dp[2 * kk], dp[2 * kk + 1], a);
-          warp_mma_ab<COLS / 8, LDS>(dk, a, qs + kk * 16 * LDS + col0, lane);
+        for (int i = 0; i < 32; ++i) {
+          const float2 ds = *reinterpret_cast<const float2*>(db + 8 * (i >> 2) + 2 * t4);
+          dp[i] = s[i] * (dp[i] - (i & 1 ? ds.y : ds.x));
+        }
+        uint32_t da[4][4];
+        wg_a_frags(dp, da);
+        wg_issue_product(dk, da, Qb(b));
+        wg_wait<0>(dv);
+        wgmma_fence_regs(dk);
+      } else {
+        // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
+        if (!m.sees(r0 + kw, r0 + kw + 16)) continue;
+        const bf16 *Ks = reinterpret_cast<const bf16*>(Kt), *Vs = reinterpret_cast<const bf16*>(Vt);
+        const bf16 *Qs = reinterpret_cast<const bf16*>(Qb(b)), *dOs = reinterpret_cast<const bf16*>(dOb(b));
+        // QS query rows per step: QS / 8 independent accumulators per product keep the tensor pipes busy.
+        constexpr int QS = Cfg::kQStep, NQ = QS / 8;
+#pragma unroll 1
+        for (int sub = 0; sub < kTile / QS && z0 + sub * QS < R; ++sub) {
+          const bf16 *qs = Qs + sub * QS * LDS, *dos = dOs + sub * QS * LDS;
+          float s[NQ][4], dp[NQ][4];
+          warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
+          warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
+          p_ds(std::integral_constant<int, NQ>{}, sub * QS, kw + gr,
+               [&](int n2, int e) -> float& { return s[n2][e]; },
+               [&](int n2, int e) -> float& { return dp[n2][e]; }, std::true_type{});
+#pragma unroll
+          for (int kk = 0; kk < QS / 16; ++kk) {
+            uint32_t a[4];
+            acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+            warp_mma_ab<COLS / 8, LDS>(dv, a, dos + kk * 16 * LDS + col0, lane);
+            acc_to_a_frag(dp[2 * kk], dp[2 * kk + 1], a);
+            warp_mma_ab<COLS / 8, LDS>(dk, a, qs + kk * 16 * LDS + col0, lane);
+          }
         }
       }
     }
@@ -472,14 +621,20 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   // This rank's partial into its shared memory (the tiles are dead once every warp is past its last item).
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
-  float* part = reinterpret_cast<float*>(dfa_smem);  // [dk, dv][KEYS][HD]
+  float* part = reinterpret_cast<float*>(tiles);  // [dk, dv][KEYS][HD]
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int i = 0; i < COLS / 8; ++i) {
       const int at = (kw + gr + 8 * h) * HD + col0 + i * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(part + at) = make_float2(dk[i][2 * h], dk[i][2 * h + 1]);
-      *reinterpret_cast<float2*>(part + KEYS * HD + at) = make_float2(dv[i][2 * h], dv[i][2 * h + 1]);
+      float2 k2, v2;
+      if constexpr (WG)
+        k2 = make_float2(dk[4 * i + 2 * h], dk[4 * i + 2 * h + 1]),
+        v2 = make_float2(dv[4 * i + 2 * h], dv[4 * i + 2 * h + 1]);
+      else
+        k2 = make_float2(dk[i][2 * h], dk[i][2 * h + 1]), v2 = make_float2(dv[i][2 * h], dv[i][2 * h + 1]);
+      *reinterpret_cast<float2*>(part + at) = k2;
+      *reinterpret_cast<float2*>(part + KEYS * HD + at) = v2;
     }
   cluster.sync();
   // Rank r sums rows [r·KEYS/kRanks, (r + 1)·KEYS/kRanks) over the ranks, in rank order.
@@ -524,15 +679,42 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <int HD, bool DQ>
+// Whether a pass takes the wgmma kernels: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte
+// copies on a compute capability 9.0 GPU of an sm_90a build. DFLASH_DFA=mma keeps the mma.sync kernels; read
+// on every call, so one process can time both.
+bool on_wgmma(const DFlashAttnDims& d, bool vec) {
+  const char* e = std::getenv("DFLASH_DFA");
+  return d.hd > 64 && d.hd <= 128 && vec && !(e && std::strcmp(e, "mma") == 0) && wgmma_available();
+}
+
+template <int HD, bool DQ, bool WG>
 void query_pass(const QueryArgs& a, cudaStream_t stream) {
-  const size_t smem = sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  // Q (and dO), K and V of two key tiles; the wgmma tiles need a 1024-byte aligned base.
+  const size_t smem =
+      WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int R = a.d.hq / a.d.hkv * a.d.block;
   dim3 grid(unsigned(a.d.nb), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
-  dfa_query_kernel<HD, DQ><<<grid, 128, smem, stream>>>(a);
+  dfa_query_kernel<HD, DQ, WG><<<grid, 128, smem, stream>>>(a);
   DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
+}
+
+template <int HD, bool WG>
+void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
+  using Cfg = KvCfg<HD>;
+  const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
+  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 4) * kWgTile
+                          : sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8);
+  const size_t smem = (WG ? 1024 : 0) +
+                      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
+                                                    (sizeof(int2) + sizeof(int)) * list +
+                                                    sizeof(int) * Cfg::kThreads / 32);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(Cfg::kRanks));
+  dfa_kv_kernel<HD, WG><<<grid, Cfg::kThreads, smem, stream>>>(a);
+  DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
 
 }  // namespace
@@ -547,7 +729,10 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false>(a, stream); });
+  if (on_wgmma(d, a.vec))
+    query_pass<128, false, true>(a, stream);
+  else
+    dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false, false>(a, stream); });
 }
 
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -566,6 +751,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   const int64_t qrows = d.nb * d.block, kvrows = d.T + qrows;
   const bool vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v | ld_dout) % 8 == 0 && aligned16(q) && aligned16(k) &&
                    aligned16(v) && aligned16(dout);
+  const bool wg = on_wgmma(d, vec);
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
     dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
@@ -577,7 +763,10 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.d = d;
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
-    dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true>(a, stream); });
+    if (wg)
+      query_pass<128, true, true>(a, stream);
+    else
+      dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true, false>(a, stream); });
   }
   if (kvrows == 0) return;
   KvArgs a{};
@@ -586,20 +775,10 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
   a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
-  dispatch_head_dim(d.hd, [&](auto hdc) {
-    constexpr int HD = decltype(hdc)::value;
-    using Cfg = KvCfg<HD>;
-    const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
-    const size_t smem =
-        std::max(Cfg::kPartBytes, sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8) +
-                                      sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
-                                      (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32);
-    DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-    dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(d.hkv), unsigned(Cfg::kRanks));
-    dfa_kv_kernel<HD><<<grid, Cfg::kThreads, smem, stream>>>(a);
-    DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
-  });
+  if (wg)
+    kv_pass<128, true>(a, kvrows, stream);
+  else
+    dispatch_head_dim(d.hd, [&](auto hd) { kv_pass<decltype(hd)::value, false>(a, kvrows, stream); });
 }
 
 }  // namespace df

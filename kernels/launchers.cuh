@@ -184,6 +184,10 @@ void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t l
                        cudaStream_t stream);
 
 // ---- attention_sm90.cu --------------------------------------------------------------------------------
+// True when this build has sm_90a code and the current GPU is compute capability 9.0 (read once per device):
+// the wgmma kernels (this file's attention, the DFlash attention backward) can run.
+bool wgmma_available();
+
 // The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
 // sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, scale <= 0, or
 // DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first. gate: nullptr or a

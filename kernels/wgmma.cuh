@@ -6,6 +6,12 @@
 #pragma once
 #include <cstdint>
 
+// Defined in the device passes that have the sm_90a features: a kernel that issues wgmma compiles its body
+// only there (the host pass and other targets see an empty body that is never launched).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DF_WGMMA_BODY 1
+#endif
+
 namespace df {
 
 // start address, leading / stride byte offsets (16-byte units), 128-byte swizzle (mode 1 in bits 62-63).
@@ -13,6 +19,18 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t lbo_by
   uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo_bytes >> 4) << 16) |
          (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
+}
+
+// K-step kk (16 columns) of a 64-row tile of HD columns in the layout above (HD / 64 column blocks of
+// 64 rows × 128 bytes, 8 KB apart), read K-major as the A or B operand of an m64nNk16 A·Bᵀ.
+__device__ __forceinline__ uint64_t wgmma_desc_k(const void* tile, int kk) {
+  return wgmma_desc(static_cast<const unsigned char*>(tile) + (kk >> 2) * (64 * 128) + (kk & 3) * 32, 16, 1024);
+}
+
+// K-step kk (16 rows) of the same tile read as a transposed (MN-major) B operand: its rows are the k index,
+// its columns the n index (two 8-row atoms per step, column blocks 8 KB apart).
+__device__ __forceinline__ uint64_t wgmma_desc_t(const void* tile, int kk) {
+  return wgmma_desc(static_cast<const unsigned char*>(tile) + kk * 2048, 64 * 128, 1024);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

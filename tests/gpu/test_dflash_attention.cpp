@@ -1,8 +1,9 @@
 // DFlash block attention kernels (kernels/dflash_attention.cu) against the CPU fp32 oracle (CpuTrainOps) on
 // the same bf16-representable inputs: odd GQA groups, head dims 16–256 and unaligned ones, padding blocks,
 // anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
-// views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Skips without a
-// GPU.
+// views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
+// both kernel paths in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
+// capability 9.0 GPU) and DFLASH_DFA=mma (the mma.sync kernels). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -15,6 +16,7 @@ TEST(DFlashAttentionCuda, SkippedWithoutCudaBuild) {
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -150,9 +152,9 @@ constexpr double kUlp = 1.0 / 256.0;
 
 }  // namespace
 
-// The whole check of one case: forward against the oracle, then the backward against the oracle fed the
-// GPU's own out and lse (both are backward inputs, so only the backward's own rounding is measured), guard
-// rows and run-to-run bit identity.
+// The whole check of one case, on each kernel path: forward against the oracle, then the backward against the
+// oracle fed the GPU's own out and lse (both are backward inputs, so only the backward's own rounding is
+// measured), guard rows and run-to-run bit identity.
 void DFlashAttentionCuda::run(const Case& c) {
   SCOPED_TRACE(c.name);
   std::vector<int64_t> start(c.ctx.size() + 1, 0);
@@ -185,60 +187,79 @@ void DFlashAttentionCuda::run(const Case& c) {
   const cudaStream_t st = gpu_->stream();
   auto ld = [](const Mat& m) { return m.gpu.stride; };
   auto bf = [](const Mat& m) { return m.gpu.ptr<bf16>(); };
-  dflash_attention_fwd_launch(bf(q), ld(q), bf(k), ld(k), bf(v), ld(v), dblk, bf(out), ld(out),
-                              lse.gpu.ptr<float>(), ld(lse), d, st);
-  auto bwd = [&] {
-    dflash_attention_bwd_launch(bf(q), ld(q), bf(k), ld(k), bf(v), ld(v), dblk, bf(out), ld(out),
-                                lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
-                                ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
-  };
-  bwd();
-  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-  const std::vector<float> g_out = down(out), g_lse = down(lse), g_dq = down(dq), g_dk = down(dk),
-                           g_dv = down(dv);
-
-  // Oracle.
+  // Oracle forward; dq, dk, dv tolerances. dq = scale·Σ P(dP − D)·k: where the exact gradient is 0 (a query
+  // that sees one key: P = 1, dP = D) the GPU's dP (an mma over hd terms) and D (rowsum(dO∘O) in another order)
+  // still differ by fp32 accumulation order, ≤ hd·2⁻²³·|dO|·|v|, which |k|·scale carries into dq: that is the
+  // floor of its absolute tolerance; dk = scale·Σ dS·q: the same floor with |q| in place of |k|.
   DFlashAttnShape s{c.s.hq, c.s.hkv, c.s.hd, c.s.B, c.s.W, d.scale};
   Tensor hb = tensor_make(blk.data(), DType::i32, Device::cpu, nb, 2);
   Mat c_out = hmat(qr, qc), c_lse = hmat(qr, c.s.hq);
   cpu_.dflash_attention_fwd(host(q), host(k), host(v), hb, host(c_out), host(c_lse), s);
   const double vmax = max_abs(v.h);
-  expect_close(std::string(c.name) + " out", g_out, c_out.h, qc, kUlp * vmax, kUlp);
-  expect_close(std::string(c.name) + " lse", g_lse, c_lse.h, c.s.hq, 1e-4, 1e-6);
-
-  Mat o_in = hmat(qr, qc), l_in = hmat(qr, c.s.hq);
-  o_in.h = g_out, l_in.h = g_lse;
-  Mat c_dq = hmat(qr, qc), c_dk = hmat(kr, kc), c_dv = hmat(kr, kc);
-  cpu_.dflash_attention_bwd(host(q), host(k), host(v), hb, host(o_in), host(l_in), host(dout), host(c_dq),
-                            host(c_dk), host(c_dv), s);
-  // dq = scale·Σ P(dP − D)·k: where the exact gradient is 0 (a query that sees one key: P = 1, dP = D) the GPU's
-  // dP (an mma over hd terms) and D (rowsum(dO∘O) in another order) still differ by fp32 accumulation order,
-  // ≤ hd·2⁻²³·|dO|·|v|, which |k|·scale carries into dq: that is the floor of its absolute tolerance.
   const double fp32_order = double(c.s.hd) * std::ldexp(1.0, -23) * max_abs(dout.h) * vmax * max_abs(k.h) * d.scale;
-  expect_close(std::string(c.name) + " dq", g_dq, c_dq.h, qc, 2 * kUlp * max_abs(c_dq.h) + fp32_order, 2 * kUlp);
-  // dk = scale·Σ dS·q: the same floor with |q| in place of |k|.
   const double fp32_order_k = fp32_order / max_abs(k.h) * max_abs(q.h);
-  expect_close(std::string(c.name) + " dk", g_dk, c_dk.h, kc, 2 * kUlp * max_abs(c_dk.h) + fp32_order_k, 2 * kUlp);
-  expect_close(std::string(c.name) + " dv", g_dv, c_dv.h, kc, 2 * kUlp * max_abs(c_dv.h), 2 * kUlp);
 
-  // Guard rows: a k/v row no query sees has an all-zero oracle row and must be exactly 0 on the GPU too.
-  int64_t unseen = 0, dirty = 0;
-  for (int64_t r = 0; r < kr; ++r) {
-    bool zero = true;
-    for (int64_t e = 0; e < kc && zero; ++e) zero = c_dv.h[size_t(r * kc + e)] == 0.0f;
-    if (!zero) continue;
-    ++unseen;
-    for (int64_t e = 0; e < kc; ++e)
-      dirty += g_dk[size_t(r * kc + e)] != 0.0f || g_dv[size_t(r * kc + e)] != 0.0f;
+  auto bwd = [&] {
+    dflash_attention_bwd_launch(bf(q), ld(q), bf(k), ld(k), bf(v), ld(v), dblk, bf(out), ld(out),
+                                lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
+                                ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
+  };
+  const char* env = std::getenv("DFLASH_DFA");
+  const std::string saved = env ? env : "";
+  for (const char* path : {"default", "mma"}) {
+    SCOPED_TRACE(std::string("kernel path ") + path);
+    if (std::strcmp(path, "mma") == 0)
+      setenv("DFLASH_DFA", "mma", 1);
+    else
+      unsetenv("DFLASH_DFA");
+    // NaN poison again: a row the previous path wrote must not pass for this one.
+    for (const Mat* m : {&out, &lse, &dq, &dk, &dv})
+      EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * dtype_size(m->gpu.dtype), st),
+                cudaSuccess);
+    const std::string name = std::string(c.name) + " [" + path + "]";
+    dflash_attention_fwd_launch(bf(q), ld(q), bf(k), ld(k), bf(v), ld(v), dblk, bf(out), ld(out),
+                                lse.gpu.ptr<float>(), ld(lse), d, st);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    const std::vector<float> g_out = down(out), g_lse = down(lse);
+    expect_close(name + " out", g_out, c_out.h, qc, kUlp * vmax, kUlp);
+    expect_close(name + " lse", g_lse, c_lse.h, c.s.hq, 1e-4, 1e-6);
+
+    // The oracle backward fed this path's out and lse.
+    Mat o_in = hmat(qr, qc), l_in = hmat(qr, c.s.hq);
+    o_in.h = g_out, l_in.h = g_lse;
+    Mat c_dq = hmat(qr, qc), c_dk = hmat(kr, kc), c_dv = hmat(kr, kc);
+    cpu_.dflash_attention_bwd(host(q), host(k), host(v), hb, host(o_in), host(l_in), host(dout), host(c_dq),
+                              host(c_dk), host(c_dv), s);
+    bwd();
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    const std::vector<float> g_dq = down(dq), g_dk = down(dk), g_dv = down(dv);
+    expect_close(name + " dq", g_dq, c_dq.h, qc, 2 * kUlp * max_abs(c_dq.h) + fp32_order, 2 * kUlp);
+    expect_close(name + " dk", g_dk, c_dk.h, kc, 2 * kUlp * max_abs(c_dk.h) + fp32_order_k, 2 * kUlp);
+    expect_close(name + " dv", g_dv, c_dv.h, kc, 2 * kUlp * max_abs(c_dv.h), 2 * kUlp);
+
+    // Guard rows: a k/v row no query sees has an all-zero oracle row and must be exactly 0 on the GPU too.
+    int64_t unseen = 0, dirty = 0;
+    for (int64_t r = 0; r < kr; ++r) {
+      bool zero = true;
+      for (int64_t e = 0; e < kc && zero; ++e) zero = c_dv.h[size_t(r * kc + e)] == 0.0f;
+      if (!zero) continue;
+      ++unseen;
+      for (int64_t e = 0; e < kc; ++e)
+        dirty += g_dk[size_t(r * kc + e)] != 0.0f || g_dv[size_t(r * kc + e)] != 0.0f;
+    }
+    EXPECT_EQ(dirty, 0) << name << ": " << dirty << " nonzero dk/dv elements in the " << unseen
+                        << " k/v rows no query sees";
+
+    // Deterministic: a second backward gives the same bits.
+    bwd();
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
+        << name << ": a second backward on the same inputs gave different bits";
   }
-  EXPECT_EQ(dirty, 0) << c.name << ": " << dirty << " nonzero dk/dv elements in the " << unseen
-                      << " k/v rows no query sees";
-
-  // Deterministic: a second backward gives the same bits.
-  bwd();
-  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-  EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
-      << c.name << ": a second backward on the same inputs gave different bits";
+  if (env)
+    setenv("DFLASH_DFA", saved.c_str(), 1);
+  else
+    unsetenv("DFLASH_DFA");
 }
 
 // Shapes as {hq, hkv, hd, B, W}, then the context lengths, then blocks as {sequence, anchor or −1}.
@@ -318,6 +339,21 @@ TEST_F(DFlashAttentionCuda, LongContextTilesSharedByManyBlocks) {
   run(c);
   c.name = "48 blocks hd128 W300", c.s.W = 300;
   run(c);
+}
+
+TEST_F(DFlashAttentionCuda, HopperPathAwkwardShapes) {
+  // The wgmma kernels serve head dims 65..128 as one zero-padded 128-column tile and 64-row query chunks:
+  // hd 96 and 72, a group of 6 × B 16 = 96 rows (a second, part-empty chunk), 15 rows (one mostly empty
+  // chunk), strided rows, no context, and more than one round of the dk/dv scan (1024 blocks per round).
+  run({"hd96 group6 two chunks", {6, 1, 96, 16, 0}, {150, 40}, {{0, 149}, {1, 7}, {0, -1}, {0, 64}, {1, 40}}});
+  run({"hd72 W20", {4, 2, 72, 16, 20}, {130}, {{0, 129}, {0, 19}, {0, 0}, {0, 70}}});
+  run({"hd128 group3 B5 W7 strided", {3, 1, 128, 5, 7}, {90}, {{0, 89}, {0, 3}, {0, 6}, {0, -1}, {0, 50}}, 8});
+  run({"hd128 no context", {8, 2, 128, 16, 16}, {0}, {{0, 0}, {0, 0}, {0, -1}}});
+  Case rounds{"1100 shuffled blocks hd128 B2", {2, 1, 128, 2, 0}, {300}, {}, 0, true};
+  for (int i = 0; i < 1100; ++i) rounds.blocks.push_back({0, i % 9 == 4 ? -1 : (i * 31) % 301});
+  run(rounds);
+  rounds.name = "1100 shuffled blocks hd128 B2 W40", rounds.s.W = 40;
+  run(rounds);
 }
 
 TEST_F(DFlashAttentionCuda, AllPaddingBlocksZeroEverything) {
