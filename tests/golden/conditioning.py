@@ -19,39 +19,46 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 
+# The n-th call of the DeltaNet rule during one sequence's forward is the n-th DeltaNet layer's. Installed before any
+# model is built, so it is what each layer runs whether transformers binds the rule at construction or by name.
+RULE_CALLS = []
+_RULE = mg.q35.torch_chunk_gated_delta_rule
+
+
+def _recording_rule(query, key, *a, **kw):
+    RULE_CALLS.append((query[0].float().norm(dim=-1).cpu(), key[0].float().norm(dim=-1).cpu()))
+    return _RULE(query, key, *a, **kw)
+
+
+mg.q35.torch_chunk_gated_delta_rule = _recording_rule
+
+
 @torch.no_grad()
 def layer_norm_inputs(model, seqs, device):
-    """Per DeltaNet layer: rms(o) [N, nv] that the gated norm divides by, ||q|| and ||k|| [N, nk] pre-l2norm."""
-    got = {}
+    """Per DeltaNet layer: rms(o) [N, nv] that the gated norm divides by, ||q|| and ||k|| [N, heads] pre-l2norm."""
+    linear = [l for l, layer in enumerate(model.model.layers) if getattr(layer, "linear_attn", None) is not None]
+    got = {l: {"o": [], "q": [], "k": []} for l in linear}
+    nv = model.config.linear_num_value_heads
     hooks = []
-    for l, layer in enumerate(model.model.layers):
-        gdn = getattr(layer, "linear_attn", None)
-        if gdn is None:
-            continue
-        rec = got.setdefault(l, {"o": [], "q": [], "k": []})
-        nv = model.config.linear_num_value_heads
+    for l in linear:
+        def norm_in(module, args, rec=got[l]):
+            rec["o"].append(args[0].float().pow(2).mean(-1).sqrt().reshape(-1, nv).cpu())
 
-        def norm_in(module, args, rec=rec, nv=nv):
-            x = args[0].float()
-            rec["o"].append(x.pow(2).mean(-1).sqrt().reshape(-1, nv).cpu())
-
-        hooks.append(gdn.norm.register_forward_pre_hook(norm_in))
-        inner = gdn.chunk_gated_delta_rule
-
-        def rule(query, key, value, *a, rec=rec, inner=inner, **kw):
-            rec["q"].append(query[0].float().norm(dim=-1).cpu())
-            rec["k"].append(key[0].float().norm(dim=-1).cpu())
-            return inner(query, key, value, *a, **kw)
-
-        gdn.chunk_gated_delta_rule = rule
+        hooks.append(model.model.layers[l].linear_attn.norm.register_forward_pre_hook(norm_in))
+    calls = RULE_CALLS
     try:
         for ids in seqs:
+            calls.clear()
             model.model(input_ids=torch.from_numpy(ids)[None].to(device), use_cache=False)
+            if len(calls) != len(linear):
+                raise SystemExit(f"{len(calls)} DeltaNet rule calls for {len(linear)} DeltaNet layers")
+            for l, (q, k) in zip(linear, calls):
+                got[l]["q"].append(q)
+                got[l]["k"].append(k)
     finally:
         for h in hooks:
             h.remove()
-    # q and k stay empty if this transformers calls its DeltaNet rule other than through the layer's attribute.
-    return {l: {k: torch.cat(v).numpy() if v else None for k, v in r.items()} for l, r in got.items()}
+    return {l: {k: torch.cat(v).numpy() for k, v in r.items()} for l, r in got.items()}
 
 
 def percentile_of(values, x):
@@ -75,12 +82,12 @@ def main():
         for l, r in sorted(norms.items()):
             o, q, k = r["o"], r["q"], r["k"]
             med = np.median(o, axis=0)
-            qk = "" if q is None else (f"; ||q|| 0.1 % quantile {np.quantile(q, 0.001):.3g}, median {np.median(q):.3g}"
+            qk = (f"; ||q|| 0.1 % quantile {np.quantile(q, 0.001):.3g}, median {np.median(q):.3g}"
                                        f"; ||k|| 0.1 % quantile {np.quantile(k, 0.001):.3g}, median {np.median(k):.3g}")
             print(f"  layer {l}: rms(o)/median per head: 0.1 % quantile {np.quantile(o / med, 0.001):.3g}{qk}")
             for row in rows:
                 h = int(np.argmin(o[row] / med))
-                qk = "" if q is None else (f"; min ||q|| {q[row].min():.3g} (percentile "
+                qk = (f"; min ||q|| {q[row].min():.3g} (percentile "
                                            f"{percentile_of(q, q[row].min()):.2f}); min ||k|| {k[row].min():.3g} "
                                            f"(percentile {percentile_of(k, k[row].min()):.2f})")
                 print(f"    row {row:5d}: smallest rms(o)/median {o[row, h] / med[h]:.3g} (head {h}, percentile "

@@ -257,6 +257,7 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
   batches.push_back({63, 127, 129, 64, 65, 1, 81, 160, 193});
   for (const auto& lens : batches)
     for (Case c : {Case{4, 2, 8}, {6, 2, 32}, {4, 1, 128}, {6, 1, 256}, {3, 3, 128}, {6, 2, 256}}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);  // each case's tensors are freed at its end
       Layouts L = layouts(lens);
       int64_t T = L.cpu.tokens;
       // q strided inside a wider buffer (the gated q_proj output), k/v contiguous.
