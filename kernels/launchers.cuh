@@ -191,22 +191,12 @@ bool wgmma_available();
 // The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
 // sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, scale <= 0, or
 // DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first. gate: nullptr or a
-// bf16-pair-readable gate view (4-byte aligned, even ld_gate) applied in the epilogue. A/B switches, read
-// once: DFLASH_ATTN=sm90v1 (the previous wgmma kernel), DFLASH_ATTN_TILES=alt (the other key tile),
-// DFLASH_ATTN_PINGPONG=0 (consumer warpgroups not taking turns at the tensor cores).
+// bf16-pair-readable gate view (4-byte aligned, even ld_gate) applied in the epilogue. A/B switch, read
+// once: DFLASH_ATTN_PINGPONG=0 (consumer warpgroups not taking turns at the tensor cores).
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
                                   const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq, int hkv,
                                   int hd, float scale, cudaStream_t stream);
-
-// ---- attention_sm90_v1.cu -----------------------------------------------------------------------------
-// The previous wgmma kernel, for A/B timing against attention_sm90.cu's (DFLASH_ATTN=sm90v1): called by
-// attention_causal_sm90_launch once it has checked the shape and the GPU; hd 128 or 256. To be removed with
-// its file once the two are measured.
-void attention_causal_sm90v1_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
-                                 int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
-                                 const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq, int hkv,
-                                 int hd, float scale, cudaStream_t stream);
 
 // ---- conv1d.cu ----------------------------------------------------------------------------------------
 // out[t, c] = silu(Σ_j w[c, j] · x[t − K + 1 + j, c]) with zeros before each sequence start (pos = position
