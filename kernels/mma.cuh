@@ -52,20 +52,29 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
 }
 
 // One warp, shared-memory tiles of bf16 rows (row stride LDS elements, a multiple of 8):
-// acc[16 rows × 8·NT cols] += A · B with A's 16×16 k-slice given as mma A fragments and B (16 k rows,
-// row-major [k][n] at `b`) read with ldmatrix.trans: attention's P·V step.
-template <int NT, int LDS>
-__device__ __forceinline__ void warp_mma_ab(float (&acc)[NT][4], const uint32_t (&a)[4], const __nv_bfloat16* b,
-                                            int lane) {
+// The ldmatrix.trans walk over B (16 k rows, row-major [k][n] at `b`) shared by the A·B products below: for
+// each pair of 8-column n-tiles, mma(acc_lo, acc_hi, f) with f the pair's two B fragments.
+template <int NT, int LDS, class Mma>
+__device__ __forceinline__ void warp_mma_ab_walk(float (&acc)[NT][4], const __nv_bfloat16* b, int lane, Mma mma) {
   const int mat = lane >> 3, r8 = lane & 7;
   const __nv_bfloat16* base = b + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
 #pragma unroll
   for (int nd = 0; nd < NT / 2; ++nd) {
     uint32_t f[4];
     ldmatrix_x4_trans(f, base + nd * 16);
-    mma_bf16_16816(acc[2 * nd], a[0], a[1], a[2], a[3], f[0], f[1]);
-    mma_bf16_16816(acc[2 * nd + 1], a[0], a[1], a[2], a[3], f[2], f[3]);
+    mma(acc[2 * nd], acc[2 * nd + 1], f);
   }
+}
+
+// acc[16 rows × 8·NT cols] += A · B with A's 16×16 k-slice given as mma A fragments and B (16 k rows,
+// row-major [k][n] at `b`) read with ldmatrix.trans: attention's P·V step.
+template <int NT, int LDS>
+__device__ __forceinline__ void warp_mma_ab(float (&acc)[NT][4], const uint32_t (&a)[4], const __nv_bfloat16* b,
+                                            int lane) {
+  warp_mma_ab_walk<NT, LDS>(acc, b, lane, [&](float (&lo)[4], float (&hi)[4], const uint32_t (&f)[4]) {
+    mma_bf16_16816(lo, a[0], a[1], a[2], a[3], f[0], f[1]);
+    mma_bf16_16816(hi, a[0], a[1], a[2], a[3], f[2], f[3]);
+  });
 }
 
 // s[16 rows × 8·NT] = X · Yᵀ over HD columns, X rows at x (16 of them), Y rows at y (8·NT), both [row][d]:
@@ -125,14 +134,9 @@ __device__ __forceinline__ void mma_split_a(float (&acc0)[4], float (&acc1)[4], 
 template <int NT, int LDS>
 __device__ __forceinline__ void warp_mma_ab_split(float (&acc)[NT][4], const uint32_t (&ah)[4],
                                                   const uint32_t (&al)[4], const __nv_bfloat16* b, int lane) {
-  const int mat = lane >> 3, r8 = lane & 7;
-  const __nv_bfloat16* base = b + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-#pragma unroll
-  for (int nd = 0; nd < NT / 2; ++nd) {
-    uint32_t f[4];
-    ldmatrix_x4_trans(f, base + nd * 16);
-    mma_split_a(acc[2 * nd], acc[2 * nd + 1], ah, al, f);
-  }
+  warp_mma_ab_walk<NT, LDS>(acc, b, lane, [&](float (&lo)[4], float (&hi)[4], const uint32_t (&f)[4]) {
+    mma_split_a(lo, hi, ah, al, f);
+  });
 }
 
 // The online softmax's rescale of an m16 accumulator: rows g by c_lo, rows g + 8 by c_hi.
