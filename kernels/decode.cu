@@ -1,8 +1,8 @@
 // Incremental decoding kernels (ops.h "incremental decoding"): attention of a step's new queries over a
 // sequence's key/value cache, and the Gated DeltaNet recurrence continued token by token from a carried state.
 // A decode step moves far more bytes (the cache; the state and the per-token states kept for rollback) than it
-// computes with, so the fast kernels are built to read those bytes once (measured on the H200, benchmarks/RESULTS.md
-// session 12: attention at 6-8x its bandwidth time, the 16-token DeltaNet step at 2.05x):
+// computes with, so the fast kernels are built to read those bytes once (measured on the H200,
+// benchmarks/RESULTS.md session 12: attention at 6-8x its bandwidth time, the 16-token DeltaNet step at 2.05x):
 // - attention (hd 128 / 256): split-KV on tensor cores. A CTA per (kv head, key chunk) loads its chunk once
 //   and runs every query row that reads it (the step's T tokens × the hq / hkv query heads of that kv head,
 //   128 rows a CTA) through mma.sync with an online softmax; a second kernel merges the chunks' (max, sum,
