@@ -1,0 +1,348 @@
+// DFlash block attention backward, the key-major dk/dv pass (kernels/dflash_attention.cu has the forward, the dq
+// pass and the launchers): a cluster of CTAs per (key tile, kv head) walks, in block order, the blocks that see
+// the tile and sums the CTAs' fp32 partials in a fixed order through distributed shared memory, so dk and dv are
+// deterministic without atomics. On Hopper at head dims 65..128 the products run on wgmma.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/dflash_attention.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/train_launchers.cuh"
+#include "kernels/wgmma_tiles.cuh"
+
+namespace df {
+
+namespace {
+
+using namespace dfa;
+
+// ---- kernels ----------------------------------------------------------------------------------------
+// 4-byte cp.async (zero-filled when !in), complete at the next tile_wait.
+__device__ __forceinline__ void copy4(float* dst, const float* src, bool in) {
+  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(in ? 4 : 0));
+}
+
+// Key-major dk/dv, 8 warps, each on 16 keys of the CTA's tile: 128 keys at hd ≤ 128; at hd 256 the tile is
+// 64 keys and warp pairs split the head columns of dk/dv (128 accumulator columns of each per thread at most,
+// so nothing spills).
+template <int HD>
+struct KvCfg {
+  static constexpr int kSplit = HD > 128 ? 2 : 1;
+  static constexpr int kThreads = 256;
+  static constexpr int kKeys = 128 / kSplit;
+  static constexpr int kCols = HD / kSplit;
+  static constexpr int kQStep = HD > 128 ? 16 : 32;  // query rows per step of a warp (32 spills at hd 256)
+  static constexpr int kScanK = 4;                   // blocks each thread tests per round of the scan
+  static constexpr int kRanks = 4;                   // CTAs of a cluster sharing one tile's items
+  static constexpr size_t kPartBytes = sizeof(float) * 2 * kKeys * HD;  // one rank's dk, dv partial
+};
+
+// One cluster of kRanks CTAs per (kKeys absolute k/v rows, kv head). Each CTA lists, in block order, the
+// blocks that see any of its keys (kScanK·THREADS entries of `blocks` at a time, their masks kept in shared
+// memory); of the list's items (block, 64-row query chunk) rank r takes the r-th contiguous share, so a tile
+// that every block sees (the start of a long context) is spread over kRanks SMs. Per item it loads the
+// group's query rows with their row terms (the next item's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from
+// the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed through
+// distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
+// WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
+// (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands).
+template <int HD, bool WG>
+__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, KvCfg<HD>::kRanks)
+    dfa_kv_kernel(KvArgs p) {
+  using Cfg = KvCfg<HD>;
+  static_assert(!WG || (HD == 128 && Cfg::kKeys == 128 && Cfg::kThreads == 256),
+                "the wgmma variant: head dim 128, two warpgroups of 64 keys");
+  constexpr int LDS = HD + 8, THREADS = Cfg::kThreads, COLS = Cfg::kCols, KEYS = Cfg::kKeys;
+  constexpr int SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
+  constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
+  extern __shared__ __align__(16) unsigned char dfa_smem[];
+  unsigned char* const tiles = WG ? align1024(dfa_smem) : dfa_smem;
+  unsigned char* const Kt = tiles;
+  unsigned char* const Vt = Kt + KEYS / 64 * TILE;
+  // Q and dO of two query chunks: the next one loads during this one.
+  unsigned char* const QdO = Vt + KEYS / 64 * TILE;
+  auto Qb = [&](int b) { return QdO + 2 * b * TILE; };
+  auto dOb = [&](int b) { return QdO + (2 * b + 1) * TILE; };
+  float* lse2 = reinterpret_cast<float*>(QdO + 4 * TILE);  // [2][64] per chunk row: lse·log2 e,
+  float* dsum = lse2 + 2 * kTile;                                 // D,
+  int* cols = reinterpret_cast<int*>(dsum + 2 * kTile);           // first context key | end of own keys << 16
+  int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
+  int* list = reinterpret_cast<int*>(meta + LIST);
+  int* wcount = list + LIST;
+  const DFlashAttnDims& d = p.d;
+  const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * KEYS, r1 = min(r0 + KEYS, rows);
+  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
+  const int kw = (warp % SLICES) * 16, col0 = (warp / SLICES) * COLS;  // this warp's key rows and columns
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rank = int(cluster.block_rank());
+
+  auto kvsrc = [&](const bf16* base, int64_t ld) {
+    return [=](int r) -> const bf16* {
+      return r0 + r < rows ? base + (r0 + r) * ld + int64_t(g) * d.hd : nullptr;
+    };
+  };
+  // A block's mask on this tile as key offsets from r0, clamped to [−1, KEYS + 1] (the same answer for the
+  // offsets 0..KEYS − 1 of the tile): query row kq sees [ctx_lo(kq), ctx_hi) and [own_lo, own_hi(kq)).
+  auto rel = [&](int64_t t) { return int(min(max(t - r0, int64_t(-1)), int64_t(KEYS + 1))); };
+  const int hd = d.hd;
+  const bool vec = p.vec;
+  const bf16* any = p.k;
+  auto load = [hd, vec, any](unsigned char* dst, auto rows, auto src) {
+    if constexpr (WG)
+      load_tile_wg<decltype(rows)::value, THREADS>(dst, hd, any, src);
+    else
+      load_tile<HD, decltype(rows)::value, THREADS>(reinterpret_cast<bf16*>(dst), hd, vec, any, src);
+  };
+  auto wait = [] {
+    if constexpr (WG)
+      tile_wait_wg();
+    else
+      tile_wait();
+  };
+  load(Kt, std::integral_constant<int, KEYS>{}, kvsrc(p.k, p.ld_k));
+  load(Vt, std::integral_constant<int, KEYS>{}, kvsrc(p.v, p.ld_v));
+
+  // dk, dv of this thread's keys: per warp 16 keys × COLS as mma.sync n-tiles, or per warpgroup the wgmma
+  // m64n128 fragment (the same element order: acc[i] of the flat one is acc[i / 4][i % 4]).
+  std::conditional_t<WG, float[64], float[COLS / 8][4]> dk, dv;
+  if constexpr (WG) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.0f;
+  } else {
+#pragma unroll
+    for (int i = 0; i < COLS / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+  }
+
+  // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
+  const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
+  const int64_t j_end = r0 >= d.T ? min(d.nb, (r1 - 1 - d.T) / d.block + 1) : d.nb;
+  for (int64_t base = j_begin; base < j_end; base += LIST) {
+    // Each thread tests kScanK consecutive blocks (their loads in flight together); an exclusive scan of the
+    // per-thread counts places the visible ones in the list in block order.
+    unsigned seen = 0;
+    int2 sa[Cfg::kScanK];
+#pragma unroll
+    for (int i = 0; i < Cfg::kScanK; ++i) {
+      const int64_t jc = base + threadIdx.x * Cfg::kScanK + i;
+      if (jc >= j_end) break;
+      const BlockMask mc = block_mask(p.blocks, jc, d);
+      sa[i] = make_int2(int(mc.s0), int(mc.a));
+      if (mc.a >= 0 && ((mc.s0 + mc.lo(0) < r1 && mc.s0 + mc.a > r0) || (mc.bj < r1 && mc.bj + mc.B > r0)))
+        seen |= 1u << i;
+    }
+    const int cnt = __popc(seen);
+    int inc = cnt;  // inclusive scan over the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += y;
+    }
+    if (lane == 31) wcount[warp] = inc;
+    __syncthreads();
+    int off = inc - cnt, total = 0;
+    for (int w = 0; w < THREADS / 32; ++w) {
+      off += w < warp ? wcount[w] : 0;
+      total += wcount[w];
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::kScanK; ++i)
+      if (seen >> i & 1) {
+        meta[off] = sa[i];
+        list[off++] = threadIdx.x * Cfg::kScanK + i;
+      }
+    __syncthreads();
+
+    // Items of this round: (listed block n / nz, query chunk n % nz), Q/dO and row terms double-buffered.
+    auto load_item = [&](int n, int b) {
+      const int64_t j = base + list[n / nz];
+      const int z0 = (n % nz) * kTile;
+      const int2 sj = meta[n / nz];
+      const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
+      for (int r = threadIdx.x; r < kTile; r += THREADS) {
+        const int rr = z0 + r, kq = rr % d.block;
+        const bool in = rr < R;
+        const int64_t at = (j * d.hq + int64_t(g) * group) * d.block + (in ? rr : 0);
+        // A row past the group sees nothing: an empty context range and an empty own range.
+        const int lo = in ? rel(m.s0 + m.lo(kq)) : KEYS + 1;
+        const int hi = in ? rel(m.bj + (d.window > 0 ? kq + 1 : d.block)) : -1;
+        cols[b * kTile + r] = int((uint32_t(lo) & 0xffffu) | (uint32_t(hi) << 16));
+        copy4(lse2 + b * kTile + r, p.lse2 + at, in);
+        copy4(dsum + b * kTile + r, p.dsum + at, in);
+      }
+      auto qsrc = [&](const bf16* src, int64_t ld) {
+        return [=](int r) -> const bf16* {
+          const int rr = z0 + r;
+          return rr < R ? src + (j * d.block + rr % d.block) * ld + int64_t(g * group + rr / d.block) * d.hd
+                        : nullptr;
+        };
+      };
+      load(Qb(b), std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
+      load(dOb(b), std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
+    };
+    const int items = total * nz, n0 = items * rank / Cfg::kRanks, n1 = items * (rank + 1) / Cfg::kRanks;
+    if (n0 < n1) load_item(n0, 0);
+    for (int n = n0; n < n1; ++n) {
+      const int b = (n - n0) & 1;
+      wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
+      if (n + 1 < n1) load_item(n + 1, b ^ 1);
+      const int64_t j = base + list[n / nz];
+      const int z0 = (n % nz) * kTile;
+      const int2 sj = meta[n / nz];
+      const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
+      const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj);
+      const int* cb = cols + b * kTile;
+      const float *lb = lse2 + b * kTile, *db = dsum + b * kTile;
+      // Pᵀ and dSᵀ of NQ 8-column n-tiles (query columns c0 + 8·n2 + 2·t4 + {0, 1}) for key rows xa (elements
+      // 0, 1 of an n-tile) and xa + 8 (elements 2, 3), masked pairs 0: element e of n-tile n2 is S(n2, e),
+      // Sᵀ that becomes Pᵀ, and DP(n2, e), dPᵀ that becomes dSᵀ.
+      // With with_ds false only Pᵀ is formed (the wgmma variant forms dSᵀ later, from Pᵀ, the masked pairs 0).
+      auto p_ds = [&](auto nq, int c0, int xa, auto&& S, auto&& DP, auto with_ds) {
+#pragma unroll
+        for (int n2 = 0; n2 < decltype(nq)::value; ++n2) {
+          const int c = c0 + n2 * 8 + 2 * t4;  // the two query columns c, c + 1 of this thread
+          const int2 v2 = *reinterpret_cast<const int2*>(cb + c);
+          const float2 l2 = *reinterpret_cast<const float2*>(lb + c),
+                       ds = *reinterpret_cast<const float2*>(db + c);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int v = e & 1 ? v2.y : v2.x, x = e < 2 ? xa : xa + 8;
+            const bool vis = (x >= int(short(v)) && x < ctx_hi) || (x >= own_lo && x < (v >> 16));
+            float &se = S(n2, e), &de = DP(n2, e);
+            const float pr = vis ? exp2f(se * p.scale_log2 - (e & 1 ? l2.y : l2.x)) : 0.0f;
+            se = pr;
+            if constexpr (decltype(with_ds)::value) de = pr * (de - (e & 1 ? ds.y : ds.x));
+          }
+        }
+      };
+      if constexpr (WG) {
+        // Warpgroup wg holds keys [64·wg, 64·wg + 64) of the tile (so warp w's fragment rows are keys kw + gr
+        // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
+        const int wg = threadIdx.x >> 7;
+        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
+        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
+        float s[32], dp[32];
+        wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
+        wg_wait<1>(s);
+        p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, [&](int n2, int e) -> float& { return s[4 * n2 + e]; },
+             [&](int n2, int e) -> float& { return dp[4 * n2 + e]; }, std::false_type{});
+        uint32_t pa[4][4];
+        wg_a_frags(s, pa);
+        wg_issue_product(dv, pa, dOb(b));
+        wg_wait<1>(dp);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const float2 ds = *reinterpret_cast<const float2*>(db + 8 * (i >> 2) + 2 * t4);
+          dp[i] = s[i] * (dp[i] - (i & 1 ? ds.y : ds.x));
+        }
+        uint32_t da[4][4];
+        wg_a_frags(dp, da);
+        wg_issue_product(dk, da, Qb(b));
+        wg_wait<0>(dv);
+        wgmma_fence_regs(dk);
+      } else {
+        // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
+        if (!m.sees(r0 + kw, r0 + kw + 16)) continue;
+        const bf16 *Ks = reinterpret_cast<const bf16*>(Kt), *Vs = reinterpret_cast<const bf16*>(Vt);
+        const bf16 *Qs = reinterpret_cast<const bf16*>(Qb(b)), *dOs = reinterpret_cast<const bf16*>(dOb(b));
+        // QS query rows per step: QS / 8 independent accumulators per product keep the tensor pipes busy.
+        constexpr int QS = Cfg::kQStep, NQ = QS / 8;
+#pragma unroll 1
+        for (int sub = 0; sub < kTile / QS && z0 + sub * QS < R; ++sub) {
+          const bf16 *qs = Qs + sub * QS * LDS, *dos = dOs + sub * QS * LDS;
+          float s[NQ][4], dp[NQ][4];
+          warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
+          warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
+          p_ds(std::integral_constant<int, NQ>{}, sub * QS, kw + gr,
+               [&](int n2, int e) -> float& { return s[n2][e]; },
+               [&](int n2, int e) -> float& { return dp[n2][e]; }, std::true_type{});
+#pragma unroll
+          for (int kk = 0; kk < QS / 16; ++kk) {
+            uint32_t a[4];
+            acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
+            warp_mma_ab<COLS / 8, LDS>(dv, a, dos + kk * 16 * LDS + col0, lane);
+            acc_to_a_frag(dp[2 * kk], dp[2 * kk + 1], a);
+            warp_mma_ab<COLS / 8, LDS>(dk, a, qs + kk * 16 * LDS + col0, lane);
+          }
+        }
+      }
+    }
+  }
+
+  // This rank's partial into its shared memory (the tiles are dead once every warp is past its last item).
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
+  float* part = reinterpret_cast<float*>(tiles);  // [dk, dv][KEYS][HD]
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < COLS / 8; ++i) {
+      const int at = (kw + gr + 8 * h) * HD + col0 + i * 8 + 2 * t4;
+      float2 k2, v2;
+      if constexpr (WG)
+        k2 = make_float2(dk[4 * i + 2 * h], dk[4 * i + 2 * h + 1]),
+        v2 = make_float2(dv[4 * i + 2 * h], dv[4 * i + 2 * h + 1]);
+      else
+        k2 = make_float2(dk[i][2 * h], dk[i][2 * h + 1]), v2 = make_float2(dv[i][2 * h], dv[i][2 * h + 1]);
+      *reinterpret_cast<float2*>(part + at) = k2;
+      *reinterpret_cast<float2*>(part + KEYS * HD + at) = v2;
+    }
+  cluster.sync();
+  // Rank r sums rows [r·KEYS/kRanks, (r + 1)·KEYS/kRanks) over the ranks, in rank order.
+  constexpr int RROWS = KEYS / Cfg::kRanks;
+  const float scale = d.scale;
+  for (int c = threadIdx.x; c < RROWS * HD / 2; c += THREADS) {
+    const int row = rank * RROWS + 2 * c / HD, col = 2 * c % HD, at = row * HD + col;
+    float2 sk = make_float2(0.0f, 0.0f), sv = sk;
+#pragma unroll
+    for (int q = 0; q < Cfg::kRanks; ++q) {
+      const float* rp = cluster.map_shared_rank(part, q);
+      const float2 a = *reinterpret_cast<const float2*>(rp + at),
+                   b = *reinterpret_cast<const float2*>(rp + KEYS * HD + at);
+      sk.x += a.x, sk.y += a.y, sv.x += b.x, sv.y += b.y;
+    }
+    const int64_t t = r0 + row;
+    if (t >= rows) continue;
+    store_two(p.dk + t * p.ld_dk + int64_t(g) * d.hd, col, d.hd, p.pairs, sk.x * scale, sk.y * scale);
+    store_two(p.dv + t * p.ld_dv + int64_t(g) * d.hd, col, d.hd, p.pairs, sv.x, sv.y);
+  }
+  cluster.sync();  // no CTA leaves while another still reads its partial
+}
+
+// ---- launchers --------------------------------------------------------------------------------------
+
+template <int HD, bool WG>
+void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
+  using Cfg = KvCfg<HD>;
+  const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
+  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 4) * kWgTile
+                          : sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8);
+  const size_t smem = (WG ? 1024 : 0) +
+                      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
+                                                    (sizeof(int2) + sizeof(int)) * list +
+                                                    sizeof(int) * Cfg::kThreads / 32);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(Cfg::kRanks));
+  dfa_kv_kernel<HD, WG><<<grid, Cfg::kThreads, smem, stream>>>(a);
+  DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
+}
+
+}  // namespace
+
+void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream) {
+  if (wg)
+    kv_pass<128, true>(a, kvrows, stream);
+  else
+    dispatch_head_dim(a.d.hd, [&](auto hd) { kv_pass<decltype(hd)::value, false>(a, kvrows, stream); });
+}
+
+}  // namespace df
