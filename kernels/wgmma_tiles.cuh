@@ -1,6 +1,7 @@
 // Warpgroup operand tiles of 64 rows × 128 bf16 columns for wgmma (sm_90a): cp.async loads of gathered rows
 // into the 128-byte swizzled layout (kernels/wgmma.cuh), and the m64n64 score and m64n128 accumulate products
-// the DFlash attention kernels (kernels/dflash_attention.cu, dflash_attention_kv.cu) issue from them, one warpgroup each.
+// the DFlash attention kernels (kernels/dflash_attention.cu, dflash_attention_kv.cu) issue from them, one
+// warpgroup each.
 #pragma once
 #include <cuda_bf16.h>
 
