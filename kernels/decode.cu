@@ -9,14 +9,14 @@
 //   acc), gates and rounds.
 // - DeltaNet: a CTA per (value head, 32 state columns) keeps that slice of the fp32 state in registers over
 //   the tokens and writes each saved state as whole rows.
-// The general warp-per-work-item kernels (fp32, any head dim up to kDecodeMaxHeadDim, any stride or GQA / GVA
-// ratio) take the shapes the fast ones are not built for, and are the prefill's fallback (causal attention over
-// packed sequences; the recurrence from zero states per sequence). DFLASH_DECODE=general sends decoding to them
-// as well: the A/B switch of bench_kernels decode.
+// The fast kernels live in decode_fast.cu (declared for this file in kernels/decode.cuh). This file holds the
+// launchers and the general warp-per-work-item kernels (fp32, any head dim up to kDecodeMaxHeadDim, any stride
+// or GQA / GVA ratio), which take the shapes the fast ones are not built for and are the prefill's fallback
+// (causal attention over packed sequences; the recurrence from zero states per sequence). DFLASH_DECODE=general
+// sends decoding to them as well: the A/B switch of bench_kernels decode.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -24,9 +24,9 @@
 #include <type_traits>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/decode.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/launchers.cuh"
-#include "kernels/mma.cuh"
 
 namespace df {
 
@@ -186,291 +186,6 @@ __global__ void __launch_bounds__(kDecodeThreads) gdn_decode_kernel(
   }
 }
 
-// The fast kernels are launched with programmatic dependent launch (launch_pdl): a block may start while the
-// previous kernel on the stream drains, so it waits here, before touching any memory, for that kernel's writes.
-// A no-op when launched without the attribute.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-// ---- split-KV attention over a cache on tensor cores -----------------------------------------------------
-// Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
-// the same K / V. A CTA takes up to kSplitMaxRows of them (longer steps: one CTA per 128-row group), one m16
-// tile per warp (at least 4 warps, for the copies), kSplitKeys keys per pipeline stage.
-constexpr int kSplitKeys = 32;
-constexpr int kSplitStages = 4;
-constexpr int kSplitMaxRows = 128;
-constexpr int kSplitThreads = 32 * kSplitMaxRows / 16;
-constexpr int kCombineThreads = 128;
-
-// Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [128z, 128z + 128) of kv
-// head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0). Scores
-// and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into bf16 hi + lo, so
-// its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far above the decode's
-// fp32 contract). Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per row to part_ml.
-template <int HD>
-__global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
-    const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k, const bf16* __restrict__ v,
-    int64_t ld_v, float* __restrict__ part, float* __restrict__ part_ml, int64_t past, int T, int group,
-    int chunk_len, float scale_log2) {
-  constexpr int LDS = HD + 8, NT = HD / 8, CH = HD / 8;  // CH: 16-byte pieces of a row
-  extern __shared__ __align__(16) unsigned char split_smem[];
-  const int rows = T * group, r0 = blockIdx.z * kSplitMaxRows, here = min(kSplitMaxRows, rows - r0);
-  const int tiles = (here + 15) / 16;
-  const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
-  const int64_t seen = past + (r0 + here - 1) / group + 1;  // keys [0, seen) are visible to some row here
-  const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + kSplitKeys - 1) / kSplitKeys);
-  bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [tiles·16][LDS], rows past `here` zero
-  bf16* skv = sq + tiles * 16 * LDS;               // ring of stages: K [kSplitKeys][LDS] then V
-  pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last combine
-  for (int i = threadIdx.x; i < tiles * 16 * CH; i += blockDim.x) {
-    const int r = i / CH, d = (i % CH) * 8, rg = r0 + r;
-    const bool in = r < here;
-    const bf16* src = in ? q + (int64_t)(rg / group) * ld_q + (int64_t)(kvh * group + rg % group) * HD + d : q;
-    cp_async_16(sq + r * LDS + d, src, in ? 16 : 0);
-  }
-  cp_async_commit();
-  // Key block b of the chunk into stage b % kSplitStages. Keys past the cache read its last row: finite
-  // values that the mask gives weight 0.
-  auto load_block = [&](int b) {
-    bf16* dst = skv + (b % kSplitStages) * 2 * kSplitKeys * LDS;
-    for (int i = threadIdx.x; i < 2 * kSplitKeys * CH; i += blockDim.x) {
-      const int r = i / CH, d = (i % CH) * 8;
-      const int64_t j = min(key0 + (int64_t)b * kSplitKeys + r % kSplitKeys, len - 1);
-      const bf16* src = r < kSplitKeys ? k + j * ld_k : v + j * ld_v;
-      cp_async_16(dst + r * LDS + d, src + (int64_t)kvh * HD + d, 16);
-    }
-  };
-  for (int b = 0; b < kSplitStages - 1; ++b) {
-    if (b < nb) load_block(b);
-    cp_async_commit();  // empty groups too: the wait below counts groups
-  }
-
-  const bool active = warp < tiles;
-  // This lane's rows (g and g + 8 of the warp's tile; r_lo, r_hi of the kv head's) see keys up to past + their
-  // token; padding rows none.
-  const int r_lo = r0 + warp * 16 + (lane >> 2), r_hi = r_lo + 8;
-  const bool in_lo = r_lo < r0 + here, in_hi = r_hi < r0 + here;
-  const int64_t lim_lo = in_lo ? past + r_lo / group : -1, lim_hi = in_hi ? past + r_hi / group : -1;
-  float acc[NT][4];
-#pragma unroll
-  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;  // l: this lane's columns only
-  for (int b = 0; b < nb; ++b) {
-    if (b + kSplitStages - 1 < nb) load_block(b + kSplitStages - 1);
-    cp_async_commit();
-    cp_async_wait<kSplitStages - 1>();  // Q and block b have landed (this thread's copies)
-    __syncthreads();                    // ... and every thread's
-    if (active) {
-      const bf16* sk = skv + (b % kSplitStages) * 2 * kSplitKeys * LDS;
-      float s[4][4];
-      warp_mma_abt<4, HD, LDS>(s, sq + warp * 16 * LDS, sk, lane);
-      const int64_t kb = key0 + (int64_t)b * kSplitKeys + 2 * (lane & 3);
-      float mx_lo = -INFINITY, mx_hi = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t j = kb + n * 8 + (e & 1);
-          const float x = j <= (e < 2 ? lim_lo : lim_hi) ? s[n][e] * scale_log2 : -INFINITY;
-          s[n][e] = x;
-          if (e < 2) mx_lo = fmaxf(mx_lo, x); else mx_hi = fmaxf(mx_hi, x);
-        }
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {  // the quad holds a row's 32 keys
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, o));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, o));
-      }
-      const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-      // A row with no visible key so far keeps max −inf: subtracting 0 instead gives p = 0, not NaN.
-      const float base_lo = mn_lo == -INFINITY ? 0.0f : mn_lo, base_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
-      const float c_lo = exp2f(m_lo - base_lo), c_hi = exp2f(m_hi - base_hi);
-      float sum_lo = 0.0f, sum_hi = 0.0f;
-#pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        s[n][0] = exp2f(s[n][0] - base_lo);
-        s[n][1] = exp2f(s[n][1] - base_lo);
-        s[n][2] = exp2f(s[n][2] - base_hi);
-        s[n][3] = exp2f(s[n][3] - base_hi);
-        sum_lo += s[n][0] + s[n][1];
-        sum_hi += s[n][2] + s[n][3];
-      }
-      l_lo = l_lo * c_lo + sum_lo;
-      l_hi = l_hi * c_hi + sum_hi;
-      m_lo = mn_lo;
-      m_hi = mn_hi;
-      scale_acc_rows(acc, c_lo, c_hi);
-#pragma unroll
-      for (int kk = 0; kk < kSplitKeys / 16; ++kk) {
-        uint32_t ah[4], al[4];
-        acc_to_a_frag_split(s[2 * kk], s[2 * kk + 1], ah, al);
-        warp_mma_ab_split<NT, LDS>(acc, ah, al, sk + (kSplitKeys + 16 * kk) * LDS, lane);
-      }
-    }
-    __syncthreads();  // stage b % kSplitStages is refilled next iteration
-  }
-  cp_async_wait<0>();  // a CTA with no visible key (nb = 0) still has Q's copies in flight
-  if (!active) return;
-#pragma unroll
-  for (int o = 1; o <= 2; o <<= 1) {
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, o);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, o);
-  }
-  const int64_t unit = (int64_t)kvh * chunks + chunk;
-  float* prow = part + unit * rows * HD + 2 * (lane & 3);
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    if (in_lo) *reinterpret_cast<float2*>(prow + (int64_t)r_lo * HD + n * 8) = make_float2(acc[n][0], acc[n][1]);
-    if (in_hi) *reinterpret_cast<float2*>(prow + (int64_t)r_hi * HD + n * 8) = make_float2(acc[n][2], acc[n][3]);
-  }
-  if ((lane & 3) == 0) {
-    float* ml = part_ml + unit * rows * 2;
-    if (in_lo) *reinterpret_cast<float2*>(ml + 2 * r_lo) = make_float2(m_lo, l_lo);
-    if (in_hi) *reinterpret_cast<float2*>(ml + 2 * r_hi) = make_float2(m_hi, l_hi);
-  }
-}
-
-// Block (r, kvh): row r of kv head kvh merged over the chunks, o = Σ acc·2^(m − M) / Σ l·2^(m − M), then
-// rounded and gated as the general kernel. A chunk with no key for the row has m = −inf and acc = l = 0 (every
-// row sees key 0, so M is finite). Warp 0 puts the chunks' weights 2^(m − M) in shared memory first, so the
-// per-dim sums issue their partial loads back to back instead of one L2 round trip per chunk.
-__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(
-    const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
-    const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
-  extern __shared__ float combine_w[];  // [chunks], then 1 / Σ l·2^(m − M)
-  const int r = blockIdx.x, kvh = blockIdx.y, lane = threadIdx.x & 31;
-  const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
-  const int64_t cs = (int64_t)rows * 2;  // a chunk's stride in part_ml
-  pdl_wait();
-  const float* ml = part_ml + (unit0 * rows + r) * 2;
-  if (threadIdx.x < 32) {
-    float mt = -INFINITY;
-    for (int c = lane; c < chunks; c += 32) mt = fmaxf(mt, ml[c * cs]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-    float lt = 0.0f;
-    for (int c = lane; c < chunks; c += 32) {
-      const float w = exp2f(ml[c * cs] - mt);
-      combine_w[c] = w;
-      lt += ml[c * cs + 1] * w;
-    }
-    lt = warp_sum(lt);
-    if (lane == 0) combine_w[chunks] = 1.0f / lt;
-  }
-  __syncthreads();
-  const float* acc = part + (unit0 * rows + r) * hd;
-  const int64_t ca = (int64_t)rows * hd;  // a chunk's stride in part
-  bf16* orow = out + t * ld_out + h * hd;
-  const bf16* grow = gate ? gate + t * ld_gate + h * hd : nullptr;
-  for (int d = threadIdx.x; d < hd; d += kCombineThreads) {
-    float o = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < chunks; ++c) o += acc[c * ca + d] * combine_w[c];
-    o = bf16_rn(o * combine_w[chunks]);
-    if (grow) o = sigmoid_gate_f32(o, __bfloat162float(grow[d]));
-    orow[d] = __float2bfloat16(o);
-  }
-}
-
-// ---- Gated DeltaNet decode: a state slice per CTA ----------------------------------------------------------
-// Block (h, slice): columns j = 32·slice + lane of value head h's state S [dk, dv], warp w holding rows
-// [w·PER, (w + 1)·PER) of its lane's column in registers over all T tokens, so each saved state goes out as
-// 128-byte row pieces. Per token, as gdn_decode_kernel: S = exp(g)·S; u = β·(v − Sᵀk̂); S += k̂·uᵀ; o = Sᵀq̂; the
-// sums over dk are per-warp partials added through shared memory. q̂, k̂ and the gates of kGdnSliceTokens
-// tokens are computed once per block (a warp per token) and staged in shared memory.
-constexpr int kGdnSliceWarps = 8;
-constexpr int kGdnSliceTokens = 8;
-
-template <int PER>
-__global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
-    const bf16* __restrict__ qkv, int64_t ld_qkv, const bf16* __restrict__ a_in, int64_t ld_a,
-    const bf16* __restrict__ b_in, int64_t ld_b, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
-    bf16* __restrict__ out, int64_t ld_out, const float* __restrict__ state, float* __restrict__ states,
-    int64_t ld_states, int64_t T, int64_t first_saved, int nk, int nv, int dk, int dv) {
-  constexpr int DKP = kGdnSliceWarps * PER;  // dk rounded up; the rows past dk are zero
-  __shared__ float sq[kGdnSliceTokens][DKP], sk[kGdnSliceTokens][DKP], sv[kGdnSliceTokens][32];
-  __shared__ float sdecay[kGdnSliceTokens], sbeta[kGdnSliceTokens];
-  __shared__ float red_u[kGdnSliceWarps][32], red_o[kGdnSliceWarps][32];
-  const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int j = blockIdx.y * 32 + lane, e0 = warp * PER;
-  const bool col = j < dv;  // lanes past dv carry zeros and write nothing, but keep the barriers
-  const int kh = h / (nv / nk);
-  const int64_t head0 = (int64_t)h * dk * dv;
-  pdl_wait();
-  float S[PER];
-#pragma unroll
-  for (int i = 0; i < PER; ++i) S[i] = col && e0 + i < dk ? state[head0 + (int64_t)(e0 + i) * dv + j] : 0.0f;
-  const float q_scale = rsqrtf(static_cast<float>(dk)), neg_a = -expf(A_log[h]);
-  for (int64_t t0 = 0; t0 < T; t0 += kGdnSliceTokens) {
-    const int n = (int)min((int64_t)kGdnSliceTokens, T - t0);
-    __syncthreads();  // the previous tokens' staged values are no longer read
-    for (int tt = warp; tt < n; tt += kGdnSliceWarps) {
-      const bf16* row = qkv + (t0 + tt) * ld_qkv;
-      float qss = 0.0f, kss = 0.0f;
-      for (int e = lane; e < DKP; e += 32) {
-        const float qe = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
-        const float ke = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
-        sq[tt][e] = qe;
-        sk[tt][e] = ke;
-        qss += qe * qe;
-        kss += ke * ke;
-      }
-      const float qi = rsqrtf(warp_sum(qss) + 1e-6f) * q_scale, ki = rsqrtf(warp_sum(kss) + 1e-6f);
-      for (int e = lane; e < DKP; e += 32) {  // the lane's own elements: no barrier needed
-        sq[tt][e] *= qi;
-        sk[tt][e] *= ki;
-      }
-      if (lane == 0) {
-        const float x = __bfloat162float(a_in[(t0 + tt) * ld_a + h]) + dt_bias[h];
-        sdecay[tt] = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
-        sbeta[tt] = sigmoid_f32(__bfloat162float(b_in[(t0 + tt) * ld_b + h]));
-      }
-      sv[tt][lane] = col ? __bfloat162float(row[2LL * nk * dk + (int64_t)h * dv + j]) : 0.0f;
-    }
-    __syncthreads();
-    for (int tt = 0; tt < n; ++tt) {
-      const int64_t t = t0 + tt;
-      const float decay = sdecay[tt];
-      float u = 0.0f;
-#pragma unroll
-      for (int i = 0; i < PER; ++i) {
-        S[i] *= decay;
-        u += sk[tt][e0 + i] * S[i];
-      }
-      red_u[warp][lane] = u;
-      __syncthreads();
-      u = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kGdnSliceWarps; ++w) u += red_u[w][lane];
-      u = sbeta[tt] * (sv[tt][lane] - u);
-      float o = 0.0f;
-#pragma unroll
-      for (int i = 0; i < PER; ++i) {
-        S[i] += sk[tt][e0 + i] * u;
-        o += sq[tt][e0 + i] * S[i];
-      }
-      red_o[warp][lane] = o;
-      if (t >= first_saved && col) {
-        float* dst = states + (t - first_saved) * ld_states + head0 + j;
-#pragma unroll
-        for (int i = 0; i < PER; ++i)
-          if (e0 + i < dk) __stcs(dst + (int64_t)(e0 + i) * dv, S[i]);  // streamed: read back at most once
-      }
-      __syncthreads();  // red_o complete; red_u free for the next token
-      if (warp == 0 && col) {
-        o = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kGdnSliceWarps; ++w) o += red_o[w][lane];
-        out[t * ld_out + (int64_t)h * dv + j] = __float2bfloat16(o);
-      }
-    }
-  }
-}
-
 // Registers per lane for a head dim: the smallest of 1, 2, 4, 8, 16 covering it (kernels are built for those).
 template <class Fn>
 void dispatch_per_lane(int dim, Fn&& fn) {
@@ -525,88 +240,12 @@ bool decode_general_forced() {
   return e && std::strcmp(e, "general") == 0;
 }
 
-int device_sms() {
-  int dev = 0, sms = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialisation: its launch and
-// block set-up overlap the previous kernel's tail (the kernels wait in pdl_wait before touching memory).
-template <class... Params, class... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
-}
-
-// Shapes the split kernel is built for: hd 128 or 256 (grid limits aside).
-bool split_shape(int64_t T, int hq, int hkv, int hd) {
-  return !decode_general_forced() && (hd == 128 || hd == 256) && hkv <= 65535 &&
-         T * (hq / hkv) <= int64_t(kSplitMaxRows) * 65535;
-}
-
-// Chunks per kv head to aim for, given the query rows per kv head: one CTA per SM once a CTA runs more than 3
-// row tiles (its warps and shared memory fill an SM), two below that, so short steps (T = 1) still keep every
-// SM reading keys; the 128-row groups of a long step share that budget (down to one chunk each).
-int64_t split_chunks_per_head(int64_t rows, int hkv) {
-  const int64_t groups = (rows + kSplitMaxRows - 1) / kSplitMaxRows;
-  const int64_t target = int64_t(rows > 48 ? 1 : 2) * device_sms();
-  return std::max<int64_t>(1, (target + hkv * groups - 1) / (hkv * groups));
-}
-
-// How one call splits the cache: `chunks` per kv head of chunk_len keys (whole stages; the last chunk may be
-// shorter), and a CTA's shared memory (Q tiles and the stages its chunk can use).
-struct SplitPlan {
-  int chunks = 0, chunk_len = 0;
-  size_t smem = 0;
-};
-
-SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
-  const int64_t rows = T * group;
-  const int tiles = int((std::min<int64_t>(rows, kSplitMaxRows) + 15) / 16);
-  const int64_t blocks = (past + T + kSplitKeys - 1) / kSplitKeys;
-  const int64_t per_head = std::min(split_chunks_per_head(rows, hkv), blocks);
-  const int64_t per_chunk = (blocks + per_head - 1) / per_head;
-  SplitPlan p;
-  p.chunks = int((blocks + per_chunk - 1) / per_chunk);
-  p.chunk_len = int(per_chunk * kSplitKeys);
-  const int64_t stages = std::min<int64_t>(kSplitStages, per_chunk);
-  p.smem = sizeof(bf16) * size_t(tiles * 16 + stages * 2 * kSplitKeys) * size_t(hd + 8);
-  return p;
-}
-
-// DeltaNet state rows per warp of gdn_decode_slice_kernel: dk / 8 rounded up to 4, 8, 16, 32 or 64.
-template <class Fn>
-void dispatch_slice_rows(int dk, Fn&& fn) {
-  if (dk <= 32)
-    fn(std::integral_constant<int, 4>{});
-  else if (dk <= 64)
-    fn(std::integral_constant<int, 8>{});
-  else if (dk <= 128)
-    fn(std::integral_constant<int, 16>{});
-  else if (dk <= 256)
-    fn(std::integral_constant<int, 32>{});
-  else
-    fn(std::integral_constant<int, kDecodeMaxHeadDim / kGdnSliceWarps>{});
-}
-
 }  // namespace
 
 size_t attention_cached_workspace_bytes(int64_t T, int hq, int hkv, int hd) {
-  if (T <= 0 || hkv <= 0 || hq % hkv != 0 || !split_shape(T, hq, hkv, hd)) return 0;
-  const int64_t rows = T * (hq / hkv);
-  return sizeof(float) * size_t(hkv) * size_t(split_chunks_per_head(rows, hkv)) * size_t(rows) * size_t(hd + 2);
+  if (T <= 0 || hkv <= 0 || hq % hkv != 0 || decode_general_forced() || !attention_split_shape(T, hq, hkv, hd))
+    return 0;
+  return attention_split_workspace_bytes(T, hq, hkv, hd);
 }
 
 void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
@@ -617,27 +256,15 @@ void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
   const bool vec = (reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
                     reinterpret_cast<uintptr_t>(v)) % 16 == 0 &&
                    ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0;
-  if (hkv <= 0 || hq % hkv != 0 || past < 0 || !vec || !split_shape(T, hq, hkv, hd))
+  if (hkv <= 0 || hq % hkv != 0 || past < 0 || !vec || decode_general_forced() ||
+      !attention_split_shape(T, hq, hkv, hd))
     return attention_rows_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, nullptr, 0, hq, hkv,
                               hd, scale, "attention_cached_launch", stream);
   if (workspace_bytes < attention_cached_workspace_bytes(T, hq, hkv, hd))
     cuda_throw("attention_cached_launch", "workspace smaller than attention_cached_workspace_bytes(T, hq, hkv, hd)",
                __FILE__, __LINE__);
-  const int group = hq / hkv, rows = int(T * group);
-  const SplitPlan p = split_plan(T, past, group, hkv, hd);
-  const int threads = 32 * std::max(4, (std::min(rows, kSplitMaxRows) + 15) / 16);
-  float* part = static_cast<float*>(workspace);
-  float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
-  const float scale_log2 = scale * 1.4426950408889634f;
-  const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)((rows + kSplitMaxRows - 1) / kSplitMaxRows));
-  auto split = hd == 128 ? attention_split_kernel<128> : attention_split_kernel<256>;
-  DF_CUDA_CHECK(
-      cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));
-  launch_pdl(split, grid, dim3(threads), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
-             group, p.chunk_len, scale_log2);
-  launch_pdl(attention_combine_kernel, dim3((unsigned)rows, (unsigned)hkv), dim3(kCombineThreads),
-             sizeof(float) * size_t(p.chunks + 1), stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
-             p.chunks, hd);
+  attention_split_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, hq, hkv, hd, scale,
+                      workspace, stream);
 }
 
 void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -662,12 +289,8 @@ void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t l
   if (nk <= 0 || nv % nk != 0 || dk <= 0 || dk > kDecodeMaxHeadDim || dv <= 0 || (dv + 31) / 32 > 65535)
     cuda_throw("gdn_decode_launch", "needs value heads a multiple of key heads, 0 < dk <= 512 and dv > 0",
                __FILE__, __LINE__);
-  const dim3 grid((unsigned)nv, (unsigned)((dv + 31) / 32));
-  dispatch_slice_rows(dk, [&](auto per) {
-    launch_pdl(gdn_decode_slice_kernel<decltype(per)::value>, grid, dim3(32 * kGdnSliceWarps), 0, stream, qkv,
-               ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk,
-               nv, dk, dv);
-  });
+  gdn_decode_slice_run(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, saved,
+                       T, nk, nv, dk, dv, stream);
 }
 
 void gdn_prefill_recurrent_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
