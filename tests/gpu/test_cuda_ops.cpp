@@ -410,33 +410,39 @@ TEST_F(CudaOpsTest, AttentionCausalGeneralKernelMatchesCpu) {
     }
 }
 
-// Incremental decoding: T new queries over a cache of past + T rows, any head dim up to 512 (lanes stride over
-// dims), GQA, a strided q (the gated q_proj half) and out, with and without the output gate.
-TEST_F(CudaOpsTest, AttentionCachedMatchesCpu) {
+// attention_cached against CpuOps for one case: T new queries over a cache of past + T rows, a strided q (the
+// gated q_proj half) and out, with and without the output gate. `kind` names the path in the report.
+class CudaOpsCachedTest : public CudaOpsTest {
+ protected:
+  void cached_case(int hq, int hkv, int hd, int64_t past, int64_t T, const char* kind) {
+    const ArenaMarks marks(cpu_arena_, gpu_arena_);  // each case's tensors are freed at its end
+    const int64_t qc = int64_t(hq) * hd, kc = int64_t(hkv) * hd;
+    Pair q = rand(T, qc, -2, 2, DType::bf16, qc);
+    Pair k = rand(past + T, kc, -2, 2, DType::bf16, 8), v = rand(past + T, kc, -1, 1);
+    Pair o = out(T, qc, DType::bf16, 3);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    cpu_.attention_cached(q.cpu, k.cpu, v.cpu, o.cpu, past, hq, hkv, hd, scale);
+    gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, past, hq, hkv, hd, scale);
+    const std::string what = std::string(kind) + name_of(" hq hkv hd past T", {hq, hkv, hd, past, T});
+    // fp32 scores, softmax and P·V on both sides (the sum orders differ: 1e-4 absolute on |o| <= 1), then one
+    // bf16 rounding of the output (1 ulp relative).
+    check(o, 1e-4, kBf16Ulp, what);
+    Pair g = rand(T, qc, -4, 4, DType::bf16, 5);
+    Pair og = out(T, qc);
+    cpu_.attention_cached(q.cpu, k.cpu, v.cpu, og.cpu, past, hq, hkv, hd, scale, &g.cpu);
+    gpu_->attention_cached(q.gpu, k.gpu, v.gpu, og.gpu, past, hq, hkv, hd, scale, &g.gpu);
+    // The GPU rounds the output, the sigmoid and the product (as attention_causal + sigmoid_gate), each up to
+    // 2^-8 relative at the bottom of a binade: 3 ulps of the result (the H200 showed up to 2.4).
+    check(og, 1e-4, 3 * kBf16Ulp, "gated " + what);
+  }
+};
+
+// Incremental decoding on the general kernel's shapes: any head dim up to 512 (lanes stride over dims), GQA.
+TEST_F(CudaOpsCachedTest, AttentionCachedMatchesCpu) {
   struct Case { int hq, hkv, hd; };
   for (Case c : {Case{3, 1, 32}, {8, 2, 128}, {4, 4, 256}, {6, 3, 40}, {2, 1, 512}, {5, 1, 6}, {4, 2, 16}})
     for (int64_t past : {0, 1, 37, 300})
-      for (int64_t T : {1, 5, 16}) {
-        const ArenaMarks marks(cpu_arena_, gpu_arena_);  // each case's tensors are freed at its end
-        const int64_t qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
-        Pair q = rand(T, qc, -2, 2, DType::bf16, qc);
-        Pair k = rand(past + T, kc, -2, 2, DType::bf16, 8), v = rand(past + T, kc, -1, 1);
-        Pair o = out(T, qc, DType::bf16, 3);
-        const float scale = 1.0f / std::sqrt(float(c.hd));
-        cpu_.attention_cached(q.cpu, k.cpu, v.cpu, o.cpu, past, c.hq, c.hkv, c.hd, scale);
-        gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, past, c.hq, c.hkv, c.hd, scale);
-        const std::string what = name_of("attention_cached hq hkv hd past T", {c.hq, c.hkv, c.hd, past, T});
-        // fp32 scores, softmax and P·V on both sides (the sum orders differ: 1e-4 absolute on |o| <= 1),
-        // then one bf16 rounding of the output (1 ulp relative).
-        check(o, 1e-4, kBf16Ulp, what);
-        Pair g = rand(T, qc, -4, 4, DType::bf16, 5);
-        Pair og = out(T, qc);
-        cpu_.attention_cached(q.cpu, k.cpu, v.cpu, og.cpu, past, c.hq, c.hkv, c.hd, scale, &g.cpu);
-        gpu_->attention_cached(q.gpu, k.gpu, v.gpu, og.gpu, past, c.hq, c.hkv, c.hd, scale, &g.gpu);
-        // The GPU rounds the output, the sigmoid and the product (as attention_causal + sigmoid_gate), each up
-        // to 2^-8 relative at the bottom of a binade: 3 ulps of the result (the H200 showed up to 2.4).
-        check(og, 1e-4, 3 * kBf16Ulp, "gated " + what);
-      }
+      for (int64_t T : {1, 5, 16}) cached_case(c.hq, c.hkv, c.hd, past, T, "attention_cached");
   Pair q = rand(4, 64, -1, 1), k = rand(6, 32, -1, 1), v = rand(6, 32, -1, 1), o = out(4, 64);
   EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 3, 4, 2, 16, 0.25f), Error);  // 3 + 4 > 6 rows
   EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 2, 4, 3, 16, 0.25f), Error);  // 4 % 3 heads
@@ -447,26 +453,13 @@ TEST_F(CudaOpsTest, AttentionCachedMatchesCpu) {
 // 15 row groups, whose early groups see none of the later chunks' keys), caches that end inside, on and just
 // past a 32-key stage and span many chunks (4095), GQA groups 3 and 6, with and without the gate. P·V keeps P
 // to 16 mantissa bits (bf16 hi + lo), so the same fp32 bound as the general kernel holds.
-TEST_F(CudaOpsTest, AttentionCachedSplitKvMatchesCpu) {
+TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
   struct Case { int hq, hkv, hd; };
   for (Case c : {Case{6, 1, 128}, {12, 2, 256}, {6, 2, 256}, {3, 1, 128}})
     for (int64_t past : {0, 1, 63, 4095})
       for (int64_t T : {1, 3, 16, 17, 33, 300}) {
         if (T >= 33 && c.hq / c.hkv != 6) continue;
-        const ArenaMarks marks(cpu_arena_, gpu_arena_);
-        const int64_t qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
-        Pair q = rand(T, qc, -2, 2, DType::bf16, qc);  // the gated q_proj half: row stride 2·qc
-        Pair k = rand(past + T, kc, -2, 2, DType::bf16, 8), v = rand(past + T, kc, -1, 1);
-        Pair o = out(T, qc, DType::bf16, 3);
-        const float scale = 1.0f / std::sqrt(float(c.hd));
-        cpu_.attention_cached(q.cpu, k.cpu, v.cpu, o.cpu, past, c.hq, c.hkv, c.hd, scale);
-        gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, past, c.hq, c.hkv, c.hd, scale);
-        const std::string what = name_of("split-KV attention_cached hq hkv hd past T", {c.hq, c.hkv, c.hd, past, T});
-        check(o, 1e-4, kBf16Ulp, what);
-        Pair g = rand(T, qc, -4, 4, DType::bf16, 5), og = out(T, qc);
-        cpu_.attention_cached(q.cpu, k.cpu, v.cpu, og.cpu, past, c.hq, c.hkv, c.hd, scale, &g.cpu);
-        gpu_->attention_cached(q.gpu, k.gpu, v.gpu, og.gpu, past, c.hq, c.hkv, c.hd, scale, &g.gpu);
-        check(og, 1e-4, 3 * kBf16Ulp, "gated " + what);
+        cached_case(c.hq, c.hkv, c.hd, past, T, "split-KV attention_cached");
       }
 }
 
