@@ -27,6 +27,7 @@
 #include "kernels/decode.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/mma.cuh"
 
 namespace df {
 
@@ -189,16 +190,7 @@ __global__ void __launch_bounds__(kDecodeThreads) gdn_decode_kernel(
 // Registers per lane for a head dim: the smallest of 1, 2, 4, 8, 16 covering it (kernels are built for those).
 template <class Fn>
 void dispatch_per_lane(int dim, Fn&& fn) {
-  if (dim <= 32)
-    fn(std::integral_constant<int, 1>{});
-  else if (dim <= 64)
-    fn(std::integral_constant<int, 2>{});
-  else if (dim <= 128)
-    fn(std::integral_constant<int, 4>{});
-  else if (dim <= 256)
-    fn(std::integral_constant<int, 8>{});
-  else
-    fn(std::integral_constant<int, kDecodeMaxPerLane>{});
+  dispatch_pow2<1, kDecodeMaxPerLane>((dim + 31) / 32, fn);
 }
 
 // One block per (query row, head) of attention_cached_kernel, over a cache (cu == nullptr) or over packed

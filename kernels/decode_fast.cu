@@ -364,16 +364,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
 // DeltaNet state rows per warp of gdn_decode_slice_kernel: dk / 8 rounded up to 4, 8, 16, 32 or 64.
 template <class Fn>
 void dispatch_slice_rows(int dk, Fn&& fn) {
-  if (dk <= 32)
-    fn(std::integral_constant<int, 4>{});
-  else if (dk <= 64)
-    fn(std::integral_constant<int, 8>{});
-  else if (dk <= 128)
-    fn(std::integral_constant<int, 16>{});
-  else if (dk <= 256)
-    fn(std::integral_constant<int, 32>{});
-  else
-    fn(std::integral_constant<int, kDecodeMaxHeadDim / kGdnSliceWarps>{});
+  dispatch_pow2<4, kDecodeMaxHeadDim / kGdnSliceWarps>((dk + 7) / 8, fn);
 }
 
 }  // namespace

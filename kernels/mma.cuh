@@ -166,20 +166,24 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Host side: calls fn(std::integral_constant<int, HD>{}) with the head dim rounded up to the template sizes
-// (16, 32, 64, 128, 256) of the kernels above, whose shared-memory rows are zero-padded to HD.
+// Host side: calls fn(std::integral_constant<int, P>{}) with P the smallest power of two from Min up that is at
+// least n, or Max when n is above Max: the dispatch from a runtime size to the template sizes a kernel is built
+// for.
+template <int Min, int Max, class Fn>
+void dispatch_pow2(int n, Fn&& fn) {
+  if constexpr (Min >= Max)
+    fn(std::integral_constant<int, Max>{});
+  else if (n <= Min)
+    fn(std::integral_constant<int, Min>{});
+  else
+    dispatch_pow2<2 * Min, Max>(n, fn);
+}
+
+// The head dim rounded up to the template sizes (16, 32, 64, 128, 256) of the kernels above, whose
+// shared-memory rows are zero-padded to HD.
 template <class Fn>
 void dispatch_head_dim(int hd, Fn&& fn) {
-  if (hd <= 16)
-    fn(std::integral_constant<int, 16>{});
-  else if (hd <= 32)
-    fn(std::integral_constant<int, 32>{});
-  else if (hd <= 64)
-    fn(std::integral_constant<int, 64>{});
-  else if (hd <= 128)
-    fn(std::integral_constant<int, 128>{});
-  else
-    fn(std::integral_constant<int, 256>{});
+  dispatch_pow2<16, 256>(hd, fn);
 }
 
 }  // namespace df
