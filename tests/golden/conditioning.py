@@ -5,7 +5,8 @@
 # l2norm divides by, each as a percentile over every (token, head) of the golden. A worst element on a token whose
 # norm input is in the bottom fraction of a percent is ill-conditioned: the norm turns a bf16-sized absolute
 # error of a near-cancelled vector into an O(1) error of its output, whatever kernel computed it.
-#   python3 tests/golden/conditioning.py [--models qwen35_long,qwen35_odd5]      (CPU or CUDA, fp32, seconds)
+#   python3 tests/golden/conditioning.py [--models qwen35_long,qwen35_odd5] [--save DIR]   (CPU or CUDA, fp32, seconds)
+# --save writes DIR/<model>/rms_o.h5: per DeltaNet layer l, dataset layer_l [tokens, value heads] = rms(o).
 import argparse
 import json
 import os
@@ -68,6 +69,7 @@ def percentile_of(values, x):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default="qwen35_long,qwen35_odd5,qwen35_gqa3,qwen35_tiny,qwen35_hd256")
+    p.add_argument("--save", help="folder that receives <model>/rms_o.h5 (the per token and head rms(o))")
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for name in args.models.split(","):
@@ -75,6 +77,11 @@ def main():
         model = mg.q35.Qwen3_5ForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.float32)
         model = model.to(device).eval()
         norms = layer_norm_inputs(model, mg.read_tokens(d), device)
+        if args.save:
+            os.makedirs(os.path.join(args.save, name), exist_ok=True)
+            with mg.h5py.File(os.path.join(args.save, name, "rms_o.h5"), "w") as f:
+                for l, r in norms.items():
+                    f.create_dataset(f"layer_{l}", data=r["o"].astype(np.float32))
         with open(os.path.join(d, mg.HF_BF16_FILE)) as f:
             errs = json.load(f)["datasets"]
         rows = sorted({e[k][0] for e in errs.values() for k in ("worst_at", "ensemble_worst_at") if k in e})

@@ -534,7 +534,7 @@ def write_json_atomic(path, obj):
     os.replace(tmp, path)
 
 
-def measure_bf16(name, golden_dir, out_dir, fla):
+def measure_bf16(name, golden_dir, out_dir, fla, save_states=False):
     """HF in bf16 on CUDA over the golden's tokens; writes its error against expected.h5 per dataset."""
     model = load_bf16(golden_dir)
     if fla:
@@ -560,6 +560,10 @@ def measure_bf16(name, golden_dir, out_dir, fla):
     if kernels:
         record.update(fla_version=fla.get("fla_version"), fla_commit=fla.get("fla_commit"))
     os.makedirs(out_dir, exist_ok=True)
+    if save_states:
+        with h5py.File(os.path.join(out_dir, "hf_bf16.h5"), "w") as f:
+            for k in sorted(want):
+                f.create_dataset(k, data=states[k])
     write_json_atomic(os.path.join(out_dir, HF_BF16_FILE), record)
     for key, e in record["datasets"].items():
         print(f"  {name:22s} {key:11s} HF bf16: max abs {e['max_abs']:.3e}  rel rms {e['rel_rms']:.3e}")
@@ -587,7 +591,7 @@ def run_hf_bf16(args, names):
             if not os.path.isfile(os.path.join(golden_dir, "expected.h5")):
                 raise SystemExit(f"no golden for {name} in {fresh} or {COMMITTED}; write it first (without --hf-bf16)")
             try:
-                measure_bf16(name, golden_dir, fresh, fla)
+                measure_bf16(name, golden_dir, fresh, fla, args.save_states)
             except Exception as e:  # noqa: BLE001 - FLA refusing a tiny shape must not lose the whole run
                 if not fla or not model_type(golden_dir).startswith("qwen3_5"):
                     raise
@@ -645,6 +649,9 @@ def main():
                         help="--hf-bf16 without FLA: record HF's pure-torch DeltaNet (not the peer)")
     parser.add_argument("--no-fla", action="store_true",
                         help="--hf-bf16 with FLA blocked (the re-run of a hybrid FLA failed on)")
+    parser.add_argument("--save-states", action="store_true",
+                        help="--hf-bf16 also writes HF-bf16's own taps, as float32, to <out>/<model>/hf_bf16.h5 "
+                        "(for studying where its error sits; not used by the tests)")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in JOBS]
