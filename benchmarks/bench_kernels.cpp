@@ -391,7 +391,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // back to back on the stream (no graph: the launches are what a decode step pays), and the per-call time is
 // the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the goal is
 // ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time the old
-// warp-per-item kernels in the same process.
+// warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column slice kernel.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -472,10 +472,10 @@ void bench_decode_gdn(Bench& b, int64_t T, int l2_bytes, std::vector<DecodeRow>&
   b.cpu.gdn_decode(b.to_host(S[0].qkv), b.to_host(S[0].a), b.to_host(S[0].bb), b.to_host(A_log), b.to_host(dt),
                    ho, b.to_host(S[0].st), hs, s);
   char name[128];
-  for (bool general : {false, true}) {
-    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
-    std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s", (long long)T,
-                  (long long)T, general ? " [general]" : "");
+  for (const char* mode : {"", "slice32", "general"}) {
+    if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
+    std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s%s%s", (long long)T,
+                  (long long)T, *mode ? " [" : "", mode, *mode ? "]" : "");
     call(0);
     b.check((std::string(name) + " out").c_str(), S[0].o, ho, 1e-2);
     b.check((std::string(name) + " states").c_str(), S[0].sts, hs, 1e-4);

@@ -3,12 +3,15 @@
 // A decode step moves far more bytes (the cache; the state and the per-token states kept for rollback) than it
 // computes with, so the fast kernels are built to read those bytes once (measured on the H200,
 // benchmarks/RESULTS.md session 12: attention at 6-8x its bandwidth time, the 16-token DeltaNet step at 2.05x):
-// - attention (hd 128 / 256): split-KV on tensor cores. A CTA per (kv head, key chunk) loads its chunk once
-//   and runs every query row that reads it (the step's T tokens × the hq / hkv query heads of that kv head,
-//   128 rows a CTA) through mma.sync with an online softmax; a second kernel merges the chunks' (max, sum,
-//   acc), gates and rounds.
-// - DeltaNet: a CTA per (value head, 32 state columns) keeps that slice of the fp32 state in registers over
-//   the tokens and writes each saved state as whole rows.
+// - attention (hd 128 / 256): split-KV on tensor cores. A CTA per (kv head, key chunk), one per SM, streams
+//   its chunk once through a cp.async ring and runs every query row that reads it (the step's T tokens × the
+//   hq / hkv query heads of that kv head, 128 rows a CTA) through mma.sync with an online softmax; short steps
+//   split each stage's keys over several warps per row tile (merged in shared memory), so T = 1 still has its
+//   SMs' tensor cores and copies busy. A second kernel merges the chunks' (max, sum, acc), gates and rounds.
+// - DeltaNet: a CTA per (value head, 16 state columns) keeps that slice of the fp32 state in registers over
+//   the tokens (a float4 of columns a thread) and writes each saved state as 16-byte vectors; a 32-column slice
+//   kernel with a column a lane takes dv not a multiple of 4 or unaligned states (DFLASH_DECODE=slice32 forces
+//   it for A/B timing).
 // The fast kernels live in decode_fast.cu (declared for this file in kernels/decode.cuh). This file holds the
 // launchers and the general warp-per-work-item kernels (fp32, any head dim up to kDecodeMaxHeadDim, any stride
 // or GQA / GVA ratio), which take the shapes the fast ones are not built for and are the prefill's fallback

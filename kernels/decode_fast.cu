@@ -1,12 +1,15 @@
 // Incremental decoding's fast kernels (kernels/decode.cuh; decode.cu has the launchers and the general kernels):
 // attention over a cache split over key chunks on tensor cores with a combine kernel, and the DeltaNet decode
-// with a slice of the fp32 state per CTA in registers. Both are launched with programmatic dependent launch.
+// with a slice of the fp32 state per CTA in registers. All are launched with programmatic dependent launch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <type_traits>
 
 #include "kernels/cuda_check.cuh"
@@ -28,65 +31,94 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// Lets the next kernel on the stream, when launched with launch_pdl, start its blocks now: they wait in
+// pdl_wait until this whole grid has finished and its writes are visible, so triggering at the start is safe
+// and hides the next launch behind this kernel. Placed after pdl_wait, so at most two grids are resident.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // ---- split-KV attention over a cache on tensor cores -----------------------------------------------------
 // Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
 // the same K / V. A CTA takes up to kSplitMaxRows of them (longer steps: one CTA per 128-row group), one m16
-// tile per warp (at least 4 warps, for the copies), kSplitKeys keys per pipeline stage.
-constexpr int kSplitKeys = 32;
-constexpr int kSplitStages = 4;
+// tile per warp, and `slices` warps per tile that share the key stages: a stage is slices × kSplitWarpKeys keys
+// and warp (tile, slice) runs its own online softmax over its 16 of them, so a short step (T = 1: one tile)
+// still has up to kSplitMaxWarps warps on the tensor cores while the copies of the next stages are in flight.
+// The slices of a tile are merged in shared memory at the end, so a CTA writes one partial per row.
+constexpr int kSplitWarpKeys = 16;
+constexpr int kSplitMaxStages = 6;
 constexpr int kSplitMaxRows = 128;
-constexpr int kSplitThreads = 32 * kSplitMaxRows / 16;
-constexpr int kCombineThreads = 128;
+constexpr int kSplitMaxWarps = 8;
+constexpr int kSplitThreads = 32 * kSplitMaxWarps;
+constexpr int kCombineThreads = 256;
+
+// cp_async_wait with the count known at run time (the stage count is the launcher's choice), n <= 5.
+__device__ __forceinline__ void cp_async_wait_n(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    default: cp_async_wait<5>(); break;
+  }
+}
 
 // Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [128z, 128z + 128) of kv
-// head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0). Scores
-// and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into bf16 hi + lo, so
-// its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far above the decode's
-// fp32 contract). Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per row to part_ml.
+// head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0). blockDim
+// is 32 · wtiles · slices; `stages` ring buffers of slices · kSplitWarpKeys keys (chunk_len a multiple of
+// that). Scores and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into
+// bf16 hi + lo, so its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far
+// above the decode's fp32 contract). Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per
+// row to part_ml.
 template <int HD>
 __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
     const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k, const bf16* __restrict__ v,
     int64_t ld_v, float* __restrict__ part, float* __restrict__ part_ml, int64_t past, int T, int group,
-    int chunk_len, float scale_log2) {
+    int chunk_len, int slices, int stages, float scale_log2) {
   constexpr int LDS = HD + 8, NT = HD / 8, CH = HD / 8;  // CH: 16-byte pieces of a row
   extern __shared__ __align__(16) unsigned char split_smem[];
   const int rows = T * group, r0 = blockIdx.z * kSplitMaxRows, here = min(kSplitMaxRows, rows - r0);
-  const int tiles = (here + 15) / 16;
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wtiles = blockDim.x / 32 / slices, tile = warp % wtiles, slice = warp / wtiles;
+  const int stage_keys = slices * kSplitWarpKeys;
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
   const int64_t seen = past + (r0 + here - 1) / group + 1;  // keys [0, seen) are visible to some row here
-  const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + kSplitKeys - 1) / kSplitKeys);
-  bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [tiles·16][LDS], rows past `here` zero
-  bf16* skv = sq + tiles * 16 * LDS;               // ring of stages: K [kSplitKeys][LDS] then V
+  const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + stage_keys - 1) / stage_keys);
+  bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [wtiles·16][LDS], rows past `here` zero
+  bf16* skv = sq + wtiles * 16 * LDS;              // ring of stages: K [stage_keys][LDS] then V
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last combine
-  for (int i = threadIdx.x; i < tiles * 16 * CH; i += blockDim.x) {
+  pdl_launch_dependents();
+  for (int i = threadIdx.x; i < wtiles * 16 * CH; i += blockDim.x) {
     const int r = i / CH, d = (i % CH) * 8, rg = r0 + r;
     const bool in = r < here;
     const bf16* src = in ? q + (int64_t)(rg / group) * ld_q + (int64_t)(kvh * group + rg % group) * HD + d : q;
     cp_async_16(sq + r * LDS + d, src, in ? 16 : 0);
   }
   cp_async_commit();
-  // Key block b of the chunk into stage b % kSplitStages. Keys past the cache read its last row: finite
-  // values that the mask gives weight 0.
-  auto load_block = [&](int b) {
-    bf16* dst = skv + (b % kSplitStages) * 2 * kSplitKeys * LDS;
-    for (int i = threadIdx.x; i < 2 * kSplitKeys * CH; i += blockDim.x) {
+  // Key stage b of the chunk into ring slot b % stages. Keys past the cache read its last row: finite values
+  // that the mask gives weight 0.
+  auto load_stage = [&](int b) {
+    bf16* dst = skv + (b % stages) * 2 * stage_keys * LDS;
+    for (int i = threadIdx.x; i < 2 * stage_keys * CH; i += blockDim.x) {
       const int r = i / CH, d = (i % CH) * 8;
-      const int64_t j = min(key0 + (int64_t)b * kSplitKeys + r % kSplitKeys, len - 1);
-      const bf16* src = r < kSplitKeys ? k + j * ld_k : v + j * ld_v;
+      const int64_t j = min(key0 + (int64_t)b * stage_keys + r % stage_keys, len - 1);
+      const bf16* src = r < stage_keys ? k + j * ld_k : v + j * ld_v;
       cp_async_16(dst + r * LDS + d, src + (int64_t)kvh * HD + d, 16);
     }
   };
-  for (int b = 0; b < kSplitStages - 1; ++b) {
-    if (b < nb) load_block(b);
+  for (int b = 0; b < stages - 1; ++b) {
+    if (b < nb) load_stage(b);
     cp_async_commit();  // empty groups too: the wait below counts groups
   }
 
-  const bool active = warp < tiles;
+  const bool active = tile * 16 < here;
   // This lane's rows (g and g + 8 of the warp's tile; r_lo, r_hi of the kv head's) see keys up to past + their
   // token; padding rows none.
-  const int r_lo = r0 + warp * 16 + (lane >> 2), r_hi = r_lo + 8;
+  const int r_lo = r0 + tile * 16 + (lane >> 2), r_hi = r_lo + 8;
   const bool in_lo = r_lo < r0 + here, in_hi = r_hi < r0 + here;
   const int64_t lim_lo = in_lo ? past + r_lo / group : -1, lim_hi = in_hi ? past + r_hi / group : -1;
   float acc[NT][4];
@@ -94,18 +126,18 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;  // l: this lane's columns only
   for (int b = 0; b < nb; ++b) {
-    if (b + kSplitStages - 1 < nb) load_block(b + kSplitStages - 1);
+    if (b + stages - 1 < nb) load_stage(b + stages - 1);
     cp_async_commit();
-    cp_async_wait<kSplitStages - 1>();  // Q and block b have landed (this thread's copies)
-    __syncthreads();                    // ... and every thread's
+    cp_async_wait_n(stages - 1);  // Q and stage b have landed (this thread's copies)
+    __syncthreads();              // ... and every thread's
     if (active) {
-      const bf16* sk = skv + (b % kSplitStages) * 2 * kSplitKeys * LDS;
-      float s[4][4];
-      warp_mma_abt<4, HD, LDS>(s, sq + warp * 16 * LDS, sk, lane);
-      const int64_t kb = key0 + (int64_t)b * kSplitKeys + 2 * (lane & 3);
+      const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + slice * kSplitWarpKeys * LDS;
+      float s[2][4];
+      warp_mma_abt<2, HD, LDS>(s, sq + tile * 16 * LDS, sk, lane);
+      const int64_t kb = key0 + (int64_t)b * stage_keys + slice * kSplitWarpKeys + 2 * (lane & 3);
       float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < 4; ++n)
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t j = kb + n * 8 + (e & 1);
@@ -114,7 +146,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
           if (e < 2) mx_lo = fmaxf(mx_lo, x); else mx_hi = fmaxf(mx_hi, x);
         }
 #pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {  // the quad holds a row's 32 keys
+      for (int o = 1; o <= 2; o <<= 1) {  // the quad holds a row's 16 keys
         mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, o));
         mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, o));
       }
@@ -124,7 +156,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
       const float c_lo = exp2f(m_lo - base_lo), c_hi = exp2f(m_hi - base_hi);
       float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
-      for (int n = 0; n < 4; ++n) {
+      for (int n = 0; n < 2; ++n) {
         s[n][0] = exp2f(s[n][0] - base_lo);
         s[n][1] = exp2f(s[n][1] - base_lo);
         s[n][2] = exp2f(s[n][2] - base_hi);
@@ -137,22 +169,75 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
       m_lo = mn_lo;
       m_hi = mn_hi;
       scale_acc_rows(acc, c_lo, c_hi);
-#pragma unroll
-      for (int kk = 0; kk < kSplitKeys / 16; ++kk) {
-        uint32_t ah[4], al[4];
-        acc_to_a_frag_split(s[2 * kk], s[2 * kk + 1], ah, al);
-        warp_mma_ab_split<NT, LDS>(acc, ah, al, sk + (kSplitKeys + 16 * kk) * LDS, lane);
-      }
+      uint32_t ah[4], al[4];
+      acc_to_a_frag_split(s[0], s[1], ah, al);
+      warp_mma_ab_split<NT, LDS>(acc, ah, al, sk + stage_keys * LDS, lane);
     }
-    __syncthreads();  // stage b % kSplitStages is refilled next iteration
+    __syncthreads();  // ring slot b % stages is refilled next iteration
   }
   cp_async_wait<0>();  // a CTA with no visible key (nb = 0) still has Q's copies in flight
-  if (!active) return;
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, o);
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, o);
   }
+  if (slices > 1) {
+    // Merge the slices of each tile into slice 0: every warp puts its rows' (max, sum) in shared memory, takes
+    // the tile's max M over the slices, and rescales by 2^(m − M); slices 1.. leave their acc there for slice 0
+    // to add. The ring is free (the loop ended on a barrier; an nb = 0 CTA never filled it).
+    float* mlw = reinterpret_cast<float*>(skv);  // [warps][16][2]
+    float* accw = mlw + blockDim.x;              // [warps][16][HD], slice 0's part unused
+    const int rl = lane >> 2;
+    if ((lane & 3) == 0) {
+      mlw[(warp * 16 + rl) * 2] = m_lo;
+      mlw[(warp * 16 + rl) * 2 + 1] = l_lo;
+      mlw[(warp * 16 + rl + 8) * 2] = m_hi;
+      mlw[(warp * 16 + rl + 8) * 2 + 1] = l_hi;
+    }
+    __syncthreads();
+    float M_lo = -INFINITY, M_hi = -INFINITY;
+    for (int sl = 0; sl < slices; ++sl) {
+      const int w = sl * wtiles + tile;
+      M_lo = fmaxf(M_lo, mlw[(w * 16 + rl) * 2]);
+      M_hi = fmaxf(M_hi, mlw[(w * 16 + rl + 8) * 2]);
+    }
+    const float B_lo = M_lo == -INFINITY ? 0.0f : M_lo, B_hi = M_hi == -INFINITY ? 0.0f : M_hi;
+    scale_acc_rows(acc, exp2f(m_lo - B_lo), exp2f(m_hi - B_hi));
+    float* mine = accw + (int64_t)warp * 16 * HD + 2 * (lane & 3);
+    if (slice > 0) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        *reinterpret_cast<float2*>(mine + rl * HD + n * 8) = make_float2(acc[n][0], acc[n][1]);
+        *reinterpret_cast<float2*>(mine + (rl + 8) * HD + n * 8) = make_float2(acc[n][2], acc[n][3]);
+      }
+    } else {
+      float L_lo = 0.0f, L_hi = 0.0f;
+      for (int sl = 0; sl < slices; ++sl) {
+        const int w = sl * wtiles + tile;
+        L_lo += mlw[(w * 16 + rl) * 2 + 1] * exp2f(mlw[(w * 16 + rl) * 2] - B_lo);
+        L_hi += mlw[(w * 16 + rl + 8) * 2 + 1] * exp2f(mlw[(w * 16 + rl + 8) * 2] - B_hi);
+      }
+      m_lo = M_lo;
+      m_hi = M_hi;
+      l_lo = L_lo;
+      l_hi = L_hi;
+    }
+    __syncthreads();
+    if (slice > 0) return;
+    for (int sl = 1; sl < slices; ++sl) {
+      const float* other = accw + (int64_t)(sl * wtiles + tile) * 16 * HD + 2 * (lane & 3);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        const float2 a = *reinterpret_cast<const float2*>(other + rl * HD + n * 8);
+        const float2 c = *reinterpret_cast<const float2*>(other + (rl + 8) * HD + n * 8);
+        acc[n][0] += a.x;
+        acc[n][1] += a.y;
+        acc[n][2] += c.x;
+        acc[n][3] += c.y;
+      }
+    }
+  }
+  if (!active) return;
   const int64_t unit = (int64_t)kvh * chunks + chunk;
   float* prow = part + unit * rows * HD + 2 * (lane & 3);
 #pragma unroll
@@ -167,18 +252,24 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
   }
 }
 
+// Where attention_combine_kernel's per-group sums start in its shared memory: after the chunk weights and 1 / L,
+// at a float4 boundary.
+__host__ __device__ constexpr int combine_sums_at(int chunks) { return (chunks + 1 + 3) / 4 * 4; }
+
 // Block (r, kvh): row r of kv head kvh merged over the chunks, o = Σ acc·2^(m − M) / Σ l·2^(m − M), then
 // rounded and gated as the general kernel. A chunk with no key for the row has m = −inf and acc = l = 0 (every
-// row sees key 0, so M is finite). Warp 0 puts the chunks' weights 2^(m − M) in shared memory first, so the
-// per-dim sums issue their partial loads back to back instead of one L2 round trip per chunk.
+// row sees key 0, so M is finite). Warp 0 puts the chunks' weights 2^(m − M) in shared memory first; then the
+// threads split as hd / 4 float4 columns × the rest of the block over the chunks, so each thread has its few
+// chunks' loads in flight at once, and the chunk groups are added through shared memory.
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(
     const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
     const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
-  extern __shared__ float combine_w[];  // [chunks], then 1 / Σ l·2^(m − M)
+  extern __shared__ __align__(16) float combine_w[];  // [chunks], 1 / Σ l·2^(m − M); from combine_sums_at: sums
   const int r = blockIdx.x, kvh = blockIdx.y, lane = threadIdx.x & 31;
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
   const int64_t cs = (int64_t)rows * 2;  // a chunk's stride in part_ml
   pdl_wait();
+  pdl_launch_dependents();
   const float* ml = part_ml + (unit0 * rows + r) * 2;
   if (threadIdx.x < 32) {
     float mt = -INFINITY;
@@ -195,21 +286,34 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(
     if (lane == 0) combine_w[chunks] = 1.0f / lt;
   }
   __syncthreads();
-  const float* acc = part + (unit0 * rows + r) * hd;
-  const int64_t ca = (int64_t)rows * hd;  // a chunk's stride in part
+  const int cols = hd / 4, groups = blockDim.x / cols, col = threadIdx.x % cols, grp = threadIdx.x / cols;
+  float* sums = combine_w + combine_sums_at(chunks);  // [groups][hd]
+  const float4* acc = reinterpret_cast<const float4*>(part + (unit0 * rows + r) * hd) + col;
+  const int64_t ca = (int64_t)rows * cols;  // a chunk's stride in float4s
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+  for (int c = grp; c < chunks; c += groups) {
+    const float4 x = acc[c * ca];
+    const float w = combine_w[c];
+    o.x += x.x * w;
+    o.y += x.y * w;
+    o.z += x.z * w;
+    o.w += x.w * w;
+  }
+  *reinterpret_cast<float4*>(sums + grp * hd + 4 * col) = o;
+  __syncthreads();
   bf16* orow = out + t * ld_out + h * hd;
   const bf16* grow = gate ? gate + t * ld_gate + h * hd : nullptr;
-  for (int d = threadIdx.x; d < hd; d += kCombineThreads) {
-    float o = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < chunks; ++c) o += acc[c * ca + d] * combine_w[c];
-    o = bf16_rn(o * combine_w[chunks]);
-    if (grow) o = sigmoid_gate_f32(o, __bfloat162float(grow[d]));
-    orow[d] = __float2bfloat16(o);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float y = 0.0f;
+    for (int g = 0; g < groups; ++g) y += sums[g * hd + d];
+    y = bf16_rn(y * combine_w[chunks]);
+    if (grow) y = sigmoid_gate_f32(y, __bfloat162float(grow[d]));
+    orow[d] = __float2bfloat16(y);
   }
 }
 
-// ---- Gated DeltaNet decode: a state slice per CTA ----------------------------------------------------------
+// ---- Gated DeltaNet decode: 32-column slices (dv not a multiple of 4, unaligned states) ---------------------
 // Block (h, slice): columns j = 32·slice + lane of value head h's state S [dk, dv], warp w holding rows
 // [w·PER, (w + 1)·PER) of its lane's column in registers over all T tokens, so each saved state goes out as
 // 128-byte row pieces. Per token, as gdn_decode_kernel: S = exp(g)·S; u = β·(v − Sᵀk̂); S += k̂·uᵀ; o = Sᵀq̂; the
@@ -304,13 +408,200 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
   }
 }
 
+// ---- Gated DeltaNet decode: 16-column slices, four columns a thread ---------------------------------------
+// Block (h, slice): columns [16·slice, +16) of value head h's state S [dk, dv] (dv a multiple of 4, 16-byte
+// aligned rows), 128 threads: lane & 3 picks a float4 of columns, the 32 (warp, lane >> 2) row groups hold
+// RPT consecutive rows each, so state loads and saved-state stores are 16-byte vectors and a warp instruction
+// covers 8 rows × 64 bytes. Twice the CTAs of the 32-column slices (384 at 48 heads × 128) spreads the bytes
+// over every SM nearly evenly (2.9 CTAs an SM, where 192 left 72 SMs one and 60 two). Per token, as
+// gdn_decode_kernel: S = exp(g)·S; u = β·(v − Sᵀk̂); S += k̂·uᵀ; o = Sᵀq̂, the sums over dk by shuffles over
+// the warp's row groups and then over the 4 warps through shared memory. The partial sums are double-buffered
+// by token parity, so a token costs one barrier: token t's output is summed after token t + 1's barrier. The
+// inputs (q̂, k̂, v, gates) of up to TOK tokens are staged first, each token's by one warp, all warps sharing.
+constexpr int kGdnQuadWarps = 4;
+constexpr int kGdnQuadCols = 16;
+
+// One token's 4 output columns of gdn_decode_quad_kernel: the warps' partial sums red[w][cq] added and rounded.
+__device__ __forceinline__ void gdn_quad_out(const float4 (*red)[4], int cq, bf16* dst) {
+  float4 o = red[0][cq];
+#pragma unroll
+  for (int w = 1; w < kGdnQuadWarps; ++w) {
+    const float4 x = red[w][cq];
+    o.x += x.x;
+    o.y += x.y;
+    o.z += x.z;
+    o.w += x.w;
+  }
+  dst[0] = __float2bfloat16(o.x);
+  dst[1] = __float2bfloat16(o.y);
+  dst[2] = __float2bfloat16(o.z);
+  dst[3] = __float2bfloat16(o.w);
+}
+
+template <int RPT>
+__global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
+    const bf16* __restrict__ qkv, int64_t ld_qkv, const bf16* __restrict__ a_in, int64_t ld_a,
+    const bf16* __restrict__ b_in, int64_t ld_b, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+    bf16* __restrict__ out, int64_t ld_out, const float* __restrict__ state, float* __restrict__ states,
+    int64_t ld_states, int64_t T, int64_t first_saved, int nk, int nv, int dk, int dv) {
+  constexpr int DKP = 32 * RPT;                           // dk rounded up; the rows past dk are zero
+  constexpr int TOK = DKP <= 128 ? 16 : 2048 / DKP;        // staged tokens: 16 KB of q̂, k̂ at most
+  __shared__ __align__(16) float sq[TOK][DKP];
+  __shared__ __align__(16) float sk[TOK][DKP];
+  __shared__ __align__(16) float sv[TOK][kGdnQuadCols];  // read as float4s
+  __shared__ float sdecay[TOK], sbeta[TOK];
+  __shared__ float4 red_u[2][kGdnQuadWarps][4], red_o[2][kGdnQuadWarps][4];
+  const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cq = lane & 3;
+  const int c0 = blockIdx.y * kGdnQuadCols, j = c0 + 4 * cq, e0 = (warp * 8 + (lane >> 2)) * RPT;
+  const bool col = j < dv;  // quads past dv carry zeros and write nothing, but keep the barriers
+  const int kh = h / (nv / nk);
+  const int64_t head0 = (int64_t)h * dk * dv;
+  pdl_wait();
+  pdl_launch_dependents();
+  float4 S[RPT];
+#pragma unroll
+  for (int i = 0; i < RPT; ++i)
+    S[i] = col && e0 + i < dk ? *reinterpret_cast<const float4*>(state + head0 + (int64_t)(e0 + i) * dv + j)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float q_scale = rsqrtf(static_cast<float>(dk)), neg_a = -expf(A_log[h]), dtb = dt_bias[h];
+  // Token t's output goes out once a later barrier has made its red_o complete: warp 0's lanes 0..3 (cq = lane).
+  const bool writer = warp == 0 && lane < 4 && col;
+  bf16* const out_h = out + (int64_t)h * dv + j;
+  for (int64_t t0 = 0; t0 < T; t0 += TOK) {
+    const int n = (int)min((int64_t)TOK, T - t0);
+    __syncthreads();  // the previous tokens' staged values are no longer read
+    for (int tt = warp; tt < n; tt += kGdnQuadWarps) {
+      const int64_t t = t0 + tt;
+      const bf16* row = qkv + t * ld_qkv;
+      // Every load of the token first, then the sums: one round trip, not one per dependent step.
+      const float xa = __bfloat162float(a_in[t * ld_a + h]), xb = __bfloat162float(b_in[t * ld_b + h]);
+      const float xv = lane < kGdnQuadCols && c0 + lane < dv
+                           ? __bfloat162float(row[2LL * nk * dk + (int64_t)h * dv + c0 + lane]) : 0.0f;
+      float qe[RPT], ke[RPT], qss = 0.0f, kss = 0.0f;
+#pragma unroll
+      for (int m = 0; m < RPT; ++m) {
+        const int e = lane + 32 * m;
+        qe[m] = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
+        ke[m] = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
+      }
+#pragma unroll
+      for (int m = 0; m < RPT; ++m) {
+        qss += qe[m] * qe[m];
+        kss += ke[m] * ke[m];
+      }
+      const float qi = rsqrtf(warp_sum(qss) + 1e-6f) * q_scale, ki = rsqrtf(warp_sum(kss) + 1e-6f);
+#pragma unroll
+      for (int m = 0; m < RPT; ++m) {
+        sq[tt][lane + 32 * m] = qe[m] * qi;
+        sk[tt][lane + 32 * m] = ke[m] * ki;
+      }
+      if (lane < kGdnQuadCols) sv[tt][lane] = xv;
+      if (lane == 0) {
+        const float x = xa + dtb;
+        sdecay[tt] = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
+        sbeta[tt] = sigmoid_f32(xb);
+      }
+    }
+    __syncthreads();
+    for (int tt = 0; tt < n; ++tt) {
+      const int64_t t = t0 + tt;
+      const int p = (int)(t & 1);
+      const float decay = sdecay[tt];
+      float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < RPT; ++i) {
+        const float kk = sk[tt][e0 + i];
+        S[i].x *= decay;
+        S[i].y *= decay;
+        S[i].z *= decay;
+        S[i].w *= decay;
+        u.x += kk * S[i].x;
+        u.y += kk * S[i].y;
+        u.z += kk * S[i].z;
+        u.w += kk * S[i].w;
+      }
+#pragma unroll
+      for (int o = 4; o <= 16; o <<= 1) {  // over the warp's 8 row groups (lane bits 2..4)
+        u.x += __shfl_xor_sync(0xffffffffu, u.x, o);
+        u.y += __shfl_xor_sync(0xffffffffu, u.y, o);
+        u.z += __shfl_xor_sync(0xffffffffu, u.z, o);
+        u.w += __shfl_xor_sync(0xffffffffu, u.w, o);
+      }
+      if (lane < 4) red_u[p][warp][lane] = u;
+      __syncthreads();  // red_u[p] complete; red_o[p ^ 1] (token t - 1) complete
+      if (t > 0 && writer) gdn_quad_out(red_o[(t - 1) & 1], lane, out_h + (t - 1) * ld_out);
+      u = red_u[p][0][cq];
+#pragma unroll
+      for (int w = 1; w < kGdnQuadWarps; ++w) {
+        const float4 x = red_u[p][w][cq];
+        u.x += x.x;
+        u.y += x.y;
+        u.z += x.z;
+        u.w += x.w;
+      }
+      const float beta = sbeta[tt];
+      const float4 v = *reinterpret_cast<const float4*>(&sv[tt][4 * cq]);
+      u = make_float4(beta * (v.x - u.x), beta * (v.y - u.y), beta * (v.z - u.z), beta * (v.w - u.w));
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < RPT; ++i) {
+        const float kk = sk[tt][e0 + i], qq = sq[tt][e0 + i];
+        S[i].x += kk * u.x;
+        S[i].y += kk * u.y;
+        S[i].z += kk * u.z;
+        S[i].w += kk * u.w;
+        o.x += qq * S[i].x;
+        o.y += qq * S[i].y;
+        o.z += qq * S[i].z;
+        o.w += qq * S[i].w;
+      }
+#pragma unroll
+      for (int s = 4; s <= 16; s <<= 1) {
+        o.x += __shfl_xor_sync(0xffffffffu, o.x, s);
+        o.y += __shfl_xor_sync(0xffffffffu, o.y, s);
+        o.z += __shfl_xor_sync(0xffffffffu, o.z, s);
+        o.w += __shfl_xor_sync(0xffffffffu, o.w, s);
+      }
+      if (lane < 4) red_o[p][warp][lane] = o;
+      if (t >= first_saved && col) {
+        float* dst = states + (t - first_saved) * ld_states + head0 + j;
+#pragma unroll
+        for (int i = 0; i < RPT; ++i)  // streamed: read back at most once
+          if (e0 + i < dk) __stcs(reinterpret_cast<float4*>(dst + (int64_t)(e0 + i) * dv), S[i]);
+      }
+    }
+  }
+  __syncthreads();
+  if (writer) gdn_quad_out(red_o[(T - 1) & 1], lane, out_h + (T - 1) * ld_out);
+}
+
 // ---- launchers ----------------------------------------------------------------------------------------
 
-int device_sms() {
-  int dev = 0, sms = 0;
+// The current device's SM count and opt-in shared memory per block, read once per device, when the split
+// kernels are also allowed that much dynamic shared memory (a per-function attribute): the launchers run every
+// layer of every decode step, so they make no attribute calls of their own.
+struct DeviceLimits {
+  int sms = 0, smem = 0;
+};
+constexpr int kMaxDevices = 64;
+
+const DeviceLimits& device_limits() {
+  static DeviceLimits limits[kMaxDevices];
+  static std::once_flag once[kMaxDevices];
+  int dev = 0;
   DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
+  if (dev < 0 || dev >= kMaxDevices)
+    cuda_throw("device_limits", "device ordinal past the decode kernels' table of 64", __FILE__, __LINE__);
+  std::call_once(once[dev], [dev] {
+    DeviceLimits& l = limits[dev];
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    DF_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       l.smem));
+    DF_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       l.smem));
+  });
+  return limits[dev];
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialisation: its launch and
@@ -331,33 +622,42 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
-// Chunks per kv head to aim for, given the query rows per kv head: one CTA per SM once a CTA runs more than 3
-// row tiles (its warps and shared memory fill an SM), two below that, so short steps (T = 1) still keep every
-// SM reading keys; the 128-row groups of a long step share that budget (down to one chunk each).
+// Chunks per kv head to aim for: one CTA per SM over the whole grid (a CTA's warps, registers and stage ring
+// fill an SM), the 128-row groups of a long step sharing that budget (down to one chunk each).
 int64_t split_chunks_per_head(int64_t rows, int hkv) {
   const int64_t groups = (rows + kSplitMaxRows - 1) / kSplitMaxRows;
-  const int64_t target = int64_t(rows > 48 ? 1 : 2) * device_sms();
-  return std::max<int64_t>(1, (target + hkv * groups - 1) / (hkv * groups));
+  return std::max<int64_t>(1, (device_limits().sms + hkv * groups - 1) / (hkv * groups));
 }
 
-// How one call splits the cache: `chunks` per kv head of chunk_len keys (whole stages; the last chunk may be
-// shorter), and a CTA's shared memory (Q tiles and the stages its chunk can use).
+// How one call splits the work: wtiles m16 row tiles × `slices` key slices of warps, `chunks` per kv head of
+// chunk_len keys (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of
+// `stages` stages, and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is
+// larger). Slices are halved from kSplitMaxWarps / wtiles until Q and two stages fit (hd 256 at T 1: 4).
 struct SplitPlan {
-  int chunks = 0, chunk_len = 0;
+  int wtiles = 0, slices = 0, chunks = 0, chunk_len = 0, stages = 0;
   size_t smem = 0;
 };
 
 SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
+  const size_t budget = size_t(device_limits().smem);
   const int64_t rows = T * group;
-  const int tiles = int((std::min<int64_t>(rows, kSplitMaxRows) + 15) / 16);
-  const int64_t blocks = (past + T + kSplitKeys - 1) / kSplitKeys;
+  SplitPlan p;
+  p.wtiles = int((std::min<int64_t>(rows, kSplitMaxRows) + 15) / 16);
+  p.slices = std::max(1, kSplitMaxWarps / p.wtiles);
+  const size_t row_bytes = sizeof(bf16) * size_t(hd + 8), q_bytes = size_t(p.wtiles) * 16 * row_bytes;
+  auto stage_bytes = [&](int slices) { return size_t(2 * slices * kSplitWarpKeys) * row_bytes; };
+  while (p.slices > 1 && q_bytes + 2 * stage_bytes(p.slices) > budget) p.slices /= 2;
+  const int stage_keys = p.slices * kSplitWarpKeys;
+  const int64_t blocks = (past + T + stage_keys - 1) / stage_keys;
   const int64_t per_head = std::min(split_chunks_per_head(rows, hkv), blocks);
   const int64_t per_chunk = (blocks + per_head - 1) / per_head;
-  SplitPlan p;
   p.chunks = int((blocks + per_chunk - 1) / per_chunk);
-  p.chunk_len = int(per_chunk * kSplitKeys);
-  const int64_t stages = std::min<int64_t>(kSplitStages, per_chunk);
-  p.smem = sizeof(bf16) * size_t(tiles * 16 + stages * 2 * kSplitKeys) * size_t(hd + 8);
+  p.chunk_len = int(per_chunk * stage_keys);
+  const int64_t fit = int64_t((budget - q_bytes) / stage_bytes(p.slices));
+  p.stages = int(std::min<int64_t>({kSplitMaxStages, fit, per_chunk}));
+  const size_t merge =
+      p.slices > 1 ? sizeof(float) * size_t(p.wtiles * p.slices) * (32 + 16 * size_t(hd)) : size_t(0);
+  p.smem = q_bytes + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
   return p;
 }
 
@@ -365,6 +665,21 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
 template <class Fn>
 void dispatch_slice_rows(int dk, Fn&& fn) {
   dispatch_pow2<4, kDecodeMaxHeadDim / kGdnSliceWarps>((dk + 7) / 8, fn);
+}
+
+// DeltaNet state rows per thread of gdn_decode_quad_kernel: dk / 32 rounded up to 2, 4, 8 or 16 (dk <= 32 runs
+// with 2 and zero rows: ptxas spilled the 1-row build, and no model has so small a key head).
+template <class Fn>
+void dispatch_quad_rows(int dk, Fn&& fn) {
+  dispatch_pow2<2, kDecodeMaxHeadDim / 32>((dk + 31) / 32, fn);
+}
+
+// DFLASH_DECODE=slice32: the DeltaNet decode on the 32-column slice kernel even where the 16-column one runs
+// (the A/B switch of bench_kernels decode; the 32-column kernel stays the path for dv not a multiple of 4 or
+// unaligned states). Read per call so one process can time both.
+bool gdn_slice32_forced() {
+  const char* e = std::getenv("DFLASH_DECODE");
+  return e && std::strcmp(e, "slice32") == 0;
 }
 
 }  // namespace
@@ -383,25 +698,33 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
                          int hq, int hkv, int hd, float scale, void* workspace, cudaStream_t stream) {
   const int group = hq / hkv, rows = int(T * group);
   const SplitPlan p = split_plan(T, past, group, hkv, hd);
-  const int threads = 32 * std::max(4, (std::min(rows, kSplitMaxRows) + 15) / 16);
   float* part = static_cast<float*>(workspace);
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)((rows + kSplitMaxRows - 1) / kSplitMaxRows));
   auto split = hd == 128 ? attention_split_kernel<128> : attention_split_kernel<256>;
-  DF_CUDA_CHECK(
-      cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));
-  launch_pdl(split, grid, dim3(threads), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
-             group, p.chunk_len, scale_log2);
-  launch_pdl(attention_combine_kernel, dim3((unsigned)rows, (unsigned)hkv), dim3(kCombineThreads),
-             sizeof(float) * size_t(p.chunks + 1), stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
-             p.chunks, hd);
+  launch_pdl(split, grid, dim3(32 * p.wtiles * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml,
+             past, int(T), group, p.chunk_len, p.slices, p.stages, scale_log2);
+  const size_t combine_smem = sizeof(float) * size_t(combine_sums_at(p.chunks) + kCombineThreads / (hd / 4) * hd);
+  launch_pdl(attention_combine_kernel, dim3((unsigned)rows, (unsigned)hkv), dim3(kCombineThreads), combine_smem,
+             stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group, p.chunks, hd);
 }
 
 void gdn_decode_slice_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
                           const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
                           float* states, int64_t ld_states, int64_t saved, int64_t T, int nk, int nv, int dk, int dv,
                           cudaStream_t stream) {
+  const bool vec = dv % 4 == 0 && ld_states % 4 == 0 &&
+                   (reinterpret_cast<uintptr_t>(state) | reinterpret_cast<uintptr_t>(states)) % 16 == 0;
+  if (vec && !gdn_slice32_forced() && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535) {
+    const dim3 grid((unsigned)nv, (unsigned)((dv + kGdnQuadCols - 1) / kGdnQuadCols));
+    dispatch_quad_rows(dk, [&](auto rpt) {
+      launch_pdl(gdn_decode_quad_kernel<decltype(rpt)::value>, grid, dim3(32 * kGdnQuadWarps), 0, stream, qkv,
+                 ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk,
+                 nv, dk, dv);
+    });
+    return;
+  }
   const dim3 grid((unsigned)nv, (unsigned)((dv + 31) / 32));
   dispatch_slice_rows(dk, [&](auto per) {
     launch_pdl(gdn_decode_slice_kernel<decltype(per)::value>, grid, dim3(32 * kGdnSliceWarps), 0, stream, qkv,

@@ -449,16 +449,18 @@ TEST_F(CudaOpsCachedTest, AttentionCachedMatchesCpu) {
 }
 
 // The split-KV tensor-core path of attention_cached (hd 128 / 256): step sizes around its 16-row tiles
-// (T·group 3 .. 102), past one CTA's 128 rows (T 33 × group 6: two row groups) and a prompt-sized step (T 300:
+// (T·group 1 .. 128, so 1..8 tiles and the 8 / 4 / 2 / 1 key-slice warps per tile whose partials are merged in
+// shared memory), past one CTA's 128 rows (T 33 × group 6: two row groups) and a prompt-sized step (T 300:
 // 15 row groups, whose early groups see none of the later chunks' keys), caches that end inside, on and just
-// past a 32-key stage and span many chunks (4095), GQA groups 3 and 6, with and without the gate. P·V keeps P
+// past a stage of 16 / 32 / 64 / 128 keys and span many chunks (4095), long caches whose chunks take several
+// stages of the ring (20000, short steps), GQA groups 1, 3, 6 and 8, with and without the gate. P·V keeps P
 // to 16 mantissa bits (bf16 hi + lo), so the same fp32 bound as the general kernel holds.
 TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
   struct Case { int hq, hkv, hd; };
-  for (Case c : {Case{6, 1, 128}, {12, 2, 256}, {6, 2, 256}, {3, 1, 128}})
-    for (int64_t past : {0, 1, 63, 4095})
-      for (int64_t T : {1, 3, 16, 17, 33, 300}) {
-        if (T >= 33 && c.hq / c.hkv != 6) continue;
+  for (Case c : {Case{6, 1, 128}, {12, 2, 256}, {6, 2, 256}, {3, 1, 128}, {4, 4, 256}, {8, 1, 128}})
+    for (int64_t past : {0, 1, 63, 127, 4095, 20000})
+      for (int64_t T : {1, 3, 5, 16, 17, 33, 300}) {
+        if ((T >= 33 && c.hq / c.hkv != 6) || (past == 20000 && T > 3)) continue;
         cached_case(c.hq, c.hkv, c.hd, past, T, "split-KV attention_cached");
       }
 }

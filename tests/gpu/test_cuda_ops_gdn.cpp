@@ -136,14 +136,17 @@ TEST_F(CudaOpsTest, Conv1dSiluAwkwardShapes) {
 }
 
 // The DeltaNet recurrence continued from a carried state over T tokens, saving the last R states: GVA ratios
-// 1..3, key dims 8..512 (4 to 64 state rows per warp of the slice kernel), value dims below one 32-column
-// slice (4), ragged (24, 200) and the 27B layer (16 / 48 heads of 128), T across the kernel's 8-token staging
-// (1, 3, 7, 16, 17), the first, a middle and the last saved state, strided qkv / a / b / out as the decoder
-// passes them.
+// 1..3, key dims 8..512 (2 to 16 state rows per thread of the 16-column kernel), value dims below one
+// 16-column slice (4, 8), ragged (20: a last slice of one float4 of columns; 24, 200), the 27B layer (16 / 48
+// heads of 128), and two shapes the 32-column slice kernel keeps (dv 30, not a multiple of 4; dv 200 with
+// states rows padded by one float, so not 16-byte aligned); T across the 16-column kernel's staging (16 tokens,
+// 4 at dk 512) and the 32-column one's (8): 1, 3, 7, 16, 17; the first, a middle and the last saved state,
+// strided qkv / a / b / out as the decoder passes them.
 TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
   for (GdnShape s : {GdnShape{1, 3, 8, 4}, GdnShape{2, 4, 16, 24}, GdnShape{1, 2, 24, 16}, GdnShape{2, 6, 128, 128},
                      GdnShape{1, 1, 256, 32}, GdnShape{3, 3, 40, 64}, GdnShape{1, 2, 512, 8},
-                     GdnShape{1, 2, 64, 200}, GdnShape{16, 48, 128, 128}})
+                     GdnShape{1, 3, 96, 20}, GdnShape{2, 2, 40, 30}, GdnShape{1, 2, 64, 200},
+                     GdnShape{16, 48, 128, 128}})
     for (int64_t T : {1, 3, 7, 16, 17})
       for (int64_t R : {int64_t(1), (T + 1) / 2, T}) {
         if (R == (T + 1) / 2 && (R == 1 || R == T)) continue;  // already run
@@ -153,7 +156,8 @@ TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
         Pair a = rand(T, s.nv, -3, 3, DType::bf16, 5), b = rand(T, s.nv, -3, 3, DType::bf16, 5);
         Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
         Pair state = rand(1, sdim, -0.5f, 0.5f, DType::f32);
-        Pair o = out(T, int64_t(s.nv) * s.dv, DType::bf16, 3), states = out(R, sdim, DType::f32);
+        Pair o = out(T, int64_t(s.nv) * s.dv, DType::bf16, 3);
+        Pair states = out(R, sdim, DType::f32, s.dv == 200 ? 1 : 0);
         cpu_.gdn_decode(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, state.cpu, states.cpu, s);
         gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, states.gpu, s);
         const std::string what = name_of("gdn_decode nk nv dk dv T R", {s.nk, s.nv, s.dk, s.dv, T, R});
@@ -174,20 +178,22 @@ TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
   EXPECT_THROW(gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, o.gpu, five.gpu, s), Error);
 }
 
-// DFLASH_DECODE=general runs gdn_decode on the general warp-per-column kernel (the benchmark's A/B switch),
-// read per call: both kernels agree with the CPU on the 27B layer's shape.
+// DFLASH_DECODE=general runs gdn_decode on the general warp-per-column kernel and DFLASH_DECODE=slice32 on the
+// 32-column slice kernel (the benchmark's A/B switches), read per call: all three kernels agree with the CPU on
+// the 27B layer's shape.
 TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
   const GdnShape s{16, 48, 128, 128};
   const int64_t T = 16, cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
   Pair qkv = rand(T, cols, -1, 1), a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
   Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
   Pair state = rand(1, sdim, -0.5f, 0.5f, DType::f32);
-  for (bool general : {true, false}) {
-    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+  for (const char* mode : {"general", "slice32", ""}) {
+    if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
     Pair o = out(T, int64_t(s.nv) * s.dv), states = out(T, sdim, DType::f32);
     cpu_.gdn_decode(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, state.cpu, states.cpu, s);
     gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, states.gpu, s);
-    const std::string what = general ? "gdn_decode DFLASH_DECODE=general" : "gdn_decode slice kernel";
+    const std::string what =
+        *mode ? std::string("gdn_decode DFLASH_DECODE=") + mode : std::string("gdn_decode 16-column kernel");
     check(states, 1e-4, 1e-4, "states " + what);
     check(o, 1e-4, kBf16Ulp, "out " + what);
   }
