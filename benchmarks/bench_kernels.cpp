@@ -391,7 +391,9 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // back to back on the stream (no graph: the launches are what a decode step pays), and the per-call time is
 // the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the goal is
 // ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time the old
-// warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column slice kernel.
+// warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column slice kernel,
+// DFLASH_SPLIT_ROWS=128 ("rows128") rows the split-KV attention with one CTA per 128 query rows (the plan
+// before it weighed the chunks' partials).
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -437,10 +439,11 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
                          gated ? &hg : nullptr);
   char name[128];
-  for (bool general : {false, true}) {
-    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+  for (int mode = 0; mode < 3; ++mode) {  // split_plan's row groups, 128 rows a CTA, the general kernel
+    if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "128", 1); else unsetenv("DFLASH_SPLIT_ROWS");
+    if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
-                  (long long)past, general ? " [general]" : "");
+                  (long long)past, mode == 1 ? " [rows128]" : mode == 2 ? " [general]" : "");
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});

@@ -42,8 +42,8 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // ---- split-KV attention over a cache on tensor cores -----------------------------------------------------
 // Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
-// the same K / V. A CTA takes up to kSplitMaxRows of them (longer steps: one CTA per 128-row group), one m16
-// tile per warp, and `slices` warps per tile that share the key stages: a stage is slices × kSplitWarpKeys keys
+// the same K / V. A CTA takes a group of cta_rows <= kSplitMaxRows of them (split_plan picks the groups), one
+// m16 tile per warp, and `slices` warps per tile that share the key stages: a stage is slices × kSplitWarpKeys keys
 // and warp (tile, slice) runs its own online softmax over its 16 of them, so a short step (T = 1: one tile)
 // still has up to kSplitMaxWarps warps on the tensor cores while the copies of the next stages are in flight.
 // The slices of a tile are merged in shared memory at the end, so a CTA writes one partial per row.
@@ -66,8 +66,8 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
   }
 }
 
-// Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [128z, 128z + 128) of kv
-// head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0). blockDim
+// Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [z·cta_rows, +cta_rows) of
+// kv head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0). blockDim
 // is 32 · wtiles · slices; `stages` ring buffers of slices · kSplitWarpKeys keys (chunk_len a multiple of
 // that). Scores and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into
 // bf16 hi + lo, so its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far
@@ -77,10 +77,10 @@ template <int HD>
 __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
     const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k, const bf16* __restrict__ v,
     int64_t ld_v, float* __restrict__ part, float* __restrict__ part_ml, int64_t past, int T, int group,
-    int chunk_len, int slices, int stages, float scale_log2) {
+    int cta_rows, int chunk_len, int slices, int stages, float scale_log2) {
   constexpr int LDS = HD + 8, NT = HD / 8, CH = HD / 8;  // CH: 16-byte pieces of a row
   extern __shared__ __align__(16) unsigned char split_smem[];
-  const int rows = T * group, r0 = blockIdx.z * kSplitMaxRows, here = min(kSplitMaxRows, rows - r0);
+  const int rows = T * group, r0 = blockIdx.z * cta_rows, here = min(cta_rows, rows - r0);
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wtiles = blockDim.x / 32 / slices, tile = warp % wtiles, slice = warp / wtiles;
@@ -417,7 +417,8 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
 // gdn_decode_kernel: S = exp(g)·S; u = β·(v − Sᵀk̂); S += k̂·uᵀ; o = Sᵀq̂, the sums over dk by shuffles over
 // the warp's row groups and then over the 4 warps through shared memory. The partial sums are double-buffered
 // by token parity, so a token costs one barrier: token t's output is summed after token t + 1's barrier. The
-// inputs (q̂, k̂, v, gates) of up to TOK tokens are staged first, each token's by one warp, all warps sharing.
+// inputs (q, k, v, gates) of up to TOK tokens are staged first by all threads, every load in flight at once (one
+// round trip, not one per token), then q and k are l2-normalised a warp per token.
 constexpr int kGdnQuadWarps = 4;
 constexpr int kGdnQuadCols = 16;
 
@@ -439,13 +440,15 @@ __device__ __forceinline__ void gdn_quad_out(const float4 (*red)[4], int cq, bf1
 }
 
 template <int RPT>
-__global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
+__global__ void __launch_bounds__(32 * kGdnQuadWarps, 1) gdn_decode_quad_kernel(
     const bf16* __restrict__ qkv, int64_t ld_qkv, const bf16* __restrict__ a_in, int64_t ld_a,
     const bf16* __restrict__ b_in, int64_t ld_b, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     bf16* __restrict__ out, int64_t ld_out, const float* __restrict__ state, float* __restrict__ states,
     int64_t ld_states, int64_t T, int64_t first_saved, int nk, int nv, int dk, int dv) {
   constexpr int DKP = 32 * RPT;                           // dk rounded up; the rows past dk are zero
-  constexpr int TOK = DKP <= 128 ? 16 : 2048 / DKP;        // staged tokens: 16 KB of q̂, k̂ at most
+  // Staged tokens: the staging holds TOK · RPT / 2 loads a thread beside the state's 4 · RPT registers (dk 512
+  // spilled at 4 tokens); 16 KB of q̂, k̂ at most.
+  constexpr int TOK = RPT <= 4 ? 16 : RPT == 8 ? 8 : 2;
   __shared__ __align__(16) float sq[TOK][DKP];
   __shared__ __align__(16) float sk[TOK][DKP];
   __shared__ __align__(16) float sv[TOK][kGdnQuadCols];  // read as float4s
@@ -470,36 +473,53 @@ __global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
   for (int64_t t0 = 0; t0 < T; t0 += TOK) {
     const int n = (int)min((int64_t)TOK, T - t0);
     __syncthreads();  // the previous tokens' staged values are no longer read
-    for (int tt = warp; tt < n; tt += kGdnQuadWarps) {
-      const int64_t t = t0 + tt;
-      const bf16* row = qkv + t * ld_qkv;
-      // Every load of the token first, then the sums: one round trip, not one per dependent step.
-      const float xa = __bfloat162float(a_in[t * ld_a + h]), xb = __bfloat162float(b_in[t * ld_b + h]);
-      const float xv = lane < kGdnQuadCols && c0 + lane < dv
-                           ? __bfloat162float(row[2LL * nk * dk + (int64_t)h * dv + c0 + lane]) : 0.0f;
-      float qe[RPT], ke[RPT], qss = 0.0f, kss = 0.0f;
+    // The n tokens' q, k (as floats, zero past dk), v of the slice and gates, by all threads, every load issued
+    // before any is waited on: one round trip per TOK tokens.
+    {
+      constexpr int PIECES = 2 * DKP / (32 * kGdnQuadWarps);  // a thread's elements of a token's [q | k]
+      const bf16* row = qkv + t0 * ld_qkv + (int64_t)kh * dk;
+      float x[TOK][PIECES];
+#pragma unroll
+      for (int tt = 0; tt < TOK; ++tt)
+#pragma unroll
+        for (int c = 0; c < PIECES; ++c) {
+          const int pos = c * 32 * kGdnQuadWarps + threadIdx.x, e = pos < DKP ? pos : pos - DKP;
+          x[tt][c] = tt < n && e < dk ? __bfloat162float(row[tt * ld_qkv + (pos < DKP ? 0 : nk * dk) + e]) : 0.0f;
+        }
+#pragma unroll
+      for (int tt = 0; tt < TOK; ++tt)
+#pragma unroll
+        for (int c = 0; c < PIECES; ++c) {
+          const int pos = c * 32 * kGdnQuadWarps + threadIdx.x;
+          if (pos < DKP) sq[tt][pos] = x[tt][c]; else sk[tt][pos - DKP] = x[tt][c];
+        }
+    }
+#pragma unroll
+    for (int i0 = 0; i0 < TOK * kGdnQuadCols; i0 += 32 * kGdnQuadWarps) {
+      const int i = i0 + threadIdx.x, tt = i / kGdnQuadCols, c = c0 + i % kGdnQuadCols;
+      if (i < TOK * kGdnQuadCols)
+        sv[tt][i % kGdnQuadCols] =
+            tt < n && c < dv ? __bfloat162float(qkv[(t0 + tt) * ld_qkv + 2LL * nk * dk + (int64_t)h * dv + c]) : 0.0f;
+    }
+    if (threadIdx.x < n) {
+      const int64_t t = t0 + threadIdx.x;
+      const float x = __bfloat162float(a_in[t * ld_a + h]) + dtb;
+      sdecay[threadIdx.x] = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
+      sbeta[threadIdx.x] = sigmoid_f32(__bfloat162float(b_in[t * ld_b + h]));
+    }
+    __syncthreads();
+    for (int tt = warp; tt < n; tt += kGdnQuadWarps) {  // l2-normalise q and k: a warp per token
+      float qss = 0.0f, kss = 0.0f;
 #pragma unroll
       for (int m = 0; m < RPT; ++m) {
-        const int e = lane + 32 * m;
-        qe[m] = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
-        ke[m] = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
-      }
-#pragma unroll
-      for (int m = 0; m < RPT; ++m) {
-        qss += qe[m] * qe[m];
-        kss += ke[m] * ke[m];
+        qss += sq[tt][lane + 32 * m] * sq[tt][lane + 32 * m];
+        kss += sk[tt][lane + 32 * m] * sk[tt][lane + 32 * m];
       }
       const float qi = rsqrtf(warp_sum(qss) + 1e-6f) * q_scale, ki = rsqrtf(warp_sum(kss) + 1e-6f);
 #pragma unroll
-      for (int m = 0; m < RPT; ++m) {
-        sq[tt][lane + 32 * m] = qe[m] * qi;
-        sk[tt][lane + 32 * m] = ke[m] * ki;
-      }
-      if (lane < kGdnQuadCols) sv[tt][lane] = xv;
-      if (lane == 0) {
-        const float x = xa + dtb;
-        sdecay[tt] = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
-        sbeta[tt] = sigmoid_f32(xb);
+      for (int m = 0; m < RPT; ++m) {  // the lane's own elements: no barrier needed
+        sq[tt][lane + 32 * m] *= qi;
+        sk[tt][lane + 32 * m] *= ki;
       }
     }
     __syncthreads();
@@ -622,19 +642,32 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
-// Chunks per kv head to aim for: one CTA per SM over the whole grid (a CTA's warps, registers and stage ring
-// fill an SM), the 128-row groups of a long step sharing that budget (down to one chunk each).
-int64_t split_chunks_per_head(int64_t rows, int hkv) {
-  const int64_t groups = (rows + kSplitMaxRows - 1) / kSplitMaxRows;
-  return std::max<int64_t>(1, (device_limits().sms + hkv * groups - 1) / (hkv * groups));
+// Chunks per kv head to aim for: at most one CTA per SM over the whole grid (a CTA's warps, registers and stage
+// ring fill an SM, so rounding up would leave a second wave: 8 kv heads took 17 chunks each, 136 CTAs on 132
+// SMs), the row groups of a kv head sharing that budget (down to one chunk each).
+int64_t split_chunks_per_head(int64_t groups, int hkv) {
+  return std::max<int64_t>(1, device_limits().sms / (hkv * groups));
 }
 
-// How one call splits the work: wtiles m16 row tiles × `slices` key slices of warps, `chunks` per kv head of
+// DFLASH_SPLIT_ROWS=n (a multiple of 16 up to 128): n query rows a CTA instead of split_plan's choice, the A/B
+// switch of bench_kernels decode (128: one row group per 128 rows, the plan before the partials were weighed).
+// Read per call so one process can time both.
+int split_rows_forced() {
+  const char* e = std::getenv("DFLASH_SPLIT_ROWS");
+  const int n = e ? std::atoi(e) : 0;
+  return n >= 16 && n <= kSplitMaxRows && n % 16 == 0 ? n : 0;
+}
+
+// How one call splits the work. Row groups of cta_rows: at least one per kSplitMaxRows rows, and more while the
+// chunks' fp32 partials (chunks × rows × hd floats a kv head, chunks ≈ SMs / (hkv · groups)) would pass half the
+// cache's bytes (27B at T 16: 33 chunks × 96 rows came to 0.77 of 4112 keys' K and V; two groups of 48 rows, 0.37).
+// The groups of a chunk read its keys at the same time, so the second read comes from L2, not HBM. Then per
+// group: wtiles m16 row tiles × `slices` key slices of warps, `chunks` per kv head of
 // chunk_len keys (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of
 // `stages` stages, and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is
 // larger). Slices are halved from kSplitMaxWarps / wtiles until Q and two stages fit (hd 256 at T 1: 4).
 struct SplitPlan {
-  int wtiles = 0, slices = 0, chunks = 0, chunk_len = 0, stages = 0;
+  int cta_rows = 0, groups = 0, wtiles = 0, slices = 0, chunks = 0, chunk_len = 0, stages = 0;
   size_t smem = 0;
 };
 
@@ -642,14 +675,22 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   const size_t budget = size_t(device_limits().smem);
   const int64_t rows = T * group;
   SplitPlan p;
-  p.wtiles = int((std::min<int64_t>(rows, kSplitMaxRows) + 15) / 16);
+  const int64_t tiles = (rows + 15) / 16, sms = device_limits().sms;
+  // partials / cache ≈ sms · rows / (hkv · groups · (past + T)) <= 1/2
+  const int64_t want = (2 * sms * rows + hkv * (past + T) - 1) / (hkv * (past + T));
+  const int64_t groups =
+      std::min({tiles, int64_t(65535), std::max((rows + kSplitMaxRows - 1) / kSplitMaxRows, want)});
+  const int forced = split_rows_forced();  // taken where its groups fit the grid
+  p.cta_rows = forced && (rows + forced - 1) / forced <= 65535 ? forced : int(16 * ((tiles + groups - 1) / groups));
+  p.groups = int((rows + p.cta_rows - 1) / p.cta_rows);
+  p.wtiles = int((std::min<int64_t>(rows, p.cta_rows) + 15) / 16);
   p.slices = std::max(1, kSplitMaxWarps / p.wtiles);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8), q_bytes = size_t(p.wtiles) * 16 * row_bytes;
   auto stage_bytes = [&](int slices) { return size_t(2 * slices * kSplitWarpKeys) * row_bytes; };
   while (p.slices > 1 && q_bytes + 2 * stage_bytes(p.slices) > budget) p.slices /= 2;
   const int stage_keys = p.slices * kSplitWarpKeys;
   const int64_t blocks = (past + T + stage_keys - 1) / stage_keys;
-  const int64_t per_head = std::min(split_chunks_per_head(rows, hkv), blocks);
+  const int64_t per_head = std::min(split_chunks_per_head(p.groups, hkv), blocks);
   const int64_t per_chunk = (blocks + per_head - 1) / per_head;
   p.chunks = int((blocks + per_chunk - 1) / per_chunk);
   p.chunk_len = int(per_chunk * stage_keys);
@@ -690,7 +731,9 @@ bool attention_split_shape(int64_t T, int hq, int hkv, int hd) {
 
 size_t attention_split_workspace_bytes(int64_t T, int hq, int hkv, int hd) {
   const int64_t rows = T * (hq / hkv);
-  return sizeof(float) * size_t(hkv) * size_t(split_chunks_per_head(rows, hkv)) * size_t(rows) * size_t(hd + 2);
+  // split_plan's fewest row groups give the most chunks
+  const int64_t groups = (rows + kSplitMaxRows - 1) / kSplitMaxRows;
+  return sizeof(float) * size_t(hkv) * size_t(split_chunks_per_head(groups, hkv)) * size_t(rows) * size_t(hd + 2);
 }
 
 void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
@@ -701,10 +744,10 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   float* part = static_cast<float*>(workspace);
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
-  const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)((rows + kSplitMaxRows - 1) / kSplitMaxRows));
+  const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
   auto split = hd == 128 ? attention_split_kernel<128> : attention_split_kernel<256>;
   launch_pdl(split, grid, dim3(32 * p.wtiles * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml,
-             past, int(T), group, p.chunk_len, p.slices, p.stages, scale_log2);
+             past, int(T), group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
   const size_t combine_smem = sizeof(float) * size_t(combine_sums_at(p.chunks) + kCombineThreads / (hd / 4) * hd);
   launch_pdl(attention_combine_kernel, dim3((unsigned)rows, (unsigned)hkv), dim3(kCombineThreads), combine_smem,
              stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group, p.chunks, hd);

@@ -450,8 +450,9 @@ TEST_F(CudaOpsCachedTest, AttentionCachedMatchesCpu) {
 
 // The split-KV tensor-core path of attention_cached (hd 128 / 256): step sizes around its 16-row tiles
 // (T·group 1 .. 128, so 1..8 tiles and the 8 / 4 / 2 / 1 key-slice warps per tile whose partials are merged in
-// shared memory), past one CTA's 128 rows (T 33 × group 6: two row groups) and a prompt-sized step (T 300:
-// 15 row groups, whose early groups see none of the later chunks' keys), caches that end inside, on and just
+// shared memory), past one CTA's 128 rows (T 33 × group 6) and a prompt-sized step (T 300: row groups whose
+// early groups see none of the later chunks' keys), short caches where the plan splits the rows into many
+// groups to keep the partials small (past 63 at T 16: 16-row groups), caches that end inside, on and just
 // past a stage of 16 / 32 / 64 / 128 keys and span many chunks (4095), long caches whose chunks take several
 // stages of the ring (20000, short steps), GQA groups 1, 3, 6 and 8, with and without the gate. P·V keeps P
 // to 16 mantissa bits (bf16 hi + lo), so the same fp32 bound as the general kernel holds.
@@ -463,6 +464,21 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
         if ((T >= 33 && c.hq / c.hkv != 6) || (past == 20000 && T > 3)) continue;
         cached_case(c.hq, c.hkv, c.hd, past, T, "split-KV attention_cached");
       }
+}
+
+// DFLASH_SPLIT_ROWS=n forces n query rows a CTA on the split-KV path (the benchmark's A/B switch on the row
+// groups): 128 (the plan before the partials were weighed), 48 and 16, on 27B-like and 8B-like steps; each
+// agrees with the CPU, and the switch is read per call.
+TEST_F(CudaOpsCachedTest, AttentionCachedSplitRowsSwitchMatchesCpu) {
+  struct Case { int hq, hkv, hd; };
+  for (const char* rows : {"128", "48", "16"}) {
+    setenv("DFLASH_SPLIT_ROWS", rows, 1);
+    for (Case c : {Case{12, 2, 256}, {8, 2, 128}})
+      for (int64_t past : {127, 4095})
+        for (int64_t T : {1, 16, 17})
+          cached_case(c.hq, c.hkv, c.hd, past, T, (std::string("DFLASH_SPLIT_ROWS=") + rows).c_str());
+  }
+  unsetenv("DFLASH_SPLIT_ROWS");
 }
 
 // DFLASH_DECODE=general sends decoding to the general kernels (the benchmark's A/B switch): both paths agree
