@@ -5,8 +5,11 @@
 // O += P_{j−1}·V_{j−1} are issued together and the softmax of S_j runs while the second is in flight; between
 // the consumers, named barriers make them take turns at issuing, so one's softmax overlaps the other's MMAs.
 // P feeds the second MMA from registers (the S accumulator is the A-fragment layout); operands in shared
-// memory use the 128-byte swizzle (kernels/wgmma.cuh). An optional output gate is applied in the epilogue, as
-// in attention.cu. The launcher reports whether it ran so the caller can fall back to the portable kernel.
+// memory use the 128-byte swizzle (kernels/wgmma.cuh). Blocks are persistent, one per SM, each walking query
+// tiles longest first; the producer loads the next tile's Q and K/V while the consumers finish a tile, so
+// block start-up and the epilogue no longer leave the tensor cores idle. An optional output gate is applied in
+// the epilogue, as in attention.cu (its rows prefetched into L2 beforehand). The launcher reports whether it
+// ran so the caller can fall back to the portable kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -67,7 +70,7 @@ __device__ __forceinline__ void wgmma_qk(float (&s)[KEYS / 2], uint64_t desc_q, 
     wgmma_m64n128k16_ss(s, desc_q, desc_k, accumulate);
 }
 
-// Block tile idx of the launch: 128 query rows (q0) of one head of one sequence. Heads vary fastest, so the
+// Block tile idx of the launch: ROWS query rows (from q0) of one head of one sequence. Heads vary fastest, so the
 // blocks running together share K and V (GQA) through L2. level_outer (the persistent schedule): then the
 // sequence, the q-tile level slowest, longest (most causal work) first over the whole launch; otherwise (one
 // tile per block) the level, longest first within each sequence, so a sequence's K and V stay in L2 while
@@ -76,6 +79,7 @@ struct AttnTile {
   int idx;  // −1: past the last tile
   int q0, head, start, len;
 };
+template <int ROWS>
 __device__ __forceinline__ AttnTile attn_tile(int idx, int total, int level_outer, int hq, int num_seqs,
                                               int q_tiles, const int32_t* cu) {
   AttnTile t{-1, 0, 0, 0, 0};
@@ -85,7 +89,7 @@ __device__ __forceinline__ AttnTile attn_tile(int idx, int total, int level_oute
   const int rest = idx / hq;
   const int seq = level_outer ? rest % num_seqs : rest / q_tiles;
   const int level = level_outer ? rest / num_seqs : rest % q_tiles;
-  t.q0 = (q_tiles - 1 - level) * 128;
+  t.q0 = (q_tiles - 1 - level) * ROWS;
   t.start = __ldg(cu + seq);
   t.len = __ldg(cu + seq + 1) - t.start;
   return t;
@@ -125,7 +129,7 @@ __global__ void __launch_bounds__(384, 1)
   const int total = q_tiles * hq * num_seqs;
   auto tile_at = [&](int r) {
     const int g = gridDim.x, b = blockIdx.x;
-    return attn_tile(r * g + (r & 1 ? g - 1 - b : b), total, level_outer, hq, num_seqs, q_tiles, cu);
+    return attn_tile<Cfg::kRows>(r * g + (r & 1 ? g - 1 - b : b), total, level_outer, hq, num_seqs, q_tiles, cu);
   };
   auto key_tiles = [](int q0, int len) { return (min(q0 + Cfg::kRows, len) + KEYS - 1) / KEYS; };
 
@@ -179,15 +183,32 @@ __global__ void __launch_bounds__(384, 1)
     } else if (threadIdx.x == 32) {
       stream_kv(std::true_type{});
     } else if (threadIdx.x == 64) {
+      // Consumer w's Q of the next tile loads once it released this tile's (its last S done); that is also
+      // when this tile's gate rows of consumer w are prefetched into L2, a key tile or two before the epilogue
+      // reads them.
       uint32_t q_par = 1;
+      int prev_col = -1, prev_row = 0;  // the previous tile's gate box (column −1: none)
+      auto q_free = [&](int w) {
+        mbar_wait(empty_q(w), q_par);
+        if (gate_prefetch && prev_col >= 0) {
+#pragma unroll
+          for (int b = 0; b < HD / 64; ++b)
+            asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(&tm_gate),
+                         "r"(prev_col + 64 * b), "r"(prev_row + 64 * w)
+                         : "memory");
+        }
+      };
       for_each_tile([&](const AttnTile& t) {
         for (int w = 0; w < 2; ++w) {
-          mbar_wait(empty_q(w), q_par);
+          q_free(w);
           mbar_arrive_expect(full_q(w), Cfg::kQBytes);
           tma_load_tile<HD, 64>(base_s + w * Cfg::kQBytes, &tm_q, t.head * HD, t.start + t.q0 + 64 * w, full_q(w));
         }
         q_par ^= 1;
+        prev_col = t.head * HD;
+        prev_row = t.start + t.q0;
       });
+      for (int w = 0; w < 2; ++w) q_free(w);  // the last tile's gate
     }
     return;
   }
@@ -452,7 +473,7 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
 
 // The A/B switches of launchers.cuh, read once.
 struct AttnSm90Choice {
-  bool portable, pingpong, persistent;
+  bool portable, pingpong, persistent, three_stages;
 };
 static const AttnSm90Choice& attention_sm90_choice() {
   static const AttnSm90Choice c = [] {
@@ -461,7 +482,7 @@ static const AttnSm90Choice& attention_sm90_choice() {
       return e && std::strcmp(e, value) == 0;
     };
     return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0"),
-                          !is("DFLASH_ATTN_PERSIST", "0")};
+                          !is("DFLASH_ATTN_PERSIST", "0"), is("DFLASH_ATTN_STAGES", "3")};
   }();
   return c;
 }
@@ -502,11 +523,16 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
   // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
-  // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms.
+  // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms. DFLASH_ATTN_STAGES=3 gives hd 128 a third stage (the
+  // shared memory has room for it; not measured yet).
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                         tokens, max_len, hq, hkv, scale, choice.pingpong, choice.persistent,
                                         stream);
+  else if (choice.three_stages)
+    attention_causal_ws_run<128, 128, 3>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
+                                         tokens, max_len, hq, hkv, scale, choice.pingpong, choice.persistent,
+                                         stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                          tokens, max_len, hq, hkv, scale, choice.pingpong, choice.persistent,
