@@ -70,11 +70,11 @@ __device__ __forceinline__ void wgmma_qk(float (&s)[KEYS / 2], uint64_t desc_q, 
     wgmma_m64n128k16_ss(s, desc_q, desc_k, accumulate);
 }
 
-// Block tile idx of the launch: ROWS query rows (from q0) of one head of one sequence. Heads vary fastest, so the
-// blocks running together share K and V (GQA) through L2. level_outer (the persistent schedule): then the
-// sequence, the q-tile level slowest, longest (most causal work) first over the whole launch; otherwise (one
-// tile per block) the level, longest first within each sequence, so a sequence's K and V stay in L2 while
-// its blocks run.
+// Block tile idx of the launch: ROWS query rows (from q0) of one head of one sequence. Heads vary fastest,
+// so the blocks running together share K and V (GQA) through L2. level_outer (the persistent schedule): then
+// the sequence, the q-tile level slowest, longest (most causal work) first over the whole launch; otherwise
+// (one tile per block) the level, longest first within each sequence, so a sequence's K and V stay in L2
+// while its blocks run.
 struct AttnTile {
   int idx;  // −1: past the last tile
   int q0, head, start, len;
@@ -129,7 +129,8 @@ __global__ void __launch_bounds__(384, 1)
   const int total = q_tiles * hq * num_seqs;
   auto tile_at = [&](int r) {
     const int g = gridDim.x, b = blockIdx.x;
-    return attn_tile<Cfg::kRows>(r * g + (r & 1 ? g - 1 - b : b), total, level_outer, hq, num_seqs, q_tiles, cu);
+    const int idx = r * g + (r & 1 ? g - 1 - b : b);
+    return attn_tile<Cfg::kRows>(idx, total, level_outer, hq, num_seqs, q_tiles, cu);
   };
   auto key_tiles = [](int q0, int len) { return (min(q0 + Cfg::kRows, len) + KEYS - 1) / KEYS; };
 
@@ -202,7 +203,8 @@ __global__ void __launch_bounds__(384, 1)
         for (int w = 0; w < 2; ++w) {
           q_free(w);
           mbar_arrive_expect(full_q(w), Cfg::kQBytes);
-          tma_load_tile<HD, 64>(base_s + w * Cfg::kQBytes, &tm_q, t.head * HD, t.start + t.q0 + 64 * w, full_q(w));
+          tma_load_tile<HD, 64>(base_s + w * Cfg::kQBytes, &tm_q, t.head * HD, t.start + t.q0 + 64 * w,
+                                full_q(w));
         }
         q_par ^= 1;
         prev_col = t.head * HD;
