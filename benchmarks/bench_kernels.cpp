@@ -7,8 +7,9 @@
 // alone, `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
 // (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
 // timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash` the
-// DFlash drafter attention at the drafter step's shape and 8x it, all three kernel paths. The FP8 input quantisers are
-// bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in the same call.
+// DFlash drafter attention at the drafter step's shape and 8x it, all three kernel paths. The FP8 input
+// quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in
+// the same call.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -6,8 +6,9 @@
 // blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
 // On Hopper at head dims 65..128 the three passes run on wgmma (one warpgroup per 64 query rows or 64 keys,
 // operands straight from swizzled shared memory), the query-major ones over pairs of neighbouring blocks that
-// share one walk of the union of their context ranges; DFLASH_DFA=wg1 keeps one block per CTA, DFLASH_DFA=mma
-// the mma.sync kernels. This file holds the query-major kernels and the launchers; the key-major dk/dv kernel
+// share one walk of the union of their context ranges, the dk/dv pass with a three-stage Q/dO ring;
+// DFLASH_DFA=wg1 keeps the session-12 wgmma kernels (one block per CTA, two stages), DFLASH_DFA=mma the
+// mma.sync kernels. This file holds the query-major kernels and the launchers; the key-major dk/dv kernel
 // is dflash_attention_kv.cu.
 #include <cmath>
 #include <cstdio>
@@ -94,7 +95,8 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
   extern __shared__ __align__(16) unsigned char dfa_smem[];
   unsigned char* const Qt = WG ? align1024(dfa_smem) : dfa_smem;  // NB tiles, one per block
   unsigned char* const dOt = Qt + NB * TILE;                       // DQ only
-  unsigned char* const KV = Qt + (DQ ? 2 : 1) * NB * TILE;  // K, V of two tiles: the next one loads during this one
+  // K, V of two tiles: the next one loads during this one.
+  unsigned char* const KV = Qt + (DQ ? 2 : 1) * NB * TILE;
   auto Kb = [&](int b) { return KV + 2 * b * TILE; };
   auto Vb = [&](int b) { return KV + (2 * b + 1) * TILE; };
   const DFlashAttnDims& d = p.d;
@@ -355,8 +357,8 @@ bool aligned16(const void* p) {
 }
 
 // Which kernels a pass takes. wgmma: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte copies
-// on a compute capability 9.0 GPU of an sm_90a build; its query-major passes walk pairs of blocks unless
-// DFLASH_DFA=wg1 (one block per CTA, the session-12 kernels). DFLASH_DFA=mma keeps the mma.sync kernels. Read
+// on a compute capability 9.0 GPU of an sm_90a build; its query-major passes walk pairs of blocks and the
+// dk/dv pass keeps three items in flight unless DFLASH_DFA=wg1 (one block per CTA, two stages: session 12's). DFLASH_DFA=mma keeps the mma.sync kernels. Read
 // on every call, so one process can time all three.
 enum class Path { mma, wg1, wg2 };
 Path path_for(const DFlashAttnDims& d, bool vec) {
@@ -442,7 +444,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
   a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
-  dfa::kv_pass_launch(a, kvrows, path != Path::mma, stream);
+  dfa::kv_pass_launch(a, kvrows, path != Path::mma, path == Path::wg2, stream);
 }
 
 }  // namespace df

@@ -22,7 +22,7 @@ namespace {
 using namespace dfa;
 
 // ---- kernels ----------------------------------------------------------------------------------------
-// 4-byte cp.async (zero-filled when !in), complete at the next tile_wait.
+// 4-byte cp.async (zero-filled when !in), complete once its item's wait_item passes.
 __device__ __forceinline__ void copy4(float* dst, const float* src, bool in) {
   const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(in ? 4 : 0));
@@ -52,7 +52,9 @@ struct KvCfg {
 // distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
 // WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
 // (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands).
-template <int HD, bool WG>
+// NST: Q/dO stages of the item ring, the copies of an item issued NST − 1 items ahead (an item's products take
+// about as long as its 32 KB crossing from L2): 3 on the default wgmma path, 2 on DFLASH_DFA=wg1 and mma.
+template <int HD, bool WG, int NST>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, KvCfg<HD>::kRanks)
     dfa_kv_kernel(KvArgs p) {
   using Cfg = KvCfg<HD>;
@@ -65,14 +67,14 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   unsigned char* const tiles = WG ? align1024(dfa_smem) : dfa_smem;
   unsigned char* const Kt = tiles;
   unsigned char* const Vt = Kt + KEYS / 64 * TILE;
-  // Q and dO of two query chunks: the next one loads during this one.
+  // Q and dO of NST query chunks: the next NST − 1 load during this one.
   unsigned char* const QdO = Vt + KEYS / 64 * TILE;
   auto Qb = [&](int b) { return QdO + 2 * b * TILE; };
   auto dOb = [&](int b) { return QdO + (2 * b + 1) * TILE; };
-  float* lse2 = reinterpret_cast<float*>(QdO + 4 * TILE);  // [2][64] per chunk row: lse·log2 e,
-  float* dsum = lse2 + 2 * kTile;                                 // D,
-  int* cols = reinterpret_cast<int*>(dsum + 2 * kTile);           // first context key | end of own keys << 16
-  int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
+  float* lse2 = reinterpret_cast<float*>(QdO + 2 * NST * TILE);  // [NST][64] per chunk row: lse·log2 e,
+  float* dsum = lse2 + NST * kTile;                               // D,
+  int* cols = reinterpret_cast<int*>(dsum + NST * kTile);         // first context key | end of own keys << 16
+  int2* meta = reinterpret_cast<int2*>(cols + NST * kTile);       // listed blocks' (first row, anchor)
   int* list = reinterpret_cast<int*>(meta + LIST);
   int* wcount = list + LIST;
   const DFlashAttnDims& d = p.d;
@@ -100,11 +102,19 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     else
       load_tile<HD, decltype(rows)::value, THREADS>(reinterpret_cast<bf16*>(dst), hd, vec, any, src);
   };
-  auto wait = [] {
-    if constexpr (WG)
-      tile_wait_wg();
+  // Copy groups per item: the Q and dO tiles' (16-byte copies) and one closing group (the row terms' copies,
+  // and everything of the element-copy path, whose tile stores are plain).
+  const int groups = vec ? 3 : 1;
+  auto commit = [] { asm volatile("cp.async.commit_group;\n" ::: "memory"); };
+  // The item of stage b landed (the NST − 2 later items may still be in flight); the barrier publishes it
+  // and tells every warp that all are done with the previous item.
+  auto wait_item = [vec] {
+    if (vec)
+      asm volatile("cp.async.wait_group %0;\n" ::"n"((NST - 2) * 3) : "memory");
     else
-      tile_wait();
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(NST - 2) : "memory");
+    if constexpr (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
   };
   load(Kt, std::integral_constant<int, KEYS>{}, kvsrc(p.k, p.ld_k));
   load(Vt, std::integral_constant<int, KEYS>{}, kvsrc(p.v, p.ld_v));
@@ -187,13 +197,23 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       };
       load(Qb(b), std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
       load(dOb(b), std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
+      commit();
     };
     const int items = total * nz, n0 = items * rank / Cfg::kRanks, n1 = items * (rank + 1) / Cfg::kRanks;
-    if (n0 < n1) load_item(n0, 0);
+    // Item n into its stage, or (past this rank's share) empty groups, so that every item slot holds the same
+    // number of groups and wait_item's count stays right.
+    auto prefetch = [&](int n) {
+      if (n < n1)
+        load_item(n, (n - n0) % NST);
+      else
+        for (int i = 0; i < groups; ++i) commit();
+    };
+    for (int i = 0; i < NST - 1; ++i) prefetch(n0 + i);
     for (int n = n0; n < n1; ++n) {
-      const int b = (n - n0) & 1;
-      wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
-      if (n + 1 < n1) load_item(n + 1, b ^ 1);
+      const int b = (n - n0) % NST;
+      // Item n (and K/V) landed; every warp is done with item n − 1, whose stage item n + NST − 1 takes.
+      wait_item();
+      prefetch(n + NST - 1);
       const int64_t j = base + list[n / nz];
       const int z0 = (n % nz) * kTile;
       const int2 sj = meta[n / nz];
@@ -319,30 +339,32 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 
 // ---- launchers --------------------------------------------------------------------------------------
 
-template <int HD, bool WG>
+template <int HD, bool WG, int NST>
 void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
   using Cfg = KvCfg<HD>;
   const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
-  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 4) * kWgTile
-                          : sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8);
+  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 2 * NST) * kWgTile
+                          : sizeof(bf16) * (2 * Cfg::kKeys + 2 * NST * kTile) * (HD + 8);
   const size_t smem = (WG ? 1024 : 0) +
-                      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
+                      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 2 * NST * kTile + sizeof(int) * NST * kTile +
                                                     (sizeof(int2) + sizeof(int)) * list +
                                                     sizeof(int) * Cfg::kThreads / 32);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(Cfg::kRanks));
-  dfa_kv_kernel<HD, WG><<<grid, Cfg::kThreads, smem, stream>>>(a);
+  dfa_kv_kernel<HD, WG, NST><<<grid, Cfg::kThreads, smem, stream>>>(a);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
 
 }  // namespace
 
-void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream) {
-  if (wg)
-    kv_pass<128, true>(a, kvrows, stream);
+void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, bool deep, cudaStream_t stream) {
+  if (wg && deep)
+    kv_pass<128, true, 3>(a, kvrows, stream);
+  else if (wg)
+    kv_pass<128, true, 2>(a, kvrows, stream);
   else
-    dispatch_head_dim(a.d.hd, [&](auto hd) { kv_pass<decltype(hd)::value, false>(a, kvrows, stream); });
+    dispatch_head_dim(a.d.hd, [&](auto hd) { kv_pass<decltype(hd)::value, false, 2>(a, kvrows, stream); });
 }
 
 }  // namespace df
