@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
   extern __shared__ __align__(16) unsigned char dfa_smem[];
   unsigned char* const Qt = WG ? align1024(dfa_smem) : dfa_smem;  // NB tiles, one per block
   unsigned char* const dOt = Qt + NB * TILE;                       // DQ only
-  // K, V of two tiles: the next one loads during this one.
+  // K, V of KST tiles: the next one loads during this one. Pairs keep three, so that a tile's last product
+  // (P·V or dS·K) may still run while the tile after next loads (see the loop).
+  constexpr int KST = NB == 2 ? 3 : 2;
   unsigned char* const KV = Qt + (DQ ? 2 : 1) * NB * TILE;
   auto Kb = [&](int b) { return KV + 2 * b * TILE; };
   auto Vb = [&](int b) { return KV + (2 * b + 1) * TILE; };
@@ -201,18 +203,59 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
   const bf16* qw = reinterpret_cast<const bf16*>(Qt) + warp * 16 * LDS;
   const bf16* dOs = reinterpret_cast<const bf16*>(dOt);
 
-  for (int k0 = 0, buf = 0; k0 < nkeys; k0 += kTile, buf ^= 1) {
-    // Tile k0 landed; every warp is done with the other buffer (tile k0 − 64).
+  // Pairs leave a tile's last product in flight into the next tile (its A fragment in a_run) and wait for it
+  // behind that tile's first product, so that it runs across the barrier and the copies' issue; the buffer it
+  // reads is next written two tiles later, after every warp has waited for it and passed a barrier.
+  uint32_t a_run[4][4];
+  for (int k0 = 0, buf = 0; k0 < nkeys; k0 += kTile, buf = buf + 1 == KST ? 0 : buf + 1) {
+    // Tile k0 landed; every warp is done with the buffer the next tile takes (tile k0 − 64·(KST − 1)).
     if constexpr (WG)
       tile_wait_wg();
     else
       tile_wait();
     if (k0 + kTile < nkeys) {
-      load(Kb(buf ^ 1), kvsrc(p.k, p.ld_k, k0 + kTile));
-      load(Vb(buf ^ 1), kvsrc(p.v, p.ld_v, k0 + kTile));
+      const int next = buf + 1 == KST ? 0 : buf + 1;
+      load(Kb(next), kvsrc(p.k, p.ld_k, k0 + kTile));
+      load(Vb(next), kvsrc(p.v, p.ld_v, k0 + kTile));
     }
     if (!mine) continue;  // (a pair's second warpgroup without a block: only loads and barriers)
-    if constexpr (WG && !DQ) {
+    if constexpr (WG && !DQ && NB == 2) {
+      // The forward of a pair: P·V of the previous tile completes with this tile's scores (o is rescaled
+      // below, so it must be).
+      float s[32];
+      wg_issue_score(s, Qw, Kb(buf));
+      wg_wait<0>(s);
+      wgmma_fence_regs(o);
+      for (auto& ak : a_run) wgmma_fence_regs(ak);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
+        s[i] = vis(x, h) ? s[i] * p.scale_log2 : -INFINITY;
+      }
+      float corr[2];
+      softmax_step<8>([&](int n, int e) -> float& { return s[4 * n + e]; }, mx_run, l, corr);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+      wg_a_frags(s, a_run);
+      wg_issue_product(o, a_run, Vb(buf));
+    } else if constexpr (WG && DQ && NB == 2) {
+      // The dq pass of a pair: dS·K of the previous tile completes with this tile's S (groups complete in
+      // order).
+      float s[32], dp[32];
+      wg_issue_scores(s, Qw, Kb(buf), dp, dOw, Vb(buf));
+      wg_wait<1>(s);
+      for (auto& ak : a_run) wgmma_fence_regs(ak);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
+        s[i] = vis(x, h) ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
+      }
+      wg_wait<0>(dp);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] *= dp[i] - dsum[(i >> 1) & 1];
+      wg_a_frags(s, a_run);
+      wg_issue_product(o, a_run, Kb(buf));
+    } else if constexpr (WG && !DQ) {
       // The mma.sync step on the wgmma fragment: masked scores, the online softmax, o += P·V.
       float s[32];
       wg_score(s, Qw, Kb(buf));
@@ -283,6 +326,10 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
     }
   }
   if (!mine) return;
+  if constexpr (WG && NB == 2) {  // the last tile's product
+    wg_wait<0>(o);
+    for (auto& ak : a_run) wgmma_fence_regs(ak);
+  }
   const bool pad = m.a < 0;  // a padding block of a pair: out / dq 0 (whatever its dO holds), lse −inf
 
   float fin[2];
@@ -370,8 +417,9 @@ Path path_for(const DFlashAttnDims& d, bool vec) {
 
 template <int HD, bool DQ, bool WG, int NB>
 void query_pass(const QueryArgs& a, cudaStream_t stream) {
-  // Q (and dO) of each block, K and V of two key tiles; the wgmma tiles need a 1024-byte aligned base.
-  const size_t tiles = size_t(NB * (DQ ? 2 : 1) + 4);
+  // Q (and dO) of each block, K and V of two key tiles (three for pairs); the wgmma tiles need a 1024-byte
+  // aligned base.
+  const size_t tiles = size_t(NB * (DQ ? 2 : 1) + (NB == 2 ? 6 : 4));
   const size_t smem = WG ? 1024 + tiles * kWgTile : sizeof(bf16) * tiles * kTile * (HD + 8);
   DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG, NB>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
