@@ -108,7 +108,9 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
   const int nblk = int(min(int64_t(NB), d.nb - jfirst));  // blocks of this CTA (the last pair may have one)
   const int wg = threadIdx.x / 128, j_off = min(wg, nblk - 1);
   const int64_t j = jfirst + j_off;  // this warpgroup's block
-  const bool mine = wg < nblk;       // a second warpgroup without a block only helps load and wait
+  // A second warpgroup without a block runs on zero tiles and stores nothing (a branch around its products
+  // would make ptxas serialize every wgmma of the kernel).
+  const bool mine = wg < nblk;
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   auto q_row = [&](int64_t jb, int r) { return jb * d.block + r % d.block; };  // r: row of the group, < R
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
 
   auto qsrc = [&](const bf16* base, int64_t ld, int64_t jb) {
     return [=](int r) -> const bf16* {
-      return z0 + r < R ? base + q_row(jb, z0 + r) * ld + q_col(z0 + r) : nullptr;
+      return z0 + r < R && jb < d.nb ? base + q_row(jb, z0 + r) * ld + q_col(z0 + r) : nullptr;
     };
   };
   auto kvsrc = [&](const bf16* base, int64_t ld, int k0) {
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
     else
       load_tile<HD, kTile, THREADS>(reinterpret_cast<bf16*>(dst), d.hd, p.vec, p.q, src);
   };
-  for (int b = 0; b < nblk; ++b) {
+  for (int b = 0; b < NB; ++b) {
     load(Qt + b * TILE, qsrc(p.q, p.ld_q, jfirst + b));
     if (DQ) load(dOt + b * TILE, qsrc(p.dout, p.ld_dout, jfirst + b));
   }
@@ -218,7 +220,6 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
       load(Kb(next), kvsrc(p.k, p.ld_k, k0 + kTile));
       load(Vb(next), kvsrc(p.v, p.ld_v, k0 + kTile));
     }
-    if (!mine) continue;  // (a pair's second warpgroup without a block: only loads and barriers)
     if constexpr (WG && !DQ && NB == 2) {
       // The forward of a pair: P·V of the previous tile completes with this tile's scores (o is rescaled
       // below, so it must be).
@@ -325,11 +326,11 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
       }
     }
   }
-  if (!mine) return;
   if constexpr (WG && NB == 2) {  // the last tile's product
     wg_wait<0>(o);
     for (auto& ak : a_run) wgmma_fence_regs(ak);
   }
+  if (!mine) return;
   const bool pad = m.a < 0;  // a padding block of a pair: out / dq 0 (whatever its dO holds), lse −inf
 
   float fin[2];
