@@ -6,7 +6,7 @@
 // blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
 // On Hopper at head dims 65..128 the three passes run on wgmma (one warpgroup per 64 query rows or 64 keys,
 // operands straight from swizzled shared memory), the query-major ones over pairs of neighbouring blocks that
-// share one walk of the union of their context ranges, the dk/dv pass with a three-stage Q/dO ring;
+// share one walk of the union of their context ranges, the dk/dv pass with a four-stage Q/dO ring;
 // DFLASH_DFA=wg1 keeps the session-12 wgmma kernels (one block per CTA, two stages), DFLASH_DFA=mma the
 // mma.sync kernels. This file holds the query-major kernels and the launchers; the key-major dk/dv kernel
 // is dflash_attention_kv.cu.
@@ -406,7 +406,7 @@ bool aligned16(const void* p) {
 
 // Which kernels a pass takes. wgmma: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte copies
 // on a compute capability 9.0 GPU of an sm_90a build; its query-major passes walk pairs of blocks and the
-// dk/dv pass keeps three items in flight unless DFLASH_DFA=wg1 (one block per CTA, two stages: session 12's). DFLASH_DFA=mma keeps the mma.sync kernels. Read
+// dk/dv pass keeps two items in flight ahead unless DFLASH_DFA=wg1 (one block per CTA, two stages: session 12's). DFLASH_DFA=mma keeps the mma.sync kernels. Read
 // on every call, so one process can time all three.
 enum class Path { mma, wg1, wg2 };
 Path path_for(const DFlashAttnDims& d, bool vec) {

@@ -86,7 +86,8 @@ struct KvArgs {
 
 
 // The key-major dk/dv pass over kvrows k/v rows (dflash_attention_kv.cu): the wgmma kernel when wg (with a
-// three-stage Q/dO ring when deep, else two), else the mma.sync kernel of the head dim's padded width.
+// four-stage Q/dO ring and the deferred dK when deep, else two stages), else the mma.sync kernel of the head
+// dim's padded width.
 void kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, bool deep, cudaStream_t stream);
 
 }  // namespace dfa

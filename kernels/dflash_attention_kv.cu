@@ -52,8 +52,10 @@ struct KvCfg {
 // distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
 // WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
 // (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands).
-// NST: Q/dO stages of the item ring, the copies of an item issued NST − 1 items ahead (an item's products take
-// about as long as its 32 KB crossing from L2): 3 on the default wgmma path, 2 on DFLASH_DFA=wg1 and mma.
+// NST: Q/dO stages of the item ring. 2 (DFLASH_DFA=wg1 and mma): an item's copies are issued one item ahead.
+// 4 (the default wgmma path): two items ahead (an item's products take about as long as its 32 KB crossing
+// from L2), and an item's last product, dK += dSᵀ·Q, stays in flight into the next item, waited for behind
+// that item's Sᵀ, so that it runs across the barrier and the copies' issue.
 template <int HD, bool WG, int NST>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, KvCfg<HD>::kRanks)
     dfa_kv_kernel(KvArgs p) {
@@ -102,17 +104,20 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     else
       load_tile<HD, decltype(rows)::value, THREADS>(reinterpret_cast<bf16*>(dst), hd, vec, any, src);
   };
+  constexpr bool DEFER = WG && NST == 4;
+  constexpr int AHEAD = DEFER ? NST - 2 : NST - 1;  // items whose copies are in flight ahead of this one
+  static_assert(NST == 2 || DEFER, "two stages, or four with the deferred dK product");
   // Copy groups per item: the Q and dO tiles' (16-byte copies) and one closing group (the row terms' copies,
   // and everything of the element-copy path, whose tile stores are plain).
   const int groups = vec ? 3 : 1;
   auto commit = [] { asm volatile("cp.async.commit_group;\n" ::: "memory"); };
-  // The item of stage b landed (the NST − 2 later items may still be in flight); the barrier publishes it
-  // and tells every warp that all are done with the previous item.
+  // The item of stage b landed (the AHEAD − 1 later items may still be in flight); the barrier publishes it
+  // and tells every warp that all are done with the previous item (with DEFER: all but its dK product).
   auto wait_item = [vec] {
     if (vec)
-      asm volatile("cp.async.wait_group %0;\n" ::"n"((NST - 2) * 3) : "memory");
+      asm volatile("cp.async.wait_group %0;\n" ::"n"((AHEAD - 1) * 3) : "memory");
     else
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(NST - 2) : "memory");
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(AHEAD - 1) : "memory");
     if constexpr (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
   };
@@ -131,6 +136,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 #pragma unroll
       for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
   }
+
+  uint32_t da[4][4];  // (wgmma) dSᵀ of the last item, the A operand of its dK product
 
   // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
   const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
@@ -208,12 +215,13 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       else
         for (int i = 0; i < groups; ++i) commit();
     };
-    for (int i = 0; i < NST - 1; ++i) prefetch(n0 + i);
+    for (int i = 0; i < AHEAD; ++i) prefetch(n0 + i);
     for (int n = n0; n < n1; ++n) {
       const int b = (n - n0) % NST;
-      // Item n (and K/V) landed; every warp is done with item n − 1, whose stage item n + NST − 1 takes.
+      // Item n (and K/V) landed; every warp is done with the stage item n + AHEAD takes (item n − 1's, or
+      // with DEFER item n − 2's: item n − 1's dK may still read its Q).
       wait_item();
-      prefetch(n + NST - 1);
+      prefetch(n + AHEAD);
       const int64_t j = base + list[n / nz];
       const int z0 = (n % nz) * kTile;
       const int2 sj = meta[n / nz];
@@ -247,11 +255,19 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // Warpgroup wg holds keys [64·wg, 64·wg + 64) of the tile (so warp w's fragment rows are keys kw + gr
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
-        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
-        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
+        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) {
+          if constexpr (DEFER) {  // the skipped item's stage is reloaded next item: the pending dK must be done
+            wg_wait<0>(dk);
+            for (auto& ak : da) wgmma_fence_regs(ak);
+          }
+          continue;
+        }
+        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs
+        // (with DEFER the previous item's dK completes with Sᵀ: groups complete in order).
         float s[32], dp[32];
         wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
         wg_wait<1>(s);
+        if constexpr (DEFER) for (auto& ak : da) wgmma_fence_regs(ak);
         p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, [&](int n2, int e) -> float& { return s[4 * n2 + e]; },
              [&](int n2, int e) -> float& { return dp[4 * n2 + e]; }, std::false_type{});
         uint32_t pa[4][4];
@@ -263,11 +279,15 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           const float2 ds = *reinterpret_cast<const float2*>(db + 8 * (i >> 2) + 2 * t4);
           dp[i] = s[i] * (dp[i] - (i & 1 ? ds.y : ds.x));
         }
-        uint32_t da[4][4];
         wg_a_frags(dp, da);
         wg_issue_product(dk, da, Qb(b));
-        wg_wait<0>(dv);
-        wgmma_fence_regs(dk);
+        if constexpr (DEFER) {
+          wg_wait<1>(dv);
+          for (auto& ak : pa) wgmma_fence_regs(ak);
+        } else {
+          wg_wait<0>(dv);
+          wgmma_fence_regs(dk);
+        }
       } else {
         // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
         if (!m.sees(r0 + kw, r0 + kw + 16)) continue;
@@ -294,6 +314,10 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           }
         }
       }
+    }
+    if constexpr (DEFER) {  // the round's last dK (the next round reloads its stages; the partials read dk)
+      wg_wait<0>(dk);
+      for (auto& ak : da) wgmma_fence_regs(ak);
     }
   }
 
@@ -360,7 +384,7 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
 
 void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, bool deep, cudaStream_t stream) {
   if (wg && deep)
-    kv_pass<128, true, 3>(a, kvrows, stream);
+    kv_pass<128, true, 4>(a, kvrows, stream);
   else if (wg)
     kv_pass<128, true, 2>(a, kvrows, stream);
   else
