@@ -405,9 +405,10 @@ bool aligned16(const void* p) {
 }
 
 // Which kernels a pass takes. wgmma: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte copies
-// on a compute capability 9.0 GPU of an sm_90a build; its query-major passes walk pairs of blocks and the
-// dk/dv pass keeps two items in flight ahead unless DFLASH_DFA=wg1 (one block per CTA, two stages: session 12's). DFLASH_DFA=mma keeps the mma.sync kernels. Read
-// on every call, so one process can time all three.
+// on a compute capability 9.0 GPU of an sm_90a build; by default its query-major passes walk pairs of blocks
+// and its dk/dv pass keeps two items' copies in flight and defers dK; DFLASH_DFA=wg1 keeps session 12's
+// wgmma kernels (one block per CTA, two stages). DFLASH_DFA=mma keeps the mma.sync kernels. Read on every
+// call, so one process can time all three.
 enum class Path { mma, wg1, wg2 };
 Path path_for(const DFlashAttnDims& d, bool vec) {
   const char* e = std::getenv("DFLASH_DFA");
