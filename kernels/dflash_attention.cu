@@ -104,14 +104,17 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
   const DFlashAttnDims& d = p.d;
   // The drafter's anchors ascend within a sequence, so the last blocks see the most keys: the wgmma variant
   // walks the blocks from the last, which starts the longest CTAs first and leaves short ones for the tail.
-  const int64_t jfirst = NB * (WG ? (d.nb + NB - 1) / NB - 1 - blockIdx.x : int64_t(blockIdx.x));
+  // Pairs put the kv head in blockIdx.x too, fastest, so that the long CTAs of every head start first.
+  const int64_t unit = NB == 2 ? blockIdx.x / unsigned(d.hkv) : blockIdx.x;
+  const int g = NB == 2 ? int(blockIdx.x % unsigned(d.hkv)) : int(blockIdx.y);
+  const int64_t jfirst = NB * (WG ? (d.nb + NB - 1) / NB - 1 - unit : unit);
   const int nblk = int(min(int64_t(NB), d.nb - jfirst));  // blocks of this CTA (the last pair may have one)
   const int wg = threadIdx.x / 128, j_off = min(wg, nblk - 1);
   const int64_t j = jfirst + j_off;  // this warpgroup's block
   // A second warpgroup without a block runs on zero tiles and stores nothing (a branch around its products
   // would make ptxas serialize every wgmma of the kernel).
   const bool mine = wg < nblk;
-  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
+  const int group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   auto q_row = [&](int64_t jb, int r) { return jb * d.block + r % d.block; };  // r: row of the group, < R
   auto q_col = [&](int r) { return int64_t(g * group + r / d.block) * d.hd; };
@@ -414,7 +417,9 @@ Path path_for(const DFlashAttnDims& d, bool vec) {
   const char* e = std::getenv("DFLASH_DFA");
   if (!(d.hd > 64 && d.hd <= 128 && vec && !(e && std::strcmp(e, "mma") == 0) && wgmma_available()))
     return Path::mma;
-  return e && std::strcmp(e, "wg1") == 0 ? Path::wg1 : Path::wg2;
+  // Pairs put (pair, kv head) in one grid dimension.
+  const bool fits = (d.nb + 1) / 2 * d.hkv <= 0x7fffffff;
+  return (e && std::strcmp(e, "wg1") == 0) || !fits ? Path::wg1 : Path::wg2;
 }
 
 template <int HD, bool DQ, bool WG, int NB>
@@ -426,7 +431,9 @@ void query_pass(const QueryArgs& a, cudaStream_t stream) {
   DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG, NB>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int R = a.d.hq / a.d.hkv * a.d.block;
-  dim3 grid(unsigned((a.d.nb + NB - 1) / NB), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
+  const int64_t units = (a.d.nb + NB - 1) / NB;
+  dim3 grid(unsigned(NB == 2 ? units * a.d.hkv : units), unsigned(NB == 2 ? 1 : a.d.hkv),
+            unsigned((R + kTile - 1) / kTile));
   dfa_query_kernel<HD, DQ, WG, NB><<<grid, 128 * NB, smem, stream>>>(a);
   DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
 }

@@ -80,8 +80,14 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   int* list = reinterpret_cast<int*>(meta + LIST);
   int* wcount = list + LIST;
   const DFlashAttnDims& d = p.d;
-  const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * KEYS, r1 = min(r0 + KEYS, rows);
-  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
+  constexpr bool DEFER = WG && NST == 4;
+  // With DEFER (the default path) blockIdx.x is the kv head and blockIdx.y the key tile, the head fastest in
+  // launch order, so that every head's context tiles, which many blocks see, start before the own-row tiles,
+  // which few do.
+  const int64_t r0 = int64_t(DEFER ? blockIdx.y : blockIdx.x) * KEYS, rows = d.T + d.nb * d.block;
+  const int64_t r1 = min(r0 + KEYS, rows);
+  const int g = DEFER ? blockIdx.x : blockIdx.y;
+  const int group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const int kw = (warp % SLICES) * 16, col0 = (warp / SLICES) * COLS;  // this warp's key rows and columns
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -104,7 +110,6 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     else
       load_tile<HD, decltype(rows)::value, THREADS>(reinterpret_cast<bf16*>(dst), hd, vec, any, src);
   };
-  constexpr bool DEFER = WG && NST == 4;
   constexpr int AHEAD = DEFER ? NST - 2 : NST - 1;  // items whose copies are in flight ahead of this one
   static_assert(NST == 2 || DEFER, "two stages, or four with the deferred dK product");
   // Copy groups per item: the Q and dO tiles' (16-byte copies) and one closing group (the row terms' copies,
@@ -375,7 +380,10 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
                                                     sizeof(int) * Cfg::kThreads / 32);
   DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(Cfg::kRanks));
+  const int64_t tiles_n = (kvrows + Cfg::kKeys - 1) / Cfg::kKeys;
+  const bool heads_fast = WG && NST == 4;  // the kernel's DEFER
+  dim3 grid(unsigned(heads_fast ? a.d.hkv : tiles_n), unsigned(heads_fast ? tiles_n : a.d.hkv),
+            unsigned(Cfg::kRanks));
   dfa_kv_kernel<HD, WG, NST><<<grid, Cfg::kThreads, smem, stream>>>(a);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
@@ -383,7 +391,7 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
 }  // namespace
 
 void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, bool deep, cudaStream_t stream) {
-  if (wg && deep)
+  if (wg && deep && (kvrows + 127) / 128 <= 65535)  // the key tiles in gridDim.y
     kv_pass<128, true, 4>(a, kvrows, stream);
   else if (wg)
     kv_pass<128, true, 2>(a, kvrows, stream);
