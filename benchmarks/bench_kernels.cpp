@@ -6,8 +6,8 @@
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels
 // alone, `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
 // (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
-// timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash` the
-// DFlash drafter attention at the drafter step's shape and 8x it, all three kernel paths. The FP8 input
+// timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash`
+// the DFlash drafter attention at the drafter step's shape and 8x it, all three kernel paths. The FP8 input
 // quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in
 // the same call.
 #include <cuda_runtime.h>
@@ -252,9 +252,9 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
 }
 
 // DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096
-// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on the three
-// kernel paths in the same process: the default (wgmma on an sm_90a build and a compute capability 9.0 GPU,
-// query-major passes over pairs of blocks), DFLASH_DFA=wg1 (wgmma, one block per query-major CTA) and
+// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on the
+// three kernel paths in the same process: the default (wgmma on an sm_90a build and a compute capability 9.0
+// GPU, query-major passes over pairs of blocks), DFLASH_DFA=wg1 (wgmma, one block per query-major CTA) and
 // DFLASH_DFA=mma (the mma.sync kernels). Checked first, on each path: out, lse, dq and the own-block dk/dv
 // of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed
 // the path's out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each
@@ -331,7 +331,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
       setenv("DFLASH_DFA", sel, 1);
     else
       unsetenv("DFLASH_DFA");
-    const char* path = mma                 ? "mma.sync"
+    const char* path = mma                  ? "mma.sync"
                        : !wgmma_available() ? "default (no wgmma here)"
                        : wg1                ? "wgmma 1 block"
                                             : "wgmma pairs";

@@ -86,7 +86,7 @@ struct QueryArgs {
 // 64 query rows): neighbouring anchors see nearly the same context, so a pair shares one walk and each K/V
 // tile feeds twice the work.
 template <int HD, bool DQ, bool WG, int NB>
-__global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_kernel(QueryArgs p) {
+__global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_kernel(QueryArgs p) {
   static_assert(!WG || HD == 128, "the wgmma variant is written for head dim 128");
   static_assert(NB == 1 || (NB == 2 && WG), "pairs of blocks are a wgmma variant");
   constexpr int LDS = HD + 8, THREADS = 128 * NB;
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(128 * NB, WG && NB == 1 ? 2 : 1) dfa_query_ker
   constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
   extern __shared__ __align__(16) unsigned char dfa_smem[];
   unsigned char* const Qt = WG ? align1024(dfa_smem) : dfa_smem;  // NB tiles, one per block
-  unsigned char* const dOt = Qt + NB * TILE;                       // DQ only
+  unsigned char* const dOt = Qt + NB * TILE;                      // DQ only
   // K, V of KST tiles: the next one loads during this one. Pairs keep three, so that a tile's last product
   // (P·V or dS·K) may still run while the tile after next loads (see the loop).
   constexpr int KST = NB == 2 ? 3 : 2;

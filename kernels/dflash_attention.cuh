@@ -84,7 +84,6 @@ struct KvArgs {
   bool vec, pairs;
 };
 
-
 // The key-major dk/dv pass over kvrows k/v rows (dflash_attention_kv.cu): the wgmma kernel when wg (with a
 // four-stage Q/dO ring and the deferred dK when deep, else two stages), else the mma.sync kernel of the head
 // dim's padded width.

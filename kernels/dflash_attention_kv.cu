@@ -69,14 +69,14 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   unsigned char* const tiles = WG ? align1024(dfa_smem) : dfa_smem;
   unsigned char* const Kt = tiles;
   unsigned char* const Vt = Kt + KEYS / 64 * TILE;
-  // Q and dO of NST query chunks: the next NST − 1 load during this one.
+  // Q and dO of NST query chunks: the next AHEAD load during this one.
   unsigned char* const QdO = Vt + KEYS / 64 * TILE;
   auto Qb = [&](int b) { return QdO + 2 * b * TILE; };
   auto dOb = [&](int b) { return QdO + (2 * b + 1) * TILE; };
   float* lse2 = reinterpret_cast<float*>(QdO + 2 * NST * TILE);  // [NST][64] per chunk row: lse·log2 e,
-  float* dsum = lse2 + NST * kTile;                               // D,
-  int* cols = reinterpret_cast<int*>(dsum + NST * kTile);         // first context key | end of own keys << 16
-  int2* meta = reinterpret_cast<int2*>(cols + NST * kTile);       // listed blocks' (first row, anchor)
+  float* dsum = lse2 + NST * kTile;                              // D,
+  int* cols = reinterpret_cast<int*>(dsum + NST * kTile);        // first context key | end of own keys << 16
+  int2* meta = reinterpret_cast<int2*>(cols + NST * kTile);      // listed blocks' (first row, anchor)
   int* list = reinterpret_cast<int*>(meta + LIST);
   int* wcount = list + LIST;
   const DFlashAttnDims& d = p.d;
@@ -261,18 +261,19 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
         if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) {
-          if constexpr (DEFER) {  // the skipped item's stage is reloaded next item: the pending dK must be done
+          if constexpr (DEFER) {  // the next item reloads the stage the pending dK reads
             wg_wait<0>(dk);
             for (auto& ak : da) wgmma_fence_regs(ak);
           }
           continue;
         }
-        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs
-        // (with DEFER the previous item's dK completes with Sᵀ: groups complete in order).
+        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO
+        // runs (with DEFER the previous item's dK completes with Sᵀ: groups complete in order).
         float s[32], dp[32];
         wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
         wg_wait<1>(s);
-        if constexpr (DEFER) for (auto& ak : da) wgmma_fence_regs(ak);
+        if constexpr (DEFER)
+          for (auto& ak : da) wgmma_fence_regs(ak);
         p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, [&](int n2, int e) -> float& { return s[4 * n2 + e]; },
              [&](int n2, int e) -> float& { return dp[4 * n2 + e]; }, std::false_type{});
         uint32_t pa[4][4];
@@ -374,10 +375,10 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
   const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
   const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 2 * NST) * kWgTile
                           : sizeof(bf16) * (2 * Cfg::kKeys + 2 * NST * kTile) * (HD + 8);
-  const size_t smem = (WG ? 1024 : 0) +
-                      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 2 * NST * kTile + sizeof(int) * NST * kTile +
-                                                    (sizeof(int2) + sizeof(int)) * list +
-                                                    sizeof(int) * Cfg::kThreads / 32);
+  const size_t smem =
+      (WG ? 1024 : 0) +
+      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 2 * NST * kTile + sizeof(int) * NST * kTile +
+                                    (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32);
   DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int64_t tiles_n = (kvrows + Cfg::kKeys - 1) / Cfg::kKeys;

@@ -62,7 +62,8 @@ __device__ __forceinline__ void wg_issue_abt(float (&s)[32], const unsigned char
 }
 
 // One warpgroup's s = X·Yᵀ over 128 columns (wg_issue_abt) as one group, not waited for.
-__device__ __forceinline__ void wg_issue_score(float (&s)[32], const unsigned char* x, const unsigned char* y) {
+__device__ __forceinline__ void wg_issue_score(float (&s)[32], const unsigned char* x,
+                                               const unsigned char* y) {
 #ifdef DF_WGMMA_BODY
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;

@@ -359,11 +359,11 @@ TEST_F(DFlashAttentionCuda, HopperPathAwkwardShapes) {
 
 TEST_F(DFlashAttentionCuda, HopperPairsOfBlocks) {
   // The default wgmma forward and dq pass walk blocks (2i, 2i + 1) together over the union of their context
-  // ranges: pairs from two sequences, far-apart and overlapping anchors, a padding block beside a real one (either
-  // side), an odd count (the last block alone), a pair whose union spans a gap larger than a tile, and a
-  // second 64-row query chunk.
-  const std::vector<std::pair<int, int>> blocks{{0, 149}, {1, 7},  {0, -1}, {0, 64}, {1, 40}, {1, 39},
-                                                {0, 0},   {0, -1}, {0, 3},  {0, 140}, {1, 41}};
+  // ranges: pairs from two sequences, far-apart and overlapping anchors, a padding block beside a real one
+  // (either side), an odd count (the last block alone), a pair whose union spans a gap larger than a tile,
+  // and a second 64-row query chunk.
+  const std::vector<std::pair<int, int> > blocks{{0, 149}, {1, 7},  {0, -1}, {0, 64},  {1, 40}, {1, 39},
+                                                 {0, 0},   {0, -1}, {0, 3},  {0, 140}, {1, 41}};
   run({"pairs hd128 group4 full", {8, 2, 128, 16, 0}, {150, 45}, blocks});
   run({"pairs hd128 group4 W40", {8, 2, 128, 16, 40}, {150, 45}, blocks});
   run({"pairs hd96 group6 B11 W9", {6, 1, 96, 11, 9}, {150, 45}, blocks});
