@@ -281,7 +281,8 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const Gd
     auto p_of = [&](int i, int j, float v) { return j <= i ? qn[i] * kn[j] * expf(gam[i] - gam[j]) * v : 0.0f; };
     gdn_warp_store(accp, r0, cc, [&](int i, int j, float v0, float v1) {
       if (i < L)
-        *reinterpret_cast<uint32_t*>(p.ws_p + ((t0 + i) * nv + h) * C + j) = pack_bf16x2(p_of(i, j, v0), p_of(i, j + 1, v1));
+        *reinterpret_cast<uint32_t*>(p.ws_p + ((t0 + i) * nv + h) * C + j) =
+            pack_bf16x2(p_of(i, j, v0), p_of(i, j + 1, v1));
     });
   }
   __syncthreads();

@@ -1,7 +1,7 @@
 // The DeltaNet side of the CUDA ops against the CPU fp32 oracle: the depthwise causal conv (kernel sizes, awkward
 // widths and offsets, sequence starts), the gated RMSNorm, the Gated DeltaNet prefill (chunked and recurrent
-// paths, chunk and sequence seams, workspace refusal) and decode, and the fused mixer (conv, prefill and norm). Split from test_cuda_ops.cpp, whose fixture
-// (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a GPU or a CUDA build.
+// paths, chunk and sequence seams, workspace refusal) and decode, and the fused mixer (conv, prefill and norm).
+// Split from test_cuda_ops.cpp, whose fixture (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -214,7 +214,8 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       const int64_t P = cols + vdim + 2 * s.nv;  // [q k v | z | b | a], the row pitch padded to 16 bytes
       Pair proj = rand(T, P, -2, 2, DType::bf16, (8 - P % 8) % 8);
       auto view = [&](int64_t c0, int64_t n) { return Pair{proj.cpu.cols_view(c0, n), proj.gpu.cols_view(c0, n)}; };
-      const Pair x = view(0, cols), z = view(cols, vdim), b = view(cols + vdim, s.nv), a = view(cols + vdim + s.nv, s.nv);
+      const Pair x = view(0, cols), z = view(cols, vdim), b = view(cols + vdim, s.nv);
+      const Pair a = view(cols + vdim + s.nv, s.nv);
       const Pair conv_w = rand(cols, c.K, -0.5f, 0.5f, DType::f32), A_log = rand(1, s.nv, -2, 1, DType::f32);
       const Pair dt = rand(1, s.nv, -1, 1, DType::f32), norm_w = rand(1, s.dv, 0.5f, 1.5f, DType::f32);
       const GdnWeights wc{conv_w.cpu, A_log.cpu, dt.cpu, norm_w.cpu, 1e-6f};

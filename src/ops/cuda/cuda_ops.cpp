@@ -271,7 +271,7 @@ int64_t CudaOps::gdn_workspace_bytes(int64_t tokens, const GdnShape& s) const {
   return static_cast<int64_t>(gdn_prefill_workspace_bytes(tokens, s.nv, s.dk, s.dv));
 }
 
-// The bytes a (possibly strided) view spans, first to one past its last element.
+// Whether the byte ranges of two (possibly strided) views, first element to one past the last, meet.
 static bool spans_overlap(const Tensor& x, const Tensor& y) {
   auto span = [](const Tensor& t) {
     const char* p = static_cast<const char*>(t.data);
@@ -313,7 +313,8 @@ void CudaOps::gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const
   cuda_expect_shape(w.A_log, 1, s.nv, op, "A_log");
   cuda_expect_shape(w.dt_bias, 1, s.nv, op, "dt_bias");
   cuda_expect_shape(w.norm_w, 1, s.dv, op, "norm_w");
-  DF_CHECK(!spans_overlap(out, o) && (!spans_overlap(out, conv) || (out.data == conv.data && out.stride == conv.stride)),
+  const bool out_heads_conv = out.data == conv.data && out.stride == conv.stride;
+  DF_CHECK(!spans_overlap(out, o) && (out_heads_conv || !spans_overlap(out, conv)),
            "%s: out %s must be conv's first %lld columns or apart from conv, and apart from o", op,
            out.shape_str().c_str(), (long long)vdim);
   if (!workspace.empty()) {
