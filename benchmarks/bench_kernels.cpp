@@ -543,7 +543,8 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
 
   // The whole mixer as the forward runs it (target_forward.cpp layer_linear): x, z, b and a are column views of
   // the fused projection [T, qkv 10240 | z 6144 | b 48 | a 48], out is the first 6144 columns of the conv
-  // buffer. Fused unless DFLASH_GDN_FUSE=0 (then conv1d_silu, gdn_prefill and gated_rmsnorm one after another).
+  // buffer. Fused unless DFLASH_GDN_FUSE=0 (then conv1d_silu, gdn_prefill and gated_rmsnorm one after another)
+  // or =conv (the conv fused, the gated norm its own kernel).
   const int64_t vdim = int64_t(s.nv) * s.dv;
   Tensor proj = b.rand(DType::bf16, T, cols + vdim + 2 * s.nv, -2, 2);
   GdnWeights w{b.rand(DType::f32, cols, 4, -0.5f, 0.5f), A_log, dt, b.rand(DType::f32, 1, s.dv, 0.5f, 1.5f), 1e-6f};
@@ -561,10 +562,12 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
     b.check("gdn_mixer 16/48 128", y.rows_view(0, ns), hy, 5e-2);
     b.harena.reset(hm2);
   }
-  const char* fuse = std::getenv("DFLASH_GDN_FUSE");
-  const bool separate = fuse && std::string(fuse) == "0";
+  const std::string fuse = std::getenv("DFLASH_GDN_FUSE") ? std::getenv("DFLASH_GDN_FUSE") : "";
   ms = b.time_ms([&] { b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o); }, 5);
-  row_flops(separate ? "gdn_mixer 16/48 128 separate (FUSE=0)" : "gdn_mixer 16/48 128 fused", flops, ms);
+  row_flops(fuse == "0"      ? "gdn_mixer 16/48 128, 3 kernels (FUSE=0)"
+            : fuse == "conv" ? "gdn_mixer 16/48 128, conv fused (FUSE=conv)"
+                             : "gdn_mixer 16/48 128, conv + norm fused",
+            flops, ms);
   row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2, ms);
   b.arena.reset(mark);
 }

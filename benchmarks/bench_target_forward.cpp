@@ -141,8 +141,9 @@ class TimedOps final : public Ops {
                    const Tensor& o, const SeqLayout& s, const GdnShape& sh, const Tensor& ws) override {
     timed("gdn_prefill", [&] { g_.gdn_prefill(qkv, a, b, A_log, dt, o, s, sh, ws); });
   }
-  // The DeltaNet mixer: one row when CudaOps fuses it; under DFLASH_GDN_FUSE=0 (CudaOps then runs the three ops
-  // one after the other) the base class's sequence of the same three ops, so each gets its own row.
+  // The DeltaNet mixer: one row when CudaOps fuses it (DFLASH_GDN_FUSE=conv included); under DFLASH_GDN_FUSE=0
+  // (CudaOps then runs the three ops one after the other) the base class's sequence of the same three ops, so
+  // each gets its own row.
   void gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const Tensor& b, const GdnWeights& w,
                  const Tensor& o, const SeqLayout& s, const GdnShape& sh, const Tensor& ws, const Tensor& conv,
                  const Tensor& mid) override {

@@ -28,17 +28,17 @@ constexpr int kGdnChunkThreads = 256;
 // Causal conv taps of the fused form (every Qwen3.5/3.6 model has 4); other sizes run the separate conv.
 constexpr int kGdnConvTaps = 4;
 
-// One prefill's pointers and sizes, passed by value to both kernels. The fused-form fields are null otherwise.
+// One prefill's pointers and sizes, passed by value to both kernels. The fused forms' fields are null otherwise.
 struct GdnArgs {
-  const bf16* qkv;  // [T, q | k | v] rows: after the conv, or (fused) before it
+  const bf16* qkv;  // [T, q | k | v] rows: after the conv, or (conv fused) before it
   int64_t ld_qkv;
-  const float* conv_w;  // fused: the conv weights [2·nk·dk + nv·dv, kGdnConvTaps]
-  bf16* qk;             // fused: the conv'd q | k rows [T, 2·nk·dk], chunk kernel → state kernel
+  const float* conv_w;  // conv fused: the conv weights [2·nk·dk + nv·dv, kGdnConvTaps]
+  bf16* qk;             // conv fused: the conv'd q | k rows [T, 2·nk·dk], chunk kernel → state kernel
   int64_t ld_qk;
   const bf16 *a, *b;
   int64_t ld_a, ld_b;
   const float *A_log, *dt_bias;
-  const bf16* z;  // fused: the gated norm's gate [T, nv·dv], its weight [dv] and eps
+  const bf16* z;  // norm fused: the gated norm's gate [T, nv·dv], its weight [dv] and eps
   int64_t ld_z;
   const float* norm_w;
   float eps;
@@ -85,10 +85,10 @@ __device__ __forceinline__ void gdn_stage(bf16* X, int ldx, const bf16* src, int
 
 __device__ __forceinline__ void gdn_stage_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// The q, k and v tiles: [kRows][kLdB] each, the fused form's starting kGdnConvTaps − 1 tokens before the chunk.
-template <int D, bool FUSED>
+// The q, k and v tiles: [kRows][kLdB] each, with the conv starting kGdnConvTaps − 1 tokens before the chunk.
+template <int D, bool CONV>
 struct GdnChunkSmem {
-  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4, kRows = C + (FUSED ? kGdnConvTaps - 1 : 0);
+  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4, kRows = C + (CONV ? kGdnConvTaps - 1 : 0);
   static constexpr size_t kBytes = 3 * sizeof(bf16) * kRows * kLdB + sizeof(float) * (C * kLdA + 5 * C);
   static_assert((3 * sizeof(bf16) * kRows * kLdB) % 16 == 0, "the fp32 part must stay 16-byte aligned");
 };
@@ -153,9 +153,10 @@ __device__ __forceinline__ void gdn_conv_silu_tiles(bf16* X, const GdnArgs& p, i
   for (int i = 0; i < K - 1; ++i) step(past[i], r0 + SEG - (K - 1) + i);
 }
 
-template <int D, bool FUSED>
+// CONV: qkv is the projection before the causal conv, which runs on the tiles (gdn_conv_silu_tiles).
+template <int D, bool CONV>
 __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const GdnArgs p) {
-  using Sm = GdnChunkSmem<D, FUSED>;
+  using Sm = GdnChunkSmem<D, CONV>;
   constexpr int C = kGdnChunk, LB = Sm::kLdB, LA = Sm::kLdA;
   extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
   bf16* Qs = reinterpret_cast<bf16*>(gdn_chunk_smem);  // [kRows][LB] q, k, v rows (conv'd from here on)
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const Gd
   }
   gdn_stage_wait();
   __syncthreads();
-  if constexpr (FUSED) {
+  if constexpr (CONV) {
     gdn_conv_silu_tiles<D>(Qs, p, kh, h, L);
     __syncthreads();
     // The first value head of each key head hands its conv'd q and k rows to the state kernel.
@@ -413,12 +414,12 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const Gd
 // One state-pass pipeline stage: W, Q, K, U (and in the fused form the gate Z) tiles [C][kLdB], the masked
 // scores [C][kLdP] (bf16) and the row scalars [C] of one chunk. Two stages: the next chunk's copies fly while
 // this one is computed. The fused form's norm adds per-warp sums of squares [warps][C] and r [C] after them.
-template <int D, bool FUSED>
+template <int D, bool NORM>
 struct GdnStateSmem {
-  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8, kTiles = FUSED ? 5 : 4, kWarps = D / 16;
+  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8, kTiles = NORM ? 5 : 4, kWarps = D / 16;
   static constexpr size_t kTileBytes = sizeof(bf16) * (kTiles * C * kLdB + C * kLdP);
   static constexpr size_t kStage = kTileBytes + sizeof(float4) * C;
-  static constexpr size_t kBytes = 2 * kStage + (FUSED ? sizeof(float) * (kWarps + 1) * C : 0);
+  static constexpr size_t kBytes = 2 * kStage + (NORM ? sizeof(float) * (kWarps + 1) * C : 0);
   static_assert(kTileBytes % 16 == 0, "row scalars must stay 16-byte aligned");
 };
 
@@ -434,19 +435,19 @@ __device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async
 // (S, V') is split into bf16 hi + lo, because an error there is carried into every later chunk. The two
 // output products take the hi half only: their error (2^-9 relative per term, as in flash-linear-attention,
 // which rounds S to bf16 for every product) stays in this chunk's O, which is rounded to bf16 anyway.
-// The fused form reads the conv'd q and k rows the chunk kernel left in p.qk and applies the gated RMSNorm to
+// CONV: the conv'd q and k rows are those the chunk kernel left in p.qk. NORM: the gated RMSNorm is applied to
 // the fp32 O before its only rounding.
-template <int D, bool FUSED>
+template <int D, bool CONV, bool NORM>
 __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
-  using Sm = GdnStateSmem<D, FUSED>;
+  using Sm = GdnStateSmem<D, NORM>;
   constexpr int C = kGdnChunk, LB = Sm::kLdB, LP = Sm::kLdP, NTHR = 2 * D, NS = D / 8, NC = C / 8;
   extern __shared__ __align__(16) unsigned char gdn_state_smem[];
   const int nk = p.nk, nv = p.nv, dk = p.dk, dv = p.dv;
   const int h = blockIdx.x, seq = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3, mat = lane >> 3, r8 = lane & 7, v0 = warp * 16;
   const int kh = h / (nv / nk), start = p.cu[seq], len = p.cu[seq + 1] - start, chunks = (len + C - 1) / C;
-  const bf16* qk = FUSED ? p.qk : p.qkv;
-  const int64_t ld_qk = FUSED ? p.ld_qk : p.ld_qkv;
+  const bf16* qk = CONV ? p.qk : p.qkv;
+  const int64_t ld_qk = CONV ? p.ld_qk : p.ld_qkv;
 
   auto tile = [&](int stage, int i) { return reinterpret_cast<bf16*>(gdn_state_smem + stage * Sm::kStage) + i * C * LB; };
   auto scores = [&](int stage) { return tile(stage, Sm::kTiles); };
@@ -459,7 +460,7 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
     gdn_stage<D, NTHR>(tile(stage, 1), LB, row0 + (int64_t)kh * dk, ld_qk, 0, L, dk);
     gdn_stage<D, NTHR>(tile(stage, 2), LB, row0 + (int64_t)(nk + kh) * dk, ld_qk, 0, L, dk);
     gdn_stage<D, NTHR>(tile(stage, 3), LB, p.ws_u + (t0 * nv + h) * D, (int64_t)nv * D, 0, L, D);
-    if constexpr (FUSED) gdn_stage<D, NTHR>(tile(stage, 4), LB, p.z + t0 * p.ld_z + (int64_t)h * dv, p.ld_z, 0, L, dv);
+    if constexpr (NORM) gdn_stage<D, NTHR>(tile(stage, 4), LB, p.z + t0 * p.ld_z + (int64_t)h * dv, p.ld_z, 0, L, dv);
     gdn_stage<C, NTHR>(scores(stage), LP, p.ws_p + (t0 * nv + h) * C, (int64_t)nv * C, 0, L, C);
     float4* sc = scalars(stage);
     for (int r = threadIdx.x; r < C; r += NTHR) {
@@ -473,7 +474,7 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
   float st[NS][4];
   gdn_warp_zero(st);
   float norm_w[2] = {0.0f, 0.0f};  // the gated norm's weights of this lane's value columns v0 + g (+ 8)
-  if constexpr (FUSED)
+  if constexpr (NORM)
 #pragma unroll
     for (int e = 0; e < 2; ++e) norm_w[e] = v0 + g + 8 * e < dv ? p.norm_w[v0 + g + 8 * e] : 0.0f;
   if (chunks > 0) load(0, 0);
@@ -562,7 +563,7 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
         mma_split_a(st[2 * nd], st[2 * nd + 1], ah, al, b);
       }
     }
-    if constexpr (FUSED) {
+    if constexpr (NORM) {
       // Gated RMSNorm of each token's dv outputs: sums of squares over this warp's 16 columns by shuffles
       // (lanes of one t hold one token pair), over the warps through shared memory. Rows ≥ L and columns ≥ dv
       // hold zeros, so they add nothing and store nothing.
@@ -617,7 +618,7 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
 }
 
 // ---- launchers ----
-template <int D, bool FUSED>
+template <int D, bool CONV, bool NORM>
 static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, unsigned char* ws,
                             cudaStream_t stream) {
   const GdnWorkspaceLayout l = gdn_prefill_workspace_layout(T, p.nv, p.dk, p.dv);
@@ -625,20 +626,20 @@ static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, uns
   p.ws_u = reinterpret_cast<bf16*>(ws + l.u);
   p.ws_p = reinterpret_cast<bf16*>(ws + l.scores);
   p.ws_s = reinterpret_cast<float4*>(ws + l.scalars);
-  const size_t smem1 = GdnChunkSmem<D, FUSED>::kBytes, smem2 = GdnStateSmem<D, FUSED>::kBytes;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D, FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const size_t smem1 = GdnChunkSmem<D, CONV>::kBytes, smem2 = GdnStateSmem<D, NORM>::kBytes;
+  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem1)));
-  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_state_kernel<D, FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_state_kernel<D, CONV, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem2)));
   dim3 g1(num_seqs, (max_len + kGdnChunk - 1) / kGdnChunk, p.nv);
-  gdn_chunk_kernel<D, FUSED><<<g1, kGdnChunkThreads, smem1, stream>>>(p);
+  gdn_chunk_kernel<D, CONV><<<g1, kGdnChunkThreads, smem1, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH("gdn_chunk_kernel");
   dim3 g2(p.nv, num_seqs);
-  gdn_state_kernel<D, FUSED><<<g2, 2 * D, smem2, stream>>>(p);
+  gdn_state_kernel<D, CONV, NORM><<<g2, 2 * D, smem2, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");
 }
 
-template <bool FUSED>
+template <bool CONV, bool NORM>
 static void gdn_prefill_dispatch(const GdnArgs& p, int num_seqs, int64_t T, int max_len, void* ws, size_t ws_bytes,
                                  cudaStream_t stream) {
   const size_t need = gdn_prefill_workspace_bytes(T, p.nv, p.dk, p.dv);
@@ -650,16 +651,16 @@ static void gdn_prefill_dispatch(const GdnArgs& p, int num_seqs, int64_t T, int 
         "(dk %d, dv %d) but got %zu bytes at %p; plan it once with gdn_prefill_workspace_bytes / "
         "Ops::gdn_workspace_bytes for the largest batch",
         need, (long long)T, p.nv, p.dk, p.dv, ws == nullptr ? size_t(0) : ws_bytes, ws);
-    cuda_throw(FUSED ? "gdn_mixer_launch" : "gdn_prefill_launch", what, __FILE__, __LINE__);
+    cuda_throw(CONV ? "gdn_mixer_launch" : "gdn_prefill_launch", what, __FILE__, __LINE__);
   }
   unsigned char* w = static_cast<unsigned char*>(ws);
   const int d = gdn_prefill_tile_dim(p.dk, p.dv);
   if (d == 32)
-    gdn_prefill_run<32, FUSED>(p, num_seqs, T, max_len, w, stream);
+    gdn_prefill_run<32, CONV, NORM>(p, num_seqs, T, max_len, w, stream);
   else if (d == 64)
-    gdn_prefill_run<64, FUSED>(p, num_seqs, T, max_len, w, stream);
+    gdn_prefill_run<64, CONV, NORM>(p, num_seqs, T, max_len, w, stream);
   else
-    gdn_prefill_run<128, FUSED>(p, num_seqs, T, max_len, w, stream);
+    gdn_prefill_run<128, CONV, NORM>(p, num_seqs, T, max_len, w, stream);
 }
 
 // DFLASH_GDN=recurrent sends every prefill to the fp32 token recurrence (decode.cu) instead of the chunked
@@ -672,11 +673,15 @@ static bool gdn_recurrent_forced() {
   return forced;
 }
 
-// DFLASH_GDN_FUSE=0 runs the mixer as its three separate kernels (conv1d_silu, gdn_prefill, gated_rmsnorm),
-// read per call so one process can time and test both.
-static bool gdn_fuse_off() {
+// How much of the mixer runs fused: DFLASH_GDN_FUSE=0 runs its three separate kernels (conv1d_silu,
+// gdn_prefill, gated_rmsnorm), =conv fuses the conv only (the gated norm stays its own kernel), anything else
+// or unset both. Read per call so one process can time and test every form.
+enum class GdnFuse { none, conv, conv_norm };
+static GdnFuse gdn_fuse_mode() {
   const char* e = std::getenv("DFLASH_GDN_FUSE");
-  return e && std::strcmp(e, "0") == 0;
+  if (e && std::strcmp(e, "0") == 0) return GdnFuse::none;
+  if (e && std::strcmp(e, "conv") == 0) return GdnFuse::conv;
+  return GdnFuse::conv_norm;
 }
 
 // Whether the chunked kernels can read this layout (otherwise the token recurrence runs).
@@ -699,7 +704,7 @@ void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
   GdnArgs p{};
   p.qkv = qkv, p.ld_qkv = ld_qkv, p.a = a, p.ld_a = ld_a, p.b = b, p.ld_b = ld_b, p.A_log = A_log;
   p.dt_bias = dt_bias, p.out = out, p.ld_out = ld_out, p.cu = cu, p.nk = nk, p.nv = nv, p.dk = dk, p.dv = dv;
-  gdn_prefill_dispatch<false>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
+  gdn_prefill_dispatch<false, false>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
 }
 
 void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv_k, const bf16* z, int64_t ld_z,
@@ -710,10 +715,11 @@ void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv
                       cudaStream_t stream) {
   if (num_seqs == 0 || nv == 0 || T == 0 || max_len == 0) return;
   const int64_t vdim = (int64_t)nv * dv, qk_cols = 2LL * nk * dk;
-  auto al16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  const bool fused = !gdn_fuse_off() && conv_k == kGdnConvTaps &&
+  auto al = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
+  const GdnFuse mode = gdn_fuse_mode();
+  const bool fused = mode != GdnFuse::none && conv_k == kGdnConvTaps &&
                      gdn_chunked_layout(x, ld_x, out, ld_out, num_seqs, nk, nv, dk, dv) && ld_z % 8 == 0 &&
-                     ld_conv % 8 == 0 && al16(z) && al16(conv);
+                     ld_conv % 8 == 0 && ld_o % 2 == 0 && al(z, 16) && al(conv, 16) && al(o, 4);
   if (!fused) {
     conv1d_silu_launch(x, ld_x, conv_w, conv_k, conv, ld_conv, pos, T, qk_cols + vdim, stream);
     gdn_prefill_launch(conv, ld_conv, a, ld_a, b, ld_b, A_log, dt_bias, o, ld_o, cu, num_seqs, T, max_len, nk, nv,
@@ -724,9 +730,15 @@ void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv
   GdnArgs p{};
   p.qkv = x, p.ld_qkv = ld_x, p.conv_w = conv_w, p.qk = conv + vdim, p.ld_qk = ld_conv;
   p.a = a, p.ld_a = ld_a, p.b = b, p.ld_b = ld_b, p.A_log = A_log, p.dt_bias = dt_bias;
-  p.z = z, p.ld_z = ld_z, p.norm_w = norm_w, p.eps = eps, p.out = out, p.ld_out = ld_out;
   p.cu = cu, p.nk = nk, p.nv = nv, p.dk = dk, p.dv = dv;
-  gdn_prefill_dispatch<true>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
+  if (mode == GdnFuse::conv) {
+    p.out = o, p.ld_out = ld_o;
+    gdn_prefill_dispatch<true, false>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
+    gated_rmsnorm_launch(o, ld_o, z, ld_z, norm_w, out, ld_out, T, nv, dv, eps, stream);
+    return;
+  }
+  p.z = z, p.ld_z = ld_z, p.norm_w = norm_w, p.eps = eps, p.out = out, p.ld_out = ld_out;
+  gdn_prefill_dispatch<true, true>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
 }
 
 }  // namespace df

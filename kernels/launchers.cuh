@@ -219,7 +219,8 @@ void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
 // kernel's epilogue) where conv_k is 4 and the layout allows; then only conv's last 2·nk·dk columns are
 // written (the conv'd q | k rows), so out may be conv's first nv·dv columns. Otherwise, or with
 // DFLASH_GDN_FUSE=0, the three separate launchers run with conv [T, x cols] and o [T, nv·dv] as their
-// intermediates (out may again be conv's first columns, not o). ws as for gdn_prefill_launch.
+// intermediates (out may again be conv's first columns, not o); DFLASH_GDN_FUSE=conv fuses the conv only and
+// runs the gated norm from o. ws as for gdn_prefill_launch.
 void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv_k, const bf16* z, int64_t ld_z,
                       const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b, const float* A_log,
                       const float* dt_bias, const float* norm_w, float eps, bf16* out, int64_t ld_out,

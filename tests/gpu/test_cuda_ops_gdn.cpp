@@ -198,8 +198,8 @@ TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
 }
 
 // The DeltaNet mixer (gdn_mixer: conv1d_silu → gdn_prefill → gated_rmsnorm) fused against the CPU's three ops and
-// against the three CUDA ops (DFLASH_GDN_FUSE=0), as the forward calls it: x, z, b and a column views of one fused
-// projection. Lengths 1, 63, 65, 130 alone and packed (sequences starting inside the chunk the conv's history
+// against the three CUDA ops (DFLASH_GDN_FUSE=0; =conv, the conv fused alone, bit for bit), as the forward calls
+// it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and packed (sequences starting inside the chunk the conv's history
 // rows would come from), the 27B layer (16 / 48 heads of 128), head dims below the kernels' tile (16 / 40,
 // 24 / 8), and a conv of 3 taps, which the fused kernels leave to the three ops.
 TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
@@ -232,7 +232,13 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       setenv("DFLASH_GDN_FUSE", "0", 1);
       Pair y3 = out(T, vdim), conv3 = out(T, cols), o3 = out(T, vdim);
       gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y3.gpu, L.gpu, s, ws, conv3.gpu, o3.gpu);
+      // The conv fused alone: the same q, k, v bits into the same prefill and norm, so the same output bits.
+      setenv("DFLASH_GDN_FUSE", "conv", 1);
+      Pair yc = out(T, vdim), convc = out(T, cols), oc = out(T, vdim);
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yc.gpu, L.gpu, s, ws, convc.gpu, oc.gpu);
       unsetenv("DFLASH_GDN_FUSE");
+      expect_same_bits(yc.gpu, y3.gpu, what, "DFLASH_GDN_FUSE=conv", "DFLASH_GDN_FUSE=0");
+      expect_same_bits(oc.gpu, o3.gpu, what, "DFLASH_GDN_FUSE=conv o", "DFLASH_GDN_FUSE=0 o");
       const std::vector<float> got = down_gpu(y.gpu), sep = down_gpu(y3.gpu);
 
       // Against the CPU, normalised: the norm divides by rms(o), which on these random inputs ranges over four
