@@ -199,9 +199,10 @@ TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
 
 // The DeltaNet mixer (gdn_mixer: conv1d_silu → gdn_prefill → gated_rmsnorm) fused against the CPU's three ops and
 // against the three CUDA ops (DFLASH_GDN_FUSE=0; =conv, the conv fused alone, bit for bit), as the forward calls
-// it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and packed (sequences starting inside the chunk the conv's history
-// rows would come from), the 27B layer (16 / 48 heads of 128), head dims below the kernels' tile (16 / 40,
-// 24 / 8), and a conv of 3 taps, which the fused kernels leave to the three ops.
+// it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and packed (sequences
+// starting inside the chunk the conv's history rows would come from), the 27B layer (16 / 48 heads of 128), head
+// dims below the kernels' tile (16 / 40, 24 / 8), and a conv of 3 taps, which the fused kernels leave to the
+// three ops.
 TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
   struct Case { GdnShape s; int K; };
   for (const auto& lens : {std::vector<int32_t>{1}, {63}, {65}, {130}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 70}})
