@@ -550,6 +550,35 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
   row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
   row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
+
+  // The whole mixer as the forward runs it (target_forward.cpp layer_linear): x, z, b and a are column views of
+  // the fused projection [T, qkv 10240 | z 6144 | b 48 | a 48], out is the first 6144 columns of the conv
+  // buffer. Fused unless DFLASH_GDN_FUSE=0 (then conv1d_silu, gdn_prefill and gated_rmsnorm one after another)
+  // or =conv (the conv fused, the gated norm its own kernel).
+  const int64_t vdim = int64_t(s.nv) * s.dv;
+  Tensor proj = b.rand(DType::bf16, T, cols + vdim + 2 * s.nv, -2, 2);
+  GdnWeights w{b.rand(DType::f32, cols, 4, -0.5f, 0.5f), A_log, dt, b.rand(DType::f32, 1, s.dv, 0.5f, 1.5f), 1e-6f};
+  Tensor x = proj.cols_view(0, cols), z = proj.cols_view(cols, vdim);
+  Tensor pb = proj.cols_view(cols + vdim, s.nv), pa = proj.cols_view(cols + vdim + s.nv, s.nv);
+  Tensor conv = b.arena.alloc(DType::bf16, T, cols), y = conv.cols_view(0, vdim);
+  b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o);
+  {
+    size_t hm2 = b.harena.mark();
+    Tensor hy = b.harena.alloc(DType::f32, ns, vdim), hc = b.harena.alloc(DType::f32, ns, cols);
+    Tensor hmid = b.harena.alloc(DType::f32, ns, vdim);
+    GdnWeights hw{b.to_host(w.conv_w), b.to_host(A_log), b.to_host(dt), b.to_host(w.norm_w), w.eps};
+    b.cpu.gdn_mixer(b.to_host(x.rows_view(0, ns)), b.to_host(z.rows_view(0, ns)), b.to_host(pa.rows_view(0, ns)),
+                    b.to_host(pb.rows_view(0, ns)), hw, hy, hseqs, s, Tensor{}, hc, hmid);
+    b.check("gdn_mixer 16/48 128", y.rows_view(0, ns), hy, 5e-2);
+    b.harena.reset(hm2);
+  }
+  const std::string fuse = std::getenv("DFLASH_GDN_FUSE") ? std::getenv("DFLASH_GDN_FUSE") : "";
+  ms = b.time_ms([&] { b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o); }, 5);
+  row_flops(fuse == "0"      ? "gdn_mixer 16/48 128, 3 kernels (FUSE=0)"
+            : fuse == "conv" ? "gdn_mixer 16/48 128, conv fused (FUSE=conv)"
+                             : "gdn_mixer 16/48 128, conv + norm fused",
+            flops, ms);
+  row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2, ms);
   b.arena.reset(mark);
 }
 

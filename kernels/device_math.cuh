@@ -28,6 +28,12 @@ __device__ __forceinline__ float sigmoid_f32(float x) {
 __device__ __forceinline__ float silu_f32(float x) {
   return x * sigmoid_f32(x);
 }
+// One gated RMSNorm element (the DeltaNet output norm) before its store, from the value x, its row's r, the
+// weight and the gate z: w·x̂·silu(z). The one expression gated_rmsnorm and the DeltaNet state kernel's fused
+// epilogue use, so that with the same r they give the same bits.
+__device__ __forceinline__ float gated_rmsnorm_apply(float x, float r, float w, float z) {
+  return __fmul_rn(rmsnorm_apply(x, r, w, false), silu_f32(z));
+}
 // One SwiGLU element before its bf16 store: silu(gate) · up in fp32. Shared by swiglu and the FP8 quantiser
 // that consumes it directly, so both see the same bits.
 __device__ __forceinline__ float swiglu_f32(float g, float u) {

@@ -15,12 +15,6 @@ constexpr int kGnRows = 4;
 constexpr int kGnThreads = 256;
 
 // ---- kernels ----
-// One output element before its store, from the value x, the row's r, the weight and the gate: the one
-// expression both kernels use, so that with the same r they give the same bits.
-__device__ __forceinline__ float gated_rmsnorm_apply(float x, float r, float w, float z) {
-  return __fmul_rn(rmsnorm_apply(x, r, w, false), silu_f32(z));
-}
-
 // Sums of squares are taken in exactly the order of gated_rmsnorm_kernel<4> (lane l of that kernel holds
 // values 4l..4l+3 and butterflies over 32 lanes): here each 8-value lane keeps its two 4-value halves apart,
 // butterflies them over 16 lanes (the 32-lane tree's first four levels) and adds them last (its final

@@ -8,7 +8,9 @@
 // all of S in fp32 registers from a zero start, so no state crosses a sequence boundary. Gates, norms, T and
 // S stay fp32; every product runs on bf16 tensor cores with fp32 accumulation, the fp32 operands (T, S, V')
 // split into bf16 hi + lo so they keep 16 mantissa bits. Row strides are padded so ldmatrix rows spread
-// over all banks.
+// over all banks. The fused form (gdn_mixer_launch, the whole DeltaNet mixer of a layer) reads the projection
+// before the causal conv and runs conv + SiLU on the chunk kernel's tiles, and the gated RMSNorm in the state
+// kernel's epilogue, so neither the conv output nor the un-normed output makes a round trip through memory.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +25,30 @@
 namespace df {
 
 constexpr int kGdnChunkThreads = 256;
+// Causal conv taps of the fused form (every Qwen3.5/3.6 model has 4); other sizes run the separate conv.
+constexpr int kGdnConvTaps = 4;
+
+// One prefill's pointers and sizes, passed by value to both kernels. The fused forms' fields are null otherwise.
+struct GdnArgs {
+  const bf16* qkv;  // [T, q | k | v] rows: after the conv, or (conv fused) before it
+  int64_t ld_qkv;
+  const float* conv_w;  // conv fused: the conv weights [2·nk·dk + nv·dv, kGdnConvTaps]
+  bf16* qk;             // conv fused: the conv'd q | k rows [T, 2·nk·dk], chunk kernel → state kernel
+  int64_t ld_qk;
+  const bf16 *a, *b;
+  int64_t ld_a, ld_b;
+  const float *A_log, *dt_bias;
+  const bf16* z;  // norm fused: the gated norm's gate [T, nv·dv], its weight [dv] and eps
+  int64_t ld_z;
+  const float* norm_w;
+  float eps;
+  bf16* out;
+  int64_t ld_out;
+  const int32_t* cu;
+  int nk, nv, dk, dv;
+  bf16 *ws_w, *ws_u, *ws_p;
+  float4* ws_s;
+};
 
 // ---- kernels ----
 
@@ -43,56 +69,128 @@ __device__ __forceinline__ void gdn_warp_store(const float (&acc)[NT][4], int r0
   }
 }
 
-// Rows [0, L) of the first n (a multiple of 8) bf16 columns of src (row stride ld) into X [64][ldx];
-// the other rows and the columns [n, D) are zero. Asynchronous (cp.async, 16 bytes each, zero-filled where
-// out of range) so every copy of a tile is in flight at once; gdn_stage_wait completes them.
-template <int D, int NTHR>
-__device__ __forceinline__ void gdn_stage(bf16* X, int ldx, const bf16* src, int64_t ld, int L, int n) {
-  for (int i = threadIdx.x; i < kGdnChunk * (D / 8); i += NTHR) {
+// Rows r in [lo, hi) of X [ROWS][ldx] from row r − lo of src (row stride ld), its first n (a multiple of 8)
+// bf16 columns; the other rows and the columns [n, D) are zero. Asynchronous (cp.async, 16 bytes each,
+// zero-filled where out of range) so every copy of a tile is in flight at once; gdn_stage_wait completes them.
+template <int D, int NTHR, int ROWS = kGdnChunk>
+__device__ __forceinline__ void gdn_stage(bf16* X, int ldx, const bf16* src, int64_t ld, int lo, int hi, int n) {
+  for (int i = threadIdx.x; i < ROWS * (D / 8); i += NTHR) {
     int r = i / (D / 8), d = (i % (D / 8)) * 8;
-    bool in = r < L && d < n;
+    bool in = r >= lo && r < hi && d < n;
     uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(X + r * ldx + d));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(in ? src + r * ld + d : src),
-                 "r"(in ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+                 "l"(in ? src + (int64_t)(r - lo) * ld + d : src), "r"(in ? 16 : 0));
   }
 }
 
 __device__ __forceinline__ void gdn_stage_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-template <int D>
+// The q, k and v tiles: [kRows][kLdB] each, with the conv starting kGdnConvTaps − 1 tokens before the chunk.
+template <int D, bool CONV>
 struct GdnChunkSmem {
-  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4;
-  static constexpr size_t kBytes = 3 * sizeof(bf16) * C * kLdB + sizeof(float) * (C * kLdA + 5 * C);
+  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4, kRows = C + (CONV ? kGdnConvTaps - 1 : 0);
+  static constexpr size_t kBytes = 3 * sizeof(bf16) * kRows * kLdB + sizeof(float) * (C * kLdA + 5 * C);
+  static_assert((3 * sizeof(bf16) * kRows * kLdB) % 16 == 0, "the fp32 part must stay 16-byte aligned");
 };
 
+// The fused form's causal conv + SiLU, in place on the q, k and v tiles X [3][ROWS][LB]: slot r holds token
+// t0 − (K − 1) + r on entry (zeros before the sequence start) and the output of token t0 + r on exit (zero for
+// r ≥ L). Output r reads slots r .. r + K − 1 and overwrites slot r, so a thread walking its rows downwards
+// only overwrites what it has read, except the K − 1 slots past its segment, which the next segment's thread
+// overwrites: those are read into registers before a barrier. A thread takes 4 channels of one tile over 32
+// rows. The taps are summed in conv1d_silu's order with zeros where it skips a tap, so the outputs are
+// bit for bit what conv1d_silu stores.
 template <int D>
-__global__ void __launch_bounds__(kGdnChunkThreads, 3)
-    gdn_chunk_kernel(const bf16* qkv, int64_t ld_qkv, const bf16* a_in, int64_t ld_a, const bf16* b_in, int64_t ld_b,
-                     const float* A_log, const float* dt_bias, const int32_t* cu, int nk, int nv, int dk, int dv,
-                     bf16* ws_w, bf16* ws_u, bf16* ws_p, float4* ws_s) {
-  using Sm = GdnChunkSmem<D>;
+__device__ __forceinline__ void gdn_conv_silu_tiles(bf16* X, const GdnArgs& p, int kh, int h, int L) {
+  constexpr int K = kGdnConvTaps, SEG = kGdnChunk / 2, CG = D / 4, LB = D + 8, ROWS = kGdnChunk + K - 1;
+  static_assert(3 * CG * (kGdnChunk / SEG) <= kGdnChunkThreads, "one (tile, 4 channels, segment) per thread");
+  const int cg = threadIdx.x % CG, seg = (threadIdx.x / CG) % 2, tile = threadIdx.x / (2 * CG);
+  const bool live = tile < 3 && cg * 4 < (tile == 2 ? p.dv : p.dk);
+  const int64_t ch = (tile == 0   ? (int64_t)kh * p.dk
+                      : tile == 1 ? (int64_t)(p.nk + kh) * p.dk
+                                  : 2LL * p.nk * p.dk + (int64_t)h * p.dv) + cg * 4;
+  bf16* col = X + (live ? tile * ROWS * LB + cg * 4 : 0);
+  const int r0 = seg * SEG;
+  float w[4][K];
+  uint2 past[K - 1];  // slots r0 + SEG .. r0 + SEG + K − 2
+  if (live) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int j = 0; j < K; ++j) w[e][j] = p.conv_w[(ch + e) * K + j];
+#pragma unroll
+    for (int i = 0; i < K - 1; ++i) past[i] = *reinterpret_cast<const uint2*>(col + (r0 + SEG + i) * LB);
+  }
+  __syncthreads();
+  if (!live) return;
+  float win[K][4];  // win[j]: slot r + j, the tap-j token of output r
+  auto unpack = [](uint2 u, float (&v)[4]) {
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+  };
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) unpack(*reinterpret_cast<const uint2*>(col + (r0 + j) * LB), win[j + 1]);
+  auto step = [&](uint2 in, int r) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) win[j][e] = win[j + 1][e];
+    unpack(in, win[K - 1]);
+    float acc[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      acc[e] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < K; ++j) acc[e] += w[e][j] * win[j][e];
+      acc[e] = r < L ? silu_f32(acc[e]) : 0.0f;
+    }
+    *reinterpret_cast<uint2*>(col + r * LB) = make_uint2(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]));
+  };
+#pragma unroll 4
+  for (int r = r0; r < r0 + SEG - (K - 1); ++r) step(*reinterpret_cast<const uint2*>(col + (r + K - 1) * LB), r);
+#pragma unroll
+  for (int i = 0; i < K - 1; ++i) step(past[i], r0 + SEG - (K - 1) + i);
+}
+
+// CONV: qkv is the projection before the causal conv, which runs on the tiles (gdn_conv_silu_tiles).
+template <int D, bool CONV>
+__global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const GdnArgs p) {
+  using Sm = GdnChunkSmem<D, CONV>;
   constexpr int C = kGdnChunk, LB = Sm::kLdB, LA = Sm::kLdA;
   extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(gdn_chunk_smem);  // [C][LB] raw q, k, v rows
-  bf16* Ks = Qs + C * LB;
-  bf16* Vs = Ks + C * LB;
+  bf16* Qs = reinterpret_cast<bf16*>(gdn_chunk_smem);  // [kRows][LB] q, k, v rows (conv'd from here on)
+  bf16* Ks = Qs + Sm::kRows * LB;
+  bf16* Vs = Ks + Sm::kRows * LB;
   // [C][LA]: A strictly below the diagonal; T stored transposed (T_ij at [j][i]) on and above it.
-  float* Am = reinterpret_cast<float*>(Vs + C * LB);
+  float* Am = reinterpret_cast<float*>(Vs + Sm::kRows * LB);
   float* gam = Am + C * LA;
   float* beta = gam + C;
   float* qn = beta + C;  // dk^−½ / ‖q‖
   float* kn = qn + C;    // 1 / ‖k‖
   float* sw = kn + C;    // β e^γ / ‖k‖
 
+  const int nk = p.nk, nv = p.nv, dk = p.dk;
   const int seq = blockIdx.x, h = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int len = cu[seq + 1] - cu[seq], c0 = blockIdx.y * C;
+  const int len = p.cu[seq + 1] - p.cu[seq], c0 = blockIdx.y * C;
   if (c0 >= len) return;
-  const int64_t t0 = cu[seq] + c0;
+  const int64_t t0 = p.cu[seq] + c0;
   const int L = min(C, len - c0), kh = h / (nv / nk);
-  const bf16* row0 = qkv + t0 * ld_qkv;
-  gdn_stage<D, kGdnChunkThreads>(Qs, LB, row0 + (int64_t)kh * dk, ld_qkv, L, dk);
-  gdn_stage<D, kGdnChunkThreads>(Ks, LB, row0 + (int64_t)nk * dk + kh * dk, ld_qkv, L, dk);
-  gdn_stage<D, kGdnChunkThreads>(Vs, LB, row0 + 2LL * nk * dk + (int64_t)h * dv, ld_qkv, L, dv);
+  const bf16* a_in = p.a;
+  const bf16* b_in = p.b;
+  const int64_t ld_a = p.ld_a, ld_b = p.ld_b;
+  {
+    // The fused form's tiles start K − 1 tokens early for the conv; at a sequence start those slots stay zero.
+    constexpr int H = Sm::kRows - C;
+    const int lo = c0 == 0 ? H : 0;
+    const bf16* first = p.qkv + (t0 - (H - lo)) * p.ld_qkv;
+    constexpr int R = Sm::kRows, NT = kGdnChunkThreads;
+    gdn_stage<D, NT, R>(Qs, LB, first + (int64_t)kh * dk, p.ld_qkv, lo, L + H, dk);
+    gdn_stage<D, NT, R>(Ks, LB, first + (int64_t)(nk + kh) * dk, p.ld_qkv, lo, L + H, dk);
+    gdn_stage<D, NT, R>(Vs, LB, first + 2LL * nk * dk + (int64_t)h * p.dv, p.ld_qkv, lo, L + H, p.dv);
+  }
+  const float* A_log = p.A_log;
+  const float* dt_bias = p.dt_bias;
   if (tid < C) {
     float g = 0.0f, bt = 0.0f;
     if (tid < L) {
@@ -107,6 +205,18 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
   }
   gdn_stage_wait();
   __syncthreads();
+  if constexpr (CONV) {
+    gdn_conv_silu_tiles<D>(Qs, p, kh, h, L);
+    __syncthreads();
+    // The first value head of each key head hands its conv'd q and k rows to the state kernel.
+    if (h % (nv / nk) == 0)
+      for (int i = tid; i < 2 * C * (D / 8); i += kGdnChunkThreads) {
+        const int k = i / (C * (D / 8)), r = (i / (D / 8)) % C, d = (i % (D / 8)) * 8;
+        if (r < L && d < dk)
+          *reinterpret_cast<uint4*>(p.qk + (t0 + r) * p.ld_qk + (int64_t)(k * nk + kh) * dk + d) =
+              *reinterpret_cast<const uint4*>((k ? Ks : Qs) + r * LB + d);
+      }
+  }
 
   // γ = cumsum(g) (warp 0, two rows per lane), and the inverse row norms of q and k (two threads per row).
   if (warp == 0) {
@@ -172,7 +282,8 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
     auto p_of = [&](int i, int j, float v) { return j <= i ? qn[i] * kn[j] * expf(gam[i] - gam[j]) * v : 0.0f; };
     gdn_warp_store(accp, r0, cc, [&](int i, int j, float v0, float v1) {
       if (i < L)
-        *reinterpret_cast<uint32_t*>(ws_p + ((t0 + i) * nv + h) * C + j) = pack_bf16x2(p_of(i, j, v0), p_of(i, j + 1, v1));
+        *reinterpret_cast<uint32_t*>(p.ws_p + ((t0 + i) * nv + h) * C + j) =
+            pack_bf16x2(p_of(i, j, v0), p_of(i, j + 1, v1));
     });
   }
   __syncthreads();
@@ -288,7 +399,7 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
         mma_split_a(acc[2 * nd], acc[2 * nd + 1], ah, al, b);
       }
     }
-    bf16* dst = is_w ? ws_w : ws_u;
+    bf16* dst = is_w ? p.ws_w : p.ws_u;
     gdn_warp_store(acc, r0, cc, [&](int i, int j, float v0, float v1) {
       if (i < L) *reinterpret_cast<uint32_t*>(dst + ((t0 + i) * nv + h) * D + j) = pack_bf16x2(v0, v1);
     });
@@ -296,18 +407,20 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3)
   // Row scalars for the state pass: e^γ/‖q‖·dk^−½, e^(γ_C − γ)/‖k‖, and the chunk decay e^(γ_C).
   if (tid < L) {
     const float gc = gam[C - 1];  // rows ≥ L have g = 0, so this is γ of the last real row
-    ws_s[(t0 + tid) * nv + h] = make_float4(expf(gam[tid]) * qn[tid], expf(gc - gam[tid]) * kn[tid], expf(gc), 0.0f);
+    p.ws_s[(t0 + tid) * nv + h] = make_float4(expf(gam[tid]) * qn[tid], expf(gc - gam[tid]) * kn[tid], expf(gc), 0.0f);
   }
 }
 
-// One state-pass pipeline stage: W, Q, K and U tiles [C][kLdB], the masked scores [C][kLdP] (bf16) and the
-// row scalars [C] of one chunk. Two stages: the next chunk's copies fly while this one is computed.
-template <int D>
+// One state-pass pipeline stage: W, Q, K, U (and in the fused form the gate Z) tiles [C][kLdB], the masked
+// scores [C][kLdP] (bf16) and the row scalars [C] of one chunk. Two stages: the next chunk's copies fly while
+// this one is computed. The fused form's norm adds per-warp sums of squares [warps][C] and r [C] after them.
+template <int D, bool NORM>
 struct GdnStateSmem {
-  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8;
-  static constexpr size_t kStage = sizeof(bf16) * (4 * C * kLdB + C * kLdP) + sizeof(float4) * C;
-  static constexpr size_t kBytes = 2 * kStage;
-  static_assert((sizeof(bf16) * (4 * C * kLdB + C * kLdP)) % 16 == 0, "row scalars must stay 16-byte aligned");
+  static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8, kTiles = NORM ? 5 : 4, kWarps = D / 16;
+  static constexpr size_t kTileBytes = sizeof(bf16) * (kTiles * C * kLdB + C * kLdP);
+  static constexpr size_t kStage = kTileBytes + sizeof(float4) * C;
+  static constexpr size_t kBytes = 2 * kStage + (NORM ? sizeof(float) * (kWarps + 1) * C : 0);
+  static_assert(kTileBytes % 16 == 0, "row scalars must stay 16-byte aligned");
 };
 
 __device__ __forceinline__ void gdn_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -322,40 +435,48 @@ __device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async
 // (S, V') is split into bf16 hi + lo, because an error there is carried into every later chunk. The two
 // output products take the hi half only: their error (2^-9 relative per term, as in flash-linear-attention,
 // which rounds S to bf16 for every product) stays in this chunk's O, which is rounded to bf16 anyway.
-template <int D>
-__global__ void __launch_bounds__(2 * D, 1)
-    gdn_state_kernel(const bf16* qkv, int64_t ld_qkv, const int32_t* cu, int nk, int nv, int dk, int dv,
-                     const bf16* ws_w, const bf16* ws_u, const bf16* ws_p, const float4* ws_s, bf16* out,
-                     int64_t ld_out) {
-  using Sm = GdnStateSmem<D>;
+// CONV: the conv'd q and k rows are those the chunk kernel left in p.qk. NORM: the gated RMSNorm is applied to
+// the fp32 O before its only rounding.
+template <int D, bool CONV, bool NORM>
+__global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
+  using Sm = GdnStateSmem<D, NORM>;
   constexpr int C = kGdnChunk, LB = Sm::kLdB, LP = Sm::kLdP, NTHR = 2 * D, NS = D / 8, NC = C / 8;
   extern __shared__ __align__(16) unsigned char gdn_state_smem[];
+  const int nk = p.nk, nv = p.nv, dk = p.dk, dv = p.dv;
   const int h = blockIdx.x, seq = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3, mat = lane >> 3, r8 = lane & 7, v0 = warp * 16;
-  const int kh = h / (nv / nk), start = cu[seq], len = cu[seq + 1] - start, chunks = (len + C - 1) / C;
+  const int kh = h / (nv / nk), start = p.cu[seq], len = p.cu[seq + 1] - start, chunks = (len + C - 1) / C;
+  const bf16* qk = CONV ? p.qk : p.qkv;
+  const int64_t ld_qk = CONV ? p.ld_qk : p.ld_qkv;
 
   auto tile = [&](int stage, int i) { return reinterpret_cast<bf16*>(gdn_state_smem + stage * Sm::kStage) + i * C * LB; };
-  auto scalars = [&](int stage) { return reinterpret_cast<float4*>(tile(stage, 4) + C * LP); };
+  auto scores = [&](int stage) { return tile(stage, Sm::kTiles); };
+  auto scalars = [&](int stage) { return reinterpret_cast<float4*>(scores(stage) + C * LP); };
   auto load = [&](int c, int stage) {
     const int L = min(C, len - c * C);
     const int64_t t0 = start + (int64_t)c * C;
-    const bf16* row0 = qkv + t0 * ld_qkv;
-    gdn_stage<D, NTHR>(tile(stage, 0), LB, ws_w + (t0 * nv + h) * D, (int64_t)nv * D, L, D);
-    gdn_stage<D, NTHR>(tile(stage, 1), LB, row0 + (int64_t)kh * dk, ld_qkv, L, dk);
-    gdn_stage<D, NTHR>(tile(stage, 2), LB, row0 + (int64_t)nk * dk + kh * dk, ld_qkv, L, dk);
-    gdn_stage<D, NTHR>(tile(stage, 3), LB, ws_u + (t0 * nv + h) * D, (int64_t)nv * D, L, D);
-    gdn_stage<C, NTHR>(tile(stage, 4), LP, ws_p + (t0 * nv + h) * C, (int64_t)nv * C, L, C);
+    const bf16* row0 = qk + t0 * ld_qk;
+    gdn_stage<D, NTHR>(tile(stage, 0), LB, p.ws_w + (t0 * nv + h) * D, (int64_t)nv * D, 0, L, D);
+    gdn_stage<D, NTHR>(tile(stage, 1), LB, row0 + (int64_t)kh * dk, ld_qk, 0, L, dk);
+    gdn_stage<D, NTHR>(tile(stage, 2), LB, row0 + (int64_t)(nk + kh) * dk, ld_qk, 0, L, dk);
+    gdn_stage<D, NTHR>(tile(stage, 3), LB, p.ws_u + (t0 * nv + h) * D, (int64_t)nv * D, 0, L, D);
+    if constexpr (NORM) gdn_stage<D, NTHR>(tile(stage, 4), LB, p.z + t0 * p.ld_z + (int64_t)h * dv, p.ld_z, 0, L, dv);
+    gdn_stage<C, NTHR>(scores(stage), LP, p.ws_p + (t0 * nv + h) * C, (int64_t)nv * C, 0, L, C);
     float4* sc = scalars(stage);
     for (int r = threadIdx.x; r < C; r += NTHR) {
       uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(sc + r));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-                   "l"(r < L ? ws_s + (t0 + r) * nv + h : ws_s), "r"(r < L ? 16 : 0));
+                   "l"(r < L ? p.ws_s + (t0 + r) * nv + h : p.ws_s), "r"(r < L ? 16 : 0));
     }
     gdn_stage_commit();
   };
 
   float st[NS][4];
   gdn_warp_zero(st);
+  float norm_w[2] = {0.0f, 0.0f};  // the gated norm's weights of this lane's value columns v0 + g (+ 8)
+  if constexpr (NORM)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) norm_w[e] = v0 + g + 8 * e < dv ? p.norm_w[v0 + g + 8 * e] : 0.0f;
   if (chunks > 0) load(0, 0);
   for (int c = 0; c < chunks; ++c) {
     if (c + 1 < chunks) {
@@ -366,7 +487,7 @@ __global__ void __launch_bounds__(2 * D, 1)
     }
     __syncthreads();  // chunk c's tiles are visible to every warp
     const int stage = c & 1, L = min(C, len - c * C);
-    const bf16 *Ws = tile(stage, 0), *Qs = tile(stage, 1), *Ks = tile(stage, 2), *Ps = tile(stage, 4);
+    const bf16 *Ws = tile(stage, 0), *Qs = tile(stage, 1), *Ks = tile(stage, 2), *Ps = scores(stage);
     bf16* Us = tile(stage, 3);
     const float4* sc = scalars(stage);
 
@@ -442,6 +563,39 @@ __global__ void __launch_bounds__(2 * D, 1)
         mma_split_a(st[2 * nd], st[2 * nd + 1], ah, al, b);
       }
     }
+    if constexpr (NORM) {
+      // Gated RMSNorm of each token's dv outputs: sums of squares over this warp's 16 columns by shuffles
+      // (lanes of one t hold one token pair), over the warps through shared memory. Rows ≥ L and columns ≥ dv
+      // hold zeros, so they add nothing and store nothing.
+      float* ssq = reinterpret_cast<float*>(gdn_state_smem + 2 * Sm::kStage);  // [warps][C]
+      float* rr = ssq + Sm::kWarps * C;                                          // [C]
+#pragma unroll
+      for (int n = 0; n < NC; ++n) {
+        float s0 = oo[n][0] * oo[n][0] + oo[n][2] * oo[n][2], s1 = oo[n][1] * oo[n][1] + oo[n][3] * oo[n][3];
+#pragma unroll
+        for (int m = 4; m < 32; m <<= 1) {
+          s0 += __shfl_xor_sync(0xffffffffu, s0, m);
+          s1 += __shfl_xor_sync(0xffffffffu, s1, m);
+        }
+        if (g == 0) *reinterpret_cast<float2*>(ssq + warp * C + n * 8 + 2 * t) = make_float2(s0, s1);
+      }
+      __syncthreads();
+      if (threadIdx.x < C) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < Sm::kWarps; ++w) s += ssq[w * C + threadIdx.x];
+        rr[threadIdx.x] = rsqrtf(s / static_cast<float>(dv) + p.eps);
+      }
+      __syncthreads();
+      const bf16* Zs = tile(stage, 4);
+#pragma unroll
+      for (int n = 0; n < NC; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int tok = n * 8 + 2 * t + (e & 1), col = v0 + g + 8 * (e >> 1);
+          oo[n][e] = gated_rmsnorm_apply(oo[n][e], rr[tok], norm_w[e >> 1], __bfloat162float(Zs[tok * LB + col]));
+        }
+    }
     // Oᵀ → this warp's own 16 columns of the U tile (only it read them), then rows of 32 bytes to the output.
 #pragma unroll
     for (int n = 0; n < NC; ++n) {
@@ -456,7 +610,7 @@ __global__ void __launch_bounds__(2 * D, 1)
     for (int e = lane; e < C * 8; e += 32) {
       const int r = e >> 3, col = v0 + (e & 7) * 2;
       if (r < L && col < dv)
-        *reinterpret_cast<uint32_t*>(out + (t0 + r) * ld_out + (int64_t)h * dv + col) =
+        *reinterpret_cast<uint32_t*>(p.out + (t0 + r) * p.ld_out + (int64_t)h * dv + col) =
             *reinterpret_cast<const uint32_t*>(Us + r * LB + col);
     }
     __syncthreads();  // every warp is done with this stage before chunk c + 2 is copied into it
@@ -464,30 +618,49 @@ __global__ void __launch_bounds__(2 * D, 1)
 }
 
 // ---- launchers ----
-template <int D>
-static void gdn_prefill_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
-                            int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
-                            const int32_t* cu, int num_seqs, int64_t T, int max_len, int nk, int nv, int dk,
-                            int dv, unsigned char* ws, cudaStream_t stream) {
-  const GdnWorkspaceLayout l = gdn_prefill_workspace_layout(T, nv, dk, dv);
-  bf16* ws_w = reinterpret_cast<bf16*>(ws + l.w);
-  bf16* ws_u = reinterpret_cast<bf16*>(ws + l.u);
-  bf16* ws_p = reinterpret_cast<bf16*>(ws + l.scores);
-  float4* ws_s = reinterpret_cast<float4*>(ws + l.scalars);
-
-  const size_t smem1 = GdnChunkSmem<D>::kBytes, smem2 = GdnStateSmem<D>::kBytes;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <int D, bool CONV, bool NORM>
+static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, unsigned char* ws,
+                            cudaStream_t stream) {
+  const GdnWorkspaceLayout l = gdn_prefill_workspace_layout(T, p.nv, p.dk, p.dv);
+  p.ws_w = reinterpret_cast<bf16*>(ws + l.w);
+  p.ws_u = reinterpret_cast<bf16*>(ws + l.u);
+  p.ws_p = reinterpret_cast<bf16*>(ws + l.scores);
+  p.ws_s = reinterpret_cast<float4*>(ws + l.scalars);
+  const size_t smem1 = GdnChunkSmem<D, CONV>::kBytes, smem2 = GdnStateSmem<D, NORM>::kBytes;
+  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem1)));
-  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_state_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_state_kernel<D, CONV, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem2)));
-  dim3 g1(num_seqs, (max_len + kGdnChunk - 1) / kGdnChunk, nv);
-  gdn_chunk_kernel<D><<<g1, kGdnChunkThreads, smem1, stream>>>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, cu, nk,
-                                                               nv, dk, dv, ws_w, ws_u, ws_p, ws_s);
+  dim3 g1(num_seqs, (max_len + kGdnChunk - 1) / kGdnChunk, p.nv);
+  gdn_chunk_kernel<D, CONV><<<g1, kGdnChunkThreads, smem1, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH("gdn_chunk_kernel");
-  dim3 g2(nv, num_seqs);
-  gdn_state_kernel<D><<<g2, 2 * D, smem2, stream>>>(qkv, ld_qkv, cu, nk, nv, dk, dv, ws_w, ws_u, ws_p,
-                                                               ws_s, out, ld_out);
+  dim3 g2(p.nv, num_seqs);
+  gdn_state_kernel<D, CONV, NORM><<<g2, 2 * D, smem2, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");
+}
+
+template <bool CONV, bool NORM>
+static void gdn_prefill_dispatch(const GdnArgs& p, int num_seqs, int64_t T, int max_len, void* ws, size_t ws_bytes,
+                                 cudaStream_t stream) {
+  const size_t need = gdn_prefill_workspace_bytes(T, p.nv, p.dk, p.dv);
+  if (ws == nullptr || ws_bytes < need || reinterpret_cast<uintptr_t>(ws) % 16 != 0) {
+    char what[512];
+    std::snprintf(
+        what, sizeof(what),
+        "gdn_prefill needs a 16-byte aligned workspace of %zu bytes for %lld tokens x %d value heads "
+        "(dk %d, dv %d) but got %zu bytes at %p; plan it once with gdn_prefill_workspace_bytes / "
+        "Ops::gdn_workspace_bytes for the largest batch",
+        need, (long long)T, p.nv, p.dk, p.dv, ws == nullptr ? size_t(0) : ws_bytes, ws);
+    cuda_throw(CONV ? "gdn_mixer_launch" : "gdn_prefill_launch", what, __FILE__, __LINE__);
+  }
+  unsigned char* w = static_cast<unsigned char*>(ws);
+  const int d = gdn_prefill_tile_dim(p.dk, p.dv);
+  if (d == 32)
+    gdn_prefill_run<32, CONV, NORM>(p, num_seqs, T, max_len, w, stream);
+  else if (d == 64)
+    gdn_prefill_run<64, CONV, NORM>(p, num_seqs, T, max_len, w, stream);
+  else
+    gdn_prefill_run<128, CONV, NORM>(p, num_seqs, T, max_len, w, stream);
 }
 
 // DFLASH_GDN=recurrent sends every prefill to the fp32 token recurrence (decode.cu) instead of the chunked
@@ -500,40 +673,72 @@ static bool gdn_recurrent_forced() {
   return forced;
 }
 
+// How much of the mixer runs fused: DFLASH_GDN_FUSE=0 runs its three separate kernels (conv1d_silu,
+// gdn_prefill, gated_rmsnorm), =conv fuses the conv only (the gated norm stays its own kernel), anything else
+// or unset both. Read per call so one process can time and test every form.
+enum class GdnFuse { none, conv, conv_norm };
+static GdnFuse gdn_fuse_mode() {
+  const char* e = std::getenv("DFLASH_GDN_FUSE");
+  if (e && std::strcmp(e, "0") == 0) return GdnFuse::none;
+  if (e && std::strcmp(e, "conv") == 0) return GdnFuse::conv;
+  return GdnFuse::conv_norm;
+}
+
+// Whether the chunked kernels can read this layout (otherwise the token recurrence runs).
+static bool gdn_chunked_layout(const bf16* qkv, int64_t ld_qkv, const bf16* out, int64_t ld_out, int num_seqs,
+                               int nk, int nv, int dk, int dv) {
+  return gdn_prefill_chunked_shape(dk, dv) && nk > 0 && nv % nk == 0 && ld_qkv % 8 == 0 && ld_out % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 &&
+         num_seqs <= 65535 && nv <= 65535 && !gdn_recurrent_forced();
+}
+
 void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
                         int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
                         const int32_t* cu, int num_seqs, int64_t T, int max_len, int nk, int nv, int dk,
                         int dv, void* ws, size_t ws_bytes, cudaStream_t stream) {
   if (num_seqs == 0 || nv == 0 || T == 0 || max_len == 0) return;
-  bool ok = dk <= 128 && dv <= 128 && dk % 8 == 0 && dv % 8 == 0 && nk > 0 && nv % nk == 0 && ld_qkv % 8 == 0 &&
-            ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
-            reinterpret_cast<uintptr_t>(out) % 4 == 0 && num_seqs <= 65535 && nv <= 65535;
   // The token recurrence (decode.cu): any dims, no workspace.
-  if (!ok || !gdn_prefill_chunked_shape(dk, dv) || gdn_recurrent_forced())
+  if (!gdn_chunked_layout(qkv, ld_qkv, out, ld_out, num_seqs, nk, nv, dk, dv))
     return gdn_prefill_recurrent_launch(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T,
                                         nk, nv, dk, dv, stream);
-  const size_t need = gdn_prefill_workspace_bytes(T, nv, dk, dv);
-  if (ws == nullptr || ws_bytes < need || reinterpret_cast<uintptr_t>(ws) % 16 != 0) {
-    char what[512];
-    std::snprintf(
-        what, sizeof(what),
-        "gdn_prefill needs a 16-byte aligned workspace of %zu bytes for %lld tokens x %d value heads "
-        "(dk %d, dv %d) but got %zu bytes at %p; plan it once with gdn_prefill_workspace_bytes / "
-        "Ops::gdn_workspace_bytes for the largest batch",
-        need, (long long)T, nv, dk, dv, ws == nullptr ? size_t(0) : ws_bytes, ws);
-    cuda_throw("gdn_prefill_launch", what, __FILE__, __LINE__);
+  GdnArgs p{};
+  p.qkv = qkv, p.ld_qkv = ld_qkv, p.a = a, p.ld_a = ld_a, p.b = b, p.ld_b = ld_b, p.A_log = A_log;
+  p.dt_bias = dt_bias, p.out = out, p.ld_out = ld_out, p.cu = cu, p.nk = nk, p.nv = nv, p.dk = dk, p.dv = dv;
+  gdn_prefill_dispatch<false, false>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
+}
+
+void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv_k, const bf16* z, int64_t ld_z,
+                      const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b, const float* A_log,
+                      const float* dt_bias, const float* norm_w, float eps, bf16* out, int64_t ld_out,
+                      const int32_t* cu, const int32_t* pos, int num_seqs, int64_t T, int max_len, int nk, int nv,
+                      int dk, int dv, bf16* conv, int64_t ld_conv, bf16* o, int64_t ld_o, void* ws, size_t ws_bytes,
+                      cudaStream_t stream) {
+  if (num_seqs == 0 || nv == 0 || T == 0 || max_len == 0) return;
+  const int64_t vdim = (int64_t)nv * dv, qk_cols = 2LL * nk * dk;
+  auto al = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
+  const GdnFuse mode = gdn_fuse_mode();
+  const bool fused = mode != GdnFuse::none && conv_k == kGdnConvTaps &&
+                     gdn_chunked_layout(x, ld_x, out, ld_out, num_seqs, nk, nv, dk, dv) && ld_z % 8 == 0 &&
+                     ld_conv % 8 == 0 && ld_o % 2 == 0 && al(z, 16) && al(conv, 16) && al(o, 4);
+  if (!fused) {
+    conv1d_silu_launch(x, ld_x, conv_w, conv_k, conv, ld_conv, pos, T, qk_cols + vdim, stream);
+    gdn_prefill_launch(conv, ld_conv, a, ld_a, b, ld_b, A_log, dt_bias, o, ld_o, cu, num_seqs, T, max_len, nk, nv,
+                       dk, dv, ws, ws_bytes, stream);
+    gated_rmsnorm_launch(o, ld_o, z, ld_z, norm_w, out, ld_out, T, nv, dv, eps, stream);
+    return;
   }
-  unsigned char* w = static_cast<unsigned char*>(ws);
-  const int d = gdn_prefill_tile_dim(dk, dv);
-  if (d == 32)
-    gdn_prefill_run<32>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len,
-                        nk, nv, dk, dv, w, stream);
-  else if (d == 64)
-    gdn_prefill_run<64>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len,
-                        nk, nv, dk, dv, w, stream);
-  else
-    gdn_prefill_run<128>(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T, max_len,
-                         nk, nv, dk, dv, w, stream);
+  GdnArgs p{};
+  p.qkv = x, p.ld_qkv = ld_x, p.conv_w = conv_w, p.qk = conv + vdim, p.ld_qk = ld_conv;
+  p.a = a, p.ld_a = ld_a, p.b = b, p.ld_b = ld_b, p.A_log = A_log, p.dt_bias = dt_bias;
+  p.cu = cu, p.nk = nk, p.nv = nv, p.dk = dk, p.dv = dv;
+  if (mode == GdnFuse::conv) {
+    p.out = o, p.ld_out = ld_o;
+    gdn_prefill_dispatch<true, false>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
+    gated_rmsnorm_launch(o, ld_o, z, ld_z, norm_w, out, ld_out, T, nv, dv, eps, stream);
+    return;
+  }
+  p.z = z, p.ld_z = ld_z, p.norm_w = norm_w, p.eps = eps, p.out = out, p.ld_out = ld_out;
+  gdn_prefill_dispatch<true, true>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
 }
 
 }  // namespace df

@@ -217,5 +217,19 @@ void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
                         int64_t ld_b, const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out,
                         const int32_t* cu, int num_seqs, int64_t T, int max_len, int nk, int nv, int dk,
                         int dv, void* ws, size_t ws_bytes, cudaStream_t stream);
+// The whole Gated DeltaNet mixer of a prefill from the fused projection's column views: x [T, 2·nk·dk + nv·dv]
+// before the causal conv (conv_w [x cols, conv_k]), z [T, nv·dv] the norm's gate, a/b as above; out [T, nv·dv] =
+// gated_rmsnorm(gdn_prefill(conv1d_silu(x)), z). Fused (the conv in the chunk kernel, the norm in the state
+// kernel's epilogue) where conv_k is 4 and the layout allows; then only conv's last 2·nk·dk columns are
+// written (the conv'd q | k rows), so out may be conv's first nv·dv columns. Otherwise, or with
+// DFLASH_GDN_FUSE=0, the three separate launchers run with conv [T, x cols] and o [T, nv·dv] as their
+// intermediates (out may again be conv's first columns, not o); DFLASH_GDN_FUSE=conv fuses the conv only and
+// runs the gated norm from o. ws as for gdn_prefill_launch.
+void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv_k, const bf16* z, int64_t ld_z,
+                      const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b, const float* A_log,
+                      const float* dt_bias, const float* norm_w, float eps, bf16* out, int64_t ld_out,
+                      const int32_t* cu, const int32_t* pos, int num_seqs, int64_t T, int max_len, int nk, int nv,
+                      int dk, int dv, bf16* conv, int64_t ld_conv, bf16* o, int64_t ld_o, void* ws, size_t ws_bytes,
+                      cudaStream_t stream);
 
 }  // namespace df

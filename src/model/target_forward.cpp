@@ -111,14 +111,13 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
   Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
   target_linear(m_, ws_->fp8, ws_->n.rows_view(0, T), L.w_in, L.s_in, proj, 0.0f, &L.w_in_ba, n_quantised);
+  // conv1d_silu → gdn_prefill → gated_rmsnorm: the conv output's buffer takes the normed output too (the conv
+  // output is dead by then), mix the prefill's.
   Tensor conv = ws_->mix2.rows_view(0, T).cols_view(0, conv_ch);
-  ops_.conv1d_silu(proj.cols_view(0, conv_ch), L.conv_w, conv, seqs);
-  Tensor o = ws_->mix.rows_view(0, T).cols_view(0, vdim);
-  ops_.gdn_prefill(conv, proj.cols_view(conv_ch + vdim + nv, nv), proj.cols_view(conv_ch + vdim, nv), L.A_log,
-                   L.dt_bias, o, seqs, gdn_shape(), ws_->gdn);
-  // The conv output is dead now, so the gated norm reuses its buffer.
-  Tensor normed = ws_->mix2.rows_view(0, T).cols_view(0, vdim);
-  ops_.gated_rmsnorm(o, proj.cols_view(conv_ch, vdim), L.gdn_norm, normed, c.lin_nv, c.lin_dv, c.rms_eps);
+  Tensor normed = conv.cols_view(0, vdim);
+  ops_.gdn_mixer(proj.cols_view(0, conv_ch), proj.cols_view(conv_ch, vdim), proj.cols_view(conv_ch + vdim + nv, nv),
+                 proj.cols_view(conv_ch + vdim, nv), GdnWeights{L.conv_w, L.A_log, L.dt_bias, L.gdn_norm, c.rms_eps},
+                 normed, seqs, gdn_shape(), ws_->gdn, conv, ws_->mix.rows_view(0, T).cols_view(0, vdim));
   target_linear(m_, ws_->fp8, normed, L.w_out, L.s_out, ws_->h.rows_view(0, T), 1.0f);
 }
 

@@ -41,6 +41,13 @@ struct GdnShape {
   int dv = 0;  // value head dim
 };
 
+// A Gated DeltaNet layer's mixer parameters (Ops::gdn_mixer): the causal conv's weights f32 [C, K], A_log and
+// dt_bias f32 [1, nv], the output norm's weight f32 [1, dv] and its eps.
+struct GdnWeights {
+  Tensor conv_w, A_log, dt_bias, norm_w;
+  float eps = 0.0f;
+};
+
 struct QwenConfig;
 
 class Ops {
@@ -117,6 +124,19 @@ class Ops {
   // plans it once for its largest batch next to its other activations instead of the op allocating per call.
   // 0 where the backend needs none: the CPU oracle keeps its own per-call host vectors.
   virtual int64_t gdn_workspace_bytes(int64_t /*tokens*/, const GdnShape& /*shape*/) const { return 0; }
+  // The Gated DeltaNet mixer of a prefill from the layer's fused projection: out = gated_rmsnorm(gdn_prefill(
+  // conv1d_silu(x)), z), which the default computes with those three ops. x [T, 2·nk·dk + nv·dv] before the conv;
+  // z [T, nv·dv]; a, b and workspace as in gdn_prefill; out [T, nv·dv]. conv [T, x.cols] and o [T, nv·dv] are
+  // scratch for the intermediates, overwritten; out may be conv's first nv·dv columns (the conv output is dead
+  // once o exists), never o. A backend may fuse the three (CUDA: the conv inside the prefill's chunk kernel,
+  // the norm in its state kernel's epilogue) and leave the scratch holding something else.
+  virtual void gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const Tensor& b, const GdnWeights& w,
+                         const Tensor& out, const SeqLayout& seqs, const GdnShape& shape, const Tensor& workspace,
+                         const Tensor& conv, const Tensor& o) {
+    conv1d_silu(x, w.conv_w, conv, seqs);
+    gdn_prefill(conv, a, b, w.A_log, w.dt_bias, o, seqs, shape, workspace);
+    gated_rmsnorm(o, z, w.norm_w, out, shape.nv, shape.dv, w.eps);
+  }
   // ---- incremental decoding (one sequence; model/target_decode.h) ------------------------------------
   // Attention of T new queries over a key/value cache: query i sits at position past + i and sees cache rows
   // [0, past + i]. q [T, hq·hd]; k, v [≥ past + T, hkv·hd] whose rows [past, past + T) already hold the new

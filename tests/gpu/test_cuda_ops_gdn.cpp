@@ -1,13 +1,16 @@
 // The DeltaNet side of the CUDA ops against the CPU fp32 oracle: the depthwise causal conv (kernel sizes, awkward
-// widths and offsets, sequence starts), the gated RMSNorm, and the Gated DeltaNet prefill (chunked and recurrent
-// paths, chunk and sequence seams, workspace refusal) and decode. Split from test_cuda_ops.cpp, whose fixture
-// (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a GPU or a CUDA build.
+// widths and offsets, sequence starts), the gated RMSNorm, the Gated DeltaNet prefill (chunked and recurrent
+// paths, chunk and sequence seams, workspace refusal) and decode, and the fused mixer (conv, prefill and norm).
+// Split from test_cuda_ops.cpp, whose fixture (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
 TEST(CudaOpsGdnTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA: GPU op tests skipped"; }
 #else
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <tuple>
 
 #include "tests/gpu/cuda_ops_test_util.h"
 
@@ -198,6 +201,101 @@ TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
     check(o, 1e-4, kBf16Ulp, "out " + what);
   }
   unsetenv("DFLASH_DECODE");
+}
+
+// The DeltaNet mixer (gdn_mixer: conv1d_silu → gdn_prefill → gated_rmsnorm) fused against the CPU's three ops and
+// against the three CUDA ops (DFLASH_GDN_FUSE=0; =conv, the conv fused alone, bit for bit), as the forward calls
+// it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and packed (sequences
+// starting inside the chunk the conv's history rows would come from), the 27B layer (16 / 48 heads of 128), head
+// dims below the kernels' tile (16 / 40, 24 / 8), and a conv of 3 taps, which the fused kernels leave to the
+// three ops.
+TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
+  struct Case { GdnShape s; int K; };
+  for (const auto& lens : {std::vector<int32_t>{1}, {63}, {65}, {130}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 70}})
+    for (Case c : {Case{GdnShape{16, 48, 128, 128}, 4}, {GdnShape{1, 3, 16, 40}, 4}, {GdnShape{2, 4, 32, 32}, 4},
+                   {GdnShape{3, 3, 24, 8}, 4}, {GdnShape{1, 3, 16, 40}, 3}}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);
+      const GdnShape& s = c.s;
+      Layouts L = layouts(lens);
+      const int64_t T = L.cpu.tokens, vdim = int64_t(s.nv) * s.dv, cols = 2LL * s.nk * s.dk + vdim;
+      const int64_t P = cols + vdim + 2 * s.nv;  // [q k v | z | b | a], the row pitch padded to 16 bytes
+      Pair proj = rand(T, P, -2, 2, DType::bf16, (8 - P % 8) % 8);
+      auto view = [&](int64_t c0, int64_t n) { return Pair{proj.cpu.cols_view(c0, n), proj.gpu.cols_view(c0, n)}; };
+      const Pair x = view(0, cols), z = view(cols, vdim), b = view(cols + vdim, s.nv);
+      const Pair a = view(cols + vdim + s.nv, s.nv);
+      const Pair conv_w = rand(cols, c.K, -0.5f, 0.5f, DType::f32), A_log = rand(1, s.nv, -2, 1, DType::f32);
+      const Pair dt = rand(1, s.nv, -1, 1, DType::f32), norm_w = rand(1, s.dv, 0.5f, 1.5f, DType::f32);
+      const GdnWeights wc{conv_w.cpu, A_log.cpu, dt.cpu, norm_w.cpu, 1e-6f};
+      const GdnWeights wg{conv_w.gpu, A_log.gpu, dt.gpu, norm_w.gpu, 1e-6f};
+      Tensor ws = gpu_arena_.alloc(DType::u8, 1, gpu_->gdn_workspace_bytes(T, s));
+      ASSERT_EQ(cudaMemset(ws.data, 0xff, ws.nbytes()), cudaSuccess);
+      const std::string what = name_of("gdn_mixer T nk nv dk dv K", {T, s.nk, s.nv, s.dk, s.dv, c.K}) + " seqs " +
+                               std::to_string(lens.size());
+
+      Pair y = out(T, vdim), conv = out(T, cols), o = out(T, vdim);
+      cpu_.gdn_mixer(x.cpu, z.cpu, a.cpu, b.cpu, wc, y.cpu, L.cpu, s, Tensor{}, conv.cpu, o.cpu);
+      unsetenv("DFLASH_GDN_FUSE");
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y.gpu, L.gpu, s, ws, conv.gpu, o.gpu);
+      setenv("DFLASH_GDN_FUSE", "0", 1);
+      Pair y3 = out(T, vdim), conv3 = out(T, cols), o3 = out(T, vdim);
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y3.gpu, L.gpu, s, ws, conv3.gpu, o3.gpu);
+      // The conv fused alone: the same q, k, v bits into the same prefill and norm, so the same output bits.
+      setenv("DFLASH_GDN_FUSE", "conv", 1);
+      Pair yc = out(T, vdim), convc = out(T, cols), oc = out(T, vdim);
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yc.gpu, L.gpu, s, ws, convc.gpu, oc.gpu);
+      unsetenv("DFLASH_GDN_FUSE");
+      expect_same_bits(yc.gpu, y3.gpu, what, "DFLASH_GDN_FUSE=conv", "DFLASH_GDN_FUSE=0");
+      expect_same_bits(oc.gpu, o3.gpu, what, "DFLASH_GDN_FUSE=conv o", "DFLASH_GDN_FUSE=0 o");
+      const std::vector<float> got = down_gpu(y.gpu), sep = down_gpu(y3.gpu);
+
+      // Against the CPU, normalised: the norm divides by rms(o), which on these random inputs ranges over four
+      // decades (median 2e-3, rows down to 5e-6, as q and k barely overlap), so a per-element bound on o means
+      // little after it. Measured on the CPU (CpuOps with the conv outputs rounded to bf16 before the prefill,
+      // these shapes and lengths): that rounding alone moves y by max 5.4e-3 to 1.1e-2 of max|y| and by a
+      // relative RMS of 2.5e-3 to 3.7e-3. The GPU's bf16 products are roundings of the same size on the same
+      // sums (the prefill test above) and y is rounded once more, so 4e-2 and 1.2e-2 leave 3x margin; a wrong
+      // halo row, a missed sequence reset or a wrong head moves whole rows by O(max|y|).
+      const std::vector<double> want = down_cpu(y.cpu);
+      auto stats = [&](const std::vector<float>& g) {
+        double e2 = 0.0, r2 = 0.0, emax = 0.0, rmax = 0.0;
+        bool nan = false;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const double e = double(g[i]) - want[i];
+          nan |= std::isnan(g[i]);
+          e2 += e * e, r2 += want[i] * want[i];
+          emax = std::max(emax, std::fabs(e)), rmax = std::max(rmax, std::fabs(want[i]));
+        }
+        return std::tuple{nan, emax / rmax, std::sqrt(e2 / r2)};
+      };
+      const auto [nan, max_rel, rms_rel] = stats(got);
+      const auto [nan3, max_rel3, rms_rel3] = stats(sep);
+      std::printf("[ maxerr ] %-48s max|err|/max|ref| %.2e rel RMS %.2e (DFLASH_GDN_FUSE=0: %.2e, %.2e)\n",
+                  what.c_str(), max_rel, rms_rel, max_rel3, rms_rel3);
+      EXPECT_FALSE(nan) << what;
+      EXPECT_LE(max_rel, 4e-2) << what;
+      EXPECT_LE(rms_rel, 1.2e-2) << what;
+
+      // Against the three CUDA ops: the same q, k, v bits (checked below where the conv is fused), so the same
+      // fp32 o. They round o to bf16 before the norm (≤ 1 ulp of o, so of y; r moves by an average of those,
+      // far less), then each side rounds y once: 3 ulps.
+      EXPECT_EQ(count_mismatch(got, std::vector<double>(sep.begin(), sep.end()), 1e-6, 3 * kBf16Ulp,
+                               "fused vs DFLASH_GDN_FUSE=0 " + what),
+                0);
+      if (c.K != 4) {  // no fused form: the same three ops ran both times
+        expect_same_bits(y.gpu, y3.gpu, what, "default", "DFLASH_GDN_FUSE=0");
+        continue;
+      }
+      // The fused form writes only conv's last 2·nk·dk columns: the conv'd q | k rows, bit for bit conv1d_silu's.
+      const int64_t qk = 2LL * s.nk * s.dk;
+      expect_same_bits(conv.gpu.cols_view(vdim, qk), conv3.gpu.cols_view(0, qk), what, "fused conv of q|k",
+                       "conv1d_silu");
+      const std::vector<float> untouched = down_gpu(conv.gpu.cols_view(0, vdim));
+      EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }))
+          << what << ": the fused form wrote conv's first columns (did the three ops run instead?)";
+      // As the forward calls it: out is conv's first nv·dv columns, the same bits.
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, conv.gpu.cols_view(0, vdim), L.gpu, s, ws, conv.gpu, o.gpu);
+      expect_same_bits(conv.gpu.cols_view(0, vdim), y.gpu, what, "out inside conv", "out apart");
+    }
 }
 
 // The workspace is the caller's: one byte short (or none) must be refused with both sizes in the message,

@@ -271,6 +271,63 @@ int64_t CudaOps::gdn_workspace_bytes(int64_t tokens, const GdnShape& s) const {
   return static_cast<int64_t>(gdn_prefill_workspace_bytes(tokens, s.nv, s.dk, s.dv));
 }
 
+// Whether the byte ranges of two (possibly strided) views, first element to one past the last, meet.
+static bool spans_overlap(const Tensor& x, const Tensor& y) {
+  auto span = [](const Tensor& t) {
+    const char* p = static_cast<const char*>(t.data);
+    return std::pair{p, p + ((t.rows - 1) * t.stride + t.cols) * int64_t(dtype_size(t.dtype))};
+  };
+  if (x.empty() || y.empty()) return false;
+  const auto [x0, x1] = span(x);
+  const auto [y0, y1] = span(y);
+  return x0 < y1 && y0 < x1;
+}
+
+void CudaOps::gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const Tensor& b, const GdnWeights& w,
+                        const Tensor& out, const SeqLayout& seqs, const GdnShape& s, const Tensor& workspace,
+                        const Tensor& conv, const Tensor& o) {
+  const char* op = "gdn_mixer";
+  for (auto [t, name] : {std::pair{&x, "x"}, {&z, "z"}, {&a, "a"}, {&b, "b"}, {&out, "out"}, {&conv, "conv"},
+                         {&o, "o"}})
+    cuda_expect(*t, DType::bf16, op, name);
+  for (auto [t, name] : {std::pair{&w.conv_w, "conv_w"}, {&w.A_log, "A_log"}, {&w.dt_bias, "dt_bias"},
+                         {&w.norm_w, "norm_w"}})
+    cuda_expect(*t, DType::f32, op, name);
+  cuda_expect(seqs.cu, DType::i32, op, "seqs.cu");
+  cuda_expect(seqs.pos, DType::i32, op, "seqs.pos");
+  DF_CHECK(s.nk > 0 && s.nv % s.nk == 0, "%s: %d value heads are not a multiple of %d key heads", op, s.nv, s.nk);
+  DF_CHECK(s.dk > 0 && s.dv > 0 && s.dk <= kDecodeMaxHeadDim, "%s: head dims dk %d / dv %d must be positive, dk <= %d",
+           op, s.dk, s.dv, kDecodeMaxHeadDim);
+  const int64_t vdim = int64_t(s.nv) * s.dv;
+  cuda_expect_shape(x, seqs.tokens, 2LL * s.nk * s.dk + vdim, op, "x");
+  cuda_expect_shape(z, seqs.tokens, vdim, op, "z");
+  cuda_expect_shape(a, seqs.tokens, s.nv, op, "a");
+  cuda_expect_shape(b, seqs.tokens, s.nv, op, "b");
+  cuda_expect_shape(out, seqs.tokens, vdim, op, "out");
+  cuda_expect_shape(conv, seqs.tokens, x.cols, op, "conv");
+  cuda_expect_shape(o, seqs.tokens, vdim, op, "o");
+  cuda_expect_shape(w.conv_w, x.cols, w.conv_w.cols, op, "conv_w");
+  DF_CHECK(w.conv_w.contiguous() && w.conv_w.cols >= 2 && w.conv_w.cols <= 8,
+           "%s: conv_w %s must be contiguous [C, K] with K in 2..8 (the conv sizes built)", op,
+           w.conv_w.shape_str().c_str());
+  cuda_expect_shape(w.A_log, 1, s.nv, op, "A_log");
+  cuda_expect_shape(w.dt_bias, 1, s.nv, op, "dt_bias");
+  cuda_expect_shape(w.norm_w, 1, s.dv, op, "norm_w");
+  const bool out_heads_conv = out.data == conv.data && out.stride == conv.stride;
+  DF_CHECK(!spans_overlap(out, o) && (out_heads_conv || !spans_overlap(out, conv)),
+           "%s: out %s must be conv's first %lld columns or apart from conv, and apart from o", op,
+           out.shape_str().c_str(), (long long)vdim);
+  if (!workspace.empty()) {
+    cuda_expect(workspace, DType::u8, op, "workspace");
+    DF_CHECK(workspace.contiguous(), "%s: workspace %s must be contiguous", op, workspace.shape_str().c_str());
+  }
+  gdn_mixer_launch(bptr(x), x.stride, fptr(w.conv_w), static_cast<int>(w.conv_w.cols), bptr(z), z.stride, bptr(a),
+                   a.stride, bptr(b), b.stride, fptr(w.A_log), fptr(w.dt_bias), fptr(w.norm_w), w.eps, bptr(out),
+                   out.stride, iptr(seqs.cu), iptr(seqs.pos), seqs.num_seqs, seqs.tokens, seqs.max_len, s.nk, s.nv,
+                   s.dk, s.dv, bptr(conv), conv.stride, bptr(o), o.stride, workspace.data,
+                   workspace.empty() ? 0 : workspace.nbytes(), dev_.stream);
+}
+
 void CudaOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
                             float eps) {
   cuda_expect(o, DType::bf16, "gated_rmsnorm", "o");

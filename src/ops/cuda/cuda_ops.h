@@ -53,6 +53,11 @@ class CudaOps final : public Ops {
                    const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs, const GdnShape& shape,
                    const Tensor& workspace) override;
   int64_t gdn_workspace_bytes(int64_t tokens, const GdnShape& shape) const override;
+  // Fused (kernels/gdn.cu gdn_mixer_launch) unless DFLASH_GDN_FUSE=0 (=conv: the conv only) or the shape or
+  // layout needs the three ops.
+  void gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const Tensor& b, const GdnWeights& w,
+                 const Tensor& out, const SeqLayout& seqs, const GdnShape& shape, const Tensor& workspace,
+                 const Tensor& conv, const Tensor& o) override;
   void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
                      float eps) override;
   bool fp8_gemm() const override { return true; }
