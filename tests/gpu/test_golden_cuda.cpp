@@ -5,6 +5,9 @@
 // end to end. Skips itself without a device or without a CUDA build.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -19,20 +22,29 @@ namespace {
 
 using namespace df::golden;
 
-// Tolerance, anchored to the peer (issue 15). Per dataset, our max |a − b| and our relative RMS error
-// ||a − b|| / ||b|| against the fp32 golden must each be at most 1.25x what HF transformers itself gets in
-// bf16 on CUDA (sdpa attention, flash-linear-attention DeltaNet: the peer users would otherwise run) on the
-// same checkpoint and tokens, measured by make_golden.py --hf-bf16 with the same two definitions. Why an
-// anchor and not a fixed number: bf16's error is not derivable up front, random DeltaNet gates and norms
-// amplify it layer by layer by model-dependent factors (HF-bf16 itself ranges from ~1e-2 rel RMS on the dense
-// models to ~1e-1 on the hybrids). Why 1.25: our fused kernels round at other points than HF's unfused ops
-// (once, at the store: kernels/device_math.cuh), so the worst element of a tap is another element than HF's
-// and max-abs, an extreme over ~20 K elements, lands either side of HF's by a few tens of percent (measured
-// on the H200, session 8: rel RMS 0.77-0.94x HF's on every tap, max-abs up to 1.17x); a real precision loss
-// (an intermediate, a softmax sum, the DeltaNet state or a norm's statistics kept in bf16 where HF keeps
-// fp32) shows up as 2x or more on the datasets after it. So the rule protects the precision of the forward:
-// we may not be noticeably less accurate than the peer on any model, layer or the final norm.
+// Tolerance, anchored to the peer (issues 15, 27). Per dataset, our relative RMS error ||a − b|| / ||b|| and
+// our tail, the mean of the largest 1 % of |a − b|, against the fp32 golden must each be at most 1.25x what HF
+// transformers itself gets in bf16 on CUDA (sdpa attention, flash-linear-attention DeltaNet: the peer users would
+// otherwise run) on the same checkpoint and tokens, measured by make_golden.py --hf-bf16 with the same
+// definitions. Why an anchor and not a fixed number: bf16's error is not derivable up front, random DeltaNet
+// gates and norms amplify it layer by layer by model-dependent factors (HF-bf16 itself ranges from ~1e-2 rel RMS
+// on the dense models to ~4e-2 on the hybrids). Why 1.25: our fused kernels round at other points than HF's
+// unfused ops (once, at the store: kernels/device_math.cuh), so each element's error is another draw than HF's;
+// a real precision loss (an intermediate, a softmax sum, the DeltaNet state or a norm's statistics kept in bf16
+// where HF keeps fp32) shows up as 2x or more on every dataset after it.
+// Why the tail and not the single worst element (issue 27 item 5, measured on the H200, session 13): on the
+// hybrids the largest errors sit on tokens where one DeltaNet head's output nearly cancels (rms(o) at 0.06-0.17x
+// its head's median; tests/golden/conditioning.py), and the gated RMSNorm divides by it, turning a bf16-sized
+// error into one 6-16x larger, whoever computed it. The worst element of a tap is then one draw from a heavy
+// tail (HF's own worst is 8-15x its RMS error), and it flips between implementations of equal precision: on
+// qwen35_long ours is at 1.81x HF's max abs and the exact fp32 DeltaNet (DFLASH_GDN=recurrent) at 2.42x, while
+// both are at 0.86-0.99x HF's rel RMS and 0.91-1.00x HF's tail mean on every tap. The 1 % tail averages
+// 180-1000 of those draws and still moves by a row that is wrong: one wrong 48-wide row in a 100 K-element tap
+// raises it ~1.5x. The single worst element keeps a ceiling, 4x HF's (the fp32-DeltaNet draw above plus
+// margin), which an isolated element gone wrong (O(1)) still exceeds.
 constexpr double kPeerFactor = 1.25;
+constexpr double kTailFraction = 0.01;  // make_golden.py TAIL_FRACTION
+constexpr double kMaxAbsCeiling = 4.0;
 // An absolute ceiling as well: the rel RMS measured on the H200 (2026-11-29) was 1.2e-2 after 3 Qwen3
 // layers and 3.2e-2 after 4 Qwen3.5 layers, and the wiring bugs this test also exists for (w vs 1 + w, RoPE
 // span, key-head mapping, conv offset, a skipped or mis-fused tensor) give 0.3 to 1; 8e-2 (2.5x the worst
@@ -45,7 +57,7 @@ constexpr double kRelFloor = 1e-2;
 constexpr const char* kPeerFile = "hf_bf16_error.json";
 
 struct PeerError {
-  double max_abs = 0, rel_rms = 0;
+  double max_abs = 0, rel_rms = 0, tail_mean_abs = 0;
   std::string worst;  // where HF's own worst element is, with its values ("" in files written before it was kept)
 };
 
@@ -63,7 +75,11 @@ void read_peer_errors(const std::string& model, std::map<std::string, PeerError>
     j = nlohmann::json::parse(read_text(path));
     kernels = j.value("gdn_kernels", "");
     for (const auto& [name, e] : j.at("datasets").items()) {
-      out[name] = PeerError{e.at("max_abs").get<double>(), e.at("rel_rms").get<double>(), ""};
+      if (!e.contains("tail_mean_abs") || e.at("tail_fraction").get<double>() != kTailFraction)
+        FAIL() << path << ": dataset '" << name << "' has no tail_mean_abs of the largest " << 100 * kTailFraction
+               << " % (written before issue 27's tail rule). " << hint;
+      out[name] = PeerError{e.at("max_abs").get<double>(), e.at("rel_rms").get<double>(),
+                            e.at("tail_mean_abs").get<double>(), ""};
       if (e.contains("worst_at") && e.at("worst_at").size() == 2)
         out[name].worst = df::strfmt("[%lld, %lld] HF %.5g want %.5g", e.at("worst_at")[0].get<long long>(),
                                      e.at("worst_at")[1].get<long long>(), e.at("worst_got").get<double>(),
@@ -97,6 +113,17 @@ bool have_device() {
 #endif
 }
 
+// The mean of the largest kTailFraction of |got − want| (at least one element): make_golden.py's tail_mean_abs.
+double tail_mean_abs(const std::vector<double>& got, const std::vector<double>& want) {
+  std::vector<double> d(want.size());
+  for (size_t i = 0; i < want.size(); ++i) d[i] = std::fabs(got[i] - want[i]);
+  const size_t k = std::max<size_t>(1, static_cast<size_t>(std::ceil(double(d.size()) * kTailFraction)));
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(k - 1), d.end(), std::greater<double>());
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += d[i];
+  return sum / double(k);
+}
+
 double rel_rms(const std::vector<double>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -125,10 +152,11 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
   golden_extract_and_open(model, "cuda", tmp, want_file, got_file, names);
   if (HasFatalFailure()) return;
   std::printf(
-      "[golden-cuda] %s: ours vs HF-bf16 (DeltaNet: %s), both against the fp32 golden; pass: ours <= "
-      "%.2fx HF's, rel rms <= %.0e\n",
-      model.c_str(), peer_kernels_.empty() ? "none" : peer_kernels_.c_str(), kPeerFactor, kMaxRelRms);
-  double worst_abs_ratio = 0, worst_rms_ratio = 0;
+      "[golden-cuda] %s: ours vs HF-bf16 (DeltaNet: %s), both against the fp32 golden; pass: rel rms and "
+      "the largest-1 %% mean <= %.2fx HF's, max abs <= %.1fx HF's, rel rms <= %.0e\n",
+      model.c_str(), peer_kernels_.empty() ? "none" : peer_kernels_.c_str(), kPeerFactor, kMaxAbsCeiling,
+      kMaxRelRms);
+  double worst_abs_ratio = 0, worst_rms_ratio = 0, worst_tail_ratio = 0;
   for (const std::string& name : names) {
     SCOPED_TRACE(model + "/" + name);
     Dataset want = read_dataset(want_file->id, name), got = read_dataset(got_file->id, name);
@@ -147,27 +175,36 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
     const double rms = rel_rms(got.values, want.values);
     const Worst w = worst_element(got.values, want.values);
     const size_t cols = want.dims.size() > 1 ? want.dims[1] : 1;
+    const double tail = tail_mean_abs(got.values, want.values);
     const double abs_ratio = e.max_abs / std::max(hf.max_abs, 1e-300),
-                 rms_ratio = rms / std::max(hf.rel_rms, 1e-300);
+                 rms_ratio = rms / std::max(hf.rel_rms, 1e-300),
+                 tail_ratio = tail / std::max(hf.tail_mean_abs, 1e-300);
     worst_abs_ratio = std::max(worst_abs_ratio, abs_ratio);
     worst_rms_ratio = std::max(worst_rms_ratio, rms_ratio);
+    worst_tail_ratio = std::max(worst_tail_ratio, tail_ratio);
     std::printf(
-        "[golden-cuda] %-22s %-11s max abs ours %.3e HF %.3e (%.2fx)  rel rms ours %.3e HF %.3e (%.2fx)  "
-        "worst [%zu, %zu] ours %.5g want %.5g  worst/tol %.3f%s%s\n",
-        model.c_str(), name.c_str(), e.max_abs, hf.max_abs, abs_ratio, rms, hf.rel_rms, rms_ratio,
+        "[golden-cuda] %-22s %-11s rel rms ours %.3e HF %.3e (%.2fx)  top-1%% mean ours %.3e HF %.3e (%.2fx)  "
+        "max abs ours %.3e HF %.3e (%.2fx)  worst [%zu, %zu] ours %.5g want %.5g  worst/tol %.3f%s%s\n",
+        model.c_str(), name.c_str(), rms, hf.rel_rms, rms_ratio, tail, hf.tail_mean_abs, tail_ratio, e.max_abs,
+        hf.max_abs, abs_ratio,
         w.index / cols, w.index % cols, w.got, w.want, e.worst_ratio, hf.worst.empty() ? "" : "  HF's worst ",
         hf.worst.c_str());
     EXPECT_EQ(e.nan, 0) << name << ": non-finite values in extract's output";
-    EXPECT_LE(e.max_abs, kPeerFactor * hf.max_abs)
+    EXPECT_LE(tail, kPeerFactor * hf.tail_mean_abs)
+        << name << ": the mean of the largest 1 % of |error|, " << tail << ", exceeds " << kPeerFactor
+        << " x HF-bf16's " << hf.tail_mean_abs;
+    EXPECT_LE(e.max_abs, kMaxAbsCeiling * hf.max_abs)
         << name << " " << got.dims[0] << "x" << cols << ": max abs error " << e.max_abs << " at ["
         << w.index / cols << ", " << w.index % cols << "] (ours " << w.got << ", golden " << w.want
-        << ") exceeds " << kPeerFactor << " x HF-bf16's " << hf.max_abs;
+        << ") exceeds " << kMaxAbsCeiling << " x HF-bf16's " << hf.max_abs;
     EXPECT_LE(rms, kPeerFactor * hf.rel_rms) << name << ": relative RMS error " << rms << " exceeds "
                                              << kPeerFactor << " x HF-bf16's " << hf.rel_rms;
     EXPECT_LE(rms, kMaxRelRms) << name << ": relative RMS error over the dataset";
   }
-  std::printf("[golden-cuda] %-22s worst ratio to HF-bf16 over all datasets: max abs %.2fx, rel rms %.2fx\n",
-              model.c_str(), worst_abs_ratio, worst_rms_ratio);
+  std::printf(
+      "[golden-cuda] %-22s worst ratio to HF-bf16 over all datasets: rel rms %.2fx, top-1%% mean %.2fx, max abs "
+      "%.2fx\n",
+      model.c_str(), worst_rms_ratio, worst_tail_ratio, worst_abs_ratio);
 }
 
 // Issue 16's fidelity figure on the HF goldens: `extract --device cuda --target-dtype fp8` against the fp32
