@@ -187,7 +187,7 @@ void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t l
 // True when this build has sm_90a code and the current GPU is compute capability 9.0 (read once per device):
 // the wgmma kernels (this file's attention, the DFlash attention backward) can run.
 bool wgmma_available();
-// The current device's SM count (decode_fast.cu): grids of persistent kernels.
+// The current device's SM count, read once per device (decode_fast.cu): grids of persistent kernels.
 int device_sms();
 
 // The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
