@@ -262,7 +262,9 @@ void NcclComm::warm_up(const std::vector<int>& peers) {
   std::vector<float> host(n, 0.0f);
   host[0] = 1.0f;
   host[1] = float(rank_);
-  DF_CUDA_CHECK(cudaMemcpy(buf, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  // On the communicator's stream: it does not wait for the legacy default stream, and a pageable cudaMemcpy may
+  // return before its DMA lands, so the all-reduce below could otherwise read the buffer first.
+  DF_CUDA_CHECK(cudaMemcpyAsync(buf, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
   try {
     all_reduce_sum(buf, 1, "warm-up all-reduce");
     std::vector<NcclP2p> ops;

@@ -52,14 +52,18 @@ class CudaOpsTest : public ::testing::Test {
     if (gpu_) gpu_->free_bytes(gblock_);
   }
 
-  // An output pair; the GPU side is filled with NaN (all-ones bytes) so unwritten elements fail the check.
+  // An output pair; the GPU side is filled with NaN (all-ones bytes) so unwritten elements fail the check. The
+  // fill runs on the ops' own stream: CudaOps' stream does not wait for the legacy default stream, so a plain
+  // cudaMemset could land after the upload or the kernel that follows it (it did, with other processes on the GPU).
   Pair out(int64_t rows, int64_t cols, DType gdt = DType::bf16, int64_t pad = 0) {
     Pair p;
     p.cpu = cpu_arena_.alloc(DType::f32, rows, cols);
     p.gpu = gpu_arena_.alloc(gdt, rows, cols + pad).cols_view(0, cols);
-    EXPECT_EQ(cudaMemset(p.gpu.data, 0xff, size_t(rows) * (cols + pad) * dtype_size(gdt)), cudaSuccess);
+    poison(p.gpu.data, size_t(rows) * (cols + pad) * dtype_size(gdt));
     return p;
   }
+  // All-ones bytes (NaN in f32 and bf16) over `bytes` of GPU memory, ordered on the ops' stream.
+  void poison(void* p, size_t bytes) { EXPECT_EQ(cudaMemsetAsync(p, 0xff, bytes, gpu_->stream()), cudaSuccess); }
   // Uniform values rounded to bf16 so both backends read exactly the same numbers. pad > 0 makes the GPU
   // side a strided view (the CPU side stays contiguous; strides are tested by CpuOps' own tests).
   Pair rand(int64_t rows, int64_t cols, float lo, float hi, DType gdt = DType::bf16, int64_t pad = 0) {

@@ -52,7 +52,7 @@ TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
       Pair o = out(T, int64_t(s.nv) * s.dv);
       // Filled with NaN bytes: the kernels must write every workspace byte they later read.
       Tensor ws = gpu_arena_.alloc(DType::u8, 1, gpu_->gdn_workspace_bytes(T, s));
-      ASSERT_EQ(cudaMemset(ws.data, 0xff, ws.nbytes()), cudaSuccess);
+      poison(ws.data, ws.nbytes());
       EXPECT_EQ(cpu_.gdn_workspace_bytes(T, s), 0);
       cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s, Tensor{});
       gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, ws);
@@ -228,7 +228,7 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       const GdnWeights wc{conv_w.cpu, A_log.cpu, dt.cpu, norm_w.cpu, 1e-6f};
       const GdnWeights wg{conv_w.gpu, A_log.gpu, dt.gpu, norm_w.gpu, 1e-6f};
       Tensor ws = gpu_arena_.alloc(DType::u8, 1, gpu_->gdn_workspace_bytes(T, s));
-      ASSERT_EQ(cudaMemset(ws.data, 0xff, ws.nbytes()), cudaSuccess);
+      poison(ws.data, ws.nbytes());
       const std::string what = name_of("gdn_mixer T nk nv dk dv K", {T, s.nk, s.nv, s.dk, s.dv, c.K}) + " seqs " +
                                std::to_string(lens.size());
 

@@ -287,8 +287,9 @@ class LmHeadLossCuda : public ::testing::Test {
   struct Buf {
     CudaOps* ops;
     void* p;
+    // On the ops' stream, which does not wait for the legacy default stream a plain cudaMemset would use.
     Buf(CudaOps* o, size_t bytes, int poison) : ops(o), p(o->alloc_bytes(std::max<size_t>(bytes, 1))) {
-      EXPECT_EQ(cudaMemset(p, poison, std::max<size_t>(bytes, 1)), cudaSuccess);
+      EXPECT_EQ(cudaMemsetAsync(p, poison, std::max<size_t>(bytes, 1), o->stream()), cudaSuccess);
     }
     Buf(const Buf&) = delete;
     ~Buf() { ops->free_bytes(p); }
@@ -330,7 +331,8 @@ class LmHeadLossCuda : public ::testing::Test {
     o.loss.resize(size_t(R)), o.p_label.resize(size_t(R)), o.argmax.resize(size_t(R));
     g->download_f32(dev(loss, DType::f32, 1, R), o.loss.data());
     g->download_f32(dev(pl, DType::f32, 1, R), o.p_label.data());
-    EXPECT_EQ(cudaMemcpy(o.argmax.data(), am.p, size_t(R) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(o.argmax.data(), am.p, size_t(R) * 4, cudaMemcpyDeviceToHost, g->stream()), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(g->stream()), cudaSuccess);
     std::vector<float> full(size_t(R * ld));
     g->download_f32(dev(dh, DType::bf16, R, ld), full.data());
     for (int64_t r = 0; r < R; ++r) {
