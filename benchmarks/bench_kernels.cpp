@@ -6,17 +6,15 @@
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels
 // alone, `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
 // (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
-// timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash`
-// the DFlash drafter attention at the drafter step's shape and 8x it, all three kernel paths. The FP8 input
-// quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in
-// the same call.
+// timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash` the
+// DFlash drafter attention at the drafter step's shape and 8x it, both backward paths. The FP8 input quantisers are
+// bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in the same call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <random>
@@ -252,10 +250,9 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
 }
 
 // DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096
-// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on the
-// three kernel paths in the same process: the default (wgmma on an sm_90a build and a compute capability 9.0
-// GPU, query-major passes over pairs of blocks), DFLASH_DFA=wg1 (wgmma, one block per query-major CTA) and
-// DFLASH_DFA=mma (the mma.sync kernels). Checked first, on each path: out, lse, dq and the own-block dk/dv
+// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on both
+// kernel paths in the same process: the default (wgmma on an sm_90a build and a compute capability 9.0 GPU)
+// and DFLASH_DFA=mma (the mma.sync kernels). Checked first, on each path: out, lse, dq and the own-block dk/dv
 // of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed
 // the path's out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each
 // query's softmax sums to 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head,
@@ -325,17 +322,13 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 
   const char* env = std::getenv("DFLASH_DFA");
   const std::string saved = env ? env : "";
-  for (const char* sel : {"unset", "wg1", "mma"}) {
-    const bool mma = std::strcmp(sel, "mma") == 0, wg1 = std::strcmp(sel, "wg1") == 0;
-    if (mma || wg1)
-      setenv("DFLASH_DFA", sel, 1);
+  for (bool mma : {false, true}) {
+    if (mma)
+      setenv("DFLASH_DFA", "mma", 1);
     else
       unsetenv("DFLASH_DFA");
-    const char* path = mma                  ? "mma.sync"
-                       : !wgmma_available() ? "default (no wgmma here)"
-                       : wg1                ? "wgmma 1 block"
-                                            : "wgmma pairs";
-    std::printf("dflash attn %s, %s path (DFLASH_DFA=%s):\n", tag, path, sel);
+    const char* path = mma ? "mma.sync" : wgmma_available() ? "wgmma" : "default (no wgmma here)";
+    std::printf("dflash attn %s, %s path (DFLASH_DFA=%s):\n", tag, path, mma ? "mma" : "unset");
     for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
       DF_CUDA_CHECK(cudaMemsetAsync(t->data, 0xff, size_t(t->rows * t->stride) * dtype_size(t->dtype),
                                     b.gpu.stream()));

@@ -5,17 +5,11 @@
 // O += P_{j−1}·V_{j−1} are issued together and the softmax of S_j runs while the second is in flight; between
 // the consumers, named barriers make them take turns at issuing, so one's softmax overlaps the other's MMAs.
 // P feeds the second MMA from registers (the S accumulator is the A-fragment layout); operands in shared
-// memory use the 128-byte swizzle (kernels/wgmma.cuh). Blocks are persistent, one per SM, each walking query
-// tiles longest first; the producer loads the next tile's Q and K/V while the consumers finish a tile, so
-// block start-up and the epilogue no longer leave the tensor cores idle. An optional output gate is applied in
-// the epilogue, as in attention.cu (its rows prefetched into L2 beforehand). The launcher reports whether it
-// ran so the caller can fall back to the portable kernel.
-#include <algorithm>
+// memory use the 128-byte swizzle (kernels/wgmma.cuh). An optional output gate is applied in the epilogue, as
+// in attention.cu. The launcher reports whether it ran so the caller can fall back to the portable kernel.
 #include <cmath>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -34,9 +28,8 @@ struct WsAttnCfg {
   static constexpr int kQBytes = 64 * HD * 2;     // one consumer's Q rows
   static constexpr int kKvBytes = KEYS * HD * 2;  // one K or V tile
   static constexpr int kBarOffset = 2 * kQBytes + 2 * STAGES * kKvBytes;
-  // Q full and Q empty per consumer, then per stage K full, V full, K empty, V empty; slack to align the
-  // base to 1024 bytes.
-  static constexpr int kSmem = kBarOffset + 8 * (4 + 4 * STAGES) + 1024;
+  // Q full, then per stage K full, V full, K empty, V empty; slack to align the base to 1024 bytes.
+  static constexpr int kSmem = kBarOffset + 8 * (1 + 4 * STAGES) + 1024;
   // Registers per thread (65,536 per SM, one block): 128 · 24 + 256 · 240 = 64,512.
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(KEYS == 64 || KEYS == 80 || KEYS == 128, "S = Q·Kᵀ has wgmma wrappers for these widths");
@@ -70,44 +63,13 @@ __device__ __forceinline__ void wgmma_qk(float (&s)[KEYS / 2], uint64_t desc_q, 
     wgmma_m64n128k16_ss(s, desc_q, desc_k, accumulate);
 }
 
-// Block tile idx of the launch: ROWS query rows (from q0) of one head of one sequence. Heads vary fastest,
-// so the blocks running together share K and V (GQA) through L2. level_outer (the persistent schedule): then
-// the sequence, the q-tile level slowest, longest (most causal work) first over the whole launch; otherwise
-// (one tile per block) the level, longest first within each sequence, so a sequence's K and V stay in L2
-// while its blocks run.
-struct AttnTile {
-  int idx;  // −1: past the last tile
-  int q0, head, start, len;
-};
-template <int ROWS>
-__device__ __forceinline__ AttnTile attn_tile(int idx, int total, int level_outer, int hq, int num_seqs,
-                                              int q_tiles, const int32_t* cu) {
-  AttnTile t{-1, 0, 0, 0, 0};
-  if (idx >= total) return t;
-  t.idx = idx;
-  t.head = idx % hq;
-  const int rest = idx / hq;
-  const int seq = level_outer ? rest % num_seqs : rest / q_tiles;
-  const int level = level_outer ? rest / num_seqs : rest % q_tiles;
-  t.q0 = (q_tiles - 1 - level) * ROWS;
-  t.start = __ldg(cu + seq);
-  t.len = __ldg(cu + seq + 1) - t.start;
-  return t;
-}
-
-// Each block walks tiles r · G + b in rounds r (G blocks, b its index), every other round backwards (a
-// snake), so that over longest-first tiles the blocks' totals even out; one tile per block when G covers all.
-// The producer runs ahead across tile boundaries: the next tile's Q and first K/V tiles load while the
-// consumers finish the current one and store it.
 template <int HD, int KEYS, int STAGES>
 __global__ void __launch_bounds__(384, 1)
     attention_causal_ws_kernel(const __grid_constant__ CUtensorMap tm_q,
                                const __grid_constant__ CUtensorMap tm_k,
-                               const __grid_constant__ CUtensorMap tm_v,
-                               const __grid_constant__ CUtensorMap tm_gate, bf16* out, int64_t ld_out,
-                               const bf16* gate, int64_t ld_gate, int gate_prefetch, const int32_t* cu,
-                               int num_seqs, int q_tiles, int hq, int hkv, float scale_log2, int pingpong,
-                               int level_outer) {
+                               const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
+                               const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
+                               float scale_log2, int pingpong) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   constexpr int kKv = Cfg::kKvBytes;
@@ -118,27 +80,21 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t base_s = raw + pad;
   // Consumer w's Q at w · kQBytes; stage st's K at k_off(st), its V kKv further.
   auto k_off = [](int st) { return 2 * Cfg::kQBytes + 2 * st * kKv; };
-  const uint32_t bars = base_s + Cfg::kBarOffset;
-  auto full_q = [&](int w) { return bars + 8 * w; };
-  auto empty_q = [&](int w) { return bars + 16 + 8 * w; };
-  auto full_k = [&](int st) { return bars + 32 + 32 * st; };
-  auto full_v = [&](int st) { return bars + 40 + 32 * st; };
-  auto empty_k = [&](int st) { return bars + 48 + 32 * st; };
-  auto empty_v = [&](int st) { return bars + 56 + 32 * st; };
+  const uint32_t bar_q = base_s + Cfg::kBarOffset;
+  auto full_k = [&](int st) { return bar_q + 8 + 32 * st; };
+  auto full_v = [&](int st) { return bar_q + 16 + 32 * st; };
+  auto empty_k = [&](int st) { return bar_q + 24 + 32 * st; };
+  auto empty_v = [&](int st) { return bar_q + 32 + 32 * st; };
 
-  const int total = q_tiles * hq * num_seqs;
-  auto tile_at = [&](int r) {
-    const int g = gridDim.x, b = blockIdx.x;
-    const int idx = r * g + (r & 1 ? g - 1 - b : b);
-    return attn_tile<Cfg::kRows>(idx, total, level_outer, hq, num_seqs, q_tiles, cu);
-  };
-  auto key_tiles = [](int q0, int len) { return (min(q0 + Cfg::kRows, len) + KEYS - 1) / KEYS; };
+  const int head = blockIdx.y, seq = blockIdx.z;
+  const int start = cu[seq], len = cu[seq + 1] - start;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * Cfg::kRows;  // longest (most causal work) tiles first
+  if (q0 >= len) return;
+  const int kv_col = head / (hq / hkv) * HD;
+  const int ntiles = (min(q0 + Cfg::kRows, len) + KEYS - 1) / KEYS;  // key tiles the block's rows see
 
   if (threadIdx.x == 0) {
-    for (int w = 0; w < 2; ++w) {
-      mbar_init(full_q(w), 1);
-      mbar_init(empty_q(w), 4);  // one arrival per warp of consumer w
-    }
+    mbar_init(bar_q, 1);
     for (int st = 0; st < STAGES; ++st) {
       mbar_init(full_k(st), 1);
       mbar_init(full_v(st), 1);
@@ -149,68 +105,22 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();
 
-  // Producer: one thread in each of its first three warps, each walking the block's tiles on its own: K
-  // tiles, V tiles, and Q (the next tile's Q waits for the consumers' last S, K and V tiles for the stages
-  // they free, each independently of the others). Waits on an empty barrier are for the phase of the given
-  // parity; on a fresh barrier parity 1 passes at once (the phase before its first), which serves the
-  // first round of each.
-  if (threadIdx.x < 128) {
-    regs_release<Cfg::kProducerRegs>();
-    auto for_each_tile = [&](auto&& per_tile) {
-      for (int r = 0;; ++r) {
-        const AttnTile t = tile_at(r);
-        if (t.idx < 0) break;
-        if (t.q0 < t.len) per_tile(t);
-      }
-    };
-    // K (is_v false) or V tiles; n counts them across the block's tiles, tile n going to stage n % STAGES
-    // once both consumers released tile n − STAGES.
-    auto stream_kv = [&](auto is_v_c) {
-      constexpr bool is_v = decltype(is_v_c)::value;
-      int n = 0;
-      for_each_tile([&](const AttnTile& t) {
-        const int col = t.head / (hq / hkv) * HD, end = n + key_tiles(t.q0, t.len);
-        for (int row = t.start; n < end; ++n, row += KEYS) {
-          const int st = n % STAGES;
-          mbar_wait(is_v ? empty_v(st) : empty_k(st), (n / STAGES + 1) & 1);
-          const uint32_t full = is_v ? full_v(st) : full_k(st);
-          mbar_arrive_expect(full, kKv);
-          tma_load_tile<HD, KEYS>(base_s + k_off(st) + (is_v ? kKv : 0), is_v ? &tm_v : &tm_k, col, row, full);
-        }
-      });
-    };
+  if (threadIdx.x < 128) {  // producer: one thread issues every copy; stage st is refilled once both
+    regs_release<Cfg::kProducerRegs>();  // consumers released the tile STAGES before (parity of that round)
     if (threadIdx.x == 0) {
-      stream_kv(std::false_type{});
-    } else if (threadIdx.x == 32) {
-      stream_kv(std::true_type{});
-    } else if (threadIdx.x == 64) {
-      // Consumer w's Q of the next tile loads once it released this tile's (its last S done); that is also
-      // when this tile's gate rows of consumer w are prefetched into L2, a key tile or two before the epilogue
-      // reads them.
-      uint32_t q_par = 1;
-      int prev_col = -1, prev_row = 0;  // the previous tile's gate box (column −1: none)
-      auto q_free = [&](int w) {
-        mbar_wait(empty_q(w), q_par);
-        if (gate_prefetch && prev_col >= 0) {
-#pragma unroll
-          for (int b = 0; b < HD / 64; ++b)
-            asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(&tm_gate),
-                         "r"(prev_col + 64 * b), "r"(prev_row + 64 * w)
-                         : "memory");
-        }
-      };
-      for_each_tile([&](const AttnTile& t) {
-        for (int w = 0; w < 2; ++w) {
-          q_free(w);
-          mbar_arrive_expect(full_q(w), Cfg::kQBytes);
-          tma_load_tile<HD, 64>(base_s + w * Cfg::kQBytes, &tm_q, t.head * HD, t.start + t.q0 + 64 * w,
-                                full_q(w));
-        }
-        q_par ^= 1;
-        prev_col = t.head * HD;
-        prev_row = t.start + t.q0;
-      });
-      for (int w = 0; w < 2; ++w) q_free(w);  // the last tile's gate
+      mbar_arrive_expect(bar_q, 2 * Cfg::kQBytes);
+      tma_load_tile<HD, 64>(base_s, &tm_q, head * HD, start + q0, bar_q);
+      tma_load_tile<HD, 64>(base_s + Cfg::kQBytes, &tm_q, head * HD, start + q0 + 64, bar_q);
+      for (int j = 0; j < ntiles; ++j) {
+        const int st = j % STAGES;
+        const uint32_t prev = (j / STAGES + 1) & 1;
+        if (j >= STAGES) mbar_wait(empty_k(st), prev);
+        mbar_arrive_expect(full_k(st), kKv);
+        tma_load_tile<HD, KEYS>(base_s + k_off(st), &tm_k, kv_col, start + j * KEYS, full_k(st));
+        if (j >= STAGES) mbar_wait(empty_v(st), prev);
+        mbar_arrive_expect(full_v(st), kKv);
+        tma_load_tile<HD, KEYS>(base_s + k_off(st) + kKv, &tm_v, kv_col, start + j * KEYS, full_v(st));
+      }
     }
     return;
   }
@@ -219,16 +129,23 @@ __global__ void __launch_bounds__(384, 1)
   const int cw = (threadIdx.x >> 7) - 1;  // consumer warpgroup 0 or 1
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
+  const int wg_row0 = q0 + cw * 64;
+  const int row_a = wg_row0 + warp * 16 + g, row_b = row_a + 8;
+  // Tiles this warpgroup computes: up to the key of its last valid row, none without a valid row (its rows
+  // are then not stored). It still waits for and releases the block's later tiles, as the producer counts on.
+  const int n_mine = wg_row0 < len ? (min(wg_row0 + 64, len) + KEYS - 1) / KEYS : 0;
 
-  // Turns at issuing MMAs: consumer w waits at named barrier 1 + w, issues, then lets the other go. Per tile
-  // each takes ntiles + 1 turns (its tiles' S, the last P·V, empty turns for tiles it skips); consumer 1
-  // opens with an arrival for consumer 0's first turn, and consumer 0 closes with a wait for consumer 1's
-  // last, so every barrier phase gets exactly one wait (128 threads) and one arrival (128).
+  // Turns at issuing MMAs: consumer w waits at named barrier 1 + w, issues, then lets the other go. Each
+  // takes ntiles + 1 turns (its tiles' S, the last P·V, empty turns for tiles it skips), consumer 1 not
+  // passing on its last, so every barrier phase gets exactly one wait (128 threads) and one arrival (128).
+  const int turns = ntiles + 1;
+  int turn = 0;
   auto turn_begin = [&] {
     if (pingpong) named_bar_sync(1 + cw, 256);
   };
   auto turn_end = [&] {
-    if (pingpong) named_bar_arrive(2 - cw, 256);
+    if (pingpong && (cw == 0 || turn + 1 < turns)) named_bar_arrive(2 - cw, 256);
+    ++turn;
   };
   if (pingpong && cw == 1) named_bar_arrive(1, 256);  // consumer 0 goes first
 
@@ -239,17 +156,16 @@ __global__ void __launch_bounds__(384, 1)
   };
 
   float o[HD / 2];
-  float m[2], l[2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float s[KEYS / 2];
   uint32_t p[KEYS / 16][4];
-  // The operand tiles' base, made opaque to the compiler at each query tile (below): otherwise it hoists the
-  // descriptors of every stage out of the tile loop, more registers than the flash loop leaves.
-  const unsigned char* tiles = base;
+  const unsigned char* qs = base + cw * Cfg::kQBytes;
 
   // S = Q·K_stᵀ over HD / 16 k-steps: column block (64 columns, rows × 128 bytes), then 16 columns in it.
   auto issue_qk = [&](int st) {
-    const unsigned char* qs = tiles + cw * Cfg::kQBytes;
-    const unsigned char* ks = tiles + k_off(st);
+    const unsigned char* ks = base + k_off(st);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
       const int in_block = (kk & 3) * 32;
@@ -260,7 +176,7 @@ __global__ void __launch_bounds__(384, 1)
   // O += P·V_st, 16 keys per k-step: V's rows of a k-step are 2 swizzle atoms (2048 bytes), its HD columns
   // HD / 64 column blocks KEYS × 128 bytes apart.
   auto issue_pv = [&](int st) {
-    const unsigned char* vs = tiles + k_off(st) + kKv;
+    const unsigned char* vs = base + k_off(st) + kKv;
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) {
       if constexpr (HD == 256)
@@ -273,13 +189,13 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) wgmma_fence_regs(p[kk]);
   };
-  // Softmax of tile j's scores in s for the warpgroup's rows from wg_row0: the causal mask where the tile
-  // reaches past its first row (keys past len are past every valid row), the running max of the raw scores
-  // with the scale folded into the exponent's FFMA (scale > 0, so the max commutes with it), s turned into
-  // probabilities, l updated; corr is the factor O must take. s[i] holds row (i & 2 ? row_b : row_a),
+  // Softmax of tile j's scores in s: the causal mask where the tile reaches past the warpgroup's first row
+  // (keys past len are past every valid row), the running max of the raw scores with the scale folded into
+  // the exponent's FFMA (scale > 0, so the max commutes with it), s turned into probabilities, l updated;
+  // corr is the factor O must take. s[i] holds row (i & 2 ? row_b : row_a),
   // key k0 + 8 (i / 4) + 2 t4 + (i & 1). Tile 0 holds key 0, seen by every row, so m is finite from then on.
-  auto softmax = [&](int j, int wg_row0, int row_a, float(&corr)[2]) {
-    const int k0 = j * KEYS, row_b = row_a + 8;
+  auto softmax = [&](int j, float(&corr)[2]) {
+    const int k0 = j * KEYS;
     if (k0 + KEYS - 1 > wg_row0) {
 #pragma unroll
       for (int i = 0; i < KEYS / 2; ++i) {
@@ -319,128 +235,101 @@ __global__ void __launch_bounds__(384, 1)
     }
   };
 
-  int it = 0;           // the block's K/V tiles before this tile (the producer's count)
-  uint32_t q_par = 0;   // parity of this tile's Q phase
-  for (int r = 0;; ++r) {
-    const AttnTile t = tile_at(r);
-    if (t.idx < 0) break;
-    if (t.q0 < t.len) {
-      tiles = base;
-      asm volatile("" : "+l"(tiles));
-      const int len = t.len, ntiles = key_tiles(t.q0, len);
-      const int wg_row0 = t.q0 + cw * 64;
-      const int row_a = wg_row0 + warp * 16 + g;
-      // Tiles this warpgroup computes: up to the key of its last valid row, none without a valid row (its
-      // rows are then not stored). It still waits for and releases the tile's later K/V, as the producer
-      // counts on.
-      const int n_mine = wg_row0 < len ? (min(wg_row0 + 64, len) + KEYS - 1) / KEYS : 0;
-      auto stage = [&](int j) { return (it + j) % STAGES; };
-      auto parity = [&](int j) { return static_cast<uint32_t>((it + j) / STAGES) & 1; };
+  if (n_mine > 0) {
+    float corr[2];
+    mbar_wait(bar_q, 0);
+    mbar_wait(full_k(0), 0);
+    turn_begin();
+    wgmma_fence();
+    issue_qk(0);
+    wgmma_commit();
+    turn_end();
+    wgmma_wait<0>();
+    wgmma_fence_regs(s);
+    release(empty_k(0));
+    softmax(0, corr);  // O is still zero: nothing to rescale
+    pack_p();
+
+    for (int j = 1; j < n_mine; ++j) {
+      const int st = j % STAGES, pst = (j - 1) % STAGES;
+      mbar_wait(full_k(st), (j / STAGES) & 1);
+      mbar_wait(full_v(pst), ((j - 1) / STAGES) & 1);
+      turn_begin();
+      wgmma_fence();  // s, o and p were last written by ordinary instructions
+      issue_qk(st);
+      wgmma_commit();
+      issue_pv(pst);
+      wgmma_commit();
+      turn_end();
+      wgmma_wait<1>();  // S_j is done (groups complete in order); P_{j−1}·V_{j−1} may still run
+      wgmma_fence_regs(s);
+      release(empty_k(st));
+      softmax(j, corr);
+      wgmma_wait<0>();
+      wgmma_fence_regs(o);
+      fence_p();
+      release(empty_v(pst));
+      if (corr[0] != 1.0f || corr[1] != 1.0f) {
 #pragma unroll
-      for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
-      m[0] = m[1] = -INFINITY;
-      l[0] = l[1] = 0.0f;
-      mbar_wait(full_q(cw), q_par);
-
-      if (n_mine > 0) {
-        float corr[2];
-        mbar_wait(full_k(stage(0)), parity(0));
-        turn_begin();
-        wgmma_fence();
-        issue_qk(stage(0));
-        wgmma_commit();
-        turn_end();
-        wgmma_wait<0>();
-        wgmma_fence_regs(s);
-        release(empty_k(stage(0)));
-        if (n_mine == 1) release(empty_q(cw));
-        softmax(0, wg_row0, row_a, corr);  // O is still zero: nothing to rescale
-        pack_p();
-
-        for (int j = 1; j < n_mine; ++j) {
-          const int st = stage(j), pst = stage(j - 1);
-          mbar_wait(full_k(st), parity(j));
-          mbar_wait(full_v(pst), parity(j - 1));
-          turn_begin();
-          wgmma_fence();  // s, o and p were last written by ordinary instructions
-          issue_qk(st);
-          wgmma_commit();
-          issue_pv(pst);
-          wgmma_commit();
-          turn_end();
-          wgmma_wait<1>();  // S_j is done (groups complete in order); P_{j−1}·V_{j−1} may still run
-          wgmma_fence_regs(s);
-          release(empty_k(st));
-          if (j == n_mine - 1) release(empty_q(cw));  // the producer may load the next tile's Q
-          softmax(j, wg_row0, row_a, corr);
-          wgmma_wait<0>();
-          wgmma_fence_regs(o);
-          fence_p();
-          release(empty_v(pst));
-          if (corr[0] != 1.0f || corr[1] != 1.0f) {
-#pragma unroll
-            for (int i = 0; i < HD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-          }
-          pack_p();
-        }
-
-        const int last = stage(n_mine - 1);
-        mbar_wait(full_v(last), parity(n_mine - 1));
-        turn_begin();
-        wgmma_fence();
-        issue_pv(last);
-        wgmma_commit();
-        turn_end();
-        wgmma_wait<0>();
-        wgmma_fence_regs(o);
-        fence_p();
-        release(empty_v(last));
-      } else {  // the turn of the last P·V, not taken
-        release(empty_q(cw));
-        turn_begin();
-        turn_end();
+        for (int i = 0; i < HD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
       }
-      for (int j = n_mine; j < ntiles; ++j) {  // tiles past this warpgroup's rows: let the producer reuse them
-        turn_begin();
-        turn_end();
-        mbar_wait(full_k(stage(j)), parity(j));
-        release(empty_k(stage(j)));
-        mbar_wait(full_v(stage(j)), parity(j));
-        release(empty_v(stage(j)));
-      }
-
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-        l[h] = 1.0f / l[h];
-      }
-      // A row's gate pairs are all loaded before its first store: the stores could alias the gate as far as
-      // the compiler knows, so loads interleaved with them would each wait a full memory round trip.
-      auto store_row = [&](bf16* dst, const bf16* gate_row, int lo, float inv) {
-        if (gate_row) {
-          __nv_bfloat162 gv[HD / 8];
-#pragma unroll
-          for (int c = 0; c < HD / 8; ++c)
-            gv[c] = __ldg(reinterpret_cast<const __nv_bfloat162*>(gate_row + 8 * c + 2 * t4));
-#pragma unroll
-          for (int c = 0; c < HD / 8; ++c)
-            attn_store_gated(dst + 8 * c + 2 * t4, gv[c], o[4 * c + lo] * inv, o[4 * c + lo + 1] * inv);
-        } else {
-#pragma unroll
-          for (int c = 0; c < HD / 8; ++c)
-            attn_store_pair(dst + 8 * c + 2 * t4, nullptr, o[4 * c + lo] * inv, o[4 * c + lo + 1] * inv);
-        }
-      };
-      bf16* out_a = out + (int64_t)(t.start + row_a) * ld_out + (int64_t)t.head * HD;
-      const bf16* gate_a = gate ? gate + (int64_t)(t.start + row_a) * ld_gate + (int64_t)t.head * HD : nullptr;
-      if (row_a < len) store_row(out_a, gate_a, 0, l[0]);
-      if (row_a + 8 < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, l[1]);
-      it += ntiles;
-      q_par ^= 1;
+      pack_p();
     }
+
+    const int last = (n_mine - 1) % STAGES;
+    mbar_wait(full_v(last), ((n_mine - 1) / STAGES) & 1);
+    turn_begin();
+    wgmma_fence();
+    issue_pv(last);
+    wgmma_commit();
+    turn_end();
+    wgmma_wait<0>();
+    wgmma_fence_regs(o);
+    fence_p();
+    release(empty_v(last));
   }
-  if (pingpong && cw == 0) named_bar_sync(1, 256);  // consumer 1's arrival after its last turn
+  for (int j = n_mine; j < ntiles; ++j) {  // tiles past this warpgroup's rows: let the producer reuse them
+    turn_begin();
+    turn_end();
+    const int st = j % STAGES;
+    const uint32_t parity = (j / STAGES) & 1;
+    mbar_wait(full_k(st), parity);
+    release(empty_k(st));
+    mbar_wait(full_v(st), parity);
+    release(empty_v(st));
+  }
+  while (turn < turns) {
+    turn_begin();
+    turn_end();
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    l[h] = 1.0f / l[h];
+  }
+  // A row's gate pairs are all loaded before its first store: the stores could alias the gate as far as the
+  // compiler knows, so loads interleaved with them would each wait a full memory round trip.
+  auto store_row = [&](bf16* dst, const bf16* gate_row, int lo, float inv) {
+    if (gate_row) {
+      __nv_bfloat162 gv[HD / 8];
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c)
+        gv[c] = __ldg(reinterpret_cast<const __nv_bfloat162*>(gate_row + 8 * c + 2 * t4));
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c)
+        attn_store_gated(dst + 8 * c + 2 * t4, gv[c], o[4 * c + lo] * inv, o[4 * c + lo + 1] * inv);
+    } else {
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c)
+        attn_store_pair(dst + 8 * c + 2 * t4, nullptr, o[4 * c + lo] * inv, o[4 * c + lo + 1] * inv);
+    }
+  };
+  bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * HD;
+  const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * HD : nullptr;
+  if (row_a < len) store_row(out_a, gate_a, 0, l[0]);
+  if (row_b < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, l[1]);
 #endif
 }
 
@@ -449,7 +338,7 @@ template <int HD, int KEYS, int STAGES>
 static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
                                     int64_t ld_gate, const int32_t* cu, int num_seqs, int64_t tokens,
-                                    int max_len, int hq, int hkv, float scale, bool pingpong, bool persistent,
+                                    int max_len, int hq, int hkv, float scale, bool pingpong,
                                     cudaStream_t stream) {
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_ws_kernel<HD, KEYS, STAGES>,
@@ -457,25 +346,17 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   const CUtensorMap tq = tensor_map_bf16(q, tokens, (int64_t)hq * HD, ld_q, 64);
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);
-  // The gate is prefetched into L2 by tensor-map boxes shaped as Q's, where its rows allow a tensor map
-  // (16-byte aligned, row pitch a multiple of 16 bytes); otherwise the map is a placeholder never read.
-  const bool gate_prefetch = gate && ld_gate % 8 == 0 && reinterpret_cast<uintptr_t>(gate) % 16 == 0;
-  const CUtensorMap tg = gate_prefetch ? tensor_map_bf16(gate, tokens, (int64_t)hq * HD, ld_gate, 64) : tq;
-  const int q_tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows;
-  const int64_t total = (int64_t)q_tiles * hq * num_seqs;
-  if (total > INT32_MAX) cuda_throw("attention_causal_ws", "too many query tiles", __FILE__, __LINE__);
-  // Persistent: one block per SM walks the tiles longest first (attn_tile); otherwise one block per tile,
-  // the hardware handing out blocks as SMs free up.
-  const int blocks = persistent ? (int)std::min<int64_t>(total, device_sms()) : (int)total;
-  attention_causal_ws_kernel<HD, KEYS, STAGES><<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      tq, tk, tv, tg, out, ld_out, gate, ld_gate, gate_prefetch ? 1 : 0, cu, num_seqs, q_tiles, hq, hkv,
-      scale * 1.4426950408889634f, pingpong ? 1 : 0, persistent ? 1 : 0);
+  // Heads next to each other in launch order share K and V (GQA), so the blocks resident together reuse
+  // them from L2.
+  dim3 grid((max_len + Cfg::kRows - 1) / Cfg::kRows, hq, num_seqs);
+  attention_causal_ws_kernel<HD, KEYS, STAGES><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
+      tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, pingpong ? 1 : 0);
   DF_CUDA_CHECK_LAUNCH("attention_causal_ws_kernel");
 }
 
 // The A/B switches of launchers.cuh, read once.
 struct AttnSm90Choice {
-  bool portable, pingpong, persistent, three_stages;
+  bool portable, pingpong;
 };
 static const AttnSm90Choice& attention_sm90_choice() {
   static const AttnSm90Choice c = [] {
@@ -483,8 +364,7 @@ static const AttnSm90Choice& attention_sm90_choice() {
       const char* e = std::getenv(key);
       return e && std::strcmp(e, value) == 0;
     };
-    return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0"),
-                          !is("DFLASH_ATTN_PERSIST", "0"), is("DFLASH_ATTN_STAGES", "3")};
+    return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0")};
   }();
   return c;
 }
@@ -521,24 +401,17 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
                         ld_out % 2 == 0 && al16(q) && al16(k) && al16(v) &&
                         reinterpret_cast<uintptr_t>(out) % 4 == 0 && scale > 0.0f;
   if (!shape_ok || !attention_sm90_available() || !tensor_map_encoder()) return false;
-  const AttnSm90Choice& choice = attention_sm90_choice();
+  const bool pingpong = attention_sm90_choice().pingpong;
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
   // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
-  // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms. DFLASH_ATTN_STAGES=3 gives hd 128 a third stage (the
-  // shared memory has room for it; not measured yet).
+  // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms.
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                        tokens, max_len, hq, hkv, scale, choice.pingpong, choice.persistent,
-                                        stream);
-  else if (choice.three_stages)
-    attention_causal_ws_run<128, 128, 3>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                         tokens, max_len, hq, hkv, scale, choice.pingpong, choice.persistent,
-                                         stream);
+                                        tokens, max_len, hq, hkv, scale, pingpong, stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                         tokens, max_len, hq, hkv, scale, choice.pingpong, choice.persistent,
-                                         stream);
+                                         tokens, max_len, hq, hkv, scale, pingpong, stream);
   return true;
 }
 

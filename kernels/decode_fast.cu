@@ -725,8 +725,6 @@ bool gdn_slice32_forced() {
 
 }  // namespace
 
-int device_sms() { return device_limits().sms; }
-
 bool attention_split_shape(int64_t T, int hq, int hkv, int hd) {
   return (hd == 128 || hd == 256) && hkv <= 65535 && T * (hq / hkv) <= int64_t(kSplitMaxRows) * 65535;
 }

@@ -4,12 +4,9 @@
 // Backward, deterministic without atomics: row terms lse·log2 e and D = rowsum(dO∘O); dq query-major (the
 // forward's walk); dk/dv key-major, a cluster of CTAs per (key tile, kv head) sharing, in block order, the
 // blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
-// On Hopper at head dims 65..128 the three passes run on wgmma (one warpgroup per 64 query rows or 64 keys,
-// operands straight from swizzled shared memory), the query-major ones over pairs of neighbouring blocks that
-// share one walk of the union of their context ranges, the dk/dv pass with a four-stage Q/dO ring;
-// DFLASH_DFA=wg1 keeps the session-12 wgmma kernels (one block per CTA, two stages), DFLASH_DFA=mma the
-// mma.sync kernels. This file holds the query-major kernels and the launchers; the key-major dk/dv kernel
-// is dflash_attention_kv.cu.
+// On Hopper at head dims 65..128 the three passes run the same walks on wgmma (one warpgroup per 64 query rows
+// or 64 keys, operands straight from swizzled shared memory); DFLASH_DFA=mma keeps the mma.sync kernels. This
+// file holds the query-major kernels and the launchers; the key-major dk/dv kernel is dflash_attention_kv.cu.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -75,77 +72,50 @@ struct QueryArgs {
   bool vec, pairs;
 };
 
-// Query-major pass over one CTA's 64 query rows of NB consecutive blocks (NB 2: the wgmma variant's pairs).
-// Forward (DQ false): online softmax, out and lse. DQ: P from the saved lse, dS = P∘(dO·Vᵀ − D),
-// dq = scale·dS·K. Key tile i of the walk holds virtual keys [64i, 64i + 64): virtual key x < nctx is context
-// row c0 + x (the union of the blocks' context ranges), the rest the blocks' own rows, which are consecutive;
-// a query row sees one context interval [clo, chi) and one own interval [olo, ohi) of virtual keys (for one
-// block they meet: one interval), so the mask is a few compares. WG (hd 128 only): each warpgroup of 4 warps
-// runs one block's products on wgmma from swizzled tiles (P or dS as the register operand). NB 2 exists
-// because these passes are bound by the L2 → SM traffic of K and V (a 64-key tile feeds only 2 or 3 GEMMs of
-// 64 query rows): neighbouring anchors see nearly the same context, so a pair shares one walk and each K/V
-// tile feeds twice the work.
-template <int HD, bool DQ, bool WG, int NB>
-__global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_kernel(QueryArgs p) {
+// Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
+// the saved lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys
+// [64i, 64i + 64): virtual key x < nctx is context row c0 + x, the rest own rows; every query row sees one
+// interval [ilo, ihi) of virtual keys, so the mask is two compares. WG (hd 128 only): the 4 warps are one
+// warpgroup running the products on wgmma from swizzled tiles (P or dS as the register operand); two CTAs
+// fit an SM.
+template <int HD, bool DQ, bool WG>
+__global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p) {
   static_assert(!WG || HD == 128, "the wgmma variant is written for head dim 128");
-  static_assert(NB == 1 || (NB == 2 && WG), "pairs of blocks are a wgmma variant");
-  constexpr int LDS = HD + 8, THREADS = 128 * NB;
+  constexpr int LDS = HD + 8;
   constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
   constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
   extern __shared__ __align__(16) unsigned char dfa_smem[];
-  unsigned char* const Qt = WG ? align1024(dfa_smem) : dfa_smem;  // NB tiles, one per block
-  unsigned char* const dOt = Qt + NB * TILE;                      // DQ only
-  // K, V of KST tiles: the next one loads during this one. Pairs keep three, so that a tile's last product
-  // (P·V or dS·K) may still run while the tile after next loads (see the loop).
-  constexpr int KST = NB == 2 ? 3 : 2;
-  unsigned char* const KV = Qt + (DQ ? 2 : 1) * NB * TILE;
+  unsigned char* const Qt = WG ? align1024(dfa_smem) : dfa_smem;
+  unsigned char* const dOt = Qt + TILE;                 // DQ only
+  unsigned char* const KV = Qt + (DQ ? 2 : 1) * TILE;  // K, V of two tiles: the next one loads during this one
   auto Kb = [&](int b) { return KV + 2 * b * TILE; };
   auto Vb = [&](int b) { return KV + (2 * b + 1) * TILE; };
   const DFlashAttnDims& d = p.d;
   // The drafter's anchors ascend within a sequence, so the last blocks see the most keys: the wgmma variant
   // walks the blocks from the last, which starts the longest CTAs first and leaves short ones for the tail.
-  // Pairs put the kv head in blockIdx.x too, fastest, so that the long CTAs of every head start first.
-  const int64_t unit = NB == 2 ? blockIdx.x / unsigned(d.hkv) : blockIdx.x;
-  const int g = NB == 2 ? int(blockIdx.x % unsigned(d.hkv)) : int(blockIdx.y);
-  const int64_t jfirst = NB * (WG ? (d.nb + NB - 1) / NB - 1 - unit : unit);
-  const int nblk = int(min(int64_t(NB), d.nb - jfirst));  // blocks of this CTA (the last pair may have one)
-  const int wg = threadIdx.x / 128, j_off = min(wg, nblk - 1);
-  const int64_t j = jfirst + j_off;  // this warpgroup's block
-  // A second warpgroup without a block runs on zero tiles and stores nothing (a branch around its products
-  // would make ptxas serialize every wgmma of the kernel).
-  const bool mine = wg < nblk;
-  const int group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
-  auto q_row = [&](int64_t jb, int r) { return jb * d.block + r % d.block; };  // r: row of the group, < R
+  const int64_t j = WG ? d.nb - 1 - blockIdx.x : blockIdx.x;
+  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, z0 = blockIdx.z * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
+  const BlockMask m = block_mask(p.blocks, j, d);
+  auto q_row = [&](int r) { return j * d.block + r % d.block; };  // r: row of the group, < R
   auto q_col = [&](int r) { return int64_t(g * group + r / d.block) * d.hd; };
 
-  // The union of the blocks' context ranges [c0, c0 + nctx); padding blocks (a < 0) see nothing.
-  int64_t c0 = 0, c1 = 0;
-  bool any_seen = false;
-  for (int b = 0; b < nblk; ++b) {
-    const BlockMask mb = block_mask(p.blocks, jfirst + b, d);
-    if (mb.a < 0) continue;
-    c0 = any_seen ? min(c0, mb.s0 + mb.lo(0)) : mb.s0 + mb.lo(0);
-    c1 = any_seen ? max(c1, mb.s0 + mb.a) : mb.s0 + mb.a;
-    any_seen = true;
-  }
-  if (!any_seen) {  // padding blocks only: out / dq 0, lse −inf
-    for (int c = threadIdx.x; c < nblk * kTile * d.hd; c += THREADS) {
-      const int b = c / (kTile * d.hd), r = z0 + c / d.hd % kTile, e = c % d.hd;
+  if (m.a < 0) {  // padding block: out / dq 0, lse −inf
+    for (int c = threadIdx.x; c < kTile * d.hd; c += blockDim.x) {
+      const int r = z0 + c / d.hd, e = c % d.hd;
       if (r >= R) continue;
-      p.o[q_row(jfirst + b, r) * p.ld_o + q_col(r) + e] = __float2bfloat16(0.0f);
-      if (!DQ && e == 0) p.lse_out[q_row(jfirst + b, r) * p.ld_lse + g * group + r / d.block] = -INFINITY;
+      p.o[q_row(r) * p.ld_o + q_col(r) + e] = __float2bfloat16(0.0f);
+      if (!DQ && e == 0) p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = -INFINITY;
     }
     return;
   }
-  const BlockMask m = block_mask(p.blocks, j, d);
-  const int64_t nctx = c1 - c0, own0 = d.T + jfirst * d.block;
-  const int nkeys = int(nctx) + nblk * d.block;
-  auto key_row = [&](int x) { return x < nctx ? c0 + x : own0 + (x - nctx); };
+  const int64_t lo0 = m.lo(0), nctx = m.a - lo0, c0 = m.s0 + lo0;
+  const int nkeys = int(nctx) + d.block;
+  auto key_row = [&](int x) { return x < nctx ? c0 + x : m.bj + (x - nctx); };
 
-  auto qsrc = [&](const bf16* base, int64_t ld, int64_t jb) {
+  auto qsrc = [&](const bf16* base, int64_t ld) {
     return [=](int r) -> const bf16* {
-      return z0 + r < R && jb < d.nb ? base + q_row(jb, z0 + r) * ld + q_col(z0 + r) : nullptr;
+      return z0 + r < R ? base + q_row(z0 + r) * ld + q_col(z0 + r) : nullptr;
     };
   };
   auto kvsrc = [&](const bf16* base, int64_t ld, int k0) {
@@ -155,44 +125,29 @@ __global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_k
   };
   auto load = [&](unsigned char* dst, auto src) {
     if constexpr (WG)
-      load_tile_wg<kTile, THREADS>(dst, d.hd, p.q, src);
+      load_tile_wg<kTile, 128>(dst, d.hd, p.q, src);
     else
-      load_tile<HD, kTile, THREADS>(reinterpret_cast<bf16*>(dst), d.hd, p.vec, p.q, src);
+      load_tile<HD, kTile, 128>(reinterpret_cast<bf16*>(dst), d.hd, p.vec, p.q, src);
   };
-  for (int b = 0; b < NB; ++b) {
-    load(Qt + b * TILE, qsrc(p.q, p.ld_q, jfirst + b));
-    if (DQ) load(dOt + b * TILE, qsrc(p.dout, p.ld_dout, jfirst + b));
-  }
+  load(Qt, qsrc(p.q, p.ld_q));
+  if (DQ) load(dOt, qsrc(p.dout, p.ld_dout));
   load(Kb(0), kvsrc(p.k, p.ld_k, 0));
   load(Vb(0), kvsrc(p.v, p.ld_v, 0));
-  unsigned char* const Qw = Qt + wg * TILE;  // this warpgroup's query and dO tiles
-  unsigned char* const dOw = dOt + wg * TILE;
 
-  // The two query rows this thread holds, their visible intervals and (dq) their lse and D.
-  int clo[2], chi[2], olo[2], ohi[2];
+  // The two query rows this thread holds, their visible interval and (dq) their lse and D.
+  int ilo[2], ihi[2];
   float lse2[2] = {0.0f, 0.0f}, dsum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = z0 + warp * 16 + gr + 8 * h, kq = r % d.block;
-    const bool in = mine && m.a >= 0 && r < R;
-    clo[h] = in ? int(m.s0 + m.lo(kq) - c0) : 0;
-    chi[h] = in ? int(m.s0 + m.a - c0) : 0;
-    olo[h] = in ? int(nctx) + j_off * d.block : 0;
-    ohi[h] = in ? olo[h] + (d.window > 0 ? kq + 1 : d.block) : 0;
-    if (DQ && in) {
+    ilo[h] = r < R ? int(m.lo(kq) - lo0) : 0;
+    ihi[h] = r < R ? int(nctx) + (d.window > 0 ? kq + 1 : d.block) : 0;
+    if (DQ && r < R) {
       const int64_t at = (j * d.hq + int64_t(g) * group) * d.block + r;
       lse2[h] = p.lse2[at];
       dsum[h] = p.dsum[at];
     }
   }
-  // Whether virtual key x is visible to row h (for one block the context interval ends where the own one
-  // starts).
-  auto vis = [&](int x, int h) {
-    if constexpr (NB == 1)
-      return x >= clo[h] && x < ohi[h];
-    else
-      return (x >= clo[h] && x < chi[h]) || (x >= olo[h] && x < ohi[h]);
-  };
 
   // Output accumulator: per warp 16 rows × HD, as mma.sync n-tiles or as the wgmma m64n128 fragment (the
   // same element order: o[i] of the flat one is o[i / 4][i % 4]).
@@ -208,65 +163,24 @@ __global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_k
   const bf16* qw = reinterpret_cast<const bf16*>(Qt) + warp * 16 * LDS;
   const bf16* dOs = reinterpret_cast<const bf16*>(dOt);
 
-  // Pairs leave a tile's last product in flight into the next tile (its A fragment in a_run) and wait for it
-  // behind that tile's first product, so that it runs across the barrier and the copies' issue; the buffer it
-  // reads is next written two tiles later, after every warp has waited for it and passed a barrier.
-  uint32_t a_run[4][4];
-  for (int k0 = 0, buf = 0; k0 < nkeys; k0 += kTile, buf = buf + 1 == KST ? 0 : buf + 1) {
-    // Tile k0 landed; every warp is done with the buffer the next tile takes (tile k0 − 64·(KST − 1)).
+  for (int k0 = 0, buf = 0; k0 < nkeys; k0 += kTile, buf ^= 1) {
+    // Tile k0 landed; every warp is done with the other buffer (tile k0 − 64).
     if constexpr (WG)
       tile_wait_wg();
     else
       tile_wait();
     if (k0 + kTile < nkeys) {
-      const int next = buf + 1 == KST ? 0 : buf + 1;
-      load(Kb(next), kvsrc(p.k, p.ld_k, k0 + kTile));
-      load(Vb(next), kvsrc(p.v, p.ld_v, k0 + kTile));
+      load(Kb(buf ^ 1), kvsrc(p.k, p.ld_k, k0 + kTile));
+      load(Vb(buf ^ 1), kvsrc(p.v, p.ld_v, k0 + kTile));
     }
-    if constexpr (WG && !DQ && NB == 2) {
-      // The forward of a pair: P·V of the previous tile completes with this tile's scores (o is rescaled
-      // below, so it must be).
-      float s[32];
-      wg_issue_score(s, Qw, Kb(buf));
-      wg_wait<0>(s);
-      wgmma_fence_regs(o);
-      for (auto& ak : a_run) wgmma_fence_regs(ak);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
-        s[i] = vis(x, h) ? s[i] * p.scale_log2 : -INFINITY;
-      }
-      float corr[2];
-      softmax_step<8>([&](int n, int e) -> float& { return s[4 * n + e]; }, mx_run, l, corr);
-#pragma unroll
-      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
-      wg_a_frags(s, a_run);
-      wg_issue_product(o, a_run, Vb(buf));
-    } else if constexpr (WG && DQ && NB == 2) {
-      // The dq pass of a pair: dS·K of the previous tile completes with this tile's S (groups complete in
-      // order).
-      float s[32], dp[32];
-      wg_issue_scores(s, Qw, Kb(buf), dp, dOw, Vb(buf));
-      wg_wait<1>(s);
-      for (auto& ak : a_run) wgmma_fence_regs(ak);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
-        s[i] = vis(x, h) ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
-      }
-      wg_wait<0>(dp);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) s[i] *= dp[i] - dsum[(i >> 1) & 1];
-      wg_a_frags(s, a_run);
-      wg_issue_product(o, a_run, Kb(buf));
-    } else if constexpr (WG && !DQ) {
+    if constexpr (WG && !DQ) {
       // The mma.sync step on the wgmma fragment: masked scores, the online softmax, o += P·V.
       float s[32];
-      wg_score(s, Qw, Kb(buf));
+      wg_score(s, Qt, Kb(buf));
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
-        s[i] = vis(x, h) ? s[i] * p.scale_log2 : -INFINITY;
+        s[i] = x >= ilo[h] && x < ihi[h] ? s[i] * p.scale_log2 : -INFINITY;
       }
       float corr[2];
       softmax_step<8>([&](int n, int e) -> float& { return s[4 * n + e]; }, mx_run, l, corr);
@@ -279,12 +193,12 @@ __global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_k
       // dS = P∘(dP − D) for this thread's 32 (query, key) pairs, masked pairs 0, then dq += dS·K; P is formed
       // while dP is still on the tensor cores.
       float s[32], dp[32];
-      wg_issue_scores(s, Qw, Kb(buf), dp, dOw, Vb(buf));
+      wg_issue_scores(s, Qt, Kb(buf), dp, dOt, Vb(buf));
       wg_wait<1>(s);
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
-        s[i] = vis(x, h) ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
+        s[i] = x >= ilo[h] && x < ihi[h] ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
       }
       wg_wait<0>(dp);
 #pragma unroll
@@ -302,7 +216,7 @@ __global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_k
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int x = k0 + kh + n * 8 + 2 * t4 + (e & 1), h = e >> 1;
-            s[n][e] = vis(x, h) ? s[n][e] * p.scale_log2 : -INFINITY;
+            s[n][e] = x >= ilo[h] && x < ihi[h] ? s[n][e] * p.scale_log2 : -INFINITY;
           }
         if constexpr (!DQ) {
           float corr[2];
@@ -329,12 +243,6 @@ __global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_k
       }
     }
   }
-  if constexpr (WG && NB == 2) {  // the last tile's product
-    wg_wait<0>(o);
-    for (auto& ak : a_run) wgmma_fence_regs(ak);
-  }
-  if (!mine) return;
-  const bool pad = m.a < 0;  // a padding block of a pair: out / dq 0 (whatever its dO holds), lse −inf
 
   float fin[2];
 #pragma unroll
@@ -343,13 +251,13 @@ __global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_k
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
-    fin[h] = DQ ? d.scale : l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+    fin[h] = DQ ? d.scale : 1.0f / l[h];
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = z0 + warp * 16 + gr + 8 * h;
     if (r >= R) continue;
-    bf16* orow = p.o + q_row(j, r) * p.ld_o + q_col(r);
+    bf16* orow = p.o + q_row(r) * p.ld_o + q_col(r);
 #pragma unroll
     for (int i = 0; i < HD / 8; ++i) {
       float x0, x1;
@@ -357,11 +265,10 @@ __global__ void __launch_bounds__(128 * NB, (WG && NB == 1) ? 2 : 1) dfa_query_k
         x0 = o[4 * i + 2 * h], x1 = o[4 * i + 2 * h + 1];
       else
         x0 = o[i][2 * h], x1 = o[i][2 * h + 1];
-      store_two(orow, i * 8 + 2 * t4, d.hd, p.pairs, pad ? 0.0f : x0 * fin[h], pad ? 0.0f : x1 * fin[h]);
+      store_two(orow, i * 8 + 2 * t4, d.hd, p.pairs, x0 * fin[h], x1 * fin[h]);
     }
     if (!DQ && t4 == 0)  // natural-log lse of the scaled scores: (max + log2 Σ) / log2 e
-      p.lse_out[q_row(j, r) * p.ld_lse + g * group + r / d.block] =
-          l[h] > 0.0f ? (mx_run[h] + log2f(l[h])) / kLog2e : -INFINITY;
+      p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = (mx_run[h] + log2f(l[h])) / kLog2e;
   }
 }
 
@@ -407,34 +314,24 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Which kernels a pass takes. wgmma: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte copies
-// on a compute capability 9.0 GPU of an sm_90a build; by default its query-major passes walk pairs of blocks
-// and its dk/dv pass keeps two items' copies in flight and defers dK; DFLASH_DFA=wg1 keeps session 12's
-// wgmma kernels (one block per CTA, two stages). DFLASH_DFA=mma keeps the mma.sync kernels. Read on every
-// call, so one process can time all three.
-enum class Path { mma, wg1, wg2 };
-Path path_for(const DFlashAttnDims& d, bool vec) {
+// Whether a pass takes the wgmma kernels: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte
+// copies on a compute capability 9.0 GPU of an sm_90a build. DFLASH_DFA=mma keeps the mma.sync kernels; read
+// on every call, so one process can time both.
+bool on_wgmma(const DFlashAttnDims& d, bool vec) {
   const char* e = std::getenv("DFLASH_DFA");
-  if (!(d.hd > 64 && d.hd <= 128 && vec && !(e && std::strcmp(e, "mma") == 0) && wgmma_available()))
-    return Path::mma;
-  // Pairs put (pair, kv head) in one grid dimension.
-  const bool fits = (d.nb + 1) / 2 * d.hkv <= 0x7fffffff;
-  return (e && std::strcmp(e, "wg1") == 0) || !fits ? Path::wg1 : Path::wg2;
+  return d.hd > 64 && d.hd <= 128 && vec && !(e && std::strcmp(e, "mma") == 0) && wgmma_available();
 }
 
-template <int HD, bool DQ, bool WG, int NB>
+template <int HD, bool DQ, bool WG>
 void query_pass(const QueryArgs& a, cudaStream_t stream) {
-  // Q (and dO) of each block, K and V of two key tiles (three for pairs); the wgmma tiles need a 1024-byte
-  // aligned base.
-  const size_t tiles = size_t(NB * (DQ ? 2 : 1) + (NB == 2 ? 6 : 4));
-  const size_t smem = WG ? 1024 + tiles * kWgTile : sizeof(bf16) * tiles * kTile * (HD + 8);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG, NB>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  // Q (and dO), K and V of two key tiles; the wgmma tiles need a 1024-byte aligned base.
+  const size_t smem =
+      WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
   const int R = a.d.hq / a.d.hkv * a.d.block;
-  const int64_t units = (a.d.nb + NB - 1) / NB;
-  dim3 grid(unsigned(NB == 2 ? units * a.d.hkv : units), unsigned(NB == 2 ? 1 : a.d.hkv),
-            unsigned((R + kTile - 1) / kTile));
-  dfa_query_kernel<HD, DQ, WG, NB><<<grid, 128 * NB, smem, stream>>>(a);
+  dim3 grid(unsigned(a.d.nb), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
+  dfa_query_kernel<HD, DQ, WG><<<grid, 128, smem, stream>>>(a);
   DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
 }
 
@@ -450,13 +347,10 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  const Path path = path_for(d, a.vec);
-  if (path == Path::wg2)
-    query_pass<128, false, true, 2>(a, stream);
-  else if (path == Path::wg1)
-    query_pass<128, false, true, 1>(a, stream);
+  if (on_wgmma(d, a.vec))
+    query_pass<128, false, true>(a, stream);
   else
-    dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false, false, 1>(a, stream); });
+    dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false, false>(a, stream); });
 }
 
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -475,7 +369,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   const int64_t qrows = d.nb * d.block, kvrows = d.T + qrows;
   const bool vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v | ld_dout) % 8 == 0 && aligned16(q) && aligned16(k) &&
                    aligned16(v) && aligned16(dout);
-  const Path path = path_for(d, vec);
+  const bool wg = on_wgmma(d, vec);
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
     dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
@@ -487,12 +381,10 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.d = d;
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
-    if (path == Path::wg2)
-      query_pass<128, true, true, 2>(a, stream);
-    else if (path == Path::wg1)
-      query_pass<128, true, true, 1>(a, stream);
+    if (wg)
+      query_pass<128, true, true>(a, stream);
     else
-      dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true, false, 1>(a, stream); });
+      dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true, false>(a, stream); });
   }
   if (kvrows == 0) return;
   KvArgs a{};
@@ -501,7 +393,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
   a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
-  dfa::kv_pass_launch(a, kvrows, path != Path::mma, path == Path::wg2, stream);
+  dfa::kv_pass_launch(a, kvrows, wg, stream);
 }
 
 }  // namespace df

@@ -84,10 +84,10 @@ struct KvArgs {
   bool vec, pairs;
 };
 
-// The key-major dk/dv pass over kvrows k/v rows (dflash_attention_kv.cu): the wgmma kernel when wg (with a
-// four-stage Q/dO ring and the deferred dK when deep, else two stages), else the mma.sync kernel of the head
-// dim's padded width.
-void kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, bool deep, cudaStream_t stream);
+
+// The key-major dk/dv pass over kvrows k/v rows (dflash_attention_kv.cu): the wgmma kernel when wg, else the
+// mma.sync kernel of the head dim's padded width.
+void kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream);
 
 }  // namespace dfa
 }  // namespace df

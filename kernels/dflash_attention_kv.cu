@@ -22,7 +22,7 @@ namespace {
 using namespace dfa;
 
 // ---- kernels ----------------------------------------------------------------------------------------
-// 4-byte cp.async (zero-filled when !in), complete once its item's wait_item passes.
+// 4-byte cp.async (zero-filled when !in), complete at the next tile_wait.
 __device__ __forceinline__ void copy4(float* dst, const float* src, bool in) {
   const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(in ? 4 : 0));
@@ -52,11 +52,7 @@ struct KvCfg {
 // distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
 // WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
 // (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands).
-// NST: Q/dO stages of the item ring. 2 (DFLASH_DFA=wg1 and mma): an item's copies are issued one item ahead.
-// 4 (the default wgmma path): two items ahead (an item's products take about as long as its 32 KB crossing
-// from L2), and an item's last product, dK += dSᵀ·Q, stays in flight into the next item, waited for behind
-// that item's Sᵀ, so that it runs across the barrier and the copies' issue.
-template <int HD, bool WG, int NST>
+template <int HD, bool WG>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, KvCfg<HD>::kRanks)
     dfa_kv_kernel(KvArgs p) {
   using Cfg = KvCfg<HD>;
@@ -69,25 +65,19 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   unsigned char* const tiles = WG ? align1024(dfa_smem) : dfa_smem;
   unsigned char* const Kt = tiles;
   unsigned char* const Vt = Kt + KEYS / 64 * TILE;
-  // Q and dO of NST query chunks: the next AHEAD load during this one.
+  // Q and dO of two query chunks: the next one loads during this one.
   unsigned char* const QdO = Vt + KEYS / 64 * TILE;
   auto Qb = [&](int b) { return QdO + 2 * b * TILE; };
   auto dOb = [&](int b) { return QdO + (2 * b + 1) * TILE; };
-  float* lse2 = reinterpret_cast<float*>(QdO + 2 * NST * TILE);  // [NST][64] per chunk row: lse·log2 e,
-  float* dsum = lse2 + NST * kTile;                              // D,
-  int* cols = reinterpret_cast<int*>(dsum + NST * kTile);        // first context key | end of own keys << 16
-  int2* meta = reinterpret_cast<int2*>(cols + NST * kTile);      // listed blocks' (first row, anchor)
+  float* lse2 = reinterpret_cast<float*>(QdO + 4 * TILE);  // [2][64] per chunk row: lse·log2 e,
+  float* dsum = lse2 + 2 * kTile;                                 // D,
+  int* cols = reinterpret_cast<int*>(dsum + 2 * kTile);           // first context key | end of own keys << 16
+  int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
   int* list = reinterpret_cast<int*>(meta + LIST);
   int* wcount = list + LIST;
   const DFlashAttnDims& d = p.d;
-  constexpr bool DEFER = WG && NST == 4;
-  // With DEFER (the default path) blockIdx.x is the kv head and blockIdx.y the key tile, the head fastest in
-  // launch order, so that every head's context tiles, which many blocks see, start before the own-row tiles,
-  // which few do.
-  const int64_t r0 = int64_t(DEFER ? blockIdx.y : blockIdx.x) * KEYS, rows = d.T + d.nb * d.block;
-  const int64_t r1 = min(r0 + KEYS, rows);
-  const int g = DEFER ? blockIdx.x : blockIdx.y;
-  const int group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
+  const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * KEYS, r1 = min(r0 + KEYS, rows);
+  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const int kw = (warp % SLICES) * 16, col0 = (warp / SLICES) * COLS;  // this warp's key rows and columns
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -110,21 +100,11 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     else
       load_tile<HD, decltype(rows)::value, THREADS>(reinterpret_cast<bf16*>(dst), hd, vec, any, src);
   };
-  constexpr int AHEAD = DEFER ? NST - 2 : NST - 1;  // items whose copies are in flight ahead of this one
-  static_assert(NST == 2 || DEFER, "two stages, or four with the deferred dK product");
-  // Copy groups per item: the Q and dO tiles' (16-byte copies) and one closing group (the row terms' copies,
-  // and everything of the element-copy path, whose tile stores are plain).
-  const int groups = vec ? 3 : 1;
-  auto commit = [] { asm volatile("cp.async.commit_group;\n" ::: "memory"); };
-  // The item of stage b landed (the AHEAD − 1 later items may still be in flight); the barrier publishes it
-  // and tells every warp that all are done with the previous item (with DEFER: all but its dK product).
-  auto wait_item = [vec] {
-    if (vec)
-      asm volatile("cp.async.wait_group %0;\n" ::"n"((AHEAD - 1) * 3) : "memory");
+  auto wait = [] {
+    if constexpr (WG)
+      tile_wait_wg();
     else
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(AHEAD - 1) : "memory");
-    if constexpr (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
+      tile_wait();
   };
   load(Kt, std::integral_constant<int, KEYS>{}, kvsrc(p.k, p.ld_k));
   load(Vt, std::integral_constant<int, KEYS>{}, kvsrc(p.v, p.ld_v));
@@ -141,8 +121,6 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 #pragma unroll
       for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
   }
-
-  uint32_t da[4][4];  // (wgmma) dSᵀ of the last item, the A operand of its dK product
 
   // Own rows (≥ T) are seen only by their own blocks: such a tile scans just those, a context tile all.
   const int64_t j_begin = r0 >= d.T ? (r0 - d.T) / d.block : 0;
@@ -209,24 +187,13 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       };
       load(Qb(b), std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
       load(dOb(b), std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
-      commit();
     };
     const int items = total * nz, n0 = items * rank / Cfg::kRanks, n1 = items * (rank + 1) / Cfg::kRanks;
-    // Item n into its stage, or (past this rank's share) empty groups, so that every item slot holds the same
-    // number of groups and wait_item's count stays right.
-    auto prefetch = [&](int n) {
-      if (n < n1)
-        load_item(n, (n - n0) % NST);
-      else
-        for (int i = 0; i < groups; ++i) commit();
-    };
-    for (int i = 0; i < AHEAD; ++i) prefetch(n0 + i);
+    if (n0 < n1) load_item(n0, 0);
     for (int n = n0; n < n1; ++n) {
-      const int b = (n - n0) % NST;
-      // Item n (and K/V) landed; every warp is done with the stage item n + AHEAD takes (item n − 1's, or
-      // with DEFER item n − 2's: item n − 1's dK may still read its Q).
-      wait_item();
-      prefetch(n + AHEAD);
+      const int b = (n - n0) & 1;
+      wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
+      if (n + 1 < n1) load_item(n + 1, b ^ 1);
       const int64_t j = base + list[n / nz];
       const int z0 = (n % nz) * kTile;
       const int2 sj = meta[n / nz];
@@ -260,20 +227,11 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // Warpgroup wg holds keys [64·wg, 64·wg + 64) of the tile (so warp w's fragment rows are keys kw + gr
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
-        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) {
-          if constexpr (DEFER) {  // the next item reloads the stage the pending dK reads
-            wg_wait<0>(dk);
-            for (auto& ak : da) wgmma_fence_regs(ak);
-          }
-          continue;
-        }
-        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO
-        // runs (with DEFER the previous item's dK completes with Sᵀ: groups complete in order).
+        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
+        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
         float s[32], dp[32];
         wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
         wg_wait<1>(s);
-        if constexpr (DEFER)
-          for (auto& ak : da) wgmma_fence_regs(ak);
         p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, [&](int n2, int e) -> float& { return s[4 * n2 + e]; },
              [&](int n2, int e) -> float& { return dp[4 * n2 + e]; }, std::false_type{});
         uint32_t pa[4][4];
@@ -285,15 +243,11 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           const float2 ds = *reinterpret_cast<const float2*>(db + 8 * (i >> 2) + 2 * t4);
           dp[i] = s[i] * (dp[i] - (i & 1 ? ds.y : ds.x));
         }
+        uint32_t da[4][4];
         wg_a_frags(dp, da);
         wg_issue_product(dk, da, Qb(b));
-        if constexpr (DEFER) {
-          wg_wait<1>(dv);
-          for (auto& ak : pa) wgmma_fence_regs(ak);
-        } else {
-          wg_wait<0>(dv);
-          wgmma_fence_regs(dk);
-        }
+        wg_wait<0>(dv);
+        wgmma_fence_regs(dk);
       } else {
         // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
         if (!m.sees(r0 + kw, r0 + kw + 16)) continue;
@@ -320,10 +274,6 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           }
         }
       }
-    }
-    if constexpr (DEFER) {  // the round's last dK (the next round reloads its stages; the partials read dk)
-      wg_wait<0>(dk);
-      for (auto& ak : da) wgmma_fence_regs(ak);
     }
   }
 
@@ -369,35 +319,30 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 
 // ---- launchers --------------------------------------------------------------------------------------
 
-template <int HD, bool WG, int NST>
+template <int HD, bool WG>
 void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
   using Cfg = KvCfg<HD>;
   const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
-  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 2 * NST) * kWgTile
-                          : sizeof(bf16) * (2 * Cfg::kKeys + 2 * NST * kTile) * (HD + 8);
-  const size_t smem =
-      (WG ? 1024 : 0) +
-      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 2 * NST * kTile + sizeof(int) * NST * kTile +
-                                    (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 4) * kWgTile
+                          : sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8);
+  const size_t smem = (WG ? 1024 : 0) +
+                      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
+                                                    (sizeof(int2) + sizeof(int)) * list +
+                                                    sizeof(int) * Cfg::kThreads / 32);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const int64_t tiles_n = (kvrows + Cfg::kKeys - 1) / Cfg::kKeys;
-  const bool heads_fast = WG && NST == 4;  // the kernel's DEFER
-  dim3 grid(unsigned(heads_fast ? a.d.hkv : tiles_n), unsigned(heads_fast ? tiles_n : a.d.hkv),
-            unsigned(Cfg::kRanks));
-  dfa_kv_kernel<HD, WG, NST><<<grid, Cfg::kThreads, smem, stream>>>(a);
+  dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(Cfg::kRanks));
+  dfa_kv_kernel<HD, WG><<<grid, Cfg::kThreads, smem, stream>>>(a);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
 
 }  // namespace
 
-void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, bool deep, cudaStream_t stream) {
-  if (wg && deep && (kvrows + 127) / 128 <= 65535)  // the key tiles in gridDim.y
-    kv_pass<128, true, 4>(a, kvrows, stream);
-  else if (wg)
-    kv_pass<128, true, 2>(a, kvrows, stream);
+void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream) {
+  if (wg)
+    kv_pass<128, true>(a, kvrows, stream);
   else
-    dispatch_head_dim(a.d.hd, [&](auto hd) { kv_pass<decltype(hd)::value, false, 2>(a, kvrows, stream); });
+    dispatch_head_dim(a.d.hd, [&](auto hd) { kv_pass<decltype(hd)::value, false>(a, kvrows, stream); });
 }
 
 }  // namespace df

@@ -187,16 +187,12 @@ void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t l
 // True when this build has sm_90a code and the current GPU is compute capability 9.0 (read once per device):
 // the wgmma kernels (this file's attention, the DFlash attention backward) can run.
 bool wgmma_available();
-// The current device's SM count, read once per device (decode_fast.cu): grids of persistent kernels.
-int device_sms();
 
 // The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
 // sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, scale <= 0, or
 // DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first. gate: nullptr or a
-// bf16-pair-readable gate view (4-byte aligned, even ld_gate) applied in the epilogue. A/B switches, read
-// once: DFLASH_ATTN_PINGPONG=0 (consumer warpgroups not taking turns at the tensor cores),
-// DFLASH_ATTN_PERSIST=0 (one block per query tile instead of one persistent block per SM),
-// DFLASH_ATTN_STAGES=3 (hd 128: 3 K/V stages, not 2).
+// bf16-pair-readable gate view (4-byte aligned, even ld_gate) applied in the epilogue. A/B switch, read
+// once: DFLASH_ATTN_PINGPONG=0 (consumer warpgroups not taking turns at the tensor cores).
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
                                   const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq, int hkv,

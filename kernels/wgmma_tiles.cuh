@@ -61,22 +61,14 @@ __device__ __forceinline__ void wg_issue_abt(float (&s)[32], const unsigned char
 #endif
 }
 
-// One warpgroup's s = X·Yᵀ over 128 columns (wg_issue_abt) as one group, not waited for.
-__device__ __forceinline__ void wg_issue_score(float (&s)[32], const unsigned char* x,
-                                               const unsigned char* y) {
+// One warpgroup's s = X·Yᵀ over 128 columns (wg_issue_abt), waited for: the forward's scores.
+__device__ __forceinline__ void wg_score(float (&s)[32], const unsigned char* x, const unsigned char* y) {
 #ifdef DF_WGMMA_BODY
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;
   wgmma_fence();
   wg_issue_abt<128>(s, x, y);
   wgmma_commit();
-#endif
-}
-
-// wg_issue_score, waited for: the forward's scores.
-__device__ __forceinline__ void wg_score(float (&s)[32], const unsigned char* x, const unsigned char* y) {
-#ifdef DF_WGMMA_BODY
-  wg_issue_score(s, x, y);
   wgmma_wait_all();
   wgmma_fence_regs(s);
 #endif
