@@ -417,8 +417,7 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
 // gdn_decode_kernel: S = exp(g)·S; u = β·(v − Sᵀk̂); S += k̂·uᵀ; o = Sᵀq̂, the sums over dk by shuffles over
 // the warp's row groups and then over the 4 warps through shared memory. The partial sums are double-buffered
 // by token parity, so a token costs one barrier: token t's output is summed after token t + 1's barrier. The
-// inputs (q, k, v, gates) of up to TOK tokens are staged first by all threads, every load in flight at once (one
-// round trip, not one per token), then q and k are l2-normalised a warp per token.
+// inputs (q̂, k̂, v, gates) of up to TOK tokens are staged first, each token's by one warp, all warps sharing.
 constexpr int kGdnQuadWarps = 4;
 constexpr int kGdnQuadCols = 16;
 
@@ -440,15 +439,13 @@ __device__ __forceinline__ void gdn_quad_out(const float4 (*red)[4], int cq, bf1
 }
 
 template <int RPT>
-__global__ void __launch_bounds__(32 * kGdnQuadWarps, 1) gdn_decode_quad_kernel(
+__global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
     const bf16* __restrict__ qkv, int64_t ld_qkv, const bf16* __restrict__ a_in, int64_t ld_a,
     const bf16* __restrict__ b_in, int64_t ld_b, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     bf16* __restrict__ out, int64_t ld_out, const float* __restrict__ state, float* __restrict__ states,
     int64_t ld_states, int64_t T, int64_t first_saved, int nk, int nv, int dk, int dv) {
   constexpr int DKP = 32 * RPT;                           // dk rounded up; the rows past dk are zero
-  // Staged tokens: the staging holds TOK · RPT / 2 loads a thread beside the state's 4 · RPT registers (dk 512
-  // spilled at 4 tokens); 16 KB of q̂, k̂ at most.
-  constexpr int TOK = RPT <= 4 ? 16 : RPT == 8 ? 8 : 2;
+  constexpr int TOK = DKP <= 128 ? 16 : 2048 / DKP;        // staged tokens: 16 KB of q̂, k̂ at most
   __shared__ __align__(16) float sq[TOK][DKP];
   __shared__ __align__(16) float sk[TOK][DKP];
   __shared__ __align__(16) float sv[TOK][kGdnQuadCols];  // read as float4s
@@ -473,53 +470,36 @@ __global__ void __launch_bounds__(32 * kGdnQuadWarps, 1) gdn_decode_quad_kernel(
   for (int64_t t0 = 0; t0 < T; t0 += TOK) {
     const int n = (int)min((int64_t)TOK, T - t0);
     __syncthreads();  // the previous tokens' staged values are no longer read
-    // The n tokens' q, k (as floats, zero past dk), v of the slice and gates, by all threads, every load issued
-    // before any is waited on: one round trip per TOK tokens.
-    {
-      constexpr int PIECES = 2 * DKP / (32 * kGdnQuadWarps);  // a thread's elements of a token's [q | k]
-      const bf16* row = qkv + t0 * ld_qkv + (int64_t)kh * dk;
-      float x[TOK][PIECES];
-#pragma unroll
-      for (int tt = 0; tt < TOK; ++tt)
-#pragma unroll
-        for (int c = 0; c < PIECES; ++c) {
-          const int pos = c * 32 * kGdnQuadWarps + threadIdx.x, e = pos < DKP ? pos : pos - DKP;
-          x[tt][c] = tt < n && e < dk ? __bfloat162float(row[tt * ld_qkv + (pos < DKP ? 0 : nk * dk) + e]) : 0.0f;
-        }
-#pragma unroll
-      for (int tt = 0; tt < TOK; ++tt)
-#pragma unroll
-        for (int c = 0; c < PIECES; ++c) {
-          const int pos = c * 32 * kGdnQuadWarps + threadIdx.x;
-          if (pos < DKP) sq[tt][pos] = x[tt][c]; else sk[tt][pos - DKP] = x[tt][c];
-        }
-    }
-#pragma unroll
-    for (int i0 = 0; i0 < TOK * kGdnQuadCols; i0 += 32 * kGdnQuadWarps) {
-      const int i = i0 + threadIdx.x, tt = i / kGdnQuadCols, c = c0 + i % kGdnQuadCols;
-      if (i < TOK * kGdnQuadCols)
-        sv[tt][i % kGdnQuadCols] =
-            tt < n && c < dv ? __bfloat162float(qkv[(t0 + tt) * ld_qkv + 2LL * nk * dk + (int64_t)h * dv + c]) : 0.0f;
-    }
-    if (threadIdx.x < n) {
-      const int64_t t = t0 + threadIdx.x;
-      const float x = __bfloat162float(a_in[t * ld_a + h]) + dtb;
-      sdecay[threadIdx.x] = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
-      sbeta[threadIdx.x] = sigmoid_f32(__bfloat162float(b_in[t * ld_b + h]));
-    }
-    __syncthreads();
-    for (int tt = warp; tt < n; tt += kGdnQuadWarps) {  // l2-normalise q and k: a warp per token
-      float qss = 0.0f, kss = 0.0f;
+    for (int tt = warp; tt < n; tt += kGdnQuadWarps) {
+      const int64_t t = t0 + tt;
+      const bf16* row = qkv + t * ld_qkv;
+      // Every load of the token first, then the sums: one round trip, not one per dependent step.
+      const float xa = __bfloat162float(a_in[t * ld_a + h]), xb = __bfloat162float(b_in[t * ld_b + h]);
+      const float xv = lane < kGdnQuadCols && c0 + lane < dv
+                           ? __bfloat162float(row[2LL * nk * dk + (int64_t)h * dv + c0 + lane]) : 0.0f;
+      float qe[RPT], ke[RPT], qss = 0.0f, kss = 0.0f;
 #pragma unroll
       for (int m = 0; m < RPT; ++m) {
-        qss += sq[tt][lane + 32 * m] * sq[tt][lane + 32 * m];
-        kss += sk[tt][lane + 32 * m] * sk[tt][lane + 32 * m];
+        const int e = lane + 32 * m;
+        qe[m] = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
+        ke[m] = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
+      }
+#pragma unroll
+      for (int m = 0; m < RPT; ++m) {
+        qss += qe[m] * qe[m];
+        kss += ke[m] * ke[m];
       }
       const float qi = rsqrtf(warp_sum(qss) + 1e-6f) * q_scale, ki = rsqrtf(warp_sum(kss) + 1e-6f);
 #pragma unroll
-      for (int m = 0; m < RPT; ++m) {  // the lane's own elements: no barrier needed
-        sq[tt][lane + 32 * m] *= qi;
-        sk[tt][lane + 32 * m] *= ki;
+      for (int m = 0; m < RPT; ++m) {
+        sq[tt][lane + 32 * m] = qe[m] * qi;
+        sk[tt][lane + 32 * m] = ke[m] * ki;
+      }
+      if (lane < kGdnQuadCols) sv[tt][lane] = xv;
+      if (lane == 0) {
+        const float x = xa + dtb;
+        sdecay[tt] = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
+        sbeta[tt] = sigmoid_f32(xb);
       }
     }
     __syncthreads();

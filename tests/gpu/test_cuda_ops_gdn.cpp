@@ -143,7 +143,7 @@ TEST_F(CudaOpsTest, Conv1dSiluAwkwardShapes) {
 // 16-column slice (4, 8), ragged (20: a last slice of one float4 of columns; 24, 200), the 27B layer (16 / 48
 // heads of 128), and two shapes the 32-column slice kernel keeps (dv 30, not a multiple of 4; dv 200 with
 // states rows padded by one float, so not 16-byte aligned); T across the 16-column kernel's staging (16 tokens,
-// 8 at dk 256, 2 at dk 512) and the 32-column one's (8): 1, 3, 7, 16, 17; the first, a middle and the last saved state,
+// 4 at dk 512) and the 32-column one's (8): 1, 3, 7, 16, 17; the first, a middle and the last saved state,
 // strided qkv / a / b / out as the decoder passes them.
 TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
   for (GdnShape s : {GdnShape{1, 3, 8, 4}, GdnShape{2, 4, 16, 24}, GdnShape{1, 2, 24, 16}, GdnShape{2, 6, 128, 128},
