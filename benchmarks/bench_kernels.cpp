@@ -392,8 +392,8 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the goal is
 // ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time the old
 // warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column slice kernel,
-// DFLASH_SPLIT_ROWS=128 ("rows128") rows the split-KV attention with one CTA per 128 query rows (the plan
-// before it weighed the chunks' partials).
+// DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows (two row groups at
+// the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second time from L2).
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -440,10 +440,10 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                          gated ? &hg : nullptr);
   char name[128];
   for (int mode = 0; mode < 3; ++mode) {  // split_plan's row groups, 128 rows a CTA, the general kernel
-    if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "128", 1); else unsetenv("DFLASH_SPLIT_ROWS");
+    if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
     if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
-                  (long long)past, mode == 1 ? " [rows128]" : mode == 2 ? " [general]" : "");
+                  (long long)past, mode == 1 ? " [rows48]" : mode == 2 ? " [general]" : "");
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});

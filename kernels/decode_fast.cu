@@ -638,10 +638,10 @@ int split_rows_forced() {
   return n >= 16 && n <= kSplitMaxRows && n % 16 == 0 ? n : 0;
 }
 
-// How one call splits the work. Row groups of cta_rows: at least one per kSplitMaxRows rows, and more while the
-// chunks' fp32 partials (chunks × rows × hd floats a kv head, chunks ≈ SMs / (hkv · groups)) would pass half the
-// cache's bytes (27B at T 16: 33 chunks × 96 rows came to 0.77 of 4112 keys' K and V; two groups of 48 rows, 0.37).
-// The groups of a chunk read its keys at the same time, so the second read comes from L2, not HBM. Then per
+// How one call splits the work. Row groups of cta_rows: one per kSplitMaxRows rows. More groups would shrink the
+// chunks' fp32 partials (27B at T 16: 33 chunks × 96 rows come to 0.77 of 4112 keys' K and V), the groups of a
+// chunk reading its keys from L2, but two groups of 48 rows measured slower on the H200 (39.1 µs against 35.2 µs,
+// bench_kernels decode, session 13), so they stay an A/B setting (DFLASH_SPLIT_ROWS). Then per
 // group: wtiles m16 row tiles × `slices` key slices of warps, `chunks` per kv head of
 // chunk_len keys (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of
 // `stages` stages, and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is
@@ -655,11 +655,8 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   const size_t budget = size_t(device_limits().smem);
   const int64_t rows = T * group;
   SplitPlan p;
-  const int64_t tiles = (rows + 15) / 16, sms = device_limits().sms;
-  // partials / cache ≈ sms · rows / (hkv · groups · (past + T)) <= 1/2
-  const int64_t want = (2 * sms * rows + hkv * (past + T) - 1) / (hkv * (past + T));
-  const int64_t groups =
-      std::min({tiles, int64_t(65535), std::max((rows + kSplitMaxRows - 1) / kSplitMaxRows, want)});
+  const int64_t tiles = (rows + 15) / 16;
+  const int64_t groups = std::min({tiles, int64_t(65535), (rows + kSplitMaxRows - 1) / kSplitMaxRows});
   const int forced = split_rows_forced();  // taken where its groups fit the grid
   p.cta_rows = forced && (rows + forced - 1) / forced <= 65535 ? forced : int(16 * ((tiles + groups - 1) / groups));
   p.groups = int((rows + p.cta_rows - 1) / p.cta_rows);
