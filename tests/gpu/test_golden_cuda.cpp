@@ -179,9 +179,11 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
     const double abs_ratio = e.max_abs / std::max(hf.max_abs, 1e-300),
                  rms_ratio = rms / std::max(hf.rel_rms, 1e-300),
                  tail_ratio = tail / std::max(hf.tail_mean_abs, 1e-300);
-    worst_abs_ratio = std::max(worst_abs_ratio, abs_ratio);
-    worst_rms_ratio = std::max(worst_rms_ratio, rms_ratio);
-    worst_tail_ratio = std::max(worst_tail_ratio, tail_ratio);
+    if (name != "embeddings") {  // a bf16 cast of the table: the same bits as HF's, 1.00x on every statistic
+      worst_abs_ratio = std::max(worst_abs_ratio, abs_ratio);
+      worst_rms_ratio = std::max(worst_rms_ratio, rms_ratio);
+      worst_tail_ratio = std::max(worst_tail_ratio, tail_ratio);
+    }
     std::printf(
         "[golden-cuda] %-22s %-11s rel rms ours %.3e HF %.3e (%.2fx)  top-1%% mean ours %.3e HF %.3e (%.2fx)  "
         "max abs ours %.3e HF %.3e (%.2fx)  worst [%zu, %zu] ours %.5g want %.5g  worst/tol %.3f%s%s\n",
@@ -202,8 +204,8 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
     EXPECT_LE(rms, kMaxRelRms) << name << ": relative RMS error over the dataset";
   }
   std::printf(
-      "[golden-cuda] %-22s worst ratio to HF-bf16 over all datasets: rel rms %.2fx, top-1%% mean %.2fx, max abs "
-      "%.2fx\n",
+      "[golden-cuda] %-22s worst ratio to HF-bf16 over the layers and the final norm: rel rms %.2fx, top-1%% mean "
+      "%.2fx, max abs %.2fx\n",
       model.c_str(), worst_rms_ratio, worst_tail_ratio, worst_abs_ratio);
 }
 
