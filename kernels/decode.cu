@@ -14,11 +14,11 @@
 //   the tokens (a float4 of columns a thread) and writes each saved state as 16-byte vectors; a 32-column slice
 //   kernel with a column a lane takes dv not a multiple of 4 or unaligned states (DFLASH_DECODE=slice32 forces
 //   it for A/B timing).
-// The fast kernels live in decode_fast.cu (declared for this file in kernels/decode.cuh). This file holds the
-// launchers and the general warp-per-work-item kernels (fp32, any head dim up to kDecodeMaxHeadDim, any stride
-// or GQA / GVA ratio), which take the shapes the fast ones are not built for and are the prefill's fallback
-// (causal attention over packed sequences; the recurrence from zero states per sequence). DFLASH_DECODE=general
-// sends decoding to them as well: the A/B switch of bench_kernels decode.
+// The fast kernels live in decode_fast.cu (attention) and decode_gdn.cu (DeltaNet), declared for this file in
+// kernels/decode.cuh. This file holds the launchers and the general warp-per-work-item kernels (fp32, any head
+// dim up to kDecodeMaxHeadDim, any stride or GQA / GVA ratio), which take the shapes the fast ones are not built
+// for and are the prefill's fallback (causal attention over packed sequences; the recurrence from zero states
+// per sequence). DFLASH_DECODE=general sends decoding to them as well: the A/B switch of bench_kernels decode.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -1,5 +1,6 @@
-// The fast decoding kernels of decode_fast.cu as decode.cu's launchers call them (internal to those two files):
-// split-KV attention over a cache on tensor cores for hd 128 / 256, and the DeltaNet decode by state slices.
+// The fast decoding kernels as decode.cu's launchers call them (internal to decode.cu, decode_fast.cu and
+// decode_gdn.cu): split-KV attention over a cache on tensor cores for hd 128 / 256 (decode_fast.cu), and the
+// DeltaNet decode by state slices (decode_gdn.cu).
 #pragma once
 #include <cuda_runtime.h>
 
