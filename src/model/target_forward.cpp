@@ -111,8 +111,8 @@ void TargetForward::layer_linear(const TargetLayer& L, const SeqLayout& seqs, in
   const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
   Tensor proj = ws_->proj.rows_view(0, T).cols_view(0, L.w_in.rows);
   target_linear(m_, ws_->fp8, ws_->n.rows_view(0, T), L.w_in, L.s_in, proj, 0.0f, &L.w_in_ba, n_quantised);
-  // conv1d_silu → gdn_prefill → gated_rmsnorm: the conv output's buffer takes the normed output too (the conv
-  // output is dead by then), mix the prefill's.
+  // conv1d_silu → gdn_prefill → gated_rmsnorm as one op: mix2 holds the conv output and then, once it is dead,
+  // the normed output; mix holds the prefill's output (scratch where the CUDA backend fuses the three).
   Tensor conv = ws_->mix2.rows_view(0, T).cols_view(0, conv_ch);
   Tensor normed = conv.cols_view(0, vdim);
   ops_.gdn_mixer(proj.cols_view(0, conv_ch), proj.cols_view(conv_ch, vdim), proj.cols_view(conv_ch + vdim + nv, nv),
