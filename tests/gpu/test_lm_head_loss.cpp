@@ -331,8 +331,7 @@ class LmHeadLossCuda : public ::testing::Test {
     o.loss.resize(size_t(R)), o.p_label.resize(size_t(R)), o.argmax.resize(size_t(R));
     g->download_f32(dev(loss, DType::f32, 1, R), o.loss.data());
     g->download_f32(dev(pl, DType::f32, 1, R), o.p_label.data());
-    EXPECT_EQ(cudaMemcpyAsync(o.argmax.data(), am.p, size_t(R) * 4, cudaMemcpyDeviceToHost, g->stream()), cudaSuccess);
-    EXPECT_EQ(cudaStreamSynchronize(g->stream()), cudaSuccess);
+    g->download_raw(dev(am, DType::i32, 1, R), o.argmax.data());
     std::vector<float> full(size_t(R * ld));
     g->download_f32(dev(dh, DType::bf16, R, ld), full.data());
     for (int64_t r = 0; r < R; ++r) {
