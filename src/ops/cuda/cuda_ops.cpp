@@ -20,6 +20,40 @@ bf16* bptr(const Tensor& t) { return static_cast<bf16*>(t.data); }
 float* fptr(const Tensor& t) { return static_cast<float*>(t.data); }
 const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data); }
 
+// The checks conv1d_silu, gdn_prefill and gdn_mixer share. The causal conv's weights for x_cols channels:
+// contiguous f32 [x_cols, K] with K one of the built sizes.
+void expect_conv_w(const Tensor& w, int64_t x_cols, const char* op, const char* name) {
+  cuda_expect(w, DType::f32, op, name);
+  cuda_expect_shape(w, x_cols, w.cols, op, name);
+  DF_CHECK(w.contiguous() && w.cols >= 2 && w.cols <= 8,
+           "%s: %s %s must be contiguous [C, K] with K in 2..8 (the conv sizes built)", op, name,
+           w.shape_str().c_str());
+}
+
+// The DeltaNet's head counts and dims, a and b [T, nv] and the per-head A_log and dt_bias [1, nv].
+void expect_gdn_heads(const GdnShape& s, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                      const Tensor& dt_bias, int64_t tokens, const char* op) {
+  cuda_expect(a, DType::bf16, op, "a");
+  cuda_expect(b, DType::bf16, op, "b");
+  cuda_expect(A_log, DType::f32, op, "A_log");
+  cuda_expect(dt_bias, DType::f32, op, "dt_bias");
+  DF_CHECK(s.nk > 0 && s.nv % s.nk == 0, "%s: %d value heads are not a multiple of %d key heads", op, s.nv, s.nk);
+  DF_CHECK(s.dk > 0 && s.dv > 0 && s.dk <= kDecodeMaxHeadDim, "%s: head dims dk %d / dv %d must be positive, dk <= %d",
+           op, s.dk, s.dv, kDecodeMaxHeadDim);
+  cuda_expect_shape(a, tokens, s.nv, op, "a");
+  cuda_expect_shape(b, tokens, s.nv, op, "b");
+  cuda_expect_shape(A_log, 1, s.nv, op, "A_log");
+  cuda_expect_shape(dt_bias, 1, s.nv, op, "dt_bias");
+}
+
+// The prefill's workspace: empty (it passes through as 0 bytes, so the launcher's message gives the size that is
+// needed) or contiguous bytes.
+void expect_gdn_workspace(const Tensor& workspace, const char* op) {
+  if (workspace.empty()) return;
+  cuda_expect(workspace, DType::u8, op, "workspace");
+  DF_CHECK(workspace.contiguous(), "%s: workspace %s must be contiguous", op, workspace.shape_str().c_str());
+}
+
 }  // namespace
 
 CudaOps::CudaOps(int device) : dev_(device) {}
@@ -223,14 +257,11 @@ void CudaOps::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
 
 void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& out, const SeqLayout& seqs) {
   cuda_expect(x, DType::bf16, "conv1d_silu", "x");
-  cuda_expect(w, DType::f32, "conv1d_silu", "w");
   cuda_expect(out, DType::bf16, "conv1d_silu", "out");
   cuda_expect(seqs.pos, DType::i32, "conv1d_silu", "seqs.pos");
   cuda_expect_shape(x, seqs.tokens, x.cols, "conv1d_silu", "x");
-  cuda_expect_shape(w, x.cols, w.cols, "conv1d_silu", "w");
+  expect_conv_w(w, x.cols, "conv1d_silu", "w");
   cuda_expect_shape(out, x.rows, x.cols, "conv1d_silu", "out");
-  DF_CHECK(w.contiguous() && w.cols >= 2 && w.cols <= 8,
-           "conv1d_silu: w %s must be contiguous [C, K] with K in 2..8 (the conv sizes built)", w.shape_str().c_str());
   conv1d_silu_launch(bptr(x), x.stride, fptr(w), static_cast<int>(w.cols), bptr(out), out.stride,
                      iptr(seqs.pos), x.rows, x.cols, dev_.stream);
 }
@@ -240,27 +271,12 @@ void CudaOps::gdn_prefill(const Tensor& qkv, const Tensor& a, const Tensor& b, c
                           const Tensor& workspace) {
   const char* op = "gdn_prefill";
   cuda_expect(qkv, DType::bf16, op, "qkv");
-  cuda_expect(a, DType::bf16, op, "a");
-  cuda_expect(b, DType::bf16, op, "b");
-  cuda_expect(A_log, DType::f32, op, "A_log");
-  cuda_expect(dt_bias, DType::f32, op, "dt_bias");
   cuda_expect(out, DType::bf16, op, "out");
   cuda_expect(seqs.cu, DType::i32, op, "seqs.cu");
-  DF_CHECK(s.nk > 0 && s.nv % s.nk == 0, "%s: %d value heads are not a multiple of %d key heads", op, s.nv, s.nk);
-  DF_CHECK(s.dk > 0 && s.dv > 0 && s.dk <= kDecodeMaxHeadDim, "%s: head dims dk %d / dv %d must be positive, dk <= %d",
-           op, s.dk, s.dv, kDecodeMaxHeadDim);
+  expect_gdn_heads(s, a, b, A_log, dt_bias, seqs.tokens, op);
   cuda_expect_shape(qkv, seqs.tokens, 2LL * s.nk * s.dk + (int64_t)s.nv * s.dv, op, "qkv");
-  cuda_expect_shape(a, seqs.tokens, s.nv, op, "a");
-  cuda_expect_shape(b, seqs.tokens, s.nv, op, "b");
-  cuda_expect_shape(A_log, 1, s.nv, op, "A_log");
-  cuda_expect_shape(dt_bias, 1, s.nv, op, "dt_bias");
   cuda_expect_shape(out, seqs.tokens, (int64_t)s.nv * s.dv, op, "out");
-  // An empty workspace passes through as 0 bytes so the launcher's message gives the size that is needed.
-  if (!workspace.empty()) {
-    cuda_expect(workspace, DType::u8, op, "workspace");
-    DF_CHECK(workspace.contiguous(), "%s: workspace %s must be contiguous", op,
-             workspace.shape_str().c_str());
-  }
+  expect_gdn_workspace(workspace, op);
   gdn_prefill_launch(bptr(qkv), qkv.stride, bptr(a), a.stride, bptr(b), b.stride, fptr(A_log), fptr(dt_bias),
                      bptr(out), out.stride, iptr(seqs.cu), seqs.num_seqs, seqs.tokens, seqs.max_len, s.nk,
                      s.nv, s.dk, s.dv, workspace.data, workspace.empty() ? 0 : workspace.nbytes(),
@@ -287,40 +303,25 @@ void CudaOps::gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const
                         const Tensor& out, const SeqLayout& seqs, const GdnShape& s, const Tensor& workspace,
                         const Tensor& conv, const Tensor& o) {
   const char* op = "gdn_mixer";
-  for (auto [t, name] : {std::pair{&x, "x"}, {&z, "z"}, {&a, "a"}, {&b, "b"}, {&out, "out"}, {&conv, "conv"},
-                         {&o, "o"}})
+  for (auto [t, name] : {std::pair{&x, "x"}, {&z, "z"}, {&out, "out"}, {&conv, "conv"}, {&o, "o"}})
     cuda_expect(*t, DType::bf16, op, name);
-  for (auto [t, name] : {std::pair{&w.conv_w, "conv_w"}, {&w.A_log, "A_log"}, {&w.dt_bias, "dt_bias"},
-                         {&w.norm_w, "norm_w"}})
-    cuda_expect(*t, DType::f32, op, name);
+  cuda_expect(w.norm_w, DType::f32, op, "norm_w");
   cuda_expect(seqs.cu, DType::i32, op, "seqs.cu");
   cuda_expect(seqs.pos, DType::i32, op, "seqs.pos");
-  DF_CHECK(s.nk > 0 && s.nv % s.nk == 0, "%s: %d value heads are not a multiple of %d key heads", op, s.nv, s.nk);
-  DF_CHECK(s.dk > 0 && s.dv > 0 && s.dk <= kDecodeMaxHeadDim, "%s: head dims dk %d / dv %d must be positive, dk <= %d",
-           op, s.dk, s.dv, kDecodeMaxHeadDim);
+  expect_gdn_heads(s, a, b, w.A_log, w.dt_bias, seqs.tokens, op);
   const int64_t vdim = int64_t(s.nv) * s.dv;
   cuda_expect_shape(x, seqs.tokens, 2LL * s.nk * s.dk + vdim, op, "x");
   cuda_expect_shape(z, seqs.tokens, vdim, op, "z");
-  cuda_expect_shape(a, seqs.tokens, s.nv, op, "a");
-  cuda_expect_shape(b, seqs.tokens, s.nv, op, "b");
   cuda_expect_shape(out, seqs.tokens, vdim, op, "out");
   cuda_expect_shape(conv, seqs.tokens, x.cols, op, "conv");
   cuda_expect_shape(o, seqs.tokens, vdim, op, "o");
-  cuda_expect_shape(w.conv_w, x.cols, w.conv_w.cols, op, "conv_w");
-  DF_CHECK(w.conv_w.contiguous() && w.conv_w.cols >= 2 && w.conv_w.cols <= 8,
-           "%s: conv_w %s must be contiguous [C, K] with K in 2..8 (the conv sizes built)", op,
-           w.conv_w.shape_str().c_str());
-  cuda_expect_shape(w.A_log, 1, s.nv, op, "A_log");
-  cuda_expect_shape(w.dt_bias, 1, s.nv, op, "dt_bias");
+  expect_conv_w(w.conv_w, x.cols, op, "conv_w");
   cuda_expect_shape(w.norm_w, 1, s.dv, op, "norm_w");
   const bool out_heads_conv = out.data == conv.data && out.stride == conv.stride;
   DF_CHECK(!spans_overlap(out, o) && (out_heads_conv || !spans_overlap(out, conv)),
            "%s: out %s must be conv's first %lld columns or apart from conv, and apart from o", op,
            out.shape_str().c_str(), (long long)vdim);
-  if (!workspace.empty()) {
-    cuda_expect(workspace, DType::u8, op, "workspace");
-    DF_CHECK(workspace.contiguous(), "%s: workspace %s must be contiguous", op, workspace.shape_str().c_str());
-  }
+  expect_gdn_workspace(workspace, op);
   gdn_mixer_launch(bptr(x), x.stride, fptr(w.conv_w), static_cast<int>(w.conv_w.cols), bptr(z), z.stride, bptr(a),
                    a.stride, bptr(b), b.stride, fptr(w.A_log), fptr(w.dt_bias), fptr(w.norm_w), w.eps, bptr(out),
                    out.stride, iptr(seqs.cu), iptr(seqs.pos), seqs.num_seqs, seqs.tokens, seqs.max_len, s.nk, s.nv,
