@@ -1,7 +1,8 @@
 // The DeltaNet side of the CUDA ops against the CPU fp32 oracle: the depthwise causal conv (kernel sizes, awkward
 // widths and offsets, sequence starts), the gated RMSNorm, the Gated DeltaNet prefill (chunked and recurrent
 // paths, chunk and sequence seams, workspace refusal) and decode, and the fused mixer (conv, prefill and norm).
-// Split from test_cuda_ops.cpp, whose fixture (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a GPU or a CUDA build.
+// Split from test_cuda_ops.cpp, whose fixture (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a
+// GPU or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
