@@ -79,9 +79,8 @@ def main():
         norms = layer_norm_inputs(model, mg.read_tokens(d), device)
         if args.save:
             os.makedirs(os.path.join(args.save, name), exist_ok=True)
-            with mg.h5py.File(os.path.join(args.save, name, "rms_o.h5"), "w") as f:
-                for l, r in norms.items():
-                    f.create_dataset(f"layer_{l}", data=r["o"].astype(np.float32))
+            mg.write_datasets_atomic(os.path.join(args.save, name, "rms_o.h5"),
+                                     {f"layer_{l}": r["o"].astype(np.float32) for l, r in norms.items()})
         with open(os.path.join(d, mg.HF_BF16_FILE)) as f:
             errs = json.load(f)["datasets"]
         rows = sorted({e[k][0] for e in errs.values() for k in ("worst_at", "ensemble_worst_at") if k in e})

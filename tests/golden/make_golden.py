@@ -545,6 +545,15 @@ def write_json_atomic(path, obj):
     os.replace(tmp, path)
 
 
+def write_datasets_atomic(path, arrays):
+    """{name: array} as the datasets of an HDF5 file at path, written beside it and renamed into place."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with h5py.File(tmp, "w") as f:
+        for k in sorted(arrays):
+            f.create_dataset(k, data=arrays[k])
+    os.replace(tmp, path)
+
+
 def measure_bf16(name, golden_dir, out_dir, fla, save_states=False):
     """HF in bf16 on CUDA over the golden's tokens; writes its error against expected.h5 per dataset."""
     model = load_bf16(golden_dir)
@@ -572,9 +581,7 @@ def measure_bf16(name, golden_dir, out_dir, fla, save_states=False):
         record.update(fla_version=fla.get("fla_version"), fla_commit=fla.get("fla_commit"))
     os.makedirs(out_dir, exist_ok=True)
     if save_states:
-        with h5py.File(os.path.join(out_dir, "hf_bf16.h5"), "w") as f:
-            for k in sorted(want):
-                f.create_dataset(k, data=states[k])
+        write_datasets_atomic(os.path.join(out_dir, "hf_bf16.h5"), {k: states[k] for k in want})
     write_json_atomic(os.path.join(out_dir, HF_BF16_FILE), record)
     for key, e in record["datasets"].items():
         print(f"  {name:22s} {key:11s} HF bf16: max abs {e['max_abs']:.3e}  rel rms {e['rel_rms']:.3e}")
