@@ -127,6 +127,9 @@ class NcclTest : public ::testing::Test {
     float* d = nullptr;
     EXPECT_EQ(cudaMalloc(&d, host.size() * sizeof(float)), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    // A pageable cudaMemcpy may return before its DMA lands, and the tests write and reduce on non-blocking
+    // streams that do not wait for the legacy one: the old bytes could land over the new.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     allocs_.push_back(d);
     return d;
   }
@@ -354,6 +357,7 @@ TEST(NcclWorldTest, RingOf64MiBArrivesByteForByteAndAllReduceSums) {
   float* d = nullptr;
   CUDA_OK(cudaMalloc(&d, n * sizeof(float)));
   CUDA_OK(cudaMemcpy(d, want.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());  // the pageable copy's DMA, before the communicator's stream reads d
   const auto t0 = std::chrono::steady_clock::now();
   comm->all_reduce_sum(d, n, "16 Mi-float all-reduce");
   comm->synchronize("16 Mi-float all-reduce");
