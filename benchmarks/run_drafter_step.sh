@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Times our drafter step (bench_drafter_step) and SpecForge's (specforge_drafter_step.py) on the same shapes
-# in the same call, and prints the ratio per shape: SpecForge s/step / our s/step (goal >= 1.4). GPU machine
+# in the same call, and prints the ratio per shape: SpecForge s/step / our s/step (issue 27 asks >= 1.7). GPU machine
 # only.
 #
 #   benchmarks/run_drafter_step.sh [27b|8b|all] [BUILD_DIR]      (default: all, build)
@@ -64,7 +64,7 @@ print(f"{s}: ours {ours['seconds_per_step']:.4f} s/step ({ours['ctx_tok_s']:.0f}
       f"{peer['seconds_per_step']:.4f} s/step ({peer['ctx_tok_s']:.0f} ctx tok/s, "
       f"{ours['tflop_per_step'] / peer['seconds_per_step']:.0f} TFLOP/s by our count, {peer['peak_mem_gib']:.1f} "
       f"GiB, commit {peer['specforge_commit'][:12]})  ratio {r:.2f}x "
-      f"({'meets' if r >= 1.4 else 'below'} the 1.4x goal)")
+      f"({'meets' if r >= 1.7 else 'below'} the 1.7x goal)")
 EOF
 )")
 done
