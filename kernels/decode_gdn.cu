@@ -1,6 +1,6 @@
 // Incremental decoding's fast Gated DeltaNet step (kernels/decode.cuh; decode.cu has the launcher, its checks and
 // the general kernel): a slice of a value head's fp32 state per CTA, kept in registers over all the step's
-// tokens, launched with programmatic dependent launch (pdl.cuh).
+// tokens, launched with programmatic dependent launch (pdl.cuh), the state loaded while the previous kernel drains.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -124,8 +124,27 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
 // the warp's row groups and then over the 4 warps through shared memory. The partial sums are double-buffered
 // by token parity, so a token costs one barrier: token t's output is summed after token t + 1's barrier. The
 // inputs (q̂, k̂, v, gates) of up to TOK tokens are staged first, each token's by one warp, all warps sharing.
+//
+// EARLY: the state slice is loaded before pdl_wait, so its 3 MB (27B layer) cross HBM while the previous kernel
+// on the stream drains, and a one-token step is left with the per-token inputs' round trip, the arithmetic and
+// the stores. That is safe because the state is never written by the kernel this one may overlap (pdl.cuh: only
+// the kernel launched just before it on the stream): in a decode step (src/model/target_decode.cpp
+// layer_linear) that kernel is conv1d_silu, which makes qkv; the state is the slot's committed one, copied there
+// in an earlier step (TargetDecoder::commit, or step_all's copy after the call) by cudaMemcpy2DAsync, which a
+// programmatic launch never overlaps. A caller whose kernel right before gdn_decode_launch writes the state would
+// race here and needs the load after the wait (EARLY false, DFLASH_DECODE=gdn_late). qkv, a and b, which that
+// kernel does write, are read after pdl_wait.
 constexpr int kGdnQuadWarps = 4;
 constexpr int kGdnQuadCols = 16;
+
+// Thread's RPT state rows e0.. of its 4 columns from src (the state at its first column), zeros past dk / dv.
+template <int RPT>
+__device__ __forceinline__ void gdn_quad_load(float4 (&S)[RPT], const float* src, int dv, int e0, int dk, bool col) {
+#pragma unroll
+  for (int i = 0; i < RPT; ++i)
+    S[i] = col && e0 + i < dk ? *reinterpret_cast<const float4*>(src + (int64_t)(e0 + i) * dv)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
 
 // One token's 4 output columns of gdn_decode_quad_kernel: the warps' partial sums red[w][cq] added and rounded.
 __device__ __forceinline__ void gdn_quad_out(const float4 (*red)[4], int cq, bf16* dst) {
@@ -144,7 +163,7 @@ __device__ __forceinline__ void gdn_quad_out(const float4 (*red)[4], int cq, bf1
   dst[3] = __float2bfloat16(o.w);
 }
 
-template <int RPT>
+template <int RPT, bool EARLY>
 __global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
     const bf16* __restrict__ qkv, int64_t ld_qkv, const bf16* __restrict__ a_in, int64_t ld_a,
     const bf16* __restrict__ b_in, int64_t ld_b, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
@@ -162,20 +181,18 @@ __global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
   const bool col = j < dv;  // quads past dv carry zeros and write nothing, but keep the barriers
   const int kh = h / (nv / nk);
   const int64_t head0 = (int64_t)h * dk * dv;
+  float4 S[RPT];
+  if constexpr (EARLY) gdn_quad_load(S, state + head0 + j, dv, e0, dk, col);
   pdl_wait();
   pdl_launch_dependents();
-  float4 S[RPT];
-#pragma unroll
-  for (int i = 0; i < RPT; ++i)
-    S[i] = col && e0 + i < dk ? *reinterpret_cast<const float4*>(state + head0 + (int64_t)(e0 + i) * dv + j)
-                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if constexpr (!EARLY) gdn_quad_load(S, state + head0 + j, dv, e0, dk, col);
   const float q_scale = rsqrtf(static_cast<float>(dk)), neg_a = -expf(A_log[h]), dtb = dt_bias[h];
   // Token t's output goes out once a later barrier has made its red_o complete: warp 0's lanes 0..3 (cq = lane).
   const bool writer = warp == 0 && lane < 4 && col;
   bf16* const out_h = out + (int64_t)h * dv + j;
   for (int64_t t0 = 0; t0 < T; t0 += TOK) {
     const int n = (int)min((int64_t)TOK, T - t0);
-    __syncthreads();  // the previous tokens' staged values are no longer read
+    if (t0 > 0) __syncthreads();  // the previous tokens' staged values are no longer read
     for (int tt = warp; tt < n; tt += kGdnQuadWarps) {
       const int64_t t = t0 + tt;
       const bf16* row = qkv + t * ld_qkv;
@@ -289,19 +306,25 @@ void dispatch_slice_rows(int dk, Fn&& fn) {
   dispatch_pow2<4, kDecodeMaxHeadDim / kGdnSliceWarps>((dk + 7) / 8, fn);
 }
 
-// DeltaNet state rows per thread of gdn_decode_quad_kernel: dk / 32 rounded up to 2, 4, 8 or 16 (dk <= 32 runs
-// with 2 and zero rows: ptxas spilled the 1-row build, and no model has so small a key head).
+// DeltaNet state rows per thread of gdn_decode_quad_kernel: dk / 32 rounded up to 4, 8 or 16 (dk <= 96 runs with
+// 4 and zero rows: ptxas spilled the 1-row build, and 16 bytes of the 2-row one once the state load moved before
+// pdl_wait; no model has so small a key head).
 template <class Fn>
 void dispatch_quad_rows(int dk, Fn&& fn) {
-  dispatch_pow2<2, kDecodeMaxHeadDim / 32>((dk + 31) / 32, fn);
+  dispatch_pow2<4, kDecodeMaxHeadDim / 32>((dk + 31) / 32, fn);
 }
 
-// DFLASH_DECODE=slice32: the DeltaNet decode on the 32-column slice kernel even where the 16-column one runs
-// (the A/B switch of bench_kernels decode; the 32-column kernel stays the path for dv not a multiple of 4 or
-// unaligned states). Read per call so one process can time both.
-bool gdn_slice32_forced() {
+// The A/B switches of bench_kernels decode, read per call so one process can time every kernel:
+// DFLASH_DECODE=slice32 runs the DeltaNet decode on the 32-column slice kernel even where the 16-column one runs
+// (the 32-column kernel stays the path for dv not a multiple of 4 or unaligned states); DFLASH_DECODE=gdn_late
+// runs the 16-column kernel with the state loaded after pdl_wait, as before the early load.
+enum class GdnDecodeForced { none, slice32, late };
+
+GdnDecodeForced gdn_decode_forced() {
   const char* e = std::getenv("DFLASH_DECODE");
-  return e && std::strcmp(e, "slice32") == 0;
+  if (e && std::strcmp(e, "slice32") == 0) return GdnDecodeForced::slice32;
+  if (e && std::strcmp(e, "gdn_late") == 0) return GdnDecodeForced::late;
+  return GdnDecodeForced::none;
 }
 
 }  // namespace
@@ -312,12 +335,15 @@ void gdn_decode_slice_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_
                           cudaStream_t stream) {
   const bool vec = dv % 4 == 0 && ld_states % 4 == 0 &&
                    (reinterpret_cast<uintptr_t>(state) | reinterpret_cast<uintptr_t>(states)) % 16 == 0;
-  if (vec && !gdn_slice32_forced() && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535) {
+  const GdnDecodeForced forced = gdn_decode_forced();
+  if (vec && forced != GdnDecodeForced::slice32 && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535) {
     const dim3 grid((unsigned)nv, (unsigned)((dv + kGdnQuadCols - 1) / kGdnQuadCols));
     dispatch_quad_rows(dk, [&](auto rpt) {
-      launch_pdl(gdn_decode_quad_kernel<decltype(rpt)::value>, grid, dim3(32 * kGdnQuadWarps), 0, stream, qkv,
-                 ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk,
-                 nv, dk, dv);
+      constexpr int R = decltype(rpt)::value;
+      const auto kernel =
+          forced == GdnDecodeForced::late ? gdn_decode_quad_kernel<R, false> : gdn_decode_quad_kernel<R, true>;
+      launch_pdl(kernel, grid, dim3(32 * kGdnQuadWarps), 0, stream, qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias,
+                 out, ld_out, state, states, ld_states, T, T - saved, nk, nv, dk, dv);
     });
     return;
   }
