@@ -144,8 +144,9 @@ TEST_F(CudaOpsTest, Conv1dSiluAwkwardShapes) {
 // 16-column slice (4, 8), ragged (20: a last slice of one float4 of columns; 24, 200), the 27B layer (16 / 48
 // heads of 128), and two shapes the 32-column slice kernel keeps (dv 30, not a multiple of 4; dv 200 with
 // states rows padded by one float, so not 16-byte aligned); T across the 16-column kernel's staging (16 tokens,
-// 4 at dk 512) and the 32-column one's (8): 1, 3, 7, 16, 17; the first, a middle and the last saved state,
-// strided qkv / a / b / out as the decoder passes them.
+// 4 at dk 512) and the 32-column one's (8): 1, 3, 7, 16, 17 (T 1 on the one-token kernel, 4 to 16 rows a lane,
+// but at dk 512 and the two slice shapes); the first, a middle and the last saved state, strided qkv / a / b /
+// out as the decoder passes them.
 TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
   for (GdnShape s : {GdnShape{1, 3, 8, 4}, GdnShape{2, 4, 16, 24}, GdnShape{1, 2, 24, 16}, GdnShape{2, 6, 128, 128},
                      GdnShape{1, 1, 256, 32}, GdnShape{3, 3, 40, 64}, GdnShape{1, 2, 512, 8},
@@ -183,9 +184,10 @@ TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
 }
 
 // DFLASH_DECODE=general runs gdn_decode on the general warp-per-column kernel, DFLASH_DECODE=slice32 on the
-// 32-column slice kernel and DFLASH_DECODE=gdn_late on the 16-column kernel with the state loaded after pdl_wait
-// (the benchmark's A/B switches), read per call: all four kernels agree with the CPU on the 27B layer's shape for
-// one token and for a 16-token block saving its last state or all 16.
+// 32-column slice kernel, DFLASH_DECODE=gdn_quad one token on the 16-column kernel (not the one-token kernel) and
+// DFLASH_DECODE=gdn_late on the 16-column kernel with the state loaded after pdl_wait (the benchmark's A/B
+// switches), read per call: every kernel agrees with the CPU on the 27B layer's shape for one token and for a
+// 16-token block saving its last state or all 16.
 TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
   const GdnShape s{16, 48, 128, 128};
   const int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
@@ -194,7 +196,7 @@ TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
     Pair qkv = rand(T, cols, -1, 1), a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
     Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
     Pair state = rand(1, sdim, -0.5f, 0.5f, DType::f32);
-    for (const char* mode : {"general", "slice32", "gdn_late", ""}) {
+    for (const char* mode : {"general", "slice32", "gdn_quad", "gdn_late", ""}) {
       if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
       for (int64_t R : {int64_t(1), T}) {
         if (R == T && T == 1) continue;  // already run
