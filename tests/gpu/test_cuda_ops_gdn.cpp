@@ -204,7 +204,7 @@ TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
         Pair o = out(T, int64_t(s.nv) * s.dv), states = out(R, sdim, DType::f32);
         cpu_.gdn_decode(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, state.cpu, states.cpu, s);
         gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, states.gpu, s);
-        const std::string op = *mode ? std::string("gdn_decode DFLASH_DECODE=") + mode : "gdn_decode 16-column";
+        const std::string op = *mode ? std::string("gdn_decode DFLASH_DECODE=") + mode : "gdn_decode default";
         const std::string what = name_of((op + " T R").c_str(), {T, R});
         check(states, 1e-4, 1e-4, "states " + what);
         check(o, 1e-4, kBf16Ulp, "out " + what);
