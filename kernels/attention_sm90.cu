@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(384, 1)
                                const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
                                const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
-                               float scale_log2, int pingpong) {
+                               float scale_log2, float rescale_slack, int pingpong) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   constexpr int kKv = Cfg::kKvBytes;
@@ -189,12 +189,23 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) wgmma_fence_regs(p[kk]);
   };
-  // Softmax of tile j's scores in s: the causal mask where the tile reaches past the warpgroup's first row
-  // (keys past len are past every valid row), the running max of the raw scores with the scale folded into
-  // the exponent's FFMA (scale > 0, so the max commutes with it), s turned into probabilities, l updated;
-  // corr is the factor O must take. s[i] holds row (i & 2 ? row_b : row_a),
-  // key k0 + 8 (i / 4) + 2 t4 + (i & 1). Tile 0 holds key 0, seen by every row, so m is finite from then on.
-  auto softmax = [&](int j, float(&corr)[2]) {
+  // Softmax of tile j's scores in s (first: j is 0): the causal mask where the tile reaches past the
+  // warpgroup's first row (keys past len are past every valid row), the tile's max of the raw scores (scale > 0,
+  // so the max commutes with the scale, folded into the exponent's FFMA), s turned into probabilities, l
+  // updated; corr is the factor O must take. s[i] holds row (i & 2 ? row_b : row_a), key
+  // k0 + 8 (i / 4) + 2 t4 + (i & 1). Tile 0 holds key 0, seen by every row, so m is finite after it.
+  //
+  // Lazy rescaling: m is the reference the exponents are taken against, not necessarily the running max. A
+  // warp moves its rows' m up to their running max (O and l then take corr = 2^(m_old − m_new)) only when some
+  // row's scaled tile max passes its m by more than rescale_slack; the vote keeps the rows of a warp together,
+  // so O's HD / 2 multiplies are skipped by the whole warp or run for it. Why that is exact enough: (1) every
+  // exponent s·scale − m stays ≤ slack (8), so P ≤ 2^8 and l, O grow at most 256-fold over the exact-max
+  // values, far inside fp32's range; (2) bf16 and fp32 rounding are relative, so P in [2^-8, 2^8] carries the
+  // same relative error into O and l as P in [2^-16, 1]; (3) O and l are summed against the same m, so O / l
+  // at the end is the exact-max result up to that rounding. Slack 0 (DFLASH_ATTN_RESCALE=always) keeps m the
+  // running max, as the kernel did before. m_new is m + move · max(tile max − m, 0), arithmetic rather than a
+  // select: with the select ptxas spilled 44 bytes at hd 256.
+  auto softmax = [&](int j, bool first, float(&corr)[2]) {
     const int k0 = j * KEYS;
     if (k0 + KEYS - 1 > wg_row0) {
 #pragma unroll
@@ -206,12 +217,18 @@ __global__ void __launch_bounds__(384, 1)
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < KEYS / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-    float neg_m[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m[h], mx[h] * scale_log2);
+      mx[h] *= scale_log2;
+    }
+    const bool grows = mx[0] > m[0] + rescale_slack || mx[1] > m[1] + rescale_slack;
+    const float move = __any_sync(0xffffffffu, grows) ? 1.0f : 0.0f;
+    float neg_m[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_new = first ? mx[h] : fmaf(move, fmaxf(mx[h] - m[h], 0.0f), m[h]);
       corr[h] = exp2f(m[h] - m_new);
       m[h] = m_new;
       neg_m[h] = -m_new;
@@ -247,7 +264,7 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_wait<0>();
     wgmma_fence_regs(s);
     release(empty_k(0));
-    softmax(0, corr);  // O is still zero: nothing to rescale
+    softmax(0, true, corr);  // O is still zero: nothing to rescale
     pack_p();
 
     for (int j = 1; j < n_mine; ++j) {
@@ -264,7 +281,7 @@ __global__ void __launch_bounds__(384, 1)
       wgmma_wait<1>();  // S_j is done (groups complete in order); P_{j−1}·V_{j−1} may still run
       wgmma_fence_regs(s);
       release(empty_k(st));
-      softmax(j, corr);
+      softmax(j, false, corr);
       wgmma_wait<0>();
       wgmma_fence_regs(o);
       fence_p();
@@ -339,7 +356,7 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
                                     int64_t ld_gate, const int32_t* cu, int num_seqs, int64_t tokens,
                                     int max_len, int hq, int hkv, float scale, bool pingpong,
-                                    cudaStream_t stream) {
+                                    float rescale_slack, cudaStream_t stream) {
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_ws_kernel<HD, KEYS, STAGES>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
@@ -350,13 +367,18 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   // them from L2.
   dim3 grid((max_len + Cfg::kRows - 1) / Cfg::kRows, hq, num_seqs);
   attention_causal_ws_kernel<HD, KEYS, STAGES><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, pingpong ? 1 : 0);
+      tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
+      pingpong ? 1 : 0);
   DF_CUDA_CHECK_LAUNCH("attention_causal_ws_kernel");
 }
 
 // The A/B switches of launchers.cuh, read once.
+// rescale_slack: how far (log2 units) a row's scores may pass the max its exponents are taken against before
+// the warp rescales O; 0 with DFLASH_ATTN_RESCALE=always (the exact running max, the kernel before lazy
+// rescaling), else 8 (P ≤ 256; the kernel's softmax says why that is exact enough).
 struct AttnSm90Choice {
   bool portable, pingpong;
+  float rescale_slack;
 };
 static const AttnSm90Choice& attention_sm90_choice() {
   static const AttnSm90Choice c = [] {
@@ -364,7 +386,8 @@ static const AttnSm90Choice& attention_sm90_choice() {
       const char* e = std::getenv(key);
       return e && std::strcmp(e, value) == 0;
     };
-    return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0")};
+    return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0"),
+                          is("DFLASH_ATTN_RESCALE", "always") ? 0.0f : 8.0f};
   }();
   return c;
 }
@@ -402,16 +425,17 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
                         reinterpret_cast<uintptr_t>(out) % 4 == 0 && scale > 0.0f;
   if (!shape_ok || !attention_sm90_available() || !tensor_map_encoder()) return false;
   const bool pingpong = attention_sm90_choice().pingpong;
+  const float slack = attention_sm90_choice().rescale_slack;
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
   // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
   // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms.
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                        tokens, max_len, hq, hkv, scale, pingpong, stream);
+                                        tokens, max_len, hq, hkv, scale, pingpong, slack, stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                         tokens, max_len, hq, hkv, scale, pingpong, stream);
+                                         tokens, max_len, hq, hkv, scale, pingpong, slack, stream);
   return true;
 }
 
