@@ -105,21 +105,26 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();
 
-  if (threadIdx.x < 128) {  // producer: one thread issues every copy; stage st is refilled once both
-    regs_release<Cfg::kProducerRegs>();  // consumers released the tile STAGES before (parity of that round)
-    if (threadIdx.x == 0) {
-      mbar_arrive_expect(bar_q, 2 * Cfg::kQBytes);
-      tma_load_tile<HD, 64>(base_s, &tm_q, head * HD, start + q0, bar_q);
-      tma_load_tile<HD, 64>(base_s + Cfg::kQBytes, &tm_q, head * HD, start + q0 + 64, bar_q);
+  // Producer: lane 0 of warp 0 issues Q and the K tiles, lane 0 of warp 1 the V tiles; a stage's K or V is
+  // refilled once both consumers released that half of the tile STAGES before (parity of that round). Two
+  // threads because the halves free at different times: K_j once both consumers' S_j is done, V_j only after
+  // their P_j·V_j, more than a tile later; one thread waiting on V_j held back the load of K_{j+1}.
+  if (threadIdx.x < 128) {
+    regs_release<Cfg::kProducerRegs>();
+    const bool k_side = threadIdx.x == 0;
+    if (threadIdx.x == 0 || threadIdx.x == 32) {
+      if (k_side) {
+        mbar_arrive_expect(bar_q, 2 * Cfg::kQBytes);
+        tma_load_tile<HD, 64>(base_s, &tm_q, head * HD, start + q0, bar_q);
+        tma_load_tile<HD, 64>(base_s + Cfg::kQBytes, &tm_q, head * HD, start + q0 + 64, bar_q);
+      }
+      const CUtensorMap* tm = k_side ? &tm_k : &tm_v;
       for (int j = 0; j < ntiles; ++j) {
         const int st = j % STAGES;
-        const uint32_t prev = (j / STAGES + 1) & 1;
-        if (j >= STAGES) mbar_wait(empty_k(st), prev);
-        mbar_arrive_expect(full_k(st), kKv);
-        tma_load_tile<HD, KEYS>(base_s + k_off(st), &tm_k, kv_col, start + j * KEYS, full_k(st));
-        if (j >= STAGES) mbar_wait(empty_v(st), prev);
-        mbar_arrive_expect(full_v(st), kKv);
-        tma_load_tile<HD, KEYS>(base_s + k_off(st) + kKv, &tm_v, kv_col, start + j * KEYS, full_v(st));
+        const uint32_t full = k_side ? full_k(st) : full_v(st);
+        if (j >= STAGES) mbar_wait(k_side ? empty_k(st) : empty_v(st), (j / STAGES + 1) & 1);
+        mbar_arrive_expect(full, kKv);
+        tma_load_tile<HD, KEYS>(base_s + k_off(st) + (k_side ? 0 : kKv), tm, kv_col, start + j * KEYS, full);
       }
     }
     return;
