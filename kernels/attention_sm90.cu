@@ -219,11 +219,16 @@ __global__ void __launch_bounds__(384, 1)
         if (col > (i & 2 ? row_b : row_a)) s[i] = -INFINITY;
       }
     }
-    float mx[2] = {-INFINITY, -INFINITY};
+    // Max and sum as two chains per row (even and odd i): half the dependent latency for a warp running alone.
+    float mx[2] = {-INFINITY, -INFINITY}, mx_odd[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < KEYS / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    for (int i = 0; i < KEYS / 2; ++i) {
+      float& acc = i & 1 ? mx_odd[(i >> 1) & 1] : mx[(i >> 1) & 1];
+      acc = fmaxf(acc, s[i]);
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], mx_odd[h]);
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
       mx[h] *= scale_log2;
@@ -239,12 +244,15 @@ __global__ void __launch_bounds__(384, 1)
       neg_m[h] = -m_new;
       l[h] *= corr[h];
     }
+    float l_odd[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < KEYS / 2; ++i) {
       const float e = exp2f(fmaf(s[i], scale_log2, neg_m[(i >> 1) & 1]));
       s[i] = e;
-      l[(i >> 1) & 1] += e;
+      (i & 1 ? l_odd[(i >> 1) & 1] : l[(i >> 1) & 1]) += e;
     }
+    l[0] += l_odd[0];
+    l[1] += l_odd[1];
   };
   // P as bf16 A fragments, one per 16 keys.
   auto pack_p = [&] {
