@@ -239,8 +239,7 @@ __global__ void __launch_bounds__(384, 1)
         if (col > (i & 2 ? row_b : row_a)) s[i] = -INFINITY;
       }
     }
-    // Max and sum as two chains per row (even and odd i): half the dependent latency for a warp running
-    // alone.
+    // Max and sum as two chains per row (even and odd i): half the latency of one dependent chain.
     float mx[2] = {-INFINITY, -INFINITY}, mx_odd[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < KEYS / 2; ++i) {
