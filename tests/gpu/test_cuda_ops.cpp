@@ -295,9 +295,10 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
 // Scores that grow along each sequence: q in [0, 1], key t of its sequence in (1 + t / 32) · [-0.5, 1], so
 // the scaled scores climb about 7 (hd 256, 80-key tiles) and 8 (hd 128, 128-key tiles) log2 units per key
 // tile, with noise of the same order. A row's max then passes the one the wgmma kernel's exponents are taken
-// against by more than its lazy-rescaling slack (8) on some tiles and by less on others, so both the rescale
-// of O and its skipping, with probabilities up to 2^8, are checked; with the random scores of the test above
-// the max settles in the first tile and neither happens. Run it also under DFLASH_ATTN_RESCALE=always.
+// against by more than its lazy-rescaling slack (8) on some tiles and by less on others (a Python model of
+// these inputs: both on 15-32 of 4 rows' tiles), so the rescale of O is taken as well as skipped with
+// probabilities above 1; with the random scores of the test above the max settles within the slack in the
+// first tile and it is never taken. Run it also under DFLASH_ATTN_RESCALE=always.
 TEST_F(CudaOpsTest, AttentionCausalGrowingScoresMatchCpu) {
   struct Case { int hq, hkv, hd; };
   for (const auto& lens : {std::vector<int32_t>{1000, 129}, {63, 127, 129, 64, 65, 1, 81, 160, 193}})
