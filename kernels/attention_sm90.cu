@@ -409,11 +409,13 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
 // rescale_slack: how far (log2 units) a row's scores may pass the max its exponents are taken against before
 // the warp rescales O; 0 with DFLASH_ATTN_RESCALE=always (the exact running max, the kernel before lazy
 // rescaling), else 8 (P ≤ 256; the kernel's softmax says why that is exact enough). split_producer: K and V
-// tiles from two producer threads, unless DFLASH_ATTN_PRODUCER=one.
+// tiles from two producer threads, unless DFLASH_ATTN_PRODUCER=one. hd128_stages: K/V stages at hd 128, 2, or
+// 3 with DFLASH_ATTN_STAGES=3 (an experiment: 3 fit in shared memory there only, 225 KB).
 struct AttnSm90Choice {
   bool portable, pingpong;
   float rescale_slack;
   bool split_producer;
+  int hd128_stages;
 };
 static const AttnSm90Choice& attention_sm90_choice() {
   static const AttnSm90Choice c = [] {
@@ -423,7 +425,7 @@ static const AttnSm90Choice& attention_sm90_choice() {
     };
     return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0"),
                           is("DFLASH_ATTN_RESCALE", "always") ? 0.0f : 8.0f,
-                          !is("DFLASH_ATTN_PRODUCER", "one")};
+                          !is("DFLASH_ATTN_PRODUCER", "one"), is("DFLASH_ATTN_STAGES", "3") ? 3 : 2};
   }();
   return c;
 }
@@ -471,6 +473,10 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                         tokens, max_len, hq, hkv, scale, choice.pingpong,
                                         choice.rescale_slack, choice.split_producer, stream);
+  else if (choice.hd128_stages == 3)
+    attention_causal_ws_run<128, 128, 3>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
+                                         tokens, max_len, hq, hkv, scale, choice.pingpong,
+                                         choice.rescale_slack, choice.split_producer, stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                          tokens, max_len, hq, hkv, scale, choice.pingpong,
