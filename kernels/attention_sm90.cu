@@ -52,6 +52,15 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// desc moved `bytes` further in shared memory. The start address is the descriptor's low 14 bits in 16-byte
+// units, and every tile here lies below 228 KB (< 2^18 bytes), so the add never carries out of that field and
+// the other fields stay as they were: one 32-bit add per MMA instead of rebuilding the descriptor (five
+// instructions, 21 MMAs per tile at hd 256, on the consumer warps' issue slots).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4), hi = static_cast<uint32_t>(desc >> 32);
+  return static_cast<uint64_t>(hi) << 32 | lo;
+}
+
 template <int KEYS>
 __device__ __forceinline__ void wgmma_qk(float (&s)[KEYS / 2], uint64_t desc_q, uint64_t desc_k,
                                          int accumulate) {
@@ -69,7 +78,7 @@ __global__ void __launch_bounds__(384, 1)
                                const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
                                const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
-                               float scale_log2, int pingpong) {
+                               float scale_log2, float rescale_slack, int pingpong, int split_producer) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   constexpr int kKv = Cfg::kKvBytes;
@@ -105,21 +114,33 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();
 
-  if (threadIdx.x < 128) {  // producer: one thread issues every copy; stage st is refilled once both
-    regs_release<Cfg::kProducerRegs>();  // consumers released the tile STAGES before (parity of that round)
+  // Producer: a stage's K or V is refilled once both consumers released that half of the tile STAGES before
+  // (parity of that round). Lane 0 of warp 0 issues Q and the K tiles, lane 0 of warp 1 the V tiles, because
+  // the halves free at different times: K_j once both consumers' S_j is done, V_j only after their P_j·V_j,
+  // more than a tile later, and one thread waiting on V_j holds back the load of K_{j+1}. split_producer 0
+  // (DFLASH_ATTN_PRODUCER=one) has thread 0 issue everything in tile order, as the kernel did before.
+  if (threadIdx.x < 128) {
+    regs_release<Cfg::kProducerRegs>();
+    auto refill = [&](int j, bool k_half) {
+      const int st = j % STAGES;
+      const uint32_t full = k_half ? full_k(st) : full_v(st);
+      if (j >= STAGES) mbar_wait(k_half ? empty_k(st) : empty_v(st), (j / STAGES + 1) & 1);
+      mbar_arrive_expect(full, kKv);
+      tma_load_tile<HD, KEYS>(base_s + k_off(st) + (k_half ? 0 : kKv), k_half ? &tm_k : &tm_v, kv_col,
+                              start + j * KEYS, full);
+    };
     if (threadIdx.x == 0) {
       mbar_arrive_expect(bar_q, 2 * Cfg::kQBytes);
       tma_load_tile<HD, 64>(base_s, &tm_q, head * HD, start + q0, bar_q);
       tma_load_tile<HD, 64>(base_s + Cfg::kQBytes, &tm_q, head * HD, start + q0 + 64, bar_q);
+    }
+    if (split_producer) {
+      if (threadIdx.x == 0 || threadIdx.x == 32)
+        for (int j = 0; j < ntiles; ++j) refill(j, threadIdx.x == 0);
+    } else if (threadIdx.x == 0) {
       for (int j = 0; j < ntiles; ++j) {
-        const int st = j % STAGES;
-        const uint32_t prev = (j / STAGES + 1) & 1;
-        if (j >= STAGES) mbar_wait(empty_k(st), prev);
-        mbar_arrive_expect(full_k(st), kKv);
-        tma_load_tile<HD, KEYS>(base_s + k_off(st), &tm_k, kv_col, start + j * KEYS, full_k(st));
-        if (j >= STAGES) mbar_wait(empty_v(st), prev);
-        mbar_arrive_expect(full_v(st), kKv);
-        tma_load_tile<HD, KEYS>(base_s + k_off(st) + kKv, &tm_v, kv_col, start + j * KEYS, full_v(st));
+        refill(j, true);
+        refill(j, false);
       }
     }
     return;
@@ -164,37 +185,52 @@ __global__ void __launch_bounds__(384, 1)
   const unsigned char* qs = base + cw * Cfg::kQBytes;
 
   // S = Q·K_stᵀ over HD / 16 k-steps: column block (64 columns, rows × 128 bytes), then 16 columns in it.
+  const uint64_t desc_q0 = wgmma_desc(qs, 16, 1024);
   auto issue_qk = [&](int st) {
-    const unsigned char* ks = base + k_off(st);
+    // Opaque here, so ptxas cannot hoist the HD / 16 Q descriptors out of the loop (it spilled at hd 256).
+    uint64_t desc_q = desc_q0;
+    asm volatile("" : "+l"(desc_q));
+    const uint64_t desc_k = wgmma_desc(base + k_off(st), 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
       const int in_block = (kk & 3) * 32;
-      wgmma_qk<KEYS>(s, wgmma_desc(qs + (kk >> 2) * (64 * 128) + in_block, 16, 1024),
-                     wgmma_desc(ks + (kk >> 2) * (KEYS * 128) + in_block, 16, 1024), kk > 0);
+      wgmma_qk<KEYS>(s, desc_advance(desc_q, (kk >> 2) * (64 * 128) + in_block),
+                     desc_advance(desc_k, (kk >> 2) * (KEYS * 128) + in_block), kk > 0);
     }
   };
   // O += P·V_st, 16 keys per k-step: V's rows of a k-step are 2 swizzle atoms (2048 bytes), its HD columns
   // HD / 64 column blocks KEYS × 128 bytes apart.
   auto issue_pv = [&](int st) {
-    const unsigned char* vs = base + k_off(st) + kKv;
+    const uint64_t desc_v = wgmma_desc(base + k_off(st) + kKv, KEYS * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) {
       if constexpr (HD == 256)
-        wgmma_m64n256k16_rs_tb(o, p[kk], wgmma_desc(vs + kk * 2048, KEYS * 128, 1024));
+        wgmma_m64n256k16_rs_tb(o, p[kk], desc_advance(desc_v, kk * 2048));
       else
-        wgmma_m64n128k16_rs_tb(o, p[kk], wgmma_desc(vs + kk * 2048, KEYS * 128, 1024));
+        wgmma_m64n128k16_rs_tb(o, p[kk], desc_advance(desc_v, kk * 2048));
     }
   };
   auto fence_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) wgmma_fence_regs(p[kk]);
   };
-  // Softmax of tile j's scores in s: the causal mask where the tile reaches past the warpgroup's first row
-  // (keys past len are past every valid row), the running max of the raw scores with the scale folded into
-  // the exponent's FFMA (scale > 0, so the max commutes with it), s turned into probabilities, l updated;
-  // corr is the factor O must take. s[i] holds row (i & 2 ? row_b : row_a),
-  // key k0 + 8 (i / 4) + 2 t4 + (i & 1). Tile 0 holds key 0, seen by every row, so m is finite from then on.
-  auto softmax = [&](int j, float(&corr)[2]) {
+  // Softmax of tile j's scores in s (first: j is 0): the causal mask where the tile reaches past the
+  // warpgroup's first row (keys past len are past every valid row), the tile's max of the raw scores (scale >
+  // 0, so the max commutes with the scale, folded into the exponent's FFMA), s turned into probabilities, l
+  // updated; corr is the factor O must take. s[i] holds row (i & 2 ? row_b : row_a), key
+  // k0 + 8 (i / 4) + 2 t4 + (i & 1). Tile 0 holds key 0, seen by every row, so m is finite after it.
+  //
+  // Lazy rescaling: m is the reference the exponents are taken against, not necessarily the running max. A
+  // warp moves its rows' m up to their running max (O and l then take corr = 2^(m_old − m_new)) only when
+  // some row's scaled tile max passes its m by more than rescale_slack; the vote keeps the rows of a warp
+  // together, so O's HD / 2 multiplies are skipped by the whole warp or run for it. Why that is exact enough:
+  // (1) every exponent s·scale − m stays ≤ slack (8), so P ≤ 2^8 and l, O grow at most 256-fold over the
+  // exact-max values, far inside fp32's range; (2) bf16 and fp32 rounding are relative, so P in [2^-8, 2^8]
+  // carries the same relative error into O and l as P in [2^-16, 1]; (3) O and l are summed against the same
+  // m, so O / l at the end is the exact-max result up to that rounding. Slack 0 (DFLASH_ATTN_RESCALE=always)
+  // keeps m the running max, as the kernel did before. m_new is m + move · max(tile max − m, 0), arithmetic
+  // rather than a select: with the select ptxas spilled 44 bytes at hd 256.
+  auto softmax = [&](int j, bool first, float(&corr)[2]) {
     const int k0 = j * KEYS;
     if (k0 + KEYS - 1 > wg_row0) {
 #pragma unroll
@@ -203,26 +239,40 @@ __global__ void __launch_bounds__(384, 1)
         if (col > (i & 2 ? row_b : row_a)) s[i] = -INFINITY;
       }
     }
-    float mx[2] = {-INFINITY, -INFINITY};
+    // Max and sum as two chains per row (even and odd i): half the latency of one dependent chain.
+    float mx[2] = {-INFINITY, -INFINITY}, mx_odd[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < KEYS / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    for (int i = 0; i < KEYS / 2; ++i) {
+      float& acc = i & 1 ? mx_odd[(i >> 1) & 1] : mx[(i >> 1) & 1];
+      acc = fmaxf(acc, s[i]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], mx_odd[h]);
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      mx[h] *= scale_log2;
+    }
+    const bool grows = mx[0] > m[0] + rescale_slack || mx[1] > m[1] + rescale_slack;
+    const float move = __any_sync(0xffffffffu, grows) ? 1.0f : 0.0f;
     float neg_m[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m[h], mx[h] * scale_log2);
+      const float m_new = first ? mx[h] : fmaf(move, fmaxf(mx[h] - m[h], 0.0f), m[h]);
       corr[h] = exp2f(m[h] - m_new);
       m[h] = m_new;
       neg_m[h] = -m_new;
       l[h] *= corr[h];
     }
+    float l_odd[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < KEYS / 2; ++i) {
       const float e = exp2f(fmaf(s[i], scale_log2, neg_m[(i >> 1) & 1]));
       s[i] = e;
-      l[(i >> 1) & 1] += e;
+      (i & 1 ? l_odd[(i >> 1) & 1] : l[(i >> 1) & 1]) += e;
     }
+    l[0] += l_odd[0];
+    l[1] += l_odd[1];
   };
   // P as bf16 A fragments, one per 16 keys.
   auto pack_p = [&] {
@@ -247,7 +297,7 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_wait<0>();
     wgmma_fence_regs(s);
     release(empty_k(0));
-    softmax(0, corr);  // O is still zero: nothing to rescale
+    softmax(0, true, corr);  // O is still zero: nothing to rescale
     pack_p();
 
     for (int j = 1; j < n_mine; ++j) {
@@ -264,7 +314,7 @@ __global__ void __launch_bounds__(384, 1)
       wgmma_wait<1>();  // S_j is done (groups complete in order); P_{j−1}·V_{j−1} may still run
       wgmma_fence_regs(s);
       release(empty_k(st));
-      softmax(j, corr);
+      softmax(j, false, corr);
       wgmma_wait<0>();
       wgmma_fence_regs(o);
       fence_p();
@@ -339,7 +389,7 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
                                     int64_t ld_gate, const int32_t* cu, int num_seqs, int64_t tokens,
                                     int max_len, int hq, int hkv, float scale, bool pingpong,
-                                    cudaStream_t stream) {
+                                    float rescale_slack, bool split_producer, cudaStream_t stream) {
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_ws_kernel<HD, KEYS, STAGES>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
@@ -350,13 +400,22 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   // them from L2.
   dim3 grid((max_len + Cfg::kRows - 1) / Cfg::kRows, hq, num_seqs);
   attention_causal_ws_kernel<HD, KEYS, STAGES><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, pingpong ? 1 : 0);
+      tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
+      pingpong ? 1 : 0, split_producer ? 1 : 0);
   DF_CUDA_CHECK_LAUNCH("attention_causal_ws_kernel");
 }
 
 // The A/B switches of launchers.cuh, read once.
+// rescale_slack: how far (log2 units) a row's scores may pass the max its exponents are taken against before
+// the warp rescales O; 0 with DFLASH_ATTN_RESCALE=always (the exact running max, the kernel before lazy
+// rescaling), else 8 (P ≤ 256; the kernel's softmax says why that is exact enough). split_producer: K and V
+// tiles from two producer threads, unless DFLASH_ATTN_PRODUCER=one. hd128_stages: K/V stages at hd 128, 2, or
+// 3 with DFLASH_ATTN_STAGES=3 (an experiment: 3 fit in shared memory there only, 225 KB).
 struct AttnSm90Choice {
   bool portable, pingpong;
+  float rescale_slack;
+  bool split_producer;
+  int hd128_stages;
 };
 static const AttnSm90Choice& attention_sm90_choice() {
   static const AttnSm90Choice c = [] {
@@ -364,7 +423,9 @@ static const AttnSm90Choice& attention_sm90_choice() {
       const char* e = std::getenv(key);
       return e && std::strcmp(e, value) == 0;
     };
-    return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0")};
+    return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0"),
+                          is("DFLASH_ATTN_RESCALE", "always") ? 0.0f : 8.0f,
+                          !is("DFLASH_ATTN_PRODUCER", "one"), is("DFLASH_ATTN_STAGES", "3") ? 3 : 2};
   }();
   return c;
 }
@@ -389,7 +450,9 @@ bool wgmma_available() {
 }
 
 // wgmma_available, unless DFLASH_ATTN=mma turns the path off (read once), for A/B measurements.
-static bool attention_sm90_available() { return !attention_sm90_choice().portable && wgmma_available(); }
+static bool attention_sm90_available() {
+  return !attention_sm90_choice().portable && wgmma_available();
+}
 
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
@@ -401,17 +464,23 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
                         ld_out % 2 == 0 && al16(q) && al16(k) && al16(v) &&
                         reinterpret_cast<uintptr_t>(out) % 4 == 0 && scale > 0.0f;
   if (!shape_ok || !attention_sm90_available() || !tensor_map_encoder()) return false;
-  const bool pingpong = attention_sm90_choice().pingpong;
+  const AttnSm90Choice& choice = attention_sm90_choice();
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
   // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
   // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms.
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                        tokens, max_len, hq, hkv, scale, pingpong, stream);
+                                        tokens, max_len, hq, hkv, scale, choice.pingpong,
+                                        choice.rescale_slack, choice.split_producer, stream);
+  else if (choice.hd128_stages == 3)
+    attention_causal_ws_run<128, 128, 3>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
+                                         tokens, max_len, hq, hkv, scale, choice.pingpong,
+                                         choice.rescale_slack, choice.split_producer, stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                         tokens, max_len, hq, hkv, scale, pingpong, stream);
+                                         tokens, max_len, hq, hkv, scale, choice.pingpong,
+                                         choice.rescale_slack, choice.split_producer, stream);
   return true;
 }
 

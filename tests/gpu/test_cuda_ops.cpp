@@ -292,6 +292,44 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
     }
 }
 
+// Scores that grow along each sequence: q in [0, 1], key t of its sequence in (1 + t / 32) · [-0.5, 1], so
+// the scaled scores climb about 7 (hd 256, 80-key tiles) and 8 (hd 128, 128-key tiles) log2 units per key
+// tile, with noise of the same order. A row's max then passes the one the wgmma kernel's exponents are taken
+// against by more than its lazy-rescaling slack (8) on some tiles and by less on others (a Python model of
+// these inputs, rows 300, 500, 900 and 999 of the 1000-token sequence, per row: 19 rescales and 13 skipped
+// growths at hd 256, 15 and 2 at hd 128), so the rescale of O is taken as well as skipped with probabilities
+// above 1; with the random scores of the test above the max settles within the slack in the first tile and it
+// is never taken. Run it also under DFLASH_ATTN_RESCALE=always.
+TEST_F(CudaOpsTest, AttentionCausalGrowingScoresMatchCpu) {
+  struct Case { int hq, hkv, hd; };
+  for (const auto& lens : {std::vector<int32_t>{1000, 129}, {63, 127, 129, 64, 65, 1, 81, 160, 193}})
+    for (Case c : {Case{4, 1, 128}, {3, 3, 128}, {6, 2, 256}}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);
+      Layouts L = layouts(lens);
+      const int64_t T = L.cpu.tokens, qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
+      Pair q = rand(T, qc, 0, 1), v = rand(T, kc, -1, 1);
+      std::uniform_real_distribution<float> d(-0.5f, 1.0f);
+      std::vector<float> h(size_t(T * kc));
+      size_t at = 0;
+      for (int32_t len : lens)
+        for (int32_t t = 0; t < len; ++t)
+          for (int64_t j = 0; j < kc; ++j) h[at++] = bf16_round(d(rng_) * (1.0f + float(t) / 32.0f));
+      Pair k = out(T, kc);
+      cpu_.upload_f32(k.cpu, h.data());
+      gpu_->upload_f32(k.gpu, h.data());
+      Pair o = out(T, qc);
+      const float scale = 1.0f / std::sqrt(float(c.hd));
+      cpu_.attention_causal(q.cpu, k.cpu, v.cpu, o.cpu, L.cpu, c.hq, c.hkv, c.hd, scale);
+      gpu_->attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);
+      // As the test above: outputs are convex combinations of v (|v| ≤ 1) and P is rounded to bf16 relative
+      // to its size, whatever max it is taken against. The scores (up to ~1000 before scaling) carry fp32
+      // rounding of ~1e-4 in the exponent, far below bf16's 2^-8.
+      check(o, 2 * kBf16Ulp + 1e-4, kBf16Ulp,
+            name_of("attention growing scores T hq hkv hd", {T, c.hq, c.hkv, c.hd}) + " seqs " +
+                std::to_string(lens.size()));
+    }
+}
+
 // The forward's layout (target_forward.cpp, layer_full): q, gate, k and v are column views of one fused
 // projection [T, lead | q | gate | k | v], the output a view of a wider workspace. Head dims the sm90 kernel
 // is not built for (it takes 128 and 256 only) run the portable tiled kernel with its epilogue loading each
