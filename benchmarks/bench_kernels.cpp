@@ -392,9 +392,6 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the goal is
 // ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time the old
 // warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column slice kernel,
-// DFLASH_DECODE=gdn_quad rows (T 1) its 16-column kernel where the one-token kernel runs by default,
-// DFLASH_DECODE=gdn_late rows the 16-column kernel with the state loaded after pdl_wait (the default kernels load
-// it before, overlapping the previous call's tail: here the previous gdn_decode, in a decode step conv1d_silu),
 // DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows (two row groups at
 // the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second time from L2),
 // DFLASH_SPLIT=old rows the tensor-core split kernel with the one-warp combine (the path before the short-step
@@ -490,8 +487,7 @@ void bench_decode_gdn(Bench& b, int64_t T, int l2_bytes, std::vector<DecodeRow>&
   b.cpu.gdn_decode(b.to_host(S[0].qkv), b.to_host(S[0].a), b.to_host(S[0].bb), b.to_host(A_log), b.to_host(dt),
                    ho, b.to_host(S[0].st), hs, s);
   char name[128];
-  for (const char* mode : {"", "gdn_quad", "gdn_late", "slice32", "general"}) {
-    if (T > 1 && std::string(mode) == "gdn_quad") continue;  // the default kernel there
+  for (const char* mode : {"", "slice32", "general"}) {
     if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
     std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s%s%s", (long long)T,
                   (long long)T, *mode ? " [" : "", mode, *mode ? "]" : "");

@@ -1,7 +1,6 @@
 // Incremental decoding's fast Gated DeltaNet step (kernels/decode.cuh; decode.cu has the launcher, its checks and
-// the general kernel): a slice of a value head's fp32 state per CTA (a warp per 8 columns for one token), kept in
-// registers over the step's tokens, launched with programmatic dependent launch (pdl.cuh), the state loaded while
-// the previous kernel drains.
+// the general kernel): a slice of a value head's fp32 state per CTA, kept in registers over all the step's
+// tokens, launched with programmatic dependent launch (pdl.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -19,11 +18,6 @@
 namespace df {
 
 namespace {
-
-// A token's state decay exp(g), g = −exp(A_log)·softplus(a + dt_bias): x = a + dt_bias, neg_a = −exp(A_log).
-__device__ __forceinline__ float gdn_decay(float x, float neg_a) {
-  return expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
-}
 
 // ---- Gated DeltaNet decode: 32-column slices (dv not a multiple of 4, unaligned states) ---------------------
 // Block (h, slice): columns j = 32·slice + lane of value head h's state S [dk, dv], warp w holding rows
@@ -75,7 +69,7 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
       }
       if (lane == 0) {
         const float x = __bfloat162float(a_in[(t0 + tt) * ld_a + h]) + dt_bias[h];
-        sdecay[tt] = gdn_decay(x, neg_a);
+        sdecay[tt] = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
         sbeta[tt] = sigmoid_f32(__bfloat162float(b_in[(t0 + tt) * ld_b + h]));
       }
       sv[tt][lane] = col ? __bfloat162float(row[2LL * nk * dk + (int64_t)h * dv + j]) : 0.0f;
@@ -130,27 +124,8 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
 // the warp's row groups and then over the 4 warps through shared memory. The partial sums are double-buffered
 // by token parity, so a token costs one barrier: token t's output is summed after token t + 1's barrier. The
 // inputs (q̂, k̂, v, gates) of up to TOK tokens are staged first, each token's by one warp, all warps sharing.
-//
-// EARLY: the state slice is loaded before pdl_wait, so its 3 MB (27B layer) cross HBM while the previous kernel
-// on the stream drains, and a one-token step is left with the per-token inputs' round trip, the arithmetic and
-// the stores. That is safe because the state is never written by the kernel this one may overlap (pdl.cuh: only
-// the kernel launched just before it on the stream): in a decode step (src/model/target_decode.cpp
-// layer_linear) that kernel is conv1d_silu, which makes qkv; the state is the slot's committed one, copied there
-// in an earlier step (TargetDecoder::commit, or step_all's copy after the call) by cudaMemcpy2DAsync, which a
-// programmatic launch never overlaps. A caller whose kernel right before gdn_decode_launch writes the state would
-// race here and needs the load after the wait (EARLY false, DFLASH_DECODE=gdn_late). qkv, a and b, which that
-// kernel does write, are read after pdl_wait.
 constexpr int kGdnQuadWarps = 4;
 constexpr int kGdnQuadCols = 16;
-
-// Thread's RPT state rows e0.. of its 4 columns from src (the state at its first column), zeros past dk / dv.
-template <int RPT>
-__device__ __forceinline__ void gdn_quad_load(float4 (&S)[RPT], const float* src, int dv, int e0, int dk, bool col) {
-#pragma unroll
-  for (int i = 0; i < RPT; ++i)
-    S[i] = col && e0 + i < dk ? *reinterpret_cast<const float4*>(src + (int64_t)(e0 + i) * dv)
-                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-}
 
 // One token's 4 output columns of gdn_decode_quad_kernel: the warps' partial sums red[w][cq] added and rounded.
 __device__ __forceinline__ void gdn_quad_out(const float4 (*red)[4], int cq, bf16* dst) {
@@ -169,7 +144,7 @@ __device__ __forceinline__ void gdn_quad_out(const float4 (*red)[4], int cq, bf1
   dst[3] = __float2bfloat16(o.w);
 }
 
-template <int RPT, bool EARLY>
+template <int RPT>
 __global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
     const bf16* __restrict__ qkv, int64_t ld_qkv, const bf16* __restrict__ a_in, int64_t ld_a,
     const bf16* __restrict__ b_in, int64_t ld_b, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
@@ -187,18 +162,20 @@ __global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
   const bool col = j < dv;  // quads past dv carry zeros and write nothing, but keep the barriers
   const int kh = h / (nv / nk);
   const int64_t head0 = (int64_t)h * dk * dv;
-  float4 S[RPT];
-  if constexpr (EARLY) gdn_quad_load(S, state + head0 + j, dv, e0, dk, col);
   pdl_wait();
   pdl_launch_dependents();
-  if constexpr (!EARLY) gdn_quad_load(S, state + head0 + j, dv, e0, dk, col);
+  float4 S[RPT];
+#pragma unroll
+  for (int i = 0; i < RPT; ++i)
+    S[i] = col && e0 + i < dk ? *reinterpret_cast<const float4*>(state + head0 + (int64_t)(e0 + i) * dv + j)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   const float q_scale = rsqrtf(static_cast<float>(dk)), neg_a = -expf(A_log[h]), dtb = dt_bias[h];
   // Token t's output goes out once a later barrier has made its red_o complete: warp 0's lanes 0..3 (cq = lane).
   const bool writer = warp == 0 && lane < 4 && col;
   bf16* const out_h = out + (int64_t)h * dv + j;
   for (int64_t t0 = 0; t0 < T; t0 += TOK) {
     const int n = (int)min((int64_t)TOK, T - t0);
-    if (t0 > 0) __syncthreads();  // the previous tokens' staged values are no longer read
+    __syncthreads();  // the previous tokens' staged values are no longer read
     for (int tt = warp; tt < n; tt += kGdnQuadWarps) {
       const int64_t t = t0 + tt;
       const bf16* row = qkv + t * ld_qkv;
@@ -227,7 +204,7 @@ __global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
       if (lane < kGdnQuadCols) sv[tt][lane] = xv;
       if (lane == 0) {
         const float x = xa + dtb;
-        sdecay[tt] = gdn_decay(x, neg_a);
+        sdecay[tt] = expf(neg_a * (x > 20.0f ? x : log1pf(expf(x))));  // torch softplus, threshold 20
         sbeta[tt] = sigmoid_f32(xb);
       }
     }
@@ -304,112 +281,6 @@ __global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
   if (writer) gdn_quad_out(red_o[(T - 1) & 1], lane, out_h + (T - 1) * ld_out);
 }
 
-// ---- Gated DeltaNet decode: one token, a warp per 8 state columns ----------------------------------------
-// A one-token step (T = 1, its state saved) has no tokens to share staged inputs over, so a warp holds all dk
-// rows of 8 columns of value head h's state (lane & 1 picks a float4 of columns, lane >> 1 one of 16 row groups
-// of RPT consecutive rows; a warp load covers 16 rows × 32 bytes), reads its own rows of q and k and the gates,
-// and sums over dk by shuffles alone: no shared memory and no barrier, so after pdl_wait a CTA is one L2 round
-// trip for its inputs, the arithmetic and its stores. A 32-thread CTA per (h, 8 columns): 768 at the 27B layer,
-// under 6 an SM. The state is loaded before pdl_wait as gdn_decode_quad_kernel's EARLY, safe for the same reason.
-constexpr int kGdnTokenCols = 8;
-
-// Sum of a float4 over the warp's 16 row groups (lane bits 1..4) of gdn_decode_token_kernel.
-__device__ __forceinline__ float4 gdn_token_rows_sum(float4 x) {
-#pragma unroll
-  for (int o = 2; o <= 16; o <<= 1) {
-    x.x += __shfl_xor_sync(0xffffffffu, x.x, o);
-    x.y += __shfl_xor_sync(0xffffffffu, x.y, o);
-    x.z += __shfl_xor_sync(0xffffffffu, x.z, o);
-    x.w += __shfl_xor_sync(0xffffffffu, x.w, o);
-  }
-  return x;
-}
-
-template <int RPT>
-__global__ void __launch_bounds__(32) gdn_decode_token_kernel(
-    const bf16* __restrict__ qkv, const bf16* __restrict__ a_in, const bf16* __restrict__ b_in,
-    const float* __restrict__ A_log, const float* __restrict__ dt_bias, bf16* __restrict__ out,
-    const float* __restrict__ state, float* __restrict__ states, int nk, int nv, int dk, int dv) {
-  const int h = blockIdx.x, lane = threadIdx.x, e0 = (lane >> 1) * RPT;
-  const int j = blockIdx.y * kGdnTokenCols + 4 * (lane & 1);
-  const bool col = j < dv;  // dv is a multiple of 4: a quad is all in or all out
-  const int64_t head0 = (int64_t)h * dk * dv;
-  float4 S[RPT];
-  gdn_quad_load(S, state + head0 + j, dv, e0, dk, col);
-  pdl_wait();
-  pdl_launch_dependents();
-  // Every load of the token first, then the sums: one round trip.
-  const int kh = h / (nv / nk);
-  const float xa = __bfloat162float(a_in[h]) + dt_bias[h], xb = __bfloat162float(b_in[h]);
-  const float neg_a = -expf(A_log[h]);
-  const bf16* vrow = qkv + 2LL * nk * dk + (int64_t)h * dv + j;
-  const float4 v = col ? make_float4(__bfloat162float(vrow[0]), __bfloat162float(vrow[1]),
-                                     __bfloat162float(vrow[2]), __bfloat162float(vrow[3]))
-                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  float q[RPT], k[RPT];
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    const int e = e0 + i;
-    q[i] = e < dk ? __bfloat162float(qkv[(int64_t)kh * dk + e]) : 0.0f;
-    k[i] = e < dk ? __bfloat162float(qkv[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
-  }
-  float qss = 0.0f, kss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    qss += q[i] * q[i];
-    kss += k[i] * k[i];
-  }
-#pragma unroll
-  for (int o = 2; o <= 16; o <<= 1) {  // the two lanes of a row group hold the same rows: sum over the groups
-    qss += __shfl_xor_sync(0xffffffffu, qss, o);
-    kss += __shfl_xor_sync(0xffffffffu, kss, o);
-  }
-  const float qi = rsqrtf(qss + 1e-6f) * rsqrtf(static_cast<float>(dk)), ki = rsqrtf(kss + 1e-6f);
-  const float decay = gdn_decay(xa, neg_a), beta = sigmoid_f32(xb);
-  float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    q[i] *= qi;
-    k[i] *= ki;
-    S[i].x *= decay;
-    S[i].y *= decay;
-    S[i].z *= decay;
-    S[i].w *= decay;
-    u.x += k[i] * S[i].x;
-    u.y += k[i] * S[i].y;
-    u.z += k[i] * S[i].z;
-    u.w += k[i] * S[i].w;
-  }
-  u = gdn_token_rows_sum(u);
-  u = make_float4(beta * (v.x - u.x), beta * (v.y - u.y), beta * (v.z - u.z), beta * (v.w - u.w));
-  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    S[i].x += k[i] * u.x;
-    S[i].y += k[i] * u.y;
-    S[i].z += k[i] * u.z;
-    S[i].w += k[i] * u.w;
-    o.x += q[i] * S[i].x;
-    o.y += q[i] * S[i].y;
-    o.z += q[i] * S[i].z;
-    o.w += q[i] * S[i].w;
-  }
-  if (col) {
-    float* dst = states + head0 + j;
-#pragma unroll
-    for (int i = 0; i < RPT; ++i)  // streamed: read back at most once
-      if (e0 + i < dk) __stcs(reinterpret_cast<float4*>(dst + (int64_t)(e0 + i) * dv), S[i]);
-  }
-  o = gdn_token_rows_sum(o);
-  if (lane < 2 && col) {
-    bf16* dst = out + (int64_t)h * dv + j;
-    dst[0] = __float2bfloat16(o.x);
-    dst[1] = __float2bfloat16(o.y);
-    dst[2] = __float2bfloat16(o.z);
-    dst[3] = __float2bfloat16(o.w);
-  }
-}
-
 // ---- launchers ----------------------------------------------------------------------------------------
 
 // DeltaNet state rows per warp of gdn_decode_slice_kernel: dk / 8 rounded up to 4, 8, 16, 32 or 64.
@@ -418,34 +289,19 @@ void dispatch_slice_rows(int dk, Fn&& fn) {
   dispatch_pow2<4, kDecodeMaxHeadDim / kGdnSliceWarps>((dk + 7) / 8, fn);
 }
 
-// DeltaNet state rows per thread of gdn_decode_quad_kernel: dk / 32 rounded up to 4, 8 or 16 (dk <= 96 runs with
-// 4 and zero rows: ptxas spilled the 1-row build, and 16 bytes of the 2-row one once the state load moved before
-// pdl_wait; no model has so small a key head).
+// DeltaNet state rows per thread of gdn_decode_quad_kernel: dk / 32 rounded up to 2, 4, 8 or 16 (dk <= 32 runs
+// with 2 and zero rows: ptxas spilled the 1-row build, and no model has so small a key head).
 template <class Fn>
 void dispatch_quad_rows(int dk, Fn&& fn) {
-  dispatch_pow2<4, kDecodeMaxHeadDim / 32>((dk + 31) / 32, fn);
+  dispatch_pow2<2, kDecodeMaxHeadDim / 32>((dk + 31) / 32, fn);
 }
 
-// DeltaNet state rows per lane of gdn_decode_token_kernel: dk / 16 rounded up to 4, 8 or 16 (dk <= 256; dk <= 48
-// runs with 4 and zero rows, as no model has so small a key head: fewer builds).
-template <class Fn>
-void dispatch_token_rows(int dk, Fn&& fn) {
-  dispatch_pow2<4, 16>((dk + 15) / 16, fn);
-}
-
-// The A/B switches of bench_kernels decode, read per call so one process can time every kernel:
-// DFLASH_DECODE=slice32 runs the DeltaNet decode on the 32-column slice kernel even where the others run (it
-// stays the path for dv not a multiple of 4 or unaligned states); DFLASH_DECODE=gdn_quad runs one-token steps on
-// the 16-column kernel instead of the one-token kernel; DFLASH_DECODE=gdn_late does too, and loads the state
-// after pdl_wait, as before the early load.
-enum class GdnDecodeForced { none, slice32, quad, late };
-
-GdnDecodeForced gdn_decode_forced() {
+// DFLASH_DECODE=slice32: the DeltaNet decode on the 32-column slice kernel even where the 16-column one runs
+// (the A/B switch of bench_kernels decode; the 32-column kernel stays the path for dv not a multiple of 4 or
+// unaligned states). Read per call so one process can time both.
+bool gdn_slice32_forced() {
   const char* e = std::getenv("DFLASH_DECODE");
-  if (e && std::strcmp(e, "slice32") == 0) return GdnDecodeForced::slice32;
-  if (e && std::strcmp(e, "gdn_quad") == 0) return GdnDecodeForced::quad;
-  if (e && std::strcmp(e, "gdn_late") == 0) return GdnDecodeForced::late;
-  return GdnDecodeForced::none;
+  return e && std::strcmp(e, "slice32") == 0;
 }
 
 }  // namespace
@@ -456,24 +312,12 @@ void gdn_decode_slice_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_
                           cudaStream_t stream) {
   const bool vec = dv % 4 == 0 && ld_states % 4 == 0 &&
                    (reinterpret_cast<uintptr_t>(state) | reinterpret_cast<uintptr_t>(states)) % 16 == 0;
-  const GdnDecodeForced forced = gdn_decode_forced();
-  if (vec && T == 1 && forced == GdnDecodeForced::none && dk <= 256 &&
-      (dv + kGdnTokenCols - 1) / kGdnTokenCols <= 65535) {
-    const dim3 grid((unsigned)nv, (unsigned)((dv + kGdnTokenCols - 1) / kGdnTokenCols));
-    dispatch_token_rows(dk, [&](auto rpt) {
-      launch_pdl(gdn_decode_token_kernel<decltype(rpt)::value>, grid, dim3(32), 0, stream, qkv, a, b, A_log,
-                 dt_bias, out, state, states, nk, nv, dk, dv);
-    });
-    return;
-  }
-  if (vec && forced != GdnDecodeForced::slice32 && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535) {
+  if (vec && !gdn_slice32_forced() && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535) {
     const dim3 grid((unsigned)nv, (unsigned)((dv + kGdnQuadCols - 1) / kGdnQuadCols));
     dispatch_quad_rows(dk, [&](auto rpt) {
-      constexpr int R = decltype(rpt)::value;
-      const auto kernel =
-          forced == GdnDecodeForced::late ? gdn_decode_quad_kernel<R, false> : gdn_decode_quad_kernel<R, true>;
-      launch_pdl(kernel, grid, dim3(32 * kGdnQuadWarps), 0, stream, qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias,
-                 out, ld_out, state, states, ld_states, T, T - saved, nk, nv, dk, dv);
+      launch_pdl(gdn_decode_quad_kernel<decltype(rpt)::value>, grid, dim3(32 * kGdnQuadWarps), 0, stream, qkv,
+                 ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk,
+                 nv, dk, dv);
     });
     return;
   }

@@ -178,8 +178,6 @@ void gdn_prefill_recurrent_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a
                                   cudaStream_t stream);
 // The Gated DeltaNet recurrence over T tokens from `state` f32 [nv·dk·dv] (read only), gating and l2norm as
 // gdn_prefill_launch; the state after token T − saved + r goes to row r of `states` (row stride ld_states).
-// The fast kernels read `state` while the kernel launched just before on the stream may still run (pdl.cuh), so
-// that kernel must not write it (a decode step's is conv1d_silu; decode_gdn.cu says why that holds).
 void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
                        const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
                        float* states, int64_t ld_states, int64_t saved, int64_t T, int nk, int nv, int dk, int dv,

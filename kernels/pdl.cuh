@@ -13,9 +13,8 @@ namespace df {
 // ---- kernels ------------------------------------------------------------------------------------------
 
 // The fast kernels are launched with programmatic dependent launch (launch_pdl): a block may start while the
-// previous kernel on the stream drains, so it waits here for that kernel's writes before touching any memory that
-// kernel may write (decode_gdn.cu reads the committed DeltaNet state before it; its comment says why that is
-// safe). A no-op when launched without the attribute.
+// previous kernel on the stream drains, so it waits here, before touching any memory, for that kernel's writes.
+// A no-op when launched without the attribute.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -34,7 +33,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // ---- launchers ----------------------------------------------------------------------------------------
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialisation: its launch and
-// block set-up overlap the previous kernel's tail (the kernels wait in pdl_wait before touching what it writes).
+// block set-up overlap the previous kernel's tail (the kernels wait in pdl_wait before touching memory).
 template <class... Params, class... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args... args) {
