@@ -393,10 +393,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time the old
 // warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column slice kernel,
 // DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows (two row groups at
-// the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second time from L2),
-// DFLASH_SPLIT=old rows the tensor-core split kernel with the one-warp combine (the path before the short-step
-// kernel and the parallel merge), DFLASH_SPLIT=mma rows the tensor-core split kernel with the parallel merge
-// (at T 16 the default path).
+// the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second time from L2).
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -442,24 +439,15 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
                          gated ? &hg : nullptr);
   char name[128];
-  struct Mode { const char *label, *split, *split_rows, *decode; };
-  for (const Mode& m : {Mode{"", nullptr, nullptr, nullptr}, Mode{" [old]", "old", nullptr, nullptr},
-                        Mode{" [mma]", "mma", nullptr, nullptr}, Mode{" [rows48]", "mma", "48", nullptr},
-                        Mode{" [general]", nullptr, nullptr, "general"}}) {
-    auto set = [](const char* var, const char* value) {
-      if (value) setenv(var, value, 1); else unsetenv(var);
-    };
-    set("DFLASH_SPLIT", m.split);
-    set("DFLASH_SPLIT_ROWS", m.split_rows);
-    set("DFLASH_DECODE", m.decode);
+  for (int mode = 0; mode < 3; ++mode) {  // split_plan's row groups, 128 rows a CTA, the general kernel
+    if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
+    if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
-                  (long long)past, m.label);
+                  (long long)past, mode == 1 ? " [rows48]" : mode == 2 ? " [general]" : "");
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
   }
-  unsetenv("DFLASH_SPLIT");
-  unsetenv("DFLASH_SPLIT_ROWS");
   unsetenv("DFLASH_DECODE");
   b.arena.reset(mark);
   b.harena.reset(hmark);

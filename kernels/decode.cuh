@@ -1,7 +1,6 @@
 // The fast decoding kernels as decode.cu's launchers call them (internal to decode.cu, decode_fast.cu and
-// decode_gdn.cu): split-KV attention over a cache for hd 128 / 256, on CUDA cores for steps of at most 8 query
-// rows a kv head and on tensor cores otherwise (decode_fast.cu), and the DeltaNet decode by state slices
-// (decode_gdn.cu).
+// decode_gdn.cu): split-KV attention over a cache on tensor cores for hd 128 / 256 (decode_fast.cu), and the
+// DeltaNet decode by state slices (decode_gdn.cu).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -1,7 +1,6 @@
 // Incremental decoding's fast attention (kernels/decode.cuh; decode.cu has the launchers and the general kernels,
-// decode_gdn.cu the fast DeltaNet decode): attention over a cache split over key chunks, on CUDA cores for short
-// steps (at most 8 query rows a kv head) and on tensor cores otherwise, then a kernel that merges the chunks;
-// all launched with programmatic dependent launch (pdl.cuh).
+// decode_gdn.cu the fast DeltaNet decode): attention over a cache split over key chunks on tensor cores with a
+// merge kernel, both launched with programmatic dependent launch (pdl.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -9,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "kernels/cuda_check.cuh"
@@ -35,7 +33,7 @@ constexpr int kSplitMaxStages = 6;
 constexpr int kSplitMaxRows = 128;
 constexpr int kSplitMaxWarps = 8;
 constexpr int kSplitThreads = 32 * kSplitMaxWarps;
-constexpr int kCombineThreads = 256;
+constexpr int kMergeThreads = 256;
 
 // cp_async_wait with the count known at run time (the stage count is the launcher's choice), n <= 5.
 __device__ __forceinline__ void cp_async_wait_n(int n) {
@@ -73,7 +71,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
   const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + stage_keys - 1) / stage_keys);
   bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [wtiles·16][LDS], rows past `here` zero
   bf16* skv = sq + wtiles * 16 * LDS;              // ring of stages: K [stage_keys][LDS] then V
-  pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last combine
+  pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
   pdl_launch_dependents();
   for (int i = threadIdx.x; i < wtiles * 16 * CH; i += blockDim.x) {
     const int r = i / CH, d = (i % CH) * 8, rg = r0 + r;
@@ -235,310 +233,25 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
   }
 }
 
-// Where attention_combine_kernel's per-group sums start in its shared memory: after the chunk weights and 1 / L,
-// at a float4 boundary.
-__host__ __device__ constexpr int combine_sums_at(int chunks) { return (chunks + 1 + 3) / 4 * 4; }
-
-// Block (r, kvh): row r of kv head kvh merged over the chunks, o = Σ acc·2^(m − M) / Σ l·2^(m − M), then
-// rounded and gated as the general kernel. A chunk with no key for the row has m = −inf and acc = l = 0 (every
-// row sees key 0, so M is finite). Warp 0 puts the chunks' weights 2^(m − M) in shared memory first; then the
-// threads split as hd / 4 float4 columns × the rest of the block over the chunks, so each thread has its few
-// chunks' loads in flight at once, and the chunk groups are added through shared memory.
-__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(
-    const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
-    const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
-  extern __shared__ __align__(16) float combine_w[];  // [chunks], 1 / Σ l·2^(m − M); from combine_sums_at: sums
-  const int r = blockIdx.x, kvh = blockIdx.y, lane = threadIdx.x & 31;
-  const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
-  const int64_t cs = (int64_t)rows * 2;  // a chunk's stride in part_ml
-  pdl_wait();
-  pdl_launch_dependents();
-  const float* ml = part_ml + (unit0 * rows + r) * 2;
-  if (threadIdx.x < 32) {
-    float mt = -INFINITY;
-    for (int c = lane; c < chunks; c += 32) mt = fmaxf(mt, ml[c * cs]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-    float lt = 0.0f;
-    for (int c = lane; c < chunks; c += 32) {
-      const float w = exp2f(ml[c * cs] - mt);
-      combine_w[c] = w;
-      lt += ml[c * cs + 1] * w;
-    }
-    lt = warp_sum(lt);
-    if (lane == 0) combine_w[chunks] = 1.0f / lt;
-  }
-  __syncthreads();
-  const int cols = hd / 4, groups = blockDim.x / cols, col = threadIdx.x % cols, grp = threadIdx.x / cols;
-  float* sums = combine_w + combine_sums_at(chunks);  // [groups][hd]
-  const float4* acc = reinterpret_cast<const float4*>(part + (unit0 * rows + r) * hd) + col;
-  const int64_t ca = (int64_t)rows * cols;  // a chunk's stride in float4s
-  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-  for (int c = grp; c < chunks; c += groups) {
-    const float4 x = acc[c * ca];
-    const float w = combine_w[c];
-    o.x += x.x * w;
-    o.y += x.y * w;
-    o.z += x.z * w;
-    o.w += x.w * w;
-  }
-  *reinterpret_cast<float4*>(sums + grp * hd + 4 * col) = o;
-  __syncthreads();
-  bf16* orow = out + t * ld_out + h * hd;
-  const bf16* grow = gate ? gate + t * ld_gate + h * hd : nullptr;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float y = 0.0f;
-    for (int g = 0; g < groups; ++g) y += sums[g * hd + d];
-    y = bf16_rn(y * combine_w[chunks]);
-    if (grow) y = sigmoid_gate_f32(y, __bfloat162float(grow[d]));
-    orow[d] = __float2bfloat16(y);
-  }
-}
-
-// ---- short steps on CUDA cores -------------------------------------------------------------------------
-// A step with T · group <= kShortMaxRows rows a kv head (T = 1 at the Qwen shapes: 6 rows at 27B, 4 at 8B) has
-// too few rows for an m16 tile (the tensor-core kernel above ran 6 of 16 rows real, one warp per scheduler, and
-// was bound by its instruction chain, not HBM). Here every lane owns 8 dims (one 16-byte piece) of a key's K and
-// V row, so a key is HD / 8 lanes, and the lane copies exactly the pieces it later reads: each warp streams its
-// own keys through shared memory with no barrier on the data. Scores, softmax and P·V stay fp32 throughout.
-constexpr int kShortMaxRows = 8;
-constexpr int kShortWarps = 8;
-constexpr int kShortThreads = 32 * kShortWarps;
-constexpr int kShortLaneKeys = 4;  // keys a lane scores per warp step: its independent dot products
-constexpr int kShortScores = kShortLaneKeys * kShortMaxRows;  // a lane's (key, row) partial dot products
-constexpr int kShortStepBytes = kShortLaneKeys * 2 * 32 * 16;  // a warp step's K and V pieces: 4 KB
-
-// x[i] summed over the lanes of each aligned group of 2·O (a power of two up to 32), scattered over them: at each
-// halving step a lane keeps the half of its N values that its lane bit O selects and adds the partner's copy of
-// it, so after the steps O, O / 2, .., 1 lane l holds the sums of entries (l % 2O) · (32 / 2O) + e in x[e],
-// e < 32 / 2O: 31 shuffles for 32 sums across a warp where a butterfly all-reduce of each takes 160.
-template <int O, int N>
-__device__ __forceinline__ void reduce_scatter(float (&x)[kShortScores], int lane) {
-  if constexpr (O >= 1) {
-    const bool up = lane & O;
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-      const float send = up ? x[i] : x[i + N / 2];
-      const float keep = up ? x[i + N / 2] : x[i];
-      x[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-    }
-    reduce_scatter<O / 2, N / 2>(x, lane);
-  }
-}
-
-// Block (chunk, kvh): keys [chunk·chunk_len, +chunk_len) of the cache against all T · group <= R rows of kv head
-// kvh (rows past T · group are padding, weight 0). A warp step is kShortLaneKeys keys per lane-group of HD / 8
-// lanes (hd 256: 4 keys, hd 128: 8), and a round is round_steps steps of every warp; two rounds are in flight
-// (a ring of two), each waited for by the copying lanes alone. A round runs in three phases split by barriers:
-// (1) each warp scores its keys (the lanes' partial dot products reduce-scattered, the scores put in shared
-// memory, ·scale·log2 e, masked to −inf); (2) warp r takes row r's max over the round and the running max M,
-// turns the scores into p = 2^(s − M) and adds them to the running sum L; (3) each warp rescales its acc by
-// the change of M and adds p·V for its keys. All warps share one M a row, so their acc add up at the end
-// without rescaling. Writes the chunk's acc [rows][HD] to part and (M, L) per row to part_ml, as
-// attention_split_kernel does.
-template <int HD, int R>
-__global__ void __launch_bounds__(kShortThreads, 1) attention_short_kernel(
-    const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k, const bf16* __restrict__ v,
-    int64_t ld_v, float* __restrict__ part, float* __restrict__ part_ml, int64_t past, int T, int group,
-    int chunk_len, int round_steps, float scale_log2) {
-  constexpr int LPK = HD / 8, KPS = 32 / LPK, U = kShortLaneKeys, SK = U * KPS, SLOT = U * 2 * 32;
-  static_assert(R % 2 == 0 && R <= kShortMaxRows && R <= kShortWarps, "rows a phase-2 warp each, in pairs");
-  extern __shared__ __align__(16) unsigned char short_smem[];
-  const int rows = T * group, chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kg = lane / LPK, piece = lane % LPK;
-  const int round_keys = kShortWarps * round_steps * SK;
-  const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
-  const int nk = (int)min((int64_t)chunk_len, len - key0), rounds = (nk + round_keys - 1) / round_keys;
-  uint4* ring = reinterpret_cast<uint4*>(short_smem);  // 2 × [kShortWarps · round_steps steps][U][K, V][lane]
-  float* sp = reinterpret_cast<float*>(ring + 2 * kShortWarps * round_steps * SLOT);  // [round_keys][8]
-  float* sml = sp + round_keys * kShortMaxRows;  // [R][3]: running max M, running sum L, this round's rescale
-  pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
-  pdl_launch_dependents();
-  const bf16* kp = k + key0 * ld_k + (int64_t)kvh * HD + piece * 8;
-  const bf16* vp = v + key0 * ld_v + (int64_t)kvh * HD + piece * 8;
-  auto load_round = [&](int rb) {
-    uint4* dst = ring + (rb & 1) * kShortWarps * round_steps * SLOT + lane;
-    for (int i = 0; i < round_steps; ++i) {
-      const int st = i * kShortWarps + warp;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int kr = rb * round_keys + st * SK + u * KPS + kg;  // keys past the chunk are neither copied nor used
-        if (kr < nk) {
-          cp_async_16(dst + (st * U + u) * 64, kp + (int64_t)kr * ld_k, 16);
-          cp_async_16(dst + (st * U + u) * 64 + 32, vp + (int64_t)kr * ld_v, 16);
-        }
-      }
-    }
-  };
-  load_round(0);
-  cp_async_commit();
-  if (rounds > 1) load_round(1);
-  cp_async_commit();  // empty groups too: the wait below counts groups
-
-  float qf[R][8];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (r < rows) {
-      const bf16* src = q + (int64_t)(r / group) * ld_q + (int64_t)(kvh * group + r % group) * HD + piece * 8;
-      bf16x8_unpack(*reinterpret_cast<const uint4*>(src), qf[r]);
-    } else {
-#pragma unroll
-      for (int d = 0; d < 8; ++d) qf[r][d] = 0.0f;
-    }
-  }
-  if (threadIdx.x < R) {
-    sml[threadIdx.x * 3] = -INFINITY;
-    sml[threadIdx.x * 3 + 1] = 0.0f;
-  }
-  float acc[R][8];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int d = 0; d < 8; ++d) acc[r][d] = 0.0f;
-
-  for (int rb = 0; rb < rounds; ++rb) {
-    cp_async_wait<1>();  // this lane's copies of round rb have landed (round rb + 1 may be in flight)
-    __syncthreads();     // the previous round's phase 3 is done with sp
-    const uint4* buf = ring + (rb & 1) * kShortWarps * round_steps * SLOT + lane;
-    const int rk = min(round_keys, nk - rb * round_keys);  // keys of this round
-    for (int i = 0; i < round_steps; ++i) {  // phase 1
-      const int st = i * kShortWarps + warp;
-      if (st * SK >= rk) break;
-      float x[kShortScores];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float kf[8];
-        bf16x8_unpack(buf[(st * U + u) * 64], kf);
-#pragma unroll
-        for (int r = 0; r < kShortMaxRows; ++r) {
-          float s = 0.0f;
-          if (r < R)
-#pragma unroll
-            for (int d = 0; d < 8; ++d) s = fmaf(qf[r < R ? r : 0][d], kf[d], s);
-          x[u * kShortMaxRows + r] = s;
-        }
-      }
-      reduce_scatter<LPK / 2, kShortScores>(x, lane);
-#pragma unroll
-      for (int e = 0; e < kShortScores / LPK; ++e) {
-        const int idx = piece * (kShortScores / LPK) + e, u = idx / kShortMaxRows, r = idx % kShortMaxRows;
-        const int kl = st * SK + u * KPS + kg;  // the key within the round
-        if (r < R && kl < rk) {
-          const int64_t j = key0 + (int64_t)rb * round_keys + kl;
-          // row r (token r / group) sees keys up to past + r / group
-          const bool seen = r < rows && (j <= past || (int)(j - past) * group <= r);
-          sp[kl * kShortMaxRows + r] = seen ? x[e] * scale_log2 : -INFINITY;
-        }
-      }
-    }
-    __syncthreads();
-    if (warp < R) {  // phase 2: warp r owns row r
-      float mx = -INFINITY;
-      for (int kl = lane; kl < rk; kl += 32) mx = fmaxf(mx, sp[kl * kShortMaxRows + warp]);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_old = sml[warp * 3], m_new = fmaxf(m_old, mx);
-      // A row with no visible key so far keeps max −inf: subtracting 0 instead gives p = 0, not NaN.
-      const float base = m_new == -INFINITY ? 0.0f : m_new;
-      float sum = 0.0f;
-      for (int kl = lane; kl < rk; kl += 32) {
-        const float pv = exp2f(sp[kl * kShortMaxRows + warp] - base);
-        sp[kl * kShortMaxRows + warp] = pv;
-        sum += pv;
-      }
-      sum = warp_sum(sum);
-      if (lane == 0) {
-        const float c = exp2f(m_old - base);
-        sml[warp * 3] = m_new;
-        sml[warp * 3 + 1] = sml[warp * 3 + 1] * c + sum;
-        sml[warp * 3 + 2] = c;
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < R; ++r) {  // phase 3
-      const float c = sml[r * 3 + 2];
-#pragma unroll
-      for (int d = 0; d < 8; ++d) acc[r][d] *= c;
-    }
-    for (int i = 0; i < round_steps; ++i) {
-      const int st = i * kShortWarps + warp;
-      if (st * SK >= rk) break;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int kl = st * SK + u * KPS + kg;
-        if (kl < rk) {
-          float vf[8];
-          bf16x8_unpack(buf[(st * U + u) * 64 + 32], vf);
-#pragma unroll
-          for (int r = 0; r < R; r += 2) {
-            const float2 pv = *reinterpret_cast<const float2*>(sp + kl * kShortMaxRows + r);
-#pragma unroll
-            for (int d = 0; d < 8; ++d) {
-              acc[r][d] = fmaf(pv.x, vf[d], acc[r][d]);
-              acc[r + 1][d] = fmaf(pv.y, vf[d], acc[r + 1][d]);
-            }
-          }
-        }
-      }
-    }
-    __syncwarp();  // this lane's reads of the slots above come before the copies that refill them
-    if (rb + 2 < rounds) load_round(rb + 2);
-    cp_async_commit();
-  }
-  cp_async_wait<0>();
-  // The key groups of a warp (hd 128: its two halves), then the warps through shared memory (the ring is free
-  // after the barrier) into the chunk's partial.
-#pragma unroll
-  for (int o = LPK; o < 32; o <<= 1)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int d = 0; d < 8; ++d) acc[r][d] += __shfl_xor_sync(0xffffffffu, acc[r][d], o);
-  __syncthreads();
-  float* sacc = reinterpret_cast<float*>(short_smem);  // [kShortWarps][R][HD]
-  if (kg == 0)
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float4* dst = reinterpret_cast<float4*>(sacc + (warp * R + r) * HD + piece * 8);
-      dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-      dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-    }
-  __syncthreads();
-  const int64_t unit = (int64_t)kvh * chunks + chunk;
-  float4* prow = reinterpret_cast<float4*>(part + unit * rows * HD);
-  for (int i = threadIdx.x; i < rows * HD / 4; i += blockDim.x) {
-    const float4* src = reinterpret_cast<const float4*>(sacc) + (i / (HD / 4)) * (HD / 4) + i % (HD / 4);
-    float4 y = src[0];
-#pragma unroll
-    for (int w = 1; w < kShortWarps; ++w) {
-      const float4 z = src[w * R * HD / 4];
-      y.x += z.x;
-      y.y += z.y;
-      y.z += z.z;
-      y.w += z.w;
-    }
-    prow[i] = y;
-  }
-  if (threadIdx.x < rows)
-    reinterpret_cast<float2*>(part_ml + unit * rows * 2)[threadIdx.x] =
-        make_float2(sml[threadIdx.x * 3], sml[threadIdx.x * 3 + 1]);
-}
-
 // ---- merging the chunks -------------------------------------------------------------------------------
+// Where attention_merge_kernel's per-group sums start in its shared memory: after the chunk weights, at a
+// float4 boundary.
+__host__ __device__ constexpr int merge_sums_at(int chunks) { return (chunks + 3) / 4 * 4; }
+
 constexpr int kMergeCols = 64;                     // output columns a block
-constexpr int kMergeGroups = kCombineThreads / (kMergeCols / 4);  // chunk groups: threads per float4 column
+constexpr int kMergeGroups = kMergeThreads / (kMergeCols / 4);  // chunk groups: threads per float4 column
 
 // Block (r, kvh, slice): columns [slice·kMergeCols, +kMergeCols) of row r of kv head kvh merged over the chunks,
-// o = Σ acc·2^(m − M) / Σ l·2^(m − M), then rounded and gated as the general kernel; the same sums as
-// attention_combine_kernel, with more blocks (hd / kMergeCols a row) and every thread on the chunks' (m, l)
-// at once (that kernel's warp 0 walks them twice).
-__global__ void __launch_bounds__(kCombineThreads) attention_merge_kernel(
+// o = Σ acc·2^(m − M) / Σ l·2^(m − M), then rounded and gated as the general kernel. A chunk with no key for the
+// row has m = −inf and acc = l = 0 (every row sees key 0, so M is finite). Every thread reads some chunks'
+// (m, l) at once, and the blocks split each row into hd / kMergeCols column slices: a T = 1 step has only
+// group · hkv rows (a kernel with one block a row and one warp walking the chunks' (m, l) took 18.5 us where
+// this takes 16.8 at the 27B shape, session 14).
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
     const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
   extern __shared__ __align__(16) float merge_w[];  // [chunks] 2^(m − M), then [kMergeGroups][kMergeCols] sums
-  __shared__ float warp_max[kCombineThreads / 32];
+  __shared__ float warp_max[kMergeThreads / 32];
   const int r = blockIdx.x, kvh = blockIdx.y, c0 = blockIdx.z * kMergeCols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
@@ -552,7 +265,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_merge_kernel(
   if (lane == 0) warp_max[warp] = mt;
   __syncthreads();
   mt = warp_max[0];
-  for (int w = 1; w < kCombineThreads / 32; ++w) mt = fmaxf(mt, warp_max[w]);
+  for (int w = 1; w < kMergeThreads / 32; ++w) mt = fmaxf(mt, warp_max[w]);
   float lt = 0.0f;
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
     const float2 x = ml[(int64_t)c * rows];
@@ -563,7 +276,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_merge_kernel(
   lt = block_sum(lt);  // its barriers also publish merge_w
   constexpr int cols = kMergeCols / 4;
   const int col = threadIdx.x % cols, grp = threadIdx.x / cols;
-  float* sums = merge_w + combine_sums_at(chunks);
+  float* sums = merge_w + merge_sums_at(chunks);
   const float4* acc = reinterpret_cast<const float4*>(part + (unit0 * rows + r) * hd + c0) + col;
   const int64_t ca = (int64_t)rows * hd / 4;  // a chunk's stride in float4s
   float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -593,14 +306,6 @@ __global__ void __launch_bounds__(kCombineThreads) attention_merge_kernel(
 // The current device's SM count and opt-in shared memory per block, read once per device, when the split
 // kernels are also allowed that much dynamic shared memory (a per-function attribute): the launchers run every
 // layer of every decode step, so they make no attribute calls of their own.
-using ShortKernel = void (*)(const bf16*, int64_t, const bf16*, int64_t, const bf16*, int64_t, float*, float*,
-                             int64_t, int, int, int, int, float);
-// attention_short_kernel by head dim (128, 256) and rows (<= 4, 6, 8: the Qwen steps' 4 and 6 rows run no
-// padding rows).
-constexpr ShortKernel kShortKernels[2][3] = {
-    {attention_short_kernel<128, 4>, attention_short_kernel<128, 6>, attention_short_kernel<128, 8>},
-    {attention_short_kernel<256, 4>, attention_short_kernel<256, 6>, attention_short_kernel<256, 8>}};
-
 struct DeviceLimits {
   int sms = 0, smem = 0;
 };
@@ -621,9 +326,6 @@ const DeviceLimits& device_limits() {
                                        l.smem));
     DF_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        l.smem));
-    for (const auto& by_rows : kShortKernels)
-      for (ShortKernel kern : by_rows)
-        DF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   });
   return limits[dev];
 }
@@ -641,45 +343,6 @@ int split_rows_forced() {
   const char* e = std::getenv("DFLASH_SPLIT_ROWS");
   const int n = e ? std::atoi(e) : 0;
   return n >= 16 && n <= kSplitMaxRows && n % 16 == 0 ? n : 0;
-}
-
-// DFLASH_SPLIT=old: the tensor-core split kernel for every step, with the combine kernel that walks the chunks'
-// (m, l) in one warp (the path before the short-step kernel); DFLASH_SPLIT=mma: the tensor-core split kernel for
-// every step, with the parallel merge. The A/B switches of bench_kernels decode, read per call.
-enum SplitMode { kSplitAuto, kSplitMma, kSplitOld };
-SplitMode split_mode_forced() {
-  const char* e = std::getenv("DFLASH_SPLIT");
-  if (!e) return kSplitAuto;
-  return std::strcmp(e, "old") == 0 ? kSplitOld : std::strcmp(e, "mma") == 0 ? kSplitMma : kSplitAuto;
-}
-
-// How a short step (T · group <= kShortMaxRows) splits: `chunks` per kv head of chunk_len keys (whole warp steps;
-// at most one CTA per SM over the grid, as split_chunks_per_head), each in rounds of round_steps steps per warp,
-// the rounds as even as the largest round that fits twice in shared memory allows (27B at T 1 and past 4096:
-// 33 chunks of 128 keys, 2 rounds of 64; 8B: 16 chunks of 264 keys, 2 rounds of up to 192).
-struct ShortPlan {
-  int chunks = 0, chunk_len = 0, round_steps = 0;
-  size_t smem = 0;
-};
-
-ShortPlan short_plan(int64_t T, int64_t past, int hkv, int hd) {
-  const int sk = kShortLaneKeys * (32 / (hd / 8));  // keys a warp step
-  const int64_t steps = (past + T + sk - 1) / sk;
-  const int64_t per_head = std::min(split_chunks_per_head(1, hkv), steps);
-  const int64_t per_chunk = (steps + per_head - 1) / per_head;
-  ShortPlan p;
-  p.chunks = int((steps + per_chunk - 1) / per_chunk);
-  p.chunk_len = int(per_chunk * sk);
-  auto smem = [&](int64_t rs) {  // the ring of two rounds, the scores [round keys][8], the rows' (M, L, rescale)
-    return 2 * size_t(kShortWarps * rs) * kShortStepBytes +
-           sizeof(float) * (size_t(kShortWarps * rs * sk) * kShortMaxRows + 3 * kShortMaxRows);
-  };
-  int64_t most = 1;
-  while (most < per_chunk && smem(most + 1) <= size_t(device_limits().smem)) ++most;
-  const int64_t rounds = (per_chunk + kShortWarps * most - 1) / (kShortWarps * most);
-  p.round_steps = int((per_chunk + rounds * kShortWarps - 1) / (rounds * kShortWarps));
-  p.smem = smem(p.round_steps);
-  return p;
 }
 
 // How one call splits the work. Row groups of cta_rows: one per kSplitMaxRows rows. More groups would shrink the
@@ -740,37 +403,18 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
                          bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
                          int hq, int hkv, int hd, float scale, void* workspace, cudaStream_t stream) {
   const int group = hq / hkv, rows = int(T * group);
-  const SplitMode mode = split_mode_forced();
+  const SplitPlan p = split_plan(T, past, group, hkv, hd);
   float* part = static_cast<float*>(workspace);
+  float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
-  int chunks = 0;
-  if (mode == kSplitAuto && rows <= kShortMaxRows) {
-    const ShortPlan p = short_plan(T, past, hkv, hd);
-    chunks = p.chunks;
-    const ShortKernel kern = kShortKernels[hd == 256][rows <= 4 ? 0 : rows <= 6 ? 1 : 2];
-    launch_pdl(kern, dim3((unsigned)p.chunks, (unsigned)hkv), dim3(kShortThreads), p.smem, stream, q, ld_q, k,
-               ld_k, v, ld_v, part, part + int64_t(hkv) * p.chunks * rows * hd, past, int(T), group, p.chunk_len,
-               p.round_steps, scale_log2);
-  } else {
-    const SplitPlan p = split_plan(T, past, group, hkv, hd);
-    chunks = p.chunks;
-    const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
-    auto split = hd == 128 ? attention_split_kernel<128> : attention_split_kernel<256>;
-    launch_pdl(split, grid, dim3(32 * p.wtiles * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part,
-               part + int64_t(hkv) * p.chunks * rows * hd, past, int(T), group, p.cta_rows, p.chunk_len, p.slices,
-               p.stages, scale_log2);
-  }
-  const float* part_ml = part + int64_t(hkv) * chunks * rows * hd;
-  if (mode == kSplitOld) {
-    const size_t smem = sizeof(float) * size_t(combine_sums_at(chunks) + kCombineThreads / (hd / 4) * hd);
-    launch_pdl(attention_combine_kernel, dim3((unsigned)rows, (unsigned)hkv), dim3(kCombineThreads), smem, stream,
-               part, part_ml, out, ld_out, gate, ld_gate, rows, group, chunks, hd);
-  } else {
-    const size_t smem = sizeof(float) * size_t(combine_sums_at(chunks) + kMergeGroups * kMergeCols);
-    launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
-               dim3(kCombineThreads), smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group, chunks,
-               hd);
-  }
+  const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
+  auto split = hd == 128 ? attention_split_kernel<128> : attention_split_kernel<256>;
+  launch_pdl(split, grid, dim3(32 * p.wtiles * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml,
+             past, int(T), group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
+  const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
+  launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
+             dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
+             p.chunks, hd);
 }
 
 }  // namespace df

@@ -193,9 +193,7 @@ bool wgmma_available();
 // DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first. gate: nullptr or a
 // bf16-pair-readable gate view (4-byte aligned, even ld_gate) applied in the epilogue. A/B switches, read
 // once: DFLASH_ATTN_PINGPONG=0 (consumer warpgroups not taking turns at the tensor cores),
-// DFLASH_ATTN_RESCALE=always (O rescaled at every growth of a row's max, not lazily),
-// DFLASH_ATTN_PRODUCER=one (one producer thread loads K and V in tile order), DFLASH_ATTN_STAGES=3 (3 K/V
-// stages at hd 128 instead of 2).
+// DFLASH_ATTN_RESCALE=always (O rescaled at every growth of a row's max, not lazily).
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
                                   const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq, int hkv,

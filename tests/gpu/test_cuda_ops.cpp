@@ -486,8 +486,7 @@ TEST_F(CudaOpsCachedTest, AttentionCachedMatchesCpu) {
   EXPECT_THROW(gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, 2, 4, 3, 16, 0.25f), Error);  // 4 % 3 heads
 }
 
-// The split-KV path of attention_cached (hd 128 / 256; steps of T·group <= 8 rows run the CUDA-core short-step
-// kernel, the rest the tensor-core one, both below): step sizes around its 16-row tiles
+// The split-KV tensor-core path of attention_cached (hd 128 / 256): step sizes around its 16-row tiles
 // (T·group 1 .. 128, so 1..8 tiles and the 8 / 4 / 2 / 1 key-slice warps per tile whose partials are merged in
 // shared memory), past one CTA's 128 rows (T 33 × group 6) and a prompt-sized step (T 300: row groups whose
 // early groups see none of the later chunks' keys), short caches where the plan splits the rows into many
@@ -505,12 +504,11 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
       }
 }
 
-// The short-step kernel (T·group <= 8 rows a kv head, hd 128 / 256: its 4-, 6- and 8-row builds): GQA groups
-// 1, 2, 3, 4, 6 and 8, T 1..3 (so the last row sees 0..2 keys past the cache and padding rows are masked),
-// caches shorter than one warp step (past 0, 1, 5), ending mid-step and mid-round (37, 129, 1000, 4095) and long
-// enough for several rounds of the two-round ring per chunk (20000 at the Qwen shapes), with and without the
-// gate. Scores, softmax and P·V are fp32, so the general kernel's bound holds.
-TEST_F(CudaOpsCachedTest, AttentionCachedShortStepMatchesCpu) {
+// Short steps on the split-KV path (T·group <= 8 rows a kv head: one m16 row tile, mostly padding rows, its
+// keys split over several warps): GQA groups 1, 2, 3, 4, 6 and 8, T 1..3 (so the last row sees 0..2 keys past
+// the cache and padding rows are masked), caches shorter than one key stage (past 0, 1, 5), ending mid-stage
+// and mid-chunk (37, 129, 1000, 4095) and long ones (20000 at the Qwen shapes), with and without the gate.
+TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
   struct Case { int hq, hkv, hd; };
   for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 1, 128}, {12, 2, 256}, {4, 4, 256}, {4, 4, 128}, {3, 1, 256},
                  {16, 2, 128}, {2, 1, 256}})
@@ -522,28 +520,11 @@ TEST_F(CudaOpsCachedTest, AttentionCachedShortStepMatchesCpu) {
       }
 }
 
-// DFLASH_SPLIT=old (the tensor-core split kernel with the one-warp combine) and DFLASH_SPLIT=mma (the tensor-core
-// split kernel with the parallel merge) on short and long steps of the Qwen shapes: both agree with the CPU, and
-// the switch is read per call (the default path runs between them).
-TEST_F(CudaOpsCachedTest, AttentionCachedSplitModeSwitchMatchesCpu) {
-  struct Case { int hq, hkv, hd; };
-  for (const char* mode : {"old", "mma", static_cast<const char*>(nullptr)}) {
-    if (mode) setenv("DFLASH_SPLIT", mode, 1); else unsetenv("DFLASH_SPLIT");
-    for (Case c : {Case{24, 4, 256}, {32, 8, 128}})
-      for (int64_t past : {127, 4095})
-        for (int64_t T : {1, 2, 16})
-          cached_case(c.hq, c.hkv, c.hd, past, T,
-                      (std::string("DFLASH_SPLIT=") + (mode ? mode : "(unset)")).c_str());
-  }
-  unsetenv("DFLASH_SPLIT");
-}
-
-// DFLASH_SPLIT_ROWS=n forces n query rows a CTA on the tensor-core split-KV path (the benchmark's A/B switch on
-// the row groups; DFLASH_SPLIT=mma so short steps take that path too): 128 (the plan before the partials were
-// weighed), 48 and 16, on 27B-like and 8B-like steps; each agrees with the CPU, and the switch is read per call.
+// DFLASH_SPLIT_ROWS=n forces n query rows a CTA on the split-KV path (the benchmark's A/B switch on the row
+// groups): 128 (the plan before the partials were weighed), 48 and 16, on 27B-like and 8B-like steps; each
+// agrees with the CPU, and the switch is read per call.
 TEST_F(CudaOpsCachedTest, AttentionCachedSplitRowsSwitchMatchesCpu) {
   struct Case { int hq, hkv, hd; };
-  setenv("DFLASH_SPLIT", "mma", 1);
   for (const char* rows : {"128", "48", "16"}) {
     setenv("DFLASH_SPLIT_ROWS", rows, 1);
     for (Case c : {Case{12, 2, 256}, {8, 2, 128}})
@@ -552,7 +533,6 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitRowsSwitchMatchesCpu) {
           cached_case(c.hq, c.hkv, c.hd, past, T, (std::string("DFLASH_SPLIT_ROWS=") + rows).c_str());
   }
   unsetenv("DFLASH_SPLIT_ROWS");
-  unsetenv("DFLASH_SPLIT");
 }
 
 // DFLASH_DECODE=general sends decoding to the general kernels (the benchmark's A/B switch): both paths agree
