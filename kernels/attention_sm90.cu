@@ -455,7 +455,9 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
   // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
-  // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms.
+  // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms. With the lazy rescale (session 14, run_kernels_peer.sh):
+  // 2.512 / 1.851 ms against 2.623 / 1.914 ms with DFLASH_ATTN_RESCALE=always and cuDNN's 2.384 / 1.765 ms in the
+  // same call; 3 stages at hd 128 took 1.903 ms against 1.866.
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                         tokens, max_len, hq, hkv, scale, choice.pingpong,

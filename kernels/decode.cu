@@ -2,14 +2,15 @@
 // sequence's key/value cache, and the Gated DeltaNet recurrence continued token by token from a carried state.
 // A decode step moves far more bytes (the cache; the state and the per-token states kept for rollback) than it
 // computes with, so the fast kernels are built to read those bytes once (measured on the H200,
-// benchmarks/RESULTS.md session 13: attention at 4.6-8.5x its bandwidth time, the 16-token DeltaNet step at
-// 1.68x):
+// benchmarks/RESULTS.md session 14: attention at 4.1-8.5x its bandwidth time, the 16-token DeltaNet step at
+// 1.69x; the whole 27B-shaped verify step at 1.33x):
 // - attention (hd 128 / 256): split-KV on tensor cores. A CTA per (kv head, key chunk, row group), at most one
 //   per SM, streams its chunk through a cp.async ring and runs the query rows that read it (of the step's T
 //   tokens × the hq / hkv query heads of that kv head, up to 128 rows a CTA; DFLASH_SPLIT_ROWS sets smaller
 //   groups, which share the chunk through L2) through mma.sync with an online softmax; short steps split each
 //   stage's keys over several warps per row tile (merged in shared memory), so T = 1 still has its SMs' tensor
-//   cores and copies busy. A second kernel merges the chunks' (max, sum, acc), gates and rounds.
+//   cores and copies busy. A second kernel merges the chunks' (max, sum, acc), gates and rounds, its blocks
+//   splitting each row's columns so a one-token step still spreads over the SMs.
 // - DeltaNet: a CTA per (value head, 16 state columns) keeps that slice of the fp32 state in registers over
 //   the tokens (a float4 of columns a thread) and writes each saved state as 16-byte vectors; a 32-column slice
 //   kernel with a column a lane takes dv not a multiple of 4 or unaligned states (DFLASH_DECODE=slice32 forces
