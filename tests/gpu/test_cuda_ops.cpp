@@ -297,9 +297,9 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
 // tile, with noise of the same order. A row's max then passes the one the wgmma kernel's exponents are taken
 // against by more than its lazy-rescaling slack (8) on some tiles and by less on others (a Python model of
 // these inputs, rows 300, 500, 900 and 999 of the 1000-token sequence, per row: 19 rescales and 13 skipped
-// growths at hd 256, 15 and 2 at hd 128), so the rescale of O is taken as well as skipped with probabilities
-// above 1; with the random scores of the test above the max settles within the slack in the first tile and it
-// is never taken. Run it also under DFLASH_ATTN_RESCALE=always.
+// growths at hd 256, 15 and 2 at hd 128), so the rescale of O is both taken and skipped on these rows; with the
+// random scores of the test above the max settles within the slack in the first tile and it is never taken.
+// tests/CMakeLists.txt runs it again under DFLASH_ATTN_RESCALE=always (the exact running max).
 TEST_F(CudaOpsTest, AttentionCausalGrowingScoresMatchCpu) {
   struct Case { int hq, hkv, hd; };
   for (const auto& lens : {std::vector<int32_t>{1000, 129}, {63, 127, 129, 64, 65, 1, 81, 160, 193}})
