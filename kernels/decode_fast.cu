@@ -251,21 +251,14 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
     const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
   extern __shared__ __align__(16) float merge_w[];  // [chunks] 2^(m − M), then [kMergeGroups][kMergeCols] sums
-  __shared__ float warp_max[kMergeThreads / 32];
   const int r = blockIdx.x, kvh = blockIdx.y, c0 = blockIdx.z * kMergeCols;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
   pdl_wait();
   pdl_launch_dependents();
   const float2* ml = reinterpret_cast<const float2*>(part_ml) + unit0 * rows + r;  // chunk c at ml[c · rows]
   float mt = -INFINITY;
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) mt = fmaxf(mt, ml[(int64_t)c * rows].x);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-  if (lane == 0) warp_max[warp] = mt;
-  __syncthreads();
-  mt = warp_max[0];
-  for (int w = 1; w < kMergeThreads / 32; ++w) mt = fmaxf(mt, warp_max[w]);
+  mt = block_max(mt);
   float lt = 0.0f;
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
     const float2 x = ml[(int64_t)c * rows];

@@ -1,7 +1,9 @@
 // Small device helpers shared by the kernel families: bf16 rounding that mirrors a torch bf16 op,
-// SiLU/sigmoid in fp32, vector bf16 loads/stores, and warp/block sums.
+// SiLU/sigmoid in fp32, vector bf16 loads/stores, and warp/block sums and maxima.
 #pragma once
 #include <cuda_bf16.h>
+
+#include <cmath>
 
 namespace df {
 
@@ -134,6 +136,11 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Sum over the whole block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
 __device__ __forceinline__ float block_sum(float v) {
   __shared__ float partial[32];
@@ -145,6 +152,19 @@ __device__ __forceinline__ float block_sum(float v) {
   int nw = blockDim.x >> 5;
   float t = lane < nw ? partial[lane] : 0.0f;
   return warp_sum(t);
+}
+
+// Max over the whole block, as block_sum (−inf from a block of −inf); every thread gets the result.
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  v = warp_max(v);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  int nw = blockDim.x >> 5;
+  float t = lane < nw ? partial[lane] : -INFINITY;
+  return warp_max(t);
 }
 
 }  // namespace df

@@ -32,7 +32,7 @@ __global__ void fp8_quantize_groups_kernel(bf16* x, int64_t ldx, uint8_t* q, int
     v[j] = c < cols ? __bfloat162float(x[r * ldx + c]) : 0.0f;
     amax = fmaxf(amax, fabsf(v[j]));
   }
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  amax = warp_max(amax);
   const float s = row_scale(amax), inv = ieee_rcp(s);  // core/fp8.h e4m3_scale, e4m3_inv_scale
   if (lane == 0) scale[fp8_group_scale_index(r, g, rows, groups)] = s;
 #pragma unroll

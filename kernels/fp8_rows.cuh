@@ -32,17 +32,6 @@ __device__ __forceinline__ float ieee_mul(float a, float b) {
   return r;
 }
 
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float partial[32];
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float t = lane < int(blockDim.x >> 5) ? partial[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
-  return t;
-}
-
 // core/fp8.h e4m3_scale: amax / 448, 1 below the smallest normal f32.
 __device__ __forceinline__ float row_scale(float amax) {
   const float s = ieee_div(amax, kE4m3Max);
