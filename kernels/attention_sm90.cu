@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) wgmma_fence_regs(p[kk]);
   };
-  // Softmax of tile j's scores in s (first: j is 0): the causal mask where the tile reaches past the
+  // Softmax of tile j's scores in s: the causal mask where the tile reaches past the
   // warpgroup's first row (keys past len are past every valid row), the tile's max of the raw scores (scale >
   // 0, so the max commutes with the scale, folded into the exponent's FFMA), s turned into probabilities, l
   // updated; corr is the factor O must take. s[i] holds row (i & 2 ? row_b : row_a), key
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(384, 1)
   // m, so O / l at the end is the exact-max result up to that rounding. Slack 0 (DFLASH_ATTN_RESCALE=always)
   // keeps m the running max, as the kernel did before. m_new is m + move · max(tile max − m, 0), arithmetic
   // rather than a select: with the select ptxas spilled 44 bytes at hd 256.
-  auto softmax = [&](int j, bool first, float(&corr)[2]) {
+  auto softmax = [&](int j, float(&corr)[2]) {
     const int k0 = j * KEYS;
     if (k0 + KEYS - 1 > wg_row0) {
 #pragma unroll
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(384, 1)
     float neg_m[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float m_new = first ? mx[h] : fmaf(move, fmaxf(mx[h] - m[h], 0.0f), m[h]);
+      const float m_new = j == 0 ? mx[h] : fmaf(move, fmaxf(mx[h] - m[h], 0.0f), m[h]);
       corr[h] = exp2f(m[h] - m_new);
       m[h] = m_new;
       neg_m[h] = -m_new;
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_wait<0>();
     wgmma_fence_regs(s);
     release(empty_k(0));
-    softmax(0, true, corr);  // O is still zero: nothing to rescale
+    softmax(0, corr);  // O is still zero: nothing to rescale
     pack_p();
 
     for (int j = 1; j < n_mine; ++j) {
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(384, 1)
       wgmma_wait<1>();  // S_j is done (groups complete in order); P_{j−1}·V_{j−1} may still run
       wgmma_fence_regs(s);
       release(empty_k(st));
-      softmax(j, false, corr);
+      softmax(j, corr);
       wgmma_wait<0>();
       wgmma_fence_regs(o);
       fence_p();
