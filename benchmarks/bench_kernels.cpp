@@ -446,8 +446,9 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
     if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
     if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
     if (mode == 3) setenv("DFLASH_SPLIT_T16", "old", 1); else unsetenv("DFLASH_SPLIT_T16");
+    const char* tag = mode == 1 ? " [rows48]" : mode == 2 ? " [general]" : mode == 3 ? " [t16old]" : "";
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
-                  (long long)past, mode == 1 ? " [rows48]" : mode == 2 ? " [general]" : mode == 3 ? " [t16old]" : "");
+                  (long long)past, tag);
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});

@@ -41,8 +41,8 @@ constexpr int kSplitMaxRows = 128;
 constexpr int kSplitMaxWarps = 8;
 constexpr int kMergeThreads = 256;
 
-// Warps a CTA of the split kernel may have: HALVES 2 sized so its registers fit (hd 256: 12 warps of up to 168
-// registers; hd 128: 16 of up to 128).
+// Warps a CTA of the split kernel may have: HALVES 2 sized so its registers fit one CTA an SM (hd 256: 12 warps
+// of up to 168 registers, ptxas gives 138; hd 128: 16 of up to 128, ptxas 106).
 __host__ __device__ constexpr int split_max_warps(int hd, int halves) {
   return halves == 1 ? kSplitMaxWarps : hd == 256 ? 12 : 16;
 }
@@ -407,11 +407,11 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   p.groups = int((rows + p.cta_rows - 1) / p.cta_rows);
   p.wtiles = int((std::min<int64_t>(rows, p.cta_rows) + 15) / 16);
   p.halves = !split_halves_off() && p.wtiles >= 3 && 2 * p.wtiles <= split_max_warps(hd, 2) ? 2 : 1;
-  const int pairs = p.wtiles * p.halves;  // warps a slice
-  p.slices = std::max(1, split_max_warps(hd, p.halves) / pairs);
+  const int wslice = p.wtiles * p.halves;  // warps a key slice
+  p.slices = std::max(1, split_max_warps(hd, p.halves) / wslice);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);
   auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (8 floats a lane)
-    return size_t(p.wtiles) * 16 * row_bytes + (p.halves > 1 ? sizeof(float) * 256 * size_t(pairs * slices) : 0);
+    return size_t(p.wtiles) * 16 * row_bytes + (p.halves > 1 ? sizeof(float) * 256 * size_t(wslice * slices) : 0);
   };
   auto stage_bytes = [&](int slices) { return size_t(2 * slices * kSplitWarpKeys) * row_bytes; };
   while (p.slices > 1 && q_bytes(p.slices) + 2 * stage_bytes(p.slices) > budget) p.slices /= 2;
@@ -423,7 +423,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   p.chunk_len = int(per_chunk * stage_keys);
   const int64_t fit = int64_t((budget - q_bytes(p.slices)) / stage_bytes(p.slices));
   p.stages = int(std::min<int64_t>({kSplitMaxStages, fit, per_chunk}));
-  const size_t merge = p.slices > 1 ? sizeof(float) * size_t(pairs * p.slices) * (32 + 16 * size_t(hd / p.halves))
+  const size_t merge = p.slices > 1 ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves))
                                     : size_t(0);
   p.smem = q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
   return p;
@@ -453,8 +453,9 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
   auto split = hd == 128 ? (p.halves == 2 ? attention_split_kernel<128, 2> : attention_split_kernel<128, 1>)
                          : (p.halves == 2 ? attention_split_kernel<256, 2> : attention_split_kernel<256, 1>);
-  launch_pdl(split, grid, dim3(32 * p.wtiles * p.halves * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml,
-             past, int(T), group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
+  const dim3 block(32 * p.wtiles * p.halves * p.slices);
+  launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T), group,
+             p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
   const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
   launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
