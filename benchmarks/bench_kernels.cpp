@@ -393,7 +393,9 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time the old
 // warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column slice kernel,
 // DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows (two row groups at
-// the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second time from L2).
+// the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second time from L2), and
+// DFLASH_SPLIT_T16=old ("t16old") rows it with one warp a row tile instead of the verify step's pairs of warps
+// (the same kernel as without pairs wherever a step has fewer than 3 tiles, as at T 1).
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -439,16 +441,19 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
                          gated ? &hg : nullptr);
   char name[128];
-  for (int mode = 0; mode < 3; ++mode) {  // split_plan's row groups, 128 rows a CTA, the general kernel
+  // split_plan's choice, 48 rows a CTA, the general kernel, one warp a tile (no pairs)
+  for (int mode = 0; mode < 4; ++mode) {
     if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
     if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+    if (mode == 3) setenv("DFLASH_SPLIT_T16", "old", 1); else unsetenv("DFLASH_SPLIT_T16");
+    const char* tag = mode == 1 ? " [rows48]" : mode == 2 ? " [general]" : mode == 3 ? " [t16old]" : "";
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
-                  (long long)past, mode == 1 ? " [rows48]" : mode == 2 ? " [general]" : "");
+                  (long long)past, tag);
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
   }
-  unsetenv("DFLASH_DECODE");
+  unsetenv("DFLASH_SPLIT_T16");
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/decode.cuh"
@@ -24,16 +25,27 @@ namespace {
 // ---- split-KV attention over a cache on tensor cores -----------------------------------------------------
 // Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
 // the same K / V. A CTA takes a group of cta_rows <= kSplitMaxRows of them (split_plan picks the groups), one
-// m16 tile per warp, and `slices` warps per tile that share the key stages: a stage is slices × kSplitWarpKeys keys
-// and warp (tile, slice) runs its own online softmax over its 16 of them, so a short step (T = 1: one tile)
-// still has up to kSplitMaxWarps warps on the tensor cores while the copies of the next stages are in flight.
-// The slices of a tile are merged in shared memory at the end, so a CTA writes one partial per row.
+// m16 tile per warp (HALVES 1) or per pair of warps (HALVES 2), and `slices` warps (pairs) per tile that share
+// the key stages: a stage is slices × kSplitWarpKeys keys and warp (tile, slice) runs its own online softmax over
+// its 16 of them, so a short step (T = 1: one tile) still has up to kSplitMaxWarps warps on the tensor cores while
+// the copies of the next stages are in flight. The slices of a tile are merged in shared memory at the end, so a
+// CTA writes one partial per row.
+// HALVES 2 is the verify step's path (T 16: 4-8 tiles, so HALVES 1 leaves one or two slices and 4-8 warps an SM,
+// each running a long serial chain per stage: 235 registers at hd 256, 6 warps, 23 % of the issue slots busy,
+// Nsight Compute, session 14): the two warps of a pair each take half of Q·Kᵀ's head dim and add their partial
+// scores through shared memory, run the same softmax on the same sums, and each computes P·V for its half of
+// the output columns, so a warp's chain per stage and its accumulator are half as long and twice the warps fit.
 constexpr int kSplitWarpKeys = 16;
 constexpr int kSplitMaxStages = 6;
 constexpr int kSplitMaxRows = 128;
 constexpr int kSplitMaxWarps = 8;
-constexpr int kSplitThreads = 32 * kSplitMaxWarps;
 constexpr int kMergeThreads = 256;
+
+// Warps a CTA of the split kernel may have: HALVES 2 sized so its registers fit one CTA an SM (hd 256: 12 warps
+// of up to 168 registers, ptxas gives 138; hd 128: 16 of up to 128, ptxas 106).
+__host__ __device__ constexpr int split_max_warps(int hd, int halves) {
+  return halves == 1 ? kSplitMaxWarps : hd == 256 ? 12 : 16;
+}
 
 // cp_async_wait with the count known at run time (the stage count is the launcher's choice), n <= 5.
 __device__ __forceinline__ void cp_async_wait_n(int n) {
@@ -49,28 +61,34 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 
 // Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [z·cta_rows, +cta_rows) of
 // kv head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0). blockDim
-// is 32 · wtiles · slices; `stages` ring buffers of slices · kSplitWarpKeys keys (chunk_len a multiple of
+// is 32 · wtiles · HALVES · slices; `stages` ring buffers of slices · kSplitWarpKeys keys (chunk_len a multiple of
 // that). Scores and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into
 // bf16 hi + lo, so its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far
 // above the decode's fp32 contract). Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per
 // row to part_ml.
-template <int HD>
-__global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
+template <int HD, int HALVES>
+__global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES)) attention_split_kernel(
     const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k, const bf16* __restrict__ v,
     int64_t ld_v, float* __restrict__ part, float* __restrict__ part_ml, int64_t past, int T, int group,
     int cta_rows, int chunk_len, int slices, int stages, float scale_log2) {
-  constexpr int LDS = HD + 8, NT = HD / 8, CH = HD / 8;  // CH: 16-byte pieces of a row
+  // HW: the head-dim columns a warp multiplies and writes; CH: 16-byte pieces of a row
+  constexpr int LDS = HD + 8, HW = HD / HALVES, NT = HW / 8, CH = HD / 8;
   extern __shared__ __align__(16) unsigned char split_smem[];
   const int rows = T * group, r0 = blockIdx.z * cta_rows, here = min(cta_rows, rows - r0);
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wtiles = blockDim.x / 32 / slices, tile = warp % wtiles, slice = warp / wtiles;
+  // A slice's warps: wtiles tiles × HALVES column halves, warp tc + wslice·slice, tc = tile + wtiles·half.
+  const int wslice = blockDim.x / 32 / slices, wtiles = wslice / HALVES, tc = warp % wslice, slice = warp / wslice;
+  const int tile = HALVES == 1 ? tc : tc % wtiles, half = HALVES == 1 ? 0 : tc / wtiles;
   const int stage_keys = slices * kSplitWarpKeys;
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
   const int64_t seen = past + (r0 + here - 1) / group + 1;  // keys [0, seen) are visible to some row here
   const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + stage_keys - 1) / stage_keys);
   bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [wtiles·16][LDS], rows past `here` zero
-  bf16* skv = sq + wtiles * 16 * LDS;              // ring of stages: K [stage_keys][LDS] then V
+  // HALVES 2: each warp's partial scores [8][32 lanes] for its pair; then the ring of stages: K [stage_keys][LDS]
+  // then V
+  float* sx = reinterpret_cast<float*>(sq + wtiles * 16 * LDS);
+  bf16* skv = reinterpret_cast<bf16*>(sx + (HALVES > 1 ? wslice * slices * 256 : 0));
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
   pdl_launch_dependents();
   for (int i = threadIdx.x; i < wtiles * 16 * CH; i += blockDim.x) {
@@ -114,7 +132,18 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
     if (active) {
       const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + slice * kSplitWarpKeys * LDS;
       float s[2][4];
-      warp_mma_abt<2, HD, LDS>(s, sq + tile * 16 * LDS, sk, lane);
+      warp_mma_abt<2, HW, LDS>(s, sq + tile * 16 * LDS + half * HW, sk + half * HW, lane);
+      if constexpr (HALVES > 1) {
+        // The pair's two halves of the dot products, added as mine + the other's: fp32 addition commutes, so
+        // both warps hold the same bits and their softmax statistics agree exactly. The other's slot is not
+        // rewritten before the barrier at the end of this stage.
+        const int other = warp + (half ? -wtiles : wtiles);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sx[warp * 256 + i * 32 + lane] = s[i / 4][i % 4];
+        named_bar_sync(1 + tile + wtiles * slice, 64);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i / 4][i % 4] += sx[other * 256 + i * 32 + lane];
+      }
       const int64_t kb = key0 + (int64_t)b * stage_keys + slice * kSplitWarpKeys + 2 * (lane & 3);
       float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
@@ -152,9 +181,9 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
       scale_acc_rows(acc, c_lo, c_hi);
       uint32_t ah[4], al[4];
       acc_to_a_frag_split(s[0], s[1], ah, al);
-      warp_mma_ab_split<NT, LDS>(acc, ah, al, sk + stage_keys * LDS, lane);
+      warp_mma_ab_split<NT, LDS>(acc, ah, al, sk + stage_keys * LDS + half * HW, lane);
     }
-    __syncthreads();  // ring slot b % stages is refilled next iteration
+    __syncthreads();  // ring slot b % stages (and the pairs' score slots) are refilled next iteration
   }
   cp_async_wait<0>();  // a CTA with no visible key (nb = 0) still has Q's copies in flight
 #pragma unroll
@@ -163,11 +192,11 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, o);
   }
   if (slices > 1) {
-    // Merge the slices of each tile into slice 0: every warp puts its rows' (max, sum) in shared memory, takes
-    // the tile's max M over the slices, and rescales by 2^(m − M); slices 1.. leave their acc there for slice 0
-    // to add. The ring is free (the loop ended on a barrier; an nb = 0 CTA never filled it).
+    // Merge the slices of each (tile, half) into slice 0: every warp puts its rows' (max, sum) in shared memory,
+    // takes the tile's max M over the slices, and rescales by 2^(m − M); slices 1.. leave their acc there for
+    // slice 0 to add. The ring is free (the loop ended on a barrier; an nb = 0 CTA never filled it).
     float* mlw = reinterpret_cast<float*>(skv);  // [warps][16][2]
-    float* accw = mlw + blockDim.x;              // [warps][16][HD], slice 0's part unused
+    float* accw = mlw + blockDim.x;              // [warps][16][HW], slice 0's part unused
     const int rl = lane >> 2;
     if ((lane & 3) == 0) {
       mlw[(warp * 16 + rl) * 2] = m_lo;
@@ -178,23 +207,23 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
     __syncthreads();
     float M_lo = -INFINITY, M_hi = -INFINITY;
     for (int sl = 0; sl < slices; ++sl) {
-      const int w = sl * wtiles + tile;
+      const int w = sl * wslice + tc;
       M_lo = fmaxf(M_lo, mlw[(w * 16 + rl) * 2]);
       M_hi = fmaxf(M_hi, mlw[(w * 16 + rl + 8) * 2]);
     }
     const float B_lo = M_lo == -INFINITY ? 0.0f : M_lo, B_hi = M_hi == -INFINITY ? 0.0f : M_hi;
     scale_acc_rows(acc, exp2f(m_lo - B_lo), exp2f(m_hi - B_hi));
-    float* mine = accw + (int64_t)warp * 16 * HD + 2 * (lane & 3);
+    float* mine = accw + (int64_t)warp * 16 * HW + 2 * (lane & 3);
     if (slice > 0) {
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
-        *reinterpret_cast<float2*>(mine + rl * HD + n * 8) = make_float2(acc[n][0], acc[n][1]);
-        *reinterpret_cast<float2*>(mine + (rl + 8) * HD + n * 8) = make_float2(acc[n][2], acc[n][3]);
+        *reinterpret_cast<float2*>(mine + rl * HW + n * 8) = make_float2(acc[n][0], acc[n][1]);
+        *reinterpret_cast<float2*>(mine + (rl + 8) * HW + n * 8) = make_float2(acc[n][2], acc[n][3]);
       }
     } else {
       float L_lo = 0.0f, L_hi = 0.0f;
       for (int sl = 0; sl < slices; ++sl) {
-        const int w = sl * wtiles + tile;
+        const int w = sl * wslice + tc;
         L_lo += mlw[(w * 16 + rl) * 2 + 1] * exp2f(mlw[(w * 16 + rl) * 2] - B_lo);
         L_hi += mlw[(w * 16 + rl + 8) * 2 + 1] * exp2f(mlw[(w * 16 + rl + 8) * 2] - B_hi);
       }
@@ -206,11 +235,11 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
     __syncthreads();
     if (slice > 0) return;
     for (int sl = 1; sl < slices; ++sl) {
-      const float* other = accw + (int64_t)(sl * wtiles + tile) * 16 * HD + 2 * (lane & 3);
+      const float* other = accw + (int64_t)(sl * wslice + tc) * 16 * HW + 2 * (lane & 3);
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
-        const float2 a = *reinterpret_cast<const float2*>(other + rl * HD + n * 8);
-        const float2 c = *reinterpret_cast<const float2*>(other + (rl + 8) * HD + n * 8);
+        const float2 a = *reinterpret_cast<const float2*>(other + rl * HW + n * 8);
+        const float2 c = *reinterpret_cast<const float2*>(other + (rl + 8) * HW + n * 8);
         acc[n][0] += a.x;
         acc[n][1] += a.y;
         acc[n][2] += c.x;
@@ -220,13 +249,13 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(
   }
   if (!active) return;
   const int64_t unit = (int64_t)kvh * chunks + chunk;
-  float* prow = part + unit * rows * HD + 2 * (lane & 3);
+  float* prow = part + unit * rows * HD + half * HW + 2 * (lane & 3);
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     if (in_lo) *reinterpret_cast<float2*>(prow + (int64_t)r_lo * HD + n * 8) = make_float2(acc[n][0], acc[n][1]);
     if (in_hi) *reinterpret_cast<float2*>(prow + (int64_t)r_hi * HD + n * 8) = make_float2(acc[n][2], acc[n][3]);
   }
-  if ((lane & 3) == 0) {
+  if ((lane & 3) == 0 && half == 0) {  // the pair's (m, l) are the same bits
     float* ml = part_ml + unit * rows * 2;
     if (in_lo) *reinterpret_cast<float2*>(ml + 2 * r_lo) = make_float2(m_lo, l_lo);
     if (in_hi) *reinterpret_cast<float2*>(ml + 2 * r_hi) = make_float2(m_hi, l_hi);
@@ -315,10 +344,9 @@ const DeviceLimits& device_limits() {
     DeviceLimits& l = limits[dev];
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DF_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       l.smem));
-    DF_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       l.smem));
+    for (auto kernel : {attention_split_kernel<128, 1>, attention_split_kernel<128, 2>,
+                        attention_split_kernel<256, 1>, attention_split_kernel<256, 2>})
+      DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   });
   return limits[dev];
 }
@@ -338,16 +366,26 @@ int split_rows_forced() {
   return n >= 16 && n <= kSplitMaxRows && n % 16 == 0 ? n : 0;
 }
 
+// DFLASH_SPLIT_T16=old: every step on the one-warp-a-tile kernel (HALVES 1), the plan before the verify step's
+// pairs of warps, the A/B switch of bench_kernels decode. Read per call, as DFLASH_SPLIT_ROWS.
+bool split_halves_off() {
+  const char* e = std::getenv("DFLASH_SPLIT_T16");
+  return e && std::string(e) == "old";
+}
+
 // How one call splits the work. Row groups of cta_rows: one per kSplitMaxRows rows. More groups would shrink the
 // chunks' fp32 partials (27B at T 16: 33 chunks × 96 rows come to 0.77 of 4112 keys' K and V), the groups of a
 // chunk reading its keys from L2, but two groups of 48 rows measured slower on the H200 (39.1 µs against 35.2 µs,
 // bench_kernels decode, session 13), so they stay an A/B setting (DFLASH_SPLIT_ROWS). Then per
-// group: wtiles m16 row tiles × `slices` key slices of warps, `chunks` per kv head of
+// group: wtiles m16 row tiles, each taken by one warp or, on the verify step's path (3 or more tiles and two
+// warps a tile within split_max_warps: hd 256 up to 6 tiles, hd 128 up to 8), a pair of warps (halves 2), ×
+// `slices` key slices of them, `chunks` per kv head of
 // chunk_len keys (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of
 // `stages` stages, and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is
-// larger). Slices are halved from kSplitMaxWarps / wtiles until Q and two stages fit (hd 256 at T 1: 4).
+// larger; a pair path's score slots come after Q). Slices are halved from split_max_warps / (wtiles · halves)
+// until Q and two stages fit (hd 256 at T 1: 4).
 struct SplitPlan {
-  int cta_rows = 0, groups = 0, wtiles = 0, slices = 0, chunks = 0, chunk_len = 0, stages = 0;
+  int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, slices = 0, chunks = 0, chunk_len = 0, stages = 0;
   size_t smem = 0;
 };
 
@@ -361,21 +399,26 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   p.cta_rows = forced && (rows + forced - 1) / forced <= 65535 ? forced : int(16 * ((tiles + groups - 1) / groups));
   p.groups = int((rows + p.cta_rows - 1) / p.cta_rows);
   p.wtiles = int((std::min<int64_t>(rows, p.cta_rows) + 15) / 16);
-  p.slices = std::max(1, kSplitMaxWarps / p.wtiles);
-  const size_t row_bytes = sizeof(bf16) * size_t(hd + 8), q_bytes = size_t(p.wtiles) * 16 * row_bytes;
+  p.halves = !split_halves_off() && p.wtiles >= 3 && 2 * p.wtiles <= split_max_warps(hd, 2) ? 2 : 1;
+  const int wslice = p.wtiles * p.halves;  // warps a key slice
+  p.slices = std::max(1, split_max_warps(hd, p.halves) / wslice);
+  const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);
+  auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (8 floats a lane)
+    return size_t(p.wtiles) * 16 * row_bytes + (p.halves > 1 ? sizeof(float) * 256 * size_t(wslice * slices) : 0);
+  };
   auto stage_bytes = [&](int slices) { return size_t(2 * slices * kSplitWarpKeys) * row_bytes; };
-  while (p.slices > 1 && q_bytes + 2 * stage_bytes(p.slices) > budget) p.slices /= 2;
+  while (p.slices > 1 && q_bytes(p.slices) + 2 * stage_bytes(p.slices) > budget) p.slices /= 2;
   const int stage_keys = p.slices * kSplitWarpKeys;
   const int64_t blocks = (past + T + stage_keys - 1) / stage_keys;
   const int64_t per_head = std::min(split_chunks_per_head(p.groups, hkv), blocks);
   const int64_t per_chunk = (blocks + per_head - 1) / per_head;
   p.chunks = int((blocks + per_chunk - 1) / per_chunk);
   p.chunk_len = int(per_chunk * stage_keys);
-  const int64_t fit = int64_t((budget - q_bytes) / stage_bytes(p.slices));
+  const int64_t fit = int64_t((budget - q_bytes(p.slices)) / stage_bytes(p.slices));
   p.stages = int(std::min<int64_t>({kSplitMaxStages, fit, per_chunk}));
-  const size_t merge =
-      p.slices > 1 ? sizeof(float) * size_t(p.wtiles * p.slices) * (32 + 16 * size_t(hd)) : size_t(0);
-  p.smem = q_bytes + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
+  const size_t merge = p.slices > 1 ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves))
+                                    : size_t(0);
+  p.smem = q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
   return p;
 }
 
@@ -401,9 +444,11 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
-  auto split = hd == 128 ? attention_split_kernel<128> : attention_split_kernel<256>;
-  launch_pdl(split, grid, dim3(32 * p.wtiles * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml,
-             past, int(T), group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
+  auto split = hd == 128 ? (p.halves == 2 ? attention_split_kernel<128, 2> : attention_split_kernel<128, 1>)
+                         : (p.halves == 2 ? attention_split_kernel<256, 2> : attention_split_kernel<256, 1>);
+  const dim3 block(32 * p.wtiles * p.halves * p.slices);
+  launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T), group,
+             p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
   const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
   launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,

@@ -151,6 +151,12 @@ __device__ __forceinline__ void scale_acc_rows(float (&acc)[NT][4], float c_lo, 
   }
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads') over `threads` threads, a multiple of 32: the warps of one group
+// wait for each other, with shared memory ordered as by __syncthreads, while the rest of the CTA runs on.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // 16 bytes global → shared without a register stage; bytes < 16 zero-fills the rest (0: a zero chunk, src
 // still a valid address). Copies of one thread complete in commit order: cp_async_wait<N> leaves at most N
 // of its groups in flight.
