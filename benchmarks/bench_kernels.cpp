@@ -320,15 +320,19 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const std::vector<double> sdo = col_sums(b, dout);
   char name[112];
 
-  const char* env = std::getenv("DFLASH_DFA");
-  const std::string saved = env ? env : "";
-  for (bool mma : {false, true}) {
-    if (mma)
-      setenv("DFLASH_DFA", "mma", 1);
-    else
-      unsetenv("DFLASH_DFA");
-    const char* path = mma ? "mma.sync" : wgmma_available() ? "wgmma" : "default (no wgmma here)";
-    std::printf("dflash attn %s, %s path (DFLASH_DFA=%s):\n", tag, path, mma ? "mma" : "unset");
+  // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with two CTAs a cluster
+  // (DFLASH_DFA_RANKS=2) and with the mask on every item (DFLASH_DFA_FAST=0), the mma.sync kernels.
+  struct Path { const char* var; const char* value; const char* name; };
+  const bool wg = wgmma_available();
+  std::vector<Path> paths{{"", "", wg ? "wgmma" : "default (no wgmma here)"}};
+  if (wg) paths.insert(paths.end(), {{"DFLASH_DFA_RANKS", "2", "wgmma ranks2"}, {"DFLASH_DFA_FAST", "0", "wgmma mask"}});
+  paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
+  for (const Path& pa : paths) {
+    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_RANKS", "DFLASH_DFA_FAST"}) unsetenv(v);
+    if (*pa.var) setenv(pa.var, pa.value, 1);
+    const char* path = pa.name;
+    std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, *pa.var ? pa.var : "DFLASH_DFA",
+                *pa.var ? pa.value : "unset");
     for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
       DF_CUDA_CHECK(cudaMemsetAsync(t->data, 0xff, size_t(t->rows * t->stride) * dtype_size(t->dtype),
                                     b.gpu.stream()));
@@ -373,10 +377,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
       std::printf("  (the backward launched %zu kernels, not 3: no per-pass rows)\n", ks.size());
     }
   }
-  if (env)
-    setenv("DFLASH_DFA", saved.c_str(), 1);
-  else
-    unsetenv("DFLASH_DFA");
+  for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_RANKS", "DFLASH_DFA_FAST"}) unsetenv(v);
   b.harena.reset(hm);
   b.arena.reset(mark);
 }
@@ -395,7 +396,8 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows (two row groups at
 // the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second time from L2), and
 // DFLASH_SPLIT_T16=old ("t16old") rows it with one warp a row tile instead of the verify step's pairs of warps
-// (the same kernel as without pairs wherever a step has fewer than 3 tiles, as at T 1).
+// and =pairs ("t16pairs") with pairs at hd 128 too (the default keeps them to hd 256; every mode runs the same
+// kernel wherever a step has fewer than 3 tiles, as at T 1).
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -441,12 +443,13 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
                          gated ? &hg : nullptr);
   char name[128];
-  // split_plan's choice, 48 rows a CTA, the general kernel, one warp a tile (no pairs)
-  for (int mode = 0; mode < 4; ++mode) {
+  // split_plan's choice, 48 rows a CTA, the general kernel, one warp a tile (no pairs), pairs at hd 128 too
+  for (int mode = 0; mode < 5; ++mode) {
     if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
     if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
-    if (mode == 3) setenv("DFLASH_SPLIT_T16", "old", 1); else unsetenv("DFLASH_SPLIT_T16");
-    const char* tag = mode == 1 ? " [rows48]" : mode == 2 ? " [general]" : mode == 3 ? " [t16old]" : "";
+    if (mode >= 3) setenv("DFLASH_SPLIT_T16", mode == 3 ? "old" : "pairs", 1); else unsetenv("DFLASH_SPLIT_T16");
+    const char* tags[] = {"", " [rows48]", " [general]", " [t16old]", " [t16pairs]"};
+    const char* tag = tags[mode];
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
                   (long long)past, tag);
     call(0);

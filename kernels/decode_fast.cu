@@ -366,11 +366,14 @@ int split_rows_forced() {
   return n >= 16 && n <= kSplitMaxRows && n % 16 == 0 ? n : 0;
 }
 
-// DFLASH_SPLIT_T16=old: every step on the one-warp-a-tile kernel (HALVES 1), the plan before the verify step's
-// pairs of warps, the A/B switch of bench_kernels decode. Read per call, as DFLASH_SPLIT_ROWS.
-bool split_halves_off() {
+// Where the verify step's pairs of warps (HALVES 2) run: by default at hd 256 only, where they measured faster
+// (27B T 16: 32.1 against 35.9 us one warp a tile; at hd 128 the 8B step took 27.5 against 24.9 us, bench_kernels
+// decode, session 15). DFLASH_SPLIT_T16=old: nowhere (the one-warp-a-tile kernel, the plan before the pairs);
+// =pairs: wherever they fit, hd 128 too (what the tests run). Read per call, as DFLASH_SPLIT_ROWS.
+bool split_halves_at(int hd) {
   const char* e = std::getenv("DFLASH_SPLIT_T16");
-  return e && std::string(e) == "old";
+  const std::string mode = e ? e : "";
+  return mode == "old" ? false : mode == "pairs" ? true : hd == 256;
 }
 
 // How one call splits the work. Row groups of cta_rows: one per kSplitMaxRows rows. More groups would shrink the
@@ -378,9 +381,8 @@ bool split_halves_off() {
 // chunk reading its keys from L2, but two groups of 48 rows measured slower on the H200 (39.1 µs against 35.2 µs,
 // bench_kernels decode, session 13), so they stay an A/B setting (DFLASH_SPLIT_ROWS). Then per
 // group: wtiles m16 row tiles, each taken by one warp or, on the verify step's path (3 or more tiles and two
-// warps a tile within split_max_warps: hd 256 up to 6 tiles, hd 128 up to 8), a pair of warps (halves 2), ×
-// `slices` key slices of them, `chunks` per kv head of
-// chunk_len keys (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of
+// warps a tile within split_max_warps: hd 256 up to 6 tiles, hd 128 up to 8, where split_halves_at allows), a
+// pair of warps (halves 2), × `slices` key slices of them, `chunks` per kv head of chunk_len keys (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of
 // `stages` stages, and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is
 // larger; a pair path's score slots come after Q). Slices are halved from split_max_warps / (wtiles · halves)
 // until Q and two stages fit (hd 256 at T 1: 4).
@@ -399,7 +401,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   p.cta_rows = forced && (rows + forced - 1) / forced <= 65535 ? forced : int(16 * ((tiles + groups - 1) / groups));
   p.groups = int((rows + p.cta_rows - 1) / p.cta_rows);
   p.wtiles = int((std::min<int64_t>(rows, p.cta_rows) + 15) / 16);
-  p.halves = !split_halves_off() && p.wtiles >= 3 && 2 * p.wtiles <= split_max_warps(hd, 2) ? 2 : 1;
+  p.halves = split_halves_at(hd) && p.wtiles >= 3 && 2 * p.wtiles <= split_max_warps(hd, 2) ? 2 : 1;
   const int wslice = p.wtiles * p.halves;  // warps a key slice
   p.slices = std::max(1, split_max_warps(hd, p.halves) / wslice);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);

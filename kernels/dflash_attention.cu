@@ -322,6 +322,18 @@ bool on_wgmma(const DFlashAttnDims& d, bool vec) {
   return d.hd > 64 && d.hd <= 128 && vec && !(e && std::strcmp(e, "mma") == 0) && wgmma_available();
 }
 
+// The wgmma dk/dv kernel's A/B settings, read on every call so one process can time each: DFLASH_DFA_RANKS=2
+// or 4 CTAs a cluster (default 4), DFLASH_DFA_FAST=0 evaluates the mask on every item (default: items that see
+// all of a warpgroup's keys skip it; the same results either way).
+int kv_ranks() {
+  const char* e = std::getenv("DFLASH_DFA_RANKS");
+  return e && std::strcmp(e, "2") == 0 ? 2 : 4;
+}
+bool kv_fast() {
+  const char* e = std::getenv("DFLASH_DFA_FAST");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
 template <int HD, bool DQ, bool WG>
 void query_pass(const QueryArgs& a, cudaStream_t stream) {
   // Q (and dO), K and V of two key tiles; the wgmma tiles need a 1024-byte aligned base.
@@ -393,6 +405,8 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
   a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
+  a.blk_magic = block_magic(d.block, int64_t(d.hq / d.hkv) * d.block);
+  a.fast = kv_fast(), a.ranks = kv_ranks();
   dfa::kv_pass_launch(a, kvrows, wg, stream);
 }
 

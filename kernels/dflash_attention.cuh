@@ -57,6 +57,14 @@ __device__ __forceinline__ void load_tile(bf16* dst, int hd, bool vec, const bf1
   }
 }
 
+// (rr / block, rr % block) for a query row rr of a block's GQA group (head, token). magic = 2^32 / block + 1
+// (block_magic) makes the quotient one multiply-high, exact for rr·block < 2^32 (block_magic is 0 where that
+// may fail, and then the division runs).
+__device__ __forceinline__ int2 row_split(int rr, int block, uint32_t magic) {
+  const int h = magic ? int(__umulhi(uint32_t(rr), magic)) : rr / block;
+  return make_int2(h, rr - h * block);
+}
+
 // Every copy of this thread is done; the barrier makes all of them (and the element stores) visible.
 __device__ __forceinline__ void tile_wait() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
@@ -82,8 +90,15 @@ struct KvArgs {
   DFlashAttnDims d;
   float scale_log2;
   bool vec, pairs;
+  uint32_t blk_magic;  // row_split's magic for d.block
+  bool fast;           // the wgmma kernel skips the mask on items that see all of a warpgroup's keys
+  int ranks;           // CTAs a cluster of the wgmma kernel: 2 or 4
 };
 
+// row_split's multiplier for `block` when every row index below rows_max divides exactly by it, else 0.
+inline uint32_t block_magic(int block, int64_t rows_max) {
+  return block > 0 && rows_max * block < (int64_t(1) << 32) ? uint32_t(0xffffffffu / uint32_t(block) + 1u) : 0u;
+}
 
 // The key-major dk/dv pass over kvrows k/v rows (dflash_attention_kv.cu): the wgmma kernel when wg, else the
 // mma.sync kernel of the head dim's padded width.

@@ -39,7 +39,7 @@ struct KvCfg {
   static constexpr int kCols = HD / kSplit;
   static constexpr int kQStep = HD > 128 ? 16 : 32;  // query rows per step of a warp (32 spills at hd 256)
   static constexpr int kScanK = 4;                   // blocks each thread tests per round of the scan
-  static constexpr int kRanks = 4;                   // CTAs of a cluster sharing one tile's items
+  static constexpr int kRanks = 4;                   // CTAs of a cluster sharing one tile's items (mma.sync)
   static constexpr size_t kPartBytes = sizeof(float) * 2 * kKeys * HD;  // one rank's dk, dv partial
 };
 
@@ -52,8 +52,8 @@ struct KvCfg {
 // distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
 // WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
 // (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands).
-template <int HD, bool WG>
-__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, KvCfg<HD>::kRanks)
+template <int HD, bool WG, int RANKS>
+__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, RANKS)
     dfa_kv_kernel(KvArgs p) {
   using Cfg = KvCfg<HD>;
   static_assert(!WG || (HD == 128 && Cfg::kKeys == 128 && Cfg::kThreads == 256),
@@ -75,6 +75,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
   int* list = reinterpret_cast<int*>(meta + LIST);
   int* wcount = list + LIST;
+  // Per Q/dO buffer, from warps 0 and 1 (query rows 0-31, 32-63): bit w set when every one of its rows sees all
+  // 64 keys of warpgroup w's half of the tile, so that warpgroup forms Pᵀ without the mask (WG only).
+  unsigned* fullw = reinterpret_cast<unsigned*>(wcount + THREADS / 32);
   const DFlashAttnDims& d = p.d;
   const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * KEYS, r1 = min(r0 + KEYS, rows);
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
@@ -167,8 +170,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       const int z0 = (n % nz) * kTile;
       const int2 sj = meta[n / nz];
       const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
-      for (int r = threadIdx.x; r < kTile; r += THREADS) {
-        const int rr = z0 + r, kq = rr % d.block;
+      static_assert(THREADS >= kTile, "one thread a query row of the chunk");
+      if (threadIdx.x < kTile) {
+        const int r = threadIdx.x, rr = z0 + r, kq = row_split(rr, d.block, p.blk_magic).y;
         const bool in = rr < R;
         const int64_t at = (j * d.hq + int64_t(g) * group) * d.block + (in ? rr : 0);
         // A row past the group sees nothing: an empty context range and an empty own range.
@@ -177,18 +181,27 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         cols[b * kTile + r] = int((uint32_t(lo) & 0xffffu) | (uint32_t(hi) << 16));
         copy4(lse2 + b * kTile + r, p.lse2 + at, in);
         copy4(dsum + b * kTile + r, p.dsum + at, in);
+        if constexpr (WG) {
+          const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj);
+          auto covers = [&](int x0) {  // keys [x0, x0 + 64) all in this row's context range or all in its own
+            return in && ((lo <= x0 && ctx_hi >= x0 + 64) || (own_lo <= x0 && hi >= x0 + 64));
+          };
+          const unsigned f0 = __all_sync(0xffffffffu, covers(0)), f1 = __all_sync(0xffffffffu, covers(64));
+          if (lane == 0) fullw[2 * b + warp] = f0 | f1 << 1;
+        }
       }
+      // Query row rr of the chunk list is token rr % block of head rr / block of the group.
       auto qsrc = [&](const bf16* src, int64_t ld) {
         return [=](int r) -> const bf16* {
           const int rr = z0 + r;
-          return rr < R ? src + (j * d.block + rr % d.block) * ld + int64_t(g * group + rr / d.block) * d.hd
-                        : nullptr;
+          const int2 hk = row_split(rr, d.block, p.blk_magic);
+          return rr < R ? src + (j * d.block + hk.y) * ld + int64_t(g * group + hk.x) * d.hd : nullptr;
         };
       };
       load(Qb(b), std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
       load(dOb(b), std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
     };
-    const int items = total * nz, n0 = items * rank / Cfg::kRanks, n1 = items * (rank + 1) / Cfg::kRanks;
+    const int items = total * nz, n0 = items * rank / RANKS, n1 = items * (rank + 1) / RANKS;
     if (n0 < n1) load_item(n0, 0);
     for (int n = n0; n < n1; ++n) {
       const int b = (n - n0) & 1;
@@ -204,8 +217,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       // Pᵀ and dSᵀ of NQ 8-column n-tiles (query columns c0 + 8·n2 + 2·t4 + {0, 1}) for key rows xa (elements
       // 0, 1 of an n-tile) and xa + 8 (elements 2, 3), masked pairs 0: element e of n-tile n2 is S(n2, e),
       // Sᵀ that becomes Pᵀ, and DP(n2, e), dPᵀ that becomes dSᵀ.
-      // With with_ds false only Pᵀ is formed (the wgmma variant forms dSᵀ later, from Pᵀ, the masked pairs 0).
-      auto p_ds = [&](auto nq, int c0, int xa, auto&& S, auto&& DP, auto with_ds) {
+      // With with_ds false only Pᵀ is formed (the wgmma variant forms dSᵀ later, from Pᵀ, the masked pairs 0);
+      // with all_seen true every pair is visible (fullw), and the mask is not evaluated.
+      auto p_ds = [&](auto nq, int c0, int xa, auto&& S, auto&& DP, auto with_ds, auto all_seen) {
 #pragma unroll
         for (int n2 = 0; n2 < decltype(nq)::value; ++n2) {
           const int c = c0 + n2 * 8 + 2 * t4;  // the two query columns c, c + 1 of this thread
@@ -215,7 +229,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int v = e & 1 ? v2.y : v2.x, x = e < 2 ? xa : xa + 8;
-            const bool vis = (x >= int(short(v)) && x < ctx_hi) || (x >= own_lo && x < (v >> 16));
+            const bool vis = decltype(all_seen)::value || (x >= int(short(v)) && x < ctx_hi) ||
+                             (x >= own_lo && x < (v >> 16));
             float &se = S(n2, e), &de = DP(n2, e);
             const float pr = vis ? exp2f(se * p.scale_log2 - (e & 1 ? l2.y : l2.x)) : 0.0f;
             se = pr;
@@ -232,8 +247,12 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         float s[32], dp[32];
         wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
         wg_wait<1>(s);
-        p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, [&](int n2, int e) -> float& { return s[4 * n2 + e]; },
-             [&](int n2, int e) -> float& { return dp[4 * n2 + e]; }, std::false_type{});
+        auto sf = [&](int n2, int e) -> float& { return s[4 * n2 + e]; };
+        auto dpf = [&](int n2, int e) -> float& { return dp[4 * n2 + e]; };
+        if (p.fast && (fullw[2 * b] & fullw[2 * b + 1]) >> wg & 1u)
+          p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, sf, dpf, std::false_type{}, std::true_type{});
+        else
+          p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, sf, dpf, std::false_type{}, std::false_type{});
         uint32_t pa[4][4];
         wg_a_frags(s, pa);
         wg_issue_product(dv, pa, dOb(b));
@@ -263,7 +282,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
           p_ds(std::integral_constant<int, NQ>{}, sub * QS, kw + gr,
                [&](int n2, int e) -> float& { return s[n2][e]; },
-               [&](int n2, int e) -> float& { return dp[n2][e]; }, std::true_type{});
+               [&](int n2, int e) -> float& { return dp[n2][e]; }, std::true_type{}, std::false_type{});
 #pragma unroll
           for (int kk = 0; kk < QS / 16; ++kk) {
             uint32_t a[4];
@@ -296,14 +315,14 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       *reinterpret_cast<float2*>(part + KEYS * HD + at) = v2;
     }
   cluster.sync();
-  // Rank r sums rows [r·KEYS/kRanks, (r + 1)·KEYS/kRanks) over the ranks, in rank order.
-  constexpr int RROWS = KEYS / Cfg::kRanks;
+  // Rank r sums rows [r·KEYS/RANKS, (r + 1)·KEYS/RANKS) over the ranks, in rank order.
+  constexpr int RROWS = KEYS / RANKS;
   const float scale = d.scale;
   for (int c = threadIdx.x; c < RROWS * HD / 2; c += THREADS) {
     const int row = rank * RROWS + 2 * c / HD, col = 2 * c % HD, at = row * HD + col;
     float2 sk = make_float2(0.0f, 0.0f), sv = sk;
 #pragma unroll
-    for (int q = 0; q < Cfg::kRanks; ++q) {
+    for (int q = 0; q < RANKS; ++q) {
       const float* rp = cluster.map_shared_rank(part, q);
       const float2 a = *reinterpret_cast<const float2*>(rp + at),
                    b = *reinterpret_cast<const float2*>(rp + KEYS * HD + at);
@@ -319,7 +338,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 
 // ---- launchers --------------------------------------------------------------------------------------
 
-template <int HD, bool WG>
+template <int HD, bool WG, int RANKS>
 void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
   using Cfg = KvCfg<HD>;
   const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
@@ -328,21 +347,26 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
   const size_t smem = (WG ? 1024 : 0) +
                       std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
                                                     (sizeof(int2) + sizeof(int)) * list +
-                                                    sizeof(int) * Cfg::kThreads / 32);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    sizeof(int) * Cfg::kThreads / 32 + sizeof(unsigned) * 4);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(Cfg::kRanks));
-  dfa_kv_kernel<HD, WG><<<grid, Cfg::kThreads, smem, stream>>>(a);
+  dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(RANKS));
+  dfa_kv_kernel<HD, WG, RANKS><<<grid, Cfg::kThreads, smem, stream>>>(a);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
 
 }  // namespace
 
 void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream) {
-  if (wg)
-    kv_pass<128, true>(a, kvrows, stream);
+  if (wg && a.ranks == 2)
+    kv_pass<128, true, 2>(a, kvrows, stream);
+  else if (wg)
+    kv_pass<128, true, 4>(a, kvrows, stream);
   else
-    dispatch_head_dim(a.d.hd, [&](auto hd) { kv_pass<decltype(hd)::value, false>(a, kvrows, stream); });
+    dispatch_head_dim(a.d.hd, [&](auto hd) {
+      constexpr int HD = decltype(hd)::value;
+      kv_pass<HD, false, KvCfg<HD>::kRanks>(a, kvrows, stream);
+    });
 }
 
 }  // namespace df

@@ -537,20 +537,21 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitRowsSwitchMatchesCpu) {
 }
 
 // The verify step's pairs of warps (3 or more m16 tiles a CTA: two warps a tile, each half of the head dim in
-// Q·Kᵀ and half the output columns in P·V) against DFLASH_SPLIT_T16=old (one warp a tile, main's kernel before
-// them): 27B and 8B steps (6 and 4 tiles, one and two key slices of pairs), group 3 (3 tiles at T 16, two
-// slices; 51 rows at T 17) and group 8 (8 tiles at T 16 on hd 128, 16 warps; hd 256 past 12 warps stays on one
-// warp a tile), T 5 .. 17 over caches that end mid-stage (63, 4095) and none (0); each agrees with the CPU, and
-// the switch is read per call.
+// Q·Kᵀ and half the output columns in P·V) under DFLASH_SPLIT_T16=pairs (at hd 128 too), the default (pairs at
+// hd 256 only) and =old (one warp a tile, the kernel before them): 27B and 8B steps (6 and 4 tiles, one and two
+// key slices of pairs), group 3 (3 tiles at T 16, two slices; 51 rows at T 17) and group 8 (8 tiles at T 16 on
+// hd 128, 16 warps; hd 256 past 12 warps stays on one warp a tile), T 5 .. 17 over caches that end mid-stage
+// (63, 4095) and none (0); each agrees with the CPU, and the switch is read per call.
 TEST_F(CudaOpsCachedTest, AttentionCachedSplitT16SwitchMatchesCpu) {
   struct Case { int hq, hkv, hd; };
-  for (const char* mode : {"old", ""}) {
+  for (const char* mode : {"old", "pairs", ""}) {
     if (*mode) setenv("DFLASH_SPLIT_T16", mode, 1); else unsetenv("DFLASH_SPLIT_T16");
     for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {8, 1, 128}, {8, 1, 256}})
       for (int64_t past : {0, 63, 4095})
         for (int64_t T : {5, 16, 17}) {
           if (past == 4095 && T != 16) continue;
-          cached_case(c.hq, c.hkv, c.hd, past, T, *mode ? "DFLASH_SPLIT_T16=old" : "split-KV pairs");
+          cached_case(c.hq, c.hkv, c.hd, past, T,
+                      *mode ? (mode[0] == 'o' ? "DFLASH_SPLIT_T16=old" : "DFLASH_SPLIT_T16=pairs") : "split-KV");
         }
   }
   unsetenv("DFLASH_SPLIT_T16");

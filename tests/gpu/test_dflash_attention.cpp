@@ -2,8 +2,9 @@
 // the same bf16-representable inputs: odd GQA groups, head dims 16–256 and unaligned ones, padding blocks,
 // anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
 // views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
-// both kernel paths in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
-// capability 9.0 GPU) and DFLASH_DFA=mma (the mma.sync kernels). Skips without a GPU.
+// each kernel path in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
+// capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels), DFLASH_DFA_RANKS=2 and DFLASH_DFA_FAST=0 (the
+// wgmma dk/dv kernel's cluster size and mask settings). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -204,19 +205,28 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  const char* env = std::getenv("DFLASH_DFA");
-  const std::string saved = env ? env : "";
-  for (const char* path : {"default", "mma"}) {
-    SCOPED_TRACE(std::string("kernel path ") + path);
-    if (std::strcmp(path, "mma") == 0)
-      setenv("DFLASH_DFA", "mma", 1);
-    else
-      unsetenv("DFLASH_DFA");
+  // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel's other settings (two CTAs
+  // a cluster; the mask on every item) — each alone, the others at their defaults.
+  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_RANKS", "DFLASH_DFA_FAST"};
+  std::string saved[3];
+  bool had[3];
+  for (int i = 0; i < 3; ++i) {
+    const char* e = std::getenv(vars[i]);
+    had[i] = e != nullptr, saved[i] = e ? e : "";
+  }
+  struct Path { const char* name; int var; const char* value; };
+  for (Path path : {Path{"default", -1, ""}, {"mma", 0, "mma"}, {"ranks2", 1, "2"}, {"mask always", 2, "0"}}) {
+    SCOPED_TRACE(std::string("kernel path ") + path.name);
+    for (int i = 0; i < 3; ++i)
+      if (i == path.var)
+        setenv(vars[i], path.value, 1);
+      else
+        unsetenv(vars[i]);
     // NaN poison again: a row the previous path wrote must not pass for this one.
     for (const Mat* m : {&out, &lse, &dq, &dk, &dv})
       EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * dtype_size(m->gpu.dtype), st),
                 cudaSuccess);
-    const std::string name = std::string(c.name) + " [" + path + "]";
+    const std::string name = std::string(c.name) + " [" + path.name + "]";
     dflash_attention_fwd_launch(bf(q), ld(q), bf(k), ld(k), bf(v), ld(v), dblk, bf(out), ld(out),
                                 lse.gpu.ptr<float>(), ld(lse), d, st);
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
@@ -256,10 +266,11 @@ void DFlashAttentionCuda::run(const Case& c) {
     EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
         << name << ": a second backward on the same inputs gave different bits";
   }
-  if (env)
-    setenv("DFLASH_DFA", saved.c_str(), 1);
-  else
-    unsetenv("DFLASH_DFA");
+  for (int i = 0; i < 3; ++i)
+    if (had[i])
+      setenv(vars[i], saved[i].c_str(), 1);
+    else
+      unsetenv(vars[i]);
 }
 
 // Shapes as {hq, hkv, hd, B, W}, then the context lengths, then blocks as {sequence, anchor or −1}.
