@@ -165,10 +165,13 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     __syncthreads();
 
     // Items of this round: (listed block n / nz, query chunk n % nz), Q/dO and row terms double-buffered.
+    // Item n is (listed block n / nz, query chunk n % nz); nz is 1 unless a group has more than 64 query rows.
+    auto split_item = [nz](int n) { return nz == 1 ? make_int2(n, 0) : make_int2(n / nz, n % nz); };
     auto load_item = [&](int n, int b) {
-      const int64_t j = base + list[n / nz];
-      const int z0 = (n % nz) * kTile;
-      const int2 sj = meta[n / nz];
+      const int2 it = split_item(n);
+      const int64_t j = base + list[it.x];
+      const int z0 = it.y * kTile;
+      const int2 sj = meta[it.x];
       const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
       static_assert(THREADS >= kTile, "one thread a query row of the chunk");
       if (threadIdx.x < kTile) {
@@ -206,10 +209,14 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     for (int n = n0; n < n1; ++n) {
       const int b = (n - n0) & 1;
       wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
-      if (n + 1 < n1) load_item(n + 1, b ^ 1);
-      const int64_t j = base + list[n / nz];
-      const int z0 = (n % nz) * kTile;
-      const int2 sj = meta[n / nz];
+      // The wgmma kernel issues the next item's copies once this item's last products are on the tensor cores
+      // (p.late_loads; here otherwise).
+      const bool late = WG && p.late_loads;
+      if (!late && n + 1 < n1) load_item(n + 1, b ^ 1);
+      const int2 it = split_item(n);
+      const int64_t j = base + list[it.x];
+      const int z0 = it.y * kTile;
+      const int2 sj = meta[it.x];
       const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
       const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj);
       const int* cb = cols + b * kTile;
@@ -242,7 +249,10 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // Warpgroup wg holds keys [64·wg, 64·wg + 64) of the tile (so warp w's fragment rows are keys kw + gr
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
-        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
+        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) {
+          if (late && n + 1 < n1) load_item(n + 1, b ^ 1);
+          continue;
+        }
         // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
         float s[32], dp[32];
         wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
@@ -265,6 +275,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         uint32_t da[4][4];
         wg_a_frags(dp, da);
         wg_issue_product(dk, da, Qb(b));
+        if (late && n + 1 < n1) load_item(n + 1, b ^ 1);
         wg_wait<0>(dv);
         wgmma_fence_regs(dk);
       } else {

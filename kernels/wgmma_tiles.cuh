@@ -22,10 +22,14 @@ constexpr int kWgTile = 64 * 128 * 2;
 
 // Rows [0, ROWS) of an operand into consecutive 64-row wgmma tiles at dst (1024-byte aligned), row r read
 // from src(r) (nullptr: a zero row), columns past hd zero (hd a multiple of 8, rows 16-byte aligned);
-// cp.async copies, complete at the next tile_wait_wg.
+// cp.async copies by the THREADS threads of the block, complete at the next tile_wait_wg. The copies per
+// thread are a constant, so the loop unrolls (its address arithmetic sits on the dk/dv kernel's critical path).
 template <int ROWS, int THREADS, class Src>
 __device__ __forceinline__ void load_tile_wg(unsigned char* dst, int hd, const __nv_bfloat16* any, Src src) {
-  for (int c = threadIdx.x; c < ROWS * 16; c += THREADS) {
+  static_assert(ROWS * 16 % THREADS == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+  for (int i = 0; i < ROWS * 16 / THREADS; ++i) {
+    const int c = threadIdx.x + i * THREADS;
     const int r = c >> 4, ch = c & 15;  // row, 16-byte chunk of it
     const __nv_bfloat16* p = src(r);
     const bool in = p != nullptr && ch * 8 < hd;
@@ -61,16 +65,15 @@ __device__ __forceinline__ void wg_issue_abt(float (&s)[32], const unsigned char
 #endif
 }
 
-// One warpgroup's s = X·Yᵀ over 128 columns (wg_issue_abt), waited for: the forward's scores.
-__device__ __forceinline__ void wg_score(float (&s)[32], const unsigned char* x, const unsigned char* y) {
+// One warpgroup's s = X·Yᵀ over 128 columns (wg_issue_abt) as one group, not waited for (wg_wait): the
+// forward's scores.
+__device__ __forceinline__ void wg_issue_score(float (&s)[32], const unsigned char* x, const unsigned char* y) {
 #ifdef DF_WGMMA_BODY
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;
   wgmma_fence();
   wg_issue_abt<128>(s, x, y);
   wgmma_commit();
-  wgmma_wait_all();
-  wgmma_fence_regs(s);
 #endif
 }
 
