@@ -320,19 +320,16 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const std::vector<double> sdo = col_sums(b, dout);
   char name[112];
 
-  // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with four CTAs a cluster
-  // (DFLASH_DFA_RANKS=4), with the mask on every item (DFLASH_DFA_FAST=0) and with an item's copies issued
-  // before its products (DFLASH_DFA_LOADS=early), the mma.sync kernels.
+  // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with the mask on every item
+  // (DFLASH_DFA_FAST=0), the mma.sync kernels.
   struct Path { const char* var; const char* value; const char* name; };
   const bool wg = wgmma_available();
   std::vector<Path> paths{{"", "", wg ? "wgmma" : "default (no wgmma here)"}};
   if (wg)
-    paths.insert(paths.end(), {{"DFLASH_DFA_RANKS", "4", "wgmma ranks4"},
-                               {"DFLASH_DFA_FAST", "0", "wgmma mask"},
-                               {"DFLASH_DFA_LOADS", "early", "wgmma early loads"}});
+    paths.push_back({"DFLASH_DFA_FAST", "0", "wgmma mask"});
   paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
   for (const Path& pa : paths) {
-    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_RANKS", "DFLASH_DFA_FAST", "DFLASH_DFA_LOADS"}) unsetenv(v);
+    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST"}) unsetenv(v);
     if (*pa.var) setenv(pa.var, pa.value, 1);
     const char* path = pa.name;
     std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, *pa.var ? pa.var : "DFLASH_DFA",
@@ -381,7 +378,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
       std::printf("  (the backward launched %zu kernels, not 3: no per-pass rows)\n", ks.size());
     }
   }
-  for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_RANKS", "DFLASH_DFA_FAST", "DFLASH_DFA_LOADS"}) unsetenv(v);
+  for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST"}) unsetenv(v);
   b.harena.reset(hm);
   b.arena.reset(mark);
 }

@@ -70,7 +70,6 @@ struct QueryArgs {
   DFlashAttnDims d;
   float scale_log2;
   bool vec, pairs;
-  bool late_loads;  // wgmma: the next key tile's copies are issued once this tile's scores are on the tensor cores
 };
 
 // Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
@@ -176,13 +175,14 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
         load(Vb(buf ^ 1), kvsrc(p.v, p.ld_v, k0 + kTile));
       }
     };
-    const bool late = WG && p.late_loads;
-    if (!late) load_next();
+    // The wgmma forward issues the next tile's copies once this tile's scores are on the tensor cores (1.5-2.5 %
+    // faster than before them at the bench's shapes, session 15; the dq pass measured 1-3 % slower that way).
+    if (!(WG && !DQ)) load_next();
     if constexpr (WG && !DQ) {
       // The mma.sync step on the wgmma fragment: masked scores, the online softmax, o += P·V.
       float s[32];
       wg_issue_score(s, Qt, Kb(buf));
-      if (late) load_next();
+      load_next();
       wg_wait<0>(s);
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -201,7 +201,6 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
       // while dP is still on the tensor cores.
       float s[32], dp[32];
       wg_issue_scores(s, Qt, Kb(buf), dp, dOt, Vb(buf));
-      if (late) load_next();
       wg_wait<1>(s);
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -360,7 +359,6 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  a.late_loads = !env_is("DFLASH_DFA_LOADS", "early");
   if (on_wgmma(d, a.vec))
     query_pass<128, false, true>(a, stream);
   else
@@ -395,7 +393,6 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.d = d;
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
-    a.late_loads = !env_is("DFLASH_DFA_LOADS", "early");
     if (wg)
       query_pass<128, true, true>(a, stream);
     else
@@ -409,13 +406,9 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
   a.blk_magic = block_magic(d.block, int64_t(d.hq / d.hkv) * d.block);
-  // The wgmma kernel's settings (the dflash bench times each): DFLASH_DFA_RANKS=4 CTAs a cluster (default 2:
-  // clusters of 4 one-CTA SMs packed 120 of the H200's 132 SMs, and 2 measured 9 % faster on the pass, session
-  // 15; each is deterministic, the fp32 partials summed in a different order), DFLASH_DFA_FAST=0 evaluates the
-  // mask on every item (default: an item that sees all of a warpgroup's keys skips it), DFLASH_DFA_LOADS=early
-  // issues an item's copies before its products rather than after them (the query-major passes too).
-  a.fast = !env_is("DFLASH_DFA_FAST", "0"), a.late_loads = !env_is("DFLASH_DFA_LOADS", "early");
-  a.ranks = env_is("DFLASH_DFA_RANKS", "4") ? 4 : 2;
+  // DFLASH_DFA_FAST=0: the wgmma kernel evaluates the mask on every item (by default an item that sees all of
+  // a warpgroup's keys skips it; the same results, the bench times both).
+  a.fast = !env_is("DFLASH_DFA_FAST", "0");
   dfa::kv_pass_launch(a, kvrows, wg, stream);
 }
 

@@ -92,8 +92,6 @@ struct KvArgs {
   bool vec, pairs;
   uint32_t blk_magic;  // row_split's magic for d.block
   bool fast;           // the wgmma kernel skips the mask on items that see all of a warpgroup's keys
-  bool late_loads;     // the wgmma kernel issues the next item's copies after this item's last products
-  int ranks;           // CTAs a cluster of the wgmma kernel: 2 or 4
 };
 
 // row_split's multiplier for `block` when every row index below rows_max divides exactly by it, else 0.

@@ -42,11 +42,15 @@ struct KvCfg {
   static constexpr int kRanks = 4;                   // CTAs of a cluster sharing one tile's items (mma.sync)
   static constexpr size_t kPartBytes = sizeof(float) * 2 * kKeys * HD;  // one rank's dk, dv partial
 };
+// The wgmma kernel's clusters: 2 CTAs, as clusters of 4 one-CTA SMs packed only 120 of the H200's 132 SMs
+// (Nsight Compute) and 2 measured 9 % faster on the pass (1.672 against 1.835 ms, bench_kernels dflash W2048
+// S1, session 15).
+constexpr int kWgRanks = 2;
 
-// One cluster of kRanks CTAs per (kKeys absolute k/v rows, kv head). Each CTA lists, in block order, the
-// blocks that see any of its keys (kScanK·THREADS entries of `blocks` at a time, their masks kept in shared
-// memory); of the list's items (block, 64-row query chunk) rank r takes the r-th contiguous share, so a tile
-// that every block sees (the start of a long context) is spread over kRanks SMs. Per item it loads the
+// One cluster of RANKS CTAs (kRanks, kWgRanks) per (kKeys absolute k/v rows, kv head). Each CTA lists, in
+// block order, the blocks that see any of its keys (kScanK·THREADS entries of `blocks` at a time, their masks
+// kept in shared memory); of the list's items (block, 64-row query chunk) rank r takes the r-th contiguous
+// share, so a tile that every block sees (the start of a long context) is spread over RANKS SMs. Per item it loads the
 // group's query rows with their row terms (the next item's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from
 // the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed through
 // distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
@@ -209,10 +213,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     for (int n = n0; n < n1; ++n) {
       const int b = (n - n0) & 1;
       wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
-      // The wgmma kernel issues the next item's copies once this item's last products are on the tensor cores
-      // (p.late_loads; here otherwise).
-      const bool late = WG && p.late_loads;
-      if (!late && n + 1 < n1) load_item(n + 1, b ^ 1);
+      // The next item's copies fly during this one (issued after this item's products instead, they measured
+      // 12 % slower on the wgmma pass: later to land, and registers spilled; session 15).
+      if (n + 1 < n1) load_item(n + 1, b ^ 1);
       const int2 it = split_item(n);
       const int64_t j = base + list[it.x];
       const int z0 = it.y * kTile;
@@ -249,10 +252,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // Warpgroup wg holds keys [64·wg, 64·wg + 64) of the tile (so warp w's fragment rows are keys kw + gr
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
-        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) {
-          if (late && n + 1 < n1) load_item(n + 1, b ^ 1);
-          continue;
-        }
+        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
         // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
         float s[32], dp[32];
         wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
@@ -275,7 +275,6 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         uint32_t da[4][4];
         wg_a_frags(dp, da);
         wg_issue_product(dk, da, Qb(b));
-        if (late && n + 1 < n1) load_item(n + 1, b ^ 1);
         wg_wait<0>(dv);
         wgmma_fence_regs(dk);
       } else {
@@ -369,10 +368,8 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
 }  // namespace
 
 void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream) {
-  if (wg && a.ranks == 2)
-    kv_pass<128, true, 2>(a, kvrows, stream);
-  else if (wg)
-    kv_pass<128, true, 4>(a, kvrows, stream);
+  if (wg)
+    kv_pass<128, true, kWgRanks>(a, kvrows, stream);
   else
     dispatch_head_dim(a.d.hd, [&](auto hd) {
       constexpr int HD = decltype(hd)::value;

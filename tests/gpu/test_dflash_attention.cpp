@@ -3,8 +3,8 @@
 // anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
 // views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
 // each kernel path in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
-// capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels), and DFLASH_DFA_RANKS=4, DFLASH_DFA_FAST=0 and
-// DFLASH_DFA_LOADS=early (the wgmma dk/dv kernel's cluster size, mask and copy placement). Skips without a GPU.
+// capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels) and DFLASH_DFA_FAST=0 (the wgmma dk/dv kernel
+// evaluating the mask on every item). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -205,20 +205,19 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel's other settings (four CTAs
-  // a cluster; the mask on every item; copies before the products) — each alone, the others at their defaults.
-  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_RANKS", "DFLASH_DFA_FAST", "DFLASH_DFA_LOADS"};
-  std::string saved[4];
-  bool had[4];
-  for (int i = 0; i < 4; ++i) {
+  // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel with the mask on every item
+  // — each alone, the other variable unset.
+  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST"};
+  std::string saved[2];
+  bool had[2];
+  for (int i = 0; i < 2; ++i) {
     const char* e = std::getenv(vars[i]);
     had[i] = e != nullptr, saved[i] = e ? e : "";
   }
   struct Path { const char* name; int var; const char* value; };
-  for (Path path : {Path{"default", -1, ""}, {"mma", 0, "mma"}, {"ranks4", 1, "4"}, {"mask always", 2, "0"},
-                    {"early loads", 3, "early"}}) {
+  for (Path path : {Path{"default", -1, ""}, {"mma", 0, "mma"}, {"mask always", 1, "0"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 2; ++i)
       if (i == path.var)
         setenv(vars[i], path.value, 1);
       else
@@ -267,7 +266,7 @@ void DFlashAttentionCuda::run(const Case& c) {
     EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
         << name << ": a second backward on the same inputs gave different bits";
   }
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 2; ++i)
     if (had[i])
       setenv(vars[i], saved[i].c_str(), 1);
     else
