@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
     }
   }
 
-  attn_store_rows<HD>(o, l, out, ld_out, gate, ld_gate, start, len, row_a, row_b, head, hd);
+  attn_store_rows<HD>(o, l, out, ld_out, gate, ld_gate, start, len, row_a, head, hd);
 }
 
 // ---- launchers ----

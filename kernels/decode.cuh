@@ -26,9 +26,10 @@ void gdn_decode_slice_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_
                           float* states, int64_t ld_states, int64_t saved, int64_t T, int nk, int nv, int dk, int dv,
                           cudaStream_t stream);
 
-// Element e of one token's q and k head rows for key head kh, 0 from dk up: where a qkv row keeps them (the nk
-// q heads, then the nk k heads, each dk wide), for gdn_decode_kernel and the two slice kernels.
-__device__ __forceinline__ void gdn_load_qk(const bf16* row, int nk, int kh, int dk, int e, float& q, float& k) {
+// Element e of one token's q and k head rows for key head kh, 0 from dk up: where a qkv row keeps them (the
+// nk q heads, then the nk k heads, each dk wide), for gdn_decode_kernel and the two slice kernels.
+__device__ __forceinline__ void gdn_load_qk(const bf16* row, int nk, int kh, int dk, int e, float& q,
+                                            float& k) {
   q = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
   k = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
 }

@@ -75,15 +75,15 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // The flash-attention epilogue of one warp's 16 query rows, shared by attention.cu and attention_sm90.cu:
-// rows row_a and row_b = row_a + 8 of the sequence whose tokens start at `start`, those below len, stored as
-// o / l (l: this lane's part of the row sum) at head's hd columns of out, gated by the same place in gate
-// when gate is non-null. o is the accumulator as HD / 8 n-tiles of m16n8 C fragments (kernels/mma.cuh:
-// element e of tile c is row g + 8 (e >> 1), column 8c + 2t + (e & 1)); wgmma's m64 accumulator is the same
-// per warp, tiles back to back. Columns from hd up (the tile's zero padding) are skipped.
+// rows row_a and row_a + 8 of the sequence whose tokens start at `start`, those below len, stored as o / l
+// (l: this lane's part of the row sum) at head's hd columns of out, gated by the same place in gate when gate
+// is non-null. o is the accumulator as HD / 8 n-tiles of m16n8 C fragments (kernels/mma.cuh: element e of
+// tile c is row g + 8 (e >> 1), column 8c + 2t + (e & 1)); wgmma's m64 accumulator is the same per warp,
+// tiles back to back. Columns from hd up (the tile's zero padding) are skipped.
 template <int HD>
 __device__ __forceinline__ void attn_store_rows(const float (&o)[HD / 8][4], const float (&l)[2],
                                                 __nv_bfloat16* out, int64_t ld_out, const __nv_bfloat16* gate,
-                                                int64_t ld_gate, int start, int len, int row_a, int row_b, int head,
+                                                int64_t ld_gate, int start, int len, int row_a, int head,
                                                 int hd) {
   const int t4 = threadIdx.x & 3;
   const float inv_a = 1.0f / quad_sum(l[0]), inv_b = 1.0f / quad_sum(l[1]);
@@ -111,9 +111,10 @@ __device__ __forceinline__ void attn_store_rows(const float (&o)[HD / 8][4], con
     }
   };
   __nv_bfloat16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * hd;
-  const __nv_bfloat16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * hd : nullptr;
+  const __nv_bfloat16* gate_a =
+      gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * hd : nullptr;
   if (row_a < len) store_row(out_a, gate_a, 0, inv_a);
-  if (row_b < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, inv_b);
+  if (row_a + 8 < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, inv_b);
 }
 
 // Eight bf16 held in one 16-byte register quad (what a uint4 load brings in) to and from fp32, for kernels
