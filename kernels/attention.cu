@@ -130,40 +130,7 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    l[r] = 1.0f / l[r];
-  }
-  // Row a, then row b, each with all its gate pairs loaded before its first store: the stores could alias
-  // the gate as far as the compiler knows, so loads interleaved with them would each wait a full memory
-  // round trip (the epilogue of attention_sm90.cu has the same order).
-  auto store_row = [&](bf16* dst, const bf16* gate_row, int lo, float inv) {
-    if (gate_row) {
-      __nv_bfloat162 gv[HD / 8];
-#pragma unroll
-      for (int i = 0; i < HD / 8; ++i) {
-        const int d = i * 8 + 2 * t4;
-        gv[i] = d < hd ? __ldg(reinterpret_cast<const __nv_bfloat162*>(gate_row + d)) : __nv_bfloat162{};
-      }
-#pragma unroll
-      for (int i = 0; i < HD / 8; ++i) {
-        const int d = i * 8 + 2 * t4;
-        if (d < hd) attn_store_gated(dst + d, gv[i], o[i][lo] * inv, o[i][lo + 1] * inv);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < HD / 8; ++i) {
-        const int d = i * 8 + 2 * t4;
-        if (d < hd) attn_store_pair(dst + d, nullptr, o[i][lo] * inv, o[i][lo + 1] * inv);
-      }
-    }
-  };
-  bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * hd;
-  const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * hd : nullptr;
-  if (row_a < len) store_row(out_a, gate_a, 0, l[0]);
-  if (row_b < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, l[1]);
+  attn_store_rows<HD>(o, l, out, ld_out, gate, ld_gate, start, len, row_a, head, hd);
 }
 
 // ---- launchers ----

@@ -344,33 +344,9 @@ __global__ void __launch_bounds__(384, 1)
     turn_end();
   }
 
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    l[h] = 1.0f / l[h];
-  }
-  // A row's gate pairs are all loaded before its first store: the stores could alias the gate as far as the
-  // compiler knows, so loads interleaved with them would each wait a full memory round trip.
-  auto store_row = [&](bf16* dst, const bf16* gate_row, int lo, float inv) {
-    if (gate_row) {
-      __nv_bfloat162 gv[HD / 8];
-#pragma unroll
-      for (int c = 0; c < HD / 8; ++c)
-        gv[c] = __ldg(reinterpret_cast<const __nv_bfloat162*>(gate_row + 8 * c + 2 * t4));
-#pragma unroll
-      for (int c = 0; c < HD / 8; ++c)
-        attn_store_gated(dst + 8 * c + 2 * t4, gv[c], o[4 * c + lo] * inv, o[4 * c + lo + 1] * inv);
-    } else {
-#pragma unroll
-      for (int c = 0; c < HD / 8; ++c)
-        attn_store_pair(dst + 8 * c + 2 * t4, nullptr, o[4 * c + lo] * inv, o[4 * c + lo + 1] * inv);
-    }
-  };
-  bf16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * HD;
-  const bf16* gate_a = gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * HD : nullptr;
-  if (row_a < len) store_row(out_a, gate_a, 0, l[0]);
-  if (row_b < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, l[1]);
+  // Per warp, o is the HD / 8 m16n8 C fragments attn_store_rows takes, back to back.
+  attn_store_rows<HD>(reinterpret_cast<const float(&)[HD / 8][4]>(o), l, out, ld_out, gate, ld_gate, start, len,
+                      row_a, head, HD);
 #endif
 }
 

@@ -156,9 +156,7 @@ __global__ void __launch_bounds__(kDecodeThreads) gdn_decode_kernel(
     float qv[PL], kv[PL], qss = 0.0f, kss = 0.0f;
 #pragma unroll
     for (int i = 0; i < PL; ++i) {
-      const int e = lane + 32 * i;
-      qv[i] = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
-      kv[i] = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
+      gdn_load_qk(row, nk, kh, dk, lane + 32 * i, qv[i], kv[i]);
       qss += qv[i] * qv[i];
       kss += kv[i] * kv[i];
     }

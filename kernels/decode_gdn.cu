@@ -55,8 +55,8 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
       const bf16* row = qkv + (t0 + tt) * ld_qkv;
       float qss = 0.0f, kss = 0.0f;
       for (int e = lane; e < DKP; e += 32) {
-        const float qe = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
-        const float ke = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
+        float qe, ke;
+        gdn_load_qk(row, nk, kh, dk, e, qe, ke);
         sq[tt][e] = qe;
         sk[tt][e] = ke;
         qss += qe * qe;
@@ -185,11 +185,7 @@ __global__ void __launch_bounds__(32 * kGdnQuadWarps) gdn_decode_quad_kernel(
                            ? __bfloat162float(row[2LL * nk * dk + (int64_t)h * dv + c0 + lane]) : 0.0f;
       float qe[RPT], ke[RPT], qss = 0.0f, kss = 0.0f;
 #pragma unroll
-      for (int m = 0; m < RPT; ++m) {
-        const int e = lane + 32 * m;
-        qe[m] = e < dk ? __bfloat162float(row[(int64_t)kh * dk + e]) : 0.0f;
-        ke[m] = e < dk ? __bfloat162float(row[(int64_t)nk * dk + (int64_t)kh * dk + e]) : 0.0f;
-      }
+      for (int m = 0; m < RPT; ++m) gdn_load_qk(row, nk, kh, dk, lane + 32 * m, qe[m], ke[m]);
 #pragma unroll
       for (int m = 0; m < RPT; ++m) {
         qss += qe[m] * qe[m];

@@ -1,5 +1,6 @@
 // Small device helpers shared by the kernel families: bf16 rounding that mirrors a torch bf16 op,
-// SiLU/sigmoid in fp32, vector bf16 loads/stores, and warp/block sums and maxima.
+// SiLU/sigmoid in fp32, the attention epilogue's stores, vector bf16 loads/stores, and quad/warp/block sums
+// and maxima.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -64,6 +65,56 @@ __device__ __forceinline__ void attn_store_pair(__nv_bfloat16* out, const __nv_b
     attn_store_gated(out, *reinterpret_cast<const __nv_bfloat162*>(gate), a, b);
   else
     *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(a, b);
+}
+
+// Sum over the four lanes of a quad (lanes 4g .. 4g + 3), which hold the columns of one row of an mma.sync
+// accumulator (kernels/mma.cuh).
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// The flash-attention epilogue of one warp's 16 query rows, shared by attention.cu and attention_sm90.cu:
+// rows row_a and row_a + 8 of the sequence whose tokens start at `start`, those below len, stored as o / l
+// (l: this lane's part of the row sum) at head's hd columns of out, gated by the same place in gate when gate
+// is non-null. o is the accumulator as HD / 8 n-tiles of m16n8 C fragments (kernels/mma.cuh: element e of
+// tile c is row g + 8 (e >> 1), column 8c + 2t + (e & 1)); wgmma's m64 accumulator is the same per warp,
+// tiles back to back. Columns from hd up (the tile's zero padding) are skipped.
+template <int HD>
+__device__ __forceinline__ void attn_store_rows(const float (&o)[HD / 8][4], const float (&l)[2],
+                                                __nv_bfloat16* out, int64_t ld_out, const __nv_bfloat16* gate,
+                                                int64_t ld_gate, int start, int len, int row_a, int head,
+                                                int hd) {
+  const int t4 = threadIdx.x & 3;
+  const float inv_a = 1.0f / quad_sum(l[0]), inv_b = 1.0f / quad_sum(l[1]);
+  // Each row's gate pairs are all loaded before its first store: the stores could alias the gate as far as
+  // the compiler knows, so loads interleaved with them would each wait a full memory round trip.
+  auto store_row = [&](__nv_bfloat16* dst, const __nv_bfloat16* gate_row, int lo, float inv) {
+    if (gate_row) {
+      __nv_bfloat162 gv[HD / 8];
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c) {
+        const int d = 8 * c + 2 * t4;
+        gv[c] = d < hd ? __ldg(reinterpret_cast<const __nv_bfloat162*>(gate_row + d)) : __nv_bfloat162{};
+      }
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c) {
+        const int d = 8 * c + 2 * t4;
+        if (d < hd) attn_store_gated(dst + d, gv[c], o[c][lo] * inv, o[c][lo + 1] * inv);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c) {
+        const int d = 8 * c + 2 * t4;
+        if (d < hd) attn_store_pair(dst + d, nullptr, o[c][lo] * inv, o[c][lo + 1] * inv);
+      }
+    }
+  };
+  __nv_bfloat16* out_a = out + (int64_t)(start + row_a) * ld_out + (int64_t)head * hd;
+  const __nv_bfloat16* gate_a =
+      gate ? gate + (int64_t)(start + row_a) * ld_gate + (int64_t)head * hd : nullptr;
+  if (row_a < len) store_row(out_a, gate_a, 0, inv_a);
+  if (row_a + 8 < len) store_row(out_a + 8 * ld_out, gate ? gate_a + 8 * ld_gate : nullptr, 2, inv_b);
 }
 
 // Eight bf16 held in one 16-byte register quad (what a uint4 load brings in) to and from fp32, for kernels
