@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       }
     __syncthreads();
 
-    // Items of this round: (listed block n / nz, query chunk n % nz), Q/dO and row terms double-buffered.
-    // Item n is (listed block n / nz, query chunk n % nz); nz is 1 unless a group has more than 64 query rows.
+    // Items of this round: item n is (listed block n / nz, query chunk n % nz), nz 1 unless a group has more
+    // than 64 query rows; Q/dO and row terms double-buffered.
     auto split_item = [nz](int n) { return nz == 1 ? make_int2(n, 0) : make_int2(n / nz, n % nz); };
     auto load_item = [&](int n, int b) {
       const int2 it = split_item(n);
