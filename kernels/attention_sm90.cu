@@ -345,8 +345,8 @@ __global__ void __launch_bounds__(384, 1)
   }
 
   // Per warp, o is the HD / 8 m16n8 C fragments attn_store_rows takes, back to back.
-  attn_store_rows<HD>(reinterpret_cast<const float(&)[HD / 8][4]>(o), l, out, ld_out, gate, ld_gate, start, len,
-                      row_a, head, HD);
+  attn_store_rows<HD>(reinterpret_cast<const float(&)[HD / 8][4]>(o), l, out, ld_out, gate, ld_gate, start,
+                      len, row_a, head, HD);
 #endif
 }
 

@@ -25,24 +25,24 @@ namespace {
 // ---- split-KV attention over a cache on tensor cores -----------------------------------------------------
 // Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
 // the same K / V. A CTA takes a group of cta_rows <= kSplitMaxRows of them (split_plan picks the groups), one
-// m16 tile per warp (HALVES 1) or per pair of warps (HALVES 2), and `slices` warps (pairs) per tile that share
-// the key stages: a stage is slices × kSplitWarpKeys keys and warp (tile, slice) runs its own online softmax over
-// its 16 of them, so a short step (T = 1: one tile) still has up to kSplitMaxWarps warps on the tensor cores while
-// the copies of the next stages are in flight. The slices of a tile are merged in shared memory at the end, so a
-// CTA writes one partial per row.
-// HALVES 2 is the verify step's path (T 16: 4-8 tiles, so HALVES 1 leaves one or two slices and 4-8 warps an SM,
-// each running a long serial chain per stage: 235 registers at hd 256, 6 warps, 23 % of the issue slots busy,
-// Nsight Compute, session 14): the two warps of a pair each take half of Q·Kᵀ's head dim and add their partial
-// scores through shared memory, run the same softmax on the same sums, and each computes P·V for its half of
-// the output columns, so a warp's chain per stage and its accumulator are half as long and twice the warps fit.
+// m16 tile per warp (HALVES 1) or per pair of warps (HALVES 2), and `slices` warps (pairs) per tile that
+// share the key stages: a stage is slices × kSplitWarpKeys keys and warp (tile, slice) runs its own online
+// softmax over its 16 of them, so a short step (T = 1: one tile) still has up to kSplitMaxWarps warps on the
+// tensor cores while the copies of the next stages are in flight. The slices of a tile are merged in shared
+// memory at the end, so a CTA writes one partial per row. HALVES 2 is the verify step's path (T 16: 4-8
+// tiles, so HALVES 1 leaves one or two slices and 4-8 warps an SM, each running a long serial chain per
+// stage: 235 registers at hd 256, 6 warps, 23 % of the issue slots busy, Nsight Compute, session 14): the two
+// warps of a pair each take half of Q·Kᵀ's head dim and add their partial scores through shared memory, run
+// the same softmax on the same sums, and each computes P·V for its half of the output columns, so a warp's
+// chain per stage and its accumulator are half as long and twice the warps fit.
 constexpr int kSplitWarpKeys = 16;
 constexpr int kSplitMaxStages = 6;
 constexpr int kSplitMaxRows = 128;
 constexpr int kSplitMaxWarps = 8;
 constexpr int kMergeThreads = 256;
 
-// Warps a CTA of the split kernel may have: HALVES 2 sized so its registers fit one CTA an SM (hd 256: 12 warps
-// of up to 168 registers, ptxas gives 138; hd 128: 16 of up to 128, ptxas 106).
+// Warps a CTA of the split kernel may have: HALVES 2 sized so its registers fit one CTA an SM (hd 256: 12
+// warps of up to 168 registers, ptxas gives 138; hd 128: 16 of up to 128, ptxas 106).
 __host__ __device__ constexpr int split_max_warps(int hd, int halves) {
   return halves == 1 ? kSplitMaxWarps : hd == 256 ? 12 : 16;
 }
@@ -59,18 +59,19 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
   }
 }
 
-// Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [z·cta_rows, +cta_rows) of
-// kv head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0). blockDim
-// is 32 · wtiles · HALVES · slices; `stages` ring buffers of slices · kSplitWarpKeys keys (chunk_len a multiple of
-// that). Scores and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into
-// bf16 hi + lo, so its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far
-// above the decode's fp32 contract). Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per
-// row to part_ml.
+// Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [z·cta_rows, +cta_rows)
+// of kv head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0).
+// blockDim is 32 · wtiles · HALVES · slices; `stages` ring buffers of slices · kSplitWarpKeys keys (chunk_len
+// a multiple of that). Scores and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V
+// split into bf16 hi + lo, so its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per
+// key, far above the decode's fp32 contract). Writes the chunk's unnormalised acc [rows][HD] to part and
+// (max, sum) per row to part_ml.
 template <int HD, int HALVES>
-__global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES)) attention_split_kernel(
-    const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k, const bf16* __restrict__ v,
-    int64_t ld_v, float* __restrict__ part, float* __restrict__ part_ml, int64_t past, int T, int group,
-    int cta_rows, int chunk_len, int slices, int stages, float scale_log2) {
+__global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
+    attention_split_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k,
+                           const bf16* __restrict__ v, int64_t ld_v, float* __restrict__ part,
+                           float* __restrict__ part_ml, int64_t past, int T, int group, int cta_rows,
+                           int chunk_len, int slices, int stages, float scale_log2) {
   // HW: the head-dim columns a warp multiplies and writes; CH: 16-byte pieces of a row
   constexpr int LDS = HD + 8, HW = HD / HALVES, NT = HW / 8, CH = HD / 8;
   extern __shared__ __align__(16) unsigned char split_smem[];
@@ -78,15 +79,16 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES)) attention_sp
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // A slice's warps: wtiles tiles × HALVES column halves, warp tc + wslice·slice, tc = tile + wtiles·half.
-  const int wslice = blockDim.x / 32 / slices, wtiles = wslice / HALVES, tc = warp % wslice, slice = warp / wslice;
+  const int wslice = blockDim.x / 32 / slices, wtiles = wslice / HALVES, tc = warp % wslice,
+            slice = warp / wslice;
   const int tile = HALVES == 1 ? tc : tc % wtiles, half = HALVES == 1 ? 0 : tc / wtiles;
   const int stage_keys = slices * kSplitWarpKeys;
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
   const int64_t seen = past + (r0 + here - 1) / group + 1;  // keys [0, seen) are visible to some row here
   const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + stage_keys - 1) / stage_keys);
   bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [wtiles·16][LDS], rows past `here` zero
-  // HALVES 2: each warp's partial scores [8][32 lanes] for its pair; then the ring of stages: K [stage_keys][LDS]
-  // then V
+  // HALVES 2: each warp's partial scores [8][32 lanes] for its pair; then the ring of stages: K
+  // [stage_keys][LDS] then V
   float* sx = reinterpret_cast<float*>(sq + wtiles * 16 * LDS);
   bf16* skv = reinterpret_cast<bf16*>(sx + (HALVES > 1 ? wslice * slices * 256 : 0));
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
@@ -192,9 +194,10 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES)) attention_sp
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, o);
   }
   if (slices > 1) {
-    // Merge the slices of each (tile, half) into slice 0: every warp puts its rows' (max, sum) in shared memory,
-    // takes the tile's max M over the slices, and rescales by 2^(m − M); slices 1.. leave their acc there for
-    // slice 0 to add. The ring is free (the loop ended on a barrier; an nb = 0 CTA never filled it).
+    // Merge the slices of each (tile, half) into slice 0: every warp puts its rows' (max, sum) in shared
+    // memory, takes the tile's max M over the slices, and rescales by 2^(m − M); slices 1.. leave their acc
+    // there for slice 0 to add. The ring is free (the loop ended on a barrier; an nb = 0 CTA never filled
+    // it).
     float* mlw = reinterpret_cast<float*>(skv);  // [warps][16][2]
     float* accw = mlw + blockDim.x;              // [warps][16][HW], slice 0's part unused
     const int rl = lane >> 2;
@@ -366,26 +369,28 @@ int split_rows_forced() {
   return n >= 16 && n <= kSplitMaxRows && n % 16 == 0 ? n : 0;
 }
 
-// Where the verify step's pairs of warps (HALVES 2) run: by default at hd 256 only, where they measured faster
-// (27B T 16: 32.1 against 35.9 us one warp a tile; at hd 128 the 8B step took 27.5 against 24.9 us, bench_kernels
-// decode, session 15). DFLASH_SPLIT_T16=old: nowhere (the one-warp-a-tile kernel, the plan before the pairs);
-// =pairs: wherever they fit, hd 128 too (what the tests run). Read per call, as DFLASH_SPLIT_ROWS.
+// Where the verify step's pairs of warps (HALVES 2) run: by default at hd 256 only, where they measured
+// faster (27B T 16: 32.1 against 35.9 us one warp a tile; at hd 128 the 8B step took 27.5 against 24.9 us,
+// bench_kernels decode, session 15). DFLASH_SPLIT_T16=old: nowhere (the one-warp-a-tile kernel, the plan
+// before the pairs); =pairs: wherever they fit, hd 128 too (what the tests run). Read per call, as
+// DFLASH_SPLIT_ROWS.
 bool split_halves_at(int hd) {
   const char* e = std::getenv("DFLASH_SPLIT_T16");
   const std::string mode = e ? e : "";
   return mode == "old" ? false : mode == "pairs" ? true : hd == 256;
 }
 
-// How one call splits the work. Row groups of cta_rows: one per kSplitMaxRows rows. More groups would shrink the
-// chunks' fp32 partials (27B at T 16: 33 chunks × 96 rows come to 0.77 of 4112 keys' K and V), the groups of a
-// chunk reading its keys from L2, but two groups of 48 rows measured slower on the H200 (39.1 µs against 35.2 µs,
-// bench_kernels decode, session 13), so they stay an A/B setting (DFLASH_SPLIT_ROWS). Then per
-// group: wtiles m16 row tiles, each taken by one warp or, on the verify step's path (3 or more tiles and two
-// warps a tile within split_max_warps: hd 256 up to 6 tiles, hd 128 up to 8, where split_halves_at allows), a
-// pair of warps (halves 2), × `slices` key slices of them, `chunks` per kv head of chunk_len keys (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of
-// `stages` stages, and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is
-// larger; a pair path's score slots come after Q). Slices are halved from split_max_warps / (wtiles · halves)
-// until Q and two stages fit (hd 256 at T 1: 4).
+// How one call splits the work. Row groups of cta_rows: one per kSplitMaxRows rows. More groups would shrink
+// the chunks' fp32 partials (27B at T 16: 33 chunks × 96 rows come to 0.77 of 4112 keys' K and V), the groups
+// of a chunk reading its keys from L2, but two groups of 48 rows measured slower on the H200 (39.1 µs
+// against 35.2 µs, bench_kernels decode, session 13), so they stay an A/B setting (DFLASH_SPLIT_ROWS). Then
+// per group: wtiles m16 row tiles, each taken by one warp or, on the verify step's path (3 or more tiles and
+// two warps a tile within split_max_warps: hd 256 up to 6 tiles, hd 128 up to 8, where split_halves_at
+// allows), a pair of warps (halves 2), × `slices` key slices of them, `chunks` per kv head of chunk_len keys
+// (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of `stages` stages,
+// and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is larger; a pair
+// path's score slots come after Q). Slices are halved from split_max_warps / (wtiles · halves) until Q and
+// two stages fit (hd 256 at T 1: 4).
 struct SplitPlan {
   int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, slices = 0, chunks = 0, chunk_len = 0, stages = 0;
   size_t smem = 0;
@@ -406,7 +411,8 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   p.slices = std::max(1, split_max_warps(hd, p.halves) / wslice);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);
   auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (8 floats a lane)
-    return size_t(p.wtiles) * 16 * row_bytes + (p.halves > 1 ? sizeof(float) * 256 * size_t(wslice * slices) : 0);
+    return size_t(p.wtiles) * 16 * row_bytes +
+           (p.halves > 1 ? sizeof(float) * 256 * size_t(wslice * slices) : 0);
   };
   auto stage_bytes = [&](int slices) { return size_t(2 * slices * kSplitWarpKeys) * row_bytes; };
   while (p.slices > 1 && q_bytes(p.slices) + 2 * stage_bytes(p.slices) > budget) p.slices /= 2;
@@ -418,8 +424,9 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   p.chunk_len = int(per_chunk * stage_keys);
   const int64_t fit = int64_t((budget - q_bytes(p.slices)) / stage_bytes(p.slices));
   p.stages = int(std::min<int64_t>({kSplitMaxStages, fit, per_chunk}));
-  const size_t merge = p.slices > 1 ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves))
-                                    : size_t(0);
+  const size_t merge = p.slices > 1
+                           ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves))
+                           : size_t(0);
   p.smem = q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
   return p;
 }
@@ -449,8 +456,8 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   auto split = hd == 128 ? (p.halves == 2 ? attention_split_kernel<128, 2> : attention_split_kernel<128, 1>)
                          : (p.halves == 2 ? attention_split_kernel<256, 2> : attention_split_kernel<256, 1>);
   const dim3 block(32 * p.wtiles * p.halves * p.slices);
-  launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T), group,
-             p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
+  launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
+             group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
   const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
   launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,

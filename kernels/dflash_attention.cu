@@ -175,8 +175,9 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
         load(Vb(buf ^ 1), kvsrc(p.v, p.ld_v, k0 + kTile));
       }
     };
-    // The wgmma forward issues the next tile's copies once this tile's scores are on the tensor cores (1.5-2.5 %
-    // faster than before them at the bench's shapes, session 15; the dq pass measured 1-3 % slower that way).
+    // The wgmma forward issues the next tile's copies once this tile's scores are on the tensor cores
+    // (1.5-2.5 % faster than before them at the bench's shapes, session 15; the dq pass measured 1-3 % slower
+    // that way).
     if (!(WG && !DQ)) load_next();
     if constexpr (WG && !DQ) {
       // The mma.sync step on the wgmma fragment: masked scores, the online softmax, o += P·V.

@@ -96,7 +96,8 @@ struct KvArgs {
 
 // row_split's multiplier for `block` when every row index below rows_max divides exactly by it, else 0.
 inline uint32_t block_magic(int block, int64_t rows_max) {
-  return block > 0 && rows_max * block < (int64_t(1) << 32) ? uint32_t(0xffffffffu / uint32_t(block) + 1u) : 0u;
+  return block > 0 && rows_max * block < (int64_t(1) << 32) ? uint32_t(0xffffffffu / uint32_t(block) + 1u)
+                                                            : 0u;
 }
 
 // The key-major dk/dv pass over kvrows k/v rows (dflash_attention_kv.cu): the wgmma kernel when wg, else the

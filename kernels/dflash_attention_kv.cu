@@ -50,10 +50,10 @@ constexpr int kWgRanks = 2;
 // One cluster of RANKS CTAs (kRanks, kWgRanks) per (kKeys absolute k/v rows, kv head). Each CTA lists, in
 // block order, the blocks that see any of its keys (kScanK·THREADS entries of `blocks` at a time, their masks
 // kept in shared memory); of the list's items (block, 64-row query chunk) rank r takes the r-th contiguous
-// share, so a tile that every block sees (the start of a long context) is spread over RANKS SMs. Per item it loads the
-// group's query rows with their row terms (the next item's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from
-// the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed through
-// distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
+// share, so a tile that every block sees (the start of a long context) is spread over RANKS SMs. Per item it
+// loads the group's query rows with their row terms (the next item's copies fly during this one): Sᵀ = K·Qᵀ,
+// Pᵀ from the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed
+// through distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
 // WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
 // (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands).
 template <int HD, bool WG, int RANKS>
@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
   int* list = reinterpret_cast<int*>(meta + LIST);
   int* wcount = list + LIST;
-  // Per Q/dO buffer, from warps 0 and 1 (query rows 0-31, 32-63): bit w set when every one of its rows sees all
-  // 64 keys of warpgroup w's half of the tile, so that warpgroup forms Pᵀ without the mask (WG only).
+  // Per Q/dO buffer, from warps 0 and 1 (query rows 0-31, 32-63): bit w set when every one of its rows sees
+  // all 64 keys of warpgroup w's half of the tile, so that warpgroup forms Pᵀ without the mask (WG only).
   unsigned* fullw = reinterpret_cast<unsigned*>(wcount + THREADS / 32);
   const DFlashAttnDims& d = p.d;
   const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * KEYS, r1 = min(r0 + KEYS, rows);
@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       // Pᵀ and dSᵀ of NQ 8-column n-tiles (query columns c0 + 8·n2 + 2·t4 + {0, 1}) for key rows xa (elements
       // 0, 1 of an n-tile) and xa + 8 (elements 2, 3), masked pairs 0: element e of n-tile n2 is S(n2, e),
       // Sᵀ that becomes Pᵀ, and DP(n2, e), dPᵀ that becomes dSᵀ.
-      // With with_ds false only Pᵀ is formed (the wgmma variant forms dSᵀ later, from Pᵀ, the masked pairs 0);
-      // with all_seen true every pair is visible (fullw), and the mask is not evaluated.
+      // With with_ds false only Pᵀ is formed (the wgmma variant forms dSᵀ later, from Pᵀ, the masked pairs
+      // 0); with all_seen true every pair is visible (fullw), and the mask is not evaluated.
       auto p_ds = [&](auto nq, int c0, int xa, auto&& S, auto&& DP, auto with_ds, auto all_seen) {
 #pragma unroll
         for (int n2 = 0; n2 < decltype(nq)::value; ++n2) {
@@ -290,9 +290,10 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           float s[NQ][4], dp[NQ][4];
           warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
           warp_mma_abt<NQ, HD, LDS>(dp, Vs + kw * LDS, dos, lane);
-          p_ds(std::integral_constant<int, NQ>{}, sub * QS, kw + gr,
-               [&](int n2, int e) -> float& { return s[n2][e]; },
-               [&](int n2, int e) -> float& { return dp[n2][e]; }, std::true_type{}, std::false_type{});
+          p_ds(
+              std::integral_constant<int, NQ>{}, sub * QS, kw + gr,
+              [&](int n2, int e) -> float& { return s[n2][e]; },
+              [&](int n2, int e) -> float& { return dp[n2][e]; }, std::true_type{}, std::false_type{});
 #pragma unroll
           for (int kk = 0; kk < QS / 16; ++kk) {
             uint32_t a[4];
@@ -358,8 +359,8 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
                       std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
                                                     (sizeof(int2) + sizeof(int)) * list +
                                                     sizeof(int) * Cfg::kThreads / 32 + sizeof(unsigned) * 4);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(RANKS));
   dfa_kv_kernel<HD, WG, RANKS><<<grid, Cfg::kThreads, smem, stream>>>(a);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");

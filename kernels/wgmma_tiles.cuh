@@ -23,7 +23,8 @@ constexpr int kWgTile = 64 * 128 * 2;
 // Rows [0, ROWS) of an operand into consecutive 64-row wgmma tiles at dst (1024-byte aligned), row r read
 // from src(r) (nullptr: a zero row), columns past hd zero (hd a multiple of 8, rows 16-byte aligned);
 // cp.async copies by the THREADS threads of the block, complete at the next tile_wait_wg. The copies per
-// thread are a constant, so the loop unrolls (its address arithmetic sits on the dk/dv kernel's critical path).
+// thread are a constant, so the loop unrolls (its address arithmetic sits on the dk/dv kernel's critical
+// path).
 template <int ROWS, int THREADS, class Src>
 __device__ __forceinline__ void load_tile_wg(unsigned char* dst, int hd, const __nv_bfloat16* any, Src src) {
   static_assert(ROWS * 16 % THREADS == 0, "whole rounds of 16-byte copies");
@@ -67,7 +68,8 @@ __device__ __forceinline__ void wg_issue_abt(float (&s)[32], const unsigned char
 
 // One warpgroup's s = X·Yᵀ over 128 columns (wg_issue_abt) as one group, not waited for (wg_wait): the
 // forward's scores.
-__device__ __forceinline__ void wg_issue_score(float (&s)[32], const unsigned char* x, const unsigned char* y) {
+__device__ __forceinline__ void wg_issue_score(float (&s)[32], const unsigned char* x,
+                                               const unsigned char* y) {
 #ifdef DF_WGMMA_BODY
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;

@@ -487,14 +487,14 @@ TEST_F(CudaOpsCachedTest, AttentionCachedMatchesCpu) {
 }
 
 // The split-KV tensor-core path of attention_cached (hd 128 / 256): step sizes around its 16-row tiles
-// (T·group 1 .. 128, so 1..8 tiles and the 8 / 4 / 2 / 1 key-slice warps per tile whose partials are merged in
-// shared memory), past one CTA's 128 rows (T 33 × group 6) and a prompt-sized step (T 300: row groups whose
-// early groups see none of the later chunks' keys), short caches where the plan splits the rows into many
-// groups to keep the partials small (past 63 at T 16: 16-row groups), caches that end inside, on and just
-// past a stage of 16 / 32 / 64 / 128 keys and span many chunks (4095), long caches whose chunks take several
-// stages of the ring (20000, short steps), GQA groups 1, 3, 6 and 8, with and without the gate; steps of 3 or
-// more tiles (T 16, 17, 33 at most groups) take the pairs of warps that split the head dim. P·V keeps P to 16
-// mantissa bits (bf16 hi + lo), so the same fp32 bound as the general kernel holds.
+// (T·group 1 .. 128, so 1..8 tiles and the 8 / 4 / 2 / 1 key-slice warps per tile whose partials are merged
+// in shared memory), past one CTA's 128 rows (T 33 × group 6) and a prompt-sized step (T 300: row groups
+// whose early groups see none of the later chunks' keys), short caches where the plan splits the rows into
+// many groups to keep the partials small (past 63 at T 16: 16-row groups), caches that end inside, on and
+// just past a stage of 16 / 32 / 64 / 128 keys and span many chunks (4095), long caches whose chunks take
+// several stages of the ring (20000, short steps), GQA groups 1, 3, 6 and 8, with and without the gate; steps
+// of 3 or more tiles (T 16, 17, 33 at most groups) take the pairs of warps that split the head dim. P·V keeps
+// P to 16 mantissa bits (bf16 hi + lo), so the same fp32 bound as the general kernel holds.
 TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
   struct Case { int hq, hkv, hd; };
   for (Case c : {Case{6, 1, 128}, {12, 2, 256}, {6, 2, 256}, {3, 1, 128}, {4, 4, 256}, {8, 1, 128}})
@@ -537,21 +537,27 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitRowsSwitchMatchesCpu) {
 }
 
 // The verify step's pairs of warps (3 or more m16 tiles a CTA: two warps a tile, each half of the head dim in
-// Q·Kᵀ and half the output columns in P·V) under DFLASH_SPLIT_T16=pairs (at hd 128 too), the default (pairs at
-// hd 256 only) and =old (one warp a tile, the kernel before them): 27B and 8B steps (6 and 4 tiles, one and two
-// key slices of pairs), group 3 (3 tiles at T 16, two slices; 51 rows at T 17) and group 8 (8 tiles at T 16 on
-// hd 128, 16 warps; hd 256 past 12 warps stays on one warp a tile), T 5 .. 17 over caches that end mid-stage
-// (63, 4095) and none (0); each agrees with the CPU, and the switch is read per call.
+// Q·Kᵀ and half the output columns in P·V) under DFLASH_SPLIT_T16=pairs (at hd 128 too), the default (pairs
+// at hd 256 only) and =old (one warp a tile, the kernel before them): 27B and 8B steps (6 and 4 tiles, one
+// and two key slices of pairs), group 3 (3 tiles at T 16, two slices; 51 rows at T 17) and group 8 (8 tiles
+// at T 16 on hd 128, 16 warps; hd 256 past 12 warps stays on one warp a tile), T 5 .. 17 over caches that end
+// mid-stage (63, 4095) and none (0); each agrees with the CPU, and the switch is read per call.
 TEST_F(CudaOpsCachedTest, AttentionCachedSplitT16SwitchMatchesCpu) {
-  struct Case { int hq, hkv, hd; };
+  struct Case {
+    int hq, hkv, hd;
+  };
   for (const char* mode : {"old", "pairs", ""}) {
-    if (*mode) setenv("DFLASH_SPLIT_T16", mode, 1); else unsetenv("DFLASH_SPLIT_T16");
+    if (*mode)
+      setenv("DFLASH_SPLIT_T16", mode, 1);
+    else
+      unsetenv("DFLASH_SPLIT_T16");
     for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {8, 1, 128}, {8, 1, 256}})
       for (int64_t past : {0, 63, 4095})
         for (int64_t T : {5, 16, 17}) {
           if (past == 4095 && T != 16) continue;
-          cached_case(c.hq, c.hkv, c.hd, past, T,
-                      *mode ? (mode[0] == 'o' ? "DFLASH_SPLIT_T16=old" : "DFLASH_SPLIT_T16=pairs") : "split-KV");
+          cached_case(
+              c.hq, c.hkv, c.hd, past, T,
+              *mode ? (mode[0] == 'o' ? "DFLASH_SPLIT_T16=old" : "DFLASH_SPLIT_T16=pairs") : "split-KV");
         }
   }
   unsetenv("DFLASH_SPLIT_T16");

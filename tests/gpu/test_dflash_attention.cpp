@@ -205,8 +205,8 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel with the mask on every item
-  // — each alone, the other variable unset.
+  // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel with the mask on every
+  // item — each alone, the other variable unset.
   const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST"};
   std::string saved[2];
   bool had[2];
@@ -214,7 +214,11 @@ void DFlashAttentionCuda::run(const Case& c) {
     const char* e = std::getenv(vars[i]);
     had[i] = e != nullptr, saved[i] = e ? e : "";
   }
-  struct Path { const char* name; int var; const char* value; };
+  struct Path {
+    const char* name;
+    int var;
+    const char* value;
+  };
   for (Path path : {Path{"default", -1, ""}, {"mma", 0, "mma"}, {"mask always", 1, "0"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
     for (int i = 0; i < 2; ++i)
