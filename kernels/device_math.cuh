@@ -192,30 +192,25 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over the whole block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
-__device__ __forceinline__ float block_sum(float v) {
+// The whole block's reduction by WARP (warp_sum or warp_max; blockDim.x a multiple of 32, ≤ 1024), identity
+// standing in past the block's warps; every thread gets the result.
+template <float (*WARP)(float)>
+__device__ __forceinline__ float block_reduce(float v, float identity) {
   __shared__ float partial[32];
-  v = warp_sum(v);
+  v = WARP(v);
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();  // partial may still be read by a previous call
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   int nw = blockDim.x >> 5;
-  float t = lane < nw ? partial[lane] : 0.0f;
-  return warp_sum(t);
+  float t = lane < nw ? partial[lane] : identity;
+  return WARP(t);
 }
 
-// Max over the whole block, as block_sum (−inf from a block of −inf); every thread gets the result.
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float partial[32];
-  v = warp_max(v);
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // partial may still be read by a previous call
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  int nw = blockDim.x >> 5;
-  float t = lane < nw ? partial[lane] : -INFINITY;
-  return warp_max(t);
-}
+// Sum over the whole block; every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) { return block_reduce<warp_sum>(v, 0.0f); }
+
+// Max over the whole block (−inf from a block of −inf); every thread gets the result.
+__device__ __forceinline__ float block_max(float v) { return block_reduce<warp_max>(v, -INFINITY); }
 
 }  // namespace df
