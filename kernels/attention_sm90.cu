@@ -8,11 +8,10 @@
 // memory use the 128-byte swizzle (kernels/wgmma.cuh). An optional output gate is applied in the epilogue, as
 // in attention.cu. The launcher reports whether it ran so the caller can fall back to the portable kernel.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/tma.cuh"
@@ -382,12 +381,8 @@ struct AttnSm90Choice {
 };
 static const AttnSm90Choice& attention_sm90_choice() {
   static const AttnSm90Choice c = [] {
-    auto is = [](const char* key, const char* value) {
-      const char* e = std::getenv(key);
-      return e && std::strcmp(e, value) == 0;
-    };
-    return AttnSm90Choice{is("DFLASH_ATTN", "mma"), !is("DFLASH_ATTN_PINGPONG", "0"),
-                          is("DFLASH_ATTN_RESCALE", "always") ? 0.0f : 8.0f};
+    return AttnSm90Choice{env_is("DFLASH_ATTN", "mma"), !env_is("DFLASH_ATTN_PINGPONG", "0"),
+                          env_is("DFLASH_ATTN_RESCALE", "always") ? 0.0f : 8.0f};
   }();
   return c;
 }

@@ -25,13 +25,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/decode.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 
@@ -231,10 +230,7 @@ void gdn_recurrence_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
 }
 
 // DFLASH_DECODE=general: decoding on the general kernels. Read per call so one process can time both.
-bool decode_general_forced() {
-  const char* e = std::getenv("DFLASH_DECODE");
-  return e && std::strcmp(e, "general") == 0;
-}
+bool decode_general_forced() { return env_is("DFLASH_DECODE", "general"); }
 
 }  // namespace
 

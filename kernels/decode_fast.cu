@@ -9,11 +9,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
-#include <string>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/decode.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
@@ -375,9 +375,7 @@ int split_rows_forced() {
 // before the pairs); =pairs: wherever they fit, hd 128 too (what the tests run). Read per call, as
 // DFLASH_SPLIT_ROWS.
 bool split_halves_at(int hd) {
-  const char* e = std::getenv("DFLASH_SPLIT_T16");
-  const std::string mode = e ? e : "";
-  return mode == "old" ? false : mode == "pairs" ? true : hd == 256;
+  return env_is("DFLASH_SPLIT_T16", "old") ? false : env_is("DFLASH_SPLIT_T16", "pairs") ? true : hd == 256;
 }
 
 // How one call splits the work. Row groups of cta_rows: one per kSplitMaxRows rows. More groups would shrink

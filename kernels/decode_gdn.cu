@@ -5,12 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "kernels/decode.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
@@ -295,10 +294,7 @@ void dispatch_quad_rows(int dk, Fn&& fn) {
 // DFLASH_DECODE=slice32: the DeltaNet decode on the 32-column slice kernel even where the 16-column one runs
 // (the A/B switch of bench_kernels decode; the 32-column kernel stays the path for dv not a multiple of 4 or
 // unaligned states). Read per call so one process can time both.
-bool gdn_slice32_forced() {
-  const char* e = std::getenv("DFLASH_DECODE");
-  return e && std::strcmp(e, "slice32") == 0;
-}
+bool gdn_slice32_forced() { return env_is("DFLASH_DECODE", "slice32"); }
 
 }  // namespace
 

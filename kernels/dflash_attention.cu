@@ -9,12 +9,11 @@
 // file holds the query-major kernels and the launchers; the key-major dk/dv kernel is dflash_attention_kv.cu.
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/dflash_attention.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/train_launchers.cuh"
@@ -320,13 +319,6 @@ void check_dims(const char* op, const DFlashAttnDims& d) {
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-// Whether environment variable `name` is set to `value` (the A/B switches below, read on every call so that
-// one process can time each setting).
-bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, value) == 0;
 }
 
 // Whether a pass takes the wgmma kernels: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte

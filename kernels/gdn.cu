@@ -13,11 +13,10 @@
 // kernel's epilogue, so neither the conv output nor the un-normed output makes a round trip through memory.
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/gdn.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
@@ -277,10 +276,7 @@ static void gdn_prefill_dispatch(const GdnArgs& p, int num_seqs, int64_t T, int 
 // DFLASH_GDN=recurrent sends every prefill to the fp32 token recurrence (decode.cu) instead of the chunked
 // kernels, so the golden tests can tell how much of a model's bf16 error the chunked form's roundings add.
 static bool gdn_recurrent_forced() {
-  static const bool forced = [] {
-    const char* e = std::getenv("DFLASH_GDN");
-    return e && std::strcmp(e, "recurrent") == 0;
-  }();
+  static const bool forced = env_is("DFLASH_GDN", "recurrent");
   return forced;
 }
 
@@ -289,9 +285,8 @@ static bool gdn_recurrent_forced() {
 // or unset both. Read per call so one process can time and test every form.
 enum class GdnFuse { none, conv, conv_norm };
 static GdnFuse gdn_fuse_mode() {
-  const char* e = std::getenv("DFLASH_GDN_FUSE");
-  if (e && std::strcmp(e, "0") == 0) return GdnFuse::none;
-  if (e && std::strcmp(e, "conv") == 0) return GdnFuse::conv;
+  if (env_is("DFLASH_GDN_FUSE", "0")) return GdnFuse::none;
+  if (env_is("DFLASH_GDN_FUSE", "conv")) return GdnFuse::conv;
   return GdnFuse::conv_norm;
 }
 
