@@ -320,18 +320,24 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const std::vector<double> sdo = col_sums(b, dout);
   char name[112];
 
-  // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with the mask on every item
-  // (DFLASH_DFA_FAST=0), with Q and dO loaded as two tiles (DFLASH_DFA_PAIR=0) and with the next item's copies
-  // issued after the scores (DFLASH_DFA_LOADS=mid), the mma.sync kernels.
-  struct Path { const char* var; const char* value; const char* name; };
+  // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with the mask on every
+  // item (DFLASH_DFA_FAST=0), with Q and dO loaded as two tiles (DFLASH_DFA_PAIR=0) and with the next item's
+  // copies issued after the scores (DFLASH_DFA_LOADS=mid), the mma.sync kernels.
+  struct Path {
+    const char* var;
+    const char* value;
+    const char* name;
+  };
   const bool wg = wgmma_available();
   std::vector<Path> paths{{"", "", wg ? "wgmma" : "default (no wgmma here)"}};
   if (wg)
-    paths.insert(paths.end(), {{"DFLASH_DFA_FAST", "0", "wgmma mask"}, {"DFLASH_DFA_PAIR", "0", "wgmma two loads"},
+    paths.insert(paths.end(), {{"DFLASH_DFA_FAST", "0", "wgmma mask"},
+                               {"DFLASH_DFA_PAIR", "0", "wgmma two loads"},
                                {"DFLASH_DFA_LOADS", "mid", "wgmma mid loads"}});
   paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
   for (const Path& pa : paths) {
-    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_LOADS"}) unsetenv(v);
+    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_LOADS"})
+      unsetenv(v);
     if (*pa.var) setenv(pa.var, pa.value, 1);
     const char* path = pa.name;
     std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, *pa.var ? pa.var : "DFLASH_DFA",
@@ -387,20 +393,20 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 
 // Incremental decoding at the 27B shapes: one verify block of T = 16 tokens after a context of 4096 —
 // The decode kernels against the memory bandwidth measured in the same run. Bytes are what must cross HBM
-// once: attention_cached reads the cache (K and V of past + T rows), q and the gate and writes out; gdn_decode
-// reads the state and writes the R saved states (R = T: every token of a verify block can be the one kept),
-// plus its small per-token inputs and outputs. The split-KV partials are the kernel's own overhead and not
-// counted. Each call runs on its own of N rotating input sets whose total passes 4× the L2, so every call
-// reads from HBM as in a real step (where the layer's weights flush the cache between calls); the N calls go
-// back to back on the stream (no graph: the launches are what a decode step pays), and the per-call time is
-// the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the goal is
-// ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time the old
-// warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column slice kernel,
-// DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows (two row groups at
-// the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second time from L2), and
-// DFLASH_SPLIT_T16=old ("t16old") rows it with one warp a row tile instead of the verify step's pairs of warps
-// and =pairs ("t16pairs") with pairs at hd 128 too (the default keeps them to hd 256; every mode runs the same
-// kernel wherever a step has fewer than 3 tiles, as at T 1).
+// once: attention_cached reads the cache (K and V of past + T rows), q and the gate and writes out;
+// gdn_decode reads the state and writes the R saved states (R = T: every token of a verify block can be the
+// one kept), plus its small per-token inputs and outputs. The split-KV partials are the kernel's own overhead
+// and not counted. Each call runs on its own of N rotating input sets whose total passes 4× the L2, so every
+// call reads from HBM as in a real step (where the layer's weights flush the cache between calls); the N
+// calls go back to back on the stream (no graph: the launches are what a decode step pays), and the per-call
+// time is the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the issue's
+// goal is ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time
+// the old warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column
+// slice kernel, DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows
+// (two row groups at the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second
+// time from L2), and DFLASH_SPLIT_T16=old ("t16old") rows it with one warp a row tile instead of the verify
+// step's pairs of warps and =pairs ("t16pairs") with pairs at hd 128 too (the default keeps them to hd 256;
+// every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1).
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -450,7 +456,10 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   for (int mode = 0; mode < 5; ++mode) {
     if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
     if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
-    if (mode >= 3) setenv("DFLASH_SPLIT_T16", mode == 3 ? "old" : "pairs", 1); else unsetenv("DFLASH_SPLIT_T16");
+    if (mode >= 3)
+      setenv("DFLASH_SPLIT_T16", mode == 3 ? "old" : "pairs", 1);
+    else
+      unsetenv("DFLASH_SPLIT_T16");
     const char* tags[] = {"", " [rows48]", " [general]", " [t16old]", " [t16pairs]"};
     const char* tag = tags[mode];
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,

@@ -59,8 +59,8 @@ __device__ __forceinline__ void load_tile(bf16* dst, int hd, bool vec, const bf1
 
 // (rr / block, rr % block) for a query row rr ≥ 0 of a block's GQA group (head, token), without a division
 // or a branch: magic = ⌊(2^64 − 1) / block⌋ + 1 (block_magic) exceeds 2^64 / block by e < block, so the
-// 64-bit multiply-high is off by rr·e / 2^64 < 1 / block and rounds to the exact quotient for every 32-bit rr;
-// block 1 (whose magic would be 2^64) passes magic 0.
+// 64-bit multiply-high is off by rr·e / 2^64 < 1 / block and rounds to the exact quotient for every 32-bit
+// rr; block 1 (whose magic would be 2^64) passes magic 0.
 __device__ __forceinline__ int2 row_split(int rr, int block, uint64_t magic) {
   const int h = magic ? int(__umul64hi(uint64_t(uint32_t(rr)), magic)) : rr;
   return make_int2(h, rr - h * block);

@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       const int b = (n - n0) & 1;
       wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
       // The next item's copies fly during this one (issued after this item's products instead, they measured
-      // 12 % slower on the wgmma pass: later to land, and registers spilled; session 15). p.mid_loads: the wgmma
-      // kernel issues them once this item's scores are on the tensor cores.
+      // 12 % slower on the wgmma pass: later to land, and registers spilled; session 15). p.mid_loads: the
+      // wgmma kernel issues them once this item's scores are on the tensor cores.
       const bool mid = WG && p.mid_loads;
       if (!mid && n + 1 < n1) load_item(n + 1, b ^ 1);
       const int2 it = split_item(n);

@@ -40,8 +40,8 @@ __device__ __forceinline__ void load_tile_wg(unsigned char* dst, int hd, const _
     const int r = c >> 4, ch = c & 15;  // row, 16-byte chunk of it
     const __nv_bfloat16* p = src(r);
     const bool in = p != nullptr && ch * 8 < hd;
-    copy16(static_cast<uint32_t>(__cvta_generic_to_shared(dst + wg_tile_offset(r, ch))), in ? p + ch * 8 : any,
-           in);
+    copy16(static_cast<uint32_t>(__cvta_generic_to_shared(dst + wg_tile_offset(r, ch))),
+           in ? p + ch * 8 : any, in);
   }
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
@@ -56,8 +56,8 @@ struct RowAt {
 // lda) and b (ldb).
 template <int ROWS, int THREADS, class Src>
 __device__ __forceinline__ void load_tile_pair_wg(unsigned char* dst_a, const __nv_bfloat16* a, int64_t lda,
-                                                  unsigned char* dst_b, const __nv_bfloat16* b, int64_t ldb, int hd,
-                                                  Src src) {
+                                                  unsigned char* dst_b, const __nv_bfloat16* b, int64_t ldb,
+                                                  int hd, Src src) {
   static_assert(ROWS * 16 % THREADS == 0, "whole rounds of 16-byte copies");
 #pragma unroll
   for (int i = 0; i < ROWS * 16 / THREADS; ++i) {

@@ -215,8 +215,15 @@ void DFlashAttentionCuda::run(const Case& c) {
     const char* e = std::getenv(vars[i]);
     had[i] = e != nullptr, saved[i] = e ? e : "";
   }
-  struct Path { const char* name; int var; const char* value; };
-  for (Path path : {Path{"default", -1, ""}, {"mma", 0, "mma"}, {"mask always", 1, "0"}, {"two tile loads", 2, "0"},
+  struct Path {
+    const char* name;
+    int var;
+    const char* value;
+  };
+  for (Path path : {Path{"default", -1, ""},
+                    {"mma", 0, "mma"},
+                    {"mask always", 1, "0"},
+                    {"two tile loads", 2, "0"},
                     {"mid loads", 3, "mid"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
     for (int i = 0; i < 4; ++i)
