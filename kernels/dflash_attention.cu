@@ -398,10 +398,12 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
   a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
-  a.blk_magic = block_magic(d.block, int64_t(d.hq / d.hkv) * d.block);
+  a.blk_magic = block_magic(d.block);
   // DFLASH_DFA_FAST=0: the wgmma kernel evaluates the mask on every item (by default an item that sees all of
-  // a warpgroup's keys skips it; the same results, the bench times both).
+  // a warpgroup's keys skips it); DFLASH_DFA_PAIR=0 loads Q and dO as two tiles; DFLASH_DFA_LOADS=mid issues
+  // the next item's copies after this item's scores. The same results under each; the bench times them.
   a.fast = !env_is("DFLASH_DFA_FAST", "0");
+  a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0"), a.mid_loads = env_is("DFLASH_DFA_LOADS", "mid");
   dfa::kv_pass_launch(a, kvrows, wg, stream);
 }
 

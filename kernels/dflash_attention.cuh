@@ -57,11 +57,12 @@ __device__ __forceinline__ void load_tile(bf16* dst, int hd, bool vec, const bf1
   }
 }
 
-// (rr / block, rr % block) for a query row rr of a block's GQA group (head, token). magic = 2^32 / block + 1
-// (block_magic) makes the quotient one multiply-high, exact for rr·block < 2^32 (block_magic is 0 where that
-// may fail, and then the division runs).
-__device__ __forceinline__ int2 row_split(int rr, int block, uint32_t magic) {
-  const int h = magic ? int(__umulhi(uint32_t(rr), magic)) : rr / block;
+// (rr / block, rr % block) for a query row rr ≥ 0 of a block's GQA group (head, token), without a division
+// or a branch: magic = ⌊(2^64 − 1) / block⌋ + 1 (block_magic) exceeds 2^64 / block by e < block, so the
+// 64-bit multiply-high is off by rr·e / 2^64 < 1 / block and rounds to the exact quotient for every 32-bit
+// rr; block 1 (whose magic would be 2^64) passes magic 0.
+__device__ __forceinline__ int2 row_split(int rr, int block, uint64_t magic) {
+  const int h = magic ? int(__umul64hi(uint64_t(uint32_t(rr)), magic)) : rr;
   return make_int2(h, rr - h * block);
 }
 
@@ -90,14 +91,15 @@ struct KvArgs {
   DFlashAttnDims d;
   float scale_log2;
   bool vec, pairs;
-  uint32_t blk_magic;  // row_split's magic for d.block
+  uint64_t blk_magic;  // row_split's magic for d.block
   bool fast;           // the wgmma kernel skips the mask on items that see all of a warpgroup's keys
+  bool pair_loads;     // the wgmma kernel loads Q and dO with one row computation (load_tile_pair_wg)
+  bool mid_loads;      // the wgmma kernel issues the next item's copies once this item's scores are issued
 };
 
-// row_split's multiplier for `block` when every row index below rows_max divides exactly by it, else 0.
-inline uint32_t block_magic(int block, int64_t rows_max) {
-  return block > 0 && rows_max * block < (int64_t(1) << 32) ? uint32_t(0xffffffffu / uint32_t(block) + 1u)
-                                                            : 0u;
+// row_split's multiplier for block > 0 (0 for block 1).
+inline uint64_t block_magic(int block) {
+  return block > 1 ? ~uint64_t(0) / uint64_t(block) + 1u : 0u;
 }
 
 // The key-major dk/dv pass over kvrows k/v rows (dflash_attention_kv.cu): the wgmma kernel when wg, else the

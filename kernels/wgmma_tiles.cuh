@@ -20,6 +20,12 @@ __device__ __forceinline__ void copy16(uint32_t to, const void* src, bool in) {
 // One 64-row × 128-column bf16 operand tile in wgmma's 128-byte swizzled layout (kernels/wgmma.cuh).
 constexpr int kWgTile = 64 * 128 * 2;
 
+// Where 16-byte chunk ch of row r lies in consecutive 64-row wgmma tiles: 128-byte rows, 64-column halves a
+// tile apart, chunks XOR-swizzled by the row.
+__device__ __forceinline__ int wg_tile_offset(int r, int ch) {
+  return (r >> 6) * kWgTile + (ch >> 3) * (64 * 128) + (r & 63) * 128 + (((ch & 7) ^ (r & 7)) << 4);
+}
+
 // Rows [0, ROWS) of an operand into consecutive 64-row wgmma tiles at dst (1024-byte aligned), row r read
 // from src(r) (nullptr: a zero row), columns past hd zero (hd a multiple of 8, rows 16-byte aligned);
 // cp.async copies by the THREADS threads of the block, complete at the next tile_wait_wg. The copies per
@@ -34,9 +40,35 @@ __device__ __forceinline__ void load_tile_wg(unsigned char* dst, int hd, const _
     const int r = c >> 4, ch = c & 15;  // row, 16-byte chunk of it
     const __nv_bfloat16* p = src(r);
     const bool in = p != nullptr && ch * 8 < hd;
-    unsigned char* at =
-        dst + (r >> 6) * kWgTile + (ch >> 3) * (64 * 128) + (r & 63) * 128 + (((ch & 7) ^ (r & 7)) << 4);
-    copy16(static_cast<uint32_t>(__cvta_generic_to_shared(at)), in ? p + ch * 8 : any, in);
+    copy16(static_cast<uint32_t>(__cvta_generic_to_shared(dst + wg_tile_offset(r, ch))),
+           in ? p + ch * 8 : any, in);
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Where a row of two operands lies: row `row` (negative: a zero row), elements from `col`.
+struct RowAt {
+  int64_t row, col;
+};
+
+// Two operands whose rows share their indices (the dk/dv pass's Q and dO chunk) into wgmma tiles at dst_a and
+// dst_b as load_tile_wg, the row arithmetic done once for both: src(r) gives row r's RowAt in a (row stride
+// lda) and b (ldb).
+template <int ROWS, int THREADS, class Src>
+__device__ __forceinline__ void load_tile_pair_wg(unsigned char* dst_a, const __nv_bfloat16* a, int64_t lda,
+                                                  unsigned char* dst_b, const __nv_bfloat16* b, int64_t ldb,
+                                                  int hd, Src src) {
+  static_assert(ROWS * 16 % THREADS == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+  for (int i = 0; i < ROWS * 16 / THREADS; ++i) {
+    const int c = threadIdx.x + i * THREADS;
+    const int r = c >> 4, ch = c & 15;
+    const RowAt at = src(r);
+    const bool in = at.row >= 0 && ch * 8 < hd;
+    const int64_t row = in ? at.row : 0, col = in ? at.col + ch * 8 : 0;
+    const int to = wg_tile_offset(r, ch);
+    copy16(static_cast<uint32_t>(__cvta_generic_to_shared(dst_a + to)), a + row * lda + col, in);
+    copy16(static_cast<uint32_t>(__cvta_generic_to_shared(dst_b + to)), b + row * ldb + col, in);
   }
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -3,8 +3,9 @@
 // anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
 // views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
 // each kernel path in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
-// capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels) and DFLASH_DFA_FAST=0 (the wgmma dk/dv kernel
-// evaluating the mask on every item). Skips without a GPU.
+// capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels), and the wgmma dk/dv kernel's settings
+// DFLASH_DFA_FAST=0 (the mask on every item), DFLASH_DFA_PAIR=0 (Q and dO as two tile loads) and
+// DFLASH_DFA_LOADS=mid (the next item's copies after the scores). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -205,12 +206,12 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel with the mask on every
-  // item — each alone, the other variable unset.
-  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST"};
-  std::string saved[2];
-  bool had[2];
-  for (int i = 0; i < 2; ++i) {
+  // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel's settings (the mask on
+  // every item, two tile loads, the copies after the scores) — each alone, the other variables unset.
+  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_LOADS"};
+  std::string saved[4];
+  bool had[4];
+  for (int i = 0; i < 4; ++i) {
     const char* e = std::getenv(vars[i]);
     had[i] = e != nullptr, saved[i] = e ? e : "";
   }
@@ -219,9 +220,13 @@ void DFlashAttentionCuda::run(const Case& c) {
     int var;
     const char* value;
   };
-  for (Path path : {Path{"default", -1, ""}, {"mma", 0, "mma"}, {"mask always", 1, "0"}}) {
+  for (Path path : {Path{"default", -1, ""},
+                    {"mma", 0, "mma"},
+                    {"mask always", 1, "0"},
+                    {"two tile loads", 2, "0"},
+                    {"mid loads", 3, "mid"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < 4; ++i)
       if (i == path.var)
         setenv(vars[i], path.value, 1);
       else
@@ -270,7 +275,7 @@ void DFlashAttentionCuda::run(const Case& c) {
     EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
         << name << ": a second backward on the same inputs gave different bits";
   }
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 4; ++i)
     if (had[i])
       setenv(vars[i], saved[i].c_str(), 1);
     else
