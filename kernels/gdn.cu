@@ -38,10 +38,6 @@ struct GdnStateSmem {
   static_assert(kTileBytes % 16 == 0, "row scalars must stay 16-byte aligned");
 };
 
-__device__ __forceinline__ void gdn_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // One block per (value head, sequence) walks the chunks with all of S: warp w keeps Sᵀ rows [16w, 16w + 16)
 // (value columns × key dim) in fp32 registers in the MMA accumulator layout, which is also the A-fragment
 // layout of the products that read S, so S never touches shared memory. Every product is transposed
