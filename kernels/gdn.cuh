@@ -60,11 +60,6 @@ __device__ __forceinline__ void gdn_stage(bf16* X, int ldx, const bf16* src, int
 
 __device__ __forceinline__ void gdn_stage_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// The copies issued since the last commit as one group; wait until at most N groups are still in flight.
-__device__ __forceinline__ void gdn_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // ---- launchers ----
 
 // The chunk kernel of one prefill (gdn_chunk.cu), grid (sequence, chunk, key head) if per_key_head (the q / k work

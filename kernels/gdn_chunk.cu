@@ -30,15 +30,19 @@ __device__ __forceinline__ void gdn_warp_store(const float (&acc)[NT][4], int r0
 
 // The q, k and v tiles: [kRows][kLdB] each, with the conv starting kGdnConvTaps − 1 tokens before the chunk; then
 // Am [C][kLdA] (A strictly below the diagonal, T stored transposed, T_ij at [j][i], on and above it) and the row
-// vectors γ, β, qn = dk^−½ / ‖q‖, kn = 1 / ‖k‖ and sw = β e^γ / ‖k‖ [C] each. The per-key-head form reuses the q
-// tile as its second v buffer once q has been read, so both forms take the same bytes.
+// vectors γ, β, qn = dk^−½ / ‖q‖, kn = 1 / ‖k‖ and sw = β e^γ / ‖k‖ [C] each.
 template <int D, bool CONV>
 struct GdnChunkSmem {
   static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4, kRows = C + (CONV ? kGdnConvTaps - 1 : 0);
   static constexpr size_t kBytes = 3 * sizeof(bf16) * kRows * kLdB + sizeof(float) * (C * kLdA + 5 * C);
   static_assert((3 * sizeof(bf16) * kRows * kLdB) % 16 == 0, "the fp32 part must stay 16-byte aligned");
+  // The per-key-head form's raw products [C][kLdA] fp32 (gdn_raw_save): in the q tile once q is read where they
+  // fit (D 128), else after the vectors.
+  static constexpr size_t kRawBytes = sizeof(float) * C * kLdA, kQBytes = sizeof(bf16) * kRows * kLdB;
+  static constexpr bool kRawInQ = kRawBytes <= kQBytes;
+  static constexpr size_t kKhBytes = kBytes + (kRawInQ ? 0 : kRawBytes);
   bf16 *Qs, *Ks, *Vs;
-  float *Am, *gam, *beta, *qn, *kn, *sw;
+  float *Am, *gam, *beta, *qn, *kn, *sw, *raw;
   __device__ explicit GdnChunkSmem(unsigned char* base) {
     Qs = reinterpret_cast<bf16*>(base);
     Ks = Qs + kRows * kLdB;
@@ -49,6 +53,7 @@ struct GdnChunkSmem {
     qn = beta + C;
     kn = qn + C;
     sw = kn + C;
+    raw = kRawInQ ? reinterpret_cast<float*>(Qs) : sw + C;
   }
   // Columns [col, col + n) of the chunk's rows into X (rows ≥ L zero); the fused form's tiles start K − 1 tokens
   // early for the conv, and at a sequence start those slots stay zero.
@@ -210,6 +215,37 @@ __device__ __forceinline__ void gdn_raw_products(const bf16* Qs, const bf16* Ks,
       mma_bf16_16816(accp[2 * np + 1], aq[0], aq[1], aq[2], aq[3], b[2], b[3]);
     }
   }
+}
+
+// The per-key-head form keeps the raw products in shared memory across its value heads, both in one [C][LA] fp32
+// square: Q Kᵀ on and below the diagonal as it lies, K Kᵀ (only its strictly lower part is read) transposed
+// above it. Every slot is written once; gdn_raw_load reads them back into gdn_raw_products' layout, the exact fp32
+// values (entries the scaled stores mask read whatever the other triangle holds).
+template <int LA>
+__device__ __forceinline__ void gdn_raw_save(const float (&acc)[4][4], const float (&accp)[4][4], float* M) {
+  const int warp = threadIdx.x >> 5, r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
+  gdn_warp_store(acc, r0, cc, [&](int i, int j, float v0, float v1) {
+    if (j < i) M[j * LA + i] = v0;
+    if (j + 1 < i) M[(j + 1) * LA + i] = v1;
+  });
+  gdn_warp_store(accp, r0, cc, [&](int i, int j, float v0, float v1) {
+    if (j <= i) M[i * LA + j] = v0;
+    if (j + 1 <= i) M[i * LA + j + 1] = v1;
+  });
+}
+
+template <int LA>
+__device__ __forceinline__ void gdn_raw_load(const float* M, float (&acc)[4][4], float (&accp)[4][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = r0 + g + (e >> 1) * 8, j = cc + n * 8 + 2 * t + (e & 1);
+      acc[n][e] = M[j * LA + i];
+      accp[n][e] = M[i * LA + j];
+    }
 }
 
 // What scales with value head h's gates (γ, β in shared memory, the norms qn, kn): sw, A = strictly_lower(β K Kᵀ
@@ -418,15 +454,16 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const Gd
 }
 
 // One CTA per (sequence, chunk, key head), walking the key head's nv / nk value heads in turn. Once per CTA: the q
-// and k staging and conv, their copy-out (fused form), the norms qn and kn, and the raw K Kᵀ and Q Kᵀ, which stay
-// in each warp's registers across the value heads. Per value head, in gdn_chunk_kernel's code and so bit for bit
-// its outputs: the v tile, g and β, γ, the scaled A and scores, T, W, U and the row scalars. Once q is read, its
-// tile is the second v buffer: the next value head's v is copied in while this one is computed, at no shared
-// memory cost (3 CTAs an SM at D 128 as gdn_chunk_kernel).
+// and k staging and conv, their copy-out (fused form), the norms qn and kn, and the raw K Kᵀ and Q Kᵀ. Per value
+// head, in gdn_chunk_kernel's code and so bit for bit its outputs: the v tile (staged and convolved alone), g and
+// β, γ, the scaled A and scores, T, W, U and the row scalars. The raw products wait for the next value head in
+// shared memory (the q tile at D 128): held in registers they would spill, as gdn_chunk_kernel already uses its
+// 80 at 3 CTAs an SM. The next head's v is staged only once this head's U has read the v tile: a second v tile
+// would take the third CTA of an SM at D 128.
 template <int D, bool CONV>
 __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const GdnArgs p) {
   using Sm = GdnChunkSmem<D, CONV>;
-  constexpr int C = kGdnChunk;
+  constexpr int C = kGdnChunk, LA = Sm::kLdA;
   // One (4 channels, segment) per thread over the v tile alone, at least K − 1 rows a segment.
   constexpr int kSegV = kGdnChunk * (D / 4) / kGdnChunkThreads < 4 ? 4 : kGdnChunk * (D / 4) / kGdnChunkThreads;
   extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
@@ -448,18 +485,23 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const
     gdn_qk_copy_out<D>(s.Qs, s.Ks, p, t0, L, kh);
   }
   gdn_row_norms<D>(s.Qs, s.Ks, s.qn, s.kn, dk);
-  float acc[4][4], accp[4][4];
-  gdn_raw_products<D>(s.Qs, s.Ks, acc, accp);
+  {
+    float acc[4][4], accp[4][4];
+    gdn_raw_products<D>(s.Qs, s.Ks, acc, accp);
+    if constexpr (Sm::kRawInQ) __syncthreads();  // every warp has read q
+    gdn_raw_save<LA>(acc, accp, s.raw);
+  }
 #pragma unroll 1
   for (int j = 0; j < heads; ++j) {
     const int h = h0 + j;
-    bf16* Vh = j & 1 ? s.Qs : s.Vs;
-    // Head j − 1 is done with γ, β, Am and its v buffer (at j = 0: every warp has read q), which the next
-    // value head's v now fills.
-    __syncthreads();
-    if (j + 1 < heads) {
-      Sm::stage(j & 1 ? s.Vs : s.Qs, p, t0, c0, L, v_col + (int64_t)(h + 1) * p.dv, p.dv);
-      gdn_stage_commit();
+    // The shared-memory addresses are rebuilt from an opaque zero each head, so the compiler does not keep them
+    // live across the loop (hoisted, they spill).
+    int zero;
+    asm volatile("mov.b32 %0, 0;" : "=r"(zero));
+    const Sm s(gdn_chunk_smem + zero);
+    if (j > 0) {
+      __syncthreads();  // head j − 1 is done with its v tile, γ, β and Am
+      Sm::stage(s.Vs, p, t0, c0, L, v_col + (int64_t)h * p.dv, p.dv);
     }
     if (warp == 0) {
       float g0, g1, b0, b1;
@@ -469,21 +511,22 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const
       s.gam[2 * lane] = g0, s.gam[2 * lane + 1] = g1;
       s.beta[2 * lane] = b0, s.beta[2 * lane + 1] = b1;
     }
-    if (j > 0) {  // head 0's v came with q and k
-      if (j + 1 < heads)
-        gdn_stage_wait_groups<1>();
-      else
-        gdn_stage_wait_groups<0>();
+    if (j > 0) {  // head 0's v came (and was convolved) with q and k
+      gdn_stage_wait();
       if constexpr (CONV) {
         __syncthreads();
-        gdn_conv_silu_tiles<D, 1, kSegV>(Vh, p, 2, kh, h, L);
+        gdn_conv_silu_tiles<D, 1, kSegV>(s.Vs, p, 2, kh, h, L);
       }
     }
     __syncthreads();
-    gdn_scaled_stores(acc, accp, s, p, t0, L, h);
+    {
+      float acc[4][4], accp[4][4];
+      gdn_raw_load<LA>(s.raw, acc, accp);
+      gdn_scaled_stores(acc, accp, s, p, t0, L, h);
+    }
     __syncthreads();
-    gdn_solve<Sm::kLdA>(s.Am);
-    gdn_wu_scalars<D>(s, Vh, p, t0, L, h);
+    gdn_solve<LA>(s.Am);
+    gdn_wu_scalars<D>(s, s.Vs, p, t0, L, h);
   }
 }
 
@@ -491,13 +534,16 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const
 
 template <int D, bool CONV>
 void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, bool per_key_head, cudaStream_t stream) {
-  const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kBytes), chunks = (max_len + kGdnChunk - 1) / kGdnChunk;
+  using Sm = GdnChunkSmem<D, CONV>;
+  const int chunks = (max_len + kGdnChunk - 1) / kGdnChunk;
   if (per_key_head) {
+    const int smem = static_cast<int>(Sm::kKhBytes);
     DF_CUDA_CHECK(
         cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     gdn_chunk_kh_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
     DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
   } else {
+    const int smem = static_cast<int>(Sm::kBytes);
     DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     gdn_chunk_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nv), kGdnChunkThreads, smem, stream>>>(p);
     DF_CUDA_CHECK_LAUNCH("gdn_chunk_kernel");
