@@ -38,10 +38,6 @@ struct GdnStateSmem {
   static_assert(kTileBytes % 16 == 0, "row scalars must stay 16-byte aligned");
 };
 
-__device__ __forceinline__ void gdn_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // One block per (value head, sequence) walks the chunks with all of S: warp w keeps Sᵀ rows [16w, 16w + 16)
 // (value columns × key dim) in fp32 registers in the MMA accumulator layout, which is also the A-fragment
 // layout of the products that read S, so S never touches shared memory. Every product is transposed
@@ -234,11 +230,13 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
 
 // ---- launchers ----
 
-// DFLASH_GDN_CHUNK=vhead runs the chunk kernel with a CTA per value head (gdn_chunk_kernel) instead of per key head
-// (gdn_chunk_kh_kernel, the default); the outputs are the same bits. Read per call so one process can time both.
-static bool gdn_chunk_per_value_head() {
+// The chunk kernel's form: per key head unless DFLASH_GDN_CHUNK=vhead (per value head) or =prefetch (per key head,
+// the next value head's v staged early). The outputs are the same bits. Read per call so one process can time all.
+static GdnChunkForm gdn_chunk_form() {
   const char* e = std::getenv("DFLASH_GDN_CHUNK");
-  return e && std::strcmp(e, "vhead") == 0;
+  if (e && std::strcmp(e, "vhead") == 0) return GdnChunkForm::value_head;
+  if (e && std::strcmp(e, "prefetch") == 0) return GdnChunkForm::key_head_prefetch;
+  return GdnChunkForm::key_head;
 }
 
 template <int D, bool CONV, bool NORM>
@@ -249,7 +247,7 @@ static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, uns
   p.ws_u = reinterpret_cast<bf16*>(ws + l.u);
   p.ws_p = reinterpret_cast<bf16*>(ws + l.scores);
   p.ws_s = reinterpret_cast<float4*>(ws + l.scalars);
-  gdn_chunk_run<D, CONV>(p, num_seqs, max_len, !gdn_chunk_per_value_head(), stream);
+  gdn_chunk_run<D, CONV>(p, num_seqs, max_len, gdn_chunk_form(), stream);
   const size_t smem = GdnStateSmem<D, NORM>::kBytes;
   DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_state_kernel<D, CONV, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));

@@ -17,10 +17,19 @@ constexpr int kGdnChunkThreads = 256;
 
 // ---- kernels ----
 
+// threadIdx.x, read afresh at every use. The per-key-head kernel runs the per-value-head helpers in a loop, and the
+// compiler would otherwise hoist every index they derive from the thread out of it, keeping them live (spilled)
+// across the value heads.
+__device__ __forceinline__ int gdn_tid() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
 // epi(i, j, v_j, v_j+1) for each pair of adjacent columns this lane holds (every element in one lane).
 template <int NT, class F>
 __device__ __forceinline__ void gdn_warp_store(const float (&acc)[NT][4], int r0, int c0, F epi) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int lane = gdn_tid() & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     epi(r0 + g, c0 + n * 8 + 2 * t, acc[n][0], acc[n][1]);
@@ -41,7 +50,9 @@ struct GdnChunkSmem {
   static constexpr size_t kRawBytes = sizeof(float) * C * kLdA, kQBytes = sizeof(bf16) * kRows * kLdB;
   static constexpr bool kRawInQ = kRawBytes <= kQBytes;
   static constexpr size_t kKhBytes = kBytes + (kRawInQ ? 0 : kRawBytes);
-  bf16 *Qs, *Ks, *Vs;
+  // ... and with a second v tile after those, for the form that stages the next value head's v early.
+  static constexpr size_t kKhPrefetchBytes = kKhBytes + kQBytes;
+  bf16 *Qs, *Ks, *Vs, *V2;
   float *Am, *gam, *beta, *qn, *kn, *sw, *raw;
   __device__ explicit GdnChunkSmem(unsigned char* base) {
     Qs = reinterpret_cast<bf16*>(base);
@@ -54,6 +65,7 @@ struct GdnChunkSmem {
     kn = qn + C;
     sw = kn + C;
     raw = kRawInQ ? reinterpret_cast<float*>(Qs) : sw + C;
+    V2 = reinterpret_cast<bf16*>(base + kKhBytes);
   }
   // Columns [col, col + n) of the chunk's rows into X (rows ≥ L zero); the fused form's tiles start K − 1 tokens
   // early for the conv, and at a sequence start those slots stay zero.
@@ -77,7 +89,7 @@ __device__ __forceinline__ void gdn_conv_silu_tiles(bf16* X, const GdnArgs& p, i
   constexpr int K = kGdnConvTaps, CG = D / 4, LB = D + 8, ROWS = kGdnChunk + K - 1, NSEG = kGdnChunk / SEG;
   static_assert(kGdnChunk % SEG == 0 && SEG >= K - 1, "a segment holds at least the K − 1 slots read past it");
   static_assert(TILES * CG * NSEG <= kGdnChunkThreads, "one (tile, 4 channels, segment) per thread");
-  const int cg = threadIdx.x % CG, seg = (threadIdx.x / CG) % NSEG, local = threadIdx.x / (NSEG * CG);
+  const int cg = gdn_tid() % CG, seg = (gdn_tid() / CG) % NSEG, local = gdn_tid() / (NSEG * CG);
   const int tile = first + local;
   const bool live = local < TILES && cg * 4 < (tile == 2 ? p.dv : p.dk);
   const int64_t ch = (tile == 0   ? (int64_t)kh * p.dk
@@ -143,7 +155,7 @@ __device__ __forceinline__ void gdn_gate_row(const GdnArgs& p, int64_t t0, int L
 // γ = cumsum(g) over the chunk in one warp, each lane holding rows 2·lane (v0) and 2·lane + 1 (v1), in place.
 __device__ __forceinline__ void gdn_warp_cumsum(float& v0, float& v1) {
   static_assert(kGdnChunk == 64, "two rows per lane");
-  const int lane = threadIdx.x & 31;
+  const int lane = gdn_tid() & 31;
   const float s = v0 + v1;
   float incl = s;
 #pragma unroll
@@ -160,7 +172,7 @@ template <int D>
 __device__ __forceinline__ void gdn_row_norms(const bf16* Qs, const bf16* Ks, float* qn, float* kn, int dk) {
   static_assert(kGdnChunkThreads == 4 * kGdnChunk, "two threads per q and k row");
   constexpr int C = kGdnChunk, LB = D + 8;
-  const int tid = threadIdx.x, row = tid >> 1, r = row % C;
+  const int tid = gdn_tid(), row = tid >> 1, r = row % C;
   const bf16* src = (row < C ? Qs : Ks) + r * LB + (tid & 1) * (D / 2);
   float ss = 0.0f;
 #pragma unroll
@@ -180,7 +192,7 @@ template <int D>
 __device__ __forceinline__ void gdn_qk_copy_out(const bf16* Qs, const bf16* Ks, const GdnArgs& p, int64_t t0, int L,
                                                 int kh) {
   constexpr int C = kGdnChunk, LB = D + 8;
-  for (int i = threadIdx.x; i < 2 * C * (D / 8); i += kGdnChunkThreads) {
+  for (int i = gdn_tid(); i < 2 * C * (D / 8); i += kGdnChunkThreads) {
     const int k = i / (C * (D / 8)), r = (i / (D / 8)) % C, d = (i % (D / 8)) * 8;
     if (r < L && d < p.dk)
       *reinterpret_cast<uint4*>(p.qk + (t0 + r) * p.ld_qk + (int64_t)(k * p.nk + kh) * p.dk + d) =
@@ -195,7 +207,7 @@ template <int D>
 __device__ __forceinline__ void gdn_raw_products(const bf16* Qs, const bf16* Ks, float (&acc)[4][4],
                                                  float (&accp)[4][4]) {
   constexpr int LB = D + 8;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = gdn_tid() & 31, warp = gdn_tid() >> 5;
   const int r0 = (warp >> 1) * 16, cc = (warp & 1) * 32, mat = lane >> 3, r8 = lane & 7;
   gdn_warp_zero(acc);
   gdn_warp_zero(accp);
@@ -223,7 +235,7 @@ __device__ __forceinline__ void gdn_raw_products(const bf16* Qs, const bf16* Ks,
 // values (entries the scaled stores mask read whatever the other triangle holds).
 template <int LA>
 __device__ __forceinline__ void gdn_raw_save(const float (&acc)[4][4], const float (&accp)[4][4], float* M) {
-  const int warp = threadIdx.x >> 5, r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
+  const int warp = gdn_tid() >> 5, r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
   gdn_warp_store(acc, r0, cc, [&](int i, int j, float v0, float v1) {
     if (j < i) M[j * LA + i] = v0;
     if (j + 1 < i) M[(j + 1) * LA + i] = v1;
@@ -236,7 +248,7 @@ __device__ __forceinline__ void gdn_raw_save(const float (&acc)[4][4], const flo
 
 template <int LA>
 __device__ __forceinline__ void gdn_raw_load(const float* M, float (&acc)[4][4], float (&accp)[4][4]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int lane = gdn_tid() & 31, warp = gdn_tid() >> 5, g = lane >> 2, t = lane & 3;
   const int r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
 #pragma unroll
   for (int n = 0; n < 4; ++n)
@@ -254,7 +266,7 @@ template <class Sm>
 __device__ __forceinline__ void gdn_scaled_stores(const float (&acc)[4][4], const float (&accp)[4][4], const Sm& s,
                                                   const GdnArgs& p, int64_t t0, int L, int h) {
   constexpr int C = kGdnChunk, LA = Sm::kLdA;
-  const int tid = threadIdx.x, warp = tid >> 5, r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
+  const int tid = gdn_tid(), warp = tid >> 5, r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
   const float *gam = s.gam, *beta = s.beta, *qn = s.qn, *kn = s.kn;
   if (tid < C) s.sw[tid] = beta[tid] * expf(gam[tid]) * kn[tid];
   auto a_of = [&](int i, int j, float v) {
@@ -277,7 +289,7 @@ __device__ __forceinline__ void gdn_scaled_stores(const float (&acc)[4][4], cons
 template <int LA>
 __device__ __forceinline__ void gdn_solve(float* Am) {
   constexpr int C = kGdnChunk;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = gdn_tid(), lane = tid & 31, warp = tid >> 5;
   auto A_at = [&](int i, int j) { return Am[i * LA + j]; };  // i > j
   if (tid < C) {
     const int base = (tid >> 4) * 16, c = tid & 15;
@@ -364,7 +376,7 @@ template <int D, class Sm>
 __device__ __forceinline__ void gdn_wu_scalars(const Sm& s, const bf16* Vs, const GdnArgs& p, int64_t t0, int L,
                                                int h) {
   constexpr int C = kGdnChunk, LB = Sm::kLdB, LA = Sm::kLdA, NT = D / 16;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nv = p.nv;
+  const int tid = gdn_tid(), lane = tid & 31, warp = tid >> 5, nv = p.nv;
   auto T_at = [&](int i, int j) { return s.Am[j * LA + i]; };  // i ≥ j
 #pragma unroll 1
   for (int task = warp; task < 16; task += kGdnChunkThreads / 32) {
@@ -414,7 +426,7 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const Gd
   extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
   const Sm s(gdn_chunk_smem);
   const int nk = p.nk, nv = p.nv, dk = p.dk;
-  const int seq = blockIdx.x, h = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int seq = blockIdx.x, h = blockIdx.z, tid = gdn_tid(), lane = tid & 31, warp = tid >> 5;
   const int len = p.cu[seq + 1] - p.cu[seq], c0 = blockIdx.y * C;
   if (c0 >= len) return;
   const int64_t t0 = p.cu[seq] + c0;
@@ -457,35 +469,36 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const Gd
 // and k staging and conv, their copy-out (fused form), the norms qn and kn, and the raw K Kᵀ and Q Kᵀ. Per value
 // head, in gdn_chunk_kernel's code and so bit for bit its outputs: the v tile (staged and convolved alone), g and
 // β, γ, the scaled A and scores, T, W, U and the row scalars. The raw products wait for the next value head in
-// shared memory (the q tile at D 128): held in registers they would spill, as gdn_chunk_kernel already uses its
-// 80 at 3 CTAs an SM. The next head's v is staged only once this head's U has read the v tile: a second v tile
-// would take the third CTA of an SM at D 128.
-template <int D, bool CONV>
-__global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const GdnArgs p) {
+// shared memory (the q tile at D 128): held in registers they spill even at 128 registers a thread.
+// PREFETCH: the next head's v is staged into a second tile while this head is computed, which takes the third
+// CTA of an SM at D 128 (2 an SM, up to 128 registers); otherwise it is staged once U has read this head's v (3 an
+// SM in 80 registers, as gdn_chunk_kernel).
+template <int D, bool CONV, bool PREFETCH>
+__global__ void __launch_bounds__(kGdnChunkThreads, PREFETCH ? 2 : 3) gdn_chunk_kh_kernel(const GdnArgs p) {
   using Sm = GdnChunkSmem<D, CONV>;
   constexpr int C = kGdnChunk, LA = Sm::kLdA;
   // One (4 channels, segment) per thread over the v tile alone, at least K − 1 rows a segment.
   constexpr int kSegV = kGdnChunk * (D / 4) / kGdnChunkThreads < 4 ? 4 : kGdnChunk * (D / 4) / kGdnChunkThreads;
   extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
-  const Sm s(gdn_chunk_smem);
-  const int nk = p.nk, dk = p.dk, heads = p.nv / nk;
-  const int seq = blockIdx.x, kh = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int len = p.cu[seq + 1] - p.cu[seq], c0 = blockIdx.y * C;
-  if (c0 >= len) return;
-  const int64_t t0 = p.cu[seq] + c0, v_col = 2LL * nk * dk;
-  const int L = min(C, len - c0), h0 = kh * heads;
-  Sm::stage(s.Qs, p, t0, c0, L, (int64_t)kh * dk, dk);
-  Sm::stage(s.Ks, p, t0, c0, L, (int64_t)(nk + kh) * dk, dk);
-  Sm::stage(s.Vs, p, t0, c0, L, v_col + (int64_t)h0 * p.dv, p.dv);
-  gdn_stage_wait();
-  __syncthreads();
-  if constexpr (CONV) {
-    gdn_conv_silu_tiles<D, 3, C / 2>(s.Qs, p, 0, kh, h0, L);
-    __syncthreads();
-    gdn_qk_copy_out<D>(s.Qs, s.Ks, p, t0, L, kh);
-  }
-  gdn_row_norms<D>(s.Qs, s.Ks, s.qn, s.kn, dk);
+  const int heads = p.nv / p.nk;
   {
+    const Sm s(gdn_chunk_smem);
+    const int nk = p.nk, dk = p.dk, seq = blockIdx.x, kh = blockIdx.z;
+    const int len = p.cu[seq + 1] - p.cu[seq], c0 = blockIdx.y * C;
+    if (c0 >= len) return;
+    const int64_t t0 = p.cu[seq] + c0;
+    const int L = min(C, len - c0);
+    Sm::stage(s.Qs, p, t0, c0, L, (int64_t)kh * dk, dk);
+    Sm::stage(s.Ks, p, t0, c0, L, (int64_t)(nk + kh) * dk, dk);
+    Sm::stage(s.Vs, p, t0, c0, L, 2LL * nk * dk + (int64_t)kh * heads * p.dv, p.dv);
+    gdn_stage_wait();
+    __syncthreads();
+    if constexpr (CONV) {
+      gdn_conv_silu_tiles<D, 3, C / 2>(s.Qs, p, 0, kh, kh * heads, L);
+      __syncthreads();
+      gdn_qk_copy_out<D>(s.Qs, s.Ks, p, t0, L, kh);
+    }
+    gdn_row_norms<D>(s.Qs, s.Ks, s.qn, s.kn, dk);
     float acc[4][4], accp[4][4];
     gdn_raw_products<D>(s.Qs, s.Ks, acc, accp);
     if constexpr (Sm::kRawInQ) __syncthreads();  // every warp has read q
@@ -493,17 +506,26 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const
   }
 #pragma unroll 1
   for (int j = 0; j < heads; ++j) {
-    const int h = h0 + j;
-    // The shared-memory addresses are rebuilt from an opaque zero each head, so the compiler does not keep them
-    // live across the loop (hoisted, they spill).
+    // Everything but j is rebuilt from an opaque zero each head, so the compiler keeps nothing else live across
+    // the loop (hoisted, it spills).
     int zero;
     asm volatile("mov.b32 %0, 0;" : "=r"(zero));
     const Sm s(gdn_chunk_smem + zero);
-    if (j > 0) {
-      __syncthreads();  // head j − 1 is done with its v tile, γ, β and Am
+    const int seq = blockIdx.x + zero, kh = blockIdx.z + zero, c0 = (blockIdx.y + zero) * C, h = kh * heads + j;
+    const int64_t t0 = p.cu[seq] + c0, v_col = 2LL * p.nk * p.dk;
+    const int L = min(C, p.cu[seq + 1] - p.cu[seq] - c0);
+    bf16* const Vh = PREFETCH && (j & 1) ? s.V2 : s.Vs;
+    if (j > 0) __syncthreads();  // head j − 1 is done with its v tile, γ, β and Am
+    if constexpr (PREFETCH) {
+      if (j + 1 < heads) {
+        Sm::stage(j & 1 ? s.Vs : s.V2, p, t0, c0, L, v_col + (int64_t)(h + 1) * p.dv, p.dv);
+        gdn_stage_commit();
+      }
+    } else if (j > 0) {
       Sm::stage(s.Vs, p, t0, c0, L, v_col + (int64_t)h * p.dv, p.dv);
     }
-    if (warp == 0) {
+    if ((gdn_tid() >> 5) == 0) {
+      const int lane = gdn_tid() & 31;
       float g0, g1, b0, b1;
       gdn_gate_row(p, t0, L, 2 * lane, h, g0, b0);
       gdn_gate_row(p, t0, L, 2 * lane + 1, h, g1, b1);
@@ -512,10 +534,15 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const
       s.beta[2 * lane] = b0, s.beta[2 * lane + 1] = b1;
     }
     if (j > 0) {  // head 0's v came (and was convolved) with q and k
-      gdn_stage_wait();
+      if constexpr (!PREFETCH)
+        gdn_stage_wait();
+      else if (j + 1 < heads)
+        gdn_stage_wait_groups<1>();
+      else
+        gdn_stage_wait_groups<0>();
       if constexpr (CONV) {
         __syncthreads();
-        gdn_conv_silu_tiles<D, 1, kSegV>(s.Vs, p, 2, kh, h, L);
+        gdn_conv_silu_tiles<D, 1, kSegV>(Vh, p, 2, kh, h, L);
       }
     }
     __syncthreads();
@@ -526,35 +553,38 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const
     }
     __syncthreads();
     gdn_solve<LA>(s.Am);
-    gdn_wu_scalars<D>(s, s.Vs, p, t0, L, h);
+    gdn_wu_scalars<D>(s, Vh, p, t0, L, h);
   }
 }
 
 // ---- launchers ----
 
-template <int D, bool CONV>
-void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, bool per_key_head, cudaStream_t stream) {
+template <int D, bool CONV, bool PREFETCH>
+static void gdn_chunk_kh_run(const GdnArgs& p, int num_seqs, int chunks, cudaStream_t stream) {
   using Sm = GdnChunkSmem<D, CONV>;
-  const int chunks = (max_len + kGdnChunk - 1) / kGdnChunk;
-  if (per_key_head) {
-    const int smem = static_cast<int>(Sm::kKhBytes);
-    DF_CUDA_CHECK(
-        cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    gdn_chunk_kh_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
-    DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
-  } else {
-    const int smem = static_cast<int>(Sm::kBytes);
-    DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    gdn_chunk_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nv), kGdnChunkThreads, smem, stream>>>(p);
-    DF_CUDA_CHECK_LAUNCH("gdn_chunk_kernel");
-  }
+  const int smem = static_cast<int>(PREFETCH ? Sm::kKhPrefetchBytes : Sm::kKhBytes);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV, PREFETCH>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  gdn_chunk_kh_kernel<D, CONV, PREFETCH><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
+  DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
 }
 
-template void gdn_chunk_run<32, false>(const GdnArgs&, int, int, bool, cudaStream_t);
-template void gdn_chunk_run<64, false>(const GdnArgs&, int, int, bool, cudaStream_t);
-template void gdn_chunk_run<128, false>(const GdnArgs&, int, int, bool, cudaStream_t);
-template void gdn_chunk_run<32, true>(const GdnArgs&, int, int, bool, cudaStream_t);
-template void gdn_chunk_run<64, true>(const GdnArgs&, int, int, bool, cudaStream_t);
-template void gdn_chunk_run<128, true>(const GdnArgs&, int, int, bool, cudaStream_t);
+template <int D, bool CONV>
+void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, GdnChunkForm form, cudaStream_t stream) {
+  const int chunks = (max_len + kGdnChunk - 1) / kGdnChunk;
+  if (form == GdnChunkForm::key_head) return gdn_chunk_kh_run<D, CONV, false>(p, num_seqs, chunks, stream);
+  if (form == GdnChunkForm::key_head_prefetch) return gdn_chunk_kh_run<D, CONV, true>(p, num_seqs, chunks, stream);
+  const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kBytes);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  gdn_chunk_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nv), kGdnChunkThreads, smem, stream>>>(p);
+  DF_CUDA_CHECK_LAUNCH("gdn_chunk_kernel");
+}
+
+template void gdn_chunk_run<32, false>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
+template void gdn_chunk_run<64, false>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
+template void gdn_chunk_run<128, false>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
+template void gdn_chunk_run<32, true>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
+template void gdn_chunk_run<64, true>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
+template void gdn_chunk_run<128, true>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
 
 }  // namespace df
