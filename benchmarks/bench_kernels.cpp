@@ -537,7 +537,9 @@ void bench_decode(Bench& b) {
 }
 
 // Gated DeltaNet prefill at the 27B shape (16 key / 48 value heads, dk = dv = 128) over the batch, checked on the
-// first ns tokens against CpuOps, then timed.
+// first ns tokens against CpuOps, then timed; each with the chunk kernel per key head (default), per value head
+// ([vhead] rows, DFLASH_GDN_CHUNK=vhead) and per key head with the next v staged early ([prefetch] rows,
+// DFLASH_GDN_CHUNK=prefetch), whose outputs on those tokens must also be the same bits.
 void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns) {
   const int64_t T = seqs.tokens;
   size_t mark = b.arena.mark();
@@ -547,22 +549,48 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   Tensor bb = b.rand(DType::bf16, T, s.nv, -3, 3), A_log = b.rand(DType::f32, 1, s.nv, -2, 1);
   Tensor dt = b.rand(DType::f32, 1, s.nv, -1, 1), o = b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv);
   Tensor ws = b.arena.alloc(DType::u8, 1, b.gpu.gdn_workspace_bytes(T, s));
-  b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
+  // The chunk kernel's two forms, set alone in the environment, and the first ns output rows each left.
+  struct Form {
+    const char* value;
+    const char* tag;
+  };
+  const Form forms[] = {{"", ""}, {"vhead", " [vhead]"}, {"prefetch", " [prefetch]"}};
+  auto set_form = [](const Form& f) {
+    if (*f.value) setenv("DFLASH_GDN_CHUNK", f.value, 1); else unsetenv("DFLASH_GDN_CHUNK");
+  };
+  auto same_bits = [&](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
+    size_t differ = 0;
+    for (size_t i = 0; i < x.size(); ++i) differ += std::isnan(x[i]) || x[i] != y[i];
+    std::printf("check %-34s %zu of %zu elements differ from the default form's %s\n", what, differ, x.size(),
+                differ ? "FAILED" : "ok");
+    if (differ) ++b.failures;
+  };
+  std::vector<std::vector<float>> first(3);
   size_t hm = b.harena.mark();
   Tensor ho = b.harena.alloc(DType::f32, ns, int64_t(s.nv) * s.dv);
   b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)),
                     b.to_host(bb.rows_view(0, ns)), b.to_host(A_log), b.to_host(dt), ho, hseqs, s,
                     Tensor{});
-  b.check("gdn_prefill 16/48 128", o.rows_view(0, ns), ho, 2e-2);
-  b.harena.reset(hm);
   // FLOPs of the chunked algorithm per (chunk of 64, value head): K Kᵀ, Q Kᵀ, A V' (2·C²·d each), the
   // triangular solve (C²·(dk+dv)), W S, Q S, Kᵀ V' (2·C·dk·dv each).
   const double C = 64, d = 128;
   double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
   double flops = per_chunk * (T / C) * s.nv;
-  double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
-  row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
-  row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
+  char name[96];
+  for (int f = 0; f < 3; ++f) {
+    set_form(forms[f]);
+    b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
+    std::snprintf(name, sizeof name, "gdn_prefill 16/48 128%s", forms[f].tag);
+    b.check(name, o.rows_view(0, ns), ho, 2e-2);
+    first[f].resize(size_t(ns * o.cols));
+    b.gpu.download_f32(o.rows_view(0, ns), first[f].data());
+    if (f) same_bits(name, first[f], first[0]);
+    double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
+    std::snprintf(name, sizeof name, "gdn_prefill 16/48 dk=dv=128 (bf16 mma)%s", forms[f].tag);
+    row_flops(name, flops, ms);
+    row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
+  }
+  b.harena.reset(hm);
 
   // The whole mixer as the forward runs it (target_forward.cpp layer_linear): x, z, b and a are column views of
   // the fused projection [T, qkv 10240 | z 6144 | b 48 | a 48], out is the first 6144 columns of the conv
@@ -574,24 +602,32 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   Tensor x = proj.cols_view(0, cols), z = proj.cols_view(cols, vdim);
   Tensor pb = proj.cols_view(cols + vdim, s.nv), pa = proj.cols_view(cols + vdim + s.nv, s.nv);
   Tensor conv = b.arena.alloc(DType::bf16, T, cols), y = conv.cols_view(0, vdim);
-  b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o);
-  {
-    size_t hm2 = b.harena.mark();
-    Tensor hy = b.harena.alloc(DType::f32, ns, vdim), hc = b.harena.alloc(DType::f32, ns, cols);
-    Tensor hmid = b.harena.alloc(DType::f32, ns, vdim);
-    GdnWeights hw{b.to_host(w.conv_w), b.to_host(A_log), b.to_host(dt), b.to_host(w.norm_w), w.eps};
-    b.cpu.gdn_mixer(b.to_host(x.rows_view(0, ns)), b.to_host(z.rows_view(0, ns)), b.to_host(pa.rows_view(0, ns)),
-                    b.to_host(pb.rows_view(0, ns)), hw, hy, hseqs, s, Tensor{}, hc, hmid);
-    b.check("gdn_mixer 16/48 128", y.rows_view(0, ns), hy, 5e-2);
-    b.harena.reset(hm2);
-  }
+  size_t hm2 = b.harena.mark();
+  Tensor hy = b.harena.alloc(DType::f32, ns, vdim), hc = b.harena.alloc(DType::f32, ns, cols);
+  Tensor hmid = b.harena.alloc(DType::f32, ns, vdim);
+  GdnWeights hw{b.to_host(w.conv_w), b.to_host(A_log), b.to_host(dt), b.to_host(w.norm_w), w.eps};
+  b.cpu.gdn_mixer(b.to_host(x.rows_view(0, ns)), b.to_host(z.rows_view(0, ns)), b.to_host(pa.rows_view(0, ns)),
+                  b.to_host(pb.rows_view(0, ns)), hw, hy, hseqs, s, Tensor{}, hc, hmid);
   const std::string fuse = std::getenv("DFLASH_GDN_FUSE") ? std::getenv("DFLASH_GDN_FUSE") : "";
-  ms = b.time_ms([&] { b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o); }, 5);
-  row_flops(fuse == "0"      ? "gdn_mixer 16/48 128, 3 kernels (FUSE=0)"
-            : fuse == "conv" ? "gdn_mixer 16/48 128, conv fused (FUSE=conv)"
-                             : "gdn_mixer 16/48 128, conv + norm fused",
-            flops, ms);
-  row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2, ms);
+  for (int f = 0; f < 3; ++f) {
+    set_form(forms[f]);
+    b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o);
+    std::snprintf(name, sizeof name, "gdn_mixer 16/48 128%s", forms[f].tag);
+    b.check(name, y.rows_view(0, ns), hy, 5e-2);
+    first[f].resize(size_t(ns * vdim));
+    b.gpu.download_f32(y.rows_view(0, ns), first[f].data());
+    if (f) same_bits(name, first[f], first[0]);
+    double ms = b.time_ms([&] { b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o); }, 5);
+    std::snprintf(name, sizeof name, "%s%s",
+                  fuse == "0"      ? "gdn_mixer 16/48 128, 3 kernels (FUSE=0)"
+                  : fuse == "conv" ? "gdn_mixer 16/48 128, conv fused (FUSE=conv)"
+                                   : "gdn_mixer 16/48 128, conv + norm fused",
+                  forms[f].tag);
+    row_flops(name, flops, ms);
+    row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2, ms);
+  }
+  unsetenv("DFLASH_GDN_CHUNK");
+  b.harena.reset(hm2);
   b.arena.reset(mark);
 }
 

@@ -2,7 +2,7 @@
 // Per chunk (γ = cumsum g, Γ_ij = e^(γ_i − γ_j), A = strictly_lower(β K Kᵀ ⊙ Γ), T = (I + A)⁻¹):
 //   W = T (β e^γ K),  U = T (β V),  V' = U − W S,  O = (Q ⊙ e^γ) S + lower_incl(Q Kᵀ ⊙ Γ) V',
 //   S = e^(γ_C) S + (K ⊙ e^(γ_C − γ))ᵀ V'.
-// gdn_chunk_kernel (gdn_chunk.cu) does everything that does not depend on S for every (chunk, value head) at once
+// The chunk kernel (gdn_chunk.cu) does everything that does not depend on S for every (chunk, value head) at once
 // (T by 16×16 diagonal blocks and block rows of off-diagonal tensor-core products) and leaves W, U and the masked
 // scores as bf16 rows of a workspace indexed by token. gdn_state_kernel then walks each (sequence, value head) with
 // all of S in fp32 registers from a zero start, so no state crosses a sequence boundary. Gates, norms, T and
@@ -36,10 +36,6 @@ struct GdnStateSmem {
   static constexpr size_t kBytes = 2 * kStage + (NORM ? sizeof(float) * (kWarps + 1) * C : 0);
   static_assert(kTileBytes % 16 == 0, "row scalars must stay 16-byte aligned");
 };
-
-__device__ __forceinline__ void gdn_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // One block per (value head, sequence) walks the chunks with all of S: warp w keeps Sᵀ rows [16w, 16w + 16)
 // (value columns × key dim) in fp32 registers in the MMA accumulator layout, which is also the A-fragment
@@ -232,6 +228,16 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
 }
 
 // ---- launchers ----
+
+// The chunk kernel's form: per key head unless DFLASH_GDN_CHUNK=vhead (per value head) or =prefetch (per key head,
+// the next value head's v staged early). The outputs are the same bits. Read per call so one process can time all.
+static GdnChunkForm gdn_chunk_form() {
+  const char* e = std::getenv("DFLASH_GDN_CHUNK");
+  if (e && std::strcmp(e, "vhead") == 0) return GdnChunkForm::value_head;
+  if (e && std::strcmp(e, "prefetch") == 0) return GdnChunkForm::key_head_prefetch;
+  return GdnChunkForm::key_head;
+}
+
 template <int D, bool CONV, bool NORM>
 static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, unsigned char* ws,
                             cudaStream_t stream) {
@@ -240,7 +246,7 @@ static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, uns
   p.ws_u = reinterpret_cast<bf16*>(ws + l.u);
   p.ws_p = reinterpret_cast<bf16*>(ws + l.scores);
   p.ws_s = reinterpret_cast<float4*>(ws + l.scalars);
-  gdn_chunk_run<D, CONV>(p, num_seqs, max_len, stream);
+  gdn_chunk_run<D, CONV>(p, num_seqs, max_len, gdn_chunk_form(), stream);
   const size_t smem = GdnStateSmem<D, NORM>::kBytes;
   DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_state_kernel<D, CONV, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));

@@ -41,28 +41,41 @@ TEST_F(CudaOpsTest, GatedRmsnorm) {
     }
 }
 
+// Default: the chunk kernel per key head; DFLASH_GDN_CHUNK=vhead (per value head) and =prefetch (per key head, the
+// next v staged early) must give the same output bits: the same per-head code on the same q / k products.
+// nv / nk 2, 3, 3 and 1 (the last at tile width 64).
 TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
   for (const auto& lens : kBatches)
-    for (GdnShape s : {GdnShape{2, 4, 32, 32}, GdnShape{1, 3, 16, 40}, GdnShape{2, 6, 128, 128}}) {
+    for (GdnShape s :
+         {GdnShape{2, 4, 32, 32}, GdnShape{1, 3, 16, 40}, GdnShape{2, 6, 128, 128}, GdnShape{3, 3, 64, 48}}) {
       Layouts L = layouts(lens);
       int64_t T = L.cpu.tokens;
       int64_t cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv;
       Pair qkv = rand(T, cols, -1, 1, DType::bf16, 8);
       Pair a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
       Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
-      Pair o = out(T, int64_t(s.nv) * s.dv);
+      Pair o = out(T, int64_t(s.nv) * s.dv), ov = out(T, int64_t(s.nv) * s.dv), op = out(T, int64_t(s.nv) * s.dv);
       // Filled with NaN bytes: the kernels must write every workspace byte they later read.
       Tensor ws = gpu_arena_.alloc(DType::u8, 1, gpu_->gdn_workspace_bytes(T, s));
       poison(ws.data, ws.nbytes());
       EXPECT_EQ(cpu_.gdn_workspace_bytes(T, s), 0);
       cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s, Tensor{});
+      unsetenv("DFLASH_GDN_CHUNK");
       gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, ws);
+      setenv("DFLASH_GDN_CHUNK", "vhead", 1);
+      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, ov.gpu, L.gpu, s, ws);
+      setenv("DFLASH_GDN_CHUNK", "prefetch", 1);
+      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, op.gpu, L.gpu, s, ws);
+      unsetenv("DFLASH_GDN_CHUNK");
+      const std::string what =
+          name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " + std::to_string(lens.size());
+      expect_same_bits(o.gpu, ov.gpu, what, "chunk kernel per key head", "DFLASH_GDN_CHUNK=vhead");
+      expect_same_bits(o.gpu, op.gpu, what, "chunk kernel per key head", "DFLASH_GDN_CHUNK=prefetch");
       // Same chunked algorithm on identical inputs. The GPU's recurrence products keep ~16 mantissa bits
       // (bf16 hi + lo); its two output products (S·Qᵀ, V'·Pᵀ) round S and V' to bf16: 2^-9 relative per term,
       // random in sign over 128 + 64 terms whose sum is |o| ≲ 1, ≈ 2^-9·|o| ≈ 2e-3 typical, below 6e-3 with
       // margin; then one bf16 rounding of the output (2 ulps with the state's drift).
-      check(o, 6e-3, 2 * kBf16Ulp,
-            name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " + std::to_string(lens.size()));
+      check(o, 6e-3, 2 * kBf16Ulp, what);
     }
 }
 
@@ -209,7 +222,8 @@ TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
 // it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and packed (sequences
 // starting inside the chunk the conv's history rows would come from), the 27B layer (16 / 48 heads of 128), head
 // dims below the kernels' tile (16 / 40, 24 / 8), and a conv of 3 taps, which the fused kernels leave to the
-// three ops.
+// three ops. The chunk kernel per key head (default) against DFLASH_GDN_CHUNK=vhead bit for bit, fused and not,
+// and against DFLASH_GDN_CHUNK=prefetch fused.
 TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
   struct Case { GdnShape s; int K; };
   for (const auto& lens : {std::vector<int32_t>{1}, {63}, {65}, {130}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 70}})
@@ -236,10 +250,29 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       Pair y = out(T, vdim), conv = out(T, cols), o = out(T, vdim);
       cpu_.gdn_mixer(x.cpu, z.cpu, a.cpu, b.cpu, wc, y.cpu, L.cpu, s, Tensor{}, conv.cpu, o.cpu);
       unsetenv("DFLASH_GDN_FUSE");
+      unsetenv("DFLASH_GDN_CHUNK");
       gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y.gpu, L.gpu, s, ws, conv.gpu, o.gpu);
       setenv("DFLASH_GDN_FUSE", "0", 1);
       Pair y3 = out(T, vdim), conv3 = out(T, cols), o3 = out(T, vdim);
       gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y3.gpu, L.gpu, s, ws, conv3.gpu, o3.gpu);
+      // The chunk kernel per value head, fused (conv and norm) and on the three ops.
+      setenv("DFLASH_GDN_CHUNK", "vhead", 1);
+      Pair yv3 = out(T, vdim), convv3 = out(T, cols), ov3 = out(T, vdim);
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yv3.gpu, L.gpu, s, ws, convv3.gpu, ov3.gpu);
+      unsetenv("DFLASH_GDN_FUSE");
+      Pair yv = out(T, vdim), convv = out(T, cols), ov = out(T, vdim);
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yv.gpu, L.gpu, s, ws, convv.gpu, ov.gpu);
+      setenv("DFLASH_GDN_CHUNK", "prefetch", 1);
+      Pair yp = out(T, vdim), convp = out(T, cols), op = out(T, vdim);
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yp.gpu, L.gpu, s, ws, convp.gpu, op.gpu);
+      unsetenv("DFLASH_GDN_CHUNK");
+      expect_same_bits(y.gpu, yp.gpu, what, "fused, chunk kernel per key head", "fused, DFLASH_GDN_CHUNK=prefetch");
+      expect_same_bits(conv.gpu.cols_view(vdim, 2LL * s.nk * s.dk), convp.gpu.cols_view(vdim, 2LL * s.nk * s.dk), what,
+                       "conv'd q|k, per key head", "conv'd q|k, DFLASH_GDN_CHUNK=prefetch");
+      expect_same_bits(y.gpu, yv.gpu, what, "fused, chunk kernel per key head", "fused, DFLASH_GDN_CHUNK=vhead");
+      expect_same_bits(conv.gpu.cols_view(vdim, 2LL * s.nk * s.dk), convv.gpu.cols_view(vdim, 2LL * s.nk * s.dk), what,
+                       "conv'd q|k, per key head", "conv'd q|k, DFLASH_GDN_CHUNK=vhead");
+      expect_same_bits(y3.gpu, yv3.gpu, what, "DFLASH_GDN_FUSE=0", "DFLASH_GDN_FUSE=0 DFLASH_GDN_CHUNK=vhead");
       // The conv fused alone: the same q, k, v bits into the same prefill and norm, so the same output bits.
       setenv("DFLASH_GDN_FUSE", "conv", 1);
       Pair yc = out(T, vdim), convc = out(T, cols), oc = out(T, vdim);
