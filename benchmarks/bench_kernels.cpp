@@ -321,8 +321,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   char name[112];
 
   // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with the mask on every
-  // item (DFLASH_DFA_FAST=0), with Q and dO loaded as two tiles (DFLASH_DFA_PAIR=0) and with the next item's
-  // copies issued after the scores (DFLASH_DFA_LOADS=mid), the mma.sync kernels.
+  // item (DFLASH_DFA_FAST=0), with Q and dO loaded as two tiles (DFLASH_DFA_PAIR=0), the mma.sync kernels.
   struct Path {
     const char* var;
     const char* value;
@@ -332,11 +331,10 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   std::vector<Path> paths{{"", "", wg ? "wgmma" : "default (no wgmma here)"}};
   if (wg)
     paths.insert(paths.end(), {{"DFLASH_DFA_FAST", "0", "wgmma mask"},
-                               {"DFLASH_DFA_PAIR", "0", "wgmma two loads"},
-                               {"DFLASH_DFA_LOADS", "mid", "wgmma mid loads"}});
+                               {"DFLASH_DFA_PAIR", "0", "wgmma two loads"}});
   paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
   for (const Path& pa : paths) {
-    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_LOADS"})
+    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"})
       unsetenv(v);
     if (*pa.var) setenv(pa.var, pa.value, 1);
     const char* path = pa.name;
@@ -386,7 +384,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
       std::printf("  (the backward launched %zu kernels, not 3: no per-pass rows)\n", ks.size());
     }
   }
-  for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_LOADS"}) unsetenv(v);
+  for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"}) unsetenv(v);
   b.harena.reset(hm);
   b.arena.reset(mark);
 }

@@ -400,10 +400,10 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
   a.blk_magic = block_magic(d.block);
   // DFLASH_DFA_FAST=0: the wgmma kernel evaluates the mask on every item (by default an item that sees all of
-  // a warpgroup's keys skips it); DFLASH_DFA_PAIR=0 loads Q and dO as two tiles; DFLASH_DFA_LOADS=mid issues
-  // the next item's copies after this item's scores. The same results under each; the bench times them.
+  // a warpgroup's keys skips it); DFLASH_DFA_PAIR=0 loads Q and dO as two tiles. The same results under each;
+  // the bench times them.
   a.fast = !env_is("DFLASH_DFA_FAST", "0");
-  a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0"), a.mid_loads = env_is("DFLASH_DFA_LOADS", "mid");
+  a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0");
   dfa::kv_pass_launch(a, kvrows, wg, stream);
 }
 

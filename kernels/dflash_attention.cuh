@@ -94,7 +94,6 @@ struct KvArgs {
   uint64_t blk_magic;  // row_split's magic for d.block
   bool fast;           // the wgmma kernel skips the mask on items that see all of a warpgroup's keys
   bool pair_loads;     // the wgmma kernel loads Q and dO with one row computation (load_tile_pair_wg)
-  bool mid_loads;      // the wgmma kernel issues the next item's copies once this item's scores are issued
 };
 
 // row_split's multiplier for block > 0 (0 for block 1).

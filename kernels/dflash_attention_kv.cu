@@ -222,10 +222,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       const int b = (n - n0) & 1;
       wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
       // The next item's copies fly during this one (issued after this item's products instead, they measured
-      // 12 % slower on the wgmma pass: later to land, and registers spilled; session 15). p.mid_loads: the
-      // wgmma kernel issues them once this item's scores are on the tensor cores.
-      const bool mid = WG && p.mid_loads;
-      if (!mid && n + 1 < n1) load_item(n + 1, b ^ 1);
+      // 12 % slower on the wgmma pass, session 15; after its scores, 2-6 % slower, session 16).
+      if (n + 1 < n1) load_item(n + 1, b ^ 1);
       const int2 it = split_item(n);
       const int64_t j = base + list[it.x];
       const int z0 = it.y * kTile;
@@ -262,14 +260,10 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // Warpgroup wg holds keys [64·wg, 64·wg + 64) of the tile (so warp w's fragment rows are keys kw + gr
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
-        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) {
-          if (mid && n + 1 < n1) load_item(n + 1, b ^ 1);
-          continue;
-        }
+        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
         // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
         float s[32], dp[32];
         wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
-        if (mid && n + 1 < n1) load_item(n + 1, b ^ 1);
         wg_wait<1>(s);
         auto sf = [&](int n2, int e) -> float& { return s[4 * n2 + e]; };
         auto dpf = [&](int n2, int e) -> float& { return dp[4 * n2 + e]; };

@@ -4,8 +4,8 @@
 // views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
 // each kernel path in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
 // capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels), and the wgmma dk/dv kernel's settings
-// DFLASH_DFA_FAST=0 (the mask on every item), DFLASH_DFA_PAIR=0 (Q and dO as two tile loads) and
-// DFLASH_DFA_LOADS=mid (the next item's copies after the scores). Skips without a GPU.
+// DFLASH_DFA_FAST=0 (the mask on every item) and DFLASH_DFA_PAIR=0 (Q and dO as two tile loads). Skips
+// without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -207,11 +207,11 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
   // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel's settings (the mask on
-  // every item, two tile loads, the copies after the scores) — each alone, the other variables unset.
-  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_LOADS"};
-  std::string saved[4];
-  bool had[4];
-  for (int i = 0; i < 4; ++i) {
+  // every item, two tile loads) — each alone, the other variables unset.
+  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"};
+  std::string saved[3];
+  bool had[3];
+  for (int i = 0; i < 3; ++i) {
     const char* e = std::getenv(vars[i]);
     had[i] = e != nullptr, saved[i] = e ? e : "";
   }
@@ -223,10 +223,9 @@ void DFlashAttentionCuda::run(const Case& c) {
   for (Path path : {Path{"default", -1, ""},
                     {"mma", 0, "mma"},
                     {"mask always", 1, "0"},
-                    {"two tile loads", 2, "0"},
-                    {"mid loads", 3, "mid"}}) {
+                    {"two tile loads", 2, "0"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 3; ++i)
       if (i == path.var)
         setenv(vars[i], path.value, 1);
       else
@@ -275,7 +274,7 @@ void DFlashAttentionCuda::run(const Case& c) {
     EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
         << name << ": a second backward on the same inputs gave different bits";
   }
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 3; ++i)
     if (had[i])
       setenv(vars[i], saved[i].c_str(), 1);
     else
