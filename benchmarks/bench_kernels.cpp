@@ -536,8 +536,7 @@ void bench_decode(Bench& b) {
 
 // Gated DeltaNet prefill at the 27B shape (16 key / 48 value heads, dk = dv = 128) over the batch, checked on the
 // first ns tokens against CpuOps, then timed; each with the chunk kernel per key head (default), per value head
-// ([vhead] rows, DFLASH_GDN_CHUNK=vhead) and per key head with the next v staged early ([prefetch] rows,
-// DFLASH_GDN_CHUNK=prefetch), whose outputs on those tokens must also be the same bits.
+// ([vhead] rows, DFLASH_GDN_CHUNK=vhead), whose outputs on those tokens must also be the same bits.
 void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns) {
   const int64_t T = seqs.tokens;
   size_t mark = b.arena.mark();
@@ -552,7 +551,7 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
     const char* value;
     const char* tag;
   };
-  const Form forms[] = {{"", ""}, {"vhead", " [vhead]"}, {"prefetch", " [prefetch]"}};
+  const Form forms[] = {{"", ""}, {"vhead", " [vhead]"}};
   auto set_form = [](const Form& f) {
     if (*f.value) setenv("DFLASH_GDN_CHUNK", f.value, 1); else unsetenv("DFLASH_GDN_CHUNK");
   };
@@ -563,7 +562,7 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
                 differ ? "FAILED" : "ok");
     if (differ) ++b.failures;
   };
-  std::vector<std::vector<float>> first(3);
+  std::vector<std::vector<float>> first(std::size(forms));
   size_t hm = b.harena.mark();
   Tensor ho = b.harena.alloc(DType::f32, ns, int64_t(s.nv) * s.dv);
   b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)),
@@ -575,7 +574,7 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
   double flops = per_chunk * (T / C) * s.nv;
   char name[96];
-  for (int f = 0; f < 3; ++f) {
+  for (size_t f = 0; f < std::size(forms); ++f) {
     set_form(forms[f]);
     b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
     std::snprintf(name, sizeof name, "gdn_prefill 16/48 128%s", forms[f].tag);
@@ -607,7 +606,7 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   b.cpu.gdn_mixer(b.to_host(x.rows_view(0, ns)), b.to_host(z.rows_view(0, ns)), b.to_host(pa.rows_view(0, ns)),
                   b.to_host(pb.rows_view(0, ns)), hw, hy, hseqs, s, Tensor{}, hc, hmid);
   const std::string fuse = std::getenv("DFLASH_GDN_FUSE") ? std::getenv("DFLASH_GDN_FUSE") : "";
-  for (int f = 0; f < 3; ++f) {
+  for (size_t f = 0; f < std::size(forms); ++f) {
     set_form(forms[f]);
     b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o);
     std::snprintf(name, sizeof name, "gdn_mixer 16/48 128%s", forms[f].tag);

@@ -229,11 +229,10 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
 
 // ---- launchers ----
 
-// The chunk kernel's form: per key head unless DFLASH_GDN_CHUNK=vhead (per value head) or =prefetch (per key head,
-// the next value head's v staged early). The outputs are the same bits. Read per call so one process can time all.
+// The chunk kernel's form: per key head unless DFLASH_GDN_CHUNK=vhead (per value head). The outputs are the same
+// bits. Read per call so one process can time both.
 static GdnChunkForm gdn_chunk_form() {
   if (env_is("DFLASH_GDN_CHUNK", "vhead")) return GdnChunkForm::value_head;
-  if (env_is("DFLASH_GDN_CHUNK", "prefetch")) return GdnChunkForm::key_head_prefetch;
   return GdnChunkForm::key_head;
 }
 

@@ -70,7 +70,7 @@ __device__ __forceinline__ void gdn_stage_wait_groups() { asm volatile("cp.async
 // The chunk kernel's forms, whose outputs are the same bits: a CTA per (sequence, chunk, value head), or per key
 // head doing the q / k work once for its value heads (3 CTAs an SM at D 128), or that with the next value head's
 // v staged early into a second tile (2 CTAs an SM).
-enum class GdnChunkForm { value_head, key_head, key_head_prefetch };
+enum class GdnChunkForm { value_head, key_head };
 
 // The chunk kernel of one prefill (gdn_chunk.cu) in the given form, for the head tile width D
 // (gdn_prefill_tile_dim) with or without the conv fused; p's workspace pointers are set. Built for D in

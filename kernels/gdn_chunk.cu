@@ -50,9 +50,7 @@ struct GdnChunkSmem {
   static constexpr size_t kRawBytes = sizeof(float) * C * kLdA, kQBytes = sizeof(bf16) * kRows * kLdB;
   static constexpr bool kRawInQ = kRawBytes <= kQBytes;
   static constexpr size_t kKhBytes = kBytes + (kRawInQ ? 0 : kRawBytes);
-  // ... and with a second v tile after those, for the form that stages the next value head's v early.
-  static constexpr size_t kKhPrefetchBytes = kKhBytes + kQBytes;
-  bf16 *Qs, *Ks, *Vs, *V2;
+  bf16 *Qs, *Ks, *Vs;
   float *Am, *gam, *beta, *qn, *kn, *sw, *raw;
   __device__ explicit GdnChunkSmem(unsigned char* base) {
     Qs = reinterpret_cast<bf16*>(base);
@@ -65,7 +63,6 @@ struct GdnChunkSmem {
     kn = qn + C;
     sw = kn + C;
     raw = kRawInQ ? reinterpret_cast<float*>(Qs) : sw + C;
-    V2 = reinterpret_cast<bf16*>(base + kKhBytes);
   }
   // Columns [col, col + n) of the chunk's rows into X (rows ≥ L zero); the fused form's tiles start K − 1 tokens
   // early for the conv, and at a sequence start those slots stay zero.
@@ -470,11 +467,10 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const Gd
 // head, in gdn_chunk_kernel's code and so bit for bit its outputs: the v tile (staged and convolved alone), g and
 // β, γ, the scaled A and scores, T, W, U and the row scalars. The raw products wait for the next value head in
 // shared memory (the q tile at D 128): held in registers they spill even at 128 registers a thread.
-// PREFETCH: the next head's v is staged into a second tile while this head is computed, which takes the third
-// CTA of an SM at D 128 (2 an SM, up to 128 registers); otherwise it is staged once U has read this head's v (3 an
-// SM in 80 registers, as gdn_chunk_kernel).
-template <int D, bool CONV, bool PREFETCH>
-__global__ void __launch_bounds__(kGdnChunkThreads, PREFETCH ? 2 : 3) gdn_chunk_kh_kernel(const GdnArgs p) {
+// The next head's v is staged once U has read this head's v (3 CTAs an SM in 80 registers, as gdn_chunk_kernel;
+// staged early into a second tile, at 2 CTAs an SM, it measured 8.5 % slower: session 16, call 1).
+template <int D, bool CONV>
+__global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const GdnArgs p) {
   using Sm = GdnChunkSmem<D, CONV>;
   constexpr int C = kGdnChunk, LA = Sm::kLdA;
   // One (4 channels, segment) per thread over the v tile alone, at least K − 1 rows a segment.
@@ -514,14 +510,8 @@ __global__ void __launch_bounds__(kGdnChunkThreads, PREFETCH ? 2 : 3) gdn_chunk_
     const int seq = blockIdx.x + zero, kh = blockIdx.z + zero, c0 = (blockIdx.y + zero) * C, h = kh * heads + j;
     const int64_t t0 = p.cu[seq] + c0, v_col = 2LL * p.nk * p.dk;
     const int L = min(C, p.cu[seq + 1] - p.cu[seq] - c0);
-    bf16* const Vh = PREFETCH && (j & 1) ? s.V2 : s.Vs;
-    if (j > 0) __syncthreads();  // head j − 1 is done with its v tile, γ, β and Am
-    if constexpr (PREFETCH) {
-      if (j + 1 < heads) {
-        Sm::stage(j & 1 ? s.Vs : s.V2, p, t0, c0, L, v_col + (int64_t)(h + 1) * p.dv, p.dv);
-        gdn_stage_commit();
-      }
-    } else if (j > 0) {
+    if (j > 0) {
+      __syncthreads();  // head j − 1 is done with its v tile, γ, β and Am
       Sm::stage(s.Vs, p, t0, c0, L, v_col + (int64_t)h * p.dv, p.dv);
     }
     if ((gdn_tid() >> 5) == 0) {
@@ -534,15 +524,10 @@ __global__ void __launch_bounds__(kGdnChunkThreads, PREFETCH ? 2 : 3) gdn_chunk_
       s.beta[2 * lane] = b0, s.beta[2 * lane + 1] = b1;
     }
     if (j > 0) {  // head 0's v came (and was convolved) with q and k
-      if constexpr (!PREFETCH)
-        gdn_stage_wait();
-      else if (j + 1 < heads)
-        gdn_stage_wait_groups<1>();
-      else
-        gdn_stage_wait_groups<0>();
+      gdn_stage_wait();
       if constexpr (CONV) {
         __syncthreads();
-        gdn_conv_silu_tiles<D, 1, kSegV>(Vh, p, 2, kh, h, L);
+        gdn_conv_silu_tiles<D, 1, kSegV>(s.Vs, p, 2, kh, h, L);
       }
     }
     __syncthreads();
@@ -553,27 +538,23 @@ __global__ void __launch_bounds__(kGdnChunkThreads, PREFETCH ? 2 : 3) gdn_chunk_
     }
     __syncthreads();
     gdn_solve<LA>(s.Am);
-    gdn_wu_scalars<D>(s, Vh, p, t0, L, h);
+    gdn_wu_scalars<D>(s, s.Vs, p, t0, L, h);
   }
 }
 
 // ---- launchers ----
 
-template <int D, bool CONV, bool PREFETCH>
-static void gdn_chunk_kh_run(const GdnArgs& p, int num_seqs, int chunks, cudaStream_t stream) {
-  using Sm = GdnChunkSmem<D, CONV>;
-  const int smem = static_cast<int>(PREFETCH ? Sm::kKhPrefetchBytes : Sm::kKhBytes);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV, PREFETCH>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  gdn_chunk_kh_kernel<D, CONV, PREFETCH><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
-  DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
-}
-
 template <int D, bool CONV>
 void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, GdnChunkForm form, cudaStream_t stream) {
   const int chunks = (max_len + kGdnChunk - 1) / kGdnChunk;
-  if (form == GdnChunkForm::key_head) return gdn_chunk_kh_run<D, CONV, false>(p, num_seqs, chunks, stream);
-  if (form == GdnChunkForm::key_head_prefetch) return gdn_chunk_kh_run<D, CONV, true>(p, num_seqs, chunks, stream);
+  if (form == GdnChunkForm::key_head) {
+    const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kKhBytes);
+    DF_CUDA_CHECK(
+        cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    gdn_chunk_kh_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
+    DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
+    return;
+  }
   const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kBytes);
   DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   gdn_chunk_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nv), kGdnChunkThreads, smem, stream>>>(p);
