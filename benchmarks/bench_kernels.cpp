@@ -330,12 +330,11 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const bool wg = wgmma_available();
   std::vector<Path> paths{{"", "", wg ? "wgmma" : "default (no wgmma here)"}};
   if (wg)
-    paths.insert(paths.end(), {{"DFLASH_DFA_FAST", "0", "wgmma mask"},
-                               {"DFLASH_DFA_PAIR", "0", "wgmma two loads"}});
+    paths.insert(paths.end(),
+                 {{"DFLASH_DFA_FAST", "0", "wgmma mask"}, {"DFLASH_DFA_PAIR", "0", "wgmma two loads"}});
   paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
   for (const Path& pa : paths) {
-    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"})
-      unsetenv(v);
+    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"}) unsetenv(v);
     if (*pa.var) setenv(pa.var, pa.value, 1);
     const char* path = pa.name;
     std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, *pa.var ? pa.var : "DFLASH_DFA",
@@ -534,8 +533,9 @@ void bench_decode(Bench& b) {
   for (const DecodeRow& r : rows) decode_print(r, copy_gbs);
 }
 
-// Gated DeltaNet prefill at the 27B shape (16 key / 48 value heads, dk = dv = 128) over the batch, checked on the
-// first ns tokens against CpuOps, then timed; each with the chunk kernel per key head (default), per value head
+// Gated DeltaNet prefill at the 27B shape (16 key / 48 value heads, dk = dv = 128) over the batch, checked on
+// the first ns tokens against CpuOps, then timed; each with the chunk kernel per key head (default), per
+// value head
 // ([vhead] rows, DFLASH_GDN_CHUNK=vhead), whose outputs on those tokens must also be the same bits.
 void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns) {
   const int64_t T = seqs.tokens;
@@ -553,7 +553,10 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   };
   const Form forms[] = {{"", ""}, {"vhead", " [vhead]"}};
   auto set_form = [](const Form& f) {
-    if (*f.value) setenv("DFLASH_GDN_CHUNK", f.value, 1); else unsetenv("DFLASH_GDN_CHUNK");
+    if (*f.value)
+      setenv("DFLASH_GDN_CHUNK", f.value, 1);
+    else
+      unsetenv("DFLASH_GDN_CHUNK");
   };
   auto same_bits = [&](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
     size_t differ = 0;
@@ -566,8 +569,7 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   size_t hm = b.harena.mark();
   Tensor ho = b.harena.alloc(DType::f32, ns, int64_t(s.nv) * s.dv);
   b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)),
-                    b.to_host(bb.rows_view(0, ns)), b.to_host(A_log), b.to_host(dt), ho, hseqs, s,
-                    Tensor{});
+                    b.to_host(bb.rows_view(0, ns)), b.to_host(A_log), b.to_host(dt), ho, hseqs, s, Tensor{});
   // FLOPs of the chunked algorithm per (chunk of 64, value head): K Kᵀ, Q Kᵀ, A V' (2·C²·d each), the
   // triangular solve (C²·(dk+dv)), W S, Q S, Kᵀ V' (2·C·dk·dv each).
   const double C = 64, d = 128;
@@ -585,7 +587,8 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
     double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
     std::snprintf(name, sizeof name, "gdn_prefill 16/48 dk=dv=128 (bf16 mma)%s", forms[f].tag);
     row_flops(name, flops, ms);
-    row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
+    row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2,
+              ms);
   }
   b.harena.reset(hm);
 
@@ -603,8 +606,9 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   Tensor hy = b.harena.alloc(DType::f32, ns, vdim), hc = b.harena.alloc(DType::f32, ns, cols);
   Tensor hmid = b.harena.alloc(DType::f32, ns, vdim);
   GdnWeights hw{b.to_host(w.conv_w), b.to_host(A_log), b.to_host(dt), b.to_host(w.norm_w), w.eps};
-  b.cpu.gdn_mixer(b.to_host(x.rows_view(0, ns)), b.to_host(z.rows_view(0, ns)), b.to_host(pa.rows_view(0, ns)),
-                  b.to_host(pb.rows_view(0, ns)), hw, hy, hseqs, s, Tensor{}, hc, hmid);
+  b.cpu.gdn_mixer(b.to_host(x.rows_view(0, ns)), b.to_host(z.rows_view(0, ns)),
+                  b.to_host(pa.rows_view(0, ns)), b.to_host(pb.rows_view(0, ns)), hw, hy, hseqs, s, Tensor{},
+                  hc, hmid);
   const std::string fuse = std::getenv("DFLASH_GDN_FUSE") ? std::getenv("DFLASH_GDN_FUSE") : "";
   for (size_t f = 0; f < std::size(forms); ++f) {
     set_form(forms[f]);

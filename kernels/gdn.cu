@@ -2,15 +2,16 @@
 // Per chunk (γ = cumsum g, Γ_ij = e^(γ_i − γ_j), A = strictly_lower(β K Kᵀ ⊙ Γ), T = (I + A)⁻¹):
 //   W = T (β e^γ K),  U = T (β V),  V' = U − W S,  O = (Q ⊙ e^γ) S + lower_incl(Q Kᵀ ⊙ Γ) V',
 //   S = e^(γ_C) S + (K ⊙ e^(γ_C − γ))ᵀ V'.
-// The chunk kernel (gdn_chunk.cu) does everything that does not depend on S for every (chunk, value head) at once
-// (T by 16×16 diagonal blocks and block rows of off-diagonal tensor-core products) and leaves W, U and the masked
-// scores as bf16 rows of a workspace indexed by token. gdn_state_kernel then walks each (sequence, value head) with
-// all of S in fp32 registers from a zero start, so no state crosses a sequence boundary. Gates, norms, T and
-// S stay fp32; every product runs on bf16 tensor cores with fp32 accumulation, the fp32 operands (T, S, V')
-// split into bf16 hi + lo so they keep 16 mantissa bits. Row strides are padded so ldmatrix rows spread
-// over all banks. The fused form (gdn_mixer_launch, the whole DeltaNet mixer of a layer) reads the projection
-// before the causal conv and runs conv + SiLU on the chunk kernel's tiles, and the gated RMSNorm in the state
-// kernel's epilogue, so neither the conv output nor the un-normed output makes a round trip through memory.
+// The chunk kernel (gdn_chunk.cu) does everything that does not depend on S for every (chunk, value head) at
+// once (T by 16×16 diagonal blocks and block rows of off-diagonal tensor-core products) and leaves W, U and
+// the masked scores as bf16 rows of a workspace indexed by token. gdn_state_kernel then walks each (sequence,
+// value head) with all of S in fp32 registers from a zero start, so no state crosses a sequence boundary.
+// Gates, norms, T and S stay fp32; every product runs on bf16 tensor cores with fp32 accumulation, the fp32
+// operands (T, S, V') split into bf16 hi + lo so they keep 16 mantissa bits. Row strides are padded so
+// ldmatrix rows spread over all banks. The fused form (gdn_mixer_launch, the whole DeltaNet mixer of a layer)
+// reads the projection before the causal conv and runs conv + SiLU on the chunk kernel's tiles, and the gated
+// RMSNorm in the state kernel's epilogue, so neither the conv output nor the un-normed output makes a round
+// trip through memory.
 #include <cmath>
 #include <cstdio>
 
@@ -229,8 +230,8 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
 
 // ---- launchers ----
 
-// The chunk kernel's form: per key head unless DFLASH_GDN_CHUNK=vhead (per value head). The outputs are the same
-// bits. Read per call so one process can time both.
+// The chunk kernel's form: per key head unless DFLASH_GDN_CHUNK=vhead (per value head). The outputs are the
+// same bits. Read per call so one process can time both.
 static GdnChunkForm gdn_chunk_form() {
   if (env_is("DFLASH_GDN_CHUNK", "vhead")) return GdnChunkForm::value_head;
   return GdnChunkForm::key_head;

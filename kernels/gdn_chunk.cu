@@ -1,7 +1,8 @@
 // Gated DeltaNet chunked prefill, the chunk kernel (kernels/gdn.cu has the scheme, the state kernel and the
-// launchers): per (chunk, value head) everything that does not depend on the state (γ, the norms, T = (I + A)⁻¹,
-// W, U and the masked scores) into the workspace, and in the fused form the causal conv + SiLU on its tiles. Two
-// forms: a CTA per value head, or per key head doing the q / k work once for all of its value heads.
+// launchers): per (chunk, value head) everything that does not depend on the state (γ, the norms, T = (I +
+// A)⁻¹, W, U and the masked scores) into the workspace, and in the fused form the causal conv + SiLU on its
+// tiles. Two forms: a CTA per value head, or per key head doing the q / k work once for all of its value
+// heads.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,9 +18,9 @@ constexpr int kGdnChunkThreads = 256;
 
 // ---- kernels ----
 
-// threadIdx.x, read afresh at every use. The per-key-head kernel runs the per-value-head helpers in a loop, and the
-// compiler would otherwise hoist every index they derive from the thread out of it, keeping them live (spilled)
-// across the value heads.
+// threadIdx.x, read afresh at every use. The per-key-head kernel runs the per-value-head helpers in a loop,
+// and the compiler would otherwise hoist every index they derive from the thread out of it, keeping them live
+// (spilled) across the value heads.
 __device__ __forceinline__ int gdn_tid() {
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
@@ -37,16 +38,16 @@ __device__ __forceinline__ void gdn_warp_store(const float (&acc)[NT][4], int r0
   }
 }
 
-// The q, k and v tiles: [kRows][kLdB] each, with the conv starting kGdnConvTaps − 1 tokens before the chunk; then
-// Am [C][kLdA] (A strictly below the diagonal, T stored transposed, T_ij at [j][i], on and above it) and the row
-// vectors γ, β, qn = dk^−½ / ‖q‖, kn = 1 / ‖k‖ and sw = β e^γ / ‖k‖ [C] each.
+// The q, k and v tiles: [kRows][kLdB] each, with the conv starting kGdnConvTaps − 1 tokens before the chunk;
+// then Am [C][kLdA] (A strictly below the diagonal, T stored transposed, T_ij at [j][i], on and above it) and
+// the row vectors γ, β, qn = dk^−½ / ‖q‖, kn = 1 / ‖k‖ and sw = β e^γ / ‖k‖ [C] each.
 template <int D, bool CONV>
 struct GdnChunkSmem {
   static constexpr int C = kGdnChunk, kLdB = D + 8, kLdA = C + 4, kRows = C + (CONV ? kGdnConvTaps - 1 : 0);
   static constexpr size_t kBytes = 3 * sizeof(bf16) * kRows * kLdB + sizeof(float) * (C * kLdA + 5 * C);
   static_assert((3 * sizeof(bf16) * kRows * kLdB) % 16 == 0, "the fp32 part must stay 16-byte aligned");
-  // The per-key-head form's raw products [C][kLdA] fp32 (gdn_raw_save): in the q tile once q is read where they
-  // fit (D 128), else after the vectors.
+  // The per-key-head form's raw products [C][kLdA] fp32 (gdn_raw_save): in the q tile once q is read where
+  // they fit (D 128), else after the vectors.
   static constexpr size_t kRawBytes = sizeof(float) * C * kLdA, kQBytes = sizeof(bf16) * kRows * kLdB;
   static constexpr bool kRawInQ = kRawBytes <= kQBytes;
   static constexpr size_t kKhBytes = kBytes + (kRawInQ ? 0 : kRawBytes);
@@ -64,27 +65,30 @@ struct GdnChunkSmem {
     sw = kn + C;
     raw = kRawInQ ? reinterpret_cast<float*>(Qs) : sw + C;
   }
-  // Columns [col, col + n) of the chunk's rows into X (rows ≥ L zero); the fused form's tiles start K − 1 tokens
-  // early for the conv, and at a sequence start those slots stay zero.
+  // Columns [col, col + n) of the chunk's rows into X (rows ≥ L zero); the fused form's tiles start K − 1
+  // tokens early for the conv, and at a sequence start those slots stay zero.
   __device__ static void stage(bf16* X, const GdnArgs& p, int64_t t0, int c0, int L, int64_t col, int n) {
     constexpr int H = kRows - C;
     const int lo = c0 == 0 ? H : 0;
-    gdn_stage<D, kGdnChunkThreads, kRows>(X, kLdB, p.qkv + (t0 - (H - lo)) * p.ld_qkv + col, p.ld_qkv, lo, L + H, n);
+    gdn_stage<D, kGdnChunkThreads, kRows>(X, kLdB, p.qkv + (t0 - (H - lo)) * p.ld_qkv + col, p.ld_qkv, lo,
+                                          L + H, n);
   }
 };
 
 // The fused form's causal conv + SiLU, in place on TILES consecutive tiles X [TILES][ROWS][LB] of the q, k, v
-// order from tile `first` (0 q, 1 k, 2 v of value head h): slot r holds token t0 − (K − 1) + r on entry (zeros
-// before the sequence start) and the output of token t0 + r on exit (zero for r ≥ L). Output r reads slots
-// r .. r + K − 1 and overwrites slot r, so a thread walking its SEG rows downwards only overwrites what it has
-// read, except the K − 1 slots past its segment, which the next segment's thread overwrites: those are read into
-// registers before a barrier. A thread takes 4 channels of one tile over one segment. The taps are summed in
-// conv1d_silu's order with zeros where it skips a tap, so the outputs are bit for bit what conv1d_silu stores,
-// whatever the segment length.
+// order from tile `first` (0 q, 1 k, 2 v of value head h): slot r holds token t0 − (K − 1) + r on entry
+// (zeros before the sequence start) and the output of token t0 + r on exit (zero for r ≥ L). Output r reads
+// slots r .. r + K − 1 and overwrites slot r, so a thread walking its SEG rows downwards only overwrites what
+// it has read, except the K − 1 slots past its segment, which the next segment's thread overwrites: those are
+// read into registers before a barrier. A thread takes 4 channels of one tile over one segment. The taps are
+// summed in conv1d_silu's order with zeros where it skips a tap, so the outputs are bit for bit what
+// conv1d_silu stores, whatever the segment length.
 template <int D, int TILES, int SEG>
-__device__ __forceinline__ void gdn_conv_silu_tiles(bf16* X, const GdnArgs& p, int first, int kh, int h, int L) {
+__device__ __forceinline__ void gdn_conv_silu_tiles(bf16* X, const GdnArgs& p, int first, int kh, int h,
+                                                    int L) {
   constexpr int K = kGdnConvTaps, CG = D / 4, LB = D + 8, ROWS = kGdnChunk + K - 1, NSEG = kGdnChunk / SEG;
-  static_assert(kGdnChunk % SEG == 0 && SEG >= K - 1, "a segment holds at least the K − 1 slots read past it");
+  static_assert(kGdnChunk % SEG == 0 && SEG >= K - 1,
+                "a segment holds at least the K − 1 slots read past it");
   static_assert(TILES * CG * NSEG <= kGdnChunkThreads, "one (tile, 4 channels, segment) per thread");
   const int cg = gdn_tid() % CG, seg = (gdn_tid() / CG) % NSEG, local = gdn_tid() / (NSEG * CG);
   const int tile = first + local;
@@ -186,8 +190,8 @@ __device__ __forceinline__ void gdn_row_norms(const bf16* Qs, const bf16* Ks, fl
 
 // The fused form hands the conv'd q and k rows of key head kh to the state kernel.
 template <int D>
-__device__ __forceinline__ void gdn_qk_copy_out(const bf16* Qs, const bf16* Ks, const GdnArgs& p, int64_t t0, int L,
-                                                int kh) {
+__device__ __forceinline__ void gdn_qk_copy_out(const bf16* Qs, const bf16* Ks, const GdnArgs& p, int64_t t0,
+                                                int L, int kh) {
   constexpr int C = kGdnChunk, LB = D + 8;
   for (int i = gdn_tid(); i < 2 * C * (D / 8); i += kGdnChunkThreads) {
     const int k = i / (C * (D / 8)), r = (i / (D / 8)) % C, d = (i % (D / 8)) * 8;
@@ -197,9 +201,9 @@ __device__ __forceinline__ void gdn_qk_copy_out(const bf16* Qs, const bf16* Ks, 
   }
 }
 
-// The raw K Kᵀ (acc) and Q Kᵀ (accp) of this warp's 16 × 32 tile, rows (warp / 2)·16, columns (warp % 2)·32. The
-// operands are the raw bf16 rows, so the bf16 MMA is exact up to the fp32 accumulation. They depend on the key
-// head only: the per-key-head form keeps them in registers across its value heads.
+// The raw K Kᵀ (acc) and Q Kᵀ (accp) of this warp's 16 × 32 tile, rows (warp / 2)·16, columns (warp % 2)·32.
+// The operands are the raw bf16 rows, so the bf16 MMA is exact up to the fp32 accumulation. They depend on
+// the key head only: the per-key-head form keeps them in registers across its value heads.
 template <int D>
 __device__ __forceinline__ void gdn_raw_products(const bf16* Qs, const bf16* Ks, float (&acc)[4][4],
                                                  float (&accp)[4][4]) {
@@ -226,10 +230,10 @@ __device__ __forceinline__ void gdn_raw_products(const bf16* Qs, const bf16* Ks,
   }
 }
 
-// The per-key-head form keeps the raw products in shared memory across its value heads, both in one [C][LA] fp32
-// square: Q Kᵀ on and below the diagonal as it lies, K Kᵀ (only its strictly lower part is read) transposed
-// above it. Every slot is written once; gdn_raw_load reads them back into gdn_raw_products' layout, the exact fp32
-// values (entries the scaled stores mask read whatever the other triangle holds).
+// The per-key-head form keeps the raw products in shared memory across its value heads, both in one [C][LA]
+// fp32 square: Q Kᵀ on and below the diagonal as it lies, K Kᵀ (only its strictly lower part is read)
+// transposed above it. Every slot is written once; gdn_raw_load reads them back into gdn_raw_products'
+// layout, the exact fp32 values (entries the scaled stores mask read whatever the other triangle holds).
 template <int LA>
 __device__ __forceinline__ void gdn_raw_save(const float (&acc)[4][4], const float (&accp)[4][4], float* M) {
   const int warp = gdn_tid() >> 5, r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
@@ -257,11 +261,11 @@ __device__ __forceinline__ void gdn_raw_load(const float* M, float (&acc)[4][4],
     }
 }
 
-// What scales with value head h's gates (γ, β in shared memory, the norms qn, kn): sw, A = strictly_lower(β K Kᵀ
-// ⊙ Γ) / ‖k_i‖‖k_j‖ into Am and the masked scores lower_incl(Q Kᵀ ⊙ Γ) (normed) straight to the workspace.
+// What scales with value head h's gates (γ, β in shared memory, the norms qn, kn): sw, A = strictly_lower(β K
+// Kᵀ ⊙ Γ) / ‖k_i‖‖k_j‖ into Am and the masked scores lower_incl(Q Kᵀ ⊙ Γ) (normed) straight to the workspace.
 template <class Sm>
-__device__ __forceinline__ void gdn_scaled_stores(const float (&acc)[4][4], const float (&accp)[4][4], const Sm& s,
-                                                  const GdnArgs& p, int64_t t0, int L, int h) {
+__device__ __forceinline__ void gdn_scaled_stores(const float (&acc)[4][4], const float (&accp)[4][4],
+                                                  const Sm& s, const GdnArgs& p, int64_t t0, int L, int h) {
   constexpr int C = kGdnChunk, LA = Sm::kLdA;
   const int tid = gdn_tid(), warp = tid >> 5, r0 = (warp >> 1) * 16, cc = (warp & 1) * 32;
   const float *gam = s.gam, *beta = s.beta, *qn = s.qn, *kn = s.kn;
@@ -273,7 +277,9 @@ __device__ __forceinline__ void gdn_scaled_stores(const float (&acc)[4][4], cons
     if (j < i) s.Am[i * LA + j] = a_of(i, j, v0);
     if (j + 1 < i) s.Am[i * LA + j + 1] = a_of(i, j + 1, v1);
   });
-  auto p_of = [&](int i, int j, float v) { return j <= i ? qn[i] * kn[j] * expf(gam[i] - gam[j]) * v : 0.0f; };
+  auto p_of = [&](int i, int j, float v) {
+    return j <= i ? qn[i] * kn[j] * expf(gam[i] - gam[j]) * v : 0.0f;
+  };
   gdn_warp_store(accp, r0, cc, [&](int i, int j, float v0, float v1) {
     if (i < L)
       *reinterpret_cast<uint32_t*>(p.ws_p + ((t0 + i) * p.nv + h) * C + j) =
@@ -281,8 +287,8 @@ __device__ __forceinline__ void gdn_scaled_stores(const float (&acc)[4][4], cons
   });
 }
 
-// T = (I + A)⁻¹ in place in Am (A visible to every thread on entry; T visible on return). Diagonal 16×16 blocks:
-// forward substitution, one column per thread in registers.
+// T = (I + A)⁻¹ in place in Am (A visible to every thread on entry; T visible on return). Diagonal 16×16
+// blocks: forward substitution, one column per thread in registers.
 template <int LA>
 __device__ __forceinline__ void gdn_solve(float* Am) {
   constexpr int C = kGdnChunk;
@@ -308,7 +314,7 @@ __device__ __forceinline__ void gdn_solve(float* Am) {
   // T_bi,bjᵀ = −Xᵀ T_bi,biᵀ), so Xᵀ stays in registers as the next A operand; fp32 operands split into bf16
   // hi + lo (hi·hi + hi·lo + lo·hi).
   const int g = lane >> 2, t = lane & 3;
-  auto mma3 = [](float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+  auto mma3 = [](float(&c)[4], const uint32_t(&ah)[4], const uint32_t(&al)[4], uint32_t bh0, uint32_t bh1,
                  uint32_t bl0, uint32_t bl1) {
     mma_bf16_16816(c, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
     mma_bf16_16816(c, ah[0], ah[1], ah[2], ah[3], bl0, bl1);
@@ -330,7 +336,8 @@ __device__ __forceinline__ void gdn_solve(float* Am) {
 #pragma unroll
         for (int n = 0; n < 2; ++n) {  // B[m][r] = A_rm
           const float* arow = Am + (ri + n * 8 + g) * LA + m0 + 2 * t;
-          const float2 b0 = *reinterpret_cast<const float2*>(arow), b1 = *reinterpret_cast<const float2*>(arow + 8);
+          const float2 b0 = *reinterpret_cast<const float2*>(arow),
+                       b1 = *reinterpret_cast<const float2*>(arow + 8);
           uint32_t bh0, bl0, bh1, bl1;
           split_bf16x2(b0.x, b0.y, bh0, bl0);
           split_bf16x2(b1.x, b1.y, bh1, bl1);
@@ -358,20 +365,21 @@ __device__ __forceinline__ void gdn_solve(float* Am) {
 #pragma unroll
       for (int n = 0; n < 2; ++n) {  // T_bi,bj[r][c] at [cj + c][ri + r]
         *reinterpret_cast<float2*>(Am + (cj + g) * LA + ri + n * 8 + 2 * t) = make_float2(-y[n][0], -y[n][1]);
-        *reinterpret_cast<float2*>(Am + (cj + g + 8) * LA + ri + n * 8 + 2 * t) = make_float2(-y[n][2], -y[n][3]);
+        *reinterpret_cast<float2*>(Am + (cj + g + 8) * LA + ri + n * 8 + 2 * t) =
+            make_float2(-y[n][2], -y[n][3]);
       }
     }
     __syncthreads();
   }
 }
 
-// W = (T diag(β e^γ/‖k‖)) K, U = (T diag(β)) V for value head h (its v tile Vs): 16 warp tasks of 16 rows × D/2
-// columns, stored bf16 for rows < L. The scaled T (fp32, lower triangular) is the A operand split into bf16 hi +
-// lo; the raw K and V rows are the B operand through ldmatrix.trans. Then the row scalars for the state pass:
-// e^γ/‖q‖·dk^−½, e^(γ_C − γ)/‖k‖, and the chunk decay e^(γ_C).
+// W = (T diag(β e^γ/‖k‖)) K, U = (T diag(β)) V for value head h (its v tile Vs): 16 warp tasks of 16 rows ×
+// D/2 columns, stored bf16 for rows < L. The scaled T (fp32, lower triangular) is the A operand split into
+// bf16 hi + lo; the raw K and V rows are the B operand through ldmatrix.trans. Then the row scalars for the
+// state pass: e^γ/‖q‖·dk^−½, e^(γ_C − γ)/‖k‖, and the chunk decay e^(γ_C).
 template <int D, class Sm>
-__device__ __forceinline__ void gdn_wu_scalars(const Sm& s, const bf16* Vs, const GdnArgs& p, int64_t t0, int L,
-                                               int h) {
+__device__ __forceinline__ void gdn_wu_scalars(const Sm& s, const bf16* Vs, const GdnArgs& p, int64_t t0,
+                                               int L, int h) {
   constexpr int C = kGdnChunk, LB = Sm::kLdB, LA = Sm::kLdA, NT = D / 16;
   const int tid = gdn_tid(), lane = tid & 31, warp = tid >> 5, nv = p.nv;
   auto T_at = [&](int i, int j) { return s.Am[j * LA + i]; };  // i ≥ j
@@ -413,9 +421,10 @@ __device__ __forceinline__ void gdn_wu_scalars(const Sm& s, const bf16* Vs, cons
   }
 }
 
-// One CTA per (sequence, chunk, value head). CONV: qkv is the projection before the causal conv, which runs on the
-// tiles (gdn_conv_silu_tiles). The nv / nk value heads of one key head each stage, convolve and multiply the same
-// q and k rows here; gdn_chunk_kh_kernel does that once per key head (DFLASH_GDN_CHUNK=vhead keeps this one).
+// One CTA per (sequence, chunk, value head). CONV: qkv is the projection before the causal conv, which runs
+// on the tiles (gdn_conv_silu_tiles). The nv / nk value heads of one key head each stage, convolve and
+// multiply the same q and k rows here; gdn_chunk_kh_kernel does that once per key head
+// (DFLASH_GDN_CHUNK=vhead keeps this one).
 template <int D, bool CONV>
 __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const GdnArgs p) {
   using Sm = GdnChunkSmem<D, CONV>;
@@ -462,19 +471,21 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const Gd
   gdn_wu_scalars<D>(s, s.Vs, p, t0, L, h);
 }
 
-// One CTA per (sequence, chunk, key head), walking the key head's nv / nk value heads in turn. Once per CTA: the q
-// and k staging and conv, their copy-out (fused form), the norms qn and kn, and the raw K Kᵀ and Q Kᵀ. Per value
-// head, in gdn_chunk_kernel's code and so bit for bit its outputs: the v tile (staged and convolved alone), g and
-// β, γ, the scaled A and scores, T, W, U and the row scalars. The raw products wait for the next value head in
-// shared memory (the q tile at D 128): held in registers they spill even at 128 registers a thread.
-// The next head's v is staged once U has read this head's v (3 CTAs an SM in 80 registers, as gdn_chunk_kernel;
-// staged early into a second tile, at 2 CTAs an SM, it measured 8.5 % slower: session 16, call 1).
+// One CTA per (sequence, chunk, key head), walking the key head's nv / nk value heads in turn. Once per CTA:
+// the q and k staging and conv, their copy-out (fused form), the norms qn and kn, and the raw K Kᵀ and Q Kᵀ.
+// Per value head, in gdn_chunk_kernel's code and so bit for bit its outputs: the v tile (staged and convolved
+// alone), g and β, γ, the scaled A and scores, T, W, U and the row scalars. The raw products wait for the
+// next value head in shared memory (the q tile at D 128): held in registers they spill even at 128 registers
+// a thread. The next head's v is staged once U has read this head's v (3 CTAs an SM in 80 registers, as
+// gdn_chunk_kernel; staged early into a second tile, at 2 CTAs an SM, it measured 8.5 % slower: session 16,
+// call 1).
 template <int D, bool CONV>
 __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const GdnArgs p) {
   using Sm = GdnChunkSmem<D, CONV>;
   constexpr int C = kGdnChunk, LA = Sm::kLdA;
   // One (4 channels, segment) per thread over the v tile alone, at least K − 1 rows a segment.
-  constexpr int kSegV = kGdnChunk * (D / 4) / kGdnChunkThreads < 4 ? 4 : kGdnChunk * (D / 4) / kGdnChunkThreads;
+  constexpr int kSegV =
+      kGdnChunk * (D / 4) / kGdnChunkThreads < 4 ? 4 : kGdnChunk * (D / 4) / kGdnChunkThreads;
   extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
   const int heads = p.nv / p.nk;
   {
@@ -502,12 +513,13 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const
   }
 #pragma unroll 1
   for (int j = 0; j < heads; ++j) {
-    // Everything but j is rebuilt from an opaque zero each head, so the compiler keeps nothing else live across
-    // the loop (hoisted, it spills).
+    // Everything but j is rebuilt from an opaque zero each head, so the compiler keeps nothing else live
+    // across the loop (hoisted, it spills).
     int zero;
     asm volatile("mov.b32 %0, 0;" : "=r"(zero));
     const Sm s(gdn_chunk_smem + zero);
-    const int seq = blockIdx.x + zero, kh = blockIdx.z + zero, c0 = (blockIdx.y + zero) * C, h = kh * heads + j;
+    const int seq = blockIdx.x + zero, kh = blockIdx.z + zero, c0 = (blockIdx.y + zero) * C,
+              h = kh * heads + j;
     const int64_t t0 = p.cu[seq] + c0, v_col = 2LL * p.nk * p.dk;
     const int L = min(C, p.cu[seq + 1] - p.cu[seq] - c0);
     if (j > 0) {
@@ -549,14 +561,15 @@ void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, GdnChunkForm for
   const int chunks = (max_len + kGdnChunk - 1) / kGdnChunk;
   if (form == GdnChunkForm::key_head) {
     const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kKhBytes);
-    DF_CUDA_CHECK(
-        cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     gdn_chunk_kh_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
     DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
     return;
   }
   const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kBytes);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  DF_CUDA_CHECK(
+      cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   gdn_chunk_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nv), kGdnChunkThreads, smem, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH("gdn_chunk_kernel");
 }

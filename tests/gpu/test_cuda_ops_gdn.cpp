@@ -41,9 +41,8 @@ TEST_F(CudaOpsTest, GatedRmsnorm) {
     }
 }
 
-// Default: the chunk kernel per key head; DFLASH_GDN_CHUNK=vhead (per value head) must give the same output bits:
-// the same per-head code on the same q / k products.
-// nv / nk 2, 3, 3 and 1 (the last at tile width 64).
+// Default: the chunk kernel per key head; DFLASH_GDN_CHUNK=vhead (per value head) must give the same output
+// bits: the same per-head code on the same q / k products. nv / nk 2, 3, 3 and 1 (the last at tile width 64).
 TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
   for (const auto& lens : kBatches)
     for (GdnShape s :
@@ -65,8 +64,8 @@ TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
       setenv("DFLASH_GDN_CHUNK", "vhead", 1);
       gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, ov.gpu, L.gpu, s, ws);
       unsetenv("DFLASH_GDN_CHUNK");
-      const std::string what =
-          name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " + std::to_string(lens.size());
+      const std::string what = name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " +
+                               std::to_string(lens.size());
       expect_same_bits(o.gpu, ov.gpu, what, "chunk kernel per key head", "DFLASH_GDN_CHUNK=vhead");
       // Same chunked algorithm on identical inputs. The GPU's recurrence products keep ~16 mantissa bits
       // (bf16 hi + lo); its two output products (S·Qᵀ, V'·Pᵀ) round S and V' to bf16: 2^-9 relative per term,
@@ -214,12 +213,13 @@ TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
   unsetenv("DFLASH_DECODE");
 }
 
-// The DeltaNet mixer (gdn_mixer: conv1d_silu → gdn_prefill → gated_rmsnorm) fused against the CPU's three ops and
-// against the three CUDA ops (DFLASH_GDN_FUSE=0; =conv, the conv fused alone, bit for bit), as the forward calls
-// it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and packed (sequences
-// starting inside the chunk the conv's history rows would come from), the 27B layer (16 / 48 heads of 128), head
-// dims below the kernels' tile (16 / 40, 24 / 8), and a conv of 3 taps, which the fused kernels leave to the
-// three ops. The chunk kernel per key head (default) against DFLASH_GDN_CHUNK=vhead bit for bit, fused and not.
+// The DeltaNet mixer (gdn_mixer: conv1d_silu → gdn_prefill → gated_rmsnorm) fused against the CPU's three ops
+// and against the three CUDA ops (DFLASH_GDN_FUSE=0; =conv, the conv fused alone, bit for bit), as the
+// forward calls it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and
+// packed (sequences starting inside the chunk the conv's history rows would come from), the 27B layer (16 /
+// 48 heads of 128), head dims below the kernels' tile (16 / 40, 24 / 8), and a conv of 3 taps, which the
+// fused kernels leave to the three ops. The chunk kernel per key head (default) against
+// DFLASH_GDN_CHUNK=vhead bit for bit, fused and not.
 TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
   struct Case { GdnShape s; int K; };
   for (const auto& lens : {std::vector<int32_t>{1}, {63}, {65}, {130}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 70}})
@@ -259,10 +259,13 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       Pair yv = out(T, vdim), convv = out(T, cols), ov = out(T, vdim);
       gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yv.gpu, L.gpu, s, ws, convv.gpu, ov.gpu);
       unsetenv("DFLASH_GDN_CHUNK");
-      expect_same_bits(y.gpu, yv.gpu, what, "fused, chunk kernel per key head", "fused, DFLASH_GDN_CHUNK=vhead");
-      expect_same_bits(conv.gpu.cols_view(vdim, 2LL * s.nk * s.dk), convv.gpu.cols_view(vdim, 2LL * s.nk * s.dk), what,
-                       "conv'd q|k, per key head", "conv'd q|k, DFLASH_GDN_CHUNK=vhead");
-      expect_same_bits(y3.gpu, yv3.gpu, what, "DFLASH_GDN_FUSE=0", "DFLASH_GDN_FUSE=0 DFLASH_GDN_CHUNK=vhead");
+      expect_same_bits(y.gpu, yv.gpu, what, "fused, chunk kernel per key head",
+                       "fused, DFLASH_GDN_CHUNK=vhead");
+      expect_same_bits(conv.gpu.cols_view(vdim, 2LL * s.nk * s.dk),
+                       convv.gpu.cols_view(vdim, 2LL * s.nk * s.dk), what, "conv'd q|k, per key head",
+                       "conv'd q|k, DFLASH_GDN_CHUNK=vhead");
+      expect_same_bits(y3.gpu, yv3.gpu, what, "DFLASH_GDN_FUSE=0",
+                       "DFLASH_GDN_FUSE=0 DFLASH_GDN_CHUNK=vhead");
       // The conv fused alone: the same q, k, v bits into the same prefill and norm, so the same output bits.
       setenv("DFLASH_GDN_FUSE", "conv", 1);
       Pair yc = out(T, vdim), convc = out(T, cols), oc = out(T, vdim);

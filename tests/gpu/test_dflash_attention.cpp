@@ -220,10 +220,8 @@ void DFlashAttentionCuda::run(const Case& c) {
     int var;
     const char* value;
   };
-  for (Path path : {Path{"default", -1, ""},
-                    {"mma", 0, "mma"},
-                    {"mask always", 1, "0"},
-                    {"two tile loads", 2, "0"}}) {
+  for (Path path :
+       {Path{"default", -1, ""}, {"mma", 0, "mma"}, {"mask always", 1, "0"}, {"two tile loads", 2, "0"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
     for (int i = 0; i < 3; ++i)
       if (i == path.var)
