@@ -3,8 +3,8 @@
 // and the memory-bound ops, then the drafter's lm_head loss (8192 block rows). Prints work, median time, rate
 // and % of the measured H200 ceilings (790 TFLOP/s bf16 GEMM, ~4.8 TB/s HBM). Each op's output on a small
 // slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
-// Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode` runs the decode kernels
-// alone, `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
+// Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode [T]` runs the decode kernels
+// alone (at T 1 and 16, or T only), `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
 // (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
 // timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash` the
 // DFlash drafter attention at the drafter step's shape and 8x it, both backward paths. The FP8 input quantisers are
@@ -506,7 +506,8 @@ void bench_decode_gdn(Bench& b, int64_t T, int l2_bytes, std::vector<DecodeRow>&
   b.harena.reset(hmark);
 }
 
-void bench_decode(Bench& b) {
+// only_T > 0: that step length alone (T 1 or 16), for a profiler to find its launches first.
+void bench_decode(Bench& b, int64_t only_T) {
   cudaDeviceProp prop{};
   DF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   double copy_gbs = 0;
@@ -526,6 +527,7 @@ void bench_decode(Bench& b) {
               copy_gbs, prop.l2CacheSize >> 20);
   std::vector<DecodeRow> rows;
   for (int64_t T : {16, 1}) {
+    if (only_T > 0 && T != only_T) continue;
     bench_decode_attention(b, "27B 24/4 x 256 gated", T, 4096, 24, 4, 256, true, prop.l2CacheSize, rows);
     bench_decode_attention(b, "8B 32/8 x 128", T, 4096, 32, 8, 128, false, prop.l2CacheSize, rows);
     bench_decode_gdn(b, T, prop.l2CacheSize, rows);
@@ -534,9 +536,8 @@ void bench_decode(Bench& b) {
 }
 
 // Gated DeltaNet prefill at the 27B shape (16 key / 48 value heads, dk = dv = 128) over the batch, checked on
-// the first ns tokens against CpuOps, then timed; each with the chunk kernel per key head (default), per
-// value head
-// ([vhead] rows, DFLASH_GDN_CHUNK=vhead), whose outputs on those tokens must also be the same bits.
+// the first ns tokens against CpuOps, then timed; each with the chunk kernel per key head (default) and per
+// value head ([vhead] rows, DFLASH_GDN_CHUNK=vhead), whose outputs on those tokens must be the same bits.
 void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns) {
   const int64_t T = seqs.tokens;
   size_t mark = b.arena.mark();
@@ -733,8 +734,8 @@ int main(int argc, char** argv) {
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
     }
-    if (argc > 1 && std::string(argv[1]) == "decode") {  // the decode kernels alone
-      bench_decode(b);
+    if (argc > 1 && std::string(argv[1]) == "decode") {  // the decode kernels alone; `decode 1`: at T 1 only
+      bench_decode(b, argc > 2 ? std::atoll(argv[2]) : 0);
       std::printf("bench_kernels decode: %s\n",
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
