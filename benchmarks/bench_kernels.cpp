@@ -4,8 +4,8 @@
 // and % of the measured H200 ceilings (790 TFLOP/s bf16 GEMM, ~4.8 TB/s HBM). Each op's output on a small
 // slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode [T]` runs the decode kernels
-// alone (at T 1 and 16, or T only), `bench_kernels attention` the causal attention at the 27B (24/4 × 256, gated) and Qwen3-8B
-// (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
+// alone (at T 1 and 16, or at T only), `bench_kernels attention` the causal attention at the 27B (24/4 × 256,
+// gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
 // timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash` the
 // DFlash drafter attention at the drafter step's shape and 8x it, both backward paths. The FP8 input quantisers are
 // bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in the same call.
@@ -860,7 +860,7 @@ int main(int argc, char** argv) {
       b.arena.reset(mark);
     }
     bench_lm_head_loss(b, H);
-    bench_decode(b);
+    bench_decode(b, 0);
     if (b.failures) {
       std::printf("bench_kernels: %d correctness check(s) FAILED\n", b.failures);
       return 1;
