@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(384, 1)
                                const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
                                const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
-                               float scale_log2, float rescale_slack, int pingpong, int lpt) {
+                               float scale_log2, float rescale_slack, int pingpong) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   constexpr int kKv = Cfg::kKvBytes;
@@ -91,13 +91,9 @@ __global__ void __launch_bounds__(384, 1)
   auto empty_k = [&](int st) { return bar_q + 24 + 32 * st; };
   auto empty_v = [&](int st) { return bar_q + 32 + 32 * st; };
 
-  // The longest (most causal work) tiles first: with lpt, a sequence's blocks run tile by tile across all its
-  // heads (tile rank i / hq, head i % hq), so its last blocks are the shortest tiles of every head; otherwise
-  // head by head, each head's tiles longest first.
-  const int seq = blockIdx.z, i = blockIdx.x + gridDim.x * blockIdx.y;
-  const int head = lpt ? i % gridDim.y : blockIdx.y, rank = lpt ? i / gridDim.y : blockIdx.x;
+  const int head = blockIdx.y, seq = blockIdx.z;
   const int start = cu[seq], len = cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - rank) * Cfg::kRows;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * Cfg::kRows;  // longest (most causal work) tiles first
   if (q0 >= len) return;
   const int kv_col = head / (hq / hkv) * HD;
   const int ntiles = (min(q0 + Cfg::kRows, len) + KEYS - 1) / KEYS;  // key tiles the block's rows see
@@ -359,37 +355,34 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
                                     int64_t ld_gate, const int32_t* cu, int num_seqs, int64_t tokens,
                                     int max_len, int hq, int hkv, float scale, bool pingpong,
-                                    float rescale_slack, bool lpt, cudaStream_t stream) {
+                                    float rescale_slack, cudaStream_t stream) {
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_ws_kernel<HD, KEYS, STAGES>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
   const CUtensorMap tq = tensor_map_bf16(q, tokens, (int64_t)hq * HD, ld_q, 64);
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);
-  // The blocks resident together belong to one sequence (and with lpt off, to neighbouring heads that share
-  // K and V), so they reuse K and V from L2: a sequence's K and V at 4096 tokens are 16.8 MB at 4 × 256.
+  // Heads next to each other in launch order share K and V (GQA), so the blocks resident together reuse
+  // them from L2.
   dim3 grid((max_len + Cfg::kRows - 1) / Cfg::kRows, hq, num_seqs);
   attention_causal_ws_kernel<HD, KEYS, STAGES><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
       tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
-      pingpong ? 1 : 0, lpt ? 1 : 0);
+      pingpong ? 1 : 0);
   DF_CUDA_CHECK_LAUNCH("attention_causal_ws_kernel");
 }
 
 // The A/B switches of launchers.cuh, read once.
 // rescale_slack: how far (log2 units) a row's scores may pass the max its exponents are taken against before
 // the warp rescales O; 0 with DFLASH_ATTN_RESCALE=always (the exact running max, the kernel before lazy
-// rescaling), else 8 (P ≤ 256; the kernel's softmax says why that is exact enough). lpt: the blocks in
-// longest-first order across a sequence's heads; DFLASH_ATTN_ORDER=heads launches them head by head.
+// rescaling), else 8 (P ≤ 256; the kernel's softmax says why that is exact enough).
 struct AttnSm90Choice {
   bool portable, pingpong;
   float rescale_slack;
-  bool lpt;
 };
 static const AttnSm90Choice& attention_sm90_choice() {
   static const AttnSm90Choice c = [] {
     return AttnSm90Choice{env_is("DFLASH_ATTN", "mma"), !env_is("DFLASH_ATTN_PINGPONG", "0"),
-                          env_is("DFLASH_ATTN_RESCALE", "always") ? 0.0f : 8.0f,
-                          !env_is("DFLASH_ATTN_ORDER", "heads")};
+                          env_is("DFLASH_ATTN_RESCALE", "always") ? 0.0f : 8.0f};
   }();
   return c;
 }
@@ -436,11 +429,11 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                         tokens, max_len, hq, hkv, scale, choice.pingpong,
-                                        choice.rescale_slack, choice.lpt, stream);
+                                        choice.rescale_slack, stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                          tokens, max_len, hq, hkv, scale, choice.pingpong,
-                                         choice.rescale_slack, choice.lpt, stream);
+                                         choice.rescale_slack, stream);
   return true;
 }
 
