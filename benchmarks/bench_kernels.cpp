@@ -403,7 +403,9 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // (two row groups at the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second
 // time from L2), and DFLASH_SPLIT_T16=old ("t16old") rows it with one warp a row tile instead of the verify
 // step's pairs of warps and =pairs ("t16pairs") with pairs at hd 128 too (the default keeps them to hd 256;
-// every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1).
+// every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1), and
+// DFLASH_SPLIT_PLAN=halve ("halve") rows it with the key slices halved until two stages fit (the plan before
+// one-stage chunks: 4 slices at hd 256, T 1).
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -449,15 +451,17 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
                          gated ? &hg : nullptr);
   char name[128];
-  // split_plan's choice, 48 rows a CTA, the general kernel, one warp a tile (no pairs), pairs at hd 128 too
-  for (int mode = 0; mode < 5; ++mode) {
+  // split_plan's choice, 48 rows a CTA, the general kernel, one warp a tile (no pairs), pairs at hd 128 too,
+  // the key slices halved until two stages fit
+  for (int mode = 0; mode < 6; ++mode) {
     if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
     if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
     if (mode >= 3)
       setenv("DFLASH_SPLIT_T16", mode == 3 ? "old" : "pairs", 1);
     else
       unsetenv("DFLASH_SPLIT_T16");
-    const char* tags[] = {"", " [rows48]", " [general]", " [t16old]", " [t16pairs]"};
+    if (mode == 5) setenv("DFLASH_SPLIT_PLAN", "halve", 1); else unsetenv("DFLASH_SPLIT_PLAN");
+    const char* tags[] = {"", " [rows48]", " [general]", " [t16old]", " [t16pairs]", " [halve]"};
     const char* tag = tags[mode];
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
                   (long long)past, tag);
@@ -466,6 +470,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
   }
   unsetenv("DFLASH_SPLIT_T16");
+  unsetenv("DFLASH_SPLIT_PLAN");
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }

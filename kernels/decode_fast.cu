@@ -387,8 +387,10 @@ bool split_halves_at(int hd) {
 // allows), a pair of warps (halves 2), × `slices` key slices of them, `chunks` per kv head of chunk_len keys
 // (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of `stages` stages,
 // and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is larger; a pair
-// path's score slots come after Q). Slices are halved from split_max_warps / (wtiles · halves) until Q and
-// two stages fit (hd 256 at T 1: 4).
+// path's score slots come after Q). Slices go down one at a time from split_max_warps / (wtiles · halves)
+// until Q and two stages fit, or Q and one stage where that stage is a whole chunk (nothing to overlap its
+// copies with): hd 256 at T 1 over 4 K keys takes 8 slices in one stage of 128 keys a chunk (two stages of 4
+// slices before: 4 warps an SM, each with two stages' serial work).
 struct SplitPlan {
   int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, slices = 0, chunks = 0, chunk_len = 0, stages = 0;
   size_t smem = 0;
@@ -413,11 +415,26 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
            (p.halves > 1 ? sizeof(float) * 256 * size_t(wslice * slices) : 0);
   };
   auto stage_bytes = [&](int slices) { return size_t(2 * slices * kSplitWarpKeys) * row_bytes; };
-  while (p.slices > 1 && q_bytes(p.slices) + 2 * stage_bytes(p.slices) > budget) p.slices /= 2;
+  // Stages of keys over the cache and the new tokens, chunks per kv head, stages a chunk.
+  auto chunking = [&](int slices, int64_t& blocks, int64_t& per_head, int64_t& per_chunk) {
+    const int stage_keys = slices * kSplitWarpKeys;
+    blocks = (past + T + stage_keys - 1) / stage_keys;
+    per_head = std::min(split_chunks_per_head(p.groups, hkv), blocks);
+    per_chunk = (blocks + per_head - 1) / per_head;
+  };
+  // DFLASH_SPLIT_PLAN=halve: the rule before (slices halved until two stages fit), the A/B switch of
+  // bench_kernels decode; read per call.
+  const bool halve = env_is("DFLASH_SPLIT_PLAN", "halve");
+  int64_t blocks = 0, per_head = 0, per_chunk = 0;
+  for (;;) {
+    chunking(p.slices, blocks, per_head, per_chunk);
+    const size_t q = q_bytes(p.slices);
+    const bool two = q + 2 * stage_bytes(p.slices) <= budget;
+    const bool whole_chunk = !halve && per_chunk == 1 && q + stage_bytes(p.slices) <= budget;
+    if (p.slices == 1 || two || whole_chunk) break;
+    p.slices = halve ? p.slices / 2 : p.slices - 1;
+  }
   const int stage_keys = p.slices * kSplitWarpKeys;
-  const int64_t blocks = (past + T + stage_keys - 1) / stage_keys;
-  const int64_t per_head = std::min(split_chunks_per_head(p.groups, hkv), blocks);
-  const int64_t per_chunk = (blocks + per_head - 1) / per_head;
   p.chunks = int((blocks + per_chunk - 1) / per_chunk);
   p.chunk_len = int(per_chunk * stage_keys);
   const int64_t fit = int64_t((budget - q_bytes(p.slices)) / stage_bytes(p.slices));

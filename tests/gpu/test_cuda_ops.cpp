@@ -563,6 +563,29 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitT16SwitchMatchesCpu) {
   unsetenv("DFLASH_SPLIT_T16");
 }
 
+// The split-KV plan's key slices: by default they go down one at a time until two stages fit or one stage is
+// a whole chunk (27B-like at T 1 over 4 K keys: 8 slices in one stage; 1 kv head over 20 K keys: 6 slices, two
+// stages), with DFLASH_SPLIT_PLAN=halve they halve until two stages fit (the plan before; 4 slices). Both
+// agree with the CPU at short steps, where a step has one row tile and the slices are many.
+TEST_F(CudaOpsCachedTest, AttentionCachedSplitPlanSwitchMatchesCpu) {
+  struct Case {
+    int hq, hkv, hd;
+  };
+  for (const char* mode : {"halve", ""}) {
+    if (*mode)
+      setenv("DFLASH_SPLIT_PLAN", mode, 1);
+    else
+      unsetenv("DFLASH_SPLIT_PLAN");
+    for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {8, 1, 256}})
+      for (int64_t past : {0, 4095, 4400, 20000})
+        for (int64_t T : {1, 2, 5}) {
+          if (past == 20000 && (T != 1 || c.hkv != 1)) continue;
+          cached_case(c.hq, c.hkv, c.hd, past, T, *mode ? "DFLASH_SPLIT_PLAN=halve" : "split-KV");
+        }
+  }
+  unsetenv("DFLASH_SPLIT_PLAN");
+}
+
 // DFLASH_DECODE=general sends decoding to the general kernels (the benchmark's A/B switch): both paths agree
 // with the CPU on a 27B-like step, and the switch is read per call.
 TEST_F(CudaOpsTest, DecodeGeneralSwitchMatchesCpu) {
