@@ -321,7 +321,8 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   char name[112];
 
   // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with the mask on every
-  // item (DFLASH_DFA_FAST=0), with Q and dO loaded as two tiles (DFLASH_DFA_PAIR=0), the mma.sync kernels.
+  // item (DFLASH_DFA_FAST=0), with Q and dO (K and V) loaded as two tiles (DFLASH_DFA_PAIR=0), the mma.sync
+  // kernels.
   struct Path {
     const char* var;
     const char* value;

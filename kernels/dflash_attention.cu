@@ -69,6 +69,7 @@ struct QueryArgs {
   DFlashAttnDims d;
   float scale_log2;
   bool vec, pairs;
+  bool pair_loads;  // the wgmma kernel loads K with V, and (dq pass) Q with dO, by one row computation
 };
 
 // Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
@@ -128,10 +129,30 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
     else
       load_tile<HD, kTile, 128>(reinterpret_cast<bf16*>(dst), d.hd, p.vec, p.q, src);
   };
-  load(Qt, qsrc(p.q, p.ld_q));
-  if (DQ) load(dOt, qsrc(p.dout, p.ld_dout));
-  load(Kb(0), kvsrc(p.k, p.ld_k, 0));
-  load(Vb(0), kvsrc(p.v, p.ld_v, 0));
+  // K and V tile rows [k0, k0 + 64) into buffer b.
+  auto load_kv = [&](int b, int k0) {
+    if constexpr (WG) {
+      if (p.pair_loads) {
+        load_tile_pair_wg<kTile, 128>(Kb(b), p.k, p.ld_k, Vb(b), p.v, p.ld_v, d.hd, [&](int r) {
+          const int x = k0 + r;
+          return RowAt{x < nkeys ? key_row(x) : -1, int64_t(g) * d.hd};
+        });
+        return;
+      }
+    }
+    load(Kb(b), kvsrc(p.k, p.ld_k, k0));
+    load(Vb(b), kvsrc(p.v, p.ld_v, k0));
+  };
+  if (WG && DQ && p.pair_loads) {
+    load_tile_pair_wg<kTile, 128>(Qt, p.q, p.ld_q, dOt, p.dout, p.ld_dout, d.hd, [&](int r) {
+      const int rr = z0 + r;
+      return rr < R ? RowAt{q_row(rr), q_col(rr)} : RowAt{-1, 0};
+    });
+  } else {
+    load(Qt, qsrc(p.q, p.ld_q));
+    if (DQ) load(dOt, qsrc(p.dout, p.ld_dout));
+  }
+  load_kv(0, 0);
 
   // The two query rows this thread holds, their visible interval and (dq) their lse and D.
   int ilo[2], ihi[2];
@@ -169,10 +190,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
     else
       tile_wait();
     auto load_next = [&] {
-      if (k0 + kTile < nkeys) {
-        load(Kb(buf ^ 1), kvsrc(p.k, p.ld_k, k0 + kTile));
-        load(Vb(buf ^ 1), kvsrc(p.v, p.ld_v, k0 + kTile));
-      }
+      if (k0 + kTile < nkeys) load_kv(buf ^ 1, k0 + kTile);
     };
     // The wgmma forward issues the next tile's copies once this tile's scores are on the tensor cores
     // (1.5-2.5 % faster than before them at the bench's shapes, session 15; the dq pass measured 1-3 % slower
@@ -352,6 +370,7 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
+  a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0");  // DFLASH_DFA_PAIR=0: K and V as two tile loads
   if (on_wgmma(d, a.vec))
     query_pass<128, false, true>(a, stream);
   else
@@ -386,6 +405,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.d = d;
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
+    a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0");
     if (wg)
       query_pass<128, true, true>(a, stream);
     else
@@ -400,8 +420,8 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
   a.blk_magic = block_magic(d.block);
   // DFLASH_DFA_FAST=0: the wgmma kernel evaluates the mask on every item (by default an item that sees all of
-  // a warpgroup's keys skips it); DFLASH_DFA_PAIR=0 loads Q and dO as two tiles. The same results under each;
-  // the bench times them.
+  // a warpgroup's keys skips it); DFLASH_DFA_PAIR=0 loads Q and dO as two tiles (and the query-major
+  // passes K and V, Q and dO). The same results under each; the bench times them.
   a.fast = !env_is("DFLASH_DFA_FAST", "0");
   a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0");
   dfa::kv_pass_launch(a, kvrows, wg, stream);

@@ -4,7 +4,7 @@
 // views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
 // each kernel path in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
 // capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels), and the wgmma dk/dv kernel's settings
-// DFLASH_DFA_FAST=0 (the mask on every item) and DFLASH_DFA_PAIR=0 (Q and dO as two tile loads). Skips
+// DFLASH_DFA_FAST=0 (the mask on every item) and DFLASH_DFA_PAIR=0 (Q and dO, K and V as two tile loads). Skips
 // without a GPU.
 #include <gtest/gtest.h>
 
