@@ -406,7 +406,8 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // step's pairs of warps and =pairs ("t16pairs") with pairs at hd 128 too (the default keeps them to hd 256;
 // every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1), and
 // DFLASH_SPLIT_PLAN=halve ("halve") rows it with the key slices halved until two stages fit (the plan before
-// one-stage chunks: 4 slices at hd 256, T 1).
+// one-stage chunks: 4 slices at hd 256, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the pairs path's warps at
+// 16 keys a stage instead of 32.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -453,8 +454,8 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                          gated ? &hg : nullptr);
   char name[128];
   // split_plan's choice, 48 rows a CTA, the general kernel, one warp a tile (no pairs), pairs at hd 128 too,
-  // the key slices halved until two stages fit
-  for (int mode = 0; mode < 6; ++mode) {
+  // the key slices halved until two stages fit, the pairs path's warps at 16 keys a stage
+  for (int mode = 0; mode < 7; ++mode) {
     if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
     if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
     if (mode >= 3)
@@ -462,7 +463,11 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
     else
       unsetenv("DFLASH_SPLIT_T16");
     if (mode == 5) setenv("DFLASH_SPLIT_PLAN", "halve", 1); else unsetenv("DFLASH_SPLIT_PLAN");
-    const char* tags[] = {"", " [rows48]", " [general]", " [t16old]", " [t16pairs]", " [halve]"};
+    if (mode == 6)
+      setenv("DFLASH_SPLIT_WK", "16", 1);
+    else
+      unsetenv("DFLASH_SPLIT_WK");
+    const char* tags[] = {"", " [rows48]", " [general]", " [t16old]", " [t16pairs]", " [halve]", " [wk16]"};
     const char* tag = tags[mode];
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
                   (long long)past, tag);
@@ -472,6 +477,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   }
   unsetenv("DFLASH_SPLIT_T16");
   unsetenv("DFLASH_SPLIT_PLAN");
+  unsetenv("DFLASH_SPLIT_WK");
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }

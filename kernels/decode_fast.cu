@@ -26,15 +26,16 @@ namespace {
 // Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
 // the same K / V. A CTA takes a group of cta_rows <= kSplitMaxRows of them (split_plan picks the groups), one
 // m16 tile per warp (HALVES 1) or per pair of warps (HALVES 2), and `slices` warps (pairs) per tile that
-// share the key stages: a stage is slices × kSplitWarpKeys keys and warp (tile, slice) runs its own online
-// softmax over its 16 of them, so a short step (T = 1: one tile) still has up to kSplitMaxWarps warps on the
-// tensor cores while the copies of the next stages are in flight. The slices of a tile are merged in shared
-// memory at the end, so a CTA writes one partial per row. HALVES 2 is the verify step's path (T 16: 4-8
-// tiles, so HALVES 1 leaves one or two slices and 4-8 warps an SM, each running a long serial chain per
-// stage: 235 registers at hd 256, 6 warps, 23 % of the issue slots busy, Nsight Compute, session 14): the two
-// warps of a pair each take half of Q·Kᵀ's head dim and add their partial scores through shared memory, run
-// the same softmax on the same sums, and each computes P·V for its half of the output columns, so a warp's
-// chain per stage and its accumulator are half as long and twice the warps fit.
+// share the key stages: a stage is slices × WK keys (WK = kSplitWarpKeys, 32 on the pairs path) and warp
+// (tile, slice) runs its own online softmax over its WK of them, so a short step (T = 1: one tile) still has
+// up to kSplitMaxWarps warps on the tensor cores while the copies of the next stages are in flight. The
+// slices of a tile are merged in shared memory at the end, so a CTA writes one partial per row. HALVES 2 is
+// the verify step's path (T 16: 4-8 tiles, so HALVES 1 leaves one or two slices and 4-8 warps an SM, each
+// running a long serial chain per stage: 235 registers at hd 256, 6 warps, 23 % of the issue slots busy,
+// Nsight Compute, session 14): the two warps of a pair each take half of Q·Kᵀ's head dim and add their
+// partial scores through shared memory, run the same softmax on the same sums, and each computes P·V for its
+// half of the output columns, so a warp's chain per stage and its accumulator are half as long and twice the
+// warps fit.
 constexpr int kSplitWarpKeys = 16;
 constexpr int kSplitMaxStages = 6;
 constexpr int kSplitMaxRows = 128;
@@ -61,19 +62,22 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 
 // Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [z·cta_rows, +cta_rows)
 // of kv head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0).
-// blockDim is 32 · wtiles · HALVES · slices; `stages` ring buffers of slices · kSplitWarpKeys keys (chunk_len
-// a multiple of that). Scores and the softmax in fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V
-// split into bf16 hi + lo, so its weights keep 16 mantissa bits (a plain bf16 P would cost 2^-9 relative per
-// key, far above the decode's fp32 contract). Writes the chunk's unnormalised acc [rows][HD] to part and
-// (max, sum) per row to part_ml.
-template <int HD, int HALVES>
+// blockDim is 32 · wtiles · HALVES · slices; `stages` ring buffers of slices · WK keys (chunk_len a multiple
+// of that), WK keys a warp a stage (kSplitWarpKeys, or 32 on the pairs path, whose per-stage costs — the
+// scores' exchange, the barriers, the rescale of acc — then come once per 32 keys). Scores and the softmax in
+// fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into bf16 hi + lo, so its weights keep 16
+// mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far above the decode's fp32 contract).
+// Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per row to part_ml.
+template <int HD, int HALVES, int WK>
 __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
     attention_split_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k,
                            const bf16* __restrict__ v, int64_t ld_v, float* __restrict__ part,
                            float* __restrict__ part_ml, int64_t past, int T, int group, int cta_rows,
                            int chunk_len, int slices, int stages, float scale_log2) {
   // HW: the head-dim columns a warp multiplies and writes; CH: 16-byte pieces of a row
-  constexpr int LDS = HD + 8, HW = HD / HALVES, NT = HW / 8, CH = HD / 8;
+  // KN: 8-key n-tiles of a warp's scores; SLOT: floats of a pair's score slot per warp
+  constexpr int LDS = HD + 8, HW = HD / HALVES, NT = HW / 8, CH = HD / 8, KN = WK / 8, SLOT = 128 * KN;
+  static_assert(WK == 16 || WK == 32, "a warp's keys a stage: one or two 16-key k-steps of P·V");
   extern __shared__ __align__(16) unsigned char split_smem[];
   const int rows = T * group, r0 = blockIdx.z * cta_rows, here = min(cta_rows, rows - r0);
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
@@ -82,15 +86,15 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   const int wslice = blockDim.x / 32 / slices, wtiles = wslice / HALVES, tc = warp % wslice,
             slice = warp / wslice;
   const int tile = HALVES == 1 ? tc : tc % wtiles, half = HALVES == 1 ? 0 : tc / wtiles;
-  const int stage_keys = slices * kSplitWarpKeys;
+  const int stage_keys = slices * WK;
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
   const int64_t seen = past + (r0 + here - 1) / group + 1;  // keys [0, seen) are visible to some row here
   const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + stage_keys - 1) / stage_keys);
   bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [wtiles·16][LDS], rows past `here` zero
-  // HALVES 2: each warp's partial scores [8][32 lanes] for its pair; then the ring of stages: K
+  // HALVES 2: each warp's partial scores [4·KN][32 lanes] for its pair; then the ring of stages: K
   // [stage_keys][LDS] then V
   float* sx = reinterpret_cast<float*>(sq + wtiles * 16 * LDS);
-  bf16* skv = reinterpret_cast<bf16*>(sx + (HALVES > 1 ? wslice * slices * 256 : 0));
+  bf16* skv = reinterpret_cast<bf16*>(sx + (HALVES > 1 ? wslice * slices * SLOT : 0));
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
   pdl_launch_dependents();
   for (int i = threadIdx.x; i < wtiles * 16 * CH; i += blockDim.x) {
@@ -132,24 +136,24 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
     cp_async_wait_n(stages - 1);  // Q and stage b have landed (this thread's copies)
     __syncthreads();              // ... and every thread's
     if (active) {
-      const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + slice * kSplitWarpKeys * LDS;
-      float s[2][4];
-      warp_mma_abt<2, HW, LDS>(s, sq + tile * 16 * LDS + half * HW, sk + half * HW, lane);
+      const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + slice * WK * LDS;
+      float s[KN][4];
+      warp_mma_abt<KN, HW, LDS>(s, sq + tile * 16 * LDS + half * HW, sk + half * HW, lane);
       if constexpr (HALVES > 1) {
         // The pair's two halves of the dot products, added as mine + the other's: fp32 addition commutes, so
         // both warps hold the same bits and their softmax statistics agree exactly. The other's slot is not
         // rewritten before the barrier at the end of this stage.
         const int other = warp + (half ? -wtiles : wtiles);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) sx[warp * 256 + i * 32 + lane] = s[i / 4][i % 4];
+        for (int i = 0; i < 4 * KN; ++i) sx[warp * SLOT + i * 32 + lane] = s[i / 4][i % 4];
         named_bar_sync(1 + tile + wtiles * slice, 64);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s[i / 4][i % 4] += sx[other * 256 + i * 32 + lane];
+        for (int i = 0; i < 4 * KN; ++i) s[i / 4][i % 4] += sx[other * SLOT + i * 32 + lane];
       }
-      const int64_t kb = key0 + (int64_t)b * stage_keys + slice * kSplitWarpKeys + 2 * (lane & 3);
+      const int64_t kb = key0 + (int64_t)b * stage_keys + slice * WK + 2 * (lane & 3);
       float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < KN; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t j = kb + n * 8 + (e & 1);
@@ -158,7 +162,7 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
           if (e < 2) mx_lo = fmaxf(mx_lo, x); else mx_hi = fmaxf(mx_hi, x);
         }
 #pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {  // the quad holds a row's 16 keys
+      for (int o = 1; o <= 2; o <<= 1) {  // the quad holds the row's WK keys of this warp
         mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, o));
         mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, o));
       }
@@ -168,7 +172,7 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
       const float c_lo = exp2f(m_lo - base_lo), c_hi = exp2f(m_hi - base_hi);
       float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
+      for (int n = 0; n < KN; ++n) {
         s[n][0] = exp2f(s[n][0] - base_lo);
         s[n][1] = exp2f(s[n][1] - base_lo);
         s[n][2] = exp2f(s[n][2] - base_hi);
@@ -181,9 +185,12 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
       m_lo = mn_lo;
       m_hi = mn_hi;
       scale_acc_rows(acc, c_lo, c_hi);
-      uint32_t ah[4], al[4];
-      acc_to_a_frag_split(s[0], s[1], ah, al);
-      warp_mma_ab_split<NT, LDS>(acc, ah, al, sk + stage_keys * LDS + half * HW, lane);
+#pragma unroll
+      for (int kk = 0; kk < WK / 16; ++kk) {  // P·V one 16-key k-step at a time
+        uint32_t ah[4], al[4];
+        acc_to_a_frag_split(s[2 * kk], s[2 * kk + 1], ah, al);
+        warp_mma_ab_split<NT, LDS>(acc, ah, al, sk + (stage_keys + 16 * kk) * LDS + half * HW, lane);
+      }
     }
     __syncthreads();  // ring slot b % stages (and the pairs' score slots) are refilled next iteration
   }
@@ -347,8 +354,9 @@ const DeviceLimits& device_limits() {
     DeviceLimits& l = limits[dev];
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    for (auto kernel : {attention_split_kernel<128, 1>, attention_split_kernel<128, 2>,
-                        attention_split_kernel<256, 1>, attention_split_kernel<256, 2>})
+    for (auto kernel : {attention_split_kernel<128, 1, 16>, attention_split_kernel<128, 2, 16>,
+                        attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,
+                        attention_split_kernel<256, 2, 16>, attention_split_kernel<256, 2, 32>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   });
   return limits[dev];
@@ -385,14 +393,15 @@ bool split_halves_at(int hd) {
 // per group: wtiles m16 row tiles, each taken by one warp or, on the verify step's path (3 or more tiles and
 // two warps a tile within split_max_warps: hd 256 up to 6 tiles, hd 128 up to 8, where split_halves_at
 // allows), a pair of warps (halves 2), × `slices` key slices of them, `chunks` per kv head of chunk_len keys
-// (whole stages of slices · kSplitWarpKeys keys; the last chunk may be shorter), a ring of `stages` stages,
+// (whole stages of slices · wk keys; the last chunk may be shorter), a ring of `stages` stages,
 // and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is larger; a pair
 // path's score slots come after Q). Slices go down one at a time from split_max_warps / (wtiles · halves)
 // until Q and two stages fit, or Q and one stage where that stage is a whole chunk (nothing to overlap its
 // copies with): hd 256 at T 1 over 4 K keys takes 8 slices in one stage of 128 keys a chunk (two stages of 4
 // slices before: 4 warps an SM, each with two stages' serial work).
 struct SplitPlan {
-  int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, slices = 0, chunks = 0, chunk_len = 0, stages = 0;
+  int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, wk = 0, slices = 0, chunks = 0, chunk_len = 0,
+      stages = 0;
   size_t smem = 0;
 };
 
@@ -407,17 +416,20 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   p.groups = int((rows + p.cta_rows - 1) / p.cta_rows);
   p.wtiles = int((std::min<int64_t>(rows, p.cta_rows) + 15) / 16);
   p.halves = split_halves_at(hd) && p.wtiles >= 3 && 2 * p.wtiles <= split_max_warps(hd, 2) ? 2 : 1;
+  // Keys a warp a stage: 32 on the pairs path unless DFLASH_SPLIT_WK=16 (read per call: the A/B switch of
+  // bench_kernels decode).
+  p.wk = p.halves == 2 && !env_is("DFLASH_SPLIT_WK", "16") ? 32 : kSplitWarpKeys;
   const int wslice = p.wtiles * p.halves;  // warps a key slice
   p.slices = std::max(1, split_max_warps(hd, p.halves) / wslice);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);
-  auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (8 floats a lane)
+  auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (wk / 2 floats a lane)
     return size_t(p.wtiles) * 16 * row_bytes +
-           (p.halves > 1 ? sizeof(float) * 256 * size_t(wslice * slices) : 0);
+           (p.halves > 1 ? sizeof(float) * 16 * size_t(p.wk) * size_t(wslice * slices) : 0);
   };
-  auto stage_bytes = [&](int slices) { return size_t(2 * slices * kSplitWarpKeys) * row_bytes; };
+  auto stage_bytes = [&](int slices) { return size_t(2 * slices * p.wk) * row_bytes; };
   // Stages of keys over the cache and the new tokens, chunks per kv head, stages a chunk.
   auto chunking = [&](int slices, int64_t& blocks, int64_t& per_head, int64_t& per_chunk) {
-    const int stage_keys = slices * kSplitWarpKeys;
+    const int stage_keys = slices * p.wk;
     blocks = (past + T + stage_keys - 1) / stage_keys;
     per_head = std::min(split_chunks_per_head(p.groups, hkv), blocks);
     per_chunk = (blocks + per_head - 1) / per_head;
@@ -434,7 +446,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
     if (p.slices == 1 || two || whole_chunk) break;
     p.slices = halve ? p.slices / 2 : p.slices - 1;
   }
-  const int stage_keys = p.slices * kSplitWarpKeys;
+  const int stage_keys = p.slices * p.wk;
   p.chunks = int((blocks + per_chunk - 1) / per_chunk);
   p.chunk_len = int(per_chunk * stage_keys);
   const int64_t fit = int64_t((budget - q_bytes(p.slices)) / stage_bytes(p.slices));
@@ -468,8 +480,10 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
-  auto split = hd == 128 ? (p.halves == 2 ? attention_split_kernel<128, 2> : attention_split_kernel<128, 1>)
-                         : (p.halves == 2 ? attention_split_kernel<256, 2> : attention_split_kernel<256, 1>);
+  auto split =
+      p.halves == 1 ? (hd == 128 ? attention_split_kernel<128, 1, 16> : attention_split_kernel<256, 1, 16>)
+      : p.wk == 32  ? (hd == 128 ? attention_split_kernel<128, 2, 32> : attention_split_kernel<256, 2, 32>)
+                    : (hd == 128 ? attention_split_kernel<128, 2, 16> : attention_split_kernel<256, 2, 16>);
   const dim3 block(32 * p.wtiles * p.halves * p.slices);
   launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
              group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);

@@ -546,21 +546,32 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitT16SwitchMatchesCpu) {
   struct Case {
     int hq, hkv, hd;
   };
-  for (const char* mode : {"old", "pairs", ""}) {
-    if (*mode)
-      setenv("DFLASH_SPLIT_T16", mode, 1);
+  // DFLASH_SPLIT_T16 and DFLASH_SPLIT_WK (16: the pairs path's warps take 16 keys a stage, not 32)
+  struct Mode {
+    const char *t16, *wk, *name;
+  };
+  for (Mode mode : {Mode{"old", "", "DFLASH_SPLIT_T16=old"},
+                    {"pairs", "", "DFLASH_SPLIT_T16=pairs"},
+                    {"pairs", "16", "DFLASH_SPLIT_T16=pairs DFLASH_SPLIT_WK=16"},
+                    {"", "16", "DFLASH_SPLIT_WK=16"},
+                    {"", "", "split-KV"}}) {
+    if (*mode.t16)
+      setenv("DFLASH_SPLIT_T16", mode.t16, 1);
     else
       unsetenv("DFLASH_SPLIT_T16");
+    if (*mode.wk)
+      setenv("DFLASH_SPLIT_WK", mode.wk, 1);
+    else
+      unsetenv("DFLASH_SPLIT_WK");
     for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {8, 1, 128}, {8, 1, 256}})
       for (int64_t past : {0, 63, 4095})
         for (int64_t T : {5, 16, 17}) {
           if (past == 4095 && T != 16) continue;
-          cached_case(
-              c.hq, c.hkv, c.hd, past, T,
-              *mode ? (mode[0] == 'o' ? "DFLASH_SPLIT_T16=old" : "DFLASH_SPLIT_T16=pairs") : "split-KV");
+          cached_case(c.hq, c.hkv, c.hd, past, T, mode.name);
         }
   }
   unsetenv("DFLASH_SPLIT_T16");
+  unsetenv("DFLASH_SPLIT_WK");
 }
 
 // The split-KV plan's key slices: by default they go down one at a time until two stages fit or one stage is
