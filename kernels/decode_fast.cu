@@ -455,7 +455,8 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
       const size_t q = q_bytes(s);
       const bool fits = q + 2 * stage_bytes(s) <= budget || (per_chunk == 1 && q + stage_bytes(s) <= budget);
       const int64_t keys = per_chunk * s * p.wk;
-      if (fits && (best_stages == 0 || per_chunk < best_stages || (per_chunk == best_stages && keys < best_keys)))
+      if (fits &&
+          (best_stages == 0 || per_chunk < best_stages || (per_chunk == best_stages && keys < best_keys)))
         best = s, best_stages = per_chunk, best_keys = keys;
     }
     p.slices = best;
