@@ -406,8 +406,8 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // step's pairs of warps and =pairs ("t16pairs") with pairs at hd 128 too (the default keeps them to hd 256;
 // every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1), and
 // DFLASH_SPLIT_PLAN=halve ("halve") rows it with the key slices halved until two stages fit (the plan before
-// one-stage chunks: 4 slices at hd 256, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the pairs path's warps at
-// 16 keys a stage instead of 32.
+// the fewest stages, then keys, a chunk: 8 slices at hd 128, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the
+// pairs path's warps at 16 keys a stage instead of 32.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;

@@ -396,11 +396,10 @@ bool split_halves_at(int hd) {
 // (whole stages of slices · wk keys; the last chunk may be shorter), a ring of `stages` stages,
 // and the CTA's shared memory (Q tiles, then the ring or the slices' merge area, whichever is larger; a pair
 // path's score slots come after Q). Slices: of the counts up to split_max_warps / (wtiles · halves) whose Q
-// and two stages fit, or Q and one stage where that stage is a whole chunk (nothing to overlap its copies
-// with), the fewest stages a chunk, then the fewest keys: hd 256 at T 1 over 4 K keys takes 8 slices in one
-// stage of 128 keys a chunk (two stages of 4 slices before: 4 warps an SM, each with two stages' serial
-// work); hd 128 at T 1 (8 kv heads) 6 slices, 3 stages of 96 keys, 120 CTAs (8 slices gave 3 stages of 128
-// keys, 88 CTAs).
+// and two stages fit, the fewest stages a chunk, then the fewest keys: hd 128 at T 1 (8 kv heads) takes 6
+// slices, 3 stages of 96 keys, 120 CTAs (16.2 against 16.6 us with 8 slices, 3 stages of 128 keys, 88 CTAs;
+// bench_kernels decode, session 16); hd 256 at T 1, 4 slices in two stages of 64 keys, as before (one stage
+// of 8 slices, the whole 128-key chunk, measured 20.0 against 17.1 us).
 struct SplitPlan {
   int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, wk = 0, slices = 0, chunks = 0, chunk_len = 0,
       stages = 0;
@@ -436,10 +435,10 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
     per_head = std::min(split_chunks_per_head(p.groups, hkv), blocks);
     per_chunk = (blocks + per_head - 1) / per_head;
   };
-  // Of the slice counts that fit (Q and two stages, or Q and one stage that is a whole chunk), the one with
-  // the fewest stages a chunk (each warp's serial work), then the fewest keys a chunk (each CTA's bytes; more
-  // chunks, up to one CTA an SM); one slice if none fits. DFLASH_SPLIT_PLAN=halve: the rule before, slices
-  // halved until two stages fit (the A/B switch of bench_kernels decode; read per call).
+  // Of the slice counts whose Q and two stages fit, the one with the fewest stages a chunk (each warp's
+  // serial work), then the fewest keys a chunk (each CTA's bytes; more chunks, up to one CTA an SM); one
+  // slice if none fits. DFLASH_SPLIT_PLAN=halve: the rule before, slices halved until two stages fit (the A/B
+  // switch of bench_kernels decode; read per call).
   const bool halve = env_is("DFLASH_SPLIT_PLAN", "halve");
   int64_t blocks = 0, per_head = 0, per_chunk = 0;
   if (halve) {
@@ -452,8 +451,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
     int64_t best_stages = 0, best_keys = 0;
     for (int s = p.slices; s >= 1; --s) {
       chunking(s, blocks, per_head, per_chunk);
-      const size_t q = q_bytes(s);
-      const bool fits = q + 2 * stage_bytes(s) <= budget || (per_chunk == 1 && q + stage_bytes(s) <= budget);
+      const bool fits = q_bytes(s) + 2 * stage_bytes(s) <= budget;
       const int64_t keys = per_chunk * s * p.wk;
       if (fits &&
           (best_stages == 0 || per_chunk < best_stages || (per_chunk == best_stages && keys < best_keys)))

@@ -575,10 +575,10 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitT16SwitchMatchesCpu) {
 }
 
 // The split-KV plan's key slices: by default the count with the fewest stages a chunk, then the fewest keys,
-// among those whose stages fit (27B-like at T 1 over 4 K keys: 8 slices in one stage; 8B-like: 6 slices of
-// three stages; 1 kv head over 20 K keys: 6 slices, two stages in the ring); with DFLASH_SPLIT_PLAN=halve
-// they halve until two stages fit (the plan before). Both agree with the CPU at short steps, where a step has
-// one row tile and the slices are many.
+// among those whose two stages fit (27B-like at T 1 over 4 K keys: 4 slices; past 4400: 5; 8B-like: 6 slices
+// of three stages; 1 kv head over 20 K keys: 5 slices); with DFLASH_SPLIT_PLAN=halve they halve until two
+// stages fit (the plan before). Both agree with the CPU at short steps, where a step has one row tile and the
+// slices are many.
 TEST_F(CudaOpsCachedTest, AttentionCachedSplitPlanSwitchMatchesCpu) {
   struct Case {
     int hq, hkv, hd;
