@@ -203,7 +203,8 @@ __device__ __forceinline__ void gdn_qk_copy_out(const bf16* Qs, const bf16* Ks, 
 
 // The raw K Kᵀ (acc) and Q Kᵀ (accp) of this warp's 16 × 32 tile, rows (warp / 2)·16, columns (warp % 2)·32.
 // The operands are the raw bf16 rows, so the bf16 MMA is exact up to the fp32 accumulation. They depend on
-// the key head only: the per-key-head form keeps them in registers across its value heads.
+// the key head only: the per-key-head form forms them once and keeps them in shared memory for its value heads
+// (gdn_raw_save / gdn_raw_load).
 template <int D>
 __device__ __forceinline__ void gdn_raw_products(const bf16* Qs, const bf16* Ks, float (&acc)[4][4],
                                                  float (&accp)[4][4]) {
