@@ -339,6 +339,10 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// Whether the wgmma kernels load two operands that share their rows (K and V; Q and dO) with one row
+// computation: unless DFLASH_DFA_PAIR=0, the A/B switch that keeps two tile loads (read on every call).
+bool pair_loads_on() { return !env_is("DFLASH_DFA_PAIR", "0"); }
+
 // Whether a pass takes the wgmma kernels: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte
 // copies on a compute capability 9.0 GPU of an sm_90a build. DFLASH_DFA=mma keeps the mma.sync kernels.
 bool on_wgmma(const DFlashAttnDims& d, bool vec) {
@@ -370,7 +374,7 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0");  // DFLASH_DFA_PAIR=0: K and V as two tile loads
+  a.pair_loads = pair_loads_on();
   if (on_wgmma(d, a.vec))
     query_pass<128, false, true>(a, stream);
   else
@@ -405,7 +409,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.d = d;
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
-    a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0");
+    a.pair_loads = pair_loads_on();
     if (wg)
       query_pass<128, true, true>(a, stream);
     else
@@ -420,10 +424,9 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
             reinterpret_cast<uintptr_t>(dv) % 4 == 0;
   a.blk_magic = block_magic(d.block);
   // DFLASH_DFA_FAST=0: the wgmma kernel evaluates the mask on every item (by default an item that sees all of
-  // a warpgroup's keys skips it); DFLASH_DFA_PAIR=0 loads Q and dO as two tiles (and the query-major
-  // passes K and V, Q and dO). The same results under each; the bench times them.
+  // a warpgroup's keys skips it). The same results either way; the bench times both.
   a.fast = !env_is("DFLASH_DFA_FAST", "0");
-  a.pair_loads = !env_is("DFLASH_DFA_PAIR", "0");
+  a.pair_loads = pair_loads_on();
   dfa::kv_pass_launch(a, kvrows, wg, stream);
 }
 
