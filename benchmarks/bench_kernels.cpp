@@ -5,10 +5,11 @@
 // slice is checked against CpuOps (the loss: a host double computation); a failed check makes the run exit 1.
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode [T]` runs the decode kernels
 // alone (at T 1 and 16, or at T only), `bench_kernels attention` the causal attention at the 27B (24/4 × 256,
-// gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection, and those views
-// timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone; `bench_kernels dflash` the
-// DFlash drafter attention at the drafter step's shape and 8x it, both backward paths. The FP8 input quantisers are
-// bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in the same call.
+// gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection,
+// and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone;
+// `bench_kernels dflash` the DFlash drafter attention at the drafter step's shape and 8x it, both backward
+// paths. The FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows
+// beside their peers' in the same call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -453,31 +454,31 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
                          gated ? &hg : nullptr);
   char name[128];
-  // split_plan's choice, 48 rows a CTA, the general kernel, one warp a tile (no pairs), pairs at hd 128 too,
-  // the key slices halved until two stages fit, the pairs path's warps at 16 keys a stage
-  for (int mode = 0; mode < 7; ++mode) {
-    if (mode == 1) setenv("DFLASH_SPLIT_ROWS", "48", 1); else unsetenv("DFLASH_SPLIT_ROWS");
-    if (mode == 2) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
-    if (mode == 3 || mode == 4)  // each setting alone: the rows after these run without DFLASH_SPLIT_T16
-      setenv("DFLASH_SPLIT_T16", mode == 3 ? "old" : "pairs", 1);
-    else
-      unsetenv("DFLASH_SPLIT_T16");
-    if (mode == 5) setenv("DFLASH_SPLIT_PLAN", "halve", 1); else unsetenv("DFLASH_SPLIT_PLAN");
-    if (mode == 6)
-      setenv("DFLASH_SPLIT_WK", "16", 1);
-    else
-      unsetenv("DFLASH_SPLIT_WK");
-    const char* tags[] = {"", " [rows48]", " [general]", " [t16old]", " [t16pairs]", " [halve]", " [wk16]"};
-    const char* tag = tags[mode];
+  // Each setting alone, every other switch unset: split_plan's choice, 48 rows a CTA, the general kernel, one
+  // warp a tile (no pairs), pairs at hd 128 too, the key slices halved until two stages fit, the pairs path's
+  // warps at 16 keys a stage.
+  struct Mode {
+    const char *var, *value, *tag;
+  };
+  const Mode modes[] = {{"", "", ""},
+                        {"DFLASH_SPLIT_ROWS", "48", " [rows48]"},
+                        {"DFLASH_DECODE", "general", " [general]"},
+                        {"DFLASH_SPLIT_T16", "old", " [t16old]"},
+                        {"DFLASH_SPLIT_T16", "pairs", " [t16pairs]"},
+                        {"DFLASH_SPLIT_PLAN", "halve", " [halve]"},
+                        {"DFLASH_SPLIT_WK", "16", " [wk16]"}};
+  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE", "DFLASH_SPLIT_T16", "DFLASH_SPLIT_PLAN",
+                              "DFLASH_SPLIT_WK"};
+  for (const Mode& mode : modes) {
+    for (const char* v : vars) unsetenv(v);
+    if (*mode.var) setenv(mode.var, mode.value, 1);
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
-                  (long long)past, tag);
+                  (long long)past, mode.tag);
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
   }
-  unsetenv("DFLASH_SPLIT_T16");
-  unsetenv("DFLASH_SPLIT_PLAN");
-  unsetenv("DFLASH_SPLIT_WK");
+  for (const char* v : vars) unsetenv(v);
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }
