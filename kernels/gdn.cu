@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                    "l"(r < L ? p.ws_s + (t0 + r) * nv + h : p.ws_s), "r"(r < L ? 16 : 0));
     }
-    gdn_stage_commit();
+    cp_async_commit();
   };
 
   float st[NS][4];
@@ -92,9 +92,9 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
   for (int c = 0; c < chunks; ++c) {
     if (c + 1 < chunks) {
       load(c + 1, (c + 1) & 1);
-      gdn_stage_wait_groups<1>();
+      cp_async_wait<1>();
     } else {
-      gdn_stage_wait_groups<0>();
+      cp_async_wait<0>();
     }
     __syncthreads();  // chunk c's tiles are visible to every warp
     const int stage = c & 1, L = min(C, len - c * C);

@@ -60,20 +60,10 @@ __device__ __forceinline__ void gdn_stage(bf16* X, int ldx, const bf16* src, int
 
 __device__ __forceinline__ void gdn_stage_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// The copies issued since the last commit as one group; wait until at most N groups are still in flight.
-__device__ __forceinline__ void gdn_stage_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void gdn_stage_wait_groups() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // ---- launchers ----
 
 // The chunk kernel's forms, whose outputs are the same bits: a CTA per (sequence, chunk, value head), or per
-// key head doing the q / k work once for its value heads (3 CTAs an SM at D 128), or that with the next value
-// head's v staged early into a second tile (2 CTAs an SM).
+// key head doing the q / k work once for its value heads (3 CTAs an SM at D 128).
 enum class GdnChunkForm { value_head, key_head };
 
 // The chunk kernel of one prefill (gdn_chunk.cu) in the given form, for the head tile width D
