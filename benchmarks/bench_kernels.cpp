@@ -408,7 +408,8 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1), and
 // DFLASH_SPLIT_PLAN=halve ("halve") rows it with the key slices halved until two stages fit (the plan before
 // the fewest stages, then keys, a chunk: 8 slices at hd 128, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the
-// pairs path's warps at 16 keys a stage instead of 32.
+// pairs path's warps at 16 keys a stage instead of 32. [graph] rows replay the default rows' calls from a
+// CUDA graph (decode_graph_us): the GPU's time alone, without the host's launch cost.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -419,6 +420,31 @@ double decode_time_us(Bench& b, int sets, const std::function<void(int)>& fn) {
   return 1e3 * b.time_ms([&] {
            for (int i = 0; i < sets; ++i) fn(i);
          }) / sets;
+}
+
+// The same `sets` calls captured once into a CUDA graph and replayed: the per-call GPU time without the
+// host's launch cost (what a decode step captured in a graph would pay), to tell the kernels' time from the
+// launches'. A call that cannot be captured gives −1 (the row then says so) rather than ending the benchmark.
+double decode_graph_us(Bench& b, int sets, const std::function<void(int)>& fn) {
+  const cudaStream_t st = b.gpu.stream();
+  cudaGraph_t graph = nullptr;
+  DF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+  try {
+    for (int i = 0; i < sets; ++i) fn(i);
+  } catch (const std::exception& e) {
+    std::printf("  (could not capture the decode calls into a CUDA graph: %s)\n", e.what());
+    cudaStreamEndCapture(st, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return -1;
+  }
+  DF_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  cudaGraphExec_t exec = nullptr;
+  DF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = 1e3 * b.time_ms([&] { DF_CUDA_CHECK(cudaGraphLaunch(exec, st)); }) / sets;
+  DF_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  DF_CUDA_CHECK(cudaGraphDestroy(graph));
+  return us;
 }
 
 int decode_sets(double bytes_per_set, int l2_bytes) {
@@ -477,6 +503,12 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
+    if (!*mode.var) {  // split_plan's choice once more, its launches replayed from a graph
+      std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld [graph]", shape, (long long)T,
+                    (long long)past);
+      const double us = decode_graph_us(b, sets, call);
+      if (us > 0) rows.push_back({name, bytes, us});
+    }
   }
   for (const char* v : vars) unsetenv(v);
   b.arena.reset(mark);
@@ -513,6 +545,12 @@ void bench_decode_gdn(Bench& b, int64_t T, int l2_bytes, std::vector<DecodeRow>&
     b.check((std::string(name) + " out").c_str(), S[0].o, ho, 1e-2);
     b.check((std::string(name) + " states").c_str(), S[0].sts, hs, 1e-4);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
+    if (!*mode) {
+      std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved) [graph]", (long long)T,
+                    (long long)T);
+      const double us = decode_graph_us(b, sets, call);
+      if (us > 0) rows.push_back({name, bytes, us});
+    }
   }
   unsetenv("DFLASH_DECODE");
   b.arena.reset(mark);
