@@ -78,6 +78,7 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   // KN: 8-key n-tiles of a warp's scores; SLOT: floats of a pair's score slot per warp
   constexpr int LDS = HD + 8, HW = HD / HALVES, NT = HW / 8, CH = HD / 8, KN = WK / 8, SLOT = 128 * KN;
   static_assert(WK == 16 || WK == 32, "a warp's keys a stage: one or two 16-key k-steps of P·V");
+  static_assert(32 % CH == 0, "a thread's copies keep one column piece: CH must divide a warp");
   extern __shared__ __align__(16) unsigned char split_smem[];
   const int rows = T * group, r0 = blockIdx.z * cta_rows, here = min(cta_rows, rows - r0);
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
@@ -104,15 +105,22 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
     cp_async_16(sq + r * LDS + d, src, in ? 16 : 0);
   }
   cp_async_commit();
-  // Key stage b of the chunk into ring slot b % stages. Keys past the cache read its last row: finite values
-  // that the mask gives weight 0.
+  // Key stage b of the chunk into ring slot b % stages: K rows, then V rows. Keys past the cache read its
+  // last row: finite values that the mask gives weight 0. A thread keeps one 16-byte column piece of rows r,
+  // r + step, ... (blockDim is whole warps and CH divides 32), so no copy divides an index at run time: the
+  // index arithmetic of a flat loop over (row, piece), a division by the stage's keys per copy, was 70 % of
+  // the instructions executed at T 1 (27B, Nsight Compute, session 17), and each warp's chain of instructions
+  // is what the step waits for.
   auto load_stage = [&](int b) {
-    bf16* dst = skv + (b % stages) * 2 * stage_keys * LDS;
-    for (int i = threadIdx.x; i < 2 * stage_keys * CH; i += blockDim.x) {
-      const int r = i / CH, d = (i % CH) * 8;
-      const int64_t j = min(key0 + (int64_t)b * stage_keys + r % stage_keys, len - 1);
-      const bf16* src = r < stage_keys ? k + j * ld_k : v + j * ld_v;
-      cp_async_16(dst + r * LDS + d, src + (int64_t)kvh * HD + d, 16);
+    const int col = (threadIdx.x % CH) * 8, step = blockDim.x / CH;
+    const bf16* kcol = k + (int64_t)kvh * HD + col;
+    const bf16* vcol = v + (int64_t)kvh * HD + col;
+    bf16* dst = skv + (b % stages) * 2 * stage_keys * LDS + col;
+    const int64_t kb = key0 + (int64_t)b * stage_keys;
+    for (int r = threadIdx.x / CH; r < stage_keys; r += step) {
+      const int64_t j = min(kb + r, len - 1);
+      cp_async_16(dst + r * LDS, kcol + j * ld_k, 16);
+      cp_async_16(dst + (stage_keys + r) * LDS, vcol + j * ld_v, 16);
     }
   };
   for (int b = 0; b < stages - 1; ++b) {
@@ -201,12 +209,15 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, o);
   }
   if (slices > 1) {
-    // Merge the slices of each (tile, half) into slice 0: every warp puts its rows' (max, sum) in shared
-    // memory, takes the tile's max M over the slices, and rescales by 2^(m − M); slices 1.. leave their acc
-    // there for slice 0 to add. The ring is free (the loop ended on a barrier; an nb = 0 CTA never filled
-    // it).
+    // Merge the slices of each (tile, half): every warp puts its rows' (max, sum) in shared memory, takes the
+    // tile's max M over the slices, rescales its acc by 2^(m − M) and leaves it there too; then each warp of
+    // the tile adds the slices' acc, in slice order, for every slices-th 8-column n-tile and writes those
+    // columns of the partial, so the adds are spread over the tile's warps rather than one warp adding the
+    // others' in turn. A row of accw is HW + 8 floats: the rows of a float2 access fall in different banks.
+    // The ring is free (the loop ended on a barrier; an nb = 0 CTA never filled it).
+    constexpr int HWP = HW + 8;
     float* mlw = reinterpret_cast<float*>(skv);  // [warps][16][2]
-    float* accw = mlw + blockDim.x;              // [warps][16][HW], slice 0's part unused
+    float* accw = mlw + blockDim.x;              // [warps][16][HWP]
     const int rl = lane >> 2;
     if ((lane & 3) == 0) {
       mlw[(warp * 16 + rl) * 2] = m_lo;
@@ -223,39 +234,43 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
     }
     const float B_lo = M_lo == -INFINITY ? 0.0f : M_lo, B_hi = M_hi == -INFINITY ? 0.0f : M_hi;
     scale_acc_rows(acc, exp2f(m_lo - B_lo), exp2f(m_hi - B_hi));
-    float* mine = accw + (int64_t)warp * 16 * HW + 2 * (lane & 3);
-    if (slice > 0) {
+    float* mine = accw + warp * 16 * HWP + 2 * (lane & 3);
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        *reinterpret_cast<float2*>(mine + rl * HW + n * 8) = make_float2(acc[n][0], acc[n][1]);
-        *reinterpret_cast<float2*>(mine + (rl + 8) * HW + n * 8) = make_float2(acc[n][2], acc[n][3]);
-      }
-    } else {
-      float L_lo = 0.0f, L_hi = 0.0f;
-      for (int sl = 0; sl < slices; ++sl) {
-        const int w = sl * wslice + tc;
-        L_lo += mlw[(w * 16 + rl) * 2 + 1] * exp2f(mlw[(w * 16 + rl) * 2] - B_lo);
-        L_hi += mlw[(w * 16 + rl + 8) * 2 + 1] * exp2f(mlw[(w * 16 + rl + 8) * 2] - B_hi);
-      }
-      m_lo = M_lo;
-      m_hi = M_hi;
-      l_lo = L_lo;
-      l_hi = L_hi;
+    for (int n = 0; n < NT; ++n) {
+      *reinterpret_cast<float2*>(mine + rl * HWP + n * 8) = make_float2(acc[n][0], acc[n][1]);
+      *reinterpret_cast<float2*>(mine + (rl + 8) * HWP + n * 8) = make_float2(acc[n][2], acc[n][3]);
+    }
+    float L_lo = 0.0f, L_hi = 0.0f;
+    for (int sl = 0; sl < slices; ++sl) {
+      const int w = sl * wslice + tc;
+      L_lo += mlw[(w * 16 + rl) * 2 + 1] * exp2f(mlw[(w * 16 + rl) * 2] - B_lo);
+      L_hi += mlw[(w * 16 + rl + 8) * 2 + 1] * exp2f(mlw[(w * 16 + rl + 8) * 2] - B_hi);
     }
     __syncthreads();
-    if (slice > 0) return;
-    for (int sl = 1; sl < slices; ++sl) {
-      const float* other = accw + (int64_t)(sl * wslice + tc) * 16 * HW + 2 * (lane & 3);
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const float2 a = *reinterpret_cast<const float2*>(other + rl * HW + n * 8);
-        const float2 c = *reinterpret_cast<const float2*>(other + (rl + 8) * HW + n * 8);
-        acc[n][0] += a.x;
-        acc[n][1] += a.y;
-        acc[n][2] += c.x;
-        acc[n][3] += c.y;
+    if (!active) return;
+    const int64_t unit = (int64_t)kvh * chunks + chunk;
+    float* prow = part + unit * rows * HD + half * HW + 2 * (lane & 3);
+    const float* tile_acc = accw + tc * 16 * HWP + 2 * (lane & 3);  // slice 0's warp of this (tile, half)
+    for (int n = slice; n < NT; n += slices) {
+      float2 lo = make_float2(0.0f, 0.0f), hi = lo;
+      for (int sl = 0; sl < slices; ++sl) {
+        const float* o = tile_acc + sl * wslice * 16 * HWP + n * 8;
+        const float2 a = *reinterpret_cast<const float2*>(o + rl * HWP);
+        const float2 c = *reinterpret_cast<const float2*>(o + (rl + 8) * HWP);
+        lo.x += a.x;
+        lo.y += a.y;
+        hi.x += c.x;
+        hi.y += c.y;
       }
+      if (in_lo) *reinterpret_cast<float2*>(prow + (int64_t)r_lo * HD + n * 8) = lo;
+      if (in_hi) *reinterpret_cast<float2*>(prow + (int64_t)r_hi * HD + n * 8) = hi;
     }
+    if ((lane & 3) == 0 && half == 0 && slice == 0) {  // the pair's (m, l) are the same bits
+      float* ml = part_ml + unit * rows * 2;
+      if (in_lo) *reinterpret_cast<float2*>(ml + 2 * r_lo) = make_float2(M_lo, L_lo);
+      if (in_hi) *reinterpret_cast<float2*>(ml + 2 * r_hi) = make_float2(M_hi, L_hi);
+    }
+    return;
   }
   if (!active) return;
   const int64_t unit = (int64_t)kvh * chunks + chunk;
@@ -458,6 +473,13 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
         best = s, best_stages = per_chunk, best_keys = keys;
     }
     p.slices = best;
+    // DFLASH_SPLIT_SLICES=n: n key slices where they fit the warps and Q and one stage fit the shared memory
+    // (the A/B switch of bench_kernels decode; read per call).
+    const char* e = std::getenv("DFLASH_SPLIT_SLICES");
+    const int forced_slices = e ? std::atoi(e) : 0;
+    if (forced_slices >= 1 && forced_slices * wslice <= split_max_warps(hd, p.halves) &&
+        q_bytes(forced_slices) + stage_bytes(forced_slices) <= budget)
+      p.slices = forced_slices;
     chunking(p.slices, blocks, per_head, per_chunk);
   }
   const int stage_keys = p.slices * p.wk;
@@ -466,7 +488,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   const int64_t fit = int64_t((budget - q_bytes(p.slices)) / stage_bytes(p.slices));
   p.stages = int(std::min<int64_t>({kSplitMaxStages, fit, per_chunk}));
   const size_t merge = p.slices > 1
-                           ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves))
+                           ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves + 8))
                            : size_t(0);
   p.smem = q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
   return p;
