@@ -126,6 +126,14 @@ class TimedTrainOps final : public TrainOps {
     timed(strfmt("gemm %s [%lld x %lld, K %lld]", role, (long long)c.rows, (long long)c.cols, (long long)k),
           [&] { g_.gemm(a, ta, b, tb, c, alpha, beta); });
   }
+  void gemm_add(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c_in, const Tensor& c,
+                float alpha, float beta) override {
+    const char* role = ta ? "dW += dY^T X" : (tb ? "Y = X W^T" : "dX = dY W");
+    const int64_t k = ta ? a.rows : a.cols;
+    timed(
+        strfmt("gemm %s + C [%lld x %lld, K %lld]", role, (long long)c.rows, (long long)c.cols, (long long)k),
+        [&] { g_.gemm_add(a, ta, b, tb, c_in, c, alpha, beta); });
+  }
   void embedding(const Tensor& ids, const Tensor& t, const Tensor& o) override {
     timed("embedding", [&] { g_.embedding(ids, t, o); });
   }

@@ -6,6 +6,7 @@
 #include "core/rng.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 
 namespace df {
@@ -95,9 +96,20 @@ __global__ void fill_normal_kernel(void* dst, bool dst_f32, int64_t ld, int64_t 
   }
 }
 
+// One training element each, in fp32 and rounded once by the caller: the one expression of each op that both
+// kernel forms below use, so the 16-byte form gives the bits of the one-element form.
+__device__ __forceinline__ void swiglu_bwd_f32(float g, float u, float d, float* dg, float* du) {
+  const float sg = sigmoid_f32(g);
+  *dg = d * u * sg * (1.0f + g * (1.0f - sg));
+  *du = d * g * sg;
+}
+__device__ __forceinline__ float noise_add_f32(float x, float std, float z) {
+  return x + std * z;
+}
+
 // One thread per element of a [rows, cols] view, f(r, c) doing the work: grid.y strides over rows and grid.x
-// over columns, so no thread divides by cols. For the training ops, a small share of a step next to the GEMMs
-// and attention, so plain 2-byte accesses do.
+// over columns, so no thread divides by cols. The training ops' form for shapes the 16-byte form below
+// refuses (odd columns, strides or addresses), and for all of them under DFLASH_TRAIN_OPS=old.
 template <class F>
 __global__ void rows_map_kernel(int64_t rows, int64_t cols, F f) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
@@ -106,15 +118,70 @@ __global__ void rows_map_kernel(int64_t rows, int64_t cols, F f) {
       f(r, c);
 }
 
+// One thread per 16-byte chunk of a [rows, cols] view, per_row chunks a row, f(r, v) doing chunk v of row r
+// (8 bf16 or 4 f32 elements), grid-stride over the flat chunk index i = r·per_row + v. The grid is what fits
+// on the device at once (rows_vec_launch), so one flat grid covers a single huge row (the flat gradient
+// buffers) as well as many short ones; i advances by the grid's thread count, carried into (r, v) with at
+// most one wrap per step, so the loop never divides and rows·cols may pass 2^31.
+template <class F>
+__global__ void rows_vec_kernel(int64_t rows, int64_t per_row, F f) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x,
+                first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t dr = step / per_row, dv = step - dr * per_row;
+  int64_t r = first / per_row, v = first - r * per_row;
+  while (r < rows) {
+    f(r, v);
+    r += dr;
+    v += dv;
+    if (v >= per_row) {
+      v -= per_row;
+      ++r;
+    }
+  }
+}
+
+__device__ __forceinline__ uint4 load16(const bf16* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+__device__ __forceinline__ void store16(bf16* p, uint4 v) {
+  *reinterpret_cast<uint4*>(p) = v;
+}
+__device__ __forceinline__ float bf16_at(const uint4& v, int j) {
+  return __bfloat162float(reinterpret_cast<const bf16*>(&v)[j]);
+}
+__device__ __forceinline__ void set_bf16_at(uint4& v, int j, float x) {
+  reinterpret_cast<bf16*>(&v)[j] = __float2bfloat16(x);
+}
+
 struct SwigluBwdOp {
   const bf16 *gate, *up, *dout;
   bf16 *dgate, *dup;
   int64_t ld_gate, ld_up, ld_dout, ld_dgate, ld_dup;
   __device__ void operator()(int64_t r, int64_t c) const {
-    const float g = __bfloat162float(gate[r * ld_gate + c]), u = __bfloat162float(up[r * ld_up + c]);
-    const float d = __bfloat162float(dout[r * ld_dout + c]), sg = sigmoid_f32(g);
-    dgate[r * ld_dgate + c] = __float2bfloat16(d * u * sg * (1.0f + g * (1.0f - sg)));
-    dup[r * ld_dup + c] = __float2bfloat16(d * g * sg);
+    float dg, du;
+    swiglu_bwd_f32(__bfloat162float(gate[r * ld_gate + c]), __bfloat162float(up[r * ld_up + c]),
+                   __bfloat162float(dout[r * ld_dout + c]), &dg, &du);
+    dgate[r * ld_dgate + c] = __float2bfloat16(dg);
+    dup[r * ld_dup + c] = __float2bfloat16(du);
+  }
+};
+// Chunk v: the three 16-byte loads issued before the math.
+struct SwigluBwdVecOp {
+  SwigluBwdOp e;
+  __device__ void operator()(int64_t r, int64_t v) const {
+    const int64_t c = v * 8;
+    const uint4 g = load16(e.gate + r * e.ld_gate + c), u = load16(e.up + r * e.ld_up + c),
+                d = load16(e.dout + r * e.ld_dout + c);
+    uint4 dg, du;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float dgj, duj;
+      swiglu_bwd_f32(bf16_at(g, j), bf16_at(u, j), bf16_at(d, j), &dgj, &duj);
+      set_bf16_at(dg, j, dgj);
+      set_bf16_at(du, j, duj);
+    }
+    store16(e.dgate + r * e.ld_dgate + c, dg);
+    store16(e.dup + r * e.ld_dup + c, du);
   }
 };
 
@@ -126,6 +193,17 @@ struct ScaleRowsOp {
     x[r * ld + c] = __float2bfloat16(__bfloat162float(x[r * ld + c]) * s[r]);
   }
 };
+struct ScaleRowsVecOp {
+  ScaleRowsOp e;
+  __device__ void operator()(int64_t r, int64_t v) const {
+    bf16* p = e.x + r * e.ld + v * 8;
+    uint4 x = load16(p);
+    const float s = e.s[r];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) set_bf16_at(x, j, bf16_at(x, j) * s);
+    store16(p, x);
+  }
+};
 
 struct GaussianNoiseOp {
   bf16* x;
@@ -134,7 +212,22 @@ struct GaussianNoiseOp {
   uint64_t seed;
   __device__ void operator()(int64_t r, int64_t c) const {
     const float z = rng_normal_at(seed, kRngStreamTrainNoise, static_cast<uint64_t>(r * cols + c));
-    x[r * ld + c] = __float2bfloat16(__bfloat162float(x[r * ld + c]) + std * z);
+    x[r * ld + c] = __float2bfloat16(noise_add_f32(__bfloat162float(x[r * ld + c]), std, z));
+  }
+};
+// The draw of element (r, c) keeps its index r·cols + c, whatever chunk it falls in.
+struct GaussianNoiseVecOp {
+  GaussianNoiseOp e;
+  __device__ void operator()(int64_t r, int64_t v) const {
+    const int64_t c = v * 8;
+    bf16* p = e.x + r * e.ld + c;
+    uint4 x = load16(p);
+    const uint64_t i0 = static_cast<uint64_t>(r * e.cols + c);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      set_bf16_at(x, j,
+                  noise_add_f32(bf16_at(x, j), e.std, rng_normal_at(e.seed, kRngStreamTrainNoise, i0 + j)));
+    store16(p, x);
   }
 };
 
@@ -148,6 +241,22 @@ struct FillOp {
       static_cast<float*>(dst)[r * ld + c] = value;
     else
       static_cast<bf16*>(dst)[r * ld + c] = __float2bfloat16(value);
+  }
+};
+// Chunk v holds 4 f32 or 8 bf16 elements (v·4 or v·8 of the row).
+struct FillVecOp {
+  FillOp e;
+  __device__ void operator()(int64_t r, int64_t v) const {
+    uint4 w;
+    if (e.f32) {
+      w = make_uint4(__float_as_uint(e.value), __float_as_uint(e.value), __float_as_uint(e.value),
+                     __float_as_uint(e.value));
+      *reinterpret_cast<uint4*>(static_cast<float*>(e.dst) + r * e.ld + v * 4) = w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) set_bf16_at(w, j, e.value);
+      store16(static_cast<bf16*>(e.dst) + r * e.ld + v * 8, w);
+    }
   }
 };
 
@@ -215,35 +324,85 @@ void fill_normal_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64
   DF_CUDA_CHECK_LAUNCH("fill_normal_kernel");
 }
 
+bool train_ops_old() {
+  return env_is("DFLASH_TRAIN_OPS", "old");
+}
+
 template <class F>
 static void rows_map_launch(int64_t rows, int64_t cols, F f, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((cols + 255) / 256, 64)),
                   static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
   rows_map_kernel<<<grid, 256, 0, stream>>>(rows, cols, f);
   DF_CUDA_CHECK_LAUNCH("rows_map_kernel");
 }
 
+// Whether the 16-byte form can take a view of `per` elements a chunk: whole chunks in every row and every row
+// start 16-byte aligned (a single row's stride is never used).
+static bool rows_vec_fits(const void* p, int64_t ld, int64_t rows, int64_t cols, int per) {
+  return cols % per == 0 && (rows == 1 || ld % per == 0) && aligned16(p);
+}
+
+// As many 256-thread blocks as are resident on the device at once (fewer for a small view): the grid-stride
+// loop then runs in one wave with no tail of late blocks. The occupancy is asked once per kernel (the same
+// on every GPU of a run); the SM count per launch, of the current device (a cheap cached attribute).
+template <class F>
+static void rows_vec_launch(int64_t rows, int64_t per_row, F f, cudaStream_t stream) {
+  static const int per_sm = [] {
+    int n = 0;
+    DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, rows_vec_kernel<F>, 256, 0));
+    return std::max(n, 1);
+  }();
+  int dev = 0, sms = 0;
+  DF_CUDA_CHECK(cudaGetDevice(&dev));
+  DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t grid = std::min<int64_t>((rows * per_row + 255) / 256, int64_t(sms) * per_sm);
+  rows_vec_kernel<<<static_cast<unsigned>(grid), 256, 0, stream>>>(rows, per_row, f);
+  DF_CUDA_CHECK_LAUNCH("rows_vec_kernel");
+}
+
 void swiglu_bwd_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, const bf16* dout,
                        int64_t ld_dout, bf16* dgate, int64_t ld_dgate, bf16* dup, int64_t ld_dup,
                        int64_t rows, int64_t cols, cudaStream_t stream) {
-  rows_map_launch(rows, cols,
-                  SwigluBwdOp{gate, up, dout, dgate, dup, ld_gate, ld_up, ld_dout, ld_dgate, ld_dup}, stream);
+  if (rows == 0 || cols == 0) return;
+  const SwigluBwdOp e{gate, up, dout, dgate, dup, ld_gate, ld_up, ld_dout, ld_dgate, ld_dup};
+  const bool vec = rows_vec_fits(gate, ld_gate, rows, cols, 8) && rows_vec_fits(up, ld_up, rows, cols, 8) &&
+                   rows_vec_fits(dout, ld_dout, rows, cols, 8) &&
+                   rows_vec_fits(dgate, ld_dgate, rows, cols, 8) && rows_vec_fits(dup, ld_dup, rows, cols, 8);
+  if (vec && !train_ops_old())
+    rows_vec_launch(rows, cols / 8, SwigluBwdVecOp{e}, stream);
+  else
+    rows_map_launch(rows, cols, e, stream);
 }
 
 void scale_rows_launch(bf16* x, int64_t ld_x, const float* s, int64_t rows, int64_t cols,
                        cudaStream_t stream) {
-  rows_map_launch(rows, cols, ScaleRowsOp{x, ld_x, s}, stream);
+  if (rows == 0 || cols == 0) return;
+  const ScaleRowsOp e{x, ld_x, s};
+  if (rows_vec_fits(x, ld_x, rows, cols, 8) && !train_ops_old())
+    rows_vec_launch(rows, cols / 8, ScaleRowsVecOp{e}, stream);
+  else
+    rows_map_launch(rows, cols, e, stream);
 }
 
 void add_gaussian_noise_launch(bf16* x, int64_t ld_x, int64_t rows, int64_t cols, float std, uint64_t seed,
                                cudaStream_t stream) {
-  rows_map_launch(rows, cols, GaussianNoiseOp{x, ld_x, cols, std, seed}, stream);
+  if (rows == 0 || cols == 0) return;
+  const GaussianNoiseOp e{x, ld_x, cols, std, seed};
+  if (rows_vec_fits(x, ld_x, rows, cols, 8) && !train_ops_old())
+    rows_vec_launch(rows, cols / 8, GaussianNoiseVecOp{e}, stream);
+  else
+    rows_map_launch(rows, cols, e, stream);
 }
 
 void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float value,
                  cudaStream_t stream) {
-  rows_map_launch(rows, cols, FillOp{dst, dst_f32, ld, value}, stream);
+  if (rows == 0 || cols == 0) return;
+  const FillOp e{dst, dst_f32, ld, value};
+  const int per = dst_f32 ? 4 : 8;
+  if (rows_vec_fits(dst, ld, rows, cols, per) && !train_ops_old())
+    rows_vec_launch(rows, cols / per, FillVecOp{e}, stream);
+  else
+    rows_map_launch(rows, cols, e, stream);
 }
 
 void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, cudaStream_t stream) {

@@ -51,7 +51,8 @@ struct GemmTuned {
   int64_t m = 0;
 };
 
-// One call's operands: c [M, N] = alpha · op(a) · op(b) + beta · c, all row-major with row strides in elements.
+// One call's operands: c [M, N] = alpha · op(a) · op(b) + beta · c_in, all row-major with row strides in
+// elements; c_in is cuBLASLt's C, c its D (c_in has c's layout: nullptr means c itself).
 struct GemmOperands {
   const void* a;
   int64_t lda;
@@ -71,6 +72,8 @@ struct GemmOperands {
   bool fp8_blocks = false;
   const float* scale_a = nullptr;
   const float* scale_b = nullptr;
+  const void* c_in = nullptr;
+  const void* addend() const { return c_in ? c_in : c; }
   int flags() const {
     return (c_f32 ? 1 : 0) | (trans_a ? 2 : 0) | (trans_b ? 4 : 0) | (fp8 ? 8 : 0) | (fp8_blocks ? 16 : 0);
   }
@@ -176,7 +179,8 @@ static void* gemm_scratch(GemmContext* ctx, size_t bytes) {
 // heuristic's first, unless another beats it by kGemmSwitchRatio), or -1 where nothing was timed: tuning
 // off, a single candidate, a stream under graph capture, no memory for the scratch output. The timed
 // launches compute the real product into c when beta == 0 (the real call overwrites it next); with
-// beta != 0 they write a scratch buffer so c keeps the values the real call adds to.
+// beta != 0 they read and write a scratch buffer (as cuBLASLt's C and D), so c and c_in keep the values the
+// real call adds.
 static int gemm_time_candidates(GemmContext* ctx, const GemmPlan& p, const cublasLtMatmulHeuristicResult_t* res,
                                 int found, const GemmOperands& o, cudaStream_t stream) {
   const int64_t M = o.M, N = o.N, K = o.K, ldc = o.ldc;
@@ -333,7 +337,8 @@ static void gemm_bind_scales(const GemmPlan& p, const GemmOperands& o) {
 // The plan of this exact shape, created (and its bucket tuned) on first use.
 static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t stream) {
   const int64_t M = o.M, N = o.N, K = o.K;
-  const int align = std::min(std::min(ptr_alignment(o.a), ptr_alignment(o.b)), ptr_alignment(o.c));
+  const int align =
+      std::min({ptr_alignment(o.a), ptr_alignment(o.b), ptr_alignment(o.c), ptr_alignment(o.addend())});
   const GemmKey key{M, N, K, o.lda, o.ldb, o.ldc, o.flags(), align};
   auto it = ctx->plans.find(key);
   if (it != ctx->plans.end()) return it->second;
@@ -386,15 +391,34 @@ static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t
 
 static void gemm_run(GemmContext* ctx, const GemmPlan& p, const GemmOperands& o, cudaStream_t stream) {
   gemm_bind_scales(p, o);
-  DF_CUBLAS_CHECK(cublasLtMatmul(ctx->handle, p.op, &o.alpha, o.b, p.la, o.a, p.lb, &o.beta, o.c, p.lc, o.c, p.lc,
-                                 &p.algo, ctx->workspace, ctx->workspace_bytes, stream));
+  DF_CUBLAS_CHECK(cublasLtMatmul(ctx->handle, p.op, &o.alpha, o.b, p.la, o.a, p.lb, &o.beta, o.addend(), p.lc,
+                                 o.c, p.lc, &p.algo, ctx->workspace, ctx->workspace_bytes, stream));
 }
 
 void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, const void* b, int64_t ldb,
                     bool trans_b, void* c, int64_t ldc, bool c_f32, int64_t M, int64_t N, int64_t K, float alpha,
                     float beta, cudaStream_t stream) {
+  gemm_launch_addend(ctx, a, lda, trans_a, b, ldb, trans_b, c, ldc, c, ldc, c_f32, M, N, K, alpha, beta,
+                     stream);
+}
+
+void gemm_launch_addend(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, const void* b,
+                        int64_t ldb, bool trans_b, const void* c_in, int64_t ld_c_in, void* c, int64_t ldc,
+                        bool c_f32, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                        cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  const GemmOperands o{a, lda, trans_a, b, ldb, trans_b, c, ldc, c_f32, M, N, K, alpha, beta};
+  GemmOperands o{a, lda, trans_a, b, ldb, trans_b, c, ldc, c_f32, M, N, K, alpha, beta};
+  // beta 0 never reads the addend. Another row stride than c's is copied into c first: cuBLASLt's C and D
+  // share one layout here (the plan holds one).
+  if (beta != 0.0f && c_in != c) {
+    if (ld_c_in == ldc) {
+      o.c_in = c_in;
+    } else {
+      const size_t es = c_f32 ? sizeof(float) : sizeof(__nv_bfloat16);
+      DF_CUDA_CHECK(cudaMemcpy2DAsync(c, size_t(ldc) * es, c_in, size_t(ld_c_in) * es, size_t(N) * es,
+                                      size_t(M), cudaMemcpyDeviceToDevice, stream));
+    }
+  }
   gemm_run(ctx, gemm_plan(ctx, o, stream), o, stream);
 }
 

@@ -23,6 +23,15 @@ void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, 
                     bool trans_b, void* c, int64_t ldc, bool c_f32, int64_t M, int64_t N, int64_t K, float alpha,
                     float beta, cudaStream_t stream);
 
+// gemm_launch_ex with the addend read from c_in: c = alpha · op(a) · op(b) + beta · c_in, c_in [M, N] of c's
+// dtype with row stride ld_c_in, c itself or not overlapping it. cuBLASLt reads c_in as its C and writes c as
+// its D, so a residual add needs no copy of the stream into c first (a c_in of another row stride than c's is
+// copied into c, then added in place). Tuning never touches c_in: with beta != 0 it times into the scratch.
+void gemm_launch_addend(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, const void* b,
+                        int64_t ldb, bool trans_b, const void* c_in, int64_t ld_c_in, void* c, int64_t ldc,
+                        bool c_f32, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                        cudaStream_t stream);
+
 // c = a · wᵀ + beta · c (the forward's Linear): gemm_launch_ex(a, false, w, true, alpha 1).
 // lda/ldw/ldc are row strides in elements; c_f32 selects an f32 output instead of bf16.
 void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc,

@@ -47,6 +47,11 @@ void sigmoid_gate_launch(bf16* o, int64_t ld_o, const bf16* gate, int64_t ld_gat
 // out = silu(gate) · up
 void swiglu_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, bf16* out, int64_t ld_out,
                    int64_t rows, int64_t cols, cudaStream_t stream);
+// The training ops below (swiglu_bwd, scale_rows, add_gaussian_noise, fill) run 16-byte accesses where the
+// view allows (columns and row strides whole 16-byte chunks, addresses 16-byte aligned) and one element per
+// thread otherwise, with the same bits. DFLASH_TRAIN_OPS=old: one element per thread everywhere, and
+// CudaTrainOps::gemm_add copies its addend into out and adds in place (for A/B timing).
+bool train_ops_old();
 // Training SwiGLU backward of out = silu(gate)·up: dgate = dout·up·σ(g)·(1 + g·(1 − σ(g))), dup =
 // dout·silu(g), fp32 inside, each output rounded to bf16 once.
 void swiglu_bwd_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, const bf16* dout,

@@ -42,6 +42,13 @@ Tensor Tensor::reshape(int64_t r, int64_t c) const {
   return t;
 }
 
+bool tensor_spans_overlap(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  auto end = [](const Tensor& t) { return t.row_bytes(t.rows - 1) + t.cols * dtype_size(t.dtype); };
+  const char *a0 = static_cast<const char*>(a.data), *b0 = static_cast<const char*>(b.data);
+  return a0 < end(b) && b0 < end(a);
+}
+
 std::string Tensor::shape_str() const {
   return strfmt("%s[%lld, %lld]%s", dtype_name(dtype), (long long)rows, (long long)cols,
                 contiguous() ? "" : strfmt(" stride %lld", (long long)stride).c_str());

@@ -42,5 +42,8 @@ struct Tensor {
 };
 
 Tensor tensor_make(void* data, DType dtype, Device device, int64_t rows, int64_t cols);
+// Whether the byte ranges of two views, first element to last with their strides, intersect: coarse, so two
+// column views of one buffer that interleave count as overlapping. An empty view overlaps nothing.
+bool tensor_spans_overlap(const Tensor& a, const Tensor& b);
 
 }  // namespace df

@@ -77,14 +77,12 @@ void drafter_layer_forward(TrainOps& ops, const DrafterConfig& c, int layer, con
   ops.gemm(in.ctx, false, w.v_proj, true, a.v.rows_view(0, T), 1, 0);
   ops.gemm(a.n, false, w.v_proj, true, a.v.rows_view(T, N), 1, 0);
   ops.dflash_attention_fwd(a.q, a.k, a.v, in.blocks, a.att, a.lse, attn_shape(c, layer));
-  ops.copy(x_in, a.h);
-  ops.gemm(a.att, false, w.o_proj, true, a.h, 1, 1);
+  ops.gemm_add(a.att, false, w.o_proj, true, x_in, a.h, 1, 1);
   ops.rmsnorm_fwd(a.h, w.post_attention_layernorm, a.n2, a.rstd2, c.rms_eps);
   ops.gemm(a.n2, false, w.gate_proj, true, a.gate, 1, 0);
   ops.gemm(a.n2, false, w.up_proj, true, a.up, 1, 0);
   ops.swiglu_fwd(a.gate, a.up, a.act);
-  ops.copy(a.h, a.x_out);
-  ops.gemm(a.act, false, w.down_proj, true, a.x_out, 1, 1);
+  ops.gemm_add(a.act, false, w.down_proj, true, a.h, a.x_out, 1, 1);
 }
 
 void drafter_layer_backward(TrainOps& ops, const DrafterConfig& c, int layer, const DrafterLayerTensors& w,

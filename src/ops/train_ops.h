@@ -79,6 +79,11 @@ class TrainOps {
   // dX = dY·W (false, false) and dW += dYᵀ·X (true, false, beta 1).
   virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                     float beta) = 0;
+  // out = alpha · op(a) · op(b) + beta · c_in, c_in of out's shape and dtype: the residual add
+  // h = x + att·Woᵀ written into h without copying x there first. c_in is out itself (then this is gemm) or
+  // does not overlap it. Same bits as copy(c_in, out) then gemm(..., out, alpha, beta).
+  virtual void gemm_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c_in,
+                        const Tensor& out, float alpha, float beta) = 0;
   // out[r] = table[ids[r]]; ids i32 [1, rows]; ids validated by the caller.
   virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
   // x[r] *= s[r]; s f32 [1, rows].

@@ -77,6 +77,45 @@ void expect_equal(const std::vector<float>& got, const std::vector<float>& want,
   expect_close(got, want, rows, cols, 0.0, 0.0, what);
 }
 
+// The same bit patterns element by element (NaN poison and the sign of zero included), for the forms that
+// claim identical bits.
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, int64_t cols,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = int64_t(i);
+  if (bad == 0) return;
+  const size_t f = size_t(first);
+  ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " elements differ in their bits; first at ("
+                << first / cols << ", " << first % cols << "): " << got[f] << " vs " << want[f];
+}
+
+// Sets an environment variable for one scope and restores what it held before: the A/B switches are read on
+// every call, so one process can run both forms of an op.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      had_ = true;
+      old_ = old;
+    }
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 class CudaTrainOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -113,6 +152,11 @@ class CudaTrainOpsTest : public ::testing::Test {
     Tensor t = tensor_make(p, dt, Device::cuda, rows, cols + pad).cols_view(pad / 2, cols);
     if (vals) upload(t, *vals);
     return t;
+  }
+  // The whole buffer behind dev(dt, rows, cols, pad): the view and its padding columns.
+  static Tensor padded(const Tensor& view, int64_t pad) {
+    return tensor_make(static_cast<char*>(view.data) - (pad / 2) * dtype_size(view.dtype), view.dtype,
+                       Device::cuda, view.rows, view.cols + pad);
   }
   void upload(const Tensor& t, const std::vector<float>& v) {
     if (t.dtype == DType::f32) return gpu_->upload_raw(t, v.data());
@@ -186,9 +230,11 @@ TEST_F(CudaTrainOpsTest, AllocIsZeroFilledAndRawBytesRoundTrip) {
 
 TEST_F(CudaTrainOpsTest, FillAndCopyAreExact) {
   for (int64_t rows : {1, 7, 733})
-    for (int64_t cols : {5, 130}) {
+    for (int64_t cols : {5, 130, 1024}) {
       const std::string sz = " " + std::to_string(rows) + "x" + std::to_string(cols);
-      Tensor f = dev(DType::f32, rows, cols, 4), b = dev(DType::bf16, rows, cols, 4);
+      // 1024 columns: an aligned strided view, which fill runs with 16-byte stores.
+      const int64_t fpad = cols % 8 == 0 ? 16 : 4;
+      Tensor f = dev(DType::f32, rows, cols, fpad), b = dev(DType::bf16, rows, cols, fpad);
       gpu_->fill(f, 0.3f);
       gpu_->fill(b, -1.7f);
       expect_equal(down(f), std::vector<float>(size_t(rows * cols), 0.3f), rows, cols, "fill f32" + sz);
@@ -246,10 +292,76 @@ TEST_F(CudaTrainOpsTest, GemmAllTransposesAlphaBeta) {
           }
 }
 
+// gemm_add: out = alpha·op(a)·op(b) + beta·c_in, against the CPU oracle (CpuTrainOps::gemm_add is copy then
+// gemm) with GemmAllTransposesAlphaBeta's tolerance, in each of its forms: c_in a separate tensor of out's
+// layout (cuBLASLt reads it as C and writes out as D), c_in of another row stride (copied into out, then the
+// in-place GEMM), c_in aliasing out (the old in-place call: the same bits as gemm), and K = 0 (c_in copied).
+// The separate form also bit for bit against DFLASH_TRAIN_OPS=old's copy + in-place GEMM: both run the one
+// cached plan of that shape, alignment and strides, so only cuBLASLt's choice of C's pointer differs.
+TEST_F(CudaTrainOpsTest, GemmAddendMatchesCpuAndCopyThenGemm) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (Shape s : {Shape{1, 5, 7}, Shape{19, 130, 64}, Shape{733, 64, 130}, Shape{7, 1, 733}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (DType cdt : {DType::f32, DType::bf16})
+          for (float beta : {1.0f, 0.75f, 0.0f}) {
+            const float alpha = beta == 0.75f ? -0.5f : 1.0f;
+            const int64_t ar = ta ? s.k : s.m, ac = ta ? s.m : s.k, br = tb ? s.n : s.k, bc = tb ? s.k : s.n;
+            const int64_t pad = cdt == DType::f32 ? 4 : 8;
+            std::vector<float> a = rnd(ar * ac, -1, 1), b = rnd(br * bc, -1, 1), c0 = rnd(s.m * s.n, -1, 1),
+                               o0 = rnd(s.m * s.n, -1, 1);
+            Tensor ca = cpu(ar, ac, a), cb = cpu(br, bc, b), cc = cpu(s.m, s.n, o0);
+            cpu_ops_.gemm_add(ca, ta, cb, tb, cpu(s.m, s.n, c0), cc, alpha, beta);
+            Tensor ga = dev(DType::bf16, ar, ac, 8, &a), gb = dev(DType::bf16, br, bc, 0, &b);
+            Tensor gcin = dev(cdt, s.m, s.n, pad, &c0);
+            Tensor gout = dev(cdt, s.m, s.n, pad, &o0), gwide = dev(cdt, s.m, s.n, pad, &o0),
+                   galias = dev(cdt, s.m, s.n, pad, &c0), gold_alias = dev(cdt, s.m, s.n, pad, &c0);
+            gpu_->gemm_add(ga, ta, gb, tb, gcin, gout, alpha, beta);
+            gpu_->gemm_add(ga, ta, gb, tb, dev(cdt, s.m, s.n, pad + 8, &c0), gwide, alpha, beta);
+            gpu_->gemm_add(ga, ta, gb, tb, galias, galias, alpha, beta);
+            gpu_->gemm(ga, ta, gb, tb, gold_alias, alpha, beta);
+            Tensor gold = dev(cdt, s.m, s.n, pad, &o0);
+            {
+              ScopedEnv env("DFLASH_TRAIN_OPS", "old");
+              gpu_->gemm_add(ga, ta, gb, tb, gcin, gold, alpha, beta);
+            }
+            const double atol = double(s.k) * double(s.k) * kF32 + 4 * kF32;
+            const double rtol = cdt == DType::bf16 ? kBf16Rel : 2 * kF32;
+            const std::string what =
+                shape_name(cdt == DType::f32 ? "gemm_add f32c" : "gemm_add bf16c", {s.m, s.n, s.k, ta, tb}) +
+                " beta " + std::to_string(beta);
+            const std::vector<float> want = host(cc), got = down(gout);
+            expect_close(got, want, s.m, s.n, atol, rtol, what + " c_in separate");
+            expect_close(down(gwide), want, s.m, s.n, atol, rtol, what + " c_in of another stride");
+            expect_close(down(galias), want, s.m, s.n, atol, rtol, what + " c_in is out");
+            expect_same_bits(down(galias), down(gold_alias), s.n, what + " c_in is out vs gemm");
+            expect_same_bits(got, down(gold), s.n,
+                             what + " c_in separate vs DFLASH_TRAIN_OPS=old copy + gemm");
+            EXPECT_EQ(down(gcin), c0) << what << ": c_in must be left as it was";
+          }
+  // K = 0 with beta 1 is out = c_in (copied; nothing to multiply), on both backends.
+  for (DType cdt : {DType::f32, DType::bf16}) {
+    std::vector<float> c0 = rnd(19 * 130, -1, 1), o0 = rnd(19 * 130, -1, 1);
+    Tensor cc = cpu(19, 130, o0);
+    cpu_ops_.gemm_add(cpu(19, 0, {}), false, cpu(0, 130, {}), false, cpu(19, 130, c0), cc, 1.0f, 1.0f);
+    Tensor gout = dev(cdt, 19, 130, 4, &o0);
+    gpu_->gemm_add(dev(DType::bf16, 19, 0), false, dev(DType::bf16, 0, 130), false, dev(cdt, 19, 130, 4, &c0),
+                   gout, 1.0f, 1.0f);
+    const std::string what = cdt == DType::f32 ? "gemm_add K 0 f32c" : "gemm_add K 0 bf16c";
+    expect_equal(host(cc), c0, 19, 130, what + " cpu");
+    expect_equal(down(gout), c0, 19, 130, what + " gpu");
+  }
+}
+
 TEST_F(CudaTrainOpsTest, EmbeddingScaleRowsAndNoise) {
   const int64_t V = 50;
   for (int64_t rows : {1, 7, 733})
-    for (int64_t cols : {5, 130}) {
+    for (int64_t cols : {5, 130, 1024}) {
+      // 1024 columns: aligned views (strided for scale_rows, contiguous for the noise), which both ops run
+      // with 16-byte accesses; the other sizes take the one-element kernels.
+      const bool vec = cols % 8 == 0;
       std::vector<float> table = rnd(V * cols, -1, 1);
       std::vector<int32_t> ids(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) ids[size_t(r)] = int32_t((r * 37 + 11) % V);
@@ -262,7 +374,7 @@ TEST_F(CudaTrainOpsTest, EmbeddingScaleRowsAndNoise) {
 
       // scale_rows: the f32 product of bf16 x and f32 s is exact enough on the CPU; the GPU rounds it once.
       std::vector<float> x = rnd(rows * cols, -2, 2), sv = rnd(rows, -3, 3);
-      Tensor cx = cpu(rows, cols, x), gx = dev(DType::bf16, rows, cols, 4, &x);
+      Tensor cx = cpu(rows, cols, x), gx = dev(DType::bf16, rows, cols, vec ? 16 : 4, &x);
       cpu_ops_.scale_rows(cx, cpu(1, rows, sv));
       gpu_->scale_rows(gx, dev(DType::f32, 1, rows, 0, &sv));
       expect_close(down(gx), host(cx), rows, cols, 0.0, kBf16Rel, shape_name("scale_rows", {rows, cols}));
@@ -273,7 +385,7 @@ TEST_F(CudaTrainOpsTest, EmbeddingScaleRowsAndNoise) {
       for (float stdv : {1.0f, 0.05f}) {
         std::vector<float> x0 =
             stdv == 1.0f ? std::vector<float>(size_t(rows * cols), 0.0f) : rnd(rows * cols, -1, 1);
-        Tensor cn = cpu(rows, cols, x0), gn = dev(DType::bf16, rows, cols, 6, &x0);
+        Tensor cn = cpu(rows, cols, x0), gn = dev(DType::bf16, rows, cols, vec ? 0 : 6, &x0);
         cpu_ops_.add_gaussian_noise(cn, stdv, 987654321ull);
         gpu_->add_gaussian_noise(gn, stdv, 987654321ull);
         expect_close(down(gn), host(cn), rows, cols, 1e-5 * stdv, kBf16Rel,
@@ -429,38 +541,92 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
 
 TEST_F(CudaTrainOpsTest, SwigluForwardAndBackward) {
   for (int64_t rows : {1, 19, 733})
-    for (int64_t cols : {5, 130, 1024}) {
-      const int64_t pad = cols % 8 == 0 ? 8 : 1;
-      std::vector<float> g = rnd(rows * cols, -6, 6), u = rnd(rows * cols, -2, 2),
-                         d = rnd(rows * cols, -1, 1);
-      Tensor cg = cpu(rows, cols, g), cu = cpu(rows, cols, u), cd = cpu(rows, cols, d);
-      Tensor gg = dev(DType::bf16, rows, cols, pad, &g), gu = dev(DType::bf16, rows, cols, pad, &u);
-      Tensor gd = dev(DType::bf16, rows, cols, pad, &d);
-      Tensor co = cpu(rows, cols, {}), go = dev(DType::bf16, rows, cols, pad);
-      cpu_ops_.swiglu_fwd(cg, cu, co);
-      gpu_->swiglu_fwd(gg, gu, go);
-      // The forward rounds silu(g) to bf16 before the product (as torch does), then the product: two bf16
-      // roundings; __expf and the fast division add at most 12 f32 ulps to silu.
-      expect_close(down(go), host(co), rows, cols, 1e-7, 2 * kBf16Rel + 16 * kF32,
-                   shape_name("swiglu_fwd", {rows, cols}));
+    for (int64_t cols : {5, 130, 1024})
+      // 1024 columns twice: views 8 bytes off alignment (pad 8: the one-element backward) and aligned
+      // (pad 16: the 16-byte backward).
+      for (int64_t pad : cols % 8 == 0 ? std::vector<int64_t>{8, 16} : std::vector<int64_t>{1}) {
+        std::vector<float> g = rnd(rows * cols, -6, 6), u = rnd(rows * cols, -2, 2),
+                           d = rnd(rows * cols, -1, 1);
+        Tensor cg = cpu(rows, cols, g), cu = cpu(rows, cols, u), cd = cpu(rows, cols, d);
+        Tensor gg = dev(DType::bf16, rows, cols, pad, &g), gu = dev(DType::bf16, rows, cols, pad, &u);
+        Tensor gd = dev(DType::bf16, rows, cols, pad, &d);
+        Tensor co = cpu(rows, cols, {}), go = dev(DType::bf16, rows, cols, pad);
+        cpu_ops_.swiglu_fwd(cg, cu, co);
+        gpu_->swiglu_fwd(gg, gu, go);
+        // The forward rounds silu(g) to bf16 before the product (as torch does), then the product: two bf16
+        // roundings; __expf and the fast division add at most 12 f32 ulps to silu.
+        expect_close(down(go), host(co), rows, cols, 1e-7, 2 * kBf16Rel + 16 * kF32,
+                     shape_name("swiglu_fwd", {rows, cols, pad}));
 
-      Tensor cdg = cpu(rows, cols, {}), cdu = cpu(rows, cols, {});
-      Tensor gdg = dev(DType::bf16, rows, cols, pad), gdu = dev(DType::bf16, rows, cols, pad);
-      cpu_ops_.swiglu_bwd(cg, cu, cd, cdg, cdu);
-      gpu_->swiglu_bwd(gg, gu, gd, gdg, gdu);
-      // f32 with fast-math __expf (2 + 1.2·|g| ulps, ≤ 10 for |g| ≤ 6) and division against the CPU's double:
-      // σ(g) to 12 f32 ulps. 1 + g·(1 − σ) cancels near g ≈ −1.28, so dgate's error scales with
-      // |d·u·σ|·(1 + 2|g|) ≤ 2·mag, not with the result. One bf16 rounding of each output.
-      std::vector<double> mag(static_cast<size_t>(rows * cols));
-      for (size_t i = 0; i < mag.size(); ++i) {
-        const double sg = 1.0 / (1.0 + std::exp(-double(g[i])));
-        mag[i] = std::fabs(double(d[i]) * u[i] * sg) * (1.0 + std::fabs(double(g[i])));
+        Tensor cdg = cpu(rows, cols, {}), cdu = cpu(rows, cols, {});
+        Tensor gdg = dev(DType::bf16, rows, cols, pad), gdu = dev(DType::bf16, rows, cols, pad);
+        cpu_ops_.swiglu_bwd(cg, cu, cd, cdg, cdu);
+        gpu_->swiglu_bwd(gg, gu, gd, gdg, gdu);
+        // f32 with fast-math __expf (2 + 1.2·|g| ulps, ≤ 10 for |g| ≤ 6) and division against the CPU's
+        // double: σ(g) to 12 f32 ulps. 1 + g·(1 − σ) cancels near g ≈ −1.28, so dgate's error scales with
+        // |d·u·σ|·(1 + 2|g|) ≤ 2·mag, not with the result. One bf16 rounding of each output.
+        std::vector<double> mag(static_cast<size_t>(rows * cols));
+        for (size_t i = 0; i < mag.size(); ++i) {
+          const double sg = 1.0 / (1.0 + std::exp(-double(g[i])));
+          mag[i] = std::fabs(double(d[i]) * u[i] * sg) * (1.0 + std::fabs(double(g[i])));
+        }
+        expect_close(down(gdg), host(cdg), rows, cols, 0.0, kBf16Rel,
+                     shape_name("swiglu_bwd dgate", {rows, cols, pad}), mag, 32 * kF32);
+        expect_close(down(gdu), host(cdu), rows, cols, 0.0, kBf16Rel + 16 * kF32,
+                     shape_name("swiglu_bwd dup", {rows, cols, pad}));
       }
-      expect_close(down(gdg), host(cdg), rows, cols, 0.0, kBf16Rel,
-                   shape_name("swiglu_bwd dgate", {rows, cols}), mag, 32 * kF32);
-      expect_close(down(gdu), host(cdu), rows, cols, 0.0, kBf16Rel + 16 * kF32,
-                   shape_name("swiglu_bwd dup", {rows, cols}));
+}
+
+// The 16-byte forms of swiglu_bwd, scale_rows, add_gaussian_noise and fill against the one-element kernels
+// (DFLASH_TRAIN_OPS=old), bit for bit over the whole buffer, padding columns included (neither form may write
+// outside the view). Views: odd columns and a view 8 bytes off alignment (both forms then run the one-element
+// kernel; f32 fill still aligned there), aligned strided and contiguous views, 733 rows of 1024 chunks
+// (several whole rows per grid step), 3 rows of 400 000 chunks (more chunks in a row than the grid has
+// threads) and 2049 rows of 3 chunks.
+TEST_F(CudaTrainOpsTest, TrainRowOpsSameBitsAsOldKernels) {
+  struct View {
+    int64_t rows, cols, pad;
+  };
+  for (View v : {View{1, 5, 0}, View{7, 130, 6}, View{19, 1024, 8}, View{19, 1024, 16}, View{733, 1024, 0},
+                 View{733, 8192, 16}, View{3, 3200000, 0}, View{2049, 24, 16}}) {
+    const int64_t rows = v.rows, cols = v.cols, n = rows * cols;
+    const std::string sz =
+        " " + std::to_string(rows) + "x" + std::to_string(cols) + " pad " + std::to_string(v.pad);
+    const std::vector<float> g = rnd(n, -6, 6), u = rnd(n, -2, 2), d = rnd(n, -1, 1), s = rnd(rows, -3, 3);
+    const char* names[] = {"swiglu_bwd dgate",   "swiglu_bwd dup", "scale_rows",
+                           "add_gaussian_noise", "fill f32",       "fill bf16"};
+    std::vector<float> out[2][6];
+    for (int old = 0; old < 2; ++old) {
+      ScopedEnv env("DFLASH_TRAIN_OPS", old ? "old" : "");
+      Tensor gg = dev(DType::bf16, rows, cols, v.pad, &g), gu = dev(DType::bf16, rows, cols, v.pad, &u);
+      Tensor gd = dev(DType::bf16, rows, cols, v.pad, &d);
+      Tensor gdg = dev(DType::bf16, rows, cols, v.pad), gdu = dev(DType::bf16, rows, cols, v.pad);
+      gpu_->swiglu_bwd(gg, gu, gd, gdg, gdu);
+      Tensor gx = dev(DType::bf16, rows, cols, v.pad, &u);
+      gpu_->scale_rows(gx, dev(DType::f32, 1, rows, 0, &s));
+      Tensor gn = dev(DType::bf16, rows, cols, v.pad, &d);
+      gpu_->add_gaussian_noise(gn, 0.05f, 987654321ull);
+      Tensor ff = dev(DType::f32, rows, cols, v.pad), fb = dev(DType::bf16, rows, cols, v.pad);
+      gpu_->fill(ff, 0.3f);
+      gpu_->fill(fb, -1.7f);
+      const Tensor* res[] = {&gdg, &gdu, &gx, &gn, &ff, &fb};
+      for (int i = 0; i < 6; ++i) out[old][i] = down(padded(*res[i], v.pad));
+      for (void* p : gpu_mem_) gpu_->free_bytes(p);
+      gpu_mem_.clear();
     }
+    for (int i = 0; i < 6; ++i) expect_same_bits(out[0][i], out[1][i], cols + v.pad, names[i] + sz);
+  }
+}
+
+// More than 2^31 elements in one row (the size of the flat gradient buffer's index space): the 16-byte fill
+// reaches the elements on both sides of 2^31 and the last ones.
+TEST_F(CudaTrainOpsTest, FillPast2To31Elements) {
+  const int64_t cols = (int64_t(1) << 31) + 64;
+  Tensor b = dev(DType::bf16, 1, cols);
+  gpu_->fill(b, 0.25f);
+  for (int64_t c0 : {int64_t(0), (int64_t(1) << 31) - 64, cols - 64})
+    expect_equal(down(b.cols_view(c0, 64)), std::vector<float>(64, 0.25f), 1, 64,
+                 "fill bf16 [1, 2^31 + 64] from column " + std::to_string(c0));
 }
 
 // ---- optimizer
@@ -532,6 +698,12 @@ TEST_F(CudaTrainOpsTest, BadInputsNameTheOpAndTensor) {
   }
   Tensor a = dev(DType::bf16, 4, 8), b = dev(DType::bf16, 5, 8), c = dev(DType::f32, 4, 5);
   EXPECT_THROW(gpu_->gemm(a, false, b, false, c, 1.0f, 0.0f), Error) << "K mismatch (8 vs 5) must be refused";
+  // gemm_add's c_in: out itself or apart from it; a view one row down overlaps without being it.
+  Tensor w5 = dev(DType::bf16, 5, 8), c2 = dev(DType::f32, 5, 5);
+  EXPECT_THROW(gpu_->gemm_add(a, false, w5, true, c2.rows_view(1, 4), c2.rows_view(0, 4), 1.0f, 1.0f), Error)
+      << "c_in overlapping out without being it must be refused";
+  EXPECT_THROW(gpu_->gemm_add(a, false, w5, true, dev(DType::bf16, 4, 5), c, 1.0f, 1.0f), Error)
+      << "c_in of another dtype than out must be refused";
   Tensor big = dev(DType::f32, 1, 10), small = dev(DType::f32, 1, 9);
   EXPECT_THROW(gpu_->adamw(big, small, big, big, Tensor{}, TrainOps::AdamW{}), Error)
       << "g of another length";

@@ -235,6 +235,10 @@ class CountingOps final : public TrainOps {
             float be) override {
     cpu.gemm(a, ta, b, tb, c, al, be);
   }
+  void gemm_add(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& ci, const Tensor& c,
+                float al, float be) override {
+    cpu.gemm_add(a, ta, b, tb, ci, c, al, be);
+  }
   void embedding(const Tensor& i, const Tensor& t, const Tensor& o) override { cpu.embedding(i, t, o); }
   void scale_rows(const Tensor& x, const Tensor& s) override { cpu.scale_rows(x, s); }
   void add_gaussian_noise(const Tensor& x, float sd, uint64_t seed) override {

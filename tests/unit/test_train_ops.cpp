@@ -77,6 +77,39 @@ TEST(TrainOps, GemmAllTransposesOnStridedViews) {
     }
 }
 
+// gemm_add with c_in apart from out (other strides, other buffer): the bits of copy(c_in, out) then gemm;
+// c_in is left as it was and out's old contents do not matter. c_in being out is gemm itself; c_in
+// overlapping out without being it is refused.
+TEST(TrainOps, GemmAddIsCopyThenGemm) {
+  CpuTrainOps ops;
+  const int64_t M = 7, N = 19, K = 5;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (float beta : {1.0f, 0.75f, 0.0f}) {
+        auto abuf = normal_vec(65 * 19, 1.0f, 1), bbuf = normal_vec(65 * 19, 1.0f, 2);
+        auto cin_buf = normal_vec(40 * 7, 1.0f, 3), out_buf = normal_vec(65 * 7, 1.0f, 4), ref_buf = out_buf;
+        Tensor a = view(abuf, ta ? K : M, 65).cols_view(1, ta ? M : K);
+        Tensor b = view(bbuf, tb ? N : K, 65).cols_view(2, tb ? K : N);
+        Tensor c_in = view(cin_buf, M, 40).cols_view(5, N);
+        Tensor out = view(out_buf, M, 65).cols_view(3, N), ref = view(ref_buf, M, 65).cols_view(3, N);
+        const std::vector<float> cin_before = cin_buf;
+        ops.gemm_add(a, ta, b, tb, c_in, out, -0.5f, beta);
+        ops.copy(c_in, ref);
+        ops.gemm(a, ta, b, tb, ref, -0.5f, beta);
+        EXPECT_EQ(out_buf, ref_buf) << "trans_a " << ta << " trans_b " << tb << " beta " << beta;
+        EXPECT_EQ(cin_buf, cin_before) << "c_in changed";
+      }
+  auto abuf = normal_vec(7 * 5, 1.0f, 1), bbuf = normal_vec(5 * 19, 1.0f, 2),
+       cbuf = normal_vec(8 * 19, 1.0f, 3);
+  auto ref_buf = cbuf;
+  Tensor a = view(abuf, 7, 5), b = view(bbuf, 5, 19), c = view(cbuf, 8, 19).rows_view(0, 7);
+  ops.gemm_add(a, false, b, false, c, c, 1.0f, 1.0f);
+  ops.gemm(a, false, b, false, view(ref_buf, 8, 19).rows_view(0, 7), 1.0f, 1.0f);
+  EXPECT_EQ(cbuf, ref_buf) << "c_in is out: gemm in place";
+  EXPECT_THROW(ops.gemm_add(a, false, b, false, view(cbuf, 8, 19).rows_view(1, 7), c, 1.0f, 1.0f), Error)
+      << "c_in one row below out overlaps it";
+}
+
 TEST(TrainOps, RmsnormBackward) {
   CpuTrainOps ops;
   const int64_t R = 3, C = 19;

@@ -140,6 +140,20 @@ void CpuTrainOps::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
            c.ptr<float>(), ld(c));
 }
 
+// Exactly what the CUDA backend's out-of-place GEMM replaces: c_in copied into out, then the GEMM in place.
+void CpuTrainOps::gemm_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c_in,
+                           const Tensor& out, float alpha, float beta) {
+  cpu_check_f32("gemm_add", "c_in", c_in, out.rows, out.cols);
+  if (c_in.data == out.data && (c_in.stride == out.stride || out.rows <= 1)) {
+    gemm(a, trans_a, b, trans_b, out, alpha, beta);
+    return;
+  }
+  DF_CHECK(!tensor_spans_overlap(c_in, out), "gemm_add: c_in %s overlaps out %s without being it",
+           c_in.shape_str().c_str(), out.shape_str().c_str());
+  copy(c_in, out);
+  gemm(a, trans_a, b, trans_b, out, alpha, beta);
+}
+
 void CpuTrainOps::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
   ops_.embedding(ids, table, out);
 }

@@ -26,6 +26,8 @@ class CpuTrainOps final : public TrainOps {
 
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
             float beta) override;
+  void gemm_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c_in,
+                const Tensor& out, float alpha, float beta) override;
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void scale_rows(const Tensor& x, const Tensor& s) override;
   void add_gaussian_noise(const Tensor& x, float std, uint64_t seed) override;

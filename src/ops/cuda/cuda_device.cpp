@@ -126,7 +126,7 @@ void cuda_swiglu(const CudaDevice& dev, const Tensor& gate, const Tensor& up, co
 }
 
 void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-               const Tensor& c, float alpha, float beta) {
+               const Tensor& c_in, const Tensor& c, float alpha, float beta) {
   cuda_expect(a, DType::bf16, "gemm", "a");
   cuda_expect(b, DType::bf16, "gemm", "b");
   cuda_expect_float(c, "gemm", "c");
@@ -135,11 +135,23 @@ void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tenso
            "gemm: op(a) of %s (trans %d) and op(b) of %s (trans %d) disagree on K", a.shape_str().c_str(),
            int(trans_a), b.shape_str().c_str(), int(trans_b));
   cuda_expect_shape(c, m, n, "gemm", "c");
-  if (m == 0 || n == 0 || (k == 0 && beta == 1.0f)) return;
+  const bool in_place = c_in.data == c.data && cuda_gemm_ld(c_in) == cuda_gemm_ld(c);
+  if (!in_place) {
+    cuda_expect(c_in, c.dtype, "gemm", "c_in");
+    cuda_expect_shape(c_in, m, n, "gemm", "c_in");
+    DF_CHECK(!tensor_spans_overlap(c_in, c), "gemm: c_in %s overlaps c %s without being it",
+             c_in.shape_str().c_str(), c.shape_str().c_str());
+  }
+  if (m == 0 || n == 0) return;
+  if (k == 0 && beta == 1.0f) {
+    if (!in_place) dev.copy(c_in, c);
+    return;
+  }
   DF_CHECK(k > 0, "gemm: K is 0 with beta %g; nothing to multiply (HINT: skip the call for an empty batch)",
            beta);
-  gemm_launch_ex(dev.gemm, a.data, cuda_gemm_ld(a), trans_a, b.data, cuda_gemm_ld(b), trans_b, c.data, cuda_gemm_ld(c),
-                 c.dtype == DType::f32, m, n, k, alpha, beta, dev.stream);
+  gemm_launch_addend(dev.gemm, a.data, cuda_gemm_ld(a), trans_a, b.data, cuda_gemm_ld(b), trans_b, c_in.data,
+                     cuda_gemm_ld(c_in), c.data, cuda_gemm_ld(c), c.dtype == DType::f32, m, n, k, alpha, beta,
+                     dev.stream);
 }
 
 }  // namespace df

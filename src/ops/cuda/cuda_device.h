@@ -49,12 +49,13 @@ inline bool cuda_is_float(DType t) {
 }
 
 // The ops both backends run with the same contract, checked and launched once here: out[t] = table[ids[t]]
-// (ids i32 [1, T]; bf16 table and out), out = silu(gate)·up (bf16), and c = alpha·op(a)·op(b) + beta·c with
-// bf16 a, b and bf16 or f32 c (gemm.cuh gemm_launch_ex).
+// (ids i32 [1, T]; bf16 table and out), out = silu(gate)·up (bf16), and c = alpha·op(a)·op(b) + beta·c_in
+// with bf16 a, b and bf16 or f32 c, c_in of c's dtype and shape, c itself or not overlapping it (gemm.cuh
+// gemm_launch_addend; K = 0 with beta 1 copies c_in into c).
 void cuda_embedding(const CudaDevice& dev, const Tensor& ids, const Tensor& table, const Tensor& out);
 void cuda_swiglu(const CudaDevice& dev, const Tensor& gate, const Tensor& up, const Tensor& out);
 void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-               const Tensor& c, float alpha, float beta);
+               const Tensor& c_in, const Tensor& c, float alpha, float beta);
 // A tensor's leading dimension for cuBLASLt: its row stride, at least its row length (a one-row view may carry
 // any stride).
 inline int64_t cuda_gemm_ld(const Tensor& t) { return t.stride > t.cols ? t.stride : t.cols; }

@@ -111,7 +111,7 @@ void CudaOps::embedding(const Tensor& ids, const Tensor& table, const Tensor& ou
 }
 
 void CudaOps::gemm(const Tensor& a, const Tensor& w, const Tensor& c, float beta) {
-  cuda_gemm(dev_, a, false, w, true, c, 1.0f, beta);
+  cuda_gemm(dev_, a, false, w, true, c, c, 1.0f, beta);
 }
 
 void CudaOps::fp8_quantize_rows(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) {
