@@ -262,10 +262,6 @@ __global__ void __launch_bounds__(kDwThreads)
 }
 
 // ---- launchers ----
-static bool aligned_to(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // The register kernels' block for a row of `chunks` 16-byte chunks (at most max_nc · kRegMaxThreads):
 // the fewest chunks per thread that keeps the block at kRegThreads, then the block trimmed to a whole number
 // of warps that still covers the row (block_sum needs whole warps).
@@ -351,11 +347,12 @@ void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float
   if (ws_bytes < need)
     cuda_throw("rmsnorm_bwd_launch", "workspace smaller than rmsnorm_bwd_workspace_bytes", __FILE__,
                __LINE__);
+  auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   // DFLASH_TRAIN_OPS=old: the first kernels (two-pass scalar dx, one column per thread dw), for A/B.
   const bool old = env_is("DFLASH_TRAIN_OPS", "old");
   const int64_t row_chunks = cols / 8;
-  const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_dy % 8 == 0 && ld_dx % 8 == 0 && aligned_to(x, 16) &&
-                   aligned_to(dy, 16) && aligned_to(dx, 16) && aligned_to(w, 16);
+  const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_dy % 8 == 0 && ld_dx % 8 == 0 && al(x, 16) &&
+                   al(dy, 16) && al(dx, 16) && al(w, 16);
   if (!old && vec && row_chunks <= int64_t(kRegBwdMaxChunks) * kRegMaxThreads) {
     const RegGeometry g = reg_geometry(row_chunks, kRegBwdMaxChunks);
     using Kernel = decltype(&rmsnorm_bwd_dx_reg_kernel<1>);
@@ -376,7 +373,7 @@ void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float
   float* partial = static_cast<float*>(ws);
   // The widest column group the layout allows, up to V = DW_V (see kDwVec).
   auto fits = [&](int v) {
-    return cols % v == 0 && ld_x % v == 0 && ld_dy % v == 0 && aligned_to(x, 2 * v) && aligned_to(dy, 2 * v);
+    return cols % v == 0 && ld_x % v == 0 && ld_dy % v == 0 && al(x, 2 * v) && al(dy, 2 * v);
   };
   const int v = old ? 1 : fits(kDwVec) ? kDwVec : fits(2) ? 2 : 1;
   if (v > 1) {

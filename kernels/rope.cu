@@ -429,10 +429,6 @@ static RopeBwdRegKernel rope_bwd_reg_kernel_for(int hd) {
   }
 }
 
-static bool aligned_to(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* pos, int64_t T, int heads,
                          int hd, int rot_dim, float theta, float eps, bool zero_centred,
                          cudaStream_t stream) {
@@ -483,12 +479,13 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
   if (ws_bytes < qk_norm_rope_bwd_workspace_bytes(T, hd))
     cuda_throw("qk_norm_rope_bwd_launch", "workspace smaller than qk_norm_rope_bwd_workspace_bytes", __FILE__,
                __LINE__);
+  auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   // DFLASH_TRAIN_OPS=old: the first kernels (warp-per-head dx, one column per thread dw), for A/B.
   const bool old = env_is("DFLASH_TRAIN_OPS", "old");
   const RopeBwdRegKernel reg = old ? nullptr : rope_bwd_reg_kernel_for(hd);
   const int per_token = heads * kRopeGroup;
-  if (reg && aligned_to(x, 16) && aligned_to(dy, 16) && aligned_to(dx, 16) && aligned_to(w, 16) &&
-      ld_x % 8 == 0 && ld_dy % 8 == 0 && ld_dx % 8 == 0 && per_token <= kRopeBwdRegMaxThreads) {
+  if (reg && al(x, 16) && al(dy, 16) && al(dx, 16) && al(w, 16) && ld_x % 8 == 0 && ld_dy % 8 == 0 &&
+      ld_dx % 8 == 0 && per_token <= kRopeBwdRegMaxThreads) {
     const int tokens_per_block =
         static_cast<int>(std::min<int64_t>(std::max(1, kRopeRegThreads / per_token), T));
     const unsigned threads = static_cast<unsigned>((tokens_per_block * per_token + 31) / 32 * 32);
@@ -515,8 +512,8 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
     // threads (half / V ≥ 32), so hd 64, 128, 256 take V = 1, 2, 4; any even hd works with V = 1.
     const int half = hd / 2;
     auto fits = [&](int v) {
-      return half % v == 0 && half / v >= 32 && ld_x % v == 0 && ld_dy % v == 0 && aligned_to(x, 2 * v) &&
-             aligned_to(dy, 2 * v);
+      return half % v == 0 && half / v >= 32 && ld_x % v == 0 && ld_dy % v == 0 && al(x, 2 * v) &&
+             al(dy, 2 * v);
     };
     const int v = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
     const int64_t threads = chunks * (half / v);
