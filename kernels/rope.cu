@@ -27,8 +27,8 @@ constexpr int kRopeRegMaxThreads = 512;
 // than the 128 registers a 512-thread block leaves: its blocks hold at most 256 threads (heads ≤ 64).
 constexpr int kRopeBwdRegMaxThreads = 256;
 // dw partial kernel geometry: a thread sums 2V columns (V adjacent dims of each rotated half, so that both
-// partners' dy are loaded once), the loads of kRopeDwHeads heads of a token in flight, kRopeDwThreads threads
-// a block.
+// partners' dy are loaded once), with the loads of kRopeDwHeads heads of a token in flight at V ≤ 2 and
+// proportionally fewer heads at V 4 and 8 (the same registers); kRopeDwThreads threads a block.
 constexpr int kRopeDwHeads = 16;
 constexpr int kRopeDwThreads = 128;
 
@@ -229,10 +229,11 @@ __global__ void __launch_bounds__(kRopeDwThreads)
 
 // The training backward for HD in {64, 128, 256} (rot_dim = hd): the layout of qk_norm_rope_reg_kernel (a
 // group of kRopeGroup lanes per head, lane q holding chunks q, q + 4, ...; chunk k's RoPE partner k + HD/64
-// in the same lane), x and dy read once with 16-byte loads and held as raw bf16 until dx is stored with
-// 16-byte stores. The math of qk_norm_rope_bwd_dx_kernel but for the order of the fp32 sum behind m (per-lane
-// partials, then the group's two shuffles). Every thread reaches the shuffles: the inactive ones (the block
-// rounded up to whole warps, tokens past T) hold zeros and read token slot 0's table.
+// in the same lane), x and dy read once with 16-byte loads, x held as raw bf16 and dy turned into w·RoPEᵀ·dy
+// in fp32 until dx is stored with 16-byte stores. The math of qk_norm_rope_bwd_dx_kernel but for the order of
+// the fp32 sum behind m (per-lane partials, then the group's two shuffles). Every thread reaches the
+// shuffles: the inactive ones (the block rounded up to whole warps, tokens past T) hold zeros and read token
+// slot 0's table.
 template <int HD>
 __global__ void __launch_bounds__(kRopeBwdRegMaxThreads)
     qk_norm_rope_bwd_dx_reg_kernel(const bf16* x, int64_t ld_x, const float* __restrict__ w,
@@ -267,8 +268,7 @@ __global__ void __launch_bounds__(kRopeBwdRegMaxThreads)
   __syncthreads();  // the table is complete
   const float* cos_t = table + (active ? slot : 0) * HD;
   const float* sin_t = cos_t + HALF;
-  // dz = RoPEᵀ·dy for chunk k (first half) and its partner k + KH, with the weights of both.
-  // p: 16-byte aligned.
+  // Eight fp32 from p (16-byte aligned).
   auto eight = [](const float* p, float(&v)[8]) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -518,16 +518,12 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
     const int v = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
     const int64_t threads = chunks * (half / v);
     const unsigned blocks = static_cast<unsigned>((threads + kRopeDwThreads - 1) / kRopeDwThreads);
-    using Kernel = decltype(&qk_norm_rope_bwd_dw_vec_kernel<1, kRopeDwHeads>);
-    const Kernel by_v[4] = {qk_norm_rope_bwd_dw_vec_kernel<1, kRopeDwHeads>,
-                            qk_norm_rope_bwd_dw_vec_kernel<2, kRopeDwHeads>,
-                            qk_norm_rope_bwd_dw_vec_kernel<4, kRopeDwHeads / 2>,
-                            qk_norm_rope_bwd_dw_vec_kernel<8, kRopeDwHeads / 4>};
-    by_v[v == 1   ? 0
-         : v == 2 ? 1
-         : v == 4 ? 2
-                  : 3]<<<blocks, kRopeDwThreads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T,
-                                                              heads, hd, theta, R, chunks, partial);
+    const auto kernel = v == 8   ? qk_norm_rope_bwd_dw_vec_kernel<8, kRopeDwHeads / 4>
+                        : v == 4 ? qk_norm_rope_bwd_dw_vec_kernel<4, kRopeDwHeads / 2>
+                        : v == 2 ? qk_norm_rope_bwd_dw_vec_kernel<2, kRopeDwHeads>
+                                 : qk_norm_rope_bwd_dw_vec_kernel<1, kRopeDwHeads>;
+    kernel<<<blocks, kRopeDwThreads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads, hd, theta,
+                                                  R, chunks, partial);
     DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_vec_kernel");
   }
   column_sum_launch(partial, chunks, hd, dw, stream);
