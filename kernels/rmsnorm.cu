@@ -22,9 +22,11 @@ constexpr int kRegMaxThreads = 512;
 // threads leave, 7 do not (rows up to 28,672 columns).
 constexpr int kRegBwdMaxChunks = 7;
 // dw partial kernel geometry: kDwVec adjacent columns per thread (2 where the layout rules that out), loads
-// of kDwRows rows in flight per thread, kDwThreads threads per block.
+// of kDwRows rows in flight per thread, kDwThreads threads per block. The fixed chunking leaves about 256
+// such blocks whatever the shape (8192 x 4096: 32 chunks x 8 blocks), two per SM, so the bytes in flight must
+// come from each thread: 32 rows x 2 x 8 bytes (183 registers at V = 4; two blocks still fit an SM).
 constexpr int kDwVec = 4;
-constexpr int kDwRows = 16;
+constexpr int kDwRows = 32;
 constexpr int kDwThreads = 128;
 
 // ---- kernels ----

@@ -28,8 +28,10 @@ constexpr int kRopeRegMaxThreads = 512;
 constexpr int kRopeBwdRegMaxThreads = 256;
 // dw partial kernel geometry: a thread sums 2V columns (V adjacent dims of each rotated half, so that both
 // partners' dy are loaded once), with the loads of kRopeDwHeads heads of a token in flight at V ≤ 2 and
-// proportionally fewer heads at V 4 and 8 (the same registers); kRopeDwThreads threads a block.
-constexpr int kRopeDwHeads = 16;
+// proportionally fewer heads at V 4 and 8 (the same registers: about 210); kRopeDwThreads threads a block.
+// The fixed chunking leaves chunks · hd / 2V threads (16,384 at hd 128 and 256: 4 warps an SM), so the bytes
+// in flight must come from each thread: 32 heads x 4 loads x 4 bytes at hd 128.
+constexpr int kRopeDwHeads = 32;
 constexpr int kRopeDwThreads = 128;
 
 // ---- kernels ----
