@@ -8,14 +8,16 @@
 // gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection,
 // and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone;
 // `bench_kernels dflash` the DFlash drafter attention at the drafter step's shape and 8x it, both backward
-// paths. The FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows
-// beside their peers' in the same call.
+// paths; `bench_kernels norms` the drafter's RMSNorm and QK-norm + RoPE backwards on both kernel paths. The
+// FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their
+// peers' in the same call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <random>
@@ -388,6 +390,97 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"}) unsetenv(v);
   b.harena.reset(hm);
   b.arena.reset(mark);
+}
+
+// The drafter's RMSNorm and QK-norm + RoPE backwards (rmsnorm_bwd_launch, qk_norm_rope_bwd_launch) at the 8B
+// and 27B drafter shapes: hidden 4096 / 5120 over 8192 block rows (beta_dx 1, as the layers call it) and 4096
+// context rows (beta_dx 0); q 32 × 128 / 24 × 256 over 8192 rows, k 8 × 128 / 4 × 256 over 4096 + 8192.
+// Each on the default kernels and on DFLASH_TRAIN_OPS=old in the same process, the whole call and each of its
+// kernels alone (dx, dw partials, column sum). Bytes: what must cross HBM once (x and dy read, dx written,
+// and read at beta_dx 1); the dw partial kernel reads x and dy a second time, so a call cannot reach that
+// rate. Checks: dw the same bits on both paths, dx within 1e-2 of the old path's (max |err| / max |ref|).
+void bench_train_norms(Bench& b) {
+  struct Case {
+    const char* name;
+    int64_t rows, cols;
+    int heads, hd;  // heads 0: the row norm over cols
+    float beta;
+  };
+  const Case cases[] = {{"rmsnorm_bwd 8B [8192, 4096] beta 1", 8192, 4096, 0, 0, 1.0f},
+                        {"rmsnorm_bwd 8B [4096, 4096] beta 0", 4096, 4096, 0, 0, 0.0f},
+                        {"rmsnorm_bwd 27B [8192, 5120] beta 1", 8192, 5120, 0, 0, 1.0f},
+                        {"qk_norm_rope_bwd 8B q 8192 x 32x128", 8192, 32 * 128, 32, 128, 0.0f},
+                        {"qk_norm_rope_bwd 8B k 12288 x 8x128", 12288, 8 * 128, 8, 128, 0.0f},
+                        {"qk_norm_rope_bwd 27B q 8192 x 24x256", 8192, 24 * 256, 24, 256, 0.0f},
+                        {"qk_norm_rope_bwd 27B k 12288 x 4x256", 12288, 4 * 256, 4, 256, 0.0f}};
+  for (const Case& c : cases) {
+    size_t mark = b.arena.mark();
+    const bool qk = c.heads > 0;
+    const int64_t wn = qk ? c.hd : c.cols;
+    Tensor x = b.rand(DType::bf16, c.rows, c.cols, -2, 2), dy = b.rand(DType::bf16, c.rows, c.cols, -1, 1);
+    Tensor dx0 = b.rand(DType::bf16, c.rows, c.cols, -1, 1), dx = b.arena.alloc(DType::bf16, c.rows, c.cols);
+    Tensor w = b.rand(DType::f32, 1, wn, 0.5f, 1.5f), dw = b.arena.alloc(DType::f32, 1, wn);
+    Tensor rstd = b.rand(DType::f32, c.rows, qk ? c.heads : 1, 0.5f, 1.5f);
+    Tensor pos = b.arena.alloc(DType::i32, 1, c.rows);
+    std::vector<int32_t> hp(static_cast<size_t>(c.rows));
+    for (int64_t r = 0; r < c.rows; ++r) hp[size_t(r)] = int32_t(r % 4096);
+    b.gpu.upload_raw(pos, hp.data());
+    const size_t ws_bytes =
+        qk ? qk_norm_rope_bwd_workspace_bytes(c.rows, c.hd) : rmsnorm_bwd_workspace_bytes(c.rows, c.cols);
+    void* ws = b.arena.alloc_bytes(ws_bytes);
+    const bf16 *xp = x.ptr<bf16>(), *dyp = dy.ptr<bf16>();
+    auto call = [&] {
+      if (qk)
+        qk_norm_rope_bwd_launch(xp, x.stride, w.ptr<float>(), pos.ptr<int32_t>(), rstd.ptr<float>(),
+                                rstd.stride, dyp, dy.stride, dx.ptr<bf16>(), dx.stride, dw.ptr<float>(),
+                                c.rows, c.heads, c.hd, 1e6f, ws, ws_bytes, b.gpu.stream());
+      else
+        rmsnorm_bwd_launch(xp, x.stride, w.ptr<float>(), rstd.ptr<float>(), dyp, dy.stride, dx.ptr<bf16>(),
+                           dx.stride, dw.ptr<float>(), c.beta, c.rows, c.cols, ws, ws_bytes, b.gpu.stream());
+    };
+    // From the same dx and a zero dw, one call: what the checks compare.
+    auto checked_call = [&](std::vector<float>& hdx, std::vector<float>& hdw) {
+      DF_CUDA_CHECK(cudaMemcpyAsync(dx.data, dx0.data, size_t(c.rows * c.cols) * 2, cudaMemcpyDeviceToDevice,
+                                    b.gpu.stream()));
+      DF_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, size_t(wn) * 4, b.gpu.stream()));
+      call();
+      hdx.resize(size_t(c.rows * c.cols));
+      hdw.resize(size_t(wn));
+      b.gpu.download_f32(dx, hdx.data());
+      b.gpu.download_f32(dw, hdw.data());
+    };
+    const double bytes = 2.0 * c.rows * c.cols * (c.beta != 0.0f ? 4 : 3);
+    std::vector<float> dx_path[2], dw_path[2];
+    for (int old = 0; old < 2; ++old) {
+      if (old)
+        setenv("DFLASH_TRAIN_OPS", "old", 1);
+      else
+        unsetenv("DFLASH_TRAIN_OPS");
+      checked_call(dx_path[old], dw_path[old]);
+      char name[112];
+      std::snprintf(name, sizeof(name), "%s%s", c.name, old ? " (old)" : "");
+      row_bytes(name, bytes, b.time_ms(call));
+      const std::vector<double> ks = kernel_times_ms(b, call, 10);
+      if (ks.size() == 3)
+        std::printf("  dx %.3f ms, dw partials %.3f ms, column sum %.3f ms\n", ks[0], ks[1], ks[2]);
+    }
+    unsetenv("DFLASH_TRAIN_OPS");
+    const bool same = std::memcmp(dw_path[0].data(), dw_path[1].data(), size_t(wn) * sizeof(float)) == 0;
+    std::printf("check %-34s %s\n", "dw bits, default == old", same ? "ok" : "FAILED");
+    if (!same) ++b.failures;
+    double err = 0, ref = 0;
+    bool nan = false;
+    for (size_t i = 0; i < dx_path[0].size(); ++i) {
+      nan |= !std::isfinite(dx_path[0][i]);
+      err = std::max(err, std::fabs(double(dx_path[0][i]) - dx_path[1][i]));
+      ref = std::max(ref, std::fabs(double(dx_path[1][i])));
+    }
+    const bool ok = !nan && err <= 1e-2 * ref;
+    std::printf("check %-34s max|err|/max|ref| = %.2e (tol 1e-02) %s\n", "dx, default vs old",
+                err / std::max(ref, 1e-30), ok ? "ok" : "FAILED");
+    if (!ok) ++b.failures;
+    b.arena.reset(mark);
+  }
 }
 
 // Incremental decoding at the 27B shapes: one verify block of T = 16 tokens after a context of 4096 —
@@ -786,6 +879,12 @@ int main(int argc, char** argv) {
         bench_dflash_attention(b, 0, S);
       }
       std::printf("bench_kernels dflash: %s\n",
+                  b.failures ? "a correctness check FAILED" : "all correctness checks passed");
+      return b.failures ? 1 : 0;
+    }
+    if (argc > 1 && std::string(argv[1]) == "norms") {  // the drafter's norm backwards, default and old
+      bench_train_norms(b);
+      std::printf("bench_kernels norms: %s\n",
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
     }

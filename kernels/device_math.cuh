@@ -151,20 +151,47 @@ __device__ __forceinline__ uint4 rmsnorm_apply8(const uint4& raw, const float* w
   return bf16x8_pack(v);
 }
 
-// V consecutive bf16 (V = 1, 4 or 8: 2-, 8- or 16-byte accesses; the pointer must be aligned to match)
-// to and from fp32 registers.
+// V consecutive bf16 (V = 1, 2, 4 or 8) as the raw bits of one 2V-byte access, for kernels that put several
+// rows' loads in flight before the first use: one register per 4 bytes instead of one per element.
+template <int V>
+struct Bf16Bits;
+template <>
+struct Bf16Bits<1> {
+  using type = unsigned short;
+};
+template <>
+struct Bf16Bits<2> {
+  using type = unsigned int;
+};
+template <>
+struct Bf16Bits<4> {
+  using type = uint2;
+};
+template <>
+struct Bf16Bits<8> {
+  using type = uint4;
+};
+template <int V>
+using bf16_bits_t = typename Bf16Bits<V>::type;
+
+// The pointer must be aligned to 2V bytes.
+template <int V>
+__device__ __forceinline__ bf16_bits_t<V> load_bf16_bits(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const bf16_bits_t<V>*>(p);
+}
+
+template <int V>
+__device__ __forceinline__ void unpack_bf16(const bf16_bits_t<V>& u, float (&v)[V]) {
+  const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&u);
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = __bfloat162float(e[j]);
+}
+
+// V consecutive bf16 (load: V = 1, 2, 4 or 8; store: V = 1, 4 or 8; 2V-byte accesses, the pointer aligned
+// to match) to and from fp32 registers.
 template <int V>
 __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&v)[V]) {
-  if constexpr (V == 8) {
-    bf16x8_unpack(*reinterpret_cast<const uint4*>(p), v);
-  } else if constexpr (V == 4) {
-    uint2 u = *reinterpret_cast<const uint2*>(p);
-    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = __bfloat162float(e[j]);
-  } else {
-    v[0] = __bfloat162float(*p);
-  }
+  unpack_bf16<V>(load_bf16_bits<V>(p), v);
 }
 
 template <int V>

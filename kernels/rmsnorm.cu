@@ -6,6 +6,7 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/fp8_rows.cuh"
 #include "kernels/launchers.cuh"
 
@@ -17,6 +18,16 @@ namespace df {
 constexpr int kRegMaxChunks = 8;
 constexpr int kRegThreads = 128;
 constexpr int kRegMaxThreads = 512;
+// The backward holds x, dy and dx (24 registers a chunk): 8 chunks spill under the 128 registers that 512
+// threads leave, 7 do not (rows up to 28,672 columns).
+constexpr int kRegBwdMaxChunks = 7;
+// dw partial kernel geometry: kDwVec adjacent columns per thread (2 where the layout rules that out), loads
+// of kDwRows rows in flight per thread, kDwThreads threads per block. The fixed chunking leaves about 256
+// such blocks whatever the shape (8192 x 4096: 32 chunks x 8 blocks), two per SM, so the bytes in flight must
+// come from each thread: 32 rows x 2 x 8 bytes (183 registers at V = 4; two blocks still fit an SM).
+constexpr int kDwVec = 4;
+constexpr int kDwRows = 32;
+constexpr int kDwThreads = 128;
 
 // ---- kernels ----
 // One block per row; thread t holds chunks t, t + blockDim, ... (NC of them, coalesced across the block) as
@@ -152,7 +163,119 @@ __global__ void rmsnorm_bwd_dw_kernel(const bf16* x, int64_t ld_x, const float* 
   partial[k * cols + c] = acc;
 }
 
+// The backward for the register forward's shapes: the row's x and dy (and dx when beta_dx != 0) read once
+// with 16-byte loads, all in flight before the reduction and held as raw bf16 in registers until dx is stored
+// with 16-byte stores; the layout of rmsnorm_reg_kernel. The math of rmsnorm_bwd_dx_kernel but for the order
+// of the fp32 sum behind m (per-thread partials over its chunks, then the block tree). beta_dx == 0 never
+// reads dx.
+template <int NC>
+__global__ void __launch_bounds__(kRegMaxThreads)
+    rmsnorm_bwd_dx_reg_kernel(const bf16* x, int64_t ld_x, const float* __restrict__ w,
+                              const float* __restrict__ rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
+                              int64_t ld_dx, int64_t cols, float beta_dx) {
+  const int64_t row = blockIdx.x;
+  const int n = static_cast<int>(cols / 8);
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * ld_x);
+  const uint4* dyr = reinterpret_cast<const uint4*>(dy + row * ld_dy);
+  uint4* dxr = reinterpret_cast<uint4*>(dx + row * ld_dx);
+  const bool accumulate = beta_dx != 0.0f;
+  uint4 ux[NC], ud[NC], uo[NC];
+#pragma unroll
+  for (int k = 0; k < NC; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    ux[k] = i < n ? xr[i] : make_uint4(0, 0, 0, 0);
+    ud[k] = i < n ? dyr[i] : make_uint4(0, 0, 0, 0);
+    uo[k] = accumulate && i < n ? dxr[i] : make_uint4(0, 0, 0, 0);
+  }
+  const float r = rstd[row];
+  // w: 8 fp32 per chunk, shared by every row, so served from L1/L2 in both loops.
+  auto weights = [&](int i, float(&wv)[8]) {
+    const float4 w0 = reinterpret_cast<const float4*>(w + 8 * i)[0],
+                 w1 = reinterpret_cast<const float4*>(w + 8 * i)[1];
+    wv[0] = w0.x, wv[1] = w0.y, wv[2] = w0.z, wv[3] = w0.w, wv[4] = w1.x, wv[5] = w1.y, wv[6] = w1.z,
+    wv[7] = w1.w;
+  };
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NC; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i >= n) continue;
+    float v[8], d[8], wv[8];
+    bf16x8_unpack(ux[k], v);
+    bf16x8_unpack(ud[k], d);
+    weights(i, wv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc += d[j] * wv[j] * v[j];
+  }
+  const float m = block_sum(acc) * r / static_cast<float>(cols);
+#pragma unroll
+  for (int k = 0; k < NC; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i >= n) continue;
+    float v[8], d[8], o[8], wv[8], g[8];
+    bf16x8_unpack(ux[k], v);
+    bf16x8_unpack(ud[k], d);
+    bf16x8_unpack(uo[k], o);
+    weights(i, wv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float xh = v[j] * r;
+      g[j] = r * (d[j] * wv[j] - xh * m);
+      if (accumulate) g[j] = beta_dx * o[j] + g[j];
+    }
+    dxr[i] = bf16x8_pack(g);
+  }
+}
+
+// rmsnorm_bwd_dw_kernel's partials, bit for bit, with V adjacent columns per thread (2V-byte loads: a warp
+// reads 64·V contiguous bytes of a row of x and of dy): each column is the same fp32 chain over the chunk's
+// rows in ascending order. With only chunks·cols / V threads, the U rows' loads of a step are all issued
+// before their terms are added, so that enough bytes are in flight to keep HBM busy.
+template <int V, int U>
+__global__ void __launch_bounds__(kDwThreads)
+    rmsnorm_bwd_dw_vec_kernel(const bf16* x, int64_t ld_x, const float* __restrict__ rstd, const bf16* dy,
+                              int64_t ld_dy, int64_t rows, int64_t cols, int64_t R, float* partial) {
+  const int64_t c0 = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V, k = blockIdx.y;
+  if (c0 >= cols) return;
+  const int64_t r1 = rows < (k + 1) * R ? rows : (k + 1) * R;
+  float acc[V] = {};
+  for (int64_t r0 = k * R; r0 < r1; r0 += U) {
+    bf16_bits_t<V> ux[U], ud[U];
+    float rs[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (r0 + u >= r1) break;
+      ux[u] = load_bf16_bits<V>(x + (r0 + u) * ld_x + c0);
+      ud[u] = load_bf16_bits<V>(dy + (r0 + u) * ld_dy + c0);
+      rs[u] = rstd[r0 + u];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (r0 + u >= r1) break;
+      float v[V], d[V];
+      unpack_bf16<V>(ux[u], v);
+      unpack_bf16<V>(ud[u], d);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] += d[j] * (v[j] * rs[u]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) partial[k * cols + c0 + j] = acc[j];
+}
+
 // ---- launchers ----
+// The register kernels' block for a row of `chunks` 16-byte chunks (at most max_nc · kRegMaxThreads):
+// the fewest chunks per thread that keeps the block at kRegThreads, then the block trimmed to a whole number
+// of warps that still covers the row (block_sum needs whole warps).
+struct RegGeometry {
+  int nc;
+  unsigned threads;
+};
+static RegGeometry reg_geometry(int64_t chunks, int max_nc) {
+  const int nc = static_cast<int>(std::clamp<int64_t>((chunks + kRegThreads - 1) / kRegThreads, 1, max_nc));
+  return {nc, static_cast<unsigned>(((chunks + nc - 1) / nc + 31) / 32 * 32)};
+}
+
 // q: the FP8 rows of out too (rmsnorm_fp8_launch), fused into the register kernel where it runs, else
 // fp8_quantize_rows_launch on out afterwards.
 static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_delta, const float* w, bf16* out,
@@ -166,11 +289,7 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
   const int64_t chunks = cols / 8;
   const bool q_vec = !q || (ldq % 8 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0);
   if (!rstd && vec && q_vec && al(w) && chunks <= int64_t(kRegMaxChunks) * kRegMaxThreads) {
-    // Fewest chunks per thread that keeps the block at kRegThreads, then the block trimmed to a whole number
-    // of warps that still covers the row (block_sum needs whole warps).
-    const int nc =
-        static_cast<int>(std::clamp<int64_t>((chunks + kRegThreads - 1) / kRegThreads, 1, kRegMaxChunks));
-    const unsigned threads = static_cast<unsigned>(((chunks + nc - 1) / nc + 31) / 32 * 32);
+    const RegGeometry g = reg_geometry(chunks, kRegMaxChunks);
     using Kernel = decltype(&rmsnorm_reg_kernel<1, false>);
     constexpr Kernel by_chunks[2][kRegMaxChunks] = {
         {rmsnorm_reg_kernel<1, false>, rmsnorm_reg_kernel<2, false>, rmsnorm_reg_kernel<3, false>,
@@ -179,7 +298,7 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
         {rmsnorm_reg_kernel<1, true>, rmsnorm_reg_kernel<2, true>, rmsnorm_reg_kernel<3, true>,
          rmsnorm_reg_kernel<4, true>, rmsnorm_reg_kernel<5, true>, rmsnorm_reg_kernel<6, true>,
          rmsnorm_reg_kernel<7, true>, rmsnorm_reg_kernel<8, true>}};
-    by_chunks[q != nullptr][nc - 1]<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+    by_chunks[q != nullptr][g.nc - 1]<<<static_cast<unsigned>(rows), g.threads, 0, stream>>>(
         x, ld_x, delta, ld_delta, w, out, ld_out, cols, eps, zero_centred, q, ldq, qscale, write_back);
     DF_CUDA_CHECK_LAUNCH("rmsnorm_reg_kernel");
     return;
@@ -230,15 +349,50 @@ void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float
   if (ws_bytes < need)
     cuda_throw("rmsnorm_bwd_launch", "workspace smaller than rmsnorm_bwd_workspace_bytes", __FILE__,
                __LINE__);
-  const unsigned threads = cols >= 1024 ? 256 : (cols >= 128 ? 128 : 32);
-  rmsnorm_bwd_dx_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, w, rstd, dy, ld_dy, dx,
-                                                                             ld_dx, cols, beta_dx);
-  DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
+  auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  // DFLASH_TRAIN_OPS=old: the first kernels (two-pass scalar dx, one column per thread dw), for A/B.
+  const bool old = env_is("DFLASH_TRAIN_OPS", "old");
+  const int64_t row_chunks = cols / 8;
+  const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_dy % 8 == 0 && ld_dx % 8 == 0 && al(x, 16) &&
+                   al(dy, 16) && al(dx, 16) && al(w, 16);
+  if (!old && vec && row_chunks <= int64_t(kRegBwdMaxChunks) * kRegMaxThreads) {
+    const RegGeometry g = reg_geometry(row_chunks, kRegBwdMaxChunks);
+    using Kernel = decltype(&rmsnorm_bwd_dx_reg_kernel<1>);
+    constexpr Kernel by_chunks[kRegBwdMaxChunks] = {
+        rmsnorm_bwd_dx_reg_kernel<1>, rmsnorm_bwd_dx_reg_kernel<2>, rmsnorm_bwd_dx_reg_kernel<3>,
+        rmsnorm_bwd_dx_reg_kernel<4>, rmsnorm_bwd_dx_reg_kernel<5>, rmsnorm_bwd_dx_reg_kernel<6>,
+        rmsnorm_bwd_dx_reg_kernel<7>};
+    by_chunks[g.nc - 1]<<<static_cast<unsigned>(rows), g.threads, 0, stream>>>(x, ld_x, w, rstd, dy, ld_dy,
+                                                                               dx, ld_dx, cols, beta_dx);
+    DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dx_reg_kernel");
+  } else {
+    const unsigned threads = cols >= 1024 ? 256 : (cols >= 128 ? 128 : 32);
+    rmsnorm_bwd_dx_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, ld_x, w, rstd, dy, ld_dy,
+                                                                               dx, ld_dx, cols, beta_dx);
+    DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
+  }
   const int64_t chunks = column_partial_chunks(rows, cols), R = (rows + chunks - 1) / chunks;
   float* partial = static_cast<float*>(ws);
-  const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(chunks));
-  rmsnorm_bwd_dw_kernel<<<grid, 256, 0, stream>>>(x, ld_x, rstd, dy, ld_dy, rows, cols, R, partial);
-  DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dw_kernel");
+  // The widest column group the layout allows, up to V = DW_V (see kDwVec).
+  auto fits = [&](int v) {
+    return cols % v == 0 && ld_x % v == 0 && ld_dy % v == 0 && al(x, 2 * v) && al(dy, 2 * v);
+  };
+  const int v = old ? 1 : fits(kDwVec) ? kDwVec : fits(2) ? 2 : 1;
+  if (v > 1) {
+    const dim3 grid(static_cast<unsigned>((cols / v + kDwThreads - 1) / kDwThreads),
+                    static_cast<unsigned>(chunks));
+    if (v == kDwVec)
+      rmsnorm_bwd_dw_vec_kernel<kDwVec, kDwRows>
+          <<<grid, kDwThreads, 0, stream>>>(x, ld_x, rstd, dy, ld_dy, rows, cols, R, partial);
+    else
+      rmsnorm_bwd_dw_vec_kernel<2, kDwRows>
+          <<<grid, kDwThreads, 0, stream>>>(x, ld_x, rstd, dy, ld_dy, rows, cols, R, partial);
+    DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dw_vec_kernel");
+  } else {
+    const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(chunks));
+    rmsnorm_bwd_dw_kernel<<<grid, 256, 0, stream>>>(x, ld_x, rstd, dy, ld_dy, rows, cols, R, partial);
+    DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dw_kernel");
+  }
   column_sum_launch(partial, chunks, cols, dw, stream);
 }
 

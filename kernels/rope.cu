@@ -9,6 +9,7 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
+#include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 
 namespace df {
@@ -22,16 +23,32 @@ constexpr int kRopeMaxHd = 512;
 constexpr int kRopeGroup = 4;
 constexpr int kRopeRegThreads = 128;
 constexpr int kRopeRegMaxThreads = 512;
+// The backward register kernel holds x and w·RoPEᵀ·dy (12 registers per 8 dims; 96 at head dim 256), more
+// than the 128 registers a 512-thread block leaves: its blocks hold at most 256 threads (heads ≤ 64).
+constexpr int kRopeBwdRegMaxThreads = 256;
+// dw partial kernel geometry: a thread sums 2V columns (V adjacent dims of each rotated half, so that both
+// partners' dy are loaded once), with the loads of kRopeDwHeads heads of a token in flight at V ≤ 2 and
+// proportionally fewer heads at V 4 and 8 (the same registers: about 210); kRopeDwThreads threads a block.
+// The fixed chunking leaves chunks · hd / 2V threads (16,384 at hd 128 and 256: 4 warps an SM), so the bytes
+// in flight must come from each thread: 32 heads x 4 loads x 4 bytes at hd 128.
+constexpr int kRopeDwHeads = 32;
+constexpr int kRopeDwThreads = 128;
 
 // ---- kernels ----
-// The cos/sin of angle j at position p: every RoPE kernel here builds its table from it.
-__device__ __forceinline__ void rope_cos_sin(float p, int j, int rot_dim, float theta, float* cos_j,
-                                             float* sin_j) {
-  const float inv_freq = static_cast<float>(pow(static_cast<double>(theta), -2.0 * j / rot_dim));
+// The cos/sin of angle j at position p: every RoPE kernel here builds its table from it, in two steps so that
+// a kernel visiting many positions can form the frequency once.
+__device__ __forceinline__ float rope_inv_freq(int j, int rot_dim, float theta) {
+  return static_cast<float>(pow(static_cast<double>(theta), -2.0 * j / rot_dim));
+}
+__device__ __forceinline__ void rope_cos_sin_at(float p, float inv_freq, float* cos_j, float* sin_j) {
   double s, c;
   sincos(static_cast<double>(p * inv_freq), &s, &c);
   *cos_j = static_cast<float>(c);
   *sin_j = static_cast<float>(s);
+}
+__device__ __forceinline__ void rope_cos_sin(float p, int j, int rot_dim, float theta, float* cos_j,
+                                             float* sin_j) {
+  rope_cos_sin_at(p, rope_inv_freq(j, rot_dim, theta), cos_j, sin_j);
 }
 
 // One rotated element: v·cos + partner·sin with the products and the sum pinned (no contraction), so the
@@ -144,6 +161,159 @@ __global__ void qk_norm_rope_bwd_dw_kernel(const bf16* x, int64_t ld_x, const in
   partial[k * hd + i] = acc;
 }
 
+// qk_norm_rope_bwd_dw_kernel's partials, bit for bit, 2V columns per thread: dims [V·g, V·g + V) and their
+// RoPE partners half further on, with 2V-byte loads (a warp reads 32·V·2 contiguous bytes of each half-head
+// row). Each column is the same fp32 chain as there, tokens ascending and heads ascending inside a token,
+// with the same rope_cos_sin and the same expressions (so the same contractions). Thread (chunk k, group g)
+// is flattened over the grid: with half / V = 32 a warp is one chunk. The loads of U heads are issued before
+// their terms are added: one thread per chain leaves few threads, and the bytes in flight must come from
+// each.
+template <int V, int U>
+__global__ void __launch_bounds__(kRopeDwThreads)
+    qk_norm_rope_bwd_dw_vec_kernel(const bf16* x, int64_t ld_x, const int32_t* __restrict__ pos,
+                                   const float* __restrict__ rstd, int64_t ld_rstd, const bf16* dy,
+                                   int64_t ld_dy, int64_t T, int heads, int hd, float theta, int64_t R,
+                                   int64_t chunks, float* partial) {
+  const int half = hd / 2, groups = half / V;
+  const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, k = tid / groups;
+  if (k >= chunks) return;
+  const int j0 = static_cast<int>(tid % groups) * V;
+  const int64_t t1 = T < (k + 1) * R ? T : (k + 1) * R;
+  float inv_freq[V], acc_lo[V] = {}, acc_hi[V] = {};
+#pragma unroll
+  for (int j = 0; j < V; ++j) inv_freq[j] = rope_inv_freq(j0 + j, hd, theta);
+  for (int64_t t = k * R; t < t1; ++t) {
+    const bf16* xt = x + t * ld_x + j0;
+    const bf16* dyt = dy + t * ld_dy + j0;
+    float c[V], s[V];
+    for (int h0 = 0; h0 < heads; h0 += U) {
+      bf16_bits_t<V> xl[U], xh[U], al[U], bh[U];
+      float rs[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (h0 + u >= heads) break;
+        const int64_t o = int64_t(h0 + u) * hd;
+        xl[u] = load_bf16_bits<V>(xt + o);
+        xh[u] = load_bf16_bits<V>(xt + o + half);
+        al[u] = load_bf16_bits<V>(dyt + o);
+        bh[u] = load_bf16_bits<V>(dyt + o + half);
+        rs[u] = rstd[t * ld_rstd + h0 + u];
+      }
+      if (h0 == 0) {  // the token's angles, while its first heads' loads are in flight
+        const float p = static_cast<float>(pos[t]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) rope_cos_sin_at(p, inv_freq[j], &c[j], &s[j]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (h0 + u >= heads) break;
+        float vl[V], vh[V], a[V], b[V];
+        unpack_bf16<V>(xl[u], vl);
+        unpack_bf16<V>(xh[u], vh);
+        unpack_bf16<V>(al[u], a);
+        unpack_bf16<V>(bh[u], b);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float dz_lo = a[j] * c[j] + b[j] * s[j];
+          const float dz_hi = b[j] * c[j] - a[j] * s[j];
+          acc_lo[j] += dz_lo * (vl[j] * rs[u]);
+          acc_hi[j] += dz_hi * (vh[j] * rs[u]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    partial[k * hd + j0 + j] = acc_lo[j];
+    partial[k * hd + half + j0 + j] = acc_hi[j];
+  }
+}
+
+// The training backward for HD in {64, 128, 256} (rot_dim = hd): the layout of qk_norm_rope_reg_kernel (a
+// group of kRopeGroup lanes per head, lane q holding chunks q, q + 4, ...; chunk k's RoPE partner k + HD/64
+// in the same lane), x and dy read once with 16-byte loads, x held as raw bf16 and dy turned into w·RoPEᵀ·dy
+// in fp32 until dx is stored with 16-byte stores. The math of qk_norm_rope_bwd_dx_kernel but for the order of
+// the fp32 sum behind m (per-lane partials, then the group's two shuffles). Every thread reaches the
+// shuffles: the inactive ones (the block rounded up to whole warps, tokens past T) hold zeros and read token
+// slot 0's table.
+template <int HD>
+__global__ void __launch_bounds__(kRopeBwdRegMaxThreads)
+    qk_norm_rope_bwd_dx_reg_kernel(const bf16* x, int64_t ld_x, const float* __restrict__ w,
+                                   const int32_t* __restrict__ pos, const float* __restrict__ rstd,
+                                   int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx, int64_t ld_dx,
+                                   int64_t T, int heads, int hd, int tokens_per_block, float theta) {
+  constexpr int K = HD / 32;   // chunks per lane
+  constexpr int KH = HD / 64;  // chunks per lane in the first half; the partner of chunk k is k + KH
+  constexpr int HALF = HD / 2;
+  extern __shared__ float4 rope_table_raw[];  // per token slot: HALF cos then HALF sin
+  float* table = reinterpret_cast<float*>(rope_table_raw);
+  const int per_token = heads * kRopeGroup;
+  const int slot = threadIdx.x / per_token, h = (threadIdx.x % per_token) / kRopeGroup;
+  const int q = threadIdx.x % kRopeGroup;
+  const int64_t t0 = int64_t(blockIdx.x) * tokens_per_block, t = t0 + slot;
+  const bool active = slot < tokens_per_block && t < T;
+  const int64_t off = int64_t(h) * HD;
+  uint4 ux[K], ud[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int e = (q + kRopeGroup * k) * 8;
+    ux[k] = active ? *reinterpret_cast<const uint4*>(x + t * ld_x + off + e) : make_uint4(0, 0, 0, 0);
+    ud[k] = active ? *reinterpret_cast<const uint4*>(dy + t * ld_dy + off + e) : make_uint4(0, 0, 0, 0);
+  }
+  const float r = active ? rstd[t * ld_rstd + h] : 0.0f;
+  for (int e = threadIdx.x; e < tokens_per_block * HALF; e += blockDim.x) {
+    const int s = e / HALF, j = e % HALF;
+    if (t0 + s < T)
+      rope_cos_sin(static_cast<float>(pos[t0 + s]), j, hd, theta, &table[s * HD + j],
+                   &table[s * HD + HALF + j]);
+  }
+  __syncthreads();  // the table is complete
+  const float* cos_t = table + (active ? slot : 0) * HD;
+  const float* sin_t = cos_t + HALF;
+  // Eight fp32 from p (16-byte aligned).
+  auto eight = [](const float* p, float(&v)[8]) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  };
+  // dzw = w·RoPEᵀ·dy, the only form of dy both the mean and dx use: it replaces the raw dy in registers.
+  float dzw[K][8];
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < KH; ++k) {
+    const int j0 = (q + kRopeGroup * k) * 8;
+    float a[8], b[8], cs[8], sn[8], w_lo[8], w_hi[8], v_lo[8], v_hi[8];
+    bf16x8_unpack(ud[k], a);
+    bf16x8_unpack(ud[k + KH], b);
+    eight(cos_t + j0, cs);
+    eight(sin_t + j0, sn);
+    eight(w + j0, w_lo);
+    eight(w + HALF + j0, w_hi);
+    bf16x8_unpack(ux[k], v_lo);
+    bf16x8_unpack(ux[k + KH], v_hi);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float dz_lo = a[j] * cs[j] + b[j] * sn[j], dz_hi = b[j] * cs[j] - a[j] * sn[j];
+      dzw[k][j] = dz_lo * w_lo[j];
+      dzw[k + KH][j] = dz_hi * w_hi[j];
+      acc += dzw[k][j] * v_lo[j];
+      acc += dzw[k + KH][j] * v_hi[j];
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  const float m = acc * r / static_cast<float>(hd);
+  if (!active) return;
+  uint4* dxh = reinterpret_cast<uint4*>(dx + t * ld_dx + off);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float v[8], g[8];
+    bf16x8_unpack(ux[k], v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g[j] = r * (dzw[k][j] - v[j] * r * m);
+    dxh[q + kRopeGroup * k] = bf16x8_pack(g);
+  }
+}
+
 // Register kernel for HD in {64, 128, 256} and ROT a multiple of 64: every chunk a lane holds and its RoPE
 // partner (ROT/2 dims = ROT/64 of the lane's chunks further on) sit in the same lane, so nothing but the sum
 // of squares crosses lanes. All loads are issued before the cos/sin table is built, and the head's raw bf16
@@ -245,6 +415,22 @@ static RopeRegKernel rope_reg_kernel_for(int hd, int rot_dim) {
   return nullptr;
 }
 
+using RopeBwdRegKernel = decltype(&qk_norm_rope_bwd_dx_reg_kernel<128>);
+
+// The backward register kernel for head dim hd, or nullptr.
+static RopeBwdRegKernel rope_bwd_reg_kernel_for(int hd) {
+  switch (hd) {
+    case 64:
+      return qk_norm_rope_bwd_dx_reg_kernel<64>;
+    case 128:
+      return qk_norm_rope_bwd_dx_reg_kernel<128>;
+    case 256:
+      return qk_norm_rope_bwd_dx_reg_kernel<256>;
+    default:
+      return nullptr;
+  }
+}
+
 void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* pos, int64_t T, int heads,
                          int hd, int rot_dim, float theta, float eps, bool zero_centred,
                          cudaStream_t stream) {
@@ -295,16 +481,53 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
   if (ws_bytes < qk_norm_rope_bwd_workspace_bytes(T, hd))
     cuda_throw("qk_norm_rope_bwd_launch", "workspace smaller than qk_norm_rope_bwd_workspace_bytes", __FILE__,
                __LINE__);
-  qk_norm_rope_bwd_dx_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
-      x, ld_x, w, pos, rstd, ld_rstd, dy, ld_dy, dx, ld_dx, heads, hd, theta);
-  DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dx_kernel");
+  auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  // DFLASH_TRAIN_OPS=old: the first kernels (warp-per-head dx, one column per thread dw), for A/B.
+  const bool old = env_is("DFLASH_TRAIN_OPS", "old");
+  const RopeBwdRegKernel reg = old ? nullptr : rope_bwd_reg_kernel_for(hd);
+  const int per_token = heads * kRopeGroup;
+  if (reg && al(x, 16) && al(dy, 16) && al(dx, 16) && al(w, 16) && ld_x % 8 == 0 && ld_dy % 8 == 0 &&
+      ld_dx % 8 == 0 && per_token <= kRopeBwdRegMaxThreads) {
+    const int tokens_per_block =
+        static_cast<int>(std::min<int64_t>(std::max(1, kRopeRegThreads / per_token), T));
+    const unsigned threads = static_cast<unsigned>((tokens_per_block * per_token + 31) / 32 * 32);
+    const unsigned blocks = static_cast<unsigned>((T + tokens_per_block - 1) / tokens_per_block);
+    const size_t smem = size_t(tokens_per_block) * hd * sizeof(float);
+    reg<<<blocks, threads, smem, stream>>>(x, ld_x, w, pos, rstd, ld_rstd, dy, ld_dy, dx, ld_dx, T, heads, hd,
+                                           tokens_per_block, theta);
+    DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dx_reg_kernel");
+  } else {
+    qk_norm_rope_bwd_dx_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
+        x, ld_x, w, pos, rstd, ld_rstd, dy, ld_dy, dx, ld_dx, heads, hd, theta);
+    DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dx_kernel");
+  }
   const int64_t chunks = column_partial_chunks(T, hd), R = (T + chunks - 1) / chunks;
   float* partial = static_cast<float*>(ws);
-  const unsigned threads = hd >= 128 ? 128 : static_cast<unsigned>((hd + 31) / 32 * 32);
-  const dim3 grid(static_cast<unsigned>((hd + threads - 1) / threads), static_cast<unsigned>(chunks));
-  qk_norm_rope_bwd_dw_kernel<<<grid, threads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads,
-                                                           hd, theta, R, partial);
-  DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_kernel");
+  if (old) {
+    const unsigned threads = hd >= 128 ? 128 : static_cast<unsigned>((hd + 31) / 32 * 32);
+    const dim3 grid(static_cast<unsigned>((hd + threads - 1) / threads), static_cast<unsigned>(chunks));
+    qk_norm_rope_bwd_dw_kernel<<<grid, threads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads,
+                                                             hd, theta, R, partial);
+    DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_kernel");
+  } else {
+    // V adjacent dims per half: the widest that the layout allows and that still gives a chunk a warp of
+    // threads (half / V ≥ 32), so hd 64, 128, 256 take V = 1, 2, 4; any even hd works with V = 1.
+    const int half = hd / 2;
+    auto fits = [&](int v) {
+      return half % v == 0 && half / v >= 32 && ld_x % v == 0 && ld_dy % v == 0 && al(x, 2 * v) &&
+             al(dy, 2 * v);
+    };
+    const int v = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
+    const int64_t threads = chunks * (half / v);
+    const unsigned blocks = static_cast<unsigned>((threads + kRopeDwThreads - 1) / kRopeDwThreads);
+    const auto kernel = v == 8   ? qk_norm_rope_bwd_dw_vec_kernel<8, kRopeDwHeads / 4>
+                        : v == 4 ? qk_norm_rope_bwd_dw_vec_kernel<4, kRopeDwHeads / 2>
+                        : v == 2 ? qk_norm_rope_bwd_dw_vec_kernel<2, kRopeDwHeads>
+                                 : qk_norm_rope_bwd_dw_vec_kernel<1, kRopeDwHeads>;
+    kernel<<<blocks, kRopeDwThreads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads, hd, theta,
+                                                  R, chunks, partial);
+    DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_vec_kernel");
+  }
   column_sum_launch(partial, chunks, hd, dw, stream);
 }
 

@@ -14,6 +14,7 @@ TEST(CudaTrainOpsTest, SkippedWithoutCudaBuild) {
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -115,6 +116,57 @@ class ScopedEnv {
   std::string name_, old_;
   bool had_ = false;
 };
+
+
+// Error magnitudes of the RMSNorm backward per element (row-major [rows, cols]): dx_i = r·(dy_i·w_i − x̂_i·m)
+// with m an f32 mean over the row (error ≤ cols·kF32·Σ|dy·w·x̂|/cols), dw_c an f32 sum over rows (error ≤
+// (rows + 1)·kF32·Σ_r|dy·x̂|).
+void rmsnorm_bwd_magnitudes(const std::vector<float>& x, const std::vector<float>& w,
+                            const std::vector<float>& dy, const std::vector<float>& rs, int64_t rows,
+                            int64_t cols, std::vector<double>& mag_dx, std::vector<double>& mag_dw) {
+  mag_dx.assign(size_t(rows * cols), 0.0);
+  mag_dw.assign(size_t(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sabs = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sabs += std::fabs(double(dy[r * cols + c]) * w[c] * x[r * cols + c] * rs[r]);
+    for (int64_t c = 0; c < cols; ++c) {
+      const double xh = std::fabs(double(x[r * cols + c]) * rs[r]);
+      mag_dx[size_t(r * cols + c)] = rs[r] * (std::fabs(double(dy[r * cols + c]) * w[c]) + xh * sabs / cols);
+      mag_dw[size_t(c)] += std::fabs(double(dy[r * cols + c])) * xh;
+    }
+  }
+}
+
+// The same for the QK-norm + RoPE backward (x, dy [rows, heads·hd], rs [rows, heads]): dz_i = RoPEᵀ·dy is
+// bounded by |dy_i| + |dy_p| (p the RoPE partner); dx and dw follow the RMSNorm backward's bounds with that
+// dz, dw summing rows·heads terms.
+void qk_norm_rope_bwd_magnitudes(const std::vector<float>& x, const std::vector<float>& w,
+                                 const std::vector<float>& dy, const std::vector<float>& rs, int64_t rows,
+                                 int heads, int hd, std::vector<double>& mag_dx,
+                                 std::vector<double>& mag_dw) {
+  const int64_t cols = int64_t(heads) * hd;
+  const int half = hd / 2;
+  mag_dx.assign(size_t(rows * cols), 0.0);
+  mag_dw.assign(size_t(hd), 0.0);
+  std::vector<double> dz(static_cast<size_t>(hd));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int h = 0; h < heads; ++h) {
+      const int64_t o = r * cols + h * hd;
+      const double rr = rs[r * heads + h];
+      double sabs = 0;
+      for (int i = 0; i < hd; ++i) {
+        const int p = i < half ? i + half : i - half;
+        dz[size_t(i)] = std::fabs(double(dy[o + i])) + std::fabs(double(dy[o + p]));
+        sabs += dz[size_t(i)] * w[i] * std::fabs(double(x[o + i])) * rr;
+      }
+      for (int i = 0; i < hd; ++i) {
+        const double xh = std::fabs(double(x[o + i])) * rr;
+        mag_dx[size_t(o + i)] = rr * (dz[size_t(i)] * w[i] + xh * sabs / hd);
+        mag_dw[size_t(i)] += dz[size_t(i)] * xh;
+      }
+    }
+}
 
 class CudaTrainOpsTest : public ::testing::Test {
  protected:
@@ -420,20 +472,8 @@ TEST_F(CudaTrainOpsTest, RmsnormForwardAndBackward) {
       // Backward from the CPU's rstd (on both) so only the backward's own rounding is compared.
       std::vector<float> rs = host(crs), dy = rnd(rows * cols, -1, 1);
       std::vector<float> dx0 = rnd(rows * cols, -1, 1), dw0 = rnd(cols, -1, 1);
-      // Per-element error magnitudes: dx_i = r·(dy_i·w_i − x̂_i·m) with m an f32 mean over the row (error ≤
-      // cols·kF32·Σ|dy·w·x̂|/cols), dw_c an f32 sum over rows (error ≤ (rows + 1)·kF32·Σ_r|dy·x̂|).
-      std::vector<double> mag_dx(size_t(rows * cols)), mag_dw(size_t(cols), 0.0);
-      for (int64_t r = 0; r < rows; ++r) {
-        double sabs = 0;
-        for (int64_t c = 0; c < cols; ++c)
-          sabs += std::fabs(double(dy[r * cols + c]) * w[c] * x[r * cols + c] * rs[r]);
-        for (int64_t c = 0; c < cols; ++c) {
-          const double xh = std::fabs(double(x[r * cols + c]) * rs[r]);
-          mag_dx[size_t(r * cols + c)] =
-              rs[r] * (std::fabs(double(dy[r * cols + c]) * w[c]) + xh * sabs / cols);
-          mag_dw[size_t(c)] += std::fabs(double(dy[r * cols + c])) * xh;
-        }
-      }
+      std::vector<double> mag_dx, mag_dw;
+      rmsnorm_bwd_magnitudes(x, w, dy, rs, rows, cols, mag_dx, mag_dw);
       for (float beta : {0.0f, 1.0f}) {
         Tensor cdx = cpu(rows, cols, dx0), cdw = cpu(1, cols, dw0);
         Tensor gdx = dev(DType::bf16, rows, cols, pad, &dx0), gdw = dev(DType::f32, 1, cols, 0, &dw0);
@@ -495,27 +535,10 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
       expect_close(down(gy), host(cy), rows, cols, 0.0, kBf16Rel,
                    shape_name("qk_norm_rope_fwd y", {rows, hd}), mag_y, rs_rel + 8 * kF32);
 
-      // Backward from the CPU's rstd. dz_i = RoPEᵀ·dy is bounded by |dy_i| + |dy_p|; dx and dw follow the
-      // RMSNorm backward's bounds with that dz, dw summing rows·heads terms.
+      // Backward from the CPU's rstd.
       std::vector<float> dy = rnd(rows * cols, -1, 1), dw0 = rnd(hd, -1, 1);
-      std::vector<double> mag_dx(size_t(rows * cols)), mag_dw(size_t(hd), 0.0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int h = 0; h < heads; ++h) {
-          const int64_t o = r * cols + h * hd;
-          const double rr = rs[r * heads + h];
-          std::vector<double> dz(static_cast<size_t>(hd));
-          double sabs = 0;
-          for (int i = 0; i < hd; ++i) {
-            const int p = i < half ? i + int(half) : i - int(half);
-            dz[size_t(i)] = std::fabs(double(dy[o + i])) + std::fabs(double(dy[o + p]));
-            sabs += dz[size_t(i)] * w[i] * std::fabs(double(x[o + i])) * rr;
-          }
-          for (int i = 0; i < hd; ++i) {
-            const double xh = std::fabs(double(x[o + i])) * rr;
-            mag_dx[size_t(o + i)] = rr * (dz[size_t(i)] * w[i] + xh * sabs / hd);
-            mag_dw[size_t(i)] += dz[size_t(i)] * xh;
-          }
-        }
+      std::vector<double> mag_dx, mag_dw;
+      qk_norm_rope_bwd_magnitudes(x, w, dy, rs, rows, heads, hd, mag_dx, mag_dw);
       Tensor cdx = cpu(rows, cols, {}), cdw = cpu(1, hd, dw0);
       Tensor gdx = dev(DType::bf16, rows, cols, 2 * hd), gdw = dev(DType::f32, 1, hd, 0, &dw0);
       cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta);
@@ -534,6 +557,113 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
       }
       expect_equal(dw_runs[1], dw_runs[0], 1, hd, shape_name("qk_norm_rope_bwd dw repeated", {rows, hd}));
     }
+}
+
+// The register dx and vectorised dw kernels against DFLASH_TRAIN_OPS=old's, on shapes that take each path:
+// rows of 16-byte chunks held 1, 4, 5 and 7 per thread (64, 4096, 5120, 28672 columns), one chunk past the
+// register kernel (28680), row chunks of 23 rows (733 rows: a short last load group), views aligned to 8 or 4
+// bytes only (dw on 4- or 2-element loads, dx on the old kernel), unaligned views and odd columns (both old),
+// beta_dx 0 into NaN-poisoned dx and beta_dx 1. dw must be the same bits: the same fp32 chains in the same
+// order. dx may differ from the old kernel's before rounding by the order of m's f32 sum (the oracle's bound,
+// twice) and the final fma's rounding (kF32 each), then each side's bf16 rounding moves it by up to kBf16Rel
+// of itself (kBf16Rel·(1 + kBf16Rel) of the other's rounded value); both are also held to the CPU oracle as
+// in RmsnormForwardAndBackward.
+TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
+  struct Case {
+    int64_t rows, cols, pad;  // pad / 2 elements before each row: 16 keeps 16-byte alignment, 8 and 4 less
+  };
+  for (Case cs :
+       {Case{1, 64, 0}, Case{7, 4096, 16}, Case{733, 4096, 16}, Case{19, 5120, 16}, Case{2, 28672, 0},
+        Case{2, 28680, 0}, Case{300, 1000, 8}, Case{65, 130, 4}, Case{37, 64, 3}, Case{5, 5, 0}}) {
+    const int64_t rows = cs.rows, cols = cs.cols, pad = cs.pad;
+    std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(cols, 0.5f, 1.5f), dy = rnd(rows * cols, -1, 1);
+    std::vector<float> dx0 = rnd(rows * cols, -1, 1), dw0 = rnd(cols, -1, 1);
+    Tensor cx = cpu(rows, cols, x), cw = cpu(1, cols, w), crs = cpu(1, rows, {});
+    cpu_ops_.rmsnorm_fwd(cx, cw, cpu(rows, cols, {}), crs, 1e-6f);
+    const std::vector<float> rs = host(crs);
+    std::vector<double> mag_dx, mag_dw;
+    rmsnorm_bwd_magnitudes(x, w, dy, rs, rows, cols, mag_dx, mag_dw);
+    Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, cols, 0, &w);
+    Tensor grs = dev(DType::f32, 1, rows, 0, &rs), gdy = dev(DType::bf16, rows, cols, pad, &dy);
+    for (float beta : {0.0f, 1.0f}) {
+      auto run = [&](const char* kernels, std::vector<float>& dx, std::vector<float>& dw) {
+        ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
+        Tensor gdx =
+            beta == 0.0f ? dev(DType::bf16, rows, cols, pad) : dev(DType::bf16, rows, cols, pad, &dx0);
+        Tensor gdw = dev(DType::f32, 1, cols, 0, &dw0);
+        gpu_->rmsnorm_bwd(gx, gw, grs, gdy, gdx, gdw, beta);
+        dx = down(gdx);
+        dw = down(gdw);
+      };
+      std::vector<float> dx_new, dw_new, dx_old, dw_old;
+      run("new", dx_new, dw_new);
+      run("old", dx_old, dw_old);
+      Tensor cdx = cpu(rows, cols, dx0), cdw = cpu(1, cols, dw0);
+      cpu_ops_.rmsnorm_bwd(cx, cw, crs, cpu(rows, cols, dy), cdx, cdw, beta);
+      const std::string b = " pad " + std::to_string(pad) + " beta " + std::to_string(int(beta));
+      expect_close(dx_new, host(cdx), rows, cols, 0.0, kBf16Rel,
+                   shape_name("rmsnorm_bwd dx", {rows, cols}) + b, mag_dx, double(cols + 8) * kF32);
+      expect_close(dw_new, host(cdw), 1, cols, 0.0, 2 * kF32, shape_name("rmsnorm_bwd dw", {rows, cols}) + b,
+                   mag_dw, double(rows + 8) * kF32);
+      expect_close(dx_new, dx_old, rows, cols, 0.0, 2 * kBf16Rel * (1 + kBf16Rel) + 4 * kF32,
+                   shape_name("rmsnorm_bwd dx new vs old", {rows, cols}) + b, mag_dx,
+                   2 * double(cols + 8) * kF32);
+      expect_equal(dw_new, dw_old, 1, cols, shape_name("rmsnorm_bwd dw new == old", {rows, cols}) + b);
+    }
+  }
+}
+
+// The same for the QK-norm + RoPE backward: head dims 64, 128 and 256 on the register dx kernel (one token of
+// 24 or 32 heads per block; 3, 4 and 8 heads with several tokens a block and token slots past T or past the
+// block's warps idle), dw on 1-, 2- and 4-element loads with heads in one, several or a partial load group;
+// hd 96 and 18 (odd half) and 65 heads (a block too large) on the old dx kernel, an unaligned x view on both
+// old kernels' layouts. dw must be the same bits as the old kernel's; dx is bounded as for RMSNorm.
+TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
+  const float theta = 1e6f;
+  struct Case {
+    int64_t rows;
+    int heads, hd;
+    int64_t pad;  // of x, dy and dx
+  };
+  for (Case cs : {Case{37, 32, 128, 16}, Case{733, 8, 128, 256}, Case{19, 4, 256, 512}, Case{7, 24, 256, 0},
+                  Case{300, 3, 64, 16}, Case{19, 2, 96, 0}, Case{19, 5, 18, 0}, Case{7, 65, 128, 0},
+                  Case{19, 8, 128, 3}}) {
+    const int64_t rows = cs.rows, cols = int64_t(cs.heads) * cs.hd, pad = cs.pad;
+    const int heads = cs.heads, hd = cs.hd;
+    std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(hd, 0.5f, 1.5f), dy = rnd(rows * cols, -1, 1);
+    std::vector<float> dw0 = rnd(hd, -1, 1);
+    std::vector<int32_t> pos(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) pos[size_t(r)] = int32_t((r * 7919) % 40000);
+    Tensor cpos = tensor_make(pos.data(), DType::i32, Device::cpu, 1, rows), gpos = dev_i32(pos);
+    Tensor cx = cpu(rows, cols, x), cw = cpu(1, hd, w), crs = cpu(rows, heads, {});
+    cpu_ops_.qk_norm_rope_fwd(cx, cw, cpos, cpu(rows, cols, {}), crs, heads, hd, theta, 1e-6f);
+    const std::vector<float> rs = host(crs);
+    std::vector<double> mag_dx, mag_dw;
+    qk_norm_rope_bwd_magnitudes(x, w, dy, rs, rows, heads, hd, mag_dx, mag_dw);
+    Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, hd, 0, &w);
+    Tensor grs = dev(DType::f32, rows, heads, 2, &rs), gdy = dev(DType::bf16, rows, cols, pad, &dy);
+    auto run = [&](const char* kernels, std::vector<float>& dx, std::vector<float>& dw) {
+      ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
+      Tensor gdx = dev(DType::bf16, rows, cols, pad), gdw = dev(DType::f32, 1, hd, 0, &dw0);
+      gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs, gdy, gdx, gdw, heads, hd, theta);
+      dx = down(gdx);
+      dw = down(gdw);
+    };
+    std::vector<float> dx_new, dw_new, dx_old, dw_old;
+    run("new", dx_new, dw_new);
+    run("old", dx_old, dw_old);
+    Tensor cdx = cpu(rows, cols, {}), cdw = cpu(1, hd, dw0);
+    cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta);
+    const std::string c = " heads " + std::to_string(heads) + " pad " + std::to_string(pad);
+    expect_close(dx_new, host(cdx), rows, cols, 0.0, kBf16Rel,
+                 shape_name("qk_norm_rope_bwd dx", {rows, hd}) + c, mag_dx, double(hd + 16) * kF32);
+    expect_close(dw_new, host(cdw), 1, hd, 0.0, 2 * kF32, shape_name("qk_norm_rope_bwd dw", {rows, hd}) + c,
+                 mag_dw, double(rows * heads + 16) * kF32);
+    expect_close(dx_new, dx_old, rows, cols, 0.0, 2 * kBf16Rel * (1 + kBf16Rel) + 4 * kF32,
+                 shape_name("qk_norm_rope_bwd dx new vs old", {rows, hd}) + c, mag_dx,
+                 2 * double(hd + 16) * kF32);
+    expect_equal(dw_new, dw_old, 1, hd, shape_name("qk_norm_rope_bwd dw new == old", {rows, hd}) + c);
+  }
 }
 
 // ---- MLP
