@@ -342,6 +342,7 @@ __host__ __device__ constexpr int merge_sums_at(int chunks) { return (chunks + 3
 
 constexpr int kMergeCols = 64;                     // output columns a block
 constexpr int kMergeGroups = kMergeThreads / (kMergeCols / 4);  // chunk groups: threads per float4 column
+constexpr int kMergeEarly = 3;  // chunks' acc a thread loads before the weights (the rest after them)
 
 // Block (r, kvh, slice): columns [slice·kMergeCols, +kMergeCols) of row r of kv head kvh merged over the chunks,
 // o = Σ acc·2^(m − M) / Σ l·2^(m − M), then rounded and gated as the general kernel. A chunk with no key for the
@@ -357,6 +358,22 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
   pdl_wait();
   pdl_launch_dependents();
+  // Everything this block reads is issued before the weights are known, so the chain is one round trip
+  // to L2: the gate of its output column, the chunks' (m, l), and the first kMergeEarly chunks' acc a thread
+  // (27B at T 1: 33 chunks, 3 a thread).
+  const int64_t d_out = c0 + threadIdx.x;
+  const float g =
+      gate && threadIdx.x < kMergeCols ? __bfloat162float(gate[t * ld_gate + h * hd + d_out]) : 0.0f;
+  constexpr int cols = kMergeCols / 4;
+  const int col = threadIdx.x % cols, grp = threadIdx.x / cols;
+  const float4* acc = reinterpret_cast<const float4*>(part + (unit0 * rows + r) * hd + c0) + col;
+  const int64_t ca = (int64_t)rows * hd / 4;  // a chunk's stride in float4s
+  float4 early[kMergeEarly];
+#pragma unroll
+  for (int i = 0; i < kMergeEarly; ++i) {
+    const int c = grp + i * kMergeGroups;
+    early[i] = c < chunks ? acc[c * ca] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   const float2* ml = reinterpret_cast<const float2*>(part_ml) + unit0 * rows + r;  // chunk c at ml[c · rows]
   float mt = -INFINITY;
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) mt = fmaxf(mt, ml[(int64_t)c * rows].x);
@@ -369,30 +386,28 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     lt += x.y * w;
   }
   lt = block_sum(lt);  // its barriers also publish merge_w
-  constexpr int cols = kMergeCols / 4;
-  const int col = threadIdx.x % cols, grp = threadIdx.x / cols;
   float* sums = merge_w + merge_sums_at(chunks);
-  const float4* acc = reinterpret_cast<const float4*>(part + (unit0 * rows + r) * hd + c0) + col;
-  const int64_t ca = (int64_t)rows * hd / 4;  // a chunk's stride in float4s
   float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-  for (int c = grp; c < chunks; c += kMergeGroups) {
-    const float4 x = acc[c * ca];
+  auto add = [&](const float4& x, int c) {
     const float w = merge_w[c];
     o.x += x.x * w;
     o.y += x.y * w;
     o.z += x.z * w;
     o.w += x.w * w;
-  }
+  };
+#pragma unroll
+  for (int i = 0; i < kMergeEarly; ++i)
+    if (grp + i * kMergeGroups < chunks) add(early[i], grp + i * kMergeGroups);
+#pragma unroll 4
+  for (int c = grp + kMergeEarly * kMergeGroups; c < chunks; c += kMergeGroups) add(acc[c * ca], c);
   *reinterpret_cast<float4*>(sums + grp * kMergeCols + 4 * col) = o;
   __syncthreads();
   if (threadIdx.x < kMergeCols) {
-    const int d = c0 + threadIdx.x;
     float y = 0.0f;
-    for (int g = 0; g < kMergeGroups; ++g) y += sums[g * kMergeCols + threadIdx.x];
+    for (int k = 0; k < kMergeGroups; ++k) y += sums[k * kMergeCols + threadIdx.x];
     y = bf16_rn(y * (1.0f / lt));
-    if (gate) y = sigmoid_gate_f32(y, __bfloat162float(gate[t * ld_gate + h * hd + d]));
-    out[t * ld_out + h * hd + d] = __float2bfloat16(y);
+    if (gate) y = sigmoid_gate_f32(y, g);
+    out[t * ld_out + h * hd + d_out] = __float2bfloat16(y);
   }
 }
 
