@@ -49,8 +49,9 @@ void swiglu_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld
                    int64_t rows, int64_t cols, cudaStream_t stream);
 // The training ops below (swiglu_bwd, scale_rows, add_gaussian_noise, fill) run 16-byte accesses where the
 // view allows (columns and row strides whole 16-byte chunks, addresses 16-byte aligned) and one element per
-// thread otherwise, with the same bits. DFLASH_TRAIN_OPS=old: one element per thread everywhere, and
-// CudaTrainOps::gemm_add copies its addend into out and adds in place (for A/B timing).
+// thread otherwise, with the same bits. train_ops_old(), DFLASH_TRAIN_OPS=old (read per call): one element per
+// thread everywhere, CudaTrainOps::gemm_add copies its addend into out and adds in place, and the RMSNorm and
+// QK-norm + RoPE backwards run their first kernels (for A/B timing).
 bool train_ops_old();
 // Training SwiGLU backward of out = silu(gate)·up: dgate = dout·up·σ(g)·(1 + g·(1 − σ(g))), dup =
 // dout·silu(g), fp32 inside, each output rounded to bf16 once.

@@ -6,7 +6,6 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
-#include "kernels/env_switch.h"
 #include "kernels/fp8_rows.cuh"
 #include "kernels/launchers.cuh"
 
@@ -351,7 +350,7 @@ void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float
                __LINE__);
   auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   // DFLASH_TRAIN_OPS=old: the first kernels (two-pass scalar dx, one column per thread dw), for A/B.
-  const bool old = env_is("DFLASH_TRAIN_OPS", "old");
+  const bool old = train_ops_old();
   const int64_t row_chunks = cols / 8;
   const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_dy % 8 == 0 && ld_dx % 8 == 0 && al(x, 16) &&
                    al(dy, 16) && al(dx, 16) && al(w, 16);

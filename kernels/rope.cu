@@ -9,7 +9,6 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
-#include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 
 namespace df {
@@ -483,7 +482,7 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
                __LINE__);
   auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   // DFLASH_TRAIN_OPS=old: the first kernels (warp-per-head dx, one column per thread dw), for A/B.
-  const bool old = env_is("DFLASH_TRAIN_OPS", "old");
+  const bool old = train_ops_old();
   const RopeBwdRegKernel reg = old ? nullptr : rope_bwd_reg_kernel_for(hd);
   const int per_token = heads * kRopeGroup;
   if (reg && al(x, 16) && al(dy, 16) && al(dx, 16) && al(w, 16) && ld_x % 8 == 0 && ld_dy % 8 == 0 &&
