@@ -246,6 +246,27 @@ TEST_F(CudaTrainOpsTest, GemmAllTransposesAlphaBeta) {
           }
 }
 
+// K = 0 (dW of an empty row range, a micro-batch without context rows): c = beta·c without cuBLASLt, so beta
+// 0 (a step's first write) leaves zeros where c held NaN, beta 1 leaves c alone.
+TEST_F(CudaTrainOpsTest, GemmWithEmptyInnerDimensionScalesC) {
+  const int64_t m = 19, n = 130;
+  for (int ta = 0; ta < 2; ++ta)
+    for (DType cdt : {DType::f32, DType::bf16})
+      for (float beta : {0.0f, 1.0f, 0.75f}) {
+        const std::vector<float> c0 =
+            beta == 0.0f ? std::vector<float>(size_t(m * n), NAN) : rnd(m * n, -1, 1);
+        Tensor ca = cpu(ta ? 0 : m, ta ? m : 0, {}), cb = cpu(0, n, {}), cc = cpu(m, n, c0);
+        Tensor ga = dev(DType::bf16, ta ? 0 : m, ta ? m : 0, 8), gb = dev(DType::bf16, 0, n, 0);
+        Tensor gc = dev(cdt, m, n, 4, &c0);
+        cpu_ops_.gemm(ca, ta, cb, false, cc, 1.0f, beta);
+        gpu_->gemm(ga, ta, gb, false, gc, 1.0f, beta);
+        // 0 and c are exact; 0.75·c is exact in f32 and rounded once more on a bf16 c.
+        expect_close(down(gc), host(cc), m, n, 0.0, cdt == DType::bf16 ? kBf16Rel : 0.0,
+                     shape_name(cdt == DType::f32 ? "gemm K=0 f32c" : "gemm K=0 bf16c", {m, n, ta}) +
+                         " beta " + std::to_string(beta));
+      }
+}
+
 TEST_F(CudaTrainOpsTest, EmbeddingScaleRowsAndNoise) {
   const int64_t V = 50;
   for (int64_t rows : {1, 7, 733})
@@ -323,11 +344,13 @@ TEST_F(CudaTrainOpsTest, RmsnormForwardAndBackward) {
         }
       }
       for (float beta : {0.0f, 1.0f}) {
-        Tensor cdx = cpu(rows, cols, dx0), cdw = cpu(1, cols, dw0);
-        Tensor gdx = dev(DType::bf16, rows, cols, pad, &dx0), gdw = dev(DType::f32, 1, cols, 0, &dw0);
-        cpu_ops_.rmsnorm_bwd(cx, cw, cpu(1, rows, rs), cpu(rows, cols, dy), cdx, cdw, beta);
+        // beta 0 for dx and dw: dw starts as NaN on both backends (a step's first write must not read it).
+        const std::vector<float> dw_in = beta == 0.0f ? std::vector<float>(size_t(cols), NAN) : dw0;
+        Tensor cdx = cpu(rows, cols, dx0), cdw = cpu(1, cols, dw_in);
+        Tensor gdx = dev(DType::bf16, rows, cols, pad, &dx0), gdw = dev(DType::f32, 1, cols, 0, &dw_in);
+        cpu_ops_.rmsnorm_bwd(cx, cw, cpu(1, rows, rs), cpu(rows, cols, dy), cdx, cdw, beta, beta);
         gpu_->rmsnorm_bwd(gx, gw, dev(DType::f32, 1, rows, 0, &rs), dev(DType::bf16, rows, cols, pad, &dy),
-                          gdx, gdw, beta);
+                          gdx, gdw, beta, beta);
         const std::string b = " beta " + std::to_string(int(beta));
         expect_close(down(gdx), host(cdx), rows, cols, 0.0, kBf16Rel,
                      shape_name("rmsnorm_bwd dx", {rows, cols}) + b, mag_dx, double(cols + 8) * kF32);
@@ -339,7 +362,7 @@ TEST_F(CudaTrainOpsTest, RmsnormForwardAndBackward) {
       std::vector<float> dw_runs[2];
       for (std::vector<float>& run : dw_runs) {
         Tensor gdx = dev(DType::bf16, rows, cols, pad), gdw = dev(DType::f32, 1, cols, 0, &dw0);
-        gpu_->rmsnorm_bwd(gx, gw, grs_in, gdy, gdx, gdw, 0.0f);
+        gpu_->rmsnorm_bwd(gx, gw, grs_in, gdy, gdx, gdw, 0.0f, 1.0f);
         run = down(gdw);
       }
       expect_equal(dw_runs[1], dw_runs[0], 1, cols, shape_name("rmsnorm_bwd dw repeated", {rows, cols}));
@@ -404,20 +427,27 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
             mag_dw[size_t(i)] += dz[size_t(i)] * xh;
           }
         }
-      Tensor cdx = cpu(rows, cols, {}), cdw = cpu(1, hd, dw0);
-      Tensor gdx = dev(DType::bf16, rows, cols, 2 * hd), gdw = dev(DType::f32, 1, hd, 0, &dw0);
-      cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta);
-      gpu_->qk_norm_rope_bwd(gx, gw, gpos, dev(DType::f32, rows, heads, 2, &rs),
-                             dev(DType::bf16, rows, cols, 4, &dy), gdx, gdw, heads, hd, theta);
-      expect_close(down(gdx), host(cdx), rows, cols, 0.0, kBf16Rel,
-                   shape_name("qk_norm_rope_bwd dx", {rows, hd}), mag_dx, double(hd + 16) * kF32);
-      expect_close(down(gdw), host(cdw), 1, hd, 0.0, 2 * kF32, shape_name("qk_norm_rope_bwd dw", {rows, hd}),
-                   mag_dw, double(rows * heads + 16) * kF32);
+      for (float beta_dw : {0.0f, 1.0f}) {
+        // beta_dw 0: dw starts as NaN on both backends (a step's first write must not read it).
+        const std::vector<float> dw_in = beta_dw == 0.0f ? std::vector<float>(size_t(hd), NAN) : dw0;
+        Tensor cdx = cpu(rows, cols, {}), cdw = cpu(1, hd, dw_in);
+        Tensor gdx = dev(DType::bf16, rows, cols, 2 * hd), gdw = dev(DType::f32, 1, hd, 0, &dw_in);
+        cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta,
+                                  beta_dw);
+        gpu_->qk_norm_rope_bwd(gx, gw, gpos, dev(DType::f32, rows, heads, 2, &rs),
+                               dev(DType::bf16, rows, cols, 4, &dy), gdx, gdw, heads, hd, theta, beta_dw);
+        const std::string b = " beta_dw " + std::to_string(int(beta_dw));
+        expect_close(down(gdx), host(cdx), rows, cols, 0.0, kBf16Rel,
+                     shape_name("qk_norm_rope_bwd dx", {rows, hd}) + b, mag_dx, double(hd + 16) * kF32);
+        expect_close(down(gdw), host(cdw), 1, hd, 0.0, 2 * kF32,
+                     shape_name("qk_norm_rope_bwd dw", {rows, hd}) + b, mag_dw,
+                     double(rows * heads + 16) * kF32);
+      }
       Tensor grs_in = dev(DType::f32, rows, heads, 2, &rs), gdy = dev(DType::bf16, rows, cols, 4, &dy);
       std::vector<float> dw_runs[2];
       for (std::vector<float>& run : dw_runs) {
         Tensor gdx2 = dev(DType::bf16, rows, cols, 0), gdw2 = dev(DType::f32, 1, hd, 0, &dw0);
-        gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs_in, gdy, gdx2, gdw2, heads, hd, theta);
+        gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs_in, gdy, gdx2, gdw2, heads, hd, theta, 1.0f);
         run = down(gdw2);
       }
       expect_equal(dw_runs[1], dw_runs[0], 1, hd, shape_name("qk_norm_rope_bwd dw repeated", {rows, hd}));

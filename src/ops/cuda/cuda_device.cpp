@@ -135,9 +135,6 @@ void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tenso
            "gemm: op(a) of %s (trans %d) and op(b) of %s (trans %d) disagree on K", a.shape_str().c_str(),
            int(trans_a), b.shape_str().c_str(), int(trans_b));
   cuda_expect_shape(c, m, n, "gemm", "c");
-  if (m == 0 || n == 0 || (k == 0 && beta == 1.0f)) return;
-  DF_CHECK(k > 0, "gemm: K is 0 with beta %g; nothing to multiply (HINT: skip the call for an empty batch)",
-           beta);
   gemm_launch_ex(dev.gemm, a.data, cuda_gemm_ld(a), trans_a, b.data, cuda_gemm_ld(b), trans_b, c.data, cuda_gemm_ld(c),
                  c.dtype == DType::f32, m, n, k, alpha, beta, dev.stream);
 }
