@@ -369,6 +369,30 @@ TEST_F(CudaTrainOpsTest, RmsnormForwardAndBackward) {
     }
 }
 
+// No rows (hidden_norm's backward on a micro-batch without context rows): ∂/∂w is 0, and beta_dw 0 (a step's
+// first write) must still replace dw, the NaN poison here, by zeros; beta_dw 1 leaves dw alone.
+TEST_F(CudaTrainOpsTest, NormBackwardsWithoutRowsStillWriteTheWeightGradient) {
+  const int heads = 2, hd = 64;
+  const int64_t cols = 96;
+  const std::vector<float> w = rnd(cols, 0.5f, 1.5f), w_hd = rnd(hd, 0.5f, 1.5f);
+  for (float beta_dw : {0.0f, 1.0f}) {
+    const std::string b = " beta_dw " + std::to_string(int(beta_dw));
+    const std::vector<float> dw0 = rnd(cols, -1, 1), dw0_hd = rnd(hd, -1, 1);
+    Tensor gdw = dev(DType::f32, 1, cols, 0, beta_dw == 0.0f ? nullptr : &dw0);
+    gpu_->rmsnorm_bwd(dev(DType::bf16, 0, cols), dev(DType::f32, 1, cols, 0, &w), dev(DType::f32, 1, 0),
+                      dev(DType::bf16, 0, cols), dev(DType::bf16, 0, cols), gdw, 0.0f, beta_dw);
+    expect_equal(down(gdw), beta_dw == 0.0f ? std::vector<float>(size_t(cols), 0.0f) : dw0, 1, cols,
+                 "rmsnorm_bwd without rows" + b);
+    Tensor qdw = dev(DType::f32, 1, hd, 0, beta_dw == 0.0f ? nullptr : &dw0_hd);
+    gpu_->qk_norm_rope_bwd(dev(DType::bf16, 0, int64_t(heads) * hd), dev(DType::f32, 1, hd, 0, &w_hd),
+                           dev(DType::i32, 1, 0), dev(DType::f32, 0, heads),
+                           dev(DType::bf16, 0, int64_t(heads) * hd), dev(DType::bf16, 0, int64_t(heads) * hd),
+                           qdw, heads, hd, 1e6f, beta_dw);
+    expect_equal(down(qdw), beta_dw == 0.0f ? std::vector<float>(size_t(hd), 0.0f) : dw0_hd, 1, hd,
+                 "qk_norm_rope_bwd without rows" + b);
+  }
+}
+
 TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
   const int heads = 3;
   const float eps = 1e-6f, theta = 1e6f;
