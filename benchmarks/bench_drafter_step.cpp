@@ -148,17 +148,18 @@ class TimedTrainOps final : public TrainOps {
     timed("rmsnorm_fwd", [&] { g_.rmsnorm_fwd(x, w, y, rstd, eps); });
   }
   void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                   const Tensor& dw, float beta_dx) override {
-    timed("rmsnorm_bwd", [&] { g_.rmsnorm_bwd(x, w, rstd, dy, dx, dw, beta_dx); });
+                   const Tensor& dw, float beta_dx, float beta_dw) override {
+    timed("rmsnorm_bwd", [&] { g_.rmsnorm_bwd(x, w, rstd, dy, dx, dw, beta_dx, beta_dw); });
   }
   void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
                         const Tensor& rstd, int heads, int hd, float theta, float eps) override {
     timed("qk_norm_rope_fwd", [&] { g_.qk_norm_rope_fwd(x, w, pos, y, rstd, heads, hd, theta, eps); });
   }
   void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
-                        const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
-                        float theta) override {
-    timed("qk_norm_rope_bwd", [&] { g_.qk_norm_rope_bwd(x, w, pos, rstd, dy, dx, dw, heads, hd, theta); });
+                        const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd, float theta,
+                        float beta_dw) override {
+    timed("qk_norm_rope_bwd",
+          [&] { g_.qk_norm_rope_bwd(x, w, pos, rstd, dy, dx, dw, heads, hd, theta, beta_dw); });
   }
   void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
                             const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) override {
@@ -391,9 +392,10 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   // One optimizer step as the drafter loop runs it for a single micro-batch: fresh anchors, forward/backward,
   // AdamW with grad_scale 1/Σw.
   auto step = [&]() {
-    drafter_zero_grads(model);
+    drafter_begin_step(model);
     anchors = anchors_sample_batch(batch, dc.num_anchors, rng);
     LossStats st = drafter_forward_backward(model, batch, anchors, lo);
+    drafter_grads_ready(model);
     AdamwStepResult r = adamw_step(model, optim, step_no++, 1.0 / std::max(st.weight_sum, 1e-30));
     last_grad_norm = r.grad_norm;
     if (!std::isfinite(st.mean_loss()) || !std::isfinite(r.grad_norm) || !(r.grad_norm > 0)) ok = false;

@@ -432,11 +432,11 @@ void bench_train_norms(Bench& b) {
     auto call = [&] {
       if (qk)
         qk_norm_rope_bwd_launch(xp, x.stride, w.ptr<float>(), pos.ptr<int32_t>(), rstd.ptr<float>(),
-                                rstd.stride, dyp, dy.stride, dx.ptr<bf16>(), dx.stride, dw.ptr<float>(),
+                                rstd.stride, dyp, dy.stride, dx.ptr<bf16>(), dx.stride, dw.ptr<float>(), 1.0f,
                                 c.rows, c.heads, c.hd, 1e6f, ws, ws_bytes, b.gpu.stream());
       else
         rmsnorm_bwd_launch(xp, x.stride, w.ptr<float>(), rstd.ptr<float>(), dyp, dy.stride, dx.ptr<bf16>(),
-                           dx.stride, dw.ptr<float>(), c.beta, c.rows, c.cols, ws, ws_bytes, b.gpu.stream());
+                           dx.stride, dw.ptr<float>(), c.beta, 1.0f, c.rows, c.cols, ws, ws_bytes, b.gpu.stream());
     };
     // From the same dx and a zero dw, one call: what the checks compare.
     auto checked_call = [&](std::vector<float>& hdx, std::vector<float>& hdw) {

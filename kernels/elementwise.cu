@@ -260,13 +260,15 @@ struct FillVecOp {
   }
 };
 
-// dst[c] += Σ_k partial[k·cols + c], k ascending: the same bits whatever the grid that made the partials.
-__global__ void column_sum_kernel(const float* partial, int64_t chunks, int64_t cols, float* dst) {
+// dst[c] = beta·dst[c] + Σ_k partial[k·cols + c], k ascending: the same bits whatever the grid that made the
+// partials. beta 0 never reads dst.
+__global__ void column_sum_kernel(const float* partial, int64_t chunks, int64_t cols, float* dst,
+                                  float beta) {
   for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols;
        c += (int64_t)gridDim.x * blockDim.x) {
     float acc = 0.0f;
     for (int64_t k = 0; k < chunks; ++k) acc += partial[k * cols + c];
-    dst[c] += acc;
+    dst[c] = beta == 0.0f ? acc : beta * dst[c] + acc;
   }
 }
 
@@ -405,9 +407,10 @@ void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols
     rows_map_launch(rows, cols, e, stream);
 }
 
-void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, cudaStream_t stream) {
+void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, float beta,
+                       cudaStream_t stream) {
   if (cols == 0) return;
-  column_sum_kernel<<<grid_for(cols), 256, 0, stream>>>(partial, chunks, cols, dst);
+  column_sum_kernel<<<grid_for(cols), 256, 0, stream>>>(partial, chunks, cols, dst, beta);
   DF_CUDA_CHECK_LAUNCH("column_sum_kernel");
 }
 

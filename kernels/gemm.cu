@@ -395,6 +395,22 @@ static void gemm_run(GemmContext* ctx, const GemmPlan& p, const GemmOperands& o,
                                  o.c, p.lc, &p.algo, ctx->workspace, ctx->workspace_bytes, stream));
 }
 
+// c [M, N] = beta·c, beta 0 without reading c: the GEMM of K = 0, which cuBLASLt is not asked to run (it may
+// leave c as it is). Block (x, y): 256 columns of rows y, y + gridDim.y, ...
+__global__ void gemm_scale_c_kernel(void* c, int64_t ldc, bool c_f32, int64_t M, int64_t N, float beta) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= N) return;
+  for (int64_t r = blockIdx.y; r < M; r += gridDim.y) {
+    if (c_f32) {
+      float* cr = static_cast<float*>(c) + r * ldc + col;
+      *cr = beta == 0.0f ? 0.0f : beta * *cr;
+    } else {
+      __nv_bfloat16* cr = static_cast<__nv_bfloat16*>(c) + r * ldc + col;
+      *cr = __float2bfloat16_rn(beta == 0.0f ? 0.0f : beta * __bfloat162float(*cr));
+    }
+  }
+}
+
 void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, const void* b, int64_t ldb,
                     bool trans_b, void* c, int64_t ldc, bool c_f32, int64_t M, int64_t N, int64_t K, float alpha,
                     float beta, cudaStream_t stream) {
@@ -408,16 +424,25 @@ void gemm_launch_addend(GemmContext* ctx, const void* a, int64_t lda, bool trans
                         cudaStream_t stream) {
   if (M == 0 || N == 0) return;
   GemmOperands o{a, lda, trans_a, b, ldb, trans_b, c, ldc, c_f32, M, N, K, alpha, beta};
-  // beta 0 never reads the addend. Another row stride than c's is copied into c first: cuBLASLt's C and D
-  // share one layout here (the plan holds one).
+  // beta 0 never reads the addend. Another row stride than c's, or K = 0 (no cuBLASLt call), has it copied
+  // into c first: cuBLASLt's C and D share one layout here (the plan holds one).
   if (beta != 0.0f && c_in != c) {
-    if (ld_c_in == ldc) {
+    if (ld_c_in == ldc && K > 0) {
       o.c_in = c_in;
     } else {
       const size_t es = c_f32 ? sizeof(float) : sizeof(__nv_bfloat16);
       DF_CUDA_CHECK(cudaMemcpy2DAsync(c, size_t(ldc) * es, c_in, size_t(ld_c_in) * es, size_t(N) * es,
                                       size_t(M), cudaMemcpyDeviceToDevice, stream));
     }
+  }
+  if (K == 0) {
+    // An empty row range of dW = beta·dW + dYᵀ·X (a micro-batch without context rows): c = beta·c, so a
+    // step's first write (beta 0) still leaves zeros.
+    if (beta == 1.0f) return;
+    const dim3 grid(unsigned((N + 255) / 256), unsigned(std::min<int64_t>(M, 65535)));
+    gemm_scale_c_kernel<<<grid, 256, 0, stream>>>(c, ldc, c_f32, M, N, beta);
+    DF_CUDA_CHECK_LAUNCH("gemm_scale_c_kernel");
+    return;
   }
   gemm_run(ctx, gemm_plan(ctx, o, stream), o, stream);
 }

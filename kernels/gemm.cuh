@@ -18,7 +18,8 @@ void gemm_free(GemmContext* ctx);
 
 // The general form, for training: c [M, N] = alpha · op(a) · op(b) + beta · c, row-major bf16 a and b,
 // op(a) [M, K] (a stored [K, M] when trans_a), op(b) [K, N] (b stored [N, K] when trans_b). Covers
-// y = x·Wᵀ (false, true), dX = dY·W (false, false) and dW += dYᵀ·X (true, false, beta 1, f32 c).
+// y = x·Wᵀ (false, true), dX = dY·W (false, false) and dW = beta·dW + dYᵀ·X (true, false, f32 c). beta 0
+// never reads c; K = 0 gives c = beta·c (zeros for beta 0) without cuBLASLt.
 void gemm_launch_ex(GemmContext* ctx, const void* a, int64_t lda, bool trans_a, const void* b, int64_t ldb,
                     bool trans_b, void* c, int64_t ldc, bool c_f32, int64_t M, int64_t N, int64_t K, float alpha,
                     float beta, cudaStream_t stream);

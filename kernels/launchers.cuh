@@ -67,9 +67,11 @@ void add_gaussian_noise_launch(bf16* x, int64_t ld_x, int64_t rows, int64_t cols
 // dst = value on a bf16 (false) or f32 (true) view.
 void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols, float value,
                  cudaStream_t stream);
-// dst[c] += Σ_k partial[k·cols + c] over k = 0 .. chunks − 1 in that order: the second, fixed-order pass of
-// the parameter-gradient reductions (rmsnorm_bwd, qk_norm_rope_bwd), so dw never depends on float atomics.
-void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, cudaStream_t stream);
+// dst[c] = beta·dst[c] + Σ_k partial[k·cols + c] over k = 0 .. chunks − 1 in that order: the second,
+// fixed-order pass of the parameter-gradient reductions (rmsnorm_bwd, qk_norm_rope_bwd), so dw never depends
+// on float atomics. beta 0 writes without reading dst (a step's first backward); chunks 0 gives beta·dst.
+void column_sum_launch(const float* partial, int64_t chunks, int64_t cols, float* dst, float beta,
+                       cudaStream_t stream);
 // Row chunks of those reductions: column_partial_chunks (train_workspace.h).
 // dst = src with dtype conversion; each of src/dst is bf16 (false) or f32 (true).
 void cast_launch(const void* src, bool src_f32, int64_t ld_src, void* dst, bool dst_f32, int64_t ld_dst,
@@ -101,11 +103,12 @@ void add_rmsnorm_launch(bf16* residual, int64_t ld_res, const bf16* delta, int64
 // [rows]; y may be x (each thread reads its elements before writing them).
 void rmsnorm_fwd_launch(const bf16* x, int64_t ld_x, const float* w, bf16* y, int64_t ld_y, float* rstd,
                         int64_t rows, int64_t cols, float eps, cudaStream_t stream);
-// dx = beta_dx·dx + rstd·(dy·w − x̂·mean(dy·w·x̂)), x̂ = x·rstd; dw += Σ_rows dy·x̂ through per-chunk partials in
-// ws (rmsnorm_bwd_workspace_bytes, train_workspace.h) and column_sum_launch.
+// dx = beta_dx·dx + rstd·(dy·w − x̂·mean(dy·w·x̂)), x̂ = x·rstd; dw = beta_dw·dw + Σ_rows dy·x̂ through per-chunk
+// partials in ws (rmsnorm_bwd_workspace_bytes, train_workspace.h) and column_sum_launch (rows 0: dw =
+// beta_dw·dw).
 void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float* rstd, const bf16* dy,
-                        int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw, float beta_dx, int64_t rows,
-                        int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream);
+                        int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw, float beta_dx, float beta_dw,
+                        int64_t rows, int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream);
 // Per (value head, token) over dv: out = bf16(w·bf16(ô)) · silu(z) in fp32, not zero-centred.
 void gated_rmsnorm_launch(const bf16* o, int64_t ld_o, const bf16* z, int64_t ld_z, const float* w, bf16* out,
                           int64_t ld_out, int64_t T, int heads, int dv, float eps, cudaStream_t stream);
@@ -120,12 +123,12 @@ void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* p
 void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos, bf16* y,
                              int64_t ld_y, float* rstd, int64_t ld_rstd, int64_t T, int heads, int hd,
                              float theta, float eps, cudaStream_t stream);
-// Its backward: dx overwritten, dw [hd] += ∂/∂w through per-chunk partials in ws
-// (qk_norm_rope_bwd_workspace_bytes, train_workspace.h) and column_sum_launch.
+// Its backward: dx overwritten, dw [hd] = beta_dw·dw + ∂/∂w through per-chunk partials in ws
+// (qk_norm_rope_bwd_workspace_bytes, train_workspace.h) and column_sum_launch (T 0: dw = beta_dw·dw).
 void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
                              const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
-                             int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,
-                             size_t ws_bytes, cudaStream_t stream);
+                             int64_t ld_dx, float* dw, float beta_dw, int64_t T, int heads, int hd,
+                             float theta, void* ws, size_t ws_bytes, cudaStream_t stream);
 
 // ---- adamw.cu -----------------------------------------------------------------------------------------
 // One AdamW step over flat f32 buffers of n elements, the CPU backend's arithmetic operation for operation

@@ -341,9 +341,14 @@ void rmsnorm_fwd_launch(const bf16* x, int64_t ld_x, const float* w, bf16* y, in
 }
 
 void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float* rstd, const bf16* dy,
-                        int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw, float beta_dx, int64_t rows,
-                        int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
+                        int64_t ld_dy, bf16* dx, int64_t ld_dx, float* dw, float beta_dx, float beta_dw,
+                        int64_t rows, int64_t cols, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  if (cols == 0) return;
+  if (rows == 0) {
+    // No rows: ∂/∂w is 0, but a step's first write (beta_dw 0) must still replace the stale dw.
+    if (beta_dw != 1.0f) column_sum_launch(nullptr, 0, cols, dw, beta_dw, stream);
+    return;
+  }
   const size_t need = rmsnorm_bwd_workspace_bytes(rows, cols);
   if (ws_bytes < need)
     cuda_throw("rmsnorm_bwd_launch", "workspace smaller than rmsnorm_bwd_workspace_bytes", __FILE__,
@@ -392,7 +397,7 @@ void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float
     rmsnorm_bwd_dw_kernel<<<grid, 256, 0, stream>>>(x, ld_x, rstd, dy, ld_dy, rows, cols, R, partial);
     DF_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dw_kernel");
   }
-  column_sum_launch(partial, chunks, cols, dw, stream);
+  column_sum_launch(partial, chunks, cols, dw, beta_dw, stream);
 }
 
 }  // namespace df

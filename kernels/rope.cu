@@ -473,9 +473,13 @@ void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
 
 void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const int32_t* pos,
                              const float* rstd, int64_t ld_rstd, const bf16* dy, int64_t ld_dy, bf16* dx,
-                             int64_t ld_dx, float* dw, int64_t T, int heads, int hd, float theta, void* ws,
-                             size_t ws_bytes, cudaStream_t stream) {
-  if (T == 0 || heads == 0) return;
+                             int64_t ld_dx, float* dw, float beta_dw, int64_t T, int heads, int hd,
+                             float theta, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  if (T == 0 || heads == 0) {
+    // No rows: ∂/∂w is 0, but a step's first write (beta_dw 0) must still replace the stale dw.
+    if (beta_dw != 1.0f) column_sum_launch(nullptr, 0, hd, dw, beta_dw, stream);
+    return;
+  }
   rope_train_check(hd, "qk_norm_rope_bwd_launch");
   if (ws_bytes < qk_norm_rope_bwd_workspace_bytes(T, hd))
     cuda_throw("qk_norm_rope_bwd_launch", "workspace smaller than qk_norm_rope_bwd_workspace_bytes", __FILE__,
@@ -527,7 +531,7 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
                                                   R, chunks, partial);
     DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_vec_kernel");
   }
-  column_sum_launch(partial, chunks, hd, dw, stream);
+  column_sum_launch(partial, chunks, hd, dw, beta_dw, stream);
 }
 
 }  // namespace df

@@ -11,13 +11,17 @@
 //   model.set_frozen(embed, lm_head);                  // frozen embedding, lm_head [V, H] (act_dtype)
 //   drafter_plan_workspace(model, limits);             // the one activation allocation, largest batch
 //   for each step:
-//     drafter_zero_grads(model);
+//     drafter_begin_step(model);                         // grads stale: the first backward writes them
 //     for each micro-batch:
 //       anchors = anchors_sample_batch(batch, cfg.num_anchors, rng);           // train/anchors.h
-//       drafter_accumulate(model, batch, anchors, opts);   // grads += ∂(Σ w·L), statistics on the backend
+//       drafter_accumulate(model, batch, anchors, opts);   // grads (+)= ∂(Σ w·L), statistics on the backend
+//     drafter_grads_ready(model);                          // zeros if no micro-batch ran a backward
 //     LossStats st = drafter_take_stats(model);            // the step's one device→host read
 //     all-reduce model.grads and (st.loss_sum, st.weight_sum) among drafters;
 //     adamw_step(model, optim, step, 1.0 / total_weight_sum);                  // train/optimizer.h
+//
+// The step's first backward writes every gradient (beta 0) and later ones add (beta 1), so no pass zero-fills
+// the 4 GiB of fp32 gradients of the 8B drafter first; adamw_step refuses gradients still stale.
 //
 // Gradients accumulate the *unnormalised* Σ w·L, so the caller divides once by Σ w of the whole step
 // (grad_scale of adamw_step): the loss is then Σ w·L / Σ w over all micro-batches of all drafters.
@@ -136,8 +140,17 @@ class DrafterModel {
   TrainOps& ops() const { return *ops_; }
   Tensor entry_view(const Tensor& flat, const std::string& name) const;  // one named tensor of a flat buffer
 
-  // Flat f32 [1, table.total] buffers: the fp32 master weights, gradients and Adam moments.
+  // Flat f32 [1, table.total] buffers: the fp32 master weights, gradients and Adam moments. No backward
+  // writes the alignment padding between entries of grads: it keeps the zeros of the allocation
+  // (drafter_zero_grads rewrites them, the all-reduce sums zeros), so the norm and AdamW can run over the
+  // whole buffer.
   Tensor params, grads, adam_m, adam_v;
+  // grads still hold the previous step's values (drafter_begin_step): the next backward writes every gradient
+  // (beta 0) instead of adding. A backward, drafter_zero_grads and drafter_grads_ready clear it.
+  bool grads_stale = false;
+  // DFLASH_GRADS=fill (README, environment switches; read when the model is made): drafter_begin_step
+  // zero-fills the gradients and every backward adds, ∂/∂ctx likewise: the path before first writes, for A/B.
+  bool grads_fill = false;
   // bf16 [1, table.total] copy of params (same offsets) when act_dtype is bf16, else empty: the GEMM weights.
   // AdamW rewrites it with every update; drafter_refresh_shadow after anything else writes params.
   Tensor params_lp;
@@ -163,7 +176,14 @@ class DrafterModel {
 // tensor `name` is 0.02 · rng_normal_at(seed, stream of name, i) (core/rng.h): the same values on every
 // backend and for any table layout. Zeroes grads and Adam moments, refreshes the bf16 shadow.
 void drafter_init_params(DrafterModel& m, uint64_t seed);
+// Zero-fills m.grads (padding included) and marks them current: the backwards that follow add to zero.
 void drafter_zero_grads(DrafterModel& m);
+// Opens an optimizer step: marks m.grads stale, so the step's first backward writes them (beta 0) and later
+// ones add (beta 1). With grads_fill (DFLASH_GRADS=fill) zero-fills them instead, every backward adding.
+void drafter_begin_step(DrafterModel& m);
+// Makes m.grads the step's gradient for the all-reduce and the optimizer: nothing when a backward has run
+// since drafter_begin_step, else zeros (every micro-batch of the step was empty, or ran forward only).
+void drafter_grads_ready(DrafterModel& m);
 // params_lp = bf16(params) (round to nearest even); no-op without a shadow. Call after a checkpoint load.
 void drafter_refresh_shadow(DrafterModel& m);
 
@@ -174,9 +194,10 @@ size_t drafter_workspace_bytes(const DrafterConfig& c, const DrafterLimits& limi
 void drafter_plan_workspace(DrafterModel& m, const DrafterLimits& limits);
 
 // Forward over all blocks of the micro-batch, the loss through the frozen lm_head and (opts.backward) the
-// analytic backward, accumulating ∂(Σ w·L)/∂θ into m.grads and Σ w·L, Σ w, accuracy and τ counts into
-// m.stats, with no device→host copy. anchors: any number of blocks up to limits.max_blocks, in any order;
-// padding blocks (pos < 0) are allowed.
+// analytic backward, adding ∂(Σ w·L)/∂θ to m.grads (writing it when they are stale: drafter_begin_step) and
+// Σ w·L, Σ w, accuracy and τ counts into m.stats, with no device→host copy. anchors: any number of blocks up
+// to limits.max_blocks (none: nothing runs, the gradients stay as they are), in any order; padding blocks
+// (pos < 0) are allowed.
 void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
                         const DrafterLossOptions& opts);
 // The statistics accumulated since the last take (one download), then zeroed.

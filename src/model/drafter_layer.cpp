@@ -86,40 +86,44 @@ void drafter_layer_forward(TrainOps& ops, const DrafterConfig& c, int layer, con
 }
 
 void drafter_layer_backward(TrainOps& ops, const DrafterConfig& c, int layer, const DrafterLayerTensors& w,
-                            const DrafterLayerTensors& gw, const DrafterLayerInputs& in, const Tensor& x_in,
-                            const DrafterLayerActs& a, const Tensor& dx, DrafterLayerGrads& s) {
+                            const DrafterLayerTensors& gw, float beta_gw, const DrafterLayerInputs& in,
+                            const Tensor& x_in, const DrafterLayerActs& a, const Tensor& dx,
+                            DrafterLayerGrads& s, float beta_dctx) {
   const int64_t T = in.ctx.rows, N = x_in.rows;
   const Tensor pos_blk = in.pos_all.cols_view(T, N);
   // MLP: x_out = h + down(swiglu(gate n2, up n2)), n2 = post_ln(h).
-  ops.gemm(dx, true, a.act, false, gw.down_proj, 1, 1);
+  ops.gemm(dx, true, a.act, false, gw.down_proj, 1, beta_gw);
   ops.gemm(dx, false, w.down_proj, false, s.dact, 1, 0);
   ops.swiglu_bwd(a.gate, a.up, s.dact, s.dgate, s.dup);
-  ops.gemm(s.dgate, true, a.n2, false, gw.gate_proj, 1, 1);
-  ops.gemm(s.dup, true, a.n2, false, gw.up_proj, 1, 1);
+  ops.gemm(s.dgate, true, a.n2, false, gw.gate_proj, 1, beta_gw);
+  ops.gemm(s.dup, true, a.n2, false, gw.up_proj, 1, beta_gw);
   ops.gemm(s.dgate, false, w.gate_proj, false, s.dn2, 1, 0);
   ops.gemm(s.dup, false, w.up_proj, false, s.dn2, 1, 1);
-  ops.rmsnorm_bwd(a.h, w.post_attention_layernorm, a.rstd2, s.dn2, dx, gw.post_attention_layernorm, 1);
+  ops.rmsnorm_bwd(a.h, w.post_attention_layernorm, a.rstd2, s.dn2, dx, gw.post_attention_layernorm, 1,
+                  beta_gw);
   // Attention: h = x_in + o_proj(att); dx now holds ∂/∂h.
-  ops.gemm(dx, true, a.att, false, gw.o_proj, 1, 1);
+  ops.gemm(dx, true, a.att, false, gw.o_proj, 1, beta_gw);
   ops.gemm(dx, false, w.o_proj, false, s.datt, 1, 0);
   ops.dflash_attention_bwd(a.q, a.k, a.v, in.blocks, a.att, a.lse, s.datt, s.dq, s.dk, s.dv, attn_shape(c, layer));
   ops.qk_norm_rope_bwd(a.q_raw, w.q_norm, pos_blk, a.rstd_q, s.dq, s.dq_raw, gw.q_norm, c.heads, c.head_dim,
-                       c.rope_theta);
-  ops.qk_norm_rope_bwd(a.k_raw, w.k_norm, in.pos_all, a.rstd_k, s.dk, s.dk_raw, gw.k_norm, c.kv_heads, c.head_dim,
-                       c.rope_theta);
+                       c.rope_theta, beta_gw);
+  ops.qk_norm_rope_bwd(a.k_raw, w.k_norm, in.pos_all, a.rstd_k, s.dk, s.dk_raw, gw.k_norm, c.kv_heads,
+                       c.head_dim, c.rope_theta, beta_gw);
   const Tensor dk_ctx = s.dk_raw.rows_view(0, T), dk_blk = s.dk_raw.rows_view(T, N);
   const Tensor dv_ctx = s.dv.rows_view(0, T), dv_blk = s.dv.rows_view(T, N);
-  ops.gemm(s.dq_raw, true, a.n, false, gw.q_proj, 1, 1);
-  ops.gemm(dk_ctx, true, in.ctx, false, gw.k_proj, 1, 1);
+  ops.gemm(s.dq_raw, true, a.n, false, gw.q_proj, 1, beta_gw);
+  // k_proj and v_proj see the context rows and the block rows: the first product takes beta_gw (with T = 0
+  // an empty product: zeros for beta 0), the second adds.
+  ops.gemm(dk_ctx, true, in.ctx, false, gw.k_proj, 1, beta_gw);
   ops.gemm(dk_blk, true, a.n, false, gw.k_proj, 1, 1);
-  ops.gemm(dv_ctx, true, in.ctx, false, gw.v_proj, 1, 1);
+  ops.gemm(dv_ctx, true, in.ctx, false, gw.v_proj, 1, beta_gw);
   ops.gemm(dv_blk, true, a.n, false, gw.v_proj, 1, 1);
   ops.gemm(s.dq_raw, false, w.q_proj, false, s.dn, 1, 0);
   ops.gemm(dk_blk, false, w.k_proj, false, s.dn, 1, 1);
   ops.gemm(dv_blk, false, w.v_proj, false, s.dn, 1, 1);
-  ops.gemm(dk_ctx, false, w.k_proj, false, s.dctx, 1, 1);
+  ops.gemm(dk_ctx, false, w.k_proj, false, s.dctx, 1, beta_dctx);
   ops.gemm(dv_ctx, false, w.v_proj, false, s.dctx, 1, 1);
-  ops.rmsnorm_bwd(x_in, w.input_layernorm, a.rstd1, s.dn, dx, gw.input_layernorm, 1);
+  ops.rmsnorm_bwd(x_in, w.input_layernorm, a.rstd1, s.dn, dx, gw.input_layernorm, 1, beta_gw);
 }
 
 }  // namespace df

@@ -32,7 +32,7 @@ struct DrafterLayerActs {
 // Backward scratch shared by all layers (overwritten layer by layer).
 struct DrafterLayerGrads {
   Tensor dn, dn2, datt, dq, dq_raw, dk, dk_raw, dv, dgate, dup, dact;
-  Tensor dctx;  // [T, H] ∂/∂ctx, accumulated over the layers
+  Tensor dctx;  // [T, H] ∂/∂ctx, summed over the layers
 };
 
 // Activations and their gradients in `act` (the backend's act_dtype), rstd and lse in f32.
@@ -43,10 +43,11 @@ void drafter_layer_grads_alloc(Arena& a, const DrafterConfig& c, const DrafterDi
 
 void drafter_layer_forward(TrainOps& ops, const DrafterConfig& c, int layer, const DrafterLayerTensors& w,
                            const DrafterLayerInputs& in, const Tensor& x_in, DrafterLayerActs& a);
-// dx holds ∂/∂x_out on entry and ∂/∂x_in on return; parameter gradients accumulate into gw, ∂/∂ctx into
-// scratch.dctx.
+// dx holds ∂/∂x_out on entry and ∂/∂x_in on return; parameter gradients go to gw = beta_gw·gw + ∂/∂θ (0: a
+// step's first backward writes them), ∂/∂ctx to scratch.dctx = beta_dctx·dctx + ∂/∂ctx.
 void drafter_layer_backward(TrainOps& ops, const DrafterConfig& c, int layer, const DrafterLayerTensors& w,
-                            const DrafterLayerTensors& gw, const DrafterLayerInputs& in, const Tensor& x_in,
-                            const DrafterLayerActs& a, const Tensor& dx, DrafterLayerGrads& scratch);
+                            const DrafterLayerTensors& gw, float beta_gw, const DrafterLayerInputs& in,
+                            const Tensor& x_in, const DrafterLayerActs& a, const Tensor& dx,
+                            DrafterLayerGrads& scratch, float beta_dctx);
 
 }  // namespace df

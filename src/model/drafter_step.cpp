@@ -235,14 +235,23 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   if (!opts.backward) return;
 
   // ---- backward: ∂(Σ w·L) ----
+  // The step's first backward writes the gradients (beta 0; drafter_begin_step), later ones add. Every
+  // parameter has exactly one call with beta_g (k_proj, v_proj: the context rows' product; the block rows'
+  // then adds), and every call runs whatever the batch (an empty range writes zeros), so all of m.grads but
+  // the padding is written. ∂/∂ctx likewise: the first layer visited writes it, the others add.
+  const float beta_g = m.grads_stale ? 0.0f : 1.0f;
   ops.scale_rows(s.dy, s.row_w);
-  ops.rmsnorm_bwd(x_last, m.w.norm, s.rstd_final, s.dy, s.dx, m.g.norm, 0);
-  ops.fill(s.grads.dctx, 0.0f);
-  for (int l = c.layers - 1; l >= 0; --l)
-    drafter_layer_backward(ops, c, l, m.w.layers[size_t(l)], m.g.layers[size_t(l)], s.in,
-                           l == 0 ? s.x0 : s.layers[size_t(l) - 1].x_out, s.layers[size_t(l)], s.dx, s.grads);
-  ops.rmsnorm_bwd(s.f, m.w.hidden_norm, s.rstd_ctx, s.grads.dctx, s.dfc, m.g.hidden_norm, 0);
-  ops.gemm(s.dfc, true, taps, false, m.g.fc, 1, 1);
+  ops.rmsnorm_bwd(x_last, m.w.norm, s.rstd_final, s.dy, s.dx, m.g.norm, 0, beta_g);
+  if (m.grads_fill) ops.fill(s.grads.dctx, 0.0f);
+  for (int l = c.layers - 1; l >= 0; --l) {
+    const float beta_dctx = m.grads_fill || l < c.layers - 1 ? 1.0f : 0.0f;
+    drafter_layer_backward(ops, c, l, m.w.layers[size_t(l)], m.g.layers[size_t(l)], beta_g, s.in,
+                           l == 0 ? s.x0 : s.layers[size_t(l) - 1].x_out, s.layers[size_t(l)], s.dx, s.grads,
+                           beta_dctx);
+  }
+  ops.rmsnorm_bwd(s.f, m.w.hidden_norm, s.rstd_ctx, s.grads.dctx, s.dfc, m.g.hidden_norm, 0, beta_g);
+  ops.gemm(s.dfc, true, taps, false, m.g.fc, 1, beta_g);
+  m.grads_stale = false;
 }
 
 LossStats drafter_take_stats(DrafterModel& m) {

@@ -8,15 +8,18 @@
 //    GEMM weights are the bf16 shadow of the master weights on CUDA (AdamW refreshes it); norm weights,
 //    parameter gradients (dw), saved statistics, losses and the flat optimizer buffers are always f32.
 //  - Multi-head tensors are [rows, heads·hd] with head h in columns [h·hd, (h+1)·hd).
-//  - Backward ops overwrite their input gradients unless a `beta` says otherwise; parameter gradients (dw)
-//    are always accumulated (+=), so gradient accumulation over micro-batches is free.
+//  - Backward ops overwrite their input gradients unless a `beta` says otherwise. Parameter gradients (dw)
+//    take one too: beta 1 adds (+=, gradient accumulation over micro-batches is free), beta 0 writes without
+//    reading dw (an optimizer step's first backward, model/drafter.h drafter_begin_step, so nothing has to
+//    zero-fill the gradients first). gemm's beta serves both.
 //  - Saved statistics (rstd, logsumexp) are f32 and owned by the caller between forward and backward.
 //  - Determinism, as promised and tested (test_train_ops.cpp): for a fixed input, configuration and machine
 //    every op returns the same bits on every call and for any thread count (the backends' own reductions run
 //    in a fixed order; the CPU GEMM is OpenBLAS, which never splits the inner dimension across threads), so a
 //    resumed run reproduces the same bits. Across CPU models, and across lm_head_loss chunk sizes, results
 //    agree to float rounding only: OpenBLAS picks its kernels by CPU model and matrix shape (AVX-512 hosts
-//    run small-matrix kernels that sum in another order), so the same dot product can differ in the last bits.
+//    run small-matrix kernels that sum in another order), so the same dot product can differ in the last
+//    bits.
 #pragma once
 #include <cstdint>
 
@@ -75,8 +78,9 @@ class TrainOps {
   }
 
   // ---- dense --------------------------------------------------------------------------------------
-  // c = alpha · op(a) · op(b) + beta · c with op(x) = xᵀ when trans_x. Covers y = x·Wᵀ (false, true),
-  // dX = dY·W (false, false) and dW += dYᵀ·X (true, false, beta 1).
+  // c = alpha · op(a) · op(b) + beta · c with op(x) = xᵀ when trans_x; beta 0 never reads c, and K = 0 (an
+  // empty row range of dYᵀ·X) gives c = beta · c, zeros for beta 0. Covers y = x·Wᵀ (false, true),
+  // dX = dY·W (false, false) and dW = beta · dW + dYᵀ·X (true, false).
   virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                     float beta) = 0;
   // out = alpha · op(a) · op(b) + beta · c_in, c_in of out's shape and dtype: the residual add
@@ -95,17 +99,17 @@ class TrainOps {
   // ---- normalisation and RoPE ---------------------------------------------------------------------
   // Plain RMSNorm y = w · x · rstd, rstd = rsqrt(mean(x²) + eps) saved as f32 [1, rows].
   virtual void rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps) = 0;
-  // dx = beta_dx · dx + ∂/∂x, dw += ∂/∂w.
-  virtual void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                           const Tensor& dw, float beta_dx) = 0;
+  // dx = beta_dx · dx + ∂/∂x, dw = beta_dw · dw + ∂/∂w (rows 0: ∂/∂w = 0, so beta_dw 0 still zeroes dw).
+  virtual void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
+                           const Tensor& dx, const Tensor& dw, float beta_dx, float beta_dw) = 0;
   // Per head: y = rope(w · x · rstd) at positions pos (i32 [1, rows]); rotate-half over all hd dims,
   // inv_freq_j = theta^(−2j/hd). rstd saved as f32 [rows, heads]. y must not alias x.
   virtual void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
                                 const Tensor& rstd, int heads, int hd, float theta, float eps) = 0;
-  // dx = ∂/∂x (overwritten), dw += ∂/∂w.
+  // dx = ∂/∂x (overwritten), dw = beta_dw · dw + ∂/∂w.
   virtual void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
                                 const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
-                                float theta) = 0;
+                                float theta, float beta_dw) = 0;
 
   // ---- attention ----------------------------------------------------------------------------------
   // q [nb·B, hq·hd]; k, v [T + nb·B, hkv·hd] (T context rows, then the block rows); out [nb·B, hq·hd];

@@ -172,7 +172,7 @@ LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
   for (; step < plan.total_steps; ++step) {
     auto t_step = std::chrono::steady_clock::now();
     double wait_s = 0;
-    drafter_zero_grads(model);
+    drafter_begin_step(model);
     StepStats ss = StepStats::shaped(B, stats_targets, plan.num_drafters);
 #ifdef DF_HAVE_CUDA
     // The payload's NCCL receive gives up just inside the watchdog's bound for that wait (patience 1), so its
@@ -212,6 +212,7 @@ LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       ss.target_batches_by[from] += 1;
       ss.q_pre += double(p.hdr.q_pre);
     }
+    drafter_grads_ready(model);  // zeros if none of the micro-batches ran a backward
     if (signals_stop_requested()) ss.stop = 1;
     if (end.move.new_targets > 0) ss.rebalance = end.move.new_targets;  // drafter 0 only: the sum is its value
     const LossStats ls = drafter_take_stats(model);

@@ -28,6 +28,10 @@ float noise_std_at(float std0, int64_t step, int64_t decay_steps) {
 AdamwStepResult adamw_step(DrafterModel& m, const OptimConfig& o, int64_t step, double grad_scale) {
   DF_CHECK(std::isfinite(grad_scale) && grad_scale > 0, "adamw_step: grad_scale %g must be finite and > 0 (Σw = 0?)",
            grad_scale);
+  DF_CHECK(!m.grads_stale,
+           "adamw_step: step %lld: the gradients are still the previous step's (drafter_begin_step, then no "
+           "backward); HINT: call drafter_grads_ready(model) after the micro-batches, before the all-reduce",
+           (long long)step);
   TrainOps& ops = m.ops();
   AdamwStepResult r;
   r.grad_norm = std::sqrt(ops.sum_squares(m.grads)) * grad_scale;

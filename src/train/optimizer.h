@@ -30,8 +30,9 @@ struct AdamwStepResult {
 };
 
 // One AdamW update of step `step` (0-based; bias correction uses step+1) on m.params with gradient
-// grad_scale · m.grads (grad_scale = 1 / Σw of the whole optimizer step), clipped to o.clip. Grads are left
-// as they are (the caller zeroes them for the next step).
+// grad_scale · m.grads (grad_scale = 1 / Σw of the whole optimizer step), clipped to o.clip. Refuses stale
+// gradients (drafter_begin_step with no backward since, and no drafter_grads_ready). Grads are left as they
+// are (the next step's drafter_begin_step marks them stale).
 AdamwStepResult adamw_step(DrafterModel& m, const OptimConfig& o, int64_t step, double grad_scale);
 
 }  // namespace df

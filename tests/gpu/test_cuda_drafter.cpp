@@ -11,6 +11,7 @@ TEST(CudaDrafter, SkippedWithoutCudaBuild) {
 #else
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -158,7 +159,10 @@ TEST_F(CudaDrafter, LossRowStatsMatchesTheCpu) {
 // p_label through the streak and follow within the same bound. Counts of labelled rows are exact; argmax may
 // flip on a near tie, so correct counts may differ by a few rows. Gradients: per tensor, cosine ≥ 0.98 and
 // norm within 10% (bf16 rounding noise on a 2-layer network, far from a wrong formula, which gives cosines
-// near 0 or norms off by a factor).
+// near 0 or norms off by a factor). The GPU runs the training path, its step's first backward writing the
+// gradients over NaN (every element written, none read), against the oracle's zero-fill + accumulate; then a
+// second GPU model on DFLASH_GRADS=fill's path must give the same bits (the same GEMM plans serve beta 0 and
+// 1, so beta 0's x and the fill's 0 + x differ at most in the sign of a zero).
 TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
   for (int variant = 0; variant < 2; ++variant) {
     TinySetup host;  // the CPU model, batch and tables
@@ -180,7 +184,9 @@ TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
     gb.target_hidden = d.bf16(host.target_hidden, T, H);
     const std::vector<DrafterAnchor> an = {{0, 0}, {0, 4}, {0, 8}, {2, 1}, {0, -1}, {2, 6}, {2, 11}};
     drafter_zero_grads(*host.model);
-    drafter_zero_grads(gm);
+    gm.grads_fill = false;
+    for (const DrafterParamEntry& e : gm.table().entries) gpu_->fill(gm.entry_view(gm.grads, e.name), NAN);
+    drafter_begin_step(gm);
     const LossStats sc = drafter_forward_backward(*host.model, host.batch, an, o);
     const LossStats sg = drafter_forward_backward(gm, gb, an, o);
     const std::string v = variant == 0 ? "ce" : "kl+streak+noise";
@@ -209,6 +215,22 @@ TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
       EXPECT_GE(cosine, 0.98) << v << " " << e.name;
       EXPECT_NEAR(ratio, 1.0, 0.1) << v << " " << e.name;
     }
+    DrafterModel gf(host.cfg, *gpu_);
+    drafter_init_params(gf, 7);
+    gf.set_frozen(gm.embed, gm.lm_head);
+    plan_workspace(gf, T, 4 * T);
+    gf.grads_fill = true;
+    drafter_begin_step(gf);
+    drafter_forward_backward(gf, gb, an, o);
+    const std::vector<float> g_fill = d.down<float>(gf.grads);
+    int64_t differ = 0, first = -1;
+    for (size_t i = 0; i < g_fill.size(); ++i) {
+      const float a = g_gpu[i] + 0.0f;  // −0 to +0, nothing else
+      if (std::memcmp(&a, &g_fill[i], sizeof(float)) != 0 && differ++ == 0) first = int64_t(i);
+    }
+    EXPECT_EQ(differ, 0) << v << ": first write and DFLASH_GRADS=fill differ in " << differ
+                         << " elements, first " << first << ": " << (first >= 0 ? g_gpu[size_t(first)] : 0.0f)
+                         << " vs " << (first >= 0 ? g_fill[size_t(first)] : 0.0f);
   }
 }
 

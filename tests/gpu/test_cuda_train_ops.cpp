@@ -407,6 +407,27 @@ TEST_F(CudaTrainOpsTest, GemmAddendMatchesCpuAndCopyThenGemm) {
   }
 }
 
+// K = 0 (dW of an empty row range, a micro-batch without context rows): c = beta·c without cuBLASLt, so beta
+// 0 (a step's first write) leaves zeros where c held NaN, beta 1 leaves c alone.
+TEST_F(CudaTrainOpsTest, GemmWithEmptyInnerDimensionScalesC) {
+  const int64_t m = 19, n = 130;
+  for (int ta = 0; ta < 2; ++ta)
+    for (DType cdt : {DType::f32, DType::bf16})
+      for (float beta : {0.0f, 1.0f, 0.75f}) {
+        const std::vector<float> c0 =
+            beta == 0.0f ? std::vector<float>(size_t(m * n), NAN) : rnd(m * n, -1, 1);
+        Tensor ca = cpu(ta ? 0 : m, ta ? m : 0, {}), cb = cpu(0, n, {}), cc = cpu(m, n, c0);
+        Tensor ga = dev(DType::bf16, ta ? 0 : m, ta ? m : 0, 8), gb = dev(DType::bf16, 0, n, 0);
+        Tensor gc = dev(cdt, m, n, 4, &c0);
+        cpu_ops_.gemm(ca, ta, cb, false, cc, 1.0f, beta);
+        gpu_->gemm(ga, ta, gb, false, gc, 1.0f, beta);
+        // 0 and c are exact; 0.75·c is exact in f32 and rounded once more on a bf16 c.
+        expect_close(down(gc), host(cc), m, n, 0.0, cdt == DType::bf16 ? kBf16Rel : 0.0,
+                     shape_name(cdt == DType::f32 ? "gemm K=0 f32c" : "gemm K=0 bf16c", {m, n, ta}) +
+                         " beta " + std::to_string(beta));
+      }
+}
+
 TEST_F(CudaTrainOpsTest, EmbeddingScaleRowsAndNoise) {
   const int64_t V = 50;
   for (int64_t rows : {1, 7, 733})
@@ -475,11 +496,13 @@ TEST_F(CudaTrainOpsTest, RmsnormForwardAndBackward) {
       std::vector<double> mag_dx, mag_dw;
       rmsnorm_bwd_magnitudes(x, w, dy, rs, rows, cols, mag_dx, mag_dw);
       for (float beta : {0.0f, 1.0f}) {
-        Tensor cdx = cpu(rows, cols, dx0), cdw = cpu(1, cols, dw0);
-        Tensor gdx = dev(DType::bf16, rows, cols, pad, &dx0), gdw = dev(DType::f32, 1, cols, 0, &dw0);
-        cpu_ops_.rmsnorm_bwd(cx, cw, cpu(1, rows, rs), cpu(rows, cols, dy), cdx, cdw, beta);
+        // beta 0 for dx and dw: dw starts as NaN on both backends (a step's first write must not read it).
+        const std::vector<float> dw_in = beta == 0.0f ? std::vector<float>(size_t(cols), NAN) : dw0;
+        Tensor cdx = cpu(rows, cols, dx0), cdw = cpu(1, cols, dw_in);
+        Tensor gdx = dev(DType::bf16, rows, cols, pad, &dx0), gdw = dev(DType::f32, 1, cols, 0, &dw_in);
+        cpu_ops_.rmsnorm_bwd(cx, cw, cpu(1, rows, rs), cpu(rows, cols, dy), cdx, cdw, beta, beta);
         gpu_->rmsnorm_bwd(gx, gw, dev(DType::f32, 1, rows, 0, &rs), dev(DType::bf16, rows, cols, pad, &dy),
-                          gdx, gdw, beta);
+                          gdx, gdw, beta, beta);
         const std::string b = " beta " + std::to_string(int(beta));
         expect_close(down(gdx), host(cdx), rows, cols, 0.0, kBf16Rel,
                      shape_name("rmsnorm_bwd dx", {rows, cols}) + b, mag_dx, double(cols + 8) * kF32);
@@ -491,11 +514,35 @@ TEST_F(CudaTrainOpsTest, RmsnormForwardAndBackward) {
       std::vector<float> dw_runs[2];
       for (std::vector<float>& run : dw_runs) {
         Tensor gdx = dev(DType::bf16, rows, cols, pad), gdw = dev(DType::f32, 1, cols, 0, &dw0);
-        gpu_->rmsnorm_bwd(gx, gw, grs_in, gdy, gdx, gdw, 0.0f);
+        gpu_->rmsnorm_bwd(gx, gw, grs_in, gdy, gdx, gdw, 0.0f, 1.0f);
         run = down(gdw);
       }
       expect_equal(dw_runs[1], dw_runs[0], 1, cols, shape_name("rmsnorm_bwd dw repeated", {rows, cols}));
     }
+}
+
+// No rows (hidden_norm's backward on a micro-batch without context rows): ∂/∂w is 0, and beta_dw 0 (a step's
+// first write) must still replace dw, the NaN poison here, by zeros; beta_dw 1 leaves dw alone.
+TEST_F(CudaTrainOpsTest, NormBackwardsWithoutRowsStillWriteTheWeightGradient) {
+  const int heads = 2, hd = 64;
+  const int64_t cols = 96;
+  const std::vector<float> w = rnd(cols, 0.5f, 1.5f), w_hd = rnd(hd, 0.5f, 1.5f);
+  for (float beta_dw : {0.0f, 1.0f}) {
+    const std::string b = " beta_dw " + std::to_string(int(beta_dw));
+    const std::vector<float> dw0 = rnd(cols, -1, 1), dw0_hd = rnd(hd, -1, 1);
+    Tensor gdw = dev(DType::f32, 1, cols, 0, beta_dw == 0.0f ? nullptr : &dw0);
+    gpu_->rmsnorm_bwd(dev(DType::bf16, 0, cols), dev(DType::f32, 1, cols, 0, &w), dev(DType::f32, 1, 0),
+                      dev(DType::bf16, 0, cols), dev(DType::bf16, 0, cols), gdw, 0.0f, beta_dw);
+    expect_equal(down(gdw), beta_dw == 0.0f ? std::vector<float>(size_t(cols), 0.0f) : dw0, 1, cols,
+                 "rmsnorm_bwd without rows" + b);
+    Tensor qdw = dev(DType::f32, 1, hd, 0, beta_dw == 0.0f ? nullptr : &dw0_hd);
+    gpu_->qk_norm_rope_bwd(dev(DType::bf16, 0, int64_t(heads) * hd), dev(DType::f32, 1, hd, 0, &w_hd),
+                           dev(DType::i32, 1, 0), dev(DType::f32, 0, heads),
+                           dev(DType::bf16, 0, int64_t(heads) * hd), dev(DType::bf16, 0, int64_t(heads) * hd),
+                           qdw, heads, hd, 1e6f, beta_dw);
+    expect_equal(down(qdw), beta_dw == 0.0f ? std::vector<float>(size_t(hd), 0.0f) : dw0_hd, 1, hd,
+                 "qk_norm_rope_bwd without rows" + b);
+  }
 }
 
 TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
@@ -539,20 +586,27 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
       std::vector<float> dy = rnd(rows * cols, -1, 1), dw0 = rnd(hd, -1, 1);
       std::vector<double> mag_dx, mag_dw;
       qk_norm_rope_bwd_magnitudes(x, w, dy, rs, rows, heads, hd, mag_dx, mag_dw);
-      Tensor cdx = cpu(rows, cols, {}), cdw = cpu(1, hd, dw0);
-      Tensor gdx = dev(DType::bf16, rows, cols, 2 * hd), gdw = dev(DType::f32, 1, hd, 0, &dw0);
-      cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta);
-      gpu_->qk_norm_rope_bwd(gx, gw, gpos, dev(DType::f32, rows, heads, 2, &rs),
-                             dev(DType::bf16, rows, cols, 4, &dy), gdx, gdw, heads, hd, theta);
-      expect_close(down(gdx), host(cdx), rows, cols, 0.0, kBf16Rel,
-                   shape_name("qk_norm_rope_bwd dx", {rows, hd}), mag_dx, double(hd + 16) * kF32);
-      expect_close(down(gdw), host(cdw), 1, hd, 0.0, 2 * kF32, shape_name("qk_norm_rope_bwd dw", {rows, hd}),
-                   mag_dw, double(rows * heads + 16) * kF32);
+      for (float beta_dw : {0.0f, 1.0f}) {
+        // beta_dw 0: dw starts as NaN on both backends (a step's first write must not read it).
+        const std::vector<float> dw_in = beta_dw == 0.0f ? std::vector<float>(size_t(hd), NAN) : dw0;
+        Tensor cdx = cpu(rows, cols, {}), cdw = cpu(1, hd, dw_in);
+        Tensor gdx = dev(DType::bf16, rows, cols, 2 * hd), gdw = dev(DType::f32, 1, hd, 0, &dw_in);
+        cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta,
+                                  beta_dw);
+        gpu_->qk_norm_rope_bwd(gx, gw, gpos, dev(DType::f32, rows, heads, 2, &rs),
+                               dev(DType::bf16, rows, cols, 4, &dy), gdx, gdw, heads, hd, theta, beta_dw);
+        const std::string b = " beta_dw " + std::to_string(int(beta_dw));
+        expect_close(down(gdx), host(cdx), rows, cols, 0.0, kBf16Rel,
+                     shape_name("qk_norm_rope_bwd dx", {rows, hd}) + b, mag_dx, double(hd + 16) * kF32);
+        expect_close(down(gdw), host(cdw), 1, hd, 0.0, 2 * kF32,
+                     shape_name("qk_norm_rope_bwd dw", {rows, hd}) + b, mag_dw,
+                     double(rows * heads + 16) * kF32);
+      }
       Tensor grs_in = dev(DType::f32, rows, heads, 2, &rs), gdy = dev(DType::bf16, rows, cols, 4, &dy);
       std::vector<float> dw_runs[2];
       for (std::vector<float>& run : dw_runs) {
         Tensor gdx2 = dev(DType::bf16, rows, cols, 0), gdw2 = dev(DType::f32, 1, hd, 0, &dw0);
-        gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs_in, gdy, gdx2, gdw2, heads, hd, theta);
+        gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs_in, gdy, gdx2, gdw2, heads, hd, theta, 1.0f);
         run = down(gdw2);
       }
       expect_equal(dw_runs[1], dw_runs[0], 1, hd, shape_name("qk_norm_rope_bwd dw repeated", {rows, hd}));
@@ -591,7 +645,7 @@ TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
         Tensor gdx =
             beta == 0.0f ? dev(DType::bf16, rows, cols, pad) : dev(DType::bf16, rows, cols, pad, &dx0);
         Tensor gdw = dev(DType::f32, 1, cols, 0, &dw0);
-        gpu_->rmsnorm_bwd(gx, gw, grs, gdy, gdx, gdw, beta);
+        gpu_->rmsnorm_bwd(gx, gw, grs, gdy, gdx, gdw, beta, 1.0f);
         dx = down(gdx);
         dw = down(gdw);
       };
@@ -599,7 +653,7 @@ TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
       run("new", dx_new, dw_new);
       run("old", dx_old, dw_old);
       Tensor cdx = cpu(rows, cols, dx0), cdw = cpu(1, cols, dw0);
-      cpu_ops_.rmsnorm_bwd(cx, cw, crs, cpu(rows, cols, dy), cdx, cdw, beta);
+      cpu_ops_.rmsnorm_bwd(cx, cw, crs, cpu(rows, cols, dy), cdx, cdw, beta, 1.0f);
       const std::string b = " pad " + std::to_string(pad) + " beta " + std::to_string(int(beta));
       expect_close(dx_new, host(cdx), rows, cols, 0.0, kBf16Rel,
                    shape_name("rmsnorm_bwd dx", {rows, cols}) + b, mag_dx, double(cols + 8) * kF32);
@@ -645,7 +699,7 @@ TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
     auto run = [&](const char* kernels, std::vector<float>& dx, std::vector<float>& dw) {
       ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
       Tensor gdx = dev(DType::bf16, rows, cols, pad), gdw = dev(DType::f32, 1, hd, 0, &dw0);
-      gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs, gdy, gdx, gdw, heads, hd, theta);
+      gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs, gdy, gdx, gdw, heads, hd, theta, 1.0f);
       dx = down(gdx);
       dw = down(gdw);
     };
@@ -653,7 +707,7 @@ TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
     run("new", dx_new, dw_new);
     run("old", dx_old, dw_old);
     Tensor cdx = cpu(rows, cols, {}), cdw = cpu(1, hd, dw0);
-    cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta);
+    cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta, 1.0f);
     const std::string c = " heads " + std::to_string(heads) + " pad " + std::to_string(pad);
     expect_close(dx_new, host(cdx), rows, cols, 0.0, kBf16Rel,
                  shape_name("qk_norm_rope_bwd dx", {rows, hd}) + c, mag_dx, double(hd + 16) * kF32);

@@ -112,7 +112,7 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g) {
   drafter_plan_workspace(m, lim);
   DrafterLossOptions opts;
   opts.gamma = read_f32(g, "gamma")[0];
-  drafter_zero_grads(m);
+  drafter_begin_step(m);  // the training path: the backward writes the gradients
   LossStats st = drafter_forward_backward(m, b, r.anchors, opts);
   r.loss = st.mean_loss();
   r.weight_sum = st.weight_sum;

@@ -1,12 +1,17 @@
 // Finite-difference checks of the drafter's analytic backward: every parameter tensor of the table, for the
-// CE loss, the soft-KL loss, the streak-weighted and the D-PACE-weighted loss, with feature noise on, on a batch
-// that has padding blocks, blocks running past their sequence's end and holes in the loss mask.
+// CE loss, the soft-KL loss, the streak-weighted and the D-PACE-weighted loss, with feature noise on, on a
+// batch that has padding blocks, blocks running past their sequence's end and holes in the loss mask. Then
+// the step's first backward writing the gradients (drafter_begin_step) against zero-fill + accumulate, bit
+// for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "test_drafter_util.h"
+#include "train/optimizer.h"
 
 using namespace df;
 using namespace df::testing;
@@ -61,7 +66,7 @@ void check_tensor(TinySetup& s, const DrafterParamEntry& e, const std::vector<Dr
 // signal, the former catches errors orthogonal to the gradient).
 void check_all(TinySetup& s, const DrafterLossOptions& o_grad, const DrafterLossOptions& o_eval) {
   const auto an = fixed_anchors();
-  drafter_zero_grads(*s.model);
+  drafter_begin_step(*s.model);  // the training path: this backward writes the gradients
   LossStats st = drafter_forward_backward(*s.model, s.batch, an, o_grad);
   ASSERT_GT(st.weight_sum, 0.0);
   std::vector<float> grad(s.grads(), s.grads() + s.model->table().total);
@@ -167,10 +172,10 @@ TEST(DrafterGrad, GradientsAccumulateAcrossCalls) {
   TinySetup s;
   randomise_params(s, 15);
   DrafterLossOptions o;
-  drafter_zero_grads(*s.model);
-  drafter_forward_backward(*s.model, s.batch, fixed_anchors(), o);
+  drafter_begin_step(*s.model);
+  drafter_forward_backward(*s.model, s.batch, fixed_anchors(), o);  // writes
   std::vector<float> once(s.grads(), s.grads() + s.model->table().total);
-  drafter_forward_backward(*s.model, s.batch, fixed_anchors(), o);
+  drafter_forward_backward(*s.model, s.batch, fixed_anchors(), o);  // adds
   float gmax = 0;
   for (float v : once) gmax = std::max(gmax, std::fabs(v));
   // The second call adds into the buffer inside the GEMMs (beta 1), so the sum is reassociated: equal to 2g
@@ -179,4 +184,131 @@ TEST(DrafterGrad, GradientsAccumulateAcrossCalls) {
     ASSERT_FALSE(std::isnan(s.grads()[i]));
     ASSERT_NEAR(s.grads()[i], 2.0f * once[i], 1e-5f * gmax) << "element " << i;
   }
+}
+
+// ---- the step's first backward writes the gradients
+// ---------------------------------------------------------
+
+namespace {
+
+// Every table entry's gradient elements set to NaN (the padding keeps its zeros): an element the first
+// backward does not write, or reads before writing, stays NaN or turns NaN.
+void poison_grads(TinySetup& s) {
+  for (const auto& e : s.model->table().entries)
+    std::fill_n(s.grads() + e.offset, e.rows * e.cols, std::nanf(""));
+}
+
+uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+// The first-write gradients against zero-fill + accumulate's. Beta 0 stores x where the fill path stores
+// 0 + x, the same bits except that 0 + (−0) is +0; adding the same later terms to both keeps that the only
+// difference. So first + 0 (which maps −0 to +0 and changes nothing else) must equal filled bit for bit,
+// padding included (zeros in both).
+void expect_same_bits(TinySetup& first, TinySetup& filled, const std::string& what) {
+  const DrafterParamTable& t = first.model->table();
+  int64_t negative_zeros = 0;
+  for (int64_t i = 0; i < t.total; ++i) {
+    const float a = first.grads()[i], b = filled.grads()[i];
+    negative_zeros += a == 0.0f && std::signbit(a);
+    ASSERT_EQ(bits_of(a + 0.0f), bits_of(b))
+        << what << ": element " << i << " first write " << a << " fill " << b;
+  }
+  std::printf("[ bits   ] %s: %lld elements identical (%lld of them −0 against the fill path's +0)\n",
+              what.c_str(), (long long)t.total, (long long)negative_zeros);
+}
+
+// Two identical models and batches: `first` on the first-write path, `filled` on DFLASH_GRADS=fill's.
+struct FirstAndFilled {
+  TinySetup first, filled;
+  FirstAndFilled() {
+    randomise_params(first, 21);
+    randomise_params(filled, 21);
+    first.model->grads_fill = false;
+    filled.model->grads_fill = true;
+    poison_grads(first);
+    poison_grads(filled);  // drafter_begin_step zero-fills them
+  }
+  void begin_step() {
+    drafter_begin_step(*first.model);
+    drafter_begin_step(*filled.model);
+  }
+  void accumulate(const std::vector<DrafterAnchor>& an, const DrafterLossOptions& o) {
+    drafter_accumulate(*first.model, first.batch, an, o);
+    drafter_accumulate(*filled.model, filled.batch, an, o);
+  }
+};
+
+}  // namespace
+
+// One step of two micro-batches (CE, then soft-KL with feature noise and other anchors), then a second step:
+// after every backward the first-write path holds the fill path's gradients bit for bit (up to the sign of
+// zero), and every element was written (the NaN poison is gone).
+TEST(DrafterGrad, FirstWriteMatchesFillAndAccumulateBitForBit) {
+  FirstAndFilled p;
+  DrafterLossOptions ce, kl;
+  kl.kind = LmLossKind::kl;
+  kl.noise_std = 0.05f;
+  kl.noise_seed = 9;
+  const std::vector<DrafterAnchor> other = {{2, 3}, {0, 2}, {0, -1}, {2, 9}};
+  p.begin_step();
+  ASSERT_TRUE(p.first.model->grads_stale);
+  ASSERT_FALSE(p.filled.model->grads_stale);
+  p.accumulate(fixed_anchors(), ce);
+  EXPECT_FALSE(p.first.model->grads_stale);
+  expect_same_bits(p.first, p.filled, "step 1, micro-batch 1");
+  p.accumulate(other, kl);
+  expect_same_bits(p.first, p.filled, "step 1, micro-batch 2");
+  drafter_grads_ready(*p.first.model);  // a backward ran: leaves them as they are
+  drafter_grads_ready(*p.filled.model);
+  expect_same_bits(p.first, p.filled, "step 1, ready");
+  // Step 2 over step 1's gradients: the first backward overwrites them.
+  p.begin_step();
+  p.accumulate(other, ce);
+  expect_same_bits(p.first, p.filled, "step 2, micro-batch 1");
+}
+
+// A micro-batch without context rows (T = 0; only a padding block) still writes every gradient: the K = 0
+// GEMMs of fc, k_proj and v_proj's context part and hidden_norm's row-less backward write zeros.
+TEST(DrafterGrad, FirstWriteWithoutContextRowsWritesZeros) {
+  FirstAndFilled p;
+  for (TinySetup* s : {&p.first, &p.filled}) {
+    s->batch.offsets = {0, 0};
+    s->batch.tokens.clear();
+    s->batch.loss_mask.clear();
+    s->batch.taps = s->batch.taps.rows_view(0, 0);
+    s->batch.target_hidden = s->batch.target_hidden.rows_view(0, 0);
+  }
+  p.begin_step();
+  p.accumulate({{0, -1}}, DrafterLossOptions{});
+  for (int64_t i = 0; i < p.first.model->table().total; ++i)
+    ASSERT_EQ(p.first.grads()[i], 0.0f) << "element " << i;
+  expect_same_bits(p.first, p.filled, "no context rows");
+}
+
+// A step whose micro-batches ran no backward (no blocks, or forward only) leaves the gradients stale:
+// adamw_step refuses them and names the fix; drafter_grads_ready zero-fills them.
+TEST(DrafterGrad, StaleGradientsAreRefusedUntilReady) {
+  TinySetup s;
+  s.model->grads_fill = false;
+  poison_grads(s);
+  drafter_begin_step(*s.model);
+  DrafterLossOptions fwd;
+  fwd.backward = false;
+  drafter_accumulate(*s.model, s.batch, fixed_anchors(), fwd);
+  drafter_accumulate(*s.model, s.batch, {}, DrafterLossOptions{});
+  ASSERT_TRUE(s.model->grads_stale);
+  OptimConfig o;
+  try {
+    adamw_step(*s.model, o, 0, 1.0);
+    FAIL() << "adamw_step ran on stale gradients";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("drafter_grads_ready"), std::string::npos) << e.what();
+  }
+  drafter_grads_ready(*s.model);
+  for (int64_t i = 0; i < s.model->table().total; ++i) ASSERT_EQ(s.grads()[i], 0.0f) << "element " << i;
+  EXPECT_NO_THROW(adamw_step(*s.model, o, 0, 1.0));
 }

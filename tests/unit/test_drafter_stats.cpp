@@ -248,16 +248,16 @@ class CountingOps final : public TrainOps {
     cpu.rmsnorm_fwd(x, w, y, r, e);
   }
   void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& r, const Tensor& dy, const Tensor& dx,
-                   const Tensor& dw, float b) override {
-    cpu.rmsnorm_bwd(x, w, r, dy, dx, dw, b);
+                   const Tensor& dw, float b, float bw) override {
+    cpu.rmsnorm_bwd(x, w, r, dy, dx, dw, b, bw);
   }
   void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& p, const Tensor& y, const Tensor& r,
                         int h, int hd, float th, float e) override {
     cpu.qk_norm_rope_fwd(x, w, p, y, r, h, hd, th, e);
   }
   void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& p, const Tensor& r, const Tensor& dy,
-                        const Tensor& dx, const Tensor& dw, int h, int hd, float th) override {
-    cpu.qk_norm_rope_bwd(x, w, p, r, dy, dx, dw, h, hd, th);
+                        const Tensor& dx, const Tensor& dw, int h, int hd, float th, float bw) override {
+    cpu.qk_norm_rope_bwd(x, w, p, r, dy, dx, dw, h, hd, th, bw);
   }
   void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b,
                             const Tensor& o, const Tensor& l, const DFlashAttnShape& s) override {

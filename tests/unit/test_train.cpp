@@ -271,10 +271,11 @@ TEST(DrafterTraining, LossFallsOnALearnableSignal) {
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(&tap_table[size_t(b.tokens[size_t(t)] * K)], K, &taps[size_t(t * K)]);
     b.taps = tensor_make(taps.data(), DType::f32, Device::cpu, T, K);
-    drafter_zero_grads(model);
+    drafter_begin_step(model);
     DrafterLossOptions lo;
     lo.gamma = 4.0f;
     LossStats st = drafter_forward_backward(model, b, anchors_sample_batch(b, 8, rng), lo);
+    drafter_grads_ready(model);
     ASSERT_TRUE(std::isfinite(st.loss_sum));
     losses.push_back(st.mean_loss());
     (step < 5 ? first_tau : last_tau) += step < 5 || step >= o.total_steps - 5 ? st.tau() / 5 : 0.0;

@@ -110,18 +110,81 @@ TEST(TrainOps, GemmAddIsCopyThenGemm) {
       << "c_in one row below out overlaps it";
 }
 
+// The GEMM of an empty row range (K = 0, e.g. dW of a micro-batch without context rows) is c = beta·c: beta 0
+// writes zeros over whatever c held (NaN here), beta 1 leaves c alone.
+TEST(TrainOps, GemmWithEmptyInnerDimensionScalesC) {
+  CpuTrainOps ops;
+  const int64_t M = 5, N = 7;
+  std::vector<float> a(1), b(1);
+  for (int ta = 0; ta < 2; ++ta) {
+    Tensor at = ta ? view(a, 0, M) : view(a, M, 0), bt = view(b, 0, N);
+    std::vector<float> c(size_t(M * N), std::nanf(""));
+    ops.gemm(at, ta, bt, false, view(c, M, N), 1.0f, 0.0f);
+    for (float v : c) ASSERT_EQ(v, 0.0f) << "trans_a " << ta;
+    std::vector<float> kept = normal_vec(M * N, 1.0f, 4), c1 = kept;
+    ops.gemm(at, ta, bt, false, view(c1, M, N), 1.0f, 1.0f);
+    EXPECT_EQ(c1, kept) << "trans_a " << ta;
+  }
+}
+
+// beta_dw of the norm backwards: 0 writes ∂/∂w without reading dw (NaN here), 1 adds. The same ∂/∂w twice
+// (write, then add) is exactly twice the first, since x + x is exact in fp32.
+TEST(TrainOps, NormBackwardsWriteOrAddTheWeightGradient) {
+  CpuTrainOps ops;
+  const int64_t R = 4, heads = 2, hd = 8, C = heads * hd;
+  auto x = normal_vec(R * C, 1.0f, 1), w = normal_vec(C, 0.5f, 2), dy = normal_vec(R * C, 1.0f, 3);
+  std::vector<float> y(R * C), rstd(R * heads), dx(R * C);
+  std::vector<int32_t> pos = {0, 3, 9, 40};
+  Tensor pt = tensor_make(pos.data(), DType::i32, Device::cpu, 1, R);
+  for (int which = 0; which < 2; ++which) {
+    const int64_t n = which == 0 ? C : hd;
+    std::vector<float> dw(size_t(n), std::nanf(""));
+    auto bwd = [&](float beta_dw) {
+      if (which == 0)
+        ops.rmsnorm_bwd(view(x, R, C), view(w, 1, C), view(rstd, 1, R), view(dy, R, C), view(dx, R, C),
+                        view(dw, 1, n), 0.0f, beta_dw);
+      else
+        ops.qk_norm_rope_bwd(view(x, R, C), view(w, 1, hd), pt, view(rstd, R, heads), view(dy, R, C),
+                             view(dx, R, C), view(dw, 1, n), heads, hd, 1e4f, beta_dw);
+    };
+    if (which == 0)
+      ops.rmsnorm_fwd(view(x, R, C), view(w, 1, C), view(y, R, C), view(rstd, 1, R), 1e-6f);
+    else
+      ops.qk_norm_rope_fwd(view(x, R, C), view(w, 1, hd), pt, view(y, R, C), view(rstd, R, heads), heads, hd,
+                           1e4f, 1e-6f);
+    bwd(0.0f);
+    const std::vector<float> once = dw;
+    for (float v : once) ASSERT_TRUE(std::isfinite(v)) << (which == 0 ? "rmsnorm_bwd" : "qk_norm_rope_bwd");
+    bwd(1.0f);
+    for (size_t i = 0; i < dw.size(); ++i) ASSERT_EQ(dw[i], 2.0f * once[i]) << "element " << i;
+    // No rows: ∂/∂w is 0, so beta_dw 0 still writes zeros.
+    std::fill(dw.begin(), dw.end(), std::nanf(""));
+    if (which == 0)
+      ops.rmsnorm_bwd(view(x, 0, C), view(w, 1, C), view(rstd, 1, 0), view(dy, 0, C), view(dx, 0, C),
+                      view(dw, 1, n), 0.0f, 0.0f);
+    else
+      ops.qk_norm_rope_bwd(view(x, 0, C), view(w, 1, hd),
+                           tensor_make(pos.data(), DType::i32, Device::cpu, 1, 0), view(rstd, 0, heads),
+                           view(dy, 0, C), view(dx, 0, C), view(dw, 1, n), heads, hd, 1e4f, 0.0f);
+    for (float v : dw)
+      ASSERT_EQ(v, 0.0f) << (which == 0 ? "rmsnorm_bwd" : "qk_norm_rope_bwd") << " with no rows";
+  }
+}
+
 TEST(TrainOps, RmsnormBackward) {
   CpuTrainOps ops;
   const int64_t R = 3, C = 19;
   auto x = normal_vec(R * C, 1.0f, 1), w = normal_vec(C, 0.5f, 2), r = normal_vec(R * C, 1.0f, 3);
   for (auto& v : w) v += 1.0f;
-  std::vector<float> y(R * C), rstd(R), dx(R * C, 7.0f), dw(C, 0.0f);
+  // dw starts as NaN: beta_dw 0 (a step's first write) must not read it.
+  std::vector<float> y(R * C), rstd(R), dx(R * C, 7.0f), dw(C, std::nanf(""));
   auto f = [&] {
     ops.rmsnorm_fwd(view(x, R, C), view(w, 1, C), view(y, R, C), view(rstd, 1, R), 1e-6f);
     return weighted_sum(y, r);
   };
   f();
-  ops.rmsnorm_bwd(view(x, R, C), view(w, 1, C), view(rstd, 1, R), view(r, R, C), view(dx, R, C), view(dw, 1, C), 0.0f);
+  ops.rmsnorm_bwd(view(x, R, C), view(w, 1, C), view(rstd, 1, R), view(r, R, C), view(dx, R, C),
+                  view(dw, 1, C), 0.0f, 0.0f);
   check_grad(x, dx, f, "rmsnorm dx");
   check_grad(w, dw, f, "rmsnorm dw");
 }
@@ -133,14 +196,15 @@ TEST(TrainOps, QkNormRopeBackward) {
   for (auto& v : w) v += 1.0f;
   std::vector<int32_t> pos = {0, 7, 65};
   Tensor pt = tensor_make(pos.data(), DType::i32, Device::cpu, 1, R);
-  std::vector<float> y(R * C), rstd(R * heads), dx(R * C), dw(hd, 0.0f);
+  std::vector<float> y(R * C), rstd(R * heads), dx(R * C),
+      dw(hd, std::nanf(""));  // beta_dw 0 must not read it
   auto f = [&] {
     ops.qk_norm_rope_fwd(view(x, R, C), view(w, 1, hd), pt, view(y, R, C), view(rstd, R, heads), heads, hd, 1e4f, 1e-6f);
     return weighted_sum(y, r);
   };
   f();
   ops.qk_norm_rope_bwd(view(x, R, C), view(w, 1, hd), pt, view(rstd, R, heads), view(r, R, C), view(dx, R, C),
-                       view(dw, 1, hd), heads, hd, 1e4f);
+                       view(dw, 1, hd), heads, hd, 1e4f, 0.0f);
   check_grad(x, dx, f, "qk_norm_rope dx");
   check_grad(w, dw, f, "qk_norm_rope dw");
 }

@@ -22,7 +22,7 @@ bool cpu_gemm_uses_blas();
 // The general form both CPU backends call: c[M, N] = alpha · op(a) · op(b) + beta · c, op(x) = xᵀ when
 // trans_x, row-major with row strides lda/ldb/ldc (at least the stored row length). cblas_sgemm when built
 // with it; without it cpu_gemm_loop for the Linear form (false, true, alpha 1) and a double-accumulating loop
-// otherwise.
+// otherwise. c is not read when beta == 0; k == 0 gives c = beta · c.
 void cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -21,6 +21,12 @@ void check_i32(const char* op, const char* what, const Tensor& t, int64_t rows, 
            t.shape_str().c_str());
 }
 
+// dst = beta · dst + v; beta 0 never reads dst (an optimizer step's first backward writes over whatever the
+// last step left there, NaN included).
+inline void cpu_beta_add(float& dst, float beta, float v) {
+  dst = beta == 0.0f ? v : beta * dst + v;
+}
+
 // Below ~32k multiply-adds a parallel region costs more than it saves (and on an oversubscribed host a
 // barrier can cost milliseconds), so small ops run on the calling thread.
 inline bool cpu_parallel_worth(int64_t work) { return work >= (int64_t(1) << 15); }
@@ -190,7 +196,7 @@ void CpuTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y,
 }
 
 void CpuTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
-                              const Tensor& dx, const Tensor& dw, float beta_dx) {
+                              const Tensor& dx, const Tensor& dw, float beta_dx, float beta_dw) {
   const int64_t n = x.cols, rows = x.rows;
   cpu_check_f32("rmsnorm_bwd", "dy", dy, rows, n);
   cpu_check_f32("rmsnorm_bwd", "dx", dx, rows, n);
@@ -215,7 +221,7 @@ void CpuTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rs
   for (int64_t i = 0; i < n; ++i) {
     double acc = 0;
     for (int64_t r = 0; r < rows; ++r) acc += double(cpu_row(dy, r)[i]) * (double(cpu_row(x, r)[i]) * rs[r]);
-    dw.ptr<float>()[i] += float(acc);
+    cpu_beta_add(dw.ptr<float>()[i], beta_dw, float(acc));
   }
 }
 
@@ -244,7 +250,7 @@ void CpuTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tenso
 
 void CpuTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
                                    const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
-                                   float theta) {
+                                   float theta, float beta_dw) {
   cpu_check_f32("qk_norm_rope_bwd", "dy", dy, x.rows, x.cols);
   cpu_check_f32("qk_norm_rope_bwd", "dx", dx, x.rows, x.cols);
   cpu_check_f32("qk_norm_rope_bwd", "dw", dw, 1, hd);
@@ -279,7 +285,7 @@ void CpuTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tenso
   for (int i = 0; i < hd; ++i) {
     double acc = 0;
     for (int64_t r = 0; r < x.rows; ++r) acc += dw_rows[size_t(r * hd + i)];
-    dw.ptr<float>()[i] += float(acc);
+    cpu_beta_add(dw.ptr<float>()[i], beta_dw, float(acc));
   }
 }
 

@@ -142,13 +142,6 @@ void cuda_gemm(const CudaDevice& dev, const Tensor& a, bool trans_a, const Tenso
     DF_CHECK(!tensor_spans_overlap(c_in, c), "gemm: c_in %s overlaps c %s without being it",
              c_in.shape_str().c_str(), c.shape_str().c_str());
   }
-  if (m == 0 || n == 0) return;
-  if (k == 0 && beta == 1.0f) {
-    if (!in_place) dev.copy(c_in, c);
-    return;
-  }
-  DF_CHECK(k > 0, "gemm: K is 0 with beta %g; nothing to multiply (HINT: skip the call for an empty batch)",
-           beta);
   gemm_launch_addend(dev.gemm, a.data, cuda_gemm_ld(a), trans_a, b.data, cuda_gemm_ld(b), trans_b, c_in.data,
                      cuda_gemm_ld(c_in), c.data, cuda_gemm_ld(c), c.dtype == DType::f32, m, n, k, alpha, beta,
                      dev.stream);

@@ -189,7 +189,7 @@ void CudaTrainOps::rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y
 }
 
 void CudaTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
-                               const Tensor& dx, const Tensor& dw, float beta_dx) {
+                               const Tensor& dx, const Tensor& dw, float beta_dx, float beta_dw) {
   const char* op = "rmsnorm_bwd";
   cuda_expect(x, DType::bf16, op, "x");
   cuda_expect_as(w, DType::f32, 1, x.cols, op, "w");
@@ -199,7 +199,7 @@ void CudaTrainOps::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& r
   cuda_expect_as(dw, DType::f32, 1, x.cols, op, "dw");
   const size_t ws = rmsnorm_bwd_workspace_bytes(x.rows, x.cols);
   rmsnorm_bwd_launch(bptr(x), x.stride, fptr(w), fptr(rstd), bptr(dy), dy.stride, bptr(dx), dx.stride,
-                     fptr(dw), beta_dx, x.rows, x.cols, scratch(ws), ws, dev_.stream);
+                     fptr(dw), beta_dx, beta_dw, x.rows, x.cols, scratch(ws), ws, dev_.stream);
 }
 
 void CudaTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y,
@@ -214,7 +214,7 @@ void CudaTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tens
 
 void CudaTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
                                     const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd,
-                                    float theta) {
+                                    float theta, float beta_dw) {
   const char* op = "qk_norm_rope_bwd";
   expect_qk(op, x, w, pos, rstd, heads, hd);
   cuda_expect_as(dy, DType::bf16, x.rows, x.cols, op, "dy");
@@ -222,7 +222,7 @@ void CudaTrainOps::qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tens
   cuda_expect_as(dw, DType::f32, 1, hd, op, "dw");
   const size_t ws = qk_norm_rope_bwd_workspace_bytes(x.rows, hd);
   qk_norm_rope_bwd_launch(bptr(x), x.stride, fptr(w), iptr(pos), fptr(rstd), rstd.stride, bptr(dy), dy.stride,
-                          bptr(dx), dx.stride, fptr(dw), x.rows, heads, hd, theta, scratch(ws), ws,
+                          bptr(dx), dx.stride, fptr(dw), beta_dw, x.rows, heads, hd, theta, scratch(ws), ws,
                           dev_.stream);
 }
 

@@ -51,11 +51,12 @@ class CudaTrainOps final : public TrainOps {
 
   void rmsnorm_fwd(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps) override;
   void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                   const Tensor& dw, float beta_dx) override;
+                   const Tensor& dw, float beta_dx, float beta_dw) override;
   void qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& y, const Tensor& rstd,
                         int heads, int hd, float theta, float eps) override;
-  void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd, const Tensor& dy,
-                        const Tensor& dx, const Tensor& dw, int heads, int hd, float theta) override;
+  void qk_norm_rope_bwd(const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& rstd,
+                        const Tensor& dy, const Tensor& dx, const Tensor& dw, int heads, int hd, float theta,
+                        float beta_dw) override;
 
   void dflash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocks,
                             const Tensor& out, const Tensor& lse, const DFlashAttnShape& s) override;
