@@ -502,8 +502,7 @@ void bench_train_norms(Bench& b) {
 // DFLASH_SPLIT_PLAN=halve ("halve") rows it with the key slices halved until two stages fit (the plan before
 // the fewest stages, then keys, a chunk: 8 slices at hd 128, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the
 // pairs path's warps at 16 keys a stage instead of 32, DFLASH_SPLIT_SLICES=8 / 2 ("slices8", "slices2") with
-// that many key slices where they fit (8 at T 1: one stage of the whole chunk), DFLASH_SPLIT_COPY=async
-// ("async") with the stages copied by 16-byte cp.async instead of a bulk copy a row. [graph] rows replay the
+// that many key slices where they fit (8 at T 1: one stage of the whole chunk). [graph] rows replay the
 // default rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the host's launch
 // cost.
 struct DecodeRow {
@@ -590,10 +589,9 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_PLAN", "halve", " [halve]"},
                         {"DFLASH_SPLIT_WK", "16", " [wk16]"},
                         {"DFLASH_SPLIT_SLICES", "8", " [slices8]"},
-                        {"DFLASH_SPLIT_SLICES", "2", " [slices2]"},
-                        {"DFLASH_SPLIT_COPY", "async", " [async]"}};
-  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",   "DFLASH_SPLIT_T16",
-                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK", "DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_COPY"};
+                        {"DFLASH_SPLIT_SLICES", "2", " [slices2]"}};
+  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",  "DFLASH_SPLIT_T16",
+                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK", "DFLASH_SPLIT_SLICES"};
   for (const Mode& mode : modes) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);

@@ -17,7 +17,6 @@
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
-#include "kernels/tma.cuh"
 
 namespace df {
 
@@ -42,17 +41,6 @@ constexpr int kSplitMaxStages = 6;
 constexpr int kSplitMaxRows = 128;
 constexpr int kSplitMaxWarps = 8;
 constexpr int kMergeThreads = 256;
-// The split kernel's shared memory starts with one mbarrier a ring slot (kSplitMaxStages of them), for the
-// stages that arrive as bulk copies.
-constexpr int kSplitBarBytes = 64;
-static_assert(8 * kSplitMaxStages <= kSplitBarBytes, "a barrier a ring slot");
-
-// Whether this compilation pass has the bulk copies (sm_90): elsewhere the kernel only runs its cp.async form.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-constexpr bool kSplitBulkBuilt = true;
-#else
-constexpr bool kSplitBulkBuilt = false;
-#endif
 
 // Warps a CTA of the split kernel may have: HALVES 2 sized so its registers fit one CTA an SM (hd 256: 12
 // warps of up to 168 registers, ptxas gives 138; hd 128: 16 of up to 128, ptxas 106).
@@ -80,15 +68,12 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 // fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into bf16 hi + lo, so its weights keep 16
 // mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far above the decode's fp32 contract).
 // Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per row to part_ml.
-// bulk (sm_90): a stage's K and V rows arrive as one bulk copy a row (cp.async.bulk, issued by warp 0's lanes)
-// counted on the slot's mbarrier, which each thread waits on; otherwise 16-byte cp.async copies by every
-// thread and a CTA barrier.
 template <int HD, int HALVES, int WK>
 __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
     attention_split_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k,
                            const bf16* __restrict__ v, int64_t ld_v, float* __restrict__ part,
                            float* __restrict__ part_ml, int64_t past, int T, int group, int cta_rows,
-                           int chunk_len, int slices, int stages, float scale_log2, bool bulk) {
+                           int chunk_len, int slices, int stages, float scale_log2) {
   // HW: the head-dim columns a warp multiplies and writes; CH: 16-byte pieces of a row
   // KN: 8-key n-tiles of a warp's scores; SLOT: floats of a pair's score slot per warp
   constexpr int LDS = HD + 8, HW = HD / HALVES, NT = HW / 8, CH = HD / 8, KN = WK / 8, SLOT = 128 * KN;
@@ -106,17 +91,11 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
   const int64_t seen = past + (r0 + here - 1) / group + 1;  // keys [0, seen) are visible to some row here
   const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + stage_keys - 1) / stage_keys);
-  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(split_smem));  // slot s: bar0 + 8·s
-  bf16* sq = reinterpret_cast<bf16*>(split_smem + kSplitBarBytes);  // [wtiles·16][LDS], rows past `here` zero
+  bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [wtiles·16][LDS], rows past `here` zero
   // HALVES 2: each warp's partial scores [4·KN][32 lanes] for its pair; then the ring of stages: K
   // [stage_keys][LDS] then V
   float* sx = reinterpret_cast<float*>(sq + wtiles * 16 * LDS);
   bf16* skv = reinterpret_cast<bf16*>(sx + (HALVES > 1 ? wslice * slices * SLOT : 0));
-  bulk = bulk && kSplitBulkBuilt;
-  if (bulk && threadIdx.x == 0) {
-    for (int st = 0; st < stages; ++st) mbar_init(bar0 + 8 * st, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
   pdl_launch_dependents();
   for (int i = threadIdx.x; i < wtiles * 16 * CH; i += blockDim.x) {
@@ -133,24 +112,6 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   // the instructions executed at T 1 (27B, Nsight Compute, session 17), and each warp's chain of instructions
   // is what the step waits for.
   auto load_stage = [&](int b) {
-    if (bulk) {
-      if constexpr (kSplitBulkBuilt) {
-        if (warp != 0) return;
-        constexpr uint32_t kRow = HD * sizeof(bf16);
-        const uint32_t bar = bar0 + 8 * (b % stages);
-        if (lane == 0) mbar_arrive_expect(bar, 2 * stage_keys * kRow);
-        __syncwarp();  // the phase's bytes are announced before any copy can land
-        const uint32_t dst = static_cast<uint32_t>(
-            __cvta_generic_to_shared(skv + (b % stages) * 2 * stage_keys * LDS));
-        const int64_t kb = key0 + (int64_t)b * stage_keys;
-        for (int r = lane; r < stage_keys; r += 32) {
-          const int64_t j = min(kb + r, len - 1);
-          bulk_copy(dst + r * LDS * sizeof(bf16), k + j * ld_k + (int64_t)kvh * HD, kRow, bar);
-          bulk_copy(dst + (stage_keys + r) * LDS * sizeof(bf16), v + j * ld_v + (int64_t)kvh * HD, kRow, bar);
-        }
-      }
-      return;
-    }
     const int col = (threadIdx.x % CH) * 8, step = blockDim.x / CH;
     const bf16* kcol = k + (int64_t)kvh * HD + col;
     const bf16* vcol = v + (int64_t)kvh * HD + col;
@@ -162,14 +123,9 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
       cp_async_16(dst + (stage_keys + r) * LDS, vcol + j * ld_v, 16);
     }
   };
-  if (bulk) __syncthreads();  // the barriers are initialised before warp 0 counts copies on them
   for (int b = 0; b < stages - 1; ++b) {
     if (b < nb) load_stage(b);
     cp_async_commit();  // empty groups too: the wait below counts groups
-  }
-  if (bulk) {  // Q's copies, every thread's, before the loop, whose stages wait on their barriers instead
-    cp_async_wait<0>();
-    __syncthreads();
   }
 
   const bool active = tile * 16 < here;
@@ -184,13 +140,9 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;  // l: this lane's columns only
   for (int b = 0; b < nb; ++b) {
     if (b + stages - 1 < nb) load_stage(b + stages - 1);
-    if (bulk) {
-      mbar_wait(bar0 + 8 * (b % stages), (b / stages) & 1);  // slot b % stages filled for the (b / stages)-th time
-    } else {
-      cp_async_commit();
-      cp_async_wait_n(stages - 1);  // Q and stage b have landed (this thread's copies)
-      __syncthreads();              // ... and every thread's
-    }
+    cp_async_commit();
+    cp_async_wait_n(stages - 1);  // Q and stage b have landed (this thread's copies)
+    __syncthreads();              // ... and every thread's
     if (active) {
       const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + slice * WK * LDS;
       float s[KN][4];
@@ -417,7 +369,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
 // kernels are also allowed that much dynamic shared memory (a per-function attribute): the launchers run every
 // layer of every decode step, so they make no attribute calls of their own.
 struct DeviceLimits {
-  int sms = 0, smem = 0, major = 0;
+  int sms = 0, smem = 0;
 };
 constexpr int kMaxDevices = 64;
 
@@ -432,7 +384,6 @@ const DeviceLimits& device_limits() {
     DeviceLimits& l = limits[dev];
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.major, cudaDevAttrComputeCapabilityMajor, dev));
     for (auto kernel : {attention_split_kernel<128, 1, 16>, attention_split_kernel<128, 2, 16>,
                         attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,
                         attention_split_kernel<256, 2, 16>, attention_split_kernel<256, 2, 32>})
@@ -502,8 +453,8 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   const int wslice = p.wtiles * p.halves;  // warps a key slice
   p.slices = std::max(1, split_max_warps(hd, p.halves) / wslice);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);
-  auto q_bytes = [&](int slices) {  // the slots' barriers, Q tiles, then a pair path's score slots (wk / 2 floats a lane)
-    return size_t(kSplitBarBytes) + size_t(p.wtiles) * 16 * row_bytes +
+  auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (wk / 2 floats a lane)
+    return size_t(p.wtiles) * 16 * row_bytes +
            (p.halves > 1 ? sizeof(float) * 16 * size_t(p.wk) * size_t(wslice * slices) : 0);
   };
   auto stage_bytes = [&](int slices) { return size_t(2 * slices * p.wk) * row_bytes; };
@@ -585,11 +536,8 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
       : p.wk == 32  ? (hd == 128 ? attention_split_kernel<128, 2, 32> : attention_split_kernel<256, 2, 32>)
                     : (hd == 128 ? attention_split_kernel<128, 2, 16> : attention_split_kernel<256, 2, 16>);
   const dim3 block(32 * p.wtiles * p.halves * p.slices);
-  // Stages as bulk copies on sm_90 unless DFLASH_SPLIT_COPY=async (the A/B switch of bench_kernels decode;
-  // read per call).
-  const bool bulk = device_limits().major >= 9 && !env_is("DFLASH_SPLIT_COPY", "async");
   launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
-             group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2, bulk);
+             group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
   const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
   launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,

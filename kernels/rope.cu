@@ -136,6 +136,17 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   }
 }
 
+// RoPEᵀ of the pair (a, b) = (dy_j, dy_{j+half}) at angle (c, s): dz_j = a·c + b·s, dz_{j+half} = b·c − a·s,
+// each in one written-out form (an fma of one product and the other rounded), as is each dw term below
+// (fma(dz, x·rstd, acc)): the dw kernels promise each other the same bits, and left to the compiler a
+// contraction of b·c − a·s may pick either product to fuse, differently in each kernel.
+__device__ __forceinline__ float rope_dz_lo(float a, float b, float c, float s) {
+  return __fmaf_rn(a, c, __fmul_rn(b, s));
+}
+__device__ __forceinline__ float rope_dz_hi(float a, float b, float c, float s) {
+  return __fmaf_rn(b, c, -__fmul_rn(a, s));
+}
+
 // Partial ∂/∂w of token chunk blockIdx.y: thread i (one per head dim) sums dz_i·x̂_i over the chunk's tokens
 // in order and, inside a token, over heads in order; partial[k·hd + i]. column_sum_launch adds the chunks.
 __global__ void qk_norm_rope_bwd_dw_kernel(const bf16* x, int64_t ld_x, const int32_t* pos, const float* rstd,
@@ -153,8 +164,9 @@ __global__ void qk_norm_rope_bwd_dw_kernel(const bf16* x, int64_t ld_x, const in
     for (int h = 0; h < heads; ++h) {
       const bf16* dyh = dy + t * ld_dy + (int64_t)h * hd;
       const float a = __bfloat162float(dyh[j]), b = __bfloat162float(dyh[j + half]);
-      const float dzi = i < half ? a * c + b * s : b * c - a * s;
-      acc += dzi * (__bfloat162float(x[t * ld_x + (int64_t)h * hd + i]) * rstd[t * ld_rstd + h]);
+      const float dzi = i < half ? rope_dz_lo(a, b, c, s) : rope_dz_hi(a, b, c, s);
+      acc = __fmaf_rn(dzi, __fmul_rn(__bfloat162float(x[t * ld_x + (int64_t)h * hd + i]), rstd[t * ld_rstd + h]),
+                      acc);
     }
   }
   partial[k * hd + i] = acc;
@@ -213,10 +225,8 @@ __global__ void __launch_bounds__(kRopeDwThreads)
         unpack_bf16<V>(bh[u], b);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float dz_lo = a[j] * c[j] + b[j] * s[j];
-          const float dz_hi = b[j] * c[j] - a[j] * s[j];
-          acc_lo[j] += dz_lo * (vl[j] * rs[u]);
-          acc_hi[j] += dz_hi * (vh[j] * rs[u]);
+          acc_lo[j] = __fmaf_rn(rope_dz_lo(a[j], b[j], c[j], s[j]), __fmul_rn(vl[j], rs[u]), acc_lo[j]);
+          acc_hi[j] = __fmaf_rn(rope_dz_hi(a[j], b[j], c[j], s[j]), __fmul_rn(vh[j], rs[u]), acc_hi[j]);
         }
       }
     }

@@ -33,13 +33,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst, counted on bar.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 // A ROWS × HD tile at (row, col0) of the tensor behind tm (whose box is 64 columns × ROWS rows): HD / 64
 // boxes, each landing as one column block of ROWS × 128 bytes. Rows past the tensor's end arrive as zeros.
 template <int HD, int ROWS>
