@@ -7,6 +7,7 @@
 // rstd saved, y separate from x); the training backward is here too, on the same angles.
 #include <algorithm>
 
+#include "core/rope_freq.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/launchers.cuh"
@@ -34,16 +35,9 @@ constexpr int kRopeDwHeads = 32;
 constexpr int kRopeDwThreads = 128;
 
 // ---- kernels ----
-// The cos/sin of angle j at position p: every RoPE kernel here builds its table from it, in two steps so that
-// a kernel visiting many positions can form the frequency once. The frequency as Hugging Face forms it (and
-// cpu_rope_inv_freq): the exponent 2j / rot_dim divided in fp32, then 1 / theta^e. A double exponent, as here
-// before, gives another fp32 frequency for about half the j of a rot_dim that is not a power of two (26 of
-// 48 at 96, 11 of 20 at 40), an angle off by up to position · 2^-24 rad (2e-3 at 40,000): the GPU test of the
-// RoPE backward at head dims 96 and 18 failed on it (session 17).
-__device__ __forceinline__ float rope_inv_freq(int j, int rot_dim, float theta) {
-  const float e = __fdiv_rn(static_cast<float>(2 * j), static_cast<float>(rot_dim));  // IEEE under fast math
-  return static_cast<float>(1.0 / pow(static_cast<double>(theta), static_cast<double>(e)));
-}
+// The cos/sin of angle j at position p: every RoPE kernel here builds its table from it, in two steps (the
+// frequency, core/rope_freq.h, then the angle) so that a kernel visiting many positions forms the frequency
+// once.
 __device__ __forceinline__ void rope_cos_sin_at(float p, float inv_freq, float* cos_j, float* sin_j) {
   double s, c;
   sincos(static_cast<double>(p * inv_freq), &s, &c);

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/fp8.h"
 #include "core/rng.h"
+#include "core/rope_freq.h"
 #include "ops/cpu/cpu_gdn.h"
 
 #ifdef DF_HAVE_CBLAS
@@ -92,10 +93,8 @@ float cpu_norm_row(const float* x, const float* w, float* out, int64_t n, float 
 }
 
 std::vector<float> cpu_rope_inv_freq(int rot_dim, float theta) {
-  // fp32 exponent and fp32 result as transformers forms them; the pow itself in double, rounded once.
   std::vector<float> inv_freq(static_cast<size_t>(rot_dim / 2));
-  for (int j = 0; j < rot_dim / 2; ++j)
-    inv_freq[size_t(j)] = float(1.0 / std::pow(double(theta), double(float(2 * j) / float(rot_dim))));
+  for (int j = 0; j < rot_dim / 2; ++j) inv_freq[size_t(j)] = rope_inv_freq(j, rot_dim, theta);
   return inv_freq;
 }
 
