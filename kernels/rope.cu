@@ -237,6 +237,38 @@ __global__ void __launch_bounds__(kRopeDwThreads)
   }
 }
 
+// The register kernels' layout (qk_norm_rope_reg_kernel, qk_norm_rope_bwd_dx_reg_kernel): a block holds
+// tokens_per_block token slots of heads · kRopeGroup threads, rounded up to whole warps; thread → (slot, head
+// h, group lane q), token t = t0 + slot, active unless the slot lies past the block's tokens or past T.
+struct RopeRegLane {
+  int slot, h, q;
+  int64_t t0, t;
+  bool active;
+};
+__device__ __forceinline__ RopeRegLane rope_reg_lane(int heads, int tokens_per_block, int64_t T) {
+  RopeRegLane l;
+  const int per_token = heads * kRopeGroup;
+  l.slot = threadIdx.x / per_token;
+  l.h = (threadIdx.x % per_token) / kRopeGroup;
+  l.q = threadIdx.x % kRopeGroup;
+  l.t0 = int64_t(blockIdx.x) * tokens_per_block;
+  l.t = l.t0 + l.slot;
+  l.active = l.slot < tokens_per_block && l.t < T;
+  return l;
+}
+
+// The block's cos/sin table in shared memory: per token slot s, HALF cos then HALF sin at table[s · STRIDE].
+template <int HALF, int STRIDE>
+__device__ __forceinline__ void rope_table_fill(float* table, const int32_t* pos, int64_t t0, int64_t T,
+                                                int tokens_per_block, int rot_dim, float theta) {
+  for (int e = threadIdx.x; e < tokens_per_block * HALF; e += blockDim.x) {
+    const int s = e / HALF, j = e % HALF;
+    if (t0 + s < T)
+      rope_cos_sin(static_cast<float>(pos[t0 + s]), j, rot_dim, theta, &table[s * STRIDE + j],
+                   &table[s * STRIDE + HALF + j]);
+  }
+}
+
 // The training backward for HD in {64, 128, 256} (rot_dim = hd): the layout of qk_norm_rope_reg_kernel (a
 // group of kRopeGroup lanes per head, lane q holding chunks q, q + 4, ...; chunk k's RoPE partner k + HD/64
 // in the same lane), x and dy read once with 16-byte loads, x held as raw bf16 and dy turned into w·RoPEᵀ·dy
@@ -255,11 +287,10 @@ __global__ void __launch_bounds__(kRopeBwdRegMaxThreads)
   constexpr int HALF = HD / 2;
   extern __shared__ float4 rope_table_raw[];  // per token slot: HALF cos then HALF sin
   float* table = reinterpret_cast<float*>(rope_table_raw);
-  const int per_token = heads * kRopeGroup;
-  const int slot = threadIdx.x / per_token, h = (threadIdx.x % per_token) / kRopeGroup;
-  const int q = threadIdx.x % kRopeGroup;
-  const int64_t t0 = int64_t(blockIdx.x) * tokens_per_block, t = t0 + slot;
-  const bool active = slot < tokens_per_block && t < T;
+  const RopeRegLane l = rope_reg_lane(heads, tokens_per_block, T);
+  const int slot = l.slot, h = l.h, q = l.q;
+  const int64_t t = l.t;
+  const bool active = l.active;
   const int64_t off = int64_t(h) * HD;
   uint4 ux[K], ud[K];
 #pragma unroll
@@ -269,12 +300,7 @@ __global__ void __launch_bounds__(kRopeBwdRegMaxThreads)
     ud[k] = active ? *reinterpret_cast<const uint4*>(dy + t * ld_dy + off + e) : make_uint4(0, 0, 0, 0);
   }
   const float r = active ? rstd[t * ld_rstd + h] : 0.0f;
-  for (int e = threadIdx.x; e < tokens_per_block * HALF; e += blockDim.x) {
-    const int s = e / HALF, j = e % HALF;
-    if (t0 + s < T)
-      rope_cos_sin(static_cast<float>(pos[t0 + s]), j, hd, theta, &table[s * HD + j],
-                   &table[s * HD + HALF + j]);
-  }
+  rope_table_fill<HALF, HD>(table, pos, l.t0, T, tokens_per_block, hd, theta);
   __syncthreads();  // the table is complete
   const float* cos_t = table + (active ? slot : 0) * HD;
   const float* sin_t = cos_t + HALF;
@@ -339,22 +365,16 @@ __global__ void __launch_bounds__(kRopeRegMaxThreads)
   constexpr int HALF = ROT / 2;
   extern __shared__ float4 rope_table_raw[];  // per token slot: HALF cos then HALF sin
   float* table = reinterpret_cast<float*>(rope_table_raw);
-  const int per_token = heads * kRopeGroup;
-  const int slot = threadIdx.x / per_token, h = (threadIdx.x % per_token) / kRopeGroup;
-  const int q = threadIdx.x % kRopeGroup;
-  const int64_t t0 = int64_t(blockIdx.x) * tokens_per_block, t = t0 + slot;
-  const bool active = slot < tokens_per_block && t < T;  // the block is rounded up to whole warps
+  const RopeRegLane l = rope_reg_lane(heads, tokens_per_block, T);
+  const int slot = l.slot, h = l.h, q = l.q;
+  const int64_t t = l.t;
+  const bool active = l.active;
   bf16* row = x + t * ld_x + int64_t(h) * HD;
   uint4 u[K];
 #pragma unroll
   for (int k = 0; k < K; ++k)
     u[k] = active ? *reinterpret_cast<const uint4*>(row + (q + kRopeGroup * k) * 8) : make_uint4(0, 0, 0, 0);
-  for (int e = threadIdx.x; e < tokens_per_block * HALF; e += blockDim.x) {
-    const int s = e / HALF, j = e % HALF;
-    if (t0 + s < T)
-      rope_cos_sin(static_cast<float>(pos[t0 + s]), j, rot_dim, theta, &table[s * ROT + j],
-                   &table[s * ROT + HALF + j]);
-  }
+  rope_table_fill<HALF, ROT>(table, pos, l.t0, T, tokens_per_block, rot_dim, theta);
   float a[8] = {};
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -405,6 +425,22 @@ __global__ void __launch_bounds__(kRopeRegMaxThreads)
 }
 
 // ---- launchers ----
+// The register kernels' grid (RopeRegLane): kRopeRegThreads threads' worth of token slots a block, at least
+// one and at most T, the block rounded up to whole warps; a cos/sin table of rot_dim floats a slot.
+struct RopeRegGrid {
+  int tokens_per_block;
+  unsigned threads, blocks;
+  size_t smem;
+};
+static RopeRegGrid rope_reg_grid(int64_t T, int heads, int rot_dim) {
+  const int per_token = heads * kRopeGroup;
+  RopeRegGrid g;
+  g.tokens_per_block = static_cast<int>(std::min<int64_t>(std::max(1, kRopeRegThreads / per_token), T));
+  g.threads = static_cast<unsigned>((g.tokens_per_block * per_token + 31) / 32 * 32);
+  g.blocks = static_cast<unsigned>((T + g.tokens_per_block - 1) / g.tokens_per_block);
+  g.smem = size_t(g.tokens_per_block) * rot_dim * sizeof(float);
+  return g;
+}
 using RopeRegKernel = decltype(&qk_norm_rope_reg_kernel<128, 128>);
 
 // The register kernel instantiated for (hd, rot_dim), or nullptr: Qwen3 (128, 128), Qwen3.5/3.6 (256, 64)
@@ -450,13 +486,9 @@ void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* p
   const RopeRegKernel reg = rope_reg_kernel_for(hd, rot_dim);
   const int per_token = heads * kRopeGroup;
   if (reg && al(x) && ld_x % 8 == 0 && al(w) && per_token <= kRopeRegMaxThreads) {
-    const int tokens_per_block =
-        static_cast<int>(std::min<int64_t>(std::max(1, kRopeRegThreads / per_token), T));
-    const unsigned threads = static_cast<unsigned>((tokens_per_block * per_token + 31) / 32 * 32);
-    const unsigned blocks = static_cast<unsigned>((T + tokens_per_block - 1) / tokens_per_block);
-    const size_t smem = size_t(tokens_per_block) * rot_dim * sizeof(float);
-    reg<<<blocks, threads, smem, stream>>>(x, ld_x, w, pos, T, heads, hd, rot_dim, tokens_per_block, theta,
-                                           eps, zero_centred);
+    const RopeRegGrid g = rope_reg_grid(T, heads, rot_dim);
+    reg<<<g.blocks, g.threads, g.smem, stream>>>(x, ld_x, w, pos, T, heads, hd, rot_dim, g.tokens_per_block,
+                                                 theta, eps, zero_centred);
     DF_CUDA_CHECK_LAUNCH("qk_norm_rope_reg_kernel");
     return;
   }
@@ -500,13 +532,9 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
   const int per_token = heads * kRopeGroup;
   if (reg && al(x, 16) && al(dy, 16) && al(dx, 16) && al(w, 16) && ld_x % 8 == 0 && ld_dy % 8 == 0 &&
       ld_dx % 8 == 0 && per_token <= kRopeBwdRegMaxThreads) {
-    const int tokens_per_block =
-        static_cast<int>(std::min<int64_t>(std::max(1, kRopeRegThreads / per_token), T));
-    const unsigned threads = static_cast<unsigned>((tokens_per_block * per_token + 31) / 32 * 32);
-    const unsigned blocks = static_cast<unsigned>((T + tokens_per_block - 1) / tokens_per_block);
-    const size_t smem = size_t(tokens_per_block) * hd * sizeof(float);
-    reg<<<blocks, threads, smem, stream>>>(x, ld_x, w, pos, rstd, ld_rstd, dy, ld_dy, dx, ld_dx, T, heads, hd,
-                                           tokens_per_block, theta);
+    const RopeRegGrid g = rope_reg_grid(T, heads, hd);
+    reg<<<g.blocks, g.threads, g.smem, stream>>>(x, ld_x, w, pos, rstd, ld_rstd, dy, ld_dy, dx, ld_dx, T,
+                                                 heads, hd, g.tokens_per_block, theta);
     DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dx_reg_kernel");
   } else {
     qk_norm_rope_bwd_dx_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
