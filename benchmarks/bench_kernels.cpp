@@ -8,7 +8,8 @@
 // gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection,
 // and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone;
 // `bench_kernels dflash` the DFlash drafter attention at the drafter step's shape and 8x it, both backward
-// paths; `bench_kernels norms` the drafter's RMSNorm and QK-norm + RoPE backwards on both kernel paths. The
+// paths; `bench_kernels norms` the drafter's RMSNorm and QK-norm + RoPE backwards and training forwards on
+// both kernel paths; `bench_kernels lm [H V]` the lm_head loss alone (default the 27B shape). The
 // FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their
 // peers' in the same call.
 #include <cuda_runtime.h>
@@ -44,8 +45,8 @@ namespace {
 // V = 248,320; CE at two chunk sizes, the KL at one, and the two GEMMs of the CE alone for the overhead. Each
 // configuration's last timed run is checked on rows 1 (first chunk), R − 1 (last) and 16 (inactive) against
 // a double-precision host computation from the same bf16 values (the CPU oracle would need 5 GB of f32).
-void bench_lm_head_loss(Bench& b, int64_t H) {
-  const int64_t R = 8192, V = 248320;
+void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320) {
+  const int64_t R = 8192;
   size_t mark = b.arena.mark();
   Tensor hid = b.rand(DType::bf16, R, H, -2, 2), tgt = b.rand(DType::bf16, R, H, -2, 2);
   Tensor W = b.rand(DType::bf16, V, H, -0.05f, 0.05f);
@@ -184,6 +185,23 @@ void bench_lm_head_loss(Bench& b, int64_t H) {
           },
           5);
       row_flops("  its GEMMs alone (logits + dhidden)", per_row * R, gms);
+      // Each GEMM alone: which of the two falls short of the ceiling.
+      const double lms = b.time_ms(
+          [&] {
+            for (int64_t p0 = 0; p0 < R; p0 += chunk)
+              gemm_launch_ex(gemm, bf(hid) + p0 * H, H, false, bf(W), H, true, logits, V, true, chunk, V, H,
+                             1.0f, 0.0f, b.gpu.stream());
+          },
+          5);
+      row_flops("  logits GEMM alone (f32 out)", per_row / 2 * R, lms);
+      const double dms = b.time_ms(
+          [&] {
+            for (int64_t p0 = 0; p0 < R; p0 += chunk)
+              gemm_launch_ex(gemm, grad, V, false, bf(W), H, false, dhc, H, false, chunk, H, V, 1.0f, 0.0f,
+                             b.gpu.stream());
+          },
+          5);
+      row_flops("  dhidden GEMM alone", per_row / 2 * R, dms);
     }
     b.arena.reset(m2);
   }
@@ -479,6 +497,42 @@ void bench_train_norms(Bench& b) {
     std::printf("check %-34s max|err|/max|ref| = %.2e (tol 1e-02) %s\n", "dx, default vs old",
                 err / std::max(ref, 1e-30), ok ? "ok" : "FAILED");
     if (!ok) ++b.failures;
+    // The training forward on the same rows (y into dx, rstd overwritten), default and old.
+    auto fwd = [&] {
+      if (qk)
+        qk_norm_rope_fwd_launch(xp, x.stride, w.ptr<float>(), pos.ptr<int32_t>(), dx.ptr<bf16>(), dx.stride,
+                                rstd.ptr<float>(), rstd.stride, c.rows, c.heads, c.hd, 1e6f, 1e-6f,
+                                b.gpu.stream());
+      else
+        rmsnorm_fwd_launch(xp, x.stride, w.ptr<float>(), dx.ptr<bf16>(), dx.stride, rstd.ptr<float>(), c.rows,
+                           c.cols, 1e-6f, b.gpu.stream());
+    };
+    std::vector<float> y_path[2];
+    for (int old = 0; old < 2; ++old) {
+      if (old)
+        setenv("DFLASH_TRAIN_OPS", "old", 1);
+      else
+        unsetenv("DFLASH_TRAIN_OPS");
+      fwd();
+      y_path[old].resize(size_t(c.rows * c.cols));
+      b.gpu.download_f32(dx, y_path[old].data());
+      char name[112];
+      std::snprintf(name, sizeof(name), "%s forward%s", qk ? "qk_norm_rope" : "rmsnorm", old ? " (old)" : "");
+      row_bytes(name, 4.0 * c.rows * c.cols, b.time_ms(fwd));
+    }
+    unsetenv("DFLASH_TRAIN_OPS");
+    double yerr = 0, yref = 0;
+    bool ynan = false;
+    for (size_t i = 0; i < y_path[0].size(); ++i) {
+      ynan |= !std::isfinite(y_path[0][i]);
+      yerr = std::max(yerr, std::fabs(double(y_path[0][i]) - y_path[1][i]));
+      yref = std::max(yref, std::fabs(double(y_path[1][i])));
+    }
+    // QK-norm + RoPE: the same bits; RMSNorm: the sums of squares in another order (a bf16 ulp at most).
+    const bool yok = !ynan && yerr <= (qk ? 0.0 : 1e-2 * yref);
+    std::printf("check %-34s max|err|/max|ref| = %.2e %s\n", "forward y, default vs old",
+                yerr / std::max(yref, 1e-30), yok ? "ok" : "FAILED");
+    if (!yok) ++b.failures;
     b.arena.reset(mark);
   }
 }
@@ -885,6 +939,12 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "norms") {  // the drafter's norm backwards, default and old
       bench_train_norms(b);
       std::printf("bench_kernels norms: %s\n",
+                  b.failures ? "a correctness check FAILED" : "all correctness checks passed");
+      return b.failures ? 1 : 0;
+    }
+    if (argc > 1 && std::string(argv[1]) == "lm") {  // the lm_head loss alone; `lm H V`: another shape
+      bench_lm_head_loss(b, argc > 2 ? std::atoll(argv[2]) : H, argc > 3 ? std::atoll(argv[3]) : 248320);
+      std::printf("bench_kernels lm: %s\n",
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
     }

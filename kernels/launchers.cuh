@@ -51,7 +51,7 @@ void swiglu_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld
 // view allows (columns and row strides whole 16-byte chunks, addresses 16-byte aligned) and one element per
 // thread otherwise, with the same bits. train_ops_old(), DFLASH_TRAIN_OPS=old (read per call): one element per
 // thread everywhere, CudaTrainOps::gemm_add copies its addend into out and adds in place, and the RMSNorm and
-// QK-norm + RoPE backwards run their first kernels (for A/B timing).
+// QK-norm + RoPE backwards and training forwards run their first kernels (for A/B timing).
 bool train_ops_old();
 // Training SwiGLU backward of out = silu(gate)·up: dgate = dout·up·σ(g)·(1 + g·(1 − σ(g))), dup =
 // dout·silu(g), fp32 inside, each output rounded to bf16 once.

@@ -1,7 +1,7 @@
 // Row RMSNorm, plain (Qwen3) and zero-centred (Qwen3.5/3.6), with the residual add of the pre-norm block
 // fused in, and the drafter's training forward (saved rstd) and backward. Memory-bound: the register kernel
 // reads each row from global memory once, all of a thread's 16-byte loads in flight before the reduction; a
-// two-pass kernel covers every other shape and alignment and the training forward.
+// two-pass kernel covers every other shape and alignment.
 #include <algorithm>
 
 #include "kernels/cuda_check.cuh"
@@ -31,17 +31,19 @@ constexpr int kDwThreads = 128;
 // ---- kernels ----
 // One block per row; thread t holds chunks t, t + blockDim, ... (NC of them, coalesced across the block) as
 // raw bf16 in registers from the load to the output. With delta != nullptr, residual += delta first, rounded
-// to bf16 and written back; the norm then sees the rounded residual, as in rmsnorm_kernel. Numerics are those
-// of rmsnorm_kernel except the order of the fp32 sum of squares (per-thread partials over its chunks, then
-// the block tree), so results can differ from it in the last bits of r.
-// FP8: the output rows are also quantised to e4m3 as fp8_quantize_rows_launch of out would (codes at q, scale
-// at qscale[row]) from the registers, and with write_back out then holds code · scale instead. A template
-// argument so that the plain norm keeps its register count (occupancy) without the quantiser's.
+// to bf16 and written back; the norm then sees the rounded residual, as in rmsnorm_kernel. With rstd !=
+// nullptr (the training forward) r is saved per row as well. Numerics are those of rmsnorm_kernel except the
+// order of the fp32 sum of squares (per-thread partials over its chunks, then the block tree), so results can
+// differ from it in the last bits of r. FP8: the output rows are also quantised to e4m3 as
+// fp8_quantize_rows_launch of out would (codes at q, scale at qscale[row]) from the registers, and with
+// write_back out then holds code · scale instead. A template argument so that the plain norm keeps its
+// register count (occupancy) without the quantiser's.
 template <int NC, bool FP8>
 __global__ void __launch_bounds__(kRegMaxThreads)
     rmsnorm_reg_kernel(bf16* x, int64_t ld_x, const bf16* __restrict__ delta, int64_t ld_delta,
-                       const float* __restrict__ w, bf16* out, int64_t ld_out, int64_t cols, float eps,
-                       bool zero_centred, uint8_t* q, int64_t ldq, float* qscale, bool write_back) {
+                       const float* __restrict__ w, bf16* out, int64_t ld_out, float* rstd, int64_t cols,
+                       float eps, bool zero_centred, uint8_t* q, int64_t ldq, float* qscale,
+                       bool write_back) {
   const int64_t row = blockIdx.x;
   const int n = static_cast<int>(cols / 8);
   bf16* xr = x + row * ld_x;
@@ -80,6 +82,7 @@ __global__ void __launch_bounds__(kRegMaxThreads)
     for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
   }
   const float r = rsqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
+  if (rstd && threadIdx.x == 0) rstd[row] = r;
   uint4* orow = reinterpret_cast<uint4*>(out + row * ld_out);
 #pragma unroll
   for (int k = 0; k < NC; ++k) {
@@ -287,7 +290,10 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
              (!delta || (ld_delta % 8 == 0 && al(delta)));
   const int64_t chunks = cols / 8;
   const bool q_vec = !q || (ldq % 8 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0);
-  if (!rstd && vec && q_vec && al(w) && chunks <= int64_t(kRegMaxChunks) * kRegMaxThreads) {
+  // The training forward (rstd) runs here too: w·x·r with the products rounded in fp32 is rmsnorm_apply's
+  // (x·r)·w, zero_centred false. DFLASH_TRAIN_OPS=old: the two-pass kernel, for A/B.
+  if ((!rstd || !train_ops_old()) && vec && q_vec && al(w) &&
+      chunks <= int64_t(kRegMaxChunks) * kRegMaxThreads) {
     const RegGeometry g = reg_geometry(chunks, kRegMaxChunks);
     using Kernel = decltype(&rmsnorm_reg_kernel<1, false>);
     constexpr Kernel by_chunks[2][kRegMaxChunks] = {
@@ -298,7 +304,7 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
          rmsnorm_reg_kernel<4, true>, rmsnorm_reg_kernel<5, true>, rmsnorm_reg_kernel<6, true>,
          rmsnorm_reg_kernel<7, true>, rmsnorm_reg_kernel<8, true>}};
     by_chunks[q != nullptr][g.nc - 1]<<<static_cast<unsigned>(rows), g.threads, 0, stream>>>(
-        x, ld_x, delta, ld_delta, w, out, ld_out, cols, eps, zero_centred, q, ldq, qscale, write_back);
+        x, ld_x, delta, ld_delta, w, out, ld_out, rstd, cols, eps, zero_centred, q, ldq, qscale, write_back);
     DF_CUDA_CHECK_LAUNCH("rmsnorm_reg_kernel");
     return;
   }

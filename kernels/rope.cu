@@ -1,10 +1,10 @@
 // Per-head QK RMSNorm followed by rotate-half RoPE on the first rot_dim dims, in fp32 with one rounding at
 // the store (device_math.cuh's rounding policy; HF rounds the norm output, cos/sin and each RoPE term to
 // bf16). The angle pos·inv_freq is formed in fp32 like HF, then sin/cos in double: fast-math sinf is wrong by
-// far more than a bf16 ulp at angles of thousands of radians. Two inference kernels with bit-identical
-// results: a register kernel for the Qwen head shapes (memory-bound, each element read once) and a
-// shared-memory kernel for everything else, which also runs the drafter's training forward (the same math,
-// rstd saved, y separate from x); the training backward is here too, on the same angles.
+// far more than a bf16 ulp at angles of thousands of radians. Two kernels with bit-identical results: a
+// register kernel for the Qwen head shapes (memory-bound, each element read once) and a shared-memory kernel
+// for everything else; both also run the drafter's training forward (the same math, rstd saved, y separate
+// from x). The training backward is here too, on the same angles.
 #include <algorithm>
 
 #include "core/rope_freq.h"
@@ -354,12 +354,15 @@ __global__ void __launch_bounds__(kRopeBwdRegMaxThreads)
 // stay in registers until the store. Sum of squares in the order of qk_norm_rope_kernel: its lane l = 8·q + j
 // sums dims l, l + 32, ... = element j of chunks q, q + 4, ..., which is a[j] of group lane q here; its
 // warp_sum steps xor 16 and xor 8 become shuffles with group lanes q^2 and q^1, steps xor 4, 2, 1 pair the
-// a[j]. hd and rot_dim also come at run time so the divisions compile to the fallback's instructions.
+// a[j]. hd and rot_dim also come at run time so the divisions compile to the fallback's instructions. Reads
+// x, writes y (y == x in place for inference); rstd != nullptr (the training forward) also saves r per token
+// and head.
 template <int HD, int ROT>
 __global__ void __launch_bounds__(kRopeRegMaxThreads)
-    qk_norm_rope_reg_kernel(bf16* x, int64_t ld_x, const float* __restrict__ w,
-                            const int32_t* __restrict__ pos, int64_t T, int heads, int hd, int rot_dim,
-                            int tokens_per_block, float theta, float eps, bool zero_centred) {
+    qk_norm_rope_reg_kernel(const bf16* x, int64_t ld_x, bf16* y, int64_t ld_y, float* rstd, int64_t ld_rstd,
+                            const float* __restrict__ w, const int32_t* __restrict__ pos, int64_t T,
+                            int heads, int hd, int rot_dim, int tokens_per_block, float theta, float eps,
+                            bool zero_centred) {
   constexpr int K = HD / 32;    // chunks per lane
   constexpr int KH = ROT / 64;  // chunks per lane in the first rotated half; the partner of chunk k is k + KH
   constexpr int HALF = ROT / 2;
@@ -369,7 +372,7 @@ __global__ void __launch_bounds__(kRopeRegMaxThreads)
   const int slot = l.slot, h = l.h, q = l.q;
   const int64_t t = l.t;
   const bool active = l.active;
-  bf16* row = x + t * ld_x + int64_t(h) * HD;
+  const bf16* row = x + t * ld_x + int64_t(h) * HD;
   uint4 u[K];
 #pragma unroll
   for (int k = 0; k < K; ++k)
@@ -394,6 +397,7 @@ __global__ void __launch_bounds__(kRopeRegMaxThreads)
   const float r = rsqrtf(a[0] / static_cast<float>(hd) + eps);
   __syncthreads();  // the table is complete
   if (!active) return;
+  if (rstd && q == 0) rstd[t * ld_rstd + h] = r;
   float n[K][8];  // the fp32 norm output RoPE reads, as nb in the fallback
 #pragma unroll
   for (int k = 0; k < K; ++k) rmsnorm_apply8_f32(u[k], w + 8 * (q + kRopeGroup * k), r, zero_centred, n[k]);
@@ -420,8 +424,9 @@ __global__ void __launch_bounds__(kRopeRegMaxThreads)
   }
 #pragma unroll
   for (int k = 2 * KH; k < K; ++k) u[k] = bf16x8_pack(n[k]);  // the dims past rot_dim: the norm alone
+  bf16* out = y + t * ld_y + int64_t(h) * HD;
 #pragma unroll
-  for (int k = 0; k < K; ++k) *reinterpret_cast<uint4*>(row + (q + kRopeGroup * k) * 8) = u[k];
+  for (int k = 0; k < K; ++k) *reinterpret_cast<uint4*>(out + (q + kRopeGroup * k) * 8) = u[k];
 }
 
 // ---- launchers ----
@@ -487,8 +492,8 @@ void qk_norm_rope_launch(bf16* x, int64_t ld_x, const float* w, const int32_t* p
   const int per_token = heads * kRopeGroup;
   if (reg && al(x) && ld_x % 8 == 0 && al(w) && per_token <= kRopeRegMaxThreads) {
     const RopeRegGrid g = rope_reg_grid(T, heads, rot_dim);
-    reg<<<g.blocks, g.threads, g.smem, stream>>>(x, ld_x, w, pos, T, heads, hd, rot_dim, g.tokens_per_block,
-                                                 theta, eps, zero_centred);
+    reg<<<g.blocks, g.threads, g.smem, stream>>>(x, ld_x, x, ld_x, nullptr, 0, w, pos, T, heads, hd, rot_dim,
+                                                 g.tokens_per_block, theta, eps, zero_centred);
     DF_CUDA_CHECK_LAUNCH("qk_norm_rope_reg_kernel");
     return;
   }
@@ -507,6 +512,18 @@ void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
                              float theta, float eps, cudaStream_t stream) {
   if (T == 0 || heads == 0) return;
   rope_train_check(hd, "qk_norm_rope_fwd_launch");
+  // The register kernel where the shapes allow (bit-identical to the shared-memory one);
+  // DFLASH_TRAIN_OPS=old: the shared-memory kernel, for A/B.
+  auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const RopeRegKernel reg = train_ops_old() ? nullptr : rope_reg_kernel_for(hd, hd);
+  if (reg && al(x) && al(y) && al(w) && ld_x % 8 == 0 && ld_y % 8 == 0 &&
+      heads * kRopeGroup <= kRopeRegMaxThreads) {
+    const RopeRegGrid g = rope_reg_grid(T, heads, hd);
+    reg<<<g.blocks, g.threads, g.smem, stream>>>(x, ld_x, y, ld_y, rstd, ld_rstd, w, pos, T, heads, hd, hd,
+                                                 g.tokens_per_block, theta, eps, false);
+    DF_CUDA_CHECK_LAUNCH("qk_norm_rope_reg_kernel (training forward)");
+    return;
+  }
   qk_norm_rope_kernel<<<static_cast<unsigned>(T), 32 * kRopeWarps, 0, stream>>>(
       x, ld_x, y, ld_y, rstd, ld_rstd, w, pos, heads, hd, hd, theta, eps, false);
   DF_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel (training forward)");

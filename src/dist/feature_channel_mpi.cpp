@@ -226,7 +226,10 @@ class ChannelSender final : public FeatureSender {
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       int done = 0;
       MPI_Testall(3, (*it)->req, &done, MPI_STATUSES_IGNORE);
-      if (done && (*it)->slot >= 0) done = wire_->left((*it)->slot);
+      // The wire is asked even while MPI's part is pending: its own bound (an NCCL send to a drafter that
+      // stopped receiving) must fire whether or not that drafter took the batch's header and meta first.
+      const bool wire_done = (*it)->slot < 0 || wire_->left((*it)->slot);
+      done = done && wire_done;
       if (!done) {
         ++it;
         continue;

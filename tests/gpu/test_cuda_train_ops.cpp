@@ -720,6 +720,76 @@ TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
   }
 }
 
+// The training forwards on the register kernels (default) against the old ones (DFLASH_TRAIN_OPS=old: the
+// two-pass RMSNorm, the shared-memory QK-norm + RoPE) on the backward tests' shapes, with strided and
+// unaligned views (the old kernels' layouts). QK-norm + RoPE: the same bits, y and rstd (the register kernel
+// sums the squares in the shared-memory kernel's order). RMSNorm: the register kernel sums the squares per
+// thread then over the block, the two-pass kernel per strided chunk, so rstd may differ by the f32 sum's
+// error on each side and y by that plus one bf16 rounding each.
+TEST_F(CudaTrainOpsTest, TrainingForwardNormsMatchOldKernels) {
+  const float eps = 1e-6f, theta = 1e6f;
+  struct RmsCase {
+    int64_t rows, cols, pad;
+  };
+  for (RmsCase cs : {RmsCase{1, 64, 0}, RmsCase{7, 4096, 16}, RmsCase{733, 4096, 16}, RmsCase{19, 5120, 16},
+                     RmsCase{2, 28672, 0}, RmsCase{2, 28680, 0}, RmsCase{300, 1000, 8}, RmsCase{65, 130, 4},
+                     RmsCase{37, 64, 3}, RmsCase{5, 5, 0}}) {
+    const int64_t rows = cs.rows, cols = cs.cols, pad = cs.pad;
+    std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(cols, 0.5f, 1.5f);
+    Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, cols, 0, &w);
+    auto run = [&](const char* kernels, std::vector<float>& y, std::vector<float>& rs) {
+      ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
+      Tensor gy = dev(DType::bf16, rows, cols, pad), grs = dev(DType::f32, 1, rows);
+      gpu_->rmsnorm_fwd(gx, gw, gy, grs, eps);
+      y = down(gy);
+      rs = down(grs);
+    };
+    std::vector<float> y_new, rs_new, y_old, rs_old;
+    run("new", y_new, rs_new);
+    run("old", y_old, rs_old);
+    Tensor cy = cpu(rows, cols, {}), crs = cpu(1, rows, {});
+    cpu_ops_.rmsnorm_fwd(cpu(rows, cols, x), cpu(1, cols, w), cy, crs, eps);
+    const double rs_rel = double(cols + 4) * kF32;
+    const std::string c = " pad " + std::to_string(pad);
+    expect_close(rs_new, host(crs), 1, rows, 0.0, rs_rel, shape_name("rmsnorm_fwd rstd", {rows, cols}) + c);
+    expect_close(y_new, host(cy), rows, cols, 0.0, kBf16Rel + rs_rel,
+                 shape_name("rmsnorm_fwd y", {rows, cols}) + c);
+    expect_close(rs_new, rs_old, 1, rows, 0.0, 2 * rs_rel,
+                 shape_name("rmsnorm_fwd rstd new vs old", {rows, cols}) + c);
+    expect_close(y_new, y_old, rows, cols, 0.0, 2 * kBf16Rel * (1 + kBf16Rel) + 2 * rs_rel,
+                 shape_name("rmsnorm_fwd y new vs old", {rows, cols}) + c);
+  }
+  struct RopeCase {
+    int64_t rows;
+    int heads, hd;
+    int64_t pad;
+  };
+  for (RopeCase cs : {RopeCase{37, 32, 128, 16}, RopeCase{733, 8, 128, 256}, RopeCase{19, 4, 256, 512},
+                      RopeCase{7, 24, 256, 0}, RopeCase{300, 3, 64, 16}, RopeCase{19, 2, 96, 0},
+                      RopeCase{19, 5, 18, 0}, RopeCase{7, 65, 128, 0}, RopeCase{19, 8, 128, 3}}) {
+    const int64_t rows = cs.rows, cols = int64_t(cs.heads) * cs.hd, pad = cs.pad;
+    const int heads = cs.heads, hd = cs.hd;
+    std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(hd, 0.5f, 1.5f);
+    std::vector<int32_t> pos(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) pos[size_t(r)] = int32_t((r * 7919) % 40000);
+    Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, hd, 0, &w),
+           gpos = dev_i32(pos);
+    auto run = [&](const char* kernels, std::vector<float>& y, std::vector<float>& rs) {
+      ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
+      Tensor gy = dev(DType::bf16, rows, cols, pad), grs = dev(DType::f32, rows, heads, 2);
+      gpu_->qk_norm_rope_fwd(gx, gw, gpos, gy, grs, heads, hd, theta, eps);
+      y = down(gy);
+      rs = down(grs);
+    };
+    std::vector<float> y_new, rs_new, y_old, rs_old;
+    run("new", y_new, rs_new);
+    run("old", y_old, rs_old);
+    const std::string c = " heads " + std::to_string(heads) + " pad " + std::to_string(pad);
+    expect_same_bits(y_new, y_old, cols, shape_name("qk_norm_rope_fwd y new == old", {rows, hd}) + c);
+    expect_same_bits(rs_new, rs_old, heads, shape_name("qk_norm_rope_fwd rstd new == old", {rows, hd}) + c);
+  }
+}
+
 // ---- MLP
 // ----------------------------------------------------------------------------------------------------
 
