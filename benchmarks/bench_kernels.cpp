@@ -45,7 +45,7 @@ namespace {
 // V = 248,320; CE at two chunk sizes, the KL at one, and the two GEMMs of the CE alone for the overhead. Each
 // configuration's last timed run is checked on rows 1 (first chunk), R − 1 (last) and 16 (inactive) against
 // a double-precision host computation from the same bf16 values (the CPU oracle would need 5 GB of f32).
-void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320) {
+void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320, bool sweep = false) {
   const int64_t R = 8192;
   size_t mark = b.arena.mark();
   Tensor hid = b.rand(DType::bf16, R, H, -2, 2), tgt = b.rand(DType::bf16, R, H, -2, 2);
@@ -152,6 +152,43 @@ void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320) {
     if (!ok) ++b.failures;
   };
 
+  if (sweep) {
+    // The row kernel's shapes (DFLASH_LM_ROW = threads a CTA, most CTAs a row), CE at chunk 1024, each
+    // checked.
+    const size_t m2 = b.arena.mark();
+    const size_t ws_bytes = lm_head_loss_workspace_bytes(R, H, V, 1024, false);
+    void* ws = b.arena.alloc_bytes(ws_bytes);
+    // The two GEMMs of each chunk over the active rows only, as the loss walks them (operands: workspace
+    // bytes, whatever they hold): what the row kernels, gathers and scatters add comes on top.
+    char* base = static_cast<char*>(ws);
+    float* logits = reinterpret_cast<float*>(base);
+    bf16* grad = reinterpret_cast<bf16*>(base + size_t(1024 * V) * 4);
+    bf16* dhc = reinterpret_cast<bf16*>(base + size_t(1024 * V) * 6);
+    const double gemm_active_ms = b.time_ms(
+        [&] {
+          for (int64_t p0 = 0; p0 < n_active; p0 += 1024) {
+            const int64_t n = std::min<int64_t>(1024, n_active - p0);
+            gemm_launch_ex(gemm, bf(hid) + p0 * H, H, false, bf(W), H, true, logits, V, true, n, V, H, 1.0f,
+                           0.0f, b.gpu.stream());
+            gemm_launch_ex(gemm, grad, V, false, bf(W), H, false, dhc, H, false, n, H, V, 1.0f, 0.0f,
+                           b.gpu.stream());
+          }
+        },
+        5);
+    row_flops("  its GEMMs alone over the active rows", 4.0 * double(H) * double(V) * n_active,
+              gemm_active_ms);
+    for (const char* shape : {"1024,8", "512,8", "256,8", "512,16", "256,16", "128,16"}) {
+      setenv("DFLASH_LM_ROW", shape, 1);
+      char name[96];
+      std::snprintf(name, sizeof(name), "lm_head_loss ce chunk 1024, row CTAs %s", shape);
+      const double ms = b.time_ms([&] { run(false, 1024, ws, ws_bytes); }, 5);
+      check(name, false);
+      row_flops(name, 4.0 * double(H) * double(V) * n_active, ms);
+      std::printf("  beyond the GEMMs over the active rows: %.3f ms\n", ms - gemm_active_ms);
+    }
+    unsetenv("DFLASH_LM_ROW");
+    b.arena.reset(m2);
+  }
   for (auto [kl, chunk] : {std::pair{false, int64_t(1024)}, {false, int64_t(4096)}, {true, int64_t(1024)}}) {
     const size_t m2 = b.arena.mark();
     const size_t ws_bytes = lm_head_loss_workspace_bytes(R, H, V, chunk, kl);
@@ -943,7 +980,8 @@ int main(int argc, char** argv) {
       return b.failures ? 1 : 0;
     }
     if (argc > 1 && std::string(argv[1]) == "lm") {  // the lm_head loss alone; `lm H V`: another shape
-      bench_lm_head_loss(b, argc > 2 ? std::atoll(argv[2]) : H, argc > 3 ? std::atoll(argv[3]) : 248320);
+      bench_lm_head_loss(b, argc > 2 ? std::atoll(argv[2]) : H, argc > 3 ? std::atoll(argv[3]) : 248320,
+                         true);
       std::printf("bench_kernels lm: %s\n",
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;
