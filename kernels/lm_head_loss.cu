@@ -21,10 +21,15 @@ namespace {
 
 constexpr int kScanThreads = 1024;  // one block compacts every row; 32 warps = one warp's worth of sums
 constexpr int kCopyThreads = 256;
-constexpr int kRowThreads = 1024;
+// The row kernel's CTA: 256 threads, so that several CTAs share an SM and one's loads stream while another
+// waits at its cluster barriers (8B shape, bench_kernels lm 4096 151936: 30.6 ms against 32.4 with one
+// 1024-thread CTA per SM; 27B: 63.2 against 66.5 ms; session 18). kRowMaxThreads bounds the registers.
+constexpr int kRowThreads = 256;
+constexpr int kRowMaxThreads = 1024;
 // A row is split over a cluster of up to 8 CTAs (the portable cluster size), each owning a slice of the
-// vocabulary, so that the second pass over a slice finds it in L2: one 1024-thread CTA per SM holds a
-// 124 KB slice at V = 248,320, 16 MB over 132 SMs, where a whole row per CTA would be 130 MB, more than L2.
+// vocabulary, so that the second pass over a slice finds it in L2: a 124 KB slice at V = 248,320, about
+// 5 CTAs per SM, 80 MB over 132 SMs at most (less in practice: the CTAs of an SM are at different passes),
+// where a whole row per CTA would be 650 MB.
 constexpr int kMaxCluster = 8;
 // Elements per thread below which a row is not split further (the exchange costs two cluster barriers).
 constexpr int64_t kMinPerThread = 8;
@@ -217,8 +222,8 @@ __device__ __forceinline__ const S& row_partial(S* p, int rank, int ctas) {
   return *p;  // one CTA per row: rank is 0
 }
 
-// Loads per thread issued before any is used: enough bytes in flight per SM to stream at HBM speed with one
-// 1024-thread CTA per SM (the KL reads two rows, so half as many of each).
+// Loads per thread issued before any is used, enough bytes in flight per SM to stream at HBM speed (the KL
+// reads two rows, so half as many of each).
 template <bool KL>
 constexpr int kRowUnroll = KL ? 2 : 4;
 
@@ -255,7 +260,7 @@ __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y
 // CE, p_draft − p_target for KL. An active row whose label lies outside [0, V) gets NaN loss and p_label
 // (the device cannot raise an error without a sync; the CPU backend rejects such a label).
 template <bool KL>
-__global__ void __launch_bounds__(kRowThreads) lm_loss_row_kernel(RowArgs a) {
+__global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) {
   constexpr int U = kRowUnroll<KL>;
   __shared__ RowStat red_d[32];
   __shared__ TgtStat red_t[32];
@@ -369,12 +374,9 @@ cudaLaunchConfig_t row_config(int ctas, int threads, int64_t n, cudaStream_t str
   return cfg;
 }
 
-// CTAs that split one row of V logits: 1 below sm_90 (no clusters) or for short rows. A cluster's CTAs run
-// at once inside one GPC, so it is halved until the occupancy calculator finds room for one (a MIG slice or
-// a smaller part can have fewer than 8 SMs free per GPC).
 // The row kernel's shape: threads a CTA and the most CTAs a row. DFLASH_LM_ROW="THREADS,CTAS" (read per
 // call; THREADS in {128, 256, 512, 1024}, CTAS in {1, 2, 4, 8, 16}, 16 a non-portable cluster) for A/B;
-// default 1024 threads and up to 8 CTAs.
+// default kRowThreads and up to kMaxCluster.
 struct RowShape {
   int threads = kRowThreads, max_ctas = kMaxCluster;
 };
@@ -395,6 +397,9 @@ RowShape row_shape() {
   return r;
 }
 
+// CTAs that split one row of V logits: 1 below sm_90 (no clusters) or for short rows. A cluster's CTAs run
+// at once inside one GPC, so it is halved until the occupancy calculator finds room for one (a MIG slice or
+// a smaller part can have fewer than 8 SMs free per GPC).
 template <bool KL>
 int loss_cluster_size(int64_t V, const RowShape& shape) {
   int dev = 0, major = 0;
