@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
@@ -230,9 +231,21 @@ constexpr int kRowUnroll = KL ? 2 : 4;
 // Calls f(qu, z, y) with the four logits z (and target logits y) of every float4 column qu of the slice
 // [q0, q1) that this thread owns, in increasing order, U loads issued before any is used. `last` marks the
 // slice's second pass: its loads evict first, keeping L2 for the slices still in their first pass.
-template <int U, bool KL, class F>
+// 16 bytes through L2 with an evict_last policy: a first pass's lines outlast the streaming traffic around
+// them until the slice's second pass.
+__device__ __forceinline__ float4 load_keep(const float4* p, uint64_t policy) {
+  float4 v;
+  asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+
+template <int U, bool KL, bool KEEP, class F>
 __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y4, int64_t q0, int64_t q1,
                                                bool last, F&& f) {
+  uint64_t policy = 0;
+  if constexpr (KEEP) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
   for (int64_t q = q0 + threadIdx.x; q < q1; q += int64_t(blockDim.x) * U) {
     float4 zb[U], yb[U];
 #pragma unroll
@@ -240,8 +253,13 @@ __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y
       const int64_t qu = q + int64_t(u) * blockDim.x;
       zb[u] = yb[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (qu < q1) {
-        zb[u] = last ? __ldcs(z4 + qu) : __ldcg(z4 + qu);
-        if constexpr (KL) yb[u] = last ? __ldcs(y4 + qu) : __ldcg(y4 + qu);
+        if (KEEP && !last) {
+          zb[u] = load_keep(z4 + qu, policy);
+          if constexpr (KL) yb[u] = load_keep(y4 + qu, policy);
+        } else {
+          zb[u] = last ? __ldcs(z4 + qu) : __ldcg(z4 + qu);
+          if constexpr (KL) yb[u] = last ? __ldcs(y4 + qu) : __ldcg(y4 + qu);
+        }
       }
     }
 #pragma unroll
@@ -259,7 +277,7 @@ __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y
 // order; pass 2 re-reads the slice (from L2) and writes ∂loss/∂logits as bf16: softmax − onehot(label) for
 // CE, p_draft − p_target for KL. An active row whose label lies outside [0, V) gets NaN loss and p_label
 // (the device cannot raise an error without a sync; the CPU backend rejects such a label).
-template <bool KL>
+template <bool KL, int CACHE>
 __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) {
   constexpr int U = kRowUnroll<KL>;
   __shared__ RowStat red_d[32];
@@ -278,16 +296,17 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
 
   RowStat sd{-INFINITY, 0.0f, INT_MAX};
   TgtStat st{-INFINITY, 0.0f, 0.0f};
-  slice_for_each<U, KL>(z4, y4, q0, q1, false, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+  slice_for_each<U, KL, (CACHE >= 2)>(z4, y4, q0, q1, false,
+                                      [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t t = 4 * qu + j;
-      if (t < V) {
-        row_stat_add(sd, zv[j], int32_t(t));
-        if constexpr (KL) tgt_stat_add(st, yv[j], zv[j]);
-      }
-    }
-  });
+                                        for (int j = 0; j < 4; ++j) {
+                                          const int64_t t = 4 * qu + j;
+                                          if (t < V) {
+                                            row_stat_add(sd, zv[j], int32_t(t));
+                                            if constexpr (KL) tgt_stat_add(st, yv[j], zv[j]);
+                                          }
+                                        }
+                                      });
   sd = stat_block_reduce(sd, red_d);
   if constexpr (KL) st = stat_block_reduce(st, red_t);
   if (threadIdx.x == 0) {
@@ -323,21 +342,28 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
   const int32_t lab = a.labels[r];
   const float mz = fin[0], lz = fin[1], my = fin[2], ly = fin[3];
   uint2* g4 = reinterpret_cast<uint2*>(a.grad + i * a.ld);
-  slice_for_each<U, KL>(z4, y4, q0, q1, true, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
-    float gv[4];
+  slice_for_each<U, KL, (CACHE >= 2)>(
+      z4, y4, q0, q1, true, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+        float gv[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t t = 4 * qu + j;
-      const float p = __expf((zv[j] - mz) - lz);
-      if constexpr (KL)
-        gv[j] = p - __expf((yv[j] - my) - ly);
-      else
-        gv[j] = t == lab ? p - 1.0f : p;
-      if (t >= V) gv[j] = 0.0f;  // row padding up to ld: never read by the GEMM, kept defined
-    }
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(gv[0], gv[1]), hi = __floats2bfloat162_rn(gv[2], gv[3]);
-    g4[qu] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-  });
+        for (int j = 0; j < 4; ++j) {
+          const int64_t t = 4 * qu + j;
+          const float p = __expf((zv[j] - mz) - lz);
+          if constexpr (KL)
+            gv[j] = p - __expf((yv[j] - my) - ly);
+          else
+            gv[j] = t == lab ? p - 1.0f : p;
+          if (t >= V) gv[j] = 0.0f;  // row padding up to ld: never read by the GEMM, kept defined
+        }
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(gv[0], gv[1]),
+                             hi = __floats2bfloat162_rn(gv[2], gv[3]);
+        const uint2 packed =
+            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+        if constexpr (CACHE >= 1)
+          __stcs(g4 + qu, packed);  // streamed: the dlogits are read back only by the next GEMM
+        else
+          g4[qu] = packed;
+      });
 }
 
 // ---- launchers ----
@@ -376,12 +402,19 @@ cudaLaunchConfig_t row_config(int ctas, int threads, int64_t n, cudaStream_t str
 
 // The row kernel's shape: threads a CTA and the most CTAs a row. DFLASH_LM_ROW="THREADS,CTAS" (read per
 // call; THREADS in {128, 256, 512, 1024}, CTAS in {1, 2, 4, 8, 16}, 16 a non-portable cluster) for A/B;
-// default kRowThreads and up to kMaxCluster.
+// default kRowThreads and up to kMaxCluster. DFLASH_LM_CACHE (read per call): 1 streams the dlogits stores
+// past L2's normal priority (st.global.cs), 2 also loads the first pass under an L2 evict_last policy;
+// default 0, plain stores and loads.
 struct RowShape {
-  int threads = kRowThreads, max_ctas = kMaxCluster;
+  int threads = kRowThreads, max_ctas = kMaxCluster, cache = 0;
 };
 RowShape row_shape() {
   RowShape r;
+  if (const char* c = std::getenv("DFLASH_LM_CACHE"); c && *c) {
+    if (std::strcmp(c, "0") != 0 && std::strcmp(c, "1") != 0 && std::strcmp(c, "2") != 0)
+      cuda_throw("lm_head_loss_launch", "DFLASH_LM_CACHE must be 0, 1 or 2", __FILE__, __LINE__);
+    r.cache = c[0] - '0';
+  }
   const char* e = std::getenv("DFLASH_LM_ROW");
   if (!e || !*e) return r;
   int t = 0, c = 0;
@@ -400,6 +433,14 @@ RowShape row_shape() {
 // CTAs that split one row of V logits: 1 below sm_90 (no clusters) or for short rows. A cluster's CTAs run
 // at once inside one GPC, so it is halved until the occupancy calculator finds room for one (a MIG slice or
 // a smaller part can have fewer than 8 SMs free per GPC).
+using RowKernel = void (*)(RowArgs);
+template <bool KL>
+RowKernel row_kernel(const RowShape& shape) {
+  constexpr RowKernel k[3] = {lm_loss_row_kernel<KL, 0>, lm_loss_row_kernel<KL, 1>,
+                              lm_loss_row_kernel<KL, 2>};
+  return k[shape.cache];
+}
+
 template <bool KL>
 int loss_cluster_size(int64_t V, const RowShape& shape) {
   int dev = 0, major = 0;
@@ -408,15 +449,14 @@ int loss_cluster_size(int64_t V, const RowShape& shape) {
   if (major < 9) return 1;
   if (shape.max_ctas > 8)
     DF_CUDA_CHECK(
-        cudaFuncSetAttribute(lm_loss_row_kernel<KL>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        cudaFuncSetAttribute(row_kernel<KL>(shape), cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   const int64_t per_cta = shape.threads * kMinPerThread;
   int ctas = int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, shape.max_ctas));
   for (; ctas > 1; ctas /= 2) {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = row_config(ctas, shape.threads, 1, nullptr, &attr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, lm_loss_row_kernel<KL>, &cfg) == cudaSuccess &&
-        clusters > 0)
+    if (cudaOccupancyMaxActiveClusters(&clusters, row_kernel<KL>(shape), &cfg) == cudaSuccess && clusters > 0)
       break;
     cudaGetLastError();  // a refusal is an answer here, not an error to leave pending
   }
@@ -424,10 +464,10 @@ int loss_cluster_size(int64_t V, const RowShape& shape) {
 }
 
 template <bool KL>
-void row_kernel_launch(const RowArgs& args, int threads, int64_t n, cudaStream_t stream) {
+void row_kernel_launch(const RowArgs& args, const RowShape& shape, int64_t n, cudaStream_t stream) {
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = row_config(args.ctas, threads, n, stream, &attr);
-  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, lm_loss_row_kernel<KL>, args));
+  const cudaLaunchConfig_t cfg = row_config(args.ctas, shape.threads, n, stream, &attr);
+  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, row_kernel<KL>(shape), args));
 }
 
 }  // namespace
@@ -490,9 +530,9 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
       rows_launch(target_hidden, ld_target, tgt, L.ldh, args.idx, n, H, false, stream);
       gemm_launch_ex(gemm, tgt, L.ldh, false, lm_head, ld_lm_head, true, tlogits, L.ldv, true, n, V, H, 1.0f,
                      0.0f, stream);
-      row_kernel_launch<true>(args, shape.threads, n, stream);
+      row_kernel_launch<true>(args, shape, n, stream);
     } else {
-      row_kernel_launch<false>(args, shape.threads, n, stream);
+      row_kernel_launch<false>(args, shape, n, stream);
     }
     // dhidden of the chunk = grad [n, V] · lm_head [V, H], into the gathered rows' buffer, then scattered.
     gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, ld_lm_head, false, hid, L.ldh, false, n, H, V, 1.0f,
