@@ -186,7 +186,10 @@ void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320, bool sweep = fa
                                 {"256,8", "1"},
                                 {"256,8", "2"},
                                 {"512,8", "1"},
-                                {"512,8", "2"}}) {
+                                {"512,8", "2"},
+                                {"256,8", "3"},
+                                {"256,16", "3"},
+                                {"512,16", "3"}}) {
       setenv("DFLASH_LM_ROW", shape, 1);
       setenv("DFLASH_LM_CACHE", cache, 1);
       char name[96];

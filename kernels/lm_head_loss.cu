@@ -241,9 +241,12 @@ __device__ __forceinline__ float4 load_keep(const float4* p, uint64_t policy) {
   return v;
 }
 
-template <int U, bool KL, bool KEEP, class F>
+// CACHE 3 (SMEM): the first pass also stores the slice in shared memory (`kept`: the logits, then the target
+// logits for the KL, q1 − q0 float4 each) and the second pass reads it from there; each thread reads back
+// only what it stored itself, so no barrier is needed between the passes.
+template <int U, bool KL, bool KEEP, bool SMEM, class F>
 __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y4, int64_t q0, int64_t q1,
-                                               bool last, F&& f) {
+                                               bool last, float4* kept, F&& f) {
   uint64_t policy = 0;
   if constexpr (KEEP) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
   for (int64_t q = q0 + threadIdx.x; q < q1; q += int64_t(blockDim.x) * U) {
@@ -253,7 +256,10 @@ __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y
       const int64_t qu = q + int64_t(u) * blockDim.x;
       zb[u] = yb[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (qu < q1) {
-        if (KEEP && !last) {
+        if (SMEM && last) {
+          zb[u] = kept[qu - q0];
+          if constexpr (KL) yb[u] = kept[(q1 - q0) + (qu - q0)];
+        } else if (KEEP && !last) {
           zb[u] = load_keep(z4 + qu, policy);
           if constexpr (KL) yb[u] = load_keep(y4 + qu, policy);
         } else {
@@ -266,6 +272,10 @@ __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y
     for (int u = 0; u < U; ++u) {
       const int64_t qu = q + int64_t(u) * blockDim.x;
       if (qu >= q1) break;
+      if (SMEM && !last) {
+        kept[qu - q0] = zb[u];
+        if constexpr (KL) kept[(q1 - q0) + (qu - q0)] = yb[u];
+      }
       const float zv[4] = {zb[u].x, zb[u].y, zb[u].z, zb[u].w}, yv[4] = {yb[u].x, yb[u].y, yb[u].z, yb[u].w};
       f(qu, zv, yv);
     }
@@ -291,22 +301,24 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
   if (r < 0) return;  // a dead position: every CTA of the cluster leaves before any barrier
   const int64_t V = a.V, V4 = (V + 3) / 4, per = (V4 + a.ctas - 1) / a.ctas;
   const int64_t q0 = rank * per, q1 = min(V4, q0 + per);
+  extern __shared__ float4 lm_kept[];  // CACHE 3: the slice (dynamic shared memory sized by the launcher)
+  float4* kept = lm_kept;
   const float4* z4 = reinterpret_cast<const float4*>(a.logits + i * a.ld);
   const float4* y4 = KL ? reinterpret_cast<const float4*>(a.tlogits + i * a.ld) : nullptr;
 
   RowStat sd{-INFINITY, 0.0f, INT_MAX};
   TgtStat st{-INFINITY, 0.0f, 0.0f};
-  slice_for_each<U, KL, (CACHE >= 2)>(z4, y4, q0, q1, false,
-                                      [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+  slice_for_each<U, KL, (CACHE == 2), (CACHE == 3)>(
+      z4, y4, q0, q1, false, kept, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
 #pragma unroll
-                                        for (int j = 0; j < 4; ++j) {
-                                          const int64_t t = 4 * qu + j;
-                                          if (t < V) {
-                                            row_stat_add(sd, zv[j], int32_t(t));
-                                            if constexpr (KL) tgt_stat_add(st, yv[j], zv[j]);
-                                          }
-                                        }
-                                      });
+        for (int j = 0; j < 4; ++j) {
+          const int64_t t = 4 * qu + j;
+          if (t < V) {
+            row_stat_add(sd, zv[j], int32_t(t));
+            if constexpr (KL) tgt_stat_add(st, yv[j], zv[j]);
+          }
+        }
+      });
   sd = stat_block_reduce(sd, red_d);
   if constexpr (KL) st = stat_block_reduce(st, red_t);
   if (threadIdx.x == 0) {
@@ -342,8 +354,8 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
   const int32_t lab = a.labels[r];
   const float mz = fin[0], lz = fin[1], my = fin[2], ly = fin[3];
   uint2* g4 = reinterpret_cast<uint2*>(a.grad + i * a.ld);
-  slice_for_each<U, KL, (CACHE >= 2)>(
-      z4, y4, q0, q1, true, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+  slice_for_each<U, KL, (CACHE == 2), (CACHE == 3)>(
+      z4, y4, q0, q1, true, kept, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
         float gv[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -385,8 +397,9 @@ void rows_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, con
 // The row kernel's launch for `ctas` CTAs of `threads` per row over n rows; the cluster attribute only when
 // ctas > 1.
 cudaLaunchConfig_t row_config(int ctas, int threads, int64_t n, cudaStream_t stream,
-                              cudaLaunchAttribute* attr) {
+                              cudaLaunchAttribute* attr, size_t smem = 0) {
   cudaLaunchConfig_t cfg{};
+  cfg.dynamicSmemBytes = smem;
   cfg.gridDim = dim3(unsigned(n * ctas));
   cfg.blockDim = dim3(unsigned(threads));
   cfg.stream = stream;
@@ -411,8 +424,8 @@ struct RowShape {
 RowShape row_shape() {
   RowShape r;
   if (const char* c = std::getenv("DFLASH_LM_CACHE"); c && *c) {
-    if (std::strcmp(c, "0") != 0 && std::strcmp(c, "1") != 0 && std::strcmp(c, "2") != 0)
-      cuda_throw("lm_head_loss_launch", "DFLASH_LM_CACHE must be 0, 1 or 2", __FILE__, __LINE__);
+    if (std::strlen(c) != 1 || c[0] < '0' || c[0] > '3')
+      cuda_throw("lm_head_loss_launch", "DFLASH_LM_CACHE must be 0, 1, 2 or 3", __FILE__, __LINE__);
     r.cache = c[0] - '0';
   }
   const char* e = std::getenv("DFLASH_LM_ROW");
@@ -436,9 +449,16 @@ RowShape row_shape() {
 using RowKernel = void (*)(RowArgs);
 template <bool KL>
 RowKernel row_kernel(const RowShape& shape) {
-  constexpr RowKernel k[3] = {lm_loss_row_kernel<KL, 0>, lm_loss_row_kernel<KL, 1>,
-                              lm_loss_row_kernel<KL, 2>};
+  constexpr RowKernel k[4] = {lm_loss_row_kernel<KL, 0>, lm_loss_row_kernel<KL, 1>, lm_loss_row_kernel<KL, 2>,
+                              lm_loss_row_kernel<KL, 3>};
   return k[shape.cache];
+}
+// Dynamic shared memory of a row CTA: CACHE 3 keeps its slice of ⌈⌈V/4⌉ / ctas⌉ float4 (two for the KL).
+template <bool KL>
+size_t row_smem(const RowShape& shape, int64_t V, int ctas) {
+  if (shape.cache != 3) return 0;
+  const int64_t V4 = (V + 3) / 4, per = (V4 + ctas - 1) / ctas;
+  return size_t(per) * sizeof(float4) * (KL ? 2 : 1);
 }
 
 template <bool KL>
@@ -450,15 +470,31 @@ int loss_cluster_size(int64_t V, const RowShape& shape) {
   if (shape.max_ctas > 8)
     DF_CUDA_CHECK(
         cudaFuncSetAttribute(row_kernel<KL>(shape), cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  if (shape.cache == 3) {
+    int optin = 0;
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    DF_CUDA_CHECK(
+        cudaFuncSetAttribute(row_kernel<KL>(shape), cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  }
   const int64_t per_cta = shape.threads * kMinPerThread;
   int ctas = int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, shape.max_ctas));
   for (; ctas > 1; ctas /= 2) {
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = row_config(ctas, shape.threads, 1, nullptr, &attr);
+    const cudaLaunchConfig_t cfg =
+        row_config(ctas, shape.threads, 1, nullptr, &attr, row_smem<KL>(shape, V, ctas));
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, row_kernel<KL>(shape), &cfg) == cudaSuccess && clusters > 0)
       break;
     cudaGetLastError();  // a refusal is an answer here, not an error to leave pending
+  }
+  if (shape.cache == 3 && ctas == 1) {
+    int optin = 0;
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (row_smem<KL>(shape, V, 1) > size_t(optin))
+      cuda_throw("lm_head_loss_launch",
+                 "DFLASH_LM_CACHE=3: a row's slice does not fit shared memory on one CTA; set "
+                 "DFLASH_LM_CACHE to 0-2",
+                 __FILE__, __LINE__);
   }
   return ctas;
 }
@@ -466,7 +502,8 @@ int loss_cluster_size(int64_t V, const RowShape& shape) {
 template <bool KL>
 void row_kernel_launch(const RowArgs& args, const RowShape& shape, int64_t n, cudaStream_t stream) {
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = row_config(args.ctas, shape.threads, n, stream, &attr);
+  const cudaLaunchConfig_t cfg =
+      row_config(args.ctas, shape.threads, n, stream, &attr, row_smem<KL>(shape, args.V, args.ctas));
   DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, row_kernel<KL>(shape), args));
 }
 
