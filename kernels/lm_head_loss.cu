@@ -470,11 +470,17 @@ int loss_cluster_size(int64_t V, const RowShape& shape) {
   if (shape.max_ctas > 8)
     DF_CUDA_CHECK(
         cudaFuncSetAttribute(row_kernel<KL>(shape), cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  // CACHE 3: the most dynamic shared memory a CTA can have (the opt-in limit less the kernel's static
+  // arrays).
+  size_t max_dyn = 0;
   if (shape.cache == 3) {
     int optin = 0;
+    cudaFuncAttributes fa{};
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DF_CUDA_CHECK(
-        cudaFuncSetAttribute(row_kernel<KL>(shape), cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    DF_CUDA_CHECK(cudaFuncGetAttributes(&fa, row_kernel<KL>(shape)));
+    max_dyn = size_t(optin) - fa.sharedSizeBytes;
+    DF_CUDA_CHECK(cudaFuncSetAttribute(row_kernel<KL>(shape), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(max_dyn)));
   }
   const int64_t per_cta = shape.threads * kMinPerThread;
   int ctas = int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, shape.max_ctas));
@@ -487,15 +493,12 @@ int loss_cluster_size(int64_t V, const RowShape& shape) {
       break;
     cudaGetLastError();  // a refusal is an answer here, not an error to leave pending
   }
-  if (shape.cache == 3 && ctas == 1) {
-    int optin = 0;
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (row_smem<KL>(shape, V, 1) > size_t(optin))
-      cuda_throw("lm_head_loss_launch",
-                 "DFLASH_LM_CACHE=3: a row's slice does not fit shared memory on one CTA; set "
-                 "DFLASH_LM_CACHE to 0-2",
-                 __FILE__, __LINE__);
-  }
+  if (shape.cache == 3 && row_smem<KL>(shape, V, ctas) > max_dyn)
+    cuda_throw("lm_head_loss_launch",
+               "DFLASH_LM_CACHE=3: a CTA's slice of the row does not fit its shared memory; set "
+               "DFLASH_LM_CACHE to 0-2 "
+               "or DFLASH_LM_ROW to more CTAs a row",
+               __FILE__, __LINE__);
   return ctas;
 }
 
