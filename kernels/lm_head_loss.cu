@@ -8,7 +8,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
@@ -231,24 +230,9 @@ constexpr int kRowUnroll = KL ? 2 : 4;
 // Calls f(qu, z, y) with the four logits z (and target logits y) of every float4 column qu of the slice
 // [q0, q1) that this thread owns, in increasing order, U loads issued before any is used. `last` marks the
 // slice's second pass: its loads evict first, keeping L2 for the slices still in their first pass.
-// 16 bytes through L2 with an evict_last policy: a first pass's lines outlast the streaming traffic around
-// them until the slice's second pass.
-__device__ __forceinline__ float4 load_keep(const float4* p, uint64_t policy) {
-  float4 v;
-  asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-}
-
-// CACHE 3 (SMEM): the first pass also stores the slice in shared memory (`kept`: the logits, then the target
-// logits for the KL, q1 − q0 float4 each) and the second pass reads it from there; each thread reads back
-// only what it stored itself, so no barrier is needed between the passes.
-template <int U, bool KL, bool KEEP, bool SMEM, class F>
+template <int U, bool KL, class F>
 __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y4, int64_t q0, int64_t q1,
-                                               bool last, float4* kept, F&& f) {
-  uint64_t policy = 0;
-  if constexpr (KEEP) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+                                               bool last, F&& f) {
   for (int64_t q = q0 + threadIdx.x; q < q1; q += int64_t(blockDim.x) * U) {
     float4 zb[U], yb[U];
 #pragma unroll
@@ -256,26 +240,14 @@ __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y
       const int64_t qu = q + int64_t(u) * blockDim.x;
       zb[u] = yb[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (qu < q1) {
-        if (SMEM && last) {
-          zb[u] = kept[qu - q0];
-          if constexpr (KL) yb[u] = kept[(q1 - q0) + (qu - q0)];
-        } else if (KEEP && !last) {
-          zb[u] = load_keep(z4 + qu, policy);
-          if constexpr (KL) yb[u] = load_keep(y4 + qu, policy);
-        } else {
-          zb[u] = last ? __ldcs(z4 + qu) : __ldcg(z4 + qu);
-          if constexpr (KL) yb[u] = last ? __ldcs(y4 + qu) : __ldcg(y4 + qu);
-        }
+        zb[u] = last ? __ldcs(z4 + qu) : __ldcg(z4 + qu);
+        if constexpr (KL) yb[u] = last ? __ldcs(y4 + qu) : __ldcg(y4 + qu);
       }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t qu = q + int64_t(u) * blockDim.x;
       if (qu >= q1) break;
-      if (SMEM && !last) {
-        kept[qu - q0] = zb[u];
-        if constexpr (KL) kept[(q1 - q0) + (qu - q0)] = yb[u];
-      }
       const float zv[4] = {zb[u].x, zb[u].y, zb[u].z, zb[u].w}, yv[4] = {yb[u].x, yb[u].y, yb[u].z, yb[u].w};
       f(qu, zv, yv);
     }
@@ -287,7 +259,7 @@ __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y
 // order; pass 2 re-reads the slice (from L2) and writes ∂loss/∂logits as bf16: softmax − onehot(label) for
 // CE, p_draft − p_target for KL. An active row whose label lies outside [0, V) gets NaN loss and p_label
 // (the device cannot raise an error without a sync; the CPU backend rejects such a label).
-template <bool KL, int CACHE>
+template <bool KL>
 __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) {
   constexpr int U = kRowUnroll<KL>;
   __shared__ RowStat red_d[32];
@@ -301,24 +273,21 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
   if (r < 0) return;  // a dead position: every CTA of the cluster leaves before any barrier
   const int64_t V = a.V, V4 = (V + 3) / 4, per = (V4 + a.ctas - 1) / a.ctas;
   const int64_t q0 = rank * per, q1 = min(V4, q0 + per);
-  extern __shared__ float4 lm_kept[];  // CACHE 3: the slice (dynamic shared memory sized by the launcher)
-  float4* kept = lm_kept;
   const float4* z4 = reinterpret_cast<const float4*>(a.logits + i * a.ld);
   const float4* y4 = KL ? reinterpret_cast<const float4*>(a.tlogits + i * a.ld) : nullptr;
 
   RowStat sd{-INFINITY, 0.0f, INT_MAX};
   TgtStat st{-INFINITY, 0.0f, 0.0f};
-  slice_for_each<U, KL, (CACHE == 2), (CACHE == 3)>(
-      z4, y4, q0, q1, false, kept, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+  slice_for_each<U, KL>(z4, y4, q0, q1, false, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int64_t t = 4 * qu + j;
-          if (t < V) {
-            row_stat_add(sd, zv[j], int32_t(t));
-            if constexpr (KL) tgt_stat_add(st, yv[j], zv[j]);
-          }
-        }
-      });
+    for (int j = 0; j < 4; ++j) {
+      const int64_t t = 4 * qu + j;
+      if (t < V) {
+        row_stat_add(sd, zv[j], int32_t(t));
+        if constexpr (KL) tgt_stat_add(st, yv[j], zv[j]);
+      }
+    }
+  });
   sd = stat_block_reduce(sd, red_d);
   if constexpr (KL) st = stat_block_reduce(st, red_t);
   if (threadIdx.x == 0) {
@@ -354,28 +323,21 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
   const int32_t lab = a.labels[r];
   const float mz = fin[0], lz = fin[1], my = fin[2], ly = fin[3];
   uint2* g4 = reinterpret_cast<uint2*>(a.grad + i * a.ld);
-  slice_for_each<U, KL, (CACHE == 2), (CACHE == 3)>(
-      z4, y4, q0, q1, true, kept, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
-        float gv[4];
+  slice_for_each<U, KL>(z4, y4, q0, q1, true, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+    float gv[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int64_t t = 4 * qu + j;
-          const float p = __expf((zv[j] - mz) - lz);
-          if constexpr (KL)
-            gv[j] = p - __expf((yv[j] - my) - ly);
-          else
-            gv[j] = t == lab ? p - 1.0f : p;
-          if (t >= V) gv[j] = 0.0f;  // row padding up to ld: never read by the GEMM, kept defined
-        }
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(gv[0], gv[1]),
-                             hi = __floats2bfloat162_rn(gv[2], gv[3]);
-        const uint2 packed =
-            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-        if constexpr (CACHE >= 1)
-          __stcs(g4 + qu, packed);  // streamed: the dlogits are read back only by the next GEMM
-        else
-          g4[qu] = packed;
-      });
+    for (int j = 0; j < 4; ++j) {
+      const int64_t t = 4 * qu + j;
+      const float p = __expf((zv[j] - mz) - lz);
+      if constexpr (KL)
+        gv[j] = p - __expf((yv[j] - my) - ly);
+      else
+        gv[j] = t == lab ? p - 1.0f : p;
+      if (t >= V) gv[j] = 0.0f;  // row padding up to ld: never read by the GEMM, kept defined
+    }
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(gv[0], gv[1]), hi = __floats2bfloat162_rn(gv[2], gv[3]);
+    g4[qu] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  });
 }
 
 // ---- launchers ----
@@ -397,9 +359,8 @@ void rows_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, con
 // The row kernel's launch for `ctas` CTAs of `threads` per row over n rows; the cluster attribute only when
 // ctas > 1.
 cudaLaunchConfig_t row_config(int ctas, int threads, int64_t n, cudaStream_t stream,
-                              cudaLaunchAttribute* attr, size_t smem = 0) {
+                              cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg{};
-  cfg.dynamicSmemBytes = smem;
   cfg.gridDim = dim3(unsigned(n * ctas));
   cfg.blockDim = dim3(unsigned(threads));
   cfg.stream = stream;
@@ -415,19 +376,12 @@ cudaLaunchConfig_t row_config(int ctas, int threads, int64_t n, cudaStream_t str
 
 // The row kernel's shape: threads a CTA and the most CTAs a row. DFLASH_LM_ROW="THREADS,CTAS" (read per
 // call; THREADS in {128, 256, 512, 1024}, CTAS in {1, 2, 4, 8, 16}, 16 a non-portable cluster) for A/B;
-// default kRowThreads and up to kMaxCluster. DFLASH_LM_CACHE (read per call): 1 streams the dlogits stores
-// past L2's normal priority (st.global.cs), 2 also loads the first pass under an L2 evict_last policy;
-// default 0, plain stores and loads.
+// default kRowThreads and up to kMaxCluster.
 struct RowShape {
-  int threads = kRowThreads, max_ctas = kMaxCluster, cache = 0;
+  int threads = kRowThreads, max_ctas = kMaxCluster;
 };
 RowShape row_shape() {
   RowShape r;
-  if (const char* c = std::getenv("DFLASH_LM_CACHE"); c && *c) {
-    if (std::strlen(c) != 1 || c[0] < '0' || c[0] > '3')
-      cuda_throw("lm_head_loss_launch", "DFLASH_LM_CACHE must be 0, 1, 2 or 3", __FILE__, __LINE__);
-    r.cache = c[0] - '0';
-  }
   const char* e = std::getenv("DFLASH_LM_ROW");
   if (!e || !*e) return r;
   int t = 0, c = 0;
@@ -446,21 +400,6 @@ RowShape row_shape() {
 // CTAs that split one row of V logits: 1 below sm_90 (no clusters) or for short rows. A cluster's CTAs run
 // at once inside one GPC, so it is halved until the occupancy calculator finds room for one (a MIG slice or
 // a smaller part can have fewer than 8 SMs free per GPC).
-using RowKernel = void (*)(RowArgs);
-template <bool KL>
-RowKernel row_kernel(const RowShape& shape) {
-  constexpr RowKernel k[4] = {lm_loss_row_kernel<KL, 0>, lm_loss_row_kernel<KL, 1>, lm_loss_row_kernel<KL, 2>,
-                              lm_loss_row_kernel<KL, 3>};
-  return k[shape.cache];
-}
-// Dynamic shared memory of a row CTA: CACHE 3 keeps its slice of ⌈⌈V/4⌉ / ctas⌉ float4 (two for the KL).
-template <bool KL>
-size_t row_smem(const RowShape& shape, int64_t V, int ctas) {
-  if (shape.cache != 3) return 0;
-  const int64_t V4 = (V + 3) / 4, per = (V4 + ctas - 1) / ctas;
-  return size_t(per) * sizeof(float4) * (KL ? 2 : 1);
-}
-
 template <bool KL>
 int loss_cluster_size(int64_t V, const RowShape& shape) {
   int dev = 0, major = 0;
@@ -469,45 +408,26 @@ int loss_cluster_size(int64_t V, const RowShape& shape) {
   if (major < 9) return 1;
   if (shape.max_ctas > 8)
     DF_CUDA_CHECK(
-        cudaFuncSetAttribute(row_kernel<KL>(shape), cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  // CACHE 3: the most dynamic shared memory a CTA can have (the opt-in limit less the kernel's static
-  // arrays).
-  size_t max_dyn = 0;
-  if (shape.cache == 3) {
-    int optin = 0;
-    cudaFuncAttributes fa{};
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DF_CUDA_CHECK(cudaFuncGetAttributes(&fa, row_kernel<KL>(shape)));
-    max_dyn = size_t(optin) - fa.sharedSizeBytes;
-    DF_CUDA_CHECK(cudaFuncSetAttribute(row_kernel<KL>(shape), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(max_dyn)));
-  }
+        cudaFuncSetAttribute(lm_loss_row_kernel<KL>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   const int64_t per_cta = shape.threads * kMinPerThread;
   int ctas = int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, shape.max_ctas));
   for (; ctas > 1; ctas /= 2) {
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg =
-        row_config(ctas, shape.threads, 1, nullptr, &attr, row_smem<KL>(shape, V, ctas));
+    const cudaLaunchConfig_t cfg = row_config(ctas, shape.threads, 1, nullptr, &attr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, row_kernel<KL>(shape), &cfg) == cudaSuccess && clusters > 0)
+    if (cudaOccupancyMaxActiveClusters(&clusters, lm_loss_row_kernel<KL>, &cfg) == cudaSuccess &&
+        clusters > 0)
       break;
     cudaGetLastError();  // a refusal is an answer here, not an error to leave pending
   }
-  if (shape.cache == 3 && row_smem<KL>(shape, V, ctas) > max_dyn)
-    cuda_throw("lm_head_loss_launch",
-               "DFLASH_LM_CACHE=3: a CTA's slice of the row does not fit its shared memory; set "
-               "DFLASH_LM_CACHE to 0-2 "
-               "or DFLASH_LM_ROW to more CTAs a row",
-               __FILE__, __LINE__);
   return ctas;
 }
 
 template <bool KL>
-void row_kernel_launch(const RowArgs& args, const RowShape& shape, int64_t n, cudaStream_t stream) {
+void row_kernel_launch(const RowArgs& args, int threads, int64_t n, cudaStream_t stream) {
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg =
-      row_config(args.ctas, shape.threads, n, stream, &attr, row_smem<KL>(shape, args.V, args.ctas));
-  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, row_kernel<KL>(shape), args));
+  const cudaLaunchConfig_t cfg = row_config(args.ctas, threads, n, stream, &attr);
+  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, lm_loss_row_kernel<KL>, args));
 }
 
 }  // namespace
@@ -570,9 +490,9 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
       rows_launch(target_hidden, ld_target, tgt, L.ldh, args.idx, n, H, false, stream);
       gemm_launch_ex(gemm, tgt, L.ldh, false, lm_head, ld_lm_head, true, tlogits, L.ldv, true, n, V, H, 1.0f,
                      0.0f, stream);
-      row_kernel_launch<true>(args, shape, n, stream);
+      row_kernel_launch<true>(args, shape.threads, n, stream);
     } else {
-      row_kernel_launch<false>(args, shape, n, stream);
+      row_kernel_launch<false>(args, shape.threads, n, stream);
     }
     // dhidden of the chunk = grad [n, V] · lm_head [V, H], into the gathered rows' buffer, then scattered.
     gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, ld_lm_head, false, hid, L.ldh, false, n, H, V, 1.0f,
