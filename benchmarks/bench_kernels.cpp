@@ -71,6 +71,28 @@ void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320, bool sweep = fa
                         kl ? bf(tgt) : nullptr, H, kl, loss.ptr<float>(), pl.ptr<float>(), am.ptr<int32_t>(),
                         bf(dh), H, R, H, V, chunk, n_active, ws, ws_bytes, b.gpu.stream());
   };
+  // The CE loss's chunk GEMMs alone over the first `rows` rows, 1024 a chunk (logits f32, then dhidden from
+  // bf16 dlogits), either or both, on the bytes of the workspace `ws`: ms of one pass.
+  auto gemm_ms = [&](void* ws, int64_t rows, bool logits_gemm, bool dhidden_gemm) {
+    constexpr int64_t chunk = 1024;
+    char* base = static_cast<char*>(ws);
+    float* logits = reinterpret_cast<float*>(base);
+    bf16* grad = reinterpret_cast<bf16*>(base + size_t(chunk * V) * 4);
+    bf16* dhc = reinterpret_cast<bf16*>(base + size_t(chunk * V) * 6);
+    return b.time_ms(
+        [&] {
+          for (int64_t p0 = 0; p0 < rows; p0 += chunk) {
+            const int64_t n = std::min(chunk, rows - p0);
+            if (logits_gemm)
+              gemm_launch_ex(gemm, bf(hid) + p0 * H, H, false, bf(W), H, true, logits, V, true, n, V, H, 1.0f,
+                             0.0f, b.gpu.stream());
+            if (dhidden_gemm)
+              gemm_launch_ex(gemm, grad, V, false, bf(W), H, false, dhc, H, false, n, H, V, 1.0f, 0.0f,
+                             b.gpu.stream());
+          }
+        },
+        5);
+  };
   std::vector<uint16_t> w(size_t(V * H)), x(size_t(R * H)), xt(size_t(R * H));
   DF_CUDA_CHECK(cudaMemcpy(w.data(), W.data, w.size() * 2, cudaMemcpyDeviceToHost));
   DF_CUDA_CHECK(cudaMemcpy(x.data(), hid.data, x.size() * 2, cudaMemcpyDeviceToHost));
@@ -162,21 +184,7 @@ void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320, bool sweep = fa
     // logits and dlogits of a loss call (the GEMMs draw less power, so run faster, on zeros): what the row
     // kernels, gathers and scatters add comes on top.
     run(false, 1024, ws, ws_bytes);
-    char* base = static_cast<char*>(ws);
-    float* logits = reinterpret_cast<float*>(base);
-    bf16* grad = reinterpret_cast<bf16*>(base + size_t(1024 * V) * 4);
-    bf16* dhc = reinterpret_cast<bf16*>(base + size_t(1024 * V) * 6);
-    const double gemm_active_ms = b.time_ms(
-        [&] {
-          for (int64_t p0 = 0; p0 < n_active; p0 += 1024) {
-            const int64_t n = std::min<int64_t>(1024, n_active - p0);
-            gemm_launch_ex(gemm, bf(hid) + p0 * H, H, false, bf(W), H, true, logits, V, true, n, V, H, 1.0f,
-                           0.0f, b.gpu.stream());
-            gemm_launch_ex(gemm, grad, V, false, bf(W), H, false, dhc, H, false, n, H, V, 1.0f, 0.0f,
-                           b.gpu.stream());
-          }
-        },
-        5);
+    const double gemm_active_ms = gemm_ms(ws, n_active, true, true);
     row_flops("  its GEMMs alone over the active rows", 4.0 * double(H) * double(V) * n_active,
               gemm_active_ms);
     for (const char* shape : {"1024,8", "512,8", "256,8", "512,16", "256,16", "128,16"}) {
@@ -207,40 +215,11 @@ void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320, bool sweep = fa
     row_flops(name, per_row * n_active, ms);
     std::printf("  workspace %.2f GB\n", ws_bytes / 1e9);
     if (!kl && chunk == 1024) {
-      // The two GEMMs of each chunk alone (logits f32, then dhidden from bf16 dlogits), same shapes; the
-      // operands are workspace bytes, whatever they hold.
-      char* base = static_cast<char*>(ws);
-      float* logits = reinterpret_cast<float*>(base);
-      bf16* grad = reinterpret_cast<bf16*>(base + size_t(chunk * V) * 4);
-      bf16* dhc = reinterpret_cast<bf16*>(base + size_t(chunk * V) * 6);
-      const double gms = b.time_ms(
-          [&] {
-            for (int64_t p0 = 0; p0 < R; p0 += chunk) {
-              gemm_launch_ex(gemm, bf(hid) + p0 * H, H, false, bf(W), H, true, logits, V, true, chunk, V, H,
-                             1.0f, 0.0f, b.gpu.stream());
-              gemm_launch_ex(gemm, grad, V, false, bf(W), H, false, dhc, H, false, chunk, H, V, 1.0f, 0.0f,
-                             b.gpu.stream());
-            }
-          },
-          5);
-      row_flops("  its GEMMs alone (logits + dhidden)", per_row * R, gms);
-      // Each GEMM alone: which of the two falls short of the ceiling.
-      const double lms = b.time_ms(
-          [&] {
-            for (int64_t p0 = 0; p0 < R; p0 += chunk)
-              gemm_launch_ex(gemm, bf(hid) + p0 * H, H, false, bf(W), H, true, logits, V, true, chunk, V, H,
-                             1.0f, 0.0f, b.gpu.stream());
-          },
-          5);
-      row_flops("  logits GEMM alone (f32 out)", per_row / 2 * R, lms);
-      const double dms = b.time_ms(
-          [&] {
-            for (int64_t p0 = 0; p0 < R; p0 += chunk)
-              gemm_launch_ex(gemm, grad, V, false, bf(W), H, false, dhc, H, false, chunk, H, V, 1.0f, 0.0f,
-                             b.gpu.stream());
-          },
-          5);
-      row_flops("  dhidden GEMM alone", per_row / 2 * R, dms);
+      // The two GEMMs of each chunk alone, together and each by itself (which falls short of the ceiling);
+      // the operands are workspace bytes, whatever they hold.
+      row_flops("  its GEMMs alone (logits + dhidden)", per_row * R, gemm_ms(ws, R, true, true));
+      row_flops("  logits GEMM alone (f32 out)", per_row / 2 * R, gemm_ms(ws, R, true, false));
+      row_flops("  dhidden GEMM alone", per_row / 2 * R, gemm_ms(ws, R, false, true));
     }
     b.arena.reset(m2);
   }
@@ -449,6 +428,22 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   b.arena.reset(mark);
 }
 
+// How one kernel path's output differs from another's: max |got − want|, max |want|, and whether got holds a
+// NaN or an infinity.
+struct PathDiff {
+  double err = 0, ref = 0;
+  bool nan = false;
+};
+PathDiff path_diff(const std::vector<float>& got, const std::vector<float>& want) {
+  PathDiff d;
+  for (size_t i = 0; i < got.size(); ++i) {
+    d.nan |= !std::isfinite(got[i]);
+    d.err = std::max(d.err, std::fabs(double(got[i]) - want[i]));
+    d.ref = std::max(d.ref, std::fabs(double(want[i])));
+  }
+  return d;
+}
+
 // The drafter's RMSNorm and QK-norm + RoPE backwards (rmsnorm_bwd_launch, qk_norm_rope_bwd_launch) at the 8B
 // and 27B drafter shapes: hidden 4096 / 5120 over 8192 block rows (beta_dx 1, as the layers call it) and 4096
 // context rows (beta_dx 0); q 32 × 128 / 24 × 256 over 8192 rows, k 8 × 128 / 4 × 256 over 4096 + 8192.
@@ -456,6 +451,8 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 // kernels alone (dx, dw partials, column sum). Bytes: what must cross HBM once (x and dy read, dx written,
 // and read at beta_dx 1); the dw partial kernel reads x and dy a second time, so a call cannot reach that
 // rate. Checks: dw the same bits on both paths, dx within 1e-2 of the old path's (max |err| / max |ref|).
+// Then the training forwards on the same rows, both paths: QK-norm + RoPE the same bits, RMSNorm's y within
+// 1e-2.
 void bench_train_norms(Bench& b) {
   struct Case {
     const char* name;
@@ -525,16 +522,10 @@ void bench_train_norms(Bench& b) {
     const bool same = std::memcmp(dw_path[0].data(), dw_path[1].data(), size_t(wn) * sizeof(float)) == 0;
     std::printf("check %-34s %s\n", "dw bits, default == old", same ? "ok" : "FAILED");
     if (!same) ++b.failures;
-    double err = 0, ref = 0;
-    bool nan = false;
-    for (size_t i = 0; i < dx_path[0].size(); ++i) {
-      nan |= !std::isfinite(dx_path[0][i]);
-      err = std::max(err, std::fabs(double(dx_path[0][i]) - dx_path[1][i]));
-      ref = std::max(ref, std::fabs(double(dx_path[1][i])));
-    }
-    const bool ok = !nan && err <= 1e-2 * ref;
+    const PathDiff dxd = path_diff(dx_path[0], dx_path[1]);
+    const bool ok = !dxd.nan && dxd.err <= 1e-2 * dxd.ref;
     std::printf("check %-34s max|err|/max|ref| = %.2e (tol 1e-02) %s\n", "dx, default vs old",
-                err / std::max(ref, 1e-30), ok ? "ok" : "FAILED");
+                dxd.err / std::max(dxd.ref, 1e-30), ok ? "ok" : "FAILED");
     if (!ok) ++b.failures;
     // The training forward on the same rows (y into dx, rstd overwritten), default and old.
     auto fwd = [&] {
@@ -560,17 +551,11 @@ void bench_train_norms(Bench& b) {
       row_bytes(name, 4.0 * c.rows * c.cols, b.time_ms(fwd));
     }
     unsetenv("DFLASH_TRAIN_OPS");
-    double yerr = 0, yref = 0;
-    bool ynan = false;
-    for (size_t i = 0; i < y_path[0].size(); ++i) {
-      ynan |= !std::isfinite(y_path[0][i]);
-      yerr = std::max(yerr, std::fabs(double(y_path[0][i]) - y_path[1][i]));
-      yref = std::max(yref, std::fabs(double(y_path[1][i])));
-    }
+    const PathDiff yd = path_diff(y_path[0], y_path[1]);
     // QK-norm + RoPE: the same bits; RMSNorm: the sums of squares in another order (a bf16 ulp at most).
-    const bool yok = !ynan && yerr <= (qk ? 0.0 : 1e-2 * yref);
+    const bool yok = !yd.nan && yd.err <= (qk ? 0.0 : 1e-2 * yd.ref);
     std::printf("check %-34s max|err|/max|ref| = %.2e %s\n", "forward y, default vs old",
-                yerr / std::max(yref, 1e-30), yok ? "ok" : "FAILED");
+                yd.err / std::max(yd.ref, 1e-30), yok ? "ok" : "FAILED");
     if (!yok) ++b.failures;
     b.arena.reset(mark);
   }

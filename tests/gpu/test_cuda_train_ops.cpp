@@ -613,6 +613,24 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
     }
 }
 
+// The shapes on which the register norm kernels are held to the old ones (DFLASH_TRAIN_OPS=old), backward and
+// training forward. RMSNorm: pad / 2 elements before each row (16 keeps 16-byte alignment, 8 and 4 less).
+struct RmsOldCase {
+  int64_t rows, cols, pad;
+};
+constexpr RmsOldCase kRmsOldCases[] = {{1, 64, 0},    {7, 4096, 16}, {733, 4096, 16}, {19, 5120, 16},
+                                       {2, 28672, 0}, {2, 28680, 0}, {300, 1000, 8},  {65, 130, 4},
+                                       {37, 64, 3},   {5, 5, 0}};
+// QK-norm + RoPE: pad of x, dy and dx (and y).
+struct RopeOldCase {
+  int64_t rows;
+  int heads, hd;
+  int64_t pad;
+};
+constexpr RopeOldCase kRopeOldCases[] = {{37, 32, 128, 16}, {733, 8, 128, 256}, {19, 4, 256, 512},
+                                         {7, 24, 256, 0},   {300, 3, 64, 16},   {19, 2, 96, 0},
+                                         {19, 5, 18, 0},    {7, 65, 128, 0},    {19, 8, 128, 3}};
+
 // The register dx and vectorised dw kernels against DFLASH_TRAIN_OPS=old's, on shapes that take each path:
 // rows of 16-byte chunks held 1, 4, 5 and 7 per thread (64, 4096, 5120, 28672 columns), one chunk past the
 // register kernel (28680), row chunks of 23 rows (733 rows: a short last load group), views aligned to 8 or 4
@@ -623,12 +641,7 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
 // of itself (kBf16Rel·(1 + kBf16Rel) of the other's rounded value); both are also held to the CPU oracle as
 // in RmsnormForwardAndBackward.
 TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
-  struct Case {
-    int64_t rows, cols, pad;  // pad / 2 elements before each row: 16 keeps 16-byte alignment, 8 and 4 less
-  };
-  for (Case cs :
-       {Case{1, 64, 0}, Case{7, 4096, 16}, Case{733, 4096, 16}, Case{19, 5120, 16}, Case{2, 28672, 0},
-        Case{2, 28680, 0}, Case{300, 1000, 8}, Case{65, 130, 4}, Case{37, 64, 3}, Case{5, 5, 0}}) {
+  for (RmsOldCase cs : kRmsOldCases) {
     const int64_t rows = cs.rows, cols = cs.cols, pad = cs.pad;
     std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(cols, 0.5f, 1.5f), dy = rnd(rows * cols, -1, 1);
     std::vector<float> dx0 = rnd(rows * cols, -1, 1), dw0 = rnd(cols, -1, 1);
@@ -674,14 +687,7 @@ TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
 // old kernels' layouts. dw must be the same bits as the old kernel's; dx is bounded as for RMSNorm.
 TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
   const float theta = 1e6f;
-  struct Case {
-    int64_t rows;
-    int heads, hd;
-    int64_t pad;  // of x, dy and dx
-  };
-  for (Case cs : {Case{37, 32, 128, 16}, Case{733, 8, 128, 256}, Case{19, 4, 256, 512}, Case{7, 24, 256, 0},
-                  Case{300, 3, 64, 16}, Case{19, 2, 96, 0}, Case{19, 5, 18, 0}, Case{7, 65, 128, 0},
-                  Case{19, 8, 128, 3}}) {
+  for (RopeOldCase cs : kRopeOldCases) {
     const int64_t rows = cs.rows, cols = int64_t(cs.heads) * cs.hd, pad = cs.pad;
     const int heads = cs.heads, hd = cs.hd;
     std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(hd, 0.5f, 1.5f), dy = rnd(rows * cols, -1, 1);
@@ -728,12 +734,7 @@ TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
 // error on each side and y by that plus one bf16 rounding each.
 TEST_F(CudaTrainOpsTest, TrainingForwardNormsMatchOldKernels) {
   const float eps = 1e-6f, theta = 1e6f;
-  struct RmsCase {
-    int64_t rows, cols, pad;
-  };
-  for (RmsCase cs : {RmsCase{1, 64, 0}, RmsCase{7, 4096, 16}, RmsCase{733, 4096, 16}, RmsCase{19, 5120, 16},
-                     RmsCase{2, 28672, 0}, RmsCase{2, 28680, 0}, RmsCase{300, 1000, 8}, RmsCase{65, 130, 4},
-                     RmsCase{37, 64, 3}, RmsCase{5, 5, 0}}) {
+  for (RmsOldCase cs : kRmsOldCases) {
     const int64_t rows = cs.rows, cols = cs.cols, pad = cs.pad;
     std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(cols, 0.5f, 1.5f);
     Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, cols, 0, &w);
@@ -759,14 +760,7 @@ TEST_F(CudaTrainOpsTest, TrainingForwardNormsMatchOldKernels) {
     expect_close(y_new, y_old, rows, cols, 0.0, 2 * kBf16Rel * (1 + kBf16Rel) + 2 * rs_rel,
                  shape_name("rmsnorm_fwd y new vs old", {rows, cols}) + c);
   }
-  struct RopeCase {
-    int64_t rows;
-    int heads, hd;
-    int64_t pad;
-  };
-  for (RopeCase cs : {RopeCase{37, 32, 128, 16}, RopeCase{733, 8, 128, 256}, RopeCase{19, 4, 256, 512},
-                      RopeCase{7, 24, 256, 0}, RopeCase{300, 3, 64, 16}, RopeCase{19, 2, 96, 0},
-                      RopeCase{19, 5, 18, 0}, RopeCase{7, 65, 128, 0}, RopeCase{19, 8, 128, 3}}) {
+  for (RopeOldCase cs : kRopeOldCases) {
     const int64_t rows = cs.rows, cols = int64_t(cs.heads) * cs.hd, pad = cs.pad;
     const int heads = cs.heads, hd = cs.hd;
     std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(hd, 0.5f, 1.5f);
