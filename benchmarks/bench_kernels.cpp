@@ -360,8 +360,8 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   char name[112];
 
   // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with the mask on every
-  // item (DFLASH_DFA_FAST=0), with Q and dO (K and V) loaded as two tiles (DFLASH_DFA_PAIR=0), the mma.sync
-  // kernels.
+  // item (DFLASH_DFA_FAST=0), with Q and dO (K and V) loaded as two tiles (DFLASH_DFA_PAIR=0), the
+  // query-major passes' K and V by cp.async instead of TMA (DFLASH_DFA_TMA=0), the mma.sync kernels.
   struct Path {
     const char* var;
     const char* value;
@@ -370,11 +370,12 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const bool wg = wgmma_available();
   std::vector<Path> paths{{"", "", wg ? "wgmma" : "default (no wgmma here)"}};
   if (wg)
-    paths.insert(paths.end(),
-                 {{"DFLASH_DFA_FAST", "0", "wgmma mask"}, {"DFLASH_DFA_PAIR", "0", "wgmma two loads"}});
+    paths.insert(paths.end(), {{"DFLASH_DFA_FAST", "0", "wgmma mask"},
+                               {"DFLASH_DFA_PAIR", "0", "wgmma two loads"},
+                               {"DFLASH_DFA_TMA", "0", "wgmma cp.async K/V"}});
   paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
   for (const Path& pa : paths) {
-    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"}) unsetenv(v);
+    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA"}) unsetenv(v);
     if (*pa.var) setenv(pa.var, pa.value, 1);
     const char* path = pa.name;
     std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, *pa.var ? pa.var : "DFLASH_DFA",

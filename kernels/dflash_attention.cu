@@ -4,9 +4,10 @@
 // Backward, deterministic without atomics: row terms lse·log2 e and D = rowsum(dO∘O); dq query-major (the
 // forward's walk); dk/dv key-major, a cluster of CTAs per (key tile, kv head) sharing, in block order, the
 // blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
-// On Hopper at head dims 65..128 the three passes run the same walks on wgmma (one warpgroup per 64 query rows
-// or 64 keys, operands straight from swizzled shared memory); DFLASH_DFA=mma keeps the mma.sync kernels. This
-// file holds the query-major kernels and the launchers; the key-major dk/dv kernel is dflash_attention_kv.cu.
+// On Hopper at head dims 65..128 the three passes run the same walks on wgmma (one warpgroup per 64 query
+// rows or 64 keys, operands straight from swizzled shared memory), the query-major ones streaming K and V by
+// TMA (DFLASH_DFA_TMA=0 keeps their cp.async loads); DFLASH_DFA=mma keeps the mma.sync kernels. This file
+// holds the query-major kernels and the launchers; the key-major dk/dv kernel is dflash_attention_kv.cu.
 #include <cmath>
 #include <cstdio>
 #include <type_traits>
@@ -16,6 +17,7 @@
 #include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/tma.cuh"
 #include "kernels/train_launchers.cuh"
 #include "kernels/wgmma_tiles.cuh"
 
@@ -77,10 +79,16 @@ struct QueryArgs {
 // [64i, 64i + 64): virtual key x < nctx is context row c0 + x, the rest own rows; every query row sees one
 // interval [ilo, ihi) of virtual keys, so the mask is two compares. WG (hd 128 only): the 4 warps are one
 // warpgroup running the products on wgmma from swizzled tiles (P or dS as the register operand); two CTAs
-// fit an SM.
-template <int HD, bool DQ, bool WG>
-__global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p) {
+// fit an SM. TMA (wgmma only): one thread streams each K/V tile as 64 whole rows by bulk tensor copies (tm_k,
+// tm_v) on the buffer's mbarrier, so the other threads spend no instructions on copies; the walk then takes
+// the context keys in 64-key tiles from c0 (rows past the context range are loaded and masked) and the own
+// rows as one more tile from bj.
+template <int HD, bool DQ, bool WG, bool TMA>
+__global__ void __launch_bounds__(128, WG ? 2 : 1)
+    dfa_query_kernel(QueryArgs p, const __grid_constant__ CUtensorMap tm_k,
+                     const __grid_constant__ CUtensorMap tm_v) {
   static_assert(!WG || HD == 128, "the wgmma variant is written for head dim 128");
+  static_assert(!TMA || WG, "the TMA loads fill wgmma tiles");
   constexpr int LDS = HD + 8;
   constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
   constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
@@ -152,7 +160,33 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
     load(Qt, qsrc(p.q, p.ld_q));
     if (DQ) load(dOt, qsrc(p.dout, p.ld_dout));
   }
-  load_kv(0, 0);
+  // TMA: the buffers' mbarriers after the tiles; tile t of the walk starts at virtual key tile_k0(t) and
+  // its rows past tile_cap(t) are not keys of the walk (a context tile's rows beyond nctx).
+  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(KV + 4 * TILE));
+  const int nct = int((nctx + kTile - 1) / kTile);  // context tiles of the TMA walk
+  const int ntiles = TMA ? nct + 1 : (nkeys + kTile - 1) / kTile;
+  auto tile_k0 = [&](int t) { return TMA && t == nct ? int(nctx) : t * kTile; };
+  auto tile_cap = [&](int t) { return TMA && t < nct ? int(nctx) : nkeys; };
+  auto tma_kv = [&](int b, int t) {  // one thread: tile t's K and V into buffer b
+    const int64_t row = t == nct ? m.bj : c0 + int64_t(t) * kTile;
+    const uint32_t bar = bars + 8 * b;
+    mbar_arrive_expect(bar, 2 * kWgTile);
+    tma_load_tile<128, kTile>(static_cast<uint32_t>(__cvta_generic_to_shared(Kb(b))), &tm_k, g * d.hd,
+                              int(row), bar);
+    tma_load_tile<128, kTile>(static_cast<uint32_t>(__cvta_generic_to_shared(Vb(b))), &tm_v, g * d.hd,
+                              int(row), bar);
+  };
+  if constexpr (TMA) {
+    if (threadIdx.x == 0) {
+      mbar_init(bars, 1);
+      mbar_init(bars + 8, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    tile_wait_wg();  // Q (and dO) landed, the barriers initialised
+    if (threadIdx.x == 0) tma_kv(0, 0);
+  } else {
+    load_kv(0, 0);
+  }
 
   // The two query rows this thread holds, their visible interval and (dq) their lse and D.
   int ilo[2], ihi[2];
@@ -183,15 +217,27 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
   const bf16* qw = reinterpret_cast<const bf16*>(Qt) + warp * 16 * LDS;
   const bf16* dOs = reinterpret_cast<const bf16*>(dOt);
 
-  for (int k0 = 0, buf = 0; k0 < nkeys; k0 += kTile, buf ^= 1) {
-    // Tile k0 landed; every warp is done with the other buffer (tile k0 − 64).
-    if constexpr (WG)
+  for (int t = 0, buf = 0; t < ntiles; ++t, buf ^= 1) {
+    const int k0 = tile_k0(t);
+    // Tile t landed; every warp is done with the other buffer (tile t − 1).
+    if constexpr (TMA) {
+      __syncthreads();
+      mbar_wait(bars + 8 * buf, (t >> 1) & 1);
+    } else if constexpr (WG) {
       tile_wait_wg();
-    else
+    } else {
       tile_wait();
+    }
     auto load_next = [&] {
-      if (k0 + kTile < nkeys) load_kv(buf ^ 1, k0 + kTile);
+      if constexpr (TMA) {
+        if (threadIdx.x == 0 && t + 1 < ntiles) tma_kv(buf ^ 1, t + 1);
+      } else {
+        if (k0 + kTile < nkeys) load_kv(buf ^ 1, k0 + kTile);
+      }
     };
+    int hi[2];  // this tile's visible keys end at hi (a TMA context tile also holds rows past the context)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) hi[h] = min(ihi[h], tile_cap(t));
     // The wgmma forward issues the next tile's copies once this tile's scores are on the tensor cores
     // (1.5-2.5 % faster than before them at the bench's shapes, session 15; the dq pass measured 1-3 % slower
     // that way).
@@ -205,7 +251,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
-        s[i] = x >= ilo[h] && x < ihi[h] ? s[i] * p.scale_log2 : -INFINITY;
+        s[i] = x >= ilo[h] && x < hi[h] ? s[i] * p.scale_log2 : -INFINITY;
       }
       float corr[2];
       softmax_step<8>([&](int n, int e) -> float& { return s[4 * n + e]; }, mx_run, l, corr);
@@ -223,7 +269,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
-        s[i] = x >= ilo[h] && x < ihi[h] ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
+        s[i] = x >= ilo[h] && x < hi[h] ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
       }
       wg_wait<0>(dp);
 #pragma unroll
@@ -241,7 +287,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int x = k0 + kh + n * 8 + 2 * t4 + (e & 1), h = e >> 1;
-            s[n][e] = x >= ilo[h] && x < ihi[h] ? s[n][e] * p.scale_log2 : -INFINITY;
+            s[n][e] = x >= ilo[h] && x < hi[h] ? s[n][e] * p.scale_log2 : -INFINITY;
           }
         if constexpr (!DQ) {
           float corr[2];
@@ -302,14 +348,25 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1) dfa_query_kernel(QueryArgs p)
 // exp2 domain of the passes) and D = Σ_d dO·O in fp32.
 __global__ void dfa_rowterms_kernel(const bf16* out, int64_t ld_out, const bf16* dout, int64_t ld_dout,
                                     const float* lse, int64_t ld_lse, float* lse2, float* dsum, int64_t rows,
-                                    int hq, int hd, int block) {
+                                    int hq, int hd, int block, bool vec4) {
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (w >= rows * hq) return;
   const int64_t r = w / hq, head = w % hq, col = head * hd;
+  const bf16 *o = out + r * ld_out + col, *g = dout + r * ld_dout + col;
   float acc = 0.0f;
-  for (int e = lane; e < hd; e += 32)
-    acc += __bfloat162float(out[r * ld_out + col + e]) * __bfloat162float(dout[r * ld_dout + col + e]);
+  if (vec4) {  // 8-byte loads of 4 elements (hd, the strides and the bases multiples of 4 elements)
+    for (int e = 4 * lane; e < hd; e += 128) {
+      const uint2 a = *reinterpret_cast<const uint2*>(o + e), b = *reinterpret_cast<const uint2*>(g + e);
+      const float2 a0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.x));
+      const float2 a1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.y));
+      const float2 b0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&b.x));
+      const float2 b1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&b.y));
+      acc += a0.x * b0.x + a0.y * b0.y + a1.x * b1.x + a1.y * b1.y;
+    }
+  } else {
+    for (int e = lane; e < hd; e += 32) acc += __bfloat162float(o[e]) * __bfloat162float(g[e]);
+  }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane != 0) return;
@@ -349,17 +406,42 @@ bool on_wgmma(const DFlashAttnDims& d, bool vec) {
   return d.hd > 64 && d.hd <= 128 && vec && !env_is("DFLASH_DFA", "mma") && wgmma_available();
 }
 
-template <int HD, bool DQ, bool WG>
+// Whether the wgmma query-major passes stream K and V by TMA: unless DFLASH_DFA_TMA=0 (the A/B switch that
+// keeps the cp.async tile loads; read on every call), when the driver can describe the tensors.
+bool tma_loads_on() {
+  return !env_is("DFLASH_DFA_TMA", "0") && tensor_map_encoder() != nullptr;
+}
+
+template <int HD, bool DQ, bool WG, bool TMA>
 void query_pass(const QueryArgs& a, cudaStream_t stream) {
-  // Q (and dO), K and V of two key tiles; the wgmma tiles need a 1024-byte aligned base.
-  const size_t smem =
-      WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  // Q (and dO), K and V of two key tiles (and the TMA walk's two mbarriers); the wgmma tiles need a
+  // 1024-byte aligned base.
+  const size_t smem = WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile + (TMA ? 16 : 0)
+                         : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG, TMA>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int R = a.d.hq / a.d.hkv * a.d.block;
   dim3 grid(unsigned(a.d.nb), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
-  dfa_query_kernel<HD, DQ, WG><<<grid, 128, smem, stream>>>(a);
+  CUtensorMap tm_k{}, tm_v{};
+  if constexpr (TMA) {  // whole rows of all k/v rows, 64-row boxes: a tile is one copy per 64 columns
+    const int64_t kvrows = a.d.T + a.d.nb * a.d.block, cols = int64_t(a.d.hkv) * a.d.hd;
+    tm_k = tensor_map_bf16(a.k, kvrows, cols, a.ld_k, kTile);
+    tm_v = tensor_map_bf16(a.v, kvrows, cols, a.ld_v, kTile);
+  }
+  dfa_query_kernel<HD, DQ, WG, TMA><<<grid, 128, smem, stream>>>(a, tm_k, tm_v);
   DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
+}
+
+// The query-major pass on the path on_wgmma chose: wgmma with TMA or cp.async loads, else mma.sync.
+template <bool DQ>
+void query_pass_any(const QueryArgs& a, bool wg, cudaStream_t stream) {
+  const int64_t kvrows = a.d.T + a.d.nb * a.d.block;  // TMA row coordinates are 32-bit
+  if (wg && kvrows <= INT32_MAX && tma_loads_on())
+    query_pass<128, DQ, true, true>(a, stream);
+  else if (wg)
+    query_pass<128, DQ, true, false>(a, stream);
+  else
+    dispatch_head_dim(a.d.hd, [&](auto hd) { query_pass<decltype(hd)::value, DQ, false, false>(a, stream); });
 }
 
 }  // namespace
@@ -375,10 +457,7 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   a.pair_loads = pair_loads_on();
-  if (on_wgmma(d, a.vec))
-    query_pass<128, false, true>(a, stream);
-  else
-    dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, false, false>(a, stream); });
+  query_pass_any<false>(a, on_wgmma(d, a.vec), stream);
 }
 
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -400,8 +479,10 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   const bool wg = on_wgmma(d, vec);
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
+    const bool vec4 = d.hd % 4 == 0 && (ld_out | ld_dout) % 4 == 0 &&
+                      (reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(dout)) % 8 == 0;
     dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
-        out, ld_out, dout, ld_dout, lse, ld_lse, lse2, dsum, qrows, d.hq, d.hd, d.block);
+        out, ld_out, dout, ld_dout, lse, ld_lse, lse2, dsum, qrows, d.hq, d.hd, d.block, vec4);
     DF_CUDA_CHECK_LAUNCH("dfa_rowterms_kernel");
     QueryArgs a{};
     a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v,
@@ -410,10 +491,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     a.scale_log2 = d.scale * kLog2e, a.vec = vec;
     a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
     a.pair_loads = pair_loads_on();
-    if (wg)
-      query_pass<128, true, true>(a, stream);
-    else
-      dispatch_head_dim(d.hd, [&](auto hd) { query_pass<decltype(hd)::value, true, false>(a, stream); });
+    query_pass_any<true>(a, wg, stream);
   }
   if (kvrows == 0) return;
   KvArgs a{};

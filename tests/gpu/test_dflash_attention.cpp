@@ -206,12 +206,13 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  // The kernel paths: the default, the mma.sync kernels, and the wgmma dk/dv kernel's settings (the mask on
-  // every item, two tile loads) — each alone, the other variables unset.
-  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"};
-  std::string saved[3];
-  bool had[3];
-  for (int i = 0; i < 3; ++i) {
+  // The kernel paths: the default, the mma.sync kernels, the wgmma dk/dv kernel's settings (the mask on every
+  // item, two tile loads) and the query-major passes' cp.async K/V loads — each alone, the other variables
+  // unset.
+  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA"};
+  std::string saved[4];
+  bool had[4];
+  for (int i = 0; i < 4; ++i) {
     const char* e = std::getenv(vars[i]);
     had[i] = e != nullptr, saved[i] = e ? e : "";
   }
@@ -220,10 +221,13 @@ void DFlashAttentionCuda::run(const Case& c) {
     int var;
     const char* value;
   };
-  for (Path path :
-       {Path{"default", -1, ""}, {"mma", 0, "mma"}, {"mask always", 1, "0"}, {"two tile loads", 2, "0"}}) {
+  for (Path path : {Path{"default", -1, ""},
+                    {"mma", 0, "mma"},
+                    {"mask always", 1, "0"},
+                    {"two tile loads", 2, "0"},
+                    {"cp.async K/V", 3, "0"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 4; ++i)
       if (i == path.var)
         setenv(vars[i], path.value, 1);
       else
@@ -272,7 +276,7 @@ void DFlashAttentionCuda::run(const Case& c) {
     EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
         << name << ": a second backward on the same inputs gave different bits";
   }
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < 4; ++i)
     if (had[i])
       setenv(vars[i], saved[i].c_str(), 1);
     else
