@@ -348,25 +348,14 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
 // exp2 domain of the passes) and D = Σ_d dO·O in fp32.
 __global__ void dfa_rowterms_kernel(const bf16* out, int64_t ld_out, const bf16* dout, int64_t ld_dout,
                                     const float* lse, int64_t ld_lse, float* lse2, float* dsum, int64_t rows,
-                                    int hq, int hd, int block, bool vec4) {
+                                    int hq, int hd, int block) {
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (w >= rows * hq) return;
   const int64_t r = w / hq, head = w % hq, col = head * hd;
-  const bf16 *o = out + r * ld_out + col, *g = dout + r * ld_dout + col;
   float acc = 0.0f;
-  if (vec4) {  // 8-byte loads of 4 elements (hd, the strides and the bases multiples of 4 elements)
-    for (int e = 4 * lane; e < hd; e += 128) {
-      const uint2 a = *reinterpret_cast<const uint2*>(o + e), b = *reinterpret_cast<const uint2*>(g + e);
-      const float2 a0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.x));
-      const float2 a1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.y));
-      const float2 b0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&b.x));
-      const float2 b1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&b.y));
-      acc += a0.x * b0.x + a0.y * b0.y + a1.x * b1.x + a1.y * b1.y;
-    }
-  } else {
-    for (int e = lane; e < hd; e += 32) acc += __bfloat162float(o[e]) * __bfloat162float(g[e]);
-  }
+  for (int e = lane; e < hd; e += 32)
+    acc += __bfloat162float(out[r * ld_out + col + e]) * __bfloat162float(dout[r * ld_dout + col + e]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane != 0) return;
@@ -479,10 +468,8 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   const bool wg = on_wgmma(d, vec);
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
-    const bool vec4 = d.hd % 4 == 0 && (ld_out | ld_dout) % 4 == 0 &&
-                      (reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(dout)) % 8 == 0;
     dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
-        out, ld_out, dout, ld_dout, lse, ld_lse, lse2, dsum, qrows, d.hq, d.hd, d.block, vec4);
+        out, ld_out, dout, ld_dout, lse, ld_lse, lse2, dsum, qrows, d.hq, d.hd, d.block);
     DF_CUDA_CHECK_LAUNCH("dfa_rowterms_kernel");
     QueryArgs a{};
     a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v,
