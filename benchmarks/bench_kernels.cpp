@@ -372,10 +372,13 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   if (wg)
     paths.insert(paths.end(), {{"DFLASH_DFA_FAST", "0", "wgmma mask"},
                                {"DFLASH_DFA_PAIR", "0", "wgmma two loads"},
-                               {"DFLASH_DFA_TMA", "0", "wgmma cp.async K/V"}});
+                               {"DFLASH_DFA_TMA", "0", "wgmma cp.async K/V"},
+                               {"DFLASH_DFA_KV_TMA", "0", "wgmma cp.async Q/dO"}});
   paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
   for (const Path& pa : paths) {
-    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA"}) unsetenv(v);
+    for (const char* v :
+         {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA", "DFLASH_DFA_KV_TMA"})
+      unsetenv(v);
     if (*pa.var) setenv(pa.var, pa.value, 1);
     const char* path = pa.name;
     std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, *pa.var ? pa.var : "DFLASH_DFA",

@@ -492,6 +492,9 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   // a warpgroup's keys skips it). The same results either way; the bench times both.
   a.fast = !env_is("DFLASH_DFA_FAST", "0");
   a.pair_loads = pair_loads_on();
+  // DFLASH_DFA_KV_TMA=0: the dk/dv pass loads Q and dO by cp.async (read on every call).
+  a.tma = wg && d.hq / d.hkv * d.block <= kTile && qrows <= INT32_MAX && !env_is("DFLASH_DFA_KV_TMA", "0") &&
+          tma_loads_on();
   dfa::kv_pass_launch(a, kvrows, wg, stream);
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/tma.cuh"
 #include "kernels/train_launchers.cuh"
 #include "kernels/wgmma_tiles.cuh"
 
@@ -94,6 +95,7 @@ struct KvArgs {
   uint64_t blk_magic;  // row_split's magic for d.block
   bool fast;           // the wgmma kernel skips the mask on items that see all of a warpgroup's keys
   bool pair_loads;     // the wgmma kernel loads Q and dO with one row computation (load_tile_pair_wg)
+  bool tma;            // the wgmma kernel streams Q and dO by TMA (a group of at most 64 query rows)
 };
 
 // row_split's multiplier for block > 0 (0 for block 1).

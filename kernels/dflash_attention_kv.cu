@@ -55,13 +55,18 @@ constexpr int kWgRanks = 2;
 // Pᵀ from the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed
 // through distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
 // WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
-// (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands).
-template <int HD, bool WG, int RANKS>
+// (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands). TMA (WG, a group of at most 64 query
+// rows): thread 0 streams an item's Q and dO as one 3-d box per 64-column half (tm_q, tm_do: the group's
+// heads of the block's rows), which orders the chunk's rows token-major (row r is token r / group of head
+// r % group); rows past the group keep the zeros the buffers start with.
+template <int HD, bool WG, int RANKS, bool TMA>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, RANKS)
-    dfa_kv_kernel(KvArgs p) {
+    dfa_kv_kernel(KvArgs p, const __grid_constant__ CUtensorMap tm_q,
+                  const __grid_constant__ CUtensorMap tm_do) {
   using Cfg = KvCfg<HD>;
   static_assert(!WG || (HD == 128 && Cfg::kKeys == 128 && Cfg::kThreads == 256),
                 "the wgmma variant: head dim 128, two warpgroups of 64 keys");
+  static_assert(!TMA || WG, "the TMA loads fill wgmma tiles");
   constexpr int LDS = HD + 8, THREADS = Cfg::kThreads, COLS = Cfg::kCols, KEYS = Cfg::kKeys;
   constexpr int SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
   constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
@@ -82,6 +87,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   // Per Q/dO buffer, from warps 0 and 1 (query rows 0-31, 32-63): bit w set when every one of its rows sees
   // all 64 keys of warpgroup w's half of the tile, so that warpgroup forms Pᵀ without the mask (WG only).
   unsigned* fullw = reinterpret_cast<unsigned*>(wcount + THREADS / 32);
+  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(fullw + 4));  // TMA: per Q/dO buffer
   const DFlashAttnDims& d = p.d;
   const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * KEYS, r1 = min(r0 + KEYS, rows);
   const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
@@ -107,12 +113,31 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     else
       load_tile<HD, decltype(rows)::value, THREADS>(reinterpret_cast<bf16*>(dst), hd, vec, any, src);
   };
-  auto wait = [] {
+  // TMA: the Q/dO buffers' phases (bit b flips at each wait on buffer b).
+  unsigned phase = 0;
+  auto wait = [&](int b) {
     if constexpr (WG)
       tile_wait_wg();
     else
       tile_wait();
+    if constexpr (TMA) {
+      mbar_wait(bars + 8 * b, (phase >> b) & 1u);
+      phase ^= 1u << b;
+    }
   };
+  if constexpr (TMA) {
+    // Zeros in the Q/dO buffers (rows past the group are never loaded), published to the async proxy before
+    // the first bulk copy.
+    for (int i = threadIdx.x; i < 4 * TILE / 16; i += THREADS)
+      reinterpret_cast<uint4*>(QdO)[i] = make_uint4(0u, 0u, 0u, 0u);
+    if (threadIdx.x == 0) {
+      mbar_init(bars, 1);
+      mbar_init(bars + 8, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+  }
   load(Kt, std::integral_constant<int, KEYS>{}, kvsrc(p.k, p.ld_k));
   load(Vt, std::integral_constant<int, KEYS>{}, kvsrc(p.v, p.ld_v));
 
@@ -179,8 +204,11 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
       static_assert(THREADS >= kTile, "one thread a query row of the chunk");
       if (threadIdx.x < kTile) {
-        const int r = threadIdx.x, rr = z0 + r, kq = row_split(rr, d.block, p.blk_magic).y;
-        const bool in = rr < R;
+        // Chunk row r: group row rr = head·block + token (TMA: token r / group of head r % group).
+        const int r = threadIdx.x;
+        const int rr = TMA ? r % group * d.block + r / group : z0 + r;
+        const int kq = TMA ? r / group : row_split(rr, d.block, p.blk_magic).y;
+        const bool in = TMA ? r < R : rr < R;
         const int64_t at = (j * d.hq + int64_t(g) * group) * d.block + (in ? rr : 0);
         // A row past the group sees nothing: an empty context range and an empty own range.
         const int lo = in ? rel(m.s0 + m.lo(kq)) : KEYS + 1;
@@ -205,7 +233,18 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           return rr < R ? src + (j * d.block + hk.y) * ld + int64_t(g * group + hk.x) * d.hd : nullptr;
         };
       };
-      if (WG && p.pair_loads) {
+      if constexpr (TMA) {
+        if (threadIdx.x == 0) {  // the group's heads of rows j·block.. as one box per 64 columns
+          const uint32_t bar = bars + 8 * b, half = 64 * 128;
+          const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(Qb(b)));
+          const uint32_t do_s = static_cast<uint32_t>(__cvta_generic_to_shared(dOb(b)));
+          mbar_arrive_expect(bar, uint32_t(R) * 128 * 2 * 2);
+          for (int h = 0; h < 2; ++h) {
+            tma_load_box3(q_s + h * half, &tm_q, 64 * h, g * group, int(j * d.block), bar);
+            tma_load_box3(do_s + h * half, &tm_do, 64 * h, g * group, int(j * d.block), bar);
+          }
+        }
+      } else if (WG && p.pair_loads) {
         load_tile_pair_wg<kTile, THREADS>(Qb(b), p.q, p.ld_q, dOb(b), p.dout, p.ld_dout, hd, [&](int r) {
           const int rr = z0 + r;
           const int2 hk = row_split(rr, d.block, p.blk_magic);
@@ -220,7 +259,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     if (n0 < n1) load_item(n0, 0);
     for (int n = n0; n < n1; ++n) {
       const int b = (n - n0) & 1;
-      wait();  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
+      wait(b);  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
       // The next item's copies fly during this one (issued after this item's products instead, they measured
       // 12 % slower on the wgmma pass, session 15; after its scores, 2-6 % slower, session 16).
       if (n + 1 < n1) load_item(n + 1, b ^ 1);
@@ -357,32 +396,41 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 
 // ---- launchers --------------------------------------------------------------------------------------
 
-template <int HD, bool WG, int RANKS>
+template <int HD, bool WG, int RANKS, bool TMA>
 void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
   using Cfg = KvCfg<HD>;
   const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
   const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 4) * kWgTile
                           : sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8);
-  const size_t smem = (WG ? 1024 : 0) +
-                      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
-                                                    (sizeof(int2) + sizeof(int)) * list +
-                                                    sizeof(int) * Cfg::kThreads / 32 + sizeof(unsigned) * 4);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS>,
+  const size_t smem =
+      (WG ? 1024 : 0) +
+      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
+                                    (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32 +
+                                    sizeof(unsigned) * 4 + (TMA ? sizeof(uint64_t) * 2 : 0));
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS, TMA>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(RANKS));
-  dfa_kv_kernel<HD, WG, RANKS><<<grid, Cfg::kThreads, smem, stream>>>(a);
+  CUtensorMap tm_q{}, tm_do{};
+  if constexpr (TMA) {  // one box: a block's rows of one kv head's group of query heads, 64 columns
+    const int group = a.d.hq / a.d.hkv;
+    tm_q = tensor_map_bf16_heads(a.q, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_q, group, a.d.block);
+    tm_do = tensor_map_bf16_heads(a.dout, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_dout, group, a.d.block);
+  }
+  dfa_kv_kernel<HD, WG, RANKS, TMA><<<grid, Cfg::kThreads, smem, stream>>>(a, tm_q, tm_do);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
 
 }  // namespace
 
 void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream) {
-  if (wg)
-    kv_pass<128, true, kWgRanks>(a, kvrows, stream);
+  if (wg && a.tma)
+    kv_pass<128, true, kWgRanks, true>(a, kvrows, stream);
+  else if (wg)
+    kv_pass<128, true, kWgRanks, false>(a, kvrows, stream);
   else
     dispatch_head_dim(a.d.hd, [&](auto hd) {
       constexpr int HD = decltype(hd)::value;
-      kv_pass<HD, false, KvCfg<HD>::kRanks>(a, kvrows, stream);
+      kv_pass<HD, false, KvCfg<HD>::kRanks, false>(a, kvrows, stream);
     });
 }
 

@@ -47,6 +47,17 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap* t
         : "memory");
 }
 
+// One box of the 3-d tensor behind tm (tensor_map_bf16_heads) at (column, head, row) into dst, its bytes
+// counted on bar; elements past the tensor's ends arrive as zeros.
+__device__ __forceinline__ void tma_load_box3(uint32_t dst, const CUtensorMap* tm, int col, int head, int row,
+                                              uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(tm), "r"(col), "r"(head), "r"(row), "r"(bar)
+      : "memory");
+}
+
 // ---- host side ----
 // cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda); null when the
 // driver has none.
@@ -77,6 +88,28 @@ inline CUtensorMap tensor_map_bf16(const bf16* p, int64_t rows, int64_t cols, in
                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     cuda_throw("cuTensorMapEncodeTiled", "could not describe an attention operand", __FILE__, __LINE__);
+  return tm;
+}
+
+// rows × heads × hd bf16 (head h of row r at p + r·ld + h·hd) read as boxes of 64 columns × box_heads heads ×
+// box_rows rows with the 128-byte swizzle: a box lands as box_rows·box_heads rows of 128 bytes, row-major
+// over (row, head). hd a multiple of 8 and ld of 8, p 16-byte aligned.
+inline CUtensorMap tensor_map_bf16_heads(const bf16* p, int64_t rows, int heads, int hd, int64_t ld,
+                                         int box_heads, int box_rows) {
+  CUtensorMap tm;
+  cuuint64_t dims[3] = {static_cast<cuuint64_t>(hd), static_cast<cuuint64_t>(heads),
+                        static_cast<cuuint64_t>(rows)};
+  cuuint64_t strides[2] = {static_cast<cuuint64_t>(hd) * sizeof(bf16),
+                           static_cast<cuuint64_t>(ld) * sizeof(bf16)};
+  cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_heads), static_cast<cuuint32_t>(box_rows)};
+  cuuint32_t elem[3] = {1, 1, 1};
+  CUresult r =
+      tensor_map_encoder()(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(p), dims, strides, box,
+                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    cuda_throw("cuTensorMapEncodeTiled", "could not describe an attention operand by heads", __FILE__,
+               __LINE__);
   return tm;
 }
 

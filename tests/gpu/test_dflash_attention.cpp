@@ -207,12 +207,14 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
   // The kernel paths: the default, the mma.sync kernels, the wgmma dk/dv kernel's settings (the mask on every
-  // item, two tile loads) and the query-major passes' cp.async K/V loads — each alone, the other variables
-  // unset.
-  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA"};
-  std::string saved[4];
-  bool had[4];
-  for (int i = 0; i < 4; ++i) {
+  // item, two tile loads), the query-major passes' cp.async K/V loads and the dk/dv pass's cp.async Q/dO
+  // loads — each alone, the other variables unset.
+  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA",
+                              "DFLASH_DFA_KV_TMA"};
+  constexpr int kVars = 5;
+  std::string saved[kVars];
+  bool had[kVars];
+  for (int i = 0; i < kVars; ++i) {
     const char* e = std::getenv(vars[i]);
     had[i] = e != nullptr, saved[i] = e ? e : "";
   }
@@ -225,9 +227,10 @@ void DFlashAttentionCuda::run(const Case& c) {
                     {"mma", 0, "mma"},
                     {"mask always", 1, "0"},
                     {"two tile loads", 2, "0"},
-                    {"cp.async K/V", 3, "0"}}) {
+                    {"cp.async K/V", 3, "0"},
+                    {"cp.async Q/dO", 4, "0"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kVars; ++i)
       if (i == path.var)
         setenv(vars[i], path.value, 1);
       else
@@ -276,7 +279,7 @@ void DFlashAttentionCuda::run(const Case& c) {
     EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
         << name << ": a second backward on the same inputs gave different bits";
   }
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kVars; ++i)
     if (had[i])
       setenv(vars[i], saved[i].c_str(), 1);
     else
