@@ -7,11 +7,11 @@
 // alone (at T 1 and 16, or at T only), `bench_kernels attention` the causal attention at the 27B (24/4 × 256,
 // gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection,
 // and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone;
-// `bench_kernels dflash` the DFlash drafter attention at the drafter step's shape and 8x it, both backward
-// paths; `bench_kernels norms` the drafter's RMSNorm and QK-norm + RoPE backwards and training forwards on
-// both kernel paths; `bench_kernels lm [H V]` the lm_head loss alone (default the 27B shape). The
-// FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their
-// peers' in the same call.
+// `bench_kernels dflash [S]` the DFlash drafter attention at the drafter step's shape and 8x it (or S
+// sequences), every kernel path; `bench_kernels norms` the drafter's RMSNorm and QK-norm + RoPE backwards and
+// training forwards on both kernel paths; `bench_kernels lm [H V]` the lm_head loss alone (default the 27B
+// shape). The FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows
+// beside their peers' in the same call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -361,7 +361,9 @@ void bench_dflash_attention(Bench& b, int window, int S) {
 
   // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with the mask on every
   // item (DFLASH_DFA_FAST=0), with Q and dO (K and V) loaded as two tiles (DFLASH_DFA_PAIR=0), the
-  // query-major passes' K and V by cp.async instead of TMA (DFLASH_DFA_TMA=0), the mma.sync kernels.
+  // query-major passes' K and V by cp.async instead of TMA (DFLASH_DFA_TMA=0), the dk/dv pass's Q and dO by
+  // cp.async (DFLASH_DFA_KV_TMA=0), its items each waiting for its dK product (DFLASH_DFA_KV_PIPE=0), the
+  // mma.sync kernels.
   struct Path {
     const char* var;
     const char* value;
@@ -373,11 +375,12 @@ void bench_dflash_attention(Bench& b, int window, int S) {
     paths.insert(paths.end(), {{"DFLASH_DFA_FAST", "0", "wgmma mask"},
                                {"DFLASH_DFA_PAIR", "0", "wgmma two loads"},
                                {"DFLASH_DFA_TMA", "0", "wgmma cp.async K/V"},
-                               {"DFLASH_DFA_KV_TMA", "0", "wgmma cp.async Q/dO"}});
+                               {"DFLASH_DFA_KV_TMA", "0", "wgmma cp.async Q/dO"},
+                               {"DFLASH_DFA_KV_PIPE", "0", "wgmma dk/dv unpipelined"}});
   paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
   for (const Path& pa : paths) {
-    for (const char* v :
-         {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA", "DFLASH_DFA_KV_TMA"})
+    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA",
+                          "DFLASH_DFA_KV_TMA", "DFLASH_DFA_KV_PIPE"})
       unsetenv(v);
     if (*pa.var) setenv(pa.var, pa.value, 1);
     const char* path = pa.name;
@@ -956,7 +959,10 @@ int main(int argc, char** argv) {
       return b.failures ? 1 : 0;
     }
     if (argc > 1 && std::string(argv[1]) == "dflash") {  // DFlash attention at the step's and 8x its shape
-      for (int S : {1, 8}) {
+      // `dflash S`: S sequences only.
+      const std::vector<int> seq_counts =
+          argc > 2 ? std::vector<int>{std::max(1, std::atoi(argv[2]))} : std::vector<int>{1, 8};
+      for (int S : seq_counts) {
         bench_dflash_attention(b, 2048, S);
         bench_dflash_attention(b, 0, S);
       }

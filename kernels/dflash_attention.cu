@@ -495,6 +495,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   // DFLASH_DFA_KV_TMA=0: the dk/dv pass loads Q and dO by cp.async (read on every call).
   a.tma = wg && d.hq / d.hkv * d.block <= kTile && qrows <= INT32_MAX && !env_is("DFLASH_DFA_KV_TMA", "0") &&
           tma_loads_on();
+  a.pipe = !env_is("DFLASH_DFA_KV_PIPE", "0");  // DFLASH_DFA_KV_PIPE=0: each item waits for its products
   dfa::kv_pass_launch(a, kvrows, wg, stream);
 }
 

@@ -96,6 +96,7 @@ struct KvArgs {
   bool fast;           // the wgmma kernel skips the mask on items that see all of a warpgroup's keys
   bool pair_loads;     // the wgmma kernel loads Q and dO with one row computation (load_tile_pair_wg)
   bool tma;            // the wgmma kernel streams Q and dO by TMA (a group of at most 64 query rows)
+  bool pipe;           // with tma: an item's dK product runs into the next item's scores
 };
 
 // row_split's multiplier for block > 0 (0 for block 1).

@@ -58,8 +58,9 @@ constexpr int kWgRanks = 2;
 // (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands). TMA (WG, a group of at most 64 query
 // rows): thread 0 streams an item's Q and dO as one 3-d box per 64-column half (tm_q, tm_do: the group's
 // heads of the block's rows), which orders the chunk's rows token-major (row r is token r / group of head
-// r % group); rows past the group keep the zeros the buffers start with.
-template <int HD, bool WG, int RANKS, bool TMA>
+// r % group); rows past the group keep the zeros the buffers start with. PIPE (TMA): an item's dK product
+// stays in flight into the next item's scores, Q/dO in three buffers (the last item's Q is still read).
+template <int HD, bool WG, int RANKS, bool TMA, bool PIPE>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, RANKS)
     dfa_kv_kernel(KvArgs p, const __grid_constant__ CUtensorMap tm_q,
                   const __grid_constant__ CUtensorMap tm_do) {
@@ -67,6 +68,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   static_assert(!WG || (HD == 128 && Cfg::kKeys == 128 && Cfg::kThreads == 256),
                 "the wgmma variant: head dim 128, two warpgroups of 64 keys");
   static_assert(!TMA || WG, "the TMA loads fill wgmma tiles");
+  static_assert(!PIPE || TMA, "the pipelined items wait for their Q/dO buffers on mbarriers");
+  constexpr int NB = PIPE ? 3 : 2;  // Q/dO buffers
   constexpr int LDS = HD + 8, THREADS = Cfg::kThreads, COLS = Cfg::kCols, KEYS = Cfg::kKeys;
   constexpr int SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
   constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
@@ -74,11 +77,11 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   unsigned char* const tiles = WG ? align1024(dfa_smem) : dfa_smem;
   unsigned char* const Kt = tiles;
   unsigned char* const Vt = Kt + KEYS / 64 * TILE;
-  // Q and dO of two query chunks: the next one loads during this one.
+  // Q and dO of NB query chunks: the next one loads during this one.
   unsigned char* const QdO = Vt + KEYS / 64 * TILE;
   auto Qb = [&](int b) { return QdO + 2 * b * TILE; };
   auto dOb = [&](int b) { return QdO + (2 * b + 1) * TILE; };
-  float* lse2 = reinterpret_cast<float*>(QdO + 4 * TILE);  // [2][64] per chunk row: lse·log2 e,
+  float* lse2 = reinterpret_cast<float*>(QdO + 2 * NB * TILE);    // [2][64] per chunk row: lse·log2 e,
   float* dsum = lse2 + 2 * kTile;                                 // D,
   int* cols = reinterpret_cast<int*>(dsum + 2 * kTile);           // first context key | end of own keys << 16
   int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
@@ -115,24 +118,23 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   };
   // TMA: the Q/dO buffers' phases (bit b flips at each wait on buffer b).
   unsigned phase = 0;
-  auto wait = [&](int b) {
+  auto wait = [&](int tb) {
     if constexpr (WG)
       tile_wait_wg();
     else
       tile_wait();
     if constexpr (TMA) {
-      mbar_wait(bars + 8 * b, (phase >> b) & 1u);
-      phase ^= 1u << b;
+      mbar_wait(bars + 8 * tb, (phase >> tb) & 1u);
+      phase ^= 1u << tb;
     }
   };
   if constexpr (TMA) {
     // Zeros in the Q/dO buffers (rows past the group are never loaded), published to the async proxy before
     // the first bulk copy.
-    for (int i = threadIdx.x; i < 4 * TILE / 16; i += THREADS)
+    for (int i = threadIdx.x; i < 2 * NB * TILE / 16; i += THREADS)
       reinterpret_cast<uint4*>(QdO)[i] = make_uint4(0u, 0u, 0u, 0u);
     if (threadIdx.x == 0) {
-      mbar_init(bars, 1);
-      mbar_init(bars + 8, 1);
+      for (int i = 0; i < NB; ++i) mbar_init(bars + 8 * i, 1);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -144,6 +146,15 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   // dk, dv of this thread's keys: per warp 16 keys × COLS as mma.sync n-tiles, or per warpgroup the wgmma
   // m64n128 fragment (the same element order: acc[i] of the flat one is acc[i / 4][i % 4]).
   std::conditional_t<WG, float[64], float[COLS / 8][4]> dk, dv;
+  // The wgmma variant's Pᵀ and dSᵀ as A fragments: live until the products reading them are waited for.
+  uint32_t pa[4][4] = {}, da[4][4] = {};
+  auto fence_frags = [&] {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      wgmma_fence_regs(pa[k]);
+      wgmma_fence_regs(da[k]);
+    }
+  };
   if constexpr (WG) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.0f;
@@ -196,7 +207,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     // Items of this round: item n is (listed block n / nz, query chunk n % nz), nz 1 unless a group has more
     // than 64 query rows; Q/dO and row terms double-buffered.
     auto split_item = [nz](int n) { return nz == 1 ? make_int2(n, 0) : make_int2(n / nz, n % nz); };
-    auto load_item = [&](int n, int b) {
+    // Item n's row terms into buffer b, its Q and dO into tile buffer tb.
+    auto load_item = [&](int n, int b, int tb) {
       const int2 it = split_item(n);
       const int64_t j = base + list[it.x];
       const int z0 = it.y * kTile;
@@ -235,9 +247,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       };
       if constexpr (TMA) {
         if (threadIdx.x == 0) {  // the group's heads of rows j·block.. as one box per 64 columns
-          const uint32_t bar = bars + 8 * b, half = 64 * 128;
-          const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(Qb(b)));
-          const uint32_t do_s = static_cast<uint32_t>(__cvta_generic_to_shared(dOb(b)));
+          const uint32_t bar = bars + 8 * tb, half = 64 * 128;
+          const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(Qb(tb)));
+          const uint32_t do_s = static_cast<uint32_t>(__cvta_generic_to_shared(dOb(tb)));
           mbar_arrive_expect(bar, uint32_t(R) * 128 * 2 * 2);
           for (int h = 0; h < 2; ++h) {
             tma_load_box3(q_s + h * half, &tm_q, 64 * h, g * group, int(j * d.block), bar);
@@ -245,24 +257,24 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           }
         }
       } else if (WG && p.pair_loads) {
-        load_tile_pair_wg<kTile, THREADS>(Qb(b), p.q, p.ld_q, dOb(b), p.dout, p.ld_dout, hd, [&](int r) {
+        load_tile_pair_wg<kTile, THREADS>(Qb(tb), p.q, p.ld_q, dOb(tb), p.dout, p.ld_dout, hd, [&](int r) {
           const int rr = z0 + r;
           const int2 hk = row_split(rr, d.block, p.blk_magic);
           return RowAt{rr < R ? j * d.block + hk.y : -1, int64_t(g * group + hk.x) * d.hd};
         });
       } else {
-        load(Qb(b), std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
-        load(dOb(b), std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
+        load(Qb(tb), std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
+        load(dOb(tb), std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
       }
     };
     const int items = total * nz, n0 = items * rank / RANKS, n1 = items * (rank + 1) / RANKS;
-    if (n0 < n1) load_item(n0, 0);
+    if (n0 < n1) load_item(n0, 0, 0);
     for (int n = n0; n < n1; ++n) {
-      const int b = (n - n0) & 1;
-      wait(b);  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
+      const int b = (n - n0) & 1, tb = PIPE ? (n - n0) % NB : b;
+      wait(tb);  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
       // The next item's copies fly during this one (issued after this item's products instead, they measured
       // 12 % slower on the wgmma pass, session 15; after its scores, 2-6 % slower, session 16).
-      if (n + 1 < n1) load_item(n + 1, b ^ 1);
+      if (n + 1 < n1) load_item(n + 1, b ^ 1, PIPE ? (n + 1 - n0) % NB : b ^ 1);
       const int2 it = split_item(n);
       const int64_t j = base + list[it.x];
       const int z0 = it.y * kTile;
@@ -299,36 +311,55 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // Warpgroup wg holds keys [64·wg, 64·wg + 64) of the tile (so warp w's fragment rows are keys kw + gr
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
-        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) continue;
-        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs.
+        if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) {
+          if constexpr (PIPE) {  // the previous item's products finish: its Q/dO buffer is refilled next
+            wgmma_wait<0>();
+            wgmma_fence_regs(dv);
+            wgmma_fence_regs(dk);
+            fence_frags();
+          }
+          continue;
+        }
+        // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO
+        // runs (PIPE: the previous item's dK runs into this item's scores).
         float s[32], dp[32];
-        wg_issue_scores(s, Kt + wg * kWgTile, Qb(b), dp, Vt + wg * kWgTile, dOb(b));
+        wg_issue_scores(s, Kt + wg * kWgTile, Qb(tb), dp, Vt + wg * kWgTile, dOb(tb));
         wg_wait<1>(s);
+        if constexpr (PIPE) {  // the previous item's dK is done with its fragments
+          wgmma_fence_regs(dv);
+          wgmma_fence_regs(dk);
+          fence_frags();
+        }
         auto sf = [&](int n2, int e) -> float& { return s[4 * n2 + e]; };
         auto dpf = [&](int n2, int e) -> float& { return dp[4 * n2 + e]; };
         if (p.fast && (fullw[2 * b] & fullw[2 * b + 1]) >> wg & 1u)
           p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, sf, dpf, std::false_type{}, std::true_type{});
         else
           p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, sf, dpf, std::false_type{}, std::false_type{});
-        uint32_t pa[4][4];
         wg_a_frags(s, pa);
-        wg_issue_product(dv, pa, dOb(b));
+        wg_issue_product(dv, pa, dOb(tb));
         wg_wait<1>(dp);
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
           const float2 ds = *reinterpret_cast<const float2*>(db + 8 * (i >> 2) + 2 * t4);
           dp[i] = s[i] * (dp[i] - (i & 1 ? ds.y : ds.x));
         }
-        uint32_t da[4][4];
         wg_a_frags(dp, da);
-        wg_issue_product(dk, da, Qb(b));
-        wg_wait<0>(dv);
-        wgmma_fence_regs(dk);
+        wg_issue_product(dk, da, Qb(tb));
+        if constexpr (PIPE) {  // dV done, dK left in flight (only its fragments stay live into the next item)
+          wg_wait<1>(dv);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) wgmma_fence_regs(pa[k]);
+        } else {
+          wg_wait<0>(dv);
+          wgmma_fence_regs(dk);
+          fence_frags();
+        }
       } else {
         // A warp whose 16 keys this block cannot see (tile edges, own rows of other blocks) skips the products.
         if (!m.sees(r0 + kw, r0 + kw + 16)) continue;
         const bf16 *Ks = reinterpret_cast<const bf16*>(Kt), *Vs = reinterpret_cast<const bf16*>(Vt);
-        const bf16 *Qs = reinterpret_cast<const bf16*>(Qb(b)), *dOs = reinterpret_cast<const bf16*>(dOb(b));
+        const bf16 *Qs = reinterpret_cast<const bf16*>(Qb(tb)), *dOs = reinterpret_cast<const bf16*>(dOb(tb));
         // QS query rows per step: QS / 8 independent accumulators per product keep the tensor pipes busy.
         constexpr int QS = Cfg::kQStep, NQ = QS / 8;
 #pragma unroll 1
@@ -351,6 +382,12 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           }
         }
       }
+    }
+    if constexpr (PIPE) {  // the round's last products finish before the next round refills buffer 0
+      wgmma_wait<0>();
+      wgmma_fence_regs(dv);
+      wgmma_fence_regs(dk);
+      fence_frags();
     }
   }
 
@@ -396,18 +433,18 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 
 // ---- launchers --------------------------------------------------------------------------------------
 
-template <int HD, bool WG, int RANKS, bool TMA>
+template <int HD, bool WG, int RANKS, bool TMA, bool PIPE>
 void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
   using Cfg = KvCfg<HD>;
   const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
-  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + 4) * kWgTile
+  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + (PIPE ? 6 : 4)) * kWgTile
                           : sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8);
   const size_t smem =
       (WG ? 1024 : 0) +
       std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
                                     (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32 +
-                                    sizeof(unsigned) * 4 + (TMA ? sizeof(uint64_t) * 2 : 0));
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS, TMA>,
+                                    sizeof(unsigned) * 4 + (TMA ? sizeof(uint64_t) * 3 : 0));
+  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS, TMA, PIPE>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(RANKS));
   CUtensorMap tm_q{}, tm_do{};
@@ -416,21 +453,23 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
     tm_q = tensor_map_bf16_heads(a.q, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_q, group, a.d.block);
     tm_do = tensor_map_bf16_heads(a.dout, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_dout, group, a.d.block);
   }
-  dfa_kv_kernel<HD, WG, RANKS, TMA><<<grid, Cfg::kThreads, smem, stream>>>(a, tm_q, tm_do);
+  dfa_kv_kernel<HD, WG, RANKS, TMA, PIPE><<<grid, Cfg::kThreads, smem, stream>>>(a, tm_q, tm_do);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
 
 }  // namespace
 
 void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream) {
-  if (wg && a.tma)
-    kv_pass<128, true, kWgRanks, true>(a, kvrows, stream);
+  if (wg && a.tma && a.pipe)
+    kv_pass<128, true, kWgRanks, true, true>(a, kvrows, stream);
+  else if (wg && a.tma)
+    kv_pass<128, true, kWgRanks, true, false>(a, kvrows, stream);
   else if (wg)
-    kv_pass<128, true, kWgRanks, false>(a, kvrows, stream);
+    kv_pass<128, true, kWgRanks, false, false>(a, kvrows, stream);
   else
     dispatch_head_dim(a.d.hd, [&](auto hd) {
       constexpr int HD = decltype(hd)::value;
-      kv_pass<HD, false, KvCfg<HD>::kRanks, false>(a, kvrows, stream);
+      kv_pass<HD, false, KvCfg<HD>::kRanks, false, false>(a, kvrows, stream);
     });
 }
 

@@ -207,11 +207,11 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
   // The kernel paths: the default, the mma.sync kernels, the wgmma dk/dv kernel's settings (the mask on every
-  // item, two tile loads), the query-major passes' cp.async K/V loads and the dk/dv pass's cp.async Q/dO
-  // loads — each alone, the other variables unset.
-  const char* const vars[] = {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA",
-                              "DFLASH_DFA_KV_TMA"};
-  constexpr int kVars = 5;
+  // item, two tile loads), the query-major passes' cp.async K/V loads, the dk/dv pass's cp.async Q/dO loads
+  // and its items without the dK product in flight — each alone, the other variables unset.
+  const char* const vars[] = {"DFLASH_DFA",     "DFLASH_DFA_FAST",   "DFLASH_DFA_PAIR",
+                              "DFLASH_DFA_TMA", "DFLASH_DFA_KV_TMA", "DFLASH_DFA_KV_PIPE"};
+  constexpr int kVars = 6;
   std::string saved[kVars];
   bool had[kVars];
   for (int i = 0; i < kVars; ++i) {
@@ -228,7 +228,8 @@ void DFlashAttentionCuda::run(const Case& c) {
                     {"mask always", 1, "0"},
                     {"two tile loads", 2, "0"},
                     {"cp.async K/V", 3, "0"},
-                    {"cp.async Q/dO", 4, "0"}}) {
+                    {"cp.async Q/dO", 4, "0"},
+                    {"dk/dv items one at a time", 5, "0"}}) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
     for (int i = 0; i < kVars; ++i)
       if (i == path.var)
