@@ -82,7 +82,9 @@ struct QueryArgs {
 // fit an SM. TMA (wgmma only): one thread streams each K/V tile as 64 whole rows by bulk tensor copies (tm_k,
 // tm_v) on the buffer's mbarrier, so the other threads spend no instructions on copies; the walk then takes
 // the context keys in 64-key tiles from c0 (rows past the context range are loaded and masked) and the own
-// rows as one more tile from bj.
+// rows as one more tile from bj. A masked key still multiplies its V (dq: K) row by a zero weight, so every
+// k/v row the tensors hold must be finite, as the drafter's projections write them; rows past the tensors'
+// ends arrive as zeros.
 template <int HD, bool DQ, bool WG, bool TMA>
 __global__ void __launch_bounds__(128, WG ? 2 : 1)
     dfa_query_kernel(QueryArgs p, const __grid_constant__ CUtensorMap tm_k,
