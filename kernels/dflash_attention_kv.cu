@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     __syncthreads();
 
     // Items of this round: item n is (listed block n / nz, query chunk n % nz), nz 1 unless a group has more
-    // than 64 query rows; Q/dO and row terms double-buffered.
+    // than 64 query rows; row terms double-buffered, Q/dO in NB buffers.
     auto split_item = [nz](int n) { return nz == 1 ? make_int2(n, 0) : make_int2(n / nz, n % nz); };
     // Item n's row terms into buffer b, its Q and dO into tile buffer tb.
     auto load_item = [&](int n, int b, int tb) {
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     if (n0 < n1) load_item(n0, 0, 0);
     for (int n = n0; n < n1; ++n) {
       const int b = (n - n0) & 1, tb = PIPE ? (n - n0) % NB : b;
-      wait(tb);  // item n (and K/V) landed; every warp is done with item n − 1 (the other buffer)
+      wait(tb);  // item n (and K/V) landed; every warp is past item n − 1 (its buffers can be refilled)
       // The next item's copies fly during this one (issued after this item's products instead, they measured
       // 12 % slower on the wgmma pass, session 15; after its scores, 2-6 % slower, session 16).
       if (n + 1 < n1) load_item(n + 1, b ^ 1, PIPE ? (n + 1 - n0) % NB : b ^ 1);

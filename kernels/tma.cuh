@@ -75,20 +75,27 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
+// A bf16 tensor of `rank` dimensions (dims innermost first, byte strides of the outer ones) read as `box`
+// boxes, whose 64-element rows land with the 128-byte swizzle wgmma reads; `what` names it in the error.
+inline CUtensorMap tensor_map_bf16_swizzled(const bf16* p, cuuint32_t rank, const cuuint64_t* dims,
+                                            const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
+  CUtensorMap tm;
+  const cuuint32_t elem[3] = {1, 1, 1};
+  CUresult r =
+      tensor_map_encoder()(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<bf16*>(p), dims, strides, box,
+                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) cuda_throw("cuTensorMapEncodeTiled", what, __FILE__, __LINE__);
+  return tm;
+}
+
 // rows × cols bf16 (row stride ld elements) read as boxes of 64 columns × box_rows rows with the 128-byte
 // swizzle.
 inline CUtensorMap tensor_map_bf16(const bf16* p, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
-  CUtensorMap tm;
-  cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(bf16)};
-  cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)}, elem[2] = {1, 1};
-  CUresult r =
-      tensor_map_encoder()(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p), dims, strides, box,
-                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    cuda_throw("cuTensorMapEncodeTiled", "could not describe an attention operand", __FILE__, __LINE__);
-  return tm;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(bf16)};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  return tensor_map_bf16_swizzled(p, 2, dims, strides, box, "could not describe an attention operand");
 }
 
 // rows × heads × hd bf16 (head h of row r at p + r·ld + h·hd) read as boxes of 64 columns × box_heads heads ×
@@ -96,21 +103,12 @@ inline CUtensorMap tensor_map_bf16(const bf16* p, int64_t rows, int64_t cols, in
 // over (row, head). hd a multiple of 8 and ld of 8, p 16-byte aligned.
 inline CUtensorMap tensor_map_bf16_heads(const bf16* p, int64_t rows, int heads, int hd, int64_t ld,
                                          int box_heads, int box_rows) {
-  CUtensorMap tm;
-  cuuint64_t dims[3] = {static_cast<cuuint64_t>(hd), static_cast<cuuint64_t>(heads),
-                        static_cast<cuuint64_t>(rows)};
-  cuuint64_t strides[2] = {static_cast<cuuint64_t>(hd) * sizeof(bf16),
-                           static_cast<cuuint64_t>(ld) * sizeof(bf16)};
-  cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_heads), static_cast<cuuint32_t>(box_rows)};
-  cuuint32_t elem[3] = {1, 1, 1};
-  CUresult r =
-      tensor_map_encoder()(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(p), dims, strides, box,
-                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    cuda_throw("cuTensorMapEncodeTiled", "could not describe an attention operand by heads", __FILE__,
-               __LINE__);
-  return tm;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(hd), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(hd) * sizeof(bf16),
+                                 static_cast<cuuint64_t>(ld) * sizeof(bf16)};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_heads), static_cast<cuuint32_t>(box_rows)};
+  return tensor_map_bf16_swizzled(p, 3, dims, strides, box, "could not describe an attention operand by heads");
 }
 
 }  // namespace df

@@ -211,7 +211,7 @@ void DFlashAttentionCuda::run(const Case& c) {
   // and its items without the dK product in flight — each alone, the other variables unset.
   const char* const vars[] = {"DFLASH_DFA",     "DFLASH_DFA_FAST",   "DFLASH_DFA_PAIR",
                               "DFLASH_DFA_TMA", "DFLASH_DFA_KV_TMA", "DFLASH_DFA_KV_PIPE"};
-  constexpr int kVars = 6;
+  constexpr int kVars = int(sizeof(vars) / sizeof(vars[0]));
   std::string saved[kVars];
   bool had[kVars];
   for (int i = 0; i < kVars; ++i) {
