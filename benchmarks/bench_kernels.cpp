@@ -29,6 +29,7 @@
 #include "benchmarks/kernel_bench.h"
 #include "core/arena.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/dflash_attention_paths.h"
 #include "kernels/gemm.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/train_launchers.cuh"
@@ -282,7 +283,9 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
       DF_CUDA_CHECK(cudaGraphDestroy(one));
     }
     n = 1;
-    DF_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, &node, nullptr, &n));
+    cudaGraphEdgeData
+        edge{};  // a programmatic launch's edge is not the default one: asked for, or the query fails
+    DF_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, &node, &edge, &n));
   }
   DF_CUDA_CHECK(cudaGraphDestroy(graph));
   return ms;
@@ -359,33 +362,15 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const std::vector<double> sdo = col_sums(b, dout);
   char name[112];
 
-  // The paths, each set alone in the environment: the default, the wgmma dk/dv kernel with the mask on every
-  // item (DFLASH_DFA_FAST=0), with Q and dO (K and V) loaded as two tiles (DFLASH_DFA_PAIR=0), the
-  // query-major passes' K and V by cp.async instead of TMA (DFLASH_DFA_TMA=0), the dk/dv pass's Q and dO by
-  // cp.async (DFLASH_DFA_KV_TMA=0), its items each waiting for its dK product (DFLASH_DFA_KV_PIPE=0), the
-  // mma.sync kernels.
-  struct Path {
-    const char* var;
-    const char* value;
-    const char* name;
-  };
+  // Every path of kDFlashAttnPaths (kernels/dflash_attention_paths.h), each set alone in the environment;
+  // those that differ from the default only on the wgmma kernels are left out where those do not run.
   const bool wg = wgmma_available();
-  std::vector<Path> paths{{"", "", wg ? "wgmma" : "default (no wgmma here)"}};
-  if (wg)
-    paths.insert(paths.end(), {{"DFLASH_DFA_FAST", "0", "wgmma mask"},
-                               {"DFLASH_DFA_PAIR", "0", "wgmma two loads"},
-                               {"DFLASH_DFA_TMA", "0", "wgmma cp.async K/V"},
-                               {"DFLASH_DFA_KV_TMA", "0", "wgmma cp.async Q/dO"},
-                               {"DFLASH_DFA_KV_PIPE", "0", "wgmma dk/dv unpipelined"}});
-  paths.push_back({"DFLASH_DFA", "mma", "mma.sync"});
-  for (const Path& pa : paths) {
-    for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR", "DFLASH_DFA_TMA",
-                          "DFLASH_DFA_KV_TMA", "DFLASH_DFA_KV_PIPE"})
-      unsetenv(v);
-    if (*pa.var) setenv(pa.var, pa.value, 1);
-    const char* path = pa.name;
-    std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, *pa.var ? pa.var : "DFLASH_DFA",
-                *pa.var ? pa.value : "unset");
+  for (const DFlashAttnPath& pa : kDFlashAttnPaths) {
+    if (pa.wgmma && !wg) continue;
+    dflash_attn_select_path(pa);
+    const char* path = pa.var ? pa.name : wg ? "wgmma" : "default (no wgmma here)";
+    std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, pa.var ? pa.var : "DFLASH_DFA",
+                pa.var ? pa.value : "unset");
     for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
       DF_CUDA_CHECK(cudaMemsetAsync(t->data, 0xff, size_t(t->rows * t->stride) * dtype_size(t->dtype),
                                     b.gpu.stream()));
@@ -419,18 +404,20 @@ void bench_dflash_attention(Bench& b, int window, int S) {
     if (!ok) ++b.failures;
     std::snprintf(name, sizeof(name), "dflash attn bwd %s %s (5 GEMMs)", tag, path);
     row_flops(name, 5 * gemm, b.time_ms(bwd, 5));
-    // The three kernels alone: row terms (reads out and dO), the dq pass (S, dP, dS·K), the dk/dv pass (S, dP,
-    // dV, dK).
+    // The three kernels alone: row terms (reads out and dO), the dq pass (S, dP, dS·K), the dk/dv pass (S,
+    // dP, dV, dK). DFLASH_DFA_OVERLAP=1 launches the dk/dv pass before the dq pass (each is timed alone
+    // here).
     const std::vector<double> ks = kernel_times_ms(b, bwd, 5);
     if (ks.size() == 3) {
+      const bool kv_first = pa.var && std::strcmp(pa.var, "DFLASH_DFA_OVERLAP") == 0;
       row_bytes("  row terms (out, dO read)", 2.0 * qr * hq * hd * 2, ks[0]);
-      row_flops("  dq pass (3 GEMMs)", 3 * gemm, ks[1]);
-      row_flops("  dk/dv pass (4 GEMMs)", 4 * gemm, ks[2]);
+      row_flops("  dq pass (3 GEMMs)", 3 * gemm, ks[kv_first ? 2 : 1]);
+      row_flops("  dk/dv pass (4 GEMMs)", 4 * gemm, ks[kv_first ? 1 : 2]);
     } else if (!ks.empty()) {
       std::printf("  (the backward launched %zu kernels, not 3: no per-pass rows)\n", ks.size());
     }
   }
-  for (const char* v : {"DFLASH_DFA", "DFLASH_DFA_FAST", "DFLASH_DFA_PAIR"}) unsetenv(v);
+  dflash_attn_select_path(kDFlashAttnPaths[0]);
   b.harena.reset(hm);
   b.arena.reset(mark);
 }

@@ -17,6 +17,7 @@
 #include "kernels/env_switch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/tma.cuh"
 #include "kernels/train_launchers.cuh"
 #include "kernels/wgmma_tiles.cuh"
@@ -403,8 +404,10 @@ bool tma_loads_on() {
   return !env_is("DFLASH_DFA_TMA", "0") && tensor_map_encoder() != nullptr;
 }
 
+// pdl: launched with programmatic dependent launch behind the dk/dv pass (DFLASH_DFA_OVERLAP), whose results
+// it does not read: its CTAs start as the dk/dv pass's last ones leave SMs free, and it does not wait for it.
 template <int HD, bool DQ, bool WG, bool TMA>
-void query_pass(const QueryArgs& a, cudaStream_t stream) {
+void query_pass(const QueryArgs& a, bool pdl, cudaStream_t stream) {
   // Q (and dO), K and V of two key tiles (and the TMA walk's two mbarriers); the wgmma tiles need a
   // 1024-byte aligned base.
   const size_t smem = WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile + (TMA ? 16 : 0)
@@ -419,20 +422,25 @@ void query_pass(const QueryArgs& a, cudaStream_t stream) {
     tm_k = tensor_map_bf16(a.k, kvrows, cols, a.ld_k, kTile);
     tm_v = tensor_map_bf16(a.v, kvrows, cols, a.ld_v, kTile);
   }
-  dfa_query_kernel<HD, DQ, WG, TMA><<<grid, 128, smem, stream>>>(a, tm_k, tm_v);
-  DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
+  if (pdl) {
+    launch_pdl(dfa_query_kernel<HD, DQ, WG, TMA>, grid, dim3(128), smem, stream, a, tm_k, tm_v);
+  } else {
+    dfa_query_kernel<HD, DQ, WG, TMA><<<grid, 128, smem, stream>>>(a, tm_k, tm_v);
+    DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
+  }
 }
 
 // The query-major pass on the path on_wgmma chose: wgmma with TMA or cp.async loads, else mma.sync.
 template <bool DQ>
-void query_pass_any(const QueryArgs& a, bool wg, cudaStream_t stream) {
+void query_pass_any(const QueryArgs& a, bool wg, bool pdl, cudaStream_t stream) {
   const int64_t kvrows = a.d.T + a.d.nb * a.d.block;  // TMA row coordinates are 32-bit
   if (wg && kvrows <= INT32_MAX && tma_loads_on())
-    query_pass<128, DQ, true, true>(a, stream);
+    query_pass<128, DQ, true, true>(a, pdl, stream);
   else if (wg)
-    query_pass<128, DQ, true, false>(a, stream);
+    query_pass<128, DQ, true, false>(a, pdl, stream);
   else
-    dispatch_head_dim(a.d.hd, [&](auto hd) { query_pass<decltype(hd)::value, DQ, false, false>(a, stream); });
+    dispatch_head_dim(a.d.hd,
+                      [&](auto hd) { query_pass<decltype(hd)::value, DQ, false, false>(a, pdl, stream); });
 }
 
 }  // namespace
@@ -448,7 +456,7 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   a.pair_loads = pair_loads_on();
-  query_pass_any<false>(a, on_wgmma(d, a.vec), stream);
+  query_pass_any<false>(a, on_wgmma(d, a.vec), false, stream);
 }
 
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -468,19 +476,22 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   const bool vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v | ld_dout) % 8 == 0 && aligned16(q) && aligned16(k) &&
                    aligned16(v) && aligned16(dout);
   const bool wg = on_wgmma(d, vec);
+  // DFLASH_DFA_OVERLAP=1: the dk/dv pass first, then the dq pass, launched so that it fills the dk/dv pass's
+  // tail (query_pass's pdl); by default the dq pass, then the dk/dv pass (read on every call).
+  const bool overlap = d.nb > 0 && env_is("DFLASH_DFA_OVERLAP", "1");
+  QueryArgs qa{};
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
     dfa_rowterms_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
         out, ld_out, dout, ld_dout, lse, ld_lse, lse2, dsum, qrows, d.hq, d.hd, d.block);
     DF_CUDA_CHECK_LAUNCH("dfa_rowterms_kernel");
-    QueryArgs a{};
-    a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v,
-    a.ld_dout = ld_dout;
-    a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.o = dq, a.ld_o = ld_dq, a.d = d;
-    a.scale_log2 = d.scale * kLog2e, a.vec = vec;
-    a.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
-    a.pair_loads = pair_loads_on();
-    query_pass_any<true>(a, wg, stream);
+    qa.q = q, qa.k = k, qa.v = v, qa.dout = dout, qa.ld_q = ld_q, qa.ld_k = ld_k, qa.ld_v = ld_v,
+    qa.ld_dout = ld_dout;
+    qa.blocks = blocks, qa.lse2 = lse2, qa.dsum = dsum, qa.o = dq, qa.ld_o = ld_dq, qa.d = d;
+    qa.scale_log2 = d.scale * kLog2e, qa.vec = vec;
+    qa.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
+    qa.pair_loads = pair_loads_on();
+    if (!overlap) query_pass_any<true>(qa, wg, false, stream);
   }
   if (kvrows == 0) return;
   KvArgs a{};
@@ -498,7 +509,11 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.tma = wg && d.hq / d.hkv * d.block <= kTile && qrows <= INT32_MAX && !env_is("DFLASH_DFA_KV_TMA", "0") &&
           tma_loads_on();
   a.pipe = !env_is("DFLASH_DFA_KV_PIPE", "0");  // DFLASH_DFA_KV_PIPE=0: each item waits for its products
+  // DFLASH_DFA_KV_ORDER=tile: the dk/dv pass's grid in tile order (dfa_kv_kernel; read on every call).
+  a.tile_major = env_is("DFLASH_DFA_KV_ORDER", "tile");
+  a.overlap = overlap;
   dfa::kv_pass_launch(a, kvrows, wg, stream);
+  if (overlap) query_pass_any<true>(qa, wg, true, stream);
 }
 
 }  // namespace df

@@ -97,6 +97,8 @@ struct KvArgs {
   bool pair_loads;     // the wgmma kernel loads Q and dO with one row computation (load_tile_pair_wg)
   bool tma;            // the wgmma kernel streams Q and dO by TMA (a group of at most 64 query rows)
   bool pipe;           // with tma: an item's dK product runs into the next item's scores
+  bool tile_major;     // the grid is (kv head, key tile) instead of (key tile, kv head): see dfa_kv_kernel
+  bool overlap;        // the dq pass is launched after this one and may start in its tail (pdl.cuh)
 };
 
 // row_split's multiplier for block > 0 (0 for block 1).

@@ -12,6 +12,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/dflash_attention.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/train_launchers.cuh"
 #include "kernels/wgmma_tiles.cuh"
 
@@ -60,6 +61,13 @@ constexpr int kWgRanks = 2;
 // heads of the block's rows), which orders the chunk's rows token-major (row r is token r / group of head
 // r % group); rows past the group keep the zeros the buffers start with. PIPE (TMA): an item's dK product
 // stays in flight into the next item's scores, Q/dO in three buffers (the last item's Q is still read).
+// The grid's order: the clusters start in block-index order and their work differs by far (a tile at the
+// start of a sequence is seen by every block whose window reaches it, an own-row tile by its own blocks), so
+// by default (blockIdx.x the tile) each kv head's longest tiles start after every tile of the heads before it
+// and the last head's run on while the rest of the GPU idles; tile_major (blockIdx.x the kv head) starts each
+// tile's clusters of all heads together, the context tiles of all heads before the own-row ones. overlap: the
+// dq pass is launched after this kernel with programmatic dependent launch and needs nothing it writes, so
+// every CTA lets it start at once: its CTAs take the SMs this grid's last clusters leave free.
 template <int HD, bool WG, int RANKS, bool TMA, bool PIPE>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, RANKS)
     dfa_kv_kernel(KvArgs p, const __grid_constant__ CUtensorMap tm_q,
@@ -92,8 +100,11 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   unsigned* fullw = reinterpret_cast<unsigned*>(wcount + THREADS / 32);
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(fullw + 4));  // TMA: per Q/dO buffer
   const DFlashAttnDims& d = p.d;
-  const int64_t rows = d.T + d.nb * d.block, r0 = int64_t(blockIdx.x) * KEYS, r1 = min(r0 + KEYS, rows);
-  const int g = blockIdx.y, group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
+  if (p.overlap) pdl_launch_dependents();
+  const int64_t tile = p.tile_major ? blockIdx.y : blockIdx.x;
+  const int64_t rows = d.T + d.nb * d.block, r0 = tile * KEYS, r1 = min(r0 + KEYS, rows);
+  const int g = p.tile_major ? blockIdx.x : blockIdx.y, group = d.hq / d.hkv, R = group * d.block,
+            nz = (R + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const int kw = (warp % SLICES) * 16, col0 = (warp / SLICES) * COLS;  // this warp's key rows and columns
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -446,14 +457,18 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
                                     sizeof(unsigned) * 4 + (TMA ? sizeof(uint64_t) * 3 : 0));
   DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS, TMA, PIPE>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  dim3 grid(unsigned((kvrows + Cfg::kKeys - 1) / Cfg::kKeys), unsigned(a.d.hkv), unsigned(RANKS));
+  const int64_t key_tiles = (kvrows + Cfg::kKeys - 1) / Cfg::kKeys;
+  KvArgs b = a;
+  b.tile_major = a.tile_major && key_tiles <= 65535;  // grid.y's limit; the default order otherwise
+  const dim3 grid = b.tile_major ? dim3(unsigned(a.d.hkv), unsigned(key_tiles), unsigned(RANKS))
+                                 : dim3(unsigned(key_tiles), unsigned(a.d.hkv), unsigned(RANKS));
   CUtensorMap tm_q{}, tm_do{};
   if constexpr (TMA) {  // one box: a block's rows of one kv head's group of query heads, 64 columns
     const int group = a.d.hq / a.d.hkv;
     tm_q = tensor_map_bf16_heads(a.q, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_q, group, a.d.block);
     tm_do = tensor_map_bf16_heads(a.dout, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_dout, group, a.d.block);
   }
-  dfa_kv_kernel<HD, WG, RANKS, TMA, PIPE><<<grid, Cfg::kThreads, smem, stream>>>(a, tm_q, tm_do);
+  dfa_kv_kernel<HD, WG, RANKS, TMA, PIPE><<<grid, Cfg::kThreads, smem, stream>>>(b, tm_q, tm_do);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
 

@@ -2,10 +2,10 @@
 // the same bf16-representable inputs: odd GQA groups, head dims 16–256 and unaligned ones, padding blocks,
 // anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
 // views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
-// each kernel path in the same run: the default (wgmma at head dims 65..128 on an sm_90a build and a compute
-// capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels), and the wgmma dk/dv kernel's settings
-// DFLASH_DFA_FAST=0 (the mask on every item) and DFLASH_DFA_PAIR=0 (Q and dO, K and V as two tile loads). Skips
-// without a GPU.
+// each kernel path in the same run (kernels/dflash_attention_paths.h): the default (wgmma at head
+// dims 65..128 on an sm_90a build and a compute capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels),
+// and each A/B switch of the wgmma kernels, the dk/dv pass's grid order and the dq pass launched into its
+// tail. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -28,6 +28,7 @@ TEST(DFlashAttentionCuda, SkippedWithoutCudaBuild) {
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/dflash_attention_paths.h"
 #include "kernels/train_launchers.cuh"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/cuda/cuda_ops.h"
@@ -206,36 +207,18 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  // The kernel paths: the default, the mma.sync kernels, the wgmma dk/dv kernel's settings (the mask on every
-  // item, two tile loads), the query-major passes' cp.async K/V loads, the dk/dv pass's cp.async Q/dO loads
-  // and its items without the dK product in flight — each alone, the other variables unset.
-  const char* const vars[] = {"DFLASH_DFA",     "DFLASH_DFA_FAST",   "DFLASH_DFA_PAIR",
-                              "DFLASH_DFA_TMA", "DFLASH_DFA_KV_TMA", "DFLASH_DFA_KV_PIPE"};
-  constexpr int kVars = int(sizeof(vars) / sizeof(vars[0]));
+  // Every kernel path of kDFlashAttnPaths (kernels/dflash_attention_paths.h), each alone, the other variables
+  // unset; the caller's values come back at the end.
+  constexpr int kVars = int(sizeof(kDFlashAttnVars) / sizeof(kDFlashAttnVars[0]));
   std::string saved[kVars];
   bool had[kVars];
   for (int i = 0; i < kVars; ++i) {
-    const char* e = std::getenv(vars[i]);
+    const char* e = std::getenv(kDFlashAttnVars[i]);
     had[i] = e != nullptr, saved[i] = e ? e : "";
   }
-  struct Path {
-    const char* name;
-    int var;
-    const char* value;
-  };
-  for (Path path : {Path{"default", -1, ""},
-                    {"mma", 0, "mma"},
-                    {"mask always", 1, "0"},
-                    {"two tile loads", 2, "0"},
-                    {"cp.async K/V", 3, "0"},
-                    {"cp.async Q/dO", 4, "0"},
-                    {"dk/dv items one at a time", 5, "0"}}) {
+  for (const DFlashAttnPath& path : kDFlashAttnPaths) {
     SCOPED_TRACE(std::string("kernel path ") + path.name);
-    for (int i = 0; i < kVars; ++i)
-      if (i == path.var)
-        setenv(vars[i], path.value, 1);
-      else
-        unsetenv(vars[i]);
+    dflash_attn_select_path(path);
     // NaN poison again: a row the previous path wrote must not pass for this one.
     for (const Mat* m : {&out, &lse, &dq, &dk, &dv})
       EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * dtype_size(m->gpu.dtype), st),
@@ -282,9 +265,9 @@ void DFlashAttentionCuda::run(const Case& c) {
   }
   for (int i = 0; i < kVars; ++i)
     if (had[i])
-      setenv(vars[i], saved[i].c_str(), 1);
+      setenv(kDFlashAttnVars[i], saved[i].c_str(), 1);
     else
-      unsetenv(vars[i]);
+      unsetenv(kDFlashAttnVars[i]);
 }
 
 // Shapes as {hq, hkv, hd, B, W}, then the context lengths, then blocks as {sequence, anchor or −1}.
