@@ -879,36 +879,52 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
   Tensor o = b.arena.alloc(DType::bf16, T, q_cols);
   const float scale = 1.0f / std::sqrt(float(hd));
   auto run = [&] { b.gpu.attention_causal(q, k, v, o, seqs, hq, hkv, hd, scale, gated ? &g : nullptr); };
-  run();
-  size_t hm = b.harena.mark();
-  Tensor ho = b.harena.alloc(DType::f32, ns, q_cols);
-  Tensor hg = gated ? b.to_host(g.rows_view(0, ns)) : Tensor{};
-  b.cpu.attention_causal(b.to_host(q.rows_view(0, ns)), b.to_host(k.rows_view(0, ns)),
-                         b.to_host(v.rows_view(0, ns)), ho, hseqs, hq, hkv, hd, scale, gated ? &hg : nullptr);
   char label[64], name[96];
   const char* how = fused ? (hot ? ", fused, hot" : ", fused") : (hot ? ", hot" : "");
   std::snprintf(label, sizeof label, "%d/%d hd%d%s%s", hq, hkv, hd, gated ? " gated" : "", how);
-  std::snprintf(name, sizeof name, "attention %s", label);
-  b.check(name, o.rows_view(0, ns), ho, 2e-2);
-  b.harena.reset(hm);
   double flops = 0;
   for (int i = 0; i < seqs.num_seqs; ++i) {
     const double len = seqs.cu_host[i + 1] - seqs.cu_host[i];
     flops += 4.0 * hd * hq * (len * (len + 1) / 2);
   }
-  double ms = 0;
+  Tensor x, w, c;  // hot: the GEMMs before each timed run
   if (hot) {
     const int64_t n = 8192;
-    Tensor x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
-    Tensor c = b.arena.alloc(DType::bf16, n, n);
-    ms = b.time_ms(run, 6, [&] {
-      for (int i = 0; i < 4; ++i) b.gpu.gemm(x, w, c, 0.0f);
-    });
-  } else {
-    ms = b.time_ms(run, 5);
+    x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
+    c = b.arena.alloc(DType::bf16, n, n);
   }
-  std::snprintf(name, sizeof name, "attention causal %s", label);
-  row_flops(name, flops, ms);
+  // The default launch order, then (where the wgmma kernel runs) DFLASH_ATTN_ORDER=heads, each checked
+  // before it is timed; the second row is named "... [heads first]".
+  for (bool heads : {false, true}) {
+    if (heads && !wgmma_available()) break;
+    if (heads)
+      setenv("DFLASH_ATTN_ORDER", "heads", 1);
+    else
+      unsetenv("DFLASH_ATTN_ORDER");
+    const char* tag = heads ? " [heads first]" : "";
+    DF_CUDA_CHECK(
+        cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * dtype_size(o.dtype), b.gpu.stream()));
+    run();
+    size_t hm = b.harena.mark();
+    Tensor ho = b.harena.alloc(DType::f32, ns, q_cols);
+    Tensor hg = gated ? b.to_host(g.rows_view(0, ns)) : Tensor{};
+    b.cpu.attention_causal(b.to_host(q.rows_view(0, ns)), b.to_host(k.rows_view(0, ns)),
+                           b.to_host(v.rows_view(0, ns)), ho, hseqs, hq, hkv, hd, scale,
+                           gated ? &hg : nullptr);
+    std::snprintf(name, sizeof name, "attention %s%s", label, tag);
+    b.check(name, o.rows_view(0, ns), ho, 2e-2);
+    b.harena.reset(hm);
+    double ms = 0;
+    if (hot)
+      ms = b.time_ms(run, 6, [&] {
+        for (int i = 0; i < 4; ++i) b.gpu.gemm(x, w, c, 0.0f);
+      });
+    else
+      ms = b.time_ms(run, 5);
+    std::snprintf(name, sizeof name, "attention causal %s%s", label, tag);
+    row_flops(name, flops, ms);
+  }
+  unsetenv("DFLASH_ATTN_ORDER");
   b.arena.reset(mark);
 }
 

@@ -45,6 +45,8 @@ for line in open(f"{logs}/peer.log"):
 pairs = [("attention causal 24/4 hd256 gated", ("attention 24/4 hd256 gated + gate", "cudnn")),
          ("attention causal 24/4 hd256 gated", ("attention 24/4 hd256 gated", "cudnn")),
          ("attention causal 32/8 hd128", ("attention 32/8 hd128", "cudnn")),
+         ("attention causal 24/4 hd256 gated [heads first]", ("attention 24/4 hd256 gated", "cudnn")),
+         ("attention causal 32/8 hd128 [heads first]", ("attention 32/8 hd128", "cudnn")),
          ("attention causal 24/4 hd256 gated", ("attention 24/4 hd256 gated + gate", "flash")),
          ("attention causal 32/8 hd128", ("attention 32/8 hd128", "flash")),
          ("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", ("gdn_prefill 16/48 128", "fla chunk_gated_delta_rule"))]

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(384, 1)
                                const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
                                const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
-                               float scale_log2, float rescale_slack, int pingpong) {
+                               float scale_log2, float rescale_slack, int pingpong, int heads_first) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   constexpr int kKv = Cfg::kKvBytes;
@@ -91,9 +91,13 @@ __global__ void __launch_bounds__(384, 1)
   auto empty_k = [&](int st) { return bar_q + 24 + 32 * st; };
   auto empty_v = [&](int st) { return bar_q + 32 + 32 * st; };
 
-  const int head = blockIdx.y, seq = blockIdx.z;
+  // Launch order (the launcher's grid): a sequence's query tiles from the longest (most causal work), each
+  // tile's heads one after another when heads_first (grid: head, tile, sequence), else each head's tiles
+  // (grid: tile, head, sequence).
+  const int head = heads_first ? blockIdx.x : blockIdx.y, seq = blockIdx.z;
+  const int tile = heads_first ? blockIdx.y : blockIdx.x, tiles = heads_first ? gridDim.y : gridDim.x;
   const int start = cu[seq], len = cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * Cfg::kRows;  // longest (most causal work) tiles first
+  const int q0 = (tiles - 1 - tile) * Cfg::kRows;
   if (q0 >= len) return;
   const int kv_col = head / (hq / hkv) * HD;
   const int ntiles = (min(q0 + Cfg::kRows, len) + KEYS - 1) / KEYS;  // key tiles the block's rows see
@@ -363,11 +367,17 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);
   // Heads next to each other in launch order share K and V (GQA), so the blocks resident together reuse
-  // them from L2.
-  dim3 grid((max_len + Cfg::kRows - 1) / Cfg::kRows, hq, num_seqs);
+  // them from L2. By default a head's query tiles start one after another, longest first, so the last head's
+  // longest tiles start when little work is left to run beside them and end after the rest of the grid;
+  // DFLASH_ATTN_ORDER=heads starts a sequence's longest tiles of every head first and its short ones last
+  // (read on every call; grid.y's limit keeps the default beyond 65535 tiles).
+  const unsigned tiles = unsigned((max_len + Cfg::kRows - 1) / Cfg::kRows);
+  const bool heads_first = env_is("DFLASH_ATTN_ORDER", "heads") && tiles <= 65535;
+  const dim3 grid = heads_first ? dim3(unsigned(hq), tiles, unsigned(num_seqs))
+                                : dim3(tiles, unsigned(hq), unsigned(num_seqs));
   attention_causal_ws_kernel<HD, KEYS, STAGES><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
       tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
-      pingpong ? 1 : 0);
+      pingpong ? 1 : 0, heads_first ? 1 : 0);
   DF_CUDA_CHECK_LAUNCH("attention_causal_ws_kernel");
 }
 
