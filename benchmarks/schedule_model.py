@@ -13,7 +13,8 @@
 #     cluster per (128-key tile, kv head) whose two CTAs take the contiguous halves of the list of blocks that
 #     see the tile; a unit is one item (a block's 64 query rows against the tile). One CTA per SM, two SMs a
 #     cluster. Orders: `head` (the default grid, each kv head's tiles in a row) and `tile`
-#     (DFLASH_DFA_KV_ORDER=tile, each tile's kv heads in a row).
+#     (DFLASH_DFA_KV_ORDER=tile, each tile's kv heads in a row). --context-only: the grid without the own-row
+#     tiles (DFLASH_DFA_OWN=dq, the dq pass writes those rows).
 #   python3 benchmarks/schedule_model.py attention [--slots 132] [--fixed 1]
 #     The Hopper causal attention (kernels/attention_sm90.cu) at bench_kernels attention's 8 x 4096 tokens,
 #     128 query rows a CTA, a unit one key tile (128 keys; 80 at head dim 256 scale alike). Orders: `head`
@@ -76,15 +77,20 @@ def main():
     ap.add_argument("--fixed", type=float, help="a job's fixed cost in work units (dfa-kv 2, attention 1)")
     ap.add_argument("--window", type=int, nargs="+", default=[2048, 0], help="dfa-kv: sliding windows (0 full)")
     ap.add_argument("--sequences", type=int, nargs="+", default=[1, 8], help="dfa-kv: sequences of 4096")
+    ap.add_argument("--context-only", action="store_true", help="dfa-kv: no own-row tiles (DFLASH_DFA_OWN=dq)")
     a = ap.parse_args()
     if a.kernel == "dfa-kv":
         slots = a.slots or 66
         fixed = 2.0 if a.fixed is None else a.fixed
         heads = 8
-        print(f"dk/dv pass, 32/8 heads: {slots} cluster slots, a CTA = {fixed:g} + items")
+        print(f"dk/dv pass, 32/8 heads: {slots} cluster slots, a CTA = {fixed:g} + items"
+              + (", context tiles only" if a.context_only else ""))
         for w in a.window:
             for s in a.sequences:
-                dur = [fixed + max(r) for r in cluster_items(w, s)]  # a cluster ends with its longer CTA
+                tiles = cluster_items(w, s)
+                if a.context_only:
+                    tiles = tiles[:(s * 4096 + 127) // 128]
+                dur = [fixed + max(r) for r in tiles]  # a cluster ends with its longer CTA
                 report(f"{'W' + str(w) if w else 'full'} S{s}",
                        {"head": [dur[t] for _ in range(heads) for t in range(len(dur))],
                         "tile": [dur[t] for t in range(len(dur)) for _ in range(heads)]}, slots)

@@ -73,7 +73,49 @@ struct QueryArgs {
   float scale_log2;
   bool vec, pairs;
   bool pair_loads;  // the wgmma kernel loads K with V, and (dq pass) Q with dO, by one row computation
+  // own_kv (dq pass on the TMA kernel, a group of at most 64 query rows): the CTA also writes dk and dv of
+  // its block's own rows, which no other block sees (the dk/dv pass then covers the context rows only).
+  bool own_kv, kv_pairs;  // kv_pairs: dk and dv take two-element stores
+  bf16 *dk, *dv;
+  int64_t ld_dk, ld_dv;
 };
+
+// ---- own rows' dk and dv in the dq pass (QueryArgs::own_kv) --------------------------------------------
+// The own-key columns of the own tile's P and dS go to shared memory transposed (key-major, kOwnLd bf16 a
+// row), so that the key rows are the M of a 16×16 A fragment (ldmatrix) for dV = Pᵀ·dO and dK = scale·dSᵀ·Q.
+constexpr int kOwnLd = kTile + 8;
+
+// This thread's 32 (query, key) values of a 64×64 m16n8 accumulator (wgmma fragment order) into
+// pt[key][query] as bf16, keys below `keys` only.
+__device__ __forceinline__ void own_stash(const float (&s)[32], bf16* pt, int keys, int warp, int gr,
+                                          int t4) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int key = 8 * (i >> 2) + 2 * t4 + (i & 1), row = 16 * warp + gr + 8 * ((i >> 1) & 1);
+    if (key < keys) pt[key * kOwnLd + row] = __float2bfloat16(s[i]);
+  }
+}
+
+// acc[16 keys × 32 columns] += A·B over the 64 query rows: A the 16 key rows [k0, k0 + 16) of pt (own_stash's
+// layout), B the 64-row wgmma tile `tile` (rows are the queries; columns [c0, c0 + 32)) read transposed with
+// ldmatrix.trans from its swizzled 16-byte chunks.
+__device__ __forceinline__ void own_product(float (&acc)[4][4], const bf16* pt, int k0,
+                                            const unsigned char* tile, int c0, int lane) {
+  const int mat = lane >> 3, r8 = lane & 7;
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4(a, pt + (k0 + (mat & 1) * 8 + r8) * kOwnLd + kk * 16 + (mat >> 1) * 8);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      uint32_t f[4];
+      ldmatrix_x4_trans(f,
+                        tile + wg_tile_offset(kk * 16 + (mat & 1) * 8 + r8, (c0 + np * 16) / 8 + (mat >> 1)));
+      mma_bf16_16816(acc[2 * np], a[0], a[1], a[2], a[3], f[0], f[1]);
+      mma_bf16_16816(acc[2 * np + 1], a[0], a[1], a[2], a[3], f[2], f[3]);
+    }
+  }
+}
 
 // Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
 // the saved lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys
@@ -111,13 +153,20 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
   auto q_row = [&](int r) { return j * d.block + r % d.block; };  // r: row of the group, < R
   auto q_col = [&](int r) { return int64_t(g * group + r / d.block) * d.hd; };
 
-  if (m.a < 0) {  // padding block: out / dq 0, lse −inf
+  if (m.a <
+      0) {  // padding block: out / dq 0, lse −inf (own_kv: its own rows' dk, dv 0, as no query sees them)
     for (int c = threadIdx.x; c < kTile * d.hd; c += blockDim.x) {
       const int r = z0 + c / d.hd, e = c % d.hd;
       if (r >= R) continue;
       p.o[q_row(r) * p.ld_o + q_col(r) + e] = __float2bfloat16(0.0f);
       if (!DQ && e == 0) p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = -INFINITY;
     }
+    if (DQ && p.own_kv)
+      for (int c = threadIdx.x; c < d.block * d.hd; c += blockDim.x) {
+        const int64_t row = m.bj + c / d.hd, e = int64_t(g) * d.hd + c % d.hd;
+        p.dk[row * p.ld_dk + e] = __float2bfloat16(0.0f);
+        p.dv[row * p.ld_dv + e] = __float2bfloat16(0.0f);
+      }
     return;
   }
   const int64_t lo0 = m.lo(0), nctx = m.a - lo0, c0 = m.s0 + lo0;
@@ -274,9 +323,16 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
         const int x = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1), h = (i >> 1) & 1;
         s[i] = x >= ilo[h] && x < hi[h] ? exp2f(s[i] * p.scale_log2 - lse2[h]) : 0.0f;
       }
+      // own_kv: the walk's last tile holds the own keys from column 0; their P and dS go to the other
+      // buffer's K and V tiles, free since this is the last tile (no next copy) and every warp is done with
+      // tile t − 1 (the barrier above).
+      const bool own = TMA && p.own_kv && t == nct;
+      bf16* const own_p = reinterpret_cast<bf16*>(Kb(buf ^ 1));
+      if (own) own_stash(s, own_p, d.block, warp, gr, t4);
       wg_wait<0>(dp);
 #pragma unroll
       for (int i = 0; i < 32; ++i) s[i] *= dp[i] - dsum[(i >> 1) & 1];
+      if (own) own_stash(s, own_p + kTile * kOwnLd, d.block, warp, gr, t4);
       uint32_t a[4][4];
       wg_a_frags(s, a);
       wg_product(o, a, Kb(buf));
@@ -343,6 +399,32 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
     }
     if (!DQ && t4 == 0)  // natural-log lse of the scaled scores: (max + log2 Σ) / log2 e
       p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = (mx_run[h] + log2f(l[h])) / kLog2e;
+  }
+  if constexpr (WG && DQ && TMA) {
+    if (!p.own_kv) return;
+    // dV = Pᵀ·dO and dK = scale·dSᵀ·Q of the block's own keys, summed over this CTA's 64 query rows (every
+    // query row that sees them): warp w takes head columns [32w, 32w + 32) of each 16-key row group.
+    __syncthreads();  // every warp's P and dS are in shared memory
+    const bf16* own_p = reinterpret_cast<const bf16*>(Kb(((ntiles - 1) % 2) ^ 1));
+    const bf16* own_ds = own_p + kTile * kOwnLd;
+    for (int k0 = 0; k0 < d.block; k0 += 16) {
+      float av[4][4] = {}, ak[4][4] = {};
+      own_product(av, own_p, k0, dOt, 32 * warp, lane);
+      own_product(ak, own_ds, k0, Qt, 32 * warp, lane);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = k0 + gr + 8 * h;
+        if (key >= d.block) continue;
+        bf16* dkrow = p.dk + (m.bj + key) * p.ld_dk + int64_t(g) * d.hd;
+        bf16* dvrow = p.dv + (m.bj + key) * p.ld_dv + int64_t(g) * d.hd;
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          const int col = 32 * warp + 8 * n + 2 * t4;
+          store_two(dkrow, col, d.hd, p.kv_pairs, ak[n][2 * h] * d.scale, ak[n][2 * h + 1] * d.scale);
+          store_two(dvrow, col, d.hd, p.kv_pairs, av[n][2 * h], av[n][2 * h + 1]);
+        }
+      }
+    }
   }
 }
 
@@ -431,10 +513,14 @@ void query_pass(const QueryArgs& a, bool pdl, cudaStream_t stream) {
 }
 
 // The query-major pass on the path on_wgmma chose: wgmma with TMA or cp.async loads, else mma.sync.
+// Whether a query-major pass on the wgmma kernels streams K and V by TMA (whose row coordinates are 32-bit).
+bool query_on_tma(const DFlashAttnDims& d, bool wg) {
+  return wg && d.T + d.nb * d.block <= INT32_MAX && tma_loads_on();
+}
+
 template <bool DQ>
 void query_pass_any(const QueryArgs& a, bool wg, bool pdl, cudaStream_t stream) {
-  const int64_t kvrows = a.d.T + a.d.nb * a.d.block;  // TMA row coordinates are 32-bit
-  if (wg && kvrows <= INT32_MAX && tma_loads_on())
+  if (query_on_tma(a.d, wg))
     query_pass<128, DQ, true, true>(a, pdl, stream);
   else if (wg)
     query_pass<128, DQ, true, false>(a, pdl, stream);
@@ -476,9 +562,18 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   const bool vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v | ld_dout) % 8 == 0 && aligned16(q) && aligned16(k) &&
                    aligned16(v) && aligned16(dout);
   const bool wg = on_wgmma(d, vec);
+  const bool kv_pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 &&
+                        reinterpret_cast<uintptr_t>(dk) % 4 == 0 && reinterpret_cast<uintptr_t>(dv) % 4 == 0;
+  // DFLASH_DFA_OWN=dq: the dq pass writes the own rows' dk and dv (QueryArgs::own_kv) where it runs on the
+  // TMA kernel with a group of at most 64 query rows, and the dk/dv pass covers the context rows only (read
+  // on every call).
+  const bool own_kv =
+      d.nb > 0 && query_on_tma(d, wg) && d.hq / d.hkv * d.block <= kTile && env_is("DFLASH_DFA_OWN", "dq");
+  const int64_t kv_rows = own_kv ? d.T : kvrows;  // the rows the dk/dv pass writes
   // DFLASH_DFA_OVERLAP=1: the dk/dv pass first, then the dq pass, launched so that it fills the dk/dv pass's
-  // tail (query_pass's pdl); by default the dq pass, then the dk/dv pass (read on every call).
-  const bool overlap = d.nb > 0 && env_is("DFLASH_DFA_OVERLAP", "1");
+  // tail (query_pass's pdl; it waits for nothing, so the dk/dv pass must run between it and the row terms);
+  // by default the dq pass, then the dk/dv pass (read on every call).
+  const bool overlap = d.nb > 0 && kv_rows > 0 && env_is("DFLASH_DFA_OVERLAP", "1");
   QueryArgs qa{};
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
@@ -491,6 +586,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     qa.scale_log2 = d.scale * kLog2e, qa.vec = vec;
     qa.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
     qa.pair_loads = pair_loads_on();
+    qa.own_kv = own_kv, qa.kv_pairs = kv_pairs, qa.dk = dk, qa.dv = dv, qa.ld_dk = ld_dk, qa.ld_dv = ld_dv;
     if (!overlap) query_pass_any<true>(qa, wg, false, stream);
   }
   if (kvrows == 0) return;
@@ -498,8 +594,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v, a.ld_dout = ld_dout;
   a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.dk = dk, a.dv = dv, a.ld_dk = ld_dk;
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
-  a.pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 && reinterpret_cast<uintptr_t>(dk) % 4 == 0 &&
-            reinterpret_cast<uintptr_t>(dv) % 4 == 0;
+  a.pairs = kv_pairs;
   a.blk_magic = block_magic(d.block);
   // DFLASH_DFA_FAST=0: the wgmma kernel evaluates the mask on every item (by default an item that sees all of
   // a warpgroup's keys skips it). The same results either way; the bench times both.
@@ -512,7 +607,8 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   // DFLASH_DFA_KV_ORDER=tile: the dk/dv pass's grid in tile order (dfa_kv_kernel; read on every call).
   a.tile_major = env_is("DFLASH_DFA_KV_ORDER", "tile");
   a.overlap = overlap;
-  dfa::kv_pass_launch(a, kvrows, wg, stream);
+  a.rows = kv_rows;
+  dfa::kv_pass_launch(a, wg, stream);
   if (overlap) query_pass_any<true>(qa, wg, true, stream);
 }
 

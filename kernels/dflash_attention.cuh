@@ -97,6 +97,8 @@ struct KvArgs {
   bool pair_loads;     // the wgmma kernel loads Q and dO with one row computation (load_tile_pair_wg)
   bool tma;            // the wgmma kernel streams Q and dO by TMA (a group of at most 64 query rows)
   bool pipe;           // with tma: an item's dK product runs into the next item's scores
+  int64_t rows;        // the k/v rows this pass writes: all, or the context rows [0, T) when the dq pass
+                       // writes the own rows (QueryArgs::own_kv)
   bool tile_major;     // the grid is (kv head, key tile) instead of (key tile, kv head): see dfa_kv_kernel
   bool overlap;        // the dq pass is launched after this one and may start in its tail (pdl.cuh)
 };
@@ -106,9 +108,9 @@ inline uint64_t block_magic(int block) {
   return block > 1 ? ~uint64_t(0) / uint64_t(block) + 1u : 0u;
 }
 
-// The key-major dk/dv pass over kvrows k/v rows (dflash_attention_kv.cu): the wgmma kernel when wg, else the
-// mma.sync kernel of the head dim's padded width.
-void kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream);
+// The key-major dk/dv pass over k/v rows [0, a.rows) (dflash_attention_kv.cu): the wgmma kernel when wg,
+// else the mma.sync kernel of the head dim's padded width.
+void kv_pass_launch(const KvArgs& a, bool wg, cudaStream_t stream);
 
 }  // namespace dfa
 }  // namespace df

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   const DFlashAttnDims& d = p.d;
   if (p.overlap) pdl_launch_dependents();
   const int64_t tile = p.tile_major ? blockIdx.y : blockIdx.x;
-  const int64_t rows = d.T + d.nb * d.block, r0 = tile * KEYS, r1 = min(r0 + KEYS, rows);
+  const int64_t rows = p.rows, r0 = tile * KEYS, r1 = min(r0 + KEYS, rows);
   const int g = p.tile_major ? blockIdx.x : blockIdx.y, group = d.hq / d.hkv, R = group * d.block,
             nz = (R + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 // ---- launchers --------------------------------------------------------------------------------------
 
 template <int HD, bool WG, int RANKS, bool TMA, bool PIPE>
-void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
+void kv_pass(const KvArgs& a, cudaStream_t stream) {
   using Cfg = KvCfg<HD>;
   const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
   const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + (PIPE ? 6 : 4)) * kWgTile
@@ -457,7 +457,7 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
                                     sizeof(unsigned) * 4 + (TMA ? sizeof(uint64_t) * 3 : 0));
   DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS, TMA, PIPE>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const int64_t key_tiles = (kvrows + Cfg::kKeys - 1) / Cfg::kKeys;
+  const int64_t key_tiles = (a.rows + Cfg::kKeys - 1) / Cfg::kKeys;
   KvArgs b = a;
   b.tile_major = a.tile_major && key_tiles <= 65535;  // grid.y's limit; the default order otherwise
   const dim3 grid = b.tile_major ? dim3(unsigned(a.d.hkv), unsigned(key_tiles), unsigned(RANKS))
@@ -474,17 +474,18 @@ void kv_pass(const KvArgs& a, int64_t kvrows, cudaStream_t stream) {
 
 }  // namespace
 
-void dfa::kv_pass_launch(const KvArgs& a, int64_t kvrows, bool wg, cudaStream_t stream) {
+void dfa::kv_pass_launch(const KvArgs& a, bool wg, cudaStream_t stream) {
+  if (a.rows == 0) return;
   if (wg && a.tma && a.pipe)
-    kv_pass<128, true, kWgRanks, true, true>(a, kvrows, stream);
+    kv_pass<128, true, kWgRanks, true, true>(a, stream);
   else if (wg && a.tma)
-    kv_pass<128, true, kWgRanks, true, false>(a, kvrows, stream);
+    kv_pass<128, true, kWgRanks, true, false>(a, stream);
   else if (wg)
-    kv_pass<128, true, kWgRanks, false, false>(a, kvrows, stream);
+    kv_pass<128, true, kWgRanks, false, false>(a, stream);
   else
     dispatch_head_dim(a.d.hd, [&](auto hd) {
       constexpr int HD = decltype(hd)::value;
-      kv_pass<HD, false, KvCfg<HD>::kRanks, false, false>(a, kvrows, stream);
+      kv_pass<HD, false, KvCfg<HD>::kRanks, false, false>(a, stream);
     });
 }
 

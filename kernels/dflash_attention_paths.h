@@ -25,12 +25,13 @@ inline constexpr DFlashAttnPath kDFlashAttnPaths[] = {
     {"wgmma dk/dv items one at a time", "DFLASH_DFA_KV_PIPE", "0", true},
     {"dk/dv tiles in tile order", "DFLASH_DFA_KV_ORDER", "tile", false},
     {"dq pass in the dk/dv tail", "DFLASH_DFA_OVERLAP", "1", false},
+    {"wgmma own rows' dk/dv in the dq pass", "DFLASH_DFA_OWN", "dq", true},
 };
 
 // Every variable of the list, each once.
 inline constexpr const char* kDFlashAttnVars[] = {
-    "DFLASH_DFA",        "DFLASH_DFA_FAST",    "DFLASH_DFA_PAIR",     "DFLASH_DFA_TMA",
-    "DFLASH_DFA_KV_TMA", "DFLASH_DFA_KV_PIPE", "DFLASH_DFA_KV_ORDER", "DFLASH_DFA_OVERLAP"};
+    "DFLASH_DFA",         "DFLASH_DFA_FAST",     "DFLASH_DFA_PAIR",    "DFLASH_DFA_TMA", "DFLASH_DFA_KV_TMA",
+    "DFLASH_DFA_KV_PIPE", "DFLASH_DFA_KV_ORDER", "DFLASH_DFA_OVERLAP", "DFLASH_DFA_OWN"};
 
 constexpr bool dfa_same(const char* a, const char* b) {
   while (*a && *a == *b) ++a, ++b;
