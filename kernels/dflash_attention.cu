@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
   auto q_row = [&](int r) { return j * d.block + r % d.block; };  // r: row of the group, < R
   auto q_col = [&](int r) { return int64_t(g * group + r / d.block) * d.hd; };
 
-  if (m.a <
-      0) {  // padding block: out / dq 0, lse −inf (own_kv: its own rows' dk, dv 0, as no query sees them)
+  // A padding block: out / dq 0, lse −inf (own_kv: its own rows' dk and dv 0, as no query sees them).
+  if (m.a < 0) {
     for (int c = threadIdx.x; c < kTile * d.hd; c += blockDim.x) {
       const int r = z0 + c / d.hd, e = c % d.hd;
       if (r >= R) continue;
@@ -512,11 +512,12 @@ void query_pass(const QueryArgs& a, bool pdl, cudaStream_t stream) {
   }
 }
 
-// The query-major pass on the path on_wgmma chose: wgmma with TMA or cp.async loads, else mma.sync.
 // Whether a query-major pass on the wgmma kernels streams K and V by TMA (whose row coordinates are 32-bit).
 bool query_on_tma(const DFlashAttnDims& d, bool wg) {
   return wg && d.T + d.nb * d.block <= INT32_MAX && tma_loads_on();
 }
+
+// The query-major pass on the path on_wgmma chose: wgmma with TMA or cp.async loads, else mma.sync.
 
 template <bool DQ>
 void query_pass_any(const QueryArgs& a, bool wg, bool pdl, cudaStream_t stream) {
