@@ -368,9 +368,9 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   for (const DFlashAttnPath& pa : kDFlashAttnPaths) {
     if (pa.wgmma && !wg) continue;
     dflash_attn_select_path(pa);
-    const char* path = pa.var ? pa.name : wg ? "wgmma" : "default (no wgmma here)";
-    std::printf("dflash attn %s, %s path (%s=%s):\n", tag, path, pa.var ? pa.var : "DFLASH_DFA",
-                pa.var ? pa.value : "unset");
+    const char* path = pa.settings ? pa.name : wg ? "wgmma" : "default (no wgmma here)";
+    std::printf("dflash attn %s, %s path (%s):\n", tag, path,
+                pa.settings ? pa.settings : "no DFLASH_DFA* set");
     for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
       DF_CUDA_CHECK(cudaMemsetAsync(t->data, 0xff, size_t(t->rows * t->stride) * dtype_size(t->dtype),
                                     b.gpu.stream()));
@@ -409,7 +409,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
     // here).
     const std::vector<double> ks = kernel_times_ms(b, bwd, 5);
     if (ks.size() == 3) {
-      const bool kv_first = pa.var && std::strcmp(pa.var, "DFLASH_DFA_OVERLAP") == 0;
+      const bool kv_first = pa.settings && std::strstr(pa.settings, "DFLASH_DFA_OVERLAP=1") != nullptr;
       row_bytes("  row terms (out, dO read)", 2.0 * qr * hq * hd * 2, ks[0]);
       row_flops("  dq pass (3 GEMMs)", 3 * gemm, ks[kv_first ? 2 : 1]);
       row_flops("  dk/dv pass (4 GEMMs)", 4 * gemm, ks[kv_first ? 1 : 2]);
