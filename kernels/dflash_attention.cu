@@ -167,6 +167,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
         p.dk[row * p.ld_dk + e] = __float2bfloat16(0.0f);
         p.dv[row * p.ld_dv + e] = __float2bfloat16(0.0f);
       }
+    pdl_wait();  // see the kernel's end
     return;
   }
   const int64_t lo0 = m.lo(0), nctx = m.a - lo0, c0 = m.s0 + lo0;
@@ -401,13 +402,12 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = (mx_run[h] + log2f(l[h])) / kLog2e;
   }
   if constexpr (WG && DQ && TMA) {
-    if (!p.own_kv) return;
     // dV = Pᵀ·dO and dK = scale·dSᵀ·Q of the block's own keys, summed over this CTA's 64 query rows (every
     // query row that sees them): warp w takes head columns [32w, 32w + 32) of each 16-key row group.
-    __syncthreads();  // every warp's P and dS are in shared memory
+    if (p.own_kv) __syncthreads();  // every warp's P and dS are in shared memory
     const bf16* own_p = reinterpret_cast<const bf16*>(Kb(((ntiles - 1) % 2) ^ 1));
     const bf16* own_ds = own_p + kTile * kOwnLd;
-    for (int k0 = 0; k0 < d.block; k0 += 16) {
+    for (int k0 = 0; p.own_kv && k0 < d.block; k0 += 16) {
       float av[4][4] = {}, ak[4][4] = {};
       own_product(av, own_p, k0, dOt, 32 * warp, lane);
       own_product(ak, own_ds, k0, Qt, 32 * warp, lane);
@@ -426,6 +426,10 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       }
     }
   }
+  // Launched with programmatic dependent launch behind the dk/dv pass (DFLASH_DFA_OVERLAP; a no-op
+  // otherwise), this CTA reads nothing that pass writes, but it ends only once that pass has ended with its
+  // writes visible, so that this grid's end implies the dk/dv pass's for whatever the stream runs next.
+  pdl_wait();
 }
 
 // The softmax row terms of the backward, one warp per (row, head), laid out [block][q head][block row] so

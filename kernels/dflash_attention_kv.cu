@@ -67,7 +67,8 @@ constexpr int kWgRanks = 2;
 // and the last head's run on while the rest of the GPU idles; tile_major (blockIdx.x the kv head) starts each
 // tile's clusters of all heads together, the context tiles of all heads before the own-row ones. overlap: the
 // dq pass is launched after this kernel with programmatic dependent launch and needs nothing it writes, so
-// every CTA lets it start at once: its CTAs take the SMs this grid's last clusters leave free.
+// every CTA lets it start at once: its CTAs take the SMs this grid's last clusters leave free (each waits at
+// its end for this grid to end, dfa_query_kernel).
 template <int HD, bool WG, int RANKS, bool TMA, bool PIPE>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, RANKS)
     dfa_kv_kernel(KvArgs p, const __grid_constant__ CUtensorMap tm_q,
