@@ -12,8 +12,9 @@
 #     its work lists rebuilt from the same anchors (one every ~8 tokens, 512 per 4096-token sequence), a
 #     cluster per (128-key tile, kv head) whose two CTAs take the contiguous halves of the list of blocks that
 #     see the tile; a unit is one item (a block's 64 query rows against the tile). One CTA per SM, two SMs a
-#     cluster. Orders: `head` (the default grid, each kv head's tiles in a row) and `tile`
-#     (DFLASH_DFA_KV_ORDER=tile, each tile's kv heads in a row). --context-only: the grid without the own-row
+#     cluster. Orders: `head` (the default grid, each kv head's tiles in a row), `tile`
+#     (DFLASH_DFA_KV_ORDER=tile, each tile's kv heads in a row) and `tile4` (=tile4: the same within groups of
+#     4 kv heads). --context-only: the grid without the own-row
 #     tiles (DFLASH_DFA_OWN=dq, the dq pass writes those rows).
 #   python3 benchmarks/schedule_model.py attention [--slots 132] [--fixed 1]
 #     The Hopper causal attention (kernels/attention_sm90.cu) at bench_kernels attention's 8 x 4096 tokens,
@@ -65,9 +66,8 @@ def report(name, orders, slots):
     m = {k: makespan(v, slots) for k, v in orders.items()}
     m["lpt"] = makespan(sorted(base, reverse=True), slots)
     bound = max(sum(base) / slots, max(base))
-    alt = [k for k in orders if k != "head"][0]
-    print(f"{name}: head {m['head']:.0f}, {alt} {m[alt]:.0f} ({m[alt] / m['head'] - 1:+.1%}), lpt {m['lpt']:.0f}, "
-          f"bound {bound:.0f}")
+    alts = ", ".join(f"{k} {m[k]:.0f} ({m[k] / m['head'] - 1:+.1%})" for k in orders if k != "head")
+    print(f"{name}: head {m['head']:.0f}, {alts}, lpt {m['lpt']:.0f}, bound {bound:.0f}")
 
 
 def main():
@@ -93,7 +93,9 @@ def main():
                 dur = [fixed + max(r) for r in tiles]  # a cluster ends with its longer CTA
                 report(f"{'W' + str(w) if w else 'full'} S{s}",
                        {"head": [dur[t] for _ in range(heads) for t in range(len(dur))],
-                        "tile": [dur[t] for t in range(len(dur)) for _ in range(heads)]}, slots)
+                        "tile": [dur[t] for t in range(len(dur)) for _ in range(heads)],
+                        "tile4": [dur[t] for _ in range(heads // 4) for t in range(len(dur)) for _ in range(4)]},
+                       slots)
     else:
         slots = a.slots or 132
         fixed = 1.0 if a.fixed is None else a.fixed

@@ -609,8 +609,11 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.tma = wg && d.hq / d.hkv * d.block <= kTile && qrows <= INT32_MAX && !env_is("DFLASH_DFA_KV_TMA", "0") &&
           tma_loads_on();
   a.pipe = !env_is("DFLASH_DFA_KV_PIPE", "0");  // DFLASH_DFA_KV_PIPE=0: each item waits for its products
-  // DFLASH_DFA_KV_ORDER=tile: the dk/dv pass's grid in tile order (dfa_kv_kernel; read on every call).
-  a.tile_major = env_is("DFLASH_DFA_KV_ORDER", "tile");
+  // DFLASH_DFA_KV_ORDER=tile: the dk/dv pass's grid in tile order, =tile4 in tile order within groups of 4 kv
+  // heads (all of them where 4 does not divide hkv; dfa_kv_kernel; read on every call).
+  a.head_group = env_is("DFLASH_DFA_KV_ORDER", "tile")    ? d.hkv
+                 : env_is("DFLASH_DFA_KV_ORDER", "tile4") ? (d.hkv % 4 == 0 ? 4 : d.hkv)
+                                                          : 0;
   a.overlap = overlap;
   a.rows = kv_rows;
   dfa::kv_pass_launch(a, wg, stream);

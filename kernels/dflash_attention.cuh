@@ -99,7 +99,8 @@ struct KvArgs {
   bool pipe;           // with tma: an item's dK product runs into the next item's scores
   int64_t rows;        // the k/v rows this pass writes: all, or the context rows [0, T) when the dq pass
                        // writes the own rows (QueryArgs::own_kv)
-  bool tile_major;     // the grid is (kv head, key tile) instead of (key tile, kv head): see dfa_kv_kernel
+  int head_group;      // 0: the grid is (key tile, kv head); n > 0 (dividing hkv): (kv head of a group of n,
+                       // key tile, group), each tile's heads of a group together (dfa_kv_kernel)
   bool overlap;        // the dq pass is launched after this one and may start in its tail (pdl.cuh)
 };
 

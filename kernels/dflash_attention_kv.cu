@@ -64,11 +64,13 @@ constexpr int kWgRanks = 2;
 // The grid's order: the clusters start in block-index order and their work differs by far (a tile at the
 // start of a sequence is seen by every block whose window reaches it, an own-row tile by its own blocks), so
 // by default (blockIdx.x the tile) each kv head's longest tiles start after every tile of the heads before it
-// and the last head's run on while the rest of the GPU idles; tile_major (blockIdx.x the kv head) starts each
-// tile's clusters of all heads together, the context tiles of all heads before the own-row ones. overlap: the
-// dq pass is launched after this kernel with programmatic dependent launch and needs nothing it writes, so
-// every CTA lets it start at once: its CTAs take the SMs this grid's last clusters leave free (each waits at
-// its end for this grid to end, dfa_query_kernel).
+// and the last head's run on while the rest of the GPU idles; with head_group n (blockIdx.x the kv head in a
+// group of n, blockIdx.y the tile, blockIdx.z / RANKS the group) each tile's clusters of a group's heads
+// start together, the group's context tiles before its own-row ones: n = hkv is the whole grid in tile order,
+// a smaller n keeps fewer heads' Q and dO among the clusters that run together (L2). overlap: the dq pass is
+// launched after this kernel with programmatic dependent launch and needs nothing it writes, so every CTA
+// lets it start at once: its CTAs take the SMs this grid's last clusters leave free (each waits at its end
+// for this grid to end, dfa_query_kernel).
 template <int HD, bool WG, int RANKS, bool TMA, bool PIPE>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, RANKS)
     dfa_kv_kernel(KvArgs p, const __grid_constant__ CUtensorMap tm_q,
@@ -102,10 +104,10 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(fullw + 4));  // TMA: per Q/dO buffer
   const DFlashAttnDims& d = p.d;
   if (p.overlap) pdl_launch_dependents();
-  const int64_t tile = p.tile_major ? blockIdx.y : blockIdx.x;
+  const int64_t tile = p.head_group ? blockIdx.y : blockIdx.x;
   const int64_t rows = p.rows, r0 = tile * KEYS, r1 = min(r0 + KEYS, rows);
-  const int g = p.tile_major ? blockIdx.x : blockIdx.y, group = d.hq / d.hkv, R = group * d.block,
-            nz = (R + kTile - 1) / kTile;
+  const int g = p.head_group ? int(blockIdx.z / RANKS) * p.head_group + int(blockIdx.x) : int(blockIdx.y),
+            group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const int kw = (warp % SLICES) * 16, col0 = (warp / SLICES) * COLS;  // this warp's key rows and columns
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -460,8 +462,10 @@ void kv_pass(const KvArgs& a, cudaStream_t stream) {
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int64_t key_tiles = (a.rows + Cfg::kKeys - 1) / Cfg::kKeys;
   KvArgs b = a;
-  b.tile_major = a.tile_major && key_tiles <= 65535;  // grid.y's limit; the default order otherwise
-  const dim3 grid = b.tile_major ? dim3(unsigned(a.d.hkv), unsigned(key_tiles), unsigned(RANKS))
+  // grid.y's and grid.z's limits, and whole groups; the default order otherwise
+  const int n = a.head_group;
+  b.head_group = n > 0 && a.d.hkv % n == 0 && key_tiles <= 65535 && a.d.hkv / n * RANKS <= 65535 ? n : 0;
+  const dim3 grid = b.head_group ? dim3(unsigned(n), unsigned(key_tiles), unsigned(a.d.hkv / n * RANKS))
                                  : dim3(unsigned(key_tiles), unsigned(a.d.hkv), unsigned(RANKS));
   CUtensorMap tm_q{}, tm_do{};
   if constexpr (TMA) {  // one box: a block's rows of one kv head's group of query heads, 64 columns

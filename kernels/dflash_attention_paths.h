@@ -25,6 +25,7 @@ inline constexpr DFlashAttnPath kDFlashAttnPaths[] = {
     {"wgmma cp.async Q/dO", "DFLASH_DFA_KV_TMA=0", true},
     {"wgmma dk/dv items one at a time", "DFLASH_DFA_KV_PIPE=0", true},
     {"dk/dv tiles in tile order", "DFLASH_DFA_KV_ORDER=tile", false},
+    {"dk/dv tiles in tile order, groups of 4 heads", "DFLASH_DFA_KV_ORDER=tile4", false},
     {"dq pass in the dk/dv tail", "DFLASH_DFA_OVERLAP=1", false},
     {"wgmma own rows' dk/dv in the dq pass", "DFLASH_DFA_OWN=dq", true},
     {"wgmma tile order + own rows in dq + overlap",
