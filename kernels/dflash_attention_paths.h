@@ -28,8 +28,8 @@ inline constexpr DFlashAttnPath kDFlashAttnPaths[] = {
     {"dk/dv tiles in tile order, groups of 4 heads", "DFLASH_DFA_KV_ORDER=tile4", false},
     {"dq pass in the dk/dv tail", "DFLASH_DFA_OVERLAP=1", false},
     {"wgmma own rows' dk/dv in the dq pass", "DFLASH_DFA_OWN=dq", true},
-    {"wgmma tile order + own rows in dq + overlap",
-     "DFLASH_DFA_KV_ORDER=tile DFLASH_DFA_OWN=dq DFLASH_DFA_OVERLAP=1", true},
+    {"wgmma tile4 order + own rows in dq + overlap",
+     "DFLASH_DFA_KV_ORDER=tile4 DFLASH_DFA_OWN=dq DFLASH_DFA_OVERLAP=1", true},
 };
 
 // Every variable of the list, each once.
