@@ -283,8 +283,8 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
       DF_CUDA_CHECK(cudaGraphDestroy(one));
     }
     n = 1;
-    cudaGraphEdgeData
-        edge{};  // a programmatic launch's edge is not the default one: asked for, or the query fails
+    // A programmatic launch's edge is not the default one: its data must be asked for, or the query fails.
+    cudaGraphEdgeData edge{};
     DF_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, &node, &edge, &n));
   }
   DF_CUDA_CHECK(cudaGraphDestroy(graph));
