@@ -522,7 +522,6 @@ bool query_on_tma(const DFlashAttnDims& d, bool wg) {
 }
 
 // The query-major pass on the path on_wgmma chose: wgmma with TMA or cp.async loads, else mma.sync.
-
 template <bool DQ>
 void query_pass_any(const QueryArgs& a, bool wg, bool pdl, cudaStream_t stream) {
   if (query_on_tma(a.d, wg))
@@ -572,8 +571,8 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   // DFLASH_DFA_OWN=dq: the dq pass writes the own rows' dk and dv (QueryArgs::own_kv) where it runs on the
   // TMA kernel with a group of at most 64 query rows, and the dk/dv pass covers the context rows only (read
   // on every call).
-  const bool own_kv =
-      d.nb > 0 && query_on_tma(d, wg) && d.hq / d.hkv * d.block <= kTile && env_is("DFLASH_DFA_OWN", "dq");
+  const bool one_chunk = d.hq / d.hkv * d.block <= kTile;  // a group of at most 64 query rows
+  const bool own_kv = d.nb > 0 && query_on_tma(d, wg) && one_chunk && env_is("DFLASH_DFA_OWN", "dq");
   const int64_t kv_rows = own_kv ? d.T : kvrows;  // the rows the dk/dv pass writes
   // DFLASH_DFA_OVERLAP=1: the dk/dv pass first, then the dq pass, launched so that it fills the dk/dv pass's
   // tail (query_pass's pdl; it waits for nothing, so the dk/dv pass must run between it and the row terms);
@@ -594,8 +593,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     qa.own_kv = own_kv, qa.kv_pairs = kv_pairs, qa.dk = dk, qa.dv = dv, qa.ld_dk = ld_dk, qa.ld_dv = ld_dv;
     if (!overlap) query_pass_any<true>(qa, wg, false, stream);
   }
-  if (kvrows == 0) return;
-  KvArgs a{};
+  KvArgs a{};  // kv_pass_launch launches nothing without k/v rows
   a.q = q, a.k = k, a.v = v, a.dout = dout, a.ld_q = ld_q, a.ld_k = ld_k, a.ld_v = ld_v, a.ld_dout = ld_dout;
   a.blocks = blocks, a.lse2 = lse2, a.dsum = dsum, a.dk = dk, a.dv = dv, a.ld_dk = ld_dk;
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
@@ -606,8 +604,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.fast = !env_is("DFLASH_DFA_FAST", "0");
   a.pair_loads = pair_loads_on();
   // DFLASH_DFA_KV_TMA=0: the dk/dv pass loads Q and dO by cp.async (read on every call).
-  a.tma = wg && d.hq / d.hkv * d.block <= kTile && qrows <= INT32_MAX && !env_is("DFLASH_DFA_KV_TMA", "0") &&
-          tma_loads_on();
+  a.tma = wg && one_chunk && qrows <= INT32_MAX && !env_is("DFLASH_DFA_KV_TMA", "0") && tma_loads_on();
   a.pipe = !env_is("DFLASH_DFA_KV_PIPE", "0");  // DFLASH_DFA_KV_PIPE=0: each item waits for its products
   // DFLASH_DFA_KV_ORDER=tile: the dk/dv pass's grid in tile order, =tile4 in tile order within groups of 4 kv
   // heads (all of them where 4 does not divide hkv; dfa_kv_kernel; read on every call).
