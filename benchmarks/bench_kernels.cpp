@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <random>
@@ -407,16 +406,13 @@ void bench_dflash_attention(Bench& b, int window, int S) {
     std::snprintf(name, sizeof(name), "dflash attn bwd %s %s (5 GEMMs)", tag, path);
     row_flops(name, 5 * gemm, b.time_ms(bwd, 5));
     // The three kernels alone: row terms (reads out and dO), the dq pass (S, dP, dS·K), the dk/dv pass (S,
-    // dP, dV, dK). DFLASH_DFA_OVERLAP=1 launches the dk/dv pass before the dq pass (each is timed alone
-    // here).
+    // dP, dV, dK), in the order the launch's plan says (each is timed alone here). Where the dq pass writes
+    // the own rows' dk and dv, their dV and dK products move from the dk/dv pass to the dq pass: each pass is
+    // credited what it then executes.
     const std::vector<double> ks = kernel_times_ms(b, bwd, 5);
-    // DFLASH_DFA_OWN=dq (on the wgmma path) moves the own rows' dV and dK products from the dk/dv pass to the
-    // dq pass: each pass is credited what it then executes.
     if (ks.size() == 3) {
-      auto has = [&](const char* setting) {
-        return pa.settings && std::strstr(pa.settings, setting) != nullptr;
-      };
-      const bool kv_first = has("DFLASH_DFA_OVERLAP=1"), own = wg && has("DFLASH_DFA_OWN=dq");
+      const DFlashBwdPlan plan = dflash_attention_bwd_plan(d, true);
+      const bool kv_first = plan.kv_first, own = plan.own_rows_in_dq;
       const double own_gemm = own ? 2.0 * hd * hq * own_pairs : 0.0;
       row_bytes("  row terms (out, dO read)", 2.0 * qr * hq * hd * 2, ks[0]);
       row_flops(own ? "  dq pass (3 GEMMs + own dV, dK)" : "  dq pass (3 GEMMs)", 3 * gemm + 2 * own_gemm,

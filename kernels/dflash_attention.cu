@@ -549,6 +549,22 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   query_pass_any<false>(a, on_wgmma(d, a.vec), false, stream);
 }
 
+DFlashBwdPlan dflash_attention_bwd_plan(const DFlashAttnDims& d, bool aligned) {
+  DFlashBwdPlan p;
+  // The dq pass writes the own rows' dk and dv (QueryArgs::own_kv) where it runs on the TMA kernel with a
+  // group of at most 64 query rows, and the dk/dv pass covers the context rows only; DFLASH_DFA_OWN=kv leaves
+  // every row to the dk/dv pass (read on every call).
+  const bool one_chunk = d.hq / d.hkv * d.block <= kTile;
+  p.own_rows_in_dq =
+      d.nb > 0 && query_on_tma(d, on_wgmma(d, aligned)) && one_chunk && !env_is("DFLASH_DFA_OWN", "kv");
+  // The dk/dv pass first, then the dq pass, launched so that it fills the dk/dv pass's tail (query_pass's
+  // pdl; it waits for nothing, so the dk/dv pass must run between it and the row terms);
+  // DFLASH_DFA_OVERLAP=0: the dq pass, then the dk/dv pass (read on every call).
+  const int64_t kv_rows = p.own_rows_in_dq ? d.T : d.T + d.nb * d.block;
+  p.kv_first = d.nb > 0 && kv_rows > 0 && !env_is("DFLASH_DFA_OVERLAP", "0");
+  return p;
+}
+
 void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                  int64_t ld_v, const int32_t* blocks, const bf16* out, int64_t ld_out,
                                  const float* lse, int64_t ld_lse, const bf16* dout, int64_t ld_dout,
@@ -568,16 +584,10 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   const bool wg = on_wgmma(d, vec);
   const bool kv_pairs = d.hd % 2 == 0 && (ld_dk | ld_dv) % 2 == 0 &&
                         reinterpret_cast<uintptr_t>(dk) % 4 == 0 && reinterpret_cast<uintptr_t>(dv) % 4 == 0;
-  // DFLASH_DFA_OWN=dq: the dq pass writes the own rows' dk and dv (QueryArgs::own_kv) where it runs on the
-  // TMA kernel with a group of at most 64 query rows, and the dk/dv pass covers the context rows only (read
-  // on every call).
   const bool one_chunk = d.hq / d.hkv * d.block <= kTile;  // a group of at most 64 query rows
-  const bool own_kv = d.nb > 0 && query_on_tma(d, wg) && one_chunk && env_is("DFLASH_DFA_OWN", "dq");
+  const DFlashBwdPlan plan = dflash_attention_bwd_plan(d, vec);
+  const bool own_kv = plan.own_rows_in_dq, overlap = plan.kv_first;
   const int64_t kv_rows = own_kv ? d.T : kvrows;  // the rows the dk/dv pass writes
-  // DFLASH_DFA_OVERLAP=1: the dk/dv pass first, then the dq pass, launched so that it fills the dk/dv pass's
-  // tail (query_pass's pdl; it waits for nothing, so the dk/dv pass must run between it and the row terms);
-  // by default the dq pass, then the dk/dv pass (read on every call).
-  const bool overlap = d.nb > 0 && kv_rows > 0 && env_is("DFLASH_DFA_OVERLAP", "1");
   QueryArgs qa{};
   if (d.nb > 0) {
     const int64_t warps = qrows * d.hq;
@@ -606,11 +616,12 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   // DFLASH_DFA_KV_TMA=0: the dk/dv pass loads Q and dO by cp.async (read on every call).
   a.tma = wg && one_chunk && qrows <= INT32_MAX && !env_is("DFLASH_DFA_KV_TMA", "0") && tma_loads_on();
   a.pipe = !env_is("DFLASH_DFA_KV_PIPE", "0");  // DFLASH_DFA_KV_PIPE=0: each item waits for its products
-  // DFLASH_DFA_KV_ORDER=tile: the dk/dv pass's grid in tile order, =tile4 in tile order within groups of 4 kv
-  // heads (all of them where 4 does not divide hkv; dfa_kv_kernel; read on every call).
-  a.head_group = env_is("DFLASH_DFA_KV_ORDER", "tile")    ? d.hkv
-                 : env_is("DFLASH_DFA_KV_ORDER", "tile4") ? (d.hkv % 4 == 0 ? 4 : d.hkv)
-                                                          : 0;
+  // The dk/dv pass's grid in tile order within groups of 4 kv heads (all of them where 4 does not divide
+  // hkv); DFLASH_DFA_KV_ORDER=tile: in tile order over all kv heads, =head: kv head by kv head
+  // (dfa_kv_kernel; read on every call).
+  a.head_group = env_is("DFLASH_DFA_KV_ORDER", "head")   ? 0
+                 : env_is("DFLASH_DFA_KV_ORDER", "tile") ? d.hkv
+                                                         : (d.hkv % 4 == 0 ? 4 : d.hkv);
   a.overlap = overlap;
   a.rows = kv_rows;
   dfa::kv_pass_launch(a, wg, stream);

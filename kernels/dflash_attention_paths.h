@@ -24,12 +24,12 @@ inline constexpr DFlashAttnPath kDFlashAttnPaths[] = {
     {"wgmma cp.async K/V", "DFLASH_DFA_TMA=0", true},
     {"wgmma cp.async Q/dO", "DFLASH_DFA_KV_TMA=0", true},
     {"wgmma dk/dv items one at a time", "DFLASH_DFA_KV_PIPE=0", true},
-    {"dk/dv tiles in tile order", "DFLASH_DFA_KV_ORDER=tile", false},
-    {"dk/dv tiles in tile order, groups of 4 heads", "DFLASH_DFA_KV_ORDER=tile4", false},
-    {"dq pass in the dk/dv tail", "DFLASH_DFA_OVERLAP=1", false},
-    {"wgmma own rows' dk/dv in the dq pass", "DFLASH_DFA_OWN=dq", true},
-    {"wgmma tile4 order + own rows in dq + overlap",
-     "DFLASH_DFA_KV_ORDER=tile4 DFLASH_DFA_OWN=dq DFLASH_DFA_OVERLAP=1", true},
+    {"dk/dv tiles kv head by kv head", "DFLASH_DFA_KV_ORDER=head", false},
+    {"dk/dv tiles in tile order over all heads", "DFLASH_DFA_KV_ORDER=tile", false},
+    {"dq pass after the dk/dv pass", "DFLASH_DFA_OVERLAP=0", false},
+    {"wgmma own rows' dk/dv in the dk/dv pass", "DFLASH_DFA_OWN=kv", true},
+    {"session 19 order: head order, own rows in dk/dv, no overlap",
+     "DFLASH_DFA_KV_ORDER=head DFLASH_DFA_OWN=kv DFLASH_DFA_OVERLAP=0", false},
 };
 
 // Every variable of the list, each once.

@@ -31,6 +31,15 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
                                  int64_t ld_dq, bf16* dk, int64_t ld_dk, bf16* dv, int64_t ld_dv,
                                  const DFlashAttnDims& d, void* ws, size_t ws_bytes, cudaStream_t stream);
 
+// How dflash_attention_bwd_launch runs a call of dims d whose pointers and strides allow 16-byte copies
+// (aligned) under the environment switches as they are now: whether the dk/dv pass runs before the dq pass
+// (which then fills its tail), and whether the dq pass writes the own rows' dk and dv (the dk/dv pass then
+// covers rows [0, T) only). The launch asks this same function; the kernel bench uses it to name each pass.
+struct DFlashBwdPlan {
+  bool kv_first = false, own_rows_in_dq = false;
+};
+DFlashBwdPlan dflash_attention_bwd_plan(const DFlashAttnDims& d, bool aligned);
+
 // ---- lm_head_loss.cu ----------------------------------------------------------------------------------
 // train_ops.h lm_head_loss on the device: hidden [rows, H] bf16, lm_head [V, H] bf16, labels i32 [rows],
 // active u8 [rows], target_hidden [rows, H] bf16 (kl only, else nullptr); writes loss, p_label f32 [rows],
