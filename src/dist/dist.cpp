@@ -25,7 +25,9 @@ namespace df {
 
 namespace {
 
-std::atomic<int> g_stop_signal{0};
+std::atomic<int> g_stop_signal{0};  // the signal that asked to stop, kStopFileSeen, or 0
+constexpr int kStopFileSeen = -1;
+std::string g_stop_file;  // DFLASH_STOP_FILE: its existence asks to stop as SIGUSR1 does
 
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
@@ -355,6 +357,7 @@ void dist_reform(DistContext& c, const RoleMap& roles) {
 }
 
 void signals_install() {
+  if (const char* f = std::getenv("DFLASH_STOP_FILE"); f && *f) g_stop_file = f;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -363,7 +366,11 @@ void signals_install() {
   sigaction(SIGUSR1, &sa, nullptr);
 }
 
-bool signals_stop_requested() { return g_stop_signal.load() != 0; }
-int signals_last() { return g_stop_signal.load(); }
+bool signals_stop_requested() {
+  if (g_stop_signal.load() != 0) return true;
+  if (g_stop_file.empty() || access(g_stop_file.c_str(), F_OK) != 0) return false;
+  g_stop_signal.store(kStopFileSeen);  // asked once: the file may go while the ranks agree on the step
+  return true;
+}
 
 }  // namespace df

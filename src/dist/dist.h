@@ -90,9 +90,10 @@ void dist_finalize(DistContext& ctx);
 void dist_nccl_stop(DistContext& ctx);
 void dist_reform(DistContext& ctx, const RoleMap& roles);
 
-// SIGTERM and SIGUSR1 set a flag; the training loops agree on a step, checkpoint and exit 0.
+// SIGTERM and SIGUSR1 set a flag; the training loops agree on a step, checkpoint and exit 0. So does the file
+// that DFLASH_STOP_FILE names (read by signals_install) once it exists: the SLURM batch scripts create it on
+// USR1 instead of signalling ranks that may not have installed their handler yet (launch/slurm/*.sbatch).
 void signals_install();
-bool signals_stop_requested();
-int signals_last();  // the signal number that asked to stop, 0 if none
+bool signals_stop_requested();  // asks the file system only while no signal has come (a few calls a step)
 
 }  // namespace df

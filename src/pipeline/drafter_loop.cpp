@@ -281,7 +281,7 @@ LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
     if (stop) {
       if (owner)
         log_here("stop requested (%s): checkpointed step %lld, exiting",
-                 ss.stop > 0 ? "signal on some rank" : "--stop-at-step", (long long)(step + 1));
+                 ss.stop > 0 ? "signal or stop file on some rank" : "--stop-at-step", (long long)(step + 1));
       ++step;
       break;
     }

@@ -2,10 +2,13 @@
 # Real SLURM on this machine (tests/slurm/slurm_up.sh), then the launch/slurm recipes as users run them:
 #   (a) launch/slurm/dflash.sbatch (mpirun inside sbatch) runs a short CPU training job to its end,
 #   (b) launch/slurm/dflash-srun.sbatch (srun --mpi=pmix) runs the same,
-#   (c) a dflash.sbatch job gets USR1 in mid-run (`scancel --signal=USR1 --batch`, what --signal=B:USR1@300
-#       delivers) and must forward it, checkpoint and exit 0;
-#   (d) the same through SLURM's own timer: --time=1 --signal=B:USR1@40 (seen arriving ~20 s in; SLURM checks
-#       signal times only every several seconds) must end COMPLETED, not TIMEOUT.
+#   (c) a dflash.sbatch job gets USR1 (`scancel --signal=USR1 --batch`, what --signal=B:USR1@300 delivers) as
+#       soon as its batch script has started, before the ranks are up as a rule: the script creates the stop
+#       file the ranks watch, and they must checkpoint and exit 0 (a USR1 sent to ranks still starting killed
+#       them, and one that came before the script's trap killed the script);
+#   (d) a dflash-srun.sbatch job through SLURM's own timer: --time=1 --signal=B:USR1@40 (seen arriving ~20 s
+#       in; SLURM checks signal times only every several seconds) must end COMPLETED, not TIMEOUT.
+# (a) and (b) get --time=10, so that the scripts' own --signal=B:USR1@300 cannot come while they run.
 # Each must end COMPLETED with exit 0:0 and leave <run.dir>/checkpoints/step_*.h5 and `latest`. Without root,
 # apt or a schedulable node the test skips (exit 77); a job still pending or running past its deadline also
 # skips, with the job's output; anything else that goes wrong fails. Args: binary, source dir, mpiexec.
@@ -49,7 +52,7 @@ write_config() {  # DIR MAX_STEPS
 submit() {
   local script=$1 dir=$2
   shift 2
-  sbatch --parsable -N1 -n3 --overcommit --oversubscribe --time=5 --chdir="$dir" \
+  sbatch --parsable -N1 -n3 --overcommit --oversubscribe --time=10 --chdir="$dir" \
     --output="$dir/job.out" \
     --export="ALL,DFLASH_CONFIG=$dir/run.toml,DFLASH_BIN=$BIN,DFLASH_RANKFILE=none,OMPI_MCA_rmaps_base_oversubscribe=1,OMP_NUM_THREADS=1" \
     "$@" "$SRC/launch/slurm/$script"
@@ -101,31 +104,35 @@ jobs_submitted+=("$idb")
 check_done "(a) sbatch+mpirun" "$ida" "$TMP/a"
 check_done "(b) sbatch+srun --mpi=pmix" "$idb" "$TMP/b"
 
-# (c) a long run stopped by USR1 once it is stepping; (d) a long run stopped by the time-limit signal.
+# (c) a long run stopped by USR1 as soon as its batch script runs; (d) a long run stopped by the time-limit
+# signal.
 write_config "$TMP/c" 1000000
 write_config "$TMP/d" 1000000
 idc=$(submit dflash.sbatch "$TMP/c") || { echo "FAIL: sbatch (c)"; exit 1; }
 jobs_submitted+=("$idc")
-idd=$(submit dflash.sbatch "$TMP/d" --time=1 --signal=B:USR1@40) || { echo "FAIL: sbatch (d)"; exit 1; }
+idd=$(submit dflash-srun.sbatch "$TMP/d" --time=1 --signal=B:USR1@40) || { echo "FAIL: sbatch (d)"; exit 1; }
 jobs_submitted+=("$idd")
-stepping=0
-for _ in $(seq "$JOB_TIMEOUT"); do
-  if [ -s "$TMP/c/run/metrics.jsonl" ] || grep -qE "step[ _=:]+[0-9]" "$TMP/c/job.out" 2>/dev/null; then
-    stepping=1
+started=0
+for _ in $(seq "$((JOB_TIMEOUT * 10))"); do  # the script's first line comes after its trap
+  if grep -q "dflash.sbatch: job" "$TMP/c/job.out" 2>/dev/null; then
+    started=1
     break
   fi
   case "$(job_field "$idc" JobState)" in COMPLETED | FAILED | CANCELLED | TIMEOUT) break ;; esac
-  sleep 1
+  sleep 0.1
 done
-if [ "$stepping" -eq 1 ]; then
+if [ "$started" -eq 1 ]; then
   scancel --signal=USR1 --batch "$idc" || fail "(c): scancel --signal=USR1 --batch $idc"
-  check_done "(c) USR1 -> checkpoint" "$idc" "$TMP/c"
+  check_done "(c) USR1 at start -> checkpoint" "$idc" "$TMP/c"
   grep -q "USR1" "$TMP/c/job.out" || fail "(c): the batch script never saw USR1"
+  grep -q "stop requested (signal or stop file on some rank): checkpointed step" "$TMP/c/job.out" ||
+    fail "(c): the ranks never logged the stop"
+  [ ! -e "$TMP/c/dflash-stop-$idc.0" ] || fail "(c): the stop file was left behind"
 else
-  fail "(c): job $idc never showed a training step; output:"
+  fail "(c): job $idc never started its batch script; output:"
   cat "$TMP/c/job.out"
 fi
-check_done "(d) --signal=B:USR1@40 -> checkpoint" "$idd" "$TMP/d"
+check_done "(d) srun, --signal=B:USR1@40 -> checkpoint" "$idd" "$TMP/d"
 grep -q "USR1" "$TMP/d/job.out" || fail "(d): the batch script never saw USR1"
 
 if [ "$fails" -ne 0 ]; then

@@ -2,7 +2,7 @@
 # Failures end the whole job: a killed rank, a stopped rank (its watchdog-waiting peers, or its missing
 # heartbeats within 60 s) or a rank that hits an error makes every rank exit non-zero within a bounded time,
 # naming the rank; SIGUSR1 / SIGTERM on any one rank make all ranks agree on a step,
-# checkpoint it and exit 0.
+# checkpoint it and exit 0, and so does the file DFLASH_STOP_FILE names once it exists.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -88,10 +88,22 @@ for case in "usr1 USR1 target0" "term TERM drafter0"; do
     wait_exit 60
     latest=$(cat "$TMP/$1/checkpoints/latest" 2>/dev/null)
     if [ "$RC" -ne 0 ]; then fail "$1: exit code $RC"; tail -20 "$TMP/$1.log"
-    elif ! grep -q "stop requested (signal on some rank): checkpointed step" "$TMP/$1.log"; then fail "$1: no stop line"; tail "$TMP/$1.log"
+    elif ! grep -q "stop requested (signal or stop file on some rank): checkpointed step" "$TMP/$1.log"; then fail "$1: no stop line"; tail "$TMP/$1.log"
     elif [ -z "$latest" ] || [ ! -f "$TMP/$1/checkpoints/$latest" ]; then fail "$1: no checkpoint"
     else echo "ok: SIG$2 to $3: exit 0 with checkpoint $latest"; fi
   fi
 done
+# 4. DFLASH_STOP_FILE (the SLURM batch scripts' stop): the file appearing does what SIGUSR1 does.
+export DFLASH_STOP_FILE="$TMP/stop.flag"
+if start_long stopfile; then
+  : >"$DFLASH_STOP_FILE"
+  wait_exit 60
+  latest=$(cat "$TMP/stopfile/checkpoints/latest" 2>/dev/null)
+  if [ "$RC" -ne 0 ]; then fail "stopfile: exit code $RC"; tail -20 "$TMP/stopfile.log"
+  elif ! grep -q "stop requested (signal or stop file on some rank): checkpointed step" "$TMP/stopfile.log"; then fail "stopfile: no stop line"; tail "$TMP/stopfile.log"
+  elif [ -z "$latest" ] || [ ! -f "$TMP/stopfile/checkpoints/$latest" ]; then fail "stopfile: no checkpoint"
+  else echo "ok: DFLASH_STOP_FILE created: exit 0 with checkpoint $latest"; fi
+fi
+unset DFLASH_STOP_FILE
 echo "$fails failed"
 [ "$fails" -eq 0 ]
