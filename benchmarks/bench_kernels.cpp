@@ -899,15 +899,26 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
     c = b.arena.alloc(DType::bf16, n, n);
   }
-  // The default launch order, then (where the wgmma kernel runs) DFLASH_ATTN_ORDER=heads, each checked
-  // before it is timed; the second row is named "... [heads first]".
-  for (bool heads : {false, true}) {
-    if (heads && !wgmma_available()) break;
-    if (heads)
-      setenv("DFLASH_ATTN_ORDER", "heads", 1);
-    else
-      unsetenv("DFLASH_ATTN_ORDER");
-    const char* tag = heads ? " [heads first]" : "";
+  // The default launch, then (where the wgmma kernel runs) DFLASH_ATTN_ORDER=heads, DFLASH_ATTN_PERSIST=1 and
+  // both, each checked before it is timed; the rows are named "... [heads first]", "... [persistent]", "...
+  // [heads first, persistent]".
+  struct Launch {
+    bool heads, persist;
+    const char* tag;
+  };
+  for (const Launch& la :
+       {Launch{false, false, ""}, Launch{true, false, " [heads first]"}, Launch{false, true, " [persistent]"},
+        Launch{true, true, " [heads first, persistent]"}}) {
+    if ((la.heads || la.persist) && !wgmma_available()) break;
+    auto set = [](const char* var, bool on, const char* value) {
+      if (on)
+        setenv(var, value, 1);
+      else
+        unsetenv(var);
+    };
+    set("DFLASH_ATTN_ORDER", la.heads, "heads");
+    set("DFLASH_ATTN_PERSIST", la.persist, "1");
+    const char* tag = la.tag;
     DF_CUDA_CHECK(
         cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * dtype_size(o.dtype), b.gpu.stream()));
     run();
@@ -931,6 +942,7 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     row_flops(name, flops, ms);
   }
   unsetenv("DFLASH_ATTN_ORDER");
+  unsetenv("DFLASH_ATTN_PERSIST");
   b.arena.reset(mark);
 }
 

@@ -47,15 +47,19 @@ pairs = [("attention causal 24/4 hd256 gated", ("attention 24/4 hd256 gated + ga
          ("attention causal 32/8 hd128", ("attention 32/8 hd128", "cudnn")),
          ("attention causal 24/4 hd256 gated [heads first]", ("attention 24/4 hd256 gated", "cudnn")),
          ("attention causal 32/8 hd128 [heads first]", ("attention 32/8 hd128", "cudnn")),
+         ("attention causal 24/4 hd256 gated [persistent]", ("attention 24/4 hd256 gated", "cudnn")),
+         ("attention causal 32/8 hd128 [persistent]", ("attention 32/8 hd128", "cudnn")),
+         ("attention causal 24/4 hd256 gated [heads first, persistent]", ("attention 24/4 hd256 gated", "cudnn")),
+         ("attention causal 32/8 hd128 [heads first, persistent]", ("attention 32/8 hd128", "cudnn")),
          ("attention causal 24/4 hd256 gated", ("attention 24/4 hd256 gated + gate", "flash")),
          ("attention causal 32/8 hd128", ("attention 32/8 hd128", "flash")),
          ("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", ("gdn_prefill 16/48 128", "fla chunk_gated_delta_rule"))]
 print("\nsame call, cold (ours: bench_kernels; peer: peer_kernels.py); ratio = peer ms / our ms")
 for o, (p, backend) in pairs:
     if o in ours and (p, backend) in peer:
-        print(f"  {o:<42} ours {ours[o]:8.3f} ms | {backend} '{p}' {peer[(p, backend)]:8.3f} ms | "
+        print(f"  {o:<58} ours {ours[o]:8.3f} ms | {backend} '{p}' {peer[(p, backend)]:8.3f} ms | "
               f"ratio {peer[(p, backend)] / ours[o]:.2f}")
     else:
-        print(f"  {o:<42} missing: ours {o in ours}, peer {(p, backend) in peer}")
+        print(f"  {o:<58} missing: ours {o in ours}, peer {(p, backend) in peer}")
 PY
 exit $rc

@@ -7,6 +7,7 @@
 // P feeds the second MMA from registers (the S accumulator is the A-fragment layout); operands in shared
 // memory use the 128-byte swizzle (kernels/wgmma.cuh). An optional output gate is applied in the epilogue, as
 // in attention.cu. The launcher reports whether it ran so the caller can fall back to the portable kernel.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda_check.cuh"
@@ -27,8 +28,9 @@ struct WsAttnCfg {
   static constexpr int kQBytes = 64 * HD * 2;     // one consumer's Q rows
   static constexpr int kKvBytes = KEYS * HD * 2;  // one K or V tile
   static constexpr int kBarOffset = 2 * kQBytes + 2 * STAGES * kKvBytes;
-  // Q full, then per stage K full, V full, K empty, V empty; slack to align the base to 1024 bytes.
-  static constexpr int kSmem = kBarOffset + 8 * (1 + 4 * STAGES) + 1024;
+  // Q full, then per stage K full, V full, K empty, V empty, then Q empty; slack to align the base to 1024
+  // bytes.
+  static constexpr int kSmem = kBarOffset + 8 * (2 + 4 * STAGES) + 1024;
   // Registers per thread (65,536 per SM, one block): 128 · 24 + 256 · 240 = 64,512.
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(KEYS == 64 || KEYS == 80 || KEYS == 128, "S = Q·Kᵀ has wgmma wrappers for these widths");
@@ -74,7 +76,8 @@ __global__ void __launch_bounds__(384, 1)
                                const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
                                const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
-                               float scale_log2, float rescale_slack, int pingpong, int heads_first) {
+                               float scale_log2, float rescale_slack, int pingpong, int heads_first,
+                               int tiles, int items, int zigzag) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   constexpr int kKv = Cfg::kKvBytes;
@@ -91,16 +94,33 @@ __global__ void __launch_bounds__(384, 1)
   auto empty_k = [&](int st) { return bar_q + 24 + 32 * st; };
   auto empty_v = [&](int st) { return bar_q + 32 + 32 * st; };
 
-  // Launch order (the launcher's grid): a sequence's query tiles from the longest (most causal work), each
-  // tile's heads one after another when heads_first (grid: head, tile, sequence), else each head's tiles
-  // (grid: tile, head, sequence).
-  const int head = heads_first ? blockIdx.x : blockIdx.y, seq = blockIdx.z;
-  const int tile = heads_first ? blockIdx.y : blockIdx.x, tiles = heads_first ? gridDim.y : gridDim.x;
-  const int start = cu[seq], len = cu[seq + 1] - start;
-  const int q0 = (tiles - 1 - tile) * Cfg::kRows;
-  if (q0 >= len) return;
-  const int kv_col = head / (hq / hkv) * HD;
-  const int ntiles = (min(q0 + Cfg::kRows, len) + KEYS - 1) / KEYS;  // key tiles the block's rows see
+  const uint32_t empty_q = bar_q + 8 + 32 * STAGES;
+
+  // Work items in launch order: a sequence's query tiles from the longest (most causal work), each tile's
+  // heads one after another when heads_first (item = (seq · tiles + tile) · hq + head), else each head's
+  // tiles (item = (seq · hq + head) · tiles + tile). A CTA takes items blockIdx.x, + gridDim.x, ...: one item
+  // when the grid has one CTA per item; on the persistent grid (one CTA an SM) rounds of gridDim.x items,
+  // every other round in reverse (zigzag), so that the CTA that took a round's longest item takes the next
+  // round's shortest. Both roles walk the same items and count the key tiles and the items with rows they
+  // have passed (kt, qi): the stage ring and the Q buffer carry on from item to item, and the producer
+  // loads the next item's Q and first tiles while the consumers finish and store the last one.
+  struct Item {
+    int head, seq, start, len, q0, ntiles;
+  };
+  auto item_at = [&](int it) {
+    Item w;
+    const int tile = heads_first ? it / hq % tiles : it % tiles;
+    w.head = heads_first ? it % hq : it / tiles % hq;
+    w.seq = it / (tiles * hq);
+    w.start = cu[w.seq], w.len = cu[w.seq + 1] - w.start;
+    w.q0 = (tiles - 1 - tile) * Cfg::kRows;
+    w.ntiles = (min(w.q0 + Cfg::kRows, w.len) + KEYS - 1) / KEYS;  // key tiles the block's rows see
+    return w;
+  };
+  auto item_of_round = [&](int r) {
+    return r * int(gridDim.x) + (zigzag && (r & 1) ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x));
+  };
+  const int rounds = (items + int(gridDim.x) - 1) / int(gridDim.x);
 
   if (threadIdx.x == 0) {
     mbar_init(bar_q, 1);
@@ -110,6 +130,7 @@ __global__ void __launch_bounds__(384, 1)
       mbar_init(empty_k(st), 8);  // one arrival per consumer warp
       mbar_init(empty_v(st), 8);
     }
+    mbar_init(empty_q, 8);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -120,22 +141,32 @@ __global__ void __launch_bounds__(384, 1)
   // session 14.)
   if (threadIdx.x < 128) {
     regs_release<Cfg::kProducerRegs>();
-    auto refill = [&](int j, bool k_half) {
-      const int st = j % STAGES;
-      const uint32_t full = k_half ? full_k(st) : full_v(st);
-      if (j >= STAGES) mbar_wait(k_half ? empty_k(st) : empty_v(st), (j / STAGES + 1) & 1);
-      mbar_arrive_expect(full, kKv);
-      tma_load_tile<HD, KEYS>(base_s + k_off(st) + (k_half ? 0 : kKv), k_half ? &tm_k : &tm_v, kv_col,
-                              start + j * KEYS, full);
-    };
-    if (threadIdx.x == 0) {
+    if (threadIdx.x != 0) return;
+    int kt = 0, qi = 0;  // key tiles loaded, items with rows
+    for (int r = 0; r < rounds; ++r) {
+      const int it = item_of_round(r);
+      if (it >= items) continue;
+      const Item w = item_at(it);
+      if (w.q0 >= w.len) continue;
+      const int kv_col = w.head / (hq / hkv) * HD;
+      auto refill = [&](int g, int j, bool k_half) {  // ring tile g holds the item's key tile j
+        const int st = g % STAGES;
+        const uint32_t full = k_half ? full_k(st) : full_v(st);
+        if (g >= STAGES) mbar_wait(k_half ? empty_k(st) : empty_v(st), (g / STAGES + 1) & 1);
+        mbar_arrive_expect(full, kKv);
+        tma_load_tile<HD, KEYS>(base_s + k_off(st) + (k_half ? 0 : kKv), k_half ? &tm_k : &tm_v, kv_col,
+                                w.start + j * KEYS, full);
+      };
+      if (qi > 0) mbar_wait(empty_q, (qi - 1) & 1);  // the consumers' last S of the item before
       mbar_arrive_expect(bar_q, 2 * Cfg::kQBytes);
-      tma_load_tile<HD, 64>(base_s, &tm_q, head * HD, start + q0, bar_q);
-      tma_load_tile<HD, 64>(base_s + Cfg::kQBytes, &tm_q, head * HD, start + q0 + 64, bar_q);
-      for (int j = 0; j < ntiles; ++j) {
-        refill(j, true);
-        refill(j, false);
+      tma_load_tile<HD, 64>(base_s, &tm_q, w.head * HD, w.start + w.q0, bar_q);
+      tma_load_tile<HD, 64>(base_s + Cfg::kQBytes, &tm_q, w.head * HD, w.start + w.q0 + 64, bar_q);
+      for (int j = 0; j < w.ntiles; ++j) {
+        refill(kt + j, j, true);
+        refill(kt + j, j, false);
       }
+      kt += w.ntiles;
+      ++qi;
     }
     return;
   }
@@ -144,17 +175,13 @@ __global__ void __launch_bounds__(384, 1)
   const int cw = (threadIdx.x >> 7) - 1;  // consumer warpgroup 0 or 1
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int wg_row0 = q0 + cw * 64;
-  const int row_a = wg_row0 + warp * 16 + g, row_b = row_a + 8;
-  // Tiles this warpgroup computes: up to the key of its last valid row, none without a valid row (its rows
-  // are then not stored). It still waits for and releases the block's later tiles, as the producer counts on.
-  const int n_mine = wg_row0 < len ? (min(wg_row0 + 64, len) + KEYS - 1) / KEYS : 0;
+  int wg_row0 = 0, row_a = 0, row_b = 0;  // the item's: set at its start
 
   // Turns at issuing MMAs: consumer w waits at named barrier 1 + w, issues, then lets the other go. Each
-  // takes ntiles + 1 turns (its tiles' S, the last P·V, empty turns for tiles it skips), consumer 1 not
-  // passing on its last, so every barrier phase gets exactly one wait (128 threads) and one arrival (128).
-  const int turns = ntiles + 1;
-  int turn = 0;
+  // takes ntiles + 1 turns an item (its tiles' S, the last P·V, empty turns for tiles it skips), consumer 1
+  // not passing on its last, so every barrier phase gets exactly one wait (128 threads) and one arrival
+  // (128); consumer 1 lets consumer 0 go first at each item's start.
+  int turns = 0, turn = 0;
   auto turn_begin = [&] {
     if (pingpong) named_bar_sync(1 + cw, 256);
   };
@@ -162,7 +189,6 @@ __global__ void __launch_bounds__(384, 1)
     if (pingpong && (cw == 0 || turn + 1 < turns)) named_bar_arrive(2 - cw, 256);
     ++turn;
   };
-  if (pingpong && cw == 1) named_bar_arrive(1, 256);  // consumer 0 goes first
 
   // A warp's arrival on an empty barrier: all its lanes are past the wgmma wait that ends their reads.
   auto release = [&](uint32_t bar) {
@@ -171,9 +197,7 @@ __global__ void __launch_bounds__(384, 1)
   };
 
   float o[HD / 2];
-#pragma unroll
-  for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // set again at each item's start
   float s[KEYS / 2];
   uint32_t p[KEYS / 16][4];
   const unsigned char* qs = base + cw * Cfg::kQBytes;
@@ -279,77 +303,102 @@ __global__ void __launch_bounds__(384, 1)
     }
   };
 
-  if (n_mine > 0) {
-    float corr[2];
-    mbar_wait(bar_q, 0);
-    mbar_wait(full_k(0), 0);
-    turn_begin();
-    wgmma_fence();
-    issue_qk(0);
-    wgmma_commit();
-    turn_end();
-    wgmma_wait<0>();
-    wgmma_fence_regs(s);
-    release(empty_k(0));
-    softmax(0, corr);  // O is still zero: nothing to rescale
-    pack_p();
+  int kt = 0, qi = 0;  // key tiles passed, items with rows (as the producer counts them)
+  for (int r = 0; r < rounds; ++r) {
+    const int it = item_of_round(r);
+    if (it >= items) continue;
+    const Item w = item_at(it);
+    if (w.q0 >= w.len) continue;
+    const int ntiles = w.ntiles;
+    wg_row0 = w.q0 + cw * 64;
+    row_a = wg_row0 + warp * 16 + g, row_b = row_a + 8;
+    // Tiles this warpgroup computes: up to the key of its last valid row, none without a valid row (its rows
+    // are then not stored). It still waits for and releases the item's later tiles, as the producer counts
+    // on.
+    const int n_mine = wg_row0 < w.len ? (min(wg_row0 + 64, w.len) + KEYS - 1) / KEYS : 0;
+    turns = ntiles + 1, turn = 0;
+    if (pingpong && cw == 1) named_bar_arrive(1, 256);  // consumer 0 goes first
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
+    m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.0f;
+    auto stage = [&](int j) { return (kt + j) % STAGES; };
+    auto parity = [&](int j) { return uint32_t((kt + j) / STAGES) & 1u; };
 
-    for (int j = 1; j < n_mine; ++j) {
-      const int st = j % STAGES, pst = (j - 1) % STAGES;
-      mbar_wait(full_k(st), (j / STAGES) & 1);
-      mbar_wait(full_v(pst), ((j - 1) / STAGES) & 1);
+    if (n_mine > 0) {
+      float corr[2];
+      mbar_wait(bar_q, qi & 1);
+      mbar_wait(full_k(stage(0)), parity(0));
       turn_begin();
-      wgmma_fence();  // s, o and p were last written by ordinary instructions
-      issue_qk(st);
-      wgmma_commit();
-      issue_pv(pst);
+      wgmma_fence();
+      issue_qk(stage(0));
       wgmma_commit();
       turn_end();
-      wgmma_wait<1>();  // S_j is done (groups complete in order); P_{j−1}·V_{j−1} may still run
+      wgmma_wait<0>();
       wgmma_fence_regs(s);
-      release(empty_k(st));
-      softmax(j, corr);
+      release(empty_k(stage(0)));
+      softmax(0, corr);  // O is still zero: nothing to rescale
+      pack_p();
+
+      for (int j = 1; j < n_mine; ++j) {
+        const int st = stage(j), pst = stage(j - 1);
+        mbar_wait(full_k(st), parity(j));
+        mbar_wait(full_v(pst), parity(j - 1));
+        turn_begin();
+        wgmma_fence();  // s, o and p were last written by ordinary instructions
+        issue_qk(st);
+        wgmma_commit();
+        issue_pv(pst);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<1>();  // S_j is done (groups complete in order); P_{j−1}·V_{j−1} may still run
+        wgmma_fence_regs(s);
+        release(empty_k(st));
+        softmax(j, corr);
+        wgmma_wait<0>();
+        wgmma_fence_regs(o);
+        fence_p();
+        release(empty_v(pst));
+        if (corr[0] != 1.0f || corr[1] != 1.0f) {
+#pragma unroll
+          for (int i = 0; i < HD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+        }
+        pack_p();
+      }
+      release(empty_q);  // every S of the item is done: Q may take the next item's rows
+
+      const int last = stage(n_mine - 1);
+      mbar_wait(full_v(last), parity(n_mine - 1));
+      turn_begin();
+      wgmma_fence();
+      issue_pv(last);
+      wgmma_commit();
+      turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(o);
       fence_p();
-      release(empty_v(pst));
-      if (corr[0] != 1.0f || corr[1] != 1.0f) {
-#pragma unroll
-        for (int i = 0; i < HD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-      }
-      pack_p();
+      release(empty_v(last));
+    } else {
+      release(empty_q);  // rows past len: this warpgroup never reads Q
+    }
+    for (int j = n_mine; j < ntiles; ++j) {  // tiles past this warpgroup's rows: let the producer reuse them
+      turn_begin();
+      turn_end();
+      mbar_wait(full_k(stage(j)), parity(j));
+      release(empty_k(stage(j)));
+      mbar_wait(full_v(stage(j)), parity(j));
+      release(empty_v(stage(j)));
+    }
+    while (turn < turns) {
+      turn_begin();
+      turn_end();
     }
 
-    const int last = (n_mine - 1) % STAGES;
-    mbar_wait(full_v(last), ((n_mine - 1) / STAGES) & 1);
-    turn_begin();
-    wgmma_fence();
-    issue_pv(last);
-    wgmma_commit();
-    turn_end();
-    wgmma_wait<0>();
-    wgmma_fence_regs(o);
-    fence_p();
-    release(empty_v(last));
+    // Per warp, o is the HD / 8 m16n8 C fragments attn_store_rows takes, back to back.
+    attn_store_rows<HD>(reinterpret_cast<const float(&)[HD / 8][4]>(o), l, out, ld_out, gate, ld_gate,
+                        w.start, w.len, row_a, w.head, HD);
+    kt += ntiles;
+    ++qi;
   }
-  for (int j = n_mine; j < ntiles; ++j) {  // tiles past this warpgroup's rows: let the producer reuse them
-    turn_begin();
-    turn_end();
-    const int st = j % STAGES;
-    const uint32_t parity = (j / STAGES) & 1;
-    mbar_wait(full_k(st), parity);
-    release(empty_k(st));
-    mbar_wait(full_v(st), parity);
-    release(empty_v(st));
-  }
-  while (turn < turns) {
-    turn_begin();
-    turn_end();
-  }
-
-  // Per warp, o is the HD / 8 m16n8 C fragments attn_store_rows takes, back to back.
-  attn_store_rows<HD>(reinterpret_cast<const float(&)[HD / 8][4]>(o), l, out, ld_out, gate, ld_gate, start,
-                      len, row_a, head, HD);
 #endif
 }
 
@@ -359,7 +408,7 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
                                     int64_t ld_gate, const int32_t* cu, int num_seqs, int64_t tokens,
                                     int max_len, int hq, int hkv, float scale, bool pingpong,
-                                    float rescale_slack, cudaStream_t stream) {
+                                    float rescale_slack, bool persistent, cudaStream_t stream) {
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_ws_kernel<HD, KEYS, STAGES>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
@@ -370,14 +419,22 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   // them from L2. By default a head's query tiles start one after another, longest first, so the last head's
   // longest tiles start when little work is left to run beside them and end after the rest of the grid;
   // DFLASH_ATTN_ORDER=heads starts a sequence's longest tiles of every head first and its short ones last
-  // (read on every call; grid.y's limit keeps the default beyond 65535 tiles).
-  const unsigned tiles = unsigned((max_len + Cfg::kRows - 1) / Cfg::kRows);
-  const bool heads_first = env_is("DFLASH_ATTN_ORDER", "heads") && tiles <= 65535;
-  const dim3 grid = heads_first ? dim3(unsigned(hq), tiles, unsigned(num_seqs))
-                                : dim3(tiles, unsigned(hq), unsigned(num_seqs));
-  attention_causal_ws_kernel<HD, KEYS, STAGES><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
+  // (read on every call). DFLASH_ATTN_PERSIST=1 (read on every call) launches one CTA an SM,
+  // each walking items in zigzag rounds (the kernel says how), so that one item's store and the next item's
+  // Q and first key tiles overlap instead of a CTA's start waiting for the last one's end.
+  const int64_t tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows, items = tiles * hq * num_seqs;
+  if (items == 0) return;  // attention_causal_sm90_launch keeps items below 2^31
+  const bool heads_first = env_is("DFLASH_ATTN_ORDER", "heads");
+  int ctas = int(items);
+  if (persistent) {
+    int dev = 0, sms = 0;
+    DF_CUDA_CHECK(cudaGetDevice(&dev));
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    ctas = int(std::min<int64_t>(items, sms));
+  }
+  attention_causal_ws_kernel<HD, KEYS, STAGES><<<unsigned(ctas), Cfg::kThreads, Cfg::kSmem, stream>>>(
       tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
-      pingpong ? 1 : 0, heads_first ? 1 : 0);
+      pingpong ? 1 : 0, heads_first ? 1 : 0, int(tiles), int(items), persistent ? 1 : 0);
   DF_CUDA_CHECK_LAUNCH("attention_causal_ws_kernel");
 }
 
@@ -428,8 +485,10 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   const bool shape_ok = (hd == 128 || hd == 256) && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 &&
                         ld_out % 2 == 0 && al16(q) && al16(k) && al16(v) &&
                         reinterpret_cast<uintptr_t>(out) % 4 == 0 && scale > 0.0f;
-  if (!shape_ok || !attention_sm90_available() || !tensor_map_encoder()) return false;
+  const int64_t items = (int64_t(max_len) + 127) / 128 * hq * num_seqs;  // the kernel's 32-bit item index
+  if (!shape_ok || items > INT32_MAX || !attention_sm90_available() || !tensor_map_encoder()) return false;
   const AttnSm90Choice& choice = attention_sm90_choice();
+  const bool persistent = env_is("DFLASH_ATTN_PERSIST", "1");  // read on every call, as the launch order
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
   // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
@@ -439,11 +498,11 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                         tokens, max_len, hq, hkv, scale, choice.pingpong,
-                                        choice.rescale_slack, stream);
+                                        choice.rescale_slack, persistent, stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                          tokens, max_len, hq, hkv, scale, choice.pingpong,
-                                         choice.rescale_slack, stream);
+                                         choice.rescale_slack, persistent, stream);
   return true;
 }
 
