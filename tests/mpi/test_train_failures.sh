@@ -80,30 +80,21 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then fail "error: exit code $rc"; tail -20 
 elif ! grep -q "\[rank 2 .*FATAL: .*no/such/step.h5" "$TMP/err.log"; then fail "error: no FATAL line naming rank 2"; tail -20 "$TMP/err.log"
 else echo "ok: an error on rank 2 ended the job (exit $rc): $(grep FATAL "$TMP/err.log" | head -1 | cut -c1-120)"; fi
 
-# 3. SIGUSR1 to one target only / SIGTERM to the drafter: agreed step, checkpoint, exit 0.
-for case in "usr1 USR1 target0" "term TERM drafter0"; do
+# 3. SIGUSR1 to one target only / SIGTERM to the drafter / the file DFLASH_STOP_FILE names coming into being
+# (the SLURM batch scripts' stop): agreed step, checkpoint, exit 0.
+export DFLASH_STOP_FILE="$TMP/stop.flag"
+for case in "usr1 USR1 target0" "term TERM drafter0" "stopfile FILE any"; do
   set -- $case
   if start_long "$1"; then
-    kill -"$2" "$(pid_of "$1" "$3")"
+    if [ "$2" = FILE ]; then : >"$DFLASH_STOP_FILE"; else kill -"$2" "$(pid_of "$1" "$3")"; fi
     wait_exit 60
     latest=$(cat "$TMP/$1/checkpoints/latest" 2>/dev/null)
     if [ "$RC" -ne 0 ]; then fail "$1: exit code $RC"; tail -20 "$TMP/$1.log"
     elif ! grep -q "stop requested (signal or stop file on some rank): checkpointed step" "$TMP/$1.log"; then fail "$1: no stop line"; tail "$TMP/$1.log"
     elif [ -z "$latest" ] || [ ! -f "$TMP/$1/checkpoints/$latest" ]; then fail "$1: no checkpoint"
-    else echo "ok: SIG$2 to $3: exit 0 with checkpoint $latest"; fi
+    else echo "ok: $1 ($2 to $3): exit 0 with checkpoint $latest"; fi
   fi
 done
-# 4. DFLASH_STOP_FILE (the SLURM batch scripts' stop): the file appearing does what SIGUSR1 does.
-export DFLASH_STOP_FILE="$TMP/stop.flag"
-if start_long stopfile; then
-  : >"$DFLASH_STOP_FILE"
-  wait_exit 60
-  latest=$(cat "$TMP/stopfile/checkpoints/latest" 2>/dev/null)
-  if [ "$RC" -ne 0 ]; then fail "stopfile: exit code $RC"; tail -20 "$TMP/stopfile.log"
-  elif ! grep -q "stop requested (signal or stop file on some rank): checkpointed step" "$TMP/stopfile.log"; then fail "stopfile: no stop line"; tail "$TMP/stopfile.log"
-  elif [ -z "$latest" ] || [ ! -f "$TMP/stopfile/checkpoints/$latest" ]; then fail "stopfile: no checkpoint"
-  else echo "ok: DFLASH_STOP_FILE created: exit 0 with checkpoint $latest"; fi
-fi
 unset DFLASH_STOP_FILE
 echo "$fails failed"
 [ "$fails" -eq 0 ]
