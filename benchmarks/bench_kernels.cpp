@@ -899,25 +899,22 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
     c = b.arena.alloc(DType::bf16, n, n);
   }
-  // The default launch, then (where the wgmma kernel runs) DFLASH_ATTN_ORDER=heads, DFLASH_ATTN_PERSIST=1 and
-  // both, each checked before it is timed; the rows are named "... [heads first]", "... [persistent]", "...
-  // [heads first, persistent]".
+  // The four launches where the wgmma kernel runs (item order: a tile's heads together or a head's tiles;
+  // one CTA an SM or one an item), each set by its variables and checked before it is timed; the default
+  // (persistent, heads first at hd 128, tiles at hd 256) is one of them. Elsewhere the portable kernel, once.
   struct Launch {
     bool heads, persist;
     const char* tag;
   };
-  for (const Launch& la :
-       {Launch{false, false, ""}, Launch{true, false, " [heads first]"}, Launch{false, true, " [persistent]"},
-        Launch{true, true, " [heads first, persistent]"}}) {
-    if ((la.heads || la.persist) && !wgmma_available()) break;
-    auto set = [](const char* var, bool on, const char* value) {
-      if (on)
-        setenv(var, value, 1);
-      else
-        unsetenv(var);
-    };
-    set("DFLASH_ATTN_ORDER", la.heads, "heads");
-    set("DFLASH_ATTN_PERSIST", la.persist, "1");
+  const std::vector<Launch> launches =
+      wgmma_available() ? std::vector<Launch>{{true, true, " [heads first, persistent]"},
+                                              {false, true, " [tiles, persistent]"},
+                                              {true, false, " [heads first, one CTA an item]"},
+                                              {false, false, " [tiles, one CTA an item]"}}
+                        : std::vector<Launch>{{false, false, ""}};
+  for (const Launch& la : launches) {
+    setenv("DFLASH_ATTN_ORDER", la.heads ? "heads" : "tiles", 1);
+    setenv("DFLASH_ATTN_PERSIST", la.persist ? "1" : "0", 1);
     const char* tag = la.tag;
     DF_CUDA_CHECK(
         cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * dtype_size(o.dtype), b.gpu.stream()));

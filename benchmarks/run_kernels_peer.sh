@@ -42,24 +42,23 @@ for line in open(f"{logs}/peer.log"):
         r = json.loads(line)
         if "ms" in r:
             peer.setdefault((r["row"], r["backend"]), r["ms"])
-pairs = [("attention causal 24/4 hd256 gated", ("attention 24/4 hd256 gated + gate", "cudnn")),
-         ("attention causal 24/4 hd256 gated", ("attention 24/4 hd256 gated", "cudnn")),
-         ("attention causal 32/8 hd128", ("attention 32/8 hd128", "cudnn")),
-         ("attention causal 24/4 hd256 gated [heads first]", ("attention 24/4 hd256 gated", "cudnn")),
-         ("attention causal 32/8 hd128 [heads first]", ("attention 32/8 hd128", "cudnn")),
-         ("attention causal 24/4 hd256 gated [persistent]", ("attention 24/4 hd256 gated", "cudnn")),
-         ("attention causal 32/8 hd128 [persistent]", ("attention 32/8 hd128", "cudnn")),
-         ("attention causal 24/4 hd256 gated [heads first, persistent]", ("attention 24/4 hd256 gated", "cudnn")),
-         ("attention causal 32/8 hd128 [heads first, persistent]", ("attention 32/8 hd128", "cudnn")),
-         ("attention causal 24/4 hd256 gated", ("attention 24/4 hd256 gated + gate", "flash")),
-         ("attention causal 32/8 hd128", ("attention 32/8 hd128", "flash")),
-         ("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", ("gdn_prefill 16/48 128", "fla chunk_gated_delta_rule"))]
+# Our four attention launches (bench_kernels names them; the default is [tiles, persistent] at hd 256 and
+# [heads first, persistent] at hd 128) against cuDNN, the default against the gated cuDNN row and FA2.
+tags = ["[heads first, persistent]", "[tiles, persistent]", "[heads first, one CTA an item]",
+        "[tiles, one CTA an item]"]
+a256, a128 = "attention causal 24/4 hd256 gated", "attention causal 32/8 hd128"
+d256, d128 = f"{a256} [tiles, persistent]", f"{a128} [heads first, persistent]"
+pairs = [(d256, ("attention 24/4 hd256 gated + gate", "cudnn"))]
+pairs += [(f"{a256} {t}", ("attention 24/4 hd256 gated", "cudnn")) for t in tags]
+pairs += [(f"{a128} {t}", ("attention 32/8 hd128", "cudnn")) for t in tags]
+pairs += [(d256, ("attention 24/4 hd256 gated + gate", "flash")), (d128, ("attention 32/8 hd128", "flash")),
+          ("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", ("gdn_prefill 16/48 128", "fla chunk_gated_delta_rule"))]
 print("\nsame call, cold (ours: bench_kernels; peer: peer_kernels.py); ratio = peer ms / our ms")
 for o, (p, backend) in pairs:
     if o in ours and (p, backend) in peer:
-        print(f"  {o:<58} ours {ours[o]:8.3f} ms | {backend} '{p}' {peer[(p, backend)]:8.3f} ms | "
+        print(f"  {o:<64} ours {ours[o]:8.3f} ms | {backend} '{p}' {peer[(p, backend)]:8.3f} ms | "
               f"ratio {peer[(p, backend)] / ours[o]:.2f}")
     else:
-        print(f"  {o:<58} missing: ours {o in ours}, peer {(p, backend) in peer}")
+        print(f"  {o:<64} missing: ours {o in ours}, peer {(p, backend) in peer}")
 PY
 exit $rc

@@ -416,15 +416,17 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);
   // Heads next to each other in launch order share K and V (GQA), so the blocks resident together reuse
-  // them from L2. By default a head's query tiles start one after another, longest first, so the last head's
-  // longest tiles start when little work is left to run beside them and end after the rest of the grid;
-  // DFLASH_ATTN_ORDER=heads starts a sequence's longest tiles of every head first and its short ones last
-  // (read on every call). DFLASH_ATTN_PERSIST=1 (read on every call) launches one CTA an SM,
-  // each walking items in zigzag rounds (the kernel says how), so that one item's store and the next item's
-  // Q and first key tiles overlap instead of a CTA's start waiting for the last one's end.
+  // them from L2. Item order: at hd 128 a sequence's longest tiles of every head first and its short ones
+  // last, at hd 256 a head's query tiles one after another, longest first (measured faster each way, session
+  // 21); DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second at either head dim. The grid is one CTA
+  // an SM, each walking items in zigzag rounds (the kernel says how), so that one item's store and the next
+  // item's Q and first key tiles overlap instead of a CTA's start waiting for the last one's end;
+  // DFLASH_ATTN_PERSIST=0 launches one CTA an item. Both read on every call.
   const int64_t tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows, items = tiles * hq * num_seqs;
   if (items == 0) return;  // attention_causal_sm90_launch keeps items below 2^31
-  const bool heads_first = env_is("DFLASH_ATTN_ORDER", "heads");
+  const bool heads_first = env_is("DFLASH_ATTN_ORDER", "heads")   ? true
+                           : env_is("DFLASH_ATTN_ORDER", "tiles") ? false
+                                                                  : HD == 128;
   int ctas = int(items);
   if (persistent) {
     int dev = 0, sms = 0;
@@ -488,7 +490,7 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   const int64_t items = (int64_t(max_len) + 127) / 128 * hq * num_seqs;  // the kernel's 32-bit item index
   if (!shape_ok || items > INT32_MAX || !attention_sm90_available() || !tensor_map_encoder()) return false;
   const AttnSm90Choice& choice = attention_sm90_choice();
-  const bool persistent = env_is("DFLASH_ATTN_PERSIST", "1");  // read on every call, as the launch order
+  const bool persistent = !env_is("DFLASH_ATTN_PERSIST", "0");  // read on every call, as the item order
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
   // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
