@@ -78,6 +78,8 @@ for n in 0 -3; do
 done
 "$BIN" train --help | grep -q "above the step the run resumes from" ||
   fail "--help does not say what --stop-at-step means"
+"$BIN" train --help | grep -q "DFLASH_STOP_FILE" ||
+  fail "train --help does not say how to stop a run early"
 
 echo "$fails failed"
 [ $fails -eq 0 ]
