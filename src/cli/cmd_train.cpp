@@ -71,11 +71,9 @@ void cmd_train_register(CLI::App& root) {
   train_add_options(*t, *sub);
   t->get_option("--config")->required();
   t->footer(
-      "Stopping early: SIGUSR1 or SIGTERM to any rank, or the file DFLASH_STOP_FILE names coming into being "
-      "(the\n"
-      "SLURM scripts in launch/slurm create it on USR1), makes every rank agree on a step, checkpoint it and "
-      "exit\n"
-      "0; the next run with the same config resumes from it.");
+      "Stopping early: SIGUSR1 or SIGTERM to any rank, or the file DFLASH_STOP_FILE names coming\n"
+      "into being (the SLURM scripts in launch/slurm create it on USR1), makes every rank agree on\n"
+      "a step, checkpoint it and exit 0; the next run with the same config resumes from it.");
   t->callback([sub] { train_run(*sub); });
 }
 
