@@ -899,22 +899,26 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
     c = b.arena.alloc(DType::bf16, n, n);
   }
-  // The four launches where the wgmma kernel runs (item order: a tile's heads together or a head's tiles;
-  // one CTA an SM or one an item), each set by its variables and checked before it is timed; the default
-  // (persistent, heads first at hd 128, tiles at hd 256) is one of them. Elsewhere the portable kernel, once.
+  // The six launches where the wgmma kernel runs (item order: a tile's heads together or a head's tiles;
+  // one CTA an SM in zigzag rounds, one an item, or one an SM on the dynamic schedule), each set by its
+  // variables and checked before it is timed; the default (persistent zigzag, heads first at hd 128, tiles at
+  // hd 256) is one of them. Elsewhere the portable kernel, once.
   struct Launch {
-    bool heads, persist;
+    bool heads, persist, dynamic;
     const char* tag;
   };
   const std::vector<Launch> launches =
-      wgmma_available() ? std::vector<Launch>{{true, true, " [heads first, persistent]"},
-                                              {false, true, " [tiles, persistent]"},
-                                              {true, false, " [heads first, one CTA an item]"},
-                                              {false, false, " [tiles, one CTA an item]"}}
-                        : std::vector<Launch>{{false, false, ""}};
+      wgmma_available() ? std::vector<Launch>{{true, true, false, " [heads first, persistent]"},
+                                              {false, true, false, " [tiles, persistent]"},
+                                              {true, false, false, " [heads first, one CTA an item]"},
+                                              {false, false, false, " [tiles, one CTA an item]"},
+                                              {true, true, true, " [heads first, dynamic]"},
+                                              {false, true, true, " [tiles, dynamic]"}}
+                        : std::vector<Launch>{{false, false, false, ""}};
   for (const Launch& la : launches) {
     setenv("DFLASH_ATTN_ORDER", la.heads ? "heads" : "tiles", 1);
     setenv("DFLASH_ATTN_PERSIST", la.persist ? "1" : "0", 1);
+    setenv("DFLASH_ATTN_SCHED", la.dynamic ? "dynamic" : "zigzag", 1);
     const char* tag = la.tag;
     DF_CUDA_CHECK(
         cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * dtype_size(o.dtype), b.gpu.stream()));
@@ -940,6 +944,7 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
   }
   unsetenv("DFLASH_ATTN_ORDER");
   unsetenv("DFLASH_ATTN_PERSIST");
+  unsetenv("DFLASH_ATTN_SCHED");
   b.arena.reset(mark);
 }
 

@@ -42,10 +42,10 @@ for line in open(f"{logs}/peer.log"):
         r = json.loads(line)
         if "ms" in r:
             peer.setdefault((r["row"], r["backend"]), r["ms"])
-# Our four attention launches (bench_kernels names them; the default is [tiles, persistent] at hd 256 and
+# Our six attention launches (bench_kernels names them; the default is [tiles, persistent] at hd 256 and
 # [heads first, persistent] at hd 128) against cuDNN, the default against the gated cuDNN row and FA2.
 tags = ["[heads first, persistent]", "[tiles, persistent]", "[heads first, one CTA an item]",
-        "[tiles, one CTA an item]"]
+        "[tiles, one CTA an item]", "[heads first, dynamic]", "[tiles, dynamic]"]
 a256, a128 = "attention causal 24/4 hd256 gated", "attention causal 32/8 hd128"
 d256, d128 = f"{a256} [tiles, persistent]", f"{a128} [heads first, persistent]"
 pairs = [(d256, ("attention 24/4 hd256 gated + gate", "cudnn"))]

@@ -18,9 +18,12 @@
 #     tiles (DFLASH_DFA_OWN=dq, the dq pass writes those rows).
 #   python3 benchmarks/schedule_model.py attention [--slots 132] [--fixed 1]
 #     The Hopper causal attention (kernels/attention_sm90.cu) at bench_kernels attention's 8 x 4096 tokens,
-#     128 query rows a CTA, a unit one key tile (128 keys; 80 at head dim 256 scale alike). Orders: `head`
-#     (the default, each head's tiles longest first) and `heads` (DFLASH_ATTN_ORDER=heads, each tile's heads
-#     together, a sequence's longest tiles first).
+#     128 query rows an item, a unit one key tile (128 keys; 80 at head dim 256 scale alike). Item orders:
+#     `head` (DFLASH_ATTN_ORDER=tiles, each head's tiles longest first) and `heads` (=heads, each tile's heads
+#     together, a sequence's longest tiles first), each on three schedules: one CTA an item (--fixed paid per
+#     item, the hardware starting them in order: DFLASH_ATTN_PERSIST=0), `zigzag` (the persistent grid's
+#     static rounds of 132 items, every other one reversed; the fixed cost taken as hidden) and `dynamic`
+#     (DFLASH_ATTN_SCHED=dynamic: the persistent CTAs take the next item as they free up, fixed cost hidden).
 import argparse
 import heapq
 
@@ -61,12 +64,22 @@ def attention_jobs(length=4096, rows=128, keys=128):
     return [((min(length, (n - x) * rows) + keys - 1) // keys) for x in range(n)]
 
 
-def report(name, orders, slots):
+def zigzag(durations, slots):
+    """Static rounds of `slots` items, every other round reversed; each slot's total."""
+    total = [0.0] * slots
+    for i, d in enumerate(durations):
+        r, c = divmod(i, slots)
+        total[slots - 1 - c if r & 1 else c] += d
+    return max(total)
+
+
+def report(name, orders, slots, extra=None):
     base = orders["head"]
     m = {k: makespan(v, slots) for k, v in orders.items()}
+    m.update(extra or {})
     m["lpt"] = makespan(sorted(base, reverse=True), slots)
     bound = max(sum(base) / slots, max(base))
-    alts = ", ".join(f"{k} {m[k]:.0f} ({m[k] / m['head'] - 1:+.1%})" for k in orders if k != "head")
+    alts = ", ".join(f"{k} {m[k]:.0f} ({m[k] / m['head'] - 1:+.1%})" for k in m if k not in ("head", "lpt"))
     print(f"{name}: head {m['head']:.0f}, {alts}, lpt {m['lpt']:.0f}, bound {bound:.0f}")
 
 
@@ -101,10 +114,13 @@ def main():
         fixed = 1.0 if a.fixed is None else a.fixed
         print(f"causal attention, 8 x 4096 tokens: {slots} CTA slots, a CTA = {fixed:g} + key tiles")
         for hq in (24, 32):
-            jobs = [fixed + j for j in attention_jobs()]
-            report(f"{hq} q heads",
-                   {"head": [d for _ in range(8) for _ in range(hq) for d in jobs],
-                    "heads": [d for _ in range(8) for d in jobs for _ in range(hq)]}, slots)
+            work = attention_jobs()
+            by_head = [d for _ in range(8) for _ in range(hq) for d in work]
+            by_tile = [d for _ in range(8) for d in work for _ in range(hq)]
+            report(f"{hq} q heads", {"head": [fixed + d for d in by_head], "heads": [fixed + d for d in by_tile]},
+                   slots, {"zigzag head": zigzag(by_head, slots), "zigzag heads": zigzag(by_tile, slots),
+                           "dynamic head": makespan(by_head, slots), "dynamic heads": makespan(by_tile, slots),
+                           "bound without fixed costs": max(sum(by_head) / slots, max(by_head))})
 
 
 if __name__ == "__main__":

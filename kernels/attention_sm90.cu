@@ -9,6 +9,9 @@
 // in attention.cu. The launcher reports whether it ran so the caller can fall back to the portable kernel.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -28,9 +31,9 @@ struct WsAttnCfg {
   static constexpr int kQBytes = 64 * HD * 2;     // one consumer's Q rows
   static constexpr int kKvBytes = KEYS * HD * 2;  // one K or V tile
   static constexpr int kBarOffset = 2 * kQBytes + 2 * STAGES * kKvBytes;
-  // Q full, then per stage K full, V full, K empty, V empty, then Q empty; slack to align the base to 1024
-  // bytes.
-  static constexpr int kSmem = kBarOffset + 8 * (2 + 4 * STAGES) + 1024;
+  // Q full, then per stage K full, V full, K empty, V empty, then Q empty and the item slot (the dynamic
+  // schedule's hand-over); slack to align the base to 1024 bytes.
+  static constexpr int kSmem = kBarOffset + 8 * (3 + 4 * STAGES) + 1024;
   // Registers per thread (65,536 per SM, one block): 128 · 24 + 256 · 240 = 64,512.
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(KEYS == 64 || KEYS == 80 || KEYS == 128, "S = Q·Kᵀ has wgmma wrappers for these widths");
@@ -70,14 +73,15 @@ __device__ __forceinline__ void wgmma_qk(float (&s)[KEYS / 2], uint64_t desc_q, 
     wgmma_m64n128k16_ss(s, desc_q, desc_k, accumulate);
 }
 
-template <int HD, int KEYS, int STAGES>
+// DYN: the dynamic schedule (next_item), a kernel of its own so that the static one's code stays as it was.
+template <int HD, int KEYS, int STAGES, bool DYN>
 __global__ void __launch_bounds__(384, 1)
     attention_causal_ws_kernel(const __grid_constant__ CUtensorMap tm_q,
                                const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
                                const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
                                float scale_log2, float rescale_slack, int pingpong, int heads_first,
-                               int tiles, int items, int zigzag) {
+                               int tiles, int items, int zigzag, int* next_item) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   constexpr int kKv = Cfg::kKvBytes;
@@ -95,6 +99,7 @@ __global__ void __launch_bounds__(384, 1)
   auto empty_v = [&](int st) { return bar_q + 32 + 32 * st; };
 
   const uint32_t empty_q = bar_q + 8 + 32 * STAGES;
+  volatile int* item_slot = reinterpret_cast<volatile int*>(base + Cfg::kBarOffset + 16 + 32 * STAGES);
 
   // Work items in launch order: a sequence's query tiles from the longest (most causal work), each tile's
   // heads one after another when heads_first (item = (seq · tiles + tile) · hq + head), else each head's
@@ -104,6 +109,10 @@ __global__ void __launch_bounds__(384, 1)
   // round's shortest. Both roles walk the same items and count the key tiles and the items with rows they
   // have passed (kt, qi): the stage ring and the Q buffer carry on from item to item, and the producer
   // loads the next item's Q and first tiles while the consumers finish and store the last one.
+  // Dynamic schedule (next_item, a zeroed counter): CTA b takes item b first, then the producer takes the
+  // next one in launch order with an atomic add (list scheduling, as one CTA an item gets from the hardware,
+  // without the start and end of a CTA per item) and hands it to the consumers in item_slot, written before
+  // the Q barrier's arrival (release) and read after its wait (acquire); −1 ends the walk.
   struct Item {
     int head, seq, start, len, q0, ntiles;
   };
@@ -143,9 +152,16 @@ __global__ void __launch_bounds__(384, 1)
     regs_release<Cfg::kProducerRegs>();
     if (threadIdx.x != 0) return;
     int kt = 0, qi = 0;  // key tiles loaded, items with rows
-    for (int r = 0; r < rounds; ++r) {
-      const int it = item_of_round(r);
-      if (it >= items) continue;
+    for (int r = 0;; ++r) {
+      int it;
+      if constexpr (DYN) {
+        it = r == 0 ? int(blockIdx.x) : int(gridDim.x) + atomicAdd(next_item, 1);
+        if (it >= items) break;
+      } else {
+        if (r >= rounds) break;
+        it = item_of_round(r);
+        if (it >= items) continue;
+      }
       const Item w = item_at(it);
       if (w.q0 >= w.len) continue;
       const int kv_col = w.head / (hq / hkv) * HD;
@@ -158,6 +174,7 @@ __global__ void __launch_bounds__(384, 1)
                                 w.start + j * KEYS, full);
       };
       if (qi > 0) mbar_wait(empty_q, (qi - 1) & 1);  // the consumers' last S of the item before
+      if constexpr (DYN) *item_slot = it;
       mbar_arrive_expect(bar_q, 2 * Cfg::kQBytes);
       tma_load_tile<HD, 64>(base_s, &tm_q, w.head * HD, w.start + w.q0, bar_q);
       tma_load_tile<HD, 64>(base_s + Cfg::kQBytes, &tm_q, w.head * HD, w.start + w.q0 + 64, bar_q);
@@ -167,6 +184,11 @@ __global__ void __launch_bounds__(384, 1)
       }
       kt += w.ntiles;
       ++qi;
+    }
+    if constexpr (DYN) {  // the end of the walk, as an item of its own
+      if (qi > 0) mbar_wait(empty_q, (qi - 1) & 1);
+      *item_slot = -1;
+      mbar_arrive(bar_q);
     }
     return;
   }
@@ -304,9 +326,17 @@ __global__ void __launch_bounds__(384, 1)
   };
 
   int kt = 0, qi = 0;  // key tiles passed, items with rows (as the producer counts them)
-  for (int r = 0; r < rounds; ++r) {
-    const int it = item_of_round(r);
-    if (it >= items) continue;
+  for (int r = 0;; ++r) {
+    int it;
+    if constexpr (DYN) {
+      mbar_wait(bar_q, qi & 1);  // the item's Q is in (waited again below: the same phase, at once)
+      it = *item_slot;
+      if (it < 0) break;
+    } else {
+      if (r >= rounds) break;
+      it = item_of_round(r);
+      if (it >= items) continue;
+    }
     const Item w = item_at(it);
     if (w.q0 >= w.len) continue;
     const int ntiles = w.ntiles;
@@ -408,25 +438,30 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
                                     int64_t ld_gate, const int32_t* cu, int num_seqs, int64_t tokens,
                                     int max_len, int hq, int hkv, float scale, bool pingpong,
-                                    float rescale_slack, bool persistent, cudaStream_t stream) {
+                                    float rescale_slack, bool persistent, int* next_item,
+                                    cudaStream_t stream) {
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_ws_kernel<HD, KEYS, STAGES>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+  const bool dyn = persistent && next_item != nullptr;
+  const auto kernel = dyn ? attention_causal_ws_kernel<HD, KEYS, STAGES, true>
+                          : attention_causal_ws_kernel<HD, KEYS, STAGES, false>;
+  DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
   const CUtensorMap tq = tensor_map_bf16(q, tokens, (int64_t)hq * HD, ld_q, 64);
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);
   // Heads next to each other in launch order share K and V (GQA), so the blocks resident together reuse
   // them from L2. Item order: at hd 128 a sequence's longest tiles of every head first and its short ones
-  // last, at hd 256 a head's query tiles one after another, longest first (measured faster each way, session
-  // 21); DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second at either head dim. The grid is one CTA
-  // an SM, each walking items in zigzag rounds (the kernel says how), so that one item's store and the next
-  // item's Q and first key tiles overlap instead of a CTA's start waiting for the last one's end;
-  // DFLASH_ATTN_PERSIST=0 launches one CTA an item. Both read on every call.
+  // last, at hd 256 a head's query tiles one after another, longest first (measured faster each way at 32/8
+  // and 24/4 heads in session 21; `benchmarks/schedule_model.py attention` finds the zigzag rounds falling
+  // better on 32 heads in the first order and on 24 in the second, the dynamic schedule near the work bound
+  // in the first at both, so that one takes it); DFLASH_ATTN_ORDER=heads / =tiles sets the first / the
+  // second. The grid is one CTA an SM, each walking items in zigzag rounds (the kernel says how), so that one
+  // item's store and the next item's Q and first key tiles overlap instead of a CTA's start waiting for the
+  // last one's end; DFLASH_ATTN_PERSIST=0 launches one CTA an item. Both read on every call.
   const int64_t tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows, items = tiles * hq * num_seqs;
   if (items == 0) return;  // attention_causal_sm90_launch keeps items below 2^31
   const bool heads_first = env_is("DFLASH_ATTN_ORDER", "heads")   ? true
                            : env_is("DFLASH_ATTN_ORDER", "tiles") ? false
-                                                                  : HD == 128;
+                                                                  : dyn || HD == 128;
   int ctas = int(items);
   if (persistent) {
     int dev = 0, sms = 0;
@@ -434,10 +469,38 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     ctas = int(std::min<int64_t>(items, sms));
   }
-  attention_causal_ws_kernel<HD, KEYS, STAGES><<<unsigned(ctas), Cfg::kThreads, Cfg::kSmem, stream>>>(
+  kernel<<<unsigned(ctas), Cfg::kThreads, Cfg::kSmem, stream>>>(
       tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
-      pingpong ? 1 : 0, heads_first ? 1 : 0, int(tiles), int(items), persistent ? 1 : 0);
+      pingpong ? 1 : 0, heads_first ? 1 : 0, int(tiles), int(items), persistent ? 1 : 0,
+      dyn ? next_item : nullptr);
   DF_CUDA_CHECK_LAUNCH("attention_causal_ws_kernel");
+}
+
+// The dynamic schedule's item counter for `stream` on the current device (4 bytes each, kept for the
+// process), zeroed on the stream before the launch that uses it, so launches on one stream take turns with it
+// and launches on two streams never share one. nullptr while the stream is being captured into a graph and
+// has no counter yet (cudaMalloc is not allowed then): the launch keeps the static schedule.
+static int* item_counter(cudaStream_t stream) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, int*> counters;
+  int dev = 0;
+  DF_CUDA_CHECK(cudaGetDevice(&dev));
+  int* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto found = counters.find({dev, stream});
+    if (found != counters.end()) {
+      c = found->second;
+    } else {
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      DF_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+      if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+      DF_CUDA_CHECK(cudaMalloc(&c, sizeof(int)));
+      counters[{dev, stream}] = c;
+    }
+  }
+  DF_CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(int), stream));
+  return c;
 }
 
 // The A/B switches of launchers.cuh, read once.
@@ -491,6 +554,9 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   if (!shape_ok || items > INT32_MAX || !attention_sm90_available() || !tensor_map_encoder()) return false;
   const AttnSm90Choice& choice = attention_sm90_choice();
   const bool persistent = !env_is("DFLASH_ATTN_PERSIST", "0");  // read on every call, as the item order
+  // DFLASH_ATTN_SCHED=dynamic: the persistent CTAs take their items from a counter (the kernel's dynamic
+  // schedule) instead of zigzag rounds; not yet measured on a GPU (read on every call).
+  int* next_item = persistent && env_is("DFLASH_ATTN_SCHED", "dynamic") ? item_counter(stream) : nullptr;
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
   // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
@@ -500,11 +566,11 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                         tokens, max_len, hq, hkv, scale, choice.pingpong,
-                                        choice.rescale_slack, persistent, stream);
+                                        choice.rescale_slack, persistent, next_item, stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
                                          tokens, max_len, hq, hkv, scale, choice.pingpong,
-                                         choice.rescale_slack, persistent, stream);
+                                         choice.rescale_slack, persistent, next_item, stream);
   return true;
 }
 
