@@ -11,7 +11,10 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <queue>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_math.cuh"
@@ -433,6 +436,46 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // ---- launchers ----
+// Whether taking a tile's heads together (true) rather than a head's tiles (false) ends sooner in the model
+// of benchmarks/schedule_model.py attention, every sequence taken as max_len long: an item costs its key
+// tiles, plus 1 when each item is a CTA of its own (the hardware then starts them in order as SMs free up);
+// on the persistent grid's zigzag rounds each CTA's items add up. Session 21 measured the order the model
+// picks as the faster at 24/4 (tiles) and 32/8 (heads). Cached per shape (a few thousand items a shape).
+static bool heads_first_modelled(int64_t tiles, int hq, int num_seqs, int ctas, bool persistent, int keys) {
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int, int, int, bool, int>, bool> cache;
+  const auto key = std::make_tuple(tiles, hq, num_seqs, ctas, persistent, keys);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto found = cache.find(key); found != cache.end()) return found->second;
+  const int64_t len = tiles * 128, items = tiles * hq * num_seqs;
+  auto work = [&](int64_t it, bool heads) {  // the item's key tiles, as item_at orders them
+    const int64_t tile = heads ? it / hq % tiles : it % tiles, q0 = (tiles - 1 - tile) * 128;
+    return double((std::min(q0 + 128, len) + keys - 1) / keys);
+  };
+  auto makespan = [&](bool heads) {
+    std::vector<double> total(size_t(ctas), 0.0);
+    if (persistent) {
+      for (int64_t it = 0; it < items; ++it) {
+        const int64_t r = it / ctas, c = it % ctas;
+        total[size_t(r & 1 ? ctas - 1 - c : c)] += work(it, heads);
+      }
+      return *std::max_element(total.begin(), total.end());
+    }
+    std::priority_queue<double, std::vector<double>, std::greater<double>> free(total.begin(), total.end());
+    double end = 0;
+    for (int64_t it = 0; it < items; ++it) {
+      const double t = free.top() + 1.0 + work(it, heads);
+      free.pop();
+      free.push(t);
+      end = std::max(end, t);
+    }
+    return end;
+  };
+  const bool heads = makespan(true) <= makespan(false);
+  cache[key] = heads;
+  return heads;
+}
+
 template <int HD, int KEYS, int STAGES>
 static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
@@ -449,26 +492,25 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);
   // Heads next to each other in launch order share K and V (GQA), so the blocks resident together reuse
-  // them from L2. Item order: at hd 128 a sequence's longest tiles of every head first and its short ones
-  // last, at hd 256 a head's query tiles one after another, longest first (measured faster each way at 32/8
-  // and 24/4 heads in session 21; `benchmarks/schedule_model.py attention` finds the zigzag rounds falling
-  // better on 32 heads in the first order and on 24 in the second, the dynamic schedule near the work bound
-  // in the first at both, so that one takes it); DFLASH_ATTN_ORDER=heads / =tiles sets the first / the
-  // second. The grid is one CTA an SM, each walking items in zigzag rounds (the kernel says how), so that one
-  // item's store and the next item's Q and first key tiles overlap instead of a CTA's start waiting for the
-  // last one's end; DFLASH_ATTN_PERSIST=0 launches one CTA an item. Both read on every call.
+  // them from L2. Item order: a sequence's longest tiles of every head first and its short ones last, or a
+  // head's query tiles one after another, longest first, whichever heads_first_modelled says ends sooner
+  // (session 21 measured the first faster at 32/8 heads and the second at 24/4 on the zigzag rounds, as the
+  // model says; the dynamic schedule takes the first, near the work bound in the model at both);
+  // DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second. The grid is one CTA an SM, each walking
+  // items in zigzag rounds (the kernel says how), so that one item's store and the next item's Q and first
+  // key tiles overlap instead of a CTA's start waiting for the last one's end; DFLASH_ATTN_PERSIST=0 launches
+  // one CTA an item. Both read on every call.
   const int64_t tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows, items = tiles * hq * num_seqs;
   if (items == 0) return;  // attention_causal_sm90_launch keeps items below 2^31
-  const bool heads_first = env_is("DFLASH_ATTN_ORDER", "heads")   ? true
-                           : env_is("DFLASH_ATTN_ORDER", "tiles") ? false
-                                                                  : dyn || HD == 128;
-  int ctas = int(items);
-  if (persistent) {
-    int dev = 0, sms = 0;
-    DF_CUDA_CHECK(cudaGetDevice(&dev));
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    ctas = int(std::min<int64_t>(items, sms));
-  }
+  int dev = 0, sms = 0;
+  DF_CUDA_CHECK(cudaGetDevice(&dev));
+  DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int ctas = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
+  const bool heads_first =
+      env_is("DFLASH_ATTN_ORDER", "heads")   ? true
+      : env_is("DFLASH_ATTN_ORDER", "tiles") ? false
+      : dyn                                  ? true
+            : heads_first_modelled(tiles, hq, num_seqs, persistent ? ctas : sms, persistent, KEYS);
   kernel<<<unsigned(ctas), Cfg::kThreads, Cfg::kSmem, stream>>>(
       tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
       pingpong ? 1 : 0, heads_first ? 1 : 0, int(tiles), int(items), persistent ? 1 : 0,
