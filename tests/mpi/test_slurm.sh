@@ -6,8 +6,10 @@
 #       soon as its batch script has started, before the ranks are up as a rule: the script creates the stop
 #       file the ranks watch, and they must checkpoint and exit 0 (a USR1 sent to ranks still starting killed
 #       them, and one that came before the script's trap killed the script);
-#   (d) a dflash-srun.sbatch job through SLURM's own timer: --time=1 --signal=B:USR1@40 (seen arriving ~20 s
-#       in; SLURM checks signal times only every several seconds) must end COMPLETED, not TIMEOUT.
+#   (d) a dflash-srun.sbatch job through SLURM's own timer: --time=2 --signal=B:USR1@40 must end COMPLETED,
+#       not TIMEOUT. SLURM may send the signal up to 60 s early (sbatch(1), --signal), so it comes 20-80 s into
+#       the job: never before the batch script runs. (With --time=1 it could come, and once came, before the
+#       script existed: lost, and the job ran to its limit.)
 # (a) and (b) get --time=10, so that the scripts' own --signal=B:USR1@300 cannot come while they run.
 # Each must end COMPLETED with exit 0:0 and leave <run.dir>/checkpoints/step_*.h5 and `latest`. Without root,
 # apt or a schedulable node the test skips (exit 77); a job still pending or running past its deadline also
@@ -17,7 +19,7 @@ BIN=$(realpath "$1")
 SRC=$(realpath "$2")
 TMP=$(mktemp -d /tmp/dflash-slurm.XXXXXX)
 chmod 755 "$TMP"
-JOB_TIMEOUT=${DF_SLURM_JOB_TIMEOUT:-75}  # seconds per job; three jobs keep the test under ~4 minutes
+JOB_TIMEOUT=${DF_SLURM_JOB_TIMEOUT:-120}  # seconds per job wait; the test takes ~2-3 minutes
 fails=0
 jobs_submitted=()
 
@@ -110,7 +112,7 @@ write_config "$TMP/c" 1000000
 write_config "$TMP/d" 1000000
 idc=$(submit dflash.sbatch "$TMP/c") || { echo "FAIL: sbatch (c)"; exit 1; }
 jobs_submitted+=("$idc")
-idd=$(submit dflash-srun.sbatch "$TMP/d" --time=1 --signal=B:USR1@40) || { echo "FAIL: sbatch (d)"; exit 1; }
+idd=$(submit dflash-srun.sbatch "$TMP/d" --time=2 --signal=B:USR1@40) || { echo "FAIL: sbatch (d)"; exit 1; }
 jobs_submitted+=("$idd")
 started=0
 for _ in $(seq "$((JOB_TIMEOUT * 10))"); do  # the script's first line comes after its trap
@@ -132,7 +134,7 @@ else
   fail "(c): job $idc never started its batch script; output:"
   cat "$TMP/c/job.out"
 fi
-check_done "(d) srun, --signal=B:USR1@40 -> checkpoint" "$idd" "$TMP/d"
+check_done "(d) srun, --time=2 --signal=B:USR1@40 -> checkpoint" "$idd" "$TMP/d"
 grep -q "USR1" "$TMP/d/job.out" || fail "(d): the batch script never saw USR1"
 
 if [ "$fails" -ne 0 ]; then
