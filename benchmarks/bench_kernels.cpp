@@ -669,8 +669,9 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_SLICES", "8", " [slices8]"},
                         {"DFLASH_SPLIT_SLICES", "2", " [slices2]"},
                         {"DFLASH_SPLIT_LOAD", "cp_async", " [cp.async]"}};
-  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",      "DFLASH_SPLIT_T16", "DFLASH_SPLIT_PLAN",
-                              "DFLASH_SPLIT_WK",   "DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_LOAD"};
+  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",   "DFLASH_SPLIT_T16",
+                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK", "DFLASH_SPLIT_SLICES",
+                              "DFLASH_SPLIT_LOAD"};
   for (const Mode& mode : modes) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);

@@ -495,11 +495,11 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   // them from L2. Item order: a sequence's longest tiles of every head first and its short ones last, or a
   // head's query tiles one after another, longest first, whichever heads_first_modelled says ends sooner
   // (session 21 measured the first faster at 32/8 heads and the second at 24/4 on the zigzag rounds, as the
-  // model says; the dynamic schedule, the default, takes the first, near the work bound in the model at both);
-  // DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second. The grid is one CTA an SM, each walking
-  // items in zigzag rounds (the kernel says how), so that one item's store and the next item's Q and first
-  // key tiles overlap instead of a CTA's start waiting for the last one's end; DFLASH_ATTN_PERSIST=0 launches
-  // one CTA an item. Both read on every call.
+  // model says; the dynamic schedule, the default, takes the first, near the work bound in the model at
+  // both); DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second. The grid is one CTA an SM, each
+  // walking items in zigzag rounds (the kernel says how), so that one item's store and the next item's Q and
+  // first key tiles overlap instead of a CTA's start waiting for the last one's end; DFLASH_ATTN_PERSIST=0
+  // launches one CTA an item. Both read on every call.
   const int64_t tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows, items = tiles * hq * num_seqs;
   if (items == 0) return;  // attention_causal_sm90_launch keeps items below 2^31
   int dev = 0, sms = 0;

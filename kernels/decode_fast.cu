@@ -81,10 +81,10 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 // mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far above the decode's fp32 contract).
 // Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per row to part_ml.
 // Loads (bulk != 0, compute capability 9.0): the lanes of warp 0 issue a stage as one bulk copy per K and V
-// row (2 · stage keys copies of HD · 2 bytes, counted on the stage's mbarrier) instead of every thread issuing
-// 16-byte cp.async pieces (HD / 8 a row, with their index arithmetic): at T 1 the 27B split kernel's four
-// warps were latency-bound with the ALU the busiest pipe (Nsight Compute, session 14), and the copies' own
-// instructions were most of what they issued (session 17). bulk 0 is the cp.async path
+// row (2 · stage keys copies of HD · 2 bytes, counted on the stage's mbarrier) instead of every thread
+// issuing 16-byte cp.async pieces (HD / 8 a row, with their index arithmetic): at T 1 the 27B split kernel's
+// four warps were latency-bound with the ALU the busiest pipe (Nsight Compute, session 14), and the copies'
+// own instructions were most of what they issued (session 17). bulk 0 is the cp.async path
 // (DFLASH_SPLIT_LOAD=cp_async).
 template <int HD, int HALVES, int WK>
 __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
