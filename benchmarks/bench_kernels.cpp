@@ -655,7 +655,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   char name[128];
   // Each setting alone, every other switch unset: split_plan's choice, 48 rows a CTA, the general kernel, one
   // warp a tile (no pairs), pairs at hd 128 too, the key slices halved until two stages fit, the pairs path's
-  // warps at 16 keys a stage, 8 / 2 key slices, K and V by cp.async instead of bulk copies.
+  // warps at 16 keys a stage, 8 / 2 key slices, the merge's block reductions.
   struct Mode {
     const char *var, *value, *tag;
   };
@@ -668,10 +668,10 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_WK", "16", " [wk16]"},
                         {"DFLASH_SPLIT_SLICES", "8", " [slices8]"},
                         {"DFLASH_SPLIT_SLICES", "2", " [slices2]"},
-                        {"DFLASH_SPLIT_LOAD", "cp_async", " [cp.async]"}};
-  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",   "DFLASH_SPLIT_T16",
-                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK", "DFLASH_SPLIT_SLICES",
-                              "DFLASH_SPLIT_LOAD"};
+                        {"DFLASH_DECODE_MERGE", "block", " [merge-block]"}};
+  const char* const vars[] = {"DFLASH_SPLIT_ROWS",   "DFLASH_DECODE",      "DFLASH_SPLIT_T16",
+                              "DFLASH_SPLIT_PLAN",   "DFLASH_SPLIT_WK",    "DFLASH_SPLIT_SLICES",
+                              "DFLASH_DECODE_MERGE"};
   for (const Mode& mode : modes) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);

@@ -17,7 +17,6 @@
 #include "kernels/launchers.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
-#include "kernels/tma.cuh"
 
 namespace df {
 
@@ -42,17 +41,6 @@ constexpr int kSplitMaxStages = 6;
 constexpr int kSplitMaxRows = 128;
 constexpr int kSplitMaxWarps = 8;
 constexpr int kMergeThreads = 256;
-// The stage ring's mbarriers (one a stage, for the bulk copies) at the start of the shared memory.
-constexpr size_t kSplitBarBytes = 64;
-static_assert(kSplitBarBytes >= 8 * kSplitMaxStages, "a barrier a stage");
-
-// Whether this device pass has the bulk copies (cp.async.bulk, sm_90): elsewhere the kernel keeps cp.async
-// whatever the launcher asks.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-constexpr bool kSplitHasBulk = true;
-#else
-constexpr bool kSplitHasBulk = false;
-#endif
 
 // Warps a CTA of the split kernel may have: HALVES 2 sized so its registers fit one CTA an SM (hd 256: 12
 // warps of up to 168 registers, ptxas gives 138; hd 128: 16 of up to 128, ptxas 106).
@@ -80,18 +68,12 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 // fp32 (log2 domain: scale_log2 = scale·log2 e); P enters P·V split into bf16 hi + lo, so its weights keep 16
 // mantissa bits (a plain bf16 P would cost 2^-9 relative per key, far above the decode's fp32 contract).
 // Writes the chunk's unnormalised acc [rows][HD] to part and (max, sum) per row to part_ml.
-// Loads (bulk != 0, compute capability 9.0): the lanes of warp 0 issue a stage as one bulk copy per K and V
-// row (2 · stage keys copies of HD · 2 bytes, counted on the stage's mbarrier) instead of every thread
-// issuing 16-byte cp.async pieces (HD / 8 a row, with their index arithmetic): at T 1 the 27B split kernel's
-// four warps were latency-bound with the ALU the busiest pipe (Nsight Compute, session 14), and the copies'
-// own instructions were most of what they issued (session 17). bulk 0 is the cp.async path
-// (DFLASH_SPLIT_LOAD=cp_async).
 template <int HD, int HALVES, int WK>
 __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
     attention_split_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k, int64_t ld_k,
                            const bf16* __restrict__ v, int64_t ld_v, float* __restrict__ part,
                            float* __restrict__ part_ml, int64_t past, int T, int group, int cta_rows,
-                           int chunk_len, int slices, int stages, float scale_log2, int bulk) {
+                           int chunk_len, int slices, int stages, float scale_log2) {
   // HW: the head-dim columns a warp multiplies and writes; CH: 16-byte pieces of a row
   // KN: 8-key n-tiles of a warp's scores; SLOT: floats of a pair's score slot per warp
   constexpr int LDS = HD + 8, HW = HD / HALVES, NT = HW / 8, CH = HD / 8, KN = WK / 8, SLOT = 128 * KN;
@@ -109,22 +91,11 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
   const int64_t seen = past + (r0 + here - 1) / group + 1;  // keys [0, seen) are visible to some row here
   const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, seen) - key0) + stage_keys - 1) / stage_keys);
-  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(split_smem));  // stage s: bar0 + 8 s
-  const bool use_bulk = kSplitHasBulk && bulk;
-  bf16* sq = reinterpret_cast<bf16*>(split_smem + kSplitBarBytes);  // [wtiles·16][LDS], rows past `here` zero
+  bf16* sq = reinterpret_cast<bf16*>(split_smem);  // [wtiles·16][LDS], rows past `here` zero
   // HALVES 2: each warp's partial scores [4·KN][32 lanes] for its pair; then the ring of stages: K
   // [stage_keys][LDS] then V
   float* sx = reinterpret_cast<float*>(sq + wtiles * 16 * LDS);
   bf16* skv = reinterpret_cast<bf16*>(sx + (HALVES > 1 ? wslice * slices * SLOT : 0));
-  if constexpr (kSplitHasBulk) {
-    if (use_bulk) {
-      if (threadIdx.x == 0) {
-        for (int st = 0; st < stages; ++st) mbar_init(bar0 + 8 * st, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-      }
-      __syncthreads();
-    }
-  }
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
   pdl_launch_dependents();
   for (int i = threadIdx.x; i < wtiles * 16 * CH; i += blockDim.x) {
@@ -152,33 +123,9 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
       cp_async_16(dst + (stage_keys + r) * LDS, vcol + j * ld_v, 16);
     }
   };
-  // The same stage as bulk copies, issued by warp 0's lanes (one K and one V row a copy), lane 0 announcing
-  // the stage's bytes on its barrier first.
-  auto load_stage_bulk = [&](int b) {
-    if constexpr (kSplitHasBulk) {
-      const int slot = b % stages;
-      const uint32_t bar = bar0 + 8 * slot;
-      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(skv + slot * 2 * stage_keys * LDS));
-      if (lane == 0) mbar_arrive_expect(bar, uint32_t(2 * stage_keys * HD * sizeof(bf16)));
-      const int64_t kb = key0 + (int64_t)b * stage_keys;
-      for (int r = lane; r < stage_keys; r += 32) {
-        const int64_t j = min(kb + r, len - 1);
-        bulk_load(dst + r * LDS * sizeof(bf16), k + j * ld_k + (int64_t)kvh * HD, HD * sizeof(bf16), bar);
-        bulk_load(dst + (stage_keys + r) * LDS * sizeof(bf16), v + j * ld_v + (int64_t)kvh * HD,
-                  HD * sizeof(bf16), bar);
-      }
-    }
-  };
-  if (use_bulk) {
-    if (warp == 0)
-      for (int b = 0; b < stages - 1 && b < nb; ++b) load_stage_bulk(b);
-    cp_async_wait<0>();  // Q (this thread's copies) ...
-    __syncthreads();     // ... and every thread's
-  } else {
-    for (int b = 0; b < stages - 1; ++b) {
-      if (b < nb) load_stage(b);
-      cp_async_commit();  // empty groups too: the wait below counts groups
-    }
+  for (int b = 0; b < stages - 1; ++b) {
+    if (b < nb) load_stage(b);
+    cp_async_commit();  // empty groups too: the wait below counts groups
   }
 
   const bool active = tile * 16 < here;
@@ -192,17 +139,10 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;  // l: this lane's columns only
   for (int b = 0; b < nb; ++b) {
-    if (use_bulk) {
-      if constexpr (kSplitHasBulk) {
-        if (warp == 0 && b + stages - 1 < nb) load_stage_bulk(b + stages - 1);
-        mbar_wait(bar0 + 8 * (b % stages), uint32_t(b / stages) & 1u);  // stage b has landed
-      }
-    } else {
-      if (b + stages - 1 < nb) load_stage(b + stages - 1);
-      cp_async_commit();
-      cp_async_wait_n(stages - 1);  // Q and stage b have landed (this thread's copies)
-      __syncthreads();              // ... and every thread's
-    }
+    if (b + stages - 1 < nb) load_stage(b + stages - 1);
+    cp_async_commit();
+    cp_async_wait_n(stages - 1);  // Q and stage b have landed (this thread's copies)
+    __syncthreads();              // ... and every thread's
     if (active) {
       const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + slice * WK * LDS;
       float s[KN][4];
@@ -362,10 +302,16 @@ constexpr int kMergeEarly = 3;  // chunks' acc a thread loads before the weights
 // (m, l) at once, and the blocks split each row into hd / kMergeCols column slices: a T = 1 step has only
 // group · hkv rows (a kernel with one block a row and one warp walking the chunks' (m, l) took 18.5 us where
 // this takes 16.8 at the 27B shape, session 14).
+// OWN: every thread takes M and the weights over all the chunks' (m, l) itself (the same addresses in every
+// thread of the block: one request a warp, then L1), so no barrier is spent on block reductions, whose waits
+// were 46 % of the stalls of this kernel at the 27B verify step (Nsight Compute, session 22); else a block max
+// and a block sum publish M, Σ l·2^(m − M) and the weights in shared memory (DFLASH_DECODE_MERGE=block).
+template <bool OWN>
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
     const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
-  extern __shared__ __align__(16) float merge_w[];  // [chunks] 2^(m − M), then [kMergeGroups][kMergeCols] sums
+  // [chunks] 2^(m − M) unless OWN, then [kMergeGroups][kMergeCols] sums
+  extern __shared__ __align__(16) float merge_w[];
   const int r = blockIdx.x, kvh = blockIdx.y, c0 = blockIdx.z * kMergeCols;
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
   pdl_wait();
@@ -387,21 +333,25 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     early[i] = c < chunks ? acc[c * ca] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   const float2* ml = reinterpret_cast<const float2*>(part_ml) + unit0 * rows + r;  // chunk c at ml[c · rows]
-  float mt = -INFINITY;
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) mt = fmaxf(mt, ml[(int64_t)c * rows].x);
-  mt = block_max(mt);
-  float lt = 0.0f;
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const float2 x = ml[(int64_t)c * rows];
-    const float w = exp2f(x.x - mt);
-    merge_w[c] = w;
-    lt += x.y * w;
+  float mt = -INFINITY, lt = 0.0f;
+  if constexpr (OWN) {
+#pragma unroll 8
+    for (int c = 0; c < chunks; ++c) mt = fmaxf(mt, ml[(int64_t)c * rows].x);
+  } else {
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) mt = fmaxf(mt, ml[(int64_t)c * rows].x);
+    mt = block_max(mt);
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+      const float2 x = ml[(int64_t)c * rows];
+      const float w = exp2f(x.x - mt);
+      merge_w[c] = w;
+      lt += x.y * w;
+    }
+    lt = block_sum(lt);  // its barriers also publish merge_w
   }
-  lt = block_sum(lt);  // its barriers also publish merge_w
-  float* sums = merge_w + merge_sums_at(chunks);
+  float* sums = merge_w + (OWN ? 0 : merge_sums_at(chunks));
   float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   auto add = [&](const float4& x, int c) {
-    const float w = merge_w[c];
+    const float w = OWN ? exp2f(ml[(int64_t)c * rows].x - mt) : merge_w[c];
     o.x += x.x * w;
     o.y += x.y * w;
     o.z += x.z * w;
@@ -412,6 +362,13 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     if (grp + i * kMergeGroups < chunks) add(early[i], grp + i * kMergeGroups);
 #pragma unroll 4
   for (int c = grp + kMergeEarly * kMergeGroups; c < chunks; c += kMergeGroups) add(acc[c * ca], c);
+  if (OWN && threadIdx.x < kMergeCols) {  // the threads that write the output take Σ l·2^(m − M)
+#pragma unroll 8
+    for (int c = 0; c < chunks; ++c) {
+      const float2 x = ml[(int64_t)c * rows];
+      lt += x.y * exp2f(x.x - mt);
+    }
+  }
   *reinterpret_cast<float4*>(sums + grp * kMergeCols + 4 * col) = o;
   __syncthreads();
   if (threadIdx.x < kMergeCols) {
@@ -430,7 +387,6 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
 // layer of every decode step, so they make no attribute calls of their own.
 struct DeviceLimits {
   int sms = 0, smem = 0;
-  bool bulk = false;  // compute capability 9.0 or later: the split kernel's bulk copies
 };
 constexpr int kMaxDevices = 64;
 
@@ -445,9 +401,6 @@ const DeviceLimits& device_limits() {
     DeviceLimits& l = limits[dev];
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    int major = 0;
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    l.bulk = major >= 9;
     for (auto kernel : {attention_split_kernel<128, 1, 16>, attention_split_kernel<128, 2, 16>,
                         attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,
                         attention_split_kernel<256, 2, 16>, attention_split_kernel<256, 2, 32>})
@@ -501,7 +454,7 @@ struct SplitPlan {
 };
 
 SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
-  const size_t budget = size_t(device_limits().smem) - kSplitBarBytes;
+  const size_t budget = size_t(device_limits().smem);
   const int64_t rows = T * group;
   SplitPlan p;
   const int64_t tiles = (rows + 15) / 16;
@@ -569,7 +522,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   const size_t merge = p.slices > 1
                            ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves + 8))
                            : size_t(0);
-  p.smem = kSplitBarBytes + q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
+  p.smem = q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
   return p;
 }
 
@@ -600,13 +553,15 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
       : p.wk == 32  ? (hd == 128 ? attention_split_kernel<128, 2, 32> : attention_split_kernel<256, 2, 32>)
                     : (hd == 128 ? attention_split_kernel<128, 2, 16> : attention_split_kernel<256, 2, 16>);
   const dim3 block(32 * p.wtiles * p.halves * p.slices);
-  // K and V rows by bulk copies where the device has them, unless DFLASH_SPLIT_LOAD=cp_async (read per call:
-  // the A/B switch of bench_kernels decode and a ctest entry of its own).
-  const int bulk = device_limits().bulk && !env_is("DFLASH_SPLIT_LOAD", "cp_async") ? 1 : 0;
   launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
-             group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2, bulk);
-  const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
-  launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
+             group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
+  // Each thread its own chunk weights unless DFLASH_DECODE_MERGE=block (block reductions; read per call: the
+  // A/B switch of bench_kernels decode).
+  const bool own = !env_is("DFLASH_DECODE_MERGE", "block");
+  const size_t merge_smem =
+      sizeof(float) * size_t((own ? 0 : merge_sums_at(p.chunks)) + kMergeGroups * kMergeCols);
+  launch_pdl(own ? attention_merge_kernel<true> : attention_merge_kernel<false>,
+             dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
              p.chunks, hd);
 }

@@ -58,15 +58,6 @@ __device__ __forceinline__ void tma_load_box3(uint32_t dst, const CUtensorMap* t
       : "memory");
 }
 
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst in one bulk copy
-// (no tensor map), counted on bar.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-
 // ---- host side ----
 // cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda); null when the
 // driver has none.
