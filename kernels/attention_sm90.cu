@@ -502,9 +502,7 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   // launches one CTA an item. Both read on every call.
   const int64_t tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows, items = tiles * hq * num_seqs;
   if (items == 0) return;  // attention_causal_sm90_launch keeps items below 2^31
-  int dev = 0, sms = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = device_sm_count();
   const int ctas = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
   const bool heads_first =
       env_is("DFLASH_ATTN_ORDER", "heads")   ? true

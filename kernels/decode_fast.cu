@@ -399,7 +399,7 @@ const DeviceLimits& device_limits() {
     cuda_throw("device_limits", "device ordinal past the decode kernels' table of 64", __FILE__, __LINE__);
   std::call_once(once[dev], [dev] {
     DeviceLimits& l = limits[dev];
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
+    l.sms = device_sm_count();
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     for (auto kernel : {attention_split_kernel<128, 1, 16>, attention_split_kernel<128, 2, 16>,
                         attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,

@@ -346,7 +346,7 @@ static bool rows_vec_fits(const void* p, int64_t ld, int64_t rows, int64_t cols,
 
 // As many 256-thread blocks as are resident on the device at once (fewer for a small view): the grid-stride
 // loop then runs in one wave with no tail of late blocks. The occupancy is asked once per kernel (the same
-// on every GPU of a run); the SM count per launch, of the current device (a cheap cached attribute).
+// on every GPU of a run); the SM count of the current device, asked once per device.
 template <class F>
 static void rows_vec_launch(int64_t rows, int64_t per_row, F f, cudaStream_t stream) {
   static const int per_sm = [] {
@@ -354,10 +354,7 @@ static void rows_vec_launch(int64_t rows, int64_t per_row, F f, cudaStream_t str
     DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, rows_vec_kernel<F>, 256, 0));
     return std::max(n, 1);
   }();
-  int dev = 0, sms = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t grid = std::min<int64_t>((rows * per_row + 255) / 256, int64_t(sms) * per_sm);
+  const int64_t grid = std::min<int64_t>((rows * per_row + 255) / 256, int64_t(device_sm_count()) * per_sm);
   rows_vec_kernel<<<static_cast<unsigned>(grid), 256, 0, stream>>>(rows, per_row, f);
   DF_CUDA_CHECK_LAUNCH("rows_vec_kernel");
 }
