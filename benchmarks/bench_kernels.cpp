@@ -655,7 +655,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   char name[128];
   // Each setting alone, every other switch unset: split_plan's choice, 48 rows a CTA, the general kernel, one
   // warp a tile (no pairs), pairs at hd 128 too, the key slices halved until two stages fit, the pairs path's
-  // warps at 16 keys a stage, 8 / 2 key slices, the merge's block reductions.
+  // warps at 16 keys a stage, 8 / 2 key slices.
   struct Mode {
     const char *var, *value, *tag;
   };
@@ -667,11 +667,9 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_PLAN", "halve", " [halve]"},
                         {"DFLASH_SPLIT_WK", "16", " [wk16]"},
                         {"DFLASH_SPLIT_SLICES", "8", " [slices8]"},
-                        {"DFLASH_SPLIT_SLICES", "2", " [slices2]"},
-                        {"DFLASH_DECODE_MERGE", "block", " [merge-block]"}};
-  const char* const vars[] = {"DFLASH_SPLIT_ROWS",   "DFLASH_DECODE",      "DFLASH_SPLIT_T16",
-                              "DFLASH_SPLIT_PLAN",   "DFLASH_SPLIT_WK",    "DFLASH_SPLIT_SLICES",
-                              "DFLASH_DECODE_MERGE"};
+                        {"DFLASH_SPLIT_SLICES", "2", " [slices2]"}};
+  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",  "DFLASH_SPLIT_T16",
+                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK", "DFLASH_SPLIT_SLICES"};
   for (const Mode& mode : modes) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);
@@ -903,7 +901,7 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
   }
   // The six launches where the wgmma kernel runs (item order: a tile's heads together or a head's tiles;
   // one CTA an SM in zigzag rounds, one an item, or one an SM on the dynamic schedule), each set by its
-  // variables and checked before it is timed; the default (dynamic, heads first) is one of them. Elsewhere
+  // variables and checked before it is timed; the default (dynamic, each head's tiles) is one of them. Elsewhere
   // the portable kernel, once.
   struct Launch {
     bool heads, persist, dynamic;

@@ -42,12 +42,12 @@ for line in open(f"{logs}/peer.log"):
         r = json.loads(line)
         if "ms" in r:
             peer.setdefault((r["row"], r["backend"]), r["ms"])
-# Our six attention launches (bench_kernels names them; the default is [heads first, dynamic]) against
+# Our six attention launches (bench_kernels names them; the default is [tiles, dynamic]) against
 # cuDNN, the default against the gated cuDNN row and FA2.
 tags = ["[heads first, persistent]", "[tiles, persistent]", "[heads first, one CTA an item]",
         "[tiles, one CTA an item]", "[heads first, dynamic]", "[tiles, dynamic]"]
 a256, a128 = "attention causal 24/4 hd256 gated", "attention causal 32/8 hd128"
-d256, d128 = f"{a256} [heads first, dynamic]", f"{a128} [heads first, dynamic]"
+d256, d128 = f"{a256} [tiles, dynamic]", f"{a128} [tiles, dynamic]"
 pairs = [(d256, ("attention 24/4 hd256 gated + gate", "cudnn"))]
 pairs += [(f"{a256} {t}", ("attention 24/4 hd256 gated", "cudnn")) for t in tags]
 pairs += [(f"{a128} {t}", ("attention 32/8 hd128", "cudnn")) for t in tags]

@@ -495,8 +495,8 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   // them from L2. Item order: a sequence's longest tiles of every head first and its short ones last, or a
   // head's query tiles one after another, longest first, whichever heads_first_modelled says ends sooner
   // (session 21 measured the first faster at 32/8 heads and the second at 24/4 on the zigzag rounds, as the
-  // model says; the dynamic schedule, the default, takes the first, near the work bound in the model at
-  // both); DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second. The grid is one CTA an SM, each
+  // model says; the dynamic schedule, the default, takes the second: see attention_causal_sm90_launch);
+  // DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second. The grid is one CTA an SM, each
   // walking items in zigzag rounds (the kernel says how), so that one item's store and the next item's Q and
   // first key tiles overlap instead of a CTA's start waiting for the last one's end; DFLASH_ATTN_PERSIST=0
   // launches one CTA an item. Both read on every call.
@@ -507,7 +507,7 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   const bool heads_first =
       env_is("DFLASH_ATTN_ORDER", "heads")   ? true
       : env_is("DFLASH_ATTN_ORDER", "tiles") ? false
-      : dyn                                  ? true
+      : dyn                                  ? false
             : heads_first_modelled(tiles, hq, num_seqs, persistent ? ctas : sms, persistent, KEYS);
   kernel<<<unsigned(ctas), Cfg::kThreads, Cfg::kSmem, stream>>>(
       tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
@@ -594,11 +594,14 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   if (!shape_ok || items > INT32_MAX || !attention_sm90_available() || !tensor_map_encoder()) return false;
   const AttnSm90Choice& choice = attention_sm90_choice();
   const bool persistent = !env_is("DFLASH_ATTN_PERSIST", "0");  // read on every call, as the item order
-  // The persistent CTAs take their items from a counter (the kernel's dynamic schedule), heads first; with
-  // DFLASH_ATTN_SCHED=zigzag they walk fixed zigzag rounds in the order heads_first_modelled picks (read on
-  // every call). Session 22, run_kernels_peer.sh on the H200, cuDNN SDPA in the same call: dynamic 2.493 /
-  // 1.892 ms at 24/4 x 256 gated / 32/8 x 128 (heads first) against zigzag's 2.532 / 1.969 ms and cuDNN's
-  // 2.427 / 1.795 ms; one CTA an item 2.521 / 1.951 ms.
+  // The persistent CTAs take their items from a counter (the kernel's dynamic schedule), each head's tiles
+  // in turn; with DFLASH_ATTN_SCHED=zigzag they walk fixed zigzag rounds in the order heads_first_modelled
+  // picks (read on every call). Session 22, run_kernels_peer.sh, cuDNN SDPA in the same call, 24/4 x 256
+  // gated / 32/8 x 128 (ms): on the H200 dynamic 2.539 / 1.884 (heads first 2.493 / 1.892), zigzag 2.532 /
+  // 1.969, cuDNN 2.427 / 1.795; on an H100 dynamic 2.557 / 1.895 (heads first 2.699 / 1.899), zigzag 2.530
+  // / 1.936, cuDNN 2.434 / 1.818. Dynamic with each head's tiles in turn is within 1 % of the fastest launch
+  // of either call at both shapes; heads first was the fastest at 24/4 on the H200 and 7 % behind on the H100
+  // (more kv heads' K and V live in L2 at once).
   int* next_item = persistent && !env_is("DFLASH_ATTN_SCHED", "zigzag") ? item_counter(stream) : nullptr;
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at

@@ -302,16 +302,10 @@ constexpr int kMergeEarly = 3;  // chunks' acc a thread loads before the weights
 // (m, l) at once, and the blocks split each row into hd / kMergeCols column slices: a T = 1 step has only
 // group · hkv rows (a kernel with one block a row and one warp walking the chunks' (m, l) took 18.5 us where
 // this takes 16.8 at the 27B shape, session 14).
-// OWN: every thread takes M and the weights over all the chunks' (m, l) itself (the same addresses in every
-// thread of the block: one request a warp, then L1), so no barrier is spent on block reductions, whose waits
-// were 46 % of the stalls of this kernel at the 27B verify step (Nsight Compute, session 22); else a block max
-// and a block sum publish M, Σ l·2^(m − M) and the weights in shared memory (DFLASH_DECODE_MERGE=block).
-template <bool OWN>
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
     const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
-  // [chunks] 2^(m − M) unless OWN, then [kMergeGroups][kMergeCols] sums
-  extern __shared__ __align__(16) float merge_w[];
+  extern __shared__ __align__(16) float merge_w[];  // [chunks] 2^(m − M), then [kMergeGroups][kMergeCols] sums
   const int r = blockIdx.x, kvh = blockIdx.y, c0 = blockIdx.z * kMergeCols;
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
   pdl_wait();
@@ -333,25 +327,21 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     early[i] = c < chunks ? acc[c * ca] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   const float2* ml = reinterpret_cast<const float2*>(part_ml) + unit0 * rows + r;  // chunk c at ml[c · rows]
-  float mt = -INFINITY, lt = 0.0f;
-  if constexpr (OWN) {
-#pragma unroll 8
-    for (int c = 0; c < chunks; ++c) mt = fmaxf(mt, ml[(int64_t)c * rows].x);
-  } else {
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) mt = fmaxf(mt, ml[(int64_t)c * rows].x);
-    mt = block_max(mt);
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-      const float2 x = ml[(int64_t)c * rows];
-      const float w = exp2f(x.x - mt);
-      merge_w[c] = w;
-      lt += x.y * w;
-    }
-    lt = block_sum(lt);  // its barriers also publish merge_w
+  float mt = -INFINITY;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) mt = fmaxf(mt, ml[(int64_t)c * rows].x);
+  mt = block_max(mt);
+  float lt = 0.0f;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const float2 x = ml[(int64_t)c * rows];
+    const float w = exp2f(x.x - mt);
+    merge_w[c] = w;
+    lt += x.y * w;
   }
-  float* sums = merge_w + (OWN ? 0 : merge_sums_at(chunks));
+  lt = block_sum(lt);  // its barriers also publish merge_w
+  float* sums = merge_w + merge_sums_at(chunks);
   float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   auto add = [&](const float4& x, int c) {
-    const float w = OWN ? exp2f(ml[(int64_t)c * rows].x - mt) : merge_w[c];
+    const float w = merge_w[c];
     o.x += x.x * w;
     o.y += x.y * w;
     o.z += x.z * w;
@@ -362,13 +352,6 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     if (grp + i * kMergeGroups < chunks) add(early[i], grp + i * kMergeGroups);
 #pragma unroll 4
   for (int c = grp + kMergeEarly * kMergeGroups; c < chunks; c += kMergeGroups) add(acc[c * ca], c);
-  if (OWN && threadIdx.x < kMergeCols) {  // the threads that write the output take Σ l·2^(m − M)
-#pragma unroll 8
-    for (int c = 0; c < chunks; ++c) {
-      const float2 x = ml[(int64_t)c * rows];
-      lt += x.y * exp2f(x.x - mt);
-    }
-  }
   *reinterpret_cast<float4*>(sums + grp * kMergeCols + 4 * col) = o;
   __syncthreads();
   if (threadIdx.x < kMergeCols) {
@@ -555,13 +538,8 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   const dim3 block(32 * p.wtiles * p.halves * p.slices);
   launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
              group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
-  // Each thread its own chunk weights unless DFLASH_DECODE_MERGE=block (block reductions; read per call: the
-  // A/B switch of bench_kernels decode).
-  const bool own = !env_is("DFLASH_DECODE_MERGE", "block");
-  const size_t merge_smem =
-      sizeof(float) * size_t((own ? 0 : merge_sums_at(p.chunks)) + kMergeGroups * kMergeCols);
-  launch_pdl(own ? attention_merge_kernel<true> : attention_merge_kernel<false>,
-             dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
+  const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
+  launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
              p.chunks, hd);
 }

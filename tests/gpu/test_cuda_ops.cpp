@@ -598,29 +598,6 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitPlanSwitchMatchesCpu) {
   unsetenv("DFLASH_SPLIT_PLAN");
 }
 
-// DFLASH_DECODE_MERGE=block merges the split-KV chunks with block reductions of their (max, sum) (the merge
-// before every thread took them itself): both agree with the CPU on short and verify-sized steps over caches
-// that give one chunk (63), a few (1000) and one an SM (4095, 20000: chunks of several stages, some past a
-// row's last key), and the switch is read per call.
-TEST_F(CudaOpsCachedTest, AttentionCachedMergeSwitchMatchesCpu) {
-  struct Case {
-    int hq, hkv, hd;
-  };
-  for (const char* mode : {"block", ""}) {
-    if (*mode)
-      setenv("DFLASH_DECODE_MERGE", mode, 1);
-    else
-      unsetenv("DFLASH_DECODE_MERGE");
-    for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {3, 1, 128}})
-      for (int64_t past : {63, 1000, 4095, 20000})
-        for (int64_t T : {1, 3, 16}) {
-          if (past == 20000 && T != 1) continue;
-          cached_case(c.hq, c.hkv, c.hd, past, T, *mode ? "DFLASH_DECODE_MERGE=block" : "split-KV");
-        }
-  }
-  unsetenv("DFLASH_DECODE_MERGE");
-}
-
 // DFLASH_DECODE=general sends decoding to the general kernels (the benchmark's A/B switch): both paths agree
 // with the CPU on a 27B-like step, and the switch is read per call.
 TEST_F(CudaOpsTest, DecodeGeneralSwitchMatchesCpu) {
