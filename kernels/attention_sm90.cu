@@ -497,9 +497,9 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   // (session 21 measured the first faster at 32/8 heads and the second at 24/4 on the zigzag rounds, as the
   // model says; the dynamic schedule, the default, takes the second: see attention_causal_sm90_launch);
   // DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second. The grid is one CTA an SM, each
-  // walking items in zigzag rounds (the kernel says how), so that one item's store and the next item's Q and
-  // first key tiles overlap instead of a CTA's start waiting for the last one's end; DFLASH_ATTN_PERSIST=0
-  // launches one CTA an item. Both read on every call.
+  // walking items (from the counter, or in zigzag rounds: the kernel says how), so that one item's store and
+  // the next item's Q and first key tiles overlap instead of a CTA's start waiting for the last one's end;
+  // DFLASH_ATTN_PERSIST=0 launches one CTA an item. Both read on every call.
   const int64_t tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows, items = tiles * hq * num_seqs;
   if (items == 0) return;  // attention_causal_sm90_launch keeps items below 2^31
   const int sms = device_sm_count();
@@ -599,9 +599,9 @@ bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, in
   // picks (read on every call). Session 22, run_kernels_peer.sh, cuDNN SDPA in the same call, 24/4 x 256
   // gated / 32/8 x 128 (ms): on the H200 dynamic 2.539 / 1.884 (heads first 2.493 / 1.892), zigzag 2.532 /
   // 1.969, cuDNN 2.427 / 1.795; on an H100 dynamic 2.557 / 1.895 (heads first 2.699 / 1.899), zigzag 2.530
-  // / 1.936, cuDNN 2.434 / 1.818. Dynamic with each head's tiles in turn is within 1 % of the fastest launch
+  // / 1.936, cuDNN 2.434 / 1.818. Dynamic with each head's tiles in turn is within 2 % of the fastest launch
   // of either call at both shapes; heads first was the fastest at 24/4 on the H200 and 7 % behind on the H100
-  // (more kv heads' K and V live in L2 at once).
+  // (perhaps because it keeps more kv heads' K and V in L2 at once; not measured).
   int* next_item = persistent && !env_is("DFLASH_ATTN_SCHED", "zigzag") ? item_counter(stream) : nullptr;
   // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
   // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
