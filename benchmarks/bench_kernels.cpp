@@ -901,8 +901,8 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
   }
   // The six launches where the wgmma kernel runs (item order: a tile's heads together or a head's tiles;
   // one CTA an SM in zigzag rounds, one an item, or one an SM on the dynamic schedule), each set by its
-  // variables and checked before it is timed; the default (dynamic, each head's tiles) is one of them. Elsewhere
-  // the portable kernel, once.
+  // variables and checked before it is timed; the default (dynamic, each head's tiles) is one of them.
+  // Elsewhere the portable kernel, once.
   struct Launch {
     bool heads, persist, dynamic;
     const char* tag;
