@@ -287,6 +287,205 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   }
 }
 
+// ---- split-KV attention for short steps: the transposed products -----------------------------------------
+// A step of T·group <= 8 rows a kv head (T 1 at every Qwen shape) fills 6 or 4 of an m16 tile's 16 rows, so
+// attention_split_kernel spends most of its tensor work, and half its registers (a 16 × hd fp32 acc), on
+// padding rows, and its one warp a scheduler waits on each MMA in turn (27B T 1: 248 registers, 4.2 cycles an
+// issued instruction, the split kernel as slow with K and V in L2 as from DRAM; Nsight Compute, session 23).
+// This kernel computes the transposed products, keys and head dims as the MMAs' M side and the rows as their
+// 8-wide N side: Sᵀ = K·Qᵀ, then Oᵀ += Vᵀ·Pᵀ, so a warp's acc is hd × 8 (half the registers), a 16-key stage
+// takes half the MMAs, and Q stays in registers as B fragments. Block (chunk, kvh): every row of kv head kvh
+// against keys [chunk·chunk_len, +chunk_len); warp w takes keys [16w, +16) of each stage of 16 · warps keys
+// (a ring of `stages`, as attention_split_kernel) and runs its own online softmax over them. The C fragment
+// of Sᵀ (lane (g, t): keys g and g + 8 of rows 2t, 2t + 1) becomes P's B fragment (rows g, keys 2t ..) by
+// movmatrix, split into bf16 hi + lo as in attention_split_kernel. The warps' acc are merged through shared
+// memory at the end, each CTA writing one partial per row (the layout attention_merge_kernel reads).
+__host__ __device__ constexpr int split_tr_max_warps(int hd) {
+  return hd == 256 ? 8 : 16;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
+    attention_split_tr_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k,
+                              int64_t ld_k, const bf16* __restrict__ v, int64_t ld_v,
+                              float* __restrict__ part, float* __restrict__ part_ml, int64_t past, int T,
+                              int group, int chunk_len, int stages, float scale_log2) {
+  // MT: 16-wide head-dim tiles; CH: 16-byte pieces of a row; HDP: a merge row's floats (HD + 4: the 8 rows ×
+  // 4 column groups a warp instruction stores fall in 32 different banks)
+  constexpr int LDS = HD + 8, MT = HD / 16, CH = HD / 8, HDP = HD + 4, WK = 16;
+  static_assert(32 % CH == 0, "a thread's copies keep one column piece: CH must divide a warp");
+  extern __shared__ __align__(16) unsigned char split_smem[];
+  const int rows = T * group;  // <= 8
+  const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3, mat = lane >> 3, r8 = lane & 7;
+  const int stage_keys = warps * WK;
+  const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
+  const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, len) - key0) + stage_keys - 1) / stage_keys);
+  bf16* skv = reinterpret_cast<bf16*>(split_smem);  // the ring: stage b's K [stage_keys][LDS], then its V
+  pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
+  pdl_launch_dependents();
+  // Key stage b into ring slot b % stages, as attention_split_kernel's load_stage.
+  auto load_stage = [&](int b) {
+    const int col = (threadIdx.x % CH) * 8, step = blockDim.x / CH;
+    const bf16* kcol = k + (int64_t)kvh * HD + col;
+    const bf16* vcol = v + (int64_t)kvh * HD + col;
+    bf16* dst = skv + (b % stages) * 2 * stage_keys * LDS + col;
+    const int64_t kb = key0 + (int64_t)b * stage_keys;
+    for (int r = threadIdx.x / CH; r < stage_keys; r += step) {
+      const int64_t j = min(kb + r, len - 1);
+      cp_async_16(dst + r * LDS, kcol + j * ld_k, 16);
+      cp_async_16(dst + (stage_keys + r) * LDS, vcol + j * ld_v, 16);
+    }
+  };
+  for (int b = 0; b < stages - 1; ++b) {
+    if (b < nb) load_stage(b);
+    cp_async_commit();  // empty groups too: the wait below counts groups
+  }
+  // Qᵀ's B fragments for the MT k-steps: lane (g, t) holds row g's columns 16kk + 2t, +1 and 16kk + 2t + 8,
+  // +9 (zero for rows past the step's).
+  uint32_t qf[MT][2];
+  {
+    const bool in = g < rows;
+    const bf16* qr =
+        q + (int64_t)(in ? g / group : 0) * ld_q + (int64_t)(kvh * group + (in ? g % group : 0)) * HD + 2 * t;
+#pragma unroll
+    for (int kk = 0; kk < MT; ++kk) {
+      qf[kk][0] = in ? __ldg(reinterpret_cast<const unsigned int*>(qr + 16 * kk)) : 0u;
+      qf[kk][1] = in ? __ldg(reinterpret_cast<const unsigned int*>(qr + 16 * kk + 8)) : 0u;
+    }
+  }
+  // This lane's rows a = 2t and b = 2t + 1 see keys up to past + their token; rows past the step's none.
+  const int64_t lim_a = 2 * t < rows ? past + 2 * t / group : -1;
+  const int64_t lim_b = 2 * t + 1 < rows ? past + (2 * t + 1) / group : -1;
+  float acc[MT][4];  // Oᵀ: (hd 16m + g, rows 2t, 2t + 1), (hd 16m + g + 8, rows 2t, 2t + 1)
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // l: this lane's keys only
+  for (int b = 0; b < nb; ++b) {
+    if (b + stages - 1 < nb) load_stage(b + stages - 1);
+    cp_async_commit();
+    cp_async_wait_n(stages - 1);  // stage b has landed (this thread's copies)
+    __syncthreads();              // ... and every thread's
+    const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + warp * WK * LDS;
+    const bf16* sv = sk + stage_keys * LDS;
+    // Sᵀ = K·Qᵀ over the head dim, even and odd k-steps in two accumulators (two chains of MT / 2 MMAs).
+    float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const bf16* kf = sk + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+#pragma unroll
+    for (int kk = 0; kk < MT; kk += 2) {
+      uint32_t a[4], c[4];
+      ldmatrix_x4(a, kf + kk * 16);
+      ldmatrix_x4(c, kf + (kk + 1) * 16);
+      mma_bf16_16816(s0, a[0], a[1], a[2], a[3], qf[kk][0], qf[kk][1]);
+      mma_bf16_16816(s1, c[0], c[1], c[2], c[3], qf[kk + 1][0], qf[kk + 1][1]);
+    }
+    const int64_t j = key0 + (int64_t)b * stage_keys + warp * WK + g;  // keys j (s[0], s[1]) and j + 8
+    const float x0 = j <= lim_a ? (s0[0] + s1[0]) * scale_log2 : -INFINITY;
+    const float x1 = j <= lim_b ? (s0[1] + s1[1]) * scale_log2 : -INFINITY;
+    const float x2 = j + 8 <= lim_a ? (s0[2] + s1[2]) * scale_log2 : -INFINITY;
+    const float x3 = j + 8 <= lim_b ? (s0[3] + s1[3]) * scale_log2 : -INFINITY;
+    float mx_a = fmaxf(x0, x2), mx_b = fmaxf(x1, x3);
+#pragma unroll
+    for (int o = 4; o <= 16; o <<= 1) {  // a row's 16 keys are over the lanes of its t
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, o));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, o));
+    }
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    // A row with no visible key so far keeps max −inf: subtracting 0 instead gives p = 0, not NaN.
+    const float base_a = mn_a == -INFINITY ? 0.0f : mn_a, base_b = mn_b == -INFINITY ? 0.0f : mn_b;
+    const float c_a = exp2f(m_a - base_a), c_b = exp2f(m_b - base_b);
+    const float p0 = exp2f(x0 - base_a), p1 = exp2f(x1 - base_b), p2 = exp2f(x2 - base_a),
+                p3 = exp2f(x3 - base_b);
+    l_a = l_a * c_a + (p0 + p2);
+    l_b = l_b * c_b + (p1 + p3);
+    m_a = mn_a;
+    m_b = mn_b;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      acc[m][0] *= c_a;
+      acc[m][1] *= c_b;
+      acc[m][2] *= c_a;
+      acc[m][3] *= c_b;
+    }
+    // Pᵀ's fragment (keys g, g + 8 × rows 2t, 2t + 1) split into bf16 hi + lo, each 8 × 8 half transposed
+    // into P's B fragment (rows g × keys 2t, 2t + 1 and 2t + 8, 2t + 9).
+    uint32_t h0, lo0, h1, lo1;
+    split_bf16x2(p0, p1, h0, lo0);
+    split_bf16x2(p2, p3, h1, lo1);
+    const uint32_t bh0 = movmatrix_trans(h0), bh1 = movmatrix_trans(h1), bl0 = movmatrix_trans(lo0),
+                   bl1 = movmatrix_trans(lo1);
+    // Oᵀ += Vᵀ·Pᵀ: Vᵀ's A fragments by ldmatrix.trans of V [keys][hd], 16 head dims at a time.
+    const bf16* vf = sv + ((mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      uint32_t a[4];
+      ldmatrix_x4_trans(a, vf + m * 16);
+      mma_bf16_16816(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
+      mma_bf16_16816(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
+    }
+    __syncthreads();  // ring slot b % stages is refilled next iteration
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int o = 4; o <= 16; o <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
+  }
+  // Merge the warps: each puts its rows' (max, sum) in shared memory, takes the CTA's max M of each row,
+  // rescales its acc by 2^(m − M) and leaves it there as [row][hd]; then the CTA's threads add the warps' acc
+  // in warp order, a float4 of a row each, and write the partial. The ring is free (the loop ended on a
+  // barrier; an nb = 0 CTA never filled it).
+  float* mlw = reinterpret_cast<float*>(skv);  // [warps][8 rows][2]
+  float* accw = mlw + 16 * warps;              // [warps][8 rows][HDP]
+  if (g == 0) {
+    mlw[(warp * 8 + 2 * t) * 2] = m_a;
+    mlw[(warp * 8 + 2 * t) * 2 + 1] = l_a;
+    mlw[(warp * 8 + 2 * t + 1) * 2] = m_b;
+    mlw[(warp * 8 + 2 * t + 1) * 2 + 1] = l_b;
+  }
+  __syncthreads();
+  float M_a = -INFINITY, M_b = -INFINITY;
+  for (int w = 0; w < warps; ++w) {
+    M_a = fmaxf(M_a, mlw[(w * 8 + 2 * t) * 2]);
+    M_b = fmaxf(M_b, mlw[(w * 8 + 2 * t + 1) * 2]);
+  }
+  const float B_a = M_a == -INFINITY ? 0.0f : M_a, B_b = M_b == -INFINITY ? 0.0f : M_b;
+  const float f_a = exp2f(m_a - B_a), f_b = exp2f(m_b - B_b);
+  float* mine = accw + warp * 8 * HDP + g;
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    mine[(2 * t) * HDP + 16 * m] = acc[m][0] * f_a;
+    mine[(2 * t + 1) * HDP + 16 * m] = acc[m][1] * f_b;
+    mine[(2 * t) * HDP + 16 * m + 8] = acc[m][2] * f_a;
+    mine[(2 * t + 1) * HDP + 16 * m + 8] = acc[m][3] * f_b;
+  }
+  if (warp == 0 && g == 0) {  // the rows' (M, L) as attention_merge_kernel reads them
+    float L_a = 0.0f, L_b = 0.0f;
+    for (int w = 0; w < warps; ++w) {
+      L_a += mlw[(w * 8 + 2 * t) * 2 + 1] * exp2f(mlw[(w * 8 + 2 * t) * 2] - B_a);
+      L_b += mlw[(w * 8 + 2 * t + 1) * 2 + 1] * exp2f(mlw[(w * 8 + 2 * t + 1) * 2] - B_b);
+    }
+    float* ml = part_ml + ((int64_t)kvh * chunks + chunk) * rows * 2;
+    if (2 * t < rows) *reinterpret_cast<float2*>(ml + 4 * t) = make_float2(M_a, L_a);
+    if (2 * t + 1 < rows) *reinterpret_cast<float2*>(ml + 4 * t + 2) = make_float2(M_b, L_b);
+  }
+  __syncthreads();
+  float* prow = part + ((int64_t)kvh * chunks + chunk) * rows * HD;
+  for (int i = threadIdx.x; i < rows * (HD / 4); i += blockDim.x) {
+    const int r = i / (HD / 4), c = (i % (HD / 4)) * 4;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int w = 0; w < warps; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(accw + (w * 8 + r) * HDP + c);
+      o.x += x.x;
+      o.y += x.y;
+      o.z += x.z;
+      o.w += x.w;
+    }
+    *reinterpret_cast<float4*>(prow + (int64_t)r * HD + c) = o;
+  }
+}
+
 // ---- merging the chunks -------------------------------------------------------------------------------
 // Where attention_merge_kernel's per-group sums start in its shared memory: after the chunk weights, at a
 // float4 boundary.
@@ -388,6 +587,8 @@ const DeviceLimits& device_limits() {
                         attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,
                         attention_split_kernel<256, 2, 16>, attention_split_kernel<256, 2, 32>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
+    for (auto kernel : {attention_split_tr_kernel<128>, attention_split_tr_kernel<256>})
+      DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   });
   return limits[dev];
 }
@@ -429,12 +630,25 @@ bool split_halves_at(int hd) {
 // and two stages fit, the fewest stages a chunk, then the fewest keys: hd 128 at T 1 (8 kv heads) takes 6
 // slices, 3 stages of 96 keys, 120 CTAs (16.2 against 16.6 us with 8 slices, 3 stages of 128 keys, 88 CTAs;
 // bench_kernels decode, session 16); hd 256 at T 1, 4 slices in two stages of 64 keys, as before (one stage
-// of 8 slices, the whole 128-key chunk, measured 20.0 against 17.1 us).
+// of 8 slices, the whole 128-key chunk, measured 20.0 against 17.1 us). Steps of T·group <= 8 rows take the
+// transposed kernel (split_tr_at), one warp a key slice, up to split_tr_max_warps of them, by the same rule:
+// hd 128 at T 1, 9 warps in two stages of 144 keys, 120 CTAs (8B: 13.25 us against 14.72 on
+// attention_split_kernel; one stage of 16 warps 16.30, 6 warps 13.53, 8 warps 13.21); hd 256 at T 1, 4 warps
+// in two stages of 64 keys (27B: 13.99 against 14.27; one stage of 8 warps 14.94; bench_kernels decode on an
+// H100, session 24).
 struct SplitPlan {
   int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, wk = 0, slices = 0, chunks = 0, chunk_len = 0,
       stages = 0;
+  bool tr = false;  // attention_split_tr_kernel (slices = its warps) rather than attention_split_kernel
   size_t smem = 0;
 };
+
+// Where a step takes the transposed kernel: T·group <= 8 rows a kv head unless DFLASH_SPLIT_TR=0 (then
+// attention_split_kernel's m16 tile, the path before it; read per call: the A/B switch of bench_kernels
+// decode).
+bool split_tr_at(int64_t rows) {
+  return rows <= 8 && !env_is("DFLASH_SPLIT_TR", "0");
+}
 
 SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   const size_t budget = size_t(device_limits().smem);
@@ -450,10 +664,13 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   // Keys a warp a stage: 32 on the pairs path unless DFLASH_SPLIT_WK=16 (read per call: the A/B switch of
   // bench_kernels decode).
   p.wk = p.halves == 2 && !env_is("DFLASH_SPLIT_WK", "16") ? 32 : kSplitWarpKeys;
+  p.tr = split_tr_at(rows);  // then wtiles 1, halves 1, wk 16: one warp a key slice, Q in registers
   const int wslice = p.wtiles * p.halves;  // warps a key slice
-  p.slices = std::max(1, split_max_warps(hd, p.halves) / wslice);
+  const int max_warps = p.tr ? split_tr_max_warps(hd) : split_max_warps(hd, p.halves);
+  p.slices = std::max(1, max_warps / wslice);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);
   auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (wk / 2 floats a lane)
+    if (p.tr) return size_t(0);
     return size_t(p.wtiles) * 16 * row_bytes +
            (p.halves > 1 ? sizeof(float) * 16 * size_t(p.wk) * size_t(wslice * slices) : 0);
   };
@@ -492,7 +709,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
     // (the A/B switch of bench_kernels decode; read per call).
     const char* e = std::getenv("DFLASH_SPLIT_SLICES");
     const int forced_slices = e ? std::atoi(e) : 0;
-    if (forced_slices >= 1 && forced_slices * wslice <= split_max_warps(hd, p.halves) &&
+    if (forced_slices >= 1 && forced_slices * wslice <= max_warps &&
         q_bytes(forced_slices) + stage_bytes(forced_slices) <= budget)
       p.slices = forced_slices;
     chunking(p.slices, blocks, per_head, per_chunk);
@@ -502,9 +719,10 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   p.chunk_len = int(per_chunk * stage_keys);
   const int64_t fit = int64_t((budget - q_bytes(p.slices)) / stage_bytes(p.slices));
   p.stages = int(std::min<int64_t>({kSplitMaxStages, fit, per_chunk}));
-  const size_t merge = p.slices > 1
-                           ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves + 8))
-                           : size_t(0);
+  const size_t merge =
+      p.tr ? sizeof(float) * size_t(p.slices) * (16 + 8 * size_t(hd + 4))  // the warps' (m, l), then acc
+      : p.slices > 1 ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves + 8))
+                     : size_t(0);
   p.smem = q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
   return p;
 }
@@ -531,13 +749,19 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
+  if (p.tr) {
+    launch_pdl(hd == 128 ? attention_split_tr_kernel<128> : attention_split_tr_kernel<256>, grid,
+               dim3(32 * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
+               group, p.chunk_len, p.stages, scale_log2);
+  }
   auto split =
       p.halves == 1 ? (hd == 128 ? attention_split_kernel<128, 1, 16> : attention_split_kernel<256, 1, 16>)
       : p.wk == 32  ? (hd == 128 ? attention_split_kernel<128, 2, 32> : attention_split_kernel<256, 2, 32>)
                     : (hd == 128 ? attention_split_kernel<128, 2, 16> : attention_split_kernel<256, 2, 16>);
   const dim3 block(32 * p.wtiles * p.halves * p.slices);
-  launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
-             group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
+  if (!p.tr)
+    launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
+               group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
   const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
   launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,

@@ -505,20 +505,46 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
       }
 }
 
-// Short steps on the split-KV path (T·group <= 8 rows a kv head: one m16 row tile, mostly padding rows, its
-// keys split over several warps): GQA groups 1, 2, 3, 4, 6 and 8, T 1..3 (so the last row sees 0..2 keys past
-// the cache and padding rows are masked), caches shorter than one key stage (past 0, 1, 5), ending mid-stage
-// and mid-chunk (37, 129, 1000, 4095) and long ones (20000 at the Qwen shapes), with and without the gate.
+// Short steps on the split-KV path (T·group <= 8 rows a kv head: the transposed kernel, rows as the MMAs' N
+// side, its keys split over several warps): GQA groups 1, 2, 3, 4, 6 and 8, T 1..3 (so the last row sees 0..2
+// keys past the cache and padding rows are masked), caches shorter than one key stage (past 0, 1, 5), ending
+// mid-stage and mid-chunk (37, 129, 1000, 4095) and long ones (20000 at the Qwen shapes), with and without
+// the gate; T 8 at group 1 (eight rows, each its own token). Under the plan's choice, under
+// DFLASH_SPLIT_SLICES=1 and =8 (one warp; one stage of 8 or, at hd 128, 16 warps where the plan takes two or
+// more) and under DFLASH_SPLIT_TR=0 (the m16-tile kernel, the path before): each agrees with the CPU.
 TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
   struct Case { int hq, hkv, hd; };
-  for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 1, 128}, {12, 2, 256}, {4, 4, 256}, {4, 4, 128}, {3, 1, 256},
-                 {16, 2, 128}, {2, 1, 256}})
-    for (int64_t past : {0, 1, 5, 37, 129, 1000, 4095, 20000})
-      for (int64_t T : {1, 2, 3}) {
-        const bool qwen = (c.hq == 24 && c.hkv == 4) || (c.hq == 32 && c.hkv == 8);
-        if (T * (c.hq / c.hkv) > 8 || (past == 20000 && !(qwen && T == 1))) continue;
-        cached_case(c.hq, c.hkv, c.hd, past, T, "short-step attention_cached");
-      }
+  struct Mode {
+    const char *var, *value, *name;
+  };
+  for (Mode mode : {Mode{"", "", "short-step attention_cached"},
+                    {"DFLASH_SPLIT_SLICES", "1", "DFLASH_SPLIT_SLICES=1"},
+                    {"DFLASH_SPLIT_SLICES", "8", "DFLASH_SPLIT_SLICES=8"},
+                    {"DFLASH_SPLIT_SLICES", "16", "DFLASH_SPLIT_SLICES=16"},
+                    {"DFLASH_SPLIT_TR", "0", "DFLASH_SPLIT_TR=0"}}) {
+    unsetenv("DFLASH_SPLIT_SLICES");
+    unsetenv("DFLASH_SPLIT_TR");
+    if (*mode.var) setenv(mode.var, mode.value, 1);
+    for (Case c : {Case{24, 4, 256},
+                   {32, 8, 128},
+                   {6, 1, 128},
+                   {12, 2, 256},
+                   {4, 4, 256},
+                   {4, 4, 128},
+                   {3, 1, 256},
+                   {16, 2, 128},
+                   {2, 1, 256},
+                   {1, 1, 128}})
+      for (int64_t past : {0, 1, 5, 37, 129, 1000, 4095, 20000})
+        for (int64_t T : {1, 2, 3, 8}) {
+          const bool qwen = (c.hq == 24 && c.hkv == 4) || (c.hq == 32 && c.hkv == 8);
+          if (T * (c.hq / c.hkv) > 8 || (past == 20000 && !(qwen && T == 1)) || (T == 8) != (c.hq == 1))
+            continue;
+          cached_case(c.hq, c.hkv, c.hd, past, T, mode.name);
+        }
+  }
+  unsetenv("DFLASH_SPLIT_SLICES");
+  unsetenv("DFLASH_SPLIT_TR");
 }
 
 // DFLASH_SPLIT_ROWS=n forces n query rows a CTA on the split-KV path (the benchmark's A/B switch on the row
@@ -575,10 +601,10 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitT16SwitchMatchesCpu) {
 }
 
 // The split-KV plan's key slices: by default the count with the fewest stages a chunk, then the fewest keys,
-// among those whose two stages fit (27B-like at T 1 over 4 K keys: 4 slices; past 4400: 5; 8B-like: 6 slices
-// of three stages; 1 kv head over 20 K keys: 5 slices); with DFLASH_SPLIT_PLAN=halve they halve until two
-// stages fit (the plan before). Both agree with the CPU at short steps, where a step has one row tile and the
-// slices are many.
+// among those whose two stages fit (27B-like at T 1 over 4 K keys: 4 slices; past 4400: 5; 8B-like: 9 warps
+// of two stages on the transposed kernel; 1 kv head over 20 K keys: 5 slices); with DFLASH_SPLIT_PLAN=halve
+// they halve until two stages fit (the plan before). Both agree with the CPU at short steps, where a step has
+// one row tile and the slices are many.
 TEST_F(CudaOpsCachedTest, AttentionCachedSplitPlanSwitchMatchesCpu) {
   struct Case {
     int hq, hkv, hd;
