@@ -300,11 +300,15 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
 // of Sᵀ (lane (g, t): keys g and g + 8 of rows 2t, 2t + 1) becomes P's B fragment (rows g, keys 2t ..) by
 // movmatrix, split into bf16 hi + lo as in attention_split_kernel. The warps' acc are merged through shared
 // memory at the end, each CTA writing one partial per row (the layout attention_merge_kernel reads).
+// OWN: each warp copies its own 16 keys of every stage (its rows of the ring slot) and waits for its own
+// copies only, so the warps run apart, with no CTA barrier until the merge: a warp whose rows have landed
+// computes while the others still wait. Otherwise the CTA's threads copy the stage together and meet at a
+// barrier before and after it, as attention_split_kernel does.
 __host__ __device__ constexpr int split_tr_max_warps(int hd) {
   return hd == 256 ? 8 : 16;
 }
 
-template <int HD>
+template <int HD, bool OWN>
 __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     attention_split_tr_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k,
                               int64_t ld_k, const bf16* __restrict__ v, int64_t ld_v,
@@ -325,8 +329,23 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
   bf16* skv = reinterpret_cast<bf16*>(split_smem);  // the ring: stage b's K [stage_keys][LDS], then its V
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
   pdl_launch_dependents();
-  // Key stage b into ring slot b % stages, as attention_split_kernel's load_stage.
+  // Key stage b into ring slot b % stages, as attention_split_kernel's load_stage (OWN: this warp's 16 rows
+  // of K and of V, each lane one 16-byte column piece of rows lane / CH, + 32 / CH, ...).
   auto load_stage = [&](int b) {
+    if constexpr (OWN) {
+      const int col = (lane % CH) * 8;
+      const bf16* kcol = k + (int64_t)kvh * HD + col;
+      const bf16* vcol = v + (int64_t)kvh * HD + col;
+      bf16* dst = skv + (b % stages) * 2 * stage_keys * LDS + warp * WK * LDS + col;
+      const int64_t kb = key0 + (int64_t)b * stage_keys + warp * WK;
+#pragma unroll
+      for (int r = lane / CH; r < WK; r += 32 / CH) {
+        const int64_t j = min(kb + r, len - 1);
+        cp_async_16(dst + r * LDS, kcol + j * ld_k, 16);
+        cp_async_16(dst + (stage_keys + r) * LDS, vcol + j * ld_v, 16);
+      }
+      return;
+    }
     const int col = (threadIdx.x % CH) * 8, step = blockDim.x / CH;
     const bf16* kcol = k + (int64_t)kvh * HD + col;
     const bf16* vcol = v + (int64_t)kvh * HD + col;
@@ -366,7 +385,10 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     if (b + stages - 1 < nb) load_stage(b + stages - 1);
     cp_async_commit();
     cp_async_wait_n(stages - 1);  // stage b has landed (this thread's copies)
-    __syncthreads();              // ... and every thread's
+    if (OWN)
+      __syncwarp();  // ... and the warp's: its rows are all it reads
+    else
+      __syncthreads();  // ... and every thread's
     const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + warp * WK * LDS;
     const bf16* sv = sk + stage_keys * LDS;
     // Sᵀ = K·Qᵀ over the head dim, even and odd k-steps in two accumulators (two chains of MT / 2 MMAs).
@@ -424,9 +446,13 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
       mma_bf16_16816(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
       mma_bf16_16816(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
     }
-    __syncthreads();  // ring slot b % stages is refilled next iteration
+    if (OWN)
+      __syncwarp();  // the warp's rows of ring slot b % stages are refilled next iteration
+    else
+      __syncthreads();  // ring slot b % stages is refilled next iteration
   }
   cp_async_wait<0>();
+  if (OWN) __syncthreads();  // every warp is done with the ring the merge area overlays
 #pragma unroll
   for (int o = 4; o <= 16; o <<= 1) {
     l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
@@ -587,7 +613,8 @@ const DeviceLimits& device_limits() {
                         attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,
                         attention_split_kernel<256, 2, 16>, attention_split_kernel<256, 2, 32>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
-    for (auto kernel : {attention_split_tr_kernel<128>, attention_split_tr_kernel<256>})
+    for (auto kernel : {attention_split_tr_kernel<128, false>, attention_split_tr_kernel<128, true>,
+                        attention_split_tr_kernel<256, false>, attention_split_tr_kernel<256, true>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   });
   return limits[dev];
@@ -750,9 +777,13 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
   if (p.tr) {
-    launch_pdl(hd == 128 ? attention_split_tr_kernel<128> : attention_split_tr_kernel<256>, grid,
-               dim3(32 * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
-               group, p.chunk_len, p.stages, scale_log2);
+    const bool own =
+        !env_is("DFLASH_SPLIT_OWN", "0");  // read per call: the A/B switch of bench_kernels decode
+    auto tr = hd == 128
+                  ? (own ? attention_split_tr_kernel<128, true> : attention_split_tr_kernel<128, false>)
+                  : (own ? attention_split_tr_kernel<256, true> : attention_split_tr_kernel<256, false>);
+    launch_pdl(tr, grid, dim3(32 * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past,
+               int(T), group, p.chunk_len, p.stages, scale_log2);
   }
   auto split =
       p.halves == 1 ? (hd == 128 ? attention_split_kernel<128, 1, 16> : attention_split_kernel<256, 1, 16>)

@@ -511,7 +511,8 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
 // mid-stage and mid-chunk (37, 129, 1000, 4095) and long ones (20000 at the Qwen shapes), with and without
 // the gate; T 8 at group 1 (eight rows, each its own token). Under the plan's choice, under
 // DFLASH_SPLIT_SLICES=1 and =8 (one warp; one stage of 8 or, at hd 128, 16 warps where the plan takes two or
-// more) and under DFLASH_SPLIT_TR=0 (the m16-tile kernel, the path before): each agrees with the CPU.
+// more), under DFLASH_SPLIT_TR=0 (the m16-tile kernel, the path before) and under DFLASH_SPLIT_OWN=0 (the
+// transposed kernel's stages copied by the whole CTA between barriers): each agrees with the CPU.
 TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
   struct Case { int hq, hkv, hd; };
   struct Mode {
@@ -521,9 +522,11 @@ TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
                     {"DFLASH_SPLIT_SLICES", "1", "DFLASH_SPLIT_SLICES=1"},
                     {"DFLASH_SPLIT_SLICES", "8", "DFLASH_SPLIT_SLICES=8"},
                     {"DFLASH_SPLIT_SLICES", "16", "DFLASH_SPLIT_SLICES=16"},
-                    {"DFLASH_SPLIT_TR", "0", "DFLASH_SPLIT_TR=0"}}) {
+                    {"DFLASH_SPLIT_TR", "0", "DFLASH_SPLIT_TR=0"},
+                    {"DFLASH_SPLIT_OWN", "0", "DFLASH_SPLIT_OWN=0"}}) {
     unsetenv("DFLASH_SPLIT_SLICES");
     unsetenv("DFLASH_SPLIT_TR");
+    unsetenv("DFLASH_SPLIT_OWN");
     if (*mode.var) setenv(mode.var, mode.value, 1);
     for (Case c : {Case{24, 4, 256},
                    {32, 8, 128},
@@ -545,6 +548,7 @@ TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
   }
   unsetenv("DFLASH_SPLIT_SLICES");
   unsetenv("DFLASH_SPLIT_TR");
+  unsetenv("DFLASH_SPLIT_OWN");
 }
 
 // DFLASH_SPLIT_ROWS=n forces n query rows a CTA on the split-KV path (the benchmark's A/B switch on the row
