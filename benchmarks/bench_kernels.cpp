@@ -672,10 +672,11 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_SLICES", "6", " [slices6]"},
                         {"DFLASH_SPLIT_SLICES", "16", " [slices16]"},
                         {"DFLASH_SPLIT_TR", "0", " [tr0]"},
-                        {"DFLASH_SPLIT_OWN", "0", " [own0]"}};
-  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",   "DFLASH_SPLIT_T16",
-                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK", "DFLASH_SPLIT_SLICES",
-                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_OWN"};
+                        {"DFLASH_SPLIT_OWN", "1", " [own1]"},
+                        {"DFLASH_SPLIT_TRPAIRS", "0", " [trpairs0]"}};
+  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",    "DFLASH_SPLIT_T16",
+                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",  "DFLASH_SPLIT_SLICES",
+                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_OWN", "DFLASH_SPLIT_TRPAIRS"};
   for (const Mode& mode : modes) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);

@@ -60,6 +60,28 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
   }
 }
 
+// Keys [kb, kb + keys) of kv head kvh's K and V into a ring slot (K rows [keys][HD + 8], then V rows), copied
+// by the CTA's threads; keys past the cache (len rows) read its last row: finite values that the mask gives
+// weight 0. A thread keeps one 16-byte column piece of rows r, r + step, ... (blockDim is whole warps and
+// HD / 8 divides 32), so no copy divides an index at run time: the index arithmetic of a flat loop over
+// (row, piece), a division by the stage's keys per copy, was 70 % of the instructions executed at T 1 (27B,
+// Nsight Compute, session 17), and each warp's chain of instructions is what the step waits for.
+template <int HD>
+__device__ __forceinline__ void split_copy_stage(bf16* slot, const bf16* __restrict__ k, int64_t ld_k,
+                                                 const bf16* __restrict__ v, int64_t ld_v, int kvh,
+                                                 int64_t kb, int keys, int64_t len) {
+  constexpr int LDS = HD + 8, CH = HD / 8;
+  const int col = (threadIdx.x % CH) * 8, step = blockDim.x / CH;
+  const bf16* kcol = k + (int64_t)kvh * HD + col;
+  const bf16* vcol = v + (int64_t)kvh * HD + col;
+  bf16* dst = slot + col;
+  for (int r = threadIdx.x / CH; r < keys; r += step) {
+    const int64_t j = min(kb + r, len - 1);
+    cp_async_16(dst + r * LDS, kcol + j * ld_k, 16);
+    cp_async_16(dst + (keys + r) * LDS, vcol + j * ld_v, 16);
+  }
+}
+
 // Block (chunk, kvh, z): keys [chunk·chunk_len, +chunk_len) of the cache against rows [z·cta_rows, +cta_rows)
 // of kv head kvh, stopping at the last key those rows see (a chunk wholly past it writes m = −inf, l = 0).
 // blockDim is 32 · wtiles · HALVES · slices; `stages` ring buffers of slices · WK keys (chunk_len a multiple
@@ -105,23 +127,10 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
     cp_async_16(sq + r * LDS + d, src, in ? 16 : 0);
   }
   cp_async_commit();
-  // Key stage b of the chunk into ring slot b % stages: K rows, then V rows. Keys past the cache read its
-  // last row: finite values that the mask gives weight 0. A thread keeps one 16-byte column piece of rows r,
-  // r + step, ... (blockDim is whole warps and CH divides 32), so no copy divides an index at run time: the
-  // index arithmetic of a flat loop over (row, piece), a division by the stage's keys per copy, was 70 % of
-  // the instructions executed at T 1 (27B, Nsight Compute, session 17), and each warp's chain of instructions
-  // is what the step waits for.
+  // Key stage b of the chunk into ring slot b % stages (split_copy_stage).
   auto load_stage = [&](int b) {
-    const int col = (threadIdx.x % CH) * 8, step = blockDim.x / CH;
-    const bf16* kcol = k + (int64_t)kvh * HD + col;
-    const bf16* vcol = v + (int64_t)kvh * HD + col;
-    bf16* dst = skv + (b % stages) * 2 * stage_keys * LDS + col;
-    const int64_t kb = key0 + (int64_t)b * stage_keys;
-    for (int r = threadIdx.x / CH; r < stage_keys; r += step) {
-      const int64_t j = min(kb + r, len - 1);
-      cp_async_16(dst + r * LDS, kcol + j * ld_k, 16);
-      cp_async_16(dst + (stage_keys + r) * LDS, vcol + j * ld_v, 16);
-    }
+    split_copy_stage<HD>(skv + (b % stages) * 2 * stage_keys * LDS, k, ld_k, v, ld_v, kvh,
+                         key0 + (int64_t)b * stage_keys, stage_keys, len);
   };
   for (int b = 0; b < stages - 1; ++b) {
     if (b < nb) load_stage(b);
@@ -300,15 +309,20 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
 // of Sᵀ (lane (g, t): keys g and g + 8 of rows 2t, 2t + 1) becomes P's B fragment (rows g, keys 2t ..) by
 // movmatrix, split into bf16 hi + lo as in attention_split_kernel. The warps' acc are merged through shared
 // memory at the end, each CTA writing one partial per row (the layout attention_merge_kernel reads).
-// OWN: each warp copies its own 16 keys of every stage (its rows of the ring slot) and waits for its own
-// copies only, so the warps run apart, with no CTA barrier until the merge: a warp whose rows have landed
-// computes while the others still wait. Otherwise the CTA's threads copy the stage together and meet at a
-// barrier before and after it, as attention_split_kernel does.
+// HALVES 2 (the default, split_plan): a key slice is a pair of warps, warp 2·slice + half taking columns
+// [half·hd/2, +hd/2) of the slice's 16 keys: it multiplies only those (half of Q·Kᵀ's k-steps, half of P·V's
+// head-dim tiles and of acc), the pair adding their partial scores through shared memory (double-buffered by
+// stage parity, a 64-thread named barrier a stage) so both run the same softmax on the same sums: twice the
+// warps an SM for the same shared memory (27B T 1 11.20 us against 11.49 with one warp a slice, 8B 11.31
+// against 11.88; bench_kernels decode on an H200, session 24). The CTA's threads copy each stage together
+// and meet at a barrier before and after it, as attention_split_kernel does; OWN (DFLASH_SPLIT_OWN=1): each
+// warp copies its own rows (or half rows) of every stage and waits for its own copies only, with no CTA
+// barrier until the merge (measured slower: 27B T 1 13.17 against 12.53 us on an H100, one warp a slice).
 __host__ __device__ constexpr int split_tr_max_warps(int hd) {
   return hd == 256 ? 8 : 16;
 }
 
-template <int HD, bool OWN>
+template <int HD, bool OWN, int HALVES>
 __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     attention_split_tr_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k,
                               int64_t ld_k, const bf16* __restrict__ v, int64_t ld_v,
@@ -316,60 +330,74 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
                               int group, int chunk_len, int stages, float scale_log2) {
   // MT: 16-wide head-dim tiles; CH: 16-byte pieces of a row; HDP: a merge row's floats (HD + 4: the 8 rows ×
   // 4 column groups a warp instruction stores fall in 32 different banks)
-  constexpr int LDS = HD + 8, MT = HD / 16, CH = HD / 8, HDP = HD + 4, WK = 16;
+  // HW: a warp's head-dim columns; MTW: its 16-wide tiles; CHW: its 16-byte pieces of a row
+  constexpr int LDS = HD + 8, MT = HD / 16, CH = HD / 8, HDP = HD + 4, WK = 16, HW = HD / HALVES,
+                MTW = MT / HALVES, CHW = CH / HALVES;
   static_assert(32 % CH == 0, "a thread's copies keep one column piece: CH must divide a warp");
+  static_assert(MTW % 2 == 0, "Q·Kᵀ's k-steps go to two accumulators");
   extern __shared__ __align__(16) unsigned char split_smem[];
   const int rows = T * group;  // <= 8
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const int slice = warp / HALVES, half = warp % HALVES, slices = warps / HALVES;
   const int g = lane >> 2, t = lane & 3, mat = lane >> 3, r8 = lane & 7;
-  const int stage_keys = warps * WK;
+  const int stage_keys = slices * WK;
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
   const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, len) - key0) + stage_keys - 1) / stage_keys);
-  bf16* skv = reinterpret_cast<bf16*>(split_smem);  // the ring: stage b's K [stage_keys][LDS], then its V
+  // HALVES 2: the pairs' score slots [2 parities][warps][4][32 lanes]; then the ring: stage b's K
+  // [stage_keys][LDS], then its V
+  float* sx = reinterpret_cast<float*>(split_smem);
+  bf16* skv = reinterpret_cast<bf16*>(split_smem + (HALVES > 1 ? sizeof(float) * 2 * 128 * warps : 0));
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
   pdl_launch_dependents();
-  // Key stage b into ring slot b % stages, as attention_split_kernel's load_stage (OWN: this warp's 16 rows
-  // of K and of V, each lane one 16-byte column piece of rows lane / CH, + 32 / CH, ...).
-  auto load_stage = [&](int b) {
+  // Key stage b into ring slot `slot` (b % stages, kept by the loop: no division a stage), as
+  // attention_split_kernel's load_stage (OWN: this warp's 16 rows of K and of V, each lane one 16-byte column
+  // piece of rows lane / CH, + RS, ...; where all of a lane's rows are in the cache, its source steps by RS
+  // rows, with no clamp and no 64-bit multiply a row).
+  auto load_stage = [&](int b, int slot) {
     if constexpr (OWN) {
-      const int col = (lane % CH) * 8;
-      const bf16* kcol = k + (int64_t)kvh * HD + col;
-      const bf16* vcol = v + (int64_t)kvh * HD + col;
-      bf16* dst = skv + (b % stages) * 2 * stage_keys * LDS + warp * WK * LDS + col;
-      const int64_t kb = key0 + (int64_t)b * stage_keys + warp * WK;
+      constexpr int RS = 32 / CHW;  // rows one warp instruction covers
+      const int col = half * HW + (lane % CHW) * 8, r0 = lane / CHW;
+      const bf16* ks = k + (int64_t)kvh * HD + col;
+      const bf16* vs = v + (int64_t)kvh * HD + col;
+      bf16* dst = skv + slot * 2 * stage_keys * LDS + (slice * WK + r0) * LDS + col;
+      const int64_t kb = key0 + (int64_t)b * stage_keys + slice * WK + r0;
+      if (kb + (WK - RS) < len) {
+        ks += kb * ld_k;
+        vs += kb * ld_v;
 #pragma unroll
-      for (int r = lane / CH; r < WK; r += 32 / CH) {
-        const int64_t j = min(kb + r, len - 1);
-        cp_async_16(dst + r * LDS, kcol + j * ld_k, 16);
-        cp_async_16(dst + (stage_keys + r) * LDS, vcol + j * ld_v, 16);
+        for (int i = 0; i < WK / RS; ++i) {
+          cp_async_16(dst + i * RS * LDS, ks, 16);
+          cp_async_16(dst + (stage_keys + i * RS) * LDS, vs, 16);
+          ks += RS * ld_k;
+          vs += RS * ld_v;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < WK / RS; ++i) {
+          const int64_t j = min(kb + i * RS, len - 1);
+          cp_async_16(dst + i * RS * LDS, ks + j * ld_k, 16);
+          cp_async_16(dst + (stage_keys + i * RS) * LDS, vs + j * ld_v, 16);
+        }
       }
       return;
     }
-    const int col = (threadIdx.x % CH) * 8, step = blockDim.x / CH;
-    const bf16* kcol = k + (int64_t)kvh * HD + col;
-    const bf16* vcol = v + (int64_t)kvh * HD + col;
-    bf16* dst = skv + (b % stages) * 2 * stage_keys * LDS + col;
-    const int64_t kb = key0 + (int64_t)b * stage_keys;
-    for (int r = threadIdx.x / CH; r < stage_keys; r += step) {
-      const int64_t j = min(kb + r, len - 1);
-      cp_async_16(dst + r * LDS, kcol + j * ld_k, 16);
-      cp_async_16(dst + (stage_keys + r) * LDS, vcol + j * ld_v, 16);
-    }
+    split_copy_stage<HD>(skv + slot * 2 * stage_keys * LDS, k, ld_k, v, ld_v, kvh,
+                         key0 + (int64_t)b * stage_keys, stage_keys, len);
   };
   for (int b = 0; b < stages - 1; ++b) {
-    if (b < nb) load_stage(b);
+    if (b < nb) load_stage(b, b);
     cp_async_commit();  // empty groups too: the wait below counts groups
   }
   // Qᵀ's B fragments for the MT k-steps: lane (g, t) holds row g's columns 16kk + 2t, +1 and 16kk + 2t + 8,
   // +9 (zero for rows past the step's).
-  uint32_t qf[MT][2];
+  uint32_t qf[MTW][2];
   {
     const bool in = g < rows;
-    const bf16* qr =
-        q + (int64_t)(in ? g / group : 0) * ld_q + (int64_t)(kvh * group + (in ? g % group : 0)) * HD + 2 * t;
+    const bf16* qr = q + (int64_t)(in ? g / group : 0) * ld_q +
+                     (int64_t)(kvh * group + (in ? g % group : 0)) * HD + half * HW + 2 * t;
 #pragma unroll
-    for (int kk = 0; kk < MT; ++kk) {
+    for (int kk = 0; kk < MTW; ++kk) {
       qf[kk][0] = in ? __ldg(reinterpret_cast<const unsigned int*>(qr + 16 * kk)) : 0u;
       qf[kk][1] = in ? __ldg(reinterpret_cast<const unsigned int*>(qr + 16 * kk + 8)) : 0u;
     }
@@ -377,36 +405,53 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
   // This lane's rows a = 2t and b = 2t + 1 see keys up to past + their token; rows past the step's none.
   const int64_t lim_a = 2 * t < rows ? past + 2 * t / group : -1;
   const int64_t lim_b = 2 * t + 1 < rows ? past + (2 * t + 1) / group : -1;
-  float acc[MT][4];  // Oᵀ: (hd 16m + g, rows 2t, 2t + 1), (hd 16m + g + 8, rows 2t, 2t + 1)
+  // Oᵀ: (hd half·HW + 16m + g, rows 2t, 2t + 1), (hd half·HW + 16m + g + 8, rows 2t, 2t + 1)
+  float acc[MTW][4];
 #pragma unroll
-  for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
+  for (int m = 0; m < MTW; ++m) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // l: this lane's keys only
-  for (int b = 0; b < nb; ++b) {
-    if (b + stages - 1 < nb) load_stage(b + stages - 1);
+  // rd: stage b's ring slot; wr: stage b + stages − 1's
+  for (int b = 0, rd = 0, wr = stages - 1; b < nb;
+       ++b, rd = rd + 1 == stages ? 0 : rd + 1, wr = wr + 1 == stages ? 0 : wr + 1) {
+    if (b + stages - 1 < nb) load_stage(b + stages - 1, wr);
     cp_async_commit();
     cp_async_wait_n(stages - 1);  // stage b has landed (this thread's copies)
     if (OWN)
       __syncwarp();  // ... and the warp's: its rows are all it reads
     else
       __syncthreads();  // ... and every thread's
-    const bf16* sk = skv + (b % stages) * 2 * stage_keys * LDS + warp * WK * LDS;
+    const bf16* sk = skv + rd * 2 * stage_keys * LDS + slice * WK * LDS + half * HW;
     const bf16* sv = sk + stage_keys * LDS;
     // Sᵀ = K·Qᵀ over the head dim, even and odd k-steps in two accumulators (two chains of MT / 2 MMAs).
     float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const bf16* kf = sk + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
 #pragma unroll
-    for (int kk = 0; kk < MT; kk += 2) {
+    for (int kk = 0; kk < MTW; kk += 2) {
       uint32_t a[4], c[4];
       ldmatrix_x4(a, kf + kk * 16);
       ldmatrix_x4(c, kf + (kk + 1) * 16);
       mma_bf16_16816(s0, a[0], a[1], a[2], a[3], qf[kk][0], qf[kk][1]);
       mma_bf16_16816(s1, c[0], c[1], c[2], c[3], qf[kk + 1][0], qf[kk + 1][1]);
     }
-    const int64_t j = key0 + (int64_t)b * stage_keys + warp * WK + g;  // keys j (s[0], s[1]) and j + 8
-    const float x0 = j <= lim_a ? (s0[0] + s1[0]) * scale_log2 : -INFINITY;
-    const float x1 = j <= lim_b ? (s0[1] + s1[1]) * scale_log2 : -INFINITY;
-    const float x2 = j + 8 <= lim_a ? (s0[2] + s1[2]) * scale_log2 : -INFINITY;
-    const float x3 = j + 8 <= lim_b ? (s0[3] + s1[3]) * scale_log2 : -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s0[i] += s1[i];
+    if constexpr (HALVES > 1) {
+      // The pair's two halves of the dot products, added as mine + the other's (fp32 addition commutes: both
+      // warps hold the same bits). The other's slot of this parity is not rewritten before both pass the
+      // next stage's barrier.
+      float* mine = sx + ((b & 1) * warps + warp) * 128 + lane;
+      const float* other = sx + ((b & 1) * warps + (warp ^ 1)) * 128 + lane;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mine[32 * i] = s0[i];
+      named_bar_sync(1 + slice, 64);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s0[i] += other[32 * i];
+    }
+    const int64_t j = key0 + (int64_t)b * stage_keys + slice * WK + g;  // keys j (s[0], s[1]) and j + 8
+    const float x0 = j <= lim_a ? s0[0] * scale_log2 : -INFINITY;
+    const float x1 = j <= lim_b ? s0[1] * scale_log2 : -INFINITY;
+    const float x2 = j + 8 <= lim_a ? s0[2] * scale_log2 : -INFINITY;
+    const float x3 = j + 8 <= lim_b ? s0[3] * scale_log2 : -INFINITY;
     float mx_a = fmaxf(x0, x2), mx_b = fmaxf(x1, x3);
 #pragma unroll
     for (int o = 4; o <= 16; o <<= 1) {  // a row's 16 keys are over the lanes of its t
@@ -424,7 +469,7 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     m_a = mn_a;
     m_b = mn_b;
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
+    for (int m = 0; m < MTW; ++m) {
       acc[m][0] *= c_a;
       acc[m][1] *= c_b;
       acc[m][2] *= c_a;
@@ -440,16 +485,16 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     // Oᵀ += Vᵀ·Pᵀ: Vᵀ's A fragments by ldmatrix.trans of V [keys][hd], 16 head dims at a time.
     const bf16* vf = sv + ((mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
+    for (int m = 0; m < MTW; ++m) {
       uint32_t a[4];
       ldmatrix_x4_trans(a, vf + m * 16);
       mma_bf16_16816(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
       mma_bf16_16816(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
     }
     if (OWN)
-      __syncwarp();  // the warp's rows of ring slot b % stages are refilled next iteration
+      __syncwarp();  // the warp's rows of ring slot rd are refilled next iteration
     else
-      __syncthreads();  // ring slot b % stages is refilled next iteration
+      __syncthreads();  // ring slot rd is refilled next iteration
   }
   cp_async_wait<0>();
   if (OWN) __syncthreads();  // every warp is done with the ring the merge area overlays
@@ -462,25 +507,25 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
   // rescales its acc by 2^(m − M) and leaves it there as [row][hd]; then the CTA's threads add the warps' acc
   // in warp order, a float4 of a row each, and write the partial. The ring is free (the loop ended on a
   // barrier; an nb = 0 CTA never filled it).
-  float* mlw = reinterpret_cast<float*>(skv);  // [warps][8 rows][2]
-  float* accw = mlw + 16 * warps;              // [warps][8 rows][HDP]
-  if (g == 0) {
-    mlw[(warp * 8 + 2 * t) * 2] = m_a;
-    mlw[(warp * 8 + 2 * t) * 2 + 1] = l_a;
-    mlw[(warp * 8 + 2 * t + 1) * 2] = m_b;
-    mlw[(warp * 8 + 2 * t + 1) * 2 + 1] = l_b;
+  float* mlw = reinterpret_cast<float*>(skv);  // [slices][8 rows][2]
+  float* accw = mlw + 16 * slices;             // [slices][8 rows][HDP]
+  if (g == 0 && half == 0) {                   // a pair's (m, l) are the same bits
+    mlw[(slice * 8 + 2 * t) * 2] = m_a;
+    mlw[(slice * 8 + 2 * t) * 2 + 1] = l_a;
+    mlw[(slice * 8 + 2 * t + 1) * 2] = m_b;
+    mlw[(slice * 8 + 2 * t + 1) * 2 + 1] = l_b;
   }
   __syncthreads();
   float M_a = -INFINITY, M_b = -INFINITY;
-  for (int w = 0; w < warps; ++w) {
+  for (int w = 0; w < slices; ++w) {
     M_a = fmaxf(M_a, mlw[(w * 8 + 2 * t) * 2]);
     M_b = fmaxf(M_b, mlw[(w * 8 + 2 * t + 1) * 2]);
   }
   const float B_a = M_a == -INFINITY ? 0.0f : M_a, B_b = M_b == -INFINITY ? 0.0f : M_b;
   const float f_a = exp2f(m_a - B_a), f_b = exp2f(m_b - B_b);
-  float* mine = accw + warp * 8 * HDP + g;
+  float* mine = accw + slice * 8 * HDP + half * HW + g;
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
+  for (int m = 0; m < MTW; ++m) {
     mine[(2 * t) * HDP + 16 * m] = acc[m][0] * f_a;
     mine[(2 * t + 1) * HDP + 16 * m] = acc[m][1] * f_b;
     mine[(2 * t) * HDP + 16 * m + 8] = acc[m][2] * f_a;
@@ -488,7 +533,7 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
   }
   if (warp == 0 && g == 0) {  // the rows' (M, L) as attention_merge_kernel reads them
     float L_a = 0.0f, L_b = 0.0f;
-    for (int w = 0; w < warps; ++w) {
+    for (int w = 0; w < slices; ++w) {
       L_a += mlw[(w * 8 + 2 * t) * 2 + 1] * exp2f(mlw[(w * 8 + 2 * t) * 2] - B_a);
       L_b += mlw[(w * 8 + 2 * t + 1) * 2 + 1] * exp2f(mlw[(w * 8 + 2 * t + 1) * 2] - B_b);
     }
@@ -501,7 +546,7 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
   for (int i = threadIdx.x; i < rows * (HD / 4); i += blockDim.x) {
     const int r = i / (HD / 4), c = (i % (HD / 4)) * 4;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int w = 0; w < warps; ++w) {
+    for (int w = 0; w < slices; ++w) {
       const float4 x = *reinterpret_cast<const float4*>(accw + (w * 8 + r) * HDP + c);
       o.x += x.x;
       o.y += x.y;
@@ -613,8 +658,10 @@ const DeviceLimits& device_limits() {
                         attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,
                         attention_split_kernel<256, 2, 16>, attention_split_kernel<256, 2, 32>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
-    for (auto kernel : {attention_split_tr_kernel<128, false>, attention_split_tr_kernel<128, true>,
-                        attention_split_tr_kernel<256, false>, attention_split_tr_kernel<256, true>})
+    for (auto kernel : {attention_split_tr_kernel<128, false, 1>, attention_split_tr_kernel<128, true, 1>,
+                        attention_split_tr_kernel<128, false, 2>, attention_split_tr_kernel<128, true, 2>,
+                        attention_split_tr_kernel<256, false, 1>, attention_split_tr_kernel<256, true, 1>,
+                        attention_split_tr_kernel<256, false, 2>, attention_split_tr_kernel<256, true, 2>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   });
   return limits[dev];
@@ -658,11 +705,12 @@ bool split_halves_at(int hd) {
 // slices, 3 stages of 96 keys, 120 CTAs (16.2 against 16.6 us with 8 slices, 3 stages of 128 keys, 88 CTAs;
 // bench_kernels decode, session 16); hd 256 at T 1, 4 slices in two stages of 64 keys, as before (one stage
 // of 8 slices, the whole 128-key chunk, measured 20.0 against 17.1 us). Steps of T·group <= 8 rows take the
-// transposed kernel (split_tr_at), one warp a key slice, up to split_tr_max_warps of them, by the same rule:
-// hd 128 at T 1, 9 warps in two stages of 144 keys, 120 CTAs (8B: 13.25 us against 14.72 on
-// attention_split_kernel; one stage of 16 warps 16.30, 6 warps 13.53, 8 warps 13.21); hd 256 at T 1, 4 warps
-// in two stages of 64 keys (27B: 13.99 against 14.27; one stage of 8 warps 14.94; bench_kernels decode on an
-// H100, session 24).
+// transposed kernel (split_tr_at), a pair of warps a key slice, up to split_tr_max_warps warps, by the same
+// rule (a pair's score slots counted with Q): hd 256 at T 1, 4 pairs in two stages of 64 keys, 132 CTAs;
+// hd 128 at T 1, 6 pairs in three stages of 96 keys, 120 CTAs. With one warp a slice (DFLASH_SPLIT_TRPAIRS=0)
+// the rule took 4 warps at hd 256 (27B: 13.99 us against 14.27 on attention_split_kernel; one stage of 8
+// warps 14.94) and 9 warps in two stages of 144 keys at hd 128 (8B: 13.25 against 14.72; one stage of 16
+// warps 16.30, 6 warps 13.53; bench_kernels decode on an H100, session 24).
 struct SplitPlan {
   int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, wk = 0, slices = 0, chunks = 0, chunk_len = 0,
       stages = 0;
@@ -691,13 +739,16 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   // Keys a warp a stage: 32 on the pairs path unless DFLASH_SPLIT_WK=16 (read per call: the A/B switch of
   // bench_kernels decode).
   p.wk = p.halves == 2 && !env_is("DFLASH_SPLIT_WK", "16") ? 32 : kSplitWarpKeys;
-  p.tr = split_tr_at(rows);  // then wtiles 1, halves 1, wk 16: one warp a key slice, Q in registers
+  p.tr = split_tr_at(rows);  // then wtiles 1, wk 16: one warp (or pair) a key slice, Q in registers
+  // The transposed kernel's pairs of warps (halves 2) unless DFLASH_SPLIT_TRPAIRS=0: one warp a key slice
+  // (read per call: the A/B switch of bench_kernels decode)
+  if (p.tr) p.halves = env_is("DFLASH_SPLIT_TRPAIRS", "0") ? 1 : 2;
   const int wslice = p.wtiles * p.halves;  // warps a key slice
   const int max_warps = p.tr ? split_tr_max_warps(hd) : split_max_warps(hd, p.halves);
   p.slices = std::max(1, max_warps / wslice);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);
   auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (wk / 2 floats a lane)
-    if (p.tr) return size_t(0);
+    if (p.tr) return sizeof(float) * 2 * 128 * size_t(wslice * slices) * (p.halves > 1);  // pairs' slots
     return size_t(p.wtiles) * 16 * row_bytes +
            (p.halves > 1 ? sizeof(float) * 16 * size_t(p.wk) * size_t(wslice * slices) : 0);
   };
@@ -777,13 +828,19 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
   if (p.tr) {
-    const bool own =
-        !env_is("DFLASH_SPLIT_OWN", "0");  // read per call: the A/B switch of bench_kernels decode
-    auto tr = hd == 128
-                  ? (own ? attention_split_tr_kernel<128, true> : attention_split_tr_kernel<128, false>)
-                  : (own ? attention_split_tr_kernel<256, true> : attention_split_tr_kernel<256, false>);
-    launch_pdl(tr, grid, dim3(32 * p.slices), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past,
-               int(T), group, p.chunk_len, p.stages, scale_log2);
+    // DFLASH_SPLIT_OWN=1: each warp copies its own rows (read per call: the A/B switch of bench_kernels
+    // decode)
+    const bool own = env_is("DFLASH_SPLIT_OWN", "1");
+    auto tr = hd == 128 ? (p.halves > 1 ? (own ? attention_split_tr_kernel<128, true, 2>
+                                               : attention_split_tr_kernel<128, false, 2>)
+                                        : (own ? attention_split_tr_kernel<128, true, 1>
+                                               : attention_split_tr_kernel<128, false, 1>))
+                        : (p.halves > 1 ? (own ? attention_split_tr_kernel<256, true, 2>
+                                               : attention_split_tr_kernel<256, false, 2>)
+                                        : (own ? attention_split_tr_kernel<256, true, 1>
+                                               : attention_split_tr_kernel<256, false, 1>));
+    launch_pdl(tr, grid, dim3(32 * p.slices * p.halves), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part,
+               part_ml, past, int(T), group, p.chunk_len, p.stages, scale_log2);
   }
   auto split =
       p.halves == 1 ? (hd == 128 ? attention_split_kernel<128, 1, 16> : attention_split_kernel<256, 1, 16>)

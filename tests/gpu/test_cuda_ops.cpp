@@ -506,28 +506,33 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
 }
 
 // Short steps on the split-KV path (T·group <= 8 rows a kv head: the transposed kernel, rows as the MMAs' N
-// side, its keys split over several warps): GQA groups 1, 2, 3, 4, 6 and 8, T 1..3 (so the last row sees 0..2
-// keys past the cache and padding rows are masked), caches shorter than one key stage (past 0, 1, 5), ending
-// mid-stage and mid-chunk (37, 129, 1000, 4095) and long ones (20000 at the Qwen shapes), with and without
-// the gate; T 8 at group 1 (eight rows, each its own token). Under the plan's choice, under
-// DFLASH_SPLIT_SLICES=1 and =8 (one warp; one stage of 8 or, at hd 128, 16 warps where the plan takes two or
-// more), under DFLASH_SPLIT_TR=0 (the m16-tile kernel, the path before) and under DFLASH_SPLIT_OWN=0 (the
-// transposed kernel's stages copied by the whole CTA between barriers): each agrees with the CPU.
+// side, its keys split over several pairs of warps): GQA groups 1, 2, 3, 4, 6 and 8, T 1..3 (so the last row
+// sees 0..2 keys past the cache and padding rows are masked), caches shorter than one key stage (past 0, 1,
+// 5), ending mid-stage and mid-chunk (37, 129, 1000, 4095) and long ones (20000 at the Qwen shapes), with and
+// without the gate; T 8 at group 1 (eight rows, each its own token). Under the plan's choice, under
+// DFLASH_SPLIT_SLICES=1, =8 and =16 (one key slice; one stage of up to 8 slices or, at hd 128, more, where
+// the plan takes two or more), under DFLASH_SPLIT_OWN=1 (each warp copying its own stage rows), under
+// DFLASH_SPLIT_TRPAIRS=0 (one warp a key slice, the CTA's copies or, with DFLASH_SPLIT_OWN=1, its own) and
+// under DFLASH_SPLIT_TR=0 (the m16-tile kernel, the path before): each agrees with the CPU.
 TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
   struct Case { int hq, hkv, hd; };
   struct Mode {
-    const char *var, *value, *name;
+    const char *var, *value, *var2, *value2, *name;
   };
-  for (Mode mode : {Mode{"", "", "short-step attention_cached"},
-                    {"DFLASH_SPLIT_SLICES", "1", "DFLASH_SPLIT_SLICES=1"},
-                    {"DFLASH_SPLIT_SLICES", "8", "DFLASH_SPLIT_SLICES=8"},
-                    {"DFLASH_SPLIT_SLICES", "16", "DFLASH_SPLIT_SLICES=16"},
-                    {"DFLASH_SPLIT_TR", "0", "DFLASH_SPLIT_TR=0"},
-                    {"DFLASH_SPLIT_OWN", "0", "DFLASH_SPLIT_OWN=0"}}) {
-    unsetenv("DFLASH_SPLIT_SLICES");
-    unsetenv("DFLASH_SPLIT_TR");
-    unsetenv("DFLASH_SPLIT_OWN");
+  const char* const vars[] = {"DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_TR", "DFLASH_SPLIT_OWN",
+                              "DFLASH_SPLIT_TRPAIRS"};
+  for (Mode mode :
+       {Mode{"", "", "", "", "short-step attention_cached"},
+        {"DFLASH_SPLIT_SLICES", "1", "", "", "DFLASH_SPLIT_SLICES=1"},
+        {"DFLASH_SPLIT_SLICES", "8", "", "", "DFLASH_SPLIT_SLICES=8"},
+        {"DFLASH_SPLIT_SLICES", "16", "", "", "DFLASH_SPLIT_SLICES=16"},
+        {"DFLASH_SPLIT_OWN", "1", "", "", "DFLASH_SPLIT_OWN=1"},
+        {"DFLASH_SPLIT_TRPAIRS", "0", "", "", "DFLASH_SPLIT_TRPAIRS=0"},
+        {"DFLASH_SPLIT_TRPAIRS", "0", "DFLASH_SPLIT_OWN", "1", "DFLASH_SPLIT_TRPAIRS=0 DFLASH_SPLIT_OWN=1"},
+        {"DFLASH_SPLIT_TR", "0", "", "", "DFLASH_SPLIT_TR=0"}}) {
+    for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);
+    if (*mode.var2) setenv(mode.var2, mode.value2, 1);
     for (Case c : {Case{24, 4, 256},
                    {32, 8, 128},
                    {6, 1, 128},
@@ -546,9 +551,7 @@ TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
           cached_case(c.hq, c.hkv, c.hd, past, T, mode.name);
         }
   }
-  unsetenv("DFLASH_SPLIT_SLICES");
-  unsetenv("DFLASH_SPLIT_TR");
-  unsetenv("DFLASH_SPLIT_OWN");
+  for (const char* v : vars) unsetenv(v);
 }
 
 // DFLASH_SPLIT_ROWS=n forces n query rows a CTA on the split-KV path (the benchmark's A/B switch on the row
