@@ -304,8 +304,9 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
 // This kernel computes the transposed products, keys and head dims as the MMAs' M side and the rows as their
 // 8-wide N side: Sᵀ = K·Qᵀ, then Oᵀ += Vᵀ·Pᵀ, so a warp's acc is hd × 8 (half the registers), a 16-key stage
 // takes half the MMAs, and Q stays in registers as B fragments. Block (chunk, kvh): every row of kv head kvh
-// against keys [chunk·chunk_len, +chunk_len); warp w takes keys [16w, +16) of each stage of 16 · warps keys
-// (a ring of `stages`, as attention_split_kernel) and runs its own online softmax over them. The C fragment
+// against keys [chunk·chunk_len, +chunk_len); key slice s (a warp, or a pair of warps: HALVES 2 below) takes
+// keys [16s, +16) of each stage of 16 · slices keys (a ring of `stages`, as attention_split_kernel) and runs
+// its own online softmax over them. The C fragment
 // of Sᵀ (lane (g, t): keys g and g + 8 of rows 2t, 2t + 1) becomes P's B fragment (rows g, keys 2t ..) by
 // movmatrix, split into bf16 hi + lo as in attention_split_kernel. The warps' acc are merged through shared
 // memory at the end, each CTA writing one partial per row (the layout attention_merge_kernel reads).
