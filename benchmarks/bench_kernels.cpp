@@ -29,6 +29,7 @@
 #include "core/arena.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/dflash_attention_paths.h"
+#include "kernels/env_switch.h"
 #include "kernels/gemm.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/train_launchers.cuh"
@@ -677,7 +678,11 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",    "DFLASH_SPLIT_T16",
                               "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",  "DFLASH_SPLIT_SLICES",
                               "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_OWN", "DFLASH_SPLIT_TRPAIRS"};
-  for (const Mode& mode : modes) {
+  // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order (a row's position in the run changed its time
+  // once: session 24's [slices8]).
+  std::vector<Mode> order(std::begin(modes), std::end(modes));
+  if (env_is("DF_BENCH_DECODE_REVERSE", "1")) std::reverse(order.begin(), order.end());
+  for (const Mode& mode : order) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
