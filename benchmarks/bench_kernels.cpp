@@ -580,10 +580,13 @@ void bench_train_norms(Bench& b) {
 // every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1), and
 // DFLASH_SPLIT_PLAN=halve ("halve") rows it with the key slices halved until two stages fit (the plan before
 // the fewest stages, then keys, a chunk: 8 slices at hd 128, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the
-// pairs path's warps at 16 keys a stage instead of 32, DFLASH_SPLIT_SLICES=8 / 2 ("slices8", "slices2") with
-// that many key slices where they fit (8 at T 1: one stage of the whole chunk). [graph] rows replay the
-// default rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the host's launch
-// cost.
+// pairs path's warps at 16 keys a stage instead of 32, DFLASH_SPLIT_SLICES=8 / 2 / 4 / 6 / 16 ("slices8" ...)
+// with that many key slices where they fit the warps (else the plan's count), DFLASH_SPLIT_TR=0 ("tr0") short
+// steps on the m16-tile kernel instead of the transposed one, DFLASH_SPLIT_OWN=1 ("own1") the transposed
+// kernel's warps copying their own stage rows, DFLASH_SPLIT_TRPAIRS=0 ("trpairs0") it with one warp a key
+// slice instead of a pair. [graph] rows replay the default rows' calls from a CUDA graph (decode_graph_us):
+// the GPU's time alone, without the host's launch cost. DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse
+// order: the machine can slow down for stretches of a run, so a row is compared across passes.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
