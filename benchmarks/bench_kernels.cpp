@@ -681,8 +681,8 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",    "DFLASH_SPLIT_T16",
                               "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",  "DFLASH_SPLIT_SLICES",
                               "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_OWN", "DFLASH_SPLIT_TRPAIRS"};
-  // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order (a row's position in the run changed its time
-  // once: session 24's [slices8]).
+  // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order: the machine can slow down for stretches of a
+  // run (session 24), so a row that differs in one pass only is the machine, not the mode.
   std::vector<Mode> order(std::begin(modes), std::end(modes));
   if (env_is("DF_BENCH_DECODE_REVERSE", "1")) std::reverse(order.begin(), order.end());
   for (const Mode& mode : order) {

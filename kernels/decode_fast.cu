@@ -390,8 +390,8 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     if (b < nb) load_stage(b, b);
     cp_async_commit();  // empty groups too: the wait below counts groups
   }
-  // Qᵀ's B fragments for the MT k-steps: lane (g, t) holds row g's columns 16kk + 2t, +1 and 16kk + 2t + 8,
-  // +9 (zero for rows past the step's).
+  // Qᵀ's B fragments for the warp's MTW k-steps (its half of the head dim at HALVES 2): lane (g, t) holds row
+  // g's columns 16kk + 2t, +1 and 16kk + 2t + 8, +9 (zero for rows past the step's).
   uint32_t qf[MTW][2];
   {
     const bool in = g < rows;
@@ -715,7 +715,8 @@ bool split_halves_at(int hd) {
 struct SplitPlan {
   int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, wk = 0, slices = 0, chunks = 0, chunk_len = 0,
       stages = 0;
-  bool tr = false;  // attention_split_tr_kernel (slices = its warps) rather than attention_split_kernel
+  bool tr =
+      false;  // attention_split_tr_kernel (slices of 1 or 2 warps: halves) rather than attention_split_kernel
   size_t smem = 0;
 };
 
@@ -799,7 +800,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   const int64_t fit = int64_t((budget - q_bytes(p.slices)) / stage_bytes(p.slices));
   p.stages = int(std::min<int64_t>({kSplitMaxStages, fit, per_chunk}));
   const size_t merge =
-      p.tr ? sizeof(float) * size_t(p.slices) * (16 + 8 * size_t(hd + 4))  // the warps' (m, l), then acc
+      p.tr ? sizeof(float) * size_t(p.slices) * (16 + 8 * size_t(hd + 4))  // the slices' (m, l), then acc
       : p.slices > 1 ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves + 8))
                      : size_t(0);
   p.smem = q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
@@ -828,6 +829,7 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
+  const dim3 block(32 * p.wtiles * p.halves * p.slices);  // the transposed kernel's wtiles is 1
   if (p.tr) {
     // DFLASH_SPLIT_OWN=1: each warp copies its own rows (read per call: the A/B switch of bench_kernels
     // decode)
@@ -840,17 +842,16 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
                                                : attention_split_tr_kernel<256, false, 2>)
                                         : (own ? attention_split_tr_kernel<256, true, 1>
                                                : attention_split_tr_kernel<256, false, 1>));
-    launch_pdl(tr, grid, dim3(32 * p.slices * p.halves), p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part,
-               part_ml, past, int(T), group, p.chunk_len, p.stages, scale_log2);
-  }
-  auto split =
-      p.halves == 1 ? (hd == 128 ? attention_split_kernel<128, 1, 16> : attention_split_kernel<256, 1, 16>)
-      : p.wk == 32  ? (hd == 128 ? attention_split_kernel<128, 2, 32> : attention_split_kernel<256, 2, 32>)
-                    : (hd == 128 ? attention_split_kernel<128, 2, 16> : attention_split_kernel<256, 2, 16>);
-  const dim3 block(32 * p.wtiles * p.halves * p.slices);
-  if (!p.tr)
+    launch_pdl(tr, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T), group,
+               p.chunk_len, p.stages, scale_log2);
+  } else {
+    auto split =
+        p.halves == 1 ? (hd == 128 ? attention_split_kernel<128, 1, 16> : attention_split_kernel<256, 1, 16>)
+        : p.wk == 32  ? (hd == 128 ? attention_split_kernel<128, 2, 32> : attention_split_kernel<256, 2, 32>)
+                      : (hd == 128 ? attention_split_kernel<128, 2, 16> : attention_split_kernel<256, 2, 16>);
     launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
                group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
+  }
   const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
   launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
