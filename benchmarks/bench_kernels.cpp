@@ -582,11 +582,11 @@ void bench_train_norms(Bench& b) {
 // the fewest stages, then keys, a chunk: 8 slices at hd 128, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the
 // pairs path's warps at 16 keys a stage instead of 32, DFLASH_SPLIT_SLICES=8 / 2 / 4 / 6 / 16 ("slices8" ...)
 // with that many key slices where they fit the warps (else the plan's count), DFLASH_SPLIT_TR=0 ("tr0") short
-// steps on the m16-tile kernel instead of the transposed one, DFLASH_SPLIT_OWN=1 ("own1") the transposed
-// kernel's warps copying their own stage rows, DFLASH_SPLIT_TRPAIRS=0 ("trpairs0") it with one warp a key
-// slice instead of a pair. [graph] rows replay the default rows' calls from a CUDA graph (decode_graph_us):
-// the GPU's time alone, without the host's launch cost. DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse
-// order: the machine can slow down for stretches of a run, so a row is compared across passes.
+// steps on the m16-tile kernel instead of the transposed one, DFLASH_SPLIT_TRWARPS=1 / 4 ("trwarps1",
+// "trwarps4") the transposed kernel with one warp or four a key slice instead of a pair. [graph] rows replay
+// the default rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the host's
+// launch cost. DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse order: the machine can slow down for
+// stretches of a run, so a row is compared across passes.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -676,11 +676,11 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_SLICES", "6", " [slices6]"},
                         {"DFLASH_SPLIT_SLICES", "16", " [slices16]"},
                         {"DFLASH_SPLIT_TR", "0", " [tr0]"},
-                        {"DFLASH_SPLIT_OWN", "1", " [own1]"},
-                        {"DFLASH_SPLIT_TRPAIRS", "0", " [trpairs0]"}};
-  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",    "DFLASH_SPLIT_T16",
-                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",  "DFLASH_SPLIT_SLICES",
-                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_OWN", "DFLASH_SPLIT_TRPAIRS"};
+                        {"DFLASH_SPLIT_TRWARPS", "1", " [trwarps1]"},
+                        {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4]"}};
+  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",       "DFLASH_SPLIT_T16",
+                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",     "DFLASH_SPLIT_SLICES",
+                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_TRWARPS"};
   // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order: the machine can slow down for stretches of a
   // run (session 24), so a row that differs in one pass only is the machine, not the mode.
   std::vector<Mode> order(std::begin(modes), std::end(modes));

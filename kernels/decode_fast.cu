@@ -304,85 +304,55 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
 // This kernel computes the transposed products, keys and head dims as the MMAs' M side and the rows as their
 // 8-wide N side: Sᵀ = K·Qᵀ, then Oᵀ += Vᵀ·Pᵀ, so a warp's acc is hd × 8 (half the registers), a 16-key stage
 // takes half the MMAs, and Q stays in registers as B fragments. Block (chunk, kvh): every row of kv head kvh
-// against keys [chunk·chunk_len, +chunk_len); key slice s (a warp, or a pair of warps: HALVES 2 below) takes
+// against keys [chunk·chunk_len, +chunk_len); key slice s (a warp, or PARTS warps: below) takes
 // keys [16s, +16) of each stage of 16 · slices keys (a ring of `stages`, as attention_split_kernel) and runs
 // its own online softmax over them. The C fragment
 // of Sᵀ (lane (g, t): keys g and g + 8 of rows 2t, 2t + 1) becomes P's B fragment (rows g, keys 2t ..) by
 // movmatrix, split into bf16 hi + lo as in attention_split_kernel. The warps' acc are merged through shared
 // memory at the end, each CTA writing one partial per row (the layout attention_merge_kernel reads).
-// HALVES 2 (the default, split_plan): a key slice is a pair of warps, warp 2·slice + half taking columns
-// [half·hd/2, +hd/2) of the slice's 16 keys: it multiplies only those (half of Q·Kᵀ's k-steps, half of P·V's
-// head-dim tiles and of acc), the pair adding their partial scores through shared memory (double-buffered by
-// stage parity, a 64-thread named barrier a stage) so both run the same softmax on the same sums: twice the
-// warps an SM for the same shared memory (27B T 1 11.20 us against 11.49 with one warp a slice, 8B 11.31
-// against 11.88; bench_kernels decode on an H200, session 24). The CTA's threads copy each stage together
-// and meet at a barrier before and after it, as attention_split_kernel does; OWN (DFLASH_SPLIT_OWN=1): each
-// warp copies its own rows (or half rows) of every stage and waits for its own copies only, with no CTA
-// barrier until the merge (measured slower: 27B T 1 13.17 against 12.53 us on an H100, one warp a slice).
-__host__ __device__ constexpr int split_tr_max_warps(int hd) {
-  return hd == 256 ? 8 : 16;
+// PARTS warps a key slice, splitting the head dim: warp PARTS·slice + hpart takes columns [hpart·hd/PARTS,
+// +hd/PARTS) of the slice's 16 keys. It multiplies only those (a PARTS-th of Q·Kᵀ's k-steps, of P·V's
+// head-dim tiles and of acc), the slice's warps adding their partial scores through shared memory
+// (double-buffered by stage parity, a 32·PARTS-thread named barrier a stage) so all run the same softmax on
+// the same sums: PARTS times the warps an SM for the same shared memory. PARTS 2 is the default (split_plan;
+// 27B T 1 11.20 us against 11.49 with one warp a slice, 8B 11.31 against 11.88; bench_kernels decode on an
+// H200, session 24); DFLASH_SPLIT_TRWARPS=1 or 4 picks one warp or four a slice (four: up to 16 warps,
+// split_tr_max_warps). The CTA's threads copy each stage together and meet at a barrier before and after it,
+// as attention_split_kernel does. (Warps that copied and waited for their own stage rows only, with no CTA
+// barrier until the merge, measured no faster: 27B T 1 12.51 against 12.46 us over four passes on an H100,
+// session 24; removed.)
+__host__ __device__ constexpr int split_tr_max_warps(int hd, int parts) {
+  return parts == 4 ? (hd == 256 ? 16 : 32) : hd == 256 ? 8 : 16;
 }
 
-template <int HD, bool OWN, int HALVES>
-__global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
+template <int HD, int PARTS>
+__global__ void __launch_bounds__(32 * split_tr_max_warps(HD, PARTS), PARTS == 4 ? 1 : 0)
     attention_split_tr_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k,
                               int64_t ld_k, const bf16* __restrict__ v, int64_t ld_v,
                               float* __restrict__ part, float* __restrict__ part_ml, int64_t past, int T,
                               int group, int chunk_len, int stages, float scale_log2) {
-  // MT: 16-wide head-dim tiles; CH: 16-byte pieces of a row; HDP: a merge row's floats (HD + 4: the 8 rows ×
-  // 4 column groups a warp instruction stores fall in 32 different banks)
-  // HW: a warp's head-dim columns; MTW: its 16-wide tiles; CHW: its 16-byte pieces of a row
-  constexpr int LDS = HD + 8, MT = HD / 16, CH = HD / 8, HDP = HD + 4, WK = 16, HW = HD / HALVES,
-                MTW = MT / HALVES, CHW = CH / HALVES;
-  static_assert(32 % CH == 0, "a thread's copies keep one column piece: CH must divide a warp");
+  // MT: 16-wide head-dim tiles; HDP: a merge row's floats (HD + 4: the 8 rows × 4 column groups a warp
+  // instruction stores fall in 32 different banks); HW: a warp's head-dim columns; MTW: its 16-wide tiles
+  constexpr int LDS = HD + 8, MT = HD / 16, HDP = HD + 4, WK = 16, HW = HD / PARTS, MTW = MT / PARTS;
+  static_assert(PARTS == 1 || PARTS == 2 || PARTS == 4, "one, two or four warps a key slice");
   static_assert(MTW % 2 == 0, "Q·Kᵀ's k-steps go to two accumulators");
   extern __shared__ __align__(16) unsigned char split_smem[];
   const int rows = T * group;  // <= 8
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  const int slice = warp / HALVES, half = warp % HALVES, slices = warps / HALVES;
+  const int slice = warp / PARTS, hpart = warp % PARTS, slices = warps / PARTS;
   const int g = lane >> 2, t = lane & 3, mat = lane >> 3, r8 = lane & 7;
   const int stage_keys = slices * WK;
   const int64_t len = past + T, key0 = (int64_t)chunk * chunk_len;
   const int nb = (int)((max((int64_t)0, min(key0 + chunk_len, len) - key0) + stage_keys - 1) / stage_keys);
-  // HALVES 2: the pairs' score slots [2 parities][warps][4][32 lanes]; then the ring: stage b's K
+  // PARTS > 1: the slices' score slots [2 parities][warps][4][32 lanes]; then the ring: stage b's K
   // [stage_keys][LDS], then its V
   float* sx = reinterpret_cast<float*>(split_smem);
-  bf16* skv = reinterpret_cast<bf16*>(split_smem + (HALVES > 1 ? sizeof(float) * 2 * 128 * warps : 0));
+  bf16* skv = reinterpret_cast<bf16*>(split_smem + (PARTS > 1 ? sizeof(float) * 2 * 128 * warps : 0));
   pdl_wait();  // q, k, v come from the previous kernels; the partials may still be read by the last merge
   pdl_launch_dependents();
-  // Key stage b into ring slot `slot` (b % stages, kept by the loop: no division a stage), as
-  // attention_split_kernel's load_stage (OWN: this warp's 16 rows of K and of V, each lane one 16-byte column
-  // piece of rows lane / CH, + RS, ...; where all of a lane's rows are in the cache, its source steps by RS
-  // rows, with no clamp and no 64-bit multiply a row).
+  // Key stage b into ring slot `slot` (b % stages, kept by the loop: no division a stage), copied by the CTA.
   auto load_stage = [&](int b, int slot) {
-    if constexpr (OWN) {
-      constexpr int RS = 32 / CHW;  // rows one warp instruction covers
-      const int col = half * HW + (lane % CHW) * 8, r0 = lane / CHW;
-      const bf16* ks = k + (int64_t)kvh * HD + col;
-      const bf16* vs = v + (int64_t)kvh * HD + col;
-      bf16* dst = skv + slot * 2 * stage_keys * LDS + (slice * WK + r0) * LDS + col;
-      const int64_t kb = key0 + (int64_t)b * stage_keys + slice * WK + r0;
-      if (kb + (WK - RS) < len) {
-        ks += kb * ld_k;
-        vs += kb * ld_v;
-#pragma unroll
-        for (int i = 0; i < WK / RS; ++i) {
-          cp_async_16(dst + i * RS * LDS, ks, 16);
-          cp_async_16(dst + (stage_keys + i * RS) * LDS, vs, 16);
-          ks += RS * ld_k;
-          vs += RS * ld_v;
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < WK / RS; ++i) {
-          const int64_t j = min(kb + i * RS, len - 1);
-          cp_async_16(dst + i * RS * LDS, ks + j * ld_k, 16);
-          cp_async_16(dst + (stage_keys + i * RS) * LDS, vs + j * ld_v, 16);
-        }
-      }
-      return;
-    }
     split_copy_stage<HD>(skv + slot * 2 * stage_keys * LDS, k, ld_k, v, ld_v, kvh,
                          key0 + (int64_t)b * stage_keys, stage_keys, len);
   };
@@ -390,13 +360,13 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     if (b < nb) load_stage(b, b);
     cp_async_commit();  // empty groups too: the wait below counts groups
   }
-  // Qᵀ's B fragments for the warp's MTW k-steps (its half of the head dim at HALVES 2): lane (g, t) holds row
+  // Qᵀ's B fragments for the warp's MTW k-steps (its part of the head dim): lane (g, t) holds row
   // g's columns 16kk + 2t, +1 and 16kk + 2t + 8, +9 (zero for rows past the step's).
   uint32_t qf[MTW][2];
   {
     const bool in = g < rows;
     const bf16* qr = q + (int64_t)(in ? g / group : 0) * ld_q +
-                     (int64_t)(kvh * group + (in ? g % group : 0)) * HD + half * HW + 2 * t;
+                     (int64_t)(kvh * group + (in ? g % group : 0)) * HD + hpart * HW + 2 * t;
 #pragma unroll
     for (int kk = 0; kk < MTW; ++kk) {
       qf[kk][0] = in ? __ldg(reinterpret_cast<const unsigned int*>(qr + 16 * kk)) : 0u;
@@ -406,7 +376,7 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
   // This lane's rows a = 2t and b = 2t + 1 see keys up to past + their token; rows past the step's none.
   const int64_t lim_a = 2 * t < rows ? past + 2 * t / group : -1;
   const int64_t lim_b = 2 * t + 1 < rows ? past + (2 * t + 1) / group : -1;
-  // Oᵀ: (hd half·HW + 16m + g, rows 2t, 2t + 1), (hd half·HW + 16m + g + 8, rows 2t, 2t + 1)
+  // Oᵀ: (hd hpart·HW + 16m + g, rows 2t, 2t + 1), (hd hpart·HW + 16m + g + 8, rows 2t, 2t + 1)
   float acc[MTW][4];
 #pragma unroll
   for (int m = 0; m < MTW; ++m) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
@@ -417,11 +387,8 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     if (b + stages - 1 < nb) load_stage(b + stages - 1, wr);
     cp_async_commit();
     cp_async_wait_n(stages - 1);  // stage b has landed (this thread's copies)
-    if (OWN)
-      __syncwarp();  // ... and the warp's: its rows are all it reads
-    else
-      __syncthreads();  // ... and every thread's
-    const bf16* sk = skv + rd * 2 * stage_keys * LDS + slice * WK * LDS + half * HW;
+    __syncthreads();              // ... and every thread's
+    const bf16* sk = skv + rd * 2 * stage_keys * LDS + slice * WK * LDS + hpart * HW;
     const bf16* sv = sk + stage_keys * LDS;
     // Sᵀ = K·Qᵀ over the head dim, even and odd k-steps in two accumulators (two chains of MT / 2 MMAs).
     float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -436,17 +403,28 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) s0[i] += s1[i];
-    if constexpr (HALVES > 1) {
-      // The pair's two halves of the dot products, added as mine + the other's (fp32 addition commutes: both
-      // warps hold the same bits). The other's slot of this parity is not rewritten before both pass the
-      // next stage's barrier.
-      float* mine = sx + ((b & 1) * warps + warp) * 128 + lane;
-      const float* other = sx + ((b & 1) * warps + (warp ^ 1)) * 128 + lane;
+    if constexpr (PARTS > 1) {
+      // The slice's parts of the dot products through shared memory, added in an order every warp of the
+      // slice shares, so all hold the same bits: mine + the other's at PARTS 2 (fp32 addition commutes), (p0
+      // + p1) + (p2 + p3) at PARTS 4. A slot of this parity is not rewritten before all pass the CTA barrier
+      // that ends the stage.
+      if constexpr (PARTS == 2) {
+        float* mine = sx + ((b & 1) * warps + warp) * 128 + lane;
+        const float* other = sx + ((b & 1) * warps + (warp ^ 1)) * 128 + lane;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) mine[32 * i] = s0[i];
-      named_bar_sync(1 + slice, 64);
+        for (int i = 0; i < 4; ++i) mine[32 * i] = s0[i];
+        named_bar_sync(1 + slice, 64);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s0[i] += other[32 * i];
+        for (int i = 0; i < 4; ++i) s0[i] += other[32 * i];
+      } else {
+        float* slots = sx + ((b & 1) * warps + slice * PARTS) * 128 + lane;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) slots[hpart * 128 + 32 * i] = s0[i];
+        named_bar_sync(1 + slice, 32 * PARTS);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          s0[i] = (slots[32 * i] + slots[128 + 32 * i]) + (slots[256 + 32 * i] + slots[384 + 32 * i]);
+      }
     }
     const int64_t j = key0 + (int64_t)b * stage_keys + slice * WK + g;  // keys j (s[0], s[1]) and j + 8
     const float x0 = j <= lim_a ? s0[0] * scale_log2 : -INFINITY;
@@ -492,13 +470,9 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
       mma_bf16_16816(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
       mma_bf16_16816(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
     }
-    if (OWN)
-      __syncwarp();  // the warp's rows of ring slot rd are refilled next iteration
-    else
-      __syncthreads();  // ring slot rd is refilled next iteration
+    __syncthreads();  // ring slot rd is refilled next iteration
   }
   cp_async_wait<0>();
-  if (OWN) __syncthreads();  // every warp is done with the ring the merge area overlays
 #pragma unroll
   for (int o = 4; o <= 16; o <<= 1) {
     l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
@@ -510,7 +484,7 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
   // barrier; an nb = 0 CTA never filled it).
   float* mlw = reinterpret_cast<float*>(skv);  // [slices][8 rows][2]
   float* accw = mlw + 16 * slices;             // [slices][8 rows][HDP]
-  if (g == 0 && half == 0) {                   // a pair's (m, l) are the same bits
+  if (g == 0 && hpart == 0) {                  // a slice's warps hold the same (m, l) bits
     mlw[(slice * 8 + 2 * t) * 2] = m_a;
     mlw[(slice * 8 + 2 * t) * 2 + 1] = l_a;
     mlw[(slice * 8 + 2 * t + 1) * 2] = m_b;
@@ -524,7 +498,7 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
   }
   const float B_a = M_a == -INFINITY ? 0.0f : M_a, B_b = M_b == -INFINITY ? 0.0f : M_b;
   const float f_a = exp2f(m_a - B_a), f_b = exp2f(m_b - B_b);
-  float* mine = accw + slice * 8 * HDP + half * HW + g;
+  float* mine = accw + slice * 8 * HDP + hpart * HW + g;
 #pragma unroll
   for (int m = 0; m < MTW; ++m) {
     mine[(2 * t) * HDP + 16 * m] = acc[m][0] * f_a;
@@ -659,10 +633,9 @@ const DeviceLimits& device_limits() {
                         attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,
                         attention_split_kernel<256, 2, 16>, attention_split_kernel<256, 2, 32>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
-    for (auto kernel : {attention_split_tr_kernel<128, false, 1>, attention_split_tr_kernel<128, true, 1>,
-                        attention_split_tr_kernel<128, false, 2>, attention_split_tr_kernel<128, true, 2>,
-                        attention_split_tr_kernel<256, false, 1>, attention_split_tr_kernel<256, true, 1>,
-                        attention_split_tr_kernel<256, false, 2>, attention_split_tr_kernel<256, true, 2>})
+    for (auto kernel : {attention_split_tr_kernel<128, 1>, attention_split_tr_kernel<128, 2>,
+                        attention_split_tr_kernel<128, 4>, attention_split_tr_kernel<256, 1>,
+                        attention_split_tr_kernel<256, 2>, attention_split_tr_kernel<256, 4>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   });
   return limits[dev];
@@ -708,15 +681,17 @@ bool split_halves_at(int hd) {
 // of 8 slices, the whole 128-key chunk, measured 20.0 against 17.1 us). Steps of T·group <= 8 rows take the
 // transposed kernel (split_tr_at), a pair of warps a key slice, up to split_tr_max_warps warps, by the same
 // rule (a pair's score slots counted with Q): hd 256 at T 1, 4 pairs in two stages of 64 keys, 132 CTAs;
-// hd 128 at T 1, 6 pairs in three stages of 96 keys, 120 CTAs. With one warp a slice (DFLASH_SPLIT_TRPAIRS=0)
+// hd 128 at T 1, 6 pairs in three stages of 96 keys, 120 CTAs. With one warp a slice (DFLASH_SPLIT_TRWARPS=1)
 // the rule took 4 warps at hd 256 (27B: 13.99 us against 14.27 on attention_split_kernel; one stage of 8
 // warps 14.94) and 9 warps in two stages of 144 keys at hd 128 (8B: 13.25 against 14.72; one stage of 16
-// warps 16.30, 6 warps 13.53; bench_kernels decode on an H100, session 24).
+// warps 16.30, 6 warps 13.53; bench_kernels decode on an H100, session 24). With four warps a slice
+// (DFLASH_SPLIT_TRWARPS=4: up to 16 warps at hd 256, 32 at hd 128) it takes the pairs' stages: 4 slices in
+// two stages of 64 keys at hd 256, 6 in three of 96 at hd 128 (not yet timed).
 struct SplitPlan {
   int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, wk = 0, slices = 0, chunks = 0, chunk_len = 0,
       stages = 0;
-  bool tr =
-      false;  // attention_split_tr_kernel (slices of 1 or 2 warps: halves) rather than attention_split_kernel
+  bool tr = false;  // attention_split_tr_kernel (slices of 1, 2 or 4 warps: halves) rather than
+                    // attention_split_kernel
   size_t smem = 0;
 };
 
@@ -742,11 +717,11 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   // bench_kernels decode).
   p.wk = p.halves == 2 && !env_is("DFLASH_SPLIT_WK", "16") ? 32 : kSplitWarpKeys;
   p.tr = split_tr_at(rows);  // then wtiles 1, wk 16: one warp (or pair) a key slice, Q in registers
-  // The transposed kernel's pairs of warps (halves 2) unless DFLASH_SPLIT_TRPAIRS=0: one warp a key slice
+  // The transposed kernel's warps a key slice (halves: its PARTS): a pair unless DFLASH_SPLIT_TRWARPS=1 or 4
   // (read per call: the A/B switch of bench_kernels decode)
-  if (p.tr) p.halves = env_is("DFLASH_SPLIT_TRPAIRS", "0") ? 1 : 2;
+  if (p.tr) p.halves = env_is("DFLASH_SPLIT_TRWARPS", "1") ? 1 : env_is("DFLASH_SPLIT_TRWARPS", "4") ? 4 : 2;
   const int wslice = p.wtiles * p.halves;  // warps a key slice
-  const int max_warps = p.tr ? split_tr_max_warps(hd) : split_max_warps(hd, p.halves);
+  const int max_warps = p.tr ? split_tr_max_warps(hd, p.halves) : split_max_warps(hd, p.halves);
   p.slices = std::max(1, max_warps / wslice);
   const size_t row_bytes = sizeof(bf16) * size_t(hd + 8);
   auto q_bytes = [&](int slices) {  // Q tiles, then a pair path's score slots (wk / 2 floats a lane)
@@ -831,17 +806,10 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
   const dim3 block(32 * p.wtiles * p.halves * p.slices);  // the transposed kernel's wtiles is 1
   if (p.tr) {
-    // DFLASH_SPLIT_OWN=1: each warp copies its own rows (read per call: the A/B switch of bench_kernels
-    // decode)
-    const bool own = env_is("DFLASH_SPLIT_OWN", "1");
-    auto tr = hd == 128 ? (p.halves > 1 ? (own ? attention_split_tr_kernel<128, true, 2>
-                                               : attention_split_tr_kernel<128, false, 2>)
-                                        : (own ? attention_split_tr_kernel<128, true, 1>
-                                               : attention_split_tr_kernel<128, false, 1>))
-                        : (p.halves > 1 ? (own ? attention_split_tr_kernel<256, true, 2>
-                                               : attention_split_tr_kernel<256, false, 2>)
-                                        : (own ? attention_split_tr_kernel<256, true, 1>
-                                               : attention_split_tr_kernel<256, false, 1>));
+    auto tr =
+        p.halves == 4   ? (hd == 128 ? attention_split_tr_kernel<128, 4> : attention_split_tr_kernel<256, 4>)
+        : p.halves == 2 ? (hd == 128 ? attention_split_tr_kernel<128, 2> : attention_split_tr_kernel<256, 2>)
+                        : (hd == 128 ? attention_split_tr_kernel<128, 1> : attention_split_tr_kernel<256, 1>);
     launch_pdl(tr, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T), group,
                p.chunk_len, p.stages, scale_log2);
   } else {

@@ -511,25 +511,26 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
 // 5), ending mid-stage and mid-chunk (37, 129, 1000, 4095) and long ones (20000 at the Qwen shapes), with and
 // without the gate; T 8 at group 1 (eight rows, each its own token). Under the plan's choice, under
 // DFLASH_SPLIT_SLICES=1, =8 and =16 (one key slice; one stage of up to 8 slices or, at hd 128, more, where
-// the plan takes two or more), under DFLASH_SPLIT_OWN=1 (each warp copying its own stage rows), under
-// DFLASH_SPLIT_TRPAIRS=0 (one warp a key slice, the CTA's copies or, with DFLASH_SPLIT_OWN=1, its own) and
-// under DFLASH_SPLIT_TR=0 (the m16-tile kernel, the path before): each agrees with the CPU.
+// the plan takes two or more), under DFLASH_SPLIT_TRWARPS=1 and =4 (one warp or four a key slice instead of a
+// pair, with one slice and with 8 or 16 too) and under DFLASH_SPLIT_TR=0 (the m16-tile kernel, the path
+// before): each agrees with the CPU.
 TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
   struct Case { int hq, hkv, hd; };
   struct Mode {
     const char *var, *value, *var2, *value2, *name;
   };
-  const char* const vars[] = {"DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_TR", "DFLASH_SPLIT_OWN",
-                              "DFLASH_SPLIT_TRPAIRS"};
-  for (Mode mode :
-       {Mode{"", "", "", "", "short-step attention_cached"},
-        {"DFLASH_SPLIT_SLICES", "1", "", "", "DFLASH_SPLIT_SLICES=1"},
-        {"DFLASH_SPLIT_SLICES", "8", "", "", "DFLASH_SPLIT_SLICES=8"},
-        {"DFLASH_SPLIT_SLICES", "16", "", "", "DFLASH_SPLIT_SLICES=16"},
-        {"DFLASH_SPLIT_OWN", "1", "", "", "DFLASH_SPLIT_OWN=1"},
-        {"DFLASH_SPLIT_TRPAIRS", "0", "", "", "DFLASH_SPLIT_TRPAIRS=0"},
-        {"DFLASH_SPLIT_TRPAIRS", "0", "DFLASH_SPLIT_OWN", "1", "DFLASH_SPLIT_TRPAIRS=0 DFLASH_SPLIT_OWN=1"},
-        {"DFLASH_SPLIT_TR", "0", "", "", "DFLASH_SPLIT_TR=0"}}) {
+  const char* const vars[] = {"DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_TR", "DFLASH_SPLIT_TRWARPS"};
+  for (Mode mode : {Mode{"", "", "", "", "short-step attention_cached"},
+                    {"DFLASH_SPLIT_SLICES", "1", "", "", "DFLASH_SPLIT_SLICES=1"},
+                    {"DFLASH_SPLIT_SLICES", "8", "", "", "DFLASH_SPLIT_SLICES=8"},
+                    {"DFLASH_SPLIT_SLICES", "16", "", "", "DFLASH_SPLIT_SLICES=16"},
+                    {"DFLASH_SPLIT_TRWARPS", "1", "", "", "DFLASH_SPLIT_TRWARPS=1"},
+                    {"DFLASH_SPLIT_TRWARPS", "4", "", "", "DFLASH_SPLIT_TRWARPS=4"},
+                    {"DFLASH_SPLIT_TRWARPS", "4", "DFLASH_SPLIT_SLICES", "1",
+                     "DFLASH_SPLIT_TRWARPS=4 DFLASH_SPLIT_SLICES=1"},
+                    {"DFLASH_SPLIT_TRWARPS", "4", "DFLASH_SPLIT_SLICES", "8",
+                     "DFLASH_SPLIT_TRWARPS=4 DFLASH_SPLIT_SLICES=8"},
+                    {"DFLASH_SPLIT_TR", "0", "", "", "DFLASH_SPLIT_TR=0"}}) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);
     if (*mode.var2) setenv(mode.var2, mode.value2, 1);
