@@ -583,10 +583,12 @@ void bench_train_norms(Bench& b) {
 // pairs path's warps at 16 keys a stage instead of 32, DFLASH_SPLIT_SLICES=8 / 2 / 4 / 6 / 16 ("slices8" ...)
 // with that many key slices where they fit the warps (else the plan's count), DFLASH_SPLIT_TR=0 ("tr0") short
 // steps on the m16-tile kernel instead of the transposed one, DFLASH_SPLIT_TRWARPS=1 / 4 ("trwarps1",
-// "trwarps4") the transposed kernel with one warp or four a key slice instead of a pair. [graph] rows replay
-// the default rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the host's
-// launch cost. DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse order: the machine can slow down for
-// stretches of a run, so a row is compared across passes.
+// "trwarps4") the transposed kernel with one warp or four a key slice instead of a pair,
+// DFLASH_SPLIT_COPY=step
+// ("copystep", with four warps a slice "trwarps4 copystep") its stage copies stepping by rows. [graph] rows
+// replay the default rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the
+// host's launch cost. DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse order: the machine can slow down
+// for stretches of a run, so a row is compared across passes.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -661,7 +663,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   // warp a tile (no pairs), pairs at hd 128 too, the key slices halved until two stages fit, the pairs path's
   // warps at 16 keys a stage, 8 / 2 key slices.
   struct Mode {
-    const char *var, *value, *tag;
+    const char *var, *value, *tag, *var2 = "", *value2 = "";
   };
   const Mode modes[] = {{"", "", ""},
                         {"DFLASH_SPLIT_ROWS", "48", " [rows48]"},
@@ -677,10 +679,12 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_SLICES", "16", " [slices16]"},
                         {"DFLASH_SPLIT_TR", "0", " [tr0]"},
                         {"DFLASH_SPLIT_TRWARPS", "1", " [trwarps1]"},
-                        {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4]"}};
-  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",       "DFLASH_SPLIT_T16",
-                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",     "DFLASH_SPLIT_SLICES",
-                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_TRWARPS"};
+                        {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4]"},
+                        {"DFLASH_SPLIT_COPY", "step", " [copystep]"},
+                        {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4 copystep]", "DFLASH_SPLIT_COPY", "step"}};
+  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",        "DFLASH_SPLIT_T16",
+                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",      "DFLASH_SPLIT_SLICES",
+                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_TRWARPS", "DFLASH_SPLIT_COPY"};
   // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order: the machine can slow down for stretches of a
   // run (session 24), so a row that differs in one pass only is the machine, not the mode.
   std::vector<Mode> order(std::begin(modes), std::end(modes));
@@ -688,6 +692,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   for (const Mode& mode : order) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);
+    if (*mode.var2) setenv(mode.var2, mode.value2, 1);
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
                   (long long)past, mode.tag);
     call(0);

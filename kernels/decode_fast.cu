@@ -65,8 +65,12 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 // weight 0. A thread keeps one 16-byte column piece of rows r, r + step, ... (blockDim is whole warps and
 // HD / 8 divides 32), so no copy divides an index at run time: the index arithmetic of a flat loop over
 // (row, piece), a division by the stage's keys per copy, was 70 % of the instructions executed at T 1 (27B,
-// Nsight Compute, session 17), and each warp's chain of instructions is what the step waits for.
-template <int HD>
+// Nsight Compute, session 17), and each warp's chain of instructions is what the step waits for. STEP: where
+// the whole stage lies in the cache (every stage but a chunk's last, near the cache's end), the sources step
+// by `step` rows with no clamp and no 64-bit multiply a row: 11 PTX instructions a row's two copies instead
+// of 24 (sm_90a, hd 256), at 27B T 1 8 rows a thread a stage (DFLASH_SPLIT_COPY=step, the transposed kernel
+// only; not yet timed).
+template <int HD, bool STEP = false>
 __device__ __forceinline__ void split_copy_stage(bf16* slot, const bf16* __restrict__ k, int64_t ld_k,
                                                  const bf16* __restrict__ v, int64_t ld_v, int kvh,
                                                  int64_t kb, int keys, int64_t len) {
@@ -75,6 +79,20 @@ __device__ __forceinline__ void split_copy_stage(bf16* slot, const bf16* __restr
   const bf16* kcol = k + (int64_t)kvh * HD + col;
   const bf16* vcol = v + (int64_t)kvh * HD + col;
   bf16* dst = slot + col;
+  if constexpr (STEP) {
+    if (kb + keys <= len) {
+      const int r0 = threadIdx.x / CH;
+      const int64_t k_step = step * ld_k, v_step = step * ld_v;
+      const bf16* ks = kcol + (kb + r0) * ld_k;
+      const bf16* vs = vcol + (kb + r0) * ld_v;
+      bf16* d = dst + r0 * LDS;
+      for (int r = r0; r < keys; r += step, ks += k_step, vs += v_step, d += step * LDS) {
+        cp_async_16(d, ks, 16);
+        cp_async_16(d + keys * LDS, vs, 16);
+      }
+      return;
+    }
+  }
   for (int r = threadIdx.x / CH; r < keys; r += step) {
     const int64_t j = min(kb + r, len - 1);
     cp_async_16(dst + r * LDS, kcol + j * ld_k, 16);
@@ -325,7 +343,7 @@ __host__ __device__ constexpr int split_tr_max_warps(int hd, int parts) {
   return parts == 4 ? (hd == 256 ? 16 : 32) : hd == 256 ? 8 : 16;
 }
 
-template <int HD, int PARTS>
+template <int HD, int PARTS, bool STEP>
 __global__ void __launch_bounds__(32 * split_tr_max_warps(HD, PARTS), PARTS == 4 ? 1 : 0)
     attention_split_tr_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k,
                               int64_t ld_k, const bf16* __restrict__ v, int64_t ld_v,
@@ -353,8 +371,8 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD, PARTS), PARTS == 4
   pdl_launch_dependents();
   // Key stage b into ring slot `slot` (b % stages, kept by the loop: no division a stage), copied by the CTA.
   auto load_stage = [&](int b, int slot) {
-    split_copy_stage<HD>(skv + slot * 2 * stage_keys * LDS, k, ld_k, v, ld_v, kvh,
-                         key0 + (int64_t)b * stage_keys, stage_keys, len);
+    split_copy_stage<HD, STEP>(skv + slot * 2 * stage_keys * LDS, k, ld_k, v, ld_v, kvh,
+                               key0 + (int64_t)b * stage_keys, stage_keys, len);
   };
   for (int b = 0; b < stages - 1; ++b) {
     if (b < nb) load_stage(b, b);
@@ -532,6 +550,20 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD, PARTS), PARTS == 4
   }
 }
 
+// The transposed kernel at head dim hd (128 or 256) with `parts` warps a key slice (1, 2 or 4), its stage
+// copies stepped or not.
+using SplitTrKernel = decltype(&attention_split_tr_kernel<128, 2, false>);
+template <int HD, bool STEP>
+SplitTrKernel split_tr_kernel(int parts) {
+  return parts == 4   ? attention_split_tr_kernel<HD, 4, STEP>
+         : parts == 2 ? attention_split_tr_kernel<HD, 2, STEP>
+                      : attention_split_tr_kernel<HD, 1, STEP>;
+}
+SplitTrKernel split_tr_kernel(int hd, int parts, bool step) {
+  return hd == 128 ? (step ? split_tr_kernel<128, true>(parts) : split_tr_kernel<128, false>(parts))
+                   : (step ? split_tr_kernel<256, true>(parts) : split_tr_kernel<256, false>(parts));
+}
+
 // ---- merging the chunks -------------------------------------------------------------------------------
 // Where attention_merge_kernel's per-group sums start in its shared memory: after the chunk weights, at a
 // float4 boundary.
@@ -633,10 +665,11 @@ const DeviceLimits& device_limits() {
                         attention_split_kernel<128, 2, 32>, attention_split_kernel<256, 1, 16>,
                         attention_split_kernel<256, 2, 16>, attention_split_kernel<256, 2, 32>})
       DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
-    for (auto kernel : {attention_split_tr_kernel<128, 1>, attention_split_tr_kernel<128, 2>,
-                        attention_split_tr_kernel<128, 4>, attention_split_tr_kernel<256, 1>,
-                        attention_split_tr_kernel<256, 2>, attention_split_tr_kernel<256, 4>})
-      DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
+    for (int hd : {128, 256})
+      for (int parts : {1, 2, 4})
+        for (bool step : {false, true})
+          DF_CUDA_CHECK(cudaFuncSetAttribute(split_tr_kernel(hd, parts, step),
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   });
   return limits[dev];
 }
@@ -806,10 +839,9 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
   const dim3 block(32 * p.wtiles * p.halves * p.slices);  // the transposed kernel's wtiles is 1
   if (p.tr) {
-    auto tr =
-        p.halves == 4   ? (hd == 128 ? attention_split_tr_kernel<128, 4> : attention_split_tr_kernel<256, 4>)
-        : p.halves == 2 ? (hd == 128 ? attention_split_tr_kernel<128, 2> : attention_split_tr_kernel<256, 2>)
-                        : (hd == 128 ? attention_split_tr_kernel<128, 1> : attention_split_tr_kernel<256, 1>);
+    // DFLASH_SPLIT_COPY=step: stage copies whose sources step by rows where the stage is in the cache (read
+    // per call: the A/B switch of bench_kernels decode)
+    auto tr = split_tr_kernel(hd, p.halves, env_is("DFLASH_SPLIT_COPY", "step"));
     launch_pdl(tr, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T), group,
                p.chunk_len, p.stages, scale_log2);
   } else {

@@ -512,14 +512,16 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
 // without the gate; T 8 at group 1 (eight rows, each its own token). Under the plan's choice, under
 // DFLASH_SPLIT_SLICES=1, =8 and =16 (one key slice; one stage of up to 8 slices or, at hd 128, more, where
 // the plan takes two or more), under DFLASH_SPLIT_TRWARPS=1 and =4 (one warp or four a key slice instead of a
-// pair, with one slice and with 8 or 16 too) and under DFLASH_SPLIT_TR=0 (the m16-tile kernel, the path
-// before): each agrees with the CPU.
+// pair, with one slice and with 8 or 16 too), under DFLASH_SPLIT_COPY=step (stage copies stepping by rows
+// where the stage lies in the cache) with each warp count, and under DFLASH_SPLIT_TR=0 (the m16-tile kernel,
+// the path before): each agrees with the CPU.
 TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
   struct Case { int hq, hkv, hd; };
   struct Mode {
     const char *var, *value, *var2, *value2, *name;
   };
-  const char* const vars[] = {"DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_TR", "DFLASH_SPLIT_TRWARPS"};
+  const char* const vars[] = {"DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_TR", "DFLASH_SPLIT_TRWARPS",
+                              "DFLASH_SPLIT_COPY"};
   for (Mode mode : {Mode{"", "", "", "", "short-step attention_cached"},
                     {"DFLASH_SPLIT_SLICES", "1", "", "", "DFLASH_SPLIT_SLICES=1"},
                     {"DFLASH_SPLIT_SLICES", "8", "", "", "DFLASH_SPLIT_SLICES=8"},
@@ -530,6 +532,11 @@ TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
                      "DFLASH_SPLIT_TRWARPS=4 DFLASH_SPLIT_SLICES=1"},
                     {"DFLASH_SPLIT_TRWARPS", "4", "DFLASH_SPLIT_SLICES", "8",
                      "DFLASH_SPLIT_TRWARPS=4 DFLASH_SPLIT_SLICES=8"},
+                    {"DFLASH_SPLIT_COPY", "step", "", "", "DFLASH_SPLIT_COPY=step"},
+                    {"DFLASH_SPLIT_COPY", "step", "DFLASH_SPLIT_TRWARPS", "1",
+                     "DFLASH_SPLIT_COPY=step DFLASH_SPLIT_TRWARPS=1"},
+                    {"DFLASH_SPLIT_COPY", "step", "DFLASH_SPLIT_TRWARPS", "4",
+                     "DFLASH_SPLIT_COPY=step DFLASH_SPLIT_TRWARPS=4"},
                     {"DFLASH_SPLIT_TR", "0", "", "", "DFLASH_SPLIT_TR=0"}}) {
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);
