@@ -334,14 +334,17 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
 // (double-buffered by stage parity, a 32·PARTS-thread named barrier a stage) so all run the same softmax on
 // the same sums: PARTS times the warps an SM for the same shared memory. PARTS 2 is the default (split_plan;
 // 27B T 1 11.20 us against 11.49 with one warp a slice, 8B 11.31 against 11.88; bench_kernels decode on an
-// H200, session 24); DFLASH_SPLIT_TRWARPS=1 or 4 picks one warp or four a slice (four: up to 16 warps,
-// split_tr_max_warps). The CTA's threads copy each stage together and meet at a barrier before and after it,
-// as attention_split_kernel does. (Warps that copied and waited for their own stage rows only, with no CTA
-// barrier until the merge, measured no faster: 27B T 1 12.51 against 12.46 us over four passes on an H100,
-// session 24; removed.)
+// H200, session 24); DFLASH_SPLIT_TRWARPS=1 or 4 picks one warp or four a slice (four: up to 16 warps at hd
+// 256, 32 at hd 128, split_tr_max_warps). The CTA's threads copy each stage together and meet at a barrier
+// before and after it, as attention_split_kernel does. (Warps that copied and waited for their own stage rows
+// only, with no CTA barrier until the merge, measured no faster: 27B T 1 12.51 against 12.46 us over four
+// passes on an H100, session 24; removed.)
 __host__ __device__ constexpr int split_tr_max_warps(int hd, int parts) {
   return parts == 4 ? (hd == 256 ? 16 : 32) : hd == 256 ? 8 : 16;
 }
+
+// The four-warp builds ask for one block an SM (what their shared memory allows anyway): with no minimum,
+// ptxas held the 512-thread hd-256 build to 64 registers and spilled. 0 leaves the other builds as they were.
 
 template <int HD, int PARTS, bool STEP>
 __global__ void __launch_bounds__(32 * split_tr_max_warps(HD, PARTS), PARTS == 4 ? 1 : 0)
