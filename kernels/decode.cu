@@ -255,8 +255,10 @@ void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
   if (workspace_bytes < attention_cached_workspace_bytes(T, hq, hkv, hd))
     cuda_throw("attention_cached_launch", "workspace smaller than attention_cached_workspace_bytes(T, hq, hkv, hd)",
                __FILE__, __LINE__);
-  attention_split_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, hq, hkv, hd, scale,
-                      workspace, stream);
+  if (!attention_split_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, hq, hkv, hd, scale,
+                           workspace, stream))
+    attention_rows_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, nullptr, 0, hq, hkv,
+                       hd, scale, "attention_cached_launch", stream);
 }
 
 void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,

@@ -679,8 +679,8 @@ const DeviceLimits& device_limits() {
 // Chunks per kv head to aim for: at most one CTA per SM over the whole grid (a CTA's warps, registers and stage
 // ring fill an SM, so rounding up would leave a second wave: 8 kv heads took 17 chunks each, 136 CTAs on 132
 // SMs), the row groups of a kv head sharing that budget (down to one chunk each).
-int64_t split_chunks_per_head(int64_t groups, int hkv) {
-  return std::max<int64_t>(1, device_limits().sms / (hkv * groups));
+int64_t split_chunks_per_head(int64_t groups, int hkv, int sms) {
+  return std::max<int64_t>(1, sms / (hkv * groups));
 }
 
 // DFLASH_SPLIT_ROWS=n (a multiple of 16 up to 128): n query rows a CTA instead of split_plan's choice, the A/B
@@ -722,14 +722,8 @@ bool split_halves_at(int hd) {
 // warps 14.94) and 9 warps in two stages of 144 keys at hd 128 (8B: 13.25 against 14.72; one stage of 16
 // warps 16.30, 6 warps 13.53; bench_kernels decode on an H100, session 24). With four warps a slice
 // (DFLASH_SPLIT_TRWARPS=4: up to 16 warps at hd 256, 32 at hd 128) it takes the pairs' stages: 4 slices in
-// two stages of 64 keys at hd 256, 6 in three of 96 at hd 128 (not yet timed).
-struct SplitPlan {
-  int cta_rows = 0, groups = 0, wtiles = 0, halves = 0, wk = 0, slices = 0, chunks = 0, chunk_len = 0,
-      stages = 0;
-  bool tr = false;  // attention_split_tr_kernel (slices of 1, 2 or 4 warps: halves) rather than
-                    // attention_split_kernel
-  size_t smem = 0;
-};
+// two stages of 64 keys at hd 256, 6 in three of 96 at hd 128 (not yet timed). `budget`: the device's opt-in
+// shared memory a block.
 
 // Where a step takes the transposed kernel: T·group <= 8 rows a kv head unless DFLASH_SPLIT_TR=0 (then
 // attention_split_kernel's m16 tile, the path before it; read per call: the A/B switch of bench_kernels
@@ -738,8 +732,7 @@ bool split_tr_at(int64_t rows) {
   return rows <= 8 && !env_is("DFLASH_SPLIT_TR", "0");
 }
 
-SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
-  const size_t budget = size_t(device_limits().smem);
+SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd, int sms, size_t budget) {
   const int64_t rows = T * group;
   SplitPlan p;
   const int64_t tiles = (rows + 15) / 16;
@@ -770,7 +763,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
   auto chunking = [&](int slices, int64_t& blocks, int64_t& per_head, int64_t& per_chunk) {
     const int stage_keys = slices * p.wk;
     blocks = (past + T + stage_keys - 1) / stage_keys;
-    per_head = std::min(split_chunks_per_head(p.groups, hkv), blocks);
+    per_head = std::min(split_chunks_per_head(p.groups, hkv, sms), blocks);
     per_chunk = (blocks + per_head - 1) / per_head;
   };
   // Of the slice counts whose Q and two stages fit, the one with the fewest stages a chunk (each warp's
@@ -815,6 +808,7 @@ SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd) {
       : p.slices > 1 ? sizeof(float) * size_t(wslice * p.slices) * (32 + 16 * size_t(hd / p.halves + 8))
                      : size_t(0);
   p.smem = q_bytes(p.slices) + std::max(size_t(p.stages) * stage_bytes(p.slices), merge);
+  p.fits = p.stages >= 1 && p.smem <= budget;
   return p;
 }
 
@@ -824,23 +818,39 @@ bool attention_split_shape(int64_t T, int hq, int hkv, int hd) {
   return (hd == 128 || hd == 256) && hkv <= 65535 && T * (hq / hkv) <= int64_t(kSplitMaxRows) * 65535;
 }
 
-size_t attention_split_workspace_bytes(int64_t T, int hq, int hkv, int hd) {
+SplitPlan attention_split_plan(int64_t T, int64_t past, int hq, int hkv, int hd, int sms, size_t smem) {
+  return split_plan(T, past, hq / hkv, hkv, hd, sms, smem);
+}
+
+int attention_split_max_threads(const SplitPlan& p, int hd) {
+  return 32 * (p.tr ? split_tr_max_warps(hd, p.halves) : split_max_warps(hd, p.halves));
+}
+
+size_t attention_split_workspace_bytes_for(int64_t T, int hq, int hkv, int hd, int sms) {
   const int64_t rows = T * (hq / hkv);
   // split_plan's fewest row groups give the most chunks
   const int64_t groups = (rows + kSplitMaxRows - 1) / kSplitMaxRows;
-  return sizeof(float) * size_t(hkv) * size_t(split_chunks_per_head(groups, hkv)) * size_t(rows) * size_t(hd + 2);
+  return sizeof(float) * size_t(hkv) * size_t(split_chunks_per_head(groups, hkv, sms)) * size_t(rows) *
+         size_t(hd + 2);
 }
 
-void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
-                         bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, int64_t T, int64_t past,
-                         int hq, int hkv, int hd, float scale, void* workspace, cudaStream_t stream) {
+size_t attention_split_workspace_bytes(int64_t T, int hq, int hkv, int hd) {
+  return attention_split_workspace_bytes_for(T, hq, hkv, hd, device_limits().sms);
+}
+
+bool attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                         int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
+                         int64_t T, int64_t past, int hq, int hkv, int hd, float scale, void* workspace,
+                         cudaStream_t stream) {
   const int group = hq / hkv, rows = int(T * group);
-  const SplitPlan p = split_plan(T, past, group, hkv, hd);
+  const DeviceLimits& dev = device_limits();
+  const SplitPlan p = split_plan(T, past, group, hkv, hd, dev.sms, size_t(dev.smem));
+  if (!p.fits) return false;
   float* part = static_cast<float*>(workspace);
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)p.chunks, (unsigned)hkv, (unsigned)p.groups);
-  const dim3 block(32 * p.wtiles * p.halves * p.slices);  // the transposed kernel's wtiles is 1
+  const dim3 block(p.threads());
   if (p.tr) {
     // DFLASH_SPLIT_COPY=step: stage copies whose sources step by rows where the stage is in the cache (read
     // per call: the A/B switch of bench_kernels decode)
@@ -859,6 +869,7 @@ void attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
              p.chunks, hd);
+  return true;
 }
 
 }  // namespace df
