@@ -28,6 +28,7 @@
 #include "benchmarks/kernel_bench.h"
 #include "core/arena.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/decode_plan.h"
 #include "kernels/dflash_attention_paths.h"
 #include "kernels/env_switch.h"
 #include "kernels/gemm.cuh"
@@ -633,8 +634,31 @@ int decode_sets(double bytes_per_set, int l2_bytes) {
 void decode_print(const DecodeRow& r, double copy_gbs) {
   const double gbs = r.bytes / (r.us * 1e-6) / 1e9, ideal_us = r.bytes / (copy_gbs * 1e9) * 1e6;
   const double ratio = r.us / ideal_us;
-  std::printf("%-52s %7.2f MB %9.2f us %8.0f GB/s %6.1f %% of copy %6.2fx bw time  %s\n", r.name.c_str(),
+  std::printf("%-84s %7.2f MB %9.2f us %8.0f GB/s %6.1f %% of copy %6.2fx bw time  %s\n", r.name.c_str(),
               r.bytes / 1e6, r.us, gbs, 100.0 * gbs / copy_gbs, ratio, ratio <= 2.0 ? "PASS" : "FAIL (> 2x)");
+}
+
+// The split plan a call of attention_cached takes on this device under the switches set now, as a row's tag:
+// {tr 4x2w 2st/64k 33ch} = the transposed kernel, 4 key slices of 2 warps, 2 stages of 64 keys a chunk, 33
+// chunks a kv head; {m16 6t 2w 1sl ...} = the m16-tile kernel, 6 row tiles of 2 warps, 1 key slice. So a row
+// says which launch it timed (a switch the plan cannot honour leaves the plan's own choice).
+std::string decode_plan_tag(int64_t T, int64_t past, int hq, int hkv, int hd) {
+  if (env_is("DFLASH_DECODE", "general")) return " {general}";
+  int dev = 0, sms = 0, smem = 0;
+  DF_CUDA_CHECK(cudaGetDevice(&dev));
+  DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  DF_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const SplitPlan p = attention_split_plan(T, past, hq, hkv, hd, sms, size_t(smem));
+  if (!p.fits) return " {general: no split plan fits}";
+  char tag[96];
+  const int stage_keys = p.slices * p.wk;
+  if (p.tr)
+    std::snprintf(tag, sizeof tag, " {tr %dx%dw %dst/%dk %dch}", p.slices, p.halves, p.stages, stage_keys,
+                  p.chunks);
+  else
+    std::snprintf(tag, sizeof tag, " {m16 %dt %dw %dsl %dst/%dk %dch x%dg}", p.wtiles, p.halves, p.slices,
+                  p.stages, stage_keys, p.chunks, p.groups);
+  return tag;
 }
 
 // attention_cached over past cached + T new tokens, hq / hkv heads of hd, gated or not.
@@ -658,7 +682,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   Tensor ho = b.harena.alloc(DType::f32, T, qc), hg = b.to_host(S[0].g);
   b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
                          gated ? &hg : nullptr);
-  char name[128];
+  char name[192];
   // Each setting alone, every other switch unset: split_plan's choice, 48 rows a CTA, the general kernel, one
   // warp a tile (no pairs), pairs at hd 128 too, the key slices halved until two stages fit, the pairs path's
   // warps at 16 keys a stage, 8 / 2 key slices.
@@ -693,8 +717,8 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
     for (const char* v : vars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);
     if (*mode.var2) setenv(mode.var2, mode.value2, 1);
-    std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s", shape, (long long)T,
-                  (long long)past, mode.tag);
+    std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s%s", shape, (long long)T,
+                  (long long)past, mode.tag, decode_plan_tag(T, past, hq, hkv, hd).c_str());
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
