@@ -148,40 +148,36 @@ TEST(DecodeSplitPlan, EveryPlanLaunchesCoversTheCacheAndFitsItsWorkspace) {
 // The plans at the Qwen shapes on a 132-SM Hopper are the ones the kernels' comments and
 // benchmarks/RESULTS.md describe: T 1 on the transposed kernel with pairs of warps (27B: 4 slices, two stages
 // of 64 keys, 33 chunks a kv head; 8B: 6 slices, three stages of 96 keys, 15 chunks), four warps a slice with
-// the same stages, and T 16 on the m16-tile kernel (27B: one group of 96 rows, pairs of warps a tile, 33
-// chunks).
+// the same stages, and T 16 on the m16-tile kernel (27B: one group of 96 rows, pairs of warps a tile, one key
+// slice, 33 chunks of four 32-key stages).
 TEST(DecodeSplitPlan, QwenShapesTakeTheDocumentedPlans) {
+  struct Want {
+    const char* trwarps;  // DFLASH_SPLIT_TRWARPS, "" unset
+    int64_t T;
+    int hq, hkv, hd;
+    bool tr;
+    int cta_rows, halves, slices, stages, chunk_len, chunks;
+  };
+  for (const Want& w : {Want{"", 1, 24, 4, 256, true, 16, 2, 4, 2, 128, 33},
+                        Want{"", 1, 32, 8, 128, true, 16, 2, 6, 3, 288, 15},
+                        Want{"4", 1, 24, 4, 256, true, 16, 4, 4, 2, 128, 33},
+                        Want{"4", 1, 32, 8, 128, true, 16, 4, 6, 3, 288, 15},
+                        Want{"", 16, 24, 4, 256, false, 96, 2, 1, 4, 128, 33}}) {
+    select({*w.trwarps ? "DFLASH_SPLIT_TRWARPS" : "", w.trwarps, "", ""});
+    const SplitPlan p = attention_split_plan(w.T, 4096, w.hq, w.hkv, w.hd, 132, 232448);
+    SCOPED_TRACE(std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " x " + std::to_string(w.hd) + ", T " +
+                 std::to_string(w.T) +
+                 (*w.trwarps ? std::string(", DFLASH_SPLIT_TRWARPS=") + w.trwarps : ""));
+    EXPECT_TRUE(p.fits);
+    EXPECT_EQ(p.tr, w.tr);
+    EXPECT_EQ(p.cta_rows, w.cta_rows);
+    EXPECT_EQ(p.groups, 1);
+    EXPECT_EQ(p.halves, w.halves);
+    EXPECT_EQ(p.slices, w.slices);
+    EXPECT_EQ(p.stages, w.stages);
+    EXPECT_EQ(p.chunk_len, w.chunk_len);
+    EXPECT_EQ(p.chunks, w.chunks);
+  }
   select({"", "", "", ""});
-  const size_t smem = 232448;
-  SplitPlan p = attention_split_plan(1, 4096, 24, 4, 256, 132, smem);
-  EXPECT_TRUE(p.tr);
-  EXPECT_EQ(p.halves, 2);
-  EXPECT_EQ(p.slices, 4);
-  EXPECT_EQ(p.stages, 2);
-  EXPECT_EQ(p.chunk_len, 128);
-  EXPECT_EQ(p.chunks, 33);
-  p = attention_split_plan(1, 4096, 32, 8, 128, 132, smem);
-  EXPECT_TRUE(p.tr);
-  EXPECT_EQ(p.halves, 2);
-  EXPECT_EQ(p.slices, 6);
-  EXPECT_EQ(p.stages, 3);
-  EXPECT_EQ(p.chunk_len, 288);
-  EXPECT_EQ(p.chunks, 15);
-  select({"DFLASH_SPLIT_TRWARPS", "4", "", ""});
-  p = attention_split_plan(1, 4096, 24, 4, 256, 132, smem);
-  EXPECT_EQ(p.threads(), 512);
-  EXPECT_EQ(p.slices, 4);
-  EXPECT_EQ(p.stages, 2);
-  p = attention_split_plan(1, 4096, 32, 8, 128, 132, smem);
-  EXPECT_EQ(p.threads(), 768);
-  EXPECT_EQ(p.slices, 6);
-  EXPECT_EQ(p.stages, 3);
-  select({"", "", "", ""});
-  p = attention_split_plan(16, 4096, 24, 4, 256, 132, smem);
-  EXPECT_FALSE(p.tr);
-  EXPECT_EQ(p.cta_rows, 96);
-  EXPECT_EQ(p.groups, 1);
-  EXPECT_EQ(p.halves, 2);
-  EXPECT_EQ(p.chunks, 33);
 }
 #endif
