@@ -586,7 +586,8 @@ void bench_train_norms(Bench& b) {
 // steps on the m16-tile kernel instead of the transposed one, DFLASH_SPLIT_TRWARPS=1 / 4 ("trwarps1",
 // "trwarps4") the transposed kernel with one warp or four a key slice instead of a pair,
 // DFLASH_SPLIT_COPY=step
-// ("copystep", with four warps a slice "trwarps4 copystep") its stage copies stepping by rows. [graph] rows
+// ("copystep", with four warps a slice "trwarps4 copystep") its stage copies stepping by rows, and
+// DFLASH_SPLIT_MERGE=wide ("mergewide") the merge in blocks of 128 columns. [graph] rows
 // replay the default rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the
 // host's launch cost. DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse order: the machine can slow down
 // for stretches of a run, so a row is compared across passes.
@@ -705,10 +706,12 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_TRWARPS", "1", " [trwarps1]"},
                         {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4]"},
                         {"DFLASH_SPLIT_COPY", "step", " [copystep]"},
+                        {"DFLASH_SPLIT_MERGE", "wide", " [mergewide]"},
                         {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4 copystep]", "DFLASH_SPLIT_COPY", "step"}};
   const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",        "DFLASH_SPLIT_T16",
                               "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",      "DFLASH_SPLIT_SLICES",
-                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_TRWARPS", "DFLASH_SPLIT_COPY"};
+                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_TRWARPS", "DFLASH_SPLIT_COPY",
+                              "DFLASH_SPLIT_MERGE"};
   // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order: the machine can slow down for stretches of a
   // run (session 24), so a row that differs in one pass only is the machine, not the mode.
   std::vector<Mode> order(std::begin(modes), std::end(modes));

@@ -572,38 +572,48 @@ SplitTrKernel split_tr_kernel(int hd, int parts, bool step) {
 // float4 boundary.
 __host__ __device__ constexpr int merge_sums_at(int chunks) { return (chunks + 3) / 4 * 4; }
 
-constexpr int kMergeCols = 64;                     // output columns a block
-constexpr int kMergeGroups = kMergeThreads / (kMergeCols / 4);  // chunk groups: threads per float4 column
-constexpr int kMergeEarly = 3;  // chunks' acc a thread loads before the weights (the rest after them)
+// Blocks of the merge: kMergeThreads threads, COLS output columns of a row each, the threads of a column
+// walking every GROUPS-th chunk (GROUPS = kMergeThreads / (COLS / 4) of them), the first EARLY of a
+// thread's chunks read before the weights. Whatever COLS, the groups' sums take kMergeThreads float4s.
+template <int COLS>
+constexpr int merge_groups() {
+  return kMergeThreads / (COLS / 4);
+}
 
-// Block (r, kvh, slice): columns [slice·kMergeCols, +kMergeCols) of row r of kv head kvh merged over the chunks,
-// o = Σ acc·2^(m − M) / Σ l·2^(m − M), then rounded and gated as the general kernel. A chunk with no key for the
-// row has m = −inf and acc = l = 0 (every row sees key 0, so M is finite). Every thread reads some chunks'
-// (m, l) at once, and the blocks split each row into hd / kMergeCols column slices: a T = 1 step has only
-// group · hkv rows (a kernel with one block a row and one warp walking the chunks' (m, l) took 18.5 us where
-// this takes 16.8 at the 27B shape, session 14).
-__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
-    const float* __restrict__ part, const float* __restrict__ part_ml, bf16* __restrict__ out, int64_t ld_out,
-    const bf16* __restrict__ gate, int64_t ld_gate, int rows, int group, int chunks, int hd) {
-  extern __shared__ __align__(16) float merge_w[];  // [chunks] 2^(m − M), then [kMergeGroups][kMergeCols] sums
-  const int r = blockIdx.x, kvh = blockIdx.y, c0 = blockIdx.z * kMergeCols;
+// Block (r, kvh, slice): columns [slice·COLS, +COLS) of row r of kv head kvh merged over the chunks,
+// o = Σ acc·2^(m − M) / Σ l·2^(m − M), then rounded and gated as the general kernel. A chunk with no key for
+// the row has m = −inf and acc = l = 0 (every row sees key 0, so M is finite). Every thread reads some
+// chunks' (m, l) at once, and by default (COLS 64, EARLY 3) the blocks split each row into hd / 64 column
+// slices: a T = 1 step has only group · hkv rows (a kernel with one block a row and one warp walking the
+// chunks' (m, l) took 18.5 us where this takes 16.8 at the 27B shape, session 14). DFLASH_SPLIT_MERGE=wide:
+// COLS 128, EARLY 5 (40 chunks), half the blocks, each thread reading up to 5 chunks in its one round trip:
+// the verify step's 1,536 blocks at 27B T 16 (96 rows × 4 kv heads × 4 slices) are two waves of 6 blocks an
+// SM (38 registers a thread, ptxas), and its merge took 7.8 us (Nsight Compute, session 23); its 768 wide
+// blocks (40 registers) are one wave (not yet timed).
+template <int COLS, int EARLY>
+__global__ void __launch_bounds__(kMergeThreads)
+    attention_merge_kernel(const float* __restrict__ part, const float* __restrict__ part_ml,
+                           bf16* __restrict__ out, int64_t ld_out, const bf16* __restrict__ gate,
+                           int64_t ld_gate, int rows, int group, int chunks, int hd) {
+  constexpr int GROUPS = merge_groups<COLS>();
+  extern __shared__ __align__(16) float merge_w[];  // [chunks] 2^(m − M), then [GROUPS][COLS] sums
+  const int r = blockIdx.x, kvh = blockIdx.y, c0 = blockIdx.z * COLS;
   const int64_t t = r / group, h = (int64_t)kvh * group + r % group, unit0 = (int64_t)kvh * chunks;
   pdl_wait();
   pdl_launch_dependents();
   // Everything this block reads is issued before the weights are known, so the chain is one round trip
-  // to L2: the gate of its output column, the chunks' (m, l), and the first kMergeEarly chunks' acc a thread
+  // to L2: the gate of its output column, the chunks' (m, l), and the first EARLY chunks' acc a thread
   // (27B at T 1: 33 chunks, 3 a thread).
   const int64_t d_out = c0 + threadIdx.x;
-  const float g =
-      gate && threadIdx.x < kMergeCols ? __bfloat162float(gate[t * ld_gate + h * hd + d_out]) : 0.0f;
-  constexpr int cols = kMergeCols / 4;
+  const float g = gate && threadIdx.x < COLS ? __bfloat162float(gate[t * ld_gate + h * hd + d_out]) : 0.0f;
+  constexpr int cols = COLS / 4;
   const int col = threadIdx.x % cols, grp = threadIdx.x / cols;
   const float4* acc = reinterpret_cast<const float4*>(part + (unit0 * rows + r) * hd + c0) + col;
   const int64_t ca = (int64_t)rows * hd / 4;  // a chunk's stride in float4s
-  float4 early[kMergeEarly];
+  float4 early[EARLY];
 #pragma unroll
-  for (int i = 0; i < kMergeEarly; ++i) {
-    const int c = grp + i * kMergeGroups;
+  for (int i = 0; i < EARLY; ++i) {
+    const int c = grp + i * GROUPS;
     early[i] = c < chunks ? acc[c * ca] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   const float2* ml = reinterpret_cast<const float2*>(part_ml) + unit0 * rows + r;  // chunk c at ml[c · rows]
@@ -628,15 +638,15 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(
     o.w += x.w * w;
   };
 #pragma unroll
-  for (int i = 0; i < kMergeEarly; ++i)
-    if (grp + i * kMergeGroups < chunks) add(early[i], grp + i * kMergeGroups);
+  for (int i = 0; i < EARLY; ++i)
+    if (grp + i * GROUPS < chunks) add(early[i], grp + i * GROUPS);
 #pragma unroll 4
-  for (int c = grp + kMergeEarly * kMergeGroups; c < chunks; c += kMergeGroups) add(acc[c * ca], c);
-  *reinterpret_cast<float4*>(sums + grp * kMergeCols + 4 * col) = o;
+  for (int c = grp + EARLY * GROUPS; c < chunks; c += GROUPS) add(acc[c * ca], c);
+  *reinterpret_cast<float4*>(sums + grp * COLS + 4 * col) = o;
   __syncthreads();
-  if (threadIdx.x < kMergeCols) {
+  if (threadIdx.x < COLS) {
     float y = 0.0f;
-    for (int k = 0; k < kMergeGroups; ++k) y += sums[k * kMergeCols + threadIdx.x];
+    for (int k = 0; k < GROUPS; ++k) y += sums[k * COLS + threadIdx.x];
     y = bf16_rn(y * (1.0f / lt));
     if (gate) y = sigmoid_gate_f32(y, g);
     out[t * ld_out + h * hd + d_out] = __float2bfloat16(y);
@@ -865,10 +875,14 @@ bool attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
     launch_pdl(split, grid, block, p.smem, stream, q, ld_q, k, ld_k, v, ld_v, part, part_ml, past, int(T),
                group, p.cta_rows, p.chunk_len, p.slices, p.stages, scale_log2);
   }
-  const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + kMergeGroups * kMergeCols);
-  launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
-             dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
-             p.chunks, hd);
+  // DFLASH_SPLIT_MERGE=wide: merge blocks of 128 columns (read per call: the A/B switch of bench_kernels
+  // decode)
+  const bool wide = env_is("DFLASH_SPLIT_MERGE", "wide");
+  const int merge_cols = wide ? 128 : 64;
+  const size_t merge_smem = sizeof(float) * size_t(merge_sums_at(p.chunks) + 4 * kMergeThreads);
+  launch_pdl(wide ? attention_merge_kernel<128, 5> : attention_merge_kernel<64, 3>,
+             dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / merge_cols)), dim3(kMergeThreads),
+             merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group, p.chunks, hd);
   return true;
 }
 
