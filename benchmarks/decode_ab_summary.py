@@ -43,7 +43,9 @@ def main(paths):
     passes = [parse(p) for p in paths]
     for p, rows in zip(paths, passes):
         if not rows:
-            print(f"decode_ab_summary: {p}: no decode rows (did the bench fail?)", file=sys.stderr)
+            with open(p, encoding="utf-8", errors="replace") as f:
+                first = next((line.strip() for line in f if line.strip()), "(empty)")
+            print(f"decode_ab_summary: {p}: no decode rows; it begins: {first}", file=sys.stderr)
             return 2
     keys = list(passes[0])
     for p, rows in zip(paths[1:], passes[1:]):
