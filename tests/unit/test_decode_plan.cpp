@@ -19,7 +19,6 @@ TEST(DecodeSplitPlan, SkippedWithoutCudaBuild) {
 #include <cstdlib>
 #include <sstream>
 #include <string>
-#include <vector>
 
 #include "kernels/decode_plan.h"
 
@@ -36,7 +35,7 @@ struct Setting {
   const char *var, *value, *var2, *value2;
 };
 
-void select(const Setting& s) {
+void select_setting(const Setting& s) {
   for (const char* v : kPlanVars) unsetenv(v);
   if (*s.var) setenv(s.var, s.value, 1);
   if (*s.var2) setenv(s.var2, s.value2, 1);
@@ -80,7 +79,7 @@ TEST(DecodeSplitPlan, EveryPlanLaunchesCoversTheCacheAndFitsItsWorkspace) {
                           {48, 16, 256}, {64, 4, 128}, {128, 1, 256}};
   int plans = 0, general = 0;
   for (const Setting& s : settings) {
-    select(s);
+    select_setting(s);
     for (const Device& d : devices)
       for (const Shape& sh : shapes)
         for (int64_t T : {1, 2, 3, 8, 16, 17, 33, 300, 4096})
@@ -140,7 +139,7 @@ TEST(DecodeSplitPlan, EveryPlanLaunchesCoversTheCacheAndFitsItsWorkspace) {
                 << "partials past the workspace";
           }
   }
-  select({"", "", "", ""});
+  select_setting({"", "", "", ""});
   EXPECT_GT(plans, 10000);
   EXPECT_GT(general, 0) << "no plan on the 99 KB board went to the general kernel: the fits rule is untested";
 }
@@ -163,7 +162,7 @@ TEST(DecodeSplitPlan, QwenShapesTakeTheDocumentedPlans) {
                         Want{"4", 1, 24, 4, 256, true, 16, 4, 4, 2, 128, 33},
                         Want{"4", 1, 32, 8, 128, true, 16, 4, 6, 3, 288, 15},
                         Want{"", 16, 24, 4, 256, false, 96, 2, 1, 4, 128, 33}}) {
-    select({*w.trwarps ? "DFLASH_SPLIT_TRWARPS" : "", w.trwarps, "", ""});
+    select_setting({*w.trwarps ? "DFLASH_SPLIT_TRWARPS" : "", w.trwarps, "", ""});
     const SplitPlan p = attention_split_plan(w.T, 4096, w.hq, w.hkv, w.hd, 132, 232448);
     SCOPED_TRACE(std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " x " + std::to_string(w.hd) + ", T " +
                  std::to_string(w.T) +
@@ -178,6 +177,6 @@ TEST(DecodeSplitPlan, QwenShapesTakeTheDocumentedPlans) {
     EXPECT_EQ(p.chunk_len, w.chunk_len);
     EXPECT_EQ(p.chunks, w.chunks);
   }
-  select({"", "", "", ""});
+  select_setting({"", "", "", ""});
 }
 #endif
