@@ -343,9 +343,9 @@ __host__ __device__ constexpr int split_tr_max_warps(int hd, int parts) {
   return parts == 4 ? (hd == 256 ? 16 : 32) : hd == 256 ? 8 : 16;
 }
 
-// The four-warp builds ask for one block an SM (what their shared memory allows anyway): with no minimum,
-// ptxas held the 512-thread hd-256 build to 64 registers and spilled. 0 leaves the other builds as they were.
-
+// STEP: stage copies stepped by rows (split_copy_stage). The four-warp builds ask for one block an SM (what
+// their shared memory allows anyway): with no minimum, ptxas held the 512-thread hd-256 build to 64 registers
+// and spilled. 0 leaves the other builds as they were.
 template <int HD, int PARTS, bool STEP>
 __global__ void __launch_bounds__(32 * split_tr_max_warps(HD, PARTS), PARTS == 4 ? 1 : 0)
     attention_split_tr_kernel(const bf16* __restrict__ q, int64_t ld_q, const bf16* __restrict__ k,
