@@ -587,10 +587,10 @@ void bench_train_norms(Bench& b) {
 // "trwarps4") the transposed kernel with one warp or four a key slice instead of a pair,
 // DFLASH_SPLIT_COPY=step
 // ("copystep", with four warps a slice "trwarps4 copystep") its stage copies stepping by rows, and
-// DFLASH_SPLIT_MERGE=wide ("mergewide") the merge in blocks of 128 columns. [graph] rows
-// replay the default rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the
-// host's launch cost. DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse order: the machine can slow down
-// for stretches of a run, so a row is compared across passes.
+// DFLASH_SPLIT_MERGE=wide ("mergewide") the merge in blocks of 128 columns. [graph] rows replay the default
+// rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the host's launch cost.
+// DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse order: the machine can slow down for stretches of a
+// run, so a row is compared across passes.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -645,11 +645,7 @@ void decode_print(const DecodeRow& r, double copy_gbs) {
 // says which launch it timed (a switch the plan cannot honour leaves the plan's own choice).
 std::string decode_plan_tag(int64_t T, int64_t past, int hq, int hkv, int hd) {
   if (env_is("DFLASH_DECODE", "general")) return " {general}";
-  int dev = 0, sms = 0, smem = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const SplitPlan p = attention_split_plan(T, past, hq, hkv, hd, sms, size_t(smem));
+  const SplitPlan p = attention_split_plan_here(T, past, hq, hkv, hd);
   if (!p.fits) return " {general: no split plan fits}";
   char tag[96];
   const int stage_keys = p.slices * p.wk;
@@ -708,16 +704,12 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
                         {"DFLASH_SPLIT_COPY", "step", " [copystep]"},
                         {"DFLASH_SPLIT_MERGE", "wide", " [mergewide]"},
                         {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4 copystep]", "DFLASH_SPLIT_COPY", "step"}};
-  const char* const vars[] = {"DFLASH_SPLIT_ROWS", "DFLASH_DECODE",        "DFLASH_SPLIT_T16",
-                              "DFLASH_SPLIT_PLAN", "DFLASH_SPLIT_WK",      "DFLASH_SPLIT_SLICES",
-                              "DFLASH_SPLIT_TR",   "DFLASH_SPLIT_TRWARPS", "DFLASH_SPLIT_COPY",
-                              "DFLASH_SPLIT_MERGE"};
   // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order: the machine can slow down for stretches of a
   // run (session 24), so a row that differs in one pass only is the machine, not the mode.
   std::vector<Mode> order(std::begin(modes), std::end(modes));
   if (env_is("DF_BENCH_DECODE_REVERSE", "1")) std::reverse(order.begin(), order.end());
   for (const Mode& mode : order) {
-    for (const char* v : vars) unsetenv(v);
+    for (const char* v : kDecodeSplitVars) unsetenv(v);
     if (*mode.var) setenv(mode.var, mode.value, 1);
     if (*mode.var2) setenv(mode.var2, mode.value2, 1);
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s%s", shape, (long long)T,
@@ -732,7 +724,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
       if (us > 0) rows.push_back({name, bytes, us});
     }
   }
-  for (const char* v : vars) unsetenv(v);
+  for (const char* v : kDecodeSplitVars) unsetenv(v);
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }

@@ -75,6 +75,7 @@ __device__ __forceinline__ void split_copy_stage(bf16* slot, const bf16* __restr
                                                  const bf16* __restrict__ v, int64_t ld_v, int kvh,
                                                  int64_t kb, int keys, int64_t len) {
   constexpr int LDS = HD + 8, CH = HD / 8;
+  static_assert(32 % CH == 0, "a thread's copies keep one column piece: CH must divide a warp");
   const int col = (threadIdx.x % CH) * 8, step = blockDim.x / CH;
   const bf16* kcol = k + (int64_t)kvh * HD + col;
   const bf16* vcol = v + (int64_t)kvh * HD + col;
@@ -118,7 +119,6 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
   // KN: 8-key n-tiles of a warp's scores; SLOT: floats of a pair's score slot per warp
   constexpr int LDS = HD + 8, HW = HD / HALVES, NT = HW / 8, CH = HD / 8, KN = WK / 8, SLOT = 128 * KN;
   static_assert(WK == 16 || WK == 32, "a warp's keys a stage: one or two 16-key k-steps of P·V");
-  static_assert(32 % CH == 0, "a thread's copies keep one column piece: CH must divide a warp");
   extern __shared__ __align__(16) unsigned char split_smem[];
   const int rows = T * group, r0 = blockIdx.z * cta_rows, here = min(cta_rows, rows - r0);
   const int chunk = blockIdx.x, chunks = gridDim.x, kvh = blockIdx.y;
@@ -711,6 +711,13 @@ bool split_halves_at(int hd) {
   return env_is("DFLASH_SPLIT_T16", "old") ? false : env_is("DFLASH_SPLIT_T16", "pairs") ? true : hd == 256;
 }
 
+// Where a step takes the transposed kernel: T·group <= 8 rows a kv head unless DFLASH_SPLIT_TR=0 (then
+// attention_split_kernel's m16 tile, the path before it; read per call: the A/B switch of bench_kernels
+// decode).
+bool split_tr_at(int64_t rows) {
+  return rows <= 8 && !env_is("DFLASH_SPLIT_TR", "0");
+}
+
 // How one call splits the work. Row groups of cta_rows: one per kSplitMaxRows rows. More groups would shrink
 // the chunks' fp32 partials (27B at T 16: 33 chunks × 96 rows come to 0.77 of 4112 keys' K and V), the groups
 // of a chunk reading its keys from L2, but two groups of 48 rows measured slower on the H200 (39.1 µs
@@ -734,14 +741,6 @@ bool split_halves_at(int hd) {
 // (DFLASH_SPLIT_TRWARPS=4: up to 16 warps at hd 256, 32 at hd 128) it takes the pairs' stages: 4 slices in
 // two stages of 64 keys at hd 256, 6 in three of 96 at hd 128 (not yet timed). `budget`: the device's opt-in
 // shared memory a block.
-
-// Where a step takes the transposed kernel: T·group <= 8 rows a kv head unless DFLASH_SPLIT_TR=0 (then
-// attention_split_kernel's m16 tile, the path before it; read per call: the A/B switch of bench_kernels
-// decode).
-bool split_tr_at(int64_t rows) {
-  return rows <= 8 && !env_is("DFLASH_SPLIT_TR", "0");
-}
-
 SplitPlan split_plan(int64_t T, int64_t past, int group, int hkv, int hd, int sms, size_t budget) {
   const int64_t rows = T * group;
   SplitPlan p;
@@ -844,6 +843,11 @@ size_t attention_split_workspace_bytes_for(int64_t T, int hq, int hkv, int hd, i
          size_t(hd + 2);
 }
 
+SplitPlan attention_split_plan_here(int64_t T, int64_t past, int hq, int hkv, int hd) {
+  const DeviceLimits& dev = device_limits();
+  return attention_split_plan(T, past, hq, hkv, hd, dev.sms, size_t(dev.smem));
+}
+
 size_t attention_split_workspace_bytes(int64_t T, int hq, int hkv, int hd) {
   return attention_split_workspace_bytes_for(T, hq, hkv, hd, device_limits().sms);
 }
@@ -853,8 +857,7 @@ bool attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
                          int64_t T, int64_t past, int hq, int hkv, int hd, float scale, void* workspace,
                          cudaStream_t stream) {
   const int group = hq / hkv, rows = int(T * group);
-  const DeviceLimits& dev = device_limits();
-  const SplitPlan p = split_plan(T, past, group, hkv, hd, dev.sms, size_t(dev.smem));
+  const SplitPlan p = attention_split_plan_here(T, past, hq, hkv, hd);
   if (!p.fits) return false;
   float* part = static_cast<float*>(workspace);
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;

@@ -29,10 +29,20 @@ bool attention_split_shape(int64_t T, int hq, int hkv, int hd);
 // device of `sms` SMs and `smem` bytes of opt-in shared memory a block; the A/B switches (DFLASH_SPLIT_*)
 // read as a call reads them.
 SplitPlan attention_split_plan(int64_t T, int64_t past, int hq, int hkv, int hd, int sms, size_t smem);
+// The same on the current device: the plan attention_cached launches (a CUDA build only).
+SplitPlan attention_split_plan_here(int64_t T, int64_t past, int hq, int hkv, int hd);
 // The most threads a CTA of the kernel that runs plan p may have (its launch bounds).
 int attention_split_max_threads(const SplitPlan& p, int hd);
 // Bytes of the per-chunk partials of any step of T tokens on a device of `sms` SMs (what
 // attention_split_workspace_bytes gives on the current device).
 size_t attention_split_workspace_bytes_for(int64_t T, int hq, int hkv, int hd, int sms);
+
+// Every environment variable the split-KV decode attention reads on a call: the plan's switches, the kernels'
+// (DFLASH_SPLIT_COPY, DFLASH_SPLIT_MERGE) and DFLASH_DECODE's choice of the general kernels. test_decode_plan
+// and bench_kernels decode unset them all before setting the ones a mode names.
+inline constexpr const char* kDecodeSplitVars[] = {
+    "DFLASH_DECODE",     "DFLASH_SPLIT_ROWS",   "DFLASH_SPLIT_T16", "DFLASH_SPLIT_PLAN",
+    "DFLASH_SPLIT_WK",   "DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_TR",  "DFLASH_SPLIT_TRWARPS",
+    "DFLASH_SPLIT_COPY", "DFLASH_SPLIT_MERGE"};
 
 }  // namespace df

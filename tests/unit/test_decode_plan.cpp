@@ -26,17 +26,12 @@ using namespace df;
 
 namespace {
 
-// Every variable the plan reads.
-const char* const kPlanVars[] = {"DFLASH_SPLIT_ROWS",   "DFLASH_SPLIT_T16",    "DFLASH_SPLIT_PLAN",
-                                 "DFLASH_SPLIT_WK",     "DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_TR",
-                                 "DFLASH_SPLIT_TRWARPS"};
-
 struct Setting {
   const char *var, *value, *var2, *value2;
 };
 
 void select_setting(const Setting& s) {
-  for (const char* v : kPlanVars) unsetenv(v);
+  for (const char* v : kDecodeSplitVars) unsetenv(v);
   if (*s.var) setenv(s.var, s.value, 1);
   if (*s.var2) setenv(s.var2, s.value2, 1);
 }
