@@ -7,7 +7,8 @@
 # the same kernel and shape and how many passes it was faster in. GPU machine only.
 #
 #   benchmarks/run_decode_ab.sh [BUILD_DIR] [T] [PASSES]     (defaults: build, both step lengths, 4)
-# Environment: DF_BENCH_TIMEOUT seconds per pass (default 300). Logs go to $BUILD_DIR/decode_ab/.
+# Environment: DF_BENCH_TIMEOUT seconds per pass (default 300). Logs go to $BUILD_DIR/decode_ab/pass<N>.log,
+# replacing the logs of an earlier run there (nothing else is written).
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$here/build}"
