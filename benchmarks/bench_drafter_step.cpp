@@ -27,7 +27,7 @@
 #ifdef DF_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda_check.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_train_ops.h"
 #endif

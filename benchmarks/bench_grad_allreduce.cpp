@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/grad_reducer.h"
-#include "dist/nccl_comm.h"
-#include "kernels/cuda_check.cuh"
+#include "comm/grad_reducer.h"
+#include "comm/nccl_comm.h"
+#include "kernels/primitives/cuda_check.cuh"
 #include "ops/cuda/cuda_device.h"
 
 using namespace df;
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     const int gpus = cuda_device_count();
     DF_CHECK(gpus > 0, "bench_grad_allreduce needs a CUDA GPU; none is visible");
     // 1.05 G and 1.73 G: the Qwen3-8B and Qwen3.6-27B drafters' trainable parameters (device/README.md).
-    // Ranks sharing a GPU reach NCCL only as separate "hosts" (the socket test mode, dist/transport.h).
+    // Ranks sharing a GPU reach NCCL only as separate "hosts" (the socket test mode, comm/transport.h).
     const bool shared = world > gpus, nccl_ok = !shared || std::getenv("NCCL_HOSTID") != nullptr;
     std::vector<size_t> sizes = {size_t(1) << 20, size_t(64) << 20};
     if (!shared) sizes.insert(sizes.end(), {1050000000, 1730000000});

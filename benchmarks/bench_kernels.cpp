@@ -27,11 +27,11 @@
 #include "benchmarks/cuda_timing.h"
 #include "benchmarks/kernel_bench.h"
 #include "core/arena.h"
-#include "kernels/cuda_check.cuh"
-#include "kernels/decode_plan.h"
-#include "kernels/dflash_attention_paths.h"
-#include "kernels/env_switch.h"
-#include "kernels/gemm.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/decode/decode_plan.h"
+#include "kernels/attention/dflash_attention_paths.h"
+#include "kernels/primitives/env_switch.h"
+#include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/train_launchers.cuh"
 #include "model/target.h"
@@ -365,7 +365,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const std::vector<double> sdo = col_sums(b, dout);
   char name[112];
 
-  // Every path of kDFlashAttnPaths (kernels/dflash_attention_paths.h), each set alone in the environment;
+  // Every path of kDFlashAttnPaths (kernels/attention/dflash_attention_paths.h), each set alone in the environment;
   // those that differ from the default only on the wgmma kernels are left out where those do not run.
   const bool wg = wgmma_available();
   for (const DFlashAttnPath& pa : kDFlashAttnPaths) {

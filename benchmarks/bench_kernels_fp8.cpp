@@ -10,7 +10,7 @@
 
 #include "benchmarks/kernel_bench.h"
 #include "core/fp8.h"
-#include "kernels/cuda_check.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 
 using namespace df;
 

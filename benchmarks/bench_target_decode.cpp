@@ -19,7 +19,7 @@
 
 #include "benchmarks/cuda_timing.h"
 #include "benchmarks/target_configs.h"
-#include "kernels/cuda_check.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "model/target_decode.h"

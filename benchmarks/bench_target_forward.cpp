@@ -27,7 +27,7 @@
 #include "benchmarks/target_configs.h"
 #include "core/arena.h"
 #include "core/strfmt.h"
-#include "kernels/cuda_check.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "kernels/cuda_check.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 
 namespace df {
 

@@ -8,7 +8,7 @@
 # bench_kernels measures (`dflash`, `attention`).
 #
 #   python3 benchmarks/schedule_model.py dfa-kv [--slots 66] [--fixed 2] [--window 2048 0] [--sequences 1 8]
-#     The DFlash attention's dk/dv pass (kernels/dflash_attention_kv.cu) on bench_kernels dflash's problem:
+#     The DFlash attention's dk/dv pass (kernels/attention/dflash_attention_kv.cu) on bench_kernels dflash's problem:
 #     its work lists rebuilt from the same anchors (one every ~8 tokens, 512 per 4096-token sequence), a
 #     cluster per (128-key tile, kv head) whose two CTAs take the contiguous halves of the list of blocks that
 #     see the tile; a unit is one item (a block's 64 query rows against the tile). One CTA per SM, two SMs a
@@ -17,7 +17,7 @@
 #     4 kv heads). --context-only: the grid without the own-row
 #     tiles (DFLASH_DFA_OWN=dq, the dq pass writes those rows).
 #   python3 benchmarks/schedule_model.py attention [--slots 132] [--fixed 1]
-#     The Hopper causal attention (kernels/attention_sm90.cu) at bench_kernels attention's 8 x 4096 tokens,
+#     The Hopper causal attention (kernels/attention/attention_sm90.cu) at bench_kernels attention's 8 x 4096 tokens,
 #     128 query rows an item, a unit one key tile (128 keys; 80 at head dim 256 scale alike). Item orders:
 #     `head` (DFLASH_ATTN_ORDER=tiles, each head's tiles longest first) and `heads` (=heads, each tile's heads
 #     together, a sequence's longest tiles first), each on three schedules: one CTA an item (--fixed paid per

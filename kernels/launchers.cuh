@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "kernels/gdn_workspace.h"
-#include "kernels/train_workspace.h"
+#include "kernels/gdn/gdn_workspace.h"
+#include "kernels/train/train_workspace.h"
 
 namespace df {
 

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/train_workspace.h"
+#include "kernels/train/train_workspace.h"
 
 namespace df {
 

@@ -27,9 +27,9 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export 
 # mpirun refuses root and more ranks than cores unless told; CI runs as root on 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# The job count first: GNU nproc honours OMP_NUM_THREADS, so after the export below it would say 1.
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-
-jobs=$(nproc)
 cmake -S "$ROOT_DIR" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$BUILD_DIR.configure.log" 2>&1 ||
   { cat "$BUILD_DIR.configure.log"; exit 1; }
 grep -E "dflash_mpi:" "$BUILD_DIR.configure.log" || true

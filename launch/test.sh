@@ -3,4 +3,4 @@
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$BUILD_DIR"
-ctest --output-on-failure -j"$(nproc)" "$@"
+ctest --output-on-failure -j"$jobs" "$@"

@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "dist/dist.h"
+#include "comm/dist.h"
 #include "pipeline/loops.h"
 #include "pipeline/train_plan.h"
 

@@ -14,8 +14,8 @@ struct RunSection {
   uint64_t seed = 0;
   double log_interval = 10.0;  // seconds between metric lines
   int64_t max_steps = 0;       // 0: as many as `train.epochs` give
-  // A rank with no progress for this long ends the job (0: off, also for silent ranks (dist/host_watch.h);
-  // -1: automatic, see dist/watchdog.h).
+  // A rank with no progress for this long ends the job (0: off, also for silent ranks (comm/host_watch.h);
+  // -1: automatic, see comm/watchdog.h).
   double watchdog_s = -1;
 };
 
@@ -80,7 +80,7 @@ struct TrainSection {
 
 struct PipelineSection {
   int hs_queue_depth = 2;         // credits per target on each drafter
-  std::string transport = "auto";  // auto | nccl | mpi (dist/transport.h): carries payloads, gradients
+  std::string transport = "auto";  // auto | nccl | mpi (comm/transport.h): carries payloads, gradients
   // Role rebalancing (pipeline/rebalance.h): "off" | "advise" (log and record the better split) | "auto"
   // (checkpoint and re-form the roles in process when the better split is predicted faster by the margin).
   std::string rebalance = "advise";

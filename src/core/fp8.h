@@ -1,7 +1,7 @@
 // The float8 e4m3fn format of published FP8 checkpoints (torch.float8_e4m3fn, safetensors F8_E4M3): 1 sign,
 // 4 exponent bits (bias 7), 3 mantissa bits, subnormals, no infinities, NaN = S.1111.111, max finite 448.
 // Header-only and free of CUDA headers so loaders, writers and tests share the one definition of the
-// rounding, the one the CUDA quantiser (kernels/fp8_quant.cu) gets from the hardware's conversion.
+// rounding, the one the CUDA quantiser (kernels/gemm/fp8_quant.cu) gets from the hardware's conversion.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -16,7 +16,7 @@ constexpr float kE4m3Max = 448.0f;
 // The scale of a group of values quantised together to e4m3 (a weight block, a row): amax / 448 maps the
 // largest to the largest code. An all-zero group, or one so small that its scale is below the smallest normal
 // f32, takes 1: its codes are all zero anyway (|x| < 448 · 2^-126), a zero scale would turn them into 0/0,
-// and a subnormal one would have an infinite reciprocal (e4m3_quantize). kernels/fp8_quant.cu computes the
+// and a subnormal one would have an infinite reciprocal (e4m3_quantize). kernels/gemm/fp8_quant.cu computes the
 // same with IEEE-rounded, denormal-keeping PTX (its library is built with --use_fast_math).
 inline float e4m3_scale(float amax) {
   const float s = amax / kE4m3Max;
@@ -79,7 +79,7 @@ inline uint8_t e4m3_quantize(float x, float inv_scale) {
 }
 
 // Where the input scale of row r, 128-column group g sits for the block-scaled FP8 GEMM of `rows` rows and
-// `groups` groups (kernels/fp8_group_quant.cu writes it, gemm_fp8_block_launch reads it). cuBLASLt's VEC128
+// `groups` groups (kernels/gemm/fp8_group_quant.cu writes it, gemm_fp8_block_launch reads it). cuBLASLt's VEC128
 // scales are [groups, rows] row-contiguous, and on the H200 (cuBLASLt 13.1) its heuristic refuses every row
 // count that is not a multiple of 4. So the first rows4 = rows rounded down to 4 rows keep that layout
 // [groups, rows4], and the last rows - rows4 (< 4) follow as a [groups, 4] tail that a second, 4-row GEMM

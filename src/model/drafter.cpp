@@ -7,7 +7,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "kernels/env_switch.h"
+#include "kernels/primitives/env_switch.h"
 
 namespace df {
 

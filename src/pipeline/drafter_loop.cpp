@@ -8,11 +8,11 @@
 
 #include "core/log.h"
 #include "core/rng.h"
-#include "dist/feature_channel.h"
-#include "dist/grad_reducer.h"
-#include "dist/watchdog.h"
+#include "comm/feature_channel.h"
+#include "comm/grad_reducer.h"
+#include "comm/watchdog.h"
 #ifdef DF_HAVE_CUDA
-#include "dist/nccl_comm.h"
+#include "comm/nccl_comm.h"
 #include "ops/cuda/cuda_train_ops.h"
 #endif
 #include "model/target.h"

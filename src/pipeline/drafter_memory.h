@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "dist/feature_channel.h"
+#include "comm/feature_channel.h"
 #include "model/drafter.h"
 #include "ops/train_ops.h"
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <memory>
 
-#include "dist/feature_channel.h"
+#include "comm/feature_channel.h"
 #include "pipeline/train_plan.h"
 
 namespace df {

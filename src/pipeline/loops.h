@@ -2,7 +2,7 @@
 // after SIGTERM / SIGUSR1) or, with pipeline.rebalance = "auto", when the drafters agreed to move the roles
 // (LoopEnd, rebalance_reform); errors throw and end the job through MPI_Abort.
 #pragma once
-#include "dist/dist.h"
+#include "comm/dist.h"
 #include "pipeline/rebalance.h"
 #include "pipeline/train_plan.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "dist/dist.h"
+#include "comm/dist.h"
 #include "topo/role_move.h"
 
 namespace df {

@@ -7,10 +7,10 @@
 
 #include "core/log.h"
 #include "data/prefetcher.h"
-#include "dist/feature_channel.h"
-#include "dist/watchdog.h"
+#include "comm/feature_channel.h"
+#include "comm/watchdog.h"
 #ifdef DF_HAVE_CUDA
-#include "dist/nccl_comm.h"
+#include "comm/nccl_comm.h"
 #endif
 #include "model/target.h"
 #include "ops/ops_factory.h"

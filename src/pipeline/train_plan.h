@@ -9,7 +9,7 @@
 #include "core/config.h"
 #include "data/batcher.h"
 #include "data/token_file.h"
-#include "dist/dist.h"
+#include "comm/dist.h"
 #include "model/drafter.h"
 #include "model/qwen_config.h"
 #include "train/run_dir.h"

@@ -9,8 +9,8 @@
 #include "core/error.h"
 #include "core/fp8.h"
 #include "core/strfmt.h"
-#include "kernels/gdn_workspace.h"
-#include "kernels/train_workspace.h"
+#include "kernels/gdn/gdn_workspace.h"
+#include "kernels/train/train_workspace.h"
 #include "model/fp8_weights.h"
 #include "ops/wire_pool.h"
 #include "topo/topo.h"
@@ -137,7 +137,7 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
              (long long)T, (long long)nb, dc.block_size, (long long)cfg.drafter.max_block_rows,
              lim.kl ? ", kl" : "", lim.noise ? ", noisy taps copy" : ""));
   // CudaTrainOps' one scratch buffer serves every op in turn and only grows: the largest of the ops' own
-  // workspaces at the planned sizes (kernels/train_workspace.h; N block rows, T context rows).
+  // workspaces at the planned sizes (kernels/train/train_workspace.h; N block rows, T context rows).
   DFlashAttnDims ad;
   ad.nb = nb;
   ad.block = dc.block_size;
@@ -153,7 +153,7 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
   add(dr, "op scratch", double(big->second),
       strfmt("the largest op workspace: %s (%lld rows%s, logits chunk %lld)", big->first, (long long)N,
              lim.kl ? ", kl" : "", (long long)assume.lm_chunk));
-  add(dr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train_workspace.h)");
+  add(dr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
   // GEMM tuning times candidates of a beta != 0 product into a scratch of the output's size, kept and only
   // grown: the largest accumulated output is a weight gradient (f32) or dctx / a residual (bf16).
   size_t tune = std::max(gemm_tune_scratch_bytes(N, dc.hidden, dc.hidden, false),
@@ -260,7 +260,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
       strfmt("2 B x %lld x %.0f (%s)", (long long)T, mixer,
              n_lin ? "conv out + core out" : "heads x head_dim"));
   if (n_lin) {
-    // Exactly what TargetForward plans for the CUDA prefill (kernels/gdn_workspace.h); the state itself
+    // Exactly what TargetForward plans for the CUDA prefill (kernels/gdn/gdn_workspace.h); the state itself
     // lives in registers, one (sequence, head) at a time, so no per-chunk state is kept.
     const int D = gdn_prefill_tile_dim(t.lin_dk, t.lin_dv);
     add(tr, "DeltaNet prefill workspace",
@@ -270,7 +270,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   }
   add(tr, "MLP intermediate [T,I] bf16", kBf16 * T * t.intermediate,
       strfmt("2 B x %lld x %d", (long long)T, t.intermediate));
-  add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train_workspace.h)");
+  add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
   const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, kl ? t.hidden : 0));
   add(tr, "send buffers", depth * slot,
       strfmt("hs_queue_depth %d wire slots x %.4g B (taps%s, written by the forward in place; each with a pinned "

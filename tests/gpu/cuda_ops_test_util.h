@@ -17,7 +17,7 @@
 
 #include "core/arena.h"
 #include "core/dtype.h"
-#include "kernels/gemm.cuh"
+#include "kernels/gemm/gemm.cuh"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"

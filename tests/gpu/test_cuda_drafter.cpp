@@ -1,4 +1,4 @@
-// The drafter on the CUDA backend against the CPU fp32 oracle: loss_row_stats (kernels/loss_stats.cu) on
+// The drafter on the CUDA backend against the CPU fp32 oracle: loss_row_stats (kernels/train/loss_stats.cu) on
 // awkward block counts and sizes, then whole drafter steps (bf16 activations, bf16 weight shadow, statistics
 // on the device) on the tiny test drafter, and the shadow after AdamW. Prints the worst element of every
 // comparison. Skips itself without a GPU; one skipped test in a build without CUDA.

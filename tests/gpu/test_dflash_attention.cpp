@@ -1,8 +1,8 @@
-// DFlash block attention kernels (kernels/dflash_attention.cu) against the CPU fp32 oracle (CpuTrainOps) on
+// DFlash block attention kernels (kernels/attention/dflash_attention.cu) against the CPU fp32 oracle (CpuTrainOps) on
 // the same bf16-representable inputs: odd GQA groups, head dims 16–256 and unaligned ones, padding blocks,
 // anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
 // views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
-// each kernel path in the same run (kernels/dflash_attention_paths.h): the default (wgmma at head
+// each kernel path in the same run (kernels/attention/dflash_attention_paths.h): the default (wgmma at head
 // dims 65..128 on an sm_90a build and a compute capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels),
 // and each A/B switch of the wgmma kernels, the dk/dv pass's grid order and the dq pass launched into its
 // tail. Skips without a GPU.
@@ -28,7 +28,7 @@ TEST(DFlashAttentionCuda, SkippedWithoutCudaBuild) {
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/dflash_attention_paths.h"
+#include "kernels/attention/dflash_attention_paths.h"
 #include "kernels/train_launchers.cuh"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/cuda/cuda_ops.h"
@@ -207,7 +207,7 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  // Every kernel path of kDFlashAttnPaths (kernels/dflash_attention_paths.h), each alone, the other variables
+  // Every kernel path of kDFlashAttnPaths (kernels/attention/dflash_attention_paths.h), each alone, the other variables
   // unset; the caller's values come back at the end.
   constexpr int kVars = int(sizeof(kDFlashAttnVars) / sizeof(kDFlashAttnVars[0]));
   std::string saved[kVars];

@@ -1,4 +1,4 @@
-// The NCCL payload wire of the feature channel (dist/feature_channel_nccl.h) on one GPU: a send to self and
+// The NCCL payload wire of the feature channel (comm/feature_channel_nccl.h) on one GPU: a send to self and
 // its receive in one NCCL group (NCCL refuses two ranks on one GPU, and a self send needs its receive in the
 // same group), between the device slots of two pools whose compute streams belong to two CudaOps, as a
 // target's and a drafter's would. The bytes must arrive exactly (a copy, no arithmetic), ordered by events
@@ -20,7 +20,7 @@ TEST(FeatureNccl, SkippedWithoutCudaBuild) {
 #include <vector>
 
 #include "core/error.h"
-#include "dist/feature_channel_nccl.h"
+#include "comm/feature_channel_nccl.h"
 #include "ops/cuda/cuda_ops.h"
 #include "tests/unit/mpi_test_env.h"
 

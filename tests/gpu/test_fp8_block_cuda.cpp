@@ -18,7 +18,7 @@ TEST(Fp8BlockCudaTest, SkippedWithoutCudaBuild) {
 #include <vector>
 
 #include "core/fp8.h"
-#include "kernels/gemm.cuh"
+#include "kernels/gemm/gemm.cuh"
 #include "model/fp8_weights.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"

@@ -29,7 +29,7 @@ using namespace df::golden;
 // definitions. Why an anchor and not a fixed number: bf16's error is not derivable up front, random DeltaNet
 // gates and norms amplify it layer by layer by model-dependent factors (HF-bf16 itself ranges from ~1e-2 rel RMS
 // on the dense models to ~4e-2 on the hybrids). Why 1.25: our fused kernels round at other points than HF's
-// unfused ops (once, at the store: kernels/device_math.cuh), so each element's error is another draw than HF's;
+// unfused ops (once, at the store: kernels/primitives/device_math.cuh), so each element's error is another draw than HF's;
 // a real precision loss (an intermediate, a softmax sum, the DeltaNet state or a norm's statistics kept in bf16
 // where HF keeps fp32) shows up as 2x or more on every dataset after it.
 // Why the tail and not the single worst element (issue 27 item 5, measured on the H200, session 13): on the

@@ -1,4 +1,4 @@
-// lm_head_loss_launch (kernels/lm_head_loss.cu) against the CPU oracle CpuTrainOps::lm_head_loss on the same
+// lm_head_loss_launch (kernels/train/lm_head_loss.cu) against the CPU oracle CpuTrainOps::lm_head_loss on the same
 // bf16-representable inputs: CE and KL over awkward rows / H / V / chunk sizes and strided rows, no active
 // row, labels at 0 and V − 1, argmax ties, logits in the thousands, a bad label, repeat bit-identity and an
 // undersized workspace. Outputs and workspace are poisoned with NaN first. Skips itself without a GPU.
@@ -22,7 +22,7 @@ TEST(LmHeadLossCuda, SkippedWithoutCudaBuild) {
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/gemm.cuh"
+#include "kernels/gemm/gemm.cuh"
 #include "kernels/train_launchers.cuh"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/cuda/cuda_ops.h"

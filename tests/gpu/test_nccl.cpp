@@ -1,4 +1,4 @@
-// The NCCL layer on a real GPU (dist/nccl_comm.h, grad_reducer.h). Under ctest, one-rank communicators, so
+// The NCCL layer on a real GPU (comm/nccl_comm.h, grad_reducer.h). Under ctest, one-rank communicators, so
 // every sum is the identity and must be bit-exact: the all-reduce ordered against a caller's stream,
 // send/receive to self, warm-up, both hang paths of the watchdog (a rank that never joins, a receive with no
 // send) and the device gradient reducers. tests/gpu/test_nccl_reducers.sh runs the reducer and multi-rank
@@ -26,8 +26,8 @@ TEST(NcclTest, SkippedWithoutCudaBuild) {
 #include <vector>
 
 #include "core/error.h"
-#include "dist/grad_reducer.h"
-#include "dist/nccl_comm.h"
+#include "comm/grad_reducer.h"
+#include "comm/nccl_comm.h"
 #include "ops/cuda/cuda_device.h"
 #include "tests/unit/mpi_test_env.h"  // MPI for the reducers' host statistics
 

@@ -20,7 +20,7 @@ TEST(PlanVramCuda, SkippedWithoutCudaBuild) {
 #include "core/config.h"
 #include "core/dtype.h"
 #include "core/rng.h"
-#include "kernels/cuda_check.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "model/drafter.h"
 #include "model/qwen_config.h"
 #include "ops/cuda/cuda_train_ops.h"

@@ -22,7 +22,7 @@ namespace df {
 // element across an e4m3 rounding boundary now and then, a bf16 difference of up to 2^-9 against an e4m3 spacing
 // of 2^-4..2^-3 relative, each flip one e4m3 step; the two paths' code flips are two draws of that noise, at most
 // the FP8 error apart (1x). The residual adds round the projection's product to bf16 before adding it (as HF's
-// bf16 Linear + add does; kernels/gemm.cuh gemm_fp8_launch), up to twice the bf16 difference of one rounding,
+// bf16 Linear + add does; kernels/gemm/gemm.cuh gemm_fp8_launch), up to twice the bf16 difference of one rounding,
 // twice the flips, sqrt(2) their RMS. Measured on the H200: 1.06-1.07x on the tiny hybrids with that add, below
 // 1x with a single rounding. The bugs left possible (the GEMM takes only codes, so an unquantised operand cannot
 // reach it) are wrong scales, a mis-placed scale vector or lost b / a rows: O(1), 10x and more.

@@ -1,4 +1,4 @@
-// The split-KV decode attention's plan (kernels/decode_plan.h), which needs no GPU: for Qwen and odd GQA
+// The split-KV decode attention's plan (kernels/decode/decode_plan.h), which needs no GPU: for Qwen and odd GQA
 // shapes, steps of 1 to 4096 tokens over caches up to 256 K tokens, devices of 1 to 142 SMs and every A/B
 // switch that changes the plan, a plan that says it fits must launch (threads within the kernel's launch
 // bounds, shared memory within the device's, at least one stage, named barrier ids below 16), cover the cache
@@ -20,7 +20,7 @@ TEST(DecodeSplitPlan, SkippedWithoutCudaBuild) {
 #include <sstream>
 #include <string>
 
-#include "kernels/decode_plan.h"
+#include "kernels/decode/decode_plan.h"
 
 using namespace df;
 

@@ -1,4 +1,4 @@
-// The DFlash attention paths' table (kernels/dflash_attention_paths.h) that test_dflash_attention and
+// The DFlash attention paths' table (kernels/attention/dflash_attention_paths.h) that test_dflash_attention and
 // bench_kernels dflash walk: selecting a path sets exactly its settings and unsets every other listed
 // variable, so no path runs under a setting left over from the one before.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "kernels/dflash_attention_paths.h"
+#include "kernels/attention/dflash_attention_paths.h"
 
 using namespace df;
 

@@ -1,4 +1,4 @@
-// The feature channel's protocol (dist/feature_channel.h) on host pools: which targets feed a drafter, and,
+// The feature channel's protocol (comm/feature_channel.h) on host pools: which targets feed a drafter, and,
 // under mpirun (tests/mpi/test_feature_channel.sh), targets streaming batches to drafters that stop early and
 // drain the rest in batch order: every batch a drafter takes must carry its own bytes, and the drain must end
 // (a hang is the failure the NCCL wire would turn the wrong drain order into). One rank: the MPI cases skip.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/feature_channel.h"
+#include "comm/feature_channel.h"
 #include "tests/unit/mpi_test_env.h"
 
 namespace df {

@@ -1,9 +1,9 @@
-// The CUDA Gated DeltaNet workspace arithmetic (kernels/gdn_workspace.h), which the launcher checks against
+// The CUDA Gated DeltaNet workspace arithmetic (kernels/gdn/gdn_workspace.h), which the launcher checks against
 // and the VRAM planner counts: hand-computed sizes, the tile widths the kernels are built for, offsets that
 // keep the float4 row scalars aligned, and a size that never shrinks as the batch grows.
 #include <gtest/gtest.h>
 
-#include "kernels/gdn_workspace.h"
+#include "kernels/gdn/gdn_workspace.h"
 
 using namespace df;
 

@@ -1,4 +1,4 @@
-// The host side of the NCCL layer (dist/nccl_comm.h), which needs no GPU: the bounded poll every NCCL call
+// The host side of the NCCL layer (comm/nccl_comm.h), which needs no GPU: the bounded poll every NCCL call
 // ends in, and the failure message it throws. The GPU side is tests/gpu/test_nccl.cpp. A build without CUDA
 // has no NCCL layer: one skipped test says so.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@ TEST(NcclWait, SkippedWithoutCudaBuild) {
 #else
 #include <string>
 
-#include "dist/nccl_comm.h"
+#include "comm/nccl_comm.h"
 
 using namespace df;
 

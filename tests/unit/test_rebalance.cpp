@@ -8,7 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "dist/dist.h"
+#include "comm/dist.h"
 #include "pipeline/rebalance.h"
 #include "topo/rankfile.h"
 #include "topo/role_move.h"

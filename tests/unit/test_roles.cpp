@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "dist/dist.h"
-#include "dist/host_watch.h"
+#include "comm/dist.h"
+#include "comm/host_watch.h"
 #include "pipeline/metrics.h"
 
 using namespace df;

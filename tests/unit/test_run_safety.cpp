@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
-#include "dist/watchdog.h"
+#include "comm/watchdog.h"
 #include "test_data_util.h"
 #include "test_drafter_util.h"
 #include "train/checkpoint.h"

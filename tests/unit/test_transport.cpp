@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "dist/transport.h"
+#include "comm/transport.h"
 
 namespace df {
 namespace {

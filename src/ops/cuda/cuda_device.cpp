@@ -3,8 +3,8 @@
 #include "ops/cuda/cuda_device.h"
 
 #include "core/dtype.h"
-#include "kernels/cuda_check.cuh"
-#include "kernels/gemm.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
 
 namespace df {

@@ -6,8 +6,8 @@
 
 #include "core/dtype.h"
 #include "core/fp8.h"
-#include "kernels/cuda_check.cuh"
-#include "kernels/gemm.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
 #include "model/fp8_weights.h"
 #include "model/qwen_config.h"

@@ -53,7 +53,7 @@ class CudaOps final : public Ops {
                    const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs, const GdnShape& shape,
                    const Tensor& workspace) override;
   int64_t gdn_workspace_bytes(int64_t tokens, const GdnShape& shape) const override;
-  // Fused (kernels/gdn.cu gdn_mixer_launch) unless DFLASH_GDN_FUSE=0 (=conv: the conv only) or the shape or
+  // Fused (kernels/gdn/gdn.cu gdn_mixer_launch) unless DFLASH_GDN_FUSE=0 (=conv: the conv only) or the shape or
   // layout needs the three ops.
   void gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const Tensor& b, const GdnWeights& w,
                  const Tensor& out, const SeqLayout& seqs, const GdnShape& shape, const Tensor& workspace,
@@ -70,7 +70,7 @@ class CudaOps final : public Ops {
   void fp8_quantize_groups(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) override;
   void gemm_fp8_block(const Tensor& x8, const Tensor& sx, const Tensor& w8, const Tensor& sw, const Tensor& c,
                       float beta) override;
-  // Incremental decoding (kernels/decode.cu). attention_cached's split-KV partials live in decode_ws_, grown
+  // Incremental decoding (kernels/decode/decode.cu). attention_cached's split-KV partials live in decode_ws_, grown
   // on first use of a larger shape (the step size and head counts, not the cache length, set its size).
   void attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past, int hq,
                         int hkv, int hd, float scale, const Tensor* gate = nullptr) override;

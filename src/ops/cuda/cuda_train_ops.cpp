@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cuda_check.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/train_launchers.cuh"
 

@@ -1,6 +1,6 @@
 // The CUDA backend of the drafter's training ops (train_ops.h): bf16 activations and GEMM operands, f32 norm
 // weights, statistics, parameter gradients and optimizer buffers. Shares the device, the stream, the one
-// cuBLASLt entry point (kernels/gemm.cuh) and the kernels of the target's CudaOps; only compiled with CUDA.
+// cuBLASLt entry point (kernels/gemm/gemm.cuh) and the kernels of the target's CudaOps; only compiled with CUDA.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -27,7 +27,7 @@ class CudaTrainOps final : public TrainOps {
   int device_index() const { return dev_.index; }
   // Device bytes this backend holds (alloc_bytes and the op scratch), now and at most since construction:
   // what `plan vram` itemises for a drafter, checked against it by tests/gpu/test_plan_vram_cuda.cpp. The
-  // cuBLASLt context's own buffers (kernels/train_workspace.h) are not included.
+  // cuBLASLt context's own buffers (kernels/train/train_workspace.h) are not included.
   size_t live_bytes() const { return live_bytes_; }
   size_t peak_bytes() const { return peak_bytes_; }
 
@@ -77,7 +77,7 @@ class CudaTrainOps final : public TrainOps {
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
              const AdamW& hp) override;
 
-  // ---- drafter bookkeeping (cuda_train_stats.cpp, kernels/loss_stats.cu) --------------------------------
+  // ---- drafter bookkeeping (cuda_train_stats.cpp, kernels/train/loss_stats.cu) --------------------------------
   void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss, const Tensor& p_label,
                       const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w,
                       const Tensor& stats) override;

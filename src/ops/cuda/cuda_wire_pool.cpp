@@ -5,7 +5,7 @@
 // NCCL wire orders its own stream against the compute stream through the same event.
 #include <vector>
 
-#include "kernels/cuda_check.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "ops/cuda/cuda_device.h"
 #include "ops/wire_pool.h"
 
