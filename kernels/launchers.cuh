@@ -14,6 +14,11 @@ namespace df {
 
 using bf16 = __nv_bfloat16;
 
+// ---- primitives/arch_check.cu -------------------------------------------------------------------------
+// Throws df::Error naming the GPU when this build has no code that runs on it (compiled for other archs, or
+// the GPU is older than the oldest built arch).
+void cuda_check_device_supported(int device);
+
 // ---- embedding.cu -------------------------------------------------------------------------------------
 // out[t, :] = table[ids[t], :]
 void embedding_launch(const int32_t* ids, const bf16* table, int64_t ld_table, bf16* out, int64_t ld_out, int64_t T,

@@ -44,6 +44,7 @@ CudaDevice::CudaDevice(int device) : index(device) {
   int n = cuda_device_count();
   DF_CHECK(device >= 0 && device < n, "CUDA device %d requested but %d visible; check CUDA_VISIBLE_DEVICES",
            device, n);
+  cuda_check_device_supported(device);
   DF_CUDA_CHECK(cudaSetDevice(device));
   DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   gemm = gemm_init();
