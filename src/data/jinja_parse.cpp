@@ -258,6 +258,9 @@ class ExprParser {
     return t.t == Tok::T::name && t.s == n;
   }
   bool is_op(const char* o) const { return toks_[pos_].t == Tok::T::op && toks_[pos_].s == o; }
+  bool is_comparison() const {
+    return is_op("==") || is_op("!=") || is_op("<") || is_op("<=") || is_op(">") || is_op(">=");
+  }
   void expect_op(const char* o) {
     DF_CHECK(is_op(o), "%s: expected '%s' but found %s", where_.c_str(), o, describe().c_str());
     ++pos_;
@@ -333,22 +336,21 @@ class ExprParser {
     }
     return e;
   }
-  ExprPtr or_expr() {
-    ExprPtr e = and_expr();
-    while (is_name("or")) {
+  // One left-associative level: operands from `next` joined by any of `ops` (operator tokens, or the words
+  // "and" / "or").
+  ExprPtr left_assoc(ExprPtr (ExprParser::*next)(), std::initializer_list<const char*> ops) {
+    ExprPtr e = (this->*next)();
+    for (;;) {
+      const char* hit = nullptr;
+      for (const char* o : ops)
+        if (is_op(o) || is_name(o)) hit = o;
+      if (!hit) return e;
       ++pos_;
-      e = binary("or", std::move(e), and_expr());
+      e = binary(hit, std::move(e), (this->*next)());
     }
-    return e;
   }
-  ExprPtr and_expr() {
-    ExprPtr e = not_expr();
-    while (is_name("and")) {
-      ++pos_;
-      e = binary("and", std::move(e), not_expr());
-    }
-    return e;
-  }
+  ExprPtr or_expr() { return left_assoc(&ExprParser::and_expr, {"or"}); }
+  ExprPtr and_expr() { return left_assoc(&ExprParser::not_expr, {"and"}); }
   ExprPtr not_expr() {
     if (is_name("not")) {
       ++pos_;
@@ -363,8 +365,7 @@ class ExprParser {
     ExprPtr e = math1();
     for (;;) {
       std::string op;
-      if (toks_[pos_].t == Tok::T::op && (is_op("==") || is_op("!=") || is_op("<") || is_op("<=") || is_op(">") ||
-                                          is_op(">="))) {
+      if (is_comparison()) {
         op = toks_[pos_].s;
         ++pos_;
       } else if (is_name("in")) {
@@ -377,43 +378,14 @@ class ExprParser {
         return e;
       }
       e = binary(op, std::move(e), math1());
-      DF_CHECK(!(toks_[pos_].t == Tok::T::op && (is_op("==") || is_op("!=") || is_op("<") || is_op("<=") ||
-                                                  is_op(">") || is_op(">="))),
-               "%s: chained comparisons (a < b < c) are not supported", where_.c_str());
+      DF_CHECK(!is_comparison(), "%s: chained comparisons (a < b < c) are not supported", where_.c_str());
     }
   }
-  ExprPtr math1() {
-    ExprPtr e = concat();
-    while (is_op("+") || is_op("-")) {
-      const std::string op = toks_[pos_++].s;
-      e = binary(op, std::move(e), concat());
-    }
-    return e;
-  }
-  ExprPtr concat() {
-    ExprPtr e = math2();
-    while (is_op("~")) {
-      ++pos_;
-      e = binary("~", std::move(e), math2());
-    }
-    return e;
-  }
-  ExprPtr math2() {
-    ExprPtr e = power();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const std::string op = toks_[pos_++].s;
-      e = binary(op, std::move(e), power());
-    }
-    return e;
-  }
-  ExprPtr power() {
-    ExprPtr e = unary(true);
-    while (is_op("**")) {
-      ++pos_;
-      e = binary("**", std::move(e), unary(true));
-    }
-    return e;
-  }
+  ExprPtr math1() { return left_assoc(&ExprParser::concat, {"+", "-"}); }
+  ExprPtr concat() { return left_assoc(&ExprParser::math2, {"~"}); }
+  ExprPtr math2() { return left_assoc(&ExprParser::power, {"*", "/", "//", "%"}); }
+  ExprPtr power() { return left_assoc(&ExprParser::unary_filtered, {"**"}); }
+  ExprPtr unary_filtered() { return unary(true); }
   ExprPtr unary(bool with_filter) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
