@@ -21,6 +21,12 @@ struct Located : Error {
 
 using Frame = std::unordered_map<std::string, Value>;
 
+// Bounds on one render, so that a hostile template (exponential macro recursion, range(10**12), 'x' * 10**12)
+// fails with an error instead of running or allocating without end. Chat templates use a tiny fraction.
+constexpr int64_t kMaxSteps = 5'000'000;          // statements executed
+constexpr int64_t kMaxItems = 10'000'000;         // range() length
+constexpr size_t kMaxText = size_t(1) << 28;      // bytes of one string (256 MiB)
+
 Value builtin(const char* name) {
   Value v;
   v.kind = Value::Kind::builtin;
@@ -53,7 +59,10 @@ std::vector<size_t> slice_indices(int64_t n, const Value* lo, const Value* hi, c
   };
   const int64_t start = bound(lo, step > 0 ? 0 : n - 1), stop = bound(hi, step > 0 ? n : -1);
   std::vector<size_t> out;
-  for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(size_t(k));
+  for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
+    out.push_back(size_t(k));
+    if (__builtin_add_overflow(k, step, &k)) break;
+  }
   return out;
 }
 
@@ -73,6 +82,8 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
   if (op == "*" && (a.is_string() || b.is_string())) {
     const Value& s = a.is_string() ? a : b;
     const int64_t n = as_int(a.is_string() ? b : a, "a string repeat count");
+    DF_CHECK(n <= 0 || s.s.empty() || uint64_t(n) <= kMaxText / s.s.size(), "a string repeated to more than %zu bytes",
+             kMaxText);
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += s.s;
     return Value::string(out);
@@ -82,11 +93,24 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
   const bool ints = a.kind != Value::Kind::floating && b.kind != Value::Kind::floating;
   if (ints && op != "/") {
     const int64_t x = as_int(a, "an operand"), y = as_int(b, "an operand");
-    if (op == "+") return Value::integer(x + y);
-    if (op == "-") return Value::integer(x - y);
-    if (op == "*") return Value::integer(x * y);
+    int64_t r = 0;
+    // Python's integers do not overflow; 64-bit ones that would are refused rather than wrapped.
+    const char* overflow = "integer overflow in %s (this renderer has 64-bit integers)";
+    if (op == "+") {
+      DF_CHECK(!__builtin_add_overflow(x, y, &r), overflow, op.c_str());
+      return Value::integer(r);
+    }
+    if (op == "-") {
+      DF_CHECK(!__builtin_sub_overflow(x, y, &r), overflow, op.c_str());
+      return Value::integer(r);
+    }
+    if (op == "*") {
+      DF_CHECK(!__builtin_mul_overflow(x, y, &r), overflow, op.c_str());
+      return Value::integer(r);
+    }
     if (op == "//" || op == "%") {
       DF_CHECK(y != 0, "integer division or modulo by zero");
+      DF_CHECK(!(x == INT64_MIN && y == -1), overflow, op.c_str());
       int64_t q = x / y, r = x % y;
       if (r != 0 && ((r < 0) != (y < 0))) {
         --q;
@@ -95,8 +119,10 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
       return Value::integer(op == "//" ? q : r);
     }
     if (op == "**" && y >= 0) {
-      int64_t r = 1;
-      for (int64_t k = 0; k < y; ++k) r *= x;
+      if (x == 0 || x == 1) return Value::integer(y == 0 ? 1 : x);
+      if (x == -1) return Value::integer(y % 2 ? -1 : 1);
+      r = 1;  // |x| >= 2 overflows within 63 factors
+      for (int64_t k = 0; k < y; ++k) DF_CHECK(!__builtin_mul_overflow(r, x, &r), overflow, op.c_str());
       return Value::integer(r);
     }
   }
@@ -116,7 +142,7 @@ class Renderer {
   explicit Renderer(const std::string& name) : name_(name) {}
 
   std::string run(const Body& body, Frame globals) {
-    frames_.push_back(std::move(globals));
+    globals_ = std::move(globals);
     std::string out;
     out_ = &out;
     const Flow f = exec(body);
@@ -129,12 +155,15 @@ class Renderer {
 
   std::string at(int line) const { return name_ + " line " + std::to_string(line) + ": "; }
 
+  Frame& scope() { return frames_.empty() ? globals_ : frames_.back(); }
+
   Value lookup(const std::string& n) const {
     for (auto it = frames_.rbegin(); it != frames_.rend(); ++it) {
       auto f = it->find(n);
       if (f != it->end()) return f->second;
     }
-    return undefined_named(n);
+    auto g = globals_.find(n);
+    return g != globals_.end() ? g->second : undefined_named(n);
   }
 
   Flow exec(const Body& body) {
@@ -153,6 +182,8 @@ class Renderer {
   }
 
   Flow exec_one(const Stmt& s) {
+    DF_CHECK(++steps_ <= kMaxSteps, "the render took more than %lld steps", (long long)kMaxSteps);
+    DF_CHECK(out_->size() <= kMaxText, "the rendered text passed %zu bytes", kMaxText);
     switch (s.kind) {
       case Stmt::Kind::text: *out_ += s.text; return Flow::normal;
       case Stmt::Kind::output: *out_ += value_str(eval(*s.expr)); return Flow::normal;
@@ -167,7 +198,7 @@ class Renderer {
         Value m;
         m.kind = Value::Kind::macro;
         m.macro = s.macro.get();
-        frames_.back()[s.macro->name] = m;
+        scope()[s.macro->name] = m;
         return Flow::normal;
       }
       case Stmt::Kind::break_: return Flow::break_;
@@ -199,7 +230,7 @@ class Renderer {
 
   void assign(const Stmt& s, const Value& v) {
     if (s.target_attr.empty()) {
-      bind(frames_.back(), s.targets, v);
+      bind(scope(), s.targets, v);
       return;
     }
     Value ns = lookup(s.targets[0]);
@@ -292,7 +323,9 @@ class Renderer {
         if (e.op == "not") return Value::boolean(!value_truthy(v));
         DF_CHECK(v.is_number(), "bad operand type for unary %s: '%s'", e.op.c_str(), value_type_name(v));
         if (e.op == "+") return v.kind == Value::Kind::boolean ? Value::integer(v.b) : v;
-        return v.kind == Value::Kind::floating ? Value::floating(-v.f) : Value::integer(-as_int(v, "an operand"));
+        if (v.kind == Value::Kind::floating) return Value::floating(-v.f);
+        DF_CHECK(as_int(v, "an operand") != INT64_MIN, "integer overflow in unary -");
+        return Value::integer(-as_int(v, "an operand"));
       }
       case Expr::Kind::binary: return binary(e);
       case Expr::Kind::ternary:
@@ -408,8 +441,13 @@ class Renderer {
       const int64_t hi = as_int(args.size() > 1 ? args[1] : args[0], "range()");
       const int64_t step = args.size() > 2 ? as_int(args[2], "range()") : 1;
       DF_CHECK(step != 0, "range() step must not be zero");
+      DF_CHECK((double(hi) - double(lo)) / double(step) <= double(kMaxItems), "range() of more than %lld items",
+               (long long)kMaxItems);
       List l;
-      for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) l.push_back(Value::integer(k));
+      for (int64_t k = lo; step > 0 ? k < hi : k > hi;) {
+        l.push_back(Value::integer(k));
+        if (__builtin_add_overflow(k, step, &k)) break;
+      }
       return Value::make_list(std::move(l));
     }
     if (n == "strftime_now") {
@@ -442,9 +480,8 @@ class Renderer {
       f[kw[k]] = args[npos + k];
       given[p] = true;
     }
-    std::vector<Frame> saved;
+    std::vector<Frame> saved;  // the caller's scopes: a macro sees the top level and its parameters only
     saved.swap(frames_);
-    frames_.push_back(saved.front());
     frames_.push_back(std::move(f));
     const size_t first_default = m.params.size() - m.defaults.size();
     for (size_t p = 0; p < m.params.size(); ++p)
@@ -458,9 +495,11 @@ class Renderer {
   }
 
   std::string name_;
-  std::vector<Frame> frames_;
+  Frame globals_;              // the context, the builtins and what the top level sets
+  std::vector<Frame> frames_;  // the scopes of the loops and macros being run, innermost last
   std::string* out_ = nullptr;
   int depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace

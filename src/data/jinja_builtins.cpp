@@ -4,6 +4,7 @@
 #include "data/jinja_builtins.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -27,6 +28,11 @@ void want_args(const std::string& what, const std::vector<Value>& args, size_t l
 const std::string& want_str(const std::string& what, const Value& v) {
   DF_CHECK(v.is_string(), "%s needs a str, not '%s'", what.c_str(), value_type_name(v));
   return v.s;
+}
+
+int64_t double_to_int(double d, const std::string& what) {
+  DF_CHECK(std::isfinite(d) && std::fabs(d) < 9.2e18, "%s: %g does not fit a 64-bit integer", what.c_str(), d);
+  return int64_t(d);
 }
 
 std::string ascii_case(const std::string& what, const std::string& s, bool upper) {
@@ -222,14 +228,14 @@ Value jinja_filter_apply(const std::string& name, const Value& v, const std::vec
     want_args(what, args, 0, 1);
     if (v.kind == Value::Kind::integer) return v;
     if (v.kind == Value::Kind::boolean) return Value::integer(v.b);
-    if (v.kind == Value::Kind::floating) return Value::integer(int64_t(v.f));
+    if (v.kind == Value::Kind::floating) return Value::integer(double_to_int(v.f, what));
     if (v.is_string()) {
       const std::string t = py_strip(v.s, "", true, true);
       char* end = nullptr;
       const long long x = std::strtoll(t.c_str(), &end, 10);
       if (!t.empty() && *end == 0) return Value::integer(x);
       const double d = std::strtod(t.c_str(), &end);
-      if (!t.empty() && *end == 0) return Value::integer(int64_t(d));
+      if (!t.empty() && *end == 0) return Value::integer(double_to_int(d, what));
     }
     return args.empty() ? Value::integer(0) : args[0];
   }
@@ -249,6 +255,7 @@ Value jinja_filter_apply(const std::string& name, const Value& v, const std::vec
     if (v.kind == Value::Kind::floating) return Value::floating(v.f < 0 ? -v.f : v.f);
     DF_CHECK(v.is_number(), "%s: bad operand type for abs(): '%s'", what.c_str(), value_type_name(v));
     const int64_t x = v.kind == Value::Kind::boolean ? int64_t(v.b) : v.i;
+    DF_CHECK(x != INT64_MIN, "%s: integer overflow", what.c_str());
     return Value::integer(x < 0 ? -x : x);
   }
   if (name == "reverse") {

@@ -14,6 +14,8 @@ namespace df::jinja {
 
 namespace {
 
+constexpr int kMaxNesting = 100;  // blocks inside blocks, or expressions inside expressions
+
 // One piece of the template: text, a `{{ expression }}` or a `{% statement %}`, with its first line.
 struct Chunk {
   enum class Kind { text, var, block } kind;
@@ -319,7 +321,17 @@ class ExprParser {
     return e;
   }
 
+  // Nesting is bounded so that a hostile template fails with an error instead of exhausting the stack.
+  struct Nest {
+    int& depth;
+    Nest(int& d, const std::string& where) : depth(d) {
+      DF_CHECK(++depth <= kMaxNesting, "%s: expressions nested deeper than %d", where.c_str(), kMaxNesting);
+    }
+    ~Nest() { --depth; }
+  };
+
   ExprPtr condexpr() {
+    Nest nest(depth_, where_);
     ExprPtr e = or_expr();
     while (is_name("if")) {
       ++pos_;
@@ -387,6 +399,7 @@ class ExprParser {
   ExprPtr power() { return left_assoc(&ExprParser::unary_filtered, {"**"}); }
   ExprPtr unary_filtered() { return unary(true); }
   ExprPtr unary(bool with_filter) {
+    Nest nest(depth_, where_);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       e = node(Expr::Kind::unary);
@@ -593,6 +606,7 @@ class ExprParser {
   int line_;
   std::vector<Tok> toks_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 class Parser {
@@ -608,6 +622,12 @@ class Parser {
  private:
   // Statements until one of `ends` (a block tag whose first word is in it); that word goes to *end_found.
   Body body(const std::set<std::string>& ends, std::string* end_found) {
+    DF_CHECK(++depth_ <= kMaxNesting, "%s line %d: blocks nested deeper than %d", name_.c_str(),
+             pos_ < chunks_.size() ? chunks_[pos_].line : 0, kMaxNesting);
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     Body out;
     while (pos_ < chunks_.size()) {
       const Chunk& c = chunks_[pos_];
@@ -785,6 +805,7 @@ class Parser {
   std::vector<Chunk> chunks_;
   std::string name_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -113,6 +113,24 @@ TEST(Jinja, ErrorsNameTheTemplateLine) {
   EXPECT_NE(error_of("{{ nope(1) }}").find("'nope' is undefined"), std::string::npos);
 }
 
+TEST(Jinja, BoundsStopHostileTemplates) {
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-1) ** 7 }} {{ 9 // -2 }}"), "4611686018427387904 -1 -5");
+  EXPECT_NE(error_of("{{ 2 ** 64 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ range(100000000000)|length }}").find("range() of more than"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'x' * 1000000000000 }}").find("a string repeated to more than"), std::string::npos);
+  EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("calls nested deeper than 64"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) }}")
+                .find("steps"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}").find("nested deeper"),
+            std::string::npos);
+  std::string deep;
+  for (int k = 0; k < 200; ++k) deep += "{% if true %}";
+  EXPECT_NE(error_of(deep).find("blocks nested deeper than 100"), std::string::npos);
+}
+
 TEST(Jinja, RefusesWhatItDoesNotImplementWhenRead) {
   auto refusal = [](const std::string& source) {
     try {
