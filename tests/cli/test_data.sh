@@ -117,9 +117,9 @@ JSON
     --out "$TMP/auto.h5" --tools "$TMP/tools.json"
   expect_out "chat template: $TMP/model/chat_template.jinja"
   # Prompt files: the generation prompt ends each record and no loss_mask is written.
-  printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}]}' > "$TMP/prompts.jsonl"
-  expect_ok "tokenize prompts" "$BIN" data tokenize --tokenizer "$TMP/model" --in "$TMP/prompts.jsonl" \
-    --out "$TMP/prompts.h5" --add-generation-prompt --enable-thinking true
+  printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}]}' > "$TMP/chatprompts.jsonl"
+  expect_ok "tokenize prompts" "$BIN" data tokenize --tokenizer "$TMP/model" --in "$TMP/chatprompts.jsonl" \
+    --out "$TMP/chatprompts.h5" --add-generation-prompt --enable-thinking true
   expect_out "no loss_mask"
   expect_ok "tokenize none" "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/none.h5" \
     --chat-template none
