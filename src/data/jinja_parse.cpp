@@ -509,6 +509,12 @@ class ExprParser {
     }
     expect_op(")");
   }
+  ExprPtr call_on(ExprPtr callee) {
+    ExprPtr c = node(Expr::Kind::call);
+    c->items.push_back(std::move(callee));
+    call_args(*c);
+    return c;
+  }
   ExprPtr postfix(ExprPtr e) {
     for (;;) {
       if (is_op(".")) {
@@ -549,10 +555,7 @@ class ExprParser {
         }
         e = std::move(s);
       } else if (is_op("(")) {
-        ExprPtr c = node(Expr::Kind::call);
-        c->items.push_back(std::move(e));
-        call_args(*c);
-        e = std::move(c);
+        e = call_on(std::move(e));
       } else {
         return e;
       }
@@ -592,10 +595,7 @@ class ExprParser {
         }
         e = std::move(t);
       } else if (is_op("(")) {
-        ExprPtr c = node(Expr::Kind::call);
-        c->items.push_back(std::move(e));
-        call_args(*c);
-        e = std::move(c);
+        e = call_on(std::move(e));
       } else {
         return e;
       }
