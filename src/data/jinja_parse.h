@@ -1,7 +1,7 @@
-// The syntax tree of a Jinja template and the parser that builds it (data/jinja.h renders it). The lexer applies
-// Hugging Face transformers' environment: trim_blocks, lstrip_blocks, `{%-`/`-%}` whitespace control, newlines
-// normalised and one trailing newline dropped, as jinja2 does. Anything outside the supported subset fails here,
-// naming the construct and the template line, so an unsupported template never renders something else.
+// The syntax tree of a Jinja template and the parser that builds it (data/jinja.h renders it) from the lexer's
+// chunks (data/jinja_lex.h, which applies transformers' trim_blocks and lstrip_blocks). Anything outside the
+// supported subset fails here, naming the construct and the template line, so an unsupported template never
+// renders something else.
 #pragma once
 #include <memory>
 #include <string>
