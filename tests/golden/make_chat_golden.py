@@ -196,8 +196,11 @@ def main():
     else:
         import jinja2
         import transformers
-        from transformers import PreTrainedTokenizerFast
-        tok = PreTrainedTokenizerFast(tokenizer_file=TOKENIZER)
+        try:
+            from transformers import PreTrainedTokenizerFast
+            tok = PreTrainedTokenizerFast(tokenizer_file=TOKENIZER)
+        except ImportError:  # a transformers without the name: its auto class reads the same tokenizer.json
+            tok = transformers.AutoTokenizer.from_pretrained(os.path.dirname(TOKENIZER))
         versions = {"transformers": transformers.__version__, "jinja2": jinja2.__version__,
                     "tokenizers": __import__("tokenizers").__version__}
 
