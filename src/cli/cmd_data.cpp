@@ -26,9 +26,9 @@ struct ConvertArgs {
 };
 
 struct TokenizeArgs {
-  std::string tokenizer, in, out, chat_template = "qwen", thinking = "on";
+  std::string tokenizer, in, out, chat_template = "auto", enable_thinking, tools;
   int64_t max_len = 0;
-  bool force = false;
+  bool add_generation_prompt = false, force = false;
 };
 
 struct SynthArgs {
@@ -181,24 +181,36 @@ void cmd_data_register(CLI::App& app) {
   t->add_option("--in", tk->in, "input JSONL file")->required();
   t->add_option("--out", tk->out, "output HDF5 token file (written atomically, nothing on any error)")->required();
   t->add_option("--chat-template", tk->chat_template,
-                "qwen: <|im_start|>role\\n...<|im_end|>\\n turns; none: the contents only")
+                "auto: the template the model ships (chat_template.jinja beside --tokenizer, else chat_template in "
+                "tokenizer_config.json), rendered as Hugging Face apply_chat_template does; a .jinja file; or none: "
+                "the contents only")
       ->capture_default_str();
-  t->add_option("--thinking", tk->thinking, "on: reasoning in a <think> block; off: an empty <think> block")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
+  t->add_option("--enable-thinking", tk->enable_thinking,
+                "true|false: the template's enable_thinking (unset: the template's own default)")
+      ->check(CLI::IsMember({"true", "false"}));
+  t->add_option("--tools", tk->tools, "JSON file: an array of tool schemas for records without their own 'tools'");
+  t->add_flag("--add-generation-prompt", tk->add_generation_prompt,
+              "prompt files (eval): end each record with the assistant header the model continues from; no "
+              "loss_mask is written");
   t->add_option("--max-len", tk->max_len, "cut longer sequences to N tokens (0: keep whole)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   t->add_flag("--force", tk->force, "replace an existing --out (never one of the inputs)");
   t->callback([tk] {
 #ifdef DF_HAVE_TOKENIZER
-    file_check_output(tk->out, {tk->in, tk->tokenizer}, tk->force);
+    std::vector<std::string> inputs = {tk->in, tk->tokenizer};
+    if (!tk->tools.empty()) inputs.push_back(tk->tools);
+    if (tk->chat_template != "auto" && tk->chat_template != "none") inputs.push_back(tk->chat_template);
+    file_check_output(tk->out, inputs, tk->force);
     TokenizeOptions o;
-    o.chat.kind = chat_template_parse(tk->chat_template);
-    o.chat.thinking = tk->thinking == "on";
+    o.chat_template = tk->chat_template;
+    if (!tk->enable_thinking.empty()) o.chat.enable_thinking = tk->enable_thinking == "true";
+    o.chat.add_generation_prompt = tk->add_generation_prompt;
+    o.tools_file = tk->tools;
     o.max_len = tk->max_len;
     TokenizeReport rep;
     TokenData d = chat_tokenize_file(tk->in, tk->out, tk->tokenizer, o, &rep);
+    log_info("chat template: %s", rep.template_source.c_str());
     data_print_summary(tk->out, d);
     if (rep.truncated) log_info("%lld sequences were cut to --max-len %lld", (long long)rep.truncated,
                                 (long long)tk->max_len);

@@ -1,9 +1,9 @@
-// Parsing of the conversation formats and the Qwen chat template. The template follows Qwen3's: tool results
-// (consecutive ones merged) are a user turn of <tool_response> blocks; an assistant turn's reasoning, given
-// separately or inline as a leading <think>…</think>, is rendered in a <think> block.
+// Conversation records, the template a model ships and the loss spans of a rendering (data/chat_template.h).
 #include "data/chat_template.h"
 
-#include <nlohmann/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -11,49 +11,72 @@ namespace df {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
 
-std::string content_text(const json& c, const std::string& where) {
-  if (c.is_string()) return c.get<std::string>();
-  if (c.is_null()) return "";
-  DF_CHECK(c.is_array(), "%s: 'content' must be a string or a list of {\"type\": \"text\", \"text\": ...} parts",
+const std::string kAssistantHeader = "<|im_start|>assistant\n";
+const std::string kEndOfTurn = "<|im_end|>\n";
+
+std::string sharegpt_role(const std::string& r, const std::string& where) {
+  if (r == "system") return "system";
+  if (r == "human" || r == "user") return "user";
+  if (r == "gpt" || r == "assistant" || r == "model") return "assistant";
+  if (r == "tool" || r == "function" || r == "observation") return "tool";
+  DF_FAIL("%s: unknown ShareGPT role '%s' (system, human, gpt, tool)", where.c_str(), r.c_str());
+}
+
+// A content is a string, null, or a list of {"type": "text", "text": ...} parts: `data tokenize` trains on text.
+void check_content(const json& c, const std::string& where) {
+  if (c.is_string() || c.is_null()) return;
+  DF_CHECK(c.is_array(), "%s: 'content' must be a string, null or a list of {\"type\": \"text\", \"text\": ...} parts",
            where.c_str());
-  std::string out;
   for (size_t i = 0; i < c.size(); ++i) {
     const json& p = c[i];
     DF_CHECK(p.is_object() && p.value("type", "") == "text" && p.contains("text") && p["text"].is_string(),
              "%s: content[%zu] is not a text part (only {\"type\": \"text\", \"text\": ...} is supported)",
              where.c_str(), i);
-    out += p["text"].get<std::string>();
+  }
+}
+
+std::string content_text(const json& c) {
+  if (c.is_string()) return c.get<std::string>();
+  std::string out;
+  if (c.is_array())
+    for (const json& p : c) out += p["text"].get<std::string>();
+  return out;
+}
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  DF_CHECK(f.is_open(), "%s: cannot open the %s (missing or unreadable)", path.c_str(), what);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+json read_json(const std::string& path, const char* what) {
+  try {
+    return json::parse(read_file(path, what));
+  } catch (const json::parse_error& e) {
+    DF_FAIL("%s: the %s is not valid JSON (%s)", path.c_str(), what, e.what());
+  }
+}
+
+// transformers passes the tokenizer's named special tokens to the template (bos_token, eos_token, ...).
+json special_tokens(const json& config) {
+  json out = json::object();
+  for (const char* k : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+    if (!config.contains(k)) continue;
+    const json& t = config[k];
+    if (t.is_string()) out[k] = t;
+    else if (t.is_object() && t.contains("content") && t["content"].is_string()) out[k] = t["content"];
   }
   return out;
 }
 
-std::string canonical_role(const std::string& r, const std::string& where) {
-  if (r == "system" || r == "developer") return "system";
-  if (r == "user" || r == "human") return "user";
-  if (r == "assistant" || r == "gpt" || r == "model") return "assistant";
-  if (r == "tool" || r == "function" || r == "observation") return "tool";
-  DF_FAIL("%s: unknown role '%s' (system, user, assistant, tool; ShareGPT human, gpt)", where.c_str(), r.c_str());
-}
-
-// Qwen3 splits a leading "<think>…</think>" out of an assistant message that has no separate reasoning.
-void split_inline_thinking(ChatTurn& t) {
-  if (!t.reasoning.empty()) return;
-  const size_t open = t.content.find("<think>"), close = t.content.find("</think>");
-  if (open == std::string::npos || close == std::string::npos || close < open) return;
-  if (t.content.find_first_not_of(" \t\r\n") != open) return;
-  auto trim = [](std::string s) {
-    const size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
-    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-  };
-  t.reasoning = trim(t.content.substr(open + 7, close - open - 7));
-  t.content = trim(t.content.substr(close + 8));
-}
-
 }  // namespace
 
-std::vector<ChatTurn> chat_parse_line(const std::string& line, const std::string& where) {
+ChatRecord chat_parse_line(const std::string& line, const std::string& where) {
   json rec;
   try {
     rec = json::parse(line);
@@ -61,74 +84,137 @@ std::vector<ChatTurn> chat_parse_line(const std::string& line, const std::string
     DF_FAIL("%s: not valid JSON (%s)", where.c_str(), e.what());
   }
   DF_CHECK(rec.is_object(), "%s: expected a JSON object with 'messages', 'conversations' or 'text'", where.c_str());
-  std::vector<ChatTurn> turns;
+  ChatRecord out;
   if (rec.contains("text") && !rec.contains("messages") && !rec.contains("conversations")) {
     DF_CHECK(rec["text"].is_string(), "%s: 'text' must be a string", where.c_str());
-    turns.push_back({"text", rec["text"].get<std::string>(), ""});
-    return turns;
+    out.plain = true;
+    out.text = rec["text"].get<std::string>();
+    return out;
   }
-  const char* key = rec.contains("messages") ? "messages" : "conversations";
+  const bool sharegpt = !rec.contains("messages");
+  const char* key = sharegpt ? "conversations" : "messages";
   DF_CHECK(rec.contains(key) && rec[key].is_array() && !rec[key].empty(),
            "%s: needs a non-empty array 'messages' (OpenAI) or 'conversations' (ShareGPT), or a string 'text'",
            where.c_str());
+  if (rec.contains("tools")) {
+    DF_CHECK(rec["tools"].is_array() || rec["tools"].is_null(), "%s: 'tools' must be an array of tool schemas",
+             where.c_str());
+    out.tools = rec["tools"];
+  }
   const json& msgs = rec[key];
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string at = where + ": " + key + "[" + std::to_string(i) + "]";
-    const json& m = msgs[i];
+    json m = msgs[i];
     DF_CHECK(m.is_object(), "%s: must be an object", at.c_str());
-    const char* rk = m.contains("role") ? "role" : "from";
-    const char* ck = m.contains("content") ? "content" : "value";
-    DF_CHECK(m.contains(rk) && m[rk].is_string(), "%s: needs a string 'role' (or ShareGPT 'from')", at.c_str());
-    DF_CHECK(m.contains(ck), "%s: needs 'content' (or ShareGPT 'value')", at.c_str());
-    ChatTurn t;
-    t.role = canonical_role(m[rk].get<std::string>(), at);
-    t.content = content_text(m[ck], at + "." + ck);
-    for (const char* r : {"reasoning_content", "thinking", "reasoning"})
-      if (m.contains(r) && m[r].is_string()) t.reasoning = m[r].get<std::string>();
-    if (t.role == "assistant") split_inline_thinking(t);
-    turns.push_back(std::move(t));
+    if (!m.contains("role") && m.contains("from")) {  // ShareGPT turn
+      DF_CHECK(m["from"].is_string(), "%s: 'from' must be a string", at.c_str());
+      DF_CHECK(m.contains("value"), "%s: needs 'value' (ShareGPT) or 'content'", at.c_str());
+      json turn = {{"role", sharegpt_role(m["from"].get<std::string>(), at)}, {"content", m["value"]}};
+      for (auto it = m.begin(); it != m.end(); ++it)
+        if (it.key() != "from" && it.key() != "value") turn[it.key()] = it.value();
+      m = std::move(turn);
+    }
+    DF_CHECK(m.contains("role") && m["role"].is_string(), "%s: needs a string 'role' (or ShareGPT 'from')",
+             at.c_str());
+    DF_CHECK(m.contains("content"), "%s: needs 'content' (or ShareGPT 'value')", at.c_str());
+    check_content(m["content"], at + ".content");
+    out.messages.push_back(std::move(m));
   }
-  return turns;
+  return out;
 }
 
-ChatTemplateKind chat_template_parse(const std::string& name) {
-  if (name == "qwen") return ChatTemplateKind::qwen;
-  if (name == "none") return ChatTemplateKind::none;
-  DF_FAIL("--chat-template '%s' is not known: qwen (<|im_start|>role ... <|im_end|>) or none (contents only)",
-          name.c_str());
+json chat_tools_read(const std::string& path) {
+  json t = read_json(path, "--tools file");
+  DF_CHECK(t.is_array(), "%s: the --tools file must hold a JSON array of tool schemas", path.c_str());
+  for (size_t i = 0; i < t.size(); ++i)
+    DF_CHECK(t[i].is_object(), "%s: tool [%zu] is not an object ({\"type\": \"function\", \"function\": {...}})",
+             path.c_str(), i);
+  return t;
 }
 
-std::vector<ChatPiece> chat_render(const std::vector<ChatTurn>& turns, const ChatOptions& opts) {
-  std::vector<ChatPiece> out;
-  auto body = [&](const ChatTurn& t) {
-    if (!opts.thinking) return "<think>\n\n</think>\n\n" + t.content;
-    if (t.reasoning.empty()) return t.content;
-    return "<think>\n" + t.reasoning + "\n</think>\n\n" + t.content;
-  };
-  for (size_t i = 0; i < turns.size(); ++i) {
-    const ChatTurn& t = turns[i];
-    if (t.role == "text") {
-      out.push_back({t.content, true});
-      continue;
-    }
-    if (opts.kind == ChatTemplateKind::none) {
-      out.push_back({t.role == "assistant" ? body(t) : t.content, t.role == "assistant"});
-      continue;
-    }
-    if (t.role == "assistant") {
-      out.push_back({"<|im_start|>assistant\n", false});
-      out.push_back({body(t) + "<|im_end|>", true});
-      out.push_back({"\n", false});
-    } else if (t.role == "tool") {
-      std::string s = "<|im_start|>user";
-      for (; i < turns.size() && turns[i].role == "tool"; ++i)
-        s += "\n<tool_response>\n" + turns[i].content + "\n</tool_response>";
-      --i;
-      out.push_back({s + "<|im_end|>\n", false});
+ChatRenderer::ChatRenderer(const std::string& spec, const std::string& tokenizer, ChatOptions opts)
+    : opts_(std::move(opts)) {
+  if (spec == "none") {
+    source_ = "none (contents only)";
+    return;
+  }
+  const fs::path dir = fs::is_directory(tokenizer) ? fs::path(tokenizer) : fs::path(tokenizer).parent_path();
+  const fs::path config_path = dir / "tokenizer_config.json";
+  json config = json::object();
+  if (fs::exists(config_path)) config = read_json(config_path.string(), "tokenizer config");
+  special_tokens_ = special_tokens(config);
+  std::string source;
+  if (spec != "auto") {
+    source_ = spec;
+    source = read_file(spec, "chat template");
+  } else if (fs::exists(dir / "chat_template.jinja")) {
+    source_ = (dir / "chat_template.jinja").string();
+    source = read_file(source_, "chat template");
+  } else {
+    source_ = config_path.string() + " (chat_template)";
+    DF_CHECK(config.contains("chat_template"),
+             "%s ships no chat template (no chat_template.jinja, no 'chat_template' in tokenizer_config.json); "
+             "HINT: pass --chat-template FILE.jinja, or --chat-template none for the contents alone",
+             dir.string().c_str());
+    const json& ct = config["chat_template"];
+    if (ct.is_string()) {
+      source = ct.get<std::string>();
     } else {
-      out.push_back({"<|im_start|>" + t.role + "\n" + t.content + "<|im_end|>\n", false});
+      // Several named templates: transformers renders the one named "default" unless told otherwise.
+      std::string names;
+      DF_CHECK(ct.is_array(), "%s: 'chat_template' must be a string or a list of {name, template}",
+               config_path.string().c_str());
+      for (const json& t : ct) {
+        DF_CHECK(t.is_object() && t.value("name", "") != "" && t.contains("template") && t["template"].is_string(),
+                 "%s: every entry of 'chat_template' needs a 'name' and a string 'template'",
+                 config_path.string().c_str());
+        names += (names.empty() ? "" : ", ") + t["name"].get<std::string>();
+        if (t["name"] == "default") source = t["template"].get<std::string>();
+      }
+      DF_CHECK(!source.empty(), "%s: no chat template named 'default' among: %s; HINT: save the one you want as a "
+               ".jinja file and pass --chat-template FILE.jinja", config_path.string().c_str(), names.c_str());
+      source_ += " 'default'";
     }
   }
+  template_ = std::make_unique<jinja::Template>(source, source_);
+}
+
+std::vector<ChatPiece> ChatRenderer::render(const ChatRecord& rec, const std::string& where) const {
+  if (rec.plain) return {{rec.text, true}};
+  if (!template_) {
+    std::vector<ChatPiece> out;
+    for (const json& m : rec.messages) out.push_back({content_text(m["content"]), m["role"] == "assistant"});
+    return out;
+  }
+  json ctx = special_tokens_;
+  ctx["messages"] = rec.messages;
+  ctx["tools"] = rec.tools.is_null() ? opts_.tools : rec.tools;
+  ctx["documents"] = nullptr;
+  ctx["add_generation_prompt"] = opts_.add_generation_prompt;
+  if (opts_.enable_thinking) ctx["enable_thinking"] = *opts_.enable_thinking;
+  std::string text;
+  try {
+    text = template_->render(ctx);
+  } catch (const Error& e) {
+    DF_FAIL("%s: %s", where.c_str(), e.what());
+  }
+  std::vector<ChatPiece> out;
+  size_t pos = 0;
+  for (size_t h = text.find(kAssistantHeader); h != std::string::npos; h = text.find(kAssistantHeader, pos)) {
+    const size_t b = h + kAssistantHeader.size(), e = text.find(kEndOfTurn, b);
+    const size_t end = e == std::string::npos ? text.size() : e + kEndOfTurn.size();
+    out.push_back({text.substr(pos, b - pos), false});
+    if (end > b) out.push_back({text.substr(b, end - b), true});
+    pos = end;
+  }
+  if (pos < text.size()) out.push_back({text.substr(pos), false});
+  bool any_assistant = false, any_trained = false;
+  for (const json& m : rec.messages) any_assistant |= m["role"] == "assistant";
+  for (const ChatPiece& p : out) any_trained |= p.trained;
+  DF_CHECK(!any_assistant || any_trained,
+           "%s: %s rendered the assistant messages without a '<|im_start|>assistant\\n' header; the loss mask "
+           "knows ChatML turns only (HINT: --chat-template none trains the assistant contents alone)",
+           where.c_str(), source_.c_str());
   return out;
 }
 

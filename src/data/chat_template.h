@@ -1,37 +1,67 @@
 // Conversations as users bring them (OpenAI `messages` or ShareGPT `conversations` JSONL, or plain `text`)
-// rendered to the text the target model sees, with the spans the drafter is trained on: the Qwen chat template
-// (`<|im_start|>role\n…<|im_end|>\n`, tool results as `<tool_response>` user turns, `<think>` blocks) or none.
+// rendered to the text the target model sees, with the spans the drafter is trained on. The text comes from the
+// chat template the model ships (`chat_template.jinja`, or `chat_template` in tokenizer_config.json) run by the
+// Jinja interpreter of data/jinja.h, so it equals Hugging Face's `apply_chat_template`; `none` renders the
+// contents alone.
 #pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "data/jinja.h"
+
 namespace df {
 
-struct ChatTurn {
-  std::string role;       // system | user | assistant | tool | text (a plain-text record)
-  std::string content;
-  std::string reasoning;  // assistant thinking (reasoning_content / thinking), without the <think> tags
+// One JSONL line. `messages` are passed to the template as they are in an OpenAI record (every key kept); a
+// ShareGPT record's {"from", "value"} become {"role", "content"} (human → user, gpt → assistant, ...).
+struct ChatRecord {
+  bool plain = false;  // a {"text": ...} record: trained whole, no template
+  std::string text;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // the record's own "tools", null when it has none
 };
 
-enum class ChatTemplateKind { qwen, none };
+// Throws naming `where` (file and line) and the field at fault.
+ChatRecord chat_parse_line(const std::string& line, const std::string& where);
+
+// A `--tools` file: a JSON array of tool schemas ({"type": "function", "function": {...}}).
+nlohmann::ordered_json chat_tools_read(const std::string& path);
 
 struct ChatOptions {
-  ChatTemplateKind kind = ChatTemplateKind::qwen;
-  bool thinking = true;  // on: reasoning in a <think> block; off: an empty block, as Qwen3 emits with thinking off
+  std::optional<bool> enable_thinking;  // unset: the template's own default (the variable stays undefined)
+  bool add_generation_prompt = false;   // prompt files: end with the assistant header the model continues from
+  nlohmann::ordered_json tools;         // for records without their own "tools" (null: none)
 };
 
-// A rendered span of text; `trained` spans are the assistant's output (its body and <|im_end|>) or a plain text.
+// A rendered span of text; `trained` spans are what the assistant produced in a turn (see chat_render).
 struct ChatPiece {
   std::string text;
   bool trained = false;
 };
 
-// One JSONL line: {"messages": [{"role", "content", "reasoning_content"?}]}, {"conversations": [{"from",
-// "value"} or {"role", "content"}]} or {"text": "..."}. Content may be a string or a list of {"type": "text",
-// "text"} parts. Throws naming `where` (file and line) and the field at fault.
-std::vector<ChatTurn> chat_parse_line(const std::string& line, const std::string& where);
+class ChatRenderer {
+ public:
+  // `spec`: "auto" (the template `tokenizer` ships: chat_template.jinja beside its tokenizer.json, else
+  // tokenizer_config.json's chat_template), "none" (contents only) or the path of a .jinja file. Throws naming
+  // the file for a template that is missing or that the interpreter cannot run.
+  ChatRenderer(const std::string& spec, const std::string& tokenizer, ChatOptions opts);
 
-ChatTemplateKind chat_template_parse(const std::string& name);  // "qwen" | "none", else an error naming both
-std::vector<ChatPiece> chat_render(const std::vector<ChatTurn>& turns, const ChatOptions& opts);
+  // The loss spans follow SpecForge's GeneralParser for ChatML: everything after each "<|im_start|>assistant\n"
+  // up to and including the next "<|im_end|>\n" (or the end of the text), i.e. the assistant's think block,
+  // answer, tool calls and end-of-turn token, as the template rendered them. With `none` the assistant
+  // contents are trained. A plain-text record is trained whole. Throws naming `where` and the template line.
+  std::vector<ChatPiece> render(const ChatRecord& rec, const std::string& where) const;
+
+  const std::string& source() const { return source_; }  // where the template came from, for the log
+  bool add_generation_prompt() const { return opts_.add_generation_prompt; }
+
+ private:
+  std::unique_ptr<jinja::Template> template_;  // null: none
+  nlohmann::ordered_json special_tokens_;      // bos_token, eos_token, ... from tokenizer_config.json
+  ChatOptions opts_;
+  std::string source_;
+};
 
 }  // namespace df

@@ -12,10 +12,13 @@
 namespace df {
 
 TokenData chat_tokenize_stream(std::istream& in, const std::string& name, const BpeTokenizer& tok,
-                               const TokenizeOptions& opts, int64_t total_bytes, TokenizeReport* report) {
+                               const ChatRenderer& chat, int64_t max_len, int64_t total_bytes,
+                               TokenizeReport* report) {
   TokenData data;
   data.vocab_size = tok.vocab_size();
   TokenizeReport rep;
+  rep.template_source = chat.source();
+  const bool prompts = chat.add_generation_prompt();
   using clock = std::chrono::steady_clock;
   auto last_report = clock::now();
   int64_t bytes = 0;
@@ -25,7 +28,7 @@ TokenData chat_tokenize_stream(std::istream& in, const std::string& name, const 
     const std::string where = strfmt("%s line %lld", name.c_str(), (long long)line_no);
     DF_CHECK(line.find_first_not_of(" \t\r") != std::string::npos,
              "%s: empty line; every line must be one JSON object (remove blank lines)", where.c_str());
-    const std::vector<ChatPiece> pieces = chat_render(chat_parse_line(line, where), opts.chat);
+    const std::vector<ChatPiece> pieces = chat.render(chat_parse_line(line, where), where);
     std::string text;
     std::vector<std::pair<int64_t, int64_t>> trained;
     for (const ChatPiece& p : pieces) {
@@ -39,8 +42,8 @@ TokenData chat_tokenize_stream(std::istream& in, const std::string& name, const 
       DF_FAIL("%s: %s", where.c_str(), e.what());
     }
     DF_CHECK(!toks.empty(), "%s: the record renders to no tokens; drop it", where.c_str());
-    if (opts.max_len > 0 && int64_t(toks.size()) > opts.max_len) {
-      toks.resize(size_t(opts.max_len));
+    if (max_len > 0 && int64_t(toks.size()) > max_len) {
+      toks.resize(size_t(max_len));
       ++rep.truncated;
     }
     size_t span = 0;
@@ -49,10 +52,10 @@ TokenData chat_tokenize_stream(std::istream& in, const std::string& name, const 
       while (span < trained.size() && trained[span].second <= t.begin) ++span;
       const bool m = span < trained.size() && t.begin >= trained[span].first;
       data.tokens.push_back(t.id);
-      data.loss_mask.push_back(m ? 1 : 0);
+      if (!prompts) data.loss_mask.push_back(m ? 1 : 0);
       in_loss += m;
     }
-    if (in_loss == 0) ++rep.untrained;
+    if (in_loss == 0 && !prompts) ++rep.untrained;
     data.offsets.push_back(data.num_tokens());
     if (total_bytes > 0 && (line_no & 255) == 0 && clock::now() - last_report > std::chrono::seconds(5)) {
       last_report = clock::now();
@@ -69,11 +72,14 @@ TokenData chat_tokenize_stream(std::istream& in, const std::string& name, const 
 TokenData chat_tokenize_file(const std::string& in_path, const std::string& out_path, const std::string& tokenizer,
                              const TokenizeOptions& opts, TokenizeReport* report) {
   BpeTokenizer tok(tokenizer);
+  ChatOptions chat_opts = opts.chat;
+  if (!opts.tools_file.empty()) chat_opts.tools = chat_tools_read(opts.tools_file);
+  const ChatRenderer chat(opts.chat_template, tokenizer, chat_opts);
   std::ifstream in(in_path, std::ios::binary | std::ios::ate);
   DF_CHECK(in.is_open(), "%s: cannot open the JSONL input (missing or unreadable)", in_path.c_str());
   const int64_t size = int64_t(in.tellg());
   in.seekg(0);
-  TokenData data = chat_tokenize_stream(in, in_path, tok, opts, size, report);
+  TokenData data = chat_tokenize_stream(in, in_path, tok, chat, opts.max_len, size, report);
   token_file_write(out_path, data);
   return data;
 }

@@ -86,8 +86,11 @@ ls "$TMP" | grep -q '\.tmp\.' && fail "a temporary file was left behind"
 # info on a file that is not a token file.
 expect_err "info on JSONL" "cannot open as HDF5" "$BIN" data info "$TMP/good.jsonl"
 
-# tokenize: conversations through the golden tokenizer (Hugging Face-trained), assistant-only loss.
+# tokenize: conversations through the golden tokenizer (Hugging Face-trained) and the Qwen3 chat template
+# (tests/golden/chat/templates), assistant-only loss.
 TOK="$2/tests/golden/tokenizer"
+QWEN3="$2/tests/golden/chat/templates/qwen3.jinja"
+QWEN35="$2/tests/golden/chat/templates/qwen3.5.jinja"
 if "$BIN" data tokenize --help >/dev/null 2>&1 && ! "$BIN" data tokenize --tokenizer "$TOK" --in /dev/null \
      --out "$TMP/probe.h5" 2>&1 | grep -q "built without"; then
   cat > "$TMP/chats.jsonl" <<'JSON'
@@ -95,19 +98,49 @@ if "$BIN" data tokenize --help >/dev/null 2>&1 && ! "$BIN" data tokenize --token
 {"conversations": [{"from": "human", "value": "你好"}, {"from": "gpt", "value": "你好！😀"}]}
 {"text": "plain text, trained whole"}
 JSON
-  expect_ok "tokenize" "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/chats.h5"
+  # The golden tokenizer ships no template: `auto` says so and names the way out.
+  expect_err "tokenize without a template" "ships no chat template" \
+    "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/chats.h5"
+  [ -e "$TMP/chats.h5" ] && fail "a failed tokenize left $TMP/chats.h5"
+  expect_ok "tokenize" "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/chats.h5" \
+    --chat-template "$QWEN3" --enable-thinking false
   expect_out "3 sequences"
+  expect_out "chat template: $QWEN3"
   expect_ok "info on tokenized" "$BIN" data info "$TMP/chats.h5"
   expect_out "vocab_size 906"
   expect_out "layout: mixed: 2 sequences have a prompt followed by a response (a loss_mask 0->1 step)"
+  # A model directory that ships its template as chat_template.jinja: found by `auto`.
+  mkdir -p "$TMP/model"
+  cp "$TOK/tokenizer.json" "$TMP/model/" && cp "$QWEN35" "$TMP/model/chat_template.jinja"
+  echo '[{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]' > "$TMP/tools.json"
+  expect_ok "tokenize auto, tools" "$BIN" data tokenize --tokenizer "$TMP/model" --in "$TMP/chats.jsonl" \
+    --out "$TMP/auto.h5" --tools "$TMP/tools.json"
+  expect_out "chat template: $TMP/model/chat_template.jinja"
+  # Prompt files: the generation prompt ends each record and no loss_mask is written.
+  printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}]}' > "$TMP/chatprompts.jsonl"
+  expect_ok "tokenize prompts" "$BIN" data tokenize --tokenizer "$TMP/model" --in "$TMP/chatprompts.jsonl" \
+    --out "$TMP/chatprompts.h5" --add-generation-prompt --enable-thinking true
+  expect_out "no loss_mask"
+  expect_ok "tokenize none" "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/none.h5" \
+    --chat-template none
   printf '%s\n' '{"text": "ok"}' '{"messages": [{"role": "user"}]}' > "$TMP/badchat.jsonl"
   expect_err "tokenize bad line" "badchat.jsonl line 2: messages[0]: needs 'content'" \
-    "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/badchat.jsonl" --out "$TMP/badchat.h5"
+    "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/badchat.jsonl" --out "$TMP/badchat.h5" --chat-template "$QWEN3"
   [ -e "$TMP/badchat.h5" ] && fail "a failed tokenize left $TMP/badchat.h5"
-  expect_err "tokenize unknown template" "--chat-template 'llama' is not known" \
+  # The template refuses a conversation: the record, the template line and its own message.
+  printf '%s\n' '{"messages": [{"role": "assistant", "content": "no user"}]}' > "$TMP/nouser.jsonl"
+  expect_err "tokenize template raises" "nouser.jsonl line 1: $TMP/model/chat_template.jinja line 79: " \
+    "$BIN" data tokenize --tokenizer "$TMP/model" --in "$TMP/nouser.jsonl" --out "$TMP/nouser.h5"
+  expect_out "No user query found in messages."
+  [ -e "$TMP/nouser.h5" ] && fail "a failed tokenize left $TMP/nouser.h5"
+  printf 'ok\n{%% include "x.jinja" %%}\n' > "$TMP/bad.jinja"
+  expect_err "tokenize unsupported template" "bad.jinja line 2: the '{% include %}' tag is not supported" \
+    "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/x.h5" --chat-template "$TMP/bad.jinja"
+  expect_err "tokenize missing template" "cannot open the chat template" \
     "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/x.h5" --chat-template llama
   expect_err "tokenize no tokenizer" "cannot open" \
     "$BIN" data tokenize --tokenizer "$TMP/none" --in "$TMP/chats.jsonl" --out "$TMP/x.h5"
+  [ -e "$TMP/x.h5" ] && fail "a failed tokenize left $TMP/x.h5"
 else
   echo "note: this build has no tokenizer (PCRE2/libunistring missing); data tokenize checks skipped"
 fi

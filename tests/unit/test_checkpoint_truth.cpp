@@ -16,6 +16,7 @@
 using namespace df;
 using df::testing::tiny_drafter_config;
 using df_test::ScratchDir;
+using df_test::error_of;
 
 namespace {
 
@@ -28,15 +29,6 @@ mask_token_id = 36
 [train]
 lr = 3e-4
 )";
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // "VmRSS" / "VmHWM" of this process in bytes.
 int64_t proc_status_bytes(const char* key) {

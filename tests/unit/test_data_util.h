@@ -1,4 +1,5 @@
-// Helpers shared by the data-layer and file-writing tests: a per-test scratch directory, a file-size limit
+// Helpers shared by the data-layer and file-writing tests: the message of an expected error, a per-test scratch
+// directory, a file-size limit
 // that stands in for a full disk, and a raw HDF5 writer that can produce the malformed token files the
 // validating writer refuses to create.
 #pragma once
@@ -10,10 +11,23 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace df_test {
+
+// The message of the df::Error that `f` throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const df::Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A fresh directory named after the running test, removed at the end.
 class ScratchDir {

@@ -18,6 +18,7 @@
 using namespace df;
 using namespace df::testing;
 using df_test::ScratchDir;
+using df_test::error_of;
 
 namespace {
 
@@ -29,15 +30,6 @@ nlohmann::json read_json(const std::string& path) {
 }
 void write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream(path) << j.dump(2);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // The tiny model's weights exported to dir, and the model they came from.

@@ -1,6 +1,7 @@
-// The C++ byte-level BPE and the chat template: ids equal to Hugging Face `tokenizers` on a tokenizer trained by
+// The C++ byte-level BPE and `data tokenize`: ids equal to Hugging Face `tokenizers` on a tokenizer trained by
 // it (tests/golden/make_tokenizer_golden.py), hand-checked merges, added tokens and offsets on a tiny
-// tokenizer.json written here, the Qwen template's exact text, the assistant-only mask, and the errors.
+// tokenizer.json written here, the assistant-only mask of a rendered conversation, prompt files, and the errors.
+// The templates themselves: test_jinja, test_chat_template and test_chat_golden.
 #include <gtest/gtest.h>
 
 #ifdef DF_HAVE_TOKENIZER
@@ -140,94 +141,49 @@ TEST(Tokenizer, EqualsHuggingFaceTokenizersOnTheGoldenCases) {
   }
 }
 
-TEST(ChatTemplate, QwenTurnsToolsThinkingAndTheTrainedSpans) {
-  const std::string line =
-      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"},)"
-      R"( {"role": "assistant", "content": "<think>\nCall the tool.\n</think>\n\nCalling."},)"
-      R"( {"role": "tool", "content": "21C"}, {"role": "tool", "content": "sunny"},)"
-      R"( {"role": "assistant", "content": "21C, sunny.", "reasoning_content": "Both results."}]})";
-  std::vector<ChatTurn> turns = chat_parse_line(line, "t line 1");
-  ASSERT_EQ(turns.size(), 6u);
-  EXPECT_EQ(turns[2].reasoning, "Call the tool.");
-  EXPECT_EQ(turns[2].content, "Calling.");
-  std::string text, trained;
-  for (const ChatPiece& p : chat_render(turns, {})) {
-    text += p.text;
-    if (p.trained) trained += p.text + "|";
-  }
-  EXPECT_EQ(text,
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
-            "<|im_start|>assistant\n<think>\nCall the tool.\n</think>\n\nCalling.<|im_end|>\n"
-            "<|im_start|>user\n<tool_response>\n21C\n</tool_response>\n<tool_response>\nsunny\n</tool_response>"
-            "<|im_end|>\n<|im_start|>assistant\n<think>\nBoth results.\n</think>\n\n21C, sunny.<|im_end|>\n");
-  EXPECT_EQ(trained, "<think>\nCall the tool.\n</think>\n\nCalling.<|im_end|>|"
-                     "<think>\nBoth results.\n</think>\n\n21C, sunny.<|im_end|>|");
-  ChatOptions off;
-  off.thinking = false;
-  std::string body;
-  for (const ChatPiece& p : chat_render(turns, off))
-    if (p.trained) body += p.text + "|";
-  EXPECT_EQ(body, "<think>\n\n</think>\n\nCalling.<|im_end|>|<think>\n\n</think>\n\n21C, sunny.<|im_end|>|");
-  ChatOptions none;
-  none.kind = ChatTemplateKind::none;
-  std::vector<ChatPiece> plain = chat_render(chat_parse_line(
-      R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})", "t"), none);
-  ASSERT_EQ(plain.size(), 2u);
-  EXPECT_EQ(plain[0].text, "Q");
-  EXPECT_FALSE(plain[0].trained);
-  EXPECT_EQ(plain[1].text, "A");
-  EXPECT_TRUE(plain[1].trained);
-}
-
-TEST(ChatTemplate, MalformedLinesNameTheLineAndTheField) {
-  auto msg = [](const std::string& line) {
-    try {
-      chat_parse_line(line, "chats.jsonl line 7");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(msg("{not json").find("chats.jsonl line 7: not valid JSON"), std::string::npos);
-  EXPECT_NE(msg(R"({"messages": []})").find("non-empty array 'messages'"), std::string::npos);
-  EXPECT_NE(msg(R"({"messages": [{"role": "wizard", "content": "x"}]})").find("messages[0]: unknown role 'wizard'"),
-            std::string::npos);
-  EXPECT_NE(msg(R"({"messages": [{"role": "user"}]})").find("messages[0]: needs 'content'"), std::string::npos);
-  EXPECT_NE(msg(R"({"messages": [{"role": "user", "content": [{"type": "image"}]}]})").find("content[0] is not a text"),
-            std::string::npos);
-}
-
 TEST(ChatTokenize, MaskCoversExactlyTheAssistantTokensAndErrorsWriteNothing) {
   ScratchDir dir("tok_chat");
   const std::string tj = tiny_tokenizer(dir);
   BpeTokenizer tok(tj);
+  const std::string tmpl = (dir.path / "chatml.jinja").string();
+  std::ofstream(tmpl) << "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+                         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  const ChatRenderer chat(tmpl, tj, {});
   std::istringstream in(
       R"({"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hello world"}]})"
       "\n"
       R"({"text": "hello"})"
       "\n");
-  TokenizeOptions o;
-  o.chat.thinking = false;
   TokenizeReport rep;
-  TokenData d = chat_tokenize_stream(in, "mem", tok, o, 0, &rep);
+  TokenData d = chat_tokenize_stream(in, "mem", tok, chat, 0, 0, &rep);
   ASSERT_EQ(d.num_sequences(), 2);
-  // The first sequence's text rendered and tokenized whole; masked tokens are those of the assistant body.
-  std::string text = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nhello "
-                     "world<|im_end|>\n";
+  // The first sequence's text rendered and tokenized whole; the loss covers the assistant body through the
+  // <|im_end|>\n that closes it (SpecForge's span), not its header.
+  const std::string text = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhello world<|im_end|>\n";
   std::vector<TokenSpan> t = tok.encode(text);
   ASSERT_EQ(d.sequence_length(0), int64_t(t.size()));
-  const size_t body = text.find("<think>");
+  const size_t body = text.find("hello world");
   for (size_t i = 0; i < t.size(); ++i) {
     EXPECT_EQ(d.tokens[i], t[i].id);
-    const bool want = size_t(t[i].begin) >= body && size_t(t[i].begin) < text.size() - 1;  // not the final "\n"
-    EXPECT_EQ(d.loss_mask[i], want ? 1 : 0) << "token " << i << " at byte " << t[i].begin;
+    EXPECT_EQ(d.loss_mask[i], size_t(t[i].begin) >= body ? 1 : 0) << "token " << i << " at byte " << t[i].begin;
   }
   for (int64_t i = d.offsets[1]; i < d.offsets[2]; ++i) EXPECT_EQ(d.loss_mask[size_t(i)], 1);  // plain text
   EXPECT_EQ(rep.truncated, 0);
+  EXPECT_EQ(rep.template_source, tmpl);
+
+  // A prompt file (add_generation_prompt): the assistant header ends each sequence, and no loss_mask is written.
+  ChatOptions prompt;
+  prompt.add_generation_prompt = true;
+  std::istringstream q(R"({"messages": [{"role": "user", "content": "hello"}]})");
+  TokenData p = chat_tokenize_stream(q, "mem", tok, ChatRenderer(tmpl, tj, prompt), 0, 0, nullptr);
+  EXPECT_EQ(p.tokens, tok.encode_ids("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"));
+  EXPECT_TRUE(p.loss_mask.empty());
 
   // A malformed second line: the error names it, and the output file is never created.
   const fs::path in_path = dir.path / "chats.jsonl", out = dir.path / "out.h5";
   std::ofstream(in_path) << R"({"text": "ok"})" << "\n" << R"({"messages": 5})" << "\n";
+  TokenizeOptions o;
+  o.chat_template = tmpl;
   try {
     chat_tokenize_file(in_path.string(), out.string(), tj, o, nullptr);
     FAIL() << "a malformed line was accepted";
@@ -237,8 +193,7 @@ TEST(ChatTokenize, MaskCoversExactlyTheAssistantTokensAndErrorsWriteNothing) {
   EXPECT_FALSE(fs::exists(out));
 
   std::istringstream longer(R"({"text": "hello hello hello hello"})");
-  o.max_len = 3;
-  TokenData cut = chat_tokenize_stream(longer, "mem", tok, o, 0, &rep);
+  TokenData cut = chat_tokenize_stream(longer, "mem", tok, chat, 3, 0, &rep);
   EXPECT_EQ(cut.num_tokens(), 3);
   EXPECT_EQ(rep.truncated, 1);
 }
