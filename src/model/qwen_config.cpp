@@ -518,6 +518,15 @@ json qwen_config_to_json(const QwenConfig& c) {
   return j;
 }
 
+std::string qwen_config_moe_summary(const QwenConfig& c) {
+  const int sparse = int(std::count(c.moe_layers.begin(), c.moe_layers.end(), 1));
+  std::string s = strfmt("MoE in %d of %d layers: top-%d of %d experts × %d%s", sparse, c.layers, c.experts_per_tok,
+                         c.num_experts, c.moe_intermediate, c.norm_topk_prob ? " (renormalised)" : "");
+  if (c.shared_intermediate > 0) s += strfmt(" + gated shared expert × %d", c.shared_intermediate);
+  const double a = c.params_active_non_embedding();
+  return s + strfmt(", %.4g%s active", a >= 1e9 ? a / 1e9 : a / 1e6, a >= 1e9 ? "B" : "M");
+}
+
 std::string qwen_config_summary(const QwenConfig& c) {
   std::string s = strfmt("%s: %d layers", c.model_type.c_str(), c.layers);
   if (c.num_linear_layers() > 0)
@@ -528,14 +537,7 @@ std::string qwen_config_summary(const QwenConfig& c) {
   if (c.family == ModelFamily::qwen3_5)
     s += strfmt(", deltanet %d/%d heads × %d/%d conv %d", c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv,
                 c.conv_kernel);
-  if (c.is_moe()) {
-    const int sparse = int(std::count(c.moe_layers.begin(), c.moe_layers.end(), 1));
-    s += strfmt(", MoE in %d of %d layers: top-%d of %d experts × %d%s", sparse, c.layers, c.experts_per_tok,
-                c.num_experts, c.moe_intermediate, c.norm_topk_prob ? " (renormalised)" : "");
-    if (c.shared_intermediate > 0) s += strfmt(" + gated shared expert × %d", c.shared_intermediate);
-    const double a = c.params_active_non_embedding();
-    s += strfmt(", %.4g%s active", a >= 1e9 ? a / 1e9 : a / 1e6, a >= 1e9 ? "B" : "M");
-  }
+  if (c.is_moe()) s += ", " + qwen_config_moe_summary(c);
   if (c.fp8_block_n > 0)
     s += strfmt(", fp8 e4m3 weights in %dx%d blocks (dequantised at load)", c.fp8_block_n, c.fp8_block_k);
   const double p = c.params_non_embedding();

@@ -87,5 +87,7 @@ nlohmann::json qwen_config_read_json(const std::string& path, std::string* file_
 nlohmann::json qwen_config_to_json(const QwenConfig& c);
 // One-line summary for logs.
 std::string qwen_config_summary(const QwenConfig& c);
+// The mixture-of-experts part of it ("MoE in 40 of 40 layers: top-8 of 256 experts × 512 ..."); MoE configs only.
+std::string qwen_config_moe_summary(const QwenConfig& c);
 
 }  // namespace df
