@@ -211,6 +211,8 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   tr.role = "target";
   const double tw = V * H + layer_params + (kl ? H : 0);
   if (cfg.target.dtype == "fp8") {
+    DF_CHECK(!t.is_moe(), "%s: target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet; "
+             "HINT: target.dtype = \"bf16\"", cfg.path.c_str(), t.model_type.c_str());
     // target.dtype = "fp8" on CUDA: the projections are e4m3 codes + a scale per output channel (or a 128x128
     // block checkpoint's own codes and block scales), the rest bf16; each linear layer's input is quantised into
     // one planned [T, max K] code buffer with a scale per token (per token per 128 columns with blocks).
