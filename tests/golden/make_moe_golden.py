@@ -117,12 +117,15 @@ def shape_routers(backbone, tie=None, dead=None):
 def routing_stats(backbone, seqs, tie=None):
     """Per MoE layer, how many (token, slot) pairs picked each expert; for tie = (layer, a, b), how many tokens kept
     exactly one of a and b (the tie at the top-k boundary) and which one."""
-    chosen, hooks = {}, []
+    chosen, tie_equal, hooks = {}, [], []
 
     def record(l, output):
         if not (isinstance(output, tuple) and len(output) == 3):
             raise SystemExit(f"layer {l}: the router returned {type(output)}, not (logits, weights, indices)")
         chosen.setdefault(l, []).append(output[2].reshape(-1, output[2].shape[-1]).clone())
+        if tie is not None and tie[0] == l:  # the router's first output (logits or probabilities) per expert
+            scores = output[0].reshape(-1, output[0].shape[-1])
+            tie_equal.append(bool(torch.equal(scores[:, tie[1]], scores[:, tie[2]])))
 
     for l, block in moe_blocks(backbone):
         hooks.append(block.gate.register_forward_hook(lambda m, i, o, l=l: record(l, o)))
@@ -142,13 +145,17 @@ def routing_stats(backbone, seqs, tie=None):
             stats["tie_boundary"] = {"layer": l, "experts": [tie[1], tie[2]], "tokens": int(one.sum()),
                                      "kept": {str(tie[1]): int((one & has_a).sum()),
                                               str(tie[2]): int((one & has_b).sum())},
-                                     "both_kept": int((has_a & has_b).sum())}
+                                     "both_kept": int((has_a & has_b).sum()),
+                                     "bitwise_equal_scores": all(tie_equal)}
     return stats
 
 
 def check_stats(name, stats, tie, dead):
     if tie is not None and stats["tie_boundary"].get("tokens", 0) == 0:
         raise SystemExit(f"{name}: no token has the tie at its top-k boundary; choose another seed")
+    if tie is not None and not stats["tie_boundary"]["bitwise_equal_scores"]:
+        print(f"  WARNING {name}: the tied experts' router scores differ in the last bits here, so torch.topk's "
+              "choice at the boundary follows rounding, not its tie order")
     if dead is not None:
         for l, counts in stats["picks"].items():
             if counts[dead]:
