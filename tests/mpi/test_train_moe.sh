@@ -42,7 +42,7 @@ PY
 write_config "$TMP/moe.toml" "$TMP/moe" 1 1 40
 sed -i "s|tiny-target.json|tiny-moe-target.json|" "$TMP/moe.toml"
 run_mpi 2 "$TMP/moe.log" --config "$TMP/moe.toml" || { fail "MoE training run"; tail -20 "$TMP/moe.log"; }
-grep -q "qwen3_5_moe_text" "$TMP/moe.log" || fail "the run's log does not name the MoE target"
+grep -q "target: qwen3_5_moe_text: .*MoE in 4 of 4 layers" "$TMP/moe.log" || fail "the run's log does not describe the MoE target"
 python3 - "$TMP/moe/metrics.jsonl" <<'PY' || fail "the drafter did not learn from the MoE target"
 import json, sys
 loss = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x]
