@@ -100,7 +100,13 @@ bool model_type_family(const std::string& t, ModelFamily* out, bool* moe) {
 // and mlp_only_layers, so the model ignores them and so does this reader).
 void parse_moe(const CfgObj& cfg, QwenConfig& c) {
   const bool q35 = c.family == ModelFamily::qwen3_5;
-  c.num_experts = cfg.get_int("num_experts", q35 ? 256 : 128);
+  // Qwen3MoeConfig maps num_experts to num_local_experts (its attribute_map), so transformers 5.x writes the
+  // latter; released files carry the former. Both are read; two different values are refused.
+  c.num_experts = cfg.get_int("num_experts", cfg.get_int("num_local_experts", q35 ? 256 : 128));
+  DF_CHECK(!cfg.find("num_experts") || !cfg.find("num_local_experts") ||
+               cfg.get_int("num_local_experts") == c.num_experts,
+           "%s: keys 'num_experts' (%d) and 'num_local_experts' (%d) disagree", cfg.where.c_str(), c.num_experts,
+           cfg.get_int("num_local_experts", 0));
   c.experts_per_tok = cfg.get_int("num_experts_per_tok", 8);
   c.moe_intermediate = cfg.get_int("moe_intermediate_size", q35 ? 512 : 768);
   c.shared_intermediate = q35 ? cfg.get_int("shared_expert_intermediate_size", 512) : 0;

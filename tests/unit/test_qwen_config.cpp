@@ -509,6 +509,11 @@ TEST(QwenConfig, MoeErrorsNameTheKey) {
   j["num_experts_per_tok"] = 0;
   expect_error(j, {"num_experts_per_tok"});
   j = json::parse(kQwen3_30B_A3B);
+  j["num_local_experts"] = 64;  // Qwen3MoeConfig's own name for num_experts
+  expect_error(j, {"num_experts' (128)", "num_local_experts' (64)", "disagree"});
+  j.erase("num_experts");
+  EXPECT_EQ(qwen_config_from_json(j, "cfg.json").num_experts, 64);
+  j = json::parse(kQwen3_30B_A3B);
   j["moe_intermediate_size"] = 0;
   expect_error(j, {"moe_intermediate_size", "positive"});
   j = json::parse(kQwen3_30B_A3B);
