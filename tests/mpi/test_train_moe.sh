@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A mixture-of-experts target end to end on CPU ranks (issue 51): configs/tiny-moe.toml passes `config check`,
 # `plan vram` lists the experts and the routing buffers, `model init` writes a random Qwen3.5-MoE checkpoint that
-# `extract` reads back with the same taps the random target gives, and 1 target + 1 drafter train from the random
-# MoE target with a falling loss. A CUDA target is refused with the reason named.
+# `extract` reads, 1 target + 1 drafter train from the random MoE target with a falling loss, and the exported
+# drafter decodes speculatively against it (`eval`, `eval --generate`). A CUDA target is refused with the reason
+# named.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -51,7 +52,18 @@ print(f"{len(loss)} steps; mean loss of the first 5 {first:.4f}, of the last 5 {
 assert len(loss) == 40 and last < first, (len(loss), first, last)
 PY
 
-sed 's/^device = "cpu"$/device = "cuda"/' "$TMP/moe.toml" >"$TMP/cuda.toml"
+# Speculative decoding and generation against the MoE target (the run's random target drawn with random_seed 1, the
+# same model as $TMP/target): eval prints its tau; greedy generation gives the same tokens batched and one at a time.
+"$BIN" export --config "$TMP/moe.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"
+"$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
+  --max-new-tokens 16 --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1 || fail "eval on the MoE target: $(tail -3 "$TMP/eval.log")"
+grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval.log" || fail "eval printed no tau: $(tail -3 "$TMP/eval.log")"
+for b in 3 1; do
+  "$BIN" eval --generate --target "$TMP/target" --prompts "$TMP/tokens.h5" --num-prompts 3 --max-new-tokens 12 \
+    --batch $b --out "$TMP/gen_b$b.h5" >"$TMP/gen_b$b.log" 2>&1 || fail "eval --generate --batch $b: $(tail -3 "$TMP/gen_b$b.log")"
+done
+h5diff "$TMP/gen_b3.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null || fail "batched greedy generation on the MoE target differs"
+
 if "$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --out "$TMP/cuda.h5" --device cuda >"$TMP/cuda.log" 2>&1; then
   fail "extract of an MoE target on CUDA succeeded, but the CUDA backend has no MoE kernels"
 else
