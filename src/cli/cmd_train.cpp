@@ -31,6 +31,7 @@ void train_run(const TrainArgs& args) {
                  plan.num_targets, plan.num_drafters, plan.grad_accum, (long long)plan.batches_per_step,
                  (long long)plan.start_step, (long long)plan.total_steps,
                  plan.resume_path.empty() ? "" : "; resume from ", plan.resume_path.c_str());
+      if (ctx.rank == 0 && plan.target.is_moe()) log_here("target: %s", qwen_config_summary(plan.target).c_str());
       dist_nccl_start(ctx, cfg.run.watchdog_s != 0);
       if (ctx.role == RankRole::target)
         target_loop(plan, ctx);

@@ -78,16 +78,67 @@ struct CfgObj {
   }
 };
 
-bool model_type_family(const std::string& t, ModelFamily* out) {
-  if (t == "qwen3") {
+// The attention/mixer family of a model_type and whether its MLP is the mixture-of-experts block.
+bool model_type_family(const std::string& t, ModelFamily* out, bool* moe) {
+  *moe = t == "qwen3_moe" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text";
+  if (t == "qwen3" || t == "qwen3_moe") {
     *out = ModelFamily::qwen3;
     return true;
   }
-  if (t == "qwen3_5" || t == "qwen3_5_text") {
+  if (t == "qwen3_5" || t == "qwen3_5_text" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text") {
     *out = ModelFamily::qwen3_5;
     return true;
   }
   return false;
+}
+
+// The MoE keys as transformers 5.x reads them. Qwen3MoeConfig: num_experts 128, top-8, experts of 768,
+// norm_topk_prob false, decoder_sparse_step 1, mlp_only_layers [], no shared expert (a
+// shared_expert_intermediate_size key in such a file is ignored, as Qwen3MoeSparseMoeBlock ignores it).
+// Qwen3_5MoeTextConfig: 256 experts, top-8, experts and shared expert of 512, every layer sparse and the top-k
+// always renormalised (its router has no norm_topk_prob; the config class deletes that key, decoder_sparse_step
+// and mlp_only_layers, so the model ignores them and so does this reader).
+void parse_moe(const CfgObj& cfg, QwenConfig& c) {
+  const bool q35 = c.family == ModelFamily::qwen3_5;
+  // Qwen3MoeConfig maps num_experts to num_local_experts (its attribute_map), so transformers 5.x writes the
+  // latter; released files carry the former. Both are read; two different values are refused.
+  c.num_experts = cfg.get_int("num_experts", cfg.get_int("num_local_experts", q35 ? 256 : 128));
+  DF_CHECK(!cfg.find("num_experts") || !cfg.find("num_local_experts") ||
+               cfg.get_int("num_local_experts") == c.num_experts,
+           "%s: keys 'num_experts' (%d) and 'num_local_experts' (%d) disagree", cfg.where.c_str(), c.num_experts,
+           cfg.get_int("num_local_experts", 0));
+  c.experts_per_tok = cfg.get_int("num_experts_per_tok", 8);
+  c.moe_intermediate = cfg.get_int("moe_intermediate_size", q35 ? 512 : 768);
+  c.shared_intermediate = q35 ? cfg.get_int("shared_expert_intermediate_size", 512) : 0;
+  c.norm_topk_prob = q35 ? true : cfg.get_bool("norm_topk_prob", false);
+  DF_CHECK(c.num_experts >= 0, "%s: key 'num_experts' must not be negative, got %d", cfg.where.c_str(),
+           c.num_experts);
+  DF_CHECK(c.shared_intermediate >= 0, "%s: key 'shared_expert_intermediate_size' must not be negative, got %d",
+           cfg.where.c_str(), c.shared_intermediate);
+  int step = 1;
+  std::vector<uint8_t> dense(size_t(c.layers), 0);
+  if (!q35) {
+    step = cfg.get_int("decoder_sparse_step", 1);
+    DF_CHECK(step > 0, "%s: key 'decoder_sparse_step' must be positive, got %d", cfg.where.c_str(), step);
+    if (const json* mo = cfg.find("mlp_only_layers")) {
+      if (!mo->is_array()) cfg.fail_type("mlp_only_layers", "an array of layer indices", *mo);
+      for (const json& e : *mo) {
+        const int l = cfg.as_int("mlp_only_layers", e);
+        DF_CHECK(l >= 0 && l < c.layers, "%s: key 'mlp_only_layers' lists layer %d; layers are 0..%d",
+                 cfg.where.c_str(), l, c.layers - 1);
+        dense[size_t(l)] = 1;
+      }
+    }
+  }
+  c.moe_layers.assign(size_t(c.layers), 0);
+  for (int l = 0; l < c.layers; ++l)
+    c.moe_layers[size_t(l)] = c.num_experts > 0 && !dense[size_t(l)] && (l + 1) % step == 0;
+  if (c.num_experts == 0) return;
+  DF_CHECK(c.experts_per_tok >= 1 && c.experts_per_tok <= c.num_experts,
+           "%s: key 'num_experts_per_tok' is %d; it must be 1..num_experts (%d)", cfg.where.c_str(),
+           c.experts_per_tok, c.num_experts);
+  DF_CHECK(c.moe_intermediate > 0, "%s: key 'moe_intermediate_size' must be positive, got %d", cfg.where.c_str(),
+           c.moe_intermediate);
 }
 
 // transformers 5.x keeps rope settings in `rope_parameters` (per layer type in some files), 4.x at the top
@@ -222,21 +273,31 @@ int QwenConfig::num_full_layers() const {
   return static_cast<int>(layer_types.size()) - num_linear_layers();
 }
 
-// Everything but embed_tokens and lm_head: layer weights (including every norm) plus the final norm.
-double QwenConfig::params_non_embedding() const {
-  const double h = hidden;
-  const double mlp = 3.0 * h * intermediate;
+// Everything but embed_tokens and lm_head: layer weights (including every norm) plus the final norm; `active`
+// counts only the experts one token runs.
+static double params_of(const QwenConfig& c, bool active) {
+  const double h = c.hidden;
+  const double dense_mlp = 3.0 * h * c.intermediate;
+  const double shared = c.shared_intermediate > 0 ? 3.0 * h * c.shared_intermediate + h : 0.0;  // + its gate
+  const double experts = active ? c.experts_per_tok : c.num_experts;
+  const double moe_mlp = h * c.num_experts + 3.0 * h * c.moe_intermediate * experts + shared;  // router first
+  double mlp = 0;
+  for (int l = 0; l < c.layers; ++l) mlp += c.layer_is_moe(l) ? moe_mlp : dense_mlp;
   const double norms = 2.0 * h;
-  const double q_rows = double(heads) * head_dim * (attn_output_gate ? 2 : 1);
-  const double full =
-      h * q_rows + 2.0 * h * kv_heads * head_dim + double(heads) * head_dim * h + 2.0 * head_dim;
-  const double key_dim = double(lin_nk) * lin_dk, value_dim = double(lin_nv) * lin_dv;
+  const double q_rows = double(c.heads) * c.head_dim * (c.attn_output_gate ? 2 : 1);
+  const double full = h * q_rows + 2.0 * h * c.kv_heads * c.head_dim + double(c.heads) * c.head_dim * h +
+                      2.0 * c.head_dim;
+  const double key_dim = double(c.lin_nk) * c.lin_dk, value_dim = double(c.lin_nv) * c.lin_dv;
   const double conv_ch = 2.0 * key_dim + value_dim;
-  const double linear = h * conv_ch + h * value_dim + 2.0 * h * lin_nv  // in_proj_qkv, in_proj_z, in_proj_b/a
-                        + conv_ch * conv_kernel + 2.0 * lin_nv + lin_dv  // conv1d, A_log, dt_bias, norm
-                        + value_dim * h;                                 // out_proj
-  return (mlp + norms) * layers + full * num_full_layers() + linear * num_linear_layers() + h;
+  const double linear = h * conv_ch + h * value_dim + 2.0 * h * c.lin_nv    // in_proj_qkv, in_proj_z, in_proj_b/a
+                        + conv_ch * c.conv_kernel + 2.0 * c.lin_nv + c.lin_dv  // conv1d, A_log, dt_bias, norm
+                        + value_dim * h;                                       // out_proj
+  return mlp + norms * c.layers + full * c.num_full_layers() + linear * c.num_linear_layers() + h;
 }
+
+double QwenConfig::params_non_embedding() const { return params_of(*this, false); }
+
+double QwenConfig::params_active_non_embedding() const { return params_of(*this, true); }
 
 QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
   DF_CHECK(root.is_object(), "%s: a model config must be a JSON object, got %s", where.c_str(),
@@ -247,31 +308,43 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
 
   QwenConfig c;
   c.model_type = cfg.find("model_type") ? cfg.get_string("model_type") : outer.get_string("model_type");
-  DF_CHECK(model_type_family(c.model_type, &c.family),
-           "%s: model_type '%s' is not supported (supported: qwen3, qwen3_5, qwen3_5_text)",
+  DF_CHECK(c.model_type != "qwen3_next",
+           "%s: model_type 'qwen3_next' is not supported: its DeltaNet projections (in_proj_qkvz, in_proj_ba) are "
+           "laid out per key head, unlike Qwen3.5's; HINT: Qwen3.5 / Qwen3.6 MoE checkpoints (qwen3_5_moe) are supported",
+           cfg.where.c_str());
+  bool moe = false;
+  DF_CHECK(model_type_family(c.model_type, &c.family, &moe),
+           "%s: model_type '%s' is not supported (supported: qwen3, qwen3_5, qwen3_5_text, qwen3_moe, "
+           "qwen3_5_moe, qwen3_5_moe_text)",
            cfg.where.c_str(), c.model_type.c_str());
   const bool q35 = c.family == ModelFamily::qwen3_5;
 
   c.hidden = cfg.get_int("hidden_size");
   c.layers = cfg.get_int("num_hidden_layers");
-  c.intermediate = cfg.get_int("intermediate_size");
+  DF_CHECK(c.layers > 0, "%s: key 'num_hidden_layers' must be positive, got %d", cfg.where.c_str(), c.layers);
+  if (moe) parse_moe(cfg, c);
+  const bool any_dense = !moe || std::count(c.moe_layers.begin(), c.moe_layers.end(), 0) > 0;
+  // An MoE model's intermediate_size is the width of its dense layers only (Qwen3_5MoeTextConfig has none).
+  c.intermediate = !any_dense ? 0 : moe ? cfg.get_int("intermediate_size", 6144) : cfg.get_int("intermediate_size");
   c.vocab = cfg.get_int("vocab_size");
   c.heads = cfg.get_int("num_attention_heads");
-  // Defaults below are transformers' own (Qwen3Config / Qwen3_5TextConfig field defaults).
+  // Defaults below are transformers' own (Qwen3Config / Qwen3_5TextConfig / Qwen3MoeConfig /
+  // Qwen3_5MoeTextConfig field defaults).
   if (cfg.find("num_key_value_heads"))
     c.kv_heads = cfg.get_int("num_key_value_heads");
-  else if (!q35 && cfg.j.contains("num_key_value_heads"))
+  else if (c.model_type == "qwen3" && cfg.j.contains("num_key_value_heads"))
     c.kv_heads = c.heads;  // Qwen3Config reads an explicit null as "one kv head per q head"
   else
-    c.kv_heads = q35 ? 4 : 32;
-  c.head_dim = cfg.get_int("head_dim", q35 ? 256 : 128);
+    c.kv_heads = moe ? (q35 ? 2 : 4) : (q35 ? 4 : 32);
+  // Qwen3MoeConfig has no head_dim field: its attention falls back to hidden_size / num_attention_heads.
+  c.head_dim = cfg.get_int("head_dim", q35 ? 256 : moe && c.heads > 0 ? c.hidden / c.heads : 128);
   c.rms_eps = static_cast<float>(cfg.get_double("rms_norm_eps", 1e-6));
   // A multimodal wrapper may carry the tying flag only at the top level.
   c.tie_word_embeddings =
       cfg.get_bool("tie_word_embeddings", text ? outer.get_bool("tie_word_embeddings", false) : false);
 
   const std::pair<const char*, int> sizes[] = {
-      {"hidden_size", c.hidden}, {"num_hidden_layers", c.layers},  {"intermediate_size", c.intermediate},
+      {"hidden_size", c.hidden}, {"num_hidden_layers", c.layers},  {"intermediate_size", any_dense ? c.intermediate : 1},
       {"vocab_size", c.vocab},   {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads},
       {"head_dim", c.head_dim}};
   for (const auto& [key, v] : sizes)
@@ -386,11 +459,31 @@ QwenConfig qwen_config_load(const std::string& path) {
 json qwen_config_to_json(const QwenConfig& c) {
   const bool q35 = c.family == ModelFamily::qwen3_5;
   json j;
-  j["architectures"] = {q35 ? "Qwen3_5ForCausalLM" : "Qwen3ForCausalLM"};
-  j["model_type"] = q35 ? "qwen3_5_text" : "qwen3";
+  if (c.is_moe()) {
+    j["architectures"] = {q35 ? "Qwen3_5MoeForCausalLM" : "Qwen3MoeForCausalLM"};
+    j["model_type"] = q35 ? "qwen3_5_moe_text" : "qwen3_moe";
+  } else {
+    j["architectures"] = {q35 ? "Qwen3_5ForCausalLM" : "Qwen3ForCausalLM"};
+    j["model_type"] = q35 ? "qwen3_5_text" : "qwen3";
+  }
   j["hidden_size"] = c.hidden;
   j["num_hidden_layers"] = c.layers;
-  j["intermediate_size"] = c.intermediate;
+  if (c.intermediate > 0) j["intermediate_size"] = c.intermediate;
+  if (c.is_moe()) {
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.experts_per_tok;
+    j["moe_intermediate_size"] = c.moe_intermediate;
+    if (q35) {
+      j["shared_expert_intermediate_size"] = c.shared_intermediate;
+    } else {
+      json dense = json::array();
+      for (int l = 0; l < c.layers; ++l)
+        if (!c.layer_is_moe(l)) dense.push_back(l);
+      j["norm_topk_prob"] = c.norm_topk_prob;
+      j["decoder_sparse_step"] = 1;
+      j["mlp_only_layers"] = dense;
+    }
+  }
   j["vocab_size"] = c.vocab;
   j["num_attention_heads"] = c.heads;
   j["num_key_value_heads"] = c.kv_heads;
@@ -431,6 +524,15 @@ json qwen_config_to_json(const QwenConfig& c) {
   return j;
 }
 
+std::string qwen_config_moe_summary(const QwenConfig& c) {
+  const int sparse = int(std::count(c.moe_layers.begin(), c.moe_layers.end(), 1));
+  std::string s = strfmt("MoE in %d of %d layers: top-%d of %d experts × %d%s", sparse, c.layers, c.experts_per_tok,
+                         c.num_experts, c.moe_intermediate, c.norm_topk_prob ? " (renormalised)" : "");
+  if (c.shared_intermediate > 0) s += strfmt(" + gated shared expert × %d", c.shared_intermediate);
+  const double a = c.params_active_non_embedding();
+  return s + strfmt(", %.4g%s active", a >= 1e9 ? a / 1e9 : a / 1e6, a >= 1e9 ? "B" : "M");
+}
+
 std::string qwen_config_summary(const QwenConfig& c) {
   std::string s = strfmt("%s: %d layers", c.model_type.c_str(), c.layers);
   if (c.num_linear_layers() > 0)
@@ -441,6 +543,7 @@ std::string qwen_config_summary(const QwenConfig& c) {
   if (c.family == ModelFamily::qwen3_5)
     s += strfmt(", deltanet %d/%d heads × %d/%d conv %d", c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv,
                 c.conv_kernel);
+  if (c.is_moe()) s += ", " + qwen_config_moe_summary(c);
   if (c.fp8_block_n > 0)
     s += strfmt(", fp8 e4m3 weights in %dx%d blocks (dequantised at load)", c.fp8_block_n, c.fp8_block_k);
   const double p = c.params_non_embedding();

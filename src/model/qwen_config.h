@@ -1,5 +1,6 @@
 // The target model's architecture as read from a Hugging Face config.json (model_type qwen3, qwen3_5,
-// qwen3_5_text, also nested under text_config), parsed once into this struct with every key checked.
+// qwen3_5_text, the mixture-of-experts qwen3_moe, qwen3_5_moe and qwen3_5_moe_text, also nested under
+// text_config), parsed once into this struct with every key checked.
 #pragma once
 #include <string>
 #include <vector>
@@ -49,11 +50,30 @@ struct QwenConfig {
   int fp8_block_n = 0;
   int fp8_block_k = 0;
 
+  // Mixture of experts (qwen3_moe, qwen3_5_moe; MODELS.md "Mixture-of-experts MLP"): in a sparse layer the MLP is
+  // a router over num_experts SwiGLU experts of width moe_intermediate, the top experts_per_tok of each token
+  // weighted by their softmax probabilities (renormalised to sum to 1 with norm_topk_prob), plus, where
+  // shared_intermediate > 0, a shared expert scaled by sigmoid(shared_expert_gate · x). Dense layers (qwen3_moe's
+  // mlp_only_layers / decoder_sparse_step) keep the plain MLP of width `intermediate`, which is 0 when no layer is
+  // dense.
+  int num_experts = 0;
+  int experts_per_tok = 0;
+  int moe_intermediate = 0;
+  int shared_intermediate = 0;
+  bool norm_topk_prob = false;
+  std::vector<uint8_t> moe_layers;  // size == layers; 1 where the layer's MLP is the sparse block
+
+  bool is_moe() const { return num_experts > 0; }
+  bool layer_is_moe(int l) const { return l >= 0 && size_t(l) < moe_layers.size() && moe_layers[size_t(l)] != 0; }
+
   NormKind norm_kind() const { return family == ModelFamily::qwen3_5 ? NormKind::zero_centred : NormKind::plain; }
   int num_linear_layers() const;
   int num_full_layers() const;
-  // Non-embedding parameter count (for FLOP accounting).
+  // Non-embedding parameter count: every expert (what the weights occupy).
   double params_non_embedding() const;
+  // The part one token multiplies with: the router, its experts_per_tok experts and the shared expert in place
+  // of all experts (FLOP accounting); equal to params_non_embedding for a dense model.
+  double params_active_non_embedding() const;
 };
 
 // Parses a config.json object. `where` names the source in error messages. Throws df::Error naming the key
@@ -67,5 +87,7 @@ nlohmann::json qwen_config_read_json(const std::string& path, std::string* file_
 nlohmann::json qwen_config_to_json(const QwenConfig& c);
 // One-line summary for logs.
 std::string qwen_config_summary(const QwenConfig& c);
+// The mixture-of-experts part of it ("MoE in 40 of 40 layers: top-8 of 256 experts × 512 ..."); MoE configs only.
+std::string qwen_config_moe_summary(const QwenConfig& c);
 
 }  // namespace df

@@ -40,6 +40,10 @@ struct TargetLayer {
   // [FP8 rows / 128, fp8_block_scale_ld(K)] (model/fp8_weights.h), the codes the file's.
   Tensor s_qkv, s_o, s_in, s_out, s_gate_up, s_down;
   Tensor w_in_ba;
+  // Mixture-of-experts MLP (QwenConfig::layer_is_moe; model/target_moe.h): the router [E, H] and the experts
+  // (ops.h MoeWeights) in place of w_gate_up / w_down, which stay empty.
+  Tensor w_router;
+  MoeWeights moe;
 
   // The six projections in this order (a layer's mixer leaves either w_qkv / w_o or w_in / w_out empty).
   std::array<const Tensor*, 6> projections() const { return {&w_qkv, &w_o, &w_in, &w_out, &w_gate_up, &w_down}; }

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/target_moe.h"
 
 namespace df {
 
@@ -22,6 +23,7 @@ struct TargetDecoder::Buffers {
   std::vector<Tensor> taps;  // [max_step, H] per tap layer
   Tensor logits;             // [max(max_block, slots), V]
   Fp8Inputs fp8;             // FP8 GEMM input codes [max_step, max K]; empty unless the model holds FP8 codes
+  MoeScratch moe;            // routing buffers of the MoE layers [max_step, top_k]; empty for a dense model
 };
 
 struct TargetDecoder::LayerCache {
@@ -94,6 +96,7 @@ void TargetDecoder::plan(Arena& a) {
   for (size_t i = 0; i < tap_layers_.size(); ++i) b.taps.push_back(a.alloc(act, S, c.hidden));
   b.logits = a.alloc(act, saved, c.vocab);
   fp8_inputs_plan(m_, S, a, b.fp8);
+  moe_scratch_plan(m_, S, a, b.moe);
   for (size_t l = 0; l < m_.layers.size(); ++l) {
     const TargetLayer& L = m_.layers[l];
     LayerCache& lc = caches_[l];
@@ -222,7 +225,10 @@ void TargetDecoder::forward(const std::vector<int32_t>& ids, const std::vector<i
     else
       layer_linear(l, T, R);
     ops_.rmsnorm(h, L.ln2, n, c.rms_eps, nk);
-    target_mlp(m_, b_->fp8, L, b_->n, b_->proj, b_->act, b_->h, T);
+    if (c.layer_is_moe(int(l)))
+      target_moe(m_, b_->moe, L, b_->n, b_->h, T);
+    else
+      target_mlp(m_, b_->fp8, L, b_->n, b_->proj, b_->act, b_->h, T);
     const Tensor& next_w = l + 1 < m_.layers.size() ? m_.layers[l + 1].ln1 : m_.final_norm;
     ops_.rmsnorm(h, next_w, n, c.rms_eps, nk);  // after the last layer: the final norm
     for (size_t i = 0; i < tap_layers_.size(); ++i)

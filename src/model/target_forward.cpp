@@ -7,6 +7,7 @@
 
 #include "core/fp8.h"
 #include "model/target.h"
+#include "model/target_moe.h"
 
 namespace df {
 
@@ -19,6 +20,7 @@ struct TargetForward::Workspace {
   Tensor act;   // SwiGLU output [T, I]
   Tensor gdn;   // DeltaNet prefill scratch u8 [1, Ops::gdn_workspace_bytes(T)]; empty on the CPU backend
   Fp8Inputs fp8;  // the FP8 GEMMs' input codes and scales; empty unless the model holds FP8 codes
+  MoeScratch moe;  // routing buffers of the MoE layers; empty for a dense model
 };
 
 TargetForward::TargetForward(const TargetModel& model, int64_t max_tokens)
@@ -60,6 +62,7 @@ void TargetForward::plan(Arena& a) {
   ws_->act = a.alloc(act, T, c.intermediate);
   if (gdn_bytes > 0) ws_->gdn = a.alloc(DType::u8, 1, gdn_bytes);
   fp8_inputs_plan(m_, T, a, ws_->fp8);
+  moe_scratch_plan(m_, T, a, ws_->moe);
 }
 
 void fp8_inputs_plan(const TargetModel& m, int64_t T, Arena& a, Fp8Inputs& in) {
@@ -207,7 +210,10 @@ void TargetForward::run(const Tensor& ids, const SeqLayout& seqs, TargetOutputs&
     else
       layer_linear(L, seqs, T, n_quantised);
     n_quantised = norm_for_linear(L.ln2, false, T);
-    target_mlp(m_, ws_->fp8, L, ws_->n, ws_->proj, ws_->act, ws_->h, T, n_quantised);
+    if (c.layer_is_moe(l))
+      target_moe(m_, ws_->moe, L, ws_->n, ws_->h, T);
+    else
+      target_mlp(m_, ws_->fp8, L, ws_->n, ws_->proj, ws_->act, ws_->h, T, n_quantised);
     // h now holds the output of layer l. Norm it for the next layer's input, or with the final norm after
     // the last loaded layer (then n is the final norm's output).
     if (l + 1 < m_.num_loaded_layers)

@@ -15,6 +15,7 @@
 #include "model/fp8_weights.h"
 #include "model/safetensors.h"
 #include "model/target.h"
+#include "model/target_moe.h"
 
 namespace df {
 
@@ -30,6 +31,8 @@ class WeightSource {
   // A gated q_proj [2·heads·hd, H]: HF rows per head are [q (hd) | gate (hd)]; dst wants all q heads, then
   // all gate heads.
   virtual void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) = 0;
+  // Whether the MoE layer under `mp` holds its experts as the two fused tensors (else one triple per expert).
+  virtual bool fused_experts(const std::string& mp) const = 0;
   // A 128x128 block checkpoint's FP8 tensor `name` as it is: its codes into `codes` (f8_e4m3 rows, a multiple of
   // 128) and its block scales into `scales` (one row per 128 rows, fp8_block_scale_ld columns); q_gate_hd > 0:
   // the gated q_proj, regrouped as fill_q_gate does (hd a multiple of 128, so blocks move whole).
@@ -86,6 +89,10 @@ void layout_model(TargetModel& m, Arena& a, const TargetLoadOptions& opt) {
       L.gdn_norm = a.alloc(DType::f32, 1, c.lin_dv);
       L.w_out = a.alloc(pdt, H, vdim);
       L.s_out = scales(L.w_out, L.w_out.rows);
+    }
+    if (c.layer_is_moe(i)) {
+      target_moe_layout(c, L, a, act);
+      continue;
     }
     L.w_gate_up = a.alloc(pdt, 2 * int64_t(c.intermediate), H);
     L.w_down = a.alloc(pdt, H, c.intermediate);
@@ -158,6 +165,13 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
       proj(L.w_out, L.s_out, 0, H, gp + "out_proj.weight", false);
     }
     std::string mp = lp + "mlp.";
+    if (c.layer_is_moe(i)) {
+      target_moe_fill(c, L, mp, src.fused_experts(mp),
+                      [&](const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) {
+                        src.fill(dst, name, shape);
+                      });
+      continue;
+    }
     const int64_t I = c.intermediate;
     proj(L.w_gate_up, L.s_gate_up, 0, I, mp + "gate_proj.weight", false);
     proj(L.w_gate_up, L.s_gate_up, I, I, mp + "up_proj.weight", false);
@@ -218,6 +232,10 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
                                          const std::string& prefix, WeightSource& src,
                                          int64_t fp8_group = 0) {
   ops.check_target(cfg);
+  DF_CHECK(!opt.fp8 || !cfg.is_moe(),
+           "target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet; HINT: target.dtype "
+           "= \"bf16\"",
+           cfg.model_type.c_str());
   auto m = std::make_unique<TargetModel>();
   m->cfg = cfg;
   m->ops = &ops;
@@ -299,6 +317,8 @@ class RandomSource final : public WeightSource {
   void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) override {
     fill(dst, name, {2 * heads * hd, H});
   }
+  // Each fused expert tensor is one stream; target_save_hf writes the naming of the model type's releases.
+  bool fused_experts(const std::string& /*mp*/) const override { return true; }
 
  private:
   const QwenConfig& c_;
@@ -352,6 +372,7 @@ class CheckpointSource final : public WeightSource {
       ops_.upload_f32(dst.rows_view(q + h * hd, hd), w.data() + (2 * h * hd + hd) * H);
     }
   }
+  bool fused_experts(const std::string& mp) const override { return st_.find(target_moe_fused_name(mp)) != nullptr; }
 
  private:
   // Tensor `name`, present and of the expected shape.
@@ -437,6 +458,10 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
            opt.fp8_block_k);
   DF_CHECK(m.num_loaded_layers == c.layers, "only a fully loaded model can be saved (%d of %d layers loaded)",
            m.num_loaded_layers, c.layers);
+  DF_CHECK(opt.fp8_block_n == 0 || !c.is_moe(),
+           "target_save_hf: FP8 blocks are not implemented for mixture-of-experts targets (%s) yet; HINT: write "
+           "it without --fp8",
+           c.model_type.c_str());
   DF_CHECK(!m.fp8_codes, "target_save_hf: this FP8 target holds e4m3 codes with per-row scales; HINT: save the "
            "model from a target.dtype = \"bf16\" load");
   Ops& ops = *m.ops;
@@ -508,6 +533,10 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
       add(gp + "dt_bias", {nv}, get(L.dt_bias));
       add(gp + "norm.weight", {c.lin_dv}, get(L.gdn_norm));
       add(gp + "out_proj.weight", {H, vdim}, get(L.w_out));
+    }
+    if (c.layer_is_moe(i)) {
+      target_moe_save(c, L, lp + "mlp.", get, add);
+      continue;
     }
     const int64_t I = c.intermediate;
     std::vector<float> gu = get(L.w_gate_up);

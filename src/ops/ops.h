@@ -48,6 +48,24 @@ struct GdnWeights {
   float eps = 0.0f;
 };
 
+// A mixture-of-experts MLP (Ops::moe_route, Ops::moe_experts; MODELS.md "Mixture-of-experts MLP").
+struct MoeShape {
+  int experts = 0;           // routed experts E
+  int top_k = 0;             // experts each token runs, 1..E
+  int inter = 0;             // a routed expert's SwiGLU width I
+  int shared_inter = 0;      // the shared expert's width; 0: the block has none
+  bool renormalise = false;  // the top_k probabilities are divided by their sum (norm_topk_prob)
+};
+
+// The experts of one MoE layer, each a SwiGLU MLP: gate_up [E·2I, H] holds expert e's gate rows then its up rows
+// at rows [e·2I, (e+1)·2I) (the layout of Hugging Face's fused experts.gate_up_proj [E, 2I, H]); down [E·H, I]
+// holds expert e's down projection at rows [e·H, (e+1)·H). The shared expert: shared_gate_up [2·Is, H],
+// shared_down [H, Is] and its gate shared_gate [1, H]; all three empty without one.
+struct MoeWeights {
+  Tensor gate_up, down;
+  Tensor shared_gate_up, shared_down, shared_gate;
+};
+
 struct QwenConfig;
 
 class Ops {
@@ -137,6 +155,30 @@ class Ops {
     gdn_prefill(conv, a, b, w.A_log, w.dt_bias, o, seqs, shape, workspace);
     gated_rmsnorm(o, z, w.norm_w, out, shape.nv, shape.dv, w.eps);
   }
+  // ---- mixture of experts (model/target.h target_moe) -------------------------------------------------
+  // The router and its top-k as one op: p = softmax(x · routerᵀ) over the E experts (fp32 accumulation, softmax
+  // in fp32), the top_k largest of each token in descending order, equal probabilities ordered as torch.topk on
+  // the CPU orders them (its nth_element / partial_sort of (p, index) pairs, which a backend reproduces), then
+  // divided by their sum when shape.renormalise. x [T, H], router [E, H]; ids i32 [T, top_k], weights f32
+  // [T, top_k]. workspace as in moe_experts.
+  virtual void moe_route(const Tensor& x, const Tensor& /*router*/, const MoeShape& /*shape*/, const Tensor& /*ids*/,
+                         const Tensor& /*weights*/, const Tensor& /*workspace*/) {
+    DF_FAIL("moe_route (%s): the %s backend has no mixture-of-experts kernels", x.shape_str().c_str(), name());
+  }
+  // out += Σ_j weights[t, j] · expert_{ids[t, j]}(x[t]) + sigmoid(x[t] · shared_gateᵀ) · shared(x[t]), with
+  // expert(x) = down(silu(gate · x) · (up · x)): the routed experts summed in ascending expert order, then the
+  // shared expert, the total added to out once (as transformers' sparse MoE block sums before its residual add).
+  // Tokens are grouped by expert so each expert is one GEMM over its tokens (a grouped GEMM on a GPU); an expert
+  // no token picked costs nothing. x [T, H], ids / weights from moe_route, out [T, H]. workspace: backend scratch
+  // u8 [1, n], n >= moe_workspace_bytes(T, shape), overwritten; empty where that is 0 (the CPU backend).
+  virtual void moe_experts(const Tensor& x, const Tensor& /*ids*/, const Tensor& /*weights*/, const MoeWeights& /*w*/,
+                           const MoeShape& /*shape*/, const Tensor& /*out*/, const Tensor& /*workspace*/) {
+    DF_FAIL("moe_experts (%s): the %s backend has no mixture-of-experts kernels", x.shape_str().c_str(), name());
+  }
+  // Scratch bytes moe_route and moe_experts need for `tokens` rows (monotone in tokens), planned once by the model
+  // beside its other activations; 0 where the backend needs none (the CPU oracle keeps per-call host vectors).
+  virtual int64_t moe_workspace_bytes(int64_t /*tokens*/, const MoeShape& /*shape*/) const { return 0; }
+
   // ---- incremental decoding (one sequence; model/target_decode.h) ------------------------------------
   // Attention of T new queries over a key/value cache: query i sits at position past + i and sees cache rows
   // [0, past + i]. q [T, hq·hd]; k, v [≥ past + T, hkv·hd] whose rows [past, past + T) already hold the new

@@ -176,6 +176,8 @@ std::string train_plan_summary(const TrainPlan& p) {
               (long long)p.batches_per_step);
   s += strfmt("target: %s (%d layers, hidden %d, vocab %d) on %s\n", p.cfg.target.architecture().c_str(),
               p.target.layers, p.target.hidden, p.target.vocab, p.cfg.target.device.c_str());
+  if (p.target.is_moe())
+    s += strfmt("target %s: %s\n", p.target.model_type.c_str(), qwen_config_moe_summary(p.target).c_str());
   s += strfmt("drafter: %d layers, %lld trainable parameters, taps %s, block %d, mask id %d, loss %s\n",
               p.drafter.layers, (long long)trainable, taps.c_str(), p.drafter.block_size, p.drafter.mask_token_id,
               p.cfg.train.loss.c_str());

@@ -39,9 +39,15 @@ double payload_bytes(int64_t tokens, int taps, int hidden, bool kl) {
 
 }  // namespace
 
-double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind) {
+double plan_vram_target_layer_params(const QwenConfig& t, int layer) {
   const double h = t.hidden;
-  const double common = 3.0 * h * t.intermediate + 2.0 * h;  // MLP and the two layer norms
+  const LayerKind kind = t.layer_types[size_t(layer)];
+  // The MLP (an MoE layer's router, every expert and the gated shared expert) and the two layer norms.
+  const double shared = t.shared_intermediate > 0 ? 3.0 * h * t.shared_intermediate + h : 0.0;
+  const double mlp = t.layer_is_moe(layer)
+                         ? h * t.num_experts + 3.0 * h * t.moe_intermediate * t.num_experts + shared
+                         : 3.0 * h * t.intermediate;
+  const double common = mlp + 2.0 * h;
   if (kind == LayerKind::full_attention) {
     const double q_rows = double(t.heads) * t.head_dim * (t.attn_output_gate ? 2 : 1);
     return common + h * q_rows + 2.0 * h * t.kv_heads * t.head_dim + double(t.heads) * t.head_dim * h +
@@ -199,12 +205,14 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   for (int l = 0; l < p.target_layers_run; ++l) {
     const LayerKind kind = t.layer_types[l];
     (kind == LayerKind::linear_attention ? n_lin : n_full)++;
-    layer_params += plan_vram_target_layer_params(t, kind);
+    layer_params += plan_vram_target_layer_params(t, l);
   }
   VramRole& tr = p.target;
   tr.role = "target";
   const double tw = V * H + layer_params + (kl ? H : 0);
   if (cfg.target.dtype == "fp8") {
+    DF_CHECK(!t.is_moe(), "%s: target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet; "
+             "HINT: target.dtype = \"bf16\"", cfg.path.c_str(), t.model_type.c_str());
     // target.dtype = "fp8" on CUDA: the projections are e4m3 codes + a scale per output channel (or a 128x128
     // block checkpoint's own codes and block scales), the rest bf16; each linear layer's input is quantised into
     // one planned [T, max K] code buffer with a scale per token (per token per 128 columns with blocks).
@@ -269,7 +277,17 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
                t.lin_nv, D, kGdnChunk, kGdnRowScalarBytes));
   }
   add(tr, "MLP intermediate [T,I] bf16", kBf16 * T * t.intermediate,
-      strfmt("2 B x %lld x %d", (long long)T, t.intermediate));
+      strfmt("2 B x %lld x %d%s", (long long)T, t.intermediate, t.is_moe() ? " (dense layers only)" : ""));
+  if (t.is_moe()) {
+    // What moe_scratch_plan allocates, and the rows a grouped expert GEMM holds: every token's top-k copies of
+    // its input, their gate|up and SwiGLU outputs and the weighted expert outputs, plus the shared expert's.
+    const double k = t.experts_per_tok, I = t.moe_intermediate, Is = t.shared_intermediate;
+    add(tr, "MoE routing ids + weights [T,k]", 8.0 * T * k,
+        strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", (long long)T, k));
+    add(tr, "MoE expert rows bf16", kBf16 * T * (k * (2 * H + 3 * I) + 3 * Is),
+        strfmt("2 B x %lld x (top-%.0f x (input %.0f + gate|up %.0f + act %.0f + output %.0f)%s)", (long long)T, k,
+               H, 2 * I, I, H, Is > 0 ? strfmt(" + shared gate|up, act %.0f", 3 * Is).c_str() : ""));
+  }
   add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
   const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, kl ? t.hidden : 0));
   add(tr, "send buffers", depth * slot,

@@ -45,8 +45,8 @@ struct VramPlan {
   std::vector<std::string> notes;
 };
 
-// Parameters of one target decoder layer of `kind` (norms, mixer, MLP).
-double plan_vram_target_layer_params(const QwenConfig& t, LayerKind kind);
+// Parameters of target decoder layer `layer` (norms, mixer, MLP; an MoE layer with every expert).
+double plan_vram_target_layer_params(const QwenConfig& t, int layer);
 
 // The drafter rank of a CUDA drafter: every device allocation it makes (DrafterModel's flat buffers,
 // DrafterMemory's frozen tables and staging, the activation workspace, CudaTrainOps' op scratch, the cuBLASLt

@@ -251,6 +251,9 @@ def randomise(model, seed):
                 new = EMBED_STD * torch.randn(p.shape, generator=gen)
             elif p.dim() == 2:
                 new = torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1])
+            elif p.dim() == 3 and name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                # Fused MoE experts [E, out, in] (make_moe_golden.py): each expert a Linear of fan-in in.
+                new = torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[2])
             else:
                 raise SystemExit(f"{name} {tuple(p.shape)}: no randomisation rule; add one")
             p.copy_(new)
@@ -362,9 +365,9 @@ def gdn_attrs(backbone, seqs, states):
 # ----------------------------------------------------------------------------------------------- writers
 
 
-def verify_reload(model_cls, out_dir, seqs, states):
+def verify_reload(model_cls, out_dir, seqs, states, **load_kwargs):
     model, info = model_cls.from_pretrained(out_dir, attn_implementation="eager", dtype=torch.float32,
-                                            output_loading_info=True)
+                                            output_loading_info=True, **load_kwargs)
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if bad:
         raise SystemExit(f"{out_dir}: reload reported {bad}")
@@ -440,13 +443,13 @@ def make_multimodal(out_root, name, seed):
     verify_multimodal(out_dir, seqs, states, want_types)
 
 
-def load_multimodal_text(out_dir, attn="eager"):
-    """The text model of a multimodal checkpoint read the way HF would: config through Qwen3_5Config, weights
-    under the prefix (float32, CPU)."""
+def load_multimodal_text(out_dir, attn="eager", model_cls=None):
+    """The text model of a multimodal checkpoint read the way HF would: config through AutoConfig (Qwen3_5Config,
+    Qwen3_5MoeConfig), weights under the prefix (float32, CPU), into model_cls (default Qwen3_5ForCausalLM)."""
     text_cfg = transformers.AutoConfig.from_pretrained(out_dir).text_config
     text_cfg._attn_implementation = attn
     text_cfg.dtype = torch.float32  # FLA's gated norm, when wired, is built in the config's dtype
-    model = q35.Qwen3_5ForCausalLM(text_cfg).to(torch.float32).eval()
+    model = (model_cls or q35.Qwen3_5ForCausalLM)(text_cfg).to(torch.float32).eval()
     prefix = "model.language_model."
     loaded = safetensors.torch.load_file(os.path.join(out_dir, "model.safetensors"))
     sd = {("model." + k[len(prefix):] if k.startswith(prefix) else k): v for k, v in loaded.items()

@@ -138,6 +138,9 @@ class GoldenExtractCuda : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
+    if (golden_is_moe(GetParam()))
+      GTEST_SKIP() << GetParam() << ": a mixture-of-experts target; the CUDA backend has no MoE kernels yet and "
+                   << "refuses it (issue 51), so there is no bf16 run to compare";
     read_peer_errors(GetParam(), peer_, peer_kernels_);
   }
   std::map<std::string, PeerError> peer_;

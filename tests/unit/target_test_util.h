@@ -62,6 +62,46 @@ inline QwenConfig tiny_dense() {
   return qwen_config_from_json(j, "tiny_dense");
 }
 
+// tiny_dense with a mixture-of-experts MLP (qwen3_moe): top-2 of 5 experts of width 12, probabilities not
+// renormalised, layer 1 dense (mlp_only_layers).
+inline QwenConfig tiny_moe_dense() {
+  nlohmann::json j = {{"model_type", "qwen3_moe"},    {"hidden_size", 20},         {"num_hidden_layers", 3},
+                      {"intermediate_size", 36},      {"vocab_size", 29},          {"num_attention_heads", 5},
+                      {"num_key_value_heads", 1},     {"head_dim", 6},             {"rope_theta", 1e6},
+                      {"rms_norm_eps", 1e-6},         {"tie_word_embeddings", true}, {"num_experts", 5},
+                      {"num_experts_per_tok", 2},     {"moe_intermediate_size", 12}, {"norm_topk_prob", false},
+                      {"mlp_only_layers", {1}}};
+  return qwen_config_from_json(j, "tiny_moe_dense");
+}
+
+// tiny_hybrid as a Qwen3.5-MoE (qwen3_5_moe_text): every layer top-3 of 7 experts of width 10 plus a gated shared
+// expert of 14.
+inline QwenConfig tiny_moe_hybrid() {
+  nlohmann::json j = {
+      {"model_type", "qwen3_5_moe_text"},
+      {"hidden_size", 24},
+      {"num_hidden_layers", 4},
+      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+      {"vocab_size", 37},
+      {"num_attention_heads", 3},
+      {"num_key_value_heads", 1},
+      {"head_dim", 8},
+      {"partial_rotary_factor", 0.5},
+      {"rope_theta", 10000.0},
+      {"rms_norm_eps", 1e-6},
+      {"linear_num_key_heads", 1},
+      {"linear_num_value_heads", 3},
+      {"linear_key_head_dim", 8},
+      {"linear_value_head_dim", 4},
+      {"linear_conv_kernel_dim", 4},
+      {"tie_word_embeddings", false},
+      {"num_experts", 7},
+      {"num_experts_per_tok", 3},
+      {"moe_intermediate_size", 10},
+      {"shared_expert_intermediate_size", 14}};
+  return qwen_config_from_json(j, "tiny_moe_hybrid");
+}
+
 // A gated hybrid of `layers` layers alternating a DeltaNet layer (1 key and 2 value heads) and an attention layer
 // (2 heads, 1 KV head), of the given widths: the FP8 tests choose them against the FP8 GEMMs' 16-wide K steps and
 // the 128-wide blocks.
@@ -186,11 +226,24 @@ inline TargetLoadOptions with_lm_head() {
   return o;
 }
 
-// Tests run for both families: parameter 0 = the Qwen3.5 hybrid, 1 = Qwen3 dense (INSTANTIATE with
-// target_family_name).
+// Tests run for both families: parameter 0 = the Qwen3.5 hybrid, 1 = Qwen3 dense, and where a test also covers
+// the mixture-of-experts targets 2 = Qwen3-MoE, 3 = Qwen3.5-MoE (INSTANTIATE with target_family_name).
 class TargetFamilyTest : public ::testing::TestWithParam<int> {
  protected:
-  QwenConfig cfg() const { return GetParam() == 0 ? tiny_hybrid() : tiny_dense(); }
+  QwenConfig cfg() const {
+    switch (GetParam()) {
+      case 0: return tiny_hybrid();
+      case 1: return tiny_dense();
+      case 2: return tiny_moe_dense();
+      default: return tiny_moe_hybrid();
+    }
+  }
+  // How much more than the others this model amplifies fp32 rounding, for bounds that compare two summation
+  // orders. The tiny Qwen3.5-MoE's third layer (DeltaNet + 3 of 7 experts + the shared expert) grows a
+  // difference about 5x more than the dense hybrid's third layer does: packed vs alone, the 65-token sequence's
+  // taps differ by 2.0e-5 after it (4.3e-6 on the dense hybrid), 1.3e-6 before it on both. Still rounding: a
+  // routing decision flipped by it would move a tap by ~1e-2.
+  double rounding_factor() const { return GetParam() == 3 ? 5.0 : 1.0; }
 };
 // The rollback scenario both backends test, on model seed 5 and ids seed 8. The speculative path: a prompt of
 // 9, a 6-token block rejected outright (nothing of it may remain), another of which 3 are kept, then a probe
@@ -234,7 +287,8 @@ inline RollbackRun rollback_vs_fresh_prefill(const TargetModel& m) {
 }
 
 inline std::string target_family_name(const ::testing::TestParamInfo<int>& info) {
-  return info.param == 0 ? "qwen3_5" : "qwen3";
+  static const char* names[] = {"qwen3_5", "qwen3", "qwen3_moe", "qwen3_5_moe"};
+  return names[info.param];
 }
 
 }  // namespace df

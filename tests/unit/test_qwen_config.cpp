@@ -114,6 +114,65 @@ const char* kQwen36_27B = R"({
   "vision_start_token_id": 248053
 })";
 
+// Qwen/Qwen3-30B-A3B config.json, the architecture keys (token ids, max_window_layers and the like left out).
+const char* kQwen3_30B_A3B = R"({
+  "architectures": ["Qwen3MoeForCausalLM"],
+  "decoder_sparse_step": 1,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "intermediate_size": 6144,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768,
+  "norm_topk_prob": true,
+  "num_attention_heads": 32,
+  "num_experts": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 48,
+  "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000.0,
+  "tie_word_embeddings": false,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// Qwen/Qwen3.6-35B-A3B config.json's text part as the model card describes it (40 layers of [3 DeltaNet, 1
+// gated attention] x 10, 256 experts of 512, top-8 plus one shared expert of 512), in the multimodal wrapper;
+// it carries intermediate_size and mlp_only_layers keys that Qwen3_5MoeTextConfig drops.
+const char* kQwen36_35B_A3B = R"({
+  "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+  "model_type": "qwen3_5_moe",
+  "text_config": {
+    "attn_output_gate": true,
+    "full_attention_interval": 4,
+    "head_dim": 256,
+    "hidden_size": 2048,
+    "intermediate_size": 512,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_5_moe_text",
+    "moe_intermediate_size": 512,
+    "num_attention_heads": 16,
+    "num_experts": 256,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 40,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10], "rope_type": "default",
+                        "rope_theta": 10000000, "partial_rotary_factor": 0.25},
+    "shared_expert_intermediate_size": 512,
+    "vocab_size": 248320
+  },
+  "tie_word_embeddings": false
+})";
+
 // A small qwen3_5_text config in the transformers 5.x layout, awkward sizes, explicit layer_types.
 json small_q35() {
   return json::parse(R"({
@@ -159,6 +218,12 @@ void expect_same(const QwenConfig& a, const QwenConfig& b) {
   EXPECT_EQ(a.lin_dk, b.lin_dk);
   EXPECT_EQ(a.lin_dv, b.lin_dv);
   EXPECT_EQ(a.conv_kernel, b.conv_kernel);
+  EXPECT_EQ(a.num_experts, b.num_experts);
+  EXPECT_EQ(a.experts_per_tok, b.experts_per_tok);
+  EXPECT_EQ(a.moe_intermediate, b.moe_intermediate);
+  EXPECT_EQ(a.shared_intermediate, b.shared_intermediate);
+  EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob);
+  EXPECT_EQ(a.moe_layers, b.moe_layers);
 }
 
 }  // namespace
@@ -381,13 +446,114 @@ TEST(QwenConfig, ErrorsNameTheKeyAndFile) {
   expect_error(json::array(), {"cfg.json", "JSON object"});
 }
 
+TEST(QwenConfig, Qwen3_30B_A3B) {
+  const QwenConfig c = qwen_config_from_json(json::parse(kQwen3_30B_A3B), "30b.json");
+  EXPECT_EQ(c.family, ModelFamily::qwen3);
+  EXPECT_TRUE(c.is_moe());
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.experts_per_tok, 8);
+  EXPECT_EQ(c.moe_intermediate, 768);
+  EXPECT_EQ(c.shared_intermediate, 0);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.intermediate, 0);  // no dense layer: intermediate_size is unused
+  EXPECT_EQ(c.moe_layers, std::vector<uint8_t>(48, 1));
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.norm_kind(), NormKind::plain);
+  // Per layer: attention 2048·(4096 + 2·512) + 4096·2048 + 2·128, norms 2·2048, router 128·2048, experts
+  // 128·3·2048·768 (8 of them active). With the embedding and lm_head (0.62 B): 30.5 B, 3.3 B active ("30B-A3B").
+  EXPECT_EQ(c.params_non_embedding(), 48.0 * (18874624 + 4096 + 262144 + 603979776) + 2048);
+  EXPECT_EQ(c.params_active_non_embedding(), 48.0 * (18874624 + 4096 + 262144 + 37748736) + 2048);
+  // Without head_dim, Qwen3MoeConfig's attention takes hidden_size / num_attention_heads.
+  json j = json::parse(kQwen3_30B_A3B);
+  j.erase("head_dim");
+  EXPECT_EQ(qwen_config_from_json(j, "30b.json").head_dim, 64);
+  // Defaults: no norm_topk_prob means false; a dense layer brings intermediate_size back.
+  j = json::parse(kQwen3_30B_A3B);
+  j.erase("norm_topk_prob");
+  j["mlp_only_layers"] = {0, 47};
+  j["decoder_sparse_step"] = 2;
+  const QwenConfig d = qwen_config_from_json(j, "30b.json");
+  EXPECT_FALSE(d.norm_topk_prob);
+  EXPECT_EQ(d.intermediate, 6144);
+  for (int l = 0; l < 48; ++l) EXPECT_EQ(d.layer_is_moe(l), l != 47 && l % 2 == 1) << "layer " << l;
+}
+
+TEST(QwenConfig, Qwen36_35B_A3B_Multimodal) {
+  const QwenConfig c = qwen_config_from_json(json::parse(kQwen36_35B_A3B), "35b.json");
+  EXPECT_EQ(c.model_type, "qwen3_5_moe_text");
+  EXPECT_EQ(c.family, ModelFamily::qwen3_5);
+  EXPECT_EQ(c.num_experts, 256);
+  EXPECT_EQ(c.experts_per_tok, 8);
+  EXPECT_EQ(c.moe_intermediate, 512);
+  EXPECT_EQ(c.shared_intermediate, 512);
+  EXPECT_TRUE(c.norm_topk_prob);  // always, whatever the file says
+  EXPECT_EQ(c.intermediate, 0);   // the file's intermediate_size is not a field of this model type
+  EXPECT_EQ(c.moe_layers, std::vector<uint8_t>(40, 1));
+  EXPECT_EQ(c.num_linear_layers(), 30);
+  EXPECT_EQ(c.rot_dim, 64);
+  EXPECT_EQ(c.kv_heads, 2);
+  // 33.6 B (2.44 B active) + 1.02 B embedding and lm_head: "35B-A3B".
+  EXPECT_NEAR(c.params_non_embedding() / 1e9, 33.64, 0.01);
+  EXPECT_NEAR(c.params_active_non_embedding() / 1e9, 2.44, 0.01);
+  json j = json::parse(kQwen36_35B_A3B);
+  j["text_config"]["norm_topk_prob"] = false;      // deleted by Qwen3_5MoeTextConfig: ignored
+  j["text_config"]["mlp_only_layers"] = {0, 1};    // likewise
+  j["text_config"]["decoder_sparse_step"] = 3;     // likewise
+  expect_same(c, qwen_config_from_json(j, "35b.json"));
+}
+
+TEST(QwenConfig, MoeErrorsNameTheKey) {
+  json j = json::parse(kQwen3_30B_A3B);
+  j["num_experts_per_tok"] = 129;
+  expect_error(j, {"cfg.json", "num_experts_per_tok", "129", "1..num_experts (128)"});
+  j["num_experts_per_tok"] = 0;
+  expect_error(j, {"num_experts_per_tok"});
+  j = json::parse(kQwen3_30B_A3B);
+  j["num_local_experts"] = 64;  // Qwen3MoeConfig's own name for num_experts
+  expect_error(j, {"num_experts' (128)", "num_local_experts' (64)", "disagree"});
+  j.erase("num_experts");
+  EXPECT_EQ(qwen_config_from_json(j, "cfg.json").num_experts, 64);
+  j = json::parse(kQwen3_30B_A3B);
+  j["moe_intermediate_size"] = 0;
+  expect_error(j, {"moe_intermediate_size", "positive"});
+  j = json::parse(kQwen3_30B_A3B);
+  j["num_experts"] = -1;
+  expect_error(j, {"num_experts", "negative"});
+  j = json::parse(kQwen3_30B_A3B);
+  j["mlp_only_layers"] = {3, 48};
+  expect_error(j, {"mlp_only_layers", "layer 48", "0..47"});
+  j["mlp_only_layers"] = "none";
+  expect_error(j, {"mlp_only_layers", "array"});
+  j["mlp_only_layers"] = {1.5};
+  expect_error(j, {"mlp_only_layers", "integer"});
+  j = json::parse(kQwen3_30B_A3B);
+  j["decoder_sparse_step"] = 0;
+  expect_error(j, {"decoder_sparse_step", "positive"});
+  j = json::parse(kQwen3_30B_A3B);
+  j["mlp_only_layers"] = {0};
+  j["intermediate_size"] = 0;  // a dense layer needs a width
+  expect_error(j, {"intermediate_size", "positive"});
+  j = json::parse(kQwen3_30B_A3B);
+  j["norm_topk_prob"] = "yes";
+  expect_error(j, {"norm_topk_prob", "true or false"});
+  json q = json::parse(kQwen36_35B_A3B);
+  q["text_config"]["shared_expert_intermediate_size"] = -2;
+  expect_error(q, {"text_config", "shared_expert_intermediate_size", "negative"});
+  q = json::parse(kQwen36_35B_A3B);
+  q["text_config"]["model_type"] = "qwen3_next";
+  expect_error(q, {"qwen3_next", "in_proj_qkvz"});
+}
+
 TEST(QwenConfig, ToJsonRoundTrips) {
-  for (const json& src : {json::parse(kQwen3_8B), json::parse(kQwen36_27B), small_q35()}) {
+  for (const json& src : {json::parse(kQwen3_8B), json::parse(kQwen36_27B), small_q35(), json::parse(kQwen3_30B_A3B),
+                          json::parse(kQwen36_35B_A3B)}) {
     QwenConfig c = qwen_config_from_json(src, "src.json");
     json out = qwen_config_to_json(c);
     QwenConfig back = qwen_config_from_json(out, "out.json");
     expect_same(c, back);
-    if (c.family == ModelFamily::qwen3_5) {
+    if (c.is_moe()) {
+      EXPECT_EQ(out["model_type"], c.family == ModelFamily::qwen3_5 ? "qwen3_5_moe_text" : "qwen3_moe");
+    } else if (c.family == ModelFamily::qwen3_5) {
       // The hybrid is written in the qwen3_5_text form transformers builds Qwen3_5ForCausalLM from.
       EXPECT_EQ(out["model_type"], "qwen3_5_text");
       EXPECT_EQ(out["layer_types"].size(), size_t(c.layers));
@@ -397,6 +563,11 @@ TEST(QwenConfig, ToJsonRoundTrips) {
       EXPECT_EQ(out["model_type"], "qwen3");
     }
   }
+  // Dense layers of a Qwen3-MoE survive as mlp_only_layers.
+  json j = json::parse(kQwen3_30B_A3B);
+  j["mlp_only_layers"] = {2, 5};
+  const QwenConfig m = qwen_config_from_json(j, "src.json");
+  expect_same(m, qwen_config_from_json(qwen_config_to_json(m), "out.json"));
   // Written decimals are the short ones.
   QwenConfig c = qwen_config_from_json(json::parse(kQwen3_8B), "src.json");
   EXPECT_EQ(qwen_config_to_json(c)["rms_norm_eps"].dump(), "1e-06");

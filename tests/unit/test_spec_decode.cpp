@@ -208,7 +208,7 @@ TEST_P(SpecDecodeTest, StopTokensEndTheContinuation) {
   EXPECT_EQ(gen[1], std::vector<int32_t>(other_greedy.begin(), it == other_greedy.end() ? it : it + 1));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1), target_family_name);
+INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1, 2, 3), target_family_name);
 
 TEST(SampleToken, TemperatureAndTopP) {
   const float logits[4] = {0.0f, 1.0f, 2.0f, 3.0f};

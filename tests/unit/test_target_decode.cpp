@@ -32,8 +32,9 @@ using TargetDecodeTest = TargetFamilyTest;
 TEST_P(TargetDecodeTest, StepsReproduceTheFullForward) {
   // The full forward runs the DeltaNet recurrence too, so both sides do the same arithmetic up to GEMM
   // blocking over different row counts and the attention's sum order: fp32 rounding, amplified by a few
-  // layers of O(1) activations, stays under 2e-5 relative (observed ~1e-6).
+  // layers of O(1) activations, stays under 2e-5 relative (observed ~1e-6; rounding_factor for the MoE hybrid).
   CpuOps ops(CpuGdnMode::recurrent);
+  const double tol = 2e-5 * rounding_factor();
   const QwenConfig c = cfg();
   auto m = target_random(c, 23, ops, with_lm_head());
   const std::vector<int32_t> ids = random_ids(23, c.vocab, 4);
@@ -48,12 +49,12 @@ TEST_P(TargetDecodeTest, StepsReproduceTheFullForward) {
     const std::vector<float> lg = download(ops, dec.logits());
     ASSERT_EQ(int64_t(lg.size()), n * V);
     const std::vector<float> want(want_logits.begin() + done * V, want_logits.begin() + (done + n) * V);
-    EXPECT_LT(max_err(lg, want), 2e-5) << "logits of tokens " << done << ".." << done + n - 1;
+    EXPECT_LT(max_err(lg, want), tol) << "logits of tokens " << done << ".." << done + n - 1;
     for (int l = 0; l < c.layers; ++l) {
       const std::vector<float> tap = download(ops, dec.tap(size_t(l)));
       const std::vector<float> wt(full.taps[size_t(l)].begin() + done * H,
                                   full.taps[size_t(l)].begin() + (done + n) * H);
-      EXPECT_LT(max_err(tap, wt), 2e-5) << "layer " << l << " tokens " << done << ".." << done + n - 1;
+      EXPECT_LT(max_err(tap, wt), tol) << "layer " << l << " tokens " << done << ".." << done + n - 1;
     }
     dec.commit(n);
     done += n;
@@ -124,4 +125,4 @@ TEST_P(TargetDecodeTest, MisuseIsAnError) {
   EXPECT_THROW(TargetDecoder(*no_head, {16, 8, 4}, {}), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TargetDecodeTest, ::testing::Values(0, 1), target_family_name);
+INSTANTIATE_TEST_SUITE_P(Families, TargetDecodeTest, ::testing::Values(0, 1, 2, 3), target_family_name);

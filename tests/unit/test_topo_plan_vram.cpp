@@ -231,10 +231,36 @@ TEST(PlanVram, LayerCountAgreesWithQwenConfig) {
   for (const char* name : {"qwen3.6-27b", "qwen3-8b"}) {
     QwenConfig t = load_fixture(name);
     double sum = t.hidden;  // final norm
-    for (LayerKind k : t.layer_types) sum += plan_vram_target_layer_params(t, k);
+    for (int l = 0; l < t.layers; ++l) sum += plan_vram_target_layer_params(t, l);
     // Both sides add the same integers in double (< 2^53), so they must agree exactly.
     EXPECT_DOUBLE_EQ(sum, t.params_non_embedding()) << name;
   }
+}
+
+// tiny_target as a Qwen3-MoE: top-2 of 3 experts of width 5, layer 1 dense (I 12).
+QwenConfig tiny_moe_target() {
+  return qwen_config_from_json(nlohmann::json::parse(R"({
+    "model_type": "qwen3_moe", "hidden_size": 8, "num_hidden_layers": 4, "intermediate_size": 12,
+    "vocab_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": true, "num_experts": 3,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 5, "mlp_only_layers": [1]})"),
+                               "tiny_moe");
+}
+
+TEST(PlanVram, MoeTargetCountsEveryExpertAndTheRouting) {
+  Config cfg = config_parse(tiny_toml(), "tiny.toml");
+  VramPlan p = plan_vram_compute(cfg, tiny_moe_target(), 80 * kGiB, "test", {1, 0, 1024});
+  // Layer 0 (MoE): router 3·8 + experts 3·3·8·5 = 384 in place of the MLP's 288; layer 1 dense as in tiny_target:
+  // 504 - 288 + 384 = 600, + 504, + embed 256 = 1360.
+  EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * 1360);
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE routing ids + weights [T,k]"), 8.0 * 10 * 2);
+  // Per token, top-2 copies of (input 8 + gate|up 10 + act 5 + output 8).
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE expert rows bf16"), 2.0 * 10 * 2 * (8 + 10 + 5 + 8));
+  double sum = tiny_moe_target().hidden;
+  for (int l = 0; l < 4; ++l) sum += plan_vram_target_layer_params(tiny_moe_target(), l);
+  EXPECT_DOUBLE_EQ(sum, tiny_moe_target().params_non_embedding());
+  cfg.target.dtype = "fp8";
+  EXPECT_THROW(plan_vram_compute(cfg, tiny_moe_target(), 80 * kGiB, "test", {1, 0, 1024}), Error);
 }
 
 TEST(PlanVram, TapBeyondTheTargetIsAnError) {

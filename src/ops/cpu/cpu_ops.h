@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ops/ops.h"
@@ -67,10 +68,19 @@ class CpuOps final : public Ops {
                         int hkv, int hd, float scale, const Tensor* gate = nullptr) override;
   void gdn_decode(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                   const Tensor& out, const Tensor& state, const Tensor& states, const GdnShape& shape) override;
+  // In cpu_moe.cpp.
+  void moe_route(const Tensor& x, const Tensor& router, const MoeShape& shape, const Tensor& ids,
+                 const Tensor& weights, const Tensor& workspace) override;
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const MoeWeights& w,
+                   const MoeShape& shape, const Tensor& out, const Tensor& workspace) override;
 
  private:
   CpuGdnMode gdn_mode_;
 };
+
+// Puts the k largest of q's (value, index) pairs first in descending order exactly as torch.topk does on the CPU
+// (sorted, largest), equal values included: MoE routing ties go where transformers sends them (cpu_moe.cpp).
+void cpu_topk_torch_order(std::vector<std::pair<double, int64_t>>& q, int64_t k);
 
 // Checks shared by the CPU ops and the CPU Gated DeltaNet: a host f32 tensor of the given shape (rows < 0 or
 // cols < 0: any), and a SeqLayout whose host offsets cover exactly `tokens` rows.

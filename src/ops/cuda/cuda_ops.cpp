@@ -348,6 +348,8 @@ void CudaOps::check_target(const QwenConfig& c) const {
     DF_CHECK(ok, "target config: %s = %d: the CUDA backend runs %s; HINT: --device cpu (target.device = \"cpu\") "
              "runs any shape", field, value, range);
   };
+  need(!c.is_moe(), "num_experts", c.num_experts,
+       "no mixture-of-experts targets yet (routing and grouped expert GEMMs are CPU-only so far)");
   if (c.num_full_layers() > 0) {
     need(c.head_dim > 0 && c.head_dim <= kDecodeMaxHeadDim, "head_dim", c.head_dim, "head_dim 1..512");
     need(c.kv_heads > 0 && c.heads % c.kv_heads == 0, "num_attention_heads", c.heads,
