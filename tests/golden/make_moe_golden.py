@@ -166,7 +166,10 @@ def check_stats(name, stats, tie, dead):
 def gdn_impl(backbone):
     for layer in backbone.layers:
         if hasattr(layer, "linear_attn"):
-            fn = layer.linear_attn.chunk_gated_delta_rule
+            la = layer.linear_attn
+            # transformers keeps the chunked rule on the layer in some releases, as a module function in others.
+            fn = getattr(la, "chunk_gated_delta_rule", None) or \
+                getattr(sys.modules[type(la).__module__], "torch_chunk_gated_delta_rule")
             if not getattr(fn, "__module__", "").endswith("modeling_qwen3_5_moe"):
                 raise SystemExit(f"DeltaNet runs {mg.describe(fn)}, not the pure-torch one of modeling_qwen3_5_moe")
             return mg.describe(fn)
