@@ -1,12 +1,13 @@
 // The target model's architecture as read from a Hugging Face config.json (model_type qwen3, qwen3_5,
 // qwen3_5_text, also nested under text_config), parsed once into this struct with every key checked.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "ops/ops.h"
+#include "core/norm_kind.h"
 
 namespace df {
 

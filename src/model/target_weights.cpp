@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "core/file_util.h"
+#include "core/fp8.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/fp8_weights.h"
@@ -212,12 +213,25 @@ void fp8_check_blocks(const TargetModel& m) {
   }
 }
 
+// The dimensions the backend's kernels have limits on (Ops::check_target).
+TargetShape target_shape(const QwenConfig& c) {
+  TargetShape s;
+  s.full_layers = c.num_full_layers();
+  s.heads = c.heads;
+  s.kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim;
+  s.linear_layers = c.num_linear_layers();
+  s.gdn = {c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv};
+  s.conv_kernel = c.conv_kernel;
+  return s;
+}
+
 // fp8_group > 0: the source holds a block-scaled FP8 checkpoint whose weights are kept as they are
 // (TargetModel::fp8_group).
 std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const TargetLoadOptions& opt,
                                          const std::string& prefix, WeightSource& src,
                                          int64_t fp8_group = 0) {
-  ops.check_target(cfg);
+  ops.check_target(target_shape(cfg));
   auto m = std::make_unique<TargetModel>();
   m->cfg = cfg;
   m->ops = &ops;

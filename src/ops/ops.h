@@ -15,15 +15,11 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/norm_kind.h"
 #include "core/tensor.h"
 #include "ops/wire_pool.h"
 
 namespace df {
-
-enum class NormKind : uint8_t {
-  plain,         // Qwen3: w · (x · rsqrt(mean(x²) + eps))
-  zero_centred,  // Qwen3.5/3.6: (1 + w) · (x · rsqrt(mean(x²) + eps))
-};
 
 struct SeqLayout {
   std::vector<int32_t> cu_host;  // S+1 offsets into the packed token axis, cu_host[0] = 0
@@ -48,7 +44,17 @@ struct GdnWeights {
   float eps = 0.0f;
 };
 
-struct QwenConfig;
+// The dimensions of a target model that a backend's kernels have limits on (Ops::check_target). The model
+// fills it from its config; messages name the config.json field of each.
+struct TargetShape {
+  int full_layers = 0;  // softmax-attention layers
+  int heads = 0;        // num_attention_heads
+  int kv_heads = 0;     // num_key_value_heads
+  int head_dim = 0;
+  int linear_layers = 0;  // Gated DeltaNet layers
+  GdnShape gdn;           // their heads and head dims (linear_num_key_heads, ...)
+  int conv_kernel = 0;    // linear_conv_kernel_dim
+};
 
 class Ops {
  public:
@@ -58,7 +64,7 @@ class Ops {
   virtual const char* name() const = 0;
   // Refuses, naming the config field, a target this backend has no kernel for: called when a model is
   // built, so an unsupported shape fails at load time rather than in the middle of a forward.
-  virtual void check_target(const QwenConfig& /*cfg*/) const {}
+  virtual void check_target(const TargetShape& /*shape*/) const {}
 
   // ---- memory -------------------------------------------------------------------------------------
   // Backend memory that lives until free_bytes; arenas are carved out of such blocks.
