@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "model/qwen_config.h"
 #include "ops/ops.h"
 
@@ -89,6 +90,11 @@ std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const
 // Random weights from a config and a seed (demos, tests, benchmarks): identical on every backend.
 std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed, Ops& ops,
                                            const TargetLoadOptions& opt);
+
+// The target a run config's [target] section names, the same on every rank: target.model's checkpoint, else
+// random weights of `arch` (target.random_config's) from target.random_seed; FP8 where target.dtype = "fp8".
+std::unique_ptr<TargetModel> target_load_for_run(const TargetSection& t, const QwenConfig& arch, Ops& ops,
+                                                 int num_layers, bool need_lm_head);
 
 struct TargetSaveOptions {
   // > 0: store the decoder's large projections (fp8_quantized_weight) as block-scaled FP8 in blocks of

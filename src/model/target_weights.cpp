@@ -444,6 +444,16 @@ std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed,
   return build_model(cfg, ops, opt, "model.", src);
 }
 
+std::unique_ptr<TargetModel> target_load_for_run(const TargetSection& t, const QwenConfig& arch, Ops& ops,
+                                                 int num_layers, bool need_lm_head) {
+  TargetLoadOptions opt;
+  opt.num_layers = num_layers;
+  opt.need_lm_head = need_lm_head;
+  opt.fp8 = t.dtype == "fp8";
+  if (!t.model.empty()) return target_load(t.model, ops, opt);
+  return target_random(arch, t.random_seed, ops, opt);
+}
+
 void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSaveOptions& opt) {
   const QwenConfig& c = m.cfg;
   DF_CHECK((opt.fp8_block_n > 0) == (opt.fp8_block_k > 0),
