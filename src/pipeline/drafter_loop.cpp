@@ -80,6 +80,11 @@ class DrafterRun {
   void take_loss_stats(StepStats& ss);
   AdamwStepResult reduce_and_update(int64_t step, StepStats& ss);
   bool after_update(int64_t step, const StepStats& ss, const AdamwStepResult& r, Clock::time_point t_step);
+  // A move agreed on in this step's statistics: the split it makes and, on drafter 0, the ranks that move.
+  void take_role_move(int64_t step, int new_targets);
+  // Drafter 0: this step's rates to the rebalancer; a move it decides is announced with the next step's
+  // statistics, anything else recorded.
+  void watch_rates(int64_t step, const StepStats& ss);
   void save(int64_t next_step);
   void record(const RebalanceEvent& e, const char* when);
   void report(int64_t next_step);
@@ -296,26 +301,32 @@ bool DrafterRun::after_update(int64_t step, const StepStats& ss, const AdamwStep
   if ((step + 1) % plan_.cfg.checkpoint.interval == 0 || stop || last || reform) save(step + 1);
   watchdog_->step_done(seconds_since(t_step));
   if (reform) {
-    end_.new_targets = int(ss.rebalance);
-    if (owner_) {
-      end_.move.moved_at = step + 1;
-      end_.move.moved = role_move_pick(roles_slots(ctx_.roles, ctx_.gpus), ctx_.roles.drafters[0], end_.new_targets);
-      record(end_.move, "");
-    }
+    take_role_move(step, int(ss.rebalance));
     return false;
   }
-  if (rebalancer_ && end_.move.new_targets == 0)
-    for (const RebalanceEvent& e : rebalancer_->observe(step, ss.batches, ss.target_busy_s, ss.drafter_busy_s)) {
-      if (e.kind == RebalanceEvent::Kind::move) {
-        end_.move = e;  // announced to the other drafters with the next step's statistics
-        continue;
-      }
-      record(e, "");
-    }
+  if (rebalancer_ && end_.move.new_targets == 0) watch_rates(step, ss);
   if (stop && owner_)
     log_here("stop requested (%s): checkpointed step %lld, exiting",
              ss.stop > 0 ? "signal or stop file on some rank" : "--stop-at-step", (long long)(step + 1));
   return !stop;
+}
+
+void DrafterRun::take_role_move(int64_t step, int new_targets) {
+  end_.new_targets = new_targets;
+  if (!owner_) return;
+  end_.move.moved_at = step + 1;
+  end_.move.moved = role_move_pick(roles_slots(ctx_.roles, ctx_.gpus), ctx_.roles.drafters[0], new_targets);
+  record(end_.move, "");
+}
+
+void DrafterRun::watch_rates(int64_t step, const StepStats& ss) {
+  for (const RebalanceEvent& e : rebalancer_->observe(step, ss.batches, ss.target_busy_s, ss.drafter_busy_s)) {
+    if (e.kind == RebalanceEvent::Kind::move) {
+      end_.move = e;  // announced to the other drafters with the next step's statistics
+      continue;
+    }
+    record(e, "");
+  }
 }
 
 void DrafterRun::save(int64_t next_step) {
