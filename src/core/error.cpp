@@ -2,7 +2,6 @@
 #include "core/error.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 namespace df {
@@ -23,14 +22,6 @@ std::string strfmt(const char* fmt, ...) {
   std::string s = vstrfmt(fmt, ap);
   va_end(ap);
   return s;
-}
-
-double float_shortest_decimal(float f) {
-  for (int digits = 6; digits < 9; ++digits) {
-    const double d = std::strtod(strfmt("%.*g", digits, double(f)).c_str(), nullptr);
-    if (static_cast<float>(d) == f) return d;
-  }
-  return double(f);
 }
 
 void error_throw(const char* file, int line, const std::string& msg) {

@@ -58,7 +58,7 @@ json write_value(const std::vector<DrafterLayerType>& v) {
 
 std::string field_text(int v) { return std::to_string(v); }
 
-std::string field_text(float v) { return strfmt("%.9g", float_shortest_decimal(v)); }
+std::string field_text(float v) { return strfmt("%.9g", float_for_json(v)); }
 
 std::string field_text(const std::vector<int>& v) {
   std::string s = "[";

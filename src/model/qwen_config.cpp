@@ -374,6 +374,14 @@ QwenConfig qwen_config_load(const std::string& path) {
   return qwen_config_from_json(j, file);
 }
 
+double float_for_json(float f) {
+  for (int prec = 6; prec < 9; ++prec) {
+    const double d = std::strtod(strfmt("%.*g", prec, double(f)).c_str(), nullptr);
+    if (static_cast<float>(d) == f) return d;
+  }
+  return f;
+}
+
 json qwen_config_to_json(const QwenConfig& c) {
   const bool q35 = c.family == ModelFamily::qwen3_5;
   json j;
@@ -386,13 +394,13 @@ json qwen_config_to_json(const QwenConfig& c) {
   j["num_attention_heads"] = c.heads;
   j["num_key_value_heads"] = c.kv_heads;
   j["head_dim"] = c.head_dim;
-  j["rms_norm_eps"] = float_shortest_decimal(c.rms_eps);
+  j["rms_norm_eps"] = float_for_json(c.rms_eps);
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
   j["max_position_embeddings"] = 32768;
   j["dtype"] = "bfloat16";
-  json rope = {{"rope_type", "default"}, {"rope_theta", float_shortest_decimal(c.rope_theta)}};
+  json rope = {{"rope_type", "default"}, {"rope_theta", float_for_json(c.rope_theta)}};
   if (q35) {
     // Chosen so that transformers' int(head_dim · factor) gives back rot_dim exactly.
     double factor = double(c.rot_dim) / c.head_dim;

@@ -66,6 +66,9 @@ QwenConfig qwen_config_load(const std::string& path);
 nlohmann::json qwen_config_read_json(const std::string& path, std::string* file_out = nullptr);
 // The HF config.json a model with this config would carry (used when writing random models).
 nlohmann::json qwen_config_to_json(const QwenConfig& c);
+// The shortest decimal that reads back as the same float, as a double: how a written config.json says a
+// float (1e-06, not 9.99999997e-07); two floats print alike with %.9g only when they are equal.
+double float_for_json(float f);
 // One-line summary for logs.
 std::string qwen_config_summary(const QwenConfig& c);
 

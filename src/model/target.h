@@ -38,7 +38,7 @@ struct TargetLayer {
   // (DType::f8_e4m3) and these their per-output-channel scales, f32 [1, rows of the weight]. The DeltaNet b / a
   // rows stay bf16 in w_in_ba [2·nv, H] (w_in's last 2·nv rows of codes are zero and unused). Empty otherwise.
   // From a 128x128 block checkpoint (TargetModel::fp8_group) the scales are its blocks' instead, f32
-  // [FP8 rows / 128, fp8_block_scale_ld(K)] (core/fp8.h), the codes the file's.
+  // [FP8 rows / 128, fp8_block_scale_ld(K)] (ops/ops.h), the codes the file's.
   Tensor s_qkv, s_o, s_in, s_out, s_gate_up, s_down;
   Tensor w_in_ba;
 

@@ -10,7 +10,6 @@
 #include <functional>
 
 #include "core/file_util.h"
-#include "core/fp8.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/fp8_weights.h"

@@ -56,6 +56,12 @@ struct TargetShape {
   int conv_kernel = 0;    // linear_conv_kernel_dim
 };
 
+// The row stride of a weight's 128x128 block scales for Ops::gemm_fp8_block, for K inputs: ceil(K/128)
+// rounded up to a multiple of 4, as PyTorch's _scaled_mm lays them out for cuBLASLt.
+inline int64_t fp8_block_scale_ld(int64_t K) {
+  return ((K + 127) / 128 + 3) / 4 * 4;
+}
+
 class Ops {
  public:
   virtual ~Ops() = default;

@@ -13,6 +13,7 @@
 #include "kernels/train/loss_slots.h"
 #include "kernels/train/train_workspace.h"
 #include "model/fp8_weights.h"
+#include "ops/ops.h"
 #include "ops/wire_pool.h"
 #include "topo/topo.h"
 

@@ -38,8 +38,8 @@ nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
   j["num_key_value_heads"] = c.kv_heads;
   j["head_dim"] = c.head_dim;
   j["num_target_layers"] = num_target_layers;
-  j["rms_norm_eps"] = float_shortest_decimal(c.rms_eps);
-  j["rope_theta"] = float_shortest_decimal(c.rope_theta);
+  j["rms_norm_eps"] = float_for_json(c.rms_eps);
+  j["rope_theta"] = float_for_json(c.rope_theta);
   nlohmann::json types = nlohmann::json::array();
   bool any_sliding = false;
   int leading_full = 0;  // old-style Qwen configs slide on layers >= max_window_layers
