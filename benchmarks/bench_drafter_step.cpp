@@ -43,12 +43,12 @@ constexpr double k80GB = 81559.0 * (1 << 20);
 
 // The targets whose drafters are timed: the run configs name checkpoint directories the benchmark machine
 // lacks, so the drafter borrows these shapes (MODELS.md) instead of reading the target's config.json.
-struct TargetShape {
+struct BenchTarget {
   const char* label;
   const char* toml;  // relative to the source tree
   int hidden, layers, intermediate, vocab;
 };
-constexpr TargetShape kTargets[] = {{"27b", "configs/qwen3.6-27b.toml", 5120, 64, 17408, 248320},
+constexpr BenchTarget kTargets[] = {{"27b", "configs/qwen3.6-27b.toml", 5120, 64, 17408, 248320},
                                     {"8b", "configs/qwen3-8b.toml", 4096, 36, 12288, 151936}};
 
 double now_s() {
@@ -557,7 +557,7 @@ int main(int argc, char** argv) {
       ok = bench_shape("custom", o.config, qwen_config_load(o.target_config), o);
     } else {
       bool any = false;
-      for (const TargetShape& t : kTargets) {
+      for (const BenchTarget& t : kTargets) {
         if (o.model != "all" && o.model != t.label) continue;
         any = true;
         QwenConfig q;

@@ -56,7 +56,7 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
 // ---- loss_stats.cu ------------------------------------------------------------------------------------
 // train_ops.h loss_row_stats on the device for nb blocks of `block` rows: labels, argmax i32, active u8,
 // loss, p_label f32 [nb·block] (contiguous); row_w f32 [nb·block] written (read when weights_given); stats:
-// the train/loss.h LossStatsSlots::size(block) f64 accumulators, added to. Deterministic (one thread block).
+// the kernels/train/loss_slots.h LossStatsSlots::size(block) f64 accumulators, added to. Deterministic (one thread block).
 struct LossRowDims {
   int64_t nb = 0;
   int block = 0;

@@ -50,7 +50,7 @@ void gemm_fp8_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const floa
 // The block-scaled FP8 linear layer of a 128x128 block checkpoint: as gemm_fp8_launch, but x's scales are one
 // per token per 128 columns, scale_x f32 laid out as core/fp8.h fp8_group_scale_index says
 // (fp8_quantize_groups_launch writes them so), and w's one per 128x128 block, scale_w f32 [ceil(N/128),
-// fp8_block_scale_ld(K) of model/fp8_weights.h] row-major (the checkpoint's weight_scale_inv, rows padded):
+// fp8_block_scale_ld(K) of ops/ops.h] row-major (the checkpoint's weight_scale_inv, rows padded):
 // cuBLASLt's VEC128_32F x BLK128x128_32F modes (sm_90, cuBLAS >= 12.9), fp32 accumulation. The last M % 4 rows
 // run as a 4-row GEMM of a zero-padded copy in the scratch (cuBLASLt refuses other row counts); beta 0 or 1.
 void gemm_fp8_block_launch(GemmContext* ctx, const uint8_t* x, int64_t ldx, const float* scale_x,

@@ -1,9 +1,9 @@
 // The drafter's row weights and step statistics on the device (train_ops.h loss_row_stats): offset decay,
 // streak factor, Σ w·loss, Σ w, per-offset accuracy and τ, added into a small f64 block the host reads once
-// per optimizer step. The CPU oracle is ops/cpu/cpu_train_stats.cpp (train/loss.cpp's functions).
+// per optimizer step. The CPU oracle is ops/cpu/cpu_train_stats.cpp (ops/loss_rows.cpp's functions).
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/train/loss_slots.h"
 #include "kernels/train_launchers.cuh"
-#include "train/loss.h"
 
 namespace df {
 

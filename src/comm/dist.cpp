@@ -320,8 +320,13 @@ void dist_nccl_start(DistContext& c, bool bounded) {
     log_here("NCCL %d.%d.%d: world communicator of %d ranks and drafters communicator of %d, warmed up",
              v / 10000, v / 100 % 100, v % 100, c.world, c.num_drafters());
 }
+
+void dist_nccl_set_step(NcclComm* comm, int64_t step, double timeout_s) {
+  if (comm) comm->set_step(step, timeout_s);
+}
 #else
 void dist_nccl_start(DistContext&, bool) {}  // transport_choose never picks NCCL without CUDA
+void dist_nccl_set_step(NcclComm*, int64_t, double) {}
 #endif
 
 void dist_finalize(DistContext& c) {

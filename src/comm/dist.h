@@ -81,6 +81,9 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
 // a config that cannot run fails on its own message first. bounded: every NCCL wait has a bound (false with
 // run.watchdog_s = 0). Nothing with the MPI transport.
 void dist_nccl_start(DistContext& ctx, bool bounded);
+// Names `step` in an NCCL communicator's wait messages and bounds its waits by timeout_s; nothing when comm is
+// null (the MPI transport, and every build without CUDA).
+void dist_nccl_set_step(NcclComm* comm, int64_t step, double timeout_s);
 void dist_finalize(DistContext& ctx);
 
 // A role move within the same MPI world (pipeline/rebalance.h), after every rank's loop has returned:

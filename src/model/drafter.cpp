@@ -231,40 +231,4 @@ DrafterLimits drafter_limits_from_run(const Config& cfg) {
   return l;
 }
 
-DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& target) {
-  const DrafterSection& d = cfg.drafter;
-  DrafterConfig c;
-  c.hidden = target.hidden;
-  c.vocab = target.vocab;
-  c.layers = d.layers;
-  c.heads = d.heads;
-  c.kv_heads = d.kv_heads;
-  c.head_dim = d.head_dim;
-  c.intermediate = d.intermediate > 0 ? d.intermediate : target.intermediate;
-  DF_CHECK(c.intermediate > 0, "%s: drafter.intermediate is 0 (= the target's) but the target %s has no dense "
-           "intermediate_size; a drafter MLP of width 0 cannot learn. HINT: set drafter.intermediate",
-           cfg.path.c_str(), cfg.target.architecture().c_str());
-  c.rope_theta = float(d.rope_theta);
-  c.rms_eps = float(d.rms_norm_eps);
-  c.block_size = d.block_size;
-  DF_CHECK(d.mask_token_id < target.vocab, "%s: drafter.mask_token_id %lld is not below the target's vocab %d",
-           cfg.path.c_str(), (long long)d.mask_token_id, target.vocab);
-  c.mask_token_id = int(d.mask_token_id);
-  c.target_layer_ids =
-      d.target_layer_ids.empty() ? drafter_default_target_layer_ids(target.layers, d.num_taps) : d.target_layer_ids;
-  for (int l : c.target_layer_ids)
-    DF_CHECK(l >= 0 && l < target.layers,
-             "%s: drafter.target_layer_ids holds layer %d but the target has %d layers (0..%d); HINT: fix the list "
-             "or leave it empty for the DFlash default",
-             cfg.path.c_str(), l, target.layers, target.layers - 1);
-  for (int i = 0; i < d.layers; ++i)
-    c.layer_types.push_back(!d.layer_types.empty() && d.layer_types[i] == "sliding_attention"
-                                ? DrafterLayerType::sliding
-                                : DrafterLayerType::full);
-  c.sliding_window = d.sliding_window;
-  c.num_anchors = d.num_anchors;
-  drafter_config_validate(c);
-  return c;
-}
-
 }  // namespace df

@@ -31,42 +31,11 @@
 #include <vector>
 
 #include "core/config.h"
-#include "model/qwen_config.h"
+#include "model/drafter_config.h"
+#include "ops/loss_rows.h"
 #include "ops/train_ops.h"
-#include "train/loss.h"
 
 namespace df {
-
-enum class DrafterLayerType : uint8_t { sliding, full };
-
-struct DrafterConfig {
-  int hidden = 0;                        // = the target's hidden size H
-  int layers = 0;
-  int heads = 0;
-  int kv_heads = 0;
-  int head_dim = 0;
-  int intermediate = 0;
-  float rope_theta = 1e7f;
-  float rms_eps = 1e-6f;
-  int block_size = 16;                   // B
-  int mask_token_id = 0;
-  std::vector<int> target_layer_ids;     // taps: outputs of these target layers, concatenated (k = size)
-  std::vector<DrafterLayerType> layer_types;  // size == layers
-  int sliding_window = 2048;             // W, used by sliding layers
-  int num_anchors = 512;                 // per sequence
-  int vocab = 0;                         // the target's vocabulary (embedding and lm_head rows)
-
-  int num_taps() const { return int(target_layer_ids.size()); }
-};
-
-// Throws df::Error naming the offending field and what it must satisfy.
-void drafter_config_validate(const DrafterConfig& c);
-// The DFlash default taps for a target of `target_layers` layers: round(1 + i·(L−4)/(n−1)), i = 0..n−1.
-std::vector<int> drafter_default_target_layer_ids(int target_layers, int n);
-// The drafter a run config describes for this target: hidden size and vocabulary from the target, taps
-// resolved (drafter.target_layer_ids, else the default), intermediate 0 = the target's; validated, errors
-// name the config key.
-DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& target);
 
 // One trainable tensor inside the flat buffers. Names are the Hugging Face export names (MODELS.md).
 struct DrafterParamEntry {
@@ -109,6 +78,32 @@ struct DrafterBatch {
 struct DrafterAnchor {
   int32_t seq = 0;
   int32_t pos = -1;
+};
+
+// How drafter_forward_backward weights and reports the loss rows (train/loss.h fills it from a run config).
+struct DrafterLossOptions {
+  LmLossKind kind = LmLossKind::ce;  // kl needs DrafterBatch::target_hidden
+  float gamma = 7.0f;                // offset decay w_k = exp(−(k−1)/γ)
+  // Streak-aware weighting: row k of a block is multiplied by Π_{j=1..k−1} c_j, where the smoothed
+  // confidence c_j = p_draft(label_j)^α (α = streak_alpha ∈ (0, 1]) of each earlier labelled offset j, taken
+  // from this forward pass and detached (no gradient flows through it). α < 1 flattens the product so one
+  // unsure early offset does not silence the rest of the block. Offsets without a label contribute 1.
+  // The multiplied weights enter both Σ w·L and Σ w.
+  bool streak = false;
+  float streak_alpha = 0.5f;
+  // D-PACE row weights instead of the offset decay (the CE itself is unchanged): Σ w·CE over the step is then
+  // divided by the number of sequences (LossStats::weight_sum counts sequences, not weights).
+  DpaceKind dpace = DpaceKind::off;
+  float dpace_alpha = 0.5f;
+  // Gaussian noise on the context features (the concatenated taps) before fc; std as scheduled by
+  // noise_std_at (train/optimizer.h), seed fresh per micro-batch from the training RNG.
+  float noise_std = 0.0f;
+  uint64_t noise_seed = 0;
+  // Skip the backward (evaluation). Gradients are then left untouched.
+  bool backward = true;
+  // Gradient checks and replays: use these per-row weights (one per block row, nb·B) instead of computing
+  // them, so a finite difference sees the same constants the analytic gradient treats as detached.
+  const std::vector<float>* fixed_row_weights = nullptr;
 };
 
 // What the activation workspace is planned for (drafter_plan_workspace): a micro-batch beyond it is an error.

@@ -21,12 +21,6 @@ std::vector<int64_t> fp8_scale_shape(int64_t N, int64_t K, int block_n, int bloc
 const uint8_t* fp8_block_codes(const SafetensorsIndex& st, const StTensor& q, int block_n, int block_k,
                                std::vector<float>& scale);
 
-// The row stride of a weight's 128x128 block scales on a backend with block-scaled FP8 GEMMs, for K inputs:
-// ceil(K/128) rounded up to a multiple of 4, as PyTorch's _scaled_mm lays them out for cuBLASLt.
-inline int64_t fp8_block_scale_ld(int64_t K) {
-  return ((K + 127) / 128 + 3) / 4 * 4;
-}
-
 // Dequantises F8_E4M3 tensor q (2-D [N, K]) with its scales from `st` into out (N·K floats). Errors name the
 // tensor, its file and the fix: a missing, mis-typed or mis-shaped scale, a NaN code, a non-2-D tensor.
 void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, int block_k, float* out);

@@ -179,15 +179,6 @@ struct RopeSources {
   }
 };
 
-// The shortest decimal that reads back as the same float, so a written config says 1e-06, not 9.99999997e-07.
-double float_for_json(float f) {
-  for (int prec = 6; prec < 9; ++prec) {
-    const double d = std::strtod(strfmt("%.*g", prec, double(f)).c_str(), nullptr);
-    if (static_cast<float>(d) == f) return d;
-  }
-  return f;
-}
-
 std::string file_read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   DF_CHECK(in.good(), "cannot open model config %s (expected a Hugging Face config.json)", path.c_str());
@@ -454,6 +445,14 @@ QwenConfig qwen_config_load(const std::string& path) {
   std::string file;
   const json j = qwen_config_read_json(path, &file);
   return qwen_config_from_json(j, file);
+}
+
+double float_for_json(float f) {
+  for (int prec = 6; prec < 9; ++prec) {
+    const double d = std::strtod(strfmt("%.*g", prec, double(f)).c_str(), nullptr);
+    if (static_cast<float>(d) == f) return d;
+  }
+  return f;
 }
 
 json qwen_config_to_json(const QwenConfig& c) {

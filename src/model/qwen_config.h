@@ -2,12 +2,13 @@
 // qwen3_5_text, the mixture-of-experts qwen3_moe, qwen3_5_moe and qwen3_5_moe_text, also nested under
 // text_config), parsed once into this struct with every key checked.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "ops/ops.h"
+#include "core/norm_kind.h"
 
 namespace df {
 
@@ -85,6 +86,9 @@ QwenConfig qwen_config_load(const std::string& path);
 nlohmann::json qwen_config_read_json(const std::string& path, std::string* file_out = nullptr);
 // The HF config.json a model with this config would carry (used when writing random models).
 nlohmann::json qwen_config_to_json(const QwenConfig& c);
+// The shortest decimal that reads back as the same float, as a double: how a written config.json says a
+// float (1e-06, not 9.99999997e-07); two floats print alike with %.9g only when they are equal.
+double float_for_json(float f);
 // One-line summary for logs.
 std::string qwen_config_summary(const QwenConfig& c);
 // The mixture-of-experts part of it ("MoE in 40 of 40 layers: top-8 of 256 experts × 512 ..."); MoE configs only.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "model/qwen_config.h"
 #include "ops/ops.h"
 
@@ -37,7 +38,7 @@ struct TargetLayer {
   // (DType::f8_e4m3) and these their per-output-channel scales, f32 [1, rows of the weight]. The DeltaNet b / a
   // rows stay bf16 in w_in_ba [2·nv, H] (w_in's last 2·nv rows of codes are zero and unused). Empty otherwise.
   // From a 128x128 block checkpoint (TargetModel::fp8_group) the scales are its blocks' instead, f32
-  // [FP8 rows / 128, fp8_block_scale_ld(K)] (model/fp8_weights.h), the codes the file's.
+  // [FP8 rows / 128, fp8_block_scale_ld(K)] (ops/ops.h), the codes the file's.
   Tensor s_qkv, s_o, s_in, s_out, s_gate_up, s_down;
   Tensor w_in_ba;
   // Mixture-of-experts MLP (QwenConfig::layer_is_moe; model/target_moe.h): the router [E, H] and the experts
@@ -93,6 +94,11 @@ std::unique_ptr<TargetModel> target_load(const std::string& dir, Ops& ops, const
 // Random weights from a config and a seed (demos, tests, benchmarks): identical on every backend.
 std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed, Ops& ops,
                                            const TargetLoadOptions& opt);
+
+// The target a run config's [target] section names, the same on every rank: target.model's checkpoint, else
+// random weights of `arch` (target.random_config's) from target.random_seed; FP8 where target.dtype = "fp8".
+std::unique_ptr<TargetModel> target_load_for_run(const TargetSection& t, const QwenConfig& arch, Ops& ops,
+                                                 int num_layers, bool need_lm_head);
 
 struct TargetSaveOptions {
   // > 0: store the decoder's large projections (fp8_quantized_weight) as block-scaled FP8 in blocks of

@@ -226,12 +226,26 @@ void fp8_check_blocks(const TargetModel& m) {
   }
 }
 
+// The dimensions the backend's kernels have limits on (Ops::check_target).
+TargetShape target_shape(const QwenConfig& c) {
+  TargetShape s;
+  s.full_layers = c.num_full_layers();
+  s.heads = c.heads;
+  s.kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim;
+  s.linear_layers = c.num_linear_layers();
+  s.gdn = {c.lin_nk, c.lin_nv, c.lin_dk, c.lin_dv};
+  s.conv_kernel = c.conv_kernel;
+  s.experts = c.is_moe() ? c.num_experts : 0;
+  return s;
+}
+
 // fp8_group > 0: the source holds a block-scaled FP8 checkpoint whose weights are kept as they are
 // (TargetModel::fp8_group).
 std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const TargetLoadOptions& opt,
                                          const std::string& prefix, WeightSource& src,
                                          int64_t fp8_group = 0) {
-  ops.check_target(cfg);
+  ops.check_target(target_shape(cfg));
   DF_CHECK(!opt.fp8 || !cfg.is_moe(),
            "target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet; HINT: target.dtype "
            "= \"bf16\"",
@@ -449,6 +463,16 @@ std::unique_ptr<TargetModel> target_random(const QwenConfig& cfg, uint64_t seed,
                                            const TargetLoadOptions& opt) {
   RandomSource src(cfg, seed, ops);
   return build_model(cfg, ops, opt, "model.", src);
+}
+
+std::unique_ptr<TargetModel> target_load_for_run(const TargetSection& t, const QwenConfig& arch, Ops& ops,
+                                                 int num_layers, bool need_lm_head) {
+  TargetLoadOptions opt;
+  opt.num_layers = num_layers;
+  opt.need_lm_head = need_lm_head;
+  opt.fp8 = t.dtype == "fp8";
+  if (!t.model.empty()) return target_load(t.model, ops, opt);
+  return target_random(arch, t.random_seed, ops, opt);
 }
 
 void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSaveOptions& opt) {

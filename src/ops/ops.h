@@ -15,15 +15,11 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/norm_kind.h"
 #include "core/tensor.h"
 #include "ops/wire_pool.h"
 
 namespace df {
-
-enum class NormKind : uint8_t {
-  plain,         // Qwen3: w · (x · rsqrt(mean(x²) + eps))
-  zero_centred,  // Qwen3.5/3.6: (1 + w) · (x · rsqrt(mean(x²) + eps))
-};
 
 struct SeqLayout {
   std::vector<int32_t> cu_host;  // S+1 offsets into the packed token axis, cu_host[0] = 0
@@ -66,7 +62,25 @@ struct MoeWeights {
   Tensor shared_gate_up, shared_down, shared_gate;
 };
 
-struct QwenConfig;
+
+// The dimensions of a target model that a backend's kernels have limits on (Ops::check_target). The model
+// fills it from its config; messages name the config.json field of each.
+struct TargetShape {
+  int full_layers = 0;  // softmax-attention layers
+  int heads = 0;        // num_attention_heads
+  int kv_heads = 0;     // num_key_value_heads
+  int head_dim = 0;
+  int linear_layers = 0;  // Gated DeltaNet layers
+  GdnShape gdn;           // their heads and head dims (linear_num_key_heads, ...)
+  int conv_kernel = 0;    // linear_conv_kernel_dim
+  int experts = 0;        // num_experts: routed experts of an MoE target, 0 for a dense one
+};
+
+// The row stride of a weight's 128x128 block scales for Ops::gemm_fp8_block, for K inputs: ceil(K/128)
+// rounded up to a multiple of 4, as PyTorch's _scaled_mm lays them out for cuBLASLt.
+inline int64_t fp8_block_scale_ld(int64_t K) {
+  return ((K + 127) / 128 + 3) / 4 * 4;
+}
 
 class Ops {
  public:
@@ -76,7 +90,7 @@ class Ops {
   virtual const char* name() const = 0;
   // Refuses, naming the config field, a target this backend has no kernel for: called when a model is
   // built, so an unsupported shape fails at load time rather than in the middle of a forward.
-  virtual void check_target(const QwenConfig& /*cfg*/) const {}
+  virtual void check_target(const TargetShape& /*shape*/) const {}
 
   // ---- memory -------------------------------------------------------------------------------------
   // Backend memory that lives until free_bytes; arenas are carved out of such blocks.

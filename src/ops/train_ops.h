@@ -48,7 +48,7 @@ enum class LmLossKind : uint8_t {
 };
 
 // D-PACE row weights (MODELS.md "D-PACE loss", SpecForge's loss_type "dpace" and its two ablations;
-// train/loss.h loss_dpace_weights).
+// ops/loss_rows.h loss_dpace_weights).
 enum class DpaceKind : uint8_t {
   off,
   full,                        // "dpace": w_k = Σ_{j≥k} prefix_j·m_j
@@ -144,13 +144,13 @@ class TrainOps {
   // ---- loss weights and step statistics ----------------------------------------------------------
   // The weight of every block row and the statistics a metrics line reports, on the backend, so a micro-batch
   // never waits for the host. Rows are nb blocks of `block` rows, block-major (row r = j·block + k).
-  // Row k ≥ 1 with active[r] gets w = exp(−(k−1)/γ) (train/loss.h loss_offset_weight), times, when streak,
+  // Row k ≥ 1 with active[r] gets w = exp(−(k−1)/γ) (ops/loss_rows.h loss_offset_weight), times, when streak,
   // the detached Π over earlier active offsets j < k of p_label[j]^α (loss_apply_streak); every other row
   // gets 0. With dpace (not off) the rows get the D-PACE weights of loss_dpace_weights (α = dpace_alpha) instead,
   // and the Σ w slot gets the micro-batch's `sequences` added instead of the weights: D-PACE divides the
   // step's Σ w·CE by its sequences. CPU backend only; the CUDA one refuses it. With weights_given, row_w is
   // read instead of written (gradient checks hold the weights fixed).
-  // stats: LossStatsSlots f64 accumulators (train/loss.h), stored as u8 [1, 8·slots], ADDED to:
+  // stats: LossStatsSlots f64 accumulators (kernels/train/loss_slots.h), stored as u8 [1, 8·slots], ADDED to:
   //   Σ w·loss, Σ w, Σ (1 + leading correct offsets) and the number of blocks with an active row, then
   //   per offset k = 1..B−1 the active rows whose argmax equals the label, then the active rows.
   // Sums run in a fixed order on every backend (deterministic, like every op here).

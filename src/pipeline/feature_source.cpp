@@ -86,31 +86,6 @@ class FileFeatureReceiver final : public FeatureReceiver {
 
 }  // namespace
 
-void feature_files_validate(const TrainPlan& plan) {
-  const Config& cfg = plan.cfg;
-  DF_CHECK(cfg.data.train.empty() || cfg.data.train.size() == cfg.data.features.size(),
-           "%s: data.train lists %zu token files and data.features %zu feature files; with features, data.train is "
-           "optional and, when given, names the token file each feature file was extracted from, in the same order",
-           cfg.path.c_str(), cfg.data.train.size(), cfg.data.features.size());
-  for (size_t i = 0; i < cfg.data.features.size(); ++i) {
-    const std::string& path = cfg.data.features[i];
-    FeatureFileReader rd(path);
-    DF_CHECK(rd.hidden() == plan.target.hidden, "%s: features have hidden size %lld but the target (%s) has %d; "
-             "HINT: were they extracted from another model?", path.c_str(), (long long)rd.hidden(),
-             cfg.target.architecture().c_str(), plan.target.hidden);
-    for (int l : plan.drafter.target_layer_ids)
-      DF_CHECK(std::find(rd.layer_ids().begin(), rd.layer_ids().end(), l) != rd.layer_ids().end(),
-               "%s: holds no tap of layer %d, which drafter.target_layer_ids needs; HINT: dflash_mpi extract "
-               "--for-config %s", path.c_str(), l, cfg.path.c_str());
-    DF_CHECK(!plan.kl || rd.has_final_norm(), "%s: train.loss = \"kl\" needs final_norm, which the file lacks; "
-             "HINT: dflash_mpi extract --for-config %s", path.c_str(), cfg.path.c_str());
-    if (!cfg.data.train.empty())
-      DF_CHECK(token_data_fingerprint(token_file_read(cfg.data.train[i])) == rd.tokens_fingerprint(),
-               "%s: its tokens are not those of data.train[%zu] = %s; HINT: extract from that file, or drop "
-               "data.train (the feature file holds its tokens)", path.c_str(), i, cfg.data.train[i].c_str());
-  }
-}
-
 std::unique_ptr<FeatureReceiver> feature_receiver_files(const TrainPlan& plan, int drafter_index) {
   return std::make_unique<FileFeatureReceiver>(plan, drafter_index);
 }

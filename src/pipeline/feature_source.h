@@ -10,11 +10,6 @@
 
 namespace df {
 
-// Checks every feature file against the plan (it holds every tap of the drafter config, the target's hidden
-// size, final_norm when the loss is soft-KL; when data.train is also given, each feature file's tokens are
-// those of the token file at the same position) and throws naming the file and the field that disagrees.
-void feature_files_validate(const TrainPlan& plan);
-
 // The batches drafter `drafter_index` trains from plan.start_step on, in the order the loop asks for them;
 // recv()'s target argument is ignored (there are none). plan must outlive the receiver.
 std::unique_ptr<FeatureReceiver> feature_receiver_files(const TrainPlan& plan, int drafter_index);

@@ -9,9 +9,6 @@
 #include "data/prefetcher.h"
 #include "comm/feature_channel.h"
 #include "comm/watchdog.h"
-#ifdef DF_HAVE_CUDA
-#include "comm/nccl_comm.h"
-#endif
 #include "model/target.h"
 #include "ops/ops_factory.h"
 #include "pipeline/loops.h"
@@ -26,7 +23,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   const int num_layers = plan.kl ? plan.target.layers : last + 1;
 
   std::unique_ptr<Ops> ops = ops_create(plan.cfg.target.device, ctx.gpu);
-  std::unique_ptr<TargetModel> model = train_load_target(plan, *ops, num_layers, false);
+  std::unique_ptr<TargetModel> model = target_load_for_run(plan.cfg.target, plan.target, *ops, num_layers, false);
   const int64_t budget = plan.cfg.data.token_budget;
   TargetForward fwd(*model, budget);
 
@@ -78,10 +75,8 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     // A slot frees when its batch has reached its drafter, which may itself wait for another target: twice
     // the patience, as for a credit, so that the drafter names that target first.
     watchdog.beat("waiting for a free send slot (a batch still on its way to a drafter)", -1, 2.0);
-#ifdef DF_HAVE_CUDA
     // An NCCL send gives up before the watchdog's 2x patience of its waits, naming the batch and the drafter.
-    if (nccl) nccl->set_step(mb->global_index / plan.batches_per_step, 1.5 * watchdog.bound_s());
-#endif
+    dist_nccl_set_step(nccl, mb->global_index / plan.batches_per_step, 1.5 * watchdog.bound_s());
     const auto t_slot = std::chrono::steady_clock::now();
     char* slot = sender->acquire();
     // Waiting for a slot is the drafters' back-pressure, not the target's work: it stays out of the busy time

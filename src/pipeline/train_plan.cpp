@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -10,8 +11,7 @@
 
 #include "core/log.h"
 #include "core/rng.h"
-#include "model/target.h"
-#include "pipeline/feature_source.h"
+#include "data/feature_file.h"
 #include "topo/plan_vram.h"
 #include "train/checkpoint.h"
 
@@ -38,6 +38,34 @@ void check_run_dir(const Config& cfg) {
            up.c_str(), fs::is_directory(up, ec) ? "not writable" : "not a folder");
 }
 
+// Offline: every feature file holds every tap of the drafter config, the target's hidden size, final_norm
+// when the loss is soft-KL, and (when data.train is also given) the tokens of the token file at the same
+// position; throws naming the file and the field that disagrees.
+void check_feature_files(const TrainPlan& plan) {
+  const Config& cfg = plan.cfg;
+  DF_CHECK(cfg.data.train.empty() || cfg.data.train.size() == cfg.data.features.size(),
+           "%s: data.train lists %zu token files and data.features %zu feature files; with features, data.train is "
+           "optional and, when given, names the token file each feature file was extracted from, in the same order",
+           cfg.path.c_str(), cfg.data.train.size(), cfg.data.features.size());
+  for (size_t i = 0; i < cfg.data.features.size(); ++i) {
+    const std::string& path = cfg.data.features[i];
+    FeatureFileReader rd(path);
+    DF_CHECK(rd.hidden() == plan.target.hidden, "%s: features have hidden size %lld but the target (%s) has %d; "
+             "HINT: were they extracted from another model?", path.c_str(), (long long)rd.hidden(),
+             cfg.target.architecture().c_str(), plan.target.hidden);
+    for (int l : plan.drafter.target_layer_ids)
+      DF_CHECK(std::find(rd.layer_ids().begin(), rd.layer_ids().end(), l) != rd.layer_ids().end(),
+               "%s: holds no tap of layer %d, which drafter.target_layer_ids needs; HINT: dflash_mpi extract "
+               "--for-config %s", path.c_str(), l, cfg.path.c_str());
+    DF_CHECK(!plan.kl || rd.has_final_norm(), "%s: train.loss = \"kl\" needs final_norm, which the file lacks; "
+             "HINT: dflash_mpi extract --for-config %s", path.c_str(), cfg.path.c_str());
+    if (!cfg.data.train.empty())
+      DF_CHECK(token_data_fingerprint(token_file_read(cfg.data.train[i])) == rd.tokens_fingerprint(),
+               "%s: its tokens are not those of data.train[%zu] = %s; HINT: extract from that file, or drop "
+               "data.train (the feature file holds its tokens)", path.c_str(), i, cfg.data.train[i].c_str());
+  }
+}
+
 }  // namespace
 
 TrainPlan train_plan_build(const Config& cfg, int num_targets, int num_drafters) {
@@ -58,7 +86,7 @@ TrainPlan train_plan_build(const Config& cfg, int num_targets, int num_drafters)
            cfg.path.c_str());
   // Offline, the feature files are the corpus: each holds the tokens its taps were extracted from.
   p.corpus = std::make_unique<TokenCorpus>(cfg.topology.offline ? cfg.data.features : cfg.data.train);
-  if (cfg.topology.offline) feature_files_validate(p);
+  if (cfg.topology.offline) check_feature_files(p);
   if (p.corpus->vocab_size() > 0)
     DF_CHECK(p.corpus->vocab_size() <= p.target.vocab, "the token files were made for a vocabulary of %lld but the "
              "target has %d",
@@ -187,15 +215,6 @@ std::string train_plan_summary(const TrainPlan& p) {
   s += strfmt("steps: %lld..%lld%s%s\n", (long long)p.start_step, (long long)p.total_steps,
               p.resume_path.empty() ? " (fresh start)" : ", resuming from ", p.resume_path.c_str());
   return s;
-}
-
-std::unique_ptr<TargetModel> train_load_target(const TrainPlan& plan, Ops& ops, int num_layers, bool need_lm_head) {
-  TargetLoadOptions opt;
-  opt.num_layers = num_layers;
-  opt.need_lm_head = need_lm_head;
-  opt.fp8 = plan.cfg.target.dtype == "fp8";
-  if (!plan.cfg.target.model.empty()) return target_load(plan.cfg.target.model, ops, opt);
-  return target_random(plan.target, plan.cfg.target.random_seed, ops, opt);
 }
 
 }  // namespace df

@@ -68,9 +68,4 @@ void train_plan_check_loaded(const TrainPlan& plan, const CheckpointState& st);
 // "what the run would do": roles, drafter size, corpus, steps, resume point; printed by `config check`.
 std::string train_plan_summary(const TrainPlan& plan);
 
-// The target's embedding and lm_head (and, for targets, its layers) come from the same source on every rank.
-struct TargetModel;
-class Ops;
-std::unique_ptr<TargetModel> train_load_target(const TrainPlan& plan, Ops& ops, int num_layers, bool need_lm_head);
-
 }  // namespace df

@@ -10,11 +10,12 @@
 #include "core/fp8.h"
 #include "core/strfmt.h"
 #include "kernels/gdn/gdn_workspace.h"
+#include "kernels/train/loss_slots.h"
 #include "kernels/train/train_workspace.h"
 #include "model/fp8_weights.h"
+#include "ops/ops.h"
 #include "ops/wire_pool.h"
 #include "topo/topo.h"
-#include "train/loss.h"
 
 namespace df {
 

@@ -60,8 +60,4 @@ std::string checkpoint_save_from(const std::string& ckpt_dir, const DrafterConfi
                                  const DrafterParamTable& table, const CheckpointSource& src,
                                  const CheckpointState& state, int keep_last);
 
-// The DrafterConfig as the JSON stored in /drafter_config, and back (throws naming `where` and the key).
-std::string drafter_config_json(const DrafterConfig& c);
-DrafterConfig drafter_config_from_json(const std::string& text, const std::string& where);
-
 }  // namespace df

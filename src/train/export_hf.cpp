@@ -3,7 +3,6 @@
 // hidden_act, max_position_embeddings, max_window_layers, ...), with the values this drafter actually has.
 #include "train/export_hf.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -14,24 +13,6 @@
 #include "model/safetensors.h"
 
 namespace df {
-
-namespace {
-
-// The shortest decimal that reads back as the same float, as a double: 1e-6f is written 1e-06, not
-// 9.99999997e-07, so the file shows the value the user configured.
-double shortest_decimal(float f) {
-  for (int digits = 6; digits < 9; ++digits) {
-    const double d = std::strtod(strfmt("%.*g", digits, double(f)).c_str(), nullptr);
-    if (float(d) == f) return d;
-  }
-  return double(f);
-}
-
-}  // namespace
-
-const char* drafter_layer_type_hf_name(DrafterLayerType t) {
-  return t == DrafterLayerType::sliding ? "sliding_attention" : "full_attention";
-}
 
 nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
                                  int64_t max_position_embeddings) {
@@ -57,8 +38,8 @@ nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
   j["num_key_value_heads"] = c.kv_heads;
   j["head_dim"] = c.head_dim;
   j["num_target_layers"] = num_target_layers;
-  j["rms_norm_eps"] = shortest_decimal(c.rms_eps);
-  j["rope_theta"] = shortest_decimal(c.rope_theta);
+  j["rms_norm_eps"] = float_for_json(c.rms_eps);
+  j["rope_theta"] = float_for_json(c.rope_theta);
   nlohmann::json types = nlohmann::json::array();
   bool any_sliding = false;
   int leading_full = 0;  // old-style Qwen configs slide on layers >= max_window_layers

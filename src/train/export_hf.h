@@ -9,9 +9,6 @@
 
 namespace df {
 
-// "sliding_attention" | "full_attention", the HF layer_types spelling.
-const char* drafter_layer_type_hf_name(DrafterLayerType t);
-
 // The config.json object. max_position_embeddings bounds the context a server allows the draft (vLLM takes
 // the smaller of draft and target), so the default is the largest Qwen3.5/3.6 context rather than the HF
 // 32768.

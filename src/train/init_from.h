@@ -3,19 +3,11 @@
 // drafter exactly (a mismatch is an error naming the field); the weights are loaded and the optimizer starts
 // fresh.
 #pragma once
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "model/drafter.h"
 
 namespace df {
-
-// A DFlash drafter config.json object, in either layout: `block_size` / `rope_theta` at the top level, or
-// inside `dflash_config` / `rope_parameters` (dflash_config wins when both hold a key). num_anchors is a
-// training setting and keeps its default. `where` names the file in messages.
-DrafterConfig drafter_config_from_hf_json(const nlohmann::json& j, const std::string& where);
-// DIR/config.json (or a .json file path).
-DrafterConfig drafter_config_load_hf(const std::string& path);
 
 // Throws naming the first config.json field (and the run config key) where the folder's drafter `hf` differs
 // from the run's `run`; `where` names the folder.

@@ -1,4 +1,4 @@
-// D-PACE (MODELS.md "D-PACE loss"): the row weights of train/loss.cpp against a direct restatement of the
+// D-PACE (MODELS.md "D-PACE loss"): the row weights of ops/loss_rows.cpp against a direct restatement of the
 // formula (nested products and sums, no recursion) and a hand-computed block, for the loss and both variants;
 // and the drafter step with train.loss = "dpace": Σ w·CE with those weights over the per-row CE, divided by
 // sequences.
@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "test_drafter_util.h"
+#include "ops/loss_rows.h"
 #include "train/loss.h"
 
 using namespace df;

@@ -49,7 +49,7 @@ struct RowInputs {
   }
 };
 
-// MODELS.md / train/loss.h in words, written out again independently of loss.cpp: w_k = e^{−(k−1)/γ} for a
+// MODELS.md / ops/loss_rows.h in words, written out again independently of loss_rows.cpp: w_k = e^{−(k−1)/γ} for a
 // labelled row k ≥ 1, times Π_{j<k labelled} p_j^α with streak; τ = 1 + leading correct offsets per block
 // with a label.
 struct Restated {

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "test_drafter_util.h"
-#include "train/loss.h"
+#include "ops/loss_rows.h"
 #include "train/optimizer.h"
 
 using namespace df;

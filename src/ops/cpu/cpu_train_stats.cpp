@@ -1,10 +1,10 @@
 // CpuTrainOps::loss_row_stats: the row weights and step statistics of train_ops.h, computed by the host
-// reference functions of train/loss.h themselves, so the CPU drafter's numbers are those functions' numbers.
+// reference functions of ops/loss_rows.h themselves, so the CPU drafter's numbers are those functions' numbers.
 // Apart from cpu_train_ops.cpp because it is bookkeeping, not a kernel oracle.
 #include <vector>
 
 #include "ops/cpu/cpu_train_ops.h"
-#include "train/loss.h"
+#include "ops/loss_rows.h"
 
 namespace df {
 

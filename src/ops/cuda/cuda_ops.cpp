@@ -9,8 +9,6 @@
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
-#include "model/fp8_weights.h"
-#include "model/qwen_config.h"
 
 namespace df {
 
@@ -343,22 +341,22 @@ void CudaOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, c
                        dv, eps, dev_.stream);
 }
 
-void CudaOps::check_target(const QwenConfig& c) const {
+void CudaOps::check_target(const TargetShape& s) const {
   auto need = [&](bool ok, const char* field, int value, const char* range) {
     DF_CHECK(ok, "target config: %s = %d: the CUDA backend runs %s; HINT: --device cpu (target.device = \"cpu\") "
              "runs any shape", field, value, range);
   };
-  need(!c.is_moe(), "num_experts", c.num_experts,
+  need(s.experts == 0, "num_experts", s.experts,
        "no mixture-of-experts targets yet (routing and grouped expert GEMMs are CPU-only so far)");
-  if (c.num_full_layers() > 0) {
-    need(c.head_dim > 0 && c.head_dim <= kDecodeMaxHeadDim, "head_dim", c.head_dim, "head_dim 1..512");
-    need(c.kv_heads > 0 && c.heads % c.kv_heads == 0, "num_attention_heads", c.heads,
+  if (s.full_layers > 0) {
+    need(s.head_dim > 0 && s.head_dim <= kDecodeMaxHeadDim, "head_dim", s.head_dim, "head_dim 1..512");
+    need(s.kv_heads > 0 && s.heads % s.kv_heads == 0, "num_attention_heads", s.heads,
          "a multiple of num_key_value_heads");
   }
-  if (c.num_linear_layers() > 0) {
-    need(c.lin_dk > 0 && c.lin_dk <= kDecodeMaxHeadDim, "linear_key_head_dim", c.lin_dk, "key head dims 1..512");
-    need(c.conv_kernel >= 2 && c.conv_kernel <= 8, "linear_conv_kernel_dim", c.conv_kernel, "conv sizes 2..8");
-    need(c.lin_nk > 0 && c.lin_nv % c.lin_nk == 0, "linear_num_value_heads", c.lin_nv,
+  if (s.linear_layers > 0) {
+    need(s.gdn.dk > 0 && s.gdn.dk <= kDecodeMaxHeadDim, "linear_key_head_dim", s.gdn.dk, "key head dims 1..512");
+    need(s.conv_kernel >= 2 && s.conv_kernel <= 8, "linear_conv_kernel_dim", s.conv_kernel, "conv sizes 2..8");
+    need(s.gdn.nk > 0 && s.gdn.nv % s.gdn.nk == 0, "linear_num_value_heads", s.gdn.nv,
          "a multiple of linear_num_key_heads");
   }
 }

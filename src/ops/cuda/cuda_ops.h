@@ -20,7 +20,7 @@ class CudaOps final : public Ops {
   Device device() const override { return Device::cuda; }
   DType act_dtype() const override { return DType::bf16; }
   const char* name() const override { return "cuda"; }
-  void check_target(const QwenConfig& cfg) const override;
+  void check_target(const TargetShape& shape) const override;
   // The stream every op is queued on (NCCL sends and events order themselves against it).
   cudaStream_t stream() const { return dev_.stream; }
 

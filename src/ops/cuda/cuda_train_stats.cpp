@@ -1,9 +1,9 @@
 // CudaTrainOps::loss_row_stats: checks the tensors of train_ops.h's row-weight and statistics op and runs
 // kernels/train/loss_stats.cu on the backend's stream. Apart from the other CudaTrainOps bodies because it is the
 // drafter's bookkeeping, not a layer op.
+#include "kernels/train/loss_slots.h"
 #include "kernels/train_launchers.cuh"
 #include "ops/cuda/cuda_train_ops.h"
-#include "train/loss.h"
 
 namespace df {
 

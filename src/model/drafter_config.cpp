@@ -1,0 +1,231 @@
+// DrafterConfig from a run config, to and from a checkpoint's JSON, and from a Hugging Face DFlash
+// config.json. The two JSON readers fill the fields through drafter_config_fields and one set of value
+// readers, so a field is added in one list.
+#include "model/drafter_config.h"
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/strfmt.h"
+
+namespace df {
+
+namespace {
+
+using json = nlohmann::json;
+
+// The value readers and writers of both JSON forms: `key` names the field in `where`'s messages.
+void read_value(const json& v, int& out, const std::string& where, const char* key) {
+  DF_CHECK(v.is_number_integer() && v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX,
+           "%s: key '%s' must be a 32-bit integer, got %s", where.c_str(), key, v.dump().c_str());
+  out = v.get<int>();
+}
+
+void read_value(const json& v, float& out, const std::string& where, const char* key) {
+  DF_CHECK(v.is_number(), "%s: key '%s' must be a number, got %s", where.c_str(), key, v.dump().c_str());
+  out = v.get<float>();
+}
+
+void read_value(const json& v, std::vector<int>& out, const std::string& where, const char* key) {
+  DF_CHECK(v.is_array(), "%s: key '%s' must be an array of integers, got %s", where.c_str(), key,
+           v.dump().c_str());
+  out.assign(v.size(), 0);
+  for (size_t i = 0; i < v.size(); ++i) read_value(v[i], out[i], where, key);
+}
+
+void read_value(const json& v, std::vector<DrafterLayerType>& out, const std::string& where, const char* key) {
+  DF_CHECK(v.is_array(), "%s: key '%s' must be an array of layer types, got %s", where.c_str(), key,
+           v.dump().c_str());
+  out.clear();
+  for (const json& t : v) {
+    const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+    DF_CHECK(s == "sliding_attention" || s == "full_attention",
+             "%s: key '%s' holds '%s'; DFlash layers are sliding_attention or full_attention", where.c_str(), key,
+             s.c_str());
+    out.push_back(s == "sliding_attention" ? DrafterLayerType::sliding : DrafterLayerType::full);
+  }
+}
+
+json write_value(int v) { return v; }
+json write_value(float v) { return v; }
+json write_value(const std::vector<int>& v) { return v; }
+json write_value(const std::vector<DrafterLayerType>& v) {
+  json names = json::array();
+  for (DrafterLayerType t : v) names.push_back(drafter_layer_type_hf_name(t));
+  return names;
+}
+
+std::string field_text(int v) { return std::to_string(v); }
+
+std::string field_text(float v) { return strfmt("%.9g", float_for_json(v)); }
+
+std::string field_text(const std::vector<int>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string field_text(const std::vector<DrafterLayerType>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::string(drafter_layer_type_hf_name(v[i]));
+  return s + "]";
+}
+
+// Every field that has a name in `o` (name_of(field); null: the field keeps its default) read from o under
+// that name; a name that o lacks is an error naming it.
+template <class NameOf>
+DrafterConfig read_fields(const json& o, NameOf name_of, const std::string& where) {
+  DrafterConfig c;
+  drafter_config_fields(c, [&](const DrafterField& f, auto& value) {
+    const char* name = name_of(f);
+    if (!name) return;
+    const auto it = o.find(name);
+    DF_CHECK(it != o.end() && !it->is_null(), "%s: key '%s' is missing", where.c_str(), name);
+    read_value(*it, value, where, name);
+  });
+  return c;
+}
+
+}  // namespace
+
+std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c) {
+  std::vector<DrafterFieldText> out;
+  drafter_config_fields(c, [&](const DrafterField& f, const auto& value) { out.push_back({f, field_text(value)}); });
+  return out;
+}
+
+const char* drafter_layer_type_hf_name(DrafterLayerType t) {
+  return t == DrafterLayerType::sliding ? "sliding_attention" : "full_attention";
+}
+
+bool drafter_config_any_sliding(const DrafterConfig& c) {
+  for (DrafterLayerType t : c.layer_types)
+    if (t == DrafterLayerType::sliding) return true;
+  return false;
+}
+
+DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& target) {
+  const DrafterSection& d = cfg.drafter;
+  DrafterConfig c;
+  c.hidden = target.hidden;
+  c.vocab = target.vocab;
+  c.layers = d.layers;
+  c.heads = d.heads;
+  c.kv_heads = d.kv_heads;
+  c.head_dim = d.head_dim;
+  c.intermediate = d.intermediate > 0 ? d.intermediate : target.intermediate;
+  DF_CHECK(c.intermediate > 0, "%s: drafter.intermediate is 0 (= the target's) but the target %s has no dense "
+           "intermediate_size; a drafter MLP of width 0 cannot learn. HINT: set drafter.intermediate",
+           cfg.path.c_str(), cfg.target.architecture().c_str());
+  c.rope_theta = float(d.rope_theta);
+  c.rms_eps = float(d.rms_norm_eps);
+  c.block_size = d.block_size;
+  DF_CHECK(d.mask_token_id < target.vocab, "%s: drafter.mask_token_id %lld is not below the target's vocab %d",
+           cfg.path.c_str(), (long long)d.mask_token_id, target.vocab);
+  c.mask_token_id = int(d.mask_token_id);
+  c.target_layer_ids =
+      d.target_layer_ids.empty() ? drafter_default_target_layer_ids(target.layers, d.num_taps) : d.target_layer_ids;
+  for (int l : c.target_layer_ids)
+    DF_CHECK(l >= 0 && l < target.layers,
+             "%s: drafter.target_layer_ids holds layer %d but the target has %d layers (0..%d); HINT: fix the list "
+             "or leave it empty for the DFlash default",
+             cfg.path.c_str(), l, target.layers, target.layers - 1);
+  for (int i = 0; i < d.layers; ++i)
+    c.layer_types.push_back(!d.layer_types.empty() && d.layer_types[i] == "sliding_attention"
+                                ? DrafterLayerType::sliding
+                                : DrafterLayerType::full);
+  c.sliding_window = d.sliding_window;
+  c.num_anchors = d.num_anchors;
+  drafter_config_validate(c);
+  return c;
+}
+
+std::string drafter_config_json(const DrafterConfig& c) {
+  json j;
+  drafter_config_fields(c, [&](const DrafterField& f, const auto& value) { j[f.key] = write_value(value); });
+  return j.dump();
+}
+
+DrafterConfig drafter_config_from_json(const std::string& text, const std::string& where) {
+  const json j = json::parse(text, nullptr, false);
+  DF_CHECK(j.is_object(), "%s: drafter_config is not a JSON object (file corrupt?)", where.c_str());
+  const std::string in = where + " drafter_config";
+  const DrafterConfig c = read_fields(j, [](const DrafterField& f) { return f.key; }, in);
+  try {
+    drafter_config_validate(c);
+  } catch (const Error& e) {
+    DF_FAIL("%s: the stored drafter_config is invalid: %s", where.c_str(), e.what());
+  }
+  return c;
+}
+
+DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& where) {
+  DF_CHECK(j.is_object(), "%s: a config.json must hold a JSON object", where.c_str());
+  if (const auto it = j.find("architectures"); it != j.end() && it->is_array()) {
+    bool dflash = false;
+    for (const json& a : *it) dflash |= a.is_string() && a.get<std::string>() == "DFlashDraftModel";
+    DF_CHECK(dflash,
+             "%s: architectures is %s, not DFlashDraftModel; HINT: drafter.init_from names a DFlash drafter "
+             "folder (as `dflash_mpi export` writes), not the target model",
+             where.c_str(), it->dump().c_str());
+  }
+  // Sliding layer types are DFlash's own; the Qwen3 target parser refuses them, so it reads the rest. Its
+  // config.json of what it read (defaults filled in, rope_theta in rope_parameters) gives the Qwen3 fields.
+  json base = j;
+  base.erase("layer_types");
+  base.erase("use_sliding_window");
+  const QwenConfig q = qwen_config_from_json(base, where);
+  DF_CHECK(q.family == ModelFamily::qwen3, "%s: model_type '%s'; DFlash drafters are model_type qwen3",
+           where.c_str(), q.model_type.c_str());
+  json flat = qwen_config_to_json(q);
+  flat["rope_theta"] = flat["rope_parameters"]["rope_theta"];
+
+  const json* dflash = nullptr;
+  if (const auto it = j.find("dflash_config"); it != j.end() && !it->is_null()) {
+    DF_CHECK(it->is_object(), "%s: key 'dflash_config' must be an object", where.c_str());
+    dflash = &*it;
+  }
+  // dflash_config first, then the top level (MODELS.md "Export format").
+  for (const char* key : {"block_size", "mask_token_id", "target_layer_ids"}) {
+    const json* found = nullptr;
+    for (const json* o : {dflash, &j}) {
+      if (!o || found) continue;
+      const auto it = o->find(key);
+      if (it != o->end() && !it->is_null()) found = &*it;
+    }
+    DF_CHECK(found, "%s: key '%s' is missing (looked in dflash_config and at the top level); is this a DFlash "
+             "drafter?", where.c_str(), key);
+    flat[key] = *found;
+  }
+
+  const auto lt = j.find("layer_types");
+  const bool typed = lt != j.end() && !lt->is_null();
+  flat["layer_types"] = typed ? *lt : json(std::vector<std::string>(size_t(q.layers), "full_attention"));
+  flat["sliding_window"] = DrafterConfig().sliding_window;  // read below where a layer slides
+  DrafterConfig c = read_fields(flat, [](const DrafterField& f) { return f.hf_key; }, where);
+  DF_CHECK(int(c.layer_types.size()) == c.layers, "%s: key 'layer_types' must be an array of num_hidden_layers "
+           "(%d) strings, got %s", where.c_str(), c.layers, flat["layer_types"].dump().c_str());
+  if (drafter_config_any_sliding(c)) {
+    // transformers' Qwen3Config drops sliding_window unless use_sliding_window is set; the draft would then
+    // fail to load in SpecForge / SGLang, so such a file is refused here too.
+    const auto use = j.find("use_sliding_window");
+    DF_CHECK(use == j.end() || use->is_null() || (use->is_boolean() && use->get<bool>()),
+             "%s: layer_types has sliding_attention layers but use_sliding_window is %s", where.c_str(),
+             use->dump().c_str());
+    const auto sw = j.find("sliding_window");
+    DF_CHECK(sw != j.end() && !sw->is_null(),
+             "%s: layer_types has sliding_attention layers but no sliding_window", where.c_str());
+    read_value(*sw, c.sliding_window, where, "sliding_window");
+  }
+  drafter_config_validate(c);
+  return c;
+}
+
+DrafterConfig drafter_config_load_hf(const std::string& path) {
+  std::string file;
+  const json j = qwen_config_read_json(path, &file);
+  return drafter_config_from_hf_json(j, file);
+}
+
+}  // namespace df

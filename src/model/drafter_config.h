@@ -1,0 +1,105 @@
+// The DFlash drafter's architecture (MODELS.md "DFlash drafter") and the three places it is read from: a run
+// config's [drafter] section with the target, a checkpoint's stored drafter_config JSON, and a Hugging Face
+// DFlash config.json (z-lab's, or what `dflash_mpi export` writes). The last two, and the comparisons that a
+// resume and drafter.init_from make, walk the one list of fields, drafter_config_fields.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/config.h"
+#include "model/qwen_config.h"
+
+namespace df {
+
+enum class DrafterLayerType : uint8_t { sliding, full };
+
+struct DrafterConfig {
+  int hidden = 0;                        // = the target's hidden size H
+  int layers = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int intermediate = 0;
+  float rope_theta = 1e7f;
+  float rms_eps = 1e-6f;
+  int block_size = 16;                   // B
+  int mask_token_id = 0;
+  std::vector<int> target_layer_ids;     // taps: outputs of these target layers, concatenated (k = size)
+  std::vector<DrafterLayerType> layer_types;  // size == layers
+  int sliding_window = 2048;             // W, used by sliding layers
+  int num_anchors = 512;                 // per sequence
+  int vocab = 0;                         // the target's vocabulary (embedding and lm_head rows)
+
+  int num_taps() const { return int(target_layer_ids.size()); }
+};
+
+// Throws df::Error naming the offending field and what it must satisfy.
+void drafter_config_validate(const DrafterConfig& c);
+// The DFlash default taps for a target of `target_layers` layers: round(1 + i·(L−4)/(n−1)), i = 0..n−1.
+std::vector<int> drafter_default_target_layer_ids(int target_layers, int n);
+// The drafter a run config describes for this target: hidden size and vocabulary from the target, taps
+// resolved (drafter.target_layer_ids, else the default), intermediate 0 = the target's; validated, errors
+// name the config key.
+DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& target);
+
+// A DrafterConfig field's names: its key in a checkpoint's drafter_config JSON, the run-config key that sets
+// it (or what fixes it: the target), and its Hugging Face config.json key (null: config.json has none;
+// mask_token_id, target_layer_ids and block_size may sit inside dflash_config).
+struct DrafterField {
+  const char* key;
+  const char* run_key;
+  const char* hf_key;
+};
+
+// Calls f(field, c.member) for every field of c (a DrafterConfig, const or not), in the order a resume lists
+// its changes.
+template <class C, class F>
+void drafter_config_fields(C& c, F&& f) {
+  f(DrafterField{"layers", "drafter.layers", "num_hidden_layers"}, c.layers);
+  f(DrafterField{"heads", "drafter.heads", "num_attention_heads"}, c.heads);
+  f(DrafterField{"kv_heads", "drafter.kv_heads", "num_key_value_heads"}, c.kv_heads);
+  f(DrafterField{"head_dim", "drafter.head_dim", "head_dim"}, c.head_dim);
+  f(DrafterField{"intermediate", "drafter.intermediate", "intermediate_size"}, c.intermediate);
+  f(DrafterField{"block_size", "drafter.block_size", "block_size"}, c.block_size);
+  f(DrafterField{"mask_token_id", "drafter.mask_token_id", "mask_token_id"}, c.mask_token_id);
+  f(DrafterField{"target_layer_ids", "drafter.target_layer_ids", "target_layer_ids"}, c.target_layer_ids);
+  f(DrafterField{"layer_types", "drafter.layer_types", "layer_types"}, c.layer_types);
+  f(DrafterField{"sliding_window", "drafter.sliding_window", "sliding_window"}, c.sliding_window);
+  f(DrafterField{"rope_theta", "drafter.rope_theta", "rope_theta"}, c.rope_theta);
+  f(DrafterField{"rms_eps", "drafter.rms_norm_eps", "rms_norm_eps"}, c.rms_eps);
+  f(DrafterField{"num_anchors", "drafter.num_anchors", nullptr}, c.num_anchors);
+  f(DrafterField{"hidden", "target (hidden size)", "hidden_size"}, c.hidden);
+  f(DrafterField{"vocab", "target (vocabulary)", "vocab_size"}, c.vocab);
+}
+
+// Every field of c with its value as messages show it, in drafter_config_fields order: what the comparisons
+// of two drafter configs (resume, drafter.init_from) walk side by side. Equal text means an equal value (a
+// float is written with the fewest digits that read back as the same float); lists read [a, b], layer types
+// by their HF names.
+struct DrafterFieldText {
+  DrafterField field;
+  std::string text;
+};
+std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c);
+
+// "sliding_attention" | "full_attention", the HF layer_types spelling.
+const char* drafter_layer_type_hf_name(DrafterLayerType t);
+bool drafter_config_any_sliding(const DrafterConfig& c);
+
+// The checkpoint's drafter_config: a JSON object under each field's key, and back (every key required; errors
+// name `where` and the key; the result is validated).
+std::string drafter_config_json(const DrafterConfig& c);
+DrafterConfig drafter_config_from_json(const std::string& text, const std::string& where);
+
+// A DFlash drafter config.json object, in either layout: `block_size` / `rope_theta` at the top level, or
+// inside `dflash_config` / `rope_parameters` (dflash_config wins when both hold a key). The Qwen3 keys are
+// read by the target's parser (model/qwen_config.h), which also refuses anything but model_type qwen3.
+// num_anchors is a training setting and keeps its default. `where` names the file in messages.
+DrafterConfig drafter_config_from_hf_json(const nlohmann::json& j, const std::string& where);
+// DIR/config.json (or a .json file path).
+DrafterConfig drafter_config_load_hf(const std::string& path);
+
+}  // namespace df
