@@ -572,25 +572,10 @@ void bench_train_norms(Bench& b) {
 // call reads from HBM as in a real step (where the layer's weights flush the cache between calls); the N
 // calls go back to back on the stream (no graph: the launches are what a decode step pays), and the per-call
 // time is the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the issue's
-// goal is ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time
-// the old warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column
-// slice kernel, DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows
-// (two row groups at the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second
-// time from L2), and DFLASH_SPLIT_T16=old ("t16old") rows it with one warp a row tile instead of the verify
-// step's pairs of warps and =pairs ("t16pairs") with pairs at hd 128 too (the default keeps them to hd 256;
-// every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1), and
-// DFLASH_SPLIT_PLAN=halve ("halve") rows it with the key slices halved until two stages fit (the plan before
-// the fewest stages, then keys, a chunk: 8 slices at hd 128, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the
-// pairs path's warps at 16 keys a stage instead of 32, DFLASH_SPLIT_SLICES=8 / 2 / 4 / 6 / 16 ("slices8" ...)
-// with that many key slices where they fit the warps (else the plan's count), DFLASH_SPLIT_TR=0 ("tr0") short
-// steps on the m16-tile kernel instead of the transposed one, DFLASH_SPLIT_TRWARPS=1 / 4 ("trwarps1",
-// "trwarps4") the transposed kernel with one warp or four a key slice instead of a pair,
-// DFLASH_SPLIT_COPY=step
-// ("copystep", with four warps a slice "trwarps4 copystep") its stage copies stepping by rows, and
-// DFLASH_SPLIT_MERGE=wide ("mergewide") the merge in blocks of 128 columns. [graph] rows replay the default
-// rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the host's launch cost.
-// DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse order: the machine can slow down for stretches of a
-// run, so a row is compared across passes.
+// goal is ≤ 2. Each configuration is first checked in full against CpuOps. [general] rows time the general
+// warp-per-item kernels (DFLASH_DECODE=general: the path of shapes and devices the fast kernels do not take)
+// in the same process. [graph] rows replay the default rows' calls from a CUDA graph (decode_graph_us): the
+// GPU's time alone, without the host's launch cost.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -639,10 +624,9 @@ void decode_print(const DecodeRow& r, double copy_gbs) {
               r.bytes / 1e6, r.us, gbs, 100.0 * gbs / copy_gbs, ratio, ratio <= 2.0 ? "PASS" : "FAIL (> 2x)");
 }
 
-// The split plan a call of attention_cached takes on this device under the switches set now, as a row's tag:
-// {tr 4x2w 2st/64k 33ch} = the transposed kernel, 4 key slices of 2 warps, 2 stages of 64 keys a chunk, 33
-// chunks a kv head; {m16 6t 2w 1sl ...} = the m16-tile kernel, 6 row tiles of 2 warps, 1 key slice. So a row
-// says which launch it timed (a switch the plan cannot honour leaves the plan's own choice).
+// The split plan a call of attention_cached takes on this device, as a row's tag: {tr 4x2w 2st/64k 33ch} = the
+// transposed kernel, 4 key slices of 2 warps, 2 stages of 64 keys a chunk, 33 chunks a kv head; {m16 6t 2w 1sl
+// ...} = the m16-tile kernel, 6 row tiles of 2 warps, 1 key slice. So a row says which launch it timed.
 std::string decode_plan_tag(int64_t T, int64_t past, int hq, int hkv, int hd) {
   if (env_is("DFLASH_DECODE", "general")) return " {general}";
   const SplitPlan p = attention_split_plan_here(T, past, hq, hkv, hd);
@@ -680,51 +664,21 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
   b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
                          gated ? &hg : nullptr);
   char name[192];
-  // Each setting alone, every other switch unset: split_plan's choice, 48 rows a CTA, the general kernel, one
-  // warp a tile (no pairs), pairs at hd 128 too, the key slices halved until two stages fit, the pairs path's
-  // warps at 16 keys a stage, 8 / 2 key slices.
-  struct Mode {
-    const char *var, *value, *tag, *var2 = "", *value2 = "";
-  };
-  const Mode modes[] = {{"", "", ""},
-                        {"DFLASH_SPLIT_ROWS", "48", " [rows48]"},
-                        {"DFLASH_DECODE", "general", " [general]"},
-                        {"DFLASH_SPLIT_T16", "old", " [t16old]"},
-                        {"DFLASH_SPLIT_T16", "pairs", " [t16pairs]"},
-                        {"DFLASH_SPLIT_PLAN", "halve", " [halve]"},
-                        {"DFLASH_SPLIT_WK", "16", " [wk16]"},
-                        {"DFLASH_SPLIT_SLICES", "8", " [slices8]"},
-                        {"DFLASH_SPLIT_SLICES", "2", " [slices2]"},
-                        {"DFLASH_SPLIT_SLICES", "4", " [slices4]"},
-                        {"DFLASH_SPLIT_SLICES", "6", " [slices6]"},
-                        {"DFLASH_SPLIT_SLICES", "16", " [slices16]"},
-                        {"DFLASH_SPLIT_TR", "0", " [tr0]"},
-                        {"DFLASH_SPLIT_TRWARPS", "1", " [trwarps1]"},
-                        {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4]"},
-                        {"DFLASH_SPLIT_COPY", "step", " [copystep]"},
-                        {"DFLASH_SPLIT_MERGE", "wide", " [mergewide]"},
-                        {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4 copystep]", "DFLASH_SPLIT_COPY", "step"}};
-  // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order: the machine can slow down for stretches of a
-  // run (session 24), so a row that differs in one pass only is the machine, not the mode.
-  std::vector<Mode> order(std::begin(modes), std::end(modes));
-  if (env_is("DF_BENCH_DECODE_REVERSE", "1")) std::reverse(order.begin(), order.end());
-  for (const Mode& mode : order) {
-    for (const char* v : kDecodeSplitVars) unsetenv(v);
-    if (*mode.var) setenv(mode.var, mode.value, 1);
-    if (*mode.var2) setenv(mode.var2, mode.value2, 1);
+  for (bool general : {false, true}) {
+    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s%s", shape, (long long)T,
-                  (long long)past, mode.tag, decode_plan_tag(T, past, hq, hkv, hd).c_str());
+                  (long long)past, general ? " [general]" : "", decode_plan_tag(T, past, hq, hkv, hd).c_str());
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
-    if (!*mode.var) {  // split_plan's choice once more, its launches replayed from a graph
+    if (!general) {  // the plan's launches once more, replayed from a graph
       std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld [graph]", shape, (long long)T,
                     (long long)past);
       const double us = decode_graph_us(b, sets, call);
       if (us > 0) rows.push_back({name, bytes, us});
     }
   }
-  for (const char* v : kDecodeSplitVars) unsetenv(v);
+  unsetenv("DFLASH_DECODE");
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }
@@ -751,7 +705,7 @@ void bench_decode_gdn(Bench& b, int64_t T, int l2_bytes, std::vector<DecodeRow>&
   b.cpu.gdn_decode(b.to_host(S[0].qkv), b.to_host(S[0].a), b.to_host(S[0].bb), b.to_host(A_log), b.to_host(dt),
                    ho, b.to_host(S[0].st), hs, s);
   char name[128];
-  for (const char* mode : {"", "slice32", "general"}) {
+  for (const char* mode : {"", "general"}) {
     if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
     std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s%s%s", (long long)T,
                   (long long)T, *mode ? " [" : "", mode, *mode ? "]" : "");

@@ -1,25 +1,23 @@
 // Incremental decoding kernels (ops.h "incremental decoding"): attention of a step's new queries over a
 // sequence's key/value cache, and the Gated DeltaNet recurrence continued token by token from a carried state.
 // A decode step moves far more bytes (the cache; the state and the per-token states kept for rollback) than it
-// computes with, so the fast kernels are built to read those bytes once (measured on the H200,
-// benchmarks/RESULTS.md session 14: attention at 4.1-8.5x its bandwidth time, the 16-token DeltaNet step at
-// 1.69x; the whole 27B-shaped verify step at 1.33x):
-// - attention (hd 128 / 256): split-KV on tensor cores. A CTA per (kv head, key chunk, row group), at most one
-//   per SM, streams its chunk through a cp.async ring and runs the query rows that read it (of the step's T
-//   tokens × the hq / hkv query heads of that kv head, up to 128 rows a CTA; DFLASH_SPLIT_ROWS sets smaller
-//   groups, which share the chunk through L2) through mma.sync with an online softmax; short steps split each
-//   stage's keys over several warps per row tile (merged in shared memory), so T = 1 still has its SMs' tensor
-//   cores and copies busy. A second kernel merges the chunks' (max, sum, acc), gates and rounds, its blocks
-//   splitting each row's columns so a one-token step still spreads over the SMs.
+// computes with, so the fast kernels are built to read those bytes once:
+// - attention (hd 128 / 256): split-KV on tensor cores (decode_fast.cu). A CTA per (kv head, key chunk, row
+//   group), at most one per SM, streams its chunk through a cp.async ring and runs the query rows that read it
+//   (of the step's T tokens × the hq / hkv query heads of that kv head) through mma.sync with an online
+//   softmax; short steps split each stage's keys over several warps (merged in shared memory), so T = 1 still
+//   has its SMs' tensor cores and copies busy. A second kernel merges the chunks' (max, sum, acc), gates and
+//   rounds, its blocks splitting each row's columns so a one-token step still spreads over the SMs. How a step
+//   is split, and whether it fits the device's shared memory at all, is the plan's decision (decode_plan.h).
 // - DeltaNet: a CTA per (value head, 16 state columns) keeps that slice of the fp32 state in registers over
 //   the tokens (a float4 of columns a thread) and writes each saved state as 16-byte vectors; a 32-column slice
-//   kernel with a column a lane takes dv not a multiple of 4 or unaligned states (DFLASH_DECODE=slice32 forces
-//   it for A/B timing).
-// The fast kernels live in decode_fast.cu (attention) and decode_gdn.cu (DeltaNet), declared for this file in
-// kernels/decode/decode.cuh. This file holds the launchers and the general warp-per-work-item kernels (fp32, any head
-// dim up to kDecodeMaxHeadDim, any stride or GQA / GVA ratio), which take the shapes the fast ones are not built
-// for and are the prefill's fallback (causal attention over packed sequences; the recurrence from zero states
-// per sequence). DFLASH_DECODE=general sends decoding to them as well: the A/B switch of bench_kernels decode.
+//   kernel with a column a lane takes dv not a multiple of 4 or unaligned states (decode_gdn.cu).
+// This file holds the launchers and the general warp-per-work-item kernels (fp32, any head dim up to
+// kDecodeMaxHeadDim, any stride or GQA / GVA ratio), which take the shapes the fast ones are not built for and
+// the steps whose split plan does not fit the device, and are the prefill's fallback (causal attention over
+// packed sequences; the recurrence from zero states per sequence). Tests and benchmarks can send decoding to
+// them as well (decode_general_forced), to test that path on a device that would not take it and as a
+// reference for the fast kernels.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

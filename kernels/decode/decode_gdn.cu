@@ -9,7 +9,6 @@
 
 #include "kernels/decode/decode.cuh"
 #include "kernels/primitives/device_math.cuh"
-#include "kernels/primitives/env_switch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/pdl.cuh"
@@ -291,11 +290,6 @@ void dispatch_quad_rows(int dk, Fn&& fn) {
   dispatch_pow2<2, kDecodeMaxHeadDim / 32>((dk + 31) / 32, fn);
 }
 
-// DFLASH_DECODE=slice32: the DeltaNet decode on the 32-column slice kernel even where the 16-column one runs
-// (the A/B switch of bench_kernels decode; the 32-column kernel stays the path for dv not a multiple of 4 or
-// unaligned states). Read per call so one process can time both.
-bool gdn_slice32_forced() { return env_is("DFLASH_DECODE", "slice32"); }
-
 }  // namespace
 
 void gdn_decode_slice_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
@@ -304,7 +298,7 @@ void gdn_decode_slice_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_
                           cudaStream_t stream) {
   const bool vec = dv % 4 == 0 && ld_states % 4 == 0 &&
                    (reinterpret_cast<uintptr_t>(state) | reinterpret_cast<uintptr_t>(states)) % 16 == 0;
-  if (vec && !gdn_slice32_forced() && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535) {
+  if (vec && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535) {
     const dim3 grid((unsigned)nv, (unsigned)((dv + kGdnQuadCols - 1) / kGdnQuadCols));
     dispatch_quad_rows(dk, [&](auto rpt) {
       launch_pdl(gdn_decode_quad_kernel<decltype(rpt)::value>, grid, dim3(32 * kGdnQuadWarps), 0, stream, qkv,
