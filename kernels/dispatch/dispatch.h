@@ -151,12 +151,10 @@ inline GdnPrefillKernel gdn_prefill_kernel_choose(const KernelVariants& v, bool 
   return chunked_layout && !v.gdn_recurrent ? GdnPrefillKernel::chunked : GdnPrefillKernel::recurrent;
 }
 
-// The lm_head loss row kernel's CTAs a row: `want` where the device launches clusters that large, else the
-// largest power of two it does (1: no cluster).
+// The lm_head loss row kernel's CTAs a row (one cluster): `want`, at most what the device launches as one
+// cluster (1: no cluster launch).
 inline int lm_row_ctas_choose(const DeviceCaps& caps, int want) {
-  int n = 1;
-  while (n * 2 <= want && n * 2 <= caps.max_cluster) n *= 2;
-  return n;
+  return std::max(1, std::min(want, caps.max_cluster));
 }
 
 }  // namespace df
