@@ -27,12 +27,13 @@
 #include "benchmarks/cuda_timing.h"
 #include "benchmarks/kernel_bench.h"
 #include "core/arena.h"
-#include "kernels/primitives/cuda_check.cuh"
-#include "kernels/decode/decode_plan.h"
 #include "kernels/attention/dflash_attention_paths.h"
-#include "kernels/primitives/env_switch.h"
+#include "kernels/decode/decode_plan.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/primitives/env_switch.h"
 #include "kernels/train_launchers.cuh"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
@@ -573,9 +574,9 @@ void bench_train_norms(Bench& b) {
 // calls go back to back on the stream (no graph: the launches are what a decode step pays), and the per-call
 // time is the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the issue's
 // goal is ≤ 2. Each configuration is first checked in full against CpuOps. [general] rows time the general
-// warp-per-item kernels (DFLASH_DECODE=general: the path of shapes and devices the fast kernels do not take)
-// in the same process. [graph] rows replay the default rows' calls from a CUDA graph (decode_graph_us): the
-// GPU's time alone, without the host's launch cost.
+// warp-per-item kernels (the registry's decode=general: the path of shapes and devices the fast kernels do
+// not take) in the same process. [graph] rows replay the default rows' calls from a CUDA graph
+// (decode_graph_us): the GPU's time alone, without the host's launch cost.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -624,13 +625,23 @@ void decode_print(const DecodeRow& r, double copy_gbs) {
               r.bytes / 1e6, r.us, gbs, 100.0 * gbs / copy_gbs, ratio, ratio <= 2.0 ? "PASS" : "FAIL (> 2x)");
 }
 
-// The split plan a call of attention_cached takes on this device, as a row's tag: {tr 4x2w 2st/64k 33ch} = the
-// transposed kernel, 4 key slices of 2 warps, 2 stages of 64 keys a chunk, 33 chunks a kv head; {m16 6t 2w 1sl
-// ...} = the m16-tile kernel, 6 row tiles of 2 warps, 1 key slice. So a row says which launch it timed.
+// Decoding on the general kernels (the registry's decode=general) or on the device's own choice, from now on.
+void decode_general_set(bool general) {
+  KernelVariants v = kernel_variants();
+  v.decode_general = general;
+  kernel_variants_set(v);
+}
+
+// The kernels a call of attention_cached takes on this device (aligned rows), as a row's tag: {tr 4x2w
+// 2st/64k 33ch} = the transposed kernel, 4 key slices of 2 warps, 2 stages of 64 keys a chunk, 33 chunks a kv
+// head; {m16 6t 2w 1sl ...} = the m16-tile kernel, 6 row tiles of 2 warps, 1 key slice. So a row says which
+// launch it timed.
 std::string decode_plan_tag(int64_t T, int64_t past, int hq, int hkv, int hd) {
-  if (env_is("DFLASH_DECODE", "general")) return " {general}";
-  const SplitPlan p = attention_split_plan_here(T, past, hq, hkv, hd);
-  if (!p.fits) return " {general: no split plan fits}";
+  if (kernel_variants().decode_general) return " {general}";
+  const DecodeAttnChoice c =
+      decode_attention_choose(device_caps(), kernel_variants(), T, past, hq, hkv, hd, true);
+  if (c.kernel == DecodeAttnKernel::general) return " {general: no split plan fits}";
+  const SplitPlan& p = c.plan;
   char tag[96];
   const int stage_keys = p.slices * p.wk;
   if (p.tr)
@@ -661,11 +672,11 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
     b.gpu.attention_cached(s.q, s.k, s.v, s.o, past, hq, hkv, hd, scale, gated ? &s.g : nullptr);
   };
   Tensor ho = b.harena.alloc(DType::f32, T, qc), hg = b.to_host(S[0].g);
-  b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
-                         gated ? &hg : nullptr);
+  b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd,
+                         scale, gated ? &hg : nullptr);
   char name[192];
   for (bool general : {false, true}) {
-    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+    decode_general_set(general);
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s%s", shape, (long long)T,
                   (long long)past, general ? " [general]" : "", decode_plan_tag(T, past, hq, hkv, hd).c_str());
     call(0);
@@ -678,7 +689,7 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
       if (us > 0) rows.push_back({name, bytes, us});
     }
   }
-  unsetenv("DFLASH_DECODE");
+  decode_general_set(false);
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }
@@ -705,22 +716,22 @@ void bench_decode_gdn(Bench& b, int64_t T, int l2_bytes, std::vector<DecodeRow>&
   b.cpu.gdn_decode(b.to_host(S[0].qkv), b.to_host(S[0].a), b.to_host(S[0].bb), b.to_host(A_log), b.to_host(dt),
                    ho, b.to_host(S[0].st), hs, s);
   char name[128];
-  for (const char* mode : {"", "general"}) {
-    if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
-    std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s%s%s", (long long)T,
-                  (long long)T, *mode ? " [" : "", mode, *mode ? "]" : "");
+  for (bool general : {false, true}) {
+    decode_general_set(general);
+    std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s", (long long)T,
+                  (long long)T, general ? " [general]" : "");
     call(0);
     b.check((std::string(name) + " out").c_str(), S[0].o, ho, 1e-2);
     b.check((std::string(name) + " states").c_str(), S[0].sts, hs, 1e-4);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
-    if (!*mode) {
+    if (!general) {
       std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved) [graph]", (long long)T,
                     (long long)T);
       const double us = decode_graph_us(b, sets, call);
       if (us > 0) rows.push_back({name, bytes, us});
     }
   }
-  unsetenv("DFLASH_DECODE");
+  decode_general_set(false);
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }

@@ -1,7 +1,7 @@
-// Incremental decoding's fast attention (kernels/decode/decode.cuh; decode.cu has the launchers and the general
-// kernels, decode_gdn.cu the fast DeltaNet decode, decode_plan.cu how a step is split): attention over a cache
-// split over key chunks on tensor cores with a merge kernel, both launched with programmatic dependent launch
-// (pdl.cuh).
+// Incremental decoding's fast attention (kernels/decode/decode.cuh; decode.cu has the launchers and the
+// general kernels, decode_gdn.cu the fast DeltaNet decode, decode_plan.cu how a step is split): attention
+// over a cache split over key chunks on tensor cores with a merge kernel, both launched with programmatic
+// dependent launch (pdl.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <mutex>
 
-#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/decode/decode.cuh"
-#include "kernels/primitives/device_math.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/primitives/device_math.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/pdl.cuh"
 
@@ -22,17 +22,17 @@ namespace {
 
 // ---- split-KV attention over a cache on tensor cores -----------------------------------------------------
 // Rows of a kv head's work: r = t·group + g is token t of query head kvh·group + g, so all rows of a CTA read
-// the same K / V. A CTA takes a group of cta_rows <= kSplitMaxRows of them (attention_split_plan, decode_plan.h, picks the groups), one
-// m16 tile per warp (HALVES 1) or per pair of warps (HALVES 2), and `slices` warps (pairs) per tile that
-// share the key stages: a stage is slices × WK keys (WK = split_warp_keys(HALVES)) and warp (tile, slice)
-// runs its own online softmax over its WK of them, so a step with few tiles still has up to kSplitMaxWarps
-// warps on the tensor cores while the copies of the next stages are in flight. The slices of a tile are
-// merged in shared memory at the end, so a CTA writes one partial per row. HALVES 2 is the verify step's path
-// at hd 256 (T 16: 6 tiles, so HALVES 1 leaves one slice and 6 warps an SM, each running a long serial chain
-// per stage with an hd-256 accumulator): the two warps of a pair each take half of Q·Kᵀ's head dim and add
-// their partial scores through shared memory, run the same softmax on the same sums, and each computes P·V
-// for its half of the output columns, so a warp's chain per stage and its accumulator are half as long and
-// twice the warps fit.
+// the same K / V. A CTA takes a group of cta_rows <= kSplitMaxRows of them (attention_split_plan,
+// decode_plan.h, picks the groups), one m16 tile per warp (HALVES 1) or per pair of warps (HALVES 2), and
+// `slices` warps (pairs) per tile that share the key stages: a stage is slices × WK keys (WK =
+// split_warp_keys(HALVES)) and warp (tile, slice) runs its own online softmax over its WK of them, so a step
+// with few tiles still has up to kSplitMaxWarps warps on the tensor cores while the copies of the next stages
+// are in flight. The slices of a tile are merged in shared memory at the end, so a CTA writes one partial per
+// row. HALVES 2 is the verify step's path at hd 256 (T 16: 6 tiles, so HALVES 1 leaves one slice and 6 warps
+// an SM, each running a long serial chain per stage with an hd-256 accumulator): the two warps of a pair each
+// take half of Q·Kᵀ's head dim and add their partial scores through shared memory, run the same softmax on
+// the same sums, and each computes P·V for its half of the output columns, so a warp's chain per stage and
+// its accumulator are half as long and twice the warps fit.
 constexpr int kMergeThreads = 256;
 
 // cp_async_wait with the count known at run time (the stage count is the launcher's choice), n <= 5.
@@ -286,8 +286,8 @@ __global__ void __launch_bounds__(32 * split_max_warps(HD, HALVES))
 // attention_split_kernel would spend most of its tensor work, and half its registers (a 16 × hd fp32 acc), on
 // padding rows, its one warp a scheduler waiting on each MMA in turn. This kernel computes the transposed
 // products, keys and head dims as the MMAs' M side and the rows as their 8-wide N side: Sᵀ = K·Qᵀ, then
-// Oᵀ += Vᵀ·Pᵀ, so a warp's acc is hd × 8 (half the registers), a 16-key stage takes half the MMAs, and Q stays
-// in registers as B fragments. Block (chunk, kvh): every row of kv head kvh against keys
+// Oᵀ += Vᵀ·Pᵀ, so a warp's acc is hd × 8 (half the registers), a 16-key stage takes half the MMAs, and Q
+// stays in registers as B fragments. Block (chunk, kvh): every row of kv head kvh against keys
 // [chunk·chunk_len, +chunk_len); key slice s (a pair of warps: below) takes keys [16s, +16) of each stage of
 // 16 · slices keys (a ring of `stages`, as attention_split_kernel) and runs its own online softmax over them.
 // The C fragment of Sᵀ (lane (g, t): keys g and g + 8 of rows 2t, 2t + 1) becomes P's B fragment (rows g,
@@ -381,8 +381,8 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
     for (int i = 0; i < 4; ++i) s0[i] += s1[i];
     {
       // The pair's halves of the dot products through shared memory, added as mine + the other's: fp32
-      // addition commutes, so both warps hold the same bits. A slot of this parity is not rewritten before all
-      // pass the CTA barrier that ends the stage.
+      // addition commutes, so both warps hold the same bits. A slot of this parity is not rewritten before
+      // all pass the CTA barrier that ends the stage.
       float* mine = sx + ((b & 1) * warps + warp) * 128 + lane;
       const float* other = sx + ((b & 1) * warps + (warp ^ 1)) * 128 + lane;
 #pragma unroll
@@ -502,18 +502,18 @@ __global__ void __launch_bounds__(32 * split_tr_max_warps(HD))
 // float4 boundary.
 __host__ __device__ constexpr int merge_sums_at(int chunks) { return (chunks + 3) / 4 * 4; }
 
-// Blocks of the merge: kMergeThreads threads, kMergeCols output columns of a row each, the threads of a column
-// walking every kMergeGroups-th chunk, the first kMergeEarly of a thread's chunks read before the weights. The
-// groups' sums take kMergeThreads float4s.
+// Blocks of the merge: kMergeThreads threads, kMergeCols output columns of a row each, the threads of a
+// column walking every kMergeGroups-th chunk, the first kMergeEarly of a thread's chunks read before the
+// weights. The groups' sums take kMergeThreads float4s.
 constexpr int kMergeCols = 64;
 constexpr int kMergeEarly = 3;
 constexpr int kMergeGroups = kMergeThreads / (kMergeCols / 4);
 
 // Block (r, kvh, slice): columns [slice·kMergeCols, +kMergeCols) of row r of kv head kvh merged over the
 // chunks, o = Σ acc·2^(m − M) / Σ l·2^(m − M), then rounded and gated as the general kernel. A chunk with no
-// key for the row has m = −inf and acc = l = 0 (every row sees key 0, so M is finite). Every thread reads some
-// chunks' (m, l) at once, and the blocks split each row into hd / 64 column slices: a T = 1 step has only
-// group · hkv rows, too few blocks a row to spread over the SMs otherwise.
+// key for the row has m = −inf and acc = l = 0 (every row sees key 0, so M is finite). Every thread reads
+// some chunks' (m, l) at once, and the blocks split each row into hd / 64 column slices: a T = 1 step has
+// only group · hkv rows, too few blocks a row to spread over the SMs otherwise.
 __global__ void __launch_bounds__(kMergeThreads)
     attention_merge_kernel(const float* __restrict__ part, const float* __restrict__ part_ml,
                            bf16* __restrict__ out, int64_t ld_out, const bf16* __restrict__ gate,
@@ -578,52 +578,33 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 // ---- launchers ----------------------------------------------------------------------------------------
 
-// The current device's SM count and opt-in shared memory per block, read once per device, when the split
-// kernels are also allowed that much dynamic shared memory (a per-function attribute): the launchers run every
-// layer of every decode step, so they make no attribute calls of their own.
-struct DeviceLimits {
-  int sms = 0, smem = 0;
-};
-constexpr int kMaxDevices = 64;
-
-const DeviceLimits& device_limits() {
-  static DeviceLimits limits[kMaxDevices];
-  static std::once_flag once[kMaxDevices];
+// Allows the split kernels the current device's opt-in shared memory a block (a per-function attribute), once
+// per device: the launchers run every layer of every decode step, so they make no attribute calls of their
+// own.
+void split_kernels_allow_smem() {
+  constexpr int kDevices = 64;
+  static std::once_flag once[kDevices];
   int dev = 0;
   DF_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices)
-    cuda_throw("device_limits", "device ordinal past the decode kernels' table of 64", __FILE__, __LINE__);
-  std::call_once(once[dev], [dev] {
-    DeviceLimits& l = limits[dev];
-    l.sms = device_sm_count();
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  DF_CHECK(dev >= 0 && dev < kDevices, "device %d: only devices 0..%d are supported", dev, kDevices - 1);
+  std::call_once(once[dev], [] {
+    const int smem = int(device_caps().smem_optin);
     for (auto kernel : {attention_split_kernel<128, 1>, attention_split_kernel<128, 2>,
                         attention_split_kernel<256, 1>, attention_split_kernel<256, 2>})
-      DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
+      DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     for (auto kernel : {attention_split_tr_kernel<128>, attention_split_tr_kernel<256>})
-      DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
+      DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   });
-  return limits[dev];
 }
 
 }  // namespace
 
-SplitPlan attention_split_plan_here(int64_t T, int64_t past, int hq, int hkv, int hd) {
-  const DeviceLimits& dev = device_limits();
-  return attention_split_plan(T, past, hq, hkv, hd, dev.sms, size_t(dev.smem));
-}
-
-size_t attention_split_workspace_bytes(int64_t T, int hq, int hkv, int hd) {
-  return attention_split_workspace_bytes_for(T, hq, hkv, hd, device_limits().sms);
-}
-
-bool attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
-                         int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
-                         int64_t T, int64_t past, int hq, int hkv, int hd, float scale, void* workspace,
-                         cudaStream_t stream) {
+void attention_split_run(const SplitPlan& p, const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k,
+                         const bf16* v, int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
+                         int64_t ld_gate, int64_t T, int64_t past, int hq, int hkv, int hd, float scale,
+                         void* workspace, cudaStream_t stream) {
+  split_kernels_allow_smem();
   const int group = hq / hkv, rows = int(T * group);
-  const SplitPlan p = attention_split_plan_here(T, past, hq, hkv, hd);
-  if (!p.fits) return false;
   float* part = static_cast<float*>(workspace);
   float* part_ml = part + int64_t(hkv) * p.chunks * rows * hd;
   const float scale_log2 = scale * 1.4426950408889634f;
@@ -643,7 +624,6 @@ bool attention_split_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_
   launch_pdl(attention_merge_kernel, dim3((unsigned)rows, (unsigned)hkv, (unsigned)(hd / kMergeCols)),
              dim3(kMergeThreads), merge_smem, stream, part, part_ml, out, ld_out, gate, ld_gate, rows, group,
              p.chunks, hd);
-  return true;
 }
 
 }  // namespace df

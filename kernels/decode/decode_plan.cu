@@ -1,8 +1,9 @@
-// The split-KV decode attention's plan (decode_plan.h): host code only, so it runs the same for the device
-// present, for another device's limits, and in tests/unit/test_decode_plan.cpp without a GPU.
-#include "kernels/decode/decode_plan.h"
-
+// Incremental decoding's kernel choices and the split-KV attention's plan (decode_plan.h): host code only, so
+// it runs the same for the device present, for another device's limits, and in
+// tests/unit/test_decode_plan.cpp without a GPU.
 #include <algorithm>
+
+#include "kernels/decode/decode_plan.h"
 
 namespace df {
 
@@ -76,7 +77,8 @@ SplitPlan attention_split_plan(int64_t T, int64_t past, int hq, int hkv, int hd,
     chunking(s, blocks, per_head, per_chunk);
     const bool fits = q_bytes(s) + 2 * stage_bytes(s) <= smem;
     const int64_t keys = per_chunk * s * p.wk;
-    if (fits && (best_stages == 0 || per_chunk < best_stages || (per_chunk == best_stages && keys < best_keys)))
+    if (fits &&
+        (best_stages == 0 || per_chunk < best_stages || (per_chunk == best_stages && keys < best_keys)))
       best = s, best_stages = per_chunk, best_keys = keys;
   }
   p.slices = best;
@@ -84,7 +86,8 @@ SplitPlan attention_split_plan(int64_t T, int64_t past, int hq, int hkv, int hd,
   const int stage_keys = p.slices * p.wk;
   p.chunks = int((blocks + per_chunk - 1) / per_chunk);
   p.chunk_len = int(per_chunk * stage_keys);
-  const int64_t fit = q_bytes(p.slices) <= smem ? int64_t((smem - q_bytes(p.slices)) / stage_bytes(p.slices)) : 0;
+  const int64_t fit =
+      q_bytes(p.slices) <= smem ? int64_t((smem - q_bytes(p.slices)) / stage_bytes(p.slices)) : 0;
   p.stages = int(std::min<int64_t>({kSplitMaxStages, fit, per_chunk}));
   const size_t merge =
       p.tr ? sizeof(float) * size_t(p.slices) * (16 + 8 * size_t(hd + 4))  // the slices' (m, l), then acc
@@ -105,6 +108,21 @@ size_t attention_split_workspace_bytes_for(int64_t T, int hq, int hkv, int hd, i
   const int64_t groups = (rows + kSplitMaxRows - 1) / kSplitMaxRows;
   return sizeof(float) * size_t(hkv) * size_t(split_chunks_per_head(groups, hkv, sms)) * size_t(rows) *
          size_t(hd + 2);
+}
+
+DecodeAttnChoice decode_attention_choose(const DeviceCaps& caps, const KernelVariants& v, int64_t T,
+                                         int64_t past, int hq, int hkv, int hd, bool aligned) {
+  DecodeAttnChoice c;
+  if (v.decode_general || !aligned || !attention_split_shape(T, hq, hkv, hd)) return c;
+  c.plan = attention_split_plan(T, past, hq, hkv, hd, caps.sms, caps.smem_optin);
+  if (c.plan.fits) c.kernel = DecodeAttnKernel::split;
+  return c;
+}
+
+GdnDecodeKernel gdn_decode_choose(const KernelVariants& v, bool vec, int dv) {
+  if (v.decode_general) return GdnDecodeKernel::general;
+  return vec && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535 ? GdnDecodeKernel::quad
+                                                                : GdnDecodeKernel::slice32;
 }
 
 }  // namespace df

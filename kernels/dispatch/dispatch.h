@@ -66,6 +66,7 @@ struct KernelVariants {
   bool gdn_recurrent = false;  // gdn=recurrent: DeltaNet prefill as the fp32 token recurrence, not chunked
   bool gemm_heuristic = false;  // gemm=heuristic: cuBLASLt's first heuristic pick, no timing of candidates
   bool gemm_log = false;        // gemm=log: print each GEMM shape's decision (tuned, reused, refused)
+  bool decode_general = false;  // decode=general: incremental decoding on the general warp-per-row kernels
 };
 
 // One accepted `op=value` item of the registry and the flag it sets.
@@ -80,6 +81,7 @@ inline constexpr KernelVariantItem kKernelVariantItems[] = {
     {"gdn", "recurrent", &KernelVariants::gdn_recurrent},
     {"gemm", "heuristic", &KernelVariants::gemm_heuristic},
     {"gemm", "log", &KernelVariants::gemm_log},
+    {"decode", "general", &KernelVariants::decode_general},
 };
 
 // Parses "op=value,op=value" (spaces around items ignored; empty: the defaults). An unknown item throws,
@@ -123,6 +125,8 @@ void kernel_variants_set(const KernelVariants& v);
 const DeviceCaps& device_caps();
 
 // ---- the choices -------------------------------------------------------------------------------------
+// (Incremental decoding's choices need the split-KV plan: decode_attention_choose and gdn_decode_choose in
+// kernels/decode/decode_plan.h.)
 
 // Prefill attention (attention_causal_launch): the warp-specialized wgmma kernel where the device has wgmma
 // and TMA, the shape suits it (`sm90_shape`: head dim 128 or 256, 16-byte aligned rows) and its shared memory

@@ -10,6 +10,7 @@ TEST(CudaOpsTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA
 #else
 #include <cstdlib>
 
+#include "kernels/dispatch/dispatch.h"
 #include "tests/gpu/cuda_ops_test_util.h"
 
 TEST_F(CudaOpsTest, CopyCastsAndUploadRoundsToNearestEven) {
@@ -549,9 +550,9 @@ TEST_F(CudaOpsCachedTest, AttentionCachedVerifyStepsMatchCpu) {
 }
 
 // The split-KV plan's key slices: the count with the fewest stages a chunk, then the fewest keys, among those
-// whose two stages fit (27B-like at T 1 over 4 K keys: 4 slices; past 4400: 5; 8B-like: pairs of warps in
-// stages of 96 keys on the transposed kernel; 1 kv head over 20 K keys: 5 slices). They agree with the CPU at
-// short steps, where a step has one row tile and the slices are many.
+// whose two stages fit. On a 132-SM Hopper at T 1 that is 4 pairs of warps over 4 K keys at 24 / 4 heads and
+// 3 past 4400 keys, 8 pairs at 32 / 8 heads of hd 128, and 4 pairs in three stages over 20 K keys with one kv
+// head. They agree with the CPU at short steps, where a step has one row tile and the slices are many.
 TEST_F(CudaOpsCachedTest, AttentionCachedSplitPlanSlicesMatchCpu) {
   struct Case {
     int hq, hkv, hd;
@@ -564,22 +565,26 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitPlanSlicesMatchCpu) {
       }
 }
 
-// DFLASH_DECODE=general sends decoding to the general kernels (the benchmark's A/B switch): both paths agree
-// with the CPU on a 27B-like step, and the switch is read per call.
-TEST_F(CudaOpsTest, DecodeGeneralSwitchMatchesCpu) {
+// The registry's decode=general (kernel_variants_set) sends decoding to the general kernels, the path of the
+// steps whose split plan does not fit a device: both paths agree with the CPU on a 27B-like step, and the
+// choice is made per call.
+TEST_F(CudaOpsTest, DecodeGeneralVariantMatchesCpu) {
   const int hq = 12, hkv = 2, hd = 256;
   const int64_t T = 16, past = 300, qc = int64_t(hq) * hd, kc = int64_t(hkv) * hd;
   Pair q = rand(T, qc, -2, 2), k = rand(past + T, kc, -2, 2), v = rand(past + T, kc, -1, 1);
   Pair g = rand(T, qc, -4, 4);
   const float scale = 1.0f / std::sqrt(float(hd));
+  const KernelVariants saved = kernel_variants();
   for (bool general : {true, false}) {
-    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+    KernelVariants forced = saved;
+    forced.decode_general = general;
+    kernel_variants_set(forced);
     Pair o = out(T, qc);
     cpu_.attention_cached(q.cpu, k.cpu, v.cpu, o.cpu, past, hq, hkv, hd, scale, &g.cpu);
     gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, past, hq, hkv, hd, scale, &g.gpu);
-    check(o, 1e-4, 3 * kBf16Ulp, general ? "attention_cached DFLASH_DECODE=general" : "attention_cached split");
+    check(o, 1e-4, 3 * kBf16Ulp, general ? "attention_cached decode=general" : "attention_cached split");
   }
-  unsetenv("DFLASH_DECODE");
+  kernel_variants_set(saved);
 }
 
 TEST_F(CudaOpsTest, BadShapesThrowNamingTheOp) {

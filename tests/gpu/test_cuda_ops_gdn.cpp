@@ -13,6 +13,7 @@ TEST(CudaOpsGdnTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without C
 #include <cstdlib>
 #include <tuple>
 
+#include "kernels/dispatch/dispatch.h"
 #include "tests/gpu/cuda_ops_test_util.h"
 
 TEST_F(CudaOpsTest, Conv1dSiluResetsAtSequenceStarts) {
@@ -191,25 +192,27 @@ TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
   EXPECT_THROW(gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, o.gpu, five.gpu, s), Error);
 }
 
-// DFLASH_DECODE=general runs gdn_decode on the general warp-per-column kernel (the benchmark's reference), read
-// per call: both kernels agree with the CPU on the 27B layer's shape.
-TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
+// The registry's decode=general (kernel_variants_set) runs gdn_decode on the general warp-per-column kernel
+// (the benchmarks' reference), per call: both kernels agree with the CPU on the 27B layer's shape.
+TEST_F(CudaOpsTest, GdnDecodeGeneralVariantMatchesCpu) {
   const GdnShape s{16, 48, 128, 128};
   const int64_t T = 16, cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
   Pair qkv = rand(T, cols, -1, 1), a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
   Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
   Pair state = rand(1, sdim, -0.5f, 0.5f, DType::f32);
-  for (const char* mode : {"general", ""}) {
-    if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
+  const KernelVariants saved = kernel_variants();
+  for (bool general : {true, false}) {
+    KernelVariants forced = saved;
+    forced.decode_general = general;
+    kernel_variants_set(forced);
     Pair o = out(T, int64_t(s.nv) * s.dv), states = out(T, sdim, DType::f32);
     cpu_.gdn_decode(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, state.cpu, states.cpu, s);
     gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, states.gpu, s);
-    const std::string what =
-        *mode ? std::string("gdn_decode DFLASH_DECODE=") + mode : std::string("gdn_decode 16-column kernel");
+    const std::string what = general ? "gdn_decode decode=general" : "gdn_decode 16-column kernel";
     check(states, 1e-4, 1e-4, "states " + what);
     check(o, 1e-4, kBf16Ulp, "out " + what);
   }
-  unsetenv("DFLASH_DECODE");
+  kernel_variants_set(saved);
 }
 
 // The DeltaNet mixer (gdn_mixer: conv1d_silu → gdn_prefill → gated_rmsnorm) fused against the CPU's three ops

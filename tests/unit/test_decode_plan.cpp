@@ -1,12 +1,14 @@
-// The split-KV decode attention's plan (kernels/decode/decode_plan.h), which needs no GPU: for Qwen and odd GQA
-// shapes, steps of 1 to 4096 tokens over caches up to 256 K tokens and devices of 1 to 188 SMs, a plan that says
-// it fits must launch (threads within the kernel's launch
-// bounds, shared memory within the device's, at least one stage, named barrier ids below 16), cover the cache
-// with chunks that each hold keys, keep one CTA per SM where the grid allows, and write no more partials than
-// the workspace the caller sized with attention_split_workspace_bytes. On Hopper's 227 KB a block every plan
-// fits; on devices with less (A100's 163 KB, the 99 KB of sm_86 / sm_89 / sm_120) the ones that do not fit go
-// to the general kernel. A plan that broke one of these would fail only on a GPU, at launch, with wrong results or
-// by writing past the workspace. A build without CUDA has no plan: one skipped test says so.
+// The split-KV decode attention's plan (kernels/decode/decode_plan.h), which needs no GPU: for Qwen and odd
+// GQA shapes, steps of 1 to 4096 tokens over caches up to 256 K tokens and devices of 1 to 188 SMs, a plan
+// that says it fits must launch (threads within the kernel's launch bounds, shared memory within the
+// device's, at least one stage, named barrier ids below 16), cover the cache with chunks that each hold keys,
+// keep one CTA per SM where the grid allows, and write no more partials than the workspace the caller sized
+// with attention_cached_workspace_bytes. On Hopper's 227 KB a block every plan fits; on devices with less
+// (A100's 163 KB, the 99 KB of sm_86 / sm_89 / sm_120) the ones that do not fit go to the general kernel. A
+// plan that broke one of these would fail only on a GPU, at launch, with wrong results or by writing past the
+// workspace. The launchers' choices between the split-KV, transposed and general kernels
+// (decode_attention_choose, gdn_decode_choose) are checked here too. A build without CUDA has no plan: one
+// skipped test says so.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -20,6 +22,7 @@ TEST(DecodeSplitPlan, SkippedWithoutCudaBuild) {
 #include <string>
 
 #include "kernels/decode/decode_plan.h"
+#include "kernels/dispatch/dispatch.h"
 
 using namespace df;
 
@@ -36,9 +39,9 @@ struct Device {
 TEST(DecodeSplitPlan, EveryPlanLaunchesCoversTheCacheAndFitsItsWorkspace) {
   // Hopper's 227 KB a block at several SM counts (H100 SXM and H200, H100 PCIe, partitions of them); B200;
   // A100; an sm_89 board (L40S); an sm_120 board (RTX PRO 6000 Blackwell).
-  const Device devices[] = {{132, 232448, true},  {114, 232448, true},  {66, 232448, true},
-                            {16, 232448, true},   {7, 232448, true},    {1, 232448, true},
-                            {148, 232448, true},  {108, 166912, false}, {142, 101376, false},
+  const Device devices[] = {{132, 232448, true}, {114, 232448, true},  {66, 232448, true},
+                            {16, 232448, true},  {7, 232448, true},    {1, 232448, true},
+                            {148, 232448, true}, {108, 166912, false}, {142, 101376, false},
                             {188, 101376, false}};
   struct Shape {
     int hq, hkv, hd;
@@ -55,11 +58,12 @@ TEST(DecodeSplitPlan, EveryPlanLaunchesCoversTheCacheAndFitsItsWorkspace) {
           const SplitPlan p = attention_split_plan(T, past, sh.hq, sh.hkv, sh.hd, d.sms, d.smem);
           const int64_t rows = T * (sh.hq / sh.hkv), keys = past + T;
           std::ostringstream where;
-          where << "on " << d.sms << " SMs of " << d.smem << " B, " << sh.hq << "/" << sh.hkv << " x " << sh.hd
-                << ", T " << T << ", past " << past << ": plan rows " << p.cta_rows << " x " << p.groups
-                << ", tiles " << p.wtiles << ", halves " << p.halves << ", slices " << p.slices << ", wk " << p.wk
-                << ", chunks " << p.chunks << " of " << p.chunk_len << ", stages " << p.stages << ", smem "
-                << p.smem << (p.tr ? ", transposed" : "") << (p.fits ? "" : ", does not fit");
+          where << "on " << d.sms << " SMs of " << d.smem << " B, " << sh.hq << "/" << sh.hkv << " x "
+                << sh.hd << ", T " << T << ", past " << past << ": plan rows " << p.cta_rows << " x "
+                << p.groups << ", tiles " << p.wtiles << ", halves " << p.halves << ", slices " << p.slices
+                << ", wk " << p.wk << ", chunks " << p.chunks << " of " << p.chunk_len << ", stages "
+                << p.stages << ", smem " << p.smem << (p.tr ? ", transposed" : "")
+                << (p.fits ? "" : ", does not fit");
           SCOPED_TRACE(where.str());
           ++plans;
           if (d.full) ASSERT_TRUE(p.fits) << "a step off the split kernels on a 227 KB device";
@@ -104,7 +108,8 @@ TEST(DecodeSplitPlan, EveryPlanLaunchesCoversTheCacheAndFitsItsWorkspace) {
               << "partials past the workspace";
         }
   EXPECT_GT(plans, 5000);
-  EXPECT_GT(general, 0) << "no plan on the 99 KB boards went to the general kernel: the fits rule is untested";
+  EXPECT_GT(general, 0)
+      << "no plan on the 99 KB boards went to the general kernel: the fits rule is untested";
 }
 
 // The plans at the Qwen shapes on a 132-SM Hopper are the ones the kernels' comments describe: T 1 on the
@@ -119,10 +124,10 @@ TEST(DecodeSplitPlan, QwenShapesTakeTheDocumentedPlans) {
     bool tr;
     int cta_rows, halves, slices, stages, chunk_len, chunks;
   };
-  for (const Want& w : {Want{1, 24, 4, 256, true, 16, 2, 4, 2, 128, 33},
-                        Want{1, 32, 8, 128, true, 16, 2, 6, 3, 288, 15},
-                        Want{16, 24, 4, 256, false, 96, 2, 1, 4, 128, 33},
-                        Want{16, 32, 8, 128, false, 64, 1, 2, 6, 288, 15}}) {
+  for (const Want& w :
+       {Want{1, 24, 4, 256, true, 16, 2, 4, 2, 128, 33}, Want{1, 32, 8, 128, true, 16, 2, 6, 3, 288, 15},
+        Want{16, 24, 4, 256, false, 96, 2, 1, 4, 128, 33},
+        Want{16, 32, 8, 128, false, 64, 1, 2, 6, 288, 15}}) {
     const SplitPlan p = attention_split_plan(w.T, 4096, w.hq, w.hkv, w.hd, 132, 232448);
     SCOPED_TRACE(std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " x " + std::to_string(w.hd) + ", T " +
                  std::to_string(w.T));
@@ -136,5 +141,36 @@ TEST(DecodeSplitPlan, QwenShapesTakeTheDocumentedPlans) {
     EXPECT_EQ(p.chunk_len, w.chunk_len);
     EXPECT_EQ(p.chunks, w.chunks);
   }
+}
+
+// The launchers' choices: the split-KV kernels where the shape, the alignment and the device's shared memory
+// allow; the general kernel otherwise and wherever the registry's decode=general sends decoding; the DeltaNet
+// step on 16-column slices where its layout is vectorizable, 32-column slices otherwise.
+TEST(DecodeSplitPlan, LaunchersChooseByShapeDeviceAndRegistry) {
+  DeviceCaps hopper;
+  hopper.sms = 132;
+  hopper.smem_optin = 232448;
+  const DeviceCaps sm120 = device_caps_profile(hopper, "sm120");
+  const KernelVariants plain;
+  KernelVariants general;
+  general.decode_general = true;
+  auto kernel = [](const DeviceCaps& caps, const KernelVariants& v, int64_t T, int hd, bool aligned) {
+    return decode_attention_choose(caps, v, T, 4096, 24, 4, hd, aligned).kernel;
+  };
+  EXPECT_EQ(kernel(hopper, plain, 1, 256, true), DecodeAttnKernel::split);
+  EXPECT_EQ(kernel(hopper, plain, 16, 256, true), DecodeAttnKernel::split);
+  EXPECT_EQ(kernel(hopper, general, 1, 256, true), DecodeAttnKernel::general) << "decode=general";
+  EXPECT_EQ(kernel(hopper, plain, 1, 256, false), DecodeAttnKernel::general) << "unaligned rows";
+  EXPECT_EQ(kernel(hopper, plain, 1, 64, true), DecodeAttnKernel::general) << "no split kernel at hd 64";
+  // 99 KB a block: the 27B verify step's 6 Q tiles and pairs' score slots leave no room for a stage at hd
+  // 256; a one-token step still fits.
+  EXPECT_EQ(kernel(sm120, plain, 16, 256, true), DecodeAttnKernel::general);
+  EXPECT_EQ(kernel(sm120, plain, 1, 256, true), DecodeAttnKernel::split);
+  const DecodeAttnChoice c = decode_attention_choose(hopper, plain, 1, 4096, 24, 4, 256, true);
+  EXPECT_TRUE(c.plan.fits && c.plan.tr);
+
+  EXPECT_EQ(gdn_decode_choose(plain, true, 128), GdnDecodeKernel::quad);
+  EXPECT_EQ(gdn_decode_choose(plain, false, 128), GdnDecodeKernel::slice32) << "unaligned or dv % 4";
+  EXPECT_EQ(gdn_decode_choose(general, true, 128), GdnDecodeKernel::general) << "decode=general";
 }
 #endif
