@@ -267,14 +267,14 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
   return ms;
 }
 
-// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096
-// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on both
-// kernel paths in the same process: the default (wgmma on a Hopper GPU of an sm_90a build) and the portable
-// mma.sync kernels (every other GPU; forced through the kernel-variant registry). Checked first, on each path: out, lse, dq and the own-block dk/dv
-// of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed
-// the path's out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each
-// query's softmax sums to 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head,
-// pairs counted exactly; the whole backward is credited its 5 GEMMs, its passes what each executes.
+// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096 context
+// tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on both kernel paths in the
+// same process: the default (wgmma on a Hopper GPU of an sm_90a build) and the portable mma.sync kernels (every other
+// GPU; forced through the kernel-variant registry). Checked first, on each path: out, lse, dq and the own-block dk/dv
+// of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed the path's
+// out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each query's softmax sums to
+// 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head, pairs counted exactly; the whole backward
+// is credited its 5 GEMMs, its passes what each executes.
 void bench_dflash_attention(Bench& b, int window, int S) {
   const int L = 4096, per_seq = 512, B = 16, hq = 32, hkv = 8, hd = 128, group = hq / hkv;
   const int64_t nb = int64_t(S) * per_seq, T = int64_t(S) * L, qr = nb * B, kr = T + qr;
@@ -488,7 +488,8 @@ void bench_train_norms(Bench& b) {
       std::printf("  dx %.3f ms, dw partials %.3f ms, column sum %.3f ms\n", ks[0], ks[1], ks[2]);
     // The training forward on the same rows.
     fwd_rows(n);
-    Tensor hy = b.harena.alloc(DType::f32, n, c.cols), hrs_out = b.harena.alloc(DType::f32, qk ? n : 1, qk ? c.heads : n);
+    Tensor hy = b.harena.alloc(DType::f32, n, c.cols);
+    Tensor hrs_out = b.harena.alloc(DType::f32, qk ? n : 1, qk ? c.heads : n);
     if (qk)
       cpu.qk_norm_rope_fwd(hx, hw, hpos, hy, hrs_out, c.heads, c.hd, 1e6f, 1e-6f);
     else
