@@ -455,7 +455,7 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   const bool dyn = next_item != nullptr;
   const auto kernel = dyn ? attention_causal_ws_kernel<HD, KEYS, STAGES, true>
                           : attention_causal_ws_kernel<HD, KEYS, STAGES, false>;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), Cfg::kSmem, "attention_causal_ws_kernel");
   const CUtensorMap tq = tensor_map_bf16(q, tokens, (int64_t)hq * HD, ld_q, 64);
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);

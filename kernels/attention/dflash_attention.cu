@@ -476,8 +476,7 @@ void query_pass(const QueryArgs& a, bool pdl, cudaStream_t stream) {
   // 1024-byte aligned base.
   const size_t smem = WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile + 16
                          : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_query_kernel<HD, DQ, WG>), smem, "dfa_query_kernel");
   const int R = a.d.hq / a.d.hkv * a.d.block;
   dim3 grid(unsigned(a.d.nb), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
   CUtensorMap tm_k{}, tm_v{};
