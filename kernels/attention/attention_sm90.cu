@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
 
   // Producer: one thread issues every copy; a stage's K or V is refilled once both consumers released that
-  // half of the tile STAGES before (parity of that round). (K and V from two threads, so that a wait for V_j
-  // does not hold back K_{j+1}, run no faster.)
+  // half of the tile STAGES before (parity of that round). (Issuing K and V from two threads, so that a wait
+  // for V_j does not hold back K_{j+1}, runs no faster.)
   if (threadIdx.x < 128) {
     regs_release<Cfg::kProducerRegs>();
     if (threadIdx.x != 0) return;
