@@ -64,17 +64,6 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) 
   return static_cast<uint64_t>(hi) << 32 | lo;
 }
 
-template <int KEYS>
-__device__ __forceinline__ void wgmma_qk(float (&s)[KEYS / 2], uint64_t desc_q, uint64_t desc_k,
-                                         int accumulate) {
-  if constexpr (KEYS == 64)
-    wgmma_m64n64k16_ss(s, desc_q, desc_k, accumulate);
-  else if constexpr (KEYS == 80)
-    wgmma_m64n80k16_ss(s, desc_q, desc_k, accumulate);
-  else
-    wgmma_m64n128k16_ss(s, desc_q, desc_k, accumulate);
-}
-
 // DYN: the dynamic schedule (next_item); the static one (zigzag rounds) serves launches captured into a graph
 // before their stream has a counter (item_counter).
 template <int HD, int KEYS, int STAGES, bool DYN>
@@ -103,17 +92,17 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t empty_q = bar_q + 8 + 32 * STAGES;
   volatile int* item_slot = reinterpret_cast<volatile int*>(base + Cfg::kBarOffset + 16 + 32 * STAGES);
 
-  // Work items in launch order: a sequence's query tiles from the longest (most causal work), each tile's
-  // heads one after another when heads_first (item = (seq · tiles + tile) · hq + head), else each head's
-  // tiles (item = (seq · hq + head) · tiles + tile). The grid has one CTA an SM; a CTA takes items
-  // blockIdx.x, + gridDim.x, ...: rounds of gridDim.x items, every other round in reverse (zigzag), so that
-  // the CTA that took a round's longest item takes the next round's shortest. Both roles walk the same items and count the key tiles and the items with rows they
-  // have passed (kt, qi): the stage ring and the Q buffer carry on from item to item, and the producer
-  // loads the next item's Q and first tiles while the consumers finish and store the last one.
-  // Dynamic schedule (next_item, a zeroed counter): CTA b takes item b first, then the producer takes the
-  // next one in launch order with an atomic add (list scheduling, as one CTA an item gets from the hardware,
-  // without the start and end of a CTA per item) and hands it to the consumers in item_slot, written before
-  // the Q barrier's arrival (release) and read after its wait (acquire); −1 ends the walk.
+  // Work items in launch order: a sequence's query tiles from the longest (most causal work), each tile's heads one
+  // after another when heads_first (item = (seq · tiles + tile) · hq + head), else each head's tiles (item = (seq · hq
+  // + head) · tiles + tile). The grid has one CTA an SM; a CTA takes items blockIdx.x, + gridDim.x, ...: rounds of
+  // gridDim.x items, every other round in reverse (zigzag), so that the CTA that took a round's longest item takes the
+  // next round's shortest. Both roles walk the same items and count the key tiles and the items with rows they have
+  // passed (kt, qi): the stage ring and the Q buffer carry on from item to item, and the producer loads the next item's
+  // Q and first tiles while the consumers finish and store the last one. Dynamic schedule (next_item, a zeroed
+  // counter): CTA b takes item b first, then the producer takes the next one in launch order with an atomic add (list
+  // scheduling, as one CTA an item gets from the hardware, without the start and end of a CTA per item) and hands it to
+  // the consumers in item_slot, written before the Q barrier's arrival (release) and read after its wait (acquire); −1
+  // ends the walk.
   struct Item {
     int head, seq, start, len, q0, ntiles;
   };
@@ -146,8 +135,8 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
 
   // Producer: one thread issues every copy; a stage's K or V is refilled once both consumers released that
-  // half of the tile STAGES before (parity of that round). (K and V from two threads, so that a wait for V_j
-  // does not hold back K_{j+1}, run no faster.)
+  // half of the tile STAGES before (parity of that round). (Issuing K and V from two threads, so that a wait
+  // for V_j does not hold back K_{j+1}, runs no faster.)
   if (threadIdx.x < 128) {
     regs_release<Cfg::kProducerRegs>();
     if (threadIdx.x != 0) return;
@@ -232,7 +221,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
       const int in_block = (kk & 3) * 32;
-      wgmma_qk<KEYS>(s, desc_advance(desc_q, (kk >> 2) * (64 * 128) + in_block),
+      wgmma_ss<KEYS>(s, desc_advance(desc_q, (kk >> 2) * (64 * 128) + in_block),
                      desc_advance(desc_k, (kk >> 2) * (KEYS * 128) + in_block), kk > 0);
     }
   };
@@ -242,10 +231,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint64_t desc_v = wgmma_desc(base + k_off(st) + kKv, KEYS * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) {
-      if constexpr (HD == 256)
-        wgmma_m64n256k16_rs_tb(o, p[kk], desc_advance(desc_v, kk * 2048));
-      else
-        wgmma_m64n128k16_rs_tb(o, p[kk], desc_advance(desc_v, kk * 2048));
+      wgmma_rs_tb<HD>(o, p[kk], desc_advance(desc_v, kk * 2048));
     }
   };
   auto fence_p = [&] {
@@ -469,7 +455,7 @@ static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, 
   const bool dyn = next_item != nullptr;
   const auto kernel = dyn ? attention_causal_ws_kernel<HD, KEYS, STAGES, true>
                           : attention_causal_ws_kernel<HD, KEYS, STAGES, false>;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), Cfg::kSmem, "attention_causal_ws_kernel");
   const CUtensorMap tq = tensor_map_bf16(q, tokens, (int64_t)hq * HD, ld_q, 64);
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);

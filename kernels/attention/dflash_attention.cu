@@ -116,18 +116,16 @@ __device__ __forceinline__ void own_product(float (&acc)[4][4], const bf16* pt, 
   }
 }
 
-// Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
-// the saved lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys
-// [64i, 64i + 64): virtual key x < nctx is context row c0 + x, the rest own rows; every query row sees one
-// interval [ilo, ihi) of virtual keys, so the mask is two compares. WG (hd 128 only): the 4 warps are one
-// warpgroup running the products on wgmma from swizzled tiles (P or dS as the register operand); two CTAs
-// fit an SM. One thread streams each K/V tile as 64 whole rows by bulk tensor copies (tm_k, tm_v) on the
-// buffer's mbarrier, so the other threads spend no instructions on copies (Q and dO load as one pass over
-// their shared rows); the walk then takes
-// the context keys in 64-key tiles from c0 (rows past the context range are loaded and masked) and the own
-// rows as one more tile from bj. A masked key still multiplies its V (dq: K) row by a zero weight, so every
-// k/v row the tensors hold must be finite, as the drafter's projections write them; rows past the tensors'
-// ends arrive as zeros.
+// Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from the saved
+// lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys [64i, 64i + 64): virtual key x <
+// nctx is context row c0 + x, the rest own rows; every query row sees one interval [ilo, ihi) of virtual keys, so the
+// mask is two compares. WG (hd 128 only): the 4 warps are one warpgroup running the products on wgmma from swizzled
+// tiles (P or dS as the register operand); two CTAs fit an SM. One thread streams each K/V tile as 64 whole rows by
+// bulk tensor copies (tm_k, tm_v) on the buffer's mbarrier, so the other threads spend no instructions on copies (Q and
+// dO load as one pass over their shared rows); the walk then takes the context keys in 64-key tiles from c0 (rows past
+// the context range are loaded and masked) and the own rows as one more tile from bj. A masked key still multiplies its
+// V (dq: K) row by a zero weight, so every k/v row the tensors hold must be finite, as the drafter's projections write
+// them; rows past the tensors' ends arrive as zeros.
 template <int HD, bool DQ, bool WG>
 __global__ void __launch_bounds__(128, WG ? 2 : 1)
     dfa_query_kernel(QueryArgs p, const __grid_constant__ CUtensorMap tm_k,
@@ -413,9 +411,9 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       }
     }
   }
-  // Launched with programmatic dependent launch behind the dk/dv pass (dflash_attention_bwd_plan's kv_first;
-  // a no-op otherwise), this CTA reads nothing that pass writes, but it ends only once that pass has ended with its
-  // writes visible, so that this grid's end implies the dk/dv pass's for whatever the stream runs next.
+  // Launched with programmatic dependent launch behind the dk/dv pass (dflash_attention_bwd_plan's kv_first; a no-op
+  // otherwise), this CTA reads nothing that pass writes, but it ends only once that pass has ended with its writes
+  // visible, so that this grid's end implies the dk/dv pass's for whatever the stream runs next.
   pdl_wait();
 }
 
@@ -476,8 +474,7 @@ void query_pass(const QueryArgs& a, bool pdl, cudaStream_t stream) {
   // 1024-byte aligned base.
   const size_t smem = WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile + 16
                          : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_query_kernel<HD, DQ, WG>), smem, "dfa_query_kernel");
   const int R = a.d.hq / a.d.hkv * a.d.block;
   dim3 grid(unsigned(a.d.nb), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
   CUtensorMap tm_k{}, tm_v{};

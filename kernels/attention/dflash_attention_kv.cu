@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/attention/dflash_attention.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/pdl.cuh"
@@ -458,8 +459,7 @@ void kv_pass(const KvArgs& a, cudaStream_t stream) {
       std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
                                     (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32 +
                                     sizeof(unsigned) * 4 + (TMA ? sizeof(uint64_t) * 3 : 0));
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS, TMA>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_kv_kernel<HD, WG, RANKS, TMA>), smem, "dfa_kv_kernel");
   const int64_t key_tiles = (a.rows + Cfg::kKeys - 1) / Cfg::kKeys;
   KvArgs b = a;
   // grid.y's and grid.z's limits, and whole groups; the default order otherwise

@@ -45,6 +45,17 @@ const KernelVariants& kernel_variants() { return variants_store(); }
 
 void kernel_variants_set(const KernelVariants& v) { variants_store() = v; }
 
+void kernel_smem_opt_in(const void* kernel, size_t bytes, const char* what) {
+  const DeviceCaps& c = device_caps();
+  DF_CHECK(bytes <= c.smem_optin,
+           "%s asks for %zu bytes of shared memory a block, more than the %zu a block may have on this compute "
+           "%d.%d device%s%s; HINT: this kernel has no form for such a device yet: run it on a GPU with more shared "
+           "memory%s",
+           what, bytes, c.smem_optin, c.cc_major, c.cc_minor, c.profile.empty() ? "" : " (DFLASH_GPU_PROFILE=",
+           c.profile.empty() ? "" : (c.profile + ")").c_str(), c.profile.empty() ? "" : " or without the profile");
+  DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
 const DeviceCaps& device_caps() {
   constexpr int kDevices = 64;
   static DeviceCaps caps[kDevices];

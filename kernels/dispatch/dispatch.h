@@ -120,6 +120,11 @@ const KernelVariants& kernel_variants();
 // Tests and benchmarks that run several forms in one process: the variants in force from now on.
 void kernel_variants_set(const KernelVariants& v);
 
+// Lets `kernel` (a __global__ function) launch with `bytes` of dynamic shared memory on the current device, or
+// throws naming `what`, the bytes and the limit of the device (of its test profile under DFLASH_GPU_PROFILE)
+// when it may not: every launch that asks for more than the 48 KB default goes through here.
+void kernel_smem_opt_in(const void* kernel, size_t bytes, const char* what);
+
 // The current device's capabilities, read at the first call on each device, under the test profile
 // DFLASH_GPU_PROFILE when it is set (device_caps_profile). Defined with the kernels (CUDA builds only).
 const DeviceCaps& device_caps();

@@ -55,6 +55,15 @@ __device__ __forceinline__ float rope_rotate(float v, float partner, float c, fl
   return __fadd_rn(__fmul_rn(v, c), __fmul_rn(partner, s));
 }
 
+// The cos/sin table of a token at position pos for RoPE over rot_dim dims (rot_dim / 2 angles), built by the
+// whole block in shared memory before any of its warps reads it.
+__device__ __forceinline__ void rope_token_table(float* cos_t, float* sin_t, int32_t pos, int rot_dim,
+                                                 float theta) {
+  const float p = static_cast<float>(pos);
+  for (int j = threadIdx.x; j < rot_dim / 2; j += blockDim.x) rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
+  __syncthreads();
+}
+
 // One block per token: the token's cos/sin table (rot_dim/2 angles, shared by all its heads) is built once in
 // shared memory, then each warp normalises and rotates heads; a head goes through shared memory because RoPE
 // pairs dim i with i + rot/2. Lane l sums the squares of dims l, l + 32, ... and warp_sum adds the lanes: the
@@ -68,10 +77,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = rot_dim / 2;
-  const float p = static_cast<float>(pos[t]);
-  for (int j = threadIdx.x; j < half; j += blockDim.x)
-    rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
-  __syncthreads();
+  rope_token_table(cos_t, sin_t, pos[t], rot_dim, theta);
   float* nb = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
     const bf16* row = x + t * ld_x + (int64_t)h * hd;
@@ -108,10 +114,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = hd / 2;
-  const float p = static_cast<float>(pos[t]);
-  for (int j = threadIdx.x; j < half; j += blockDim.x)
-    rope_cos_sin(p, j, hd, theta, &cos_t[j], &sin_t[j]);
-  __syncthreads();
+  rope_token_table(cos_t, sin_t, pos[t], hd, theta);
   float* dz = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
     const bf16* dyh = dy + t * ld_dy + (int64_t)h * hd;

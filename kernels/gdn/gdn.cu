@@ -240,8 +240,7 @@ static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, uns
   p.ws_s = reinterpret_cast<float4*>(ws + l.scalars);
   gdn_chunk_run<D, CONV>(p, num_seqs, max_len, stream);
   const size_t smem = GdnStateSmem<D, NORM>::kBytes;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_state_kernel<D, CONV, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(gdn_state_kernel<D, CONV, NORM>), smem, "gdn_state_kernel");
   dim3 grid(p.nv, num_seqs);
   gdn_state_kernel<D, CONV, NORM><<<grid, 2 * D, smem, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/primitives/device_math.cuh"
 #include "kernels/gdn/gdn.cuh"
 #include "kernels/primitives/mma.cuh"
@@ -510,8 +511,7 @@ template <int D, bool CONV>
 void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, cudaStream_t stream) {
   const int chunks = (max_len + kGdnChunk - 1) / kGdnChunk;
   const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kKhBytes);
-  DF_CUDA_CHECK(
-      cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(gdn_chunk_kh_kernel<D, CONV>), smem, "gdn_chunk_kh_kernel");
   gdn_chunk_kh_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
 }

@@ -42,8 +42,8 @@ TEST_F(CudaOpsTest, GatedRmsnorm) {
     }
 }
 
-// Default: the chunk kernel per key head; DFLASH_GDN_CHUNK=vhead (per value head) must give the same output
-// bits: the same per-head code on the same q / k products. nv / nk 2, 3, 3 and 1 (the last at tile width 64).
+// The chunk kernel (a CTA per key head) against the CPU, and run to run the same bits. nv / nk 2, 3, 3 and 1
+// (the last at tile width 64).
 TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
   for (const auto& lens : kBatches)
     for (GdnShape s :
@@ -60,14 +60,11 @@ TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
       poison(ws.data, ws.nbytes());
       EXPECT_EQ(cpu_.gdn_workspace_bytes(T, s), 0);
       cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s, Tensor{});
-      unsetenv("DFLASH_GDN_CHUNK");
       gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, ws);
-      setenv("DFLASH_GDN_CHUNK", "vhead", 1);
       gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, ov.gpu, L.gpu, s, ws);
-      unsetenv("DFLASH_GDN_CHUNK");
       const std::string what = name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " +
                                std::to_string(lens.size());
-      expect_same_bits(o.gpu, ov.gpu, what, "chunk kernel per key head", "DFLASH_GDN_CHUNK=vhead");
+      expect_same_bits(o.gpu, ov.gpu, what, "first run", "second run");
       // Same chunked algorithm on identical inputs. The GPU's recurrence products keep ~16 mantissa bits
       // (bf16 hi + lo); its two output products (S·Qᵀ, V'·Pᵀ) round S and V' to bf16: 2^-9 relative per term,
       // random in sign over 128 + 64 terms whose sum is |o| ≲ 1, ≈ 2^-9·|o| ≈ 2e-3 typical, below 6e-3 with
@@ -216,12 +213,11 @@ TEST_F(CudaOpsTest, GdnDecodeGeneralVariantMatchesCpu) {
 }
 
 // The DeltaNet mixer (gdn_mixer: conv1d_silu → gdn_prefill → gated_rmsnorm) fused against the CPU's three ops
-// and against the three CUDA ops (DFLASH_GDN_FUSE=0; =conv, the conv fused alone, bit for bit), as the
+// and against the three CUDA ops called one after another (conv1d_silu, gdn_prefill, gated_rmsnorm), as the
 // forward calls it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and
 // packed (sequences starting inside the chunk the conv's history rows would come from), the 27B layer (16 /
 // 48 heads of 128), head dims below the kernels' tile (16 / 40, 24 / 8), and a conv of 3 taps, which the
-// fused kernels leave to the three ops. The chunk kernel per key head (default) against
-// DFLASH_GDN_CHUNK=vhead bit for bit, fused and not.
+// fused kernels leave to the three ops.
 TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
   struct Case { GdnShape s; int K; };
   for (const auto& lens : {std::vector<int32_t>{1}, {63}, {65}, {130}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 70}})
@@ -247,34 +243,11 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
 
       Pair y = out(T, vdim), conv = out(T, cols), o = out(T, vdim);
       cpu_.gdn_mixer(x.cpu, z.cpu, a.cpu, b.cpu, wc, y.cpu, L.cpu, s, Tensor{}, conv.cpu, o.cpu);
-      unsetenv("DFLASH_GDN_FUSE");
-      unsetenv("DFLASH_GDN_CHUNK");
       gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y.gpu, L.gpu, s, ws, conv.gpu, o.gpu);
-      setenv("DFLASH_GDN_FUSE", "0", 1);
       Pair y3 = out(T, vdim), conv3 = out(T, cols), o3 = out(T, vdim);
-      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y3.gpu, L.gpu, s, ws, conv3.gpu, o3.gpu);
-      // The chunk kernel per value head, fused (conv and norm) and on the three ops.
-      setenv("DFLASH_GDN_CHUNK", "vhead", 1);
-      Pair yv3 = out(T, vdim), convv3 = out(T, cols), ov3 = out(T, vdim);
-      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yv3.gpu, L.gpu, s, ws, convv3.gpu, ov3.gpu);
-      unsetenv("DFLASH_GDN_FUSE");
-      Pair yv = out(T, vdim), convv = out(T, cols), ov = out(T, vdim);
-      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yv.gpu, L.gpu, s, ws, convv.gpu, ov.gpu);
-      unsetenv("DFLASH_GDN_CHUNK");
-      expect_same_bits(y.gpu, yv.gpu, what, "fused, chunk kernel per key head",
-                       "fused, DFLASH_GDN_CHUNK=vhead");
-      expect_same_bits(conv.gpu.cols_view(vdim, 2LL * s.nk * s.dk),
-                       convv.gpu.cols_view(vdim, 2LL * s.nk * s.dk), what, "conv'd q|k, per key head",
-                       "conv'd q|k, DFLASH_GDN_CHUNK=vhead");
-      expect_same_bits(y3.gpu, yv3.gpu, what, "DFLASH_GDN_FUSE=0",
-                       "DFLASH_GDN_FUSE=0 DFLASH_GDN_CHUNK=vhead");
-      // The conv fused alone: the same q, k, v bits into the same prefill and norm, so the same output bits.
-      setenv("DFLASH_GDN_FUSE", "conv", 1);
-      Pair yc = out(T, vdim), convc = out(T, cols), oc = out(T, vdim);
-      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yc.gpu, L.gpu, s, ws, convc.gpu, oc.gpu);
-      unsetenv("DFLASH_GDN_FUSE");
-      expect_same_bits(yc.gpu, y3.gpu, what, "DFLASH_GDN_FUSE=conv", "DFLASH_GDN_FUSE=0");
-      expect_same_bits(oc.gpu, o3.gpu, what, "DFLASH_GDN_FUSE=conv o", "DFLASH_GDN_FUSE=0 o");
+      gpu_->conv1d_silu(x.gpu, conv_w.gpu, conv3.gpu, L.gpu);
+      gpu_->gdn_prefill(conv3.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o3.gpu, L.gpu, s, ws);
+      gpu_->gated_rmsnorm(o3.gpu, z.gpu, norm_w.gpu, y3.gpu, s.nv, s.dv, 1e-6f);
       const std::vector<float> got = down_gpu(y.gpu), sep = down_gpu(y3.gpu);
 
       // Against the CPU, normalised: the norm divides by rms(o), which on these random inputs ranges over four
@@ -300,7 +273,7 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       };
       const auto [nan, max_rel, rms_rel] = stats(got);
       const auto [nan3, max_rel3, rms_rel3] = stats(sep);
-      std::printf("[ maxerr ] %-48s max|err|/max|ref| %.2e rel RMS %.2e (DFLASH_GDN_FUSE=0: %.2e, %.2e)\n",
+      std::printf("[ maxerr ] %-48s max|err|/max|ref| %.2e rel RMS %.2e (three ops: %.2e, %.2e)\n",
                   what.c_str(), max_rel, rms_rel, max_rel3, rms_rel3);
       EXPECT_FALSE(nan || nan3) << what;
       EXPECT_LE(std::max(max_rel, max_rel3), 0.1) << what;
@@ -310,10 +283,10 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       // fp32 o. They round o to bf16 before the norm (≤ 1 ulp of o, so of y; r moves by an average of those,
       // far less), then each side rounds y once: 3 ulps.
       EXPECT_EQ(count_mismatch(got, std::vector<double>(sep.begin(), sep.end()), 1e-6, 3 * kBf16Ulp,
-                               "fused vs DFLASH_GDN_FUSE=0 " + what),
+                               "fused vs three ops " + what),
                 0);
       if (c.K != 4) {  // no fused form: the same three ops ran both times
-        expect_same_bits(y.gpu, y3.gpu, what, "default", "DFLASH_GDN_FUSE=0");
+        expect_same_bits(y.gpu, y3.gpu, what, "gdn_mixer", "three ops");
         continue;
       }
       // The fused form writes only conv's last 2·nk·dk columns: the conv'd q | k rows, bit for bit conv1d_silu's.
