@@ -35,8 +35,9 @@ bool attention_split_shape(int64_t T, int hq, int hkv, int hd) {
 // slice, 16 keys a slice a stage, Q in registers (only the pairs' score slots before the ring). Slices: of
 // the counts up to the kernel's warps / (wtiles · halves) whose Q and two stages fit, the fewest stages a
 // chunk (each warp's serial work), then the fewest keys a chunk (each CTA's bytes; more chunks, up to one CTA
-// an SM); one slice if none fits. On a 132-SM Hopper at T 1: hd 256 (24 / 4 heads) 4 pairs in two stages of
-// 64 keys; hd 128 (32 / 8 heads) 6 pairs in three stages of 96 keys (test_decode_plan checks these).
+// an SM); one slice if none fits. On a 132-SM Hopper at T 1 after 4096 cached tokens: hd 256 (24 / 4 heads) 4
+// pairs in two stages of 64 keys; hd 128 (32 / 8 heads) 6 pairs in three stages of 96 keys (test_decode_plan
+// checks these).
 SplitPlan attention_split_plan(int64_t T, int64_t past, int hq, int hkv, int hd, int sms, size_t smem) {
   const int group = hq / hkv;
   const int64_t rows = T * group;

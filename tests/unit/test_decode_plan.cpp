@@ -112,11 +112,11 @@ TEST(DecodeSplitPlan, EveryPlanLaunchesCoversTheCacheAndFitsItsWorkspace) {
       << "no plan on the 99 KB boards went to the general kernel: the fits rule is untested";
 }
 
-// The plans at the Qwen shapes on a 132-SM Hopper are the ones the kernels' comments describe: T 1 on the
-// transposed kernel with pairs of warps (27B: 4 slices, two stages of 64 keys, 33 chunks a kv head; 8B: 6
-// slices, three stages of 96 keys, 15 chunks), and T 16 on the m16-tile kernel (27B: one group of 96 rows,
-// pairs of warps a tile, one key slice, 33 chunks of four 32-key stages; 8B: 64 rows, one warp a tile, two
-// key slices, 15 chunks of nine 32-key stages in a ring of six).
+// The plans at the Qwen shapes after 4096 cached tokens on a 132-SM Hopper are the ones the kernels' comments
+// describe: T 1 on the transposed kernel with pairs of warps (27B: 4 slices, two stages of 64 keys, 33 chunks a
+// kv head; 8B: 6 slices, three stages of 96 keys, 15 chunks), and T 16 on the m16-tile kernel (27B: one group
+// of 96 rows, pairs of warps a tile, one key slice, 33 chunks of four 32-key stages; 8B: 64 rows, one warp a
+// tile, two key slices, 15 chunks of nine 32-key stages in a ring of six).
 TEST(DecodeSplitPlan, QwenShapesTakeTheDocumentedPlans) {
   struct Want {
     int64_t T;
