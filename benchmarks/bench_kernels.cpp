@@ -8,8 +8,8 @@
 // gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection,
 // and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone;
 // `bench_kernels dflash [S]` the DFlash drafter attention at the drafter step's shape and 8x it (or S
-// sequences), every kernel path; `bench_kernels norms` the drafter's RMSNorm and QK-norm + RoPE backwards and
-// training forwards on both kernel paths; `bench_kernels lm [H V]` the lm_head loss alone (default the 27B
+// sequences), on the wgmma and the portable kernels; `bench_kernels norms` the drafter's RMSNorm and QK-norm +
+// RoPE backwards and training forwards; `bench_kernels lm [H V]` the lm_head loss alone (default the 27B
 // shape). The FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows
 // beside their peers' in the same call.
 #include <cuda_runtime.h>
@@ -27,12 +27,11 @@
 #include "benchmarks/cuda_timing.h"
 #include "benchmarks/kernel_bench.h"
 #include "core/arena.h"
-#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/decode/decode_plan.h"
-#include "kernels/attention/dflash_attention_paths.h"
-#include "kernels/primitives/env_switch.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/train_launchers.cuh"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
@@ -47,7 +46,7 @@ namespace {
 // V = 248,320; CE at two chunk sizes, the KL at one, and the two GEMMs of the CE alone for the overhead. Each
 // configuration's last timed run is checked on rows 1 (first chunk), R − 1 (last) and 16 (inactive) against
 // a double-precision host computation from the same bf16 values (the CPU oracle would need 5 GB of f32).
-void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320, bool sweep = false) {
+void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320) {
   const int64_t R = 8192;
   size_t mark = b.arena.mark();
   Tensor hid = b.rand(DType::bf16, R, H, -2, 2), tgt = b.rand(DType::bf16, R, H, -2, 2);
@@ -176,31 +175,6 @@ void bench_lm_head_loss(Bench& b, int64_t H, int64_t V = 248320, bool sweep = fa
     if (!ok) ++b.failures;
   };
 
-  if (sweep) {
-    // The row kernel's shapes (DFLASH_LM_ROW = threads a CTA, most CTAs a row), CE at chunk 1024, each
-    // checked.
-    const size_t m2 = b.arena.mark();
-    const size_t ws_bytes = lm_head_loss_workspace_bytes(R, H, V, 1024, false);
-    void* ws = b.arena.alloc_bytes(ws_bytes);
-    // The two GEMMs of each chunk over the active rows only, as the loss walks them, on the workspace's
-    // logits and dlogits of a loss call (the GEMMs draw less power, so run faster, on zeros): what the row
-    // kernels, gathers and scatters add comes on top.
-    run(false, 1024, ws, ws_bytes);
-    const double gemm_active_ms = gemm_ms(ws, n_active, true, true);
-    row_flops("  its GEMMs alone over the active rows", 4.0 * double(H) * double(V) * n_active,
-              gemm_active_ms);
-    for (const char* shape : {"1024,8", "512,8", "256,8", "512,16", "256,16", "128,16"}) {
-      setenv("DFLASH_LM_ROW", shape, 1);
-      char name[96];
-      std::snprintf(name, sizeof(name), "lm_head_loss ce chunk 1024, row CTAs %s", shape);
-      const double ms = b.time_ms([&] { run(false, 1024, ws, ws_bytes); }, 5);
-      check(name, false);
-      row_flops(name, 4.0 * double(H) * double(V) * n_active, ms);
-      std::printf("  beyond the GEMMs over the active rows: %.3f ms\n", ms - gemm_active_ms);
-    }
-    unsetenv("DFLASH_LM_ROW");
-    b.arena.reset(m2);
-  }
   for (auto [kl, chunk] : {std::pair{false, int64_t(1024)}, {false, int64_t(4096)}, {true, int64_t(1024)}}) {
     const size_t m2 = b.arena.mark();
     const size_t ws_bytes = lm_head_loss_workspace_bytes(R, H, V, chunk, kl);
@@ -292,14 +266,14 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
   return ms;
 }
 
-// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096
-// context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on both
-// kernel paths in the same process: the default (wgmma on an sm_90a build and a compute capability 9.0 GPU)
-// and DFLASH_DFA=mma (the mma.sync kernels). Checked first, on each path: out, lse, dq and the own-block dk/dv
-// of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed
-// the path's out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each
-// query's softmax sums to 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head,
-// pairs counted exactly; the whole backward is credited its 5 GEMMs, its passes what each executes.
+// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096 context
+// tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on both kernel paths in the
+// same process: the default (wgmma on a Hopper GPU of an sm_90a build) and the portable mma.sync kernels (every other
+// GPU; forced through the kernel-variant registry). Checked first, on each path: out, lse, dq and the own-block dk/dv
+// of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed the path's
+// out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each query's softmax sums to
+// 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head, pairs counted exactly; the whole backward
+// is credited its 5 GEMMs, its passes what each executes.
 void bench_dflash_attention(Bench& b, int window, int S) {
   const int L = 4096, per_seq = 512, B = 16, hq = 32, hkv = 8, hd = 128, group = hq / hkv;
   const int64_t nb = int64_t(S) * per_seq, T = int64_t(S) * L, qr = nb * B, kr = T + qr;
@@ -365,15 +339,15 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const std::vector<double> sdo = col_sums(b, dout);
   char name[112];
 
-  // Every path of kDFlashAttnPaths (kernels/attention/dflash_attention_paths.h), each set alone in the environment;
-  // those that differ from the default only on the wgmma kernels are left out where those do not run.
-  const bool wg = wgmma_available();
-  for (const DFlashAttnPath& pa : kDFlashAttnPaths) {
-    if (pa.wgmma && !wg) continue;
-    dflash_attn_select_path(pa);
-    const char* path = pa.settings ? pa.name : wg ? "wgmma" : "default (no wgmma here)";
-    std::printf("dflash attn %s, %s path (%s):\n", tag, path,
-                pa.settings ? pa.settings : "no DFLASH_DFA* set");
+  // Both paths; where the device has no wgmma kernels the default is the portable path, run once.
+  const KernelVariants saved = kernel_variants();
+  const bool wg = device_caps().wgmma && !saved.dflash_attention_portable;
+  for (const bool portable : wg ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
+    KernelVariants forced = saved;
+    forced.dflash_attention_portable = portable;
+    kernel_variants_set(forced);
+    const char* path = portable ? "mma.sync" : "wgmma";
+    std::printf("dflash attn %s, %s path:\n", tag, path);
     for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
       DF_CUDA_CHECK(cudaMemsetAsync(t->data, 0xff, size_t(t->rows * t->stride) * dtype_size(t->dtype),
                                     b.gpu.stream()));
@@ -425,36 +399,19 @@ void bench_dflash_attention(Bench& b, int window, int S) {
       std::printf("  (the backward launched %zu kernels, not 3: no per-pass rows)\n", ks.size());
     }
   }
-  dflash_attn_select_path(kDFlashAttnPaths[0]);
+  kernel_variants_set(saved);
   b.harena.reset(hm);
   b.arena.reset(mark);
-}
-
-// How one kernel path's output differs from another's: max |got − want|, max |want|, and whether got holds a
-// NaN or an infinity.
-struct PathDiff {
-  double err = 0, ref = 0;
-  bool nan = false;
-};
-PathDiff path_diff(const std::vector<float>& got, const std::vector<float>& want) {
-  PathDiff d;
-  for (size_t i = 0; i < got.size(); ++i) {
-    d.nan |= !std::isfinite(got[i]);
-    d.err = std::max(d.err, std::fabs(double(got[i]) - want[i]));
-    d.ref = std::max(d.ref, std::fabs(double(want[i])));
-  }
-  return d;
 }
 
 // The drafter's RMSNorm and QK-norm + RoPE backwards (rmsnorm_bwd_launch, qk_norm_rope_bwd_launch) at the 8B
 // and 27B drafter shapes: hidden 4096 / 5120 over 8192 block rows (beta_dx 1, as the layers call it) and 4096
 // context rows (beta_dx 0); q 32 × 128 / 24 × 256 over 8192 rows, k 8 × 128 / 4 × 256 over 4096 + 8192.
-// Each on the default kernels and on DFLASH_TRAIN_OPS=old in the same process, the whole call and each of its
-// kernels alone (dx, dw partials, column sum). Bytes: what must cross HBM once (x and dy read, dx written,
-// and read at beta_dx 1); the dw partial kernel reads x and dy a second time, so a call cannot reach that
-// rate. Checks: dw the same bits on both paths, dx within 1e-2 of the old path's (max |err| / max |ref|).
-// Then the training forwards on the same rows, both paths: QK-norm + RoPE the same bits, RMSNorm's y within
-// 1e-2.
+// The whole call and each of its kernels alone (dx, dw partials, column sum). Bytes: what must cross HBM once
+// (x and dy read, dx written, and read at beta_dx 1); the dw partial kernel reads x and dy a second time, so a
+// call cannot reach that rate. Then the training forwards on the same rows. Each is checked first by a call
+// over the first 512 rows against CpuTrainOps from the same bf16 inputs (dx and dw; y and rstd), max |err| /
+// max |ref| within 1e-2 (bf16 outputs, f32 sums in another order).
 void bench_train_norms(Bench& b) {
   struct Case {
     const char* name;
@@ -469,14 +426,15 @@ void bench_train_norms(Bench& b) {
                         {"qk_norm_rope_bwd 8B k 12288 x 8x128", 12288, 8 * 128, 8, 128, 0.0f},
                         {"qk_norm_rope_bwd 27B q 8192 x 24x256", 8192, 24 * 256, 24, 256, 0.0f},
                         {"qk_norm_rope_bwd 27B k 12288 x 4x256", 12288, 4 * 256, 4, 256, 0.0f}};
+  CpuTrainOps cpu;
   for (const Case& c : cases) {
-    size_t mark = b.arena.mark();
+    size_t mark = b.arena.mark(), hmark = b.harena.mark();
     const bool qk = c.heads > 0;
-    const int64_t wn = qk ? c.hd : c.cols;
+    const int64_t wn = qk ? c.hd : c.cols, rs_cols = qk ? c.heads : 1, n = 512;
     Tensor x = b.rand(DType::bf16, c.rows, c.cols, -2, 2), dy = b.rand(DType::bf16, c.rows, c.cols, -1, 1);
     Tensor dx0 = b.rand(DType::bf16, c.rows, c.cols, -1, 1), dx = b.arena.alloc(DType::bf16, c.rows, c.cols);
     Tensor w = b.rand(DType::f32, 1, wn, 0.5f, 1.5f), dw = b.arena.alloc(DType::f32, 1, wn);
-    Tensor rstd = b.rand(DType::f32, c.rows, qk ? c.heads : 1, 0.5f, 1.5f);
+    Tensor rstd = b.rand(DType::f32, c.rows, rs_cols, 0.5f, 1.5f);
     Tensor pos = b.arena.alloc(DType::i32, 1, c.rows);
     std::vector<int32_t> hp(static_cast<size_t>(c.rows));
     for (int64_t r = 0; r < c.rows; ++r) hp[size_t(r)] = int32_t(r % 4096);
@@ -485,80 +443,63 @@ void bench_train_norms(Bench& b) {
         qk ? qk_norm_rope_bwd_workspace_bytes(c.rows, c.hd) : rmsnorm_bwd_workspace_bytes(c.rows, c.cols);
     void* ws = b.arena.alloc_bytes(ws_bytes);
     const bf16 *xp = x.ptr<bf16>(), *dyp = dy.ptr<bf16>();
-    auto call = [&] {
+    auto bwd_rows = [&](int64_t rows) {
       if (qk)
         qk_norm_rope_bwd_launch(xp, x.stride, w.ptr<float>(), pos.ptr<int32_t>(), rstd.ptr<float>(),
                                 rstd.stride, dyp, dy.stride, dx.ptr<bf16>(), dx.stride, dw.ptr<float>(), 1.0f,
-                                c.rows, c.heads, c.hd, 1e6f, ws, ws_bytes, b.gpu.stream());
+                                rows, c.heads, c.hd, 1e6f, ws, ws_bytes, b.gpu.stream());
       else
         rmsnorm_bwd_launch(xp, x.stride, w.ptr<float>(), rstd.ptr<float>(), dyp, dy.stride, dx.ptr<bf16>(),
-                           dx.stride, dw.ptr<float>(), c.beta, 1.0f, c.rows, c.cols, ws, ws_bytes, b.gpu.stream());
+                           dx.stride, dw.ptr<float>(), c.beta, 1.0f, rows, c.cols, ws, ws_bytes, b.gpu.stream());
     };
-    // From the same dx and a zero dw, one call: what the checks compare.
-    auto checked_call = [&](std::vector<float>& hdx, std::vector<float>& hdw) {
-      DF_CUDA_CHECK(cudaMemcpyAsync(dx.data, dx0.data, size_t(c.rows * c.cols) * 2, cudaMemcpyDeviceToDevice,
-                                    b.gpu.stream()));
-      DF_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, size_t(wn) * 4, b.gpu.stream()));
-      call();
-      hdx.resize(size_t(c.rows * c.cols));
-      hdw.resize(size_t(wn));
-      b.gpu.download_f32(dx, hdx.data());
-      b.gpu.download_f32(dw, hdw.data());
-    };
-    const double bytes = 2.0 * c.rows * c.cols * (c.beta != 0.0f ? 4 : 3);
-    std::vector<float> dx_path[2], dw_path[2];
-    for (int old = 0; old < 2; ++old) {
-      if (old)
-        setenv("DFLASH_TRAIN_OPS", "old", 1);
-      else
-        unsetenv("DFLASH_TRAIN_OPS");
-      checked_call(dx_path[old], dw_path[old]);
-      char name[112];
-      std::snprintf(name, sizeof(name), "%s%s", c.name, old ? " (old)" : "");
-      row_bytes(name, bytes, b.time_ms(call));
-      const std::vector<double> ks = kernel_times_ms(b, call, 10);
-      if (ks.size() == 3)
-        std::printf("  dx %.3f ms, dw partials %.3f ms, column sum %.3f ms\n", ks[0], ks[1], ks[2]);
-    }
-    unsetenv("DFLASH_TRAIN_OPS");
-    const bool same = std::memcmp(dw_path[0].data(), dw_path[1].data(), size_t(wn) * sizeof(float)) == 0;
-    std::printf("check %-34s %s\n", "dw bits, default == old", same ? "ok" : "FAILED");
-    if (!same) ++b.failures;
-    const PathDiff dxd = path_diff(dx_path[0], dx_path[1]);
-    const bool ok = !dxd.nan && dxd.err <= 1e-2 * dxd.ref;
-    std::printf("check %-34s max|err|/max|ref| = %.2e (tol 1e-02) %s\n", "dx, default vs old",
-                dxd.err / std::max(dxd.ref, 1e-30), ok ? "ok" : "FAILED");
-    if (!ok) ++b.failures;
-    // The training forward on the same rows (y into dx, rstd overwritten), default and old.
-    auto fwd = [&] {
+    auto fwd_rows = [&](int64_t rows) {  // y into dx, rstd overwritten
       if (qk)
         qk_norm_rope_fwd_launch(xp, x.stride, w.ptr<float>(), pos.ptr<int32_t>(), dx.ptr<bf16>(), dx.stride,
-                                rstd.ptr<float>(), rstd.stride, c.rows, c.heads, c.hd, 1e6f, 1e-6f,
+                                rstd.ptr<float>(), rstd.stride, rows, c.heads, c.hd, 1e6f, 1e-6f,
                                 b.gpu.stream());
       else
-        rmsnorm_fwd_launch(xp, x.stride, w.ptr<float>(), dx.ptr<bf16>(), dx.stride, rstd.ptr<float>(), c.rows,
+        rmsnorm_fwd_launch(xp, x.stride, w.ptr<float>(), dx.ptr<bf16>(), dx.stride, rstd.ptr<float>(), rows,
                            c.cols, 1e-6f, b.gpu.stream());
     };
-    std::vector<float> y_path[2];
-    for (int old = 0; old < 2; ++old) {
-      if (old)
-        setenv("DFLASH_TRAIN_OPS", "old", 1);
-      else
-        unsetenv("DFLASH_TRAIN_OPS");
-      fwd();
-      y_path[old].resize(size_t(c.rows * c.cols));
-      b.gpu.download_f32(dx, y_path[old].data());
-      char name[112];
-      std::snprintf(name, sizeof(name), "%s forward%s", qk ? "qk_norm_rope" : "rmsnorm", old ? " (old)" : "");
-      row_bytes(name, 4.0 * c.rows * c.cols, b.time_ms(fwd));
-    }
-    unsetenv("DFLASH_TRAIN_OPS");
-    const PathDiff yd = path_diff(y_path[0], y_path[1]);
-    // QK-norm + RoPE: the same bits; RMSNorm: the sums of squares in another order (a bf16 ulp at most).
-    const bool yok = !yd.nan && yd.err <= (qk ? 0.0 : 1e-2 * yd.ref);
-    std::printf("check %-34s max|err|/max|ref| = %.2e %s\n", "forward y, default vs old",
-                yd.err / std::max(yd.ref, 1e-30), yok ? "ok" : "FAILED");
-    if (!yok) ++b.failures;
+    auto call = [&] { bwd_rows(c.rows); };
+    auto fwd = [&] { fwd_rows(c.rows); };
+    const Tensor hx = b.to_host(x.rows_view(0, n)), hdy = b.to_host(dy.rows_view(0, n)), hw = b.to_host(w);
+    const Tensor hrs_rows = b.to_host(rstd.rows_view(0, n));
+    const Tensor hrs = qk ? hrs_rows : tensor_make(hrs_rows.data, DType::f32, Device::cpu, 1, n);
+    const Tensor hpos = tensor_make(hp.data(), DType::i32, Device::cpu, 1, n);
+    // The backward over the first n rows from dx0 and a zero dw.
+    DF_CUDA_CHECK(cudaMemcpyAsync(dx.data, dx0.data, size_t(c.rows * c.cols) * 2, cudaMemcpyDeviceToDevice,
+                                  b.gpu.stream()));
+    DF_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, size_t(wn) * 4, b.gpu.stream()));
+    bwd_rows(n);
+    Tensor hdx = b.to_host(dx0.rows_view(0, n)), hdw = b.harena.alloc(DType::f32, 1, wn);
+    std::fill_n(hdw.ptr<float>(), wn, 0.0f);
+    if (qk)
+      cpu.qk_norm_rope_bwd(hx, hw, hpos, hrs, hdy, hdx, hdw, c.heads, c.hd, 1e6f, 1.0f);
+    else
+      cpu.rmsnorm_bwd(hx, hw, hrs, hdy, hdx, hdw, c.beta, 1.0f);
+    b.check(qk ? "qk_norm_rope_bwd dx" : "rmsnorm_bwd dx", dx.rows_view(0, n), hdx, 1e-2);
+    b.check(qk ? "qk_norm_rope_bwd dw" : "rmsnorm_bwd dw", dw, hdw, 1e-2);
+    const double bytes = 2.0 * c.rows * c.cols * (c.beta != 0.0f ? 4 : 3);
+    row_bytes(c.name, bytes, b.time_ms(call));
+    const std::vector<double> ks = kernel_times_ms(b, call, 10);
+    if (ks.size() == 3)
+      std::printf("  dx %.3f ms, dw partials %.3f ms, column sum %.3f ms\n", ks[0], ks[1], ks[2]);
+    // The training forward on the same rows.
+    fwd_rows(n);
+    Tensor hy = b.harena.alloc(DType::f32, n, c.cols);
+    Tensor hrs_out = b.harena.alloc(DType::f32, qk ? n : 1, qk ? c.heads : n);
+    if (qk)
+      cpu.qk_norm_rope_fwd(hx, hw, hpos, hy, hrs_out, c.heads, c.hd, 1e6f, 1e-6f);
+    else
+      cpu.rmsnorm_fwd(hx, hw, hy, hrs_out, 1e-6f);
+    b.check(qk ? "qk_norm_rope forward y" : "rmsnorm forward y", dx.rows_view(0, n), hy, 1e-2);
+    b.check(qk ? "qk_norm_rope forward rstd" : "rmsnorm forward rstd",
+            qk ? rstd.rows_view(0, n) : tensor_make(rstd.data, DType::f32, Device::cuda, 1, n), hrs_out, 1e-2);
+    char name[112];
+    std::snprintf(name, sizeof(name), "%s forward", qk ? "qk_norm_rope" : "rmsnorm");
+    row_bytes(name, 4.0 * c.rows * c.cols, b.time_ms(fwd));
+    b.harena.reset(hmark);
     b.arena.reset(mark);
   }
 }
@@ -572,25 +513,10 @@ void bench_train_norms(Bench& b) {
 // call reads from HBM as in a real step (where the layer's weights flush the cache between calls); the N
 // calls go back to back on the stream (no graph: the launches are what a decode step pays), and the per-call
 // time is the event span / N, the median of 10 spans. bw x = time / (bytes / copy bandwidth); the issue's
-// goal is ≤ 2. Each configuration is first checked in full against CpuOps. DFLASH_DECODE=general rows time
-// the old warp-per-item kernels in the same process, DFLASH_DECODE=slice32 rows the DeltaNet's 32-column
-// slice kernel, DFLASH_SPLIT_ROWS=48 ("rows48") rows the split-KV attention with one CTA per 48 query rows
-// (two row groups at the 27B shape's T 16: smaller fp32 partials, each chunk's keys read twice, the second
-// time from L2), and DFLASH_SPLIT_T16=old ("t16old") rows it with one warp a row tile instead of the verify
-// step's pairs of warps and =pairs ("t16pairs") with pairs at hd 128 too (the default keeps them to hd 256;
-// every mode runs the same kernel wherever a step has fewer than 3 tiles, as at T 1), and
-// DFLASH_SPLIT_PLAN=halve ("halve") rows it with the key slices halved until two stages fit (the plan before
-// the fewest stages, then keys, a chunk: 8 slices at hd 128, T 1), and DFLASH_SPLIT_WK=16 ("wk16") with the
-// pairs path's warps at 16 keys a stage instead of 32, DFLASH_SPLIT_SLICES=8 / 2 / 4 / 6 / 16 ("slices8" ...)
-// with that many key slices where they fit the warps (else the plan's count), DFLASH_SPLIT_TR=0 ("tr0") short
-// steps on the m16-tile kernel instead of the transposed one, DFLASH_SPLIT_TRWARPS=1 / 4 ("trwarps1",
-// "trwarps4") the transposed kernel with one warp or four a key slice instead of a pair,
-// DFLASH_SPLIT_COPY=step
-// ("copystep", with four warps a slice "trwarps4 copystep") its stage copies stepping by rows, and
-// DFLASH_SPLIT_MERGE=wide ("mergewide") the merge in blocks of 128 columns. [graph] rows replay the default
-// rows' calls from a CUDA graph (decode_graph_us): the GPU's time alone, without the host's launch cost.
-// DF_BENCH_DECODE_REVERSE=1 runs the modes in reverse order: the machine can slow down for stretches of a
-// run, so a row is compared across passes.
+// goal is ≤ 2. Each configuration is first checked in full against CpuOps. [general] rows time the general
+// warp-per-item kernels (the registry's decode=general: the path of shapes and devices the fast kernels do
+// not take) in the same process. [graph] rows replay the default rows' calls from a CUDA graph
+// (decode_graph_us): the GPU's time alone, without the host's launch cost.
 struct DecodeRow {
   std::string name;
   double bytes = 0, us = 0;
@@ -639,14 +565,23 @@ void decode_print(const DecodeRow& r, double copy_gbs) {
               r.bytes / 1e6, r.us, gbs, 100.0 * gbs / copy_gbs, ratio, ratio <= 2.0 ? "PASS" : "FAIL (> 2x)");
 }
 
-// The split plan a call of attention_cached takes on this device under the switches set now, as a row's tag:
-// {tr 4x2w 2st/64k 33ch} = the transposed kernel, 4 key slices of 2 warps, 2 stages of 64 keys a chunk, 33
-// chunks a kv head; {m16 6t 2w 1sl ...} = the m16-tile kernel, 6 row tiles of 2 warps, 1 key slice. So a row
-// says which launch it timed (a switch the plan cannot honour leaves the plan's own choice).
+// Decoding on the general kernels (the registry's decode=general) or on the device's own choice, from now on.
+void decode_general_set(bool general) {
+  KernelVariants v = kernel_variants();
+  v.decode_general = general;
+  kernel_variants_set(v);
+}
+
+// The kernels a call of attention_cached takes on this device (aligned rows), as a row's tag: {tr 4x2w
+// 2st/64k 33ch} = the transposed kernel, 4 key slices of 2 warps, 2 stages of 64 keys a chunk, 33 chunks a kv
+// head; {m16 6t 2w 1sl ...} = the m16-tile kernel, 6 row tiles of 2 warps, 1 key slice. So a row says which
+// launch it timed.
 std::string decode_plan_tag(int64_t T, int64_t past, int hq, int hkv, int hd) {
-  if (env_is("DFLASH_DECODE", "general")) return " {general}";
-  const SplitPlan p = attention_split_plan_here(T, past, hq, hkv, hd);
-  if (!p.fits) return " {general: no split plan fits}";
+  if (kernel_variants().decode_general) return " {general}";
+  const DecodeAttnChoice c =
+      decode_attention_choose(device_caps(), kernel_variants(), T, past, hq, hkv, hd, true);
+  if (c.kernel == DecodeAttnKernel::general) return " {general: no split plan fits}";
+  const SplitPlan& p = c.plan;
   char tag[96];
   const int stage_keys = p.slices * p.wk;
   if (p.tr)
@@ -677,54 +612,24 @@ void bench_decode_attention(Bench& b, const char* shape, int64_t T, int64_t past
     b.gpu.attention_cached(s.q, s.k, s.v, s.o, past, hq, hkv, hd, scale, gated ? &s.g : nullptr);
   };
   Tensor ho = b.harena.alloc(DType::f32, T, qc), hg = b.to_host(S[0].g);
-  b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd, scale,
-                         gated ? &hg : nullptr);
+  b.cpu.attention_cached(b.to_host(S[0].q), b.to_host(S[0].k), b.to_host(S[0].v), ho, past, hq, hkv, hd,
+                         scale, gated ? &hg : nullptr);
   char name[192];
-  // Each setting alone, every other switch unset: split_plan's choice, 48 rows a CTA, the general kernel, one
-  // warp a tile (no pairs), pairs at hd 128 too, the key slices halved until two stages fit, the pairs path's
-  // warps at 16 keys a stage, 8 / 2 key slices.
-  struct Mode {
-    const char *var, *value, *tag, *var2 = "", *value2 = "";
-  };
-  const Mode modes[] = {{"", "", ""},
-                        {"DFLASH_SPLIT_ROWS", "48", " [rows48]"},
-                        {"DFLASH_DECODE", "general", " [general]"},
-                        {"DFLASH_SPLIT_T16", "old", " [t16old]"},
-                        {"DFLASH_SPLIT_T16", "pairs", " [t16pairs]"},
-                        {"DFLASH_SPLIT_PLAN", "halve", " [halve]"},
-                        {"DFLASH_SPLIT_WK", "16", " [wk16]"},
-                        {"DFLASH_SPLIT_SLICES", "8", " [slices8]"},
-                        {"DFLASH_SPLIT_SLICES", "2", " [slices2]"},
-                        {"DFLASH_SPLIT_SLICES", "4", " [slices4]"},
-                        {"DFLASH_SPLIT_SLICES", "6", " [slices6]"},
-                        {"DFLASH_SPLIT_SLICES", "16", " [slices16]"},
-                        {"DFLASH_SPLIT_TR", "0", " [tr0]"},
-                        {"DFLASH_SPLIT_TRWARPS", "1", " [trwarps1]"},
-                        {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4]"},
-                        {"DFLASH_SPLIT_COPY", "step", " [copystep]"},
-                        {"DFLASH_SPLIT_MERGE", "wide", " [mergewide]"},
-                        {"DFLASH_SPLIT_TRWARPS", "4", " [trwarps4 copystep]", "DFLASH_SPLIT_COPY", "step"}};
-  // DF_BENCH_DECODE_REVERSE=1 times the modes in reverse order: the machine can slow down for stretches of a
-  // run (session 24), so a row that differs in one pass only is the machine, not the mode.
-  std::vector<Mode> order(std::begin(modes), std::end(modes));
-  if (env_is("DF_BENCH_DECODE_REVERSE", "1")) std::reverse(order.begin(), order.end());
-  for (const Mode& mode : order) {
-    for (const char* v : kDecodeSplitVars) unsetenv(v);
-    if (*mode.var) setenv(mode.var, mode.value, 1);
-    if (*mode.var2) setenv(mode.var2, mode.value2, 1);
+  for (bool general : {false, true}) {
+    decode_general_set(general);
     std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld%s%s", shape, (long long)T,
-                  (long long)past, mode.tag, decode_plan_tag(T, past, hq, hkv, hd).c_str());
+                  (long long)past, general ? " [general]" : "", decode_plan_tag(T, past, hq, hkv, hd).c_str());
     call(0);
     b.check(name, S[0].o, ho, 1e-2);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
-    if (!*mode.var) {  // split_plan's choice once more, its launches replayed from a graph
+    if (!general) {  // the plan's launches once more, replayed from a graph
       std::snprintf(name, sizeof name, "attention_cached %s T %lld past %lld [graph]", shape, (long long)T,
                     (long long)past);
       const double us = decode_graph_us(b, sets, call);
       if (us > 0) rows.push_back({name, bytes, us});
     }
   }
-  for (const char* v : kDecodeSplitVars) unsetenv(v);
+  decode_general_set(false);
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }
@@ -751,22 +656,22 @@ void bench_decode_gdn(Bench& b, int64_t T, int l2_bytes, std::vector<DecodeRow>&
   b.cpu.gdn_decode(b.to_host(S[0].qkv), b.to_host(S[0].a), b.to_host(S[0].bb), b.to_host(A_log), b.to_host(dt),
                    ho, b.to_host(S[0].st), hs, s);
   char name[128];
-  for (const char* mode : {"", "slice32", "general"}) {
-    if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
-    std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s%s%s", (long long)T,
-                  (long long)T, *mode ? " [" : "", mode, *mode ? "]" : "");
+  for (bool general : {false, true}) {
+    decode_general_set(general);
+    std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved)%s", (long long)T,
+                  (long long)T, general ? " [general]" : "");
     call(0);
     b.check((std::string(name) + " out").c_str(), S[0].o, ho, 1e-2);
     b.check((std::string(name) + " states").c_str(), S[0].sts, hs, 1e-4);
     rows.push_back({name, bytes, decode_time_us(b, sets, call)});
-    if (!*mode) {
+    if (!general) {
       std::snprintf(name, sizeof name, "gdn_decode 27B 16/48 x 128 T %lld (%lld saved) [graph]", (long long)T,
                     (long long)T);
       const double us = decode_graph_us(b, sets, call);
       if (us > 0) rows.push_back({name, bytes, us});
     }
   }
-  unsetenv("DFLASH_DECODE");
+  decode_general_set(false);
   b.arena.reset(mark);
   b.harena.reset(hmark);
 }
@@ -801,8 +706,7 @@ void bench_decode(Bench& b, int64_t only_T) {
 }
 
 // Gated DeltaNet prefill at the 27B shape (16 key / 48 value heads, dk = dv = 128) over the batch, checked on
-// the first ns tokens against CpuOps, then timed; each with the chunk kernel per key head (default) and per
-// value head ([vhead] rows, DFLASH_GDN_CHUNK=vhead), whose outputs on those tokens must be the same bits.
+// the first ns tokens against CpuOps, then timed.
 void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, int64_t ns) {
   const int64_t T = seqs.tokens;
   size_t mark = b.arena.mark();
@@ -812,26 +716,6 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   Tensor bb = b.rand(DType::bf16, T, s.nv, -3, 3), A_log = b.rand(DType::f32, 1, s.nv, -2, 1);
   Tensor dt = b.rand(DType::f32, 1, s.nv, -1, 1), o = b.arena.alloc(DType::bf16, T, int64_t(s.nv) * s.dv);
   Tensor ws = b.arena.alloc(DType::u8, 1, b.gpu.gdn_workspace_bytes(T, s));
-  // The chunk kernel's two forms, set alone in the environment, and the first ns output rows each left.
-  struct Form {
-    const char* value;
-    const char* tag;
-  };
-  const Form forms[] = {{"", ""}, {"vhead", " [vhead]"}};
-  auto set_form = [](const Form& f) {
-    if (*f.value)
-      setenv("DFLASH_GDN_CHUNK", f.value, 1);
-    else
-      unsetenv("DFLASH_GDN_CHUNK");
-  };
-  auto same_bits = [&](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
-    size_t differ = 0;
-    for (size_t i = 0; i < x.size(); ++i) differ += std::isnan(x[i]) || x[i] != y[i];
-    std::printf("check %-34s %zu of %zu elements differ from the default form's %s\n", what, differ, x.size(),
-                differ ? "FAILED" : "ok");
-    if (differ) ++b.failures;
-  };
-  std::vector<std::vector<float>> first(std::size(forms));
   size_t hm = b.harena.mark();
   Tensor ho = b.harena.alloc(DType::f32, ns, int64_t(s.nv) * s.dv);
   b.cpu.gdn_prefill(b.to_host(qkv.rows_view(0, ns)), b.to_host(a.rows_view(0, ns)),
@@ -841,27 +725,17 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   const double C = 64, d = 128;
   double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
   double flops = per_chunk * (T / C) * s.nv;
-  char name[96];
-  for (size_t f = 0; f < std::size(forms); ++f) {
-    set_form(forms[f]);
-    b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
-    std::snprintf(name, sizeof name, "gdn_prefill 16/48 128%s", forms[f].tag);
-    b.check(name, o.rows_view(0, ns), ho, 2e-2);
-    first[f].resize(size_t(ns * o.cols));
-    b.gpu.download_f32(o.rows_view(0, ns), first[f].data());
-    if (f) same_bits(name, first[f], first[0]);
-    double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
-    std::snprintf(name, sizeof name, "gdn_prefill 16/48 dk=dv=128 (bf16 mma)%s", forms[f].tag);
-    row_flops(name, flops, ms);
-    row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2,
-              ms);
-  }
+  b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
+  b.check("gdn_prefill 16/48 128", o.rows_view(0, ns), ho, 2e-2);
+  double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
+  row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
+  row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
   b.harena.reset(hm);
 
   // The whole mixer as the forward runs it (target_forward.cpp layer_linear): x, z, b and a are column views of
   // the fused projection [T, qkv 10240 | z 6144 | b 48 | a 48], out is the first 6144 columns of the conv
-  // buffer. Fused unless DFLASH_GDN_FUSE=0 (then conv1d_silu, gdn_prefill and gated_rmsnorm one after another)
-  // or =conv (the conv fused, the gated norm its own kernel).
+  // buffer; fused (the conv in the chunk kernel, the gated norm in the state kernel), then for comparison
+  // conv1d_silu, gdn_prefill and gated_rmsnorm one after another.
   const int64_t vdim = int64_t(s.nv) * s.dv;
   Tensor proj = b.rand(DType::bf16, T, cols + vdim + 2 * s.nv, -2, 2);
   GdnWeights w{b.rand(DType::f32, cols, 4, -0.5f, 0.5f), A_log, dt, b.rand(DType::f32, 1, s.dv, 0.5f, 1.5f), 1e-6f};
@@ -875,25 +749,22 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   b.cpu.gdn_mixer(b.to_host(x.rows_view(0, ns)), b.to_host(z.rows_view(0, ns)),
                   b.to_host(pa.rows_view(0, ns)), b.to_host(pb.rows_view(0, ns)), hw, hy, hseqs, s, Tensor{},
                   hc, hmid);
-  const std::string fuse = std::getenv("DFLASH_GDN_FUSE") ? std::getenv("DFLASH_GDN_FUSE") : "";
-  for (size_t f = 0; f < std::size(forms); ++f) {
-    set_form(forms[f]);
-    b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o);
-    std::snprintf(name, sizeof name, "gdn_mixer 16/48 128%s", forms[f].tag);
-    b.check(name, y.rows_view(0, ns), hy, 5e-2);
-    first[f].resize(size_t(ns * vdim));
-    b.gpu.download_f32(y.rows_view(0, ns), first[f].data());
-    if (f) same_bits(name, first[f], first[0]);
-    double ms = b.time_ms([&] { b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o); }, 5);
-    std::snprintf(name, sizeof name, "%s%s",
-                  fuse == "0"      ? "gdn_mixer 16/48 128, 3 kernels (FUSE=0)"
-                  : fuse == "conv" ? "gdn_mixer 16/48 128, conv fused (FUSE=conv)"
-                                   : "gdn_mixer 16/48 128, conv + norm fused",
-                  forms[f].tag);
-    row_flops(name, flops, ms);
+  auto fused = [&] { b.gpu.gdn_mixer(x, z, pa, pb, w, y, seqs, s, ws, conv, o); };
+  auto three = [&] {
+    b.gpu.conv1d_silu(x, w.conv_w, conv, seqs);
+    b.gpu.gdn_prefill(conv, pa, pb, A_log, dt, o, seqs, s, ws);
+    b.gpu.gated_rmsnorm(o, z, w.norm_w, y, s.nv, s.dv, w.eps);
+  };
+  for (const auto& [form, name] : {std::pair<std::function<void()>, const char*>{fused, "conv + norm fused"},
+                                   {three, "3 kernels"}}) {
+    form();
+    char label[96];
+    std::snprintf(label, sizeof label, "gdn_mixer 16/48 128, %s", name);
+    b.check(label, y.rows_view(0, ns), hy, 5e-2);
+    ms = b.time_ms(form, 5);
+    row_flops(label, flops, ms);
     row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2, ms);
   }
-  unsetenv("DFLASH_GDN_CHUNK");
   b.harena.reset(hm2);
   b.arena.reset(mark);
 }
@@ -938,27 +809,15 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
     c = b.arena.alloc(DType::bf16, n, n);
   }
-  // The six launches where the wgmma kernel runs (item order: a tile's heads together or a head's tiles;
-  // one CTA an SM in zigzag rounds, one an item, or one an SM on the dynamic schedule), each set by its
-  // variables and checked before it is timed; the default (dynamic, each head's tiles) is one of them.
-  // Elsewhere the portable kernel, once.
-  struct Launch {
-    bool heads, persist, dynamic;
-    const char* tag;
-  };
-  const std::vector<Launch> launches =
-      wgmma_available() ? std::vector<Launch>{{true, true, false, " [heads first, persistent]"},
-                                              {false, true, false, " [tiles, persistent]"},
-                                              {true, false, false, " [heads first, one CTA an item]"},
-                                              {false, false, false, " [tiles, one CTA an item]"},
-                                              {true, true, true, " [heads first, dynamic]"},
-                                              {false, true, true, " [tiles, dynamic]"}}
-                        : std::vector<Launch>{{false, false, false, ""}};
-  for (const Launch& la : launches) {
-    setenv("DFLASH_ATTN_ORDER", la.heads ? "heads" : "tiles", 1);
-    setenv("DFLASH_ATTN_PERSIST", la.persist ? "1" : "0", 1);
-    setenv("DFLASH_ATTN_SCHED", la.dynamic ? "dynamic" : "zigzag", 1);
-    const char* tag = la.tag;
+  // The default kernel and, where that is the wgmma one, the portable kernel forced through the registry
+  // (the one every other GPU runs), each checked before it is timed.
+  const KernelVariants saved = kernel_variants();
+  const bool sm90 = device_caps().wgmma && !saved.attention_portable;
+  for (const bool portable : sm90 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+    KernelVariants forced = saved;
+    forced.attention_portable = portable;
+    kernel_variants_set(forced);
+    const char* tag = portable ? " [portable]" : "";
     DF_CUDA_CHECK(
         cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * dtype_size(o.dtype), b.gpu.stream()));
     run();
@@ -981,9 +840,7 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     std::snprintf(name, sizeof name, "attention causal %s%s", label, tag);
     row_flops(name, flops, ms);
   }
-  unsetenv("DFLASH_ATTN_ORDER");
-  unsetenv("DFLASH_ATTN_PERSIST");
-  unsetenv("DFLASH_ATTN_SCHED");
+  kernel_variants_set(saved);
   b.arena.reset(mark);
 }
 
@@ -1039,8 +896,7 @@ int main(int argc, char** argv) {
       return b.failures ? 1 : 0;
     }
     if (argc > 1 && std::string(argv[1]) == "lm") {  // the lm_head loss alone; `lm H V`: another shape
-      bench_lm_head_loss(b, argc > 2 ? std::atoll(argv[2]) : H, argc > 3 ? std::atoll(argv[3]) : 248320,
-                         true);
+      bench_lm_head_loss(b, argc > 2 ? std::atoll(argv[2]) : H, argc > 3 ? std::atoll(argv[3]) : 248320);
       std::printf("bench_kernels lm: %s\n",
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");
       return b.failures ? 1 : 0;

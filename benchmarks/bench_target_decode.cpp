@@ -3,10 +3,9 @@
 // TargetDecoder exactly as eval runs it (step, the 16 logits rows read back for the argmax, commit), set
 // against the bytes the step must move and the copy bandwidth measured in the same run. Checked first: the
 // verify step's logits against one step over all 4112 tokens from empty caches on the general decode kernels
-// (DFLASH_DECODE=general), anchored to how far two correct paths differ (the check below), so a wrong split-KV
-// or DeltaNet slice kernel, cache offset or state hand-over fails the run. DFLASH_DECODE=general rows then time
-// the same step on those old kernels.
-// Plain main(): the GPU machine has no Google Benchmark. Arguments: none.
+// (the registry's decode=general), anchored to how far two correct paths differ (the check below), so a wrong
+// split-KV or DeltaNet slice kernel, cache offset or state hand-over fails the run. [general] rows then time
+// the same step on those kernels. Plain main(): the GPU machine has no Google Benchmark. Arguments: none.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 
 #include "benchmarks/cuda_timing.h"
 #include "benchmarks/target_configs.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/primitives/cuda_check.cuh"
 #include "model/drafter.h"
 #include "model/target.h"
@@ -82,8 +82,9 @@ double step_bytes(const TargetModel& m, int64_t past, int64_t T) {
   return b;
 }
 
-// Median and minimum seconds of kSteps verify steps (step + synchronize), and of the logits read-back, with the
-// decode kernels DFLASH_DECODE selects. Each step commits its first token, as a step whose drafts all missed.
+// Median and minimum seconds of kSteps verify steps (step + synchronize), and of the logits read-back, with
+// the decode kernels the registry selects now. Each step commits its first token, as a step whose drafts all
+// missed.
 struct StepTimes {
   double step_med = 0, step_min = 0, readback_med = 0;
 };
@@ -128,10 +129,14 @@ int main() {
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 2654435761ull) % uint64_t(cfg.vocab));
     for (size_t i = 0; i < block.size(); ++i) block[i] = int32_t((i * 40503ull + 7) % uint64_t(cfg.vocab));
 
+    // The registry's variants with decoding on the device's own kernels and on the general ones.
+    KernelVariants fast_kernels = kernel_variants(), general_kernels = fast_kernels;
+    fast_kernels.decode_general = false;
+    general_kernels.decode_general = true;
     // The check: the block verified after the prompt on the fast kernels, the same on the general kernels, and
     // prompt + block in one step from empty caches on the general kernels (the anchor above).
     auto verify_logits = [&](bool general) {
-      if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+      kernel_variants_set(general ? general_kernels : fast_kernels);
       dec.reset();
       dec.step(prompt);
       dec.commit(kPrompt);
@@ -144,7 +149,7 @@ int main() {
     all.insert(all.end(), block.begin(), block.end());
     dec.step(all);
     const std::vector<float> one_step = dec.logits_host();
-    unsetenv("DFLASH_DECODE");
+    kernel_variants_set(fast_kernels);
     const double err = rel_rms(fast, general), anchor = rel_rms(general, one_step);
     const bool ok = err <= kAnchorFactor * anchor;
     std::printf("check: verify-step logits, fast vs general decode kernels: rel-RMS %.3e; bound: general verify "
@@ -160,7 +165,7 @@ int main() {
                 "host for the argmax\n",
                 copy_bps / 1e9, (long long)kBlock, (long long)kSteps, (long long)kBlock);
     for (bool general : {false, true}) {
-      if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+      kernel_variants_set(general ? general_kernels : fast_kernels);
       dec.reset();
       dec.step(prompt);
       dec.commit(kPrompt);
@@ -173,7 +178,7 @@ int main() {
                   t.step_min * 1e3, bytes / t.step_med / 1e9, 100.0 * ideal / t.step_med, t.step_med / ideal,
                   t.readback_med * 1e3);
     }
-    unsetenv("DFLASH_DECODE");
+    kernel_variants_set(fast_kernels);
     size_t free_b = 0, total_b = 0;
     DF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     std::printf("memory: model %.1f GB; device used %.1f of %.1f GB\n", model->block_bytes / 1e9,

@@ -141,15 +141,11 @@ class TimedOps final : public Ops {
                    const Tensor& o, const SeqLayout& s, const GdnShape& sh, const Tensor& ws) override {
     timed("gdn_prefill", [&] { g_.gdn_prefill(qkv, a, b, A_log, dt, o, s, sh, ws); });
   }
-  // The DeltaNet mixer: one row when CudaOps fuses it (DFLASH_GDN_FUSE=conv included); under DFLASH_GDN_FUSE=0
-  // (CudaOps then runs the three ops one after the other) the base class's sequence of the same three ops, so
-  // each gets its own row.
+  // The DeltaNet mixer: one row (CudaOps fuses it where the shape allows).
   void gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const Tensor& b, const GdnWeights& w,
                  const Tensor& o, const SeqLayout& s, const GdnShape& sh, const Tensor& ws, const Tensor& conv,
                  const Tensor& mid) override {
-    const char* fuse = std::getenv("DFLASH_GDN_FUSE");
-    if (fuse && std::strcmp(fuse, "0") == 0) return Ops::gdn_mixer(x, z, a, b, w, o, s, sh, ws, conv, mid);
-    timed("gdn_mixer (fused)", [&] { g_.gdn_mixer(x, z, a, b, w, o, s, sh, ws, conv, mid); });
+    timed("gdn_mixer", [&] { g_.gdn_mixer(x, z, a, b, w, o, s, sh, ws, conv, mid); });
   }
   int64_t gdn_workspace_bytes(int64_t tokens, const GdnShape& sh) const override {
     return g_.gdn_workspace_bytes(tokens, sh);

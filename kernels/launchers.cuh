@@ -54,10 +54,7 @@ void swiglu_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld
                    int64_t rows, int64_t cols, cudaStream_t stream);
 // The training ops below (swiglu_bwd, scale_rows, add_gaussian_noise, fill) run 16-byte accesses where the
 // view allows (columns and row strides whole 16-byte chunks, addresses 16-byte aligned) and one element per
-// thread otherwise, with the same bits. train_ops_old(), DFLASH_TRAIN_OPS=old (read per call): one element per
-// thread everywhere, CudaTrainOps::gemm_add copies its addend into out and adds in place, and the RMSNorm and
-// QK-norm + RoPE backwards and training forwards run their first kernels (for A/B timing).
-bool train_ops_old();
+// thread otherwise, with the same bits.
 // Training SwiGLU backward of out = silu(gate)·up: dgate = dout·up·σ(g)·(1 + g·(1 − σ(g))), dup =
 // dout·silu(g), fp32 inside, each output rounded to bf16 once.
 void swiglu_bwd_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_t ld_up, const bf16* dout,
@@ -198,16 +195,11 @@ void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t l
                        cudaStream_t stream);
 
 // ---- attention_sm90.cu --------------------------------------------------------------------------------
-// True when this build has sm_90a code and the current GPU is compute capability 9.0 (read once per device):
-// the wgmma kernels (this file's attention, the DFlash attention backward) can run.
-bool wgmma_available();
-
-// The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, when the build has no
-// sm_90a code, the GPU is not compute capability 9.0, the shape or alignment does not fit, scale <= 0, or
-// DFLASH_ATTN=mma asks for the portable kernel; attention_causal_launch calls it first. gate: nullptr or a
-// bf16-pair-readable gate view (4-byte aligned, even ld_gate) applied in the epilogue. A/B switches, read
-// once: DFLASH_ATTN_PINGPONG=0 (consumer warpgroups not taking turns at the tensor cores),
-// DFLASH_ATTN_RESCALE=always (O rescaled at every growth of a row's max, not lazily).
+// The same attention on Hopper wgmma for hd 128 and 256. Returns false, doing nothing, where
+// attention_kernel_choose (kernels/dispatch/dispatch.h) picks the portable kernel: no wgmma or TMA on the
+// device, a shape or alignment that does not fit, scale <= 0, or the registry's attention=portable;
+// attention_causal_launch calls it first. gate: nullptr or a bf16-pair-readable gate view (4-byte aligned,
+// even ld_gate) applied in the epilogue.
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
                                   const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq, int hkv,
@@ -232,10 +224,9 @@ void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
 // before the causal conv (conv_w [x cols, conv_k]), z [T, nv·dv] the norm's gate, a/b as above; out [T, nv·dv] =
 // gated_rmsnorm(gdn_prefill(conv1d_silu(x)), z). Fused (the conv in the chunk kernel, the norm in the state
 // kernel's epilogue) where conv_k is 4 and the layout allows; then only conv's last 2·nk·dk columns are
-// written (the conv'd q | k rows), so out may be conv's first nv·dv columns. Otherwise, or with
-// DFLASH_GDN_FUSE=0, the three separate launchers run with conv [T, x cols] and o [T, nv·dv] as their
-// intermediates (out may again be conv's first columns, not o); DFLASH_GDN_FUSE=conv fuses the conv only and
-// runs the gated norm from o. ws as for gdn_prefill_launch.
+// written (the conv'd q | k rows), so out may be conv's first nv·dv columns. Otherwise the three separate
+// launchers run with conv [T, x cols] and o [T, nv·dv] as their intermediates (out may again be conv's first
+// columns, not o). ws as for gdn_prefill_launch.
 void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv_k, const bf16* z, int64_t ld_z,
                       const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b, const float* A_log,
                       const float* dt_bias, const float* norm_w, float eps, bf16* out, int64_t ld_out,

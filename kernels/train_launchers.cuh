@@ -32,7 +32,7 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
                                  const DFlashAttnDims& d, void* ws, size_t ws_bytes, cudaStream_t stream);
 
 // How dflash_attention_bwd_launch runs a call of dims d whose pointers and strides allow 16-byte copies
-// (aligned) under the environment switches as they are now: whether the dk/dv pass runs before the dq pass
+// (aligned) on the current device: whether the dk/dv pass runs before the dq pass
 // (which then fills its tail), and whether the dq pass writes the own rows' dk and dv (the dk/dv pass then
 // covers rows [0, T) only). The launch asks this same function; the kernel bench uses it to name each pass.
 struct DFlashBwdPlan {

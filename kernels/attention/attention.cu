@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/primitives/device_math.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/mma.cuh"
@@ -141,8 +142,7 @@ static void attention_causal_run(const bf16* q, int64_t ld_q, const bf16* k, int
                                  cudaStream_t stream) {
   constexpr int kRows = AttnCfg<HD>::kRows;
   size_t smem = sizeof(bf16) * (size_t)(kRows + 2 * kAttnKeys) * (HD + 8);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(attention_causal_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(attention_causal_kernel<HD>), smem, "attention_causal_kernel");
   dim3 grid((max_len + kRows - 1) / kRows, num_seqs, hq);
   attention_causal_kernel<HD><<<grid, AttnCfg<HD>::kThreads, smem, stream>>>(
       q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, hq, hkv, hd, scale * 1.4426950408889634f);

@@ -11,14 +11,13 @@
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <queue>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/primitives/device_math.cuh"
-#include "kernels/primitives/env_switch.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/tma.cuh"
@@ -65,26 +64,15 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) 
   return static_cast<uint64_t>(hi) << 32 | lo;
 }
 
-template <int KEYS>
-__device__ __forceinline__ void wgmma_qk(float (&s)[KEYS / 2], uint64_t desc_q, uint64_t desc_k,
-                                         int accumulate) {
-  if constexpr (KEYS == 64)
-    wgmma_m64n64k16_ss(s, desc_q, desc_k, accumulate);
-  else if constexpr (KEYS == 80)
-    wgmma_m64n80k16_ss(s, desc_q, desc_k, accumulate);
-  else
-    wgmma_m64n128k16_ss(s, desc_q, desc_k, accumulate);
-}
-
-// DYN: the dynamic schedule (next_item), a kernel of its own so that the static one's code stays as it was.
+// DYN: the dynamic schedule (next_item); the static one (zigzag rounds) serves launches captured into a graph
+// before their stream has a counter (item_counter).
 template <int HD, int KEYS, int STAGES, bool DYN>
 __global__ void __launch_bounds__(384, 1)
     attention_causal_ws_kernel(const __grid_constant__ CUtensorMap tm_q,
                                const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_v, bf16* out, int64_t ld_out,
                                const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv,
-                               float scale_log2, float rescale_slack, int pingpong, int heads_first,
-                               int tiles, int items, int zigzag, int* next_item) {
+                               float scale_log2, int heads_first, int tiles, int items, int* next_item) {
 #ifdef DF_WGMMA_BODY
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
   constexpr int kKv = Cfg::kKvBytes;
@@ -104,18 +92,17 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t empty_q = bar_q + 8 + 32 * STAGES;
   volatile int* item_slot = reinterpret_cast<volatile int*>(base + Cfg::kBarOffset + 16 + 32 * STAGES);
 
-  // Work items in launch order: a sequence's query tiles from the longest (most causal work), each tile's
-  // heads one after another when heads_first (item = (seq · tiles + tile) · hq + head), else each head's
-  // tiles (item = (seq · hq + head) · tiles + tile). A CTA takes items blockIdx.x, + gridDim.x, ...: one item
-  // when the grid has one CTA per item; on the persistent grid (one CTA an SM) rounds of gridDim.x items,
-  // every other round in reverse (zigzag), so that the CTA that took a round's longest item takes the next
-  // round's shortest. Both roles walk the same items and count the key tiles and the items with rows they
-  // have passed (kt, qi): the stage ring and the Q buffer carry on from item to item, and the producer
-  // loads the next item's Q and first tiles while the consumers finish and store the last one.
-  // Dynamic schedule (next_item, a zeroed counter): CTA b takes item b first, then the producer takes the
-  // next one in launch order with an atomic add (list scheduling, as one CTA an item gets from the hardware,
-  // without the start and end of a CTA per item) and hands it to the consumers in item_slot, written before
-  // the Q barrier's arrival (release) and read after its wait (acquire); −1 ends the walk.
+  // Work items in launch order: a sequence's query tiles from the longest (most causal work), each tile's heads one
+  // after another when heads_first (item = (seq · tiles + tile) · hq + head), else each head's tiles (item = (seq · hq
+  // + head) · tiles + tile). The grid has one CTA an SM; a CTA takes items blockIdx.x, + gridDim.x, ...: rounds of
+  // gridDim.x items, every other round in reverse (zigzag), so that the CTA that took a round's longest item takes the
+  // next round's shortest. Both roles walk the same items and count the key tiles and the items with rows they have
+  // passed (kt, qi): the stage ring and the Q buffer carry on from item to item, and the producer loads the next item's
+  // Q and first tiles while the consumers finish and store the last one. Dynamic schedule (next_item, a zeroed
+  // counter): CTA b takes item b first, then the producer takes the next one in launch order with an atomic add (list
+  // scheduling, as one CTA an item gets from the hardware, without the start and end of a CTA per item) and hands it to
+  // the consumers in item_slot, written before the Q barrier's arrival (release) and read after its wait (acquire); −1
+  // ends the walk.
   struct Item {
     int head, seq, start, len, q0, ntiles;
   };
@@ -130,7 +117,7 @@ __global__ void __launch_bounds__(384, 1)
     return w;
   };
   auto item_of_round = [&](int r) {
-    return r * int(gridDim.x) + (zigzag && (r & 1) ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x));
+    return r * int(gridDim.x) + (r & 1 ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x));
   };
   const int rounds = (items + int(gridDim.x) - 1) / int(gridDim.x);
 
@@ -148,9 +135,8 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
 
   // Producer: one thread issues every copy; a stage's K or V is refilled once both consumers released that
-  // half of the tile STAGES before (parity of that round). (K and V from two threads, so that a wait for V_j
-  // does not hold back K_{j+1}, measured the same on the H200: 2.490 / 1.866 ms against 2.485 / 1.856 ms,
-  // session 14.)
+  // half of the tile STAGES before (parity of that round). (Issuing K and V from two threads, so that a wait
+  // for V_j does not hold back K_{j+1}, runs no faster.)
   if (threadIdx.x < 128) {
     regs_release<Cfg::kProducerRegs>();
     if (threadIdx.x != 0) return;
@@ -207,11 +193,9 @@ __global__ void __launch_bounds__(384, 1)
   // not passing on its last, so every barrier phase gets exactly one wait (128 threads) and one arrival
   // (128); consumer 1 lets consumer 0 go first at each item's start.
   int turns = 0, turn = 0;
-  auto turn_begin = [&] {
-    if (pingpong) named_bar_sync(1 + cw, 256);
-  };
+  auto turn_begin = [&] { named_bar_sync(1 + cw, 256); };
   auto turn_end = [&] {
-    if (pingpong && (cw == 0 || turn + 1 < turns)) named_bar_arrive(2 - cw, 256);
+    if (cw == 0 || turn + 1 < turns) named_bar_arrive(2 - cw, 256);
     ++turn;
   };
 
@@ -237,7 +221,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
       const int in_block = (kk & 3) * 32;
-      wgmma_qk<KEYS>(s, desc_advance(desc_q, (kk >> 2) * (64 * 128) + in_block),
+      wgmma_ss<KEYS>(s, desc_advance(desc_q, (kk >> 2) * (64 * 128) + in_block),
                      desc_advance(desc_k, (kk >> 2) * (KEYS * 128) + in_block), kk > 0);
     }
   };
@@ -247,10 +231,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint64_t desc_v = wgmma_desc(base + k_off(st) + kKv, KEYS * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) {
-      if constexpr (HD == 256)
-        wgmma_m64n256k16_rs_tb(o, p[kk], desc_advance(desc_v, kk * 2048));
-      else
-        wgmma_m64n128k16_rs_tb(o, p[kk], desc_advance(desc_v, kk * 2048));
+      wgmma_rs_tb<HD>(o, p[kk], desc_advance(desc_v, kk * 2048));
     }
   };
   auto fence_p = [&] {
@@ -265,14 +246,14 @@ __global__ void __launch_bounds__(384, 1)
   //
   // Lazy rescaling: m is the reference the exponents are taken against, not necessarily the running max. A
   // warp moves its rows' m up to their running max (O and l then take corr = 2^(m_old − m_new)) only when
-  // some row's scaled tile max passes its m by more than rescale_slack; the vote keeps the rows of a warp
+  // some row's scaled tile max passes its m by more than kSlack (8); the vote keeps the rows of a warp
   // together, so O's HD / 2 multiplies are skipped by the whole warp or run for it. Why that is exact enough:
   // (1) every exponent s·scale − m stays ≤ slack (8), so P ≤ 2^8 and l, O grow at most 256-fold over the
   // exact-max values, far inside fp32's range; (2) bf16 and fp32 rounding are relative, so P in [2^-8, 2^8]
   // carries the same relative error into O and l as P in [2^-16, 1]; (3) O and l are summed against the same
-  // m, so O / l at the end is the exact-max result up to that rounding. Slack 0 (DFLASH_ATTN_RESCALE=always)
-  // keeps m the running max, as the kernel did before. m_new is m + move · max(tile max − m, 0), arithmetic
-  // rather than a select: with the select ptxas spilled 44 bytes at hd 256.
+  // m, so O / l at the end is the exact-max result up to that rounding. m_new is m + move · max(tile max − m,
+  // 0), arithmetic rather than a select: a select made ptxas spill registers at hd 256.
+  constexpr float kSlack = 8.0f;
   auto softmax = [&](int j, float(&corr)[2]) {
     const int k0 = j * KEYS;
     if (k0 + KEYS - 1 > wg_row0) {
@@ -296,7 +277,7 @@ __global__ void __launch_bounds__(384, 1)
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
       mx[h] *= scale_log2;
     }
-    const bool grows = mx[0] > m[0] + rescale_slack || mx[1] > m[1] + rescale_slack;
+    const bool grows = mx[0] > m[0] + kSlack || mx[1] > m[1] + kSlack;
     const float move = __any_sync(0xffffffffu, grows) ? 1.0f : 0.0f;
     float neg_m[2];
 #pragma unroll
@@ -350,7 +331,7 @@ __global__ void __launch_bounds__(384, 1)
     // on.
     const int n_mine = wg_row0 < w.len ? (min(wg_row0 + 64, w.len) + KEYS - 1) / KEYS : 0;
     turns = ntiles + 1, turn = 0;
-    if (pingpong && cw == 1) named_bar_arrive(1, 256);  // consumer 0 goes first
+    if (cw == 1) named_bar_arrive(1, 256);  // consumer 0 goes first
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
     m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.0f;
@@ -436,15 +417,14 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // ---- launchers ----
-// Whether taking a tile's heads together (true) rather than a head's tiles (false) ends sooner in the model
-// of benchmarks/schedule_model.py attention, every sequence taken as max_len long: an item costs its key
-// tiles, plus 1 when each item is a CTA of its own (the hardware then starts them in order as SMs free up);
-// on the persistent grid's zigzag rounds each CTA's items add up. Session 21 measured the order the model
-// picks as the faster at 24/4 (tiles) and 32/8 (heads). Cached per shape (a few thousand items a shape).
-static bool heads_first_modelled(int64_t tiles, int hq, int num_seqs, int ctas, bool persistent, int keys) {
+// Whether taking a tile's heads together (true) rather than a head's tiles (false) ends sooner on the zigzag
+// rounds of the static schedule, in the model of benchmarks/schedule_model.py attention (every sequence taken
+// as max_len long, an item costing its key tiles, each CTA's items adding up); the model picks the faster
+// order measured at 24/4 (tiles) and 32/8 (heads). Cached per shape (a few thousand items a shape).
+static bool heads_first_modelled(int64_t tiles, int hq, int num_seqs, int ctas, int keys) {
   static std::mutex mu;
-  static std::map<std::tuple<int64_t, int, int, int, bool, int>, bool> cache;
-  const auto key = std::make_tuple(tiles, hq, num_seqs, ctas, persistent, keys);
+  static std::map<std::tuple<int64_t, int, int, int, int>, bool> cache;
+  const auto key = std::make_tuple(tiles, hq, num_seqs, ctas, keys);
   std::lock_guard<std::mutex> lock(mu);
   if (auto found = cache.find(key); found != cache.end()) return found->second;
   const int64_t len = tiles * 128, items = tiles * hq * num_seqs;
@@ -454,22 +434,11 @@ static bool heads_first_modelled(int64_t tiles, int hq, int num_seqs, int ctas, 
   };
   auto makespan = [&](bool heads) {
     std::vector<double> total(size_t(ctas), 0.0);
-    if (persistent) {
-      for (int64_t it = 0; it < items; ++it) {
-        const int64_t r = it / ctas, c = it % ctas;
-        total[size_t(r & 1 ? ctas - 1 - c : c)] += work(it, heads);
-      }
-      return *std::max_element(total.begin(), total.end());
-    }
-    std::priority_queue<double, std::vector<double>, std::greater<double>> free(total.begin(), total.end());
-    double end = 0;
     for (int64_t it = 0; it < items; ++it) {
-      const double t = free.top() + 1.0 + work(it, heads);
-      free.pop();
-      free.push(t);
-      end = std::max(end, t);
+      const int64_t r = it / ctas, c = it % ctas;
+      total[size_t(r & 1 ? ctas - 1 - c : c)] += work(it, heads);
     }
-    return end;
+    return *std::max_element(total.begin(), total.end());
   };
   const bool heads = makespan(true) <= makespan(false);
   cache[key] = heads;
@@ -480,39 +449,30 @@ template <int HD, int KEYS, int STAGES>
 static void attention_causal_ws_run(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                     int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate,
                                     int64_t ld_gate, const int32_t* cu, int num_seqs, int64_t tokens,
-                                    int max_len, int hq, int hkv, float scale, bool pingpong,
-                                    float rescale_slack, bool persistent, int* next_item,
+                                    int max_len, int hq, int hkv, float scale, int* next_item,
                                     cudaStream_t stream) {
   using Cfg = WsAttnCfg<HD, KEYS, STAGES>;
-  const bool dyn = persistent && next_item != nullptr;
+  const bool dyn = next_item != nullptr;
   const auto kernel = dyn ? attention_causal_ws_kernel<HD, KEYS, STAGES, true>
                           : attention_causal_ws_kernel<HD, KEYS, STAGES, false>;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), Cfg::kSmem, "attention_causal_ws_kernel");
   const CUtensorMap tq = tensor_map_bf16(q, tokens, (int64_t)hq * HD, ld_q, 64);
   const CUtensorMap tk = tensor_map_bf16(k, tokens, (int64_t)hkv * HD, ld_k, KEYS);
   const CUtensorMap tv = tensor_map_bf16(v, tokens, (int64_t)hkv * HD, ld_v, KEYS);
   // Heads next to each other in launch order share K and V (GQA), so the blocks resident together reuse
-  // them from L2. Item order: a sequence's longest tiles of every head first and its short ones last, or a
-  // head's query tiles one after another, longest first, whichever heads_first_modelled says ends sooner
-  // (session 21 measured the first faster at 32/8 heads and the second at 24/4 on the zigzag rounds, as the
-  // model says; the dynamic schedule, the default, takes the second: see attention_causal_sm90_launch);
-  // DFLASH_ATTN_ORDER=heads / =tiles sets the first / the second. The grid is one CTA an SM, each
-  // walking items (from the counter, or in zigzag rounds: the kernel says how), so that one item's store and
-  // the next item's Q and first key tiles overlap instead of a CTA's start waiting for the last one's end;
-  // DFLASH_ATTN_PERSIST=0 launches one CTA an item. Both read on every call.
+  // them from L2. The grid is one CTA an SM, each walking items (from the counter, or in zigzag rounds: the
+  // kernel says how), so that one item's store and the next item's Q and first key tiles overlap instead of
+  // a CTA's start waiting for the last one's end. Item order: the dynamic schedule takes each head's query
+  // tiles in turn, longest first (within 2 % of the fastest order at both Qwen attention shapes on the H100
+  // and the H200); the zigzag rounds take the order heads_first_modelled says ends sooner.
   const int64_t tiles = (max_len + Cfg::kRows - 1) / Cfg::kRows, items = tiles * hq * num_seqs;
   if (items == 0) return;  // attention_causal_sm90_launch keeps items below 2^31
-  const int sms = device_sm_count();
-  const int ctas = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
-  const bool heads_first =
-      env_is("DFLASH_ATTN_ORDER", "heads")   ? true
-      : env_is("DFLASH_ATTN_ORDER", "tiles") ? false
-      : dyn                                  ? false
-            : heads_first_modelled(tiles, hq, num_seqs, persistent ? ctas : sms, persistent, KEYS);
-  kernel<<<unsigned(ctas), Cfg::kThreads, Cfg::kSmem, stream>>>(
-      tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq, hkv, scale * 1.4426950408889634f, rescale_slack,
-      pingpong ? 1 : 0, heads_first ? 1 : 0, int(tiles), int(items), persistent ? 1 : 0,
-      dyn ? next_item : nullptr);
+  const int ctas = int(std::min<int64_t>(items, device_caps().sms));
+  const bool heads_first = !dyn && heads_first_modelled(tiles, hq, num_seqs, ctas, KEYS);
+  kernel<<<unsigned(ctas), Cfg::kThreads, Cfg::kSmem, stream>>>(tq, tk, tv, out, ld_out, gate, ld_gate, cu, hq,
+                                                                  hkv, scale * 1.4426950408889634f,
+                                                                  heads_first ? 1 : 0, int(tiles), int(items),
+                                                                  next_item);
   DF_CUDA_CHECK_LAUNCH("attention_causal_ws_kernel");
 }
 
@@ -543,80 +503,30 @@ static int* item_counter(cudaStream_t stream) {
   return c;
 }
 
-// The A/B switches of launchers.cuh, read once.
-// rescale_slack: how far (log2 units) a row's scores may pass the max its exponents are taken against before
-// the warp rescales O; 0 with DFLASH_ATTN_RESCALE=always (the exact running max, the kernel before lazy
-// rescaling), else 8 (P ≤ 256; the kernel's softmax says why that is exact enough).
-struct AttnSm90Choice {
-  bool portable, pingpong;
-  float rescale_slack;
-};
-static const AttnSm90Choice& attention_sm90_choice() {
-  static const AttnSm90Choice c = [] {
-    return AttnSm90Choice{env_is("DFLASH_ATTN", "mma"), !env_is("DFLASH_ATTN_PINGPONG", "0"),
-                          env_is("DFLASH_ATTN_RESCALE", "always") ? 0.0f : 8.0f};
-  }();
-  return c;
-}
-
-// True when this build has sm_90a code and the current GPU is compute capability 9.0 (read once per device).
-bool wgmma_available() {
-#ifdef DF_CUDA_SM90A
-  static int cached[64];  // 0 unknown, 1 yes, 2 no
-  int dev = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) return false;
-  if (cached[dev] == 0) {
-    int major = 0, minor = 0;
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
-  }
-  return cached[dev] == 1;
-#else
-  return false;
-#endif
-}
-
-// wgmma_available, unless DFLASH_ATTN=mma turns the path off (read once), for A/B measurements.
-static bool attention_sm90_available() { return !attention_sm90_choice().portable && wgmma_available(); }
-
 bool attention_causal_sm90_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
                                   int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
                                   const int32_t* cu, int num_seqs, int64_t tokens, int max_len, int hq,
                                   int hkv, int hd, float scale, cudaStream_t stream) {
   auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   // scale > 0: the kernels take the running max over unscaled scores (the portable kernel takes any scale).
+  const int64_t items = (int64_t(max_len) + 127) / 128 * hq * num_seqs;  // the kernel's 32-bit item index
   const bool shape_ok = (hd == 128 || hd == 256) && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 &&
                         ld_out % 2 == 0 && al16(q) && al16(k) && al16(v) &&
-                        reinterpret_cast<uintptr_t>(out) % 4 == 0 && scale > 0.0f;
-  const int64_t items = (int64_t(max_len) + 127) / 128 * hq * num_seqs;  // the kernel's 32-bit item index
-  if (!shape_ok || items > INT32_MAX || !attention_sm90_available() || !tensor_map_encoder()) return false;
-  const AttnSm90Choice& choice = attention_sm90_choice();
-  const bool persistent = !env_is("DFLASH_ATTN_PERSIST", "0");  // read on every call, as the item order
-  // The persistent CTAs take their items from a counter (the kernel's dynamic schedule), each head's tiles
-  // in turn; with DFLASH_ATTN_SCHED=zigzag they walk fixed zigzag rounds in the order heads_first_modelled
-  // picks (read on every call). Session 22, run_kernels_peer.sh, cuDNN SDPA in the same call, 24/4 x 256
-  // gated / 32/8 x 128 (ms): on the H200 dynamic 2.539 / 1.884 (heads first 2.493 / 1.892), zigzag 2.532 /
-  // 1.969, cuDNN 2.427 / 1.795; on an H100 dynamic 2.557 / 1.895 (heads first 2.699 / 1.899), zigzag 2.530
-  // / 1.936, cuDNN 2.434 / 1.818. Dynamic with each head's tiles in turn is within 2 % of the fastest launch
-  // of either call at both shapes; heads first was the fastest at 24/4 on the H200 and 7 % behind on the H100
-  // (perhaps because it keeps more kv heads' K and V in L2 at once; not measured).
-  int* next_item = persistent && !env_is("DFLASH_ATTN_SCHED", "zigzag") ? item_counter(stream) : nullptr;
-  // Key tiles: hd 256 as FlashAttention-3 (80 keys), hd 128 128 keys, 2 stages each. Measured on the H200
-  // (session 12, bench_kernels attention): the previous, not warp-specialized kernel took 3.260 / 2.059 ms at
-  // 24/4 x 256 gated / 32/8 x 128 (8 x 4096 tokens) against 2.564 / 1.981 ms here; 64-key tiles (hd 256) and
-  // 64 keys in 4 stages (hd 128) took 2.761 / 2.202 ms. With the lazy rescale (session 14, run_kernels_peer.sh):
-  // 2.512 / 1.851 ms against 2.623 / 1.914 ms with DFLASH_ATTN_RESCALE=always and cuDNN's 2.384 / 1.765 ms in the
-  // same call; 3 stages at hd 128 took 1.903 ms against 1.866.
+                        reinterpret_cast<uintptr_t>(out) % 4 == 0 && scale > 0.0f && items <= INT32_MAX;
+  // Key tiles: hd 256 80 keys (as FlashAttention-3), hd 128 128 keys, 2 stages each: faster than 64-key
+  // tiles at hd 256 and than 64 keys in 4 stages or 3 stages at hd 128.
+  using Cfg256 = WsAttnCfg<256, 80, 2>;
+  using Cfg128 = WsAttnCfg<128, 128, 2>;
+  const size_t smem = hd == 256 ? Cfg256::kSmem : Cfg128::kSmem;
+  if (attention_kernel_choose(device_caps(), kernel_variants(), shape_ok, smem) != AttentionKernel::sm90_ws)
+    return false;
+  int* next_item = item_counter(stream);
   if (hd == 256)
     attention_causal_ws_run<256, 80, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                        tokens, max_len, hq, hkv, scale, choice.pingpong,
-                                        choice.rescale_slack, persistent, next_item, stream);
+                                        tokens, max_len, hq, hkv, scale, next_item, stream);
   else
     attention_causal_ws_run<128, 128, 2>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, num_seqs,
-                                         tokens, max_len, hq, hkv, scale, choice.pingpong,
-                                         choice.rescale_slack, persistent, next_item, stream);
+                                         tokens, max_len, hq, hkv, scale, next_item, stream);
   return true;
 }
 

@@ -6,15 +6,15 @@
 // blocks that see the tile, their fp32 partials summed in a fixed order through distributed shared memory.
 // On Hopper at head dims 65..128 the three passes run the same walks on wgmma (one warpgroup per 64 query
 // rows or 64 keys, operands straight from swizzled shared memory), the query-major ones streaming K and V by
-// TMA (DFLASH_DFA_TMA=0 keeps their cp.async loads); DFLASH_DFA=mma keeps the mma.sync kernels. This file
-// holds the query-major kernels and the launchers; the key-major dk/dv kernel is dflash_attention_kv.cu.
+// TMA; dflash_attention_kernel_choose (kernels/dispatch/dispatch.h) picks them. This file holds the
+// query-major kernels and the launchers; the key-major dk/dv kernel is dflash_attention_kv.cu.
 #include <cmath>
 #include <cstdio>
 #include <type_traits>
 
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/attention/dflash_attention.cuh"
-#include "kernels/primitives/env_switch.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/pdl.cuh"
@@ -72,8 +72,7 @@ struct QueryArgs {
   DFlashAttnDims d;
   float scale_log2;
   bool vec, pairs;
-  bool pair_loads;  // the wgmma kernel loads K with V, and (dq pass) Q with dO, by one row computation
-  // own_kv (dq pass on the TMA kernel, a group of at most 64 query rows): the CTA also writes dk and dv of
+  // own_kv (dq pass on the wgmma kernel, a group of at most 64 query rows): the CTA also writes dk and dv of
   // its block's own rows, which no other block sees (the dk/dv pass then covers the context rows only).
   bool own_kv, kv_pairs;  // kv_pairs: dk and dv take two-element stores
   bf16 *dk, *dv;
@@ -117,23 +116,21 @@ __device__ __forceinline__ void own_product(float (&acc)[4][4], const bf16* pt, 
   }
 }
 
-// Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
-// the saved lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys
-// [64i, 64i + 64): virtual key x < nctx is context row c0 + x, the rest own rows; every query row sees one
-// interval [ilo, ihi) of virtual keys, so the mask is two compares. WG (hd 128 only): the 4 warps are one
-// warpgroup running the products on wgmma from swizzled tiles (P or dS as the register operand); two CTAs
-// fit an SM. TMA (wgmma only): one thread streams each K/V tile as 64 whole rows by bulk tensor copies (tm_k,
-// tm_v) on the buffer's mbarrier, so the other threads spend no instructions on copies; the walk then takes
-// the context keys in 64-key tiles from c0 (rows past the context range are loaded and masked) and the own
-// rows as one more tile from bj. A masked key still multiplies its V (dq: K) row by a zero weight, so every
-// k/v row the tensors hold must be finite, as the drafter's projections write them; rows past the tensors'
-// ends arrive as zeros.
-template <int HD, bool DQ, bool WG, bool TMA>
+// Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from the saved
+// lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys [64i, 64i + 64): virtual key x <
+// nctx is context row c0 + x, the rest own rows; every query row sees one interval [ilo, ihi) of virtual keys, so the
+// mask is two compares. WG (hd 128 only): the 4 warps are one warpgroup running the products on wgmma from swizzled
+// tiles (P or dS as the register operand); two CTAs fit an SM. One thread streams each K/V tile as 64 whole rows by
+// bulk tensor copies (tm_k, tm_v) on the buffer's mbarrier, so the other threads spend no instructions on copies (Q and
+// dO load as one pass over their shared rows); the walk then takes the context keys in 64-key tiles from c0 (rows past
+// the context range are loaded and masked) and the own rows as one more tile from bj. A masked key still multiplies its
+// V (dq: K) row by a zero weight, so every k/v row the tensors hold must be finite, as the drafter's projections write
+// them; rows past the tensors' ends arrive as zeros.
+template <int HD, bool DQ, bool WG>
 __global__ void __launch_bounds__(128, WG ? 2 : 1)
     dfa_query_kernel(QueryArgs p, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v) {
   static_assert(!WG || HD == 128, "the wgmma variant is written for head dim 128");
-  static_assert(!TMA || WG, "the TMA loads fill wgmma tiles");
   constexpr int LDS = HD + 8;
   constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
   constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
@@ -190,21 +187,12 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
     else
       load_tile<HD, kTile, 128>(reinterpret_cast<bf16*>(dst), d.hd, p.vec, p.q, src);
   };
-  // K and V tile rows [k0, k0 + 64) into buffer b.
+  // K and V tile rows [k0, k0 + 64) into buffer b (mma.sync; the wgmma kernel streams them by TMA).
   auto load_kv = [&](int b, int k0) {
-    if constexpr (WG) {
-      if (p.pair_loads) {
-        load_tile_pair_wg<kTile, 128>(Kb(b), p.k, p.ld_k, Vb(b), p.v, p.ld_v, d.hd, [&](int r) {
-          const int x = k0 + r;
-          return RowAt{x < nkeys ? key_row(x) : -1, int64_t(g) * d.hd};
-        });
-        return;
-      }
-    }
     load(Kb(b), kvsrc(p.k, p.ld_k, k0));
     load(Vb(b), kvsrc(p.v, p.ld_v, k0));
   };
-  if (WG && DQ && p.pair_loads) {
+  if (WG && DQ) {
     load_tile_pair_wg<kTile, 128>(Qt, p.q, p.ld_q, dOt, p.dout, p.ld_dout, d.hd, [&](int r) {
       const int rr = z0 + r;
       return rr < R ? RowAt{q_row(rr), q_col(rr)} : RowAt{-1, 0};
@@ -213,13 +201,13 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
     load(Qt, qsrc(p.q, p.ld_q));
     if (DQ) load(dOt, qsrc(p.dout, p.ld_dout));
   }
-  // TMA: the buffers' mbarriers after the tiles; tile t of the walk starts at virtual key tile_k0(t) and
+  // WG: the buffers' mbarriers after the tiles; tile t of the walk starts at virtual key tile_k0(t) and
   // its rows past tile_cap(t) are not keys of the walk (a context tile's rows beyond nctx).
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(KV + 4 * TILE));
   const int nct = int((nctx + kTile - 1) / kTile);  // context tiles of the TMA walk
-  const int ntiles = TMA ? nct + 1 : (nkeys + kTile - 1) / kTile;
-  auto tile_k0 = [&](int t) { return TMA && t == nct ? int(nctx) : t * kTile; };
-  auto tile_cap = [&](int t) { return TMA && t < nct ? int(nctx) : nkeys; };
+  const int ntiles = WG ? nct + 1 : (nkeys + kTile - 1) / kTile;
+  auto tile_k0 = [&](int t) { return WG && t == nct ? int(nctx) : t * kTile; };
+  auto tile_cap = [&](int t) { return WG && t < nct ? int(nctx) : nkeys; };
   auto tma_kv = [&](int b, int t) {  // one thread: tile t's K and V into buffer b
     const int64_t row = t == nct ? m.bj : c0 + int64_t(t) * kTile;
     const uint32_t bar = bars + 8 * b;
@@ -229,7 +217,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
     tma_load_tile<128, kTile>(static_cast<uint32_t>(__cvta_generic_to_shared(Vb(b))), &tm_v, g * d.hd,
                               int(row), bar);
   };
-  if constexpr (TMA) {
+  if constexpr (WG) {
     if (threadIdx.x == 0) {
       mbar_init(bars, 1);
       mbar_init(bars + 8, 1);
@@ -273,16 +261,14 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
   for (int t = 0, buf = 0; t < ntiles; ++t, buf ^= 1) {
     const int k0 = tile_k0(t);
     // Tile t landed; every warp is done with the other buffer (tile t − 1).
-    if constexpr (TMA) {
+    if constexpr (WG) {
       __syncthreads();
       mbar_wait(bars + 8 * buf, (t >> 1) & 1);
-    } else if constexpr (WG) {
-      tile_wait_wg();
     } else {
       tile_wait();
     }
     auto load_next = [&] {
-      if constexpr (TMA) {
+      if constexpr (WG) {
         if (threadIdx.x == 0 && t + 1 < ntiles) tma_kv(buf ^ 1, t + 1);
       } else {
         if (k0 + kTile < nkeys) load_kv(buf ^ 1, k0 + kTile);
@@ -291,9 +277,8 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
     int hi[2];  // this tile's visible keys end at hi (a TMA context tile also holds rows past the context)
 #pragma unroll
     for (int h = 0; h < 2; ++h) hi[h] = min(ihi[h], tile_cap(t));
-    // The wgmma forward issues the next tile's copies once this tile's scores are on the tensor cores
-    // (1.5-2.5 % faster than before them at the bench's shapes, session 15; the dq pass measured 1-3 % slower
-    // that way).
+    // The wgmma forward issues the next tile's copies once this tile's scores are on the tensor cores (a
+    // little faster than before them; the dq pass is a little slower that way).
     if (!(WG && !DQ)) load_next();
     if constexpr (WG && !DQ) {
       // The mma.sync step on the wgmma fragment: masked scores, the online softmax, o += P·V.
@@ -327,7 +312,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       // own_kv: the walk's last tile holds the own keys from column 0; their P and dS go to the other
       // buffer's K and V tiles, free since this is the last tile (no next copy) and every warp is done with
       // tile t − 1 (the barrier above).
-      const bool own = TMA && p.own_kv && t == nct;
+      const bool own = p.own_kv && t == nct;
       bf16* const own_p = reinterpret_cast<bf16*>(Kb(buf ^ 1));
       if (own) own_stash(s, own_p, d.block, warp, gr, t4);
       wg_wait<0>(dp);
@@ -401,7 +386,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
     if (!DQ && t4 == 0)  // natural-log lse of the scaled scores: (max + log2 Σ) / log2 e
       p.lse_out[q_row(r) * p.ld_lse + g * group + r / d.block] = (mx_run[h] + log2f(l[h])) / kLog2e;
   }
-  if constexpr (WG && DQ && TMA) {
+  if constexpr (WG && DQ) {
     // dV = Pᵀ·dO and dK = scale·dSᵀ·Q of the block's own keys, summed over this CTA's 64 query rows (every
     // query row that sees them): warp w takes head columns [32w, 32w + 32) of each 16-key row group.
     if (p.own_kv) __syncthreads();  // every warp's P and dS are in shared memory
@@ -426,9 +411,9 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       }
     }
   }
-  // Launched with programmatic dependent launch behind the dk/dv pass (DFLASH_DFA_OVERLAP; a no-op
-  // otherwise), this CTA reads nothing that pass writes, but it ends only once that pass has ended with its
-  // writes visible, so that this grid's end implies the dk/dv pass's for whatever the stream runs next.
+  // Launched with programmatic dependent launch behind the dk/dv pass (dflash_attention_bwd_plan's kv_first; a no-op
+  // otherwise), this CTA reads nothing that pass writes, but it ends only once that pass has ended with its writes
+  // visible, so that this grid's end implies the dk/dv pass's for whatever the stream runs next.
   pdl_wait();
 }
 
@@ -474,63 +459,45 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Whether the wgmma kernels load two operands that share their rows (K and V; Q and dO) with one row
-// computation: unless DFLASH_DFA_PAIR=0, the A/B switch that keeps two tile loads (read on every call).
-bool pair_loads_on() { return !env_is("DFLASH_DFA_PAIR", "0"); }
-
-// Whether a pass takes the wgmma kernels: head dims 65..128 (one 128-column tile, zero-padded) with 16-byte
-// copies on a compute capability 9.0 GPU of an sm_90a build. DFLASH_DFA=mma keeps the mma.sync kernels.
+// Whether a pass takes the wgmma kernels (dflash_attention_kernel_choose): head dims 65..128 (one 128-column
+// tile, zero-padded) with 16-byte copies, and every K/V row within the TMA's 32-bit row coordinates.
 bool on_wgmma(const DFlashAttnDims& d, bool vec) {
-  return d.hd > 64 && d.hd <= 128 && vec && !env_is("DFLASH_DFA", "mma") && wgmma_available();
+  const bool shape = d.hd > 64 && d.hd <= 128 && vec && d.T + d.nb * d.block <= INT32_MAX;
+  return dflash_attention_kernel_choose(device_caps(), kernel_variants(), shape) == DFlashAttnKernel::wgmma;
 }
 
-// Whether the wgmma query-major passes stream K and V by TMA: unless DFLASH_DFA_TMA=0 (the A/B switch that
-// keeps the cp.async tile loads; read on every call), when the driver can describe the tensors.
-bool tma_loads_on() {
-  return !env_is("DFLASH_DFA_TMA", "0") && tensor_map_encoder() != nullptr;
-}
-
-// pdl: launched with programmatic dependent launch behind the dk/dv pass (DFLASH_DFA_OVERLAP), whose results
-// it does not read: its CTAs start as the dk/dv pass's last ones leave SMs free, and it does not wait for it.
-template <int HD, bool DQ, bool WG, bool TMA>
+// pdl: launched with programmatic dependent launch behind the dk/dv pass, whose results it does not read: its
+// CTAs start as the dk/dv pass's last ones leave SMs free, and it does not wait for it.
+template <int HD, bool DQ, bool WG>
 void query_pass(const QueryArgs& a, bool pdl, cudaStream_t stream) {
   // Q (and dO), K and V of two key tiles (and the TMA walk's two mbarriers); the wgmma tiles need a
   // 1024-byte aligned base.
-  const size_t smem = WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile + (TMA ? 16 : 0)
+  const size_t smem = WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile + 16
                          : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_query_kernel<HD, DQ, WG, TMA>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_query_kernel<HD, DQ, WG>), smem, "dfa_query_kernel");
   const int R = a.d.hq / a.d.hkv * a.d.block;
   dim3 grid(unsigned(a.d.nb), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
   CUtensorMap tm_k{}, tm_v{};
-  if constexpr (TMA) {  // whole rows of all k/v rows, 64-row boxes: a tile is one copy per 64 columns
+  if constexpr (WG) {  // whole rows of all k/v rows, 64-row boxes: a tile is one copy per 64 columns
     const int64_t kvrows = a.d.T + a.d.nb * a.d.block, cols = int64_t(a.d.hkv) * a.d.hd;
     tm_k = tensor_map_bf16(a.k, kvrows, cols, a.ld_k, kTile);
     tm_v = tensor_map_bf16(a.v, kvrows, cols, a.ld_v, kTile);
   }
   if (pdl) {
-    launch_pdl(dfa_query_kernel<HD, DQ, WG, TMA>, grid, dim3(128), smem, stream, a, tm_k, tm_v);
+    launch_pdl(dfa_query_kernel<HD, DQ, WG>, grid, dim3(128), smem, stream, a, tm_k, tm_v);
   } else {
-    dfa_query_kernel<HD, DQ, WG, TMA><<<grid, 128, smem, stream>>>(a, tm_k, tm_v);
+    dfa_query_kernel<HD, DQ, WG><<<grid, 128, smem, stream>>>(a, tm_k, tm_v);
     DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
   }
 }
 
-// Whether a query-major pass on the wgmma kernels streams K and V by TMA (whose row coordinates are 32-bit).
-bool query_on_tma(const DFlashAttnDims& d, bool wg) {
-  return wg && d.T + d.nb * d.block <= INT32_MAX && tma_loads_on();
-}
-
-// The query-major pass on the path on_wgmma chose: wgmma with TMA or cp.async loads, else mma.sync.
+// The query-major pass on the path on_wgmma chose.
 template <bool DQ>
 void query_pass_any(const QueryArgs& a, bool wg, bool pdl, cudaStream_t stream) {
-  if (query_on_tma(a.d, wg))
-    query_pass<128, DQ, true, true>(a, pdl, stream);
-  else if (wg)
-    query_pass<128, DQ, true, false>(a, pdl, stream);
+  if (wg)
+    query_pass<128, DQ, true>(a, pdl, stream);
   else
-    dispatch_head_dim(a.d.hd,
-                      [&](auto hd) { query_pass<decltype(hd)::value, DQ, false, false>(a, pdl, stream); });
+    dispatch_head_dim(a.d.hd, [&](auto hd) { query_pass<decltype(hd)::value, DQ, false>(a, pdl, stream); });
 }
 
 }  // namespace
@@ -545,23 +512,20 @@ void dflash_attention_fwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.o = out, a.ld_o = ld_out, a.lse_out = lse, a.ld_lse = ld_lse, a.d = d, a.scale_log2 = d.scale * kLog2e;
   a.vec = d.hd % 8 == 0 && (ld_q | ld_k | ld_v) % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
   a.pairs = d.hd % 2 == 0 && ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  a.pair_loads = pair_loads_on();
   query_pass_any<false>(a, on_wgmma(d, a.vec), false, stream);
 }
 
 DFlashBwdPlan dflash_attention_bwd_plan(const DFlashAttnDims& d, bool aligned) {
   DFlashBwdPlan p;
-  // The dq pass writes the own rows' dk and dv (QueryArgs::own_kv) where it runs on the TMA kernel with a
-  // group of at most 64 query rows, and the dk/dv pass covers the context rows only; DFLASH_DFA_OWN=kv leaves
-  // every row to the dk/dv pass (read on every call).
+  // The dq pass writes the own rows' dk and dv (QueryArgs::own_kv) where it runs on the wgmma kernel with a
+  // group of at most 64 query rows, and the dk/dv pass covers the context rows only.
   const bool one_chunk = d.hq / d.hkv * d.block <= kTile;
-  p.own_rows_in_dq =
-      d.nb > 0 && query_on_tma(d, on_wgmma(d, aligned)) && one_chunk && !env_is("DFLASH_DFA_OWN", "kv");
+  p.own_rows_in_dq = d.nb > 0 && on_wgmma(d, aligned) && one_chunk;
   // The dk/dv pass first, then the dq pass, launched so that it fills the dk/dv pass's tail (query_pass's
-  // pdl; it waits for nothing, so the dk/dv pass must run between it and the row terms);
-  // DFLASH_DFA_OVERLAP=0: the dq pass, then the dk/dv pass (read on every call).
+  // pdl; it waits for nothing, so the dk/dv pass must run between it and the row terms); without dk/dv
+  // rows only the dq pass runs.
   const int64_t kv_rows = p.own_rows_in_dq ? d.T : d.T + d.nb * d.block;
-  p.kv_first = d.nb > 0 && kv_rows > 0 && !env_is("DFLASH_DFA_OVERLAP", "0");
+  p.kv_first = d.nb > 0 && kv_rows > 0;
   return p;
 }
 
@@ -599,7 +563,6 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
     qa.blocks = blocks, qa.lse2 = lse2, qa.dsum = dsum, qa.o = dq, qa.ld_o = ld_dq, qa.d = d;
     qa.scale_log2 = d.scale * kLog2e, qa.vec = vec;
     qa.pairs = d.hd % 2 == 0 && ld_dq % 2 == 0 && reinterpret_cast<uintptr_t>(dq) % 4 == 0;
-    qa.pair_loads = pair_loads_on();
     qa.own_kv = own_kv, qa.kv_pairs = kv_pairs, qa.dk = dk, qa.dv = dv, qa.ld_dk = ld_dk, qa.ld_dv = ld_dv;
     if (!overlap) query_pass_any<true>(qa, wg, false, stream);
   }
@@ -609,19 +572,11 @@ void dflash_attention_bwd_launch(const bf16* q, int64_t ld_q, const bf16* k, int
   a.ld_dv = ld_dv, a.d = d, a.scale_log2 = d.scale * kLog2e, a.vec = vec;
   a.pairs = kv_pairs;
   a.blk_magic = block_magic(d.block);
-  // DFLASH_DFA_FAST=0: the wgmma kernel evaluates the mask on every item (by default an item that sees all of
-  // a warpgroup's keys skips it). The same results either way; the bench times both.
-  a.fast = !env_is("DFLASH_DFA_FAST", "0");
-  a.pair_loads = pair_loads_on();
-  // DFLASH_DFA_KV_TMA=0: the dk/dv pass loads Q and dO by cp.async (read on every call).
-  a.tma = wg && one_chunk && qrows <= INT32_MAX && !env_is("DFLASH_DFA_KV_TMA", "0") && tma_loads_on();
-  a.pipe = !env_is("DFLASH_DFA_KV_PIPE", "0");  // DFLASH_DFA_KV_PIPE=0: each item waits for its products
+  // The wgmma dk/dv pass streams Q and dO by TMA where a group has at most 64 query rows (one box a block).
+  a.tma = wg && one_chunk;
   // The dk/dv pass's grid in tile order within groups of 4 kv heads (all of them where 4 does not divide
-  // hkv); DFLASH_DFA_KV_ORDER=tile: in tile order over all kv heads, =head: kv head by kv head
-  // (dfa_kv_kernel; read on every call).
-  a.head_group = env_is("DFLASH_DFA_KV_ORDER", "head")   ? 0
-                 : env_is("DFLASH_DFA_KV_ORDER", "tile") ? d.hkv
-                                                         : (d.hkv % 4 == 0 ? 4 : d.hkv);
+  // hkv; dfa_kv_kernel).
+  a.head_group = d.hkv % 4 == 0 ? 4 : d.hkv;
   a.overlap = overlap;
   a.rows = kv_rows;
   dfa::kv_pass_launch(a, wg, stream);

@@ -93,10 +93,7 @@ struct KvArgs {
   float scale_log2;
   bool vec, pairs;
   uint64_t blk_magic;  // row_split's magic for d.block
-  bool fast;           // the wgmma kernel skips the mask on items that see all of a warpgroup's keys
-  bool pair_loads;     // the wgmma kernel loads Q and dO with one row computation (load_tile_pair_wg)
   bool tma;            // the wgmma kernel streams Q and dO by TMA (a group of at most 64 query rows)
-  bool pipe;           // with tma: an item's dK product runs into the next item's scores
   int64_t rows;        // the k/v rows this pass writes: all, or the context rows [0, T) when the dq pass
                        // writes the own rows (QueryArgs::own_kv)
   int head_group;      // 0: the grid is (key tile, kv head); n > 0 (dividing hkv): (kv head of a group of n,

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/attention/dflash_attention.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/pdl.cuh"
@@ -43,9 +44,8 @@ struct KvCfg {
   static constexpr int kRanks = 4;                   // CTAs of a cluster sharing one tile's items (mma.sync)
   static constexpr size_t kPartBytes = sizeof(float) * 2 * kKeys * HD;  // one rank's dk, dv partial
 };
-// The wgmma kernel's clusters: 2 CTAs, as clusters of 4 one-CTA SMs packed only 120 of the H200's 132 SMs
-// (Nsight Compute) and 2 measured 9 % faster on the pass (1.672 against 1.835 ms, bench_kernels dflash W2048
-// S1, session 15).
+// The wgmma kernel's clusters: 2 CTAs, as clusters of 4 one-CTA SMs pack only 120 of the H200's 132 SMs
+// (Nsight Compute), which makes the pass about a tenth slower than with 2.
 constexpr int kWgRanks = 2;
 
 // One cluster of RANKS CTAs (kRanks, kWgRanks) per (kKeys absolute k/v rows, kv head). Each CTA lists, in
@@ -59,8 +59,10 @@ constexpr int kWgRanks = 2;
 // (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands). TMA (WG, a group of at most 64 query
 // rows): thread 0 streams an item's Q and dO as one 3-d box per 64-column half (tm_q, tm_do: the group's
 // heads of the block's rows), which orders the chunk's rows token-major (row r is token r / group of head
-// r % group); rows past the group keep the zeros the buffers start with. PIPE (TMA): an item's dK product
-// stays in flight into the next item's scores, Q/dO in three buffers (the last item's Q is still read).
+// r % group); rows past the group keep the zeros the buffers start with, and an item's dK product stays in
+// flight into the next item's scores, Q/dO in three buffers (the last item's Q is still read). Without TMA
+// the wgmma kernel loads Q and dO as one pass over their shared rows. An item that sees all of a
+// warpgroup's keys skips the mask.
 // The grid's order: the clusters start in block-index order and their work differs by far (a tile at the
 // start of a sequence is seen by every block whose window reaches it, an own-row tile by its own blocks), so
 // by default (blockIdx.x the tile) each kv head's longest tiles start after every tile of the heads before it
@@ -71,7 +73,7 @@ constexpr int kWgRanks = 2;
 // launched after this kernel with programmatic dependent launch and needs nothing it writes, so every CTA
 // lets it start at once: its CTAs take the SMs this grid's last clusters leave free (each waits at its end
 // for this grid to end, dfa_query_kernel).
-template <int HD, bool WG, int RANKS, bool TMA, bool PIPE>
+template <int HD, bool WG, int RANKS, bool TMA>
 __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, RANKS)
     dfa_kv_kernel(KvArgs p, const __grid_constant__ CUtensorMap tm_q,
                   const __grid_constant__ CUtensorMap tm_do) {
@@ -79,8 +81,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   static_assert(!WG || (HD == 128 && Cfg::kKeys == 128 && Cfg::kThreads == 256),
                 "the wgmma variant: head dim 128, two warpgroups of 64 keys");
   static_assert(!TMA || WG, "the TMA loads fill wgmma tiles");
-  static_assert(!PIPE || TMA, "the pipelined items wait for their Q/dO buffers on mbarriers");
-  constexpr int NB = PIPE ? 3 : 2;  // Q/dO buffers
+  constexpr int NB = TMA ? 3 : 2;  // Q/dO buffers
   constexpr int LDS = HD + 8, THREADS = Cfg::kThreads, COLS = Cfg::kCols, KEYS = Cfg::kKeys;
   constexpr int SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
   constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
@@ -270,7 +271,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
             tma_load_box3(do_s + h * half, &tm_do, 64 * h, g * group, int(j * d.block), bar);
           }
         }
-      } else if (WG && p.pair_loads) {
+      } else if (WG) {
         load_tile_pair_wg<kTile, THREADS>(Qb(tb), p.q, p.ld_q, dOb(tb), p.dout, p.ld_dout, hd, [&](int r) {
           const int rr = z0 + r;
           const int2 hk = row_split(rr, d.block, p.blk_magic);
@@ -284,11 +285,11 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     const int items = total * nz, n0 = items * rank / RANKS, n1 = items * (rank + 1) / RANKS;
     if (n0 < n1) load_item(n0, 0, 0);
     for (int n = n0; n < n1; ++n) {
-      const int b = (n - n0) & 1, tb = PIPE ? (n - n0) % NB : b;
+      const int b = (n - n0) & 1, tb = TMA ? (n - n0) % NB : b;
       wait(tb);  // item n (and K/V) landed; every warp is past item n − 1 (its buffers can be refilled)
-      // The next item's copies fly during this one (issued after this item's products instead, they measured
-      // 12 % slower on the wgmma pass, session 15; after its scores, 2-6 % slower, session 16).
-      if (n + 1 < n1) load_item(n + 1, b ^ 1, PIPE ? (n + 1 - n0) % NB : b ^ 1);
+      // The next item's copies fly during this one (issued after this item's products or its scores instead,
+      // the wgmma pass is slower).
+      if (n + 1 < n1) load_item(n + 1, b ^ 1, TMA ? (n + 1 - n0) % NB : b ^ 1);
       const int2 it = split_item(n);
       const int64_t j = base + list[it.x];
       const int z0 = it.y * kTile;
@@ -326,7 +327,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // and kw + gr + 8, as in the mma.sync variant); one that this block cannot see skips the item.
         const int wg = threadIdx.x >> 7;
         if (!m.sees(r0 + 64 * wg, r0 + 64 * wg + 64)) {
-          if constexpr (PIPE) {  // the previous item's products finish: its Q/dO buffer is refilled next
+          if constexpr (TMA) {  // the previous item's products finish: its Q/dO buffer is refilled next
             wgmma_wait<0>();
             wgmma_fence_regs(dv);
             wgmma_fence_regs(dk);
@@ -335,18 +336,18 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           continue;
         }
         // Four groups in flight at most two at a time: Pᵀ is formed while dPᵀ runs, dSᵀ while dV += Pᵀ·dO
-        // runs (PIPE: the previous item's dK runs into this item's scores).
+        // runs (TMA: the previous item's dK runs into this item's scores).
         float s[32], dp[32];
         wg_issue_scores(s, Kt + wg * kWgTile, Qb(tb), dp, Vt + wg * kWgTile, dOb(tb));
         wg_wait<1>(s);
-        if constexpr (PIPE) {  // the previous item's dK is done with its fragments
+        if constexpr (TMA) {  // the previous item's dK is done with its fragments
           wgmma_fence_regs(dv);
           wgmma_fence_regs(dk);
           fence_frags();
         }
         auto sf = [&](int n2, int e) -> float& { return s[4 * n2 + e]; };
         auto dpf = [&](int n2, int e) -> float& { return dp[4 * n2 + e]; };
-        if (p.fast && (fullw[2 * b] & fullw[2 * b + 1]) >> wg & 1u)
+        if ((fullw[2 * b] & fullw[2 * b + 1]) >> wg & 1u)
           p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, sf, dpf, std::false_type{}, std::true_type{});
         else
           p_ds(std::integral_constant<int, 8>{}, 0, kw + gr, sf, dpf, std::false_type{}, std::false_type{});
@@ -360,7 +361,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         }
         wg_a_frags(dp, da);
         wg_issue_product(dk, da, Qb(tb));
-        if constexpr (PIPE) {  // dV done, dK left in flight (only its fragments stay live into the next item)
+        if constexpr (TMA) {  // dV done, dK left in flight (only its fragments stay live into the next item)
           wg_wait<1>(dv);
 #pragma unroll
           for (int k = 0; k < 4; ++k) wgmma_fence_regs(pa[k]);
@@ -397,7 +398,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         }
       }
     }
-    if constexpr (PIPE) {  // the round's last products finish before the next round refills buffer 0
+    if constexpr (TMA) {  // the round's last products finish before the next round refills buffer 0
       wgmma_wait<0>();
       wgmma_fence_regs(dv);
       wgmma_fence_regs(dk);
@@ -447,19 +448,18 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
 
 // ---- launchers --------------------------------------------------------------------------------------
 
-template <int HD, bool WG, int RANKS, bool TMA, bool PIPE>
+template <int HD, bool WG, int RANKS, bool TMA>
 void kv_pass(const KvArgs& a, cudaStream_t stream) {
   using Cfg = KvCfg<HD>;
   const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
-  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + (PIPE ? 6 : 4)) * kWgTile
+  const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + (TMA ? 6 : 4)) * kWgTile
                           : sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8);
   const size_t smem =
       (WG ? 1024 : 0) +
       std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
                                     (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32 +
                                     sizeof(unsigned) * 4 + (TMA ? sizeof(uint64_t) * 3 : 0));
-  DF_CUDA_CHECK(cudaFuncSetAttribute(dfa_kv_kernel<HD, WG, RANKS, TMA, PIPE>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_kv_kernel<HD, WG, RANKS, TMA>), smem, "dfa_kv_kernel");
   const int64_t key_tiles = (a.rows + Cfg::kKeys - 1) / Cfg::kKeys;
   KvArgs b = a;
   // grid.y's and grid.z's limits, and whole groups; the default order otherwise
@@ -473,7 +473,7 @@ void kv_pass(const KvArgs& a, cudaStream_t stream) {
     tm_q = tensor_map_bf16_heads(a.q, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_q, group, a.d.block);
     tm_do = tensor_map_bf16_heads(a.dout, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_dout, group, a.d.block);
   }
-  dfa_kv_kernel<HD, WG, RANKS, TMA, PIPE><<<grid, Cfg::kThreads, smem, stream>>>(b, tm_q, tm_do);
+  dfa_kv_kernel<HD, WG, RANKS, TMA><<<grid, Cfg::kThreads, smem, stream>>>(b, tm_q, tm_do);
   DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
 }
 
@@ -481,16 +481,14 @@ void kv_pass(const KvArgs& a, cudaStream_t stream) {
 
 void dfa::kv_pass_launch(const KvArgs& a, bool wg, cudaStream_t stream) {
   if (a.rows == 0) return;
-  if (wg && a.tma && a.pipe)
-    kv_pass<128, true, kWgRanks, true, true>(a, stream);
-  else if (wg && a.tma)
-    kv_pass<128, true, kWgRanks, true, false>(a, stream);
+  if (wg && a.tma)
+    kv_pass<128, true, kWgRanks, true>(a, stream);
   else if (wg)
-    kv_pass<128, true, kWgRanks, false, false>(a, stream);
+    kv_pass<128, true, kWgRanks, false>(a, stream);
   else
     dispatch_head_dim(a.d.hd, [&](auto hd) {
       constexpr int HD = decltype(hd)::value;
-      kv_pass<HD, false, KvCfg<HD>::kRanks, false, false>(a, stream);
+      kv_pass<HD, false, KvCfg<HD>::kRanks, false>(a, stream);
     });
 }
 

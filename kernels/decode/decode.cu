@@ -1,25 +1,25 @@
 // Incremental decoding kernels (ops.h "incremental decoding"): attention of a step's new queries over a
-// sequence's key/value cache, and the Gated DeltaNet recurrence continued token by token from a carried state.
-// A decode step moves far more bytes (the cache; the state and the per-token states kept for rollback) than it
-// computes with, so the fast kernels are built to read those bytes once (measured on the H200,
-// benchmarks/RESULTS.md session 14: attention at 4.1-8.5x its bandwidth time, the 16-token DeltaNet step at
-// 1.69x; the whole 27B-shaped verify step at 1.33x):
-// - attention (hd 128 / 256): split-KV on tensor cores. A CTA per (kv head, key chunk, row group), at most one
-//   per SM, streams its chunk through a cp.async ring and runs the query rows that read it (of the step's T
-//   tokens × the hq / hkv query heads of that kv head, up to 128 rows a CTA; DFLASH_SPLIT_ROWS sets smaller
-//   groups, which share the chunk through L2) through mma.sync with an online softmax; short steps split each
-//   stage's keys over several warps per row tile (merged in shared memory), so T = 1 still has its SMs' tensor
-//   cores and copies busy. A second kernel merges the chunks' (max, sum, acc), gates and rounds, its blocks
-//   splitting each row's columns so a one-token step still spreads over the SMs.
+// sequence's key/value cache, and the Gated DeltaNet recurrence continued token by token from a carried
+// state. A decode step moves far more bytes (the cache; the state and the per-token states kept for rollback)
+// than it computes with, so the fast kernels are built to read those bytes once:
+// - attention (hd 128 / 256): split-KV on tensor cores (decode_fast.cu). A CTA per (kv head, key chunk, row
+//   group), at most one per SM, streams its chunk through a cp.async ring and runs the query rows that read
+//   it (of the step's T tokens × the hq / hkv query heads of that kv head) through mma.sync with an online
+//   softmax; short steps split each stage's keys over several warps (merged in shared memory), so T = 1 still
+//   has its SMs' tensor cores and copies busy. A second kernel merges the chunks' (max, sum, acc), gates and
+//   rounds, its blocks splitting each row's columns so a one-token step still spreads over the SMs. How a
+//   step is split, and whether it fits the device's shared memory at all, is the plan's decision
+//   (decode_plan.h).
 // - DeltaNet: a CTA per (value head, 16 state columns) keeps that slice of the fp32 state in registers over
-//   the tokens (a float4 of columns a thread) and writes each saved state as 16-byte vectors; a 32-column slice
-//   kernel with a column a lane takes dv not a multiple of 4 or unaligned states (DFLASH_DECODE=slice32 forces
-//   it for A/B timing).
-// The fast kernels live in decode_fast.cu (attention) and decode_gdn.cu (DeltaNet), declared for this file in
-// kernels/decode/decode.cuh. This file holds the launchers and the general warp-per-work-item kernels (fp32, any head
-// dim up to kDecodeMaxHeadDim, any stride or GQA / GVA ratio), which take the shapes the fast ones are not built
-// for and are the prefill's fallback (causal attention over packed sequences; the recurrence from zero states
-// per sequence). DFLASH_DECODE=general sends decoding to them as well: the A/B switch of bench_kernels decode.
+//   the tokens (a float4 of columns a thread) and writes each saved state as 16-byte vectors; a 32-column
+//   slice kernel with a column a lane takes dv not a multiple of 4 or unaligned states (decode_gdn.cu).
+// This file holds the launchers and the general warp-per-work-item kernels (fp32, any head dim up to
+// kDecodeMaxHeadDim, any stride or GQA / GVA ratio), which take the shapes the fast ones are not built for
+// and the steps whose split plan does not fit the device, and are the prefill's fallback (causal attention
+// over packed sequences; the recurrence from zero states per sequence). Tests and benchmarks send decoding to
+// them as well (the registry's decode=general, kernels/dispatch/dispatch.h), to test that path on a device
+// that would not take it and as a reference for the fast kernels. Which kernel a step takes is decided in
+// decode_plan.h (decode_attention_choose, gdn_decode_choose).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -27,11 +27,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/decode/decode.cuh"
-#include "kernels/primitives/device_math.cuh"
-#include "kernels/primitives/env_switch.h"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/primitives/device_math.cuh"
 #include "kernels/primitives/mma.cuh"
 
 namespace df {
@@ -229,15 +228,13 @@ void gdn_recurrence_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
   DF_CUDA_CHECK_LAUNCH("gdn_decode_kernel");
 }
 
-// DFLASH_DECODE=general: decoding on the general kernels. Read per call so one process can time both.
-bool decode_general_forced() { return env_is("DFLASH_DECODE", "general"); }
-
 }  // namespace
 
 size_t attention_cached_workspace_bytes(int64_t T, int hq, int hkv, int hd) {
-  if (T <= 0 || hkv <= 0 || hq % hkv != 0 || decode_general_forced() || !attention_split_shape(T, hq, hkv, hd))
+  if (T <= 0 || hkv <= 0 || hq % hkv != 0 || kernel_variants().decode_general ||
+      !attention_split_shape(T, hq, hkv, hd))
     return 0;
-  return attention_split_workspace_bytes(T, hq, hkv, hd);
+  return attention_split_workspace_bytes_for(T, hq, hkv, hd, device_caps().sms);
 }
 
 void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
@@ -245,20 +242,21 @@ void attention_cached_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
                              int hq, int hkv, int hd, float scale, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream) {
   if (T == 0) return;
-  const bool vec = (reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
-                    reinterpret_cast<uintptr_t>(v)) % 16 == 0 &&
-                   ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0;
-  if (hkv <= 0 || hq % hkv != 0 || past < 0 || !vec || decode_general_forced() ||
-      !attention_split_shape(T, hq, hkv, hd))
+  const uintptr_t rows_at =
+      reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v);
+  const bool aligned = rows_at % 16 == 0 && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0;
+  const DecodeAttnChoice c =
+      hkv > 0 && hq % hkv == 0 && past >= 0
+          ? decode_attention_choose(device_caps(), kernel_variants(), T, past, hq, hkv, hd, aligned)
+          : DecodeAttnChoice{};
+  if (c.kernel == DecodeAttnKernel::general)
     return attention_rows_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, nullptr, 0, hq, hkv,
                               hd, scale, "attention_cached_launch", stream);
   if (workspace_bytes < attention_cached_workspace_bytes(T, hq, hkv, hd))
     cuda_throw("attention_cached_launch", "workspace smaller than attention_cached_workspace_bytes(T, hq, hkv, hd)",
                __FILE__, __LINE__);
-  if (!attention_split_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, hq, hkv, hd, scale,
-                           workspace, stream))
-    attention_rows_run(q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, nullptr, 0, hq, hkv,
-                       hd, scale, "attention_cached_launch", stream);
+  attention_split_run(c.plan, q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, T, past, hq, hkv, hd,
+                      scale, workspace, stream);
 }
 
 void attention_causal_general_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
@@ -277,14 +275,17 @@ void gdn_decode_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t l
   if (T == 0) return;
   if (saved < 1 || saved > T)
     cuda_throw("gdn_decode_launch", "needs 1 <= saved states <= tokens", __FILE__, __LINE__);
-  if (decode_general_forced())
+  const bool vec = dv % 4 == 0 && ld_states % 4 == 0 &&
+                   (reinterpret_cast<uintptr_t>(state) | reinterpret_cast<uintptr_t>(states)) % 16 == 0;
+  const GdnDecodeKernel kernel = gdn_decode_choose(kernel_variants(), vec, dv);
+  if (kernel == GdnDecodeKernel::general)
     return gdn_recurrence_run(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states,
                               nullptr, 1, T, T - saved, nk, nv, dk, dv, "gdn_decode_launch", stream);
   if (nk <= 0 || nv % nk != 0 || dk <= 0 || dk > kDecodeMaxHeadDim || dv <= 0 || (dv + 31) / 32 > 65535)
     cuda_throw("gdn_decode_launch", "needs value heads a multiple of key heads, 0 < dk <= 512 and dv > 0",
                __FILE__, __LINE__);
-  gdn_decode_slice_run(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, saved,
-                       T, nk, nv, dk, dv, stream);
+  gdn_decode_slice_run(kernel, qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states,
+                       ld_states, saved, T, nk, nv, dk, dv, stream);
 }
 
 void gdn_prefill_recurrent_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,

@@ -8,9 +8,8 @@
 #include <type_traits>
 
 #include "kernels/decode/decode.cuh"
-#include "kernels/primitives/device_math.cuh"
-#include "kernels/primitives/env_switch.h"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/device_math.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/pdl.cuh"
 
@@ -124,7 +123,6 @@ __global__ void __launch_bounds__(32 * kGdnSliceWarps) gdn_decode_slice_kernel(
 // by token parity, so a token costs one barrier: token t's output is summed after token t + 1's barrier. The
 // inputs (q̂, k̂, v, gates) of up to TOK tokens are staged first, each token's by one warp, all warps sharing.
 constexpr int kGdnQuadWarps = 4;
-constexpr int kGdnQuadCols = 16;
 
 // One token's 4 output columns of gdn_decode_quad_kernel: the warps' partial sums red[w][cq] added and rounded.
 __device__ __forceinline__ void gdn_quad_out(const float4 (*red)[4], int cq, bf16* dst) {
@@ -291,25 +289,18 @@ void dispatch_quad_rows(int dk, Fn&& fn) {
   dispatch_pow2<2, kDecodeMaxHeadDim / 32>((dk + 31) / 32, fn);
 }
 
-// DFLASH_DECODE=slice32: the DeltaNet decode on the 32-column slice kernel even where the 16-column one runs
-// (the A/B switch of bench_kernels decode; the 32-column kernel stays the path for dv not a multiple of 4 or
-// unaligned states). Read per call so one process can time both.
-bool gdn_slice32_forced() { return env_is("DFLASH_DECODE", "slice32"); }
-
 }  // namespace
 
-void gdn_decode_slice_run(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b, int64_t ld_b,
-                          const float* A_log, const float* dt_bias, bf16* out, int64_t ld_out, const float* state,
-                          float* states, int64_t ld_states, int64_t saved, int64_t T, int nk, int nv, int dk, int dv,
-                          cudaStream_t stream) {
-  const bool vec = dv % 4 == 0 && ld_states % 4 == 0 &&
-                   (reinterpret_cast<uintptr_t>(state) | reinterpret_cast<uintptr_t>(states)) % 16 == 0;
-  if (vec && !gdn_slice32_forced() && (dv + kGdnQuadCols - 1) / kGdnQuadCols <= 65535) {
+void gdn_decode_slice_run(GdnDecodeKernel kernel, const bf16* qkv, int64_t ld_qkv, const bf16* a,
+                          int64_t ld_a, const bf16* b, int64_t ld_b, const float* A_log, const float* dt_bias,
+                          bf16* out, int64_t ld_out, const float* state, float* states, int64_t ld_states,
+                          int64_t saved, int64_t T, int nk, int nv, int dk, int dv, cudaStream_t stream) {
+  if (kernel == GdnDecodeKernel::quad) {
     const dim3 grid((unsigned)nv, (unsigned)((dv + kGdnQuadCols - 1) / kGdnQuadCols));
     dispatch_quad_rows(dk, [&](auto rpt) {
       launch_pdl(gdn_decode_quad_kernel<decltype(rpt)::value>, grid, dim3(32 * kGdnQuadWarps), 0, stream, qkv,
-                 ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T, T - saved, nk,
-                 nv, dk, dv);
+                 ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, state, states, ld_states, T,
+                 T - saved, nk, nv, dk, dv);
     });
     return;
   }

@@ -6,7 +6,6 @@
 #include "core/rng.h"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/primitives/device_math.cuh"
-#include "kernels/primitives/env_switch.h"
 #include "kernels/launchers.cuh"
 
 namespace df {
@@ -109,7 +108,7 @@ __device__ __forceinline__ float noise_add_f32(float x, float std, float z) {
 
 // One thread per element of a [rows, cols] view, f(r, c) doing the work: grid.y strides over rows and grid.x
 // over columns, so no thread divides by cols. The training ops' form for shapes the 16-byte form below
-// refuses (odd columns, strides or addresses), and for all of them under DFLASH_TRAIN_OPS=old.
+// refuses (odd columns, strides or addresses).
 template <class F>
 __global__ void rows_map_kernel(int64_t rows, int64_t cols, F f) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
@@ -326,10 +325,6 @@ void fill_normal_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64
   DF_CUDA_CHECK_LAUNCH("fill_normal_kernel");
 }
 
-bool train_ops_old() {
-  return env_is("DFLASH_TRAIN_OPS", "old");
-}
-
 template <class F>
 static void rows_map_launch(int64_t rows, int64_t cols, F f, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((cols + 255) / 256, 64)),
@@ -367,7 +362,7 @@ void swiglu_bwd_launch(const bf16* gate, int64_t ld_gate, const bf16* up, int64_
   const bool vec = rows_vec_fits(gate, ld_gate, rows, cols, 8) && rows_vec_fits(up, ld_up, rows, cols, 8) &&
                    rows_vec_fits(dout, ld_dout, rows, cols, 8) &&
                    rows_vec_fits(dgate, ld_dgate, rows, cols, 8) && rows_vec_fits(dup, ld_dup, rows, cols, 8);
-  if (vec && !train_ops_old())
+  if (vec)
     rows_vec_launch(rows, cols / 8, SwigluBwdVecOp{e}, stream);
   else
     rows_map_launch(rows, cols, e, stream);
@@ -377,7 +372,7 @@ void scale_rows_launch(bf16* x, int64_t ld_x, const float* s, int64_t rows, int6
                        cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const ScaleRowsOp e{x, ld_x, s};
-  if (rows_vec_fits(x, ld_x, rows, cols, 8) && !train_ops_old())
+  if (rows_vec_fits(x, ld_x, rows, cols, 8))
     rows_vec_launch(rows, cols / 8, ScaleRowsVecOp{e}, stream);
   else
     rows_map_launch(rows, cols, e, stream);
@@ -387,7 +382,7 @@ void add_gaussian_noise_launch(bf16* x, int64_t ld_x, int64_t rows, int64_t cols
                                cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const GaussianNoiseOp e{x, ld_x, cols, std, seed};
-  if (rows_vec_fits(x, ld_x, rows, cols, 8) && !train_ops_old())
+  if (rows_vec_fits(x, ld_x, rows, cols, 8))
     rows_vec_launch(rows, cols / 8, GaussianNoiseVecOp{e}, stream);
   else
     rows_map_launch(rows, cols, e, stream);
@@ -398,7 +393,7 @@ void fill_launch(void* dst, bool dst_f32, int64_t ld, int64_t rows, int64_t cols
   if (rows == 0 || cols == 0) return;
   const FillOp e{dst, dst_f32, ld, value};
   const int per = dst_f32 ? 4 : 8;
-  if (rows_vec_fits(dst, ld, rows, cols, per) && !train_ops_old())
+  if (rows_vec_fits(dst, ld, rows, cols, per))
     rows_vec_launch(rows, cols / per, FillVecOp{e}, stream);
   else
     rows_map_launch(rows, cols, e, stream);

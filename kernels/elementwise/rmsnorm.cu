@@ -291,8 +291,8 @@ static void rmsnorm_run(bf16* x, int64_t ld_x, const bf16* delta, int64_t ld_del
   const int64_t chunks = cols / 8;
   const bool q_vec = !q || (ldq % 8 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0);
   // The training forward (rstd) runs here too: w·x·r with the products rounded in fp32 is rmsnorm_apply's
-  // (x·r)·w, zero_centred false. DFLASH_TRAIN_OPS=old: the two-pass kernel, for A/B.
-  if ((!rstd || !train_ops_old()) && vec && q_vec && al(w) &&
+  // (x·r)·w, zero_centred false.
+  if (vec && q_vec && al(w) &&
       chunks <= int64_t(kRegMaxChunks) * kRegMaxThreads) {
     const RegGeometry g = reg_geometry(chunks, kRegMaxChunks);
     using Kernel = decltype(&rmsnorm_reg_kernel<1, false>);
@@ -360,12 +360,10 @@ void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float
     cuda_throw("rmsnorm_bwd_launch", "workspace smaller than rmsnorm_bwd_workspace_bytes", __FILE__,
                __LINE__);
   auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  // DFLASH_TRAIN_OPS=old: the first kernels (two-pass scalar dx, one column per thread dw), for A/B.
-  const bool old = train_ops_old();
   const int64_t row_chunks = cols / 8;
   const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_dy % 8 == 0 && ld_dx % 8 == 0 && al(x, 16) &&
                    al(dy, 16) && al(dx, 16) && al(w, 16);
-  if (!old && vec && row_chunks <= int64_t(kRegBwdMaxChunks) * kRegMaxThreads) {
+  if (vec && row_chunks <= int64_t(kRegBwdMaxChunks) * kRegMaxThreads) {
     const RegGeometry g = reg_geometry(row_chunks, kRegBwdMaxChunks);
     using Kernel = decltype(&rmsnorm_bwd_dx_reg_kernel<1>);
     constexpr Kernel by_chunks[kRegBwdMaxChunks] = {
@@ -387,7 +385,7 @@ void rmsnorm_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const float
   auto fits = [&](int v) {
     return cols % v == 0 && ld_x % v == 0 && ld_dy % v == 0 && al(x, 2 * v) && al(dy, 2 * v);
   };
-  const int v = old ? 1 : fits(kDwVec) ? kDwVec : fits(2) ? 2 : 1;
+  const int v = fits(kDwVec) ? kDwVec : fits(2) ? 2 : 1;
   if (v > 1) {
     const dim3 grid(static_cast<unsigned>((cols / v + kDwThreads - 1) / kDwThreads),
                     static_cast<unsigned>(chunks));

@@ -55,6 +55,15 @@ __device__ __forceinline__ float rope_rotate(float v, float partner, float c, fl
   return __fadd_rn(__fmul_rn(v, c), __fmul_rn(partner, s));
 }
 
+// The cos/sin table of a token at position pos for RoPE over rot_dim dims (rot_dim / 2 angles), built by the
+// whole block in shared memory before any of its warps reads it.
+__device__ __forceinline__ void rope_token_table(float* cos_t, float* sin_t, int32_t pos, int rot_dim,
+                                                 float theta) {
+  const float p = static_cast<float>(pos);
+  for (int j = threadIdx.x; j < rot_dim / 2; j += blockDim.x) rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
+  __syncthreads();
+}
+
 // One block per token: the token's cos/sin table (rot_dim/2 angles, shared by all its heads) is built once in
 // shared memory, then each warp normalises and rotates heads; a head goes through shared memory because RoPE
 // pairs dim i with i + rot/2. Lane l sums the squares of dims l, l + 32, ... and warp_sum adds the lanes: the
@@ -68,10 +77,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = rot_dim / 2;
-  const float p = static_cast<float>(pos[t]);
-  for (int j = threadIdx.x; j < half; j += blockDim.x)
-    rope_cos_sin(p, j, rot_dim, theta, &cos_t[j], &sin_t[j]);
-  __syncthreads();
+  rope_token_table(cos_t, sin_t, pos[t], rot_dim, theta);
   float* nb = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
     const bf16* row = x + t * ld_x + (int64_t)h * hd;
@@ -108,10 +114,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   __shared__ float cos_t[kRopeMaxHd / 2], sin_t[kRopeMaxHd / 2];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, half = hd / 2;
-  const float p = static_cast<float>(pos[t]);
-  for (int j = threadIdx.x; j < half; j += blockDim.x)
-    rope_cos_sin(p, j, hd, theta, &cos_t[j], &sin_t[j]);
-  __syncthreads();
+  rope_token_table(cos_t, sin_t, pos[t], hd, theta);
   float* dz = buf[warp];
   for (int h = warp; h < heads; h += kRopeWarps) {
     const bf16* dyh = dy + t * ld_dy + (int64_t)h * hd;
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
 
 // RoPEᵀ of the pair (a, b) = (dy_j, dy_{j+half}) at angle (c, s): dz_j = a·c + b·s, dz_{j+half} = b·c − a·s,
 // each in one written-out form (an fma of one product and the other rounded), as is each dw term below
-// (fma(dz, x·rstd, acc)): the dw kernels promise each other the same bits, and left to the compiler a
+// (fma(dz, x·rstd, acc)), so that every kernel using them gets the same bits: left to the compiler a
 // contraction of b·c − a·s may pick either product to fuse, differently in each kernel.
 __device__ __forceinline__ float rope_dz_lo(float a, float b, float c, float s) {
   return __fmaf_rn(a, c, __fmul_rn(b, s));
@@ -146,35 +149,11 @@ __device__ __forceinline__ float rope_dz_hi(float a, float b, float c, float s) 
   return __fmaf_rn(b, c, -__fmul_rn(a, s));
 }
 
-// Partial ∂/∂w of token chunk blockIdx.y: thread i (one per head dim) sums dz_i·x̂_i over the chunk's tokens
-// in order and, inside a token, over heads in order; partial[k·hd + i]. column_sum_launch adds the chunks.
-__global__ void qk_norm_rope_bwd_dw_kernel(const bf16* x, int64_t ld_x, const int32_t* pos, const float* rstd,
-                                           int64_t ld_rstd, const bf16* dy, int64_t ld_dy, int64_t T,
-                                           int heads, int hd, float theta, int64_t R, float* partial) {
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x), half = hd / 2;
-  const int64_t k = blockIdx.y;
-  if (i >= hd) return;
-  const int j = i < half ? i : i - half;
-  const int64_t t1 = T < (k + 1) * R ? T : (k + 1) * R;
-  float acc = 0.0f;
-  for (int64_t t = k * R; t < t1; ++t) {
-    float c, s;
-    rope_cos_sin(static_cast<float>(pos[t]), j, hd, theta, &c, &s);
-    for (int h = 0; h < heads; ++h) {
-      const bf16* dyh = dy + t * ld_dy + (int64_t)h * hd;
-      const float a = __bfloat162float(dyh[j]), b = __bfloat162float(dyh[j + half]);
-      const float dzi = i < half ? rope_dz_lo(a, b, c, s) : rope_dz_hi(a, b, c, s);
-      acc = __fmaf_rn(dzi, __fmul_rn(__bfloat162float(x[t * ld_x + (int64_t)h * hd + i]), rstd[t * ld_rstd + h]),
-                      acc);
-    }
-  }
-  partial[k * hd + i] = acc;
-}
-
-// qk_norm_rope_bwd_dw_kernel's partials, bit for bit, 2V columns per thread: dims [V·g, V·g + V) and their
-// RoPE partners half further on, with 2V-byte loads (a warp reads 32·V·2 contiguous bytes of each half-head
-// row). Each column is the same fp32 chain as there, tokens ascending and heads ascending inside a token,
-// with the same rope_cos_sin and the same expressions (so the same contractions). Thread (chunk k, group g)
+// Partial ∂/∂w of token chunk k: each head dim i sums dz_i·x̂_i over the chunk's tokens in order and, inside
+// a token, over heads in order, into partial[k·hd + i] (column_sum_launch adds the chunks); 2V columns per
+// thread: dims [V·g, V·g + V) and their RoPE partners half further on, with 2V-byte loads (a warp reads
+// 32·V·2 contiguous bytes of each half-head row). Any V gives the same fp32 chain per column, with the same
+// rope_cos_sin and the same expressions (so the same contractions). Thread (chunk k, group g)
 // is flattened over the grid: with half / V = 32 a warp is one chunk. The loads of U heads are issued before
 // their terms are added: one thread per chain leaves few threads, and the bytes in flight must come from
 // each.
@@ -512,10 +491,9 @@ void qk_norm_rope_fwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
                              float theta, float eps, cudaStream_t stream) {
   if (T == 0 || heads == 0) return;
   rope_train_check(hd, "qk_norm_rope_fwd_launch");
-  // The register kernel where the shapes allow (bit-identical to the shared-memory one);
-  // DFLASH_TRAIN_OPS=old: the shared-memory kernel, for A/B.
+  // The register kernel where the shapes allow (bit-identical to the shared-memory one).
   auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const RopeRegKernel reg = train_ops_old() ? nullptr : rope_reg_kernel_for(hd, hd);
+  const RopeRegKernel reg = rope_reg_kernel_for(hd, hd);
   if (reg && al(x) && al(y) && al(w) && ld_x % 8 == 0 && ld_y % 8 == 0 &&
       heads * kRopeGroup <= kRopeRegMaxThreads) {
     const RopeRegGrid g = rope_reg_grid(T, heads, hd);
@@ -543,9 +521,7 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
     cuda_throw("qk_norm_rope_bwd_launch", "workspace smaller than qk_norm_rope_bwd_workspace_bytes", __FILE__,
                __LINE__);
   auto al = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  // DFLASH_TRAIN_OPS=old: the first kernels (warp-per-head dx, one column per thread dw), for A/B.
-  const bool old = train_ops_old();
-  const RopeBwdRegKernel reg = old ? nullptr : rope_bwd_reg_kernel_for(hd);
+  const RopeBwdRegKernel reg = rope_bwd_reg_kernel_for(hd);
   const int per_token = heads * kRopeGroup;
   if (reg && al(x, 16) && al(dy, 16) && al(dx, 16) && al(w, 16) && ld_x % 8 == 0 && ld_dy % 8 == 0 &&
       ld_dx % 8 == 0 && per_token <= kRopeBwdRegMaxThreads) {
@@ -560,31 +536,22 @@ void qk_norm_rope_bwd_launch(const bf16* x, int64_t ld_x, const float* w, const 
   }
   const int64_t chunks = column_partial_chunks(T, hd), R = (T + chunks - 1) / chunks;
   float* partial = static_cast<float*>(ws);
-  if (old) {
-    const unsigned threads = hd >= 128 ? 128 : static_cast<unsigned>((hd + 31) / 32 * 32);
-    const dim3 grid(static_cast<unsigned>((hd + threads - 1) / threads), static_cast<unsigned>(chunks));
-    qk_norm_rope_bwd_dw_kernel<<<grid, threads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads,
-                                                             hd, theta, R, partial);
-    DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_kernel");
-  } else {
-    // V adjacent dims per half: the widest that the layout allows and that still gives a chunk a warp of
-    // threads (half / V ≥ 32), so hd 64, 128, 256 take V = 1, 2, 4; any even hd works with V = 1.
-    const int half = hd / 2;
-    auto fits = [&](int v) {
-      return half % v == 0 && half / v >= 32 && ld_x % v == 0 && ld_dy % v == 0 && al(x, 2 * v) &&
-             al(dy, 2 * v);
-    };
-    const int v = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
-    const int64_t threads = chunks * (half / v);
-    const unsigned blocks = static_cast<unsigned>((threads + kRopeDwThreads - 1) / kRopeDwThreads);
-    const auto kernel = v == 8   ? qk_norm_rope_bwd_dw_vec_kernel<8, kRopeDwHeads / 4>
-                        : v == 4 ? qk_norm_rope_bwd_dw_vec_kernel<4, kRopeDwHeads / 2>
-                        : v == 2 ? qk_norm_rope_bwd_dw_vec_kernel<2, kRopeDwHeads>
-                                 : qk_norm_rope_bwd_dw_vec_kernel<1, kRopeDwHeads>;
-    kernel<<<blocks, kRopeDwThreads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads, hd, theta,
-                                                  R, chunks, partial);
-    DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_vec_kernel");
-  }
+  // V adjacent dims per half: the widest that the layout allows and that still gives a chunk a warp of
+  // threads (half / V ≥ 32), so hd 64, 128, 256 take V = 1, 2, 4; any even hd works with V = 1.
+  const int half = hd / 2;
+  auto fits = [&](int v) {
+    return half % v == 0 && half / v >= 32 && ld_x % v == 0 && ld_dy % v == 0 && al(x, 2 * v) && al(dy, 2 * v);
+  };
+  const int v = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
+  const int64_t threads = chunks * (half / v);
+  const unsigned blocks = static_cast<unsigned>((threads + kRopeDwThreads - 1) / kRopeDwThreads);
+  const auto kernel = v == 8   ? qk_norm_rope_bwd_dw_vec_kernel<8, kRopeDwHeads / 4>
+                      : v == 4 ? qk_norm_rope_bwd_dw_vec_kernel<4, kRopeDwHeads / 2>
+                      : v == 2 ? qk_norm_rope_bwd_dw_vec_kernel<2, kRopeDwHeads>
+                               : qk_norm_rope_bwd_dw_vec_kernel<1, kRopeDwHeads>;
+  kernel<<<blocks, kRopeDwThreads, 0, stream>>>(x, ld_x, pos, rstd, ld_rstd, dy, ld_dy, T, heads, hd, theta, R,
+                                                chunks, partial);
+  DF_CUDA_CHECK_LAUNCH("qk_norm_rope_bwd_dw_vec_kernel");
   column_sum_launch(partial, chunks, hd, dw, beta_dw, stream);
 }
 

@@ -6,6 +6,7 @@
 // alignment. A tap reaching before the token's sequence start (pos < K−1−j) contributes zero: the reset at
 // every sequence boundary. Built for K = 2..8 (every Qwen3.5/3.6 model has 4).
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/primitives/device_math.cuh"
 #include "kernels/launchers.cuh"
 
@@ -153,8 +154,7 @@ void conv1d_silu_run(const bf16* x, int64_t ld_x, const float* w, bf16* out, int
   if (vec) {
     const int64_t tokens_per_block = int64_t(kConvBlockStages) * kConvStageRows;
     const size_t smem = sizeof(uint4) * kConvRingRows * (kConvSpan / 8);
-    DF_CUDA_CHECK(cudaFuncSetAttribute(conv1d_silu_vec_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    kernel_smem_opt_in(reinterpret_cast<const void*>(conv1d_silu_vec_kernel<K>), smem, "conv1d_silu_vec_kernel");
     dim3 grid(static_cast<unsigned>((C + kConvSpan - 1) / kConvSpan),
               static_cast<unsigned>((T + tokens_per_block - 1) / tokens_per_block));
     conv1d_silu_vec_kernel<K><<<grid, kConvThreads, smem, stream>>>(x, ld_x, w, out, ld_out, pos, T, C);

@@ -17,7 +17,7 @@
 
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/primitives/device_math.cuh"
-#include "kernels/primitives/env_switch.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/gdn/gdn.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/mma.cuh"
@@ -230,13 +230,6 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
 
 // ---- launchers ----
 
-// The chunk kernel's form: per key head unless DFLASH_GDN_CHUNK=vhead (per value head). The outputs are the
-// same bits. Read per call so one process can time both.
-static GdnChunkForm gdn_chunk_form() {
-  if (env_is("DFLASH_GDN_CHUNK", "vhead")) return GdnChunkForm::value_head;
-  return GdnChunkForm::key_head;
-}
-
 template <int D, bool CONV, bool NORM>
 static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, unsigned char* ws,
                             cudaStream_t stream) {
@@ -245,10 +238,9 @@ static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, uns
   p.ws_u = reinterpret_cast<bf16*>(ws + l.u);
   p.ws_p = reinterpret_cast<bf16*>(ws + l.scores);
   p.ws_s = reinterpret_cast<float4*>(ws + l.scalars);
-  gdn_chunk_run<D, CONV>(p, num_seqs, max_len, gdn_chunk_form(), stream);
+  gdn_chunk_run<D, CONV>(p, num_seqs, max_len, stream);
   const size_t smem = GdnStateSmem<D, NORM>::kBytes;
-  DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_state_kernel<D, CONV, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  kernel_smem_opt_in(reinterpret_cast<const void*>(gdn_state_kernel<D, CONV, NORM>), smem, "gdn_state_kernel");
   dim3 grid(p.nv, num_seqs);
   gdn_state_kernel<D, CONV, NORM><<<grid, 2 * D, smem, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");
@@ -278,29 +270,15 @@ static void gdn_prefill_dispatch(const GdnArgs& p, int num_seqs, int64_t T, int 
     gdn_prefill_run<128, CONV, NORM>(p, num_seqs, T, max_len, w, stream);
 }
 
-// DFLASH_GDN=recurrent sends every prefill to the fp32 token recurrence (decode.cu) instead of the chunked
-// kernels, so the golden tests can tell how much of a model's bf16 error the chunked form's roundings add.
-static bool gdn_recurrent_forced() {
-  static const bool forced = env_is("DFLASH_GDN", "recurrent");
-  return forced;
-}
-
-// How much of the mixer runs fused: DFLASH_GDN_FUSE=0 runs its three separate kernels (conv1d_silu,
-// gdn_prefill, gated_rmsnorm), =conv fuses the conv only (the gated norm stays its own kernel), anything else
-// or unset both. Read per call so one process can time and test every form.
-enum class GdnFuse { none, conv, conv_norm };
-static GdnFuse gdn_fuse_mode() {
-  if (env_is("DFLASH_GDN_FUSE", "0")) return GdnFuse::none;
-  if (env_is("DFLASH_GDN_FUSE", "conv")) return GdnFuse::conv;
-  return GdnFuse::conv_norm;
-}
-
-// Whether the chunked kernels can read this layout (otherwise the token recurrence runs).
-static bool gdn_chunked_layout(const bf16* qkv, int64_t ld_qkv, const bf16* out, int64_t ld_out, int num_seqs,
-                               int nk, int nv, int dk, int dv) {
-  return gdn_prefill_chunked_shape(dk, dv) && nk > 0 && nv % nk == 0 && ld_qkv % 8 == 0 && ld_out % 2 == 0 &&
-         reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 &&
-         num_seqs <= 65535 && nv <= 65535 && !gdn_recurrent_forced();
+// Whether the chunked kernels run (gdn_prefill_kernel_choose): a layout they read, unless the registry's
+// gdn=recurrent sends every prefill to the fp32 token recurrence (decode.cu), so that the golden tests can
+// tell how much of a model's bf16 error the chunked form's roundings add.
+static bool gdn_chunked(const bf16* qkv, int64_t ld_qkv, const bf16* out, int64_t ld_out, int num_seqs, int nk,
+                        int nv, int dk, int dv) {
+  const bool layout = gdn_prefill_chunked_shape(dk, dv) && nk > 0 && nv % nk == 0 && ld_qkv % 8 == 0 &&
+                      ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(out) % 4 == 0 && num_seqs <= 65535 && nv <= 65535;
+  return gdn_prefill_kernel_choose(kernel_variants(), layout) == GdnPrefillKernel::chunked;
 }
 
 void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t ld_a, const bf16* b,
@@ -309,7 +287,7 @@ void gdn_prefill_launch(const bf16* qkv, int64_t ld_qkv, const bf16* a, int64_t 
                         int dv, void* ws, size_t ws_bytes, cudaStream_t stream) {
   if (num_seqs == 0 || nv == 0 || T == 0 || max_len == 0) return;
   // The token recurrence (decode.cu): any dims, no workspace.
-  if (!gdn_chunked_layout(qkv, ld_qkv, out, ld_out, num_seqs, nk, nv, dk, dv))
+  if (!gdn_chunked(qkv, ld_qkv, out, ld_out, num_seqs, nk, nv, dk, dv))
     return gdn_prefill_recurrent_launch(qkv, ld_qkv, a, ld_a, b, ld_b, A_log, dt_bias, out, ld_out, cu, num_seqs, T,
                                         nk, nv, dk, dv, stream);
   GdnArgs p{};
@@ -327,10 +305,8 @@ void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv
   if (num_seqs == 0 || nv == 0 || T == 0 || max_len == 0) return;
   const int64_t vdim = (int64_t)nv * dv, qk_cols = 2LL * nk * dk;
   auto al = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
-  const GdnFuse mode = gdn_fuse_mode();
-  const bool fused = mode != GdnFuse::none && conv_k == kGdnConvTaps &&
-                     gdn_chunked_layout(x, ld_x, out, ld_out, num_seqs, nk, nv, dk, dv) && ld_z % 8 == 0 &&
-                     ld_conv % 8 == 0 && ld_o % 2 == 0 && al(z, 16) && al(conv, 16) && al(o, 4);
+  const bool fused = conv_k == kGdnConvTaps && gdn_chunked(x, ld_x, out, ld_out, num_seqs, nk, nv, dk, dv) &&
+                     ld_z % 8 == 0 && ld_conv % 8 == 0 && ld_o % 2 == 0 && al(z, 16) && al(conv, 16) && al(o, 4);
   if (!fused) {
     conv1d_silu_launch(x, ld_x, conv_w, conv_k, conv, ld_conv, pos, T, qk_cols + vdim, stream);
     gdn_prefill_launch(conv, ld_conv, a, ld_a, b, ld_b, A_log, dt_bias, o, ld_o, cu, num_seqs, T, max_len, nk, nv,
@@ -342,12 +318,6 @@ void gdn_mixer_launch(const bf16* x, int64_t ld_x, const float* conv_w, int conv
   p.qkv = x, p.ld_qkv = ld_x, p.conv_w = conv_w, p.qk = conv + vdim, p.ld_qk = ld_conv;
   p.a = a, p.ld_a = ld_a, p.b = b, p.ld_b = ld_b, p.A_log = A_log, p.dt_bias = dt_bias;
   p.cu = cu, p.nk = nk, p.nv = nv, p.dk = dk, p.dv = dv;
-  if (mode == GdnFuse::conv) {
-    p.out = o, p.ld_out = ld_o;
-    gdn_prefill_dispatch<true, false>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
-    gated_rmsnorm_launch(o, ld_o, z, ld_z, norm_w, out, ld_out, T, nv, dv, eps, stream);
-    return;
-  }
   p.z = z, p.ld_z = ld_z, p.norm_w = norm_w, p.eps = eps, p.out = out, p.ld_out = ld_out;
   gdn_prefill_dispatch<true, true>(p, num_seqs, T, max_len, ws, ws_bytes, stream);
 }

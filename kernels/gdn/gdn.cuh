@@ -62,14 +62,10 @@ __device__ __forceinline__ void gdn_stage_wait() { asm volatile("cp.async.wait_a
 
 // ---- launchers ----
 
-// The chunk kernel's forms, whose outputs are the same bits: a CTA per (sequence, chunk, value head), or per
-// key head doing the q / k work once for its value heads (3 CTAs an SM at D 128).
-enum class GdnChunkForm { value_head, key_head };
-
-// The chunk kernel of one prefill (gdn_chunk.cu) in the given form, for the head tile width D
-// (gdn_prefill_tile_dim) with or without the conv fused; p's workspace pointers are set. Built for D in
-// {32, 64, 128} and both CONV.
+// The chunk kernel of one prefill (gdn_chunk.cu), a CTA per (sequence, chunk, key head), for the head tile
+// width D (gdn_prefill_tile_dim) with or without the conv fused; p's workspace pointers are set. Built for D
+// in {32, 64, 128} and both CONV.
 template <int D, bool CONV>
-void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, GdnChunkForm form, cudaStream_t stream);
+void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, cudaStream_t stream);
 
 }  // namespace df

@@ -1,13 +1,13 @@
 // Gated DeltaNet chunked prefill, the chunk kernel (kernels/gdn/gdn.cu has the scheme, the state kernel and the
 // launchers): per (chunk, value head) everything that does not depend on the state (γ, the norms, T = (I +
 // A)⁻¹, W, U and the masked scores) into the workspace, and in the fused form the causal conv + SiLU on its
-// tiles. Two forms: a CTA per value head, or per key head doing the q / k work once for all of its value
-// heads.
+// tiles. A CTA per key head does the q / k work once for all of its value heads.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/primitives/device_math.cuh"
 #include "kernels/gdn/gdn.cuh"
 #include "kernels/primitives/mma.cuh"
@@ -422,64 +422,14 @@ __device__ __forceinline__ void gdn_wu_scalars(const Sm& s, const bf16* Vs, cons
   }
 }
 
-// One CTA per (sequence, chunk, value head). CONV: qkv is the projection before the causal conv, which runs
-// on the tiles (gdn_conv_silu_tiles). The nv / nk value heads of one key head each stage, convolve and
-// multiply the same q and k rows here; gdn_chunk_kh_kernel does that once per key head
-// (DFLASH_GDN_CHUNK=vhead keeps this one).
-template <int D, bool CONV>
-__global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kernel(const GdnArgs p) {
-  using Sm = GdnChunkSmem<D, CONV>;
-  constexpr int C = kGdnChunk;
-  extern __shared__ __align__(16) unsigned char gdn_chunk_smem[];
-  const Sm s(gdn_chunk_smem);
-  const int nk = p.nk, nv = p.nv, dk = p.dk;
-  const int seq = blockIdx.x, h = blockIdx.z, tid = gdn_tid(), lane = tid & 31, warp = tid >> 5;
-  const int len = p.cu[seq + 1] - p.cu[seq], c0 = blockIdx.y * C;
-  if (c0 >= len) return;
-  const int64_t t0 = p.cu[seq] + c0;
-  const int L = min(C, len - c0), kh = h / (nv / nk);
-  Sm::stage(s.Qs, p, t0, c0, L, (int64_t)kh * dk, dk);
-  Sm::stage(s.Ks, p, t0, c0, L, (int64_t)(nk + kh) * dk, dk);
-  Sm::stage(s.Vs, p, t0, c0, L, 2LL * nk * dk + (int64_t)h * p.dv, p.dv);
-  if (tid < C) {
-    float g, bt;
-    gdn_gate_row(p, t0, L, tid, h, g, bt);
-    s.gam[tid] = g;
-    s.beta[tid] = bt;
-  }
-  gdn_stage_wait();
-  __syncthreads();
-  if constexpr (CONV) {
-    gdn_conv_silu_tiles<D, 3, C / 2>(s.Qs, p, 0, kh, h, L);
-    __syncthreads();
-    if (h % (nv / nk) == 0) gdn_qk_copy_out<D>(s.Qs, s.Ks, p, t0, L, kh);  // the key head's first value head
-  }
-  if (warp == 0) {
-    float v0 = s.gam[2 * lane], v1 = s.gam[2 * lane + 1];
-    gdn_warp_cumsum(v0, v1);
-    s.gam[2 * lane] = v0;
-    s.gam[2 * lane + 1] = v1;
-  }
-  gdn_row_norms<D>(s.Qs, s.Ks, s.qn, s.kn, dk);
-  __syncthreads();
-  {
-    float acc[4][4], accp[4][4];
-    gdn_raw_products<D>(s.Qs, s.Ks, acc, accp);
-    gdn_scaled_stores(acc, accp, s, p, t0, L, h);
-  }
-  __syncthreads();
-  gdn_solve<Sm::kLdA>(s.Am);
-  gdn_wu_scalars<D>(s, s.Vs, p, t0, L, h);
-}
-
-// One CTA per (sequence, chunk, key head), walking the key head's nv / nk value heads in turn. Once per CTA:
-// the q and k staging and conv, their copy-out (fused form), the norms qn and kn, and the raw K Kᵀ and Q Kᵀ.
-// Per value head, in gdn_chunk_kernel's code and so bit for bit its outputs: the v tile (staged and convolved
-// alone), g and β, γ, the scaled A and scores, T, W, U and the row scalars. The raw products wait for the
-// next value head in shared memory (the q tile at D 128): held in registers they spill even at 128 registers
-// a thread. The next head's v is staged once U has read this head's v (3 CTAs an SM in 80 registers, as
-// gdn_chunk_kernel; staged early into a second tile, at 2 CTAs an SM, it measured 8.5 % slower: session 16,
-// call 1).
+// One CTA per (sequence, chunk, key head), walking the key head's nv / nk value heads in turn. CONV: qkv is
+// the projection before the causal conv, which runs on the tiles (gdn_conv_silu_tiles). Once per CTA: the q
+// and k staging and conv, their copy-out (fused form), the norms qn and kn, and the raw K Kᵀ and Q Kᵀ. Per
+// value head: the v tile (staged and convolved alone), g and β, γ, the scaled A and scores, T, W, U and the
+// row scalars. The raw products wait for the next value head in shared memory (the q tile at D 128): held in
+// registers they spill even at 128 registers a thread. The next head's v is staged once U has read this
+// head's v, which keeps 3 CTAs an SM in 80 registers (staged early into a second tile, 2 CTAs fit an SM and
+// the kernel is slower).
 template <int D, bool CONV>
 __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const GdnArgs p) {
   using Sm = GdnChunkSmem<D, CONV>;
@@ -558,28 +508,19 @@ __global__ void __launch_bounds__(kGdnChunkThreads, 3) gdn_chunk_kh_kernel(const
 // ---- launchers ----
 
 template <int D, bool CONV>
-void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, GdnChunkForm form, cudaStream_t stream) {
+void gdn_chunk_run(const GdnArgs& p, int num_seqs, int max_len, cudaStream_t stream) {
   const int chunks = (max_len + kGdnChunk - 1) / kGdnChunk;
-  if (form == GdnChunkForm::key_head) {
-    const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kKhBytes);
-    DF_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_kh_kernel<D, CONV>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    gdn_chunk_kh_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
-    DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
-    return;
-  }
-  const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kBytes);
-  DF_CUDA_CHECK(
-      cudaFuncSetAttribute(gdn_chunk_kernel<D, CONV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  gdn_chunk_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nv), kGdnChunkThreads, smem, stream>>>(p);
-  DF_CUDA_CHECK_LAUNCH("gdn_chunk_kernel");
+  const int smem = static_cast<int>(GdnChunkSmem<D, CONV>::kKhBytes);
+  kernel_smem_opt_in(reinterpret_cast<const void*>(gdn_chunk_kh_kernel<D, CONV>), smem, "gdn_chunk_kh_kernel");
+  gdn_chunk_kh_kernel<D, CONV><<<dim3(num_seqs, chunks, p.nk), kGdnChunkThreads, smem, stream>>>(p);
+  DF_CUDA_CHECK_LAUNCH("gdn_chunk_kh_kernel");
 }
 
-template void gdn_chunk_run<32, false>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
-template void gdn_chunk_run<64, false>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
-template void gdn_chunk_run<128, false>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
-template void gdn_chunk_run<32, true>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
-template void gdn_chunk_run<64, true>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
-template void gdn_chunk_run<128, true>(const GdnArgs&, int, int, GdnChunkForm, cudaStream_t);
+template void gdn_chunk_run<32, false>(const GdnArgs&, int, int, cudaStream_t);
+template void gdn_chunk_run<64, false>(const GdnArgs&, int, int, cudaStream_t);
+template void gdn_chunk_run<128, false>(const GdnArgs&, int, int, cudaStream_t);
+template void gdn_chunk_run<32, true>(const GdnArgs&, int, int, cudaStream_t);
+template void gdn_chunk_run<64, true>(const GdnArgs&, int, int, cudaStream_t);
+template void gdn_chunk_run<128, true>(const GdnArgs&, int, int, cudaStream_t);
 
 }  // namespace df

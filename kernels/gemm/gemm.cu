@@ -9,13 +9,13 @@
 // block.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <tuple>
 
-#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/gemm/gemm.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/train/train_workspace.h"
 
 namespace df {
@@ -99,8 +99,8 @@ void gemm_destroy_plan(GemmPlan& p) {
 
 struct GemmContext {
   cublasLtHandle_t handle = nullptr;
-  bool tune = true;  // DFLASH_GEMM_TUNE=0 keeps the heuristic's first algorithm (for A/B timing)
-  bool log = false;  // DFLASH_GEMM_LOG=1 prints the decision taken for every new shape
+  bool tune = true;  // false (registry gemm=heuristic): the heuristic's first algorithm, untimed (A/B timing)
+  bool log = false;  // registry gemm=log: print the decision taken for every new shape
   void* workspace = nullptr;
   size_t workspace_bytes = kGemmWorkspaceBytes;
   // Output of the timed launches when beta != 0 (c must keep the values the real call adds to). Timing runs
@@ -129,10 +129,8 @@ int64_t gemm_m_bucket(int64_t m) {
 
 GemmContext* gemm_init() {
   auto* ctx = new GemmContext();
-  const char* tune = std::getenv("DFLASH_GEMM_TUNE");
-  const char* log = std::getenv("DFLASH_GEMM_LOG");
-  ctx->tune = !(tune && std::string(tune) == "0");
-  ctx->log = log && std::string(log) == "1";
+  ctx->tune = !kernel_variants().gemm_heuristic;
+  ctx->log = kernel_variants().gemm_log;
   DF_CUBLAS_CHECK(cublasLtCreate(&ctx->handle));
   DF_CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
   return ctx;

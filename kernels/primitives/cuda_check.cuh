@@ -5,10 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdio>
 
 #include "core/error.h"
+#include "kernels/dispatch/dispatch.h"
 
 namespace df {
 
@@ -43,19 +43,8 @@ namespace df {
 
 namespace df {
 
-// The current device's SM count, asked of the runtime once per device: the launchers that size a grid by it
+// The current device's SM count (device_caps: read once per device): the launchers that size a grid by it
 // (persistent grids, one-wave grid-stride loops) run on every layer of every step.
-inline int device_sm_count() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> cached[kDevices];  // zero-initialised: not asked yet
-  int dev = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  int sms = dev >= 0 && dev < kDevices ? cached[dev].load(std::memory_order_relaxed) : 0;
-  if (sms == 0) {
-    DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (dev >= 0 && dev < kDevices) cached[dev].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
-}
+inline int device_sm_count() { return device_caps().sms; }
 
 }  // namespace df

@@ -94,7 +94,7 @@ template <int HD>
 __device__ __forceinline__ void wg_issue_abt(float (&s)[32], const unsigned char* x, const unsigned char* y) {
 #ifdef DF_WGMMA_BODY
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) wgmma_m64n64k16_ss(s, wgmma_desc_k(x, kk), wgmma_desc_k(y, kk), kk > 0);
+  for (int kk = 0; kk < HD / 16; ++kk) wgmma_ss<64>(s, wgmma_desc_k(x, kk), wgmma_desc_k(y, kk), kk > 0);
 #endif
 }
 
@@ -153,7 +153,7 @@ __device__ __forceinline__ void wg_product(float (&acc)[64], const uint32_t (&a)
 #ifdef DF_WGMMA_BODY
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_rs_tb(acc, a[kk], wgmma_desc_t(b, kk));
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<128>(acc, a[kk], wgmma_desc_t(b, kk));
   wgmma_commit();
   wgmma_wait_all();
   wgmma_fence_regs(acc);
@@ -166,7 +166,7 @@ __device__ __forceinline__ void wg_issue_product(float (&acc)[64], const uint32_
 #ifdef DF_WGMMA_BODY
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_rs_tb(acc, a[kk], wgmma_desc_t(b, kk));
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<128>(acc, a[kk], wgmma_desc_t(b, kk));
   wgmma_commit();
 #endif
 }

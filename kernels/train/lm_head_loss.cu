@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 
-#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/gemm/gemm.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/train_launchers.cuh"
 
 namespace cg = cooperative_groups;
@@ -22,8 +22,8 @@ namespace {
 constexpr int kScanThreads = 1024;  // one block compacts every row; 32 warps = one warp's worth of sums
 constexpr int kCopyThreads = 256;
 // The row kernel's CTA: 256 threads, so that several CTAs share an SM and one's loads stream while another
-// waits at its cluster barriers (8B shape, bench_kernels lm 4096 151936: 30.6 ms against 32.4 with one
-// 1024-thread CTA per SM; 27B: 63.2 against 66.5 ms; session 18). kRowMaxThreads bounds the registers.
+// waits at its cluster barriers (about 5 % faster than one 1024-thread CTA per SM at the 8B and 27B shapes,
+// bench_kernels lm). kRowMaxThreads bounds the registers: the kernel is compiled for CTAs of up to 1024.
 constexpr int kRowThreads = 256;
 constexpr int kRowMaxThreads = 1024;
 // A row is split over a cluster of up to 8 CTAs (the portable cluster size), each owning a slice of the
@@ -374,46 +374,17 @@ cudaLaunchConfig_t row_config(int ctas, int threads, int64_t n, cudaStream_t str
   return cfg;
 }
 
-// The row kernel's shape: threads a CTA and the most CTAs a row. DFLASH_LM_ROW="THREADS,CTAS" (read per
-// call; THREADS in {128, 256, 512, 1024}, CTAS in {1, 2, 4, 8, 16}, 16 a non-portable cluster) for A/B;
-// default kRowThreads and up to kMaxCluster.
-struct RowShape {
-  int threads = kRowThreads, max_ctas = kMaxCluster;
-};
-RowShape row_shape() {
-  RowShape r;
-  const char* e = std::getenv("DFLASH_LM_ROW");
-  if (!e || !*e) return r;
-  int t = 0, c = 0;
-  const bool ok = std::sscanf(e, "%d,%d", &t, &c) == 2 && (t == 128 || t == 256 || t == 512 || t == 1024) &&
-                  (c == 1 || c == 2 || c == 4 || c == 8 || c == 16);
-  if (!ok)
-    cuda_throw("lm_head_loss_launch",
-               "DFLASH_LM_ROW must be \"THREADS,CTAS\" with THREADS in {128, 256, 512, 1024} and CTAS in "
-               "{1, 2, 4, 8, 16}",
-               __FILE__, __LINE__);
-  r.threads = t;
-  r.max_ctas = c;
-  return r;
-}
-
-// CTAs that split one row of V logits: 1 below sm_90 (no clusters) or for short rows. A cluster's CTAs run
-// at once inside one GPC, so it is halved until the occupancy calculator finds room for one (a MIG slice or
-// a smaller part can have fewer than 8 SMs free per GPC).
+// CTAs that split one row of V logits: as many as the row has work for, up to kMaxCluster and the cluster
+// size the device launches (lm_row_ctas_choose: 1 without clusters). A cluster's CTAs run at once inside
+// one GPC, so it is halved until the occupancy calculator finds room for one (a MIG slice or a smaller part
+// can have fewer than 8 SMs free per GPC).
 template <bool KL>
-int loss_cluster_size(int64_t V, const RowShape& shape) {
-  int dev = 0, major = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (major < 9) return 1;
-  if (shape.max_ctas > 8)
-    DF_CUDA_CHECK(
-        cudaFuncSetAttribute(lm_loss_row_kernel<KL>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  const int64_t per_cta = shape.threads * kMinPerThread;
-  int ctas = int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, shape.max_ctas));
+int loss_cluster_size(int64_t V) {
+  const int64_t per_cta = kRowThreads * kMinPerThread;
+  int ctas = lm_row_ctas_choose(device_caps(), int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, kMaxCluster)));
   for (; ctas > 1; ctas /= 2) {
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = row_config(ctas, shape.threads, 1, nullptr, &attr);
+    const cudaLaunchConfig_t cfg = row_config(ctas, kRowThreads, 1, nullptr, &attr);
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, lm_loss_row_kernel<KL>, &cfg) == cudaSuccess &&
         clusters > 0)
@@ -424,9 +395,9 @@ int loss_cluster_size(int64_t V, const RowShape& shape) {
 }
 
 template <bool KL>
-void row_kernel_launch(const RowArgs& args, int threads, int64_t n, cudaStream_t stream) {
+void row_kernel_launch(const RowArgs& args, int64_t n, cudaStream_t stream) {
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = row_config(args.ctas, threads, n, stream, &attr);
+  const cudaLaunchConfig_t cfg = row_config(args.ctas, kRowThreads, n, stream, &attr);
   DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, lm_loss_row_kernel<KL>, args));
 }
 
@@ -475,8 +446,7 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
   // The active rows come first in idx. Without max_active the host does not know how many there are (that
   // would take a sync), so it walks every position and the row kernel and the scatter skip the dead ones;
   // with it the GEMMs stop at the last active row (the anchor rows alone are 1/16 of a drafter's rows).
-  const RowShape shape = row_shape();
-  const int ctas = kl ? loss_cluster_size<true>(V, shape) : loss_cluster_size<false>(V, shape);
+  const int ctas = kl ? loss_cluster_size<true>(V) : loss_cluster_size<false>(V);
   const RowArgs base_args{logits, tlogits, grad, L.ldv, idx, labels, loss, p_label, argmax, V, ctas};
   const int64_t walk = max_active >= 0 ? std::min(rows, max_active) : rows;
   for (int64_t p0 = 0; p0 < walk; p0 += L.chunk) {
@@ -490,9 +460,9 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
       rows_launch(target_hidden, ld_target, tgt, L.ldh, args.idx, n, H, false, stream);
       gemm_launch_ex(gemm, tgt, L.ldh, false, lm_head, ld_lm_head, true, tlogits, L.ldv, true, n, V, H, 1.0f,
                      0.0f, stream);
-      row_kernel_launch<true>(args, shape.threads, n, stream);
+      row_kernel_launch<true>(args, n, stream);
     } else {
-      row_kernel_launch<false>(args, shape.threads, n, stream);
+      row_kernel_launch<false>(args, n, stream);
     }
     // dhidden of the chunk = grad [n, V] · lm_head [V, H], into the gathered rows' buffer, then scattered.
     gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, ld_lm_head, false, hid, L.ldh, false, n, H, V, 1.0f,

@@ -7,7 +7,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "kernels/primitives/env_switch.h"
 
 namespace df {
 
@@ -130,7 +129,7 @@ uint64_t name_stream(const std::string& name) {
 }  // namespace
 
 DrafterModel::DrafterModel(const DrafterConfig& cfg, TrainOps& ops)
-    : grads_fill(env_is("DFLASH_GRADS", "fill")), cfg_(cfg), table_(drafter_param_table(cfg)), ops_(&ops) {
+    : cfg_(cfg), table_(drafter_param_table(cfg)), ops_(&ops) {
   // One allocation: 4 f32 buffers, the bf16 shadow (bf16 backends), the statistics block. The table's total
   // is a multiple of 64 elements, so every part starts at least 128-byte aligned.
   const size_t bytes = size_t(table_.total) * sizeof(float);
@@ -197,12 +196,7 @@ void drafter_zero_grads(DrafterModel& m) {
   m.grads_stale = false;
 }
 
-void drafter_begin_step(DrafterModel& m) {
-  if (m.grads_fill)
-    drafter_zero_grads(m);
-  else
-    m.grads_stale = true;
-}
+void drafter_begin_step(DrafterModel& m) { m.grads_stale = true; }
 
 void drafter_grads_ready(DrafterModel& m) {
   if (m.grads_stale) drafter_zero_grads(m);

@@ -143,9 +143,6 @@ class DrafterModel {
   // grads still hold the previous step's values (drafter_begin_step): the next backward writes every gradient
   // (beta 0) instead of adding. A backward, drafter_zero_grads and drafter_grads_ready clear it.
   bool grads_stale = false;
-  // DFLASH_GRADS=fill (README, environment switches; read when the model is made): drafter_begin_step
-  // zero-fills the gradients and every backward adds, ∂/∂ctx likewise: the path before first writes, for A/B.
-  bool grads_fill = false;
   // bf16 [1, table.total] copy of params (same offsets) when act_dtype is bf16, else empty: the GEMM weights.
   // AdamW rewrites it with every update; drafter_refresh_shadow after anything else writes params.
   Tensor params_lp;
@@ -174,7 +171,7 @@ void drafter_init_params(DrafterModel& m, uint64_t seed);
 // Zero-fills m.grads (padding included) and marks them current: the backwards that follow add to zero.
 void drafter_zero_grads(DrafterModel& m);
 // Opens an optimizer step: marks m.grads stale, so the step's first backward writes them (beta 0) and later
-// ones add (beta 1). With grads_fill (DFLASH_GRADS=fill) zero-fills them instead, every backward adding.
+// ones add (beta 1).
 void drafter_begin_step(DrafterModel& m);
 // Makes m.grads the step's gradient for the all-reduce and the optimizer: nothing when a backward has run
 // since drafter_begin_step, else zeros (every micro-batch of the step was empty, or ran forward only).

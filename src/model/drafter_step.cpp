@@ -242,9 +242,8 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   const float beta_g = m.grads_stale ? 0.0f : 1.0f;
   ops.scale_rows(s.dy, s.row_w);
   ops.rmsnorm_bwd(x_last, m.w.norm, s.rstd_final, s.dy, s.dx, m.g.norm, 0, beta_g);
-  if (m.grads_fill) ops.fill(s.grads.dctx, 0.0f);
   for (int l = c.layers - 1; l >= 0; --l) {
-    const float beta_dctx = m.grads_fill || l < c.layers - 1 ? 1.0f : 0.0f;
+    const float beta_dctx = l < c.layers - 1 ? 1.0f : 0.0f;
     drafter_layer_backward(ops, c, l, m.w.layers[size_t(l)], m.g.layers[size_t(l)], beta_g, s.in,
                            l == 0 ? s.x0 : s.layers[size_t(l) - 1].x_out, s.layers[size_t(l)], s.dx, s.grads,
                            beta_dctx);

@@ -169,7 +169,7 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
     if (e.rows > 1) tune = std::max(tune, gemm_tune_scratch_bytes(e.rows, e.cols, e.cols, true));
   add(dr, "GEMM tuning output", double(tune),
       "the largest beta != 0 GEMM output (weight gradients f32, dctx / residuals bf16); 0 with "
-      "DFLASH_GEMM_TUNE=0");
+      "DFLASH_KERNEL_VARIANTS=gemm=heuristic");
   add(dr, "receive slot's pinned mirror (host)", 0,
       offline ? std::string("none: offline")
               : strfmt("host RAM, not VRAM: %.4g B pinned (the MPI wire lands there, NCCL lands in the slot and "

@@ -161,8 +161,9 @@ TEST_F(CudaDrafter, LossRowStatsMatchesTheCpu) {
 // norm within 10% (bf16 rounding noise on a 2-layer network, far from a wrong formula, which gives cosines
 // near 0 or norms off by a factor). The GPU runs the training path, its step's first backward writing the
 // gradients over NaN (every element written, none read), against the oracle's zero-fill + accumulate; then a
-// second GPU model on DFLASH_GRADS=fill's path must give the same bits (the same GEMM plans serve beta 0 and
-// 1, so beta 0's x and the fill's 0 + x differ at most in the sign of a zero).
+// second GPU model whose gradients are zero-filled first (drafter_zero_grads: every backward adds) must give
+// the same bits (the same GEMM plans serve beta 0 and 1, so beta 0's x and the fill's 0 + x differ at most in
+// the sign of a zero).
 TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
   for (int variant = 0; variant < 2; ++variant) {
     TinySetup host;  // the CPU model, batch and tables
@@ -184,7 +185,6 @@ TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
     gb.target_hidden = d.bf16(host.target_hidden, T, H);
     const std::vector<DrafterAnchor> an = {{0, 0}, {0, 4}, {0, 8}, {2, 1}, {0, -1}, {2, 6}, {2, 11}};
     drafter_zero_grads(*host.model);
-    gm.grads_fill = false;
     for (const DrafterParamEntry& e : gm.table().entries) gpu_->fill(gm.entry_view(gm.grads, e.name), NAN);
     drafter_begin_step(gm);
     const LossStats sc = drafter_forward_backward(*host.model, host.batch, an, o);
@@ -219,8 +219,7 @@ TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
     drafter_init_params(gf, 7);
     gf.set_frozen(gm.embed, gm.lm_head);
     plan_workspace(gf, T, 4 * T);
-    gf.grads_fill = true;
-    drafter_begin_step(gf);
+    drafter_zero_grads(gf);
     drafter_forward_backward(gf, gb, an, o);
     const std::vector<float> g_fill = d.down<float>(gf.grads);
     int64_t differ = 0, first = -1;
@@ -228,7 +227,7 @@ TEST_F(CudaDrafter, StepMatchesTheCpuOracle) {
       const float a = g_gpu[i] + 0.0f;  // −0 to +0, nothing else
       if (std::memcmp(&a, &g_fill[i], sizeof(float)) != 0 && differ++ == 0) first = int64_t(i);
     }
-    EXPECT_EQ(differ, 0) << v << ": first write and DFLASH_GRADS=fill differ in " << differ
+    EXPECT_EQ(differ, 0) << v << ": first write and zero-fill + accumulate differ in " << differ
                          << " elements, first " << first << ": " << (first >= 0 ? g_gpu[size_t(first)] : 0.0f)
                          << " vs " << (first >= 0 ? g_fill[size_t(first)] : 0.0f);
   }

@@ -10,6 +10,7 @@ TEST(CudaOpsTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA
 #else
 #include <cstdlib>
 
+#include "kernels/dispatch/dispatch.h"
 #include "tests/gpu/cuda_ops_test_util.h"
 
 TEST_F(CudaOpsTest, CopyCastsAndUploadRoundsToNearestEven) {
@@ -106,8 +107,7 @@ TEST_F(CudaOpsTest, GemmReusesTunedAlgorithmAcrossMInBucket) {
       EXPECT_EQ(s.tuned + s.reused + s.rejected + s.untimed, shapes) << "every new shape takes exactly one path";
       EXPECT_EQ(s.buckets, s.tuned);
       EXPECT_LE(s.tuned, 2 * int64_t(buckets.size())) << "a bucket was timed twice";
-      const char* tune = std::getenv("DFLASH_GEMM_TUNE");
-      if (!(tune && std::string(tune) == "0"))
+      if (!kernel_variants().gemm_heuristic)
         EXPECT_GT(s.reused, 0) << "no M ran on an algorithm tuned at another M: the reuse path went untested";
     } else {
       EXPECT_TRUE(s.plans == first.plans && s.buckets == first.buckets && s.tuned == first.tuned &&
@@ -299,7 +299,6 @@ TEST_F(CudaOpsTest, AttentionCausalGqaPackedVarlen) {
 // these inputs, rows 300, 500, 900 and 999 of the 1000-token sequence, per row: 19 rescales and 13 skipped
 // growths at hd 256, 15 and 2 at hd 128), so the rescale of O is both taken and skipped on these rows; with the
 // random scores of the test above the max settles within the slack in the first tile and it is never taken.
-// tests/CMakeLists.txt runs it again under DFLASH_ATTN_RESCALE=always (the exact running max).
 TEST_F(CudaOpsTest, AttentionCausalGrowingScoresMatchCpu) {
   struct Case { int hq, hkv, hd; };
   for (const auto& lens : {std::vector<int32_t>{1000, 129}, {63, 127, 129, 64, 65, 1, 81, 160, 193}})
@@ -328,6 +327,38 @@ TEST_F(CudaOpsTest, AttentionCausalGrowingScoresMatchCpu) {
             name_of("attention growing scores T hq hkv hd", {T, c.hq, c.hkv, c.hd}) + " seqs " +
                 std::to_string(lens.size()));
     }
+}
+
+// The wgmma kernel's static schedule (zigzag rounds in the order heads_first_modelled picks) serves a launch
+// captured into a CUDA graph on a stream that has no item counter yet (none can be allocated during a
+// capture): a fresh backend's first attention, captured and replayed, must match the CPU as the dynamic
+// schedule does (the same tolerance as above). Elsewhere it runs the portable kernel, captured the same way.
+TEST_F(CudaOpsTest, AttentionCausalCapturedOnAFreshStreamMatchesCpu) {
+  struct Case { int hq, hkv, hd; };
+  for (Case c : {Case{4, 1, 128}, {6, 2, 256}}) {
+    const ArenaMarks marks(cpu_arena_, gpu_arena_);
+    const std::vector<int32_t> lens = {1000, 129, 1, 300};
+    Layouts L = layouts(lens);
+    const int64_t T = L.cpu.tokens, qc = int64_t(c.hq) * c.hd, kc = int64_t(c.hkv) * c.hd;
+    Pair q = rand(T, qc, -2, 2), k = rand(T, kc, -2, 2), v = rand(T, kc, -1, 1);
+    Pair o = out(T, qc);
+    const float scale = 1.0f / std::sqrt(float(c.hd));
+    cpu_.attention_causal(q.cpu, k.cpu, v.cpu, o.cpu, L.cpu, c.hq, c.hkv, c.hd, scale);
+    ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);  // inputs and poison in place
+    CudaOps fresh(0);                                             // its own stream, no counter yet
+    const cudaStream_t st = fresh.stream();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    fresh.attention_causal(q.gpu, k.gpu, v.gpu, o.gpu, L.gpu, c.hq, c.hkv, c.hd, scale);
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    check(o, 2 * kBf16Ulp + 1e-4, kBf16Ulp, name_of("captured attention T hq hkv hd", {T, c.hq, c.hkv, c.hd}));
+  }
 }
 
 // The forward's layout (target_forward.cpp, layer_full): q, gate, k and v are column views of one fused
@@ -509,152 +540,81 @@ TEST_F(CudaOpsCachedTest, AttentionCachedSplitKvMatchesCpu) {
 // side, its keys split over several pairs of warps): GQA groups 1, 2, 3, 4, 6 and 8, T 1..3 (so the last row
 // sees 0..2 keys past the cache and padding rows are masked), caches shorter than one key stage (past 0, 1,
 // 5), ending mid-stage and mid-chunk (37, 129, 1000, 4095) and long ones (20000 at the Qwen shapes), with and
-// without the gate; T 8 at group 1 (eight rows, each its own token). Under the plan's choice, under
-// DFLASH_SPLIT_SLICES=1, =8 and =16 (one key slice; one stage of up to 8 slices or, at hd 128, more, where
-// the plan takes two or more), under DFLASH_SPLIT_TRWARPS=1 and =4 (one warp or four a key slice instead of a
-// pair, with one slice and with 8 or 16 too), under DFLASH_SPLIT_COPY=step (stage copies stepping by rows
-// where the stage lies in the cache) with each warp count, and under DFLASH_SPLIT_TR=0 (the m16-tile kernel,
-// the path before): each agrees with the CPU.
+// without the gate; T 8 at group 1 (eight rows, each its own token): each agrees with the CPU.
 TEST_F(CudaOpsCachedTest, AttentionCachedShortStepsMatchCpu) {
   struct Case { int hq, hkv, hd; };
-  struct Mode {
-    const char *var, *value, *var2, *value2, *name;
-  };
-  const char* const vars[] = {"DFLASH_SPLIT_SLICES", "DFLASH_SPLIT_TR", "DFLASH_SPLIT_TRWARPS",
-                              "DFLASH_SPLIT_COPY"};
-  for (Mode mode : {Mode{"", "", "", "", "short-step attention_cached"},
-                    {"DFLASH_SPLIT_SLICES", "1", "", "", "DFLASH_SPLIT_SLICES=1"},
-                    {"DFLASH_SPLIT_SLICES", "8", "", "", "DFLASH_SPLIT_SLICES=8"},
-                    {"DFLASH_SPLIT_SLICES", "16", "", "", "DFLASH_SPLIT_SLICES=16"},
-                    {"DFLASH_SPLIT_TRWARPS", "1", "", "", "DFLASH_SPLIT_TRWARPS=1"},
-                    {"DFLASH_SPLIT_TRWARPS", "4", "", "", "DFLASH_SPLIT_TRWARPS=4"},
-                    {"DFLASH_SPLIT_TRWARPS", "4", "DFLASH_SPLIT_SLICES", "1",
-                     "DFLASH_SPLIT_TRWARPS=4 DFLASH_SPLIT_SLICES=1"},
-                    {"DFLASH_SPLIT_TRWARPS", "4", "DFLASH_SPLIT_SLICES", "8",
-                     "DFLASH_SPLIT_TRWARPS=4 DFLASH_SPLIT_SLICES=8"},
-                    {"DFLASH_SPLIT_COPY", "step", "", "", "DFLASH_SPLIT_COPY=step"},
-                    {"DFLASH_SPLIT_COPY", "step", "DFLASH_SPLIT_TRWARPS", "1",
-                     "DFLASH_SPLIT_COPY=step DFLASH_SPLIT_TRWARPS=1"},
-                    {"DFLASH_SPLIT_COPY", "step", "DFLASH_SPLIT_TRWARPS", "4",
-                     "DFLASH_SPLIT_COPY=step DFLASH_SPLIT_TRWARPS=4"},
-                    {"DFLASH_SPLIT_TR", "0", "", "", "DFLASH_SPLIT_TR=0"}}) {
-    for (const char* v : vars) unsetenv(v);
-    if (*mode.var) setenv(mode.var, mode.value, 1);
-    if (*mode.var2) setenv(mode.var2, mode.value2, 1);
-    for (Case c : {Case{24, 4, 256},
-                   {32, 8, 128},
-                   {6, 1, 128},
-                   {12, 2, 256},
-                   {4, 4, 256},
-                   {4, 4, 128},
-                   {3, 1, 256},
-                   {16, 2, 128},
-                   {2, 1, 256},
-                   {1, 1, 128}})
-      for (int64_t past : {0, 1, 5, 37, 129, 1000, 4095, 20000})
-        for (int64_t T : {1, 2, 3, 8}) {
-          const bool qwen = (c.hq == 24 && c.hkv == 4) || (c.hq == 32 && c.hkv == 8);
-          if (T * (c.hq / c.hkv) > 8 || (past == 20000 && !(qwen && T == 1)) || (T == 8) != (c.hq == 1))
-            continue;
-          cached_case(c.hq, c.hkv, c.hd, past, T, mode.name);
-        }
-  }
-  for (const char* v : vars) unsetenv(v);
+  for (Case c : {Case{24, 4, 256},
+                 {32, 8, 128},
+                 {6, 1, 128},
+                 {12, 2, 256},
+                 {4, 4, 256},
+                 {4, 4, 128},
+                 {3, 1, 256},
+                 {16, 2, 128},
+                 {2, 1, 256},
+                 {1, 1, 128}})
+    for (int64_t past : {0, 1, 5, 37, 129, 1000, 4095, 20000})
+      for (int64_t T : {1, 2, 3, 8}) {
+        const bool qwen = (c.hq == 24 && c.hkv == 4) || (c.hq == 32 && c.hkv == 8);
+        if (T * (c.hq / c.hkv) > 8 || (past == 20000 && !(qwen && T == 1)) || (T == 8) != (c.hq == 1)) continue;
+        cached_case(c.hq, c.hkv, c.hd, past, T, "short-step attention_cached");
+      }
 }
 
-// DFLASH_SPLIT_ROWS=n forces n query rows a CTA on the split-KV path (the benchmark's A/B switch on the row
-// groups): 128 (the plan before the partials were weighed), 48 and 16, on 27B-like and 8B-like steps; each
-// agrees with the CPU, and the switch is read per call.
-TEST_F(CudaOpsCachedTest, AttentionCachedSplitRowsSwitchMatchesCpu) {
-  struct Case { int hq, hkv, hd; };
-  for (const char* rows : {"128", "48", "16"}) {
-    setenv("DFLASH_SPLIT_ROWS", rows, 1);
-    for (Case c : {Case{12, 2, 256}, {8, 2, 128}})
-      for (int64_t past : {127, 4095})
-        for (int64_t T : {1, 16, 17})
-          cached_case(c.hq, c.hkv, c.hd, past, T, (std::string("DFLASH_SPLIT_ROWS=") + rows).c_str());
-  }
-  unsetenv("DFLASH_SPLIT_ROWS");
-}
-
-// The verify step's pairs of warps (3 or more m16 tiles a CTA: two warps a tile, each half of the head dim in
-// Q·Kᵀ and half the output columns in P·V) under DFLASH_SPLIT_T16=pairs (at hd 128 too), the default (pairs
-// at hd 256 only) and =old (one warp a tile, the kernel before them): 27B and 8B steps (6 and 4 tiles, one
-// and two key slices of pairs), group 3 (3 tiles at T 16, two slices; 51 rows at T 17) and group 8 (8 tiles
-// at T 16 on hd 128, 16 warps; hd 256 past 12 warps stays on one warp a tile), T 5 .. 17 over caches that end
-// mid-stage (63, 4095) and none (0); each agrees with the CPU, and the switch is read per call.
-TEST_F(CudaOpsCachedTest, AttentionCachedSplitT16SwitchMatchesCpu) {
+// Verify-sized steps on the m16-tile kernel, whose plan takes pairs of warps a tile at hd 256 (3 to 6 tiles: two
+// warps a tile, each half of the head dim in Q·Kᵀ and half the output columns in P·V, 32 keys a warp a stage)
+// and one warp a tile at hd 128: 27B and 8B steps (6 and 4 tiles, one and two key slices), group 3 (3 tiles at
+// T 16, two slices; 51 rows at T 17) and group 8 (8 tiles at T 16, one warp a tile at both head dims: pairs
+// at hd 256 would pass its 12 warps), T 5 .. 17 over caches that end mid-stage (63, 4095) and none (0); each
+// agrees with the CPU.
+TEST_F(CudaOpsCachedTest, AttentionCachedVerifyStepsMatchCpu) {
   struct Case {
     int hq, hkv, hd;
   };
-  // DFLASH_SPLIT_T16 and DFLASH_SPLIT_WK (16: the pairs path's warps take 16 keys a stage, not 32)
-  struct Mode {
-    const char *t16, *wk, *name;
-  };
-  for (Mode mode : {Mode{"old", "", "DFLASH_SPLIT_T16=old"},
-                    {"pairs", "", "DFLASH_SPLIT_T16=pairs"},
-                    {"pairs", "16", "DFLASH_SPLIT_T16=pairs DFLASH_SPLIT_WK=16"},
-                    {"", "16", "DFLASH_SPLIT_WK=16"},
-                    {"", "", "split-KV"}}) {
-    if (*mode.t16)
-      setenv("DFLASH_SPLIT_T16", mode.t16, 1);
-    else
-      unsetenv("DFLASH_SPLIT_T16");
-    if (*mode.wk)
-      setenv("DFLASH_SPLIT_WK", mode.wk, 1);
-    else
-      unsetenv("DFLASH_SPLIT_WK");
-    for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {8, 1, 128}, {8, 1, 256}})
-      for (int64_t past : {0, 63, 4095})
-        for (int64_t T : {5, 16, 17}) {
-          if (past == 4095 && T != 16) continue;
-          cached_case(c.hq, c.hkv, c.hd, past, T, mode.name);
-        }
-  }
-  unsetenv("DFLASH_SPLIT_T16");
-  unsetenv("DFLASH_SPLIT_WK");
+  for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {8, 1, 128}, {8, 1, 256}})
+    for (int64_t past : {0, 63, 4095})
+      for (int64_t T : {5, 16, 17}) {
+        if (past == 4095 && T != 16) continue;
+        cached_case(c.hq, c.hkv, c.hd, past, T, "verify-step attention_cached");
+      }
 }
 
-// The split-KV plan's key slices: by default the count with the fewest stages a chunk, then the fewest keys,
-// among those whose two stages fit (27B-like at T 1 over 4 K keys: 4 slices; past 4400: 5; 8B-like: 9 warps
-// of two stages on the transposed kernel; 1 kv head over 20 K keys: 5 slices); with DFLASH_SPLIT_PLAN=halve
-// they halve until two stages fit (the plan before). Both agree with the CPU at short steps, where a step has
-// one row tile and the slices are many.
-TEST_F(CudaOpsCachedTest, AttentionCachedSplitPlanSwitchMatchesCpu) {
+// The split-KV plan's key slices: the count with the fewest stages a chunk, then the fewest keys, among those
+// whose two stages fit. On a 132-SM Hopper at T 1 that is 4 pairs of warps over 4 K keys at 24 / 4 heads and
+// 3 past 4400 keys, 8 pairs at 32 / 8 heads of hd 128, and 4 pairs in three stages over 20 K keys with one kv
+// head. They agree with the CPU at short steps, where a step has one row tile and the slices are many.
+TEST_F(CudaOpsCachedTest, AttentionCachedSplitPlanSlicesMatchCpu) {
   struct Case {
     int hq, hkv, hd;
   };
-  for (const char* mode : {"halve", ""}) {
-    if (*mode)
-      setenv("DFLASH_SPLIT_PLAN", mode, 1);
-    else
-      unsetenv("DFLASH_SPLIT_PLAN");
-    for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {8, 1, 256}})
-      for (int64_t past : {0, 4095, 4400, 20000})
-        for (int64_t T : {1, 2, 5}) {
-          if (past == 20000 && (T != 1 || c.hkv != 1)) continue;
-          cached_case(c.hq, c.hkv, c.hd, past, T, *mode ? "DFLASH_SPLIT_PLAN=halve" : "split-KV");
-        }
-  }
-  unsetenv("DFLASH_SPLIT_PLAN");
+  for (Case c : {Case{24, 4, 256}, {32, 8, 128}, {6, 2, 256}, {8, 1, 256}})
+    for (int64_t past : {0, 4095, 4400, 20000})
+      for (int64_t T : {1, 2, 5}) {
+        if (past == 20000 && (T != 1 || c.hkv != 1)) continue;
+        cached_case(c.hq, c.hkv, c.hd, past, T, "split-KV");
+      }
 }
 
-// DFLASH_DECODE=general sends decoding to the general kernels (the benchmark's A/B switch): both paths agree
-// with the CPU on a 27B-like step, and the switch is read per call.
-TEST_F(CudaOpsTest, DecodeGeneralSwitchMatchesCpu) {
+// The registry's decode=general (kernel_variants_set) sends decoding to the general kernels, the path of the
+// steps whose split plan does not fit a device: both paths agree with the CPU on a 27B-like step, and the
+// choice is made per call.
+TEST_F(CudaOpsTest, DecodeGeneralVariantMatchesCpu) {
   const int hq = 12, hkv = 2, hd = 256;
   const int64_t T = 16, past = 300, qc = int64_t(hq) * hd, kc = int64_t(hkv) * hd;
   Pair q = rand(T, qc, -2, 2), k = rand(past + T, kc, -2, 2), v = rand(past + T, kc, -1, 1);
   Pair g = rand(T, qc, -4, 4);
   const float scale = 1.0f / std::sqrt(float(hd));
+  const KernelVariants saved = kernel_variants();
   for (bool general : {true, false}) {
-    if (general) setenv("DFLASH_DECODE", "general", 1); else unsetenv("DFLASH_DECODE");
+    KernelVariants forced = saved;
+    forced.decode_general = general;
+    kernel_variants_set(forced);
     Pair o = out(T, qc);
     cpu_.attention_cached(q.cpu, k.cpu, v.cpu, o.cpu, past, hq, hkv, hd, scale, &g.cpu);
     gpu_->attention_cached(q.gpu, k.gpu, v.gpu, o.gpu, past, hq, hkv, hd, scale, &g.gpu);
-    check(o, 1e-4, 3 * kBf16Ulp, general ? "attention_cached DFLASH_DECODE=general" : "attention_cached split");
+    check(o, 1e-4, 3 * kBf16Ulp, general ? "attention_cached decode=general" : "attention_cached split");
   }
-  unsetenv("DFLASH_DECODE");
+  kernel_variants_set(saved);
 }
 
 TEST_F(CudaOpsTest, BadShapesThrowNamingTheOp) {

@@ -13,6 +13,7 @@ TEST(CudaOpsGdnTest, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without C
 #include <cstdlib>
 #include <tuple>
 
+#include "kernels/dispatch/dispatch.h"
 #include "tests/gpu/cuda_ops_test_util.h"
 
 TEST_F(CudaOpsTest, Conv1dSiluResetsAtSequenceStarts) {
@@ -41,8 +42,8 @@ TEST_F(CudaOpsTest, GatedRmsnorm) {
     }
 }
 
-// Default: the chunk kernel per key head; DFLASH_GDN_CHUNK=vhead (per value head) must give the same output
-// bits: the same per-head code on the same q / k products. nv / nk 2, 3, 3 and 1 (the last at tile width 64).
+// The chunk kernel (a CTA per key head) against the CPU, and run to run the same bits. nv / nk 2, 3, 3 and 1
+// (the last at tile width 64).
 TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
   for (const auto& lens : kBatches)
     for (GdnShape s :
@@ -59,14 +60,11 @@ TEST_F(CudaOpsTest, GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams) {
       poison(ws.data, ws.nbytes());
       EXPECT_EQ(cpu_.gdn_workspace_bytes(T, s), 0);
       cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s, Tensor{});
-      unsetenv("DFLASH_GDN_CHUNK");
       gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, ws);
-      setenv("DFLASH_GDN_CHUNK", "vhead", 1);
       gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, ov.gpu, L.gpu, s, ws);
-      unsetenv("DFLASH_GDN_CHUNK");
       const std::string what = name_of("gdn_prefill T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " +
                                std::to_string(lens.size());
-      expect_same_bits(o.gpu, ov.gpu, what, "chunk kernel per key head", "DFLASH_GDN_CHUNK=vhead");
+      expect_same_bits(o.gpu, ov.gpu, what, "first run", "second run");
       // Same chunked algorithm on identical inputs. The GPU's recurrence products keep ~16 mantissa bits
       // (bf16 hi + lo); its two output products (S·Qᵀ, V'·Pᵀ) round S and V' to bf16: 2^-9 relative per term,
       // random in sign over 128 + 64 terms whose sum is |o| ≲ 1, ≈ 2^-9·|o| ≈ 2e-3 typical, below 6e-3 with
@@ -191,35 +189,35 @@ TEST_F(CudaOpsTest, GdnDecodeMatchesCpu) {
   EXPECT_THROW(gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, o.gpu, five.gpu, s), Error);
 }
 
-// DFLASH_DECODE=general runs gdn_decode on the general warp-per-column kernel and DFLASH_DECODE=slice32 on the
-// 32-column slice kernel (the benchmark's A/B switches), read per call: all three kernels agree with the CPU on
-// the 27B layer's shape.
-TEST_F(CudaOpsTest, GdnDecodeGeneralSwitchMatchesCpu) {
+// The registry's decode=general (kernel_variants_set) runs gdn_decode on the general warp-per-column kernel
+// (the benchmarks' reference), per call: both kernels agree with the CPU on the 27B layer's shape.
+TEST_F(CudaOpsTest, GdnDecodeGeneralVariantMatchesCpu) {
   const GdnShape s{16, 48, 128, 128};
   const int64_t T = 16, cols = 2LL * s.nk * s.dk + int64_t(s.nv) * s.dv, sdim = int64_t(s.nv) * s.dk * s.dv;
   Pair qkv = rand(T, cols, -1, 1), a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
   Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
   Pair state = rand(1, sdim, -0.5f, 0.5f, DType::f32);
-  for (const char* mode : {"general", "slice32", ""}) {
-    if (*mode) setenv("DFLASH_DECODE", mode, 1); else unsetenv("DFLASH_DECODE");
+  const KernelVariants saved = kernel_variants();
+  for (bool general : {true, false}) {
+    KernelVariants forced = saved;
+    forced.decode_general = general;
+    kernel_variants_set(forced);
     Pair o = out(T, int64_t(s.nv) * s.dv), states = out(T, sdim, DType::f32);
     cpu_.gdn_decode(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, state.cpu, states.cpu, s);
     gpu_->gdn_decode(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, state.gpu, states.gpu, s);
-    const std::string what =
-        *mode ? std::string("gdn_decode DFLASH_DECODE=") + mode : std::string("gdn_decode 16-column kernel");
+    const std::string what = general ? "gdn_decode decode=general" : "gdn_decode 16-column kernel";
     check(states, 1e-4, 1e-4, "states " + what);
     check(o, 1e-4, kBf16Ulp, "out " + what);
   }
-  unsetenv("DFLASH_DECODE");
+  kernel_variants_set(saved);
 }
 
 // The DeltaNet mixer (gdn_mixer: conv1d_silu → gdn_prefill → gated_rmsnorm) fused against the CPU's three ops
-// and against the three CUDA ops (DFLASH_GDN_FUSE=0; =conv, the conv fused alone, bit for bit), as the
+// and against the three CUDA ops called one after another (conv1d_silu, gdn_prefill, gated_rmsnorm), as the
 // forward calls it: x, z, b and a column views of one fused projection. Lengths 1, 63, 65, 130 alone and
 // packed (sequences starting inside the chunk the conv's history rows would come from), the 27B layer (16 /
 // 48 heads of 128), head dims below the kernels' tile (16 / 40, 24 / 8), and a conv of 3 taps, which the
-// fused kernels leave to the three ops. The chunk kernel per key head (default) against
-// DFLASH_GDN_CHUNK=vhead bit for bit, fused and not.
+// fused kernels leave to the three ops.
 TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
   struct Case { GdnShape s; int K; };
   for (const auto& lens : {std::vector<int32_t>{1}, {63}, {65}, {130}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 70}})
@@ -245,34 +243,11 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
 
       Pair y = out(T, vdim), conv = out(T, cols), o = out(T, vdim);
       cpu_.gdn_mixer(x.cpu, z.cpu, a.cpu, b.cpu, wc, y.cpu, L.cpu, s, Tensor{}, conv.cpu, o.cpu);
-      unsetenv("DFLASH_GDN_FUSE");
-      unsetenv("DFLASH_GDN_CHUNK");
       gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y.gpu, L.gpu, s, ws, conv.gpu, o.gpu);
-      setenv("DFLASH_GDN_FUSE", "0", 1);
       Pair y3 = out(T, vdim), conv3 = out(T, cols), o3 = out(T, vdim);
-      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y3.gpu, L.gpu, s, ws, conv3.gpu, o3.gpu);
-      // The chunk kernel per value head, fused (conv and norm) and on the three ops.
-      setenv("DFLASH_GDN_CHUNK", "vhead", 1);
-      Pair yv3 = out(T, vdim), convv3 = out(T, cols), ov3 = out(T, vdim);
-      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yv3.gpu, L.gpu, s, ws, convv3.gpu, ov3.gpu);
-      unsetenv("DFLASH_GDN_FUSE");
-      Pair yv = out(T, vdim), convv = out(T, cols), ov = out(T, vdim);
-      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yv.gpu, L.gpu, s, ws, convv.gpu, ov.gpu);
-      unsetenv("DFLASH_GDN_CHUNK");
-      expect_same_bits(y.gpu, yv.gpu, what, "fused, chunk kernel per key head",
-                       "fused, DFLASH_GDN_CHUNK=vhead");
-      expect_same_bits(conv.gpu.cols_view(vdim, 2LL * s.nk * s.dk),
-                       convv.gpu.cols_view(vdim, 2LL * s.nk * s.dk), what, "conv'd q|k, per key head",
-                       "conv'd q|k, DFLASH_GDN_CHUNK=vhead");
-      expect_same_bits(y3.gpu, yv3.gpu, what, "DFLASH_GDN_FUSE=0",
-                       "DFLASH_GDN_FUSE=0 DFLASH_GDN_CHUNK=vhead");
-      // The conv fused alone: the same q, k, v bits into the same prefill and norm, so the same output bits.
-      setenv("DFLASH_GDN_FUSE", "conv", 1);
-      Pair yc = out(T, vdim), convc = out(T, cols), oc = out(T, vdim);
-      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, yc.gpu, L.gpu, s, ws, convc.gpu, oc.gpu);
-      unsetenv("DFLASH_GDN_FUSE");
-      expect_same_bits(yc.gpu, y3.gpu, what, "DFLASH_GDN_FUSE=conv", "DFLASH_GDN_FUSE=0");
-      expect_same_bits(oc.gpu, o3.gpu, what, "DFLASH_GDN_FUSE=conv o", "DFLASH_GDN_FUSE=0 o");
+      gpu_->conv1d_silu(x.gpu, conv_w.gpu, conv3.gpu, L.gpu);
+      gpu_->gdn_prefill(conv3.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o3.gpu, L.gpu, s, ws);
+      gpu_->gated_rmsnorm(o3.gpu, z.gpu, norm_w.gpu, y3.gpu, s.nv, s.dv, 1e-6f);
       const std::vector<float> got = down_gpu(y.gpu), sep = down_gpu(y3.gpu);
 
       // Against the CPU, normalised: the norm divides by rms(o), which on these random inputs ranges over four
@@ -298,7 +273,7 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       };
       const auto [nan, max_rel, rms_rel] = stats(got);
       const auto [nan3, max_rel3, rms_rel3] = stats(sep);
-      std::printf("[ maxerr ] %-48s max|err|/max|ref| %.2e rel RMS %.2e (DFLASH_GDN_FUSE=0: %.2e, %.2e)\n",
+      std::printf("[ maxerr ] %-48s max|err|/max|ref| %.2e rel RMS %.2e (three ops: %.2e, %.2e)\n",
                   what.c_str(), max_rel, rms_rel, max_rel3, rms_rel3);
       EXPECT_FALSE(nan || nan3) << what;
       EXPECT_LE(std::max(max_rel, max_rel3), 0.1) << what;
@@ -308,10 +283,10 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       // fp32 o. They round o to bf16 before the norm (≤ 1 ulp of o, so of y; r moves by an average of those,
       // far less), then each side rounds y once: 3 ulps.
       EXPECT_EQ(count_mismatch(got, std::vector<double>(sep.begin(), sep.end()), 1e-6, 3 * kBf16Ulp,
-                               "fused vs DFLASH_GDN_FUSE=0 " + what),
+                               "fused vs three ops " + what),
                 0);
       if (c.K != 4) {  // no fused form: the same three ops ran both times
-        expect_same_bits(y.gpu, y3.gpu, what, "default", "DFLASH_GDN_FUSE=0");
+        expect_same_bits(y.gpu, y3.gpu, what, "gdn_mixer", "three ops");
         continue;
       }
       // The fused form writes only conv's last 2·nk·dk columns: the conv'd q | k rows, bit for bit conv1d_silu's.

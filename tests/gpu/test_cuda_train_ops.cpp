@@ -92,32 +92,6 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
                 << first / cols << ", " << first % cols << "): " << got[f] << " vs " << want[f];
 }
 
-// Sets an environment variable for one scope and restores what it held before: the A/B switches are read on
-// every call, so one process can run both forms of an op.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
-
 // Error magnitudes of the RMSNorm backward per element (row-major [rows, cols]): dx_i = r·(dy_i·w_i − x̂_i·m)
 // with m an f32 mean over the row (error ≤ cols·kF32·Σ|dy·w·x̂|/cols), dw_c an f32 sum over rows (error ≤
 // (rows + 1)·kF32·Σ_r|dy·x̂|).
@@ -348,7 +322,7 @@ TEST_F(CudaTrainOpsTest, GemmAllTransposesAlphaBeta) {
 // gemm) with GemmAllTransposesAlphaBeta's tolerance, in each of its forms: c_in a separate tensor of out's
 // layout (cuBLASLt reads it as C and writes out as D), c_in of another row stride (copied into out, then the
 // in-place GEMM), c_in aliasing out (the old in-place call: the same bits as gemm), and K = 0 (c_in copied).
-// The separate form also bit for bit against DFLASH_TRAIN_OPS=old's copy + in-place GEMM: both run the one
+// The separate form also bit for bit against a copy of c_in into out and the in-place GEMM: both run the one
 // cached plan of that shape, alignment and strides, so only cuBLASLt's choice of C's pointer differs.
 TEST_F(CudaTrainOpsTest, GemmAddendMatchesCpuAndCopyThenGemm) {
   struct Shape {
@@ -375,10 +349,8 @@ TEST_F(CudaTrainOpsTest, GemmAddendMatchesCpuAndCopyThenGemm) {
             gpu_->gemm_add(ga, ta, gb, tb, galias, galias, alpha, beta);
             gpu_->gemm(ga, ta, gb, tb, gold_alias, alpha, beta);
             Tensor gold = dev(cdt, s.m, s.n, pad, &o0);
-            {
-              ScopedEnv env("DFLASH_TRAIN_OPS", "old");
-              gpu_->gemm_add(ga, ta, gb, tb, gcin, gold, alpha, beta);
-            }
+            gpu_->copy(gcin, gold);
+            gpu_->gemm(ga, ta, gb, tb, gold, alpha, beta);
             const double atol = double(s.k) * double(s.k) * kF32 + 4 * kF32;
             const double rtol = cdt == DType::bf16 ? kBf16Rel : 2 * kF32;
             const std::string what =
@@ -389,8 +361,7 @@ TEST_F(CudaTrainOpsTest, GemmAddendMatchesCpuAndCopyThenGemm) {
             expect_close(down(gwide), want, s.m, s.n, atol, rtol, what + " c_in of another stride");
             expect_close(down(galias), want, s.m, s.n, atol, rtol, what + " c_in is out");
             expect_same_bits(down(galias), down(gold_alias), s.n, what + " c_in is out vs gemm");
-            expect_same_bits(got, down(gold), s.n,
-                             what + " c_in separate vs DFLASH_TRAIN_OPS=old copy + gemm");
+            expect_same_bits(got, down(gold), s.n, what + " c_in separate vs copy + in-place gemm");
             EXPECT_EQ(down(gcin), c0) << what << ": c_in must be left as it was";
           }
   // K = 0 with beta 1 is out = c_in (copied; nothing to multiply), on both backends.
@@ -613,35 +584,38 @@ TEST_F(CudaTrainOpsTest, QkNormRopeForwardAndBackward) {
     }
 }
 
-// The shapes on which the register norm kernels are held to the old ones (DFLASH_TRAIN_OPS=old), backward and
-// training forward. RMSNorm: pad / 2 elements before each row (16 keeps 16-byte alignment, 8 and 4 less).
-struct RmsOldCase {
+// The shapes on which the register norm kernels are held to the fallback kernels, backward and training
+// forward: each case runs on its view as given and on the same values one element further into the buffer
+// (kShift: never 16-byte aligned, so the fallback kernels run). RMSNorm: pad / 2 elements before each row (16
+// keeps 16-byte alignment, 8 and 4 less).
+constexpr int64_t kShift = 2;  // dev()'s view starts pad / 2 elements in: 2 more pad moves it by one element
+struct RmsCase {
   int64_t rows, cols, pad;
 };
-constexpr RmsOldCase kRmsOldCases[] = {{1, 64, 0},    {7, 4096, 16}, {733, 4096, 16}, {19, 5120, 16},
-                                       {2, 28672, 0}, {2, 28680, 0}, {300, 1000, 8},  {65, 130, 4},
-                                       {37, 64, 3},   {5, 5, 0}};
+constexpr RmsCase kRmsCases[] = {{1, 64, 0},    {7, 4096, 16}, {733, 4096, 16}, {19, 5120, 16},
+                                 {2, 28672, 0}, {2, 28680, 0}, {300, 1000, 8},  {65, 130, 4},
+                                 {37, 64, 3},   {5, 5, 0}};
 // QK-norm + RoPE: pad of x, dy and dx (and y).
-struct RopeOldCase {
+struct RopeCase {
   int64_t rows;
   int heads, hd;
   int64_t pad;
 };
-constexpr RopeOldCase kRopeOldCases[] = {{37, 32, 128, 16}, {733, 8, 128, 256}, {19, 4, 256, 512},
-                                         {7, 24, 256, 0},   {300, 3, 64, 16},   {19, 2, 96, 0},
-                                         {19, 5, 18, 0},    {7, 65, 128, 0},    {19, 8, 128, 3}};
+constexpr RopeCase kRopeCases[] = {{37, 32, 128, 16}, {733, 8, 128, 256}, {19, 4, 256, 512},
+                                   {7, 24, 256, 0},   {300, 3, 64, 16},   {19, 2, 96, 0},
+                                   {19, 5, 18, 0},    {7, 65, 128, 0},    {19, 8, 128, 3}};
 
-// The register dx and vectorised dw kernels against DFLASH_TRAIN_OPS=old's, on shapes that take each path:
-// rows of 16-byte chunks held 1, 4, 5 and 7 per thread (64, 4096, 5120, 28672 columns), one chunk past the
-// register kernel (28680), row chunks of 23 rows (733 rows: a short last load group), views aligned to 8 or 4
-// bytes only (dw on 4- or 2-element loads, dx on the old kernel), unaligned views and odd columns (both old),
-// beta_dx 0 into NaN-poisoned dx and beta_dx 1. dw must be the same bits: the same fp32 chains in the same
-// order. dx may differ from the old kernel's before rounding by the order of m's f32 sum (the oracle's bound,
-// twice) and the final fma's rounding (kF32 each), then each side's bf16 rounding moves it by up to kBf16Rel
-// of itself (kBf16Rel·(1 + kBf16Rel) of the other's rounded value); both are also held to the CPU oracle as
-// in RmsnormForwardAndBackward.
-TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
-  for (RmsOldCase cs : kRmsOldCases) {
+// The register dx and vectorised dw kernels against the fallback ones (the shifted views), on shapes that
+// take each path: rows of 16-byte chunks held 1, 4, 5 and 7 per thread (64, 4096, 5120, 28672 columns), one
+// chunk past the register kernel (28680), row chunks of 23 rows (733 rows: a short last load group), views
+// aligned to 8 or 4 bytes only (dw on 4- or 2-element loads, dx on the fallback kernel), unaligned views and
+// odd columns (both fallbacks), beta_dx 0 into NaN-poisoned dx and beta_dx 1. dw must be the same bits: the
+// same fp32 chains in the same order. dx may differ from the fallback kernel's before rounding by the order
+// of m's f32 sum (the oracle's bound, twice) and the final fma's rounding (kF32 each), then each side's bf16
+// rounding moves it by up to kBf16Rel of itself (kBf16Rel·(1 + kBf16Rel) of the other's rounded value); both
+// are also held to the CPU oracle as in RmsnormForwardAndBackward.
+TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesFallbackKernels) {
+  for (RmsCase cs : kRmsCases) {
     const int64_t rows = cs.rows, cols = cs.cols, pad = cs.pad;
     std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(cols, 0.5f, 1.5f), dy = rnd(rows * cols, -1, 1);
     std::vector<float> dx0 = rnd(rows * cols, -1, 1), dw0 = rnd(cols, -1, 1);
@@ -650,21 +624,19 @@ TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
     const std::vector<float> rs = host(crs);
     std::vector<double> mag_dx, mag_dw;
     rmsnorm_bwd_magnitudes(x, w, dy, rs, rows, cols, mag_dx, mag_dw);
-    Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, cols, 0, &w);
-    Tensor grs = dev(DType::f32, 1, rows, 0, &rs), gdy = dev(DType::bf16, rows, cols, pad, &dy);
+    Tensor gw = dev(DType::f32, 1, cols, 0, &w), grs = dev(DType::f32, 1, rows, 0, &rs);
     for (float beta : {0.0f, 1.0f}) {
-      auto run = [&](const char* kernels, std::vector<float>& dx, std::vector<float>& dw) {
-        ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
-        Tensor gdx =
-            beta == 0.0f ? dev(DType::bf16, rows, cols, pad) : dev(DType::bf16, rows, cols, pad, &dx0);
+      auto run = [&](int64_t p, std::vector<float>& dx, std::vector<float>& dw) {
+        Tensor gx = dev(DType::bf16, rows, cols, p, &x), gdy = dev(DType::bf16, rows, cols, p, &dy);
+        Tensor gdx = beta == 0.0f ? dev(DType::bf16, rows, cols, p) : dev(DType::bf16, rows, cols, p, &dx0);
         Tensor gdw = dev(DType::f32, 1, cols, 0, &dw0);
         gpu_->rmsnorm_bwd(gx, gw, grs, gdy, gdx, gdw, beta, 1.0f);
         dx = down(gdx);
         dw = down(gdw);
       };
       std::vector<float> dx_new, dw_new, dx_old, dw_old;
-      run("new", dx_new, dw_new);
-      run("old", dx_old, dw_old);
+      run(pad, dx_new, dw_new);
+      run(pad + kShift, dx_old, dw_old);
       Tensor cdx = cpu(rows, cols, dx0), cdw = cpu(1, cols, dw0);
       cpu_ops_.rmsnorm_bwd(cx, cw, crs, cpu(rows, cols, dy), cdx, cdw, beta, 1.0f);
       const std::string b = " pad " + std::to_string(pad) + " beta " + std::to_string(int(beta));
@@ -673,9 +645,9 @@ TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
       expect_close(dw_new, host(cdw), 1, cols, 0.0, 2 * kF32, shape_name("rmsnorm_bwd dw", {rows, cols}) + b,
                    mag_dw, double(rows + 8) * kF32);
       expect_close(dx_new, dx_old, rows, cols, 0.0, 2 * kBf16Rel * (1 + kBf16Rel) + 4 * kF32,
-                   shape_name("rmsnorm_bwd dx new vs old", {rows, cols}) + b, mag_dx,
+                   shape_name("rmsnorm_bwd dx vs fallback", {rows, cols}) + b, mag_dx,
                    2 * double(cols + 8) * kF32);
-      expect_equal(dw_new, dw_old, 1, cols, shape_name("rmsnorm_bwd dw new == old", {rows, cols}) + b);
+      expect_equal(dw_new, dw_old, 1, cols, shape_name("rmsnorm_bwd dw == fallback", {rows, cols}) + b);
     }
   }
 }
@@ -683,11 +655,11 @@ TEST_F(CudaTrainOpsTest, RmsnormBackwardMatchesOldKernels) {
 // The same for the QK-norm + RoPE backward: head dims 64, 128 and 256 on the register dx kernel (one token of
 // 24 or 32 heads per block; 3, 4 and 8 heads with several tokens a block and token slots past T or past the
 // block's warps idle), dw on 1-, 2- and 4-element loads with heads in one, several or a partial load group;
-// hd 96 and 18 (odd half) and 65 heads (a block too large) on the old dx kernel, an unaligned x view on both
-// old kernels' layouts. dw must be the same bits as the old kernel's; dx is bounded as for RMSNorm.
-TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
+// hd 96 and 18 (odd half) and 65 heads (a block too large) on the fallback dx kernel, an unaligned x view.
+// dw must be the same bits whatever its load width; dx is bounded as for RMSNorm.
+TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesFallbackKernels) {
   const float theta = 1e6f;
-  for (RopeOldCase cs : kRopeOldCases) {
+  for (RopeCase cs : kRopeCases) {
     const int64_t rows = cs.rows, cols = int64_t(cs.heads) * cs.hd, pad = cs.pad;
     const int heads = cs.heads, hd = cs.hd;
     std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(hd, 0.5f, 1.5f), dy = rnd(rows * cols, -1, 1);
@@ -700,18 +672,17 @@ TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
     const std::vector<float> rs = host(crs);
     std::vector<double> mag_dx, mag_dw;
     qk_norm_rope_bwd_magnitudes(x, w, dy, rs, rows, heads, hd, mag_dx, mag_dw);
-    Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, hd, 0, &w);
-    Tensor grs = dev(DType::f32, rows, heads, 2, &rs), gdy = dev(DType::bf16, rows, cols, pad, &dy);
-    auto run = [&](const char* kernels, std::vector<float>& dx, std::vector<float>& dw) {
-      ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
-      Tensor gdx = dev(DType::bf16, rows, cols, pad), gdw = dev(DType::f32, 1, hd, 0, &dw0);
+    Tensor gw = dev(DType::f32, 1, hd, 0, &w), grs = dev(DType::f32, rows, heads, 2, &rs);
+    auto run = [&](int64_t p, std::vector<float>& dx, std::vector<float>& dw) {
+      Tensor gx = dev(DType::bf16, rows, cols, p, &x), gdy = dev(DType::bf16, rows, cols, p, &dy);
+      Tensor gdx = dev(DType::bf16, rows, cols, p), gdw = dev(DType::f32, 1, hd, 0, &dw0);
       gpu_->qk_norm_rope_bwd(gx, gw, gpos, grs, gdy, gdx, gdw, heads, hd, theta, 1.0f);
       dx = down(gdx);
       dw = down(gdw);
     };
     std::vector<float> dx_new, dw_new, dx_old, dw_old;
-    run("new", dx_new, dw_new);
-    run("old", dx_old, dw_old);
+    run(pad, dx_new, dw_new);
+    run(pad + kShift, dx_old, dw_old);
     Tensor cdx = cpu(rows, cols, {}), cdw = cpu(1, hd, dw0);
     cpu_ops_.qk_norm_rope_bwd(cx, cw, cpos, crs, cpu(rows, cols, dy), cdx, cdw, heads, hd, theta, 1.0f);
     const std::string c = " heads " + std::to_string(heads) + " pad " + std::to_string(pad);
@@ -720,34 +691,34 @@ TEST_F(CudaTrainOpsTest, QkNormRopeBackwardMatchesOldKernels) {
     expect_close(dw_new, host(cdw), 1, hd, 0.0, 2 * kF32, shape_name("qk_norm_rope_bwd dw", {rows, hd}) + c,
                  mag_dw, double(rows * heads + 16) * kF32);
     expect_close(dx_new, dx_old, rows, cols, 0.0, 2 * kBf16Rel * (1 + kBf16Rel) + 4 * kF32,
-                 shape_name("qk_norm_rope_bwd dx new vs old", {rows, hd}) + c, mag_dx,
+                 shape_name("qk_norm_rope_bwd dx vs fallback", {rows, hd}) + c, mag_dx,
                  2 * double(hd + 16) * kF32);
-    expect_equal(dw_new, dw_old, 1, hd, shape_name("qk_norm_rope_bwd dw new == old", {rows, hd}) + c);
+    expect_equal(dw_new, dw_old, 1, hd, shape_name("qk_norm_rope_bwd dw == fallback", {rows, hd}) + c);
   }
 }
 
-// The training forwards on the register kernels (default) against the old ones (DFLASH_TRAIN_OPS=old: the
-// two-pass RMSNorm, the shared-memory QK-norm + RoPE) on the backward tests' shapes, with strided and
-// unaligned views (the old kernels' layouts). QK-norm + RoPE: the same bits, y and rstd (the register kernel
-// sums the squares in the shared-memory kernel's order). RMSNorm: the register kernel sums the squares per
-// thread then over the block, the two-pass kernel per strided chunk, so rstd may differ by the f32 sum's
-// error on each side and y by that plus one bf16 rounding each.
-TEST_F(CudaTrainOpsTest, TrainingForwardNormsMatchOldKernels) {
+// The training forwards on the register kernels against the fallback ones (the shifted views: the two-pass
+// RMSNorm, the shared-memory QK-norm + RoPE) on the backward tests' shapes, with strided and unaligned views.
+// QK-norm + RoPE: the same bits, y and rstd (the register kernel sums the squares in the shared-memory
+// kernel's order). RMSNorm: the register kernel sums the squares per thread then over the block, the two-pass
+// kernel per strided chunk, so rstd may differ by the f32 sum's error on each side and y by that plus one
+// bf16 rounding each.
+TEST_F(CudaTrainOpsTest, TrainingForwardNormsMatchFallbackKernels) {
   const float eps = 1e-6f, theta = 1e6f;
-  for (RmsOldCase cs : kRmsOldCases) {
+  for (RmsCase cs : kRmsCases) {
     const int64_t rows = cs.rows, cols = cs.cols, pad = cs.pad;
     std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(cols, 0.5f, 1.5f);
-    Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, cols, 0, &w);
-    auto run = [&](const char* kernels, std::vector<float>& y, std::vector<float>& rs) {
-      ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
-      Tensor gy = dev(DType::bf16, rows, cols, pad), grs = dev(DType::f32, 1, rows);
+    Tensor gw = dev(DType::f32, 1, cols, 0, &w);
+    auto run = [&](int64_t p, std::vector<float>& y, std::vector<float>& rs) {
+      Tensor gx = dev(DType::bf16, rows, cols, p, &x);
+      Tensor gy = dev(DType::bf16, rows, cols, p), grs = dev(DType::f32, 1, rows);
       gpu_->rmsnorm_fwd(gx, gw, gy, grs, eps);
       y = down(gy);
       rs = down(grs);
     };
     std::vector<float> y_new, rs_new, y_old, rs_old;
-    run("new", y_new, rs_new);
-    run("old", y_old, rs_old);
+    run(pad, y_new, rs_new);
+    run(pad + kShift, y_old, rs_old);
     Tensor cy = cpu(rows, cols, {}), crs = cpu(1, rows, {});
     cpu_ops_.rmsnorm_fwd(cpu(rows, cols, x), cpu(1, cols, w), cy, crs, eps);
     const double rs_rel = double(cols + 4) * kF32;
@@ -756,31 +727,30 @@ TEST_F(CudaTrainOpsTest, TrainingForwardNormsMatchOldKernels) {
     expect_close(y_new, host(cy), rows, cols, 0.0, kBf16Rel + rs_rel,
                  shape_name("rmsnorm_fwd y", {rows, cols}) + c);
     expect_close(rs_new, rs_old, 1, rows, 0.0, 2 * rs_rel,
-                 shape_name("rmsnorm_fwd rstd new vs old", {rows, cols}) + c);
+                 shape_name("rmsnorm_fwd rstd vs fallback", {rows, cols}) + c);
     expect_close(y_new, y_old, rows, cols, 0.0, 2 * kBf16Rel * (1 + kBf16Rel) + 2 * rs_rel,
-                 shape_name("rmsnorm_fwd y new vs old", {rows, cols}) + c);
+                 shape_name("rmsnorm_fwd y vs fallback", {rows, cols}) + c);
   }
-  for (RopeOldCase cs : kRopeOldCases) {
+  for (RopeCase cs : kRopeCases) {
     const int64_t rows = cs.rows, cols = int64_t(cs.heads) * cs.hd, pad = cs.pad;
     const int heads = cs.heads, hd = cs.hd;
     std::vector<float> x = rnd(rows * cols, -2, 2), w = rnd(hd, 0.5f, 1.5f);
     std::vector<int32_t> pos(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) pos[size_t(r)] = int32_t((r * 7919) % 40000);
-    Tensor gx = dev(DType::bf16, rows, cols, pad, &x), gw = dev(DType::f32, 1, hd, 0, &w),
-           gpos = dev_i32(pos);
-    auto run = [&](const char* kernels, std::vector<float>& y, std::vector<float>& rs) {
-      ScopedEnv env("DFLASH_TRAIN_OPS", kernels);
-      Tensor gy = dev(DType::bf16, rows, cols, pad), grs = dev(DType::f32, rows, heads, 2);
+    Tensor gw = dev(DType::f32, 1, hd, 0, &w), gpos = dev_i32(pos);
+    auto run = [&](int64_t p, std::vector<float>& y, std::vector<float>& rs) {
+      Tensor gx = dev(DType::bf16, rows, cols, p, &x);
+      Tensor gy = dev(DType::bf16, rows, cols, p), grs = dev(DType::f32, rows, heads, 2);
       gpu_->qk_norm_rope_fwd(gx, gw, gpos, gy, grs, heads, hd, theta, eps);
       y = down(gy);
       rs = down(grs);
     };
     std::vector<float> y_new, rs_new, y_old, rs_old;
-    run("new", y_new, rs_new);
-    run("old", y_old, rs_old);
+    run(pad, y_new, rs_new);
+    run(pad + kShift, y_old, rs_old);
     const std::string c = " heads " + std::to_string(heads) + " pad " + std::to_string(pad);
-    expect_same_bits(y_new, y_old, cols, shape_name("qk_norm_rope_fwd y new == old", {rows, hd}) + c);
-    expect_same_bits(rs_new, rs_old, heads, shape_name("qk_norm_rope_fwd rstd new == old", {rows, hd}) + c);
+    expect_same_bits(y_new, y_old, cols, shape_name("qk_norm_rope_fwd y == fallback", {rows, hd}) + c);
+    expect_same_bits(rs_new, rs_old, heads, shape_name("qk_norm_rope_fwd rstd == fallback", {rows, hd}) + c);
   }
 }
 
@@ -825,13 +795,15 @@ TEST_F(CudaTrainOpsTest, SwigluForwardAndBackward) {
       }
 }
 
-// The 16-byte forms of swiglu_bwd, scale_rows, add_gaussian_noise and fill against the one-element kernels
-// (DFLASH_TRAIN_OPS=old), bit for bit over the whole buffer, padding columns included (neither form may write
-// outside the view). Views: odd columns and a view 8 bytes off alignment (both forms then run the one-element
-// kernel; f32 fill still aligned there), aligned strided and contiguous views, 733 rows of 1024 chunks
-// (several whole rows per grid step), 3 rows of 400 000 chunks (more chunks in a row than the grid has
-// threads) and 2049 rows of 3 chunks.
-TEST_F(CudaTrainOpsTest, TrainRowOpsSameBitsAsOldKernels) {
+// The 16-byte forms of swiglu_bwd, scale_rows, add_gaussian_noise and fill against the one-element kernels,
+// bit for bit: each op runs on the view as given (the 16-byte form where its columns, stride and address
+// allow) and on the same values one element further into its buffer (kShift: never 16-byte aligned, so the
+// one-element kernel), and neither may write outside its view (the padding columns keep their NaN poison).
+// Views: odd columns and a view 8 bytes off alignment (both runs then take the one-element kernel; f32 fill
+// still aligned there), aligned strided and contiguous views, 733 rows of 1024 chunks (several whole rows per
+// grid step), 3 rows of 400 000 chunks (more chunks in a row than the grid has threads) and 2049 rows of 3
+// chunks.
+TEST_F(CudaTrainOpsTest, TrainRowOpsSameBitsAsOneElementKernels) {
   struct View {
     int64_t rows, cols, pad;
   };
@@ -844,25 +816,34 @@ TEST_F(CudaTrainOpsTest, TrainRowOpsSameBitsAsOldKernels) {
     const char* names[] = {"swiglu_bwd dgate",   "swiglu_bwd dup", "scale_rows",
                            "add_gaussian_noise", "fill f32",       "fill bf16"};
     std::vector<float> out[2][6];
-    for (int old = 0; old < 2; ++old) {
-      ScopedEnv env("DFLASH_TRAIN_OPS", old ? "old" : "");
-      Tensor gg = dev(DType::bf16, rows, cols, v.pad, &g), gu = dev(DType::bf16, rows, cols, v.pad, &u);
-      Tensor gd = dev(DType::bf16, rows, cols, v.pad, &d);
-      Tensor gdg = dev(DType::bf16, rows, cols, v.pad), gdu = dev(DType::bf16, rows, cols, v.pad);
+    for (int shifted = 0; shifted < 2; ++shifted) {
+      const int64_t pad = v.pad + (shifted ? kShift : 0);
+      Tensor gg = dev(DType::bf16, rows, cols, pad, &g), gu = dev(DType::bf16, rows, cols, pad, &u);
+      Tensor gd = dev(DType::bf16, rows, cols, pad, &d);
+      Tensor gdg = dev(DType::bf16, rows, cols, pad), gdu = dev(DType::bf16, rows, cols, pad);
       gpu_->swiglu_bwd(gg, gu, gd, gdg, gdu);
-      Tensor gx = dev(DType::bf16, rows, cols, v.pad, &u);
+      Tensor gx = dev(DType::bf16, rows, cols, pad, &u);
       gpu_->scale_rows(gx, dev(DType::f32, 1, rows, 0, &s));
-      Tensor gn = dev(DType::bf16, rows, cols, v.pad, &d);
+      Tensor gn = dev(DType::bf16, rows, cols, pad, &d);
       gpu_->add_gaussian_noise(gn, 0.05f, 987654321ull);
-      Tensor ff = dev(DType::f32, rows, cols, v.pad), fb = dev(DType::bf16, rows, cols, v.pad);
+      Tensor ff = dev(DType::f32, rows, cols, pad), fb = dev(DType::bf16, rows, cols, pad);
       gpu_->fill(ff, 0.3f);
       gpu_->fill(fb, -1.7f);
       const Tensor* res[] = {&gdg, &gdu, &gx, &gn, &ff, &fb};
-      for (int i = 0; i < 6; ++i) out[old][i] = down(padded(*res[i], v.pad));
+      for (int i = 0; i < 6; ++i) {
+        out[shifted][i] = down(*res[i]);
+        const std::vector<float> all = down(padded(*res[i], pad));
+        int64_t written = 0;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols + pad; ++c)
+            written += (c < pad / 2 || c >= pad / 2 + cols) && !std::isnan(all[size_t(r * (cols + pad) + c)]);
+        EXPECT_EQ(written, 0) << names[i] << sz << (shifted ? " shifted" : "") << ": " << written
+                              << " padding elements written";
+      }
       for (void* p : gpu_mem_) gpu_->free_bytes(p);
       gpu_mem_.clear();
     }
-    for (int i = 0; i < 6; ++i) expect_same_bits(out[0][i], out[1][i], cols + v.pad, names[i] + sz);
+    for (int i = 0; i < 6; ++i) expect_same_bits(out[0][i], out[1][i], cols, names[i] + sz);
   }
 }
 

@@ -2,10 +2,9 @@
 // the same bf16-representable inputs: odd GQA groups, head dims 16–256 and unaligned ones, padding blocks,
 // anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
 // views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
-// each kernel path in the same run (kernels/attention/dflash_attention_paths.h): the default (wgmma at head
-// dims 65..128 on an sm_90a build and a compute capability 9.0 GPU), DFLASH_DFA=mma (the mma.sync kernels),
-// and each A/B switch of the wgmma kernels, the dk/dv pass's grid order and the dq pass launched into its
-// tail. Skips without a GPU.
+// both kernel paths in the same run: the default (wgmma at head dims 65..128 on a Hopper GPU of an sm_90a
+// build) and the portable mma.sync kernels (every other GPU), forced through the kernel-variant registry
+// (kernels/dispatch/dispatch.h). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -28,7 +27,7 @@ TEST(DFlashAttentionCuda, SkippedWithoutCudaBuild) {
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/attention/dflash_attention_paths.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/train_launchers.cuh"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/cuda/cuda_ops.h"
@@ -207,23 +206,19 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  // Every kernel path of kDFlashAttnPaths (kernels/attention/dflash_attention_paths.h), each alone, the other variables
-  // unset; the caller's values come back at the end.
-  constexpr int kVars = int(sizeof(kDFlashAttnVars) / sizeof(kDFlashAttnVars[0]));
-  std::string saved[kVars];
-  bool had[kVars];
-  for (int i = 0; i < kVars; ++i) {
-    const char* e = std::getenv(kDFlashAttnVars[i]);
-    had[i] = e != nullptr, saved[i] = e ? e : "";
-  }
-  for (const DFlashAttnPath& path : kDFlashAttnPaths) {
-    SCOPED_TRACE(std::string("kernel path ") + path.name);
-    dflash_attn_select_path(path);
+  // Both kernel paths; the registry's variants in force come back at the end.
+  const KernelVariants saved = kernel_variants();
+  for (const bool portable : {false, true}) {
+    const char* path = portable ? "mma.sync" : "default";
+    SCOPED_TRACE(std::string("kernel path ") + path);
+    KernelVariants forced = saved;
+    forced.dflash_attention_portable = portable;
+    kernel_variants_set(forced);
     // NaN poison again: a row the previous path wrote must not pass for this one.
     for (const Mat* m : {&out, &lse, &dq, &dk, &dv})
       EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * dtype_size(m->gpu.dtype), st),
                 cudaSuccess);
-    const std::string name = std::string(c.name) + " [" + path.name + "]";
+    const std::string name = std::string(c.name) + " [" + path + "]";
     dflash_attention_fwd_launch(bf(q), ld(q), bf(k), ld(k), bf(v), ld(v), dblk, bf(out), ld(out),
                                 lse.gpu.ptr<float>(), ld(lse), d, st);
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
@@ -263,11 +258,7 @@ void DFlashAttentionCuda::run(const Case& c) {
     EXPECT_TRUE(down(dq) == g_dq && down(dk) == g_dk && down(dv) == g_dv)
         << name << ": a second backward on the same inputs gave different bits";
   }
-  for (int i = 0; i < kVars; ++i)
-    if (had[i])
-      setenv(kDFlashAttnVars[i], saved[i].c_str(), 1);
-    else
-      unsetenv(kDFlashAttnVars[i]);
+  kernel_variants_set(saved);
 }
 
 // Shapes as {hq, hkv, hd, B, W}, then the context lengths, then blocks as {sequence, anchor or −1}.

@@ -37,8 +37,9 @@ using namespace df::golden;
 // its head's median; tests/golden/conditioning.py), and the gated RMSNorm divides by it, turning a bf16-sized
 // error into one 6-16x larger, whoever computed it. The worst element of a tap is then one draw from a heavy
 // tail (HF's own worst is 8-15x its RMS error), and it flips between implementations of equal precision: on
-// qwen35_long ours is at 1.81x HF's max abs and the exact fp32 DeltaNet (DFLASH_GDN=recurrent) at 2.42x, while
-// both are at 0.86-0.99x HF's rel RMS and 0.91-1.00x HF's tail mean on every tap. The 1 % tail averages
+// qwen35_long ours is at 1.81x HF's max abs and the exact fp32 DeltaNet
+// (DFLASH_KERNEL_VARIANTS=gdn=recurrent) at 2.42x, while both are at 0.86-0.99x HF's rel RMS and 0.91-1.00x
+// HF's tail mean on every tap. The 1 % tail averages
 // 180-1000 of those draws and still moves by a row that is wrong: one wrong 48-wide row in a 100 K-element tap
 // raises it ~1.5x. The single worst element keeps a ceiling, 4x HF's (the fp32-DeltaNet draw above plus
 // margin), which an isolated element gone wrong (O(1)) still exceeds.

@@ -221,20 +221,19 @@ void expect_same_bits(TinySetup& first, TinySetup& filled, const std::string& wh
               what.c_str(), (long long)t.total, (long long)negative_zeros);
 }
 
-// Two identical models and batches: `first` on the first-write path, `filled` on DFLASH_GRADS=fill's.
+// Two identical models and batches: `first` opens each step on the first-write path (drafter_begin_step),
+// `filled` zero-fills its gradients instead (drafter_zero_grads), so that every backward adds to zero.
 struct FirstAndFilled {
   TinySetup first, filled;
   FirstAndFilled() {
     randomise_params(first, 21);
     randomise_params(filled, 21);
-    first.model->grads_fill = false;
-    filled.model->grads_fill = true;
     poison_grads(first);
-    poison_grads(filled);  // drafter_begin_step zero-fills them
+    poison_grads(filled);  // drafter_zero_grads rewrites them
   }
   void begin_step() {
     drafter_begin_step(*first.model);
-    drafter_begin_step(*filled.model);
+    drafter_zero_grads(*filled.model);
   }
   void accumulate(const std::vector<DrafterAnchor>& an, const DrafterLossOptions& o) {
     drafter_accumulate(*first.model, first.batch, an, o);
@@ -293,7 +292,6 @@ TEST(DrafterGrad, FirstWriteWithoutContextRowsWritesZeros) {
 // adamw_step refuses them and names the fix; drafter_grads_ready zero-fills them.
 TEST(DrafterGrad, StaleGradientsAreRefusedUntilReady) {
   TinySetup s;
-  s.model->grads_fill = false;
   poison_grads(s);
   drafter_begin_step(*s.model);
   DrafterLossOptions fwd;

@@ -53,8 +53,7 @@ class CudaOps final : public Ops {
                    const Tensor& dt_bias, const Tensor& out, const SeqLayout& seqs, const GdnShape& shape,
                    const Tensor& workspace) override;
   int64_t gdn_workspace_bytes(int64_t tokens, const GdnShape& shape) const override;
-  // Fused (kernels/gdn/gdn.cu gdn_mixer_launch) unless DFLASH_GDN_FUSE=0 (=conv: the conv only) or the shape or
-  // layout needs the three ops.
+  // Fused (kernels/gdn/gdn.cu gdn_mixer_launch) unless the shape or layout needs the three ops.
   void gdn_mixer(const Tensor& x, const Tensor& z, const Tensor& a, const Tensor& b, const GdnWeights& w,
                  const Tensor& out, const SeqLayout& seqs, const GdnShape& shape, const Tensor& workspace,
                  const Tensor& conv, const Tensor& o) override;

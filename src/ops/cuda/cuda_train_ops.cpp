@@ -152,11 +152,6 @@ void CudaTrainOps::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tra
 
 void CudaTrainOps::gemm_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c_in,
                             const Tensor& out, float alpha, float beta) {
-  if (train_ops_old()) {
-    if (c_in.data != out.data) copy(c_in, out);
-    cuda_gemm(dev_, a, trans_a, b, trans_b, out, out, alpha, beta);
-    return;
-  }
   cuda_gemm(dev_, a, trans_a, b, trans_b, c_in, out, alpha, beta);
 }
 

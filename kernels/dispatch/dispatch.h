@@ -1,0 +1,169 @@
+// The one place that picks each op's kernel: from what the device has (DeviceCaps, read once per device, or
+// a test profile that makes it act as another GPU) and, for tests and benchmarks only, what the one registry
+// DFLASH_KERNEL_VARIANTS forces (KernelVariants, read once). Launchers ask here; nothing else in kernels/
+// reads the environment. Plain C++ (no CUDA headers), so the unit tests check the rules without a GPU.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "core/error.h"
+
+namespace df {
+
+// What kernel choice depends on, for one device.
+struct DeviceCaps {
+  int cc_major = 0, cc_minor = 0;  // compute capability
+  int sms = 0;
+  size_t smem_optin = 0;   // shared memory a block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+  int max_cluster = 1;     // CTAs a cluster may hold at most; 1: no cluster launch (before compute 9.0)
+  bool tma = false;        // bulk tensor copies: compute 9.0 or later with the driver's tensor-map encoder
+  bool wgmma = false;      // warpgroup MMA: compute 9.0 exactly, and this build has sm_90a code
+  std::string profile;     // the test profile in force ("" : the device as it is)
+};
+
+// The device as a test profile (`sm120`, `sm100`, `sm89`, `sm80`) would have it: its compute capability,
+// and its shared memory, cluster size, TMA and wgmma each clamped to what both it and `real` have (the
+// kernels still run on `real`). The SM count stays real's. An unknown name throws, listing the known ones.
+inline DeviceCaps device_caps_profile(const DeviceCaps& real, const std::string& profile) {
+  struct Profile {
+    const char* name;
+    int major, minor;
+    size_t smem_optin;
+    int max_cluster;
+    bool tma, wgmma;
+  };
+  // RTX PRO 6000 / RTX 50 (99 KB a block, TMA, no wgmma), B200 / B300 (227 KB, TMA, no wgmma), Ada (99 KB,
+  // no clusters, no TMA), A100 (163 KB, no clusters, no TMA): CUDA C programming guide, compute capabilities.
+  static constexpr Profile kProfiles[] = {
+      {"sm120", 12, 0, 101376, 8, true, false},
+      {"sm100", 10, 0, 232448, 8, true, false},
+      {"sm89", 8, 9, 101376, 1, false, false},
+      {"sm80", 8, 0, 166912, 1, false, false},
+  };
+  if (profile.empty()) return real;
+  for (const Profile& p : kProfiles) {
+    if (profile != p.name) continue;
+    DeviceCaps c = real;
+    c.cc_major = p.major, c.cc_minor = p.minor;
+    c.smem_optin = std::min(real.smem_optin, p.smem_optin);
+    c.max_cluster = std::min(real.max_cluster, p.max_cluster);
+    c.tma = real.tma && p.tma;
+    c.wgmma = real.wgmma && p.wgmma;
+    c.profile = profile;
+    return c;
+  }
+  DF_FAIL("DFLASH_GPU_PROFILE=%s is not a known GPU profile; HINT: use sm120, sm100, sm89 or sm80, or leave it "
+          "unset for the device as it is",
+          profile.c_str());
+}
+
+// Kernel forms that tests and benchmarks force to exercise a path the device would not take (the portable
+// kernels on a Hopper GPU) or to measure against the default. Never needed in a normal run.
+struct KernelVariants {
+  bool attention_portable = false;        // attention=portable: prefill attention on the mma.sync kernel
+  bool dflash_attention_portable = false;  // dflash_attention=portable: DFlash attention on mma.sync kernels
+  bool gdn_recurrent = false;  // gdn=recurrent: DeltaNet prefill as the fp32 token recurrence, not chunked
+  bool gemm_heuristic = false;  // gemm=heuristic: cuBLASLt's first heuristic pick, no timing of candidates
+  bool gemm_log = false;        // gemm=log: print each GEMM shape's decision (tuned, reused, refused)
+  bool decode_general = false;  // decode=general: incremental decoding on the general warp-per-row kernels
+};
+
+// One accepted `op=value` item of the registry and the flag it sets.
+struct KernelVariantItem {
+  const char* op;
+  const char* value;
+  bool KernelVariants::*flag;
+};
+inline constexpr KernelVariantItem kKernelVariantItems[] = {
+    {"attention", "portable", &KernelVariants::attention_portable},
+    {"dflash_attention", "portable", &KernelVariants::dflash_attention_portable},
+    {"gdn", "recurrent", &KernelVariants::gdn_recurrent},
+    {"gemm", "heuristic", &KernelVariants::gemm_heuristic},
+    {"gemm", "log", &KernelVariants::gemm_log},
+    {"decode", "general", &KernelVariants::decode_general},
+};
+
+// Parses "op=value,op=value" (spaces around items ignored; empty: the defaults). An unknown item throws,
+// naming it, where it came from (`source`) and every accepted item.
+inline KernelVariants kernel_variants_parse(const std::string& spec,
+                                            const char* source = "DFLASH_KERNEL_VARIANTS") {
+  KernelVariants v;
+  auto trim = [](const std::string& t) {
+    const size_t a = t.find_first_not_of(' '), b = t.find_last_not_of(' ');
+    return a == std::string::npos ? std::string() : t.substr(a, b - a + 1);
+  };
+  for (size_t at = 0; at <= spec.size();) {
+    const size_t end = std::min(spec.find(',', at), spec.size());
+    const std::string item = trim(spec.substr(at, end - at));
+    at = end + 1;
+    if (item.empty()) continue;
+    bool* flag = nullptr;
+    for (const KernelVariantItem& k : kKernelVariantItems)
+      if (item == std::string(k.op) + "=" + k.value) flag = &(v.*k.flag);
+    if (flag == nullptr) {
+      std::string known;
+      for (const KernelVariantItem& k : kKernelVariantItems)
+        known += std::string(known.empty() ? "" : ", ") + k.op + "=" + k.value;
+      DF_FAIL("%s: unknown kernel variant \"%s\" in \"%s\"; HINT: a comma-separated list of %s (a test and "
+              "benchmark hook: leave it unset in normal runs)",
+              source, item.c_str(), spec.c_str(), known.c_str());
+    }
+    *flag = true;
+  }
+  return v;
+}
+
+// The variants in force: DFLASH_KERNEL_VARIANTS, parsed at the first call, unless kernel_variants_set
+// replaced them since.
+const KernelVariants& kernel_variants();
+// Tests and benchmarks that run several forms in one process: the variants in force from now on.
+void kernel_variants_set(const KernelVariants& v);
+
+// Lets `kernel` (a __global__ function) launch with `bytes` of dynamic shared memory on the current device, or
+// throws naming `what`, the bytes and the limit of the device (of its test profile under DFLASH_GPU_PROFILE)
+// when it may not: every launch that asks for more than the 48 KB default goes through here.
+void kernel_smem_opt_in(const void* kernel, size_t bytes, const char* what);
+
+// The current device's capabilities, read at the first call on each device, under the test profile
+// DFLASH_GPU_PROFILE when it is set (device_caps_profile). Defined with the kernels (CUDA builds only).
+const DeviceCaps& device_caps();
+
+// ---- the choices -------------------------------------------------------------------------------------
+// (Incremental decoding's choices need the split-KV plan: decode_attention_choose and gdn_decode_choose in
+// kernels/decode/decode_plan.h.)
+
+// Prefill attention (attention_causal_launch): the warp-specialized wgmma kernel where the device has wgmma
+// and TMA, the shape suits it (`sm90_shape`: head dim 128 or 256, 16-byte aligned rows) and its shared memory
+// fits; the portable mma.sync kernel (every GPU) otherwise.
+enum class AttentionKernel { sm90_ws, portable };
+inline AttentionKernel attention_kernel_choose(const DeviceCaps& caps, const KernelVariants& v, bool sm90_shape,
+                                               size_t sm90_smem) {
+  const bool sm90 = !v.attention_portable && caps.wgmma && caps.tma && sm90_shape && sm90_smem <= caps.smem_optin;
+  return sm90 ? AttentionKernel::sm90_ws : AttentionKernel::portable;
+}
+
+// DFlash attention forward and backward: the wgmma kernels (K/V streamed by TMA) where the device has wgmma
+// and TMA and the shape suits them (`wgmma_shape`: head dim 65..128, 16-byte copies, 32-bit row indices);
+// the portable mma.sync kernels otherwise.
+enum class DFlashAttnKernel { wgmma, portable };
+inline DFlashAttnKernel dflash_attention_kernel_choose(const DeviceCaps& caps, const KernelVariants& v,
+                                                       bool wgmma_shape) {
+  const bool wg = !v.dflash_attention_portable && caps.wgmma && caps.tma && wgmma_shape;
+  return wg ? DFlashAttnKernel::wgmma : DFlashAttnKernel::portable;
+}
+
+// DeltaNet prefill: the chunked kernels where the layout suits them (`chunked_layout`), the fp32 token
+// recurrence otherwise.
+enum class GdnPrefillKernel { chunked, recurrent };
+inline GdnPrefillKernel gdn_prefill_kernel_choose(const KernelVariants& v, bool chunked_layout) {
+  return chunked_layout && !v.gdn_recurrent ? GdnPrefillKernel::chunked : GdnPrefillKernel::recurrent;
+}
+
+// The lm_head loss row kernel's CTAs a row (one cluster): `want`, at most what the device launches as one
+// cluster (1: no cluster launch).
+inline int lm_row_ctas_choose(const DeviceCaps& caps, int want) {
+  return std::max(1, std::min(want, caps.max_cluster));
+}
+
+}  // namespace df

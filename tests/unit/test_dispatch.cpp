@@ -1,0 +1,145 @@
+// The kernel dispatch rules (kernels/dispatch/dispatch.h) without a GPU: the registry's parsing and its
+// errors, the test profiles' clamping, and each op's choice from the capabilities, the shape and the registry.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/dispatch/dispatch.h"
+
+using namespace df;
+
+namespace {
+
+// An H100 SXM as device_caps reads it from an sm_90a build.
+DeviceCaps h100() {
+  DeviceCaps c;
+  c.cc_major = 9, c.cc_minor = 0, c.sms = 132, c.smem_optin = 232448, c.max_cluster = 8;
+  c.tma = true, c.wgmma = true;
+  return c;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(KernelVariants, ParsesItemsAndDefaults) {
+  const KernelVariants none = kernel_variants_parse("");
+  EXPECT_FALSE(none.attention_portable || none.dflash_attention_portable || none.gdn_recurrent ||
+               none.gemm_heuristic || none.gemm_log);
+  const KernelVariants v = kernel_variants_parse(" attention=portable, gemm=log ,,gdn=recurrent");
+  EXPECT_TRUE(v.attention_portable);
+  EXPECT_TRUE(v.gemm_log);
+  EXPECT_TRUE(v.gdn_recurrent);
+  EXPECT_FALSE(v.dflash_attention_portable);
+  EXPECT_FALSE(v.gemm_heuristic);
+  for (const KernelVariantItem& item : kKernelVariantItems) {
+    const KernelVariants one = kernel_variants_parse(std::string(item.op) + "=" + item.value);
+    EXPECT_TRUE(one.*item.flag) << item.op << "=" << item.value;
+  }
+}
+
+TEST(KernelVariants, UnknownItemNamesItAndTheAcceptedOnes) {
+  const std::string m = error_of([] { kernel_variants_parse("attention=portable,attention=mma"); });
+  EXPECT_NE(m.find("DFLASH_KERNEL_VARIANTS"), std::string::npos) << m;
+  EXPECT_NE(m.find("\"attention=mma\""), std::string::npos) << m;
+  EXPECT_NE(m.find("dflash_attention=portable"), std::string::npos) << m;
+  EXPECT_NE(m.find("gemm=heuristic"), std::string::npos) << m;
+  const std::string m2 = error_of([] { kernel_variants_parse("portable", "test spec"); });
+  EXPECT_NE(m2.find("test spec"), std::string::npos) << m2;
+  EXPECT_NE(m2.find("\"portable\""), std::string::npos) << m2;
+}
+
+TEST(DeviceCaps, ProfilesClampToTheOtherDevice) {
+  const DeviceCaps real = h100();
+  const DeviceCaps same = device_caps_profile(real, "");
+  EXPECT_EQ(same.cc_major, 9);
+  EXPECT_TRUE(same.wgmma);
+  EXPECT_EQ(same.profile, "");
+
+  const DeviceCaps b = device_caps_profile(real, "sm120");
+  EXPECT_EQ(b.cc_major, 12);
+  EXPECT_EQ(b.cc_minor, 0);
+  EXPECT_EQ(b.sms, 132) << "the kernels still run on the real device's SMs";
+  EXPECT_EQ(b.smem_optin, size_t(101376));
+  EXPECT_EQ(b.max_cluster, 8);
+  EXPECT_TRUE(b.tma);
+  EXPECT_FALSE(b.wgmma);
+  EXPECT_EQ(b.profile, "sm120");
+
+  const DeviceCaps dc = device_caps_profile(real, "sm100");
+  EXPECT_EQ(dc.smem_optin, size_t(232448));
+  EXPECT_FALSE(dc.wgmma);
+  EXPECT_TRUE(dc.tma);
+
+  const DeviceCaps ada = device_caps_profile(real, "sm89");
+  EXPECT_EQ(ada.cc_major, 8);
+  EXPECT_EQ(ada.cc_minor, 9);
+  EXPECT_EQ(ada.max_cluster, 1);
+  EXPECT_FALSE(ada.tma);
+  EXPECT_FALSE(ada.wgmma);
+
+  const DeviceCaps ampere = device_caps_profile(real, "sm80");
+  EXPECT_EQ(ampere.smem_optin, size_t(166912));
+  EXPECT_FALSE(ampere.tma);
+
+  // A profile never grants what the real device lacks.
+  DeviceCaps small = ada;
+  small.profile.clear();
+  const DeviceCaps up = device_caps_profile(small, "sm100");
+  EXPECT_EQ(up.smem_optin, size_t(101376));
+  EXPECT_EQ(up.max_cluster, 1);
+  EXPECT_FALSE(up.tma);
+}
+
+TEST(DeviceCaps, UnknownProfileIsAClearError) {
+  const std::string m = error_of([] { device_caps_profile(h100(), "sm70"); });
+  EXPECT_NE(m.find("DFLASH_GPU_PROFILE=sm70"), std::string::npos) << m;
+  EXPECT_NE(m.find("sm120, sm100, sm89 or sm80"), std::string::npos) << m;
+}
+
+TEST(KernelChoice, PrefillAttention) {
+  const DeviceCaps hopper = h100();
+  const KernelVariants defaults;
+  KernelVariants portable;
+  portable.attention_portable = true;
+  EXPECT_EQ(attention_kernel_choose(hopper, defaults, true, 200000), AttentionKernel::sm90_ws);
+  EXPECT_EQ(attention_kernel_choose(hopper, defaults, false, 200000), AttentionKernel::portable);
+  EXPECT_EQ(attention_kernel_choose(hopper, defaults, true, 240000), AttentionKernel::portable)
+      << "more shared memory than a block may have";
+  EXPECT_EQ(attention_kernel_choose(hopper, portable, true, 200000), AttentionKernel::portable);
+  for (const char* p : {"sm120", "sm100", "sm89", "sm80"})
+    EXPECT_EQ(attention_kernel_choose(device_caps_profile(hopper, p), defaults, true, 200000),
+              AttentionKernel::portable)
+        << p;
+}
+
+TEST(KernelChoice, DFlashAttentionGdnAndLmRow) {
+  const DeviceCaps hopper = h100();
+  const KernelVariants defaults;
+  KernelVariants forced;
+  forced.dflash_attention_portable = true;
+  forced.gdn_recurrent = true;
+  EXPECT_EQ(dflash_attention_kernel_choose(hopper, defaults, true), DFlashAttnKernel::wgmma);
+  EXPECT_EQ(dflash_attention_kernel_choose(hopper, defaults, false), DFlashAttnKernel::portable);
+  EXPECT_EQ(dflash_attention_kernel_choose(hopper, forced, true), DFlashAttnKernel::portable);
+  EXPECT_EQ(dflash_attention_kernel_choose(device_caps_profile(hopper, "sm100"), defaults, true),
+            DFlashAttnKernel::portable);
+
+  EXPECT_EQ(gdn_prefill_kernel_choose(defaults, true), GdnPrefillKernel::chunked);
+  EXPECT_EQ(gdn_prefill_kernel_choose(defaults, false), GdnPrefillKernel::recurrent);
+  EXPECT_EQ(gdn_prefill_kernel_choose(forced, true), GdnPrefillKernel::recurrent);
+
+  EXPECT_EQ(lm_row_ctas_choose(hopper, 8), 8);
+  EXPECT_EQ(lm_row_ctas_choose(hopper, 5), 5);
+  EXPECT_EQ(lm_row_ctas_choose(hopper, 0), 1);
+  EXPECT_EQ(lm_row_ctas_choose(device_caps_profile(hopper, "sm89"), 8), 1);
+}
