@@ -47,12 +47,17 @@ void kernel_variants_set(const KernelVariants& v) { variants_store() = v; }
 
 void kernel_smem_opt_in(const void* kernel, size_t bytes, const char* what) {
   const DeviceCaps& c = device_caps();
-  DF_CHECK(bytes <= c.smem_optin,
-           "%s asks for %zu bytes of shared memory a block, more than the %zu a block may have on this compute "
-           "%d.%d device%s%s; HINT: this kernel has no form for such a device yet: run it on a GPU with more shared "
-           "memory%s",
-           what, bytes, c.smem_optin, c.cc_major, c.cc_minor, c.profile.empty() ? "" : " (DFLASH_GPU_PROFILE=",
-           c.profile.empty() ? "" : (c.profile + ")").c_str(), c.profile.empty() ? "" : " or without the profile");
+  if (bytes > c.smem_optin) {
+    const bool profiled = !c.profile.empty();
+    kernel_throw(__FILE__, __LINE__,
+                 std::string(what) + " asks for " + std::to_string(bytes) +
+                     " bytes of shared memory a block, more than the " + std::to_string(c.smem_optin) +
+                     " a block may have on this compute " + std::to_string(c.cc_major) + "." +
+                     std::to_string(c.cc_minor) + " device" +
+                     (profiled ? " (DFLASH_GPU_PROFILE=" + c.profile + ")" : std::string()) +
+                     "; HINT: this kernel has no form for such a device yet: run it on a GPU with more shared "
+                     "memory" + (profiled ? " or without the profile" : ""));
+  }
   DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
@@ -62,7 +67,10 @@ const DeviceCaps& device_caps() {
   static std::once_flag once[kDevices];
   int dev = 0;
   DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CHECK(dev >= 0 && dev < kDevices, "device %d: only devices 0..%d are supported", dev, kDevices - 1);
+  if (dev < 0 || dev >= kDevices)
+    kernel_throw(__FILE__, __LINE__,
+                 "device " + std::to_string(dev) + ": only devices 0.." + std::to_string(kDevices - 1) +
+                     " are supported");
   std::call_once(once[dev], [dev] { caps[dev] = device_caps_read(dev); });
   return caps[dev];
 }

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/error.h"
+#include "kernels/primitives/kernel_error.h"
 
 namespace df {
 
@@ -53,9 +53,10 @@ inline DeviceCaps device_caps_profile(const DeviceCaps& real, const std::string&
     c.profile = profile;
     return c;
   }
-  DF_FAIL("DFLASH_GPU_PROFILE=%s is not a known GPU profile; HINT: use sm120, sm100, sm89 or sm80, or leave it "
-          "unset for the device as it is",
-          profile.c_str());
+  kernel_throw(__FILE__, __LINE__,
+               "DFLASH_GPU_PROFILE=" + profile +
+                   " is not a known GPU profile; HINT: use sm120, sm100, sm89 or sm80, or leave it unset for the "
+                   "device as it is");
 }
 
 // Kernel forms that tests and benchmarks force to exercise a path the device would not take (the portable
@@ -105,9 +106,10 @@ inline KernelVariants kernel_variants_parse(const std::string& spec,
       std::string known;
       for (const KernelVariantItem& k : kKernelVariantItems)
         known += std::string(known.empty() ? "" : ", ") + k.op + "=" + k.value;
-      DF_FAIL("%s: unknown kernel variant \"%s\" in \"%s\"; HINT: a comma-separated list of %s (a test and "
-              "benchmark hook: leave it unset in normal runs)",
-              source, item.c_str(), spec.c_str(), known.c_str());
+      kernel_throw(__FILE__, __LINE__,
+                   std::string(source) + ": unknown kernel variant \"" + item + "\" in \"" + spec +
+                       "\"; HINT: a comma-separated list of " + known +
+                       " (a test and benchmark hook: leave it unset in normal runs)");
     }
     *flag = true;
   }

@@ -9,13 +9,12 @@
 
 #include "core/error.h"
 #include "kernels/dispatch/dispatch.h"
+#include "kernels/primitives/kernel_error.h"
 
 namespace df {
 
 [[noreturn]] inline void cuda_throw(const char* call, const char* what, const char* file, int line) {
-  char buf[1024];
-  std::snprintf(buf, sizeof(buf), "%s:%d: %s failed: %s", file, line, call, what);
-  throw Error(buf);
+  kernel_throw(file, line, std::string(call) + " failed: " + what);
 }
 
 }  // namespace df
