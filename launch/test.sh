@@ -1,6 +1,17 @@
 #!/usr/bin/env bash
 # The test command: install what is missing, build, run every test (GPU tests skip themselves without one).
+# Ends with the 15 slowest tests of the run, passed or not, and ctest's exit status.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$BUILD_DIR"
-ctest --output-on-failure -j"$jobs" "$@"
+rc=0
+ctest --output-on-failure -j"$jobs" "$@" || rc=$?
+# Each test's block in ctest's log names it ("3/520 Test: name") and ends with its wall time ("Test time = 1.23 sec").
+# sed, not head: it reads all of sort's output, so no SIGPIPE fails the pipeline.
+log=Testing/Temporary/LastTest.log
+if [ -f "$log" ]; then
+  echo "The 15 slowest tests of this run (seconds):"
+  awk '/^[0-9]+\/[0-9]+ Test: / { name = $3 } /^Test time = / { printf "%9.1f  %s\n", $4, name }' "$log" |
+    sort -rn | sed -n 1,15p
+fi
+exit "$rc"

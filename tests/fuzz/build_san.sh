@@ -6,7 +6,12 @@ SRC=$1 OUT=$2
 command -v clang++ >/dev/null ||
   { echo "clang++ is missing; HINT: apt-get install clang libclang-rt-14-dev libomp-14-dev (setup.sh does)"; exit 1; }
 mkdir -p "$OUT"
+# Line tables are all the debug information a sanitizer report needs for file:line stack frames; full -g makes
+# every object larger (src/core/config.cpp: 3.7 MB against 2.5 MB) and every compile and link of this tree slower.
 CC=clang CXX=clang++ cmake -S "$SRC" -B "$OUT" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDF_ENABLE_CUDA=OFF -DDF_FUZZ=ON \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \
   >"$OUT/configure.log" 2>&1 || { cat "$OUT/configure.log"; exit 1; }
-cmake --build "$OUT" -j"$(nproc)" 2>&1 | grep -vE '^\[ *[0-9]+%\] (Building|Linking|Built)' || true
-cmake --build "$OUT" -j1 >/dev/null  # the exit status of the build (the line above filters its output)
+# Every core: GNU nproc honours OMP_NUM_THREADS, which launch/setup.sh sets to 1 for the tests.
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+cmake --build "$OUT" -j"$jobs" 2>&1 | grep -vE '^\[ *[0-9]+%\] (Building|Linking|Built)' || true
+cmake --build "$OUT" -j"$jobs" >/dev/null  # the exit status of the build (the line above filters its output)

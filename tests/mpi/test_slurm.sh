@@ -25,15 +25,24 @@ jobs_submitted=()
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# On exit: jobs cancelled (and given 30 s to end, so no rank outlives its slurmd), then the daemons
+# slurm_up.sh started stopped, the scratch folder removed.
 cleanup() {
+  local j
   for j in "${jobs_submitted[@]}"; do scancel "$j" 2>/dev/null; done
+  for _ in $(seq 30); do
+    [ "${#jobs_submitted[@]}" -eq 0 ] ||
+      [ -z "$(squeue -h -t PD,R,CG -j "$(IFS=,; echo "${jobs_submitted[*]}")" 2>/dev/null)" ] && break
+    sleep 1
+  done
+  bash "$SRC/tests/slurm/slurm_down.sh" "$TMP/daemons_started"
   [ -n "${DF_SLURM_KEEP:-}" ] || rm -rf "$TMP"
 }
 trap cleanup EXIT
 
 [ "$(id -u)" -eq 0 ] || skip "needs root to install and start munge/slurmctld/slurmd"
 command -v apt-get >/dev/null || skip "no apt-get: tests/slurm/slurm_up.sh installs SLURM from Debian packages"
-if ! bash "$SRC/tests/slurm/slurm_up.sh" >"$TMP/slurm_up.log" 2>&1; then
+if ! bash "$SRC/tests/slurm/slurm_up.sh" "$TMP/daemons_started" >"$TMP/slurm_up.log" 2>&1; then
   cat "$TMP/slurm_up.log"
   grep -q "apt-get install .* failed" "$TMP/slurm_up.log" && skip "SLURM packages could not be installed"
   echo "FAIL: tests/slurm/slurm_up.sh could not bring SLURM up"

@@ -10,8 +10,10 @@ BIN=$(realpath "$1") SRC=$(realpath "$2") MPIEXEC=$3
 export TMPDIR=/var/tmp
 source "$SRC/tests/multihost/netns_hosts.sh"
 command -v apt-get >/dev/null || skip "no apt-get: tests/slurm/slurm_up.sh installs SLURM from Debian packages"
-# Packages (slurm-wlm munge libpmix-dev) and munged come from the single-node set-up the SLURM test uses.
-if ! bash "$SRC/tests/slurm/slurm_up.sh" >"$TMP/slurm_up.log" 2>&1; then
+# Packages (slurm-wlm munge libpmix-dev) and munged come from the single-node set-up the SLURM test uses; the
+# daemons it starts are stopped on exit, before the namespaces (and their slurmctld and slurmds) go.
+trap 'bash "$SRC/tests/slurm/slurm_down.sh" "$TMP/daemons_started"; netns_cleanup' EXIT
+if ! bash "$SRC/tests/slurm/slurm_up.sh" "$TMP/daemons_started" >"$TMP/slurm_up.log" 2>&1; then
   grep -q "apt-get install .* failed" "$TMP/slurm_up.log" && skip "SLURM packages could not be installed"
   cat "$TMP/slurm_up.log"; echo "FAIL: tests/slurm/slurm_up.sh could not bring SLURM up"; exit 1
 fi

@@ -3,7 +3,10 @@
 # launch/slurm recipes on one machine. Idempotent: installs only what is missing, starts only daemons that
 # are not running, rewrites slurm.conf only when it changed. Needs root. Ends with the node idle in `sinfo`.
 # Container notes (see shared LAUNCH.md): proctrack/cgroup crashes slurmd there, so linuxproc + task/none.
+# Args: [STARTED_FILE]: each daemon it starts (munged, slurmctld, slurmd) is appended to that file by name, so
+# that tests/slurm/slurm_down.sh STARTED_FILE stops exactly those and leaves ones that were already running.
 set -euo pipefail
+STARTED=${1:-/dev/null}
 
 CONF=/etc/slurm/slurm.conf
 PARTITION=${DF_SLURM_PARTITION:-debug}
@@ -40,6 +43,7 @@ chmod 400 /etc/munge/munge.key
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   log "starting munged"
   runuser -u munge -- /usr/sbin/munged --force
+  echo munged >>"$STARTED"
   for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
   munge -n | unmunge >/dev/null || die "munged does not answer (see /var/log/munge/munged.log)"
 fi
@@ -96,10 +100,12 @@ fi
 if ! pid_alive /run/slurmctld.pid; then
   log "starting slurmctld"
   /usr/sbin/slurmctld || die "slurmctld failed to start (see /var/log/slurm/slurmctld.log)"
+  echo slurmctld >>"$STARTED"
 fi
 if ! pid_alive /run/slurmd.pid; then
   log "starting slurmd"
   /usr/sbin/slurmd || die "slurmd failed to start (see /var/log/slurm/slurmd.log)"
+  echo slurmd >>"$STARTED"
 fi
 
 # 5. Wait for the node to be schedulable. A node left down/drained by an earlier run is resumed.

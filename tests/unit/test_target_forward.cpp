@@ -4,6 +4,8 @@
 // is test_golden's job.)
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -138,7 +140,8 @@ TEST_P(TargetForwardTest, SaveAndLoadRoundTrip) {
   TargetLoadOptions opt;
   opt.need_lm_head = !c.tie_word_embeddings;
   auto m = target_random(c, 13, ops, opt);
-  auto dir = std::filesystem::temp_directory_path() / ("df_target_rt_" + std::to_string(GetParam()));
+  auto dir = std::filesystem::temp_directory_path() /
+             ("df_target_rt_" + std::to_string(GetParam()) + "_" + std::to_string(::getpid()));
   target_save_hf(*m, dir.string());
   auto loaded = target_load(dir.string(), ops, opt);
   std::vector<int32_t> ids = random_ids(40, c.vocab, 9);
@@ -167,7 +170,7 @@ TEST(TargetLoad, MissingAndMisshapedTensorsAreNamed) {
   CpuOps ops;
   QwenConfig c = tiny_dense();
   auto m = target_random(c, 1, ops, {});
-  auto dir = std::filesystem::temp_directory_path() / "df_target_bad";
+  auto dir = std::filesystem::temp_directory_path() / ("df_target_bad_" + std::to_string(::getpid()));
   target_save_hf(*m, dir.string());
   // Change the config so the stored tensors no longer fit: intermediate 36 -> 38.
   QwenConfig wrong = c;
