@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure with the carried .deps (toml++, CLI11, nlohmann-json, Google Benchmark:
 # ../shared/device/README.md), build, then run each step named on the command line with a timeout, logging to
-# $OUT (or ./gpu-logs; at most 8 files come back from a device call, so steps share extra.log). Steps: gpu (ctest -L gpu), kernels (bench_kernels), forward (bench_target_forward),
+# $OUT (or ./gpu-logs; at most 8 files come back from a device call, so steps share extra.log). Steps: gpu (ctest -L gpu), profiles (ctest -L gpu under each DFLASH_GPU_PROFILE
+# of GPU_PROFILES, default sm120 sm100 sm89 sm80; GPU_PROFILE_TESTS narrows it to a ctest -R regex), kernels (bench_kernels), forward (bench_target_forward),
 # drafter (benchmarks/run_drafter_step.sh: ours and SpecForge's step in the same call), forward_peer
 # (benchmarks/run_target_forward.sh: our target forward and HF + FLA's in the same call), golden (the drafter
 # golden from SpecForge into $OUT/drafter), tokgolden (the tokenizer golden into $OUT/tokenizer), hfgolden
@@ -25,8 +26,15 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "build ok"
 for step in "$@"; do
   case "$step" in
-    gpu) (cd "$B" && timeout 300 ctest -L gpu --timeout 120 --output-on-failure) > "$OUT/ctest-gpu.log" 2>&1
+    gpu) (cd "$B" && timeout ${GPU_TIMEOUT:-300} ctest -L gpu -j${GPU_JOBS:-6} --timeout 240 --output-on-failure) > "$OUT/ctest-gpu.log" 2>&1
          echo "gpu tests: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log")" ;;
+    profiles) # The GPU suite again under each test profile (DFLASH_GPU_PROFILE): dispatch acts as on that device.
+              for prof in ${GPU_PROFILES:-sm120 sm100 sm89 sm80}; do
+                (cd "$B" && DFLASH_GPU_PROFILE=$prof timeout ${GPU_PROFILE_TIMEOUT:-300} ctest -L gpu -j${GPU_JOBS:-6} \
+                   --timeout 240 --output-on-failure ${GPU_PROFILE_TESTS:+-R "$GPU_PROFILE_TESTS"}) \
+                  > "$OUT/ctest-gpu-$prof.log" 2>&1
+                echo "gpu tests under $prof: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu-$prof.log")"
+              done ;;
     kernels) timeout 180 "$B/benchmarks/bench_kernels" > "$OUT/bench-kernels.log" 2>&1; echo "bench_kernels: rc=$?" ;;
     forward) timeout 240 "$B/benchmarks/bench_target_forward" > "$OUT/bench-forward.log" 2>&1
              echo "bench_target_forward: rc=$?" ;;

@@ -34,13 +34,22 @@ __device__ __forceinline__ uint64_t wgmma_desc_t(const void* tile, int kk) {
   return wgmma_desc(static_cast<const unsigned char*>(tile) + kk * 2048, 64 * 128, 1024);
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Outside the sm_90a device pass (other GPU generations in a multi-arch build) a wgmma kernel still compiles, for
+// its template's other forms, but dispatch never launches it there (kernels/dispatch: wgmma needs cc 9.0 and the
+// sm_90a image): the instructions become a trap, so a launch that got past dispatch fails loudly, never silently.
+#ifdef DF_WGMMA_BODY
+#define DF_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define DF_WGMMA_ASM(...) __trap()
+#endif
+
+__device__ __forceinline__ void wgmma_fence() { DF_WGMMA_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { DF_WGMMA_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { DF_WGMMA_ASM("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // Waits until at most N committed groups of this thread are still in flight (groups complete in order).
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+  DF_WGMMA_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
 // Keeps the compiler from moving reads or writes of accumulator registers across a wgmma wait.
@@ -115,7 +124,7 @@ struct WgmmaRsTb;
   struct WgmmaSs<N> {                                                                                       \
     static __device__ __forceinline__ void mma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,         \
                                                int accumulate) {                                            \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #ACC ", 0;\n"                                       \
+      DF_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #ACC ", 0;\n"                                       \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS "}, %" #A ", %" #B         \
                    ", p, 1, 1, 0, 0;\n}\n"                                                                     \
                    : DLIST                                                                                  \
@@ -126,7 +135,7 @@ struct WgmmaRsTb;
   template <>                                                                                               \
   struct WgmmaRsTb<N> {                                                                                     \
     static __device__ __forceinline__ void mma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) { \
-      asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"                                               \
+      DF_WGMMA_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"                                               \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS "}, {%" #A0 ",%" #A1     \
                    ",%" #A2 ",%" #A3 "}, %" #B ", p, 1, 1, 1;\n}\n"                                            \
                    : DLIST                                                                                  \
