@@ -24,6 +24,11 @@ std::string strfmt(const char* fmt, ...) {
   return s;
 }
 
+std::string count_noun(long long n, const char* one, const char* many) {
+  if (n == 1) return strfmt("1 %s", one);
+  return many ? strfmt("%lld %s", n, many) : strfmt("%lld %ss", n, one);
+}
+
 void error_throw(const char* file, int line, const std::string& msg) {
   const char* base = file;
   for (const char* p = file; *p; ++p)

@@ -300,7 +300,7 @@ LoopEnd drafter_loop(const TrainPlan& plan, const DistContext& ctx) {
       log_here("offline features: read at %.3f batches/s per drafter, trained at %.3f batches/s (%s)", rt, rd,
                rt >= rd ? "reading keeps up" : "reading is the bottleneck: faster storage, or extract with fewer taps");
     if (rt > 0 && rd > 0 && plan.num_targets > 0 && plan.num_targets + plan.num_drafters >= 2) {
-      SplitPlan sp = plan_split_compute(rt, rd, plan.num_targets + plan.num_drafters);
+      SplitPlan sp = plan_split_compute(rt, rd, limits_now.gpus, rebalance_split_limits(limits_now));
       log_here("measured per-rank rates: target %.3f batches/s, drafter %.3f batches/s\n%s", rt, rd,
                plan_split_format(sp, "batches/s").c_str());
       // The whole run's advice, with its predicted gain and what the global batch and pins allow.
