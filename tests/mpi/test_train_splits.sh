@@ -87,6 +87,6 @@ fi
 # A world size that does not match [topology] is refused with a message naming both numbers.
 write_config "$TMP/bad.toml" "$TMP/bad" 2 1 2
 run_mpi 2 "$TMP/bad.log" --config "$TMP/bad.toml" && fail "2 ranks for a 2+1 topology were accepted"
-grep -q "2 targets + 1 drafters = 3 ranks but 2 were started" "$TMP/bad.log" || { fail "wrong-size message"; cat "$TMP/bad.log"; }
+grep -q "2 targets + 1 drafter = 3 ranks but 2 were started" "$TMP/bad.log" || { fail "wrong-size message"; cat "$TMP/bad.log"; }
 echo "$fails failed"
 [ "$fails" -eq 0 ]
