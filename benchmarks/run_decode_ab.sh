@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The decode kernels' A/B rows, compared across passes: `bench_kernels decode [T]` PASSES times, the odd passes
 # in the bench's mode order and the even ones reversed (DF_BENCH_DECODE_REVERSE=1), since the GPU machine can
-# slow down for stretches of a run (benchmarks/RESULTS.md, session 24). Each pass checks every row against
+# slow down for stretches of a run (benchmarks/RESULTS.md, "How to read them"). Each pass checks every row against
 # CpuOps before timing it. Then one line per row: its median us over the passes, min and max, its median
 # ratio to the bandwidth time, and for a switch's row ([tag]) its median change against the default row of
 # the same kernel and shape and how many passes it was faster in. GPU machine only.

@@ -139,8 +139,8 @@ TEST(DecodeSplitPlan, EveryPlanLaunchesCoversTheCacheAndFitsItsWorkspace) {
   EXPECT_GT(general, 0) << "no plan on the 99 KB board went to the general kernel: the fits rule is untested";
 }
 
-// The plans at the Qwen shapes on a 132-SM Hopper are the ones the kernels' comments and
-// benchmarks/RESULTS.md describe: T 1 on the transposed kernel with pairs of warps (27B: 4 slices, two stages
+// The plans at the Qwen shapes on a 132-SM Hopper are the ones the kernels' comments describe and
+// benchmarks/RESULTS.md timed: T 1 on the transposed kernel with pairs of warps (27B: 4 slices, two stages
 // of 64 keys, 33 chunks a kv head; 8B: 6 slices, three stages of 96 keys, 15 chunks), four warps a slice with
 // the same stages, and T 16 on the m16-tile kernel (27B: one group of 96 rows, pairs of warps a tile, one key
 // slice, 33 chunks of four 32-key stages).
