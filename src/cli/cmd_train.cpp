@@ -29,9 +29,9 @@ void train_run(const TrainArgs& args) {
       if (moved_at >= 0) rebalance_check_resumed(plan.start_step, moved_at, ctx);
       if (ctx.rank == 0)
         log_here("plan: %s, %s, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
-                 count_noun(plan.num_targets, "target").c_str(), count_noun(plan.num_drafters, "drafter").c_str(),
-                 plan.grad_accum, (long long)plan.batches_per_step,
-                 (long long)plan.start_step, (long long)plan.total_steps,
+                 count_noun(plan.num_targets, "target").c_str(),
+                 count_noun(plan.num_drafters, "drafter").c_str(), plan.grad_accum,
+                 (long long)plan.batches_per_step, (long long)plan.start_step, (long long)plan.total_steps,
                  plan.resume_path.empty() ? "" : "; resume from ", plan.resume_path.c_str());
       dist_nccl_start(ctx, cfg.run.watchdog_s != 0);
       if (ctx.role == RankRole::target)

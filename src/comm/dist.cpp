@@ -271,14 +271,15 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   MPI_Comm_split(MPI_COMM_WORLD, c.role == RankRole::drafter ? 1 : MPI_UNDEFINED, c.rank, &split);
   c.drafter_comm = split;
 
-  // One line per rank with what is this rank's own; the job's split, role source and transport once, by rank 0.
-  log_all("pid %d host %s local %d/%d role %s%d device %s cpus %s", int(getpid()), c.host.c_str(), c.local_rank,
-          c.local_size, rank_role_name(c.role), c.role == RankRole::target ? c.target_index : c.drafter_index,
+  // One line per rank with its own facts; the job's split, role source and transport once, by rank 0.
+  log_all("pid %d host %s local %d/%d role %s%d device %s cpus %s", int(getpid()), c.host.c_str(),
+          c.local_rank, c.local_size, rank_role_name(c.role),
+          c.role == RankRole::target ? c.target_index : c.drafter_index,
           c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str());
   if (c.rank == 0) {
     log_here("%s, %s (roles from %s); transport %s (%s)", count_noun(c.num_targets(), "target").c_str(),
-             count_noun(c.num_drafters(), "drafter").c_str(), c.roles.source.c_str(), transport_name(c.transport),
-             why.c_str());
+             count_noun(c.num_drafters(), "drafter").c_str(), c.roles.source.c_str(),
+             transport_name(c.transport), why.c_str());
     log_here("roles by host: %s", roles_by_host(c.roles).c_str());
     if (!choice.test_mode.empty())
       log_here("%s: every NCCL path runs, at socket speed on loopback; no figure of this run is an interconnect's",

@@ -84,7 +84,8 @@ std::vector<RebalanceEvent> rebalance_choose(double target_rate, double drafter_
     return a.throughput > b.throughput || (a.throughput == b.throughput && a.drafters < b.drafters);
   });
   for (const SplitRow& r : rows) {
-    if ((best && r.targets == best->targets) || r.targets == lim.targets || !(r.throughput > now * (1 + margin)))
+    if ((best && r.targets == best->targets) || r.targets == lim.targets ||
+        !(r.throughput > now * (1 + margin)))
       break;
     if (!r.unreachable.empty()) out.push_back(event(r, RebalanceEvent::Kind::refused));
   }

@@ -26,7 +26,8 @@ std::string split_unreachable(int targets, int drafters, const SplitLimits& limi
                   count_noun(drafters, "drafter").c_str());
   if (targets < limits.min_targets || targets > limits.max_targets)
     return strfmt(
-        "pinned ranks (rankfile `pinned`, pipeline.rebalance_pinned; drafter 0 never moves) keep %d..%d targets",
+        "pinned ranks (rankfile `pinned`, pipeline.rebalance_pinned; drafter 0 never moves) keep %d..%d "
+        "targets",
         limits.min_targets, limits.max_targets);
   return "";
 }
@@ -89,17 +90,19 @@ std::string plan_split_format(const SplitPlan& plan, const std::string& unit) {
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     const SplitRow& r = plan.rows[i];
     const std::string note = static_cast<int>(i) == plan.best ? "  <- best"
-                             : r.unreachable.empty()           ? ""
-                                                               : "  (unreachable: " + r.unreachable + ")";
+                             : r.unreachable.empty()          ? ""
+                                                              : "  (unreachable: " + r.unreachable + ")";
     out += strfmt("%-7s %-14.4f %-14.4f %-14.4f %-10s %s%s\n", strfmt("%d-%d", r.targets, r.drafters).c_str(),
                   r.target_capacity, r.drafter_capacity, r.throughput,
-                  strfmt("%.1f%%", 100 * r.efficiency).c_str(), split_bottleneck_name(r.bottleneck), note.c_str());
+                  strfmt("%.1f%%", 100 * r.efficiency).c_str(), split_bottleneck_name(r.bottleneck),
+                  note.c_str());
   }
   if (plan.best < 0) return out + "recommendation: none; every split above is unreachable\n";
   const SplitRow& b = plan.rows[size_t(plan.best)];
-  out += strfmt("recommendation: %d-%d (%s, %s): %.4f %s, %.1f%% efficiency, bottleneck %s\n", b.targets,
-                b.drafters, count_noun(b.targets, "target").c_str(), count_noun(b.drafters, "drafter").c_str(),
-                b.throughput, unit.c_str(), 100 * b.efficiency, split_bottleneck_name(b.bottleneck));
+  out +=
+      strfmt("recommendation: %d-%d (%s, %s): %.4f %s, %.1f%% efficiency, bottleneck %s\n", b.targets,
+             b.drafters, count_noun(b.targets, "target").c_str(), count_noun(b.drafters, "drafter").c_str(),
+             b.throughput, unit.c_str(), 100 * b.efficiency, split_bottleneck_name(b.bottleneck));
   return out;
 }
 

@@ -1,7 +1,7 @@
 // Target:drafter split planner: given measured per-GPU rates of each side, which T:D over N GPUs gives the
 // most training throughput. Used by `dflash_mpi plan split`, by the training run's final summary and by role
-// rebalancing (pipeline/rebalance.h), which pass the limits of a move so that the split recommended is one the
-// running job can reach.
+// rebalancing (pipeline/rebalance.h), which pass the limits of a move so that the split recommended is one
+// the running job can reach.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -22,9 +22,9 @@ struct SplitRow {
   std::string unreachable;  // why the limits rule this split out; empty: it can be had
 };
 
-// What a running job can move to: the global batch (drafters x grad_accum micro-batches a step) is kept, so it
-// must split evenly over the new drafters, and pinned ranks bound the target count. The default rules nothing
-// out (`plan split` on bare rates).
+// What a running job can move to: the global batch (drafters x grad_accum micro-batches a step) is kept, so
+// it must split evenly over the new drafters, and pinned ranks bound the target count. The default rules
+// nothing out (`plan split` on bare rates).
 struct SplitLimits {
   int64_t global_batch = 0;  // micro-batches a step; 0: any drafter count
   int min_targets = 1, max_targets = std::numeric_limits<int>::max();
@@ -39,7 +39,8 @@ struct SplitPlan {
 };
 
 // Rates are per GPU, in any one unit (batches/s, tok/s). Throws unless both are finite and > 0 and gpus >= 2.
-SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus, const SplitLimits& limits = {});
+SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus,
+                             const SplitLimits& limits = {});
 
 // The table (each unreachable row saying why) and the recommendation line, numbers in `unit`.
 std::string plan_split_format(const SplitPlan& plan, const std::string& unit);

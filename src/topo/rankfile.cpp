@@ -256,8 +256,7 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
         "not "
         "every group fits a host whole, so %.1f%% of the feature traffic crosses hosts; HINT: %s",
         count_noun(targets, "target").c_str(), count_noun(drafters, "drafter").c_str(), targets, drafters, g,
-        targets / g, drafters / g, 100 * traffic.cross_share,
-        local_hint(hosts, targets, drafters).c_str()));
+        targets / g, drafters / g, 100 * traffic.cross_share, local_hint(hosts, targets, drafters).c_str()));
   }
   return out;
 }

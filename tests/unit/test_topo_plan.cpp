@@ -92,9 +92,10 @@ TEST(TopoPlanSplit, LimitsRuleOutSplitsAndTheBestIsReachable) {
   EXPECT_NE(p.rows[1].unreachable.find("1 micro-batch a step"), std::string::npos) << p.rows[1].unreachable;
   std::string table = plan_split_format(p, "batches/s");
   EXPECT_NE(table.find("recommendation: 2-1 (2 targets, 1 drafter)"), std::string::npos) << table;
-  EXPECT_NE(table.find("(unreachable: the global batch of 1 micro-batch a step (drafters x grad_accum) does not "
-                       "split over 2 drafters)"),
-            std::string::npos)
+  EXPECT_NE(
+      table.find("(unreachable: the global batch of 1 micro-batch a step (drafters x grad_accum) does not "
+                 "split over 2 drafters)"),
+      std::string::npos)
       << table;
   const size_t marked = table.find("<- best");  // on the 2-1 row, not on the faster unreachable 1-2
   ASSERT_NE(marked, std::string::npos) << table;
@@ -137,7 +138,8 @@ TEST(TopoPlanSplit, UnderLimitsTheBestIsTheBruteForceMaximumOfTheReachableSplits
           continue;
         }
         ASSERT_GE(p.best, 0) << "n=" << n << " global=" << global;
-        EXPECT_EQ(p.rows[size_t(p.best)].drafters, best_d) << "n=" << n << " global=" << global << " rd=" << rd;
+        EXPECT_EQ(p.rows[size_t(p.best)].drafters, best_d)
+            << "n=" << n << " global=" << global << " rd=" << rd;
         EXPECT_TRUE(p.rows[size_t(p.best)].unreachable.empty());
       }
 }
