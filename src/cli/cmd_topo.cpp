@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/count_noun.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/log.h"

@@ -4,8 +4,8 @@
 
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/count_noun.h"
 #include "core/log.h"
-#include "core/strfmt.h"
 #include "comm/dist.h"
 #include "pipeline/loops.h"
 #include "pipeline/train_plan.h"

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/count_noun.h"
 #include "core/error.h"
 #include "core/log.h"
 #ifdef DF_HAVE_CUDA

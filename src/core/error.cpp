@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/count_noun.h"
+
 namespace df {
 
 std::string vstrfmt(const char* fmt, va_list ap) {

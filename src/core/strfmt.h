@@ -8,7 +8,4 @@ namespace df {
 std::string strfmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string vstrfmt(const char* fmt, va_list ap);
 
-// "1 drafter", "2 drafters", "0 drafters": a count and its noun, the plural `many` (default: `one` + "s").
-std::string count_noun(long long n, const char* one, const char* many = nullptr);
-
 }  // namespace df

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/count_noun.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/target.h"

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/count_noun.h"
 #include "core/error.h"
 
 namespace df {

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <set>
 
+#include "core/count_noun.h"
 #include "core/error.h"
 
 namespace df {

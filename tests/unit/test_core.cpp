@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/arena.h"
+#include "core/count_noun.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -68,7 +69,7 @@ TEST(Error, MessageNamesFileAndLine) {
   }
 }
 
-TEST(Strfmt, CountNounAgreesWithItsCount) {
+TEST(CountNoun, AgreesWithItsCount) {
   EXPECT_EQ(count_noun(1, "drafter"), "1 drafter");
   EXPECT_EQ(count_noun(2, "drafter"), "2 drafters");
   EXPECT_EQ(count_noun(0, "target"), "0 targets");
