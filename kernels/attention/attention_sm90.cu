@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(384, 1)
       mbar_init(empty_v(st), 8);
     }
     mbar_init(empty_q, 8);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    DF_SM90_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 

@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
     if (threadIdx.x == 0) {
       mbar_init(bars, 1);
       mbar_init(bars + 8, 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      DF_SM90_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     tile_wait_wg();  // Q (and dO) landed, the barriers initialised
     if (threadIdx.x == 0) tma_kv(0, 0);

@@ -150,9 +150,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       reinterpret_cast<uint4*>(QdO)[i] = make_uint4(0u, 0u, 0u, 0u);
     if (threadIdx.x == 0) {
       for (int i = 0; i < NB; ++i) mbar_init(bars + 8 * i, 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      DF_SM90_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    DF_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
   }
   load(Kt, std::integral_constant<int, KEYS>{}, kvsrc(p.k, p.ld_k));

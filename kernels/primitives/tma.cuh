@@ -11,21 +11,30 @@
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/launchers.cuh"
 
+// TMA, mbarrier transaction counts and cluster fences exist from compute 9.0 on. Before it (sm_80 / sm_89 in a
+// multi-arch build) the TMA kernels still compile, but dispatch never launches them there (DeviceCaps::tma):
+// the instructions become a trap, so a launch that got past dispatch fails loudly.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define DF_SM90_ASM(...) __trap()
+#else
+#define DF_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#endif
+
 namespace df {
 
 // ---- device primitives ----
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+  DF_SM90_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  DF_SM90_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // The producer's arrival, announcing the bytes the TMA copies will deliver to this phase.
 __device__ __forceinline__ void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+  DF_SM90_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
+  DF_SM90_ASM(
       "{\n.reg .pred done;\nwait_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra wait_%=;\n}\n" ::"r"(bar),
@@ -40,7 +49,7 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap* t
                                               uint32_t bar) {
 #pragma unroll
   for (int b = 0; b < HD / 64; ++b)
-    asm volatile(
+    DF_SM90_ASM(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
         "[%4];\n" ::"r"(dst + b * ROWS * 128),
         "l"(tm), "r"(col0 + b * 64), "r"(row), "r"(bar)
@@ -51,7 +60,7 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap* t
 // counted on bar; elements past the tensor's ends arrive as zeros.
 __device__ __forceinline__ void tma_load_box3(uint32_t dst, const CUtensorMap* tm, int col, int head, int row,
                                               uint32_t bar) {
-  asm volatile(
+  DF_SM90_ASM(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];\n" ::"r"(dst),
       "l"(tm), "r"(col), "r"(head), "r"(row), "r"(bar)

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/count_noun.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/log.h"
@@ -163,8 +164,8 @@ void run_rankfile(const TopoOptions& o) {
   std::fputs(feature_traffic_format(rankfile_feature_traffic(entries), rate, bytes).c_str(),
              o.out.empty() ? stderr : stdout);
   if (!o.out.empty()) {
-    std::printf("wrote %s: %d targets + %d drafters = %zu ranks\n", o.out.c_str(), o.targets, o.drafters,
-                entries.size());
+    std::printf("wrote %s: %s + %s = %zu ranks\n", o.out.c_str(), count_noun(o.targets, "target").c_str(),
+                count_noun(o.drafters, "drafter").c_str(), entries.size());
     std::printf("launch: mpirun -np %zu --rankfile %s dflash_mpi ...\n", entries.size(), o.out.c_str());
   }
 }

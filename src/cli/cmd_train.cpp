@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/count_noun.h"
 #include "core/log.h"
 #include "comm/dist.h"
 #include "pipeline/loops.h"
@@ -27,9 +28,10 @@ void train_run(const TrainArgs& args) {
       TrainPlan plan = train_plan_make(cfg, ctx, fresh_start, args.stop_at_step, args.allow_change);
       if (moved_at >= 0) rebalance_check_resumed(plan.start_step, moved_at, ctx);
       if (ctx.rank == 0)
-        log_here("plan: %d targets, %d drafters, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
-                 plan.num_targets, plan.num_drafters, plan.grad_accum, (long long)plan.batches_per_step,
-                 (long long)plan.start_step, (long long)plan.total_steps,
+        log_here("plan: %s, %s, grad_accum %d -> %lld batches per step; steps %lld..%lld%s%s",
+                 count_noun(plan.num_targets, "target").c_str(),
+                 count_noun(plan.num_drafters, "drafter").c_str(), plan.grad_accum,
+                 (long long)plan.batches_per_step, (long long)plan.start_step, (long long)plan.total_steps,
                  plan.resume_path.empty() ? "" : "; resume from ", plan.resume_path.c_str());
       if (ctx.rank == 0 && plan.target.is_moe()) log_here("target: %s", qwen_config_summary(plan.target).c_str());
       dist_nccl_start(ctx, cfg.run.watchdog_s != 0);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/count_noun.h"
 #include "core/error.h"
 #include "core/log.h"
 #ifdef DF_HAVE_CUDA
@@ -136,8 +137,9 @@ RoleMap roles_resolve(const std::string& rankfile_cli, const TopologySection& to
     m = roles_from_rankfile(rf, source, hosts);
   } else if (topo.targets > 0 || topo.drafters > 0) {
     DF_CHECK(topo.targets + topo.drafters == world,
-             "[topology] asks for %d targets + %d drafters = %d ranks but %d were started; HINT: mpirun -np %d",
-             topo.targets, topo.drafters, topo.targets + topo.drafters, world, topo.targets + topo.drafters);
+             "[topology] asks for %s + %s = %d ranks but %d were started; HINT: mpirun -np %d",
+             count_noun(topo.targets, "target").c_str(), count_noun(topo.drafters, "drafter").c_str(),
+             topo.targets + topo.drafters, world, topo.targets + topo.drafters);
     m.source = "[topology]";
     for (int r = 0; r < world; ++r) m.role.push_back(r < topo.targets ? RankRole::target : RankRole::drafter);
     m.gpu.assign(world, -1);
@@ -270,13 +272,15 @@ DistContext dist_init(const std::string& rankfile_cli, const TopologySection& to
   MPI_Comm_split(MPI_COMM_WORLD, c.role == RankRole::drafter ? 1 : MPI_UNDEFINED, c.rank, &split);
   c.drafter_comm = split;
 
-  log_all("pid %d host %s local %d/%d role %s%d device %s cpus %s transport %s (%d targets, %d drafters; roles "
-          "from %s; %s)",
-          int(getpid()), c.host.c_str(), c.local_rank, c.local_size, rank_role_name(c.role),
+  // One line per rank with its own facts; the job's split, role source and transport once, by rank 0.
+  log_all("pid %d host %s local %d/%d role %s%d device %s cpus %s", int(getpid()), c.host.c_str(),
+          c.local_rank, c.local_size, rank_role_name(c.role),
           c.role == RankRole::target ? c.target_index : c.drafter_index,
-          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str(),
-          transport_name(c.transport), c.num_targets(), c.num_drafters(), c.roles.source.c_str(), why.c_str());
+          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", cpu_affinity().c_str());
   if (c.rank == 0) {
+    log_here("%s, %s (roles from %s); transport %s (%s)", count_noun(c.num_targets(), "target").c_str(),
+             count_noun(c.num_drafters(), "drafter").c_str(), c.roles.source.c_str(),
+             transport_name(c.transport), why.c_str());
     log_here("roles by host: %s", roles_by_host(c.roles).c_str());
     if (!choice.test_mode.empty())
       log_here("%s: every NCCL path runs, at socket speed on loopback; no figure of this run is an interconnect's",
@@ -355,10 +359,14 @@ void dist_reform(DistContext& c, const RoleMap& roles) {
   MPI_Comm_dup(MPI_COMM_WORLD, &c.data_comm);
   MPI_Comm_split(MPI_COMM_WORLD, c.role == RankRole::drafter ? 1 : MPI_UNDEFINED, c.rank, &c.drafter_comm);
   host_watch_set_roles(c.roles);
-  log_all("re-formed: role %s%d device %s (%d targets, %d drafters)", rank_role_name(c.role),
+  log_all("re-formed: role %s%d device %s", rank_role_name(c.role),
           c.role == RankRole::target ? c.target_index : c.drafter_index,
-          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu", c.num_targets(), c.num_drafters());
-  if (c.rank == 0) log_here("roles by host: %s", roles_by_host(c.roles).c_str());
+          c.gpu >= 0 ? ("cuda:" + std::to_string(c.gpu)).c_str() : "cpu");
+  if (c.rank == 0) {
+    log_here("re-formed: %s, %s", count_noun(c.num_targets(), "target").c_str(),
+             count_noun(c.num_drafters(), "drafter").c_str());
+    log_here("roles by host: %s", roles_by_host(c.roles).c_str());
+  }
 }
 
 void signals_install() {

@@ -38,10 +38,17 @@ TransportChoice transport_choose(const std::string& setting, const TransportRank
   std::set<int> shared_gpus;
   if (!nccl_built) reason = "this binary was built without CUDA/NCCL";
   std::map<std::pair<std::string, int>, std::vector<int>> by_gpu;
+  std::vector<int> on_cpu;
   for (size_t r = 0; r < n && reason.empty(); ++r) {
-    if (ranks.gpus[r] < 0) reason = strfmt("rank %zu runs on the CPU", r);
+    if (ranks.gpus[r] < 0) on_cpu.push_back(int(r));
     by_gpu[{ranks.hosts[r], ranks.gpus[r]}].push_back(int(r));
   }
+  if (on_cpu.size() == n && n > 1)
+    reason = "every rank runs on the CPU";
+  else if (on_cpu.size() == 1)
+    reason = strfmt("rank %d runs on the CPU", on_cpu[0]);
+  else if (!on_cpu.empty())
+    reason = strfmt("ranks %s run on the CPU", int_list(on_cpu).c_str());
   for (const auto& [where, members] : by_gpu) {
     if (!reason.empty()) break;
     if (members.size() < 2) continue;

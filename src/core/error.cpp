@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/count_noun.h"
+
 namespace df {
 
 std::string vstrfmt(const char* fmt, va_list ap) {
@@ -22,6 +24,11 @@ std::string strfmt(const char* fmt, ...) {
   std::string s = vstrfmt(fmt, ap);
   va_end(ap);
   return s;
+}
+
+std::string count_noun(long long n, const char* one, const char* many) {
+  if (n == 1) return strfmt("1 %s", one);
+  return many ? strfmt("%lld %s", n, many) : strfmt("%lld %ss", n, one);
 }
 
 void error_throw(const char* file, int line, const std::string& msg) {

@@ -369,7 +369,7 @@ void DrafterRun::report(int64_t next_step) {
     log_here("offline features: read at %.3f batches/s per drafter, trained at %.3f batches/s (%s)", rt, rd,
              rt >= rd ? "reading keeps up" : "reading is the bottleneck: faster storage, or extract with fewer taps");
   if (!(rt > 0 && rd > 0 && plan_.num_targets > 0 && plan_.num_targets + plan_.num_drafters >= 2)) return;
-  SplitPlan sp = plan_split_compute(rt, rd, plan_.num_targets + plan_.num_drafters);
+  SplitPlan sp = plan_split_compute(rt, rd, limits_now_.gpus, rebalance_split_limits(limits_now_));
   log_here("measured per-rank rates: target %.3f batches/s, drafter %.3f batches/s\n%s", rt, rd,
            plan_split_format(sp, "batches/s").c_str());
   // The whole run's advice, with its predicted gain and what the global batch and pins allow.

@@ -41,24 +41,27 @@ const char* kind_name(RebalanceEvent::Kind k) {
 
 }  // namespace
 
+SplitLimits rebalance_split_limits(const RebalanceLimits& lim) {
+  SplitLimits s;
+  s.global_batch = int64_t(lim.drafters) * lim.grad_accum;
+  s.min_targets = lim.range.min_targets;
+  s.max_targets = lim.range.max_targets;
+  return s;
+}
+
 std::vector<RebalanceEvent> rebalance_choose(double target_rate, double drafter_rate,
                                              const RebalanceLimits& lim, double margin, int64_t step) {
   std::vector<RebalanceEvent> out;
   if (!(std::isfinite(target_rate) && target_rate > 0 && std::isfinite(drafter_rate) && drafter_rate > 0))
     return out;
-  const SplitPlan plan = plan_split_compute(target_rate, drafter_rate, lim.gpus);
+  const SplitLimits limits = rebalance_split_limits(lim);
+  const SplitPlan plan = plan_split_compute(target_rate, drafter_rate, lim.gpus, limits);
   double now = 0;
   for (const SplitRow& r : plan.rows)
     if (r.targets == lim.targets) now = r.throughput;
-  // Best first; equal throughputs to fewer drafters, as the planner's own recommendation.
-  std::vector<SplitRow> rows = plan.rows;
-  std::stable_sort(rows.begin(), rows.end(), [](const SplitRow& a, const SplitRow& b) {
-    return a.throughput > b.throughput || (a.throughput == b.throughput && a.drafters < b.drafters);
-  });
-  const int64_t global = int64_t(lim.drafters) * lim.grad_accum;
-  for (const SplitRow& r : rows) {
-    if (r.targets == lim.targets || !(r.throughput > now * (1 + margin))) break;
+  auto event = [&](const SplitRow& r, RebalanceEvent::Kind kind) {
     RebalanceEvent e;
+    e.kind = kind;
     e.step = step;
     e.targets = lim.targets;
     e.drafters = lim.drafters;
@@ -69,26 +72,25 @@ std::vector<RebalanceEvent> rebalance_choose(double target_rate, double drafter_
     e.drafter_rate = drafter_rate;
     e.predicted_now = now;
     e.predicted_new = r.throughput;
-    if (global % r.drafters != 0) {
-      e.kind = RebalanceEvent::Kind::refused;
-      e.reason = strfmt(
-          "the global batch of %lld micro-batches (%d drafters x grad_accum %d) does not split over "
-          "%d drafters",
-          (long long)global, lim.drafters, lim.grad_accum, r.drafters);
-    } else if (r.targets < lim.range.min_targets || r.targets > lim.range.max_targets) {
-      e.kind = RebalanceEvent::Kind::refused;
-      e.reason = strfmt(
-          "pinned ranks (rankfile `pinned`, pipeline.rebalance_pinned; drafter 0 never moves) keep "
-          "%d..%d targets",
-          lim.range.min_targets, lim.range.max_targets);
-    } else {
-      e.kind = RebalanceEvent::Kind::advise;
-      e.new_grad_accum = int(global / r.drafters);
-      out.push_back(e);
+    e.reason = r.unreachable;
+    if (kind == RebalanceEvent::Kind::advise) e.new_grad_accum = int(limits.global_batch / r.drafters);
+    return e;
+  };
+  // The planner's best reachable split is the advice; the unreachable splits that would beat it (and the
+  // current split by the margin) are the refusals, best first (equal throughputs: fewer drafters first).
+  const SplitRow* best = plan.best >= 0 ? &plan.rows[size_t(plan.best)] : nullptr;
+  std::vector<SplitRow> rows = plan.rows;
+  std::stable_sort(rows.begin(), rows.end(), [](const SplitRow& a, const SplitRow& b) {
+    return a.throughput > b.throughput || (a.throughput == b.throughput && a.drafters < b.drafters);
+  });
+  for (const SplitRow& r : rows) {
+    if ((best && r.targets == best->targets) || r.targets == lim.targets ||
+        !(r.throughput > now * (1 + margin)))
       break;
-    }
-    out.push_back(e);
+    if (!r.unreachable.empty()) out.push_back(event(r, RebalanceEvent::Kind::refused));
   }
+  if (best && best->targets != lim.targets && best->throughput > now * (1 + margin))
+    out.push_back(event(*best, RebalanceEvent::Kind::advise));
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "comm/dist.h"
+#include "topo/plan_split.h"
 #include "topo/role_move.h"
 
 namespace df {
@@ -38,9 +39,14 @@ struct RebalanceLimits {
   RoleRange range;
 };
 
+// The split planner's limits for a move from `lim`: the global batch kept, the pins' target range. The
+// end-of-run split table is computed with them, so its recommendation is the split a move would take.
+SplitLimits rebalance_split_limits(const RebalanceLimits& lim);
+
 // The best split for these per-rank rates that beats the current one by more than `margin`: the refusals
 // (a better split that the global batch or the pins rule out) first, then at most one advise event (kind
-// advise; the caller makes it a move). Empty when the current split is within the margin of the best.
+// advise; the caller makes it a move), always a split the move accepts: the planner's best reachable one.
+// Empty when the current split is within the margin of the best reachable one and nothing better is refused.
 std::vector<RebalanceEvent> rebalance_choose(double target_rate, double drafter_rate,
                                              const RebalanceLimits& lim, double margin, int64_t step);
 

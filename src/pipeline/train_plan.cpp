@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/count_noun.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/feature_file.h"
@@ -199,9 +200,9 @@ std::string train_plan_summary(const TrainPlan& p) {
   std::string taps;
   for (int l : p.drafter.target_layer_ids) taps += (taps.empty() ? "" : ",") + std::to_string(l);
   std::string s;
-  s += strfmt("roles: %d targets, %d drafters (mpirun -np %d), grad_accum %d -> %lld batches per step\n",
-              p.num_targets, p.num_drafters, p.num_targets + p.num_drafters, p.grad_accum,
-              (long long)p.batches_per_step);
+  s += strfmt("roles: %s, %s (mpirun -np %d), grad_accum %d -> %lld batches per step\n",
+              count_noun(p.num_targets, "target").c_str(), count_noun(p.num_drafters, "drafter").c_str(),
+              p.num_targets + p.num_drafters, p.grad_accum, (long long)p.batches_per_step);
   s += strfmt("target: %s (%d layers, hidden %d, vocab %d) on %s\n", p.cfg.target.architecture().c_str(),
               p.target.layers, p.target.hidden, p.target.vocab, p.cfg.target.device.c_str());
   if (p.target.is_moe())

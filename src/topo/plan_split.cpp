@@ -1,10 +1,12 @@
 // The split planner: the pipeline's rate is that of its slower side, so for each T:D the throughput is
-// min(T*R_t, D*R_d). Ties go to fewer drafters, which leaves more GPUs producing features.
+// min(T*R_t, D*R_d). Ties go to fewer drafters, which leaves more GPUs producing features. The best split is
+// chosen among those the limits allow, so the recommendation never names a split a move would refuse.
 #include "topo/plan_split.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "core/count_noun.h"
 #include "core/error.h"
 
 namespace df {
@@ -15,6 +17,20 @@ namespace {
 // rate difference a measurement can resolve and far above double rounding (~1e-16).
 bool nearly_equal(double a, double b) {
   return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b));
+}
+
+// Why `limits` rule out `targets`-`drafters`; empty when they do not.
+std::string split_unreachable(int targets, int drafters, const SplitLimits& limits) {
+  if (limits.global_batch > 0 && limits.global_batch % drafters != 0)
+    return strfmt("the global batch of %s a step (drafters x grad_accum) does not split over %s",
+                  count_noun(limits.global_batch, "micro-batch", "micro-batches").c_str(),
+                  count_noun(drafters, "drafter").c_str());
+  if (targets < limits.min_targets || targets > limits.max_targets)
+    return strfmt(
+        "pinned ranks (rankfile `pinned`, pipeline.rebalance_pinned; drafter 0 never moves) keep %d..%d "
+        "targets",
+        limits.min_targets, limits.max_targets);
+  return "";
 }
 
 }  // namespace
@@ -30,7 +46,7 @@ const char* split_bottleneck_name(SplitBottleneck b) {
   }
 }
 
-SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus) {
+SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus, const SplitLimits& limits) {
   DF_CHECK(std::isfinite(target_rate) && target_rate > 0, "--target-rate %g must be a positive per-GPU rate",
            target_rate);
   DF_CHECK(std::isfinite(drafter_rate) && drafter_rate > 0,
@@ -50,10 +66,18 @@ SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus) 
     r.bottleneck = nearly_equal(r.target_capacity, r.drafter_capacity) ? SplitBottleneck::balanced
                    : r.target_capacity < r.drafter_capacity            ? SplitBottleneck::target
                                                                        : SplitBottleneck::drafter;
+    r.unreachable = split_unreachable(r.targets, r.drafters, limits);
     plan.rows.push_back(r);
   }
-  for (size_t i = 1; i < plan.rows.size(); ++i) {
-    const double t = plan.rows[i].throughput, best = plan.rows[plan.best].throughput;
+  plan.best = -1;
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    if (!plan.rows[i].unreachable.empty()) continue;
+    const double t = plan.rows[i].throughput;
+    if (plan.best < 0) {
+      plan.best = static_cast<int>(i);
+      continue;
+    }
+    const double best = plan.rows[size_t(plan.best)].throughput;
     if (t > best && !nearly_equal(t, best)) plan.best = static_cast<int>(i);
   }
   return plan;
@@ -66,16 +90,20 @@ std::string plan_split_format(const SplitPlan& plan, const std::string& unit) {
                 "bottleneck");
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     const SplitRow& r = plan.rows[i];
+    const std::string note = static_cast<int>(i) == plan.best ? "  <- best"
+                             : r.unreachable.empty()          ? ""
+                                                              : "  (unreachable: " + r.unreachable + ")";
     out += strfmt("%-7s %-14.4f %-14.4f %-14.4f %-10s %s%s\n", strfmt("%d-%d", r.targets, r.drafters).c_str(),
                   r.target_capacity, r.drafter_capacity, r.throughput,
                   strfmt("%.1f%%", 100 * r.efficiency).c_str(), split_bottleneck_name(r.bottleneck),
-                  static_cast<int>(i) == plan.best ? "  <- best" : "");
+                  note.c_str());
   }
-  const SplitRow& b = plan.rows[plan.best];
+  if (plan.best < 0) return out + "recommendation: none; every split above is unreachable\n";
+  const SplitRow& b = plan.rows[size_t(plan.best)];
   out +=
-      strfmt("recommendation: %d-%d (%d targets, %d drafters): %.4f %s, %.1f%% efficiency, bottleneck %s\n",
-             b.targets, b.drafters, b.targets, b.drafters, b.throughput, unit.c_str(), 100 * b.efficiency,
-             split_bottleneck_name(b.bottleneck));
+      strfmt("recommendation: %d-%d (%s, %s): %.4f %s, %.1f%% efficiency, bottleneck %s\n", b.targets,
+             b.drafters, count_noun(b.targets, "target").c_str(), count_noun(b.drafters, "drafter").c_str(),
+             b.throughput, unit.c_str(), 100 * b.efficiency, split_bottleneck_name(b.bottleneck));
   return out;
 }
 

@@ -1,6 +1,10 @@
 // Target:drafter split planner: given measured per-GPU rates of each side, which T:D over N GPUs gives the
-// most training throughput. Used by `dflash_mpi plan split` and by the training run's final summary.
+// most training throughput. Used by `dflash_mpi plan split`, by the training run's final summary and by role
+// rebalancing (pipeline/rebalance.h), which pass the limits of a move so that the split recommended is one
+// the running job can reach.
 #pragma once
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,18 +19,30 @@ struct SplitRow {
   double throughput = 0;        // min of the two: the pipeline runs at its slower side
   double efficiency = 0;        // throughput / max of the two: the share of the faster side kept busy
   SplitBottleneck bottleneck = SplitBottleneck::balanced;
+  std::string unreachable;  // why the limits rule this split out; empty: it can be had
+};
+
+// What a running job can move to: the global batch (drafters x grad_accum micro-batches a step) is kept, so
+// it must split evenly over the new drafters, and pinned ranks bound the target count. The default rules
+// nothing out (`plan split` on bare rates).
+struct SplitLimits {
+  int64_t global_batch = 0;  // micro-batches a step; 0: any drafter count
+  int min_targets = 1, max_targets = std::numeric_limits<int>::max();
 };
 
 struct SplitPlan {
   double target_rate = 0, drafter_rate = 0;  // the per-GPU inputs
   std::vector<SplitRow> rows;                // T = N-1 .. 1 (D = 1 .. N-1)
-  int best = 0;                              // index into rows: highest throughput, ties to fewer drafters
+  // Index into rows: the highest throughput among the reachable rows, ties to fewer drafters; -1 when the
+  // limits rule out every row.
+  int best = 0;
 };
 
 // Rates are per GPU, in any one unit (batches/s, tok/s). Throws unless both are finite and > 0 and gpus >= 2.
-SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus);
+SplitPlan plan_split_compute(double target_rate, double drafter_rate, int gpus,
+                             const SplitLimits& limits = {});
 
-// The table and the recommendation line, numbers in `unit`.
+// The table (each unreachable row saying why) and the recommendation line, numbers in `unit`.
 std::string plan_split_format(const SplitPlan& plan, const std::string& unit);
 
 const char* split_bottleneck_name(SplitBottleneck b);

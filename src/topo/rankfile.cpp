@@ -9,6 +9,7 @@
 #include <numeric>
 #include <set>
 
+#include "core/count_noun.h"
 #include "core/error.h"
 
 namespace df {
@@ -216,9 +217,10 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
     per_host += strfmt("%s%s=%zu", per_host.empty() ? "" : ", ", h.host.c_str(), h.gpus.size());
   }
   DF_CHECK(total <= gpus,
-           "%d targets + %d drafters = %d ranks but only %d GPUs (%s): one rank needs one GPU; "
+           "%s + %s = %d ranks but only %d GPUs (%s): one rank needs one GPU; "
            "lower --targets/--drafters or add hosts",
-           targets, drafters, total, gpus, per_host.c_str());
+           count_noun(targets, "target").c_str(), count_noun(drafters, "drafter").c_str(), total, gpus,
+           per_host.c_str());
   std::vector<HostShare> shares = shares_by_class(hosts, targets, drafters);
   std::vector<RankfileEntry> out;
   for (size_t hi = 0; hi < hosts.size(); ++hi) {
@@ -250,12 +252,12 @@ std::vector<RankfileEntry> rankfile_place(const std::vector<HostTopo>& hosts, in
   if (traffic.cross_pairs > 0) {
     const int g = std::gcd(targets, drafters);
     warnings.push_back(strfmt(
-        "%d targets + %d drafters cannot keep every target's batches on its host: batch b -> target b %% %d "
+        "%s + %s cannot keep every target's batches on its host: batch b -> target b %% %d "
         "-> drafter b %% %d makes %d group(s) of %d target(s) + %d drafter(s) that exchange features, and "
         "not "
         "every group fits a host whole, so %.1f%% of the feature traffic crosses hosts; HINT: %s",
-        targets, drafters, targets, drafters, g, targets / g, drafters / g, 100 * traffic.cross_share,
-        local_hint(hosts, targets, drafters).c_str()));
+        count_noun(targets, "target").c_str(), count_noun(drafters, "drafter").c_str(), targets, drafters, g,
+        targets / g, drafters / g, 100 * traffic.cross_share, local_hint(hosts, targets, drafters).c_str()));
   }
   return out;
 }

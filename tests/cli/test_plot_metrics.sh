@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # launch/plot_metrics.py writes a real picture of a run's metrics: a metrics.jsonl in the format MetricsLog
 # writes (with a restart marker line and a role move) becomes a PNG whose pixels carry several colours (curves,
-# not a blank canvas) and the move's magenta line; a missing run dir fails naming the file.
+# not a blank canvas) and the move's magenta line; every axis of the figure is labelled, and the lr / grad-norm
+# panel's legend names both curves; a missing run dir fails naming the file.
 # Args: binary (unused), source dir.
 set -u
 SRC="$2"
@@ -40,6 +41,24 @@ magenta = int(((px[:, :, 0] > 200) & (px[:, :, 1] < 80) & (px[:, :, 2] > 200)).s
 print(f"{magenta} magenta px (the role move)")
 if magenta < 100:
     print("FAIL: the role move is not marked"); sys.exit(1)
+PY
+$PY - "$SRC/launch/plot_metrics.py" "$TMP" <<'PY' || exit 1
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("plot_metrics", sys.argv[1])
+pm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pm)
+rows, restarts, moves = pm.read_metrics(sys.argv[2] + "/metrics.jsonl")
+fig = pm.make_figure(rows, restarts, moves, "test")
+bad = [f"{a.get_title() or 'twin axis'}: y" for a in fig.axes if not a.get_ylabel()]
+bad += [f"{a.get_title()}: x" for a in fig.axes if a.get_title() and not a.get_xlabel()]
+if bad:
+    print("FAIL: axes without a label: " + ", ".join(bad)); sys.exit(1)
+lr_panel = next(a for a in fig.axes if a.get_title() == "learning rate and grad norm")
+legend = lr_panel.get_legend()
+names = [t.get_text() for t in legend.get_texts()] if legend else []
+if not (any(n.startswith("lr") for n in names) and any(n.startswith("grad norm") for n in names)):
+    print(f"FAIL: the lr / grad-norm panel's legend names {names}"); sys.exit(1)
+print(f"{len(fig.axes)} axes labelled; lr panel legend: {names}")
 PY
 if $PY "$SRC/launch/plot_metrics.py" "$TMP/nope" >"$TMP/err" 2>&1; then echo "FAIL: missing dir accepted"; exit 1; fi
 grep -qF "metrics.jsonl: not found" "$TMP/err" || { echo "FAIL: unclear error: $(cat "$TMP/err")"; exit 1; }

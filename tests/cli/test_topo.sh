@@ -152,7 +152,7 @@ has split out "recommendation: 7-1"
 [ "$(grep -c '^[0-9]-[0-9] ' "$TMP/split.out")" -eq 7 ] || fail "split: expected 7 table rows"
 run split_tok "$BIN" plan split --target-rate 1000 --drafter-rate 3000 --gpus 5 --unit tok/s
 expect_ok split_tok
-has split_tok out "recommendation: 4-1 (4 targets, 1 drafters): 3000.0000 tok/s"
+has split_tok out "recommendation: 4-1 (4 targets, 1 drafter): 3000.0000 tok/s"
 run split_one "$BIN" plan split --target-rate 1 --drafter-rate 1 --gpus 1
 expect_err split_one "--gpus 1"
 run split_neg "$BIN" plan split --target-rate -1 --drafter-rate 1 --gpus 4

@@ -32,7 +32,7 @@ using namespace df::golden;
 // unfused ops (once, at the store: kernels/primitives/device_math.cuh), so each element's error is another draw than HF's;
 // a real precision loss (an intermediate, a softmax sum, the DeltaNet state or a norm's statistics kept in bf16
 // where HF keeps fp32) shows up as 2x or more on every dataset after it.
-// Why the tail and not the single worst element (issue 27 item 5, measured on the H200, session 13): on the
+// Why the tail and not the single worst element (issue 27 item 5, measured on the H200 goldens): on the
 // hybrids the largest errors sit on tokens where one DeltaNet head's output nearly cancels (rms(o) at 0.06-0.17x
 // its head's median; tests/golden/conditioning.py), and the gated RMSNorm divides by it, turning a bf16-sized
 // error into one 6-16x larger, whoever computed it. The worst element of a tap is then one draw from a heavy

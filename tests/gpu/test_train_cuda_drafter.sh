@@ -25,7 +25,7 @@ PY
 # ATOL50, the bound on |loss_cuda - loss_cpu| at every one of the 50 steps (loss ~6.0 -> 5.6). The bf16
 # drafter differs from the fp32 oracle by rounding (activations, the weight shadow), and a rounding difference in
 # one step carries into the next ones through the weights. Measured: steps 1..5 within 1.7e-4 on the H200
-# (session 3). No GPU here, so the growth was measured on the CPU oracle with a perturbation of that kind,
+# (2026-12-01). No GPU here, so the growth was measured on the CPU oracle with a perturbation of that kind,
 # feature noise on the taps (train.noise_std 0.004, about bf16's relative rounding 2^-8, and 0.02; both
 # cosine-decayed like the lr): the loss moves by at most 9.1e-5 / 7.9e-5 over steps 1..5, 2.0e-4 / 2.2e-4 over
 # 1..10 and 2.2e-4 / 2.9e-4 over 1..50: it levels off rather than grows. Scaled by the 1.7e-4 / 9.1e-5 seen at

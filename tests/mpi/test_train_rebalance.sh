@@ -66,7 +66,7 @@ else
   elif [ "$(wc -l <"$TMP/auto.starts")" -ne 2 ] ||
        ! grep -q "^step=5 resumed_from=$TMP/auto/checkpoints/step_00000005.h5 run_id=$id$" "$TMP/auto.starts"; then
     fail "auto: the re-formed run did not resume the move's checkpoint in the same lineage"; cat "$TMP/auto.starts"
-  elif ! grep -q "plan: 3 targets, 1 drafters, grad_accum 2 -> 2 batches per step; steps 5..14" "$TMP/auto.log" ||
+  elif ! grep -q "plan: 3 targets, 1 drafter, grad_accum 2 -> 2 batches per step; steps 5..14" "$TMP/auto.log" ||
        ! grep -q "\[rank 3 .*re-formed: role target2" "$TMP/auto.log"; then
     fail "auto: no 3-1 plan with grad_accum 2 / rank 3 did not become target 2"; grep "plan:\|re-formed" "$TMP/auto.log"
   elif [ ! -f "$TMP/auto/checkpoints/step_00000005.h5" ] || [ ! -f "$TMP/auto/checkpoints/step_00000014.h5" ] ||

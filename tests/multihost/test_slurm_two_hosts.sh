@@ -81,10 +81,11 @@ on h1 "$NS1" timeout 240 sbatch --wait -N2 --ntasks-per-node=2 --overcommit --ou
 rc=$?
 [ $rc -eq 0 ] || { fail "sbatch --wait exited $rc: $(cat "$TMP/sbatch.log")"; tail "$S"/*.log; }
 [ -f "$TMP/job.out" ] || { echo "$fails failed"; exit 1; }
+grep -q "2 targets, 2 drafters (roles from DFLASH_RANKFILE" "$TMP/job.out" ||
+  fail "rank 0 does not say the roles came from DFLASH_RANKFILE: $(grep -m1 "roles from" "$TMP/job.out")"
 for r in "0 h1 target0" "1 h1 drafter0" "2 h2 target1" "3 h2 drafter1"; do
   set -- $r
-  grep -qE "^\[rank $1 $2\] pid [0-9]+ host $2 local $(($1 % 2))/2 role $3 .*roles from DFLASH_RANKFILE" \
-    "$TMP/job.out" ||
+  grep -qE "^\[rank $1 $2\] pid [0-9]+ host $2 local $(($1 % 2))/2 role $3 " "$TMP/job.out" ||
     fail "srun rank $1: want host $2 role $3: $(grep "^\[rank $1 " "$TMP/job.out" | head -1)"
 done
 [ -f "$TMP/job/checkpoints/step_00000006.h5" ] || fail "no checkpoint of step 6 in the run dir"

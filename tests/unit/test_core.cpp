@@ -1,9 +1,10 @@
-// Core pieces: bf16 rounding, tensor views, arena planning and the error message format.
+// Core pieces: bf16 rounding, tensor views, arena planning, the error message format and counted nouns.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/arena.h"
+#include "core/count_noun.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -66,4 +67,12 @@ TEST(Error, MessageNamesFileAndLine) {
     EXPECT_NE(m.find("value 7 is wrong"), std::string::npos) << m;
     EXPECT_NE(m.find("1 == 2"), std::string::npos) << m;
   }
+}
+
+TEST(CountNoun, AgreesWithItsCount) {
+  EXPECT_EQ(count_noun(1, "drafter"), "1 drafter");
+  EXPECT_EQ(count_noun(2, "drafter"), "2 drafters");
+  EXPECT_EQ(count_noun(0, "target"), "0 targets");
+  EXPECT_EQ(count_noun(1, "micro-batch", "micro-batches"), "1 micro-batch");
+  EXPECT_EQ(count_noun(12, "micro-batch", "micro-batches"), "12 micro-batches");
 }

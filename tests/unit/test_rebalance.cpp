@@ -1,9 +1,10 @@
-// Role rebalancing without MPI: the split chosen from rates (global batch kept, pins respected), the
-// controller's hysteresis (warm-up, window, dwell, margin: alternating rates give at most one move), which
-// ranks a move picks (the rankfile writer's rules), the role map after a move, the records, and the config
-// keys.
+// Role rebalancing without MPI: the split chosen from rates (global batch kept, pins respected, the advice
+// always a split the move accepts and the end-of-run table's recommendation), the controller's hysteresis
+// (warm-up, window, dwell, margin: alternating rates give at most one move), which ranks a move picks (the
+// rankfile writer's rules), the role map after a move, the records, and the config keys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
@@ -107,6 +108,45 @@ TEST(Rebalance, PinsLimitTheSplitsAMoveMayReach) {
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].kind, RebalanceEvent::Kind::refused);
   EXPECT_NE(ev[0].reason.find("pinned"), std::string::npos) << ev[0].reason;
+}
+
+TEST(Rebalance, TheAdviceIsNeverASplitTheMoveRefuses) {
+  // The CPU demo: 2-1 with grad_accum 1, targets 118 and the drafter 35.6 batches/s. 1-2 would run at 71.2,
+  // but 1 micro-batch a step cannot split over 2 drafters: a refusal and no advice, and the end-of-run table
+  // (the same planner under the same limits) recommends the split the run keeps.
+  const RebalanceLimits demo = limits(2, 1, 1);
+  std::vector<RebalanceEvent> ev = rebalance_choose(118, 35.6, demo, 0.10, 2148);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, RebalanceEvent::Kind::refused);
+  EXPECT_EQ(ev[0].new_drafters, 2);
+  const SplitPlan table = plan_split_compute(118, 35.6, demo.gpus, rebalance_split_limits(demo));
+  EXPECT_EQ(table.rows[size_t(table.best)].targets, 2);
+  EXPECT_NE(plan_split_format(table, "batches/s").find("recommendation: 2-1"), std::string::npos);
+  // Over many rates and limits: every advice is a split the move accepts (the global batch divides over its
+  // drafters, the pins allow its targets), it is the table's recommendation, and every refusal beats it.
+  int advised = 0;
+  for (int t = 1; t < 8; ++t)
+    for (int ga : {1, 2, 3})
+      for (double rd : {0.3, 1.0, 2.5, 7.0})
+        for (int max_t : {4, 7}) {
+          const RebalanceLimits lim = limits(t, 8 - t, ga, 1, std::max(max_t, t));
+          const SplitPlan p = plan_split_compute(1.0, rd, lim.gpus, rebalance_split_limits(lim));
+          for (const RebalanceEvent& e : rebalance_choose(1.0, rd, lim, 0.10, 100)) {
+            const std::string at = strfmt("%d-%d ga %d rd %g max %d -> %d-%d", t, 8 - t, ga, rd, max_t,
+                                          e.new_targets, e.new_drafters);
+            if (e.kind == RebalanceEvent::Kind::refused) {
+              EXPECT_FALSE(e.reason.empty()) << at;
+              continue;
+            }
+            ++advised;
+            EXPECT_EQ(((8 - t) * ga) % e.new_drafters, 0) << at;
+            EXPECT_EQ(e.new_grad_accum * e.new_drafters, (8 - t) * ga) << at;
+            EXPECT_LE(e.new_targets, lim.range.max_targets) << at;
+            ASSERT_GE(p.best, 0) << at;
+            EXPECT_EQ(e.new_targets, p.rows[size_t(p.best)].targets) << at;
+          }
+        }
+  EXPECT_GT(advised, 20);
 }
 
 TEST(Rebalance, AGainWithinTheMarginIsNoMove) {

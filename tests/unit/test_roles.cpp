@@ -54,7 +54,8 @@ TEST(Roles, TopologySectionPutsDraftersLast) {
     roles_resolve("", t, {"a", "a", "a", "a"});
     FAIL() << "5 ranks of roles for a world of 4 were accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("4 targets + 1 drafters = 5 ranks but 4 were started"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("4 targets + 1 drafter = 5 ranks but 4 were started"),
+              std::string::npos)
         << e.what();
   }
 }

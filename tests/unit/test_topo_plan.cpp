@@ -1,5 +1,6 @@
 // The split planner: the measured 8-GPU rates must give 7-1, ties go to fewer drafters (also when the
-// products differ only by rounding), and the choice is the brute-force best on awkward GPU counts.
+// products differ only by rounding), the choice is the brute-force best on awkward GPU counts, and under a
+// move's limits (global batch, pinned target range) the best is the best reachable split.
 #include <cmath>
 #include <limits>
 
@@ -34,7 +35,7 @@ TEST(TopoPlanSplit, MeasuredEightGpuRatesGiveSevenOne) {
   EXPECT_EQ(six_two.bottleneck, SplitBottleneck::target);
   for (const SplitRow& r : p.rows) EXPECT_FALSE(std::isnan(r.throughput) || std::isnan(r.efficiency));
   std::string table = plan_split_format(p, "batches/s");
-  EXPECT_NE(table.find("recommendation: 7-1 (7 targets, 1 drafters): 0.8600 batches/s"), std::string::npos)
+  EXPECT_NE(table.find("recommendation: 7-1 (7 targets, 1 drafter): 0.8600 batches/s"), std::string::npos)
       << table;
   EXPECT_NE(table.find("7-1     0.9200"), std::string::npos) << table;
 }
@@ -77,6 +78,70 @@ TEST(TopoPlanSplit, RejectsBadInputs) {
                     "--target-rate");
   expect_error_with([] { plan_split_compute(0.1, std::numeric_limits<double>::infinity(), 8); },
                     "--drafter-rate");
+}
+
+TEST(TopoPlanSplit, LimitsRuleOutSplitsAndTheBestIsReachable) {
+  // 3 ranks, targets 118 and drafters 35.6 batches/s (the CPU demo's rates): 1-2 (71.2) beats 2-1 (35.6), but
+  // a global batch of 1 micro-batch cannot split over 2 drafters, so 2-1 is the recommendation.
+  SplitLimits one;
+  one.global_batch = 1;
+  SplitPlan p = plan_split_compute(118, 35.6, 3, one);
+  ASSERT_EQ(p.rows.size(), 2u);
+  EXPECT_EQ(p.rows[size_t(p.best)].targets, 2);
+  EXPECT_TRUE(p.rows[0].unreachable.empty());
+  EXPECT_NE(p.rows[1].unreachable.find("1 micro-batch a step"), std::string::npos) << p.rows[1].unreachable;
+  std::string table = plan_split_format(p, "batches/s");
+  EXPECT_NE(table.find("recommendation: 2-1 (2 targets, 1 drafter)"), std::string::npos) << table;
+  EXPECT_NE(
+      table.find("(unreachable: the global batch of 1 micro-batch a step (drafters x grad_accum) does not "
+                 "split over 2 drafters)"),
+      std::string::npos)
+      << table;
+  const size_t marked = table.find("<- best");  // on the 2-1 row, not on the faster unreachable 1-2
+  ASSERT_NE(marked, std::string::npos) << table;
+  EXPECT_EQ(table.rfind('\n', marked) + 1, table.find("2-1 ")) << table;
+  // Without limits the same rates recommend 1-2.
+  p = plan_split_compute(118, 35.6, 3);
+  EXPECT_EQ(p.rows[size_t(p.best)].targets, 1);
+  // Pins that keep 5..6 targets of 8: 7-1 is out, the best reachable is 6-2.
+  SplitLimits pins;
+  pins.min_targets = 5;
+  pins.max_targets = 6;
+  p = plan_split_compute(0.92 / 7, 0.86, 8, pins);
+  EXPECT_EQ(p.rows[size_t(p.best)].targets, 6);
+  EXPECT_NE(p.rows[0].unreachable.find("keep 5..6 targets"), std::string::npos) << p.rows[0].unreachable;
+  // Nothing reachable: no best, and the table says so instead of recommending.
+  SplitLimits none;
+  none.min_targets = 9;
+  p = plan_split_compute(1.0, 1.0, 4, none);
+  EXPECT_EQ(p.best, -1);
+  EXPECT_NE(plan_split_format(p, "batches/s").find("recommendation: none"), std::string::npos);
+}
+
+TEST(TopoPlanSplit, UnderLimitsTheBestIsTheBruteForceMaximumOfTheReachableSplits) {
+  for (int n : {3, 6, 9, 17})
+    for (int64_t global : {1, 2, 6, 12})
+      for (double rd : {0.2, 0.9, 3.1}) {
+        SplitLimits lim;
+        lim.global_batch = global;
+        lim.max_targets = n - 2;
+        SplitPlan p = plan_split_compute(1.0, rd, n, lim);
+        double best = -1;
+        int best_d = -1;
+        for (int d = 1; d < n; ++d) {
+          if (global % d != 0 || n - d > n - 2) continue;
+          double t = std::min((n - d) * 1.0, d * rd);
+          if (t > best * (1 + 1e-9)) best = t, best_d = d;
+        }
+        if (best_d < 0) {
+          EXPECT_EQ(p.best, -1) << "n=" << n << " global=" << global;
+          continue;
+        }
+        ASSERT_GE(p.best, 0) << "n=" << n << " global=" << global;
+        EXPECT_EQ(p.rows[size_t(p.best)].drafters, best_d)
+            << "n=" << n << " global=" << global << " rd=" << rd;
+        EXPECT_TRUE(p.rows[size_t(p.best)].unreachable.empty());
+      }
 }
 
 }  // namespace

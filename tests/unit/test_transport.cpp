@@ -34,7 +34,12 @@ TEST(Transport, AutoPicksNcclOnlyForOneGpuPerRank) {
   EXPECT_NE(c.why.find("ranks 0 and 1 share GPU 0 of a"), std::string::npos) << c.why;
   c = choose("auto", {"a", "a"}, {-1, -1}, true);
   EXPECT_EQ(c.transport, Transport::mpi);
-  EXPECT_NE(c.why.find("rank 0 runs on the CPU"), std::string::npos) << c.why;
+  EXPECT_EQ(c.why, "auto: every rank runs on the CPU");
+  c = choose("auto", {"a", "a", "a", "b"}, {0, -1, -1, 0}, true);  // the CPU ranks named, all of them
+  EXPECT_EQ(c.transport, Transport::mpi);
+  EXPECT_EQ(c.why, "auto: ranks 1, 2 run on the CPU");
+  c = choose("auto", {"a", "b"}, {-1, 0}, true);
+  EXPECT_EQ(c.why, "auto: rank 0 runs on the CPU");
   c = choose("auto", {"a", "b"}, {0, 0}, false);
   EXPECT_EQ(c.transport, Transport::mpi);
   EXPECT_NE(c.why.find("without CUDA/NCCL"), std::string::npos) << c.why;
