@@ -8,17 +8,9 @@
 #include <cstdint>
 #include <mutex>
 
+#include "kernels/primitives/arch_asm.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/launchers.cuh"
-
-// TMA, mbarrier transaction counts and cluster fences exist from compute 9.0 on. Before it (sm_80 / sm_89 in a
-// multi-arch build) the TMA kernels still compile, but dispatch never launches them there (DeviceCaps::tma):
-// the instructions become a trap, so a launch that got past dispatch fails loudly.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define DF_SM90_ASM(...) __trap()
-#else
-#define DF_SM90_ASM(...) asm volatile(__VA_ARGS__)
-#endif
 
 namespace df {
 

@@ -7,11 +7,7 @@
 #pragma once
 #include <cstdint>
 
-// Defined in the device passes that have the sm_90a features: a kernel that issues wgmma compiles its body
-// only there (the host pass and other targets see an empty body that is never launched).
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define DF_WGMMA_BODY 1
-#endif
+#include "kernels/primitives/arch_asm.cuh"
 
 namespace df {
 
@@ -34,14 +30,6 @@ __device__ __forceinline__ uint64_t wgmma_desc_t(const void* tile, int kk) {
   return wgmma_desc(static_cast<const unsigned char*>(tile) + kk * 2048, 64 * 128, 1024);
 }
 
-// Outside the sm_90a device pass (other GPU generations in a multi-arch build) a wgmma kernel still compiles, for
-// its template's other forms, but dispatch never launches it there (kernels/dispatch: wgmma needs cc 9.0 and the
-// sm_90a image): the instructions become a trap, so a launch that got past dispatch fails loudly, never silently.
-#ifdef DF_WGMMA_BODY
-#define DF_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
-#else
-#define DF_WGMMA_ASM(...) __trap()
-#endif
 
 __device__ __forceinline__ void wgmma_fence() { DF_WGMMA_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { DF_WGMMA_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -77,7 +77,7 @@ __device__ __forceinline__ void load_tile_pair_wg(unsigned char* dst_a, const __
 // cp.async writes before that proxy's reads, then the barrier publishes all of them.
 __device__ __forceinline__ void tile_wait_wg() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  DF_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
 }
 
