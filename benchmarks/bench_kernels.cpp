@@ -343,9 +343,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const KernelVariants saved = kernel_variants();
   const bool wg = device_caps().wgmma && !saved.dflash_attention_portable;
   for (const bool portable : wg ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
-    KernelVariants forced = saved;
-    forced.dflash_attention_portable = portable;
-    kernel_variants_set(forced);
+    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::dflash_attention_portable, portable));
     const char* path = portable ? "mma.sync" : "wgmma";
     std::printf("dflash attn %s, %s path:\n", tag, path);
     for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
@@ -814,9 +812,7 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
   const KernelVariants saved = kernel_variants();
   const bool sm90 = device_caps().wgmma && !saved.attention_portable;
   for (const bool portable : sm90 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-    KernelVariants forced = saved;
-    forced.attention_portable = portable;
-    kernel_variants_set(forced);
+    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::attention_portable, portable));
     const char* tag = portable ? " [portable]" : "";
     DF_CUDA_CHECK(
         cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * dtype_size(o.dtype), b.gpu.stream()));

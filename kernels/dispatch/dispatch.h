@@ -121,6 +121,11 @@ inline KernelVariants kernel_variants_parse(const std::string& spec,
 const KernelVariants& kernel_variants();
 // Tests and benchmarks that run several forms in one process: the variants in force from now on.
 void kernel_variants_set(const KernelVariants& v);
+// `v` with `flag` set to `on`: what a test or benchmark passes to kernel_variants_set to force one form.
+inline KernelVariants kernel_variants_with(KernelVariants v, bool KernelVariants::*flag, bool on) {
+  v.*flag = on;
+  return v;
+}
 
 // Lets `kernel` (a __global__ function) launch with `bytes` of dynamic shared memory on the current device, or
 // throws naming `what`, the bytes and the limit of the device (of its test profile under DFLASH_GPU_PROFILE)

@@ -211,9 +211,7 @@ void DFlashAttentionCuda::run(const Case& c) {
   for (const bool portable : {false, true}) {
     const char* path = portable ? "mma.sync" : "default";
     SCOPED_TRACE(std::string("kernel path ") + path);
-    KernelVariants forced = saved;
-    forced.dflash_attention_portable = portable;
-    kernel_variants_set(forced);
+    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::dflash_attention_portable, portable));
     // NaN poison again: a row the previous path wrote must not pass for this one.
     for (const Mat* m : {&out, &lse, &dq, &dk, &dv})
       EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * dtype_size(m->gpu.dtype), st),

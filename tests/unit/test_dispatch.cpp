@@ -44,6 +44,8 @@ TEST(KernelVariants, ParsesItemsAndDefaults) {
   for (const KernelVariantItem& item : kKernelVariantItems) {
     const KernelVariants one = kernel_variants_parse(std::string(item.op) + "=" + item.value);
     EXPECT_TRUE(one.*item.flag) << item.op << "=" << item.value;
+    EXPECT_TRUE(kernel_variants_with(none, item.flag, true).*item.flag) << item.op << "=" << item.value;
+    EXPECT_FALSE(kernel_variants_with(one, item.flag, false).*item.flag) << item.op << "=" << item.value;
   }
 }
 
