@@ -60,7 +60,7 @@ TEST(EvalPrompt, EmptySequenceIsRefusedNamingFileAndIndex) {
 }
 
 #ifdef DF_HAVE_TOKENIZER
-// The golden tokenizer (Hugging Face-trained, Qwen's special tokens) through the Qwen template: the prompt is
+// The golden tokenizer (Hugging Face-trained, Qwen's special tokens) through Qwen3's chat template: the prompt is
 // the rendered text up to and including the first "<|im_start|>assistant\n", whatever follows (a second turn,
 // a reasoning block); a plain text record has no prompt/response step and is taken whole.
 TEST(EvalPrompt, TokenizedConversationIsCutAtTheFirstAssistantTurn) {
@@ -73,9 +73,10 @@ TEST(EvalPrompt, TokenizedConversationIsCutAtTheFirstAssistantTurn) {
       "\n"
       R"({"text": "plain text, trained whole"})"
       "\n");
-  TokenizeOptions o;
+  const std::string dir = std::string(DF_SOURCE_DIR) + "/tests/golden";
+  const ChatRenderer chat(dir + "/chat/templates/qwen3.jinja", dir + "/tokenizer", {});
   TokenizeReport rep;
-  const TokenData d = chat_tokenize_stream(in, "chats.jsonl", tok, o, 0, &rep);
+  const TokenData d = chat_tokenize_stream(in, "chats.jsonl", tok, chat, 0, 0, &rep);
   ASSERT_EQ(d.num_sequences(), 2);
   const std::vector<int32_t> want = tok.encode_ids(
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is "
