@@ -283,12 +283,6 @@ static int gemm_heuristic(GemmContext* ctx, GemmPlan& p, int align, int want, cu
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     DF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
-  // A bf16 output is rounded once: split-K partial sums are added in fp32 (the COMPUTE_TYPE scheme), never in
-  // the bf16 output (INPLACE, OUTPUT_TYPE), which rounds once per split. Which candidate wins the timing depends
-  // on the load on the GPU, so without this the rounding of a result would too.
-  const uint32_t schemes = o.c_f32 ? CUBLASLT_REDUCTION_SCHEME_MASK : CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  DF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                       sizeof(schemes)));
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, p.op, p.la, p.lb, p.lc, p.lc, pref, want, res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
