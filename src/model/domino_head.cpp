@@ -19,7 +19,9 @@ double dot(const T* a, const double* b, int n) {
   return s;
 }
 
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 // p = softmax(logits); returns logsumexp(logits).
 double softmax(const std::vector<double>& logits, std::vector<double>& p) {
@@ -33,7 +35,8 @@ double softmax(const std::vector<double>& logits, std::vector<double>& p) {
 }  // namespace
 
 DominoHeadDims domino_head_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::domino, "domino head: the drafter's kind is %s, not domino", drafter_kind_name(c.kind));
+  DF_CHECK(c.kind == DrafterKind::domino, "domino head: the drafter's kind is %s, not domino",
+           drafter_kind_name(c.kind));
   DominoHeadDims d;
   d.hidden = c.hidden;
   d.gru_hidden = c.gru_hidden_dim;
@@ -54,8 +57,8 @@ DominoBlockRows domino_block_rows(const DominoHeadDims& d, const int32_t* tokens
   r.inputs.assign(size_t(B), 0);
   r.weights.assign(size_t(B), 0.0);
   if (anchor < 0) return r;
-  DF_CHECK(anchor < len && len > 0, "domino rows: anchor %lld outside a sequence of %lld tokens", (long long)anchor,
-           (long long)len);
+  DF_CHECK(anchor < len && len > 0, "domino rows: anchor %lld outside a sequence of %lld tokens",
+           (long long)anchor, (long long)len);
   for (int k = 0; k < B; ++k) {
     const int64_t label_pos = anchor + k + shift;
     r.inputs[size_t(k)] = tokens[std::min(anchor + k, len - 1)];
@@ -74,9 +77,9 @@ double domino_lambda_base(int64_t step, int64_t total_steps, double start, doubl
 }
 
 template <class T>
-DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTensors<const T>& w, const T* lm_head,
-                                  const T* z, const T* emb, const DominoBlockRows& rows, double lambda,
-                                  T* final_logits, const DominoHeadTensors<T>* grads, T* dz) {
+DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTensors<const T>& w,
+                                  const T* lm_head, const T* z, const T* emb, const DominoBlockRows& rows,
+                                  double lambda, T* final_logits, const DominoHeadTensors<T>* grads, T* dz) {
   const int H = d.hidden, G = d.gru_hidden, E = d.emb_dim, V = d.vocab, B = d.block_size, F = H + G;
   const int s = d.suffix_start(), lag = d.gru_lag();
   const size_t Hn = size_t(H), Gn = size_t(G), En = size_t(E), Vn = size_t(V), Fn = size_t(F);
@@ -93,7 +96,8 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
     for (int g = 0; g < G; ++g) {
       const size_t at = size_t(t) * G + size_t(g);
       r[at] = sigmoid(dot(w.gru_ih + int64_t(g) * H, x.data(), H) + dot(w.gru_hh + int64_t(g) * G, hp, G));
-      u[at] = sigmoid(dot(w.gru_ih + int64_t(G + g) * H, x.data(), H) + dot(w.gru_hh + int64_t(G + g) * G, hp, G));
+      u[at] = sigmoid(dot(w.gru_ih + int64_t(G + g) * H, x.data(), H) +
+                      dot(w.gru_hh + int64_t(G + g) * G, hp, G));
       hn[at] = dot(w.gru_hh + int64_t(2 * G + g) * G, hp, G);
       n[at] = std::tanh(dot(w.gru_ih + int64_t(2 * G + g) * H, x.data(), H) + r[at] * hn[at]);
       hs[size_t(t + 1) * G + size_t(g)] = (1.0 - u[at]) * n[at] + u[at] * hp[g];
@@ -101,7 +105,8 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
   }
 
   DominoBlockLoss loss;
-  std::vector<double> zk(Hn), f(Fn), m(En), a(En), base(Vn), fin(Vn), pb(Vn), pf(Vn), dfin(Vn), da(En), dm(En);
+  std::vector<double> zk(Hn), f(Fn), m(En), a(En), base(Vn), fin(Vn), pb(Vn), pf(Vn), dfin(Vn), da(En),
+      dm(En);
   std::vector<double> dh_slot(grads ? size_t(steps) * Gn : 0, 0.0);  // ∂/∂h_t from the slots that read it
   for (int k = 0; k < B; ++k) {
     for (int i = 0; i < H; ++i) zk[size_t(i)] = double(z[int64_t(k) * H + i]);
@@ -181,7 +186,8 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
     for (int g = 0; g < G; ++g) {
       const size_t at = size_t(t) * G + size_t(g);
       const double gate[3] = {dar[size_t(g)], dau[size_t(g)], dan[size_t(g)]};
-      const double hgate[3] = {dar[size_t(g)], dau[size_t(g)], dan[size_t(g)] * r[at]};  // W_hn h sits inside r ⊙
+      const double hgate[3] = {dar[size_t(g)], dau[size_t(g)],
+                               dan[size_t(g)] * r[at]};  // W_hn h sits inside r ⊙
       for (int q = 0; q < 3; ++q) {
         const int64_t row = int64_t(q) * G + g;
         for (int i = 0; i < H; ++i) grads->gru_ih[row * H + i] += T(gate[q] * x[size_t(i)]);
@@ -196,12 +202,14 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
   return loss;
 }
 
-template DominoBlockLoss domino_block_step<float>(const DominoHeadDims&, const DominoHeadTensors<const float>&,
-                                                  const float*, const float*, const float*, const DominoBlockRows&,
-                                                  double, float*, const DominoHeadTensors<float>*, float*);
-template DominoBlockLoss domino_block_step<double>(const DominoHeadDims&, const DominoHeadTensors<const double>&,
-                                                   const double*, const double*, const double*,
-                                                   const DominoBlockRows&, double, double*,
-                                                   const DominoHeadTensors<double>*, double*);
+template DominoBlockLoss domino_block_step<float>(const DominoHeadDims&,
+                                                  const DominoHeadTensors<const float>&, const float*,
+                                                  const float*, const float*, const DominoBlockRows&, double,
+                                                  float*, const DominoHeadTensors<float>*, float*);
+template DominoBlockLoss domino_block_step<double>(const DominoHeadDims&,
+                                                   const DominoHeadTensors<const double>&, const double*,
+                                                   const double*, const double*, const DominoBlockRows&,
+                                                   double, double*, const DominoHeadTensors<double>*,
+                                                   double*);
 
 }  // namespace df

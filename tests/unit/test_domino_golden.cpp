@@ -22,7 +22,8 @@ namespace {
 const std::string kDir = std::string(DF_SOURCE_DIR) + "/tests/golden/drafter_domino";
 constexpr const char* kMissing =
     "tests/golden/drafter_domino/ is absent: run `python3 tests/golden/make_drafter_golden.py --kind domino` "
-    "where torch, transformers and .peer/SpecForge exist (the GPU machine) and commit tests/golden/drafter_domino/";
+    "where torch, transformers and .peer/SpecForge exist (the GPU machine) and commit "
+    "tests/golden/drafter_domino/";
 
 double rel_rms(const std::vector<float>& got, const std::vector<float>& want) {
   double e = 0, r = 0;
@@ -76,7 +77,8 @@ TEST(DominoGolden, HeadLossAndGradientsMatchSpecForge) {
         domino_block_rows(d, tokens.data() + start, loss_mask.data() + start, len, pos, gamma);
     for (int k = 0; k < B; ++k) {
       const double want = weight_mask[size_t(b * B + k)];
-      ASSERT_NEAR(rows.weights[size_t(k)], want, 1e-6 * std::max(1.0, want)) << "block " << b << " slot " << k;
+      ASSERT_NEAR(rows.weights[size_t(k)], want, 1e-6 * std::max(1.0, want))
+          << "block " << b << " slot " << k;
       weight_sum += rows.weights[size_t(k)];
       // SpecForge reads padding past a sequence's end where we read its last token: only weightless slots.
       if (rows.weights[size_t(k)] > 0) {
@@ -85,8 +87,9 @@ TEST(DominoGolden, HeadLossAndGradientsMatchSpecForge) {
       const int64_t tok = prev_ids[size_t(b * B + k)];
       std::copy_n(embed.begin() + tok * H, H, emb.begin() + int64_t(k) * H);
     }
-    const DominoBlockLoss l = domino_block_step<float>(d, weights, lm_head.data(), hidden.data() + b * B * H,
-                                                       emb.data(), rows, lambda, nullptr, &grads, dz.data() + b * B * H);
+    const DominoBlockLoss l =
+        domino_block_step<float>(d, weights, lm_head.data(), hidden.data() + b * B * H, emb.data(), rows,
+                                 lambda, nullptr, &grads, dz.data() + b * B * H);
     final_sum += l.final_sum;
     base_sum += l.base_sum;
   }

@@ -55,8 +55,8 @@ struct Block {
   }
   DominoHeadTensors<const double> weights() const { return {ih.data(), hh.data(), pin.data(), pout.data()}; }
   double loss() const {
-    const DominoBlockLoss l =
-        domino_block_step<double>(d, weights(), lm.data(), z.data(), emb.data(), rows, lambda, nullptr, nullptr, nullptr);
+    const DominoBlockLoss l = domino_block_step<double>(d, weights(), lm.data(), z.data(), emb.data(), rows,
+                                                        lambda, nullptr, nullptr, nullptr);
     return (1.0 - lambda) * l.final_sum + lambda * l.base_sum;
   }
 };
@@ -66,8 +66,8 @@ void expect_fd_gradients(const DominoHeadDims& d) {
   std::vector<double> gih(b.ih.size(), 0.0), ghh(b.hh.size(), 0.0), gpin(b.pin.size(), 0.0),
       gpout(b.pout.size(), 0.0), dz(b.z.size(), 0.0);
   const DominoHeadTensors<double> grads{gih.data(), ghh.data(), gpin.data(), gpout.data()};
-  domino_block_step<double>(d, b.weights(), b.lm.data(), b.z.data(), b.emb.data(), b.rows, b.lambda, nullptr, &grads,
-                            dz.data());
+  domino_block_step<double>(d, b.weights(), b.lm.data(), b.z.data(), b.emb.data(), b.rows, b.lambda, nullptr,
+                            &grads, dz.data());
   struct Param {
     const char* name;
     std::vector<double>* value;
@@ -92,8 +92,8 @@ void expect_fd_gradients(const DominoHeadDims& d) {
       ref2 += fd * fd;
     }
     EXPECT_GT(ref2, 1e-8) << p.name << ": the loss must depend on it";
-    EXPECT_LE(std::sqrt(err2 / ref2), 1e-6) << p.name << " (prefix " << d.pure_draft_prefix_len << ", shift_label "
-                                            << d.shift_label << ")";
+    EXPECT_LE(std::sqrt(err2 / ref2), 1e-6)
+        << p.name << " (prefix " << d.pure_draft_prefix_len << ", shift_label " << d.shift_label << ")";
   }
 }
 
@@ -137,13 +137,14 @@ TEST(DominoHead, CorrectionStartsAtTheSuffixSlot) {
   for (const DominoHeadDims& d : {dims(2, true), dims(1, false)}) {
     const Block b(d, 11);
     std::vector<double> logits(size_t(d.block_size) * d.vocab);
-    domino_block_step<double>(d, b.weights(), b.lm.data(), b.z.data(), b.emb.data(), b.rows, b.lambda, logits.data(),
-                              nullptr, nullptr);
+    domino_block_step<double>(d, b.weights(), b.lm.data(), b.z.data(), b.emb.data(), b.rows, b.lambda,
+                              logits.data(), nullptr, nullptr);
     for (int k = 0; k < d.block_size; ++k) {
       double diff = 0;
       for (int v = 0; v < d.vocab; ++v) {
         double base = 0;
-        for (int i = 0; i < d.hidden; ++i) base += b.lm[size_t(v * d.hidden + i)] * b.z[size_t(k * d.hidden + i)];
+        for (int i = 0; i < d.hidden; ++i)
+          base += b.lm[size_t(v * d.hidden + i)] * b.z[size_t(k * d.hidden + i)];
         diff += std::fabs(logits[size_t(k * d.vocab + v)] - base);
       }
       if (k < d.suffix_start())
@@ -163,20 +164,22 @@ TEST(DominoHead, Fp32OracleAgreesWithDouble) {
   const DominoHeadDims d = dims(1, true);
   const Block b(d, 5);
   auto f = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
-  const std::vector<float> ih = f(b.ih), hh = f(b.hh), pin = f(b.pin), pout = f(b.pout), lm = f(b.lm), z = f(b.z),
-                           emb = f(b.emb);
-  std::vector<float> gpin(pin.size(), 0.0f), gih(ih.size(), 0.0f), ghh(hh.size(), 0.0f), gpout(pout.size(), 0.0f),
-      dz(z.size(), 0.0f);
+  const std::vector<float> ih = f(b.ih), hh = f(b.hh), pin = f(b.pin), pout = f(b.pout), lm = f(b.lm),
+                           z = f(b.z), emb = f(b.emb);
+  std::vector<float> gpin(pin.size(), 0.0f), gih(ih.size(), 0.0f), ghh(hh.size(), 0.0f),
+      gpout(pout.size(), 0.0f), dz(z.size(), 0.0f);
   const DominoHeadTensors<float> grads{gih.data(), ghh.data(), gpin.data(), gpout.data()};
-  const DominoBlockLoss lf = domino_block_step<float>(d, {ih.data(), hh.data(), pin.data(), pout.data()}, lm.data(),
-                                                      z.data(), emb.data(), b.rows, b.lambda, nullptr, &grads, dz.data());
+  const DominoBlockLoss lf =
+      domino_block_step<float>(d, {ih.data(), hh.data(), pin.data(), pout.data()}, lm.data(), z.data(),
+                               emb.data(), b.rows, b.lambda, nullptr, &grads, dz.data());
   std::vector<double> gin_d(b.pin.size(), 0.0), gih_d(b.ih.size(), 0.0), ghh_d(b.hh.size(), 0.0),
       gout_d(b.pout.size(), 0.0), dz_d(b.z.size(), 0.0);
   const DominoHeadTensors<double> grads_d{gih_d.data(), ghh_d.data(), gin_d.data(), gout_d.data()};
-  const DominoBlockLoss ld = domino_block_step<double>(d, b.weights(), b.lm.data(), b.z.data(), b.emb.data(), b.rows,
-                                                       b.lambda, nullptr, &grads_d, dz_d.data());
+  const DominoBlockLoss ld = domino_block_step<double>(d, b.weights(), b.lm.data(), b.z.data(), b.emb.data(),
+                                                       b.rows, b.lambda, nullptr, &grads_d, dz_d.data());
   EXPECT_NEAR(lf.final_sum, ld.final_sum, 1e-5 * std::fabs(ld.final_sum));
   EXPECT_NEAR(lf.base_sum, ld.base_sum, 1e-5 * std::fabs(ld.base_sum));
-  for (size_t i = 0; i < gih.size(); ++i) EXPECT_NEAR(gih[i], gih_d[i], 1e-5 + 1e-4 * std::fabs(gih_d[i])) << i;
+  for (size_t i = 0; i < gih.size(); ++i)
+    EXPECT_NEAR(gih[i], gih_d[i], 1e-5 + 1e-4 * std::fabs(gih_d[i])) << i;
   for (size_t i = 0; i < dz.size(); ++i) EXPECT_NEAR(dz[i], dz_d[i], 1e-5 + 1e-4 * std::fabs(dz_d[i])) << i;
 }
