@@ -55,10 +55,11 @@ class Reader {
   template <class T>
   void get_for_kind(const char* owner, const std::string& kind, const char* key, T& out) {
     if (kind == owner) return get(key, out);
-    DF_CHECK(!t_ || !t_->get(key),
-             "%s: '%s.%s' belongs to drafter.kind = \"%s\", but drafter.kind is \"%s\"; HINT: remove it or set "
-             "drafter.kind = \"%s\"",
-             where_.c_str(), section_.c_str(), key, owner, kind.c_str(), owner);
+    DF_CHECK(
+        !t_ || !t_->get(key),
+        "%s: '%s.%s' belongs to drafter.kind = \"%s\", but drafter.kind is \"%s\"; HINT: remove it or set "
+        "drafter.kind = \"%s\"",
+        where_.c_str(), section_.c_str(), key, owner, kind.c_str(), owner);
   }
 
   // Call after all get()s: anything not consumed is an unknown key.
@@ -193,21 +194,24 @@ void validate(const Config& c, const std::string& w) {
         "= \"" + t.loss + "\": dpace is implemented on the CPU drafter only; HINT: drafter.device = \"cpu\"");
   check(t.streak_alpha > 0, w, "train.streak_alpha", "must be positive");
   if (d.kind == "domino") {
-    // SpecForge's OnlineDominoModel trains with plain CE (loss_type "dflash") on both its terms; a KL, D-PACE or
-    // streak weighting of them is not defined there, so it is not offered here either.
+    // SpecForge's OnlineDominoModel trains with plain CE (loss_type "dflash") on both its terms; a KL, D-PACE
+    // or streak weighting of them is not defined there, so it is not offered here either.
     check(t.loss == "ce", w, "train.loss",
-          "= \"" + t.loss + "\": drafter.kind = \"domino\" trains with CE only (its loss is (1-λ)·CE(final) + "
-          "λ·CE(base), as SpecForge's); HINT: train.loss = \"ce\"");
-    check(!t.streak, w, "train.streak", "cannot be combined with drafter.kind = \"domino\" (CE only, as SpecForge's)");
+          "= \"" + t.loss +
+              "\": drafter.kind = \"domino\" trains with CE only (its loss is (1-λ)·CE(final) + "
+              "λ·CE(base), as SpecForge's); HINT: train.loss = \"ce\"");
+    check(!t.streak, w, "train.streak",
+          "cannot be combined with drafter.kind = \"domino\" (CE only, as SpecForge's)");
     check(d.emb_dim > 0, w, "drafter.emb_dim", "must be positive");
     check(d.gru_hidden_dim > 0, w, "drafter.gru_hidden_dim", "must be positive");
     const int suffix_start = d.pure_draft_prefix_len + (d.shift_label ? 0 : 1);
     check(d.pure_draft_prefix_len >= 0 && suffix_start < d.block_size, w, "drafter.pure_draft_prefix_len",
           strfmt("must be >= 0 and leave a corrected slot: pure_draft_prefix_len%s < drafter.block_size (%d)",
                  d.shift_label ? "" : " + 1", d.block_size));
-    check(t.lambda_base_start >= 0 && t.lambda_base_start <= 1, w, "train.lambda_base_start", "must be in [0, 1]");
-    check(t.lambda_base_decay_ratio >= 0 && t.lambda_base_decay_ratio <= 1, w, "train.lambda_base_decay_ratio",
+    check(t.lambda_base_start >= 0 && t.lambda_base_start <= 1, w, "train.lambda_base_start",
           "must be in [0, 1]");
+    check(t.lambda_base_decay_ratio >= 0 && t.lambda_base_decay_ratio <= 1, w,
+          "train.lambda_base_decay_ratio", "must be in [0, 1]");
   }
   check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
   check(c.eval.interval >= 0, w, "eval.interval", "must be >= 0 (steps; 0 = no held-out evaluation)");
@@ -287,8 +291,8 @@ Config config_parse(const std::string& text, const std::string& where) {
     DrafterSection& d = c.drafter;
     Reader r(section(root, "drafter", where), "drafter", where, c);
     r.get("kind", d.kind);
-    DF_CHECK(d.kind == "dflash" || d.kind == "domino", "%s: 'drafter.kind' = \"%s\" must be \"dflash\" or \"domino\"",
-             where.c_str(), d.kind.c_str());
+    DF_CHECK(d.kind == "dflash" || d.kind == "domino",
+             "%s: 'drafter.kind' = \"%s\" must be \"dflash\" or \"domino\"", where.c_str(), d.kind.c_str());
     r.get("layers", d.layers);
     r.get("heads", d.heads);
     r.get("kv_heads", d.kv_heads);

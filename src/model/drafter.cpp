@@ -44,21 +44,24 @@ void drafter_config_validate(const DrafterConfig& c) {
     positive(c.gru_hidden_dim, "gru_hidden_dim");
     const int suffix_start = c.pure_draft_prefix_len + (c.shift_label ? 0 : 1);
     DF_CHECK(c.pure_draft_prefix_len >= 0 && suffix_start < c.block_size,
-             "drafter config: pure_draft_prefix_len %d (shift_label %s) leaves no slot of block_size %d to correct",
+             "drafter config: pure_draft_prefix_len %d (shift_label %s) leaves no slot of block_size %d to "
+             "correct",
              c.pure_draft_prefix_len, c.shift_label ? "true" : "false", c.block_size);
   } else {
     DF_CHECK(c.pure_draft_prefix_len == 0 && c.emb_dim == 0 && c.gru_hidden_dim == 0 && !c.shift_label,
              "drafter config: kind %s has no Domino head, but pure_draft_prefix_len/emb_dim/gru_hidden_dim/"
-             "shift_label are set", drafter_kind_name(c.kind));
+             "shift_label are set",
+             drafter_kind_name(c.kind));
   }
 }
 
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
-  DF_CHECK(c.kind == DrafterKind::dflash,
-           "drafter.kind = \"%s\": this build's training step on the %s backend has DFlash's head and loss only "
-           "(the Domino head's CPU fp32 oracle is model/domino_head.h; its step and CUDA ops are not built yet); "
-           "HINT: drafter.kind = \"dflash\"",
-           drafter_kind_name(c.kind), backend.c_str());
+  DF_CHECK(
+      c.kind == DrafterKind::dflash,
+      "drafter.kind = \"%s\": this build's training step on the %s backend has DFlash's head and loss only "
+      "(the Domino head's CPU fp32 oracle is model/domino_head.h; its step and CUDA ops are not built yet); "
+      "HINT: drafter.kind = \"dflash\"",
+      drafter_kind_name(c.kind), backend.c_str());
 }
 
 std::vector<int> drafter_default_target_layer_ids(int target_layers, int n) {

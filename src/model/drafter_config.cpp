@@ -48,7 +48,8 @@ void read_value(const json& v, std::vector<DrafterLayerType>& out, const std::st
 }
 
 void read_value(const json& v, bool& out, const std::string& where, const char* key) {
-  DF_CHECK(v.is_boolean(), "%s: key '%s' must be true or false, got %s", where.c_str(), key, v.dump().c_str());
+  DF_CHECK(v.is_boolean(), "%s: key '%s' must be true or false, got %s", where.c_str(), key,
+           v.dump().c_str());
   out = v.get<bool>();
 }
 
@@ -59,8 +60,12 @@ void read_value(const json& v, DrafterKind& out, const std::string& where, const
 }
 
 json write_value(int v) { return v; }
-json write_value(bool v) { return v; }
-json write_value(DrafterKind v) { return drafter_kind_name(v); }
+json write_value(bool v) {
+  return v;
+}
+json write_value(DrafterKind v) {
+  return drafter_kind_name(v);
+}
 json write_value(float v) { return v; }
 json write_value(const std::vector<int>& v) { return v; }
 json write_value(const std::vector<DrafterLayerType>& v) {
@@ -71,9 +76,13 @@ json write_value(const std::vector<DrafterLayerType>& v) {
 
 std::string field_text(int v) { return std::to_string(v); }
 
-std::string field_text(bool v) { return v ? "true" : "false"; }
+std::string field_text(bool v) {
+  return v ? "true" : "false";
+}
 
-std::string field_text(DrafterKind v) { return drafter_kind_name(v); }
+std::string field_text(DrafterKind v) {
+  return drafter_kind_name(v);
+}
 
 std::string field_text(float v) { return strfmt("%.9g", float_for_json(v)); }
 
@@ -120,7 +129,8 @@ void flatten_hf_kind(const json* dflash, const std::string& where, json& flat) {
   const bool domino = kind == DrafterKind::domino;
   for (const char* key : {"emb_dim", "gru_hidden_dim"}) {
     const json* v = get(key);
-    DF_CHECK(!domino || v, "%s: key 'dflash_config.%s' is missing (a Domino drafter needs it)", where.c_str(), key);
+    DF_CHECK(!domino || v, "%s: key 'dflash_config.%s' is missing (a Domino drafter needs it)", where.c_str(),
+             key);
     flat[key] = domino ? *v : json(0);
   }
   const json* prefix = get("pure_draft_prefix_len");
@@ -137,12 +147,14 @@ std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c) {
   return out;
 }
 
-const char* drafter_kind_name(DrafterKind k) { return k == DrafterKind::domino ? "domino" : "dflash"; }
+const char* drafter_kind_name(DrafterKind k) {
+  return k == DrafterKind::domino ? "domino" : "dflash";
+}
 
 DrafterKind drafter_kind_parse(const std::string& name, const std::string& where) {
   if (name == "dflash") return DrafterKind::dflash;
-  DF_CHECK(name == "domino", "%s: drafter kind '%s' is not one this build trains (dflash, domino)", where.c_str(),
-           name.c_str());
+  DF_CHECK(name == "domino", "%s: drafter kind '%s' is not one this build trains (dflash, domino)",
+           where.c_str(), name.c_str());
   return DrafterKind::domino;
 }
 
@@ -230,11 +242,13 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
   if (const auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     bool dflash = false;
     for (const json& a : *it)
-      dflash |= a.is_string() && (a.get<std::string>() == "DFlashDraftModel" || a.get<std::string>() == "DominoDraftModel");
-    DF_CHECK(dflash,
-             "%s: architectures is %s, not DFlashDraftModel or DominoDraftModel; HINT: drafter.init_from names a "
-             "DFlash-family drafter folder (as `dflash_mpi export` writes), not the target model",
-             where.c_str(), it->dump().c_str());
+      dflash |= a.is_string() &&
+                (a.get<std::string>() == "DFlashDraftModel" || a.get<std::string>() == "DominoDraftModel");
+    DF_CHECK(
+        dflash,
+        "%s: architectures is %s, not DFlashDraftModel or DominoDraftModel; HINT: drafter.init_from names a "
+        "DFlash-family drafter folder (as `dflash_mpi export` writes), not the target model",
+        where.c_str(), it->dump().c_str());
   }
   // Sliding layer types are DFlash's own; the Qwen3 target parser refuses them, so it reads the rest. Its
   // config.json of what it read (defaults filled in, rope_theta in rope_parameters) gives the Qwen3 fields.

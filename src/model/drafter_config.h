@@ -100,7 +100,8 @@ struct DrafterFieldText {
 };
 std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c);
 
-// "dflash" | "domino": drafter.kind's spelling, also SpecForge's dflash_config.projector_type (absent = dflash).
+// "dflash" | "domino": drafter.kind's spelling, also SpecForge's dflash_config.projector_type (absent =
+// dflash).
 const char* drafter_kind_name(DrafterKind k);
 // The kind named `name`; throws naming `where` and the accepted names.
 DrafterKind drafter_kind_parse(const std::string& name, const std::string& where);

@@ -112,7 +112,8 @@ void checkpoint_check_resume_config(const CheckpointHeader& h, const std::string
   // Another kind is another parameter set and loss: no --allow-change makes that a resume.
   DF_CHECK(h.drafter.kind == now.kind,
            "%s: 'drafter.kind' is \"%s\" but %s trained a \"%s\" drafter; a resume continues the same kind. "
-           "HINT: set drafter.kind = \"%s\", or start a fresh run (checkpoint.resume = \"none\" and another run.dir)",
+           "HINT: set drafter.kind = \"%s\", or start a fresh run (checkpoint.resume = \"none\" and another "
+           "run.dir)",
            cfg.path.c_str(), drafter_kind_name(now.kind), path.c_str(), drafter_kind_name(h.drafter.kind),
            drafter_kind_name(h.drafter.kind));
   const std::set<std::string> ok(allowed.begin(), allowed.end());

@@ -124,8 +124,9 @@ TEST(CheckpointTruth, KindIsRecordedAndAnotherKindNeverResumes) {
   EXPECT_EQ(h.drafter.kind, DrafterKind::dflash);
   const Config cfg = config_parse(kRun, "run.toml");
   for (const std::vector<std::string>& allowed :
-       {std::vector<std::string>{}, std::vector<std::string>{"drafter.kind", "drafter.emb_dim", "drafter.gru_hidden_dim",
-                                                           "drafter.pure_draft_prefix_len", "drafter.shift_label"}}) {
+       {std::vector<std::string>{},
+        std::vector<std::string>{"drafter.kind", "drafter.emb_dim", "drafter.gru_hidden_dim",
+                                 "drafter.pure_draft_prefix_len", "drafter.shift_label"}}) {
     const std::string msg =
         error_of([&] { checkpoint_check_resume_config(h, path, cfg, tiny_domino_config(), allowed); });
     EXPECT_NE(msg.find("'drafter.kind' is \"domino\" but " + path + " trained a \"dflash\" drafter"),
@@ -143,23 +144,28 @@ TEST(CheckpointTruth, KindIsRecordedAndAnotherKindNeverResumes) {
 
 TEST(CheckpointTruth, DrafterConfigWithoutKindReadsAsDflash) {
   nlohmann::json j = nlohmann::json::parse(drafter_config_json(tiny_drafter_config()));
-  for (const char* key : {"kind", "pure_draft_prefix_len", "emb_dim", "gru_hidden_dim", "shift_label"}) j.erase(key);
+  for (const char* key : {"kind", "pure_draft_prefix_len", "emb_dim", "gru_hidden_dim", "shift_label"})
+    j.erase(key);
   const DrafterConfig c = drafter_config_from_json(j.dump(), "old.h5");
   EXPECT_EQ(c.kind, DrafterKind::dflash);
   EXPECT_EQ(c.emb_dim, 0);
   // With a kind, every key is required.
   j["kind"] = "domino";
-  EXPECT_NE(error_of([&] { drafter_config_from_json(j.dump(), "new.h5"); }).find("'pure_draft_prefix_len' is missing"),
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_json(j.dump(), "new.h5");
+            }).find("'pure_draft_prefix_len' is missing"),
             std::string::npos);
 }
 
 TEST(CheckpointTruth, NoBackendTrainsADominoDrafterYet) {
   CpuTrainOps ops;
   const std::string msg = error_of([&] { DrafterModel m(tiny_domino_config(), ops); });
-  EXPECT_NE(msg.find("drafter.kind = \"domino\": this build's training step on the cpu backend"), std::string::npos)
+  EXPECT_NE(msg.find("drafter.kind = \"domino\": this build's training step on the cpu backend"),
+            std::string::npos)
       << msg;
-  EXPECT_NE(error_of([&] { drafter_check_kind_trainable(tiny_domino_config(), "cuda"); }).find("cuda backend"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { drafter_check_kind_trainable(tiny_domino_config(), "cuda"); }).find("cuda backend"),
+      std::string::npos);
   EXPECT_NO_THROW(drafter_check_kind_trainable(tiny_drafter_config(), "cuda"));
 }
 

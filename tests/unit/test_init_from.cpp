@@ -187,7 +187,8 @@ TEST(InitFrom, DominoConfigJsonReadsItsHeadAndKindMismatchIsNamed) {
   EXPECT_EQ(c.pure_draft_prefix_len, 1);
   EXPECT_TRUE(c.shift_label);
   const std::string e = error_of([&] { drafter_config_check_same(ex.src.cfg, c, "domino"); });
-  EXPECT_NE(e.find("projector_type = domino but this run's drafter has dflash (drafter.kind)"), std::string::npos)
+  EXPECT_NE(e.find("projector_type = domino but this run's drafter has dflash (drafter.kind)"),
+            std::string::npos)
       << e;
 
   // The peer's defaults where dflash_config leaves them out; its required sizes named when missing.
@@ -198,7 +199,9 @@ TEST(InitFrom, DominoConfigJsonReadsItsHeadAndKindMismatchIsNamed) {
   EXPECT_EQ(d.pure_draft_prefix_len, 0);
   EXPECT_FALSE(d.shift_label);
   bare["dflash_config"].erase("gru_hidden_dim");
-  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(bare, "bare"); }).find("'dflash_config.gru_hidden_dim' is missing"),
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_hf_json(bare, "bare");
+            }).find("'dflash_config.gru_hidden_dim' is missing"),
             std::string::npos);
   j["dflash_config"]["projector_type"] = "dspark";
   EXPECT_NE(error_of([&] { drafter_config_from_hf_json(j, "dspark"); }).find("drafter kind 'dspark'"),
