@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "model/drafter.h"
 #include "pipeline/train_plan.h"
 
 namespace df {
@@ -30,7 +31,9 @@ void cmd_config_register(CLI::App& root) {
     TrainPlan plan = train_plan_build(cfg, t, d);
     const std::string resume = train_plan_find_resume(plan);
     if (!resume.empty()) train_plan_check_resume(plan, resume, args->allow_change);
-    log_info("%s%sconfig OK", config_table(cfg).c_str(), train_plan_summary(plan).c_str());
+    log_info("%s%s", config_table(cfg).c_str(), train_plan_summary(plan).c_str());
+    drafter_check_kind_trainable(plan.drafter, cfg.drafter.device);
+    log_info("config OK");
   });
 }
 

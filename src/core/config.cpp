@@ -50,6 +50,18 @@ class Reader {
     cfg_.values.emplace_back(full, value_text(out));
   }
 
+  // A key that belongs to drafter.kind `owner` only: read (and shown in the table) under that kind, refused
+  // naming the key under any other.
+  template <class T>
+  void get_for_kind(const char* owner, const std::string& kind, const char* key, T& out) {
+    if (kind == owner) return get(key, out);
+    DF_CHECK(
+        !t_ || !t_->get(key),
+        "%s: '%s.%s' belongs to drafter.kind = \"%s\", but drafter.kind is \"%s\"; HINT: remove it or set "
+        "drafter.kind = \"%s\"",
+        where_.c_str(), section_.c_str(), key, owner, kind.c_str(), owner);
+  }
+
   // Call after all get()s: anything not consumed is an unknown key.
   void finish() {
     if (!t_) return;
@@ -181,6 +193,26 @@ void validate(const Config& c, const std::string& w) {
   check(!(d.device == "cuda" && t.loss.rfind("dpace", 0) == 0), w, "train.loss",
         "= \"" + t.loss + "\": dpace is implemented on the CPU drafter only; HINT: drafter.device = \"cpu\"");
   check(t.streak_alpha > 0, w, "train.streak_alpha", "must be positive");
+  if (d.kind == "domino") {
+    // SpecForge's OnlineDominoModel trains with plain CE (loss_type "dflash") on both its terms; a KL, D-PACE
+    // or streak weighting of them is not defined there, so it is not offered here either.
+    check(t.loss == "ce", w, "train.loss",
+          "= \"" + t.loss +
+              "\": drafter.kind = \"domino\" trains with CE only (its loss is (1-λ)·CE(final) + "
+              "λ·CE(base), as SpecForge's); HINT: train.loss = \"ce\"");
+    check(!t.streak, w, "train.streak",
+          "cannot be combined with drafter.kind = \"domino\" (CE only, as SpecForge's)");
+    check(d.emb_dim > 0, w, "drafter.emb_dim", "must be positive");
+    check(d.gru_hidden_dim > 0, w, "drafter.gru_hidden_dim", "must be positive");
+    const int suffix_start = d.pure_draft_prefix_len + (d.shift_label ? 0 : 1);
+    check(d.pure_draft_prefix_len >= 0 && suffix_start < d.block_size, w, "drafter.pure_draft_prefix_len",
+          strfmt("must be >= 0 and leave a corrected slot: pure_draft_prefix_len%s < drafter.block_size (%d)",
+                 d.shift_label ? "" : " + 1", d.block_size));
+    check(t.lambda_base_start >= 0 && t.lambda_base_start <= 1, w, "train.lambda_base_start",
+          "must be in [0, 1]");
+    check(t.lambda_base_decay_ratio >= 0 && t.lambda_base_decay_ratio <= 1, w,
+          "train.lambda_base_decay_ratio", "must be in [0, 1]");
+  }
   check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
   check(c.eval.interval >= 0, w, "eval.interval", "must be >= 0 (steps; 0 = no held-out evaluation)");
   check(c.eval.interval == 0 || !c.eval.data.empty(), w, "eval.data",
@@ -258,6 +290,9 @@ Config config_parse(const std::string& text, const std::string& where) {
   {
     DrafterSection& d = c.drafter;
     Reader r(section(root, "drafter", where), "drafter", where, c);
+    r.get("kind", d.kind);
+    DF_CHECK(d.kind == "dflash" || d.kind == "domino",
+             "%s: 'drafter.kind' = \"%s\" must be \"dflash\" or \"domino\"", where.c_str(), d.kind.c_str());
     r.get("layers", d.layers);
     r.get("heads", d.heads);
     r.get("kv_heads", d.kv_heads);
@@ -277,6 +312,10 @@ Config config_parse(const std::string& text, const std::string& where) {
     d.device = c.target.device;
     r.get("device", d.device);
     r.get("max_block_rows", d.max_block_rows);
+    r.get_for_kind("domino", d.kind, "pure_draft_prefix_len", d.pure_draft_prefix_len);
+    r.get_for_kind("domino", d.kind, "emb_dim", d.emb_dim);
+    r.get_for_kind("domino", d.kind, "gru_hidden_dim", d.gru_hidden_dim);
+    r.get_for_kind("domino", d.kind, "shift_label", d.shift_label);
     r.finish();
   }
   {
@@ -315,6 +354,8 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("streak_alpha", t.streak_alpha);
     r.get("dpace_alpha", t.dpace_alpha);
     r.get("noise_std", t.noise_std);
+    r.get_for_kind("domino", c.drafter.kind, "lambda_base_start", t.lambda_base_start);
+    r.get_for_kind("domino", c.drafter.kind, "lambda_base_decay_ratio", t.lambda_base_decay_ratio);
     r.finish();
   }
   {

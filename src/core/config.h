@@ -32,6 +32,8 @@ struct TargetSection {
 };
 
 struct DrafterSection {
+  // dflash | domino (MODELS.md "Drafter kinds beyond DFlash"): one backbone, the kind's head and loss terms.
+  std::string kind = "dflash";
   int layers = 5;
   int heads = 32;
   int kv_heads = 8;
@@ -52,6 +54,14 @@ struct DrafterSection {
   // Per micro-batch cap on block rows (anchors · block_size); anchors over it are dropped at random. Unset:
   // 4 · data.token_budget; 0: no cap (the workspace is then planned for an anchor at every token).
   int64_t max_block_rows = -1;
+  // kind = "domino" only, under SpecForge's dflash_config names (configs/qwen3-8b-domino.json): the GRU
+  // correction applies from block slot pure_draft_prefix_len on (shift_label) or one later; the GRU (hidden
+  // gru_hidden_dim) reads the target embeddings of the previous block tokens; the correction MLP is
+  // [H + gru_hidden_dim] -> emb_dim -> SiLU -> vocab; shift_label: slot k predicts x[a+k+1].
+  int pure_draft_prefix_len = 1;
+  int emb_dim = 256;
+  int gru_hidden_dim = 1024;
+  bool shift_label = true;
 };
 
 struct DataSection {
@@ -76,6 +86,10 @@ struct TrainSection {
   bool streak = false;         // streak-aware weighting
   double streak_alpha = 1.0;
   double noise_std = 0.0;      // context-feature noise at step 0, cosine to 0
+  // drafter.kind = "domino" only: loss (1−λ)·CE(final) + λ·CE(base), λ linear from lambda_base_start to 0
+  // over the first lambda_base_decay_ratio of the steps (SpecForge linear_lambda_base).
+  double lambda_base_start = 1.0;
+  double lambda_base_decay_ratio = 0.5;
 };
 
 struct PipelineSection {

@@ -38,6 +38,29 @@ void drafter_config_validate(const DrafterConfig& c) {
       DF_CHECK(c.sliding_window >= c.block_size,
                "drafter config: sliding_window %d must be ≥ block_size %d (a block must see itself)",
                c.sliding_window, c.block_size);
+  if (c.kind == DrafterKind::domino) {
+    positive(c.emb_dim, "emb_dim");
+    positive(c.gru_hidden_dim, "gru_hidden_dim");
+    const int suffix_start = c.pure_draft_prefix_len + (c.shift_label ? 0 : 1);
+    DF_CHECK(c.pure_draft_prefix_len >= 0 && suffix_start < c.block_size,
+             "drafter config: pure_draft_prefix_len %d (shift_label %s) leaves no slot of block_size %d to "
+             "correct",
+             c.pure_draft_prefix_len, c.shift_label ? "true" : "false", c.block_size);
+  } else {
+    DF_CHECK(c.pure_draft_prefix_len == 0 && c.emb_dim == 0 && c.gru_hidden_dim == 0 && !c.shift_label,
+             "drafter config: kind %s has no Domino head, but pure_draft_prefix_len/emb_dim/gru_hidden_dim/"
+             "shift_label are set",
+             drafter_kind_name(c.kind));
+  }
+}
+
+void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
+  DF_CHECK(
+      c.kind == DrafterKind::dflash,
+      "drafter.kind = \"%s\": this build's training step on the %s backend has DFlash's head and loss only "
+      "(the Domino head's CPU fp32 oracle is model/domino_head.h; its step and CUDA ops are not built yet); "
+      "HINT: drafter.kind = \"dflash\"",
+      drafter_kind_name(c.kind), backend.c_str());
 }
 
 std::vector<int> drafter_default_target_layer_ids(int target_layers, int n) {
@@ -130,6 +153,7 @@ uint64_t name_stream(const std::string& name) {
 
 DrafterModel::DrafterModel(const DrafterConfig& cfg, TrainOps& ops)
     : cfg_(cfg), table_(drafter_param_table(cfg)), ops_(&ops) {
+  drafter_check_kind_trainable(cfg, ops.name());
   // One allocation: 4 f32 buffers, the bf16 shadow (bf16 backends), the statistics block. The table's total
   // is a multiple of 64 elements, so every part starts at least 128-byte aligned.
   const size_t bytes = size_t(table_.total) * sizeof(float);

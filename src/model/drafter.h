@@ -54,6 +54,10 @@ struct DrafterParamTable {
 
 DrafterParamTable drafter_param_table(const DrafterConfig& c);
 
+// Throws unless the training step of c.kind exists on `backend` ("cpu" | "cuda"): DrafterModel runs only
+// DFlash's head and loss so far, and a Domino config must never silently train a DFlash drafter.
+void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend);
+
 // Views of one flat buffer as the model's tensors (used for params and for grads alike).
 struct DrafterLayerTensors {
   Tensor input_layernorm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_attention_layernorm, gate_proj,

@@ -47,7 +47,25 @@ void read_value(const json& v, std::vector<DrafterLayerType>& out, const std::st
   }
 }
 
+void read_value(const json& v, bool& out, const std::string& where, const char* key) {
+  DF_CHECK(v.is_boolean(), "%s: key '%s' must be true or false, got %s", where.c_str(), key,
+           v.dump().c_str());
+  out = v.get<bool>();
+}
+
+void read_value(const json& v, DrafterKind& out, const std::string& where, const char* key) {
+  DF_CHECK(v.is_string(), "%s: key '%s' must be a drafter kind string, got %s", where.c_str(), key,
+           v.dump().c_str());
+  out = drafter_kind_parse(v.get<std::string>(), where + " key '" + key + "'");
+}
+
 json write_value(int v) { return v; }
+json write_value(bool v) {
+  return v;
+}
+json write_value(DrafterKind v) {
+  return drafter_kind_name(v);
+}
 json write_value(float v) { return v; }
 json write_value(const std::vector<int>& v) { return v; }
 json write_value(const std::vector<DrafterLayerType>& v) {
@@ -57,6 +75,14 @@ json write_value(const std::vector<DrafterLayerType>& v) {
 }
 
 std::string field_text(int v) { return std::to_string(v); }
+
+std::string field_text(bool v) {
+  return v ? "true" : "false";
+}
+
+std::string field_text(DrafterKind v) {
+  return drafter_kind_name(v);
+}
 
 std::string field_text(float v) { return strfmt("%.9g", float_for_json(v)); }
 
@@ -87,12 +113,49 @@ DrafterConfig read_fields(const json& o, NameOf name_of, const std::string& wher
   return c;
 }
 
+// The kind and its head from dflash_config into `flat` under their hf keys (SpecForge
+// DominoDraftModel._init_draft_head: emb_dim and gru_hidden_dim required, pure_draft_prefix_len 0 and
+// shift_label false when absent); a DFlash drafter's head fields are unset (0 / false).
+void flatten_hf_kind(const json* dflash, const std::string& where, json& flat) {
+  const auto get = [&](const char* key) -> const json* {
+    if (!dflash) return nullptr;
+    const auto it = dflash->find(key);
+    return it == dflash->end() || it->is_null() ? nullptr : &*it;
+  };
+  const json* projector = get("projector_type");
+  flat["projector_type"] = projector ? *projector : json("dflash");
+  DrafterKind kind = DrafterKind::dflash;
+  read_value(flat["projector_type"], kind, where, "dflash_config.projector_type");
+  const bool domino = kind == DrafterKind::domino;
+  for (const char* key : {"emb_dim", "gru_hidden_dim"}) {
+    const json* v = get(key);
+    DF_CHECK(!domino || v, "%s: key 'dflash_config.%s' is missing (a Domino drafter needs it)", where.c_str(),
+             key);
+    flat[key] = domino ? *v : json(0);
+  }
+  const json* prefix = get("pure_draft_prefix_len");
+  const json* shift = get("shift_label");
+  flat["pure_draft_prefix_len"] = domino && prefix ? *prefix : json(0);
+  flat["shift_label"] = domino && shift ? *shift : json(false);
+}
+
 }  // namespace
 
 std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c) {
   std::vector<DrafterFieldText> out;
   drafter_config_fields(c, [&](const DrafterField& f, const auto& value) { out.push_back({f, field_text(value)}); });
   return out;
+}
+
+const char* drafter_kind_name(DrafterKind k) {
+  return k == DrafterKind::domino ? "domino" : "dflash";
+}
+
+DrafterKind drafter_kind_parse(const std::string& name, const std::string& where) {
+  if (name == "dflash") return DrafterKind::dflash;
+  DF_CHECK(name == "domino", "%s: drafter kind '%s' is not one this build trains (dflash, domino)",
+           where.c_str(), name.c_str());
+  return DrafterKind::domino;
 }
 
 const char* drafter_layer_type_hf_name(DrafterLayerType t) {
@@ -137,6 +200,13 @@ DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& targe
                                 : DrafterLayerType::full);
   c.sliding_window = d.sliding_window;
   c.num_anchors = d.num_anchors;
+  c.kind = drafter_kind_parse(d.kind, cfg.path + ": drafter.kind");
+  if (c.kind == DrafterKind::domino) {
+    c.pure_draft_prefix_len = d.pure_draft_prefix_len;
+    c.emb_dim = d.emb_dim;
+    c.gru_hidden_dim = d.gru_hidden_dim;
+    c.shift_label = d.shift_label;
+  }
   drafter_config_validate(c);
   return c;
 }
@@ -148,8 +218,15 @@ std::string drafter_config_json(const DrafterConfig& c) {
 }
 
 DrafterConfig drafter_config_from_json(const std::string& text, const std::string& where) {
-  const json j = json::parse(text, nullptr, false);
+  json j = json::parse(text, nullptr, false);
   DF_CHECK(j.is_object(), "%s: drafter_config is not a JSON object (file corrupt?)", where.c_str());
+  if (!j.contains("kind")) {
+    // Written before drafters had kinds: a DFlash drafter, whose head fields are all unset.
+    const DrafterConfig dflash;
+    drafter_config_fields(dflash, [&](const DrafterField& f, const auto& value) {
+      if (!j.contains(f.key)) j[f.key] = write_value(value);
+    });
+  }
   const std::string in = where + " drafter_config";
   const DrafterConfig c = read_fields(j, [](const DrafterField& f) { return f.key; }, in);
   try {
@@ -164,11 +241,14 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
   DF_CHECK(j.is_object(), "%s: a config.json must hold a JSON object", where.c_str());
   if (const auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     bool dflash = false;
-    for (const json& a : *it) dflash |= a.is_string() && a.get<std::string>() == "DFlashDraftModel";
-    DF_CHECK(dflash,
-             "%s: architectures is %s, not DFlashDraftModel; HINT: drafter.init_from names a DFlash drafter "
-             "folder (as `dflash_mpi export` writes), not the target model",
-             where.c_str(), it->dump().c_str());
+    for (const json& a : *it)
+      dflash |= a.is_string() &&
+                (a.get<std::string>() == "DFlashDraftModel" || a.get<std::string>() == "DominoDraftModel");
+    DF_CHECK(
+        dflash,
+        "%s: architectures is %s, not DFlashDraftModel or DominoDraftModel; HINT: drafter.init_from names a "
+        "DFlash-family drafter folder (as `dflash_mpi export` writes), not the target model",
+        where.c_str(), it->dump().c_str());
   }
   // Sliding layer types are DFlash's own; the Qwen3 target parser refuses them, so it reads the rest. Its
   // config.json of what it read (defaults filled in, rope_theta in rope_parameters) gives the Qwen3 fields.
@@ -203,6 +283,7 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
   const bool typed = lt != j.end() && !lt->is_null();
   flat["layer_types"] = typed ? *lt : json(std::vector<std::string>(size_t(q.layers), "full_attention"));
   flat["sliding_window"] = DrafterConfig().sliding_window;  // read below where a layer slides
+  flatten_hf_kind(dflash, where, flat);
   DrafterConfig c = read_fields(flat, [](const DrafterField& f) { return f.hf_key; }, where);
   DF_CHECK(int(c.layer_types.size()) == c.layers, "%s: key 'layer_types' must be an array of num_hidden_layers "
            "(%d) strings, got %s", where.c_str(), c.layers, flat["layer_types"].dump().c_str());

@@ -15,6 +15,8 @@
 namespace df {
 
 enum class DrafterLayerType : uint8_t { sliding, full };
+// The drafter's head and loss terms over the one backbone (MODELS.md "Drafter kinds beyond DFlash").
+enum class DrafterKind : uint8_t { dflash, domino };
 
 struct DrafterConfig {
   int hidden = 0;                        // = the target's hidden size H
@@ -32,6 +34,12 @@ struct DrafterConfig {
   int sliding_window = 2048;             // W, used by sliding layers
   int num_anchors = 512;                 // per sequence
   int vocab = 0;                         // the target's vocabulary (embedding and lm_head rows)
+  DrafterKind kind = DrafterKind::dflash;
+  // Domino's head (config.h DrafterSection has the meaning); 0 / false for any other kind.
+  int pure_draft_prefix_len = 0;
+  int emb_dim = 0;
+  int gru_hidden_dim = 0;
+  bool shift_label = false;
 
   int num_taps() const { return int(target_layer_ids.size()); }
 };
@@ -47,7 +55,7 @@ DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& targe
 
 // A DrafterConfig field's names: its key in a checkpoint's drafter_config JSON, the run-config key that sets
 // it (or what fixes it: the target), and its Hugging Face config.json key (null: config.json has none;
-// mask_token_id, target_layer_ids and block_size may sit inside dflash_config).
+// mask_token_id, target_layer_ids and block_size may sit inside dflash_config; the kind's keys sit there).
 struct DrafterField {
   const char* key;
   const char* run_key;
@@ -73,6 +81,13 @@ void drafter_config_fields(C& c, F&& f) {
   f(DrafterField{"num_anchors", "drafter.num_anchors", nullptr}, c.num_anchors);
   f(DrafterField{"hidden", "target (hidden size)", "hidden_size"}, c.hidden);
   f(DrafterField{"vocab", "target (vocabulary)", "vocab_size"}, c.vocab);
+  // The kind and its head: SpecForge's dflash_config keys (projector_type absent = dflash).
+  f(DrafterField{"kind", "drafter.kind", "projector_type"}, c.kind);
+  f(DrafterField{"pure_draft_prefix_len", "drafter.pure_draft_prefix_len", "pure_draft_prefix_len"},
+    c.pure_draft_prefix_len);
+  f(DrafterField{"emb_dim", "drafter.emb_dim", "emb_dim"}, c.emb_dim);
+  f(DrafterField{"gru_hidden_dim", "drafter.gru_hidden_dim", "gru_hidden_dim"}, c.gru_hidden_dim);
+  f(DrafterField{"shift_label", "drafter.shift_label", "shift_label"}, c.shift_label);
 }
 
 // Every field of c with its value as messages show it, in drafter_config_fields order: what the comparisons
@@ -84,6 +99,12 @@ struct DrafterFieldText {
   std::string text;
 };
 std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c);
+
+// "dflash" | "domino": drafter.kind's spelling, also SpecForge's dflash_config.projector_type (absent =
+// dflash).
+const char* drafter_kind_name(DrafterKind k);
+// The kind named `name`; throws naming `where` and the accepted names.
+DrafterKind drafter_kind_parse(const std::string& name, const std::string& where);
 
 // "sliding_attention" | "full_attention", the HF layer_types spelling.
 const char* drafter_layer_type_hf_name(DrafterLayerType t);

@@ -207,9 +207,18 @@ std::string train_plan_summary(const TrainPlan& p) {
               p.target.layers, p.target.hidden, p.target.vocab, p.cfg.target.device.c_str());
   if (p.target.is_moe())
     s += strfmt("target %s: %s\n", p.target.model_type.c_str(), qwen_config_moe_summary(p.target).c_str());
-  s += strfmt("drafter: %d layers, %lld trainable parameters, taps %s, block %d, mask id %d, loss %s\n",
-              p.drafter.layers, (long long)trainable, taps.c_str(), p.drafter.block_size, p.drafter.mask_token_id,
-              p.cfg.train.loss.c_str());
+  s += strfmt(
+      "drafter: kind %s, %d layers, %lld trainable parameters, taps %s, block %d, mask id %d, loss %s\n",
+      drafter_kind_name(p.drafter.kind), p.drafter.layers, (long long)trainable, taps.c_str(),
+      p.drafter.block_size, p.drafter.mask_token_id, p.cfg.train.loss.c_str());
+  if (p.drafter.kind == DrafterKind::domino)
+    s += strfmt(
+        "domino head: GRU hidden %d over the previous tokens' embeddings, MLP %d -> %d -> vocab from slot "
+        "%d, shift_label %s; lambda_base %g -> 0 over the first %g of the steps\n",
+        p.drafter.gru_hidden_dim, p.drafter.hidden + p.drafter.gru_hidden_dim, p.drafter.emb_dim,
+        p.drafter.pure_draft_prefix_len + (p.drafter.shift_label ? 0 : 1),
+        p.drafter.shift_label ? "true" : "false", p.cfg.train.lambda_base_start,
+        p.cfg.train.lambda_base_decay_ratio);
   s += strfmt("data: %lld sequences, %lld tokens, %lld anchorable positions, %lld batches per epoch\n",
               (long long)p.corpus->num_sequences(), (long long)p.corpus->num_tokens(), (long long)p.anchor_positions,
               (long long)p.batcher->batches_in_epoch(0));

@@ -30,6 +30,8 @@ const RunField kRunFields[] = {
     {"train.streak_alpha", [](const Config& c) { return num(c.train.streak_alpha); }},
     {"train.dpace_alpha", [](const Config& c) { return num(c.train.dpace_alpha); }},
     {"train.noise_std", [](const Config& c) { return num(c.train.noise_std); }},
+    {"train.lambda_base_start", [](const Config& c) { return num(c.train.lambda_base_start); }},
+    {"train.lambda_base_decay_ratio", [](const Config& c) { return num(c.train.lambda_base_decay_ratio); }},
     {"train.lr", [](const Config& c) { return num(c.train.lr); }},
     {"train.warmup_ratio", [](const Config& c) { return num(c.train.warmup_ratio); }},
     {"train.epochs", [](const Config& c) { return num(c.train.epochs); }},
@@ -107,6 +109,13 @@ void checkpoint_check_resume_config(const CheckpointHeader& h, const std::string
     DF_CHECK(known.count(a), "--allow-change %s: not a setting a resume compares; HINT: one of %s", a.c_str(),
              keys.c_str());
   }
+  // Another kind is another parameter set and loss: no --allow-change makes that a resume.
+  DF_CHECK(h.drafter.kind == now.kind,
+           "%s: 'drafter.kind' is \"%s\" but %s trained a \"%s\" drafter; a resume continues the same kind. "
+           "HINT: set drafter.kind = \"%s\", or start a fresh run (checkpoint.resume = \"none\" and another "
+           "run.dir)",
+           cfg.path.c_str(), drafter_kind_name(now.kind), path.c_str(), drafter_kind_name(h.drafter.kind),
+           drafter_kind_name(h.drafter.kind));
   const std::set<std::string> ok(allowed.begin(), allowed.end());
   for (const CheckpointChange& c : checkpoint_config_changes(h, path, cfg, now)) {
     if (ok.count(c.key)) continue;

@@ -9,6 +9,12 @@
 # machine):
 #
 #   python3 tests/golden/make_drafter_golden.py [--specforge .peer/SpecForge] [--out tests/golden/drafter]
+#   python3 tests/golden/make_drafter_golden.py --kind domino     (-> tests/golden/drafter_domino)
+#
+# --kind domino runs SpecForge's DominoDraftModel + OnlineDominoModel instead (shift_label, a GRU prefix head,
+# λ fixed at LAMBDA_BASE so both CE terms carry gradient) and also records the backbone's normed output per
+# block (hidden [S·N·B, H]) with the loss's gradient with respect to it, the GRU input and label ids, and the
+# final / base loss terms: the head oracle (model/domino_head.h) is checked on those alone.
 #
 # Out: <out>/model/{config.json, model.safetensors} (the drafter, HF layout, F32) and <out>/golden.safetensors
 # (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).
@@ -33,6 +39,10 @@ FIELDS = {
     "rms_norm_eps": 1e-6, "num_anchors": 5,
 }
 GAMMA = 3.0
+# Domino's head (dflash_config keys): odd sizes, one uncorrected slot; λ between its ends.
+DOMINO = {"projector_type": "domino", "pure_draft_prefix_len": 1, "emb_dim": 23, "gru_hidden_dim": 19,
+          "shift_label": True}
+LAMBDA_BASE = 0.3
 # Three sequences; loss-mask holes (a prompt, one unsupervised token). Anchors are SpecForge-valid positions
 # (loss_mask[a] and loss_mask[a+1], a <= len-2) chosen to hit the edges: a = 0 (no context), neighbours closer
 # than the block (1, 2; 3, 4), blocks running past the sequence end (11 in 13, 17 in 21), a label on a masked
@@ -46,10 +56,14 @@ ANCHORS = [[0, 1, 2, 7, 11], [3, 4, 12, 17], [5]]
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--specforge", default=peer.DEFAULT_SPECFORGE)
-    p.add_argument("--out", default=os.path.join(REPO, "tests", "golden", "drafter"))
+    p.add_argument("--kind", default="dflash", choices=["dflash", "domino"])
+    p.add_argument("--out", default=None, help="default tests/golden/drafter (dflash), drafter_domino (domino)")
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     args = p.parse_args()
+    domino = args.kind == "domino"
+    if args.out is None:
+        args.out = os.path.join(REPO, "tests", "golden", "drafter_domino" if domino else "drafter")
 
     import torch
     from safetensors.torch import save_file
@@ -68,7 +82,15 @@ def main():
     f64 = getattr(torch, args.dtype)  # the reference's compute dtype (float64 unless asked otherwise)
 
     cfg = peer.qwen3_draft_config(dflash, FIELDS, TARGET, args.attn)
-    draft = dflash.DFlashDraftModel(cfg).to(f64)
+    if domino:
+        import importlib
+
+        cfg.architectures = ["DominoDraftModel"]
+        cfg.dflash_config.update(DOMINO)
+        draft = importlib.import_module("specforge.modeling.draft.domino").DominoDraftModel(cfg).to(f64)
+        assert draft.suffix_start == DOMINO["pure_draft_prefix_len"] and draft.shift_label
+    else:
+        draft = dflash.DFlashDraftModel(cfg).to(f64)
     hd, theta = FIELDS["head_dim"], FIELDS["rope_theta"]
     want = theta ** (-torch.arange(0, hd, 2, dtype=f64) / hd)
     got = draft.rotary_emb.inv_freq.to(f64)
@@ -121,30 +143,57 @@ def main():
             assert a <= n - 2 and loss_mask[s, a] > 0.5 and loss_mask[s, a + 1] > 0.5, (s, a)
             anchors[s, j], keep[s, j] = a, True
 
-    model = family.OnlineDFlashModel(
-        draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed,
-        mask_token_id=FIELDS["mask_token_id"], block_size=B, attention_backend=args.attn, num_anchors=N,
-        loss_decay_gamma=GAMMA, objective_chunk_blocks=128, loss_type="dflash")
+    common = dict(draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed,
+                  mask_token_id=FIELDS["mask_token_id"], block_size=B, attention_backend=args.attn, num_anchors=N,
+                  loss_decay_gamma=GAMMA, objective_chunk_blocks=128)
+    if domino:
+        model = family.OnlineDominoModel(**common, shift_label=DOMINO["shift_label"])
+    else:
+        model = family.OnlineDFlashModel(**common, loss_type="dflash")
     model.train()
     # Fixed anchors in place of SpecForge's random draw (same return contract: positions with 0 where not
     # kept, and the keep mask); the weight mask the objective receives is recorded for the row-by-row
     # comparison.
     model._sample_anchor_positions = lambda seq_len, lm, device: (anchors.clone(), keep.clone())
     seen = {}
-    objective = model._dflash_objective_chunk_terms
+    if domino:
+        objective = model._domino_objective_chunk_terms
+        head_inputs = model._build_domino_head_inputs
 
-    def recording_objective(hidden_4d, target_ids, weight_mask):
-        seen["weight_mask"] = weight_mask.detach().clone()
-        return objective(hidden_4d, target_ids, weight_mask)
+        def recording_objective(hidden_4d, prev_ids, target_ids, weight_mask, eval_weight_mask):
+            seen.setdefault("weight_mask", weight_mask.detach().clone())
+            return objective(hidden_4d, prev_ids, target_ids, weight_mask, eval_weight_mask)
 
-    model._dflash_objective_chunk_terms = recording_objective
+        # The backbone's output as the head receives it, kept with its gradient, and the head's token ids.
+        def recording_head_inputs(**kw):
+            hidden4d, prev_ids = head_inputs(**kw)
+            hidden4d.retain_grad()
+            seen.update(hidden=hidden4d, prev_ids=prev_ids.detach().clone(),
+                        target_ids=kw["target_ids"].detach().clone())
+            return hidden4d, prev_ids
+
+        model._domino_objective_chunk_terms = recording_objective
+        model._build_domino_head_inputs = recording_head_inputs
+    else:
+        objective = model._dflash_objective_chunk_terms
+
+        def recording_objective(hidden_4d, target_ids, weight_mask):
+            seen["weight_mask"] = weight_mask.detach().clone()
+            return objective(hidden_4d, target_ids, weight_mask)
+
+        model._dflash_objective_chunk_terms = recording_objective
     # The math SDPA kernel: float64 throughout, and a fully masked row (a padding block) gives 0, not NaN.
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel(SDPBackend.MATH):
-        loss, _acc, metrics = model(input_ids=input_ids, hidden_states=hidden, loss_mask=loss_mask)
+        extra = {"lambda_base": LAMBDA_BASE} if domino else {}
+        loss, _acc, metrics = model(input_ids=input_ids, hidden_states=hidden, loss_mask=loss_mask, **extra)
         loss.backward()
-    loss_num, loss_den = metrics["loss_terms"]
+    if domino:
+        loss_den = seen["weight_mask"].sum()
+        loss_num = loss * (loss_den + 1e-6)
+    else:
+        loss_num, loss_den = metrics["loss_terms"]
     bad = [n for n, prm in draft.named_parameters() if prm.grad is None or not torch.isfinite(prm.grad).all()]
     if not math.isfinite(float(loss)) or bad:
         sys.exit(f"make_drafter_golden: loss {float(loss)} or gradients of {bad} are not finite; nothing "
@@ -169,6 +218,17 @@ def main():
         "loss": torch.tensor([float(loss)], dtype=torch.float32),
         "loss_den": torch.tensor([float(loss_den)], dtype=torch.float32),
     }
+    if domino:
+        hs = seen["hidden"]
+        out.update({
+            "lambda_base": torch.tensor([LAMBDA_BASE], dtype=torch.float32),
+            "final_loss": torch.tensor([float(metrics["final_loss"])], dtype=torch.float32),
+            "base_loss": torch.tensor([float(metrics["base_loss"])], dtype=torch.float32),
+            "hidden": hs.detach().reshape(-1, H).float().contiguous(),
+            "grad.hidden": hs.grad.detach().reshape(-1, H).float().contiguous(),
+            "prev_ids": seen["prev_ids"].reshape(-1).to(torch.int32),
+            "target_ids": seen["target_ids"].reshape(-1).to(torch.int32),
+        })
     weights = {}
     for name, prm in draft.named_parameters():
         assert prm.grad is not None, f"no gradient for {name}"
@@ -182,7 +242,8 @@ def main():
     save_file(weights, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     # The 2026 published layout: block_size inside dflash_config, rope_theta inside rope_parameters.
     hf = {
-        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": H,
+        "architectures": ["DominoDraftModel" if domino else "DFlashDraftModel"], "model_type": "qwen3",
+        "hidden_size": H,
         "intermediate_size": FIELDS["intermediate"], "num_hidden_layers": FIELDS["layers"],
         "num_attention_heads": FIELDS["heads"], "num_key_value_heads": FIELDS["kv_heads"], "head_dim": hd,
         "num_target_layers": TARGET["layers"], "rms_norm_eps": FIELDS["rms_norm_eps"],
@@ -191,7 +252,8 @@ def main():
         "use_sliding_window": True, "vocab_size": V, "tie_word_embeddings": False, "hidden_act": "silu",
         "attention_bias": False, "dtype": "float32",
         "dflash_config": {"mask_token_id": FIELDS["mask_token_id"],
-                          "target_layer_ids": FIELDS["target_layer_ids"], "block_size": B},
+                          "target_layer_ids": FIELDS["target_layer_ids"], "block_size": B,
+                          **(DOMINO if domino else {})},
     }
     with open(os.path.join(model_dir, "config.json"), "w") as fh:
         json.dump(hf, fh, indent=2)

@@ -5,7 +5,9 @@
 
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -101,6 +103,70 @@ TEST(CheckpointTruth, ResumeRefusesChangesNamingTheKeyUnlessAllowed) {
 
   msg = error_of([&] { checkpoint_check_resume_config(h, path, same, trained, {"train.lrr"}); });
   EXPECT_NE(msg.find("--allow-change train.lrr: not a setting"), std::string::npos) << msg;
+}
+
+// A Domino drafter config for the comparisons (its training step is not built yet, so no model holds one).
+DrafterConfig tiny_domino_config() {
+  DrafterConfig c = tiny_drafter_config();
+  c.kind = DrafterKind::domino;
+  c.pure_draft_prefix_len = 1;
+  c.emb_dim = 8;
+  c.gru_hidden_dim = 12;
+  c.shift_label = true;
+  return c;
+}
+
+TEST(CheckpointTruth, KindIsRecordedAndAnotherKindNeverResumes) {
+  ScratchDir d;
+  const DrafterConfig trained = tiny_drafter_config();
+  const std::string path = saved_checkpoint(d, trained, kRun);
+  const CheckpointHeader h = checkpoint_read_header(path);
+  EXPECT_EQ(h.drafter.kind, DrafterKind::dflash);
+  const Config cfg = config_parse(kRun, "run.toml");
+  for (const std::vector<std::string>& allowed :
+       {std::vector<std::string>{},
+        std::vector<std::string>{"drafter.kind", "drafter.emb_dim", "drafter.gru_hidden_dim",
+                                 "drafter.pure_draft_prefix_len", "drafter.shift_label"}}) {
+    const std::string msg =
+        error_of([&] { checkpoint_check_resume_config(h, path, cfg, tiny_domino_config(), allowed); });
+    EXPECT_NE(msg.find("'drafter.kind' is \"domino\" but " + path + " trained a \"dflash\" drafter"),
+              std::string::npos)
+        << msg;
+  }
+  // The kind and its head fields round-trip through the checkpoint's JSON.
+  const DrafterConfig back = drafter_config_from_json(drafter_config_json(tiny_domino_config()), "json");
+  EXPECT_EQ(back.kind, DrafterKind::domino);
+  EXPECT_EQ(back.emb_dim, 8);
+  EXPECT_EQ(back.gru_hidden_dim, 12);
+  EXPECT_EQ(back.pure_draft_prefix_len, 1);
+  EXPECT_TRUE(back.shift_label);
+}
+
+TEST(CheckpointTruth, DrafterConfigWithoutKindReadsAsDflash) {
+  nlohmann::json j = nlohmann::json::parse(drafter_config_json(tiny_drafter_config()));
+  for (const char* key : {"kind", "pure_draft_prefix_len", "emb_dim", "gru_hidden_dim", "shift_label"})
+    j.erase(key);
+  const DrafterConfig c = drafter_config_from_json(j.dump(), "old.h5");
+  EXPECT_EQ(c.kind, DrafterKind::dflash);
+  EXPECT_EQ(c.emb_dim, 0);
+  // With a kind, every key is required.
+  j["kind"] = "domino";
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_json(j.dump(), "new.h5");
+            }).find("'pure_draft_prefix_len' is missing"),
+            std::string::npos);
+}
+
+TEST(CheckpointTruth, NoBackendTrainsADominoDrafterYet) {
+  CpuTrainOps ops;
+  const std::string msg = error_of([&] { DrafterModel m(tiny_domino_config(), ops); });
+  EXPECT_NE(msg.find("drafter.kind = \"domino\": this build's training step on the cpu backend"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(
+      error_of([&] { drafter_check_kind_trainable(tiny_domino_config(), "cuda"); }).find("cuda backend"),
+      std::string::npos);
+  EXPECT_NO_THROW(drafter_check_kind_trainable(tiny_drafter_config(), "cuda"));
 }
 
 // The writer streams: a ~200 MB checkpoint (17 M parameters x params, m, v) must not be built in memory.

@@ -132,3 +132,78 @@ TEST(Config, ShippedConfigsChooseTheDrafterDevice) {
     EXPECT_EQ(c.drafter.max_block_rows, 8192) << f;
   }
 }
+
+TEST(Config, DrafterKindAndItsKeys) {
+  Config c = config_parse(kMinimal, "test.toml");
+  EXPECT_EQ(c.drafter.kind, "dflash");
+  bool domino_key_shown = false;
+  for (const auto& [k, v] : c.values)
+    domino_key_shown |= k == "drafter.emb_dim" || k == "train.lambda_base_start";
+  EXPECT_FALSE(domino_key_shown) << "a DFlash run's table lists no Domino key";
+
+  c = config_parse(
+      std::string(kMinimal) +
+          "kind = \"domino\"\nemb_dim = 64\ngru_hidden_dim = 96\npure_draft_prefix_len = 2\n"
+          "shift_label = false\n[train]\nlambda_base_start = 0.8\nlambda_base_decay_ratio = 0.25\n",
+      "test.toml");
+  EXPECT_EQ(c.drafter.kind, "domino");
+  EXPECT_EQ(c.drafter.emb_dim, 64);
+  EXPECT_EQ(c.drafter.gru_hidden_dim, 96);
+  EXPECT_EQ(c.drafter.pure_draft_prefix_len, 2);
+  EXPECT_FALSE(c.drafter.shift_label);
+  EXPECT_DOUBLE_EQ(c.train.lambda_base_start, 0.8);
+  EXPECT_DOUBLE_EQ(c.train.lambda_base_decay_ratio, 0.25);
+  const std::string table = config_table(c);
+  for (const char* shown :
+       {"drafter.kind", "\"domino\"", "drafter.gru_hidden_dim", "train.lambda_base_decay_ratio"})
+    EXPECT_NE(table.find(shown), std::string::npos) << shown << "\n" << table;
+
+  // SpecForge's defaults (configs/qwen3-8b-domino.json, schema.py).
+  c = config_parse(std::string(kMinimal) + "kind = \"domino\"\n", "test.toml");
+  EXPECT_EQ(c.drafter.emb_dim, 256);
+  EXPECT_EQ(c.drafter.gru_hidden_dim, 1024);
+  EXPECT_EQ(c.drafter.pure_draft_prefix_len, 1);
+  EXPECT_TRUE(c.drafter.shift_label);
+  EXPECT_DOUBLE_EQ(c.train.lambda_base_start, 1.0);
+  EXPECT_DOUBLE_EQ(c.train.lambda_base_decay_ratio, 0.5);
+}
+
+TEST(Config, KeyOfAnotherKindIsRefusedNamingIt) {
+  for (const char* extra :
+       {"emb_dim = 64\n", "gru_hidden_dim = 8\n", "shift_label = true\n", "pure_draft_prefix_len = 1\n"}) {
+    const std::string e = error_of(std::string(kMinimal) + extra);
+    const std::string key = std::string(extra).substr(0, std::string(extra).find(' '));
+    EXPECT_NE(e.find("'drafter." + key + "' belongs to drafter.kind = \"domino\""), std::string::npos) << e;
+  }
+  const std::string e = error_of(std::string(kMinimal) + "[train]\nlambda_base_start = 0.5\n");
+  EXPECT_NE(
+      e.find(
+          "'train.lambda_base_start' belongs to drafter.kind = \"domino\", but drafter.kind is \"dflash\""),
+      std::string::npos)
+      << e;
+  EXPECT_NE(error_of(std::string(kMinimal) + "kind = \"eagle\"\n").find("'drafter.kind' = \"eagle\""),
+            std::string::npos);
+}
+
+TEST(Config, DominoTrainsWithCeOnlyAndKeepsACorrectedSlot) {
+  const std::string domino = std::string(kMinimal) + "kind = \"domino\"\n";
+  for (const char* loss : {"kl", "dpace"}) {
+    const std::string e = error_of(domino + "[train]\nloss = \"" + loss + "\"\n");
+    EXPECT_NE(
+        e.find("'train.loss' = \"" + std::string(loss) + "\": drafter.kind = \"domino\" trains with CE only"),
+        std::string::npos)
+        << e;
+  }
+  EXPECT_NE(error_of(domino + "[train]\nstreak = true\n").find("'train.streak'"), std::string::npos);
+  EXPECT_NE(
+      error_of(domino + "block_size = 4\npure_draft_prefix_len = 4\n").find("drafter.pure_draft_prefix_len"),
+      std::string::npos);
+  EXPECT_NE(error_of(domino + "block_size = 4\npure_draft_prefix_len = 3\nshift_label = false\n")
+                .find("drafter.pure_draft_prefix_len"),
+            std::string::npos);
+  EXPECT_EQ(error_of(domino + "block_size = 4\npure_draft_prefix_len = 3\n"), "");
+  EXPECT_NE(error_of(domino + "gru_hidden_dim = 0\n").find("drafter.gru_hidden_dim"), std::string::npos);
+  EXPECT_NE(error_of(domino + "emb_dim = -1\n").find("drafter.emb_dim"), std::string::npos);
+  EXPECT_NE(error_of(domino + "[train]\nlambda_base_start = 1.5\n").find("train.lambda_base_start"),
+            std::string::npos);
+}

@@ -169,3 +169,41 @@ init_from = "/models/drafter"
   EXPECT_TRUE(config_parse("[target]\nrandom_config = \"x.json\"\n[drafter]\nmask_token_id = 1\n", "t.toml")
                   .drafter.init_from.empty());
 }
+
+TEST(InitFrom, DominoConfigJsonReadsItsHeadAndKindMismatchIsNamed) {
+  Exported ex;
+  const std::string cfg_path = ex.dir + "/config.json";
+  nlohmann::json j = read_json(cfg_path);
+  j["architectures"] = {"DominoDraftModel"};
+  j["dflash_config"]["projector_type"] = "domino";
+  j["dflash_config"]["emb_dim"] = 8;
+  j["dflash_config"]["gru_hidden_dim"] = 12;
+  j["dflash_config"]["pure_draft_prefix_len"] = 1;
+  j["dflash_config"]["shift_label"] = true;
+  const DrafterConfig c = drafter_config_from_hf_json(j, "domino");
+  EXPECT_EQ(c.kind, DrafterKind::domino);
+  EXPECT_EQ(c.emb_dim, 8);
+  EXPECT_EQ(c.gru_hidden_dim, 12);
+  EXPECT_EQ(c.pure_draft_prefix_len, 1);
+  EXPECT_TRUE(c.shift_label);
+  const std::string e = error_of([&] { drafter_config_check_same(ex.src.cfg, c, "domino"); });
+  EXPECT_NE(e.find("projector_type = domino but this run's drafter has dflash (drafter.kind)"),
+            std::string::npos)
+      << e;
+
+  // The peer's defaults where dflash_config leaves them out; its required sizes named when missing.
+  nlohmann::json bare = j;
+  bare["dflash_config"].erase("pure_draft_prefix_len");
+  bare["dflash_config"].erase("shift_label");
+  const DrafterConfig d = drafter_config_from_hf_json(bare, "bare");
+  EXPECT_EQ(d.pure_draft_prefix_len, 0);
+  EXPECT_FALSE(d.shift_label);
+  bare["dflash_config"].erase("gru_hidden_dim");
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_hf_json(bare, "bare");
+            }).find("'dflash_config.gru_hidden_dim' is missing"),
+            std::string::npos);
+  j["dflash_config"]["projector_type"] = "dspark";
+  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(j, "dspark"); }).find("drafter kind 'dspark'"),
+            std::string::npos);
+}
