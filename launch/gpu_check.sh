@@ -26,7 +26,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "build ok"
 for step in "$@"; do
   case "$step" in
-    gpu) (cd "$B" && timeout ${GPU_TIMEOUT:-300} ctest -L gpu -j${GPU_JOBS:-6} --timeout 240 --output-on-failure) > "$OUT/ctest-gpu.log" 2>&1
+    gpu) (cd "$B" && timeout ${GPU_TIMEOUT:-420} ctest -L gpu -j${GPU_JOBS:-6} --timeout 240 --output-on-failure) > "$OUT/ctest-gpu.log" 2>&1
          echo "gpu tests: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log")" ;;
     profiles) # The GPU suite again under each test profile (DFLASH_GPU_PROFILE): dispatch acts as on that device.
               for prof in ${GPU_PROFILES:-sm120 sm100 sm89 sm80}; do
