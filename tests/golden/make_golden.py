@@ -211,6 +211,19 @@ def qwen35_interval_config():
     return Qwen3_5TextConfig(full_attention_interval=2, **qwen35_text_kwargs())
 
 
+def save_multimodal_weights(model, h, seed, out_dir):
+    """The text model's weights under the multimodal wrapper's names (model.language_model.*), with an MTP and a
+    vision tensor beside them that the loader must skip, as a released Qwen3.5 / 3.6 checkpoint has."""
+    tensors = {}
+    for key, t in model.state_dict().items():
+        new_key = "model.language_model." + key[len("model."):] if key.startswith("model.") else key
+        tensors[new_key] = t.detach().clone().contiguous()
+    gen = torch.Generator().manual_seed(seed + 2)
+    tensors["mtp.fc.weight"] = torch.randn(h, 2 * h, generator=gen)
+    tensors["model.visual.merger.linear_fc2.bias"] = torch.randn(h, generator=gen)
+    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+
+
 def tiny_vision_config():
     # Only config.json needs it (no vision weights are written but one dummy tensor); small so HF can build it.
     return dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=4,
@@ -412,15 +425,7 @@ def make_multimodal(out_root, name, seed):
     attrs = base_attrs(text_cfg, seed, hs_last)
     attrs.update(gdn_attrs(model.model, seqs, states))
 
-    tensors = {}
-    for key, t in model.state_dict().items():
-        new_key = "model.language_model." + key[len("model."):] if key.startswith("model.") else key
-        tensors[new_key] = t.detach().clone().contiguous()
-    gen = torch.Generator().manual_seed(seed + 2)
-    h = text_cfg.hidden_size
-    tensors["mtp.fc.weight"] = torch.randn(h, 2 * h, generator=gen)
-    tensors["model.visual.merger.linear_fc2.bias"] = torch.randn(h, generator=gen)
-    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    save_multimodal_weights(model, text_cfg.hidden_size, seed, out_dir)
 
     text_dict = text_cfg.to_dict()
     text_dict.pop("layer_types")

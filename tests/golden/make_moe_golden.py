@@ -232,15 +232,7 @@ def make_moe_multimodal(out_root, name, seed):
     stats = routing_stats(model.model, seqs)
     check_stats(name, stats, None, None)
     attrs = case_attrs(model, text_cfg, seed, hs_last, stats)
-    tensors = {}
-    for key, t in model.state_dict().items():
-        new_key = "model.language_model." + key[len("model."):] if key.startswith("model.") else key
-        tensors[new_key] = t.detach().clone().contiguous()
-    gen = torch.Generator().manual_seed(seed + 2)
-    h = text_cfg.hidden_size
-    tensors["mtp.fc.weight"] = torch.randn(h, 2 * h, generator=gen)
-    tensors["model.visual.merger.linear_fc2.bias"] = torch.randn(h, generator=gen)
-    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    mg.save_multimodal_weights(model, text_cfg.hidden_size, seed, out_dir)
     attrs["expert_naming"] = saved_expert_naming(out_dir)
     text_dict = text_cfg.to_dict()
     full_cfg = Qwen3_5MoeConfig(text_config=text_dict, vision_config=mg.tiny_vision_config(), tie_word_embeddings=False)
