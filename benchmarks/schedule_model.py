@@ -13,17 +13,16 @@
 #     cluster per (128-key tile, kv head) whose two CTAs take the contiguous halves of the list of blocks that
 #     see the tile; a unit is one item (a block's 64 query rows against the tile). One CTA per SM, two SMs a
 #     cluster. Orders: `head` (the default grid, each kv head's tiles in a row), `tile`
-#     (DFLASH_DFA_KV_ORDER=tile, each tile's kv heads in a row) and `tile4` (=tile4: the same within groups of
-#     4 kv heads). --context-only: the grid without the own-row
-#     tiles (DFLASH_DFA_OWN=dq, the dq pass writes those rows).
+#     (each tile's kv heads in a row) and `tile4` (the same within groups of 4 kv heads: the kernel's order).
+#     --context-only: the grid without the own-row tiles (the dq pass writes those rows, as the kernel does).
 #   python3 benchmarks/schedule_model.py attention [--slots 132] [--fixed 1]
 #     The Hopper causal attention (kernels/attention/attention_sm90.cu) at bench_kernels attention's 8 x 4096 tokens,
 #     128 query rows an item, a unit one key tile (128 keys; 80 at head dim 256 scale alike). Item orders:
-#     `head` (DFLASH_ATTN_ORDER=tiles, each head's tiles longest first) and `heads` (=heads, each tile's heads
+#     `head` (each head's tiles longest first: the kernel's order) and `heads` (each tile's heads
 #     together, a sequence's longest tiles first), each on three schedules: one CTA an item (--fixed paid per
-#     item, the hardware starting them in order: DFLASH_ATTN_PERSIST=0), `zigzag` (the persistent grid's
+#     item, the hardware starting them in order), `zigzag` (the persistent grid's
 #     static rounds of 132 items, every other one reversed; the fixed cost taken as hidden) and `dynamic`
-#     (DFLASH_ATTN_SCHED=dynamic: the persistent CTAs take the next item as they free up, fixed cost hidden).
+#     (the kernel's schedule: the persistent CTAs take the next item as they free up, fixed cost hidden).
 import argparse
 import heapq
 
@@ -90,7 +89,7 @@ def main():
     ap.add_argument("--fixed", type=float, help="a job's fixed cost in work units (dfa-kv 2, attention 1)")
     ap.add_argument("--window", type=int, nargs="+", default=[2048, 0], help="dfa-kv: sliding windows (0 full)")
     ap.add_argument("--sequences", type=int, nargs="+", default=[1, 8], help="dfa-kv: sequences of 4096")
-    ap.add_argument("--context-only", action="store_true", help="dfa-kv: no own-row tiles (DFLASH_DFA_OWN=dq)")
+    ap.add_argument("--context-only", action="store_true", help="dfa-kv: no own-row tiles (the dq pass writes them)")
     a = ap.parse_args()
     if a.kernel == "dfa-kv":
         slots = a.slots or 66
