@@ -807,13 +807,24 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
     c = b.arena.alloc(DType::bf16, n, n);
   }
-  // The default kernel and, where that is the wgmma one, the portable kernel forced through the registry
-  // (the one every other GPU runs), each checked before it is timed.
+  // The default kernel; where that is the wgmma one, the portable kernel forced through the registry (the one
+  // every other GPU runs); and where the portable kernel takes 64-key tiles at this head dim, its 32-key form
+  // (what the 99 KB GPUs run at hd 256; the callers' head dims are powers of two, their own padding). Each is
+  // checked before it is timed.
+  struct Form {
+    const char* tag;
+    KernelVariants v;
+  };
   const KernelVariants saved = kernel_variants();
-  const bool sm90 = device_caps().wgmma && !saved.attention_portable;
-  for (const bool portable : sm90 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::attention_portable, portable));
-    const char* tag = portable ? " [portable]" : "";
+  std::vector<Form> forms = {{"", saved}};
+  if (device_caps().wgmma && !saved.attention_portable && !saved.attention_portable_k32)
+    forms.push_back({" [portable]", kernel_variants_with(saved, &KernelVariants::attention_portable, true)});
+  if (attention_portable_keys_choose(device_caps(), saved, hd) == 64)
+    forms.push_back(
+        {" [portable k32]", kernel_variants_with(saved, &KernelVariants::attention_portable_k32, true)});
+  for (const Form& form : forms) {
+    kernel_variants_set(form.v);
+    const char* tag = form.tag;
     DF_CUDA_CHECK(
         cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * dtype_size(o.dtype), b.gpu.stream()));
     run();

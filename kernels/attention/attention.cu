@@ -1,9 +1,11 @@
 // Causal GQA attention over packed variable-length sequences, flash style: one block = 64 queries of one
-// head (128 at hd 256), one warp per 16 rows, walking 64-key tiles with an online softmax in fp32 (exp2 with log2e folded into
+// head (128 at hd 256), one warp per 16 rows, walking 64-key tiles (32 where those do not fit the device's
+// shared memory: attention_portable_keys_choose) with an online softmax in fp32 (exp2 with log2e folded into
 // the scale). Q·Kᵀ and P·V run on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate); P is rounded to
 // bf16 before P·V as in FlashAttention. Head dims are padded with zeros to 16/32/64/128/256 in shared memory.
 // An optional output gate (gated attention) is applied in the epilogue, saving a pass over the output.
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/dispatch/dispatch.h"
@@ -13,13 +15,10 @@
 
 namespace df {
 
-constexpr int kAttnKeys = 64;  // keys per tile
-
-// Queries per block. At hd 256 the 251-register warps allow one block per SM either way, so 128 rows halve
-// the K/V tile traffic per FLOP; smaller heads keep 64 rows and several blocks per SM.
+// Queries per block: attention_portable_rows (kernels/dispatch/dispatch.h says why).
 template <int HD>
 struct AttnCfg {
-  static constexpr int kRows = HD >= 256 ? 128 : 64;
+  static constexpr int kRows = attention_portable_rows(HD);
   static constexpr int kThreads = kRows * 2;  // 16 rows per warp
 };
 
@@ -45,9 +44,9 @@ __device__ __forceinline__ void attn_wait() {
   __syncthreads();
 }
 
-// K and V of a tile have buffers of their own, so the copy of V(j) flies during Q·K(j)ᵀ and the copy of
-// K(j+1) during P·V(j).
-template <int HD>
+// K and V of a tile (KEYS keys) have buffers of their own, so the copy of V(j) flies during Q·K(j)ᵀ and the
+// copy of K(j+1) during P·V(j).
+template <int HD, int KEYS>
 __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel(
     const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v, bf16* out, int64_t ld_out,
     const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv, int hd, float scale_log2) {
@@ -56,7 +55,7 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
   extern __shared__ __align__(16) unsigned char attn_smem[];
   bf16* Qs = reinterpret_cast<bf16*>(attn_smem);
   bf16* Ks = Qs + kRows * LDS;
-  bf16* Vs = Ks + kAttnKeys * LDS;
+  bf16* Vs = Ks + KEYS * LDS;
 
   const int seq = blockIdx.y, head = blockIdx.z;
   const int start = cu[seq], len = cu[seq + 1] - start;
@@ -68,7 +67,7 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
   const bf16* vsrc = v + (int64_t)start * ld_v + (int64_t)kvh * hd;
 
   attn_load_tile<HD, LDS, kRows>(Qs, q + (int64_t)start * ld_q + (int64_t)head * hd, ld_q, q0, len, hd);
-  attn_load_tile<HD, LDS, kAttnKeys>(Ks, ksrc, ld_k, 0, len, hd);
+  attn_load_tile<HD, LDS, KEYS>(Ks, ksrc, ld_k, 0, len, hd);
 
   float o[HD / 8][4];
 #pragma unroll
@@ -78,17 +77,17 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // the two query rows this thread holds
   const int last_key = min(q0 + kRows - 1, len - 1);
 
-  for (int k0 = 0; k0 <= last_key; k0 += kAttnKeys) {
+  for (int k0 = 0; k0 <= last_key; k0 += KEYS) {
     attn_wait();  // K(k0) (and Q) arrived; every warp is done with P·V of the previous tile
-    attn_load_tile<HD, LDS, kAttnKeys>(Vs, vsrc, ld_v, k0, len, hd);
+    attn_load_tile<HD, LDS, KEYS>(Vs, vsrc, ld_v, k0, len, hd);
 
-    float s[kAttnKeys / 8][4];
-    warp_mma_abt<kAttnKeys / 8, HD, LDS>(s, Qs + warp * 16 * LDS, Ks, lane);
+    float s[KEYS / 8][4];
+    warp_mma_abt<KEYS / 8, HD, LDS>(s, Qs + warp * 16 * LDS, Ks, lane);
 
     // Scale, causal mask (keys past len are also past every valid row), running max.
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < kAttnKeys / 8; ++n) {
+    for (int n = 0; n < KEYS / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int col = k0 + n * 8 + 2 * t4 + (e & 1);
@@ -109,7 +108,7 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
       l[r] *= corr[r];
     }
 #pragma unroll
-    for (int n = 0; n < kAttnKeys / 8; ++n) {
+    for (int n = 0; n < KEYS / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float p = exp2f(s[n][e] - m[e >> 1]);
@@ -120,11 +119,11 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
     scale_acc_rows(o, corr[0], corr[1]);
 
     attn_wait();  // V(k0) arrived; every warp is done with Q·K(k0)ᵀ
-    if (k0 + kAttnKeys <= last_key) attn_load_tile<HD, LDS, kAttnKeys>(Ks, ksrc, ld_k, k0 + kAttnKeys, len, hd);
+    if (k0 + KEYS <= last_key) attn_load_tile<HD, LDS, KEYS>(Ks, ksrc, ld_k, k0 + KEYS, len, hd);
 
     // O += P·V: the S accumulator layout is the A-fragment layout of the next MMA (two n-tiles per k-step).
 #pragma unroll
-    for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
+    for (int kk = 0; kk < KEYS / 16; ++kk) {
       uint32_t a[4];
       acc_to_a_frag(s[2 * kk], s[2 * kk + 1], a);
       warp_mma_ab<HD / 8, LDS>(o, a, Vs + kk * 16 * LDS, lane);
@@ -141,12 +140,20 @@ static void attention_causal_run(const bf16* q, int64_t ld_q, const bf16* k, int
                                  const int32_t* cu, int num_seqs, int max_len, int hq, int hkv, int hd, float scale,
                                  cudaStream_t stream) {
   constexpr int kRows = AttnCfg<HD>::kRows;
-  size_t smem = sizeof(bf16) * (size_t)(kRows + 2 * kAttnKeys) * (HD + 8);
-  kernel_smem_opt_in(reinterpret_cast<const void*>(attention_causal_kernel<HD>), smem, "attention_causal_kernel");
-  dim3 grid((max_len + kRows - 1) / kRows, num_seqs, hq);
-  attention_causal_kernel<HD><<<grid, AttnCfg<HD>::kThreads, smem, stream>>>(
-      q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, hq, hkv, hd, scale * 1.4426950408889634f);
-  DF_CUDA_CHECK_LAUNCH("attention_causal_kernel");
+  auto run = [&](auto keys) {
+    constexpr int KEYS = decltype(keys)::value;
+    const size_t smem = attention_portable_smem(HD, KEYS);
+    kernel_smem_opt_in(reinterpret_cast<const void*>(attention_causal_kernel<HD, KEYS>), smem,
+                       "attention_causal_kernel");
+    dim3 grid((max_len + kRows - 1) / kRows, num_seqs, hq);
+    attention_causal_kernel<HD, KEYS><<<grid, AttnCfg<HD>::kThreads, smem, stream>>>(
+        q, ld_q, k, ld_k, v, ld_v, out, ld_out, gate, ld_gate, cu, hq, hkv, hd, scale * 1.4426950408889634f);
+    DF_CUDA_CHECK_LAUNCH("attention_causal_kernel");
+  };
+  if (attention_portable_keys_choose(device_caps(), kernel_variants(), HD) == 64)
+    run(std::integral_constant<int, 64>{});
+  else
+    run(std::integral_constant<int, 32>{});
 }
 
 void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,

@@ -63,6 +63,7 @@ inline DeviceCaps device_caps_profile(const DeviceCaps& real, const std::string&
 // kernels on a Hopper GPU) or to measure against the default. Never needed in a normal run.
 struct KernelVariants {
   bool attention_portable = false;        // attention=portable: prefill attention on the mma.sync kernel
+  bool attention_portable_k32 = false;    // attention=portable_k32: the same with its 32-key (99 KB) tiles
   bool dflash_attention_portable = false;  // dflash_attention=portable: DFlash attention on mma.sync kernels
   bool gdn_recurrent = false;  // gdn=recurrent: DeltaNet prefill as the fp32 token recurrence, not chunked
   bool gemm_heuristic = false;  // gemm=heuristic: cuBLASLt's first heuristic pick, no timing of candidates
@@ -78,6 +79,7 @@ struct KernelVariantItem {
 };
 inline constexpr KernelVariantItem kKernelVariantItems[] = {
     {"attention", "portable", &KernelVariants::attention_portable},
+    {"attention", "portable_k32", &KernelVariants::attention_portable_k32},
     {"dflash_attention", "portable", &KernelVariants::dflash_attention_portable},
     {"gdn", "recurrent", &KernelVariants::gdn_recurrent},
     {"gemm", "heuristic", &KernelVariants::gemm_heuristic},
@@ -146,8 +148,28 @@ const DeviceCaps& device_caps();
 enum class AttentionKernel { sm90_ws, portable };
 inline AttentionKernel attention_kernel_choose(const DeviceCaps& caps, const KernelVariants& v, bool sm90_shape,
                                                size_t sm90_smem) {
-  const bool sm90 = !v.attention_portable && caps.wgmma && caps.tma && sm90_shape && sm90_smem <= caps.smem_optin;
+  const bool forced = v.attention_portable || v.attention_portable_k32;
+  const bool sm90 = !forced && caps.wgmma && caps.tma && sm90_shape && sm90_smem <= caps.smem_optin;
   return sm90 ? AttentionKernel::sm90_ws : AttentionKernel::portable;
+}
+
+// The portable prefill attention's block (kernels/attention/attention.cu) for a head dim padded to `hd_pad`
+// (16..256): its query rows, 16 a warp. At hd 256 the 251-register warps allow one block an SM either way, so
+// 128 rows halve the K/V tile traffic per FLOP; smaller heads keep 64 rows and several blocks an SM.
+constexpr int attention_portable_rows(int hd_pad) { return hd_pad >= 256 ? 128 : 64; }
+// Its dynamic shared memory in bytes with `keys`-key tiles: the Q tile, one K and one V tile, bf16 rows padded
+// by 16 bytes.
+constexpr size_t attention_portable_smem(int hd_pad, int keys) {
+  return 2 * size_t(attention_portable_rows(hd_pad) + 2 * keys) * size_t(hd_pad + 8);
+}
+
+// The portable prefill attention's keys per K/V tile: 64, or 32 where the 64-key form's shared memory is more
+// than a block may have (hd 256: 135168 bytes, past the 101376 of sm_86, sm_89 and sm_120) or where the
+// registry's attention=portable_k32 asks for it. The 32-key form keeps the 128 rows at hd 256 (8 warps; 64
+// rows would leave 4 warps an SM to hide the ldmatrix and mma.sync latency) and fits in exactly 101376 bytes;
+// it pays two barriers per 32 keys instead of per 64.
+inline int attention_portable_keys_choose(const DeviceCaps& caps, const KernelVariants& v, int hd_pad) {
+  return v.attention_portable_k32 || attention_portable_smem(hd_pad, 64) > caps.smem_optin ? 32 : 64;
 }
 
 // DFlash attention forward and backward: the wgmma kernels (K/V streamed by TMA) where the device has wgmma

@@ -33,13 +33,14 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(KernelVariants, ParsesItemsAndDefaults) {
   const KernelVariants none = kernel_variants_parse("");
-  EXPECT_FALSE(none.attention_portable || none.dflash_attention_portable || none.gdn_recurrent ||
-               none.gemm_heuristic || none.gemm_log);
+  EXPECT_FALSE(none.attention_portable || none.attention_portable_k32 || none.dflash_attention_portable ||
+               none.gdn_recurrent || none.gemm_heuristic || none.gemm_log);
   const KernelVariants v = kernel_variants_parse(" attention=portable, gemm=log ,,gdn=recurrent");
   EXPECT_TRUE(v.attention_portable);
   EXPECT_TRUE(v.gemm_log);
   EXPECT_TRUE(v.gdn_recurrent);
   EXPECT_FALSE(v.dflash_attention_portable);
+  EXPECT_FALSE(v.attention_portable_k32);
   EXPECT_FALSE(v.gemm_heuristic);
   for (const KernelVariantItem& item : kKernelVariantItems) {
     const KernelVariants one = kernel_variants_parse(std::string(item.op) + "=" + item.value);
@@ -122,6 +123,32 @@ TEST(KernelChoice, PrefillAttention) {
     EXPECT_EQ(attention_kernel_choose(device_caps_profile(hopper, p), defaults, true, 200000),
               AttentionKernel::portable)
         << p;
+}
+
+// The portable prefill attention's tiles: every head dim the op takes (padded to 16..256) gets a form that
+// fits the shared memory of every device profile; the 64-key form stays wherever it fits (Hopper, sm_100,
+// sm_80).
+TEST(KernelChoice, PortableAttentionFitsEveryDevice) {
+  const DeviceCaps hopper = h100();
+  const KernelVariants defaults;
+  EXPECT_EQ(attention_portable_smem(256, 64), size_t(135168))
+      << "the 64-key form at hd 256: more than the 101376 of sm120";
+  EXPECT_EQ(attention_portable_smem(256, 32), size_t(101376));
+  EXPECT_EQ(attention_portable_smem(128, 64), size_t(52224));
+  for (const char* p : {"", "sm120", "sm100", "sm89", "sm80"}) {
+    const DeviceCaps caps = device_caps_profile(hopper, p);
+    for (int hd_pad : {16, 32, 64, 128, 256}) {
+      const int keys = attention_portable_keys_choose(caps, defaults, hd_pad);
+      EXPECT_LE(attention_portable_smem(hd_pad, keys), caps.smem_optin) << p << " hd " << hd_pad;
+      const bool small = std::string(p) == "sm120" || std::string(p) == "sm89";
+      EXPECT_EQ(keys, small && hd_pad == 256 ? 32 : 64) << p << " hd " << hd_pad;
+    }
+  }
+  KernelVariants k32;
+  k32.attention_portable_k32 = true;
+  for (int hd_pad : {16, 128, 256}) EXPECT_EQ(attention_portable_keys_choose(hopper, k32, hd_pad), 32);
+  EXPECT_EQ(attention_kernel_choose(hopper, k32, true, 200000), AttentionKernel::portable)
+      << "attention=portable_k32 forces the portable kernel as attention=portable does";
 }
 
 TEST(KernelChoice, DFlashAttentionGdnAndLmRow) {
