@@ -213,6 +213,32 @@ void validate(const Config& c, const std::string& w) {
     check(t.lambda_base_decay_ratio >= 0 && t.lambda_base_decay_ratio <= 1, w,
           "train.lambda_base_decay_ratio", "must be in [0, 1]");
   }
+  if (d.kind == "dflash2") {
+    // SpecForge: "DFlash2 candidate selection currently requires loss_type='dflash'" (the decayed CE).
+    check(t.loss == "ce", w, "train.loss",
+          "= \"" + t.loss +
+              "\": drafter.kind = \"dflash2\" trains with CE only (its loss is CE + α·CE of the selector, "
+              "as SpecForge's); HINT: train.loss = \"ce\"");
+    check(!t.streak, w, "train.streak",
+          "cannot be combined with drafter.kind = \"dflash2\" (CE only, as SpecForge's)");
+    check(d.conv_kernel_size >= 1 && d.conv_kernel_size <= d.block_size, w, "drafter.conv_kernel_size",
+          strfmt("must be in [1, drafter.block_size (%d)]: a tap reads a row of the same block", d.block_size));
+    check(d.conv_group_size >= 1, w, "drafter.conv_group_size",
+          "must be positive (and divide the target's hidden size)");
+    check(d.selector_rank >= 1, w, "drafter.selector_rank", "must be positive");
+    check(d.selector_top_k >= 1, w, "drafter.selector_top_k",
+          "must be positive (and at most the target's vocabulary)");
+    check(std::isfinite(d.output_multiplier) && d.output_multiplier > 0, w, "drafter.output_multiplier",
+          "must be positive: it scales the logits whose top-K the selector re-ranks");
+    check(std::isfinite(d.final_logit_softcapping) && d.final_logit_softcapping >= 0, w,
+          "drafter.final_logit_softcapping", "must be >= 0 (0: no softcapping)");
+    check(t.dflash2_selector_loss_alpha >= 0 && std::isfinite(t.dflash2_selector_loss_alpha), w,
+          "train.dflash2_selector_loss_alpha", "must be >= 0 (0: the selector is not trained)");
+    check(t.dflash2_selector_warmup_ratio >= 0 && t.dflash2_selector_warmup_ratio <= 1, w,
+          "train.dflash2_selector_warmup_ratio", "must be in [0, 1]");
+    check(t.dflash2_selector_ramp_ratio >= 0 && t.dflash2_selector_ramp_ratio <= 1, w,
+          "train.dflash2_selector_ramp_ratio", "must be in [0, 1]");
+  }
   check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
   check(c.eval.interval >= 0, w, "eval.interval", "must be >= 0 (steps; 0 = no held-out evaluation)");
   check(c.eval.interval == 0 || !c.eval.data.empty(), w, "eval.data",
@@ -291,8 +317,9 @@ Config config_parse(const std::string& text, const std::string& where) {
     DrafterSection& d = c.drafter;
     Reader r(section(root, "drafter", where), "drafter", where, c);
     r.get("kind", d.kind);
-    DF_CHECK(d.kind == "dflash" || d.kind == "domino",
-             "%s: 'drafter.kind' = \"%s\" must be \"dflash\" or \"domino\"", where.c_str(), d.kind.c_str());
+    DF_CHECK(d.kind == "dflash" || d.kind == "domino" || d.kind == "dflash2",
+             "%s: 'drafter.kind' = \"%s\" must be \"dflash\", \"domino\" or \"dflash2\"", where.c_str(),
+             d.kind.c_str());
     r.get("layers", d.layers);
     r.get("heads", d.heads);
     r.get("kv_heads", d.kv_heads);
@@ -316,6 +343,12 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get_for_kind("domino", d.kind, "emb_dim", d.emb_dim);
     r.get_for_kind("domino", d.kind, "gru_hidden_dim", d.gru_hidden_dim);
     r.get_for_kind("domino", d.kind, "shift_label", d.shift_label);
+    r.get_for_kind("dflash2", d.kind, "conv_kernel_size", d.conv_kernel_size);
+    r.get_for_kind("dflash2", d.kind, "conv_group_size", d.conv_group_size);
+    r.get_for_kind("dflash2", d.kind, "selector_rank", d.selector_rank);
+    r.get_for_kind("dflash2", d.kind, "selector_top_k", d.selector_top_k);
+    r.get_for_kind("dflash2", d.kind, "output_multiplier", d.output_multiplier);
+    r.get_for_kind("dflash2", d.kind, "final_logit_softcapping", d.final_logit_softcapping);
     r.finish();
   }
   {
@@ -356,6 +389,10 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("noise_std", t.noise_std);
     r.get_for_kind("domino", c.drafter.kind, "lambda_base_start", t.lambda_base_start);
     r.get_for_kind("domino", c.drafter.kind, "lambda_base_decay_ratio", t.lambda_base_decay_ratio);
+    r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_loss_alpha", t.dflash2_selector_loss_alpha);
+    r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_warmup_ratio", t.dflash2_selector_warmup_ratio);
+    r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_ramp_ratio", t.dflash2_selector_ramp_ratio);
+    r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_stop_gradient", t.dflash2_selector_stop_gradient);
     r.finish();
   }
   {

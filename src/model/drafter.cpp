@@ -52,13 +52,35 @@ void drafter_config_validate(const DrafterConfig& c) {
              "shift_label are set",
              drafter_kind_name(c.kind));
   }
+  if (c.kind == DrafterKind::dflash2) {
+    // SpecForge DFlashGroupedConv / CandidateSelector's own checks.
+    DF_CHECK(c.conv_kernel_size >= 1 && c.conv_kernel_size <= c.block_size,
+             "drafter config: conv_kernel_size %d must be in [1, block_size %d]", c.conv_kernel_size, c.block_size);
+    DF_CHECK(c.conv_group_size >= 1 && c.hidden % c.conv_group_size == 0,
+             "drafter config: conv_group_size %d must divide hidden_size %d", c.conv_group_size, c.hidden);
+    positive(c.selector_rank, "selector_rank");
+    DF_CHECK(c.selector_top_k >= 1 && c.selector_top_k <= c.vocab,
+             "drafter config: selector_top_k %d must be in [1, vocab_size %d]", c.selector_top_k, c.vocab);
+    DF_CHECK(std::isfinite(c.output_multiplier) && c.output_multiplier > 0,
+             "drafter config: output_multiplier %g must be > 0", double(c.output_multiplier));
+    DF_CHECK(std::isfinite(c.final_logit_softcapping) && c.final_logit_softcapping >= 0,
+             "drafter config: final_logit_softcapping %g must be ≥ 0 (0: none)", double(c.final_logit_softcapping));
+  } else {
+    DF_CHECK(c.conv_kernel_size == 0 && c.conv_group_size == 0 && c.selector_rank == 0 && c.selector_top_k == 0 &&
+                 c.output_multiplier == 0.0f && c.final_logit_softcapping == 0.0f,
+             "drafter config: kind %s has no DFlash2 convolutions or selector, but conv_kernel_size/"
+             "conv_group_size/selector_rank/selector_top_k/output_multiplier/final_logit_softcapping are set",
+             drafter_kind_name(c.kind));
+  }
 }
 
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
   DF_CHECK(
       c.kind == DrafterKind::dflash,
       "drafter.kind = \"%s\": this build's training step on the %s backend has DFlash's head and loss only "
-      "(the Domino head's CPU fp32 oracle is model/domino_head.h; its step and CUDA ops are not built yet); "
+      "(the CPU fp32 oracles of the Domino head and of DFlash2's convolutions and selector are "
+      "model/domino_head.h, model/dflash2_conv.h and model/dflash2_selector.h; their steps and CUDA ops are not "
+      "built yet); "
       "HINT: drafter.kind = \"dflash\"",
       drafter_kind_name(c.kind), backend.c_str());
 }
@@ -83,6 +105,9 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
   drafter_config_validate(c);
   DrafterParamTable t;
   const int64_t H = c.hidden, qd = int64_t(c.heads) * c.head_dim, kvd = int64_t(c.kv_heads) * c.head_dim;
+  // DFlash2 (model/dflash2_conv.h, dflash2_selector.h): two convolutions per layer and the selector.
+  const bool dflash2 = c.kind == DrafterKind::dflash2;
+  const int64_t conv_coeffs = dflash2 ? 2 * int64_t(c.conv_kernel_size) * (H / c.conv_group_size) : 0;
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool decay) {
     t.entries.push_back({name, rows, cols, t.total, decay});
     t.total += (rows * cols + 63) / 64 * 64;
@@ -98,6 +123,15 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
     add(p + "mlp.gate_proj.weight", c.intermediate, H, true);
     add(p + "mlp.up_proj.weight", c.intermediate, H, true);
     add(p + "mlp.down_proj.weight", H, c.intermediate, true);
+    if (dflash2) {
+      add(p + "attention_conv.kernel_projection.weight", conv_coeffs, H, true);
+      add(p + "mlp_conv.kernel_projection.weight", conv_coeffs, H, true);
+    }
+  }
+  if (dflash2) {
+    add("candidate_selector.predecessor_codebook", c.vocab, c.selector_rank, true);
+    add("candidate_selector.successor_codebook", c.vocab, c.selector_rank, true);
+    add("candidate_selector.hidden_projection.weight", c.selector_rank, H, true);
   }
   add("hidden_norm.weight", 1, H, false);
   for (int i = 0; i < c.layers; ++i) {
@@ -106,6 +140,10 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
     add(p + "post_attention_layernorm.weight", 1, H, false);
     add(p + "self_attn.q_norm.weight", 1, c.head_dim, false);
     add(p + "self_attn.k_norm.weight", 1, c.head_dim, false);
+    if (dflash2) {
+      add(p + "attention_conv.base_kernel", 2 * c.conv_kernel_size, H, false);
+      add(p + "mlp_conv.base_kernel", 2 * c.conv_kernel_size, H, false);
+    }
   }
   add("norm.weight", 1, H, false);
   return t;

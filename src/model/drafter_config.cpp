@@ -139,6 +139,32 @@ void flatten_hf_kind(const json* dflash, const std::string& where, json& flat) {
   flat["shift_label"] = domino && shift ? *shift : json(false);
 }
 
+// DFlash2 from its architecture (SpecForge DFlash2DraftModel: no projector_type; conv_kernel_size,
+// conv_group_size, selector_rank and selector_top_k required in dflash_config, output_multiplier 1 and no
+// final_logit_softcapping when absent) into `flat`; any other drafter's DFlash2 fields are unset (0).
+void flatten_hf_dflash2(bool dflash2, const json* dflash, const std::string& where, json& flat) {
+  const auto get = [&](const char* key) -> const json* {
+    if (!dflash) return nullptr;
+    const auto it = dflash->find(key);
+    return it == dflash->end() || it->is_null() ? nullptr : &*it;
+  };
+  if (dflash2) flat["projector_type"] = "dflash2";
+  dflash2 = flat["projector_type"] == "dflash2";
+  for (const char* key : {"conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"}) {
+    const json* v = get(key);
+    DF_CHECK(!dflash2 || v, "%s: key 'dflash_config.%s' is missing (a DFlash2DraftModel needs it)",
+             where.c_str(), key);
+    flat[key] = dflash2 ? *v : json(0);
+  }
+  const json* multiplier = get("output_multiplier");
+  const json* softcap = get("final_logit_softcapping");
+  flat["output_multiplier"] = !dflash2 ? json(0.0) : multiplier ? *multiplier : json(1.0);
+  flat["final_logit_softcapping"] = dflash2 && softcap ? *softcap : json(0.0);
+  DF_CHECK(!softcap || !softcap->is_number() || softcap->get<double>() > 0,
+           "%s: dflash_config.final_logit_softcapping %s must be > 0 (leave it out for none, as SpecForge)",
+           where.c_str(), softcap ? softcap->dump().c_str() : "");
+}
+
 }  // namespace
 
 std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c) {
@@ -148,14 +174,18 @@ std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c) {
 }
 
 const char* drafter_kind_name(DrafterKind k) {
-  return k == DrafterKind::domino ? "domino" : "dflash";
+  switch (k) {
+    case DrafterKind::domino: return "domino";
+    case DrafterKind::dflash2: return "dflash2";
+    default: return "dflash";
+  }
 }
 
 DrafterKind drafter_kind_parse(const std::string& name, const std::string& where) {
-  if (name == "dflash") return DrafterKind::dflash;
-  DF_CHECK(name == "domino", "%s: drafter kind '%s' is not one this build trains (dflash, domino)",
-           where.c_str(), name.c_str());
-  return DrafterKind::domino;
+  for (DrafterKind k : {DrafterKind::dflash, DrafterKind::domino, DrafterKind::dflash2})
+    if (name == drafter_kind_name(k)) return k;
+  DF_FAIL("%s: drafter kind '%s' is not one this build knows (dflash, domino, dflash2)", where.c_str(),
+          name.c_str());
 }
 
 const char* drafter_layer_type_hf_name(DrafterLayerType t) {
@@ -207,6 +237,14 @@ DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& targe
     c.gru_hidden_dim = d.gru_hidden_dim;
     c.shift_label = d.shift_label;
   }
+  if (c.kind == DrafterKind::dflash2) {
+    c.conv_kernel_size = d.conv_kernel_size;
+    c.conv_group_size = d.conv_group_size;
+    c.selector_rank = d.selector_rank;
+    c.selector_top_k = d.selector_top_k;
+    c.output_multiplier = float(d.output_multiplier);
+    c.final_logit_softcapping = float(d.final_logit_softcapping);
+  }
   drafter_config_validate(c);
   return c;
 }
@@ -227,6 +265,16 @@ DrafterConfig drafter_config_from_json(const std::string& text, const std::strin
       if (!j.contains(f.key)) j[f.key] = write_value(value);
     });
   }
+  if (j["kind"] != "dflash2") {
+    // Written before DFlash2 existed: its fields, absent, are unset.
+    const DrafterConfig unset;
+    drafter_config_fields(unset, [&](const DrafterField& f, const auto& value) {
+      const std::string key = f.key;
+      const bool dflash2_key = key.rfind("conv_", 0) == 0 || key.rfind("selector_", 0) == 0 ||
+                               key == "output_multiplier" || key == "final_logit_softcapping";
+      if (dflash2_key && !j.contains(key)) j[key] = write_value(value);
+    });
+  }
   const std::string in = where + " drafter_config";
   const DrafterConfig c = read_fields(j, [](const DrafterField& f) { return f.key; }, in);
   try {
@@ -239,15 +287,19 @@ DrafterConfig drafter_config_from_json(const std::string& text, const std::strin
 
 DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& where) {
   DF_CHECK(j.is_object(), "%s: a config.json must hold a JSON object", where.c_str());
+  bool dflash2 = false;  // SpecForge names a DFlash2 drafter by its architecture only
   if (const auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     bool dflash = false;
-    for (const json& a : *it)
-      dflash |= a.is_string() &&
-                (a.get<std::string>() == "DFlashDraftModel" || a.get<std::string>() == "DominoDraftModel");
+    for (const json& a : *it) {
+      for (const char* name : {"DFlashDraftModel", "DominoDraftModel", "DFlash2DraftModel"})
+        dflash |= a.is_string() && a.get<std::string>() == name;
+      dflash2 |= a.is_string() && a.get<std::string>() == "DFlash2DraftModel";
+    }
     DF_CHECK(
         dflash,
-        "%s: architectures is %s, not DFlashDraftModel or DominoDraftModel; HINT: drafter.init_from names a "
-        "DFlash-family drafter folder (as `dflash_mpi export` writes), not the target model",
+        "%s: architectures is %s, not DFlashDraftModel, DominoDraftModel or DFlash2DraftModel; HINT: "
+        "drafter.init_from names a DFlash-family drafter folder (as `dflash_mpi export` writes), not the "
+        "target model",
         where.c_str(), it->dump().c_str());
   }
   // Sliding layer types are DFlash's own; the Qwen3 target parser refuses them, so it reads the rest. Its
@@ -283,7 +335,12 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
   const bool typed = lt != j.end() && !lt->is_null();
   flat["layer_types"] = typed ? *lt : json(std::vector<std::string>(size_t(q.layers), "full_attention"));
   flat["sliding_window"] = DrafterConfig().sliding_window;  // read below where a layer slides
+  if (const json* projector = dflash && dflash->contains("projector_type") ? &(*dflash)["projector_type"] : nullptr;
+      dflash2 && projector && !projector->is_null())
+    DF_CHECK(*projector == "dflash2", "%s: architectures names DFlash2DraftModel but dflash_config.projector_type "
+             "is %s; a DFlash2 drafter has no projector", where.c_str(), projector->dump().c_str());
   flatten_hf_kind(dflash, where, flat);
+  flatten_hf_dflash2(dflash2, dflash, where, flat);
   DrafterConfig c = read_fields(flat, [](const DrafterField& f) { return f.hf_key; }, where);
   DF_CHECK(int(c.layer_types.size()) == c.layers, "%s: key 'layer_types' must be an array of num_hidden_layers "
            "(%d) strings, got %s", where.c_str(), c.layers, flat["layer_types"].dump().c_str());

@@ -16,7 +16,7 @@ namespace df {
 
 enum class DrafterLayerType : uint8_t { sliding, full };
 // The drafter's head and loss terms over the one backbone (MODELS.md "Drafter kinds beyond DFlash").
-enum class DrafterKind : uint8_t { dflash, domino };
+enum class DrafterKind : uint8_t { dflash, domino, dflash2 };
 
 struct DrafterConfig {
   int hidden = 0;                        // = the target's hidden size H
@@ -40,6 +40,14 @@ struct DrafterConfig {
   int emb_dim = 0;
   int gru_hidden_dim = 0;
   bool shift_label = false;
+  // DFlash2's convolutions and candidate selector (config.h DrafterSection has the meaning); 0 for any other
+  // kind. final_logit_softcapping 0: none (SpecForge's absent key).
+  int conv_kernel_size = 0;
+  int conv_group_size = 0;
+  int selector_rank = 0;
+  int selector_top_k = 0;
+  float output_multiplier = 0.0f;
+  float final_logit_softcapping = 0.0f;
 
   int num_taps() const { return int(target_layer_ids.size()); }
 };
@@ -88,6 +96,13 @@ void drafter_config_fields(C& c, F&& f) {
   f(DrafterField{"emb_dim", "drafter.emb_dim", "emb_dim"}, c.emb_dim);
   f(DrafterField{"gru_hidden_dim", "drafter.gru_hidden_dim", "gru_hidden_dim"}, c.gru_hidden_dim);
   f(DrafterField{"shift_label", "drafter.shift_label", "shift_label"}, c.shift_label);
+  f(DrafterField{"conv_kernel_size", "drafter.conv_kernel_size", "conv_kernel_size"}, c.conv_kernel_size);
+  f(DrafterField{"conv_group_size", "drafter.conv_group_size", "conv_group_size"}, c.conv_group_size);
+  f(DrafterField{"selector_rank", "drafter.selector_rank", "selector_rank"}, c.selector_rank);
+  f(DrafterField{"selector_top_k", "drafter.selector_top_k", "selector_top_k"}, c.selector_top_k);
+  f(DrafterField{"output_multiplier", "drafter.output_multiplier", "output_multiplier"}, c.output_multiplier);
+  f(DrafterField{"final_logit_softcapping", "drafter.final_logit_softcapping", "final_logit_softcapping"},
+    c.final_logit_softcapping);
 }
 
 // Every field of c with its value as messages show it, in drafter_config_fields order: what the comparisons
@@ -100,8 +115,8 @@ struct DrafterFieldText {
 };
 std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c);
 
-// "dflash" | "domino": drafter.kind's spelling, also SpecForge's dflash_config.projector_type (absent =
-// dflash).
+// "dflash" | "domino" | "dflash2": drafter.kind's spelling, also SpecForge's dflash_config.projector_type
+// (absent = dflash; a DFlash2 drafter is named by its architecture, DFlash2DraftModel, instead).
 const char* drafter_kind_name(DrafterKind k);
 // The kind named `name`; throws naming `where` and the accepted names.
 DrafterKind drafter_kind_parse(const std::string& name, const std::string& where);

@@ -219,3 +219,59 @@ TEST(CheckpointTruth, SaveGrowsPeakMemoryByLessThan64MiBPlusAChunk) {
   checkpoint_load(path, back);
   EXPECT_EQ(std::memcmp(back.adam_v.data, m.adam_v.data, n * 4), 0);
 }
+
+// A DFlash2 drafter config (its training step is not built yet, so no model holds one).
+DrafterConfig tiny_dflash2_config() {
+  DrafterConfig c = tiny_drafter_config();
+  c.kind = DrafterKind::dflash2;
+  c.conv_kernel_size = 2;
+  c.conv_group_size = 4;
+  c.selector_rank = 3;
+  c.selector_top_k = 5;
+  c.output_multiplier = 1.0f;
+  return c;
+}
+
+TEST(CheckpointTruth, Dflash2IsRecordedRefusedByBothBackendsAndCountedInTheTable) {
+  const DrafterConfig back = drafter_config_from_json(drafter_config_json(tiny_dflash2_config()), "json");
+  EXPECT_EQ(back.kind, DrafterKind::dflash2);
+  EXPECT_EQ(back.conv_group_size, 4);
+  EXPECT_EQ(back.selector_top_k, 5);
+  // A checkpoint written before DFlash2 existed has none of its keys: a DFlash drafter.
+  nlohmann::json j = nlohmann::json::parse(drafter_config_json(tiny_drafter_config()));
+  for (const char* key : {"conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k",
+                          "output_multiplier", "final_logit_softcapping"})
+    j.erase(key);
+  EXPECT_EQ(drafter_config_json(drafter_config_from_json(j.dump(), "old.h5")),
+            drafter_config_json(tiny_drafter_config()));
+  // With kind dflash2 every key is required.
+  j["kind"] = "dflash2";
+  EXPECT_NE(error_of([&] { drafter_config_from_json(j.dump(), "new.h5"); }).find("'conv_kernel_size' is missing"),
+            std::string::npos);
+
+  CpuTrainOps ops;
+  const std::string msg = error_of([&] { DrafterModel m(tiny_dflash2_config(), ops); });
+  EXPECT_NE(msg.find("drafter.kind = \"dflash2\": this build's training step on the cpu backend"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(error_of([&] { drafter_check_kind_trainable(tiny_dflash2_config(), "cuda"); }).find("cuda backend"),
+            std::string::npos);
+
+  // plan vram and the plan summary count the table: two convolutions per layer and the selector on top of
+  // DFlash's tensors, under the peer's names.
+  const DrafterParamTable base = drafter_param_table(tiny_drafter_config()),
+                          d2 = drafter_param_table(tiny_dflash2_config());
+  const auto count = [](const DrafterParamTable& t) {
+    int64_t n = 0;
+    for (const DrafterParamEntry& e : t.entries) n += e.rows * e.cols;
+    return n;
+  };
+  const int64_t H = 16, V = 37, R = 3, taps = 2, G = 4, layers = 2;
+  const int64_t per_conv = 2 * taps * H + 2 * taps * G * H;
+  EXPECT_EQ(count(d2) - count(base), layers * 2 * per_conv + 2 * V * R + R * H);
+  EXPECT_EQ(d2.find("layers.1.mlp_conv.kernel_projection.weight").rows, 2 * taps * G);
+  EXPECT_EQ(d2.find("layers.0.attention_conv.base_kernel").rows, 2 * taps);
+  EXPECT_FALSE(d2.find("layers.0.attention_conv.base_kernel").decay);
+  EXPECT_EQ(d2.find("candidate_selector.successor_codebook").cols, R);
+  EXPECT_EQ(d2.find("candidate_selector.hidden_projection.weight").cols, H);
+}

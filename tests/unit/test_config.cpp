@@ -207,3 +207,83 @@ TEST(Config, DominoTrainsWithCeOnlyAndKeepsACorrectedSlot) {
   EXPECT_NE(error_of(domino + "[train]\nlambda_base_start = 1.5\n").find("train.lambda_base_start"),
             std::string::npos);
 }
+
+TEST(Config, Dflash2KeysTheirDefaultsAndRefusals) {
+  const std::string dflash2 = std::string(kMinimal) + "kind = \"dflash2\"\n";
+  // SpecForge's published recipe (configs/qwen3.6-27b-dflash2.json) and its schema's selector-loss defaults.
+  Config c = config_parse(dflash2, "test.toml");
+  EXPECT_EQ(c.drafter.kind, "dflash2");
+  EXPECT_EQ(c.drafter.conv_kernel_size, 2);
+  EXPECT_EQ(c.drafter.conv_group_size, 16);
+  EXPECT_EQ(c.drafter.selector_rank, 256);
+  EXPECT_EQ(c.drafter.selector_top_k, 16);
+  EXPECT_DOUBLE_EQ(c.drafter.output_multiplier, 1.0);
+  EXPECT_DOUBLE_EQ(c.drafter.final_logit_softcapping, 0.0);
+  EXPECT_DOUBLE_EQ(c.train.dflash2_selector_loss_alpha, 1.0);
+  EXPECT_DOUBLE_EQ(c.train.dflash2_selector_warmup_ratio, 0.0);
+  EXPECT_DOUBLE_EQ(c.train.dflash2_selector_ramp_ratio, 0.0);
+  EXPECT_FALSE(c.train.dflash2_selector_stop_gradient);
+
+  c = config_parse(dflash2 +
+                       "conv_kernel_size = 3\nconv_group_size = 8\nselector_rank = 7\nselector_top_k = 5\n"
+                       "output_multiplier = 0.5\nfinal_logit_softcapping = 30.0\n[train]\n"
+                       "dflash2_selector_loss_alpha = 0.25\ndflash2_selector_warmup_ratio = 0.1\n"
+                       "dflash2_selector_ramp_ratio = 0.2\ndflash2_selector_stop_gradient = true\n",
+                   "test.toml");
+  EXPECT_EQ(c.drafter.conv_kernel_size, 3);
+  EXPECT_EQ(c.drafter.conv_group_size, 8);
+  EXPECT_EQ(c.drafter.selector_rank, 7);
+  EXPECT_EQ(c.drafter.selector_top_k, 5);
+  EXPECT_DOUBLE_EQ(c.drafter.output_multiplier, 0.5);
+  EXPECT_DOUBLE_EQ(c.drafter.final_logit_softcapping, 30.0);
+  EXPECT_DOUBLE_EQ(c.train.dflash2_selector_loss_alpha, 0.25);
+  EXPECT_DOUBLE_EQ(c.train.dflash2_selector_warmup_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(c.train.dflash2_selector_ramp_ratio, 0.2);
+  EXPECT_TRUE(c.train.dflash2_selector_stop_gradient);
+  const std::string table = config_table(c);
+  for (const char* shown : {"drafter.conv_group_size", "drafter.selector_top_k", "train.dflash2_selector_ramp_ratio"})
+    EXPECT_NE(table.find(shown), std::string::npos) << shown << "\n" << table;
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"conv_kernel_size = 0\n", "drafter.conv_kernel_size"},
+      {"block_size = 4\nconv_kernel_size = 5\n", "drafter.conv_kernel_size"},
+      {"conv_group_size = 0\n", "drafter.conv_group_size"},
+      {"selector_rank = 0\n", "drafter.selector_rank"},
+      {"selector_top_k = 0\n", "drafter.selector_top_k"},
+      {"output_multiplier = 0.0\n", "drafter.output_multiplier"},
+      {"final_logit_softcapping = -1.0\n", "drafter.final_logit_softcapping"},
+      {"[train]\ndflash2_selector_loss_alpha = -0.5\n", "train.dflash2_selector_loss_alpha"},
+      {"[train]\ndflash2_selector_warmup_ratio = 1.5\n", "train.dflash2_selector_warmup_ratio"},
+      {"[train]\ndflash2_selector_ramp_ratio = -0.1\n", "train.dflash2_selector_ramp_ratio"},
+      {"[train]\nloss = \"kl\"\n", "drafter.kind = \"dflash2\" trains with CE only"},
+      {"[train]\nloss = \"dpace\"\n", "drafter.kind = \"dflash2\" trains with CE only"},
+      {"[train]\nstreak = true\n", "train.streak"},
+  };
+  for (const auto& [extra, named] : bad) {
+    const std::string e = error_of(dflash2 + extra);
+    EXPECT_NE(e.find(named), std::string::npos) << extra << " -> " << e;
+  }
+}
+
+TEST(Config, Dflash2KeysAreRefusedUnderAnotherKind) {
+  for (const char* extra : {"conv_kernel_size = 2\n", "conv_group_size = 16\n", "selector_rank = 8\n",
+                            "selector_top_k = 4\n", "output_multiplier = 1.0\n", "final_logit_softcapping = 3.0\n"}) {
+    const std::string key = std::string(extra).substr(0, std::string(extra).find(' '));
+    for (const char* kind : {"", "kind = \"domino\"\n"}) {
+      const std::string e = error_of(std::string(kMinimal) + kind + extra);
+      EXPECT_NE(e.find("'drafter." + key + "' belongs to drafter.kind = \"dflash2\""), std::string::npos) << e;
+    }
+  }
+  for (const char* key : {"dflash2_selector_loss_alpha = 1.0", "dflash2_selector_warmup_ratio = 0.1",
+                          "dflash2_selector_ramp_ratio = 0.1", "dflash2_selector_stop_gradient = true"}) {
+    const std::string e = error_of(std::string(kMinimal) + "[train]\n" + key + "\n");
+    const std::string name = std::string(key).substr(0, std::string(key).find(' '));
+    EXPECT_NE(e.find("'train." + name + "' belongs to drafter.kind = \"dflash2\", but drafter.kind is \"dflash\""),
+              std::string::npos)
+        << e;
+  }
+  bool shown = false;
+  for (const auto& [k, v] : config_parse(kMinimal, "test.toml").values)
+    shown |= k == "drafter.selector_rank" || k == "train.dflash2_selector_loss_alpha";
+  EXPECT_FALSE(shown) << "a DFlash run's table lists no DFlash2 key";
+}

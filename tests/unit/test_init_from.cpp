@@ -207,3 +207,68 @@ TEST(InitFrom, DominoConfigJsonReadsItsHeadAndKindMismatchIsNamed) {
   EXPECT_NE(error_of([&] { drafter_config_from_hf_json(j, "dspark"); }).find("drafter kind 'dspark'"),
             std::string::npos);
 }
+
+// SpecForge names a DFlash2 drafter by its architecture (configs/qwen3.6-27b-dflash2.json): no projector_type,
+// the four sizes required in dflash_config, output_multiplier 1 and no softcapping where absent.
+TEST(InitFrom, Dflash2ConfigJsonReadsItsFieldsFromTheArchitecture) {
+  Exported ex;
+  nlohmann::json j = read_json(ex.dir + "/config.json");
+  j["architectures"] = {"DFlash2DraftModel"};
+  j["dflash_config"]["conv_kernel_size"] = 3;
+  j["dflash_config"]["conv_group_size"] = 4;
+  j["dflash_config"]["selector_rank"] = 5;
+  j["dflash_config"]["selector_top_k"] = 7;
+  DrafterConfig c = drafter_config_from_hf_json(j, "dflash2");
+  EXPECT_EQ(c.kind, DrafterKind::dflash2);
+  EXPECT_EQ(c.conv_kernel_size, 3);
+  EXPECT_EQ(c.conv_group_size, 4);
+  EXPECT_EQ(c.selector_rank, 5);
+  EXPECT_EQ(c.selector_top_k, 7);
+  EXPECT_EQ(c.output_multiplier, 1.0f);
+  EXPECT_EQ(c.final_logit_softcapping, 0.0f);
+  const std::string e = error_of([&] { drafter_config_check_same(ex.src.cfg, c, "dflash2"); });
+  EXPECT_NE(e.find("projector_type = dflash2 but this run's drafter has dflash (drafter.kind)"), std::string::npos)
+      << e;
+
+  j["dflash_config"]["output_multiplier"] = 0.5;
+  j["dflash_config"]["final_logit_softcapping"] = 30.0;
+  c = drafter_config_from_hf_json(j, "dflash2");
+  EXPECT_EQ(c.output_multiplier, 0.5f);
+  EXPECT_EQ(c.final_logit_softcapping, 30.0f);
+  // The checkpoint records the kind and every DFlash2 field.
+  const DrafterConfig back = drafter_config_from_json(drafter_config_json(c), "json");
+  EXPECT_EQ(drafter_config_json(back), drafter_config_json(c));
+  EXPECT_EQ(back.kind, DrafterKind::dflash2);
+
+  const std::pair<const char*, nlohmann::json> bad[] = {
+      {"final_logit_softcapping", 0.0},  // SpecForge: must be > 0 when present
+      {"conv_group_size", 5},            // divides hidden_size 16
+      {"conv_kernel_size", 5},           // at most block_size 4
+      {"selector_top_k", 38},            // at most vocab_size 37
+      {"selector_rank", true},           // an integer, not a bool
+  };
+  for (const auto& [key, value] : bad) {
+    nlohmann::json b = j;
+    b["dflash_config"][key] = value;
+    const std::string msg = error_of([&] { drafter_config_from_hf_json(b, "bad"); });
+    EXPECT_NE(msg.find(key), std::string::npos) << key << ": " << msg;
+  }
+  for (const char* key : {"conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"}) {
+    nlohmann::json b = j;
+    b["dflash_config"].erase(key);
+    EXPECT_NE(error_of([&] {
+                drafter_config_from_hf_json(b, "bare");
+              }).find(std::string("'dflash_config.") + key + "' is missing"),
+              std::string::npos)
+        << key;
+  }
+  nlohmann::json domino = j;
+  domino["dflash_config"]["projector_type"] = "domino";
+  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(domino, "both"); }).find("a DFlash2 drafter has no projector"),
+            std::string::npos);
+  // A DFlash drafter's config never carries DFlash2 fields into the drafter.
+  const DrafterConfig plain = drafter_config_load_hf(ex.dir);
+  EXPECT_EQ(plain.kind, DrafterKind::dflash);
+  EXPECT_EQ(plain.selector_top_k, 0);
+  EXPECT_EQ(plain.output_multiplier, 0.0f);
+}
