@@ -47,9 +47,10 @@ def specforge_commit(root):
         return "unknown"
 
 
-def load_specforge(root, trainer=False):
-    """Imports SpecForge's DFlash model, training wrapper and optimizer (and with `trainer` its training loop
-    pieces) from `root` without running its package __init__ files. Returns a namespace of modules."""
+def load_specforge(root, trainer=False, optimizer=True):
+    """Imports SpecForge's DFlash model, training wrapper and (with `optimizer`) optimizer (and with `trainer`
+    its training loop pieces) from `root` without running its package __init__ files. Returns a namespace of
+    modules."""
     pkg = os.path.join(root, "specforge")
     if not os.path.isfile(os.path.join(pkg, "modeling", "draft", "dflash.py")):
         sys.exit(f"SpecForge not found at {root} (no specforge/modeling/draft/dflash.py). HINT: export it "
@@ -61,8 +62,9 @@ def load_specforge(root, trainer=False):
         stub = types.ModuleType(name)
         stub.__path__ = [os.path.join(pkg, sub)]
         sys.modules[name] = stub
-    names = {"dflash": "modeling.draft.dflash", "family": "algorithms.common.dflash_family_model",
-             "optimizer": "optimizer"}
+    names = {"dflash": "modeling.draft.dflash", "family": "algorithms.common.dflash_family_model"}
+    if optimizer:
+        names["optimizer"] = "optimizer"
     if trainer:
         names.update(backend="training.backend", strategies="training.strategies.base",
                      controller="training.controller", contracts="runtime.contracts")

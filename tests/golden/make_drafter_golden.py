@@ -10,11 +10,20 @@
 #
 #   python3 tests/golden/make_drafter_golden.py [--specforge .peer/SpecForge] [--out tests/golden/drafter]
 #   python3 tests/golden/make_drafter_golden.py --kind domino     (-> tests/golden/drafter_domino)
+#   python3 tests/golden/make_drafter_golden.py --kind dflash2 --specforge .peer/SpecForge-dflash2
+#                                                                 (-> tests/golden/drafter_dflash2)
 #
 # --kind domino runs SpecForge's DominoDraftModel + OnlineDominoModel instead (shift_label, a GRU prefix head,
 # λ fixed at LAMBDA_BASE so both CE terms carry gradient) and also records the backbone's normed output per
 # block (hidden [S·N·B, H]) with the loss's gradient with respect to it, the GRU input and label ids, and the
 # final / base loss terms: the head oracle (model/domino_head.h) is checked on those alone.
+#
+# --kind dflash2 runs SpecForge's DFlash2DraftModel + OnlineDFlashModel with its candidate selector; they exist
+# from SpecForge commit DFLASH2_COMMIT on (the tree --specforge names must hold it, and its commit in
+# <tree>/SPECFORGE_COMMIT). It records the backbone's normed output per block with the loss's gradient (the
+# selector oracle, model/dflash2_selector.h, is checked on those), the label and predecessor ids, the loss
+# terms, and for every grouped convolution its input, output and the loss's gradients with respect to both,
+# on each side (model/dflash2_conv.h is checked on those).
 #
 # Out: <out>/model/{config.json, model.safetensors} (the drafter, HF layout, F32) and <out>/golden.safetensors
 # (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).
@@ -43,6 +52,12 @@ GAMMA = 3.0
 DOMINO = {"projector_type": "domino", "pure_draft_prefix_len": 1, "emb_dim": 23, "gru_hidden_dim": 19,
           "shift_label": True}
 LAMBDA_BASE = 0.3
+# DFlash2 (dflash_config keys): 3 taps in blocks of 4, 4 groups of 16 channels, an odd rank, a top-K that
+# holds the gold label for some rows and not for others, both unary transforms on; α between 0 and 1.
+DFLASH2_COMMIT = "5943b2f66840d809d68925d1aa6896e7cd2775db"
+DFLASH2 = {"conv_kernel_size": 3, "conv_group_size": 16, "selector_rank": 7, "selector_top_k": 24,
+           "output_multiplier": 0.7, "final_logit_softcapping": 4.0}
+SELECTOR_ALPHA = 0.6
 # Three sequences; loss-mask holes (a prompt, one unsupervised token). Anchors are SpecForge-valid positions
 # (loss_mask[a] and loss_mask[a+1], a <= len-2) chosen to hit the edges: a = 0 (no context), neighbours closer
 # than the block (1, 2; 3, 4), blocks running past the sequence end (11 in 13, 17 in 21), a label on a masked
@@ -55,27 +70,40 @@ ANCHORS = [[0, 1, 2, 7, 11], [3, 4, 12, 17], [5]]
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--specforge", default=peer.DEFAULT_SPECFORGE)
-    p.add_argument("--kind", default="dflash", choices=["dflash", "domino"])
-    p.add_argument("--out", default=None, help="default tests/golden/drafter (dflash), drafter_domino (domino)")
+    p.add_argument("--specforge", default=None,
+                   help="SpecForge tree (default .peer/SpecForge; for dflash2 .peer/SpecForge-dflash2)")
+    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dflash2"])
+    p.add_argument("--out", default=None,
+                   help="default tests/golden/drafter (dflash), drafter_domino, drafter_dflash2")
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     args = p.parse_args()
-    domino = args.kind == "domino"
+    domino, dflash2 = args.kind == "domino", args.kind == "dflash2"
     if args.out is None:
-        args.out = os.path.join(REPO, "tests", "golden", "drafter_domino" if domino else "drafter")
+        args.out = os.path.join(REPO, "tests", "golden", "drafter" if args.kind == "dflash" else "drafter_" + args.kind)
+    if args.specforge is None:
+        args.specforge = os.path.join(REPO, ".peer", "SpecForge-dflash2") if dflash2 else peer.DEFAULT_SPECFORGE
 
     import torch
     from safetensors.torch import save_file
     from torch import nn
     import transformers
 
-    commit = peer.specforge_commit(args.specforge)
-    print(f"SpecForge {commit} (pinned {peer.SPECFORGE_COMMIT}), torch {torch.__version__}, "
+    if dflash2:
+        commit_file = os.path.join(args.specforge, "SPECFORGE_COMMIT")
+        commit = open(commit_file).read().strip() if os.path.isfile(commit_file) else "unknown"
+        pinned = DFLASH2_COMMIT
+        if not os.path.isfile(os.path.join(args.specforge, "specforge", "modeling", "draft", "dflash2.py")):
+            sys.exit(f"make_drafter_golden: {args.specforge} has no specforge/modeling/draft/dflash2.py. HINT: "
+                     f"export SpecForge {DFLASH2_COMMIT} there (git --git-dir=<mirror> archive {DFLASH2_COMMIT} "
+                     f"| tar -x -C {args.specforge}) and write the commit into {commit_file}")
+    else:
+        commit, pinned = peer.specforge_commit(args.specforge), peer.SPECFORGE_COMMIT
+    print(f"SpecForge {commit} (pinned {pinned}), torch {torch.__version__}, "
           f"transformers {transformers.__version__}")
-    if commit != peer.SPECFORGE_COMMIT:
+    if commit != pinned:
         print("WARNING: the SpecForge tree is not the pinned commit", file=sys.stderr)
-    sf = peer.load_specforge(args.specforge)
+    sf = peer.load_specforge(args.specforge, optimizer=False)
     dflash, family = sf.dflash, sf.family
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
@@ -89,6 +117,14 @@ def main():
         cfg.dflash_config.update(DOMINO)
         draft = importlib.import_module("specforge.modeling.draft.domino").DominoDraftModel(cfg).to(f64)
         assert draft.suffix_start == DOMINO["pure_draft_prefix_len"] and draft.shift_label
+    elif dflash2:
+        import importlib
+
+        d2 = importlib.import_module("specforge.modeling.draft.dflash2")
+        cfg.architectures = ["DFlash2DraftModel"]
+        cfg.dflash_config.update(DFLASH2)
+        draft = d2.DFlash2DraftModel(cfg).to(f64)
+        assert draft.candidate_selector.top_k == DFLASH2["selector_top_k"]
     else:
         draft = dflash.DFlashDraftModel(cfg).to(f64)
     hd, theta = FIELDS["head_dim"], FIELDS["rope_theta"]
@@ -106,7 +142,11 @@ def main():
     H, V, k = TARGET["hidden"], TARGET["vocab"], FIELDS["num_taps"]
     with torch.no_grad():
         for name, prm in draft.named_parameters():
-            if prm.dim() == 2:
+            if name.endswith("base_kernel"):  # [2, taps, H]: the identity plus a real dynamic range
+                ident = torch.zeros(prm.shape, dtype=f64)
+                ident[:, 0] = 1.0
+                prm.copy_(f32_exact(ident + 0.3 * torch.randn(prm.shape, dtype=f64)))
+            elif prm.dim() == 2:
                 prm.copy_(f32_exact(torch.randn(prm.shape, dtype=f64) / math.sqrt(prm.shape[1])))
             else:
                 prm.copy_(f32_exact(1.0 + 0.2 * torch.randn(prm.shape, dtype=f64)))
@@ -148,13 +188,15 @@ def main():
                   loss_decay_gamma=GAMMA, objective_chunk_blocks=128)
     if domino:
         model = family.OnlineDominoModel(**common, shift_label=DOMINO["shift_label"])
+    elif dflash2:
+        model = family.OnlineDFlashModel(**common, loss_type="dflash", selector_loss_alpha=SELECTOR_ALPHA)
     else:
         model = family.OnlineDFlashModel(**common, loss_type="dflash")
     model.train()
     # Fixed anchors in place of SpecForge's random draw (same return contract: positions with 0 where not
     # kept, and the keep mask); the weight mask the objective receives is recorded for the row-by-row
     # comparison.
-    model._sample_anchor_positions = lambda seq_len, lm, device: (anchors.clone(), keep.clone())
+    model._sample_anchor_positions = lambda seq_len, lm, device, **kw: (anchors.clone(), keep.clone())
     seen = {}
     if domino:
         objective = model._domino_objective_chunk_terms
@@ -174,6 +216,45 @@ def main():
 
         model._domino_objective_chunk_terms = recording_objective
         model._build_domino_head_inputs = recording_head_inputs
+    elif dflash2:
+        objective = model._dflash_objective_chunk_terms
+        draft_blocks = model._forward_draft_blocks
+
+        def recording_objective(hidden_4d, target_ids, weight_mask, predecessor_ids):
+            seen.setdefault("weight_mask", weight_mask.detach().clone())
+            seen.setdefault("target_ids", target_ids.detach().clone())
+            seen.setdefault("predecessor_ids", predecessor_ids.detach().clone())
+            return objective(hidden_4d, target_ids, weight_mask, predecessor_ids)
+
+        # The backbone's normed output, kept with its gradient (the objective runs under checkpointing).
+        def recording_draft_blocks(**kw):
+            anchor_positions, keep_mask, output_hidden = draft_blocks(**kw)
+            output_hidden.retain_grad()
+            seen["hidden"] = output_hidden
+            return anchor_positions, keep_mask, output_hidden
+
+        model._dflash_objective_chunk_terms = recording_objective
+        model._forward_draft_blocks = recording_draft_blocks
+        # Every grouped convolution's two sides: input and output, both kept with their gradients.
+        conv_names = {id(m): n for n, m in draft.named_modules() if isinstance(m, d2.DFlashGroupedConv)}
+        convs = {}
+        prepare, finish = d2.DFlashGroupedConv.prepare, d2.DFlashGroupedConv.finish
+
+        def recording_prepare(self, hidden_states):
+            out, coefficients = prepare(self, hidden_states)
+            for t in (hidden_states, out):
+                t.retain_grad()
+            convs[conv_names[id(self)]] = {"x": hidden_states, "a": out}
+            return out, coefficients
+
+        def recording_finish(self, hidden_states, coefficients):
+            out = finish(self, hidden_states, coefficients)
+            for t in (hidden_states, out):
+                t.retain_grad()
+            convs[conv_names[id(self)]].update(y=hidden_states, z=out)
+            return out
+
+        d2.DFlashGroupedConv.prepare, d2.DFlashGroupedConv.finish = recording_prepare, recording_finish
     else:
         objective = model._dflash_objective_chunk_terms
 
@@ -192,6 +273,13 @@ def main():
     if domino:
         loss_den = seen["weight_mask"].sum()
         loss_num = loss * (loss_den + 1e-6)
+    elif dflash2:
+        loss_num, loss_den = metrics["loss_terms"]
+        selector_num, _ = metrics["ratio_metrics"]["selector_loss"]
+        covered, _ = metrics["ratio_metrics"]["selector_coverage"]
+        print(f"selector: CE sum {float(selector_num):.6f}, gold inside the top-{DFLASH2['selector_top_k']} on "
+              f"{float(covered):.0f} of {float(seen['weight_mask'].sum()):.0f} labelled rows")
+        assert 0 < float(covered) < float(seen["weight_mask"].sum()), "both selector branches must be exercised"
     else:
         loss_num, loss_den = metrics["loss_terms"]
     bad = [n for n, prm in draft.named_parameters() if prm.grad is None or not torch.isfinite(prm.grad).all()]
@@ -229,6 +317,21 @@ def main():
             "prev_ids": seen["prev_ids"].reshape(-1).to(torch.int32),
             "target_ids": seen["target_ids"].reshape(-1).to(torch.int32),
         })
+    if dflash2:
+        hs = seen["hidden"]
+        out.update({
+            "selector_alpha": torch.tensor([SELECTOR_ALPHA], dtype=torch.float32),
+            "loss_num": torch.tensor([float(loss_num)], dtype=torch.float32),
+            "selector_loss_num": torch.tensor([float(selector_num)], dtype=torch.float32),
+            "hidden": hs.detach().reshape(-1, H).float().contiguous(),
+            "grad.hidden": hs.grad.detach().reshape(-1, H).float().contiguous(),
+            "target_ids": seen["target_ids"].reshape(-1).to(torch.int32),
+            "predecessor_ids": seen["predecessor_ids"].reshape(-1).to(torch.int32),
+        })
+        for name, c in convs.items():
+            for key, t in c.items():
+                out[f"conv.{name}.{key}"] = t.detach().reshape(-1, H).float().contiguous()
+                out[f"conv_grad.{name}.{key}"] = t.grad.detach().reshape(-1, H).float().contiguous()
     weights = {}
     for name, prm in draft.named_parameters():
         assert prm.grad is not None, f"no gradient for {name}"
@@ -242,7 +345,8 @@ def main():
     save_file(weights, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     # The 2026 published layout: block_size inside dflash_config, rope_theta inside rope_parameters.
     hf = {
-        "architectures": ["DominoDraftModel" if domino else "DFlashDraftModel"], "model_type": "qwen3",
+        "architectures": [{"dflash": "DFlashDraftModel", "domino": "DominoDraftModel",
+                           "dflash2": "DFlash2DraftModel"}[args.kind]], "model_type": "qwen3",
         "hidden_size": H,
         "intermediate_size": FIELDS["intermediate"], "num_hidden_layers": FIELDS["layers"],
         "num_attention_heads": FIELDS["heads"], "num_key_value_heads": FIELDS["kv_heads"], "head_dim": hd,
@@ -253,7 +357,7 @@ def main():
         "attention_bias": False, "dtype": "float32",
         "dflash_config": {"mask_token_id": FIELDS["mask_token_id"],
                           "target_layer_ids": FIELDS["target_layer_ids"], "block_size": B,
-                          **(DOMINO if domino else {})},
+                          **(DOMINO if domino else DFLASH2 if dflash2 else {})},
     }
     with open(os.path.join(model_dir, "config.json"), "w") as fh:
         json.dump(hf, fh, indent=2)
