@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "core/strfmt.h"
@@ -238,6 +239,11 @@ DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& targe
     c.shift_label = d.shift_label;
   }
   if (c.kind == DrafterKind::dflash2) {
+    DF_CHECK(d.conv_group_size > 0 && target.hidden % d.conv_group_size == 0,
+             "%s: drafter.conv_group_size %d must divide the target's hidden size %d (channels share a dynamic "
+             "coefficient in groups of it)", cfg.path.c_str(), d.conv_group_size, target.hidden);
+    DF_CHECK(d.selector_top_k <= target.vocab, "%s: drafter.selector_top_k %d exceeds the target's vocabulary %d",
+             cfg.path.c_str(), d.selector_top_k, target.vocab);
     c.conv_kernel_size = d.conv_kernel_size;
     c.conv_group_size = d.conv_group_size;
     c.selector_rank = d.selector_rank;
@@ -268,11 +274,10 @@ DrafterConfig drafter_config_from_json(const std::string& text, const std::strin
   if (j["kind"] != "dflash2") {
     // Written before DFlash2 existed: its fields, absent, are unset.
     const DrafterConfig unset;
+    const std::set<std::string> dflash2_keys = {"conv_kernel_size", "conv_group_size", "selector_rank",
+                                                "selector_top_k", "output_multiplier", "final_logit_softcapping"};
     drafter_config_fields(unset, [&](const DrafterField& f, const auto& value) {
-      const std::string key = f.key;
-      const bool dflash2_key = key.rfind("conv_", 0) == 0 || key.rfind("selector_", 0) == 0 ||
-                               key == "output_multiplier" || key == "final_logit_softcapping";
-      if (dflash2_key && !j.contains(key)) j[key] = write_value(value);
+      if (dflash2_keys.count(f.key) && !j.contains(f.key)) j[f.key] = write_value(value);
     });
   }
   const std::string in = where + " drafter_config";

@@ -274,3 +274,24 @@ TEST(PlanVram, TapBeyondTheTargetIsAnError) {
         << e.what();
   }
 }
+
+// The same recipe as a DFlash2 drafter with SpecForge's published sizes (configs/qwen3.6-27b-dflash2.json:
+// 2 taps, groups of 16, rank 256, top 16): per layer two convolutions of base 2·2·5120 + projection
+// 2·2·320·5120 (6,574,080 each, 65,740,800 over 5 layers) and the selector's codebooks 2·248320·256 +
+// projection 256·5120 (128,450,560): 194,191,360 more than DFlash's 1,730,213,120.
+TEST(PlanVram, Qwen36_27B_Dflash2CountsItsConvolutionsAndSelector) {
+  Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-27b.toml");
+  cfg.drafter.kind = "dflash2";
+  cfg.drafter.block_size = 8;
+  VramPlan p = plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});
+  EXPECT_EQ(p.drafter_params, 1730213120 + 194191360);
+  cfg.drafter.conv_group_size = 24;  // does not divide 5120
+  try {
+    plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});
+    FAIL() << "a group size that does not divide the hidden size must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("drafter.conv_group_size 24 must divide the target's hidden size 5120"),
+              std::string::npos)
+        << e.what();
+  }
+}
