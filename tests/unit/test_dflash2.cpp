@@ -298,3 +298,32 @@ TEST(Dflash2Selector, ZeroSuccessorCodebookProposesTheArgmaxAsDflashDoes) {
   const Dflash2SelectorTensors<const double> w2{pred.data(), succ.data(), wh.data()};
   EXPECT_NE(dflash2_selector_greedy_path<double>(d, w2, logits.data(), z.data(), n, 17), argmax);
 }
+
+TEST(Dflash2Selector, HandComputedScoresLossAndWalk) {
+  // V 4, H 1, R 1, K 2. logits = [1, 2, 3, 0]: candidates 2, 1 (unary 3, 2). ctx = pred[0]·(W_h z) = 2·0.5 = 1;
+  // successor scores −1 (token 2) and +1 (token 1): scores 2 and 3, so the selector prefers token 1.
+  Dflash2SelectorDims d;
+  d.hidden = 1;
+  d.vocab = 4;
+  d.rank = 1;
+  d.top_k = 2;
+  d.block_size = 2;
+  const std::vector<float> lm = {1, 2, 3, 0}, z = {0, 1}, pred = {2, 0, 0, 0}, succ = {0, 1, -1, 0}, wh = {0.5f};
+  const Dflash2SelectorTensors<const float> w{pred.data(), succ.data(), wh.data()};
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0) + 1.0);
+  Dflash2BlockRows rows{{0, 1}, {0, 0}, {0.0, 1.0}};  // slot 1: label 1, previous token 0
+  Dflash2BlockLoss l = dflash2_block_step<float>(d, w, lm.data(), z.data(), rows, 1.0, false, nullptr, nullptr);
+  EXPECT_NEAR(l.base_sum, lse - 2.0, 1e-6);
+  EXPECT_NEAR(l.selector_sum, std::log(std::exp(2.0) + std::exp(3.0)) - 3.0, 1e-6);
+  EXPECT_EQ(l.covered, 1);
+  // Label 3 is outside the top 2: it replaces token 1 with its own unary 0 and no transition (succ[3] = 0).
+  rows.labels[1] = 3;
+  l = dflash2_block_step<float>(d, w, lm.data(), z.data(), rows, 1.0, false, nullptr, nullptr);
+  EXPECT_NEAR(l.base_sum, lse - 0.0, 1e-6);
+  EXPECT_NEAR(l.selector_sum, std::log(std::exp(2.0) + 1.0), 1e-6);
+  EXPECT_EQ(l.covered, 0);
+  const std::vector<float> logits = {1, 2, 3, 0};
+  EXPECT_EQ(dflash2_selector_greedy_path<float>(d, w, logits.data(), z.data() + 1, 1, 0), std::vector<int32_t>{1});
+  // From another predecessor (pred[1] = 0) the transition vanishes and the unary argmax, token 2, wins.
+  EXPECT_EQ(dflash2_selector_greedy_path<float>(d, w, logits.data(), z.data() + 1, 1, 1), std::vector<int32_t>{2});
+}
