@@ -9,7 +9,7 @@
 // Rows are block rows, B per block (the block's offset k = r mod B): tap t reads row r − t of the same block,
 // never the block before (causal inside the block). Both sides' coefficients come from the sublayer's input
 // n; row r's coefficients are its own (the output row's). G = H / gs groups share one dynamic coefficient.
-// At initialisation base = [1, 0, ...] per side and W = 0, so both convolutions are the identity.
+// Started as SpecForge documents it (base = [1, 0, ...] per side, W = 0), both convolutions are the identity.
 //
 // Parameter names (the peer's and SGLang's): layers.{i}.{attention_conv,mlp_conv}.base_kernel [2, taps, H],
 // layers.{i}.{attention_conv,mlp_conv}.kernel_projection.weight [2·taps·G, H].

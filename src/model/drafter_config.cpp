@@ -161,7 +161,7 @@ void flatten_hf_dflash2(bool dflash2, const json* dflash, const std::string& whe
   const json* softcap = get("final_logit_softcapping");
   flat["output_multiplier"] = !dflash2 ? json(0.0) : multiplier ? *multiplier : json(1.0);
   flat["final_logit_softcapping"] = dflash2 && softcap ? *softcap : json(0.0);
-  DF_CHECK(!softcap || !softcap->is_number() || softcap->get<double>() > 0,
+  DF_CHECK(!dflash2 || !softcap || !softcap->is_number() || softcap->get<double>() > 0,
            "%s: dflash_config.final_logit_softcapping %s must be > 0 (leave it out for none, as SpecForge)",
            where.c_str(), softcap ? softcap->dump().c_str() : "");
 }
