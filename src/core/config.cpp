@@ -221,8 +221,9 @@ void validate(const Config& c, const std::string& w) {
               "as SpecForge's); HINT: train.loss = \"ce\"");
     check(!t.streak, w, "train.streak",
           "cannot be combined with drafter.kind = \"dflash2\" (CE only, as SpecForge's)");
-    check(d.conv_kernel_size >= 1 && d.conv_kernel_size <= d.block_size, w, "drafter.conv_kernel_size",
-          strfmt("must be in [1, drafter.block_size (%d)]: a tap reads a row of the same block", d.block_size));
+    check(
+        d.conv_kernel_size >= 1 && d.conv_kernel_size <= d.block_size, w, "drafter.conv_kernel_size",
+        strfmt("must be in [1, drafter.block_size (%d)]: a tap reads a row of the same block", d.block_size));
     check(d.conv_group_size >= 1, w, "drafter.conv_group_size",
           "must be positive (and divide the target's hidden size)");
     check(d.selector_rank >= 1, w, "drafter.selector_rank", "must be positive");
@@ -390,9 +391,11 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get_for_kind("domino", c.drafter.kind, "lambda_base_start", t.lambda_base_start);
     r.get_for_kind("domino", c.drafter.kind, "lambda_base_decay_ratio", t.lambda_base_decay_ratio);
     r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_loss_alpha", t.dflash2_selector_loss_alpha);
-    r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_warmup_ratio", t.dflash2_selector_warmup_ratio);
+    r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_warmup_ratio",
+                   t.dflash2_selector_warmup_ratio);
     r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_ramp_ratio", t.dflash2_selector_ramp_ratio);
-    r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_stop_gradient", t.dflash2_selector_stop_gradient);
+    r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_stop_gradient",
+                   t.dflash2_selector_stop_gradient);
     r.finish();
   }
   {

@@ -32,8 +32,8 @@ struct TargetSection {
 };
 
 struct DrafterSection {
-  // dflash | domino | dflash2 (MODELS.md "Drafter kinds beyond DFlash"): one backbone, the kind's head and loss
-  // terms.
+  // dflash | domino | dflash2 (MODELS.md "Drafter kinds beyond DFlash"): one backbone, the kind's head and
+  // loss terms.
   std::string kind = "dflash";
   int layers = 5;
   int heads = 32;
@@ -66,10 +66,10 @@ struct DrafterSection {
   // kind = "dflash2" only, under SpecForge's dflash_config names; defaults are its published recipe's
   // (configs/qwen3.6-27b-dflash2.json), output_multiplier and final_logit_softcapping its absent-key values.
   // Around every attention and MLP sublayer a grouped dynamic depthwise convolution inside the block:
-  // conv_kernel_size taps (tap t reads block row r−t), conv_group_size channels share one dynamic coefficient.
-  // The candidate selector re-ranks the lm_head's selector_top_k best tokens with a rank-selector_rank
-  // transition score; its unary logits are output_multiplier·logits, then c·tanh(·/c) with c =
-  // final_logit_softcapping (0: none).
+  // conv_kernel_size taps (tap t reads block row r−t), conv_group_size channels share one dynamic
+  // coefficient. The candidate selector re-ranks the lm_head's selector_top_k best tokens with a
+  // rank-selector_rank transition score; its unary logits are output_multiplier·logits, then c·tanh(·/c) with
+  // c = final_logit_softcapping (0: none).
   int conv_kernel_size = 2;
   int conv_group_size = 16;
   int selector_rank = 256;
@@ -104,9 +104,10 @@ struct TrainSection {
   // over the first lambda_base_decay_ratio of the steps (SpecForge linear_lambda_base).
   double lambda_base_start = 1.0;
   double lambda_base_decay_ratio = 0.5;
-  // drafter.kind = "dflash2" only (SpecForge training.dflash2_selector_*): loss = (Σ w·CE + α·Σ w·CE_selector)
-  // / Σ w, α = 0 for the first ⌊warmup_ratio·steps⌋ optimizer steps, then linear to loss_alpha over
-  // ⌊ramp_ratio·steps⌋; stop_gradient: the selector term trains the selector's own weights only.
+  // drafter.kind = "dflash2" only (SpecForge training.dflash2_selector_*): the loss is
+  // (Σ w·CE + α·Σ w·CE_selector) / Σ w with α = 0 for the first ⌊warmup_ratio·steps⌋ optimizer steps, then
+  // linear to loss_alpha over ⌊ramp_ratio·steps⌋; stop_gradient: the selector term trains the selector's own
+  // weights only.
   double dflash2_selector_loss_alpha = 1.0;
   double dflash2_selector_warmup_ratio = 0.0;
   double dflash2_selector_ramp_ratio = 0.0;

@@ -25,7 +25,8 @@ void conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side
     for (int h = 0; h < H; ++h) {
       double s = 0;
       for (int t = 0; t < taps && t <= k; ++t)
-        s += (double(b[int64_t(t) * H + h]) + double(c[int64_t(t) * G + h / gs])) * double(u[(r - t) * H + h]);
+        s +=
+            (double(b[int64_t(t) * H + h]) + double(c[int64_t(t) * G + h / gs])) * double(u[(r - t) * H + h]);
       out[r * H + h] = T(s);
     }
   }
@@ -33,8 +34,8 @@ void conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side
 
 // Backward of conv_side: adds ∂/∂u into du, ∂/∂coeff into dcoeff's side columns, ∂/∂base[s] into dbase.
 template <class T>
-void conv_side_backward(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u, int64_t rows,
-                        const T* dout, T* du, T* dcoeff, T* dbase) {
+void conv_side_backward(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
+                        int64_t rows, const T* dout, T* du, T* dcoeff, T* dbase) {
   const int H = d.hidden, taps = d.taps, G = d.groups(), gs = d.group_size, C = d.coeffs();
   const int64_t at = int64_t(side) * taps;
   for (int64_t r = 0; r < rows; ++r) {
@@ -70,8 +71,8 @@ Dflash2ConvDims dflash2_conv_dims(const DrafterConfig& c) {
 }
 
 template <class T>
-void dflash2_conv_prepare(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x, int64_t rows,
-                          T* out, T* coeff) {
+void dflash2_conv_prepare(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x,
+                          int64_t rows, T* out, T* coeff) {
   check_rows(d, rows);
   const int H = d.hidden, C = d.coeffs();
   for (int64_t r = 0; r < rows; ++r)
@@ -117,16 +118,16 @@ void dflash2_conv_prepare_backward(const Dflash2ConvDims& d, const Dflash2ConvTe
     }
 }
 
-#define DF_DFLASH2_CONV(T)                                                                                       \
-  template void dflash2_conv_prepare<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&, const T*,   \
-                                        int64_t, T*, T*);                                                        \
-  template void dflash2_conv_finish<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&, const T*,    \
-                                       const T*, int64_t, T*);                                                   \
-  template void dflash2_conv_finish_backward<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&,     \
-                                                const T*, const T*, int64_t, const T*, T*, T*,                   \
-                                                const Dflash2ConvTensors<T>&);                                   \
-  template void dflash2_conv_prepare_backward<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&,    \
-                                                 const T*, const T*, int64_t, const T*, T*, T*,                  \
+#define DF_DFLASH2_CONV(T)                                                                                   \
+  template void dflash2_conv_prepare<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&,          \
+                                        const T*, int64_t, T*, T*);                                          \
+  template void dflash2_conv_finish<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&, const T*, \
+                                       const T*, int64_t, T*);                                               \
+  template void dflash2_conv_finish_backward<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&,  \
+                                                const T*, const T*, int64_t, const T*, T*, T*,               \
+                                                const Dflash2ConvTensors<T>&);                               \
+  template void dflash2_conv_prepare_backward<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&, \
+                                                 const T*, const T*, int64_t, const T*, T*, T*,              \
                                                  const Dflash2ConvTensors<T>&);
 DF_DFLASH2_CONV(float)
 DF_DFLASH2_CONV(double)

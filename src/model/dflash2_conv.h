@@ -40,8 +40,8 @@ struct Dflash2ConvTensors {
 
 // rows (a multiple of B) rows of x [rows, H]: coeff = x·Wᵀ [rows, coeffs()], out = conv₀(x) [rows, H].
 template <class T>
-void dflash2_conv_prepare(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x, int64_t rows,
-                          T* out, T* coeff);
+void dflash2_conv_prepare(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x,
+                          int64_t rows, T* out, T* coeff);
 // out = conv₁(y) with prepare's coefficients.
 template <class T>
 void dflash2_conv_finish(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* y,
@@ -54,8 +54,8 @@ void dflash2_conv_finish_backward(const Dflash2ConvDims& d, const Dflash2ConvTen
                                   const T* coeff, int64_t rows, const T* dout, T* dy, T* dcoeff,
                                   const Dflash2ConvTensors<T>& grads);
 // Backward of prepare: dout = ∂/∂out, dcoeff holds finish's side-1 part on entry (zeros if finish is not
-// differentiated) and gets the side-0 part added. Adds ∂/∂x (through conv₀ and through W) into dx and ∂/∂base[0],
-// ∂/∂W into grads.
+// differentiated) and gets the side-0 part added. Adds ∂/∂x (through conv₀ and through W) into dx and
+// ∂/∂base[0], ∂/∂W into grads.
 template <class T>
 void dflash2_conv_prepare_backward(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x,
                                    const T* coeff, int64_t rows, const T* dout, T* dcoeff, T* dx,

@@ -1,6 +1,6 @@
-// DFlash2's candidate selector on the host: the unary transform, the top-K candidate sets, the block rows, the
-// selector weight schedule, the exact forward and backward of one block's two CE terms, and the greedy lattice
-// walk of decoding. Sums run in double in a fixed order.
+// DFlash2's candidate selector on the host: the unary transform, the top-K candidate sets, the block rows,
+// the selector weight schedule, the exact forward and backward of one block's two CE terms, and the greedy
+// lattice walk of decoding. Sums run in double in a fixed order.
 #include "model/dflash2_selector.h"
 
 #include <algorithm>
@@ -29,8 +29,8 @@ template <class T>
 void selector_context(const Dflash2SelectorDims& d, const Dflash2SelectorTensors<const T>& w, const T* z,
                       int32_t prev, std::vector<double>& proj, std::vector<double>& ctx) {
   const int H = d.hidden, R = d.rank;
-  DF_CHECK(prev >= 0 && prev < d.vocab, "dflash2 selector: previous token %d outside the vocabulary [0, %d)", prev,
-           d.vocab);
+  DF_CHECK(prev >= 0 && prev < d.vocab, "dflash2 selector: previous token %d outside the vocabulary [0, %d)",
+           prev, d.vocab);
   proj.assign(size_t(R), 0.0);
   ctx.assign(size_t(R), 0.0);
   for (int r = 0; r < R; ++r) {
@@ -44,7 +44,8 @@ void selector_context(const Dflash2SelectorDims& d, const Dflash2SelectorTensors
 // score_j = unary_j + ⟨ctx, succ[cand_j]⟩.
 template <class T>
 void selector_scores(const Dflash2SelectorDims& d, const Dflash2SelectorTensors<const T>& w,
-                     const Dflash2Candidates& cand, const std::vector<double>& ctx, std::vector<double>& score) {
+                     const Dflash2Candidates& cand, const std::vector<double>& ctx,
+                     std::vector<double>& score) {
   const int R = d.rank;
   score.resize(cand.ids.size());
   for (size_t j = 0; j < cand.ids.size(); ++j) {
@@ -108,16 +109,16 @@ Dflash2Candidates dflash2_selector_candidates(const Dflash2SelectorDims& d, cons
   return c;
 }
 
-Dflash2BlockRows dflash2_block_rows(int block_size, const int32_t* tokens, const uint8_t* loss_mask, int64_t len,
-                                    int64_t anchor, double gamma) {
+Dflash2BlockRows dflash2_block_rows(int block_size, const int32_t* tokens, const uint8_t* loss_mask,
+                                    int64_t len, int64_t anchor, double gamma) {
   const int B = block_size;
   Dflash2BlockRows r;
   r.labels.assign(size_t(B), 0);
   r.prev.assign(size_t(B), 0);
   r.weights.assign(size_t(B), 0.0);
   if (anchor < 0) return r;
-  DF_CHECK(anchor < len && len > 0, "dflash2 rows: anchor %lld outside a sequence of %lld tokens", (long long)anchor,
-           (long long)len);
+  DF_CHECK(anchor < len && len > 0, "dflash2 rows: anchor %lld outside a sequence of %lld tokens",
+           (long long)anchor, (long long)len);
   for (int k = 0; k < B; ++k) {
     const int64_t pos = anchor + k;
     r.labels[size_t(k)] = tokens[std::min(pos, len - 1)];
@@ -146,8 +147,8 @@ Dflash2BlockLoss dflash2_block_step(const Dflash2SelectorDims& d, const Dflash2S
   DF_CHECK(int(rows.labels.size()) == B && int(rows.prev.size()) == B && int(rows.weights.size()) == B,
            "dflash2 block: rows hold %zu labels for block_size %d", rows.labels.size(), B);
   Dflash2BlockLoss loss;
-  std::vector<double> logits(static_cast<size_t>(V)), p(logits.size()), dlogits(logits.size()), proj, ctx, score, q,
-      dctx(static_cast<size_t>(R));
+  std::vector<double> logits(static_cast<size_t>(V)), p(logits.size()), dlogits(logits.size()), proj, ctx,
+      score, q, dctx(static_cast<size_t>(R));
   for (int k = 0; k < B; ++k) {
     const double wk = rows.weights[size_t(k)];
     if (wk == 0.0) continue;  // a weightless slot adds nothing to either term or any gradient
@@ -188,7 +189,8 @@ Dflash2BlockLoss dflash2_block_step(const Dflash2SelectorDims& d, const Dflash2S
       const double dproj = dctx[size_t(r)] * pr;
       for (int h = 0; h < H; ++h) {
         grads->hidden_projection[int64_t(r) * H + h] += T(dproj * double(zk[h]));
-        if (dz && !stop_gradient) dz[int64_t(k) * H + h] += T(dproj * double(w.hidden_projection[int64_t(r) * H + h]));
+        if (dz && !stop_gradient)
+          dz[int64_t(k) * H + h] += T(dproj * double(w.hidden_projection[int64_t(r) * H + h]));
       }
     }
     if (!dz) continue;
@@ -218,13 +220,12 @@ std::vector<int32_t> dflash2_selector_greedy_path(const Dflash2SelectorDims& d,
   return path;
 }
 
-#define DF_DFLASH2_SELECTOR(T)                                                                                  \
-  template Dflash2Candidates dflash2_selector_candidates<T>(const Dflash2SelectorDims&, const T*, int32_t);     \
-  template Dflash2BlockLoss dflash2_block_step<T>(const Dflash2SelectorDims&,                                   \
-                                                  const Dflash2SelectorTensors<const T>&, const T*, const T*,  \
-                                                  const Dflash2BlockRows&, double, bool,                        \
-                                                  const Dflash2SelectorTensors<T>*, T*);                        \
-  template std::vector<int32_t> dflash2_selector_greedy_path<T>(                                                \
+#define DF_DFLASH2_SELECTOR(T)                                                                              \
+  template Dflash2Candidates dflash2_selector_candidates<T>(const Dflash2SelectorDims&, const T*, int32_t); \
+  template Dflash2BlockLoss dflash2_block_step<T>(                                                          \
+      const Dflash2SelectorDims&, const Dflash2SelectorTensors<const T>&, const T*, const T*,               \
+      const Dflash2BlockRows&, double, bool, const Dflash2SelectorTensors<T>*, T*);                         \
+  template std::vector<int32_t> dflash2_selector_greedy_path<T>(                                            \
       const Dflash2SelectorDims&, const Dflash2SelectorTensors<const T>&, const T*, const T*, int, int32_t);
 DF_DFLASH2_SELECTOR(float)
 DF_DFLASH2_SELECTOR(double)

@@ -51,10 +51,10 @@ double dflash2_unary_grad(const Dflash2SelectorDims& d, double logit);
 
 // One slot's candidate set: ids and unary values, and (training) which of them is the gold label.
 struct Dflash2Candidates {
-  std::vector<int32_t> ids;    // [K]
-  std::vector<double> unary;   // [K]
-  int target = -1;             // index of the gold label in ids; -1 without one
-  bool covered = false;        // the gold label was among the strict top-K
+  std::vector<int32_t> ids;   // [K]
+  std::vector<double> unary;  // [K]
+  int target = -1;            // index of the gold label in ids; -1 without one
+  bool covered = false;       // the gold label was among the strict top-K
 };
 // The strict top-K of the unary values of logits [V] (gold < 0); with a gold label, the training set above.
 template <class T>
@@ -62,15 +62,15 @@ Dflash2Candidates dflash2_selector_candidates(const Dflash2SelectorDims& d, cons
 
 // One block's rows: slot k's label x[a+k], its predecessor x[a+k−1] (the anchor's token for slot 0, which
 // carries no weight) and the DFlash row weight exp(−(k−1)/γ) × [a+k < len] × loss_mask[a+k] for k ≥ 1; a
-// padding block (anchor < 0) carries none. Positions past the sequence read its last token (the peer's clamped
-// gather); they feed only slots that carry no weight.
+// padding block (anchor < 0) carries none. Positions past the sequence read its last token (the peer's
+// clamped gather); they feed only slots that carry no weight.
 struct Dflash2BlockRows {
   std::vector<int32_t> labels;  // [B]
   std::vector<int32_t> prev;    // [B]
   std::vector<double> weights;  // [B]
 };
-Dflash2BlockRows dflash2_block_rows(int block_size, const int32_t* tokens, const uint8_t* loss_mask, int64_t len,
-                                    int64_t anchor, double gamma);
+Dflash2BlockRows dflash2_block_rows(int block_size, const int32_t* tokens, const uint8_t* loss_mask,
+                                    int64_t len, int64_t anchor, double gamma);
 
 // SpecForge's selector weight schedule: 0 for the first ⌊total·warmup_ratio⌋ completed optimizer steps, then
 // alpha·min((step − warmup + 1) / ⌊total·ramp_ratio⌋, 1), alpha itself without a ramp or a horizon.

@@ -55,7 +55,8 @@ void drafter_config_validate(const DrafterConfig& c) {
   if (c.kind == DrafterKind::dflash2) {
     // SpecForge DFlashGroupedConv / CandidateSelector's own checks.
     DF_CHECK(c.conv_kernel_size >= 1 && c.conv_kernel_size <= c.block_size,
-             "drafter config: conv_kernel_size %d must be in [1, block_size %d]", c.conv_kernel_size, c.block_size);
+             "drafter config: conv_kernel_size %d must be in [1, block_size %d]", c.conv_kernel_size,
+             c.block_size);
     DF_CHECK(c.conv_group_size >= 1 && c.hidden % c.conv_group_size == 0,
              "drafter config: conv_group_size %d must divide hidden_size %d", c.conv_group_size, c.hidden);
     positive(c.selector_rank, "selector_rank");
@@ -64,10 +65,11 @@ void drafter_config_validate(const DrafterConfig& c) {
     DF_CHECK(std::isfinite(c.output_multiplier) && c.output_multiplier > 0,
              "drafter config: output_multiplier %g must be > 0", double(c.output_multiplier));
     DF_CHECK(std::isfinite(c.final_logit_softcapping) && c.final_logit_softcapping >= 0,
-             "drafter config: final_logit_softcapping %g must be ≥ 0 (0: none)", double(c.final_logit_softcapping));
+             "drafter config: final_logit_softcapping %g must be ≥ 0 (0: none)",
+             double(c.final_logit_softcapping));
   } else {
-    DF_CHECK(c.conv_kernel_size == 0 && c.conv_group_size == 0 && c.selector_rank == 0 && c.selector_top_k == 0 &&
-                 c.output_multiplier == 0.0f && c.final_logit_softcapping == 0.0f,
+    DF_CHECK(c.conv_kernel_size == 0 && c.conv_group_size == 0 && c.selector_rank == 0 &&
+                 c.selector_top_k == 0 && c.output_multiplier == 0.0f && c.final_logit_softcapping == 0.0f,
              "drafter config: kind %s has no DFlash2 convolutions or selector, but conv_kernel_size/"
              "conv_group_size/selector_rank/selector_top_k/output_multiplier/final_logit_softcapping are set",
              drafter_kind_name(c.kind));
@@ -79,9 +81,8 @@ void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& bac
       c.kind == DrafterKind::dflash,
       "drafter.kind = \"%s\": this build's training step on the %s backend has DFlash's head and loss only "
       "(the CPU fp32 oracles of the Domino head and of DFlash2's convolutions and selector are "
-      "model/domino_head.h, model/dflash2_conv.h and model/dflash2_selector.h; their steps and CUDA ops are not "
-      "built yet); "
-      "HINT: drafter.kind = \"dflash\"",
+      "model/domino_head.h, model/dflash2_conv.h and model/dflash2_selector.h; their steps and CUDA ops are "
+      "not built yet); HINT: drafter.kind = \"dflash\"",
       drafter_kind_name(c.kind), backend.c_str());
 }
 

@@ -176,9 +176,12 @@ std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c) {
 
 const char* drafter_kind_name(DrafterKind k) {
   switch (k) {
-    case DrafterKind::domino: return "domino";
-    case DrafterKind::dflash2: return "dflash2";
-    default: return "dflash";
+    case DrafterKind::domino:
+      return "domino";
+    case DrafterKind::dflash2:
+      return "dflash2";
+    default:
+      return "dflash";
   }
 }
 
@@ -239,11 +242,14 @@ DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& targe
     c.shift_label = d.shift_label;
   }
   if (c.kind == DrafterKind::dflash2) {
-    DF_CHECK(d.conv_group_size > 0 && target.hidden % d.conv_group_size == 0,
-             "%s: drafter.conv_group_size %d must divide the target's hidden size %d (channels share a dynamic "
-             "coefficient in groups of it)", cfg.path.c_str(), d.conv_group_size, target.hidden);
-    DF_CHECK(d.selector_top_k <= target.vocab, "%s: drafter.selector_top_k %d exceeds the target's vocabulary %d",
-             cfg.path.c_str(), d.selector_top_k, target.vocab);
+    DF_CHECK(
+        d.conv_group_size > 0 && target.hidden % d.conv_group_size == 0,
+        "%s: drafter.conv_group_size %d must divide the target's hidden size %d (channels share a dynamic "
+        "coefficient in groups of it)",
+        cfg.path.c_str(), d.conv_group_size, target.hidden);
+    DF_CHECK(d.selector_top_k <= target.vocab,
+             "%s: drafter.selector_top_k %d exceeds the target's vocabulary %d", cfg.path.c_str(),
+             d.selector_top_k, target.vocab);
     c.conv_kernel_size = d.conv_kernel_size;
     c.conv_group_size = d.conv_group_size;
     c.selector_rank = d.selector_rank;
@@ -274,8 +280,9 @@ DrafterConfig drafter_config_from_json(const std::string& text, const std::strin
   if (j["kind"] != "dflash2") {
     // Written before DFlash2 existed: its fields, absent, are unset.
     const DrafterConfig unset;
-    const std::set<std::string> dflash2_keys = {"conv_kernel_size", "conv_group_size", "selector_rank",
-                                                "selector_top_k", "output_multiplier", "final_logit_softcapping"};
+    const std::set<std::string> dflash2_keys = {"conv_kernel_size",  "conv_group_size",
+                                                "selector_rank",     "selector_top_k",
+                                                "output_multiplier", "final_logit_softcapping"};
     drafter_config_fields(unset, [&](const DrafterField& f, const auto& value) {
       if (dflash2_keys.count(f.key) && !j.contains(f.key)) j[f.key] = write_value(value);
     });
@@ -340,10 +347,13 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
   const bool typed = lt != j.end() && !lt->is_null();
   flat["layer_types"] = typed ? *lt : json(std::vector<std::string>(size_t(q.layers), "full_attention"));
   flat["sliding_window"] = DrafterConfig().sliding_window;  // read below where a layer slides
-  if (const json* projector = dflash && dflash->contains("projector_type") ? &(*dflash)["projector_type"] : nullptr;
+  if (const json* projector =
+          dflash && dflash->contains("projector_type") ? &(*dflash)["projector_type"] : nullptr;
       dflash2 && projector && !projector->is_null())
-    DF_CHECK(*projector == "dflash2", "%s: architectures names DFlash2DraftModel but dflash_config.projector_type "
-             "is %s; a DFlash2 drafter has no projector", where.c_str(), projector->dump().c_str());
+    DF_CHECK(*projector == "dflash2",
+             "%s: architectures names DFlash2DraftModel but dflash_config.projector_type "
+             "is %s; a DFlash2 drafter has no projector",
+             where.c_str(), projector->dump().c_str());
   flatten_hf_kind(dflash, where, flat);
   flatten_hf_dflash2(dflash2, dflash, where, flat);
   DrafterConfig c = read_fields(flat, [](const DrafterField& f) { return f.hf_key; }, where);

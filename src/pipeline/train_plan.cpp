@@ -223,12 +223,14 @@ std::string train_plan_summary(const TrainPlan& p) {
     s += strfmt(
         "dflash2: %d-tap convolutions in groups of %d channels around every sublayer; selector rank %d over "
         "the top %d (logits x %g, softcap %s); selector loss alpha %g (warmup %g, ramp %g of the steps%s)\n",
-        p.drafter.conv_kernel_size, p.drafter.conv_group_size, p.drafter.selector_rank, p.drafter.selector_top_k,
-        double(p.drafter.output_multiplier),
-        p.drafter.final_logit_softcapping > 0 ? strfmt("%g", double(p.drafter.final_logit_softcapping)).c_str()
-                                              : "none",
+        p.drafter.conv_kernel_size, p.drafter.conv_group_size, p.drafter.selector_rank,
+        p.drafter.selector_top_k, double(p.drafter.output_multiplier),
+        p.drafter.final_logit_softcapping > 0
+            ? strfmt("%g", double(p.drafter.final_logit_softcapping)).c_str()
+            : "none",
         p.cfg.train.dflash2_selector_loss_alpha, p.cfg.train.dflash2_selector_warmup_ratio,
-        p.cfg.train.dflash2_selector_ramp_ratio, p.cfg.train.dflash2_selector_stop_gradient ? ", stop-gradient" : "");
+        p.cfg.train.dflash2_selector_ramp_ratio,
+        p.cfg.train.dflash2_selector_stop_gradient ? ", stop-gradient" : "");
   s += strfmt("data: %lld sequences, %lld tokens, %lld anchorable positions, %lld batches per epoch\n",
               (long long)p.corpus->num_sequences(), (long long)p.corpus->num_tokens(), (long long)p.anchor_positions,
               (long long)p.batcher->batches_in_epoch(0));

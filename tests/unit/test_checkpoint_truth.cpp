@@ -246,16 +246,18 @@ TEST(CheckpointTruth, Dflash2IsRecordedRefusedByBothBackendsAndCountedInTheTable
             drafter_config_json(tiny_drafter_config()));
   // With kind dflash2 every key is required.
   j["kind"] = "dflash2";
-  EXPECT_NE(error_of([&] { drafter_config_from_json(j.dump(), "new.h5"); }).find("'conv_kernel_size' is missing"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { drafter_config_from_json(j.dump(), "new.h5"); }).find("'conv_kernel_size' is missing"),
+      std::string::npos);
 
   CpuTrainOps ops;
   const std::string msg = error_of([&] { DrafterModel m(tiny_dflash2_config(), ops); });
   EXPECT_NE(msg.find("drafter.kind = \"dflash2\": this build's training step on the cpu backend"),
             std::string::npos)
       << msg;
-  EXPECT_NE(error_of([&] { drafter_check_kind_trainable(tiny_dflash2_config(), "cuda"); }).find("cuda backend"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { drafter_check_kind_trainable(tiny_dflash2_config(), "cuda"); }).find("cuda backend"),
+      std::string::npos);
 
   // plan vram and the plan summary count the table: two convolutions per layer and the selector on top of
   // DFlash's tensors, under the peer's names.

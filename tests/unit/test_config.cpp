@@ -241,7 +241,8 @@ TEST(Config, Dflash2KeysTheirDefaultsAndRefusals) {
   EXPECT_DOUBLE_EQ(c.train.dflash2_selector_ramp_ratio, 0.2);
   EXPECT_TRUE(c.train.dflash2_selector_stop_gradient);
   const std::string table = config_table(c);
-  for (const char* shown : {"drafter.conv_group_size", "drafter.selector_top_k", "train.dflash2_selector_ramp_ratio"})
+  for (const char* shown :
+       {"drafter.conv_group_size", "drafter.selector_top_k", "train.dflash2_selector_ramp_ratio"})
     EXPECT_NE(table.find(shown), std::string::npos) << shown << "\n" << table;
 
   const std::pair<const char*, const char*> bad[] = {
@@ -266,20 +267,23 @@ TEST(Config, Dflash2KeysTheirDefaultsAndRefusals) {
 }
 
 TEST(Config, Dflash2KeysAreRefusedUnderAnotherKind) {
-  for (const char* extra : {"conv_kernel_size = 2\n", "conv_group_size = 16\n", "selector_rank = 8\n",
-                            "selector_top_k = 4\n", "output_multiplier = 1.0\n", "final_logit_softcapping = 3.0\n"}) {
+  for (const char* extra :
+       {"conv_kernel_size = 2\n", "conv_group_size = 16\n", "selector_rank = 8\n", "selector_top_k = 4\n",
+        "output_multiplier = 1.0\n", "final_logit_softcapping = 3.0\n"}) {
     const std::string key = std::string(extra).substr(0, std::string(extra).find(' '));
     for (const char* kind : {"", "kind = \"domino\"\n"}) {
       const std::string e = error_of(std::string(kMinimal) + kind + extra);
-      EXPECT_NE(e.find("'drafter." + key + "' belongs to drafter.kind = \"dflash2\""), std::string::npos) << e;
+      EXPECT_NE(e.find("'drafter." + key + "' belongs to drafter.kind = \"dflash2\""), std::string::npos)
+          << e;
     }
   }
   for (const char* key : {"dflash2_selector_loss_alpha = 1.0", "dflash2_selector_warmup_ratio = 0.1",
                           "dflash2_selector_ramp_ratio = 0.1", "dflash2_selector_stop_gradient = true"}) {
     const std::string e = error_of(std::string(kMinimal) + "[train]\n" + key + "\n");
     const std::string name = std::string(key).substr(0, std::string(key).find(' '));
-    EXPECT_NE(e.find("'train." + name + "' belongs to drafter.kind = \"dflash2\", but drafter.kind is \"dflash\""),
-              std::string::npos)
+    EXPECT_NE(
+        e.find("'train." + name + "' belongs to drafter.kind = \"dflash2\", but drafter.kind is \"dflash\""),
+        std::string::npos)
         << e;
   }
   bool shown = false;

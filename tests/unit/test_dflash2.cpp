@@ -88,8 +88,8 @@ TEST(Dflash2Conv, NoTapReadsTheBlockBefore) {
 }
 
 TEST(Dflash2Conv, IdentityAtInitialisation) {
-  // base = [1, 0, ..] per side, kernel_projection = 0: x' = x + conv₁(f(conv₀(n))) is x + f(n) bit for bit, so
-  // a DFlash2 layer started this way computes its DFlash layer.
+  // base = [1, 0, ..] per side, kernel_projection = 0: x' = x + conv₁(f(conv₀(n))) is x + f(n) bit for bit,
+  // so a DFlash2 layer started this way computes its DFlash layer.
   const Dflash2ConvDims d = conv_dims(10, 5, 3, 4);
   const int64_t rows = 8, H = 10;
   std::vector<float> base(size_t(2 * 3 * H), 0.0f), proj(size_t(d.coeffs() * H), 0.0f);
@@ -128,17 +128,17 @@ TEST(Dflash2Conv, GradientsMatchFiniteDifferences) {
       return l;
     };
     forward();
-    std::vector<double> dbase(base.size(), 0.0), dproj(proj.size(), 0.0), dx(x.size(), 0.0), dy(x.size(), 0.0),
-        da(x.size()), dcoeff(coeff.size(), 0.0);
+    std::vector<double> dbase(base.size(), 0.0), dproj(proj.size(), 0.0), dx(x.size(), 0.0),
+        dy(x.size(), 0.0), da(x.size()), dcoeff(coeff.size(), 0.0);
     const Dflash2ConvTensors<double> g{dbase.data(), dproj.data()};
-    dflash2_conv_finish_backward<double>(d, {base.data(), proj.data()}, y.data(), coeff.data(), rows, r1.data(),
-                                         dy.data(), dcoeff.data(), g);
+    dflash2_conv_finish_backward<double>(d, {base.data(), proj.data()}, y.data(), coeff.data(), rows,
+                                         r1.data(), dy.data(), dcoeff.data(), g);
     for (size_t i = 0; i < da.size(); ++i) {
       const double t = std::tanh(a[i]);
       da[i] = r0[i] + dy[i] * m[i] * (1 - t * t);
     }
-    dflash2_conv_prepare_backward<double>(d, {base.data(), proj.data()}, x.data(), coeff.data(), rows, da.data(),
-                                          dcoeff.data(), dx.data(), g);
+    dflash2_conv_prepare_backward<double>(d, {base.data(), proj.data()}, x.data(), coeff.data(), rows,
+                                          da.data(), dcoeff.data(), dx.data(), g);
     expect_fd("x", x, dx, forward);
     expect_fd("base_kernel", base, dbase, forward);
     expect_fd("kernel_projection", proj, dproj, forward);
@@ -159,7 +159,8 @@ Dflash2SelectorDims selector_dims(double multiplier, double softcap) {
   return d;
 }
 
-std::vector<double> logits_of(const Dflash2SelectorDims& d, const std::vector<double>& lm_head, const double* z) {
+std::vector<double> logits_of(const Dflash2SelectorDims& d, const std::vector<double>& lm_head,
+                              const double* z) {
   std::vector<double> l(size_t(d.vocab), 0.0);
   for (int v = 0; v < d.vocab; ++v)
     for (int h = 0; h < d.hidden; ++h) l[size_t(v)] += lm_head[size_t(v * d.hidden + h)] * z[h];
@@ -202,8 +203,8 @@ TEST(Dflash2Selector, BlockRowsLabelPredecessorAndWeight) {
   const Dflash2BlockRows r = dflash2_block_rows(4, tokens.data(), mask.data(), 6, 2, 3.0);
   EXPECT_EQ(r.labels, (std::vector<int32_t>{12, 13, 14, 15}));
   EXPECT_EQ(r.prev, (std::vector<int32_t>{12, 12, 13, 14}));
-  EXPECT_EQ(r.weights[0], 0.0);                                 // the anchor
-  EXPECT_EQ(r.weights[1], 0.0);                                 // a masked label
+  EXPECT_EQ(r.weights[0], 0.0);  // the anchor
+  EXPECT_EQ(r.weights[1], 0.0);  // a masked label
   EXPECT_NEAR(r.weights[2], std::exp(-1.0 / 3.0), 1e-7);
   EXPECT_NEAR(r.weights[3], std::exp(-2.0 / 3.0), 1e-7);
   const Dflash2BlockRows end = dflash2_block_rows(4, tokens.data(), mask.data(), 6, 4, 3.0);
@@ -232,8 +233,8 @@ TEST(Dflash2Selector, GradientsMatchFiniteDifferences) {
     std::vector<double> lm = randn(size_t(V * H), 1.0, 21), z = randn(size_t(B * H), 1.0, 22),
                         pred = randn(size_t(V * R), 0.8, 23), succ = randn(size_t(V * R), 0.8, 24),
                         wh = randn(size_t(R * H), 0.6, 25);
-    // Slots 1 and 3 are labelled with their argmax (inside the top-K), 2 and 4 with their argmin (outside: the
-    // gold replaces the weakest candidate); slot 0 is the anchor.
+    // Slots 1 and 3 are labelled with their argmax (inside the top-K), 2 and 4 with their argmin (outside:
+    // the gold replaces the weakest candidate); slot 0 is the anchor.
     Dflash2BlockRows rows{std::vector<int32_t>(size_t(B), 0), {3, 5, 7, 9, 11}, {0.0, 1.0, 0.8, 0.6, 0.5}};
     for (int k = 1; k < B; ++k) {
       const std::vector<double> l = logits_of(d, lm, z.data() + k * H);
@@ -242,8 +243,9 @@ TEST(Dflash2Selector, GradientsMatchFiniteDifferences) {
     }
     const double alpha = 0.6;
     const auto loss = [&] {
-      const Dflash2BlockLoss l = dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(),
-                                                            z.data(), rows, alpha, false, nullptr, nullptr);
+      const Dflash2BlockLoss l =
+          dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows,
+                                     alpha, false, nullptr, nullptr);
       return l.base_sum + alpha * l.selector_sum;
     };
     std::vector<double> gp(pred.size(), 0.0), gs(succ.size(), 0.0), gw(wh.size(), 0.0), dz(z.size(), 0.0);
@@ -261,12 +263,12 @@ TEST(Dflash2Selector, GradientsMatchFiniteDifferences) {
     std::vector<double> gp2(pred.size(), 0.0), gs2(succ.size(), 0.0), gw2(wh.size(), 0.0), dz2(z.size(), 0.0),
         dz_base(z.size(), 0.0);
     const Dflash2SelectorTensors<double> g2{gp2.data(), gs2.data(), gw2.data()};
-    dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows, alpha, true,
-                               &g2, dz2.data());
+    dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows, alpha,
+                               true, &g2, dz2.data());
     std::vector<double> u1(pred.size(), 0.0), u2(succ.size(), 0.0), u3(wh.size(), 0.0);
     const Dflash2SelectorTensors<double> g0{u1.data(), u2.data(), u3.data()};
-    dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows, 0.0, false,
-                               &g0, dz_base.data());
+    dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows, 0.0,
+                               false, &g0, dz_base.data());
     EXPECT_EQ(gp2, gp);
     EXPECT_EQ(gs2, gs);
     EXPECT_EQ(gw2, gw);
@@ -281,7 +283,8 @@ TEST(Dflash2Selector, ZeroSuccessorCodebookProposesTheArgmaxAsDflashDoes) {
   const Dflash2SelectorDims d = selector_dims(0.7, 2.5);
   const int H = d.hidden, V = d.vocab, R = d.rank, n = d.block_size - 1;
   std::vector<double> lm = randn(size_t(V * H), 1.0, 31), z = randn(size_t(n * H), 1.0, 32),
-                      pred = randn(size_t(V * R), 0.02, 33), succ(size_t(V * R), 0.0), wh = randn(size_t(R * H), 0.02, 34);
+                      pred = randn(size_t(V * R), 0.02, 33), succ(size_t(V * R), 0.0),
+                      wh = randn(size_t(R * H), 0.02, 34);
   std::vector<double> logits;
   std::vector<int32_t> argmax;
   for (int k = 0; k < n; ++k) {
@@ -300,19 +303,21 @@ TEST(Dflash2Selector, ZeroSuccessorCodebookProposesTheArgmaxAsDflashDoes) {
 }
 
 TEST(Dflash2Selector, HandComputedScoresLossAndWalk) {
-  // V 4, H 1, R 1, K 2. logits = [1, 2, 3, 0]: candidates 2, 1 (unary 3, 2). ctx = pred[0]·(W_h z) = 2·0.5 = 1;
-  // successor scores −1 (token 2) and +1 (token 1): scores 2 and 3, so the selector prefers token 1.
+  // V 4, H 1, R 1, K 2. logits = [1, 2, 3, 0]: candidates 2, 1 (unary 3, 2). ctx = pred[0]·(W_h z) = 2·0.5 =
+  // 1; successor scores −1 (token 2) and +1 (token 1): scores 2 and 3, so the selector prefers token 1.
   Dflash2SelectorDims d;
   d.hidden = 1;
   d.vocab = 4;
   d.rank = 1;
   d.top_k = 2;
   d.block_size = 2;
-  const std::vector<float> lm = {1, 2, 3, 0}, z = {0, 1}, pred = {2, 0, 0, 0}, succ = {0, 1, -1, 0}, wh = {0.5f};
+  const std::vector<float> lm = {1, 2, 3, 0}, z = {0, 1}, pred = {2, 0, 0, 0}, succ = {0, 1, -1, 0},
+                           wh = {0.5f};
   const Dflash2SelectorTensors<const float> w{pred.data(), succ.data(), wh.data()};
   const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0) + 1.0);
   Dflash2BlockRows rows{{0, 1}, {0, 0}, {0.0, 1.0}};  // slot 1: label 1, previous token 0
-  Dflash2BlockLoss l = dflash2_block_step<float>(d, w, lm.data(), z.data(), rows, 1.0, false, nullptr, nullptr);
+  Dflash2BlockLoss l =
+      dflash2_block_step<float>(d, w, lm.data(), z.data(), rows, 1.0, false, nullptr, nullptr);
   EXPECT_NEAR(l.base_sum, lse - 2.0, 1e-6);
   EXPECT_NEAR(l.selector_sum, std::log(std::exp(2.0) + std::exp(3.0)) - 3.0, 1e-6);
   EXPECT_EQ(l.covered, 1);
@@ -323,7 +328,9 @@ TEST(Dflash2Selector, HandComputedScoresLossAndWalk) {
   EXPECT_NEAR(l.selector_sum, std::log(std::exp(2.0) + 1.0), 1e-6);
   EXPECT_EQ(l.covered, 0);
   const std::vector<float> logits = {1, 2, 3, 0};
-  EXPECT_EQ(dflash2_selector_greedy_path<float>(d, w, logits.data(), z.data() + 1, 1, 0), std::vector<int32_t>{1});
+  EXPECT_EQ(dflash2_selector_greedy_path<float>(d, w, logits.data(), z.data() + 1, 1, 0),
+            std::vector<int32_t>{1});
   // From another predecessor (pred[1] = 0) the transition vanishes and the unary argmax, token 2, wins.
-  EXPECT_EQ(dflash2_selector_greedy_path<float>(d, w, logits.data(), z.data() + 1, 1, 1), std::vector<int32_t>{2});
+  EXPECT_EQ(dflash2_selector_greedy_path<float>(d, w, logits.data(), z.data() + 1, 1, 1),
+            std::vector<int32_t>{2});
 }

@@ -1,9 +1,9 @@
-// DFlash2's oracles (model/dflash2_selector.h, model/dflash2_conv.h) against SpecForge's own DFlash2DraftModel
-// and OnlineDFlashModel at the commit that holds them: the golden files of `make_drafter_golden.py --kind
-// dflash2` hold the backbone's normed output of every block with the loss's gradient (the selector and both
-// CE terms are checked on those, with the block rows built from the packed tokens as our step builds them),
-// and every grouped convolution's inputs, outputs and their gradients (each convolution is checked alone).
-// Loss rel ≤ 1e-5, every gradient rel-RMS ≤ 1e-4, as the DFlash golden holds.
+// DFlash2's oracles (model/dflash2_selector.h, model/dflash2_conv.h) against SpecForge's own
+// DFlash2DraftModel and OnlineDFlashModel at the commit that holds them: the golden files of
+// `make_drafter_golden.py --kind dflash2` hold the backbone's normed output of every block with the loss's
+// gradient (the selector and both CE terms are checked on those, with the block rows built from the packed
+// tokens as our step builds them), and every grouped convolution's inputs, outputs and their gradients (each
+// convolution is checked alone). Loss rel ≤ 1e-5, every gradient rel-RMS ≤ 1e-4, as the DFlash golden holds.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,7 +24,8 @@ namespace {
 
 const std::string kDir = std::string(DF_SOURCE_DIR) + "/tests/golden/drafter_dflash2";
 constexpr const char* kMissing =
-    "tests/golden/drafter_dflash2/ is absent: run `python3 tests/golden/make_drafter_golden.py --kind dflash2 "
+    "tests/golden/drafter_dflash2/ is absent: run `python3 tests/golden/make_drafter_golden.py --kind "
+    "dflash2 "
     "--specforge .peer/SpecForge-dflash2` where torch, transformers and SpecForge 5943b2f6 exist (the GPU "
     "machine) and commit tests/golden/drafter_dflash2/";
 
@@ -77,19 +78,22 @@ TEST(Dflash2Golden, SelectorLossAndGradientsMatchSpecForge) {
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t seq = anchors[size_t(2 * b)], pos = anchors[size_t(2 * b + 1)];
     const int64_t start = offsets[size_t(seq)], len = offsets[size_t(seq + 1)] - start;
-    const Dflash2BlockRows rows = dflash2_block_rows(B, tokens.data() + start, loss_mask.data() + start, len, pos, gamma);
+    const Dflash2BlockRows rows =
+        dflash2_block_rows(B, tokens.data() + start, loss_mask.data() + start, len, pos, gamma);
     for (int k = 0; k < B; ++k) {
       const size_t r = size_t(b * B + k);
       const double want = k == 0 ? 0.0 : weight_mask[r] * std::exp(-double(k - 1) / gamma);
-      ASSERT_NEAR(rows.weights[size_t(k)], want, 1e-6 * std::max(1.0, want)) << "block " << b << " slot " << k;
+      ASSERT_NEAR(rows.weights[size_t(k)], want, 1e-6 * std::max(1.0, want))
+          << "block " << b << " slot " << k;
       weight_sum += rows.weights[size_t(k)];
       if (rows.weights[size_t(k)] > 0) {
         ASSERT_EQ(rows.labels[size_t(k)], target_ids[r]) << "block " << b << " slot " << k;
         ASSERT_EQ(rows.prev[size_t(k)], predecessor_ids[r]) << "block " << b << " slot " << k;
       }
     }
-    const Dflash2BlockLoss l = dflash2_block_step<float>(d, weights, lm_head.data(), hidden.data() + b * B * H,
-                                                         rows, alpha, false, &grads, dz.data() + b * B * H);
+    const Dflash2BlockLoss l =
+        dflash2_block_step<float>(d, weights, lm_head.data(), hidden.data() + b * B * H, rows, alpha, false,
+                                  &grads, dz.data() + b * B * H);
     base_sum += l.base_sum;
     selector_sum += l.selector_sum;
   }
@@ -119,7 +123,9 @@ TEST(Dflash2Golden, EveryConvolutionMatchesSpecForge) {
       SCOPED_TRACE(name);
       const std::vector<float> base = weight_of(m, name + ".base_kernel"),
                                proj = weight_of(m, name + ".kernel_projection.weight");
-      const auto golden = [&](const char* prefix, const char* t) { return read_f32(g, prefix + name + "." + t); };
+      const auto golden = [&](const char* prefix, const char* t) {
+        return read_f32(g, prefix + name + "." + t);
+      };
       const std::vector<float> x = golden("conv.", "x"), y = golden("conv.", "y");
       const int64_t rows = int64_t(x.size()) / d.hidden;
       std::vector<float> a(x.size()), z(x.size()), coeff(size_t(rows * d.coeffs()));
@@ -129,13 +135,14 @@ TEST(Dflash2Golden, EveryConvolutionMatchesSpecForge) {
       EXPECT_LE(rel_rms(a, golden("conv.", "a")), 1e-5) << "input side";
       EXPECT_LE(rel_rms(z, golden("conv.", "z")), 1e-5) << "output side";
 
-      std::vector<float> dbase(base.size(), 0.0f), dproj(proj.size(), 0.0f), dx(x.size(), 0.0f), dy(x.size(), 0.0f),
-          dcoeff(coeff.size(), 0.0f);
+      std::vector<float> dbase(base.size(), 0.0f), dproj(proj.size(), 0.0f), dx(x.size(), 0.0f),
+          dy(x.size(), 0.0f), dcoeff(coeff.size(), 0.0f);
       const Dflash2ConvTensors<float> gw{dbase.data(), dproj.data()};
       const std::vector<float> da = golden("conv_grad.", "a"), dz = golden("conv_grad.", "z");
-      dflash2_conv_finish_backward<float>(d, w, y.data(), coeff.data(), rows, dz.data(), dy.data(), dcoeff.data(), gw);
-      dflash2_conv_prepare_backward<float>(d, w, x.data(), coeff.data(), rows, da.data(), dcoeff.data(), dx.data(),
-                                           gw);
+      dflash2_conv_finish_backward<float>(d, w, y.data(), coeff.data(), rows, dz.data(), dy.data(),
+                                          dcoeff.data(), gw);
+      dflash2_conv_prepare_backward<float>(d, w, x.data(), coeff.data(), rows, da.data(), dcoeff.data(),
+                                           dx.data(), gw);
       EXPECT_LE(rel_rms(dy, golden("conv_grad.", "y")), 1e-4) << "∂/∂ sublayer output";
       EXPECT_LE(rel_rms(dx, golden("conv_grad.", "x")), 1e-4) << "∂/∂ sublayer input";
       EXPECT_LE(rel_rms(dbase, read_f32(g, "grad." + name + ".base_kernel")), 1e-4) << "base_kernel";

@@ -208,8 +208,9 @@ TEST(InitFrom, DominoConfigJsonReadsItsHeadAndKindMismatchIsNamed) {
             std::string::npos);
 }
 
-// SpecForge names a DFlash2 drafter by its architecture (configs/qwen3.6-27b-dflash2.json): no projector_type,
-// the four sizes required in dflash_config, output_multiplier 1 and no softcapping where absent.
+// SpecForge names a DFlash2 drafter by its architecture (configs/qwen3.6-27b-dflash2.json): no
+// projector_type, the four sizes required in dflash_config, output_multiplier 1 and no softcapping where
+// absent.
 TEST(InitFrom, Dflash2ConfigJsonReadsItsFieldsFromTheArchitecture) {
   Exported ex;
   nlohmann::json j = read_json(ex.dir + "/config.json");
@@ -227,7 +228,8 @@ TEST(InitFrom, Dflash2ConfigJsonReadsItsFieldsFromTheArchitecture) {
   EXPECT_EQ(c.output_multiplier, 1.0f);
   EXPECT_EQ(c.final_logit_softcapping, 0.0f);
   const std::string e = error_of([&] { drafter_config_check_same(ex.src.cfg, c, "dflash2"); });
-  EXPECT_NE(e.find("projector_type = dflash2 but this run's drafter has dflash (drafter.kind)"), std::string::npos)
+  EXPECT_NE(e.find("projector_type = dflash2 but this run's drafter has dflash (drafter.kind)"),
+            std::string::npos)
       << e;
 
   j["dflash_config"]["output_multiplier"] = 0.5;
@@ -264,7 +266,9 @@ TEST(InitFrom, Dflash2ConfigJsonReadsItsFieldsFromTheArchitecture) {
   }
   nlohmann::json domino = j;
   domino["dflash_config"]["projector_type"] = "domino";
-  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(domino, "both"); }).find("a DFlash2 drafter has no projector"),
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_hf_json(domino, "both");
+            }).find("a DFlash2 drafter has no projector"),
             std::string::npos);
   // A DFlash drafter's config never carries DFlash2 fields into the drafter.
   const DrafterConfig plain = drafter_config_load_hf(ex.dir);

@@ -290,8 +290,9 @@ TEST(PlanVram, Qwen36_27B_Dflash2CountsItsConvolutionsAndSelector) {
     plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});
     FAIL() << "a group size that does not divide the hidden size must be refused";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("drafter.conv_group_size 24 must divide the target's hidden size 5120"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("drafter.conv_group_size 24 must divide the target's hidden size 5120"),
+        std::string::npos)
         << e.what();
   }
 }
