@@ -29,9 +29,11 @@ namespace df {
 // One state-pass pipeline stage: W, Q, K, U (and in the fused form the gate Z) tiles [C][kLdB], the masked
 // scores [C][kLdP] (bf16) and the row scalars [C] of one chunk. STAGES 2: the next chunk's copies fly while
 // this one is computed. STAGES 1 (devices with 99 KB a block, where two stages of 128-wide tiles do not fit):
-// W and Q are refilled for the next chunk once the first products have read them, the other tiles once the
-// chunk is done, so the copies still overlap the products that do not read them. The fused form's norm adds
-// per-warp sums of squares [warps][C] and r [C] after the stages.
+// W and Q are refilled for the next chunk once the first products (S Wᵀ, S Qᵀ) have read them, so their copies
+// fly behind this chunk's V', O and S-update products; the other tiles once the chunk is done, behind the next
+// chunk's first products. Same tiles, same 64-token chunk (the workspace's score rows) and S still wholly in
+// registers, so every product keeps its mma.sync shape; only the copies are less ahead. The fused form's norm
+// adds per-warp sums of squares [warps][C] and r [C] after the stages.
 template <int D, bool NORM, int STAGES>
 struct GdnStateSmem {
   static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8, kTiles = NORM ? 5 : 4, kWarps = D / 16;
@@ -76,13 +78,15 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
   auto load_wq = [&](int c, int stage) {
     const int L = min(C, len - c * C);
     const int64_t t0 = start + (int64_t)c * C;
+    const bf16* row0 = qk + t0 * ld_qk;
     gdn_stage<D, NTHR>(tile(stage, 0), LB, p.ws_w + (t0 * nv + h) * D, (int64_t)nv * D, 0, L, D);
-    gdn_stage<D, NTHR>(tile(stage, 1), LB, qk + t0 * ld_qk + (int64_t)kh * dk, ld_qk, 0, L, dk);
+    gdn_stage<D, NTHR>(tile(stage, 1), LB, row0 + (int64_t)kh * dk, ld_qk, 0, L, dk);
   };
   auto load_rest = [&](int c, int stage) {
     const int L = min(C, len - c * C);
     const int64_t t0 = start + (int64_t)c * C;
-    gdn_stage<D, NTHR>(tile(stage, 2), LB, qk + t0 * ld_qk + (int64_t)(nk + kh) * dk, ld_qk, 0, L, dk);
+    const bf16* row0 = qk + t0 * ld_qk;
+    gdn_stage<D, NTHR>(tile(stage, 2), LB, row0 + (int64_t)(nk + kh) * dk, ld_qk, 0, L, dk);
     gdn_stage<D, NTHR>(tile(stage, 3), LB, p.ws_u + (t0 * nv + h) * D, (int64_t)nv * D, 0, L, D);
     if constexpr (NORM) gdn_stage<D, NTHR>(tile(stage, 4), LB, p.z + t0 * p.ld_z + (int64_t)h * dv, p.ld_z, 0, L, dv);
     gdn_stage<C, NTHR>(scores(stage), LP, p.ws_p + (t0 * nv + h) * C, (int64_t)nv * C, 0, L, C);
