@@ -22,8 +22,8 @@ struct DeviceCaps {
   std::string profile;     // the test profile in force ("" : the device as it is)
 };
 
-// The shared memory a block may opt in to on the GPUs with the least of it that the kernels are built for (sm_89
-// and sm_120, 99 KB): what every kernel's smallest form must fit.
+// The shared memory a block may opt in to on the GPUs with the least of it that the kernels are built for
+// (sm_89 and sm_120, 99 KB): what every kernel's smallest form must fit.
 inline constexpr size_t kSmemOptinLeast = 101376;
 
 // The device as a test profile (`sm120`, `sm100`, `sm89`, `sm80`) would have it: its compute capability,

@@ -29,11 +29,11 @@ namespace df {
 // One state-pass pipeline stage: W, Q, K, U (and in the fused form the gate Z) tiles [C][kLdB], the masked
 // scores [C][kLdP] (bf16) and the row scalars [C] of one chunk. STAGES 2: the next chunk's copies fly while
 // this one is computed. STAGES 1 (devices with 99 KB a block, where two stages of 128-wide tiles do not fit):
-// W and Q are refilled for the next chunk once the first products (S Wᵀ, S Qᵀ) have read them, so their copies
-// fly behind this chunk's V', O and S-update products; the other tiles once the chunk is done, behind the next
-// chunk's first products. Same tiles, same 64-token chunk (the workspace's score rows) and S still wholly in
-// registers, so every product keeps its mma.sync shape; only the copies are less ahead. The fused form's norm
-// adds per-warp sums of squares [warps][C] and r [C] after the stages.
+// W and Q are refilled for the next chunk once the first products (S Wᵀ, S Qᵀ) have read them, so their
+// copies fly behind this chunk's V', O and S-update products; the other tiles once the chunk is done, behind
+// the next chunk's first products. Same tiles, same 64-token chunk (the workspace's score rows) and S still
+// wholly in registers, so every product keeps its mma.sync shape; only the copies are less ahead. The fused
+// form's norm adds per-warp sums of squares [warps][C] and r [C] after the stages.
 template <int D, bool NORM, int STAGES>
 struct GdnStateSmem {
   static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8, kTiles = NORM ? 5 : 4, kWarps = D / 16;
@@ -44,19 +44,20 @@ struct GdnStateSmem {
   static_assert(kStage == gdn_state_stage_bytes(D, NORM) &&
                     kBytes == STAGES * kStage + (NORM ? sizeof(float) * (kWarps + 1) * C : 0),
                 "gdn_state_smem_bytes (what dispatch weighs) is this layout's size");
-  static_assert(STAGES == 2 || kBytes <= kSmemOptinLeast, "the one-stage form fits every device's shared memory");
+  static_assert(STAGES == 2 || kBytes <= kSmemOptinLeast,
+                "the one-stage form fits every device's shared memory");
 };
 
 // One block per (value head, sequence) walks the chunks with all of S: warp w keeps Sᵀ rows [16w, 16w + 16)
 // (value columns × key dim) in fp32 registers in the MMA accumulator layout, which is also the A-fragment
 // layout of the products that read S, so S never touches shared memory. Every product is transposed
-// (value columns as M): V'ᵀ = Uᵀ − Sᵀ Wᵀ, Oᵀ = (Sᵀ Qᵀ) ⊙ qs + V'ᵀ Pᵀ, Sᵀ = e^(γ_C) Sᵀ + (V' ⊙ kd)ᵀ K, with the
-// bf16 tiles as B fragments straight from ldmatrix. In the recurrence (V' and the S update) the fp32 side
+// (value columns as M): V'ᵀ = Uᵀ − Sᵀ Wᵀ, Oᵀ = (Sᵀ Qᵀ) ⊙ qs + V'ᵀ Pᵀ, Sᵀ = e^(γ_C) Sᵀ + (V' ⊙ kd)ᵀ K, with
+// the bf16 tiles as B fragments straight from ldmatrix. In the recurrence (V' and the S update) the fp32 side
 // (S, V') is split into bf16 hi + lo, because an error there is carried into every later chunk. The two
 // output products take the hi half only: their error (2^-9 relative per term, as in flash-linear-attention,
 // which rounds S to bf16 for every product) stays in this chunk's O, which is rounded to bf16 anyway.
-// CONV: the conv'd q and k rows are those the chunk kernel left in p.qk. NORM: the gated RMSNorm is applied to
-// the fp32 O before its only rounding. STAGES: GdnStateSmem; both forms do the same arithmetic in the same
+// CONV: the conv'd q and k rows are those the chunk kernel left in p.qk. NORM: the gated RMSNorm is applied
+// to the fp32 O before its only rounding. STAGES: GdnStateSmem; both forms do the same arithmetic in the same
 // order, so they give the same bits.
 template <int D, bool CONV, bool NORM, int STAGES>
 __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
@@ -88,7 +89,8 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
     const bf16* row0 = qk + t0 * ld_qk;
     gdn_stage<D, NTHR>(tile(stage, 2), LB, row0 + (int64_t)(nk + kh) * dk, ld_qk, 0, L, dk);
     gdn_stage<D, NTHR>(tile(stage, 3), LB, p.ws_u + (t0 * nv + h) * D, (int64_t)nv * D, 0, L, D);
-    if constexpr (NORM) gdn_stage<D, NTHR>(tile(stage, 4), LB, p.z + t0 * p.ld_z + (int64_t)h * dv, p.ld_z, 0, L, dv);
+    if constexpr (NORM)
+      gdn_stage<D, NTHR>(tile(stage, 4), LB, p.z + t0 * p.ld_z + (int64_t)h * dv, p.ld_z, 0, L, dv);
     gdn_stage<C, NTHR>(scores(stage), LP, p.ws_p + (t0 * nv + h) * C, (int64_t)nv * C, 0, L, C);
     float4* sc = scalars(stage);
     for (int r = threadIdx.x; r < C; r += NTHR) {
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
   if constexpr (NORM)
 #pragma unroll
     for (int e = 0; e < 2; ++e) norm_w[e] = v0 + g + 8 * e < dv ? p.norm_w[v0 + g + 8 * e] : 0.0f;
-  // Copy groups in flight at the top of chunk c: STAGES 2, chunk c's; STAGES 1, chunk c's W | Q, then its rest.
+  // Copy groups in flight at the top of chunk c: STAGES 2, chunk c's; STAGES 1, its W | Q, then the rest.
   if (chunks > 0) {
     load_wq(0, 0);
     if constexpr (STAGES == 1) cp_async_commit();

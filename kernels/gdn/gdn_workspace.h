@@ -1,7 +1,7 @@
 // The workspace layout of the CUDA Gated DeltaNet prefill (gdn.cu): which bytes it needs for a batch and
-// where each part starts, and the state kernel's shared memory a block. Plain C++ with no CUDA header, so that
-// the VRAM planner (built without CUDA) counts exactly the bytes the launcher checks for, and the dispatch unit
-// tests weigh the state kernel's forms against each device's shared memory without a GPU.
+// where each part starts, and the state kernel's shared memory a block. Plain C++ with no CUDA header, so
+// that the VRAM planner (built without CUDA) counts exactly the bytes the launcher checks for, and the
+// dispatch unit tests weigh the state kernel's forms against each device's shared memory without a GPU.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -55,9 +55,9 @@ constexpr size_t gdn_state_stage_bytes(int d, bool norm) {
          kGdnRowScalarBytes * kGdnChunk;
 }
 
-// The state kernel's shared memory a block with `stages` pipeline stages (2: the next chunk's tiles are copied
-// while this one is computed; 1: each tile is refilled once this chunk has read it), plus the fused norm's
-// per-warp sums of squares [d / 16][kGdnChunk] and inverse rms [kGdnChunk], fp32.
+// The state kernel's shared memory a block with `stages` pipeline stages (2: the next chunk's tiles are
+// copied while this one is computed; 1: each tile is refilled once this chunk has read it), plus the fused
+// norm's per-warp sums of squares [d / 16][kGdnChunk] and inverse rms [kGdnChunk], fp32.
 constexpr size_t gdn_state_smem_bytes(int d, bool norm, int stages) {
   return size_t(stages) * gdn_state_stage_bytes(d, norm) +
          (norm ? sizeof(float) * size_t(d / 16 + 1) * kGdnChunk : 0);

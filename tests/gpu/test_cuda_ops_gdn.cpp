@@ -1,9 +1,8 @@
-// The DeltaNet side of the CUDA ops against the CPU fp32 oracle: the depthwise causal conv (kernel sizes, awkward
-// widths and offsets, sequence starts), the gated RMSNorm, the Gated DeltaNet prefill (chunked and recurrent
-// paths, chunk and sequence seams, workspace refusal, the state pass's one-stage form) and decode, and the fused
-// mixer (conv, prefill and norm).
-// Split from test_cuda_ops.cpp, whose fixture (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a
-// GPU or a CUDA build.
+// The DeltaNet side of the CUDA ops against the CPU fp32 oracle: the depthwise causal conv (kernel sizes,
+// awkward widths and offsets, sequence starts), the gated RMSNorm, the Gated DeltaNet prefill (chunked and
+// recurrent paths, chunk and sequence seams, workspace refusal, the state pass's one-stage form) and decode,
+// and the fused mixer (conv, prefill and norm). Split from test_cuda_ops.cpp, whose fixture
+// (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -314,14 +313,15 @@ TEST_F(CudaOpsTest, GdnStateOneStageMatchesCpuAndTheDefaultForm) {
   const KernelVariants saved = kernel_variants();
   const KernelVariants one = kernel_variants_with(saved, &KernelVariants::gdn_one_stage, true);
   const KernelVariants picked = kernel_variants_with(saved, &KernelVariants::gdn_one_stage, false);
-  for (const auto& lens : {std::vector<int32_t>{1}, {64}, {65}, {300}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 200}})
+  for (const auto& lens :
+       {std::vector<int32_t>{1}, {64}, {65}, {300}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 200}})
     for (GdnShape s : {GdnShape{16, 48, 128, 128}, GdnShape{1, 2, 120, 72}, GdnShape{3, 3, 64, 48},
                        GdnShape{1, 3, 16, 40}, GdnShape{2, 4, 32, 32}}) {
       const ArenaMarks marks(cpu_arena_, gpu_arena_);
       Layouts L = layouts(lens);
       const int64_t T = L.cpu.tokens, vdim = int64_t(s.nv) * s.dv, cols = 2LL * s.nk * s.dk + vdim;
-      const std::string what = name_of("gdn one stage T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) + " seqs " +
-                               std::to_string(lens.size());
+      const std::string what = name_of("gdn one stage T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) +
+                               " seqs " + std::to_string(lens.size());
       Tensor ws = gpu_arena_.alloc(DType::u8, 1, gpu_->gdn_workspace_bytes(T, s));
       poison(ws.data, ws.nbytes());
 

@@ -147,9 +147,9 @@ TEST(KernelChoice, DFlashAttentionGdnAndLmRow) {
   EXPECT_EQ(lm_row_ctas_choose(device_caps_profile(hopper, "sm89"), 8), 1);
 }
 
-// The DeltaNet state pass: two stages wherever they fit the device's shared memory a block, one stage (which fits
-// every device) elsewhere or when the registry asks for it. Tile widths 32, 64 and 128, with and without the
-// fused norm: the 27B layer (128, norm) needs 196864 bytes in two stages, 99584 in one.
+// The DeltaNet state pass: two stages wherever they fit the device's shared memory a block, one stage (which
+// fits every device) elsewhere or when the registry asks for it. Tile widths 32, 64 and 128, with and without
+// the fused norm: the 27B layer (128, norm) needs 196864 bytes in two stages, 99584 in one.
 TEST(KernelChoice, GdnStatePassFitsEveryDevice) {
   const DeviceCaps hopper = h100();
   const KernelVariants defaults;
