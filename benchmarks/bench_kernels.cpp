@@ -6,10 +6,11 @@
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode [T]` runs the decode kernels
 // alone (at T 1 and 16, or at T only), `bench_kernels attention` the causal attention at the 27B (24/4 × 256,
 // gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection,
-// and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone;
+// and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone (and its
+// state pass's one-stage form, where the device takes the two-stage one);
 // `bench_kernels dflash [S]` the DFlash drafter attention at the drafter step's shape and 8x it (or S
-// sequences), on the wgmma and the portable kernels; `bench_kernels norms` the drafter's RMSNorm and QK-norm +
-// RoPE backwards and training forwards; `bench_kernels lm [H V]` the lm_head loss alone (default the 27B
+// sequences), on the wgmma and the portable kernels; `bench_kernels norms` the drafter's RMSNorm and QK-norm
+// + RoPE backwards and training forwards; `bench_kernels lm [H V]` the lm_head loss alone (default the 27B
 // shape). The FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows
 // beside their peers' in the same call.
 #include <cuda_runtime.h>
@@ -723,11 +724,28 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   const double C = 64, d = 128;
   double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
   double flops = per_chunk * (T / C) * s.nv;
-  b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
-  b.check("gdn_prefill 16/48 128", o.rows_view(0, ns), ho, 2e-2);
-  double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
-  row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
-  row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
+  // The state pass's form dispatch picks here and, where that is the two-stage one, the one-stage form that
+  // devices with 99 KB a block run (the registry's gdn=one_stage), each checked before it is timed.
+  const KernelVariants saved = kernel_variants();
+  const bool two_stage = gdn_state_kernel_choose(device_caps(), saved, gdn_state_smem_bytes(128, false, 2)) ==
+                         GdnStateKernel::two_stage;
+  const std::vector<bool> one_stage_forms =
+      two_stage ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  char label[96];
+  for (const bool one : one_stage_forms) {
+    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::gdn_one_stage, one));
+    const char* tag = one ? " [one stage]" : "";
+    DF_CUDA_CHECK(cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * sizeof(bf16), b.gpu.stream()));
+    b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
+    std::snprintf(label, sizeof label, "gdn_prefill 16/48 128%s", tag);
+    b.check(label, o.rows_view(0, ns), ho, 2e-2);
+    const double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
+    std::snprintf(label, sizeof label, "gdn_prefill 16/48 dk=dv=128 (bf16 mma)%s", tag);
+    row_flops(label, flops, ms);
+    row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2,
+              ms);
+  }
+  kernel_variants_set(saved);
   b.harena.reset(hm);
 
   // The whole mixer as the forward runs it (target_forward.cpp layer_linear): x, z, b and a are column views of
@@ -753,16 +771,22 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
     b.gpu.gdn_prefill(conv, pa, pb, A_log, dt, o, seqs, s, ws);
     b.gpu.gated_rmsnorm(o, z, w.norm_w, y, s.nv, s.dv, w.eps);
   };
-  for (const auto& [form, name] : {std::pair<std::function<void()>, const char*>{fused, "conv + norm fused"},
-                                   {three, "3 kernels"}}) {
-    form();
-    char label[96];
-    std::snprintf(label, sizeof label, "gdn_mixer 16/48 128, %s", name);
-    b.check(label, y.rows_view(0, ns), hy, 5e-2);
-    ms = b.time_ms(form, 5);
-    row_flops(label, flops, ms);
-    row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2, ms);
+  for (const bool one : one_stage_forms) {
+    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::gdn_one_stage, one));
+    for (const auto& [form, name] :
+         {std::pair<std::function<void()>, const char*>{fused, "conv + norm fused"}, {three, "3 kernels"}}) {
+      DF_CUDA_CHECK(
+          cudaMemsetAsync(conv.data, 0xff, size_t(conv.rows * conv.stride) * sizeof(bf16), b.gpu.stream()));
+      form();
+      std::snprintf(label, sizeof label, "gdn_mixer 16/48 128, %s%s", name, one ? " [one stage]" : "");
+      b.check(label, y.rows_view(0, ns), hy, 5e-2);
+      const double ms = b.time_ms(form, 5);
+      row_flops(label, flops, ms);
+      row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2,
+                ms);
+    }
   }
+  kernel_variants_set(saved);
   b.harena.reset(hm2);
   b.arena.reset(mark);
 }

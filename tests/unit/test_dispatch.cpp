@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/dispatch/dispatch.h"
+#include "kernels/gdn/gdn_workspace.h"
 
 using namespace df;
 
@@ -171,4 +172,44 @@ TEST(KernelChoice, DFlashAttentionGdnAndLmRow) {
   EXPECT_EQ(lm_row_ctas_choose(hopper, 5), 5);
   EXPECT_EQ(lm_row_ctas_choose(hopper, 0), 1);
   EXPECT_EQ(lm_row_ctas_choose(device_caps_profile(hopper, "sm89"), 8), 1);
+}
+
+// The DeltaNet state pass: two stages wherever they fit the device's shared memory a block, one stage (which
+// fits every device) elsewhere or when the registry asks for it. Tile widths 32, 64 and 128, with and without
+// the fused norm: the 27B layer (128, norm) needs 196864 bytes in two stages, 99584 in one.
+TEST(KernelChoice, GdnStatePassFitsEveryDevice) {
+  const DeviceCaps hopper = h100();
+  const KernelVariants defaults;
+  const KernelVariants forced = kernel_variants_with(defaults, &KernelVariants::gdn_one_stage, true);
+  EXPECT_EQ(gdn_state_smem_bytes(128, true, 2), size_t(196864));
+  EXPECT_EQ(gdn_state_smem_bytes(128, true, 1), size_t(99584));
+  EXPECT_EQ(gdn_state_smem_bytes(128, false, 2), size_t(159744));
+  EXPECT_EQ(gdn_state_smem_bytes(64, true, 2), size_t(113920));
+  EXPECT_EQ(gdn_state_smem_bytes(64, false, 2), size_t(94208));
+  using K = GdnStateKernel;
+  struct Case {
+    int d;
+    bool norm;
+    K sm90, sm100, sm80, sm120, sm89;
+  };
+  const Case cases[] = {
+      {128, true, K::two_stage, K::two_stage, K::one_stage, K::one_stage, K::one_stage},
+      {128, false, K::two_stage, K::two_stage, K::two_stage, K::one_stage, K::one_stage},
+      {64, true, K::two_stage, K::two_stage, K::two_stage, K::one_stage, K::one_stage},
+      {64, false, K::two_stage, K::two_stage, K::two_stage, K::two_stage, K::two_stage},
+      {32, true, K::two_stage, K::two_stage, K::two_stage, K::two_stage, K::two_stage},
+      {32, false, K::two_stage, K::two_stage, K::two_stage, K::two_stage, K::two_stage},
+  };
+  for (const Case& c : cases) {
+    const std::string what = "tile " + std::to_string(c.d) + (c.norm ? " norm" : "");
+    const size_t two = gdn_state_smem_bytes(c.d, c.norm, 2);
+    EXPECT_LE(gdn_state_smem_bytes(c.d, c.norm, 1), kSmemOptinLeast) << what;
+    EXPECT_LT(gdn_state_smem_bytes(c.d, c.norm, 1), two) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(hopper, defaults, two), c.sm90) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(device_caps_profile(hopper, "sm100"), defaults, two), c.sm100) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(device_caps_profile(hopper, "sm80"), defaults, two), c.sm80) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(device_caps_profile(hopper, "sm120"), defaults, two), c.sm120) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(device_caps_profile(hopper, "sm89"), defaults, two), c.sm89) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(hopper, forced, two), K::one_stage) << what;
+  }
 }
