@@ -16,7 +16,8 @@ grep -q "MoE in 4 of 4 layers: top-2 of 8 experts" "$TMP/check.log" ||
   fail "config check does not describe the MoE target: $(grep -m1 qwen3_5_moe "$TMP/check.log")"
 
 "$BIN" plan vram --config "$TMP/demo.toml" --gpu-mem 80 >"$TMP/vram.log" 2>&1 || fail "plan vram: $(tail -3 "$TMP/vram.log")"
-for row in "MoE routed experts bf16" "MoE router + shared expert bf16" "MoE routing ids + weights" "MoE counts, offsets, row maps" "MoE grouped expert rows bf16" "MoE shared expert rows bf16"; do
+for row in "MoE routed experts bf16" "MoE router + shared expert bf16" "MoE routing ids + weights" \
+  "MoE counts, offsets, row maps" "MoE grouped expert rows bf16" "MoE shared expert rows bf16"; do
   grep -q "$row" "$TMP/vram.log" || fail "plan vram lacks '$row'"
 done
 
