@@ -2,8 +2,8 @@
 # A mixture-of-experts target end to end on CPU ranks (issue 51): configs/tiny-moe.toml passes `config check`,
 # `plan vram` lists the experts and the routing buffers, `model init` writes a random Qwen3.5-MoE checkpoint that
 # `extract` reads, 1 target + 1 drafter train from the random MoE target with a falling loss, and the exported
-# drafter decodes speculatively against it (`eval`, `eval --generate`). A CUDA target is refused with the reason
-# named.
+# drafter decodes speculatively against it (`eval`, `eval --generate`); the MoE target's measured rate drives the
+# rebalancer's advice and the end-of-run split table. A CUDA target is refused with the reason named.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
