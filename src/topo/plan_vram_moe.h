@@ -31,7 +31,8 @@ std::vector<VramItem> plan_vram_moe_weights(const QwenConfig& t, const MoeParamC
 // grouping, the grouped expert rows and the shared expert's rows. Routing is dropless: the T·k (token,
 // expert) rows are sorted by expert into one buffer, so its size is the same for every routing, the worst
 // case (all T tokens choosing the same k experts, one expert then holding T rows) included; no capacity
-// factor, no token dropped.
+// factor, no token dropped. The lines follow Ops::moe_route / moe_experts' data flow; a backend with its own
+// moe_workspace_bytes is what they give way to.
 std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T);
 
 // Why the target cannot run when its weights alone (p.target_weight_bytes) exceed one GPU (p.gpu_bytes): the
