@@ -321,9 +321,10 @@ HandCount hand_count_q35_moe(const QwenConfig& t, int layers) {
 
 }  // namespace
 
-// The Qwen3.6-35B-A3B recipe on its target (tests/fixtures/models/qwen3.6-35b-a3b: the published
-// config.json's text part) at its 32K-token budget: every MoE line against the hand counts above. Its taps
-// end at layer 37, so 38 of the 40 layers run. Target 68.95 GiB: it fits an 80 GiB GPU in bf16.
+// The Qwen3.6-35B-A3B recipe on its target (tests/fixtures/models/qwen3.6-35b-a3b: the published config.json's
+// values in the multimodal layout, as public loaders pin them; the 122B-A10B's likewise) at its 32K-token budget:
+// every MoE line against the hand counts above. Its taps end at layer 37, so 38 of the 40 layers run. Target
+// 68.95 GiB: it fits an 80 GiB GPU in bf16.
 TEST(PlanVram, Qwen36_35B_A3B_RecipeCountsByHand) {
   Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-35b-a3b.toml");
   const QwenConfig t = load_fixture("qwen3.6-35b-a3b");
