@@ -213,10 +213,22 @@ TEST(PlanVram, TooLargeFailsNamingTheRole) {
     EXPECT_NE(std::string(e.what()).find("does not fit a 40.00 GiB GPU"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("target needs"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("drafter needs"), std::string::npos) << e.what();
+    // The 27B's bf16 weights alone pass 40 GiB: no budget helps, FP8 would.
+    EXPECT_NE(std::string(e.what()).find(
+                  strfmt("The target's weights alone are %.2f GiB", p.target_weight_bytes / kGiB)),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("HINT: target.dtype = \"fp8\""), std::string::npos) << e.what();
   }
   cfg.data.token_budget = 262144;  // 8x the budget: the target's activations and send buffers pass 80 GiB
   p = plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});
-  EXPECT_THROW(plan_vram_check(p), Error);
+  EXPECT_TRUE(p.target_too_big.empty());  // the weights fit: the budget is what to lower
+  try {
+    plan_vram_check(p);
+    FAIL() << "a 27B target at 262144 tokens must not fit 80 GiB";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HINT: lower data.token_budget"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PlanVram, Qwen3_8B_DefaultTapsAndFit) {
