@@ -213,7 +213,7 @@ TEST(PlanVram, TooLargeFailsNamingTheRole) {
     EXPECT_NE(std::string(e.what()).find("does not fit a 40.00 GiB GPU"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("target needs"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("drafter needs"), std::string::npos) << e.what();
-    // The 27B's bf16 weights alone pass 40 GiB: no budget helps, FP8 would.
+    // The 27B's bf16 weights alone pass 40 GiB: no budget helps, and the hint is FP8.
     EXPECT_NE(std::string(e.what()).find(
                   strfmt("The target's weights alone are %.2f GiB", p.target_weight_bytes / kGiB)),
               std::string::npos)
