@@ -55,8 +55,7 @@ std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T) {
        strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", tl, k)},
       {"MoE counts, offsets, row maps", kI32 * (2 * E + 1) + 2 * kI32 * rows,
        strfmt("4 B x (counts %.0f + offsets %.0f) + 2 x 4 B x %.0f rows (each grouped row's token and slot, "
-              "and its "
-              "inverse for the combine)",
+              "and its inverse for the combine)",
               E, E + 1, rows)},
       {"MoE grouped expert rows bf16", kBf16 * rows * (2 * H + 3 * I),
        strfmt(
@@ -74,24 +73,23 @@ std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T) {
 std::string plan_vram_target_too_big(const Config& cfg, const QwenConfig& t, const VramPlan& p) {
   const double need = p.target_weight_bytes / kGiB;
   const bool fp8 = cfg.target.dtype == "fp8" && !t.is_moe();
+  const double gib = std::ceil(need);
   const std::string hint =
-      fp8 ? strfmt("a GPU with more than %.0f GiB", std::ceil(need))
+      fp8 ? strfmt("a GPU with more than %.0f GiB", gib)
       : t.is_moe()
           ? strfmt(
-                "a GPU with more than %.0f GiB (FP8 for mixture-of-experts targets is not implemented "
-                "yet either)",
-                std::ceil(need))
+                "a GPU with more than %.0f GiB (FP8 for mixture-of-experts targets is not implemented yet "
+                "either)",
+                gib)
           : strfmt(
-                "target.dtype = \"fp8\" (1 B projections; re-run plan vram with it), or a GPU with "
-                "more than %.0f GiB",
-                std::ceil(need));
+                "target.dtype = \"fp8\" (1 B projections; re-run plan vram with it), or a GPU with more "
+                "than %.0f GiB",
+                gib);
   return strfmt(
       "The target's weights alone are %.2f GiB (%.0f B in %s, the %d layers up to the last tap) but one GPU "
-      "has %.2f GiB (%s). A "
-      "target rank holds its whole model on its own GPU, so no data.token_budget, pipeline.hs_queue_depth or "
-      "target:drafter split makes this target fit; target ranks spanning several GPUs (tensor- or "
-      "expert-parallel "
-      "groups, docs/multi-gpu-targets.md) are not implemented yet. HINT: %s",
+      "has %.2f GiB (%s). A target rank holds its whole model on its own GPU, so no data.token_budget, "
+      "pipeline.hs_queue_depth or target:drafter split makes this target fit; target ranks spanning several "
+      "GPUs (tensor- or expert-parallel groups, docs/multi-gpu-targets.md) are not implemented yet. HINT: %s",
       need, p.target_weight_bytes, fp8 ? "FP8 + bf16" : "bf16", p.target_layers_run, p.gpu_bytes / kGiB,
       p.gpu_source.c_str(), hint.c_str());
 }

@@ -21,7 +21,8 @@ recipe qwen3.6-35b-a3b "$FIX/qwen3.6-35b-a3b"
 out=$("$BIN" config check --config "$TMP/qwen3.6-35b-a3b.toml" 2>&1)
 if [ $? -eq 0 ] && grep -q "config OK" <<<"$out" &&
    grep -q "MoE in 40 of 40 layers: top-8 of 256 experts" <<<"$out" &&
-   grep -q "drafter: kind dflash, 6 layers, 385906176 trainable parameters, taps 1,6,11,16,22,27,32,37, block 16, mask id 248077" <<<"$out"; then
+   grep -q "drafter: kind dflash, 6 layers, 385906176 trainable parameters, taps 1,6,11,16,22,27,32,37, block 16, \
+mask id 248077" <<<"$out"; then
   echo "ok: config check passes the 35B-A3B recipe"
 else
   echo "FAIL: config check of configs/qwen3.6-35b-a3b.toml"; echo "$out" | tail -20; fails=$((fails + 1))
@@ -34,9 +35,11 @@ else
   echo "FAIL: plan vram of the 35B-A3B recipe"; echo "$out" | tail -20; fails=$((fails + 1))
 fi
 
-expect_fail "The target's weights alone are 179.25 GiB (192463146496 B in bf16, the 38 layers up to the last tap) but one GPU has 80.00 GiB (--gpu-mem)" \
-  "$BIN" plan vram --config "$TMP/qwen3.6-35b-a3b.toml" --target-config "$FIX/qwen3.5-122b-a10b" --gpu-mem 80
-out=$("$BIN" plan vram --config "$TMP/qwen3.6-35b-a3b.toml" --target-config "$FIX/qwen3.5-122b-a10b" --gpu-mem 80 2>&1)
-grep -q "^verdict: DOES NOT FIT (target 192.38 GiB" <<<"$out" || { echo "FAIL: no DOES NOT FIT verdict"; fails=$((fails + 1)); }
+big=("$BIN" plan vram --config "$TMP/qwen3.6-35b-a3b.toml" --target-config "$FIX/qwen3.5-122b-a10b" --gpu-mem 80)
+expect_fail "The target's weights alone are 179.25 GiB (192463146496 B in bf16, the 38 layers up to the last tap) \
+but one GPU has 80.00 GiB (--gpu-mem)" "${big[@]}"
+out=$("${big[@]}" 2>&1)
+grep -q "^verdict: DOES NOT FIT (target 192.38 GiB" <<<"$out" ||
+  { echo "FAIL: no DOES NOT FIT verdict"; fails=$((fails + 1)); }
 echo "$fails failed"
 [ "$fails" -eq 0 ]
