@@ -15,6 +15,7 @@
 #include "model/fp8_weights.h"
 #include "ops/ops.h"
 #include "ops/wire_pool.h"
+#include "topo/plan_vram_moe.h"
 #include "topo/topo.h"
 
 namespace df {
@@ -210,10 +211,15 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   }
   VramRole& tr = p.target;
   tr.role = "target";
-  const double tw = V * H + layer_params + (kl ? H : 0);
-  if (cfg.target.dtype == "fp8") {
-    DF_CHECK(!t.is_moe(), "%s: target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet; "
-             "HINT: target.dtype = \"bf16\"", cfg.path.c_str(), t.model_type.c_str());
+  // An MoE target's experts, router and shared expert are lines of their own (plan_vram_moe.h).
+  const MoeParamCount moe = plan_vram_moe_params(t, p.target_layers_run);
+  const double tw = V * H + layer_params - moe.total() + (kl ? H : 0);
+  if (cfg.target.dtype == "fp8" && t.is_moe())
+    p.refused = strfmt(
+        "%s: target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet "
+        "(this plan counts their weights in bf16); HINT: target.dtype = \"bf16\"",
+        cfg.path.c_str(), t.model_type.c_str());
+  if (cfg.target.dtype == "fp8" && !t.is_moe()) {
     // target.dtype = "fp8" on CUDA: the projections are e4m3 codes + a scale per output channel (or a 128x128
     // block checkpoint's own codes and block scales), the rest bf16; each linear layer's input is quantised into
     // one planned [T, max K] code buffer with a scale per token (per token per 128 columns with blocks).
@@ -237,16 +243,21 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
         strfmt("1 B x %.4g projection weights of %d layers (%d linear, %d full) + 4 B x %.4g %s", f.elems,
                p.target_layers_run, n_lin, n_full, wscales,
                blocks ? "128x128 block scales (the checkpoint's)" : "channel scales"));
+    p.target_weight_bytes = tr.total;
     add(tr, "FP8 input codes + scales", double(T) * max_k + kF32 * xscales,
         strfmt("1 B x %lld x %.0f + 4 B x %.0f%s", (long long)T, max_k, xscales,
                blocks ? " (a scale per token per 128 columns)" : ""));
   } else {
     // An FP8 checkpoint is dequantised at load (model/fp8_weights.h): its weights take bf16 room, not 1 B each.
     add(tr, "weights bf16", kBf16 * tw,
-        strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s) = %.4g params%s", V, H,
-               p.target_layers_run, n_lin, n_full, kl ? " + final norm" : "", tw,
+        strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s%s) = %.4g params%s", V, H,
+               p.target_layers_run, n_lin, n_full, kl ? " + final norm" : "",
+               t.is_moe() ? ", MoE experts below" : "", tw,
                t.fp8_block_n > 0 ? " (FP8 checkpoint, held as bf16 after dequantisation)" : ""));
+    for (const VramItem& it : plan_vram_moe_weights(t, moe)) add(tr, it.name, it.bytes, it.detail);
+    p.target_weight_bytes = tr.total;
   }
+  if (p.target_weight_bytes > gpu_bytes) p.target_too_big = plan_vram_target_too_big(cfg, t, p);
   add(tr, "residual [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   add(tr, "normed input [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   double proj = 2.0 * t.intermediate, mixer = 0;
@@ -279,16 +290,8 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   }
   add(tr, "MLP intermediate [T,I] bf16", kBf16 * T * t.intermediate,
       strfmt("2 B x %lld x %d%s", (long long)T, t.intermediate, t.is_moe() ? " (dense layers only)" : ""));
-  if (t.is_moe()) {
-    // What moe_scratch_plan allocates, and the rows a grouped expert GEMM holds: every token's top-k copies of
-    // its input, their gate|up and SwiGLU outputs and the weighted expert outputs, plus the shared expert's.
-    const double k = t.experts_per_tok, I = t.moe_intermediate, Is = t.shared_intermediate;
-    add(tr, "MoE routing ids + weights [T,k]", 8.0 * T * k,
-        strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", (long long)T, k));
-    add(tr, "MoE expert rows bf16", kBf16 * T * (k * (2 * H + 3 * I) + 3 * Is),
-        strfmt("2 B x %lld x (top-%.0f x (input %.0f + gate|up %.0f + act %.0f + output %.0f)%s)", (long long)T, k,
-               H, 2 * I, I, H, Is > 0 ? strfmt(" + shared gate|up, act %.0f", 3 * Is).c_str() : ""));
-  }
+  if (t.is_moe())
+    for (const VramItem& it : plan_vram_moe_routing(t, T)) add(tr, it.name, it.bytes, it.detail);
   add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
   const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, kl ? t.hidden : 0));
   add(tr, "send buffers", depth * slot,
@@ -326,17 +329,21 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
 }
 
 void plan_vram_check(const VramPlan& p) {
+  DF_CHECK(p.refused.empty(), "%s", p.refused.c_str());
   std::string bad;
   for (const VramRole* r : {&p.target, &p.drafter}) {
     if (r->total > p.gpu_bytes)
       bad += strfmt("%s%s needs %.2f GiB, %.2f GiB over", bad.empty() ? "" : "; ", r->role.c_str(),
                     r->total / kGiB, (r->total - p.gpu_bytes) / kGiB);
   }
+  // When the target's weights alone are over, the budget and queue depth cannot help: say why instead.
   DF_CHECK(
-      bad.empty(),
-      "does not fit a %.2f GiB GPU (%s): %s. HINT: lower data.token_budget or pipeline.hs_queue_depth, use "
-      "fewer targets per drafter, or run `dflash_mpi plan vram --config F` for the breakdown",
-      p.gpu_bytes / kGiB, p.gpu_source.c_str(), bad.c_str());
+      bad.empty(), "does not fit a %.2f GiB GPU (%s): %s. %s", p.gpu_bytes / kGiB, p.gpu_source.c_str(),
+      bad.c_str(),
+      !p.target_too_big.empty()
+          ? p.target_too_big.c_str()
+          : "HINT: lower data.token_budget or pipeline.hs_queue_depth, use fewer targets per drafter, or run "
+            "`dflash_mpi plan vram --config F` for the breakdown");
 }
 
 std::string plan_vram_format(const VramPlan& p) {
@@ -354,8 +361,12 @@ std::string plan_vram_format(const VramPlan& p) {
   out += strfmt("GPU memory: %.2f GiB (%s)\n", p.gpu_bytes / kGiB, p.gpu_source.c_str());
   const bool fits = p.target.total <= p.gpu_bytes && p.drafter.total <= p.gpu_bytes;
   out += strfmt("verdict: %s (target %.2f GiB, drafter %.2f GiB, GPU %.2f GiB)\n",
-                fits ? "fits" : "DOES NOT FIT", p.target.total / kGiB, p.drafter.total / kGiB,
-                p.gpu_bytes / kGiB);
+                !p.refused.empty() ? "REFUSED"
+                : fits             ? "fits"
+                                   : "DOES NOT FIT",
+                p.target.total / kGiB, p.drafter.total / kGiB, p.gpu_bytes / kGiB);
+  if (!p.refused.empty()) out += "refused: " + p.refused + "\n";
+  if (!p.target_too_big.empty()) out += p.target_too_big + "\n";
   return out;
 }
 
