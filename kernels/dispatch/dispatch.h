@@ -69,6 +69,7 @@ struct KernelVariants {
   bool attention_portable = false;        // attention=portable: prefill attention on the mma.sync kernel
   bool attention_portable_k32 = false;    // attention=portable_k32: the same with its 32-key (99 KB) tiles
   bool dflash_attention_portable = false;  // dflash_attention=portable: DFlash attention on mma.sync kernels
+  bool dflash_attention_small = false;     // dflash_attention=small: those in their small-smem form
   bool gdn_recurrent = false;  // gdn=recurrent: DeltaNet prefill as the fp32 token recurrence, not chunked
   bool gdn_one_stage = false;  // gdn=one_stage: the DeltaNet state pass in its one-stage (99 KB) form
   bool gemm_heuristic = false;  // gemm=heuristic: cuBLASLt's first heuristic pick, no timing of candidates
@@ -86,6 +87,7 @@ inline constexpr KernelVariantItem kKernelVariantItems[] = {
     {"attention", "portable", &KernelVariants::attention_portable},
     {"attention", "portable_k32", &KernelVariants::attention_portable_k32},
     {"dflash_attention", "portable", &KernelVariants::dflash_attention_portable},
+    {"dflash_attention", "small", &KernelVariants::dflash_attention_small},
     {"gdn", "recurrent", &KernelVariants::gdn_recurrent},
     {"gdn", "one_stage", &KernelVariants::gdn_one_stage},
     {"gemm", "heuristic", &KernelVariants::gemm_heuristic},
@@ -180,12 +182,30 @@ inline int attention_portable_keys_choose(const DeviceCaps& caps, const KernelVa
 
 // DFlash attention forward and backward: the wgmma kernels (K/V streamed by TMA) where the device has wgmma
 // and TMA and the shape suits them (`wgmma_shape`: head dim 65..128, 16-byte copies, 32-bit row indices);
-// the portable mma.sync kernels otherwise.
+// the portable mma.sync kernels otherwise (and where the registry forces them or their small form).
 enum class DFlashAttnKernel { wgmma, portable };
 inline DFlashAttnKernel dflash_attention_kernel_choose(const DeviceCaps& caps, const KernelVariants& v,
                                                        bool wgmma_shape) {
-  const bool wg = !v.dflash_attention_portable && caps.wgmma && caps.tma && wgmma_shape;
+  const bool forced = v.dflash_attention_portable || v.dflash_attention_small;
+  const bool wg = !forced && caps.wgmma && caps.tma && wgmma_shape;
   return wg ? DFlashAttnKernel::wgmma : DFlashAttnKernel::portable;
+}
+
+// The shared-memory form of one portable DFlash attention pass at one head dim: the large form where what it
+// asks (`large_smem`) fits the device's opt-in shared memory (Hopper, B200 / B300, A100 up to head dim 128);
+// the small form, built to fit the 101376 bytes of sm_120 and sm_89, otherwise or where the registry forces
+// it.
+enum class DFlashAttnForm { large, small };
+inline DFlashAttnForm dflash_attention_form_choose(const DeviceCaps& caps, const KernelVariants& v,
+                                                   size_t large_smem) {
+  return v.dflash_attention_small || large_smem > caps.smem_optin ? DFlashAttnForm::small
+                                                                  : DFlashAttnForm::large;
+}
+
+// CTAs of the cluster that shares one key tile of the portable dk/dv pass: 4 where the device launches such
+// clusters; 1 (a plain launch, one CTA walking every block that sees its tile) on GPUs without clusters.
+inline int dflash_attention_kv_ranks_choose(const DeviceCaps& caps) {
+  return caps.max_cluster >= 4 ? 4 : 1;
 }
 
 // DeltaNet prefill: the chunked kernels where the layout suits them (`chunked_layout`), the fp32 token
