@@ -214,8 +214,9 @@ void DFlashAttentionCuda::run(const Case& c) {
     if (form == 2 && c.s.hd <= 64) continue;
     const char* path = form == 0 ? "default" : form == 1 ? "mma.sync" : "mma.sync small";
     SCOPED_TRACE(std::string("kernel path ") + path);
-    KernelVariants v = kernel_variants_with(saved, &KernelVariants::dflash_attention_portable, form == 1);
-    kernel_variants_set(kernel_variants_with(v, &KernelVariants::dflash_attention_small, form == 2));
+    const KernelVariants forced =
+        kernel_variants_with(saved, &KernelVariants::dflash_attention_portable, form == 1);
+    kernel_variants_set(kernel_variants_with(forced, &KernelVariants::dflash_attention_small, form == 2));
     // NaN poison again: a row the previous path wrote must not pass for this one.
     for (const Mat* m : {&out, &lse, &dq, &dk, &dv})
       EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * dtype_size(m->gpu.dtype), st),
