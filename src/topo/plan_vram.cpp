@@ -10,6 +10,7 @@
 #include "core/fp8.h"
 #include "core/strfmt.h"
 #include "kernels/gdn/gdn_workspace.h"
+#include "kernels/moe/moe_workspace.h"
 #include "kernels/train/loss_slots.h"
 #include "kernels/train/train_workspace.h"
 #include "model/fp8_weights.h"
@@ -280,14 +281,25 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   add(tr, "MLP intermediate [T,I] bf16", kBf16 * T * t.intermediate,
       strfmt("2 B x %lld x %d%s", (long long)T, t.intermediate, t.is_moe() ? " (dense layers only)" : ""));
   if (t.is_moe()) {
-    // What moe_scratch_plan allocates, and the rows a grouped expert GEMM holds: every token's top-k copies of
-    // its input, their gate|up and SwiGLU outputs and the weighted expert outputs, plus the shared expert's.
-    const double k = t.experts_per_tok, I = t.moe_intermediate, Is = t.shared_intermediate;
+    // What moe_scratch_plan allocates: the routing and the CUDA launchers' workspace
+    // (kernels/moe/moe_workspace.h), whose grouped rows are every token's top-k copies of its input, padded
+    // to whole tiles per expert, with their gate|up (the SwiGLU written over it) and the expert outputs over
+    // the inputs, plus the shared expert's.
+    const double k = t.experts_per_tok;
+    const MoeDims md{t.hidden,           t.num_experts,         t.experts_per_tok,
+                     t.moe_intermediate, t.shared_intermediate, t.norm_topk_prob};
+    const MoeTiles tiles = moe_plan_tiles(T, md);
     add(tr, "MoE routing ids + weights [T,k]", 8.0 * T * k,
         strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", (long long)T, k));
-    add(tr, "MoE expert rows bf16", kBf16 * T * (k * (2 * H + 3 * I) + 3 * Is),
-        strfmt("2 B x %lld x (top-%.0f x (input %.0f + gate|up %.0f + act %.0f + output %.0f)%s)", (long long)T, k,
-               H, 2 * I, I, H, Is > 0 ? strfmt(" + shared gate|up, act %.0f", 3 * Is).c_str() : ""));
+    add(tr, "MoE expert workspace", double(moe_workspace_bytes(T, md)),
+        strfmt("%lld grouped rows (%lld tiles of %d) x 2 B x (input/output %lld + gate|up %d)%s + sort and "
+               "routing",
+               (long long)(tiles.tiles * tiles.rows), (long long)tiles.tiles, tiles.rows, (long long)t.hidden,
+               2 * t.moe_intermediate,
+               t.shared_intermediate > 0 ? strfmt("; shared expert %lld x 2 B x %d", (long long)T,
+                                                  2 * t.shared_intermediate + t.hidden)
+                                               .c_str()
+                                         : ""));
   }
   add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
   const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, kl ? t.hidden : 0));
