@@ -505,12 +505,22 @@ def model_type(model_dir):
 
 
 def load_bf16(model_dir):
-    """The checkpoint in model_dir as HF loads it, then bf16 on CUDA with sdpa attention."""
+    """The checkpoint in model_dir as HF loads it, then bf16 on CUDA with sdpa attention. The MoE goldens
+    (make_moe_golden.py) keep transformers' default experts implementation, what a user's bf16 run gets."""
     kind = model_type(model_dir)
+    if kind in ("qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text"):
+        from transformers import Qwen3MoeForCausalLM
+        from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as q35m
     if kind == "qwen3_5":
         model = load_multimodal_text(model_dir, attn="sdpa")
+    elif kind == "qwen3_5_moe":
+        model = load_multimodal_text(model_dir, attn="sdpa", model_cls=q35m.Qwen3_5MoeForCausalLM)
     else:
-        cls = {"qwen3": Qwen3ForCausalLM, "qwen3_5_text": q35.Qwen3_5ForCausalLM}[kind]
+        cls = {"qwen3": Qwen3ForCausalLM, "qwen3_5_text": q35.Qwen3_5ForCausalLM}.get(kind)
+        if kind == "qwen3_moe":
+            cls = Qwen3MoeForCausalLM
+        elif kind == "qwen3_5_moe_text":
+            cls = q35m.Qwen3_5MoeForCausalLM
         model = cls.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32)
     return model.to("cuda", torch.bfloat16).eval()
 
@@ -560,8 +570,8 @@ def write_datasets_atomic(path, arrays):
 def measure_bf16(name, golden_dir, out_dir, fla, save_states=False):
     """HF in bf16 on CUDA over the golden's tokens; writes its error against expected.h5 per dataset."""
     model = load_bf16(golden_dir)
-    if fla:
-        attach_fla(model, q35)
+    if fla:  # the model's own modeling module: modeling_qwen3_5, or modeling_qwen3_5_moe for the MoE hybrids
+        attach_fla(model, sys.modules[type(model).__module__])
     calls0 = FLA_CALLS["chunk_gated_delta_rule"]
     states, _ = forward_all(model.model, read_tokens(golden_dir), device="cuda")
     calls = FLA_CALLS["chunk_gated_delta_rule"] - calls0
@@ -675,9 +685,11 @@ def main():
                         "(for studying where its error sits; not used by the tests)")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
-    unknown = [n for n in names if n not in JOBS]
+    # --hf-bf16 also measures goldens other writers made (make_moe_golden.py's MoE cases): any committed one.
+    unknown = [n for n in names if n not in JOBS and not (args.hf_bf16 and os.path.isdir(os.path.join(COMMITTED, n)))]
     if unknown:
-        parser.error(f"unknown model(s) {unknown}; known: {', '.join(JOBS)}")
+        parser.error(f"unknown model(s) {unknown}; known: {', '.join(JOBS)} (with --hf-bf16 also any folder of "
+                     f"{COMMITTED})")
     torch.set_default_dtype(torch.float32)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}, "
           f"h5py {h5py.__version__}")
