@@ -237,6 +237,52 @@ TEST_F(CudaMoeTest, RoutingTieAsCpu) {
   EXPECT_GT(boundary, 0) << "the draw produced no tie at the k-th place; change the seed";
 }
 
+// gemm_batched_launch alone (gemm.cuh), the grouped GEMM under the experts: tiles of 16 rows with their A, B
+// and C chosen through device pointer arrays (tiles sharing an expert's weights, tiles out of order, two
+// tiles reading the same rows) against the CPU product of the same bf16 values; each output rounded to bf16
+// once.
+TEST_F(CudaMoeTest, PointerArrayGemmMatchesCpu) {
+  ArenaMarks marks(cpu_arena_, gpu_arena_);
+  const int64_t rows = 16, K = 40, N = 24, E = 3;
+  const std::vector<int> tile_a = {0, 2, 1, 2},
+                         tile_w = {1, 1, 0, 2};  // A tile and expert of each batch entry
+  const int64_t tiles = int64_t(tile_a.size());
+  Pair a = rand(3 * rows, K, -1, 1), w = rand(E * N, K, -1, 1);
+  Tensor c = gpu_arena_.alloc(DType::bf16, tiles * rows, N);
+  poison(c.data, size_t(tiles * rows * N) * 2);
+  Tensor ptrs = gpu_arena_.alloc(DType::u8, 1, 3 * tiles * int64_t(sizeof(void*)));
+  std::vector<const void*> host(size_t(3 * tiles));
+  const auto* ab = static_cast<const __nv_bfloat16*>(a.gpu.data);
+  const auto* wb = static_cast<const __nv_bfloat16*>(w.gpu.data);
+  auto* cb = static_cast<__nv_bfloat16*>(c.data);
+  for (int64_t i = 0; i < tiles; ++i) {
+    host[size_t(i)] = ab + tile_a[size_t(i)] * rows * a.gpu.stride;
+    host[size_t(tiles + i)] = wb + tile_w[size_t(i)] * N * w.gpu.stride;
+    host[size_t(2 * tiles + i)] = cb + i * rows * N;
+  }
+  gpu_->upload_raw(ptrs, host.data());
+  const void** p = static_cast<const void**>(ptrs.data);
+  GemmContext* ctx = gemm_init();
+  gemm_batched_launch(ctx, p, a.gpu.stride, p + tiles, w.gpu.stride,
+                      static_cast<void**>(ptrs.data) + 2 * tiles, N, rows, N, K, tiles, 16, gpu_->stream());
+  gpu_->synchronize();
+  gemm_free(ctx);
+  const std::vector<float> got = down_gpu(c);
+  const std::vector<double> av = down_cpu(a.cpu), wv = down_cpu(w.cpu);
+  std::vector<double> want(got.size());
+  for (int64_t i = 0; i < tiles; ++i)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int64_t q = 0; q < K; ++q)
+          acc += av[size_t((tile_a[size_t(i)] * rows + r) * K + q)] *
+                 wv[size_t((tile_w[size_t(i)] * N + n) * K + q)];
+        want[size_t((i * rows + r) * N + n)] = acc;
+      }
+  // fp32 accumulation of 40 exact products, then one bf16 rounding.
+  EXPECT_EQ(count_mismatch(got, want, 1e-5, kBf16Ulp, "pointer-array GEMM"), 0);
+}
+
 // A workspace smaller than moe_workspace_bytes is refused with the size needed.
 TEST_F(CudaMoeTest, SmallWorkspaceIsAnError) {
   ArenaMarks marks(cpu_arena_, gpu_arena_);
