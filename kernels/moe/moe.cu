@@ -21,30 +21,38 @@ using bf16 = __nv_bfloat16;
 
 // ---- kernels ---------------------------------------------------------------------------------------------
 
+// Top-k sizes the router's shortcut handles in a per-thread array (topk_unique); larger k always takes the
+// full ordering.
+constexpr int kRouteFastK = 16;
+
 // One thread per token: softmax of its logits in fp32 (exp in double, rounded to float, so the probabilities
-// are those of the CPU's expf up to its last-bit error), torch.topk's order of (p, e), the k weights.
+// are those of the CPU's expf up to its last-bit error), the top k in torch.topk's order, the k weights. A
+// row whose top k is unique (no tie, no NaN: nearly all) takes topk_unique's single pass; the others write
+// their (p, e) pairs and reorder them as torch does (topk_torch_order).
 __global__ void moe_route_kernel(const float* logits, int64_t ldl, TopkPair* pairs, int64_t T, int E, int k,
                                  bool renorm, int32_t* ids, int64_t ld_ids, float* w, int64_t ld_w) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= T) return;
   const float* l = logits + t * ldl;
-  TopkPair* q = pairs + t * E;
   float mx = l[0];
   for (int e = 1; e < E; ++e)
     if (mx < l[e]) mx = l[e];  // std::max_element's rule
   float sum = 0.0f;
-  for (int e = 0; e < E; ++e) {
-    const float p = float(exp(double(l[e] - mx)));
-    q[e].v = p;
-    sum += p;
+  for (int e = 0; e < E; ++e) sum += float(exp(double(l[e] - mx)));
+  auto prob = [&](int e) { return __fdiv_rn(float(exp(double(l[e] - mx))), sum); };
+  TopkPair fast[kRouteFastK + 1];
+  const TopkPair* top = fast;
+  if (k > kRouteFastK || !topk_unique(E, k, prob, fast)) {
+    TopkPair* q = pairs + t * E;
+    for (int e = 0; e < E; ++e) q[e] = TopkPair{prob(e), e};
+    topk_torch_order(q, E, k);
+    top = q;
   }
-  for (int e = 0; e < E; ++e) q[e] = TopkPair{__fdiv_rn(q[e].v, sum), e};
-  topk_torch_order(q, E, k);
-  float top = 0.0f;
-  for (int j = 0; j < k; ++j) top += q[j].v;
+  float top_sum = 0.0f;
+  for (int j = 0; j < k; ++j) top_sum += top[j].v;
   for (int j = 0; j < k; ++j) {
-    ids[t * ld_ids + j] = q[j].i;
-    w[t * ld_w + j] = renorm ? __fdiv_rn(q[j].v, top) : q[j].v;
+    ids[t * ld_ids + j] = top[j].i;
+    w[t * ld_w + j] = renorm ? __fdiv_rn(top[j].v, top_sum) : top[j].v;
   }
 }
 

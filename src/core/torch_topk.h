@@ -217,6 +217,27 @@ DF_HOST_DEVICE inline void topk_nth_element(TopkPair* first, TopkPair* nth, Topk
   topk_insertion_sort(first, last);
 }
 
+// The k largest of value(0) .. value(n − 1) into top[0, k), descending, when that result is unique: no NaN,
+// the k values distinct and the k-th strictly above every other value. Any correct top-k then gives it,
+// torch's included, so a router can skip topk_torch_order's reordering for all rows but those with a tie;
+// returns false (top then undefined) for those. top holds k + 1 pairs, 1 <= k <= n.
+template <class Value>
+DF_HOST_DEVICE inline bool topk_unique(int n, int k, Value value, TopkPair* top) {
+  const int keep = k < n ? k + 1 : k;  // the k and the best of the rest, which must fall strictly below them
+  int m = 0;
+  for (int e = 0; e < n; ++e) {
+    const float v = value(e);
+    if (v != v) return false;
+    if (m == keep && !(v > top[m - 1].v)) continue;
+    int at = m < keep ? m++ : m - 1;
+    for (; at > 0 && top[at - 1].v < v; --at) top[at] = top[at - 1];
+    top[at] = TopkPair{v, e};
+  }
+  for (int j = 0; j + 1 < keep; ++j)
+    if (!(top[j].v > top[j + 1].v)) return false;
+  return true;
+}
+
 // The first k of q[0, n) become torch.topk(largest, sorted)'s k, in its order (1 <= k <= n).
 DF_HOST_DEVICE inline void topk_torch_order(TopkPair* q, int n, int k) {
   if (int64_t(k) * 64 <= n) {
