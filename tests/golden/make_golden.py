@@ -506,22 +506,26 @@ def model_type(model_dir):
 
 def load_bf16(model_dir):
     """The checkpoint in model_dir as HF loads it, then bf16 on CUDA with sdpa attention. The MoE goldens
-    (make_moe_golden.py) keep transformers' default experts implementation, what a user's bf16 run gets."""
+    (make_moe_golden.py) run transformers' eager experts, a bf16 GEMM pair per expert: its grouped kernels want
+    16-byte rows, which the goldens' odd expert widths (20, 12) do not have."""
     kind = model_type(model_dir)
-    if kind in ("qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text"):
+    moe = kind in ("qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text")
+    if moe:
         from transformers import Qwen3MoeForCausalLM
         from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as q35m
     if kind == "qwen3_5":
         model = load_multimodal_text(model_dir, attn="sdpa")
     elif kind == "qwen3_5_moe":
         model = load_multimodal_text(model_dir, attn="sdpa", model_cls=q35m.Qwen3_5MoeForCausalLM)
+        model.config._experts_implementation = "eager"
     else:
         cls = {"qwen3": Qwen3ForCausalLM, "qwen3_5_text": q35.Qwen3_5ForCausalLM}.get(kind)
+        extra = {"experts_implementation": "eager"} if moe else {}
         if kind == "qwen3_moe":
             cls = Qwen3MoeForCausalLM
         elif kind == "qwen3_5_moe_text":
             cls = q35m.Qwen3_5MoeForCausalLM
-        model = cls.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32)
+        model = cls.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32, **extra)
     return model.to("cuda", torch.bfloat16).eval()
 
 
@@ -589,6 +593,7 @@ def measure_bf16(name, golden_dir, out_dir, fla, save_states=False):
               "expected_h5_sha256": digest, "dtype": "bfloat16", "device": torch.cuda.get_device_name(),
               "attn_implementation": "sdpa", "gdn_kernels": kernels, "torch_version": torch.__version__,
               "transformers_version": transformers.__version__, "generator": "tests/golden/make_golden.py --hf-bf16",
+              "experts_implementation": getattr(model.config, "_experts_implementation", None),
               "datasets": {k: bf16_errors(states[k], want[k]) for k in sorted(want)}}
     if kernels:
         record.update(fla_version=fla.get("fla_version"), fla_commit=fla.get("fla_commit"))
