@@ -283,14 +283,22 @@ TEST_F(CudaMoeTest, PointerArrayGemmMatchesCpu) {
   EXPECT_EQ(count_mismatch(got, want, 1e-5, kBf16Ulp, "pointer-array GEMM"), 0);
 }
 
-// A workspace smaller than moe_workspace_bytes is refused with the size needed.
+// A workspace smaller than a call needs is refused with the size needed, before anything runs: the routing's
+// logits of 100 tokens do not fit 1 KiB, the experts' grouped rows of 100 tokens not a workspace planned for
+// 10 (moe_workspace_bytes grows with the tokens), and a MoeShape without its hidden size sizes nothing.
 TEST_F(CudaMoeTest, SmallWorkspaceIsAnError) {
   ArenaMarks marks(cpu_arena_, gpu_arena_);
-  const MoeShape s{8, 2, 16, 0, true, 32};
-  Pair x = rand(100, 32, -1, 1), router = rand(8, 32, -1, 1);
-  Tensor ids = gpu_arena_.alloc(DType::i32, 100, 2), w = gpu_arena_.alloc(DType::f32, 100, 2);
-  const Tensor small = gpu_arena_.alloc(DType::u8, 1, gpu_->moe_workspace_bytes(10, s));
-  EXPECT_THROW(gpu_->moe_route(x.gpu, router.gpu, s, ids, w, small), Error);
+  const MoeCase c{100, 32, 8, 2, 16, 0, true};
+  const MoeShape s{c.E, c.k, c.I, c.Is, c.renorm, int(c.H)};
+  Pair x = rand(c.T, c.H, -1, 1), router = rand(c.E, c.H, -1, 1), o = rand(c.T, c.H, -1, 1);
+  const MoePair mw = weights(c);
+  Tensor ids = gpu_arena_.alloc(DType::i32, c.T, c.k), w = gpu_arena_.alloc(DType::f32, c.T, c.k);
+  EXPECT_LT(gpu_->moe_workspace_bytes(10, s), gpu_->moe_workspace_bytes(c.T, s));
+  EXPECT_THROW(gpu_->moe_route(x.gpu, router.gpu, s, ids, w, gpu_arena_.alloc(DType::u8, 1, 1024)), Error);
+  gpu_->moe_route(x.gpu, router.gpu, s, ids, w, workspace(c.T, s));
+  const Tensor small = workspace(10, s);
+  EXPECT_THROW(gpu_->moe_experts(x.gpu, ids, w, mw.gpu, s, o.gpu, small), Error);
+  EXPECT_THROW(gpu_->moe_workspace_bytes(c.T, MoeShape{c.E, c.k, c.I, c.Is, c.renorm}), Error);
 }
 
 // The tile plan's bound holds for any routing: the worst case is every expert with one pair past a whole
