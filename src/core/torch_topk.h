@@ -162,26 +162,24 @@ DF_HOST_DEVICE inline void topk_partial_sort(TopkPair* first, TopkPair* middle, 
 DF_HOST_DEVICE inline void topk_sort(TopkPair* first, TopkPair* last) {
   constexpr int kThreshold = 16;
   if (first == last) return;
-  // Each level of the recursion: (range, depth left). Depth is at most 2·lg(n) + 1 levels, so 64 slots hold
-  // any int-sized range.
-  TopkPair* lo[64];
-  TopkPair* hi[64];
-  int depth[64];
+  // Each level of the recursion: its range [lo, hi) as offsets from first and the depth left. Only a level
+  // with depth to spare pushes another, so at most 2·lg(n) + 1 are open at once: 32 slots for any n < 65536
+  // (the router sorts fewer than its 4096 experts).
+  int lo[32], hi[32], depth[32];
   int sp = 0;
-  lo[0] = first, hi[0] = last, depth[0] = 2 * topk_lg(int(last - first));
+  lo[0] = 0, hi[0] = int(last - first), depth[0] = 2 * topk_lg(hi[0]);
   while (sp >= 0) {
-    TopkPair* f = lo[sp];
-    TopkPair* l = hi[sp];
+    const int f = lo[sp], l = hi[sp];
     int d = depth[sp];
     // Resume this level's loop: libstdc++ recurses into [cut, l) and then continues with l = cut.
     if (l - f > kThreshold) {
       if (d == 0) {
-        topk_partial_sort(f, l, l);
+        topk_partial_sort(first + f, first + l, first + l);
         --sp;
         continue;
       }
       --d;
-      TopkPair* cut = topk_partition_pivot(f, l);
+      const int cut = int(topk_partition_pivot(first + f, first + l) - first);
       hi[sp] = cut, depth[sp] = d;
       ++sp;
       lo[sp] = cut, hi[sp] = l, depth[sp] = d;
