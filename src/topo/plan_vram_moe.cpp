@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/strfmt.h"
+#include "kernels/moe/moe_workspace.h"
 
 namespace df {
 
@@ -45,29 +46,26 @@ std::vector<VramItem> plan_vram_moe_weights(const QwenConfig& t, const MoeParamC
 }
 
 std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T) {
-  const double E = t.num_experts, k = t.experts_per_tok, H = t.hidden, I = t.moe_intermediate;
-  const double Is = t.shared_intermediate, rows = double(T) * k;
-  const long long tl = (long long)T;
-  std::vector<VramItem> v = {
-      {"MoE router probs [T,E] f32", kF32 * T * E,
-       strfmt("4 B x %lld x %.0f (softmax over the experts before the top-k)", tl, E)},
+  // What moe_scratch_plan allocates: the routing and the CUDA launchers' workspace (kernels/moe/moe_workspace.h),
+  // whose grouped rows are every token's top-k copies of its input, padded to whole tiles per expert (dropless:
+  // the bound holds for every routing, all tokens on the same experts included), with their gate|up (the SwiGLU
+  // written over it) and the expert outputs over the inputs, plus the shared expert's.
+  const double k = t.experts_per_tok;
+  const MoeDims md{t.hidden,           t.num_experts,         t.experts_per_tok,
+                   t.moe_intermediate, t.shared_intermediate, t.norm_topk_prob};
+  const MoeTiles tiles = moe_plan_tiles(T, md);
+  const std::string shared =
+      t.shared_intermediate > 0
+          ? strfmt("; shared expert %lld x 2 B x %d", (long long)T, 2 * t.shared_intermediate + t.hidden)
+          : "";
+  return {
       {"MoE routing ids + weights [T,k]", (kI32 + kF32) * T * k,
-       strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", tl, k)},
-      {"MoE counts, offsets, row maps", kI32 * (2 * E + 1) + 2 * kI32 * rows,
-       strfmt("4 B x (counts %.0f + offsets %.0f) + 2 x 4 B x %.0f rows (each grouped row's token and slot, "
-              "and its inverse for the combine)",
-              E, E + 1, rows)},
-      {"MoE grouped expert rows bf16", kBf16 * rows * (2 * H + 3 * I),
-       strfmt(
-           "2 B x %.0f rows (%lld tokens x top-%.0f, dropless: the same for every routing, all tokens on the "
-           "same experts included) x (input %.0f + gate|up %.0f + act %.0f + output %.0f)",
-           rows, tl, k, H, 2 * I, I, H)},
+       strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", (long long)T, k)},
+      {"MoE expert workspace", double(moe_workspace_bytes(T, md)),
+       strfmt("%lld grouped rows (%lld tiles of %d) x 2 B x (input/output %d + gate|up %d)%s + sort and routing",
+              (long long)(tiles.tiles * tiles.rows), (long long)tiles.tiles, tiles.rows, t.hidden,
+              2 * t.moe_intermediate, shared.c_str())},
   };
-  if (Is > 0)
-    v.push_back({"MoE shared expert rows bf16", kBf16 * T * (3 * Is + H) + kF32 * T,
-                 strfmt("2 B x %lld x (gate|up %.0f + act %.0f + output %.0f) + 4 B x %lld gate logits", tl,
-                        2 * Is, Is, H, tl)});
-  return v;
 }
 
 std::string plan_vram_target_too_big(const Config& cfg, const QwenConfig& t, const VramPlan& p) {

@@ -139,9 +139,6 @@ class GoldenExtractCuda : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
-    if (golden_is_moe(GetParam()))
-      GTEST_SKIP() << GetParam() << ": a mixture-of-experts target; the CUDA backend has no MoE kernels yet and "
-                   << "refuses it (issue 51), so there is no bf16 run to compare";
     read_peer_errors(GetParam(), peer_, peer_kernels_);
   }
   std::map<std::string, PeerError> peer_;
@@ -226,6 +223,9 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
 constexpr double kFp8PeerFactor = 16.0;
 TEST_P(GoldenExtractCuda, Fp8TapsWithin16xHfBf16Error) {
   const std::string model = GetParam();
+  if (golden_is_moe(model))
+    GTEST_SKIP() << model << ": a mixture-of-experts target, which target.dtype = \"fp8\" refuses (issue 51: the "
+                 << "experts have no FP8 path yet)";
   ScratchDir tmp("cuda_fp8_" + model);
   const fs::path dir = fs::path(DF_TEST_DATA) / model, out = tmp.path / "out.h5", log = tmp.path / "extract.log";
   const std::string cmd = extract_command(dir, dir / "tokens.h5", out, "cuda", "--target-dtype fp8");

@@ -3,7 +3,7 @@
 # `plan vram` lists the experts and the routing buffers, `model init` writes a random Qwen3.5-MoE checkpoint that
 # `extract` reads, 1 target + 1 drafter train from the random MoE target with a falling loss, and the exported
 # drafter decodes speculatively against it (`eval`, `eval --generate`); the MoE target's measured rate drives the
-# rebalancer's advice and the end-of-run split table. A CUDA target is refused with the reason named.
+# rebalancer's advice and the end-of-run split table. On a GPU, `extract --device cuda` runs it too.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -16,8 +16,7 @@ grep -q "MoE in 4 of 4 layers: top-2 of 8 experts" "$TMP/check.log" ||
   fail "config check does not describe the MoE target: $(grep -m1 qwen3_5_moe "$TMP/check.log")"
 
 "$BIN" plan vram --config "$TMP/demo.toml" --gpu-mem 80 >"$TMP/vram.log" 2>&1 || fail "plan vram: $(tail -3 "$TMP/vram.log")"
-for row in "MoE routed experts bf16" "MoE router + shared expert bf16" "MoE routing ids + weights" \
-  "MoE counts, offsets, row maps" "MoE grouped expert rows bf16" "MoE shared expert rows bf16"; do
+for row in "MoE routing ids + weights" "MoE expert workspace"; do
   grep -q "$row" "$TMP/vram.log" || fail "plan vram lacks '$row'"
 done
 
@@ -90,10 +89,12 @@ for j in map(json.loads, open(sys.argv[1])):
   fi
 fi
 
+# On a GPU the MoE target extracts on CUDA too (tests/gpu/test_golden_cuda.cpp holds its accuracy); without one
+# the refusal names the missing device.
 if "$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --out "$TMP/cuda.h5" --device cuda >"$TMP/cuda.log" 2>&1; then
-  fail "extract of an MoE target on CUDA succeeded, but the CUDA backend has no MoE kernels"
+  h5ls "$TMP/cuda.h5" | grep -q "^final_norm" || fail "extract --device cuda of the MoE target wrote no final_norm"
 else
-  grep -q "num_experts\|no CUDA\|CUDA device" "$TMP/cuda.log" || fail "the CUDA refusal names no reason: $(tail -2 "$TMP/cuda.log")"
+  grep -q "no CUDA GPU" "$TMP/cuda.log" || fail "extract --device cuda of the MoE target failed: $(tail -2 "$TMP/cuda.log")"
 fi
 echo "$fails failed"
 [ "$fails" -eq 0 ]
