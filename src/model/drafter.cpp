@@ -278,4 +278,12 @@ DrafterLimits drafter_limits_from_run(const Config& cfg) {
   return l;
 }
 
+bool drafter_streams_final_hidden(const Config& cfg) {
+  if (cfg.train.loss == "kl") return true;
+  if (cfg.drafter.kind != "dspark") return false;
+  DSparkHeadDims d;
+  d.confidence = cfg.drafter.enable_confidence_head;
+  return dspark_needs_target_hidden(d, dspark_loss_alphas(cfg.train));
+}
+
 }  // namespace df

@@ -113,6 +113,10 @@ DSparkBlockRows dspark_block_rows(const DSparkHeadDims& d, const int32_t* tokens
   return r;
 }
 
+DSparkLossAlphas dspark_loss_alphas(const TrainSection& t) {
+  return {t.dspark_ce_loss_alpha, t.dspark_l1_loss_alpha, t.dspark_confidence_head_alpha};
+}
+
 bool dspark_needs_target_hidden(const DSparkHeadDims& d, const DSparkLossAlphas& alpha) {
   return alpha.l1 > 0 || (d.confidence && alpha.confidence > 0);
 }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "model/drafter_config.h"
 
 namespace df {
@@ -85,6 +86,7 @@ DSparkBlockRows dspark_block_rows(const DSparkHeadDims& d, const int32_t* tokens
 struct DSparkLossAlphas {
   double ce = 0.1, l1 = 0.9, confidence = 1.0;
 };
+DSparkLossAlphas dspark_loss_alphas(const TrainSection& t);
 
 struct DSparkBlockLoss {
   double ce_sum = 0;          // Σ_k w_k·CE_k

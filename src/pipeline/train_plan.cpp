@@ -58,7 +58,7 @@ void check_feature_files(const TrainPlan& plan) {
       DF_CHECK(std::find(rd.layer_ids().begin(), rd.layer_ids().end(), l) != rd.layer_ids().end(),
                "%s: holds no tap of layer %d, which drafter.target_layer_ids needs; HINT: dflash_mpi extract "
                "--for-config %s", path.c_str(), l, cfg.path.c_str());
-    DF_CHECK(!plan.kl || rd.has_final_norm(), "%s: train.loss = \"kl\" needs final_norm, which the file lacks; "
+    DF_CHECK(!plan.final_hidden || rd.has_final_norm(), "%s: this run's loss (soft-KL or DSpark) needs final_norm, which the file lacks; "
              "HINT: dflash_mpi extract --for-config %s", path.c_str(), cfg.path.c_str());
     if (!cfg.data.train.empty())
       DF_CHECK(token_data_fingerprint(token_file_read(cfg.data.train[i])) == rd.tokens_fingerprint(),
@@ -74,7 +74,7 @@ TrainPlan train_plan_build(const Config& cfg, int num_targets, int num_drafters)
   p.cfg = cfg;
   p.target = qwen_config_load(cfg.target.architecture());
   p.drafter = drafter_config_from_run(cfg, p.target);
-  p.kl = cfg.train.loss == "kl";
+  p.final_hidden = drafter_streams_final_hidden(cfg);
   p.num_targets = num_targets;
   p.num_drafters = num_drafters;
   p.grad_accum = cfg.train.grad_accum;
