@@ -7,35 +7,17 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/head_math.h"
 
 namespace df {
 
 namespace {
 
-template <class T>
-double dot(const T* a, const double* b, int n) {
-  double s = 0;
-  for (int i = 0; i < n; ++i) s += double(a[i]) * b[i];
-  return s;
-}
-
-double sigmoid(double x) {
-  return 1.0 / (1.0 + std::exp(-x));
-}
-
-// p = softmax(logits); returns logsumexp(logits).
-double softmax(const std::vector<double>& logits, std::vector<double>& p) {
-  const double mx = *std::max_element(logits.begin(), logits.end());
-  double s = 0;
-  for (size_t v = 0; v < logits.size(); ++v) s += (p[v] = std::exp(logits[v] - mx));
-  for (double& x : p) x /= s;
-  return mx + std::log(s);
-}
-
 // y = W x (+ bias), W [rows, cols] row-major.
 template <class T>
 void matvec(const T* W, const T* bias, const double* x, int rows, int cols, double* y) {
-  for (int r = 0; r < rows; ++r) y[r] = dot(W + int64_t(r) * cols, x, cols) + (bias ? double(bias[r]) : 0.0);
+  for (int r = 0; r < rows; ++r)
+    y[r] = head_dot(W + int64_t(r) * cols, x, cols) + (bias ? double(bias[r]) : 0.0);
 }
 
 // dW += dy ⊗ x, db += dy, dx += Wᵀ dy (dx may be null).
@@ -157,7 +139,7 @@ DSparkBlockLoss dspark_block_step(const DSparkHeadDims& d, const DSparkHeadTenso
       std::copy_n(ek, R, in.begin() + H);
       matvec(w.gate_w, w.gate_b, in.data(), R, H + R, pre.data());
       for (int r = 0; r < R; ++r) {
-        gate[size_t(k) * Rn + size_t(r)] = sigmoid(pre[size_t(r)]);
+        gate[size_t(k) * Rn + size_t(r)] = head_sigmoid(pre[size_t(r)]);
         uk[r] = gate[size_t(k) * Rn + size_t(r)] * ek[r];
       }
     } else if (rnn) {
@@ -168,7 +150,7 @@ DSparkBlockLoss dspark_block_step(const DSparkHeadDims& d, const DSparkHeadTenso
       matvec(w.joint_w, w.joint_b, in.data(), 3 * R, 2 * R + H, pre.data());
       for (int r = 0; r < R; ++r) {
         const size_t at = size_t(k) * Rn + size_t(r);
-        gate[at] = sigmoid(pre[size_t(r)]);
+        gate[at] = head_sigmoid(pre[size_t(r)]);
         cand[at] = std::tanh(pre[size_t(R + r)]);
         state[at + Rn] = gate[at] * sp[r] + (1.0 - gate[at]) * cand[at];
         uk[r] = std::tanh(pre[size_t(2 * R + r)]);
@@ -187,20 +169,20 @@ DSparkBlockLoss dspark_block_step(const DSparkHeadDims& d, const DSparkHeadTenso
     for (int i = 0; i < H; ++i) zk[size_t(i)] = double(z[int64_t(k) * H + i]);
     const double* uk = R > 0 ? &u[size_t(k) * Rn] : nullptr;
     for (int v = 0; v < V; ++v)
-      logits[size_t(v)] = dot(lm_head + int64_t(v) * H, zk.data(), H) +
-                          (R > 0 ? dot(w.markov_w2 + int64_t(v) * R, uk, R) : 0.0);
+      logits[size_t(v)] = head_dot(lm_head + int64_t(v) * H, zk.data(), H) +
+                          (R > 0 ? head_dot(w.markov_w2 + int64_t(v) * R, uk, R) : 0.0);
     if (draft_logits)
       for (int v = 0; v < V; ++v) draft_logits[int64_t(k) * V + v] = T(logits[size_t(v)]);
     const int y = rows.labels[size_t(k)];
     DF_CHECK(y >= 0 && y < V, "dspark block: label %d of slot %d outside the vocabulary [0, %d)", y, k, V);
     const double wk = rows.weights[size_t(k)];
-    loss.ce_sum += wk * (softmax(logits, q) - logits[size_t(y)]);
+    loss.ce_sum += wk * (head_softmax(logits, q) - logits[size_t(y)]);
 
     double l1 = 0;
     if (need_target) {
       for (int i = 0; i < H; ++i) th[size_t(i)] = double(target_hidden[int64_t(k) * H + i]);
-      for (int v = 0; v < V; ++v) tlogits[size_t(v)] = dot(lm_head + int64_t(v) * H, th.data(), H);
-      softmax(tlogits, tp);
+      for (int v = 0; v < V; ++v) tlogits[size_t(v)] = head_dot(lm_head + int64_t(v) * H, th.data(), H);
+      head_softmax(tlogits, tp);
       for (int v = 0; v < V; ++v) l1 += std::fabs(q[size_t(v)] - tp[size_t(v)]);
       if (alpha.l1 > 0) loss.l1_sum += wk * l1;
     }
@@ -208,14 +190,14 @@ DSparkBlockLoss dspark_block_step(const DSparkHeadDims& d, const DSparkHeadTenso
     if (d.confidence) {
       std::copy(zk.begin(), zk.end(), conf_in.begin());
       if (d.confidence_with_markov) std::copy_n(&e[size_t(k) * Rn], R, conf_in.begin() + H);
-      conf = dot(w.conf_w, conf_in.data(), C) + double(w.conf_b[0]);
+      conf = head_dot(w.conf_w, conf_in.data(), C) + double(w.conf_b[0]);
       if (confidence_logits) confidence_logits[k] = T(conf);
       if (alpha.confidence > 0) {
         const double acc = std::clamp(1.0 - 0.5 * l1, 0.0, 1.0);
         // BCE with logits, in the overflow-free form torch uses: max(c, 0) − c·acc + log(1 + exp(−|c|)).
         loss.confidence_sum +=
             wk * (std::max(conf, 0.0) - conf * acc + std::log1p(std::exp(-std::fabs(conf))));
-        dconf = alpha.confidence * wk * (sigmoid(conf) - acc);
+        dconf = alpha.confidence * wk * (head_sigmoid(conf) - acc);
       }
     }
     if (!grads || wk == 0.0) continue;

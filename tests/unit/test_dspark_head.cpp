@@ -7,11 +7,15 @@
 #include <cmath>
 #include <vector>
 
-#include "core/rng.h"
+#include "head_test_util.h"
 #include "model/drafter.h"
 #include "model/dspark_head.h"
+#include "test_drafter_util.h"
 
 using namespace df;
+using df::testing::fd_check;
+using df::testing::normal_f64;
+using df::testing::tiny_drafter_config;
 
 namespace {
 
@@ -25,13 +29,6 @@ DSparkHeadDims dims(DrafterMarkovHead type, int rank, bool confidence, bool with
   d.confidence = confidence;
   d.confidence_with_markov = with_markov;
   return d;
-}
-
-std::vector<double> normal(size_t n, double std, uint64_t seed) {
-  Rng r(seed);
-  std::vector<double> v(n);
-  for (double& x : v) x = std * r.normal();
-  return v;
 }
 
 double bce(double c, double acc) {
@@ -48,23 +45,23 @@ struct Block {
   Block(const DSparkHeadDims& dd, uint64_t seed, bool all_weighted) : d(dd) {
     const int H = d.hidden, V = d.vocab, B = d.block_size, R = d.markov_rank, C = d.confidence_in();
     if (R > 0) {
-      w1 = normal(size_t(V * R), 0.8, seed);
-      w2 = normal(size_t(V * R), 0.8, seed + 1);
+      w1 = normal_f64(size_t(V * R), 0.8, seed);
+      w2 = normal_f64(size_t(V * R), 0.8, seed + 1);
       if (d.markov_head_type == DrafterMarkovHead::gated) {
-        gw = normal(size_t(R * (H + R)), 0.6, seed + 2);
-        gb = normal(size_t(R), 0.3, seed + 3);
+        gw = normal_f64(size_t(R * (H + R)), 0.6, seed + 2);
+        gb = normal_f64(size_t(R), 0.3, seed + 3);
       } else if (d.markov_head_type == DrafterMarkovHead::rnn) {
-        jw = normal(size_t(3 * R * (2 * R + H)), 0.6, seed + 2);
-        jb = normal(size_t(3 * R), 0.3, seed + 3);
+        jw = normal_f64(size_t(3 * R * (2 * R + H)), 0.6, seed + 2);
+        jb = normal_f64(size_t(3 * R), 0.3, seed + 3);
       }
     }
     if (d.confidence) {
-      cw = normal(size_t(C), 0.6, seed + 4);
-      cb = normal(1, 0.3, seed + 5);
+      cw = normal_f64(size_t(C), 0.6, seed + 4);
+      cb = normal_f64(1, 0.3, seed + 5);
     }
-    lm = normal(size_t(V * H), 0.7, seed + 6);
-    z = normal(size_t(B * H), 1.0, seed + 7);
-    th = normal(size_t(B * H), 1.0, seed + 8);
+    lm = normal_f64(size_t(V * H), 0.7, seed + 6);
+    z = normal_f64(size_t(B * H), 1.0, seed + 7);
+    th = normal_f64(size_t(B * H), 1.0, seed + 8);
     // Anchor 1: labels x[2..6]; x[5] is a hole, so slots 0..2 carry weight and 3, 4 do not. The previous
     // token 9 repeats, so one W1 row gathers two slots' gradients.
     const std::vector<int32_t> tokens = {3, 9, 1, 9, 10, 0, 7, 2};
@@ -155,26 +152,14 @@ void expect_fd_gradients(const DSparkHeadDims& d, bool all_weighted, uint64_t se
                 {"confidence.weight", &b.cw, &gcw},
                 {"confidence.bias", &b.cb, &gcb},
                 {"z", &b.z, &dz}};
-  const double eps = 1e-6;
   for (const Param& pr : params) {
     if (pr.value->empty()) continue;
-    double err2 = 0, ref2 = 0;
-    for (size_t i = 0; i < pr.value->size(); ++i) {
-      const double keep = (*pr.value)[i];
-      (*pr.value)[i] = keep + eps;
-      const double up = b.loss(acc);
-      (*pr.value)[i] = keep - eps;
-      const double down = b.loss(acc);
-      (*pr.value)[i] = keep;
-      const double fd = (up - down) / (2 * eps);
-      err2 += ((*pr.grad)[i] - fd) * ((*pr.grad)[i] - fd);
-      ref2 += fd * fd;
-    }
-    EXPECT_GT(ref2, 1e-8) << pr.name << ": the loss must depend on it";
-    EXPECT_LE(std::sqrt(err2 / ref2), 1e-6)
-        << pr.name << " (head " << drafter_markov_head_name(d.markov_head_type) << ", rank " << d.markov_rank
-        << ", confidence " << d.confidence << ", with markov " << d.confidence_with_markov
-        << ", all weighted " << all_weighted << ")";
+    const df::testing::FdError e = fd_check(*pr.value, *pr.grad, [&] { return b.loss(acc); });
+    EXPECT_GT(e.ref2, 1e-8) << pr.name << ": the loss must depend on it";
+    EXPECT_LE(e.rel_rms, 1e-6) << pr.name << " (head " << drafter_markov_head_name(d.markov_head_type)
+                               << ", rank " << d.markov_rank << ", confidence " << d.confidence
+                               << ", with markov " << d.confidence_with_markov << ", all weighted "
+                               << all_weighted << ")";
   }
 }
 
@@ -204,17 +189,7 @@ TEST(DSparkHead, RowsShiftLabelsAndAHoleEndsTheBlock) {
 }
 
 TEST(DSparkHead, ParametersJoinTheDrafterTable) {
-  DrafterConfig c;
-  c.hidden = 8;
-  c.layers = 1;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.head_dim = 4;
-  c.intermediate = 12;
-  c.vocab = 13;
-  c.mask_token_id = 12;
-  c.target_layer_ids = {1};
-  c.layer_types = {DrafterLayerType::full};
+  DrafterConfig c = tiny_drafter_config();  // H 16, V 37
   const int64_t dflash_total = drafter_param_table(c).total;
   c.kind = DrafterKind::dspark;
   c.markov_rank = 3;
@@ -224,14 +199,14 @@ TEST(DSparkHead, ParametersJoinTheDrafterTable) {
   const DrafterParamTable t = drafter_param_table(c);
   const DrafterParamEntry& jw = t.find("markov_head.joint_proj.weight");
   EXPECT_EQ(jw.rows, 9);
-  EXPECT_EQ(jw.cols, 2 * 3 + 8);
+  EXPECT_EQ(jw.cols, 2 * 3 + 16);
   EXPECT_TRUE(jw.decay);
   EXPECT_LT(jw.offset, t.n_decay);
   const DrafterParamEntry& jb = t.find("markov_head.joint_proj.bias");
   EXPECT_FALSE(jb.decay);
   EXPECT_GE(jb.offset, t.n_decay);
-  EXPECT_EQ(t.find("markov_head.markov_w1.weight").rows, 13);
-  EXPECT_EQ(t.find("confidence_head.proj.weight").cols, 8 + 3);
+  EXPECT_EQ(t.find("markov_head.markov_w1.weight").rows, 37);
+  EXPECT_EQ(t.find("confidence_head.proj.weight").cols, 16 + 3);
   EXPECT_EQ(t.find("confidence_head.proj.bias").cols, 1);
   EXPECT_THROW(t.find("markov_head.gate_proj.weight"), Error);
   // Every entry 64-aligned: the head adds its 6 tensors' aligned sizes.
@@ -245,7 +220,7 @@ TEST(DSparkHead, ParametersJoinTheDrafterTable) {
   const std::vector<DSparkHeadParam> only_conf = dspark_head_params(dspark_head_dims(c));
   ASSERT_EQ(only_conf.size(), 2u);
   EXPECT_EQ(only_conf[0].name, "confidence_head.proj.weight");
-  EXPECT_EQ(only_conf[0].cols, 8);
+  EXPECT_EQ(only_conf[0].cols, 16);
 }
 
 TEST(DSparkHead, VanillaBiasIsTheLowRankProductAndRankZeroHasNone) {
