@@ -72,9 +72,10 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
     const double* hp = &hs[size_t(t) * G];
     for (int g = 0; g < G; ++g) {
       const size_t at = size_t(t) * G + size_t(g);
-      r[at] = head_sigmoid(head_dot(w.gru_ih + int64_t(g) * H, x.data(), H) + head_dot(w.gru_hh + int64_t(g) * G, hp, G));
+      r[at] = head_sigmoid(head_dot(w.gru_ih + int64_t(g) * H, x.data(), H) +
+                           head_dot(w.gru_hh + int64_t(g) * G, hp, G));
       u[at] = head_sigmoid(head_dot(w.gru_ih + int64_t(G + g) * H, x.data(), H) +
-                      head_dot(w.gru_hh + int64_t(G + g) * G, hp, G));
+                           head_dot(w.gru_hh + int64_t(G + g) * G, hp, G));
       hn[at] = head_dot(w.gru_hh + int64_t(2 * G + g) * G, hp, G);
       n[at] = std::tanh(head_dot(w.gru_ih + int64_t(2 * G + g) * H, x.data(), H) + r[at] * hn[at]);
       hs[size_t(t + 1) * G + size_t(g)] = (1.0 - u[at]) * n[at] + u[at] * hp[g];
