@@ -213,6 +213,37 @@ void validate(const Config& c, const std::string& w) {
     check(t.lambda_base_decay_ratio >= 0 && t.lambda_base_decay_ratio <= 1, w,
           "train.lambda_base_decay_ratio", "must be in [0, 1]");
   }
+  if (d.kind == "dspark") {
+    // SpecForge's OnlineDSparkModel has its own objective (loss_type "dspark"); KL, D-PACE and streak
+    // weighting are not defined on it, so they are not offered here either.
+    check(
+        t.loss == "ce", w, "train.loss",
+        "= \"" + t.loss +
+            "\": drafter.kind = \"dspark\" trains its own loss (dspark_ce_loss_alpha·CE + "
+            "dspark_l1_loss_alpha·L1 + dspark_confidence_head_alpha·BCE, as SpecForge's); HINT: train.loss = "
+            "\"ce\" and the train.dspark_*_alpha weights");
+    check(!t.streak, w, "train.streak",
+          "cannot be combined with drafter.kind = \"dspark\" (its own loss, as SpecForge's)");
+    check(d.markov_rank >= 0, w, "drafter.markov_rank", "must be >= 0 (0: no Markov head)");
+    check(d.markov_head_type == "vanilla" || d.markov_head_type == "gated" || d.markov_head_type == "rnn", w,
+          "drafter.markov_head_type", "must be \"vanilla\", \"gated\" or \"rnn\"");
+    check(d.confidence_head_alpha >= 0, w, "drafter.confidence_head_alpha", "must be >= 0");
+    check(!(d.confidence_head_with_markov && d.markov_rank == 0), w, "drafter.confidence_head_with_markov",
+          "= true needs a Markov head (drafter.markov_rank > 0), as SpecForge requires");
+    check(d.attention_mode == "gqa" || d.attention_mode == "mha", w, "drafter.attention_mode",
+          "must be \"gqa\" or \"mha\"");
+    check(d.attention_mode != "gqa" || d.kv_heads < d.heads, w, "drafter.attention_mode",
+          strfmt("= \"gqa\" needs drafter.kv_heads (%d) < drafter.heads (%d); HINT: attention_mode = \"mha\" "
+                 "for equal counts (SpecForge's DSpark rule)",
+                 d.kv_heads, d.heads));
+    check(d.attention_mode != "mha" || d.kv_heads == d.heads, w, "drafter.attention_mode",
+          strfmt("= \"mha\" needs drafter.kv_heads (%d) == drafter.heads (%d)", d.kv_heads, d.heads));
+    for (const auto& [key, alpha] :
+         {std::pair<const char*, double>{"train.dspark_ce_loss_alpha", t.dspark_ce_loss_alpha},
+          {"train.dspark_l1_loss_alpha", t.dspark_l1_loss_alpha},
+          {"train.dspark_confidence_head_alpha", t.dspark_confidence_head_alpha}})
+      check(std::isfinite(alpha) && alpha >= 0, w, key, "must be >= 0");
+  }
   check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
   check(c.eval.interval >= 0, w, "eval.interval", "must be >= 0 (steps; 0 = no held-out evaluation)");
   check(c.eval.interval == 0 || !c.eval.data.empty(), w, "eval.data",
@@ -291,8 +322,9 @@ Config config_parse(const std::string& text, const std::string& where) {
     DrafterSection& d = c.drafter;
     Reader r(section(root, "drafter", where), "drafter", where, c);
     r.get("kind", d.kind);
-    DF_CHECK(d.kind == "dflash" || d.kind == "domino",
-             "%s: 'drafter.kind' = \"%s\" must be \"dflash\" or \"domino\"", where.c_str(), d.kind.c_str());
+    DF_CHECK(d.kind == "dflash" || d.kind == "domino" || d.kind == "dspark",
+             "%s: 'drafter.kind' = \"%s\" must be \"dflash\", \"domino\" or \"dspark\"", where.c_str(),
+             d.kind.c_str());
     r.get("layers", d.layers);
     r.get("heads", d.heads);
     r.get("kv_heads", d.kv_heads);
@@ -316,6 +348,13 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get_for_kind("domino", d.kind, "emb_dim", d.emb_dim);
     r.get_for_kind("domino", d.kind, "gru_hidden_dim", d.gru_hidden_dim);
     r.get_for_kind("domino", d.kind, "shift_label", d.shift_label);
+    r.get_for_kind("dspark", d.kind, "markov_rank", d.markov_rank);
+    r.get_for_kind("dspark", d.kind, "markov_head_type", d.markov_head_type);
+    r.get_for_kind("dspark", d.kind, "confidence_head_alpha", d.confidence_head_alpha);
+    d.enable_confidence_head = d.confidence_head_alpha > 0;  // SpecForge's default where the key is absent
+    r.get_for_kind("dspark", d.kind, "enable_confidence_head", d.enable_confidence_head);
+    r.get_for_kind("dspark", d.kind, "confidence_head_with_markov", d.confidence_head_with_markov);
+    r.get_for_kind("dspark", d.kind, "attention_mode", d.attention_mode);
     r.finish();
   }
   {
@@ -356,6 +395,9 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get("noise_std", t.noise_std);
     r.get_for_kind("domino", c.drafter.kind, "lambda_base_start", t.lambda_base_start);
     r.get_for_kind("domino", c.drafter.kind, "lambda_base_decay_ratio", t.lambda_base_decay_ratio);
+    r.get_for_kind("dspark", c.drafter.kind, "dspark_ce_loss_alpha", t.dspark_ce_loss_alpha);
+    r.get_for_kind("dspark", c.drafter.kind, "dspark_l1_loss_alpha", t.dspark_l1_loss_alpha);
+    r.get_for_kind("dspark", c.drafter.kind, "dspark_confidence_head_alpha", t.dspark_confidence_head_alpha);
     r.finish();
   }
   {

@@ -32,7 +32,8 @@ struct TargetSection {
 };
 
 struct DrafterSection {
-  // dflash | domino (MODELS.md "Drafter kinds beyond DFlash"): one backbone, the kind's head and loss terms.
+  // dflash | domino | dspark (MODELS.md "Drafter kinds beyond DFlash"): one backbone, the kind's head and
+  // loss terms.
   std::string kind = "dflash";
   int layers = 5;
   int heads = 32;
@@ -62,6 +63,18 @@ struct DrafterSection {
   int emb_dim = 256;
   int gru_hidden_dim = 1024;
   bool shift_label = true;
+  // kind = "dspark" only, under SpecForge's dflash_config names; the defaults are its published recipes'
+  // (configs/qwen3-8b-dspark.json). markov_rank R (0: no Markov head): the logits get the low-rank bias
+  // W2·f(W1[previous token]) with f per markov_head_type (vanilla | gated | rnn); the confidence head is
+  // Linear([h ; W1[prev] if confidence_head_with_markov]) -> 1. enable_confidence_head unset: on when
+  // confidence_head_alpha > 0 (SpecForge's rule; that alpha is otherwise only recorded, train.dspark_*
+  // weigh the loss). attention_mode: "gqa" needs kv_heads < heads, "mha" kv_heads == heads (as SpecForge).
+  int markov_rank = 256;
+  std::string markov_head_type = "vanilla";
+  bool enable_confidence_head = true;
+  bool confidence_head_with_markov = true;
+  double confidence_head_alpha = 1.0;
+  std::string attention_mode = "gqa";
 };
 
 struct DataSection {
@@ -90,6 +103,11 @@ struct TrainSection {
   // over the first lambda_base_decay_ratio of the steps (SpecForge linear_lambda_base).
   double lambda_base_start = 1.0;
   double lambda_base_decay_ratio = 0.5;
+  // drafter.kind = "dspark" only (SpecForge training.dspark_*): the loss is
+  // (ce·Σ w·CE + l1·Σ w·‖p_draft − p_target‖₁ + confidence·Σ w·BCE) / Σ w.
+  double dspark_ce_loss_alpha = 0.1;
+  double dspark_l1_loss_alpha = 0.9;
+  double dspark_confidence_head_alpha = 1.0;
 };
 
 struct PipelineSection {

@@ -7,32 +7,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/head_math.h"
 
 namespace df {
-
-namespace {
-
-template <class T>
-double dot(const T* a, const double* b, int n) {
-  double s = 0;
-  for (int i = 0; i < n; ++i) s += double(a[i]) * b[i];
-  return s;
-}
-
-double sigmoid(double x) {
-  return 1.0 / (1.0 + std::exp(-x));
-}
-
-// p = softmax(logits); returns logsumexp(logits).
-double softmax(const std::vector<double>& logits, std::vector<double>& p) {
-  const double mx = *std::max_element(logits.begin(), logits.end());
-  double s = 0;
-  for (size_t v = 0; v < logits.size(); ++v) s += (p[v] = std::exp(logits[v] - mx));
-  for (double& x : p) x /= s;
-  return mx + std::log(s);
-}
-
-}  // namespace
 
 DominoHeadDims domino_head_dims(const DrafterConfig& c) {
   DF_CHECK(c.kind == DrafterKind::domino, "domino head: the drafter's kind is %s, not domino",
@@ -95,11 +72,12 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
     const double* hp = &hs[size_t(t) * G];
     for (int g = 0; g < G; ++g) {
       const size_t at = size_t(t) * G + size_t(g);
-      r[at] = sigmoid(dot(w.gru_ih + int64_t(g) * H, x.data(), H) + dot(w.gru_hh + int64_t(g) * G, hp, G));
-      u[at] = sigmoid(dot(w.gru_ih + int64_t(G + g) * H, x.data(), H) +
-                      dot(w.gru_hh + int64_t(G + g) * G, hp, G));
-      hn[at] = dot(w.gru_hh + int64_t(2 * G + g) * G, hp, G);
-      n[at] = std::tanh(dot(w.gru_ih + int64_t(2 * G + g) * H, x.data(), H) + r[at] * hn[at]);
+      r[at] = head_sigmoid(head_dot(w.gru_ih + int64_t(g) * H, x.data(), H) +
+                           head_dot(w.gru_hh + int64_t(g) * G, hp, G));
+      u[at] = head_sigmoid(head_dot(w.gru_ih + int64_t(G + g) * H, x.data(), H) +
+                           head_dot(w.gru_hh + int64_t(G + g) * G, hp, G));
+      hn[at] = head_dot(w.gru_hh + int64_t(2 * G + g) * G, hp, G);
+      n[at] = std::tanh(head_dot(w.gru_ih + int64_t(2 * G + g) * H, x.data(), H) + r[at] * hn[at]);
       hs[size_t(t + 1) * G + size_t(g)] = (1.0 - u[at]) * n[at] + u[at] * hp[g];
     }
   }
@@ -110,25 +88,25 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
   std::vector<double> dh_slot(grads ? size_t(steps) * Gn : 0, 0.0);  // ∂/∂h_t from the slots that read it
   for (int k = 0; k < B; ++k) {
     for (int i = 0; i < H; ++i) zk[size_t(i)] = double(z[int64_t(k) * H + i]);
-    for (int v = 0; v < V; ++v) base[size_t(v)] = dot(lm_head + int64_t(v) * H, zk.data(), H);
+    for (int v = 0; v < V; ++v) base[size_t(v)] = head_dot(lm_head + int64_t(v) * H, zk.data(), H);
     fin = base;
     const bool corrected = k >= s;
     if (corrected) {
       std::copy(zk.begin(), zk.end(), f.begin());
       std::copy_n(&hs[size_t(k - lag + 1) * G], G, f.begin() + H);
       for (int e = 0; e < E; ++e) {
-        m[size_t(e)] = dot(w.proj_in + int64_t(e) * F, f.data(), F);
-        a[size_t(e)] = m[size_t(e)] * sigmoid(m[size_t(e)]);
+        m[size_t(e)] = head_dot(w.proj_in + int64_t(e) * F, f.data(), F);
+        a[size_t(e)] = m[size_t(e)] * head_sigmoid(m[size_t(e)]);
       }
-      for (int v = 0; v < V; ++v) fin[size_t(v)] += dot(w.proj_out + int64_t(v) * E, a.data(), E);
+      for (int v = 0; v < V; ++v) fin[size_t(v)] += head_dot(w.proj_out + int64_t(v) * E, a.data(), E);
     }
     if (final_logits)
       for (int v = 0; v < V; ++v) final_logits[int64_t(k) * V + v] = T(fin[size_t(v)]);
     const int y = rows.labels[size_t(k)];
     DF_CHECK(y >= 0 && y < V, "domino block: label %d of slot %d outside the vocabulary [0, %d)", y, k, V);
     const double wk = rows.weights[size_t(k)];
-    const double ce_final = softmax(fin, pf) - fin[size_t(y)];
-    const double ce_base = softmax(base, pb) - base[size_t(y)];
+    const double ce_final = head_softmax(fin, pf) - fin[size_t(y)];
+    const double ce_base = head_softmax(base, pb) - base[size_t(y)];
     loss.final_sum += wk * ce_final;
     loss.base_sum += wk * ce_base;
     if (!grads || wk == 0.0) continue;
@@ -153,7 +131,7 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
         da[size_t(e)] += dfin[size_t(v)] * double(w.proj_out[int64_t(v) * E + e]);
       }
     for (int e = 0; e < E; ++e) {
-      const double sg = sigmoid(m[size_t(e)]);
+      const double sg = head_sigmoid(m[size_t(e)]);
       dm[size_t(e)] = da[size_t(e)] * sg * (1.0 + m[size_t(e)] * (1.0 - sg));
     }
     for (int e = 0; e < E; ++e)

@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/dspark_head.h"
 
 namespace df {
 
@@ -52,13 +53,29 @@ void drafter_config_validate(const DrafterConfig& c) {
              "shift_label are set",
              drafter_kind_name(c.kind));
   }
+  if (c.kind == DrafterKind::dspark) {
+    DF_CHECK(c.markov_rank >= 0, "drafter config: markov_rank %d must be ≥ 0 (0: no Markov head)",
+             c.markov_rank);
+    DF_CHECK(!c.confidence_head_with_markov || c.markov_rank > 0,
+             "drafter config: confidence_head_with_markov needs a Markov head (markov_rank > 0)");
+    DF_CHECK(c.confidence_head_alpha >= 0, "drafter config: confidence_head_alpha %g must be ≥ 0",
+             double(c.confidence_head_alpha));
+  } else {
+    DF_CHECK(c.markov_rank == 0 && c.markov_head_type == DrafterMarkovHead::vanilla &&
+                 !c.enable_confidence_head && !c.confidence_head_with_markov &&
+                 c.confidence_head_alpha == 0.0f,
+             "drafter config: kind %s has no DSpark head, but markov_rank/markov_head_type/"
+             "enable_confidence_head/confidence_head_with_markov/confidence_head_alpha are set",
+             drafter_kind_name(c.kind));
+  }
 }
 
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
   DF_CHECK(
       c.kind == DrafterKind::dflash,
       "drafter.kind = \"%s\": this build's training step on the %s backend has DFlash's head and loss only "
-      "(the Domino head's CPU fp32 oracle is model/domino_head.h; its step and CUDA ops are not built yet); "
+      "(the Domino and DSpark heads' CPU fp32 oracles are model/domino_head.h and model/dspark_head.h; their "
+      "steps and CUDA ops are not built yet); "
       "HINT: drafter.kind = \"dflash\"",
       drafter_kind_name(c.kind), backend.c_str());
 }
@@ -99,6 +116,12 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
     add(p + "mlp.up_proj.weight", c.intermediate, H, true);
     add(p + "mlp.down_proj.weight", H, c.intermediate, true);
   }
+  // A head's matrices join the decayed prefix, its bias vectors the rest.
+  const std::vector<DSparkHeadParam> dspark = c.kind == DrafterKind::dspark
+                                                  ? dspark_head_params(dspark_head_dims(c))
+                                                  : std::vector<DSparkHeadParam>{};
+  for (const DSparkHeadParam& h : dspark)
+    if (h.matrix) add(h.name, h.rows, h.cols, true);
   add("hidden_norm.weight", 1, H, false);
   for (int i = 0; i < c.layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
@@ -108,6 +131,8 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
     add(p + "self_attn.k_norm.weight", 1, c.head_dim, false);
   }
   add("norm.weight", 1, H, false);
+  for (const DSparkHeadParam& h : dspark)
+    if (!h.matrix) add(h.name, h.rows, h.cols, false);
   return t;
 }
 
@@ -203,10 +228,14 @@ void drafter_init_params(DrafterModel& m, uint64_t seed) {
   for (const auto& e : m.table().entries) {
     const uint64_t stream = name_stream(e.name);
     // Each element is a pure function of its index, so threads change nothing but the time (1.7 B draws for
-    // the 27B drafter: a minute on one core).
+    // the 27B drafter: a minute on one core). Norm weights start at 1, a head's biases at 0 (transformers'
+    // _init_weights, which the peers use).
+    const bool bias = e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".bias") == 0;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < e.rows * e.cols; ++i)
-      host[size_t(e.offset + i)] = e.decay ? 0.02f * rng_normal_at(seed, stream, uint64_t(i)) : 1.0f;
+      host[size_t(e.offset + i)] = e.decay ? 0.02f * rng_normal_at(seed, stream, uint64_t(i))
+                                   : bias  ? 0.0f
+                                           : 1.0f;
   }
   m.ops().upload_raw(m.params, host.data());
   m.ops().fill(m.adam_m, 0.0f);
@@ -247,6 +276,14 @@ DrafterLimits drafter_limits_from_run(const Config& cfg) {
   l.kl = cfg.train.loss == "kl";
   l.noise = cfg.train.noise_std > 0;
   return l;
+}
+
+bool drafter_streams_final_hidden(const Config& cfg) {
+  if (cfg.train.loss == "kl") return true;
+  if (cfg.drafter.kind != "dspark") return false;
+  DSparkHeadDims d;
+  d.confidence = cfg.drafter.enable_confidence_head;
+  return dspark_needs_target_hidden(d, dspark_loss_alphas(cfg.train));
 }
 
 }  // namespace df

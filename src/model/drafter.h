@@ -123,6 +123,12 @@ struct DrafterLimits {
 // when train.noise_std > 0.
 DrafterLimits drafter_limits_from_run(const Config& cfg);
 
+// Whether the run's loss reads the target's final-norm output, so that targets run every layer and the final
+// norm and stream it beside the taps ([T, H] bf16 more per batch; feature files hold it as final_norm): the
+// soft-KL loss's teacher, and a DSpark drafter's target distributions (its L1 term and confidence target,
+// dspark_needs_target_hidden).
+bool drafter_streams_final_hidden(const Config& cfg);
+
 class DrafterModel {
  public:
   DrafterModel(const DrafterConfig& cfg, TrainOps& ops);

@@ -125,7 +125,7 @@ DrafterRun::DrafterRun(const TrainPlan& plan, const DistContext& ctx)
       owner_(ctx.drafter_index == 0),
       B_(plan.drafter.block_size),
       feat_cols_(int64_t(plan.drafter.hidden) * plan.drafter.num_taps()),
-      final_cols_(plan.kl ? plan.drafter.hidden : 0),
+      final_cols_(plan.final_hidden ? plan.drafter.hidden : 0),
       stats_targets_(plan.cfg.topology.offline ? plan.num_drafters : plan.num_targets),
       frozen_(target_load_for_run(plan.cfg.target, plan.target, target_ops_, 0, true)),
       ops_(train_ops_create(plan.cfg.drafter.device, std::max(ctx.gpu, 0))),

@@ -33,10 +33,11 @@ void add(VramRole& r, std::string name, double bytes, std::string detail) {
   r.total += bytes;
 }
 
-// Bytes of one target->drafter payload: token ids (i32), loss mask (u8), taps [T, k·H] bf16 and, for the
-// soft-KL loss, the final-norm output [T, H] bf16 (the header travels separately and is negligible).
-double payload_bytes(int64_t tokens, int taps, int hidden, bool kl) {
-  return double(tokens) * (4 + 1 + kBf16 * taps * hidden + (kl ? kBf16 * hidden : 0));
+// Bytes of one target->drafter payload: token ids (i32), loss mask (u8), taps [T, k·H] bf16 and, where the
+// loss reads it (soft-KL, DSpark), the final-norm output [T, H] bf16 (the header travels separately and is
+// negligible).
+double payload_bytes(int64_t tokens, int taps, int hidden, bool final_hidden) {
+  return double(tokens) * (4 + 1 + kBf16 * taps * hidden + (final_hidden ? kBf16 * hidden : 0));
 }
 
 }  // namespace
@@ -128,16 +129,17 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
   else
     add(dr, "frozen lm_head [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
   const bool offline = cfg.topology.offline, staged = offline || cfg.eval.interval > 0;
-  const int64_t final_cols = lim.kl ? int64_t(H) : 0;
+  const bool final_hidden = drafter_streams_final_hidden(cfg);
+  const int64_t final_cols = final_hidden ? int64_t(H) : 0;
   const double slot = double(WireLayout::bytes(T, int64_t(k) * int64_t(H), final_cols));
   add(dr, "batch staging bf16", staged ? kBf16 * double(T) * (k * H + double(final_cols)) : 0,
       staged ? strfmt("2 B x %lld tokens x (taps %.0f%s): host-built batches (%s)", (long long)T, k * H,
-                      lim.kl ? " + final hidden" : "", offline ? "offline features" : "eval.data on drafter 0")
+                      final_hidden ? " + final hidden" : "", offline ? "offline features" : "eval.data on drafter 0")
              : std::string("none: every batch comes off the feature channel"));
   add(dr, "receive slot bf16", offline ? 0 : slot,
       offline ? std::string("none: offline, no feature channel")
               : strfmt("one wire slot at the token budget (WireLayout: taps %.0f%s), trained from in place",
-                       k * H, lim.kl ? " + final hidden" : ""));
+                       k * H, final_hidden ? " + final hidden" : ""));
   // The activation workspace planned once for drafter_limits_from_run: the bytes drafter_plan_workspace
   // takes.
   add(dr, "activation workspace", double(drafter_workspace_bytes(dc, lim, DType::bf16)),
@@ -189,7 +191,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   p.gpu_bytes = gpu_bytes;
   p.gpu_source = gpu_source;
   p.assume = assume;
-  const bool kl = cfg.train.loss == "kl";
+  const bool final_hidden = drafter_streams_final_hidden(cfg);
   const int64_t T = cfg.data.token_budget;
   const double H = t.hidden, V = t.vocab;
   const DrafterConfig dc = drafter_config_from_run(cfg, t);
@@ -197,11 +199,11 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   const std::vector<int>& taps = dc.target_layer_ids;
   const int k = int(taps.size());
   const int depth = cfg.pipeline.hs_queue_depth;
-  const double payload = payload_bytes(T, k, t.hidden, kl);
+  const double payload = payload_bytes(T, k, t.hidden, final_hidden);
   p.payload_bytes = payload;
 
   // ---- target: backbone up to the last tap (all layers + final norm for the soft-KL loss) ----
-  p.target_layers_run = kl ? t.layers : *std::max_element(taps.begin(), taps.end()) + 1;
+  p.target_layers_run = final_hidden ? t.layers : *std::max_element(taps.begin(), taps.end()) + 1;
   int n_lin = 0, n_full = 0;
   double layer_params = 0;
   for (int l = 0; l < p.target_layers_run; ++l) {
@@ -213,7 +215,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   tr.role = "target";
   // An MoE target's experts, router and shared expert are lines of their own (plan_vram_moe.h).
   const MoeParamCount moe = plan_vram_moe_params(t, p.target_layers_run);
-  const double tw = V * H + layer_params - moe.total() + (kl ? H : 0);
+  const double tw = V * H + layer_params - moe.total() + (final_hidden ? H : 0);
   if (cfg.target.dtype == "fp8" && t.is_moe())
     p.refused = strfmt(
         "%s: target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet "
@@ -235,7 +237,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
     }
     add(tr, "weights bf16", kBf16 * (tw - f.elems + f.ba_bf16),
         strfmt("2 B x (embed %.0fx%.0f, norms, conv, DeltaNet b|a rows%s) = %.4g params", V, H,
-               kl ? ", final norm" : "", tw - f.elems + f.ba_bf16));
+               final_hidden ? ", final norm" : "", tw - f.elems + f.ba_bf16));
     // A 128x128 block checkpoint keeps its block scales and quantises inputs per token per 128 columns.
     const bool blocks = t.fp8_block_n == 128 && t.fp8_block_k == 128;
     const double wscales = blocks ? f.block_scales : f.rows, xscales = blocks ? double(fp8_group_scales_size(T, int64_t(std::ceil(max_k / 128)))) : T;
@@ -251,7 +253,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
     // An FP8 checkpoint is dequantised at load (model/fp8_weights.h): its weights take bf16 room, not 1 B each.
     add(tr, "weights bf16", kBf16 * tw,
         strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s%s) = %.4g params%s", V, H,
-               p.target_layers_run, n_lin, n_full, kl ? " + final norm" : "",
+               p.target_layers_run, n_lin, n_full, final_hidden ? " + final norm" : "",
                t.is_moe() ? ", MoE experts below" : "", tw,
                t.fp8_block_n > 0 ? " (FP8 checkpoint, held as bf16 after dequantisation)" : ""));
     for (const VramItem& it : plan_vram_moe_weights(t, moe)) add(tr, it.name, it.bytes, it.detail);
@@ -293,11 +295,11 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   if (t.is_moe())
     for (const VramItem& it : plan_vram_moe_routing(t, T)) add(tr, it.name, it.bytes, it.detail);
   add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
-  const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, kl ? t.hidden : 0));
+  const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, final_hidden ? t.hidden : 0));
   add(tr, "send buffers", depth * slot,
       strfmt("hs_queue_depth %d wire slots x %.4g B (taps%s, written by the forward in place; each with a pinned "
              "host mirror of the same size on the MPI wire, none on NCCL)", depth, slot,
-             kl ? ", final hidden" : ""));
+             final_hidden ? ", final hidden" : ""));
   add(tr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
 
   // ---- drafter ----
@@ -321,9 +323,10 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
                (long long)d.max_block_rows, (long long)p.max_blocks, (long long)p.anchors));
   p.notes.push_back(
       strfmt("each drafter receives from %d targets (hs_queue_depth credits per target)", assume.targets));
-  if (kl)
+  if (final_hidden)
     p.notes.push_back(
-        "loss kl: targets run every layer and the final norm and send the final hidden; the drafter "
+        "the loss reads the target's final hidden (soft-KL, DSpark): targets run every layer and the final "
+        "norm and send it; the drafter "
         "applies its frozen lm_head (no lm_head on targets)");
   return p;
 }

@@ -10,11 +10,20 @@
 #
 #   python3 tests/golden/make_drafter_golden.py [--specforge .peer/SpecForge] [--out tests/golden/drafter]
 #   python3 tests/golden/make_drafter_golden.py --kind domino     (-> tests/golden/drafter_domino)
+#   python3 tests/golden/make_drafter_golden.py --kind dspark --markov-head rnn   (-> drafter_dspark_rnn; also
+#                                                               vanilla, gated)
 #
 # --kind domino runs SpecForge's DominoDraftModel + OnlineDominoModel instead (shift_label, a GRU prefix head,
 # λ fixed at LAMBDA_BASE so both CE terms carry gradient) and also records the backbone's normed output per
 # block (hidden [S·N·B, H]) with the loss's gradient with respect to it, the GRU input and label ids, and the
 # final / base loss terms: the head oracle (model/domino_head.h) is checked on those alone.
+#
+# --kind dspark runs SpecForge's DSparkDraftModel + OnlineDSparkModel (shifted labels, the cumulative eval mask,
+# a Markov head of the chosen type, a confidence head, CE + L1 + BCE with the loss weights DSPARK_ALPHAS) on one
+# more input, the target's final hidden state per token (target_hidden [T, H]), and records as Domino does the
+# backbone's normed output per block with its gradient, the previous and label ids, and the three loss
+# numerators: the head oracle (model/dspark_head.h) is checked on those alone. SpecForge computes the L1 and
+# confidence terms in float32 (its .float() casts) even in a float64 run, which the tolerances allow for.
 #
 # Out: <out>/model/{config.json, model.safetensors} (the drafter, HF layout, F32) and <out>/golden.safetensors
 # (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).
@@ -43,6 +52,17 @@ GAMMA = 3.0
 DOMINO = {"projector_type": "domino", "pure_draft_prefix_len": 1, "emb_dim": 23, "gru_hidden_dim": 19,
           "shift_label": True}
 LAMBDA_BASE = 0.3
+# DSpark's head (dflash_config keys): odd rank; the confidence head reads W1[prev] except with the gated head,
+# so both confidence inputs are covered. Loss weights unlike SpecForge's defaults, so a swapped pair shows.
+DSPARK_RANK = 5
+DSPARK_ALPHAS = {"dspark_ce_loss_alpha": 0.2, "dspark_l1_loss_alpha": 0.7, "dspark_confidence_head_alpha": 0.6}
+
+
+def dspark_head(markov_head):
+    return {"projector_type": "dspark", "markov_rank": DSPARK_RANK, "markov_head_type": markov_head,
+            "enable_confidence_head": True, "confidence_head_with_markov": markov_head != "gated",
+            "confidence_head_alpha": 1.0, "attention_mode": "gqa"}
+
 # Three sequences; loss-mask holes (a prompt, one unsupervised token). Anchors are SpecForge-valid positions
 # (loss_mask[a] and loss_mask[a+1], a <= len-2) chosen to hit the edges: a = 0 (no context), neighbours closer
 # than the block (1, 2; 3, 4), blocks running past the sequence end (11 in 13, 17 in 21), a label on a masked
@@ -56,14 +76,19 @@ ANCHORS = [[0, 1, 2, 7, 11], [3, 4, 12, 17], [5]]
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--specforge", default=peer.DEFAULT_SPECFORGE)
-    p.add_argument("--kind", default="dflash", choices=["dflash", "domino"])
-    p.add_argument("--out", default=None, help="default tests/golden/drafter (dflash), drafter_domino (domino)")
+    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dspark"])
+    p.add_argument("--markov-head", default="rnn", choices=["vanilla", "gated", "rnn"],
+                   help="--kind dspark: the Markov head type")
+    p.add_argument("--out", default=None, help="default tests/golden/drafter (dflash), drafter_domino (domino), "
+                                               "drafter_dspark_<markov head> (dspark)")
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     args = p.parse_args()
-    domino = args.kind == "domino"
+    domino, dspark = args.kind == "domino", args.kind == "dspark"
     if args.out is None:
-        args.out = os.path.join(REPO, "tests", "golden", "drafter_domino" if domino else "drafter")
+        name = {"dflash": "drafter", "domino": "drafter_domino", "dspark": "drafter_dspark_" + args.markov_head}
+        args.out = os.path.join(REPO, "tests", "golden", name[args.kind])
+    head_keys = DOMINO if domino else dspark_head(args.markov_head) if dspark else {}
 
     import torch
     from safetensors.torch import save_file
@@ -89,6 +114,15 @@ def main():
         cfg.dflash_config.update(DOMINO)
         draft = importlib.import_module("specforge.modeling.draft.domino").DominoDraftModel(cfg).to(f64)
         assert draft.suffix_start == DOMINO["pure_draft_prefix_len"] and draft.shift_label
+    elif dspark:
+        import importlib
+
+        cfg.architectures = ["DSparkDraftModel"]
+        cfg.dflash_config.update(head_keys)
+        draft = importlib.import_module("specforge.modeling.draft.dspark").DSparkDraftModel(cfg).to(f64)
+        assert draft.markov_head is not None and draft.markov_head.markov_head_type == args.markov_head
+        assert draft.confidence_head is not None
+        assert draft.confidence_head_with_markov == head_keys["confidence_head_with_markov"]
     else:
         draft = dflash.DFlashDraftModel(cfg).to(f64)
     hd, theta = FIELDS["head_dim"], FIELDS["rope_theta"]
@@ -129,16 +163,22 @@ def main():
     for s, zeros in MASK_ZEROS.items():
         for t in zeros:
             loss_mask_packed[offsets[s] + t] = 0
+    # The target's final-norm output per token (DSpark's target distributions), drawn after every other input so
+    # the other kinds' draws stay as they were.
+    target_hidden = f32_exact(torch.randn(T, H, dtype=f64)) if dspark else None
     # SpecForge trains on [batch, seq] rows padded to the longest, padding masked out.
     input_ids = torch.zeros(S, L, dtype=torch.long)
     hidden = torch.zeros(S, L, k * H, dtype=f64)
     loss_mask = torch.zeros(S, L)
+    target_last = torch.zeros(S, L, H, dtype=f64) if dspark else None
     anchors = torch.zeros(S, N, dtype=torch.long)
     keep = torch.zeros(S, N, dtype=torch.bool)
     for s, n in enumerate(LENGTHS):
         input_ids[s, :n] = tokens[offsets[s]:offsets[s + 1]]
         hidden[s, :n] = taps[offsets[s]:offsets[s + 1]]
         loss_mask[s, :n] = loss_mask_packed[offsets[s]:offsets[s + 1]].to(loss_mask.dtype)
+        if dspark:
+            target_last[s, :n] = target_hidden[offsets[s]:offsets[s + 1]]
         for j, a in enumerate(ANCHORS[s]):
             assert a <= n - 2 and loss_mask[s, a] > 0.5 and loss_mask[s, a + 1] > 0.5, (s, a)
             anchors[s, j], keep[s, j] = a, True
@@ -148,6 +188,8 @@ def main():
                   loss_decay_gamma=GAMMA, objective_chunk_blocks=128)
     if domino:
         model = family.OnlineDominoModel(**common, shift_label=DOMINO["shift_label"])
+    elif dspark:
+        model = family.OnlineDSparkModel(**common, **DSPARK_ALPHAS)
     else:
         model = family.OnlineDFlashModel(**common, loss_type="dflash")
     model.train()
@@ -174,6 +216,24 @@ def main():
 
         model._domino_objective_chunk_terms = recording_objective
         model._build_domino_head_inputs = recording_head_inputs
+    elif dspark:
+        weight_mask_of = model._dspark_loss_weight_mask
+        compute_loss = model._compute_dspark_loss
+
+        def recording_weight_mask(eval_mask):
+            weights = weight_mask_of(eval_mask)
+            seen["weight_mask"] = weights.detach().clone()
+            return weights
+
+        # The backbone's output as the head receives it, kept with its gradient, and the head's token ids.
+        def recording_loss(**kw):
+            kw["output_hidden"].retain_grad()
+            seen.update(hidden=kw["output_hidden"], prev_ids=kw["prev_token_ids"].detach().clone(),
+                        target_ids=kw["target_ids"].detach().clone())
+            return compute_loss(**kw)
+
+        model._dspark_loss_weight_mask = recording_weight_mask
+        model._compute_dspark_loss = recording_loss
     else:
         objective = model._dflash_objective_chunk_terms
 
@@ -186,12 +246,16 @@ def main():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel(SDPBackend.MATH):
-        extra = {"lambda_base": LAMBDA_BASE} if domino else {}
+        extra = ({"lambda_base": LAMBDA_BASE} if domino else
+                 {"target_last_hidden_states": target_last} if dspark else {})
         loss, _acc, metrics = model(input_ids=input_ids, hidden_states=hidden, loss_mask=loss_mask, **extra)
         loss.backward()
     if domino:
         loss_den = seen["weight_mask"].sum()
         loss_num = loss * (loss_den + 1e-6)
+    elif dspark:
+        loss_den = seen["weight_mask"].sum()
+        loss_num = loss * loss_den
     else:
         loss_num, loss_den = metrics["loss_terms"]
     bad = [n for n, prm in draft.named_parameters() if prm.grad is None or not torch.isfinite(prm.grad).all()]
@@ -229,6 +293,22 @@ def main():
             "prev_ids": seen["prev_ids"].reshape(-1).to(torch.int32),
             "target_ids": seen["target_ids"].reshape(-1).to(torch.int32),
         })
+    if dspark:
+        hs = seen["hidden"]
+        ratio = metrics["ratio_metrics"]
+        out.update({
+            "target_hidden": target_hidden.float(),
+            "alphas": torch.tensor([DSPARK_ALPHAS[k] for k in ("dspark_ce_loss_alpha", "dspark_l1_loss_alpha",
+                                                               "dspark_confidence_head_alpha")],
+                                   dtype=torch.float32),
+            "ce_num": torch.tensor([float(ratio["ce_loss"][0])], dtype=torch.float32),
+            "l1_num": torch.tensor([float(ratio["l1_loss"][0])], dtype=torch.float32),
+            "confidence_num": torch.tensor([float(ratio["confidence_loss"][0])], dtype=torch.float32),
+            "hidden": hs.detach().reshape(-1, H).float().contiguous(),
+            "grad.hidden": hs.grad.detach().reshape(-1, H).float().contiguous(),
+            "prev_ids": seen["prev_ids"].reshape(-1).to(torch.int32),
+            "target_ids": seen["target_ids"].reshape(-1).to(torch.int32),
+        })
     weights = {}
     for name, prm in draft.named_parameters():
         assert prm.grad is not None, f"no gradient for {name}"
@@ -242,7 +322,8 @@ def main():
     save_file(weights, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     # The 2026 published layout: block_size inside dflash_config, rope_theta inside rope_parameters.
     hf = {
-        "architectures": ["DominoDraftModel" if domino else "DFlashDraftModel"], "model_type": "qwen3",
+        "architectures": ["DominoDraftModel" if domino else "DSparkDraftModel" if dspark else "DFlashDraftModel"],
+        "model_type": "qwen3",
         "hidden_size": H,
         "intermediate_size": FIELDS["intermediate"], "num_hidden_layers": FIELDS["layers"],
         "num_attention_heads": FIELDS["heads"], "num_key_value_heads": FIELDS["kv_heads"], "head_dim": hd,
@@ -253,7 +334,7 @@ def main():
         "attention_bias": False, "dtype": "float32",
         "dflash_config": {"mask_token_id": FIELDS["mask_token_id"],
                           "target_layer_ids": FIELDS["target_layer_ids"], "block_size": B,
-                          **(DOMINO if domino else {})},
+                          **head_keys},
     }
     with open(os.path.join(model_dir, "config.json"), "w") as fh:
         json.dump(hf, fh, indent=2)

@@ -169,6 +169,55 @@ TEST(CheckpointTruth, NoBackendTrainsADominoDrafterYet) {
   EXPECT_NO_THROW(drafter_check_kind_trainable(tiny_drafter_config(), "cuda"));
 }
 
+// A DSpark drafter config (no model holds one yet either).
+DrafterConfig tiny_dspark_config() {
+  DrafterConfig c = tiny_drafter_config();
+  c.kind = DrafterKind::dspark;
+  c.markov_rank = 4;
+  c.markov_head_type = DrafterMarkovHead::rnn;
+  c.enable_confidence_head = true;
+  c.confidence_head_with_markov = true;
+  c.confidence_head_alpha = 0.5f;
+  return c;
+}
+
+TEST(CheckpointTruth, DSparkHeadRoundTripsAndEarlierFilesReadWithoutIt) {
+  const DrafterConfig back = drafter_config_from_json(drafter_config_json(tiny_dspark_config()), "json");
+  EXPECT_EQ(back.kind, DrafterKind::dspark);
+  EXPECT_EQ(back.markov_rank, 4);
+  EXPECT_EQ(back.markov_head_type, DrafterMarkovHead::rnn);
+  EXPECT_TRUE(back.enable_confidence_head);
+  EXPECT_TRUE(back.confidence_head_with_markov);
+  EXPECT_FLOAT_EQ(back.confidence_head_alpha, 0.5f);
+  const std::vector<const char*> dspark_keys = {"markov_rank", "markov_head_type", "enable_confidence_head",
+                                                "confidence_head_with_markov", "confidence_head_alpha"};
+  // Written before DSpark existed: a kind, no DSpark keys; the head reads as unset.
+  nlohmann::json j = nlohmann::json::parse(drafter_config_json(tiny_domino_config()));
+  for (const char* key : dspark_keys) j.erase(key);
+  const DrafterConfig c = drafter_config_from_json(j.dump(), "domino.h5");
+  EXPECT_EQ(c.kind, DrafterKind::domino);
+  EXPECT_EQ(c.markov_rank, 0);
+  EXPECT_FALSE(c.enable_confidence_head);
+  // A DSpark file must hold its keys.
+  j = nlohmann::json::parse(drafter_config_json(tiny_dspark_config()));
+  j.erase("markov_head_type");
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_json(j.dump(), "dspark.h5");
+            }).find("'markov_head_type' is missing"),
+            std::string::npos);
+  // A DFlash file holding a DSpark head is refused by validation.
+  j = nlohmann::json::parse(drafter_config_json(tiny_drafter_config()));
+  j["markov_rank"] = 8;
+  EXPECT_NE(
+      error_of([&] { drafter_config_from_json(j.dump(), "odd.h5"); }).find("kind dflash has no DSpark head"),
+      std::string::npos);
+  CpuTrainOps ops;
+  const std::string msg = error_of([&] { DrafterModel m(tiny_dspark_config(), ops); });
+  EXPECT_NE(msg.find("drafter.kind = \"dspark\": this build's training step on the cpu backend"),
+            std::string::npos)
+      << msg;
+}
+
 // The writer streams: a ~200 MB checkpoint (17 M parameters x params, m, v) must not be built in memory.
 // Peak RSS growth during the save is bounded by 64 MiB + one 16 MiB chunk (the staging slab, HDF5's
 // checksum buffer and its metadata); the in-memory image it replaced grew it by the whole file.

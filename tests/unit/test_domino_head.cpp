@@ -6,10 +6,12 @@
 #include <cmath>
 #include <vector>
 
-#include "core/rng.h"
+#include "head_test_util.h"
 #include "model/domino_head.h"
 
 using namespace df;
+using df::testing::fd_check;
+using df::testing::normal_f64;
 
 namespace {
 
@@ -25,13 +27,6 @@ DominoHeadDims dims(int prefix, bool shift) {
   return d;
 }
 
-std::vector<double> normal(size_t n, double std, uint64_t seed) {
-  Rng r(seed);
-  std::vector<double> v(n);
-  for (double& x : v) x = std * r.normal();
-  return v;
-}
-
 // Every input of one block step: the head weights, lm_head, z and the embeddings, all in double.
 struct Block {
   DominoHeadDims d;
@@ -41,13 +36,13 @@ struct Block {
 
   Block(const DominoHeadDims& dd, uint64_t seed) : d(dd) {
     const int H = d.hidden, G = d.gru_hidden, E = d.emb_dim, V = d.vocab, B = d.block_size;
-    ih = normal(size_t(3 * G * H), 0.6, seed);
-    hh = normal(size_t(3 * G * G), 0.6, seed + 1);
-    pin = normal(size_t(E * (H + G)), 0.5, seed + 2);
-    pout = normal(size_t(V * E), 0.5, seed + 3);
-    lm = normal(size_t(V * H), 0.7, seed + 4);
-    z = normal(size_t(B * H), 1.0, seed + 5);
-    emb = normal(size_t(B * H), 1.0, seed + 6);
+    ih = normal_f64(size_t(3 * G * H), 0.6, seed);
+    hh = normal_f64(size_t(3 * G * G), 0.6, seed + 1);
+    pin = normal_f64(size_t(E * (H + G)), 0.5, seed + 2);
+    pout = normal_f64(size_t(V * E), 0.5, seed + 3);
+    lm = normal_f64(size_t(V * H), 0.7, seed + 4);
+    z = normal_f64(size_t(B * H), 1.0, seed + 5);
+    emb = normal_f64(size_t(B * H), 1.0, seed + 6);
     // Slot 2 is a hole in the loss mask; every label differs.
     const std::vector<int32_t> tokens = {3, 9, 1, 4, 10, 0, 7, 2};
     const std::vector<uint8_t> mask = {1, 1, 1, 0, 1, 1, 1, 1};
@@ -77,22 +72,10 @@ void expect_fd_gradients(const DominoHeadDims& d) {
                 {"embed_proj.0.weight", &b.pin, &gpin},
                 {"embed_proj.2.weight", &b.pout, &gpout},
                 {"z", &b.z, &dz}};
-  const double eps = 1e-6;
   for (const Param& p : params) {
-    double err2 = 0, ref2 = 0;
-    for (size_t i = 0; i < p.value->size(); ++i) {
-      const double keep = (*p.value)[i];
-      (*p.value)[i] = keep + eps;
-      const double up = b.loss();
-      (*p.value)[i] = keep - eps;
-      const double down = b.loss();
-      (*p.value)[i] = keep;
-      const double fd = (up - down) / (2 * eps);
-      err2 += ((*p.grad)[i] - fd) * ((*p.grad)[i] - fd);
-      ref2 += fd * fd;
-    }
-    EXPECT_GT(ref2, 1e-8) << p.name << ": the loss must depend on it";
-    EXPECT_LE(std::sqrt(err2 / ref2), 1e-6)
+    const df::testing::FdError e = fd_check(*p.value, *p.grad, [&] { return b.loss(); });
+    EXPECT_GT(e.ref2, 1e-8) << p.name << ": the loss must depend on it";
+    EXPECT_LE(e.rel_rms, 1e-6)
         << p.name << " (prefix " << d.pure_draft_prefix_len << ", shift_label " << d.shift_label << ")";
   }
 }

@@ -203,7 +203,66 @@ TEST(InitFrom, DominoConfigJsonReadsItsHeadAndKindMismatchIsNamed) {
               drafter_config_from_hf_json(bare, "bare");
             }).find("'dflash_config.gru_hidden_dim' is missing"),
             std::string::npos);
+  j["dflash_config"]["projector_type"] = "eagle3";
+  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(j, "eagle3"); }).find("drafter kind 'eagle3'"),
+            std::string::npos);
+}
+
+TEST(InitFrom, DSparkConfigJsonReadsItsHeadWithThePeersDefaults) {
+  Exported ex;
+  nlohmann::json j = read_json(ex.dir + "/config.json");
+  j["architectures"] = {"DSparkDraftModel"};
   j["dflash_config"]["projector_type"] = "dspark";
-  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(j, "dspark"); }).find("drafter kind 'dspark'"),
+  j["dflash_config"]["markov_rank"] = 6;
+  j["dflash_config"]["markov_head_type"] = "Gated";  // SpecForge lowercases it
+  j["dflash_config"]["confidence_head_alpha"] = 1.0;
+  j["dflash_config"]["confidence_head_with_markov"] = true;
+  const int heads = j["num_attention_heads"].get<int>(), kv = j["num_key_value_heads"].get<int>();
+  ASSERT_LT(kv, heads) << "the exported fixture must be GQA for DSpark's default attention_mode";
+  DrafterConfig c = drafter_config_from_hf_json(j, "dspark");
+  EXPECT_EQ(c.kind, DrafterKind::dspark);
+  EXPECT_EQ(c.markov_rank, 6);
+  EXPECT_EQ(c.markov_head_type, DrafterMarkovHead::gated);
+  EXPECT_TRUE(c.enable_confidence_head);  // absent: confidence_head_alpha > 0
+  EXPECT_TRUE(c.confidence_head_with_markov);
+  EXPECT_FLOAT_EQ(c.confidence_head_alpha, 1.0f);
+  const std::string e = error_of([&] { drafter_config_check_same(ex.src.cfg, c, "dspark"); });
+  EXPECT_NE(e.find("projector_type = dspark but this run's drafter has dflash (drafter.kind)"),
+            std::string::npos)
+      << e;
+
+  // SpecForge's export normaliser names it Qwen3DSparkModel and copies the head keys to the top level.
+  nlohmann::json norm = j;
+  norm["architectures"] = {"Qwen3DSparkModel"};
+  norm["dflash_config"].erase("markov_rank");
+  norm["markov_rank"] = 5;
+  EXPECT_EQ(drafter_config_from_hf_json(norm, "normalised").markov_rank, 5);
+
+  // The peer's defaults: no Markov head, vanilla, no confidence head.
+  nlohmann::json bare = j;
+  for (const char* key :
+       {"markov_rank", "markov_head_type", "confidence_head_alpha", "confidence_head_with_markov"})
+    bare["dflash_config"].erase(key);
+  c = drafter_config_from_hf_json(bare, "bare");
+  EXPECT_EQ(c.markov_rank, 0);
+  EXPECT_EQ(c.markov_head_type, DrafterMarkovHead::vanilla);
+  EXPECT_FALSE(c.enable_confidence_head);
+  EXPECT_FALSE(c.confidence_head_with_markov);
+
+  // Refused as DSparkDraftModel refuses: a Markov-fed confidence head without a Markov head, gqa with equal
+  // head counts, mha with unequal ones, an unknown head type.
+  bare["dflash_config"]["confidence_head_with_markov"] = true;
+  EXPECT_NE(
+      error_of([&] { drafter_config_from_hf_json(bare, "nomarkov"); }).find("confidence_head_with_markov"),
+      std::string::npos);
+  nlohmann::json mha = j;
+  mha["dflash_config"]["attention_mode"] = "mha";
+  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(mha, "mha"); }).find("attention_mode \"mha\""),
+            std::string::npos);
+  nlohmann::json lstm = j;
+  lstm["dflash_config"]["markov_head_type"] = "lstm";
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_hf_json(lstm, "lstm");
+            }).find("'lstm' is not vanilla, gated or rnn"),
             std::string::npos);
 }

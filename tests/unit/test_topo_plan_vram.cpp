@@ -143,6 +143,29 @@ TEST(PlanVram, KlRunsEveryLayerAndShipsFinalHidden) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 256 + 256 + 256 + 1536 + 1536 + 768);
 }
 
+// A DSpark drafter reads the target's final hidden (its L1 term, its confidence target): the target runs every
+// layer and the final norm and ships [T, H] more, as for the soft KL; its head's tensors join the drafter's
+// parameters. With neither term on, nothing more travels.
+TEST(PlanVram, DSparkShipsFinalHiddenAndCountsItsHead) {
+  const auto dspark = [](const std::string& drafter, const std::string& train) {
+    std::string toml = tiny_toml(train);
+    toml.replace(toml.find("[drafter]\n"), 10, "[drafter]\nkind = \"dspark\"\n" + drafter);
+    return config_parse(toml, "tiny.toml");
+  };
+  VramPlan p = plan_vram_compute(dspark("markov_rank = 3\nmarkov_head_type = \"gated\"\n", ""), tiny_target(),
+                                 80 * kGiB, "test", {1, 0, 2048});
+  EXPECT_EQ(p.target_layers_run, 4);
+  EXPECT_DOUBLE_EQ(p.payload_bytes, 10.0 * (4 + 1 + 2 * 16 + 2 * 8));
+  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * (512 + 160));
+  // The backbone's 648 + W1, W2 2·32·3 + gate_proj 3·(8+3) + 3 + confidence (8+3) + 1.
+  EXPECT_EQ(p.drafter_params, 648 + 192 + 33 + 3 + 11 + 1);
+  // Only CE weighed and no confidence head: the target stops after the last tap and sends the taps alone.
+  p = plan_vram_compute(dspark("enable_confidence_head = false\n", "dspark_l1_loss_alpha = 0.0\n"), tiny_target(),
+                        80 * kGiB, "test", {1, 0, 2048});
+  EXPECT_EQ(p.target_layers_run, 2);
+  EXPECT_DOUBLE_EQ(p.payload_bytes, 10.0 * (4 + 1 + 2 * 16));
+}
+
 // target.dtype = "fp8" (CUDA FP8 GEMMs): the projections are 1 B codes + one f32 scale per output row, the
 // rest bf16, plus the planned input codes. Per layer of the tiny target: q 8x8, k|v 8x8, o 8x8, gate|up 24x8,
 // down 8x12 = 480 weights in 56 rows; the other 24 parameters (norms, q/k norms) stay bf16.
