@@ -56,6 +56,16 @@ has disc_pcie out "8 GPUs, 2 NUMA nodes, NVLink unknown (sysfs: no NVSwitch seen
 has disc_pcie out "PCIe 5.0 x16 (63.0 GB/s a direction)"
 has disc_pcie out "   gpu0      X  NODE  NODE  NODE   SYS   SYS   SYS   SYS"
 has disc_pcie out "   gpu7    SYS   SYS   SYS   SYS  NODE  NODE  NODE     X"
+run disc_pcie_json "$BIN" topo discover --sysfs-root "$FIX/pcie_8x_2numa" --json
+expect_ok disc_pcie_json
+python3 - "$TMP/disc_pcie_json.out" <<'EOF' || fail "disc_pcie_json: JSON content"
+import json, sys
+h = json.load(open(sys.argv[1]))["hosts"][0]
+assert h["nvlink"].startswith("unknown"), h["nvlink"]
+for g in h["gpus"]:
+    assert g["pcie_gts"] == 32 and g["pcie_width"] == 16 and g["nvlinks"] == -1, g
+    assert abs(g["pcie_bytes_per_s"] - 32e9 * 128 / 130 * 16 / 8) < 1, g
+EOF
 has disc_bare out "NVLink present"
 has disc_bare out "   gpu0      X    NV    NV"
 
