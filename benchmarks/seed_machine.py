@@ -135,11 +135,11 @@ def main(argv=None):
                              "--drafter-rate", repr(rates["drafter_batches_s"]), "--gpus", str(a.gpus),
                              "--link-gbps", repr(a.link_gbps), "--link-name", "PCIe 5.0 x16"] + model)
     print(f"splits over {a.gpus} GPUs with each GPU's link at {a.link_gbps:.4g} GB/s (plan split --link-gbps):")
-    print(f"  {'split':6} {'ctx tok/s':>10} {'bottleneck':>10} {'all-reduce':>12}")
-    for r in split["rows"]:
-        mark = "  <- best" if split["rows"].index(r) == split["best"] else ""
-        print(f"  {r['targets']}-{r['drafters']:<4} {r['throughput'] * tokens:>10,.0f} {r['bottleneck']:>10} "
-              f"{r['allreduce_s']:>10.3f} s{mark}")
+    print(f"  {'split':6} {'ctx tok/s':>10} {'bottleneck':>10}  all-reduce a step on each drafter's link")
+    for i, r in enumerate(split["rows"]):
+        mark = "  <- best" if i == split["best"] else ""
+        print(f"  {r['targets']}-{r['drafters']:<4} {r['throughput'] * tokens:>10,.0f} {r['bottleneck']:>10}  "
+              f"{r['allreduce_bytes'] / 1e9:.4g} GB, {r['allreduce_s']:.3f} s{mark}")
     row = split_row(split, a.targets)
     ctx = row["throughput"] * tokens
     print(f"{row['targets']}-{row['drafters']} predicted: {ctx:,.0f} context tok/s, {ctx / a.measured_ctx_tok_s:.2f}x "
