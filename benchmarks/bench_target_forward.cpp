@@ -33,6 +33,7 @@
 #include "kernels/moe/moe.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "model/drafter.h"
+#include "model/model_flops.h"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
@@ -43,7 +44,6 @@ namespace {
 
 constexpr double kPeakTflops = 790.0;   // cuBLASLt bf16 8192³ on this H200 (bench_kernels.md)
 constexpr int kSeqs = 8, kSeqLen = 4096;
-constexpr int kGdnChunk = 64;
 constexpr uint64_t kSeed = 1234;
 
 // The result check: the first kCheckLayers layers (27B: three DeltaNet layers and the first full-attention
@@ -235,25 +235,6 @@ double fp8_burst_tflops(CudaOps& gpu) {
   const double ms = cuda_median_ms(gpu.stream(), [&] { gpu.gemm_fp8(x8, sx, w8, sw, c, 0.0f); }, 5);
   gpu.free_bytes(block);
   return 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
-}
-
-// FLOPs per token of the forward that is timed (every layer up to the last tap, which for every model is the
-// last layer since the final norm is wanted):
-//   2 · active non-embedding parameters (each weight one multiply-add; the embedding is a gather; an MoE
-//   layer counts its router, the top-k experts and the shared expert),
-// + per full-attention layer 4 · heads · hd · (average causal context (L+1)/2)   (Q Kᵀ and P V),
-// + per DeltaNet layer nv · (chunk FLOPs / C) with, per chunk of C = 64 and head dims dk = dv = d:
-//   K Kᵀ, Q Kᵀ, A V' (2·C²·d each), the triangular solve (C²·(dk+dv)), W S, Q S, Kᵀ V' (2·C·dk·dv each).
-double flops_per_token(const QwenConfig& c, int seq_len) {
-  double f = 2.0 * c.params_active_non_embedding();
-  f += c.num_full_layers() * 4.0 * c.heads * c.head_dim * (seq_len + 1) / 2.0;
-  if (c.num_linear_layers() > 0) {
-    const double C = kGdnChunk, dk = c.lin_dk, dv = c.lin_dv;
-    double per_chunk = 2 * C * C * dk + 2 * C * C * dk + 2 * C * C * dv + C * C * (dk + dv) + 2 * C * dk * dv +
-                       2 * C * dk * dv + 2 * C * dk * dv;
-    f += c.num_linear_layers() * double(c.lin_nv) * per_chunk / C;
-  }
-  return f;
 }
 
 double gib(double bytes) { return bytes / double(size_t(1) << 30); }
@@ -499,7 +480,8 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
   gpu.download_f32(out.final_norm.rows_view(T - 1, 1), row.data());
   bool finite = std::all_of(row.begin(), row.end(), [](float v) { return std::isfinite(v); });
 
-  const double fpt = flops_per_token(cfg, kSeqLen);
+  const double fpt =
+      target_forward_flops_per_token(cfg, kSeqLen, cfg.layers);  // every layer: the final norm is wanted
   const double tok_s = T / (ms * 1e-3);
   const double tflops = fpt * T / (ms * 1e-3) / 1e12;
   std::printf("forward %.1f ms (median of %d; min %.1f max %.1f)  ->  %.0f tok/s\n", ms, reps, times.front(),
