@@ -46,7 +46,11 @@ std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& commi
   b.taps = ctx.rows_view(0, len);
   DrafterLossOptions o;
   o.backward = false;
-  const LossStats st = drafter_forward_backward(m_, b, {DrafterAnchor{0, int32_t(anchor)}}, o);
+  const std::vector<DrafterAnchor> block{DrafterAnchor{0, int32_t(anchor)}};
+  const LossStats st = drafter_forward_backward(m_, b, block, o);
+  // Domino proposes token by token, its GRU reading its own earlier proposals (not the argmax of the
+  // teacher-forced rows the step scored).
+  if (c.kind == DrafterKind::domino) return drafter_domino_drafts(m_, b, block, o);
   DF_CHECK(int64_t(st.row_argmax.size()) == B, "draft: the drafter step returned %zu rows for a block of %d",
            st.row_argmax.size(), B);
   return std::vector<int32_t>(st.row_argmax.begin() + 1, st.row_argmax.end());

@@ -14,7 +14,7 @@
 # --kind domino runs SpecForge's DominoDraftModel + OnlineDominoModel instead (shift_label, a GRU prefix head,
 # λ fixed at LAMBDA_BASE so both CE terms carry gradient) and also records the backbone's normed output per
 # block (hidden [S·N·B, H]) with the loss's gradient with respect to it, the GRU input and label ids, and the
-# final / base loss terms: the head oracle (model/domino_head.h) is checked on those alone.
+# final / base loss terms: the head oracle (ops/domino_head.h) is checked on those alone.
 #
 # Out: <out>/model/{config.json, model.safetensors} (the drafter, HF layout, F32) and <out>/golden.safetensors
 # (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).

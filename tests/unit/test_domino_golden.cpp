@@ -1,4 +1,4 @@
-// Domino's head oracle (model/domino_head.h) against SpecForge's own OnlineDominoModel: the golden files of
+// Domino's head oracle (ops/domino_head.h) against SpecForge's own OnlineDominoModel: the golden files of
 // `make_drafter_golden.py --kind domino` hold the backbone's normed output of every block and the gradient of
 // the loss with respect to it, so the head and its loss are checked alone, with the block rows (labels,
 // weights) built from the packed tokens as our step builds them. Loss rel ≤ 1e-5, every gradient
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "drafter_golden_util.h"
-#include "model/domino_head.h"
+#include "ops/domino_head.h"
 
 using namespace df;
 using df::drafter_golden::read_f32;

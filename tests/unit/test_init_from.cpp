@@ -207,3 +207,44 @@ TEST(InitFrom, DominoConfigJsonReadsItsHeadAndKindMismatchIsNamed) {
   EXPECT_NE(error_of([&] { drafter_config_from_hf_json(j, "dspark"); }).find("drafter kind 'dspark'"),
             std::string::npos);
 }
+
+// A Domino drafter exports as SpecForge's normaliser leaves its export for SGLang (DFlashDraftModel, the head
+// in dflash_config under projector_type "domino", the head's weights under the peer's names) and loads back.
+TEST(InitFrom, DominoExportIsTheNormalisedLayoutAndRoundTrips) {
+  ScratchDir tmp;
+  const std::string dir = tmp.file("domino");
+  TinySetup src({11, 1, 13}, 7, tiny_domino_config(true, 1));
+  drafter_export_hf(dir, *src.model, kTargetLayers);
+  const nlohmann::json j = read_json(dir + "/config.json");
+  EXPECT_EQ(j["architectures"], nlohmann::json::array({"DFlashDraftModel"}));
+  EXPECT_FALSE(j.contains("auto_map"));
+  const nlohmann::json& dc = j["dflash_config"];
+  EXPECT_EQ(dc["projector_type"], "domino");
+  EXPECT_EQ(dc["pure_draft_prefix_len"], 1);
+  EXPECT_EQ(dc["emb_dim"], 7);
+  EXPECT_EQ(dc["gru_hidden_dim"], 5);
+  EXPECT_EQ(dc["shift_label"], true);
+  const SafetensorsIndex idx = SafetensorsIndex::open(dir);
+  const int64_t H = src.cfg.hidden, V = src.cfg.vocab;
+  const std::pair<const char*, std::vector<int64_t>> head[] = {{"prefix_gru.weight_ih_l0", {15, H}},
+                                                               {"prefix_gru.weight_hh_l0", {15, 5}},
+                                                               {"embed_proj.0.weight", {7, H + 5}},
+                                                               {"embed_proj.2.weight", {V, 7}}};
+  for (const auto& [name, shape] : head) {
+    const StTensor* t = idx.find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->shape, shape) << name;
+  }
+
+  TinySetup dst({5}, 99, tiny_domino_config(true, 1));
+  drafter_init_from(*dst.model, dir);
+  for (const DrafterParamEntry& e : dst.model->table().entries)
+    for (int64_t i = 0; i < e.rows * e.cols; ++i)
+      ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i])) << e.name << " element " << i;
+  // Another head, or none, is refused naming the field.
+  TinySetup unshifted({5}, 99, tiny_domino_config(false, 1)), dflash({5}, 99);
+  EXPECT_NE(error_of([&] { drafter_init_from(*unshifted.model, dir); }).find("shift_label = true"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { drafter_init_from(*dflash.model, dir); }).find("projector_type = domino"),
+            std::string::npos);
+}
