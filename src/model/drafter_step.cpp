@@ -24,8 +24,8 @@ struct BlockLayout {
 };
 
 // Domino's labels, weights and GRU inputs of every block, replacing DFlash's labels in L.
-void layout_domino_rows(const DrafterConfig& c, const DrafterBatch& b, const std::vector<DrafterAnchor>& anchors,
-                        float gamma, BlockLayout& L) {
+void layout_domino_rows(const DrafterConfig& c, const DrafterBatch& b,
+                        const std::vector<DrafterAnchor>& anchors, float gamma, BlockLayout& L) {
   const DominoHeadDims d = domino_head_dims(c);
   const size_t B = size_t(c.block_size);
   L.gru_ids.assign(anchors.size() * B, 0);
@@ -83,8 +83,8 @@ BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b,
 // Every tensor of one step, carved from the model's workspace (or a counting arena when planning).
 // Activations and their gradients are act_dtype; saved statistics, losses and weights f32; indices i32.
 struct StepBuffers {
-  Tensor taps, f, rstd_ctx, x0, y, rstd_final, ids, labels, active, tgt_rows, tgt, loss, p_label, argmax, row_w, dy,
-      dx, dfc, gru_ids, gru_in;
+  Tensor taps, f, rstd_ctx, x0, y, rstd_final, ids, labels, active, tgt_rows, tgt, loss, p_label, argmax,
+      row_w, dy, dx, dfc, gru_ids, gru_in;
   DrafterLayerInputs in;
   std::vector<DrafterLayerActs> layers;
   DrafterLayerGrads grads;
@@ -246,8 +246,9 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
     DF_CHECK(!kl && opts.dpace == DpaceKind::off && !opts.streak,
              "drafter step: drafter.kind = \"domino\" trains with CE only (train.loss = \"ce\", no streak)");
     if (opts.fixed_row_weights) {
-      DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N, "drafter step: %zu fixed row weights for %lld rows",
-               opts.fixed_row_weights->size(), (long long)d.N);
+      DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N,
+               "drafter step: %zu fixed row weights for %lld rows", opts.fixed_row_weights->size(),
+               (long long)d.N);
       L.row_w = *opts.fixed_row_weights;
     }
     ops.upload_raw(s.row_w, L.row_w.data());
@@ -276,8 +277,9 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
     ra.sequences = batch.num_seqs();
     ra.weights_given = opts.fixed_row_weights != nullptr;
     if (ra.weights_given) {
-      DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N, "drafter step: %zu fixed row weights for %lld rows",
-               opts.fixed_row_weights->size(), (long long)d.N);
+      DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N,
+               "drafter step: %zu fixed row weights for %lld rows", opts.fixed_row_weights->size(),
+               (long long)d.N);
       ops.upload_raw(s.row_w, opts.fixed_row_weights->data());
     }
     ops.loss_row_stats(s.labels, s.active, s.loss, s.p_label, s.argmax, ra, s.row_w, m.stats);

@@ -55,9 +55,9 @@ void base_logits(const T* lm_head, int V, int H, const std::vector<double>& zk, 
 
 // The correction of a slot: f = [zk ; h], m = P0·f, a = silu(m), fin += P1·a (f, m, a kept for the backward).
 template <class T>
-void add_correction(const DominoHeadTensors<const T>& w, const DominoHeadDims& d, const std::vector<double>& zk,
-                    const double* h, std::vector<double>& f, std::vector<double>& m, std::vector<double>& a,
-                    std::vector<double>& fin) {
+void add_correction(const DominoHeadTensors<const T>& w, const DominoHeadDims& d,
+                    const std::vector<double>& zk, const double* h, std::vector<double>& f,
+                    std::vector<double>& m, std::vector<double>& a, std::vector<double>& fin) {
   const int H = d.hidden, G = d.gru_hidden, E = d.emb_dim, F = H + G;
   std::copy(zk.begin(), zk.end(), f.begin());
   std::copy_n(h, G, f.begin() + H);
@@ -215,8 +215,8 @@ std::vector<int32_t> domino_block_propose(const DominoHeadDims& d, const DominoH
   const size_t Hn = size_t(H), Gn = size_t(G), En = size_t(E), Vn = size_t(V);
   DF_CHECK(first >= 0 && first < V, "domino propose: token %d outside the vocabulary [0, %d)", first, V);
   std::vector<int32_t> tokens{first};
-  std::vector<double> h(Gn, 0.0), next(Gn), r(Gn), u(Gn), n(Gn), hn(Gn), x(Hn), zk(Hn), f(Hn + Gn),
-      m(En), a(En), logits(Vn);
+  std::vector<double> h(Gn, 0.0), next(Gn), r(Gn), u(Gn), n(Gn), hn(Gn), x(Hn), zk(Hn), f(Hn + Gn), m(En),
+      a(En), logits(Vn);
   for (int p = 1; p < B; ++p) {
     // The GRU state after tokens 0..p−1: the one that slot p − 1 (shift_label) or p reads.
     for (int i = 0; i < H; ++i) x[size_t(i)] = double(embed[int64_t(tokens.back()) * H + i]);
@@ -246,6 +246,7 @@ template std::vector<int32_t> domino_block_propose<float>(const DominoHeadDims&,
                                                           const float*, const float*, int32_t);
 template std::vector<int32_t> domino_block_propose<double>(const DominoHeadDims&,
                                                            const DominoHeadTensors<const double>&,
-                                                           const double*, const double*, const double*, int32_t);
+                                                           const double*, const double*, const double*,
+                                                           int32_t);
 
 }  // namespace df

@@ -1,8 +1,8 @@
 // Domino's head and loss (drafter.kind = "domino"; SpecForge a6b6b023 domino.py, OnlineDominoModel): the
 // exact fp32 math of one block on the host, forward and analytic backward, and the greedy proposals of
-// decoding: the oracle that the CPU backend's ops are made of and the CUDA ops are checked against. The backbone (model/drafter.h) gives the normed draft hidden z
-// [B, H] of a block; this adds a GRU over the target embeddings of the block's gold tokens and a logit
-// correction.
+// decoding: the oracle that the CPU backend's ops are made of and the CUDA ops are checked against. The
+// backbone (model/drafter.h) gives the normed draft hidden z [B, H] of a block; this adds a GRU over the
+// target embeddings of the block's gold tokens and a logit correction.
 //
 //   GRU (bias-free, PyTorch gate order r, z, n), h_{-1} = 0, input e_i = embed(x[min(a+i, len-1)]):
 //     r = σ(W_ir e + W_hr h),  u = σ(W_iz e + W_hz h),

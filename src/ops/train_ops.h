@@ -22,7 +22,6 @@
 //    bits.
 #pragma once
 #include <cstdint>
-
 #include <vector>
 
 #include "core/tensor.h"
@@ -197,9 +196,9 @@ class TrainOps {
                                 const DominoHeadWeights& dw, const Tensor& stats) = 0;
   // Domino's greedy proposals for one block (ops/domino_head.h domino_block_propose): y [B, H] the block's
   // final-norm output, lm_head and embed [V, H], `first` the last committed token; returns B − 1 tokens.
-  virtual std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head, const Tensor& embed,
-                                                   const DominoHeadWeights& w, const DominoHeadDims& d,
-                                                   int32_t first) = 0;
+  virtual std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head,
+                                                   const Tensor& embed, const DominoHeadWeights& w,
+                                                   const DominoHeadDims& d, int32_t first) = 0;
 
   // ---- optimizer ----------------------------------------------------------------------------------
   // Σ x² over a flat f32 buffer, accumulated in double in a fixed order.

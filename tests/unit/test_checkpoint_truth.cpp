@@ -18,8 +18,8 @@
 using namespace df;
 using df::testing::tiny_domino_config;
 using df::testing::tiny_drafter_config;
-using df_test::ScratchDir;
 using df_test::error_of;
+using df_test::ScratchDir;
 
 namespace {
 
@@ -159,15 +159,15 @@ TEST(CheckpointTruth, ADominoCheckpointHoldsItsHeadAndResumesOnlyAsDomino) {
   drafter_init_params(saved, 3);
   drafter_init_params(loaded, 4);
   checkpoint_load(path, loaded);
-  for (const char* name : {"prefix_gru.weight_ih_l0", "prefix_gru.weight_hh_l0", "embed_proj.0.weight",
-                           "embed_proj.2.weight"}) {
+  for (const char* name :
+       {"prefix_gru.weight_ih_l0", "prefix_gru.weight_hh_l0", "embed_proj.0.weight", "embed_proj.2.weight"}) {
     const Tensor a = saved.entry_view(saved.params, name), b = loaded.entry_view(loaded.params, name);
     ASSERT_EQ(a.numel(), b.numel()) << name;
     EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.numel()) * sizeof(float)), 0) << name;
   }
   const Config cfg = config_parse(kRun, "run.toml");
-  const std::string msg =
-      error_of([&] { checkpoint_check_resume_config(h, path, cfg, tiny_drafter_config(), {"drafter.kind"}); });
+  const std::string msg = error_of(
+      [&] { checkpoint_check_resume_config(h, path, cfg, tiny_drafter_config(), {"drafter.kind"}); });
   EXPECT_NE(msg.find("'drafter.kind' is \"dflash\" but " + path + " trained a \"domino\" drafter"),
             std::string::npos)
       << msg;

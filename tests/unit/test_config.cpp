@@ -134,7 +134,8 @@ TEST(Config, ShippedConfigsChooseTheDrafterDevice) {
 }
 
 // The Domino recipes carry SpecForge a6b6b023's settings: configs/qwen3-8b-domino.json and
-// qwen3.6-27b-domino-full-attention.json for the model, examples/configs/*-domino-online.yaml for the training.
+// qwen3.6-27b-domino-full-attention.json for the model, examples/configs/*-domino-online.yaml for the
+// training.
 TEST(Config, DominoRecipesMirrorSpecForge) {
   for (const auto& [f, shift] : {std::pair<const char*, bool>{"qwen3-8b-domino.toml", true},
                                  std::pair<const char*, bool>{"qwen3.6-27b-domino.toml", false}}) {
@@ -158,7 +159,8 @@ TEST(Config, DominoRecipesMirrorSpecForge) {
     EXPECT_EQ(c.train.lambda_base_start, 1.0) << f;
     EXPECT_EQ(c.train.lambda_base_decay_ratio, 1.0) << f;
   }
-  EXPECT_EQ(config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3-8b-domino.toml").drafter.mask_token_id, 151669);
+  EXPECT_EQ(config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3-8b-domino.toml").drafter.mask_token_id,
+            151669);
   const Config q27 = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-27b-domino.toml");
   EXPECT_EQ(q27.drafter.mask_token_id, 248070);
   EXPECT_EQ(q27.drafter.target_layer_ids, (std::vector<int>{1, 16, 31, 46, 61}));

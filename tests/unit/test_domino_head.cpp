@@ -199,7 +199,8 @@ TEST(DominoHead, ProposalsAreTheArgmaxOfTheirOwnTeacherForcedBlock) {
     std::vector<int32_t> tokens{6};
     tokens.insert(tokens.end(), drafts.begin(), drafts.end());
     std::vector<double> emb;
-    for (int32_t t : tokens) emb.insert(emb.end(), &embed[size_t(t * d.hidden)], &embed[size_t((t + 1) * d.hidden)]);
+    for (int32_t t : tokens)
+      emb.insert(emb.end(), &embed[size_t(t * d.hidden)], &embed[size_t((t + 1) * d.hidden)]);
     DominoBlockRows rows;
     rows.labels.assign(size_t(d.block_size), 0);
     rows.weights.assign(size_t(d.block_size), 0.0);
@@ -211,12 +212,16 @@ TEST(DominoHead, ProposalsAreTheArgmaxOfTheirOwnTeacherForcedBlock) {
       const int slot = d.shift_label ? p - 1 : p;
       const double* row = &logits[size_t(slot * d.vocab)];
       EXPECT_EQ(int32_t(std::max_element(row, row + d.vocab) - row), drafts[size_t(p - 1)])
-          << "token " << p << " (prefix " << d.pure_draft_prefix_len << ", shift_label " << d.shift_label << ")";
+          << "token " << p << " (prefix " << d.pure_draft_prefix_len << ", shift_label " << d.shift_label
+          << ")";
       std::vector<double> base(size_t(d.vocab), 0.0);
       for (int v = 0; v < d.vocab; ++v)
-        for (int i = 0; i < d.hidden; ++i) base[size_t(v)] += b.lm[size_t(v * d.hidden + i)] * b.z[size_t(slot * d.hidden + i)];
-      corrected_differs += int32_t(std::max_element(base.begin(), base.end()) - base.begin()) != drafts[size_t(p - 1)];
+        for (int i = 0; i < d.hidden; ++i)
+          base[size_t(v)] += b.lm[size_t(v * d.hidden + i)] * b.z[size_t(slot * d.hidden + i)];
+      corrected_differs +=
+          int32_t(std::max_element(base.begin(), base.end()) - base.begin()) != drafts[size_t(p - 1)];
     }
-    EXPECT_GT(corrected_differs, 0) << "prefix " << d.pure_draft_prefix_len << ", shift_label " << d.shift_label;
+    EXPECT_GT(corrected_differs, 0) << "prefix " << d.pure_draft_prefix_len << ", shift_label "
+                                    << d.shift_label;
   }
 }

@@ -353,13 +353,15 @@ TEST(DrafterGrad, DominoStepIsTheOracleOverEveryBlock) {
     int64_t counted = 0;
     std::vector<float> emb(size_t(B * H)), logits(size_t(B * V));
     for (size_t j = 0; j < an.size(); ++j) {
-      const int64_t s0 = s.batch.offsets[size_t(an[j].seq)], len = s.batch.offsets[size_t(an[j].seq) + 1] - s0;
-      const DominoBlockRows rows = domino_block_rows(d, s.batch.tokens.data() + s0, s.batch.loss_mask.data() + s0,
-                                                     len, an[j].pos, o.gamma);
+      const int64_t s0 = s.batch.offsets[size_t(an[j].seq)],
+                    len = s.batch.offsets[size_t(an[j].seq) + 1] - s0;
+      const DominoBlockRows rows = domino_block_rows(d, s.batch.tokens.data() + s0,
+                                                     s.batch.loss_mask.data() + s0, len, an[j].pos, o.gamma);
       for (int k = 0; k < B; ++k)
         std::copy_n(&s.embed[size_t(rows.inputs[size_t(k)] * H)], H, &emb[size_t(k * H)]);
-      const DominoBlockLoss l = domino_block_step<float>(d, w, s.lm_head.data(), &y[j * size_t(B * H)], emb.data(),
-                                                         rows, o.domino_lambda, logits.data(), nullptr, nullptr);
+      const DominoBlockLoss l =
+          domino_block_step<float>(d, w, s.lm_head.data(), &y[j * size_t(B * H)], emb.data(), rows,
+                                   o.domino_lambda, logits.data(), nullptr, nullptr);
       loss += (1 - o.domino_lambda) * l.final_sum + o.domino_lambda * l.base_sum;
       for (int k = 0; k < B; ++k) {
         const size_t r = j * size_t(B) + size_t(k);
@@ -368,7 +370,8 @@ TEST(DrafterGrad, DominoStepIsTheOracleOverEveryBlock) {
         weight += wk;
         if (wk == 0.0f) continue;
         const float* row = &logits[size_t(k * V)];
-        EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row)) << "block " << j << " slot " << k;
+        EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row))
+            << "block " << j << " slot " << k;
         counted += k + (shift ? 1 : 0) < B;
       }
     }

@@ -240,7 +240,8 @@ TEST(InitFrom, DominoExportIsTheNormalisedLayoutAndRoundTrips) {
   drafter_init_from(*dst.model, dir);
   for (const DrafterParamEntry& e : dst.model->table().entries)
     for (int64_t i = 0; i < e.rows * e.cols; ++i)
-      ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i])) << e.name << " element " << i;
+      ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i]))
+          << e.name << " element " << i;
   // Another head, or none, is refused naming the field.
   TinySetup unshifted({5}, 99, tiny_domino_config(false, 1)), dflash({5}, 99);
   EXPECT_NE(error_of([&] { drafter_init_from(*unshifted.model, dir); }).find("shift_label = true"),

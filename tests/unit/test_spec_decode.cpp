@@ -87,7 +87,8 @@ class CheckedDominoDrafter final : public BlockDrafter {
   const std::vector<int>& target_layer_ids() const override { return inner_.target_layer_ids(); }
   std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) override {
     const std::vector<int32_t> drafts = inner_.draft(committed, ctx);
-    // The block DFlashBlockDrafter::draft ran: the committed tokens, placeholders, one anchor at the last one.
+    // The block DFlashBlockDrafter::draft ran: the committed tokens, placeholders, one anchor at the last
+    // one.
     const int64_t anchor = int64_t(committed.size()) - 1, len = anchor + block_size();
     DrafterBatch b;
     b.offsets = {0, len};
@@ -268,7 +269,8 @@ TEST_P(SpecDecodeTest, DominoDrafterProposesWithItsHeadAndCommitsTheGreedyTokens
     const std::vector<int32_t> prompt = random_ids(10, c.vocab, 4);
     const int n = 15;
     SpecDecoder spec(*target, bd, 16, n);
-    EXPECT_EQ(spec.run(prompt).tokens, greedy_by_full_forward(*target, ops, prompt, n)) << "shift_label " << shift;
+    EXPECT_EQ(spec.run(prompt).tokens, greedy_by_full_forward(*target, ops, prompt, n))
+        << "shift_label " << shift;
     EXPECT_GE(bd.calls, 4);  // at most B = 4 tokens a block
   }
 }

@@ -61,9 +61,10 @@ class CpuTrainOps final : public TrainOps {
                       const Tensor& stats) override;
 
   // cpu_domino.cpp
-  void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in, const DominoHeadWeights& w,
-                        const Tensor& labels, const Tensor& row_w, const DominoHeadArgs& a, const Tensor& argmax,
-                        const Tensor& dy, const DominoHeadWeights& dw, const Tensor& stats) override;
+  void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
+                        const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
+                        const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DominoHeadWeights& dw, const Tensor& stats) override;
   std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head, const Tensor& embed,
                                            const DominoHeadWeights& w, const DominoHeadDims& d,
                                            int32_t first) override;
