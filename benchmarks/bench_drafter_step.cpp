@@ -191,9 +191,10 @@ class TimedTrainOps final : public TrainOps {
                       const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w, const Tensor& stats) override {
     timed("loss_row_stats", [&] { g_.loss_row_stats(labels, active, loss, p_label, argmax, a, row_w, stats); });
   }
-  void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in, const DominoHeadWeights& w,
-                        const Tensor& labels, const Tensor& row_w, const DominoHeadArgs& a, const Tensor& argmax,
-                        const Tensor& dy, const DominoHeadWeights& dw, const Tensor& stats) override {
+  void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
+                        const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
+                        const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DominoHeadWeights& dw, const Tensor& stats) override {
     timed("domino_head_loss",
           [&] { g_.domino_head_loss(y, lm_head, gru_in, w, labels, row_w, a, argmax, dy, dw, stats); });
   }
