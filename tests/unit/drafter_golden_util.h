@@ -82,7 +82,8 @@ struct StepResult {
 // Our step on the golden inputs: drafter from `model` (the golden's model/ folder) through drafter_init_from,
 // frozen tables and taps in the backend's activation dtype, the golden anchors in SpecForge's block order
 // (sequence-major, padding as pos −1); a Domino drafter at the golden's λ.
-inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g, const std::string& model = model_dir()) {
+inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g,
+                                  const std::string& model = model_dir()) {
   StepResult r;
   r.cfg = drafter_config_load_hf(model);
   DrafterModel m(r.cfg, ops);

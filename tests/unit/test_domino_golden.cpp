@@ -2,7 +2,8 @@
 // OnlineDominoModel: the golden files of `make_drafter_golden.py --kind domino` hold the backbone's normed
 // output of every block and the gradient of the loss with respect to it, so the head and its loss are checked
 // alone, with the block rows (labels, weights) built from the packed tokens as our step builds them; then the
-// step from the drafter folder on. Loss rel ≤ 1e-5, every gradient rel-RMS ≤ 1e-4, as the DFlash golden holds.
+// step from the drafter folder on. Loss rel ≤ 1e-5, every gradient rel-RMS ≤ 1e-4, as the DFlash golden
+// holds.
 #include <gtest/gtest.h>
 
 #include <cmath>
