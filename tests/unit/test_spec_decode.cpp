@@ -87,18 +87,10 @@ class CheckedDominoDrafter final : public BlockDrafter {
   const std::vector<int>& target_layer_ids() const override { return inner_.target_layer_ids(); }
   std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) override {
     const std::vector<int32_t> drafts = inner_.draft(committed, ctx);
-    // The block DFlashBlockDrafter::draft ran: the committed tokens, placeholders, one anchor at the last
-    // one.
-    const int64_t anchor = int64_t(committed.size()) - 1, len = anchor + block_size();
-    DrafterBatch b;
-    b.offsets = {0, len};
-    b.tokens = committed;
-    b.tokens.resize(size_t(len), 0);
-    b.loss_mask.assign(size_t(len), 1);
-    b.taps = ctx.rows_view(0, len);
     DrafterLossOptions o;
     o.backward = false;
-    const std::vector<float> y = drafter_final_hidden(m_, b, {DrafterAnchor{0, int32_t(anchor)}}, o);
+    const std::vector<float> y =
+        drafter_final_hidden(m_, draft_batch(committed, ctx, block_size()), {draft_anchor(committed)}, o);
     const DrafterParamTable& t = m_.table();
     auto at = [&](const char* name) { return m_.params.ptr<float>() + t.find(name).offset; };
     const std::vector<int32_t> want = domino_block_propose<float>(
