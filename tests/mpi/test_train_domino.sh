@@ -3,7 +3,8 @@
 # Domino recipes pass `config check` (the recipes' CUDA drafter is refused naming drafter.kind until the CUDA
 # ops exist, and passes on drafter.device = "cpu"); 1 target + 2 drafters train with a falling loss; a resume
 # continues bit-identically (λ's schedule included) and a resume as DFlash is refused; the export is in
-# SpecForge's normalised layout and decodes speculatively against the target (`eval`).
+# SpecForge's normalised layout and decodes speculatively against the target (`eval`); a held-out set is
+# evaluated during a Domino run.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -88,5 +89,21 @@ PY
   --max-new-tokens 16 --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1 || fail "eval of the Domino drafter: $(tail -3 "$TMP/eval.log")"
 grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval.log" && echo "ok: eval: $(grep '^tau' "$TMP/eval.log")" ||
   fail "eval printed no tau: $(tail -3 "$TMP/eval.log")"
+# Held-out evaluation during a Domino run ([eval], at the step's λ).
+"$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --for-config "$TMP/straight.toml" --out "$TMP/heldout.h5" \
+  >"$TMP/extract.log" 2>&1 || fail "extract held-out features: $(tail -3 "$TMP/extract.log")"
+domino_config "$TMP/ev.toml" "$TMP/ev" 1 1 6
+printf '[eval]\ndata = ["%s"]\ninterval = 3\nmax_sequences = 20\n' "$TMP/heldout.h5" >>"$TMP/ev.toml"
+if run_mpi 2 "$TMP/ev.log" --config "$TMP/ev.toml"; then
+  python3 - "$TMP/ev/metrics.jsonl" <<'PY' || fail "held-out metrics of the Domino run"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ev = [(r["step"], r["eval_loss"], r["eval_tau"]) for r in rows if "eval_loss" in r]
+assert [e[0] for e in ev] == [3, 6] and all(0 < l < 10 and 1 <= t <= 8 for _, l, t in ev), ev
+print("ok: [eval] of the Domino run:", ev)
+PY
+else
+  fail "Domino training with [eval]"; tail -20 "$TMP/ev.log"
+fi
 echo "$fails failed"
 [ "$fails" -eq 0 ]
