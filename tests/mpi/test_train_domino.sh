@@ -89,6 +89,10 @@ PY
   --max-new-tokens 16 --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1 || fail "eval of the Domino drafter: $(tail -3 "$TMP/eval.log")"
 grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval.log" && echo "ok: eval: $(grep '^tau' "$TMP/eval.log")" ||
   fail "eval printed no tau: $(tail -3 "$TMP/eval.log")"
+"$BIN" eval --target "$TMP/target" --config "$TMP/straight.toml" --prompts "$TMP/tokens.h5" --num-prompts 2 \
+  --max-new-tokens 8 >"$TMP/eval_ck.log" 2>&1 || fail "eval of the Domino checkpoint: $(tail -3 "$TMP/eval_ck.log")"
+grep -qE "^tau [0-9]+\.[0-9]{3} over 2 prompts$" "$TMP/eval_ck.log" ||
+  fail "eval of the checkpoint printed no tau: $(tail -3 "$TMP/eval_ck.log")"
 # Held-out evaluation during a Domino run ([eval], at the step's λ).
 "$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --for-config "$TMP/straight.toml" --out "$TMP/heldout.h5" \
   >"$TMP/extract.log" 2>&1 || fail "extract held-out features: $(tail -3 "$TMP/extract.log")"
