@@ -3,6 +3,7 @@
 // that names the field; missing, extra or misshapen tensors are named too.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -248,4 +249,34 @@ TEST(InitFrom, DominoExportIsTheNormalisedLayoutAndRoundTrips) {
             std::string::npos);
   EXPECT_NE(error_of([&] { drafter_init_from(*dflash.model, dir); }).find("projector_type = domino"),
             std::string::npos);
+}
+
+// An early SpecForge Domino checkpoint keeps its head under `logit_head.` (the peer's
+// normalize_draft_head_checkpoint_keys): init_from reads it as the head.
+TEST(InitFrom, DominoHeadUnderLogitHeadLoads) {
+  ScratchDir tmp;
+  const std::string dir = tmp.file("domino"), early = tmp.file("early");
+  TinySetup src({11, 1, 13}, 7, tiny_domino_config(true, 1));
+  drafter_export_hf(dir, *src.model, kTargetLayers);
+  std::filesystem::create_directories(early);
+  std::filesystem::copy_file(dir + "/config.json", early + "/config.json");
+  {
+    const SafetensorsIndex idx = SafetensorsIndex::open(dir);
+    std::vector<StWriteTensor> out;
+    int renamed = 0;
+    for (const std::string& name : idx.names()) {
+      const StTensor* t = idx.find(name);
+      const bool head = name.rfind("prefix_gru.", 0) == 0 || name.rfind("embed_proj.", 0) == 0;
+      renamed += head;
+      out.push_back({head ? "logit_head." + name : name, t->dtype, t->shape, t->data});
+    }
+    ASSERT_EQ(renamed, 4);
+    safetensors_write(early + "/model.safetensors", out);
+  }
+  TinySetup dst({5}, 99, tiny_domino_config(true, 1));
+  drafter_init_from(*dst.model, early);
+  for (const DrafterParamEntry& e : dst.model->table().entries)
+    for (int64_t i = 0; i < e.rows * e.cols; ++i)
+      ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i]))
+          << e.name << " element " << i;
 }
