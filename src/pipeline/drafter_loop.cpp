@@ -295,7 +295,8 @@ bool DrafterRun::after_update(int64_t step, const StepStats& ss, const AdamwStep
   if (eval_now) {
     watchdog_->beat("evaluating on the held-out set (eval.data)");
     DrafterLossOptions eo = loss_options_from_config(tc_);
-    eo.domino_lambda = loss_domino_lambda(tc_, model_.config(), step, plan_.total_steps);
+    // At the steps done, as SpecForge evaluates (its global_step counts the step just taken).
+    eo.domino_lambda = loss_domino_lambda(tc_, model_.config(), step + 1, plan_.total_steps);
     const LossStats ev = heldout_->run(model_, mem_, eo);
     metrics_->set_eval(ev.mean_loss(), ev.tau(), loss_accuracy(ev));
   }
