@@ -192,6 +192,20 @@ class TimedTrainOps final : public TrainOps {
                       const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w, const Tensor& stats) override {
     timed("loss_row_stats", [&] { g_.loss_row_stats(labels, active, loss, p_label, argmax, a, row_w, stats); });
   }
+  void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
+                        const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
+                        const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DominoHeadWeights& dw, const Tensor& stats) override {
+    timed("domino_head_loss",
+          [&] { g_.domino_head_loss(y, lm_head, gru_in, w, labels, row_w, a, argmax, dy, dw, stats); });
+  }
+  std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head, const Tensor& embed,
+                                           const DominoHeadWeights& w, const DominoHeadDims& d,
+                                           int32_t first) override {
+    std::vector<int32_t> r;
+    timed("domino_head_propose", [&] { r = g_.domino_head_propose(y, lm_head, embed, w, d, first); });
+    return r;
+  }
   double sum_squares(const Tensor& x) override {
     double r = 0;
     timed("sum_squares", [&] { r = g_.sum_squares(x); });

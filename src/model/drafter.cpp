@@ -71,13 +71,26 @@ void drafter_config_validate(const DrafterConfig& c) {
 }
 
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
-  DF_CHECK(
-      c.kind == DrafterKind::dflash,
-      "drafter.kind = \"%s\": this build's training step on the %s backend has DFlash's head and loss only "
-      "(the Domino and DSpark heads' CPU fp32 oracles are model/domino_head.h and model/dspark_head.h; their "
-      "steps and CUDA ops are not built yet); "
-      "HINT: drafter.kind = \"dflash\"",
-      drafter_kind_name(c.kind), backend.c_str());
+  DF_CHECK(c.kind == DrafterKind::dflash || (c.kind == DrafterKind::domino && backend == "cpu"),
+           "drafter.kind = \"%s\": the %s backend has no %s training step yet (Domino's ops are built on the CPU "
+           "backend only; DSpark's head is a CPU fp32 oracle, model/dspark_head.h, without a training step); "
+           "HINT: drafter.kind = \"dflash\"%s",
+           drafter_kind_name(c.kind), backend.c_str(), drafter_kind_name(c.kind),
+           c.kind == DrafterKind::domino ? ", or drafter.device = \"cpu\"" : "");
+}
+
+DominoHeadDims domino_head_dims(const DrafterConfig& c) {
+  DF_CHECK(c.kind == DrafterKind::domino, "domino head: the drafter's kind is %s, not domino",
+           drafter_kind_name(c.kind));
+  DominoHeadDims d;
+  d.hidden = c.hidden;
+  d.gru_hidden = c.gru_hidden_dim;
+  d.emb_dim = c.emb_dim;
+  d.vocab = c.vocab;
+  d.block_size = c.block_size;
+  d.pure_draft_prefix_len = c.pure_draft_prefix_len;
+  d.shift_label = c.shift_label;
+  return d;
 }
 
 std::vector<int> drafter_default_target_layer_ids(int target_layers, int n) {
@@ -122,6 +135,15 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
                                                   : std::vector<DSparkHeadParam>{};
   for (const DSparkHeadParam& h : dspark)
     if (h.matrix) add(h.name, h.rows, h.cols, true);
+  if (c.kind == DrafterKind::domino) {
+    // SpecForge DominoDraftModel's names: nn.GRU (bias-free, gates r, z, n) and embed_proj = Sequential(
+    // Linear(H + G, E), SiLU, Linear(E, V)).
+    const int64_t G = c.gru_hidden_dim, E = c.emb_dim;
+    add("prefix_gru.weight_ih_l0", 3 * G, H, true);
+    add("prefix_gru.weight_hh_l0", 3 * G, G, true);
+    add("embed_proj.0.weight", E, H + G, true);
+    add("embed_proj.2.weight", c.vocab, E, true);
+  }
   add("hidden_norm.weight", 1, H, false);
   for (int i = 0; i < c.layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
@@ -164,6 +186,9 @@ DrafterTensors tensors_view(const DrafterModel& m, const Tensor& mats, const Ten
     l.down_proj = view(p + "mlp.down_proj.weight");
     t.layers.push_back(l);
   }
+  if (m.config().kind == DrafterKind::domino)
+    t.domino = {view("prefix_gru.weight_ih_l0"), view("prefix_gru.weight_hh_l0"), view("embed_proj.0.weight"),
+                view("embed_proj.2.weight")};
   return t;
 }
 

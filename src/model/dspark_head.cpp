@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/head_math.h"
+#include "ops/head_math.h"
 
 namespace df {
 

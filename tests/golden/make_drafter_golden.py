@@ -16,7 +16,7 @@
 # --kind domino runs SpecForge's DominoDraftModel + OnlineDominoModel instead (shift_label, a GRU prefix head,
 # λ fixed at LAMBDA_BASE so both CE terms carry gradient) and also records the backbone's normed output per
 # block (hidden [S·N·B, H]) with the loss's gradient with respect to it, the GRU input and label ids, and the
-# final / base loss terms: the head oracle (model/domino_head.h) is checked on those alone.
+# final / base loss terms: the head oracle (ops/domino_head.h) is checked on those alone.
 #
 # --kind dspark runs SpecForge's DSparkDraftModel + OnlineDSparkModel (shifted labels, the cumulative eval mask,
 # a Markov head of the chosen type, a confidence head, CE + L1 + BCE with the loss weights DSPARK_ALPHAS) on one

@@ -133,6 +133,42 @@ TEST(Config, ShippedConfigsChooseTheDrafterDevice) {
   }
 }
 
+// The Domino recipes carry SpecForge a6b6b023's settings: configs/qwen3-8b-domino.json and
+// qwen3.6-27b-domino-full-attention.json for the model, examples/configs/*-domino-online.yaml for the
+// training.
+TEST(Config, DominoRecipesMirrorSpecForge) {
+  for (const auto& [f, shift] : {std::pair<const char*, bool>{"qwen3-8b-domino.toml", true},
+                                 std::pair<const char*, bool>{"qwen3.6-27b-domino.toml", false}}) {
+    const Config c = config_load(std::string(DF_SOURCE_DIR) + "/configs/" + f);
+    const DrafterSection& d = c.drafter;
+    EXPECT_EQ(d.kind, "domino") << f;
+    EXPECT_EQ(d.pure_draft_prefix_len, 1) << f;
+    EXPECT_EQ(d.emb_dim, 256) << f;
+    EXPECT_EQ(d.gru_hidden_dim, 1024) << f;
+    EXPECT_EQ(d.shift_label, shift) << f;
+    EXPECT_EQ(d.layers, 5) << f;
+    EXPECT_EQ(d.layer_types, std::vector<std::string>(5, "full_attention")) << f;
+    EXPECT_EQ(d.block_size, 16) << f;
+    EXPECT_EQ(d.num_anchors, 256) << f;
+    EXPECT_EQ(c.train.loss, "ce") << f;
+    EXPECT_EQ(c.train.gamma, 7.0) << f;
+    EXPECT_EQ(c.train.lr, 6e-4) << f;
+    EXPECT_EQ(c.train.epochs, 6.0) << f;
+    EXPECT_EQ(c.train.warmup_ratio, 0.04) << f;
+    EXPECT_EQ(c.train.clip, 1.0) << f;
+    EXPECT_EQ(c.train.lambda_base_start, 1.0) << f;
+    EXPECT_EQ(c.train.lambda_base_decay_ratio, 1.0) << f;
+  }
+  EXPECT_EQ(config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3-8b-domino.toml").drafter.mask_token_id,
+            151669);
+  const Config q27 = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-27b-domino.toml");
+  EXPECT_EQ(q27.drafter.mask_token_id, 248070);
+  EXPECT_EQ(q27.drafter.target_layer_ids, (std::vector<int>{1, 16, 31, 46, 61}));
+  const Config tiny = config_load(std::string(DF_SOURCE_DIR) + "/configs/tiny-domino.toml");
+  EXPECT_EQ(tiny.drafter.kind, "domino");
+  EXPECT_EQ(tiny.drafter.device, "cpu");
+}
+
 TEST(Config, DrafterKindAndItsKeys) {
   Config c = config_parse(kMinimal, "test.toml");
   EXPECT_EQ(c.drafter.kind, "dflash");

@@ -1,4 +1,4 @@
-// The double-precision scalar helpers the drafter heads' CPU oracles share (model/domino_head.h,
+// The double-precision scalar helpers the drafter heads' CPU oracles share (ops/domino_head.h,
 // model/dspark_head.h): their sums run in double in a fixed order, whatever T the weights are stored in.
 #pragma once
 #include <algorithm>
