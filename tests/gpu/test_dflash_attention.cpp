@@ -365,7 +365,7 @@ TEST_F(DFlashAttentionCuda, SmallFormAwkwardShapes) {
   // keys, unaligned head dims padded to 128 and 256, and 300 blocks sharing each tile (the clusters' uneven
   // shares).
   run({"small hd256 group16 B16", {16, 1, 256, 16, 0}, {150}, {{0, 149}, {0, 33}, {0, 0}, {0, -1}}});
-  run({"small hd256 B70 W40", {2, 2, 256, 70, 40}, {100, 1}, {{0, 100}, {0, 31}, {1, 1}, {1, 0}}});
+  run({"small hd256 B70 W75", {2, 2, 256, 70, 75}, {100, 1}, {{0, 100}, {0, 31}, {1, 1}, {1, 0}}});
   run({"small hd200 W33 strided", {4, 2, 200, 16, 33}, {33, 90}, {{0, 33}, {1, 89}, {1, 16}, {0, 1}}, 8});
   run({"small hd100 unaligned", {6, 2, 100, 5, 0}, {70, 17}, {{0, 69}, {1, 17}, {0, 32}, {1, -1}}, 3});
   run({"small hd128 no context", {8, 2, 128, 16, 16}, {0}, {{0, 0}, {0, 0}, {0, -1}}});
