@@ -51,8 +51,9 @@ constexpr double kMaxAbsCeiling = 4.0;
 // span, key-head mapping, conv offset, a skipped or mis-fused tensor) give 0.3 to 1; 8e-2 (2.5x the worst
 // measured) keeps catching them should the peer's own error on some model be large. Where HF-bf16's own error
 // already passes that ceiling (qwen35moe_tiny: HF-bf16 0.143 at the final norm, where our CUDA extract
-// measured 1.00-1.02x HF on every tap; the cause, likely routing flips in a tiny random MoE, is not yet studied), the ceiling is HF's own bound instead, and that golden must still
-// keep 1.25x HF's error below the wiring bugs' 0.3, or it cannot tell a bug from HF's own rounding.
+// measured 1.00-1.02x HF on every tap; the cause, likely routing flips in a tiny random MoE, is not yet
+// studied), the ceiling is HF's own bound instead, and that golden must still keep 1.25x HF's error below the
+// wiring bugs' 0.3, or it cannot tell a bug from HF's own rounding.
 constexpr double kMaxRelRms = 8e-2;
 constexpr double kWiringBugRelRms = 0.3;
 // Elementwise statistics are reported against this (the CPU test's scale of interest), not asserted.
@@ -158,7 +159,8 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
   if (HasFatalFailure()) return;
   std::printf(
       "[golden-cuda] %s: ours vs HF-bf16 (DeltaNet: %s), both against the fp32 golden; pass: rel rms and "
-      "the largest-1 %% mean <= %.2fx HF's, max abs <= %.1fx HF's, rel rms <= %.0e (or 1.25x HF where HF passes it)\n",
+      "the largest-1 %% mean <= %.2fx HF's, max abs <= %.1fx HF's, rel rms <= %.0e (or 1.25x HF where HF "
+      "passes it)\n",
       model.c_str(), peer_kernels_.empty() ? "none" : peer_kernels_.c_str(), kPeerFactor, kMaxAbsCeiling,
       kMaxRelRms);
   double worst_abs_ratio = 0, worst_rms_ratio = 0, worst_tail_ratio = 0;
@@ -210,7 +212,8 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
         << name << ": relative RMS error over the dataset";
     EXPECT_LT(kPeerFactor * hf.rel_rms, kWiringBugRelRms)
         << name << ": HF-bf16's own error on this golden, " << hf.rel_rms
-        << ", is too large for it to tell a wiring bug from rounding; HINT: a golden with clearer router margins";
+        << ", is too large for it to tell a wiring bug from rounding; HINT: a golden with clearer router "
+           "margins";
   }
   std::printf(
       "[golden-cuda] %-22s worst ratio to HF-bf16 over the layers and the final norm: rel rms %.2fx, top-1%% mean "
