@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "core/strfmt.h"
 #include "model/drafter.h"
+#include "model/model_flops.h"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/ops_factory.h"
 #include "topo/plan_vram.h"
@@ -191,6 +192,20 @@ class TimedTrainOps final : public TrainOps {
                       const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w, const Tensor& stats) override {
     timed("loss_row_stats", [&] { g_.loss_row_stats(labels, active, loss, p_label, argmax, a, row_w, stats); });
   }
+  void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
+                        const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
+                        const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DominoHeadWeights& dw, const Tensor& stats) override {
+    timed("domino_head_loss",
+          [&] { g_.domino_head_loss(y, lm_head, gru_in, w, labels, row_w, a, argmax, dy, dw, stats); });
+  }
+  std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head, const Tensor& embed,
+                                           const DominoHeadWeights& w, const DominoHeadDims& d,
+                                           int32_t first) override {
+    std::vector<int32_t> r;
+    timed("domino_head_propose", [&] { r = g_.domino_head_propose(y, lm_head, embed, w, d, first); });
+    return r;
+  }
   double sum_squares(const Tensor& x) override {
     double r = 0;
     timed("sum_squares", [&] { r = g_.sum_squares(x); });
@@ -281,43 +296,6 @@ void fill_random(TrainOps& ops, const Tensor& t, uint64_t seed, uint64_t stream,
     for (size_t i = 0; i < f32.size(); ++i) bf16[i] = f32_to_bf16(f32[i]);
     ops.upload_raw(dst, bf16.data());
   }
-}
-
-// Model FLOPs of one step (forward + backward), every term written out:
-//   6 · (per-layer q, k, v, o, gate, up, down params) · layers · N block rows     (fwd 2, dX 2, dW 2 per
-//   weight)
-// + 6 · (k, v params) · layers · T context rows                                    (context K/V: fwd, dX, dW)
-// + 4 · (fc params) · T                                                             (fc fwd + dW; taps need
-// no dX)
-// + 4 · H · V · active rows                                                         (lm_head fwd + dX; head
-// frozen)
-//   (active: offsets k = 1..B−1 with a + k inside the sequence; the bench's loss mask is all ones)
-// + attention: per layer, query row and head, 4 · hd · keys_seen forward (QKᵀ, PV) and 2.5× that backward
-//   (recomputed S, dV, dP, dQ, dK), keys_seen counted exactly from the anchors and the layer's mask.
-double step_flops(const DrafterConfig& c, const std::vector<DrafterAnchor>& anchors, int64_t T) {
-  int64_t active = 0;
-  for (const DrafterAnchor& an : anchors)
-    if (an.pos >= 0) active += std::min<int64_t>(c.block_size - 1, T - 1 - an.pos);
-  const double H = c.hidden, qd = double(c.heads) * c.head_dim, kvd = double(c.kv_heads) * c.head_dim;
-  const double layer_params = qd * H * 2 + kvd * H * 2 + 3.0 * c.intermediate * H;
-  const double N = double(anchors.size()) * c.block_size;
-  double f = 6.0 * layer_params * c.layers * N;
-  f += 6.0 * (2 * kvd * H) * c.layers * double(T);
-  f += 4.0 * (H * c.num_taps() * H) * double(T);
-  f += 4.0 * H * double(c.vocab) * double(active);
-  for (int l = 0; l < c.layers; ++l) {
-    const int W = c.layer_types[size_t(l)] == DrafterLayerType::sliding ? c.sliding_window : 0;
-    double keys = 0;
-    for (const DrafterAnchor& an : anchors) {
-      if (an.pos < 0) continue;
-      for (int k = 0; k < c.block_size; ++k) {
-        const int64_t lo = W ? std::max<int64_t>(0, int64_t(an.pos) + k - (W - 1)) : 0;
-        keys += double(std::max<int64_t>(0, an.pos - lo)) + (W ? k + 1 : c.block_size);
-      }
-    }
-    f += 3.5 * 4.0 * c.head_dim * c.heads * keys;
-  }
-  return f;
 }
 
 struct Options {
@@ -425,7 +403,7 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
 #endif
   const double params_sq = ops.sum_squares(model.params);
 
-  const double flops = step_flops(dc, anchors, T);
+  const double flops = drafter_step_flops(dc, anchors, {T});
   const double tflops = flops / s / 1e12;
   const double ln_v = std::log(double(V));
   const bool loss_ok = o.warmup == 0 || std::fabs(first_loss - ln_v) <= 0.1;

@@ -6,12 +6,13 @@
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode [T]` runs the decode kernels
 // alone (at T 1 and 16, or at T only), `bench_kernels attention` the causal attention at the 27B (24/4 × 256,
 // gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection,
-// and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone;
-// `bench_kernels dflash [S]` the DFlash drafter attention at the drafter step's shape and 8x it (or S
-// sequences), on the wgmma and the portable kernels; `bench_kernels norms` the drafter's RMSNorm and QK-norm +
-// RoPE backwards and training forwards; `bench_kernels lm [H V]` the lm_head loss alone (default the 27B
-// shape). The FP8 input quantisers are bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows
-// beside their peers' in the same call.
+// and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone (and its
+// state pass's one-stage form, where the device takes the two-stage one);
+// `bench_kernels dflash [S [HD]]` the DFlash drafter attention at the drafter step's shape and 8x it (or S
+// sequences, at head dim HD), on the wgmma and the portable kernels, these in both shared-memory forms;
+// `bench_kernels norms` the drafter's RMSNorm and QK-norm + RoPE backwards and training forwards;
+// `bench_kernels lm [H V]` the lm_head loss alone (default the 27B shape). The FP8 input quantisers are
+// bench_kernels_fp8. benchmarks/run_kernels_peer.sh sets these rows beside their peers' in the same call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -266,16 +267,17 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
   return ms;
 }
 
-// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16): S sequences of 4096 context
-// tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and backward, on both kernel paths in the
-// same process: the default (wgmma on a Hopper GPU of an sm_90a build) and the portable mma.sync kernels (every other
-// GPU; forced through the kernel-variant registry). Checked first, on each path: out, lse, dq and the own-block dk/dv
-// of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its backward fed the path's
-// out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q dO[q] (each query's softmax sums to
-// 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q head, pairs counted exactly; the whole backward
-// is credited its 5 GEMMs, its passes what each executes.
-void bench_dflash_attention(Bench& b, int window, int S) {
-  const int L = 4096, per_seq = 512, B = 16, hq = 32, hkv = 8, hd = 128, group = hq / hkv;
+// DFlash drafter attention of the Qwen3.6-27B drafter (32 q / 8 kv heads, hd 128, B 16; or head dim hd): S
+// sequences of 4096 context tokens with 512 blocks each (S = 1 is bench_drafter_step's shape), forward and
+// backward, on each kernel path in the same process: the default (wgmma on a Hopper GPU of an sm_90a build),
+// the portable mma.sync kernels (every other GPU) and their small shared-memory form (sm_120, sm_89), the
+// last two forced through the kernel-variant registry. Checked first, on each path: out, lse, dq and the
+// own-block dk/dv of the 4 longest-context blocks of sequence 0 against CpuTrainOps on that sub-problem (its
+// backward fed the path's out and lse), then every dv row, context rows included, through Σ_t dV[t] = Σ_q
+// dO[q] (each query's softmax sums to 1). FLOPs: 2·hd per (query, key) pair the mask admits per GEMM and q
+// head, pairs counted exactly; the whole backward is credited its 5 GEMMs, its passes what each executes.
+void bench_dflash_attention(Bench& b, int window, int S, int hd = 128) {
+  const int L = 4096, per_seq = 512, B = 16, hq = 32, hkv = 8, group = hq / hkv;
   const int64_t nb = int64_t(S) * per_seq, T = int64_t(S) * L, qr = nb * B, kr = T + qr;
   size_t mark = b.arena.mark();
   Tensor q = b.rand(DType::bf16, qr, hq * hd, -2, 2), dout = b.rand(DType::bf16, qr, hq * hd, -1, 1);
@@ -313,7 +315,7 @@ void bench_dflash_attention(Bench& b, int window, int S) {
                                 bf(dk), dk.stride, bf(dv), dv.stride, d, ws, ws_bytes, b.gpu.stream());
   };
   char tag[64];
-  std::snprintf(tag, sizeof(tag), "%s S%d", window ? "W2048" : "full", S);
+  std::snprintf(tag, sizeof(tag), "%s S%d hd%d", window ? "W2048" : "full", S, hd);
   const double gemm = 2.0 * hd * hq * pairs;  // one GEMM over the visible pairs
   std::printf("dflash attn %s: %d x %d context, %lld blocks of %d, %d/%d heads x %d; %.4g visible (query, key) "
               "pairs per q head; 1 GEMM = 2*hd*hq*pairs = %.1f GFLOP\n",
@@ -339,12 +341,17 @@ void bench_dflash_attention(Bench& b, int window, int S) {
   const std::vector<double> sdo = col_sums(b, dout);
   char name[112];
 
-  // Both paths; where the device has no wgmma kernels the default is the portable path, run once.
+  // Each path; where the device or head dim has no wgmma kernels the default is the portable path, run once.
+  // The portable path takes the form dispatch picks for the device (the small one where the large does not
+  // fit); the small path is that form forced.
   const KernelVariants saved = kernel_variants();
-  const bool wg = device_caps().wgmma && !saved.dflash_attention_portable;
-  for (const bool portable : wg ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
-    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::dflash_attention_portable, portable));
-    const char* path = portable ? "mma.sync" : "wgmma";
+  const bool wg = device_caps().wgmma && hd > 64 && hd <= 128 && !saved.dflash_attention_portable &&
+                  !saved.dflash_attention_small;
+  for (const int form : wg ? std::vector<int>{0, 1, 2} : std::vector<int>{1, 2}) {
+    const KernelVariants v =
+        kernel_variants_with(saved, &KernelVariants::dflash_attention_portable, form == 1);
+    kernel_variants_set(kernel_variants_with(v, &KernelVariants::dflash_attention_small, form == 2));
+    const char* path = form == 0 ? "wgmma" : form == 1 ? "mma.sync" : "mma.sync small";
     std::printf("dflash attn %s, %s path:\n", tag, path);
     for (const Tensor* t : {&out, &lse, &dq, &dk, &dv})  // NaN: what a path leaves unwritten fails its checks
       DF_CUDA_CHECK(cudaMemsetAsync(t->data, 0xff, size_t(t->rows * t->stride) * dtype_size(t->dtype),
@@ -723,11 +730,28 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
   const double C = 64, d = 128;
   double per_chunk = 3 * 2 * C * C * d + C * C * 2 * d + 3 * 2 * C * d * d;
   double flops = per_chunk * (T / C) * s.nv;
-  b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
-  b.check("gdn_prefill 16/48 128", o.rows_view(0, ns), ho, 2e-2);
-  double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
-  row_flops("gdn_prefill 16/48 dk=dv=128 (bf16 mma)", flops, ms);
-  row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2, ms);
+  // The state pass's form dispatch picks here and, where that is the two-stage one, the one-stage form that
+  // devices with 99 KB a block run (the registry's gdn=one_stage), each checked before it is timed.
+  const KernelVariants saved = kernel_variants();
+  const bool two_stage = gdn_state_kernel_choose(device_caps(), saved, gdn_state_smem_bytes(128, false, 2)) ==
+                         GdnStateKernel::two_stage;
+  const std::vector<bool> one_stage_forms =
+      two_stage ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  char label[96];
+  for (const bool one : one_stage_forms) {
+    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::gdn_one_stage, one));
+    const char* tag = one ? " [one stage]" : "";
+    DF_CUDA_CHECK(cudaMemsetAsync(o.data, 0xff, size_t(o.rows * o.stride) * sizeof(bf16), b.gpu.stream()));
+    b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws);
+    std::snprintf(label, sizeof label, "gdn_prefill 16/48 128%s", tag);
+    b.check(label, o.rows_view(0, ns), ho, 2e-2);
+    const double ms = b.time_ms([&] { b.gpu.gdn_prefill(qkv, a, bb, A_log, dt, o, seqs, s, ws); }, 5);
+    std::snprintf(label, sizeof label, "gdn_prefill 16/48 dk=dv=128 (bf16 mma)%s", tag);
+    row_flops(label, flops, ms);
+    row_bytes("gdn_prefill (min bytes: qkv,a,b in, o out)", double(T) * (cols + 2 * s.nv + s.nv * s.dv) * 2,
+              ms);
+  }
+  kernel_variants_set(saved);
   b.harena.reset(hm);
 
   // The whole mixer as the forward runs it (target_forward.cpp layer_linear): x, z, b and a are column views of
@@ -753,16 +777,22 @@ void bench_gdn_prefill(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, 
     b.gpu.gdn_prefill(conv, pa, pb, A_log, dt, o, seqs, s, ws);
     b.gpu.gated_rmsnorm(o, z, w.norm_w, y, s.nv, s.dv, w.eps);
   };
-  for (const auto& [form, name] : {std::pair<std::function<void()>, const char*>{fused, "conv + norm fused"},
-                                   {three, "3 kernels"}}) {
-    form();
-    char label[96];
-    std::snprintf(label, sizeof label, "gdn_mixer 16/48 128, %s", name);
-    b.check(label, y.rows_view(0, ns), hy, 5e-2);
-    ms = b.time_ms(form, 5);
-    row_flops(label, flops, ms);
-    row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2, ms);
+  for (const bool one : one_stage_forms) {
+    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::gdn_one_stage, one));
+    for (const auto& [form, name] :
+         {std::pair<std::function<void()>, const char*>{fused, "conv + norm fused"}, {three, "3 kernels"}}) {
+      DF_CUDA_CHECK(
+          cudaMemsetAsync(conv.data, 0xff, size_t(conv.rows * conv.stride) * sizeof(bf16), b.gpu.stream()));
+      form();
+      std::snprintf(label, sizeof label, "gdn_mixer 16/48 128, %s%s", name, one ? " [one stage]" : "");
+      b.check(label, y.rows_view(0, ns), hy, 5e-2);
+      const double ms = b.time_ms(form, 5);
+      row_flops(label, flops, ms);
+      row_bytes("gdn_mixer (min bytes: x,z,a,b in, out out)", double(T) * (cols + 2 * vdim + 2 * s.nv) * 2,
+                ms);
+    }
   }
+  kernel_variants_set(saved);
   b.harena.reset(hm2);
   b.arena.reset(mark);
 }
@@ -885,12 +915,19 @@ int main(int argc, char** argv) {
       return b.failures ? 1 : 0;
     }
     if (argc > 1 && std::string(argv[1]) == "dflash") {  // DFlash attention at the step's and 8x its shape
-      // `dflash S`: S sequences only.
+      // `dflash S`: S sequences only; `dflash S HD`: at head dim HD.
       const std::vector<int> seq_counts =
           argc > 2 ? std::vector<int>{std::max(1, std::atoi(argv[2]))} : std::vector<int>{1, 8};
+      const int hd = argc > 3 ? std::atoi(argv[3]) : 128;
+      if (hd < 1 || hd > 256) {
+        std::fprintf(stderr,
+                     "bench_kernels dflash: head dim %s is not in 1..256; HINT: bench_kernels dflash S HD\n",
+                     argv[3]);
+        return 2;
+      }
       for (int S : seq_counts) {
-        bench_dflash_attention(b, 2048, S);
-        bench_dflash_attention(b, 0, S);
+        bench_dflash_attention(b, 2048, S, hd);
+        bench_dflash_attention(b, 0, S, hd);
       }
       std::printf("bench_kernels dflash: %s\n",
                   b.failures ? "a correctness check FAILED" : "all correctness checks passed");

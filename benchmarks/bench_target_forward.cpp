@@ -1,14 +1,17 @@
-// End-to-end target forward on one GPU: Qwen3.6-27B and Qwen3-8B shapes with random weights (drawn on the
-// device by Ops::fill_normal), 32,768 tokens as 8 sequences of 4096, five DFlash taps plus the final norm.
+// End-to-end target forward on one GPU: Qwen3.6-27B, Qwen3-8B and Qwen3.6-35B-A3B shapes with random weights
+// (drawn on the device by Ops::fill_normal), 32,768 tokens as 8 sequences of 4096, five DFlash taps plus the
+// final norm. For the mixture-of-experts 35B-A3B the routed experts' grouped GEMMs are also timed alone (one
+// layer's pair, as moe_experts runs them under a balanced router): their rate against the bf16 ceiling and
+// their share of the forward.
 // Prints tok/s, achieved TFLOP/s against the 790 TFLOP/s bf16 ceiling, a per-op time breakdown, the device
 // memory and one JSON line per model; benchmarks/run_target_forward.sh times the peer (HF transformers + FLA)
 // in the same call and prints the ratio. Every run checks its result: the first layers' taps on a slice of
 // the tokens must match the CPU fp32 path, or the benchmark fails and claims no speed.
-// With --dtype fp8 the target is the FP8 one (target.dtype = "fp8": e4m3 projections, cuBLASLt FP8 GEMMs): the
-// breakdown then also gives the FP8 GEMMs' rate against a cuBLASLt FP8 8192³ burst measured in the same run, and
-// the result check compares with the CPU FP8 emulation.
-// Plain main(): the GPU machine has no Google Benchmark. Arguments: "27b" or "8b" (default both), then
-// optionally --dtype bf16|fp8 (default bf16).
+// With --dtype fp8 the target is the FP8 one (target.dtype = "fp8": e4m3 projections, cuBLASLt FP8 GEMMs):
+// the breakdown then also gives the FP8 GEMMs' rate against a cuBLASLt FP8 8192³ burst measured in the same
+// run, and the result check compares with the CPU FP8 emulation. Plain main(): the GPU machine has no Google
+// Benchmark. Arguments: "27b", "8b" or "35b-a3b" (default all three), then optionally --dtype bf16|fp8
+// (default bf16; FP8 refuses the MoE target).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,17 +21,19 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "benchmarks/cuda_timing.h"
 #include "benchmarks/target_configs.h"
 #include "core/arena.h"
 #include "core/strfmt.h"
+#include "kernels/gemm/gemm.cuh"
+#include "kernels/moe/moe.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "model/drafter.h"
+#include "model/model_flops.h"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
@@ -39,7 +44,6 @@ namespace {
 
 constexpr double kPeakTflops = 790.0;   // cuBLASLt bf16 8192³ on this H200 (bench_kernels.md)
 constexpr int kSeqs = 8, kSeqLen = 4096;
-constexpr int kGdnChunk = 64;
 constexpr uint64_t kSeed = 1234;
 
 // The result check: the first kCheckLayers layers (27B: three DeltaNet layers and the first full-attention
@@ -162,6 +166,22 @@ class TimedOps final : public Ops {
                   const Tensor& o, const Tensor& st, const Tensor& sts, const GdnShape& sh) override {
     timed("gdn_decode", [&] { g_.gdn_decode(qkv, a, b, A_log, dt, o, st, sts, sh); });
   }
+  // The MoE block: routing (its router GEMM counted), and the experts with the FLOPs of the routed pairs' and
+  // the shared expert's three projections (the sort, gather, SwiGLU and combine inside are time without
+  // FLOPs).
+  void moe_route(const Tensor& x, const Tensor& r, const MoeShape& sh, const Tensor& ids, const Tensor& w,
+                 const Tensor& ws) override {
+    flops_["moe_route"] += 2.0 * x.rows * r.rows * r.cols;
+    timed("moe_route", [&] { g_.moe_route(x, r, sh, ids, w, ws); });
+  }
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w, const MoeWeights& mw,
+                   const MoeShape& sh, const Tensor& o, const Tensor& ws) override {
+    flops_["moe_experts"] += 6.0 * x.rows * x.cols * (double(sh.top_k) * sh.inter + sh.shared_inter);
+    timed("moe_experts", [&] { g_.moe_experts(x, ids, w, mw, sh, o, ws); });
+  }
+  int64_t moe_workspace_bytes(int64_t tokens, const MoeShape& sh) const override {
+    return g_.moe_workspace_bytes(tokens, sh);
+  }
 
   // Per op name: (total ms, calls) over the forward just run; clears the record.
   std::map<std::string, std::pair<double, int>> collect() {
@@ -217,25 +237,73 @@ double fp8_burst_tflops(CudaOps& gpu) {
   return 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
 }
 
-// FLOPs per token of the forward that is timed (every layer up to the last tap, which for both models is the
-// last layer since the final norm is wanted):
-//   2 · non-embedding parameters (each weight one multiply-add; the embedding is a gather),
-// + per full-attention layer 4 · heads · hd · (average causal context (L+1)/2)   (Q Kᵀ and P V),
-// + per DeltaNet layer nv · (chunk FLOPs / C) with, per chunk of C = 64 and head dims dk = dv = d:
-//   K Kᵀ, Q Kᵀ, A V' (2·C²·d each), the triangular solve (C²·(dk+dv)), W S, Q S, Kᵀ V' (2·C·dk·dv each).
-double flops_per_token(const QwenConfig& c, int seq_len) {
-  double f = 2.0 * c.params_non_embedding();
-  f += c.num_full_layers() * 4.0 * c.heads * c.head_dim * (seq_len + 1) / 2.0;
-  if (c.num_linear_layers() > 0) {
-    const double C = kGdnChunk, dk = c.lin_dk, dv = c.lin_dv;
-    double per_chunk = 2 * C * C * dk + 2 * C * C * dk + 2 * C * C * dv + C * C * (dk + dv) + 2 * C * dk * dv +
-                       2 * C * dk * dv + 2 * C * dk * dv;
-    f += c.num_linear_layers() * double(c.lin_nv) * per_chunk / C;
-  }
-  return f;
-}
-
 double gib(double bytes) { return bytes / double(size_t(1) << 30); }
+
+// One MoE layer's routed-expert GEMMs alone: the gate_up and down grouped GEMMs (gemm.cuh
+// gemm_batched_launch) as moe_experts runs them for T tokens (kernels/moe/moe.cuh), with the tile plan's row
+// count and tile bound and a balanced router (expert e gets T·k/E pairs, the remainder one each to the first
+// experts); tile addresses built here as moe.cu's plan kernel builds them. ms: median of 5 after 2 warm-ups;
+// tflops counts the useful 6·T·k·H·I (the bound's padding tiles are work, not FLOPs).
+struct ExpertGemms {
+  double ms = 0, tflops = 0;
+  int rows = 0;
+  int64_t tiles = 0, real_tiles = 0;
+};
+
+ExpertGemms time_expert_gemms(const QwenConfig& cfg, int64_t T, CudaOps& gpu) {
+  const MoeDims d{cfg.hidden,           cfg.num_experts,         cfg.experts_per_tok,
+                  cfg.moe_intermediate, cfg.shared_intermediate, cfg.norm_topk_prob};
+  const MoeTiles plan = moe_plan_tiles(T, d);
+  const int64_t H = d.H, I = d.I, E = d.E, rows = plan.rows, tiles = plan.tiles, R = tiles * rows,
+                pairs = T * d.k;
+  std::vector<int32_t> tile_expert;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t m = pairs / E + (e < pairs % E ? 1 : 0);
+    for (int64_t i = 0; i < (m + rows - 1) / rows; ++i) tile_expert.push_back(int32_t(e));
+  }
+  const int64_t real = int64_t(tile_expert.size());
+  DF_CHECK(real <= tiles, "expert GEMMs: %lld tiles exceed the plan's bound %lld", (long long)real,
+           (long long)tiles);
+  const size_t bytes = (size_t(E) * 2 * I * H + size_t(E) * H * I + size_t(R) * H + size_t(R) * 2 * I) * 2 +
+                       6 * size_t(tiles) * sizeof(void*) + 8 * Arena::kAlign;
+  void* block = gpu.alloc_bytes(bytes);
+  Arena a(block, bytes, Device::cuda);
+  Tensor gate_up = a.alloc(DType::bf16, E * 2 * I, H), down = a.alloc(DType::bf16, E * H, I);
+  Tensor xs = a.alloc(DType::bf16, R, H), gu = a.alloc(DType::bf16, R, 2 * I);
+  Tensor ptrs = a.alloc(DType::u8, 1, 6 * tiles * int64_t(sizeof(void*)));
+  gpu.fill_normal(gate_up, kSeed, 1, 0.0f, 1.0f / std::sqrt(float(H)));
+  gpu.fill_normal(down, kSeed, 2, 0.0f, 1.0f / std::sqrt(float(I)));
+  gpu.fill_normal(xs, kSeed, 3, 0.0f, 1.0f);
+  std::vector<const void*> host(size_t(6 * tiles));
+  const auto* xs_p = static_cast<const __nv_bfloat16*>(xs.data);
+  const auto* gu_p = static_cast<const __nv_bfloat16*>(gu.data);
+  for (int64_t i = 0; i < tiles; ++i) {
+    const int64_t e = i < real ? tile_expert[size_t(i)] : 0, r0 = i * rows;
+    host[size_t(i)] = xs_p + (i < real ? r0 : 0) * H;
+    host[size_t(tiles + i)] = static_cast<const __nv_bfloat16*>(gate_up.data) + e * 2 * I * H;
+    host[size_t(2 * tiles + i)] = gu_p + r0 * 2 * I;
+    host[size_t(3 * tiles + i)] = gu_p + r0 * 2 * I;
+    host[size_t(4 * tiles + i)] = static_cast<const __nv_bfloat16*>(down.data) + e * H * I;
+    host[size_t(5 * tiles + i)] = xs_p + r0 * H;
+  }
+  gpu.upload_raw(ptrs, host.data());
+  const void** p = static_cast<const void**>(ptrs.data);
+  void** q = static_cast<void**>(ptrs.data);
+  const int align = moe_gemm_align(xs.data, gu.data, gate_up.data, down.data, rows, d);
+  GemmContext* ctx = gemm_init();
+  const double ms = cuda_median_ms(
+      gpu.stream(),
+      [&] {
+        gemm_batched_launch(ctx, p, H, p + tiles, H, q + 2 * tiles, 2 * I, rows, 2 * I, H, tiles, align,
+                            gpu.stream());
+        gemm_batched_launch(ctx, p + 3 * tiles, 2 * I, p + 4 * tiles, I, q + 5 * tiles, H, rows, H, I, tiles,
+                            align, gpu.stream());
+      },
+      5);
+  gemm_free(ctx);
+  gpu.free_bytes(block);
+  return ExpertGemms{ms, 6.0 * double(pairs) * H * I / (ms * 1e-3) / 1e12, int(rows), tiles, real};
+}
 
 // The taps at layers 0..kCheckLayers-1 of `model` on `ids` (packed sequences of `lengths`), downloaded as f32.
 std::vector<std::vector<float>> slice_taps(const TargetModel& model, Ops& ops, const std::vector<int32_t>& ids,
@@ -347,6 +415,9 @@ bool check_against_cpu(const QwenConfig& cfg, const TargetModel& gpu_model, Ops&
 bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool fp8) {
   std::printf("\n=== %s (%s): %s ===\n", label, fp8 ? "FP8" : "bf16", qwen_config_summary(cfg).c_str());
   CudaOps gpu(0);
+  const int64_t T = int64_t(kSeqs) * kSeqLen;
+  // Timed before the model is drawn, while its weights do not yet take the memory.
+  const ExpertGemms experts = cfg.is_moe() && !fp8 ? time_expert_gemms(cfg, T, gpu) : ExpertGemms{};
   const double burst = fp8 ? fp8_burst_tflops(gpu) : 0.0;
   if (fp8) std::printf("cuBLASLt FP8 8192^3 burst (outer-vector scales, bf16 out): %.0f TFLOP/s\n", burst);
   TargetLoadOptions load;
@@ -362,7 +433,6 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
   float init_ms = 0;
   DF_CUDA_CHECK(cudaEventElapsedTime(&init_ms, a, b));
 
-  const int64_t T = int64_t(kSeqs) * kSeqLen;
   TargetForward fwd(*model, T);
 
   // Outputs, the layout and the ids in one block.
@@ -410,16 +480,27 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
   gpu.download_f32(out.final_norm.rows_view(T - 1, 1), row.data());
   bool finite = std::all_of(row.begin(), row.end(), [](float v) { return std::isfinite(v); });
 
-  const double fpt = flops_per_token(cfg, kSeqLen);
+  const double fpt =
+      target_forward_flops_per_token(cfg, kSeqLen, cfg.layers);  // every layer: the final norm is wanted
   const double tok_s = T / (ms * 1e-3);
   const double tflops = fpt * T / (ms * 1e-3) / 1e12;
   std::printf("forward %.1f ms (median of %d; min %.1f max %.1f)  ->  %.0f tok/s\n", ms, reps, times.front(),
               times.back(), tok_s);
-  std::printf("FLOPs/token %.2f GFLOP (2 x %.3f B non-embedding params + attention + GDN chunks)\n", fpt / 1e9,
-              cfg.params_non_embedding() / 1e9);
+  std::printf("FLOPs/token %.2f GFLOP (2 x %.3f B active non-embedding params + attention + GDN chunks)\n",
+              fpt / 1e9, cfg.params_active_non_embedding() / 1e9);
   std::printf("achieved %.1f TFLOP/s = %.1f %% of %.0f; upper bound at the ceiling %.0f tok/s\n", tflops,
               100.0 * tflops / kPeakTflops, kPeakTflops, kPeakTflops * 1e12 / fpt);
   std::printf("output finite: %s\n", finite ? "yes" : "NO");
+  if (experts.ms > 0) {
+    const int sparse = int(std::count(cfg.moe_layers.begin(), cfg.moe_layers.end(), 1));
+    std::printf(
+        "routed-expert GEMMs alone (one layer: gate_up + down grouped GEMMs, %d-row tiles, %lld launched for "
+        "%lld needed): %.3f ms, %.0f TFLOP/s = %.1f %% of %.0f; x %d MoE layers = %.1f ms = %.1f %% of the "
+        "forward\n",
+        experts.rows, (long long)experts.tiles, (long long)experts.real_tiles, experts.ms, experts.tflops,
+        100.0 * experts.tflops / kPeakTflops, kPeakTflops, sparse, experts.ms * sparse,
+        100.0 * experts.ms * sparse / ms);
+  }
   const bool checked = check_against_cpu(cfg, *model, gpu, host_ids, out, fp8);
   std::printf("memory: model block %.2f GiB + forward workspace %.2f GiB + outputs %.2f GiB = %.2f GiB; "
               "cudaMemGetInfo used %.2f GiB of %.2f GiB (fits 80 GB: %s)\n",
@@ -482,15 +563,18 @@ int main(int argc, char** argv) {
     } else if (a.rfind("--", 0) != 0) {
       which = a;
     } else {
-      std::fprintf(stderr, "bench_target_forward: unknown option '%s'; usage: [27b|8b|all] [--dtype bf16|fp8]\n",
-                   a.c_str());
+      std::fprintf(
+          stderr,
+          "bench_target_forward: unknown option '%s'; usage: [27b|8b|35b-a3b|all] [--dtype bf16|fp8]\n",
+          a.c_str());
       return 2;
     }
   }
   bool ok = true;
   try {
-    if (which != "all" && which != "27b" && which != "8b") {
-      std::fprintf(stderr, "bench_target_forward: model '%s': expected 27b, 8b or all\n", which.c_str());
+    if (which != "all" && which != "27b" && which != "8b" && which != "35b-a3b") {
+      std::fprintf(stderr, "bench_target_forward: model '%s': expected 27b, 8b, 35b-a3b or all\n",
+                   which.c_str());
       return 2;
     }
     if (dtype != "bf16" && dtype != "fp8") {
@@ -500,6 +584,8 @@ int main(int argc, char** argv) {
     const bool fp8 = dtype == "fp8";
     if (which == "all" || which == "27b") ok &= bench_model("27b", "Qwen3.6-27B", config_qwen36_27b(), fp8);
     if (which == "all" || which == "8b") ok &= bench_model("8b", "Qwen3-8B", config_qwen3_8b(), fp8);
+    if ((which == "all" && !fp8) || which == "35b-a3b")
+      ok &= bench_model("35b-a3b", "Qwen3.6-35B-A3B", config_qwen36_35b_a3b(), fp8);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_target_forward: %s\n", e.what());
     return 1;

@@ -8,19 +8,20 @@
 // rows or 64 keys, operands straight from swizzled shared memory), the query-major ones streaming K and V by
 // TMA; dflash_attention_kernel_choose (kernels/dispatch/dispatch.h) picks them. This file holds the
 // query-major kernels and the launchers; the key-major dk/dv kernel is dflash_attention_kv.cu.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <type_traits>
 
-#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/attention/dflash_attention.cuh"
 #include "kernels/dispatch/dispatch.h"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/pdl.cuh"
 #include "kernels/primitives/tma.cuh"
-#include "kernels/train_launchers.cuh"
 #include "kernels/primitives/wgmma_tiles.cuh"
+#include "kernels/train_launchers.cuh"
 
 namespace df {
 
@@ -116,30 +117,35 @@ __device__ __forceinline__ void own_product(float (&acc)[4][4], const bf16* pt, 
   }
 }
 
-// Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from the saved
-// lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys [64i, 64i + 64): virtual key x <
-// nctx is context row c0 + x, the rest own rows; every query row sees one interval [ilo, ihi) of virtual keys, so the
-// mask is two compares. WG (hd 128 only): the 4 warps are one warpgroup running the products on wgmma from swizzled
-// tiles (P or dS as the register operand); two CTAs fit an SM. One thread streams each K/V tile as 64 whole rows by
-// bulk tensor copies (tm_k, tm_v) on the buffer's mbarrier, so the other threads spend no instructions on copies (Q and
-// dO load as one pass over their shared rows); the walk then takes the context keys in 64-key tiles from c0 (rows past
-// the context range are loaded and masked) and the own rows as one more tile from bj. A masked key still multiplies its
-// V (dq: K) row by a zero weight, so every k/v row the tensors hold must be finite, as the drafter's projections write
-// them; rows past the tensors' ends arrive as zeros.
-template <int HD, bool DQ, bool WG>
+// Query-major pass over one CTA's 64 query rows. Forward (DQ false): online softmax, out and lse. DQ: P from
+// the saved lse, dS = P∘(dO·Vᵀ − D), dq = scale·dS·K. Key tile i of the walk holds virtual keys [KT·i, KT·i +
+// KT) (KT 64, fewer in the small form: query_keys): virtual key x < nctx is context row c0 + x, the rest own
+// rows; every query row sees one interval [ilo, ihi) of virtual keys, so the mask is two compares. WG (hd 128
+// only): the 4 warps are one warpgroup running the products on wgmma from swizzled tiles (P or dS as the
+// register operand); two CTAs fit an SM. One thread streams each K/V tile as 64 whole rows by bulk tensor
+// copies (tm_k, tm_v) on the buffer's mbarrier, so the other threads spend no instructions on copies (Q and
+// dO load as one pass over their shared rows); the walk then takes the context keys in 64-key tiles from c0
+// (rows past the context range are loaded and masked) and the own rows as one more tile from bj. A masked key
+// still multiplies its V (dq: K) row by a zero weight, so every k/v row the tensors hold must be finite, as
+// the drafter's projections write them; rows past the tensors' ends arrive as zeros.
+template <int HD, bool DQ, bool WG, int KT>
 __global__ void __launch_bounds__(128, WG ? 2 : 1)
     dfa_query_kernel(QueryArgs p, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v) {
-  static_assert(!WG || HD == 128, "the wgmma variant is written for head dim 128");
+  static_assert(!WG || (HD == 128 && KT == kTile),
+                "the wgmma variant is written for head dim 128, 64-key tiles");
+  static_assert(KT % 16 == 0 && KT <= kTile, "whole 16-key steps, at most the 64-row Q tile's keys");
   constexpr int LDS = HD + 8;
-  constexpr int KSUB = DQ && HD > 128 ? 32 : 64;  // keys per step: S and dP of 64 keys would spill at hd 256
-  constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
+  // keys per step: S and dP of 64 keys would spill at hd 256; at most the tile
+  constexpr int KSUB = std::min(KT, DQ && HD > 128 ? 32 : 64);
+  constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of the 64-row Q (dO) tile
+  constexpr int KVT = WG ? kWgTile : int(sizeof(bf16)) * KT * LDS;      // bytes of one K or V tile
   extern __shared__ __align__(16) unsigned char dfa_smem[];
   unsigned char* const Qt = WG ? align1024(dfa_smem) : dfa_smem;
   unsigned char* const dOt = Qt + TILE;                 // DQ only
   unsigned char* const KV = Qt + (DQ ? 2 : 1) * TILE;  // K, V of two tiles: the next one loads during this one
-  auto Kb = [&](int b) { return KV + 2 * b * TILE; };
-  auto Vb = [&](int b) { return KV + (2 * b + 1) * TILE; };
+  auto Kb = [&](int b) { return KV + 2 * b * KVT; };
+  auto Vb = [&](int b) { return KV + (2 * b + 1) * KVT; };
   const DFlashAttnDims& d = p.d;
   // The drafter's anchors ascend within a sequence, so the last blocks see the most keys: the wgmma variant
   // walks the blocks from the last, which starts the longest CTAs first and leaves short ones for the tail.
@@ -181,16 +187,16 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       return k0 + r < nkeys ? base + key_row(k0 + r) * ld + int64_t(g) * d.hd : nullptr;
     };
   };
-  auto load = [&](unsigned char* dst, auto src) {
+  auto load = [&](unsigned char* dst, auto rows, auto src) {
     if constexpr (WG)
-      load_tile_wg<kTile, 128>(dst, d.hd, p.q, src);
+      load_tile_wg<decltype(rows)::value, 128>(dst, d.hd, p.q, src);
     else
-      load_tile<HD, kTile, 128>(reinterpret_cast<bf16*>(dst), d.hd, p.vec, p.q, src);
+      load_tile<HD, decltype(rows)::value, 128>(reinterpret_cast<bf16*>(dst), d.hd, p.vec, p.q, src);
   };
-  // K and V tile rows [k0, k0 + 64) into buffer b (mma.sync; the wgmma kernel streams them by TMA).
+  // K and V tile rows [k0, k0 + KT) into buffer b (mma.sync; the wgmma kernel streams them by TMA).
   auto load_kv = [&](int b, int k0) {
-    load(Kb(b), kvsrc(p.k, p.ld_k, k0));
-    load(Vb(b), kvsrc(p.v, p.ld_v, k0));
+    load(Kb(b), std::integral_constant<int, KT>{}, kvsrc(p.k, p.ld_k, k0));
+    load(Vb(b), std::integral_constant<int, KT>{}, kvsrc(p.v, p.ld_v, k0));
   };
   if (WG && DQ) {
     load_tile_pair_wg<kTile, 128>(Qt, p.q, p.ld_q, dOt, p.dout, p.ld_dout, d.hd, [&](int r) {
@@ -198,15 +204,15 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       return rr < R ? RowAt{q_row(rr), q_col(rr)} : RowAt{-1, 0};
     });
   } else {
-    load(Qt, qsrc(p.q, p.ld_q));
-    if (DQ) load(dOt, qsrc(p.dout, p.ld_dout));
+    load(Qt, std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
+    if (DQ) load(dOt, std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
   }
   // WG: the buffers' mbarriers after the tiles; tile t of the walk starts at virtual key tile_k0(t) and
   // its rows past tile_cap(t) are not keys of the walk (a context tile's rows beyond nctx).
-  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(KV + 4 * TILE));
+  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(KV + 4 * KVT));
   const int nct = int((nctx + kTile - 1) / kTile);  // context tiles of the TMA walk
-  const int ntiles = WG ? nct + 1 : (nkeys + kTile - 1) / kTile;
-  auto tile_k0 = [&](int t) { return WG && t == nct ? int(nctx) : t * kTile; };
+  const int ntiles = WG ? nct + 1 : (nkeys + KT - 1) / KT;
+  auto tile_k0 = [&](int t) { return WG && t == nct ? int(nctx) : t * KT; };
   auto tile_cap = [&](int t) { return WG && t < nct ? int(nctx) : nkeys; };
   auto tma_kv = [&](int b, int t) {  // one thread: tile t's K and V into buffer b
     const int64_t row = t == nct ? m.bj : c0 + int64_t(t) * kTile;
@@ -271,7 +277,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       if constexpr (WG) {
         if (threadIdx.x == 0 && t + 1 < ntiles) tma_kv(buf ^ 1, t + 1);
       } else {
-        if (k0 + kTile < nkeys) load_kv(buf ^ 1, k0 + kTile);
+        if (k0 + KT < nkeys) load_kv(buf ^ 1, k0 + KT);
       }
     };
     int hi[2];  // this tile's visible keys end at hi (a TMA context tile also holds rows past the context)
@@ -324,7 +330,7 @@ __global__ void __launch_bounds__(128, WG ? 2 : 1)
       wg_product(o, a, Kb(buf));
     } else {
       const bf16 *Ks = reinterpret_cast<const bf16*>(Kb(buf)), *Vs = reinterpret_cast<const bf16*>(Vb(buf));
-      for (int kh = 0; kh < kTile && k0 + kh < nkeys; kh += KSUB) {
+      for (int kh = 0; kh < KT && k0 + kh < nkeys; kh += KSUB) {
         float s[KSUB / 8][4];
         warp_mma_abt<KSUB / 8, HD, LDS>(s, qw, Ks + kh * LDS, lane);
 #pragma unroll
@@ -466,15 +472,40 @@ bool on_wgmma(const DFlashAttnDims& d, bool vec) {
   return dflash_attention_kernel_choose(device_caps(), kernel_variants(), shape) == DFlashAttnKernel::wgmma;
 }
 
+// The mma.sync query pass's shared memory: the 64-row Q (and dO) tile and K and V of two tiles of `keys`
+// keys.
+constexpr size_t query_smem(int hd, bool dq, int keys) {
+  return sizeof(bf16) * size_t(hd + 8) * size_t((dq ? 2 : 1) * kTile + 4 * keys);
+}
+
+// Keys per K/V tile of the mma.sync query pass: 64 in the large form; the small form halves them until the
+// pass fits kSmallSmem (32 keys for the forward at head dim 256 and the dq pass at 128, 16 for the dq pass at
+// 256). The warps keep their 16 query rows each and the tiles stay double-buffered, so the next keys still
+// load while mma.sync runs on these; only the steps between barriers get shorter. Query rows are not cut
+// instead: a CTA of fewer warps leaves an sm_120 SM, which holds one CTA of this size, with fewer warps to
+// hide latency.
+constexpr int query_keys(int hd, bool dq, bool small) {
+  int keys = kTile;
+  while (small && keys > 16 && query_smem(hd, dq, keys) > kSmallSmem) keys /= 2;
+  return keys;
+}
+constexpr bool query_small_fits() {
+  for (int hd = 16; hd <= 256; hd *= 2)
+    for (int dq = 0; dq < 2; ++dq)
+      if (query_smem(hd, dq, query_keys(hd, dq, true)) > kSmallSmem) return false;
+  return true;
+}
+static_assert(query_small_fits(), "the small form of every head dim fits kSmallSmem");
+
 // pdl: launched with programmatic dependent launch behind the dk/dv pass, whose results it does not read: its
 // CTAs start as the dk/dv pass's last ones leave SMs free, and it does not wait for it.
-template <int HD, bool DQ, bool WG>
+template <int HD, bool DQ, bool WG, int KT>
 void query_pass(const QueryArgs& a, bool pdl, cudaStream_t stream) {
   // Q (and dO), K and V of two key tiles (and the TMA walk's two mbarriers); the wgmma tiles need a
   // 1024-byte aligned base.
-  const size_t smem = WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile + 16
-                         : sizeof(bf16) * size_t(DQ ? 6 : 5) * kTile * (HD + 8);
-  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_query_kernel<HD, DQ, WG>), smem, "dfa_query_kernel");
+  const size_t smem = WG ? 1024 + size_t(DQ ? 6 : 5) * kWgTile + 16 : query_smem(HD, DQ, KT);
+  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_query_kernel<HD, DQ, WG, KT>), smem,
+                     "dfa_query_kernel");
   const int R = a.d.hq / a.d.hkv * a.d.block;
   dim3 grid(unsigned(a.d.nb), unsigned(a.d.hkv), unsigned((R + kTile - 1) / kTile));
   CUtensorMap tm_k{}, tm_v{};
@@ -484,20 +515,30 @@ void query_pass(const QueryArgs& a, bool pdl, cudaStream_t stream) {
     tm_v = tensor_map_bf16(a.v, kvrows, cols, a.ld_v, kTile);
   }
   if (pdl) {
-    launch_pdl(dfa_query_kernel<HD, DQ, WG>, grid, dim3(128), smem, stream, a, tm_k, tm_v);
+    launch_pdl(dfa_query_kernel<HD, DQ, WG, KT>, grid, dim3(128), smem, stream, a, tm_k, tm_v);
   } else {
-    dfa_query_kernel<HD, DQ, WG><<<grid, 128, smem, stream>>>(a, tm_k, tm_v);
+    dfa_query_kernel<HD, DQ, WG, KT><<<grid, 128, smem, stream>>>(a, tm_k, tm_v);
     DF_CUDA_CHECK_LAUNCH("dfa_query_kernel");
   }
 }
 
-// The query-major pass on the path on_wgmma chose.
+// The query-major pass on the path on_wgmma chose, the mma.sync one in the form dispatch picks for the
+// device.
 template <bool DQ>
 void query_pass_any(const QueryArgs& a, bool wg, bool pdl, cudaStream_t stream) {
-  if (wg)
-    query_pass<128, DQ, true>(a, pdl, stream);
-  else
-    dispatch_head_dim(a.d.hd, [&](auto hd) { query_pass<decltype(hd)::value, DQ, false>(a, pdl, stream); });
+  if (wg) {
+    query_pass<128, DQ, true, kTile>(a, pdl, stream);
+    return;
+  }
+  dispatch_head_dim(a.d.hd, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value, SMALL_KT = query_keys(HD, DQ, true);
+    const bool small = dflash_attention_form_choose(device_caps(), kernel_variants(),
+                                                    query_smem(HD, DQ, kTile)) == DFlashAttnForm::small;
+    if (small && SMALL_KT < kTile)
+      query_pass<HD, DQ, false, SMALL_KT>(a, pdl, stream);
+    else
+      query_pass<HD, DQ, false, kTile>(a, pdl, stream);
+  });
 }
 
 }  // namespace

@@ -2,18 +2,22 @@
 // and the launchers; kernels/attention/dflash_attention_kv.cu: the key-major dk/dv pass): the block mask, the tile copies
 // and stores, and the dk/dv pass's arguments and entry point. Internal to those two files.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/primitives/mma.cuh"
 #include "kernels/primitives/tma.cuh"
-#include "kernels/train_launchers.cuh"
 #include "kernels/primitives/wgmma_tiles.cuh"
+#include "kernels/train_launchers.cuh"
 
 namespace df {
 namespace dfa {
 
 constexpr int kTile = 64;  // keys per K/V tile of the query-major passes, query rows per CTA or chunk
+// What a small form (dflash_attention_form_choose) may ask at most: the opt-in shared memory a block has on
+// sm_120 (RTX PRO 6000, RTX 50) and sm_89 (Ada), the smallest of the GPUs the portable kernels serve.
+constexpr size_t kSmallSmem = 101376;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- kernels ----------------------------------------------------------------------------------------

@@ -30,39 +30,91 @@ __device__ __forceinline__ void copy4(float* dst, const float* src, bool in) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(in ? 4 : 0));
 }
 
-// Key-major dk/dv, 8 warps, each on 16 keys of the CTA's tile: 128 keys at hd ≤ 128; at hd 256 the tile is
-// 64 keys and warp pairs split the head columns of dk/dv (128 accumulator columns of each per thread at most,
-// so nothing spills).
-template <int HD>
+// Key-major dk/dv, each warp on 16 keys of the CTA's tile. Large form: 8 warps, 128 keys at hd ≤ 128; at hd
+// 256 the tile is 64 keys and warp pairs split the head columns of dk/dv (128 accumulator columns of each per
+// thread at most, so nothing spills); items of 64-row query chunks. Small form (SMALL: hd 128 and 256, whose
+// large forms ask 153136 and 216624 bytes), to fit kSmallSmem: half the keys and half (hd 128) or a quarter
+// (hd 256) of the chunk rows, so 4 warps. Each warp's products keep the large form's shapes (16 keys × 128
+// accumulator columns, the same query rows a step), no product is computed twice, and the Q/dO chunks stay
+// double-buffered; the cost is more items (barriers) per key and twice the Q/dO reads (from L2) per key.
+template <int HD, bool SMALL>
 struct KvCfg {
   static constexpr int kSplit = HD > 128 ? 2 : 1;
-  static constexpr int kThreads = 256;
-  static constexpr int kKeys = 128 / kSplit;
+  static constexpr int kKeys = (SMALL ? 64 : 128) / kSplit;
+  static constexpr int kThreads = 2 * kKeys * kSplit;                  // a warp per 16 keys and column share
+  static constexpr int kChunk = SMALL ? kTile / (2 * kSplit) : kTile;  // query rows of an item
   static constexpr int kCols = HD / kSplit;
   static constexpr int kQStep = HD > 128 ? 16 : 32;  // query rows per step of a warp (32 spills at hd 256)
   static constexpr int kScanK = 4;                   // blocks each thread tests per round of the scan
-  static constexpr int kRanks = 4;                   // CTAs of a cluster sharing one tile's items (mma.sync)
   static constexpr size_t kPartBytes = sizeof(float) * 2 * kKeys * HD;  // one rank's dk, dv partial
+  static_assert(kChunk % kQStep == 0 && kThreads >= kChunk, "whole steps; one thread a query row of an item");
 };
+
+// The CTAs of a cluster sharing one tile's items (RANKS: dflash_attention_kv_ranks_choose, kWgRanks): this
+// CTA's rank, the cluster's barrier, and rank q's partial as seen from here. RANKS 1 is a plain launch (GPUs
+// without clusters): rank 0, a block barrier, the CTA's own partial. The cluster calls compile only for
+// compute 9.0 and later, where dispatch launches clusters; elsewhere they trap.
+template <int RANKS>
+__device__ __forceinline__ int kv_rank() {
+  if constexpr (RANKS == 1) {
+    return 0;
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();
+    return 0;
+#else
+    return int(cooperative_groups::this_cluster().block_rank());
+#endif
+  }
+}
+
+template <int RANKS>
+__device__ __forceinline__ void kv_sync() {
+  if constexpr (RANKS == 1) {
+    __syncthreads();
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();
+#else
+    cooperative_groups::this_cluster().sync();
+#endif
+  }
+}
+
+template <int RANKS>
+__device__ __forceinline__ const float* kv_partial(float* part, int q) {
+  if constexpr (RANKS == 1) {
+    return part;
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();
+    return part;
+#else
+    return cooperative_groups::this_cluster().map_shared_rank(part, q);
+#endif
+  }
+}
+// The mma.sync kernel's clusters where the device has them (dflash_attention_kv_ranks_choose).
+constexpr int kMmaRanks = 4;
 // The wgmma kernel's clusters: 2 CTAs, as clusters of 4 one-CTA SMs pack only 120 of the H200's 132 SMs
 // (Nsight Compute), which makes the pass about a tenth slower than with 2.
 constexpr int kWgRanks = 2;
 
-// One cluster of RANKS CTAs (kRanks, kWgRanks) per (kKeys absolute k/v rows, kv head). Each CTA lists, in
-// block order, the blocks that see any of its keys (kScanK·THREADS entries of `blocks` at a time, their masks
-// kept in shared memory); of the list's items (block, 64-row query chunk) rank r takes the r-th contiguous
-// share, so a tile that every block sees (the start of a long context) is spread over RANKS SMs. Per item it
-// loads the group's query rows with their row terms (the next item's copies fly during this one): Sᵀ = K·Qᵀ,
-// Pᵀ from the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK += dSᵀ·Q. The ranks' f32 partials are then summed
-// through distributed shared memory in rank order and each dk/dv row written once: deterministic, no atomics.
-// WG (hd 128 only): each warpgroup owns 64 of the 128 keys and runs the four products of an item on wgmma
-// (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register operands). TMA (WG, a group of at most 64 query
-// rows): thread 0 streams an item's Q and dO as one 3-d box per 64-column half (tm_q, tm_do: the group's
-// heads of the block's rows), which orders the chunk's rows token-major (row r is token r / group of head
-// r % group); rows past the group keep the zeros the buffers start with, and an item's dK product stays in
-// flight into the next item's scores, Q/dO in three buffers (the last item's Q is still read). Without TMA
-// the wgmma kernel loads Q and dO as one pass over their shared rows. An item that sees all of a
-// warpgroup's keys skips the mask.
+// One cluster of RANKS CTAs (dflash_attention_kv_ranks_choose, kWgRanks; 1: no cluster) per (kKeys absolute
+// k/v rows, kv head). Each CTA lists, in block order, the blocks that see any of its keys (kScanK·THREADS
+// entries of `blocks` at a time, their masks kept in shared memory); of the list's items (block, query chunk
+// of kChunk rows) rank r takes the r-th contiguous share, so a tile that every block sees (the start of a
+// long context) is spread over RANKS SMs. Per item it loads the chunk's query rows with their row terms (the
+// next item's copies fly during this one): Sᵀ = K·Qᵀ, Pᵀ from the lse, dV += Pᵀ·dO, dSᵀ = Pᵀ∘(V·dOᵀ − D), dK
+// += dSᵀ·Q. The ranks' f32 partials are then summed through distributed shared memory in rank order and each
+// dk/dv row written once: deterministic, no atomics. WG (hd 128 only): each warpgroup owns 64 of the 128 keys
+// and runs the four products of an item on wgmma (Sᵀ and dPᵀ from swizzled tiles, Pᵀ and dSᵀ as register
+// operands). TMA (WG, a group of at most 64 query rows): thread 0 streams an item's Q and dO as one 3-d box
+// per 64-column half (tm_q, tm_do: the group's heads of the block's rows), which orders the chunk's rows
+// token-major (row r is token r / group of head r % group); rows past the group keep the zeros the buffers
+// start with, and an item's dK product stays in flight into the next item's scores, Q/dO in three buffers
+// (the last item's Q is still read). Without TMA the wgmma kernel loads Q and dO as one pass over their
+// shared rows. An item that sees all of a warpgroup's keys skips the mask.
 // The grid's order: the clusters start in block-index order and their work differs by far (a tile at the
 // start of a sequence is seen by every block whose window reaches it, an own-row tile by its own blocks), so
 // by default (blockIdx.x the tile) each kv head's longest tiles start after every tile of the heads before it
@@ -73,30 +125,31 @@ constexpr int kWgRanks = 2;
 // launched after this kernel with programmatic dependent launch and needs nothing it writes, so every CTA
 // lets it start at once: its CTAs take the SMs this grid's last clusters leave free (each waits at its end
 // for this grid to end, dfa_query_kernel).
-template <int HD, bool WG, int RANKS, bool TMA>
-__global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1, RANKS)
+template <int HD, bool WG, int RANKS, bool TMA, bool SMALL>
+__global__ void __launch_bounds__(KvCfg<HD, SMALL>::kThreads, 1)
     dfa_kv_kernel(KvArgs p, const __grid_constant__ CUtensorMap tm_q,
                   const __grid_constant__ CUtensorMap tm_do) {
-  using Cfg = KvCfg<HD>;
-  static_assert(!WG || (HD == 128 && Cfg::kKeys == 128 && Cfg::kThreads == 256),
+  using Cfg = KvCfg<HD, SMALL>;
+  static_assert(!WG || (HD == 128 && !SMALL && Cfg::kKeys == 128 && Cfg::kThreads == 256),
                 "the wgmma variant: head dim 128, two warpgroups of 64 keys");
   static_assert(!TMA || WG, "the TMA loads fill wgmma tiles");
   constexpr int NB = TMA ? 3 : 2;  // Q/dO buffers
   constexpr int LDS = HD + 8, THREADS = Cfg::kThreads, COLS = Cfg::kCols, KEYS = Cfg::kKeys;
-  constexpr int SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
-  constexpr int TILE = WG ? kWgTile : int(sizeof(bf16)) * kTile * LDS;  // bytes of one 64-row tile
+  constexpr int QC = Cfg::kChunk, SLICES = KEYS / 16, LIST = Cfg::kScanK * THREADS;
+  constexpr int KVT = WG ? KEYS / 64 * kWgTile : int(sizeof(bf16)) * KEYS * LDS;  // bytes of the K or V tile
+  constexpr int QT = WG ? kWgTile : int(sizeof(bf16)) * QC * LDS;  // bytes of one Q or dO chunk
   extern __shared__ __align__(16) unsigned char dfa_smem[];
   unsigned char* const tiles = WG ? align1024(dfa_smem) : dfa_smem;
   unsigned char* const Kt = tiles;
-  unsigned char* const Vt = Kt + KEYS / 64 * TILE;
+  unsigned char* const Vt = Kt + KVT;
   // Q and dO of NB query chunks: the next one loads during this one.
-  unsigned char* const QdO = Vt + KEYS / 64 * TILE;
-  auto Qb = [&](int b) { return QdO + 2 * b * TILE; };
-  auto dOb = [&](int b) { return QdO + (2 * b + 1) * TILE; };
-  float* lse2 = reinterpret_cast<float*>(QdO + 2 * NB * TILE);    // [2][64] per chunk row: lse·log2 e,
-  float* dsum = lse2 + 2 * kTile;                                 // D,
-  int* cols = reinterpret_cast<int*>(dsum + 2 * kTile);           // first context key | end of own keys << 16
-  int2* meta = reinterpret_cast<int2*>(cols + 2 * kTile);         // listed blocks' (first row, anchor)
+  unsigned char* const QdO = Vt + KVT;
+  auto Qb = [&](int b) { return QdO + 2 * b * QT; };
+  auto dOb = [&](int b) { return QdO + (2 * b + 1) * QT; };
+  float* lse2 = reinterpret_cast<float*>(QdO + 2 * NB * QT);  // [2][QC] per chunk row: lse·log2 e,
+  float* dsum = lse2 + 2 * QC;                                // D,
+  int* cols = reinterpret_cast<int*>(dsum + 2 * QC);          // first context key | end of own keys << 16
+  int2* meta = reinterpret_cast<int2*>(cols + 2 * QC);        // listed blocks' (first row, anchor)
   int* list = reinterpret_cast<int*>(meta + LIST);
   int* wcount = list + LIST;
   // Per Q/dO buffer, from warps 0 and 1 (query rows 0-31, 32-63): bit w set when every one of its rows sees
@@ -108,11 +161,10 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   const int64_t tile = p.head_group ? blockIdx.y : blockIdx.x;
   const int64_t rows = p.rows, r0 = tile * KEYS, r1 = min(r0 + KEYS, rows);
   const int g = p.head_group ? int(blockIdx.z / RANKS) * p.head_group + int(blockIdx.x) : int(blockIdx.y),
-            group = d.hq / d.hkv, R = group * d.block, nz = (R + kTile - 1) / kTile;
+            group = d.hq / d.hkv, R = group * d.block, nz = (R + QC - 1) / QC;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gr = lane >> 2, t4 = lane & 3;
   const int kw = (warp % SLICES) * 16, col0 = (warp / SLICES) * COLS;  // this warp's key rows and columns
-  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  const int rank = int(cluster.block_rank());
+  const int rank = kv_rank<RANKS>();
 
   auto kvsrc = [&](const bf16* base, int64_t ld) {
     return [=](int r) -> const bf16* {
@@ -146,7 +198,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
   if constexpr (TMA) {
     // Zeros in the Q/dO buffers (rows past the group are never loaded), published to the async proxy before
     // the first bulk copy.
-    for (int i = threadIdx.x; i < 2 * NB * TILE / 16; i += THREADS)
+    for (int i = threadIdx.x; i < 2 * NB * QT / 16; i += THREADS)
       reinterpret_cast<uint4*>(QdO)[i] = make_uint4(0u, 0u, 0u, 0u);
     if (threadIdx.x == 0) {
       for (int i = 0; i < NB; ++i) mbar_init(bars + 8 * i, 1);
@@ -220,17 +272,16 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     __syncthreads();
 
     // Items of this round: item n is (listed block n / nz, query chunk n % nz), nz 1 unless a group has more
-    // than 64 query rows; row terms double-buffered, Q/dO in NB buffers.
+    // than QC query rows; row terms double-buffered, Q/dO in NB buffers.
     auto split_item = [nz](int n) { return nz == 1 ? make_int2(n, 0) : make_int2(n / nz, n % nz); };
     // Item n's row terms into buffer b, its Q and dO into tile buffer tb.
     auto load_item = [&](int n, int b, int tb) {
       const int2 it = split_item(n);
       const int64_t j = base + list[it.x];
-      const int z0 = it.y * kTile;
+      const int z0 = it.y * QC;
       const int2 sj = meta[it.x];
       const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
-      static_assert(THREADS >= kTile, "one thread a query row of the chunk");
-      if (threadIdx.x < kTile) {
+      if (threadIdx.x < QC) {
         // Chunk row r: group row rr = head·block + token (TMA: token r / group of head r % group).
         const int r = threadIdx.x;
         const int rr = TMA ? r % group * d.block + r / group : z0 + r;
@@ -240,9 +291,9 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // A row past the group sees nothing: an empty context range and an empty own range.
         const int lo = in ? rel(m.s0 + m.lo(kq)) : KEYS + 1;
         const int hi = in ? rel(m.bj + (d.window > 0 ? kq + 1 : d.block)) : -1;
-        cols[b * kTile + r] = int((uint32_t(lo) & 0xffffu) | (uint32_t(hi) << 16));
-        copy4(lse2 + b * kTile + r, p.lse2 + at, in);
-        copy4(dsum + b * kTile + r, p.dsum + at, in);
+        cols[b * QC + r] = int((uint32_t(lo) & 0xffffu) | (uint32_t(hi) << 16));
+        copy4(lse2 + b * QC + r, p.lse2 + at, in);
+        copy4(dsum + b * QC + r, p.dsum + at, in);
         if constexpr (WG) {
           const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj);
           auto covers = [&](int x0) {  // keys [x0, x0 + 64) all in this row's context range or all in its own
@@ -278,8 +329,8 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
           return RowAt{rr < R ? j * d.block + hk.y : -1, int64_t(g * group + hk.x) * d.hd};
         });
       } else {
-        load(Qb(tb), std::integral_constant<int, kTile>{}, qsrc(p.q, p.ld_q));
-        load(dOb(tb), std::integral_constant<int, kTile>{}, qsrc(p.dout, p.ld_dout));
+        load(Qb(tb), std::integral_constant<int, QC>{}, qsrc(p.q, p.ld_q));
+        load(dOb(tb), std::integral_constant<int, QC>{}, qsrc(p.dout, p.ld_dout));
       }
     };
     const int items = total * nz, n0 = items * rank / RANKS, n1 = items * (rank + 1) / RANKS;
@@ -292,12 +343,12 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       if (n + 1 < n1) load_item(n + 1, b ^ 1, TMA ? (n + 1 - n0) % NB : b ^ 1);
       const int2 it = split_item(n);
       const int64_t j = base + list[it.x];
-      const int z0 = it.y * kTile;
+      const int z0 = it.y * QC;
       const int2 sj = meta[it.x];
       const BlockMask m{sj.x, sj.y, d.T + j * d.block, d.block, d.window};
       const int ctx_hi = rel(m.s0 + m.a), own_lo = rel(m.bj);
-      const int* cb = cols + b * kTile;
-      const float *lb = lse2 + b * kTile, *db = dsum + b * kTile;
+      const int* cb = cols + b * QC;
+      const float *lb = lse2 + b * QC, *db = dsum + b * QC;
       // Pᵀ and dSᵀ of NQ 8-column n-tiles (query columns c0 + 8·n2 + 2·t4 + {0, 1}) for key rows xa (elements
       // 0, 1 of an n-tile) and xa + 8 (elements 2, 3), masked pairs 0: element e of n-tile n2 is S(n2, e),
       // Sᵀ that becomes Pᵀ, and DP(n2, e), dPᵀ that becomes dSᵀ.
@@ -378,7 +429,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
         // QS query rows per step: QS / 8 independent accumulators per product keep the tensor pipes busy.
         constexpr int QS = Cfg::kQStep, NQ = QS / 8;
 #pragma unroll 1
-        for (int sub = 0; sub < kTile / QS && z0 + sub * QS < R; ++sub) {
+        for (int sub = 0; sub < QC / QS && z0 + sub * QS < R; ++sub) {
           const bf16 *qs = Qs + sub * QS * LDS, *dos = dOs + sub * QS * LDS;
           float s[NQ][4], dp[NQ][4];
           warp_mma_abt<NQ, HD, LDS>(s, Ks + kw * LDS, qs, lane);
@@ -424,7 +475,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
       *reinterpret_cast<float2*>(part + at) = k2;
       *reinterpret_cast<float2*>(part + KEYS * HD + at) = v2;
     }
-  cluster.sync();
+  kv_sync<RANKS>();
   // Rank r sums rows [r·KEYS/RANKS, (r + 1)·KEYS/RANKS) over the ranks, in rank order.
   constexpr int RROWS = KEYS / RANKS;
   const float scale = d.scale;
@@ -433,7 +484,7 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     float2 sk = make_float2(0.0f, 0.0f), sv = sk;
 #pragma unroll
     for (int q = 0; q < RANKS; ++q) {
-      const float* rp = cluster.map_shared_rank(part, q);
+      const float* rp = kv_partial<RANKS>(part, q);
       const float2 a = *reinterpret_cast<const float2*>(rp + at),
                    b = *reinterpret_cast<const float2*>(rp + KEYS * HD + at);
       sk.x += a.x, sk.y += a.y, sv.x += b.x, sv.y += b.y;
@@ -443,23 +494,39 @@ __global__ void __launch_bounds__(KvCfg<HD>::kThreads, 1) __cluster_dims__(1, 1,
     store_two(p.dk + t * p.ld_dk + int64_t(g) * d.hd, col, d.hd, p.pairs, sk.x * scale, sk.y * scale);
     store_two(p.dv + t * p.ld_dv + int64_t(g) * d.hd, col, d.hd, p.pairs, sv.x, sv.y);
   }
-  cluster.sync();  // no CTA leaves while another still reads its partial
+  kv_sync<RANKS>();  // no CTA leaves while another still reads its partial
 }
 
 // ---- launchers --------------------------------------------------------------------------------------
 
-template <int HD, bool WG, int RANKS, bool TMA>
-void kv_pass(const KvArgs& a, cudaStream_t stream) {
-  using Cfg = KvCfg<HD>;
-  const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads;
+// dfa_kv_kernel's shared memory: K and V, NB Q/dO chunks, their row terms, the scan's list, or the partial.
+template <int HD, bool WG, bool TMA, bool SMALL>
+constexpr size_t kv_smem() {
+  using Cfg = KvCfg<HD, SMALL>;
+  const size_t list = size_t(Cfg::kScanK) * Cfg::kThreads, chunk = Cfg::kChunk;
   const size_t tiles = WG ? size_t(2 * Cfg::kKeys / 64 + (TMA ? 6 : 4)) * kWgTile
-                          : sizeof(bf16) * (2 * Cfg::kKeys + 4 * kTile) * (HD + 8);
-  const size_t smem =
-      (WG ? 1024 : 0) +
-      std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * kTile + sizeof(int) * 2 * kTile +
-                                    (sizeof(int2) + sizeof(int)) * list + sizeof(int) * Cfg::kThreads / 32 +
-                                    sizeof(unsigned) * 4 + (TMA ? sizeof(uint64_t) * 3 : 0));
-  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_kv_kernel<HD, WG, RANKS, TMA>), smem, "dfa_kv_kernel");
+                          : sizeof(bf16) * (2 * Cfg::kKeys + 4 * chunk) * (HD + 8);
+  return (WG ? 1024 : 0) +
+         std::max(Cfg::kPartBytes, tiles + sizeof(float) * 4 * chunk + sizeof(int) * 2 * chunk +
+                                       (sizeof(int2) + sizeof(int)) * list +
+                                       sizeof(int) * Cfg::kThreads / 32 + sizeof(unsigned) * 4 +
+                                       (TMA ? sizeof(uint64_t) * 3 : 0));
+}
+// The head dims whose large form asks more than kSmallSmem have a small form (kv_pass_launch).
+constexpr bool kv_has_small(int hd) {
+  return hd >= 128;
+}
+static_assert(kv_smem<64, false, false, false>() <= kSmallSmem &&
+                  kv_smem<128, false, false, true>() <= kSmallSmem &&
+                  kv_smem<256, false, false, true>() <= kSmallSmem,
+              "every head dim has a form that fits kSmallSmem");
+
+template <int HD, bool WG, int RANKS, bool TMA, bool SMALL>
+void kv_pass(const KvArgs& a, cudaStream_t stream) {
+  using Cfg = KvCfg<HD, SMALL>;
+  constexpr size_t smem = kv_smem<HD, WG, TMA, SMALL>();
+  kernel_smem_opt_in(reinterpret_cast<const void*>(dfa_kv_kernel<HD, WG, RANKS, TMA, SMALL>), smem,
+                     "dfa_kv_kernel");
   const int64_t key_tiles = (a.rows + Cfg::kKeys - 1) / Cfg::kKeys;
   KvArgs b = a;
   // grid.y's and grid.z's limits, and whole groups; the default order otherwise
@@ -473,23 +540,52 @@ void kv_pass(const KvArgs& a, cudaStream_t stream) {
     tm_q = tensor_map_bf16_heads(a.q, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_q, group, a.d.block);
     tm_do = tensor_map_bf16_heads(a.dout, a.d.nb * a.d.block, a.d.hq, a.d.hd, a.ld_dout, group, a.d.block);
   }
-  dfa_kv_kernel<HD, WG, RANKS, TMA><<<grid, Cfg::kThreads, smem, stream>>>(b, tm_q, tm_do);
-  DF_CUDA_CHECK_LAUNCH("dfa_kv_kernel");
+  // A cluster of RANKS CTAs along grid.z; RANKS 1: a plain launch, for GPUs without clusters.
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = unsigned(RANKS);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(unsigned(Cfg::kThreads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = RANKS > 1 ? 1 : 0;
+  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, dfa_kv_kernel<HD, WG, RANKS, TMA, SMALL>, b, tm_q, tm_do));
 }
 
 }  // namespace
 
 void dfa::kv_pass_launch(const KvArgs& a, bool wg, cudaStream_t stream) {
   if (a.rows == 0) return;
-  if (wg && a.tma)
-    kv_pass<128, true, kWgRanks, true>(a, stream);
-  else if (wg)
-    kv_pass<128, true, kWgRanks, false>(a, stream);
-  else
-    dispatch_head_dim(a.d.hd, [&](auto hd) {
-      constexpr int HD = decltype(hd)::value;
-      kv_pass<HD, false, KvCfg<HD>::kRanks, false>(a, stream);
-    });
+  if (wg && a.tma) {
+    kv_pass<128, true, kWgRanks, true, false>(a, stream);
+    return;
+  }
+  if (wg) {
+    kv_pass<128, true, kWgRanks, false, false>(a, stream);
+    return;
+  }
+  // The mma.sync kernel in the form and cluster size dispatch picks for the device.
+  const DeviceCaps& caps = device_caps();
+  const bool clusters = dflash_attention_kv_ranks_choose(caps) == kMmaRanks;
+  dispatch_head_dim(a.d.hd, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    constexpr bool S = kv_has_small(HD);
+    const bool small =
+        S && dflash_attention_form_choose(caps, kernel_variants(), kv_smem<HD, false, false, false>()) ==
+                 DFlashAttnForm::small;
+    if (small && clusters)
+      kv_pass<HD, false, kMmaRanks, false, S>(a, stream);
+    else if (small)
+      kv_pass<HD, false, 1, false, S>(a, stream);
+    else if (clusters)
+      kv_pass<HD, false, kMmaRanks, false, false>(a, stream);
+    else
+      kv_pass<HD, false, 1, false, false>(a, stream);
+  });
 }
 
 }  // namespace df

@@ -22,6 +22,10 @@ struct DeviceCaps {
   std::string profile;     // the test profile in force ("" : the device as it is)
 };
 
+// The shared memory a block may opt in to on the GPUs with the least of it that the kernels are built for
+// (sm_89 and sm_120, 99 KB): what every kernel's smallest form must fit.
+inline constexpr size_t kSmemOptinLeast = 101376;
+
 // The device as a test profile (`sm120`, `sm100`, `sm89`, `sm80`) would have it: its compute capability,
 // and its shared memory, cluster size, TMA and wgmma each clamped to what both it and `real` have (the
 // kernels still run on `real`). The SM count stays real's. An unknown name throws, listing the known ones.
@@ -36,9 +40,9 @@ inline DeviceCaps device_caps_profile(const DeviceCaps& real, const std::string&
   // RTX PRO 6000 / RTX 50 (99 KB a block, TMA, no wgmma), B200 / B300 (227 KB, TMA, no wgmma), Ada (99 KB,
   // no clusters, no TMA), A100 (163 KB, no clusters, no TMA): CUDA C programming guide, compute capabilities.
   static constexpr Profile kProfiles[] = {
-      {"sm120", 12, 0, 101376, 8, true, false},
+      {"sm120", 12, 0, kSmemOptinLeast, 8, true, false},
       {"sm100", 10, 0, 232448, 8, true, false},
-      {"sm89", 8, 9, 101376, 1, false, false},
+      {"sm89", 8, 9, kSmemOptinLeast, 1, false, false},
       {"sm80", 8, 0, 166912, 1, false, false},
   };
   if (profile.empty()) return real;
@@ -65,7 +69,9 @@ struct KernelVariants {
   bool attention_portable = false;        // attention=portable: prefill attention on the mma.sync kernel
   bool attention_portable_k32 = false;    // attention=portable_k32: the same with its 32-key (99 KB) tiles
   bool dflash_attention_portable = false;  // dflash_attention=portable: DFlash attention on mma.sync kernels
+  bool dflash_attention_small = false;     // dflash_attention=small: those in their small-smem form
   bool gdn_recurrent = false;  // gdn=recurrent: DeltaNet prefill as the fp32 token recurrence, not chunked
+  bool gdn_one_stage = false;  // gdn=one_stage: the DeltaNet state pass in its one-stage (99 KB) form
   bool gemm_heuristic = false;  // gemm=heuristic: cuBLASLt's first heuristic pick, no timing of candidates
   bool gemm_log = false;        // gemm=log: print each GEMM shape's decision (tuned, reused, refused)
   bool decode_general = false;  // decode=general: incremental decoding on the general warp-per-row kernels
@@ -81,7 +87,9 @@ inline constexpr KernelVariantItem kKernelVariantItems[] = {
     {"attention", "portable", &KernelVariants::attention_portable},
     {"attention", "portable_k32", &KernelVariants::attention_portable_k32},
     {"dflash_attention", "portable", &KernelVariants::dflash_attention_portable},
+    {"dflash_attention", "small", &KernelVariants::dflash_attention_small},
     {"gdn", "recurrent", &KernelVariants::gdn_recurrent},
+    {"gdn", "one_stage", &KernelVariants::gdn_one_stage},
     {"gemm", "heuristic", &KernelVariants::gemm_heuristic},
     {"gemm", "log", &KernelVariants::gemm_log},
     {"decode", "general", &KernelVariants::decode_general},
@@ -174,12 +182,30 @@ inline int attention_portable_keys_choose(const DeviceCaps& caps, const KernelVa
 
 // DFlash attention forward and backward: the wgmma kernels (K/V streamed by TMA) where the device has wgmma
 // and TMA and the shape suits them (`wgmma_shape`: head dim 65..128, 16-byte copies, 32-bit row indices);
-// the portable mma.sync kernels otherwise.
+// the portable mma.sync kernels otherwise (and where the registry forces them or their small form).
 enum class DFlashAttnKernel { wgmma, portable };
 inline DFlashAttnKernel dflash_attention_kernel_choose(const DeviceCaps& caps, const KernelVariants& v,
                                                        bool wgmma_shape) {
-  const bool wg = !v.dflash_attention_portable && caps.wgmma && caps.tma && wgmma_shape;
+  const bool forced = v.dflash_attention_portable || v.dflash_attention_small;
+  const bool wg = !forced && caps.wgmma && caps.tma && wgmma_shape;
   return wg ? DFlashAttnKernel::wgmma : DFlashAttnKernel::portable;
+}
+
+// The shared-memory form of one portable DFlash attention pass at one head dim: the large form where what it
+// asks (`large_smem`) fits the device's opt-in shared memory (Hopper, B200 / B300, A100 up to head dim 128);
+// the small form, built to fit the 101376 bytes of sm_120 and sm_89, otherwise or where the registry forces
+// it.
+enum class DFlashAttnForm { large, small };
+inline DFlashAttnForm dflash_attention_form_choose(const DeviceCaps& caps, const KernelVariants& v,
+                                                   size_t large_smem) {
+  return v.dflash_attention_small || large_smem > caps.smem_optin ? DFlashAttnForm::small
+                                                                  : DFlashAttnForm::large;
+}
+
+// CTAs of the cluster that shares one key tile of the portable dk/dv pass: 4 where the device launches such
+// clusters; 1 (a plain launch, one CTA walking every block that sees its tile) on GPUs without clusters.
+inline int dflash_attention_kv_ranks_choose(const DeviceCaps& caps) {
+  return caps.max_cluster >= 4 ? 4 : 1;
 }
 
 // DeltaNet prefill: the chunked kernels where the layout suits them (`chunked_layout`), the fp32 token
@@ -187,6 +213,17 @@ inline DFlashAttnKernel dflash_attention_kernel_choose(const DeviceCaps& caps, c
 enum class GdnPrefillKernel { chunked, recurrent };
 inline GdnPrefillKernel gdn_prefill_kernel_choose(const KernelVariants& v, bool chunked_layout) {
   return chunked_layout && !v.gdn_recurrent ? GdnPrefillKernel::chunked : GdnPrefillKernel::recurrent;
+}
+
+// The DeltaNet prefill's state pass (gdn_state_kernel, after the chunk kernel): two pipeline stages (the next
+// chunk's tiles copied while this one is computed) where they fit the device's shared memory a block
+// (`two_stage_smem`: their bytes, gdn_state_smem_bytes); one stage otherwise, each tile refilled for the next
+// chunk as soon as this one has read it, in about half the bytes (what 99 KB devices take at head dim 128).
+enum class GdnStateKernel { two_stage, one_stage };
+inline GdnStateKernel gdn_state_kernel_choose(const DeviceCaps& caps, const KernelVariants& v,
+                                              size_t two_stage_smem) {
+  const bool two = !v.gdn_one_stage && two_stage_smem <= caps.smem_optin;
+  return two ? GdnStateKernel::two_stage : GdnStateKernel::one_stage;
 }
 
 // The lm_head loss row kernel's CTAs a row (one cluster): `want`, at most what the device launches as one

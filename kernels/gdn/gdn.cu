@@ -27,30 +27,42 @@ namespace df {
 // ---- kernels ----
 
 // One state-pass pipeline stage: W, Q, K, U (and in the fused form the gate Z) tiles [C][kLdB], the masked
-// scores [C][kLdP] (bf16) and the row scalars [C] of one chunk. Two stages: the next chunk's copies fly while
-// this one is computed. The fused form's norm adds per-warp sums of squares [warps][C] and r [C] after them.
-template <int D, bool NORM>
+// scores [C][kLdP] (bf16) and the row scalars [C] of one chunk. STAGES 2: the next chunk's copies fly while
+// this one is computed. STAGES 1 (devices with 99 KB a block, where two stages of 128-wide tiles do not fit):
+// W and Q are refilled for the next chunk once the first products (S Wᵀ, S Qᵀ) have read them, so their
+// copies fly behind this chunk's V', O and S-update products; the other tiles once the chunk is done, behind
+// the next chunk's first products. Same tiles, same 64-token chunk (the workspace's score rows) and S still
+// wholly in registers, so every product keeps its mma.sync shape; only the copies are less ahead. The fused
+// form's norm adds per-warp sums of squares [warps][C] and r [C] after the stages.
+template <int D, bool NORM, int STAGES>
 struct GdnStateSmem {
   static constexpr int C = kGdnChunk, kLdB = D + 8, kLdP = C + 8, kTiles = NORM ? 5 : 4, kWarps = D / 16;
   static constexpr size_t kTileBytes = sizeof(bf16) * (kTiles * C * kLdB + C * kLdP);
   static constexpr size_t kStage = kTileBytes + sizeof(float4) * C;
-  static constexpr size_t kBytes = 2 * kStage + (NORM ? sizeof(float) * (kWarps + 1) * C : 0);
+  static constexpr size_t kBytes = gdn_state_smem_bytes(D, NORM, STAGES);
   static_assert(kTileBytes % 16 == 0, "row scalars must stay 16-byte aligned");
+  static_assert(kStage == gdn_state_stage_bytes(D, NORM) &&
+                    kBytes == STAGES * kStage + (NORM ? sizeof(float) * (kWarps + 1) * C : 0),
+                "gdn_state_smem_bytes (what dispatch weighs) is this layout's size");
+  static_assert(STAGES == 2 || kBytes <= kSmemOptinLeast,
+                "the one-stage form fits every device's shared memory");
 };
 
 // One block per (value head, sequence) walks the chunks with all of S: warp w keeps Sᵀ rows [16w, 16w + 16)
 // (value columns × key dim) in fp32 registers in the MMA accumulator layout, which is also the A-fragment
 // layout of the products that read S, so S never touches shared memory. Every product is transposed
-// (value columns as M): V'ᵀ = Uᵀ − Sᵀ Wᵀ, Oᵀ = (Sᵀ Qᵀ) ⊙ qs + V'ᵀ Pᵀ, Sᵀ = e^(γ_C) Sᵀ + (V' ⊙ kd)ᵀ K, with the
-// bf16 tiles as B fragments straight from ldmatrix. In the recurrence (V' and the S update) the fp32 side
+// (value columns as M): V'ᵀ = Uᵀ − Sᵀ Wᵀ, Oᵀ = (Sᵀ Qᵀ) ⊙ qs + V'ᵀ Pᵀ, Sᵀ = e^(γ_C) Sᵀ + (V' ⊙ kd)ᵀ K, with
+// the bf16 tiles as B fragments straight from ldmatrix. In the recurrence (V' and the S update) the fp32 side
 // (S, V') is split into bf16 hi + lo, because an error there is carried into every later chunk. The two
 // output products take the hi half only: their error (2^-9 relative per term, as in flash-linear-attention,
 // which rounds S to bf16 for every product) stays in this chunk's O, which is rounded to bf16 anyway.
-// CONV: the conv'd q and k rows are those the chunk kernel left in p.qk. NORM: the gated RMSNorm is applied to
-// the fp32 O before its only rounding.
-template <int D, bool CONV, bool NORM>
+// CONV: the conv'd q and k rows are those the chunk kernel left in p.qk. NORM: the gated RMSNorm is applied
+// to the fp32 O before its only rounding. STAGES: GdnStateSmem; both forms do the same arithmetic in the same
+// order, so they give the same bits.
+template <int D, bool CONV, bool NORM, int STAGES>
 __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
-  using Sm = GdnStateSmem<D, NORM>;
+  static_assert(STAGES == 1 || STAGES == 2, "one or two pipeline stages");
+  using Sm = GdnStateSmem<D, NORM, STAGES>;
   constexpr int C = kGdnChunk, LB = Sm::kLdB, LP = Sm::kLdP, NTHR = 2 * D, NS = D / 8, NC = C / 8;
   extern __shared__ __align__(16) unsigned char gdn_state_smem[];
   const int nk = p.nk, nv = p.nv, dk = p.dk, dv = p.dv;
@@ -63,15 +75,22 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
   auto tile = [&](int stage, int i) { return reinterpret_cast<bf16*>(gdn_state_smem + stage * Sm::kStage) + i * C * LB; };
   auto scores = [&](int stage) { return tile(stage, Sm::kTiles); };
   auto scalars = [&](int stage) { return reinterpret_cast<float4*>(scores(stage) + C * LP); };
-  auto load = [&](int c, int stage) {
+  // Chunk c's copies into `stage`, uncommitted: W and Q (the first products' operands), then the rest.
+  auto load_wq = [&](int c, int stage) {
     const int L = min(C, len - c * C);
     const int64_t t0 = start + (int64_t)c * C;
     const bf16* row0 = qk + t0 * ld_qk;
     gdn_stage<D, NTHR>(tile(stage, 0), LB, p.ws_w + (t0 * nv + h) * D, (int64_t)nv * D, 0, L, D);
     gdn_stage<D, NTHR>(tile(stage, 1), LB, row0 + (int64_t)kh * dk, ld_qk, 0, L, dk);
+  };
+  auto load_rest = [&](int c, int stage) {
+    const int L = min(C, len - c * C);
+    const int64_t t0 = start + (int64_t)c * C;
+    const bf16* row0 = qk + t0 * ld_qk;
     gdn_stage<D, NTHR>(tile(stage, 2), LB, row0 + (int64_t)(nk + kh) * dk, ld_qk, 0, L, dk);
     gdn_stage<D, NTHR>(tile(stage, 3), LB, p.ws_u + (t0 * nv + h) * D, (int64_t)nv * D, 0, L, D);
-    if constexpr (NORM) gdn_stage<D, NTHR>(tile(stage, 4), LB, p.z + t0 * p.ld_z + (int64_t)h * dv, p.ld_z, 0, L, dv);
+    if constexpr (NORM)
+      gdn_stage<D, NTHR>(tile(stage, 4), LB, p.z + t0 * p.ld_z + (int64_t)h * dv, p.ld_z, 0, L, dv);
     gdn_stage<C, NTHR>(scores(stage), LP, p.ws_p + (t0 * nv + h) * C, (int64_t)nv * C, 0, L, C);
     float4* sc = scalars(stage);
     for (int r = threadIdx.x; r < C; r += NTHR) {
@@ -79,7 +98,6 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                    "l"(r < L ? p.ws_s + (t0 + r) * nv + h : p.ws_s), "r"(r < L ? 16 : 0));
     }
-    cp_async_commit();
   };
 
   float st[NS][4];
@@ -88,16 +106,28 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
   if constexpr (NORM)
 #pragma unroll
     for (int e = 0; e < 2; ++e) norm_w[e] = v0 + g + 8 * e < dv ? p.norm_w[v0 + g + 8 * e] : 0.0f;
-  if (chunks > 0) load(0, 0);
+  // Copy groups in flight at the top of chunk c: STAGES 2, chunk c's; STAGES 1, its W | Q, then the rest.
+  if (chunks > 0) {
+    load_wq(0, 0);
+    if constexpr (STAGES == 1) cp_async_commit();
+    load_rest(0, 0);
+    cp_async_commit();
+  }
   for (int c = 0; c < chunks; ++c) {
-    if (c + 1 < chunks) {
-      load(c + 1, (c + 1) & 1);
-      cp_async_wait<1>();
+    if constexpr (STAGES == 2) {
+      if (c + 1 < chunks) {
+        load_wq(c + 1, (c + 1) & 1);
+        load_rest(c + 1, (c + 1) & 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
     } else {
-      cp_async_wait<0>();
+      cp_async_wait<1>();  // W and Q; the rest may still be in flight
     }
-    __syncthreads();  // chunk c's tiles are visible to every warp
-    const int stage = c & 1, L = min(C, len - c * C);
+    __syncthreads();  // chunk c's tiles (STAGES 1: W and Q) are visible to every warp
+    const int stage = STAGES == 2 ? c & 1 : 0, L = min(C, len - c * C);
     const bf16 *Ws = tile(stage, 0), *Qs = tile(stage, 1), *Ks = tile(stage, 2), *Ps = scores(stage);
     bf16* Us = tile(stage, 3);
     const float4* sc = scalars(stage);
@@ -119,6 +149,14 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
         ldmatrix_x4(b, Qs + off);
         mma_bf16_16816(oo[2 * np], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
         mma_bf16_16816(oo[2 * np + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+      }
+    }
+    if constexpr (STAGES == 1) {
+      cp_async_wait<0>();
+      __syncthreads();  // chunk c's other tiles are visible, and every warp is done with W and Q
+      if (c + 1 < chunks) {
+        load_wq(c + 1, 0);
+        cp_async_commit();
       }
     }
     // V'ᵀ = Uᵀ − Sᵀ Wᵀ (U through ldmatrix.trans lands in the accumulator layout) and Oᵀ scaled per token by qs.
@@ -178,7 +216,7 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
       // Gated RMSNorm of each token's dv outputs: sums of squares over this warp's 16 columns by shuffles
       // (lanes of one t hold one token pair), over the warps through shared memory. Rows ≥ L and columns ≥ dv
       // hold zeros, so they add nothing and store nothing.
-      float* ssq = reinterpret_cast<float*>(gdn_state_smem + 2 * Sm::kStage);  // [warps][C]
+      float* ssq = reinterpret_cast<float*>(gdn_state_smem + STAGES * Sm::kStage);  // [warps][C]
       float* rr = ssq + Sm::kWarps * C;                                          // [C]
 #pragma unroll
       for (int n = 0; n < NC; ++n) {
@@ -224,11 +262,26 @@ __global__ void __launch_bounds__(2 * D, 1) gdn_state_kernel(const GdnArgs p) {
         *reinterpret_cast<uint32_t*>(p.out + (t0 + r) * p.ld_out + (int64_t)h * dv + col) =
             *reinterpret_cast<const uint32_t*>(Us + r * LB + col);
     }
-    __syncthreads();  // every warp is done with this stage before chunk c + 2 is copied into it
+    __syncthreads();  // every warp is done with this stage before chunk c + STAGES is copied into it
+    if constexpr (STAGES == 1) {
+      if (c + 1 < chunks) {
+        load_rest(c + 1, 0);
+        cp_async_commit();
+      }
+    }
   }
 }
 
 // ---- launchers ----
+
+template <int D, bool CONV, bool NORM, int STAGES>
+static void gdn_state_run(const GdnArgs& p, int num_seqs, cudaStream_t stream) {
+  const size_t smem = GdnStateSmem<D, NORM, STAGES>::kBytes;
+  const char* what = STAGES == 2 ? "gdn_state_kernel (two stages)" : "gdn_state_kernel (one stage)";
+  kernel_smem_opt_in(reinterpret_cast<const void*>(gdn_state_kernel<D, CONV, NORM, STAGES>), smem, what);
+  gdn_state_kernel<D, CONV, NORM, STAGES><<<dim3(p.nv, num_seqs), 2 * D, smem, stream>>>(p);
+  DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");
+}
 
 template <int D, bool CONV, bool NORM>
 static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, unsigned char* ws,
@@ -239,11 +292,11 @@ static void gdn_prefill_run(GdnArgs p, int num_seqs, int64_t T, int max_len, uns
   p.ws_p = reinterpret_cast<bf16*>(ws + l.scores);
   p.ws_s = reinterpret_cast<float4*>(ws + l.scalars);
   gdn_chunk_run<D, CONV>(p, num_seqs, max_len, stream);
-  const size_t smem = GdnStateSmem<D, NORM>::kBytes;
-  kernel_smem_opt_in(reinterpret_cast<const void*>(gdn_state_kernel<D, CONV, NORM>), smem, "gdn_state_kernel");
-  dim3 grid(p.nv, num_seqs);
-  gdn_state_kernel<D, CONV, NORM><<<grid, 2 * D, smem, stream>>>(p);
-  DF_CUDA_CHECK_LAUNCH("gdn_state_kernel");
+  const size_t two_stage = GdnStateSmem<D, NORM, 2>::kBytes;
+  if (gdn_state_kernel_choose(device_caps(), kernel_variants(), two_stage) == GdnStateKernel::two_stage)
+    gdn_state_run<D, CONV, NORM, 2>(p, num_seqs, stream);
+  else
+    gdn_state_run<D, CONV, NORM, 1>(p, num_seqs, stream);
 }
 
 template <bool CONV, bool NORM>

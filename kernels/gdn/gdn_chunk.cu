@@ -51,6 +51,8 @@ struct GdnChunkSmem {
   static constexpr size_t kRawBytes = sizeof(float) * C * kLdA, kQBytes = sizeof(bf16) * kRows * kLdB;
   static constexpr bool kRawInQ = kRawBytes <= kQBytes;
   static constexpr size_t kKhBytes = kBytes + (kRawInQ ? 0 : kRawBytes);
+  static_assert(kKhBytes <= kSmemOptinLeast,
+                "one form for every device: it fits the least shared memory a block has");
   bf16 *Qs, *Ks, *Vs;
   float *Am, *gam, *beta, *qn, *kn, *sw, *raw;
   __device__ explicit GdnChunkSmem(unsigned char* base) {

@@ -1,6 +1,7 @@
 // The workspace layout of the CUDA Gated DeltaNet prefill (gdn.cu): which bytes it needs for a batch and
-// where each part starts. Plain C++ with no CUDA header, the one such file in kernels/, so that the VRAM
-// planner (built without CUDA) counts exactly the bytes the launcher checks for.
+// where each part starts, and the state kernel's shared memory a block. Plain C++ with no CUDA header, so
+// that the VRAM planner (built without CUDA) counts exactly the bytes the launcher checks for, and the
+// dispatch unit tests weigh the state kernel's forms against each device's shared memory without a GPU.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +45,22 @@ inline bool gdn_prefill_chunked_shape(int dk, int dv) {
 // Bytes gdn_prefill_launch needs for a batch of T packed tokens (any split into sequences).
 inline size_t gdn_prefill_workspace_bytes(int64_t T, int nv, int dk, int dv) {
   return gdn_prefill_chunked_shape(dk, dv) ? gdn_prefill_workspace_layout(T, nv, dk, dv).total : 0;
+}
+
+// Shared memory of one pipeline stage of the state kernel (gdn.cu, GdnStateSmem) at tile width d: the W, Q, K
+// and U tiles (`norm`: and the gate Z) [kGdnChunk][d + 8] bf16, the masked scores [kGdnChunk][kGdnChunk + 8]
+// bf16 and the row scalars [kGdnChunk].
+constexpr size_t gdn_state_stage_bytes(int d, bool norm) {
+  return 2 * size_t(kGdnChunk) * (size_t(norm ? 5 : 4) * size_t(d + 8) + kGdnChunk + 8) +
+         kGdnRowScalarBytes * kGdnChunk;
+}
+
+// The state kernel's shared memory a block with `stages` pipeline stages (2: the next chunk's tiles are
+// copied while this one is computed; 1: each tile is refilled once this chunk has read it), plus the fused
+// norm's per-warp sums of squares [d / 16][kGdnChunk] and inverse rms [kGdnChunk], fp32.
+constexpr size_t gdn_state_smem_bytes(int d, bool norm, int stages) {
+  return size_t(stages) * gdn_state_stage_bytes(d, norm) +
+         (norm ? sizeof(float) * size_t(d / 16 + 1) * kGdnChunk : 0);
 }
 
 }  // namespace df

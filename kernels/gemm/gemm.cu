@@ -23,8 +23,10 @@ namespace df {
 namespace {
 
 // (M, N, K, lda, ldb, ldc, c is f32 | trans_a << 1 | trans_b << 2 | fp8 << 3 | fp8 blocks << 4, pointer
-// alignment). A plan's key holds M itself; the tuned table's key holds gemm_m_bucket(M) in that slot.
-using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
+// alignment, batch count of a pointer-array GEMM or 0). A plan's key holds M and the batch count themselves;
+// the tuned table's key holds gemm_m_bucket(M) (a pointer-array GEMM: M itself, which is its tile) and
+// gemm_m_bucket(batch) in those slots.
+using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t>;
 
 // Candidates asked of the heuristic: its first pick is an estimate, 0–12 % slower than the best of its list
 // on the 27B/8B forward shapes (it returned 8 candidates for each of them on the H200, CUDA 13.0).
@@ -73,18 +75,18 @@ struct GemmOperands {
   const float* scale_a = nullptr;
   const float* scale_b = nullptr;
   const void* c_in = nullptr;
+  // Pointer-array batch (gemm_batched_launch): a, b and c are device arrays of `batch` matrix addresses, each
+  // aligned to `align` bytes (the host cannot read them to find out).
+  int64_t batch = 0;
+  int align = 0;
   const void* addend() const { return c_in ? c_in : c; }
   int flags() const {
     return (c_f32 ? 1 : 0) | (trans_a ? 2 : 0) | (trans_b ? 4 : 0) | (fp8 ? 8 : 0) | (fp8_blocks ? 16 : 0);
   }
 };
 
-// Largest power of two (≤ 256) dividing the address: cuBLASLt picks vectorised kernels from it.
 int ptr_alignment(const void* p) {
-  uintptr_t u = reinterpret_cast<uintptr_t>(p);
-  int a = 1;
-  while (a < 256 && (u % (2 * a)) == 0) a *= 2;
-  return a;
+  return gemm_align_of(reinterpret_cast<uintptr_t>(p));
 }
 
 void gemm_destroy_plan(GemmPlan& p) {
@@ -113,6 +115,12 @@ struct GemmContext {
   std::map<GemmKey, GemmTuned> tuned;  // per M bucket: about 4 per power of two of M per weight shape
   GemmStats stats;
 };
+
+int gemm_align_of(uint64_t v) {
+  int a = 1;
+  while (a < 256 && v % uint64_t(2 * a) == 0) a *= 2;
+  return a;
+}
 
 int64_t gemm_m_bucket(int64_t m) {
   // cuBLASLt tiles M (the column count of cᵀ) in CTA tiles of 64–256 rows on Hopper, and which candidate
@@ -268,6 +276,16 @@ static GemmPlan gemm_create_plan(const GemmOperands& o) {
   else
     DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, it, K, M, o.lda));
   DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, ct, N, M, ldc));
+  if (o.batch > 0) {
+    const int32_t count = static_cast<int32_t>(o.batch);
+    const uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+    for (cublasLtMatrixLayout_t l : {p.la, p.lb, p.lc}) {
+      DF_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      DF_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode, sizeof(mode)));
+    }
+  }
   return p;
 }
 
@@ -291,13 +309,15 @@ static int gemm_heuristic(GemmContext* ctx, GemmPlan& p, int align, int want, cu
     char what[400];
     std::snprintf(
         what, sizeof(what),
-        "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld%s ldb=%lld%s ldc=%lld%s%s beta=%g (%s)",
+        "no cuBLASLt algorithm for M=%lld N=%lld K=%lld lda=%lld%s ldb=%lld%s ldc=%lld%s%s beta=%g "
+        "align=%d%s (%s)",
         (long long)o.M, (long long)o.N, (long long)o.K, (long long)o.lda, o.trans_a ? " (trans)" : "",
         (long long)o.ldb, o.trans_b ? " (trans)" : "", (long long)o.ldc, o.c_f32 ? " f32" : "",
         !o.fp8         ? ""
         : o.fp8_blocks ? " e4m3 with 1x128 / 128x128 block scales (HINT: needs sm_90 and cuBLAS >= 12.9)"
                        : " e4m3 with outer-vector scales (HINT: FP8 needs sm_90 and cuBLAS >= 12.9)",
-        o.beta, cublasLtGetStatusString(st));
+        o.beta, align, o.batch > 0 ? " pointer-array batch (the MoE experts' grouped GEMM)" : "",
+        cublasLtGetStatusString(st));
     cuda_throw("cublasLtMatmulAlgoGetHeuristic", what, __FILE__, __LINE__);
   }
   return found;
@@ -336,8 +356,10 @@ static void gemm_bind_scales(const GemmPlan& p, const GemmOperands& o) {
 static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t stream) {
   const int64_t M = o.M, N = o.N, K = o.K;
   const int align =
-      std::min({ptr_alignment(o.a), ptr_alignment(o.b), ptr_alignment(o.c), ptr_alignment(o.addend())});
-  const GemmKey key{M, N, K, o.lda, o.ldb, o.ldc, o.flags(), align};
+      o.batch > 0
+          ? o.align
+          : std::min({ptr_alignment(o.a), ptr_alignment(o.b), ptr_alignment(o.c), ptr_alignment(o.addend())});
+  const GemmKey key{M, N, K, o.lda, o.ldb, o.ldc, o.flags(), align, o.batch};
   auto it = ctx->plans.find(key);
   if (it != ctx->plans.end()) return it->second;
 
@@ -347,8 +369,9 @@ static GemmPlan& gemm_plan(GemmContext* ctx, const GemmOperands& o, cudaStream_t
   }
   GemmPlan p = gemm_create_plan(o);
   gemm_bind_scales(p, o);
-  const int64_t bucket = gemm_m_bucket(M);
-  const GemmKey tkey{bucket, N, K, o.lda, o.ldb, o.ldc, o.flags(), align};
+  const int64_t bucket = o.batch > 0 ? M : gemm_m_bucket(M);
+  const GemmKey tkey{
+      bucket, N, K, o.lda, o.ldb, o.ldc, o.flags(), align, o.batch > 0 ? gemm_m_bucket(o.batch) : 0};
   cublasLtMatmulHeuristicResult_t res[kGemmCandidates]{};
   auto t = ctx->tuned.find(tkey);
   if (t != ctx->tuned.end()) {
@@ -448,6 +471,21 @@ void gemm_launch_addend(GemmContext* ctx, const void* a, int64_t lda, bool trans
 void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc,
                  bool c_f32, int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream) {
   gemm_launch_ex(ctx, a, lda, false, w, ldw, true, c, ldc, c_f32, M, N, K, 1.0f, beta, stream);
+}
+
+void gemm_batched_launch(GemmContext* ctx, const void* const* a, int64_t lda, const void* const* w,
+                         int64_t ldw, void* const* c, int64_t ldc, int64_t M, int64_t N, int64_t K,
+                         int64_t batch, int align, cudaStream_t stream) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  DF_CHECK(
+      K > 0 && batch <= INT32_MAX && align >= 2 && (align & (align - 1)) == 0,
+      "gemm_batched: M=%lld N=%lld K=%lld batch %lld align %d: K and the batch (< 2^31) must be positive, "
+      "align a power of two >= 2",
+      (long long)M, (long long)N, (long long)K, (long long)batch, align);
+  GemmOperands o{a, lda, false, w, ldw, true, const_cast<void**>(c), ldc, false, M, N, K, 1.0f, 0.0f};
+  o.batch = batch;
+  o.align = align;
+  gemm_run(ctx, gemm_plan(ctx, o, stream), o, stream);
 }
 
 // c [M, N] = bf16(f32(c) + d) (add) or bf16(d), d f32 with rows ldd: the block GEMM's tail rows (at most 3,

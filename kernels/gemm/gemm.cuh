@@ -38,6 +38,20 @@ void gemm_launch_addend(GemmContext* ctx, const void* a, int64_t lda, bool trans
 void gemm_launch(GemmContext* ctx, const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc,
                  bool c_f32, int64_t M, int64_t N, int64_t K, float beta, cudaStream_t stream);
 
+// Largest power of two (≤ 256) dividing v, an address or a byte stride: cuBLASLt picks vectorised kernels
+// from the alignment of its operands (gemm_batched_launch's `align` is built from it).
+int gemm_align_of(uint64_t v);
+
+// A grouped GEMM of equal-size groups, for the MoE experts: c_i [M, N] = a_i [M, K] · w_iᵀ for i < batch,
+// bf16 operands and output, fp32 accumulation, where a_i, w_i and c_i are read from the device arrays a, w
+// and c (cuBLASLt's pointer-array batch), so a kernel on the stream can choose them without the host reading
+// anything back. Every address in them is `align` bytes aligned (a power of two; the caller knows it from how
+// it built them). Row strides are shared by all groups. Planned and tuned as gemm_launch is, the batch count
+// bucketed like M.
+void gemm_batched_launch(GemmContext* ctx, const void* const* a, int64_t lda, const void* const* w,
+                         int64_t ldw, void* const* c, int64_t ldc, int64_t M, int64_t N, int64_t K,
+                         int64_t batch, int align, cudaStream_t stream);
+
 // The FP8 linear layer: c [M, N] (bf16) = (scale_x ⊙ x) · (scale_w ⊙ w)ᵀ + beta · c, x e4m3 codes [M, K] with
 // one f32 scale per row (token), w e4m3 codes [N, K] with one per row (output channel), fp32 accumulation of
 // the exact code products and both scales applied to the accumulator (cuBLASLt outer-vector scaling, sm_90,

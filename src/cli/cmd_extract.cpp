@@ -63,12 +63,12 @@ LayerSelection parse_layers(const std::string& spec, int num_layers) {
 }
 
 // The taps a drafter run config trains on (drafter.target_layer_ids or the default), and the final norm when
-// its loss is the soft KL: exactly what offline training of that config reads.
+// its loss reads it (soft-KL, DSpark): exactly what offline training of that config reads.
 LayerSelection layers_for_config(const std::string& path, const QwenConfig& target) {
   Config cfg = config_load(path);
   LayerSelection out;
   out.layers = drafter_config_from_run(cfg, target).target_layer_ids;
-  out.final_norm = cfg.train.loss == "kl";
+  out.final_norm = drafter_streams_final_hidden(cfg);
   out.target_dtype = cfg.target.dtype;
   return out;
 }

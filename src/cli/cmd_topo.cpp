@@ -14,8 +14,8 @@
 #include "model/qwen_config.h"
 #include "topo/hostlist.h"
 #include "topo/nccl_xml.h"
+#include "topo/plan_flops.h"
 #include "topo/plan_split.h"
-#include "topo/plan_vram.h"
 #include "topo/rankfile.h"
 #include "topo/topo.h"
 
@@ -107,6 +107,7 @@ void run_discover(const TopoOptions& o) {
     j["hosts"] = nlohmann::json::array();
     for (const HostTopo& h : hosts) {
       nlohmann::json jh = {{"host", h.host}, {"source", h.source}, {"warnings", h.warnings}};
+      jh["nvlink"] = nvlink_seen_name(h.nvlink);
       jh["numa_nodes"] = nlohmann::json::array();
       for (const NumaNode& n : h.numa_nodes)
         jh["numa_nodes"].push_back({{"id", n.id}, {"cpus", topo_format_cpulist(n.cpus)}});
@@ -118,7 +119,11 @@ void run_discover(const TopoOptions& o) {
                               {"name", g.name},
                               {"numa", g.numa},
                               {"numa_known", g.numa >= 0},
-                              {"local_cpus", topo_format_cpulist(g.local_cpus)}});
+                              {"local_cpus", topo_format_cpulist(g.local_cpus)},
+                              {"pcie_gts", g.pcie_gts},
+                              {"pcie_width", g.pcie_width},
+                              {"pcie_bytes_per_s", topo_pcie_bytes_per_s(g)},
+                              {"nvlinks", g.nvlinks}});
       }
       j["hosts"].push_back(jh);
     }
@@ -126,14 +131,30 @@ void run_discover(const TopoOptions& o) {
     return;
   }
   for (const HostTopo& h : hosts) {
-    std::printf("host %s (%s): %zu GPUs, %zu NUMA nodes\n", h.host.c_str(), h.source.c_str(), h.gpus.size(),
-                h.numa_nodes.size());
+    std::printf("host %s (%s): %zu GPUs, %zu NUMA nodes, NVLink %s\n", h.host.c_str(), h.source.c_str(),
+                h.gpus.size(), h.numa_nodes.size(), nvlink_seen_name(h.nvlink));
     for (const NumaNode& n : h.numa_nodes)
       std::printf("  numa %d  cpus %s\n", n.id, topo_format_cpulist(n.cpus).c_str());
     for (const GpuInfo& g : h.gpus) {
       std::string numa = g.numa >= 0 ? std::to_string(g.numa) : "unknown";
-      std::printf("  gpu %d  %s  numa %-7s  cpus %s%s%s\n", g.index, g.bus_id.c_str(), numa.c_str(),
-                  topo_format_cpulist(g.local_cpus).c_str(), g.name.empty() ? "" : "  ", g.name.c_str());
+      const double bw = topo_pcie_bytes_per_s(g);
+      std::printf("  gpu %d  %s  numa %-7s  cpus %s  %s%s%s%s%s\n", g.index, g.bus_id.c_str(), numa.c_str(),
+                  topo_format_cpulist(g.local_cpus).c_str(), topo_pcie_name(g).c_str(),
+                  bw > 0 ? strfmt(" (%.1f GB/s a direction)", bw / 1e9).c_str() : "",
+                  g.nvlinks >= 0 ? strfmt(", %d NVLinks", g.nvlinks).c_str() : "", g.name.empty() ? "" : "  ",
+                  g.name.c_str());
+    }
+    // The matrix `nvidia-smi topo -m` prints, for the GPUs: how each pair's bytes travel.
+    if (h.gpus.size() > 1) {
+      std::printf("  paths:");
+      for (const GpuInfo& g : h.gpus) std::printf(" %5s", strfmt("gpu%d", g.index).c_str());
+      std::printf("\n");
+      for (const GpuInfo& a : h.gpus) {
+        std::printf("  %5s ", strfmt("gpu%d", a.index).c_str());
+        for (const GpuInfo& b : h.gpus)
+          std::printf(" %5s", a.index == b.index ? "X" : gpu_path_name(topo_gpu_path(h, a.index, b.index)));
+        std::printf("\n");
+      }
     }
   }
 }
@@ -145,24 +166,37 @@ void run_rankfile(const TopoOptions& o) {
   std::vector<RankfileEntry> entries = rankfile_place(hosts, o.targets, o.drafters, warnings);
   for (const std::string& w : warnings) log_warn("%s", w.c_str());
   write_or_print(o.out, rankfile_format(entries));
+  const FeatureTraffic traffic = rankfile_feature_traffic(entries, hosts);
   // Batches/s of the pipeline (its slower side, as `plan split` computes it) times the bytes of one batch.
+  // Where the feature paths are PCIe, the split pays the drafters' links for the feature stream and the
+  // all-reduce.
   double rate = 0, bytes = 0;
-  if (o.target_rate > 0 || o.drafter_rate > 0) {
+  if (o.target_rate > 0 || o.drafter_rate > 0)
     DF_CHECK(o.target_rate > 0 && o.drafter_rate > 0 && !o.config.empty(),
              "--target-rate and --drafter-rate go together with --config (the bytes of one batch)");
-    rate = plan_split_compute(o.target_rate, o.drafter_rate, o.targets + o.drafters)
-               .rows[o.drafters - 1]
-               .throughput;
-  }
   if (!o.config.empty()) {
     Config cfg = config_load(o.config);
-    std::string source = "--config (traffic only)";
     const std::string& arch = o.target_config.empty() ? cfg.target.architecture() : o.target_config;
-    bytes = plan_vram_compute(cfg, qwen_config_load(arch), 1, source).payload_bytes;
+    const FlopsPlan f = plan_flops_compute(cfg, qwen_config_load(arch), 0);
+    bytes = f.payload_bytes;
+    if (o.target_rate > 0) {
+      SplitLinks links;
+      const int local = traffic.nvlink_pairs + traffic.node_pairs + traffic.sys_pairs + traffic.unknown_pairs;
+      if (traffic.nvlink_pairs < local && traffic.drafter_link_bytes_per_s > 0)
+        links = {traffic.drafter_link_bytes_per_s, f.payload_bytes, f.grad_bytes, f.grad_accum,
+                 traffic.drafter_link};
+      const SplitPlan split =
+          plan_split_compute(o.target_rate, o.drafter_rate, o.targets + o.drafters, {}, links);
+      rate = split.rows[size_t(o.drafters - 1)].throughput;
+      if (links.bytes_per_s > 0)
+        std::fputs(strfmt("pipeline %.4g batches/s with the %s links' cost (plan split --link-gbps %.4g)\n",
+                          rate, links.name.c_str(), links.bytes_per_s / 1e9)
+                       .c_str(),
+                   o.out.empty() ? stderr : stdout);
+    }
   }
   std::fflush(stdout);
-  std::fputs(feature_traffic_format(rankfile_feature_traffic(entries), rate, bytes).c_str(),
-             o.out.empty() ? stderr : stdout);
+  std::fputs(feature_traffic_format(traffic, rate, bytes).c_str(), o.out.empty() ? stderr : stdout);
   if (!o.out.empty()) {
     std::printf("wrote %s: %s + %s = %zu ranks\n", o.out.c_str(), count_noun(o.targets, "target").c_str(),
                 count_noun(o.drafters, "drafter").c_str(), entries.size());

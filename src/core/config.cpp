@@ -240,6 +240,37 @@ void validate(const Config& c, const std::string& w) {
     check(t.dflash2_selector_ramp_ratio >= 0 && t.dflash2_selector_ramp_ratio <= 1, w,
           "train.dflash2_selector_ramp_ratio", "must be in [0, 1]");
   }
+  if (d.kind == "dspark") {
+    // SpecForge's OnlineDSparkModel has its own objective (loss_type "dspark"); KL, D-PACE and streak
+    // weighting are not defined on it, so they are not offered here either.
+    check(
+        t.loss == "ce", w, "train.loss",
+        "= \"" + t.loss +
+            "\": drafter.kind = \"dspark\" trains its own loss (dspark_ce_loss_alpha·CE + "
+            "dspark_l1_loss_alpha·L1 + dspark_confidence_head_alpha·BCE, as SpecForge's); HINT: train.loss = "
+            "\"ce\" and the train.dspark_*_alpha weights");
+    check(!t.streak, w, "train.streak",
+          "cannot be combined with drafter.kind = \"dspark\" (its own loss, as SpecForge's)");
+    check(d.markov_rank >= 0, w, "drafter.markov_rank", "must be >= 0 (0: no Markov head)");
+    check(d.markov_head_type == "vanilla" || d.markov_head_type == "gated" || d.markov_head_type == "rnn", w,
+          "drafter.markov_head_type", "must be \"vanilla\", \"gated\" or \"rnn\"");
+    check(d.confidence_head_alpha >= 0, w, "drafter.confidence_head_alpha", "must be >= 0");
+    check(!(d.confidence_head_with_markov && d.markov_rank == 0), w, "drafter.confidence_head_with_markov",
+          "= true needs a Markov head (drafter.markov_rank > 0), as SpecForge requires");
+    check(d.attention_mode == "gqa" || d.attention_mode == "mha", w, "drafter.attention_mode",
+          "must be \"gqa\" or \"mha\"");
+    check(d.attention_mode != "gqa" || d.kv_heads < d.heads, w, "drafter.attention_mode",
+          strfmt("= \"gqa\" needs drafter.kv_heads (%d) < drafter.heads (%d); HINT: attention_mode = \"mha\" "
+                 "for equal counts (SpecForge's DSpark rule)",
+                 d.kv_heads, d.heads));
+    check(d.attention_mode != "mha" || d.kv_heads == d.heads, w, "drafter.attention_mode",
+          strfmt("= \"mha\" needs drafter.kv_heads (%d) == drafter.heads (%d)", d.kv_heads, d.heads));
+    for (const auto& [key, alpha] :
+         {std::pair<const char*, double>{"train.dspark_ce_loss_alpha", t.dspark_ce_loss_alpha},
+          {"train.dspark_l1_loss_alpha", t.dspark_l1_loss_alpha},
+          {"train.dspark_confidence_head_alpha", t.dspark_confidence_head_alpha}})
+      check(std::isfinite(alpha) && alpha >= 0, w, key, "must be >= 0");
+  }
   check(t.noise_std >= 0, w, "train.noise_std", "must be >= 0");
   check(c.eval.interval >= 0, w, "eval.interval", "must be >= 0 (steps; 0 = no held-out evaluation)");
   check(c.eval.interval == 0 || !c.eval.data.empty(), w, "eval.data",
@@ -318,8 +349,8 @@ Config config_parse(const std::string& text, const std::string& where) {
     DrafterSection& d = c.drafter;
     Reader r(section(root, "drafter", where), "drafter", where, c);
     r.get("kind", d.kind);
-    DF_CHECK(d.kind == "dflash" || d.kind == "domino" || d.kind == "dflash2",
-             "%s: 'drafter.kind' = \"%s\" must be \"dflash\", \"domino\" or \"dflash2\"", where.c_str(),
+    DF_CHECK(d.kind == "dflash" || d.kind == "domino" || d.kind == "dspark" || d.kind == "dflash2",
+             "%s: 'drafter.kind' = \"%s\" must be \"dflash\", \"domino\", \"dspark\" or \"dflash2\"", where.c_str(),
              d.kind.c_str());
     r.get("layers", d.layers);
     r.get("heads", d.heads);
@@ -350,6 +381,13 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get_for_kind("dflash2", d.kind, "selector_top_k", d.selector_top_k);
     r.get_for_kind("dflash2", d.kind, "output_multiplier", d.output_multiplier);
     r.get_for_kind("dflash2", d.kind, "final_logit_softcapping", d.final_logit_softcapping);
+    r.get_for_kind("dspark", d.kind, "markov_rank", d.markov_rank);
+    r.get_for_kind("dspark", d.kind, "markov_head_type", d.markov_head_type);
+    r.get_for_kind("dspark", d.kind, "confidence_head_alpha", d.confidence_head_alpha);
+    d.enable_confidence_head = d.confidence_head_alpha > 0;  // SpecForge's default where the key is absent
+    r.get_for_kind("dspark", d.kind, "enable_confidence_head", d.enable_confidence_head);
+    r.get_for_kind("dspark", d.kind, "confidence_head_with_markov", d.confidence_head_with_markov);
+    r.get_for_kind("dspark", d.kind, "attention_mode", d.attention_mode);
     r.finish();
   }
   {
@@ -396,6 +434,9 @@ Config config_parse(const std::string& text, const std::string& where) {
     r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_ramp_ratio", t.dflash2_selector_ramp_ratio);
     r.get_for_kind("dflash2", c.drafter.kind, "dflash2_selector_stop_gradient",
                    t.dflash2_selector_stop_gradient);
+    r.get_for_kind("dspark", c.drafter.kind, "dspark_ce_loss_alpha", t.dspark_ce_loss_alpha);
+    r.get_for_kind("dspark", c.drafter.kind, "dspark_l1_loss_alpha", t.dspark_l1_loss_alpha);
+    r.get_for_kind("dspark", c.drafter.kind, "dspark_confidence_head_alpha", t.dspark_confidence_head_alpha);
     r.finish();
   }
   {

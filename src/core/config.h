@@ -32,8 +32,8 @@ struct TargetSection {
 };
 
 struct DrafterSection {
-  // dflash | domino | dflash2 (MODELS.md "Drafter kinds beyond DFlash"): one backbone, the kind's head and
-  // loss terms.
+  // dflash | domino | dspark | dflash2 (MODELS.md "Drafter kinds beyond DFlash"): one backbone, the kind's
+  // head and loss terms.
   std::string kind = "dflash";
   int layers = 5;
   int heads = 32;
@@ -76,6 +76,18 @@ struct DrafterSection {
   int selector_top_k = 16;
   double output_multiplier = 1.0;
   double final_logit_softcapping = 0.0;
+  // kind = "dspark" only, under SpecForge's dflash_config names; the defaults are its published recipes'
+  // (configs/qwen3-8b-dspark.json). markov_rank R (0: no Markov head): the logits get the low-rank bias
+  // W2·f(W1[previous token]) with f per markov_head_type (vanilla | gated | rnn); the confidence head is
+  // Linear([h ; W1[prev] if confidence_head_with_markov]) -> 1. enable_confidence_head unset: on when
+  // confidence_head_alpha > 0 (SpecForge's rule; that alpha is otherwise only recorded, train.dspark_*
+  // weigh the loss). attention_mode: "gqa" needs kv_heads < heads, "mha" kv_heads == heads (as SpecForge).
+  int markov_rank = 256;
+  std::string markov_head_type = "vanilla";
+  bool enable_confidence_head = true;
+  bool confidence_head_with_markov = true;
+  double confidence_head_alpha = 1.0;
+  std::string attention_mode = "gqa";
 };
 
 struct DataSection {
@@ -112,6 +124,11 @@ struct TrainSection {
   double dflash2_selector_warmup_ratio = 0.0;
   double dflash2_selector_ramp_ratio = 0.0;
   bool dflash2_selector_stop_gradient = false;
+  // drafter.kind = "dspark" only (SpecForge training.dspark_*): the loss is
+  // (ce·Σ w·CE + l1·Σ w·‖p_draft − p_target‖₁ + confidence·Σ w·BCE) / Σ w.
+  double dspark_ce_loss_alpha = 0.1;
+  double dspark_l1_loss_alpha = 0.9;
+  double dspark_confidence_head_alpha = 1.0;
 };
 
 struct PipelineSection {

@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/dspark_head.h"
 
 namespace df {
 
@@ -74,16 +75,46 @@ void drafter_config_validate(const DrafterConfig& c) {
              "conv_group_size/selector_rank/selector_top_k/output_multiplier/final_logit_softcapping are set",
              drafter_kind_name(c.kind));
   }
+  if (c.kind == DrafterKind::dspark) {
+    DF_CHECK(c.markov_rank >= 0, "drafter config: markov_rank %d must be ≥ 0 (0: no Markov head)",
+             c.markov_rank);
+    DF_CHECK(!c.confidence_head_with_markov || c.markov_rank > 0,
+             "drafter config: confidence_head_with_markov needs a Markov head (markov_rank > 0)");
+    DF_CHECK(c.confidence_head_alpha >= 0, "drafter config: confidence_head_alpha %g must be ≥ 0",
+             double(c.confidence_head_alpha));
+  } else {
+    DF_CHECK(c.markov_rank == 0 && c.markov_head_type == DrafterMarkovHead::vanilla &&
+                 !c.enable_confidence_head && !c.confidence_head_with_markov &&
+                 c.confidence_head_alpha == 0.0f,
+             "drafter config: kind %s has no DSpark head, but markov_rank/markov_head_type/"
+             "enable_confidence_head/confidence_head_with_markov/confidence_head_alpha are set",
+             drafter_kind_name(c.kind));
+  }
 }
 
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
-  DF_CHECK(
-      c.kind == DrafterKind::dflash,
-      "drafter.kind = \"%s\": this build's training step on the %s backend has DFlash's head and loss only "
-      "(the CPU fp32 oracles of the Domino head and of DFlash2's convolutions and selector are "
-      "model/domino_head.h, model/dflash2_conv.h and model/dflash2_selector.h; their steps and CUDA ops are "
-      "not built yet); HINT: drafter.kind = \"dflash\"",
-      drafter_kind_name(c.kind), backend.c_str());
+  DF_CHECK(c.kind == DrafterKind::dflash || (c.kind == DrafterKind::domino && backend == "cpu"),
+           "drafter.kind = \"%s\": the %s backend has no %s training step yet (Domino's ops are built on the CPU "
+           "backend only; DSpark's head is a CPU fp32 oracle, model/dspark_head.h, without a training step; "
+           "DFlash2's convolutions and selector are CPU fp32 oracles, model/dflash2_conv.h and "
+           "model/dflash2_selector.h, without a training step on either backend); HINT: drafter.kind = "
+           "\"dflash\"%s",
+           drafter_kind_name(c.kind), backend.c_str(), drafter_kind_name(c.kind),
+           c.kind == DrafterKind::domino ? ", or drafter.device = \"cpu\"" : "");
+}
+
+DominoHeadDims domino_head_dims(const DrafterConfig& c) {
+  DF_CHECK(c.kind == DrafterKind::domino, "domino head: the drafter's kind is %s, not domino",
+           drafter_kind_name(c.kind));
+  DominoHeadDims d;
+  d.hidden = c.hidden;
+  d.gru_hidden = c.gru_hidden_dim;
+  d.emb_dim = c.emb_dim;
+  d.vocab = c.vocab;
+  d.block_size = c.block_size;
+  d.pure_draft_prefix_len = c.pure_draft_prefix_len;
+  d.shift_label = c.shift_label;
+  return d;
 }
 
 std::vector<int> drafter_default_target_layer_ids(int target_layers, int n) {
@@ -134,6 +165,21 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
     add("candidate_selector.successor_codebook", c.vocab, c.selector_rank, true);
     add("candidate_selector.hidden_projection.weight", c.selector_rank, H, true);
   }
+  // A head's matrices join the decayed prefix, its bias vectors the rest.
+  const std::vector<DSparkHeadParam> dspark = c.kind == DrafterKind::dspark
+                                                  ? dspark_head_params(dspark_head_dims(c))
+                                                  : std::vector<DSparkHeadParam>{};
+  for (const DSparkHeadParam& h : dspark)
+    if (h.matrix) add(h.name, h.rows, h.cols, true);
+  if (c.kind == DrafterKind::domino) {
+    // SpecForge DominoDraftModel's names: nn.GRU (bias-free, gates r, z, n) and embed_proj = Sequential(
+    // Linear(H + G, E), SiLU, Linear(E, V)).
+    const int64_t G = c.gru_hidden_dim, E = c.emb_dim;
+    add("prefix_gru.weight_ih_l0", 3 * G, H, true);
+    add("prefix_gru.weight_hh_l0", 3 * G, G, true);
+    add("embed_proj.0.weight", E, H + G, true);
+    add("embed_proj.2.weight", c.vocab, E, true);
+  }
   add("hidden_norm.weight", 1, H, false);
   for (int i = 0; i < c.layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
@@ -147,6 +193,8 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
     }
   }
   add("norm.weight", 1, H, false);
+  for (const DSparkHeadParam& h : dspark)
+    if (!h.matrix) add(h.name, h.rows, h.cols, false);
   return t;
 }
 
@@ -178,6 +226,9 @@ DrafterTensors tensors_view(const DrafterModel& m, const Tensor& mats, const Ten
     l.down_proj = view(p + "mlp.down_proj.weight");
     t.layers.push_back(l);
   }
+  if (m.config().kind == DrafterKind::domino)
+    t.domino = {view("prefix_gru.weight_ih_l0"), view("prefix_gru.weight_hh_l0"), view("embed_proj.0.weight"),
+                view("embed_proj.2.weight")};
   return t;
 }
 
@@ -242,10 +293,14 @@ void drafter_init_params(DrafterModel& m, uint64_t seed) {
   for (const auto& e : m.table().entries) {
     const uint64_t stream = name_stream(e.name);
     // Each element is a pure function of its index, so threads change nothing but the time (1.7 B draws for
-    // the 27B drafter: a minute on one core).
+    // the 27B drafter: a minute on one core). Norm weights start at 1, a head's biases at 0 (transformers'
+    // _init_weights, which the peers use).
+    const bool bias = e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".bias") == 0;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < e.rows * e.cols; ++i)
-      host[size_t(e.offset + i)] = e.decay ? 0.02f * rng_normal_at(seed, stream, uint64_t(i)) : 1.0f;
+      host[size_t(e.offset + i)] = e.decay ? 0.02f * rng_normal_at(seed, stream, uint64_t(i))
+                                   : bias  ? 0.0f
+                                           : 1.0f;
   }
   m.ops().upload_raw(m.params, host.data());
   m.ops().fill(m.adam_m, 0.0f);
@@ -286,6 +341,14 @@ DrafterLimits drafter_limits_from_run(const Config& cfg) {
   l.kl = cfg.train.loss == "kl";
   l.noise = cfg.train.noise_std > 0;
   return l;
+}
+
+bool drafter_streams_final_hidden(const Config& cfg) {
+  if (cfg.train.loss == "kl") return true;
+  if (cfg.drafter.kind != "dspark") return false;
+  DSparkHeadDims d;
+  d.confidence = cfg.drafter.enable_confidence_head;
+  return dspark_needs_target_hidden(d, dspark_loss_alphas(cfg.train));
 }
 
 }  // namespace df

@@ -54,9 +54,12 @@ struct DrafterParamTable {
 
 DrafterParamTable drafter_param_table(const DrafterConfig& c);
 
-// Throws unless the training step of c.kind exists on `backend` ("cpu" | "cuda"): DrafterModel runs only
-// DFlash's head and loss so far, and a Domino config must never silently train a DFlash drafter.
+// Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): Domino's head runs on the CPU
+// backend only so far, and a Domino config must never silently train a DFlash drafter.
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend);
+
+// The Domino head's sizes (ops/domino_head.h) of a kind = domino config.
+DominoHeadDims domino_head_dims(const DrafterConfig& c);
 
 // Views of one flat buffer as the model's tensors (used for params and for grads alike).
 struct DrafterLayerTensors {
@@ -66,6 +69,7 @@ struct DrafterLayerTensors {
 struct DrafterTensors {
   Tensor fc, hidden_norm, norm;
   std::vector<DrafterLayerTensors> layers;
+  TrainOps::DominoHeadWeights domino;  // kind = domino only (prefix_gru.*, embed_proj.*), else empty
 };
 
 // The packed micro-batch a drafter trains on: S sequences back to back (positions restart at 0 in each).
@@ -103,6 +107,9 @@ struct DrafterLossOptions {
   // noise_std_at (train/optimizer.h), seed fresh per micro-batch from the training RNG.
   float noise_std = 0.0f;
   uint64_t noise_seed = 0;
+  // kind = domino: λ, the weight of CE(base) in (1 − λ)·CE(final) + λ·CE(base) (ops/domino_head.h
+  // domino_lambda_base schedules it); the row weights are Domino's own (domino_block_rows, γ = gamma).
+  double domino_lambda = 0;
   // Skip the backward (evaluation). Gradients are then left untouched.
   bool backward = true;
   // Gradient checks and replays: use these per-row weights (one per block row, nb·B) instead of computing
@@ -122,6 +129,12 @@ struct DrafterLimits {
 // without a cap one block per token (anchors are distinct positions of the batch); the loss kind; noise on
 // when train.noise_std > 0.
 DrafterLimits drafter_limits_from_run(const Config& cfg);
+
+// Whether the run's loss reads the target's final-norm output, so that targets run every layer and the final
+// norm and stream it beside the taps ([T, H] bf16 more per batch; feature files hold it as final_norm): the
+// soft-KL loss's teacher, and a DSpark drafter's target distributions (its L1 term and confidence target,
+// dspark_needs_target_hidden).
+bool drafter_streams_final_hidden(const Config& cfg);
 
 class DrafterModel {
  public:
@@ -203,6 +216,11 @@ LossStats drafter_take_stats(DrafterModel& m);
 // no label), read back from the workspace.
 LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, const std::vector<DrafterAnchor>& anchors,
                                    const DrafterLossOptions& opts);
+// kind = domino: the greedy proposals (ops/domino_head.h domino_block_propose) of the one block that
+// drafter_accumulate last ran, forward only, with these same arguments, from its anchor token on.
+std::vector<int32_t> drafter_domino_drafts(const DrafterModel& m, const DrafterBatch& batch,
+                                           const std::vector<DrafterAnchor>& anchors,
+                                           const DrafterLossOptions& opts);
 // The final-norm output y [nb·B, H] (row j·B + k: block j, offset k) of the step drafter_accumulate last ran
 // with these same arguments, as host f32, read back from the workspace (the backward does not write it): the
 // input of the lm_head loss, for tests that restate the loss.

@@ -3,6 +3,7 @@
 // readers, so a field is added in one list.
 #include "model/drafter_config.h"
 
+#include <cctype>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -60,12 +61,21 @@ void read_value(const json& v, DrafterKind& out, const std::string& where, const
   out = drafter_kind_parse(v.get<std::string>(), where + " key '" + key + "'");
 }
 
+void read_value(const json& v, DrafterMarkovHead& out, const std::string& where, const char* key) {
+  DF_CHECK(v.is_string(), "%s: key '%s' must be a Markov head type string, got %s", where.c_str(), key,
+           v.dump().c_str());
+  out = drafter_markov_head_parse(v.get<std::string>(), where + " key '" + key + "'");
+}
+
 json write_value(int v) { return v; }
 json write_value(bool v) {
   return v;
 }
 json write_value(DrafterKind v) {
   return drafter_kind_name(v);
+}
+json write_value(DrafterMarkovHead v) {
+  return drafter_markov_head_name(v);
 }
 json write_value(float v) { return v; }
 json write_value(const std::vector<int>& v) { return v; }
@@ -83,6 +93,10 @@ std::string field_text(bool v) {
 
 std::string field_text(DrafterKind v) {
   return drafter_kind_name(v);
+}
+
+std::string field_text(DrafterMarkovHead v) {
+  return drafter_markov_head_name(v);
 }
 
 std::string field_text(float v) { return strfmt("%.9g", float_for_json(v)); }
@@ -114,10 +128,14 @@ DrafterConfig read_fields(const json& o, NameOf name_of, const std::string& wher
   return c;
 }
 
-// The kind and its head from dflash_config into `flat` under their hf keys (SpecForge
-// DominoDraftModel._init_draft_head: emb_dim and gru_hidden_dim required, pure_draft_prefix_len 0 and
-// shift_label false when absent); a DFlash drafter's head fields are unset (0 / false).
-void flatten_hf_kind(const json* dflash, const std::string& where, json& flat) {
+// The kind and its head from dflash_config into `flat` under their hf keys; a kind's head fields are unset (0
+// / false) under any other kind. Domino (SpecForge DominoDraftModel._init_draft_head): emb_dim and
+// gru_hidden_dim required, pure_draft_prefix_len 0 and shift_label false when absent. DSpark
+// (DSparkDraftModel): markov_rank 0 (no Markov head), markov_head_type vanilla, confidence_head_alpha 0,
+// enable_confidence_head = alpha > 0 and confidence_head_with_markov false when absent, looked up in
+// dflash_config and then at the top level (where SpecForge's export normaliser copies them); attention_mode
+// "gqa" (absent) needs fewer KV heads than query heads, "mha" equal counts.
+void flatten_hf_kind(const json& top, const json* dflash, const std::string& where, json& flat) {
   const auto get = [&](const char* key) -> const json* {
     if (!dflash) return nullptr;
     const auto it = dflash->find(key);
@@ -138,6 +156,33 @@ void flatten_hf_kind(const json* dflash, const std::string& where, json& flat) {
   const json* shift = get("shift_label");
   flat["pure_draft_prefix_len"] = domino && prefix ? *prefix : json(0);
   flat["shift_label"] = domino && shift ? *shift : json(false);
+
+  const bool dspark = kind == DrafterKind::dspark;
+  const auto get_dspark = [&](const char* key, json absent) {
+    if (!dspark) return absent;  // the peer's defaults are also the unset values
+    if (const json* v = get(key)) return *v;
+    const auto it = top.find(key);
+    return it == top.end() || it->is_null() ? absent : *it;
+  };
+  flat["markov_rank"] = get_dspark("markov_rank", 0);
+  flat["markov_head_type"] = get_dspark("markov_head_type", "vanilla");
+  flat["confidence_head_alpha"] = get_dspark("confidence_head_alpha", 0.0);
+  float alpha = 0;
+  read_value(flat["confidence_head_alpha"], alpha, where, "dflash_config.confidence_head_alpha");
+  flat["enable_confidence_head"] = get_dspark("enable_confidence_head", dspark && alpha > 0);
+  flat["confidence_head_with_markov"] = get_dspark("confidence_head_with_markov", false);
+  if (!dspark) return;
+  const json mode_value = get_dspark("attention_mode", "gqa");
+  const std::string mode = mode_value.is_string() ? mode_value.get<std::string>() : mode_value.dump();
+  const int heads = flat["num_attention_heads"].get<int>(), kv = flat["num_key_value_heads"].get<int>();
+  DF_CHECK(mode == "gqa" || mode == "mha",
+           "%s: key 'dflash_config.attention_mode' is '%s'; a DSpark drafter's is \"gqa\" or \"mha\"",
+           where.c_str(), mode.c_str());
+  DF_CHECK(mode == "gqa" ? kv < heads : kv == heads,
+           "%s: dflash_config.attention_mode \"%s\" with %d KV heads and %d query heads; DSpark's gqa needs "
+           "fewer KV "
+           "heads, its mha equal counts (SpecForge DSparkDraftModel)",
+           where.c_str(), mode.c_str(), kv, heads);
 }
 
 // DFlash2 from its architecture (SpecForge DFlash2DraftModel: no projector_type; conv_kernel_size,
@@ -180,16 +225,37 @@ const char* drafter_kind_name(DrafterKind k) {
       return "domino";
     case DrafterKind::dflash2:
       return "dflash2";
+    case DrafterKind::dspark:
+      return "dspark";
     default:
       return "dflash";
   }
 }
 
 DrafterKind drafter_kind_parse(const std::string& name, const std::string& where) {
-  for (DrafterKind k : {DrafterKind::dflash, DrafterKind::domino, DrafterKind::dflash2})
+  for (DrafterKind k : {DrafterKind::dflash, DrafterKind::domino, DrafterKind::dspark, DrafterKind::dflash2})
     if (name == drafter_kind_name(k)) return k;
-  DF_FAIL("%s: drafter kind '%s' is not one this build knows (dflash, domino, dflash2)", where.c_str(),
+  DF_FAIL("%s: drafter kind '%s' is not one this build knows (dflash, domino, dspark, dflash2)", where.c_str(),
           name.c_str());
+}
+
+const char* drafter_markov_head_name(DrafterMarkovHead h) {
+  switch (h) {
+    case DrafterMarkovHead::gated:
+      return "gated";
+    case DrafterMarkovHead::rnn:
+      return "rnn";
+    default:
+      return "vanilla";
+  }
+}
+
+DrafterMarkovHead drafter_markov_head_parse(const std::string& name, const std::string& where) {
+  std::string lower = name;
+  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  for (DrafterMarkovHead h : {DrafterMarkovHead::vanilla, DrafterMarkovHead::gated, DrafterMarkovHead::rnn})
+    if (lower == drafter_markov_head_name(h)) return h;
+  DF_FAIL("%s: Markov head type '%s' is not vanilla, gated or rnn", where.c_str(), name.c_str());
 }
 
 const char* drafter_layer_type_hf_name(DrafterLayerType t) {
@@ -257,6 +323,14 @@ DrafterConfig drafter_config_from_run(const Config& cfg, const QwenConfig& targe
     c.output_multiplier = float(d.output_multiplier);
     c.final_logit_softcapping = float(d.final_logit_softcapping);
   }
+  if (c.kind == DrafterKind::dspark) {
+    c.markov_rank = d.markov_rank;
+    c.markov_head_type =
+        drafter_markov_head_parse(d.markov_head_type, cfg.path + ": drafter.markov_head_type");
+    c.enable_confidence_head = d.enable_confidence_head;
+    c.confidence_head_with_markov = d.confidence_head_with_markov;
+    c.confidence_head_alpha = float(d.confidence_head_alpha);
+  }
   drafter_config_validate(c);
   return c;
 }
@@ -287,6 +361,15 @@ DrafterConfig drafter_config_from_json(const std::string& text, const std::strin
       if (dflash2_keys.count(f.key) && !j.contains(f.key)) j[f.key] = write_value(value);
     });
   }
+  if (j["kind"] != "dspark") {
+    // Written before DSpark existed: its head fields, absent, are unset.
+    const std::set<std::string> dspark_keys = {"markov_rank", "markov_head_type", "enable_confidence_head",
+                                               "confidence_head_with_markov", "confidence_head_alpha"};
+    const DrafterConfig unset;
+    drafter_config_fields(unset, [&](const DrafterField& f, const auto& value) {
+      if (dspark_keys.count(f.key) && !j.contains(f.key)) j[f.key] = write_value(value);
+    });
+  }
   const std::string in = where + " drafter_config";
   const DrafterConfig c = read_fields(j, [](const DrafterField& f) { return f.key; }, in);
   try {
@@ -303,16 +386,16 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
   if (const auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     bool dflash = false;
     for (const json& a : *it) {
-      for (const char* name : {"DFlashDraftModel", "DominoDraftModel", "DFlash2DraftModel"})
+      for (const char* name :
+           {"DFlashDraftModel", "DominoDraftModel", "DSparkDraftModel", "Qwen3DSparkModel", "DFlash2DraftModel"})
         dflash |= a.is_string() && a.get<std::string>() == name;
       dflash2 |= a.is_string() && a.get<std::string>() == "DFlash2DraftModel";
     }
-    DF_CHECK(
-        dflash,
-        "%s: architectures is %s, not DFlashDraftModel, DominoDraftModel or DFlash2DraftModel; HINT: "
-        "drafter.init_from names a DFlash-family drafter folder (as `dflash_mpi export` writes), not the "
-        "target model",
-        where.c_str(), it->dump().c_str());
+    DF_CHECK(dflash,
+             "%s: architectures is %s, not DFlashDraftModel, DominoDraftModel, DSparkDraftModel, "
+             "Qwen3DSparkModel (SpecForge's exported DSpark) or DFlash2DraftModel; HINT: drafter.init_from names "
+             "a DFlash-family drafter folder (as `dflash_mpi export` writes), not the target model",
+             where.c_str(), it->dump().c_str());
   }
   // Sliding layer types are DFlash's own; the Qwen3 target parser refuses them, so it reads the rest. Its
   // config.json of what it read (defaults filled in, rope_theta in rope_parameters) gives the Qwen3 fields.
@@ -354,7 +437,7 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
              "%s: architectures names DFlash2DraftModel but dflash_config.projector_type "
              "is %s; a DFlash2 drafter has no projector",
              where.c_str(), projector->dump().c_str());
-  flatten_hf_kind(dflash, where, flat);
+  flatten_hf_kind(j, dflash, where, flat);
   flatten_hf_dflash2(dflash2, dflash, where, flat);
   DrafterConfig c = read_fields(flat, [](const DrafterField& f) { return f.hf_key; }, where);
   DF_CHECK(int(c.layer_types.size()) == c.layers, "%s: key 'layer_types' must be an array of num_hidden_layers "

@@ -16,7 +16,9 @@ namespace df {
 
 enum class DrafterLayerType : uint8_t { sliding, full };
 // The drafter's head and loss terms over the one backbone (MODELS.md "Drafter kinds beyond DFlash").
-enum class DrafterKind : uint8_t { dflash, domino, dflash2 };
+enum class DrafterKind : uint8_t { dflash, domino, dspark, dflash2 };
+// DSpark's Markov bias on the logits (model/dspark_head.h has the math of each).
+enum class DrafterMarkovHead : uint8_t { vanilla, gated, rnn };
 
 struct DrafterConfig {
   int hidden = 0;                        // = the target's hidden size H
@@ -48,6 +50,12 @@ struct DrafterConfig {
   int selector_top_k = 0;
   float output_multiplier = 0.0f;
   float final_logit_softcapping = 0.0f;
+  // DSpark's head (config.h DrafterSection has the meaning); 0 / vanilla / false for any other kind.
+  int markov_rank = 0;
+  DrafterMarkovHead markov_head_type = DrafterMarkovHead::vanilla;
+  bool enable_confidence_head = false;
+  bool confidence_head_with_markov = false;
+  float confidence_head_alpha = 0.0f;
 
   int num_taps() const { return int(target_layer_ids.size()); }
 };
@@ -103,6 +111,15 @@ void drafter_config_fields(C& c, F&& f) {
   f(DrafterField{"output_multiplier", "drafter.output_multiplier", "output_multiplier"}, c.output_multiplier);
   f(DrafterField{"final_logit_softcapping", "drafter.final_logit_softcapping", "final_logit_softcapping"},
     c.final_logit_softcapping);
+  f(DrafterField{"markov_rank", "drafter.markov_rank", "markov_rank"}, c.markov_rank);
+  f(DrafterField{"markov_head_type", "drafter.markov_head_type", "markov_head_type"}, c.markov_head_type);
+  f(DrafterField{"enable_confidence_head", "drafter.enable_confidence_head", "enable_confidence_head"},
+    c.enable_confidence_head);
+  f(DrafterField{"confidence_head_with_markov", "drafter.confidence_head_with_markov",
+                 "confidence_head_with_markov"},
+    c.confidence_head_with_markov);
+  f(DrafterField{"confidence_head_alpha", "drafter.confidence_head_alpha", "confidence_head_alpha"},
+    c.confidence_head_alpha);
 }
 
 // Every field of c with its value as messages show it, in drafter_config_fields order: what the comparisons
@@ -115,11 +132,16 @@ struct DrafterFieldText {
 };
 std::vector<DrafterFieldText> drafter_config_texts(const DrafterConfig& c);
 
-// "dflash" | "domino" | "dflash2": drafter.kind's spelling, also SpecForge's dflash_config.projector_type
-// (absent = dflash; a DFlash2 drafter is named by its architecture, DFlash2DraftModel, instead).
+// "dflash" | "domino" | "dspark" | "dflash2": drafter.kind's spelling, also SpecForge's
+// dflash_config.projector_type (absent = dflash; a DFlash2 drafter is named by its architecture,
+// DFlash2DraftModel, instead).
 const char* drafter_kind_name(DrafterKind k);
 // The kind named `name`; throws naming `where` and the accepted names.
 DrafterKind drafter_kind_parse(const std::string& name, const std::string& where);
+// "vanilla" | "gated" | "rnn": drafter.markov_head_type, SpecForge's dflash_config spelling.
+const char* drafter_markov_head_name(DrafterMarkovHead h);
+// The head named `name` (any case, as SpecForge lowercases it); throws naming `where` and the accepted names.
+DrafterMarkovHead drafter_markov_head_parse(const std::string& name, const std::string& where);
 
 // "sliding_attention" | "full_attention", the HF layer_types spelling.
 const char* drafter_layer_type_hf_name(DrafterLayerType t);

@@ -14,12 +14,33 @@ namespace df {
 
 namespace {
 
-// Host description of the blocks: everything that depends only on the batch and the anchors. The row weights
-// depend on the forward (streak) and are made on the backend by loss_row_stats.
+// Host description of the blocks: everything that depends only on the batch and the anchors. DFlash's row
+// weights depend on the forward (streak) and are made on the backend by loss_row_stats; Domino's labels and
+// weights (and its GRU input tokens) depend on the data only and are made here (domino_block_rows).
 struct BlockLayout {
-  std::vector<int32_t> ids, pos_all, blocks, labels, tgt_rows;
+  std::vector<int32_t> ids, pos_all, blocks, labels, tgt_rows, gru_ids;
   std::vector<uint8_t> labelled;
+  std::vector<float> row_w;  // kind = domino
 };
+
+// Domino's labels, weights and GRU inputs of every block, replacing DFlash's labels in L.
+void layout_domino_rows(const DrafterConfig& c, const DrafterBatch& b,
+                        const std::vector<DrafterAnchor>& anchors, float gamma, BlockLayout& L) {
+  const DominoHeadDims d = domino_head_dims(c);
+  const size_t B = size_t(c.block_size);
+  L.gru_ids.assign(anchors.size() * B, 0);
+  L.row_w.assign(anchors.size() * B, 0.0f);
+  for (size_t j = 0; j < anchors.size(); ++j) {
+    const int64_t s0 = b.offsets[size_t(anchors[j].seq)], len = b.offsets[size_t(anchors[j].seq) + 1] - s0;
+    const DominoBlockRows rows = domino_block_rows(d, b.tokens.data() + s0, b.loss_mask.data() + s0, len,
+                                                   anchors[j].pos, double(gamma));
+    for (size_t k = 0; k < B; ++k) {
+      L.labels[j * B + k] = rows.labels[k];
+      L.gru_ids[j * B + k] = rows.inputs[k];
+      L.row_w[j * B + k] = float(rows.weights[k]);
+    }
+  }
+}
 
 BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b,
                           const std::vector<DrafterAnchor>& anchors) {
@@ -62,8 +83,8 @@ BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b,
 // Every tensor of one step, carved from the model's workspace (or a counting arena when planning).
 // Activations and their gradients are act_dtype; saved statistics, losses and weights f32; indices i32.
 struct StepBuffers {
-  Tensor taps, f, rstd_ctx, x0, y, rstd_final, ids, labels, active, tgt_rows, tgt, loss, p_label, argmax, row_w, dy,
-      dx, dfc;
+  Tensor taps, f, rstd_ctx, x0, y, rstd_final, ids, labels, active, tgt_rows, tgt, loss, p_label, argmax,
+      row_w, dy, dx, dfc, gru_ids, gru_in;
   DrafterLayerInputs in;
   std::vector<DrafterLayerActs> layers;
   DrafterLayerGrads grads;
@@ -95,6 +116,10 @@ StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, b
   s.p_label = a.alloc(DType::f32, 1, d.N);
   s.argmax = a.alloc(DType::i32, 1, d.N);
   s.row_w = a.alloc(DType::f32, 1, d.N);
+  if (c.kind == DrafterKind::domino) {
+    s.gru_ids = a.alloc(DType::i32, 1, d.N);  // the GRU input tokens, then their target embeddings
+    s.gru_in = a.alloc(act, d.N, H);
+  }
   s.dy = a.alloc(act, d.N, H);
   s.dx = a.alloc(act, d.N, H);
   s.dfc = a.alloc(act, d.T, H);
@@ -186,7 +211,9 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   const bool kl = opts.kind == LmLossKind::kl, noise = opts.noise_std > 0;
   const DrafterDims d = dims_of(c, batch.offsets.back(), int64_t(anchors.size()));
   if (d.nb == 0) return;
-  const BlockLayout L = layout_blocks(c, batch, anchors);
+  const bool domino = c.kind == DrafterKind::domino;
+  BlockLayout L = layout_blocks(c, batch, anchors);
+  if (domino) layout_domino_rows(c, batch, anchors, opts.gamma, L);
   // Carved at the batch's own sizes: every tensor is at most its planned size, so the planned bytes hold it.
   Arena arena(m.workspace, m.workspace_bytes, ops.device());
   StepBuffers s = step_alloc(arena, c, d, kl, noise, ops.act_dtype());
@@ -196,6 +223,7 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   ops.upload_raw(s.labels, L.labels.data());
   ops.upload_raw(s.active, L.labelled.data());
   ops.upload_raw(s.tgt_rows, L.tgt_rows.data());
+  if (domino) ops.upload_raw(s.gru_ids, L.gru_ids.data());
 
   // ---- forward ----
   const Tensor& taps = noise ? s.taps : batch.taps;
@@ -211,36 +239,59 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
                           s.layers[size_t(l)]);
   const Tensor& x_last = s.layers.back().x_out;
   ops.rmsnorm_fwd(x_last, m.w.norm, s.y, s.rstd_final, c.rms_eps);
-  if (kl) ops.embedding(s.tgt_rows, batch.target_hidden, s.tgt);
-  const int64_t labelled = std::count(L.labelled.begin(), L.labelled.end(), uint8_t(1));
-  ops.lm_head_loss(s.y, m.lm_head, s.labels, s.active, s.tgt, opts.kind, s.loss, s.p_label, s.argmax, s.dy,
-                   labelled);
+  // The step's first backward writes the gradients (beta 0; drafter_begin_step), later ones add.
+  const float beta_g = m.grads_stale ? 0.0f : 1.0f;
+  if (domino) {
+    // ---- Domino's head and loss: its rows are weighted on the host, dy comes out weighted ----
+    DF_CHECK(!kl && opts.dpace == DpaceKind::off && !opts.streak,
+             "drafter step: drafter.kind = \"domino\" trains with CE only (train.loss = \"ce\", no streak)");
+    if (opts.fixed_row_weights) {
+      DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N,
+               "drafter step: %zu fixed row weights for %lld rows", opts.fixed_row_weights->size(),
+               (long long)d.N);
+      L.row_w = *opts.fixed_row_weights;
+    }
+    ops.upload_raw(s.row_w, L.row_w.data());
+    ops.embedding(s.gru_ids, m.embed, s.gru_in);
+    TrainOps::DominoHeadArgs da;
+    da.dims = domino_head_dims(c);
+    da.lambda = opts.domino_lambda;
+    da.backward = opts.backward;
+    da.beta_dw = beta_g;
+    ops.domino_head_loss(s.y, m.lm_head, s.gru_in, m.w.domino, s.labels, s.row_w, da, s.argmax, s.dy,
+                         m.g.domino, m.stats);
+  } else {
+    if (kl) ops.embedding(s.tgt_rows, batch.target_hidden, s.tgt);
+    const int64_t labelled = std::count(L.labelled.begin(), L.labelled.end(), uint8_t(1));
+    ops.lm_head_loss(s.y, m.lm_head, s.labels, s.active, s.tgt, opts.kind, s.loss, s.p_label, s.argmax, s.dy,
+                     labelled);
 
-  // ---- row weights and statistics (backend) ----
-  TrainOps::LossRowArgs ra;
-  ra.block = c.block_size;
-  ra.gamma = opts.gamma;
-  ra.streak = opts.streak;
-  ra.streak_alpha = opts.streak_alpha;
-  ra.dpace = opts.dpace;
-  ra.dpace_alpha = opts.dpace_alpha;
-  ra.sequences = batch.num_seqs();
-  ra.weights_given = opts.fixed_row_weights != nullptr;
-  if (ra.weights_given) {
-    DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N, "drafter step: %zu fixed row weights for %lld rows",
-             opts.fixed_row_weights->size(), (long long)d.N);
-    ops.upload_raw(s.row_w, opts.fixed_row_weights->data());
+    // ---- row weights and statistics (backend) ----
+    TrainOps::LossRowArgs ra;
+    ra.block = c.block_size;
+    ra.gamma = opts.gamma;
+    ra.streak = opts.streak;
+    ra.streak_alpha = opts.streak_alpha;
+    ra.dpace = opts.dpace;
+    ra.dpace_alpha = opts.dpace_alpha;
+    ra.sequences = batch.num_seqs();
+    ra.weights_given = opts.fixed_row_weights != nullptr;
+    if (ra.weights_given) {
+      DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N,
+               "drafter step: %zu fixed row weights for %lld rows", opts.fixed_row_weights->size(),
+               (long long)d.N);
+      ops.upload_raw(s.row_w, opts.fixed_row_weights->data());
+    }
+    ops.loss_row_stats(s.labels, s.active, s.loss, s.p_label, s.argmax, ra, s.row_w, m.stats);
   }
-  ops.loss_row_stats(s.labels, s.active, s.loss, s.p_label, s.argmax, ra, s.row_w, m.stats);
   if (!opts.backward) return;
 
   // ---- backward: ∂(Σ w·L) ----
-  // The step's first backward writes the gradients (beta 0; drafter_begin_step), later ones add. Every
-  // parameter has exactly one call with beta_g (k_proj, v_proj: the context rows' product; the block rows'
-  // then adds), and every call runs whatever the batch (an empty range writes zeros), so all of m.grads but
-  // the padding is written. ∂/∂ctx likewise: the first layer visited writes it, the others add.
-  const float beta_g = m.grads_stale ? 0.0f : 1.0f;
-  ops.scale_rows(s.dy, s.row_w);
+  // Every parameter has exactly one call with beta_g (k_proj, v_proj: the context rows' product; the block
+  // rows' then adds; Domino's head: domino_head_loss), and every call runs whatever the batch (an empty range
+  // writes zeros), so all of m.grads but the padding is written. ∂/∂ctx likewise: the first layer visited
+  // writes it, the others add.
+  if (!domino) ops.scale_rows(s.dy, s.row_w);
   ops.rmsnorm_bwd(x_last, m.w.norm, s.rstd_final, s.dy, s.dx, m.g.norm, 0, beta_g);
   for (int l = c.layers - 1; l >= 0; --l) {
     const float beta_dctx = l < c.layers - 1 ? 1.0f : 0.0f;
@@ -278,6 +329,18 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch,
     m.ops().download_raw(s.argmax, st.row_argmax.data());
   }
   return st;
+}
+
+std::vector<int32_t> drafter_domino_drafts(const DrafterModel& m, const DrafterBatch& batch,
+                                           const std::vector<DrafterAnchor>& anchors,
+                                           const DrafterLossOptions& opts) {
+  const DrafterConfig& c = m.config();
+  DF_CHECK(anchors.size() == 1 && anchors[0].pos >= 0,
+           "drafter_domino_drafts: proposes for one real block, got %zu blocks", anchors.size());
+  const int64_t s0 = batch.offsets[size_t(anchors[0].seq)];
+  const Tensor y = step_buffers_after(m, batch, anchors, opts).y;
+  return m.ops().domino_head_propose(y, m.lm_head, m.embed, m.w.domino, domino_head_dims(c),
+                                     batch.tokens[size_t(s0 + anchors[0].pos)]);
 }
 
 std::vector<float> drafter_final_hidden(const DrafterModel& m, const DrafterBatch& batch,

@@ -264,26 +264,35 @@ int QwenConfig::num_full_layers() const {
   return static_cast<int>(layer_types.size()) - num_linear_layers();
 }
 
-// Everything but embed_tokens and lm_head: layer weights (including every norm) plus the final norm; `active`
-// counts only the experts one token runs.
-static double params_of(const QwenConfig& c, bool active) {
+double QwenConfig::layer_params(int l, bool active) const {
+  const QwenConfig& c = *this;
   const double h = c.hidden;
-  const double dense_mlp = 3.0 * h * c.intermediate;
-  const double shared = c.shared_intermediate > 0 ? 3.0 * h * c.shared_intermediate + h : 0.0;  // + its gate
-  const double experts = active ? c.experts_per_tok : c.num_experts;
-  const double moe_mlp = h * c.num_experts + 3.0 * h * c.moe_intermediate * experts + shared;  // router first
-  double mlp = 0;
-  for (int l = 0; l < c.layers; ++l) mlp += c.layer_is_moe(l) ? moe_mlp : dense_mlp;
+  double mlp = 3.0 * h * c.intermediate;
+  if (c.layer_is_moe(l)) {
+    const double shared =
+        c.shared_intermediate > 0 ? 3.0 * h * c.shared_intermediate + h : 0.0;  // + its gate
+    const double experts = active ? c.experts_per_tok : c.num_experts;
+    mlp = h * c.num_experts + 3.0 * h * c.moe_intermediate * experts + shared;  // router first
+  }
   const double norms = 2.0 * h;
-  const double q_rows = double(c.heads) * c.head_dim * (c.attn_output_gate ? 2 : 1);
-  const double full = h * q_rows + 2.0 * h * c.kv_heads * c.head_dim + double(c.heads) * c.head_dim * h +
-                      2.0 * c.head_dim;
+  if (c.layer_types[size_t(l)] == LayerKind::full_attention) {
+    const double q_rows = double(c.heads) * c.head_dim * (c.attn_output_gate ? 2 : 1);
+    return mlp + norms + h * q_rows + 2.0 * h * c.kv_heads * c.head_dim + double(c.heads) * c.head_dim * h +
+           2.0 * c.head_dim;
+  }
   const double key_dim = double(c.lin_nk) * c.lin_dk, value_dim = double(c.lin_nv) * c.lin_dv;
   const double conv_ch = 2.0 * key_dim + value_dim;
-  const double linear = h * conv_ch + h * value_dim + 2.0 * h * c.lin_nv    // in_proj_qkv, in_proj_z, in_proj_b/a
-                        + conv_ch * c.conv_kernel + 2.0 * c.lin_nv + c.lin_dv  // conv1d, A_log, dt_bias, norm
-                        + value_dim * h;                                       // out_proj
-  return mlp + norms * c.layers + full * c.num_full_layers() + linear * c.num_linear_layers() + h;
+  return mlp + norms + h * conv_ch + h * value_dim +
+         2.0 * h * c.lin_nv                                     // in_proj_qkv, in_proj_z, in_proj_b/a
+         + conv_ch * c.conv_kernel + 2.0 * c.lin_nv + c.lin_dv  // conv1d, A_log, dt_bias, norm
+         + value_dim * h;                                       // out_proj
+}
+
+// Everything but embed_tokens and lm_head: every layer's weights plus the final norm.
+static double params_of(const QwenConfig& c, bool active) {
+  double p = c.hidden;
+  for (int l = 0; l < c.layers; ++l) p += c.layer_params(l, active);
+  return p;
 }
 
 double QwenConfig::params_non_embedding() const { return params_of(*this, false); }

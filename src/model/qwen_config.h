@@ -75,6 +75,9 @@ struct QwenConfig {
   // The part one token multiplies with: the router, its experts_per_tok experts and the shared expert in place
   // of all experts (FLOP accounting); equal to params_non_embedding for a dense model.
   double params_active_non_embedding() const;
+  // Parameters of decoder layer `l` (norms, mixer, MLP); `active`: an MoE layer's router, experts_per_tok
+  // experts and shared expert instead of every expert.
+  double layer_params(int l, bool active) const;
 };
 
 // Parses a config.json object. `where` names the source in error messages. Throws df::Error naming the key

@@ -6,7 +6,8 @@
 namespace df {
 
 MoeShape target_moe_shape(const QwenConfig& c) {
-  return MoeShape{c.num_experts, c.experts_per_tok, c.moe_intermediate, c.shared_intermediate, c.norm_topk_prob};
+  return MoeShape{c.num_experts,         c.experts_per_tok, c.moe_intermediate,
+                  c.shared_intermediate, c.norm_topk_prob,  c.hidden};
 }
 
 void target_moe_layout(const QwenConfig& c, TargetLayer& L, Arena& a, DType dt) {

@@ -39,6 +39,17 @@ LossStats loss_stats_from_slots(const std::vector<double>& slots, int block) {
   return st;
 }
 
+void loss_stats_add_to_slots(const LossStats& st, int block, double* slots) {
+  slots[LossStatsSlots::kLossSum] += st.loss_sum;
+  slots[LossStatsSlots::kWeightSum] += st.weight_sum;
+  slots[LossStatsSlots::kTauSum] += st.tau_sum;
+  slots[LossStatsSlots::kTauBlocks] += double(st.tau_blocks);
+  for (int k = 1; k < block && size_t(k - 1) < st.correct.size(); ++k) {
+    slots[LossStatsSlots::correct(k)] += double(st.correct[size_t(k - 1)]);
+    slots[LossStatsSlots::count(block, k)] += double(st.count[size_t(k - 1)]);
+  }
+}
+
 std::vector<double> loss_accuracy(const LossStats& st) {
   std::vector<double> acc;
   for (size_t k = 0; k < st.correct.size(); ++k)

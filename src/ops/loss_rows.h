@@ -28,6 +28,8 @@ struct LossStats {
 
 // The LossStats a LossStatsSlots block of this block size holds (row_weight left empty).
 LossStats loss_stats_from_slots(const std::vector<double>& slots, int block);
+// Adds st's sums and counts (row_weight and row_argmax aside) to a LossStatsSlots block of this block size.
+void loss_stats_add_to_slots(const LossStats& st, int block, double* slots);
 
 // correct[k] / count[k] per block offset (0 where an offset has no labelled row).
 std::vector<double> loss_accuracy(const LossStats& st);

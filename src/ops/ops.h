@@ -51,6 +51,7 @@ struct MoeShape {
   int inter = 0;             // a routed expert's SwiGLU width I
   int shared_inter = 0;      // the shared expert's width; 0: the block has none
   bool renormalise = false;  // the top_k probabilities are divided by their sum (norm_topk_prob)
+  int hidden = 0;            // H, the columns of x: sizes a backend's workspace (Ops::moe_workspace_bytes)
 };
 
 // The experts of one MoE layer, each a SwiGLU MLP: gate_up [E·2I, H] holds expert e's gate rows then its up rows

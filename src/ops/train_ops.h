@@ -22,8 +22,10 @@
 //    bits.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
+#include "ops/domino_head.h"
 #include "ops/wire_pool.h"
 
 namespace df {
@@ -167,6 +169,36 @@ class TrainOps {
   virtual void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss,
                               const Tensor& p_label, const Tensor& argmax, const LossRowArgs& a,
                               const Tensor& row_w, const Tensor& stats) = 0;
+
+  // ---- Domino's head (drafter.kind = "domino"; ops/domino_head.h is the math) -----------------------
+  // The head's four matrices (ops/domino_head.h DominoHeadTensors names them), or their f32 gradients.
+  struct DominoHeadWeights {
+    Tensor gru_ih, gru_hh, proj_in, proj_out;
+  };
+  struct DominoHeadArgs {
+    DominoHeadDims dims;
+    double lambda = 0;     // the weight of CE(base); CE(final) gets 1 − λ
+    bool backward = true;  // false: neither dy nor dw is written
+    float beta_dw = 0;     // head gradients: beta 0 writes, beta 1 adds
+  };
+  // nb blocks of the final-norm output y [nb·B, H] (block-major rows; act_dtype) through the head and both
+  // losses: gru_in [nb·B, H] holds the target embeddings of each block's GRU input tokens, labels i32 and
+  // row_w f32 [1, nb·B] what each slot predicts and its loss weight (ops/domino_head.h domino_block_rows;
+  // 0: the slot has no label). Writes argmax i32 [1, nb·B] of the final logits (−1 where row_w is 0) and,
+  // with backward, dy [nb·B, H] = ∂(Σ w·L)/∂y with L = (1 − λ)·CE(final) + λ·CE(base) (the weights are
+  // already in it) and dw. Adds Σ w·L, Σ w and the accuracy and τ counts to stats as loss_row_stats does,
+  // slot k counted at block offset k + 1 with shift_label (its label is x[a+k+1]) and k without, so the
+  // counts mean what DFlash's do; a slot past offset B − 1 (the last one with shift_label) is not counted:
+  // decoding never proposes from it. CPU backend only; the CUDA one refuses it.
+  virtual void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
+                                const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
+                                const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                                const DominoHeadWeights& dw, const Tensor& stats) = 0;
+  // Domino's greedy proposals for one block (ops/domino_head.h domino_block_propose): y [B, H] the block's
+  // final-norm output, lm_head and embed [V, H], `first` the last committed token; returns B − 1 tokens.
+  virtual std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head,
+                                                   const Tensor& embed, const DominoHeadWeights& w,
+                                                   const DominoHeadDims& d, int32_t first) = 0;
 
   // ---- optimizer ----------------------------------------------------------------------------------
   // Σ x² over a flat f32 buffer, accumulated in double in a fixed order.

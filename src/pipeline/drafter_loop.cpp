@@ -125,7 +125,7 @@ DrafterRun::DrafterRun(const TrainPlan& plan, const DistContext& ctx)
       owner_(ctx.drafter_index == 0),
       B_(plan.drafter.block_size),
       feat_cols_(int64_t(plan.drafter.hidden) * plan.drafter.num_taps()),
-      final_cols_(plan.kl ? plan.drafter.hidden : 0),
+      final_cols_(plan.final_hidden ? plan.drafter.hidden : 0),
       stats_targets_(plan.cfg.topology.offline ? plan.num_drafters : plan.num_targets),
       frozen_(target_load_for_run(plan.cfg.target, plan.target, target_ops_, 0, true)),
       ops_(train_ops_create(plan.cfg.drafter.device, std::max(ctx.gpu, 0))),
@@ -241,6 +241,7 @@ void DrafterRun::train_micro_batch(int64_t step, int micro, StepStats& ss, doubl
   DrafterLossOptions lo = loss_options_from_config(tc_);
   lo.noise_std = noise_std_at(float(tc_.noise_std), step, plan_.total_steps);
   lo.noise_seed = rng.next_u64();
+  lo.domino_lambda = loss_domino_lambda(tc_, model_.config(), step, plan_.total_steps);
   drafter_accumulate(model_, db, anchors, lo);
   ss.tokens += double(p.hdr.tokens);
   ss.batches += 1;
@@ -293,7 +294,10 @@ bool DrafterRun::after_update(int64_t step, const StepStats& ss, const AdamwStep
   const bool eval_now = heldout_ && ((step + 1) % plan_.cfg.eval.interval == 0 || stop || last);
   if (eval_now) {
     watchdog_->beat("evaluating on the held-out set (eval.data)");
-    const LossStats ev = heldout_->run(model_, mem_, loss_options_from_config(tc_));
+    DrafterLossOptions eo = loss_options_from_config(tc_);
+    // At the steps done, as SpecForge evaluates (its global_step counts the step just taken).
+    eo.domino_lambda = loss_domino_lambda(tc_, model_.config(), step + 1, plan_.total_steps);
+    const LossStats ev = heldout_->run(model_, mem_, eo);
     metrics_->set_eval(ev.mean_loss(), ev.tau(), loss_accuracy(ev));
   }
   if (owner_) metrics_->step(step, ss, r.lr, r.grad_norm, stop || last || eval_now || reform);

@@ -53,16 +53,16 @@ class FileFeatureReceiver final : public FeatureReceiver {
         p.hdr.num_seqs = int64_t(batch.items.size());
         p.hdr.tokens = int64_t(mb.tokens.size());
         p.hdr.feat_cols = cols;
-        p.hdr.final_cols = plan_.kl ? H : 0;
+        p.hdr.final_cols = plan_.final_hidden ? H : 0;
         p.features.resize(size_t(p.hdr.tokens * cols));
-        if (plan_.kl) p.final_hidden.resize(size_t(p.hdr.tokens * H));
+        if (plan_.final_hidden) p.final_hidden.resize(size_t(p.hdr.tokens * H));
         for (size_t i = 0; i < batch.items.size(); ++i) {
           const BatchItem& it = batch.items[i];
           const TokenCorpus::Location at = plan_.corpus->locate(it.seq);
           const FeatureFileReader& rd = *readers_[at.file];
           const int64_t row = mb.offsets[i];
           rd.read_taps(taps, at.row + it.start, it.length, p.features.data() + row * cols, cols);
-          if (plan_.kl) rd.read_final_norm(at.row + it.start, it.length, p.final_hidden.data() + row * H, H);
+          if (plan_.final_hidden) rd.read_final_norm(at.row + it.start, it.length, p.final_hidden.data() + row * H, H);
         }
         p.offsets = std::move(mb.offsets);
         p.tokens = std::move(mb.tokens);

@@ -20,17 +20,29 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& committed, const Tensor& ctx) {
-  const DrafterConfig& c = m_.config();
-  const int B = c.block_size;
-  const int64_t anchor = int64_t(committed.size()) - 1, len = anchor + B;
+DrafterBatch draft_batch(const std::vector<int32_t>& committed, const Tensor& ctx, int block) {
+  const int64_t anchor = int64_t(committed.size()) - 1, len = anchor + block;
   DF_CHECK(anchor >= 0 && ctx.rows >= len,
            "draft: %zu committed tokens need %lld context rows, the buffer has %lld", committed.size(),
            (long long)len, (long long)ctx.rows);
-  // One sequence of the committed tokens plus B − 1 placeholders, one block anchored at the last committed
-  // token. The placeholders only make the block rows labelled (the loss op scores, hence argmaxes, only
-  // those); the block sees context positions < anchor, so neither they nor the scratch rows of ctx reach the
-  // drafts.
+  // The placeholders only make the block rows labelled (the loss op scores, hence argmaxes, only those); the
+  // block sees context positions < anchor, so neither they nor the scratch rows of ctx reach the drafts.
+  DrafterBatch b;
+  b.offsets = {0, len};
+  b.tokens = committed;
+  b.tokens.resize(size_t(len), 0);
+  b.loss_mask.assign(size_t(len), 1);
+  b.taps = ctx.rows_view(0, len);
+  return b;
+}
+
+DrafterAnchor draft_anchor(const std::vector<int32_t>& committed) {
+  return DrafterAnchor{0, int32_t(committed.size()) - 1};
+}
+
+std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& committed, const Tensor& ctx) {
+  const DrafterConfig& c = m_.config();
+  const int B = c.block_size;
   if (m_.workspace == nullptr) {
     // Planned once, for the context buffer's rows (every draft's sequence fits it) and one block.
     DrafterLimits lim;
@@ -38,15 +50,14 @@ std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& commi
     lim.max_blocks = 1;
     drafter_plan_workspace(m_, lim);
   }
-  DrafterBatch b;
-  b.offsets = {0, len};
-  b.tokens = committed;
-  b.tokens.resize(size_t(len), 0);
-  b.loss_mask.assign(size_t(len), 1);
-  b.taps = ctx.rows_view(0, len);
+  const DrafterBatch b = draft_batch(committed, ctx, B);
   DrafterLossOptions o;
   o.backward = false;
-  const LossStats st = drafter_forward_backward(m_, b, {DrafterAnchor{0, int32_t(anchor)}}, o);
+  const std::vector<DrafterAnchor> block{draft_anchor(committed)};
+  const LossStats st = drafter_forward_backward(m_, b, block, o);
+  // Domino proposes token by token, its GRU reading its own earlier proposals (not the argmax of the
+  // teacher-forced rows the step scored).
+  if (c.kind == DrafterKind::domino) return drafter_domino_drafts(m_, b, block, o);
   DF_CHECK(int64_t(st.row_argmax.size()) == B, "draft: the drafter step returned %zu rows for a block of %d",
            st.row_argmax.size(), B);
   return std::vector<int32_t>(st.row_argmax.begin() + 1, st.row_argmax.end());

@@ -26,9 +26,16 @@ class BlockDrafter {
   virtual std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) = 0;
 };
 
-// The DFlash drafter's inference forward: the training step's forward with backward off, one block anchored
-// at the last committed token (it sees every earlier position as context, as at inference in DFlash). The
-// first draft plans the model's workspace for the context buffer it is given (a model without one).
+// What a draft runs the drafter step on: one sequence of the committed tokens plus block − 1 placeholders
+// over the first rows of ctx, and its one block anchored at the last committed token.
+DrafterBatch draft_batch(const std::vector<int32_t>& committed, const Tensor& ctx, int block);
+DrafterAnchor draft_anchor(const std::vector<int32_t>& committed);
+
+// The drafter's inference forward (any drafter.kind): the training step's forward with backward off, one
+// block anchored at the last committed token (it sees every earlier position as context, as at inference in
+// DFlash); DFlash drafts the argmax of every slot, Domino its GRU-corrected greedy proposals
+// (drafter_domino_drafts). The first draft plans the model's workspace for the context buffer it is given (a
+// model without one).
 class DFlashBlockDrafter final : public BlockDrafter {
  public:
   explicit DFlashBlockDrafter(DrafterModel& model) : m_(model) {}

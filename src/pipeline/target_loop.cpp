@@ -20,7 +20,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
   const int H = plan.target.hidden, k = dc.num_taps();
   int last = 0;
   for (int l : dc.target_layer_ids) last = std::max(last, l);
-  const int num_layers = plan.kl ? plan.target.layers : last + 1;
+  const int num_layers = plan.final_hidden ? plan.target.layers : last + 1;
 
   std::unique_ptr<Ops> ops = ops_create(plan.cfg.target.device, ctx.gpu);
   std::unique_ptr<TargetModel> model = target_load_for_run(plan.cfg.target, plan.target, *ops, num_layers, false);
@@ -29,13 +29,13 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
 
   // Taps land side by side in one [T, k·H] tensor, the wire layout (WireLayout): in the wire slot itself when
   // the activations are bf16, else in f32 tensors rounded into the slot after the forward.
-  const int64_t feat_cols = int64_t(k) * H, final_cols = plan.kl ? H : 0;
+  const int64_t feat_cols = int64_t(k) * H, final_cols = plan.final_hidden ? H : 0;
   const bool in_place = ops->act_dtype() == DType::bf16;
   Tensor feats_f32, final_f32, ids_all;
   auto layout = [&](Arena& a) {
     if (!in_place) {
       feats_f32 = a.alloc(ops->act_dtype(), budget, feat_cols);
-      if (plan.kl) final_f32 = a.alloc(ops->act_dtype(), budget, H);
+      if (plan.final_hidden) final_f32 = a.alloc(ops->act_dtype(), budget, H);
     }
     ids_all = a.alloc(DType::i32, 1, budget);
   };
@@ -87,10 +87,10 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     Tensor feats = in_place ? tensor_make(slot, DType::bf16, where, T, feat_cols) : feats_f32.rows_view(0, T);
     TargetOutputs o;
     o.tap_layers = dc.target_layer_ids;
-    o.want_final_norm = plan.kl;
+    o.want_final_norm = plan.final_hidden;
     for (int i = 0; i < k; ++i) o.taps.push_back(feats.cols_view(int64_t(i) * H, H));
     char* fin = slot + WireLayout::final_offset(T, feat_cols);
-    if (plan.kl) o.final_norm = in_place ? tensor_make(fin, DType::bf16, where, T, H) : final_f32.rows_view(0, T);
+    if (plan.final_hidden) o.final_norm = in_place ? tensor_make(fin, DType::bf16, where, T, H) : final_f32.rows_view(0, T);
     fwd.run(ids, seqs, o);
     // pipeline.test_target_delay_s, a test knob: a slower target whatever the machine (inside the busy time).
     if (plan.cfg.pipeline.test_target_delay_s > 0)
@@ -104,7 +104,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
         for (size_t i = 0; i < host.size(); ++i) out[i] = f32_to_bf16(host[i]);
       };
       round_into(feats, slot);
-      if (plan.kl) round_into(o.final_norm, fin);
+      if (plan.final_hidden) round_into(o.final_norm, fin);
     }
 
     FeaturePacket p;
@@ -113,7 +113,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     p.hdr.num_seqs = int64_t(lengths.size());
     p.hdr.tokens = T;
     p.hdr.feat_cols = int64_t(k) * H;
-    p.hdr.final_cols = plan.kl ? H : 0;
+    p.hdr.final_cols = plan.final_hidden ? H : 0;
     p.hdr.q_pre = int64_t(prefetch.depth());
     if (signals_stop_requested()) p.hdr.flags |= FeatureHeader::kFlagStopRequested;
     p.offsets = std::move(mb->offsets);

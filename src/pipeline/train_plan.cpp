@@ -58,7 +58,7 @@ void check_feature_files(const TrainPlan& plan) {
       DF_CHECK(std::find(rd.layer_ids().begin(), rd.layer_ids().end(), l) != rd.layer_ids().end(),
                "%s: holds no tap of layer %d, which drafter.target_layer_ids needs; HINT: dflash_mpi extract "
                "--for-config %s", path.c_str(), l, cfg.path.c_str());
-    DF_CHECK(!plan.kl || rd.has_final_norm(), "%s: train.loss = \"kl\" needs final_norm, which the file lacks; "
+    DF_CHECK(!plan.final_hidden || rd.has_final_norm(), "%s: this run's loss (soft-KL or DSpark) needs final_norm, which the file lacks; "
              "HINT: dflash_mpi extract --for-config %s", path.c_str(), cfg.path.c_str());
     if (!cfg.data.train.empty())
       DF_CHECK(token_data_fingerprint(token_file_read(cfg.data.train[i])) == rd.tokens_fingerprint(),
@@ -74,7 +74,7 @@ TrainPlan train_plan_build(const Config& cfg, int num_targets, int num_drafters)
   p.cfg = cfg;
   p.target = qwen_config_load(cfg.target.architecture());
   p.drafter = drafter_config_from_run(cfg, p.target);
-  p.kl = cfg.train.loss == "kl";
+  p.final_hidden = drafter_streams_final_hidden(cfg);
   p.num_targets = num_targets;
   p.num_drafters = num_drafters;
   p.grad_accum = cfg.train.grad_accum;
@@ -231,6 +231,22 @@ std::string train_plan_summary(const TrainPlan& p) {
         p.cfg.train.dflash2_selector_loss_alpha, p.cfg.train.dflash2_selector_warmup_ratio,
         p.cfg.train.dflash2_selector_ramp_ratio,
         p.cfg.train.dflash2_selector_stop_gradient ? ", stop-gradient" : "");
+  if (p.drafter.kind == DrafterKind::dspark) {
+    const DrafterConfig& d = p.drafter;
+    const std::string markov =
+        d.markov_rank > 0
+            ? strfmt("%s Markov bias of rank %d", drafter_markov_head_name(d.markov_head_type), d.markov_rank)
+            : std::string("no Markov bias");
+    const std::string conf =
+        d.enable_confidence_head
+            ? strfmt("confidence head over [h%s]", d.confidence_head_with_markov ? " ; W1[prev]" : "")
+            : std::string("no confidence head");
+    s += strfmt(
+        "dspark head: %s, %s; loss %g·CE + %g·L1(p_draft - p_target) + %g·BCE(confidence), weight "
+        "exp(-k/%g) from slot 0, labels shifted\n",
+        markov.c_str(), conf.c_str(), p.cfg.train.dspark_ce_loss_alpha, p.cfg.train.dspark_l1_loss_alpha,
+        p.cfg.train.dspark_confidence_head_alpha, p.cfg.train.gamma);
+  }
   s += strfmt("data: %lld sequences, %lld tokens, %lld anchorable positions, %lld batches per epoch\n",
               (long long)p.corpus->num_sequences(), (long long)p.corpus->num_tokens(), (long long)p.anchor_positions,
               (long long)p.batcher->batches_in_epoch(0));

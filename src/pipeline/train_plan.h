@@ -20,7 +20,9 @@ struct TrainPlan {
   Config cfg;
   QwenConfig target;
   DrafterConfig drafter;
-  bool kl = false;                 // soft-KL loss: targets also send their final-norm hidden state
+  // The loss reads the target's final-norm output (drafter_streams_final_hidden): targets run every layer
+  // and the final norm and send it beside the taps.
+  bool final_hidden = false;
   int num_targets = 1, num_drafters = 1, grad_accum = 1;
   int64_t batches_per_step = 1;    // num_drafters · grad_accum
   int64_t total_steps = 0;

@@ -15,6 +15,7 @@
 #include "model/fp8_weights.h"
 #include "ops/ops.h"
 #include "ops/wire_pool.h"
+#include "topo/plan_vram_moe.h"
 #include "topo/topo.h"
 
 namespace df {
@@ -32,10 +33,11 @@ void add(VramRole& r, std::string name, double bytes, std::string detail) {
   r.total += bytes;
 }
 
-// Bytes of one target->drafter payload: token ids (i32), loss mask (u8), taps [T, k·H] bf16 and, for the
-// soft-KL loss, the final-norm output [T, H] bf16 (the header travels separately and is negligible).
-double payload_bytes(int64_t tokens, int taps, int hidden, bool kl) {
-  return double(tokens) * (4 + 1 + kBf16 * taps * hidden + (kl ? kBf16 * hidden : 0));
+// Bytes of one target->drafter payload: token ids (i32), loss mask (u8), taps [T, k·H] bf16 and, where the
+// loss reads it (soft-KL, DSpark), the final-norm output [T, H] bf16 (the header travels separately and is
+// negligible).
+double payload_bytes(int64_t tokens, int taps, int hidden, bool final_hidden) {
+  return double(tokens) * (4 + 1 + kBf16 * taps * hidden + (final_hidden ? kBf16 * hidden : 0));
 }
 
 }  // namespace
@@ -127,16 +129,17 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
   else
     add(dr, "frozen lm_head [V,H] bf16", kBf16 * V * H, strfmt("2 B x %.0f x %.0f", V, H));
   const bool offline = cfg.topology.offline, staged = offline || cfg.eval.interval > 0;
-  const int64_t final_cols = lim.kl ? int64_t(H) : 0;
+  const bool final_hidden = drafter_streams_final_hidden(cfg);
+  const int64_t final_cols = final_hidden ? int64_t(H) : 0;
   const double slot = double(WireLayout::bytes(T, int64_t(k) * int64_t(H), final_cols));
   add(dr, "batch staging bf16", staged ? kBf16 * double(T) * (k * H + double(final_cols)) : 0,
       staged ? strfmt("2 B x %lld tokens x (taps %.0f%s): host-built batches (%s)", (long long)T, k * H,
-                      lim.kl ? " + final hidden" : "", offline ? "offline features" : "eval.data on drafter 0")
+                      final_hidden ? " + final hidden" : "", offline ? "offline features" : "eval.data on drafter 0")
              : std::string("none: every batch comes off the feature channel"));
   add(dr, "receive slot bf16", offline ? 0 : slot,
       offline ? std::string("none: offline, no feature channel")
               : strfmt("one wire slot at the token budget (WireLayout: taps %.0f%s), trained from in place",
-                       k * H, lim.kl ? " + final hidden" : ""));
+                       k * H, final_hidden ? " + final hidden" : ""));
   // The activation workspace planned once for drafter_limits_from_run: the bytes drafter_plan_workspace
   // takes.
   add(dr, "activation workspace", double(drafter_workspace_bytes(dc, lim, DType::bf16)),
@@ -188,7 +191,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   p.gpu_bytes = gpu_bytes;
   p.gpu_source = gpu_source;
   p.assume = assume;
-  const bool kl = cfg.train.loss == "kl";
+  const bool final_hidden = drafter_streams_final_hidden(cfg);
   const int64_t T = cfg.data.token_budget;
   const double H = t.hidden, V = t.vocab;
   const DrafterConfig dc = drafter_config_from_run(cfg, t);
@@ -196,11 +199,11 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   const std::vector<int>& taps = dc.target_layer_ids;
   const int k = int(taps.size());
   const int depth = cfg.pipeline.hs_queue_depth;
-  const double payload = payload_bytes(T, k, t.hidden, kl);
+  const double payload = payload_bytes(T, k, t.hidden, final_hidden);
   p.payload_bytes = payload;
 
   // ---- target: backbone up to the last tap (all layers + final norm for the soft-KL loss) ----
-  p.target_layers_run = kl ? t.layers : *std::max_element(taps.begin(), taps.end()) + 1;
+  p.target_layers_run = final_hidden ? t.layers : *std::max_element(taps.begin(), taps.end()) + 1;
   int n_lin = 0, n_full = 0;
   double layer_params = 0;
   for (int l = 0; l < p.target_layers_run; ++l) {
@@ -210,10 +213,15 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   }
   VramRole& tr = p.target;
   tr.role = "target";
-  const double tw = V * H + layer_params + (kl ? H : 0);
-  if (cfg.target.dtype == "fp8") {
-    DF_CHECK(!t.is_moe(), "%s: target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet; "
-             "HINT: target.dtype = \"bf16\"", cfg.path.c_str(), t.model_type.c_str());
+  // An MoE target's experts, router and shared expert are lines of their own (plan_vram_moe.h).
+  const MoeParamCount moe = plan_vram_moe_params(t, p.target_layers_run);
+  const double tw = V * H + layer_params - moe.total() + (final_hidden ? H : 0);
+  if (cfg.target.dtype == "fp8" && t.is_moe())
+    p.refused = strfmt(
+        "%s: target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet "
+        "(this plan counts their weights in bf16); HINT: target.dtype = \"bf16\"",
+        cfg.path.c_str(), t.model_type.c_str());
+  if (cfg.target.dtype == "fp8" && !t.is_moe()) {
     // target.dtype = "fp8" on CUDA: the projections are e4m3 codes + a scale per output channel (or a 128x128
     // block checkpoint's own codes and block scales), the rest bf16; each linear layer's input is quantised into
     // one planned [T, max K] code buffer with a scale per token (per token per 128 columns with blocks).
@@ -229,7 +237,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
     }
     add(tr, "weights bf16", kBf16 * (tw - f.elems + f.ba_bf16),
         strfmt("2 B x (embed %.0fx%.0f, norms, conv, DeltaNet b|a rows%s) = %.4g params", V, H,
-               kl ? ", final norm" : "", tw - f.elems + f.ba_bf16));
+               final_hidden ? ", final norm" : "", tw - f.elems + f.ba_bf16));
     // A 128x128 block checkpoint keeps its block scales and quantises inputs per token per 128 columns.
     const bool blocks = t.fp8_block_n == 128 && t.fp8_block_k == 128;
     const double wscales = blocks ? f.block_scales : f.rows, xscales = blocks ? double(fp8_group_scales_size(T, int64_t(std::ceil(max_k / 128)))) : T;
@@ -237,16 +245,21 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
         strfmt("1 B x %.4g projection weights of %d layers (%d linear, %d full) + 4 B x %.4g %s", f.elems,
                p.target_layers_run, n_lin, n_full, wscales,
                blocks ? "128x128 block scales (the checkpoint's)" : "channel scales"));
+    p.target_weight_bytes = tr.total;
     add(tr, "FP8 input codes + scales", double(T) * max_k + kF32 * xscales,
         strfmt("1 B x %lld x %.0f + 4 B x %.0f%s", (long long)T, max_k, xscales,
                blocks ? " (a scale per token per 128 columns)" : ""));
   } else {
     // An FP8 checkpoint is dequantised at load (model/fp8_weights.h): its weights take bf16 room, not 1 B each.
     add(tr, "weights bf16", kBf16 * tw,
-        strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s) = %.4g params%s", V, H,
-               p.target_layers_run, n_lin, n_full, kl ? " + final norm" : "", tw,
+        strfmt("2 B x (embed %.0fx%.0f + %d layers (%d linear, %d full)%s%s) = %.4g params%s", V, H,
+               p.target_layers_run, n_lin, n_full, final_hidden ? " + final norm" : "",
+               t.is_moe() ? ", MoE experts below" : "", tw,
                t.fp8_block_n > 0 ? " (FP8 checkpoint, held as bf16 after dequantisation)" : ""));
+    for (const VramItem& it : plan_vram_moe_weights(t, moe)) add(tr, it.name, it.bytes, it.detail);
+    p.target_weight_bytes = tr.total;
   }
+  if (p.target_weight_bytes > gpu_bytes) p.target_too_big = plan_vram_target_too_big(cfg, t, p);
   add(tr, "residual [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   add(tr, "normed input [T,H] bf16", kBf16 * T * H, strfmt("2 B x %lld x %.0f", (long long)T, H));
   double proj = 2.0 * t.intermediate, mixer = 0;
@@ -279,22 +292,14 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   }
   add(tr, "MLP intermediate [T,I] bf16", kBf16 * T * t.intermediate,
       strfmt("2 B x %lld x %d%s", (long long)T, t.intermediate, t.is_moe() ? " (dense layers only)" : ""));
-  if (t.is_moe()) {
-    // What moe_scratch_plan allocates, and the rows a grouped expert GEMM holds: every token's top-k copies of
-    // its input, their gate|up and SwiGLU outputs and the weighted expert outputs, plus the shared expert's.
-    const double k = t.experts_per_tok, I = t.moe_intermediate, Is = t.shared_intermediate;
-    add(tr, "MoE routing ids + weights [T,k]", 8.0 * T * k,
-        strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", (long long)T, k));
-    add(tr, "MoE expert rows bf16", kBf16 * T * (k * (2 * H + 3 * I) + 3 * Is),
-        strfmt("2 B x %lld x (top-%.0f x (input %.0f + gate|up %.0f + act %.0f + output %.0f)%s)", (long long)T, k,
-               H, 2 * I, I, H, Is > 0 ? strfmt(" + shared gate|up, act %.0f", 3 * Is).c_str() : ""));
-  }
+  if (t.is_moe())
+    for (const VramItem& it : plan_vram_moe_routing(t, T)) add(tr, it.name, it.bytes, it.detail);
   add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
-  const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, kl ? t.hidden : 0));
+  const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, final_hidden ? t.hidden : 0));
   add(tr, "send buffers", depth * slot,
       strfmt("hs_queue_depth %d wire slots x %.4g B (taps%s, written by the forward in place; each with a pinned "
              "host mirror of the same size on the MPI wire, none on NCCL)", depth, slot,
-             kl ? ", final hidden" : ""));
+             final_hidden ? ", final hidden" : ""));
   add(tr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
 
   // ---- drafter ----
@@ -318,25 +323,30 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
                (long long)d.max_block_rows, (long long)p.max_blocks, (long long)p.anchors));
   p.notes.push_back(
       strfmt("each drafter receives from %d targets (hs_queue_depth credits per target)", assume.targets));
-  if (kl)
+  if (final_hidden)
     p.notes.push_back(
-        "loss kl: targets run every layer and the final norm and send the final hidden; the drafter "
+        "the loss reads the target's final hidden (soft-KL, DSpark): targets run every layer and the final "
+        "norm and send it; the drafter "
         "applies its frozen lm_head (no lm_head on targets)");
   return p;
 }
 
 void plan_vram_check(const VramPlan& p) {
+  DF_CHECK(p.refused.empty(), "%s", p.refused.c_str());
   std::string bad;
   for (const VramRole* r : {&p.target, &p.drafter}) {
     if (r->total > p.gpu_bytes)
       bad += strfmt("%s%s needs %.2f GiB, %.2f GiB over", bad.empty() ? "" : "; ", r->role.c_str(),
                     r->total / kGiB, (r->total - p.gpu_bytes) / kGiB);
   }
+  // When the target's weights alone are over, the budget and queue depth cannot help: say why instead.
   DF_CHECK(
-      bad.empty(),
-      "does not fit a %.2f GiB GPU (%s): %s. HINT: lower data.token_budget or pipeline.hs_queue_depth, use "
-      "fewer targets per drafter, or run `dflash_mpi plan vram --config F` for the breakdown",
-      p.gpu_bytes / kGiB, p.gpu_source.c_str(), bad.c_str());
+      bad.empty(), "does not fit a %.2f GiB GPU (%s): %s. %s", p.gpu_bytes / kGiB, p.gpu_source.c_str(),
+      bad.c_str(),
+      !p.target_too_big.empty()
+          ? p.target_too_big.c_str()
+          : "HINT: lower data.token_budget or pipeline.hs_queue_depth, use fewer targets per drafter, or run "
+            "`dflash_mpi plan vram --config F` for the breakdown");
 }
 
 std::string plan_vram_format(const VramPlan& p) {
@@ -354,8 +364,12 @@ std::string plan_vram_format(const VramPlan& p) {
   out += strfmt("GPU memory: %.2f GiB (%s)\n", p.gpu_bytes / kGiB, p.gpu_source.c_str());
   const bool fits = p.target.total <= p.gpu_bytes && p.drafter.total <= p.gpu_bytes;
   out += strfmt("verdict: %s (target %.2f GiB, drafter %.2f GiB, GPU %.2f GiB)\n",
-                fits ? "fits" : "DOES NOT FIT", p.target.total / kGiB, p.drafter.total / kGiB,
-                p.gpu_bytes / kGiB);
+                !p.refused.empty() ? "REFUSED"
+                : fits             ? "fits"
+                                   : "DOES NOT FIT",
+                p.target.total / kGiB, p.drafter.total / kGiB, p.gpu_bytes / kGiB);
+  if (!p.refused.empty()) out += "refused: " + p.refused + "\n";
+  if (!p.target_too_big.empty()) out += p.target_too_big + "\n";
   return out;
 }
 

@@ -293,9 +293,12 @@ std::vector<int> rankfile_role_ranks(const std::vector<RankfileEntry>& entries, 
   return out;
 }
 
-FeatureTraffic rankfile_feature_traffic(const std::vector<RankfileEntry>& entries) {
+FeatureTraffic rankfile_feature_traffic(const std::vector<RankfileEntry>& entries,
+                                        const std::vector<HostTopo>& hosts) {
   std::map<int, const RankfileEntry*> by_rank;
   for (const RankfileEntry& e : entries) by_rank[e.rank] = &e;
+  std::map<std::string, const HostTopo*> host_of;
+  for (const HostTopo& h : hosts) host_of[h.host] = &h;
   std::vector<int> ts = rankfile_role_ranks(entries, RankRole::target);
   std::vector<int> ds = rankfile_role_ranks(entries, RankRole::drafter);
   FeatureTraffic f;
@@ -306,9 +309,50 @@ FeatureTraffic rankfile_feature_traffic(const std::vector<RankfileEntry>& entrie
   for (int t = 0; t < f.targets; ++t)
     for (int d = t % g; d < f.drafters; d += g) {
       ++f.pairs;
-      f.cross_pairs += by_rank[ts[t]]->host != by_rank[ds[d]]->host;
+      const RankfileEntry &te = *by_rank[ts[t]], &de = *by_rank[ds[d]];
+      if (te.host != de.host) {
+        ++f.cross_pairs;
+        continue;
+      }
+      auto h = host_of.find(te.host);
+      if (h == host_of.end()) continue;
+      const bool on_host =
+          te.gpu >= 0 && de.gpu >= 0 && size_t(std::max(te.gpu, de.gpu)) < h->second->gpus.size();
+      switch (on_host ? topo_gpu_path(*h->second, te.gpu, de.gpu) : GpuPath::unknown) {
+        case GpuPath::nvlink:
+          ++f.nvlink_pairs;
+          break;
+        case GpuPath::node:
+          ++f.node_pairs;
+          break;
+        case GpuPath::sys:
+          ++f.sys_pairs;
+          break;
+        default:
+          ++f.unknown_pairs;
+      }
     }
   f.cross_share = static_cast<double>(f.cross_pairs) / f.pairs;
+  for (int rank : ds) {
+    const RankfileEntry& de = *by_rank[rank];
+    auto h = host_of.find(de.host);
+    if (h == host_of.end() || de.gpu < 0 || size_t(de.gpu) >= h->second->gpus.size()) {
+      f.drafter_link_bytes_per_s = 0;
+      f.drafter_link.clear();
+      break;
+    }
+    const GpuInfo& gi = h->second->gpus[size_t(de.gpu)];
+    const double bw = topo_pcie_bytes_per_s(gi);
+    if (bw <= 0) {
+      f.drafter_link_bytes_per_s = 0;
+      f.drafter_link.clear();
+      break;
+    }
+    if (f.drafter_link_bytes_per_s == 0 || bw < f.drafter_link_bytes_per_s) {
+      f.drafter_link_bytes_per_s = bw;
+      f.drafter_link = topo_pcie_name(gi);
+    }
+  }
   return f;
 }
 
@@ -317,11 +361,26 @@ std::string feature_traffic_format(const FeatureTraffic& f, double batches_per_s
       "feature traffic: %d of %d target->drafter pairs cross hosts: %.1f%% of the feature bytes (batch b -> "
       "target b %% %d -> drafter b %% %d)\n",
       f.cross_pairs, f.pairs, 100 * f.cross_share, f.targets, f.drafters);
-  if (batches_per_s > 0 && batch_bytes > 0)
+  const int local = f.nvlink_pairs + f.node_pairs + f.sys_pairs + f.unknown_pairs;
+  if (local > 0)
+    out += strfmt(
+        "paths on a host: %d NVLink, %d NODE (PCIe within a NUMA node), %d SYS (PCIe across NUMA nodes, over "
+        "the "
+        "inter-socket link), %d unknown; a SYS pair carries %.1f%% of the feature bytes\n",
+        f.nvlink_pairs, f.node_pairs, f.sys_pairs, f.unknown_pairs, 100.0 / f.pairs);
+  if (batches_per_s > 0 && batch_bytes > 0) {
     out += strfmt(
         "at %.4g batches/s x %.4g B per batch: %.4g GB/s across hosts (%.4g GB/s of features in all)\n",
         batches_per_s, batch_bytes, f.cross_share * batches_per_s * batch_bytes * 1e-9,
         batches_per_s * batch_bytes * 1e-9);
+    // Every byte a drafter trains on enters through its own link, whatever path it took before.
+    const double per_drafter = batches_per_s / f.drafters * batch_bytes;
+    if (f.nvlink_pairs < local && f.drafter_link_bytes_per_s > 0)
+      out += strfmt(
+          "each drafter receives %.4g GB/s of features: %.1f%% of its %s link (%.1f GB/s a direction)\n",
+          per_drafter * 1e-9, 100 * per_drafter / f.drafter_link_bytes_per_s, f.drafter_link.c_str(),
+          f.drafter_link_bytes_per_s * 1e-9);
+  }
   return out;
 }
 

@@ -50,11 +50,19 @@ struct FeatureTraffic {
   int targets = 0, drafters = 0;
   int pairs = 0, cross_pairs = 0;  // pairs that carry batches; those whose two ranks sit on different hosts
   double cross_share = 0;          // share of all feature bytes that crosses hosts
+  // With the hosts' topology: the pairs on one host by the path their bytes take (topo_gpu_path), and the
+  // slowest PCIe link among the drafters' GPUs, which all feature bytes of a drafter enter through.
+  int nvlink_pairs = 0, node_pairs = 0, sys_pairs = 0, unknown_pairs = 0;
+  double drafter_link_bytes_per_s = 0;  // 0: unknown
+  std::string drafter_link;             // e.g. "PCIe 5.0 x16"
 };
-FeatureTraffic rankfile_feature_traffic(const std::vector<RankfileEntry>& entries);
+// `hosts` (optional) are those the entries were placed on, matched by name, for the path counts.
+FeatureTraffic rankfile_feature_traffic(const std::vector<RankfileEntry>& entries,
+                                        const std::vector<HostTopo>& hosts = {});
 
 // The traffic summary `topo rankfile` prints. With batches_per_s > 0 and batch_bytes > 0 it adds the bytes
-// per second that cross hosts at that pipeline rate.
+// per second that cross hosts at that pipeline rate and, where the paths are PCIe, what each drafter receives
+// against its link.
 std::string feature_traffic_format(const FeatureTraffic& t, double batches_per_s, double batch_bytes);
 
 // Parses a rankfile (see the line form above). Full-line comments and blank lines are skipped; trailing

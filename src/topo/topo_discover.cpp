@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -83,13 +85,34 @@ void read_cpu_topology(const fs::path& root, HostTopo& topo) {
   }
 }
 
-// Fills NUMA node and local cpus of a GPU from its sysfs PCI directory.
+// A PCIe device's max_link_speed in GT/s ("32.0 GT/s PCIe", older kernels "8 GT/s") and max_link_width; 0
+// when the files are absent or say "Unknown".
+void read_pcie_link(const fs::path& dev, double& gts, int& width) {
+  gts = std::atof(read_trimmed(dev / "max_link_speed").c_str());
+  width = std::atoi(read_trimmed(dev / "max_link_width").c_str());
+}
+
+// Fills NUMA node, local cpus and the PCIe link of a GPU from its sysfs PCI directory. On a live machine the
+// directory is a link into the device tree, whose parent is the upstream port: the link trains to the lower
+// of the two.
 void read_gpu_locality(const fs::path& dev, GpuInfo& g) {
   std::string numa = read_trimmed(dev / "numa_node");
   g.numa = numa.empty() ? -1 : parse_int(numa, (dev / "numa_node").string());
   if (g.numa < -1) g.numa = -1;
   fs::path cpus = dev / "local_cpulist";
   g.local_cpus = topo_parse_cpulist(read_trimmed(cpus), cpus.string());
+  read_pcie_link(dev, g.pcie_gts, g.pcie_width);
+  std::error_code ec;
+  const fs::path real = fs::canonical(dev, ec);
+  double up_gts = 0;
+  int up_width = 0;
+  if (!ec) read_pcie_link(real.parent_path(), up_gts, up_width);
+  if (up_gts > 0 && g.pcie_gts > 0) g.pcie_gts = std::min(g.pcie_gts, up_gts);
+  if (up_width > 0 && g.pcie_width > 0) g.pcie_width = std::min(g.pcie_width, up_width);
+}
+
+bool is_nvswitch(const std::string& vendor, const std::string& pci_class) {
+  return vendor == "0x10de" && pci_class.rfind("0x0680", 0) == 0;
 }
 
 void warn_unknown_numa(HostTopo& topo) {
@@ -128,6 +151,7 @@ bool nvml_list_gpus(std::vector<GpuInfo>& gpus, std::string& why_not) {
   auto pci = reinterpret_cast<int (*)(NvmlDevice, NvmlPciInfo*)>(dlsym(lib, "nvmlDeviceGetPciInfo_v3"));
   auto name = reinterpret_cast<int (*)(NvmlDevice, char*, unsigned)>(dlsym(lib, "nvmlDeviceGetName"));
   auto memory = reinterpret_cast<int (*)(NvmlDevice, NvmlMemory*)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+  auto nvlink = reinterpret_cast<int (*)(NvmlDevice, unsigned, int*)>(dlsym(lib, "nvmlDeviceGetNvLinkState"));
   bool ok = init && shutdown && count && handle && pci && name;
   if (!ok) why_not = "libnvidia-ml.so.1 lacks the v2/v3 entry points";
   if (ok && init() != 0) {
@@ -149,6 +173,14 @@ bool nvml_list_gpus(std::vector<GpuInfo>& gpus, std::string& why_not) {
       if (name(d, buf, sizeof(buf)) == 0) g.name = buf;
       NvmlMemory mem{};
       if (memory && memory(d, &mem) == 0) g.memory_bytes = mem.total;
+      if (nvlink) {
+        // NVML_NVLINK_MAX_LINKS is 18; a GPU without NVLink answers NOT_SUPPORTED for link 0.
+        g.nvlinks = 0;
+        for (unsigned link = 0; link < 18; ++link) {
+          int active = 0;
+          if (nvlink(d, link, &active) == 0 && active) ++g.nvlinks;
+        }
+      }
       gpus.push_back(std::move(g));
     }
     if (!ok) why_not = "NVML device query failed";
@@ -199,8 +231,10 @@ HostTopo topo_discover_sysfs(const std::string& root, const std::string& host) {
            "%s is not a directory: --sysfs-root must name a sysfs tree (e.g. /sys)", pci_dir.c_str());
   std::vector<std::string> bdfs;
   for (const auto& e : fs::directory_iterator(pci_dir)) {
-    if (is_nvidia_gpu(read_trimmed(e.path() / "vendor"), read_trimmed(e.path() / "class")))
-      bdfs.push_back(e.path().filename().string());
+    const std::string vendor = read_trimmed(e.path() / "vendor"),
+                      pci_class = read_trimmed(e.path() / "class");
+    if (is_nvidia_gpu(vendor, pci_class)) bdfs.push_back(e.path().filename().string());
+    if (is_nvswitch(vendor, pci_class)) topo.nvlink = NvlinkSeen::present;
   }
   std::sort(bdfs.begin(), bdfs.end());
   for (const std::string& bdf : bdfs) {
@@ -229,6 +263,13 @@ HostTopo topo_discover_local(const std::string& host) {
   topo.source = "nvml";
   for (GpuInfo& g : gpus) read_gpu_locality(fs::path("/sys/bus/pci/devices") / g.bus_id, g);
   topo.gpus = std::move(gpus);
+  const bool known =
+      std::all_of(topo.gpus.begin(), topo.gpus.end(), [](const GpuInfo& g) { return g.nvlinks >= 0; });
+  const bool any =
+      std::any_of(topo.gpus.begin(), topo.gpus.end(), [](const GpuInfo& g) { return g.nvlinks > 0; });
+  topo.nvlink = any                           ? NvlinkSeen::present
+                : known && !topo.gpus.empty() ? NvlinkSeen::none
+                                              : NvlinkSeen::unknown;
   read_cpu_topology("/sys", topo);
   warn_unknown_numa(topo);
   return topo;
@@ -267,6 +308,57 @@ void topo_apply_numa_map(HostTopo& topo, const std::string& map_text) {
   }
   std::erase_if(topo.warnings,
                 [](const std::string& w) { return w.find("numa_node -1") != std::string::npos; });
+}
+
+GpuPath topo_gpu_path(const HostTopo& topo, int gpu_a, int gpu_b) {
+  DF_CHECK(gpu_a >= 0 && gpu_b >= 0 && size_t(std::max(gpu_a, gpu_b)) < topo.gpus.size(),
+           "host %s: GPU %d or %d does not exist (%zu GPUs)", topo.host.c_str(), gpu_a, gpu_b,
+           topo.gpus.size());
+  const GpuInfo &a = topo.gpus[size_t(gpu_a)], &b = topo.gpus[size_t(gpu_b)];
+  // NVML's per-GPU count where it was read; else the host's NVSwitch, which connects every GPU.
+  const bool per_gpu = a.nvlinks >= 0 && b.nvlinks >= 0;
+  if (per_gpu ? a.nvlinks > 0 && b.nvlinks > 0 : topo.nvlink == NvlinkSeen::present) return GpuPath::nvlink;
+  if (a.numa < 0 || b.numa < 0) return GpuPath::unknown;
+  return a.numa == b.numa ? GpuPath::node : GpuPath::sys;
+}
+
+const char* nvlink_seen_name(NvlinkSeen n) {
+  switch (n) {
+    case NvlinkSeen::none:
+      return "none";
+    case NvlinkSeen::present:
+      return "present";
+    default:
+      return "unknown (sysfs: no NVSwitch seen)";
+  }
+}
+
+const char* gpu_path_name(GpuPath p) {
+  switch (p) {
+    case GpuPath::nvlink:
+      return "NV";
+    case GpuPath::node:
+      return "NODE";
+    case GpuPath::sys:
+      return "SYS";
+    default:
+      return "unknown";
+  }
+}
+
+double topo_pcie_bytes_per_s(const GpuInfo& g) {
+  if (g.pcie_gts <= 0 || g.pcie_width <= 0) return 0;
+  const double encoding = g.pcie_gts >= 8 ? 128.0 / 130.0 : 8.0 / 10.0;
+  return g.pcie_gts * 1e9 * encoding * g.pcie_width / 8.0;
+}
+
+std::string topo_pcie_name(const GpuInfo& g) {
+  if (g.pcie_gts <= 0 || g.pcie_width <= 0) return "PCIe link unknown";
+  // The generation whose lane rate this is: 2.5, 5, 8, 16, 32, 64 GT/s are PCIe 1.0 to 6.0.
+  const double rates[] = {2.5, 5, 8, 16, 32, 64};
+  for (int i = 0; i < 6; ++i)
+    if (std::fabs(g.pcie_gts - rates[i]) < 0.01) return strfmt("PCIe %d.0 x%d", i + 1, g.pcie_width);
+  return strfmt("PCIe %.1f GT/s x%d", g.pcie_gts, g.pcie_width);
 }
 
 const NumaNode* topo_find_numa(const HostTopo& topo, int id) {

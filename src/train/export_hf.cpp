@@ -31,6 +31,15 @@ nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
   j["dflash_config"] = {{"mask_token_id", c.mask_token_id},
                         {"target_layer_ids", c.target_layer_ids},
                         {"block_size", c.block_size}};
+  if (c.kind == DrafterKind::domino) {
+    // SpecForge's export as its normaliser (scripts/gates/normalize_dflash_export.py) leaves it for SGLang:
+    // architectures DFlashDraftModel, the head named by projector_type and its keys in dflash_config.
+    j["dflash_config"]["projector_type"] = drafter_kind_name(c.kind);
+    j["dflash_config"]["pure_draft_prefix_len"] = c.pure_draft_prefix_len;
+    j["dflash_config"]["emb_dim"] = c.emb_dim;
+    j["dflash_config"]["gru_hidden_dim"] = c.gru_hidden_dim;
+    j["dflash_config"]["shift_label"] = c.shift_label;
+  }
   j["hidden_size"] = c.hidden;
   j["intermediate_size"] = c.intermediate;
   j["num_hidden_layers"] = c.layers;

@@ -25,6 +25,12 @@ void drafter_config_check_same(const DrafterConfig& run, const DrafterConfig& hf
   }
 }
 
+namespace {
+// Early SpecForge Domino/DSpark checkpoints saved their heads under a `logit_head.` container
+// (dflash.py normalize_draft_head_checkpoint_keys maps them back); a tensor's direct name wins over it.
+const std::string kHeadPrefix = "logit_head.";
+}  // namespace
+
 void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
   const SafetensorsIndex idx = SafetensorsIndex::open(dir);
   const DrafterParamTable& table = m.table();
@@ -32,7 +38,9 @@ void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
   std::vector<float> buf;
   for (const DrafterParamEntry& e : table.entries) {
     known.insert(e.name);
+    known.insert(kHeadPrefix + e.name);
     const StTensor* t = idx.find(e.name);
+    if (!t) t = idx.find(kHeadPrefix + e.name);
     DF_CHECK(
         t,
         "drafter.init_from %s: tensor '%s' is missing; HINT: the folder must hold every drafter parameter "

@@ -14,8 +14,9 @@ namespace df {
 void drafter_config_check_same(const DrafterConfig& run, const DrafterConfig& hf, const std::string& where);
 
 // Copies DIR's model.safetensors (F32, BF16 or F16) into m.params. Every tensor of the parameter table must
-// be there with its shape (norm vectors [n] or [1, n]); a tensor that is not a drafter parameter is an error
-// too (a wrong folder, e.g. a target checkpoint).
+// be there with its shape (norm vectors [n] or [1, n]), under its name or, as early SpecForge Domino/DSpark
+// checkpoints saved their heads, under `logit_head.` + its name; a tensor that is not a drafter parameter is
+// an error too (a wrong folder, e.g. a target checkpoint).
 void drafter_load_hf_weights(DrafterModel& m, const std::string& dir);
 
 // drafter.init_from: checks DIR/config.json against m's config, loads the weights, zeroes grads and Adam m,

@@ -16,6 +16,11 @@ DrafterLossOptions loss_options_from_config(const TrainSection& t) {
   return o;
 }
 
+double loss_domino_lambda(const TrainSection& t, const DrafterConfig& c, int64_t step, int64_t total_steps) {
+  if (c.kind != DrafterKind::domino) return 0.0;
+  return domino_lambda_base(step, total_steps, t.lambda_base_start, t.lambda_base_decay_ratio);
+}
+
 DpaceKind loss_dpace_kind(const std::string& loss) {
   if (loss == "ce" || loss == "kl") return DpaceKind::off;
   if (loss == "dpace") return DpaceKind::full;

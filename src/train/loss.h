@@ -17,4 +17,9 @@ DpaceKind loss_dpace_kind(const std::string& loss);
 // weights are the caller's.
 DrafterLossOptions loss_options_from_config(const TrainSection& t);
 
+// DrafterLossOptions::domino_lambda at optimizer step `step` (0-based) of total_steps for a drafter of
+// config c: SpecForge's linear_lambda_base with train.lambda_base_start and train.lambda_base_decay_ratio
+// (ops/domino_head.h domino_lambda_base); 0 for any kind but domino.
+double loss_domino_lambda(const TrainSection& t, const DrafterConfig& c, int64_t step, int64_t total_steps);
+
 }  // namespace df

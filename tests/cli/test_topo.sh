@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs the real binary for `topo discover|rankfile|nccl-xml` and `plan split|vram` on the sysfs fixtures and
+# Runs the real binary for `topo discover|rankfile|nccl-xml` and `plan split|vram|flops` on the sysfs fixtures and
 # checks exit codes, files and messages, including every refusal. Args: binary, source dir.
 set -uo pipefail
 BIN="$1"
 SRC="$2"
 FIX="$SRC/tests/fixtures/sysfs"
+M27="$SRC/tests/fixtures/models/qwen3.6-27b"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 fails=0
@@ -47,6 +48,26 @@ run disc_two "$BIN" topo discover --host "nodeA=$FIX/two_hosts/nodeA" --host "no
 expect_ok disc_two
 has disc_two out "host nodeA"
 has disc_two out "host nodeB"
+
+# The seed's PCIe-only box: PCIe 5.0 x16 links, NODE within a socket and SYS across, as nvidia-smi topo -m showed.
+run disc_pcie "$BIN" topo discover --sysfs-root "$FIX/pcie_8x_2numa"
+expect_ok disc_pcie
+has disc_pcie out "8 GPUs, 2 NUMA nodes, NVLink unknown (sysfs: no NVSwitch seen)"
+has disc_pcie out "PCIe 5.0 x16 (63.0 GB/s a direction)"
+has disc_pcie out "   gpu0      X  NODE  NODE  NODE   SYS   SYS   SYS   SYS"
+has disc_pcie out "   gpu7    SYS   SYS   SYS   SYS  NODE  NODE  NODE     X"
+run disc_pcie_json "$BIN" topo discover --sysfs-root "$FIX/pcie_8x_2numa" --json
+expect_ok disc_pcie_json
+python3 - "$TMP/disc_pcie_json.out" <<'EOF' || fail "disc_pcie_json: JSON content"
+import json, sys
+h = json.load(open(sys.argv[1]))["hosts"][0]
+assert h["nvlink"].startswith("unknown"), h["nvlink"]
+for g in h["gpus"]:
+    assert g["pcie_gts"] == 32 and g["pcie_width"] == 16 and g["nvlinks"] == -1, g
+    assert abs(g["pcie_bytes_per_s"] - 32e9 * 128 / 130 * 16 / 8) < 1, g
+EOF
+has disc_bare out "NVLink present"
+has disc_bare out "   gpu0      X    NV    NV"
 
 run disc_missing "$BIN" topo discover --sysfs-root "$TMP/nothing"
 expect_err disc_missing "$TMP/nothing/bus/pci/devices is not a directory"
@@ -93,6 +114,14 @@ has rf84 out "at 2 batches/s x 1.678e+09 B per batch: 0 GB/s across hosts (3.356
 rf_27b rf123 12 3
 has rf123 err "so 16.7% of the feature traffic crosses hosts; HINT: --targets 12 --drafters 2 keeps every batch"
 has rf123 out "at 1.5 batches/s x 1.678e+09 B per batch: 0.4195 GB/s across hosts"
+# 7-1 on the PCIe box at the 27B batch: 4 of 7 targets send over SYS, and the drafter's link carries the stream.
+run rf_pcie "$BIN" topo rankfile --targets 7 --drafters 1 --sysfs-root "$FIX/pcie_8x_2numa" --hosts seed \
+  --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27" --target-rate 0.1 --drafter-rate 0.5
+expect_ok rf_pcie
+has rf_pcie out "rank 7=seed slot=56-63  # role=drafter gpu=7 numa=1 index=0"
+has rf_pcie err "paths on a host: 0 NVLink, 3 NODE (PCIe within a NUMA node), 4 SYS"
+has rf_pcie err "pipeline 0.5 batches/s with the PCIe 5.0 x16 links' cost"
+has rf_pcie err "each drafter receives 0.8389 GB/s of features: 1.3% of its PCIe 5.0 x16 link (63.0 GB/s"
 run rf_rates "$BIN" topo rankfile --targets 7 --drafters 1 --sysfs-root "$FIX/bare_4x4" --target-rate 1
 expect_err rf_rates "--target-rate and --drafter-rate go together with --config"
 
@@ -159,9 +188,40 @@ run split_neg "$BIN" plan split --target-rate -1 --drafter-rate 1 --gpus 4
 expect_err split_neg "--target-rate"
 run split_unit "$BIN" plan split --target-rate 1 --drafter-rate 1 --gpus 4 --unit furlongs
 [ "$rc" -ne 0 ] || fail "split_unit: bad --unit accepted"
+# With PCIe links the 27B recipe's 6.9 GB of fp32 gradients cost 0.138 s a step for two drafters at 50 GB/s.
+run split_link "$BIN" plan split --target-rate 0.1 --drafter-rate 0.5 --gpus 8 --link-gbps 50 \
+  --link-name "PCIe 5.0 x16" --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27"
+expect_ok split_link
+has split_link out "links: PCIe 5.0 x16 at 50 GB/s a GPU and direction; 1.678 GB a batch (feature stream), 6.921 GB"
+has split_link out "0.138 s/step"
+run split_link_json "$BIN" plan split --json --target-rate 0.1 --drafter-rate 0.5 --gpus 8 --link-gbps 50 \
+  --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27"
+expect_ok split_link_json
+python3 - "$TMP/split_link_json.out" <<'EOF' || fail "split_link_json: JSON content"
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = {x["drafters"]: x for x in j["rows"]}
+assert r[1]["allreduce_bytes"] == 0 and abs(r[2]["allreduce_bytes"] - j["grad_bytes"]) < 1, r[2]
+assert abs(r[2]["drafter_rate"] - 1 / (2 + j["grad_bytes"] / 50e9)) < 1e-12, r[2]
+EOF
+run split_link_noconfig "$BIN" plan split --target-rate 1 --drafter-rate 1 --gpus 4 --link-gbps 50
+expect_err split_link_noconfig "--link-gbps needs --config"
+run split_link_tok "$BIN" plan split --target-rate 1 --drafter-rate 1 --gpus 4 --link-gbps 50 --unit tok/s \
+  --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27"
+expect_err split_link_tok "--link-gbps needs rates in batches/s"
 
-# plan vram: the 27B recipe fits 80 GiB, not 40 GiB; a missing target config is named
-M27="$SRC/tests/fixtures/models/qwen3.6-27b"
+# plan flops: the 27B recipe's batch as 8 sequences of 4096
+run flops "$BIN" plan flops --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27" --seq-len 4096
+expect_ok flops
+has flops out "batch: 32768 tokens as 8 sequence(s) of 4096"
+has flops out "4096 anchor blocks sampled, 512 kept)"
+run flops_nomodel "$BIN" plan flops --config "$SRC/configs/qwen3-8b.toml"
+expect_err flops_nomodel "/models/Qwen3-8B"
+
+# plan vram: the 27B recipe fits 80 GiB and the seed's 96 GB cards, not 40 GiB; a missing target config is named
+run vram_96 "$BIN" plan vram --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27" --gpu-mem 96
+expect_ok vram_96
+has vram_96 out "verdict: fits (target 56.28 GiB, drafter 48.90 GiB, GPU 96.00 GiB)"
 run vram_ok "$BIN" plan vram --config "$SRC/configs/qwen3.6-27b.toml" --target-config "$M27" --gpu-mem 80
 expect_ok vram_ok
 has vram_ok out "verdict: fits (target 56.28 GiB, drafter 48.90 GiB, GPU 80.00 GiB)"

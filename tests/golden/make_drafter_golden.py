@@ -12,11 +12,20 @@
 #   python3 tests/golden/make_drafter_golden.py --kind domino     (-> tests/golden/drafter_domino)
 #   python3 tests/golden/make_drafter_golden.py --kind dflash2 --specforge .peer/SpecForge-dflash2
 #                                                                 (-> tests/golden/drafter_dflash2)
+#   python3 tests/golden/make_drafter_golden.py --kind dspark --markov-head rnn   (-> drafter_dspark_rnn; also
+#                                                               vanilla, gated)
 #
 # --kind domino runs SpecForge's DominoDraftModel + OnlineDominoModel instead (shift_label, a GRU prefix head,
 # λ fixed at LAMBDA_BASE so both CE terms carry gradient) and also records the backbone's normed output per
 # block (hidden [S·N·B, H]) with the loss's gradient with respect to it, the GRU input and label ids, and the
-# final / base loss terms: the head oracle (model/domino_head.h) is checked on those alone.
+# final / base loss terms: the head oracle (ops/domino_head.h) is checked on those alone.
+#
+# --kind dspark runs SpecForge's DSparkDraftModel + OnlineDSparkModel (shifted labels, the cumulative eval mask,
+# a Markov head of the chosen type, a confidence head, CE + L1 + BCE with the loss weights DSPARK_ALPHAS) on one
+# more input, the target's final hidden state per token (target_hidden [T, H]), and records as Domino does the
+# backbone's normed output per block with its gradient, the previous and label ids, and the three loss
+# numerators: the head oracle (model/dspark_head.h) is checked on those alone. SpecForge computes the L1 and
+# confidence terms in float32 (its .float() casts) even in a float64 run, which the tolerances allow for.
 #
 # --kind dflash2 runs SpecForge's DFlash2DraftModel + OnlineDFlashModel with its candidate selector; they exist
 # from SpecForge commit DFLASH2_COMMIT on (the tree --specforge names must hold it, and its commit in
@@ -58,6 +67,17 @@ DFLASH2_COMMIT = "5943b2f66840d809d68925d1aa6896e7cd2775db"
 DFLASH2 = {"conv_kernel_size": 3, "conv_group_size": 16, "selector_rank": 7, "selector_top_k": 24,
            "output_multiplier": 0.7, "final_logit_softcapping": 4.0}
 SELECTOR_ALPHA = 0.6
+# DSpark's head (dflash_config keys): odd rank; the confidence head reads W1[prev] except with the gated head,
+# so both confidence inputs are covered. Loss weights unlike SpecForge's defaults, so a swapped pair shows.
+DSPARK_RANK = 5
+DSPARK_ALPHAS = {"dspark_ce_loss_alpha": 0.2, "dspark_l1_loss_alpha": 0.7, "dspark_confidence_head_alpha": 0.6}
+
+
+def dspark_head(markov_head):
+    return {"projector_type": "dspark", "markov_rank": DSPARK_RANK, "markov_head_type": markov_head,
+            "enable_confidence_head": True, "confidence_head_with_markov": markov_head != "gated",
+            "confidence_head_alpha": 1.0, "attention_mode": "gqa"}
+
 # Three sequences; loss-mask holes (a prompt, one unsupervised token). Anchors are SpecForge-valid positions
 # (loss_mask[a] and loss_mask[a+1], a <= len-2) chosen to hit the edges: a = 0 (no context), neighbours closer
 # than the block (1, 2; 3, 4), blocks running past the sequence end (11 in 13, 17 in 21), a label on a masked
@@ -72,17 +92,22 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--specforge", default=None,
                    help="SpecForge tree (default .peer/SpecForge; for dflash2 .peer/SpecForge-dflash2)")
-    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dflash2"])
-    p.add_argument("--out", default=None,
-                   help="default tests/golden/drafter (dflash), drafter_domino, drafter_dflash2")
+    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dspark", "dflash2"])
+    p.add_argument("--markov-head", default="rnn", choices=["vanilla", "gated", "rnn"],
+                   help="--kind dspark: the Markov head type")
+    p.add_argument("--out", default=None, help="default tests/golden/drafter (dflash), drafter_domino (domino), "
+                                               "drafter_dspark_<markov head> (dspark), drafter_dflash2 (dflash2)")
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     args = p.parse_args()
-    domino, dflash2 = args.kind == "domino", args.kind == "dflash2"
+    domino, dspark, dflash2 = args.kind == "domino", args.kind == "dspark", args.kind == "dflash2"
     if args.out is None:
-        args.out = os.path.join(REPO, "tests", "golden", "drafter" if args.kind == "dflash" else "drafter_" + args.kind)
+        name = {"dflash": "drafter", "domino": "drafter_domino", "dspark": "drafter_dspark_" + args.markov_head,
+                "dflash2": "drafter_dflash2"}
+        args.out = os.path.join(REPO, "tests", "golden", name[args.kind])
     if args.specforge is None:
         args.specforge = os.path.join(REPO, ".peer", "SpecForge-dflash2") if dflash2 else peer.DEFAULT_SPECFORGE
+    head_keys = DOMINO if domino else dspark_head(args.markov_head) if dspark else DFLASH2 if dflash2 else {}
 
     import torch
     from safetensors.torch import save_file
@@ -125,6 +150,15 @@ def main():
         cfg.dflash_config.update(DFLASH2)
         draft = d2.DFlash2DraftModel(cfg).to(f64)
         assert draft.candidate_selector.top_k == DFLASH2["selector_top_k"]
+    elif dspark:
+        import importlib
+
+        cfg.architectures = ["DSparkDraftModel"]
+        cfg.dflash_config.update(head_keys)
+        draft = importlib.import_module("specforge.modeling.draft.dspark").DSparkDraftModel(cfg).to(f64)
+        assert draft.markov_head is not None and draft.markov_head.markov_head_type == args.markov_head
+        assert draft.confidence_head is not None
+        assert draft.confidence_head_with_markov == head_keys["confidence_head_with_markov"]
     else:
         draft = dflash.DFlashDraftModel(cfg).to(f64)
     hd, theta = FIELDS["head_dim"], FIELDS["rope_theta"]
@@ -169,16 +203,22 @@ def main():
     for s, zeros in MASK_ZEROS.items():
         for t in zeros:
             loss_mask_packed[offsets[s] + t] = 0
+    # The target's final-norm output per token (DSpark's target distributions), drawn after every other input so
+    # the other kinds' draws stay as they were.
+    target_hidden = f32_exact(torch.randn(T, H, dtype=f64)) if dspark else None
     # SpecForge trains on [batch, seq] rows padded to the longest, padding masked out.
     input_ids = torch.zeros(S, L, dtype=torch.long)
     hidden = torch.zeros(S, L, k * H, dtype=f64)
     loss_mask = torch.zeros(S, L)
+    target_last = torch.zeros(S, L, H, dtype=f64) if dspark else None
     anchors = torch.zeros(S, N, dtype=torch.long)
     keep = torch.zeros(S, N, dtype=torch.bool)
     for s, n in enumerate(LENGTHS):
         input_ids[s, :n] = tokens[offsets[s]:offsets[s + 1]]
         hidden[s, :n] = taps[offsets[s]:offsets[s + 1]]
         loss_mask[s, :n] = loss_mask_packed[offsets[s]:offsets[s + 1]].to(loss_mask.dtype)
+        if dspark:
+            target_last[s, :n] = target_hidden[offsets[s]:offsets[s + 1]]
         for j, a in enumerate(ANCHORS[s]):
             assert a <= n - 2 and loss_mask[s, a] > 0.5 and loss_mask[s, a + 1] > 0.5, (s, a)
             anchors[s, j], keep[s, j] = a, True
@@ -190,6 +230,8 @@ def main():
         model = family.OnlineDominoModel(**common, shift_label=DOMINO["shift_label"])
     elif dflash2:
         model = family.OnlineDFlashModel(**common, loss_type="dflash", selector_loss_alpha=SELECTOR_ALPHA)
+    elif dspark:
+        model = family.OnlineDSparkModel(**common, **DSPARK_ALPHAS)
     else:
         model = family.OnlineDFlashModel(**common, loss_type="dflash")
     model.train()
@@ -255,6 +297,24 @@ def main():
             return out
 
         d2.DFlashGroupedConv.prepare, d2.DFlashGroupedConv.finish = recording_prepare, recording_finish
+    elif dspark:
+        weight_mask_of = model._dspark_loss_weight_mask
+        compute_loss = model._compute_dspark_loss
+
+        def recording_weight_mask(eval_mask):
+            weights = weight_mask_of(eval_mask)
+            seen["weight_mask"] = weights.detach().clone()
+            return weights
+
+        # The backbone's output as the head receives it, kept with its gradient, and the head's token ids.
+        def recording_loss(**kw):
+            kw["output_hidden"].retain_grad()
+            seen.update(hidden=kw["output_hidden"], prev_ids=kw["prev_token_ids"].detach().clone(),
+                        target_ids=kw["target_ids"].detach().clone())
+            return compute_loss(**kw)
+
+        model._dspark_loss_weight_mask = recording_weight_mask
+        model._compute_dspark_loss = recording_loss
     else:
         objective = model._dflash_objective_chunk_terms
 
@@ -267,7 +327,8 @@ def main():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel(SDPBackend.MATH):
-        extra = {"lambda_base": LAMBDA_BASE} if domino else {}
+        extra = ({"lambda_base": LAMBDA_BASE} if domino else
+                 {"target_last_hidden_states": target_last} if dspark else {})
         loss, _acc, metrics = model(input_ids=input_ids, hidden_states=hidden, loss_mask=loss_mask, **extra)
         loss.backward()
     if domino:
@@ -280,6 +341,9 @@ def main():
         print(f"selector: CE sum {float(selector_num):.6f}, gold inside the top-{DFLASH2['selector_top_k']} on "
               f"{float(covered):.0f} of {float(seen['weight_mask'].sum()):.0f} labelled rows")
         assert 0 < float(covered) < float(seen["weight_mask"].sum()), "both selector branches must be exercised"
+    elif dspark:
+        loss_den = seen["weight_mask"].sum()
+        loss_num = loss * loss_den
     else:
         loss_num, loss_den = metrics["loss_terms"]
     bad = [n for n, prm in draft.named_parameters() if prm.grad is None or not torch.isfinite(prm.grad).all()]
@@ -332,6 +396,22 @@ def main():
             for key, t in c.items():
                 out[f"conv.{name}.{key}"] = t.detach().reshape(-1, H).float().contiguous()
                 out[f"conv_grad.{name}.{key}"] = t.grad.detach().reshape(-1, H).float().contiguous()
+    if dspark:
+        hs = seen["hidden"]
+        ratio = metrics["ratio_metrics"]
+        out.update({
+            "target_hidden": target_hidden.float(),
+            "alphas": torch.tensor([DSPARK_ALPHAS[k] for k in ("dspark_ce_loss_alpha", "dspark_l1_loss_alpha",
+                                                               "dspark_confidence_head_alpha")],
+                                   dtype=torch.float32),
+            "ce_num": torch.tensor([float(ratio["ce_loss"][0])], dtype=torch.float32),
+            "l1_num": torch.tensor([float(ratio["l1_loss"][0])], dtype=torch.float32),
+            "confidence_num": torch.tensor([float(ratio["confidence_loss"][0])], dtype=torch.float32),
+            "hidden": hs.detach().reshape(-1, H).float().contiguous(),
+            "grad.hidden": hs.grad.detach().reshape(-1, H).float().contiguous(),
+            "prev_ids": seen["prev_ids"].reshape(-1).to(torch.int32),
+            "target_ids": seen["target_ids"].reshape(-1).to(torch.int32),
+        })
     weights = {}
     for name, prm in draft.named_parameters():
         assert prm.grad is not None, f"no gradient for {name}"
@@ -345,7 +425,7 @@ def main():
     save_file(weights, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     # The 2026 published layout: block_size inside dflash_config, rope_theta inside rope_parameters.
     hf = {
-        "architectures": [{"dflash": "DFlashDraftModel", "domino": "DominoDraftModel",
+        "architectures": [{"dflash": "DFlashDraftModel", "domino": "DominoDraftModel", "dspark": "DSparkDraftModel",
                            "dflash2": "DFlash2DraftModel"}[args.kind]], "model_type": "qwen3",
         "hidden_size": H,
         "intermediate_size": FIELDS["intermediate"], "num_hidden_layers": FIELDS["layers"],
@@ -357,7 +437,7 @@ def main():
         "attention_bias": False, "dtype": "float32",
         "dflash_config": {"mask_token_id": FIELDS["mask_token_id"],
                           "target_layer_ids": FIELDS["target_layer_ids"], "block_size": B,
-                          **(DOMINO if domino else DFLASH2 if dflash2 else {})},
+                          **head_keys},
     }
     with open(os.path.join(model_dir, "config.json"), "w") as fh:
         json.dump(hf, fh, indent=2)

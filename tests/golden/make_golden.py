@@ -510,13 +510,27 @@ def model_type(model_dir):
 
 
 def load_bf16(model_dir):
-    """The checkpoint in model_dir as HF loads it, then bf16 on CUDA with sdpa attention."""
+    """The checkpoint in model_dir as HF loads it, then bf16 on CUDA with sdpa attention. The MoE goldens
+    (make_moe_golden.py) run transformers' eager experts, a bf16 GEMM pair per expert: its grouped kernels want
+    16-byte rows, which the goldens' odd expert widths (20, 12) do not have."""
     kind = model_type(model_dir)
+    moe = kind in ("qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text")
+    if moe:
+        from transformers import Qwen3MoeForCausalLM
+        from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as q35m
     if kind == "qwen3_5":
         model = load_multimodal_text(model_dir, attn="sdpa")
+    elif kind == "qwen3_5_moe":
+        model = load_multimodal_text(model_dir, attn="sdpa", model_cls=q35m.Qwen3_5MoeForCausalLM)
+        model.config._experts_implementation = "eager"
     else:
-        cls = {"qwen3": Qwen3ForCausalLM, "qwen3_5_text": q35.Qwen3_5ForCausalLM}[kind]
-        model = cls.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32)
+        cls = {"qwen3": Qwen3ForCausalLM, "qwen3_5_text": q35.Qwen3_5ForCausalLM}.get(kind)
+        extra = {"experts_implementation": "eager"} if moe else {}
+        if kind == "qwen3_moe":
+            cls = Qwen3MoeForCausalLM
+        elif kind == "qwen3_5_moe_text":
+            cls = q35m.Qwen3_5MoeForCausalLM
+        model = cls.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32, **extra)
     return model.to("cuda", torch.bfloat16).eval()
 
 
@@ -565,8 +579,8 @@ def write_datasets_atomic(path, arrays):
 def measure_bf16(name, golden_dir, out_dir, fla, save_states=False):
     """HF in bf16 on CUDA over the golden's tokens; writes its error against expected.h5 per dataset."""
     model = load_bf16(golden_dir)
-    if fla:
-        attach_fla(model, q35)
+    if fla:  # the model's own modeling module: modeling_qwen3_5, or modeling_qwen3_5_moe for the MoE hybrids
+        attach_fla(model, sys.modules[type(model).__module__])
     calls0 = FLA_CALLS["chunk_gated_delta_rule"]
     states, _ = forward_all(model.model, read_tokens(golden_dir), device="cuda")
     calls = FLA_CALLS["chunk_gated_delta_rule"] - calls0
@@ -584,6 +598,7 @@ def measure_bf16(name, golden_dir, out_dir, fla, save_states=False):
               "expected_h5_sha256": digest, "dtype": "bfloat16", "device": torch.cuda.get_device_name(),
               "attn_implementation": "sdpa", "gdn_kernels": kernels, "torch_version": torch.__version__,
               "transformers_version": transformers.__version__, "generator": "tests/golden/make_golden.py --hf-bf16",
+              "experts_implementation": getattr(model.config, "_experts_implementation", None),
               "datasets": {k: bf16_errors(states[k], want[k]) for k in sorted(want)}}
     if kernels:
         record.update(fla_version=fla.get("fla_version"), fla_commit=fla.get("fla_commit"))
@@ -680,9 +695,11 @@ def main():
                         "(for studying where its error sits; not used by the tests)")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
-    unknown = [n for n in names if n not in JOBS]
+    # --hf-bf16 also measures goldens other writers made (make_moe_golden.py's MoE cases): any committed one.
+    unknown = [n for n in names if n not in JOBS and not (args.hf_bf16 and os.path.isdir(os.path.join(COMMITTED, n)))]
     if unknown:
-        parser.error(f"unknown model(s) {unknown}; known: {', '.join(JOBS)}")
+        parser.error(f"unknown model(s) {unknown}; known: {', '.join(JOBS)} (with --hf-bf16 also any folder of "
+                     f"{COMMITTED})")
     torch.set_default_dtype(torch.float32)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}, "
           f"h5py {h5py.__version__}")

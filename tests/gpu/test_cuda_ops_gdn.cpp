@@ -1,8 +1,8 @@
-// The DeltaNet side of the CUDA ops against the CPU fp32 oracle: the depthwise causal conv (kernel sizes, awkward
-// widths and offsets, sequence starts), the gated RMSNorm, the Gated DeltaNet prefill (chunked and recurrent
-// paths, chunk and sequence seams, workspace refusal) and decode, and the fused mixer (conv, prefill and norm).
-// Split from test_cuda_ops.cpp, whose fixture (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a
-// GPU or a CUDA build.
+// The DeltaNet side of the CUDA ops against the CPU fp32 oracle: the depthwise causal conv (kernel sizes,
+// awkward widths and offsets, sequence starts), the gated RMSNorm, the Gated DeltaNet prefill (chunked and
+// recurrent paths, chunk and sequence seams, workspace refusal, the state pass's one-stage form) and decode,
+// and the fused mixer (conv, prefill and norm). Split from test_cuda_ops.cpp, whose fixture
+// (tests/gpu/cuda_ops_test_util.h) it shares. Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -300,6 +300,56 @@ TEST_F(CudaOpsTest, GdnMixerFusedMatchesCpuAndSeparateOps) {
       gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, conv.gpu.cols_view(0, vdim), L.gpu, s, ws, conv.gpu, o.gpu);
       expect_same_bits(conv.gpu.cols_view(0, vdim), y.gpu, what, "out inside conv", "out apart");
     }
+}
+
+// The state pass's one-stage form (what dispatch's gdn_state_kernel_choose gives devices with 99 KB a block
+// at tile width 128, and at 64 with the norm fused), forced on this GPU through the registry's gdn=one_stage:
+// the prefill against the CPU as the chunked test holds it, and the prefill and the fused mixer bit for bit
+// the form dispatch picks here (two stages on a Hopper; both forms run the same products in the same order,
+// only the copy schedule differs). Tile widths 128 (the 27B layer; 120 / 72 leaves zero columns), 64 and
+// 32; one chunk, a chunk and a row, five chunks (every tile refilled four times), and packed sequences whose
+// seams fall inside chunks.
+TEST_F(CudaOpsTest, GdnStateOneStageMatchesCpuAndTheDefaultForm) {
+  const KernelVariants saved = kernel_variants();
+  const KernelVariants one = kernel_variants_with(saved, &KernelVariants::gdn_one_stage, true);
+  const KernelVariants picked = kernel_variants_with(saved, &KernelVariants::gdn_one_stage, false);
+  for (const auto& lens :
+       {std::vector<int32_t>{1}, {64}, {65}, {300}, {1, 63, 65, 130}, {64, 64, 3}, {3, 2, 200}})
+    for (GdnShape s : {GdnShape{16, 48, 128, 128}, GdnShape{1, 2, 120, 72}, GdnShape{3, 3, 64, 48},
+                       GdnShape{1, 3, 16, 40}, GdnShape{2, 4, 32, 32}}) {
+      const ArenaMarks marks(cpu_arena_, gpu_arena_);
+      Layouts L = layouts(lens);
+      const int64_t T = L.cpu.tokens, vdim = int64_t(s.nv) * s.dv, cols = 2LL * s.nk * s.dk + vdim;
+      const std::string what = name_of("gdn one stage T nk nv dk dv", {T, s.nk, s.nv, s.dk, s.dv}) +
+                               " seqs " + std::to_string(lens.size());
+      Tensor ws = gpu_arena_.alloc(DType::u8, 1, gpu_->gdn_workspace_bytes(T, s));
+      poison(ws.data, ws.nbytes());
+
+      Pair qkv = rand(T, cols, -1, 1, DType::bf16, 8), a = rand(T, s.nv, -3, 3), b = rand(T, s.nv, -3, 3);
+      Pair A_log = rand(1, s.nv, -2, 1, DType::f32), dt = rand(1, s.nv, -1, 1, DType::f32);
+      Pair o = out(T, vdim), o_picked = out(T, vdim);
+      cpu_.gdn_prefill(qkv.cpu, a.cpu, b.cpu, A_log.cpu, dt.cpu, o.cpu, L.cpu, s, Tensor{});
+      kernel_variants_set(one);
+      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o.gpu, L.gpu, s, ws);
+      kernel_variants_set(picked);
+      gpu_->gdn_prefill(qkv.gpu, a.gpu, b.gpu, A_log.gpu, dt.gpu, o_picked.gpu, L.gpu, s, ws);
+      // The chunked test's bounds (GdnPrefillChunkedMatchesCpuAcrossChunkAndSequenceSeams says why).
+      check(o, 6e-3, 2 * kBf16Ulp, "prefill " + what);
+      expect_same_bits(o.gpu, o_picked.gpu, "prefill " + what, "one stage", "dispatch's form");
+
+      // The fused mixer (conv in the chunk kernel, gated norm in the state kernel's epilogue).
+      Pair x = rand(T, cols, -2, 2, DType::bf16, 8), z = rand(T, vdim, -2, 2, DType::bf16, 8);
+      const Pair conv_w = rand(cols, 4, -0.5f, 0.5f, DType::f32);  // 4 taps: the fused form's conv
+      const Pair norm_w = rand(1, s.dv, 0.5f, 1.5f, DType::f32);
+      const GdnWeights wg{conv_w.gpu, A_log.gpu, dt.gpu, norm_w.gpu, 1e-6f};
+      Pair y = out(T, vdim), y_picked = out(T, vdim), conv = out(T, cols), mid = out(T, vdim);
+      kernel_variants_set(one);
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y.gpu, L.gpu, s, ws, conv.gpu, mid.gpu);
+      kernel_variants_set(picked);
+      gpu_->gdn_mixer(x.gpu, z.gpu, a.gpu, b.gpu, wg, y_picked.gpu, L.gpu, s, ws, conv.gpu, mid.gpu);
+      expect_same_bits(y.gpu, y_picked.gpu, "mixer " + what, "one stage", "dispatch's form");
+    }
+  kernel_variants_set(saved);
 }
 
 // The workspace is the caller's: one byte short (or none) must be refused with both sizes in the message,

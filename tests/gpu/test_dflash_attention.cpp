@@ -1,10 +1,11 @@
-// DFlash block attention kernels (kernels/attention/dflash_attention.cu) against the CPU fp32 oracle (CpuTrainOps) on
-// the same bf16-representable inputs: odd GQA groups, head dims 16–256 and unaligned ones, padding blocks,
-// anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no context, strided
-// views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0. Every case runs on
-// both kernel paths in the same run: the default (wgmma at head dims 65..128 on a Hopper GPU of an sm_90a
-// build) and the portable mma.sync kernels (every other GPU), forced through the kernel-variant registry
-// (kernels/dispatch/dispatch.h). Skips without a GPU.
+// DFlash block attention kernels (kernels/attention/dflash_attention.cu) against the CPU fp32 oracle
+// (CpuTrainOps) on the same bf16-representable inputs: odd GQA groups, head dims 16–256 and unaligned ones,
+// padding blocks, anchors at 0 and closer than B, several sequences, window edges, shuffled blocks, no
+// context, strided views. Outputs are poisoned with NaN first; rows no query sees must come back exactly 0.
+// Every case runs on each kernel path in the same run: the default (wgmma at head dims 65..128 on a Hopper
+// GPU of an sm_90a build), the portable mma.sync kernels (every other GPU) and, at head dims above 64, their
+// small shared-memory form (what sm_120 and sm_89 run), the last two forced through the kernel-variant
+// registry (kernels/dispatch/dispatch.h). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -206,12 +207,16 @@ void DFlashAttentionCuda::run(const Case& c) {
                                 lse.gpu.ptr<float>(), ld(lse), bf(dout), ld(dout), bf(dq), ld(dq), bf(dk),
                                 ld(dk), bf(dv), ld(dv), d, ws, ws_bytes, st);
   };
-  // Both kernel paths; the registry's variants in force come back at the end.
+  // Each kernel path (the small form only where the padded head dim, 128 or 256, has one); the registry's
+  // variants in force come back at the end.
   const KernelVariants saved = kernel_variants();
-  for (const bool portable : {false, true}) {
-    const char* path = portable ? "mma.sync" : "default";
+  for (const int form : {0, 1, 2}) {
+    if (form == 2 && c.s.hd <= 64) continue;
+    const char* path = form == 0 ? "default" : form == 1 ? "mma.sync" : "mma.sync small";
     SCOPED_TRACE(std::string("kernel path ") + path);
-    kernel_variants_set(kernel_variants_with(saved, &KernelVariants::dflash_attention_portable, portable));
+    const KernelVariants forced =
+        kernel_variants_with(saved, &KernelVariants::dflash_attention_portable, form == 1);
+    kernel_variants_set(kernel_variants_with(forced, &KernelVariants::dflash_attention_small, form == 2));
     // NaN poison again: a row the previous path wrote must not pass for this one.
     for (const Mat* m : {&out, &lse, &dq, &dk, &dv})
       EXPECT_EQ(cudaMemsetAsync(m->gpu.data, 0xff, size_t(m->rows * m->gpu.stride) * dtype_size(m->gpu.dtype), st),
@@ -351,6 +356,24 @@ TEST_F(DFlashAttentionCuda, HopperPathAwkwardShapes) {
   run(rounds);
   rounds.name = "1100 shuffled blocks hd128 B2 W40", rounds.s.W = 40;
   run(rounds);
+}
+
+TEST_F(DFlashAttentionCuda, SmallFormAwkwardShapes) {
+  // The small form's tiles (run() forces it at head dims above 64): dq-pass K/V tiles of 16 keys (hd 256) and
+  // 32 (hd 128), dk/dv key tiles of 32 (hd 256) and 64 keys (hd 128) with 16- and 32-row query chunks. A
+  // group of 16 × B 16 (16 chunks a block), B 70 own rows spanning several tiles, contexts of 1 and of 33
+  // keys, unaligned head dims padded to 128 and 256, and 300 blocks sharing each tile (the clusters' uneven
+  // shares).
+  run({"small hd256 group16 B16", {16, 1, 256, 16, 0}, {150}, {{0, 149}, {0, 33}, {0, 0}, {0, -1}}});
+  run({"small hd256 B70 W75", {2, 2, 256, 70, 75}, {100, 1}, {{0, 100}, {0, 31}, {1, 1}, {1, 0}}});
+  run({"small hd200 W33 strided", {4, 2, 200, 16, 33}, {33, 90}, {{0, 33}, {1, 89}, {1, 16}, {0, 1}}, 8});
+  run({"small hd100 unaligned", {6, 2, 100, 5, 0}, {70, 17}, {{0, 69}, {1, 17}, {0, 32}, {1, -1}}, 3});
+  run({"small hd128 no context", {8, 2, 128, 16, 16}, {0}, {{0, 0}, {0, 0}, {0, -1}}});
+  Case many{"small 300 shuffled blocks hd256 B2", {2, 1, 256, 2, 0}, {200}, {}, 0, true};
+  for (int i = 0; i < 300; ++i) many.blocks.push_back({0, i % 7 == 3 ? -1 : (i * 37) % 201});
+  run(many);
+  many.name = "small 300 shuffled blocks hd128 B2 W9", many.s.hd = 128, many.s.W = 9;
+  run(many);
 }
 
 TEST_F(DFlashAttentionCuda, AllPaddingBlocksZeroEverything) {

@@ -49,8 +49,13 @@ constexpr double kMaxAbsCeiling = 4.0;
 // An absolute ceiling as well: the rel RMS measured on the H200 (2026-11-29) was 1.2e-2 after 3 Qwen3
 // layers and 3.2e-2 after 4 Qwen3.5 layers, and the wiring bugs this test also exists for (w vs 1 + w, RoPE
 // span, key-head mapping, conv offset, a skipped or mis-fused tensor) give 0.3 to 1; 8e-2 (2.5x the worst
-// measured) keeps catching them should the peer's own error on some model be large.
+// measured) keeps catching them should the peer's own error on some model be large. Where HF-bf16's own error
+// already passes that ceiling (qwen35moe_tiny: HF-bf16 0.143 at the final norm, where our CUDA extract
+// measured 1.00-1.02x HF on every tap; the cause, likely routing flips in a tiny random MoE, is not yet
+// studied), the ceiling is HF's own bound instead, and that golden must still keep 1.25x HF's error below the
+// wiring bugs' 0.3, or it cannot tell a bug from HF's own rounding.
 constexpr double kMaxRelRms = 8e-2;
+constexpr double kWiringBugRelRms = 0.3;
 // Elementwise statistics are reported against this (the CPU test's scale of interest), not asserted.
 constexpr double kAtol = 5e-2;
 constexpr double kRtol = 5e-2;
@@ -139,9 +144,6 @@ class GoldenExtractCuda : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU golden test skipped";
-    if (golden_is_moe(GetParam()))
-      GTEST_SKIP() << GetParam() << ": a mixture-of-experts target; the CUDA backend has no MoE kernels yet and "
-                   << "refuses it (issue 51), so there is no bf16 run to compare";
     read_peer_errors(GetParam(), peer_, peer_kernels_);
   }
   std::map<std::string, PeerError> peer_;
@@ -157,7 +159,8 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
   if (HasFatalFailure()) return;
   std::printf(
       "[golden-cuda] %s: ours vs HF-bf16 (DeltaNet: %s), both against the fp32 golden; pass: rel rms and "
-      "the largest-1 %% mean <= %.2fx HF's, max abs <= %.1fx HF's, rel rms <= %.0e\n",
+      "the largest-1 %% mean <= %.2fx HF's, max abs <= %.1fx HF's, rel rms <= %.0e (or 1.25x HF where HF "
+      "passes it)\n",
       model.c_str(), peer_kernels_.empty() ? "none" : peer_kernels_.c_str(), kPeerFactor, kMaxAbsCeiling,
       kMaxRelRms);
   double worst_abs_ratio = 0, worst_rms_ratio = 0, worst_tail_ratio = 0;
@@ -205,7 +208,12 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
         << ") exceeds " << kMaxAbsCeiling << " x HF-bf16's " << hf.max_abs;
     EXPECT_LE(rms, kPeerFactor * hf.rel_rms) << name << ": relative RMS error " << rms << " exceeds "
                                              << kPeerFactor << " x HF-bf16's " << hf.rel_rms;
-    EXPECT_LE(rms, kMaxRelRms) << name << ": relative RMS error over the dataset";
+    EXPECT_LE(rms, std::max(kMaxRelRms, kPeerFactor * hf.rel_rms))
+        << name << ": relative RMS error over the dataset";
+    EXPECT_LT(kPeerFactor * hf.rel_rms, kWiringBugRelRms)
+        << name << ": HF-bf16's own error on this golden, " << hf.rel_rms
+        << ", is too large for it to tell a wiring bug from rounding; HINT: a golden with clearer router "
+           "margins";
   }
   std::printf(
       "[golden-cuda] %-22s worst ratio to HF-bf16 over the layers and the final norm: rel rms %.2fx, top-1%% mean "
@@ -226,6 +234,9 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
 constexpr double kFp8PeerFactor = 16.0;
 TEST_P(GoldenExtractCuda, Fp8TapsWithin16xHfBf16Error) {
   const std::string model = GetParam();
+  if (golden_is_moe(model))
+    GTEST_SKIP() << model << ": a mixture-of-experts target, which target.dtype = \"fp8\" refuses (issue 51: the "
+                 << "experts have no FP8 path yet)";
   ScratchDir tmp("cuda_fp8_" + model);
   const fs::path dir = fs::path(DF_TEST_DATA) / model, out = tmp.path / "out.h5", log = tmp.path / "extract.log";
   const std::string cmd = extract_command(dir, dir / "tokens.h5", out, "cuda", "--target-dtype fp8");

@@ -1,6 +1,7 @@
-// Incremental target decoding and speculative decoding on CUDA (model/target_decode.h, pipeline/spec_decode.h)
-// with random tiny targets of both families at shapes the CUDA forward runs (head dims 16/32, GQA, gated
-// attention, partial rotary, DeltaNet 16×16 heads):
+// Incremental target decoding and speculative decoding on CUDA (model/target_decode.h,
+// pipeline/spec_decode.h) with random tiny targets of both families and their mixture-of-experts variants at
+// shapes the CUDA forward runs (head dims 16/32, GQA, gated attention, partial rotary, DeltaNet 16×16 heads,
+// routed and shared experts):
 //  - decoding step by step reproduces the full-sequence forward: its error against the CPU fp32 forward is no
 //    worse than the CUDA forward's own (both bf16), per tap and for the logits;
 //  - rolling a step back to a partial accept equals a fresh prefill of the accepted prefix;
@@ -119,8 +120,37 @@ QwenConfig wide_hybrid() {
   return qwen_config_from_json(j, "wide_hybrid");
 }
 
+// cuda_hybrid as a Qwen3.5-MoE (qwen3_5_moe_text): top-3 of 9 experts of width 32 and a gated shared expert
+// of 48 in every layer, widths the MoE kernels' 16-byte paths take.
+QwenConfig cuda_moe_hybrid() {
+  nlohmann::json j = {
+      {"model_type", "qwen3_5_moe_text"},
+      {"hidden_size", 64},
+      {"num_hidden_layers", 4},
+      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+      {"vocab_size", 200},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 16},
+      {"partial_rotary_factor", 0.25},
+      {"rope_theta", 10000.0},
+      {"rms_norm_eps", 1e-6},
+      {"linear_num_key_heads", 2},
+      {"linear_num_value_heads", 4},
+      {"linear_key_head_dim", 16},
+      {"linear_value_head_dim", 16},
+      {"linear_conv_kernel_dim", 4},
+      {"tie_word_embeddings", false},
+      {"num_experts", 9},
+      {"num_experts_per_tok", 3},
+      {"moe_intermediate_size", 32},
+      {"shared_expert_intermediate_size", 48}};
+  return qwen_config_from_json(j, "cuda_moe_hybrid");
+}
+
 // 0, 1: shapes the tiled kernels run; 2, 3: the CPU tests' tiny models (hd 8 / 6, DeltaNet dv 4, hidden 24 /
-// 20); 4, 5: odd_hybrid / odd_dense; 6: wide_hybrid (the decode kernels' fast paths).
+// 20); 4, 5: odd_hybrid / odd_dense; 6: wide_hybrid (the decode kernels' fast paths); 7, 8: the CPU tests'
+// mixture-of-experts models (hidden 20 / 24: the MoE kernels' scalar paths); 9: cuda_moe_hybrid.
 QwenConfig family_config(int i) {
   switch (i) {
     case 0: return cuda_hybrid();
@@ -129,11 +159,19 @@ QwenConfig family_config(int i) {
     case 3: return tiny_dense();
     case 4: return odd_hybrid();
     case 5: return odd_dense();
-    default: return wide_hybrid();
+    case 6:
+      return wide_hybrid();
+    case 7:
+      return tiny_moe_dense();
+    case 8:
+      return tiny_moe_hybrid();
+    default:
+      return cuda_moe_hybrid();
   }
 }
-const char* const kFamilyNames[] = {"hybrid",     "dense",     "tiny_hybrid", "tiny_dense",
-                                    "odd_hybrid", "odd_dense", "wide_hybrid"};
+const char* const kFamilyNames[] = {"hybrid",          "dense",          "tiny_hybrid", "tiny_dense",
+                                    "odd_hybrid",      "odd_dense",      "wide_hybrid", "tiny_moe_dense",
+                                    "tiny_moe_hybrid", "cuda_moe_hybrid"};
 
 class TargetDecodeCuda : public ::testing::TestWithParam<int> {
  protected:
@@ -336,7 +374,9 @@ TEST_P(TargetDecodeCuda, BatchedGenerationEqualsOneAtATime) {
                                    "batched generation, prompt " + std::to_string(i));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TargetDecodeCuda, ::testing::Range(0, 7),
-                         [](const ::testing::TestParamInfo<int>& i) { return std::string(kFamilyNames[i.param]); });
+INSTANTIATE_TEST_SUITE_P(Shapes, TargetDecodeCuda, ::testing::Range(0, 10),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return std::string(kFamilyNames[i.param]);
+                         });
 
 #endif  // DF_HAVE_CUDA

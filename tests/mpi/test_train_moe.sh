@@ -2,8 +2,8 @@
 # A mixture-of-experts target end to end on CPU ranks (issue 51): configs/tiny-moe.toml passes `config check`,
 # `plan vram` lists the experts and the routing buffers, `model init` writes a random Qwen3.5-MoE checkpoint that
 # `extract` reads, 1 target + 1 drafter train from the random MoE target with a falling loss, and the exported
-# drafter decodes speculatively against it (`eval`, `eval --generate`). A CUDA target is refused with the reason
-# named.
+# drafter decodes speculatively against it (`eval`, `eval --generate`); the MoE target's measured rate drives the
+# rebalancer's advice and the end-of-run split table. On a GPU, `extract --device cuda` runs it too.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -16,7 +16,7 @@ grep -q "MoE in 4 of 4 layers: top-2 of 8 experts" "$TMP/check.log" ||
   fail "config check does not describe the MoE target: $(grep -m1 qwen3_5_moe "$TMP/check.log")"
 
 "$BIN" plan vram --config "$TMP/demo.toml" --gpu-mem 80 >"$TMP/vram.log" 2>&1 || fail "plan vram: $(tail -3 "$TMP/vram.log")"
-for row in "MoE routing ids + weights" "MoE expert rows bf16"; do
+for row in "MoE routing ids + weights" "MoE expert workspace"; do
   grep -q "$row" "$TMP/vram.log" || fail "plan vram lacks '$row'"
 done
 
@@ -64,10 +64,37 @@ for b in 3 1; do
 done
 h5diff "$TMP/gen_b3.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null || fail "batched greedy generation on the MoE target differs"
 
-if "$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --out "$TMP/cuda.h5" --device cuda >"$TMP/cuda.log" 2>&1; then
-  fail "extract of an MoE target on CUDA succeeded, but the CUDA backend has no MoE kernels"
+# The split planner and the rebalancer take the MoE target's rate as measured by its rank, as they take a dense
+# one's: nothing in them reads the model kind. 1 target + 2 drafters with the target slowed to at most 2 batches/s
+# (pipeline.test_target_delay_s, as tests/mpi/test_train_rebalance.sh does) must be advised 2-1 after step 4, with
+# the target rate of that record under 2 batches/s and the end-of-run split table printed from the same rates.
+write_config "$TMP/split.toml" "$TMP/split" 1 2 6 "[pipeline]" 'rebalance = "advise"' "rebalance_warmup_steps = 1" \
+  "rebalance_window_steps = 3" "rebalance_dwell_steps = 4" "test_target_delay_s = 0.5"
+sed -i "s|tiny-target.json|tiny-moe-target.json|" "$TMP/split.toml"
+if ! run_mpi 3 "$TMP/split.log" --config "$TMP/split.toml"; then
+  fail "MoE 1-2 run"; tail -20 "$TMP/split.log"
 else
-  grep -q "num_experts\|no CUDA\|CUDA device" "$TMP/cuda.log" || fail "the CUDA refusal names no reason: $(tail -2 "$TMP/cuda.log")"
+  advice=$(python3 -c 'import json,sys
+for j in map(json.loads, open(sys.argv[1])):
+    if j.get("event") == "rebalance_advice" and j["decided_at"] == 4:
+        print(j["from"], j["to"], "%.3f" % j["target_rate"], "%.3f" % j["drafter_rate"], j["grad_accum_to"])' "$TMP/split/metrics.jsonl")
+  read -r from to rt rd ga <<<"$advice"
+  if [ "$from $to $ga" != "1-2 2-1 4" ] || ! python3 -c "import sys; sys.exit(not (0 < $rt < 2 < $rd))"; then
+    fail "MoE target: expected advice 1-2 -> 2-1 (grad_accum 4) after step 4 from a target rate under 2 batches/s, got: '$advice'"
+    grep "rebalance\|event" "$TMP/split/metrics.jsonl" | head -5
+  elif ! grep -q "measured per-rank rates: target" "$TMP/split.log" || ! grep -q "recommendation: 2-1" "$TMP/split.log"; then
+    fail "MoE target: no end-of-run split table recommending 2-1"; tail -20 "$TMP/split.log"
+  else
+    echo "ok: the MoE target's measured rate ($rt batches/s per target, drafter $rd) advises 1-2 -> 2-1"
+  fi
+fi
+
+# On a GPU the MoE target extracts on CUDA too (tests/gpu/test_golden_cuda.cpp holds its accuracy); without one
+# the refusal names the missing device.
+if "$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --out "$TMP/cuda.h5" --device cuda >"$TMP/cuda.log" 2>&1; then
+  h5ls "$TMP/cuda.h5" | grep -q "^final_norm" || fail "extract --device cuda of the MoE target wrote no final_norm"
+else
+  grep -q "no CUDA GPU" "$TMP/cuda.log" || fail "extract --device cuda of the MoE target failed: $(tail -2 "$TMP/cuda.log")"
 fi
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -79,14 +79,15 @@ struct StepResult {
   std::map<std::string, std::vector<float>> grads;  // ∂loss/∂θ: our ∂(Σ w·L) divided by Σ w, as SpecForge's
 };
 
-// Our step on the golden inputs: drafter from model/ through drafter_init_from, frozen tables and taps in the
-// backend's activation dtype, the golden anchors in SpecForge's block order (sequence-major, padding as pos
-// −1).
-inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g) {
+// Our step on the golden inputs: drafter from `model` (the golden's model/ folder) through drafter_init_from,
+// frozen tables and taps in the backend's activation dtype, the golden anchors in SpecForge's block order
+// (sequence-major, padding as pos −1); a Domino drafter at the golden's λ.
+inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g,
+                                  const std::string& model = model_dir()) {
   StepResult r;
-  r.cfg = drafter_config_load_hf(model_dir());
+  r.cfg = drafter_config_load_hf(model);
   DrafterModel m(r.cfg, ops);
-  drafter_init_from(m, model_dir());
+  drafter_init_from(m, model);
   drafter_refresh_shadow(m);
   const int64_t H = r.cfg.hidden, V = r.cfg.vocab;
   DrafterBatch b;
@@ -112,6 +113,7 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g) {
   drafter_plan_workspace(m, lim);
   DrafterLossOptions opts;
   opts.gamma = read_f32(g, "gamma")[0];
+  if (r.cfg.kind == DrafterKind::domino) opts.domino_lambda = read_f32(g, "lambda_base")[0];
   drafter_begin_step(m);  // the training path: the backward writes the gradients
   LossStats st = drafter_forward_backward(m, b, r.anchors, opts);
   r.loss = st.mean_loss();

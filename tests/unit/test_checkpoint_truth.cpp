@@ -16,9 +16,10 @@
 #include "train/checkpoint.h"
 
 using namespace df;
+using df::testing::tiny_domino_config;
 using df::testing::tiny_drafter_config;
-using df_test::ScratchDir;
 using df_test::error_of;
+using df_test::ScratchDir;
 
 namespace {
 
@@ -105,17 +106,6 @@ TEST(CheckpointTruth, ResumeRefusesChangesNamingTheKeyUnlessAllowed) {
   EXPECT_NE(msg.find("--allow-change train.lrr: not a setting"), std::string::npos) << msg;
 }
 
-// A Domino drafter config for the comparisons (its training step is not built yet, so no model holds one).
-DrafterConfig tiny_domino_config() {
-  DrafterConfig c = tiny_drafter_config();
-  c.kind = DrafterKind::domino;
-  c.pure_draft_prefix_len = 1;
-  c.emb_dim = 8;
-  c.gru_hidden_dim = 12;
-  c.shift_label = true;
-  return c;
-}
-
 TEST(CheckpointTruth, KindIsRecordedAndAnotherKindNeverResumes) {
   ScratchDir d;
   const DrafterConfig trained = tiny_drafter_config();
@@ -136,8 +126,8 @@ TEST(CheckpointTruth, KindIsRecordedAndAnotherKindNeverResumes) {
   // The kind and its head fields round-trip through the checkpoint's JSON.
   const DrafterConfig back = drafter_config_from_json(drafter_config_json(tiny_domino_config()), "json");
   EXPECT_EQ(back.kind, DrafterKind::domino);
-  EXPECT_EQ(back.emb_dim, 8);
-  EXPECT_EQ(back.gru_hidden_dim, 12);
+  EXPECT_EQ(back.emb_dim, 7);
+  EXPECT_EQ(back.gru_hidden_dim, 5);
   EXPECT_EQ(back.pure_draft_prefix_len, 1);
   EXPECT_TRUE(back.shift_label);
 }
@@ -157,16 +147,90 @@ TEST(CheckpointTruth, DrafterConfigWithoutKindReadsAsDflash) {
             std::string::npos);
 }
 
-TEST(CheckpointTruth, NoBackendTrainsADominoDrafterYet) {
+TEST(CheckpointTruth, ADominoCheckpointHoldsItsHeadAndResumesOnlyAsDomino) {
+  ScratchDir d;
+  const std::string path = saved_checkpoint(d, tiny_domino_config(), kRun);
+  const CheckpointHeader h = checkpoint_read_header(path);
+  EXPECT_EQ(h.drafter.kind, DrafterKind::domino);
+  EXPECT_EQ(h.drafter.gru_hidden_dim, 5);
+  // The head's weights come back with the rest.
   CpuTrainOps ops;
-  const std::string msg = error_of([&] { DrafterModel m(tiny_domino_config(), ops); });
-  EXPECT_NE(msg.find("drafter.kind = \"domino\": this build's training step on the cpu backend"),
+  DrafterModel saved(tiny_domino_config(), ops), loaded(tiny_domino_config(), ops);
+  drafter_init_params(saved, 3);
+  drafter_init_params(loaded, 4);
+  checkpoint_load(path, loaded);
+  for (const char* name :
+       {"prefix_gru.weight_ih_l0", "prefix_gru.weight_hh_l0", "embed_proj.0.weight", "embed_proj.2.weight"}) {
+    const Tensor a = saved.entry_view(saved.params, name), b = loaded.entry_view(loaded.params, name);
+    ASSERT_EQ(a.numel(), b.numel()) << name;
+    EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.numel()) * sizeof(float)), 0) << name;
+  }
+  const Config cfg = config_parse(kRun, "run.toml");
+  const std::string msg = error_of(
+      [&] { checkpoint_check_resume_config(h, path, cfg, tiny_drafter_config(), {"drafter.kind"}); });
+  EXPECT_NE(msg.find("'drafter.kind' is \"dflash\" but " + path + " trained a \"domino\" drafter"),
             std::string::npos)
       << msg;
-  EXPECT_NE(
-      error_of([&] { drafter_check_kind_trainable(tiny_domino_config(), "cuda"); }).find("cuda backend"),
-      std::string::npos);
+  DrafterModel dflash(tiny_drafter_config(), ops);
+  EXPECT_THROW(checkpoint_load(path, dflash), Error);
+}
+
+TEST(CheckpointTruth, OnlyTheCpuBackendTrainsADominoDrafter) {
+  const std::string msg = error_of([&] { drafter_check_kind_trainable(tiny_domino_config(), "cuda"); });
+  EXPECT_NE(msg.find("drafter.kind = \"domino\": the cuda backend has no domino head yet"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("HINT: drafter.device = \"cpu\""), std::string::npos) << msg;
+  EXPECT_NO_THROW(drafter_check_kind_trainable(tiny_domino_config(), "cpu"));
   EXPECT_NO_THROW(drafter_check_kind_trainable(tiny_drafter_config(), "cuda"));
+}
+
+// A DSpark drafter config (no model holds one yet either).
+DrafterConfig tiny_dspark_config() {
+  DrafterConfig c = tiny_drafter_config();
+  c.kind = DrafterKind::dspark;
+  c.markov_rank = 4;
+  c.markov_head_type = DrafterMarkovHead::rnn;
+  c.enable_confidence_head = true;
+  c.confidence_head_with_markov = true;
+  c.confidence_head_alpha = 0.5f;
+  return c;
+}
+
+TEST(CheckpointTruth, DSparkHeadRoundTripsAndEarlierFilesReadWithoutIt) {
+  const DrafterConfig back = drafter_config_from_json(drafter_config_json(tiny_dspark_config()), "json");
+  EXPECT_EQ(back.kind, DrafterKind::dspark);
+  EXPECT_EQ(back.markov_rank, 4);
+  EXPECT_EQ(back.markov_head_type, DrafterMarkovHead::rnn);
+  EXPECT_TRUE(back.enable_confidence_head);
+  EXPECT_TRUE(back.confidence_head_with_markov);
+  EXPECT_FLOAT_EQ(back.confidence_head_alpha, 0.5f);
+  const std::vector<const char*> dspark_keys = {"markov_rank", "markov_head_type", "enable_confidence_head",
+                                                "confidence_head_with_markov", "confidence_head_alpha"};
+  // Written before DSpark existed: a kind, no DSpark keys; the head reads as unset.
+  nlohmann::json j = nlohmann::json::parse(drafter_config_json(tiny_domino_config()));
+  for (const char* key : dspark_keys) j.erase(key);
+  const DrafterConfig c = drafter_config_from_json(j.dump(), "domino.h5");
+  EXPECT_EQ(c.kind, DrafterKind::domino);
+  EXPECT_EQ(c.markov_rank, 0);
+  EXPECT_FALSE(c.enable_confidence_head);
+  // A DSpark file must hold its keys.
+  j = nlohmann::json::parse(drafter_config_json(tiny_dspark_config()));
+  j.erase("markov_head_type");
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_json(j.dump(), "dspark.h5");
+            }).find("'markov_head_type' is missing"),
+            std::string::npos);
+  // A DFlash file holding a DSpark head is refused by validation.
+  j = nlohmann::json::parse(drafter_config_json(tiny_drafter_config()));
+  j["markov_rank"] = 8;
+  EXPECT_NE(
+      error_of([&] { drafter_config_from_json(j.dump(), "odd.h5"); }).find("kind dflash has no DSpark head"),
+      std::string::npos);
+  CpuTrainOps ops;
+  const std::string msg = error_of([&] { DrafterModel m(tiny_dspark_config(), ops); });
+  EXPECT_NE(msg.find("drafter.kind = \"dspark\": this build's training step on the cpu backend"),
+            std::string::npos)
+      << msg;
 }
 
 // The writer streams: a ~200 MB checkpoint (17 M parameters x params, m, v) must not be built in memory.
@@ -252,7 +316,7 @@ TEST(CheckpointTruth, Dflash2IsRecordedRefusedByBothBackendsAndCountedInTheTable
 
   CpuTrainOps ops;
   const std::string msg = error_of([&] { DrafterModel m(tiny_dflash2_config(), ops); });
-  EXPECT_NE(msg.find("drafter.kind = \"dflash2\": this build's training step on the cpu backend"),
+  EXPECT_NE(msg.find("drafter.kind = \"dflash2\": the cpu backend has no dflash2 training step"),
             std::string::npos)
       << msg;
   EXPECT_NE(

@@ -126,11 +126,47 @@ TEST(Config, DrafterDeviceAndBlockRowCap) {
 
 TEST(Config, ShippedConfigsChooseTheDrafterDevice) {
   EXPECT_EQ(config_load(std::string(DF_SOURCE_DIR) + "/configs/tiny.toml").drafter.device, "cpu");
-  for (const char* f : {"qwen3.6-27b.toml", "qwen3-8b.toml"}) {
+  for (const char* f : {"qwen3.6-27b.toml", "qwen3-8b.toml", "qwen3.6-35b-a3b.toml"}) {
     Config c = config_load(std::string(DF_SOURCE_DIR) + "/configs/" + f);
     EXPECT_EQ(c.drafter.device, "cuda") << f;
     EXPECT_EQ(c.drafter.max_block_rows, 8192) << f;
   }
+}
+
+// The Domino recipes carry SpecForge a6b6b023's settings: configs/qwen3-8b-domino.json and
+// qwen3.6-27b-domino-full-attention.json for the model, examples/configs/*-domino-online.yaml for the
+// training.
+TEST(Config, DominoRecipesMirrorSpecForge) {
+  for (const auto& [f, shift] : {std::pair<const char*, bool>{"qwen3-8b-domino.toml", true},
+                                 std::pair<const char*, bool>{"qwen3.6-27b-domino.toml", false}}) {
+    const Config c = config_load(std::string(DF_SOURCE_DIR) + "/configs/" + f);
+    const DrafterSection& d = c.drafter;
+    EXPECT_EQ(d.kind, "domino") << f;
+    EXPECT_EQ(d.pure_draft_prefix_len, 1) << f;
+    EXPECT_EQ(d.emb_dim, 256) << f;
+    EXPECT_EQ(d.gru_hidden_dim, 1024) << f;
+    EXPECT_EQ(d.shift_label, shift) << f;
+    EXPECT_EQ(d.layers, 5) << f;
+    EXPECT_EQ(d.layer_types, std::vector<std::string>(5, "full_attention")) << f;
+    EXPECT_EQ(d.block_size, 16) << f;
+    EXPECT_EQ(d.num_anchors, 256) << f;
+    EXPECT_EQ(c.train.loss, "ce") << f;
+    EXPECT_EQ(c.train.gamma, 7.0) << f;
+    EXPECT_EQ(c.train.lr, 6e-4) << f;
+    EXPECT_EQ(c.train.epochs, 6.0) << f;
+    EXPECT_EQ(c.train.warmup_ratio, 0.04) << f;
+    EXPECT_EQ(c.train.clip, 1.0) << f;
+    EXPECT_EQ(c.train.lambda_base_start, 1.0) << f;
+    EXPECT_EQ(c.train.lambda_base_decay_ratio, 1.0) << f;
+  }
+  EXPECT_EQ(config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3-8b-domino.toml").drafter.mask_token_id,
+            151669);
+  const Config q27 = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-27b-domino.toml");
+  EXPECT_EQ(q27.drafter.mask_token_id, 248070);
+  EXPECT_EQ(q27.drafter.target_layer_ids, (std::vector<int>{1, 16, 31, 46, 61}));
+  const Config tiny = config_load(std::string(DF_SOURCE_DIR) + "/configs/tiny-domino.toml");
+  EXPECT_EQ(tiny.drafter.kind, "domino");
+  EXPECT_EQ(tiny.drafter.device, "cpu");
 }
 
 TEST(Config, DrafterKindAndItsKeys) {
@@ -290,4 +326,89 @@ TEST(Config, Dflash2KeysAreRefusedUnderAnotherKind) {
   for (const auto& [k, v] : config_parse(kMinimal, "test.toml").values)
     shown |= k == "drafter.selector_rank" || k == "train.dflash2_selector_loss_alpha";
   EXPECT_FALSE(shown) << "a DFlash run's table lists no DFlash2 key";
+}
+
+TEST(Config, DSparkKeysTakeSpecForgesNamesAndRecipeDefaults) {
+  // The defaults of SpecForge's published recipes (configs/qwen3-8b-dspark.json, schema.py).
+  Config c = config_parse(std::string(kMinimal) + "kind = \"dspark\"\n", "test.toml");
+  EXPECT_EQ(c.drafter.kind, "dspark");
+  EXPECT_EQ(c.drafter.markov_rank, 256);
+  EXPECT_EQ(c.drafter.markov_head_type, "vanilla");
+  EXPECT_TRUE(c.drafter.enable_confidence_head);
+  EXPECT_TRUE(c.drafter.confidence_head_with_markov);
+  EXPECT_DOUBLE_EQ(c.drafter.confidence_head_alpha, 1.0);
+  EXPECT_EQ(c.drafter.attention_mode, "gqa");
+  EXPECT_DOUBLE_EQ(c.train.dspark_ce_loss_alpha, 0.1);
+  EXPECT_DOUBLE_EQ(c.train.dspark_l1_loss_alpha, 0.9);
+  EXPECT_DOUBLE_EQ(c.train.dspark_confidence_head_alpha, 1.0);
+
+  c = config_parse(std::string(kMinimal) +
+                       "kind = \"dspark\"\nmarkov_rank = 7\nmarkov_head_type = \"rnn\"\n"
+                       "confidence_head_with_markov = false\n[train]\ndspark_ce_loss_alpha = 0.5\n"
+                       "dspark_l1_loss_alpha = 0.25\ndspark_confidence_head_alpha = 2.0\n",
+                   "test.toml");
+  EXPECT_EQ(c.drafter.markov_rank, 7);
+  EXPECT_EQ(c.drafter.markov_head_type, "rnn");
+  EXPECT_FALSE(c.drafter.confidence_head_with_markov);
+  EXPECT_DOUBLE_EQ(c.train.dspark_l1_loss_alpha, 0.25);
+  const std::string table = config_table(c);
+  for (const char* shown : {"\"dspark\"", "drafter.markov_head_type", "train.dspark_confidence_head_alpha"})
+    EXPECT_NE(table.find(shown), std::string::npos) << shown << "\n" << table;
+
+  // enable_confidence_head unset follows confidence_head_alpha > 0, as in SpecForge; set, it wins.
+  const std::string dspark = std::string(kMinimal) + "kind = \"dspark\"\n";
+  EXPECT_FALSE(
+      config_parse(dspark + "confidence_head_alpha = 0.0\n", "t.toml").drafter.enable_confidence_head);
+  EXPECT_TRUE(config_parse(dspark + "confidence_head_alpha = 0.0\nenable_confidence_head = true\n", "t.toml")
+                  .drafter.enable_confidence_head);
+  EXPECT_FALSE(
+      config_parse(dspark + "enable_confidence_head = false\n", "t.toml").drafter.enable_confidence_head);
+
+  // Its keys under another kind are refused naming them, and Domino's under dspark.
+  for (const char* extra : {"markov_rank = 8\n", "markov_head_type = \"gated\"\n",
+                            "enable_confidence_head = true\n", "confidence_head_with_markov = true\n",
+                            "confidence_head_alpha = 1.0\n", "attention_mode = \"gqa\"\n"}) {
+    const std::string key = std::string(extra).substr(0, std::string(extra).find(' '));
+    for (const char* kind : {"", "kind = \"domino\"\n"}) {
+      const std::string e = error_of(std::string(kMinimal) + kind + extra);
+      EXPECT_NE(e.find("'drafter." + key + "' belongs to drafter.kind = \"dspark\""), std::string::npos) << e;
+    }
+  }
+  EXPECT_NE(error_of(std::string(kMinimal) + "[train]\ndspark_l1_loss_alpha = 0.5\n")
+                .find("'train.dspark_l1_loss_alpha' belongs to drafter.kind = \"dspark\""),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(dspark + "emb_dim = 64\n").find("'drafter.emb_dim' belongs to drafter.kind = \"domino\""),
+      std::string::npos);
+}
+
+TEST(Config, DSparkRefusesWhatSpecForgeRefuses) {
+  const std::string dspark = std::string(kMinimal) + "kind = \"dspark\"\n";
+  for (const char* loss : {"kl", "dpace"}) {
+    const std::string e = error_of(dspark + "[train]\nloss = \"" + loss + "\"\n");
+    EXPECT_NE(
+        e.find("'train.loss' = \"" + std::string(loss) + "\": drafter.kind = \"dspark\" trains its own loss"),
+        std::string::npos)
+        << e;
+  }
+  EXPECT_NE(error_of(dspark + "[train]\nstreak = true\n").find("'train.streak'"), std::string::npos);
+  EXPECT_NE(error_of(dspark + "markov_head_type = \"lstm\"\n").find("'drafter.markov_head_type'"),
+            std::string::npos);
+  EXPECT_NE(error_of(dspark + "markov_rank = -1\n").find("'drafter.markov_rank'"), std::string::npos);
+  // A Markov-fed confidence head needs a Markov head; without one the confidence head reads h alone.
+  EXPECT_NE(error_of(dspark + "markov_rank = 0\n").find("'drafter.confidence_head_with_markov'"),
+            std::string::npos);
+  EXPECT_EQ(error_of(dspark + "markov_rank = 0\nconfidence_head_with_markov = false\n"), "");
+  // gqa (the default) needs fewer KV heads than query heads; mha equal counts.
+  EXPECT_NE(error_of(dspark + "heads = 8\nkv_heads = 8\n").find("'drafter.attention_mode' = \"gqa\" needs"),
+            std::string::npos);
+  EXPECT_EQ(error_of(dspark + "heads = 8\nkv_heads = 8\nattention_mode = \"mha\"\n"), "");
+  EXPECT_NE(error_of(dspark + "attention_mode = \"mha\"\n").find("'drafter.attention_mode' = \"mha\" needs"),
+            std::string::npos);
+  EXPECT_NE(error_of(dspark + "attention_mode = \"mqa\"\n").find("'drafter.attention_mode'"),
+            std::string::npos);
+  EXPECT_NE(error_of(dspark + "confidence_head_alpha = -1.0\n").find("'drafter.confidence_head_alpha'"),
+            std::string::npos);
+  EXPECT_NE(error_of(dspark + "[train]\ndspark_ce_loss_alpha = -0.1\n").find("'train.dspark_ce_loss_alpha'"),
+            std::string::npos);
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/torch_topk.h"
 #include "ops/cpu/cpu_ops.h"
 
 using namespace df;
@@ -209,6 +210,62 @@ TEST(CpuMoe, TopkOrder) {
   top = run(many, 2);
   EXPECT_EQ(top[0].second, 150);
   EXPECT_EQ(top[1].first, 0.25);
+}
+
+// core/torch_topk.h, the order the CUDA router computes, is libstdc++'s: on rows drawn from a few values
+// (ties everywhere), with NaNs, at every n and k that choose between partial_sort, nth_element + insertion
+// sort and nth_element + introsort (k − 1 > 16), it leaves the same k (value, index) pairs as
+// cpu_topk_torch_order; and topk_unique, the router's shortcut for rows without a tie, gives that answer
+// wherever it accepts a row.
+TEST(CpuMoe, PortableTopkOrderIsTheStdlibs) {
+  int64_t rows = 0, unique_rows = 0;
+  for (int n : {1, 2, 3, 4, 5, 7, 9, 16, 17, 33, 64, 65, 128, 200, 256, 257, 512, 700})
+    for (int k : {1, 2, 3, 8, 10, 17, 18, 40, 100, 256, 700}) {
+      if (k > n) continue;
+      for (int levels : {2, 5, 1000, 1 << 24}) {
+        for (uint64_t draw = 0; draw < 4; ++draw) {
+          std::vector<std::pair<double, int64_t>> want(static_cast<size_t>(n));
+          std::vector<TopkPair> got(static_cast<size_t>(n));
+          const uint64_t stream = uint64_t(n) * 1000003u + uint64_t(k) * 101u + uint64_t(levels) * 7u + draw;
+          for (int i = 0; i < n; ++i) {
+            const float u = rng_uniform_at(5, stream, uint64_t(i));
+            float v = float(int(u * float(levels))) / float(levels);
+            if (draw == 3 && i % 37 == 5) v = std::nanf("");
+            want[size_t(i)] = {double(v), i};
+            got[size_t(i)] = TopkPair{v, i};
+          }
+          std::vector<TopkPair> top(static_cast<size_t>(k + 1));
+          const bool unique = k <= 16 && topk_unique(
+                                             n, k, [&](int e) { return got[size_t(e)].v; }, top.data());
+          cpu_topk_torch_order(want, k);
+          topk_torch_order(got.data(), n, k);
+          for (int j = 0; j < k; ++j) {
+            ASSERT_EQ(got[size_t(j)].i, want[size_t(j)].second)
+                << "n " << n << " k " << k << " levels " << levels << " draw " << draw << ": slot " << j;
+            if (unique)
+              ASSERT_EQ(top[size_t(j)].i, want[size_t(j)].second)
+                  << "topk_unique, n " << n << " k " << k << " levels " << levels << ": slot " << j;
+          }
+          ++rows;
+          unique_rows += unique;
+        }
+      }
+    }
+  EXPECT_GT(rows, 400);
+  EXPECT_GT(unique_rows, 100);  // the rows of 2^24 levels, nearly all distinct: where the shortcut applies
+  // topk_unique refuses exactly the rows whose top k is not one set in one order: a tie inside the k or at
+  // the cut, or a NaN; a tie below the cut does not matter.
+  auto unique = [](std::vector<float> v, int k) {
+    std::vector<TopkPair> top(static_cast<size_t>(k + 1));
+    return topk_unique(
+        int(v.size()), k, [&](int e) { return v[size_t(e)]; }, top.data());
+  };
+  EXPECT_FALSE(unique({0.1f, 0.5f, 0.5f, 0.2f}, 1));
+  EXPECT_FALSE(unique({0.1f, 0.5f, 0.5f, 0.2f}, 2));
+  EXPECT_FALSE(unique({0.9f, 0.5f, 0.4f, 0.4f}, 3));
+  EXPECT_TRUE(unique({0.9f, 0.3f, 0.3f}, 1));
+  EXPECT_TRUE(unique({0.2f, 0.9f, 0.3f}, 3));
+  EXPECT_FALSE(unique({0.2f, std::nanf(""), 0.3f}, 1));
 }
 
 TEST(CpuMoe, BadInputIsAnError) {

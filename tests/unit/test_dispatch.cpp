@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/dispatch/dispatch.h"
+#include "kernels/gdn/gdn_workspace.h"
 
 using namespace df;
 
@@ -162,6 +163,10 @@ TEST(KernelChoice, DFlashAttentionGdnAndLmRow) {
   EXPECT_EQ(dflash_attention_kernel_choose(hopper, forced, true), DFlashAttnKernel::portable);
   EXPECT_EQ(dflash_attention_kernel_choose(device_caps_profile(hopper, "sm100"), defaults, true),
             DFlashAttnKernel::portable);
+  KernelVariants small;
+  small.dflash_attention_small = true;
+  EXPECT_EQ(dflash_attention_kernel_choose(hopper, small, true), DFlashAttnKernel::portable)
+      << "the small form is a form of the portable kernels";
 
   EXPECT_EQ(gdn_prefill_kernel_choose(defaults, true), GdnPrefillKernel::chunked);
   EXPECT_EQ(gdn_prefill_kernel_choose(defaults, false), GdnPrefillKernel::recurrent);
@@ -171,4 +176,84 @@ TEST(KernelChoice, DFlashAttentionGdnAndLmRow) {
   EXPECT_EQ(lm_row_ctas_choose(hopper, 5), 5);
   EXPECT_EQ(lm_row_ctas_choose(hopper, 0), 1);
   EXPECT_EQ(lm_row_ctas_choose(device_caps_profile(hopper, "sm89"), 8), 1);
+}
+
+// The DeltaNet state pass: two stages wherever they fit the device's shared memory a block, one stage (which
+// fits every device) elsewhere or when the registry asks for it. Tile widths 32, 64 and 128, with and without
+// the fused norm: the 27B layer (128, norm) needs 196864 bytes in two stages, 99584 in one.
+TEST(KernelChoice, GdnStatePassFitsEveryDevice) {
+  const DeviceCaps hopper = h100();
+  const KernelVariants defaults;
+  const KernelVariants forced = kernel_variants_with(defaults, &KernelVariants::gdn_one_stage, true);
+  EXPECT_EQ(gdn_state_smem_bytes(128, true, 2), size_t(196864));
+  EXPECT_EQ(gdn_state_smem_bytes(128, true, 1), size_t(99584));
+  EXPECT_EQ(gdn_state_smem_bytes(128, false, 2), size_t(159744));
+  EXPECT_EQ(gdn_state_smem_bytes(64, true, 2), size_t(113920));
+  EXPECT_EQ(gdn_state_smem_bytes(64, false, 2), size_t(94208));
+  using K = GdnStateKernel;
+  struct Case {
+    int d;
+    bool norm;
+    K sm90, sm100, sm80, sm120, sm89;
+  };
+  const Case cases[] = {
+      {128, true, K::two_stage, K::two_stage, K::one_stage, K::one_stage, K::one_stage},
+      {128, false, K::two_stage, K::two_stage, K::two_stage, K::one_stage, K::one_stage},
+      {64, true, K::two_stage, K::two_stage, K::two_stage, K::one_stage, K::one_stage},
+      {64, false, K::two_stage, K::two_stage, K::two_stage, K::two_stage, K::two_stage},
+      {32, true, K::two_stage, K::two_stage, K::two_stage, K::two_stage, K::two_stage},
+      {32, false, K::two_stage, K::two_stage, K::two_stage, K::two_stage, K::two_stage},
+  };
+  for (const Case& c : cases) {
+    const std::string what = "tile " + std::to_string(c.d) + (c.norm ? " norm" : "");
+    const size_t two = gdn_state_smem_bytes(c.d, c.norm, 2);
+    EXPECT_LE(gdn_state_smem_bytes(c.d, c.norm, 1), kSmemOptinLeast) << what;
+    EXPECT_LT(gdn_state_smem_bytes(c.d, c.norm, 1), two) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(hopper, defaults, two), c.sm90) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(device_caps_profile(hopper, "sm100"), defaults, two), c.sm100) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(device_caps_profile(hopper, "sm80"), defaults, two), c.sm80) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(device_caps_profile(hopper, "sm120"), defaults, two), c.sm120) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(device_caps_profile(hopper, "sm89"), defaults, two), c.sm89) << what;
+    EXPECT_EQ(gdn_state_kernel_choose(hopper, forced, two), K::one_stage) << what;
+  }
+}
+
+TEST(KernelChoice, DFlashAttentionPortableForm) {
+  // What the large forms of the portable passes ask (dflash_attention.cu, dflash_attention_kv.cu): the
+  // forward at head dim 256, the dq pass at 128 and 256, the dk/dv pass at 128 and 256, and the dk/dv pass
+  // at 64.
+  const size_t fwd256 = 168960, dq128 = 104448, dq256 = 202752, kv128 = 153136, kv256 = 216624, kv64 = 87600;
+  const DeviceCaps hopper = h100();
+  const KernelVariants defaults;
+  KernelVariants small;
+  small.dflash_attention_small = true;
+  for (const size_t bytes : {fwd256, dq128, dq256, kv128, kv256, kv64}) {
+    SCOPED_TRACE(bytes);
+    EXPECT_EQ(dflash_attention_form_choose(hopper, defaults, bytes), DFlashAttnForm::large);
+    EXPECT_EQ(dflash_attention_form_choose(device_caps_profile(hopper, "sm100"), defaults, bytes),
+              DFlashAttnForm::large);
+    EXPECT_EQ(dflash_attention_form_choose(hopper, small, bytes), DFlashAttnForm::small);
+    for (const char* p : {"sm120", "sm89"})
+      EXPECT_EQ(dflash_attention_form_choose(device_caps_profile(hopper, p), defaults, bytes),
+                bytes > 101376 ? DFlashAttnForm::small : DFlashAttnForm::large)
+          << p;
+  }
+  EXPECT_EQ(dflash_attention_form_choose(device_caps_profile(hopper, "sm120"), defaults, 101376),
+            DFlashAttnForm::large)
+      << "exactly the opt-in limit fits";
+  // A100: 166912 bytes hold the dk/dv pass at 128 but not the forward at 256.
+  const DeviceCaps a100 = device_caps_profile(hopper, "sm80");
+  EXPECT_EQ(dflash_attention_form_choose(a100, defaults, kv128), DFlashAttnForm::large);
+  EXPECT_EQ(dflash_attention_form_choose(a100, defaults, fwd256), DFlashAttnForm::small);
+  EXPECT_EQ(dflash_attention_form_choose(a100, defaults, dq256), DFlashAttnForm::small);
+
+  // The dk/dv pass's clusters: 4 CTAs where the device launches them, none where it has no clusters.
+  EXPECT_EQ(dflash_attention_kv_ranks_choose(hopper), 4);
+  EXPECT_EQ(dflash_attention_kv_ranks_choose(device_caps_profile(hopper, "sm120")), 4);
+  EXPECT_EQ(dflash_attention_kv_ranks_choose(device_caps_profile(hopper, "sm100")), 4);
+  EXPECT_EQ(dflash_attention_kv_ranks_choose(device_caps_profile(hopper, "sm89")), 1);
+  EXPECT_EQ(dflash_attention_kv_ranks_choose(a100), 1);
+  DeviceCaps two = hopper;
+  two.max_cluster = 2;
+  EXPECT_EQ(dflash_attention_kv_ranks_choose(two), 1) << "a cluster of 4 that the device cannot launch";
 }

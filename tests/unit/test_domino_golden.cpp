@@ -1,8 +1,9 @@
-// Domino's head oracle (model/domino_head.h) against SpecForge's own OnlineDominoModel: the golden files of
-// `make_drafter_golden.py --kind domino` hold the backbone's normed output of every block and the gradient of
-// the loss with respect to it, so the head and its loss are checked alone, with the block rows (labels,
-// weights) built from the packed tokens as our step builds them. Loss rel ≤ 1e-5, every gradient
-// rel-RMS ≤ 1e-4, as the DFlash golden holds.
+// Domino's head oracle (ops/domino_head.h) and the whole CPU Domino step against SpecForge's own
+// OnlineDominoModel: the golden files of `make_drafter_golden.py --kind domino` hold the backbone's normed
+// output of every block and the gradient of the loss with respect to it, so the head and its loss are checked
+// alone, with the block rows (labels, weights) built from the packed tokens as our step builds them; then the
+// step from the drafter folder on. Loss rel ≤ 1e-5, every gradient rel-RMS ≤ 1e-4, as the DFlash golden
+// holds.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +12,8 @@
 #include <vector>
 
 #include "drafter_golden_util.h"
-#include "model/domino_head.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "ops/domino_head.h"
 
 using namespace df;
 using df::drafter_golden::read_f32;
@@ -103,5 +105,22 @@ TEST(DominoGolden, HeadLossAndGradientsMatchSpecForge) {
   for (int i = 0; i < 4; ++i) {
     for (float& x : grad[i]) x = float(x / den);
     EXPECT_LE(rel_rms(grad[i], read_f32(g, std::string("grad.") + names[i])), 1e-4) << names[i];
+  }
+}
+
+// The whole CPU Domino step (backbone, head, both CE terms at the golden's λ) on the golden's inputs, the
+// drafter read through drafter.init_from: which rows carry loss, Σ w, the loss (rel ≤ 1e-5) and every
+// parameter's gradient (rel-RMS ≤ 1e-4) against SpecForge's OnlineDominoModel.
+TEST(DominoGolden, WholeStepMatchesSpecForge) {
+  if (!std::filesystem::exists(kDir + "/golden.safetensors")) GTEST_SKIP() << kMissing;
+  const SafetensorsIndex g = SafetensorsIndex::open(kDir + "/golden.safetensors");
+  CpuTrainOps ops;
+  const df::drafter_golden::StepResult r = df::drafter_golden::run_golden_step(ops, g, kDir + "/model");
+  ASSERT_EQ(r.cfg.kind, DrafterKind::domino);
+  df::drafter_golden::expect_rows_and_loss(r, g, 1e-5);
+  for (const auto& [name, got] : r.grads) {
+    const std::vector<float> want = read_f32(g, "grad." + name);
+    ASSERT_EQ(want.size(), got.size()) << name;
+    EXPECT_LE(rel_rms(got, want), 1e-4) << name;
   }
 }

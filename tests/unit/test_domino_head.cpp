@@ -1,15 +1,19 @@
-// Domino's head oracle (model/domino_head.h): the block rows (label shifting, weights, holes, padding, the
+// Domino's head oracle (ops/domino_head.h): the block rows (label shifting, weights, holes, padding, the
 // sequence end), the λ schedule against SpecForge's linear_lambda_base, and the analytic backward against
-// central finite differences on awkward shapes (odd H, G, E, V; both label modes; prefix lengths 0..2).
+// central finite differences on awkward shapes (odd H, G, E, V; both label modes; prefix lengths 0..2), and
+// the greedy proposals of decoding against the teacher-forced block they imply.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/rng.h"
-#include "model/domino_head.h"
+#include "head_test_util.h"
+#include "ops/domino_head.h"
 
 using namespace df;
+using df::testing::fd_check;
+using df::testing::normal_f64;
 
 namespace {
 
@@ -25,13 +29,6 @@ DominoHeadDims dims(int prefix, bool shift) {
   return d;
 }
 
-std::vector<double> normal(size_t n, double std, uint64_t seed) {
-  Rng r(seed);
-  std::vector<double> v(n);
-  for (double& x : v) x = std * r.normal();
-  return v;
-}
-
 // Every input of one block step: the head weights, lm_head, z and the embeddings, all in double.
 struct Block {
   DominoHeadDims d;
@@ -41,13 +38,13 @@ struct Block {
 
   Block(const DominoHeadDims& dd, uint64_t seed) : d(dd) {
     const int H = d.hidden, G = d.gru_hidden, E = d.emb_dim, V = d.vocab, B = d.block_size;
-    ih = normal(size_t(3 * G * H), 0.6, seed);
-    hh = normal(size_t(3 * G * G), 0.6, seed + 1);
-    pin = normal(size_t(E * (H + G)), 0.5, seed + 2);
-    pout = normal(size_t(V * E), 0.5, seed + 3);
-    lm = normal(size_t(V * H), 0.7, seed + 4);
-    z = normal(size_t(B * H), 1.0, seed + 5);
-    emb = normal(size_t(B * H), 1.0, seed + 6);
+    ih = normal_f64(size_t(3 * G * H), 0.6, seed);
+    hh = normal_f64(size_t(3 * G * G), 0.6, seed + 1);
+    pin = normal_f64(size_t(E * (H + G)), 0.5, seed + 2);
+    pout = normal_f64(size_t(V * E), 0.5, seed + 3);
+    lm = normal_f64(size_t(V * H), 0.7, seed + 4);
+    z = normal_f64(size_t(B * H), 1.0, seed + 5);
+    emb = normal_f64(size_t(B * H), 1.0, seed + 6);
     // Slot 2 is a hole in the loss mask; every label differs.
     const std::vector<int32_t> tokens = {3, 9, 1, 4, 10, 0, 7, 2};
     const std::vector<uint8_t> mask = {1, 1, 1, 0, 1, 1, 1, 1};
@@ -77,22 +74,10 @@ void expect_fd_gradients(const DominoHeadDims& d) {
                 {"embed_proj.0.weight", &b.pin, &gpin},
                 {"embed_proj.2.weight", &b.pout, &gpout},
                 {"z", &b.z, &dz}};
-  const double eps = 1e-6;
   for (const Param& p : params) {
-    double err2 = 0, ref2 = 0;
-    for (size_t i = 0; i < p.value->size(); ++i) {
-      const double keep = (*p.value)[i];
-      (*p.value)[i] = keep + eps;
-      const double up = b.loss();
-      (*p.value)[i] = keep - eps;
-      const double down = b.loss();
-      (*p.value)[i] = keep;
-      const double fd = (up - down) / (2 * eps);
-      err2 += ((*p.grad)[i] - fd) * ((*p.grad)[i] - fd);
-      ref2 += fd * fd;
-    }
-    EXPECT_GT(ref2, 1e-8) << p.name << ": the loss must depend on it";
-    EXPECT_LE(std::sqrt(err2 / ref2), 1e-6)
+    const df::testing::FdError e = fd_check(*p.value, *p.grad, [&] { return b.loss(); });
+    EXPECT_GT(e.ref2, 1e-8) << p.name << ": the loss must depend on it";
+    EXPECT_LE(e.rel_rms, 1e-6)
         << p.name << " (prefix " << d.pure_draft_prefix_len << ", shift_label " << d.shift_label << ")";
   }
 }
@@ -182,4 +167,44 @@ TEST(DominoHead, Fp32OracleAgreesWithDouble) {
   for (size_t i = 0; i < gih.size(); ++i)
     EXPECT_NEAR(gih[i], gih_d[i], 1e-5 + 1e-4 * std::fabs(gih_d[i])) << i;
   for (size_t i = 0; i < dz.size(); ++i) EXPECT_NEAR(dz[i], dz_d[i], 1e-5 + 1e-4 * std::fabs(dz_d[i])) << i;
+}
+
+// Decoding proposes token p from the GRU over its own earlier proposals: run as a teacher-forced block over
+// [first, proposals...], every slot that proposed scores its proposal highest. The correction must decide at
+// least once (a proposal the base logits alone would not make), or the test would not see the GRU.
+TEST(DominoHead, ProposalsAreTheArgmaxOfTheirOwnTeacherForcedBlock) {
+  for (const DominoHeadDims& d : {dims(1, true), dims(0, true), dims(1, false), dims(2, false)}) {
+    const Block b(d, 60 + uint64_t(d.pure_draft_prefix_len));
+    const std::vector<double> embed = normal_f64(size_t(d.vocab * d.hidden), 1.0, 61);
+    const std::vector<int32_t> drafts =
+        domino_block_propose<double>(d, b.weights(), b.lm.data(), embed.data(), b.z.data(), 6);
+    ASSERT_EQ(int(drafts.size()), d.block_size - 1);
+    std::vector<int32_t> tokens{6};
+    tokens.insert(tokens.end(), drafts.begin(), drafts.end());
+    std::vector<double> emb;
+    for (int32_t t : tokens)
+      emb.insert(emb.end(), &embed[size_t(t * d.hidden)], &embed[size_t((t + 1) * d.hidden)]);
+    DominoBlockRows rows;
+    rows.labels.assign(size_t(d.block_size), 0);
+    rows.weights.assign(size_t(d.block_size), 0.0);
+    std::vector<double> logits(size_t(d.block_size * d.vocab));
+    domino_block_step<double>(d, b.weights(), b.lm.data(), b.z.data(), emb.data(), rows, 0.0, logits.data(),
+                              nullptr, nullptr);
+    int corrected_differs = 0;
+    for (int p = 1; p < d.block_size; ++p) {
+      const int slot = d.shift_label ? p - 1 : p;
+      const double* row = &logits[size_t(slot * d.vocab)];
+      EXPECT_EQ(int32_t(std::max_element(row, row + d.vocab) - row), drafts[size_t(p - 1)])
+          << "token " << p << " (prefix " << d.pure_draft_prefix_len << ", shift_label " << d.shift_label
+          << ")";
+      std::vector<double> base(size_t(d.vocab), 0.0);
+      for (int v = 0; v < d.vocab; ++v)
+        for (int i = 0; i < d.hidden; ++i)
+          base[size_t(v)] += b.lm[size_t(v * d.hidden + i)] * b.z[size_t(slot * d.hidden + i)];
+      corrected_differs +=
+          int32_t(std::max_element(base.begin(), base.end()) - base.begin()) != drafts[size_t(p - 1)];
+    }
+    EXPECT_GT(corrected_differs, 0) << "prefix " << d.pure_draft_prefix_len << ", shift_label "
+                                    << d.shift_label;
+  }
 }

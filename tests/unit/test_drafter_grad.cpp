@@ -2,7 +2,8 @@
 // CE loss, the soft-KL loss, the streak-weighted and the D-PACE-weighted loss, with feature noise on, on a
 // batch that has padding blocks, blocks running past their sequence's end and holes in the loss mask. Then
 // the step's first backward writing the gradients (drafter_begin_step) against zero-fill + accumulate, bit
-// for bit.
+// for bit. Last, the Domino drafter: every tensor against finite differences, and its step against the
+// head oracle (ops/domino_head.h) restated block by block.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -309,4 +310,75 @@ TEST(DrafterGrad, StaleGradientsAreRefusedUntilReady) {
   drafter_grads_ready(*s.model);
   for (int64_t i = 0; i < s.model->table().total; ++i) ASSERT_EQ(s.grads()[i], 0.0f) << "element " << i;
   EXPECT_NO_THROW(adamw_step(*s.model, o, 0, 1.0));
+}
+
+// ---- Domino's head in the drafter step (drafter.kind = "domino") ----------------------------------------
+
+// Every tensor, the head's four included, in both label modes, against finite differences of the whole
+// step's (1 − λ)·CE(final) + λ·CE(base); its row weights depend on the data only, so nothing is held fixed.
+TEST(DrafterGrad, DominoEveryTensor) {
+  for (bool shift : {true, false}) {
+    TinySetup s({11, 1, 13}, 7, tiny_domino_config(shift, shift ? 1 : 0));
+    randomise_params(s, 16);
+    DrafterLossOptions o;
+    o.domino_lambda = 0.3;
+    o.gamma = 3.0f;
+    check_all(s, o, o);
+  }
+}
+
+// The step's loss, weights, drafts and accuracy counts are the oracle's (ops/domino_head.h) over every block,
+// restated here from the step's own final hidden states and the batch; the first backward writes every
+// gradient (the NaN poison is gone).
+TEST(DrafterGrad, DominoStepIsTheOracleOverEveryBlock) {
+  for (bool shift : {true, false}) {
+    TinySetup s({11, 1, 13}, 7, tiny_domino_config(shift, 1));
+    randomise_params(s, 17);
+    poison_grads(s);
+    DrafterLossOptions o;
+    o.domino_lambda = 0.4;
+    o.gamma = 3.0f;
+    const std::vector<DrafterAnchor> an = fixed_anchors();
+    drafter_begin_step(*s.model);
+    const LossStats st = drafter_forward_backward(*s.model, s.batch, an, o);
+    for (int64_t i = 0; i < s.model->table().total; ++i) ASSERT_FALSE(std::isnan(s.grads()[i])) << i;
+    const std::vector<float> y = drafter_final_hidden(*s.model, s.batch, an, o);
+    const DominoHeadDims d = domino_head_dims(s.cfg);
+    const DrafterParamTable& t = s.model->table();
+    auto at = [&](const char* name) { return s.params() + t.find(name).offset; };
+    const DominoHeadTensors<const float> w{at("prefix_gru.weight_ih_l0"), at("prefix_gru.weight_hh_l0"),
+                                           at("embed_proj.0.weight"), at("embed_proj.2.weight")};
+    const int B = d.block_size, H = d.hidden, V = d.vocab;
+    double loss = 0, weight = 0;
+    int64_t counted = 0;
+    std::vector<float> emb(size_t(B * H)), logits(size_t(B * V));
+    for (size_t j = 0; j < an.size(); ++j) {
+      const int64_t s0 = s.batch.offsets[size_t(an[j].seq)],
+                    len = s.batch.offsets[size_t(an[j].seq) + 1] - s0;
+      const DominoBlockRows rows = domino_block_rows(d, s.batch.tokens.data() + s0,
+                                                     s.batch.loss_mask.data() + s0, len, an[j].pos, o.gamma);
+      for (int k = 0; k < B; ++k)
+        std::copy_n(&s.embed[size_t(rows.inputs[size_t(k)] * H)], H, &emb[size_t(k * H)]);
+      const DominoBlockLoss l =
+          domino_block_step<float>(d, w, s.lm_head.data(), &y[j * size_t(B * H)], emb.data(), rows,
+                                   o.domino_lambda, logits.data(), nullptr, nullptr);
+      loss += (1 - o.domino_lambda) * l.final_sum + o.domino_lambda * l.base_sum;
+      for (int k = 0; k < B; ++k) {
+        const size_t r = j * size_t(B) + size_t(k);
+        const float wk = float(rows.weights[size_t(k)]);
+        EXPECT_EQ(st.row_weight[r], wk) << "block " << j << " slot " << k;
+        weight += wk;
+        if (wk == 0.0f) continue;
+        const float* row = &logits[size_t(k * V)];
+        EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row))
+            << "block " << j << " slot " << k;
+        counted += k + (shift ? 1 : 0) < B;
+      }
+    }
+    EXPECT_NEAR(st.loss_sum, loss, 1e-6 * std::fabs(loss));
+    EXPECT_NEAR(st.weight_sum, weight, 1e-6 * weight);
+    int64_t count = 0;
+    for (int64_t c : st.count) count += c;
+    EXPECT_EQ(count, counted) << "the accuracy counts slot k at offset k + shift, up to B − 1";
+  }
 }

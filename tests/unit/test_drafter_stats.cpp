@@ -282,6 +282,16 @@ class CountingOps final : public TrainOps {
                       const Tensor& am, const LossRowArgs& a, const Tensor& w, const Tensor& st) override {
     cpu.loss_row_stats(lab, act, l, p, am, a, w, st);
   }
+  void domino_head_loss(const Tensor& y, const Tensor& lm, const Tensor& gi, const DominoHeadWeights& w,
+                        const Tensor& lab, const Tensor& rw, const DominoHeadArgs& a, const Tensor& am,
+                        const Tensor& dy, const DominoHeadWeights& dw, const Tensor& st) override {
+    cpu.domino_head_loss(y, lm, gi, w, lab, rw, a, am, dy, dw, st);
+  }
+  std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm, const Tensor& e,
+                                           const DominoHeadWeights& w, const DominoHeadDims& d,
+                                           int32_t first) override {
+    return cpu.domino_head_propose(y, lm, e, w, d, first);
+  }
   double sum_squares(const Tensor& x) override { return cpu.sum_squares(x); }
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& lp,
              const AdamW& hp) override {

@@ -32,6 +32,17 @@ inline DrafterConfig tiny_drafter_config() {
   return c;
 }
 
+// The same drafter with a Domino head (odd GRU and projection sizes).
+inline DrafterConfig tiny_domino_config(bool shift_label = true, int pure_draft_prefix_len = 1) {
+  DrafterConfig c = tiny_drafter_config();
+  c.kind = DrafterKind::domino;
+  c.pure_draft_prefix_len = pure_draft_prefix_len;
+  c.emb_dim = 7;
+  c.gru_hidden_dim = 5;
+  c.shift_label = shift_label;
+  return c;
+}
+
 inline std::vector<float> normal_vec(size_t n, float std, uint64_t seed) {
   Rng r(seed);
   std::vector<float> v(n);
@@ -57,7 +68,9 @@ struct TinySetup {
   std::vector<float> taps, target_hidden, embed, lm_head;
   DrafterBatch batch;
 
-  explicit TinySetup(std::vector<int64_t> lens = {11, 1, 13}, uint64_t seed = 7) {
+  explicit TinySetup(std::vector<int64_t> lens = {11, 1, 13}, uint64_t seed = 7,
+                     const DrafterConfig& c = tiny_drafter_config())
+      : cfg(c) {
     model = std::make_unique<DrafterModel>(cfg, ops);
     drafter_init_params(*model, seed);
     batch.offsets = {0};

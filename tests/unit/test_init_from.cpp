@@ -3,6 +3,7 @@
 // that names the field; missing, extra or misshapen tensors are named too.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -203,8 +204,8 @@ TEST(InitFrom, DominoConfigJsonReadsItsHeadAndKindMismatchIsNamed) {
               drafter_config_from_hf_json(bare, "bare");
             }).find("'dflash_config.gru_hidden_dim' is missing"),
             std::string::npos);
-  j["dflash_config"]["projector_type"] = "dspark";
-  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(j, "dspark"); }).find("drafter kind 'dspark'"),
+  j["dflash_config"]["projector_type"] = "eagle3";
+  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(j, "eagle3"); }).find("drafter kind 'eagle3'"),
             std::string::npos);
 }
 
@@ -275,4 +276,135 @@ TEST(InitFrom, Dflash2ConfigJsonReadsItsFieldsFromTheArchitecture) {
   EXPECT_EQ(plain.kind, DrafterKind::dflash);
   EXPECT_EQ(plain.selector_top_k, 0);
   EXPECT_EQ(plain.output_multiplier, 0.0f);
+}
+
+TEST(InitFrom, DSparkConfigJsonReadsItsHeadWithThePeersDefaults) {
+  Exported ex;
+  nlohmann::json j = read_json(ex.dir + "/config.json");
+  j["architectures"] = {"DSparkDraftModel"};
+  j["dflash_config"]["projector_type"] = "dspark";
+  j["dflash_config"]["markov_rank"] = 6;
+  j["dflash_config"]["markov_head_type"] = "Gated";  // SpecForge lowercases it
+  j["dflash_config"]["confidence_head_alpha"] = 1.0;
+  j["dflash_config"]["confidence_head_with_markov"] = true;
+  const int heads = j["num_attention_heads"].get<int>(), kv = j["num_key_value_heads"].get<int>();
+  ASSERT_LT(kv, heads) << "the exported fixture must be GQA for DSpark's default attention_mode";
+  DrafterConfig c = drafter_config_from_hf_json(j, "dspark");
+  EXPECT_EQ(c.kind, DrafterKind::dspark);
+  EXPECT_EQ(c.markov_rank, 6);
+  EXPECT_EQ(c.markov_head_type, DrafterMarkovHead::gated);
+  EXPECT_TRUE(c.enable_confidence_head);  // absent: confidence_head_alpha > 0
+  EXPECT_TRUE(c.confidence_head_with_markov);
+  EXPECT_FLOAT_EQ(c.confidence_head_alpha, 1.0f);
+  const std::string e = error_of([&] { drafter_config_check_same(ex.src.cfg, c, "dspark"); });
+  EXPECT_NE(e.find("projector_type = dspark but this run's drafter has dflash (drafter.kind)"),
+            std::string::npos)
+      << e;
+
+  // SpecForge's export normaliser names it Qwen3DSparkModel and copies the head keys to the top level.
+  nlohmann::json norm = j;
+  norm["architectures"] = {"Qwen3DSparkModel"};
+  norm["dflash_config"].erase("markov_rank");
+  norm["markov_rank"] = 5;
+  EXPECT_EQ(drafter_config_from_hf_json(norm, "normalised").markov_rank, 5);
+
+  // The peer's defaults: no Markov head, vanilla, no confidence head.
+  nlohmann::json bare = j;
+  for (const char* key :
+       {"markov_rank", "markov_head_type", "confidence_head_alpha", "confidence_head_with_markov"})
+    bare["dflash_config"].erase(key);
+  c = drafter_config_from_hf_json(bare, "bare");
+  EXPECT_EQ(c.markov_rank, 0);
+  EXPECT_EQ(c.markov_head_type, DrafterMarkovHead::vanilla);
+  EXPECT_FALSE(c.enable_confidence_head);
+  EXPECT_FALSE(c.confidence_head_with_markov);
+
+  // Refused as DSparkDraftModel refuses: a Markov-fed confidence head without a Markov head, gqa with equal
+  // head counts, mha with unequal ones, an unknown head type.
+  bare["dflash_config"]["confidence_head_with_markov"] = true;
+  EXPECT_NE(
+      error_of([&] { drafter_config_from_hf_json(bare, "nomarkov"); }).find("confidence_head_with_markov"),
+      std::string::npos);
+  nlohmann::json mha = j;
+  mha["dflash_config"]["attention_mode"] = "mha";
+  EXPECT_NE(error_of([&] { drafter_config_from_hf_json(mha, "mha"); }).find("attention_mode \"mha\""),
+            std::string::npos);
+  nlohmann::json lstm = j;
+  lstm["dflash_config"]["markov_head_type"] = "lstm";
+  EXPECT_NE(error_of([&] {
+              drafter_config_from_hf_json(lstm, "lstm");
+            }).find("'lstm' is not vanilla, gated or rnn"),
+            std::string::npos);
+}
+
+// A Domino drafter exports as SpecForge's normaliser leaves its export for SGLang (DFlashDraftModel, the head
+// in dflash_config under projector_type "domino", the head's weights under the peer's names) and loads back.
+TEST(InitFrom, DominoExportIsTheNormalisedLayoutAndRoundTrips) {
+  ScratchDir tmp;
+  const std::string dir = tmp.file("domino");
+  TinySetup src({11, 1, 13}, 7, tiny_domino_config(true, 1));
+  drafter_export_hf(dir, *src.model, kTargetLayers);
+  const nlohmann::json j = read_json(dir + "/config.json");
+  EXPECT_EQ(j["architectures"], nlohmann::json::array({"DFlashDraftModel"}));
+  EXPECT_FALSE(j.contains("auto_map"));
+  const nlohmann::json& dc = j["dflash_config"];
+  EXPECT_EQ(dc["projector_type"], "domino");
+  EXPECT_EQ(dc["pure_draft_prefix_len"], 1);
+  EXPECT_EQ(dc["emb_dim"], 7);
+  EXPECT_EQ(dc["gru_hidden_dim"], 5);
+  EXPECT_EQ(dc["shift_label"], true);
+  const SafetensorsIndex idx = SafetensorsIndex::open(dir);
+  const int64_t H = src.cfg.hidden, V = src.cfg.vocab;
+  const std::pair<const char*, std::vector<int64_t>> head[] = {{"prefix_gru.weight_ih_l0", {15, H}},
+                                                               {"prefix_gru.weight_hh_l0", {15, 5}},
+                                                               {"embed_proj.0.weight", {7, H + 5}},
+                                                               {"embed_proj.2.weight", {V, 7}}};
+  for (const auto& [name, shape] : head) {
+    const StTensor* t = idx.find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->shape, shape) << name;
+  }
+
+  TinySetup dst({5}, 99, tiny_domino_config(true, 1));
+  drafter_init_from(*dst.model, dir);
+  for (const DrafterParamEntry& e : dst.model->table().entries)
+    for (int64_t i = 0; i < e.rows * e.cols; ++i)
+      ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i]))
+          << e.name << " element " << i;
+  // Another head, or none, is refused naming the field.
+  TinySetup unshifted({5}, 99, tiny_domino_config(false, 1)), dflash({5}, 99);
+  EXPECT_NE(error_of([&] { drafter_init_from(*unshifted.model, dir); }).find("shift_label = true"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { drafter_init_from(*dflash.model, dir); }).find("projector_type = domino"),
+            std::string::npos);
+}
+
+// An early SpecForge Domino checkpoint keeps its head under `logit_head.` (the peer's
+// normalize_draft_head_checkpoint_keys): init_from reads it as the head.
+TEST(InitFrom, DominoHeadUnderLogitHeadLoads) {
+  ScratchDir tmp;
+  const std::string dir = tmp.file("domino"), early = tmp.file("early");
+  TinySetup src({11, 1, 13}, 7, tiny_domino_config(true, 1));
+  drafter_export_hf(dir, *src.model, kTargetLayers);
+  std::filesystem::create_directories(early);
+  std::filesystem::copy_file(dir + "/config.json", early + "/config.json");
+  {
+    const SafetensorsIndex idx = SafetensorsIndex::open(dir);
+    std::vector<StWriteTensor> out;
+    int renamed = 0;
+    for (const std::string& name : idx.names()) {
+      const StTensor* t = idx.find(name);
+      const bool head = name.rfind("prefix_gru.", 0) == 0 || name.rfind("embed_proj.", 0) == 0;
+      renamed += head;
+      out.push_back({head ? "logit_head." + name : name, t->dtype, t->shape, t->data});
+    }
+    ASSERT_EQ(renamed, 4);
+    safetensors_write(early + "/model.safetensors", out);
+  }
+  TinySetup dst({5}, 99, tiny_domino_config(true, 1));
+  drafter_init_from(*dst.model, early);
+  for (const DrafterParamEntry& e : dst.model->table().entries)
+    for (int64_t i = 0; i < e.rows * e.cols; ++i)
+      ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i]))
+          << e.name << " element " << i;
 }

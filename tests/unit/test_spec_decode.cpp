@@ -1,7 +1,8 @@
 // Speculative decoding (pipeline/spec_decode.h) on the CPU with random tiny targets of both families: the
 // committed tokens equal the target's plain greedy decoding (recomputed with the full forward, independently
-// of the decoder) whatever drafts; a drafter that drafts the greedy tokens gives τ = B, a random one τ ≈ 1;
-// and sampling honours temperature, top-p and the seed.
+// of the decoder) whatever drafts, a Domino drafter's included, which proposes as its head does; a drafter
+// that drafts the greedy tokens gives τ = B, a random one τ ≈ 1; and sampling honours temperature, top-p and
+// the seed.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -76,6 +77,37 @@ DrafterConfig tiny_drafter(const QwenConfig& t) {
   c.target_layer_ids = {0, t.layers - 1};
   return c;
 }
+
+// Checks every draft of a Domino drafter against the head's greedy proposals (ops/domino_head.h) over the
+// block's final hidden states, from the last committed token on, then hands it on.
+class CheckedDominoDrafter final : public BlockDrafter {
+ public:
+  explicit CheckedDominoDrafter(DrafterModel& m) : m_(m), inner_(m) {}
+  int block_size() const override { return inner_.block_size(); }
+  const std::vector<int>& target_layer_ids() const override { return inner_.target_layer_ids(); }
+  std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) override {
+    const std::vector<int32_t> drafts = inner_.draft(committed, ctx);
+    DrafterLossOptions o;
+    o.backward = false;
+    const std::vector<float> y =
+        drafter_final_hidden(m_, draft_batch(committed, ctx, block_size()), {draft_anchor(committed)}, o);
+    const DrafterParamTable& t = m_.table();
+    auto at = [&](const char* name) { return m_.params.ptr<float>() + t.find(name).offset; };
+    const std::vector<int32_t> want = domino_block_propose<float>(
+        domino_head_dims(m_.config()),
+        {at("prefix_gru.weight_ih_l0"), at("prefix_gru.weight_hh_l0"), at("embed_proj.0.weight"),
+         at("embed_proj.2.weight")},
+        m_.lm_head.ptr<float>(), m_.embed.ptr<float>(), y.data(), committed.back());
+    EXPECT_EQ(drafts, want) << "draft " << calls;
+    ++calls;
+    return drafts;
+  }
+  int calls = 0;
+
+ private:
+  DrafterModel& m_;
+  DFlashBlockDrafter inner_;
+};
 
 using SpecDecodeTest = TargetFamilyTest;
 
@@ -206,6 +238,33 @@ TEST_P(SpecDecodeTest, StopTokensEndTheContinuation) {
   const std::vector<int32_t> other_greedy = greedy_by_full_forward(*target, ops, other, n);
   const auto it = std::find(other_greedy.begin(), other_greedy.end(), stop);
   EXPECT_EQ(gen[1], std::vector<int32_t>(other_greedy.begin(), it == other_greedy.end() ? it : it + 1));
+}
+
+// drafter.kind = "domino" decodes with its own proposals and stays lossless: the committed tokens are the
+// target's greedy ones, in both label modes.
+TEST_P(SpecDecodeTest, DominoDrafterProposesWithItsHeadAndCommitsTheGreedyTokens) {
+  CpuOps ops;
+  CpuTrainOps tops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 33, ops, with_lm_head());
+  for (bool shift : {true, false}) {
+    DrafterConfig dc = tiny_drafter(c);
+    dc.kind = DrafterKind::domino;
+    dc.pure_draft_prefix_len = 1;
+    dc.emb_dim = 7;
+    dc.gru_hidden_dim = 5;
+    dc.shift_label = shift;
+    DrafterModel drafter(dc, tops);
+    drafter_init_params(drafter, 6);
+    drafter.set_frozen(target->embed, target->lm_head);
+    CheckedDominoDrafter bd(drafter);
+    const std::vector<int32_t> prompt = random_ids(10, c.vocab, 4);
+    const int n = 15;
+    SpecDecoder spec(*target, bd, 16, n);
+    EXPECT_EQ(spec.run(prompt).tokens, greedy_by_full_forward(*target, ops, prompt, n))
+        << "shift_label " << shift;
+    EXPECT_GE(bd.calls, 4);  // at most B = 4 tokens a block
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1, 2, 3), target_family_name);

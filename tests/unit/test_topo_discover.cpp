@@ -1,5 +1,5 @@
-// Discovery on the sysfs fixtures (bare metal, VM without NUMA, SMT host), the --numa override, cpu list
-// and SLURM host list parsing.
+// Discovery on the sysfs fixtures (bare metal, VM without NUMA, SMT host, the seed's PCIe-only box), the
+// paths and PCIe links between GPUs, the --numa override, cpu list and SLURM host list parsing.
 #include <cstdlib>
 
 #include "topo/hostlist.h"
@@ -66,6 +66,51 @@ TEST(TopoDiscover, SmtSiblingsMapToFirstThread) {
   EXPECT_EQ(t.core_of_cpu.at(1), 1);
   EXPECT_EQ(t.core_of_cpu.at(31), 15);
   EXPECT_EQ(t.numa_nodes[1].cpus, topo_parse_cpulist("8-15,24-31", "t"));
+}
+
+TEST(TopoDiscover, PcieOnlyTwoSocketBoxHasNodeAndSysPathsAndGen5Links) {
+  HostTopo t = topo_discover_sysfs(topo_fixture("pcie_8x_2numa"), "seed");
+  ASSERT_EQ(t.gpus.size(), 8u) << "the BMC VGA and the NIC must not count as GPUs";
+  EXPECT_EQ(t.nvlink, NvlinkSeen::unknown) << "no NVSwitch on the bus; sysfs cannot see bridges";
+  for (const GpuInfo& g : t.gpus) {
+    EXPECT_EQ(g.numa, g.index < 4 ? 0 : 1);
+    EXPECT_EQ(g.pcie_gts, 32.0);
+    EXPECT_EQ(g.pcie_width, 16);
+    EXPECT_EQ(g.nvlinks, -1);
+    // 32 GT/s x 16 lanes x 128/130 / 8 bits.
+    EXPECT_NEAR(topo_pcie_bytes_per_s(g), 63.0154e9, 0.0001e9);
+    EXPECT_EQ(topo_pcie_name(g), "PCIe 5.0 x16");
+  }
+  // What `nvidia-smi topo -m` showed on that machine: NODE within a socket, SYS across.
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b)
+      if (a != b)
+        EXPECT_EQ(topo_gpu_path(t, a, b), (a < 4) == (b < 4) ? GpuPath::node : GpuPath::sys) << a << b;
+  EXPECT_TRUE(t.warnings.empty());
+  expect_error_with([&] { topo_gpu_path(t, 0, 8); }, "GPU 0 or 8 does not exist");
+}
+
+TEST(TopoDiscover, NvswitchMeansNvlinkPathsAndLinksWithoutFilesAreUnknown) {
+  HostTopo t = topo_discover_sysfs(topo_fixture("bare_4x4"), "hgx");
+  EXPECT_EQ(t.nvlink, NvlinkSeen::present);
+  EXPECT_EQ(topo_gpu_path(t, 0, 7), GpuPath::nvlink);
+  EXPECT_EQ(topo_pcie_bytes_per_s(t.gpus[0]), 0.0);
+  EXPECT_EQ(topo_pcie_name(t.gpus[0]), "PCIe link unknown");
+  // A VM that hides NUMA nodes and shows no NVSwitch: the path is unknown.
+  HostTopo vm = topo_discover_sysfs(topo_fixture("vm_8"), "vm");
+  EXPECT_EQ(topo_gpu_path(vm, 0, 1), GpuPath::unknown);
+  // NVML's per-GPU counts win over the host's NVSwitch flag: 0 NVLinks on one side is PCIe.
+  t.gpus[0].nvlinks = 0;
+  t.gpus[7].nvlinks = 18;
+  EXPECT_EQ(topo_gpu_path(t, 0, 7), GpuPath::sys);
+  GpuInfo gen3;
+  gen3.pcie_gts = 8;
+  gen3.pcie_width = 8;
+  EXPECT_EQ(topo_pcie_name(gen3), "PCIe 3.0 x8");
+  GpuInfo gen2;
+  gen2.pcie_gts = 5;
+  gen2.pcie_width = 16;
+  EXPECT_DOUBLE_EQ(topo_pcie_bytes_per_s(gen2), 5e9 * 0.8 * 16 / 8) << "8b/10b below 8 GT/s";
 }
 
 TEST(TopoDiscover, MissingRootNamesThePath) {

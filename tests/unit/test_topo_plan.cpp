@@ -1,6 +1,7 @@
 // The split planner: the measured 8-GPU rates must give 7-1, ties go to fewer drafters (also when the
 // products differ only by rounding), the choice is the brute-force best on awkward GPU counts, and under a
-// move's limits (global batch, pinned target range) the best is the best reachable split.
+// move's limits (global batch, pinned target range) the best is the best reachable split; with a link's cost
+// (PCIe on the seed's box) the feature stream and the all-reduce slow the rates as the formulas say.
 #include <cmath>
 #include <limits>
 
@@ -142,6 +143,55 @@ TEST(TopoPlanSplit, UnderLimitsTheBestIsTheBruteForceMaximumOfTheReachableSplits
             << "n=" << n << " global=" << global << " rd=" << rd;
         EXPECT_TRUE(p.rows[size_t(p.best)].unreachable.empty());
       }
+}
+
+TEST(TopoPlanSplit, PcieLinksChargeTheAllReduceAndMoveTheBest) {
+  // Without links: 7-1 min(0.7, 0.4) = 0.4, 6-2 min(0.6, 0.8) = 0.6 (best), 5-3 min(0.5, 1.2) = 0.5.
+  EXPECT_EQ(plan_split_compute(0.1, 0.4, 8).best, 1);
+  // 50 GB/s links, 1.6 GB batches, 150 GB of gradients: a ring all-reduce over D drafters moves 2(D-1)/D x
+  // 150 GB a drafter, 3 s for two drafters, 4 s for three; one drafter all-reduces nothing.
+  SplitLinks pcie{50e9, 1.6e9, 150e9, 1, "PCIe 5.0 x16"};
+  SplitPlan p = plan_split_compute(0.1, 0.4, 8, {}, pcie);
+  expect_close(p.rows[0].allreduce_s, 0.0);
+  expect_close(p.rows[1].allreduce_s, 3.0);
+  expect_close(p.rows[2].allreduce_s, 4.0);
+  expect_close(p.rows[0].drafter_rate, 0.4);  // receiving a batch (0.032 s) hides behind its 2.5 s step
+  expect_close(p.rows[1].drafter_rate, 1.0 / (2.5 + 3.0));
+  expect_close(p.rows[2].drafter_rate, 1.0 / (2.5 + 4.0));
+  expect_close(p.rows[1].throughput, 2.0 / 5.5);
+  expect_close(p.rows[2].throughput, 3.0 / 6.5);
+  EXPECT_EQ(p.best, 2) << "5-3 (0.4615) beats 7-1 (0.4) and 6-2 (0.3636) once the all-reduce is paid";
+  EXPECT_EQ(p.rows[2].bottleneck, SplitBottleneck::drafter);
+  // grad_accum 4: one all-reduce every 4 micro-batches.
+  pcie.grad_accum = 4;
+  expect_close(plan_split_compute(0.1, 0.4, 8, {}, pcie).rows[1].drafter_rate, 1.0 / (2.5 + 3.0 / 4));
+  // A slow link bounds both sides by the batch's transfer: 20 GB at 1 GB/s is 20 s a batch.
+  SplitLinks slow{1e9, 20e9, 1e9, 1, ""};
+  SplitPlan q = plan_split_compute(0.1, 0.4, 8, {}, slow);
+  expect_close(q.rows[0].target_rate, 0.05);
+  expect_close(q.rows[0].drafter_rate, 1.0 / 20);
+  const std::string table = plan_split_format(p, "batches/s");
+  EXPECT_NE(table.find("links: PCIe 5.0 x16 at 50 GB/s a GPU and direction"), std::string::npos) << table;
+  EXPECT_NE(table.find("3.000 s/step"), std::string::npos) << table;
+  EXPECT_NE(table.find("recommendation: 5-3"), std::string::npos) << table;
+  expect_error_with(
+      [] {
+        plan_split_compute(0.1, 0.4, 8, {}, SplitLinks{50e9, 0, 1e9, 1, ""});
+      },
+      "the link cost needs the bytes of a batch");
+  expect_error_with(
+      [] {
+        plan_split_compute(0.1, 0.4, 8, {}, SplitLinks{-1, 1, 1, 1, ""});
+      },
+      "link bandwidth");
+}
+
+TEST(TopoPlanSplit, JsonCarriesEveryRowAndTheBest) {
+  const SplitPlan p = plan_split_compute(0.1, 0.4, 8, {}, SplitLinks{50e9, 1.6e9, 150e9, 1, "PCIe"});
+  const std::string j = plan_split_json(p);
+  EXPECT_NE(j.find("\"best\":2"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"link\":\"PCIe\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"allreduce_s\":3.0"), std::string::npos) << j;
 }
 
 }  // namespace

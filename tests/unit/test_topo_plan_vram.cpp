@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/strfmt.h"
 #include "model/qwen_config.h"
 #include "topo/plan_vram.h"
 
@@ -142,6 +143,29 @@ TEST(PlanVram, KlRunsEveryLayerAndShipsFinalHidden) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 256 + 256 + 256 + 1536 + 1536 + 768);
 }
 
+// A DSpark drafter reads the target's final hidden (its L1 term, its confidence target): the target runs every
+// layer and the final norm and ships [T, H] more, as for the soft KL; its head's tensors join the drafter's
+// parameters. With neither term on, nothing more travels.
+TEST(PlanVram, DSparkShipsFinalHiddenAndCountsItsHead) {
+  const auto dspark = [](const std::string& drafter, const std::string& train) {
+    std::string toml = tiny_toml(train);
+    toml.replace(toml.find("[drafter]\n"), 10, "[drafter]\nkind = \"dspark\"\n" + drafter);
+    return config_parse(toml, "tiny.toml");
+  };
+  VramPlan p = plan_vram_compute(dspark("markov_rank = 3\nmarkov_head_type = \"gated\"\n", ""), tiny_target(),
+                                 80 * kGiB, "test", {1, 0, 2048});
+  EXPECT_EQ(p.target_layers_run, 4);
+  EXPECT_DOUBLE_EQ(p.payload_bytes, 10.0 * (4 + 1 + 2 * 16 + 2 * 8));
+  EXPECT_DOUBLE_EQ(item(p.target, "send buffers"), 2 * (512 + 160));
+  // The backbone's 648 + W1, W2 2·32·3 + gate_proj 3·(8+3) + 3 + confidence (8+3) + 1.
+  EXPECT_EQ(p.drafter_params, 648 + 192 + 33 + 3 + 11 + 1);
+  // Only CE weighed and no confidence head: the target stops after the last tap and sends the taps alone.
+  p = plan_vram_compute(dspark("enable_confidence_head = false\n", "dspark_l1_loss_alpha = 0.0\n"), tiny_target(),
+                        80 * kGiB, "test", {1, 0, 2048});
+  EXPECT_EQ(p.target_layers_run, 2);
+  EXPECT_DOUBLE_EQ(p.payload_bytes, 10.0 * (4 + 1 + 2 * 16));
+}
+
 // target.dtype = "fp8" (CUDA FP8 GEMMs): the projections are 1 B codes + one f32 scale per output row, the
 // rest bf16, plus the planned input codes. Per layer of the tiny target: q 8x8, k|v 8x8, o 8x8, gate|up 24x8,
 // down 8x12 = 480 weights in 56 rows; the other 24 parameters (norms, q/k norms) stay bf16.
@@ -212,10 +236,22 @@ TEST(PlanVram, TooLargeFailsNamingTheRole) {
     EXPECT_NE(std::string(e.what()).find("does not fit a 40.00 GiB GPU"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("target needs"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("drafter needs"), std::string::npos) << e.what();
+    // The 27B's bf16 weights alone pass 40 GiB: no budget helps, and the hint is FP8.
+    EXPECT_NE(std::string(e.what()).find(
+                  strfmt("The target's weights alone are %.2f GiB", p.target_weight_bytes / kGiB)),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("HINT: target.dtype = \"fp8\""), std::string::npos) << e.what();
   }
   cfg.data.token_budget = 262144;  // 8x the budget: the target's activations and send buffers pass 80 GiB
   p = plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});
-  EXPECT_THROW(plan_vram_check(p), Error);
+  EXPECT_TRUE(p.target_too_big.empty());  // the weights fit: the budget is what to lower
+  try {
+    plan_vram_check(p);
+    FAIL() << "a 27B target at 262144 tokens must not fit 80 GiB";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HINT: lower data.token_budget"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PlanVram, Qwen3_8B_DefaultTapsAndFit) {
@@ -250,17 +286,143 @@ QwenConfig tiny_moe_target() {
 TEST(PlanVram, MoeTargetCountsEveryExpertAndTheRouting) {
   Config cfg = config_parse(tiny_toml(), "tiny.toml");
   VramPlan p = plan_vram_compute(cfg, tiny_moe_target(), 80 * kGiB, "test", {1, 0, 1024});
-  // Layer 0 (MoE): router 3·8 + experts 3·3·8·5 = 384 in place of the MLP's 288; layer 1 dense as in tiny_target:
-  // 504 - 288 + 384 = 600, + 504, + embed 256 = 1360.
-  EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * 1360);
+  // Taps [0, 1] run layers 0 (MoE) and 1 (dense). Layer 0: experts 3·3·8·5 = 360, router 3·8 = 24, the rest
+  // as in tiny_target's layer without its MLP: 504 - 288 = 216; layer 1 as in tiny_target: 504; embed 256.
+  EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * (256 + 216 + 504));
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE routed experts bf16"), 2 * 360);
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE router + shared expert bf16"), 2 * 24);
+  EXPECT_DOUBLE_EQ(p.target_weight_bytes, 2 * 1360);
+  // 10 tokens: ids + weights 10 x 2 x 8 B.
   EXPECT_DOUBLE_EQ(item(p.target, "MoE routing ids + weights [T,k]"), 8.0 * 10 * 2);
-  // Per token, top-2 copies of (input 8 + gate|up 10 + act 5 + output 8).
-  EXPECT_DOUBLE_EQ(item(p.target, "MoE expert rows bf16"), 2.0 * 10 * 2 * (8 + 10 + 5 + 8));
+  // kernels/moe/moe_workspace.h for 10 tokens: 20 pairs over 3 experts make 16-row tiles, at most (20 + 3·15)
+  // / 16 = 4 of them, 64 grouped rows. Five 256-byte-rounded index buffers (histogram, starts, row tokens,
+  // pair rows, 24 tile pointers) + inputs/outputs 64 x 8 x 2 B + gate|up 64 x 10 x 2 B = 1280 + 1024 + 1280
+  // (the routing's 512 B of logits and top-k rows share it).
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE expert workspace"), 3584);
   double sum = tiny_moe_target().hidden;
   for (int l = 0; l < 4; ++l) sum += plan_vram_target_layer_params(tiny_moe_target(), l);
   EXPECT_DOUBLE_EQ(sum, tiny_moe_target().params_non_embedding());
+  EXPECT_TRUE(p.refused.empty());
+  EXPECT_TRUE(p.target_too_big.empty());
+}
+
+// FP8 for an MoE target is refused today: the plan still prints (the weights counted in bf16) and says so in
+// its verdict, and the check refuses it naming the key.
+TEST(PlanVram, MoeTargetFp8IsRefusedInTheVerdict) {
+  Config cfg = config_parse(tiny_toml(), "tiny.toml");
   cfg.target.dtype = "fp8";
-  EXPECT_THROW(plan_vram_compute(cfg, tiny_moe_target(), 80 * kGiB, "test", {1, 0, 1024}), Error);
+  VramPlan p = plan_vram_compute(cfg, tiny_moe_target(), 80 * kGiB, "test", {1, 0, 1024});
+  EXPECT_DOUBLE_EQ(p.target_weight_bytes, 2 * 1360);
+  for (const VramItem& it : p.target.items) EXPECT_NE(it.name, "weights FP8 e4m3 + scales");
+  const std::string out = plan_vram_format(p);
+  EXPECT_NE(out.find("verdict: REFUSED"), std::string::npos) << out;
+  EXPECT_NE(out.find("target.dtype = \"fp8\" is not implemented for mixture-of-experts targets"),
+            std::string::npos)
+      << out;
+  try {
+    plan_vram_check(p);
+    FAIL() << "FP8 with an MoE target must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny.toml: target.dtype = \"fp8\""), std::string::npos) << e.what();
+  }
+}
+
+namespace {
+
+// A Qwen3.5-MoE target's parameters through layer `layers` - 1 by part, written out from the config's own
+// fields (MODELS.md's tensor shapes), independently of the planner's sums.
+struct HandCount {
+  double dense = 0, experts = 0, router_shared = 0;
+};
+HandCount hand_count_q35_moe(const QwenConfig& t, int layers) {
+  const double H = t.hidden, E = t.num_experts, I = t.moe_intermediate, Is = t.shared_intermediate;
+  const double q = double(t.heads) * t.head_dim, kv = double(t.kv_heads) * t.head_dim;
+  const double full = 2 * q * H + 2 * kv * H + q * H + 2.0 * t.head_dim;  // q|gate, k, v, o, q/k norms
+  const double kd = double(t.lin_nk) * t.lin_dk, vd = double(t.lin_nv) * t.lin_dv, ch = 2 * kd + vd;
+  const double linear = ch * H + vd * H + 2.0 * t.lin_nv * H  // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
+                        + ch * t.conv_kernel + 2.0 * t.lin_nv + t.lin_dv +
+                        vd * H;  // conv1d, A_log, dt_bias, norm, out
+  HandCount c;
+  c.dense = double(t.vocab) * H;  // the embedding (a target runs no lm_head)
+  for (int l = 0; l < layers; ++l) {
+    const bool is_full = (l + 1) % 4 == 0;  // full_attention_interval 4
+    c.dense += 2 * H + (is_full ? full : linear);
+    c.experts += E * 3 * H * I;
+    c.router_shared += E * H + 3 * H * Is + H;
+  }
+  return c;
+}
+
+}  // namespace
+
+// The Qwen3.6-35B-A3B recipe on its target (tests/fixtures/models/qwen3.6-35b-a3b: the published config.json's
+// values in the multimodal layout, as public loaders pin them; the 122B-A10B's likewise) at its 32K-token budget:
+// every MoE line against the hand counts above. Its taps end at layer 37, so 38 of the 40 layers run. Target
+// 68.95 GiB: it fits an 80 GiB GPU in bf16.
+TEST(PlanVram, Qwen36_35B_A3B_RecipeCountsByHand) {
+  Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-35b-a3b.toml");
+  const QwenConfig t = load_fixture("qwen3.6-35b-a3b");
+  ASSERT_EQ(t.num_experts, 256);
+  ASSERT_EQ(t.experts_per_tok, 8);
+  const double T = double(cfg.data.token_budget), E = t.num_experts, k = t.experts_per_tok, H = t.hidden;
+  const double I = t.moe_intermediate, Is = t.shared_intermediate;
+  ASSERT_EQ(T, 32768);
+  VramPlan p = plan_vram_compute(cfg, t, 80 * kGiB, "test", {7, 0, 2048});
+  EXPECT_EQ(p.target_layers_run, 38);
+  const HandCount c = hand_count_q35_moe(t, 38);
+  EXPECT_DOUBLE_EQ(item(p.target, "weights bf16"), 2 * c.dense);
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE routed experts bf16"), 2 * c.experts);
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE router + shared expert bf16"), 2 * c.router_shared);
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE routed experts bf16"), 2.0 * 38 * 256 * 3 * 2048 * 512);  // 57 GiB
+  EXPECT_DOUBLE_EQ(item(p.target, "MoE routing ids + weights [T,k]"), 8 * T * k);
+  // The grouped rows (every token's top-k copies: input/output H and gate|up 2I, bf16) and the shared expert's
+  // are the workspace's bulk; the per-expert tile padding adds at most one 128-row tile an expert, the sort and
+  // routing buffers a few MiB.
+  const double ws = item(p.target, "MoE expert workspace"), rows = 2 * T * k * (H + 2 * I) + 2 * T * (2 * Is + H);
+  EXPECT_GE(ws, rows);
+  EXPECT_LE(ws, rows + 2 * E * 128 * (H + 2 * I) + 64.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(item(p.target, "MLP intermediate [T,I] bf16"), 0);  // no dense MLP layer
+  EXPECT_NEAR(p.target.total / kGiB, 68.95, 0.01);
+  // 6 layers of q 2048·4096 + k|v 2·2048·1024 + o 4096·2048 + MLP 3·2048·6144 = 58,720,256, fc 8·2048·2048,
+  // norms 6·(2·2048 + 2·128) + 2·2048.
+  EXPECT_EQ(p.drafter_params, 6.0 * 58720256 + 8.0 * 2048 * 2048 + 6 * (2 * 2048 + 2 * 128) + 2 * 2048);
+  EXPECT_NO_THROW(plan_vram_check(p));
+}
+
+// A Qwen3.5-122B-A10B in bf16 (tests/fixtures/models/qwen3.5-122b-a10b) cannot fit one card: the check and
+// the printed plan say so with the weights' bytes and the GPU, and that no budget helps.
+TEST(PlanVram, Qwen35_122B_A10B_WeightsAloneExceedOneGpu) {
+  Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-35b-a3b.toml");
+  const QwenConfig t = load_fixture("qwen3.5-122b-a10b");
+  ASSERT_EQ(t.hidden, 3072);
+  const HandCount c = hand_count_q35_moe(t, 38);
+  for (double gib : {80.0, 141.0}) {
+    VramPlan p = plan_vram_compute(cfg, t, gib * kGiB, "NVML, GPU 0 test", {7, 0, 2048});
+    EXPECT_DOUBLE_EQ(p.target_weight_bytes, 2 * (c.dense + c.experts + c.router_shared));
+    const std::string gib_s = strfmt("%.2f GiB", p.target_weight_bytes / kGiB);
+    EXPECT_NE(p.target_too_big.find("The target's weights alone are " + gib_s), std::string::npos)
+        << p.target_too_big;
+    EXPECT_NE(p.target_too_big.find(strfmt("one GPU has %.2f GiB (NVML, GPU 0 test)", gib)),
+              std::string::npos)
+        << p.target_too_big;
+    EXPECT_NE(plan_vram_format(p).find("verdict: DOES NOT FIT"), std::string::npos);
+    EXPECT_NE(plan_vram_format(p).find(p.target_too_big), std::string::npos);
+    try {
+      plan_vram_check(p);
+      FAIL() << "a 122B-A10B in bf16 must not fit " << gib << " GiB";
+    } catch (const Error& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find(strfmt("does not fit a %.2f GiB GPU", gib)), std::string::npos) << w;
+      EXPECT_NE(w.find("no data.token_budget, pipeline.hs_queue_depth or target:drafter split"),
+                std::string::npos)
+          << w;
+      EXPECT_NE(w.find("docs/multi-gpu-targets.md"), std::string::npos) << w;
+      EXPECT_EQ(w.find("HINT: lower data.token_budget"), std::string::npos) << w;
+    }
+  }
+  // The 35B-A3B on the same 80 GiB GPU has no such line.
+  EXPECT_TRUE(plan_vram_compute(cfg, load_fixture("qwen3.6-35b-a3b"), 80 * kGiB, "test", {7, 0, 2048})
+                  .target_too_big.empty());
 }
 
 TEST(PlanVram, TapBeyondTheTargetIsAnError) {

@@ -186,6 +186,40 @@ TEST(TopoRankfile, CountsThatCannotStayLocalSaySoAndHowMuchCrosses) {
       << feature_traffic_format(f, 2.0, 1e9);
 }
 
+TEST(TopoRankfile, SevenOneOnThePcieOnlyBoxCountsSysPairsAndTheDrafterLink) {
+  HostTopo h = topo_discover_sysfs(topo_fixture("pcie_8x_2numa"), "seed");
+  std::vector<RankfileEntry> es = place({h}, 7, 1);
+  // The drafter keeps the last GPU of NUMA 1; each rank binds to 8 of its socket's 32 cores.
+  EXPECT_EQ(drafter_gpus(es), std::vector<int>{7});
+  EXPECT_EQ(es[7].slot, "56-63");
+  EXPECT_EQ(es[0].slot, "0-7");
+  FeatureTraffic f = rankfile_feature_traffic(es, {h});
+  EXPECT_EQ(f.pairs, 7);
+  EXPECT_EQ(f.cross_pairs, 0);
+  EXPECT_EQ(f.node_pairs, 3) << "targets on GPUs 4-6 share the drafter's socket";
+  EXPECT_EQ(f.sys_pairs, 4) << "targets on GPUs 0-3 send across the sockets";
+  EXPECT_EQ(f.nvlink_pairs, 0);
+  EXPECT_EQ(f.unknown_pairs, 0);
+  EXPECT_EQ(f.drafter_link, "PCIe 5.0 x16");
+  EXPECT_NEAR(f.drafter_link_bytes_per_s, 63.0154e9, 0.0001e9);
+  // 0.5 batches/s of 1.68 GB: 0.84 GB/s into the one drafter, 1.33 % of 63.0154 GB/s.
+  const std::string text = feature_traffic_format(f, 0.5, 1.68e9);
+  EXPECT_NE(text.find("paths on a host: 0 NVLink, 3 NODE (PCIe within a NUMA node), 4 SYS"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("each drafter receives 0.84 GB/s of features: 1.3% of its PCIe 5.0 x16 link (63.0 GB/s"),
+      std::string::npos)
+      << text;
+  // Without the hosts nothing is said about paths or links; on an NVSwitch box no PCIe line either.
+  EXPECT_EQ(feature_traffic_format(rankfile_feature_traffic(es), 0.5, 1.68e9).find("paths on a host"),
+            std::string::npos);
+  HostTopo hgx = topo_discover_sysfs(topo_fixture("bare_4x4"), "hgx");
+  FeatureTraffic nv = rankfile_feature_traffic(place({hgx}, 7, 1), {hgx});
+  EXPECT_EQ(nv.nvlink_pairs, 7);
+  EXPECT_EQ(feature_traffic_format(nv, 0.5, 1.68e9).find("each drafter receives"), std::string::npos);
+}
+
 TEST(TopoRankfile, ImpossibleRequestsSayWhy) {
   HostTopo h = topo_discover_sysfs(topo_fixture("bare_4x4"), "node01");
   expect_error_with([&] { place({h}, 8, 1); }, "9 ranks but only 8 GPUs (node01=8)");

@@ -60,6 +60,15 @@ class CpuTrainOps final : public TrainOps {
                       const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w,
                       const Tensor& stats) override;
 
+  // cpu_domino.cpp
+  void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
+                        const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
+                        const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DominoHeadWeights& dw, const Tensor& stats) override;
+  std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head, const Tensor& embed,
+                                           const DominoHeadWeights& w, const DominoHeadDims& d,
+                                           int32_t first) override;
+
   double sum_squares(const Tensor& x) override;
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
              const AdamW& hp) override;

@@ -56,15 +56,7 @@ void CpuTrainOps::loss_row_stats(const Tensor& labels, const Tensor& active, con
   }
   if (a.dpace != DpaceKind::off) st.weight_sum = double(a.sequences);  // D-PACE divides by the sequences
   loss_count_accuracy(st, act, am, lab, B);
-  double* s = reinterpret_cast<double*>(stats.data);
-  s[LossStatsSlots::kLossSum] += st.loss_sum;
-  s[LossStatsSlots::kWeightSum] += st.weight_sum;
-  s[LossStatsSlots::kTauSum] += st.tau_sum;
-  s[LossStatsSlots::kTauBlocks] += double(st.tau_blocks);
-  for (int k = 1; k < B; ++k) {
-    s[LossStatsSlots::correct(k)] += double(st.correct[size_t(k - 1)]);
-    s[LossStatsSlots::count(B, k)] += double(st.count[size_t(k - 1)]);
-  }
+  loss_stats_add_to_slots(st, B, reinterpret_cast<double*>(stats.data));
 }
 
 }  // namespace df

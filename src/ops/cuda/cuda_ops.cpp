@@ -6,9 +6,10 @@
 
 #include "core/dtype.h"
 #include "core/fp8.h"
-#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/moe/moe.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 
 namespace df {
 
@@ -346,8 +347,7 @@ void CudaOps::check_target(const TargetShape& s) const {
     DF_CHECK(ok, "target config: %s = %d: the CUDA backend runs %s; HINT: --device cpu (target.device = \"cpu\") "
              "runs any shape", field, value, range);
   };
-  need(s.experts == 0, "num_experts", s.experts,
-       "no mixture-of-experts targets yet (routing and grouped expert GEMMs are CPU-only so far)");
+  need(s.experts <= kMoeMaxExperts, "num_experts", s.experts, "up to 4096 routed experts");
   if (s.full_layers > 0) {
     need(s.head_dim > 0 && s.head_dim <= kDecodeMaxHeadDim, "head_dim", s.head_dim, "head_dim 1..512");
     need(s.kv_heads > 0 && s.heads % s.kv_heads == 0, "num_attention_heads", s.heads,
@@ -359,6 +359,77 @@ void CudaOps::check_target(const TargetShape& s) const {
     need(s.gdn.nk > 0 && s.gdn.nv % s.gdn.nk == 0, "linear_num_value_heads", s.gdn.nv,
          "a multiple of linear_num_key_heads");
   }
+}
+
+// The MoE ops' sizes for the launchers, after the checks every MoE op shares.
+static MoeDims moe_dims(const MoeShape& s, int64_t H, const char* op) {
+  DF_CHECK(
+      s.experts > 0 && s.experts <= kMoeMaxExperts && s.top_k >= 1 && s.top_k <= s.experts && s.inter > 0 &&
+          s.shared_inter >= 0,
+      "%s: MoeShape experts %d, top_k %d, inter %d, shared_inter %d: experts in 1..%d, top_k in 1..experts, "
+      "inter > 0, shared_inter >= 0",
+      op, s.experts, s.top_k, s.inter, s.shared_inter, kMoeMaxExperts);
+  return MoeDims{H, s.experts, s.top_k, s.inter, s.shared_inter, s.renormalise};
+}
+
+// The MoE workspace: empty (the launcher then names the size it needs) or contiguous bytes.
+static void expect_moe_workspace(const Tensor& workspace, const char* op) {
+  if (workspace.empty()) return;
+  cuda_expect(workspace, DType::u8, op, "workspace");
+  DF_CHECK(workspace.contiguous(), "%s: workspace %s must be contiguous", op, workspace.shape_str().c_str());
+}
+
+// A weight the MoE launchers read as contiguous rows.
+static void expect_moe_weight(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* what) {
+  cuda_expect_as(t, DType::bf16, rows, cols, op, what);
+  DF_CHECK(t.contiguous(), "%s: %s %s must be contiguous", op, what, t.shape_str().c_str());
+}
+
+void CudaOps::moe_route(const Tensor& x, const Tensor& router, const MoeShape& shape, const Tensor& ids,
+                        const Tensor& weights, const Tensor& workspace) {
+  const char* op = "moe_route";
+  cuda_expect(x, DType::bf16, op, "x");
+  const MoeDims d = moe_dims(shape, x.cols, op);
+  cuda_expect_as(router, DType::bf16, shape.experts, x.cols, op, "router");
+  cuda_expect_as(ids, DType::i32, x.rows, shape.top_k, op, "ids");
+  cuda_expect_as(weights, DType::f32, x.rows, shape.top_k, op, "weights");
+  expect_moe_workspace(workspace, op);
+  moe_route_launch(dev_.gemm, bptr(x), cuda_gemm_ld(x), bptr(router), cuda_gemm_ld(router), x.rows, d,
+                   static_cast<int32_t*>(ids.data), ids.stride, fptr(weights), weights.stride, workspace.data,
+                   workspace.empty() ? 0 : workspace.nbytes(), dev_.stream);
+}
+
+void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const MoeWeights& w,
+                          const MoeShape& shape, const Tensor& out, const Tensor& workspace) {
+  const char* op = "moe_experts";
+  cuda_expect(x, DType::bf16, op, "x");
+  const MoeDims d = moe_dims(shape, x.cols, op);
+  const int64_t T = x.rows, H = x.cols, E = shape.experts, I = shape.inter, Is = shape.shared_inter;
+  cuda_expect_as(ids, DType::i32, T, shape.top_k, op, "ids");
+  cuda_expect_as(weights, DType::f32, T, shape.top_k, op, "weights");
+  cuda_expect_as(out, DType::bf16, T, H, op, "out");
+  expect_moe_weight(w.gate_up, E * 2 * I, H, op, "gate_up");
+  expect_moe_weight(w.down, E * H, I, op, "down");
+  if (Is > 0) {
+    expect_moe_weight(w.shared_gate_up, 2 * Is, H, op, "shared_gate_up");
+    expect_moe_weight(w.shared_down, H, Is, op, "shared_down");
+    expect_moe_weight(w.shared_gate, 1, H, op, "shared_gate");
+  }
+  DF_CHECK(!spans_overlap(out, x), "moe_experts: out %s must not overlap x %s", out.shape_str().c_str(),
+           x.shape_str().c_str());
+  expect_moe_workspace(workspace, op);
+  moe_experts_launch(dev_.gemm, bptr(x), cuda_gemm_ld(x), iptr(ids), ids.stride, fptr(weights),
+                     weights.stride, bptr(w.gate_up), bptr(w.down), Is > 0 ? bptr(w.shared_gate_up) : nullptr,
+                     Is > 0 ? bptr(w.shared_down) : nullptr, Is > 0 ? bptr(w.shared_gate) : nullptr,
+                     bptr(out), cuda_gemm_ld(out), T, d, workspace.data,
+                     workspace.empty() ? 0 : workspace.nbytes(), dev_.stream);
+}
+
+int64_t CudaOps::moe_workspace_bytes(int64_t tokens, const MoeShape& shape) const {
+  DF_CHECK(shape.hidden > 0, "moe_workspace_bytes: MoeShape.hidden (x's columns) must be set, got %d",
+           shape.hidden);
+  return static_cast<int64_t>(
+      df::moe_workspace_bytes(tokens, moe_dims(shape, shape.hidden, "moe_workspace_bytes")));
 }
 
 void CudaOps::attention_cached(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, int64_t past,

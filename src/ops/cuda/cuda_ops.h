@@ -59,6 +59,12 @@ class CudaOps final : public Ops {
                  const Tensor& conv, const Tensor& o) override;
   void gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,
                      float eps) override;
+  // Mixture of experts (kernels/moe/moe.cu): routing on the device, the experts as grouped GEMMs.
+  void moe_route(const Tensor& x, const Tensor& router, const MoeShape& shape, const Tensor& ids,
+                 const Tensor& weights, const Tensor& workspace) override;
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const MoeWeights& w,
+                   const MoeShape& shape, const Tensor& out, const Tensor& workspace) override;
+  int64_t moe_workspace_bytes(int64_t tokens, const MoeShape& shape) const override;
   bool fp8_gemm() const override { return true; }
   void fp8_quantize_rows(const Tensor& x, const Tensor& codes, const Tensor& scales, bool write_back) override;
   void swiglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& codes, const Tensor& scales) override;

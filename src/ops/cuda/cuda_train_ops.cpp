@@ -333,4 +333,25 @@ void CudaTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, cons
   adamw_launch(fptr(p), fptr(g), fptr(m), fptr(v), p_lp.empty() ? nullptr : bptr(p_lp), n, a, dev_.stream);
 }
 
+// Domino's head on the GPU is not built yet: the drafter refuses drafter.kind = "domino" on this backend
+// before it allocates anything (model/drafter.h drafter_check_kind_trainable); these say the same if reached.
+namespace {
+[[noreturn]] void refuse_domino() {
+  DF_FAIL("drafter.kind = \"domino\": the CUDA backend has no Domino head op yet; HINT: drafter.device = "
+          "\"cpu\"");
+}
+}  // namespace
+
+void CudaTrainOps::domino_head_loss(const Tensor&, const Tensor&, const Tensor&, const DominoHeadWeights&,
+                                    const Tensor&, const Tensor&, const DominoHeadArgs&, const Tensor&,
+                                    const Tensor&, const DominoHeadWeights&, const Tensor&) {
+  refuse_domino();
+}
+
+std::vector<int32_t> CudaTrainOps::domino_head_propose(const Tensor&, const Tensor&, const Tensor&,
+                                                       const DominoHeadWeights&, const DominoHeadDims&,
+                                                       int32_t) {
+  refuse_domino();
+}
+
 }  // namespace df

@@ -1,8 +1,8 @@
 // Domino's head and loss (drafter.kind = "domino"; SpecForge a6b6b023 domino.py, OnlineDominoModel): the
-// exact fp32 math of one block on the host, forward and analytic backward, as the oracle that the drafter
-// step and the CUDA ops are checked against. The backbone (model/drafter.h) gives the normed draft hidden z
-// [B, H] of a block; this adds a GRU over the target embeddings of the block's gold tokens and a logit
-// correction.
+// exact fp32 math of one block on the host, forward and analytic backward, and the greedy proposals of
+// decoding: the oracle that the CPU backend's ops are made of and the CUDA ops are checked against. The
+// backbone (model/drafter.h) gives the normed draft hidden z [B, H] of a block; this adds a GRU over the
+// target embeddings of the block's gold tokens and a logit correction.
 //
 //   GRU (bias-free, PyTorch gate order r, z, n), h_{-1} = 0, input e_i = embed(x[min(a+i, len-1)]):
 //     r = σ(W_ir e + W_hr h),  u = σ(W_iz e + W_hz h),
@@ -19,8 +19,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/drafter_config.h"
-
 namespace df {
 
 struct DominoHeadDims {
@@ -35,7 +33,6 @@ struct DominoHeadDims {
   int suffix_start() const { return pure_draft_prefix_len + (shift_label ? 0 : 1); }
   int gru_lag() const { return shift_label ? 0 : 1; }
 };
-DominoHeadDims domino_head_dims(const DrafterConfig& c);
 
 // The head's weights (read) or their gradients (accumulated into), row-major as named above.
 template <class T>
@@ -76,5 +73,14 @@ template <class T>
 DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTensors<const T>& w,
                                   const T* lm_head, const T* z, const T* emb, const DominoBlockRows& rows,
                                   double lambda, T* final_logits, const DominoHeadTensors<T>* grads, T* dz);
+
+// Domino's greedy proposals for one block (SpecForge DominoDraftModel._sample_draft_tokens at temperature 0):
+// token 0 is `first` (the last committed token); token p = 1..B−1 is the argmax of slot p − 1 (shift_label)
+// or p, whose final logits read the GRU state after the embeddings of tokens 0..p−1, the drafter's own
+// proposals; a slot before suffix_start proposes its base argmax. Ties go to the lowest id. z [B, H] is the
+// block's normed draft hidden, embed [V, H] the target embedding. Returns the B − 1 proposals.
+template <class T>
+std::vector<int32_t> domino_block_propose(const DominoHeadDims& d, const DominoHeadTensors<const T>& w,
+                                          const T* lm_head, const T* embed, const T* z, int32_t first);
 
 }  // namespace df

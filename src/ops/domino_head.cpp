@@ -1,52 +1,55 @@
-// Domino's head on the host: labels and weights of a block, the λ schedule, and the exact forward and
-// backward of one block (GRU over the gold tokens, correction MLP, both CE terms). Sums run in double in a
-// fixed order, so the result does not depend on how blocks are spread over threads.
-#include "model/domino_head.h"
+// Domino's head on the host: labels and weights of a block, the λ schedule, the exact forward and backward
+// of one block (GRU over the gold tokens, correction MLP, both CE terms) and the greedy proposals of
+// decoding. Sums run in double in a fixed order, so the result does not depend on how blocks are spread over
+// threads.
+#include "ops/domino_head.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/head_math.h"
 
 namespace df {
 
 namespace {
 
+// One GRU step (gate order r, z, n) from state hp [G] on input x [H]: the gates r, u, n and W_hn·hp (what
+// the backward needs) and the new state h.
 template <class T>
-double dot(const T* a, const double* b, int n) {
-  double s = 0;
-  for (int i = 0; i < n; ++i) s += double(a[i]) * b[i];
-  return s;
+void gru_cell(const DominoHeadTensors<const T>& w, int H, int G, const double* x, const double* hp, double* r,
+              double* u, double* n, double* hn, double* h) {
+  for (int g = 0; g < G; ++g) {
+    r[g] = head_sigmoid(head_dot(w.gru_ih + int64_t(g) * H, x, H) + head_dot(w.gru_hh + int64_t(g) * G, hp, G));
+    u[g] = head_sigmoid(head_dot(w.gru_ih + int64_t(G + g) * H, x, H) + head_dot(w.gru_hh + int64_t(G + g) * G, hp, G));
+    hn[g] = head_dot(w.gru_hh + int64_t(2 * G + g) * G, hp, G);
+    n[g] = std::tanh(head_dot(w.gru_ih + int64_t(2 * G + g) * H, x, H) + r[g] * hn[g]);
+    h[g] = (1.0 - u[g]) * n[g] + u[g] * hp[g];
+  }
 }
 
-double sigmoid(double x) {
-  return 1.0 / (1.0 + std::exp(-x));
+// base = lm_head · zk [V].
+template <class T>
+void base_logits(const T* lm_head, int V, int H, const std::vector<double>& zk, std::vector<double>& base) {
+  for (int v = 0; v < V; ++v) base[size_t(v)] = head_dot(lm_head + int64_t(v) * H, zk.data(), H);
 }
 
-// p = softmax(logits); returns logsumexp(logits).
-double softmax(const std::vector<double>& logits, std::vector<double>& p) {
-  const double mx = *std::max_element(logits.begin(), logits.end());
-  double s = 0;
-  for (size_t v = 0; v < logits.size(); ++v) s += (p[v] = std::exp(logits[v] - mx));
-  for (double& x : p) x /= s;
-  return mx + std::log(s);
+// The correction of a slot: f = [zk ; h], m = P0·f, a = silu(m), fin += P1·a (f, m, a kept for the backward).
+template <class T>
+void add_correction(const DominoHeadTensors<const T>& w, const DominoHeadDims& d,
+                    const std::vector<double>& zk, const double* h, std::vector<double>& f,
+                    std::vector<double>& m, std::vector<double>& a, std::vector<double>& fin) {
+  const int H = d.hidden, G = d.gru_hidden, E = d.emb_dim, F = H + G;
+  std::copy(zk.begin(), zk.end(), f.begin());
+  std::copy_n(h, G, f.begin() + H);
+  for (int e = 0; e < E; ++e) {
+    m[size_t(e)] = head_dot(w.proj_in + int64_t(e) * F, f.data(), F);
+    a[size_t(e)] = m[size_t(e)] * head_sigmoid(m[size_t(e)]);
+  }
+  for (int v = 0; v < d.vocab; ++v) fin[size_t(v)] += head_dot(w.proj_out + int64_t(v) * E, a.data(), E);
 }
 
 }  // namespace
-
-DominoHeadDims domino_head_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::domino, "domino head: the drafter's kind is %s, not domino",
-           drafter_kind_name(c.kind));
-  DominoHeadDims d;
-  d.hidden = c.hidden;
-  d.gru_hidden = c.gru_hidden_dim;
-  d.emb_dim = c.emb_dim;
-  d.vocab = c.vocab;
-  d.block_size = c.block_size;
-  d.pure_draft_prefix_len = c.pure_draft_prefix_len;
-  d.shift_label = c.shift_label;
-  return d;
-}
 
 DominoBlockRows domino_block_rows(const DominoHeadDims& d, const int32_t* tokens, const uint8_t* loss_mask,
                                   int64_t len, int64_t anchor, double gamma) {
@@ -92,16 +95,8 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
       hn(r.size()), x(Hn);
   for (int t = 0; t < steps; ++t) {
     for (int i = 0; i < H; ++i) x[size_t(i)] = double(emb[int64_t(t) * H + i]);
-    const double* hp = &hs[size_t(t) * G];
-    for (int g = 0; g < G; ++g) {
-      const size_t at = size_t(t) * G + size_t(g);
-      r[at] = sigmoid(dot(w.gru_ih + int64_t(g) * H, x.data(), H) + dot(w.gru_hh + int64_t(g) * G, hp, G));
-      u[at] = sigmoid(dot(w.gru_ih + int64_t(G + g) * H, x.data(), H) +
-                      dot(w.gru_hh + int64_t(G + g) * G, hp, G));
-      hn[at] = dot(w.gru_hh + int64_t(2 * G + g) * G, hp, G);
-      n[at] = std::tanh(dot(w.gru_ih + int64_t(2 * G + g) * H, x.data(), H) + r[at] * hn[at]);
-      hs[size_t(t + 1) * G + size_t(g)] = (1.0 - u[at]) * n[at] + u[at] * hp[g];
-    }
+    const size_t at = size_t(t) * Gn;
+    gru_cell(w, H, G, x.data(), &hs[at], &r[at], &u[at], &n[at], &hn[at], &hs[at + Gn]);
   }
 
   DominoBlockLoss loss;
@@ -110,25 +105,17 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
   std::vector<double> dh_slot(grads ? size_t(steps) * Gn : 0, 0.0);  // ∂/∂h_t from the slots that read it
   for (int k = 0; k < B; ++k) {
     for (int i = 0; i < H; ++i) zk[size_t(i)] = double(z[int64_t(k) * H + i]);
-    for (int v = 0; v < V; ++v) base[size_t(v)] = dot(lm_head + int64_t(v) * H, zk.data(), H);
+    base_logits(lm_head, V, H, zk, base);
     fin = base;
     const bool corrected = k >= s;
-    if (corrected) {
-      std::copy(zk.begin(), zk.end(), f.begin());
-      std::copy_n(&hs[size_t(k - lag + 1) * G], G, f.begin() + H);
-      for (int e = 0; e < E; ++e) {
-        m[size_t(e)] = dot(w.proj_in + int64_t(e) * F, f.data(), F);
-        a[size_t(e)] = m[size_t(e)] * sigmoid(m[size_t(e)]);
-      }
-      for (int v = 0; v < V; ++v) fin[size_t(v)] += dot(w.proj_out + int64_t(v) * E, a.data(), E);
-    }
+    if (corrected) add_correction(w, d, zk, &hs[size_t(k - lag + 1) * G], f, m, a, fin);
     if (final_logits)
       for (int v = 0; v < V; ++v) final_logits[int64_t(k) * V + v] = T(fin[size_t(v)]);
     const int y = rows.labels[size_t(k)];
     DF_CHECK(y >= 0 && y < V, "domino block: label %d of slot %d outside the vocabulary [0, %d)", y, k, V);
     const double wk = rows.weights[size_t(k)];
-    const double ce_final = softmax(fin, pf) - fin[size_t(y)];
-    const double ce_base = softmax(base, pb) - base[size_t(y)];
+    const double ce_final = head_softmax(fin, pf) - fin[size_t(y)];
+    const double ce_base = head_softmax(base, pb) - base[size_t(y)];
     loss.final_sum += wk * ce_final;
     loss.base_sum += wk * ce_base;
     if (!grads || wk == 0.0) continue;
@@ -153,7 +140,7 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
         da[size_t(e)] += dfin[size_t(v)] * double(w.proj_out[int64_t(v) * E + e]);
       }
     for (int e = 0; e < E; ++e) {
-      const double sg = sigmoid(m[size_t(e)]);
+      const double sg = head_sigmoid(m[size_t(e)]);
       dm[size_t(e)] = da[size_t(e)] * sg * (1.0 + m[size_t(e)] * (1.0 - sg));
     }
     for (int e = 0; e < E; ++e)
@@ -202,6 +189,29 @@ DominoBlockLoss domino_block_step(const DominoHeadDims& d, const DominoHeadTenso
   return loss;
 }
 
+template <class T>
+std::vector<int32_t> domino_block_propose(const DominoHeadDims& d, const DominoHeadTensors<const T>& w,
+                                          const T* lm_head, const T* embed, const T* z, int32_t first) {
+  const int H = d.hidden, G = d.gru_hidden, E = d.emb_dim, V = d.vocab, B = d.block_size;
+  const size_t Hn = size_t(H), Gn = size_t(G), En = size_t(E), Vn = size_t(V);
+  DF_CHECK(first >= 0 && first < V, "domino propose: token %d outside the vocabulary [0, %d)", first, V);
+  std::vector<int32_t> tokens{first};
+  std::vector<double> h(Gn, 0.0), next(Gn), r(Gn), u(Gn), n(Gn), hn(Gn), x(Hn), zk(Hn), f(Hn + Gn), m(En),
+      a(En), logits(Vn);
+  for (int p = 1; p < B; ++p) {
+    // The GRU state after tokens 0..p−1: the one that slot p − 1 (shift_label) or p reads.
+    for (int i = 0; i < H; ++i) x[size_t(i)] = double(embed[int64_t(tokens.back()) * H + i]);
+    gru_cell(w, H, G, x.data(), h.data(), r.data(), u.data(), n.data(), hn.data(), next.data());
+    h.swap(next);
+    const int slot = d.shift_label ? p - 1 : p;
+    for (int i = 0; i < H; ++i) zk[size_t(i)] = double(z[int64_t(slot) * H + i]);
+    base_logits(lm_head, V, H, zk, logits);
+    if (slot >= d.suffix_start()) add_correction(w, d, zk, h.data(), f, m, a, logits);
+    tokens.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  }
+  return std::vector<int32_t>(tokens.begin() + 1, tokens.end());
+}
+
 template DominoBlockLoss domino_block_step<float>(const DominoHeadDims&,
                                                   const DominoHeadTensors<const float>&, const float*,
                                                   const float*, const float*, const DominoBlockRows&, double,
@@ -211,5 +221,13 @@ template DominoBlockLoss domino_block_step<double>(const DominoHeadDims&,
                                                    const double*, const double*, const DominoBlockRows&,
                                                    double, double*, const DominoHeadTensors<double>*,
                                                    double*);
+
+template std::vector<int32_t> domino_block_propose<float>(const DominoHeadDims&,
+                                                          const DominoHeadTensors<const float>&, const float*,
+                                                          const float*, const float*, int32_t);
+template std::vector<int32_t> domino_block_propose<double>(const DominoHeadDims&,
+                                                           const DominoHeadTensors<const double>&,
+                                                           const double*, const double*, const double*,
+                                                           int32_t);
 
 }  // namespace df

@@ -1,0 +1,69 @@
+// The FLOP formulas of model_flops.h, one term a line.
+#include "model/model_flops.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace df {
+
+namespace {
+
+constexpr double kGdnChunk = 64;  // the chunk of the chunked Gated DeltaNet (MODELS.md; kernels/gdn)
+
+}  // namespace
+
+double target_forward_flops_per_token(const QwenConfig& c, int64_t seq_len, int layers_run) {
+  DF_CHECK(layers_run >= 1 && layers_run <= c.layers, "target layers run %d outside 1..%d", layers_run,
+           c.layers);
+  DF_CHECK(seq_len >= 1, "sequence length %lld must be >= 1", (long long)seq_len);
+  double params = layers_run == c.layers ? c.hidden : 0.0;  // the final norm runs only after the last layer
+  int full = 0, linear = 0;
+  for (int l = 0; l < layers_run; ++l) {
+    params += c.layer_params(l, true);
+    (c.layer_types[size_t(l)] == LayerKind::full_attention ? full : linear)++;
+  }
+  double f = 2.0 * params;
+  f += full * 4.0 * c.heads * c.head_dim * (double(seq_len) + 1) / 2.0;
+  if (linear > 0) {
+    const double C = kGdnChunk, dk = c.lin_dk, dv = c.lin_dv;
+    const double per_chunk =
+        2 * C * C * dk + 2 * C * C * dk + 2 * C * C * dv + C * C * (dk + dv) + 3 * (2 * C * dk * dv);
+    f += linear * double(c.lin_nv) * per_chunk / C;
+  }
+  return f;
+}
+
+double drafter_step_flops(const DrafterConfig& c, const std::vector<DrafterAnchor>& anchors,
+                          const std::vector<int64_t>& seq_lens) {
+  int64_t T = 0, active = 0;
+  for (int64_t len : seq_lens) T += len;
+  for (const DrafterAnchor& an : anchors) {
+    if (an.pos < 0) continue;
+    DF_CHECK(an.seq >= 0 && size_t(an.seq) < seq_lens.size(), "anchor in sequence %d of a batch of %zu",
+             an.seq, seq_lens.size());
+    active += std::min<int64_t>(c.block_size - 1, seq_lens[size_t(an.seq)] - 1 - an.pos);
+  }
+  const double H = c.hidden, qd = double(c.heads) * c.head_dim, kvd = double(c.kv_heads) * c.head_dim;
+  const double layer_params = qd * H * 2 + kvd * H * 2 + 3.0 * c.intermediate * H;
+  const double N = double(anchors.size()) * c.block_size;
+  double f = 6.0 * layer_params * c.layers * N;
+  f += 6.0 * (2 * kvd * H) * c.layers * double(T);
+  f += 4.0 * (H * c.num_taps() * H) * double(T);
+  f += 4.0 * H * double(c.vocab) * double(active);
+  for (int l = 0; l < c.layers; ++l) {
+    const int W = c.layer_types[size_t(l)] == DrafterLayerType::sliding ? c.sliding_window : 0;
+    double keys = 0;
+    for (const DrafterAnchor& an : anchors) {
+      if (an.pos < 0) continue;
+      for (int k = 0; k < c.block_size; ++k) {
+        const int64_t lo = W ? std::max<int64_t>(0, int64_t(an.pos) + k - (W - 1)) : 0;
+        keys += double(std::max<int64_t>(0, an.pos - lo)) + (W ? k + 1 : c.block_size);
+      }
+    }
+    f += 3.5 * 4.0 * c.head_dim * c.heads * keys;
+  }
+  return f;
+}
+
+}  // namespace df
