@@ -358,7 +358,7 @@ HandCount hand_count_q35_moe(const QwenConfig& t, int layers) {
 // The Qwen3.6-35B-A3B recipe on its target (tests/fixtures/models/qwen3.6-35b-a3b: the published config.json's
 // values in the multimodal layout, as public loaders pin them; the 122B-A10B's likewise) at its 32K-token budget:
 // every MoE line against the hand counts above. Its taps end at layer 37, so 38 of the 40 layers run. Target
-// 68.95 GiB: it fits an 80 GiB GPU in bf16.
+// 67.82 GiB: it fits an 80 GiB GPU in bf16.
 TEST(PlanVram, Qwen36_35B_A3B_RecipeCountsByHand) {
   Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-35b-a3b.toml");
   const QwenConfig t = load_fixture("qwen3.6-35b-a3b");
@@ -382,7 +382,7 @@ TEST(PlanVram, Qwen36_35B_A3B_RecipeCountsByHand) {
   EXPECT_GE(ws, rows);
   EXPECT_LE(ws, rows + 2 * E * 128 * (H + 2 * I) + 64.0 * 1024 * 1024);
   EXPECT_DOUBLE_EQ(item(p.target, "MLP intermediate [T,I] bf16"), 0);  // no dense MLP layer
-  EXPECT_NEAR(p.target.total / kGiB, 68.95, 0.01);
+  EXPECT_NEAR(p.target.total / kGiB, 67.82, 0.01);
   // 6 layers of q 2048·4096 + k|v 2·2048·1024 + o 4096·2048 + MLP 3·2048·6144 = 58,720,256, fc 8·2048·2048,
   // norms 6·(2·2048 + 2·128) + 2·2048.
   EXPECT_EQ(p.drafter_params, 6.0 * 58720256 + 8.0 * 2048 * 2048 + 6 * (2 * 2048 + 2 * 128) + 2 * 2048);
