@@ -7,10 +7,10 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/dispatch/dispatch.h"
-#include "kernels/primitives/device_math.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/primitives/device_math.cuh"
 #include "kernels/primitives/mma.cuh"
 
 namespace df {
@@ -47,9 +47,10 @@ __device__ __forceinline__ void attn_wait() {
 // K and V of a tile (KEYS keys) have buffers of their own, so the copy of V(j) flies during Q·K(j)ᵀ and the
 // copy of K(j+1) during P·V(j).
 template <int HD, int KEYS>
-__global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel(
-    const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v, bf16* out, int64_t ld_out,
-    const bf16* gate, int64_t ld_gate, const int32_t* cu, int hq, int hkv, int hd, float scale_log2) {
+__global__ void __launch_bounds__(AttnCfg<HD>::kThreads)
+    attention_causal_kernel(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v,
+                            int64_t ld_v, bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate,
+                            const int32_t* cu, int hq, int hkv, int hd, float scale_log2) {
   constexpr int LDS = HD + 8;  // +16 bytes per row: the 8 rows of an ldmatrix hit 8 different bank groups
   constexpr int kRows = AttnCfg<HD>::kRows;
   extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(AttnCfg<HD>::kThreads) attention_causal_kernel
     attn_wait();  // V(k0) arrived; every warp is done with Q·K(k0)ᵀ
     if (k0 + KEYS <= last_key) attn_load_tile<HD, LDS, KEYS>(Ks, ksrc, ld_k, k0 + KEYS, len, hd);
 
-    // O += P·V: the S accumulator layout is the A-fragment layout of the next MMA (two n-tiles per k-step).
+      // O += P·V: the S accumulator layout is the A-fragment layout of the next MMA (two n-tiles per k-step).
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) {
       uint32_t a[4];

@@ -164,9 +164,11 @@ inline AttentionKernel attention_kernel_choose(const DeviceCaps& caps, const Ker
 // The portable prefill attention's block (kernels/attention/attention.cu) for a head dim padded to `hd_pad`
 // (16..256): its query rows, 16 a warp. At hd 256 the 251-register warps allow one block an SM either way, so
 // 128 rows halve the K/V tile traffic per FLOP; smaller heads keep 64 rows and several blocks an SM.
-constexpr int attention_portable_rows(int hd_pad) { return hd_pad >= 256 ? 128 : 64; }
-// Its dynamic shared memory in bytes with `keys`-key tiles: the Q tile, one K and one V tile, bf16 rows padded
-// by 16 bytes.
+constexpr int attention_portable_rows(int hd_pad) {
+  return hd_pad >= 256 ? 128 : 64;
+}
+// Its dynamic shared memory in bytes with `keys`-key tiles: the Q tile, one K and one V tile, bf16 rows
+// padded by 16 bytes.
 constexpr size_t attention_portable_smem(int hd_pad, int keys) {
   return 2 * size_t(attention_portable_rows(hd_pad) + 2 * keys) * size_t(hd_pad + 8);
 }

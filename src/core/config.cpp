@@ -350,8 +350,8 @@ Config config_parse(const std::string& text, const std::string& where) {
     Reader r(section(root, "drafter", where), "drafter", where, c);
     r.get("kind", d.kind);
     DF_CHECK(d.kind == "dflash" || d.kind == "domino" || d.kind == "dspark" || d.kind == "dflash2",
-             "%s: 'drafter.kind' = \"%s\" must be \"dflash\", \"domino\", \"dspark\" or \"dflash2\"", where.c_str(),
-             d.kind.c_str());
+             "%s: 'drafter.kind' = \"%s\" must be \"dflash\", \"domino\", \"dspark\" or \"dflash2\"",
+             where.c_str(), d.kind.c_str());
     r.get("layers", d.layers);
     r.get("heads", d.heads);
     r.get("kv_heads", d.kv_heads);

@@ -93,20 +93,23 @@ void drafter_config_validate(const DrafterConfig& c) {
 }
 
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
-  DF_CHECK(c.kind != DrafterKind::dflash2,
-           "drafter.kind = \"dflash2\": this build's training step on the %s backend has no dflash2 convolutions, "
-           "selector and loss yet (their CPU fp32 oracles are model/dflash2_conv.h and model/dflash2_selector.h; "
-           "the step and the CUDA ops are not built, on either backend); HINT: drafter.kind = \"dflash\"",
-           backend.c_str());
+  DF_CHECK(
+      c.kind != DrafterKind::dflash2,
+      "drafter.kind = \"dflash2\": this build's training step on the %s backend has no dflash2 convolutions, "
+      "selector and loss yet (their CPU fp32 oracles are model/dflash2_conv.h and model/dflash2_selector.h; "
+      "the step and the CUDA ops are not built, on either backend); HINT: drafter.kind = \"dflash\"",
+      backend.c_str());
   DF_CHECK(c.kind != DrafterKind::domino || backend == "cpu",
-           "drafter.kind = \"domino\": the %s backend has no domino head yet (its ops are built on the CPU backend "
+           "drafter.kind = \"domino\": the %s backend has no domino head yet (its ops are built on the CPU "
+           "backend "
            "only); HINT: drafter.device = \"cpu\", or drafter.kind = \"dflash\"",
            backend.c_str());
-  DF_CHECK(c.kind == DrafterKind::dflash || c.kind == DrafterKind::domino,
-           "drafter.kind = \"%s\": this build's training step on the %s backend has no %s head and loss yet (its "
-           "CPU fp32 oracle is model/%s_head.h; the step and the CUDA ops are not built); HINT: drafter.kind = "
-           "\"dflash\"",
-           drafter_kind_name(c.kind), backend.c_str(), drafter_kind_name(c.kind), drafter_kind_name(c.kind));
+  DF_CHECK(
+      c.kind == DrafterKind::dflash || c.kind == DrafterKind::domino,
+      "drafter.kind = \"%s\": this build's training step on the %s backend has no %s head and loss yet (its "
+      "CPU fp32 oracle is model/%s_head.h; the step and the CUDA ops are not built); HINT: drafter.kind = "
+      "\"dflash\"",
+      drafter_kind_name(c.kind), backend.c_str(), drafter_kind_name(c.kind), drafter_kind_name(c.kind));
 }
 
 DominoHeadDims domino_head_dims(const DrafterConfig& c) {

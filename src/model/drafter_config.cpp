@@ -235,8 +235,8 @@ const char* drafter_kind_name(DrafterKind k) {
 DrafterKind drafter_kind_parse(const std::string& name, const std::string& where) {
   for (DrafterKind k : {DrafterKind::dflash, DrafterKind::domino, DrafterKind::dspark, DrafterKind::dflash2})
     if (name == drafter_kind_name(k)) return k;
-  DF_FAIL("%s: drafter kind '%s' is not one this build knows (dflash, domino, dspark, dflash2)", where.c_str(),
-          name.c_str());
+  DF_FAIL("%s: drafter kind '%s' is not one this build knows (dflash, domino, dspark, dflash2)",
+          where.c_str(), name.c_str());
 }
 
 const char* drafter_markov_head_name(DrafterMarkovHead h) {
@@ -386,16 +386,17 @@ DrafterConfig drafter_config_from_hf_json(const json& j, const std::string& wher
   if (const auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     bool dflash = false;
     for (const json& a : *it) {
-      for (const char* name :
-           {"DFlashDraftModel", "DominoDraftModel", "DSparkDraftModel", "Qwen3DSparkModel", "DFlash2DraftModel"})
+      for (const char* name : {"DFlashDraftModel", "DominoDraftModel", "DSparkDraftModel", "Qwen3DSparkModel",
+                               "DFlash2DraftModel"})
         dflash |= a.is_string() && a.get<std::string>() == name;
       dflash2 |= a.is_string() && a.get<std::string>() == "DFlash2DraftModel";
     }
-    DF_CHECK(dflash,
-             "%s: architectures is %s, not DFlashDraftModel, DominoDraftModel, DSparkDraftModel, "
-             "Qwen3DSparkModel (SpecForge's exported DSpark) or DFlash2DraftModel; HINT: drafter.init_from names "
-             "a DFlash-family drafter folder (as `dflash_mpi export` writes), not the target model",
-             where.c_str(), it->dump().c_str());
+    DF_CHECK(
+        dflash,
+        "%s: architectures is %s, not DFlashDraftModel, DominoDraftModel, DSparkDraftModel, "
+        "Qwen3DSparkModel (SpecForge's exported DSpark) or DFlash2DraftModel; HINT: drafter.init_from names "
+        "a DFlash-family drafter folder (as `dflash_mpi export` writes), not the target model",
+        where.c_str(), it->dump().c_str());
   }
   // Sliding layer types are DFlash's own; the Qwen3 target parser refuses them, so it reads the rest. Its
   // config.json of what it read (defaults filled in, rope_theta in rope_parameters) gives the Qwen3 fields.

@@ -20,8 +20,10 @@ template <class T>
 void gru_cell(const DominoHeadTensors<const T>& w, int H, int G, const double* x, const double* hp, double* r,
               double* u, double* n, double* hn, double* h) {
   for (int g = 0; g < G; ++g) {
-    r[g] = head_sigmoid(head_dot(w.gru_ih + int64_t(g) * H, x, H) + head_dot(w.gru_hh + int64_t(g) * G, hp, G));
-    u[g] = head_sigmoid(head_dot(w.gru_ih + int64_t(G + g) * H, x, H) + head_dot(w.gru_hh + int64_t(G + g) * G, hp, G));
+    r[g] =
+        head_sigmoid(head_dot(w.gru_ih + int64_t(g) * H, x, H) + head_dot(w.gru_hh + int64_t(g) * G, hp, G));
+    u[g] = head_sigmoid(head_dot(w.gru_ih + int64_t(G + g) * H, x, H) +
+                        head_dot(w.gru_hh + int64_t(G + g) * G, hp, G));
     hn[g] = head_dot(w.gru_hh + int64_t(2 * G + g) * G, hp, G);
     n[g] = std::tanh(head_dot(w.gru_ih + int64_t(2 * G + g) * H, x, H) + r[g] * hn[g]);
     h[g] = (1.0 - u[g]) * n[g] + u[g] * hp[g];

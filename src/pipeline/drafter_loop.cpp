@@ -132,7 +132,8 @@ DrafterRun::DrafterRun(const TrainPlan& plan, const DistContext& ctx)
       model_(plan.drafter, *ops_),
       // Host-built batches (offline feature files, held-out data) are staged; the channel's land in its pool.
       mem_(*ops_, frozen_->embed, frozen_->lm_head,
-           plan.cfg.topology.offline || (owner_ && plan.cfg.eval.interval > 0) ? plan.cfg.data.token_budget : 0,
+           plan.cfg.topology.offline || (owner_ && plan.cfg.eval.interval > 0) ? plan.cfg.data.token_budget
+                                                                               : 0,
            feat_cols_, final_cols_),
       limits_(drafter_limits_from_run(plan.cfg)),
       optim_(optim_config(plan)),

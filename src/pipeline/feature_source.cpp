@@ -62,7 +62,8 @@ class FileFeatureReceiver final : public FeatureReceiver {
           const FeatureFileReader& rd = *readers_[at.file];
           const int64_t row = mb.offsets[i];
           rd.read_taps(taps, at.row + it.start, it.length, p.features.data() + row * cols, cols);
-          if (plan_.final_hidden) rd.read_final_norm(at.row + it.start, it.length, p.final_hidden.data() + row * H, H);
+          if (plan_.final_hidden)
+            rd.read_final_norm(at.row + it.start, it.length, p.final_hidden.data() + row * H, H);
         }
         p.offsets = std::move(mb.offsets);
         p.tokens = std::move(mb.tokens);

@@ -90,7 +90,8 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     o.want_final_norm = plan.final_hidden;
     for (int i = 0; i < k; ++i) o.taps.push_back(feats.cols_view(int64_t(i) * H, H));
     char* fin = slot + WireLayout::final_offset(T, feat_cols);
-    if (plan.final_hidden) o.final_norm = in_place ? tensor_make(fin, DType::bf16, where, T, H) : final_f32.rows_view(0, T);
+    if (plan.final_hidden)
+      o.final_norm = in_place ? tensor_make(fin, DType::bf16, where, T, H) : final_f32.rows_view(0, T);
     fwd.run(ids, seqs, o);
     // pipeline.test_target_delay_s, a test knob: a slower target whatever the machine (inside the busy time).
     if (plan.cfg.pipeline.test_target_delay_s > 0)

@@ -58,8 +58,10 @@ void check_feature_files(const TrainPlan& plan) {
       DF_CHECK(std::find(rd.layer_ids().begin(), rd.layer_ids().end(), l) != rd.layer_ids().end(),
                "%s: holds no tap of layer %d, which drafter.target_layer_ids needs; HINT: dflash_mpi extract "
                "--for-config %s", path.c_str(), l, cfg.path.c_str());
-    DF_CHECK(!plan.final_hidden || rd.has_final_norm(), "%s: this run's loss (soft-KL or DSpark) needs final_norm, which the file lacks; "
-             "HINT: dflash_mpi extract --for-config %s", path.c_str(), cfg.path.c_str());
+    DF_CHECK(!plan.final_hidden || rd.has_final_norm(),
+             "%s: this run's loss (soft-KL or DSpark) needs final_norm, which the file lacks; "
+             "HINT: dflash_mpi extract --for-config %s",
+             path.c_str(), cfg.path.c_str());
     if (!cfg.data.train.empty())
       DF_CHECK(token_data_fingerprint(token_file_read(cfg.data.train[i])) == rd.tokens_fingerprint(),
                "%s: its tokens are not those of data.train[%zu] = %s; HINT: extract from that file, or drop "

@@ -134,7 +134,8 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
   const double slot = double(WireLayout::bytes(T, int64_t(k) * int64_t(H), final_cols));
   add(dr, "batch staging bf16", staged ? kBf16 * double(T) * (k * H + double(final_cols)) : 0,
       staged ? strfmt("2 B x %lld tokens x (taps %.0f%s): host-built batches (%s)", (long long)T, k * H,
-                      final_hidden ? " + final hidden" : "", offline ? "offline features" : "eval.data on drafter 0")
+                      final_hidden ? " + final hidden" : "",
+                      offline ? "offline features" : "eval.data on drafter 0")
              : std::string("none: every batch comes off the feature channel"));
   add(dr, "receive slot bf16", offline ? 0 : slot,
       offline ? std::string("none: offline, no feature channel")
@@ -297,9 +298,10 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
   const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, final_hidden ? t.hidden : 0));
   add(tr, "send buffers", depth * slot,
-      strfmt("hs_queue_depth %d wire slots x %.4g B (taps%s, written by the forward in place; each with a pinned "
-             "host mirror of the same size on the MPI wire, none on NCCL)", depth, slot,
-             final_hidden ? ", final hidden" : ""));
+      strfmt("hs_queue_depth %d wire slots x %.4g B (taps%s, written by the forward in place; each with a "
+             "pinned "
+             "host mirror of the same size on the MPI wire, none on NCCL)",
+             depth, slot, final_hidden ? ", final hidden" : ""));
   add(tr, "CUDA context, NCCL, slack", kRuntimeReserve, "1 GiB reserve");
 
   // ---- drafter ----

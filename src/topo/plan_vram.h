@@ -41,9 +41,9 @@ struct VramPlan {
   int64_t anchors = 0;         // anchor blocks a drafter micro-batch samples (before the block-row cap)
   int64_t max_blocks = 0;      // blocks the drafter workspace is planned for (drafter_limits_from_run)
   double payload_bytes = 0;    // one target->drafter batch at the token budget (what crosses the wire)
-  // The target's weights alone; above the GPU no budget or queue depth helps, and target_too_big says why (the
-  // bytes, the GPU, what would help). refused: a setting the run refuses for this target (FP8 for an MoE target),
-  // which the verdict and plan_vram_check name.
+  // The target's weights alone; above the GPU no budget or queue depth helps, and target_too_big says why
+  // (the bytes, the GPU, what would help). refused: a setting the run refuses for this target (FP8 for an MoE
+  // target), which the verdict and plan_vram_check name.
   double target_weight_bytes = 0;
   std::string target_too_big;
   std::string refused;

@@ -46,10 +46,11 @@ std::vector<VramItem> plan_vram_moe_weights(const QwenConfig& t, const MoeParamC
 }
 
 std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T) {
-  // What moe_scratch_plan allocates: the routing and the CUDA launchers' workspace (kernels/moe/moe_workspace.h),
-  // whose grouped rows are every token's top-k copies of its input, padded to whole tiles per expert (dropless:
-  // the bound holds for every routing, all tokens on the same experts included), with their gate|up (the SwiGLU
-  // written over it) and the expert outputs over the inputs, plus the shared expert's.
+  // What moe_scratch_plan allocates: the routing and the CUDA launchers' workspace
+  // (kernels/moe/moe_workspace.h), whose grouped rows are every token's top-k copies of its input, padded to
+  // whole tiles per expert (dropless: the bound holds for every routing, all tokens on the same experts
+  // included), with their gate|up (the SwiGLU written over it) and the expert outputs over the inputs, plus
+  // the shared expert's.
   const double k = t.experts_per_tok;
   const MoeDims md{t.hidden,           t.num_experts,         t.experts_per_tok,
                    t.moe_intermediate, t.shared_intermediate, t.norm_topk_prob};
@@ -62,9 +63,10 @@ std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T) {
       {"MoE routing ids + weights [T,k]", (kI32 + kF32) * T * k,
        strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", (long long)T, k)},
       {"MoE expert workspace", double(moe_workspace_bytes(T, md)),
-       strfmt("%lld grouped rows (%lld tiles of %d) x 2 B x (input/output %d + gate|up %d)%s + sort and routing",
-              (long long)(tiles.tiles * tiles.rows), (long long)tiles.tiles, tiles.rows, t.hidden,
-              2 * t.moe_intermediate, shared.c_str())},
+       strfmt(
+           "%lld grouped rows (%lld tiles of %d) x 2 B x (input/output %d + gate|up %d)%s + sort and routing",
+           (long long)(tiles.tiles * tiles.rows), (long long)tiles.tiles, tiles.rows, t.hidden,
+           2 * t.moe_intermediate, shared.c_str())},
   };
 }
 

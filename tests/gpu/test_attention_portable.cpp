@@ -39,7 +39,7 @@ TEST_F(CudaOpsTest, AttentionPortable32KeyFormMatchesCpu) {
   const KernelVariants k64 = kernel_variants_with(
       kernel_variants_with(restore.saved, &KernelVariants::attention_portable_k32, false),
       &KernelVariants::attention_portable, true);
-  const std::vector<std::vector<int32_t>> batches = {
+  const std::vector<std::vector<int32_t> > batches = {
       {1}, {31, 32, 33, 1, 63, 64, 65, 95, 97, 127, 128, 129, 160}, {1000, 129}};
   for (const auto& lens : batches)
     for (Case c :

@@ -235,7 +235,8 @@ constexpr double kFp8PeerFactor = 16.0;
 TEST_P(GoldenExtractCuda, Fp8TapsWithin16xHfBf16Error) {
   const std::string model = GetParam();
   if (golden_is_moe(model))
-    GTEST_SKIP() << model << ": a mixture-of-experts target, which target.dtype = \"fp8\" refuses (issue 51: the "
+    GTEST_SKIP() << model
+                 << ": a mixture-of-experts target, which target.dtype = \"fp8\" refuses (issue 51: the "
                  << "experts have no FP8 path yet)";
   ScratchDir tmp("cuda_fp8_" + model);
   const fs::path dir = fs::path(DF_TEST_DATA) / model, out = tmp.path / "out.h5", log = tmp.path / "extract.log";

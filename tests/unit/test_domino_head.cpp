@@ -77,8 +77,8 @@ void expect_fd_gradients(const DominoHeadDims& d) {
   for (const Param& p : params) {
     const df::testing::FdError e = fd_check(*p.value, *p.grad, [&] { return b.loss(); });
     EXPECT_GT(e.ref2, 1e-8) << p.name << ": the loss must depend on it";
-    EXPECT_LE(e.rel_rms, 1e-6)
-        << p.name << " (prefix " << d.pure_draft_prefix_len << ", shift_label " << d.shift_label << ")";
+    EXPECT_LE(e.rel_rms, 1e-6) << p.name << " (prefix " << d.pure_draft_prefix_len << ", shift_label "
+                               << d.shift_label << ")";
   }
 }
 

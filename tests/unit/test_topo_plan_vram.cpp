@@ -143,9 +143,9 @@ TEST(PlanVram, KlRunsEveryLayerAndShipsFinalHidden) {
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 256 + 256 + 256 + 1536 + 1536 + 768);
 }
 
-// A DSpark drafter reads the target's final hidden (its L1 term, its confidence target): the target runs every
-// layer and the final norm and ships [T, H] more, as for the soft KL; its head's tensors join the drafter's
-// parameters. With neither term on, nothing more travels.
+// A DSpark drafter reads the target's final hidden (its L1 term, its confidence target): the target runs
+// every layer and the final norm and ships [T, H] more, as for the soft KL; its head's tensors join the
+// drafter's parameters. With neither term on, nothing more travels.
 TEST(PlanVram, DSparkShipsFinalHiddenAndCountsItsHead) {
   const auto dspark = [](const std::string& drafter, const std::string& train) {
     std::string toml = tiny_toml(train);
@@ -160,8 +160,8 @@ TEST(PlanVram, DSparkShipsFinalHiddenAndCountsItsHead) {
   // The backbone's 648 + W1, W2 2·32·3 + gate_proj 3·(8+3) + 3 + confidence (8+3) + 1.
   EXPECT_EQ(p.drafter_params, 648 + 192 + 33 + 3 + 11 + 1);
   // Only CE weighed and no confidence head: the target stops after the last tap and sends the taps alone.
-  p = plan_vram_compute(dspark("enable_confidence_head = false\n", "dspark_l1_loss_alpha = 0.0\n"), tiny_target(),
-                        80 * kGiB, "test", {1, 0, 2048});
+  p = plan_vram_compute(dspark("enable_confidence_head = false\n", "dspark_l1_loss_alpha = 0.0\n"),
+                        tiny_target(), 80 * kGiB, "test", {1, 0, 2048});
   EXPECT_EQ(p.target_layers_run, 2);
   EXPECT_DOUBLE_EQ(p.payload_bytes, 10.0 * (4 + 1 + 2 * 16));
 }
@@ -355,10 +355,10 @@ HandCount hand_count_q35_moe(const QwenConfig& t, int layers) {
 
 }  // namespace
 
-// The Qwen3.6-35B-A3B recipe on its target (tests/fixtures/models/qwen3.6-35b-a3b: the published config.json's
-// values in the multimodal layout, as public loaders pin them; the 122B-A10B's likewise) at its 32K-token budget:
-// every MoE line against the hand counts above. Its taps end at layer 37, so 38 of the 40 layers run. Target
-// 67.82 GiB: it fits an 80 GiB GPU in bf16.
+// The Qwen3.6-35B-A3B recipe on its target (tests/fixtures/models/qwen3.6-35b-a3b: the published
+// config.json's values in the multimodal layout, as public loaders pin them; the 122B-A10B's likewise) at its
+// 32K-token budget: every MoE line against the hand counts above. Its taps end at layer 37, so 38 of the 40
+// layers run. Target 67.82 GiB: it fits an 80 GiB GPU in bf16.
 TEST(PlanVram, Qwen36_35B_A3B_RecipeCountsByHand) {
   Config cfg = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-35b-a3b.toml");
   const QwenConfig t = load_fixture("qwen3.6-35b-a3b");
@@ -375,10 +375,11 @@ TEST(PlanVram, Qwen36_35B_A3B_RecipeCountsByHand) {
   EXPECT_DOUBLE_EQ(item(p.target, "MoE router + shared expert bf16"), 2 * c.router_shared);
   EXPECT_DOUBLE_EQ(item(p.target, "MoE routed experts bf16"), 2.0 * 38 * 256 * 3 * 2048 * 512);  // 57 GiB
   EXPECT_DOUBLE_EQ(item(p.target, "MoE routing ids + weights [T,k]"), 8 * T * k);
-  // The grouped rows (every token's top-k copies: input/output H and gate|up 2I, bf16) and the shared expert's
-  // are the workspace's bulk; the per-expert tile padding adds at most one 128-row tile an expert, the sort and
-  // routing buffers a few MiB.
-  const double ws = item(p.target, "MoE expert workspace"), rows = 2 * T * k * (H + 2 * I) + 2 * T * (2 * Is + H);
+  // The grouped rows (every token's top-k copies: input/output H and gate|up 2I, bf16) and the shared
+  // expert's are the workspace's bulk; the per-expert tile padding adds at most one 128-row tile an expert,
+  // the sort and routing buffers a few MiB.
+  const double ws = item(p.target, "MoE expert workspace"),
+               rows = 2 * T * k * (H + 2 * I) + 2 * T * (2 * Is + H);
   EXPECT_GE(ws, rows);
   EXPECT_LE(ws, rows + 2 * E * 128 * (H + 2 * I) + 64.0 * 1024 * 1024);
   EXPECT_DOUBLE_EQ(item(p.target, "MLP intermediate [T,I] bf16"), 0);  // no dense MLP layer

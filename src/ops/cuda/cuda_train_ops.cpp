@@ -337,8 +337,9 @@ void CudaTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, cons
 // before it allocates anything (model/drafter.h drafter_check_kind_trainable); these say the same if reached.
 namespace {
 [[noreturn]] void refuse_domino() {
-  DF_FAIL("drafter.kind = \"domino\": the CUDA backend has no Domino head op yet; HINT: drafter.device = "
-          "\"cpu\"");
+  DF_FAIL(
+      "drafter.kind = \"domino\": the CUDA backend has no Domino head op yet; HINT: drafter.device = "
+      "\"cpu\"");
 }
 }  // namespace
 
