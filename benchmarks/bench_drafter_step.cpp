@@ -28,6 +28,7 @@
 #ifdef DF_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/primitives/cuda_check.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_train_ops.h"
@@ -321,6 +322,7 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
     DF_CUDA_CHECK(cudaSetDevice(0));
     DF_CUDA_CHECK(cudaFree(nullptr));  // the context exists before the first count
     DF_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    std::printf("device: %s\n", device_caps_summary(device_caps()).c_str());
   }
 #endif
   std::unique_ptr<TrainOps> backend = train_ops_create(o.device, 0);

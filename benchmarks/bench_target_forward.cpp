@@ -29,6 +29,7 @@
 #include "benchmarks/target_configs.h"
 #include "core/arena.h"
 #include "core/strfmt.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/moe/moe.cuh"
 #include "kernels/primitives/cuda_check.cuh"
@@ -415,6 +416,7 @@ bool check_against_cpu(const QwenConfig& cfg, const TargetModel& gpu_model, Ops&
 bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool fp8) {
   std::printf("\n=== %s (%s): %s ===\n", label, fp8 ? "FP8" : "bf16", qwen_config_summary(cfg).c_str());
   CudaOps gpu(0);
+  std::printf("device: %s\n", device_caps_summary(device_caps()).c_str());
   const int64_t T = int64_t(kSeqs) * kSeqLen;
   // Timed before the model is drawn, while its weights do not yet take the memory.
   const ExpertGemms experts = cfg.is_moe() && !fp8 ? time_expert_gemms(cfg, T, gpu) : ExpertGemms{};
@@ -543,7 +545,8 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
   // The line run_target_forward.sh reads.
   nlohmann::json line = {{"model", key},          {"tok_s", tok_s},  {"seconds", ms * 1e-3},
                          {"tflops", tflops},      {"tokens", T},     {"used_gib", gib(total - free1)},
-                         {"result_check", "ok"},  {"dtype", fp8 ? "fp8" : "bf16"}};
+                         {"result_check", "ok"},  {"dtype", fp8 ? "fp8" : "bf16"},
+                         {"gpu_profile", device_caps().profile}};
   std::printf("%s\n", line.dump().c_str());
   return true;
 }
