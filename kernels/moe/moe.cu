@@ -74,8 +74,8 @@ __global__ void moe_hist_kernel(const int32_t* ids, int64_t ld_ids, int64_t T, i
 
 // One block: per expert the exclusive prefix of hist over chunks (in place) and its padded row range start[e]
 // .. start[e + 1], then the two grouped GEMMs' addresses per tile (a1 nullptr: none, the FP8 path) and each
-// tile's expert (tile_expert nullptr: none). Tile i covers rows [i·rows, (i+1)·rows) of xs and gu; a tile past
-// the last real one reads tile 0's rows with expert 0's weights and writes its own rows.
+// tile's expert (tile_expert nullptr: none). Tile i covers rows [i·rows, (i+1)·rows) of xs and gu; a tile
+// past the last real one reads tile 0's rows with expert 0's weights and writes its own rows.
 __global__ void moe_plan_kernel(int32_t* hist, int64_t chunks, int E, int rows, int64_t tiles, int32_t* start,
                                 const bf16* xs, bf16* gu, bf16* ys, const bf16* gate_up, const bf16* down,
                                 int64_t H, int I, const void** a1, const void** w1, void** c1,
@@ -282,8 +282,8 @@ static void moe_fp8_quantize(bf16* x, int64_t ldx, uint8_t* q, float* scale, int
 
 // The SwiGLU of gate | up rows gu [rows, 2·inter] into FP8 codes and scales: per token straight from gate and
 // up (swiglu_fp8_launch), per 128 columns through the bf16 SwiGLU written over the gate half.
-static void moe_fp8_swiglu(bf16* gu, int64_t rows, int64_t inter, const int32_t* used, uint8_t* q, float* scale,
-                           int group, cudaStream_t stream) {
+static void moe_fp8_swiglu(bf16* gu, int64_t rows, int64_t inter, const int32_t* used, uint8_t* q,
+                           float* scale, int group, cudaStream_t stream) {
   if (group > 0) {
     const unsigned cols = unsigned(std::min<int64_t>((inter + 127) / 128, 65535));
     moe_swiglu_kernel<<<dim3(cols, row_grid(rows)), 128, 0, stream>>>(gu, 2 * inter, rows, int(inter), used);
@@ -297,15 +297,16 @@ static void moe_fp8_swiglu(bf16* gu, int64_t rows, int64_t inter, const int32_t*
 void moe_experts_launch(GemmContext* gemm, const bf16* x, int64_t ldx, const int32_t* ids, int64_t ld_ids,
                         const float* weights, int64_t ld_w, const void* gate_up_v, const void* down_v,
                         const void* shared_gate_up_v, const void* shared_down_v, const bf16* shared_gate,
-                        const MoeFp8Scales& scales, bf16* out, int64_t ldo, int64_t T, const MoeDims& d, void* ws,
-                        size_t ws_bytes, cudaStream_t stream) {
+                        const MoeFp8Scales& scales, bf16* out, int64_t ldo, int64_t T, const MoeDims& d,
+                        void* ws, size_t ws_bytes, cudaStream_t stream) {
   if (T == 0) return;
   const MoeExpertsLayout l = moe_experts_layout(T, d);
   DF_CHECK(ws && ws_bytes >= l.bytes, "moe_experts: workspace of %zu bytes, %zu needed for %lld tokens",
            ws ? ws_bytes : size_t(0), l.bytes, (long long)T);
   DF_CHECK(size_t(d.E + 1) * sizeof(int32_t) <= 48 * 1024 && l.R < INT32_MAX,
            "moe_experts: %d experts or %lld grouped rows exceed the kernels' limits", d.E, (long long)l.R);
-  DF_CHECK(!d.fp8 || (scales.gate_up && scales.down && (d.Is == 0 || (scales.shared_gate_up && scales.shared_down))),
+  DF_CHECK(!d.fp8 || (scales.gate_up && scales.down &&
+                      (d.Is == 0 || (scales.shared_gate_up && scales.shared_down))),
            "moe_experts: FP8 experts need the scales of every expert weight");
   char* base = static_cast<char*>(ws);
   auto* hist = reinterpret_cast<int32_t*>(base + l.hist);
@@ -338,8 +339,8 @@ void moe_experts_launch(GemmContext* gemm, const bf16* x, int64_t ldx, const int
   // Counting sort of the pairs by expert, tokens in order within an expert.
   moe_hist_kernel<<<unsigned(l.chunks), 256, esmem, stream>>>(ids, ld_ids, T, d.k, d.E, hist);
   DF_CUDA_CHECK_LAUNCH("moe_hist_kernel");
-  moe_plan_kernel<<<1, 256, esmem, stream>>>(hist, l.chunks, d.E, int(rows), tiles, start, xs, gu, xs, gate_up,
-                                             down, H, int(I), a1, w1, c1, a2, w2, c2, tile_expert);
+  moe_plan_kernel<<<1, 256, esmem, stream>>>(hist, l.chunks, d.E, int(rows), tiles, start, xs, gu, xs,
+                                             gate_up, down, H, int(I), a1, w1, c1, a2, w2, c2, tile_expert);
   DF_CUDA_CHECK_LAUNCH("moe_plan_kernel");
   DF_CUDA_CHECK(cudaMemsetAsync(row_token, 0xff, size_t(l.R) * sizeof(int32_t), stream));
   moe_place_kernel<<<unsigned(l.chunks), 32, esmem, stream>>>(ids, ld_ids, T, d.k, d.E, hist, start,
@@ -356,8 +357,8 @@ void moe_experts_launch(GemmContext* gemm, const bf16* x, int64_t ldx, const int
 
   bf16* sy = nullptr;
   if (d.fp8) {
-    // The grouped rows' codes (rows past start[E] are quantised too, never read), the two grouped FP8 GEMMs with
-    // the SwiGLU's codes between them; the down projections land over xs as in the bf16 path.
+    // The grouped rows' codes (rows past start[E] are quantised too, never read), the two grouped FP8 GEMMs
+    // with the SwiGLU's codes between them; the down projections land over xs as in the bf16 path.
     auto* xq = reinterpret_cast<uint8_t*>(base + l.xq);
     auto* xq_scale = reinterpret_cast<float*>(base + l.xq_scale);
     auto* aq = reinterpret_cast<uint8_t*>(base + l.aq);
@@ -375,8 +376,9 @@ void moe_experts_launch(GemmContext* gemm, const bf16* x, int64_t ldx, const int
       auto* sgu = reinterpret_cast<bf16*>(base + l.sgu);
       sy = reinterpret_cast<bf16*>(base + l.sy);
       moe_fp8_quantize(const_cast<bf16*>(x), ldx, xq, xq_scale, T, H, d.fp8_group, stream);
-      moe_fp8_gemm_launch(xq, xq_scale, T, static_cast<const uint8_t*>(shared_gate_up_v), scales.shared_gate_up,
-                          d.fp8_group, nullptr, nullptr, 64, stiles, sgu, 2 * Is, 2 * Is, H, stream);
+      moe_fp8_gemm_launch(xq, xq_scale, T, static_cast<const uint8_t*>(shared_gate_up_v),
+                          scales.shared_gate_up, d.fp8_group, nullptr, nullptr, 64, stiles, sgu, 2 * Is,
+                          2 * Is, H, stream);
       moe_fp8_swiglu(sgu, T, Is, nullptr, aq, aq_scale, d.fp8_group, stream);
       moe_fp8_gemm_launch(aq, aq_scale, T, static_cast<const uint8_t*>(shared_down_v), scales.shared_down,
                           d.fp8_group, nullptr, nullptr, 64, stiles, sy, H, H, Is, stream);

@@ -1,10 +1,10 @@
 // The FP8 experts' grouped GEMM (moe.cuh moe_fp8_gemm_launch). cuBLASLt's pointer-array batch takes one scale
-// pointer per matrix for the whole batch, so a batch whose tiles belong to different experts cannot carry each
-// expert's block scales, and per-expert block-scaled calls need each expert's row count on the host (a stream
-// sync per layer). So this is an own kernel over the same tile plan as the bf16 path: every block reads its
-// tile's expert on the device, multiplies e4m3 codes with mma.sync m16n8k32 (sm_89 and later) in fp32, and
-// applies the scales to each 128-column K group's partial sum (block scales) or once at the end (per-token
-// and per-channel scales), as the block-scaled GEMMs of DeepSeek-style FP8 inference do.
+// pointer per matrix for the whole batch, so a batch whose tiles belong to different experts cannot carry
+// each expert's block scales, and per-expert block-scaled calls need each expert's row count on the host (a
+// stream sync per layer). So this is an own kernel over the same tile plan as the bf16 path: every block
+// reads its tile's expert on the device, multiplies e4m3 codes with mma.sync m16n8k32 (sm_89 and later) in
+// fp32, and applies the scales to each 128-column K group's partial sum (block scales) or once at the end
+// (per-token and per-channel scales), as the block-scaled GEMMs of DeepSeek-style FP8 inference do.
 #include <cuda_bf16.h>
 
 #include "core/fp8.h"
@@ -15,14 +15,14 @@ namespace df {
 
 namespace {
 
-constexpr int kTileM = 64;       // rows a block computes (four warps of 16)
-constexpr int kTileN = 64;       // columns a block computes (eight mma n-tiles of 8 per warp)
-constexpr int kChunkK = 128;     // K staged in shared memory at once: one scale group
+constexpr int kTileM = 64;               // rows a block computes (four warps of 16)
+constexpr int kTileN = 64;               // columns a block computes (eight mma n-tiles of 8 per warp)
+constexpr int kChunkK = 128;             // K staged in shared memory at once: one scale group
 constexpr int kRowBytes = kChunkK + 16;  // padded shared-memory row: fragment loads hit 32 distinct banks
 constexpr int kThreads = 128;
 
-// d += a · b for one m16n8k32 e4m3 tile (fp32 accumulation). a: four registers of four codes (rows g and g + 8,
-// K columns tig·4.. and 16 + tig·4..); b: two registers (column g, the same K columns).
+// d += a · b for one m16n8k32 e4m3 tile (fp32 accumulation). a: four registers of four codes (rows g and g +
+// 8, K columns tig·4.. and 16 + tig·4..); b: two registers (column g, the same K columns).
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   asm volatile(
@@ -88,7 +88,8 @@ __global__ void __launch_bounds__(kThreads)
           for (int q = 0; q < 4; ++q) {
             const int64_t r = r0 + warp * 16 + g + (q >= 2 ? 8 : 0), n = n0 + j * 8 + tig * 2 + (q & 1);
             if (r < m_end && n < N) {
-              const float s = sa[fp8_group_scale_index(r, kc, m_total, groups)] * sw[((e * N + n) / 128) * ld_sw + kc];
+              const float s =
+                  sa[fp8_group_scale_index(r, kc, m_total, groups)] * sw[((e * N + n) / 128) * ld_sw + kc];
               acc[j][q] += part[j][q] * s;
             }
             part[j][q] = 0.0f;
@@ -111,12 +112,14 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void moe_fp8_gemm_launch(const uint8_t* a, const float* sa, int64_t m_total, const uint8_t* w, const float* sw,
-                         int group, const int32_t* tile_expert, const int32_t* used, int rows, int64_t tiles,
-                         __nv_bfloat16* c, int64_t ldc, int64_t N, int64_t K, cudaStream_t stream) {
+void moe_fp8_gemm_launch(const uint8_t* a, const float* sa, int64_t m_total, const uint8_t* w,
+                         const float* sw, int group, const int32_t* tile_expert, const int32_t* used,
+                         int rows, int64_t tiles, __nv_bfloat16* c, int64_t ldc, int64_t N, int64_t K,
+                         cudaStream_t stream) {
   if (tiles == 0 || N == 0) return;
-  DF_CHECK(K % 16 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0,
-           "moe_fp8_gemm: K %lld must be a multiple of 16 and the codes 16-byte aligned", (long long)K);
+  DF_CHECK(
+      K % 16 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0,
+      "moe_fp8_gemm: K %lld must be a multiple of 16 and the codes 16-byte aligned", (long long)K);
   DF_CHECK(group == 0 || (group == 128 && N % 128 == 0),
            "moe_fp8_gemm: group %d with N %lld: block scales need whole 128-row blocks per expert", group,
            (long long)N);
@@ -126,16 +129,19 @@ void moe_fp8_gemm_launch(const uint8_t* a, const float* sa, int64_t m_total, con
   DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   DF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   DF_CHECK(major * 10 + minor >= 89,
-           "moe_fp8_gemm: FP8 experts need e4m3 tensor cores (compute capability 8.9 or later), this GPU is %d.%d; "
+           "moe_fp8_gemm: FP8 experts need e4m3 tensor cores (compute capability 8.9 or later), this GPU is "
+           "%d.%d; "
            "HINT: target.dtype = \"bf16\"",
            major, minor);
   const int subs = rows > kTileM ? rows / kTileM : 1;
   const int64_t col_blocks = (N + kTileN - 1) / kTileN;
-  DF_CHECK(col_blocks <= 65535 && tiles * subs < INT32_MAX, "moe_fp8_gemm: %lld x %lld blocks exceed the grid",
-           (long long)(tiles * subs), (long long)col_blocks);
+  DF_CHECK(col_blocks <= 65535 && tiles * subs < INT32_MAX,
+           "moe_fp8_gemm: %lld x %lld blocks exceed the grid", (long long)(tiles * subs),
+           (long long)col_blocks);
   const dim3 grid(unsigned(tiles * subs), unsigned(col_blocks));
-  moe_fp8_gemm_kernel<<<grid, kThreads, 0, stream>>>(a, sa, m_total, w, sw, fp8_block_scale_ld(K), group == 128,
-                                                     tile_expert, used, rows, subs, c, ldc, N, K);
+  moe_fp8_gemm_kernel<<<grid, kThreads, 0, stream>>>(a, sa, m_total, w, sw, fp8_block_scale_ld(K),
+                                                     group == 128, tile_expert, used, rows, subs, c, ldc, N,
+                                                     K);
   DF_CUDA_CHECK_LAUNCH("moe_fp8_gemm_kernel");
 }
 

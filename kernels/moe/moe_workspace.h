@@ -24,12 +24,12 @@ struct MoeDims {
   int I = 0;            // a routed expert's SwiGLU width
   int Is = 0;           // the shared expert's width, 0 without one
   bool renorm = false;  // the top-k probabilities divided by their sum
-  bool fp8 = false;     // FP8 experts: e4m3 codes with scales (ops.h MoeWeights), inputs quantised per token ...
-  int fp8_group = 0;    // ... (0) or per token per 128 columns (128)
+  bool fp8 = false;  // FP8 experts: e4m3 codes with scales (ops.h MoeWeights), inputs quantised per token ...
+  int fp8_group = 0;  // ... (0) or per token per 128 columns (128)
 };
 
-// The input scales the FP8 experts' GEMMs read for `rows` rows of `cols` columns: one per row (fp8_group 0) or
-// one per row per 128 columns laid out as core/fp8.h fp8_group_scale_index says.
+// The input scales the FP8 experts' GEMMs read for `rows` rows of `cols` columns: one per row (fp8_group 0)
+// or one per row per 128 columns laid out as core/fp8.h fp8_group_scale_index says.
 inline int64_t moe_fp8_scales(int64_t rows, int64_t cols, int fp8_group) {
   return fp8_group > 0 ? fp8_group_scales_size(rows, (cols + fp8_group - 1) / fp8_group) : rows;
 }
@@ -86,9 +86,9 @@ inline MoeRouteLayout moe_route_layout(int64_t T, const MoeDims& d) {
 // grouped row (−1: padding); pair_row i32 [T, k]: the grouped row of each pair (−1: skipped id); ptrs: the
 // six pointer arrays of the two grouped GEMMs; xs bf16 [R, H]: gathered rows, then the down projections'
 // outputs; gu bf16 [R, 2I]: gate | up, the SwiGLU written over the gate half; sgu bf16 [T, 2·Is] and sy bf16
-// [T, H]: the shared expert's. FP8 experts (d.fp8) instead of ptrs: tile_expert i32 [tiles], each tile's expert;
-// xq u8 / xq_scale f32: the codes and scales of the grouped rows (then of x, for the shared expert); aq /
-// aq_scale: those of the SwiGLU outputs, routed then shared.
+// [T, H]: the shared expert's. FP8 experts (d.fp8) instead of ptrs: tile_expert i32 [tiles], each tile's
+// expert; xq u8 / xq_scale f32: the codes and scales of the grouped rows (then of x, for the shared expert);
+// aq / aq_scale: those of the SwiGLU outputs, routed then shared.
 struct MoeExpertsLayout {
   MoeTiles tiles;
   int64_t chunks = 0, R = 0;
@@ -113,8 +113,9 @@ inline MoeExpertsLayout moe_experts_layout(int64_t T, const MoeDims& d) {
     l.xq = c.take(size_t(l.R) * size_t(d.H));
     l.xq_scale = c.take(size_t(moe_fp8_scales(l.R, d.H, d.fp8_group)) * sizeof(float));
     l.aq = c.take(size_t(std::max(l.R * d.I, T_s * d.Is)));
-    l.aq_scale = c.take(size_t(std::max(moe_fp8_scales(l.R, d.I, d.fp8_group), moe_fp8_scales(T_s, d.Is, d.fp8_group))) *
-                        sizeof(float));
+    l.aq_scale = c.take(
+        size_t(std::max(moe_fp8_scales(l.R, d.I, d.fp8_group), moe_fp8_scales(T_s, d.Is, d.fp8_group))) *
+        sizeof(float));
   } else {
     l.ptrs = c.take(6 * size_t(l.tiles.tiles) * sizeof(void*));
   }

@@ -39,10 +39,11 @@ const uint8_t* fp8_block_codes(const SafetensorsIndex& st, const StTensor& q, in
            q.file.c_str(), dtype_name(q.dtype));
   DF_CHECK(block_n > 0 && block_k > 0, "fp8_dequantize: tensor '%s': block size %dx%d must be positive",
            q.name.c_str(), block_n, block_k);
-  DF_CHECK(q.shape.size() == 2 || q.shape.size() == 3,
-           "%s: tensor '%s' is F8_E4M3 with shape %s; block-scaled FP8 is only read for 2-D weights and the 3-D "
-           "fused experts; HINT: this tensor must be stored in bf16 (re-download or re-quantise the checkpoint)",
-           q.file.c_str(), q.name.c_str(), st_shape_text(q.shape).c_str());
+  DF_CHECK(
+      q.shape.size() == 2 || q.shape.size() == 3,
+      "%s: tensor '%s' is F8_E4M3 with shape %s; block-scaled FP8 is only read for 2-D weights and the 3-D "
+      "fused experts; HINT: this tensor must be stored in bf16 (re-download or re-quantise the checkpoint)",
+      q.file.c_str(), q.name.c_str(), st_shape_text(q.shape).c_str());
   const bool stacked = q.shape.size() == 3;  // [E, N, K]: E matrices, each in its own blocks
   const int64_t mats = stacked ? q.shape[0] : 1, N = q.shape[stacked ? 1 : 0], K = q.shape.back();
   std::vector<int64_t> want = fp8_scale_shape(N, K, block_n, block_k);
@@ -79,7 +80,8 @@ void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, 
   std::vector<float> scale;
   const uint8_t* codes = fp8_block_codes(st, q, block_n, block_k, scale);
   const bool stacked = q.shape.size() == 3;
-  const int64_t N = q.shape[stacked ? 1 : 0], K = q.shape.back(), kb = ceil_div(K, block_k), nb = ceil_div(N, block_n);
+  const int64_t N = q.shape[stacked ? 1 : 0], K = q.shape.back(), kb = ceil_div(K, block_k),
+                nb = ceil_div(N, block_n);
   const int64_t rows = (stacked ? q.shape[0] : 1) * N;
   std::array<float, 256> lut;
   for (int c = 0; c < 256; ++c) lut[c] = e4m3_to_f32(static_cast<uint8_t>(c));
@@ -119,11 +121,18 @@ bool fp8_quantized_weight(const std::string& name) {
   // The MLP's projections: the dense mlp.*_proj, every routed expert's (mlp.experts.{e}.*_proj.weight, or the
   // fused mlp.experts.gate_up_proj / down_proj) and the shared expert's; the router mlp.gate and the
   // shared_expert_gate are not among them.
-  static const char* suffixes[] = {
-      "self_attn.q_proj.weight",     "self_attn.k_proj.weight",        "self_attn.v_proj.weight",
-      "self_attn.o_proj.weight",     "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight",
-      "linear_attn.out_proj.weight", ".gate_proj.weight",              ".up_proj.weight",
-      ".down_proj.weight",           "mlp.experts.gate_up_proj",       "mlp.experts.down_proj"};
+  static const char* suffixes[] = {"self_attn.q_proj.weight",
+                                   "self_attn.k_proj.weight",
+                                   "self_attn.v_proj.weight",
+                                   "self_attn.o_proj.weight",
+                                   "linear_attn.in_proj_qkv.weight",
+                                   "linear_attn.in_proj_z.weight",
+                                   "linear_attn.out_proj.weight",
+                                   ".gate_proj.weight",
+                                   ".up_proj.weight",
+                                   ".down_proj.weight",
+                                   "mlp.experts.gate_up_proj",
+                                   "mlp.experts.down_proj"};
   return std::any_of(std::begin(suffixes), std::end(suffixes),
                      [&](const char* s) { return ends_with(name, s); });
 }

@@ -7,8 +7,9 @@ namespace df {
 
 MoeShape target_moe_shape(const TargetModel& m) {
   const QwenConfig& c = m.cfg;
-  return MoeShape{c.num_experts,         c.experts_per_tok, c.moe_intermediate, c.shared_intermediate,
-                  c.norm_topk_prob,      c.hidden,          m.fp8,              int(m.fp8_group)};
+  return MoeShape{
+      c.num_experts, c.experts_per_tok, c.moe_intermediate, c.shared_intermediate, c.norm_topk_prob, c.hidden,
+      m.fp8,         int(m.fp8_group)};
 }
 
 void target_moe_layout(const TargetModel& m, TargetLayer& L, Arena& a, DType act) {

@@ -16,9 +16,9 @@ namespace df {
 // The layer shape the MoE ops take, from the model's config and FP8 mode (MoeShape::fp8).
 MoeShape target_moe_shape(const TargetModel& m);
 
-// Carves one MoE layer's router and experts out of the model's arena: the router and the shared expert's gate in
-// act dtype; the expert projections in act dtype, or, where the model holds FP8 codes (TargetModel::fp8_codes),
-// as e4m3 codes with their scales (ops.h MoeWeights).
+// Carves one MoE layer's router and experts out of the model's arena: the router and the shared expert's gate
+// in act dtype; the expert projections in act dtype, or, where the model holds FP8 codes
+// (TargetModel::fp8_codes), as e4m3 codes with their scales (ops.h MoeWeights).
 void target_moe_layout(const TargetModel& m, TargetLayer& L, Arena& a, DType act);
 
 // The expert projections of an MoE layer with their scales (empty unless FP8 codes), named for messages.
@@ -32,8 +32,8 @@ std::vector<MoeProjection> target_moe_projections(const TargetLayer& L);
 // Fills dst with the checkpoint tensor `name` of Hugging Face shape `shape` (the loader's weight source).
 using MoeTensorFill = std::function<void(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape)>;
 // Fills rows [r0, r0 + n) of expert projection w (scales s) with the checkpoint tensor `name` of Hugging Face
-// shape `shape` (2-D, or the fused [E, rows, cols] of all experts): the loader's projection path, which quantises
-// or keeps a checkpoint's FP8 blocks as the model's dtype wants.
+// shape `shape` (2-D, or the fused [E, rows, cols] of all experts): the loader's projection path, which
+// quantises or keeps a checkpoint's FP8 blocks as the model's dtype wants.
 using MoeProjFill = std::function<void(const Tensor& w, const Tensor& s, int64_t r0, int64_t n,
                                        const std::string& name, const std::vector<int64_t>& shape)>;
 // Fills one MoE layer whose tensors are named under `mp` ("model.layers.3.mlp."): fused_experts reads the experts

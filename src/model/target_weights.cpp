@@ -112,11 +112,12 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
   };
   // Rows [r0, r0 + n) of projection w (scales s) from HF tensor `name` of HF shape `shape` ({n, w.cols} when
   // empty; the MoE experts' fused tensors are 3-D); q_gate: the gated q_proj's regrouping.
-  auto proj_as = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name, bool q_gate,
-                     std::vector<int64_t> shape) {
+  auto proj_as = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name,
+                     bool q_gate, std::vector<int64_t> shape) {
     if (shape.empty()) shape = {n, w.cols};
     if (m.fp8_codes && m.fp8_group > 0) {  // rows in whole blocks: fp8_check_blocks
-      src.fill_fp8_blocks(w.rows_view(r0, n), s.rows_view(r0 / 128, n / 128), name, shape, q_gate ? c.head_dim : 0);
+      src.fill_fp8_blocks(w.rows_view(r0, n), s.rows_view(r0 / 128, n / 128), name, shape,
+                          q_gate ? c.head_dim : 0);
       return;
     }
     const Tensor dst = m.fp8_codes ? Tensor{staging.data, staging.dtype, staging.device, n, w.cols, w.cols}
@@ -127,9 +128,8 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
       src.fill(dst, name, shape);
     if (m.fp8_codes) m.ops->fp8_quantize_rows(dst, w.rows_view(r0, n), s.cols_view(r0, n), false);
   };
-  auto proj = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name, bool q_gate) {
-    proj_as(w, s, r0, n, name, q_gate, {});
-  };
+  auto proj = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name,
+                  bool q_gate) { proj_as(w, s, r0, n, name, q_gate, {}); };
   whole(m.embed, p + "embed_tokens.weight", {c.vocab, H});
   whole(m.final_norm, p + "norm.weight", {H});
   if (!m.lm_head.empty() && !c.tie_word_embeddings) whole(m.lm_head, "lm_head.weight", {c.vocab, H});
@@ -204,11 +204,13 @@ void fp8_check_shapes(const TargetModel& m) {
                l, names[i], ws[i]->shape_str().c_str(), (long long)ws[i]->cols, (long long)rows);
     }
     for (const MoeProjection& p : target_moe_projections(L))
-      DF_CHECK(p.w->empty() || (p.w->cols % 16 == 0 && p.w->rows % 16 == 0),
-               "target.dtype = \"fp8\": layer %zu %s %s: the FP8 expert GEMMs need its %lld inputs and %lld rows "
-               "to be multiples of 16 (moe_intermediate_size, shared_expert_intermediate_size, hidden_size); HINT: "
-               "target.dtype = \"bf16\" for this model",
-               l, p.name, p.w->shape_str().c_str(), (long long)p.w->cols, (long long)p.w->rows);
+      DF_CHECK(
+          p.w->empty() || (p.w->cols % 16 == 0 && p.w->rows % 16 == 0),
+          "target.dtype = \"fp8\": layer %zu %s %s: the FP8 expert GEMMs need its %lld inputs and %lld rows "
+          "to be multiples of 16 (moe_intermediate_size, shared_expert_intermediate_size, hidden_size); "
+          "HINT: "
+          "target.dtype = \"bf16\" for this model",
+          l, p.name, p.w->shape_str().c_str(), (long long)p.w->cols, (long long)p.w->rows);
   }
 }
 
@@ -227,9 +229,11 @@ void fp8_check_blocks(const TargetModel& m) {
       parts = {{"mlp.experts.gate_proj (moe_intermediate_size)", c.moe_intermediate},
                {"mlp.experts.down_proj (hidden_size)", c.hidden}};
       if (c.shared_intermediate > 0)
-        parts.push_back({"mlp.shared_expert.gate_proj (shared_expert_intermediate_size)", c.shared_intermediate});
+        parts.push_back(
+            {"mlp.shared_expert.gate_proj (shared_expert_intermediate_size)", c.shared_intermediate});
     } else {
-      parts = {{"mlp.gate_proj", c.intermediate}, {"mlp.up_proj", c.intermediate}, {"mlp.down_proj", c.hidden}};
+      parts = {
+          {"mlp.gate_proj", c.intermediate}, {"mlp.up_proj", c.intermediate}, {"mlp.down_proj", c.hidden}};
     }
     if (m.layers[l].kind == LayerKind::full_attention) {
       parts.insert(parts.end(), {{"self_attn.q_proj", q}, {"self_attn.k_proj", kv}, {"self_attn.v_proj", kv},
@@ -381,8 +385,8 @@ class CheckpointSource final : public WeightSource {
     check_fp8(*t, name);
     std::vector<float> s;
     const uint8_t* q = fp8_block_codes(st_, *t, 128, 128, s);
-    // A fused experts tensor [E, rows, K] is E matrices of whole 128-row blocks (fp8_check_blocks): as [E·rows, K]
-    // its blocks' scales are those of one matrix after another.
+    // A fused experts tensor [E, rows, K] is E matrices of whole 128-row blocks (fp8_check_blocks): as
+    // [E·rows, K] its blocks' scales are those of one matrix after another.
     const int64_t K = shape.back(), N = numel_of(shape) / K, kb = (K + 127) / 128, ld = scales.cols;
     std::vector<float> padded(size_t(scales.rows * ld), 0.0f);
     // n HF rows from src_row to our dst_row, all three multiples of 128.
@@ -514,7 +518,7 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
   std::vector<StWriteTensor> out;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
     if (opt.fp8_block_n > 0 && fp8_quantized_weight(name)) {
-      // A fused experts tensor [E, N, K] is E matrices, each in its own blocks: scales [E, N blocks, K blocks].
+      // A fused experts tensor [E, N, K] is E matrices, each in its own blocks: scales [E, nb, kb].
       const int64_t mats = shape.size() == 3 ? shape[0] : 1, N = shape[shape.size() - 2], K = shape.back();
       std::vector<int64_t> sshape = fp8_scale_shape(N, K, opt.fp8_block_n, opt.fp8_block_k);
       const int64_t per = sshape[0] * sshape[1];
@@ -522,8 +526,8 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
       codes.emplace_back(v.size());
       keep.emplace_back(size_t(mats * per));
       for (int64_t e = 0; e < mats; ++e)
-        fp8_quantize(v.data() + e * N * K, N, K, opt.fp8_block_n, opt.fp8_block_k, codes.back().data() + e * N * K,
-                     keep.back().data() + e * per);
+        fp8_quantize(v.data() + e * N * K, N, K, opt.fp8_block_n, opt.fp8_block_k,
+                     codes.back().data() + e * N * K, keep.back().data() + e * per);
       out.push_back({name, DType::f8_e4m3, std::move(shape), codes.back().data()});
       out.push_back({fp8_scale_name(name), DType::f32, std::move(sshape), keep.back().data()});
       return;

@@ -54,19 +54,19 @@ struct MoeShape {
   bool renormalise = false;  // the top_k probabilities are divided by their sum (norm_topk_prob)
   int hidden = 0;            // H, the columns of x: sizes a backend's workspace (Ops::moe_workspace_bytes)
   // FP8 experts (target.dtype = "fp8"): every expert GEMM's input (x, and the SwiGLU output before the down
-  // projection; routed and shared experts alike) is quantised to e4m3 per token (fp8_group 0) or per token per
-  // fp8_group columns, as the dense FP8 linear layers' inputs are (model/target.h target_linear). The router and
-  // the shared expert's gate read x unquantised (the FP8 releases keep both in bf16).
+  // projection; routed and shared experts alike) is quantised to e4m3 per token (fp8_group 0) or per token
+  // per fp8_group columns, as the dense FP8 linear layers' inputs are (model/target.h target_linear). The
+  // router and the shared expert's gate read x unquantised (the FP8 releases keep both in bf16).
   bool fp8 = false;
   int fp8_group = 0;
 };
 
-// The experts of one MoE layer, each a SwiGLU MLP: gate_up [E·2I, H] holds expert e's gate rows then its up rows
-// at rows [e·2I, (e+1)·2I) (the layout of Hugging Face's fused experts.gate_up_proj [E, 2I, H]); down [E·H, I]
-// holds expert e's down projection at rows [e·H, (e+1)·H). The shared expert: shared_gate_up [2·Is, H],
-// shared_down [H, Is] and its gate shared_gate [1, H]; all three empty without one.
-// FP8 experts on a backend with FP8 GEMMs (Ops::fp8_gemm): gate_up, down, shared_gate_up and shared_down hold e4m3
-// codes (f8_e4m3) and s_* their scales: per output row f32 [1, rows] (MoeShape::fp8_group 0), or a 128x128 block
+// The experts of one MoE layer, each a SwiGLU MLP: gate_up [E·2I, H] holds expert e's gate rows then its up
+// rows at rows [e·2I, (e+1)·2I) (the layout of Hugging Face's fused experts.gate_up_proj [E, 2I, H]); down
+// [E·H, I] holds expert e's down projection at rows [e·H, (e+1)·H). The shared expert: shared_gate_up [2·Is,
+// H], shared_down [H, Is] and its gate shared_gate [1, H]; all three empty without one. FP8 experts on a
+// backend with FP8 GEMMs (Ops::fp8_gemm): gate_up, down, shared_gate_up and shared_down hold e4m3 codes
+// (f8_e4m3) and s_* their scales: per output row f32 [1, rows] (MoeShape::fp8_group 0), or a 128x128 block
 // checkpoint's block scales f32 [rows / 128, fp8_block_scale_ld(cols)] (fp8_group 128). Empty otherwise.
 struct MoeWeights {
   Tensor gate_up, down;
@@ -87,7 +87,6 @@ struct TargetShape {
   int conv_kernel = 0;    // linear_conv_kernel_dim
   int experts = 0;        // num_experts: routed experts of an MoE target, 0 for a dense one
 };
-
 
 class Ops {
  public:

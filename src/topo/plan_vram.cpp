@@ -246,7 +246,8 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
         strfmt("1 B x %.4g projection weights of %d layers (%d linear, %d full) + 4 B x %.4g %s", f.elems,
                p.target_layers_run, n_lin, n_full, wscales,
                blocks ? "128x128 block scales (the checkpoint's)" : "channel scales"));
-    for (const VramItem& it : plan_vram_moe_fp8_weights(t, moe, blocks)) add(tr, it.name, it.bytes, it.detail);
+    for (const VramItem& it : plan_vram_moe_fp8_weights(t, moe, blocks))
+      add(tr, it.name, it.bytes, it.detail);
     p.target_weight_bytes = tr.total;
     add(tr, "FP8 input codes + scales", double(T) * max_k + kF32 * xscales,
         strfmt("1 B x %lld x %.0f + 4 B x %.0f%s", (long long)T, max_k, xscales,

@@ -58,8 +58,9 @@ std::vector<VramItem> plan_vram_moe_fp8_weights(const QwenConfig& t, const MoePa
   const char* what = blocks ? "128x128 block scales" : "row scales";
   std::vector<VramItem> out = {
       {"MoE routed experts FP8 e4m3 + scales", n.experts + kF32 * routed_scales,
-       strfmt("1 B x %d MoE layers x %d experts x 3 x %.0f x %d (gate, up, down) = %.4g params + 4 B x %.4g %s",
-              n.layers, t.num_experts, h, t.moe_intermediate, n.experts, routed_scales, what)},
+       strfmt(
+           "1 B x %d MoE layers x %d experts x 3 x %.0f x %d (gate, up, down) = %.4g params + 4 B x %.4g %s",
+           n.layers, t.num_experts, h, t.moe_intermediate, n.experts, routed_scales, what)},
       {"MoE router + shared expert gate bf16", kBf16 * (n.router + (Is > 0 ? n.layers * h : 0)),
        strfmt("2 B x %d MoE layers x (router %d x %.0f%s)", n.layers, t.num_experts, h,
               Is > 0 ? strfmt(" + shared expert gate %.0f", h).c_str() : "")}};
@@ -77,8 +78,9 @@ std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T, bool
   // included), with their gate|up (the SwiGLU written over it) and the expert outputs over the inputs, plus
   // the shared expert's.
   const double k = t.experts_per_tok;
-  const MoeDims md{t.hidden,           t.num_experts,         t.experts_per_tok, t.moe_intermediate,
-                   t.shared_intermediate, t.norm_topk_prob,       fp8,               blocks ? 128 : 0};
+  const MoeDims md{
+      t.hidden,         t.num_experts, t.experts_per_tok, t.moe_intermediate, t.shared_intermediate,
+      t.norm_topk_prob, fp8,           blocks ? 128 : 0};
   const MoeTiles tiles = moe_plan_tiles(T, md);
   const std::string shared =
       t.shared_intermediate > 0
@@ -89,10 +91,12 @@ std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T, bool
        strfmt("(4 B i32 + 4 B f32) x %lld x %.0f", (long long)T, k)},
       {"MoE expert workspace", double(moe_workspace_bytes(T, md)),
        strfmt(
-           "%lld grouped rows (%lld tiles of %d) x 2 B x (input/output %d + gate|up %d)%s%s + sort and routing",
+           "%lld grouped rows (%lld tiles of %d) x 2 B x (input/output %d + gate|up %d)%s%s + sort and "
+           "routing",
            (long long)(tiles.tiles * tiles.rows), (long long)tiles.tiles, tiles.rows, t.hidden,
            2 * t.moe_intermediate, shared.c_str(),
-           fp8 ? strfmt(" + FP8 codes 1 B x (%d + %d) a row and their scales", t.hidden, t.moe_intermediate).c_str()
+           fp8 ? strfmt(" + FP8 codes 1 B x (%d + %d) a row and their scales", t.hidden, t.moe_intermediate)
+                     .c_str()
                : "")},
   };
 }

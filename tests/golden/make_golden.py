@@ -572,10 +572,10 @@ def load_bf16(model_dir):
     if fp8_block_size(model_dir):
         if kind not in ("qwen3_moe", "qwen3_5_moe_text"):
             raise SystemExit(f"{model_dir}: FP8 goldens are text-only MoE models, not {kind}")
-        config = transformers.AutoConfig.from_pretrained(model_dir)
+        cls = Qwen3MoeForCausalLM if kind == "qwen3_moe" else q35m.Qwen3_5MoeForCausalLM
+        config = cls.config_class.from_pretrained(model_dir)
         config._attn_implementation = "sdpa"
         config._experts_implementation = "eager"
-        cls = Qwen3MoeForCausalLM if kind == "qwen3_moe" else q35m.Qwen3_5MoeForCausalLM
         return load_fp8_dequantized(model_dir, cls, config).to("cuda", torch.bfloat16).eval()
     if kind == "qwen3_5":
         model = load_multimodal_text(model_dir, attn="sdpa")

@@ -1,11 +1,11 @@
-// The CUDA FP8 experts (kernels/moe/moe_fp8_gemm.cu, the FP8 branch of moe_experts_launch) against the CPU oracle
-// running the same FP8 arithmetic on the dequantised weights (ops/cpu/cpu_moe.cpp with MoeShape::fp8): per-row
-// weight scales with per-token inputs (target.dtype = "fp8" on a bf16 checkpoint) and a checkpoint's 128x128
-// blocks with per-128-column inputs, on awkward shapes: top-1 and top-8, odd expert counts, an expert no token
-// picks, all tokens on one expert, a shared expert, K not a multiple of 128 (a partial K group), enough tokens
-// for several tiles per expert. The check is relative to what FP8 does: the GPU must sit much closer to the CPU
-// FP8 oracle than that oracle sits to the unquantised fp32 experts, so wrong scales, a wrong expert or a wrong
-// K group fail it. Skips itself without a GPU or a CUDA build.
+// The CUDA FP8 experts (kernels/moe/moe_fp8_gemm.cu, the FP8 branch of moe_experts_launch) against the CPU
+// oracle running the same FP8 arithmetic on the dequantised weights (ops/cpu/cpu_moe.cpp with MoeShape::fp8):
+// per-row weight scales with per-token inputs (target.dtype = "fp8" on a bf16 checkpoint) and a checkpoint's
+// 128x128 blocks with per-128-column inputs, on awkward shapes: top-1 and top-8, odd expert counts, an expert
+// no token picks, all tokens on one expert, a shared expert, K not a multiple of 128 (a partial K group),
+// enough tokens for several tiles per expert. The check is relative to what FP8 does: the GPU must sit much
+// closer to the CPU FP8 oracle than that oracle sits to the unquantised fp32 experts, so wrong scales, a
+// wrong expert or a wrong K group fail it. Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -24,8 +24,8 @@ namespace {
 struct Fp8MoeCase {
   int64_t T, H;
   int E, k, I, Is;
-  int group;              // 0: per-row weight scales, per-token inputs; 128: 128x128 blocks, 128-column inputs
-  int unpicked = -1;      // an expert no token picks (-1: none forced)
+  int group;          // 0: per-row weight scales, per-token inputs; 128: 128x128 blocks, 128-column inputs
+  int unpicked = -1;  // an expert no token picks (-1: none forced)
   bool one_expert = false;  // every token's first slot on expert 0
 };
 
@@ -37,8 +37,8 @@ struct Fp8Weight {
 
 class CudaMoeFp8Test : public CudaOpsTest {
  protected:
-  // Uniform weights in ±2/sqrt(K), quantised per row (block 1 x K) or per 128x128 block as a checkpoint writer
-  // does (model/fp8_weights.h fp8_quantize).
+  // Uniform weights in ±2/sqrt(K), quantised per row (block 1 x K) or per 128x128 block as a checkpoint
+  // writer does (model/fp8_weights.h fp8_quantize).
   Fp8Weight weight(int64_t rows, int64_t K, int group) {
     const float a = 2.0f / std::sqrt(float(K));
     std::uniform_real_distribution<float> d(-a, a);
@@ -96,7 +96,8 @@ class CudaMoeFp8Test : public CudaOpsTest {
   void run_case(const Fp8MoeCase& c) {
     ArenaMarks marks(cpu_arena_, gpu_arena_);
     MoeShape s{c.E, c.k, c.I, c.Is, true, int(c.H), true, c.group};
-    const Fp8Weight gu = weight(int64_t(c.E) * 2 * c.I, c.H, c.group), dn = weight(int64_t(c.E) * c.H, c.I, c.group);
+    const Fp8Weight gu = weight(int64_t(c.E) * 2 * c.I, c.H, c.group),
+                    dn = weight(int64_t(c.E) * c.H, c.I, c.group);
     MoeWeights cpu_w, f32_w, gpu_w;
     cpu_w.gate_up = gu.cpu, cpu_w.down = dn.cpu, f32_w.gate_up = gu.fp32, f32_w.down = dn.fp32;
     gpu_w.gate_up = gu.codes, gpu_w.down = dn.codes, gpu_w.s_gate_up = gu.scales, gpu_w.s_down = dn.scales;
@@ -144,14 +145,15 @@ class CudaMoeFp8Test : public CudaOpsTest {
       worst = std::max(worst, std::fabs(got[i] - want[i]));
     }
     const double rel_gpu = std::sqrt(e_gpu / norm), rel_fp8 = std::sqrt(e_fp8 / norm);
-    std::printf("[ moefp8 ] T %lld H %lld E %d k %d I %d Is %d group %d: GPU vs CPU FP8 rel rms %.3e (max abs %.3e), "
-                "CPU FP8 vs fp32 %.3e\n",
-                (long long)c.T, (long long)c.H, c.E, c.k, c.I, c.Is, c.group, rel_gpu, worst, rel_fp8);
+    std::printf(
+        "[ moefp8 ] T %lld H %lld E %d k %d I %d Is %d group %d: GPU vs CPU FP8 rel rms %.3e (max abs %.3e), "
+        "CPU FP8 vs fp32 %.3e\n",
+        (long long)c.T, (long long)c.H, c.E, c.k, c.I, c.Is, c.group, rel_gpu, worst, rel_fp8);
     EXPECT_EQ(bad, 0) << "non-finite outputs";
     EXPECT_GT(norm, 0.0);
     // FP8 itself moves the output by rel_fp8 (a few %); the GPU differs from the oracle only by its bf16
-    // intermediates (gate | up, the SwiGLU before its quantisation, each expert's output) and the order of its
-    // fp32 sums: a bf16 rounding that crosses an e4m3 rounding boundary moves one code, so the bound is a
+    // intermediates (gate | up, the SwiGLU before its quantisation, each expert's output) and the order of
+    // its fp32 sums: a bf16 rounding that crosses an e4m3 rounding boundary moves one code, so the bound is a
     // quarter of FP8's own effect, which a wrong scale, expert or K group exceeds many times over.
     EXPECT_LT(rel_gpu, 0.25 * rel_fp8);
   }
@@ -176,9 +178,10 @@ TEST_F(CudaMoeFp8Test, BlocksTop8OddExpertsUnpickedAndShared) {
 TEST_F(CudaMoeFp8Test, BlocksTop1ManyTilesAllOnOneExpert) {
   run_case({2000, 256, 3, 1, 256, 0, 128, -1, true});
 }
-// K = 320: a partial last K group (64 of 128 columns) in the gate | up GEMM.
+// I = 192: the down projection's K ends in a partial group (64 of 128 columns), its input scales too; 2I = 384
+// rows of gate | up per expert are whole blocks, as the kernel's block rows need.
 TEST_F(CudaMoeFp8Test, BlocksPartialKGroup) {
-  run_case({64, 320, 4, 2, 128, 128, 128, 0});
+  run_case({64, 384, 4, 2, 192, 128, 128, 0});
 }
 
 }  // namespace

@@ -140,11 +140,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuMoeTest,
                                            Case{65, 16, 130, 2, 3, 4, true},  // k·64 <= E: torch's partial sort
                                            Case{3, 8, 5, 5, 4, 0, false}));   // every expert for every token
 
-// FP8 experts (MoeShape::fp8): every expert GEMM's input, x and the SwiGLU output, routed and shared, is rounded to
-// e4m3 per token (group 0) or per token per `group` columns (a partial last group where it does not divide), and
-// the shared expert's gate reads x unrounded. The reference rounds the same float inputs with cpu_fp8_round and
-// computes the rest in double, so it differs only where float and double SwiGLU outputs straddle an e4m3
-// rounding boundary, which these seeds do not hit; dropping any one rounding moves the result by ~1e-2.
+// FP8 experts (MoeShape::fp8): every expert GEMM's input, x and the SwiGLU output, routed and shared, is
+// rounded to e4m3 per token (group 0) or per token per `group` columns (a partial last group where it does
+// not divide), and the shared expert's gate reads x unrounded. The reference rounds the same float inputs
+// with cpu_fp8_round and computes the rest in double, so it differs only where float and double SwiGLU
+// outputs straddle an e4m3 rounding boundary, which these seeds do not hit; dropping any one rounding moves
+// the result by ~1e-2.
 TEST(CpuMoe, Fp8RoundsEveryExpertInput) {
   const int64_t T = 21, H = 19, E = 6, k = 3, I = 9, Is = 7;
   for (int group : {0, 4}) {
@@ -192,7 +193,8 @@ TEST(CpuMoe, Fp8RoundsEveryExpertInput) {
       cpu_fp8_round(a.data(), 1, width, width, group);
       std::vector<double> y(static_cast<size_t>(H));
       for (int64_t c = 0; c < H; ++c)
-        for (int64_t i = 0; i < width; ++i) y[size_t(c)] += double(a[size_t(i)]) * down[size_t(c * width + i)];
+        for (int64_t i = 0; i < width; ++i)
+          y[size_t(c)] += double(a[size_t(i)]) * down[size_t(c * width + i)];
       return y;
     };
     double worst = 0, moved = 0;

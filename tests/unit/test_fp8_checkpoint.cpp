@@ -251,10 +251,12 @@ TEST_P(Fp8CheckpointTest, WrittenAsFp8LoadsBackAndRunsTheForward) {
         }
         // 2-D [N, K], or the fused experts [E, N, K]: E matrices, each in its own 16x16 blocks.
         const std::vector<float> sc = owned_f32(find_owned(ts, fp8_scale_name(t.name)));
-        const int64_t K = t.shape.back(), N = t.shape[t.shape.size() - 2], kb = (K + 15) / 16, nb = (N + 15) / 16;
+        const int64_t K = t.shape.back(), N = t.shape[t.shape.size() - 2], kb = (K + 15) / 16,
+                      nb = (N + 15) / 16;
         for (size_t i = 0; i < v.size(); ++i) {
           const int64_t r = int64_t(i) / K;
-          v[i] = e4m3_to_f32(t.bytes[i]) * sc[size_t(((r / N) * nb + (r % N) / 16) * kb + (int64_t(i) % K) / 16)];
+          v[i] = e4m3_to_f32(t.bytes[i]) *
+                 sc[size_t(((r / N) * nb + (r % N) / 16) * kb + (int64_t(i) % K) / 16)];
         }
       });
   auto reference = target_load((root / "ref").string(), ops, opt);
@@ -390,8 +392,8 @@ TEST(Fp8Checkpoint, BrokenFilesAreNamed) {
   fs::remove_all(dir);
 }
 
-// (d) Broken FP8 MoE checkpoints in both expert namings: the fused experts' 3-D scales and one expert's scales
-// of the per-expert naming, each refused naming the tensor and the file.
+// (d) Broken FP8 MoE checkpoints in both expert namings: the fused experts' 3-D scales and one expert's
+// scales of the per-expert naming, each refused naming the tensor and the file.
 TEST(Fp8Checkpoint, BrokenMoeFilesAreNamed) {
   CpuOps ops;
   TargetLoadOptions opt = with_lm_head();
@@ -415,7 +417,7 @@ TEST(Fp8Checkpoint, BrokenMoeFilesAreNamed) {
       write_all(file, ts);
       expect_error(load, {wname, sname, file, "missing"});
     }
-    {  // the scales have one block row too few (a 2-D weight's) or lost the expert dimension (the fused one's)
+    {  // scales with a block row too few (per expert) or without the expert dimension (fused)
       std::vector<Owned> ts = good;
       Owned& sc = find_owned(ts, sname);
       if (fused)

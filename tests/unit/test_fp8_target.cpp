@@ -2,7 +2,6 @@
 // and a target loaded with TargetLoadOptions::fp8 rounds its linear weights per output channel and each linear
 // layer's input per token. The taps then differ from the fp32 forward by what e4m3 rounding predicts, not more.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
