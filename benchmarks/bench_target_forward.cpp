@@ -241,13 +241,13 @@ double fp8_burst_tflops(CudaOps& gpu) {
 
 double gib(double bytes) { return bytes / double(size_t(1) << 30); }
 
-// One MoE layer's routed-expert GEMMs alone: the gate_up and down grouped GEMMs as moe_experts runs them for T
-// tokens (kernels/moe/moe.cuh), with the tile plan's row count and tile bound and a balanced router (expert e gets
-// T·k/E pairs, the remainder one each to the first experts). bf16: cuBLASLt's pointer-array batch (gemm.cuh
-// gemm_batched_launch), tile addresses built here as moe.cu's plan kernel builds them; FP8: the own grouped GEMM
-// (moe_fp8_gemm_launch) on e4m3 codes with per-row scales, as target.dtype = "fp8" holds a bf16 checkpoint's
-// experts. ms: median of 5 after 2 warm-ups; tflops counts the useful 6·T·k·H·I (the bound's padding tiles are
-// work, not FLOPs).
+// One MoE layer's routed-expert GEMMs alone: the gate_up and down grouped GEMMs as moe_experts runs them for
+// T tokens (kernels/moe/moe.cuh), with the tile plan's row count and tile bound and a balanced router (expert
+// e gets T·k/E pairs, the remainder one each to the first experts). bf16: cuBLASLt's pointer-array batch
+// (gemm.cuh gemm_batched_launch), tile addresses built here as moe.cu's plan kernel builds them; FP8: the own
+// grouped GEMM (moe_fp8_gemm_launch) on e4m3 codes with per-row scales, as target.dtype = "fp8" holds a bf16
+// checkpoint's experts. ms: median of 5 after 2 warm-ups; tflops counts the useful 6·T·k·H·I (the bound's
+// padding tiles are work, not FLOPs).
 struct ExpertGemms {
   double ms = 0, tflops = 0;
   int rows = 0;
@@ -273,8 +273,9 @@ BalancedTiles balanced_tiles(const QwenConfig& cfg, int64_t T) {
     const int64_t m = b.pairs / E + (e < b.pairs % E ? 1 : 0);
     for (int64_t i = 0; i < (m + rows - 1) / rows; ++i) b.tile_expert.push_back(int32_t(e));
   }
-  DF_CHECK(int64_t(b.tile_expert.size()) <= b.plan.tiles, "expert GEMMs: %lld tiles exceed the plan's bound %lld",
-           (long long)b.tile_expert.size(), (long long)b.plan.tiles);
+  DF_CHECK(int64_t(b.tile_expert.size()) <= b.plan.tiles,
+           "expert GEMMs: %lld tiles exceed the plan's bound %lld", (long long)b.tile_expert.size(),
+           (long long)b.plan.tiles);
   return b;
 }
 
@@ -330,8 +331,9 @@ ExpertGemms time_expert_gemms_fp8(const QwenConfig& cfg, int64_t T, CudaOps& gpu
   const MoeDims& d = bt.d;
   const int64_t H = d.H, I = d.I, E = d.E, rows = bt.plan.rows, tiles = bt.plan.tiles, R = tiles * rows,
                 real = int64_t(bt.tile_expert.size());
-  const size_t bytes = size_t(E) * 3 * I * H + size_t(R) * (H + I) + (size_t(E) * (2 * I + H) + 2 * size_t(R)) * 4 +
-                       size_t(R) * (2 * I + H) * 2 + size_t(tiles + 1) * 4 + 16 * Arena::kAlign;
+  const size_t bytes = size_t(E) * 3 * I * H + size_t(R) * (H + I) +
+                       (size_t(E) * (2 * I + H) + 2 * size_t(R)) * 4 + size_t(R) * (2 * I + H) * 2 +
+                       size_t(tiles + 1) * 4 + 16 * Arena::kAlign;
   void* block = gpu.alloc_bytes(bytes);
   Arena a(block, bytes, Device::cuda);
   Tensor gate_up = a.alloc(DType::f8_e4m3, E * 2 * I, H), down = a.alloc(DType::f8_e4m3, E * H, I);
@@ -364,12 +366,13 @@ ExpertGemms time_expert_gemms_fp8(const QwenConfig& cfg, int64_t T, CudaOps& gpu
       gpu.stream(),
       [&] {
         moe_fp8_gemm_launch(static_cast<const uint8_t*>(xq.data), static_cast<const float*>(sx.data), R,
-                            static_cast<const uint8_t*>(gate_up.data), static_cast<const float*>(s_gate_up.data), 0,
-                            tep, usedp, int(rows), tiles, static_cast<__nv_bfloat16*>(gu.data), 2 * I, 2 * I, H,
-                            gpu.stream());
+                            static_cast<const uint8_t*>(gate_up.data),
+                            static_cast<const float*>(s_gate_up.data), 0, tep, usedp, int(rows), tiles,
+                            static_cast<__nv_bfloat16*>(gu.data), 2 * I, 2 * I, H, gpu.stream());
         moe_fp8_gemm_launch(static_cast<const uint8_t*>(aq.data), static_cast<const float*>(sa.data), R,
-                            static_cast<const uint8_t*>(down.data), static_cast<const float*>(s_down.data), 0, tep,
-                            usedp, int(rows), tiles, static_cast<__nv_bfloat16*>(ys.data), H, H, I, gpu.stream());
+                            static_cast<const uint8_t*>(down.data), static_cast<const float*>(s_down.data), 0,
+                            tep, usedp, int(rows), tiles, static_cast<__nv_bfloat16*>(ys.data), H, H, I,
+                            gpu.stream());
       },
       5);
   gpu.free_bytes(block);
@@ -489,8 +492,8 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
   const int64_t T = int64_t(kSeqs) * kSeqLen;
   // Timed before the model is drawn, while its weights do not yet take the memory.
   const ExpertGemms experts = !cfg.is_moe() ? ExpertGemms{}
-                              : fp8        ? time_expert_gemms_fp8(cfg, T, gpu)
-                                           : time_expert_gemms(cfg, T, gpu);
+                              : fp8         ? time_expert_gemms_fp8(cfg, T, gpu)
+                                            : time_expert_gemms(cfg, T, gpu);
   const double burst = fp8 ? fp8_burst_tflops(gpu) : 0.0;
   if (fp8) std::printf("cuBLASLt FP8 8192^3 burst (outer-vector scales, bf16 out): %.0f TFLOP/s\n", burst);
   TargetLoadOptions load;
@@ -569,11 +572,12 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
     // bf16 against the bf16 ceiling; FP8 against the cuBLASLt FP8 burst measured above.
     const double ref = fp8 ? burst : kPeakTflops;
     std::printf(
-        "routed-expert GEMMs alone (one layer: gate_up + down %s grouped GEMMs, %d-row tiles, %lld launched for "
+        "routed-expert GEMMs alone (one layer: gate_up + down %s grouped GEMMs, %d-row tiles, %lld launched "
+        "for "
         "%lld needed): %.3f ms, %.0f TFLOP/s = %.1f %% of %.0f%s; x %d MoE layers = %.1f ms = %.1f %% of the "
         "forward\n",
-        fp8 ? "FP8" : "bf16", experts.rows, (long long)experts.tiles, (long long)experts.real_tiles, experts.ms,
-        experts.tflops, 100.0 * experts.tflops / ref, ref, fp8 ? " (the FP8 burst)" : "", sparse,
+        fp8 ? "FP8" : "bf16", experts.rows, (long long)experts.tiles, (long long)experts.real_tiles,
+        experts.ms, experts.tflops, 100.0 * experts.tflops / ref, ref, fp8 ? " (the FP8 burst)" : "", sparse,
         experts.ms * sparse, 100.0 * experts.ms * sparse / ms);
   }
   const bool checked = check_against_cpu(cfg, *model, gpu, host_ids, out, fp8);

@@ -178,8 +178,8 @@ TEST_F(CudaMoeFp8Test, BlocksTop8OddExpertsUnpickedAndShared) {
 TEST_F(CudaMoeFp8Test, BlocksTop1ManyTilesAllOnOneExpert) {
   run_case({2000, 256, 3, 1, 256, 0, 128, -1, true});
 }
-// I = 192: the down projection's K ends in a partial group (64 of 128 columns), its input scales too; 2I = 384
-// rows of gate | up per expert are whole blocks, as the kernel's block rows need.
+// I = 192: the down projection's K ends in a partial group (64 of 128 columns), its input scales too; 2I =
+// 384 rows of gate | up per expert are whole blocks, as the kernel's block rows need.
 TEST_F(CudaMoeFp8Test, BlocksPartialKGroup) {
   run_case({64, 384, 4, 2, 192, 128, 128, 0});
 }
