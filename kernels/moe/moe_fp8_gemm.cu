@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 
 #include "core/fp8.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/moe/moe.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 
@@ -124,15 +125,11 @@ void moe_fp8_gemm_launch(const uint8_t* a, const float* sa, int64_t m_total, con
            "moe_fp8_gemm: group %d with N %lld: block scales need whole 128-row blocks per expert", group,
            (long long)N);
   DF_CHECK(rows > 0 && (rows <= kTileM || rows % kTileM == 0), "moe_fp8_gemm: %d rows a tile", rows);
-  int dev = 0, major = 0, minor = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  DF_CHECK(major * 10 + minor >= 89,
+  const DeviceCaps& caps = device_caps();
+  DF_CHECK(caps.cc_major * 10 + caps.cc_minor >= 89,
            "moe_fp8_gemm: FP8 experts need e4m3 tensor cores (compute capability 8.9 or later), this GPU is "
-           "%d.%d; "
-           "HINT: target.dtype = \"bf16\"",
-           major, minor);
+           "%d.%d%s; HINT: target.dtype = \"bf16\"",
+           caps.cc_major, caps.cc_minor, caps.profile.empty() ? "" : (" (profile " + caps.profile + ")").c_str());
   const int subs = rows > kTileM ? rows / kTileM : 1;
   const int64_t col_blocks = (N + kTileN - 1) / kTileN;
   DF_CHECK(col_blocks <= 65535 && tiles * subs < INT32_MAX,
