@@ -3,9 +3,9 @@
 // per-row weight scales with per-token inputs (target.dtype = "fp8" on a bf16 checkpoint) and a checkpoint's
 // 128x128 blocks with per-128-column inputs, on awkward shapes: top-1 and top-8, odd expert counts, an expert
 // no token picks, all tokens on one expert, a shared expert, K not a multiple of 128 (a partial K group),
-// enough tokens for several tiles per expert. The check is relative to what FP8 does: the GPU must sit much
-// closer to the CPU FP8 oracle than that oracle sits to the unquantised fp32 experts, so wrong scales, a
-// wrong expert or a wrong K group fail it. Skips itself without a GPU or a CUDA build.
+// enough tokens for several tiles per expert. The check is relative to what FP8 does: the GPU must sit
+// closer to the CPU FP8 oracle than that oracle sits to the unquantised fp32 experts (the bound: run_case), so
+// wrong scales, a wrong expert or a wrong K group fail it. Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -151,11 +151,13 @@ class CudaMoeFp8Test : public CudaOpsTest {
         (long long)c.T, (long long)c.H, c.E, c.k, c.I, c.Is, c.group, rel_gpu, worst, rel_fp8);
     EXPECT_EQ(bad, 0) << "non-finite outputs";
     EXPECT_GT(norm, 0.0);
-    // FP8 itself moves the output by rel_fp8 (a few %); the GPU differs from the oracle only by its bf16
-    // intermediates (gate | up, the SwiGLU before its quantisation, each expert's output) and the order of
-    // its fp32 sums: a bf16 rounding that crosses an e4m3 rounding boundary moves one code, so the bound is a
-    // quarter of FP8's own effect, which a wrong scale, expert or K group exceeds many times over.
-    EXPECT_LT(rel_gpu, 0.25 * rel_fp8);
+    // FP8 itself moves the output by rel_fp8 (a few %). The GPU differs from the oracle only by its bf16
+    // intermediates (gate | up and the SwiGLU before its quantisation, each expert's output) and the order of its
+    // fp32 sums: a bf16 rounding (2^-9) moves an e4m3 code only where it crosses a rounding boundary, a few % of
+    // the SwiGLU codes, by one code step, which leaves the output about half as far from the oracle as FP8 moves
+    // it (the dense FP8 path's check, bench_target_forward kCheckFp8Factor, measures the same). A wrong scale,
+    // expert or K group moves it by rel_fp8 and many times more.
+    EXPECT_LT(rel_gpu, 0.75 * rel_fp8);
   }
 };
 
