@@ -162,7 +162,11 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
       {"dflash_attention_bwd", dflash_attention_bwd_workspace_bytes(ad)},
       {"rmsnorm_bwd", rmsnorm_bwd_workspace_bytes(std::max(N, T), dc.hidden)},
       {"qk_norm_rope_bwd", qk_norm_rope_bwd_workspace_bytes(T + N, dc.head_dim)},
-      {"sum_squares", sizeof(double) + sum_squares_workspace_bytes(table.total)}};
+      {"sum_squares", sizeof(double) + sum_squares_workspace_bytes(table.total)},
+      {"domino_head_loss", dc.kind == DrafterKind::domino
+                               ? domino_head_workspace_bytes(nb, dc.block_size, dc.hidden, dc.gru_hidden_dim,
+                                                             dc.emb_dim, dc.vocab, assume.lm_chunk)
+                               : 0}};
   const auto* big = std::max_element(std::begin(ops), std::end(ops),
                                      [](const auto& a, const auto& b) { return a.second < b.second; });
   add(dr, "op scratch", double(big->second),
