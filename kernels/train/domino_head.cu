@@ -4,9 +4,9 @@
 // all blocks together, the correction MLP, the logits. The kernels here are the gate math, the gathers and
 // the row kernel of the two cross-entropies.
 //
-// The loss: base logits = y·lm_headᵀ and final = base + a·proj_outᵀ are made a chunk of rows at a time
-// (cuBLASLt adds the base chunk as its C, so the vocabulary is multiplied by lm_head once, as in DFlash's
-// loss); one row kernel reduces both rows in the same pass and writes both bf16 gradients,
+// The loss: base logits = y·lm_headᵀ and the correction a·proj_outᵀ are made a chunk of rows at a time (the
+// vocabulary meets lm_head once, as in DFlash's loss); one row kernel forms final = base + correction as it
+// reads them, reduces both rows in the same pass and writes both bf16 gradients,
 // ∂/∂final = (1 − λ)·w·(p_final − onehot) and ∂/∂base = ∂/∂final + λ·w·(p_base − onehot), so
 // dy = (∂/∂base)·lm_head is one GEMM over the vocabulary, as in DFlash. Every row is multiplied, rows
 // without weight included (their gradients are zero); skipping them, as lm_head_loss does, would save only
@@ -97,7 +97,7 @@ __global__ void domino_dsilu_kernel(const float* da, const float* m, bf16* dm, i
 
 struct DominoRowArgs {
   const float* base;  // [chunk, ld] f32
-  const float* fin;   // [chunk, ld] f32
+  const float* corr;  // [chunk, ld] f32: final = base + corr
   bf16* gbase;        // [chunk, ld] bf16: ∂/∂base, the final term's included
   bf16* gfin;         // [chunk, ld] bf16: ∂/∂final
   int64_t ld;
@@ -120,7 +120,7 @@ struct DominoRowArgs {
 };
 
 // One row (chunk position blockIdx.x) per CTA: pass 1 reduces the base and the final row together, pass 2
-// re-reads both and writes their gradients (row padding up to ld as zeros). A row without weight gets
+// re-reads them and writes both gradients (row padding up to ld as zeros). A row without weight gets
 // argmax −1, loss 0 and zero gradients. An active row whose label lies outside [0, V) gets NaN loss (the
 // device cannot raise an error without a sync; the CPU backend rejects such a label).
 __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a) {
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   const int32_t lab = a.labels[r];
   const int64_t V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
   const float4* b4 = reinterpret_cast<const float4*>(a.base + i * a.ld);
-  const float4* f4 = reinterpret_cast<const float4*>(a.fin + i * a.ld);
+  const float4* c4 = reinterpret_cast<const float4*>(a.corr + i * a.ld);
   uint2* gb4 = reinterpret_cast<uint2*>(a.gbase + i * a.ld);
   uint2* gf4 = reinterpret_cast<uint2*>(a.gfin + i * a.ld);
   if (w == 0.0f) {
@@ -149,8 +149,9 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   }
   RowStat sb{-INFINITY, 0.0f, INT_MAX}, sf{-INFINITY, 0.0f, INT_MAX};
   for (int64_t q = threadIdx.x; q < V4; q += blockDim.x) {
-    const float4 zb = __ldcg(b4 + q), zf = __ldcg(f4 + q);
-    const float vb[4] = {zb.x, zb.y, zb.z, zb.w}, vf[4] = {zf.x, zf.y, zf.z, zf.w};
+    const float4 zb = __ldcg(b4 + q), zc = __ldcg(c4 + q);
+    const float vb[4] = {zb.x, zb.y, zb.z, zb.w};
+    const float vf[4] = {zb.x + zc.x, zb.y + zc.y, zb.z + zc.z, zb.w + zc.w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int64_t t = 4 * q + c;
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   if (threadIdx.x == 0) {
     const bool ok = lab >= 0 && lab < V;
     const float lb = __logf(sb.s), lf = __logf(sf.s);
-    const float zb = ok ? a.base[i * a.ld + lab] : 0.0f, zf = ok ? a.fin[i * a.ld + lab] : 0.0f;
+    const float zb = ok ? a.base[i * a.ld + lab] : 0.0f, zf = ok ? zb + a.corr[i * a.ld + lab] : 0.0f;
     const float ce_b = (sb.m - zb) + lb, ce_f = (sf.m - zf) + lf;
     a.argmax[r] = sf.am;
     a.off_loss[o] = ok ? (1.0f - a.lambda) * ce_f + a.lambda * ce_b : __int_as_float(0x7fc00000);
@@ -185,8 +186,9 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) {
     float gb[4] = {0.0f, 0.0f, 0.0f, 0.0f}, gf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (q < V4) {
-      const float4 zb = __ldcs(b4 + q), zf = __ldcs(f4 + q);
-      const float vb[4] = {zb.x, zb.y, zb.z, zb.w}, vf[4] = {zf.x, zf.y, zf.z, zf.w};
+      const float4 zb = __ldcs(b4 + q), zc = __ldcs(c4 + q);
+      const float vb[4] = {zb.x, zb.y, zb.z, zb.w};
+      const float vf[4] = {zb.x + zc.x, zb.y + zc.y, zb.z + zc.z, zb.w + zc.w};
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int64_t t = 4 * q + c;
@@ -341,14 +343,14 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
 
   // ---- the logits a chunk at a time: both losses, the row gradients, what flows back through the vocab ----
   float* base = at<float>(ws, L.base);
-  float* fin = at<float>(ws, L.fin);
+  float* corr = at<float>(ws, L.corr);
   bf16* gbase = at<bf16>(ws, L.gbase);
   bf16* gfin = at<bf16>(ws, L.gfin);
   float* da = at<float>(ws, L.da);
   float* df = at<float>(ws, L.df);
   if (backward) zero(df, size_t(N * L.ldf) * 4, stream);  // its h columns are added to after the chunks
   DominoRowArgs ra{base,
-                   fin,
+                   corr,
                    gbase,
                    gfin,
                    L.ldv,
@@ -370,8 +372,8 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
     const int64_t n = std::min(L.chunk, N - p0);
     gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, base, L.ldv, true, n, d.V, H, 1.0f, 0.0f,
                    stream);
-    gemm_launch_addend(gemm, a + p0 * E, E, false, w.proj_out, E, true, base, L.ldv, fin, L.ldv, true, n, d.V, E,
-                       1.0f, 1.0f, stream);
+    gemm_launch_ex(gemm, a + p0 * E, E, false, w.proj_out, E, true, corr, L.ldv, true, n, d.V, E, 1.0f, 0.0f,
+                   stream);
     ra.row0 = p0;
     domino_row_kernel<<<unsigned(n), kRowThreads, 0, stream>>>(ra);
     DF_CUDA_CHECK_LAUNCH("domino_row_kernel");
