@@ -116,7 +116,7 @@ struct DominoLayout {
   int64_t N = 0, chunk = 0, ldv = 0, ldf = 0;
   size_t xi = 0, hh = 0, hs = 0, hsb = 0, gates = 0, fcat = 0, m = 0, a = 0;  // forward
   size_t base = 0, corr = 0, gbase = 0, gfin = 0;                             // one chunk of logits
-  size_t da = 0, dm = 0, df = 0, dh = 0, dhs = 0, dgi = 0, dgh = 0;            // backward
+  size_t da = 0, dm = 0, df = 0, dh = 0, dhs = 0, dgi = 0, dgh = 0;           // backward
   size_t off_loss = 0, off_w = 0, off_lab = 0, off_am = 0, off_act = 0;       // statistics rows
   size_t bytes = 0;
 };
