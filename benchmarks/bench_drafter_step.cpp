@@ -1,8 +1,9 @@
 // One drafter training step (forward + backward + AdamW) on a TrainOps backend, on the drafter shapes of the
 // run configs (Qwen3.6-27B and Qwen3-8B drafters; --kind domino: their Domino recipes, the GRU head and both
-// CE terms included), random weights, 1 x 4096 context tokens, the recipe's anchors. Prints FLOPs, time, TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device memory, a
-// per-op breakdown and the result check, then one JSON line that run_drafter_step.sh divides into SpecForge's
-// (same shapes). Plain main(): the GPU machine has no Google Benchmark.
+// CE terms included), random weights, 1 x 4096 context tokens, the recipe's anchors. Prints FLOPs, time,
+// TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device memory, a per-op breakdown and the result
+// check, then one JSON line that run_drafter_step.sh divides into SpecForge's (same shapes). Plain main():
+// the GPU machine has no Google Benchmark.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -304,7 +305,8 @@ void fill_random(TrainOps& ops, const Tensor& t, uint64_t seed, uint64_t stream,
 
 struct Options {
   std::string device, model, config, target_config;
-  std::string kind = "dflash", recipe;  // the drafter kind timed; the recipe it is read from (default: kind's)
+  // The drafter kind timed and whose recipe of the target it is read from (default: the kind's).
+  std::string kind = "dflash", recipe;
   int seq_len = 4096, warmup = 2, steps = 5;
   uint64_t seed = 0;
 };
@@ -345,8 +347,8 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
       "\n=== %s drafter %s (%s) on %s: %d layers, H %lld, %d/%d heads x %d, intermediate %d, vocab %lld, "
       "block %d, %d anchors, %lld context tokens ===\n",
       drafter_kind_name(dc.kind), label.c_str(), toml.c_str(), o.device.c_str(), dc.layers, (long long)H,
-      dc.heads, dc.kv_heads,
-      dc.head_dim, dc.intermediate, (long long)V, dc.block_size, dc.num_anchors, (long long)T);
+      dc.heads, dc.kv_heads, dc.head_dim, dc.intermediate, (long long)V, dc.block_size, dc.num_anchors,
+      (long long)T);
 
   const double t_init = now_s();
   DrafterModel model(dc, ops);
@@ -536,10 +538,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cuda | cpu (default: cuda when a GPU is visible)");
   app.add_option("--model", o.model,
                  "27b | 8b | all: the drafter of configs/qwen3.6-27b.toml / qwen3-8b.toml");
-  app.add_option("--kind", o.kind, "dflash | domino: the drafter timed")->check(CLI::IsMember({"dflash", "domino"}));
-  app.add_option("--recipe", o.recipe,
-                 "dflash | domino: whose recipe of --model to read (default --kind's); --kind dflash --recipe "
-                 "domino times the Domino recipe's backbone without its head")
+  app.add_option("--kind", o.kind, "dflash | domino: the drafter timed")
+      ->check(CLI::IsMember({"dflash", "domino"}));
+  app.add_option(
+         "--recipe", o.recipe,
+         "dflash | domino: whose recipe of --model to read (default --kind's); --kind dflash --recipe "
+         "domino times the Domino recipe's backbone without its head")
       ->check(CLI::IsMember({"dflash", "domino"}));
   app.add_option("--config", o.config, "a run config TOML instead (needs --target-config)");
   app.add_option("--target-config", o.target_config,
@@ -568,7 +572,8 @@ int main(int argc, char** argv) {
         q.intermediate = t.intermediate;
         q.vocab = t.vocab;
         const bool domino = (o.recipe.empty() ? o.kind : o.recipe) == "domino";
-        ok &= bench_shape(t.label, std::string(DF_SOURCE_DIR) + "/" + (domino ? t.domino_toml : t.toml), q, o);
+        ok &=
+            bench_shape(t.label, std::string(DF_SOURCE_DIR) + "/" + (domino ? t.domino_toml : t.toml), q, o);
       }
       DF_CHECK(any, "--model %s: expected 27b, 8b or all", o.model.c_str());
     }

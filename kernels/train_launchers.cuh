@@ -85,8 +85,8 @@ struct DominoHeadWeightPtrs {
 struct DominoHeadGradPtrs {
   float *gru_ih = nullptr, *gru_hh = nullptr, *proj_in = nullptr, *proj_out = nullptr;
 };
-// y, gru_in [nb·B, H] bf16 (row strides ld_y, ld_gru_in), lm_head [V, H] bf16 (contiguous); labels i32, row_w f32
-// [nb·B]; writes argmax i32 [nb·B] (−1 where row_w is 0) and adds the step statistics to stats
+// y, gru_in [nb·B, H] bf16 (row strides ld_y, ld_gru_in), lm_head [V, H] bf16 (contiguous); labels i32, row_w
+// f32 [nb·B]; writes argmax i32 [nb·B] (−1 where row_w is 0) and adds the step statistics to stats
 // (LossStatsSlots f64) the way loss_row_stats does with given weights, slot k counted at block offset
 // k + shift. With backward: dy bf16 [nb·B, H] (row stride ld_dy) overwritten, dw = beta_dw·dw + ∂/∂w.
 // Logits exist for half of chunk_rows rows at a time. ws: domino_head_workspace_bytes(...) bytes

@@ -4,9 +4,9 @@
 // all blocks together, the correction MLP, the logits. The kernels here are the gate math, the gathers and
 // the row kernel of the two cross-entropies.
 //
-// The loss: base logits = y·lm_headᵀ and final = base + a·proj_outᵀ are made a chunk of rows at a time
-// (cuBLASLt adds the base chunk as its C, so the vocabulary is multiplied by lm_head once, as in DFlash's
-// loss); one row kernel reduces both rows in the same pass and writes both bf16 gradients,
+// The loss: base logits = y·lm_headᵀ and the correction a·proj_outᵀ are made a chunk of rows at a time (the
+// vocabulary meets lm_head once, as in DFlash's loss); one row kernel forms final = base + correction as it
+// reads them, reduces both rows in the same pass and writes both bf16 gradients,
 // ∂/∂final = (1 − λ)·w·(p_final − onehot) and ∂/∂base = ∂/∂final + λ·w·(p_base − onehot), so
 // dy = (∂/∂base)·lm_head is one GEMM over the vocabulary, as in DFlash. Every row is multiplied, rows
 // without weight included (their gradients are zero); skipping them, as lm_head_loss does, would save only
@@ -43,8 +43,9 @@ unsigned grid_of(int64_t n) {
 // W_i·x, row j of hh (stride 3G) W_h·h_prev, hp [nb, G] the previous state. Writes the state h [nb, G] in f32
 // and bf16 (h may be hp: each element is read, then written, by one thread) and, with gates set, r, u, n and
 // W_hn·h_prev at gates + {0, 1, 2, 3}·gate_stride (what the backward needs).
-__global__ void domino_gru_fwd_kernel(const float* xi, int64_t ld_xi, const float* hh, const float* hp, float* h,
-                                      bf16* hb, float* gates, int64_t gate_stride, int64_t nb, int G) {
+__global__ void domino_gru_fwd_kernel(const float* xi, int64_t ld_xi, const float* hh, const float* hp,
+                                      float* h, bf16* hb, float* gates, int64_t gate_stride, int64_t nb,
+                                      int G) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= nb * G) return;
   const int64_t j = i / G;
@@ -68,8 +69,8 @@ __global__ void domino_gru_fwd_kernel(const float* xi, int64_t ld_xi, const floa
 
 // Row r = j·B + k of the correction's input [y_r ; h]: h is the GRU state slot k reads, state k − lag + 1 of
 // hsb ([B + 1, nb, G], state 0 the zero start), for k ≥ s; zeros before (those slots get no correction).
-__global__ void domino_fcat_kernel(const bf16* y, int64_t ld_y, const bf16* hsb, int64_t nb, int B, int H, int G,
-                                   int s, int lag, bf16* fcat, int64_t ldf) {
+__global__ void domino_fcat_kernel(const bf16* y, int64_t ld_y, const bf16* hsb, int64_t nb, int B, int H,
+                                   int G, int s, int lag, bf16* fcat, int64_t ldf) {
   const int64_t r = blockIdx.x, j = r / B;
   const int k = int(r % B);
   bf16* o = fcat + r * ldf;
@@ -87,7 +88,8 @@ __global__ void domino_silu_kernel(const float* m, bf16* a, int64_t rows, int E,
 }
 
 // dm = da · silu'(m) for the corrected rows, 0 for the others.
-__global__ void domino_dsilu_kernel(const float* da, const float* m, bf16* dm, int64_t rows, int E, int B, int s) {
+__global__ void domino_dsilu_kernel(const float* da, const float* m, bf16* dm, int64_t rows, int E, int B,
+                                    int s) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= rows * E) return;
   const bool on = (i / E) % B >= s;
@@ -97,7 +99,7 @@ __global__ void domino_dsilu_kernel(const float* da, const float* m, bf16* dm, i
 
 struct DominoRowArgs {
   const float* base;  // [chunk, ld] f32
-  const float* fin;   // [chunk, ld] f32
+  const float* corr;  // [chunk, ld] f32: final = base + corr
   bf16* gbase;        // [chunk, ld] bf16: ∂/∂base, the final term's included
   bf16* gfin;         // [chunk, ld] bf16: ∂/∂final
   int64_t ld;
@@ -120,7 +122,7 @@ struct DominoRowArgs {
 };
 
 // One row (chunk position blockIdx.x) per CTA: pass 1 reduces the base and the final row together, pass 2
-// re-reads both and writes their gradients (row padding up to ld as zeros). A row without weight gets
+// re-reads them and writes both gradients (row padding up to ld as zeros). A row without weight gets
 // argmax −1, loss 0 and zero gradients. An active row whose label lies outside [0, V) gets NaN loss (the
 // device cannot raise an error without a sync; the CPU backend rejects such a label).
 __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a) {
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   const int32_t lab = a.labels[r];
   const int64_t V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
   const float4* b4 = reinterpret_cast<const float4*>(a.base + i * a.ld);
-  const float4* f4 = reinterpret_cast<const float4*>(a.fin + i * a.ld);
+  const float4* c4 = reinterpret_cast<const float4*>(a.corr + i * a.ld);
   uint2* gb4 = reinterpret_cast<uint2*>(a.gbase + i * a.ld);
   uint2* gf4 = reinterpret_cast<uint2*>(a.gfin + i * a.ld);
   if (w == 0.0f) {
@@ -149,8 +151,9 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   }
   RowStat sb{-INFINITY, 0.0f, INT_MAX}, sf{-INFINITY, 0.0f, INT_MAX};
   for (int64_t q = threadIdx.x; q < V4; q += blockDim.x) {
-    const float4 zb = __ldcg(b4 + q), zf = __ldcg(f4 + q);
-    const float vb[4] = {zb.x, zb.y, zb.z, zb.w}, vf[4] = {zf.x, zf.y, zf.z, zf.w};
+    const float4 zb = __ldcg(b4 + q), zc = __ldcg(c4 + q);
+    const float vb[4] = {zb.x, zb.y, zb.z, zb.w};
+    const float vf[4] = {zb.x + zc.x, zb.y + zc.y, zb.z + zc.z, zb.w + zc.w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int64_t t = 4 * q + c;
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   if (threadIdx.x == 0) {
     const bool ok = lab >= 0 && lab < V;
     const float lb = __logf(sb.s), lf = __logf(sf.s);
-    const float zb = ok ? a.base[i * a.ld + lab] : 0.0f, zf = ok ? a.fin[i * a.ld + lab] : 0.0f;
+    const float zb = ok ? a.base[i * a.ld + lab] : 0.0f, zf = ok ? zb + a.corr[i * a.ld + lab] : 0.0f;
     const float ce_b = (sb.m - zb) + lb, ce_f = (sf.m - zf) + lf;
     a.argmax[r] = sf.am;
     a.off_loss[o] = ok ? (1.0f - a.lambda) * ce_f + a.lambda * ce_b : __int_as_float(0x7fc00000);
@@ -185,8 +188,9 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) {
     float gb[4] = {0.0f, 0.0f, 0.0f, 0.0f}, gf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (q < V4) {
-      const float4 zb = __ldcs(b4 + q), zf = __ldcs(f4 + q);
-      const float vb[4] = {zb.x, zb.y, zb.z, zb.w}, vf[4] = {zf.x, zf.y, zf.z, zf.w};
+      const float4 zb = __ldcs(b4 + q), zc = __ldcs(c4 + q);
+      const float vb[4] = {zb.x, zb.y, zb.z, zb.w};
+      const float vf[4] = {zb.x + zc.x, zb.y + zc.y, zb.z + zc.z, zb.w + zc.w};
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int64_t t = 4 * q + c;
@@ -205,8 +209,8 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
 
 // Row r = j·B + k of df [N, ldf] f32 (∂/∂[y ; h]): dy[r] = bf16(df[r, :H]); the h part goes to the GRU state
 // it came from, dhs [B, nb, G] at step t = k − lag (every step has exactly one such row).
-__global__ void domino_dy_kernel(const float* df, int64_t ldf, bf16* dy, int64_t ld_dy, float* dhs, int64_t nb,
-                                 int B, int H, int G, int lag) {
+__global__ void domino_dy_kernel(const float* df, int64_t ldf, bf16* dy, int64_t ld_dy, float* dhs,
+                                 int64_t nb, int B, int H, int G, int lag) {
   const int64_t r = blockIdx.x, j = r / B;
   const int t = int(r % B) - lag;
   for (int c = threadIdx.x; c < H; c += blockDim.x) dy[r * ld_dy + c] = __float2bfloat16(df[r * ldf + c]);
@@ -219,7 +223,8 @@ __global__ void domino_dy_kernel(const float* df, int64_t ldf, bf16* dy, int64_t
 // own ∂/∂h_t. Writes the gate pre-activation gradients: dgi row j (stride ld_dgi) [dr, du, dn] for W_ih,
 // dgh row j (stride 3G) [dr, du, dn ⊙ r] for W_hh (W_hn·h sits inside r ⊙).
 __global__ void domino_gru_bwd_kernel(float* dh, const float* dhs, const float* hp, const float* gates,
-                                      int64_t gate_stride, bf16* dgi, int64_t ld_dgi, bf16* dgh, int64_t nb, int G) {
+                                      int64_t gate_stride, bf16* dgi, int64_t ld_dgi, bf16* dgh, int64_t nb,
+                                      int G) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= nb * G) return;
   const int64_t j = i / G;
@@ -246,7 +251,8 @@ __global__ void domino_embed_row_kernel(const bf16* embed, const int32_t* tok, i
 }
 
 // out[0] = argmax of row [V] (ties → lowest index), one CTA in a fixed order.
-__global__ void __launch_bounds__(kRowThreads) domino_argmax_kernel(const float* row, int64_t V, int32_t* out) {
+__global__ void __launch_bounds__(kRowThreads)
+    domino_argmax_kernel(const float* row, int64_t V, int32_t* out) {
   __shared__ RowStat red[32];
   RowStat st{-INFINITY, 0.0f, INT_MAX};
   for (int64_t t = threadIdx.x; t < V; t += blockDim.x) row_stat_add(st, row[t], int32_t(t));
@@ -293,12 +299,14 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
   check_shape(op, d);
   const int64_t nb = d.nb, N = nb * d.B, G3 = 3 * int64_t(d.G), HG = int64_t(d.H) + d.G;
   const int B = d.B, H = d.H, G = d.G, E = d.E, s = d.suffix_start, lag = d.lag, steps = B - lag;
-  DF_CHECK(ld_y >= H && ld_gru_in >= H && (!backward || ld_dy >= H) && chunk_rows >= 1 && (shift == 0 || shift == 1),
+  DF_CHECK(ld_y >= H && ld_gru_in >= H && (!backward || ld_dy >= H) && chunk_rows >= 1 &&
+               (shift == 0 || shift == 1),
            "%s: a row stride is shorter than H %d (y %lld, gru_in %lld, dy %lld), or chunk_rows %lld < 1, or "
            "shift %d",
            op, H, (long long)ld_y, (long long)ld_gru_in, (long long)ld_dy, (long long)chunk_rows, shift);
-  DF_CHECK(gemm && y && lm_head && gru_in && w.gru_ih && w.gru_hh && w.proj_in && w.proj_out && labels && row_w &&
-               argmax && stats && (!backward || (dy && dw.gru_ih && dw.gru_hh && dw.proj_in && dw.proj_out)),
+  DF_CHECK(gemm && y && lm_head && gru_in && w.gru_ih && w.gru_hh && w.proj_in && w.proj_out && labels &&
+               row_w && argmax && stats &&
+               (!backward || (dy && dw.gru_ih && dw.gru_hh && dw.proj_in && dw.proj_out)),
            "%s: null pointer argument", op);
   if (N == 0) {
     if (backward && beta_dw == 0.0f) {  // an empty range still writes the gradients: zeros
@@ -322,15 +330,16 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
   const int64_t state = nb * G, gate_stride = int64_t(B) * state;
 
   // ---- forward: the GRU over every block's inputs, then the correction's input and activation ----
-  gemm_launch_ex(gemm, gru_in, ld_gru_in, false, w.gru_ih, H, true, xi, G3, true, N, G3, H, 1.0f, 0.0f, stream);
+  gemm_launch_ex(gemm, gru_in, ld_gru_in, false, w.gru_ih, H, true, xi, G3, true, N, G3, H, 1.0f, 0.0f,
+                 stream);
   zero(hs, size_t(state) * 4, stream);
   zero(hsb, size_t(state) * 2, stream);
   for (int t = 0; t < steps; ++t) {
     gemm_launch_ex(gemm, hsb + t * state, G, false, w.gru_hh, G, true, hh, G3, true, nb, G3, G, 1.0f, 0.0f,
                    stream);
-    domino_gru_fwd_kernel<<<grid_of(state), kThreads, 0, stream>>>(xi + t * G3, B * G3, hh, hs + t * state,
-                                                                   hs + (t + 1) * state, hsb + (t + 1) * state,
-                                                                   gates + t * state, gate_stride, nb, G);
+    domino_gru_fwd_kernel<<<grid_of(state), kThreads, 0, stream>>>(
+        xi + t * G3, B * G3, hh, hs + t * state, hs + (t + 1) * state, hsb + (t + 1) * state,
+        gates + t * state, gate_stride, nb, G);
     DF_CUDA_CHECK_LAUNCH("domino_gru_fwd_kernel");
   }
   domino_fcat_kernel<<<unsigned(N), kThreads, 0, stream>>>(y, ld_y, hsb, nb, B, H, G, s, lag, fcat, L.ldf);
@@ -341,14 +350,14 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
 
   // ---- the logits a chunk at a time: both losses, the row gradients, what flows back through the vocab ----
   float* base = at<float>(ws, L.base);
-  float* fin = at<float>(ws, L.fin);
+  float* corr = at<float>(ws, L.corr);
   bf16* gbase = at<bf16>(ws, L.gbase);
   bf16* gfin = at<bf16>(ws, L.gfin);
   float* da = at<float>(ws, L.da);
   float* df = at<float>(ws, L.df);
   if (backward) zero(df, size_t(N * L.ldf) * 4, stream);  // its h columns are added to after the chunks
   DominoRowArgs ra{base,
-                   fin,
+                   corr,
                    gbase,
                    gfin,
                    L.ldv,
@@ -368,18 +377,18 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
                    backward};
   for (int64_t p0 = 0; p0 < N; p0 += L.chunk) {
     const int64_t n = std::min(L.chunk, N - p0);
-    gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, base, L.ldv, true, n, d.V, H, 1.0f, 0.0f,
+    gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, base, L.ldv, true, n, d.V, H, 1.0f,
+                   0.0f, stream);
+    gemm_launch_ex(gemm, a + p0 * E, E, false, w.proj_out, E, true, corr, L.ldv, true, n, d.V, E, 1.0f, 0.0f,
                    stream);
-    gemm_launch_addend(gemm, a + p0 * E, E, false, w.proj_out, E, true, base, L.ldv, fin, L.ldv, true, n, d.V, E,
-                       1.0f, 1.0f, stream);
     ra.row0 = p0;
     domino_row_kernel<<<unsigned(n), kRowThreads, 0, stream>>>(ra);
     DF_CUDA_CHECK_LAUNCH("domino_row_kernel");
     if (!backward) continue;
-    gemm_launch_ex(gemm, gbase, L.ldv, false, lm_head, H, false, df + p0 * L.ldf, L.ldf, true, n, H, d.V, 1.0f,
+    gemm_launch_ex(gemm, gbase, L.ldv, false, lm_head, H, false, df + p0 * L.ldf, L.ldf, true, n, H, d.V,
+                   1.0f, 0.0f, stream);
+    gemm_launch_ex(gemm, gfin, L.ldv, false, w.proj_out, E, false, da + p0 * E, E, true, n, E, d.V, 1.0f,
                    0.0f, stream);
-    gemm_launch_ex(gemm, gfin, L.ldv, false, w.proj_out, E, false, da + p0 * E, E, true, n, E, d.V, 1.0f, 0.0f,
-                   stream);
     gemm_launch_ex(gemm, gfin, L.ldv, true, a + p0 * E, E, false, dw.proj_out, E, true, d.V, E, n, 1.0f,
                    p0 == 0 ? beta_dw : 1.0f, stream);
   }
@@ -395,7 +404,8 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
   bf16* dm = at<bf16>(ws, L.dm);
   domino_dsilu_kernel<<<grid_of(N * E), kThreads, 0, stream>>>(da, m, dm, N, E, B, s);
   DF_CUDA_CHECK_LAUNCH("domino_dsilu_kernel");
-  gemm_launch_ex(gemm, dm, E, true, fcat, L.ldf, false, dw.proj_in, HG, true, E, HG, N, 1.0f, beta_dw, stream);
+  gemm_launch_ex(gemm, dm, E, true, fcat, L.ldf, false, dw.proj_in, HG, true, E, HG, N, 1.0f, beta_dw,
+                 stream);
   gemm_launch_ex(gemm, dm, E, false, w.proj_in, HG, false, df, L.ldf, true, N, HG, E, 1.0f, 1.0f, stream);
   float* dh = at<float>(ws, L.dh);
   float* dhs = at<float>(ws, L.dhs);
@@ -406,13 +416,13 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
   zero(dh, size_t(state) * 4, stream);
   if (steps < B) zero(dgi, size_t(N * G3) * 2, stream);  // the rows of inputs no state reads stay 0
   for (int t = steps - 1; t >= 0; --t) {
-    domino_gru_bwd_kernel<<<grid_of(state), kThreads, 0, stream>>>(dh, dhs + t * state, hs + t * state,
-                                                                   gates + t * state, gate_stride, dgi + t * G3,
-                                                                   B * G3, dgh + t * state * 3, nb, G);
+    domino_gru_bwd_kernel<<<grid_of(state), kThreads, 0, stream>>>(
+        dh, dhs + t * state, hs + t * state, gates + t * state, gate_stride, dgi + t * G3, B * G3,
+        dgh + t * state * 3, nb, G);
     DF_CUDA_CHECK_LAUNCH("domino_gru_bwd_kernel");
     if (t > 0)
-      gemm_launch_ex(gemm, dgh + t * state * 3, G3, false, w.gru_hh, G, false, dh, G, true, nb, G, G3, 1.0f, 1.0f,
-                     stream);
+      gemm_launch_ex(gemm, dgh + t * state * 3, G3, false, w.gru_hh, G, false, dh, G, true, nb, G, G3, 1.0f,
+                     1.0f, stream);
   }
   gemm_launch_ex(gemm, dgi, G3, true, gru_in, ld_gru_in, false, dw.gru_ih, H, true, G3, H, N, 1.0f, beta_dw,
                  stream);
@@ -462,13 +472,14 @@ const int32_t* domino_head_propose_launch(GemmContext* gemm, const DominoHeadSha
     const int slot = p - shift;
     const float* logits = base + int64_t(slot) * L.ldv;
     if (slot >= d.suffix_start) {
-      DF_CUDA_CHECK(cudaMemcpyAsync(f, y + int64_t(slot) * ld_y, size_t(H) * 2, cudaMemcpyDeviceToDevice, stream));
+      DF_CUDA_CHECK(
+          cudaMemcpyAsync(f, y + int64_t(slot) * ld_y, size_t(H) * 2, cudaMemcpyDeviceToDevice, stream));
       DF_CUDA_CHECK(cudaMemcpyAsync(f + H, hb, size_t(G) * 2, cudaMemcpyDeviceToDevice, stream));
       gemm_launch_ex(gemm, f, HG, false, w.proj_in, HG, true, m, E, true, 1, E, HG, 1.0f, 0.0f, stream);
       domino_silu_kernel<<<grid_of(E), kThreads, 0, stream>>>(m, a, 1, E, 1, 0);
       DF_CUDA_CHECK_LAUNCH("domino_silu_kernel");
-      gemm_launch_addend(gemm, a, E, false, w.proj_out, E, true, logits, L.ldv, fin, L.ldv, true, 1, d.V, E, 1.0f,
-                         1.0f, stream);
+      gemm_launch_addend(gemm, a, E, false, w.proj_out, E, true, logits, L.ldv, fin, L.ldv, true, 1, d.V, E,
+                         1.0f, 1.0f, stream);
       logits = fin;
     }
     domino_argmax_kernel<<<1, kRowThreads, 0, stream>>>(logits, d.V, tok + p);

@@ -107,16 +107,16 @@ inline size_t lm_head_loss_workspace_bytes(int64_t rows, int64_t H, int64_t V, i
 
 // ---- domino_head.cu --------------------------------------------------------------------------------------
 // Domino's head over nb blocks of B rows (N = nb·B): what the forward keeps for the backward (the GRU's input
-// projection, states and gates, the correction MLP's input [y ; h] and activations), one chunk of base and
-// final logits with their bf16 gradients, and the backward's buffers. Byte offsets, 256-byte aligned; logits
-// and [y ; h] rows padded to a multiple of 8 elements (16-byte aligned rows for the vector loads and
-// cuBLASLt). Two logits arrays instead of lm_head_loss's one: the chunk is half of chunk_rows, so the scratch
-// stays about lm_head_loss's.
+// projection, states and gates, the correction MLP's input [y ; h] and activations), one chunk of base
+// logits and corrections (final = base + correction) with the bf16 gradients of both logits, and the
+// backward's buffers. Byte offsets, 256-byte aligned; logits and [y ; h] rows padded to a multiple of 8
+// elements (16-byte aligned rows for the vector loads and cuBLASLt). Two f32 arrays a chunk instead of
+// lm_head_loss's one: the chunk is half of chunk_rows, so the scratch stays about lm_head_loss's.
 struct DominoLayout {
   int64_t N = 0, chunk = 0, ldv = 0, ldf = 0;
   size_t xi = 0, hh = 0, hs = 0, hsb = 0, gates = 0, fcat = 0, m = 0, a = 0;  // forward
-  size_t base = 0, fin = 0, gbase = 0, gfin = 0;                              // one chunk of logits
-  size_t da = 0, dm = 0, df = 0, dh = 0, dhs = 0, dgi = 0, dgh = 0;            // backward
+  size_t base = 0, corr = 0, gbase = 0, gfin = 0;                             // one chunk of logits
+  size_t da = 0, dm = 0, df = 0, dh = 0, dhs = 0, dgi = 0, dgh = 0;           // backward
   size_t off_loss = 0, off_w = 0, off_lab = 0, off_am = 0, off_act = 0;       // statistics rows
   size_t bytes = 0;
 };
@@ -141,7 +141,7 @@ inline DominoLayout domino_head_layout(int64_t nb, int64_t B, int64_t H, int64_t
   L.m = take(N * E * f4);
   L.a = take(N * E * b2);
   L.base = take(L.chunk * L.ldv * f4);
-  L.fin = take(L.chunk * L.ldv * f4);
+  L.corr = take(L.chunk * L.ldv * f4);
   L.gbase = take(L.chunk * L.ldv * b2);
   L.gfin = take(L.chunk * L.ldv * b2);
   L.da = take(N * E * f4);

@@ -1,8 +1,8 @@
-// The drafter on the CUDA backend against the CPU fp32 oracle: loss_row_stats (kernels/train/loss_stats.cu) on
-// awkward block counts and sizes, then whole drafter steps (bf16 activations, bf16 weight shadow, statistics
-// on the device) on the tiny test drafter, DFlash and Domino, the shadow after AdamW, and Domino's head op
-// (kernels/train/domino_head.cu) and its greedy proposals on awkward shapes. Prints the worst element of every
-// comparison. Skips itself without a GPU; one skipped test in a build without CUDA.
+// The drafter on the CUDA backend against the CPU fp32 oracle: loss_row_stats (kernels/train/loss_stats.cu)
+// on awkward block counts and sizes, then whole drafter steps (bf16 activations, bf16 weight shadow,
+// statistics on the device) on the tiny test drafter, DFlash and Domino, the shadow after AdamW, and Domino's
+// head op (kernels/train/domino_head.cu) and its greedy proposals on awkward shapes. Prints the worst element
+// of every comparison. Skips itself without a GPU; one skipped test in a build without CUDA.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA
@@ -171,9 +171,11 @@ namespace {
 
 // One drafter step of host's config on both backends with options o, compared as described above; v names it
 // in the messages.
-void expect_step_matches(CudaTrainOps& gpu, TinySetup& host, const DrafterLossOptions& o, const std::string& v) {
+void expect_step_matches(CudaTrainOps& gpu, TinySetup& host, const DrafterLossOptions& o,
+                         const std::string& v) {
   const int64_t T = host.batch.offsets.back(), H = host.cfg.hidden, V = host.cfg.vocab;
-  for (std::vector<float>* t : {&host.taps, &host.target_hidden, &host.embed, &host.lm_head}) round_to_bf16(*t);
+  for (std::vector<float>* t : {&host.taps, &host.target_hidden, &host.embed, &host.lm_head})
+    round_to_bf16(*t);
   DrafterModel gm(host.cfg, gpu);
   drafter_init_params(gm, 7);  // TinySetup's seed: identical master weights
   Dev d(gpu);
@@ -190,11 +192,13 @@ void expect_step_matches(CudaTrainOps& gpu, TinySetup& host, const DrafterLossOp
   const LossStats sg = drafter_forward_backward(gm, gb, an, o);
   EXPECT_TRUE(report("step " + v + " loss_sum, weight_sum", {sg.loss_sum, sg.weight_sum},
                      {sc.loss_sum, sc.weight_sum}, 0, 3e-2));
-  EXPECT_TRUE(report("step " + v + " row weights", std::vector<double>(sg.row_weight.begin(), sg.row_weight.end()),
+  EXPECT_TRUE(report("step " + v + " row weights",
+                     std::vector<double>(sg.row_weight.begin(), sg.row_weight.end()),
                      std::vector<double>(sc.row_weight.begin(), sc.row_weight.end()), 1e-3, 3e-2));
   EXPECT_EQ(sg.count, sc.count) << v;
   EXPECT_EQ(sg.tau_blocks, sc.tau_blocks) << v;
-  for (size_t k = 0; k < sc.correct.size(); ++k) EXPECT_NEAR(double(sg.correct[k]), double(sc.correct[k]), 2) << v;
+  for (size_t k = 0; k < sc.correct.size(); ++k)
+    EXPECT_NEAR(double(sg.correct[k]), double(sc.correct[k]), 2) << v;
   const std::vector<float> g_gpu = d.down<float>(gm.grads);
   for (const DrafterParamEntry& e : host.model->table().entries) {
     double dot = 0, na = 0, nb = 0;
@@ -204,9 +208,10 @@ void expect_step_matches(CudaTrainOps& gpu, TinySetup& host, const DrafterLossOp
       na += a * a;
       nb += b * b;
     }
-    const double cosine = dot / std::sqrt(std::max(na * nb, 1e-300)), ratio = std::sqrt(na / std::max(nb, 1e-300));
-    std::printf("[ grad   ] %-8s %-40s cosine %.5f norm gpu/cpu %.4f (cpu norm %.3e)\n", v.c_str(), e.name.c_str(),
-                cosine, ratio, std::sqrt(nb));
+    const double cosine = dot / std::sqrt(std::max(na * nb, 1e-300)),
+                 ratio = std::sqrt(na / std::max(nb, 1e-300));
+    std::printf("[ grad   ] %-8s %-40s cosine %.5f norm gpu/cpu %.4f (cpu norm %.3e)\n", v.c_str(),
+                e.name.c_str(), cosine, ratio, std::sqrt(nb));
     EXPECT_GE(cosine, 0.98) << v << " " << e.name;
     EXPECT_NEAR(ratio, 1.0, 0.1) << v << " " << e.name;
   }
@@ -222,9 +227,9 @@ void expect_step_matches(CudaTrainOps& gpu, TinySetup& host, const DrafterLossOp
     const float a = g_gpu[i] + 0.0f;  // −0 to +0, nothing else
     if (std::memcmp(&a, &g_fill[i], sizeof(float)) != 0 && differ++ == 0) first = int64_t(i);
   }
-  EXPECT_EQ(differ, 0) << v << ": first write and zero-fill + accumulate differ in " << differ << " elements, first "
-                       << first << ": " << (first >= 0 ? g_gpu[size_t(first)] : 0.0f) << " vs "
-                       << (first >= 0 ? g_fill[size_t(first)] : 0.0f);
+  EXPECT_EQ(differ, 0) << v << ": first write and zero-fill + accumulate differ in " << differ
+                       << " elements, first " << first << ": " << (first >= 0 ? g_gpu[size_t(first)] : 0.0f)
+                       << " vs " << (first >= 0 ? g_fill[size_t(first)] : 0.0f);
 }
 
 }  // namespace
@@ -248,9 +253,9 @@ TEST_F(CudaDrafter, DominoStepMatchesTheCpuOracle) {
     TinySetup host({11, 1, 13}, 7, tiny_domino_config(shift, prefix));
     DrafterLossOptions o;
     o.domino_lambda = 0.35;
-    expect_step_matches(*gpu_, host, o,
-                        std::string("domino shift_label ") + (shift ? "1" : "0") + " prefix " +
-                            std::to_string(prefix));
+    expect_step_matches(
+        *gpu_, host, o,
+        std::string("domino shift_label ") + (shift ? "1" : "0") + " prefix " + std::to_string(prefix));
   }
 }
 
@@ -301,12 +306,13 @@ struct DominoCase {
 std::string name_of(const DominoCase& c) {
   return "nb " + std::to_string(c.nb) + " B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " G " +
          std::to_string(c.G) + " E " + std::to_string(c.E) + " V " + std::to_string(c.V) + " prefix " +
-         std::to_string(c.prefix) + " shift " + std::to_string(int(c.shift)) + " chunk " + std::to_string(c.chunk);
+         std::to_string(c.prefix) + " shift " + std::to_string(int(c.shift)) + " chunk " +
+         std::to_string(c.chunk);
 }
 
-// bf16-representable inputs of one call: block 0 is padding (no weight), a quarter of the other rows are holes,
-// the rest weigh exp(−k/3); weights scaled so that GRU gates and the correction are neither saturated nor
-// negligible.
+// bf16-representable inputs of one call: block 0 is padding (no weight), a quarter of the other rows are
+// holes, the rest weigh exp(−k/3); weights scaled so that GRU gates and the correction are neither saturated
+// nor negligible.
 struct DominoInputs {
   DominoHeadDims d;
   int64_t N = 0;
@@ -379,8 +385,8 @@ DominoRun run_domino(TrainOps& ops, const DominoInputs& in, double lambda, bool 
   Tensor* gt[4] = {&dw.gru_ih, &dw.gru_hh, &dw.proj_in, &dw.proj_out};
   for (int i = 0; i < 4; ++i) {
     *wt[i] = act(*wv[i], shapes[i][0], shapes[i][1]);
-    *gt[i] = d.up(prior ? prior->dw[i] : std::vector<float>(size_t(shapes[i][0] * shapes[i][1]), NAN), DType::f32,
-                  shapes[i][0], shapes[i][1]);
+    *gt[i] = d.up(prior ? prior->dw[i] : std::vector<float>(size_t(shapes[i][0] * shapes[i][1]), NAN),
+                  DType::f32, shapes[i][0], shapes[i][1]);
   }
   const int slots = LossStatsSlots::size(dm.block_size);
   const Tensor stats = d.up(std::vector<double>(size_t(slots), 0.0), DType::u8, 1, slots * 8);
@@ -413,14 +419,16 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // padding block, holes, and chunks of 1, 2 and 32 rows against blocks, through the CPU oracle's f32 math. The
 // GPU multiplies bf16 weights, keeps the GRU state, the MLP activation and every gradient it passes on in
 // bf16 (2^-9 relative a rounding, ~10 roundings deep from the loss to the GRU's input weights) and reduces
-// the softmax in fp32 with fast exp/log: every gradient within 3e-2 relative RMS of the oracle's, Σ w·L within
-// 2e-2, Σ w (the given weights, summed in f64) within 1e-6. Labelled-row counts are exact; an argmax may flip on
-// a near tie, so at most 2 rows (and 5 %) differ and correct counts follow within that. A second call with
-// beta_dw 1 adds the same gradients (2× within 1e-5); a repeat gives the same bits; a forward-only call the
-// same argmax and statistics.
+// the softmax in fp32 with fast exp/log: every gradient within 3e-2 relative RMS of the oracle's, Σ w·L
+// within 2e-2, Σ w (the given weights, summed in f64) within 1e-6. Labelled-row counts are exact; an argmax
+// may flip on a near tie, so at most 2 rows (and 5 %) differ and correct counts follow within that. A second
+// call with beta_dw 1 adds the same gradients (2× within 1e-5); a repeat gives the same bits; a forward-only
+// call the same argmax and statistics.
 TEST_F(CudaDrafter, DominoHeadLossMatchesTheCpuOracle) {
-  const DominoCase cases[] = {{5, 3, 13, 5, 7, 37, 0, true, 4},   {5, 3, 13, 5, 7, 37, 2, true, 2},
-                              {4, 4, 13, 5, 7, 37, 2, false, 3},  {6, 5, 9, 3, 11, 101, 0, false, 1000},
+  const DominoCase cases[] = {{5, 3, 13, 5, 7, 37, 0, true, 4},
+                              {5, 3, 13, 5, 7, 37, 2, true, 2},
+                              {4, 4, 13, 5, 7, 37, 2, false, 3},
+                              {6, 5, 9, 3, 11, 101, 0, false, 1000},
                               {9, 16, 64, 24, 12, 999, 1, true, 64}};
   const double lambda = 0.3;
   for (const DominoCase& c : cases) {
@@ -436,8 +444,8 @@ TEST_F(CudaDrafter, DominoHeadLossMatchesTheCpuOracle) {
       flips += rg.argmax[size_t(i)] != rc.argmax[size_t(i)];
       if (in.row_w[size_t(i)] == 0.0f) EXPECT_EQ(rg.argmax[size_t(i)], -1) << name << " row " << i;
     }
-    std::printf("[ domino ] %s: argmax differs in %lld of %lld weighted rows\n", name.c_str(), (long long)flips,
-                (long long)weighted);
+    std::printf("[ domino ] %s: argmax differs in %lld of %lld weighted rows\n", name.c_str(),
+                (long long)flips, (long long)weighted);
     const int64_t flip_bound = std::max<int64_t>(2, weighted / 20);
     EXPECT_LE(flips, flip_bound) << name;
     const int B = c.B;
@@ -511,7 +519,8 @@ TEST_F(CudaDrafter, DominoProposalsAreTheOraclesArgmax) {
       const float* row = &logits[size_t(slot) * size_t(c.V)];
       const float mx = *std::max_element(row, row + c.V), got = row[drafts[size_t(p - 1)]];
       EXPECT_GE(got, mx - 2e-2f * (1.0f + std::fabs(mx)))
-          << name << " token " << p << ": " << drafts[size_t(p - 1)] << " scores " << got << ", the best " << mx;
+          << name << " token " << p << ": " << drafts[size_t(p - 1)] << " scores " << got << ", the best "
+          << mx;
     }
   }
 }

@@ -77,9 +77,11 @@ TEST(DrafterGoldenCuda, MatchesSpecForgeLossAndGradients) {
 TEST(DrafterGoldenCuda, DominoMatchesSpecForgeLossAndGradients) {
   const std::string dir = std::string(DF_SOURCE_DIR) + "/tests/golden/drafter_domino";
   if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU drafter golden test skipped";
-  if (!std::filesystem::exists(dir + "/golden.safetensors") || !std::filesystem::exists(dir + "/model/config.json"))
-    GTEST_SKIP() << "tests/golden/drafter_domino/ is absent: run `python3 tests/golden/make_drafter_golden.py "
-                    "--kind domino` on the GPU machine and commit it";
+  if (!std::filesystem::exists(dir + "/golden.safetensors") ||
+      !std::filesystem::exists(dir + "/model/config.json"))
+    GTEST_SKIP()
+        << "tests/golden/drafter_domino/ is absent: run `python3 tests/golden/make_drafter_golden.py "
+           "--kind domino` on the GPU machine and commit it";
   expect_golden_step(dir);
 }
 

@@ -6,8 +6,8 @@
 //    worse than the CUDA forward's own (both bf16), per tap and for the logits;
 //  - rolling a step back to a partial accept equals a fresh prefill of the accepted prefix;
 //  - speculative decoding with a CUDA DFlash or Domino drafter, and batched generation (eval --generate),
-//    commit the CUDA target's plain greedy tokens (up to a near tie of the target's top two logits, where bf16
-//    rounding of a differently batched step may choose the other).
+//    commit the CUDA target's plain greedy tokens (up to a near tie of the target's top two logits, where
+//    bf16 rounding of a differently batched step may choose the other).
 // Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
@@ -339,8 +339,8 @@ void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKi
   const int n = 24, B = 4;
   const Greedy greedy = greedy_with_margins(*target, prompt, n);
   CudaTrainOps tops(0);
-  DrafterConfig dc = kind == DrafterKind::domino ? df::testing::tiny_domino_config()
-                                                 : df::testing::tiny_drafter_config();
+  DrafterConfig dc =
+      kind == DrafterKind::domino ? df::testing::tiny_domino_config() : df::testing::tiny_drafter_config();
   dc.hidden = c.hidden;
   dc.vocab = c.vocab;
   dc.mask_token_id = c.vocab - 1;
@@ -359,8 +359,8 @@ void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKi
     EXPECT_GE(a, 1);
     EXPECT_LE(a, B);
   }
-  std::printf("[ decode ] random CUDA %s drafter: tau %.3f over %zu blocks\n", drafter_kind_name(kind), r.tau(),
-              r.accept_lengths.size());
+  std::printf("[ decode ] random CUDA %s drafter: tau %.3f over %zu blocks\n", drafter_kind_name(kind),
+              r.tau(), r.accept_lengths.size());
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/train/loss_slots.h"
 #include "kernels/train_launchers.cuh"
 
@@ -340,11 +340,13 @@ namespace {
 
 // The head's matrices as train_ops.h DominoHeadWeights names them, contiguous, of dtype dt (bf16 weights, f32
 // gradients).
-void expect_domino_head(const TrainOps::DominoHeadWeights& w, const DominoHeadDims& d, DType dt, const char* op,
-                        const char* what) {
+void expect_domino_head(const TrainOps::DominoHeadWeights& w, const DominoHeadDims& d, DType dt,
+                        const char* op, const char* what) {
   const int64_t H = d.hidden, G = d.gru_hidden, E = d.emb_dim;
-  const std::pair<const Tensor*, std::pair<int64_t, int64_t>> mats[] = {
-      {&w.gru_ih, {3 * G, H}}, {&w.gru_hh, {3 * G, G}}, {&w.proj_in, {E, H + G}}, {&w.proj_out, {d.vocab, E}}};
+  const std::pair<const Tensor*, std::pair<int64_t, int64_t>> mats[] = {{&w.gru_ih, {3 * G, H}},
+                                                                        {&w.gru_hh, {3 * G, G}},
+                                                                        {&w.proj_in, {E, H + G}},
+                                                                        {&w.proj_out, {d.vocab, E}}};
   for (const auto& [t, shape] : mats) {
     cuda_expect_as(*t, dt, shape.first, shape.second, op, what);
     DF_CHECK(t->contiguous(), "%s: %s %s must be contiguous", op, what, t->shape_str().c_str());
@@ -352,10 +354,11 @@ void expect_domino_head(const TrainOps::DominoHeadWeights& w, const DominoHeadDi
 }
 
 DominoHeadShape domino_shape(const DominoHeadDims& d, int64_t nb) {
-  DF_CHECK(d.block_size >= 2 && d.hidden >= 1 && d.gru_hidden >= 1 && d.emb_dim >= 1 && d.vocab >= 1 &&
-               d.pure_draft_prefix_len >= 0,
-           "domino head: bad dims block %d hidden %d gru_hidden %d emb_dim %d vocab %d pure_draft_prefix_len %d",
-           d.block_size, d.hidden, d.gru_hidden, d.emb_dim, d.vocab, d.pure_draft_prefix_len);
+  DF_CHECK(
+      d.block_size >= 2 && d.hidden >= 1 && d.gru_hidden >= 1 && d.emb_dim >= 1 && d.vocab >= 1 &&
+          d.pure_draft_prefix_len >= 0,
+      "domino head: bad dims block %d hidden %d gru_hidden %d emb_dim %d vocab %d pure_draft_prefix_len %d",
+      d.block_size, d.hidden, d.gru_hidden, d.emb_dim, d.vocab, d.pure_draft_prefix_len);
   DominoHeadShape s;
   s.nb = nb;
   s.B = d.block_size;
@@ -399,14 +402,14 @@ void CudaTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, cons
   }
   const DominoHeadShape s = domino_shape(d, N / B);
   const size_t ws = domino_head_workspace_bytes(s.nb, B, H, s.G, s.E, s.V, loss_chunk_rows_);
-  const DominoHeadGradPtrs g = a.backward ? DominoHeadGradPtrs{fptr(dw.gru_ih), fptr(dw.gru_hh), fptr(dw.proj_in),
-                                                               fptr(dw.proj_out)}
-                                          : DominoHeadGradPtrs{};
-  domino_head_loss_launch(dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), bptr(gru_in), gru_in.stride,
-                          domino_weights(w), iptr(labels), fptr(row_w), a.lambda, d.shift_label ? 1 : 0, a.backward,
-                          a.beta_dw, static_cast<int32_t*>(argmax.data), a.backward ? bptr(dy) : nullptr,
-                          a.backward ? dy.stride : 0, g, static_cast<double*>(stats.data), loss_chunk_rows_,
-                          N > 0 ? scratch(ws) : nullptr, ws, dev_.stream);
+  const DominoHeadGradPtrs g =
+      a.backward ? DominoHeadGradPtrs{fptr(dw.gru_ih), fptr(dw.gru_hh), fptr(dw.proj_in), fptr(dw.proj_out)}
+                 : DominoHeadGradPtrs{};
+  domino_head_loss_launch(
+      dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), bptr(gru_in), gru_in.stride, domino_weights(w),
+      iptr(labels), fptr(row_w), a.lambda, d.shift_label ? 1 : 0, a.backward, a.beta_dw,
+      static_cast<int32_t*>(argmax.data), a.backward ? bptr(dy) : nullptr, a.backward ? dy.stride : 0, g,
+      static_cast<double*>(stats.data), loss_chunk_rows_, N > 0 ? scratch(ws) : nullptr, ws, dev_.stream);
 }
 
 std::vector<int32_t> CudaTrainOps::domino_head_propose(const Tensor& y, const Tensor& lm_head,
@@ -422,11 +425,11 @@ std::vector<int32_t> CudaTrainOps::domino_head_propose(const Tensor& y, const Te
   const DominoHeadShape s = domino_shape(d, 1);
   const size_t ws = domino_propose_layout(s.B, s.H, s.G, s.E, s.V).bytes;
   const int32_t* tok = domino_head_propose_launch(dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), bptr(embed),
-                                                  domino_weights(w), d.shift_label ? 1 : 0, first, scratch(ws), ws,
-                                                  dev_.stream);
+                                                  domino_weights(w), d.shift_label ? 1 : 0, first,
+                                                  scratch(ws), ws, dev_.stream);
   std::vector<int32_t> host(size_t(d.block_size));
-  DF_CUDA_CHECK(cudaMemcpyAsync(host.data(), tok, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                dev_.stream));
+  DF_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), tok, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, dev_.stream));
   DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   return std::vector<int32_t>(host.begin() + 1, host.end());
 }
