@@ -11,7 +11,9 @@
 // execution.
 #include <cudnn_graph.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -427,7 +429,20 @@ void cudnn_sdpa_launch(const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16
   cudnnHandle_t handle = sdpa_handle(dev, &st);
   if (!handle) cudnn_fail("handle", "cudnnCreate", st, __LINE__);
   auto found = state().plans.find(key);
-  if (found == state().plans.end()) found = state().plans.emplace(key, sdpa_build(handle, key)).first;
+  if (found == state().plans.end()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<SdpaGraph> built = sdpa_build(handle, key);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    char line[256];
+    std::snprintf(
+        line, sizeof line,
+        "cuDNN attention plan on device %d: batch <= %lld, longest sequence <= %lld, %d/%d heads of %d: "
+        "built in %.1f ms, workspace %zu bytes",
+        dev, (long long)b, (long long)s, hq, hkv, hd, ms, built->workspace());
+    dispatch_log(line);
+    found = state().plans.emplace(key, std::move(built)).first;
+  }
   const SdpaGraph& g = *found->second;
 
   const size_t ws_bytes = align_up(g.workspace(), 256),

@@ -30,20 +30,6 @@ MeasuredStore& store() {
   return s;
 }
 
-void dispatch_log(const std::string& line) {
-  void (*sink)(const std::string&) = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(store().mu);
-    sink = store().sink;
-  }
-  if (sink) {
-    sink(line);
-  } else {
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-  }
-}
-
 // The per-call milliseconds of `run`: one untimed call, then kMeasuredReps between two events.
 float time_form(const std::function<void()>& run, cudaStream_t stream, cudaEvent_t ev0, cudaEvent_t ev1) {
   run();
@@ -57,6 +43,20 @@ float time_form(const std::function<void()>& run, cudaStream_t stream, cudaEvent
 }
 
 }  // namespace
+
+void dispatch_log(const std::string& line) {
+  void (*sink)(const std::string&) = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(store().mu);
+    sink = store().sink;
+  }
+  if (sink) {
+    sink(line);
+  } else {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+}
 
 int cuda_current_device() {
   int dev = 0;

@@ -31,6 +31,9 @@ int measured_pick(const std::string& key);
 // Synchronises `stream`, so never call it on a stream being captured.
 int measured_choose(const std::string& key, const std::vector<MeasuredForm>& forms, cudaStream_t stream);
 
+// One line to where measured decisions go (below): also the plans a measured candidate builds.
+void dispatch_log(const std::string& line);
+
 // Where measured decisions are logged, one line each: the CUDA backend passes its rank-0 log_info (the
 // kernels library cannot call into src/); until set, stdout.
 void dispatch_log_set(void (*sink)(const std::string& line));
