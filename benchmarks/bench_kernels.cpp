@@ -254,6 +254,9 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
       cudaGraphExec_t exec;
       DF_CUDA_CHECK(cudaGraphCreate(&one, 0));
       DF_CUDA_CHECK(cudaGraphAddKernelNode(&added, one, nullptr, 0, &kp));
+      // The launch attributes are not in the params: a cluster launch replayed without its cluster dimension
+      // runs CTAs with no peers, and their distributed shared-memory reads fault.
+      DF_CUDA_CHECK(cudaGraphKernelNodeCopyAttributes(added, node));
       DF_CUDA_CHECK(cudaGraphInstantiate(&exec, one, 0));
       ms.push_back(b.time_ms([&] { DF_CUDA_CHECK(cudaGraphLaunch(exec, st)); }, reps));
       DF_CUDA_CHECK(cudaGraphExecDestroy(exec));

@@ -109,7 +109,7 @@ def qwen3_draft_config(dflash, f, target, attn):
 
     taps = f["target_layer_ids"] or dflash.build_target_layer_ids(target["layers"], f["num_taps"])
     sliding = "sliding_attention" in f["layer_types"]
-    domino = f["kind"] == "domino"
+    domino = f.get("kind", "dflash") == "domino"  # the golden script's FIELDS name no kind: it sets its own head
     dflash_config = {"mask_token_id": f["mask_token_id"], "target_layer_ids": taps}
     if domino:
         dflash_config.update(projector_type="domino", pure_draft_prefix_len=f["pure_draft_prefix_len"],
@@ -143,7 +143,7 @@ def bench_shape(label, toml_path, target, mods, args):
     H, V, T = target["hidden"], target["vocab"], args.seq_len
     if f["kind"] != args.kind:
         sys.exit(f"specforge_drafter_step: --kind {args.kind}, but {toml_path} configures a {f['kind']} drafter")
-    domino = f["kind"] == "domino"
+    domino = f.get("kind", "dflash") == "domino"  # the golden script's FIELDS name no kind: it sets its own head
     with dev:
         draft = (mods.domino.DominoDraftModel if domino else dflash.DFlashDraftModel)(cfg).to(torch.bfloat16)
         embed = nn.Embedding(V, H, dtype=torch.bfloat16)
