@@ -1,4 +1,4 @@
-// DFlash2's oracles (model/dflash2_selector.h, model/dflash2_conv.h) against SpecForge's own
+// DFlash2's oracles (ops/dflash2_selector.h, ops/dflash2_conv.h) against SpecForge's own
 // DFlash2DraftModel and OnlineDFlashModel at the commit that holds them: the golden files of
 // `make_drafter_golden.py --kind dflash2` hold the backbone's normed output of every block with the loss's
 // gradient (the selector and both CE terms are checked on those, with the block rows built from the packed
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "drafter_golden_util.h"
-#include "model/dflash2_conv.h"
-#include "model/dflash2_selector.h"
+#include "ops/dflash2_conv.h"
+#include "ops/dflash2_selector.h"
 
 using namespace df;
 using df::drafter_golden::grad_diff;
@@ -93,7 +93,7 @@ TEST(Dflash2Golden, SelectorLossAndGradientsMatchSpecForge) {
     }
     const Dflash2BlockLoss l =
         dflash2_block_step<float>(d, weights, lm_head.data(), hidden.data() + b * B * H, rows, alpha, false,
-                                  &grads, dz.data() + b * B * H);
+                                  nullptr, &grads, dz.data() + b * B * H);
     base_sum += l.base_sum;
     selector_sum += l.selector_sum;
   }
