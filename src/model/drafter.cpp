@@ -236,6 +236,10 @@ bool drafter_param_is_base_kernel(const std::string& name) {
   return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+float drafter_base_kernel_identity(int64_t i, int64_t cols, int taps) {
+  return (i / cols) % taps == 0 ? 1.0f : 0.0f;
+}
+
 std::vector<int64_t> drafter_param_hf_shape(const DrafterConfig& c, const DrafterParamEntry& e) {
   if (drafter_param_is_base_kernel(e.name)) return {2, c.conv_kernel_size, e.cols};
   if (e.rows == 1 && !e.decay) return {e.cols};
@@ -279,7 +283,8 @@ DrafterTensors tensors_view(const DrafterModel& m, const Tensor& mats, const Ten
     t.domino = {view("prefix_gru.weight_ih_l0"), view("prefix_gru.weight_hh_l0"), view("embed_proj.0.weight"),
                 view("embed_proj.2.weight")};
   if (m.config().kind == DrafterKind::dflash2)
-    t.selector = {view("candidate_selector.predecessor_codebook"), view("candidate_selector.successor_codebook"),
+    t.selector = {view("candidate_selector.predecessor_codebook"),
+                  view("candidate_selector.successor_codebook"),
                   view("candidate_selector.hidden_projection.weight")};
   return t;
 }
@@ -349,13 +354,13 @@ void drafter_init_params(DrafterModel& m, uint64_t seed) {
     // _init_weights, which the peers use); a DFlash2 base kernel at the identity (tap 0 is 1 on both sides,
     // SpecForge DFlashGroupedConv).
     const bool bias = e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".bias") == 0;
-    const int64_t taps = drafter_param_is_base_kernel(e.name) ? m.config().conv_kernel_size : 0;
+    const int taps = drafter_param_is_base_kernel(e.name) ? m.config().conv_kernel_size : 0;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < e.rows * e.cols; ++i)
-      host[size_t(e.offset + i)] = e.decay  ? 0.02f * rng_normal_at(seed, stream, uint64_t(i))
-                                   : bias   ? 0.0f
-                                   : taps   ? ((i / e.cols) % taps == 0 ? 1.0f : 0.0f)
-                                            : 1.0f;
+      host[size_t(e.offset + i)] = e.decay ? 0.02f * rng_normal_at(seed, stream, uint64_t(i))
+                                   : bias  ? 0.0f
+                                   : taps  ? drafter_base_kernel_identity(i, e.cols, taps)
+                                           : 1.0f;
   }
   m.ops().upload_raw(m.params, host.data());
   m.ops().fill(m.adam_m, 0.0f);

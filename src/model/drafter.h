@@ -59,6 +59,9 @@ bool drafter_param_is_base_kernel(const std::string& name);
 // A tensor's shape in a Hugging Face folder (export writes it, init_from reads it): [rows, cols], a norm
 // vector [cols], a DFlash2 base kernel the peer's [2, taps, H].
 std::vector<int64_t> drafter_param_hf_shape(const DrafterConfig& c, const DrafterParamEntry& e);
+// Element i of a DFlash2 base kernel of `cols` channels at the identity (tap 0 of each side 1, the other taps
+// 0; SpecForge DFlashGroupedConv's initialisation).
+float drafter_base_kernel_identity(int64_t i, int64_t cols, int taps);
 
 // Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): Domino's head runs on the CPU
 // backend only so far, and a Domino config must never silently train a DFlash drafter.
@@ -238,9 +241,9 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
 std::vector<int32_t> drafter_domino_drafts(const DrafterModel& m, const DrafterBatch& batch,
                                            const std::vector<DrafterAnchor>& anchors,
                                            const DrafterLossOptions& opts);
-// kind = dflash2: the selector's greedy lattice walk (ops/dflash2_selector.h dflash2_selector_greedy_path) over
-// the one block that drafter_accumulate last ran, forward only, with these same arguments, from its anchor
-// token on.
+// kind = dflash2: the selector's greedy lattice walk (ops/dflash2_selector.h dflash2_selector_greedy_path)
+// over the one block that drafter_accumulate last ran, forward only, with these same arguments, from its
+// anchor token on.
 std::vector<int32_t> drafter_dflash2_drafts(const DrafterModel& m, const DrafterBatch& batch,
                                             const std::vector<DrafterAnchor>& anchors,
                                             const DrafterLossOptions& opts);

@@ -184,7 +184,8 @@ void drafter_layer_backward(TrainOps& ops, const DrafterConfig& c, int layer, co
   ops.gemm(dk_ctx, false, w.k_proj, false, s.dctx, 1, beta_dctx);
   ops.gemm(dv_ctx, false, w.v_proj, false, s.dctx, 1, 1);
   if (conv) conv_in_bwd(a.n, w.attention_conv, a.coeff_attn, s.dn, gw.attention_conv);
-  ops.rmsnorm_bwd(x_in, w.input_layernorm, a.rstd1, conv ? s.dconv : s.dn, dx, gw.input_layernorm, 1, beta_gw);
+  ops.rmsnorm_bwd(x_in, w.input_layernorm, a.rstd1, conv ? s.dconv : s.dn, dx, gw.input_layernorm, 1,
+                  beta_gw);
 }
 
 }  // namespace df

@@ -28,7 +28,8 @@ struct DrafterLayerActs {
   Tensor h, n2, rstd2;                // after the attention residual; post_attention_layernorm
   Tensor gate, up, act;               // [N, I]
   // kind = dflash2 (ops/dflash2_conv.h), else empty: each sublayer's dynamic coefficients [N, coeffs] and its
-  // input after the input-side convolution, and its output before the output-side one (o_proj's, down_proj's).
+  // input after the input-side convolution, and its output before the output-side one (o_proj's,
+  // down_proj's).
   Tensor coeff_attn, n_conv, o, coeff_mlp, n2_conv, mlp_out;
 };
 

@@ -50,8 +50,8 @@ void layout_dflash2_rows(const DrafterConfig& c, const DrafterBatch& b,
   L.row_w.assign(anchors.size() * B, 0.0f);
   for (size_t j = 0; j < anchors.size(); ++j) {
     const int64_t s0 = b.offsets[size_t(anchors[j].seq)], len = b.offsets[size_t(anchors[j].seq) + 1] - s0;
-    const Dflash2BlockRows rows = dflash2_block_rows(c.block_size, b.tokens.data() + s0,
-                                                     b.loss_mask.data() + s0, len, anchors[j].pos, double(gamma));
+    const Dflash2BlockRows rows = dflash2_block_rows(
+        c.block_size, b.tokens.data() + s0, b.loss_mask.data() + s0, len, anchors[j].pos, double(gamma));
     for (size_t k = 0; k < B; ++k) {
       L.labels[j * B + k] = rows.labels[k];
       L.prev[j * B + k] = rows.prev[k];
@@ -263,7 +263,8 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   // The step's first backward writes the gradients (beta 0; drafter_begin_step), later ones add.
   const float beta_g = m.grads_stale ? 0.0f : 1.0f;
   if (domino || dflash2) {
-    // ---- Domino's head / DFlash2's selector and their loss: rows weighted on the host, dy comes out weighted
+    // ---- Domino's head / DFlash2's selector and their loss: rows weighted on the host, dy comes out
+    // weighted
     DF_CHECK(!kl && opts.dpace == DpaceKind::off && !opts.streak,
              "drafter step: drafter.kind = \"%s\" trains with CE only (train.loss = \"ce\", no streak)",
              drafter_kind_name(c.kind));
@@ -321,9 +322,9 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
 
   // ---- backward: ∂(Σ w·L) ----
   // Every parameter has exactly one call with beta_g (k_proj, v_proj: the context rows' product; the block
-  // rows' then adds; Domino's head: domino_head_loss; DFlash2's selector: dflash2_selector_loss), and every call runs whatever the batch (an empty range
-  // writes zeros), so all of m.grads but the padding is written. ∂/∂ctx likewise: the first layer visited
-  // writes it, the others add.
+  // rows' then adds; Domino's head: domino_head_loss; DFlash2's selector: dflash2_selector_loss), and every
+  // call runs whatever the batch (an empty range writes zeros), so all of m.grads but the padding is written.
+  // ∂/∂ctx likewise: the first layer visited writes it, the others add.
   if (!domino && !dflash2) ops.scale_rows(s.dy, s.row_w);
   ops.rmsnorm_bwd(x_last, m.w.norm, s.rstd_final, s.dy, s.dx, m.g.norm, 0, beta_g);
   for (int l = c.layers - 1; l >= 0; --l) {

@@ -17,8 +17,8 @@ void check_rows(const Dflash2ConvDims& d, int64_t rows) {
 
 // Side s reads base[s] and the coefficient columns [s·taps·G, (s+1)·taps·G) of coeff.
 template <class T>
-void dflash2_conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u, int64_t rows,
-                       T* out) {
+void dflash2_conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
+                       int64_t rows, T* out) {
   check_rows(d, rows);
   const int H = d.hidden, taps = d.taps, G = d.groups(), gs = d.group_size, C = d.coeffs();
   const T* b = base + int64_t(side) * taps * H;
@@ -37,7 +37,7 @@ void dflash2_conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, 
 
 template <class T>
 void dflash2_conv_side_backward(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
-                        int64_t rows, const T* dout, T* du, T* dcoeff, T* dbase) {
+                                int64_t rows, const T* dout, T* du, T* dcoeff, T* dbase) {
   check_rows(d, rows);
   const int H = d.hidden, taps = d.taps, G = d.groups(), gs = d.group_size, C = d.coeffs();
   const int64_t at = int64_t(side) * taps;
@@ -60,7 +60,6 @@ void dflash2_conv_side_backward(const Dflash2ConvDims& d, const T* base, const T
   }
 }
 
-
 template <class T>
 void dflash2_conv_prepare(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x,
                           int64_t rows, T* out, T* coeff) {
@@ -78,7 +77,6 @@ void dflash2_conv_prepare(const Dflash2ConvDims& d, const Dflash2ConvTensors<con
 template <class T>
 void dflash2_conv_finish(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* y,
                          const T* coeff, int64_t rows, T* out) {
-  check_rows(d, rows);
   dflash2_conv_side(d, w.base_kernel, coeff, 1, y, rows, out);
 }
 
@@ -86,7 +84,6 @@ template <class T>
 void dflash2_conv_finish_backward(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* y,
                                   const T* coeff, int64_t rows, const T* dout, T* dy, T* dcoeff,
                                   const Dflash2ConvTensors<T>& grads) {
-  check_rows(d, rows);
   dflash2_conv_side_backward(d, w.base_kernel, coeff, 1, y, rows, dout, dy, dcoeff, grads.base_kernel);
 }
 
@@ -94,7 +91,6 @@ template <class T>
 void dflash2_conv_prepare_backward(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x,
                                    const T* coeff, int64_t rows, const T* dout, T* dcoeff, T* dx,
                                    const Dflash2ConvTensors<T>& grads) {
-  check_rows(d, rows);
   dflash2_conv_side_backward(d, w.base_kernel, coeff, 0, x, rows, dout, dx, dcoeff, grads.base_kernel);
   // coeff = x·Wᵀ: ∂W += dcoeffᵀ·x, ∂x += dcoeff·W.
   const int H = d.hidden, C = d.coeffs();
@@ -110,9 +106,10 @@ void dflash2_conv_prepare_backward(const Dflash2ConvDims& d, const Dflash2ConvTe
 }
 
 #define DF_DFLASH2_CONV(T)                                                                                   \
-  template void dflash2_conv_side<T>(const Dflash2ConvDims&, const T*, const T*, int, const T*, int64_t, T*); \
+  template void dflash2_conv_side<T>(const Dflash2ConvDims&, const T*, const T*, int, const T*, int64_t,     \
+                                     T*);                                                                    \
   template void dflash2_conv_side_backward<T>(const Dflash2ConvDims&, const T*, const T*, int, const T*,     \
-                                              int64_t, const T*, T*, T*, T*);                               \
+                                              int64_t, const T*, T*, T*, T*);                                \
   template void dflash2_conv_prepare<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&,          \
                                         const T*, int64_t, T*, T*);                                          \
   template void dflash2_conv_finish<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&, const T*, \

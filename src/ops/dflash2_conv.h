@@ -16,7 +16,6 @@
 #pragma once
 #include <cstdint>
 
-
 namespace df {
 
 struct Dflash2ConvDims {
@@ -29,9 +28,9 @@ struct Dflash2ConvDims {
   int coeffs() const { return 2 * taps * groups(); }  // dynamic coefficients per row, both sides
 };
 
-// One side's convolution alone (the drafter step's op, ops/train_ops.h dflash2_conv_fwd): out = conv_s(u) with
-// coeff [rows, coeffs()] both sides' dynamic coefficients (coeff = x·Wᵀ), base [2·taps, H] both sides' base
-// kernels; side s reads its own half of each.
+// One side's convolution alone (the drafter step's op, ops/train_ops.h dflash2_conv_fwd): out = conv_s(u)
+// with coeff [rows, coeffs()] both sides' dynamic coefficients (coeff = x·Wᵀ), base [2·taps, H] both sides'
+// base kernels; side s reads its own half of each.
 template <class T>
 void dflash2_conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
                        int64_t rows, T* out);

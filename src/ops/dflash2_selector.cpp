@@ -212,7 +212,7 @@ std::vector<int32_t> dflash2_selector_greedy_path(const Dflash2SelectorDims& d,
   template Dflash2Candidates dflash2_selector_candidates<T>(const Dflash2SelectorDims&, const T*, int32_t); \
   template Dflash2BlockLoss dflash2_block_step<T>(                                                          \
       const Dflash2SelectorDims&, const Dflash2SelectorTensors<const T>&, const T*, const T*,               \
-      const Dflash2BlockRows&, double, bool, T*, const Dflash2SelectorTensors<T>*, T*);                         \
+      const Dflash2BlockRows&, double, bool, T*, const Dflash2SelectorTensors<T>*, T*);                     \
   template std::vector<int32_t> dflash2_selector_greedy_path<T>(                                            \
       const Dflash2SelectorDims&, const Dflash2SelectorTensors<const T>&, const T*, const T*, int, int32_t);
 DF_DFLASH2_SELECTOR(float)

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <vector>
 
-
 namespace df {
 
 struct Dflash2SelectorDims {
@@ -82,10 +81,10 @@ struct Dflash2BlockLoss {
 };
 
 // One block forward: z [B, H] draft hidden (normed), lm_head [V, H] frozen; the raw logits of every weighted
-// slot go to logits [B, V] when it is set (other slots' rows are left as they are). With `grads` set, also runs the
-// backward of base_sum + alpha·selector_sum: the selector's gradients are added into *grads and ∂/∂z into dz
-// [B, H] (dz may be null); stop_gradient keeps the selector term out of dz (it then trains the selector's
-// weights only). T = float is the oracle; T = double serves the finite-difference test.
+// slot go to logits [B, V] when it is set (other slots' rows are left as they are). With `grads` set, also
+// runs the backward of base_sum + alpha·selector_sum: the selector's gradients are added into *grads and ∂/∂z
+// into dz [B, H] (dz may be null); stop_gradient keeps the selector term out of dz (it then trains the
+// selector's weights only). T = float is the oracle; T = double serves the finite-difference test.
 template <class T>
 Dflash2BlockLoss dflash2_block_step(const Dflash2SelectorDims& d, const Dflash2SelectorTensors<const T>& w,
                                     const T* lm_head, const T* z, const Dflash2BlockRows& rows, double alpha,

@@ -215,8 +215,8 @@ class TrainOps {
   // Backward of conv_side (not of the residual): du = ∂/∂u and dcoeff's side-s columns = ∂/∂coeff
   // (overwritten; the other side's columns untouched), dbase's side-s rows = beta_dbase · dbase + ∂/∂base.
   virtual void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
-                                const Tensor& dout, const Tensor& du, const Tensor& dcoeff, const Tensor& dbase,
-                                float beta_dbase, const Dflash2ConvDims& d);
+                                const Tensor& dout, const Tensor& du, const Tensor& dcoeff,
+                                const Tensor& dbase, float beta_dbase, const Dflash2ConvDims& d);
   // The candidate selector's three matrices (ops/dflash2_selector.h names them), or their f32 gradients.
   struct Dflash2SelectorWeights {
     Tensor predecessor_codebook, successor_codebook, hidden_projection;

@@ -299,7 +299,8 @@ bool DrafterRun::after_update(int64_t step, const StepStats& ss, const AdamwStep
     DrafterLossOptions eo = loss_options_from_config(tc_);
     // At the steps done, as SpecForge evaluates (its global_step counts the step just taken).
     eo.domino_lambda = loss_domino_lambda(tc_, model_.config(), step + 1, plan_.total_steps);
-    eo.dflash2_selector_alpha = loss_dflash2_selector_alpha(tc_, model_.config(), step + 1, plan_.total_steps);
+    eo.dflash2_selector_alpha =
+        loss_dflash2_selector_alpha(tc_, model_.config(), step + 1, plan_.total_steps);
     const LossStats ev = heldout_->run(model_, mem_, eo);
     metrics_->set_eval(ev.mean_loss(), ev.tau(), loss_accuracy(ev));
   }

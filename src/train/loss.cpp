@@ -20,8 +20,8 @@ DrafterLossOptions loss_options_from_config(const TrainSection& t) {
 double loss_dflash2_selector_alpha(const TrainSection& t, const DrafterConfig& c, int64_t step,
                                    int64_t total_steps) {
   if (c.kind != DrafterKind::dflash2) return 0.0;
-  return dflash2_selector_alpha(step, total_steps, t.dflash2_selector_loss_alpha, t.dflash2_selector_warmup_ratio,
-                                t.dflash2_selector_ramp_ratio);
+  return dflash2_selector_alpha(step, total_steps, t.dflash2_selector_loss_alpha,
+                                t.dflash2_selector_warmup_ratio, t.dflash2_selector_ramp_ratio);
 }
 
 double loss_domino_lambda(const TrainSection& t, const DrafterConfig& c, int64_t step, int64_t total_steps) {

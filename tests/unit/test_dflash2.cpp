@@ -250,8 +250,9 @@ TEST(Dflash2Selector, GradientsMatchFiniteDifferences) {
     };
     std::vector<double> gp(pred.size(), 0.0), gs(succ.size(), 0.0), gw(wh.size(), 0.0), dz(z.size(), 0.0);
     const Dflash2SelectorTensors<double> g{gp.data(), gs.data(), gw.data()};
-    const Dflash2BlockLoss l = dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(),
-                                                          z.data(), rows, alpha, false, nullptr, &g, dz.data());
+    const Dflash2BlockLoss l =
+        dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows, alpha,
+                                   false, nullptr, &g, dz.data());
     EXPECT_EQ(l.covered, 2);
     EXPECT_GT(l.selector_sum, 0.0);
     expect_fd("z", z, dz, loss);

@@ -435,7 +435,8 @@ TEST(DrafterGrad, Dflash2StopGradientTrainsTheSelectorOnly) {
     drafter_forward_backward(*s.model, s.batch, an, o);
     return std::vector<float>(s.grads(), s.grads() + t.total);
   };
-  const std::vector<float> full = grads_with(0.7, false), stop = grads_with(0.7, true), none = grads_with(0, false);
+  const std::vector<float> full = grads_with(0.7, false), stop = grads_with(0.7, true),
+                           none = grads_with(0, false);
   for (const DrafterParamEntry& e : t.entries) {
     const bool selector = e.name.rfind("candidate_selector.", 0) == 0;
     const std::vector<float>& want = selector ? full : none;
@@ -477,9 +478,9 @@ TEST(DrafterGrad, Dflash2StepIsTheOracleOverEveryBlock) {
     const int64_t s0 = s.batch.offsets[size_t(an[j].seq)], len = s.batch.offsets[size_t(an[j].seq) + 1] - s0;
     const Dflash2BlockRows rows = dflash2_block_rows(B, s.batch.tokens.data() + s0,
                                                      s.batch.loss_mask.data() + s0, len, an[j].pos, o.gamma);
-    const Dflash2BlockLoss l = dflash2_block_step<float>(d, w, s.lm_head.data(), &y[j * size_t(B * H)], rows,
-                                                         o.dflash2_selector_alpha, false, logits.data(),
-                                                         nullptr, nullptr);
+    const Dflash2BlockLoss l =
+        dflash2_block_step<float>(d, w, s.lm_head.data(), &y[j * size_t(B * H)], rows,
+                                  o.dflash2_selector_alpha, false, logits.data(), nullptr, nullptr);
     loss += l.base_sum + o.dflash2_selector_alpha * l.selector_sum;
     covered += l.covered;
     for (int k = 0; k < B; ++k) {
@@ -493,7 +494,8 @@ TEST(DrafterGrad, Dflash2StepIsTheOracleOverEveryBlock) {
       }
       ++slots;
       const float* row = &logits[size_t(k * V)];
-      EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row)) << "block " << j << " slot " << k;
+      EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row))
+          << "block " << j << " slot " << k;
     }
   }
   EXPECT_LT(covered, slots) << "some gold tokens must fall outside the top 4";

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/train/loss_slots.h"
 #include "ops/cpu/cpu_expect.h"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/loss_rows.h"
@@ -36,15 +35,8 @@ void CpuTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, const
   const DominoHeadDims& d = a.dims;
   const int B = d.block_size, H = d.hidden, V = d.vocab;
   const int64_t N = y.rows;
-  DF_CHECK(B >= 2 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
-  cpu_expect(y, DType::f32, N, H, op, "y");
+  cpu_expect_head_loss(y, lm_head, labels, row_w, argmax, stats, B, H, V, op);
   cpu_expect(gru_in, DType::f32, N, H, op, "gru_in");
-  cpu_expect(lm_head, DType::f32, V, H, op, "lm_head");
-  cpu_expect(labels, DType::i32, 1, N, op, "labels");
-  cpu_expect(row_w, DType::f32, 1, N, op, "row_w");
-  cpu_expect(argmax, DType::i32, 1, N, op, "argmax");
-  cpu_expect(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
-         "stats (f64 slots as bytes)");
   expect_head(w, d, op, "a head weight");
   const DominoHeadTensors<const float> wt = head_ptrs<const float>(w);
   DominoHeadTensors<float> gt;

@@ -61,11 +61,11 @@ class CpuTrainOps final : public TrainOps {
                       const Tensor& stats) override;
 
   // cpu_dflash2.cpp
-  void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side, const Tensor& resid,
-                        const Tensor& out, const Dflash2ConvDims& d) override;
-  void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side, const Tensor& dout,
-                        const Tensor& du, const Tensor& dcoeff, const Tensor& dbase, float beta_dbase,
-                        const Dflash2ConvDims& d) override;
+  void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d) override;
+  void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& dout, const Tensor& du, const Tensor& dcoeff, const Tensor& dbase,
+                        float beta_dbase, const Dflash2ConvDims& d) override;
   void dflash2_selector_loss(const Tensor& y, const Tensor& lm_head, const Dflash2SelectorWeights& w,
                              const Tensor& labels, const Tensor& prev, const Tensor& row_w,
                              const Dflash2SelectorArgs& a, const Tensor& argmax, const Tensor& dy,
