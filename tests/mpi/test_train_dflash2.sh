@@ -3,8 +3,9 @@
 # Qwen3.6-27B recipe pass `config check` (the recipe's CUDA drafter is refused naming drafter.kind until the
 # CUDA ops exist, and passes on drafter.device = "cpu"; its drafter is SpecForge 5943b2f6's
 # configs/qwen3.6-27b-dflash2.json); 1 target + 2 drafters train with a falling loss; a resume continues
-# bit-identically (α's warm-up and ramp included); the export is SpecForge's DFlash2DraftModel layout and
-# decodes speculatively against the target (`eval`); a DFlash export starts a DFlash2 run (drafter.init_from).
+# bit-identically; the selector's α follows its warm-up step by step; the export is SpecForge's
+# DFlash2DraftModel layout and decodes speculatively against the target (`eval`); a DFlash export starts a
+# DFlash2 run (drafter.init_from).
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -44,14 +45,26 @@ assert "output_multiplier" not in d and "final_logit_softcapping" not in d  # ab
 print("ok: the recipe's drafter is the peer's")
 PY
 
-# dflash2_config FILE RUN_DIR TARGETS DRAFTERS MAX_STEPS: the tiny test config as DFlash2 (hidden 64 of the tiny
-# target: groups of 16), α warmed up over the first 4 of 24 steps and ramped over the next 6.
+# dflash2_config FILE RUN_DIR TARGETS DRAFTERS MAX_STEPS [ALPHA [WARMUP_RATIO]]: the tiny test config as DFlash2
+# (hidden 64 of the tiny target: groups of 16), the selector's CE at weight ALPHA (0.5) after WARMUP_RATIO (0) of
+# the steps.
 dflash2_config() {
-  write_config "$@"
+  write_config "${@:1:5}"
   sed -i -e '/^\[drafter\]/a kind = "dflash2"\nconv_kernel_size = 3\nconv_group_size = 16\nselector_rank = 12\nselector_top_k = 6' \
-    -e '/^\[train\]/a dflash2_selector_loss_alpha = 0.5\ndflash2_selector_warmup_ratio = 0.15\ndflash2_selector_ramp_ratio = 0.25' "$1"
+    -e "/^\\[train\\]/a dflash2_selector_loss_alpha = ${6:-0.5}\\ndflash2_selector_warmup_ratio = ${7:-0.0}" "$1"
 }
 kind_trains_and_resumes dflash2_config dflash2
+# α follows its schedule step by step: held at 0 by a warm-up over every step, α = 0.5 trains exactly as α = 0
+# does, and without the warm-up it does not.
+for run in a0:0.0:0.0 warm:0.5:1.0 a05:0.5:0.0; do
+  IFS=: read -r name alpha warm <<<"$run"
+  dflash2_config "$TMP/$name.toml" "$TMP/$name" 1 1 6 "$alpha" "$warm"
+  run_mpi 2 "$TMP/$name.log" --config "$TMP/$name.toml" || { fail "DFlash2 run $name"; tail -20 "$TMP/$name.log"; }
+done
+[ "$(losses "$TMP/a0/metrics.jsonl")" == "$(losses "$TMP/warm/metrics.jsonl")" ] && echo "ok: α warmed up over every step == α 0" ||
+  fail "a warm-up over every step does not train as α = 0"
+[ "$(losses "$TMP/a0/metrics.jsonl")" != "$(losses "$TMP/a05/metrics.jsonl")" ] ||
+  fail "α = 0.5 without a warm-up trains as α = 0: the selector's term is not in the loss"
 
 # Export: SpecForge's DFlash2DraftModel layout; eval decodes with it against the same random target.
 "$BIN" export --config "$TMP/straight.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"
@@ -90,12 +103,12 @@ write_config "$TMP/base.toml" "$TMP/base" 1 1 4
 run_mpi 2 "$TMP/base.log" --config "$TMP/base.toml" || { fail "DFlash run for init_from"; tail -20 "$TMP/base.log"; }
 "$BIN" export --config "$TMP/base.toml" --out "$TMP/base_drafter" >"$TMP/base_export.log" 2>&1 ||
   fail "export of the DFlash run: $(tail -3 "$TMP/base_export.log")"
-dflash2_config "$TMP/warm.toml" "$TMP/warm" 1 1 4
-sed -i "/^\[drafter\]/a init_from = \"$TMP/base_drafter\"" "$TMP/warm.toml"
-if run_mpi 2 "$TMP/warm.log" --config "$TMP/warm.toml"; then
-  grep -q "drafter weights from $TMP/base_drafter" "$TMP/warm.log" || fail "the warm start names no init_from folder"
+dflash2_config "$TMP/from_dflash.toml" "$TMP/from_dflash" 1 1 4
+sed -i "/^\[drafter\]/a init_from = \"$TMP/base_drafter\"" "$TMP/from_dflash.toml"
+if run_mpi 2 "$TMP/from_dflash.log" --config "$TMP/from_dflash.toml"; then
+  grep -q "drafter weights from $TMP/base_drafter" "$TMP/from_dflash.log" || fail "the warm start names no init_from folder"
 else
-  fail "a DFlash2 run from a DFlash export"; tail -20 "$TMP/warm.log"
+  fail "a DFlash2 run from a DFlash export"; tail -20 "$TMP/from_dflash.log"
 fi
 echo "$fails failed"
 [ "$fails" -eq 0 ]
