@@ -98,11 +98,6 @@ void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& bac
            "(their ops are built on the CPU backend only); HINT: drafter.device = \"cpu\", or drafter.kind = "
            "\"dflash\"",
            backend.c_str());
-  DF_CHECK(c.kind != DrafterKind::domino || backend == "cpu",
-           "drafter.kind = \"domino\": the %s backend has no domino head yet (its ops are built on the CPU "
-           "backend "
-           "only); HINT: drafter.device = \"cpu\", or drafter.kind = \"dflash\"",
-           backend.c_str());
   DF_CHECK(
       c.kind == DrafterKind::dflash || c.kind == DrafterKind::domino || c.kind == DrafterKind::dflash2,
       "drafter.kind = \"%s\": this build's training step on the %s backend has no %s head and loss yet (its "
