@@ -108,20 +108,10 @@ void CpuTrainOps::dflash2_selector_loss(const Tensor& y, const Tensor& lm_head,
   std::vector<float> logits(size_t(B) * size_t(V));
   LossStats st;
   Dflash2BlockRows rows;
-  rows.labels.resize(size_t(B));
-  rows.prev.resize(size_t(B));
-  rows.weights.resize(size_t(B));
   for (int64_t j = 0; j < N / B; ++j) {
     const int64_t r0 = j * B;
-    bool any = false;
-    for (int k = 0; k < B; ++k) {
-      rows.labels[size_t(k)] = lab[r0 + k];
-      rows.prev[size_t(k)] = pre[r0 + k];
-      rows.weights[size_t(k)] = double(wr[r0 + k]);
-      any |= wr[r0 + k] != 0.0f;
-      am[r0 + k] = -1;
-    }
-    if (!any) continue;  // padding or no label: no loss, no gradient
+    if (!cpu_head_block_rows(lab, wr, r0, B, rows.labels, rows.weights, am)) continue;
+    rows.prev.assign(pre + r0, pre + r0 + B);
     const Dflash2BlockLoss l = dflash2_block_step<float>(
         d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, rows, a.alpha, a.stop_gradient, logits.data(),
         a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);

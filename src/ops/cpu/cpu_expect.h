@@ -1,6 +1,9 @@
-// The shape check of the CPU backend's head ops: a tensor must be contiguous host memory of one dtype and
-// shape, or the op throws naming itself and the argument.
+// What the CPU backend's head-loss ops (cpu_domino.cpp, cpu_dflash2.cpp) share: the checks that a tensor is
+// contiguous host memory of one dtype and shape (else the op throws naming itself and the argument), and the
+// gathering of one block's rows.
 #pragma once
+#include <vector>
+
 #include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/train/loss_slots.h"
@@ -28,6 +31,23 @@ inline void cpu_expect_head_loss(const Tensor& y, const Tensor& lm_head, const T
   cpu_expect(argmax, DType::i32, 1, N, op, "argmax");
   cpu_expect(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
              "stats (f64 slots as bytes)");
+}
+
+// Block j of a head-loss op's rows: its labels and weights (rows r0 = j·B ...) into `labels` and `weights` (B
+// each), its argmax rows reset to −1. Returns whether any row carries weight (else the block has no loss and
+// no gradient).
+inline bool cpu_head_block_rows(const int32_t* lab, const float* row_w, int64_t r0, int B,
+                                std::vector<int32_t>& labels, std::vector<double>& weights, int32_t* argmax) {
+  bool any = false;
+  labels.resize(size_t(B));
+  weights.resize(size_t(B));
+  for (int k = 0; k < B; ++k) {
+    labels[size_t(k)] = lab[r0 + k];
+    weights[size_t(k)] = double(row_w[r0 + k]);
+    any |= row_w[r0 + k] != 0.0f;
+    argmax[r0 + k] = -1;
+  }
+  return any;
 }
 
 }  // namespace df
