@@ -93,14 +93,13 @@ void drafter_config_validate(const DrafterConfig& c) {
 }
 
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
+  DF_CHECK(c.kind != DrafterKind::dflash2 || backend == "cpu",
+           "drafter.kind = \"dflash2\": the %s backend has no dflash2 convolutions, selector and loss yet "
+           "(their ops are built on the CPU backend only); HINT: drafter.device = \"cpu\", or drafter.kind = "
+           "\"dflash\"",
+           backend.c_str());
   DF_CHECK(
-      c.kind != DrafterKind::dflash2,
-      "drafter.kind = \"dflash2\": this build's training step on the %s backend has no dflash2 convolutions, "
-      "selector and loss yet (their CPU fp32 oracles are model/dflash2_conv.h and model/dflash2_selector.h; "
-      "the step and the CUDA ops are not built, on either backend); HINT: drafter.kind = \"dflash\"",
-      backend.c_str());
-  DF_CHECK(
-      c.kind == DrafterKind::dflash || c.kind == DrafterKind::domino,
+      c.kind == DrafterKind::dflash || c.kind == DrafterKind::domino || c.kind == DrafterKind::dflash2,
       "drafter.kind = \"%s\": this build's training step on the %s backend has no %s head and loss yet (its "
       "CPU fp32 oracle is model/%s_head.h; the step and the CUDA ops are not built); HINT: drafter.kind = "
       "\"dflash\"",
@@ -118,6 +117,31 @@ DominoHeadDims domino_head_dims(const DrafterConfig& c) {
   d.block_size = c.block_size;
   d.pure_draft_prefix_len = c.pure_draft_prefix_len;
   d.shift_label = c.shift_label;
+  return d;
+}
+
+Dflash2ConvDims dflash2_conv_dims(const DrafterConfig& c) {
+  DF_CHECK(c.kind == DrafterKind::dflash2, "dflash2 conv: the drafter's kind is %s, not dflash2",
+           drafter_kind_name(c.kind));
+  Dflash2ConvDims d;
+  d.hidden = c.hidden;
+  d.block_size = c.block_size;
+  d.taps = c.conv_kernel_size;
+  d.group_size = c.conv_group_size;
+  return d;
+}
+
+Dflash2SelectorDims dflash2_selector_dims(const DrafterConfig& c) {
+  DF_CHECK(c.kind == DrafterKind::dflash2, "dflash2 selector: the drafter's kind is %s, not dflash2",
+           drafter_kind_name(c.kind));
+  Dflash2SelectorDims d;
+  d.hidden = c.hidden;
+  d.vocab = c.vocab;
+  d.rank = c.selector_rank;
+  d.top_k = c.selector_top_k;
+  d.block_size = c.block_size;
+  d.output_multiplier = c.output_multiplier;
+  d.softcap = c.final_logit_softcapping;
   return d;
 }
 
@@ -141,7 +165,7 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
   drafter_config_validate(c);
   DrafterParamTable t;
   const int64_t H = c.hidden, qd = int64_t(c.heads) * c.head_dim, kvd = int64_t(c.kv_heads) * c.head_dim;
-  // DFlash2 (model/dflash2_conv.h, dflash2_selector.h): two convolutions per layer and the selector.
+  // DFlash2 (ops/dflash2_conv.h, dflash2_selector.h): two convolutions per layer and the selector.
   const bool dflash2 = c.kind == DrafterKind::dflash2;
   const int64_t conv_coeffs = dflash2 ? 2 * int64_t(c.conv_kernel_size) * (H / c.conv_group_size) : 0;
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool decay) {
@@ -202,6 +226,21 @@ DrafterParamTable drafter_param_table(const DrafterConfig& c) {
   return t;
 }
 
+bool drafter_param_is_base_kernel(const std::string& name) {
+  const std::string suffix = "_conv.base_kernel";
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+float drafter_base_kernel_identity(int64_t i, int64_t cols, int taps) {
+  return (i / cols) % taps == 0 ? 1.0f : 0.0f;
+}
+
+std::vector<int64_t> drafter_param_hf_shape(const DrafterConfig& c, const DrafterParamEntry& e) {
+  if (drafter_param_is_base_kernel(e.name)) return {2, c.conv_kernel_size, e.cols};
+  if (e.rows == 1 && !e.decay) return {e.cols};
+  return {e.rows, e.cols};
+}
+
 namespace {
 
 // Matrices (the decayed entries) are viewed in `mats`, norm vectors in `vecs`: the GEMM weights may be the
@@ -228,11 +267,20 @@ DrafterTensors tensors_view(const DrafterModel& m, const Tensor& mats, const Ten
     l.gate_proj = view(p + "mlp.gate_proj.weight");
     l.up_proj = view(p + "mlp.up_proj.weight");
     l.down_proj = view(p + "mlp.down_proj.weight");
+    if (m.config().kind == DrafterKind::dflash2) {
+      l.attention_conv = {view(p + "attention_conv.base_kernel"),
+                          view(p + "attention_conv.kernel_projection.weight")};
+      l.mlp_conv = {view(p + "mlp_conv.base_kernel"), view(p + "mlp_conv.kernel_projection.weight")};
+    }
     t.layers.push_back(l);
   }
   if (m.config().kind == DrafterKind::domino)
     t.domino = {view("prefix_gru.weight_ih_l0"), view("prefix_gru.weight_hh_l0"), view("embed_proj.0.weight"),
                 view("embed_proj.2.weight")};
+  if (m.config().kind == DrafterKind::dflash2)
+    t.selector = {view("candidate_selector.predecessor_codebook"),
+                  view("candidate_selector.successor_codebook"),
+                  view("candidate_selector.hidden_projection.weight")};
   return t;
 }
 
@@ -298,12 +346,15 @@ void drafter_init_params(DrafterModel& m, uint64_t seed) {
     const uint64_t stream = name_stream(e.name);
     // Each element is a pure function of its index, so threads change nothing but the time (1.7 B draws for
     // the 27B drafter: a minute on one core). Norm weights start at 1, a head's biases at 0 (transformers'
-    // _init_weights, which the peers use).
+    // _init_weights, which the peers use); a DFlash2 base kernel at the identity (tap 0 is 1 on both sides,
+    // SpecForge DFlashGroupedConv).
     const bool bias = e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".bias") == 0;
+    const int taps = drafter_param_is_base_kernel(e.name) ? m.config().conv_kernel_size : 0;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < e.rows * e.cols; ++i)
       host[size_t(e.offset + i)] = e.decay ? 0.02f * rng_normal_at(seed, stream, uint64_t(i))
                                    : bias  ? 0.0f
+                                   : taps  ? drafter_base_kernel_identity(i, e.cols, taps)
                                            : 1.0f;
   }
   m.ops().upload_raw(m.params, host.data());

@@ -53,6 +53,15 @@ struct DrafterParamTable {
 };
 
 DrafterParamTable drafter_param_table(const DrafterConfig& c);
+// Whether `name` is a DFlash2 base kernel (layers.{i}.{attention,mlp}_conv.base_kernel, [2·taps, H] in the
+// table: side s, tap t at row s·taps + t).
+bool drafter_param_is_base_kernel(const std::string& name);
+// A tensor's shape in a Hugging Face folder (export writes it, init_from reads it): [rows, cols], a norm
+// vector [cols], a DFlash2 base kernel the peer's [2, taps, H].
+std::vector<int64_t> drafter_param_hf_shape(const DrafterConfig& c, const DrafterParamEntry& e);
+// Element i of a DFlash2 base kernel of `cols` channels at the identity (tap 0 of each side 1, the other taps
+// 0; SpecForge DFlashGroupedConv's initialisation).
+float drafter_base_kernel_identity(int64_t i, int64_t cols, int taps);
 
 // Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): Domino's head runs on the CPU
 // backend only so far, and a Domino config must never silently train a DFlash drafter.
@@ -60,16 +69,23 @@ void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& bac
 
 // The Domino head's sizes (ops/domino_head.h) of a kind = domino config.
 DominoHeadDims domino_head_dims(const DrafterConfig& c);
+// DFlash2's convolution and selector sizes (ops/dflash2_conv.h, ops/dflash2_selector.h) of a kind = dflash2
+// config.
+Dflash2ConvDims dflash2_conv_dims(const DrafterConfig& c);
+Dflash2SelectorDims dflash2_selector_dims(const DrafterConfig& c);
 
 // Views of one flat buffer as the model's tensors (used for params and for grads alike).
 struct DrafterLayerTensors {
   Tensor input_layernorm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_attention_layernorm, gate_proj,
       up_proj, down_proj;
+  // kind = dflash2 only (layers.{i}.{attention,mlp}_conv.*), else empty.
+  TrainOps::Dflash2ConvWeights attention_conv, mlp_conv;
 };
 struct DrafterTensors {
   Tensor fc, hidden_norm, norm;
   std::vector<DrafterLayerTensors> layers;
   TrainOps::DominoHeadWeights domino;  // kind = domino only (prefix_gru.*, embed_proj.*), else empty
+  TrainOps::Dflash2SelectorWeights selector;  // kind = dflash2 only (candidate_selector.*), else empty
 };
 
 // The packed micro-batch a drafter trains on: S sequences back to back (positions restart at 0 in each).
@@ -110,6 +126,10 @@ struct DrafterLossOptions {
   // kind = domino: λ, the weight of CE(base) in (1 − λ)·CE(final) + λ·CE(base) (ops/domino_head.h
   // domino_lambda_base schedules it); the row weights are Domino's own (domino_block_rows, γ = gamma).
   double domino_lambda = 0;
+  // kind = dflash2: α, the weight of the selector's CE in Σ w·CE + α·Σ w·CE_selector (ops/dflash2_selector.h
+  // dflash2_selector_alpha schedules it), and whether that term trains the selector only (stop-gradient).
+  double dflash2_selector_alpha = 0;
+  bool dflash2_stop_gradient = false;
   // Skip the backward (evaluation). Gradients are then left untouched.
   bool backward = true;
   // Gradient checks and replays: use these per-row weights (one per block row, nb·B) instead of computing
@@ -221,6 +241,12 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch, c
 std::vector<int32_t> drafter_domino_drafts(const DrafterModel& m, const DrafterBatch& batch,
                                            const std::vector<DrafterAnchor>& anchors,
                                            const DrafterLossOptions& opts);
+// kind = dflash2: the selector's greedy lattice walk (ops/dflash2_selector.h dflash2_selector_greedy_path)
+// over the one block that drafter_accumulate last ran, forward only, with these same arguments, from its
+// anchor token on.
+std::vector<int32_t> drafter_dflash2_drafts(const DrafterModel& m, const DrafterBatch& batch,
+                                            const std::vector<DrafterAnchor>& anchors,
+                                            const DrafterLossOptions& opts);
 // The final-norm output y [nb·B, H] (row j·B + k: block j, offset k) of the step drafter_accumulate last ran
 // with these same arguments, as host f32, read back from the workspace (the backward does not write it): the
 // input of the lm_head loss, for tests that restate the loss.

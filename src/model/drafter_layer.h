@@ -27,12 +27,19 @@ struct DrafterLayerActs {
   Tensor att, lse;                    // attention output [N, hq·hd], logsumexp [N, hq]
   Tensor h, n2, rstd2;                // after the attention residual; post_attention_layernorm
   Tensor gate, up, act;               // [N, I]
+  // kind = dflash2 (ops/dflash2_conv.h), else empty: each sublayer's dynamic coefficients [N, coeffs] and its
+  // input after the input-side convolution, and its output before the output-side one (o_proj's,
+  // down_proj's).
+  Tensor coeff_attn, n_conv, o, coeff_mlp, n2_conv, mlp_out;
 };
 
 // Backward scratch shared by all layers (overwritten layer by layer).
 struct DrafterLayerGrads {
   Tensor dn, dn2, datt, dq, dq_raw, dk, dk_raw, dv, dgate, dup, dact;
   Tensor dctx;  // [T, H] ∂/∂ctx, summed over the layers
+  // kind = dflash2: ∂/∂ a sublayer's output before its output-side convolution, ∂/∂ its norm output through
+  // the input-side convolution and the coefficients, ∂/∂ the coefficients [N, coeffs].
+  Tensor dsub, dconv, dcoeff;
 };
 
 // Activations and their gradients in `act` (the backend's act_dtype), rstd and lse in f32.

@@ -18,9 +18,9 @@ namespace {
 // weights depend on the forward (streak) and are made on the backend by loss_row_stats; Domino's labels and
 // weights (and its GRU input tokens) depend on the data only and are made here (domino_block_rows).
 struct BlockLayout {
-  std::vector<int32_t> ids, pos_all, blocks, labels, tgt_rows, gru_ids;
+  std::vector<int32_t> ids, pos_all, blocks, labels, tgt_rows, gru_ids, prev;
   std::vector<uint8_t> labelled;
-  std::vector<float> row_w;  // kind = domino
+  std::vector<float> row_w;  // kind = domino, dflash2
 };
 
 // Domino's labels, weights and GRU inputs of every block, replacing DFlash's labels in L.
@@ -37,6 +37,24 @@ void layout_domino_rows(const DrafterConfig& c, const DrafterBatch& b,
     for (size_t k = 0; k < B; ++k) {
       L.labels[j * B + k] = rows.labels[k];
       L.gru_ids[j * B + k] = rows.inputs[k];
+      L.row_w[j * B + k] = float(rows.weights[k]);
+    }
+  }
+}
+
+// DFlash2's labels, predecessors and weights of every block (the selector reads the true previous token).
+void layout_dflash2_rows(const DrafterConfig& c, const DrafterBatch& b,
+                         const std::vector<DrafterAnchor>& anchors, float gamma, BlockLayout& L) {
+  const size_t B = size_t(c.block_size);
+  L.prev.assign(anchors.size() * B, 0);
+  L.row_w.assign(anchors.size() * B, 0.0f);
+  for (size_t j = 0; j < anchors.size(); ++j) {
+    const int64_t s0 = b.offsets[size_t(anchors[j].seq)], len = b.offsets[size_t(anchors[j].seq) + 1] - s0;
+    const Dflash2BlockRows rows = dflash2_block_rows(
+        c.block_size, b.tokens.data() + s0, b.loss_mask.data() + s0, len, anchors[j].pos, double(gamma));
+    for (size_t k = 0; k < B; ++k) {
+      L.labels[j * B + k] = rows.labels[k];
+      L.prev[j * B + k] = rows.prev[k];
       L.row_w[j * B + k] = float(rows.weights[k]);
     }
   }
@@ -84,7 +102,7 @@ BlockLayout layout_blocks(const DrafterConfig& c, const DrafterBatch& b,
 // Activations and their gradients are act_dtype; saved statistics, losses and weights f32; indices i32.
 struct StepBuffers {
   Tensor taps, f, rstd_ctx, x0, y, rstd_final, ids, labels, active, tgt_rows, tgt, loss, p_label, argmax,
-      row_w, dy, dx, dfc, gru_ids, gru_in;
+      row_w, dy, dx, dfc, gru_ids, gru_in, prev;
   DrafterLayerInputs in;
   std::vector<DrafterLayerActs> layers;
   DrafterLayerGrads grads;
@@ -120,6 +138,7 @@ StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, b
     s.gru_ids = a.alloc(DType::i32, 1, d.N);  // the GRU input tokens, then their target embeddings
     s.gru_in = a.alloc(act, d.N, H);
   }
+  if (c.kind == DrafterKind::dflash2) s.prev = a.alloc(DType::i32, 1, d.N);
   s.dy = a.alloc(act, d.N, H);
   s.dx = a.alloc(act, d.N, H);
   s.dfc = a.alloc(act, d.T, H);
@@ -211,9 +230,10 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   const bool kl = opts.kind == LmLossKind::kl, noise = opts.noise_std > 0;
   const DrafterDims d = dims_of(c, batch.offsets.back(), int64_t(anchors.size()));
   if (d.nb == 0) return;
-  const bool domino = c.kind == DrafterKind::domino;
+  const bool domino = c.kind == DrafterKind::domino, dflash2 = c.kind == DrafterKind::dflash2;
   BlockLayout L = layout_blocks(c, batch, anchors);
   if (domino) layout_domino_rows(c, batch, anchors, opts.gamma, L);
+  if (dflash2) layout_dflash2_rows(c, batch, anchors, opts.gamma, L);
   // Carved at the batch's own sizes: every tensor is at most its planned size, so the planned bytes hold it.
   Arena arena(m.workspace, m.workspace_bytes, ops.device());
   StepBuffers s = step_alloc(arena, c, d, kl, noise, ops.act_dtype());
@@ -224,6 +244,7 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   ops.upload_raw(s.active, L.labelled.data());
   ops.upload_raw(s.tgt_rows, L.tgt_rows.data());
   if (domino) ops.upload_raw(s.gru_ids, L.gru_ids.data());
+  if (dflash2) ops.upload_raw(s.prev, L.prev.data());
 
   // ---- forward ----
   const Tensor& taps = noise ? s.taps : batch.taps;
@@ -241,10 +262,12 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   ops.rmsnorm_fwd(x_last, m.w.norm, s.y, s.rstd_final, c.rms_eps);
   // The step's first backward writes the gradients (beta 0; drafter_begin_step), later ones add.
   const float beta_g = m.grads_stale ? 0.0f : 1.0f;
-  if (domino) {
-    // ---- Domino's head and loss: its rows are weighted on the host, dy comes out weighted ----
+  if (domino || dflash2) {
+    // ---- Domino's head / DFlash2's selector and their loss: rows weighted on the host, dy comes out
+    // weighted
     DF_CHECK(!kl && opts.dpace == DpaceKind::off && !opts.streak,
-             "drafter step: drafter.kind = \"domino\" trains with CE only (train.loss = \"ce\", no streak)");
+             "drafter step: drafter.kind = \"%s\" trains with CE only (train.loss = \"ce\", no streak)",
+             drafter_kind_name(c.kind));
     if (opts.fixed_row_weights) {
       DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N,
                "drafter step: %zu fixed row weights for %lld rows", opts.fixed_row_weights->size(),
@@ -252,6 +275,17 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
       L.row_w = *opts.fixed_row_weights;
     }
     ops.upload_raw(s.row_w, L.row_w.data());
+  }
+  if (dflash2) {
+    TrainOps::Dflash2SelectorArgs sa;
+    sa.dims = dflash2_selector_dims(c);
+    sa.alpha = opts.dflash2_selector_alpha;
+    sa.stop_gradient = opts.dflash2_stop_gradient;
+    sa.backward = opts.backward;
+    sa.beta_dw = beta_g;
+    ops.dflash2_selector_loss(s.y, m.lm_head, m.w.selector, s.labels, s.prev, s.row_w, sa, s.argmax, s.dy,
+                              m.g.selector, m.stats);
+  } else if (domino) {
     ops.embedding(s.gru_ids, m.embed, s.gru_in);
     TrainOps::DominoHeadArgs da;
     da.dims = domino_head_dims(c);
@@ -288,10 +322,10 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
 
   // ---- backward: ∂(Σ w·L) ----
   // Every parameter has exactly one call with beta_g (k_proj, v_proj: the context rows' product; the block
-  // rows' then adds; Domino's head: domino_head_loss), and every call runs whatever the batch (an empty range
-  // writes zeros), so all of m.grads but the padding is written. ∂/∂ctx likewise: the first layer visited
-  // writes it, the others add.
-  if (!domino) ops.scale_rows(s.dy, s.row_w);
+  // rows' then adds; Domino's head: domino_head_loss; DFlash2's selector: dflash2_selector_loss), and every
+  // call runs whatever the batch (an empty range writes zeros), so all of m.grads but the padding is written.
+  // ∂/∂ctx likewise: the first layer visited writes it, the others add.
+  if (!domino && !dflash2) ops.scale_rows(s.dy, s.row_w);
   ops.rmsnorm_bwd(x_last, m.w.norm, s.rstd_final, s.dy, s.dx, m.g.norm, 0, beta_g);
   for (int l = c.layers - 1; l >= 0; --l) {
     const float beta_dctx = l < c.layers - 1 ? 1.0f : 0.0f;
@@ -341,6 +375,18 @@ std::vector<int32_t> drafter_domino_drafts(const DrafterModel& m, const DrafterB
   const Tensor y = step_buffers_after(m, batch, anchors, opts).y;
   return m.ops().domino_head_propose(y, m.lm_head, m.embed, m.w.domino, domino_head_dims(c),
                                      batch.tokens[size_t(s0 + anchors[0].pos)]);
+}
+
+std::vector<int32_t> drafter_dflash2_drafts(const DrafterModel& m, const DrafterBatch& batch,
+                                            const std::vector<DrafterAnchor>& anchors,
+                                            const DrafterLossOptions& opts) {
+  const DrafterConfig& c = m.config();
+  DF_CHECK(anchors.size() == 1 && anchors[0].pos >= 0,
+           "drafter_dflash2_drafts: proposes for one real block, got %zu blocks", anchors.size());
+  const int64_t s0 = batch.offsets[size_t(anchors[0].seq)];
+  const Tensor y = step_buffers_after(m, batch, anchors, opts).y;
+  return m.ops().dflash2_selector_propose(y, m.lm_head, m.w.selector, dflash2_selector_dims(c),
+                                          batch.tokens[size_t(s0 + anchors[0].pos)]);
 }
 
 std::vector<float> drafter_final_hidden(const DrafterModel& m, const DrafterBatch& batch,

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/dflash2_conv.h"
+#include "ops/dflash2_selector.h"
 #include "ops/domino_head.h"
 #include "ops/wire_pool.h"
 
@@ -199,6 +201,48 @@ class TrainOps {
   virtual std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head,
                                                    const Tensor& embed, const DominoHeadWeights& w,
                                                    const DominoHeadDims& d, int32_t first) = 0;
+
+  // ---- DFlash2 (drafter.kind = "dflash2"; ops/dflash2_conv.h and ops/dflash2_selector.h are the math) ----
+  // The base class refuses these, naming the backend: only the CPU backend has them so far.
+  // One convolution's weights: base_kernel f32 [2·taps, H], kernel_projection [coeffs, H] (a GEMM weight).
+  struct Dflash2ConvWeights {
+    Tensor base_kernel, kernel_projection;
+  };
+  // out = resid + conv_side(u) (resid empty: no residual); u, resid, out [rows, H] and coeff [rows, coeffs]
+  // (x·kernel_projectionᵀ, both sides) act_dtype; rows whole blocks. out must not alias u.
+  virtual void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                                const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d);
+  // Backward of conv_side (not of the residual): du = ∂/∂u and dcoeff's side-s columns = ∂/∂coeff
+  // (overwritten; the other side's columns untouched), dbase's side-s rows = beta_dbase · dbase + ∂/∂base.
+  virtual void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                                const Tensor& dout, const Tensor& du, const Tensor& dcoeff,
+                                const Tensor& dbase, float beta_dbase, const Dflash2ConvDims& d);
+  // The candidate selector's three matrices (ops/dflash2_selector.h names them), or their f32 gradients.
+  struct Dflash2SelectorWeights {
+    Tensor predecessor_codebook, successor_codebook, hidden_projection;
+  };
+  struct Dflash2SelectorArgs {
+    Dflash2SelectorDims dims;
+    double alpha = 0;            // the selector term's weight (dflash2_selector_alpha's schedule)
+    bool stop_gradient = false;  // the selector term trains the selector only
+    bool backward = true;        // false: neither dy nor dw is written
+    float beta_dw = 0;           // selector gradients: beta 0 writes, beta 1 adds
+  };
+  // nb blocks of the final-norm output y [nb·B, H] through the lm_head's CE and the selector's K-way CE:
+  // labels, prev i32 and row_w f32 [1, nb·B] each slot's label, its predecessor and its DFlash row weight
+  // (ops/dflash2_selector.h dflash2_block_rows; 0: no label). Writes argmax i32 [1, nb·B] of the raw logits
+  // (−1 where row_w is 0) and, with backward, dy = ∂(Σ w·CE + α·Σ w·CE_selector)/∂y (weights in it) and dw.
+  // Adds Σ w·CE + α·Σ w·CE_selector, Σ w and the accuracy and τ counts of the raw argmax to stats as
+  // loss_row_stats does.
+  virtual void dflash2_selector_loss(const Tensor& y, const Tensor& lm_head, const Dflash2SelectorWeights& w,
+                                     const Tensor& labels, const Tensor& prev, const Tensor& row_w,
+                                     const Dflash2SelectorArgs& a, const Tensor& argmax, const Tensor& dy,
+                                     const Dflash2SelectorWeights& dw, const Tensor& stats);
+  // DFlash2's proposals for one block (dflash2_selector_greedy_path over rows 1..B−1 of y [B, H], the
+  // block's final-norm output), walking from `first`, the last committed token; returns B − 1 tokens.
+  virtual std::vector<int32_t> dflash2_selector_propose(const Tensor& y, const Tensor& lm_head,
+                                                        const Dflash2SelectorWeights& w,
+                                                        const Dflash2SelectorDims& d, int32_t first);
 
   // ---- optimizer ----------------------------------------------------------------------------------
   // Σ x² over a flat f32 buffer, accumulated in double in a fixed order.

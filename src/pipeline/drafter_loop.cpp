@@ -243,6 +243,7 @@ void DrafterRun::train_micro_batch(int64_t step, int micro, StepStats& ss, doubl
   lo.noise_std = noise_std_at(float(tc_.noise_std), step, plan_.total_steps);
   lo.noise_seed = rng.next_u64();
   lo.domino_lambda = loss_domino_lambda(tc_, model_.config(), step, plan_.total_steps);
+  lo.dflash2_selector_alpha = loss_dflash2_selector_alpha(tc_, model_.config(), step, plan_.total_steps);
   drafter_accumulate(model_, db, anchors, lo);
   ss.tokens += double(p.hdr.tokens);
   ss.batches += 1;
@@ -298,6 +299,8 @@ bool DrafterRun::after_update(int64_t step, const StepStats& ss, const AdamwStep
     DrafterLossOptions eo = loss_options_from_config(tc_);
     // At the steps done, as SpecForge evaluates (its global_step counts the step just taken).
     eo.domino_lambda = loss_domino_lambda(tc_, model_.config(), step + 1, plan_.total_steps);
+    eo.dflash2_selector_alpha =
+        loss_dflash2_selector_alpha(tc_, model_.config(), step + 1, plan_.total_steps);
     const LossStats ev = heldout_->run(model_, mem_, eo);
     metrics_->set_eval(ev.mean_loss(), ev.tau(), loss_accuracy(ev));
   }

@@ -76,12 +76,6 @@ std::unique_ptr<DrafterModel> load_drafter(const EvalOptions& o, const QwenConfi
                cfg.run.dir.c_str());
     }
   }
-  DF_CHECK(
-      dc.kind != DrafterKind::dflash2,
-      "eval: %s is a DFlash2 drafter; this build does not yet propose with its convolutions and the "
-      "selector's lattice walk (model/dflash2_conv.h, model/dflash2_selector.h hold their CPU oracles), and "
-      "a DFlash proposal from its weights would not be what it drafts; HINT: eval a DFlash drafter",
-      o.drafter.empty() ? o.config.c_str() : o.drafter.c_str());
   if (o.block_size > 0) dc.block_size = o.block_size;  // the weights do not depend on B
   drafter_config_validate(dc);
   auto m = std::make_unique<DrafterModel>(dc, tops);

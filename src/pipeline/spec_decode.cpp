@@ -58,6 +58,8 @@ std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& commi
   // Domino proposes token by token, its GRU reading its own earlier proposals (not the argmax of the
   // teacher-forced rows the step scored).
   if (c.kind == DrafterKind::domino) return drafter_domino_drafts(m_, b, block, o);
+  // DFlash2 walks the selector's lattice over each slot's top-K from the last committed token.
+  if (c.kind == DrafterKind::dflash2) return drafter_dflash2_drafts(m_, b, block, o);
   DF_CHECK(int64_t(st.row_argmax.size()) == B, "draft: the drafter step returned %zu rows for a block of %d",
            st.row_argmax.size(), B);
   return std::vector<int32_t>(st.row_argmax.begin() + 1, st.row_argmax.end());

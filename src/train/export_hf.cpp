@@ -40,6 +40,18 @@ nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
     j["dflash_config"]["gru_hidden_dim"] = c.gru_hidden_dim;
     j["dflash_config"]["shift_label"] = c.shift_label;
   }
+  if (c.kind == DrafterKind::dflash2) {
+    // SpecForge's DFlash2DraftModel (and SGLang's loader) is named by its architecture, its keys in
+    // dflash_config; final_logit_softcapping absent means none there.
+    j["architectures"] = {"DFlash2DraftModel"};
+    j["dflash_config"]["conv_kernel_size"] = c.conv_kernel_size;
+    j["dflash_config"]["conv_group_size"] = c.conv_group_size;
+    j["dflash_config"]["selector_rank"] = c.selector_rank;
+    j["dflash_config"]["selector_top_k"] = c.selector_top_k;
+    j["dflash_config"]["output_multiplier"] = float_for_json(c.output_multiplier);
+    if (c.final_logit_softcapping > 0)
+      j["dflash_config"]["final_logit_softcapping"] = float_for_json(c.final_logit_softcapping);
+  }
   j["hidden_size"] = c.hidden;
   j["intermediate_size"] = c.intermediate;
   j["num_hidden_layers"] = c.layers;
@@ -93,9 +105,7 @@ void drafter_export_hf(const std::string& dir, const DrafterModel& model, int nu
     model.ops().download_raw(model.entry_view(model.params, e.name), scratch.data());
     uint16_t* out = bf16.data() + e.offset;
     for (size_t i = 0; i < scratch.size(); ++i) out[i] = f32_to_bf16(scratch[i]);
-    std::vector<int64_t> shape =
-        (e.rows == 1 && !e.decay) ? std::vector<int64_t>{e.cols} : std::vector<int64_t>{e.rows, e.cols};
-    tensors.push_back({e.name, DType::bf16, shape, out});
+    tensors.push_back({e.name, DType::bf16, drafter_param_hf_shape(model.config(), e), out});
   }
   // Weights first: a folder with a config.json always has the weights that go with it.
   safetensors_write(dir + "/model.safetensors", tensors, {{"format", "pt"}});

@@ -29,9 +29,29 @@ namespace {
 // Early SpecForge Domino/DSpark checkpoints saved their heads under a `logit_head.` container
 // (dflash.py normalize_draft_head_checkpoint_keys maps them back); a tensor's direct name wins over it.
 const std::string kHeadPrefix = "logit_head.";
-}  // namespace
 
-void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
+// The DFlash2 parameters a DFlash folder lacks (drafter_init_from's DFlash → DFlash2 start), as that start
+// sets them: identity base kernels, zero kernel projections and successor codebook; false for the two the
+// model keeps (predecessor codebook, hidden projection) and for any other name.
+bool dflash2_start_value(const DrafterModel& m, const DrafterParamEntry& e, std::vector<float>& buf) {
+  const bool base = drafter_param_is_base_kernel(e.name);
+  const bool zero = e.name.find("_conv.kernel_projection.") != std::string::npos ||
+                    e.name == "candidate_selector.successor_codebook";
+  if (!base && !zero) return false;
+  buf.assign(size_t(e.rows * e.cols), 0.0f);
+  if (base)
+    for (size_t i = 0; i < buf.size(); ++i)
+      buf[i] = drafter_base_kernel_identity(int64_t(i), e.cols, m.config().conv_kernel_size);
+  return true;
+}
+
+bool is_dflash2_only(const std::string& name) {
+  return name.find("_conv.") != std::string::npos || name.rfind("candidate_selector.", 0) == 0;
+}
+
+// drafter_load_hf_weights; from_dflash: the folder is a DFlash drafter and m a DFlash2 one, whose own
+// tensors start as dflash2_start_value says.
+void load_hf_weights(DrafterModel& m, const std::string& dir, bool from_dflash) {
   const SafetensorsIndex idx = SafetensorsIndex::open(dir);
   const DrafterParamTable& table = m.table();
   std::set<std::string> known;
@@ -39,6 +59,10 @@ void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
   for (const DrafterParamEntry& e : table.entries) {
     known.insert(e.name);
     known.insert(kHeadPrefix + e.name);
+    if (from_dflash && is_dflash2_only(e.name)) {
+      if (dflash2_start_value(m, e, buf)) m.ops().upload_raw(m.entry_view(m.params, e.name), buf.data());
+      continue;
+    }
     const StTensor* t = idx.find(e.name);
     if (!t) t = idx.find(kHeadPrefix + e.name);
     DF_CHECK(
@@ -46,8 +70,8 @@ void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
         "drafter.init_from %s: tensor '%s' is missing; HINT: the folder must hold every drafter parameter "
         "(as `dflash_mpi export` writes them)",
         dir.c_str(), e.name.c_str());
-    const bool shape_ok = t->shape == std::vector<int64_t>{e.rows, e.cols} ||
-                          (e.rows == 1 && t->shape == std::vector<int64_t>{e.cols});
+    const bool shape_ok =
+        t->shape == std::vector<int64_t>{e.rows, e.cols} || t->shape == drafter_param_hf_shape(m.config(), e);
     std::string shape;
     for (int64_t d : t->shape) shape += strfmt("%s%lld", shape.empty() ? "" : ", ", (long long)d);
     DF_CHECK(shape_ok, "%s: tensor '%s' has shape [%s], the run's drafter needs [%lld, %lld]",
@@ -69,9 +93,28 @@ void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
              dir.c_str(), name.c_str());
 }
 
+}  // namespace
+
+void drafter_load_hf_weights(DrafterModel& m, const std::string& dir) {
+  load_hf_weights(m, dir, false);
+}
+
 void drafter_init_from(DrafterModel& m, const std::string& dir) {
-  drafter_config_check_same(m.config(), drafter_config_load_hf(dir), dir);
-  drafter_load_hf_weights(m, dir);
+  DrafterConfig hf = drafter_config_load_hf(dir);
+  const bool from_dflash = m.config().kind == DrafterKind::dflash2 && hf.kind == DrafterKind::dflash;
+  if (from_dflash) {
+    // The backbone must match; the DFlash2 fields are the run's own.
+    const DrafterConfig& c = m.config();
+    hf.kind = c.kind;
+    hf.conv_kernel_size = c.conv_kernel_size;
+    hf.conv_group_size = c.conv_group_size;
+    hf.selector_rank = c.selector_rank;
+    hf.selector_top_k = c.selector_top_k;
+    hf.output_multiplier = c.output_multiplier;
+    hf.final_logit_softcapping = c.final_logit_softcapping;
+  }
+  drafter_config_check_same(m.config(), hf, dir);
+  load_hf_weights(m, dir, from_dflash);
   m.ops().fill(m.adam_m, 0.0f);
   m.ops().fill(m.adam_v, 0.0f);
   drafter_zero_grads(m);

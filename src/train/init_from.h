@@ -20,7 +20,10 @@ void drafter_config_check_same(const DrafterConfig& run, const DrafterConfig& hf
 void drafter_load_hf_weights(DrafterModel& m, const std::string& dir);
 
 // drafter.init_from: checks DIR/config.json against m's config, loads the weights, zeroes grads and Adam m,
-// v.
+// v. A DFlash folder may start a DFlash2 drafter of the same backbone: its convolutions start at the identity
+// (base kernels [1, 0, ...], kernel projections 0) and its successor codebook at 0, so it computes the DFlash
+// drafter's logits and proposes their argmax; the predecessor codebook and hidden projection keep m's values
+// (drafter_init_params').
 void drafter_init_from(DrafterModel& m, const std::string& dir);
 
 }  // namespace df

@@ -13,7 +13,15 @@ DrafterLossOptions loss_options_from_config(const TrainSection& t) {
   o.streak_alpha = float(t.streak_alpha);
   o.dpace = loss_dpace_kind(t.loss);
   o.dpace_alpha = float(t.dpace_alpha);
+  o.dflash2_stop_gradient = t.dflash2_selector_stop_gradient;
   return o;
+}
+
+double loss_dflash2_selector_alpha(const TrainSection& t, const DrafterConfig& c, int64_t step,
+                                   int64_t total_steps) {
+  if (c.kind != DrafterKind::dflash2) return 0.0;
+  return dflash2_selector_alpha(step, total_steps, t.dflash2_selector_loss_alpha,
+                                t.dflash2_selector_warmup_ratio, t.dflash2_selector_ramp_ratio);
 }
 
 double loss_domino_lambda(const TrainSection& t, const DrafterConfig& c, int64_t step, int64_t total_steps) {

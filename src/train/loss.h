@@ -21,5 +21,10 @@ DrafterLossOptions loss_options_from_config(const TrainSection& t);
 // config c: SpecForge's linear_lambda_base with train.lambda_base_start and train.lambda_base_decay_ratio
 // (ops/domino_head.h domino_lambda_base); 0 for any kind but domino.
 double loss_domino_lambda(const TrainSection& t, const DrafterConfig& c, int64_t step, int64_t total_steps);
+// DrafterLossOptions::dflash2_selector_alpha at optimizer step `step` (0-based, the steps completed) of
+// total_steps for a drafter of config c: train.dflash2_selector_loss_alpha on SpecForge's warm-up and ramp
+// (ops/dflash2_selector.h dflash2_selector_alpha); 0 for any kind but dflash2.
+double loss_dflash2_selector_alpha(const TrainSection& t, const DrafterConfig& c, int64_t step,
+                                   int64_t total_steps);
 
 }  // namespace df

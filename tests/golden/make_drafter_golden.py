@@ -30,9 +30,9 @@
 # --kind dflash2 runs SpecForge's DFlash2DraftModel + OnlineDFlashModel with its candidate selector; they exist
 # from SpecForge commit DFLASH2_COMMIT on (the tree --specforge names must hold it, and its commit in
 # <tree>/SPECFORGE_COMMIT). It records the backbone's normed output per block with the loss's gradient (the
-# selector oracle, model/dflash2_selector.h, is checked on those), the label and predecessor ids, the loss
+# selector oracle, ops/dflash2_selector.h, is checked on those), the label and predecessor ids, the loss
 # terms, and for every grouped convolution its input, output and the loss's gradients with respect to both,
-# on each side (model/dflash2_conv.h is checked on those).
+# on each side (ops/dflash2_conv.h is checked on those).
 #
 # Out: <out>/model/{config.json, model.safetensors} (the drafter, HF layout, F32) and <out>/golden.safetensors
 # (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).

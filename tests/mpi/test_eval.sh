@@ -154,12 +154,12 @@ python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["hidden_size"]=32
   "$BIN" model init --hf-config "$TMP/other.json" --out "$TMP/other" >/dev/null 2>&1 || fail "model init (other)"
 expect_err "drafter for another target" "a drafter trained for this target" eval --target "$TMP/other" \
   --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5"
-# A DFlash2 drafter (SpecForge's DFlash2DraftModel config) is refused by name until eval proposes as it drafts.
+# A DFlash2DraftModel config.json over a DFlash drafter's weights: refused naming the missing convolution.
 mkdir -p "$TMP/dflash2" && cp "$TMP/drafter/model.safetensors" "$TMP/dflash2/" &&
   python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["architectures"]=["DFlash2DraftModel"]
 c["dflash_config"].update(conv_kernel_size=2, conv_group_size=16, selector_rank=8, selector_top_k=4)
 json.dump(c,open(sys.argv[2],"w"))' "$TMP/drafter/config.json" "$TMP/dflash2/config.json" || fail "dflash2 config"
-expect_err "a DFlash2 drafter" "is a DFlash2 drafter; this build does not yet propose" eval --target "$TMP/target" \
+expect_err "a DFlash2 config over DFlash weights" "tensor 'layers.0.attention_conv.kernel_projection.weight' is missing" eval --target "$TMP/target" \
   --drafter "$TMP/dflash2" --prompts "$TMP/tokens.h5"
 [ -e "$TMP/gen.h5.tmp" ] && fail "a temp file was left behind"
 echo "$fails failed"

@@ -35,33 +35,7 @@ domino_config() {
   sed -i -e '/^\[drafter\]/a kind = "domino"\npure_draft_prefix_len = 1\nshift_label = true\ngru_hidden_dim = 24\nemb_dim = 12' \
     -e '/^\[train\]/a lambda_base_start = 1.0\nlambda_base_decay_ratio = 0.5' "$1"
 }
-domino_config "$TMP/straight.toml" "$TMP/straight" 1 2 24
-run_mpi 3 "$TMP/straight.log" --config "$TMP/straight.toml" || { fail "Domino training run"; tail -20 "$TMP/straight.log"; }
-python3 - "$TMP/straight/metrics.jsonl" <<'PY' || fail "the Domino drafter did not learn"
-import json, sys
-loss = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x]
-first, last = sum(loss[:4]) / 4, sum(loss[-4:]) / 4
-print(f"{len(loss)} steps; mean loss of the first 4 {first:.4f}, of the last 4 {last:.4f}")
-assert len(loss) == 24 and last < first, (len(loss), first, last)
-PY
-
-# 12 steps, stop, resume, 12 more: the same losses bit for bit (λ follows the step, so it resumes too).
-domino_config "$TMP/split.toml" "$TMP/split" 1 2 24
-run_mpi 3 "$TMP/half1.log" --config "$TMP/split.toml" --stop-at-step 12 || { fail "first half"; tail -20 "$TMP/half1.log"; }
-run_mpi 3 "$TMP/half2.log" --config "$TMP/split.toml" || { fail "second half"; tail -20 "$TMP/half2.log"; }
-if [ "$(losses "$TMP/straight/metrics.jsonl")" == "$(losses "$TMP/split/metrics.jsonl")" ]; then
-  echo "ok: 24 straight == 12 + resume + 12"
-else
-  fail "the resumed Domino run's losses differ"; paste <(losses "$TMP/straight/metrics.jsonl") <(losses "$TMP/split/metrics.jsonl")
-fi
-# The same run dir resumed as a DFlash drafter: refused, naming the key, even when the change is allowed.
-write_config "$TMP/dflash.toml" "$TMP/split" 1 2 30
-if run_mpi 3 "$TMP/dflash.log" --config "$TMP/dflash.toml" --allow-change drafter.kind; then
-  fail "a DFlash resume of a Domino checkpoint ran"
-else
-  grep -q "'drafter.kind' is \"dflash\" but .* trained a \"domino\" drafter" "$TMP/dflash.log" ||
-    fail "the refused resume names no drafter.kind: $(grep -m2 -i error "$TMP/dflash.log")"
-fi
+kind_trains_and_resumes domino_config domino
 
 # Export: SpecForge's normalised layout; eval decodes with it against the same random target.
 "$BIN" export --config "$TMP/straight.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"

@@ -51,3 +51,35 @@ print(f"resume of step {step}: steps {step + 1}..{total} differ by at most {wors
 sys.exit(0 if worst <= atol else 1)
 PY
 }
+
+# kind_trains_and_resumes CONFIG_FN KIND: a drafter of kind KIND (CONFIG_FN FILE RUN_DIR TARGETS DRAFTERS
+# MAX_STEPS writes its config) trains 24 steps on 1 target + 2 drafters with a falling loss (run dir
+# $TMP/straight); 12 steps, a stop, a resume and 12 more give the same losses bit for bit (its schedules follow
+# the step, so they resume too); the same run dir resumed as a DFlash drafter is refused naming drafter.kind.
+kind_trains_and_resumes() {
+  local config_fn=$1 kind=$2
+  "$config_fn" "$TMP/straight.toml" "$TMP/straight" 1 2 24
+  run_mpi 3 "$TMP/straight.log" --config "$TMP/straight.toml" || { fail "$kind training run"; tail -20 "$TMP/straight.log"; }
+  python3 - "$TMP/straight/metrics.jsonl" <<'PY' || fail "the $kind drafter did not learn"
+import json, sys
+loss = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x]
+first, last = sum(loss[:4]) / 4, sum(loss[-4:]) / 4
+print(f"{len(loss)} steps; mean loss of the first 4 {first:.4f}, of the last 4 {last:.4f}")
+assert len(loss) == 24 and last < first, (len(loss), first, last)
+PY
+  "$config_fn" "$TMP/split.toml" "$TMP/split" 1 2 24
+  run_mpi 3 "$TMP/half1.log" --config "$TMP/split.toml" --stop-at-step 12 || { fail "first half"; tail -20 "$TMP/half1.log"; }
+  run_mpi 3 "$TMP/half2.log" --config "$TMP/split.toml" || { fail "second half"; tail -20 "$TMP/half2.log"; }
+  if [ "$(losses "$TMP/straight/metrics.jsonl")" == "$(losses "$TMP/split/metrics.jsonl")" ]; then
+    echo "ok: $kind: 24 straight == 12 + resume + 12"
+  else
+    fail "the resumed $kind run's losses differ"; paste <(losses "$TMP/straight/metrics.jsonl") <(losses "$TMP/split/metrics.jsonl")
+  fi
+  write_config "$TMP/dflash.toml" "$TMP/split" 1 2 30
+  if run_mpi 3 "$TMP/dflash.log" --config "$TMP/dflash.toml" --allow-change drafter.kind; then
+    fail "a DFlash resume of a $kind checkpoint ran"
+  else
+    grep -q "'drafter.kind' is \"dflash\" but .* trained a \"$kind\" drafter" "$TMP/dflash.log" ||
+      fail "the refused resume names no drafter.kind: $(grep -m2 -i error "$TMP/dflash.log")"
+  fi
+}

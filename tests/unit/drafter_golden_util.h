@@ -81,7 +81,7 @@ struct StepResult {
 
 // Our step on the golden inputs: drafter from `model` (the golden's model/ folder) through drafter_init_from,
 // frozen tables and taps in the backend's activation dtype, the golden anchors in SpecForge's block order
-// (sequence-major, padding as pos −1); a Domino drafter at the golden's λ.
+// (sequence-major, padding as pos −1); a Domino drafter at the golden's λ, a DFlash2 one at its selector α.
 inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g,
                                   const std::string& model = model_dir()) {
   StepResult r;
@@ -114,6 +114,7 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g,
   DrafterLossOptions opts;
   opts.gamma = read_f32(g, "gamma")[0];
   if (r.cfg.kind == DrafterKind::domino) opts.domino_lambda = read_f32(g, "lambda_base")[0];
+  if (r.cfg.kind == DrafterKind::dflash2) opts.dflash2_selector_alpha = read_f32(g, "selector_alpha")[0];
   drafter_begin_step(m);  // the training path: the backward writes the gradients
   LossStats st = drafter_forward_backward(m, b, r.anchors, opts);
   r.loss = st.mean_loss();

@@ -1,4 +1,4 @@
-// DFlash2's oracles (model/dflash2_conv.h, model/dflash2_selector.h): a hand-computed convolution, the block
+// DFlash2's oracles (ops/dflash2_conv.h, ops/dflash2_selector.h): a hand-computed convolution, the block
 // boundary, the identity at initialisation, the selector's candidate sets and schedule, and every analytic
 // gradient against central finite differences in double on awkward shapes.
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "model/dflash2_conv.h"
-#include "model/dflash2_selector.h"
+#include "ops/dflash2_conv.h"
+#include "ops/dflash2_selector.h"
 
 using namespace df;
 
@@ -245,13 +245,14 @@ TEST(Dflash2Selector, GradientsMatchFiniteDifferences) {
     const auto loss = [&] {
       const Dflash2BlockLoss l =
           dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows,
-                                     alpha, false, nullptr, nullptr);
+                                     alpha, false, nullptr, nullptr, nullptr);
       return l.base_sum + alpha * l.selector_sum;
     };
     std::vector<double> gp(pred.size(), 0.0), gs(succ.size(), 0.0), gw(wh.size(), 0.0), dz(z.size(), 0.0);
     const Dflash2SelectorTensors<double> g{gp.data(), gs.data(), gw.data()};
-    const Dflash2BlockLoss l = dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(),
-                                                          z.data(), rows, alpha, false, &g, dz.data());
+    const Dflash2BlockLoss l =
+        dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows, alpha,
+                                   false, nullptr, &g, dz.data());
     EXPECT_EQ(l.covered, 2);
     EXPECT_GT(l.selector_sum, 0.0);
     expect_fd("z", z, dz, loss);
@@ -264,11 +265,11 @@ TEST(Dflash2Selector, GradientsMatchFiniteDifferences) {
         dz_base(z.size(), 0.0);
     const Dflash2SelectorTensors<double> g2{gp2.data(), gs2.data(), gw2.data()};
     dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows, alpha,
-                               true, &g2, dz2.data());
+                               true, nullptr, &g2, dz2.data());
     std::vector<double> u1(pred.size(), 0.0), u2(succ.size(), 0.0), u3(wh.size(), 0.0);
     const Dflash2SelectorTensors<double> g0{u1.data(), u2.data(), u3.data()};
     dflash2_block_step<double>(d, {pred.data(), succ.data(), wh.data()}, lm.data(), z.data(), rows, 0.0,
-                               false, &g0, dz_base.data());
+                               false, nullptr, &g0, dz_base.data());
     EXPECT_EQ(gp2, gp);
     EXPECT_EQ(gs2, gs);
     EXPECT_EQ(gw2, gw);
@@ -317,13 +318,13 @@ TEST(Dflash2Selector, HandComputedScoresLossAndWalk) {
   const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0) + 1.0);
   Dflash2BlockRows rows{{0, 1}, {0, 0}, {0.0, 1.0}};  // slot 1: label 1, previous token 0
   Dflash2BlockLoss l =
-      dflash2_block_step<float>(d, w, lm.data(), z.data(), rows, 1.0, false, nullptr, nullptr);
+      dflash2_block_step<float>(d, w, lm.data(), z.data(), rows, 1.0, false, nullptr, nullptr, nullptr);
   EXPECT_NEAR(l.base_sum, lse - 2.0, 1e-6);
   EXPECT_NEAR(l.selector_sum, std::log(std::exp(2.0) + std::exp(3.0)) - 3.0, 1e-6);
   EXPECT_EQ(l.covered, 1);
   // Label 3 is outside the top 2: it replaces token 1 with its own unary 0 and no transition (succ[3] = 0).
   rows.labels[1] = 3;
-  l = dflash2_block_step<float>(d, w, lm.data(), z.data(), rows, 1.0, false, nullptr, nullptr);
+  l = dflash2_block_step<float>(d, w, lm.data(), z.data(), rows, 1.0, false, nullptr, nullptr, nullptr);
   EXPECT_NEAR(l.base_sum, lse - 0.0, 1e-6);
   EXPECT_NEAR(l.selector_sum, std::log(std::exp(2.0) + 1.0), 1e-6);
   EXPECT_EQ(l.covered, 0);

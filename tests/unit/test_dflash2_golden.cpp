@@ -1,9 +1,10 @@
-// DFlash2's oracles (model/dflash2_selector.h, model/dflash2_conv.h) against SpecForge's own
+// DFlash2's oracles (ops/dflash2_selector.h, ops/dflash2_conv.h) against SpecForge's own
 // DFlash2DraftModel and OnlineDFlashModel at the commit that holds them: the golden files of
 // `make_drafter_golden.py --kind dflash2` hold the backbone's normed output of every block with the loss's
 // gradient (the selector and both CE terms are checked on those, with the block rows built from the packed
 // tokens as our step builds them), and every grouped convolution's inputs, outputs and their gradients (each
-// convolution is checked alone). Loss rel ≤ 1e-5, every gradient rel-RMS ≤ 1e-4, as the DFlash golden holds.
+// convolution is checked alone), then the whole CPU step against SpecForge's. Loss rel ≤ 1e-5, every gradient
+// rel-RMS ≤ 1e-4, as the DFlash golden holds.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,8 +13,9 @@
 #include <vector>
 
 #include "drafter_golden_util.h"
-#include "model/dflash2_conv.h"
-#include "model/dflash2_selector.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "ops/dflash2_conv.h"
+#include "ops/dflash2_selector.h"
 
 using namespace df;
 using df::drafter_golden::grad_diff;
@@ -93,7 +95,7 @@ TEST(Dflash2Golden, SelectorLossAndGradientsMatchSpecForge) {
     }
     const Dflash2BlockLoss l =
         dflash2_block_step<float>(d, weights, lm_head.data(), hidden.data() + b * B * H, rows, alpha, false,
-                                  &grads, dz.data() + b * B * H);
+                                  nullptr, &grads, dz.data() + b * B * H);
     base_sum += l.base_sum;
     selector_sum += l.selector_sum;
   }
@@ -149,4 +151,22 @@ TEST(Dflash2Golden, EveryConvolutionMatchesSpecForge) {
       EXPECT_LE(rel_rms(dproj, read_f32(g, "grad." + name + ".kernel_projection.weight")), 1e-4)
           << "kernel_projection";
     }
+}
+
+// The whole CPU DFlash2 step (backbone with both convolutions in every layer, the selector and both CE terms
+// at the golden's α) on the golden's inputs, the drafter read through drafter.init_from: which rows carry
+// loss, Σ w, the loss (rel ≤ 1e-5) and every parameter's gradient (rel-RMS ≤ 1e-4) against SpecForge's
+// OnlineDFlashModel with DFlash2DraftModel.
+TEST(Dflash2Golden, WholeStepMatchesSpecForge) {
+  if (!std::filesystem::exists(kDir + "/golden.safetensors")) GTEST_SKIP() << kMissing;
+  const SafetensorsIndex g = SafetensorsIndex::open(kDir + "/golden.safetensors");
+  CpuTrainOps ops;
+  const df::drafter_golden::StepResult r = df::drafter_golden::run_golden_step(ops, g, kDir + "/model");
+  ASSERT_EQ(r.cfg.kind, DrafterKind::dflash2);
+  df::drafter_golden::expect_rows_and_loss(r, g, 1e-5);
+  for (const auto& [name, got] : r.grads) {
+    const std::vector<float> want = read_f32(g, "grad." + name);
+    ASSERT_EQ(want.size(), got.size()) << name;
+    EXPECT_LE(rel_rms(got, want), 1e-4) << name;
+  }
 }

@@ -2,8 +2,8 @@
 // CE loss, the soft-KL loss, the streak-weighted and the D-PACE-weighted loss, with feature noise on, on a
 // batch that has padding blocks, blocks running past their sequence's end and holes in the loss mask. Then
 // the step's first backward writing the gradients (drafter_begin_step) against zero-fill + accumulate, bit
-// for bit. Last, the Domino drafter: every tensor against finite differences, and its step against the
-// head oracle (ops/domino_head.h) restated block by block.
+// for bit. Last, the Domino and DFlash2 drafters: every tensor against finite differences, and their steps
+// against the head oracles (ops/domino_head.h, ops/dflash2_selector.h) restated block by block.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -381,4 +381,124 @@ TEST(DrafterGrad, DominoStepIsTheOracleOverEveryBlock) {
     for (int64_t c : st.count) count += c;
     EXPECT_EQ(count, counted) << "the accuracy counts slot k at offset k + shift, up to B − 1";
   }
+}
+
+// ---- DFlash2's convolutions and selector in the drafter step (drafter.kind = "dflash2") -------------------
+
+// randomise_params, with DFlash2's convolutions near the identity (tap 0 about 1, later taps and the dynamic
+// coefficients about 0.1) as training keeps them: at randomise_params' scale (every tap ≈ 1 on both sides of
+// two layers) the loss's curvature along the gradient puts h = 1e-2's truncation error at 0.5 % (it falls
+// ≈ 10× at h = 3e-3, as a truncation error does).
+void randomise_dflash2_params(TinySetup& s, uint64_t seed) {
+  randomise_params(s, seed);
+  Rng r(seed + 1);
+  for (const auto& e : s.model->table().entries) {
+    float* p = s.params() + e.offset;
+    if (drafter_param_is_base_kernel(e.name)) {
+      for (int64_t i = 0; i < e.rows * e.cols; ++i)
+        p[i] = float((i / e.cols) % s.cfg.conv_kernel_size == 0 ? 1.0 + 0.1 * r.normal() : 0.1 * r.normal());
+    } else if (e.name.find("_conv.kernel_projection") != std::string::npos) {
+      for (int64_t i = 0; i < e.rows * e.cols; ++i) p[i] *= 0.1f;
+    }
+  }
+}
+
+// Every tensor, both convolutions of both layers and the selector included, against finite differences of
+// the whole step's Σ w·CE + α·Σ w·CE_selector, with and without the softcap; top_k = vocab keeps the
+// candidate set fixed under the perturbations.
+TEST(DrafterGrad, Dflash2EveryTensor) {
+  for (float softcap : {0.0f, 2.5f}) {
+    DrafterConfig c = tiny_dflash2_config();
+    c.final_logit_softcapping = softcap;
+    c.output_multiplier = softcap > 0 ? 1.5f : 1.0f;
+    TinySetup s({11, 1, 13}, 7, c);
+    randomise_dflash2_params(s, 18);
+    DrafterLossOptions o;
+    o.dflash2_selector_alpha = 0.7;
+    o.gamma = 3.0f;
+    o.noise_std = 0.3f;
+    check_all(s, o, o);
+  }
+}
+
+// stop_gradient: the selector's own gradients are the full loss's, the backbone's are those of α = 0.
+TEST(DrafterGrad, Dflash2StopGradientTrainsTheSelectorOnly) {
+  TinySetup s({11, 1, 13}, 7, tiny_dflash2_config(5));
+  randomise_params(s, 19);
+  const auto an = fixed_anchors();
+  const DrafterParamTable& t = s.model->table();
+  auto grads_with = [&](double alpha, bool stop) {
+    DrafterLossOptions o;
+    o.dflash2_selector_alpha = alpha;
+    o.dflash2_stop_gradient = stop;
+    drafter_begin_step(*s.model);
+    drafter_forward_backward(*s.model, s.batch, an, o);
+    return std::vector<float>(s.grads(), s.grads() + t.total);
+  };
+  const std::vector<float> full = grads_with(0.7, false), stop = grads_with(0.7, true),
+                           none = grads_with(0, false);
+  for (const DrafterParamEntry& e : t.entries) {
+    const bool selector = e.name.rfind("candidate_selector.", 0) == 0;
+    const std::vector<float>& want = selector ? full : none;
+    double diff = 0, norm = 0;
+    for (int64_t i = e.offset; i < e.offset + e.rows * e.cols; ++i) {
+      diff = std::max(diff, double(std::fabs(stop[size_t(i)] - want[size_t(i)])));
+      norm = std::max(norm, double(std::fabs(want[size_t(i)])));
+    }
+    EXPECT_GT(norm, 0.0) << e.name;
+    EXPECT_LE(diff, 1e-6 * norm) << e.name << (selector ? ": the full loss's" : ": α = 0's") << " gradient";
+  }
+}
+
+// The step's loss, weights and drafts with a top-K smaller than the vocabulary (gold tokens outside it) are
+// the oracle's (ops/dflash2_selector.h) over every block, restated from the step's own final hidden states.
+TEST(DrafterGrad, Dflash2StepIsTheOracleOverEveryBlock) {
+  TinySetup s({11, 1, 13}, 7, tiny_dflash2_config(4));
+  randomise_params(s, 20);
+  poison_grads(s);
+  DrafterLossOptions o;
+  o.dflash2_selector_alpha = 0.6;
+  o.gamma = 3.0f;
+  const std::vector<DrafterAnchor> an = fixed_anchors();
+  drafter_begin_step(*s.model);
+  const LossStats st = drafter_forward_backward(*s.model, s.batch, an, o);
+  for (int64_t i = 0; i < s.model->table().total; ++i) ASSERT_FALSE(std::isnan(s.grads()[i])) << i;
+  const std::vector<float> y = drafter_final_hidden(*s.model, s.batch, an, o);
+  const Dflash2SelectorDims d = dflash2_selector_dims(s.cfg);
+  const DrafterParamTable& t = s.model->table();
+  auto at = [&](const char* name) { return s.params() + t.find(name).offset; };
+  const Dflash2SelectorTensors<const float> w{at("candidate_selector.predecessor_codebook"),
+                                              at("candidate_selector.successor_codebook"),
+                                              at("candidate_selector.hidden_projection.weight")};
+  const int B = d.block_size, H = d.hidden, V = d.vocab;
+  double loss = 0, weight = 0;
+  int covered = 0, slots = 0;
+  std::vector<float> logits(size_t(B * V));
+  for (size_t j = 0; j < an.size(); ++j) {
+    const int64_t s0 = s.batch.offsets[size_t(an[j].seq)], len = s.batch.offsets[size_t(an[j].seq) + 1] - s0;
+    const Dflash2BlockRows rows = dflash2_block_rows(B, s.batch.tokens.data() + s0,
+                                                     s.batch.loss_mask.data() + s0, len, an[j].pos, o.gamma);
+    const Dflash2BlockLoss l =
+        dflash2_block_step<float>(d, w, s.lm_head.data(), &y[j * size_t(B * H)], rows,
+                                  o.dflash2_selector_alpha, false, logits.data(), nullptr, nullptr);
+    loss += l.base_sum + o.dflash2_selector_alpha * l.selector_sum;
+    covered += l.covered;
+    for (int k = 0; k < B; ++k) {
+      const size_t r = j * size_t(B) + size_t(k);
+      const float wk = float(rows.weights[size_t(k)]);
+      EXPECT_EQ(st.row_weight[r], wk) << "block " << j << " slot " << k;
+      weight += wk;
+      if (wk == 0.0f) {
+        EXPECT_EQ(st.row_argmax[r], -1) << "block " << j << " slot " << k;
+        continue;
+      }
+      ++slots;
+      const float* row = &logits[size_t(k * V)];
+      EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row))
+          << "block " << j << " slot " << k;
+    }
+  }
+  EXPECT_LT(covered, slots) << "some gold tokens must fall outside the top 4";
+  EXPECT_NEAR(st.loss_sum, loss, 1e-6 * std::fabs(loss));
+  EXPECT_NEAR(st.weight_sum, weight, 1e-6 * weight);
 }

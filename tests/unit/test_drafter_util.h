@@ -43,6 +43,19 @@ inline DrafterConfig tiny_domino_config(bool shift_label = true, int pure_draft_
   return c;
 }
 
+// The same drafter as DFlash2 (2 taps in groups of 4 channels, selector rank 3); top_k = vocab makes the
+// candidate set every token, so the loss is smooth for finite differences.
+inline DrafterConfig tiny_dflash2_config(int top_k = 37) {
+  DrafterConfig c = tiny_drafter_config();
+  c.kind = DrafterKind::dflash2;
+  c.conv_kernel_size = 2;
+  c.conv_group_size = 4;
+  c.selector_rank = 3;
+  c.selector_top_k = top_k;
+  c.output_multiplier = 1.0f;
+  return c;
+}
+
 inline std::vector<float> normal_vec(size_t n, float std, uint64_t seed) {
   Rng r(seed);
   std::vector<float> v(n);

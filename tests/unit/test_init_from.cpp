@@ -408,3 +408,106 @@ TEST(InitFrom, DominoHeadUnderLogitHeadLoads) {
       ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i]))
           << e.name << " element " << i;
 }
+
+// A DFlash2 drafter exports as SpecForge's DFlash2DraftModel (named by its architecture, its keys in
+// dflash_config, base kernels [2, taps, H]) and loads back; a DFlash run refuses it naming the field.
+TEST(InitFrom, Dflash2ExportIsThePeersLayoutAndRoundTrips) {
+  ScratchDir tmp;
+  const std::string dir = tmp.file("dflash2");
+  DrafterConfig c = tiny_dflash2_config(5);
+  c.final_logit_softcapping = 30.0f;
+  TinySetup src({11, 1, 13}, 7, c);
+  drafter_export_hf(dir, *src.model, kTargetLayers);
+  const nlohmann::json j = read_json(dir + "/config.json");
+  EXPECT_EQ(j["architectures"], nlohmann::json::array({"DFlash2DraftModel"}));
+  const nlohmann::json& dc = j["dflash_config"];
+  EXPECT_FALSE(dc.contains("projector_type"));
+  EXPECT_EQ(dc["conv_kernel_size"], 2);
+  EXPECT_EQ(dc["conv_group_size"], 4);
+  EXPECT_EQ(dc["selector_rank"], 3);
+  EXPECT_EQ(dc["selector_top_k"], 5);
+  EXPECT_EQ(dc["output_multiplier"], 1.0);
+  EXPECT_EQ(dc["final_logit_softcapping"], 30.0);
+  const SafetensorsIndex idx = SafetensorsIndex::open(dir);
+  const int64_t H = c.hidden, V = c.vocab;
+  const std::pair<const char*, std::vector<int64_t>> shapes[] = {
+      {"layers.1.attention_conv.base_kernel", {2, 2, H}},
+      {"layers.1.attention_conv.kernel_projection.weight", {2 * 2 * (H / 4), H}},
+      {"layers.0.mlp_conv.base_kernel", {2, 2, H}},
+      {"layers.0.mlp_conv.kernel_projection.weight", {2 * 2 * (H / 4), H}},
+      {"candidate_selector.predecessor_codebook", {V, 3}},
+      {"candidate_selector.successor_codebook", {V, 3}},
+      {"candidate_selector.hidden_projection.weight", {3, H}}};
+  for (const auto& [name, shape] : shapes) {
+    const StTensor* t = idx.find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->shape, shape) << name;
+  }
+  TinySetup dst({5}, 99, c);
+  drafter_init_from(*dst.model, dir);
+  for (const DrafterParamEntry& e : dst.model->table().entries)
+    for (int64_t i = 0; i < e.rows * e.cols; ++i)
+      ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i]))
+          << e.name << " element " << i;
+  TinySetup dflash({5}, 99), other_top_k({5}, 99, tiny_dflash2_config(4));
+  EXPECT_NE(error_of([&] { drafter_init_from(*dflash.model, dir); }).find("projector_type = dflash2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { drafter_init_from(*other_top_k.model, dir); }).find("selector_top_k = 5"),
+            std::string::npos);
+}
+
+// A DFlash folder starts a DFlash2 drafter of the same backbone: identity convolutions, a zero successor
+// codebook, the backbone's weights. It computes the DFlash drafter's hidden states and logits, so it drafts
+// the same tokens; the predecessor codebook and hidden projection keep their initial values.
+TEST(InitFrom, Dflash2FromDflashComputesTheSameLogits) {
+  Exported ex;
+  TinySetup dflash({11, 1, 13}, 7), dflash2({11, 1, 13}, 7, tiny_dflash2_config(5));
+  const std::vector<float> fresh(dflash2.params(), dflash2.params() + dflash2.model->table().total);
+  drafter_init_from(*dflash.model, ex.dir);
+  drafter_init_from(*dflash2.model, ex.dir);
+  const DrafterParamTable& t = dflash2.model->table();
+  for (const DrafterParamEntry& e : t.entries) {
+    const float* p = dflash2.params() + e.offset;
+    for (int64_t i = 0; i < e.rows * e.cols; ++i) {
+      const float want = drafter_param_is_base_kernel(e.name) ? ((i / e.cols) % 2 == 0 ? 1.0f : 0.0f)
+                         : e.name.find("_conv.kernel_projection") != std::string::npos ||
+                                 e.name == "candidate_selector.successor_codebook"
+                             ? 0.0f
+                         : e.name.rfind("candidate_selector.", 0) == 0
+                             ? fresh[size_t(e.offset + i)]
+                             : dflash.params()[dflash.model->table().find(e.name).offset + i];
+      ASSERT_EQ(p[i], want) << e.name << " element " << i;
+    }
+  }
+  const std::vector<DrafterAnchor> an = {{0, 0}, {0, 4}, {2, 1}, {2, 6}};
+  DrafterLossOptions o;
+  o.backward = false;
+  const LossStats a = drafter_forward_backward(*dflash.model, dflash.batch, an, o);
+  o.dflash2_selector_alpha = 1.0;
+  const LossStats b = drafter_forward_backward(*dflash2.model, dflash2.batch, an, o);
+  const std::vector<float> ya = drafter_final_hidden(*dflash.model, dflash.batch, an, o),
+                           yb = drafter_final_hidden(*dflash2.model, dflash2.batch, an, o);
+  ASSERT_EQ(ya.size(), yb.size());
+  for (size_t i = 0; i < ya.size(); ++i) ASSERT_NEAR(yb[i], ya[i], 1e-5f * (1.0f + std::fabs(ya[i]))) << i;
+  EXPECT_EQ(b.row_argmax, a.row_argmax);
+  for (size_t j = 0; j < an.size(); ++j) {
+    const std::vector<DrafterAnchor> block{an[j]};
+    drafter_forward_backward(*dflash2.model, dflash2.batch, block, o);
+    const std::vector<int32_t> drafts = drafter_dflash2_drafts(*dflash2.model, dflash2.batch, block, o);
+    const int B = dflash2.cfg.block_size;
+    const std::vector<float> y = drafter_final_hidden(*dflash2.model, dflash2.batch, block, o);
+    for (int k = 1; k < B; ++k) {
+      // The DFlash drafter's proposal: the argmax of the logits of the same row.
+      const float* z = &y[size_t(k * dflash2.cfg.hidden)];
+      int32_t best = 0;
+      double best_v = -1e300;
+      for (int v = 0; v < dflash2.cfg.vocab; ++v) {
+        double s = 0;
+        for (int h = 0; h < dflash2.cfg.hidden; ++h)
+          s += double(dflash2.lm_head[size_t(v * dflash2.cfg.hidden + h)]) * double(z[h]);
+        if (s > best_v) best_v = s, best = v;
+      }
+      EXPECT_EQ(drafts[size_t(k - 1)], best) << "block " << j << " slot " << k;
+    }
+  }
+}

@@ -1,10 +1,12 @@
 // Speculative decoding (pipeline/spec_decode.h) on the CPU with random tiny targets of both families: the
 // committed tokens equal the target's plain greedy decoding (recomputed with the full forward, independently
-// of the decoder) whatever drafts, a Domino drafter's included, which proposes as its head does; a drafter
-// that drafts the greedy tokens gives τ = B, a random one τ ≈ 1; and sampling honours temperature, top-p and
-// the seed.
+// of the decoder) whatever drafts, Domino and DFlash2 drafters included, which propose as their heads do; a
+// drafter that drafts the greedy tokens gives τ = B, a random one τ ≈ 1; and sampling honours temperature,
+// top-p and the seed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "ops/cpu/cpu_ops.h"
@@ -78,11 +80,12 @@ DrafterConfig tiny_drafter(const QwenConfig& t) {
   return c;
 }
 
-// Checks every draft of a Domino drafter against the head's greedy proposals (ops/domino_head.h) over the
-// block's final hidden states, from the last committed token on, then hands it on.
-class CheckedDominoDrafter final : public BlockDrafter {
+// Checks every draft of a drafter with a head against the head oracle's proposals `want(y, last)` over the
+// block's final hidden states y, from the last committed token on, then hands it on.
+class CheckedDrafter final : public BlockDrafter {
  public:
-  explicit CheckedDominoDrafter(DrafterModel& m) : m_(m), inner_(m) {}
+  using Oracle = std::function<std::vector<int32_t>(const std::vector<float>& y, int32_t last)>;
+  CheckedDrafter(DrafterModel& m, Oracle want) : m_(m), inner_(m), want_(std::move(want)) {}
   int block_size() const override { return inner_.block_size(); }
   const std::vector<int>& target_layer_ids() const override { return inner_.target_layer_ids(); }
   std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) override {
@@ -91,14 +94,7 @@ class CheckedDominoDrafter final : public BlockDrafter {
     o.backward = false;
     const std::vector<float> y =
         drafter_final_hidden(m_, draft_batch(committed, ctx, block_size()), {draft_anchor(committed)}, o);
-    const DrafterParamTable& t = m_.table();
-    auto at = [&](const char* name) { return m_.params.ptr<float>() + t.find(name).offset; };
-    const std::vector<int32_t> want = domino_block_propose<float>(
-        domino_head_dims(m_.config()),
-        {at("prefix_gru.weight_ih_l0"), at("prefix_gru.weight_hh_l0"), at("embed_proj.0.weight"),
-         at("embed_proj.2.weight")},
-        m_.lm_head.ptr<float>(), m_.embed.ptr<float>(), y.data(), committed.back());
-    EXPECT_EQ(drafts, want) << "draft " << calls;
+    EXPECT_EQ(drafts, want_(y, committed.back())) << "draft " << calls;
     ++calls;
     return drafts;
   }
@@ -107,7 +103,13 @@ class CheckedDominoDrafter final : public BlockDrafter {
  private:
   DrafterModel& m_;
   DFlashBlockDrafter inner_;
+  Oracle want_;
 };
+
+// A tensor of m's parameters, on the host.
+float* param_at(DrafterModel& m, const char* name) {
+  return m.params.ptr<float>() + m.table().find(name).offset;
+}
 
 using SpecDecodeTest = TargetFamilyTest;
 
@@ -257,7 +259,13 @@ TEST_P(SpecDecodeTest, DominoDrafterProposesWithItsHeadAndCommitsTheGreedyTokens
     DrafterModel drafter(dc, tops);
     drafter_init_params(drafter, 6);
     drafter.set_frozen(target->embed, target->lm_head);
-    CheckedDominoDrafter bd(drafter);
+    CheckedDrafter bd(drafter, [&](const std::vector<float>& y, int32_t last) {
+      return domino_block_propose<float>(
+          domino_head_dims(dc),
+          {param_at(drafter, "prefix_gru.weight_ih_l0"), param_at(drafter, "prefix_gru.weight_hh_l0"),
+           param_at(drafter, "embed_proj.0.weight"), param_at(drafter, "embed_proj.2.weight")},
+          drafter.lm_head.ptr<float>(), drafter.embed.ptr<float>(), y.data(), last);
+    });
     const std::vector<int32_t> prompt = random_ids(10, c.vocab, 4);
     const int n = 15;
     SpecDecoder spec(*target, bd, 16, n);
@@ -265,6 +273,64 @@ TEST_P(SpecDecodeTest, DominoDrafterProposesWithItsHeadAndCommitsTheGreedyTokens
         << "shift_label " << shift;
     EXPECT_GE(bd.calls, 4);  // at most B = 4 tokens a block
   }
+}
+
+// drafter.kind = "dflash2" decodes with the selector's greedy lattice walk (ops/dflash2_selector.h) over each
+// slot's top-K and stays lossless; codebooks far from their N(0, 0.02²) start make the walk leave the
+// per-slot argmax at least once.
+TEST_P(SpecDecodeTest, Dflash2DrafterWalksTheSelectorLatticeAndCommitsTheGreedyTokens) {
+  CpuOps ops;
+  CpuTrainOps tops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 34, ops, with_lm_head());
+  DrafterConfig dc = tiny_drafter(c);
+  dc.kind = DrafterKind::dflash2;
+  dc.conv_kernel_size = 2;
+  dc.conv_group_size = 4;
+  dc.selector_rank = 6;
+  dc.selector_top_k = 5;
+  dc.output_multiplier = 1.0f;
+  dc.final_logit_softcapping = 20.0f;
+  DrafterModel drafter(dc, tops);
+  drafter_init_params(drafter, 7);
+  Rng r(8);
+  for (const char* name : {"candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
+                           "candidate_selector.hidden_projection.weight"}) {
+    const DrafterParamEntry& e = drafter.table().find(name);
+    for (int64_t i = 0; i < e.rows * e.cols; ++i) param_at(drafter, name)[i] = float(3.0 * r.normal());
+  }
+  drafter.set_frozen(target->embed, target->lm_head);
+  const Dflash2SelectorDims d = dflash2_selector_dims(dc);
+  int off_argmax = 0;
+  CheckedDrafter bd(drafter, [&](const std::vector<float>& y, int32_t last) {
+    const int n = d.block_size - 1;
+    std::vector<float> logits(size_t(n) * size_t(d.vocab));
+    for (int k = 0; k < n; ++k)
+      for (int v = 0; v < d.vocab; ++v) {
+        double s = 0;
+        for (int h = 0; h < d.hidden; ++h)
+          s += double(drafter.lm_head.ptr<float>()[int64_t(v) * d.hidden + h]) *
+               double(y[size_t((k + 1) * d.hidden + h)]);
+        logits[size_t(k) * size_t(d.vocab) + size_t(v)] = float(s);
+      }
+    const std::vector<int32_t> path = dflash2_selector_greedy_path<float>(
+        d,
+        {param_at(drafter, "candidate_selector.predecessor_codebook"),
+         param_at(drafter, "candidate_selector.successor_codebook"),
+         param_at(drafter, "candidate_selector.hidden_projection.weight")},
+        logits.data(), y.data() + d.hidden, n, last);
+    for (int k = 0; k < n; ++k) {
+      const float* row = &logits[size_t(k) * size_t(d.vocab)];
+      off_argmax += path[size_t(k)] != int32_t(std::max_element(row, row + d.vocab) - row);
+    }
+    return path;
+  });
+  const std::vector<int32_t> prompt = random_ids(10, c.vocab, 5);
+  const int n = 15;
+  SpecDecoder spec(*target, bd, 16, n);
+  EXPECT_EQ(spec.run(prompt).tokens, greedy_by_full_forward(*target, ops, prompt, n));
+  EXPECT_GE(bd.calls, 4);  // at most B = 4 tokens a block
+  EXPECT_GT(off_argmax, 0) << "the walk never left the argmax: the selector was not exercised";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1, 2, 3), target_family_name);

@@ -447,6 +447,11 @@ TEST(PlanVram, Qwen36_27B_Dflash2CountsItsConvolutionsAndSelector) {
   cfg.drafter.block_size = 8;
   VramPlan p = plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});
   EXPECT_EQ(p.drafter_params, 1730213120 + 194191360);
+  // configs/qwen3.6-27b-dflash2.toml is that drafter (other taps, as many).
+  const Config recipe = config_load(std::string(DF_SOURCE_DIR) + "/configs/qwen3.6-27b-dflash2.toml");
+  EXPECT_EQ(
+      plan_vram_compute(recipe, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048}).drafter_params,
+      1730213120 + 194191360);
   cfg.drafter.conv_group_size = 24;  // does not divide 5120
   try {
     plan_vram_compute(cfg, load_fixture("qwen3.6-27b"), 80 * kGiB, "test", {7, 0, 2048});

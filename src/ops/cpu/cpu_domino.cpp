@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/train/loss_slots.h"
+#include "ops/cpu/cpu_expect.h"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/loss_rows.h"
 
@@ -11,19 +11,13 @@ namespace df {
 
 namespace {
 
-void expect(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* what) {
-  DF_CHECK(t.device == Device::cpu && t.dtype == dt && t.rows == rows && t.cols == cols && t.contiguous(),
-           "%s: %s must be contiguous host %s [%lld, %lld], got %s %s", op, what, dtype_name(dt),
-           (long long)rows, (long long)cols, dtype_name(t.dtype), t.shape_str().c_str());
-}
-
 void expect_head(const TrainOps::DominoHeadWeights& w, const DominoHeadDims& d, const char* op,
                  const char* what) {
   const int H = d.hidden, G = d.gru_hidden, E = d.emb_dim;
-  expect(w.gru_ih, DType::f32, 3 * G, H, op, what);
-  expect(w.gru_hh, DType::f32, 3 * G, G, op, what);
-  expect(w.proj_in, DType::f32, E, H + G, op, what);
-  expect(w.proj_out, DType::f32, d.vocab, E, op, what);
+  cpu_expect(w.gru_ih, DType::f32, 3 * G, H, op, what);
+  cpu_expect(w.gru_hh, DType::f32, 3 * G, G, op, what);
+  cpu_expect(w.proj_in, DType::f32, E, H + G, op, what);
+  cpu_expect(w.proj_out, DType::f32, d.vocab, E, op, what);
 }
 
 template <class T>
@@ -41,20 +35,13 @@ void CpuTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, const
   const DominoHeadDims& d = a.dims;
   const int B = d.block_size, H = d.hidden, V = d.vocab;
   const int64_t N = y.rows;
-  DF_CHECK(B >= 2 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
-  expect(y, DType::f32, N, H, op, "y");
-  expect(gru_in, DType::f32, N, H, op, "gru_in");
-  expect(lm_head, DType::f32, V, H, op, "lm_head");
-  expect(labels, DType::i32, 1, N, op, "labels");
-  expect(row_w, DType::f32, 1, N, op, "row_w");
-  expect(argmax, DType::i32, 1, N, op, "argmax");
-  expect(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
-         "stats (f64 slots as bytes)");
+  cpu_expect_head_loss(y, lm_head, labels, row_w, argmax, stats, B, H, V, op);
+  cpu_expect(gru_in, DType::f32, N, H, op, "gru_in");
   expect_head(w, d, op, "a head weight");
   const DominoHeadTensors<const float> wt = head_ptrs<const float>(w);
   DominoHeadTensors<float> gt;
   if (a.backward) {
-    expect(dy, DType::f32, N, H, op, "dy");
+    cpu_expect(dy, DType::f32, N, H, op, "dy");
     expect_head(dw, d, op, "a head gradient");
     gt = head_ptrs<float>(dw);
     fill(dy, 0.0f);  // domino_block_step adds ∂/∂z
@@ -71,18 +58,9 @@ void CpuTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, const
   std::vector<float> logits(size_t(B) * size_t(V));
   LossStats st;
   DominoBlockRows rows;
-  rows.labels.resize(size_t(B));
-  rows.weights.resize(size_t(B));
   for (int64_t j = 0; j < N / B; ++j) {
     const int64_t r0 = j * B;
-    bool any = false;
-    for (int k = 0; k < B; ++k) {
-      rows.labels[size_t(k)] = lab[r0 + k];
-      rows.weights[size_t(k)] = double(wr[r0 + k]);
-      any |= wr[r0 + k] != 0.0f;
-      am[r0 + k] = -1;
-    }
-    if (!any) continue;  // padding or no label: no loss, no gradient
+    if (!cpu_head_block_rows(lab, wr, r0, B, rows.labels, rows.weights, am)) continue;
     const DominoBlockLoss l = domino_block_step<float>(
         d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, gru_in.ptr<float>() + r0 * H, rows, a.lambda,
         logits.data(), a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
@@ -107,9 +85,9 @@ std::vector<int32_t> CpuTrainOps::domino_head_propose(const Tensor& y, const Ten
                                                       const Tensor& embed, const DominoHeadWeights& w,
                                                       const DominoHeadDims& d, int32_t first) {
   const char* op = "domino_head_propose";
-  expect(y, DType::f32, d.block_size, d.hidden, op, "y");
-  expect(lm_head, DType::f32, d.vocab, d.hidden, op, "lm_head");
-  expect(embed, DType::f32, d.vocab, d.hidden, op, "embed");
+  cpu_expect(y, DType::f32, d.block_size, d.hidden, op, "y");
+  cpu_expect(lm_head, DType::f32, d.vocab, d.hidden, op, "lm_head");
+  cpu_expect(embed, DType::f32, d.vocab, d.hidden, op, "embed");
   expect_head(w, d, op, "a head weight");
   return domino_block_propose<float>(d, head_ptrs<const float>(w), lm_head.ptr<float>(), embed.ptr<float>(),
                                      y.ptr<float>(), first);

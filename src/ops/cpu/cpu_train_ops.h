@@ -60,6 +60,19 @@ class CpuTrainOps final : public TrainOps {
                       const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w,
                       const Tensor& stats) override;
 
+  // cpu_dflash2.cpp
+  void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d) override;
+  void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& dout, const Tensor& du, const Tensor& dcoeff, const Tensor& dbase,
+                        float beta_dbase, const Dflash2ConvDims& d) override;
+  void dflash2_selector_loss(const Tensor& y, const Tensor& lm_head, const Dflash2SelectorWeights& w,
+                             const Tensor& labels, const Tensor& prev, const Tensor& row_w,
+                             const Dflash2SelectorArgs& a, const Tensor& argmax, const Tensor& dy,
+                             const Dflash2SelectorWeights& dw, const Tensor& stats) override;
+  std::vector<int32_t> dflash2_selector_propose(const Tensor& y, const Tensor& lm_head,
+                                                const Dflash2SelectorWeights& w, const Dflash2SelectorDims& d,
+                                                int32_t first) override;
   // cpu_domino.cpp
   void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
                         const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,

@@ -1,6 +1,6 @@
 // DFlash2's in-block convolution on the host: the projection to dynamic coefficients, one side's convolution
 // and their exact backward. Sums run in double in a fixed order.
-#include "model/dflash2_conv.h"
+#include "ops/dflash2_conv.h"
 
 #include "core/error.h"
 
@@ -13,10 +13,13 @@ void check_rows(const Dflash2ConvDims& d, int64_t rows) {
            (long long)rows, d.block_size);
 }
 
-// out = conv_s(u): side s reads base[s] and the coefficient columns [s·taps·G, (s+1)·taps·G) of coeff.
+}  // namespace
+
+// Side s reads base[s] and the coefficient columns [s·taps·G, (s+1)·taps·G) of coeff.
 template <class T>
-void conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u, int64_t rows,
-               T* out) {
+void dflash2_conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
+                       int64_t rows, T* out) {
+  check_rows(d, rows);
   const int H = d.hidden, taps = d.taps, G = d.groups(), gs = d.group_size, C = d.coeffs();
   const T* b = base + int64_t(side) * taps * H;
   for (int64_t r = 0; r < rows; ++r) {
@@ -32,10 +35,10 @@ void conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side
   }
 }
 
-// Backward of conv_side: adds ∂/∂u into du, ∂/∂coeff into dcoeff's side columns, ∂/∂base[s] into dbase.
 template <class T>
-void conv_side_backward(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
-                        int64_t rows, const T* dout, T* du, T* dcoeff, T* dbase) {
+void dflash2_conv_side_backward(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
+                                int64_t rows, const T* dout, T* du, T* dcoeff, T* dbase) {
+  check_rows(d, rows);
   const int H = d.hidden, taps = d.taps, G = d.groups(), gs = d.group_size, C = d.coeffs();
   const int64_t at = int64_t(side) * taps;
   for (int64_t r = 0; r < rows; ++r) {
@@ -57,19 +60,6 @@ void conv_side_backward(const Dflash2ConvDims& d, const T* base, const T* coeff,
   }
 }
 
-}  // namespace
-
-Dflash2ConvDims dflash2_conv_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::dflash2, "dflash2 conv: the drafter's kind is %s, not dflash2",
-           drafter_kind_name(c.kind));
-  Dflash2ConvDims d;
-  d.hidden = c.hidden;
-  d.block_size = c.block_size;
-  d.taps = c.conv_kernel_size;
-  d.group_size = c.conv_group_size;
-  return d;
-}
-
 template <class T>
 void dflash2_conv_prepare(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x,
                           int64_t rows, T* out, T* coeff) {
@@ -81,30 +71,27 @@ void dflash2_conv_prepare(const Dflash2ConvDims& d, const Dflash2ConvTensors<con
       for (int h = 0; h < H; ++h) s += double(w.kernel_projection[int64_t(j) * H + h]) * double(x[r * H + h]);
       coeff[r * C + j] = T(s);
     }
-  conv_side(d, w.base_kernel, static_cast<const T*>(coeff), 0, x, rows, out);
+  dflash2_conv_side(d, w.base_kernel, static_cast<const T*>(coeff), 0, x, rows, out);
 }
 
 template <class T>
 void dflash2_conv_finish(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* y,
                          const T* coeff, int64_t rows, T* out) {
-  check_rows(d, rows);
-  conv_side(d, w.base_kernel, coeff, 1, y, rows, out);
+  dflash2_conv_side(d, w.base_kernel, coeff, 1, y, rows, out);
 }
 
 template <class T>
 void dflash2_conv_finish_backward(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* y,
                                   const T* coeff, int64_t rows, const T* dout, T* dy, T* dcoeff,
                                   const Dflash2ConvTensors<T>& grads) {
-  check_rows(d, rows);
-  conv_side_backward(d, w.base_kernel, coeff, 1, y, rows, dout, dy, dcoeff, grads.base_kernel);
+  dflash2_conv_side_backward(d, w.base_kernel, coeff, 1, y, rows, dout, dy, dcoeff, grads.base_kernel);
 }
 
 template <class T>
 void dflash2_conv_prepare_backward(const Dflash2ConvDims& d, const Dflash2ConvTensors<const T>& w, const T* x,
                                    const T* coeff, int64_t rows, const T* dout, T* dcoeff, T* dx,
                                    const Dflash2ConvTensors<T>& grads) {
-  check_rows(d, rows);
-  conv_side_backward(d, w.base_kernel, coeff, 0, x, rows, dout, dx, dcoeff, grads.base_kernel);
+  dflash2_conv_side_backward(d, w.base_kernel, coeff, 0, x, rows, dout, dx, dcoeff, grads.base_kernel);
   // coeff = x·Wᵀ: ∂W += dcoeffᵀ·x, ∂x += dcoeff·W.
   const int H = d.hidden, C = d.coeffs();
   for (int64_t r = 0; r < rows; ++r)
@@ -119,6 +106,10 @@ void dflash2_conv_prepare_backward(const Dflash2ConvDims& d, const Dflash2ConvTe
 }
 
 #define DF_DFLASH2_CONV(T)                                                                                   \
+  template void dflash2_conv_side<T>(const Dflash2ConvDims&, const T*, const T*, int, const T*, int64_t,     \
+                                     T*);                                                                    \
+  template void dflash2_conv_side_backward<T>(const Dflash2ConvDims&, const T*, const T*, int, const T*,     \
+                                              int64_t, const T*, T*, T*, T*);                                \
   template void dflash2_conv_prepare<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&,          \
                                         const T*, int64_t, T*, T*);                                          \
   template void dflash2_conv_finish<T>(const Dflash2ConvDims&, const Dflash2ConvTensors<const T>&, const T*, \

@@ -22,8 +22,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/drafter_config.h"
-
 namespace df {
 
 struct Dflash2SelectorDims {
@@ -35,7 +33,6 @@ struct Dflash2SelectorDims {
   double output_multiplier = 1.0;
   double softcap = 0.0;  // 0: none
 };
-Dflash2SelectorDims dflash2_selector_dims(const DrafterConfig& c);
 
 // The selector's weights (read) or their gradients (accumulated into).
 template <class T>
@@ -83,14 +80,16 @@ struct Dflash2BlockLoss {
   int covered = 0;          // weighted slots whose gold label was in the strict top-K
 };
 
-// One block forward: z [B, H] draft hidden (normed), lm_head [V, H] frozen. With `grads` set, also runs the
-// backward of base_sum + alpha·selector_sum: the selector's gradients are added into *grads and ∂/∂z into dz
-// [B, H] (dz may be null); stop_gradient keeps the selector term out of dz (it then trains the selector's
-// weights only). T = float is the oracle; T = double serves the finite-difference test.
+// One block forward: z [B, H] draft hidden (normed), lm_head [V, H] frozen; the raw logits of every weighted
+// slot go to logits [B, V] when it is set (other slots' rows are left as they are). With `grads` set, also
+// runs the backward of base_sum + alpha·selector_sum: the selector's gradients are added into *grads and ∂/∂z
+// into dz [B, H] (dz may be null); stop_gradient keeps the selector term out of dz (it then trains the
+// selector's weights only). T = float is the oracle; T = double serves the finite-difference test.
 template <class T>
 Dflash2BlockLoss dflash2_block_step(const Dflash2SelectorDims& d, const Dflash2SelectorTensors<const T>& w,
                                     const T* lm_head, const T* z, const Dflash2BlockRows& rows, double alpha,
-                                    bool stop_gradient, const Dflash2SelectorTensors<T>* grads, T* dz);
+                                    bool stop_gradient, T* logits, const Dflash2SelectorTensors<T>* grads,
+                                    T* dz);
 
 // Decoding: n slots of raw logits [n, V] and draft hidden [n, H] after the anchor token; each slot takes the
 // best-scoring of its strict top-K given the previous slot's choice (the anchor for the first).

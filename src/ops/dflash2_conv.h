@@ -16,8 +16,6 @@
 #pragma once
 #include <cstdint>
 
-#include "model/drafter_config.h"
-
 namespace df {
 
 struct Dflash2ConvDims {
@@ -29,7 +27,18 @@ struct Dflash2ConvDims {
   int groups() const { return hidden / group_size; }
   int coeffs() const { return 2 * taps * groups(); }  // dynamic coefficients per row, both sides
 };
-Dflash2ConvDims dflash2_conv_dims(const DrafterConfig& c);
+
+// One side's convolution alone (the drafter step's op, ops/train_ops.h dflash2_conv_fwd): out = conv_s(u)
+// with coeff [rows, coeffs()] both sides' dynamic coefficients (coeff = x·Wᵀ), base [2·taps, H] both sides'
+// base kernels; side s reads its own half of each.
+template <class T>
+void dflash2_conv_side(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
+                       int64_t rows, T* out);
+// Its backward: adds ∂/∂u into du, ∂/∂coeff into dcoeff's side-s columns and ∂/∂base[s] into dbase's side-s
+// rows (dbase [2·taps, H]).
+template <class T>
+void dflash2_conv_side_backward(const Dflash2ConvDims& d, const T* base, const T* coeff, int side, const T* u,
+                                int64_t rows, const T* dout, T* du, T* dcoeff, T* dbase);
 
 // One convolution's weights (read) or their gradients (accumulated into).
 template <class T>

@@ -1,7 +1,7 @@
 // DFlash2's candidate selector on the host: the unary transform, the top-K candidate sets, the block rows,
 // the selector weight schedule, the exact forward and backward of one block's two CE terms, and the greedy
 // lattice walk of decoding. Sums run in double in a fixed order.
-#include "model/dflash2_selector.h"
+#include "ops/dflash2_selector.h"
 
 #include <algorithm>
 #include <cmath>
@@ -57,20 +57,6 @@ void selector_scores(const Dflash2SelectorDims& d, const Dflash2SelectorTensors<
 }
 
 }  // namespace
-
-Dflash2SelectorDims dflash2_selector_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::dflash2, "dflash2 selector: the drafter's kind is %s, not dflash2",
-           drafter_kind_name(c.kind));
-  Dflash2SelectorDims d;
-  d.hidden = c.hidden;
-  d.vocab = c.vocab;
-  d.rank = c.selector_rank;
-  d.top_k = c.selector_top_k;
-  d.block_size = c.block_size;
-  d.output_multiplier = c.output_multiplier;
-  d.softcap = c.final_logit_softcapping;
-  return d;
-}
 
 double dflash2_unary(const Dflash2SelectorDims& d, double logit) {
   const double u = logit * d.output_multiplier;
@@ -142,7 +128,8 @@ double dflash2_selector_alpha(int64_t step, int64_t total_steps, double alpha, d
 template <class T>
 Dflash2BlockLoss dflash2_block_step(const Dflash2SelectorDims& d, const Dflash2SelectorTensors<const T>& w,
                                     const T* lm_head, const T* z, const Dflash2BlockRows& rows, double alpha,
-                                    bool stop_gradient, const Dflash2SelectorTensors<T>* grads, T* dz) {
+                                    bool stop_gradient, T* logits_out, const Dflash2SelectorTensors<T>* grads,
+                                    T* dz) {
   const int H = d.hidden, V = d.vocab, R = d.rank, B = d.block_size;
   DF_CHECK(int(rows.labels.size()) == B && int(rows.prev.size()) == B && int(rows.weights.size()) == B,
            "dflash2 block: rows hold %zu labels for block_size %d", rows.labels.size(), B);
@@ -157,6 +144,7 @@ Dflash2BlockLoss dflash2_block_step(const Dflash2SelectorDims& d, const Dflash2S
       double s = 0;
       for (int h = 0; h < H; ++h) s += double(lm_head[int64_t(v) * H + h]) * double(zk[h]);
       logits[size_t(v)] = s;
+      if (logits_out) logits_out[int64_t(k) * V + v] = T(s);
     }
     const int32_t y = rows.labels[size_t(k)];
     DF_CHECK(y >= 0 && y < V, "dflash2 block: label %d of slot %d outside the vocabulary [0, %d)", y, k, V);
@@ -224,7 +212,7 @@ std::vector<int32_t> dflash2_selector_greedy_path(const Dflash2SelectorDims& d,
   template Dflash2Candidates dflash2_selector_candidates<T>(const Dflash2SelectorDims&, const T*, int32_t); \
   template Dflash2BlockLoss dflash2_block_step<T>(                                                          \
       const Dflash2SelectorDims&, const Dflash2SelectorTensors<const T>&, const T*, const T*,               \
-      const Dflash2BlockRows&, double, bool, const Dflash2SelectorTensors<T>*, T*);                         \
+      const Dflash2BlockRows&, double, bool, T*, const Dflash2SelectorTensors<T>*, T*);                     \
   template std::vector<int32_t> dflash2_selector_greedy_path<T>(                                            \
       const Dflash2SelectorDims&, const Dflash2SelectorTensors<const T>&, const T*, const T*, int, int32_t);
 DF_DFLASH2_SELECTOR(float)
