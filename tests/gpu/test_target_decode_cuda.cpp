@@ -31,7 +31,8 @@ using namespace df;
 
 namespace {
 
-QwenConfig cuda_hybrid() {
+// cuda_hybrid's keys with `changes` over them: the hybrids below differ from it in a few shapes each.
+nlohmann::json hybrid_json(const nlohmann::json& changes) {
   nlohmann::json j = {{"model_type", "qwen3_5_text"},
                       {"hidden_size", 64},
                       {"num_hidden_layers", 4},
@@ -51,8 +52,11 @@ QwenConfig cuda_hybrid() {
                       {"linear_value_head_dim", 16},
                       {"linear_conv_kernel_dim", 4},
                       {"tie_word_embeddings", false}};
-  return qwen_config_from_json(j, "cuda_hybrid");
+  j.update(changes);
+  return j;
 }
+
+QwenConfig cuda_hybrid() { return qwen_config_from_json(hybrid_json(nlohmann::json::object()), "cuda_hybrid"); }
 
 QwenConfig cuda_dense() {
   nlohmann::json j = {{"model_type", "qwen3"},    {"hidden_size", 64},        {"num_hidden_layers", 3},
@@ -65,25 +69,17 @@ QwenConfig cuda_dense() {
 // The odd shapes: gated attention with 3 q heads / 1 kv head of hd 32 and 8 rotary dims, DeltaNet key /
 // value heads of 16 / 24, a hidden size that is no multiple of 64 — run by the general kernels.
 QwenConfig odd_hybrid() {
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},
-                      {"hidden_size", 40},
-                      {"num_hidden_layers", 3},
-                      {"layer_types", {"linear_attention", "full_attention", "linear_attention"}},
-                      {"intermediate_size", 72},
-                      {"vocab_size", 150},
-                      {"num_attention_heads", 3},
-                      {"num_key_value_heads", 1},
-                      {"head_dim", 32},
-                      {"attn_output_gate", true},
-                      {"partial_rotary_factor", 0.25},
-                      {"rope_theta", 10000.0},
-                      {"rms_norm_eps", 1e-6},
-                      {"linear_num_key_heads", 1},
-                      {"linear_num_value_heads", 2},
-                      {"linear_key_head_dim", 16},
-                      {"linear_value_head_dim", 24},
-                      {"linear_conv_kernel_dim", 4},
-                      {"tie_word_embeddings", false}};
+  const nlohmann::json j = hybrid_json({{"hidden_size", 40},
+                                        {"num_hidden_layers", 3},
+                                        {"layer_types", {"linear_attention", "full_attention", "linear_attention"}},
+                                        {"intermediate_size", 72},
+                                        {"vocab_size", 150},
+                                        {"num_attention_heads", 3},
+                                        {"num_key_value_heads", 1},
+                                        {"head_dim", 32},
+                                        {"linear_num_key_heads", 1},
+                                        {"linear_num_value_heads", 2},
+                                        {"linear_value_head_dim", 24}});
   return qwen_config_from_json(j, "odd_hybrid");
 }
 
@@ -98,53 +94,29 @@ QwenConfig odd_dense() {
 // The 27B layer's head layout at a small width: gated attention with 6 q heads per kv head of hd 128 (the
 // split-KV decode kernel) and DeltaNet heads of 128 × 128 with 3 value heads per key head.
 QwenConfig wide_hybrid() {
-  nlohmann::json j = {{"model_type", "qwen3_5_text"},
-                      {"hidden_size", 64},
-                      {"num_hidden_layers", 2},
-                      {"layer_types", {"linear_attention", "full_attention"}},
-                      {"intermediate_size", 96},
-                      {"vocab_size", 200},
-                      {"num_attention_heads", 6},
-                      {"num_key_value_heads", 1},
-                      {"head_dim", 128},
-                      {"attn_output_gate", true},
-                      {"partial_rotary_factor", 0.25},
-                      {"rope_theta", 10000.0},
-                      {"rms_norm_eps", 1e-6},
-                      {"linear_num_key_heads", 1},
-                      {"linear_num_value_heads", 3},
-                      {"linear_key_head_dim", 128},
-                      {"linear_value_head_dim", 128},
-                      {"linear_conv_kernel_dim", 4},
-                      {"tie_word_embeddings", false}};
+  const nlohmann::json j = hybrid_json({{"num_hidden_layers", 2},
+                                        {"layer_types", {"linear_attention", "full_attention"}},
+                                        {"num_attention_heads", 6},
+                                        {"num_key_value_heads", 1},
+                                        {"head_dim", 128},
+                                        {"linear_num_key_heads", 1},
+                                        {"linear_num_value_heads", 3},
+                                        {"linear_key_head_dim", 128},
+                                        {"linear_value_head_dim", 128}});
   return qwen_config_from_json(j, "wide_hybrid");
 }
 
 // cuda_hybrid as a Qwen3.5-MoE (qwen3_5_moe_text): top-3 of 9 experts of width 32 and a gated shared expert
-// of 48 in every layer, widths the MoE kernels' 16-byte paths take.
+// of 48 in every layer, widths the MoE kernels' 16-byte paths take; no dense MLP width and the model type's
+// own attention gate.
 QwenConfig cuda_moe_hybrid() {
-  nlohmann::json j = {
-      {"model_type", "qwen3_5_moe_text"},
-      {"hidden_size", 64},
-      {"num_hidden_layers", 4},
-      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-      {"vocab_size", 200},
-      {"num_attention_heads", 4},
-      {"num_key_value_heads", 2},
-      {"head_dim", 16},
-      {"partial_rotary_factor", 0.25},
-      {"rope_theta", 10000.0},
-      {"rms_norm_eps", 1e-6},
-      {"linear_num_key_heads", 2},
-      {"linear_num_value_heads", 4},
-      {"linear_key_head_dim", 16},
-      {"linear_value_head_dim", 16},
-      {"linear_conv_kernel_dim", 4},
-      {"tie_word_embeddings", false},
-      {"num_experts", 9},
-      {"num_experts_per_tok", 3},
-      {"moe_intermediate_size", 32},
-      {"shared_expert_intermediate_size", 48}};
+  nlohmann::json j = hybrid_json({{"model_type", "qwen3_5_moe_text"},
+                                  {"num_experts", 9},
+                                  {"num_experts_per_tok", 3},
+                                  {"moe_intermediate_size", 32},
+                                  {"shared_expert_intermediate_size", 48}});
+  j.erase("intermediate_size");
+  j.erase("attn_output_gate");
   return qwen_config_from_json(j, "cuda_moe_hybrid");
 }
 
