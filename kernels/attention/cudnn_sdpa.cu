@@ -346,7 +346,8 @@ std::unique_ptr<SdpaGraph> sdpa_build(cudnnHandle_t handle, const SdpaKey& key) 
   auto log_sum = virt(f32, rd, rs, "log row sum");
   g->pointwise(CUDNN_POINTWISE_LOG, f32, sum, nullptr, nullptr, log_sum, -1, "softmax statistics: log sum");
   auto stats = virt(f32, rd, rs, "softmax statistics");
-  g->pointwise(CUDNN_POINTWISE_ADD, f32, mx, log_sum, nullptr, stats, -1, "softmax statistics: max + log sum");
+  g->pointwise(CUDNN_POINTWISE_ADD, f32, mx, log_sum, nullptr, stats, -1,
+               "softmax statistics: max + log sum");
   auto p = virt(bf, sd, ss, "P");
   g->pointwise(CUDNN_POINTWISE_DIV, f32, s5, sum, nullptr, p, -1, "softmax: divide");
 
@@ -495,10 +496,10 @@ void cudnn_sdpa_launch(const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16
         static_cast<int32_t*>(off[1]), static_cast<int32_t*>(off[2]), static_cast<int32_t*>(off[3]));
   DF_CUDA_CHECK_LAUNCH("cudnn_sdpa_lens_kernel");
 
-  // The masks' fill value as the cuDNN frontend passes it: the lowest finite float before cuDNN 9.10, whose
-  // kernels expect it, −inf from 9.10 on.
-  const float neg_inf =
-      cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest() : -std::numeric_limits<float>::infinity();
+  // The masks' fill value as the cuDNN frontend passes it: the lowest finite float before cuDNN 9.10 (which
+  // the frontend says those versions prefer), −inf from 9.10 on.
+  const float neg_inf = cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest()
+                                                  : -std::numeric_limits<float>::infinity();
   int64_t uids[kUidCount] = {kUidQ,     kUidK,         kUidV,           kUidO,    kUidSeqQ,
                              kUidSeqKv, kUidOffQ,      kUidOffK,        kUidOffV, kUidOffO,
                              kUidScale, kUidNegInfPad, kUidNegInfCausal};
