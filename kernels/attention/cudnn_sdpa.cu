@@ -352,8 +352,10 @@ std::unique_ptr<SdpaGraph> sdpa_build(cudnnHandle_t handle, const SdpaKey& key) 
   g->pointwise(CUDNN_POINTWISE_DIV, f32, s5, sum, nullptr, p, -1, "softmax: divide");
 
   g->matmul(p, v, o, len_q, nullptr, len_kv, "bmm2 P·V");
-  g->plan(handle, "batch " + std::to_string(b) + ", max_len " + std::to_string(s) + ", " +
-                      std::to_string(hq) + "/" + std::to_string(hkv) + " heads of " + std::to_string(d));
+  g->plan(handle, "cuDNN " + std::to_string(cudnnGetVersion()) + ", batch " + std::to_string(b) +
+                      ", max_len " + std::to_string(s) + ", " + std::to_string(hq) + "/" +
+                      std::to_string(hkv) + " heads of " + std::to_string(d) + ", " +
+                      (std::get<10>(key) ? "int64" : "int32") + " ragged offsets");
   return g;
 }
 
