@@ -1,19 +1,25 @@
 // cudnn_sdpa.h through cuDNN's backend graph API. The operation graph is the one cuDNN's fused
-// flash-attention engines recognise (the decomposition the cuDNN frontend's composite SDPA node emits for
-// cuDNN 9.x):
+// flash-attention engines recognise: the decomposition the cuDNN frontend's composite SDPA node emits for
+// cuDNN 9.x (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h with utils/
+// attn_score_modifiers.h and node/softmax.h), op for op and in its order:
 //   S = Q·Kᵀ (fp32) → × scale → padding mask (row < len_q and col < len_kv, else −inf) → causal mask (row ≥
-//   col, else −inf) → softmax as max, subtract, exp, sum, divide (P in bf16) → O = P·V,
-// with Q, K, V, O in cuDNN's ragged layout: dims [batch, heads, max_len, head dim] over the packed rows (K
+//   col, else −inf) → softmax as max, subtract, exp, sum, the flash statistics max + log(sum) into a virtual
+//   tensor, divide (P in bf16) → O = P·V.
+// The statistics are part of the pattern even for inference: without them cuDNN's matcher does not tag the
+// graph as flash attention and refuses every engine ("Dropout set of ops not configured correctly").
+// Q, K, V, O are in cuDNN's ragged layout: dims [batch, heads, max_len, head dim] over the packed rows (K
 // given transposed as [batch, kv heads, head dim, max_len] by its strides; GQA through the smaller kv head
-// count), each sequence's first element at its ragged offset, lengths in the padding mask and the matmuls'
-// M/N/K overrides. The batch is padded with empty sequences up to its power-of-two bucket. Plans are kept per
-// (device, bucket, heads, head dim, row strides); the attention scale and −inf are passed by value at
-// execution.
+// count), each sequence's first element at its ragged offset (int32 where every offset fits, as the
+// frontend's samples, else int64), lengths in the padding mask and the matmuls' M/N/K overrides. The batch is
+// padded with empty sequences up to its power-of-two bucket. Plans are kept per (device, bucket, heads, head
+// dim, row strides, offset width); the attention scale and the mask value are passed by value at execution.
 #include <cudnn_graph.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -263,14 +269,15 @@ class SdpaGraph {
   size_t workspace_ = 0;
 };
 
-// (device, batch bucket, length bucket, hq, hkv, hd, ld_q, ld_k, ld_v, ld_out)
-using SdpaKey = std::tuple<int, int64_t, int64_t, int, int, int, int64_t, int64_t, int64_t, int64_t>;
+// (device, batch bucket, length bucket, hq, hkv, hd, ld_q, ld_k, ld_v, ld_out, 64-bit ragged offsets)
+using SdpaKey = std::tuple<int, int64_t, int64_t, int, int, int, int64_t, int64_t, int64_t, int64_t, bool>;
 
 // The graph of one key: the ops in the order of the file comment.
 std::unique_ptr<SdpaGraph> sdpa_build(cudnnHandle_t handle, const SdpaKey& key) {
   const int64_t b = std::get<1>(key), s = std::get<2>(key), hq = std::get<3>(key), hkv = std::get<4>(key),
                 d = std::get<5>(key), ld_q = std::get<6>(key), ld_k = std::get<7>(key),
                 ld_v = std::get<8>(key), ld_o = std::get<9>(key);
+  const cudnnDataType_t off_type = std::get<10>(key) ? CUDNN_DATA_INT64 : CUDNN_DATA_INT32;
   auto g = std::make_unique<SdpaGraph>();
   int64_t uid = kFirstVirtual;
   const Dims4 one{{1, 1, 1, 1}}, per_seq{{b, 1, 1, 1}}, per_off{{b + 1, 1, 1, 1}};
@@ -286,10 +293,10 @@ std::unique_ptr<SdpaGraph> sdpa_build(cudnnHandle_t handle, const SdpaKey& key) 
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32,
                         i1 = CUDNN_DATA_BOOLEAN;
 
-  auto off_q = io(kUidOffQ, CUDNN_DATA_INT64, per_off, one, nullptr, "Q ragged offsets");
-  auto off_k = io(kUidOffK, CUDNN_DATA_INT64, per_off, one, nullptr, "K ragged offsets");
-  auto off_v = io(kUidOffV, CUDNN_DATA_INT64, per_off, one, nullptr, "V ragged offsets");
-  auto off_o = io(kUidOffO, CUDNN_DATA_INT64, per_off, one, nullptr, "O ragged offsets");
+  auto off_q = io(kUidOffQ, off_type, per_off, one, nullptr, "Q ragged offsets");
+  auto off_k = io(kUidOffK, off_type, per_off, one, nullptr, "K ragged offsets");
+  auto off_v = io(kUidOffV, off_type, per_off, one, nullptr, "V ragged offsets");
+  auto off_o = io(kUidOffO, off_type, per_off, one, nullptr, "O ragged offsets");
   auto q = io(kUidQ, bf, {{b, hq, s, d}}, {{s * ld_q, d, ld_q, 1}}, off_q, "Q");
   auto kt = io(kUidK, bf, {{b, hkv, d, s}}, {{s * ld_k, d, 1, ld_k}}, off_k, "K (as Kᵀ)");
   auto v = io(kUidV, bf, {{b, hkv, s, d}}, {{s * ld_v, d, ld_v, 1}}, off_v, "V");
@@ -336,28 +343,37 @@ std::unique_ptr<SdpaGraph> sdpa_build(cudnnHandle_t handle, const SdpaKey& key) 
   g->pointwise(CUDNN_POINTWISE_EXP, f32, s4, nullptr, nullptr, s5, -1, "softmax: exp");
   auto sum = virt(f32, rd, rs, "row sum");
   g->reduction(CUDNN_REDUCE_TENSOR_ADD, s5, sum, "softmax: row sum");
+  auto log_sum = virt(f32, rd, rs, "log row sum");
+  g->pointwise(CUDNN_POINTWISE_LOG, f32, sum, nullptr, nullptr, log_sum, -1, "softmax statistics: log sum");
+  auto stats = virt(f32, rd, rs, "softmax statistics");
+  g->pointwise(CUDNN_POINTWISE_ADD, f32, mx, log_sum, nullptr, stats, -1,
+               "softmax statistics: max + log sum");
   auto p = virt(bf, sd, ss, "P");
   g->pointwise(CUDNN_POINTWISE_DIV, f32, s5, sum, nullptr, p, -1, "softmax: divide");
 
   g->matmul(p, v, o, len_q, nullptr, len_kv, "bmm2 P·V");
-  g->plan(handle, "batch " + std::to_string(b) + ", max_len " + std::to_string(s) + ", " +
-                      std::to_string(hq) + "/" + std::to_string(hkv) + " heads of " + std::to_string(d));
+  g->plan(handle, "cuDNN " + std::to_string(cudnnGetVersion()) + ", batch " + std::to_string(b) +
+                      ", max_len " + std::to_string(s) + ", " + std::to_string(hq) + "/" +
+                      std::to_string(hkv) + " heads of " + std::to_string(d) + ", " +
+                      (std::get<10>(key) ? "int64" : "int32") + " ragged offsets");
   return g;
 }
 
 // Per-sequence lengths (0 for the bucket's padding sequences) and ragged offsets (the element offset of each
-// sequence's first row in Q, K, V and O; the padding sequences start at the end).
+// sequence's first row in Q, K, V and O; the padding sequences start at the end), as Off (int32_t where every
+// offset fits, else int64_t).
+template <typename Off>
 __global__ void cudnn_sdpa_lens_kernel(const int32_t* cu, int b, int b_bucket, int64_t ld_q, int64_t ld_k,
-                                       int64_t ld_v, int64_t ld_o, int32_t* lens, int64_t* off_q,
-                                       int64_t* off_k, int64_t* off_v, int64_t* off_o) {
+                                       int64_t ld_v, int64_t ld_o, int32_t* lens, Off* off_q, Off* off_k,
+                                       Off* off_v, Off* off_o) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i > b_bucket) return;
   const int64_t row = cu[min(i, b)];
   if (i < b_bucket) lens[i] = i < b ? cu[i + 1] - cu[i] : 0;
-  off_q[i] = row * ld_q;
-  off_k[i] = row * ld_k;
-  off_v[i] = row * ld_v;
-  off_o[i] = row * ld_o;
+  off_q[i] = Off(row * ld_q);
+  off_k[i] = Off(row * ld_k);
+  off_v[i] = Off(row * ld_v);
+  off_o[i] = Off(row * ld_o);
 }
 
 constexpr size_t align_up(size_t n, size_t a) {
@@ -423,7 +439,10 @@ void cudnn_sdpa_launch(const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16
                        cudaStream_t stream) {
   const int dev = cuda_current_device();
   const int64_t b = pow2_bucket(num_seqs, 1), s = pow2_bucket(max_len, kLenBucketLeast);
-  const SdpaKey key{dev, b, s, hq, hkv, hd, ld_q, ld_k, ld_v, ld_out};
+  // Every offset is below num_seqs·max_len rows times the widest row stride.
+  const int64_t ld_max = std::max(std::max(ld_q, ld_k), std::max(ld_v, ld_out));
+  const bool wide = int64_t(num_seqs) * max_len * ld_max > std::numeric_limits<int32_t>::max();
+  const SdpaKey key{dev, b, s, hq, hkv, hd, ld_q, ld_k, ld_v, ld_out, wide};
   std::lock_guard<std::mutex> lock(state().mu);
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   cudnnHandle_t handle = sdpa_handle(dev, &st);
@@ -447,7 +466,7 @@ void cudnn_sdpa_launch(const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16
 
   const size_t ws_bytes = align_up(g.workspace(), 256),
                lens_bytes = align_up(size_t(b) * sizeof(int32_t), 256),
-               off_bytes = align_up(size_t(b + 1) * sizeof(int64_t), 256);
+               off_bytes = align_up(size_t(b + 1) * (wide ? sizeof(int64_t) : sizeof(int32_t)), 256);
   const size_t need = ws_bytes + lens_bytes + 4 * off_bytes;
   SdpaWorkspace& w = state().workspaces[{dev, stream}];
   if (w.bytes < need) {
@@ -466,16 +485,23 @@ void cudnn_sdpa_launch(const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16
   }
   char* base = static_cast<char*>(w.ptr);
   int32_t* lens = reinterpret_cast<int32_t*>(base + ws_bytes);
-  int64_t* offs = reinterpret_cast<int64_t*>(base + ws_bytes + lens_bytes);
-  int64_t* off[4];
-  for (int i = 0; i < 4; ++i)
-    off[i] = reinterpret_cast<int64_t*>(reinterpret_cast<char*>(offs) + i * off_bytes);
+  void* off[4];
+  for (int i = 0; i < 4; ++i) off[i] = base + ws_bytes + lens_bytes + i * off_bytes;
   const int threads = 128, blocks = int((b + 1 + threads - 1) / threads);
-  cudnn_sdpa_lens_kernel<<<blocks, threads, 0, stream>>>(cu, num_seqs, int(b), ld_q, ld_k, ld_v, ld_out, lens,
-                                                         off[0], off[1], off[2], off[3]);
+  if (wide)
+    cudnn_sdpa_lens_kernel<int64_t><<<blocks, threads, 0, stream>>>(
+        cu, num_seqs, int(b), ld_q, ld_k, ld_v, ld_out, lens, static_cast<int64_t*>(off[0]),
+        static_cast<int64_t*>(off[1]), static_cast<int64_t*>(off[2]), static_cast<int64_t*>(off[3]));
+  else
+    cudnn_sdpa_lens_kernel<int32_t><<<blocks, threads, 0, stream>>>(
+        cu, num_seqs, int(b), ld_q, ld_k, ld_v, ld_out, lens, static_cast<int32_t*>(off[0]),
+        static_cast<int32_t*>(off[1]), static_cast<int32_t*>(off[2]), static_cast<int32_t*>(off[3]));
   DF_CUDA_CHECK_LAUNCH("cudnn_sdpa_lens_kernel");
 
-  const float neg_inf = -INFINITY;
+  // The masks' fill value as the cuDNN frontend passes it: the lowest finite float before cuDNN 9.10 (which
+  // the frontend says those versions prefer), −inf from 9.10 on.
+  const float neg_inf = cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest()
+                                                  : -std::numeric_limits<float>::infinity();
   int64_t uids[kUidCount] = {kUidQ,     kUidK,         kUidV,           kUidO,    kUidSeqQ,
                              kUidSeqKv, kUidOffQ,      kUidOffK,        kUidOffV, kUidOffO,
                              kUidScale, kUidNegInfPad, kUidNegInfCausal};
