@@ -193,15 +193,35 @@ void validate(const Config& c, const std::string& w) {
   check(!(d.device == "cuda" && t.loss.rfind("dpace", 0) == 0), w, "train.loss",
         "= \"" + t.loss + "\": dpace is implemented on the CPU drafter only; HINT: drafter.device = \"cpu\"");
   check(t.streak_alpha > 0, w, "train.streak_alpha", "must be positive");
-  if (d.kind == "domino") {
-    // SpecForge's OnlineDominoModel trains with plain CE (loss_type "dflash") on both its terms; a KL, D-PACE
-    // or streak weighting of them is not defined there, so it is not offered here either.
-    check(t.loss == "ce", w, "train.loss",
-          "= \"" + t.loss +
-              "\": drafter.kind = \"domino\" trains with CE only (its loss is (1-λ)·CE(final) + "
-              "λ·CE(base), as SpecForge's); HINT: train.loss = \"ce\"");
+  // The kinds that train SpecForge's own objective for them: train.loss names its CE base and no streak
+  // weighting, since KL, D-PACE and streak weights are not defined on those objectives there. Domino: plain CE
+  // on both terms (loss_type "dflash"); DFlash2: "candidate selection currently requires loss_type='dflash'";
+  // DSpark: its own objective (loss_type "dspark").
+  struct OwnLoss {
+    const char* kind;
+    const char* loss;    // what train.loss = "ce" means for the kind
+    const char* streak;  // why streak weighting is refused
+  };
+  for (const OwnLoss& o :
+       {OwnLoss{"domino",
+                "trains with CE only (its loss is (1-λ)·CE(final) + λ·CE(base), as SpecForge's); HINT: train.loss "
+                "= \"ce\"",
+                "CE only, as SpecForge's"},
+        OwnLoss{"dflash2",
+                "trains with CE only (its loss is CE + α·CE of the selector, as SpecForge's); HINT: train.loss = "
+                "\"ce\"",
+                "CE only, as SpecForge's"},
+        OwnLoss{"dspark",
+                "trains its own loss (dspark_ce_loss_alpha·CE + dspark_l1_loss_alpha·L1 + "
+                "dspark_confidence_head_alpha·BCE, as SpecForge's); HINT: train.loss = \"ce\" and the "
+                "train.dspark_*_alpha weights",
+                "its own loss, as SpecForge's"}}) {
+    if (d.kind != o.kind) continue;
+    check(t.loss == "ce", w, "train.loss", "= \"" + t.loss + "\": drafter.kind = \"" + d.kind + "\" " + o.loss);
     check(!t.streak, w, "train.streak",
-          "cannot be combined with drafter.kind = \"domino\" (CE only, as SpecForge's)");
+          "cannot be combined with drafter.kind = \"" + d.kind + "\" (" + o.streak + ")");
+  }
+  if (d.kind == "domino") {
     check(d.emb_dim > 0, w, "drafter.emb_dim", "must be positive");
     check(d.gru_hidden_dim > 0, w, "drafter.gru_hidden_dim", "must be positive");
     const int suffix_start = d.pure_draft_prefix_len + (d.shift_label ? 0 : 1);
@@ -214,13 +234,6 @@ void validate(const Config& c, const std::string& w) {
           "train.lambda_base_decay_ratio", "must be in [0, 1]");
   }
   if (d.kind == "dflash2") {
-    // SpecForge: "DFlash2 candidate selection currently requires loss_type='dflash'" (the decayed CE).
-    check(t.loss == "ce", w, "train.loss",
-          "= \"" + t.loss +
-              "\": drafter.kind = \"dflash2\" trains with CE only (its loss is CE + α·CE of the selector, "
-              "as SpecForge's); HINT: train.loss = \"ce\"");
-    check(!t.streak, w, "train.streak",
-          "cannot be combined with drafter.kind = \"dflash2\" (CE only, as SpecForge's)");
     check(
         d.conv_kernel_size >= 1 && d.conv_kernel_size <= d.block_size, w, "drafter.conv_kernel_size",
         strfmt("must be in [1, drafter.block_size (%d)]: a tap reads a row of the same block", d.block_size));
@@ -241,16 +254,6 @@ void validate(const Config& c, const std::string& w) {
           "train.dflash2_selector_ramp_ratio", "must be in [0, 1]");
   }
   if (d.kind == "dspark") {
-    // SpecForge's OnlineDSparkModel has its own objective (loss_type "dspark"); KL, D-PACE and streak
-    // weighting are not defined on it, so they are not offered here either.
-    check(
-        t.loss == "ce", w, "train.loss",
-        "= \"" + t.loss +
-            "\": drafter.kind = \"dspark\" trains its own loss (dspark_ce_loss_alpha·CE + "
-            "dspark_l1_loss_alpha·L1 + dspark_confidence_head_alpha·BCE, as SpecForge's); HINT: train.loss = "
-            "\"ce\" and the train.dspark_*_alpha weights");
-    check(!t.streak, w, "train.streak",
-          "cannot be combined with drafter.kind = \"dspark\" (its own loss, as SpecForge's)");
     check(d.markov_rank >= 0, w, "drafter.markov_rank", "must be >= 0 (0: no Markov head)");
     check(d.markov_head_type == "vanilla" || d.markov_head_type == "gated" || d.markov_head_type == "rnn", w,
           "drafter.markov_head_type", "must be \"vanilla\", \"gated\" or \"rnn\"");
