@@ -13,6 +13,7 @@ DrafterLossOptions loss_options_from_config(const TrainSection& t) {
   o.streak_alpha = float(t.streak_alpha);
   o.dpace = loss_dpace_kind(t.loss);
   o.dpace_alpha = float(t.dpace_alpha);
+  o.dspark = dspark_loss_alphas(t);
   return o;
 }
 

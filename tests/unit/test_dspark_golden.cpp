@@ -1,4 +1,4 @@
-// DSpark's head oracle (model/dspark_head.h) against SpecForge's own OnlineDSparkModel, one golden per Markov
+// DSpark's head oracle (ops/dspark_head.h) against SpecForge's own OnlineDSparkModel, one golden per Markov
 // head type: the files of `make_drafter_golden.py --kind dspark --markov-head H` hold the backbone's normed
 // output of every block, the loss's gradient with respect to it and the target's final hidden state per
 // token, so the head and its loss are checked alone, with the block rows (labels, previous tokens, weights,
@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "drafter_golden_util.h"
-#include "model/dspark_head.h"
+#include "model/drafter.h"
+#include "ops/dspark_head.h"
 
 using namespace df;
 using df::drafter_golden::describe;

@@ -9,21 +9,22 @@
 
 namespace df {
 
-namespace {
-
-void expect(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* what) {
+void expect_host_tensor(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op,
+                        const char* what) {
   DF_CHECK(t.device == Device::cpu && t.dtype == dt && t.rows == rows && t.cols == cols && t.contiguous(),
            "%s: %s must be contiguous host %s [%lld, %lld], got %s %s", op, what, dtype_name(dt),
            (long long)rows, (long long)cols, dtype_name(t.dtype), t.shape_str().c_str());
 }
 
+namespace {
+
 void expect_head(const TrainOps::DominoHeadWeights& w, const DominoHeadDims& d, const char* op,
                  const char* what) {
   const int H = d.hidden, G = d.gru_hidden, E = d.emb_dim;
-  expect(w.gru_ih, DType::f32, 3 * G, H, op, what);
-  expect(w.gru_hh, DType::f32, 3 * G, G, op, what);
-  expect(w.proj_in, DType::f32, E, H + G, op, what);
-  expect(w.proj_out, DType::f32, d.vocab, E, op, what);
+  expect_host_tensor(w.gru_ih, DType::f32, 3 * G, H, op, what);
+  expect_host_tensor(w.gru_hh, DType::f32, 3 * G, G, op, what);
+  expect_host_tensor(w.proj_in, DType::f32, E, H + G, op, what);
+  expect_host_tensor(w.proj_out, DType::f32, d.vocab, E, op, what);
 }
 
 template <class T>
@@ -42,19 +43,19 @@ void CpuTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, const
   const int B = d.block_size, H = d.hidden, V = d.vocab;
   const int64_t N = y.rows;
   DF_CHECK(B >= 2 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
-  expect(y, DType::f32, N, H, op, "y");
-  expect(gru_in, DType::f32, N, H, op, "gru_in");
-  expect(lm_head, DType::f32, V, H, op, "lm_head");
-  expect(labels, DType::i32, 1, N, op, "labels");
-  expect(row_w, DType::f32, 1, N, op, "row_w");
-  expect(argmax, DType::i32, 1, N, op, "argmax");
-  expect(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
-         "stats (f64 slots as bytes)");
+  expect_host_tensor(y, DType::f32, N, H, op, "y");
+  expect_host_tensor(gru_in, DType::f32, N, H, op, "gru_in");
+  expect_host_tensor(lm_head, DType::f32, V, H, op, "lm_head");
+  expect_host_tensor(labels, DType::i32, 1, N, op, "labels");
+  expect_host_tensor(row_w, DType::f32, 1, N, op, "row_w");
+  expect_host_tensor(argmax, DType::i32, 1, N, op, "argmax");
+  expect_host_tensor(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
+                     "stats (f64 slots as bytes)");
   expect_head(w, d, op, "a head weight");
   const DominoHeadTensors<const float> wt = head_ptrs<const float>(w);
   DominoHeadTensors<float> gt;
   if (a.backward) {
-    expect(dy, DType::f32, N, H, op, "dy");
+    expect_host_tensor(dy, DType::f32, N, H, op, "dy");
     expect_head(dw, d, op, "a head gradient");
     gt = head_ptrs<float>(dw);
     fill(dy, 0.0f);  // domino_block_step adds ∂/∂z
@@ -107,9 +108,9 @@ std::vector<int32_t> CpuTrainOps::domino_head_propose(const Tensor& y, const Ten
                                                       const Tensor& embed, const DominoHeadWeights& w,
                                                       const DominoHeadDims& d, int32_t first) {
   const char* op = "domino_head_propose";
-  expect(y, DType::f32, d.block_size, d.hidden, op, "y");
-  expect(lm_head, DType::f32, d.vocab, d.hidden, op, "lm_head");
-  expect(embed, DType::f32, d.vocab, d.hidden, op, "embed");
+  expect_host_tensor(y, DType::f32, d.block_size, d.hidden, op, "y");
+  expect_host_tensor(lm_head, DType::f32, d.vocab, d.hidden, op, "lm_head");
+  expect_host_tensor(embed, DType::f32, d.vocab, d.hidden, op, "embed");
   expect_head(w, d, op, "a head weight");
   return domino_block_propose<float>(d, head_ptrs<const float>(w), lm_head.ptr<float>(), embed.ptr<float>(),
                                      y.ptr<float>(), first);

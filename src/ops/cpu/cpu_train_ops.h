@@ -69,6 +69,15 @@ class CpuTrainOps final : public TrainOps {
                                            const DominoHeadWeights& w, const DominoHeadDims& d,
                                            int32_t first) override;
 
+  // cpu_dspark.cpp
+  void dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
+                        const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
+                        const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DSparkHeadWeights& dw, const Tensor& stats) override;
+  std::vector<int32_t> dspark_head_propose(const Tensor& y, const Tensor& lm_head, const DSparkHeadWeights& w,
+                                           const DSparkHeadDims& d, int32_t first,
+                                           std::vector<double>* confidence) override;
+
   double sum_squares(const Tensor& x) override;
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
              const AdamW& hp) override;
@@ -77,6 +86,11 @@ class CpuTrainOps final : public TrainOps {
   int loss_chunk_rows_;
   CpuOps ops_;  // the target's CPU ops, for the ops whose math is the same (embedding, SwiGLU, uploads)
 };
+
+// Throws unless t is a contiguous host tensor of dtype dt and shape [rows, cols], naming the op and the
+// argument (the drafter heads' ops check every argument with it).
+void expect_host_tensor(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op,
+                        const char* what);
 
 // The normal draw add_gaussian_noise adds (times std) at flat element index i: core/rng.h's
 // rng_normal_at(seed, kRngStreamTrainNoise, i), which the CUDA backend draws too.

@@ -1,0 +1,140 @@
+// CpuTrainOps' DSpark ops (train_ops.h "DSpark's head"): ops/dspark_head.h's block functions run one block
+// after another on the host tensors, so the CPU drafter's DSpark step is the oracle's own arithmetic.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/train/loss_slots.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "ops/loss_rows.h"
+
+namespace df {
+
+namespace {
+
+// Every part of the head that the dims have, at its shape (ops/dspark_head.h dspark_head_params), and no
+// other.
+void expect_head(const TrainOps::DSparkHeadWeights& w, const DSparkHeadDims& d, const char* op,
+                 const char* what) {
+  const int H = d.hidden, V = d.vocab, R = d.markov_rank;
+  const bool markov = R > 0, gated = markov && d.markov_head_type == DrafterMarkovHead::gated,
+             rnn = markov && d.markov_head_type == DrafterMarkovHead::rnn;
+  auto part = [&](const Tensor& t, bool present, int64_t rows, int64_t cols, const char* name) {
+    if (present) {
+      expect_host_tensor(t, DType::f32, rows, cols, op, what);
+    } else {
+      DF_CHECK(t.empty(), "%s: %s %s is set, but this DSpark head has none", op, what, name);
+    }
+  };
+  part(w.markov_w1, markov, V, R, "markov_w1");
+  part(w.markov_w2, markov, V, R, "markov_w2");
+  part(w.gate_w, gated, R, H + R, "gate_proj.weight");
+  part(w.gate_b, gated, 1, R, "gate_proj.bias");
+  part(w.joint_w, rnn, 3 * R, 2 * R + H, "joint_proj.weight");
+  part(w.joint_b, rnn, 1, 3 * R, "joint_proj.bias");
+  part(w.conf_w, d.confidence, 1, d.confidence_in(), "confidence_head.proj.weight");
+  part(w.conf_b, d.confidence, 1, 1, "confidence_head.proj.bias");
+}
+
+template <class T>
+T* ptr_or_null(const Tensor& t) {
+  return t.empty() ? nullptr : t.ptr<float>();
+}
+
+template <class T>
+DSparkHeadTensors<T> head_ptrs(const TrainOps::DSparkHeadWeights& w) {
+  return {ptr_or_null<T>(w.markov_w1), ptr_or_null<T>(w.markov_w2), ptr_or_null<T>(w.gate_w),
+          ptr_or_null<T>(w.gate_b),    ptr_or_null<T>(w.joint_w),   ptr_or_null<T>(w.joint_b),
+          ptr_or_null<T>(w.conf_w),    ptr_or_null<T>(w.conf_b)};
+}
+
+}  // namespace
+
+void CpuTrainOps::dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
+                                   const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
+                                   const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax,
+                                   const Tensor& dy, const DSparkHeadWeights& dw, const Tensor& stats) {
+  const char* op = "dspark_head_loss";
+  const DSparkHeadDims& d = a.dims;
+  const int B = d.block_size, H = d.hidden, V = d.vocab;
+  const int64_t N = y.rows;
+  DF_CHECK(B >= 2 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
+  expect_host_tensor(y, DType::f32, N, H, op, "y");
+  expect_host_tensor(lm_head, DType::f32, V, H, op, "lm_head");
+  expect_host_tensor(labels, DType::i32, 1, N, op, "labels");
+  expect_host_tensor(prev, DType::i32, 1, N, op, "prev");
+  expect_host_tensor(row_w, DType::f32, 1, N, op, "row_w");
+  expect_host_tensor(argmax, DType::i32, 1, N, op, "argmax");
+  expect_host_tensor(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
+                     "stats (f64 slots as bytes)");
+  const bool need_target = dspark_needs_target_hidden(d, a.alpha);
+  if (need_target) expect_host_tensor(target_hidden, DType::f32, N, H, op, "target_hidden");
+  expect_head(w, d, op, "a head weight");
+  const DSparkHeadTensors<const float> wt = head_ptrs<const float>(w);
+  DSparkHeadTensors<float> gt;
+  if (a.backward) {
+    expect_host_tensor(dy, DType::f32, N, H, op, "dy");
+    expect_head(dw, d, op, "a head gradient");
+    gt = head_ptrs<float>(dw);
+    fill(dy, 0.0f);  // dspark_block_step adds ∂/∂z
+    if (a.beta_dw == 0.0f)
+      for (const Tensor* g : {&dw.markov_w1, &dw.markov_w2, &dw.gate_w, &dw.gate_b, &dw.joint_w, &dw.joint_b,
+                              &dw.conf_w, &dw.conf_b})
+        if (!g->empty()) fill(*g, 0.0f);
+  }
+  const int32_t* lab = labels.ptr<int32_t>();
+  const int32_t* prv = prev.ptr<int32_t>();
+  const float* wr = row_w.ptr<float>();
+  int32_t* am = argmax.ptr<int32_t>();
+  // The accuracy counts in block offsets: slot k predicts offset k + 1.
+  std::vector<uint8_t> off_labelled(size_t(N), 0);
+  std::vector<int32_t> off_argmax(size_t(N), -1), off_label(size_t(N), 0);
+  std::vector<float> logits(size_t(B) * size_t(V));
+  LossStats st;
+  DSparkBlockRows rows;
+  rows.labels.resize(size_t(B));
+  rows.prev.resize(size_t(B));
+  rows.weights.resize(size_t(B));
+  for (int64_t j = 0; j < N / B; ++j) {
+    const int64_t r0 = j * B;
+    bool any = false;
+    for (int k = 0; k < B; ++k) {
+      rows.labels[size_t(k)] = lab[r0 + k];
+      rows.prev[size_t(k)] = prv[r0 + k];
+      rows.weights[size_t(k)] = double(wr[r0 + k]);
+      any |= wr[r0 + k] != 0.0f;
+      am[r0 + k] = -1;
+    }
+    if (!any) continue;  // padding or no label: no loss, no gradient
+    const DSparkBlockLoss l = dspark_block_step<float>(
+        d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H,
+        need_target ? target_hidden.ptr<float>() + r0 * H : nullptr, rows, a.alpha, logits.data(), nullptr,
+        a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
+    st.loss_sum += a.alpha.ce * l.ce_sum + a.alpha.l1 * l.l1_sum + a.alpha.confidence * l.confidence_sum;
+    for (int k = 0; k < B; ++k) {
+      if (wr[r0 + k] == 0.0f) continue;
+      st.weight_sum += double(wr[r0 + k]);
+      const float* lg = logits.data() + size_t(k) * size_t(V);
+      am[r0 + k] = int32_t(std::max_element(lg, lg + V) - lg);
+      if (k + 1 >= B) continue;
+      const size_t o = size_t(r0 + k + 1);
+      off_labelled[o] = 1;
+      off_argmax[o] = am[r0 + k];
+      off_label[o] = lab[r0 + k];
+    }
+  }
+  loss_count_accuracy(st, off_labelled, off_argmax, off_label, B);
+  loss_stats_add_to_slots(st, B, reinterpret_cast<double*>(stats.data));
+}
+
+std::vector<int32_t> CpuTrainOps::dspark_head_propose(const Tensor& y, const Tensor& lm_head,
+                                                      const DSparkHeadWeights& w, const DSparkHeadDims& d,
+                                                      int32_t first, std::vector<double>* confidence) {
+  const char* op = "dspark_head_propose";
+  expect_host_tensor(y, DType::f32, d.block_size, d.hidden, op, "y");
+  expect_host_tensor(lm_head, DType::f32, d.vocab, d.hidden, op, "lm_head");
+  expect_head(w, d, op, "a head weight");
+  return dspark_block_propose<float>(d, head_ptrs<const float>(w), lm_head.ptr<float>(), y.ptr<float>(),
+                                     first, confidence);
+}
+
+}  // namespace df
