@@ -18,19 +18,7 @@ grep -q "domino head: GRU hidden 32 over the previous tokens' embeddings, MLP 96
   "$TMP/check.log" || fail "config check does not describe the Domino head: $(grep -m1 domino "$TMP/check.log")"
 
 # The recipes against the fixtures' target configs and the test corpus.
-for r in qwen3.6-27b-domino:qwen3.6-27b qwen3-8b-domino:qwen3-8b; do
-  recipe=${r%%:*} model=${r##*:}
-  sed -e "s|^model = .*|model = \"$SRC/tests/fixtures/models/$model\"|" -e "s|^train = .*|train = [\"$TMP/tokens.h5\"]|" \
-    -e "s|^dir = .*|dir = \"$TMP/$recipe\"|" "$SRC/configs/$recipe.toml" >"$TMP/$recipe.toml"
-  if ! "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.log" 2>&1; then
-    grep -q 'drafter.kind = "domino": the cuda backend has no domino head yet' "$TMP/$recipe.log" ||
-      fail "config check of configs/$recipe.toml: $(tail -3 "$TMP/$recipe.log")"
-  fi
-  sed -i 's|^device = "cuda"  *# the drafter|device = "cpu"  # the drafter|' "$TMP/$recipe.toml"
-  "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.cpu.log" 2>&1 && grep -q "config OK" "$TMP/$recipe.cpu.log" ||
-    fail "config check of configs/$recipe.toml on a CPU drafter: $(tail -3 "$TMP/$recipe.cpu.log")"
-  grep -q "drafter: kind domino" "$TMP/$recipe.cpu.log" || fail "configs/$recipe.toml: the plan names no Domino drafter"
-done
+kind_recipes_check domino qwen3.6-27b-domino:qwen3.6-27b qwen3-8b-domino:qwen3-8b
 
 # domino_config FILE RUN_DIR TARGETS DRAFTERS MAX_STEPS: the tiny test config with a Domino head.
 domino_config() {
@@ -38,33 +26,8 @@ domino_config() {
   sed -i -e '/^\[drafter\]/a kind = "domino"\npure_draft_prefix_len = 1\nshift_label = true\ngru_hidden_dim = 24\nemb_dim = 12' \
     -e '/^\[train\]/a lambda_base_start = 1.0\nlambda_base_decay_ratio = 0.5' "$1"
 }
-domino_config "$TMP/straight.toml" "$TMP/straight" 1 2 24
-run_mpi 3 "$TMP/straight.log" --config "$TMP/straight.toml" || { fail "Domino training run"; tail -20 "$TMP/straight.log"; }
-python3 - "$TMP/straight/metrics.jsonl" <<'PY' || fail "the Domino drafter did not learn"
-import json, sys
-loss = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x]
-first, last = sum(loss[:4]) / 4, sum(loss[-4:]) / 4
-print(f"{len(loss)} steps; mean loss of the first 4 {first:.4f}, of the last 4 {last:.4f}")
-assert len(loss) == 24 and last < first, (len(loss), first, last)
-PY
-
-# 12 steps, stop, resume, 12 more: the same losses bit for bit (λ follows the step, so it resumes too).
-domino_config "$TMP/split.toml" "$TMP/split" 1 2 24
-run_mpi 3 "$TMP/half1.log" --config "$TMP/split.toml" --stop-at-step 12 || { fail "first half"; tail -20 "$TMP/half1.log"; }
-run_mpi 3 "$TMP/half2.log" --config "$TMP/split.toml" || { fail "second half"; tail -20 "$TMP/half2.log"; }
-if [ "$(losses "$TMP/straight/metrics.jsonl")" == "$(losses "$TMP/split/metrics.jsonl")" ]; then
-  echo "ok: 24 straight == 12 + resume + 12"
-else
-  fail "the resumed Domino run's losses differ"; paste <(losses "$TMP/straight/metrics.jsonl") <(losses "$TMP/split/metrics.jsonl")
-fi
-# The same run dir resumed as a DFlash drafter: refused, naming the key, even when the change is allowed.
-write_config "$TMP/dflash.toml" "$TMP/split" 1 2 30
-if run_mpi 3 "$TMP/dflash.log" --config "$TMP/dflash.toml" --allow-change drafter.kind; then
-  fail "a DFlash resume of a Domino checkpoint ran"
-else
-  grep -q "'drafter.kind' is \"dflash\" but .* trained a \"domino\" drafter" "$TMP/dflash.log" ||
-    fail "the refused resume names no drafter.kind: $(grep -m2 -i error "$TMP/dflash.log")"
-fi
+# (λ follows the step, so a resume continues its schedule too.)
+kind_learns_and_resumes domino domino_config
 
 # Export: SpecForge's normalised layout; eval decodes with it against the same random target.
 "$BIN" export --config "$TMP/straight.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"
@@ -94,20 +57,6 @@ grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval.log" && echo "ok: ev
 grep -qE "^tau [0-9]+\.[0-9]{3} over 2 prompts$" "$TMP/eval_ck.log" ||
   fail "eval of the checkpoint printed no tau: $(tail -3 "$TMP/eval_ck.log")"
 # Held-out evaluation during a Domino run ([eval], at the step's λ).
-"$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --for-config "$TMP/straight.toml" --out "$TMP/heldout.h5" \
-  >"$TMP/extract.log" 2>&1 || fail "extract held-out features: $(tail -3 "$TMP/extract.log")"
-domino_config "$TMP/ev.toml" "$TMP/ev" 1 1 6
-printf '[eval]\ndata = ["%s"]\ninterval = 3\nmax_sequences = 20\n' "$TMP/heldout.h5" >>"$TMP/ev.toml"
-if run_mpi 2 "$TMP/ev.log" --config "$TMP/ev.toml"; then
-  python3 - "$TMP/ev/metrics.jsonl" <<'PY' || fail "held-out metrics of the Domino run"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-ev = [(r["step"], r["eval_loss"], r["eval_tau"]) for r in rows if "eval_loss" in r]
-assert [e[0] for e in ev] == [3, 6] and all(0 < l < 10 and 1 <= t <= 8 for _, l, t in ev), ev
-print("ok: [eval] of the Domino run:", ev)
-PY
-else
-  fail "Domino training with [eval]"; tail -20 "$TMP/ev.log"
-fi
+kind_heldout_eval domino domino_config
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -4,7 +4,8 @@
 # ops exist, and passes on drafter.device = "cpu"); the targets stream their final hidden state and 1 target +
 # 2 drafters train with a falling loss; a resume continues bit-identically and a resume as DFlash is refused;
 # the export is in SpecForge's normalised layout, decodes speculatively against the target (`eval`, also with
-# the confidence-based verify length) and warm-starts a run (`drafter.init_from`).
+# the confidence-based verify length) and warm-starts a run (`drafter.init_from`); a held-out set (with the
+# target's final hidden state) is evaluated during a DSpark run.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -19,20 +20,9 @@ grep -q "dspark head: vanilla Markov bias of rank 16, confidence head over \[h ;
 grep -q "dspark p_target: softmax(frozen lm_head x target final-norm output), computed on the drafter rank" \
   "$TMP/check.log" || fail "config check does not say where p_target is computed"
 
-# The recipes against the fixtures' target configs and the test corpus (whose 10 batches make no step of the
-# 27B recipe's 64 micro-batches: one here).
-for r in qwen3.6-27b-dspark:qwen3.6-27b qwen3-8b-dspark:qwen3-8b; do
-  recipe=${r%%:*} model=${r##*:}
-  sed -e "s|^model = .*|model = \"$SRC/tests/fixtures/models/$model\"|" -e "s|^train = .*|train = [\"$TMP/tokens.h5\"]|" \
-    -e "s|^dir = .*|dir = \"$TMP/$recipe\"|" -e "s|^grad_accum = .*|grad_accum = 1|" "$SRC/configs/$recipe.toml" >"$TMP/$recipe.toml"
-  if ! "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.log" 2>&1; then
-    grep -q 'drafter.kind = "dspark": the cuda backend has no dspark head yet' "$TMP/$recipe.log" ||
-      fail "config check of configs/$recipe.toml: $(tail -3 "$TMP/$recipe.log")"
-  fi
-  sed -i 's|^device = "cuda"  *# the drafter|device = "cpu"  # the drafter|' "$TMP/$recipe.toml"
-  "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.cpu.log" 2>&1 && grep -q "config OK" "$TMP/$recipe.cpu.log" ||
-    fail "config check of configs/$recipe.toml on a CPU drafter: $(tail -3 "$TMP/$recipe.cpu.log")"
-  grep -q "drafter: kind dspark" "$TMP/$recipe.cpu.log" || fail "configs/$recipe.toml: the plan names no DSpark drafter"
+# The recipes against the fixtures' target configs and the test corpus.
+kind_recipes_check dspark qwen3.6-27b-dspark:qwen3.6-27b qwen3-8b-dspark:qwen3-8b
+for recipe in qwen3.6-27b-dspark qwen3-8b-dspark; do
   grep -q "dspark head: vanilla Markov bias of rank 256" "$TMP/$recipe.cpu.log" ||
     fail "configs/$recipe.toml: the plan names no rank-256 Markov head"
 done
@@ -43,33 +33,7 @@ dspark_config() {
   sed -i -e '/^\[drafter\]/a kind = "dspark"\nmarkov_rank = 8\nmarkov_head_type = "rnn"\nenable_confidence_head = true\nconfidence_head_with_markov = true\nconfidence_head_alpha = 1.0' \
     -e '/^\[train\]/a gamma = 4.0' "$1"
 }
-dspark_config "$TMP/straight.toml" "$TMP/straight" 1 2 24
-run_mpi 3 "$TMP/straight.log" --config "$TMP/straight.toml" || { fail "DSpark training run"; tail -20 "$TMP/straight.log"; }
-python3 - "$TMP/straight/metrics.jsonl" <<'PY' || fail "the DSpark drafter did not learn"
-import json, sys
-loss = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x]
-first, last = sum(loss[:4]) / 4, sum(loss[-4:]) / 4
-print(f"{len(loss)} steps; mean loss of the first 4 {first:.4f}, of the last 4 {last:.4f}")
-assert len(loss) == 24 and last < first, (len(loss), first, last)
-PY
-
-# 12 steps, stop, resume, 12 more: the same losses bit for bit.
-dspark_config "$TMP/split.toml" "$TMP/split" 1 2 24
-run_mpi 3 "$TMP/half1.log" --config "$TMP/split.toml" --stop-at-step 12 || { fail "first half"; tail -20 "$TMP/half1.log"; }
-run_mpi 3 "$TMP/half2.log" --config "$TMP/split.toml" || { fail "second half"; tail -20 "$TMP/half2.log"; }
-if [ "$(losses "$TMP/straight/metrics.jsonl")" == "$(losses "$TMP/split/metrics.jsonl")" ]; then
-  echo "ok: 24 straight == 12 + resume + 12"
-else
-  fail "the resumed DSpark run's losses differ"; paste <(losses "$TMP/straight/metrics.jsonl") <(losses "$TMP/split/metrics.jsonl")
-fi
-# The same run dir resumed as a DFlash drafter: refused, naming the key, even when the change is allowed.
-write_config "$TMP/dflash.toml" "$TMP/split" 1 2 30
-if run_mpi 3 "$TMP/dflash.log" --config "$TMP/dflash.toml" --allow-change drafter.kind; then
-  fail "a DFlash resume of a DSpark checkpoint ran"
-else
-  grep -q "'drafter.kind' is \"dflash\" but .* trained a \"dspark\" drafter" "$TMP/dflash.log" ||
-    fail "the refused resume names no drafter.kind: $(grep -m2 -i error "$TMP/dflash.log")"
-fi
+kind_learns_and_resumes dspark dspark_config
 
 # Export: SpecForge's normalised layout; eval decodes with it against the same random target.
 "$BIN" export --config "$TMP/straight.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"
@@ -122,5 +86,7 @@ grep -qE "^tau [0-9]+\.[0-9]{3} over 2 prompts$" "$TMP/eval_ck.log" ||
 dspark_config "$TMP/warm.toml" "$TMP/warm" 1 1 2
 sed -i "/^\[drafter\]/a init_from = \"$TMP/drafter\"" "$TMP/warm.toml"
 run_mpi 2 "$TMP/warm.log" --config "$TMP/warm.toml" || { fail "a run warm-started from the DSpark export"; tail -20 "$TMP/warm.log"; }
+# Held-out evaluation during a DSpark run ([eval]: the held-out file holds final_norm for p_target).
+kind_heldout_eval dspark dspark_config
 echo "$fails failed"
 [ "$fails" -eq 0 ]

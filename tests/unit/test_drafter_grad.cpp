@@ -91,6 +91,38 @@ void check_all(TinySetup& s, const DrafterLossOptions& o_grad, const DrafterLoss
   }
 }
 
+// A head step's statistics restated from its oracle (ops/domino_head.h, ops/dspark_head.h), block by block:
+// each slot's row weight and argmax are checked as the block is added, the sums and the accuracy counts (slot
+// k counted at block offset k + shift, up to B − 1) at the end.
+struct HeadOracleSums {
+  double loss = 0, weight = 0;
+  int64_t counted = 0;
+
+  void add_block(const LossStats& st, size_t j, int B, int V, int shift, double block_loss,
+                 const std::vector<double>& weights, const std::vector<float>& logits) {
+    loss += block_loss;
+    for (int k = 0; k < B; ++k) {
+      const size_t r = j * size_t(B) + size_t(k);
+      const float wk = float(weights[size_t(k)]);
+      EXPECT_EQ(st.row_weight[r], wk) << "block " << j << " slot " << k;
+      weight += wk;
+      if (wk == 0.0f) continue;
+      const float* row = &logits[size_t(k * V)];
+      EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row))
+          << "block " << j << " slot " << k;
+      counted += k + shift < B;
+    }
+  }
+  void expect_matches(const LossStats& st) const {
+    EXPECT_GT(weight, 0.0);
+    EXPECT_NEAR(st.loss_sum, loss, 1e-6 * std::fabs(loss));
+    EXPECT_NEAR(st.weight_sum, weight, 1e-6 * weight);
+    int64_t count = 0;
+    for (int64_t c : st.count) count += c;
+    EXPECT_EQ(count, counted) << "the accuracy counts slot k at offset k + shift, up to B − 1";
+  }
+};
+
 }  // namespace
 
 TEST(DrafterGrad, CrossEntropyEveryTensor) {
@@ -349,8 +381,7 @@ TEST(DrafterGrad, DominoStepIsTheOracleOverEveryBlock) {
     const DominoHeadTensors<const float> w{at("prefix_gru.weight_ih_l0"), at("prefix_gru.weight_hh_l0"),
                                            at("embed_proj.0.weight"), at("embed_proj.2.weight")};
     const int B = d.block_size, H = d.hidden, V = d.vocab;
-    double loss = 0, weight = 0;
-    int64_t counted = 0;
+    HeadOracleSums sums;
     std::vector<float> emb(size_t(B * H)), logits(size_t(B * V));
     for (size_t j = 0; j < an.size(); ++j) {
       const int64_t s0 = s.batch.offsets[size_t(an[j].seq)],
@@ -362,24 +393,11 @@ TEST(DrafterGrad, DominoStepIsTheOracleOverEveryBlock) {
       const DominoBlockLoss l =
           domino_block_step<float>(d, w, s.lm_head.data(), &y[j * size_t(B * H)], emb.data(), rows,
                                    o.domino_lambda, logits.data(), nullptr, nullptr);
-      loss += (1 - o.domino_lambda) * l.final_sum + o.domino_lambda * l.base_sum;
-      for (int k = 0; k < B; ++k) {
-        const size_t r = j * size_t(B) + size_t(k);
-        const float wk = float(rows.weights[size_t(k)]);
-        EXPECT_EQ(st.row_weight[r], wk) << "block " << j << " slot " << k;
-        weight += wk;
-        if (wk == 0.0f) continue;
-        const float* row = &logits[size_t(k * V)];
-        EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row))
-            << "block " << j << " slot " << k;
-        counted += k + (shift ? 1 : 0) < B;
-      }
+      sums.add_block(st, j, B, V, shift ? 1 : 0,
+                     (1 - o.domino_lambda) * l.final_sum + o.domino_lambda * l.base_sum, rows.weights,
+                     logits);
     }
-    EXPECT_NEAR(st.loss_sum, loss, 1e-6 * std::fabs(loss));
-    EXPECT_NEAR(st.weight_sum, weight, 1e-6 * weight);
-    int64_t count = 0;
-    for (int64_t c : st.count) count += c;
-    EXPECT_EQ(count, counted) << "the accuracy counts slot k at offset k + shift, up to B − 1";
+    sums.expect_matches(st);
   }
 }
 
@@ -451,8 +469,7 @@ TEST(DrafterGrad, DSparkStepIsTheOracleOverEveryBlock) {
           }
       }
       const int B = d.block_size, H = d.hidden, V = d.vocab;
-      double loss = 0, weight = 0;
-      int64_t counted = 0;
+      HeadOracleSums sums;
       std::vector<float> th(size_t(B * H)), logits(size_t(B * V));
       for (size_t j = 0; j < an.size(); ++j) {
         const int64_t s0 = s.batch.offsets[size_t(an[j].seq)],
@@ -464,25 +481,12 @@ TEST(DrafterGrad, DSparkStepIsTheOracleOverEveryBlock) {
         const DSparkBlockLoss l =
             dspark_block_step<float>(d, w, s.lm_head.data(), &y[j * size_t(B * H)], th.data(), rows, o.dspark,
                                      logits.data(), nullptr, &g, nullptr);
-        loss += o.dspark.ce * l.ce_sum + o.dspark.l1 * l.l1_sum + o.dspark.confidence * l.confidence_sum;
-        for (int k = 0; k < B; ++k) {
-          const size_t r = j * size_t(B) + size_t(k);
-          const float wk = float(rows.weights[size_t(k)]);
-          EXPECT_EQ(st.row_weight[r], wk) << "block " << j << " slot " << k;
-          weight += wk;
-          if (wk == 0.0f) continue;
-          const float* row = &logits[size_t(k * V)];
-          EXPECT_EQ(st.row_argmax[r], int32_t(std::max_element(row, row + V) - row))
-              << "block " << j << " slot " << k;
-          counted += k + 1 < B;
-        }
+        sums.add_block(
+            st, j, B, V, 1,
+            o.dspark.ce * l.ce_sum + o.dspark.l1 * l.l1_sum + o.dspark.confidence * l.confidence_sum,
+            rows.weights, logits);
       }
-      EXPECT_GT(weight, 0.0);
-      EXPECT_NEAR(st.loss_sum, loss, 1e-6 * std::fabs(loss));
-      EXPECT_NEAR(st.weight_sum, weight, 1e-6 * weight);
-      int64_t count = 0;
-      for (int64_t c : st.count) count += c;
-      EXPECT_EQ(count, counted) << "the accuracy counts slot k at offset k + 1, up to B − 1";
+      sums.expect_matches(st);
       for (size_t i = 0; i < params.size(); ++i) {
         const float* got = s.grads() + t.find(params[i].name).offset;
         double err = 0, ref = 0;

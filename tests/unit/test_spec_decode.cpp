@@ -79,6 +79,21 @@ DrafterConfig tiny_drafter(const QwenConfig& t) {
   return c;
 }
 
+// The final-norm output [B, H] of the block the drafter just drafted after `committed` (the forward the draft
+// ran, read back from the workspace).
+std::vector<float> drafted_block_hidden(const DrafterModel& m, const std::vector<int32_t>& committed,
+                                        const Tensor& ctx) {
+  DrafterLossOptions o;
+  o.backward = false;
+  return drafter_final_hidden(m, draft_batch(committed, ctx, m.config().block_size),
+                              {draft_anchor(committed)}, o);
+}
+
+// A parameter of m by its table name.
+const float* param(const DrafterModel& m, const char* name) {
+  return m.params.ptr<float>() + m.table().find(name).offset;
+}
+
 // Checks every draft of a Domino drafter against the head's greedy proposals (ops/domino_head.h) over the
 // block's final hidden states, from the last committed token on, then hands it on.
 class CheckedDominoDrafter final : public BlockDrafter {
@@ -88,16 +103,11 @@ class CheckedDominoDrafter final : public BlockDrafter {
   const std::vector<int>& target_layer_ids() const override { return inner_.target_layer_ids(); }
   std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) override {
     const std::vector<int32_t> drafts = inner_.draft(committed, ctx);
-    DrafterLossOptions o;
-    o.backward = false;
-    const std::vector<float> y =
-        drafter_final_hidden(m_, draft_batch(committed, ctx, block_size()), {draft_anchor(committed)}, o);
-    const DrafterParamTable& t = m_.table();
-    auto at = [&](const char* name) { return m_.params.ptr<float>() + t.find(name).offset; };
+    const std::vector<float> y = drafted_block_hidden(m_, committed, ctx);
     const std::vector<int32_t> want = domino_block_propose<float>(
         domino_head_dims(m_.config()),
-        {at("prefix_gru.weight_ih_l0"), at("prefix_gru.weight_hh_l0"), at("embed_proj.0.weight"),
-         at("embed_proj.2.weight")},
+        {param(m_, "prefix_gru.weight_ih_l0"), param(m_, "prefix_gru.weight_hh_l0"),
+         param(m_, "embed_proj.0.weight"), param(m_, "embed_proj.2.weight")},
         m_.lm_head.ptr<float>(), m_.embed.ptr<float>(), y.data(), committed.back());
     EXPECT_EQ(drafts, want) << "draft " << calls;
     ++calls;
@@ -121,23 +131,16 @@ class CheckedDSparkDrafter final : public BlockDrafter {
   const std::vector<int>& target_layer_ids() const override { return inner_.target_layer_ids(); }
   std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) override {
     const std::vector<int32_t> drafts = inner_.draft(committed, ctx);
-    DrafterLossOptions o;
-    o.backward = false;
-    o.dspark.l1 = 0;
-    o.dspark.confidence = 0;
-    const std::vector<float> y =
-        drafter_final_hidden(m_, draft_batch(committed, ctx, block_size()), {draft_anchor(committed)}, o);
-    const DrafterParamTable& t = m_.table();
-    auto at = [&](const char* name) { return m_.params.ptr<float>() + t.find(name).offset; };
+    const std::vector<float> y = drafted_block_hidden(m_, committed, ctx);
     DSparkHeadTensors<const float> w;
-    w.markov_w1 = at("markov_head.markov_w1.weight");
-    w.markov_w2 = at("markov_head.markov_w2.weight");
+    w.markov_w1 = param(m_, "markov_head.markov_w1.weight");
+    w.markov_w2 = param(m_, "markov_head.markov_w2.weight");
     if (m_.config().markov_head_type == DrafterMarkovHead::rnn) {
-      w.joint_w = at("markov_head.joint_proj.weight");
-      w.joint_b = at("markov_head.joint_proj.bias");
+      w.joint_w = param(m_, "markov_head.joint_proj.weight");
+      w.joint_b = param(m_, "markov_head.joint_proj.bias");
     }
-    w.conf_w = at("confidence_head.proj.weight");
-    w.conf_b = at("confidence_head.proj.bias");
+    w.conf_w = param(m_, "confidence_head.proj.weight");
+    w.conf_b = param(m_, "confidence_head.proj.bias");
     std::vector<double> conf;
     std::vector<int32_t> want = dspark_block_propose<float>(
         dspark_head_dims(m_.config()), w, m_.lm_head.ptr<float>(), y.data(), committed.back(), &conf);

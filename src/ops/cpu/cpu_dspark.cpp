@@ -1,11 +1,9 @@
 // CpuTrainOps' DSpark ops (train_ops.h "DSpark's head"): ops/dspark_head.h's block functions run one block
 // after another on the host tensors, so the CPU drafter's DSpark step is the oracle's own arithmetic.
-#include <algorithm>
 #include <vector>
 
 #include "kernels/train/loss_slots.h"
 #include "ops/cpu/cpu_train_ops.h"
-#include "ops/loss_rows.h"
 
 namespace df {
 
@@ -86,44 +84,28 @@ void CpuTrainOps::dspark_head_loss(const Tensor& y, const Tensor& lm_head, const
   const float* wr = row_w.ptr<float>();
   int32_t* am = argmax.ptr<int32_t>();
   // The accuracy counts in block offsets: slot k predicts offset k + 1.
-  std::vector<uint8_t> off_labelled(size_t(N), 0);
-  std::vector<int32_t> off_argmax(size_t(N), -1), off_label(size_t(N), 0);
+  HeadLossStats hs(N, B, 1);
   std::vector<float> logits(size_t(B) * size_t(V));
-  LossStats st;
   DSparkBlockRows rows;
   rows.labels.resize(size_t(B));
   rows.prev.resize(size_t(B));
   rows.weights.resize(size_t(B));
   for (int64_t j = 0; j < N / B; ++j) {
     const int64_t r0 = j * B;
-    bool any = false;
+    if (!hs.open_block(r0, wr, am)) continue;
     for (int k = 0; k < B; ++k) {
       rows.labels[size_t(k)] = lab[r0 + k];
       rows.prev[size_t(k)] = prv[r0 + k];
       rows.weights[size_t(k)] = double(wr[r0 + k]);
-      any |= wr[r0 + k] != 0.0f;
-      am[r0 + k] = -1;
     }
-    if (!any) continue;  // padding or no label: no loss, no gradient
     const DSparkBlockLoss l = dspark_block_step<float>(
         d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H,
         need_target ? target_hidden.ptr<float>() + r0 * H : nullptr, rows, a.alpha, logits.data(), nullptr,
         a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
-    st.loss_sum += a.alpha.ce * l.ce_sum + a.alpha.l1 * l.l1_sum + a.alpha.confidence * l.confidence_sum;
-    for (int k = 0; k < B; ++k) {
-      if (wr[r0 + k] == 0.0f) continue;
-      st.weight_sum += double(wr[r0 + k]);
-      const float* lg = logits.data() + size_t(k) * size_t(V);
-      am[r0 + k] = int32_t(std::max_element(lg, lg + V) - lg);
-      if (k + 1 >= B) continue;
-      const size_t o = size_t(r0 + k + 1);
-      off_labelled[o] = 1;
-      off_argmax[o] = am[r0 + k];
-      off_label[o] = lab[r0 + k];
-    }
+    hs.add_block(r0, a.alpha.ce * l.ce_sum + a.alpha.l1 * l.l1_sum + a.alpha.confidence * l.confidence_sum,
+                 logits.data(), V, wr, lab, am);
   }
-  loss_count_accuracy(st, off_labelled, off_argmax, off_label, B);
-  loss_stats_add_to_slots(st, B, reinterpret_cast<double*>(stats.data));
+  hs.add_to(stats);
 }
 
 std::vector<int32_t> CpuTrainOps::dspark_head_propose(const Tensor& y, const Tensor& lm_head,

@@ -3,7 +3,10 @@
 // present; every reduction runs in a fixed order so results do not depend on the thread count (what is and
 // is not bit-identical: train_ops.h, Determinism).
 #pragma once
+#include <vector>
+
 #include "ops/cpu/cpu_ops.h"
+#include "ops/loss_rows.h"
 #include "ops/train_ops.h"
 
 namespace df {
@@ -87,10 +90,34 @@ class CpuTrainOps final : public TrainOps {
   CpuOps ops_;  // the target's CPU ops, for the ops whose math is the same (embedding, SwiGLU, uploads)
 };
 
+// cpu_heads.cpp: what the drafter heads' ops share.
 // Throws unless t is a contiguous host tensor of dtype dt and shape [rows, cols], naming the op and the
-// argument (the drafter heads' ops check every argument with it).
+// argument.
 void expect_host_tensor(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op,
                         const char* what);
+
+// The statistics of a head's loss op over `rows` block rows, block by block: Σ w·L, Σ w, the argmax of every
+// weighted slot, and the accuracy and τ counts with slot k counted at block offset k + shift (the offset of
+// its label; a slot past offset B − 1 is not counted), as loss_row_stats counts DFlash's rows.
+class HeadLossStats {
+ public:
+  HeadLossStats(int64_t rows, int block, int shift);
+  // Starts the block at row r0: argmax −1 on its rows; whether any of them carries weight (a block without
+  // any, padding or unlabelled, has no loss and no gradient).
+  bool open_block(int64_t r0, const float* row_w, int32_t* argmax) const;
+  // The block starting at row r0, whose Σ w·L is `loss`: its weighted slots' weights and the argmax of their
+  // logits ([B, vocab] row-major) into argmax; weightless slots' argmax is left as it is.
+  void add_block(int64_t r0, double loss, const float* logits, int vocab, const float* row_w,
+                 const int32_t* labels, int32_t* argmax);
+  // Adds everything to stats (LossStatsSlots f64 accumulators as u8 bytes).
+  void add_to(const Tensor& stats);
+
+ private:
+  int block_, shift_;
+  LossStats st_;
+  std::vector<uint8_t> labelled_;
+  std::vector<int32_t> argmax_, labels_;
+};
 
 // The normal draw add_gaussian_noise adds (times std) at flat element index i: core/rng.h's
 // rng_normal_at(seed, kRngStreamTrainNoise, i), which the CUDA backend draws too.
