@@ -136,6 +136,7 @@ SpecSummary eval_run(const EvalOptions& o) {
                         {"new_tokens", r.tokens.size()},
                         {"tau", r.tau()},
                         {"accept_lengths", r.accept_lengths},
+                        {"verified", r.verified},
                         {"prefill_s", r.prefill_s},
                         {"draft_s", r.draft_s},
                         {"verify_s", r.verify_s},

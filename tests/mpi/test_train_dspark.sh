@@ -71,11 +71,13 @@ grep -q "^draft tokens verified per block: 7.000 of 7$" "$TMP/eval.log" ||
   fail "eval --dspark-confidence: $(tail -3 "$TMP/eval_conf.log")"
 python3 - "$TMP/eval.jsonl" "$TMP/eval_conf.jsonl" "$TMP/eval_conf.log" <<'PY' || fail "eval --dspark-confidence"
 import json, re, sys
-a = [json.loads(l)["tokens"] for l in open(sys.argv[1])]
-b = [json.loads(l)["tokens"] for l in open(sys.argv[2])]
-assert a == b, "the verify length changed the generated tokens"
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert [p["tokens"] for p in a] == [p["tokens"] for p in b], "the verify length changed the generated tokens"
+assert all(p["verified"] == 7 * len(p["accept_lengths"]) for p in a), "without it every block verifies 7"
 per_block = float(re.search(r"verified per block: ([0-9.]+) of 7", open(sys.argv[3]).read()).group(1))
-assert per_block < 7, per_block
+blocks = sum(len(p["accept_lengths"]) for p in b)
+assert per_block < 7 and abs(per_block - sum(p["verified"] for p in b) / blocks) < 1e-3, per_block
 print(f"ok: eval --dspark-confidence 0.9: the same tokens, {per_block} draft tokens verified per block of 7")
 PY
 "$BIN" eval --target "$TMP/target" --config "$TMP/straight.toml" --prompts "$TMP/tokens.h5" --num-prompts 2 \
