@@ -115,7 +115,8 @@ DSparkBlockLoss dspark_block_step(const DSparkHeadDims& d, const DSparkHeadTenso
 // DSpark's greedy proposals for one block, with the labels training shifts (slot k predicts x[a+k+1]): token
 // 0 is `first` (the last committed token); token p = 1..B−1 is the argmax of slot p − 1's draft logits
 // lm_head z_{p−1} + the Markov bias of previous token p − 1, the drafter's own proposal (the RNN head's state
-// runs over slots 0..p−1, as DSparkDraftModel's sample_block_tokens). Ties go to the lowest id. z [B, H] is
+// runs over slots 0..p−1, as DSparkDraftModel's sample_block_tokens; SpecForge's spec_generate hands that
+// sampler slots 1..B−1 instead, one slot later than its own training labels). Ties go to the lowest id. z [B, H] is
 // the block's normed draft hidden; slot B − 1 proposes nothing. When `confidence` is set and the head has a
 // confidence head, it gets the confidence logit of each proposal's slot (B − 1 values; input [z ; W1[prev]]
 // with confidence_head_with_markov): σ of it estimates the probability that the target accepts the proposal.
