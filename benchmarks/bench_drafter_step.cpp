@@ -1,8 +1,9 @@
-// One DFlash drafter training step (forward + backward + AdamW) on a TrainOps backend, on the drafter shapes
-// of the run configs (Qwen3.6-27B and Qwen3-8B drafters), random weights, 1 x 4096 context tokens, 512
-// anchors. Prints FLOPs, time, TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device memory, a
-// per-op breakdown and the result check, then one JSON line that run_drafter_step.sh divides into SpecForge's
-// (same shapes). Plain main(): the GPU machine has no Google Benchmark.
+// One drafter training step (forward + backward + AdamW) on a TrainOps backend, on the drafter shapes of the
+// run configs (Qwen3.6-27B and Qwen3-8B drafters; --kind domino: their Domino recipes, the GRU head and both
+// CE terms included), random weights, 1 x 4096 context tokens, the recipe's anchors. Prints FLOPs, time,
+// TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device memory, a per-op breakdown and the result
+// check, then one JSON line that run_drafter_step.sh divides into SpecForge's (same shapes). Plain main():
+// the GPU machine has no Google Benchmark.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -24,10 +25,12 @@
 #include "ops/ops_factory.h"
 #include "topo/plan_vram.h"
 #include "train/anchors.h"
+#include "train/loss.h"
 #include "train/optimizer.h"
 #ifdef DF_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/primitives/cuda_check.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_train_ops.h"
@@ -46,11 +49,13 @@ constexpr double k80GB = 81559.0 * (1 << 20);
 // lacks, so the drafter borrows these shapes (MODELS.md) instead of reading the target's config.json.
 struct BenchTarget {
   const char* label;
-  const char* toml;  // relative to the source tree
+  const char* toml;         // relative to the source tree
+  const char* domino_toml;  // the Domino recipe of the same target
   int hidden, layers, intermediate, vocab;
 };
-constexpr BenchTarget kTargets[] = {{"27b", "configs/qwen3.6-27b.toml", 5120, 64, 17408, 248320},
-                                    {"8b", "configs/qwen3-8b.toml", 4096, 36, 12288, 151936}};
+constexpr BenchTarget kTargets[] = {
+    {"27b", "configs/qwen3.6-27b.toml", "configs/qwen3.6-27b-domino.toml", 5120, 64, 17408, 248320},
+    {"8b", "configs/qwen3-8b.toml", "configs/qwen3-8b-domino.toml", 4096, 36, 12288, 151936}};
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -315,6 +320,8 @@ void fill_random(TrainOps& ops, const Tensor& t, uint64_t seed, uint64_t stream,
 
 struct Options {
   std::string device, model, config, target_config;
+  // The drafter kind timed and whose recipe of the target it is read from (default: the kind's).
+  std::string kind = "dflash", recipe;
   int seq_len = 4096, warmup = 2, steps = 5;
   uint64_t seed = 0;
 };
@@ -324,6 +331,16 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
                  const Options& o) {
   Config cfg = config_load(toml);
   DrafterConfig dc = drafter_config_from_run(cfg, target);
+  if (o.kind == "dflash" && dc.kind == DrafterKind::domino) {
+    // The Domino recipe's backbone (layers, anchors) without its head: the DFlash step a Domino step is
+    // weighed against.
+    dc.kind = DrafterKind::dflash;
+    dc.pure_draft_prefix_len = dc.emb_dim = dc.gru_hidden_dim = 0;
+    dc.shift_label = false;
+    cfg.drafter.kind = "dflash";
+  }
+  DF_CHECK(o.kind == drafter_kind_name(dc.kind), "--kind %s: %s configures a %s drafter", o.kind.c_str(),
+           toml.c_str(), drafter_kind_name(dc.kind));
   const int64_t T = o.seq_len, H = dc.hidden, V = dc.vocab;
   // The micro-batch this benchmark trains is the limit its workspace is planned for (one sequence of T
   // tokens, num_anchors blocks), as the drafter loop plans once for the run's; plan vram sees the same
@@ -336,15 +353,17 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
     DF_CUDA_CHECK(cudaSetDevice(0));
     DF_CUDA_CHECK(cudaFree(nullptr));  // the context exists before the first count
     DF_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    std::printf("device: %s\n", device_caps_summary(device_caps()).c_str());
   }
 #endif
   std::unique_ptr<TrainOps> backend = train_ops_create(o.device, 0);
   TimedTrainOps ops(*backend);
   std::printf(
-      "\n=== drafter %s (%s) on %s: %d layers, H %lld, %d/%d heads x %d, intermediate %d, vocab %lld, "
+      "\n=== %s drafter %s (%s) on %s: %d layers, H %lld, %d/%d heads x %d, intermediate %d, vocab %lld, "
       "block %d, %d anchors, %lld context tokens ===\n",
-      label.c_str(), toml.c_str(), o.device.c_str(), dc.layers, (long long)H, dc.heads, dc.kv_heads,
-      dc.head_dim, dc.intermediate, (long long)V, dc.block_size, dc.num_anchors, (long long)T);
+      drafter_kind_name(dc.kind), label.c_str(), toml.c_str(), o.device.c_str(), dc.layers, (long long)H,
+      dc.heads, dc.kv_heads, dc.head_dim, dc.intermediate, (long long)V, dc.block_size, dc.num_anchors,
+      (long long)T);
 
   const double t_init = now_s();
   DrafterModel model(dc, ops);
@@ -387,6 +406,7 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   auto step = [&]() {
     drafter_begin_step(model);
     anchors = anchors_sample_batch(batch, dc.num_anchors, rng);
+    lo.domino_lambda = loss_domino_lambda(cfg.train, dc, step_no, optim.total_steps);
     LossStats st = drafter_forward_backward(model, batch, anchors, lo);
     drafter_grads_ready(model);
     AdamwStepResult r = adamw_step(model, optim, step_no++, 1.0 / std::max(st.weight_sum, 1e-30));
@@ -493,6 +513,7 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
 
   nlohmann::json j = {{"bench", "bench_drafter_step"},
                       {"model", label},
+                      {"kind", drafter_kind_name(dc.kind)},
                       {"config", toml},
                       {"device", o.device},
                       {"tokens", T},
@@ -528,10 +549,17 @@ int main(int argc, char** argv) {
   o.device = "cpu";
 #endif
   o.model = "all";
-  CLI::App app{"Time one DFlash drafter training step (forward + backward + AdamW)"};
+  CLI::App app{"Time one drafter training step (forward + backward + AdamW)"};
   app.add_option("--device", o.device, "cuda | cpu (default: cuda when a GPU is visible)");
   app.add_option("--model", o.model,
                  "27b | 8b | all: the drafter of configs/qwen3.6-27b.toml / qwen3-8b.toml");
+  app.add_option("--kind", o.kind, "dflash | domino: the drafter timed")
+      ->check(CLI::IsMember({"dflash", "domino"}));
+  app.add_option(
+         "--recipe", o.recipe,
+         "dflash | domino: whose recipe of --model to read (default --kind's); --kind dflash --recipe "
+         "domino times the Domino recipe's backbone without its head")
+      ->check(CLI::IsMember({"dflash", "domino"}));
   app.add_option("--config", o.config, "a run config TOML instead (needs --target-config)");
   app.add_option("--target-config", o.target_config,
                  "the target's config.json (or its directory) for --config");
@@ -558,7 +586,9 @@ int main(int argc, char** argv) {
         q.layers = t.layers;
         q.intermediate = t.intermediate;
         q.vocab = t.vocab;
-        ok &= bench_shape(t.label, std::string(DF_SOURCE_DIR) + "/" + t.toml, q, o);
+        const bool domino = (o.recipe.empty() ? o.kind : o.recipe) == "domino";
+        ok &=
+            bench_shape(t.label, std::string(DF_SOURCE_DIR) + "/" + (domino ? t.domino_toml : t.toml), q, o);
       }
       DF_CHECK(any, "--model %s: expected 27b, 8b or all", o.model.c_str());
     }

@@ -6,7 +6,8 @@
 // Plain main(): the GPU machine has no Google Benchmark. `bench_kernels decode [T]` runs the decode kernels
 // alone (at T 1 and 16, or at T only), `bench_kernels attention` the causal attention at the 27B (24/4 × 256,
 // gated) and Qwen3-8B (32/8 × 128) shapes, in separate tensors, as views of the forward's fused projection,
-// and those views timed straight after GEMMs; `bench_kernels gdn` the Gated DeltaNet prefill alone (and its
+// and those views timed straight after GEMMs, each on the default dispatch, on ours and on cuDNN's fused
+// attention (where cuDNN is available); `bench_kernels gdn` the Gated DeltaNet prefill alone (and its
 // state pass's one-stage form, where the device takes the two-stage one);
 // `bench_kernels dflash [S [HD]]` the DFlash drafter attention at the drafter step's shape and 8x it (or S
 // sequences, at head dim HD), on the wgmma and the portable kernels, these in both shared-memory forms;
@@ -253,6 +254,9 @@ std::vector<double> kernel_times_ms(Bench& b, const std::function<void()>& fn, i
       cudaGraphExec_t exec;
       DF_CUDA_CHECK(cudaGraphCreate(&one, 0));
       DF_CUDA_CHECK(cudaGraphAddKernelNode(&added, one, nullptr, 0, &kp));
+      // The launch attributes are not in the params: a cluster launch replayed without its cluster dimension
+      // runs CTAs with no peers, and their distributed shared-memory reads fault.
+      DF_CUDA_CHECK(cudaGraphKernelNodeCopyAttributes(added, node));
       DF_CUDA_CHECK(cudaGraphInstantiate(&exec, one, 0));
       ms.push_back(b.time_ms([&] { DF_CUDA_CHECK(cudaGraphLaunch(exec, st)); }, reps));
       DF_CUDA_CHECK(cudaGraphExecDestroy(exec));
@@ -837,16 +841,26 @@ void bench_attention(Bench& b, const SeqLayout& seqs, const SeqLayout& hseqs, in
     x = b.rand(DType::bf16, n, n, -1, 1), w = b.rand(DType::bf16, n, n, -1, 1);
     c = b.arena.alloc(DType::bf16, n, n);
   }
-  // The default kernel; where that is the wgmma one, the portable kernel forced through the registry (the one
-  // every other GPU runs); and where the portable kernel takes 64-key tiles at this head dim, its 32-key form
-  // (what the 99 KB GPUs run at hd 256; the callers' head dims are powers of two, their own padding). Each is
-  // checked before it is timed.
+  // The default dispatch (ours or cuDNN's fused attention, whichever measured faster at the first call of the
+  // shape class, as logged); where cuDNN is available, ours and cuDNN's each forced through the registry;
+  // where ours is the wgmma kernel, the portable kernel forced (the one every other GPU runs); and where the
+  // portable kernel takes 64-key tiles at this head dim, its 32-key form (what the 99 KB GPUs run at hd 256;
+  // the callers' head dims are powers of two, their own padding). Each is checked before it is timed.
   struct Form {
     const char* tag;
     KernelVariants v;
   };
   const KernelVariants saved = kernel_variants();
   std::vector<Form> forms = {{"", saved}};
+  std::string why;
+  const bool forced = saved.attention_native || saved.attention_cudnn || saved.attention_portable ||
+                      saved.attention_portable_k32;
+  if (!forced && attention_cudnn_available(&why)) {
+    forms.push_back({" [ours]", kernel_variants_with(saved, &KernelVariants::attention_native, true)});
+    forms.push_back({" [cudnn]", kernel_variants_with(saved, &KernelVariants::attention_cudnn, true)});
+  } else if (!forced) {
+    std::printf("  (no cudnn row: %s)\n", why.c_str());
+  }
   if (device_caps().wgmma && !saved.attention_portable && !saved.attention_portable_k32)
     forms.push_back({" [portable]", kernel_variants_with(saved, &KernelVariants::attention_portable, true)});
   if (attention_portable_keys_choose(device_caps(), saved, hd) == 64)

@@ -1,17 +1,18 @@
 // End-to-end target forward on one GPU: Qwen3.6-27B, Qwen3-8B and Qwen3.6-35B-A3B shapes with random weights
 // (drawn on the device by Ops::fill_normal), 32,768 tokens as 8 sequences of 4096, five DFlash taps plus the
 // final norm. For the mixture-of-experts 35B-A3B the routed experts' grouped GEMMs are also timed alone (one
-// layer's pair, as moe_experts runs them under a balanced router): their rate against the bf16 ceiling and
-// their share of the forward.
+// layer's pair, as moe_experts runs them under a balanced router): their rate against the bf16 ceiling (FP8:
+// the FP8 burst) and their share of the forward.
 // Prints tok/s, achieved TFLOP/s against the 790 TFLOP/s bf16 ceiling, a per-op time breakdown, the device
 // memory and one JSON line per model; benchmarks/run_target_forward.sh times the peer (HF transformers + FLA)
 // in the same call and prints the ratio. Every run checks its result: the first layers' taps on a slice of
 // the tokens must match the CPU fp32 path, or the benchmark fails and claims no speed.
 // With --dtype fp8 the target is the FP8 one (target.dtype = "fp8": e4m3 projections, cuBLASLt FP8 GEMMs):
 // the breakdown then also gives the FP8 GEMMs' rate against a cuBLASLt FP8 8192³ burst measured in the same
-// run, and the result check compares with the CPU FP8 emulation. Plain main(): the GPU machine has no Google
-// Benchmark. Arguments: "27b", "8b" or "35b-a3b" (default all three), then optionally --dtype bf16|fp8
-// (default bf16; FP8 refuses the MoE target).
+// run, and the result check compares with the CPU FP8 emulation; the 35B-A3B's experts are then e4m3 codes
+// run by the FP8 grouped GEMM (kernels/moe/moe_fp8_gemm.cu), their time the moe_experts line. Plain main():
+// the GPU machine has no Google Benchmark. Arguments: "27b", "8b" or "35b-a3b" (default all three), then
+// optionally --dtype bf16|fp8 (default bf16).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,7 +29,9 @@
 #include "benchmarks/cuda_timing.h"
 #include "benchmarks/target_configs.h"
 #include "core/arena.h"
+#include "core/rng.h"
 #include "core/strfmt.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/moe/moe.cuh"
 #include "kernels/primitives/cuda_check.cuh"
@@ -239,31 +242,50 @@ double fp8_burst_tflops(CudaOps& gpu) {
 
 double gib(double bytes) { return bytes / double(size_t(1) << 30); }
 
-// One MoE layer's routed-expert GEMMs alone: the gate_up and down grouped GEMMs (gemm.cuh
-// gemm_batched_launch) as moe_experts runs them for T tokens (kernels/moe/moe.cuh), with the tile plan's row
-// count and tile bound and a balanced router (expert e gets T·k/E pairs, the remainder one each to the first
-// experts); tile addresses built here as moe.cu's plan kernel builds them. ms: median of 5 after 2 warm-ups;
-// tflops counts the useful 6·T·k·H·I (the bound's padding tiles are work, not FLOPs).
+// One MoE layer's routed-expert GEMMs alone: the gate_up and down grouped GEMMs as moe_experts runs them for
+// T tokens (kernels/moe/moe.cuh), with the tile plan's row count and tile bound and a balanced router (expert
+// e gets T·k/E pairs, the remainder one each to the first experts). bf16: cuBLASLt's pointer-array batch
+// (gemm.cuh gemm_batched_launch), tile addresses built here as moe.cu's plan kernel builds them; FP8: the own
+// grouped GEMM (moe_fp8_gemm_launch) on e4m3 codes with per-row scales, as target.dtype = "fp8" holds a bf16
+// checkpoint's experts. ms: median of 5 after 2 warm-ups; tflops counts the useful 6·T·k·H·I (the bound's
+// padding tiles are work, not FLOPs).
 struct ExpertGemms {
   double ms = 0, tflops = 0;
   int rows = 0;
   int64_t tiles = 0, real_tiles = 0;
 };
 
-ExpertGemms time_expert_gemms(const QwenConfig& cfg, int64_t T, CudaOps& gpu) {
-  const MoeDims d{cfg.hidden,           cfg.num_experts,         cfg.experts_per_tok,
-                  cfg.moe_intermediate, cfg.shared_intermediate, cfg.norm_topk_prob};
-  const MoeTiles plan = moe_plan_tiles(T, d);
-  const int64_t H = d.H, I = d.I, E = d.E, rows = plan.rows, tiles = plan.tiles, R = tiles * rows,
-                pairs = T * d.k;
+// The balanced router's tiles: each real tile's expert, in order, under moe_plan_tiles' bound.
+struct BalancedTiles {
+  MoeDims d;
+  MoeTiles plan;
+  int64_t pairs = 0;
   std::vector<int32_t> tile_expert;
+};
+
+BalancedTiles balanced_tiles(const QwenConfig& cfg, int64_t T) {
+  BalancedTiles b;
+  b.d = MoeDims{cfg.hidden,           cfg.num_experts,         cfg.experts_per_tok,
+                cfg.moe_intermediate, cfg.shared_intermediate, cfg.norm_topk_prob};
+  b.plan = moe_plan_tiles(T, b.d);
+  b.pairs = T * b.d.k;
+  const int64_t E = b.d.E, rows = b.plan.rows;
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t m = pairs / E + (e < pairs % E ? 1 : 0);
-    for (int64_t i = 0; i < (m + rows - 1) / rows; ++i) tile_expert.push_back(int32_t(e));
+    const int64_t m = b.pairs / E + (e < b.pairs % E ? 1 : 0);
+    for (int64_t i = 0; i < (m + rows - 1) / rows; ++i) b.tile_expert.push_back(int32_t(e));
   }
-  const int64_t real = int64_t(tile_expert.size());
-  DF_CHECK(real <= tiles, "expert GEMMs: %lld tiles exceed the plan's bound %lld", (long long)real,
-           (long long)tiles);
+  DF_CHECK(int64_t(b.tile_expert.size()) <= b.plan.tiles,
+           "expert GEMMs: %lld tiles exceed the plan's bound %lld", (long long)b.tile_expert.size(),
+           (long long)b.plan.tiles);
+  return b;
+}
+
+ExpertGemms time_expert_gemms(const QwenConfig& cfg, int64_t T, CudaOps& gpu) {
+  const BalancedTiles bt = balanced_tiles(cfg, T);
+  const MoeDims& d = bt.d;
+  const std::vector<int32_t>& tile_expert = bt.tile_expert;
+  const int64_t H = d.H, I = d.I, E = d.E, rows = bt.plan.rows, tiles = bt.plan.tiles, R = tiles * rows,
+                pairs = bt.pairs, real = int64_t(tile_expert.size());
   const size_t bytes = (size_t(E) * 2 * I * H + size_t(E) * H * I + size_t(R) * H + size_t(R) * 2 * I) * 2 +
                        6 * size_t(tiles) * sizeof(void*) + 8 * Arena::kAlign;
   void* block = gpu.alloc_bytes(bytes);
@@ -303,6 +325,59 @@ ExpertGemms time_expert_gemms(const QwenConfig& cfg, int64_t T, CudaOps& gpu) {
   gemm_free(ctx);
   gpu.free_bytes(block);
   return ExpertGemms{ms, 6.0 * double(pairs) * H * I / (ms * 1e-3) / 1e12, int(rows), tiles, real};
+}
+
+ExpertGemms time_expert_gemms_fp8(const QwenConfig& cfg, int64_t T, CudaOps& gpu) {
+  const BalancedTiles bt = balanced_tiles(cfg, T);
+  const MoeDims& d = bt.d;
+  const int64_t H = d.H, I = d.I, E = d.E, rows = bt.plan.rows, tiles = bt.plan.tiles, R = tiles * rows,
+                real = int64_t(bt.tile_expert.size());
+  const size_t bytes = size_t(E) * 3 * I * H + size_t(R) * (H + I) +
+                       (size_t(E) * (2 * I + H) + 2 * size_t(R)) * 4 + size_t(R) * (2 * I + H) * 2 +
+                       size_t(tiles + 1) * 4 + 16 * Arena::kAlign;
+  void* block = gpu.alloc_bytes(bytes);
+  Arena a(block, bytes, Device::cuda);
+  Tensor gate_up = a.alloc(DType::f8_e4m3, E * 2 * I, H), down = a.alloc(DType::f8_e4m3, E * H, I);
+  Tensor s_gate_up = a.alloc(DType::f32, 1, E * 2 * I), s_down = a.alloc(DType::f32, 1, E * H);
+  Tensor xq = a.alloc(DType::f8_e4m3, R, H), sx = a.alloc(DType::f32, 1, R);
+  Tensor aq = a.alloc(DType::f8_e4m3, R, I), sa = a.alloc(DType::f32, 1, R);
+  Tensor gu = a.alloc(DType::bf16, R, 2 * I), ys = a.alloc(DType::bf16, R, H);
+  Tensor te = a.alloc(DType::i32, 1, tiles), used = a.alloc(DType::i32, 1, 1);
+  // Codes: e4m3 values of magnitude 2^-3..2^1 with both signs (never the NaN code); scales of 2^-6.
+  auto codes = [&](const Tensor& t, uint64_t stream) {
+    std::vector<uint8_t> v(size_t(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = uint8_t(0x20 + (rng_uniform_at(kSeed, stream, i) < 0.5f ? 0 : 0x80) +
+                     int(rng_uniform_at(kSeed, stream + 1, i) * 32.0f));
+    gpu.upload_raw(t, v.data());
+  };
+  codes(gate_up, 11), codes(down, 13), codes(xq, 15), codes(aq, 17);
+  for (const Tensor& t : {s_gate_up, s_down, sx, sa}) {
+    const std::vector<float> v(size_t(t.numel()), 1.0f / 64.0f);
+    gpu.upload_f32(t, v.data());
+  }
+  std::vector<int32_t> host_te(size_t(tiles), 0);
+  std::copy(bt.tile_expert.begin(), bt.tile_expert.end(), host_te.begin());
+  gpu.upload_raw(te, host_te.data());
+  const int32_t used_rows = int32_t(real * rows);
+  gpu.upload_raw(used, &used_rows);
+  const auto* tep = static_cast<const int32_t*>(te.data);
+  const auto* usedp = static_cast<const int32_t*>(used.data);
+  const double ms = cuda_median_ms(
+      gpu.stream(),
+      [&] {
+        moe_fp8_gemm_launch(static_cast<const uint8_t*>(xq.data), static_cast<const float*>(sx.data), R,
+                            static_cast<const uint8_t*>(gate_up.data),
+                            static_cast<const float*>(s_gate_up.data), 0, tep, usedp, int(rows), tiles,
+                            static_cast<__nv_bfloat16*>(gu.data), 2 * I, 2 * I, H, gpu.stream());
+        moe_fp8_gemm_launch(static_cast<const uint8_t*>(aq.data), static_cast<const float*>(sa.data), R,
+                            static_cast<const uint8_t*>(down.data), static_cast<const float*>(s_down.data), 0,
+                            tep, usedp, int(rows), tiles, static_cast<__nv_bfloat16*>(ys.data), H, H, I,
+                            gpu.stream());
+      },
+      5);
+  gpu.free_bytes(block);
+  return ExpertGemms{ms, 6.0 * double(bt.pairs) * H * I / (ms * 1e-3) / 1e12, int(rows), tiles, real};
 }
 
 // The taps at layers 0..kCheckLayers-1 of `model` on `ids` (packed sequences of `lengths`), downloaded as f32.
@@ -415,9 +490,12 @@ bool check_against_cpu(const QwenConfig& cfg, const TargetModel& gpu_model, Ops&
 bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool fp8) {
   std::printf("\n=== %s (%s): %s ===\n", label, fp8 ? "FP8" : "bf16", qwen_config_summary(cfg).c_str());
   CudaOps gpu(0);
+  std::printf("device: %s\n", device_caps_summary(device_caps()).c_str());
   const int64_t T = int64_t(kSeqs) * kSeqLen;
   // Timed before the model is drawn, while its weights do not yet take the memory.
-  const ExpertGemms experts = cfg.is_moe() && !fp8 ? time_expert_gemms(cfg, T, gpu) : ExpertGemms{};
+  const ExpertGemms experts = !cfg.is_moe() ? ExpertGemms{}
+                              : fp8         ? time_expert_gemms_fp8(cfg, T, gpu)
+                                            : time_expert_gemms(cfg, T, gpu);
   const double burst = fp8 ? fp8_burst_tflops(gpu) : 0.0;
   if (fp8) std::printf("cuBLASLt FP8 8192^3 burst (outer-vector scales, bf16 out): %.0f TFLOP/s\n", burst);
   TargetLoadOptions load;
@@ -493,13 +571,16 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
   std::printf("output finite: %s\n", finite ? "yes" : "NO");
   if (experts.ms > 0) {
     const int sparse = int(std::count(cfg.moe_layers.begin(), cfg.moe_layers.end(), 1));
+    // bf16 against the bf16 ceiling; FP8 against the cuBLASLt FP8 burst measured above.
+    const double ref = fp8 ? burst : kPeakTflops;
     std::printf(
-        "routed-expert GEMMs alone (one layer: gate_up + down grouped GEMMs, %d-row tiles, %lld launched for "
-        "%lld needed): %.3f ms, %.0f TFLOP/s = %.1f %% of %.0f; x %d MoE layers = %.1f ms = %.1f %% of the "
+        "routed-expert GEMMs alone (one layer: gate_up + down %s grouped GEMMs, %d-row tiles, %lld launched "
+        "for "
+        "%lld needed): %.3f ms, %.0f TFLOP/s = %.1f %% of %.0f%s; x %d MoE layers = %.1f ms = %.1f %% of the "
         "forward\n",
-        experts.rows, (long long)experts.tiles, (long long)experts.real_tiles, experts.ms, experts.tflops,
-        100.0 * experts.tflops / kPeakTflops, kPeakTflops, sparse, experts.ms * sparse,
-        100.0 * experts.ms * sparse / ms);
+        fp8 ? "FP8" : "bf16", experts.rows, (long long)experts.tiles, (long long)experts.real_tiles,
+        experts.ms, experts.tflops, 100.0 * experts.tflops / ref, ref, fp8 ? " (the FP8 burst)" : "", sparse,
+        experts.ms * sparse, 100.0 * experts.ms * sparse / ms);
   }
   const bool checked = check_against_cpu(cfg, *model, gpu, host_ids, out, fp8);
   std::printf("memory: model block %.2f GiB + forward workspace %.2f GiB + outputs %.2f GiB = %.2f GiB; "
@@ -543,7 +624,8 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
   // The line run_target_forward.sh reads.
   nlohmann::json line = {{"model", key},          {"tok_s", tok_s},  {"seconds", ms * 1e-3},
                          {"tflops", tflops},      {"tokens", T},     {"used_gib", gib(total - free1)},
-                         {"result_check", "ok"},  {"dtype", fp8 ? "fp8" : "bf16"}};
+                         {"result_check", "ok"},  {"dtype", fp8 ? "fp8" : "bf16"},
+                         {"gpu_profile", device_caps().profile}};
   std::printf("%s\n", line.dump().c_str());
   return true;
 }
@@ -584,7 +666,7 @@ int main(int argc, char** argv) {
     const bool fp8 = dtype == "fp8";
     if (which == "all" || which == "27b") ok &= bench_model("27b", "Qwen3.6-27B", config_qwen36_27b(), fp8);
     if (which == "all" || which == "8b") ok &= bench_model("8b", "Qwen3-8B", config_qwen3_8b(), fp8);
-    if ((which == "all" && !fp8) || which == "35b-a3b")
+    if (which == "all" || which == "35b-a3b")
       ok &= bench_model("35b-a3b", "Qwen3.6-35B-A3B", config_qwen36_35b_a3b(), fp8);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_target_forward: %s\n", e.what());

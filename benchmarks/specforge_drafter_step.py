@@ -2,13 +2,16 @@
 # The peer of bench_drafter_step: SpecForge's own DFlash training step (TrainerCore.train_step with its
 # DFlashTrainStrategy over OnlineDFlashModel: flex_attention mask, anchor sampling, chunked loss, backward of
 # the loss numerator, gradient normalisation, then BF16Optimizer) on the drafter shapes of our run configs,
+# or with --kind domino its Domino step (DominoTrainStrategy over OnlineDominoModel and DominoDraftModel, at
+# λ of the recipe's schedule) on our Domino recipes' shapes,
 # random weights, 1 x 4096 tokens, one GPU (its FSDPTrainingBackend unwrapped, as a single-rank run has
 # nothing to shard). Prints ONE JSON line per shape (seconds/step, context tok/s, peak memory) so
 # run_drafter_step.sh can take the ratio. SpecForge is read from .peer/SpecForge, never copied.
 #
 # SpecForge's package __init__ files pull in its whole runtime (config schema, data, sglang capture...). Only
 # a few module files are needed here, so load_specforge() registers empty package stubs for the folders and
-# imports those files alone: modeling/draft/dflash.py (+ its dflash_kernels.py, registry.py),
+# imports those files alone: modeling/draft/dflash.py (+ its dflash_kernels.py, registry.py; domino.py and
+# utils.py for Domino),
 # algorithms/common/dflash_family_model.py (+ core/chunking.py), optimizer.py (+ lr_scheduler.py, utils.py)
 # and, for the benchmark, training/{backend,controller,strategies/base}.py (+ runtime/contracts.py).
 import argparse
@@ -30,10 +33,10 @@ DEFAULT_SPECFORGE = os.path.join(REPO, ".peer", "SpecForge")
 # Target shapes the drafter borrows (hidden size, vocabulary, layer count, intermediate): the run configs name
 # a checkpoint directory that the benchmark machine does not have. Same figures as MODELS.md.
 TARGETS = {
-    "27b": {"toml": "configs/qwen3.6-27b.toml", "hidden": 5120, "vocab": 248320, "layers": 64,
-            "intermediate": 17408},
-    "8b": {"toml": "configs/qwen3-8b.toml", "hidden": 4096, "vocab": 151936, "layers": 36,
-           "intermediate": 12288},
+    "27b": {"toml": "configs/qwen3.6-27b.toml", "domino_toml": "configs/qwen3.6-27b-domino.toml",
+            "hidden": 5120, "vocab": 248320, "layers": 64, "intermediate": 17408},
+    "8b": {"toml": "configs/qwen3-8b.toml", "domino_toml": "configs/qwen3-8b-domino.toml", "hidden": 4096,
+           "vocab": 151936, "layers": 36, "intermediate": 12288},
 }
 
 
@@ -47,10 +50,10 @@ def specforge_commit(root):
         return "unknown"
 
 
-def load_specforge(root, trainer=False, optimizer=True):
+def load_specforge(root, trainer=False, optimizer=True, domino=False):
     """Imports SpecForge's DFlash model, training wrapper and (with `optimizer`) optimizer (and with `trainer`
-    its training loop pieces) from `root` without running its package __init__ files. Returns a namespace of
-    modules."""
+    its training loop pieces, with `domino` its Domino draft model) from `root` without running its package
+    __init__ files. Returns a namespace of modules."""
     pkg = os.path.join(root, "specforge")
     if not os.path.isfile(os.path.join(pkg, "modeling", "draft", "dflash.py")):
         sys.exit(f"SpecForge not found at {root} (no specforge/modeling/draft/dflash.py). HINT: export it "
@@ -65,6 +68,8 @@ def load_specforge(root, trainer=False, optimizer=True):
     names = {"dflash": "modeling.draft.dflash", "family": "algorithms.common.dflash_family_model"}
     if optimizer:
         names["optimizer"] = "optimizer"
+    if domino:
+        names["domino"] = "modeling.draft.domino"
     if trainer:
         names.update(backend="training.backend", strategies="training.strategies.base",
                      controller="training.controller", contracts="runtime.contracts")
@@ -75,7 +80,8 @@ def drafter_fields(toml_path, target):
     """The [drafter] section of one of our run configs, resolved against the target the way
     drafter_config_from_run does (intermediate 0 = the target's, empty taps = the DFlash default)."""
     with open(toml_path, "rb") as f:
-        d = tomllib.load(f)["drafter"]
+        toml = tomllib.load(f)
+    d, t = toml["drafter"], toml.get("train", {})
     layers = d.get("layers", 5)
     types_ = d.get("layer_types") or ["full_attention"] * layers
     taps = d.get("target_layer_ids") or []
@@ -88,19 +94,30 @@ def drafter_fields(toml_path, target):
         "target_layer_ids": taps, "layer_types": types_, "sliding_window": d.get("sliding_window", 2048),
         "rope_theta": d.get("rope_theta", 1e7), "rms_norm_eps": d.get("rms_norm_eps", 1e-6),
         "num_anchors": d.get("num_anchors", 512),
+        "kind": d.get("kind", "dflash"), "pure_draft_prefix_len": d.get("pure_draft_prefix_len", 1),
+        "emb_dim": d.get("emb_dim", 256), "gru_hidden_dim": d.get("gru_hidden_dim", 1024),
+        "shift_label": d.get("shift_label", False), "lambda_base_start": t.get("lambda_base_start", 1.0),
+        "lambda_base_decay_ratio": t.get("lambda_base_decay_ratio", 0.5),
     }
 
 
 def qwen3_draft_config(dflash, f, target, attn):
-    """A Qwen3Config laid out as SpecForge's configs/qwen3.6-27b-dflash.json (same keys), for these fields."""
+    """A Qwen3Config laid out as SpecForge's configs/qwen3.6-27b-dflash.json (same keys), for these fields;
+    a Domino drafter's as configs/qwen3.6-27b-domino-full-attention.json (DominoDraftModel, the head's keys in
+    dflash_config)."""
     from transformers import Qwen3Config
 
     taps = f["target_layer_ids"] or dflash.build_target_layer_ids(target["layers"], f["num_taps"])
     sliding = "sliding_attention" in f["layer_types"]
+    domino = f.get("kind", "dflash") == "domino"  # the golden script's FIELDS name no kind: it sets its own head
+    dflash_config = {"mask_token_id": f["mask_token_id"], "target_layer_ids": taps}
+    if domino:
+        dflash_config.update(projector_type="domino", pure_draft_prefix_len=f["pure_draft_prefix_len"],
+                             emb_dim=f["emb_dim"], gru_hidden_dim=f["gru_hidden_dim"],
+                             shift_label=f["shift_label"])
     cfg = Qwen3Config(
-        architectures=["DFlashDraftModel"], attention_bias=False, attention_dropout=0.0,
-        block_size=f["block_size"],
-        dflash_config={"mask_token_id": f["mask_token_id"], "target_layer_ids": taps},
+        architectures=["DominoDraftModel" if domino else "DFlashDraftModel"], attention_bias=False,
+        attention_dropout=0.0, block_size=f["block_size"], dflash_config=dflash_config,
         head_dim=f["head_dim"], hidden_act="silu", hidden_size=target["hidden"], initializer_range=0.02,
         intermediate_size=f["intermediate"], layer_types=list(f["layer_types"]),
         max_position_embeddings=262144,
@@ -124,8 +141,11 @@ def bench_shape(label, toml_path, target, mods, args):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     H, V, T = target["hidden"], target["vocab"], args.seq_len
+    if f["kind"] != args.kind:
+        sys.exit(f"specforge_drafter_step: --kind {args.kind}, but {toml_path} configures a {f['kind']} drafter")
+    domino = f.get("kind", "dflash") == "domino"  # the golden script's FIELDS name no kind: it sets its own head
     with dev:
-        draft = dflash.DFlashDraftModel(cfg).to(torch.bfloat16)
+        draft = (mods.domino.DominoDraftModel if domino else dflash.DFlashDraftModel)(cfg).to(torch.bfloat16)
         embed = nn.Embedding(V, H, dtype=torch.bfloat16)
         lm_head = nn.Linear(H, V, bias=False, dtype=torch.bfloat16)
     # Same scales as bench_drafter_step: embedding std 0.02; lm_head std 0.1/sqrt(H) so the first loss is
@@ -134,11 +154,14 @@ def bench_shape(label, toml_path, target, mods, args):
     nn.init.normal_(lm_head.weight, 0.0, 0.1 / math.sqrt(H))
     for frozen in (embed, lm_head):
         frozen.requires_grad_(False)
-    model = family.OnlineDFlashModel(
-        draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed,
-        mask_token_id=f["mask_token_id"],
-        block_size=f["block_size"], attention_backend=args.attn, num_anchors=f["num_anchors"],
-        loss_decay_gamma=args.gamma, objective_chunk_blocks=args.objective_chunk_blocks, loss_type="dflash")
+    common = dict(draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed,
+                  mask_token_id=f["mask_token_id"], block_size=f["block_size"], attention_backend=args.attn,
+                  num_anchors=f["num_anchors"], loss_decay_gamma=args.gamma,
+                  objective_chunk_blocks=args.objective_chunk_blocks)
+    if domino:
+        model = family.OnlineDominoModel(**common, shift_label=f["shift_label"])
+    else:
+        model = family.OnlineDFlashModel(**common, loss_type="dflash")
     model.train()
     trainable = sum(p.numel() for p in draft.parameters() if p.requires_grad)
     opt = mods.optimizer.BF16Optimizer(draft, lr=6e-4, weight_decay=0.0, max_grad_norm=1.0, total_steps=1000,
@@ -152,7 +175,11 @@ def bench_shape(label, toml_path, target, mods, args):
     backend = mods.backend.FSDPTrainingBackend(mods.backend.ParallelConfig())
     backend.prepare_model(model, wrap=False)
     backend.set_optimizer(opt)
-    strategy = mods.strategies.DFlashTrainStrategy(model)
+    if domino:
+        strategy = mods.strategies.DominoTrainStrategy(model, lambda_start=f["lambda_base_start"],
+                                                       decay_ratio=f["lambda_base_decay_ratio"])
+    else:
+        strategy = mods.strategies.DFlashTrainStrategy(model)
     trainer = mods.controller.TrainerCore(strategy, backend, accumulation_steps=1)
 
     g = torch.Generator(device=dev).manual_seed(args.seed)
@@ -160,10 +187,14 @@ def bench_shape(label, toml_path, target, mods, args):
     hidden = torch.randn(1, T, len(draft.target_layer_ids) * H, device=dev, generator=g, dtype=torch.bfloat16)
     loss_mask = torch.ones(1, T, device=dev)
     tensors = {"input_ids": ids, "hidden_states": hidden, "loss_mask": loss_mask}
-    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy="dflash", tensors=tensors)
+    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy=f["kind"], tensors=tensors)
+    step_no = [0]
 
     def step():
-        r = trainer.train_step(batch)
+        # The schedule's step and horizon (Domino's λ reads them; DFlash ignores them), as bench_drafter_step.
+        ctx = mods.strategies.StepContext(global_step=step_no[0], total_steps=1000)
+        step_no[0] += 1
+        r = trainer.train_step(batch, ctx)
         assert r.optimizer_stepped, "TrainerCore did not step the optimizer"
         return r.loss, r.grad_norm
 
@@ -186,11 +217,13 @@ def bench_shape(label, toml_path, target, mods, args):
     finite = all(math.isfinite(x) for x in losses)
     finite = finite and grad_norm is not None and math.isfinite(float(grad_norm))
     out = {
-        "bench": "specforge_drafter_step", "model": label, "config": os.path.relpath(toml_path, REPO),
+        "bench": "specforge_drafter_step", "model": label, "kind": f["kind"],
+        "config": os.path.relpath(toml_path, REPO),
         "specforge_commit": specforge_commit(args.specforge), "torch": torch.__version__,
         "transformers": importlib.import_module("transformers").__version__, "attention": args.attn,
         "fused_adamw": args.fused_adamw, "objective_chunk_blocks": args.objective_chunk_blocks,
-        "step": "TrainerCore.train_step (DFlashTrainStrategy, FSDPTrainingBackend unwrapped, BF16Optimizer)",
+        "step": f"TrainerCore.train_step ({type(strategy).__name__}, FSDPTrainingBackend unwrapped, "
+                "BF16Optimizer)",
         "tokens": T, "anchors": f["num_anchors"], "block": f["block_size"], "trainable_params": trainable,
         "warmup_steps": args.warmup, "warmup_s": round(warm_s, 2), "steps": args.steps,
         "seconds_per_step": s, "min_s": min(times), "max_s": max(times), "ctx_tok_s": T / s,
@@ -207,6 +240,8 @@ def bench_shape(label, toml_path, target, mods, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default="all", choices=["all", *TARGETS], help="drafter shape(s) to time")
+    p.add_argument("--kind", default="dflash", choices=["dflash", "domino"],
+                   help="the drafter kind: its recipe of --model (configs/*-domino.toml) and SpecForge's step")
     p.add_argument("--config", help="a run config TOML instead of the model's (its target: --model's)")
     p.add_argument("--specforge", default=DEFAULT_SPECFORGE, help="SpecForge tree (default .peer/SpecForge)")
     p.add_argument("--seq-len", type=int, default=4096)
@@ -226,10 +261,11 @@ def main():
     if commit != SPECFORGE_COMMIT:
         print(f"specforge_drafter_step: WARNING .peer/SPECFORGE_COMMIT says {commit}, these scripts pin "
               f"{SPECFORGE_COMMIT}", file=sys.stderr)
-    mods = load_specforge(args.specforge, trainer=True)
+    mods = load_specforge(args.specforge, trainer=True, domino=args.kind == "domino")
     ok = True
     for label in TARGETS if args.model == "all" else [args.model]:
-        toml_path = args.config or os.path.join(REPO, TARGETS[label]["toml"])
+        toml_path = args.config or os.path.join(REPO, TARGETS[label]["domino_toml" if args.kind == "domino"
+                                                                    else "toml"])
         ok &= bench_shape(label, toml_path, TARGETS[label], mods, args)
     sys.exit(0 if ok else 1)
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/gdn/gdn_workspace.h"
 #include "kernels/train/train_workspace.h"
@@ -158,6 +159,14 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
                              bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, const int32_t* cu,
                              int num_seqs, int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
                              cudaStream_t stream);
+// Whether attention_causal_launch can run on cuDNN's fused attention on the current device (this build found
+// cuDNN 9, the loaded library is 9.6 or newer, a handle opens); else false with the reason in *why (may be
+// nullptr). Where it can, and for head dims that are multiples of 64 with 16-byte aligned output rows, the
+// first call of each shape class (heads, head dim, powers of two of the longest sequence and of the tokens)
+// times this project's kernel and cuDNN's on the call's operands and keeps the faster for the process
+// (kernels/dispatch/measured.h; the decision is logged once); calls on a stream being captured into a CUDA
+// graph run this project's kernel; the registry's attention=native or attention=cudnn forces one side.
+bool attention_cudnn_available(std::string* why);
 
 // ---- decode.cu ----------------------------------------------------------------------------------------
 // Incremental decoding of one sequence (ops.h attention_cached / gdn_decode). Head dims up to this work.

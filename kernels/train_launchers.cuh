@@ -69,4 +69,40 @@ void loss_row_stats_launch(const int32_t* labels, const uint8_t* active, const f
                            const float* p_label, const int32_t* argmax, const LossRowDims& d, float* row_w,
                            double* stats, cudaStream_t stream);
 
+// ---- domino_head.cu -----------------------------------------------------------------------------------
+// train_ops.h domino_head_loss and domino_head_propose on the device (ops/domino_head.h is the math, the CPU
+// oracle ops/cpu/cpu_domino.cpp). Weights bf16 and contiguous (gru_ih [3G, H], gru_hh [3G, G], proj_in
+// [E, H+G], proj_out [V, E]); their gradients f32 and contiguous.
+struct DominoHeadShape {
+  int64_t nb = 0;  // blocks (training); 1 for a proposal
+  int B = 0, H = 0, G = 0, E = 0, V = 0;
+  int suffix_start = 0;  // first slot whose logits get the correction
+  int lag = 0;           // slot k reads the GRU state after input k − lag
+};
+struct DominoHeadWeightPtrs {
+  const bf16 *gru_ih = nullptr, *gru_hh = nullptr, *proj_in = nullptr, *proj_out = nullptr;
+};
+struct DominoHeadGradPtrs {
+  float *gru_ih = nullptr, *gru_hh = nullptr, *proj_in = nullptr, *proj_out = nullptr;
+};
+// y, gru_in [nb·B, H] bf16 (row strides ld_y, ld_gru_in), lm_head [V, H] bf16 (contiguous); labels i32, row_w
+// f32 [nb·B]; writes argmax i32 [nb·B] (−1 where row_w is 0) and adds the step statistics to stats
+// (LossStatsSlots f64) the way loss_row_stats does with given weights, slot k counted at block offset
+// k + shift. With backward: dy bf16 [nb·B, H] (row stride ld_dy) overwritten, dw = beta_dw·dw + ∂/∂w.
+// Logits exist for half of chunk_rows rows at a time. ws: domino_head_workspace_bytes(...) bytes
+// (train_workspace.h), 256-byte aligned.
+void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const bf16* y, int64_t ld_y,
+                             const bf16* lm_head, const bf16* gru_in, int64_t ld_gru_in,
+                             const DominoHeadWeightPtrs& w, const int32_t* labels, const float* row_w,
+                             double lambda, int shift, bool backward, float beta_dw, int32_t* argmax,
+                             bf16* dy, int64_t ld_dy, const DominoHeadGradPtrs& dw, double* stats,
+                             int64_t chunk_rows, void* ws, size_t ws_bytes, cudaStream_t stream);
+// One block's greedy proposals: y [B, H] bf16 (row stride ld_y), lm_head and embed [V, H] bf16; tokens i32
+// [B] in ws gets `first` and the B − 1 proposals; returns where (the stream is not synchronised). shift: 1
+// with shift_label (token p comes from slot p − 1), else 0. ws: domino_propose_layout(...).bytes.
+const int32_t* domino_head_propose_launch(GemmContext* gemm, const DominoHeadShape& d, const bf16* y,
+                                          int64_t ld_y, const bf16* lm_head, const bf16* embed,
+                                          const DominoHeadWeightPtrs& w, int shift, int32_t first, void* ws,
+                                          size_t ws_bytes, cudaStream_t stream);
+
 }  // namespace df

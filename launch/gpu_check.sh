@@ -18,10 +18,19 @@ GOLDEN_MODELS=${GOLDEN_MODELS:-}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$ROOT/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# cuDNN: the toolkit's, else the one torch's wheels bring (nvidia/cudnn in site-packages, no unversioned .so).
+cudnn_args=()
+if ! ls /usr/local/cuda/lib64/libcudnn.so* > /dev/null 2>&1; then
+  cudnn=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0])' 2> /dev/null)
+  if [[ -n "$cudnn" && -f "$cudnn/lib/libcudnn.so.9" ]]; then
+    cudnn_args=(-DCUDNN_LIBRARY="$cudnn/lib/libcudnn.so.9" -DCUDNN_INCLUDE_DIR="$cudnn/include")
+    export LD_LIBRARY_PATH=$cudnn/lib:$LD_LIBRARY_PATH
+  fi
+fi
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$ROOT/.deps/usr" \
-    -DCMAKE_CUDA_ARCHITECTURES=90 && timeout 420 cmake --build "$B" -j"$(nproc)" ${GPU_TARGETS:+--target $GPU_TARGETS}
+    -DCMAKE_CUDA_ARCHITECTURES=90 "${cudnn_args[@]}" && timeout 420 cmake --build "$B" -j"$(nproc)" ${GPU_TARGETS:+--target $GPU_TARGETS}
 } > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 echo "build ok"
 for step in "$@"; do

@@ -4,14 +4,23 @@
 // the scale). Q·Kᵀ and P·V run on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate); P is rounded to
 // bf16 before P·V as in FlashAttention. Head dims are padded with zeros to 16/32/64/128/256 in shared memory.
 // An optional output gate (gated attention) is applied in the epilogue, saving a pass over the output.
+// attention_causal_launch picks between this project's kernels (this one, attention_sm90.cu's wgmma kernel,
+// the general one) and cuDNN's fused attention (cudnn_sdpa.cu) by measuring both at a shape class's first
+// call.
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <type_traits>
 
 #include "kernels/dispatch/dispatch.h"
+#include "kernels/dispatch/measured.h"
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/primitives/device_math.cuh"
 #include "kernels/primitives/mma.cuh"
+#ifdef DF_HAVE_CUDNN
+#include "kernels/attention/cudnn_sdpa.h"
+#endif
 
 namespace df {
 
@@ -157,6 +166,16 @@ static void attention_causal_run(const bf16* q, int64_t ld_q, const bf16* k, int
     run(std::integral_constant<int, 32>{});
 }
 
+bool attention_cudnn_available(std::string* why) {
+#ifdef DF_HAVE_CUDNN
+  return cudnn_sdpa_usable(why);
+#else
+  if (why)
+    *why = "this build has no cuDNN (CMake found no cuDNN 9 in the CUDA toolkit, or DF_ENABLE_CUDNN=OFF)";
+  return false;
+#endif
+}
+
 void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t ld_k, const bf16* v, int64_t ld_v,
                              bf16* out, int64_t ld_out, const bf16* gate, int64_t ld_gate, const int32_t* cu,
                              int num_seqs, int64_t tokens, int max_len, int hq, int hkv, int hd, float scale,
@@ -173,14 +192,72 @@ void attention_causal_launch(const bf16* q, int64_t ld_q, const bf16* k, int64_t
   // separate sigmoid_gate kernel instead (the same bits, one more pass).
   const bool gate_pairs = ld_gate % 2 == 0 && reinterpret_cast<uintptr_t>(gate) % 4 == 0;
   const bf16* fused_gate = gate && gate_pairs ? gate : nullptr;
-  if (!attention_causal_sm90_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu, num_seqs,
-                                    tokens, max_len, hq, hkv, hd, scale, stream)) {
-    dispatch_head_dim(hd, [&](auto pad) {
-      attention_causal_run<decltype(pad)::value>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu,
-                                                 num_seqs, max_len, hq, hkv, hd, scale, stream);
-    });
+  auto ours = [&] {
+    if (!attention_causal_sm90_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate, ld_gate, cu,
+                                      num_seqs, tokens, max_len, hq, hkv, hd, scale, stream)) {
+      dispatch_head_dim(hd, [&](auto pad) {
+        attention_causal_run<decltype(pad)::value>(q, ld_q, k, ld_k, v, ld_v, out, ld_out, fused_gate,
+                                                   ld_gate, cu, num_seqs, max_len, hq, hkv, hd, scale,
+                                                   stream);
+      });
+    }
+    if (gate && !fused_gate)
+      sigmoid_gate_launch(out, ld_out, gate, ld_gate, tokens, (int64_t)hq * hd, stream);
+  };
+  // cuDNN writes whole 16-byte rows and has no gate epilogue: the gate is the separate pass.
+  auto cudnn = [&] {
+#ifdef DF_HAVE_CUDNN
+    cudnn_sdpa_launch(q, ld_q, k, ld_k, v, ld_v, out, ld_out, cu, num_seqs, max_len, hq, hkv, hd, scale,
+                      stream);
+    if (gate) sigmoid_gate_launch(out, ld_out, gate, ld_gate, tokens, (int64_t)hq * hd, stream);
+#else
+    kernel_throw(__FILE__, __LINE__, "attention: this build has no cuDNN");
+#endif
+  };
+  const KernelVariants& variants = kernel_variants();
+  std::string why;
+  // cuDNN is a candidate at head dims that are multiples of 64 (the models here use 128 and 256; the tests'
+  // smaller and odd head dims stay on ours) with 16-byte output rows.
+  const bool cudnn_layout = hd % 64 == 0 && ld_out % 8 == 0 && al(out, 16);
+  const bool cudnn_ok = cudnn_layout && attention_cudnn_available(&why);
+  if (!cudnn_layout)
+    why =
+        "cuDNN takes head dims that are multiples of 64 and output rows 16-byte aligned with a row stride "
+        "that is a multiple of 8 (head dim " +
+        std::to_string(hd) + ", row stride " + std::to_string(ld_out) + ")";
+  // The shape class of the measured choice: heads, head dim, and the powers of two of the longest sequence
+  // and of the token count (what the two implementations' relative speed depends on). The gate is left out,
+  // so gated and ungated calls of a shape run the same implementation and a gated output is always the
+  // ungated one's bits through the gate.
+  std::string key;
+  int measured = -1;
+  bool capturing = false;
+  if (cudnn_ok && !variants.attention_cudnn) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DF_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    capturing = capture != cudaStreamCaptureStatusNone;
+    char buf[192];
+    std::snprintf(buf, sizeof buf,
+                  "prefill attention %d/%d heads of %d, longest sequence <= %lld, tokens <= %lld%s%s", hq,
+                  hkv, hd, (long long)pow2_bucket(max_len, 64), (long long)pow2_bucket(tokens, 64),
+                  device_caps().profile.empty() ? "" : ", profile ", device_caps().profile.c_str());
+    key = buf;
+    measured = measured_pick(key);
   }
-  if (gate && !fused_gate) sigmoid_gate_launch(out, ld_out, gate, ld_gate, tokens, (int64_t)hq * hd, stream);
+  switch (attention_impl_choose(variants, cudnn_ok, capturing, measured)) {
+    case AttentionImpl::ours:
+      return ours();
+    case AttentionImpl::cudnn:
+      if (!cudnn_ok)
+        kernel_throw(__FILE__, __LINE__,
+                     "DFLASH_KERNEL_VARIANTS=attention=cudnn, but cuDNN cannot serve this call: " + why);
+      return cudnn();
+    case AttentionImpl::measure:
+      // The kept form runs once more after the measurement, so every call of the class computes its output
+      // with the same implementation.
+      if (measured_choose(key, {{"ours", ours}, {"cudnn", cudnn}}, stream) == 1) return cudnn();
+      return ours();
+  }
 }
 
 }  // namespace df

@@ -45,6 +45,16 @@ const KernelVariants& kernel_variants() { return variants_store(); }
 
 void kernel_variants_set(const KernelVariants& v) { variants_store() = v; }
 
+std::string device_caps_summary(const DeviceCaps& c) {
+  std::string s = c.profile.empty() ? std::string() : "DFLASH_GPU_PROFILE=" + c.profile + ": ";
+  s += "compute " + std::to_string(c.cc_major) + "." + std::to_string(c.cc_minor) + ", " + std::to_string(c.sms) +
+       " SMs, " + std::to_string(c.smem_optin / 1024) + " KB shared memory a block, ";
+  s += c.max_cluster > 1 ? "clusters of " + std::to_string(c.max_cluster) : std::string("no clusters");
+  s += c.tma ? ", TMA" : ", no TMA";
+  s += c.wgmma ? ", wgmma" : ", no wgmma";
+  return s;
+}
+
 void kernel_smem_opt_in(const void* kernel, size_t bytes, const char* what) {
   const DeviceCaps& c = device_caps();
   if (bytes > c.smem_optin) {

@@ -68,6 +68,8 @@ inline DeviceCaps device_caps_profile(const DeviceCaps& real, const std::string&
 struct KernelVariants {
   bool attention_portable = false;        // attention=portable: prefill attention on the mma.sync kernel
   bool attention_portable_k32 = false;    // attention=portable_k32: the same with its 32-key (99 KB) tiles
+  bool attention_native = false;  // attention=native: prefill attention on this project's kernel, never cuDNN
+  bool attention_cudnn = false;   // attention=cudnn: prefill attention on cuDNN's fused attention, untimed
   bool dflash_attention_portable = false;  // dflash_attention=portable: DFlash attention on mma.sync kernels
   bool dflash_attention_small = false;     // dflash_attention=small: those in their small-smem form
   bool gdn_recurrent = false;  // gdn=recurrent: DeltaNet prefill as the fp32 token recurrence, not chunked
@@ -86,6 +88,8 @@ struct KernelVariantItem {
 inline constexpr KernelVariantItem kKernelVariantItems[] = {
     {"attention", "portable", &KernelVariants::attention_portable},
     {"attention", "portable_k32", &KernelVariants::attention_portable_k32},
+    {"attention", "native", &KernelVariants::attention_native},
+    {"attention", "cudnn", &KernelVariants::attention_cudnn},
     {"dflash_attention", "portable", &KernelVariants::dflash_attention_portable},
     {"dflash_attention", "small", &KernelVariants::dflash_attention_small},
     {"gdn", "recurrent", &KernelVariants::gdn_recurrent},
@@ -146,6 +150,11 @@ void kernel_smem_opt_in(const void* kernel, size_t bytes, const char* what);
 // DFLASH_GPU_PROFILE when it is set (device_caps_profile). Defined with the kernels (CUDA builds only).
 const DeviceCaps& device_caps();
 
+// One line naming what dispatch sees: "compute 9.0, 132 SMs, 227 KB shared memory a block, clusters of 8, TMA,
+// wgmma", and under a test profile "DFLASH_GPU_PROFILE=sm120: " before it. Benchmarks print it so a figure
+// says which paths it measured.
+std::string device_caps_summary(const DeviceCaps& c);
+
 // ---- the choices -------------------------------------------------------------------------------------
 // (Incremental decoding's choices need the split-KV plan: decode_attention_choose and gdn_decode_choose in
 // kernels/decode/decode_plan.h.)
@@ -159,6 +168,32 @@ inline AttentionKernel attention_kernel_choose(const DeviceCaps& caps, const Ker
   const bool forced = v.attention_portable || v.attention_portable_k32;
   const bool sm90 = !forced && caps.wgmma && caps.tma && sm90_shape && sm90_smem <= caps.smem_optin;
   return sm90 ? AttentionKernel::sm90_ws : AttentionKernel::portable;
+}
+
+// Prefill attention between this project's kernels (attention_kernel_choose's pick) and cuDNN's fused flash
+// attention, which measured faster on some devices and shapes: the registry's attention=native and the
+// portable forms keep ours, attention=cudnn takes cuDNN (the launcher refuses it where cuDNN cannot serve the
+// call); otherwise ours where cuDNN cannot serve the call (`cudnn_ok`: built, loaded, the layout fits) and on
+// a stream being captured into a CUDA graph (timing would synchronise it, and cuDNN's workspace could not
+// grow), else the measured choice for the call's shape class (`measured`: -1 not measured yet, 0 ours, 1
+// cuDNN), a class not measured yet being measured now.
+enum class AttentionImpl { ours, cudnn, measure };
+inline AttentionImpl attention_impl_choose(const KernelVariants& v, bool cudnn_ok, bool capturing,
+                                           int measured) {
+  if (v.attention_cudnn) return AttentionImpl::cudnn;
+  if (v.attention_native || v.attention_portable || v.attention_portable_k32 || !cudnn_ok || capturing)
+    return AttentionImpl::ours;
+  if (measured >= 0) return measured == 1 ? AttentionImpl::cudnn : AttentionImpl::ours;
+  return AttentionImpl::measure;
+}
+
+// The smallest power of two >= max(n, least): the buckets of cuDNN's attention plans (sequences a batch,
+// longest sequence) and of the measured choice's shape classes, so a run whose batches vary builds and
+// measures a few times per power of two rather than at every distinct size.
+constexpr int64_t pow2_bucket(int64_t n, int64_t least) {
+  int64_t b = least;
+  while (b < n) b *= 2;
+  return b;
 }
 
 // The portable prefill attention's block (kernels/attention/attention.cu) for a head dim padded to `hd_pad`

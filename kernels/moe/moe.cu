@@ -9,6 +9,7 @@
 
 #include "core/torch_topk.h"
 #include "kernels/gemm/gemm.cuh"
+#include "kernels/launchers.cuh"
 #include "kernels/moe/moe.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/primitives/device_math.cuh"
@@ -72,13 +73,13 @@ __global__ void moe_hist_kernel(const int32_t* ids, int64_t ld_ids, int64_t T, i
 }
 
 // One block: per expert the exclusive prefix of hist over chunks (in place) and its padded row range start[e]
-// .. start[e + 1], then the two grouped GEMMs' addresses per tile. Tile i covers rows [i·rows, (i+1)·rows) of
-// xs and gu; a tile past the last real one reads tile 0's rows with expert 0's weights and writes its own
-// rows.
+// .. start[e + 1], then the two grouped GEMMs' addresses per tile (a1 nullptr: none, the FP8 path) and each
+// tile's expert (tile_expert nullptr: none). Tile i covers rows [i·rows, (i+1)·rows) of xs and gu; a tile
+// past the last real one reads tile 0's rows with expert 0's weights and writes its own rows.
 __global__ void moe_plan_kernel(int32_t* hist, int64_t chunks, int E, int rows, int64_t tiles, int32_t* start,
                                 const bf16* xs, bf16* gu, bf16* ys, const bf16* gate_up, const bf16* down,
                                 int64_t H, int I, const void** a1, const void** w1, void** c1,
-                                const void** a2, const void** w2, void** c2) {
+                                const void** a2, const void** w2, void** c2, int32_t* tile_expert) {
   extern __shared__ int32_t s_start[];  // E + 1
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int32_t run = 0;
@@ -113,6 +114,8 @@ __global__ void moe_plan_kernel(int32_t* hist, int64_t chunks, int E, int rows, 
       }
       e = lo;
     }
+    if (tile_expert) tile_expert[i] = e;
+    if (!a1) continue;
     a1[i] = xs + (r0 < used ? r0 : 0) * H;
     w1[i] = gate_up + int64_t(e) * 2 * I * H;
     c1[i] = gu + r0 * 2 * I;
@@ -267,39 +270,77 @@ void moe_route_launch(GemmContext* gemm, const bf16* x, int64_t ldx, const bf16*
   DF_CUDA_CHECK_LAUNCH("moe_route_kernel");
 }
 
+// The FP8 experts' input codes and scales of rows [rows, cols] of bf16 x (row stride ldx): per token, or per
+// token per 128 columns (the dense FP8 linear layers' quantisers, kernels/launchers.cuh).
+static void moe_fp8_quantize(bf16* x, int64_t ldx, uint8_t* q, float* scale, int64_t rows, int64_t cols,
+                             int group, cudaStream_t stream) {
+  if (group > 0)
+    fp8_quantize_groups_launch(x, ldx, q, cols, scale, rows, cols, false, stream);
+  else
+    fp8_quantize_rows_launch(x, ldx, q, cols, scale, rows, cols, false, stream);
+}
+
+// The SwiGLU of gate | up rows gu [rows, 2·inter] into FP8 codes and scales: per token straight from gate and
+// up (swiglu_fp8_launch), per 128 columns through the bf16 SwiGLU written over the gate half.
+static void moe_fp8_swiglu(bf16* gu, int64_t rows, int64_t inter, const int32_t* used, uint8_t* q,
+                           float* scale, int group, cudaStream_t stream) {
+  if (group > 0) {
+    const unsigned cols = unsigned(std::min<int64_t>((inter + 127) / 128, 65535));
+    moe_swiglu_kernel<<<dim3(cols, row_grid(rows)), 128, 0, stream>>>(gu, 2 * inter, rows, int(inter), used);
+    DF_CUDA_CHECK_LAUNCH("moe_swiglu_kernel");
+    fp8_quantize_groups_launch(gu, 2 * inter, q, inter, scale, rows, inter, false, stream);
+  } else {
+    swiglu_fp8_launch(gu, 2 * inter, gu + inter, 2 * inter, q, inter, scale, rows, inter, stream);
+  }
+}
+
 void moe_experts_launch(GemmContext* gemm, const bf16* x, int64_t ldx, const int32_t* ids, int64_t ld_ids,
-                        const float* weights, int64_t ld_w, const bf16* gate_up, const bf16* down,
-                        const bf16* shared_gate_up, const bf16* shared_down, const bf16* shared_gate,
-                        bf16* out, int64_t ldo, int64_t T, const MoeDims& d, void* ws, size_t ws_bytes,
-                        cudaStream_t stream) {
+                        const float* weights, int64_t ld_w, const void* gate_up_v, const void* down_v,
+                        const void* shared_gate_up_v, const void* shared_down_v, const bf16* shared_gate,
+                        const MoeFp8Scales& scales, bf16* out, int64_t ldo, int64_t T, const MoeDims& d,
+                        void* ws, size_t ws_bytes, cudaStream_t stream) {
   if (T == 0) return;
   const MoeExpertsLayout l = moe_experts_layout(T, d);
   DF_CHECK(ws && ws_bytes >= l.bytes, "moe_experts: workspace of %zu bytes, %zu needed for %lld tokens",
            ws ? ws_bytes : size_t(0), l.bytes, (long long)T);
   DF_CHECK(size_t(d.E + 1) * sizeof(int32_t) <= 48 * 1024 && l.R < INT32_MAX,
            "moe_experts: %d experts or %lld grouped rows exceed the kernels' limits", d.E, (long long)l.R);
+  DF_CHECK(!d.fp8 || (scales.gate_up && scales.down &&
+                      (d.Is == 0 || (scales.shared_gate_up && scales.shared_down))),
+           "moe_experts: FP8 experts need the scales of every expert weight");
   char* base = static_cast<char*>(ws);
   auto* hist = reinterpret_cast<int32_t*>(base + l.hist);
   auto* start = reinterpret_cast<int32_t*>(base + l.start);
   auto* row_token = reinterpret_cast<int32_t*>(base + l.row_token);
   auto* pair_row = reinterpret_cast<int32_t*>(base + l.pair_row);
-  auto** ptrs = reinterpret_cast<void**>(base + l.ptrs);
   auto* xs = reinterpret_cast<bf16*>(base + l.xs);
   auto* gu = reinterpret_cast<bf16*>(base + l.gu);
+  const auto* gate_up = static_cast<const bf16*>(gate_up_v);
+  const auto* down = static_cast<const bf16*>(down_v);
   const int64_t H = d.H, I = d.I, tiles = l.tiles.tiles, rows = l.tiles.rows;
-  const void** a1 = const_cast<const void**>(ptrs);
-  const void** w1 = a1 + tiles;
-  void** c1 = ptrs + 2 * tiles;
-  const void** a2 = a1 + 3 * tiles;
-  const void** w2 = a1 + 4 * tiles;
-  void** c2 = ptrs + 5 * tiles;
+  const void** a1 = nullptr;
+  const void** w1 = nullptr;
+  void** c1 = nullptr;
+  const void** a2 = nullptr;
+  const void** w2 = nullptr;
+  void** c2 = nullptr;
+  if (!d.fp8) {
+    auto** ptrs = reinterpret_cast<void**>(base + l.ptrs);
+    a1 = const_cast<const void**>(ptrs);
+    w1 = a1 + tiles;
+    c1 = ptrs + 2 * tiles;
+    a2 = a1 + 3 * tiles;
+    w2 = a1 + 4 * tiles;
+    c2 = ptrs + 5 * tiles;
+  }
+  auto* tile_expert = d.fp8 ? reinterpret_cast<int32_t*>(base + l.tile_expert) : nullptr;
   const size_t esmem = size_t(d.E + 1) * sizeof(int32_t);
 
   // Counting sort of the pairs by expert, tokens in order within an expert.
   moe_hist_kernel<<<unsigned(l.chunks), 256, esmem, stream>>>(ids, ld_ids, T, d.k, d.E, hist);
   DF_CUDA_CHECK_LAUNCH("moe_hist_kernel");
   moe_plan_kernel<<<1, 256, esmem, stream>>>(hist, l.chunks, d.E, int(rows), tiles, start, xs, gu, xs,
-                                             gate_up, down, H, int(I), a1, w1, c1, a2, w2, c2);
+                                             gate_up, down, H, int(I), a1, w1, c1, a2, w2, c2, tile_expert);
   DF_CUDA_CHECK_LAUNCH("moe_plan_kernel");
   DF_CUDA_CHECK(cudaMemsetAsync(row_token, 0xff, size_t(l.R) * sizeof(int32_t), stream));
   moe_place_kernel<<<unsigned(l.chunks), 32, esmem, stream>>>(ids, ld_ids, T, d.k, d.E, hist, start,
@@ -314,24 +355,54 @@ void moe_experts_launch(GemmContext* gemm, const bf16* x, int64_t ldx, const int
     moe_gather_kernel<1><<<gather_grid, 128, 0, stream>>>(x, ldx, row_token, start, d.E, H, xs);
   DF_CUDA_CHECK_LAUNCH("moe_gather_kernel");
 
-  // The experts' gate_up and down GEMMs over all tiles.
-  const int align = moe_gemm_align(xs, gu, gate_up, down, rows, d);
-  gemm_batched_launch(gemm, a1, H, w1, H, c1, 2 * I, rows, 2 * I, H, tiles, align, stream);
-  const unsigned icols = unsigned(std::min<int64_t>((I + 127) / 128, 65535));
-  moe_swiglu_kernel<<<dim3(icols, row_grid(l.R)), 128, 0, stream>>>(gu, 2 * I, l.R, int(I), start + d.E);
-  DF_CUDA_CHECK_LAUNCH("moe_swiglu_kernel");
-  gemm_batched_launch(gemm, a2, 2 * I, w2, I, c2, H, rows, H, I, tiles, align, stream);
-
   bf16* sy = nullptr;
-  if (d.Is > 0) {
-    const int64_t Is = d.Is;
-    auto* sgu = reinterpret_cast<bf16*>(base + l.sgu);
-    sy = reinterpret_cast<bf16*>(base + l.sy);
-    gemm_launch(gemm, x, ldx, shared_gate_up, H, sgu, 2 * Is, false, T, 2 * Is, H, 0.0f, stream);
-    moe_swiglu_kernel<<<dim3(unsigned(std::min<int64_t>((Is + 127) / 128, 65535)), row_grid(T)), 128, 0,
-                        stream>>>(sgu, 2 * Is, T, int(Is), nullptr);
+  if (d.fp8) {
+    // The grouped rows' codes (rows past start[E] are quantised too, never read), the two grouped FP8 GEMMs
+    // with the SwiGLU's codes between them; the down projections land over xs as in the bf16 path.
+    auto* xq = reinterpret_cast<uint8_t*>(base + l.xq);
+    auto* xq_scale = reinterpret_cast<float*>(base + l.xq_scale);
+    auto* aq = reinterpret_cast<uint8_t*>(base + l.aq);
+    auto* aq_scale = reinterpret_cast<float*>(base + l.aq_scale);
+    const auto* w8_gu = static_cast<const uint8_t*>(gate_up_v);
+    const auto* w8_down = static_cast<const uint8_t*>(down_v);
+    moe_fp8_quantize(xs, H, xq, xq_scale, l.R, H, d.fp8_group, stream);
+    moe_fp8_gemm_launch(xq, xq_scale, l.R, w8_gu, scales.gate_up, d.fp8_group, tile_expert, start + d.E,
+                        int(rows), tiles, gu, 2 * I, 2 * I, H, stream);
+    moe_fp8_swiglu(gu, l.R, I, start + d.E, aq, aq_scale, d.fp8_group, stream);
+    moe_fp8_gemm_launch(aq, aq_scale, l.R, w8_down, scales.down, d.fp8_group, tile_expert, start + d.E,
+                        int(rows), tiles, xs, H, H, I, stream);
+    if (d.Is > 0) {
+      const int64_t Is = d.Is, stiles = (T + 63) / 64;
+      auto* sgu = reinterpret_cast<bf16*>(base + l.sgu);
+      sy = reinterpret_cast<bf16*>(base + l.sy);
+      moe_fp8_quantize(const_cast<bf16*>(x), ldx, xq, xq_scale, T, H, d.fp8_group, stream);
+      moe_fp8_gemm_launch(xq, xq_scale, T, static_cast<const uint8_t*>(shared_gate_up_v),
+                          scales.shared_gate_up, d.fp8_group, nullptr, nullptr, 64, stiles, sgu, 2 * Is,
+                          2 * Is, H, stream);
+      moe_fp8_swiglu(sgu, T, Is, nullptr, aq, aq_scale, d.fp8_group, stream);
+      moe_fp8_gemm_launch(aq, aq_scale, T, static_cast<const uint8_t*>(shared_down_v), scales.shared_down,
+                          d.fp8_group, nullptr, nullptr, 64, stiles, sy, H, H, Is, stream);
+    }
+  } else {
+    // The experts' gate_up and down GEMMs over all tiles.
+    const int align = moe_gemm_align(xs, gu, gate_up, down, rows, d);
+    gemm_batched_launch(gemm, a1, H, w1, H, c1, 2 * I, rows, 2 * I, H, tiles, align, stream);
+    const unsigned icols = unsigned(std::min<int64_t>((I + 127) / 128, 65535));
+    moe_swiglu_kernel<<<dim3(icols, row_grid(l.R)), 128, 0, stream>>>(gu, 2 * I, l.R, int(I), start + d.E);
     DF_CUDA_CHECK_LAUNCH("moe_swiglu_kernel");
-    gemm_launch(gemm, sgu, 2 * Is, shared_down, Is, sy, H, false, T, H, Is, 0.0f, stream);
+    gemm_batched_launch(gemm, a2, 2 * I, w2, I, c2, H, rows, H, I, tiles, align, stream);
+    if (d.Is > 0) {
+      const int64_t Is = d.Is;
+      auto* sgu = reinterpret_cast<bf16*>(base + l.sgu);
+      sy = reinterpret_cast<bf16*>(base + l.sy);
+      const auto* shared_gate_up = static_cast<const bf16*>(shared_gate_up_v);
+      const auto* shared_down = static_cast<const bf16*>(shared_down_v);
+      gemm_launch(gemm, x, ldx, shared_gate_up, H, sgu, 2 * Is, false, T, 2 * Is, H, 0.0f, stream);
+      moe_swiglu_kernel<<<dim3(unsigned(std::min<int64_t>((Is + 127) / 128, 65535)), row_grid(T)), 128, 0,
+                          stream>>>(sgu, 2 * Is, T, int(Is), nullptr);
+      DF_CUDA_CHECK_LAUNCH("moe_swiglu_kernel");
+      gemm_launch(gemm, sgu, 2 * Is, shared_down, Is, sy, H, false, T, H, Is, 0.0f, stream);
+    }
   }
 
   const bool out8 = vec8 && ldo % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/fp8.h"
 #include "core/torch_topk.h"
 
 namespace df {
@@ -23,7 +24,15 @@ struct MoeDims {
   int I = 0;            // a routed expert's SwiGLU width
   int Is = 0;           // the shared expert's width, 0 without one
   bool renorm = false;  // the top-k probabilities divided by their sum
+  bool fp8 = false;  // FP8 experts: e4m3 codes with scales (ops.h MoeWeights), inputs quantised per token ...
+  int fp8_group = 0;  // ... (0) or per token per 128 columns (128)
 };
+
+// The input scales the FP8 experts' GEMMs read for `rows` rows of `cols` columns: one per row (fp8_group 0)
+// or one per row per 128 columns laid out as core/fp8.h fp8_group_scale_index says.
+inline int64_t moe_fp8_scales(int64_t rows, int64_t cols, int fp8_group) {
+  return fp8_group > 0 ? fp8_group_scales_size(rows, (cols + fp8_group - 1) / fp8_group) : rows;
+}
 
 // The grouped GEMM's tiles for T tokens: expert e's pairs fill ceil(count_e / rows) tiles of `rows` rows, and
 // `tiles` bounds the sum over any routing: (T·k + min(E, T·k)·(rows − 1)) / rows. rows is the largest power
@@ -77,12 +86,14 @@ inline MoeRouteLayout moe_route_layout(int64_t T, const MoeDims& d) {
 // grouped row (−1: padding); pair_row i32 [T, k]: the grouped row of each pair (−1: skipped id); ptrs: the
 // six pointer arrays of the two grouped GEMMs; xs bf16 [R, H]: gathered rows, then the down projections'
 // outputs; gu bf16 [R, 2I]: gate | up, the SwiGLU written over the gate half; sgu bf16 [T, 2·Is] and sy bf16
-// [T, H]: the shared expert's.
+// [T, H]: the shared expert's. FP8 experts (d.fp8) instead of ptrs: tile_expert i32 [tiles], each tile's
+// expert; xq u8 / xq_scale f32: the codes and scales of the grouped rows (then of x, for the shared expert);
+// aq / aq_scale: those of the SwiGLU outputs, routed then shared.
 struct MoeExpertsLayout {
   MoeTiles tiles;
   int64_t chunks = 0, R = 0;
   size_t hist = 0, start = 0, row_token = 0, pair_row = 0, ptrs = 0, xs = 0, gu = 0, sgu = 0, sy = 0,
-         bytes = 0;
+         tile_expert = 0, xq = 0, xq_scale = 0, aq = 0, aq_scale = 0, bytes = 0;
 };
 
 inline MoeExpertsLayout moe_experts_layout(int64_t T, const MoeDims& d) {
@@ -96,7 +107,18 @@ inline MoeExpertsLayout moe_experts_layout(int64_t T, const MoeDims& d) {
   l.start = c.take(size_t(d.E + 1) * sizeof(int32_t));
   l.row_token = c.take(size_t(l.R) * sizeof(int32_t));
   l.pair_row = c.take(size_t(T) * size_t(d.k) * sizeof(int32_t));
-  l.ptrs = c.take(6 * size_t(l.tiles.tiles) * sizeof(void*));
+  if (d.fp8) {
+    const int64_t T_s = d.Is > 0 ? T : 0;
+    l.tile_expert = c.take(size_t(l.tiles.tiles) * sizeof(int32_t));
+    l.xq = c.take(size_t(l.R) * size_t(d.H));
+    l.xq_scale = c.take(size_t(moe_fp8_scales(l.R, d.H, d.fp8_group)) * sizeof(float));
+    l.aq = c.take(size_t(std::max(l.R * d.I, T_s * d.Is)));
+    l.aq_scale = c.take(
+        size_t(std::max(moe_fp8_scales(l.R, d.I, d.fp8_group), moe_fp8_scales(T_s, d.Is, d.fp8_group))) *
+        sizeof(float));
+  } else {
+    l.ptrs = c.take(6 * size_t(l.tiles.tiles) * sizeof(void*));
+  }
   l.xs = c.take(size_t(l.R) * size_t(d.H) * bf16_bytes);
   l.gu = c.take(size_t(l.R) * 2 * size_t(d.I) * bf16_bytes);
   if (d.Is > 0) {

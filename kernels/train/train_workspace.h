@@ -60,6 +60,20 @@ inline size_t dflash_attention_bwd_workspace_bytes(const DFlashAttnDims& d) {
   return 2 * round256(sizeof(float) * size_t(d.nb * d.block) * size_t(d.hq));
 }
 
+// x rounded up to a multiple of m, and the carving of a workspace into 256-byte aligned pieces in order (take
+// returns a piece's byte offset, off the bytes so far): the layouts below are built with them.
+inline int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+struct WorkspaceCarver {
+  size_t off = 0;
+  size_t take(int64_t bytes) {
+    const size_t at = off;
+    off += size_t(round_up(bytes, 256));
+    return at;
+  }
+};
+
 // ---- lm_head_loss.cu -------------------------------------------------------------------------------------
 // Where each piece of the loss workspace lives (byte offsets, 256-byte aligned) and the padded row strides:
 // logits rows of a multiple of 8 elements keep every row 16-byte aligned for the vector loads and cuBLASLt.
@@ -69,18 +83,13 @@ struct LmLossLayout {
 };
 
 inline LmLossLayout lm_head_loss_layout(int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, bool kl) {
-  auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
   LmLossLayout L;
   L.chunk = chunk_rows < rows ? chunk_rows : rows;
   if (L.chunk < 1) L.chunk = 1;
   L.ldh = round_up(H, 8);
   L.ldv = round_up(V, 8);
-  size_t off = 0;
-  auto take = [&](int64_t bytes) {
-    const size_t at = off;
-    off += size_t(round_up(bytes, 256));
-    return at;
-  };
+  WorkspaceCarver ws;
+  auto take = [&](int64_t bytes) { return ws.take(bytes); };
   L.idx = take(rows * int64_t(sizeof(int32_t)));
   // hid also receives the chunk's dhidden: the gathered rows are dead once the logits exist.
   L.hid = take(L.chunk * L.ldh * 2);
@@ -88,12 +97,100 @@ inline LmLossLayout lm_head_loss_layout(int64_t rows, int64_t H, int64_t V, int6
   L.logits = take(L.chunk * L.ldv * int64_t(sizeof(float)));
   if (kl) L.tlogits = take(L.chunk * L.ldv * int64_t(sizeof(float)));
   L.grad = take(L.chunk * L.ldv * 2);  // bf16 dlogits
-  L.bytes = off;
+  L.bytes = ws.off;
   return L;
 }
 
 inline size_t lm_head_loss_workspace_bytes(int64_t rows, int64_t H, int64_t V, int64_t chunk_rows, bool kl) {
   return lm_head_loss_layout(rows, H, V, chunk_rows, kl).bytes;
+}
+
+// ---- domino_head.cu --------------------------------------------------------------------------------------
+// Domino's head over nb blocks of B rows (N = nb·B): what the forward keeps for the backward (the GRU's input
+// projection, states and gates, the correction MLP's input [y ; h] and activations), one chunk of base
+// logits and corrections (final = base + correction) with the bf16 gradients of both logits, and the
+// backward's buffers. Byte offsets, 256-byte aligned; logits and [y ; h] rows padded to a multiple of 8
+// elements (16-byte aligned rows for the vector loads and cuBLASLt). Two f32 arrays a chunk instead of
+// lm_head_loss's one: the chunk is half of chunk_rows, so the scratch stays about lm_head_loss's.
+struct DominoLayout {
+  int64_t N = 0, chunk = 0, ldv = 0, ldf = 0;
+  size_t xi = 0, hh = 0, hs = 0, hsb = 0, gates = 0, fcat = 0, m = 0, a = 0;  // forward
+  size_t base = 0, corr = 0, gbase = 0, gfin = 0;                             // one chunk of logits
+  size_t da = 0, dm = 0, df = 0, dh = 0, dhs = 0, dgi = 0, dgh = 0;           // backward
+  size_t off_loss = 0, off_w = 0, off_lab = 0, off_am = 0, off_act = 0;       // statistics rows
+  size_t bytes = 0;
+};
+
+inline DominoLayout domino_head_layout(int64_t nb, int64_t B, int64_t H, int64_t G, int64_t E, int64_t V,
+                                       int64_t chunk_rows) {
+  DominoLayout L;
+  L.N = nb * B;
+  L.chunk = chunk_rows / 2 < L.N ? chunk_rows / 2 : L.N;
+  if (L.chunk < 1) L.chunk = 1;
+  L.ldv = round_up(V, 8);
+  L.ldf = round_up(H + G, 8);
+  WorkspaceCarver ws;
+  auto take = [&](int64_t bytes) { return ws.take(bytes); };
+  const int64_t N = L.N, f4 = 4, b2 = 2;
+  L.xi = take(N * 3 * G * f4);
+  L.hh = take(nb * 3 * G * f4);
+  L.hs = take((B + 1) * nb * G * f4);  // state t + 1 after input t; state 0 is h_{-1} = 0
+  L.hsb = take((B + 1) * nb * G * b2);
+  L.gates = take(4 * B * nb * G * f4);  // r, u, n, W_hn·h per step
+  L.fcat = take(N * L.ldf * b2);
+  L.m = take(N * E * f4);
+  L.a = take(N * E * b2);
+  L.base = take(L.chunk * L.ldv * f4);
+  L.corr = take(L.chunk * L.ldv * f4);
+  L.gbase = take(L.chunk * L.ldv * b2);
+  L.gfin = take(L.chunk * L.ldv * b2);
+  L.da = take(N * E * f4);
+  L.dm = take(N * E * b2);
+  L.df = take(N * L.ldf * f4);
+  L.dh = take(nb * G * f4);
+  L.dhs = take(B * nb * G * f4);
+  L.dgi = take(N * 3 * G * b2);
+  L.dgh = take(B * nb * 3 * G * b2);
+  L.off_loss = take(N * f4);
+  L.off_w = take(N * f4);
+  L.off_lab = take(N * 4);
+  L.off_am = take(N * 4);
+  L.off_act = take(N);
+  L.bytes = ws.off;
+  return L;
+}
+
+inline size_t domino_head_workspace_bytes(int64_t nb, int64_t B, int64_t H, int64_t G, int64_t E, int64_t V,
+                                          int64_t chunk_rows) {
+  return domino_head_layout(nb, B, H, G, E, V, chunk_rows).bytes;
+}
+
+// Domino's greedy proposals for one block: the B base logits rows, one final logits row, the GRU's step
+// buffers and the B tokens.
+struct DominoProposeLayout {
+  int64_t ldv = 0, ldf = 0;
+  size_t base = 0, fin = 0, x = 0, xi = 0, hh = 0, h = 0, hb = 0, f = 0, m = 0, a = 0, tok = 0, bytes = 0;
+};
+
+inline DominoProposeLayout domino_propose_layout(int64_t B, int64_t H, int64_t G, int64_t E, int64_t V) {
+  DominoProposeLayout L;
+  L.ldv = round_up(V, 8);
+  L.ldf = round_up(H + G, 8);
+  WorkspaceCarver ws;
+  auto take = [&](int64_t bytes) { return ws.take(bytes); };
+  L.base = take(B * L.ldv * 4);
+  L.fin = take(L.ldv * 4);
+  L.x = take(H * 2);
+  L.xi = take(3 * G * 4);
+  L.hh = take(3 * G * 4);
+  L.h = take(G * 4);
+  L.hb = take(G * 2);
+  L.f = take(L.ldf * 2);
+  L.m = take(E * 4);
+  L.a = take(E * 2);
+  L.tok = take(B * 4);
+  L.bytes = ws.off;
+  return L;
 }
 
 }  // namespace df

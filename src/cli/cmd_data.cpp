@@ -27,6 +27,7 @@ struct ConvertArgs {
 
 struct TokenizeArgs {
   std::string tokenizer, in, out, chat_template = "auto", enable_thinking, tools;
+  std::vector<std::string> template_vars;
   int64_t max_len = 0;
   bool add_generation_prompt = false, force = false;
 };
@@ -188,6 +189,13 @@ void cmd_data_register(CLI::App& app) {
   t->add_option("--enable-thinking", tk->enable_thinking,
                 "true|false: the template's enable_thinking (unset: the template's own default)")
       ->check(CLI::IsMember({"true", "false"}));
+  t->add_option(
+       "--template-var", tk->template_vars,
+       "KEY=VALUE (repeatable): one more variable for the template, as apply_chat_template's keyword "
+       "arguments; VALUE is JSON (true, 3, \"text\") or else a string. E.g. preserve_thinking=true: "
+       "Qwen3.6 keeps the think block of every assistant turn, not only of those after the last user "
+       "message. A KEY the template never reads is refused")
+      ->allow_extra_args(false);
   t->add_option("--tools", tk->tools, "JSON file: an array of tool schemas for records without their own 'tools'");
   t->add_flag("--add-generation-prompt", tk->add_generation_prompt,
               "prompt files (eval): end each record with the assistant header the model continues from; no "
@@ -205,6 +213,7 @@ void cmd_data_register(CLI::App& app) {
     TokenizeOptions o;
     o.chat_template = tk->chat_template;
     if (!tk->enable_thinking.empty()) o.chat.enable_thinking = tk->enable_thinking == "true";
+    for (const std::string& v : tk->template_vars) chat_template_var_add(o.chat.template_vars, v);
     o.chat.add_generation_prompt = tk->add_generation_prompt;
     o.tools_file = tk->tools;
     o.max_len = tk->max_len;

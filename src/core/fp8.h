@@ -92,4 +92,10 @@ inline int64_t fp8_group_scales_size(int64_t rows, int64_t groups) {
   return groups * ((rows + 3) & ~int64_t(3));
 }
 
+// The row stride of a weight's 128x128 block scales (Ops::gemm_fp8_block, the FP8 experts' grouped GEMM), for
+// K inputs: ceil(K/128) rounded up to a multiple of 4, as PyTorch's _scaled_mm lays them out for cuBLASLt.
+DF_HOST_DEVICE inline int64_t fp8_block_scale_ld(int64_t K) {
+  return ((K + 127) / 128 + 3) / 4 * 4;
+}
+
 }  // namespace df

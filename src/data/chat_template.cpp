@@ -1,6 +1,7 @@
 // Conversation records, the template a model ships and the loss spans of a rendering (data/chat_template.h).
 #include "data/chat_template.h"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -132,9 +133,33 @@ json chat_tools_read(const std::string& path) {
   return t;
 }
 
+void chat_template_var_add(json& vars, const std::string& arg) {
+  const size_t eq = arg.find('=');
+  DF_CHECK(eq != std::string::npos, "--template-var '%s': expected KEY=VALUE, e.g. preserve_thinking=true",
+           arg.c_str());
+  const std::string key = arg.substr(0, eq), text = arg.substr(eq + 1);
+  bool name = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
+  for (char c : key) name = name && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  DF_CHECK(name, "--template-var '%s': '%s' is not a variable name (letters, digits and _)", arg.c_str(),
+           key.c_str());
+  for (const char* own : {"messages", "tools", "documents", "add_generation_prompt", "enable_thinking"})
+    DF_CHECK(key != own,
+             "--template-var '%s': %s has its own option (the records, --tools, "
+             "--add-generation-prompt, --enable-thinking)",
+             arg.c_str(), key.c_str());
+  DF_CHECK(!vars.contains(key), "--template-var '%s': %s is given twice", arg.c_str(), key.c_str());
+  DF_CHECK(text != "True" && text != "False" && text != "None",
+           "--template-var '%s': the value is read as JSON: write true, false or null", arg.c_str());
+  json value = json::parse(text, nullptr, false);
+  vars[key] = value.is_discarded() ? json(text) : std::move(value);
+}
+
 ChatRenderer::ChatRenderer(const std::string& spec, const std::string& tokenizer, ChatOptions opts)
     : opts_(std::move(opts)) {
   if (spec == "none") {
+    DF_CHECK(opts_.template_vars.empty(),
+             "--template-var needs a chat template; --chat-template none renders the "
+             "contents alone");
     source_ = "none (contents only)";
     return;
   }
@@ -177,6 +202,11 @@ ChatRenderer::ChatRenderer(const std::string& spec, const std::string& tokenizer
     }
   }
   template_ = std::make_unique<jinja::Template>(source, source_);
+  for (auto it = opts_.template_vars.begin(); it != opts_.template_vars.end(); ++it)
+    DF_CHECK(template_->reads(it.key()),
+             "%s never reads '%s', so --template-var %s would change nothing; HINT: "
+             "check the name against the template",
+             source_.c_str(), it.key().c_str(), it.key().c_str());
 }
 
 std::vector<ChatPiece> ChatRenderer::render(const ChatRecord& rec, const std::string& where) const {
@@ -187,6 +217,8 @@ std::vector<ChatPiece> ChatRenderer::render(const ChatRecord& rec, const std::st
     return out;
   }
   json ctx = special_tokens_;
+  for (auto it = opts_.template_vars.begin(); it != opts_.template_vars.end(); ++it)
+    ctx[it.key()] = it.value();
   ctx["messages"] = rec.messages;
   ctx["tools"] = rec.tools.is_null() ? opts_.tools : rec.tools;
   ctx["documents"] = nullptr;

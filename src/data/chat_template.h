@@ -33,7 +33,15 @@ struct ChatOptions {
   std::optional<bool> enable_thinking;  // unset: the template's own default (the variable stays undefined)
   bool add_generation_prompt = false;   // prompt files: end with the assistant header the model continues from
   nlohmann::ordered_json tools;         // for records without their own "tools" (null: none)
+  // More top-level template variables, as apply_chat_template's keyword arguments (e.g. Qwen3.6's
+  // preserve_thinking); each must be one the template reads (chat_template_var_add fills it).
+  nlohmann::ordered_json template_vars = nlohmann::ordered_json::object();
 };
+
+// Adds one `--template-var KEY=VALUE` to `vars`: VALUE is read as JSON (true, 3, "text", [...]) and, when it
+// is not JSON, taken as a string. Throws for a KEY that is not a name, one given twice, one with its own
+// option (messages, tools, documents, add_generation_prompt, enable_thinking) and Python's True/False/None.
+void chat_template_var_add(nlohmann::ordered_json& vars, const std::string& arg);
 
 // A rendered span of text; `trained` spans are what the assistant produced in a turn (see chat_render).
 struct ChatPiece {
@@ -44,8 +52,9 @@ struct ChatPiece {
 class ChatRenderer {
  public:
   // `spec`: "auto" (the template `tokenizer` ships: chat_template.jinja beside its tokenizer.json, else
-  // tokenizer_config.json's chat_template), "none" (contents only) or the path of a .jinja file. Throws naming
-  // the file for a template that is missing or that the interpreter cannot run.
+  // tokenizer_config.json's chat_template), "none" (contents only) or the path of a .jinja file. Throws
+  // naming the file for a template that is missing or that the interpreter cannot run, and for a template
+  // variable the template never reads.
   ChatRenderer(const std::string& spec, const std::string& tokenizer, ChatOptions opts);
 
   // The loss spans follow SpecForge's GeneralParser for ChatML: everything after each "<|im_start|>assistant\n"

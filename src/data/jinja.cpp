@@ -502,7 +502,36 @@ class Renderer {
   int64_t steps_ = 0;
 };
 
+bool expr_reads(const Expr* e, const std::string& name) {
+  if (!e) return false;
+  if (e->kind == Expr::Kind::name && e->name == name) return true;
+  for (const ExprPtr& item : e->items)
+    if (expr_reads(item.get(), name)) return true;
+  return false;
+}
+
+bool body_reads(const Body& body, const std::string& name) {
+  for (const StmtPtr& s : body) {
+    if (expr_reads(s->expr.get(), name) || expr_reads(s->filter.get(), name)) return true;
+    if (!s->target_attr.empty() && s->targets[0] == name) return true;  // set ns.attr reads ns
+    for (const ExprPtr& c : s->conds)
+      if (expr_reads(c.get(), name)) return true;
+    for (const Body& b : s->branches)
+      if (body_reads(b, name)) return true;
+    if (s->macro) {
+      for (const ExprPtr& d : s->macro->defaults)
+        if (expr_reads(d.get(), name)) return true;
+      if (body_reads(s->macro->body, name)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+bool Template::reads(const std::string& name) const {
+  return body_reads(body_, name);
+}
 
 Template::Template(const std::string& source, const std::string& name) : name_(name), body_(jinja_parse(source, name)) {}
 

@@ -23,6 +23,10 @@ class Template {
   // undefined value used, a type error); the message of raise_exception is kept verbatim.
   std::string render(const nlohmann::ordered_json& context) const;
 
+  // Whether the template reads the variable `name` anywhere (an `is defined` test counts), so a caller can
+  // refuse a variable it was asked to pass that the template would ignore.
+  bool reads(const std::string& name) const;
+
   const std::string& name() const { return name_; }
 
  private:

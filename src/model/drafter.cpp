@@ -98,10 +98,10 @@ void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& bac
       "selector and loss yet (their CPU fp32 oracles are model/dflash2_conv.h and model/dflash2_selector.h; "
       "the step and the CUDA ops are not built, on either backend); HINT: drafter.kind = \"dflash\"",
       backend.c_str());
-  DF_CHECK((c.kind != DrafterKind::domino && c.kind != DrafterKind::dspark) || backend == "cpu",
-           "drafter.kind = \"%s\": the %s backend has no %s head yet (its ops are built on the CPU backend "
-           "only); HINT: drafter.device = \"cpu\", or drafter.kind = \"dflash\"",
-           drafter_kind_name(c.kind), backend.c_str(), drafter_kind_name(c.kind));
+  DF_CHECK(c.kind != DrafterKind::dspark || backend == "cpu",
+           "drafter.kind = \"dspark\": the %s backend has no dspark head yet (its ops are built on the CPU "
+           "backend only); HINT: drafter.device = \"cpu\", or drafter.kind = \"dflash\"",
+           backend.c_str());
 }
 
 DominoHeadDims domino_head_dims(const DrafterConfig& c) {

@@ -54,8 +54,8 @@ struct DrafterParamTable {
 
 DrafterParamTable drafter_param_table(const DrafterConfig& c);
 
-// Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): Domino's and DSpark's heads run on
-// the CPU backend only so far, and a Domino or DSpark config must never silently train a DFlash drafter.
+// Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): DSpark's head runs on the CPU backend
+// only so far, DFlash2 has no step yet, and such a config must never silently train a DFlash drafter.
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend);
 
 // The Domino head's sizes (ops/domino_head.h) of a kind = domino config.

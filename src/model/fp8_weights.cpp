@@ -39,12 +39,15 @@ const uint8_t* fp8_block_codes(const SafetensorsIndex& st, const StTensor& q, in
            q.file.c_str(), dtype_name(q.dtype));
   DF_CHECK(block_n > 0 && block_k > 0, "fp8_dequantize: tensor '%s': block size %dx%d must be positive",
            q.name.c_str(), block_n, block_k);
-  DF_CHECK(q.shape.size() == 2,
-           "%s: tensor '%s' is F8_E4M3 with shape %s; block-scaled FP8 is only read for 2-D weights; HINT: "
-           "this tensor must be stored in bf16 (re-download or re-quantise the checkpoint)",
-           q.file.c_str(), q.name.c_str(), st_shape_text(q.shape).c_str());
-  const int64_t N = q.shape[0], K = q.shape[1];
-  const std::vector<int64_t> want = fp8_scale_shape(N, K, block_n, block_k);
+  DF_CHECK(
+      q.shape.size() == 2 || q.shape.size() == 3,
+      "%s: tensor '%s' is F8_E4M3 with shape %s; block-scaled FP8 is only read for 2-D weights and the 3-D "
+      "fused experts; HINT: this tensor must be stored in bf16 (re-download or re-quantise the checkpoint)",
+      q.file.c_str(), q.name.c_str(), st_shape_text(q.shape).c_str());
+  const bool stacked = q.shape.size() == 3;  // [E, N, K]: E matrices, each in its own blocks
+  const int64_t mats = stacked ? q.shape[0] : 1, N = q.shape[stacked ? 1 : 0], K = q.shape.back();
+  std::vector<int64_t> want = fp8_scale_shape(N, K, block_n, block_k);
+  if (stacked) want.insert(want.begin(), mats);
   const std::string sname = fp8_scale_name(q.name);
   const StTensor* s = st.find(sname);
   DF_CHECK(s != nullptr,
@@ -59,15 +62,16 @@ const uint8_t* fp8_block_codes(const SafetensorsIndex& st, const StTensor& q, in
            "quantization_config.weight_block_size does not match the weights",
            s->file.c_str(), sname.c_str(), st_shape_text(s->shape).c_str(), q.name.c_str(),
            st_shape_text(q.shape).c_str(), block_n, block_k, st_shape_text(want).c_str());
-  scale.resize(static_cast<size_t>(want[0] * want[1]));
+  scale.resize(static_cast<size_t>(mats * ceil_div(N, block_n) * ceil_div(K, block_k)));
   st_to_f32(*s, scale.data());
   const uint8_t* codes = static_cast<const uint8_t*>(q.data);
   int64_t bad = INT64_MAX;  // first NaN code, reported after the parallel loop
 #pragma omp parallel for schedule(static) reduction(min : bad)
-  for (int64_t i = 0; i < N * K; ++i)
+  for (int64_t i = 0; i < mats * N * K; ++i)
     if ((codes[i] & 0x7fu) == 0x7fu) bad = std::min(bad, i);
   DF_CHECK(bad == INT64_MAX,
-           "%s: tensor '%s' holds the e4m3 NaN code at [%lld, %lld]; HINT: the checkpoint is corrupt",
+           "%s: tensor '%s' holds the e4m3 NaN code at [%lld, %lld] (row counted over all experts of a fused "
+           "tensor); HINT: the checkpoint is corrupt",
            q.file.c_str(), q.name.c_str(), static_cast<long long>(bad / K), static_cast<long long>(bad % K));
   return codes;
 }
@@ -75,13 +79,16 @@ const uint8_t* fp8_block_codes(const SafetensorsIndex& st, const StTensor& q, in
 void fp8_dequantize(const SafetensorsIndex& st, const StTensor& q, int block_n, int block_k, float* out) {
   std::vector<float> scale;
   const uint8_t* codes = fp8_block_codes(st, q, block_n, block_k, scale);
-  const int64_t N = q.shape[0], K = q.shape[1], kb = ceil_div(K, block_k);
+  const bool stacked = q.shape.size() == 3;
+  const int64_t N = q.shape[stacked ? 1 : 0], K = q.shape.back(), kb = ceil_div(K, block_k),
+                nb = ceil_div(N, block_n);
+  const int64_t rows = (stacked ? q.shape[0] : 1) * N;
   std::array<float, 256> lut;
   for (int c = 0; c < 256; ++c) lut[c] = e4m3_to_f32(static_cast<uint8_t>(c));
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < N; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* qr = codes + r * K;
-    const float* sr = scale.data() + (r / block_n) * kb;
+    const float* sr = scale.data() + ((r / N) * nb + (r % N) / block_n) * kb;
     float* o = out + r * K;
     for (int64_t c = 0; c < K; ++c) o[c] = lut[qr[c]] * sr[c / block_k];
   }
@@ -111,11 +118,21 @@ void fp8_quantize(const float* w, int64_t N, int64_t K, int block_n, int block_k
 
 bool fp8_quantized_weight(const std::string& name) {
   if (name.find("layers.") == std::string::npos) return false;
-  static const char* suffixes[] = {
-      "self_attn.q_proj.weight",     "self_attn.k_proj.weight",        "self_attn.v_proj.weight",
-      "self_attn.o_proj.weight",     "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight",
-      "linear_attn.out_proj.weight", "mlp.gate_proj.weight",           "mlp.up_proj.weight",
-      "mlp.down_proj.weight"};
+  // The MLP's projections: the dense mlp.*_proj, every routed expert's (mlp.experts.{e}.*_proj.weight, or the
+  // fused mlp.experts.gate_up_proj / down_proj) and the shared expert's; the router mlp.gate and the
+  // shared_expert_gate are not among them.
+  static const char* suffixes[] = {"self_attn.q_proj.weight",
+                                   "self_attn.k_proj.weight",
+                                   "self_attn.v_proj.weight",
+                                   "self_attn.o_proj.weight",
+                                   "linear_attn.in_proj_qkv.weight",
+                                   "linear_attn.in_proj_z.weight",
+                                   "linear_attn.out_proj.weight",
+                                   ".gate_proj.weight",
+                                   ".up_proj.weight",
+                                   ".down_proj.weight",
+                                   "mlp.experts.gate_up_proj",
+                                   "mlp.experts.down_proj"};
   return std::any_of(std::begin(suffixes), std::end(suffixes),
                      [&](const char* s) { return ends_with(name, s); });
 }

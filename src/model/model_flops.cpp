@@ -37,12 +37,13 @@ double target_forward_flops_per_token(const QwenConfig& c, int64_t seq_len, int 
 double drafter_step_flops(const DrafterConfig& c, const std::vector<DrafterAnchor>& anchors,
                           const std::vector<int64_t>& seq_lens) {
   int64_t T = 0, active = 0;
+  const int shift = c.kind == DrafterKind::domino && c.shift_label ? 1 : 0;  // slot 0 is labelled too
   for (int64_t len : seq_lens) T += len;
   for (const DrafterAnchor& an : anchors) {
     if (an.pos < 0) continue;
     DF_CHECK(an.seq >= 0 && size_t(an.seq) < seq_lens.size(), "anchor in sequence %d of a batch of %zu",
              an.seq, seq_lens.size());
-    active += std::min<int64_t>(c.block_size - 1, seq_lens[size_t(an.seq)] - 1 - an.pos);
+    active += std::min<int64_t>(c.block_size - 1 + shift, seq_lens[size_t(an.seq)] - 1 - an.pos);
   }
   const double H = c.hidden, qd = double(c.heads) * c.head_dim, kvd = double(c.kv_heads) * c.head_dim;
   const double layer_params = qd * H * 2 + kvd * H * 2 + 3.0 * c.intermediate * H;
@@ -51,6 +52,10 @@ double drafter_step_flops(const DrafterConfig& c, const std::vector<DrafterAncho
   f += 6.0 * (2 * kvd * H) * c.layers * double(T);
   f += 4.0 * (H * c.num_taps() * H) * double(T);
   f += 4.0 * H * double(c.vocab) * double(active);
+  if (c.kind == DrafterKind::domino) {
+    const double G = c.gru_hidden_dim, E = c.emb_dim;
+    f += (4.0 * 3 * G * H + 6.0 * 3 * G * G + 6.0 * E * (H + G) + 6.0 * E * double(c.vocab)) * N;
+  }
   for (int l = 0; l < c.layers; ++l) {
     const int W = c.layer_types[size_t(l)] == DrafterLayerType::sliding ? c.sliding_window : 0;
     double keys = 0;

@@ -27,7 +27,11 @@ double target_forward_flops_per_token(const QwenConfig& c, int64_t seq_len, int 
 // no dX)
 // + 4 · H · V · labelled rows                                                       (lm_head fwd + dX; head
 // frozen)
-//   (offsets k = 1..B−1 with a + k inside the anchor's sequence; a loss mask of all ones),
+//   (offsets k = 1..B−1 with a + k inside the anchor's sequence, Domino with shift_label slots k = 0..B−1
+//   with a + k + 1 inside it; a loss mask of all ones),
+// + Domino's head over the N block rows: 4 · 3G·H (GRU input projection fwd + dW; the embeddings are
+//   frozen) + 6 · 3G·G (recurrence) + 6 · E·(H + G) + 6 · E·V (correction MLP), with G = gru_hidden_dim
+//   and E = emb_dim,
 // + attention: per layer, query row and head, 4 · hd · keys_seen forward (QKᵀ, PV) and 2.5× that backward
 //   (recomputed S, dV, dP, dQ, dK), keys_seen counted exactly from the anchors and the layer's mask.
 // `seq_lens` gives the sequences of the batch (anchor.seq indexes it); padding blocks (pos < 0) count

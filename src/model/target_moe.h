@@ -13,18 +13,33 @@
 
 namespace df {
 
-// The layer shape the MoE ops take, from the config.
-MoeShape target_moe_shape(const QwenConfig& c);
+// The layer shape the MoE ops take, from the model's config and FP8 mode (MoeShape::fp8).
+MoeShape target_moe_shape(const TargetModel& m);
 
-// Carves one MoE layer's router and experts out of the model's arena in dtype `dt`.
-void target_moe_layout(const QwenConfig& c, TargetLayer& L, Arena& a, DType dt);
+// Carves one MoE layer's router and experts out of the model's arena: the router and the shared expert's gate
+// in act dtype; the expert projections in act dtype, or, where the model holds FP8 codes
+// (TargetModel::fp8_codes), as e4m3 codes with their scales (ops.h MoeWeights).
+void target_moe_layout(const TargetModel& m, TargetLayer& L, Arena& a, DType act);
+
+// The expert projections of an MoE layer with their scales (empty unless FP8 codes), named for messages.
+struct MoeProjection {
+  const char* name;
+  const Tensor* w;
+  const Tensor* s;
+};
+std::vector<MoeProjection> target_moe_projections(const TargetLayer& L);
 
 // Fills dst with the checkpoint tensor `name` of Hugging Face shape `shape` (the loader's weight source).
 using MoeTensorFill = std::function<void(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape)>;
+// Fills rows [r0, r0 + n) of expert projection w (scales s) with the checkpoint tensor `name` of Hugging Face
+// shape `shape` (2-D, or the fused [E, rows, cols] of all experts): the loader's projection path, which
+// quantises or keeps a checkpoint's FP8 blocks as the model's dtype wants.
+using MoeProjFill = std::function<void(const Tensor& w, const Tensor& s, int64_t r0, int64_t n,
+                                       const std::string& name, const std::vector<int64_t>& shape)>;
 // Fills one MoE layer whose tensors are named under `mp` ("model.layers.3.mlp."): fused_experts reads the experts
 // as the two fused tensors, else one gate/up/down triple per expert.
 void target_moe_fill(const QwenConfig& c, const TargetLayer& L, const std::string& mp, bool fused_experts,
-                     const MoeTensorFill& fill);
+                     const MoeTensorFill& fill, const MoeProjFill& proj);
 // The Hugging Face name of the fused gate/up tensor under `mp`: its presence tells a checkpoint's expert naming.
 std::string target_moe_fused_name(const std::string& mp);
 

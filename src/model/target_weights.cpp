@@ -91,7 +91,7 @@ void layout_model(TargetModel& m, Arena& a, const TargetLoadOptions& opt) {
       L.s_out = scales(L.w_out, L.w_out.rows);
     }
     if (c.layer_is_moe(i)) {
-      target_moe_layout(c, L, a, act);
+      target_moe_layout(m, L, a, act);
       continue;
     }
     L.w_gate_up = a.alloc(pdt, 2 * int64_t(c.intermediate), H);
@@ -110,10 +110,13 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
   auto whole = [&](const Tensor& dst, const std::string& name, std::vector<int64_t> shape) {
     src.fill(dst, name, shape);
   };
-  // Rows [r0, r0 + n) of projection w (scales s) from HF tensor `name`; q_gate: the gated q_proj's regrouping.
-  auto proj = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name, bool q_gate) {
+  // Rows [r0, r0 + n) of projection w (scales s) from HF tensor `name` of HF shape `shape` ({n, w.cols} when
+  // empty; the MoE experts' fused tensors are 3-D); q_gate: the gated q_proj's regrouping.
+  auto proj_as = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name,
+                     bool q_gate, std::vector<int64_t> shape) {
+    if (shape.empty()) shape = {n, w.cols};
     if (m.fp8_codes && m.fp8_group > 0) {  // rows in whole blocks: fp8_check_blocks
-      src.fill_fp8_blocks(w.rows_view(r0, n), s.rows_view(r0 / 128, n / 128), name, {n, w.cols},
+      src.fill_fp8_blocks(w.rows_view(r0, n), s.rows_view(r0 / 128, n / 128), name, shape,
                           q_gate ? c.head_dim : 0);
       return;
     }
@@ -122,9 +125,11 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
     if (q_gate)
       src.fill_q_gate(dst, name, c.heads, c.head_dim, H);
     else
-      src.fill(dst, name, {n, w.cols});
+      src.fill(dst, name, shape);
     if (m.fp8_codes) m.ops->fp8_quantize_rows(dst, w.rows_view(r0, n), s.cols_view(r0, n), false);
   };
+  auto proj = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name,
+                  bool q_gate) { proj_as(w, s, r0, n, name, q_gate, {}); };
   whole(m.embed, p + "embed_tokens.weight", {c.vocab, H});
   whole(m.final_norm, p + "norm.weight", {H});
   if (!m.lm_head.empty() && !c.tie_word_embeddings) whole(m.lm_head, "lm_head.weight", {c.vocab, H});
@@ -166,10 +171,13 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
     }
     std::string mp = lp + "mlp.";
     if (c.layer_is_moe(i)) {
-      target_moe_fill(c, L, mp, src.fused_experts(mp),
-                      [&](const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) {
-                        src.fill(dst, name, shape);
-                      });
+      target_moe_fill(
+          c, L, mp, src.fused_experts(mp),
+          [&](const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) {
+            src.fill(dst, name, shape);
+          },
+          [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name,
+              const std::vector<int64_t>& shape) { proj_as(w, s, r0, n, name, false, shape); });
       continue;
     }
     const int64_t I = c.intermediate;
@@ -195,6 +203,14 @@ void fp8_check_shapes(const TargetModel& m) {
                "rows to be multiples of 16; HINT: target.dtype = \"bf16\" for this model",
                l, names[i], ws[i]->shape_str().c_str(), (long long)ws[i]->cols, (long long)rows);
     }
+    for (const MoeProjection& p : target_moe_projections(L))
+      DF_CHECK(
+          p.w->empty() || (p.w->cols % 16 == 0 && p.w->rows % 16 == 0),
+          "target.dtype = \"fp8\": layer %zu %s %s: the FP8 expert GEMMs need its %lld inputs and %lld rows "
+          "to be multiples of 16 (moe_intermediate_size, shared_expert_intermediate_size, hidden_size); "
+          "HINT: "
+          "target.dtype = \"bf16\" for this model",
+          l, p.name, p.w->shape_str().c_str(), (long long)p.w->cols, (long long)p.w->rows);
   }
 }
 
@@ -208,8 +224,17 @@ void fp8_check_blocks(const TargetModel& m) {
   const int64_t kv = int64_t(c.kv_heads) * hd, vdim = int64_t(c.lin_nv) * c.lin_dv;
   const int64_t conv_ch = 2 * int64_t(c.lin_nk) * c.lin_dk + vdim;
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    std::vector<std::pair<const char*, int64_t>> parts = {
-        {"mlp.gate_proj", c.intermediate}, {"mlp.up_proj", c.intermediate}, {"mlp.down_proj", c.hidden}};
+    std::vector<std::pair<const char*, int64_t>> parts;
+    if (c.layer_is_moe(int(l))) {  // each expert's gate, up and down its own whole blocks
+      parts = {{"mlp.experts.gate_proj (moe_intermediate_size)", c.moe_intermediate},
+               {"mlp.experts.down_proj (hidden_size)", c.hidden}};
+      if (c.shared_intermediate > 0)
+        parts.push_back(
+            {"mlp.shared_expert.gate_proj (shared_expert_intermediate_size)", c.shared_intermediate});
+    } else {
+      parts = {
+          {"mlp.gate_proj", c.intermediate}, {"mlp.up_proj", c.intermediate}, {"mlp.down_proj", c.hidden}};
+    }
     if (m.layers[l].kind == LayerKind::full_attention) {
       parts.insert(parts.end(), {{"self_attn.q_proj", q}, {"self_attn.k_proj", kv}, {"self_attn.v_proj", kv},
                                  {"self_attn.o_proj", c.hidden}});
@@ -246,10 +271,6 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
                                          const std::string& prefix, WeightSource& src,
                                          int64_t fp8_group = 0) {
   ops.check_target(target_shape(cfg));
-  DF_CHECK(!opt.fp8 || !cfg.is_moe(),
-           "target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet; HINT: target.dtype "
-           "= \"bf16\"",
-           cfg.model_type.c_str());
   auto m = std::make_unique<TargetModel>();
   m->cfg = cfg;
   m->ops = &ops;
@@ -267,8 +288,10 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
   if (m->fp8_codes && m->fp8_group > 0) fp8_check_blocks(*m);
   if (m->fp8_codes && m->fp8_group == 0) {
     int64_t most = 0;
-    for (const TargetLayer& L : m->layers)
+    for (const TargetLayer& L : m->layers) {
       for (const Tensor* w : L.projections()) most = std::max(most, w->numel());
+      for (const MoeProjection& p : target_moe_projections(L)) most = std::max(most, p.w->numel());
+    }
     staging = Tensor{ops.alloc_bytes(size_t(most) * dtype_size(ops.act_dtype())), ops.act_dtype(), ops.device(),
                      1, most, most};
   }
@@ -279,9 +302,12 @@ std::unique_ptr<TargetModel> build_model(const QwenConfig& cfg, Ops& ops, const 
   }
   if (opt.fp8 && !m->fp8_codes && m->fp8_group == 0) {
     const int64_t b_rows = 2 * int64_t(cfg.lin_nv);  // in_proj_b and in_proj_a, the last rows of w_in
-    for (const TargetLayer& L : m->layers)
+    for (const TargetLayer& L : m->layers) {
       for (const Tensor* w : L.projections())
         if (!w->empty()) ops.fp8_round_rows(w == &L.w_in ? w->rows_view(0, w->rows - b_rows) : *w);
+      for (const MoeProjection& p : target_moe_projections(L))
+        if (!p.w->empty()) ops.fp8_round_rows(*p.w);
+    }
   }
   return m;
 }
@@ -359,7 +385,9 @@ class CheckpointSource final : public WeightSource {
     check_fp8(*t, name);
     std::vector<float> s;
     const uint8_t* q = fp8_block_codes(st_, *t, 128, 128, s);
-    const int64_t N = shape[0], K = shape[1], kb = (K + 127) / 128, ld = scales.cols;
+    // A fused experts tensor [E, rows, K] is E matrices of whole 128-row blocks (fp8_check_blocks): as
+    // [E·rows, K] its blocks' scales are those of one matrix after another.
+    const int64_t K = shape.back(), N = numel_of(shape) / K, kb = (K + 127) / 128, ld = scales.cols;
     std::vector<float> padded(size_t(scales.rows * ld), 0.0f);
     // n HF rows from src_row to our dst_row, all three multiples of 128.
     auto place = [&](int64_t dst_row, int64_t src_row, int64_t n) {
@@ -482,10 +510,6 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
            opt.fp8_block_k);
   DF_CHECK(m.num_loaded_layers == c.layers, "only a fully loaded model can be saved (%d of %d layers loaded)",
            m.num_loaded_layers, c.layers);
-  DF_CHECK(opt.fp8_block_n == 0 || !c.is_moe(),
-           "target_save_hf: FP8 blocks are not implemented for mixture-of-experts targets (%s) yet; HINT: write "
-           "it without --fp8",
-           c.model_type.c_str());
   DF_CHECK(!m.fp8_codes, "target_save_hf: this FP8 target holds e4m3 codes with per-row scales; HINT: save the "
            "model from a target.dtype = \"bf16\" load");
   Ops& ops = *m.ops;
@@ -494,11 +518,16 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
   std::vector<StWriteTensor> out;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
     if (opt.fp8_block_n > 0 && fp8_quantized_weight(name)) {
-      std::vector<int64_t> sshape = fp8_scale_shape(shape[0], shape[1], opt.fp8_block_n, opt.fp8_block_k);
+      // A fused experts tensor [E, N, K] is E matrices, each in its own blocks: scales [E, nb, kb].
+      const int64_t mats = shape.size() == 3 ? shape[0] : 1, N = shape[shape.size() - 2], K = shape.back();
+      std::vector<int64_t> sshape = fp8_scale_shape(N, K, opt.fp8_block_n, opt.fp8_block_k);
+      const int64_t per = sshape[0] * sshape[1];
+      if (shape.size() == 3) sshape.insert(sshape.begin(), mats);
       codes.emplace_back(v.size());
-      keep.emplace_back(size_t(sshape[0] * sshape[1]));
-      fp8_quantize(v.data(), shape[0], shape[1], opt.fp8_block_n, opt.fp8_block_k, codes.back().data(),
-                   keep.back().data());
+      keep.emplace_back(size_t(mats * per));
+      for (int64_t e = 0; e < mats; ++e)
+        fp8_quantize(v.data() + e * N * K, N, K, opt.fp8_block_n, opt.fp8_block_k,
+                     codes.back().data() + e * N * K, keep.back().data() + e * per);
       out.push_back({name, DType::f8_e4m3, std::move(shape), codes.back().data()});
       out.push_back({fp8_scale_name(name), DType::f32, std::move(sshape), keep.back().data()});
       return;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/fp8.h"
 #include "core/norm_kind.h"
 #include "core/tensor.h"
 #include "ops/wire_pool.h"
@@ -52,15 +53,25 @@ struct MoeShape {
   int shared_inter = 0;      // the shared expert's width; 0: the block has none
   bool renormalise = false;  // the top_k probabilities are divided by their sum (norm_topk_prob)
   int hidden = 0;            // H, the columns of x: sizes a backend's workspace (Ops::moe_workspace_bytes)
+  // FP8 experts (target.dtype = "fp8"): every expert GEMM's input (x, and the SwiGLU output before the down
+  // projection; routed and shared experts alike) is quantised to e4m3 per token (fp8_group 0) or per token
+  // per fp8_group columns, as the dense FP8 linear layers' inputs are (model/target.h target_linear). The
+  // router and the shared expert's gate read x unquantised (the FP8 releases keep both in bf16).
+  bool fp8 = false;
+  int fp8_group = 0;
 };
 
-// The experts of one MoE layer, each a SwiGLU MLP: gate_up [E·2I, H] holds expert e's gate rows then its up rows
-// at rows [e·2I, (e+1)·2I) (the layout of Hugging Face's fused experts.gate_up_proj [E, 2I, H]); down [E·H, I]
-// holds expert e's down projection at rows [e·H, (e+1)·H). The shared expert: shared_gate_up [2·Is, H],
-// shared_down [H, Is] and its gate shared_gate [1, H]; all three empty without one.
+// The experts of one MoE layer, each a SwiGLU MLP: gate_up [E·2I, H] holds expert e's gate rows then its up
+// rows at rows [e·2I, (e+1)·2I) (the layout of Hugging Face's fused experts.gate_up_proj [E, 2I, H]); down
+// [E·H, I] holds expert e's down projection at rows [e·H, (e+1)·H). The shared expert: shared_gate_up [2·Is,
+// H], shared_down [H, Is] and its gate shared_gate [1, H]; all three empty without one. FP8 experts on a
+// backend with FP8 GEMMs (Ops::fp8_gemm): gate_up, down, shared_gate_up and shared_down hold e4m3 codes
+// (f8_e4m3) and s_* their scales: per output row f32 [1, rows] (MoeShape::fp8_group 0), or a 128x128 block
+// checkpoint's block scales f32 [rows / 128, fp8_block_scale_ld(cols)] (fp8_group 128). Empty otherwise.
 struct MoeWeights {
   Tensor gate_up, down;
   Tensor shared_gate_up, shared_down, shared_gate;
+  Tensor s_gate_up, s_down, s_shared_gate_up, s_shared_down;
 };
 
 
@@ -76,12 +87,6 @@ struct TargetShape {
   int conv_kernel = 0;    // linear_conv_kernel_dim
   int experts = 0;        // num_experts: routed experts of an MoE target, 0 for a dense one
 };
-
-// The row stride of a weight's 128x128 block scales for Ops::gemm_fp8_block, for K inputs: ceil(K/128)
-// rounded up to a multiple of 4, as PyTorch's _scaled_mm lays them out for cuBLASLt.
-inline int64_t fp8_block_scale_ld(int64_t K) {
-  return ((K + 127) / 128 + 3) / 4 * 4;
-}
 
 class Ops {
  public:

@@ -190,7 +190,7 @@ class TrainOps {
   // already in it) and dw. Adds Σ w·L, Σ w and the accuracy and τ counts to stats as loss_row_stats does,
   // slot k counted at block offset k + 1 with shift_label (its label is x[a+k+1]) and k without, so the
   // counts mean what DFlash's do; a slot past offset B − 1 (the last one with shift_label) is not counted:
-  // decoding never proposes from it. CPU backend only; the CUDA one refuses it.
+  // decoding never proposes from it. Both backends (the CUDA one: kernels/train/domino_head.cu).
   virtual void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
                                 const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
                                 const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,

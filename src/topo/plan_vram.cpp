@@ -78,12 +78,16 @@ double fp8_blocks_of(double rows, double K) {
   return std::ceil(rows / 128) * double(fp8_block_scale_ld(int64_t(K)));
 }
 
-Fp8LayerProj fp8_layer_proj(const QwenConfig& t, LayerKind kind) {
-  const double h = t.hidden, I = t.intermediate;
+// An MoE layer's MLP is not among them (plan_vram_moe_fp8_weights counts its experts).
+Fp8LayerProj fp8_layer_proj(const QwenConfig& t, int layer) {
+  const LayerKind kind = t.layer_types[layer];
+  const double h = t.hidden, I = t.layer_is_moe(layer) ? 0 : t.intermediate;
   Fp8LayerProj p;
-  p.rows = 2 * I + h;  // gate|up, down
-  p.elems = 3 * h * I;
-  p.block_scales = fp8_blocks_of(2 * I, h) + fp8_blocks_of(h, I);
+  if (I > 0) {
+    p.rows = 2 * I + h;  // gate|up, down
+    p.elems = 3 * h * I;
+    p.block_scales = fp8_blocks_of(2 * I, h) + fp8_blocks_of(h, I);
+  }
   if (kind == LayerKind::full_attention) {
     const double q = double(t.heads) * t.head_dim;
     const double qkv = q * (t.attn_output_gate ? 2 : 1) + 2.0 * t.kv_heads * t.head_dim;
@@ -158,7 +162,11 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
       {"dflash_attention_bwd", dflash_attention_bwd_workspace_bytes(ad)},
       {"rmsnorm_bwd", rmsnorm_bwd_workspace_bytes(std::max(N, T), dc.hidden)},
       {"qk_norm_rope_bwd", qk_norm_rope_bwd_workspace_bytes(T + N, dc.head_dim)},
-      {"sum_squares", sizeof(double) + sum_squares_workspace_bytes(table.total)}};
+      {"sum_squares", sizeof(double) + sum_squares_workspace_bytes(table.total)},
+      {"domino_head_loss", dc.kind == DrafterKind::domino
+                               ? domino_head_workspace_bytes(nb, dc.block_size, dc.hidden, dc.gru_hidden_dim,
+                                                             dc.emb_dim, dc.vocab, assume.lm_chunk)
+                               : 0}};
   const auto* big = std::max_element(std::begin(ops), std::end(ops),
                                      [](const auto& a, const auto& b) { return a.second < b.second; });
   add(dr, "op scratch", double(big->second),
@@ -217,12 +225,10 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   // An MoE target's experts, router and shared expert are lines of their own (plan_vram_moe.h).
   const MoeParamCount moe = plan_vram_moe_params(t, p.target_layers_run);
   const double tw = V * H + layer_params - moe.total() + (final_hidden ? H : 0);
-  if (cfg.target.dtype == "fp8" && t.is_moe())
-    p.refused = strfmt(
-        "%s: target.dtype = \"fp8\" is not implemented for mixture-of-experts targets (%s) yet "
-        "(this plan counts their weights in bf16); HINT: target.dtype = \"bf16\"",
-        cfg.path.c_str(), t.model_type.c_str());
-  if (cfg.target.dtype == "fp8" && !t.is_moe()) {
+  const bool fp8 = cfg.target.dtype == "fp8";
+  // A 128x128 block checkpoint keeps its block scales and quantises inputs per token per 128 columns.
+  const bool blocks = fp8 && t.fp8_block_n == 128 && t.fp8_block_k == 128;
+  if (fp8) {
     // target.dtype = "fp8" on CUDA: the projections are e4m3 codes + a scale per output channel (or a 128x128
     // block checkpoint's own codes and block scales), the rest bf16; each linear layer's input is quantised into
     // one planned [T, max K] code buffer with a scale per token (per token per 128 columns with blocks).
@@ -230,22 +236,22 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
     double max_k = H;
     for (int l = 0; l < p.target_layers_run; ++l) {
       const LayerKind kind = t.layer_types[l];
-      const Fp8LayerProj x = fp8_layer_proj(t, kind);
+      const Fp8LayerProj x = fp8_layer_proj(t, l);
       f.elems += x.elems, f.rows += x.rows, f.ba_bf16 += x.ba_bf16, f.block_scales += x.block_scales;
       const double mixer_out = kind == LayerKind::full_attention ? double(t.heads) * t.head_dim  // o_proj's K
                                                                  : double(t.lin_nv) * t.lin_dv;  // out_proj's K
-      max_k = std::max({max_k, double(t.intermediate), mixer_out});
+      max_k = std::max({max_k, t.layer_is_moe(l) ? 0.0 : double(t.intermediate), mixer_out});
     }
     add(tr, "weights bf16", kBf16 * (tw - f.elems + f.ba_bf16),
         strfmt("2 B x (embed %.0fx%.0f, norms, conv, DeltaNet b|a rows%s) = %.4g params", V, H,
                final_hidden ? ", final norm" : "", tw - f.elems + f.ba_bf16));
-    // A 128x128 block checkpoint keeps its block scales and quantises inputs per token per 128 columns.
-    const bool blocks = t.fp8_block_n == 128 && t.fp8_block_k == 128;
     const double wscales = blocks ? f.block_scales : f.rows, xscales = blocks ? double(fp8_group_scales_size(T, int64_t(std::ceil(max_k / 128)))) : T;
     add(tr, "weights FP8 e4m3 + scales", f.elems + kF32 * wscales,
         strfmt("1 B x %.4g projection weights of %d layers (%d linear, %d full) + 4 B x %.4g %s", f.elems,
                p.target_layers_run, n_lin, n_full, wscales,
                blocks ? "128x128 block scales (the checkpoint's)" : "channel scales"));
+    for (const VramItem& it : plan_vram_moe_fp8_weights(t, moe, blocks))
+      add(tr, it.name, it.bytes, it.detail);
     p.target_weight_bytes = tr.total;
     add(tr, "FP8 input codes + scales", double(T) * max_k + kF32 * xscales,
         strfmt("1 B x %lld x %.0f + 4 B x %.0f%s", (long long)T, max_k, xscales,
@@ -294,7 +300,7 @@ VramPlan plan_vram_compute(const Config& cfg, const QwenConfig& t, double gpu_by
   add(tr, "MLP intermediate [T,I] bf16", kBf16 * T * t.intermediate,
       strfmt("2 B x %lld x %d%s", (long long)T, t.intermediate, t.is_moe() ? " (dense layers only)" : ""));
   if (t.is_moe())
-    for (const VramItem& it : plan_vram_moe_routing(t, T)) add(tr, it.name, it.bytes, it.detail);
+    for (const VramItem& it : plan_vram_moe_routing(t, T, fp8, blocks)) add(tr, it.name, it.bytes, it.detail);
   add(tr, "cuBLASLt workspace", double(kGemmWorkspaceBytes), "64 MiB (kernels/train/train_workspace.h)");
   const double slot = double(WireLayout::bytes(T, int64_t(k) * t.hidden, final_hidden ? t.hidden : 0));
   add(tr, "send buffers", depth * slot,

@@ -23,8 +23,13 @@ struct MoeParamCount {
 };
 MoeParamCount plan_vram_moe_params(const QwenConfig& t, int layers);
 
-// The weight lines of those parameters at 2 B each (bf16, the only MoE target dtype today).
+// The weight lines of those parameters at 2 B each (bf16).
 std::vector<VramItem> plan_vram_moe_weights(const QwenConfig& t, const MoeParamCount& n);
+
+// The same with target.dtype = "fp8" (model/target_moe.h target_moe_layout): the routed and shared experts'
+// gate, up and down as 1 B e4m3 codes with a 4 B scale per row, or per 128x128 block (blocks: a block
+// checkpoint's own, rows padded to fp8_block_scale_ld); the router and the shared expert's gate stay bf16.
+std::vector<VramItem> plan_vram_moe_fp8_weights(const QwenConfig& t, const MoeParamCount& n, bool blocks);
 
 // The routing buffers one MoE layer's forward over T tokens holds (reused layer to layer): router
 // probabilities, the top-k ids and weights, the per-expert counts and offsets with the row maps of the
@@ -33,7 +38,9 @@ std::vector<VramItem> plan_vram_moe_weights(const QwenConfig& t, const MoeParamC
 // case (all T tokens choosing the same k experts, one expert then holding T rows) included; no capacity
 // factor, no token dropped. The lines follow Ops::moe_route / moe_experts' data flow; a backend with its own
 // moe_workspace_bytes is what they give way to.
-std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T);
+// fp8: the FP8 experts' input codes and scales instead of the grouped GEMMs' pointer arrays (blocks: a scale
+// per 128 columns).
+std::vector<VramItem> plan_vram_moe_routing(const QwenConfig& t, int64_t T, bool fp8, bool blocks);
 
 // Why the target cannot run when its weights alone (p.target_weight_bytes) exceed one GPU (p.gpu_bytes): the
 // bytes, the GPU, that no budget or split helps since a target rank holds the whole model on one GPU, and

@@ -91,6 +91,7 @@ expect_err "info on JSONL" "cannot open as HDF5" "$BIN" data info "$TMP/good.jso
 TOK="$2/tests/golden/tokenizer"
 QWEN3="$2/tests/golden/chat/templates/qwen3.jinja"
 QWEN35="$2/tests/golden/chat/templates/qwen3.5.jinja"
+QWEN36="$2/tests/golden/chat/templates/qwen3.6.jinja"
 if "$BIN" data tokenize --help >/dev/null 2>&1 && ! "$BIN" data tokenize --tokenizer "$TOK" --in /dev/null \
      --out "$TMP/probe.h5" 2>&1 | grep -q "built without"; then
   cat > "$TMP/chats.jsonl" <<'JSON'
@@ -121,6 +122,22 @@ JSON
   expect_ok "tokenize prompts" "$BIN" data tokenize --tokenizer "$TMP/model" --in "$TMP/chatprompts.jsonl" \
     --out "$TMP/chatprompts.h5" --add-generation-prompt --enable-thinking true
   expect_out "no loss_mask"
+  # Qwen3.6's preserve_thinking keeps the think block of a turn before the last user message: more tokens.
+  printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello", "reasoning_content": "Greet back."}, {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Bye"}]}' > "$TMP/twoturns.jsonl"
+  expect_ok "tokenize qwen3.6" "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/twoturns.jsonl" \
+    --out "$TMP/drop.h5" --chat-template "$QWEN36"
+  expect_ok "tokenize qwen3.6 preserve_thinking" "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/twoturns.jsonl" \
+    --out "$TMP/keep.h5" --chat-template "$QWEN36" --template-var preserve_thinking=true
+  drop=$("$BIN" data info "$TMP/drop.h5" 2>&1 | grep -o '[0-9]* tokens' | head -1)
+  keep=$("$BIN" data info "$TMP/keep.h5" 2>&1 | grep -o '[0-9]* tokens' | head -1)
+  [ -n "$drop" ] && [ "${keep% tokens}" -gt "${drop% tokens}" ] ||
+    fail "preserve_thinking=true gave $keep, not more than the $drop without it"
+  expect_err "tokenize unread template var" "$QWEN36 never reads 'preserve_thinkin'" \
+    "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/twoturns.jsonl" --out "$TMP/x.h5" --chat-template "$QWEN36" \
+    --template-var preserve_thinkin=true
+  expect_err "tokenize template var with its own option" "enable_thinking has its own option" \
+    "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/twoturns.jsonl" --out "$TMP/x.h5" --chat-template "$QWEN36" \
+    --template-var enable_thinking=false
   expect_ok "tokenize none" "$BIN" data tokenize --tokenizer "$TOK" --in "$TMP/chats.jsonl" --out "$TMP/none.h5" \
     --chat-template none
   printf '%s\n' '{"text": "ok"}' '{"messages": [{"role": "user"}]}' > "$TMP/badchat.jsonl"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The shipped recipes as a user runs them before a job: configs/qwen3.6-35b-a3b.toml (a mixture-of-experts target)
 # passes `config check` on the published Qwen3.6-35B-A3B config.json (tests/fixtures/models), with only its paths
-# moved here, and `plan vram` fits it on an 80 GiB GPU in bf16; the same recipe on a Qwen3.5-122B-A10B is refused by
+# moved here, and `plan vram` fits it on an 80 GiB GPU in bf16 and in FP8; the same recipe on a Qwen3.5-122B-A10B is refused by
 # `plan vram`, naming the weights' bytes and the GPU.
 # Args: <dflash_mpi binary> <source dir>
 BIN=$1
@@ -33,6 +33,15 @@ if [ $? -eq 0 ] && grep -q "verdict: fits (target 67.82 GiB, drafter 18.36 GiB, 
   echo "ok: plan vram fits the 35B-A3B recipe on 80 GiB"
 else
   echo "FAIL: plan vram of the 35B-A3B recipe"; echo "$out" | tail -20; fails=$((fails + 1))
+fi
+
+sed -e 's|^\[target\]|[target]\ndtype = "fp8"|' "$TMP/qwen3.6-35b-a3b.toml" >"$TMP/qwen3.6-35b-a3b-fp8.toml"
+out=$("$BIN" plan vram --config "$TMP/qwen3.6-35b-a3b-fp8.toml" --gpu-mem 80 2>&1)
+if [ $? -eq 0 ] && grep -q "verdict: fits (target 39.02 GiB, drafter 18.36 GiB, GPU 80.00 GiB)" <<<"$out" &&
+   grep -q "MoE routed experts FP8 e4m3 + scales" <<<"$out"; then
+  echo "ok: plan vram fits the 35B-A3B recipe in FP8 on 80 GiB with its experts as e4m3 codes"
+else
+  echo "FAIL: plan vram of the 35B-A3B recipe with target.dtype = fp8"; echo "$out" | tail -20; fails=$((fails + 1))
 fi
 
 big=("$BIN" plan vram --config "$TMP/qwen3.6-35b-a3b.toml" --target-config "$FIX/qwen3.5-122b-a10b" --gpu-mem 80)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 # Writes tests/golden/chat/golden.json, what tests/unit/test_chat_golden.cpp checks `data tokenize`'s Jinja
 # renderer against: for every template in tests/golden/chat/templates/ and every conversation below, with
-# enable_thinking true / false / not passed, the text Hugging Face `apply_chat_template` renders, the ids the
+# enable_thinking true / false / not passed (and, for a template that reads preserve_thinking, once more with
+# preserve_thinking=True: `data tokenize --template-var preserve_thinking=true`), the text Hugging Face
+# `apply_chat_template` renders, the ids the
 # golden tokenizer (tests/golden/tokenizer/tokenizer.json through PreTrainedTokenizerFast) gives for it, and the
 # assistant loss mask computed as SpecForge's GeneralParser computes it for its "qwen" template. A conversation
 # the template refuses (raise_exception, a type error) is stored with the error instead.
@@ -174,14 +176,20 @@ def specforge_mask(text, ids, encode):
     return mask
 
 
-def variants():
+def variants(source):
+    """(case name, record, enable_thinking or None, add_generation_prompt, more template variables)."""
     cases = dict(CASES + EXTRA_PROMPTS)
     for name, _ in CASES:
         for thinking in (True, False, None):
-            yield name, cases[name], thinking, False
+            yield name, cases[name], thinking, False, {}
     for name in PROMPT_CASES:
         for thinking in (True, False, None):
-            yield name, cases[name], thinking, True
+            yield name, cases[name], thinking, True, {}
+    if "preserve_thinking" in source:
+        for name, _ in CASES:
+            yield name, cases[name], None, False, {"preserve_thinking": True}
+        for name in PROMPT_CASES:
+            yield name, cases[name], None, True, {"preserve_thinking": True}
 
 
 def main():
@@ -211,11 +219,14 @@ def main():
     for tname in templates:
         with open(os.path.join(TEMPLATES, tname), encoding="utf-8") as f:
             source = f.read()
-        for name, record, thinking, agp in variants():
+        for name, record, thinking, agp, template_vars in variants(source):
             entry = {"template": tname, "case": name, "record": record, "add_generation_prompt": agp}
-            kwargs = {} if thinking is None else {"enable_thinking": thinking}
+            kwargs = dict(template_vars)
             if thinking is not None:
+                kwargs["enable_thinking"] = thinking
                 entry["enable_thinking"] = thinking
+            if template_vars:
+                entry["template_vars"] = template_vars
             try:
                 if args.jinja_only:
                     text = env.from_string(source).render(messages=record["messages"], tools=record.get("tools"),

@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 import traceback
 
@@ -509,15 +510,73 @@ def model_type(model_dir):
         return json.load(f)["model_type"]
 
 
+def fp8_block_size(model_dir):
+    """The (n, k) weight block of a block-scaled FP8 checkpoint's config.json quantization_config; None without."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        q = json.load(f).get("quantization_config")
+    return tuple(q["weight_block_size"]) if q and q.get("quant_method") == "fp8" else None
+
+
+def fp8_dequantize(codes, scale_inv, block):
+    """codes [.., N, K] float8_e4m3fn and scale_inv [.., ceil(N/bn), ceil(K/bk)] -> float32 code · block scale."""
+    bn, bk = block
+    n, k = codes.shape[-2], codes.shape[-1]
+    s = scale_inv.float().repeat_interleave(bn, dim=-2)[..., :n, :].repeat_interleave(bk, dim=-1)[..., :k]
+    return codes.float() * s
+
+
+PER_EXPERT = re.compile(r"(.*\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
+
+
+def load_fp8_dequantized(model_dir, model_cls, config):
+    """A block-scaled FP8 checkpoint (make_moe_golden.py's) as its dequantised float32 model: every F8_E4M3 tensor
+    times its weight_scale_inv blocks, per-expert tensors (experts.{e}.gate_proj / up_proj / down_proj.weight)
+    stacked into the model's fused experts.gate_up_proj / down_proj, loaded strictly. (transformers would load it
+    through its FP8 kernels instead, which is not the model the fp32 golden holds.)"""
+    block = fp8_block_size(model_dir)
+    raw = {}
+    for f in sorted(os.listdir(model_dir)):
+        if f.endswith(".safetensors"):
+            raw.update(safetensors.torch.load_file(os.path.join(model_dir, f)))
+    sd, experts = {}, collections.defaultdict(dict)
+    for name, t in raw.items():
+        if name.endswith("_scale_inv"):
+            continue
+        t = fp8_dequantize(t, raw[name + "_scale_inv"], block) if t.dtype == torch.float8_e4m3fn else t.float()
+        m = PER_EXPERT.match(name)
+        if m:
+            experts[m.group(1)][(int(m.group(2)), m.group(3))] = t
+        else:
+            sd[name] = t
+    for base, parts in experts.items():
+        n = 1 + max(e for e, _ in parts)
+        sd[base + ".gate_up_proj"] = torch.stack([torch.cat([parts[(e, "gate")], parts[(e, "up")]]) for e in range(n)])
+        sd[base + ".down_proj"] = torch.stack([parts[(e, "down")] for e in range(n)])
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = model_cls(config).to(torch.float32)
+    model.load_state_dict(sd, strict=True)
+    return model.eval()
+
+
 def load_bf16(model_dir):
     """The checkpoint in model_dir as HF loads it, then bf16 on CUDA with sdpa attention. The MoE goldens
     (make_moe_golden.py) run transformers' eager experts, a bf16 GEMM pair per expert: its grouped kernels want
-    16-byte rows, which the goldens' odd expert widths (20, 12) do not have."""
+    16-byte rows, which the goldens' odd expert widths (20, 12) do not have. A block-scaled FP8 golden is its
+    dequantised model in bf16 (load_fp8_dequantized): HF-bf16's error on the model the fp32 golden holds."""
     kind = model_type(model_dir)
     moe = kind in ("qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text")
     if moe:
         from transformers import Qwen3MoeForCausalLM
         from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as q35m
+    if fp8_block_size(model_dir):
+        if kind not in ("qwen3_moe", "qwen3_5_moe_text"):
+            raise SystemExit(f"{model_dir}: FP8 goldens are text-only MoE models, not {kind}")
+        cls = Qwen3MoeForCausalLM if kind == "qwen3_moe" else q35m.Qwen3_5MoeForCausalLM
+        config = cls.config_class.from_pretrained(model_dir)
+        config._attn_implementation = "sdpa"
+        config._experts_implementation = "eager"
+        return load_fp8_dequantized(model_dir, cls, config).to("cuda", torch.bfloat16).eval()
     if kind == "qwen3_5":
         model = load_multimodal_text(model_dir, attn="sdpa")
     elif kind == "qwen3_5_moe":

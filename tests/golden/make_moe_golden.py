@@ -4,6 +4,12 @@
 # Each case stresses a part of the MoE block: odd expert counts, top-1 and top-8, a dense layer among sparse ones
 # (mlp_only_layers, decoder_sparse_step), a routing tie at the top-k boundary (two experts with the same router
 # row), an expert no token picks, the shared expert and its gate, the multimodal wrapper, long sequences.
+# Two more cases are block-scaled FP8 checkpoints as the Qwen FP8 releases (Qwen3.6-35B-A3B-FP8) store them
+# (make_moe_fp8): e4m3 weights with 128x128 weight_scale_inv blocks for every decoder projection, routed and shared
+# experts included, the router, the shared expert's gate and the DeltaNet's in_proj_a / in_proj_b in float32, one
+# with per-expert tensors (as save_pretrained writes) and one with the fused experts; their golden is the fp32
+# forward of the dequantised model. Their sizes are multiples of 128, as a CUDA FP8 run with the checkpoint's own
+# blocks needs.
 #
 #   HF_HUB_OFFLINE=1 python3 tests/golden/make_moe_golden.py --out /tmp/golden_moe
 #   cp -r /tmp/golden_moe/* tests/golden/data/
@@ -15,6 +21,7 @@ import make_golden as mg  # noqa: E402  (blocks fla / causal_conv1d / kernels be
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import traceback  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -82,6 +89,27 @@ def qwen35moe_top8_text_config():
               shared_expert_intermediate_size=20)
     return Qwen3_5MoeTextConfig(layer_types=["full_attention", "linear_attention", "linear_attention",
                                              "full_attention"], **kw)
+
+
+def qwen35moe_fp8_config():
+    # Sizes in whole 128 blocks: hidden 128, heads of 128 (q_proj 2 x 2 x 128 rows with its gate), DeltaNet qkv
+    # 2 x 64 + 2 x 64 = 256 rows and z 128, experts and shared expert 128 wide; top-2 of 5.
+    kw = qwen35moe_text_kwargs()
+    kw.update(vocab_size=97, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+              linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=64, linear_value_head_dim=64,
+              num_experts=5, num_experts_per_tok=2, moe_intermediate_size=128, shared_expert_intermediate_size=128)
+    kw["rope_parameters"] = dict(kw["rope_parameters"], mrope_section=[6, 5, 5])  # 32 rotary dims of 128
+    return Qwen3_5MoeTextConfig(layer_types=["linear_attention", "full_attention", "linear_attention",
+                                             "full_attention"], **kw)
+
+
+def qwen3moe_fp8_config():
+    # Top-3 of 7 renormalised, layer 1 dense (intermediate 256), untied; sizes in whole 128 blocks.
+    kw = qwen3moe_kwargs()
+    kw.update(vocab_size=89, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+              intermediate_size=256, num_experts=7, num_experts_per_tok=3, moe_intermediate_size=128,
+              norm_topk_prob=True, tie_word_embeddings=False)
+    return Qwen3MoeConfig(**kw)
 
 
 def build(model_cls, config, seed):
@@ -256,6 +284,116 @@ def make_moe_multimodal(out_root, name, seed):
     print(f"  reload through AutoConfig + prefix strip: max abs diff {diff:.3g}")
 
 
+FP8_BLOCK = 128
+# What the Qwen FP8 releases keep unquantised among the decoder layers' 2-D weights (their modules_to_not_convert):
+# the MoE router, the shared expert's gate and the DeltaNet's tiny in_proj_a / in_proj_b.
+FP8_KEEP = ("mlp.gate.weight", "mlp.shared_expert_gate.weight", "linear_attn.in_proj_a.weight",
+            "linear_attn.in_proj_b.weight")
+
+
+def fp8_quantized(name, p):
+    """Whether the release stores this parameter as block FP8: every other 2-D weight of the decoder layers (the
+    attention and DeltaNet projections, the dense MLP, the shared expert) and the fused routed experts; embeddings,
+    lm_head, norms and the conv stay float (dflash_mpi's writer decides the same: fp8_quantized_weight)."""
+    if ".layers." not in name or name.endswith(FP8_KEEP):
+        return False
+    return p.dim() == 2 or name.endswith(("experts.gate_up_proj", "experts.down_proj"))
+
+
+def quantize_blocks(w):
+    """w [.., N, K] -> (codes float8_e4m3fn, weight_scale_inv float32 [.., ceil(N/128), ceil(K/128)]): per 128x128
+    block scale = amax / 448 (1 for an all-zero block), codes = e4m3(w / scale), round to nearest even."""
+    b = FP8_BLOCK
+    n, k = w.shape[-2], w.shape[-1]
+    nb, kb = -(-n // b), -(-k // b)
+    blocks = torch.nn.functional.pad(w, (0, kb * b - k, 0, nb * b - n)).reshape(*w.shape[:-2], nb, b, kb, b)
+    amax = blocks.abs().amax(dim=(-3, -1))
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax)).float()
+    full = scale.repeat_interleave(b, dim=-2)[..., :n, :].repeat_interleave(b, dim=-1)[..., :k]
+    return (w / full).to(torch.float8_e4m3fn), scale
+
+
+def fp8_tensor(name, quant):
+    """The (codes, scales) of checkpoint tensor `name` from the quantised parameters: the parameter itself, or
+    one expert's slice of the fused experts (gate = the first I rows of gate_up_proj, up the rest; I a multiple of
+    128, so the slice takes whole block rows). None: the tensor stays float."""
+    if name in quant:
+        return quant[name]
+    m = mg.PER_EXPERT.match(name)
+    if not m:
+        return None
+    e, part = int(m.group(2)), m.group(3)
+    if part == "down":
+        codes, scale = quant[m.group(1) + ".down_proj"]
+        return codes[e], scale[e]
+    codes, scale = quant[m.group(1) + ".gate_up_proj"]
+    rows, brows = codes.shape[1] // 2, scale.shape[1] // 2
+    return (codes[e, :rows], scale[e, :brows]) if part == "gate" else (codes[e, rows:], scale[e, brows:])
+
+
+def make_moe_fp8(out_root, name, model_cls, config, seed, fused):
+    """A block-FP8 checkpoint of a random MoE model: its quantised weights replaced by their dequantised values
+    before the fp32 forward that makes the golden, then written as e4m3 codes + weight_scale_inv. fused: the
+    routed experts as the model's own experts.gate_up_proj / down_proj [E, rows, cols] (scales [E, row blocks,
+    column blocks]); else per expert, in the names save_pretrained writes."""
+    out_dir = os.path.join(out_root, name)
+    os.makedirs(out_dir, exist_ok=True)
+    model = build(model_cls, config, seed)
+    mg.check_rope(model, config)
+    quant = {}
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if fp8_quantized(pname, p):
+                quant[pname] = quantize_blocks(p.detach())
+                p.copy_(mg.fp8_dequantize(*quant[pname], (FP8_BLOCK, FP8_BLOCK)))
+    seqs, offsets = mg.make_tokens(config.vocab_size, seed)
+    states, hs_last = mg.forward_all(model.model, seqs)
+    stats = routing_stats(model.model, seqs)
+    check_stats(name, stats, None, None)
+    attrs = case_attrs(model, config, seed, hs_last, stats)
+    model.save_pretrained(out_dir)
+    saved = {}
+    for f in sorted(os.listdir(out_dir)):
+        if f.endswith(".safetensors") or f == "model.safetensors.index.json":
+            if f.endswith(".safetensors"):
+                saved.update(safetensors.torch.load_file(os.path.join(out_dir, f)))
+            os.remove(os.path.join(out_dir, f))
+    if fused:
+        saved = {n: t for n, t in model.state_dict().items() if n in saved or "experts." in n}
+    tensors = {}
+    for n, t in saved.items():
+        q = fp8_tensor(n, quant)
+        if q is None:
+            tensors[n] = t.detach().float().contiguous()
+        else:
+            tensors[n], tensors[n + "_scale_inv"] = q[0].contiguous(), q[1].contiguous()
+    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    keep = ["lm_head", "model.embed_tokens"] + sorted(
+        n[: -len(".weight")] for n in saved if n.endswith(FP8_KEEP) and ".layers." in n)
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path) as f:
+        cfg_dict = json.load(f)
+    cfg_dict["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                       "weight_block_size": [FP8_BLOCK, FP8_BLOCK], "modules_to_not_convert": keep}
+    with open(cfg_path, "w") as f:
+        json.dump(cfg_dict, f, indent=2, sort_keys=True)
+        f.write("\n")
+    attrs["expert_naming"] = saved_expert_naming(out_dir)
+    attrs["fp8"] = "128x128 block-scaled e4m3 weights; the golden is the fp32 forward of the dequantised model"
+    n_fp8 = sum(t.dtype == torch.float8_e4m3fn for t in tensors.values())
+    print(f"  {n_fp8} FP8 tensors, experts saved as: {attrs['expert_naming']}, kept float: {len(keep)} modules")
+    mg.write_h5(out_dir, seqs, offsets, states, attrs)
+    mg.summarise(name, out_dir, attrs)
+    reload_cfg = type(config).from_pretrained(out_dir)
+    reload_cfg._attn_implementation = "eager"
+    reload_cfg._experts_implementation = "eager"
+    again, _ = mg.forward_all(mg.load_fp8_dequantized(out_dir, model_cls, reload_cfg).model, seqs)
+    diff = mg.max_abs_diff(again, states)
+    if diff > mg.RELOAD_TOL:
+        raise SystemExit(f"{out_dir}: the written FP8 checkpoint, dequantised, gives other states (max abs diff {diff})")
+    print(f"  reload of the FP8 checkpoint, dequantised: max abs diff {diff:.3g}")
+
+
 JOBS = {
     "qwen3moe_tiny": lambda o: make_moe_text(o, "qwen3moe_tiny", Qwen3MoeForCausalLM, qwen3moe_tiny_config(), 31,
                                              tie=(0, 1, 3)),
@@ -267,6 +405,10 @@ JOBS = {
     "qwen35moe_tiny": lambda o: make_moe_text(o, "qwen35moe_tiny", q35m.Qwen3_5MoeForCausalLM,
                                               qwen35moe_tiny_config(), 34),
     "qwen35moe_top8_multimodal": lambda o: make_moe_multimodal(o, "qwen35moe_top8_multimodal", 35),
+    "qwen35moe_fp8": lambda o: make_moe_fp8(o, "qwen35moe_fp8", q35m.Qwen3_5MoeForCausalLM, qwen35moe_fp8_config(),
+                                            36, fused=False),
+    "qwen3moe_fp8_fused": lambda o: make_moe_fp8(o, "qwen3moe_fp8_fused", Qwen3MoeForCausalLM, qwen3moe_fp8_config(),
+                                                 37, fused=True),
 }
 
 

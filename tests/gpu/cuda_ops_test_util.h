@@ -2,9 +2,8 @@
 // backends, NaN-poisoned GPU outputs, tolerance checks and bit-for-bit comparisons against the CPU fp32 oracle.
 // Included by CUDA builds only (DF_HAVE_CUDA).
 #pragma once
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,7 @@
 
 #include "core/arena.h"
 #include "core/dtype.h"
+#include "kernels/dispatch/dispatch.h"
 #include "kernels/gemm/gemm.cuh"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
@@ -137,6 +137,13 @@ struct ArenaMarks {
   }
   Arena &cpu, &gpu;
   size_t cm, gm;
+};
+
+// The registry's variants in force when constructed come back when it goes out of scope, failed checks and
+// exceptions included, so later tests in the process run the default forms.
+struct VariantsRestore {
+  KernelVariants saved = kernel_variants();
+  ~VariantsRestore() { kernel_variants_set(saved); }
 };
 
 std::string name_of(const char* op, std::initializer_list<int64_t> sizes) {

@@ -14,17 +14,6 @@ TEST(AttentionPortableTest, SkippedWithoutCudaBuild) {
 #include "kernels/dispatch/dispatch.h"
 #include "tests/gpu/cuda_ops_test_util.h"
 
-namespace {
-
-// The registry's variants in force when constructed come back when it goes out of scope, failed checks and
-// exceptions included, so later tests in the process run the default forms.
-struct VariantsRestore {
-  KernelVariants saved = kernel_variants();
-  ~VariantsRestore() { kernel_variants_set(saved); }
-};
-
-}  // namespace
-
 // Lengths at the 32-key tile seams and the 64- and 128-row block seams (a block whose last warps have no
 // valid row, a row whose last key tile holds one key), and a 1000-token sequence (32 key tiles) beside a
 // short one. Head dims 8 and 40 and 96 leave zero-padded columns (padded to 16, 64, 128); 256 takes 128-row

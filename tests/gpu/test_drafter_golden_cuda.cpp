@@ -1,8 +1,12 @@
-// The CUDA drafter step against SpecForge's own DFlash step (golden files of
-// tests/golden/make_drafter_golden.py; the CPU twin is tests/unit/test_drafter_golden.cpp), with bf16 weights
-// and activations: the rows that carry loss must match exactly, the loss and every gradient within what bf16
-// allows. Skips without a device, without a CUDA build, or while the golden files have not been generated.
+// The CUDA drafter step against SpecForge's own DFlash and Domino steps (golden files of
+// tests/golden/make_drafter_golden.py; the CPU twins are tests/unit/test_drafter_golden.cpp and
+// test_domino_golden.cpp), with bf16 weights and activations: the rows that carry loss must match exactly,
+// the loss and every gradient within what bf16 allows. Skips without a device, without a CUDA build, or
+// while the golden files have not been generated.
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
 
 #include "tests/unit/drafter_golden_util.h"
 
@@ -36,13 +40,12 @@ bool have_device() {
 #endif
 }
 
-TEST(DrafterGoldenCuda, MatchesSpecForgeLossAndGradients) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU drafter golden test skipped";
-  if (!golden_present()) GTEST_SKIP() << kMissing;
+// The golden step of `dir` (its golden.safetensors and model/) on the CUDA backend against the reference.
+void expect_golden_step(const std::string& dir) {
 #ifdef DF_HAVE_CUDA
-  const SafetensorsIndex g = SafetensorsIndex::open(golden_dir() + "/golden.safetensors");
+  const SafetensorsIndex g = SafetensorsIndex::open(dir + "/golden.safetensors");
   CudaTrainOps ops(0, 1024);
-  const StepResult r = run_golden_step(ops, g);
+  const StepResult r = run_golden_step(ops, g, dir + "/model");
 
   expect_rows_and_loss(r, g, kLossRtol);
 
@@ -57,7 +60,29 @@ TEST(DrafterGoldenCuda, MatchesSpecForgeLossAndGradients) {
     EXPECT_TRUE(d.finite && d.rel_rms <= kMaxRelRms) << describe(name, ref, table.find(name).cols, d);
   }
   std::printf("worst per-tensor relative RMS gradient error %.3g (bound %.3g)\n", worst, kMaxRelRms);
+#else
+  (void)dir;
 #endif
+}
+
+TEST(DrafterGoldenCuda, MatchesSpecForgeLossAndGradients) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU drafter golden test skipped";
+  if (!golden_present()) GTEST_SKIP() << kMissing;
+  expect_golden_step(golden_dir());
+}
+
+// The Domino step (head, GRU and both CE terms at the golden's λ) against SpecForge's OnlineDominoModel, at
+// the same bounds: the head adds a handful of bf16 roundings (the GRU state and gates' gradients, the MLP's
+// activation) to the ~20 of the backbone.
+TEST(DrafterGoldenCuda, DominoMatchesSpecForgeLossAndGradients) {
+  const std::string dir = std::string(DF_SOURCE_DIR) + "/tests/golden/drafter_domino";
+  if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU drafter golden test skipped";
+  if (!std::filesystem::exists(dir + "/golden.safetensors") ||
+      !std::filesystem::exists(dir + "/model/config.json"))
+    GTEST_SKIP()
+        << "tests/golden/drafter_domino/ is absent: run `python3 tests/golden/make_drafter_golden.py "
+           "--kind domino` on the GPU machine and commit it";
+  expect_golden_step(dir);
 }
 
 }  // namespace

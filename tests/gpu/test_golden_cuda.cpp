@@ -222,22 +222,22 @@ TEST_P(GoldenExtractCuda, MatchesTransformersInBf16) {
 }
 
 // Issue 16's fidelity figure on the HF goldens: `extract --device cuda --target-dtype fp8` against the fp32
-// golden, per dataset, next to HF-bf16's own error on the same model, tokens and dataset. Bound, anchored to that
-// error as the bf16 test is: e4m3 keeps 4 significant bits where bf16 keeps 8, a unit roundoff 2^-4 against
-// 2^-8, and the model amplifies a rounding error the same way whichever format made it (random DeltaNet gates
-// and norms amplify it several-fold layer by layer, so no per-layer constant holds across models: the tiny
-// hybrid's third layer sits at 0.26 rel RMS where the dense model's sits at 0.10). So FP8's rel RMS is at most
-// 16x HF-bf16's (measured on the H200: 7.3-8.5x on every dataset of the three goldens FP8 runs); a wrong scale
-// or a lost row gives O(1), 30x and more of HF's. A golden whose shapes the FP8 GEMMs refuse (a K or N not a
-// multiple of 16: the odd-shape goldens, deliberately) is skipped with the loader's message, which names the
-// tensor. Floor: FP8 taps at least 1e-3 from the golden (else the FP8 path did not run).
+// golden, per dataset, next to HF-bf16's own error on the same model, tokens and dataset. Bound, anchored to
+// that error as the bf16 test is: e4m3 keeps 4 significant bits where bf16 keeps 8, a unit roundoff 2^-4
+// against 2^-8, and the model amplifies a rounding error the same way whichever format made it (random
+// DeltaNet gates and norms amplify it several-fold layer by layer, so no per-layer constant holds across
+// models: the tiny hybrid's third layer sits at 0.26 rel RMS where the dense model's sits at 0.10). So FP8's
+// rel RMS is at most 16x HF-bf16's (measured on the H200: 7.3-8.5x on every dataset of the three goldens FP8
+// runs); a wrong scale or a lost row gives O(1), 30x and more of HF's. A golden whose shapes the FP8 GEMMs
+// refuse (a K or N not a multiple of 16: the odd-shape goldens, deliberately) is skipped with the loader's
+// message, which names the tensor. Floor: FP8 taps at least 1e-3 from the golden (else the FP8 path did not
+// run). The MoE goldens run their experts in FP8 too (the grouped FP8 GEMM of kernels/moe/moe_fp8_gemm.cu):
+// per output channel where the checkpoint is f32, and on the block-scaled FP8 checkpoints make_moe_golden.py
+// writes as the Qwen FP8 releases are (qwen35moe_fp8, qwen3moe_fp8_fused) with their own 128x128 blocks and
+// 128-column input groups, against an fp32 golden of the dequantised model.
 constexpr double kFp8PeerFactor = 16.0;
 TEST_P(GoldenExtractCuda, Fp8TapsWithin16xHfBf16Error) {
   const std::string model = GetParam();
-  if (golden_is_moe(model))
-    GTEST_SKIP() << model
-                 << ": a mixture-of-experts target, which target.dtype = \"fp8\" refuses (issue 51: the "
-                 << "experts have no FP8 path yet)";
   ScratchDir tmp("cuda_fp8_" + model);
   const fs::path dir = fs::path(DF_TEST_DATA) / model, out = tmp.path / "out.h5", log = tmp.path / "extract.log";
   const std::string cmd = extract_command(dir, dir / "tokens.h5", out, "cuda", "--target-dtype fp8");

@@ -5,9 +5,9 @@
 //  - decoding step by step reproduces the full-sequence forward: its error against the CPU fp32 forward is no
 //    worse than the CUDA forward's own (both bf16), per tap and for the logits;
 //  - rolling a step back to a partial accept equals a fresh prefill of the accepted prefix;
-//  - speculative decoding with a CUDA DFlash drafter, and batched generation (eval --generate), commit the
-//    CUDA target's plain greedy tokens (up to a near tie of the target's top two logits, where bf16 rounding
-//    of a differently batched step may choose the other).
+//  - speculative decoding with a CUDA DFlash or Domino drafter, and batched generation (eval --generate),
+//    commit the CUDA target's plain greedy tokens (up to a near tie of the target's top two logits, where
+//    bf16 rounding of a differently batched step may choose the other).
 // Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
@@ -328,14 +328,19 @@ TEST_P(TargetDecodeCuda, RollbackEqualsFreshPrefill) {
   EXPECT_EQ(r.spec_length, 12);
 }
 
-TEST_P(TargetDecodeCuda, SpeculativeDecodingCommitsTheGreedyTokens) {
-  const QwenConfig c = cfg();
-  auto target = target_random(c, 31, *gpu_, with_lm_head());
+namespace {
+
+// Speculative decoding of one prompt with a random CUDA drafter (block 4) of `kind` commits the CUDA target's
+// plain greedy tokens. Verification scores B rows at once, plain decoding one: the same row arithmetic up to
+// the GEMM's row count.
+void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKind kind) {
+  auto target = target_random(c, 31, gpu, with_lm_head());
   const std::vector<int32_t> prompt = random_ids(11, c.vocab, 2);
   const int n = 24, B = 4;
   const Greedy greedy = greedy_with_margins(*target, prompt, n);
   CudaTrainOps tops(0);
-  DrafterConfig dc = df::testing::tiny_drafter_config();
+  DrafterConfig dc =
+      kind == DrafterKind::domino ? df::testing::tiny_domino_config() : df::testing::tiny_drafter_config();
   dc.hidden = c.hidden;
   dc.vocab = c.vocab;
   dc.mask_token_id = c.vocab - 1;
@@ -348,13 +353,26 @@ TEST_P(TargetDecodeCuda, SpeculativeDecodingCommitsTheGreedyTokens) {
   DFlashBlockDrafter bd(drafter);
   SpecDecoder spec(*target, bd, 11, n);
   const SpecPromptResult r = spec.run(prompt);
-  // Verification scores B rows at once, plain decoding one: the same row arithmetic up to the GEMM's row count.
-  expect_greedy_up_to_a_near_tie(r.tokens, greedy, "speculative decoding");
+  const std::string what = std::string("speculative decoding, ") + drafter_kind_name(kind) + " drafter";
+  expect_greedy_up_to_a_near_tie(r.tokens, greedy, what);
   for (int a : r.accept_lengths) {
     EXPECT_GE(a, 1);
     EXPECT_LE(a, B);
   }
-  std::printf("[ decode ] random CUDA drafter: tau %.3f over %zu blocks\n", r.tau(), r.accept_lengths.size());
+  std::printf("[ decode ] random CUDA %s drafter: tau %.3f over %zu blocks\n", drafter_kind_name(kind),
+              r.tau(), r.accept_lengths.size());
+}
+
+}  // namespace
+
+TEST_P(TargetDecodeCuda, SpeculativeDecodingCommitsTheGreedyTokens) {
+  expect_spec_decoding_is_greedy(*gpu_, cfg(), DrafterKind::dflash);
+}
+
+// The same with a Domino drafter: its proposals come token by token from the GRU over its own drafts
+// (CudaTrainOps::domino_head_propose); whatever they are, the committed tokens stay the target's.
+TEST_P(TargetDecodeCuda, DominoSpeculativeDecodingCommitsTheGreedyTokens) {
+  expect_spec_decoding_is_greedy(*gpu_, cfg(), DrafterKind::domino);
 }
 
 TEST_P(TargetDecodeCuda, BatchedGenerationEqualsOneAtATime) {

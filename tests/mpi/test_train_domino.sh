@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # A Domino drafter (drafter.kind = "domino") end to end on CPU ranks: configs/tiny-domino.toml and the two
-# Domino recipes pass `config check` (the recipes' CUDA drafter is refused naming drafter.kind until the CUDA
-# ops exist, and passes on drafter.device = "cpu"); 1 target + 2 drafters train with a falling loss; a resume
-# continues bit-identically (λ's schedule included) and a resume as DFlash is refused; the export is in
-# SpecForge's normalised layout and decodes speculatively against the target (`eval`); a held-out set is
-# evaluated during a Domino run.
+# Domino recipes pass `config check` (as written, with a CUDA drafter, and with drafter.device = "cpu"); 1
+# target + 2 drafters train with a falling loss; a resume continues bit-identically (λ's schedule included)
+# and a resume as DFlash is refused; the export is in SpecForge's normalised layout and decodes speculatively
+# against the target (`eval`); a held-out set is evaluated during a Domino run.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -18,7 +17,7 @@ grep -q "domino head: GRU hidden 32 over the previous tokens' embeddings, MLP 96
   "$TMP/check.log" || fail "config check does not describe the Domino head: $(grep -m1 domino "$TMP/check.log")"
 
 # The recipes against the fixtures' target configs and the test corpus.
-kind_recipes_check domino qwen3.6-27b-domino:qwen3.6-27b qwen3-8b-domino:qwen3-8b
+kind_recipes_check domino cuda qwen3.6-27b-domino:qwen3.6-27b qwen3-8b-domino:qwen3-8b
 
 # domino_config FILE RUN_DIR TARGETS DRAFTERS MAX_STEPS: the tiny test config with a Domino head.
 domino_config() {

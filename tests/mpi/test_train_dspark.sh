@@ -21,7 +21,7 @@ grep -q "dspark p_target: softmax(frozen lm_head x target final-norm output), co
   "$TMP/check.log" || fail "config check does not say where p_target is computed"
 
 # The recipes against the fixtures' target configs and the test corpus.
-kind_recipes_check dspark qwen3.6-27b-dspark:qwen3.6-27b qwen3-8b-dspark:qwen3-8b
+kind_recipes_check dspark cpu qwen3.6-27b-dspark:qwen3.6-27b qwen3-8b-dspark:qwen3-8b
 for recipe in qwen3.6-27b-dspark qwen3-8b-dspark; do
   grep -q "dspark head: vanilla Markov bias of rank 256" "$TMP/$recipe.cpu.log" ||
     fail "configs/$recipe.toml: the plan names no rank-256 Markov head"

@@ -85,21 +85,24 @@ PY
   fi
 }
 
-# kind_recipes_check KIND RECIPE:MODEL...: each configs/RECIPE.toml with its target moved to the fixtures' MODEL
-# config and its data and run dir here (grad_accum 1: the test corpus makes few batches) passes `config check`,
-# or, while the CUDA backend lacks KIND's head, is refused naming drafter.kind; on drafter.device = "cpu" it
-# passes and the plan names the kind. The logs stay in $TMP/RECIPE.log and $TMP/RECIPE.cpu.log.
+# kind_recipes_check KIND BACKEND RECIPE:MODEL...: each configs/RECIPE.toml with its target moved to the fixtures'
+# MODEL config and its data and run dir here (grad_accum 1: the test corpus makes few batches) passes `config
+# check` with its CUDA drafter (BACKEND cuda: KIND's head exists there) or is refused naming drafter.kind
+# (BACKEND cpu: KIND's head exists on the CPU backend only); on drafter.device = "cpu" it passes and the plan
+# names the kind. The logs stay in $TMP/RECIPE.log and $TMP/RECIPE.cpu.log.
 kind_recipes_check() {
-  local kind=$1 r recipe model
-  shift
+  local kind=$1 backend=$2 r recipe model
+  shift 2
   for r in "$@"; do
     recipe=${r%%:*} model=${r##*:}
     sed -e "s|^model = .*|model = \"$SRC/tests/fixtures/models/$model\"|" -e "s|^train = .*|train = [\"$TMP/tokens.h5\"]|" \
       -e "s|^dir = .*|dir = \"$TMP/$recipe\"|" -e "s|^grad_accum = .*|grad_accum = 1|" "$SRC/configs/$recipe.toml" \
       >"$TMP/$recipe.toml"
-    if ! "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.log" 2>&1; then
-      grep -q "drafter.kind = \"$kind\": the cuda backend has no $kind head yet" "$TMP/$recipe.log" ||
-        fail "config check of configs/$recipe.toml: $(tail -3 "$TMP/$recipe.log")"
+    if "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.log" 2>&1; then
+      [ "$backend" == cuda ] || fail "config check of configs/$recipe.toml passed a CUDA $kind drafter"
+    else
+      [ "$backend" == cpu ] && grep -q "drafter.kind = \"$kind\": the cuda backend has no $kind head yet" \
+        "$TMP/$recipe.log" || fail "config check of configs/$recipe.toml (CUDA drafter): $(tail -3 "$TMP/$recipe.log")"
     fi
     sed -i 's|^device = "cuda"  *# the drafter|device = "cpu"  # the drafter|' "$TMP/$recipe.toml"
     "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.cpu.log" 2>&1 &&

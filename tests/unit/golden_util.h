@@ -17,8 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "model/qwen_config.h"
-
 namespace df::golden {
 
 namespace fs = std::filesystem;
@@ -123,11 +121,6 @@ inline std::vector<std::string> golden_models() {
     if (fs::exists(e.path() / "expected.h5")) models.push_back(e.path().filename().string());
   std::sort(models.begin(), models.end());
   return models;
-}
-
-// Whether a golden case is a mixture-of-experts target (its config.json read as the loader reads it).
-inline bool golden_is_moe(const std::string& model) {
-  return df::qwen_config_load((fs::path(DF_TEST_DATA) / model).string()).is_moe();
 }
 
 struct Errors {

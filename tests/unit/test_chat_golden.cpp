@@ -1,9 +1,10 @@
 // `data tokenize` against Hugging Face: tests/golden/chat/golden.json holds, for every template in
-// tests/golden/chat/templates/ and every conversation of make_chat_golden.py, with enable_thinking true, false
-// and unset, what transformers' apply_chat_template rendered, the ids of that text and SpecForge's assistant
-// mask. The C++ renderer must give the same text, `chat_tokenize_stream` the same ids and mask, and a
-// conversation the template refused must be refused here too (with the template's own message when it raised).
-// DF_CHAT_GOLDEN names another golden file, e.g. one `make_chat_golden.py --jinja-only` wrote (texts only).
+// tests/golden/chat/templates/ and every conversation of make_chat_golden.py, with enable_thinking true,
+// false and unset (and, for a template that reads it, with preserve_thinking), what transformers'
+// apply_chat_template rendered, the ids of that text and SpecForge's assistant mask. The C++ renderer must
+// give the same text, `chat_tokenize_stream` the same ids and mask, and a conversation the template refused
+// must be refused here too (with the template's own message when it raised). DF_CHAT_GOLDEN names another
+// golden file, e.g. one `make_chat_golden.py --jinja-only` wrote (texts only).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -58,10 +59,12 @@ TEST(ChatGolden, RendersTokenizesAndMasksAsHuggingFace) {
     ChatOptions o;
     if (c.contains("enable_thinking")) o.enable_thinking = c["enable_thinking"].get<bool>();
     o.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+    if (c.contains("template_vars")) o.template_vars = c["template_vars"];
     const std::string tname = c["template"].get<std::string>();
     const std::string label = tname + " / " + c["case"].get<std::string>() + " / enable_thinking " +
                               (o.enable_thinking ? (*o.enable_thinking ? "true" : "false") : "unset") +
-                              (o.add_generation_prompt ? " / add_generation_prompt" : "");
+                              (o.add_generation_prompt ? " / add_generation_prompt" : "") +
+                              (o.template_vars.empty() ? "" : " / " + o.template_vars.dump());
     const std::string key = tname + "|" + label.substr(label.find("enable_thinking"));
     auto& r = renderers[key];
     if (!r) r = std::make_unique<ChatRenderer>(kChatDir + "/templates/" + tname, kTokenizer, o);

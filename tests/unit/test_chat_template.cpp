@@ -156,6 +156,68 @@ TEST(ChatTemplate, RecordsKeepEveryKeyAndToolsComeFromTheRecordOrTheFile) {
             std::string::npos);
 }
 
+TEST(ChatTemplate, TemplateVarsReachTheTemplateOnlyWhenItReadsThem) {
+  ScratchDir dir;
+  const std::string qwen36 = std::string(DF_SOURCE_DIR) + "/tests/golden/chat/templates/qwen3.6.jinja";
+  const ChatRecord rec = chat_parse_line(
+      R"({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1",)"
+      R"( "reasoning_content": "R1"}, {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]})",
+      "r");
+  // Qwen3.6 drops the reasoning of turns before the last user message unless preserve_thinking is true.
+  const std::string dropped = "<|im_start|>assistant\nA1<|im_end|>\n";
+  const std::string kept = "<|im_start|>assistant\n<think>\nR1\n</think>\n\nA1<|im_end|>\n";
+  const std::string plain = joined(ChatRenderer(qwen36, dir.path().string(), {}).render(rec, "r"), false);
+  EXPECT_NE(plain.find(dropped), std::string::npos) << plain;
+  ChatOptions o;
+  chat_template_var_add(o.template_vars, "preserve_thinking=true");
+  const std::vector<ChatPiece> p = ChatRenderer(qwen36, dir.path().string(), o).render(rec, "r");
+  EXPECT_NE(joined(p, false).find(kept), std::string::npos) << joined(p, false);
+  EXPECT_EQ(joined(p, true),
+            "<think>\nR1\n</think>\n\nA1<|im_end|>\n|<think>\n\n</think>\n\nA2<|im_end|>\n|");
+
+  // Values are JSON, else strings; they override the tokenizer's special tokens, as apply_chat_template's
+  // kwargs.
+  json vars = json::object();
+  for (const char* a : {"n=3", "s=\"quoted\"", "w=bare word", "l=[1, \"x\"]", "e=", "eos_token=</s>"})
+    chat_template_var_add(vars, a);
+  EXPECT_EQ(vars.dump(), R"({"n":3,"s":"quoted","w":"bare word","l":[1,"x"],"e":"","eos_token":"</s>"})");
+  std::ofstream(dir.path() / "tokenizer_config.json") << R"({"eos_token": "<|im_end|>"})";
+  std::ofstream(dir.path() / "v.jinja") << "{{ n + 1 }} {{ w }} {{ eos_token }}";
+  const ChatRecord q = chat_parse_line(R"({"messages": [{"role": "user", "content": "Q"}]})", "r");
+  ChatOptions v;
+  chat_template_var_add(v.template_vars, "n=41");
+  chat_template_var_add(v.template_vars, "w=x y");
+  EXPECT_EQ(
+      joined(ChatRenderer((dir.path() / "v.jinja").string(), dir.path().string(), v).render(q, "r"), false),
+      "42 x y <|im_end|>");
+  chat_template_var_add(v.template_vars, "eos_token=</s>");
+  EXPECT_EQ(
+      joined(ChatRenderer((dir.path() / "v.jinja").string(), dir.path().string(), v).render(q, "r"), false),
+      "42 x y </s>");
+
+  auto add_error = [](const std::string& arg) {
+    json vars = {{"twice", 1}};
+    return error_of([&] { chat_template_var_add(vars, arg); });
+  };
+  EXPECT_NE(add_error("preserve_thinking").find("expected KEY=VALUE"), std::string::npos);
+  EXPECT_NE(add_error("=1").find("'' is not a variable name"), std::string::npos);
+  EXPECT_NE(add_error("2x=1").find("'2x' is not a variable name"), std::string::npos);
+  EXPECT_NE(add_error("a-b=1").find("'a-b' is not a variable name"), std::string::npos);
+  EXPECT_NE(add_error("enable_thinking=true").find("enable_thinking has its own option"), std::string::npos);
+  EXPECT_NE(add_error("messages=[]").find("messages has its own option"), std::string::npos);
+  EXPECT_NE(add_error("twice=2").find("twice is given twice"), std::string::npos);
+  EXPECT_NE(add_error("preserve_thinking=True").find("write true, false or null"), std::string::npos);
+
+  // A variable the template never reads would change nothing: refused, naming the template; none has no
+  // template.
+  ChatOptions typo;
+  chat_template_var_add(typo.template_vars, "preserve_thinkin=true");
+  std::string e = error_of([&] { ChatRenderer(qwen36, dir.path().string(), typo); });
+  EXPECT_NE(e.find(qwen36 + " never reads 'preserve_thinkin'"), std::string::npos) << e;
+  e = error_of([&] { ChatRenderer("none", dir.path().string(), o); });
+  EXPECT_NE(e.find("--template-var needs a chat template"), std::string::npos) << e;
+}
+
 TEST(ChatTemplate, MalformedLinesNameTheLineAndTheField) {
   auto msg = [](const std::string& line) { return error_of([&] { chat_parse_line(line, "chats.jsonl line 7"); }); };
   EXPECT_NE(msg("{not json").find("chats.jsonl line 7: not valid JSON"), std::string::npos);

@@ -140,6 +140,87 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuMoeTest,
                                            Case{65, 16, 130, 2, 3, 4, true},  // k·64 <= E: torch's partial sort
                                            Case{3, 8, 5, 5, 4, 0, false}));   // every expert for every token
 
+// FP8 experts (MoeShape::fp8): every expert GEMM's input, x and the SwiGLU output, routed and shared, is
+// rounded to e4m3 per token (group 0) or per token per `group` columns (a partial last group where it does
+// not divide), and the shared expert's gate reads x unrounded. The reference rounds the same float inputs
+// with cpu_fp8_round and computes the rest in double, so it differs only where float and double SwiGLU
+// outputs straddle an e4m3 rounding boundary, which these seeds do not hit; dropping any one rounding moves
+// the result by ~1e-2.
+TEST(CpuMoe, Fp8RoundsEveryExpertInput) {
+  const int64_t T = 21, H = 19, E = 6, k = 3, I = 9, Is = 7;
+  for (int group : {0, 4}) {
+    SCOPED_TRACE("group " + std::to_string(group));
+    CpuOps ops;
+    MoeShape shape{int(E), int(k), int(I), int(Is), true, int(H), true, group};
+    std::vector<float> xv = normal(size_t(T * H), 11, 1.0f), guv = normal(size_t(E * 2 * I * H), 12, 0.3f),
+                       dv = normal(size_t(E * H * I), 13, 0.3f), sguv = normal(size_t(2 * Is * H), 14, 0.3f),
+                       sdv = normal(size_t(H * Is), 15, 0.3f), sgv = normal(size_t(H), 16, 0.5f), outv, fp32v;
+    std::vector<int32_t> idv(size_t(T * k));
+    std::vector<float> wv(size_t(T * k));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        idv[size_t(t * k + j)] = int32_t((t + 2 * j) % E);
+        wv[size_t(t * k + j)] = 0.2f + 0.1f * float(j);
+      }
+    MoeWeights w;
+    w.gate_up = host(guv, E * 2 * I, H);
+    w.down = host(dv, E * H, I);
+    w.shared_gate_up = host(sguv, 2 * Is, H);
+    w.shared_down = host(sdv, H, Is);
+    w.shared_gate = host(sgv, 1, H);
+    const Tensor x = host(xv, T, H), ids = host_i32(idv, T, k), weights = host(wv, T, k);
+    const Tensor out = host(outv, T, H), fp32 = host(fp32v, T, H);
+    std::fill(outv.begin(), outv.end(), 0.0f);
+    std::fill(fp32v.begin(), fp32v.end(), 0.0f);
+    ops.moe_experts(x, ids, weights, w, shape, out, Tensor{});
+    MoeShape plain = shape;
+    plain.fp8 = false;
+    ops.moe_experts(x, ids, weights, w, plain, fp32, Tensor{});
+
+    std::vector<float> xr = xv;
+    cpu_fp8_round(xr.data(), T, H, H, group);
+    // One expert on a rounded input row: the SwiGLU in double, rounded to float, then to e4m3 as the op does.
+    auto expert = [&](const float* xrow, const float* gu, const float* down, int64_t width) {
+      std::vector<float> a(static_cast<size_t>(width));
+      for (int64_t i = 0; i < width; ++i) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < H; ++c) {
+          g += double(xrow[c]) * gu[size_t(i * H + c)];
+          u += double(xrow[c]) * gu[size_t((width + i) * H + c)];
+        }
+        a[size_t(i)] = float(g / (1.0 + std::exp(-g)) * u);
+      }
+      cpu_fp8_round(a.data(), 1, width, width, group);
+      std::vector<double> y(static_cast<size_t>(H));
+      for (int64_t c = 0; c < H; ++c)
+        for (int64_t i = 0; i < width; ++i)
+          y[size_t(c)] += double(a[size_t(i)]) * down[size_t(c * width + i)];
+      return y;
+    };
+    double worst = 0, moved = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> want(size_t(H), 0.0);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = idv[size_t(t * k + j)];
+        const std::vector<double> y =
+            expert(&xr[size_t(t * H)], &guv[size_t(e * 2 * I * H)], &dv[size_t(e * H * I)], I);
+        for (int64_t c = 0; c < H; ++c) want[size_t(c)] += double(wv[size_t(t * k + j)]) * y[size_t(c)];
+      }
+      double g = 0;
+      for (int64_t c = 0; c < H; ++c) g += double(xv[size_t(t * H + c)]) * sgv[size_t(c)];
+      const std::vector<double> y = expert(&xr[size_t(t * H)], sguv.data(), sdv.data(), Is);
+      for (int64_t c = 0; c < H; ++c) want[size_t(c)] += y[size_t(c)] / (1.0 + std::exp(-g));
+      for (int64_t c = 0; c < H; ++c) {
+        const size_t i = size_t(t * H + c);
+        worst = std::max(worst, std::abs(outv[i] - want[size_t(c)]) / (1.0 + std::abs(want[size_t(c)])));
+        moved = std::max(moved, std::abs(double(outv[i]) - fp32v[i]));
+      }
+    }
+    EXPECT_LT(worst, 2e-5);
+    EXPECT_GT(moved, 1e-3) << "FP8 rounding had no effect";
+  }
+}
+
 // An expert that no token picks contributes nothing and costs nothing; a zero weight slot contributes nothing.
 TEST(CpuMoe, UnpickedExpertIsSkipped) {
   CpuOps ops;

@@ -126,6 +126,44 @@ TEST(KernelChoice, PrefillAttention) {
         << p;
 }
 
+// Ours or cuDNN's prefill attention: the registry forces either side (the portable forms count as ours), a
+// call cuDNN cannot serve and a call under a CUDA graph capture stay ours, a measured class keeps its pick,
+// an unmeasured one is measured.
+TEST(KernelChoice, PrefillAttentionOursOrCudnn) {
+  const KernelVariants defaults;
+  KernelVariants native, cudnn, portable, k32;
+  native.attention_native = cudnn.attention_cudnn = portable.attention_portable = k32.attention_portable_k32 =
+      true;
+  using I = AttentionImpl;
+  EXPECT_EQ(attention_impl_choose(defaults, true, false, -1), I::measure);
+  EXPECT_EQ(attention_impl_choose(defaults, true, true, -1), I::ours) << "no timing during a capture";
+  EXPECT_EQ(attention_impl_choose(defaults, true, true, 1), I::ours) << "cuDNN's workspace cannot grow then";
+  EXPECT_EQ(attention_impl_choose(cudnn, true, true, -1), I::cudnn) << "forced";
+  EXPECT_EQ(attention_impl_choose(defaults, true, false, 0), I::ours);
+  EXPECT_EQ(attention_impl_choose(defaults, true, false, 1), I::cudnn);
+  EXPECT_EQ(attention_impl_choose(defaults, false, false, -1), I::ours) << "cuDNN cannot serve the call";
+  EXPECT_EQ(attention_impl_choose(defaults, false, false, 1), I::ours);
+  for (const KernelVariants& v : {native, portable, k32}) {
+    EXPECT_EQ(attention_impl_choose(v, true, false, -1), I::ours);
+    EXPECT_EQ(attention_impl_choose(v, true, false, 1), I::ours);
+  }
+  EXPECT_EQ(attention_impl_choose(cudnn, true, false, -1), I::cudnn);
+  EXPECT_EQ(attention_impl_choose(cudnn, true, false, 0), I::cudnn);
+  EXPECT_EQ(attention_impl_choose(cudnn, false, false, 0), I::cudnn)
+      << "forced: the launcher says why it cannot";
+}
+
+TEST(KernelChoice, PowerOfTwoBuckets) {
+  EXPECT_EQ(pow2_bucket(1, 1), 1);
+  EXPECT_EQ(pow2_bucket(3, 1), 4);
+  EXPECT_EQ(pow2_bucket(8, 1), 8);
+  EXPECT_EQ(pow2_bucket(9, 1), 16);
+  EXPECT_EQ(pow2_bucket(1, 64), 64);
+  EXPECT_EQ(pow2_bucket(64, 64), 64);
+  EXPECT_EQ(pow2_bucket(257, 64), 512);
+  EXPECT_EQ(pow2_bucket(32768, 64), 32768);
+}
+
 // The portable prefill attention's tiles: every head dim the op takes (padded to 16..256) gets a form that
 // fits the shared memory of every device profile; the 64-key form stays wherever it fits (Hopper, sm_100,
 // sm_80).

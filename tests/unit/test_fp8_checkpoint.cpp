@@ -229,8 +229,15 @@ TEST_P(Fp8CheckpointTest, WrittenAsFp8LoadsBackAndRunsTheForward) {
       if (fp8) EXPECT_NE(st.find(fp8_scale_name(n)), nullptr) << n;
     }
   }
-  // q, k, v, o per full layer, in_proj_qkv, in_proj_z, out_proj per DeltaNet layer, gate, up, down per layer.
-  EXPECT_EQ(n_fp8, 4 * c.num_full_layers() + 3 * c.num_linear_layers() + 3 * c.layers);
+  // q, k, v, o per full layer, in_proj_qkv, in_proj_z, out_proj per DeltaNet layer, gate, up, down per dense
+  // layer; per MoE layer the experts' (fused gate_up and down in the Qwen3.5 naming, three per expert in the
+  // Qwen3 one) and the shared expert's three (the router and the shared expert's gate stay f32).
+  int mlp = 0;
+  for (int l = 0; l < c.layers; ++l)
+    mlp += !c.layer_is_moe(l) ? 3
+                              : (c.family == ModelFamily::qwen3_5 ? 2 : 3 * c.num_experts) +
+                                    (c.shared_intermediate > 0 ? 3 : 0);
+  EXPECT_EQ(n_fp8, 4 * c.num_full_layers() + 3 * c.num_linear_layers() + mlp);
   auto loaded = target_load((root / "fp8").string(), ops, opt);
   EXPECT_EQ(loaded->cfg.fp8_block_n, 16);
   EXPECT_EQ(loaded->cfg.fp8_block_k, 16);
@@ -242,10 +249,15 @@ TEST_P(Fp8CheckpointTest, WrittenAsFp8LoadsBackAndRunsTheForward) {
           v = owned_f32(t);
           return;
         }
+        // 2-D [N, K], or the fused experts [E, N, K]: E matrices, each in its own 16x16 blocks.
         const std::vector<float> sc = owned_f32(find_owned(ts, fp8_scale_name(t.name)));
-        const int64_t K = t.shape[1], kb = (K + 15) / 16;
-        for (size_t i = 0; i < v.size(); ++i)
-          v[i] = e4m3_to_f32(t.bytes[i]) * sc[size_t(((int64_t(i) / K) / 16) * kb + (int64_t(i) % K) / 16)];
+        const int64_t K = t.shape.back(), N = t.shape[t.shape.size() - 2], kb = (K + 15) / 16,
+                      nb = (N + 15) / 16;
+        for (size_t i = 0; i < v.size(); ++i) {
+          const int64_t r = int64_t(i) / K;
+          v[i] = e4m3_to_f32(t.bytes[i]) *
+                 sc[size_t(((r / N) * nb + (r % N) / 16) * kb + (int64_t(i) % K) / 16)];
+        }
       });
   auto reference = target_load((root / "ref").string(), ops, opt);
   EXPECT_EQ(reference->cfg.fp8_block_n, 0);
@@ -283,7 +295,7 @@ TEST_P(Fp8CheckpointTest, WrittenAsFp8LoadsBackAndRunsTheForward) {
   fs::remove_all(root);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Fp8CheckpointTest, ::testing::Values(0, 1), target_family_name);
+INSTANTIATE_TEST_SUITE_P(Families, Fp8CheckpointTest, ::testing::Values(0, 1, 2, 3), target_family_name);
 
 // Published FP8 releases are sharded, and nothing keeps a weight and its scales in one shard: here every
 // F8 weight goes to one shard and every scale to the other, and the model loads to the very same forward.
@@ -378,6 +390,46 @@ TEST(Fp8Checkpoint, BrokenFilesAreNamed) {
     expect_error([&] { st_to_f32(*st.find(wname), v.data()); }, {wname, file, "F8_E4M3"});
   }
   fs::remove_all(dir);
+}
+
+// (d) Broken FP8 MoE checkpoints in both expert namings: the fused experts' 3-D scales and one expert's
+// scales of the per-expert naming, each refused naming the tensor and the file.
+TEST(Fp8Checkpoint, BrokenMoeFilesAreNamed) {
+  CpuOps ops;
+  TargetLoadOptions opt = with_lm_head();
+  for (const QwenConfig& c : {tiny_moe_hybrid(), tiny_moe_dense()}) {
+    SCOPED_TRACE(c.model_type);
+    const fs::path dir = temp_dir("broken_moe");
+    TargetSaveOptions save;
+    save.fp8_block_n = save.fp8_block_k = 16;
+    target_save_hf(*target_random(c, 3, ops, opt), dir.string(), save);
+    const std::vector<Owned> good = read_all(dir);
+    const bool fused = c.family == ModelFamily::qwen3_5;
+    const std::string wname = fused ? "model.layers.2.mlp.experts.gate_up_proj"
+                                    : "model.layers.2.mlp.experts.3.down_proj.weight",
+                      sname = fp8_scale_name(wname), file = (dir / "model.safetensors").string();
+    auto load = [&] { target_load(dir.string(), ops, opt); };
+    EXPECT_NO_THROW(load());
+    {  // the scales are missing
+      std::vector<Owned> ts;
+      for (const Owned& t : good)
+        if (t.name != sname) ts.push_back(t);
+      write_all(file, ts);
+      expect_error(load, {wname, sname, file, "missing"});
+    }
+    {  // scales with a block row too few (per expert) or without the expert dimension (fused)
+      std::vector<Owned> ts = good;
+      Owned& sc = find_owned(ts, sname);
+      if (fused)
+        sc.shape = {sc.shape[0] * sc.shape[1], sc.shape[2]};
+      else
+        sc.shape = {sc.shape[0] - 1, sc.shape[1]};
+      sc.bytes.resize(size_t(sc.shape[0] * sc.shape[1]) * 4);
+      write_all(file, ts);
+      expect_error(load, {sname, wname, file, "weight_block_size"});
+    }
+    fs::remove_all(dir);
+  }
 }
 
 // quantization_config: the official Qwen FP8 form is read (at the top level of a multimodal wrapper too),

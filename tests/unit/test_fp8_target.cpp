@@ -2,7 +2,6 @@
 // and a target loaded with TargetLoadOptions::fp8 rounds its linear weights per output channel and each linear
 // layer's input per token. The taps then differ from the fp32 forward by what e4m3 rounding predicts, not more.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -11,6 +10,7 @@
 
 #include "core/fp8.h"
 #include "core/rng.h"
+#include "model/target_moe.h"
 #include "ops/cpu/cpu_ops.h"
 #include "target_test_util.h"
 
@@ -124,7 +124,14 @@ TEST_P(Fp8TargetTest, BlockScaledCheckpointIsRoundedPerChannel) {
   for (size_t l = 0; l < per_row->layers.size(); ++l) {
     const TargetLayer& L = per_row->layers[l];
     const TargetLayer& B = blocks->layers[l];
-    for (auto [w, b] : {std::pair{&L.w_gate_up, &B.w_gate_up}, std::pair{&L.w_down, &B.w_down}}) {
+    std::vector<std::pair<const Tensor*, const Tensor*>> pairs;
+    if (L.w_gate_up.empty()) {  // an MoE layer: its routed and shared experts
+      const std::vector<MoeProjection> lp = target_moe_projections(L), bp = target_moe_projections(B);
+      for (size_t i = 0; i < lp.size(); ++i) pairs.push_back({lp[i].w, bp[i].w});
+    } else {
+      pairs = {{&L.w_gate_up, &B.w_gate_up}, {&L.w_down, &B.w_down}};
+    }
+    for (auto [w, b] : pairs) {
       EXPECT_EQ(moved(*w), 0) << "layer " << l << ": a projection of the FP8 load is not per-row e4m3";
       moved_blocks += moved(*b);
     }
@@ -133,4 +140,4 @@ TEST_P(Fp8TargetTest, BlockScaledCheckpointIsRoundedPerChannel) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Fp8TargetTest, ::testing::Values(0, 1), target_family_name);
+INSTANTIATE_TEST_SUITE_P(Families, Fp8TargetTest, ::testing::Values(0, 1, 2, 3), target_family_name);

@@ -131,6 +131,21 @@ TEST(Jinja, BoundsStopHostileTemplates) {
   EXPECT_NE(error_of(deep).find("blocks nested deeper than 100"), std::string::npos);
 }
 
+TEST(Jinja, KnowsWhichVariablesItReads) {
+  const Template t(
+      "{%- macro m(x, d=depth) %}{{ x ~ d }}{% endmacro %}"
+      "{%- for i in items if i != skip %}{%- set ns.n = i %}{% endfor %}"
+      "{%- if flag is defined and flag is true %}{{ m(a.b[key] | default(fallback)) }}{% else %}{{ other "
+      "}}{% endif %}"
+      "{%- set s %}{{ in_set_block }}{% endset %}",
+      "t.jinja");
+  for (const char* n :
+       {"depth", "items", "skip", "ns", "flag", "a", "key", "fallback", "other", "in_set_block", "m"})
+    EXPECT_TRUE(t.reads(n)) << n;
+  for (const char* n : {"b", "i2", "preserve_thinking", "true", "defined", "default"})
+    EXPECT_FALSE(t.reads(n)) << n;
+}
+
 TEST(Jinja, RefusesWhatItDoesNotImplementWhenRead) {
   auto refusal = [](const std::string& source) {
     try {

@@ -45,6 +45,12 @@ TEST(ModelFlops, DrafterStepByHandOnATinyDrafter) {
   c.sliding_window = 2;
   EXPECT_DOUBLE_EQ(drafter_step_flops(c, anchors, {10}), 23040.0 + 3840 + 5120 + 3072 + 3.5 * 4 * 4 * 2 * 11);
   expect_error_with([&] { drafter_step_flops(c, {{1, 0}}, {10}); }, "anchor in sequence 1 of a batch of 1");
+  // Domino with shift_label: slot 0 is labelled too, min(4, 10 - 1 - 2) = 4 rows (lm_head 4*8*32*4 = 4096),
+  // and its head over the N = 8 block rows with G 3, E 5: (4*9*8 + 6*9*3 + 6*5*11 + 6*5*32)*8 = 13920.
+  c.kind = DrafterKind::domino;
+  c.gru_hidden_dim = 3, c.emb_dim = 5, c.shift_label = true;
+  EXPECT_DOUBLE_EQ(drafter_step_flops(c, anchors, {10}),
+                   23040.0 + 3840 + 5120 + 4096 + 3.5 * 4 * 4 * 2 * 11 + 13920);
 }
 
 TEST(ModelFlops, TargetForwardIsTwiceTheParamsPlusAttentionAndDeltaNetChunks) {

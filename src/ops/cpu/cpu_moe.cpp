@@ -29,15 +29,19 @@ void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, const float* w, 
 }
 
 // One SwiGLU expert over m gathered rows x [m, H]: y [m, H] = down(silu(gate x) · up x), gate_up [2I, H] rows
-// (gate then up) and down [H, I] rows at the given row strides.
-void expert_rows(int64_t m, int64_t H, int64_t I, const float* x, const Tensor& gate_up, int64_t gu_row0,
-                 const Tensor& down, int64_t down_row0, std::vector<float>& gu, std::vector<float>& act, float* y) {
+// (gate then up) and down [H, I] rows at the given row strides. fp8: x (in place) and the SwiGLU output are
+// rounded to e4m3 per token per shape.fp8_group columns before their GEMMs (MoeShape::fp8).
+void expert_rows(int64_t m, int64_t H, int64_t I, float* x, const Tensor& gate_up, int64_t gu_row0,
+                 const Tensor& down, int64_t down_row0, const MoeShape& shape, std::vector<float>& gu,
+                 std::vector<float>& act, float* y) {
   gu.resize(size_t(m * 2 * I));
   act.resize(size_t(m * I));
+  if (shape.fp8) cpu_fp8_round(x, m, H, H, shape.fp8_group);
   cpu_gemm(false, true, m, 2 * I, H, 1.0f, x, H, cpu_row(gate_up, gu_row0), gate_up.stride, 0.0f, gu.data(), 2 * I);
   for (int64_t r = 0; r < m; ++r)
     for (int64_t i = 0; i < I; ++i)
       act[size_t(r * I + i)] = cpu_silu(gu[size_t(r * 2 * I + i)]) * gu[size_t(r * 2 * I + I + i)];
+  if (shape.fp8) cpu_fp8_round(act.data(), m, I, I, shape.fp8_group);
   cpu_gemm(false, true, m, H, I, 1.0f, act.data(), I, cpu_row(down, down_row0), down.stride, 0.0f, y, H);
 }
 
@@ -110,6 +114,8 @@ void CpuOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weigh
     cpu_check_f32(op, "shared_down", w.shared_down, H, Is);
     cpu_check_f32(op, "shared_gate", w.shared_gate, 1, H);
   }
+  DF_CHECK(!shape.fp8 || shape.fp8_group >= 0, "%s: fp8_group %d must be 0 (per token) or positive", op,
+           shape.fp8_group);
   // Counting sort of the (token, slot) pairs by expert: expert e's pairs at [start[e], start[e + 1]), in token order.
   std::vector<int64_t> start(size_t(E + 1), 0), tok(size_t(T * k)), slot(size_t(T * k));
   for (int64_t t = 0; t < T; ++t) {
@@ -137,7 +143,7 @@ void CpuOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weigh
     xs.resize(size_t(m * H));
     ys.resize(size_t(m * H));
     for (int64_t r = 0; r < m; ++r) std::copy_n(cpu_row(x, tok[size_t(b + r)]), H, &xs[size_t(r * H)]);
-    expert_rows(m, H, I, xs.data(), w.gate_up, e * 2 * I, w.down, e * H, gu, act, ys.data());
+    expert_rows(m, H, I, xs.data(), w.gate_up, e * 2 * I, w.down, e * H, shape, gu, act, ys.data());
     for (int64_t r = 0; r < m; ++r) {
       const int64_t t = tok[size_t(b + r)];
       const float wt = cpu_row(weights, t)[slot[size_t(b + r)]];
@@ -148,9 +154,9 @@ void CpuOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weigh
     xs.resize(size_t(T * H));
     ys.resize(size_t(T * H));
     for (int64_t t = 0; t < T; ++t) std::copy_n(cpu_row(x, t), H, &xs[size_t(t * H)]);
-    expert_rows(T, H, Is, xs.data(), w.shared_gate_up, 0, w.shared_down, 0, gu, act, ys.data());
     std::vector<float> g(static_cast<size_t>(T));
-    gemm_rows(T, 1, H, xs.data(), w.shared_gate.ptr<float>(), g.data());
+    gemm_rows(T, 1, H, xs.data(), w.shared_gate.ptr<float>(), g.data());  // before expert_rows rounds xs
+    expert_rows(T, H, Is, xs.data(), w.shared_gate_up, 0, w.shared_down, 0, shape, gu, act, ys.data());
     for (int64_t t = 0; t < T; ++t) {
       const float s = cpu_sigmoid(g[size_t(t)]);
       for (int64_t c = 0; c < H; ++c) acc[size_t(t * H + c)] += s * ys[size_t(t * H + c)];

@@ -372,16 +372,13 @@ void CpuOps::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   }
 }
 
-void CpuOps::fp8_round_rows(const Tensor& x, int64_t group) {
-  cpu_check_f32("fp8_round_rows", "x", x, -1, -1);
-  DF_CHECK(group >= 0, "fp8_round_rows %s: group %lld must be 0 (whole rows) or positive",
-           x.shape_str().c_str(), (long long)group);
-  const int64_t g = group > 0 ? group : std::max<int64_t>(x.cols, 1);
+void cpu_fp8_round(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t group) {
+  const int64_t g = group > 0 ? group : std::max<int64_t>(cols, 1);
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t c0 = 0; c0 < x.cols; c0 += g) {
-      float* v = cpu_row(x, r) + c0;
-      const int64_t n = std::min(g, x.cols - c0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c0 = 0; c0 < cols; c0 += g) {
+      float* v = x + r * stride + c0;
+      const int64_t n = std::min(g, cols - c0);
       float amax = 0.0f;
       for (int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(v[c]));
       if (!(amax > 0.0f)) continue;  // zeros stay zeros; a NaN group stays NaN
@@ -389,6 +386,13 @@ void CpuOps::fp8_round_rows(const Tensor& x, int64_t group) {
       for (int64_t c = 0; c < n; ++c) v[c] = e4m3_to_f32(e4m3_quantize(v[c], inv)) * scale;
     }
   }
+}
+
+void CpuOps::fp8_round_rows(const Tensor& x, int64_t group) {
+  cpu_check_f32("fp8_round_rows", "x", x, -1, -1);
+  DF_CHECK(group >= 0, "fp8_round_rows %s: group %lld must be 0 (whole rows) or positive",
+           x.shape_str().c_str(), (long long)group);
+  cpu_fp8_round(x.ptr<float>(), x.rows, x.cols, x.stride, group);
 }
 
 void CpuOps::gated_rmsnorm(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& out, int heads, int dv,

@@ -90,6 +90,10 @@ void cpu_check_layout(const char* op, const SeqLayout& seqs, int64_t tokens);
 // Row r of a host f32 tensor, honouring its row stride.
 inline float* cpu_row(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(t.row_bytes(r)); }
 inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// In place: rows [rows, cols] of host f32 at row stride `stride` rounded to e4m3 and back per row (group 0)
+// or per `group` columns of a row (CpuOps::fp8_round_rows, the MoE experts' FP8 inputs).
+void cpu_fp8_round(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t group);
+
 inline float cpu_silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // out = norm(x) over n values (out may equal x); returns rstd = rsqrt(mean(x²) + eps), the sum of squares in

@@ -3,9 +3,11 @@
 #include "ops/cuda/cuda_device.h"
 
 #include "core/dtype.h"
-#include "kernels/primitives/cuda_check.cuh"
+#include "core/log.h"
+#include "kernels/dispatch/measured.h"
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
 
 namespace df {
 
@@ -48,6 +50,8 @@ CudaDevice::CudaDevice(int device) : index(device) {
   DF_CUDA_CHECK(cudaSetDevice(device));
   DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   gemm = gemm_init();
+  // Measured kernel choices (kernels/dispatch/measured.h) log through rank 0's info log.
+  dispatch_log_set([](const std::string& line) { log_info("%s", line.c_str()); });
 }
 
 CudaDevice::~CudaDevice() {

@@ -369,7 +369,10 @@ static MoeDims moe_dims(const MoeShape& s, int64_t H, const char* op) {
       "%s: MoeShape experts %d, top_k %d, inter %d, shared_inter %d: experts in 1..%d, top_k in 1..experts, "
       "inter > 0, shared_inter >= 0",
       op, s.experts, s.top_k, s.inter, s.shared_inter, kMoeMaxExperts);
-  return MoeDims{H, s.experts, s.top_k, s.inter, s.shared_inter, s.renormalise};
+  DF_CHECK(!s.fp8 || s.fp8_group == 0 || s.fp8_group == 128,
+           "%s: fp8_group %d: the FP8 experts quantise their inputs per token (0) or per 128 columns", op,
+           s.fp8_group);
+  return MoeDims{H, s.experts, s.top_k, s.inter, s.shared_inter, s.renormalise, s.fp8, s.fp8_group};
 }
 
 // The MoE workspace: empty (the launcher then names the size it needs) or contiguous bytes.
@@ -379,10 +382,22 @@ static void expect_moe_workspace(const Tensor& workspace, const char* op) {
   DF_CHECK(workspace.contiguous(), "%s: workspace %s must be contiguous", op, workspace.shape_str().c_str());
 }
 
-// A weight the MoE launchers read as contiguous rows.
-static void expect_moe_weight(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* what) {
-  cuda_expect_as(t, DType::bf16, rows, cols, op, what);
+// A weight the MoE launchers read as contiguous rows, of dtype dt.
+static void expect_moe_weight(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* what,
+                              DType dt = DType::bf16) {
+  cuda_expect_as(t, dt, rows, cols, op, what);
   DF_CHECK(t.contiguous(), "%s: %s %s must be contiguous", op, what, t.shape_str().c_str());
+}
+
+// An FP8 expert weight's scales (ops.h MoeWeights): one per row, or its 128x128 blocks.
+static const float* moe_fp8_scale(const Tensor& s, int64_t rows, int64_t cols, int group, const char* op,
+                                  const char* what) {
+  if (group > 0)
+    cuda_expect_as(s, DType::f32, rows / 128, fp8_block_scale_ld(cols), op, what);
+  else
+    cuda_expect_as(s, DType::f32, 1, rows, op, what);
+  DF_CHECK(s.contiguous(), "%s: %s %s must be contiguous", op, what, s.shape_str().c_str());
+  return static_cast<const float*>(s.data);
 }
 
 void CudaOps::moe_route(const Tensor& x, const Tensor& router, const MoeShape& shape, const Tensor& ids,
@@ -408,19 +423,30 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
   cuda_expect_as(ids, DType::i32, T, shape.top_k, op, "ids");
   cuda_expect_as(weights, DType::f32, T, shape.top_k, op, "weights");
   cuda_expect_as(out, DType::bf16, T, H, op, "out");
-  expect_moe_weight(w.gate_up, E * 2 * I, H, op, "gate_up");
-  expect_moe_weight(w.down, E * H, I, op, "down");
+  const DType wdt = shape.fp8 ? DType::f8_e4m3 : DType::bf16;
+  expect_moe_weight(w.gate_up, E * 2 * I, H, op, "gate_up", wdt);
+  expect_moe_weight(w.down, E * H, I, op, "down", wdt);
   if (Is > 0) {
-    expect_moe_weight(w.shared_gate_up, 2 * Is, H, op, "shared_gate_up");
-    expect_moe_weight(w.shared_down, H, Is, op, "shared_down");
+    expect_moe_weight(w.shared_gate_up, 2 * Is, H, op, "shared_gate_up", wdt);
+    expect_moe_weight(w.shared_down, H, Is, op, "shared_down", wdt);
     expect_moe_weight(w.shared_gate, 1, H, op, "shared_gate");
+  }
+  MoeFp8Scales scales;
+  if (shape.fp8) {
+    const int g = shape.fp8_group;
+    scales.gate_up = moe_fp8_scale(w.s_gate_up, E * 2 * I, H, g, op, "s_gate_up");
+    scales.down = moe_fp8_scale(w.s_down, E * H, I, g, op, "s_down");
+    if (Is > 0) {
+      scales.shared_gate_up = moe_fp8_scale(w.s_shared_gate_up, 2 * Is, H, g, op, "s_shared_gate_up");
+      scales.shared_down = moe_fp8_scale(w.s_shared_down, H, Is, g, op, "s_shared_down");
+    }
   }
   DF_CHECK(!spans_overlap(out, x), "moe_experts: out %s must not overlap x %s", out.shape_str().c_str(),
            x.shape_str().c_str());
   expect_moe_workspace(workspace, op);
   moe_experts_launch(dev_.gemm, bptr(x), cuda_gemm_ld(x), iptr(ids), ids.stride, fptr(weights),
-                     weights.stride, bptr(w.gate_up), bptr(w.down), Is > 0 ? bptr(w.shared_gate_up) : nullptr,
-                     Is > 0 ? bptr(w.shared_down) : nullptr, Is > 0 ? bptr(w.shared_gate) : nullptr,
+                     weights.stride, w.gate_up.data, w.down.data, Is > 0 ? w.shared_gate_up.data : nullptr,
+                     Is > 0 ? w.shared_down.data : nullptr, Is > 0 ? bptr(w.shared_gate) : nullptr, scales,
                      bptr(out), cuda_gemm_ld(out), T, d, workspace.data,
                      workspace.empty() ? 0 : workspace.nbytes(), dev_.stream);
 }

@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/primitives/cuda_check.cuh"
 #include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/train/loss_slots.h"
 #include "kernels/train_launchers.cuh"
 
 namespace df {
@@ -348,26 +349,104 @@ void CudaTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, cons
   adamw_launch(fptr(p), fptr(g), fptr(m), fptr(v), p_lp.empty() ? nullptr : bptr(p_lp), n, a, dev_.stream);
 }
 
-// Domino's head on the GPU is not built yet: the drafter refuses drafter.kind = "domino" on this backend
-// before it allocates anything (model/drafter.h drafter_check_kind_trainable); these say the same if reached.
+// ---- Domino's head ------------------------------------------------------------------------------------
+
 namespace {
-[[noreturn]] void refuse_domino() {
-  DF_FAIL(
-      "drafter.kind = \"domino\": the CUDA backend has no Domino head op yet; HINT: drafter.device = "
-      "\"cpu\"");
+
+// The head's matrices as train_ops.h DominoHeadWeights names them, contiguous, of dtype dt (bf16 weights, f32
+// gradients).
+void expect_domino_head(const TrainOps::DominoHeadWeights& w, const DominoHeadDims& d, DType dt,
+                        const char* op, const char* what) {
+  const int64_t H = d.hidden, G = d.gru_hidden, E = d.emb_dim;
+  const std::pair<const Tensor*, std::pair<int64_t, int64_t>> mats[] = {{&w.gru_ih, {3 * G, H}},
+                                                                        {&w.gru_hh, {3 * G, G}},
+                                                                        {&w.proj_in, {E, H + G}},
+                                                                        {&w.proj_out, {d.vocab, E}}};
+  for (const auto& [t, shape] : mats) {
+    cuda_expect_as(*t, dt, shape.first, shape.second, op, what);
+    DF_CHECK(t->contiguous(), "%s: %s %s must be contiguous", op, what, t->shape_str().c_str());
+  }
 }
+
+DominoHeadShape domino_shape(const DominoHeadDims& d, int64_t nb) {
+  DF_CHECK(
+      d.block_size >= 2 && d.hidden >= 1 && d.gru_hidden >= 1 && d.emb_dim >= 1 && d.vocab >= 1 &&
+          d.pure_draft_prefix_len >= 0,
+      "domino head: bad dims block %d hidden %d gru_hidden %d emb_dim %d vocab %d pure_draft_prefix_len %d",
+      d.block_size, d.hidden, d.gru_hidden, d.emb_dim, d.vocab, d.pure_draft_prefix_len);
+  DominoHeadShape s;
+  s.nb = nb;
+  s.B = d.block_size;
+  s.H = d.hidden;
+  s.G = d.gru_hidden;
+  s.E = d.emb_dim;
+  s.V = d.vocab;
+  s.suffix_start = d.suffix_start();
+  s.lag = d.gru_lag();
+  return s;
+}
+
+DominoHeadWeightPtrs domino_weights(const TrainOps::DominoHeadWeights& w) {
+  return {bptr(w.gru_ih), bptr(w.gru_hh), bptr(w.proj_in), bptr(w.proj_out)};
+}
+
 }  // namespace
 
-void CudaTrainOps::domino_head_loss(const Tensor&, const Tensor&, const Tensor&, const DominoHeadWeights&,
-                                    const Tensor&, const Tensor&, const DominoHeadArgs&, const Tensor&,
-                                    const Tensor&, const DominoHeadWeights&, const Tensor&) {
-  refuse_domino();
+void CudaTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
+                                    const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
+                                    const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                                    const DominoHeadWeights& dw, const Tensor& stats) {
+  const char* op = "domino_head_loss";
+  const DominoHeadDims& d = a.dims;
+  const int B = d.block_size, H = d.hidden;
+  const int64_t N = y.rows;
+  DF_CHECK(B >= 2 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
+  cuda_expect_as(y, DType::bf16, N, H, op, "y");
+  cuda_expect_as(gru_in, DType::bf16, N, H, op, "gru_in");
+  cuda_expect_as(lm_head, DType::bf16, d.vocab, H, op, "lm_head");
+  DF_CHECK(lm_head.contiguous(), "%s: lm_head %s must be contiguous", op, lm_head.shape_str().c_str());
+  cuda_expect_as(labels, DType::i32, 1, N, op, "labels");
+  cuda_expect_as(row_w, DType::f32, 1, N, op, "row_w");
+  cuda_expect_as(argmax, DType::i32, 1, N, op, "argmax");
+  cuda_expect_as(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
+                 "stats (f64 slots as bytes)");
+  expect_domino_head(w, d, DType::bf16, op, "a head weight");
+  if (a.backward) {
+    cuda_expect_as(dy, DType::bf16, N, H, op, "dy");
+    expect_domino_head(dw, d, DType::f32, op, "a head gradient");
+  }
+  const DominoHeadShape s = domino_shape(d, N / B);
+  const size_t ws = domino_head_workspace_bytes(s.nb, B, H, s.G, s.E, s.V, loss_chunk_rows_);
+  const DominoHeadGradPtrs g =
+      a.backward ? DominoHeadGradPtrs{fptr(dw.gru_ih), fptr(dw.gru_hh), fptr(dw.proj_in), fptr(dw.proj_out)}
+                 : DominoHeadGradPtrs{};
+  domino_head_loss_launch(
+      dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), bptr(gru_in), gru_in.stride, domino_weights(w),
+      iptr(labels), fptr(row_w), a.lambda, d.shift_label ? 1 : 0, a.backward, a.beta_dw,
+      static_cast<int32_t*>(argmax.data), a.backward ? bptr(dy) : nullptr, a.backward ? dy.stride : 0, g,
+      static_cast<double*>(stats.data), loss_chunk_rows_, N > 0 ? scratch(ws) : nullptr, ws, dev_.stream);
 }
 
-std::vector<int32_t> CudaTrainOps::domino_head_propose(const Tensor&, const Tensor&, const Tensor&,
-                                                       const DominoHeadWeights&, const DominoHeadDims&,
-                                                       int32_t) {
-  refuse_domino();
+std::vector<int32_t> CudaTrainOps::domino_head_propose(const Tensor& y, const Tensor& lm_head,
+                                                       const Tensor& embed, const DominoHeadWeights& w,
+                                                       const DominoHeadDims& d, int32_t first) {
+  const char* op = "domino_head_propose";
+  cuda_expect_as(y, DType::bf16, d.block_size, d.hidden, op, "y");
+  cuda_expect_as(lm_head, DType::bf16, d.vocab, d.hidden, op, "lm_head");
+  cuda_expect_as(embed, DType::bf16, d.vocab, d.hidden, op, "embed");
+  DF_CHECK(lm_head.contiguous() && embed.contiguous(), "%s: lm_head %s and embed %s must be contiguous", op,
+           lm_head.shape_str().c_str(), embed.shape_str().c_str());
+  expect_domino_head(w, d, DType::bf16, op, "a head weight");
+  const DominoHeadShape s = domino_shape(d, 1);
+  const size_t ws = domino_propose_layout(s.B, s.H, s.G, s.E, s.V).bytes;
+  const int32_t* tok = domino_head_propose_launch(dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), bptr(embed),
+                                                  domino_weights(w), d.shift_label ? 1 : 0, first,
+                                                  scratch(ws), ws, dev_.stream);
+  std::vector<int32_t> host(size_t(d.block_size));
+  DF_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), tok, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, dev_.stream));
+  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  return std::vector<int32_t>(host.begin() + 1, host.end());
 }
 
 }  // namespace df
