@@ -211,6 +211,21 @@ class TimedTrainOps final : public TrainOps {
     timed("domino_head_propose", [&] { r = g_.domino_head_propose(y, lm_head, embed, w, d, first); });
     return r;
   }
+  void dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
+                        const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
+                        const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DSparkHeadWeights& dw, const Tensor& stats) override {
+    timed("dspark_head_loss", [&] {
+      g_.dspark_head_loss(y, lm_head, target_hidden, w, labels, prev, row_w, a, argmax, dy, dw, stats);
+    });
+  }
+  std::vector<int32_t> dspark_head_propose(const Tensor& y, const Tensor& lm_head, const DSparkHeadWeights& w,
+                                           const DSparkHeadDims& d, int32_t first,
+                                           std::vector<double>* confidence) override {
+    std::vector<int32_t> r;
+    timed("dspark_head_propose", [&] { r = g_.dspark_head_propose(y, lm_head, w, d, first, confidence); });
+    return r;
+  }
   double sum_squares(const Tensor& x) override {
     double r = 0;
     timed("sum_squares", [&] { r = g_.sum_squares(x); });

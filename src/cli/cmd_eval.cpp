@@ -35,6 +35,12 @@ void cmd_eval_register(CLI::App& root) {
       ->check(CLI::Range(2, 1024));
   c->add_option("--num-prompts", o->num_prompts, "use only the first N prompts (default: all)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--dspark-confidence", o->dspark_confidence,
+                "DSpark drafters with a confidence head: verify only the leading proposals whose predicted "
+                "prefix survival (the product of the confidence head's sigmoids) stays >= P; 0 verifies all "
+                "B-1")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   c->add_option("--stop-token", o->sample.stop_tokens,
                 "end a continuation at this token id (repeatable; e.g. "
                 "the id of <|im_end|> in the target's tokenizer.json)");

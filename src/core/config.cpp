@@ -181,7 +181,9 @@ void validate(const Config& c, const std::string& w) {
   check(t.eps > 0, w, "train.eps", "must be positive");
   check(t.clip >= 0, w, "train.clip", "must be >= 0 (0 = no clipping)");
   check(t.grad_accum > 0, w, "train.grad_accum", "must be positive");
-  check(t.gamma > 0, w, "train.gamma", "must be positive");
+  // DSpark alone takes 0: SpecForge's loss_decay_gamma unset (its Qwen3-8B recipe), every slot weighted 1.
+  check(t.gamma > 0 || (d.kind == "dspark" && t.gamma == 0), w, "train.gamma",
+        d.kind == "dspark" ? "must be >= 0 (0: no decay)" : "must be positive");
   check(t.loss == "ce" || t.loss == "kl" || t.loss == "dpace" || t.loss == "dpace-cumulative-confidence-only" ||
             t.loss == "dpace-continuation-value-only",
         w, "train.loss",

@@ -7,7 +7,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/dspark_head.h"
 
 namespace df {
 
@@ -98,12 +97,10 @@ void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& bac
            "(their ops are built on the CPU backend only); HINT: drafter.device = \"cpu\", or drafter.kind = "
            "\"dflash\"",
            backend.c_str());
-  DF_CHECK(
-      c.kind == DrafterKind::dflash || c.kind == DrafterKind::domino || c.kind == DrafterKind::dflash2,
-      "drafter.kind = \"%s\": this build's training step on the %s backend has no %s head and loss yet (its "
-      "CPU fp32 oracle is model/%s_head.h; the step and the CUDA ops are not built); HINT: drafter.kind = "
-      "\"dflash\"",
-      drafter_kind_name(c.kind), backend.c_str(), drafter_kind_name(c.kind), drafter_kind_name(c.kind));
+  DF_CHECK(c.kind != DrafterKind::dspark || backend == "cpu",
+           "drafter.kind = \"dspark\": the %s backend has no dspark head yet (its ops are built on the CPU "
+           "backend only); HINT: drafter.device = \"cpu\", or drafter.kind = \"dflash\"",
+           backend.c_str());
 }
 
 DominoHeadDims domino_head_dims(const DrafterConfig& c) {
@@ -142,6 +139,20 @@ Dflash2SelectorDims dflash2_selector_dims(const DrafterConfig& c) {
   d.block_size = c.block_size;
   d.output_multiplier = c.output_multiplier;
   d.softcap = c.final_logit_softcapping;
+  return d;
+}
+
+DSparkHeadDims dspark_head_dims(const DrafterConfig& c) {
+  DF_CHECK(c.kind == DrafterKind::dspark, "dspark head: the drafter's kind is %s, not dspark",
+           drafter_kind_name(c.kind));
+  DSparkHeadDims d;
+  d.hidden = c.hidden;
+  d.vocab = c.vocab;
+  d.block_size = c.block_size;
+  d.markov_rank = c.markov_rank;
+  d.markov_head_type = c.markov_head_type;
+  d.confidence = c.enable_confidence_head;
+  d.confidence_with_markov = c.confidence_head_with_markov;
   return d;
 }
 
@@ -281,6 +292,17 @@ DrafterTensors tensors_view(const DrafterModel& m, const Tensor& mats, const Ten
     t.selector = {view("candidate_selector.predecessor_codebook"),
                   view("candidate_selector.successor_codebook"),
                   view("candidate_selector.hidden_projection.weight")};
+  if (m.config().kind == DrafterKind::dspark) {
+    TrainOps::DSparkHeadWeights& d = t.dspark;
+    const std::pair<const char*, Tensor*> parts[] = {
+        {"markov_head.markov_w1.weight", &d.markov_w1}, {"markov_head.markov_w2.weight", &d.markov_w2},
+        {"markov_head.gate_proj.weight", &d.gate_w},    {"markov_head.gate_proj.bias", &d.gate_b},
+        {"markov_head.joint_proj.weight", &d.joint_w},  {"markov_head.joint_proj.bias", &d.joint_b},
+        {"confidence_head.proj.weight", &d.conf_w},     {"confidence_head.proj.bias", &d.conf_b}};
+    for (const DSparkHeadParam& p : dspark_head_params(dspark_head_dims(m.config())))
+      for (const auto& [name, tensor] : parts)
+        if (p.name == name) *tensor = view(name);
+  }
   return t;
 }
 

@@ -63,8 +63,8 @@ std::vector<int64_t> drafter_param_hf_shape(const DrafterConfig& c, const Drafte
 // 0; SpecForge DFlashGroupedConv's initialisation).
 float drafter_base_kernel_identity(int64_t i, int64_t cols, int taps);
 
-// Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): Domino's head runs on the CPU
-// backend only so far, and a Domino config must never silently train a DFlash drafter.
+// Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): DFlash2's and DSpark's ops run on the
+// CPU backend only so far, and such a config must never silently train a DFlash drafter.
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend);
 
 // The Domino head's sizes (ops/domino_head.h) of a kind = domino config.
@@ -73,6 +73,8 @@ DominoHeadDims domino_head_dims(const DrafterConfig& c);
 // config.
 Dflash2ConvDims dflash2_conv_dims(const DrafterConfig& c);
 Dflash2SelectorDims dflash2_selector_dims(const DrafterConfig& c);
+// The DSpark head's sizes (ops/dspark_head.h) of a kind = dspark config.
+DSparkHeadDims dspark_head_dims(const DrafterConfig& c);
 
 // Views of one flat buffer as the model's tensors (used for params and for grads alike).
 struct DrafterLayerTensors {
@@ -86,6 +88,7 @@ struct DrafterTensors {
   std::vector<DrafterLayerTensors> layers;
   TrainOps::DominoHeadWeights domino;  // kind = domino only (prefix_gru.*, embed_proj.*), else empty
   TrainOps::Dflash2SelectorWeights selector;  // kind = dflash2 only (candidate_selector.*), else empty
+  TrainOps::DSparkHeadWeights dspark;  // kind = dspark only (markov_head.*, confidence_head.*), else empty
 };
 
 // The packed micro-batch a drafter trains on: S sequences back to back (positions restart at 0 in each).
@@ -94,7 +97,8 @@ struct DrafterBatch {
   std::vector<int32_t> tokens;      // [T] host copy (block inputs and labels)
   std::vector<uint8_t> loss_mask;   // [T] host copy
   Tensor taps;                      // act_dtype [T, k·H] backend memory: concatenated target layer outputs
-  Tensor target_hidden;             // act_dtype [T, H] target final-norm output; only for the soft-KL loss
+  Tensor target_hidden;             // act_dtype [T, H] target final-norm output: the soft-KL loss's teacher,
+                                    // DSpark's target distributions (drafter_streams_final_hidden)
   int num_seqs() const { return int(offsets.size()) - 1; }
 };
 
@@ -130,6 +134,9 @@ struct DrafterLossOptions {
   // dflash2_selector_alpha schedules it), and whether that term trains the selector only (stop-gradient).
   double dflash2_selector_alpha = 0;
   bool dflash2_stop_gradient = false;
+  // kind = dspark: the weights of its loss terms (train.dspark_*_alpha); its row weights are its own
+  // (dspark_block_rows, γ = gamma).
+  DSparkLossAlphas dspark;
   // Skip the backward (evaluation). Gradients are then left untouched.
   bool backward = true;
   // Gradient checks and replays: use these per-row weights (one per block row, nb·B) instead of computing
@@ -247,6 +254,12 @@ std::vector<int32_t> drafter_domino_drafts(const DrafterModel& m, const DrafterB
 std::vector<int32_t> drafter_dflash2_drafts(const DrafterModel& m, const DrafterBatch& batch,
                                             const std::vector<DrafterAnchor>& anchors,
                                             const DrafterLossOptions& opts);
+// kind = dspark: the greedy proposals (ops/dspark_head.h dspark_block_propose) of the one block that
+// drafter_accumulate last ran, forward only, with these same arguments, from its anchor token on;
+// `confidence` (may be null) gets each proposal's confidence logit when the head has a confidence head.
+std::vector<int32_t> drafter_dspark_drafts(const DrafterModel& m, const DrafterBatch& batch,
+                                           const std::vector<DrafterAnchor>& anchors,
+                                           const DrafterLossOptions& opts, std::vector<double>* confidence);
 // The final-norm output y [nb·B, H] (row j·B + k: block j, offset k) of the step drafter_accumulate last ran
 // with these same arguments, as host f32, read back from the workspace (the backward does not write it): the
 // input of the lm_head loss, for tests that restate the loss.

@@ -11,14 +11,13 @@
 
 #include "core/config.h"
 #include "model/qwen_config.h"
+#include "ops/dspark_head.h"
 
 namespace df {
 
 enum class DrafterLayerType : uint8_t { sliding, full };
 // The drafter's head and loss terms over the one backbone (MODELS.md "Drafter kinds beyond DFlash").
 enum class DrafterKind : uint8_t { dflash, domino, dspark, dflash2 };
-// DSpark's Markov bias on the logits (model/dspark_head.h has the math of each).
-enum class DrafterMarkovHead : uint8_t { vanilla, gated, rnn };
 
 struct DrafterConfig {
   int hidden = 0;                        // = the target's hidden size H

@@ -15,12 +15,13 @@ namespace df {
 namespace {
 
 // Host description of the blocks: everything that depends only on the batch and the anchors. DFlash's row
-// weights depend on the forward (streak) and are made on the backend by loss_row_stats; Domino's labels and
-// weights (and its GRU input tokens) depend on the data only and are made here (domino_block_rows).
+// weights depend on the forward (streak) and are made on the backend by loss_row_stats; Domino's, DFlash2's and
+// DSpark's labels and weights (and Domino's GRU input tokens, the others' previous tokens) depend on the data
+// only and are made here (domino_block_rows, dflash2_block_rows, dspark_block_rows).
 struct BlockLayout {
   std::vector<int32_t> ids, pos_all, blocks, labels, tgt_rows, gru_ids, prev;
   std::vector<uint8_t> labelled;
-  std::vector<float> row_w;  // kind = domino, dflash2
+  std::vector<float> row_w;  // kind = domino, dflash2, dspark
 };
 
 // Domino's labels, weights and GRU inputs of every block, replacing DFlash's labels in L.
@@ -42,19 +43,23 @@ void layout_domino_rows(const DrafterConfig& c, const DrafterBatch& b,
   }
 }
 
-// DFlash2's labels, predecessors and weights of every block (the selector reads the true previous token).
-void layout_dflash2_rows(const DrafterConfig& c, const DrafterBatch& b,
-                         const std::vector<DrafterAnchor>& anchors, float gamma, BlockLayout& L) {
+// The labels, previous tokens and weights of every block for a head that reads each slot's previous token
+// (DFlash2's selector, DSpark's Markov head), replacing DFlash's labels in L: rows_of(tokens, loss_mask, len,
+// anchor) gives one block's rows. DSpark's rows also carry the position of the target's final hidden state that
+// predicts each label (target_pos), which replaces DFlash's target row.
+template <class RowsOf>
+void layout_prev_rows(const DrafterConfig& c, const DrafterBatch& b, const std::vector<DrafterAnchor>& anchors,
+                      RowsOf rows_of, BlockLayout& L) {
   const size_t B = size_t(c.block_size);
   L.prev.assign(anchors.size() * B, 0);
   L.row_w.assign(anchors.size() * B, 0.0f);
   for (size_t j = 0; j < anchors.size(); ++j) {
     const int64_t s0 = b.offsets[size_t(anchors[j].seq)], len = b.offsets[size_t(anchors[j].seq) + 1] - s0;
-    const Dflash2BlockRows rows = dflash2_block_rows(
-        c.block_size, b.tokens.data() + s0, b.loss_mask.data() + s0, len, anchors[j].pos, double(gamma));
+    const auto rows = rows_of(b.tokens.data() + s0, b.loss_mask.data() + s0, len, anchors[j].pos);
     for (size_t k = 0; k < B; ++k) {
       L.labels[j * B + k] = rows.labels[k];
       L.prev[j * B + k] = rows.prev[k];
+      if constexpr (requires { rows.target_pos; }) L.tgt_rows[j * B + k] = int32_t(s0 + rows.target_pos[k]);
       L.row_w[j * B + k] = float(rows.weights[k]);
     }
   }
@@ -109,7 +114,9 @@ struct StepBuffers {
 };
 
 // taps: the copy feature noise is added into (the batch's taps are the caller's: a replayed batch, the
-// finite-difference checks, must see the same features again); only when noise is on.
+// finite-difference checks, must see the same features again); only when noise is on. tgt: the gathered rows
+// of the target's final hidden state, for the soft-KL loss and for every DSpark drafter (its L1 term and
+// confidence target; a run whose alphas need neither leaves them unread).
 StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, bool kl, bool noise,
                        DType act) {
   const int64_t H = c.hidden;
@@ -129,7 +136,7 @@ StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, b
   s.labels = a.alloc(DType::i32, 1, d.N);
   s.active = a.alloc(DType::u8, 1, d.N);
   s.tgt_rows = a.alloc(DType::i32, 1, d.N);
-  if (kl) s.tgt = a.alloc(act, d.N, H);
+  if (kl || c.kind == DrafterKind::dspark) s.tgt = a.alloc(act, d.N, H);
   s.loss = a.alloc(DType::f32, 1, d.N);
   s.p_label = a.alloc(DType::f32, 1, d.N);
   s.argmax = a.alloc(DType::i32, 1, d.N);
@@ -138,7 +145,7 @@ StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, b
     s.gru_ids = a.alloc(DType::i32, 1, d.N);  // the GRU input tokens, then their target embeddings
     s.gru_in = a.alloc(act, d.N, H);
   }
-  if (c.kind == DrafterKind::dflash2) s.prev = a.alloc(DType::i32, 1, d.N);
+  if (c.kind == DrafterKind::dflash2 || c.kind == DrafterKind::dspark) s.prev = a.alloc(DType::i32, 1, d.N);
   s.dy = a.alloc(act, d.N, H);
   s.dx = a.alloc(act, d.N, H);
   s.dfc = a.alloc(act, d.T, H);
@@ -170,6 +177,14 @@ void check_batch(const DrafterModel& m, const DrafterBatch& b, const DrafterLoss
            "drafter batch: taps are %s %s, expected %s [%lld, %d taps × hidden %d] in %s backend memory",
            dtype_name(b.taps.dtype), b.taps.shape_str().c_str(), dtype_name(act), (long long)T, c.num_taps(),
            c.hidden, m.ops().name());
+  const bool dspark_target =
+      c.kind == DrafterKind::dspark && dspark_needs_target_hidden(dspark_head_dims(c), o.dspark);
+  if (dspark_target)
+    DF_CHECK(
+        b.target_hidden.rows == T && b.target_hidden.cols == c.hidden && b.target_hidden.dtype == act,
+        "drafter batch: the DSpark loss's L1 term and confidence target need target_hidden %s [%lld, %d] "
+        "(target final-norm output), got %s",
+        dtype_name(act), (long long)T, c.hidden, b.target_hidden.shape_str().c_str());
   if (o.kind == LmLossKind::kl)
     DF_CHECK(b.target_hidden.rows == T && b.target_hidden.cols == c.hidden && b.target_hidden.dtype == act,
              "drafter batch: the soft-KL loss needs target_hidden %s [%lld, %d] (target final-norm output), "
@@ -203,6 +218,22 @@ StepBuffers step_buffers_after(const DrafterModel& m, const DrafterBatch& batch,
                     opts.kind == LmLossKind::kl, opts.noise_std > 0, m.ops().act_dtype());
 }
 
+// What a head's proposals start from: the final-norm output y [B, H] of the one real block that
+// drafter_accumulate last ran with these arguments, and that block's anchor token. `who` names the caller in
+// the error.
+struct ProposalBlock {
+  Tensor y;
+  int32_t first;
+};
+ProposalBlock proposal_block(const DrafterModel& m, const DrafterBatch& batch,
+                             const std::vector<DrafterAnchor>& anchors, const DrafterLossOptions& opts,
+                             const char* who) {
+  DF_CHECK(anchors.size() == 1 && anchors[0].pos >= 0, "%s: proposes for one real block, got %zu blocks", who,
+           anchors.size());
+  const int64_t s0 = batch.offsets[size_t(anchors[0].seq)];
+  return {step_buffers_after(m, batch, anchors, opts).y, batch.tokens[size_t(s0 + anchors[0].pos)]};
+}
+
 }  // namespace
 
 size_t drafter_workspace_bytes(const DrafterConfig& c, const DrafterLimits& limits, DType act) {
@@ -230,10 +261,28 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   const bool kl = opts.kind == LmLossKind::kl, noise = opts.noise_std > 0;
   const DrafterDims d = dims_of(c, batch.offsets.back(), int64_t(anchors.size()));
   if (d.nb == 0) return;
-  const bool domino = c.kind == DrafterKind::domino, dflash2 = c.kind == DrafterKind::dflash2;
+  const bool domino = c.kind == DrafterKind::domino, dflash2 = c.kind == DrafterKind::dflash2,
+             dspark = c.kind == DrafterKind::dspark;
+  // Domino's head, DFlash2's selector and DSpark's head weight their rows on the host and give dy weighted.
+  const bool head = domino || dflash2 || dspark;
   BlockLayout L = layout_blocks(c, batch, anchors);
   if (domino) layout_domino_rows(c, batch, anchors, opts.gamma, L);
-  if (dflash2) layout_dflash2_rows(c, batch, anchors, opts.gamma, L);
+  if (dflash2)
+    layout_prev_rows(
+        c, batch, anchors,
+        [&](const int32_t* tokens, const uint8_t* mask, int64_t len, int64_t anchor) {
+          return dflash2_block_rows(c.block_size, tokens, mask, len, anchor, double(opts.gamma));
+        },
+        L);
+  if (dspark) {
+    const DSparkHeadDims hd = dspark_head_dims(c);
+    layout_prev_rows(
+        c, batch, anchors,
+        [&](const int32_t* tokens, const uint8_t* mask, int64_t len, int64_t anchor) {
+          return dspark_block_rows(hd, tokens, mask, len, anchor, double(opts.gamma));
+        },
+        L);
+  }
   // Carved at the batch's own sizes: every tensor is at most its planned size, so the planned bytes hold it.
   Arena arena(m.workspace, m.workspace_bytes, ops.device());
   StepBuffers s = step_alloc(arena, c, d, kl, noise, ops.act_dtype());
@@ -244,7 +293,7 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   ops.upload_raw(s.active, L.labelled.data());
   ops.upload_raw(s.tgt_rows, L.tgt_rows.data());
   if (domino) ops.upload_raw(s.gru_ids, L.gru_ids.data());
-  if (dflash2) ops.upload_raw(s.prev, L.prev.data());
+  if (dflash2 || dspark) ops.upload_raw(s.prev, L.prev.data());
 
   // ---- forward ----
   const Tensor& taps = noise ? s.taps : batch.taps;
@@ -262,18 +311,15 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
   ops.rmsnorm_fwd(x_last, m.w.norm, s.y, s.rstd_final, c.rms_eps);
   // The step's first backward writes the gradients (beta 0; drafter_begin_step), later ones add.
   const float beta_g = m.grads_stale ? 0.0f : 1.0f;
-  if (domino || dflash2) {
-    // ---- Domino's head / DFlash2's selector and their loss: rows weighted on the host, dy comes out
-    // weighted
+  DF_CHECK(!opts.fixed_row_weights || int64_t(opts.fixed_row_weights->size()) == d.N,
+           "drafter step: %zu fixed row weights for %lld rows",
+           opts.fixed_row_weights ? opts.fixed_row_weights->size() : size_t(0), (long long)d.N);
+  if (head) {
+    // The three train their own loss, as the peer's do: no KL, D-PACE or streak weighting.
     DF_CHECK(!kl && opts.dpace == DpaceKind::off && !opts.streak,
-             "drafter step: drafter.kind = \"%s\" trains with CE only (train.loss = \"ce\", no streak)",
+             "drafter step: drafter.kind = \"%s\" trains its own loss (train.loss = \"ce\", no streak)",
              drafter_kind_name(c.kind));
-    if (opts.fixed_row_weights) {
-      DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N,
-               "drafter step: %zu fixed row weights for %lld rows", opts.fixed_row_weights->size(),
-               (long long)d.N);
-      L.row_w = *opts.fixed_row_weights;
-    }
+    if (opts.fixed_row_weights) L.row_w = *opts.fixed_row_weights;
     ops.upload_raw(s.row_w, L.row_w.data());
   }
   if (dflash2) {
@@ -294,6 +340,16 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
     da.beta_dw = beta_g;
     ops.domino_head_loss(s.y, m.lm_head, s.gru_in, m.w.domino, s.labels, s.row_w, da, s.argmax, s.dy,
                          m.g.domino, m.stats);
+  } else if (dspark) {
+    TrainOps::DSparkHeadArgs da;
+    da.dims = dspark_head_dims(c);
+    da.alpha = opts.dspark;
+    da.backward = opts.backward;
+    da.beta_dw = beta_g;
+    const bool target = dspark_needs_target_hidden(da.dims, da.alpha);
+    if (target) ops.embedding(s.tgt_rows, batch.target_hidden, s.tgt);
+    ops.dspark_head_loss(s.y, m.lm_head, target ? s.tgt : Tensor{}, m.w.dspark, s.labels, s.prev, s.row_w, da,
+                         s.argmax, s.dy, m.g.dspark, m.stats);
   } else {
     if (kl) ops.embedding(s.tgt_rows, batch.target_hidden, s.tgt);
     const int64_t labelled = std::count(L.labelled.begin(), L.labelled.end(), uint8_t(1));
@@ -310,22 +366,17 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
     ra.dpace_alpha = opts.dpace_alpha;
     ra.sequences = batch.num_seqs();
     ra.weights_given = opts.fixed_row_weights != nullptr;
-    if (ra.weights_given) {
-      DF_CHECK(int64_t(opts.fixed_row_weights->size()) == d.N,
-               "drafter step: %zu fixed row weights for %lld rows", opts.fixed_row_weights->size(),
-               (long long)d.N);
-      ops.upload_raw(s.row_w, opts.fixed_row_weights->data());
-    }
+    if (ra.weights_given) ops.upload_raw(s.row_w, opts.fixed_row_weights->data());
     ops.loss_row_stats(s.labels, s.active, s.loss, s.p_label, s.argmax, ra, s.row_w, m.stats);
   }
   if (!opts.backward) return;
 
   // ---- backward: ∂(Σ w·L) ----
   // Every parameter has exactly one call with beta_g (k_proj, v_proj: the context rows' product; the block
-  // rows' then adds; Domino's head: domino_head_loss; DFlash2's selector: dflash2_selector_loss), and every
-  // call runs whatever the batch (an empty range writes zeros), so all of m.grads but the padding is written.
-  // ∂/∂ctx likewise: the first layer visited writes it, the others add.
-  if (!domino && !dflash2) ops.scale_rows(s.dy, s.row_w);
+  // rows' then adds; Domino's, DFlash2's and DSpark's heads: their head ops), and every call runs whatever the
+  // batch (an empty range writes zeros), so all of m.grads but the padding is written. ∂/∂ctx likewise: the
+  // first layer visited writes it, the others add.
+  if (!head) ops.scale_rows(s.dy, s.row_w);
   ops.rmsnorm_bwd(x_last, m.w.norm, s.rstd_final, s.dy, s.dx, m.g.norm, 0, beta_g);
   for (int l = c.layers - 1; l >= 0; --l) {
     const float beta_dctx = l < c.layers - 1 ? 1.0f : 0.0f;
@@ -368,25 +419,24 @@ LossStats drafter_forward_backward(DrafterModel& m, const DrafterBatch& batch,
 std::vector<int32_t> drafter_domino_drafts(const DrafterModel& m, const DrafterBatch& batch,
                                            const std::vector<DrafterAnchor>& anchors,
                                            const DrafterLossOptions& opts) {
-  const DrafterConfig& c = m.config();
-  DF_CHECK(anchors.size() == 1 && anchors[0].pos >= 0,
-           "drafter_domino_drafts: proposes for one real block, got %zu blocks", anchors.size());
-  const int64_t s0 = batch.offsets[size_t(anchors[0].seq)];
-  const Tensor y = step_buffers_after(m, batch, anchors, opts).y;
-  return m.ops().domino_head_propose(y, m.lm_head, m.embed, m.w.domino, domino_head_dims(c),
-                                     batch.tokens[size_t(s0 + anchors[0].pos)]);
+  const ProposalBlock p = proposal_block(m, batch, anchors, opts, "drafter_domino_drafts");
+  return m.ops().domino_head_propose(p.y, m.lm_head, m.embed, m.w.domino, domino_head_dims(m.config()), p.first);
 }
 
 std::vector<int32_t> drafter_dflash2_drafts(const DrafterModel& m, const DrafterBatch& batch,
                                             const std::vector<DrafterAnchor>& anchors,
                                             const DrafterLossOptions& opts) {
-  const DrafterConfig& c = m.config();
-  DF_CHECK(anchors.size() == 1 && anchors[0].pos >= 0,
-           "drafter_dflash2_drafts: proposes for one real block, got %zu blocks", anchors.size());
-  const int64_t s0 = batch.offsets[size_t(anchors[0].seq)];
-  const Tensor y = step_buffers_after(m, batch, anchors, opts).y;
-  return m.ops().dflash2_selector_propose(y, m.lm_head, m.w.selector, dflash2_selector_dims(c),
-                                          batch.tokens[size_t(s0 + anchors[0].pos)]);
+  const ProposalBlock p = proposal_block(m, batch, anchors, opts, "drafter_dflash2_drafts");
+  return m.ops().dflash2_selector_propose(p.y, m.lm_head, m.w.selector, dflash2_selector_dims(m.config()),
+                                          p.first);
+}
+
+std::vector<int32_t> drafter_dspark_drafts(const DrafterModel& m, const DrafterBatch& batch,
+                                           const std::vector<DrafterAnchor>& anchors,
+                                           const DrafterLossOptions& opts, std::vector<double>* confidence) {
+  const ProposalBlock p = proposal_block(m, batch, anchors, opts, "drafter_dspark_drafts");
+  return m.ops().dspark_head_propose(p.y, m.lm_head, m.w.dspark, dspark_head_dims(m.config()), p.first,
+                                     confidence);
 }
 
 std::vector<float> drafter_final_hidden(const DrafterModel& m, const DrafterBatch& batch,

@@ -1,5 +1,5 @@
 // The double-precision scalar helpers the drafter heads' CPU oracles share (ops/domino_head.h,
-// model/dspark_head.h): their sums run in double in a fixed order, whatever T the weights are stored in.
+// ops/dspark_head.h): their sums run in double in a fixed order, whatever T the weights are stored in.
 #pragma once
 #include <algorithm>
 #include <cmath>

@@ -28,6 +28,7 @@
 #include "ops/dflash2_conv.h"
 #include "ops/dflash2_selector.h"
 #include "ops/domino_head.h"
+#include "ops/dspark_head.h"
 #include "ops/wire_pool.h"
 
 namespace df {
@@ -243,6 +244,37 @@ class TrainOps {
   virtual std::vector<int32_t> dflash2_selector_propose(const Tensor& y, const Tensor& lm_head,
                                                         const Dflash2SelectorWeights& w,
                                                         const Dflash2SelectorDims& d, int32_t first);
+  // ---- DSpark's head (drafter.kind = "dspark"; ops/dspark_head.h is the math) -----------------------
+  // The head's tensors (ops/dspark_head.h DSparkHeadTensors names them; a part the head type or the config
+  // lacks is empty), or their f32 gradients.
+  struct DSparkHeadWeights {
+    Tensor markov_w1, markov_w2, gate_w, gate_b, joint_w, joint_b, conf_w, conf_b;
+  };
+  struct DSparkHeadArgs {
+    DSparkHeadDims dims;
+    DSparkLossAlphas alpha;  // the weights of Σ w·CE, Σ w·L1 and Σ w·BCE
+    bool backward = true;    // false: neither dy nor dw is written
+    float beta_dw = 0;       // head gradients: beta 0 writes, beta 1 adds
+  };
+  // nb blocks of the final-norm output y [nb·B, H] (block-major rows; act_dtype) through the Markov bias, the
+  // confidence head and DSpark's loss: labels, prev i32 and row_w f32 [1, nb·B] what each slot predicts, its
+  // previous (gold) token and its loss weight (ops/dspark_head.h dspark_block_rows; 0: no loss);
+  // target_hidden [nb·B, H] the target's final-norm output at the position that predicts each label, or empty
+  // when dspark_needs_target_hidden(dims, alpha) is false. Writes argmax i32 [1, nb·B] of the draft logits
+  // (−1 where row_w is 0) and, with backward, dy [nb·B, H] = ∂(Σ w·L)/∂y with L = α_ce·CE + α_l1·L1 +
+  // α_conf·BCE (the weights are already in it) and dw. Adds Σ w·L, Σ w and the accuracy and τ counts to
+  // stats as loss_row_stats does, slot k counted at block offset k + 1 (its label is x[a+k+1]); slot B − 1
+  // is not counted: decoding never proposes from it. CPU backend only; the CUDA one refuses it.
+  virtual void dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
+                                const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
+                                const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax,
+                                const Tensor& dy, const DSparkHeadWeights& dw, const Tensor& stats) = 0;
+  // DSpark's greedy proposals for one block (ops/dspark_head.h dspark_block_propose): y [B, H] the block's
+  // final-norm output, lm_head [V, H], `first` the last committed token; returns B − 1 tokens and, when
+  // `confidence` is set and the head has one, the confidence logit of each proposal.
+  virtual std::vector<int32_t> dspark_head_propose(const Tensor& y, const Tensor& lm_head,
+                                                   const DSparkHeadWeights& w, const DSparkHeadDims& d,
+                                                   int32_t first, std::vector<double>* confidence) = 0;
 
   // ---- optimizer ----------------------------------------------------------------------------------
   // Σ x² over a flat f32 buffer, accumulated in double in a fixed order.

@@ -113,7 +113,7 @@ SpecSummary eval_run(const EvalOptions& o) {
   std::unique_ptr<TrainOps> tops = train_ops_create(o.device, 0);
   std::unique_ptr<DrafterModel> drafter = load_drafter(o, L.target->cfg, *tops);
   drafter->set_frozen(L.target->embed, L.target->lm_head);
-  DFlashBlockDrafter bd(*drafter);
+  DFlashBlockDrafter bd(*drafter, o.dspark_confidence);
   const int B = bd.block_size();
   log_info("eval: %zu prompts (longest %lld tokens), %lld new tokens each, block %d, %s", L.prompts.size(),
            (long long)L.max_prompt, (long long)o.max_new_tokens, B,
@@ -130,6 +130,7 @@ SpecSummary eval_run(const EvalOptions& o) {
                         {"new_tokens", r.tokens.size()},
                         {"tau", r.tau()},
                         {"accept_lengths", r.accept_lengths},
+                        {"verified", r.verified},
                         {"prefill_s", r.prefill_s},
                         {"draft_s", r.draft_s},
                         {"verify_s", r.verify_s},
@@ -142,6 +143,8 @@ SpecSummary eval_run(const EvalOptions& o) {
   const double work = std::max(sum.draft_s + sum.verify_s, 1e-12);
   std::printf("tau %.3f over %lld prompts\n", sum.tau(), (long long)sum.prompts);
   std::printf("%s\n", histogram_line(sum).c_str());
+  std::printf("draft tokens verified per block: %.3f of %d\n",
+              double(sum.verified) / double(std::max<int64_t>(sum.blocks, 1)), B - 1);
   std::printf(
       "time: prefill %.3f s, draft %.3f s (%.1f%%), verify %.3f s (%.1f%%); %lld new tokens in %.3f s, "
       "%.1f tok/s\n",

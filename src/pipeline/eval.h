@@ -22,6 +22,7 @@ struct EvalOptions {
   int64_t max_new_tokens = 256;
   int block_size = 0;       // 0: the drafter's own
   int64_t num_prompts = 0;  // 0: all
+  double dspark_confidence = 0;  // DSpark: the confidence-based verify length's survival threshold (0: off)
   bool generate = false;
   int64_t batch = 8;     // generate: prompts decoded side by side
   SampleOptions sample;  // generate: sampling; both: sample.stop_tokens end a continuation

@@ -11,7 +11,7 @@
 namespace df {
 
 HeldoutEval::HeldoutEval(const Config& cfg, const DrafterConfig& drafter)
-    : dc_(drafter), budget_(cfg.data.token_budget), kl_(cfg.train.loss == "kl") {
+    : dc_(drafter), budget_(cfg.data.token_budget), final_hidden_(drafter_streams_final_hidden(cfg)) {
   const int64_t limit = cfg.eval.max_sequences;
   for (const std::string& path : cfg.eval.data) {
     auto reader = std::make_unique<FeatureFileReader>(path);
@@ -26,10 +26,12 @@ HeldoutEval::HeldoutEval(const Config& cfg, const DrafterConfig& drafter)
           "eval.data %s has no layer_%d, a tap of this drafter; HINT: dflash_mpi extract --for-config <this "
           "run's config> writes exactly the taps it needs",
           path.c_str(), l);
-    DF_CHECK(!kl_ || reader->has_final_norm(),
-             "eval.data %s has no final_norm, which the soft-KL loss (train.loss = \"kl\") needs; HINT: "
-             "dflash_mpi extract --for-config writes it",
-             path.c_str());
+    DF_CHECK(
+        !final_hidden_ || reader->has_final_norm(),
+        "eval.data %s has no final_norm, which the soft-KL loss (train.loss = \"kl\") and DSpark's L1 and "
+        "confidence terms need; HINT: "
+        "dflash_mpi extract --for-config writes it",
+        path.c_str());
     TokenData td = token_file_read(path);
     const size_t file = readers_.size();
     int64_t s = 0;
@@ -68,7 +70,7 @@ LossStats HeldoutEval::run(DrafterModel& m, DrafterMemory& mem, const DrafterLos
     FeaturePacket p;
     p.hdr.num_seqs = b.num_seqs;
     p.hdr.feat_cols = cols;
-    p.hdr.final_cols = kl_ ? H : 0;
+    p.hdr.final_cols = final_hidden_ ? H : 0;
     p.offsets.push_back(0);
     for (int64_t s = b.first_seq; s < b.first_seq + b.num_seqs; ++s) {
       const int64_t row0 = td.offsets[size_t(s)], n = std::min(td.sequence_length(s), budget_);
@@ -81,7 +83,7 @@ LossStats HeldoutEval::run(DrafterModel& m, DrafterMemory& mem, const DrafterLos
         p.loss_mask.insert(p.loss_mask.end(), td.loss_mask.begin() + row0, td.loss_mask.begin() + row0 + n);
       p.features.resize(size_t((at + n) * cols));
       rd.read_taps(dc_.target_layer_ids, row0, n, p.features.data() + at * cols, cols);
-      if (kl_) {
+      if (final_hidden_) {
         p.final_hidden.resize(size_t((at + n) * H));
         rd.read_final_norm(row0, n, p.final_hidden.data() + at * H, H);
       }

@@ -38,7 +38,7 @@ class HeldoutEval {
   std::vector<Batch> batches_;
   int64_t budget_ = 0;
   int64_t sequences_ = 0;
-  bool kl_ = false;
+  bool final_hidden_ = false;
 };
 
 }  // namespace df

@@ -40,6 +40,20 @@ DrafterAnchor draft_anchor(const std::vector<int32_t>& committed) {
   return DrafterAnchor{0, int32_t(committed.size()) - 1};
 }
 
+DFlashBlockDrafter::DFlashBlockDrafter(DrafterModel& model, double confidence_threshold)
+    : m_(model), confidence_threshold_(confidence_threshold) {
+  DF_CHECK(confidence_threshold >= 0 && confidence_threshold <= 1,
+           "speculative decoding: the confidence threshold %g must be in [0, 1]", confidence_threshold);
+  DF_CHECK(
+      confidence_threshold == 0 ||
+          (model.config().kind == DrafterKind::dspark && model.config().enable_confidence_head),
+      "speculative decoding: a confidence-based verify length needs a DSpark drafter with a confidence head "
+      "(drafter.kind = \"dspark\", enable_confidence_head), this one is a %s drafter%s; HINT: drop "
+      "--dspark-confidence",
+      drafter_kind_name(model.config().kind),
+      model.config().kind == DrafterKind::dspark ? " without one" : "");
+}
+
 std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& committed, const Tensor& ctx) {
   const DrafterConfig& c = m_.config();
   const int B = c.block_size;
@@ -53,6 +67,10 @@ std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& commi
   const DrafterBatch b = draft_batch(committed, ctx, B);
   DrafterLossOptions o;
   o.backward = false;
+  // No target distribution exists at inference: DSpark's L1 and confidence terms are off (the forward and
+  // the proposals do not read them).
+  o.dspark.l1 = 0;
+  o.dspark.confidence = 0;
   const std::vector<DrafterAnchor> block{draft_anchor(committed)};
   const LossStats st = drafter_forward_backward(m_, b, block, o);
   // Domino proposes token by token, its GRU reading its own earlier proposals (not the argmax of the
@@ -60,6 +78,18 @@ std::vector<int32_t> DFlashBlockDrafter::draft(const std::vector<int32_t>& commi
   if (c.kind == DrafterKind::domino) return drafter_domino_drafts(m_, b, block, o);
   // DFlash2 walks the selector's lattice over each slot's top-K from the last committed token.
   if (c.kind == DrafterKind::dflash2) return drafter_dflash2_drafts(m_, b, block, o);
+  if (c.kind == DrafterKind::dspark) {
+    std::vector<double> conf;
+    std::vector<int32_t> drafts =
+        drafter_dspark_drafts(m_, b, block, o, confidence_threshold_ > 0 ? &conf : nullptr);
+    if (confidence_threshold_ > 0) {
+      size_t n = 0;
+      double survive = 1;
+      while (n < drafts.size() && (survive /= 1.0 + std::exp(-conf[n])) >= confidence_threshold_) ++n;
+      drafts.resize(n);
+    }
+    return drafts;
+  }
   DF_CHECK(int64_t(st.row_argmax.size()) == B, "draft: the drafter step returned %zu rows for a block of %d",
            st.row_argmax.size(), B);
   return std::vector<int32_t>(st.row_argmax.begin() + 1, st.row_argmax.end());
@@ -127,8 +157,10 @@ SpecPromptResult SpecDecoder::run(const std::vector<int32_t>& prompt, const std:
     const size_t before = committed.size();
     t0 = std::chrono::steady_clock::now();
     const std::vector<int32_t> drafts = drafter_.draft(committed, ctx_);
-    DF_CHECK(int(drafts.size()) == B - 1,
-             "speculative decoding: the drafter proposed %zu tokens, not B − 1 = %d", drafts.size(), B - 1);
+    DF_CHECK(int(drafts.size()) <= B - 1,
+             "speculative decoding: the drafter proposed %zu tokens, more than B − 1 = %d", drafts.size(),
+             B - 1);
+    const int proposed = int(drafts.size());
     r.draft_s += seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     std::vector<int32_t> block{committed.back()};
@@ -137,12 +169,13 @@ SpecPromptResult SpecDecoder::run(const std::vector<int32_t>& prompt, const std:
     dec_->step(block);
     const std::vector<int32_t> posterior = dec_->argmax_rows();  // the target's next token after each one
     int acc = 0;
-    while (acc < B - 1 && block[size_t(acc) + 1] == posterior[size_t(acc)]) ++acc;
+    while (acc < proposed && block[size_t(acc) + 1] == posterior[size_t(acc)]) ++acc;
     dec_->commit(acc + 1);
     append_context(start, acc + 1);
     committed.insert(committed.end(), block.begin() + 1, block.begin() + 1 + acc);
     committed.push_back(posterior[size_t(acc)]);
     r.accept_lengths.push_back(acc + 1);
+    r.verified += proposed;
     r.verify_s += seconds_since(t0);
     end = stop_at(before);
   }
@@ -218,6 +251,7 @@ void SpecSummary::add(const SpecPromptResult& r, int block) {
   prompts += 1;
   blocks += int64_t(r.accept_lengths.size());
   new_tokens += int64_t(r.tokens.size());
+  verified += r.verified;
   tau_sum += r.tau();
   for (int a : r.accept_lengths) accept_hist[size_t(a)] += 1;
   draft_s += r.draft_s;

@@ -22,7 +22,8 @@ class BlockDrafter {
   virtual const std::vector<int>& target_layer_ids() const = 0;
   // committed: every token so far (prompt and generated), its last one not yet run through the target.
   // ctx: [≥ committed.size() − 1 + block_size(), k·H]; row t < committed.size() − 1 holds the taps of
-  // position t, the rows after it are scratch. Returns block_size() − 1 draft tokens.
+  // position t, the rows after it are scratch. Returns up to block_size() − 1 draft tokens: fewer when the
+  // drafter chooses to have only a prefix of its proposals verified.
   virtual std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) = 0;
 };
 
@@ -34,22 +35,30 @@ DrafterAnchor draft_anchor(const std::vector<int32_t>& committed);
 // The drafter's inference forward (any drafter.kind): the training step's forward with backward off, one
 // block anchored at the last committed token (it sees every earlier position as context, as at inference in
 // DFlash); DFlash drafts the argmax of every slot, Domino its GRU-corrected greedy proposals
-// (drafter_domino_drafts). The first draft plans the model's workspace for the context buffer it is given (a
-// model without one).
+// (drafter_domino_drafts), DSpark its Markov-biased greedy proposals (drafter_dspark_drafts). The first draft
+// plans the model's workspace for the context buffer it is given (a model without one).
+//
+// confidence_threshold (DSpark with a confidence head only; 0: off): the block is cut to the leading
+// proposals whose predicted prefix survival Π_{j≤p} σ(confidence_j), the confidence head's estimate that the
+// target accepts proposals 1..p, stays ≥ the threshold, so the target verifies fewer tokens where the drafter
+// expects a rejection (DSpark's confidence-based verify length). The committed tokens stay the target's
+// greedy ones; τ can only fall, the verified tokens per block fall with it.
 class DFlashBlockDrafter final : public BlockDrafter {
  public:
-  explicit DFlashBlockDrafter(DrafterModel& model) : m_(model) {}
+  explicit DFlashBlockDrafter(DrafterModel& model, double confidence_threshold = 0);
   int block_size() const override { return m_.config().block_size; }
   const std::vector<int>& target_layer_ids() const override { return m_.config().target_layer_ids; }
   std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) override;
 
  private:
   DrafterModel& m_;
+  double confidence_threshold_;
 };
 
 struct SpecPromptResult {
   std::vector<int32_t> tokens;  // the generated tokens: max_new_tokens, or fewer ending in a stop token
   std::vector<int> accept_lengths;  // per verified block: acc + 1 (its committed tokens, bonus included)
+  int64_t verified = 0;             // draft tokens the target verified, over all blocks
   double draft_s = 0, verify_s = 0, prefill_s = 0;
   double tau() const;  // mean of accept_lengths
 };
@@ -99,7 +108,7 @@ std::vector<std::vector<int32_t>> target_generate(TargetDecoder& dec,
 
 // Totals over prompts for the summary line.
 struct SpecSummary {
-  int64_t prompts = 0, blocks = 0, new_tokens = 0;
+  int64_t prompts = 0, blocks = 0, new_tokens = 0, verified = 0;
   double tau_sum = 0;                // Σ over prompts of the prompt's τ
   std::vector<int64_t> accept_hist;  // [B + 1]: blocks by acceptance length 1..B
   double draft_s = 0, verify_s = 0, prefill_s = 0;

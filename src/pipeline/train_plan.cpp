@@ -244,10 +244,16 @@ std::string train_plan_summary(const TrainPlan& p) {
             ? strfmt("confidence head over [h%s]", d.confidence_head_with_markov ? " ; W1[prev]" : "")
             : std::string("no confidence head");
     s += strfmt(
-        "dspark head: %s, %s; loss %g·CE + %g·L1(p_draft - p_target) + %g·BCE(confidence), weight "
-        "exp(-k/%g) from slot 0, labels shifted\n",
+        "dspark head: %s, %s; loss %g·CE + %g·L1(p_draft - p_target) + %g·BCE(confidence), weight %s "
+        "from slot 0, labels shifted\n",
         markov.c_str(), conf.c_str(), p.cfg.train.dspark_ce_loss_alpha, p.cfg.train.dspark_l1_loss_alpha,
-        p.cfg.train.dspark_confidence_head_alpha, p.cfg.train.gamma);
+        p.cfg.train.dspark_confidence_head_alpha,
+        p.cfg.train.gamma > 0 ? strfmt("exp(-k/%g)", p.cfg.train.gamma).c_str() : "1 (no decay)");
+    if (p.final_hidden)
+      s += strfmt(
+          "dspark p_target: softmax(frozen lm_head x target final-norm output), computed on the drafter rank "
+          "from the final hidden the targets stream beside the taps (+%d bf16 per token)\n",
+          p.target.hidden);
   }
   s += strfmt("data: %lld sequences, %lld tokens, %lld anchorable positions, %lld batches per epoch\n",
               (long long)p.corpus->num_sequences(), (long long)p.corpus->num_tokens(), (long long)p.anchor_positions,

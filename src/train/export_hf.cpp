@@ -52,6 +52,27 @@ nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
     if (c.final_logit_softcapping > 0)
       j["dflash_config"]["final_logit_softcapping"] = float_for_json(c.final_logit_softcapping);
   }
+  if (c.kind == DrafterKind::dspark) {
+    // As SpecForge's normaliser (normalize_dflash_export.py _normalize_dspark) leaves it for SGLang's
+    // standalone DSpark: architectures Qwen3DSparkModel, the head's keys in dflash_config (as
+    // DSparkDraftModel saves them) and its four shape keys also at the top level. The normaliser refuses a
+    // drafter without a Markov head, so does this.
+    DF_CHECK(c.markov_rank > 0,
+             "export: drafter.markov_rank is 0, but SpecForge's DSpark export layout (and SGLang's "
+             "Qwen3DSparkModel) needs a Markov head; HINT: train with markov_rank > 0");
+    j["architectures"] = {"Qwen3DSparkModel"};
+    nlohmann::json& dc = j["dflash_config"];
+    dc["projector_type"] = drafter_kind_name(c.kind);
+    dc["attention_mode"] = c.kv_heads < c.heads ? "gqa" : "mha";
+    dc["markov_rank"] = c.markov_rank;
+    dc["markov_head_type"] = drafter_markov_head_name(c.markov_head_type);
+    dc["enable_confidence_head"] = c.enable_confidence_head;
+    dc["confidence_head_with_markov"] = c.confidence_head_with_markov;
+    dc["confidence_head_alpha"] = float_for_json(c.confidence_head_alpha);
+    for (const char* key :
+         {"markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"})
+      j[key] = dc[key];
+  }
   j["hidden_size"] = c.hidden;
   j["intermediate_size"] = c.intermediate;
   j["num_hidden_layers"] = c.layers;

@@ -14,6 +14,7 @@ DrafterLossOptions loss_options_from_config(const TrainSection& t) {
   o.dpace = loss_dpace_kind(t.loss);
   o.dpace_alpha = float(t.dpace_alpha);
   o.dflash2_stop_gradient = t.dflash2_selector_stop_gradient;
+  o.dspark = dspark_loss_alphas(t);
   return o;
 }
 

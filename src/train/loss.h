@@ -13,8 +13,8 @@ namespace df {
 // The train.loss spelling → its DpaceKind (off for ce / kl); throws on anything else.
 DpaceKind loss_dpace_kind(const std::string& loss);
 
-// The options a run config's [train] section sets (loss kind, γ, streak, D-PACE); noise, backward and fixed
-// weights are the caller's.
+// The options a run config's [train] section sets (loss kind, γ, streak, D-PACE, DSpark's term weights);
+// noise, backward and fixed weights are the caller's.
 DrafterLossOptions loss_options_from_config(const TrainSection& t);
 
 // DrafterLossOptions::domino_lambda at optimizer step `step` (0-based) of total_steps for a drafter of

@@ -20,16 +20,7 @@ grep -q "dflash2: 2-tap convolutions in groups of 16 channels around every subla
 
 # The recipe against the fixture's target config and the test corpus; its drafter is the peer's.
 recipe=qwen3.6-27b-dflash2
-sed -e "s|^model = .*|model = \"$SRC/tests/fixtures/models/qwen3.6-27b\"|" -e "s|^train = .*|train = [\"$TMP/tokens.h5\"]|" \
-  -e "s|^dir = .*|dir = \"$TMP/$recipe\"|" "$SRC/configs/$recipe.toml" >"$TMP/$recipe.toml"
-if ! "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.log" 2>&1; then
-  grep -q 'drafter.kind = "dflash2": the cuda backend has no dflash2 convolutions' "$TMP/$recipe.log" ||
-    fail "config check of configs/$recipe.toml: $(tail -3 "$TMP/$recipe.log")"
-fi
-sed -i 's|^device = "cuda"  *# the drafter|device = "cpu"  # the drafter|' "$TMP/$recipe.toml"
-"$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.cpu.log" 2>&1 && grep -q "config OK" "$TMP/$recipe.cpu.log" ||
-  fail "config check of configs/$recipe.toml on a CPU drafter: $(tail -3 "$TMP/$recipe.cpu.log")"
-grep -q "drafter: kind dflash2" "$TMP/$recipe.cpu.log" || fail "configs/$recipe.toml: the plan names no DFlash2 drafter"
+kind_recipes_check dflash2 cpu "$recipe:qwen3.6-27b"
 python3 - "$SRC/configs/$recipe.toml" <<'PY' || fail "configs/$recipe.toml is not SpecForge's qwen3.6-27b-dflash2.json"
 import sys, tomllib
 d = tomllib.load(open(sys.argv[1], "rb"))["drafter"]
@@ -53,7 +44,7 @@ dflash2_config() {
   sed -i -e '/^\[drafter\]/a kind = "dflash2"\nconv_kernel_size = 3\nconv_group_size = 16\nselector_rank = 12\nselector_top_k = 6' \
     -e "/^\\[train\\]/a dflash2_selector_loss_alpha = ${6:-0.5}\\ndflash2_selector_warmup_ratio = ${7:-0.0}" "$1"
 }
-kind_trains_and_resumes dflash2_config dflash2
+kind_trains_and_resumes dflash2 dflash2_config
 # α follows its schedule step by step: held at 0 by a warm-up over every step, α = 0.5 trains exactly as α = 0
 # does, and without the warm-up it does not.
 for run in a0:0.0:0.0 warm:0.5:1.0 a05:0.5:0.0; do
@@ -88,15 +79,7 @@ for k, v in want.items():
     assert names[k]["shape"] == v, (k, names.get(k))
 print("export: DFlash2DraftModel with the peer's convolution and selector tensors")
 PY
-"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --seed 1 --out "$TMP/target" >/dev/null 2>&1 || fail "model init"
-"$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
-  --max-new-tokens 16 --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1 || fail "eval of the DFlash2 drafter: $(tail -3 "$TMP/eval.log")"
-grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval.log" && echo "ok: eval: $(grep '^tau' "$TMP/eval.log")" ||
-  fail "eval printed no tau: $(tail -3 "$TMP/eval.log")"
-"$BIN" eval --target "$TMP/target" --config "$TMP/straight.toml" --prompts "$TMP/tokens.h5" --num-prompts 2 \
-  --max-new-tokens 8 >"$TMP/eval_ck.log" 2>&1 || fail "eval of the DFlash2 checkpoint: $(tail -3 "$TMP/eval_ck.log")"
-grep -qE "^tau [0-9]+\.[0-9]{3} over 2 prompts$" "$TMP/eval_ck.log" ||
-  fail "eval of the checkpoint printed no tau: $(tail -3 "$TMP/eval_ck.log")"
+kind_eval dflash2
 
 # drafter.init_from a DFlash export: the DFlash2 run starts from its backbone (identity convolutions).
 write_config "$TMP/base.toml" "$TMP/base" 1 1 4

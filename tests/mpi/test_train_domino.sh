@@ -17,17 +17,7 @@ grep -q "domino head: GRU hidden 32 over the previous tokens' embeddings, MLP 96
   "$TMP/check.log" || fail "config check does not describe the Domino head: $(grep -m1 domino "$TMP/check.log")"
 
 # The recipes against the fixtures' target configs and the test corpus.
-for r in qwen3.6-27b-domino:qwen3.6-27b qwen3-8b-domino:qwen3-8b; do
-  recipe=${r%%:*} model=${r##*:}
-  sed -e "s|^model = .*|model = \"$SRC/tests/fixtures/models/$model\"|" -e "s|^train = .*|train = [\"$TMP/tokens.h5\"]|" \
-    -e "s|^dir = .*|dir = \"$TMP/$recipe\"|" "$SRC/configs/$recipe.toml" >"$TMP/$recipe.toml"
-  "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.log" 2>&1 && grep -q "config OK" "$TMP/$recipe.log" ||
-    fail "config check of configs/$recipe.toml (CUDA drafter): $(tail -3 "$TMP/$recipe.log")"
-  sed -i 's|^device = "cuda"  *# the drafter|device = "cpu"  # the drafter|' "$TMP/$recipe.toml"
-  "$BIN" config check --config "$TMP/$recipe.toml" >"$TMP/$recipe.cpu.log" 2>&1 && grep -q "config OK" "$TMP/$recipe.cpu.log" ||
-    fail "config check of configs/$recipe.toml on a CPU drafter: $(tail -3 "$TMP/$recipe.cpu.log")"
-  grep -q "drafter: kind domino" "$TMP/$recipe.cpu.log" || fail "configs/$recipe.toml: the plan names no Domino drafter"
-done
+kind_recipes_check domino cuda qwen3.6-27b-domino:qwen3.6-27b qwen3-8b-domino:qwen3-8b
 
 # domino_config FILE RUN_DIR TARGETS DRAFTERS MAX_STEPS: the tiny test config with a Domino head.
 domino_config() {
@@ -35,7 +25,8 @@ domino_config() {
   sed -i -e '/^\[drafter\]/a kind = "domino"\npure_draft_prefix_len = 1\nshift_label = true\ngru_hidden_dim = 24\nemb_dim = 12' \
     -e '/^\[train\]/a lambda_base_start = 1.0\nlambda_base_decay_ratio = 0.5' "$1"
 }
-kind_trains_and_resumes domino_config domino
+# (λ follows the step, so a resume continues its schedule too.)
+kind_trains_and_resumes domino domino_config
 
 # Export: SpecForge's normalised layout; eval decodes with it against the same random target.
 "$BIN" export --config "$TMP/straight.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"
@@ -55,30 +46,8 @@ for k, v in want.items():
     assert names[k]["shape"] == v, (k, names.get(k))
 print("export: DFlashDraftModel with projector_type domino and the peer's head tensors")
 PY
-"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --seed 1 --out "$TMP/target" >/dev/null 2>&1 || fail "model init"
-"$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
-  --max-new-tokens 16 --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1 || fail "eval of the Domino drafter: $(tail -3 "$TMP/eval.log")"
-grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval.log" && echo "ok: eval: $(grep '^tau' "$TMP/eval.log")" ||
-  fail "eval printed no tau: $(tail -3 "$TMP/eval.log")"
-"$BIN" eval --target "$TMP/target" --config "$TMP/straight.toml" --prompts "$TMP/tokens.h5" --num-prompts 2 \
-  --max-new-tokens 8 >"$TMP/eval_ck.log" 2>&1 || fail "eval of the Domino checkpoint: $(tail -3 "$TMP/eval_ck.log")"
-grep -qE "^tau [0-9]+\.[0-9]{3} over 2 prompts$" "$TMP/eval_ck.log" ||
-  fail "eval of the checkpoint printed no tau: $(tail -3 "$TMP/eval_ck.log")"
+kind_eval domino
 # Held-out evaluation during a Domino run ([eval], at the step's λ).
-"$BIN" extract --model "$TMP/target" --tokens "$TMP/tokens.h5" --for-config "$TMP/straight.toml" --out "$TMP/heldout.h5" \
-  >"$TMP/extract.log" 2>&1 || fail "extract held-out features: $(tail -3 "$TMP/extract.log")"
-domino_config "$TMP/ev.toml" "$TMP/ev" 1 1 6
-printf '[eval]\ndata = ["%s"]\ninterval = 3\nmax_sequences = 20\n' "$TMP/heldout.h5" >>"$TMP/ev.toml"
-if run_mpi 2 "$TMP/ev.log" --config "$TMP/ev.toml"; then
-  python3 - "$TMP/ev/metrics.jsonl" <<'PY' || fail "held-out metrics of the Domino run"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-ev = [(r["step"], r["eval_loss"], r["eval_tau"]) for r in rows if "eval_loss" in r]
-assert [e[0] for e in ev] == [3, 6] and all(0 < l < 10 and 1 <= t <= 8 for _, l, t in ev), ev
-print("ok: [eval] of the Domino run:", ev)
-PY
-else
-  fail "Domino training with [eval]"; tail -20 "$TMP/ev.log"
-fi
+kind_heldout_eval domino domino_config
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -81,7 +81,8 @@ struct StepResult {
 
 // Our step on the golden inputs: drafter from `model` (the golden's model/ folder) through drafter_init_from,
 // frozen tables and taps in the backend's activation dtype, the golden anchors in SpecForge's block order
-// (sequence-major, padding as pos −1); a Domino drafter at the golden's λ, a DFlash2 one at its selector α.
+// (sequence-major, padding as pos −1); a Domino drafter at the golden's λ, a DFlash2 one at its selector α, a
+// DSpark one with the golden's loss weights and the target's final hidden states.
 inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g,
                                   const std::string& model = model_dir()) {
   StepResult r;
@@ -96,7 +97,8 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g,
   b.loss_mask = read_raw<uint8_t>(g, "loss_mask", DType::u8);
   const int64_t T = b.offsets.back();
   const DType act = ops.act_dtype();
-  const size_t bytes = size_t(2 * V * H + T * H * r.cfg.num_taps()) * dtype_size(act);
+  const bool dspark = r.cfg.kind == DrafterKind::dspark;
+  const size_t bytes = size_t(2 * V * H + T * H * (r.cfg.num_taps() + (dspark ? 1 : 0))) * dtype_size(act);
   void* mem = ops.alloc_bytes(bytes);
   char* p = static_cast<char*>(mem);
   const Tensor embed = upload_as(ops, p, act, V, H, read_f32(g, "embed"));
@@ -104,6 +106,9 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g,
       upload_as(ops, p + size_t(V * H) * dtype_size(act), act, V, H, read_f32(g, "lm_head"));
   b.taps = upload_as(ops, p + size_t(2 * V * H) * dtype_size(act), act, T, H * r.cfg.num_taps(),
                      read_f32(g, "taps"));
+  if (dspark)
+    b.target_hidden = upload_as(ops, p + size_t(2 * V * H + T * H * r.cfg.num_taps()) * dtype_size(act), act,
+                                T, H, read_f32(g, "target_hidden"));
   m.set_frozen(embed, lm_head);
   const std::vector<int32_t> an = read_raw<int32_t>(g, "anchors", DType::i32);
   for (size_t i = 0; i + 1 < an.size(); i += 2) r.anchors.push_back({an[i], an[i + 1]});
@@ -115,6 +120,10 @@ inline StepResult run_golden_step(TrainOps& ops, const SafetensorsIndex& g,
   opts.gamma = read_f32(g, "gamma")[0];
   if (r.cfg.kind == DrafterKind::domino) opts.domino_lambda = read_f32(g, "lambda_base")[0];
   if (r.cfg.kind == DrafterKind::dflash2) opts.dflash2_selector_alpha = read_f32(g, "selector_alpha")[0];
+  if (dspark) {
+    const std::vector<float> a = read_f32(g, "alphas");
+    opts.dspark = {a[0], a[1], a[2]};
+  }
   drafter_begin_step(m);  // the training path: the backward writes the gradients
   LossStats st = drafter_forward_backward(m, b, r.anchors, opts);
   r.loss = st.mean_loss();

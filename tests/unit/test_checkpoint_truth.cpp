@@ -182,20 +182,15 @@ TEST(CheckpointTruth, BothBackendsTrainADominoDrafter) {
   EXPECT_NO_THROW(drafter_check_kind_trainable(tiny_drafter_config(), "cuda"));
 }
 
-// A DSpark drafter config (no model holds one yet either).
-DrafterConfig tiny_dspark_config() {
-  DrafterConfig c = tiny_drafter_config();
-  c.kind = DrafterKind::dspark;
-  c.markov_rank = 4;
-  c.markov_head_type = DrafterMarkovHead::rnn;
-  c.enable_confidence_head = true;
-  c.confidence_head_with_markov = true;
+// A DSpark drafter config: an RNN Markov head of rank 4, a recorded confidence_head_alpha of 0.5.
+DrafterConfig rnn_dspark_config() {
+  DrafterConfig c = df::testing::tiny_dspark_config(DrafterMarkovHead::rnn, 4, true);
   c.confidence_head_alpha = 0.5f;
   return c;
 }
 
 TEST(CheckpointTruth, DSparkHeadRoundTripsAndEarlierFilesReadWithoutIt) {
-  const DrafterConfig back = drafter_config_from_json(drafter_config_json(tiny_dspark_config()), "json");
+  const DrafterConfig back = drafter_config_from_json(drafter_config_json(rnn_dspark_config()), "json");
   EXPECT_EQ(back.kind, DrafterKind::dspark);
   EXPECT_EQ(back.markov_rank, 4);
   EXPECT_EQ(back.markov_head_type, DrafterMarkovHead::rnn);
@@ -212,7 +207,7 @@ TEST(CheckpointTruth, DSparkHeadRoundTripsAndEarlierFilesReadWithoutIt) {
   EXPECT_EQ(c.markov_rank, 0);
   EXPECT_FALSE(c.enable_confidence_head);
   // A DSpark file must hold its keys.
-  j = nlohmann::json::parse(drafter_config_json(tiny_dspark_config()));
+  j = nlohmann::json::parse(drafter_config_json(rnn_dspark_config()));
   j.erase("markov_head_type");
   EXPECT_NE(error_of([&] {
               drafter_config_from_json(j.dump(), "dspark.h5");
@@ -224,11 +219,33 @@ TEST(CheckpointTruth, DSparkHeadRoundTripsAndEarlierFilesReadWithoutIt) {
   EXPECT_NE(
       error_of([&] { drafter_config_from_json(j.dump(), "odd.h5"); }).find("kind dflash has no DSpark head"),
       std::string::npos);
-  CpuTrainOps ops;
-  const std::string msg = error_of([&] { DrafterModel m(tiny_dspark_config(), ops); });
-  EXPECT_NE(msg.find("drafter.kind = \"dspark\": this build's training step on the cpu backend"),
-            std::string::npos)
+}
+
+TEST(CheckpointTruth, OnlyTheCpuBackendTrainsADSparkDrafter) {
+  const std::string msg = error_of([&] { drafter_check_kind_trainable(rnn_dspark_config(), "cuda"); });
+  EXPECT_NE(msg.find("drafter.kind = \"dspark\": the cuda backend has no dspark head yet"), std::string::npos)
       << msg;
+  EXPECT_NE(msg.find("HINT: drafter.device = \"cpu\""), std::string::npos) << msg;
+  EXPECT_NO_THROW(drafter_check_kind_trainable(rnn_dspark_config(), "cpu"));
+}
+
+// A DSpark drafter's checkpoint holds its head and its kind: it loads back bit for bit into a DSpark drafter
+// of the same head, and a DFlash drafter or another head type refuses it.
+TEST(CheckpointTruth, DSparkCheckpointRoundTripsAndAnotherHeadIsRefused) {
+  ScratchDir d;
+  const std::string path = saved_checkpoint(d, rnn_dspark_config(), kRun);
+  EXPECT_EQ(checkpoint_read_header(path).drafter.kind, DrafterKind::dspark);
+  CpuTrainOps ops;
+  DrafterModel saved(rnn_dspark_config(), ops), loaded(rnn_dspark_config(), ops);
+  drafter_init_params(saved, 3);
+  drafter_init_params(loaded, 4);
+  checkpoint_load(path, loaded);
+  EXPECT_EQ(std::memcmp(saved.params.data, loaded.params.data, size_t(saved.table().total) * sizeof(float)),
+            0);
+  DrafterModel dflash(tiny_drafter_config(), ops);
+  EXPECT_THROW(checkpoint_load(path, dflash), Error);
+  DrafterModel vanilla(df::testing::tiny_dspark_config(DrafterMarkovHead::vanilla, 4, true), ops);
+  EXPECT_THROW(checkpoint_load(path, vanilla), Error);
 }
 
 // The writer streams: a ~200 MB checkpoint (17 M parameters x params, m, v) must not be built in memory.

@@ -392,6 +392,11 @@ TEST(Config, DSparkRefusesWhatSpecForgeRefuses) {
         << e;
   }
   EXPECT_NE(error_of(dspark + "[train]\nstreak = true\n").find("'train.streak'"), std::string::npos);
+  // train.gamma = 0 is SpecForge's unset loss_decay_gamma (no decay) for DSpark alone; below 0 never.
+  EXPECT_DOUBLE_EQ(config_parse(dspark + "[train]\ngamma = 0.0\n", "t.toml").train.gamma, 0.0);
+  EXPECT_NE(error_of(dspark + "[train]\ngamma = -1.0\n").find("'train.gamma'"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "[train]\ngamma = 0.0\n").find("'train.gamma'"),
+            std::string::npos);
   EXPECT_NE(error_of(dspark + "markov_head_type = \"lstm\"\n").find("'drafter.markov_head_type'"),
             std::string::npos);
   EXPECT_NE(error_of(dspark + "markov_rank = -1\n").find("'drafter.markov_rank'"), std::string::npos);

@@ -292,6 +292,17 @@ class CountingOps final : public TrainOps {
                                            int32_t first) override {
     return cpu.domino_head_propose(y, lm, e, w, d, first);
   }
+  void dspark_head_loss(const Tensor& y, const Tensor& lm, const Tensor& th, const DSparkHeadWeights& w,
+                        const Tensor& lab, const Tensor& pv, const Tensor& rw, const DSparkHeadArgs& a,
+                        const Tensor& am, const Tensor& dy, const DSparkHeadWeights& dw,
+                        const Tensor& st) override {
+    cpu.dspark_head_loss(y, lm, th, w, lab, pv, rw, a, am, dy, dw, st);
+  }
+  std::vector<int32_t> dspark_head_propose(const Tensor& y, const Tensor& lm, const DSparkHeadWeights& w,
+                                           const DSparkHeadDims& d, int32_t first,
+                                           std::vector<double>* conf) override {
+    return cpu.dspark_head_propose(y, lm, w, d, first, conf);
+  }
   double sum_squares(const Tensor& x) override { return cpu.sum_squares(x); }
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& lp,
              const AdamW& hp) override {

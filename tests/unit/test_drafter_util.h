@@ -56,6 +56,20 @@ inline DrafterConfig tiny_dflash2_config(int top_k = 37) {
   return c;
 }
 
+// The same drafter with a DSpark head: an odd Markov rank, the confidence head over [h ; W1[prev]] when there
+// is a Markov head.
+inline DrafterConfig tiny_dspark_config(DrafterMarkovHead type = DrafterMarkovHead::vanilla, int rank = 3,
+                                        bool confidence = true) {
+  DrafterConfig c = tiny_drafter_config();
+  c.kind = DrafterKind::dspark;
+  c.markov_rank = rank;
+  c.markov_head_type = type;
+  c.enable_confidence_head = confidence;
+  c.confidence_head_with_markov = confidence && rank > 0;
+  c.confidence_head_alpha = confidence ? 1.0f : 0.0f;
+  return c;
+}
+
 inline std::vector<float> normal_vec(size_t n, float std, uint64_t seed) {
   Rng r(seed);
   std::vector<float> v(n);

@@ -1,9 +1,10 @@
-// DSpark's head oracle (model/dspark_head.h) against SpecForge's own OnlineDSparkModel, one golden per Markov
-// head type: the files of `make_drafter_golden.py --kind dspark --markov-head H` hold the backbone's normed
-// output of every block, the loss's gradient with respect to it and the target's final hidden state per
-// token, so the head and its loss are checked alone, with the block rows (labels, previous tokens, weights,
-// target positions) built from the packed tokens as our step builds them. Loss rel ≤ 1e-5, every gradient
-// rel-RMS ≤ 1e-4, as the DFlash golden holds.
+// DSpark's head oracle (ops/dspark_head.h) and the whole CPU DSpark step against SpecForge's own
+// OnlineDSparkModel, one golden per Markov head type: the files of `make_drafter_golden.py --kind dspark
+// --markov-head H` hold the backbone's normed output of every block, the loss's gradient with respect to it
+// and the target's final hidden state per token, so the head and its loss are checked alone, with the block
+// rows (labels, previous tokens, weights, target positions) built from the packed tokens as our step builds
+// them; then the step from the drafter folder on. Loss rel ≤ 1e-5, every gradient rel-RMS ≤ 1e-4, as the
+// DFlash golden holds.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "drafter_golden_util.h"
-#include "model/dspark_head.h"
+#include "model/drafter.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "ops/dspark_head.h"
 
 using namespace df;
 using df::drafter_golden::describe;
@@ -132,7 +135,34 @@ void check_golden(const std::string& head) {
   }
 }
 
+// The whole CPU DSpark step (backbone, Markov and confidence heads, CE + L1 + BCE with p_target from the
+// target's final hidden state) on the golden's inputs, the drafter read through drafter.init_from: which rows
+// carry loss, Σ w, the loss (rel ≤ 1e-5) and every parameter's gradient (rel-RMS ≤ 1e-4).
+void check_whole_step(const std::string& head) {
+  const std::string dir = std::string(DF_SOURCE_DIR) + "/tests/golden/drafter_dspark_" + head;
+  if (!std::filesystem::exists(dir + "/golden.safetensors"))
+    GTEST_SKIP() << "tests/golden/drafter_dspark_" << head << "/ is absent (see the head's test)";
+  const SafetensorsIndex g = SafetensorsIndex::open(dir + "/golden.safetensors");
+  CpuTrainOps ops;
+  const df::drafter_golden::StepResult r = df::drafter_golden::run_golden_step(ops, g, dir + "/model");
+  ASSERT_EQ(r.cfg.kind, DrafterKind::dspark);
+  df::drafter_golden::expect_rows_and_loss(r, g, 1e-5);
+  for (const auto& [name, got] : r.grads) {
+    const std::vector<float> want = read_f32(g, "grad." + name);
+    ASSERT_EQ(want.size(), got.size()) << name;
+    const auto diff = grad_diff(got, want, 0, 0);
+    EXPECT_LE(diff.rel_rms, 1e-4) << describe(name, want, int64_t(want.size()), diff);
+  }
+}
+
 }  // namespace
+
+TEST(DSparkGolden, WholeStepMatchesSpecForge) {
+  for (const char* head : {"vanilla", "gated", "rnn"}) {
+    SCOPED_TRACE(head);
+    check_whole_step(head);
+  }
+}
 
 TEST(DSparkGolden, VanillaHeadLossAndGradientsMatchSpecForge) {
   check_golden("vanilla");

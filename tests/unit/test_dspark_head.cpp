@@ -1,4 +1,4 @@
-// DSpark's head oracle (model/dspark_head.h): the block rows (shifted labels, the cumulative mask that a hole
+// DSpark's head oracle (ops/dspark_head.h): the block rows (shifted labels, the cumulative mask that a hole
 // or the sequence end closes, exp(-k/γ) from slot 0, padding), the head's parameters in the drafter's table,
 // and the analytic backward of CE + L1 + BCE against central finite differences on awkward shapes (odd H, V,
 // R; rank 1; no Markov head; every head type, with and without the Markov input to the confidence head).
@@ -9,7 +9,7 @@
 
 #include "head_test_util.h"
 #include "model/drafter.h"
-#include "model/dspark_head.h"
+#include "ops/dspark_head.h"
 #include "test_drafter_util.h"
 
 using namespace df;

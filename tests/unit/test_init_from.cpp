@@ -511,3 +511,72 @@ TEST(InitFrom, Dflash2FromDflashComputesTheSameLogits) {
     }
   }
 }
+
+// A DSpark drafter exports as SpecForge's normaliser leaves its export for SGLang (Qwen3DSparkModel; the
+// head's keys in dflash_config under projector_type "dspark" and its four shape keys also at the top level;
+// the head's weights under the peer's names) and loads back, for every Markov head type; a drafter without a
+// Markov head is refused (the normaliser refuses it too), and another head type is refused naming the field.
+TEST(InitFrom, DSparkExportIsTheNormalisedLayoutAndRoundTrips) {
+  ScratchDir tmp;
+  for (DrafterMarkovHead type :
+       {DrafterMarkovHead::vanilla, DrafterMarkovHead::gated, DrafterMarkovHead::rnn}) {
+    const std::string name = drafter_markov_head_name(type);
+    SCOPED_TRACE(name);
+    const std::string dir = tmp.file("dspark_" + name);
+    TinySetup src({11, 1, 13}, 7, tiny_dspark_config(type, 3, true));
+    drafter_export_hf(dir, *src.model, kTargetLayers);
+    const nlohmann::json j = read_json(dir + "/config.json");
+    EXPECT_EQ(j["architectures"], nlohmann::json::array({"Qwen3DSparkModel"}));
+    EXPECT_FALSE(j.contains("auto_map"));
+    const nlohmann::json& dc = j["dflash_config"];
+    EXPECT_EQ(dc["projector_type"], "dspark");
+    EXPECT_EQ(dc["attention_mode"], "gqa");
+    EXPECT_EQ(dc["confidence_head_alpha"], 1.0);
+    for (const auto& [key, value] : {std::pair<const char*, nlohmann::json>{"markov_rank", 3},
+                                     {"markov_head_type", name},
+                                     {"enable_confidence_head", true},
+                                     {"confidence_head_with_markov", true}}) {
+      EXPECT_EQ(dc[key], value) << key;
+      EXPECT_EQ(j[key], value) << key << " at the top level";
+    }
+    const SafetensorsIndex idx = SafetensorsIndex::open(dir);
+    const int64_t H = src.cfg.hidden, V = src.cfg.vocab;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> head = {
+        {"markov_head.markov_w1.weight", {V, 3}},
+        {"markov_head.markov_w2.weight", {V, 3}},
+        {"confidence_head.proj.weight", {1, H + 3}},
+        {"confidence_head.proj.bias", {1}}};
+    if (type == DrafterMarkovHead::gated) {
+      head.push_back({"markov_head.gate_proj.weight", {3, H + 3}});
+      head.push_back({"markov_head.gate_proj.bias", {3}});
+    }
+    if (type == DrafterMarkovHead::rnn) {
+      head.push_back({"markov_head.joint_proj.weight", {9, 6 + H}});
+      head.push_back({"markov_head.joint_proj.bias", {9}});
+    }
+    for (const auto& [tensor, shape] : head) {
+      const StTensor* t = idx.find(tensor);
+      ASSERT_NE(t, nullptr) << tensor;
+      EXPECT_EQ(t->shape, shape) << tensor;
+    }
+
+    // The exported folder's config reads back as this drafter, and its weights load.
+    EXPECT_NO_THROW(drafter_config_check_same(src.cfg, drafter_config_load_hf(dir), dir));
+    TinySetup dst({5}, 99, tiny_dspark_config(type, 3, true));
+    drafter_init_from(*dst.model, dir);
+    for (const DrafterParamEntry& e : dst.model->table().entries)
+      for (int64_t i = 0; i < e.rows * e.cols; ++i)
+        ASSERT_EQ(dst.params()[e.offset + i], bf16_round(src.params()[e.offset + i]))
+            << e.name << " element " << i;
+    const DrafterMarkovHead other =
+        type == DrafterMarkovHead::rnn ? DrafterMarkovHead::vanilla : DrafterMarkovHead::rnn;
+    TinySetup wrong({5}, 99, tiny_dspark_config(other, 3, true));
+    EXPECT_NE(error_of([&] { drafter_init_from(*wrong.model, dir); }).find("markov_head_type"),
+              std::string::npos);
+  }
+  TinySetup rank0({11, 1, 13}, 7, tiny_dspark_config(DrafterMarkovHead::vanilla, 0, true));
+  EXPECT_NE(error_of([&] {
+              drafter_export_hf(tmp.file("rank0"), *rank0.model, kTargetLayers);
+            }).find("drafter.markov_rank is 0"),
+            std::string::npos);
+}

@@ -1,11 +1,12 @@
 // Speculative decoding (pipeline/spec_decode.h) on the CPU with random tiny targets of both families: the
 // committed tokens equal the target's plain greedy decoding (recomputed with the full forward, independently
-// of the decoder) whatever drafts, Domino and DFlash2 drafters included, which propose as their heads do; a
-// drafter that drafts the greedy tokens gives τ = B, a random one τ ≈ 1; and sampling honours temperature,
-// top-p and the seed.
+// of the decoder) whatever drafts, Domino, DFlash2 and DSpark drafters included, which propose as their heads
+// do (DSpark's confidence-based verify length too); a drafter that drafts the greedy tokens gives τ = B, a
+// random one τ ≈ 1; and sampling honours temperature, top-p and the seed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -81,11 +82,13 @@ DrafterConfig tiny_drafter(const QwenConfig& t) {
 }
 
 // Checks every draft of a drafter with a head against the head oracle's proposals `want(y, last)` over the
-// block's final hidden states y, from the last committed token on, then hands it on.
+// block's final hidden states y, from the last committed token on (a DSpark drafter with a confidence
+// threshold: its verify length cut already applied), then hands it on; counts the draft tokens it verifies.
 class CheckedDrafter final : public BlockDrafter {
  public:
   using Oracle = std::function<std::vector<int32_t>(const std::vector<float>& y, int32_t last)>;
-  CheckedDrafter(DrafterModel& m, Oracle want) : m_(m), inner_(m), want_(std::move(want)) {}
+  CheckedDrafter(DrafterModel& m, Oracle want, double confidence_threshold = 0)
+      : m_(m), inner_(m, confidence_threshold), want_(std::move(want)) {}
   int block_size() const override { return inner_.block_size(); }
   const std::vector<int>& target_layer_ids() const override { return inner_.target_layer_ids(); }
   std::vector<int32_t> draft(const std::vector<int32_t>& committed, const Tensor& ctx) override {
@@ -96,9 +99,11 @@ class CheckedDrafter final : public BlockDrafter {
         drafter_final_hidden(m_, draft_batch(committed, ctx, block_size()), {draft_anchor(committed)}, o);
     EXPECT_EQ(drafts, want_(y, committed.back())) << "draft " << calls;
     ++calls;
+    verified += int64_t(drafts.size());
     return drafts;
   }
   int calls = 0;
+  int64_t verified = 0;
 
  private:
   DrafterModel& m_;
@@ -331,6 +336,92 @@ TEST_P(SpecDecodeTest, Dflash2DrafterWalksTheSelectorLatticeAndCommitsTheGreedyT
   EXPECT_EQ(spec.run(prompt).tokens, greedy_by_full_forward(*target, ops, prompt, n));
   EXPECT_GE(bd.calls, 4);  // at most B = 4 tokens a block
   EXPECT_GT(off_argmax, 0) << "the walk never left the argmax: the selector was not exercised";
+}
+
+// drafter.kind = "dspark" decodes with its Markov-biased proposals and stays lossless: the committed tokens
+// are the target's greedy ones, with every proposal verified and with the confidence-based verify length
+// (which verifies fewer: at 0.4 the block ends after the first proposal whose running survival product drops
+// below).
+TEST_P(SpecDecodeTest, DSparkDrafterProposesWithItsHeadAndCommitsTheGreedyTokens) {
+  CpuOps ops;
+  CpuTrainOps tops;
+  const QwenConfig c = cfg();
+  auto target = target_random(c, 35, ops, with_lm_head());
+  const std::vector<int32_t> prompt = random_ids(10, c.vocab, 5);
+  const int n = 15;
+  const std::vector<int32_t> greedy = greedy_by_full_forward(*target, ops, prompt, n);
+  for (DrafterMarkovHead type : {DrafterMarkovHead::vanilla, DrafterMarkovHead::rnn}) {
+    for (double threshold : {0.0, 0.4}) {
+      DrafterConfig dc = tiny_drafter(c);
+      dc.kind = DrafterKind::dspark;
+      dc.markov_rank = 3;
+      dc.markov_head_type = type;
+      dc.enable_confidence_head = true;
+      dc.confidence_head_with_markov = true;
+      dc.confidence_head_alpha = 1.0f;
+      DrafterModel drafter(dc, tops);
+      drafter_init_params(drafter, 7);
+      // Larger Markov weights than the init's, so that the bias changes proposals.
+      Rng r(8);
+      float* p = drafter.params.ptr<float>();
+      for (const char* name : {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight"}) {
+        const DrafterParamEntry& e = drafter.table().find(name);
+        for (int64_t i = 0; i < e.rows * e.cols; ++i) p[e.offset + i] = float(r.normal());
+      }
+      drafter.set_frozen(target->embed, target->lm_head);
+      DSparkHeadTensors<const float> w;
+      w.markov_w1 = param_at(drafter, "markov_head.markov_w1.weight");
+      w.markov_w2 = param_at(drafter, "markov_head.markov_w2.weight");
+      if (type == DrafterMarkovHead::rnn) {
+        w.joint_w = param_at(drafter, "markov_head.joint_proj.weight");
+        w.joint_b = param_at(drafter, "markov_head.joint_proj.bias");
+      }
+      w.conf_w = param_at(drafter, "confidence_head.proj.weight");
+      w.conf_b = param_at(drafter, "confidence_head.proj.bias");
+      // The head's proposals, and with a threshold cut where the predicted prefix survival drops below it.
+      CheckedDrafter bd(
+          drafter,
+          [&](const std::vector<float>& y, int32_t last) {
+            std::vector<double> conf;
+            std::vector<int32_t> want = dspark_block_propose<float>(dspark_head_dims(dc), w,
+                                                                    drafter.lm_head.ptr<float>(), y.data(), last, &conf);
+            EXPECT_EQ(conf.size(), want.size());
+            if (threshold > 0) {
+              size_t n = 0;
+              double survive = 1;
+              while (n < want.size() && (survive *= 1.0 / (1.0 + std::exp(-conf[n]))) >= threshold) ++n;
+              want.resize(n);
+            }
+            return want;
+          },
+          threshold);
+      SpecDecoder spec(*target, bd, 16, n);
+      const SpecPromptResult res = spec.run(prompt);
+      EXPECT_EQ(res.tokens, greedy) << drafter_markov_head_name(type) << " threshold " << threshold;
+      EXPECT_EQ(res.verified, bd.verified);
+      if (threshold == 0)
+        EXPECT_EQ(bd.verified, int64_t(bd.calls) * (dc.block_size - 1));
+      else
+        EXPECT_LT(bd.verified, int64_t(bd.calls) * (dc.block_size - 1)) << "the verify length cut no block";
+    }
+  }
+}
+
+// The confidence-based verify length needs a DSpark drafter with a confidence head.
+TEST(SpecDecode, ConfidenceThresholdNeedsADSparkConfidenceHead) {
+  CpuTrainOps tops;
+  DrafterModel dflash(df::testing::tiny_drafter_config(), tops);
+  DrafterModel no_head(df::testing::tiny_dspark_config(DrafterMarkovHead::vanilla, 3, false), tops);
+  for (DrafterModel* m : {&dflash, &no_head}) {
+    try {
+      DFlashBlockDrafter bd(*m, 0.5);
+      ADD_FAILURE() << "a threshold was accepted for a drafter without a confidence head";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--dspark-confidence"), std::string::npos) << e.what();
+    }
+  }
+  DrafterModel dspark(df::testing::tiny_dspark_config(), tops);
+  EXPECT_NO_THROW(DFlashBlockDrafter(dspark, 0.5));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1, 2, 3), target_family_name);

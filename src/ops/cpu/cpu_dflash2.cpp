@@ -4,9 +4,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "ops/cpu/cpu_expect.h"
+#include "ops/cpu/cpu_heads.h"
 #include "ops/cpu/cpu_train_ops.h"
-#include "ops/loss_rows.h"
 
 namespace df {
 
@@ -103,29 +102,20 @@ void CpuTrainOps::dflash2_selector_loss(const Tensor& y, const Tensor& lm_head,
   const int32_t* pre = prev.ptr<int32_t>();
   const float* wr = row_w.ptr<float>();
   int32_t* am = argmax.ptr<int32_t>();
-  std::vector<uint8_t> labelled(size_t(N), 0);
-  std::vector<int32_t> label_of(lab, lab + N);
+  // The accuracy counts in block offsets: slot k predicts offset k.
+  HeadLossStats hs(N, B, 0);
   std::vector<float> logits(size_t(B) * size_t(V));
-  LossStats st;
   Dflash2BlockRows rows;
   for (int64_t j = 0; j < N / B; ++j) {
     const int64_t r0 = j * B;
-    if (!cpu_head_block_rows(lab, wr, r0, B, rows.labels, rows.weights, am)) continue;
+    if (!hs.open_block(r0, lab, wr, am, rows.labels, rows.weights)) continue;
     rows.prev.assign(pre + r0, pre + r0 + B);
     const Dflash2BlockLoss l = dflash2_block_step<float>(
         d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, rows, a.alpha, a.stop_gradient, logits.data(),
         a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
-    st.loss_sum += l.base_sum + a.alpha * l.selector_sum;
-    for (int k = 0; k < B; ++k) {
-      if (wr[r0 + k] == 0.0f) continue;
-      st.weight_sum += double(wr[r0 + k]);
-      const float* lg = logits.data() + size_t(k) * size_t(V);
-      am[r0 + k] = int32_t(std::max_element(lg, lg + V) - lg);
-      labelled[size_t(r0 + k)] = 1;
-    }
+    hs.add_block(r0, l.base_sum + a.alpha * l.selector_sum, logits.data(), V, wr, lab, am);
   }
-  loss_count_accuracy(st, labelled, std::vector<int32_t>(am, am + N), label_of, B);
-  loss_stats_add_to_slots(st, B, reinterpret_cast<double*>(stats.data));
+  hs.add_to(stats);
 }
 
 std::vector<int32_t> CpuTrainOps::dflash2_selector_propose(const Tensor& y, const Tensor& lm_head,

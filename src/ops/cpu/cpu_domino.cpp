@@ -1,11 +1,9 @@
 // CpuTrainOps' Domino ops (train_ops.h "Domino's head"): ops/domino_head.h's block functions run one block
 // after another on the host tensors, so the CPU drafter's Domino step is the oracle's own arithmetic.
-#include <algorithm>
 #include <vector>
 
-#include "ops/cpu/cpu_expect.h"
+#include "ops/cpu/cpu_heads.h"
 #include "ops/cpu/cpu_train_ops.h"
-#include "ops/loss_rows.h"
 
 namespace df {
 
@@ -52,33 +50,18 @@ void CpuTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, const
   const float* wr = row_w.ptr<float>();
   int32_t* am = argmax.ptr<int32_t>();
   // The accuracy counts in block offsets (slot k predicts offset k + shift).
-  const int shift = d.shift_label ? 1 : 0;
-  std::vector<uint8_t> off_labelled(size_t(N), 0);
-  std::vector<int32_t> off_argmax(size_t(N), -1), off_label(size_t(N), 0);
+  HeadLossStats hs(N, B, d.shift_label ? 1 : 0);
   std::vector<float> logits(size_t(B) * size_t(V));
-  LossStats st;
   DominoBlockRows rows;
   for (int64_t j = 0; j < N / B; ++j) {
     const int64_t r0 = j * B;
-    if (!cpu_head_block_rows(lab, wr, r0, B, rows.labels, rows.weights, am)) continue;
+    if (!hs.open_block(r0, lab, wr, am, rows.labels, rows.weights)) continue;
     const DominoBlockLoss l = domino_block_step<float>(
         d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, gru_in.ptr<float>() + r0 * H, rows, a.lambda,
         logits.data(), a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
-    st.loss_sum += (1.0 - a.lambda) * l.final_sum + a.lambda * l.base_sum;
-    for (int k = 0; k < B; ++k) {
-      if (wr[r0 + k] == 0.0f) continue;
-      st.weight_sum += double(wr[r0 + k]);
-      const float* lg = logits.data() + size_t(k) * size_t(V);
-      am[r0 + k] = int32_t(std::max_element(lg, lg + V) - lg);
-      if (k + shift >= B) continue;
-      const size_t o = size_t(r0 + k + shift);
-      off_labelled[o] = 1;
-      off_argmax[o] = am[r0 + k];
-      off_label[o] = lab[r0 + k];
-    }
+    hs.add_block(r0, (1.0 - a.lambda) * l.final_sum + a.lambda * l.base_sum, logits.data(), V, wr, lab, am);
   }
-  loss_count_accuracy(st, off_labelled, off_argmax, off_label, B);
-  loss_stats_add_to_slots(st, B, reinterpret_cast<double*>(stats.data));
+  hs.add_to(stats);
 }
 
 std::vector<int32_t> CpuTrainOps::domino_head_propose(const Tensor& y, const Tensor& lm_head,

@@ -3,6 +3,8 @@
 // present; every reduction runs in a fixed order so results do not depend on the thread count (what is and
 // is not bit-identical: train_ops.h, Determinism).
 #pragma once
+#include <vector>
+
 #include "ops/cpu/cpu_ops.h"
 #include "ops/train_ops.h"
 
@@ -81,6 +83,15 @@ class CpuTrainOps final : public TrainOps {
   std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head, const Tensor& embed,
                                            const DominoHeadWeights& w, const DominoHeadDims& d,
                                            int32_t first) override;
+
+  // cpu_dspark.cpp
+  void dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
+                        const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
+                        const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DSparkHeadWeights& dw, const Tensor& stats) override;
+  std::vector<int32_t> dspark_head_propose(const Tensor& y, const Tensor& lm_head, const DSparkHeadWeights& w,
+                                           const DSparkHeadDims& d, int32_t first,
+                                           std::vector<double>* confidence) override;
 
   double sum_squares(const Tensor& x) override;
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,

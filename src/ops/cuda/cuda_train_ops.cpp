@@ -297,6 +297,21 @@ void CudaTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, con
 
 // ---- optimizer ------------------------------------------------------------------------------------------
 
+// DSpark's head on the GPU is not built: the drafter refuses drafter.kind = "dspark" on this backend before
+// it allocates anything (model/drafter.h drafter_check_kind_trainable); these say the same if reached.
+void CudaTrainOps::dspark_head_loss(const Tensor&, const Tensor&, const Tensor&, const DSparkHeadWeights&,
+                                    const Tensor&, const Tensor&, const Tensor&, const DSparkHeadArgs&,
+                                    const Tensor&, const Tensor&, const DSparkHeadWeights&, const Tensor&) {
+  DF_FAIL(
+      "drafter.kind = \"dspark\": the CUDA backend has no DSpark head op; HINT: drafter.device = \"cpu\"");
+}
+
+std::vector<int32_t> CudaTrainOps::dspark_head_propose(const Tensor&, const Tensor&, const DSparkHeadWeights&,
+                                                       const DSparkHeadDims&, int32_t, std::vector<double>*) {
+  DF_FAIL(
+      "drafter.kind = \"dspark\": the CUDA backend has no DSpark head op; HINT: drafter.device = \"cpu\"");
+}
+
 double CudaTrainOps::sum_squares(const Tensor& x) {
   const int64_t n = x.numel();
   expect_flat(x, DType::f32, n, "sum_squares", "x");

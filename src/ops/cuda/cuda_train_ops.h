@@ -86,6 +86,15 @@ class CudaTrainOps final : public TrainOps {
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
              const AdamW& hp) override;
 
+  // DSpark's head is not built on this backend: both refuse, naming drafter.kind (cuda_train_ops.cpp).
+  void dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
+                        const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
+                        const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax, const Tensor& dy,
+                        const DSparkHeadWeights& dw, const Tensor& stats) override;
+  std::vector<int32_t> dspark_head_propose(const Tensor& y, const Tensor& lm_head, const DSparkHeadWeights& w,
+                                           const DSparkHeadDims& d, int32_t first,
+                                           std::vector<double>* confidence) override;
+
   // ---- drafter bookkeeping (cuda_train_stats.cpp, kernels/train/loss_stats.cu) --------------------------------
   void loss_row_stats(const Tensor& labels, const Tensor& active, const Tensor& loss, const Tensor& p_label,
                       const Tensor& argmax, const LossRowArgs& a, const Tensor& row_w,

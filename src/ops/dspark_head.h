@@ -28,9 +28,11 @@
 #include <vector>
 
 #include "core/config.h"
-#include "model/drafter_config.h"
 
 namespace df {
+
+// DSpark's Markov bias on the logits, one of three head types (the math of each is above).
+enum class DrafterMarkovHead : uint8_t { vanilla, gated, rnn };
 
 struct DSparkHeadDims {
   int hidden = 0;       // H
@@ -43,7 +45,6 @@ struct DSparkHeadDims {
 
   int confidence_in() const { return hidden + (confidence_with_markov ? markov_rank : 0); }
 };
-DSparkHeadDims dspark_head_dims(const DrafterConfig& c);
 
 // One trainable tensor of the head, in the drafter's parameter table: matrices get weight decay and the
 // GEMM shadow, bias vectors do not.
@@ -70,6 +71,7 @@ struct DSparkHeadTensors {
 
 // One block's rows. Slot k's label is x[a+k+1], its previous token x[a+k], its target distribution comes from
 // the target's final hidden state at position a+k (the one that predicts the label). Its weight is exp(-k/γ)
+// (1 with γ = 0: SpecForge's loss_decay_gamma unset)
 // while every label up to and including slot k lies inside the sequence and is in the loss mask (SpecForge's
 // cumulative eval mask: the first hole ends the block's loss), else 0; a padding block (anchor < 0) carries
 // none. Positions past the sequence read its last token; they feed only weightless slots.
@@ -109,5 +111,18 @@ DSparkBlockLoss dspark_block_step(const DSparkHeadDims& d, const DSparkHeadTenso
                                   const T* lm_head, const T* z, const T* target_hidden,
                                   const DSparkBlockRows& rows, const DSparkLossAlphas& alpha, T* draft_logits,
                                   T* confidence_logits, const DSparkHeadTensors<T>* grads, T* dz);
+
+// DSpark's greedy proposals for one block, with the labels training shifts (slot k predicts x[a+k+1]): token
+// 0 is `first` (the last committed token); token p = 1..B−1 is the argmax of slot p − 1's draft logits
+// lm_head z_{p−1} + the Markov bias of previous token p − 1, the drafter's own proposal (the RNN head's state
+// runs over slots 0..p−1, as DSparkDraftModel's sample_block_tokens; SpecForge's spec_generate hands that
+// sampler slots 1..B−1 instead, one slot later than its own training labels). Ties go to the lowest id. z [B, H] is
+// the block's normed draft hidden; slot B − 1 proposes nothing. When `confidence` is set and the head has a
+// confidence head, it gets the confidence logit of each proposal's slot (B − 1 values; input [z ; W1[prev]]
+// with confidence_head_with_markov): σ of it estimates the probability that the target accepts the proposal.
+template <class T>
+std::vector<int32_t> dspark_block_propose(const DSparkHeadDims& d, const DSparkHeadTensors<const T>& w,
+                                          const T* lm_head, const T* z, int32_t first,
+                                          std::vector<double>* confidence);
 
 }  // namespace df

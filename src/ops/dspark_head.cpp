@@ -1,7 +1,7 @@
 // DSpark's head on the host: the head's parameters, the rows of a block, and the exact forward and backward
 // of one block (Markov bias of each head type, confidence head, CE + L1 + BCE). Sums run in double in a fixed
 // order, so the result does not depend on how blocks are spread over threads.
-#include "model/dspark_head.h"
+#include "ops/dspark_head.h"
 
 #include <algorithm>
 #include <cmath>
@@ -34,21 +34,48 @@ void matvec_backward(const T* W, const double* x, const double* dy, int rows, in
   }
 }
 
-}  // namespace
+// Scratch of one slot's Markov forward.
+struct MarkovScratch {
+  std::vector<double> in, pre;
+  explicit MarkovScratch(const DSparkHeadDims& d)
+      : in(size_t(2 * d.markov_rank + d.hidden)), pre(size_t(3 * d.markov_rank)) {}
+};
 
-DSparkHeadDims dspark_head_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::dspark, "dspark head: the drafter's kind is %s, not dspark",
-           drafter_kind_name(c.kind));
-  DSparkHeadDims d;
-  d.hidden = c.hidden;
-  d.vocab = c.vocab;
-  d.block_size = c.block_size;
-  d.markov_rank = c.markov_rank;
-  d.markov_head_type = c.markov_head_type;
-  d.confidence = c.enable_confidence_head;
-  d.confidence_with_markov = c.confidence_head_with_markov;
-  return d;
+// One slot's Markov forward (R > 0): e = W1[prev] and u, the vector W2 reads, from the slot's draft hidden z
+// [H]; the gated head's gate, the RNN's gate and candidate into gate and cand (both unused by vanilla), and
+// the RNN's state s_prev → s_next.
+template <class T>
+void markov_slot(const DSparkHeadDims& d, const DSparkHeadTensors<const T>& w, int prev, const double* z,
+                 const double* s_prev, double* e, double* u, double* gate, double* cand, double* s_next,
+                 MarkovScratch& m) {
+  const int H = d.hidden, R = d.markov_rank, V = d.vocab;
+  DF_CHECK(prev >= 0 && prev < V, "dspark head: previous token %d outside the vocabulary [0, %d)", prev, V);
+  for (int r = 0; r < R; ++r) e[r] = double(w.markov_w1[int64_t(prev) * R + r]);
+  if (d.markov_head_type == DrafterMarkovHead::gated) {
+    std::copy_n(z, H, m.in.begin());
+    std::copy_n(e, R, m.in.begin() + H);
+    matvec(w.gate_w, w.gate_b, m.in.data(), R, H + R, m.pre.data());
+    for (int r = 0; r < R; ++r) {
+      gate[r] = head_sigmoid(m.pre[size_t(r)]);
+      u[r] = gate[r] * e[r];
+    }
+  } else if (d.markov_head_type == DrafterMarkovHead::rnn) {
+    std::copy_n(s_prev, R, m.in.begin());
+    std::copy_n(e, R, m.in.begin() + R);
+    std::copy_n(z, H, m.in.begin() + 2 * R);
+    matvec(w.joint_w, w.joint_b, m.in.data(), 3 * R, 2 * R + H, m.pre.data());
+    for (int r = 0; r < R; ++r) {
+      gate[r] = head_sigmoid(m.pre[size_t(r)]);
+      cand[r] = std::tanh(m.pre[size_t(R + r)]);
+      s_next[r] = gate[r] * s_prev[r] + (1.0 - gate[r]) * cand[r];
+      u[r] = std::tanh(m.pre[size_t(2 * R + r)]);
+    }
+  } else {
+    std::copy_n(e, R, u);
+  }
 }
+
+}  // namespace
 
 std::vector<DSparkHeadParam> dspark_head_params(const DSparkHeadDims& d) {
   const int64_t H = d.hidden, V = d.vocab, R = d.markov_rank;
@@ -82,7 +109,7 @@ DSparkBlockRows dspark_block_rows(const DSparkHeadDims& d, const int32_t* tokens
   if (anchor < 0) return r;
   DF_CHECK(anchor < len && len > 0, "dspark rows: anchor %lld outside a sequence of %lld tokens",
            (long long)anchor, (long long)len);
-  DF_CHECK(gamma > 0, "dspark rows: the loss decay γ %g must be > 0", gamma);
+  DF_CHECK(gamma >= 0, "dspark rows: the loss decay γ %g must be ≥ 0 (0: no decay)", gamma);
   bool open = true;  // every label so far inside the sequence and supervised
   for (int k = 0; k < B; ++k) {
     const int64_t label_pos = anchor + k + 1;
@@ -90,7 +117,7 @@ DSparkBlockRows dspark_block_rows(const DSparkHeadDims& d, const int32_t* tokens
     r.prev[size_t(k)] = tokens[std::min(label_pos - 1, len - 1)];
     r.target_pos[size_t(k)] = std::min(label_pos - 1, len - 1);
     open = open && label_pos < len && loss_mask[label_pos];
-    if (open) r.weights[size_t(k)] = std::exp(-double(k) / gamma);
+    if (open) r.weights[size_t(k)] = gamma > 0 ? std::exp(-double(k) / gamma) : 1.0;
   }
   return r;
 }
@@ -123,41 +150,14 @@ DSparkBlockLoss dspark_block_step(const DSparkHeadDims& d, const DSparkHeadTenso
   // Markov forward over the block, keeping what the backward needs: e_k, u_k (the vector W2 reads) and the
   // head type's gates. RNN state row k+1 is s_k; row 0 is s_{-1} = 0.
   const size_t BR = size_t(B) * Rn;
-  std::vector<double> e(BR), u(BR), gate(gated || rnn ? BR : 0), cand(rnn ? BR : 0),
-      state(rnn ? BR + Rn : 0, 0.0);
-  std::vector<double> zk(Hn), in(size_t(2 * R + H)), pre(size_t(3 * R));
+  std::vector<double> e(BR), u(BR), gate(BR), cand(BR), state(rnn ? BR + Rn : 0, 0.0);
+  std::vector<double> zk(Hn), in(size_t(2 * R + H));
+  MarkovScratch scratch(d);
   for (int k = 0; k < B && R > 0; ++k) {
-    const int p = rows.prev[size_t(k)];
-    DF_CHECK(p >= 0 && p < V, "dspark block: previous token %d of slot %d outside the vocabulary [0, %d)", p,
-             k, V);
-    double* ek = &e[size_t(k) * Rn];
-    double* uk = &u[size_t(k) * Rn];
-    for (int r = 0; r < R; ++r) ek[r] = double(w.markov_w1[int64_t(p) * R + r]);
     for (int i = 0; i < H; ++i) zk[size_t(i)] = double(z[int64_t(k) * H + i]);
-    if (gated) {
-      std::copy(zk.begin(), zk.end(), in.begin());
-      std::copy_n(ek, R, in.begin() + H);
-      matvec(w.gate_w, w.gate_b, in.data(), R, H + R, pre.data());
-      for (int r = 0; r < R; ++r) {
-        gate[size_t(k) * Rn + size_t(r)] = head_sigmoid(pre[size_t(r)]);
-        uk[r] = gate[size_t(k) * Rn + size_t(r)] * ek[r];
-      }
-    } else if (rnn) {
-      const double* sp = &state[size_t(k) * Rn];
-      std::copy_n(sp, R, in.begin());
-      std::copy_n(ek, R, in.begin() + R);
-      std::copy(zk.begin(), zk.end(), in.begin() + 2 * R);
-      matvec(w.joint_w, w.joint_b, in.data(), 3 * R, 2 * R + H, pre.data());
-      for (int r = 0; r < R; ++r) {
-        const size_t at = size_t(k) * Rn + size_t(r);
-        gate[at] = head_sigmoid(pre[size_t(r)]);
-        cand[at] = std::tanh(pre[size_t(R + r)]);
-        state[at + Rn] = gate[at] * sp[r] + (1.0 - gate[at]) * cand[at];
-        uk[r] = std::tanh(pre[size_t(2 * R + r)]);
-      }
-    } else {
-      std::copy_n(ek, R, uk);
-    }
+    const size_t at = size_t(k) * Rn;
+    markov_slot(d, w, rows.prev[size_t(k)], zk.data(), rnn ? &state[at] : nullptr, &e[at], &u[at], &gate[at],
+                &cand[at], rnn ? &state[at + Rn] : nullptr, scratch);
   }
 
   DSparkBlockLoss loss;
@@ -280,6 +280,46 @@ DSparkBlockLoss dspark_block_step(const DSparkHeadDims& d, const DSparkHeadTenso
   return loss;
 }
 
+template <class T>
+std::vector<int32_t> dspark_block_propose(const DSparkHeadDims& d, const DSparkHeadTensors<const T>& w,
+                                          const T* lm_head, const T* z, int32_t first,
+                                          std::vector<double>* confidence) {
+  const int H = d.hidden, V = d.vocab, B = d.block_size, R = d.markov_rank, C = d.confidence_in();
+  const bool rnn = R > 0 && d.markov_head_type == DrafterMarkovHead::rnn;
+  const size_t Hn = size_t(H), Rn = size_t(R), Cn = size_t(C);
+  std::vector<double> zk(Hn), e(Rn), u(Rn), gate(Rn), cand(Rn), state(Rn, 0.0), next(Rn), conf_in(Cn);
+  MarkovScratch scratch(d);
+  std::vector<int32_t> out;
+  if (confidence) confidence->clear();
+  int32_t prev = first;
+  for (int k = 0; k + 1 < B; ++k) {
+    for (int i = 0; i < H; ++i) zk[size_t(i)] = double(z[int64_t(k) * H + i]);
+    if (R > 0) {
+      markov_slot(d, w, prev, zk.data(), state.data(), e.data(), u.data(), gate.data(), cand.data(),
+                  next.data(), scratch);
+      if (rnn) state.swap(next);
+    }
+    int32_t best = 0;
+    double best_logit = 0;
+    for (int v = 0; v < V; ++v) {
+      const double l = head_dot(lm_head + int64_t(v) * H, zk.data(), H) +
+                       (R > 0 ? head_dot(w.markov_w2 + int64_t(v) * R, u.data(), R) : 0.0);
+      if (v == 0 || l > best_logit) {
+        best = v;
+        best_logit = l;
+      }
+    }
+    if (confidence && d.confidence) {
+      std::copy(zk.begin(), zk.end(), conf_in.begin());
+      if (d.confidence_with_markov) std::copy(e.begin(), e.end(), conf_in.begin() + H);
+      confidence->push_back(head_dot(w.conf_w, conf_in.data(), C) + double(w.conf_b[0]));
+    }
+    out.push_back(best);
+    prev = best;
+  }
+  return out;
+}
+
 template DSparkBlockLoss dspark_block_step<float>(const DSparkHeadDims&,
                                                   const DSparkHeadTensors<const float>&, const float*,
                                                   const float*, const float*, const DSparkBlockRows&,
@@ -290,5 +330,13 @@ template DSparkBlockLoss dspark_block_step<double>(const DSparkHeadDims&,
                                                    const double*, const double*, const DSparkBlockRows&,
                                                    const DSparkLossAlphas&, double*, double*,
                                                    const DSparkHeadTensors<double>*, double*);
+
+template std::vector<int32_t> dspark_block_propose<float>(const DSparkHeadDims&,
+                                                          const DSparkHeadTensors<const float>&, const float*,
+                                                          const float*, int32_t, std::vector<double>*);
+template std::vector<int32_t> dspark_block_propose<double>(const DSparkHeadDims&,
+                                                           const DSparkHeadTensors<const double>&,
+                                                           const double*, const double*, int32_t,
+                                                           std::vector<double>*);
 
 }  // namespace df
