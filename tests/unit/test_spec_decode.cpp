@@ -383,8 +383,8 @@ TEST_P(SpecDecodeTest, DSparkDrafterProposesWithItsHeadAndCommitsTheGreedyTokens
           drafter,
           [&](const std::vector<float>& y, int32_t last) {
             std::vector<double> conf;
-            std::vector<int32_t> want = dspark_block_propose<float>(dspark_head_dims(dc), w,
-                                                                    drafter.lm_head.ptr<float>(), y.data(), last, &conf);
+            std::vector<int32_t> want = dspark_block_propose<float>(
+                dspark_head_dims(dc), w, drafter.lm_head.ptr<float>(), y.data(), last, &conf);
             EXPECT_EQ(conf.size(), want.size());
             if (threshold > 0) {
               size_t n = 0;

@@ -14,8 +14,8 @@ namespace df {
 // argument.
 void cpu_expect(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* what);
 
-// The arguments every head-loss op shares (domino_head_loss, dflash2_selector_loss, dspark_head_loss): y [N, H]
-// of whole blocks of B rows, lm_head [V, H], labels, row_w, argmax [1, N] and the statistics slots.
+// The arguments every head-loss op shares (domino_head_loss, dflash2_selector_loss, dspark_head_loss):
+// y [N, H] of whole blocks of B rows, lm_head [V, H], labels, row_w, argmax [1, N] and the statistics slots.
 void cpu_expect_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& labels, const Tensor& row_w,
                           const Tensor& argmax, const Tensor& stats, int B, int H, int V, const char* op);
 
