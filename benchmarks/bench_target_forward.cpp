@@ -622,9 +622,14 @@ bool bench_model(const char* key, const char* label, const QwenConfig& cfg, bool
     return false;
   }
   // The line run_target_forward.sh reads.
-  nlohmann::json line = {{"model", key},          {"tok_s", tok_s},  {"seconds", ms * 1e-3},
-                         {"tflops", tflops},      {"tokens", T},     {"used_gib", gib(total - free1)},
-                         {"result_check", "ok"},  {"dtype", fp8 ? "fp8" : "bf16"},
+  nlohmann::json line = {{"model", key},
+                         {"tok_s", tok_s},
+                         {"seconds", ms * 1e-3},
+                         {"tflops", tflops},
+                         {"tokens", T},
+                         {"used_gib", gib(total - free1)},
+                         {"result_check", "ok"},
+                         {"dtype", fp8 ? "fp8" : "bf16"},
                          {"gpu_profile", device_caps().profile}};
   std::printf("%s\n", line.dump().c_str());
   return true;

@@ -47,8 +47,8 @@ void kernel_variants_set(const KernelVariants& v) { variants_store() = v; }
 
 std::string device_caps_summary(const DeviceCaps& c) {
   std::string s = c.profile.empty() ? std::string() : "DFLASH_GPU_PROFILE=" + c.profile + ": ";
-  s += "compute " + std::to_string(c.cc_major) + "." + std::to_string(c.cc_minor) + ", " + std::to_string(c.sms) +
-       " SMs, " + std::to_string(c.smem_optin / 1024) + " KB shared memory a block, ";
+  s += "compute " + std::to_string(c.cc_major) + "." + std::to_string(c.cc_minor) + ", " +
+       std::to_string(c.sms) + " SMs, " + std::to_string(c.smem_optin / 1024) + " KB shared memory a block, ";
   s += c.max_cluster > 1 ? "clusters of " + std::to_string(c.max_cluster) : std::string("no clusters");
   s += c.tma ? ", TMA" : ", no TMA";
   s += c.wgmma ? ", wgmma" : ", no wgmma";

@@ -150,9 +150,9 @@ void kernel_smem_opt_in(const void* kernel, size_t bytes, const char* what);
 // DFLASH_GPU_PROFILE when it is set (device_caps_profile). Defined with the kernels (CUDA builds only).
 const DeviceCaps& device_caps();
 
-// One line naming what dispatch sees: "compute 9.0, 132 SMs, 227 KB shared memory a block, clusters of 8, TMA,
-// wgmma", and under a test profile "DFLASH_GPU_PROFILE=sm120: " before it. Benchmarks print it so a figure
-// says which paths it measured.
+// One line naming what dispatch sees: "compute 9.0, 132 SMs, 227 KB shared memory a block, clusters of 8,
+// TMA, wgmma", and under a test profile "DFLASH_GPU_PROFILE=sm120: " before it. Benchmarks print it so a
+// figure says which paths it measured.
 std::string device_caps_summary(const DeviceCaps& c);
 
 // ---- the choices -------------------------------------------------------------------------------------

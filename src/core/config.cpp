@@ -196,9 +196,9 @@ void validate(const Config& c, const std::string& w) {
         "= \"" + t.loss + "\": dpace is implemented on the CPU drafter only; HINT: drafter.device = \"cpu\"");
   check(t.streak_alpha > 0, w, "train.streak_alpha", "must be positive");
   // The kinds that train SpecForge's own objective for them: train.loss names its CE base and no streak
-  // weighting, since KL, D-PACE and streak weights are not defined on those objectives there. Domino: plain CE
-  // on both terms (loss_type "dflash"); DFlash2: "candidate selection currently requires loss_type='dflash'";
-  // DSpark: its own objective (loss_type "dspark").
+  // weighting, since KL, D-PACE and streak weights are not defined on those objectives there. Domino: plain
+  // CE on both terms (loss_type "dflash"); DFlash2: "candidate selection currently requires
+  // loss_type='dflash'"; DSpark: its own objective (loss_type "dspark").
   struct OwnLoss {
     const char* kind;
     const char* loss;    // what train.loss = "ce" means for the kind
@@ -206,20 +206,23 @@ void validate(const Config& c, const std::string& w) {
   };
   for (const OwnLoss& o :
        {OwnLoss{"domino",
-                "trains with CE only (its loss is (1-λ)·CE(final) + λ·CE(base), as SpecForge's); HINT: train.loss "
+                "trains with CE only (its loss is (1-λ)·CE(final) + λ·CE(base), as SpecForge's); HINT: "
+                "train.loss "
                 "= \"ce\"",
                 "CE only, as SpecForge's"},
-        OwnLoss{"dflash2",
-                "trains with CE only (its loss is CE + α·CE of the selector, as SpecForge's); HINT: train.loss = "
-                "\"ce\"",
-                "CE only, as SpecForge's"},
+        OwnLoss{
+            "dflash2",
+            "trains with CE only (its loss is CE + α·CE of the selector, as SpecForge's); HINT: train.loss = "
+            "\"ce\"",
+            "CE only, as SpecForge's"},
         OwnLoss{"dspark",
                 "trains its own loss (dspark_ce_loss_alpha·CE + dspark_l1_loss_alpha·L1 + "
                 "dspark_confidence_head_alpha·BCE, as SpecForge's); HINT: train.loss = \"ce\" and the "
                 "train.dspark_*_alpha weights",
                 "its own loss, as SpecForge's"}}) {
     if (d.kind != o.kind) continue;
-    check(t.loss == "ce", w, "train.loss", "= \"" + t.loss + "\": drafter.kind = \"" + d.kind + "\" " + o.loss);
+    check(t.loss == "ce", w, "train.loss",
+          "= \"" + t.loss + "\": drafter.kind = \"" + d.kind + "\" " + o.loss);
     check(!t.streak, w, "train.streak",
           "cannot be combined with drafter.kind = \"" + d.kind + "\" (" + o.streak + ")");
   }

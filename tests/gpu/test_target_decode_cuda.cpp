@@ -56,7 +56,9 @@ nlohmann::json hybrid_json(const nlohmann::json& changes) {
   return j;
 }
 
-QwenConfig cuda_hybrid() { return qwen_config_from_json(hybrid_json(nlohmann::json::object()), "cuda_hybrid"); }
+QwenConfig cuda_hybrid() {
+  return qwen_config_from_json(hybrid_json(nlohmann::json::object()), "cuda_hybrid");
+}
 
 QwenConfig cuda_dense() {
   nlohmann::json j = {{"model_type", "qwen3"},    {"hidden_size", 64},        {"num_hidden_layers", 3},
@@ -69,17 +71,18 @@ QwenConfig cuda_dense() {
 // The odd shapes: gated attention with 3 q heads / 1 kv head of hd 32 and 8 rotary dims, DeltaNet key /
 // value heads of 16 / 24, a hidden size that is no multiple of 64 — run by the general kernels.
 QwenConfig odd_hybrid() {
-  const nlohmann::json j = hybrid_json({{"hidden_size", 40},
-                                        {"num_hidden_layers", 3},
-                                        {"layer_types", {"linear_attention", "full_attention", "linear_attention"}},
-                                        {"intermediate_size", 72},
-                                        {"vocab_size", 150},
-                                        {"num_attention_heads", 3},
-                                        {"num_key_value_heads", 1},
-                                        {"head_dim", 32},
-                                        {"linear_num_key_heads", 1},
-                                        {"linear_num_value_heads", 2},
-                                        {"linear_value_head_dim", 24}});
+  const nlohmann::json j =
+      hybrid_json({{"hidden_size", 40},
+                   {"num_hidden_layers", 3},
+                   {"layer_types", {"linear_attention", "full_attention", "linear_attention"}},
+                   {"intermediate_size", 72},
+                   {"vocab_size", 150},
+                   {"num_attention_heads", 3},
+                   {"num_key_value_heads", 1},
+                   {"head_dim", 32},
+                   {"linear_num_key_heads", 1},
+                   {"linear_num_value_heads", 2},
+                   {"linear_value_head_dim", 24}});
   return qwen_config_from_json(j, "odd_hybrid");
 }
 

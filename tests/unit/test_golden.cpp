@@ -58,9 +58,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenExtract, ::testing::ValuesIn(golden_model
 // Guards against the data going missing: an empty folder would otherwise instantiate no test at all.
 TEST(GoldenData, AllModelsPresent) {
   std::vector<std::string> models = golden_models();
-  for (const char* m : {"qwen3_tiny", "qwen3_untied_sharded", "qwen35_tiny", "qwen35_multimodal", "qwen35_gqa3",
-                        "qwen3_gqa5", "qwen3moe_tiny", "qwen3moe_top8", "qwen3moe_top1_long", "qwen35moe_tiny",
-                        "qwen35moe_top8_multimodal", "qwen35moe_fp8", "qwen3moe_fp8_fused"})
+  for (const char* m : {"qwen3_tiny", "qwen3_untied_sharded", "qwen35_tiny", "qwen35_multimodal",
+                        "qwen35_gqa3", "qwen3_gqa5", "qwen3moe_tiny", "qwen3moe_top8", "qwen3moe_top1_long",
+                        "qwen35moe_tiny", "qwen35moe_top8_multimodal", "qwen35moe_fp8", "qwen3moe_fp8_fused"})
     EXPECT_NE(std::find(models.begin(), models.end(), m), models.end())
         << DF_TEST_DATA << "/" << m << " is missing; see tests/golden/README.md";
 }
