@@ -103,57 +103,39 @@ void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& bac
            backend.c_str());
 }
 
+namespace {
+// The head dims of a kind are only asked of a drafter of that kind.
+void require_kind(const DrafterConfig& c, DrafterKind kind, const char* what) {
+  DF_CHECK(c.kind == kind, "%s: the drafter's kind is %s, not %s", what, drafter_kind_name(c.kind),
+           drafter_kind_name(kind));
+}
+}  // namespace
+
 DominoHeadDims domino_head_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::domino, "domino head: the drafter's kind is %s, not domino",
-           drafter_kind_name(c.kind));
-  DominoHeadDims d;
-  d.hidden = c.hidden;
-  d.gru_hidden = c.gru_hidden_dim;
-  d.emb_dim = c.emb_dim;
-  d.vocab = c.vocab;
-  d.block_size = c.block_size;
-  d.pure_draft_prefix_len = c.pure_draft_prefix_len;
-  d.shift_label = c.shift_label;
-  return d;
+  require_kind(c, DrafterKind::domino, "domino head");
+  return {.hidden = c.hidden, .gru_hidden = c.gru_hidden_dim, .emb_dim = c.emb_dim, .vocab = c.vocab,
+          .block_size = c.block_size, .pure_draft_prefix_len = c.pure_draft_prefix_len,
+          .shift_label = c.shift_label};
 }
 
 Dflash2ConvDims dflash2_conv_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::dflash2, "dflash2 conv: the drafter's kind is %s, not dflash2",
-           drafter_kind_name(c.kind));
-  Dflash2ConvDims d;
-  d.hidden = c.hidden;
-  d.block_size = c.block_size;
-  d.taps = c.conv_kernel_size;
-  d.group_size = c.conv_group_size;
-  return d;
+  require_kind(c, DrafterKind::dflash2, "dflash2 conv");
+  return {.hidden = c.hidden, .block_size = c.block_size, .taps = c.conv_kernel_size,
+          .group_size = c.conv_group_size};
 }
 
 Dflash2SelectorDims dflash2_selector_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::dflash2, "dflash2 selector: the drafter's kind is %s, not dflash2",
-           drafter_kind_name(c.kind));
-  Dflash2SelectorDims d;
-  d.hidden = c.hidden;
-  d.vocab = c.vocab;
-  d.rank = c.selector_rank;
-  d.top_k = c.selector_top_k;
-  d.block_size = c.block_size;
-  d.output_multiplier = c.output_multiplier;
-  d.softcap = c.final_logit_softcapping;
-  return d;
+  require_kind(c, DrafterKind::dflash2, "dflash2 selector");
+  return {.hidden = c.hidden, .vocab = c.vocab, .rank = c.selector_rank, .top_k = c.selector_top_k,
+          .block_size = c.block_size, .output_multiplier = c.output_multiplier,
+          .softcap = c.final_logit_softcapping};
 }
 
 DSparkHeadDims dspark_head_dims(const DrafterConfig& c) {
-  DF_CHECK(c.kind == DrafterKind::dspark, "dspark head: the drafter's kind is %s, not dspark",
-           drafter_kind_name(c.kind));
-  DSparkHeadDims d;
-  d.hidden = c.hidden;
-  d.vocab = c.vocab;
-  d.block_size = c.block_size;
-  d.markov_rank = c.markov_rank;
-  d.markov_head_type = c.markov_head_type;
-  d.confidence = c.enable_confidence_head;
-  d.confidence_with_markov = c.confidence_head_with_markov;
-  return d;
+  require_kind(c, DrafterKind::dspark, "dspark head");
+  return {.hidden = c.hidden, .vocab = c.vocab, .block_size = c.block_size, .markov_rank = c.markov_rank,
+          .markov_head_type = c.markov_head_type, .confidence = c.enable_confidence_head,
+          .confidence_with_markov = c.confidence_head_with_markov};
 }
 
 std::vector<int> drafter_default_target_layer_ids(int target_layers, int n) {
