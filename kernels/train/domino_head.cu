@@ -26,12 +26,6 @@ namespace df {
 
 using namespace head_launch;
 
-namespace {
-
-constexpr int kRowThreads = 1024;
-
-}  // namespace
-
 // ---- kernels ----
 
 // One GRU step (bias-free, PyTorch gate order r, z, n) of nb sequences: row j of xi (stride ld_xi) holds

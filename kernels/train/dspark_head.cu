@@ -11,12 +11,12 @@
 // pass 2 Σ|q − t| and Σ sign(q − t)·q, pass 3 the bf16 gradient α_ce·w·(q − onehot) + α_l1·w·q·(sign − Σ
 // sign·q). dz = gd·lm_head and du = gd·W2 are then GEMMs over the vocabulary, as in DFlash's loss. The
 // confidence head is a dot product per row; its BCE target 1 − L1/2 is known after the chunks, so its loss
-// and gradient come last. W1's gradient is a scatter by previous token: rows are sorted by token (cub radix
-// sort, stable) and each token's rows summed in row order, so the result is the same bits every run.
+// and gradient come last. W1's gradient is a scatter by previous token: the keys (token, row) are sorted (a
+// bitonic sort: unique keys, so one order whatever the schedule) and each token's rows summed in row order,
+// so the result is the same bits every run.
 // Everything is queued on one stream: no sync, no allocation.
 #include <algorithm>
 #include <climits>
-#include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/primitives/cuda_check.cuh"
@@ -31,12 +31,6 @@
 namespace df {
 
 using namespace head_launch;
-
-namespace {
-
-constexpr int kRowThreads = 1024;
-
-}  // namespace
 
 // ---- kernels ----
 
@@ -259,22 +253,36 @@ __global__ void dspark_conf_dw_kernel(const float* dconf, const bf16* y, int64_t
   dw[c] += s;
 }
 
-__global__ void dspark_iota_kernel(int32_t* v, int64_t n) {
+// keys[i] = (prev[i] as u32) << 32 | i for the N rows, all ones for the padding up to n.
+__global__ void dspark_sort_keys_kernel(const int32_t* prev, int64_t N, int64_t n, uint64_t* keys) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < n) v[i] = int32_t(i);
+  if (i >= n) return;
+  keys[i] = i < N ? (uint64_t(uint32_t(prev[i])) << 32) | uint64_t(i) : ~uint64_t(0);
 }
 
-// W1's gradient: keys (previous tokens) sorted with their rows in vals, stably. The CTA at the first position
-// of each token's run sums that token's de rows in row order and adds the sum to dw1[token] (a token outside
-// [0, V) has none: its loss is already NaN).
-__global__ void dspark_w1_scatter_kernel(const int32_t* keys, const int32_t* vals, const float* de, int64_t N,
-                                         int V, int R, float* dw1) {
+// One compare-exchange stage (k, j) of the bitonic sort of n (a power of two) keys, ascending.
+__global__ void dspark_bitonic_kernel(uint64_t* keys, int64_t n, int64_t k, int64_t j) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, p = i ^ j;
+  if (i >= n || p <= i) return;
+  const uint64_t a = keys[i], b = keys[p];
+  if ((a > b) == ((i & k) == 0)) {
+    keys[i] = b;
+    keys[p] = a;
+  }
+}
+
+// W1's gradient from the sorted keys (token in the high half, row in the low): the CTA at the first key of
+// each token sums that token's de rows in row order and adds the sum to dw1[token] (a token outside [0, V),
+// the padding's included, has none: its loss is already NaN).
+__global__ void dspark_w1_scatter_kernel(const uint64_t* keys, const float* de, int64_t N, int V, int R,
+                                         float* dw1) {
   const int64_t i = blockIdx.x;
-  const int32_t tok = keys[i];
-  if ((i > 0 && keys[i - 1] == tok) || tok < 0 || tok >= V) return;
+  const uint32_t tok = uint32_t(keys[i] >> 32);
+  if ((i > 0 && uint32_t(keys[i - 1] >> 32) == tok) || tok >= uint32_t(V)) return;
   for (int c = threadIdx.x; c < R; c += blockDim.x) {
     float s = 0.0f;
-    for (int64_t j = i; j < N && keys[j] == tok; ++j) s += de[int64_t(vals[j]) * R + c];
+    for (int64_t j = i; j < N && uint32_t(keys[j] >> 32) == tok; ++j)
+      s += de[int64_t(keys[j] & 0xffffffffu) * R + c];
     dw1[int64_t(tok) * R + c] += s;
   }
 }
@@ -293,27 +301,7 @@ void check_shape(const char* op, const DSparkHeadShape& d) {
            int(d.confidence_markov));
 }
 
-// cub's scratch for sorting n (token, row) pairs of tokens < V.
-size_t sort_scratch_bytes(int64_t n, int end_bit) {
-  size_t bytes = 0;
-  DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-      nullptr, bytes, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), int(n), 0, end_bit));
-  return bytes;
-}
-
-int token_bits(int V) {
-  int b = 1;
-  while (b < 31 && (int64_t(1) << b) < V) ++b;
-  return b;
-}
-
 }  // namespace
-
-size_t dspark_head_workspace_bytes(const DSparkHeadShape& d, int64_t chunk_rows) {
-  const size_t sort = d.markov == DSparkMarkov::none ? 0 : sort_scratch_bytes(d.nb * d.B, token_bits(d.V));
-  return dspark_head_layout(d, chunk_rows, sort).bytes;
-}
 
 void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const bf16* y, int64_t ld_y,
                              const bf16* lm_head, const bf16* target, int64_t ld_target,
@@ -364,8 +352,7 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
     }
   }
   if (N == 0) return;
-  const size_t sort_bytes = markov ? sort_scratch_bytes(N, token_bits(d.V)) : 0;
-  const DSparkLayout L = dspark_head_layout(d, chunk_rows, sort_bytes);
+  const DSparkLayout L = dspark_head_layout(d, chunk_rows);
   check_ws(op, ws, ws_bytes, L.bytes);
 
   // ---- forward: the Markov head's u and the confidence logits ----
@@ -458,15 +445,16 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
                                                               R, dy, ld_dy, de);
   DF_CUDA_CHECK_LAUNCH("dspark_combine_kernel");
   if (markov) {
-    int32_t* keys = at<int32_t>(ws, L.keys);
-    int32_t* vals_in = at<int32_t>(ws, L.vals_in);
-    int32_t* vals = at<int32_t>(ws, L.vals);
-    size_t sb = sort_bytes;
-    dspark_iota_kernel<<<grid_of(N), kThreads, 0, stream>>>(vals_in, N);
-    DF_CUDA_CHECK_LAUNCH("dspark_iota_kernel");
-    DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(at<void>(ws, L.sort), sb, prev, keys, vals_in, vals, int(N),
-                                                  0, token_bits(d.V), stream));
-    dspark_w1_scatter_kernel<<<unsigned(N), kThreads, 0, stream>>>(keys, vals, de, N, d.V, R, dw.markov_w1);
+    uint64_t* keys = at<uint64_t>(ws, L.keys);
+    const int64_t n = L.n_sort;
+    dspark_sort_keys_kernel<<<grid_of(n), kThreads, 0, stream>>>(prev, N, n, keys);
+    DF_CUDA_CHECK_LAUNCH("dspark_sort_keys_kernel");
+    for (int64_t k = 2; k <= n; k *= 2)
+      for (int64_t j = k / 2; j > 0; j /= 2) {
+        dspark_bitonic_kernel<<<grid_of(n), kThreads, 0, stream>>>(keys, n, k, j);
+        DF_CUDA_CHECK_LAUNCH("dspark_bitonic_kernel");
+      }
+    dspark_w1_scatter_kernel<<<unsigned(N), kThreads, 0, stream>>>(keys, de, N, d.V, R, dw.markov_w1);
     DF_CUDA_CHECK_LAUNCH("dspark_w1_scatter_kernel");
   }
   if (d.confidence) {

@@ -33,9 +33,6 @@ struct DSparkHeadGradPtrs {
 struct DSparkLossWeights {
   float ce = 0, l1 = 0, confidence = 0;
 };
-// Scratch bytes of dspark_head_loss_launch for this shape (the dspark_workspace.h layout with cub's sort
-// scratch).
-size_t dspark_head_workspace_bytes(const DSparkHeadShape& d, int64_t chunk_rows);
 // y [nb·B, H] bf16 (row stride ld_y), lm_head [V, H] bf16 (contiguous), target [nb·B, H] bf16 (row stride
 // ld_target; null unless the L1 term or the confidence loss is on); labels, prev i32 and row_w f32 [nb·B]
 // (ops/dspark_head.h dspark_block_rows). Writes argmax i32 [nb·B] (−1 where row_w is 0) and adds the step

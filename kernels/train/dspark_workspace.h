@@ -31,21 +31,22 @@ struct DSparkHeadShape {
 
 // Training over nb blocks (N = nb·B rows): the Markov head's forward state (input rows, gates, u), one chunk
 // of draft and target logits f32 with the bf16 draft-logit gradient, the confidence logits and each row's L1,
-// the backward's buffers, the W1 gradient's sort by previous token (cub's scratch, sort_bytes, is sized by
-// the launcher's dspark_head_workspace_bytes), and the statistics rows. Byte offsets, 256-byte aligned;
-// logits and input rows padded to a multiple of 8 elements (16-byte aligned rows for the vector loads and
-// cuBLASLt). Two f32 logit arrays a chunk, as Domino's: the chunk is half of chunk_rows.
+// the backward's buffers, the W1 gradient's sort keys (previous token and row, one u64 each, padded to a
+// power of two for the bitonic sort), and the statistics rows. Byte offsets, 256-byte aligned; logits and
+// input rows padded to a multiple of 8 elements (16-byte aligned rows for the vector loads and cuBLASLt). Two
+// f32 logit arrays a chunk, as Domino's: the chunk is half of chunk_rows.
 struct DSparkLayout {
   int64_t N = 0, chunk = 0, ldv = 0, ldc = 0, ldr = 0;
   size_t cat = 0, u = 0, pre = 0, gate = 0, cand = 0, uo = 0, sp = 0, conf = 0, l1 = 0;  // forward
   size_t dl = 0, tl = 0, gd = 0;                                                         // a chunk of logits
   size_t dz = 0, du = 0, de = 0, dpre_f = 0, dpre_b = 0, din = 0, ds = 0, dconf = 0;     // backward
-  size_t keys = 0, vals_in = 0, vals = 0, sort = 0;                                      // W1's gradient
+  int64_t n_sort = 0;                                                                    // keys sorted
+  size_t keys = 0;                                                                       // W1's gradient
   size_t off_loss = 0, off_w = 0, off_lab = 0, off_am = 0, off_act = 0;                  // statistics rows
   size_t bytes = 0;
 };
 
-inline DSparkLayout dspark_head_layout(const DSparkHeadShape& d, int64_t chunk_rows, size_t sort_bytes) {
+inline DSparkLayout dspark_head_layout(const DSparkHeadShape& d, int64_t chunk_rows) {
   DSparkLayout L;
   L.N = d.nb * d.B;
   L.chunk = chunk_rows / 2 < L.N ? chunk_rows / 2 : L.N;
@@ -82,10 +83,9 @@ inline DSparkLayout dspark_head_layout(const DSparkHeadShape& d, int64_t chunk_r
     L.dpre_b = take(N * P * b2);
     L.din = take(N * L.ldc * f4);
     L.ds = take(d.nb * R * f4);
-    L.keys = take(N * 4);
-    L.vals_in = take(N * 4);
-    L.vals = take(N * 4);
-    L.sort = take(int64_t(sort_bytes));
+    L.n_sort = 1;
+    while (L.n_sort < N) L.n_sort *= 2;
+    L.keys = take(L.n_sort * 8);
   }
   L.off_loss = take(N * f4);
   L.off_w = take(N * f4);
@@ -120,6 +120,10 @@ inline DSparkProposeLayout dspark_propose_layout(const DSparkHeadShape& d) {
   L.conf = take(d.B * 4);
   L.bytes = ws.off;
   return L;
+}
+
+inline size_t dspark_head_workspace_bytes(const DSparkHeadShape& d, int64_t chunk_rows) {
+  return dspark_head_layout(d, chunk_rows).bytes;
 }
 
 }  // namespace df

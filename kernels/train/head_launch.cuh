@@ -12,7 +12,8 @@
 
 namespace df::head_launch {
 
-constexpr int kThreads = 256;  // element-wise and per-row kernels
+constexpr int kThreads = 256;      // element-wise and per-row kernels
+constexpr int kRowThreads = 1024;  // the loss kernels' CTA over one logits row of the vocabulary
 
 __device__ __forceinline__ float sigmoid_f(float x) {
   return 1.0f / (1.0f + expf(-x));
