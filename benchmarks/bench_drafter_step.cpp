@@ -1,9 +1,10 @@
 // One drafter training step (forward + backward + AdamW) on a TrainOps backend, on the drafter shapes of the
 // run configs (Qwen3.6-27B and Qwen3-8B drafters; --kind domino: their Domino recipes, the GRU head and both
-// CE terms included), random weights, 1 x 4096 context tokens, the recipe's anchors. Prints FLOPs, time,
-// TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device memory, a per-op breakdown and the result
-// check, then one JSON line that run_drafter_step.sh divides into SpecForge's (same shapes). Plain main():
-// the GPU machine has no Google Benchmark.
+// CE terms included; --kind dspark: their DSpark recipes, the Markov and confidence heads and the CE + L1 +
+// BCE loss with the target's final hidden state included), random weights, 1 x 4096 context tokens, the
+// recipe's anchors. Prints FLOPs, time, TFLOP/s against the 790 TFLOP/s ceiling, context tok/s, device
+// memory, a per-op breakdown and the result check, then one JSON line that run_drafter_step.sh divides into
+// SpecForge's (same shapes). Plain main(): the GPU machine has no Google Benchmark.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -51,11 +52,13 @@ struct BenchTarget {
   const char* label;
   const char* toml;         // relative to the source tree
   const char* domino_toml;  // the Domino recipe of the same target
+  const char* dspark_toml;  // the DSpark recipe of the same target
   int hidden, layers, intermediate, vocab;
 };
-constexpr BenchTarget kTargets[] = {
-    {"27b", "configs/qwen3.6-27b.toml", "configs/qwen3.6-27b-domino.toml", 5120, 64, 17408, 248320},
-    {"8b", "configs/qwen3-8b.toml", "configs/qwen3-8b-domino.toml", 4096, 36, 12288, 151936}};
+constexpr BenchTarget kTargets[] = {{"27b", "configs/qwen3.6-27b.toml", "configs/qwen3.6-27b-domino.toml",
+                                     "configs/qwen3.6-27b-dspark.toml", 5120, 64, 17408, 248320},
+                                    {"8b", "configs/qwen3-8b.toml", "configs/qwen3-8b-domino.toml",
+                                     "configs/qwen3-8b-dspark.toml", 4096, 36, 12288, 151936}};
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -339,6 +342,15 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
     dc.shift_label = false;
     cfg.drafter.kind = "dflash";
   }
+  if (o.kind == "dflash" && dc.kind == DrafterKind::dspark) {
+    // The DSpark recipe's backbone without its heads: the DFlash step a DSpark step is weighed against.
+    dc.kind = DrafterKind::dflash;
+    dc.markov_rank = 0;
+    dc.markov_head_type = DrafterMarkovHead::vanilla;
+    dc.enable_confidence_head = dc.confidence_head_with_markov = false;
+    dc.confidence_head_alpha = 0.0f;
+    cfg.drafter.kind = "dflash";
+  }
   DF_CHECK(o.kind == drafter_kind_name(dc.kind), "--kind %s: %s configures a %s drafter", o.kind.c_str(),
            toml.c_str(), drafter_kind_name(dc.kind));
   const int64_t T = o.seq_len, H = dc.hidden, V = dc.vocab;
@@ -370,7 +382,10 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   drafter_plan_workspace(model, drafter_limits_from_run(cfg));
   drafter_init_params(model, o.seed);
   const DType act = ops.act_dtype();
-  void* io = ops.alloc_bytes(size_t(2 * V * H + T * H * dc.num_taps()) * dtype_size(act));
+  // A DSpark step also reads the target's final hidden state [T, H] (its L1 term and confidence target).
+  const bool dspark_target = dc.kind == DrafterKind::dspark && drafter_streams_final_hidden(cfg);
+  const int64_t io_elems = 2 * V * H + T * H * dc.num_taps() + (dspark_target ? T * H : 0);
+  void* io = ops.alloc_bytes(size_t(io_elems) * dtype_size(act));
   Tensor embed = tensor_make(io, act, ops.device(), V, H);
   Tensor lm_head =
       tensor_make(static_cast<char*>(io) + size_t(V * H) * dtype_size(act), act, ops.device(), V, H);
@@ -382,6 +397,12 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   // and the first loss is ln(V) + ~0.005, which the result check can hold to ±0.1.
   fill_random(ops, lm_head, o.seed, 2, float(0.1 / std::sqrt(double(H))));
   fill_random(ops, batch.taps, o.seed, 3, 1.0f);
+  if (dspark_target) {
+    batch.target_hidden =
+        tensor_make(static_cast<char*>(io) + size_t(2 * V * H + T * H * dc.num_taps()) * dtype_size(act), act,
+                    ops.device(), T, H);
+    fill_random(ops, batch.target_hidden, o.seed, 5, 1.0f);
+  }
   model.set_frozen(embed, lm_head);
   batch.offsets = {0, T};
   batch.loss_mask.assign(size_t(T), 1);
@@ -396,6 +417,7 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   optim.warmup_steps = 40;
   DrafterLossOptions lo;
   lo.gamma = float(cfg.train.gamma);
+  lo.dspark = dspark_loss_alphas(cfg.train);
   Rng rng(o.seed + 17);
   std::vector<DrafterAnchor> anchors;
   int64_t step_no = 0;
@@ -441,7 +463,20 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   const double flops = drafter_step_flops(dc, anchors, {T});
   const double tflops = flops / s / 1e12;
   const double ln_v = std::log(double(V));
-  const bool loss_ok = o.warmup == 0 || std::fabs(first_loss - ln_v) <= 0.1;
+  // The first loss: CE ≈ ln(V) (logits of std 0.1). DSpark's is α_ce·CE + α_l1·L1 + α_conf·BCE, whose L1 (two
+  // softmaxes of std-0.1 logits: ≈ 0.11) and BCE (the confidence logit of a random head: the init's 0.02 std
+  // over H inputs) have no tight closed form: there the first loss must lie between α_ce·(ln V − 0.1) and
+  // α_ce·(ln V + 0.1) + α_l1·0.2 + α_conf·(ln 2 + 4σ_c), σ_c = 0.02·√H, which garbage (NaN, a wrong row, a
+  // term of ln V's size too many) does not.
+  double loss_lo = ln_v - 0.1, loss_hi = ln_v + 0.1;
+  if (dc.kind == DrafterKind::dspark) {
+    const DSparkLossAlphas& a = lo.dspark;
+    const double sigma_c = 0.02 * std::sqrt(double(H));
+    loss_lo = a.ce * (ln_v - 0.1);
+    loss_hi = a.ce * (ln_v + 0.1) + a.l1 * 0.2 +
+              (dc.enable_confidence_head ? a.confidence * (std::log(2.0) + 4 * sigma_c) : 0.0);
+  }
+  const bool loss_ok = o.warmup == 0 || (first_loss >= loss_lo && first_loss <= loss_hi);
   ok = ok && loss_ok && std::isfinite(params_sq);
   std::printf(
       "warm-up %d steps %.2f s; step %.4f s (median of %d; min %.4f max %.4f) -> %.0f context tok/s\n",
@@ -490,9 +525,9 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   }
 #endif
   std::printf(
-      "check: first loss %.4f vs ln(V) %.4f (|diff| <= 0.1: %s), last loss %.4f, grad norm %.4g, "
+      "check: first loss %.4f in [%.4f, %.4f] (ln V %.4f): %s, last loss %.4f, grad norm %.4g, "
       "losses/grads/params finite: %s -> %s\n",
-      first_loss, ln_v, loss_ok ? "yes" : "NO", loss, last_grad_norm,
+      first_loss, loss_lo, loss_hi, ln_v, loss_ok ? "yes" : "NO", loss, last_grad_norm,
       std::isfinite(params_sq) && ok ? "yes" : "NO", ok ? "PASS" : "FAIL");
 
   // Breakdown: one more step with every op bracketed (the events add launch gaps, so the sum is a bit above
@@ -553,13 +588,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cuda | cpu (default: cuda when a GPU is visible)");
   app.add_option("--model", o.model,
                  "27b | 8b | all: the drafter of configs/qwen3.6-27b.toml / qwen3-8b.toml");
-  app.add_option("--kind", o.kind, "dflash | domino: the drafter timed")
-      ->check(CLI::IsMember({"dflash", "domino"}));
-  app.add_option(
-         "--recipe", o.recipe,
-         "dflash | domino: whose recipe of --model to read (default --kind's); --kind dflash --recipe "
-         "domino times the Domino recipe's backbone without its head")
-      ->check(CLI::IsMember({"dflash", "domino"}));
+  app.add_option("--kind", o.kind, "dflash | domino | dspark: the drafter timed")
+      ->check(CLI::IsMember({"dflash", "domino", "dspark"}));
+  app.add_option("--recipe", o.recipe,
+                 "dflash | domino | dspark: whose recipe of --model to read (default --kind's); --kind dflash "
+                 "--recipe domino (dspark) times that recipe's backbone without its head")
+      ->check(CLI::IsMember({"dflash", "domino", "dspark"}));
   app.add_option("--config", o.config, "a run config TOML instead (needs --target-config)");
   app.add_option("--target-config", o.target_config,
                  "the target's config.json (or its directory) for --config");
@@ -586,9 +620,9 @@ int main(int argc, char** argv) {
         q.layers = t.layers;
         q.intermediate = t.intermediate;
         q.vocab = t.vocab;
-        const bool domino = (o.recipe.empty() ? o.kind : o.recipe) == "domino";
-        ok &=
-            bench_shape(t.label, std::string(DF_SOURCE_DIR) + "/" + (domino ? t.domino_toml : t.toml), q, o);
+        const std::string recipe = o.recipe.empty() ? o.kind : o.recipe;
+        const char* toml = recipe == "domino" ? t.domino_toml : recipe == "dspark" ? t.dspark_toml : t.toml;
+        ok &= bench_shape(t.label, std::string(DF_SOURCE_DIR) + "/" + toml, q, o);
       }
       DF_CHECK(any, "--model %s: expected 27b, 8b or all", o.model.c_str());
     }

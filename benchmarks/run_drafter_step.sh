@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Times our drafter step (bench_drafter_step) and SpecForge's (specforge_drafter_step.py) on the same shapes
 # in the same call, and prints the ratio per shape: SpecForge s/step / our s/step (DFlash: issue 27 asks
-# >= 1.7; Domino: issue 48 asks >= 1.5). For domino it also times our DFlash step on the Domino recipe's
-# backbone (bench_drafter_step --kind dflash --recipe domino) and prints what the head adds to it (issue 48
-# asks <= 10 %). GPU machine only.
+# >= 1.7; Domino and DSpark: issue 48 asks >= 1.5). For domino and dspark it also times our DFlash step on
+# that recipe's backbone (bench_drafter_step --kind dflash --recipe KIND) and prints what the head adds to it
+# (issue 48 asks <= 10 %). GPU machine only.
 #
-#   benchmarks/run_drafter_step.sh [27b|8b|all] [BUILD_DIR] [dflash|domino]    (default: all, build, dflash)
+#   benchmarks/run_drafter_step.sh [27b|8b|all] [BUILD_DIR] [dflash|domino|dspark]  (default: all, build, dflash)
 # Environment: DF_BENCH_TIMEOUT seconds per program and shape (default 270), DF_BENCH_STEPS timed steps (5),
 # DF_SPECFORGE the SpecForge tree (default .peer/SpecForge), PYTHON (python3). Logs go to
 # $BUILD_DIR/drafter_step/.
@@ -27,8 +27,8 @@ die() { echo "run_drafter_step: $*" >&2; exit 2; }
     "has it), or set DF_SPECFORGE"
 case "$kind" in
   dflash) goal=1.7 ;;
-  domino) goal=1.5 ;;
-  *) die "kind '$kind': expected dflash or domino" ;;
+  domino | dspark) goal=1.5 ;;
+  *) die "kind '$kind': expected dflash, domino or dspark" ;;
 esac
 case "$which" in
   all) shapes="27b 8b" ;;
@@ -50,9 +50,9 @@ for s in $shapes; do
     tee "$logs/ours_$tag.log"
   rc_ours=${PIPESTATUS[0]}
   backbone="{}"
-  if [[ $kind == domino ]]; then
-    echo "=== $s: ours, the Domino recipe's backbone alone (log $logs/ours_backbone_$tag.log)"
-    timeout "$timeout_s" "$bench" --device cuda --model "$s" --kind dflash --recipe domino --steps "$steps" 2>&1 |
+  if [[ $kind != dflash ]]; then
+    echo "=== $s: ours, the $kind recipe's backbone alone (log $logs/ours_backbone_$tag.log)"
+    timeout "$timeout_s" "$bench" --device cuda --model "$s" --kind dflash --recipe "$kind" --steps "$steps" 2>&1 |
       tee "$logs/ours_backbone_$tag.log"
     backbone="$(json_of "$logs/ours_backbone_$tag.log")"
     [[ -n "$backbone" ]] || backbone="{}"

@@ -3,7 +3,9 @@
 # DFlashTrainStrategy over OnlineDFlashModel: flex_attention mask, anchor sampling, chunked loss, backward of
 # the loss numerator, gradient normalisation, then BF16Optimizer) on the drafter shapes of our run configs,
 # or with --kind domino its Domino step (DominoTrainStrategy over OnlineDominoModel and DominoDraftModel, at
-# λ of the recipe's schedule) on our Domino recipes' shapes,
+# λ of the recipe's schedule) on our Domino recipes' shapes, or with --kind dspark its DSpark step
+# (DSparkTrainStrategy over OnlineDSparkModel and DSparkDraftModel, the recipe's loss weights, the target's
+# final hidden state random like the taps) on our DSpark recipes' shapes,
 # random weights, 1 x 4096 tokens, one GPU (its FSDPTrainingBackend unwrapped, as a single-rank run has
 # nothing to shard). Prints ONE JSON line per shape (seconds/step, context tok/s, peak memory) so
 # run_drafter_step.sh can take the ratio. SpecForge is read from .peer/SpecForge, never copied.
@@ -11,7 +13,7 @@
 # SpecForge's package __init__ files pull in its whole runtime (config schema, data, sglang capture...). Only
 # a few module files are needed here, so load_specforge() registers empty package stubs for the folders and
 # imports those files alone: modeling/draft/dflash.py (+ its dflash_kernels.py, registry.py; domino.py and
-# utils.py for Domino),
+# utils.py for Domino, dspark.py for DSpark),
 # algorithms/common/dflash_family_model.py (+ core/chunking.py), optimizer.py (+ lr_scheduler.py, utils.py)
 # and, for the benchmark, training/{backend,controller,strategies/base}.py (+ runtime/contracts.py).
 import argparse
@@ -34,9 +36,11 @@ DEFAULT_SPECFORGE = os.path.join(REPO, ".peer", "SpecForge")
 # a checkpoint directory that the benchmark machine does not have. Same figures as MODELS.md.
 TARGETS = {
     "27b": {"toml": "configs/qwen3.6-27b.toml", "domino_toml": "configs/qwen3.6-27b-domino.toml",
-            "hidden": 5120, "vocab": 248320, "layers": 64, "intermediate": 17408},
-    "8b": {"toml": "configs/qwen3-8b.toml", "domino_toml": "configs/qwen3-8b-domino.toml", "hidden": 4096,
-           "vocab": 151936, "layers": 36, "intermediate": 12288},
+            "dspark_toml": "configs/qwen3.6-27b-dspark.toml", "hidden": 5120, "vocab": 248320, "layers": 64,
+            "intermediate": 17408},
+    "8b": {"toml": "configs/qwen3-8b.toml", "domino_toml": "configs/qwen3-8b-domino.toml",
+           "dspark_toml": "configs/qwen3-8b-dspark.toml", "hidden": 4096, "vocab": 151936, "layers": 36,
+           "intermediate": 12288},
 }
 
 
@@ -50,10 +54,10 @@ def specforge_commit(root):
         return "unknown"
 
 
-def load_specforge(root, trainer=False, optimizer=True, domino=False):
+def load_specforge(root, trainer=False, optimizer=True, domino=False, dspark=False):
     """Imports SpecForge's DFlash model, training wrapper and (with `optimizer`) optimizer (and with `trainer`
-    its training loop pieces, with `domino` its Domino draft model) from `root` without running its package
-    __init__ files. Returns a namespace of modules."""
+    its training loop pieces, with `domino` its Domino draft model, with `dspark` its DSpark draft model) from
+    `root` without running its package __init__ files. Returns a namespace of modules."""
     pkg = os.path.join(root, "specforge")
     if not os.path.isfile(os.path.join(pkg, "modeling", "draft", "dflash.py")):
         sys.exit(f"SpecForge not found at {root} (no specforge/modeling/draft/dflash.py). HINT: export it "
@@ -70,6 +74,8 @@ def load_specforge(root, trainer=False, optimizer=True, domino=False):
         names["optimizer"] = "optimizer"
     if domino:
         names["domino"] = "modeling.draft.domino"
+    if dspark:
+        names["dspark"] = "modeling.draft.dspark"
     if trainer:
         names.update(backend="training.backend", strategies="training.strategies.base",
                      controller="training.controller", contracts="runtime.contracts")
@@ -98,13 +104,20 @@ def drafter_fields(toml_path, target):
         "emb_dim": d.get("emb_dim", 256), "gru_hidden_dim": d.get("gru_hidden_dim", 1024),
         "shift_label": d.get("shift_label", False), "lambda_base_start": t.get("lambda_base_start", 1.0),
         "lambda_base_decay_ratio": t.get("lambda_base_decay_ratio", 0.5),
+        "markov_rank": d.get("markov_rank", 0), "markov_head_type": d.get("markov_head_type", "vanilla"),
+        "enable_confidence_head": d.get("enable_confidence_head", False),
+        "confidence_head_with_markov": d.get("confidence_head_with_markov", False),
+        "confidence_head_alpha": d.get("confidence_head_alpha", 0.0),
+        "attention_mode": d.get("attention_mode", "gqa"),
+        "dspark_alphas": {k: t.get(k, v) for k, v in (("dspark_ce_loss_alpha", 0.1), ("dspark_l1_loss_alpha", 0.9),
+                                                      ("dspark_confidence_head_alpha", 1.0))},
     }
 
 
 def qwen3_draft_config(dflash, f, target, attn):
     """A Qwen3Config laid out as SpecForge's configs/qwen3.6-27b-dflash.json (same keys), for these fields;
     a Domino drafter's as configs/qwen3.6-27b-domino-full-attention.json (DominoDraftModel, the head's keys in
-    dflash_config)."""
+    dflash_config), a DSpark drafter's as configs/qwen3.6-27b-dspark.json (DSparkDraftModel, likewise)."""
     from transformers import Qwen3Config
 
     taps = f["target_layer_ids"] or dflash.build_target_layer_ids(target["layers"], f["num_taps"])
@@ -115,8 +128,16 @@ def qwen3_draft_config(dflash, f, target, attn):
         dflash_config.update(projector_type="domino", pure_draft_prefix_len=f["pure_draft_prefix_len"],
                              emb_dim=f["emb_dim"], gru_hidden_dim=f["gru_hidden_dim"],
                              shift_label=f["shift_label"])
+    dspark = f.get("kind", "dflash") == "dspark"
+    if dspark:
+        dflash_config.update(projector_type="dspark", markov_rank=f["markov_rank"],
+                             markov_head_type=f["markov_head_type"],
+                             enable_confidence_head=f["enable_confidence_head"],
+                             confidence_head_with_markov=f["confidence_head_with_markov"],
+                             confidence_head_alpha=f["confidence_head_alpha"], attention_mode=f["attention_mode"])
+    arch = "DominoDraftModel" if domino else "DSparkDraftModel" if dspark else "DFlashDraftModel"
     cfg = Qwen3Config(
-        architectures=["DominoDraftModel" if domino else "DFlashDraftModel"], attention_bias=False,
+        architectures=[arch], attention_bias=False,
         attention_dropout=0.0, block_size=f["block_size"], dflash_config=dflash_config,
         head_dim=f["head_dim"], hidden_act="silu", hidden_size=target["hidden"], initializer_range=0.02,
         intermediate_size=f["intermediate"], layer_types=list(f["layer_types"]),
@@ -144,8 +165,11 @@ def bench_shape(label, toml_path, target, mods, args):
     if f["kind"] != args.kind:
         sys.exit(f"specforge_drafter_step: --kind {args.kind}, but {toml_path} configures a {f['kind']} drafter")
     domino = f.get("kind", "dflash") == "domino"  # the golden script's FIELDS name no kind: it sets its own head
+    dspark = f["kind"] == "dspark"
+    draft_class = (mods.domino.DominoDraftModel if domino else mods.dspark.DSparkDraftModel if dspark
+                   else dflash.DFlashDraftModel)
     with dev:
-        draft = (mods.domino.DominoDraftModel if domino else dflash.DFlashDraftModel)(cfg).to(torch.bfloat16)
+        draft = draft_class(cfg).to(torch.bfloat16)
         embed = nn.Embedding(V, H, dtype=torch.bfloat16)
         lm_head = nn.Linear(H, V, bias=False, dtype=torch.bfloat16)
     # Same scales as bench_drafter_step: embedding std 0.02; lm_head std 0.1/sqrt(H) so the first loss is
@@ -160,6 +184,8 @@ def bench_shape(label, toml_path, target, mods, args):
                   objective_chunk_blocks=args.objective_chunk_blocks)
     if domino:
         model = family.OnlineDominoModel(**common, shift_label=f["shift_label"])
+    elif dspark:
+        model = family.OnlineDSparkModel(**common, **f["dspark_alphas"])
     else:
         model = family.OnlineDFlashModel(**common, loss_type="dflash")
     model.train()
@@ -178,6 +204,8 @@ def bench_shape(label, toml_path, target, mods, args):
     if domino:
         strategy = mods.strategies.DominoTrainStrategy(model, lambda_start=f["lambda_base_start"],
                                                        decay_ratio=f["lambda_base_decay_ratio"])
+    elif dspark:
+        strategy = mods.strategies.DSparkTrainStrategy(model)
     else:
         strategy = mods.strategies.DFlashTrainStrategy(model)
     trainer = mods.controller.TrainerCore(strategy, backend, accumulation_steps=1)
@@ -187,6 +215,8 @@ def bench_shape(label, toml_path, target, mods, args):
     hidden = torch.randn(1, T, len(draft.target_layer_ids) * H, device=dev, generator=g, dtype=torch.bfloat16)
     loss_mask = torch.ones(1, T, device=dev)
     tensors = {"input_ids": ids, "hidden_states": hidden, "loss_mask": loss_mask}
+    if dspark:  # the target's final-norm output, as the taps random (bench_drafter_step does the same)
+        tensors["target_last_hidden_states"] = torch.randn(1, T, H, device=dev, generator=g, dtype=torch.bfloat16)
     batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy=f["kind"], tensors=tensors)
     step_no = [0]
 
@@ -240,8 +270,9 @@ def bench_shape(label, toml_path, target, mods, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default="all", choices=["all", *TARGETS], help="drafter shape(s) to time")
-    p.add_argument("--kind", default="dflash", choices=["dflash", "domino"],
-                   help="the drafter kind: its recipe of --model (configs/*-domino.toml) and SpecForge's step")
+    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dspark"],
+                   help="the drafter kind: its recipe of --model (configs/*-domino.toml, *-dspark.toml) and "
+                        "SpecForge's step")
     p.add_argument("--config", help="a run config TOML instead of the model's (its target: --model's)")
     p.add_argument("--specforge", default=DEFAULT_SPECFORGE, help="SpecForge tree (default .peer/SpecForge)")
     p.add_argument("--seq-len", type=int, default=4096)
@@ -261,11 +292,11 @@ def main():
     if commit != SPECFORGE_COMMIT:
         print(f"specforge_drafter_step: WARNING .peer/SPECFORGE_COMMIT says {commit}, these scripts pin "
               f"{SPECFORGE_COMMIT}", file=sys.stderr)
-    mods = load_specforge(args.specforge, trainer=True, domino=args.kind == "domino")
+    mods = load_specforge(args.specforge, trainer=True, domino=args.kind == "domino", dspark=args.kind == "dspark")
     ok = True
     for label in TARGETS if args.model == "all" else [args.model]:
-        toml_path = args.config or os.path.join(REPO, TARGETS[label]["domino_toml" if args.kind == "domino"
-                                                                    else "toml"])
+        key = {"domino": "domino_toml", "dspark": "dspark_toml"}.get(args.kind, "toml")
+        toml_path = args.config or os.path.join(REPO, TARGETS[label][key])
         ok &= bench_shape(label, toml_path, TARGETS[label], mods, args)
     sys.exit(0 if ok else 1)
 

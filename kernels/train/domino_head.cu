@@ -17,25 +17,14 @@
 
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/train/head_launch.cuh"
+#include "kernels/train/row_argmax.cuh"
 #include "kernels/train/row_stat.cuh"
 #include "kernels/train_launchers.cuh"
 
 namespace df {
 
-namespace {
-
-constexpr int kThreads = 256;
-constexpr int kRowThreads = 1024;
-
-__device__ __forceinline__ float sigmoid_f(float x) {
-  return 1.0f / (1.0f + expf(-x));
-}
-
-unsigned grid_of(int64_t n) {
-  return unsigned((n + kThreads - 1) / kThreads);
-}
-
-}  // namespace
+using namespace head_launch;
 
 // ---- kernels ----
 
@@ -250,16 +239,6 @@ __global__ void domino_embed_row_kernel(const bf16* embed, const int32_t* tok, i
   for (int c = threadIdx.x; c < H; c += blockDim.x) x[c] = embed[row * H + c];
 }
 
-// out[0] = argmax of row [V] (ties → lowest index), one CTA in a fixed order.
-__global__ void __launch_bounds__(kRowThreads)
-    domino_argmax_kernel(const float* row, int64_t V, int32_t* out) {
-  __shared__ RowStat red[32];
-  RowStat st{-INFINITY, 0.0f, INT_MAX};
-  for (int64_t t = threadIdx.x; t < V; t += blockDim.x) row_stat_add(st, row[t], int32_t(t));
-  st = stat_block_reduce(st, red);
-  if (threadIdx.x == 0) out[0] = st.am;
-}
-
 // ---- launchers ----
 
 namespace {
@@ -269,22 +248,6 @@ void check_shape(const char* op, const DominoHeadShape& d) {
                (d.lag == 0 || d.lag == 1) && d.suffix_start >= d.lag && d.nb * d.B <= INT_MAX,
            "%s: bad head shape nb %lld B %d H %d G %d E %d V %d suffix_start %d lag %d", op, (long long)d.nb,
            d.B, d.H, d.G, d.E, d.V, d.suffix_start, d.lag);
-}
-
-void check_ws(const char* op, void* ws, size_t ws_bytes, size_t need) {
-  DF_CHECK(ws && ws_bytes >= need && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
-           "%s: workspace %p of %zu bytes, needs %zu bytes 256-byte aligned (HINT: size it with the layout "
-           "function of train_workspace.h and the same arguments)",
-           op, ws, ws_bytes, need);
-}
-
-template <class T>
-T* at(void* ws, size_t off) {
-  return reinterpret_cast<T*>(static_cast<char*>(ws) + off);
-}
-
-void zero(void* p, size_t bytes, cudaStream_t stream) {
-  DF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
 }
 
 }  // namespace
@@ -482,8 +445,7 @@ const int32_t* domino_head_propose_launch(GemmContext* gemm, const DominoHeadSha
                          1.0f, 1.0f, stream);
       logits = fin;
     }
-    domino_argmax_kernel<<<1, kRowThreads, 0, stream>>>(logits, d.V, tok + p);
-    DF_CUDA_CHECK_LAUNCH("domino_argmax_kernel");
+    row_argmax_launch(logits, d.V, tok + p, stream);
   }
   return tok;
 }

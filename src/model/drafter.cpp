@@ -97,10 +97,6 @@ void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& bac
            "(their ops are built on the CPU backend only); HINT: drafter.device = \"cpu\", or drafter.kind = "
            "\"dflash\"",
            backend.c_str());
-  DF_CHECK(c.kind != DrafterKind::dspark || backend == "cpu",
-           "drafter.kind = \"dspark\": the %s backend has no dspark head yet (its ops are built on the CPU "
-           "backend only); HINT: drafter.device = \"cpu\", or drafter.kind = \"dflash\"",
-           backend.c_str());
 }
 
 namespace {

@@ -37,7 +37,8 @@ double target_forward_flops_per_token(const QwenConfig& c, int64_t seq_len, int 
 double drafter_step_flops(const DrafterConfig& c, const std::vector<DrafterAnchor>& anchors,
                           const std::vector<int64_t>& seq_lens) {
   int64_t T = 0, active = 0;
-  const int shift = c.kind == DrafterKind::domino && c.shift_label ? 1 : 0;  // slot 0 is labelled too
+  // Domino with shift_label and DSpark label slot 0 too.
+  const int shift = (c.kind == DrafterKind::domino && c.shift_label) || c.kind == DrafterKind::dspark ? 1 : 0;
   for (int64_t len : seq_lens) T += len;
   for (const DrafterAnchor& an : anchors) {
     if (an.pos < 0) continue;
@@ -55,6 +56,17 @@ double drafter_step_flops(const DrafterConfig& c, const std::vector<DrafterAncho
   if (c.kind == DrafterKind::domino) {
     const double G = c.gru_hidden_dim, E = c.emb_dim;
     f += (4.0 * 3 * G * H + 6.0 * 3 * G * G + 6.0 * E * (H + G) + 6.0 * E * double(c.vocab)) * N;
+  }
+  if (c.kind == DrafterKind::dspark) {
+    // The target distributions (the frozen lm_head over the target's final hidden state, forward only), the
+    // Markov bias u·W2ᵀ (forward, dU, dW2), the gated or RNN projection and the confidence head.
+    const double R = c.markov_rank, V = c.vocab;
+    const bool gated = R > 0 && c.markov_head_type == DrafterMarkovHead::gated,
+               rnn = R > 0 && c.markov_head_type == DrafterMarkovHead::rnn;
+    const double proj = gated ? R * (H + R) : rnn ? 3 * R * (2 * R + H) : 0.0;
+    const double conf = c.enable_confidence_head ? H + (c.confidence_head_with_markov ? R : 0.0) : 0.0;
+    f += 2.0 * H * V * double(active);
+    f += (6.0 * R * V + 6.0 * proj + 6.0 * conf) * N;
   }
   for (int l = 0; l < c.layers; ++l) {
     const int W = c.layer_types[size_t(l)] == DrafterLayerType::sliding ? c.sliding_window : 0;

@@ -264,7 +264,8 @@ class TrainOps {
   // (−1 where row_w is 0) and, with backward, dy [nb·B, H] = ∂(Σ w·L)/∂y with L = α_ce·CE + α_l1·L1 +
   // α_conf·BCE (the weights are already in it) and dw. Adds Σ w·L, Σ w and the accuracy and τ counts to
   // stats as loss_row_stats does, slot k counted at block offset k + 1 (its label is x[a+k+1]); slot B − 1
-  // is not counted: decoding never proposes from it. CPU backend only; the CUDA one refuses it.
+  // is not counted: decoding never proposes from it. Both backends (the CUDA one:
+  // kernels/train/dspark_head.cu).
   virtual void dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
                                 const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
                                 const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax,

@@ -13,6 +13,7 @@
 #include "kernels/train/loss_slots.h"
 #include "kernels/train/train_workspace.h"
 #include "model/fp8_weights.h"
+#include "ops/dspark_shape.h"
 #include "ops/ops.h"
 #include "ops/wire_pool.h"
 #include "topo/plan_vram_moe.h"
@@ -166,7 +167,11 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
       {"domino_head_loss", dc.kind == DrafterKind::domino
                                ? domino_head_workspace_bytes(nb, dc.block_size, dc.hidden, dc.gru_hidden_dim,
                                                              dc.emb_dim, dc.vocab, assume.lm_chunk)
-                               : 0}};
+                               : 0},
+      {"dspark_head_loss",
+       dc.kind == DrafterKind::dspark
+           ? dspark_head_workspace_bytes(dspark_head_shape(dspark_head_dims(dc), nb), assume.lm_chunk)
+           : 0}};
   const auto* big = std::max_element(std::begin(ops), std::end(ops),
                                      [](const auto& a, const auto& b) { return a.second < b.second; });
   add(dr, "op scratch", double(big->second),

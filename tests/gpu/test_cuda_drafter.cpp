@@ -20,6 +20,7 @@ TEST(CudaDrafter, SkippedWithoutCudaBuild) {
 #include "core/dtype.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_train_ops.h"
+#include "tests/gpu/cuda_drafter_test_util.h"
 #include "tests/unit/target_test_util.h"
 #include "tests/unit/test_drafter_util.h"
 #include "train/optimizer.h"
@@ -28,61 +29,6 @@ using namespace df;
 using namespace df::testing;
 
 namespace {
-
-// Backend copies of host rows, freed with the owner.
-class Dev {
- public:
-  explicit Dev(TrainOps& ops) : ops_(ops) {}
-  ~Dev() {
-    for (void* p : mem_) ops_.free_bytes(p);
-  }
-  template <class T>
-  Tensor up(const std::vector<T>& h, DType dt, int64_t rows, int64_t cols) {
-    mem_.push_back(ops_.alloc_bytes(size_t(rows * cols) * dtype_size(dt)));
-    Tensor t = tensor_make(mem_.back(), dt, ops_.device(), rows, cols);
-    ops_.upload_raw(t, h.data());
-    return t;
-  }
-  Tensor bf16(const std::vector<float>& h, int64_t rows, int64_t cols) {
-    std::vector<uint16_t> b(h.size());
-    for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
-    return up(b, DType::bf16, rows, cols);
-  }
-  template <class T>
-  std::vector<T> down(const Tensor& t) {
-    std::vector<T> h(size_t(t.numel()) * dtype_size(t.dtype) / sizeof(T));
-    ops_.download_raw(t, h.data());
-    return h;
-  }
-
- private:
-  TrainOps& ops_;
-  std::vector<void*> mem_;
-};
-
-// In place: the batch and the CPU model keep pointing at these vectors.
-void round_to_bf16(std::vector<float>& v) {
-  for (float& x : v) x = bf16_round(x);
-}
-
-// Worst |a−b| − (atol + rtol·|b|) over the elements, printed with its index and both values; true if none
-// exceeds.
-bool report(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
-            double atol, double rtol) {
-  size_t worst = 0;
-  double excess = -1e300, maxerr = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(got[i] - want[i]), e = err - (atol + rtol * std::fabs(want[i]));
-    maxerr = std::max(maxerr, err);
-    if (e > excess || std::isnan(got[i])) {
-      excess = std::isnan(got[i]) ? 1e300 : e;
-      worst = i;
-    }
-  }
-  std::printf("[ maxerr ] %-44s n %zu max|err| %.3e worst at %zu: gpu %.9g cpu %.9g\n", what.c_str(),
-              got.size(), maxerr, worst, got.empty() ? 0.0 : got[worst], want.empty() ? 0.0 : want[worst]);
-  return excess <= 0;
-}
 
 class CudaDrafter : public ::testing::Test {
  protected:
@@ -259,6 +205,26 @@ TEST_F(CudaDrafter, DominoStepMatchesTheCpuOracle) {
   }
 }
 
+// The same comparison for a DSpark drafter (kernels/train/dspark_head.cu): each Markov head type with the
+// confidence head over [h ; W1[prev]], no Markov head with and without the confidence head; the L1 term's
+// target distributions from the target's final hidden state.
+TEST_F(CudaDrafter, DSparkStepMatchesTheCpuOracle) {
+  const struct {
+    DrafterMarkovHead type;
+    int rank;
+    bool confidence;
+    const char* name;
+  } cases[] = {{DrafterMarkovHead::vanilla, 3, true, "dspark vanilla"},
+               {DrafterMarkovHead::gated, 3, true, "dspark gated"},
+               {DrafterMarkovHead::rnn, 5, true, "dspark rnn"},
+               {DrafterMarkovHead::vanilla, 0, true, "dspark no markov"},
+               {DrafterMarkovHead::vanilla, 0, false, "dspark bare"}};
+  for (const auto& c : cases) {
+    TinySetup host({11, 1, 13}, 7, tiny_dspark_config(c.type, c.rank, c.confidence));
+    expect_step_matches(*gpu_, host, DrafterLossOptions{}, c.name);
+  }
+}
+
 // After AdamW the bf16 shadow is bf16(params) element for element (the GEMMs of the next step use it), and
 // drafter_refresh_shadow gives the same after the master weights are written directly (a checkpoint load).
 TEST_F(CudaDrafter, ShadowFollowsTheMasterWeights) {
@@ -409,10 +375,6 @@ DominoRun run_domino(TrainOps& ops, const DominoInputs& in, double lambda, bool 
   return r;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 }  // namespace
 
 // Odd H, G, E and V, blocks of 3, 4, 5 and 16, the correction from slot 0, 1 or 2 in both label modes, a
@@ -436,27 +398,7 @@ TEST_F(CudaDrafter, DominoHeadLossMatchesTheCpuOracle) {
     const DominoInputs in = domino_inputs(c, uint64_t(c.nb * 100 + c.B * 10 + c.prefix));
     CudaTrainOps gpu(0, c.chunk);
     const DominoRun rc = run_domino(cpu_, in, lambda, true), rg = run_domino(gpu, in, lambda, true);
-    EXPECT_TRUE(report(name + " loss_sum", {rg.stats[0]}, {rc.stats[0]}, 0, 2e-2));
-    EXPECT_TRUE(report(name + " weight_sum", {rg.stats[1]}, {rc.stats[1]}, 0, 1e-6));
-    int64_t flips = 0, weighted = 0;
-    for (int64_t i = 0; i < in.N; ++i) {
-      weighted += in.row_w[size_t(i)] != 0.0f;
-      flips += rg.argmax[size_t(i)] != rc.argmax[size_t(i)];
-      if (in.row_w[size_t(i)] == 0.0f) EXPECT_EQ(rg.argmax[size_t(i)], -1) << name << " row " << i;
-    }
-    std::printf("[ domino ] %s: argmax differs in %lld of %lld weighted rows\n", name.c_str(),
-                (long long)flips, (long long)weighted);
-    const int64_t flip_bound = std::max<int64_t>(2, weighted / 20);
-    EXPECT_LE(flips, flip_bound) << name;
-    const int B = c.B;
-    for (int k = 1; k < B; ++k) {
-      EXPECT_EQ(rg.stats[size_t(LossStatsSlots::count(B, k))], rc.stats[size_t(LossStatsSlots::count(B, k))])
-          << name << " offset " << k;
-      EXPECT_NEAR(rg.stats[size_t(LossStatsSlots::correct(k))], rc.stats[size_t(LossStatsSlots::correct(k))],
-                  double(flip_bound))
-          << name << " offset " << k;
-    }
-    EXPECT_EQ(rg.stats[LossStatsSlots::kTauBlocks], rc.stats[LossStatsSlots::kTauBlocks]) << name;
+    expect_head_stats_match("domino", name, in.row_w, c.B, rg.argmax, rc.argmax, rg.stats, rc.stats, 2e-2);
     const double e_dy = rel_rms(rg.dy, rc.dy);
     std::printf("[ domino ] %s: dy rel-RMS %.3e\n", name.c_str(), e_dy);
     EXPECT_LE(e_dy, 3e-2) << name << " dy";

@@ -1,8 +1,8 @@
-// The CUDA drafter step against SpecForge's own DFlash and Domino steps (golden files of
-// tests/golden/make_drafter_golden.py; the CPU twins are tests/unit/test_drafter_golden.cpp and
-// test_domino_golden.cpp), with bf16 weights and activations: the rows that carry loss must match exactly,
-// the loss and every gradient within what bf16 allows. Skips without a device, without a CUDA build, or
-// while the golden files have not been generated.
+// The CUDA drafter step against SpecForge's own DFlash, Domino and DSpark steps (golden files of
+// tests/golden/make_drafter_golden.py; the CPU twins are tests/unit/test_drafter_golden.cpp,
+// test_domino_golden.cpp and test_dspark_golden.cpp), with bf16 weights and activations: the rows that carry
+// loss must match exactly, the loss and every gradient within what bf16 allows. Skips without a device,
+// without a CUDA build, or while the golden files have not been generated.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -83,6 +83,25 @@ TEST(DrafterGoldenCuda, DominoMatchesSpecForgeLossAndGradients) {
         << "tests/golden/drafter_domino/ is absent: run `python3 tests/golden/make_drafter_golden.py "
            "--kind domino` on the GPU machine and commit it";
   expect_golden_step(dir);
+}
+
+// The DSpark step (Markov head of each type, confidence head, CE + L1 + BCE with the target distributions
+// from the frozen lm_head over the target's final hidden state) against SpecForge's OnlineDSparkModel, one
+// golden per head type, at the same bounds: the head adds a few bf16 roundings (u, the Markov input rows, the
+// logit gradients) to the ~20 of the backbone.
+TEST(DrafterGoldenCuda, DSparkMatchesSpecForgeLossAndGradients) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU drafter golden test skipped";
+  for (const char* head : {"vanilla", "gated", "rnn"}) {
+    SCOPED_TRACE(head);
+    const std::string dir = std::string(DF_SOURCE_DIR) + "/tests/golden/drafter_dspark_" + head;
+    if (!std::filesystem::exists(dir + "/golden.safetensors") ||
+        !std::filesystem::exists(dir + "/model/config.json"))
+      GTEST_SKIP()
+          << "tests/golden/drafter_dspark_" << head
+          << "/ is absent: run `python3 tests/golden/make_drafter_golden.py --kind dspark --markov-head "
+          << head << "` on the GPU machine and commit it";
+    expect_golden_step(dir);
+  }
 }
 
 }  // namespace

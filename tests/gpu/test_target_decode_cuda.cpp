@@ -5,9 +5,9 @@
 //  - decoding step by step reproduces the full-sequence forward: its error against the CPU fp32 forward is no
 //    worse than the CUDA forward's own (both bf16), per tap and for the logits;
 //  - rolling a step back to a partial accept equals a fresh prefill of the accepted prefix;
-//  - speculative decoding with a CUDA DFlash or Domino drafter, and batched generation (eval --generate),
-//    commit the CUDA target's plain greedy tokens (up to a near tie of the target's top two logits, where
-//    bf16 rounding of a differently batched step may choose the other).
+//  - speculative decoding with a CUDA DFlash, Domino or DSpark drafter, and batched generation (eval
+//    --generate), commit the CUDA target's plain greedy tokens (up to a near tie of the target's top two
+//    logits, where bf16 rounding of a differently batched step may choose the other).
 // Skips itself without a GPU or a CUDA build.
 #include <gtest/gtest.h>
 
@@ -308,14 +308,17 @@ namespace {
 // Speculative decoding of one prompt with a random CUDA drafter (block 4) of `kind` commits the CUDA target's
 // plain greedy tokens. Verification scores B rows at once, plain decoding one: the same row arithmetic up to
 // the GEMM's row count.
-void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKind kind) {
+void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKind kind,
+                                    DrafterMarkovHead markov = DrafterMarkovHead::vanilla,
+                                    double confidence_threshold = 0) {
   auto target = target_random(c, 31, gpu, with_lm_head());
   const std::vector<int32_t> prompt = random_ids(11, c.vocab, 2);
   const int n = 24, B = 4;
   const Greedy greedy = greedy_with_margins(*target, prompt, n);
   CudaTrainOps tops(0);
-  DrafterConfig dc =
-      kind == DrafterKind::domino ? df::testing::tiny_domino_config() : df::testing::tiny_drafter_config();
+  DrafterConfig dc = kind == DrafterKind::domino   ? df::testing::tiny_domino_config()
+                     : kind == DrafterKind::dspark ? df::testing::tiny_dspark_config(markov, 3, true)
+                                                   : df::testing::tiny_drafter_config();
   dc.hidden = c.hidden;
   dc.vocab = c.vocab;
   dc.mask_token_id = c.vocab - 1;
@@ -325,10 +328,14 @@ void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKi
   DrafterModel drafter(dc, tops);
   drafter_init_params(drafter, 5);
   drafter.set_frozen(target->embed, target->lm_head);
-  DFlashBlockDrafter bd(drafter);
+  DFlashBlockDrafter bd(drafter, confidence_threshold);
   SpecDecoder spec(*target, bd, 11, n);
   const SpecPromptResult r = spec.run(prompt);
-  const std::string what = std::string("speculative decoding, ") + drafter_kind_name(kind) + " drafter";
+  const std::string what = std::string("speculative decoding, ") + drafter_kind_name(kind) + " drafter" +
+                           (confidence_threshold > 0 ? ", confidence verify length" : "");
+  if (confidence_threshold > 0)
+    EXPECT_LT(r.verified, int64_t(r.accept_lengths.size()) * (B - 1))
+        << what << ": the verify length cut no block";
   expect_greedy_up_to_a_near_tie(r.tokens, greedy, what);
   for (int a : r.accept_lengths) {
     EXPECT_GE(a, 1);
@@ -348,6 +355,17 @@ TEST_P(TargetDecodeCuda, SpeculativeDecodingCommitsTheGreedyTokens) {
 // (CudaTrainOps::domino_head_propose); whatever they are, the committed tokens stay the target's.
 TEST_P(TargetDecodeCuda, DominoSpeculativeDecodingCommitsTheGreedyTokens) {
   expect_spec_decoding_is_greedy(*gpu_, cfg(), DrafterKind::domino);
+}
+
+// The same with a DSpark drafter: Markov-biased proposals token by token on the device
+// (CudaTrainOps::dspark_head_propose), every proposal verified, and with the confidence-based verify length
+// (at 0.4 the block ends once the predicted prefix survival drops below it, so fewer are verified).
+TEST_P(TargetDecodeCuda, DSparkSpeculativeDecodingCommitsTheGreedyTokens) {
+  for (DrafterMarkovHead type : {DrafterMarkovHead::vanilla, DrafterMarkovHead::gated, DrafterMarkovHead::rnn})
+    for (double threshold : {0.0, 0.4}) {
+      SCOPED_TRACE(std::string(drafter_markov_head_name(type)) + " threshold " + std::to_string(threshold));
+      expect_spec_decoding_is_greedy(*gpu_, cfg(), DrafterKind::dspark, type, threshold);
+    }
 }
 
 TEST_P(TargetDecodeCuda, BatchedGenerationEqualsOneAtATime) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # A DSpark drafter (drafter.kind = "dspark") end to end on CPU ranks: configs/tiny-dspark.toml and the two
-# DSpark recipes pass `config check` (the recipes' CUDA drafter is refused naming drafter.kind until the CUDA
-# ops exist, and passes on drafter.device = "cpu"); the targets stream their final hidden state and 1 target +
-# 2 drafters train with a falling loss; a resume continues bit-identically and a resume as DFlash is refused;
-# the export is in SpecForge's normalised layout, decodes speculatively against the target (`eval`, also with
-# the confidence-based verify length) and warm-starts a run (`drafter.init_from`); a held-out set (with the
-# target's final hidden state) is evaluated during a DSpark run.
+# DSpark recipes pass `config check` (with the recipes' CUDA drafter and on drafter.device = "cpu"); the
+# targets stream their final hidden state and 1 target + 2 drafters train with a falling loss; a resume
+# continues bit-identically and a resume as DFlash is refused; the export is in SpecForge's normalised layout,
+# decodes speculatively against the target (`eval`, also with the confidence-based verify length) and
+# warm-starts a run (`drafter.init_from`); a held-out set (with the target's final hidden state) is evaluated
+# during a DSpark run.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -21,7 +21,7 @@ grep -q "dspark p_target: softmax(frozen lm_head x target final-norm output), co
   "$TMP/check.log" || fail "config check does not say where p_target is computed"
 
 # The recipes against the fixtures' target configs and the test corpus.
-kind_recipes_check dspark cpu qwen3.6-27b-dspark:qwen3.6-27b qwen3-8b-dspark:qwen3-8b
+kind_recipes_check dspark cuda qwen3.6-27b-dspark:qwen3.6-27b qwen3-8b-dspark:qwen3-8b
 for recipe in qwen3.6-27b-dspark qwen3-8b-dspark; do
   grep -q "dspark head: vanilla Markov bias of rank 256" "$TMP/$recipe.cpu.log" ||
     fail "configs/$recipe.toml: the plan names no rank-256 Markov head"

@@ -7,8 +7,10 @@
 
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/train/dspark_head.cuh"
 #include "kernels/train/loss_slots.h"
 #include "kernels/train_launchers.cuh"
+#include "ops/dspark_shape.h"
 
 namespace df {
 
@@ -297,21 +299,6 @@ void CudaTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, con
 
 // ---- optimizer ------------------------------------------------------------------------------------------
 
-// DSpark's head on the GPU is not built: the drafter refuses drafter.kind = "dspark" on this backend before
-// it allocates anything (model/drafter.h drafter_check_kind_trainable); these say the same if reached.
-void CudaTrainOps::dspark_head_loss(const Tensor&, const Tensor&, const Tensor&, const DSparkHeadWeights&,
-                                    const Tensor&, const Tensor&, const Tensor&, const DSparkHeadArgs&,
-                                    const Tensor&, const Tensor&, const DSparkHeadWeights&, const Tensor&) {
-  DF_FAIL(
-      "drafter.kind = \"dspark\": the CUDA backend has no DSpark head op; HINT: drafter.device = \"cpu\"");
-}
-
-std::vector<int32_t> CudaTrainOps::dspark_head_propose(const Tensor&, const Tensor&, const DSparkHeadWeights&,
-                                                       const DSparkHeadDims&, int32_t, std::vector<double>*) {
-  DF_FAIL(
-      "drafter.kind = \"dspark\": the CUDA backend has no DSpark head op; HINT: drafter.device = \"cpu\"");
-}
-
 double CudaTrainOps::sum_squares(const Tensor& x) {
   const int64_t n = x.numel();
   expect_flat(x, DType::f32, n, "sum_squares", "x");
@@ -446,6 +433,123 @@ std::vector<int32_t> CudaTrainOps::domino_head_propose(const Tensor& y, const Te
   DF_CUDA_CHECK(
       cudaMemcpyAsync(host.data(), tok, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, dev_.stream));
   DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  return std::vector<int32_t>(host.begin() + 1, host.end());
+}
+
+// ---- DSpark's head (kernels/train/dspark_head.cu) -------------------------------------------------------
+
+namespace {
+
+// Every part of the head that the shape has, contiguous at its shape (matrices of dtype `mat`, bias vectors
+// f32: the bf16 GEMM shadow holds only the matrices), and no other.
+void expect_dspark_head(const TrainOps::DSparkHeadWeights& w, const DSparkHeadShape& s, DType mat,
+                        const char* op, const char* what) {
+  const int64_t R = s.R, W = s.cat_width();
+  const bool gated = s.markov == DSparkMarkov::gated, rnn = s.markov == DSparkMarkov::rnn;
+  auto part = [&](const Tensor& t, bool present, DType dt, int64_t rows, int64_t cols, const char* name) {
+    if (present) {
+      cuda_expect_as(t, dt, rows, cols, op, what);
+      DF_CHECK(t.contiguous(), "%s: %s %s %s must be contiguous", op, what, name, t.shape_str().c_str());
+    } else {
+      DF_CHECK(t.empty(), "%s: %s %s is set, but this DSpark head has none", op, what, name);
+    }
+  };
+  const bool markov = s.markov != DSparkMarkov::none;
+  part(w.markov_w1, markov, mat, s.V, R, "markov_w1");
+  part(w.markov_w2, markov, mat, s.V, R, "markov_w2");
+  part(w.gate_w, gated, mat, R, W, "gate_proj.weight");
+  part(w.gate_b, gated, DType::f32, 1, R, "gate_proj.bias");
+  part(w.joint_w, rnn, mat, 3 * R, W, "joint_proj.weight");
+  part(w.joint_b, rnn, DType::f32, 1, 3 * R, "joint_proj.bias");
+  part(w.conf_w, s.confidence, mat, 1, s.confidence_in(), "confidence_head.proj.weight");
+  part(w.conf_b, s.confidence, DType::f32, 1, 1, "confidence_head.proj.bias");
+}
+
+const bf16* bptr_or_null(const Tensor& t) {
+  return t.empty() ? nullptr : bptr(t);
+}
+float* fptr_or_null(const Tensor& t) {
+  return t.empty() ? nullptr : fptr(t);
+}
+
+DSparkHeadWeightPtrs dspark_weights(const TrainOps::DSparkHeadWeights& w) {
+  DSparkHeadWeightPtrs p;
+  p.markov_w1 = bptr_or_null(w.markov_w1);
+  p.markov_w2 = bptr_or_null(w.markov_w2);
+  p.gate_w = bptr_or_null(w.gate_w);
+  p.joint_w = bptr_or_null(w.joint_w);
+  p.conf_w = bptr_or_null(w.conf_w);
+  p.gate_b = fptr_or_null(w.gate_b);
+  p.joint_b = fptr_or_null(w.joint_b);
+  p.conf_b = fptr_or_null(w.conf_b);
+  return p;
+}
+
+}  // namespace
+
+void CudaTrainOps::dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
+                                    const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
+                                    const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax,
+                                    const Tensor& dy, const DSparkHeadWeights& dw, const Tensor& stats) {
+  const char* op = "dspark_head_loss";
+  const DSparkHeadDims& d = a.dims;
+  const int B = d.block_size, H = d.hidden;
+  const int64_t N = y.rows;
+  DF_CHECK(B >= 2 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
+  const DSparkHeadShape s = dspark_head_shape(d, N / B);
+  cuda_expect_as(y, DType::bf16, N, H, op, "y");
+  cuda_expect_as(lm_head, DType::bf16, d.vocab, H, op, "lm_head");
+  DF_CHECK(lm_head.contiguous(), "%s: lm_head %s must be contiguous", op, lm_head.shape_str().c_str());
+  const bool need_target = dspark_needs_target_hidden(d, a.alpha);
+  if (need_target) cuda_expect_as(target_hidden, DType::bf16, N, H, op, "target_hidden");
+  cuda_expect_as(labels, DType::i32, 1, N, op, "labels");
+  cuda_expect_as(prev, DType::i32, 1, N, op, "prev");
+  cuda_expect_as(row_w, DType::f32, 1, N, op, "row_w");
+  cuda_expect_as(argmax, DType::i32, 1, N, op, "argmax");
+  cuda_expect_as(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
+                 "stats (f64 slots as bytes)");
+  expect_dspark_head(w, s, DType::bf16, op, "a head weight");
+  DSparkHeadGradPtrs g;
+  if (a.backward) {
+    cuda_expect_as(dy, DType::bf16, N, H, op, "dy");
+    expect_dspark_head(dw, s, DType::f32, op, "a head gradient");
+    g = {fptr_or_null(dw.markov_w1), fptr_or_null(dw.markov_w2), fptr_or_null(dw.gate_w),
+         fptr_or_null(dw.gate_b),    fptr_or_null(dw.joint_w),   fptr_or_null(dw.joint_b),
+         fptr_or_null(dw.conf_w),    fptr_or_null(dw.conf_b)};
+  }
+  const DSparkLossWeights alpha{float(a.alpha.ce), float(a.alpha.l1), float(a.alpha.confidence)};
+  const size_t ws = dspark_head_workspace_bytes(s, loss_chunk_rows_);
+  dspark_head_loss_launch(dev_.gemm, s, bptr(y), y.stride, bptr(lm_head),
+                          need_target ? bptr(target_hidden) : nullptr, need_target ? target_hidden.stride : 0,
+                          dspark_weights(w), iptr(labels), iptr(prev), fptr(row_w), alpha, a.backward,
+                          a.beta_dw, static_cast<int32_t*>(argmax.data), a.backward ? bptr(dy) : nullptr,
+                          a.backward ? dy.stride : 0, g, static_cast<double*>(stats.data), loss_chunk_rows_,
+                          N > 0 ? scratch(ws) : nullptr, ws, dev_.stream);
+}
+
+std::vector<int32_t> CudaTrainOps::dspark_head_propose(const Tensor& y, const Tensor& lm_head,
+                                                       const DSparkHeadWeights& w, const DSparkHeadDims& d,
+                                                       int32_t first, std::vector<double>* confidence) {
+  const char* op = "dspark_head_propose";
+  const DSparkHeadShape s = dspark_head_shape(d, 1);
+  cuda_expect_as(y, DType::bf16, d.block_size, d.hidden, op, "y");
+  cuda_expect_as(lm_head, DType::bf16, d.vocab, d.hidden, op, "lm_head");
+  DF_CHECK(lm_head.contiguous(), "%s: lm_head %s must be contiguous", op, lm_head.shape_str().c_str());
+  expect_dspark_head(w, s, DType::bf16, op, "a head weight");
+  const size_t ws = dspark_propose_layout(s).bytes;
+  float* conf = nullptr;
+  const int32_t* tok =
+      dspark_head_propose_launch(dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), dspark_weights(w), first,
+                                 &conf, scratch(ws), ws, dev_.stream);
+  const size_t n = size_t(d.block_size);
+  std::vector<int32_t> host(n);
+  std::vector<float> host_conf(conf ? n - 1 : 0);
+  DF_CUDA_CHECK(cudaMemcpyAsync(host.data(), tok, n * sizeof(int32_t), cudaMemcpyDeviceToHost, dev_.stream));
+  if (conf)
+    DF_CUDA_CHECK(cudaMemcpyAsync(host_conf.data(), conf, host_conf.size() * sizeof(float),
+                                  cudaMemcpyDeviceToHost, dev_.stream));
+  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  if (confidence) confidence->assign(host_conf.begin(), host_conf.end());
   return std::vector<int32_t>(host.begin() + 1, host.end());
 }
 

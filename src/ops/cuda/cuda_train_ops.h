@@ -86,7 +86,7 @@ class CudaTrainOps final : public TrainOps {
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,
              const AdamW& hp) override;
 
-  // DSpark's head is not built on this backend: both refuse, naming drafter.kind (cuda_train_ops.cpp).
+  // DSpark's head (kernels/train/dspark_head.cu).
   void dspark_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& target_hidden,
                         const DSparkHeadWeights& w, const Tensor& labels, const Tensor& prev,
                         const Tensor& row_w, const DSparkHeadArgs& a, const Tensor& argmax, const Tensor& dy,
