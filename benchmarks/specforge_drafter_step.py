@@ -3,7 +3,9 @@
 # DFlashTrainStrategy over OnlineDFlashModel: flex_attention mask, anchor sampling, chunked loss, backward of
 # the loss numerator, gradient normalisation, then BF16Optimizer) on the drafter shapes of our run configs,
 # or with --kind domino its Domino step (DominoTrainStrategy over OnlineDominoModel and DominoDraftModel, at
-# λ of the recipe's schedule) on our Domino recipes' shapes,
+# λ of the recipe's schedule) on our Domino recipes' shapes, or with --kind dflash2 its DFlash2 step
+# (DFlash2DraftModel under OnlineDFlashModel with the candidate selector's loss, from --specforge
+# .peer/SpecForge-dflash2: SpecForge 5943b2f, PROVENANCE inside) on our DFlash2 recipe's shapes,
 # random weights, 1 x 4096 tokens, one GPU (its FSDPTrainingBackend unwrapped, as a single-rank run has
 # nothing to shard). Prints ONE JSON line per shape (seconds/step, context tok/s, peak memory) so
 # run_drafter_step.sh can take the ratio. SpecForge is read from .peer/SpecForge, never copied.
@@ -34,7 +36,7 @@ DEFAULT_SPECFORGE = os.path.join(REPO, ".peer", "SpecForge")
 # a checkpoint directory that the benchmark machine does not have. Same figures as MODELS.md.
 TARGETS = {
     "27b": {"toml": "configs/qwen3.6-27b.toml", "domino_toml": "configs/qwen3.6-27b-domino.toml",
-            "hidden": 5120, "vocab": 248320, "layers": 64, "intermediate": 17408},
+            "dflash2_toml": "configs/qwen3.6-27b-dflash2.toml", "hidden": 5120, "vocab": 248320, "layers": 64, "intermediate": 17408},
     "8b": {"toml": "configs/qwen3-8b.toml", "domino_toml": "configs/qwen3-8b-domino.toml", "hidden": 4096,
            "vocab": 151936, "layers": 36, "intermediate": 12288},
 }
@@ -50,7 +52,7 @@ def specforge_commit(root):
         return "unknown"
 
 
-def load_specforge(root, trainer=False, optimizer=True, domino=False):
+def load_specforge(root, trainer=False, optimizer=True, domino=False, dflash2=False):
     """Imports SpecForge's DFlash model, training wrapper and (with `optimizer`) optimizer (and with `trainer`
     its training loop pieces, with `domino` its Domino draft model) from `root` without running its package
     __init__ files. Returns a namespace of modules."""
@@ -70,6 +72,8 @@ def load_specforge(root, trainer=False, optimizer=True, domino=False):
         names["optimizer"] = "optimizer"
     if domino:
         names["domino"] = "modeling.draft.domino"
+    if dflash2:
+        names["dflash2"] = "modeling.draft.dflash2"
     if trainer:
         names.update(backend="training.backend", strategies="training.strategies.base",
                      controller="training.controller", contracts="runtime.contracts")
@@ -98,6 +102,11 @@ def drafter_fields(toml_path, target):
         "emb_dim": d.get("emb_dim", 256), "gru_hidden_dim": d.get("gru_hidden_dim", 1024),
         "shift_label": d.get("shift_label", False), "lambda_base_start": t.get("lambda_base_start", 1.0),
         "lambda_base_decay_ratio": t.get("lambda_base_decay_ratio", 0.5),
+        "conv_kernel_size": d.get("conv_kernel_size", 0), "conv_group_size": d.get("conv_group_size", 0),
+        "selector_rank": d.get("selector_rank", 0), "selector_top_k": d.get("selector_top_k", 0),
+        "output_multiplier": d.get("output_multiplier", 1.0),
+        "final_logit_softcapping": d.get("final_logit_softcapping", 0.0),
+        "selector_alpha": t.get("dflash2_selector_loss_alpha", 1.0),
     }
 
 
@@ -115,8 +124,15 @@ def qwen3_draft_config(dflash, f, target, attn):
         dflash_config.update(projector_type="domino", pure_draft_prefix_len=f["pure_draft_prefix_len"],
                              emb_dim=f["emb_dim"], gru_hidden_dim=f["gru_hidden_dim"],
                              shift_label=f["shift_label"])
+    dflash2 = f.get("kind", "dflash") == "dflash2"
+    if dflash2:  # SpecForge's DFlash2 keys; no softcap key means none there (our 0)
+        dflash_config.update({k: f[k] for k in ("conv_kernel_size", "conv_group_size", "selector_rank",
+                                                "selector_top_k", "output_multiplier")})
+        if f["final_logit_softcapping"] > 0:
+            dflash_config["final_logit_softcapping"] = f["final_logit_softcapping"]
+    arch = "DominoDraftModel" if domino else "DFlash2DraftModel" if dflash2 else "DFlashDraftModel"
     cfg = Qwen3Config(
-        architectures=["DominoDraftModel" if domino else "DFlashDraftModel"], attention_bias=False,
+        architectures=[arch], attention_bias=False,
         attention_dropout=0.0, block_size=f["block_size"], dflash_config=dflash_config,
         head_dim=f["head_dim"], hidden_act="silu", hidden_size=target["hidden"], initializer_range=0.02,
         intermediate_size=f["intermediate"], layer_types=list(f["layer_types"]),
@@ -144,8 +160,11 @@ def bench_shape(label, toml_path, target, mods, args):
     if f["kind"] != args.kind:
         sys.exit(f"specforge_drafter_step: --kind {args.kind}, but {toml_path} configures a {f['kind']} drafter")
     domino = f.get("kind", "dflash") == "domino"  # the golden script's FIELDS name no kind: it sets its own head
+    dflash2 = f["kind"] == "dflash2"
     with dev:
-        draft = (mods.domino.DominoDraftModel if domino else dflash.DFlashDraftModel)(cfg).to(torch.bfloat16)
+        cls = mods.domino.DominoDraftModel if domino else mods.dflash2.DFlash2DraftModel if dflash2 else \
+            dflash.DFlashDraftModel
+        draft = cls(cfg).to(torch.bfloat16)
         embed = nn.Embedding(V, H, dtype=torch.bfloat16)
         lm_head = nn.Linear(H, V, bias=False, dtype=torch.bfloat16)
     # Same scales as bench_drafter_step: embedding std 0.02; lm_head std 0.1/sqrt(H) so the first loss is
@@ -160,6 +179,8 @@ def bench_shape(label, toml_path, target, mods, args):
                   objective_chunk_blocks=args.objective_chunk_blocks)
     if domino:
         model = family.OnlineDominoModel(**common, shift_label=f["shift_label"])
+    elif dflash2:  # the recipe's α (its warm-up and ramp are 0: α from the first step)
+        model = family.OnlineDFlashModel(**common, loss_type="dflash", selector_loss_alpha=f["selector_alpha"])
     else:
         model = family.OnlineDFlashModel(**common, loss_type="dflash")
     model.train()
@@ -187,7 +208,8 @@ def bench_shape(label, toml_path, target, mods, args):
     hidden = torch.randn(1, T, len(draft.target_layer_ids) * H, device=dev, generator=g, dtype=torch.bfloat16)
     loss_mask = torch.ones(1, T, device=dev)
     tensors = {"input_ids": ids, "hidden_states": hidden, "loss_mask": loss_mask}
-    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy=f["kind"], tensors=tensors)
+    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy="dflash" if dflash2 else f["kind"],
+                                      tensors=tensors)
     step_no = [0]
 
     def step():
@@ -240,8 +262,9 @@ def bench_shape(label, toml_path, target, mods, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default="all", choices=["all", *TARGETS], help="drafter shape(s) to time")
-    p.add_argument("--kind", default="dflash", choices=["dflash", "domino"],
-                   help="the drafter kind: its recipe of --model (configs/*-domino.toml) and SpecForge's step")
+    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dflash2"],
+                   help="the drafter kind: its recipe of --model (configs/*-domino.toml, *-dflash2.toml) and "
+                        "SpecForge's step")
     p.add_argument("--config", help="a run config TOML instead of the model's (its target: --model's)")
     p.add_argument("--specforge", default=DEFAULT_SPECFORGE, help="SpecForge tree (default .peer/SpecForge)")
     p.add_argument("--seq-len", type=int, default=4096)
@@ -261,11 +284,15 @@ def main():
     if commit != SPECFORGE_COMMIT:
         print(f"specforge_drafter_step: WARNING .peer/SPECFORGE_COMMIT says {commit}, these scripts pin "
               f"{SPECFORGE_COMMIT}", file=sys.stderr)
-    mods = load_specforge(args.specforge, trainer=True, domino=args.kind == "domino")
+    mods = load_specforge(args.specforge, trainer=True, domino=args.kind == "domino",
+                          dflash2=args.kind == "dflash2")
     ok = True
     for label in TARGETS if args.model == "all" else [args.model]:
-        toml_path = args.config or os.path.join(REPO, TARGETS[label]["domino_toml" if args.kind == "domino"
-                                                                    else "toml"])
+        key = {"domino": "domino_toml", "dflash2": "dflash2_toml"}.get(args.kind, "toml")
+        if not args.config and key not in TARGETS[label]:
+            print(f"{label}: no {args.kind} recipe of this target yet, skipped")
+            continue
+        toml_path = args.config or os.path.join(REPO, TARGETS[label][key])
         ok &= bench_shape(label, toml_path, TARGETS[label], mods, args)
     sys.exit(0 if ok else 1)
 

@@ -259,6 +259,19 @@ TEST_F(CudaDrafter, DominoStepMatchesTheCpuOracle) {
   }
 }
 
+// The same comparison for a DFlash2 drafter (convolutions around both sublayers, the selector's term with α
+// between 0 and 1, with and without stop_gradient; kernels/train/dflash2.cu, its ops' own cases in
+// test_cuda_dflash2.cpp).
+TEST_F(CudaDrafter, Dflash2StepMatchesTheCpuOracle) {
+  for (const bool stop : {false, true}) {
+    TinySetup host({11, 1, 13}, 7, tiny_dflash2_config(8));
+    DrafterLossOptions o;
+    o.dflash2_selector_alpha = 0.5;
+    o.dflash2_stop_gradient = stop;
+    expect_step_matches(*gpu_, host, o, stop ? "dflash2 stop_gradient" : "dflash2");
+  }
+}
+
 // After AdamW the bf16 shadow is bf16(params) element for element (the GEMMs of the next step use it), and
 // drafter_refresh_shadow gives the same after the master weights are written directly (a checkpoint load).
 TEST_F(CudaDrafter, ShadowFollowsTheMasterWeights) {
