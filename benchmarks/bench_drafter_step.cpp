@@ -50,13 +50,13 @@ constexpr double k80GB = 81559.0 * (1 << 20);
 struct BenchTarget {
   const char* label;
   const char* toml;         // relative to the source tree
-  const char* domino_toml;   // the Domino recipe of the same target
+  const char* domino_toml;  // the Domino recipe of the same target
   const char* dflash2_toml;  // its DFlash2 recipe; null: none yet
   int hidden, layers, intermediate, vocab;
 };
 constexpr BenchTarget kTargets[] = {
-    {"27b", "configs/qwen3.6-27b.toml", "configs/qwen3.6-27b-domino.toml", "configs/qwen3.6-27b-dflash2.toml", 5120,
-     64, 17408, 248320},
+    {"27b", "configs/qwen3.6-27b.toml", "configs/qwen3.6-27b-domino.toml", "configs/qwen3.6-27b-dflash2.toml",
+     5120, 64, 17408, 248320},
     {"8b", "configs/qwen3-8b.toml", "configs/qwen3-8b-domino.toml", nullptr, 4096, 36, 12288, 151936}};
 
 double now_s() {
@@ -206,13 +206,13 @@ class TimedTrainOps final : public TrainOps {
     timed("domino_head_loss",
           [&] { g_.domino_head_loss(y, lm_head, gru_in, w, labels, row_w, a, argmax, dy, dw, stats); });
   }
-  void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side, const Tensor& resid,
-                        const Tensor& out, const Dflash2ConvDims& d) override {
+  void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d) override {
     timed("dflash2_conv_fwd", [&] { g_.dflash2_conv_fwd(u, base, coeff, side, resid, out, d); });
   }
-  void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side, const Tensor& dout,
-                        const Tensor& du, const Tensor& dcoeff, const Tensor& dbase, float beta_dbase,
-                        const Dflash2ConvDims& d) override {
+  void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& dout, const Tensor& du, const Tensor& dcoeff, const Tensor& dbase,
+                        float beta_dbase, const Dflash2ConvDims& d) override {
     timed("dflash2_conv_bwd",
           [&] { g_.dflash2_conv_bwd(u, base, coeff, side, dout, du, dcoeff, dbase, beta_dbase, d); });
   }
@@ -591,9 +591,10 @@ int main(int argc, char** argv) {
                  "27b | 8b | all: the drafter of configs/qwen3.6-27b.toml / qwen3-8b.toml");
   app.add_option("--kind", o.kind, "dflash | domino | dflash2: the drafter timed")
       ->check(CLI::IsMember({"dflash", "domino", "dflash2"}));
-  app.add_option("--recipe", o.recipe,
-                 "dflash | domino | dflash2: whose recipe of --model to read (default --kind's); --kind dflash "
-                 "--recipe domino (dflash2) times that recipe's backbone without its head")
+  app.add_option(
+         "--recipe", o.recipe,
+         "dflash | domino | dflash2: whose recipe of --model to read (default --kind's); --kind dflash "
+         "--recipe domino (dflash2) times that recipe's backbone without its head")
       ->check(CLI::IsMember({"dflash", "domino", "dflash2"}));
   app.add_option("--config", o.config, "a run config TOML instead (needs --target-config)");
   app.add_option("--target-config", o.target_config,

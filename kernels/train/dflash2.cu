@@ -1,27 +1,28 @@
-// DFlash2 on the device (train_ops.h dflash2_conv_fwd/bwd, dflash2_selector_loss and dflash2_selector_propose;
-// ops/dflash2_conv.h and ops/dflash2_selector.h are the math, ops/cpu/cpu_dflash2.cpp the oracle).
+// DFlash2 on the device (train_ops.h dflash2_conv_fwd/bwd, dflash2_selector_loss and
+// dflash2_selector_propose; ops/dflash2_conv.h and ops/dflash2_selector.h are the math,
+// ops/cpu/cpu_dflash2.cpp the oracle).
 //
-// The convolution: its coefficient GEMM (x·kernel_projectionᵀ) is the caller's, through the one cuBLASLt entry
-// point; here one elementwise kernel makes out = resid + conv_s(u) (taps, base + dynamic coefficient and the
-// residual in one read of each input), and the backward is one kernel per (row, group) for ∂/∂u and ∂/∂coeff
-// (a group's channel sum needs no atomics) plus fixed-order row-chunk partials for ∂/∂base.
+// The convolution: its coefficient GEMM (x·kernel_projectionᵀ) is the caller's, through the one cuBLASLt
+// entry point; here one elementwise kernel makes out = resid + conv_s(u) (taps, base + dynamic coefficient
+// and the residual in one read of each input), and the backward is one kernel per (row, group) for ∂/∂u and
+// ∂/∂coeff (a group's channel sum needs no atomics) plus fixed-order row-chunk partials for ∂/∂base.
 //
 // The selector loss rides on DFlash's chunked lm_head pass: for each chunk of rows the logits GEMM, then one
 // row kernel that reduces the row for the CE, keeps each thread's running top-K of the same elements and
 // merges them (no second pass over the vocabulary), scores the K candidates, takes both cross-entropies and
 // writes the row's logit gradient (the selector's candidate terms added in f32 before the one bf16 rounding),
-// then dy = grad·lm_head (+ dP·W_h). The codebook gradients are scatters by token id: the (token, row) entries
-// are sorted by token with CUB's stable radix sort and each token's entries summed in row order by one CTA, so
-// the bits never depend on float atomics.
-#include <cub/device/device_radix_sort.cuh>
-
+// then dy = grad·lm_head (+ dP·W_h). The codebook gradients are scatters by token id: the (token, row)
+// entries are sorted by token with CUB's stable radix sort and each token's entries summed in row order by
+// one CTA, so the bits never depend on float atomics.
 #include <algorithm>
 #include <climits>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/train/row_stat.cuh"
+#include "kernels/train/workspace_view.cuh"
 #include "kernels/train_launchers.cuh"
 
 namespace df {
@@ -73,6 +74,15 @@ __device__ __forceinline__ void topk_push(TopK& s, int K, float x, int32_t id) {
   }
 }
 
+// The best (value, id) of the warp's, in lane 0, in a fixed tree order.
+__device__ __forceinline__ void warp_best(float& v, int32_t& id) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_down_sync(0xffffffffu, v, o);
+    const int32_t i2 = __shfl_down_sync(0xffffffffu, id, o);
+    if (topk_better(v2, i2, v, id)) v = v2, id = i2;
+  }
+}
+
 // The block's K best of every thread's list, in K rounds of a fixed-order argmax over the list heads: out_v,
 // out_id (shared, K entries) valid in every thread on return. red_v/red_id: one entry per warp.
 __device__ void topk_block_merge(const TopK& s, int K, float* out_v, int32_t* out_id, float* red_v,
@@ -82,21 +92,13 @@ __device__ void topk_block_merge(const TopK& s, int K, float* out_v, int32_t* ou
   for (int j = 0; j < K; ++j) {
     float v = pos < s.n ? s.v[pos] : -INFINITY;
     int32_t id = pos < s.n ? s.id[pos] : INT_MAX;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float v2 = __shfl_down_sync(0xffffffffu, v, o);
-      const int32_t i2 = __shfl_down_sync(0xffffffffu, id, o);
-      if (topk_better(v2, i2, v, id)) v = v2, id = i2;
-    }
+    warp_best(v, id);
     if (lane == 0) red_v[warp] = v, red_id[warp] = id;
     __syncthreads();
     if (warp == 0) {
       v = lane < warps ? red_v[lane] : -INFINITY;
       id = lane < warps ? red_id[lane] : INT_MAX;
-      for (int o = 16; o > 0; o >>= 1) {
-        const float v2 = __shfl_down_sync(0xffffffffu, v, o);
-        const int32_t i2 = __shfl_down_sync(0xffffffffu, id, o);
-        if (topk_better(v2, i2, v, id)) v = v2, id = i2;
-      }
+      warp_best(v, id);
       if (lane == 0) out_v[j] = v, out_id[j] = id;
     }
     __syncthreads();
@@ -133,11 +135,11 @@ __device__ void selector_scores(const float* ctx, const bf16* succ, int R, int K
 
 // ---- kernels: the convolution ----
 
-// out[r, h] = resid[r, h] + Σ_{t < taps, t ≤ r mod B} (base[s·taps + t, h] + coeff[r, (s·taps + t)·G + h/gs]) ·
-// u[r − t, h], one thread per element; resid may be null.
+// out[r, h] = resid[r, h] + Σ_{t < taps, t ≤ r mod B} (base[s·taps + t, h] + coeff[r, (s·taps + t)·G + h/gs])
+// · u[r − t, h], one thread per element; resid may be null.
 __global__ void dflash2_conv_fwd_kernel(const bf16* u, int64_t ld_u, const float* base, const bf16* coeff,
-                                        int64_t ld_c, const bf16* resid, int64_t ld_r, bf16* out, int64_t ld_o,
-                                        int64_t rows, Dflash2ConvShape d, int side) {
+                                        int64_t ld_c, const bf16* resid, int64_t ld_r, bf16* out,
+                                        int64_t ld_o, int64_t rows, Dflash2ConvShape d, int side) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= rows * d.H) return;
   const int64_t r = i / d.H;
@@ -146,16 +148,17 @@ __global__ void dflash2_conv_fwd_kernel(const bf16* u, int64_t ld_u, const float
   const bf16* c = coeff + r * ld_c + int64_t(side) * d.taps * G + h / d.gs;
   float s = resid ? __bfloat162float(resid[r * ld_r + h]) : 0.0f;
   for (int t = 0; t < d.taps && t <= k; ++t)
-    s += (b[int64_t(t) * d.H + h] + __bfloat162float(c[int64_t(t) * G])) * __bfloat162float(u[(r - t) * ld_u + h]);
+    s += (b[int64_t(t) * d.H + h] + __bfloat162float(c[int64_t(t) * G])) *
+         __bfloat162float(u[(r - t) * ld_u + h]);
   out[r * ld_o + h] = __float2bfloat16(s);
 }
 
 // One thread per (row r, group g): dcoeff[r, side tap t, g] = Σ_{h ∈ g} dout[r, h]·u[r − t, h] (0 for t > k)
 // and du[r, h] = Σ_{t: k + t < B} dout[r + t, h]·(base[t, h] + coeff[r + t, t, g]) for the group's channels.
 __global__ void dflash2_conv_bwd_kernel(const bf16* u, int64_t ld_u, const float* base, const bf16* coeff,
-                                        int64_t ld_c, const bf16* dout, int64_t ld_do, bf16* du, int64_t ld_du,
-                                        bf16* dcoeff, int64_t ld_dc, int64_t rows, Dflash2ConvShape d,
-                                        int side) {
+                                        int64_t ld_c, const bf16* dout, int64_t ld_do, bf16* du,
+                                        int64_t ld_du, bf16* dcoeff, int64_t ld_dc, int64_t rows,
+                                        Dflash2ConvShape d, int side) {
   const int G = d.H / d.gs;
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= rows * G) return;
@@ -179,17 +182,19 @@ __global__ void dflash2_conv_bwd_kernel(const bf16* u, int64_t ld_u, const float
   }
 }
 
-// Row chunk q of the ∂/∂base reduction: part[q, t·H + h] = Σ_{r in chunk, r mod B ≥ t} dout[r, h]·u[r − t, h].
-__global__ void dflash2_conv_dbase_partial_kernel(const bf16* u, int64_t ld_u, const bf16* dout, int64_t ld_do,
-                                                  float* part, int64_t rows, int64_t chunk_rows,
-                                                  Dflash2ConvShape d) {
+// Row chunk q of the ∂/∂base reduction: part[q, t·H + h] = Σ_{r in chunk, r mod B ≥ t} dout[r, h]·u[r − t,
+// h].
+__global__ void dflash2_conv_dbase_partial_kernel(const bf16* u, int64_t ld_u, const bf16* dout,
+                                                  int64_t ld_do, float* part, int64_t rows,
+                                                  int64_t chunk_rows, Dflash2ConvShape d) {
   const int h = blockIdx.x * blockDim.x + threadIdx.x;
   if (h >= d.H) return;
   const int64_t q = blockIdx.y, r0 = q * chunk_rows, r1 = min(rows, r0 + chunk_rows);
   for (int t = 0; t < d.taps; ++t) {
     float s = 0.0f;
     for (int64_t r = r0; r < r1; ++r)
-      if (int(r % d.B) >= t) s += __bfloat162float(dout[r * ld_do + h]) * __bfloat162float(u[(r - t) * ld_u + h]);
+      if (int(r % d.B) >= t)
+        s += __bfloat162float(dout[r * ld_do + h]) * __bfloat162float(u[(r - t) * ld_u + h]);
     part[(q * d.taps + t) * d.H + h] = s;
   }
 }
@@ -356,8 +361,8 @@ __global__ void __launch_bounds__(kRowThreads) dflash2_selector_row_kernel(Selec
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
     const int64_t t = cid[j];
     const float e = z[t];
-    const float g = w * (__expf((e - m) - l) - (t == lab ? 1.0f : 0.0f)) +
-                    dsc[j] * unary_grad_of(e, a.mult, a.softcap);
+    const float g =
+        w * (__expf((e - m) - l) - (t == lab ? 1.0f : 0.0f)) + dsc[j] * unary_grad_of(e, a.mult, a.softcap);
     a.grad[i * a.ld + t] = __float2bfloat16(g);
   }
 }
@@ -373,9 +378,9 @@ __global__ void dflash2_segment_end_kernel(const uint32_t* keys, int64_t M, uint
 
 // One CTA per sorted entry; the first entry of each key's run sums the run in sorted (row) order:
 // out[key, c] += Σ_e coef[val_e] · src[(val_e / per)·R + c] (coef null: 1).
-__global__ void dflash2_scatter_rows_kernel(const uint32_t* keys, const uint32_t* vals, const uint32_t* seg_end,
-                                            uint32_t sentinel, const float* coef, const float* src, int per,
-                                            int R, float* out) {
+__global__ void dflash2_scatter_rows_kernel(const uint32_t* keys, const uint32_t* vals,
+                                            const uint32_t* seg_end, uint32_t sentinel, const float* coef,
+                                            const float* src, int per, int R, float* out) {
   const int64_t e = blockIdx.x;
   const uint32_t key = keys[e];
   if (key == sentinel || (e > 0 && keys[e - 1] == key)) return;
@@ -437,18 +442,6 @@ __global__ void __launch_bounds__(kRowThreads)
 
 namespace {
 
-void check_ws(const char* op, void* ws, size_t ws_bytes, size_t need) {
-  DF_CHECK(ws && ws_bytes >= need && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
-           "%s: workspace %p of %zu bytes, needs %zu bytes 256-byte aligned (HINT: size it with the "
-           "function train_launchers.cuh names and the same arguments)",
-           op, ws, ws_bytes, need);
-}
-
-template <class T>
-T* at(void* ws, size_t off) {
-  return reinterpret_cast<T*>(static_cast<char*>(ws) + off);
-}
-
 void check_conv(const char* op, const Dflash2ConvShape& d, int side, int64_t rows) {
   DF_CHECK(d.H >= 1 && d.B >= 1 && d.taps >= 1 && d.taps <= d.B && d.gs >= 1 && d.H % d.gs == 0 &&
                (side == 0 || side == 1) && rows >= 0 && rows % d.B == 0,
@@ -458,13 +451,14 @@ void check_conv(const char* op, const Dflash2ConvShape& d, int side, int64_t row
 }
 
 void check_selector(const char* op, const Dflash2SelectorShape& d) {
-  DF_CHECK(d.nb >= 0 && d.B >= 1 && d.H >= 1 && d.V >= 1 && d.R >= 1 && d.R <= kDflash2MaxRank && d.K >= 1 &&
-               d.K <= kDflash2MaxTopK && d.K <= d.V && d.nb * d.B * d.K < int64_t(UINT32_MAX) && d.mult > 0.0f &&
-               d.softcap >= 0.0f,
-           "%s: bad selector shape nb %lld B %d H %d V %d rank %d (≤ %d) top_k %d (≤ %d and ≤ V) multiplier %g "
-           "softcap %g",
-           op, (long long)d.nb, d.B, d.H, d.V, d.R, kDflash2MaxRank, d.K, kDflash2MaxTopK, double(d.mult),
-           double(d.softcap));
+  DF_CHECK(
+      d.nb >= 0 && d.B >= 1 && d.H >= 1 && d.V >= 1 && d.R >= 1 && d.R <= kDflash2MaxRank && d.K >= 1 &&
+          d.K <= kDflash2MaxTopK && d.K <= d.V && d.nb * d.B * d.K < int64_t(UINT32_MAX) && d.mult > 0.0f &&
+          d.softcap >= 0.0f,
+      "%s: bad selector shape nb %lld B %d H %d V %d rank %d (≤ %d) top_k %d (≤ %d and ≤ V) multiplier %g "
+      "softcap %g",
+      op, (long long)d.nb, d.B, d.H, d.V, d.R, kDflash2MaxRank, d.K, kDflash2MaxTopK, double(d.mult),
+      double(d.softcap));
 }
 
 int key_bits(int64_t V) {  // bits that hold every key 0..V (V is the sentinel)
@@ -483,12 +477,12 @@ void scale_flat(float* out, int64_t n, float beta, cudaStream_t stream) {
 
 // out[key] += Σ coef·src rows over M (key, val) entries, in row order per key (see the kernels above).
 void scatter_rows(uint32_t* keys_in, uint32_t* vals_in, uint32_t* keys_out, uint32_t* vals_out, int64_t M,
-                  int64_t V, const float* coef, const float* src, int per, int R, float* out, uint32_t* seg_end,
-                  void* sort_tmp, size_t sort_bytes, cudaStream_t stream) {
+                  int64_t V, const float* coef, const float* src, int per, int R, float* out,
+                  uint32_t* seg_end, void* sort_tmp, size_t sort_bytes, cudaStream_t stream) {
   if (M == 0) return;
   size_t bytes = sort_bytes;
-  DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, bytes, keys_in, keys_out, vals_in, vals_out, int(M), 0,
-                                                key_bits(V), stream));
+  DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, bytes, keys_in, keys_out, vals_in, vals_out, int(M),
+                                                0, key_bits(V), stream));
   dflash2_segment_end_kernel<<<grid_of(M), kThreads, 0, stream>>>(keys_out, M, uint32_t(V), seg_end);
   DF_CUDA_CHECK_LAUNCH("dflash2_segment_end_kernel");
   dflash2_scatter_rows_kernel<<<unsigned(M), std::min(R, kThreads), 0, stream>>>(
@@ -498,22 +492,23 @@ void scatter_rows(uint32_t* keys_in, uint32_t* vals_in, uint32_t* keys_out, uint
 
 }  // namespace
 
-void dflash2_conv_fwd_launch(const Dflash2ConvShape& d, int side, const bf16* u, int64_t ld_u, const float* base,
-                             const bf16* coeff, int64_t ld_c, const bf16* resid, int64_t ld_r, bf16* out,
-                             int64_t ld_o, int64_t rows, cudaStream_t stream) {
+void dflash2_conv_fwd_launch(const Dflash2ConvShape& d, int side, const bf16* u, int64_t ld_u,
+                             const float* base, const bf16* coeff, int64_t ld_c, const bf16* resid,
+                             int64_t ld_r, bf16* out, int64_t ld_o, int64_t rows, cudaStream_t stream) {
   const char* op = "dflash2_conv_fwd_launch";
   check_conv(op, d, side, rows);
   DF_CHECK(u && base && coeff && out, "%s: null pointer argument", op);
   if (rows == 0) return;
-  dflash2_conv_fwd_kernel<<<grid_of(rows * d.H), kThreads, 0, stream>>>(u, ld_u, base, coeff, ld_c, resid, ld_r,
-                                                                          out, ld_o, rows, d, side);
+  dflash2_conv_fwd_kernel<<<grid_of(rows * d.H), kThreads, 0, stream>>>(u, ld_u, base, coeff, ld_c, resid,
+                                                                        ld_r, out, ld_o, rows, d, side);
   DF_CUDA_CHECK_LAUNCH("dflash2_conv_fwd_kernel");
 }
 
-void dflash2_conv_bwd_launch(const Dflash2ConvShape& d, int side, const bf16* u, int64_t ld_u, const float* base,
-                             const bf16* coeff, int64_t ld_c, const bf16* dout, int64_t ld_do, bf16* du,
-                             int64_t ld_du, bf16* dcoeff, int64_t ld_dc, float* dbase, float beta_dbase,
-                             int64_t rows, void* ws, size_t ws_bytes, cudaStream_t stream) {
+void dflash2_conv_bwd_launch(const Dflash2ConvShape& d, int side, const bf16* u, int64_t ld_u,
+                             const float* base, const bf16* coeff, int64_t ld_c, const bf16* dout,
+                             int64_t ld_do, bf16* du, int64_t ld_du, bf16* dcoeff, int64_t ld_dc,
+                             float* dbase, float beta_dbase, int64_t rows, void* ws, size_t ws_bytes,
+                             cudaStream_t stream) {
   const char* op = "dflash2_conv_bwd_launch";
   check_conv(op, d, side, rows);
   DF_CHECK(u && base && coeff && dout && du && dcoeff && dbase, "%s: null pointer argument", op);
@@ -523,10 +518,10 @@ void dflash2_conv_bwd_launch(const Dflash2ConvShape& d, int side, const bf16* u,
     column_sum_launch(nullptr, 0, cols, db, beta_dbase, stream);
     return;
   }
-  check_ws(op, ws, ws_bytes, dflash2_conv_bwd_workspace_bytes(rows, d.H, d.taps));
+  workspace_check(op, ws, ws_bytes, dflash2_conv_bwd_workspace_bytes(rows, d.H, d.taps));
   const int G = d.H / d.gs;
-  dflash2_conv_bwd_kernel<<<grid_of(rows * G), kThreads, 0, stream>>>(u, ld_u, base, coeff, ld_c, dout, ld_do, du,
-                                                                        ld_du, dcoeff, ld_dc, rows, d, side);
+  dflash2_conv_bwd_kernel<<<grid_of(rows * G), kThreads, 0, stream>>>(
+      u, ld_u, base, coeff, ld_c, dout, ld_do, du, ld_du, dcoeff, ld_dc, rows, d, side);
   DF_CUDA_CHECK_LAUNCH("dflash2_conv_bwd_kernel");
   const int64_t chunks = column_partial_chunks(rows, cols), per = (rows + chunks - 1) / chunks;
   float* part = static_cast<float*>(ws);
@@ -543,7 +538,8 @@ size_t dflash2_sort_temp_bytes(int64_t N, int K, int64_t V) {
     if (entries > 0)
       DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
           nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
-          static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), int(entries), 0, key_bits(V)));
+          static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), int(entries), 0,
+          key_bits(V)));
     most = std::max(most, bytes);
   }
   return most;
@@ -551,15 +547,16 @@ size_t dflash2_sort_temp_bytes(int64_t N, int K, int64_t V) {
 
 size_t dflash2_selector_workspace_bytes(const Dflash2SelectorShape& d, int64_t chunk_rows) {
   const int64_t N = d.nb * d.B;
-  return dflash2_selector_layout(N, d.H, d.V, d.R, d.K, chunk_rows, dflash2_sort_temp_bytes(N, d.K, d.V)).bytes;
+  return dflash2_selector_layout(N, d.H, d.V, d.R, d.K, chunk_rows, dflash2_sort_temp_bytes(N, d.K, d.V))
+      .bytes;
 }
 
-void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape& d, const bf16* y, int64_t ld_y,
-                                  const bf16* lm_head, const Dflash2SelectorWeightPtrs& w, const int32_t* labels,
-                                  const int32_t* prev, const float* row_w, float alpha, bool stop_gradient,
-                                  bool backward, float beta_dw, int32_t* argmax, bf16* dy, int64_t ld_dy,
-                                  const Dflash2SelectorGradPtrs& dw, double* stats, int64_t chunk_rows, void* ws,
-                                  size_t ws_bytes, cudaStream_t stream) {
+void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape& d, const bf16* y,
+                                  int64_t ld_y, const bf16* lm_head, const Dflash2SelectorWeightPtrs& w,
+                                  const int32_t* labels, const int32_t* prev, const float* row_w, float alpha,
+                                  bool stop_gradient, bool backward, float beta_dw, int32_t* argmax, bf16* dy,
+                                  int64_t ld_dy, const Dflash2SelectorGradPtrs& dw, double* stats,
+                                  int64_t chunk_rows, void* ws, size_t ws_bytes, cudaStream_t stream) {
   const char* op = "dflash2_selector_loss_launch";
   check_selector(op, d);
   const int64_t N = d.nb * d.B, V = d.V;
@@ -578,12 +575,12 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
   if (N == 0) return;
   const size_t sort_bytes = dflash2_sort_temp_bytes(N, K, V);
   const Dflash2SelectorLayout L = dflash2_selector_layout(N, H, V, R, K, chunk_rows, sort_bytes);
-  check_ws(op, ws, ws_bytes, L.bytes);
-  float* proj = at<float>(ws, L.proj);
-  float* logits = at<float>(ws, L.logits);
-  bf16* grad = at<bf16>(ws, L.grad);
-  float* dyf = at<float>(ws, L.dyf);
-  bf16* dproj = at<bf16>(ws, L.dproj);
+  workspace_check(op, ws, ws_bytes, L.bytes);
+  float* proj = workspace_at<float>(ws, L.proj);
+  float* logits = workspace_at<float>(ws, L.logits);
+  bf16* grad = workspace_at<bf16>(ws, L.grad);
+  float* dyf = workspace_at<float>(ws, L.dyf);
+  bf16* dproj = workspace_at<bf16>(ws, L.dproj);
   gemm_launch_ex(gemm, y, ld_y, false, w.proj, H, true, proj, R, true, N, R, H, 1.0f, 0.0f, stream);
   SelectorRowArgs ra{logits,
                      grad,
@@ -596,15 +593,15 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                      w.pred,
                      w.succ,
                      argmax,
-                     at<float>(ws, L.row_loss),
-                     at<uint8_t>(ws, L.row_act),
-                     at<uint32_t>(ws, L.keys_in),
-                     at<uint32_t>(ws, L.vals_in),
-                     at<float>(ws, L.ds),
-                     at<float>(ws, L.ctx),
-                     at<uint32_t>(ws, L.prev_key),
-                     at<uint32_t>(ws, L.prev_val),
-                     at<float>(ws, L.dpr),
+                     workspace_at<float>(ws, L.row_loss),
+                     workspace_at<uint8_t>(ws, L.row_act),
+                     workspace_at<uint32_t>(ws, L.keys_in),
+                     workspace_at<uint32_t>(ws, L.vals_in),
+                     workspace_at<float>(ws, L.ds),
+                     workspace_at<float>(ws, L.ctx),
+                     workspace_at<uint32_t>(ws, L.prev_key),
+                     workspace_at<uint32_t>(ws, L.prev_val),
+                     workspace_at<float>(ws, L.dpr),
                      dproj,
                      V,
                      R,
@@ -617,18 +614,19 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
   const size_t smem = size_t(R) * sizeof(float);
   for (int64_t p0 = 0; p0 < N; p0 += L.chunk) {
     const int64_t n = std::min(L.chunk, N - p0);
-    gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, logits, L.ldv, true, n, V, H, 1.0f, 0.0f,
-                   stream);
+    gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, logits, L.ldv, true, n, V, H, 1.0f,
+                   0.0f, stream);
     ra.row0 = p0;
     dflash2_selector_row_kernel<<<unsigned(n), kRowThreads, smem, stream>>>(ra);
     DF_CUDA_CHECK_LAUNCH("dflash2_selector_row_kernel");
     if (!backward) continue;
     if (stop_gradient) {  // the selector term stays out of dy: dy = grad·lm_head alone
-      gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dy + p0 * ld_dy, ld_dy, false, n, H, V, 1.0f,
-                     0.0f, stream);
+      gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dy + p0 * ld_dy, ld_dy, false, n, H, V,
+                     1.0f, 0.0f, stream);
       continue;
     }
-    gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dyf, L.ldh, true, n, H, V, 1.0f, 0.0f, stream);
+    gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dyf, L.ldh, true, n, H, V, 1.0f, 0.0f,
+                   stream);
     gemm_launch_ex(gemm, dproj + p0 * R, R, false, w.proj, H, false, dyf, L.ldh, true, n, H, R, 1.0f, 1.0f,
                    stream);
     cast_launch(dyf, true, L.ldh, dy + p0 * ld_dy, false, ld_dy, n, H, stream);
@@ -641,34 +639,35 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                         stats, stream);
   if (!backward) return;
   gemm_launch_ex(gemm, dproj, R, true, y, ld_y, false, dw.proj, H, true, R, H, N, 1.0f, beta_dw, stream);
-  void* tmp = at<void>(ws, L.sort_tmp);
-  uint32_t* seg_end = at<uint32_t>(ws, L.seg_end);
-  uint32_t* keys_out = at<uint32_t>(ws, L.keys_out);
-  uint32_t* vals_out = at<uint32_t>(ws, L.vals_out);
-  scatter_rows(ra.cand_key, ra.cand_val, keys_out, vals_out, N * K, V, ra.ds, ra.ctx, K, R, dw.succ, seg_end, tmp,
-               sort_bytes, stream);
-  scatter_rows(ra.prev_key, ra.prev_val, keys_out, vals_out, N, V, nullptr, ra.dpr, 1, R, dw.pred, seg_end, tmp,
-               sort_bytes, stream);
+  void* tmp = workspace_at<void>(ws, L.sort_tmp);
+  uint32_t* seg_end = workspace_at<uint32_t>(ws, L.seg_end);
+  uint32_t* keys_out = workspace_at<uint32_t>(ws, L.keys_out);
+  uint32_t* vals_out = workspace_at<uint32_t>(ws, L.vals_out);
+  scatter_rows(ra.cand_key, ra.cand_val, keys_out, vals_out, N * K, V, ra.ds, ra.ctx, K, R, dw.succ, seg_end,
+               tmp, sort_bytes, stream);
+  scatter_rows(ra.prev_key, ra.prev_val, keys_out, vals_out, N, V, nullptr, ra.dpr, 1, R, dw.pred, seg_end,
+               tmp, sort_bytes, stream);
 }
 
-const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2SelectorShape& d, const bf16* y,
-                                               int64_t ld_y, const bf16* lm_head,
+const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2SelectorShape& d,
+                                               const bf16* y, int64_t ld_y, const bf16* lm_head,
                                                const Dflash2SelectorWeightPtrs& w, int32_t first, void* ws,
                                                size_t ws_bytes, cudaStream_t stream) {
   const char* op = "dflash2_selector_propose_launch";
   check_selector(op, d);
-  DF_CHECK(d.nb == 1 && d.B >= 2 && ld_y >= d.H && first >= 0 && first < d.V,
-           "%s: one block of at least 2 rows (nb %lld, B %d), y stride %lld ≥ H %d, first token %d in [0, %d)",
-           op, (long long)d.nb, d.B, (long long)ld_y, d.H, first, d.V);
+  DF_CHECK(
+      d.nb == 1 && d.B >= 2 && ld_y >= d.H && first >= 0 && first < d.V,
+      "%s: one block of at least 2 rows (nb %lld, B %d), y stride %lld ≥ H %d, first token %d in [0, %d)", op,
+      (long long)d.nb, d.B, (long long)ld_y, d.H, first, d.V);
   DF_CHECK(gemm && y && lm_head && w.pred && w.succ && w.proj, "%s: null pointer argument", op);
   const int n = d.B - 1, H = d.H, R = d.R, K = d.K;
   const Dflash2ProposeLayout L = dflash2_propose_layout(d.B, d.V, R, K);
-  check_ws(op, ws, ws_bytes, L.bytes);
-  float* logits = at<float>(ws, L.logits);
-  float* proj = at<float>(ws, L.proj);
-  int32_t* cand = at<int32_t>(ws, L.cand);
-  float* cval = at<float>(ws, L.cval);
-  int32_t* tok = at<int32_t>(ws, L.tok);
+  workspace_check(op, ws, ws_bytes, L.bytes);
+  float* logits = workspace_at<float>(ws, L.logits);
+  float* proj = workspace_at<float>(ws, L.proj);
+  int32_t* cand = workspace_at<int32_t>(ws, L.cand);
+  float* cval = workspace_at<float>(ws, L.cval);
+  int32_t* tok = workspace_at<int32_t>(ws, L.tok);
   const bf16* z = y + ld_y;  // rows 1..B−1: the slots after the anchor
   gemm_launch_ex(gemm, z, ld_y, false, lm_head, H, true, logits, L.ldv, true, n, d.V, H, 1.0f, 0.0f, stream);
   gemm_launch_ex(gemm, z, ld_y, false, w.proj, H, true, proj, R, true, n, R, H, 1.0f, 0.0f, stream);
@@ -676,8 +675,8 @@ const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2S
   DF_CUDA_CHECK_LAUNCH("dflash2_topk_rows_kernel");
   // From pageable memory: the copy has read `first` when it returns.
   DF_CUDA_CHECK(cudaMemcpyAsync(tok, &first, sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-  dflash2_walk_kernel<<<1, kRowThreads, size_t(R) * sizeof(float), stream>>>(cand, cval, proj, w.pred, w.succ, n, R,
-                                                                              K, d.mult, d.softcap, tok);
+  dflash2_walk_kernel<<<1, kRowThreads, size_t(R) * sizeof(float), stream>>>(cand, cval, proj, w.pred, w.succ,
+                                                                             n, R, K, d.mult, d.softcap, tok);
   DF_CUDA_CHECK_LAUNCH("dflash2_walk_kernel");
   return tok;
 }

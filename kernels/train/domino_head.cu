@@ -18,6 +18,7 @@
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/train/row_stat.cuh"
+#include "kernels/train/workspace_view.cuh"
 #include "kernels/train_launchers.cuh"
 
 namespace df {
@@ -271,18 +272,6 @@ void check_shape(const char* op, const DominoHeadShape& d) {
            d.B, d.H, d.G, d.E, d.V, d.suffix_start, d.lag);
 }
 
-void check_ws(const char* op, void* ws, size_t ws_bytes, size_t need) {
-  DF_CHECK(ws && ws_bytes >= need && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
-           "%s: workspace %p of %zu bytes, needs %zu bytes 256-byte aligned (HINT: size it with the layout "
-           "function of train_workspace.h and the same arguments)",
-           op, ws, ws_bytes, need);
-}
-
-template <class T>
-T* at(void* ws, size_t off) {
-  return reinterpret_cast<T*>(static_cast<char*>(ws) + off);
-}
-
 void zero(void* p, size_t bytes, cudaStream_t stream) {
   DF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
 }
@@ -318,15 +307,15 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
     return;
   }
   const DominoLayout L = domino_head_layout(nb, B, H, G, E, d.V, chunk_rows);
-  check_ws(op, ws, ws_bytes, L.bytes);
-  float* xi = at<float>(ws, L.xi);
-  float* hh = at<float>(ws, L.hh);
-  float* hs = at<float>(ws, L.hs);
-  bf16* hsb = at<bf16>(ws, L.hsb);
-  float* gates = at<float>(ws, L.gates);
-  bf16* fcat = at<bf16>(ws, L.fcat);
-  float* m = at<float>(ws, L.m);
-  bf16* a = at<bf16>(ws, L.a);
+  workspace_check(op, ws, ws_bytes, L.bytes);
+  float* xi = workspace_at<float>(ws, L.xi);
+  float* hh = workspace_at<float>(ws, L.hh);
+  float* hs = workspace_at<float>(ws, L.hs);
+  bf16* hsb = workspace_at<bf16>(ws, L.hsb);
+  float* gates = workspace_at<float>(ws, L.gates);
+  bf16* fcat = workspace_at<bf16>(ws, L.fcat);
+  float* m = workspace_at<float>(ws, L.m);
+  bf16* a = workspace_at<bf16>(ws, L.a);
   const int64_t state = nb * G, gate_stride = int64_t(B) * state;
 
   // ---- forward: the GRU over every block's inputs, then the correction's input and activation ----
@@ -349,12 +338,12 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
   DF_CUDA_CHECK_LAUNCH("domino_silu_kernel");
 
   // ---- the logits a chunk at a time: both losses, the row gradients, what flows back through the vocab ----
-  float* base = at<float>(ws, L.base);
-  float* corr = at<float>(ws, L.corr);
-  bf16* gbase = at<bf16>(ws, L.gbase);
-  bf16* gfin = at<bf16>(ws, L.gfin);
-  float* da = at<float>(ws, L.da);
-  float* df = at<float>(ws, L.df);
+  float* base = workspace_at<float>(ws, L.base);
+  float* corr = workspace_at<float>(ws, L.corr);
+  bf16* gbase = workspace_at<bf16>(ws, L.gbase);
+  bf16* gfin = workspace_at<bf16>(ws, L.gfin);
+  float* da = workspace_at<float>(ws, L.da);
+  float* df = workspace_at<float>(ws, L.df);
   if (backward) zero(df, size_t(N * L.ldf) * 4, stream);  // its h columns are added to after the chunks
   DominoRowArgs ra{base,
                    corr,
@@ -365,11 +354,11 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
                    labels,
                    row_w,
                    argmax,
-                   at<float>(ws, L.off_loss),
-                   at<float>(ws, L.off_w),
-                   at<int32_t>(ws, L.off_lab),
-                   at<int32_t>(ws, L.off_am),
-                   at<uint8_t>(ws, L.off_act),
+                   workspace_at<float>(ws, L.off_loss),
+                   workspace_at<float>(ws, L.off_w),
+                   workspace_at<int32_t>(ws, L.off_lab),
+                   workspace_at<int32_t>(ws, L.off_am),
+                   workspace_at<uint8_t>(ws, L.off_act),
                    d.V,
                    B,
                    shift,
@@ -401,16 +390,16 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
   if (!backward) return;
 
   // ---- backward: the correction MLP, then the GRU through time ----
-  bf16* dm = at<bf16>(ws, L.dm);
+  bf16* dm = workspace_at<bf16>(ws, L.dm);
   domino_dsilu_kernel<<<grid_of(N * E), kThreads, 0, stream>>>(da, m, dm, N, E, B, s);
   DF_CUDA_CHECK_LAUNCH("domino_dsilu_kernel");
   gemm_launch_ex(gemm, dm, E, true, fcat, L.ldf, false, dw.proj_in, HG, true, E, HG, N, 1.0f, beta_dw,
                  stream);
   gemm_launch_ex(gemm, dm, E, false, w.proj_in, HG, false, df, L.ldf, true, N, HG, E, 1.0f, 1.0f, stream);
-  float* dh = at<float>(ws, L.dh);
-  float* dhs = at<float>(ws, L.dhs);
-  bf16* dgi = at<bf16>(ws, L.dgi);
-  bf16* dgh = at<bf16>(ws, L.dgh);
+  float* dh = workspace_at<float>(ws, L.dh);
+  float* dhs = workspace_at<float>(ws, L.dhs);
+  bf16* dgi = workspace_at<bf16>(ws, L.dgi);
+  bf16* dgh = workspace_at<bf16>(ws, L.dgh);
   domino_dy_kernel<<<unsigned(N), kThreads, 0, stream>>>(df, L.ldf, dy, ld_dy, dhs, nb, B, H, G, lag);
   DF_CUDA_CHECK_LAUNCH("domino_dy_kernel");
   zero(dh, size_t(state) * 4, stream);
@@ -444,18 +433,18 @@ const int32_t* domino_head_propose_launch(GemmContext* gemm, const DominoHeadSha
   const int B = d.B, H = d.H, G = d.G, E = d.E;
   const int64_t G3 = 3 * int64_t(G), HG = int64_t(H) + G;
   const DominoProposeLayout L = domino_propose_layout(B, H, G, E, d.V);
-  check_ws(op, ws, ws_bytes, L.bytes);
-  float* base = at<float>(ws, L.base);
-  float* fin = at<float>(ws, L.fin);
-  bf16* x = at<bf16>(ws, L.x);
-  float* xi = at<float>(ws, L.xi);
-  float* hh = at<float>(ws, L.hh);
-  float* h = at<float>(ws, L.h);
-  bf16* hb = at<bf16>(ws, L.hb);
-  bf16* f = at<bf16>(ws, L.f);
-  float* m = at<float>(ws, L.m);
-  bf16* a = at<bf16>(ws, L.a);
-  int32_t* tok = at<int32_t>(ws, L.tok);
+  workspace_check(op, ws, ws_bytes, L.bytes);
+  float* base = workspace_at<float>(ws, L.base);
+  float* fin = workspace_at<float>(ws, L.fin);
+  bf16* x = workspace_at<bf16>(ws, L.x);
+  float* xi = workspace_at<float>(ws, L.xi);
+  float* hh = workspace_at<float>(ws, L.hh);
+  float* h = workspace_at<float>(ws, L.h);
+  bf16* hb = workspace_at<bf16>(ws, L.hb);
+  bf16* f = workspace_at<bf16>(ws, L.f);
+  float* m = workspace_at<float>(ws, L.m);
+  bf16* a = workspace_at<bf16>(ws, L.a);
+  int32_t* tok = workspace_at<int32_t>(ws, L.tok);
   gemm_launch_ex(gemm, y, ld_y, false, lm_head, H, true, base, L.ldv, true, B, d.V, H, 1.0f, 0.0f, stream);
   // From pageable memory: the copy has read `first` when it returns.
   DF_CUDA_CHECK(cudaMemcpyAsync(tok, &first, sizeof(int32_t), cudaMemcpyHostToDevice, stream));

@@ -24,6 +24,7 @@ TEST(CudaDflash2, SkippedWithoutCudaBuild) {
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_train_ops.h"
+#include "tests/gpu/train_ops_dev.h"
 #include "tests/unit/target_test_util.h"
 #include "tests/unit/test_drafter_util.h"
 
@@ -31,46 +32,6 @@ using namespace df;
 using namespace df::testing;
 
 namespace {
-
-// Backend copies of host rows (f32 on the CPU, bf16 activations and weights on CUDA), freed with the owner.
-class Dev {
- public:
-  explicit Dev(TrainOps& ops) : ops_(ops) {}
-  ~Dev() {
-    for (void* p : mem_) ops_.free_bytes(p);
-  }
-  template <class T>
-  Tensor up(const std::vector<T>& h, DType dt, int64_t rows, int64_t cols) {
-    mem_.push_back(ops_.alloc_bytes(size_t(std::max<int64_t>(1, rows * cols)) * dtype_size(dt)));
-    Tensor t = tensor_make(mem_.back(), dt, ops_.device(), rows, cols);
-    if (rows * cols > 0) ops_.upload_raw(t, h.data());
-    return t;
-  }
-  // An activation or GEMM weight: bf16 on CUDA, f32 on the CPU.
-  Tensor act(const std::vector<float>& h, int64_t rows, int64_t cols) {
-    if (ops_.act_dtype() == DType::f32) return up(h, DType::f32, rows, cols);
-    std::vector<uint16_t> b(h.size());
-    for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
-    return up(b, DType::bf16, rows, cols);
-  }
-  std::vector<float> f32(const Tensor& t) {
-    if (t.dtype == DType::f32) return down<float>(t);
-    const std::vector<uint16_t> b = down<uint16_t>(t);
-    std::vector<float> f(b.size());
-    for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
-    return f;
-  }
-  template <class T>
-  std::vector<T> down(const Tensor& t) {
-    std::vector<T> h(size_t(t.numel()) * dtype_size(t.dtype) / sizeof(T));
-    if (!h.empty()) ops_.download_raw(t, h.data());
-    return h;
-  }
-
- private:
-  TrainOps& ops_;
-  std::vector<void*> mem_;
-};
 
 std::vector<float> bf16_vec(size_t n, double std, uint64_t seed) {
   std::vector<float> v = normal_vec(n, float(std), seed);
@@ -111,8 +72,9 @@ struct ConvRun {
 // One side's forward (with a residual on side 1) and backward on `ops`; dcoeff's other side and dbase start
 // as `fill_dc` / from prior_dbase with beta 1 (beta 0: NaN, never read).
 ConvRun run_conv(TrainOps& ops, const ConvCase& c, int side, const std::vector<float>& u,
-                 const std::vector<float>& coeff, const std::vector<float>& base, const std::vector<float>& resid,
-                 const std::vector<float>& dout, const std::vector<float>* prior_dbase) {
+                 const std::vector<float>& coeff, const std::vector<float>& base,
+                 const std::vector<float>& resid, const std::vector<float>& dout,
+                 const std::vector<float>* prior_dbase) {
   Dev d(ops);
   Dflash2ConvDims dm{c.H, c.B, c.taps, c.gs};
   const int64_t N = c.nb * c.B, C = dm.coeffs();
@@ -136,13 +98,14 @@ ConvRun run_conv(TrainOps& ops, const ConvCase& c, int side, const std::vector<f
 // backends, and rows past the block's start read nothing across the boundary (the oracle's check). A second
 // backward with beta 1 doubles dbase; a repeat gives the same bits.
 TEST_F(CudaDflash2, ConvForwardAndBackwardMatchTheCpuOracle) {
-  const ConvCase cases[] = {{5, 3, 15, 1, 5}, {4, 4, 15, 4, 3}, {3, 8, 33, 2, 1}, {2, 8, 48, 3, 16},
-                            {7, 3, 9, 3, 9}};
+  const ConvCase cases[] = {
+      {5, 3, 15, 1, 5}, {4, 4, 15, 4, 3}, {3, 8, 33, 2, 1}, {2, 8, 48, 3, 16}, {7, 3, 9, 3, 9}};
   for (const ConvCase& c : cases) {
     const Dflash2ConvDims dm{c.H, c.B, c.taps, c.gs};
     const int64_t N = c.nb * c.B, C = dm.coeffs();
     const uint64_t seed = uint64_t(c.B * 100 + c.H + c.taps);
-    const std::vector<float> u = bf16_vec(size_t(N * c.H), 1.0, seed), coeff = bf16_vec(size_t(N * C), 0.5, seed + 1),
+    const std::vector<float> u = bf16_vec(size_t(N * c.H), 1.0, seed),
+                             coeff = bf16_vec(size_t(N * C), 0.5, seed + 1),
                              base = bf16_vec(size_t(2 * c.taps * c.H), 0.7, seed + 2),
                              resid = bf16_vec(size_t(N * c.H), 1.0, seed + 3),
                              dout = bf16_vec(size_t(N * c.H), 1.0, seed + 4);
@@ -152,23 +115,26 @@ TEST_F(CudaDflash2, ConvForwardAndBackwardMatchTheCpuOracle) {
                                std::to_string(c.gs) + " side " + std::to_string(side);
       const ConvRun rc = run_conv(cpu_, c, side, u, coeff, base, resid, dout, nullptr);
       const ConvRun rg = run_conv(*gpu_, c, side, u, coeff, base, resid, dout, nullptr);
-      const double e_out = rel_rms(rg.out, rc.out), e_du = rel_rms(rg.du, rc.du), e_dc = rel_rms(rg.dcoeff, rc.dcoeff);
+      const double e_out = rel_rms(rg.out, rc.out), e_du = rel_rms(rg.du, rc.du),
+                   e_dc = rel_rms(rg.dcoeff, rc.dcoeff);
       // dbase: the side's rows are compared; the other side's rows are NaN on both (beta 0 never reads them).
       const size_t half = size_t(c.taps * c.H), off = size_t(side) * half;
       const std::vector<float> gb(rg.dbase.begin() + off, rg.dbase.begin() + off + half),
           cb(rc.dbase.begin() + off, rc.dbase.begin() + off + half);
       const double e_db = rel_rms(gb, cb);
-      std::printf("[ conv   ] %s: out %.3e du %.3e dcoeff %.3e dbase %.3e (rel-RMS)\n", name.c_str(), e_out, e_du,
-                  e_dc, e_db);
+      std::printf("[ conv   ] %s: out %.3e du %.3e dcoeff %.3e dbase %.3e (rel-RMS)\n", name.c_str(), e_out,
+                  e_du, e_dc, e_db);
       EXPECT_LE(e_out, 1e-2) << name;
       EXPECT_LE(e_du, 1e-2) << name;
       EXPECT_LE(e_dc, 1e-2) << name;
       EXPECT_LE(e_db, 1e-4) << name;
       for (int64_t r = 0; r < N; ++r)
         for (int64_t j = 0; j < C; ++j)
-          if ((j < C / 2) != (side == 0)) ASSERT_EQ(rg.dcoeff[size_t(r * C + j)], 0.25f) << name << " other side";
+          if ((j < C / 2) != (side == 0))
+            ASSERT_EQ(rg.dcoeff[size_t(r * C + j)], 0.25f) << name << " other side";
       const ConvRun again = run_conv(*gpu_, c, side, u, coeff, base, resid, dout, nullptr);
-      EXPECT_TRUE(same_bits(again.out, rg.out) && same_bits(again.du, rg.du) && same_bits(again.dbase, rg.dbase))
+      EXPECT_TRUE(same_bits(again.out, rg.out) && same_bits(again.du, rg.du) &&
+                  same_bits(again.dbase, rg.dbase))
           << name << ": repeat";
       std::vector<float> prior(rg.dbase.size(), 0.0f);
       std::copy(gb.begin(), gb.end(), prior.begin() + long(off));
@@ -193,8 +159,8 @@ struct SelCase {
 
 std::string name_of(const SelCase& c) {
   char b[200];
-  std::snprintf(b, sizeof b, "nb %lld B %d H %d V %d R %d K %d mult %g softcap %g chunk %lld", (long long)c.nb,
-                c.B, c.H, c.V, c.R, c.K, c.mult, c.softcap, (long long)c.chunk);
+  std::snprintf(b, sizeof b, "nb %lld B %d H %d V %d R %d K %d mult %g softcap %g chunk %lld",
+                (long long)c.nb, c.B, c.H, c.V, c.R, c.K, c.mult, c.softcap, (long long)c.chunk);
   return b;
 }
 
@@ -225,7 +191,8 @@ SelInputs sel_inputs(const SelCase& c, uint64_t seed) {
       double best = -1e300;
       for (int v = 0; v < c.V; ++v) {
         double s = 0;
-        for (int h = 0; h < c.H; ++h) s += double(in.lm[size_t(v) * H + size_t(h)]) * in.y[size_t(i) * H + size_t(h)];
+        for (int h = 0; h < c.H; ++h)
+          s += double(in.lm[size_t(v) * H + size_t(h)]) * in.y[size_t(i) * H + size_t(h)];
         if (s > best) best = s, lab = v;
       }
     }
@@ -255,9 +222,8 @@ SelRun run_sel(TrainOps& ops, const SelInputs& in, double alpha, bool stop_gradi
   Tensor* gt[3] = {&dw.predecessor_codebook, &dw.successor_codebook, &dw.hidden_projection};
   for (int i = 0; i < 3; ++i) {
     *wt[i] = d.act(*wv[i], shapes[i][0], shapes[i][1]);
-    if (ops.device() == Device::cpu) *wt[i] = d.up(*wv[i], DType::f32, shapes[i][0], shapes[i][1]);
-    *gt[i] = d.up(prior ? prior->dw[i] : std::vector<float>(size_t(shapes[i][0] * shapes[i][1]), NAN), DType::f32,
-                  shapes[i][0], shapes[i][1]);
+    *gt[i] = d.up(prior ? prior->dw[i] : std::vector<float>(size_t(shapes[i][0] * shapes[i][1]), NAN),
+                  DType::f32, shapes[i][0], shapes[i][1]);
   }
   const int slots = LossStatsSlots::size(dm.block_size);
   const Tensor stats = d.up(std::vector<double>(size_t(slots), 0.0), DType::u8, 1, slots * 8);
@@ -270,8 +236,8 @@ SelRun run_sel(TrainOps& ops, const SelInputs& in, double alpha, bool stop_gradi
   a.backward = backward;
   a.beta_dw = prior ? 1.0f : 0.0f;
   ops.dflash2_selector_loss(d.act(in.y, N, H), d.act(in.lm, V, H), w, d.up(in.labels, DType::i32, 1, N),
-                            d.up(in.prev, DType::i32, 1, N), d.up(in.row_w, DType::f32, 1, N), a, argmax, dy, dw,
-                            stats);
+                            d.up(in.prev, DType::i32, 1, N), d.up(in.row_w, DType::f32, 1, N), a, argmax, dy,
+                            dw, stats);
   SelRun r;
   r.argmax = d.down<int32_t>(argmax);
   r.stats = d.down<double>(stats);
@@ -283,8 +249,8 @@ SelRun run_sel(TrainOps& ops, const SelInputs& in, double alpha, bool stop_gradi
 
 }  // namespace
 
-// The GPU's logits come from bf16 operands (the oracle's from the same values in f32) and its softmaxes run in
-// f32 with fast exp/log: Σ w·(CE + α·CE_sel) within 2e-2 relative, Σ w within 1e-6; every gradient within
+// The GPU's logits come from bf16 operands (the oracle's from the same values in f32) and its softmaxes run
+// in f32 with fast exp/log: Σ w·(CE + α·CE_sel) within 2e-2 relative, Σ w within 1e-6; every gradient within
 // 3e-2 relative RMS (the codebook gradients are sums of ∂/∂score·ctx rows in a fixed order; a candidate set
 // that differs on a near tie moves a few rows, which this bound also covers on these sizes). Labelled-row
 // counts exact; an argmax may flip on a near tie (at most 2 rows or 5 %). A repeat gives the same bits (no
@@ -300,7 +266,8 @@ TEST_F(CudaDflash2, SelectorLossMatchesTheCpuOracle) {
       const double alpha = 0.6;
       CudaTrainOps gpu(0, c.chunk);
       const SelRun rc = run_sel(cpu_, in, alpha, stop, true), rg = run_sel(gpu, in, alpha, stop, true);
-      EXPECT_LE(rel_err(rg.stats[0], rc.stats[0]), 2e-2) << name << " loss_sum " << rg.stats[0] << " vs " << rc.stats[0];
+      EXPECT_LE(rel_err(rg.stats[0], rc.stats[0]), 2e-2)
+          << name << " loss_sum " << rg.stats[0] << " vs " << rc.stats[0];
       EXPECT_LE(rel_err(rg.stats[1], rc.stats[1]), 1e-6) << name << " weight_sum";
       int64_t flips = 0, weighted = 0;
       for (int64_t i = 0; i < in.N; ++i) {
@@ -310,10 +277,12 @@ TEST_F(CudaDflash2, SelectorLossMatchesTheCpuOracle) {
       }
       EXPECT_LE(flips, std::max<int64_t>(2, weighted / 20)) << name;
       for (int k = 1; k < c.B; ++k)
-        EXPECT_EQ(rg.stats[size_t(LossStatsSlots::count(c.B, k))], rc.stats[size_t(LossStatsSlots::count(c.B, k))])
+        EXPECT_EQ(rg.stats[size_t(LossStatsSlots::count(c.B, k))],
+                  rc.stats[size_t(LossStatsSlots::count(c.B, k))])
             << name << " offset " << k;
       const double e_dy = rel_rms(rg.dy, rc.dy);
-      std::printf("[ select ] %s: loss %.6g vs %.6g, dy rel-RMS %.3e\n", name.c_str(), rg.stats[0], rc.stats[0], e_dy);
+      std::printf("[ select ] %s: loss %.6g vs %.6g, dy rel-RMS %.3e\n", name.c_str(), rg.stats[0],
+                  rc.stats[0], e_dy);
       EXPECT_LE(e_dy, 3e-2) << name << " dy";
       const char* wn[3] = {"predecessor_codebook", "successor_codebook", "hidden_projection"};
       for (int i = 0; i < 3; ++i) {
@@ -323,7 +292,8 @@ TEST_F(CudaDflash2, SelectorLossMatchesTheCpuOracle) {
       }
       const SelRun again = run_sel(gpu, in, alpha, stop, true);
       EXPECT_TRUE(same_bits(again.dy, rg.dy) && again.argmax == rg.argmax && again.stats == rg.stats) << name;
-      for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(again.dw[i], rg.dw[i])) << name << " repeat " << wn[i];
+      for (int i = 0; i < 3; ++i)
+        EXPECT_TRUE(same_bits(again.dw[i], rg.dw[i])) << name << " repeat " << wn[i];
       const SelRun fwd = run_sel(gpu, in, alpha, stop, false);
       EXPECT_TRUE(fwd.argmax == rg.argmax && fwd.stats == rg.stats) << name << ": forward-only";
       const SelRun acc = run_sel(gpu, in, alpha, stop, true, &rg);

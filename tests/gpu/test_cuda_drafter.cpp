@@ -21,6 +21,7 @@ TEST(CudaDrafter, SkippedWithoutCudaBuild) {
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_train_ops.h"
 #include "tests/unit/target_test_util.h"
+#include "tests/gpu/train_ops_dev.h"
 #include "tests/unit/test_drafter_util.h"
 #include "train/optimizer.h"
 
@@ -28,37 +29,6 @@ using namespace df;
 using namespace df::testing;
 
 namespace {
-
-// Backend copies of host rows, freed with the owner.
-class Dev {
- public:
-  explicit Dev(TrainOps& ops) : ops_(ops) {}
-  ~Dev() {
-    for (void* p : mem_) ops_.free_bytes(p);
-  }
-  template <class T>
-  Tensor up(const std::vector<T>& h, DType dt, int64_t rows, int64_t cols) {
-    mem_.push_back(ops_.alloc_bytes(size_t(rows * cols) * dtype_size(dt)));
-    Tensor t = tensor_make(mem_.back(), dt, ops_.device(), rows, cols);
-    ops_.upload_raw(t, h.data());
-    return t;
-  }
-  Tensor bf16(const std::vector<float>& h, int64_t rows, int64_t cols) {
-    std::vector<uint16_t> b(h.size());
-    for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
-    return up(b, DType::bf16, rows, cols);
-  }
-  template <class T>
-  std::vector<T> down(const Tensor& t) {
-    std::vector<T> h(size_t(t.numel()) * dtype_size(t.dtype) / sizeof(T));
-    ops_.download_raw(t, h.data());
-    return h;
-  }
-
- private:
-  TrainOps& ops_;
-  std::vector<void*> mem_;
-};
 
 // In place: the batch and the CPU model keep pointing at these vectors.
 void round_to_bf16(std::vector<float>& v) {
@@ -378,17 +348,6 @@ struct DominoRun {
 DominoRun run_domino(TrainOps& ops, const DominoInputs& in, double lambda, bool backward,
                      const DominoRun* prior = nullptr) {
   Dev d(ops);
-  const bool lp = ops.act_dtype() == DType::bf16;
-  auto act = [&](const std::vector<float>& v, int64_t rows, int64_t cols) {
-    return lp ? d.bf16(v, rows, cols) : d.up(v, DType::f32, rows, cols);
-  };
-  auto to_f32 = [&](const Tensor& t) {
-    if (!lp) return d.down<float>(t);
-    const std::vector<uint16_t> b = d.down<uint16_t>(t);
-    std::vector<float> f(b.size());
-    for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
-    return f;
-  };
   const DominoHeadDims& dm = in.d;
   const int64_t H = dm.hidden, G = dm.gru_hidden, E = dm.emb_dim, V = dm.vocab, N = in.N;
   const int64_t shapes[4][2] = {{3 * G, H}, {3 * G, G}, {E, H + G}, {V, E}};
@@ -397,27 +356,27 @@ DominoRun run_domino(TrainOps& ops, const DominoInputs& in, double lambda, bool 
   Tensor* wt[4] = {&w.gru_ih, &w.gru_hh, &w.proj_in, &w.proj_out};
   Tensor* gt[4] = {&dw.gru_ih, &dw.gru_hh, &dw.proj_in, &dw.proj_out};
   for (int i = 0; i < 4; ++i) {
-    *wt[i] = act(*wv[i], shapes[i][0], shapes[i][1]);
+    *wt[i] = d.act(*wv[i], shapes[i][0], shapes[i][1]);
     *gt[i] = d.up(prior ? prior->dw[i] : std::vector<float>(size_t(shapes[i][0] * shapes[i][1]), NAN),
                   DType::f32, shapes[i][0], shapes[i][1]);
   }
   const int slots = LossStatsSlots::size(dm.block_size);
   const Tensor stats = d.up(std::vector<double>(size_t(slots), 0.0), DType::u8, 1, slots * 8);
   const Tensor argmax = d.up(std::vector<int32_t>(size_t(N), 7), DType::i32, 1, N);
-  const Tensor dy = act(std::vector<float>(size_t(N * H), NAN), N, H);
+  const Tensor dy = d.act(std::vector<float>(size_t(N * H), NAN), N, H);
   TrainOps::DominoHeadArgs a;
   a.dims = dm;
   a.lambda = lambda;
   a.backward = backward;
   a.beta_dw = prior ? 1.0f : 0.0f;
-  ops.domino_head_loss(act(in.y, N, H), act(in.lm, V, H), act(in.gru_in, N, H), w,
+  ops.domino_head_loss(d.act(in.y, N, H), d.act(in.lm, V, H), d.act(in.gru_in, N, H), w,
                        d.up(in.labels, DType::i32, 1, N), d.up(in.row_w, DType::f32, 1, N), a, argmax, dy, dw,
                        stats);
   DominoRun r;
   r.argmax = d.down<int32_t>(argmax);
   r.stats = d.down<double>(stats);
   if (!backward) return r;
-  r.dy = to_f32(dy);
+  r.dy = d.f32(dy);
   for (int i = 0; i < 4; ++i) r.dw[i] = d.down<float>(*gt[i]);
   return r;
 }

@@ -5,7 +5,8 @@
 //  - decoding step by step reproduces the full-sequence forward: its error against the CPU fp32 forward is no
 //    worse than the CUDA forward's own (both bf16), per tap and for the logits;
 //  - rolling a step back to a partial accept equals a fresh prefill of the accepted prefix;
-//  - speculative decoding with a CUDA DFlash, Domino or DFlash2 drafter, and batched generation (eval --generate),
+//  - speculative decoding with a CUDA DFlash, Domino or DFlash2 drafter, and batched generation (eval
+//  --generate),
 //    commit the CUDA target's plain greedy tokens (up to a near tie of the target's top two logits, where
 //    bf16 rounding of a differently batched step may choose the other).
 // Skips itself without a GPU or a CUDA build.
@@ -331,8 +332,8 @@ void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKi
   DFlashBlockDrafter bd(drafter);
   SpecDecoder spec(*target, bd, 11, n);
   const SpecPromptResult r = spec.run(prompt);
-  const std::string what =
-      std::string("speculative decoding, ") + drafter_kind_name(kind) + " drafter, block " + std::to_string(B);
+  const std::string what = std::string("speculative decoding, ") + drafter_kind_name(kind) +
+                           " drafter, block " + std::to_string(B);
   expect_greedy_up_to_a_near_tie(r.tokens, greedy, what);
   for (int a : r.accept_lengths) {
     EXPECT_GE(a, 1);

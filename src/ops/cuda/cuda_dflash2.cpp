@@ -1,10 +1,10 @@
 // CudaTrainOps' DFlash2 ops (train_ops.h "DFlash2"): each checks its tensors against train_ops.h (device,
 // dtype, shape; messages name the op and the tensor), sizes its workspace in the shared scratch and makes one
-// launcher call (kernels/train/dflash2.cu). Activations and GEMM weights bf16, base kernels and gradients f32.
+// launcher call (kernels/train/dflash2.cu). Activations and GEMM weights bf16, base kernels and gradients
+// f32.
 #include <vector>
 
 #include "kernels/primitives/cuda_check.cuh"
-#include "kernels/train/loss_slots.h"
 #include "kernels/train_launchers.cuh"
 #include "ops/cuda/cuda_train_ops.h"
 
@@ -21,7 +21,8 @@ void expect_conv(const char* op, const Tensor& u, const Tensor& base, const Tens
   DF_CHECK(side == 0 || side == 1, "%s: side %d is neither the input (0) nor the output (1) side", op, side);
   DF_CHECK(d.block_size >= 1 && d.hidden >= 1 && d.group_size >= 1 && d.hidden % d.group_size == 0 &&
                d.taps >= 1 && d.taps <= d.block_size,
-           "%s: bad dims hidden %d block %d taps %d group %d", op, d.hidden, d.block_size, d.taps, d.group_size);
+           "%s: bad dims hidden %d block %d taps %d group %d", op, d.hidden, d.block_size, d.taps,
+           d.group_size);
   DF_CHECK(u.rows % d.block_size == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)u.rows,
            d.block_size);
   cuda_expect_as(u, DType::bf16, u.rows, d.hidden, op, "u");
@@ -90,29 +91,22 @@ void CudaTrainOps::dflash2_conv_bwd(const Tensor& u, const Tensor& base, const T
   DF_CHECK(dbase.contiguous(), "%s: dbase %s must be contiguous", op, dbase.shape_str().c_str());
   const size_t ws = dflash2_conv_bwd_workspace_bytes(u.rows, d.hidden, d.taps);
   dflash2_conv_bwd_launch(conv_shape(d), side, bptr(u), u.stride, static_cast<const float*>(base.data),
-                          bptr(coeff), coeff.stride, bptr(dout), dout.stride, bptr(du), du.stride, bptr(dcoeff),
-                          dcoeff.stride, static_cast<float*>(dbase.data), beta_dbase, u.rows,
+                          bptr(coeff), coeff.stride, bptr(dout), dout.stride, bptr(du), du.stride,
+                          bptr(dcoeff), dcoeff.stride, static_cast<float*>(dbase.data), beta_dbase, u.rows,
                           u.rows > 0 ? scratch(ws) : nullptr, ws, dev_.stream);
 }
 
-void CudaTrainOps::dflash2_selector_loss(const Tensor& y, const Tensor& lm_head, const Dflash2SelectorWeights& w,
-                                         const Tensor& labels, const Tensor& prev, const Tensor& row_w,
+void CudaTrainOps::dflash2_selector_loss(const Tensor& y, const Tensor& lm_head,
+                                         const Dflash2SelectorWeights& w, const Tensor& labels,
+                                         const Tensor& prev, const Tensor& row_w,
                                          const Dflash2SelectorArgs& a, const Tensor& argmax, const Tensor& dy,
                                          const Dflash2SelectorWeights& dw, const Tensor& stats) {
   const char* op = "dflash2_selector_loss";
   const Dflash2SelectorDims& d = a.dims;
   const int B = d.block_size, H = d.hidden;
   const int64_t N = y.rows;
-  DF_CHECK(B >= 1 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
-  cuda_expect_as(y, DType::bf16, N, H, op, "y");
-  cuda_expect_as(lm_head, DType::bf16, d.vocab, H, op, "lm_head");
-  DF_CHECK(lm_head.contiguous(), "%s: lm_head %s must be contiguous", op, lm_head.shape_str().c_str());
-  cuda_expect_as(labels, DType::i32, 1, N, op, "labels");
+  cuda_expect_head_loss(y, lm_head, labels, row_w, argmax, stats, B, H, d.vocab, op);
   cuda_expect_as(prev, DType::i32, 1, N, op, "prev");
-  cuda_expect_as(row_w, DType::f32, 1, N, op, "row_w");
-  cuda_expect_as(argmax, DType::i32, 1, N, op, "argmax");
-  cuda_expect_as(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
-                 "stats (f64 slots as bytes)");
   expect_selector(w, d, DType::bf16, op, "a selector weight");
   if (a.backward) {
     cuda_expect_as(dy, DType::bf16, N, H, op, "dy");
@@ -125,12 +119,12 @@ void CudaTrainOps::dflash2_selector_loss(const Tensor& y, const Tensor& lm_head,
                                            static_cast<float*>(dw.successor_codebook.data),
                                            static_cast<float*>(dw.hidden_projection.data)}
                  : Dflash2SelectorGradPtrs{};
-  dflash2_selector_loss_launch(dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), selector_weights(w),
-                               static_cast<const int32_t*>(labels.data), static_cast<const int32_t*>(prev.data),
-                               static_cast<const float*>(row_w.data), float(a.alpha), a.stop_gradient, a.backward,
-                               a.beta_dw, static_cast<int32_t*>(argmax.data), a.backward ? bptr(dy) : nullptr,
-                               a.backward ? dy.stride : 0, g, static_cast<double*>(stats.data), loss_chunk_rows_,
-                               N > 0 ? scratch(ws) : nullptr, ws, dev_.stream);
+  dflash2_selector_loss_launch(
+      dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), selector_weights(w),
+      static_cast<const int32_t*>(labels.data), static_cast<const int32_t*>(prev.data),
+      static_cast<const float*>(row_w.data), float(a.alpha), a.stop_gradient, a.backward, a.beta_dw,
+      static_cast<int32_t*>(argmax.data), a.backward ? bptr(dy) : nullptr, a.backward ? dy.stride : 0, g,
+      static_cast<double*>(stats.data), loss_chunk_rows_, N > 0 ? scratch(ws) : nullptr, ws, dev_.stream);
 }
 
 std::vector<int32_t> CudaTrainOps::dflash2_selector_propose(const Tensor& y, const Tensor& lm_head,
@@ -142,9 +136,9 @@ std::vector<int32_t> CudaTrainOps::dflash2_selector_propose(const Tensor& y, con
   DF_CHECK(lm_head.contiguous(), "%s: lm_head %s must be contiguous", op, lm_head.shape_str().c_str());
   expect_selector(w, d, DType::bf16, op, "a selector weight");
   const size_t ws = dflash2_propose_layout(d.block_size, d.vocab, d.rank, d.top_k).bytes;
-  const int32_t* tok = dflash2_selector_propose_launch(dev_.gemm, selector_shape(d, 1), bptr(y), y.stride,
-                                                       bptr(lm_head), selector_weights(w), first, scratch(ws), ws,
-                                                       dev_.stream);
+  const int32_t* tok =
+      dflash2_selector_propose_launch(dev_.gemm, selector_shape(d, 1), bptr(y), y.stride, bptr(lm_head),
+                                      selector_weights(w), first, scratch(ws), ws, dev_.stream);
   std::vector<int32_t> host(size_t(d.block_size));
   DF_CUDA_CHECK(
       cudaMemcpyAsync(host.data(), tok, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, dev_.stream));
