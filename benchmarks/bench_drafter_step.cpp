@@ -52,13 +52,15 @@ struct BenchTarget {
   const char* label;
   const char* toml;         // relative to the source tree
   const char* domino_toml;  // the Domino recipe of the same target
-  const char* dspark_toml;  // the DSpark recipe of the same target
+  const char* dspark_toml;   // the DSpark recipe of the same target
+  const char* dflash2_toml;  // its DFlash2 recipe; null: none yet
   int hidden, layers, intermediate, vocab;
 };
-constexpr BenchTarget kTargets[] = {{"27b", "configs/qwen3.6-27b.toml", "configs/qwen3.6-27b-domino.toml",
-                                     "configs/qwen3.6-27b-dspark.toml", 5120, 64, 17408, 248320},
-                                    {"8b", "configs/qwen3-8b.toml", "configs/qwen3-8b-domino.toml",
-                                     "configs/qwen3-8b-dspark.toml", 4096, 36, 12288, 151936}};
+constexpr BenchTarget kTargets[] = {
+    {"27b", "configs/qwen3.6-27b.toml", "configs/qwen3.6-27b-domino.toml", "configs/qwen3.6-27b-dspark.toml",
+     "configs/qwen3.6-27b-dflash2.toml", 5120, 64, 17408, 248320},
+    {"8b", "configs/qwen3-8b.toml", "configs/qwen3-8b-domino.toml", "configs/qwen3-8b-dspark.toml", nullptr, 4096,
+     36, 12288, 151936}};
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -207,6 +209,30 @@ class TimedTrainOps final : public TrainOps {
     timed("domino_head_loss",
           [&] { g_.domino_head_loss(y, lm_head, gru_in, w, labels, row_w, a, argmax, dy, dw, stats); });
   }
+  void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d) override {
+    timed("dflash2_conv_fwd", [&] { g_.dflash2_conv_fwd(u, base, coeff, side, resid, out, d); });
+  }
+  void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& dout, const Tensor& du, const Tensor& dcoeff, const Tensor& dbase,
+                        float beta_dbase, const Dflash2ConvDims& d) override {
+    timed("dflash2_conv_bwd",
+          [&] { g_.dflash2_conv_bwd(u, base, coeff, side, dout, du, dcoeff, dbase, beta_dbase, d); });
+  }
+  void dflash2_selector_loss(const Tensor& y, const Tensor& lm_head, const Dflash2SelectorWeights& w,
+                             const Tensor& labels, const Tensor& prev, const Tensor& row_w,
+                             const Dflash2SelectorArgs& a, const Tensor& argmax, const Tensor& dy,
+                             const Dflash2SelectorWeights& dw, const Tensor& stats) override {
+    timed("dflash2_selector_loss",
+          [&] { g_.dflash2_selector_loss(y, lm_head, w, labels, prev, row_w, a, argmax, dy, dw, stats); });
+  }
+  std::vector<int32_t> dflash2_selector_propose(const Tensor& y, const Tensor& lm_head,
+                                                const Dflash2SelectorWeights& w, const Dflash2SelectorDims& d,
+                                                int32_t first) override {
+    std::vector<int32_t> r;
+    timed("dflash2_selector_propose", [&] { r = g_.dflash2_selector_propose(y, lm_head, w, d, first); });
+    return r;
+  }
   std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head, const Tensor& embed,
                                            const DominoHeadWeights& w, const DominoHeadDims& d,
                                            int32_t first) override {
@@ -351,6 +377,14 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
     dc.confidence_head_alpha = 0.0f;
     cfg.drafter.kind = "dflash";
   }
+  if (o.kind == "dflash" && dc.kind == DrafterKind::dflash2) {
+    // The DFlash2 recipe's backbone without its convolutions and selector: the DFlash step it is weighed
+    // against.
+    dc.kind = DrafterKind::dflash;
+    dc.conv_kernel_size = dc.conv_group_size = dc.selector_rank = dc.selector_top_k = 0;
+    dc.output_multiplier = dc.final_logit_softcapping = 0.0f;
+    cfg.drafter.kind = "dflash";
+  }
   DF_CHECK(o.kind == drafter_kind_name(dc.kind), "--kind %s: %s configures a %s drafter", o.kind.c_str(),
            toml.c_str(), drafter_kind_name(dc.kind));
   const int64_t T = o.seq_len, H = dc.hidden, V = dc.vocab;
@@ -429,6 +463,8 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
     drafter_begin_step(model);
     anchors = anchors_sample_batch(batch, dc.num_anchors, rng);
     lo.domino_lambda = loss_domino_lambda(cfg.train, dc, step_no, optim.total_steps);
+    lo.dflash2_selector_alpha = loss_dflash2_selector_alpha(cfg.train, dc, step_no, optim.total_steps);
+    lo.dflash2_stop_gradient = cfg.train.dflash2_selector_stop_gradient;
     LossStats st = drafter_forward_backward(model, batch, anchors, lo);
     drafter_grads_ready(model);
     AdamwStepResult r = adamw_step(model, optim, step_no++, 1.0 / std::max(st.weight_sum, 1e-30));
@@ -588,12 +624,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cuda | cpu (default: cuda when a GPU is visible)");
   app.add_option("--model", o.model,
                  "27b | 8b | all: the drafter of configs/qwen3.6-27b.toml / qwen3-8b.toml");
-  app.add_option("--kind", o.kind, "dflash | domino | dspark: the drafter timed")
-      ->check(CLI::IsMember({"dflash", "domino", "dspark"}));
+  app.add_option("--kind", o.kind, "dflash | domino | dspark | dflash2: the drafter timed")
+      ->check(CLI::IsMember({"dflash", "domino", "dspark", "dflash2"}));
   app.add_option("--recipe", o.recipe,
-                 "dflash | domino | dspark: whose recipe of --model to read (default --kind's); --kind dflash "
-                 "--recipe domino (dspark) times that recipe's backbone without its head")
-      ->check(CLI::IsMember({"dflash", "domino", "dspark"}));
+                 "dflash | domino | dspark | dflash2: whose recipe of --model to read (default --kind's); --kind "
+                 "dflash --recipe domino (dspark, dflash2) times that recipe's backbone without its head")
+      ->check(CLI::IsMember({"dflash", "domino", "dspark", "dflash2"}));
   app.add_option("--config", o.config, "a run config TOML instead (needs --target-config)");
   app.add_option("--target-config", o.target_config,
                  "the target's config.json (or its directory) for --config");
@@ -621,7 +657,14 @@ int main(int argc, char** argv) {
         q.intermediate = t.intermediate;
         q.vocab = t.vocab;
         const std::string recipe = o.recipe.empty() ? o.kind : o.recipe;
-        const char* toml = recipe == "domino" ? t.domino_toml : recipe == "dspark" ? t.dspark_toml : t.toml;
+        const char* toml = recipe == "domino"    ? t.domino_toml
+                           : recipe == "dspark"  ? t.dspark_toml
+                           : recipe == "dflash2" ? t.dflash2_toml
+                                                 : t.toml;
+        if (!toml) {
+          std::printf("%s: no %s recipe of this target yet, skipped\n", t.label, recipe.c_str());
+          continue;
+        }
         ok &= bench_shape(t.label, std::string(DF_SOURCE_DIR) + "/" + toml, q, o);
       }
       DF_CHECK(any, "--model %s: expected 27b, 8b or all", o.model.c_str());

@@ -5,7 +5,9 @@
 # or with --kind domino its Domino step (DominoTrainStrategy over OnlineDominoModel and DominoDraftModel, at
 # λ of the recipe's schedule) on our Domino recipes' shapes, or with --kind dspark its DSpark step
 # (DSparkTrainStrategy over OnlineDSparkModel and DSparkDraftModel, the recipe's loss weights, the target's
-# final hidden state random like the taps) on our DSpark recipes' shapes,
+# final hidden state random like the taps) on our DSpark recipes' shapes, or with --kind dflash2 its DFlash2
+# step (DFlash2DraftModel under OnlineDFlashModel with the candidate selector's loss, from --specforge
+# .peer/SpecForge-dflash2: SpecForge 5943b2f, PROVENANCE inside) on our DFlash2 recipe's shapes,
 # random weights, 1 x 4096 tokens, one GPU (its FSDPTrainingBackend unwrapped, as a single-rank run has
 # nothing to shard). Prints ONE JSON line per shape (seconds/step, context tok/s, peak memory) so
 # run_drafter_step.sh can take the ratio. SpecForge is read from .peer/SpecForge, never copied.
@@ -36,8 +38,8 @@ DEFAULT_SPECFORGE = os.path.join(REPO, ".peer", "SpecForge")
 # a checkpoint directory that the benchmark machine does not have. Same figures as MODELS.md.
 TARGETS = {
     "27b": {"toml": "configs/qwen3.6-27b.toml", "domino_toml": "configs/qwen3.6-27b-domino.toml",
-            "dspark_toml": "configs/qwen3.6-27b-dspark.toml", "hidden": 5120, "vocab": 248320, "layers": 64,
-            "intermediate": 17408},
+            "dspark_toml": "configs/qwen3.6-27b-dspark.toml", "dflash2_toml": "configs/qwen3.6-27b-dflash2.toml",
+            "hidden": 5120, "vocab": 248320, "layers": 64, "intermediate": 17408},
     "8b": {"toml": "configs/qwen3-8b.toml", "domino_toml": "configs/qwen3-8b-domino.toml",
            "dspark_toml": "configs/qwen3-8b-dspark.toml", "hidden": 4096, "vocab": 151936, "layers": 36,
            "intermediate": 12288},
@@ -54,7 +56,7 @@ def specforge_commit(root):
         return "unknown"
 
 
-def load_specforge(root, trainer=False, optimizer=True, domino=False, dspark=False):
+def load_specforge(root, trainer=False, optimizer=True, domino=False, dspark=False, dflash2=False):
     """Imports SpecForge's DFlash model, training wrapper and (with `optimizer`) optimizer (and with `trainer`
     its training loop pieces, with `domino` its Domino draft model, with `dspark` its DSpark draft model) from
     `root` without running its package __init__ files. Returns a namespace of modules."""
@@ -76,6 +78,8 @@ def load_specforge(root, trainer=False, optimizer=True, domino=False, dspark=Fal
         names["domino"] = "modeling.draft.domino"
     if dspark:
         names["dspark"] = "modeling.draft.dspark"
+    if dflash2:
+        names["dflash2"] = "modeling.draft.dflash2"
     if trainer:
         names.update(backend="training.backend", strategies="training.strategies.base",
                      controller="training.controller", contracts="runtime.contracts")
@@ -111,6 +115,11 @@ def drafter_fields(toml_path, target):
         "attention_mode": d.get("attention_mode", "gqa"),
         "dspark_alphas": {k: t.get(k, v) for k, v in (("dspark_ce_loss_alpha", 0.1), ("dspark_l1_loss_alpha", 0.9),
                                                       ("dspark_confidence_head_alpha", 1.0))},
+        "conv_kernel_size": d.get("conv_kernel_size", 0), "conv_group_size": d.get("conv_group_size", 0),
+        "selector_rank": d.get("selector_rank", 0), "selector_top_k": d.get("selector_top_k", 0),
+        "output_multiplier": d.get("output_multiplier", 1.0),
+        "final_logit_softcapping": d.get("final_logit_softcapping", 0.0),
+        "selector_alpha": t.get("dflash2_selector_loss_alpha", 1.0),
     }
 
 
@@ -135,7 +144,14 @@ def qwen3_draft_config(dflash, f, target, attn):
                              enable_confidence_head=f["enable_confidence_head"],
                              confidence_head_with_markov=f["confidence_head_with_markov"],
                              confidence_head_alpha=f["confidence_head_alpha"], attention_mode=f["attention_mode"])
-    arch = "DominoDraftModel" if domino else "DSparkDraftModel" if dspark else "DFlashDraftModel"
+    dflash2 = f.get("kind", "dflash") == "dflash2"
+    if dflash2:  # SpecForge's DFlash2 keys; no softcap key means none there (our 0)
+        dflash_config.update({k: f[k] for k in ("conv_kernel_size", "conv_group_size", "selector_rank",
+                                                "selector_top_k", "output_multiplier")})
+        if f["final_logit_softcapping"] > 0:
+            dflash_config["final_logit_softcapping"] = f["final_logit_softcapping"]
+    arch = ("DominoDraftModel" if domino else "DSparkDraftModel" if dspark else "DFlash2DraftModel" if dflash2
+            else "DFlashDraftModel")
     cfg = Qwen3Config(
         architectures=[arch], attention_bias=False,
         attention_dropout=0.0, block_size=f["block_size"], dflash_config=dflash_config,
@@ -166,8 +182,9 @@ def bench_shape(label, toml_path, target, mods, args):
         sys.exit(f"specforge_drafter_step: --kind {args.kind}, but {toml_path} configures a {f['kind']} drafter")
     domino = f.get("kind", "dflash") == "domino"  # the golden script's FIELDS name no kind: it sets its own head
     dspark = f["kind"] == "dspark"
+    dflash2 = f["kind"] == "dflash2"
     draft_class = (mods.domino.DominoDraftModel if domino else mods.dspark.DSparkDraftModel if dspark
-                   else dflash.DFlashDraftModel)
+                   else mods.dflash2.DFlash2DraftModel if dflash2 else dflash.DFlashDraftModel)
     with dev:
         draft = draft_class(cfg).to(torch.bfloat16)
         embed = nn.Embedding(V, H, dtype=torch.bfloat16)
@@ -186,6 +203,8 @@ def bench_shape(label, toml_path, target, mods, args):
         model = family.OnlineDominoModel(**common, shift_label=f["shift_label"])
     elif dspark:
         model = family.OnlineDSparkModel(**common, **f["dspark_alphas"])
+    elif dflash2:  # the recipe's α (its warm-up and ramp are 0: α from the first step)
+        model = family.OnlineDFlashModel(**common, loss_type="dflash", selector_loss_alpha=f["selector_alpha"])
     else:
         model = family.OnlineDFlashModel(**common, loss_type="dflash")
     model.train()
@@ -217,7 +236,8 @@ def bench_shape(label, toml_path, target, mods, args):
     tensors = {"input_ids": ids, "hidden_states": hidden, "loss_mask": loss_mask}
     if dspark:  # the target's final-norm output, as the taps random (bench_drafter_step does the same)
         tensors["target_last_hidden_states"] = torch.randn(1, T, H, device=dev, generator=g, dtype=torch.bfloat16)
-    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy=f["kind"], tensors=tensors)
+    batch = mods.contracts.TrainBatch(sample_ids=["bench"], strategy="dflash" if dflash2 else f["kind"],
+                                      tensors=tensors)
     step_no = [0]
 
     def step():
@@ -270,8 +290,9 @@ def bench_shape(label, toml_path, target, mods, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default="all", choices=["all", *TARGETS], help="drafter shape(s) to time")
-    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dspark"],
-                   help="the drafter kind: its recipe of --model (configs/*-domino.toml, *-dspark.toml) and "
+    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dspark", "dflash2"],
+                   help="the drafter kind: its recipe of --model (configs/*-domino.toml, *-dspark.toml, "
+                        "*-dflash2.toml) and "
                         "SpecForge's step")
     p.add_argument("--config", help="a run config TOML instead of the model's (its target: --model's)")
     p.add_argument("--specforge", default=DEFAULT_SPECFORGE, help="SpecForge tree (default .peer/SpecForge)")
@@ -292,10 +313,14 @@ def main():
     if commit != SPECFORGE_COMMIT:
         print(f"specforge_drafter_step: WARNING .peer/SPECFORGE_COMMIT says {commit}, these scripts pin "
               f"{SPECFORGE_COMMIT}", file=sys.stderr)
-    mods = load_specforge(args.specforge, trainer=True, domino=args.kind == "domino", dspark=args.kind == "dspark")
+    mods = load_specforge(args.specforge, trainer=True, domino=args.kind == "domino", dspark=args.kind == "dspark",
+                          dflash2=args.kind == "dflash2")
     ok = True
     for label in TARGETS if args.model == "all" else [args.model]:
-        key = {"domino": "domino_toml", "dspark": "dspark_toml"}.get(args.kind, "toml")
+        key = {"domino": "domino_toml", "dspark": "dspark_toml", "dflash2": "dflash2_toml"}.get(args.kind, "toml")
+        if not args.config and key not in TARGETS[label]:
+            print(f"{label}: no {args.kind} recipe of this target yet, skipped")
+            continue
         toml_path = args.config or os.path.join(REPO, TARGETS[label][key])
         ok &= bench_shape(label, toml_path, TARGETS[label], mods, args)
     sys.exit(0 if ok else 1)

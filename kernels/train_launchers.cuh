@@ -105,4 +105,58 @@ const int32_t* domino_head_propose_launch(GemmContext* gemm, const DominoHeadSha
                                           const DominoHeadWeightPtrs& w, int shift, int32_t first, void* ws,
                                           size_t ws_bytes, cudaStream_t stream);
 
+// ---- dflash2.cu ---------------------------------------------------------------------------------------
+// train_ops.h's DFlash2 ops on the device (ops/dflash2_conv.h and ops/dflash2_selector.h are the math, the
+// CPU oracle ops/cpu/cpu_dflash2.cpp).
+struct Dflash2ConvShape {
+  int H = 0, B = 0, taps = 0, gs = 0;  // hidden, block, taps, channels a group
+};
+// out = resid + conv_side(u) over rows (whole blocks): u, resid, out bf16 [rows, H], coeff bf16 [rows,
+// 2·taps·G] (both sides), base f32 [2·taps, H] contiguous; resid may be null. out must not alias u.
+void dflash2_conv_fwd_launch(const Dflash2ConvShape& d, int side, const bf16* u, int64_t ld_u,
+                             const float* base, const bf16* coeff, int64_t ld_c, const bf16* resid,
+                             int64_t ld_r, bf16* out, int64_t ld_o, int64_t rows, cudaStream_t stream);
+// Its backward: du and dcoeff's side-s columns overwritten (bf16), dbase's side-s rows = beta·dbase + ∂/∂base
+// (f32, summed in fixed row chunks). ws: dflash2_conv_bwd_workspace_bytes(rows, H, taps) (train_workspace.h).
+void dflash2_conv_bwd_launch(const Dflash2ConvShape& d, int side, const bf16* u, int64_t ld_u,
+                             const float* base, const bf16* coeff, int64_t ld_c, const bf16* dout,
+                             int64_t ld_do, bf16* du, int64_t ld_du, bf16* dcoeff, int64_t ld_dc,
+                             float* dbase, float beta_dbase, int64_t rows, void* ws, size_t ws_bytes,
+                             cudaStream_t stream);
+
+struct Dflash2SelectorShape {
+  int64_t nb = 0;  // blocks (training); 1 for a proposal
+  int B = 0, H = 0, V = 0, R = 0, K = 0;
+  float mult = 1.0f, softcap = 0.0f;  // output_multiplier, final_logit_softcapping (0: none)
+};
+struct Dflash2SelectorWeightPtrs {
+  const bf16 *pred = nullptr, *succ = nullptr, *proj = nullptr;  // [V, R], [V, R], [R, H]
+};
+struct Dflash2SelectorGradPtrs {
+  float *pred = nullptr, *succ = nullptr, *proj = nullptr;
+};
+// CUB's radix-sort scratch for the selector's two scatters over N rows of K candidates.
+size_t dflash2_sort_temp_bytes(int64_t N, int K, int64_t V);
+// The selector loss's workspace: dflash2_selector_layout with CUB's scratch.
+size_t dflash2_selector_workspace_bytes(const Dflash2SelectorShape& d, int64_t chunk_rows);
+// y [nb·B, H] bf16 (row stride ld_y), lm_head [V, H] bf16 contiguous, weights bf16 contiguous; labels, prev
+// i32 and row_w f32 [nb·B]. Writes argmax i32 [nb·B] of the raw logits (−1 where row_w is 0) and adds Σ w·(CE
+// + α·CE_selector), Σ w and the accuracy counts to stats as loss_row_stats does with given weights. With
+// backward: dy bf16 (row stride ld_dy) overwritten with ∂/∂y (the selector term left out with stop_gradient),
+// dw = beta_dw·dw + ∂/∂w (f32, contiguous). Logits exist for chunk_rows rows at a time.
+// ws: dflash2_selector_workspace_bytes(d, chunk_rows) bytes, 256-byte aligned.
+void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape& d, const bf16* y,
+                                  int64_t ld_y, const bf16* lm_head, const Dflash2SelectorWeightPtrs& w,
+                                  const int32_t* labels, const int32_t* prev, const float* row_w, float alpha,
+                                  bool stop_gradient, bool backward, float beta_dw, int32_t* argmax, bf16* dy,
+                                  int64_t ld_dy, const Dflash2SelectorGradPtrs& dw, double* stats,
+                                  int64_t chunk_rows, void* ws, size_t ws_bytes, cudaStream_t stream);
+// One block's greedy lattice walk (d.nb 1): y [B, H] bf16 (row stride ld_y); tokens i32 [B] in ws get `first`
+// and the B − 1 proposals; returns where (the stream is not synchronised). ws: dflash2_propose_layout(B, V,
+// R, K).bytes.
+const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2SelectorShape& d,
+                                               const bf16* y, int64_t ld_y, const bf16* lm_head,
+                                               const Dflash2SelectorWeightPtrs& w, int32_t first, void* ws,
+                                               size_t ws_bytes, cudaStream_t stream);
+
 }  // namespace df

@@ -193,4 +193,77 @@ inline DominoProposeLayout domino_propose_layout(int64_t B, int64_t H, int64_t G
   return L;
 }
 
+// ---- dflash2.cu ------------------------------------------------------------------------------------------
+// The selector keeps each thread's top-K in local arrays and the context row [R] in shared memory.
+constexpr int kDflash2MaxTopK = 64;
+constexpr int kDflash2MaxRank = 8192;
+
+// The convolution backward's ∂/∂base row-chunk partials: column_partial_chunks of [rows, taps·H].
+inline size_t dflash2_conv_bwd_workspace_bytes(int64_t rows, int64_t H, int64_t taps) {
+  return size_t(column_partial_chunks(rows, taps * H)) * size_t(taps * H) * sizeof(float);
+}
+
+// The selector loss over N block rows: W_h·y for every row, one chunk of logits with its bf16 gradient and
+// the f32 dy rows, each row's statistics, the candidates' (token, entry) keys, ∂/∂score, the context and the
+// predecessor gradient rows the scatters read, the sorted copies, each token's run end and CUB's sort
+// scratch (sort_bytes, from dflash2_sort_temp_bytes: CUB alone knows it).
+struct Dflash2SelectorLayout {
+  int64_t chunk = 0, ldv = 0, ldh = 0;
+  size_t proj = 0, logits = 0, grad = 0, dyf = 0, dproj = 0, row_loss = 0, row_act = 0;
+  size_t keys_in = 0, vals_in = 0, keys_out = 0, vals_out = 0, ds = 0, ctx = 0, prev_key = 0, prev_val = 0;
+  size_t dpr = 0, seg_end = 0, sort_tmp = 0, bytes = 0;
+};
+
+inline Dflash2SelectorLayout dflash2_selector_layout(int64_t N, int64_t H, int64_t V, int64_t R, int64_t K,
+                                                     int64_t chunk_rows, size_t sort_bytes) {
+  Dflash2SelectorLayout L;
+  L.chunk = chunk_rows < N ? chunk_rows : N;
+  if (L.chunk < 1) L.chunk = 1;
+  L.ldv = round_up(V, 8);
+  L.ldh = round_up(H, 8);
+  WorkspaceCarver ws;
+  auto take = [&](int64_t bytes) { return ws.take(bytes); };
+  const int64_t f4 = 4;
+  L.proj = take(N * R * f4);
+  L.logits = take(L.chunk * L.ldv * f4);
+  L.grad = take(L.chunk * L.ldv * 2);
+  L.dyf = take(L.chunk * L.ldh * f4);
+  L.dproj = take(N * R * 2);
+  L.row_loss = take(N * f4);
+  L.row_act = take(N);
+  L.keys_in = take(N * K * 4);
+  L.vals_in = take(N * K * 4);
+  L.keys_out = take(N * K * 4);
+  L.vals_out = take(N * K * 4);
+  L.ds = take(N * K * f4);
+  L.ctx = take(N * R * f4);
+  L.prev_key = take(N * 4);
+  L.prev_val = take(N * 4);
+  L.dpr = take(N * R * f4);
+  L.seg_end = take((V + 1) * 4);
+  L.sort_tmp = take(int64_t(sort_bytes));
+  L.bytes = ws.off;
+  return L;
+}
+
+// One block's proposals: the logits and W_h·y of its B − 1 slots, their candidates and the B tokens.
+struct Dflash2ProposeLayout {
+  int64_t ldv = 0;
+  size_t logits = 0, proj = 0, cand = 0, cval = 0, tok = 0, bytes = 0;
+};
+
+inline Dflash2ProposeLayout dflash2_propose_layout(int64_t B, int64_t V, int64_t R, int64_t K) {
+  Dflash2ProposeLayout L;
+  L.ldv = round_up(V, 8);
+  WorkspaceCarver ws;
+  auto take = [&](int64_t bytes) { return ws.take(bytes); };
+  L.logits = take(B * L.ldv * 4);
+  L.proj = take(B * R * 4);
+  L.cand = take(B * K * 4);
+  L.cval = take(B * K * 4);
+  L.tok = take(B * 4);
+  L.bytes = ws.off;
+  return L;
+}
+
 }  // namespace df

@@ -92,10 +92,9 @@ void drafter_config_validate(const DrafterConfig& c) {
 }
 
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend) {
-  DF_CHECK(c.kind != DrafterKind::dflash2 || backend == "cpu",
-           "drafter.kind = \"dflash2\": the %s backend has no dflash2 convolutions, selector and loss yet "
-           "(their ops are built on the CPU backend only); HINT: drafter.device = \"cpu\", or drafter.kind = "
-           "\"dflash\"",
+  DF_CHECK(c.kind != DrafterKind::dflash2 || backend == "cpu" || backend == "cuda",
+           "drafter.kind = \"dflash2\": the %s backend has no dflash2 convolutions, selector and loss (their "
+           "ops are built on the CPU and CUDA backends); HINT: drafter.device = \"cpu\" or \"cuda\"",
            backend.c_str());
 }
 

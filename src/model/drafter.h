@@ -63,8 +63,8 @@ std::vector<int64_t> drafter_param_hf_shape(const DrafterConfig& c, const Drafte
 // 0; SpecForge DFlashGroupedConv's initialisation).
 float drafter_base_kernel_identity(int64_t i, int64_t cols, int taps);
 
-// Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): DFlash2's ops run on the
-// CPU backend only so far, and such a config must never silently train a DFlash drafter.
+// Throws unless the step of c.kind exists on `backend` ("cpu" | "cuda"): every kind's ops run on both, and a
+// config naming another backend must never silently train a DFlash drafter.
 void drafter_check_kind_trainable(const DrafterConfig& c, const std::string& backend);
 
 // The Domino head's sizes (ops/domino_head.h) of a kind = domino config.

@@ -1,5 +1,6 @@
-// TrainOps' DFlash2 ops on a backend that has none (train_ops.h "DFlash2"): a clear refusal naming the
-// backend. drafter_check_kind_trainable refuses a DFlash2 drafter on such a backend before any op runs.
+// TrainOps' DFlash2 ops on a backend that has none (train_ops.h "DFlash2"; a wrapper such as a test's op
+// counter): a clear refusal naming the backend. drafter_check_kind_trainable refuses a DFlash2 drafter on
+// such a backend before any op runs.
 #include "ops/train_ops.h"
 
 #include "core/error.h"
@@ -10,8 +11,8 @@ namespace {
 
 [[noreturn]] void refuse(const TrainOps& ops, const char* op) {
   DF_FAIL(
-      "%s: the %s backend has no DFlash2 ops yet (they run on the CPU backend only); HINT: "
-      "drafter.device = \"cpu\", or drafter.kind = \"dflash\"",
+      "%s: the %s backend has no DFlash2 ops (the CPU and CUDA backends have them); HINT: "
+      "drafter.device = \"cpu\" or \"cuda\", or drafter.kind = \"dflash\"",
       op, ops.name());
 }
 

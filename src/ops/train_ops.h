@@ -204,7 +204,7 @@ class TrainOps {
                                                    const DominoHeadDims& d, int32_t first) = 0;
 
   // ---- DFlash2 (drafter.kind = "dflash2"; ops/dflash2_conv.h and ops/dflash2_selector.h are the math) ----
-  // The base class refuses these, naming the backend: only the CPU backend has them so far.
+  // The base class refuses these, naming the backend: the CPU and CUDA backends have them.
   // One convolution's weights: base_kernel f32 [2·taps, H], kernel_projection [coeffs, H] (a GEMM weight).
   struct Dflash2ConvWeights {
     Tensor base_kernel, kernel_projection;

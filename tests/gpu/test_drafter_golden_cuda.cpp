@@ -1,6 +1,7 @@
-// The CUDA drafter step against SpecForge's own DFlash, Domino and DSpark steps (golden files of
+// The CUDA drafter step against SpecForge's own DFlash, Domino, DSpark and DFlash2 steps (golden files of
 // tests/golden/make_drafter_golden.py; the CPU twins are tests/unit/test_drafter_golden.cpp,
-// test_domino_golden.cpp and test_dspark_golden.cpp), with bf16 weights and activations: the rows that carry
+// test_domino_golden.cpp, test_dspark_golden.cpp and test_dflash2_golden.cpp), with bf16 weights and
+// activations: the rows that carry
 // loss must match exactly, the loss and every gradient within what bf16 allows. Skips without a device,
 // without a CUDA build, or while the golden files have not been generated.
 #include <gtest/gtest.h>
@@ -102,6 +103,20 @@ TEST(DrafterGoldenCuda, DSparkMatchesSpecForgeLossAndGradients) {
           << head << "` on the GPU machine and commit it";
     expect_golden_step(dir);
   }
+}
+
+// The DFlash2 step (both convolutions around every sublayer, the selector's K-way CE at the golden's α; the
+// CPU twin is test_dflash2_golden.cpp) against SpecForge's OnlineDFlashModel with DFlash2DraftModel, at the
+// same bounds: the convolutions add two bf16 roundings a sublayer, the selector's term a few on its own rows.
+TEST(DrafterGoldenCuda, Dflash2MatchesSpecForgeLossAndGradients) {
+  const std::string dir = std::string(DF_SOURCE_DIR) + "/tests/golden/drafter_dflash2";
+  if (!have_device()) GTEST_SKIP() << "no CUDA device or no CUDA build: GPU drafter golden test skipped";
+  if (!std::filesystem::exists(dir + "/golden.safetensors") ||
+      !std::filesystem::exists(dir + "/model/config.json"))
+    GTEST_SKIP()
+        << "tests/golden/drafter_dflash2/ is absent: run `python3 tests/golden/make_drafter_golden.py "
+           "--kind dflash2 --specforge .peer/SpecForge-dflash2` on the GPU machine and commit it";
+  expect_golden_step(dir);
 }
 
 }  // namespace

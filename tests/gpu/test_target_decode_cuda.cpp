@@ -5,7 +5,7 @@
 //  - decoding step by step reproduces the full-sequence forward: its error against the CPU fp32 forward is no
 //    worse than the CUDA forward's own (both bf16), per tap and for the logits;
 //  - rolling a step back to a partial accept equals a fresh prefill of the accepted prefix;
-//  - speculative decoding with a CUDA DFlash, Domino or DSpark drafter, and batched generation (eval
+//  - speculative decoding with a CUDA DFlash, Domino, DSpark or DFlash2 drafter, and batched generation (eval
 //    --generate), commit the CUDA target's plain greedy tokens (up to a near tie of the target's top two
 //    logits, where bf16 rounding of a differently batched step may choose the other).
 // Skips itself without a GPU or a CUDA build.
@@ -305,20 +305,23 @@ TEST_P(TargetDecodeCuda, RollbackEqualsFreshPrefill) {
 
 namespace {
 
-// Speculative decoding of one prompt with a random CUDA drafter (block 4) of `kind` commits the CUDA target's
+// Speculative decoding of one prompt with a random CUDA drafter (block B) of `kind` commits the CUDA target's
 // plain greedy tokens. Verification scores B rows at once, plain decoding one: the same row arithmetic up to
 // the GEMM's row count.
-void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKind kind,
+void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKind kind, int B = 4,
                                     DrafterMarkovHead markov = DrafterMarkovHead::vanilla,
                                     double confidence_threshold = 0) {
   auto target = target_random(c, 31, gpu, with_lm_head());
   const std::vector<int32_t> prompt = random_ids(11, c.vocab, 2);
-  const int n = 24, B = 4;
+  const int n = 24;
   const Greedy greedy = greedy_with_margins(*target, prompt, n);
   CudaTrainOps tops(0);
-  DrafterConfig dc = kind == DrafterKind::domino   ? df::testing::tiny_domino_config()
-                     : kind == DrafterKind::dspark ? df::testing::tiny_dspark_config(markov, 3, true)
-                                                   : df::testing::tiny_drafter_config();
+  DrafterConfig dc = kind == DrafterKind::domino    ? df::testing::tiny_domino_config()
+                     : kind == DrafterKind::dspark  ? df::testing::tiny_dspark_config(markov, 3, true)
+                     : kind == DrafterKind::dflash2 ? df::testing::tiny_dflash2_config(std::min(8, c.vocab))
+                                                    : df::testing::tiny_drafter_config();
+  if (kind == DrafterKind::dflash2 && c.hidden % dc.conv_group_size != 0) dc.conv_group_size = 1;
+  dc.sliding_window = std::max(dc.sliding_window, B);  // a block must see itself
   dc.hidden = c.hidden;
   dc.vocab = c.vocab;
   dc.mask_token_id = c.vocab - 1;
@@ -331,8 +334,8 @@ void expect_spec_decoding_is_greedy(CudaOps& gpu, const QwenConfig& c, DrafterKi
   DFlashBlockDrafter bd(drafter, confidence_threshold);
   SpecDecoder spec(*target, bd, 11, n);
   const SpecPromptResult r = spec.run(prompt);
-  const std::string what = std::string("speculative decoding, ") + drafter_kind_name(kind) + " drafter" +
-                           (confidence_threshold > 0 ? ", confidence verify length" : "");
+  const std::string what = std::string("speculative decoding, ") + drafter_kind_name(kind) + " drafter, block " +
+                           std::to_string(B) + (confidence_threshold > 0 ? ", confidence verify length" : "");
   if (confidence_threshold > 0)
     EXPECT_LT(r.verified, int64_t(r.accept_lengths.size()) * (B - 1))
         << what << ": the verify length cut no block";
@@ -364,8 +367,14 @@ TEST_P(TargetDecodeCuda, DSparkSpeculativeDecodingCommitsTheGreedyTokens) {
   for (DrafterMarkovHead type : {DrafterMarkovHead::vanilla, DrafterMarkovHead::gated, DrafterMarkovHead::rnn})
     for (double threshold : {0.0, 0.4}) {
       SCOPED_TRACE(std::string(drafter_markov_head_name(type)) + " threshold " + std::to_string(threshold));
-      expect_spec_decoding_is_greedy(*gpu_, cfg(), DrafterKind::dspark, type, threshold);
+      expect_spec_decoding_is_greedy(*gpu_, cfg(), DrafterKind::dspark, 4, type, threshold);
     }
+}
+
+// The same with a DFlash2 drafter at the public checkpoints' block 8 and at 16: its proposals walk the
+// selector's lattice on the device (CudaTrainOps::dflash2_selector_propose).
+TEST_P(TargetDecodeCuda, Dflash2SpeculativeDecodingCommitsTheGreedyTokens) {
+  for (const int B : {8, 16}) expect_spec_decoding_is_greedy(*gpu_, cfg(), DrafterKind::dflash2, B);
 }
 
 TEST_P(TargetDecodeCuda, BatchedGenerationEqualsOneAtATime) {

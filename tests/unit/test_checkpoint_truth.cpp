@@ -296,7 +296,7 @@ TEST(CheckpointTruth, SaveGrowsPeakMemoryByLessThan64MiBPlusAChunk) {
   EXPECT_EQ(std::memcmp(back.adam_v.data, m.adam_v.data, n * 4), 0);
 }
 
-TEST(CheckpointTruth, Dflash2IsRecordedRefusedByCudaAndCountedInTheTable) {
+TEST(CheckpointTruth, Dflash2IsRecordedTrainableOnCpuAndCudaAndCountedInTheTable) {
   const DrafterConfig back = drafter_config_from_json(drafter_config_json(tiny_dflash2_config(5)), "json");
   EXPECT_EQ(back.kind, DrafterKind::dflash2);
   EXPECT_EQ(back.conv_group_size, 4);
@@ -314,14 +314,15 @@ TEST(CheckpointTruth, Dflash2IsRecordedRefusedByCudaAndCountedInTheTable) {
       error_of([&] { drafter_config_from_json(j.dump(), "new.h5"); }).find("'conv_kernel_size' is missing"),
       std::string::npos);
 
-  // The CPU backend trains it; the CUDA one refuses it naming the key and the way out.
+  // The CPU and CUDA backends train it; any other refuses it naming the key and the way out.
   CpuTrainOps ops;
   EXPECT_NO_THROW(DrafterModel m(tiny_dflash2_config(5), ops));
-  const std::string msg = error_of([&] { drafter_check_kind_trainable(tiny_dflash2_config(5), "cuda"); });
-  EXPECT_NE(msg.find("drafter.kind = \"dflash2\": the cuda backend has no dflash2 convolutions"),
+  EXPECT_NO_THROW(drafter_check_kind_trainable(tiny_dflash2_config(5), "cuda"));
+  const std::string msg = error_of([&] { drafter_check_kind_trainable(tiny_dflash2_config(5), "rocm"); });
+  EXPECT_NE(msg.find("drafter.kind = \"dflash2\": the rocm backend has no dflash2 convolutions"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("HINT: drafter.device = \"cpu\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("HINT: drafter.device = \"cpu\" or \"cuda\""), std::string::npos) << msg;
 
   // plan vram and the plan summary count the table: two convolutions per layer and the selector on top of
   // DFlash's tensors, under the peer's names.

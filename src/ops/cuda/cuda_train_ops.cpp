@@ -338,6 +338,20 @@ void CudaTrainOps::adamw(const Tensor& p, const Tensor& g, const Tensor& m, cons
 
 // ---- Domino's head ------------------------------------------------------------------------------------
 
+void cuda_expect_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& labels, const Tensor& row_w,
+                           const Tensor& argmax, const Tensor& stats, int B, int H, int V, const char* op) {
+  const int64_t N = y.rows;
+  DF_CHECK(B >= 1 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
+  cuda_expect_as(y, DType::bf16, N, H, op, "y");
+  cuda_expect_as(lm_head, DType::bf16, V, H, op, "lm_head");
+  DF_CHECK(lm_head.contiguous(), "%s: lm_head %s must be contiguous", op, lm_head.shape_str().c_str());
+  cuda_expect_as(labels, DType::i32, 1, N, op, "labels");
+  cuda_expect_as(row_w, DType::f32, 1, N, op, "row_w");
+  cuda_expect_as(argmax, DType::i32, 1, N, op, "argmax");
+  cuda_expect_as(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
+                 "stats (f64 slots as bytes)");
+}
+
 namespace {
 
 // The head's matrices as train_ops.h DominoHeadWeights names them, contiguous, of dtype dt (bf16 weights, f32
@@ -387,16 +401,9 @@ void CudaTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, cons
   const DominoHeadDims& d = a.dims;
   const int B = d.block_size, H = d.hidden;
   const int64_t N = y.rows;
-  DF_CHECK(B >= 2 && N % B == 0, "%s: %lld rows are not whole blocks of %d", op, (long long)N, B);
-  cuda_expect_as(y, DType::bf16, N, H, op, "y");
+  DF_CHECK(B >= 2, "%s: block %d < 2", op, B);
+  cuda_expect_head_loss(y, lm_head, labels, row_w, argmax, stats, B, H, d.vocab, op);
   cuda_expect_as(gru_in, DType::bf16, N, H, op, "gru_in");
-  cuda_expect_as(lm_head, DType::bf16, d.vocab, H, op, "lm_head");
-  DF_CHECK(lm_head.contiguous(), "%s: lm_head %s must be contiguous", op, lm_head.shape_str().c_str());
-  cuda_expect_as(labels, DType::i32, 1, N, op, "labels");
-  cuda_expect_as(row_w, DType::f32, 1, N, op, "row_w");
-  cuda_expect_as(argmax, DType::i32, 1, N, op, "argmax");
-  cuda_expect_as(stats, DType::u8, 1, int64_t(LossStatsSlots::size(B)) * int64_t(sizeof(double)), op,
-                 "stats (f64 slots as bytes)");
   expect_domino_head(w, d, DType::bf16, op, "a head weight");
   if (a.backward) {
     cuda_expect_as(dy, DType::bf16, N, H, op, "dy");

@@ -11,6 +11,12 @@
 
 namespace df {
 
+// The arguments every head-loss op checks (domino_head_loss, dflash2_selector_loss): y bf16 [N, H] of whole
+// blocks of B rows, lm_head bf16 [V, H] contiguous, labels i32, row_w f32, argmax i32 [1, N] and the statistics
+// slots; messages name op and the tensor.
+void cuda_expect_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& labels, const Tensor& row_w,
+                           const Tensor& argmax, const Tensor& stats, int B, int H, int V, const char* op);
+
 class CudaTrainOps final : public TrainOps {
  public:
   // Selects `device` for this thread and creates the stream and the cuBLASLt context on it. lm_head_loss
@@ -81,6 +87,20 @@ class CudaTrainOps final : public TrainOps {
   std::vector<int32_t> domino_head_propose(const Tensor& y, const Tensor& lm_head, const Tensor& embed,
                                            const DominoHeadWeights& w, const DominoHeadDims& d,
                                            int32_t first) override;
+
+  // DFlash2's convolution and selector (cuda_dflash2.cpp, kernels/train/dflash2.cu).
+  void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d) override;
+  void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
+                        const Tensor& dout, const Tensor& du, const Tensor& dcoeff, const Tensor& dbase,
+                        float beta_dbase, const Dflash2ConvDims& d) override;
+  void dflash2_selector_loss(const Tensor& y, const Tensor& lm_head, const Dflash2SelectorWeights& w,
+                             const Tensor& labels, const Tensor& prev, const Tensor& row_w,
+                             const Dflash2SelectorArgs& a, const Tensor& argmax, const Tensor& dy,
+                             const Dflash2SelectorWeights& dw, const Tensor& stats) override;
+  std::vector<int32_t> dflash2_selector_propose(const Tensor& y, const Tensor& lm_head,
+                                                const Dflash2SelectorWeights& w, const Dflash2SelectorDims& d,
+                                                int32_t first) override;
 
   double sum_squares(const Tensor& x) override;
   void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& p_lp,

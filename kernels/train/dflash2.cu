@@ -1,0 +1,679 @@
+// DFlash2 on the device (train_ops.h dflash2_conv_fwd/bwd, dflash2_selector_loss and
+// dflash2_selector_propose; ops/dflash2_conv.h and ops/dflash2_selector.h are the math,
+// ops/cpu/cpu_dflash2.cpp the oracle).
+//
+// The convolution: its coefficient GEMM (x·kernel_projectionᵀ) is the caller's, through the one cuBLASLt
+// entry point; here one elementwise kernel makes out = resid + conv_s(u) (taps, base + dynamic coefficient
+// and the residual in one read of each input), and the backward is one kernel per (row, group) for ∂/∂u and
+// ∂/∂coeff (a group's channel sum needs no atomics) plus fixed-order row-chunk partials for ∂/∂base.
+//
+// The selector loss rides on DFlash's chunked lm_head pass: for each chunk of rows the logits GEMM, then one
+// row kernel that reduces the row for the CE, keeps each thread's running top-K of the same elements and
+// merges them (no second pass over the vocabulary), scores the K candidates, takes both cross-entropies and
+// writes the row's logit gradient (the selector's candidate terms added in f32 before the one bf16 rounding),
+// then dy = grad·lm_head (+ dP·W_h). The codebook gradients are scatters by token id: the (token, row)
+// entries are sorted by token with CUB's stable radix sort and each token's entries summed in row order by
+// one CTA, so the bits never depend on float atomics.
+#include <algorithm>
+#include <climits>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/gemm/gemm.cuh"
+#include "kernels/launchers.cuh"
+#include "kernels/primitives/cuda_check.cuh"
+#include "kernels/train/head_launch.cuh"
+#include "kernels/train/row_stat.cuh"
+#include "kernels/train_launchers.cuh"
+
+namespace df {
+
+using namespace head_launch;
+
+namespace {
+
+// A thread's running top-K of the logits it has seen, descending, ties to the lower id (the oracle's order;
+// ranking raw logits equals ranking unary values since output_multiplier > 0 and tanh is increasing). The
+// weakest kept entry sits in registers, so the common case (not among the K best) is one compare.
+struct TopK {
+  float v[kDflash2MaxTopK];
+  int32_t id[kDflash2MaxTopK];
+  int n;
+  float low_v;
+  int32_t low_id;
+};
+
+__device__ __forceinline__ bool topk_better(float a, int32_t ia, float b, int32_t ib) {
+  return a > b || (a == b && ia < ib);
+}
+
+__device__ __forceinline__ void topk_init(TopK& s) {
+  s.n = 0;
+  s.low_v = -INFINITY;
+  s.low_id = INT_MAX;
+}
+
+__device__ __forceinline__ void topk_push(TopK& s, int K, float x, int32_t id) {
+  if (s.n == K && !topk_better(x, id, s.low_v, s.low_id)) return;
+  if (x != x) return;  // NaN ranks nowhere
+  int p = s.n < K ? s.n++ : K - 1;
+  while (p > 0 && topk_better(x, id, s.v[p - 1], s.id[p - 1])) {
+    s.v[p] = s.v[p - 1];
+    s.id[p] = s.id[p - 1];
+    --p;
+  }
+  s.v[p] = x;
+  s.id[p] = id;
+  if (s.n == K) {
+    s.low_v = s.v[K - 1];
+    s.low_id = s.id[K - 1];
+  }
+}
+
+// The best (value, id) of the warp's, in lane 0, in a fixed tree order.
+__device__ __forceinline__ void warp_best(float& v, int32_t& id) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_down_sync(0xffffffffu, v, o);
+    const int32_t i2 = __shfl_down_sync(0xffffffffu, id, o);
+    if (topk_better(v2, i2, v, id)) v = v2, id = i2;
+  }
+}
+
+// The block's K best of every thread's list, in K rounds of a fixed-order argmax over the list heads: out_v,
+// out_id (shared, K entries) valid in every thread on return. red_v/red_id: one entry per warp.
+__device__ void topk_block_merge(const TopK& s, int K, float* out_v, int32_t* out_id, float* red_v,
+                                 int32_t* red_id) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  int pos = 0;
+  for (int j = 0; j < K; ++j) {
+    float v = pos < s.n ? s.v[pos] : -INFINITY;
+    int32_t id = pos < s.n ? s.id[pos] : INT_MAX;
+    warp_best(v, id);
+    if (lane == 0) red_v[warp] = v, red_id[warp] = id;
+    __syncthreads();
+    if (warp == 0) {
+      v = lane < warps ? red_v[lane] : -INFINITY;
+      id = lane < warps ? red_id[lane] : INT_MAX;
+      warp_best(v, id);
+      if (lane == 0) out_v[j] = v, out_id[j] = id;
+    }
+    __syncthreads();
+    if (j + 1 < K && pos < s.n && s.id[pos] == out_id[j]) ++pos;
+  }
+}
+
+__device__ __forceinline__ float unary_of(float logit, float mult, float softcap) {
+  const float u = logit * mult;
+  return softcap > 0.0f ? softcap * tanhf(u / softcap) : u;
+}
+
+__device__ __forceinline__ float unary_grad_of(float logit, float mult, float softcap) {
+  if (softcap <= 0.0f) return mult;
+  const float t = tanhf(logit * mult / softcap);
+  return mult * (1.0f - t * t);
+}
+
+// Warp-strided dot products of ctx [R] (shared) with the successor rows of the K candidates: score[j] =
+// unary[j] + ⟨ctx, succ[cand[j]]⟩, a fixed lane order per candidate.
+__device__ void selector_scores(const float* ctx, const bf16* succ, int R, int K, const int32_t* cand,
+                                const float* unary, float* score) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int j = warp; j < K; j += warps) {
+    const bf16* sr = succ + int64_t(cand[j]) * R;
+    float s = 0.0f;
+    for (int c = lane; c < R; c += 32) s += ctx[c] * __bfloat162float(sr[c]);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (lane == 0) score[j] = unary[j] + s;
+  }
+}
+
+}  // namespace
+
+// ---- kernels: the convolution ----
+
+// out[r, h] = resid[r, h] + Σ_{t < taps, t ≤ r mod B} (base[s·taps + t, h] + coeff[r, (s·taps + t)·G + h/gs])
+// · u[r − t, h], one thread per element; resid may be null.
+__global__ void dflash2_conv_fwd_kernel(const bf16* u, int64_t ld_u, const float* base, const bf16* coeff,
+                                        int64_t ld_c, const bf16* resid, int64_t ld_r, bf16* out,
+                                        int64_t ld_o, int64_t rows, Dflash2ConvShape d, int side) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= rows * d.H) return;
+  const int64_t r = i / d.H;
+  const int h = int(i % d.H), k = int(r % d.B), G = d.H / d.gs;
+  const float* b = base + int64_t(side) * d.taps * d.H;
+  const bf16* c = coeff + r * ld_c + int64_t(side) * d.taps * G + h / d.gs;
+  float s = resid ? __bfloat162float(resid[r * ld_r + h]) : 0.0f;
+  for (int t = 0; t < d.taps && t <= k; ++t)
+    s += (b[int64_t(t) * d.H + h] + __bfloat162float(c[int64_t(t) * G])) *
+         __bfloat162float(u[(r - t) * ld_u + h]);
+  out[r * ld_o + h] = __float2bfloat16(s);
+}
+
+// One thread per (row r, group g): dcoeff[r, side tap t, g] = Σ_{h ∈ g} dout[r, h]·u[r − t, h] (0 for t > k)
+// and du[r, h] = Σ_{t: k + t < B} dout[r + t, h]·(base[t, h] + coeff[r + t, t, g]) for the group's channels.
+__global__ void dflash2_conv_bwd_kernel(const bf16* u, int64_t ld_u, const float* base, const bf16* coeff,
+                                        int64_t ld_c, const bf16* dout, int64_t ld_do, bf16* du,
+                                        int64_t ld_du, bf16* dcoeff, int64_t ld_dc, int64_t rows,
+                                        Dflash2ConvShape d, int side) {
+  const int G = d.H / d.gs;
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= rows * G) return;
+  const int64_t r = i / G;
+  const int g = int(i % G), k = int(r % d.B), h0 = g * d.gs;
+  const int64_t col0 = int64_t(side) * d.taps * G + g;
+  const float* b = base + int64_t(side) * d.taps * d.H;
+  for (int t = 0; t < d.taps; ++t) {
+    float s = 0.0f;
+    if (t <= k)
+      for (int h = h0; h < h0 + d.gs; ++h)
+        s += __bfloat162float(dout[r * ld_do + h]) * __bfloat162float(u[(r - t) * ld_u + h]);
+    dcoeff[r * ld_dc + col0 + int64_t(t) * G] = __float2bfloat16(s);
+  }
+  for (int h = h0; h < h0 + d.gs; ++h) {
+    float s = 0.0f;
+    for (int t = 0; t < d.taps && k + t < d.B; ++t)
+      s += __bfloat162float(dout[(r + t) * ld_do + h]) *
+           (b[int64_t(t) * d.H + h] + __bfloat162float(coeff[(r + t) * ld_c + col0 + int64_t(t) * G]));
+    du[r * ld_du + h] = __float2bfloat16(s);
+  }
+}
+
+// Row chunk q of the ∂/∂base reduction: part[q, t·H + h] = Σ_{r in chunk, r mod B ≥ t} dout[r, h]·u[r − t,
+// h].
+__global__ void dflash2_conv_dbase_partial_kernel(const bf16* u, int64_t ld_u, const bf16* dout,
+                                                  int64_t ld_do, float* part, int64_t rows,
+                                                  int64_t chunk_rows, Dflash2ConvShape d) {
+  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= d.H) return;
+  const int64_t q = blockIdx.y, r0 = q * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+  for (int t = 0; t < d.taps; ++t) {
+    float s = 0.0f;
+    for (int64_t r = r0; r < r1; ++r)
+      if (int(r % d.B) >= t)
+        s += __bfloat162float(dout[r * ld_do + h]) * __bfloat162float(u[(r - t) * ld_u + h]);
+    part[(q * d.taps + t) * d.H + h] = s;
+  }
+}
+
+// ---- kernels: the selector ----
+
+struct SelectorRowArgs {
+  const float* logits;  // [chunk, ld] f32
+  bf16* grad;           // [chunk, ld] bf16: ∂/∂logits, the selector's candidate terms included
+  int64_t ld;
+  int64_t row0;
+  const int32_t* labels;
+  const int32_t* prev;
+  const float* row_w;
+  const float* proj;  // [N, R] f32: W_h·y
+  const bf16* pred;   // [V, R]
+  const bf16* succ;   // [V, R]
+  int32_t* argmax;
+  float* row_loss;  // [N] CE + α·CE_selector
+  uint8_t* row_act;
+  uint32_t* cand_key;  // [N, K] candidate ids, V for a weightless row
+  uint32_t* cand_val;  // [N, K] entry index r·K + j
+  float* ds;           // [N, K] ∂/∂score
+  float* ctx;          // [N, R] pred[prev] ⊙ proj
+  uint32_t* prev_key;  // [N] prev, V for a weightless row
+  uint32_t* prev_val;  // [N] r
+  float* dpr;          // [N, R] dctx ⊙ proj: the predecessor row's gradient
+  bf16* dproj;         // [N, R] dctx ⊙ pred[prev]: ∂/∂(W_h·y)
+  int64_t V;
+  int R, K;
+  float mult, softcap, alpha;
+  bool stop_gradient, backward;
+};
+
+// One row per CTA (chunk position blockIdx.x). Pass 1: the CE statistics and each thread's top-K; the merge;
+// the training candidate set (a gold label outside the top-K replaces the K-th); the selector's context,
+// scores, softmax and CE; with backward, ∂/∂score, the rows of the selector's gradients and pass 2 over the
+// logits. A weightless row gets argmax −1, loss 0, sentinel keys and zero gradient rows. An active row whose
+// label lies outside [0, V) gets NaN loss (the CPU backend rejects such a label).
+__global__ void __launch_bounds__(kRowThreads) dflash2_selector_row_kernel(SelectorRowArgs a) {
+  extern __shared__ float sh_ctx[];  // [R]
+  __shared__ RowStat red[32];
+  __shared__ float red_v[32];
+  __shared__ int32_t red_id[32];
+  __shared__ float cv[kDflash2MaxTopK], un[kDflash2MaxTopK], score[kDflash2MaxTopK], dsc[kDflash2MaxTopK];
+  __shared__ int32_t cid[kDflash2MaxTopK];
+  __shared__ float fin[2];  // max, log Σ
+  __shared__ int tgt_s;
+  const int64_t i = blockIdx.x, r = a.row0 + i, V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
+  const int K = a.K, R = a.R;
+  const float w = a.row_w[r];
+  const int32_t lab = a.labels[r], prv = a.prev[r];
+  const float* z = a.logits + i * a.ld;
+  const float4* z4 = reinterpret_cast<const float4*>(z);
+  uint2* g4 = reinterpret_cast<uint2*>(a.grad + i * a.ld);
+  if (w == 0.0f) {
+    if (threadIdx.x == 0) {
+      a.argmax[r] = -1;
+      a.row_loss[r] = 0.0f;
+      a.row_act[r] = 0;
+      a.prev_key[r] = uint32_t(V);
+      a.prev_val[r] = uint32_t(r);
+    }
+    for (int j = threadIdx.x; j < K; j += blockDim.x) {
+      a.cand_key[r * K + j] = uint32_t(V);
+      a.cand_val[r * K + j] = uint32_t(r * K + j);
+      a.ds[r * K + j] = 0.0f;
+    }
+    if (!a.backward) return;
+    for (int c = threadIdx.x; c < R; c += blockDim.x) a.dproj[r * R + c] = __float2bfloat16(0.0f);
+    for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) g4[q] = make_uint2(0u, 0u);
+    return;
+  }
+  RowStat st{-INFINITY, 0.0f, INT_MAX};
+  TopK tk;
+  topk_init(tk);
+  for (int64_t q = threadIdx.x; q < V4; q += blockDim.x) {
+    const float4 v = __ldcg(z4 + q);
+    const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int64_t t = 4 * q + c;
+      if (t < V) {
+        row_stat_add(st, e[c], int32_t(t));
+        topk_push(tk, K, e[c], int32_t(t));
+      }
+    }
+  }
+  st = stat_block_reduce(st, red);
+  topk_block_merge(tk, K, cv, cid, red_v, red_id);  // its syncs publish thread 0's st below too
+  const bool ok = lab >= 0 && lab < V && prv >= 0 && prv < V;
+  if (threadIdx.x == 0) {
+    fin[0] = st.m;
+    fin[1] = __logf(st.s);
+    a.argmax[r] = st.am;
+    int tgt = -1;
+    for (int j = 0; j < K; ++j)
+      if (cid[j] == lab) tgt = j;
+    if (tgt < 0) {  // the gold label replaces the weakest candidate (the pinned peer)
+      tgt = K - 1;
+      cid[K - 1] = ok ? lab : 0;
+      cv[K - 1] = ok ? z[lab] : 0.0f;
+    }
+    tgt_s = tgt;
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < K; j += blockDim.x) un[j] = unary_of(cv[j], a.mult, a.softcap);
+  const bf16* pr = a.pred + int64_t(ok ? prv : 0) * R;
+  const float* pj = a.proj + r * R;
+  for (int c = threadIdx.x; c < R; c += blockDim.x) {
+    const float x = __bfloat162float(pr[c]) * pj[c];
+    sh_ctx[c] = x;
+    a.ctx[r * R + c] = x;
+  }
+  __syncthreads();
+  selector_scores(sh_ctx, a.succ, R, K, cid, un, score);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int tgt = tgt_s;
+    float mx = -INFINITY;
+    for (int j = 0; j < K; ++j) mx = fmaxf(mx, score[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < K; ++j) sum += __expf(score[j] - mx);
+    const float lse = mx + __logf(sum);
+    const float ce = (fin[0] - (ok ? z[lab] : 0.0f)) + fin[1];
+    const float ce_sel = lse - score[tgt];
+    a.row_loss[r] = ok ? ce + a.alpha * ce_sel : __int_as_float(0x7fc00000);
+    a.row_act[r] = 1;
+    a.prev_key[r] = uint32_t(ok ? prv : 0);
+    a.prev_val[r] = uint32_t(r);
+    for (int j = 0; j < K; ++j) {
+      const float q = __expf(score[j] - lse);
+      dsc[j] = a.alpha * w * (q - (j == tgt ? 1.0f : 0.0f));
+      a.cand_key[r * K + j] = uint32_t(cid[j]);
+      a.cand_val[r * K + j] = uint32_t(r * K + j);
+      a.ds[r * K + j] = dsc[j];
+    }
+  }
+  __syncthreads();
+  if (!a.backward) return;
+  for (int c = threadIdx.x; c < R; c += blockDim.x) {
+    float dctx = 0.0f;
+    for (int j = 0; j < K; ++j) dctx += dsc[j] * __bfloat162float(a.succ[int64_t(cid[j]) * R + c]);
+    a.dpr[r * R + c] = dctx * pj[c];
+    a.dproj[r * R + c] = __float2bfloat16(dctx * __bfloat162float(pr[c]));
+  }
+  const float m = fin[0], l = fin[1];
+  for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) {
+    float g[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (q < V4) {
+      const float4 v = __ldcs(z4 + q);
+      const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t t = 4 * q + c;
+        if (t < V) g[c] = w * (__expf((e[c] - m) - l) - (t == lab ? 1.0f : 0.0f));
+      }
+    }
+    const __nv_bfloat162 b0 = __floats2bfloat162_rn(g[0], g[1]), b1 = __floats2bfloat162_rn(g[2], g[3]);
+    g4[q] = make_uint2(*reinterpret_cast<const uint32_t*>(&b0), *reinterpret_cast<const uint32_t*>(&b1));
+  }
+  if (a.stop_gradient) return;
+  __syncthreads();  // the candidates' entries are rewritten with their selector term, rounded once
+  for (int j = threadIdx.x; j < K; j += blockDim.x) {
+    const int64_t t = cid[j];
+    const float e = z[t];
+    const float g =
+        w * (__expf((e - m) - l) - (t == lab ? 1.0f : 0.0f)) + dsc[j] * unary_grad_of(e, a.mult, a.softcap);
+    a.grad[i * a.ld + t] = __float2bfloat16(g);
+  }
+}
+
+// For every sorted entry e that ends a run of equal keys: seg_end[key] = e + 1.
+__global__ void dflash2_segment_end_kernel(const uint32_t* keys, int64_t M, uint32_t sentinel,
+                                           uint32_t* seg_end) {
+  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (e >= M) return;
+  const uint32_t k = keys[e];
+  if (k != sentinel && (e + 1 == M || keys[e + 1] != k)) seg_end[k] = uint32_t(e + 1);
+}
+
+// One CTA per sorted entry; the first entry of each key's run sums the run in sorted (row) order:
+// out[key, c] += Σ_e coef[val_e] · src[(val_e / per)·R + c] (coef null: 1).
+__global__ void dflash2_scatter_rows_kernel(const uint32_t* keys, const uint32_t* vals,
+                                            const uint32_t* seg_end, uint32_t sentinel, const float* coef,
+                                            const float* src, int per, int R, float* out) {
+  const int64_t e = blockIdx.x;
+  const uint32_t key = keys[e];
+  if (key == sentinel || (e > 0 && keys[e - 1] == key)) return;
+  const int64_t end = seg_end[key];
+  for (int c = threadIdx.x; c < R; c += blockDim.x) {
+    float s = 0.0f;
+#pragma unroll 4
+    for (int64_t f = e; f < end; ++f) {
+      const uint32_t v = vals[f];
+      s += (coef ? coef[v] : 1.0f) * src[int64_t(v / uint32_t(per)) * R + c];
+    }
+    out[int64_t(key) * R + c] += s;
+  }
+}
+
+// One CTA per proposal row: its strict top-K (ids and raw logits).
+__global__ void __launch_bounds__(kRowThreads)
+    dflash2_topk_rows_kernel(const float* logits, int64_t ld, int64_t V, int K, int32_t* cand, float* cval) {
+  __shared__ float red_v[32], out_v[kDflash2MaxTopK];
+  __shared__ int32_t red_id[32], out_id[kDflash2MaxTopK];
+  const int64_t i = blockIdx.x;
+  const float* z = logits + i * ld;
+  TopK tk;
+  topk_init(tk);
+  for (int64_t t = threadIdx.x; t < V; t += blockDim.x) topk_push(tk, K, z[t], int32_t(t));
+  topk_block_merge(tk, K, out_v, out_id, red_v, red_id);
+  for (int j = threadIdx.x; j < K; j += blockDim.x) {
+    cand[i * K + j] = out_id[j];
+    cval[i * K + j] = out_v[j];
+  }
+}
+
+// The greedy lattice walk of one block on one CTA: slot k scores its candidates with the previous slot's
+// choice (tok[0] the anchor's token) and takes the first best; tok[k + 1] = that choice.
+__global__ void __launch_bounds__(kRowThreads)
+    dflash2_walk_kernel(const int32_t* cand, const float* cval, const float* proj, const bf16* pred,
+                        const bf16* succ, int n, int R, int K, float mult, float softcap, int32_t* tok) {
+  extern __shared__ float sh_ctx[];  // [R]
+  __shared__ float un[kDflash2MaxTopK], score[kDflash2MaxTopK];
+  for (int k = 0; k < n; ++k) {
+    const int32_t prev = tok[k];
+    for (int c = threadIdx.x; c < R; c += blockDim.x)
+      sh_ctx[c] = __bfloat162float(pred[int64_t(prev) * R + c]) * proj[int64_t(k) * R + c];
+    for (int j = threadIdx.x; j < K; j += blockDim.x) un[j] = unary_of(cval[k * K + j], mult, softcap);
+    __syncthreads();
+    selector_scores(sh_ctx, succ, R, K, cand + k * K, un, score);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int best = 0;
+      for (int j = 1; j < K; ++j)
+        if (score[j] > score[best]) best = j;
+      tok[k + 1] = cand[k * K + best];
+    }
+    __syncthreads();
+  }
+}
+
+// ---- launchers ----
+
+namespace {
+
+void check_conv(const char* op, const Dflash2ConvShape& d, int side, int64_t rows) {
+  DF_CHECK(d.H >= 1 && d.B >= 1 && d.taps >= 1 && d.taps <= d.B && d.gs >= 1 && d.H % d.gs == 0 &&
+               (side == 0 || side == 1) && rows >= 0 && rows % d.B == 0,
+           "%s: bad shape H %d B %d taps %d group %d side %d rows %lld (rows whole blocks, taps in [1, B], "
+           "the group dividing H)",
+           op, d.H, d.B, d.taps, d.gs, side, (long long)rows);
+}
+
+void check_selector(const char* op, const Dflash2SelectorShape& d) {
+  DF_CHECK(
+      d.nb >= 0 && d.B >= 1 && d.H >= 1 && d.V >= 1 && d.R >= 1 && d.R <= kDflash2MaxRank && d.K >= 1 &&
+          d.K <= kDflash2MaxTopK && d.K <= d.V && d.nb * d.B * d.K < int64_t(UINT32_MAX) && d.mult > 0.0f &&
+          d.softcap >= 0.0f,
+      "%s: bad selector shape nb %lld B %d H %d V %d rank %d (≤ %d) top_k %d (≤ %d and ≤ V) multiplier %g "
+      "softcap %g",
+      op, (long long)d.nb, d.B, d.H, d.V, d.R, kDflash2MaxRank, d.K, kDflash2MaxTopK, double(d.mult),
+      double(d.softcap));
+}
+
+int key_bits(int64_t V) {  // bits that hold every key 0..V (V is the sentinel)
+  int b = 1;
+  while ((int64_t(1) << b) <= V) ++b;
+  return b;
+}
+
+// out = beta·out over n floats (beta 1: untouched).
+void scale_flat(float* out, int64_t n, float beta, cudaStream_t stream) {
+  if (beta == 0.0f)
+    DF_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(n) * 4, stream));
+  else if (beta != 1.0f)
+    column_sum_launch(nullptr, 0, n, out, beta, stream);
+}
+
+// out[key] += Σ coef·src rows over M (key, val) entries, in row order per key (see the kernels above).
+void scatter_rows(uint32_t* keys_in, uint32_t* vals_in, uint32_t* keys_out, uint32_t* vals_out, int64_t M,
+                  int64_t V, const float* coef, const float* src, int per, int R, float* out,
+                  uint32_t* seg_end, void* sort_tmp, size_t sort_bytes, cudaStream_t stream) {
+  if (M == 0) return;
+  size_t bytes = sort_bytes;
+  DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, bytes, keys_in, keys_out, vals_in, vals_out, int(M),
+                                                0, key_bits(V), stream));
+  dflash2_segment_end_kernel<<<grid_of(M), kThreads, 0, stream>>>(keys_out, M, uint32_t(V), seg_end);
+  DF_CUDA_CHECK_LAUNCH("dflash2_segment_end_kernel");
+  dflash2_scatter_rows_kernel<<<unsigned(M), std::min(R, kThreads), 0, stream>>>(
+      keys_out, vals_out, seg_end, uint32_t(V), coef, src, per, R, out);
+  DF_CUDA_CHECK_LAUNCH("dflash2_scatter_rows_kernel");
+}
+
+}  // namespace
+
+void dflash2_conv_fwd_launch(const Dflash2ConvShape& d, int side, const bf16* u, int64_t ld_u,
+                             const float* base, const bf16* coeff, int64_t ld_c, const bf16* resid,
+                             int64_t ld_r, bf16* out, int64_t ld_o, int64_t rows, cudaStream_t stream) {
+  const char* op = "dflash2_conv_fwd_launch";
+  check_conv(op, d, side, rows);
+  DF_CHECK(u && base && coeff && out, "%s: null pointer argument", op);
+  if (rows == 0) return;
+  dflash2_conv_fwd_kernel<<<grid_of(rows * d.H), kThreads, 0, stream>>>(u, ld_u, base, coeff, ld_c, resid,
+                                                                        ld_r, out, ld_o, rows, d, side);
+  DF_CUDA_CHECK_LAUNCH("dflash2_conv_fwd_kernel");
+}
+
+void dflash2_conv_bwd_launch(const Dflash2ConvShape& d, int side, const bf16* u, int64_t ld_u,
+                             const float* base, const bf16* coeff, int64_t ld_c, const bf16* dout,
+                             int64_t ld_do, bf16* du, int64_t ld_du, bf16* dcoeff, int64_t ld_dc,
+                             float* dbase, float beta_dbase, int64_t rows, void* ws, size_t ws_bytes,
+                             cudaStream_t stream) {
+  const char* op = "dflash2_conv_bwd_launch";
+  check_conv(op, d, side, rows);
+  DF_CHECK(u && base && coeff && dout && du && dcoeff && dbase, "%s: null pointer argument", op);
+  float* db = dbase + int64_t(side) * d.taps * d.H;
+  const int64_t cols = int64_t(d.taps) * d.H;
+  if (rows == 0) {
+    column_sum_launch(nullptr, 0, cols, db, beta_dbase, stream);
+    return;
+  }
+  check_ws(op, ws, ws_bytes, dflash2_conv_bwd_workspace_bytes(rows, d.H, d.taps));
+  const int G = d.H / d.gs;
+  dflash2_conv_bwd_kernel<<<grid_of(rows * G), kThreads, 0, stream>>>(
+      u, ld_u, base, coeff, ld_c, dout, ld_do, du, ld_du, dcoeff, ld_dc, rows, d, side);
+  DF_CUDA_CHECK_LAUNCH("dflash2_conv_bwd_kernel");
+  const int64_t chunks = column_partial_chunks(rows, cols), per = (rows + chunks - 1) / chunks;
+  float* part = static_cast<float*>(ws);
+  dflash2_conv_dbase_partial_kernel<<<dim3(grid_of(d.H), unsigned(chunks)), kThreads, 0, stream>>>(
+      u, ld_u, dout, ld_do, part, rows, per, d);
+  DF_CUDA_CHECK_LAUNCH("dflash2_conv_dbase_partial_kernel");
+  column_sum_launch(part, chunks, cols, db, beta_dbase, stream);
+}
+
+size_t dflash2_sort_temp_bytes(int64_t N, int K, int64_t V) {
+  size_t most = 0;
+  for (const int64_t entries : {N * K, N}) {  // the candidates' sort, then the predecessors'
+    size_t bytes = 0;
+    if (entries > 0)
+      DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+          nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+          static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), int(entries), 0,
+          key_bits(V)));
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
+size_t dflash2_selector_workspace_bytes(const Dflash2SelectorShape& d, int64_t chunk_rows) {
+  const int64_t N = d.nb * d.B;
+  return dflash2_selector_layout(N, d.H, d.V, d.R, d.K, chunk_rows, dflash2_sort_temp_bytes(N, d.K, d.V))
+      .bytes;
+}
+
+void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape& d, const bf16* y,
+                                  int64_t ld_y, const bf16* lm_head, const Dflash2SelectorWeightPtrs& w,
+                                  const int32_t* labels, const int32_t* prev, const float* row_w, float alpha,
+                                  bool stop_gradient, bool backward, float beta_dw, int32_t* argmax, bf16* dy,
+                                  int64_t ld_dy, const Dflash2SelectorGradPtrs& dw, double* stats,
+                                  int64_t chunk_rows, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  const char* op = "dflash2_selector_loss_launch";
+  check_selector(op, d);
+  const int64_t N = d.nb * d.B, V = d.V;
+  const int H = d.H, R = d.R, K = d.K;
+  DF_CHECK(ld_y >= H && (!backward || ld_dy >= H) && chunk_rows >= 1,
+           "%s: a row stride is shorter than H %d (y %lld, dy %lld), or chunk_rows %lld < 1", op, H,
+           (long long)ld_y, (long long)ld_dy, (long long)chunk_rows);
+  DF_CHECK(gemm && y && lm_head && w.pred && w.succ && w.proj && labels && prev && row_w && argmax && stats &&
+               (!backward || (dy && dw.pred && dw.succ && dw.proj)),
+           "%s: null pointer argument", op);
+  if (backward) {  // the scatters add into the codebook gradients
+    scale_flat(dw.pred, V * R, beta_dw, stream);
+    scale_flat(dw.succ, V * R, beta_dw, stream);
+    if (N == 0) scale_flat(dw.proj, int64_t(R) * H, beta_dw, stream);
+  }
+  if (N == 0) return;
+  const size_t sort_bytes = dflash2_sort_temp_bytes(N, K, V);
+  const Dflash2SelectorLayout L = dflash2_selector_layout(N, H, V, R, K, chunk_rows, sort_bytes);
+  check_ws(op, ws, ws_bytes, L.bytes);
+  float* proj = at<float>(ws, L.proj);
+  float* logits = at<float>(ws, L.logits);
+  bf16* grad = at<bf16>(ws, L.grad);
+  float* dyf = at<float>(ws, L.dyf);
+  bf16* dproj = at<bf16>(ws, L.dproj);
+  gemm_launch_ex(gemm, y, ld_y, false, w.proj, H, true, proj, R, true, N, R, H, 1.0f, 0.0f, stream);
+  SelectorRowArgs ra{logits,
+                     grad,
+                     L.ldv,
+                     0,
+                     labels,
+                     prev,
+                     row_w,
+                     proj,
+                     w.pred,
+                     w.succ,
+                     argmax,
+                     at<float>(ws, L.row_loss),
+                     at<uint8_t>(ws, L.row_act),
+                     at<uint32_t>(ws, L.keys_in),
+                     at<uint32_t>(ws, L.vals_in),
+                     at<float>(ws, L.ds),
+                     at<float>(ws, L.ctx),
+                     at<uint32_t>(ws, L.prev_key),
+                     at<uint32_t>(ws, L.prev_val),
+                     at<float>(ws, L.dpr),
+                     dproj,
+                     V,
+                     R,
+                     K,
+                     d.mult,
+                     d.softcap,
+                     alpha,
+                     stop_gradient,
+                     backward};
+  const size_t smem = size_t(R) * sizeof(float);
+  for (int64_t p0 = 0; p0 < N; p0 += L.chunk) {
+    const int64_t n = std::min(L.chunk, N - p0);
+    gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, logits, L.ldv, true, n, V, H, 1.0f,
+                   0.0f, stream);
+    ra.row0 = p0;
+    dflash2_selector_row_kernel<<<unsigned(n), kRowThreads, smem, stream>>>(ra);
+    DF_CUDA_CHECK_LAUNCH("dflash2_selector_row_kernel");
+    if (!backward) continue;
+    if (stop_gradient) {  // the selector term stays out of dy: dy = grad·lm_head alone
+      gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dy + p0 * ld_dy, ld_dy, false, n, H, V,
+                     1.0f, 0.0f, stream);
+      continue;
+    }
+    gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dyf, L.ldh, true, n, H, V, 1.0f, 0.0f,
+                   stream);
+    gemm_launch_ex(gemm, dproj + p0 * R, R, false, w.proj, H, false, dyf, L.ldh, true, n, H, R, 1.0f, 1.0f,
+                   stream);
+    cast_launch(dyf, true, L.ldh, dy + p0 * ld_dy, false, ld_dy, n, H, stream);
+  }
+  LossRowDims sd;
+  sd.nb = d.nb;
+  sd.block = d.B;
+  sd.weights_given = true;
+  loss_row_stats_launch(labels, ra.row_act, ra.row_loss, ra.row_loss, argmax, sd, const_cast<float*>(row_w),
+                        stats, stream);
+  if (!backward) return;
+  gemm_launch_ex(gemm, dproj, R, true, y, ld_y, false, dw.proj, H, true, R, H, N, 1.0f, beta_dw, stream);
+  void* tmp = at<void>(ws, L.sort_tmp);
+  uint32_t* seg_end = at<uint32_t>(ws, L.seg_end);
+  uint32_t* keys_out = at<uint32_t>(ws, L.keys_out);
+  uint32_t* vals_out = at<uint32_t>(ws, L.vals_out);
+  scatter_rows(ra.cand_key, ra.cand_val, keys_out, vals_out, N * K, V, ra.ds, ra.ctx, K, R, dw.succ, seg_end,
+               tmp, sort_bytes, stream);
+  scatter_rows(ra.prev_key, ra.prev_val, keys_out, vals_out, N, V, nullptr, ra.dpr, 1, R, dw.pred, seg_end,
+               tmp, sort_bytes, stream);
+}
+
+const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2SelectorShape& d,
+                                               const bf16* y, int64_t ld_y, const bf16* lm_head,
+                                               const Dflash2SelectorWeightPtrs& w, int32_t first, void* ws,
+                                               size_t ws_bytes, cudaStream_t stream) {
+  const char* op = "dflash2_selector_propose_launch";
+  check_selector(op, d);
+  DF_CHECK(
+      d.nb == 1 && d.B >= 2 && ld_y >= d.H && first >= 0 && first < d.V,
+      "%s: one block of at least 2 rows (nb %lld, B %d), y stride %lld ≥ H %d, first token %d in [0, %d)", op,
+      (long long)d.nb, d.B, (long long)ld_y, d.H, first, d.V);
+  DF_CHECK(gemm && y && lm_head && w.pred && w.succ && w.proj, "%s: null pointer argument", op);
+  const int n = d.B - 1, H = d.H, R = d.R, K = d.K;
+  const Dflash2ProposeLayout L = dflash2_propose_layout(d.B, d.V, R, K);
+  check_ws(op, ws, ws_bytes, L.bytes);
+  float* logits = at<float>(ws, L.logits);
+  float* proj = at<float>(ws, L.proj);
+  int32_t* cand = at<int32_t>(ws, L.cand);
+  float* cval = at<float>(ws, L.cval);
+  int32_t* tok = at<int32_t>(ws, L.tok);
+  const bf16* z = y + ld_y;  // rows 1..B−1: the slots after the anchor
+  gemm_launch_ex(gemm, z, ld_y, false, lm_head, H, true, logits, L.ldv, true, n, d.V, H, 1.0f, 0.0f, stream);
+  gemm_launch_ex(gemm, z, ld_y, false, w.proj, H, true, proj, R, true, n, R, H, 1.0f, 0.0f, stream);
+  dflash2_topk_rows_kernel<<<unsigned(n), kRowThreads, 0, stream>>>(logits, L.ldv, d.V, K, cand, cval);
+  DF_CUDA_CHECK_LAUNCH("dflash2_topk_rows_kernel");
+  // From pageable memory: the copy has read `first` when it returns.
+  DF_CUDA_CHECK(cudaMemcpyAsync(tok, &first, sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  dflash2_walk_kernel<<<1, kRowThreads, size_t(R) * sizeof(float), stream>>>(cand, cval, proj, w.pred, w.succ,
+                                                                             n, R, K, d.mult, d.softcap, tok);
+  DF_CUDA_CHECK_LAUNCH("dflash2_walk_kernel");
+  return tok;
+}
+
+}  // namespace df
