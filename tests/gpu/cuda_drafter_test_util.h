@@ -1,5 +1,6 @@
-// What the CUDA drafter tests share (test_cuda_drafter.cpp, test_cuda_dspark.cpp): backend copies of host
-// vectors, bf16 rounding of host data, and the element-wise comparison that prints the worst element.
+// What the CUDA drafter tests share (test_cuda_drafter.cpp, test_cuda_dspark.cpp; CUDA builds only): backend
+// copies of host vectors, the fixture, bf16 rounding of host data, the element-wise comparison that prints
+// the worst element, and the comparison of a head loss op's statistics.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -7,11 +8,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "kernels/train/loss_slots.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_train_ops.h"
 #include "ops/train_ops.h"
 
 namespace df::testing {
@@ -41,10 +46,34 @@ class Dev {
     ops_.download_raw(t, h.data());
     return h;
   }
+  // An activation in the backend's act_dtype (bf16 on CUDA, f32 on the CPU), and one read back as floats.
+  Tensor act(const std::vector<float>& h, int64_t rows, int64_t cols) {
+    return ops_.act_dtype() == DType::bf16 ? bf16(h, rows, cols) : up(h, DType::f32, rows, cols);
+  }
+  std::vector<float> act_down(const Tensor& t) {
+    if (t.dtype != DType::bf16) return down<float>(t);
+    const std::vector<uint16_t> b = down<uint16_t>(t);
+    std::vector<float> f(b.size());
+    for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
+    return f;
+  }
 
  private:
   TrainOps& ops_;
   std::vector<void*> mem_;
+};
+
+// The CUDA training-op tests' fixture: skipped without a device; the CPU oracle and a CUDA backend on device
+// 0.
+class CudaTrainFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+    gpu_ = std::make_unique<CudaTrainOps>(0);
+  }
+  CpuTrainOps cpu_;
+  std::unique_ptr<CudaTrainOps> gpu_;
 };
 
 // In place: the batch and the CPU model keep pointing at these vectors.

@@ -30,16 +30,7 @@ using namespace df::testing;
 
 namespace {
 
-class CudaDrafter : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-    gpu_ = std::make_unique<CudaTrainOps>(0);
-  }
-  CpuTrainOps cpu_;
-  std::unique_ptr<CudaTrainOps> gpu_;
-};
+using CudaDrafter = CudaTrainFixture;
 
 }  // namespace
 
@@ -331,17 +322,6 @@ struct DominoRun {
 DominoRun run_domino(TrainOps& ops, const DominoInputs& in, double lambda, bool backward,
                      const DominoRun* prior = nullptr) {
   Dev d(ops);
-  const bool lp = ops.act_dtype() == DType::bf16;
-  auto act = [&](const std::vector<float>& v, int64_t rows, int64_t cols) {
-    return lp ? d.bf16(v, rows, cols) : d.up(v, DType::f32, rows, cols);
-  };
-  auto to_f32 = [&](const Tensor& t) {
-    if (!lp) return d.down<float>(t);
-    const std::vector<uint16_t> b = d.down<uint16_t>(t);
-    std::vector<float> f(b.size());
-    for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
-    return f;
-  };
   const DominoHeadDims& dm = in.d;
   const int64_t H = dm.hidden, G = dm.gru_hidden, E = dm.emb_dim, V = dm.vocab, N = in.N;
   const int64_t shapes[4][2] = {{3 * G, H}, {3 * G, G}, {E, H + G}, {V, E}};
@@ -350,27 +330,27 @@ DominoRun run_domino(TrainOps& ops, const DominoInputs& in, double lambda, bool 
   Tensor* wt[4] = {&w.gru_ih, &w.gru_hh, &w.proj_in, &w.proj_out};
   Tensor* gt[4] = {&dw.gru_ih, &dw.gru_hh, &dw.proj_in, &dw.proj_out};
   for (int i = 0; i < 4; ++i) {
-    *wt[i] = act(*wv[i], shapes[i][0], shapes[i][1]);
+    *wt[i] = d.act(*wv[i], shapes[i][0], shapes[i][1]);
     *gt[i] = d.up(prior ? prior->dw[i] : std::vector<float>(size_t(shapes[i][0] * shapes[i][1]), NAN),
                   DType::f32, shapes[i][0], shapes[i][1]);
   }
   const int slots = LossStatsSlots::size(dm.block_size);
   const Tensor stats = d.up(std::vector<double>(size_t(slots), 0.0), DType::u8, 1, slots * 8);
   const Tensor argmax = d.up(std::vector<int32_t>(size_t(N), 7), DType::i32, 1, N);
-  const Tensor dy = act(std::vector<float>(size_t(N * H), NAN), N, H);
+  const Tensor dy = d.act(std::vector<float>(size_t(N * H), NAN), N, H);
   TrainOps::DominoHeadArgs a;
   a.dims = dm;
   a.lambda = lambda;
   a.backward = backward;
   a.beta_dw = prior ? 1.0f : 0.0f;
-  ops.domino_head_loss(act(in.y, N, H), act(in.lm, V, H), act(in.gru_in, N, H), w,
+  ops.domino_head_loss(d.act(in.y, N, H), d.act(in.lm, V, H), d.act(in.gru_in, N, H), w,
                        d.up(in.labels, DType::i32, 1, N), d.up(in.row_w, DType::f32, 1, N), a, argmax, dy, dw,
                        stats);
   DominoRun r;
   r.argmax = d.down<int32_t>(argmax);
   r.stats = d.down<double>(stats);
   if (!backward) return r;
-  r.dy = to_f32(dy);
+  r.dy = d.act_down(dy);
   for (int i = 0; i < 4; ++i) r.dw[i] = d.down<float>(*gt[i]);
   return r;
 }
