@@ -66,6 +66,16 @@ struct DSparkRowArgs {
   bool backward;
 };
 
+// The four floats at q of a logits row, or zeros for a null row (no target distribution): through L2 while
+// the row is read again, streamed on its last read.
+__device__ __forceinline__ void row4(const float4* row, int64_t q, float (&v)[4], bool last) {
+  const float4 z = row ? (last ? __ldcs(row + q) : __ldcg(row + q)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  v[0] = z.x;
+  v[1] = z.y;
+  v[2] = z.z;
+  v[3] = z.w;
+}
+
 // One row (chunk position blockIdx.x) per CTA, three passes (see the top of the file). A row without weight
 // gets argmax −1, loss 0 and zero gradients. An active row whose label lies outside [0, V) gets NaN loss (the
 // device cannot raise an error without a sync; the CPU backend rejects such a label).
@@ -93,16 +103,9 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
   // Pass 1: both rows' max, Σ exp and the draft argmax.
   RowStat sd{-INFINITY, 0.0f, INT_MAX}, st{-INFINITY, 0.0f, INT_MAX};
   for (int64_t q = threadIdx.x; q < V4; q += blockDim.x) {
-    const float4 zd = __ldcg(d4 + q);
-    const float vd[4] = {zd.x, zd.y, zd.z, zd.w};
-    float vt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (target) {
-      const float4 zt = __ldcg(t4 + q);
-      vt[0] = zt.x;
-      vt[1] = zt.y;
-      vt[2] = zt.z;
-      vt[3] = zt.w;
-    }
+    float vd[4], vt[4];
+    row4(d4, q, vd, false);
+    row4(t4, q, vt, false);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int64_t t = 4 * q + c;
@@ -127,8 +130,9 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
   if (target) {
     float pl = 0.0f, ps = 0.0f;
     for (int64_t q = threadIdx.x; q < V4; q += blockDim.x) {
-      const float4 zd = __ldcg(d4 + q), zt = __ldcg(t4 + q);
-      const float vd[4] = {zd.x, zd.y, zd.z, zd.w}, vt[4] = {zt.x, zt.y, zt.z, zt.w};
+      float vd[4], vt[4];
+      row4(d4, q, vd, false);
+      row4(t4, q, vt, false);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         if (4 * q + c >= V) break;
@@ -153,16 +157,9 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
   for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) {
     float g[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (q < V4) {
-      const float4 zd = __ldcs(d4 + q);
-      const float vd[4] = {zd.x, zd.y, zd.z, zd.w};
-      float vt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (target) {
-        const float4 zt = __ldcs(t4 + q);
-        vt[0] = zt.x;
-        vt[1] = zt.y;
-        vt[2] = zt.z;
-        vt[3] = zt.w;
-      }
+      float vd[4], vt[4];
+      row4(d4, q, vd, true);
+      row4(t4, q, vt, true);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int64_t t = 4 * q + c;
