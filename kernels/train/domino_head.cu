@@ -96,16 +96,8 @@ struct DominoRowArgs {
   const int32_t* labels;
   const float* row_w;
   int32_t* argmax;
-  // The statistics rows loss_row_stats reads, slot k of block j at row j·B + (k + shift) mod B: the accuracy
-  // counts then fall on block offsets as DFlash's do, and the one slot past offset B − 1 (shift 1) lands on
-  // offset 0, whose loss and weight are summed but whose accuracy is not counted.
-  float* off_loss;
-  float* off_w;
-  int32_t* off_lab;
-  int32_t* off_am;
-  uint8_t* off_act;
+  HeadStatRows stat;  // slot k at block offset k + shift
   int64_t V;
-  int B, shift;
   float lambda;
   bool backward;
 };
@@ -117,7 +109,7 @@ struct DominoRowArgs {
 __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a) {
   __shared__ RowStat red_b[32], red_f[32];
   __shared__ float fin_s[4];  // base max, log Σ; final max, log Σ
-  const int64_t i = blockIdx.x, r = a.row0 + i, o = (r / a.B) * a.B + (r % a.B + a.shift) % a.B;
+  const int64_t i = blockIdx.x, r = a.row0 + i;
   const float w = a.row_w[r];
   const int32_t lab = a.labels[r];
   const int64_t V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
@@ -128,11 +120,7 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
   if (w == 0.0f) {
     if (threadIdx.x == 0) {
       a.argmax[r] = -1;
-      a.off_loss[o] = 0.0f;
-      a.off_w[o] = 0.0f;
-      a.off_lab[o] = lab;
-      a.off_am[o] = -1;
-      a.off_act[o] = 0;
+      a.stat.put(r, 0.0f, 0.0f, lab, -1);
     }
     if (a.backward)
       for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) gb4[q] = gf4[q] = make_uint2(0u, 0u);
@@ -160,11 +148,8 @@ __global__ void __launch_bounds__(kRowThreads) domino_row_kernel(DominoRowArgs a
     const float zb = ok ? a.base[i * a.ld + lab] : 0.0f, zf = ok ? zb + a.corr[i * a.ld + lab] : 0.0f;
     const float ce_b = (sb.m - zb) + lb, ce_f = (sf.m - zf) + lf;
     a.argmax[r] = sf.am;
-    a.off_loss[o] = ok ? (1.0f - a.lambda) * ce_f + a.lambda * ce_b : __int_as_float(0x7fc00000);
-    a.off_w[o] = w;
-    a.off_lab[o] = lab;
-    a.off_am[o] = sf.am;
-    a.off_act[o] = 1;
+    a.stat.put(r, ok ? (1.0f - a.lambda) * ce_f + a.lambda * ce_b : __int_as_float(0x7fc00000), w, lab,
+               sf.am);
     fin_s[0] = sb.m;
     fin_s[1] = lb;
     fin_s[2] = sf.m;
@@ -328,14 +313,8 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
                    labels,
                    row_w,
                    argmax,
-                   at<float>(ws, L.off_loss),
-                   at<float>(ws, L.off_w),
-                   at<int32_t>(ws, L.off_lab),
-                   at<int32_t>(ws, L.off_am),
-                   at<uint8_t>(ws, L.off_act),
+                   head_stat_rows(ws, L.off_loss, L.off_w, L.off_lab, L.off_am, L.off_act, B, shift),
                    d.V,
-                   B,
-                   shift,
                    float(lambda),
                    backward};
   for (int64_t p0 = 0; p0 < N; p0 += L.chunk) {
@@ -355,12 +334,7 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
     gemm_launch_ex(gemm, gfin, L.ldv, true, a + p0 * E, E, false, dw.proj_out, E, true, d.V, E, n, 1.0f,
                    p0 == 0 ? beta_dw : 1.0f, stream);
   }
-  LossRowDims sd;
-  sd.nb = nb;
-  sd.block = B;
-  sd.weights_given = true;
-  loss_row_stats_launch(ra.off_lab, ra.off_act, ra.off_loss, ra.off_loss, ra.off_am, sd, ra.off_w, stats,
-                        stream);
+  head_stats_launch(ra.stat, nb, stats, stream);
   if (!backward) return;
 
   // ---- backward: the correction MLP, then the GRU through time ----

@@ -59,20 +59,22 @@ struct DSparkRowArgs {
   const int32_t* labels;
   const float* row_w;
   int32_t* argmax;
-  float* l1;  // [N] each row's L1 (0 without a target or weight)
-  // The statistics rows loss_row_stats reads, slot k of block j at row j·B + (k + 1) mod B: the accuracy
-  // counts then fall on block offsets (slot k's label is x[a+k+1]), and slot B − 1 lands on offset 0, whose
-  // loss and weight are summed but whose accuracy is not counted.
-  float* off_loss;
-  float* off_w;
-  int32_t* off_lab;
-  int32_t* off_am;
-  uint8_t* off_act;
+  float* l1;          // [N] each row's L1 (0 without a target or weight)
+  HeadStatRows stat;  // slot k at block offset k + 1 (its label is x[a+k+1])
   int64_t V;
-  int B;
   float a_ce, a_l1;
   bool backward;
 };
+
+// The four floats at q of a logits row, or zeros for a null row (no target distribution): through L2 while
+// the row is read again, streamed on its last read.
+__device__ __forceinline__ void row4(const float4* row, int64_t q, float (&v)[4], bool last) {
+  const float4 z = row ? (last ? __ldcs(row + q) : __ldcg(row + q)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  v[0] = z.x;
+  v[1] = z.y;
+  v[2] = z.z;
+  v[3] = z.w;
+}
 
 // One row (chunk position blockIdx.x) per CTA, three passes (see the top of the file). A row without weight
 // gets argmax −1, loss 0 and zero gradients. An active row whose label lies outside [0, V) gets NaN loss (the
@@ -80,7 +82,7 @@ struct DSparkRowArgs {
 __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a) {
   __shared__ RowStat red_d[32], red_t[32];
   __shared__ float fin_s[4];  // draft max, log Σ; target max, log Σ
-  const int64_t i = blockIdx.x, r = a.row0 + i, o = (r / a.B) * a.B + (r % a.B + 1) % a.B;
+  const int64_t i = blockIdx.x, r = a.row0 + i;
   const float w = a.row_w[r];
   const int32_t lab = a.labels[r];
   const int64_t V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
@@ -92,11 +94,7 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
     if (threadIdx.x == 0) {
       a.argmax[r] = -1;
       a.l1[r] = 0.0f;
-      a.off_loss[o] = 0.0f;
-      a.off_w[o] = 0.0f;
-      a.off_lab[o] = lab;
-      a.off_am[o] = -1;
-      a.off_act[o] = 0;
+      a.stat.put(r, 0.0f, 0.0f, lab, -1);
     }
     if (a.backward)
       for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) g4[q] = make_uint2(0u, 0u);
@@ -105,16 +103,9 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
   // Pass 1: both rows' max, Σ exp and the draft argmax.
   RowStat sd{-INFINITY, 0.0f, INT_MAX}, st{-INFINITY, 0.0f, INT_MAX};
   for (int64_t q = threadIdx.x; q < V4; q += blockDim.x) {
-    const float4 zd = __ldcg(d4 + q);
-    const float vd[4] = {zd.x, zd.y, zd.z, zd.w};
-    float vt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (target) {
-      const float4 zt = __ldcg(t4 + q);
-      vt[0] = zt.x;
-      vt[1] = zt.y;
-      vt[2] = zt.z;
-      vt[3] = zt.w;
-    }
+    float vd[4], vt[4];
+    row4(d4, q, vd, false);
+    row4(t4, q, vt, false);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int64_t t = 4 * q + c;
@@ -139,8 +130,9 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
   if (target) {
     float pl = 0.0f, ps = 0.0f;
     for (int64_t q = threadIdx.x; q < V4; q += blockDim.x) {
-      const float4 zd = __ldcg(d4 + q), zt = __ldcg(t4 + q);
-      const float vd[4] = {zd.x, zd.y, zd.z, zd.w}, vt[4] = {zt.x, zt.y, zt.z, zt.w};
+      float vd[4], vt[4];
+      row4(d4, q, vd, false);
+      row4(t4, q, vt, false);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         if (4 * q + c >= V) break;
@@ -157,11 +149,7 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
     const float ce = ok ? (md - a.dl[i * a.ld + lab]) + ld : __int_as_float(0x7fc00000);
     a.argmax[r] = sd.am;
     a.l1[r] = l1;
-    a.off_loss[o] = a.a_ce * ce + (a.a_l1 > 0.0f ? a.a_l1 * l1 : 0.0f);
-    a.off_w[o] = w;
-    a.off_lab[o] = lab;
-    a.off_am[o] = sd.am;
-    a.off_act[o] = 1;
+    a.stat.put(r, a.a_ce * ce + (a.a_l1 > 0.0f ? a.a_l1 * l1 : 0.0f), w, lab, sd.am);
   }
   if (!a.backward) return;
   // Pass 3: the gradient of α_ce·w·CE + α_l1·w·L1 with respect to the draft logits.
@@ -169,16 +157,9 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
   for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) {
     float g[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (q < V4) {
-      const float4 zd = __ldcs(d4 + q);
-      const float vd[4] = {zd.x, zd.y, zd.z, zd.w};
-      float vt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (target) {
-        const float4 zt = __ldcs(t4 + q);
-        vt[0] = zt.x;
-        vt[1] = zt.y;
-        vt[2] = zt.z;
-        vt[3] = zt.w;
-      }
+      float vd[4], vt[4];
+      row4(d4, q, vd, true);
+      row4(t4, q, vt, true);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int64_t t = 4 * q + c;
@@ -200,7 +181,7 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
 // (overflow-free, as torch), α_conf·BCE added to the row's statistics loss, and dconf = α_conf·w·(σ(c) − acc)
 // (0 for a weightless row).
 __global__ void dspark_conf_loss_kernel(const float* conf, const float* l1, const float* row_w, int64_t N,
-                                        int B, float a_conf, float* off_loss, float* dconf) {
+                                        float a_conf, HeadStatRows stat, float* dconf) {
   const int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (r >= N) return;
   const float w = row_w[r];
@@ -208,9 +189,8 @@ __global__ void dspark_conf_loss_kernel(const float* conf, const float* l1, cons
     dconf[r] = 0.0f;
     return;
   }
-  const int64_t o = (r / B) * B + (r % B + 1) % B;
   const float c = conf[r], acc = fminf(fmaxf(1.0f - 0.5f * l1[r], 0.0f), 1.0f);
-  off_loss[o] += a_conf * (fmaxf(c, 0.0f) - c * acc + log1pf(expf(-fabsf(c))));
+  stat.loss[stat.row_of(r)] += a_conf * (fmaxf(c, 0.0f) - c * acc + log1pf(expf(-fabsf(c))));
   dconf[r] = a_conf * w * (sigmoid_f(c) - acc);
 }
 
@@ -372,25 +352,20 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
   float* dz = at<float>(ws, L.dz);
   float* du = markov ? at<float>(ws, L.du) : nullptr;
   float* l1 = at<float>(ws, L.l1);
-  DSparkRowArgs ra{dl,
-                   need_target ? tl : nullptr,
-                   gd,
-                   L.ldv,
-                   0,
-                   labels,
-                   row_w,
-                   argmax,
-                   l1,
-                   at<float>(ws, L.off_loss),
-                   at<float>(ws, L.off_w),
-                   at<int32_t>(ws, L.off_lab),
-                   at<int32_t>(ws, L.off_am),
-                   at<uint8_t>(ws, L.off_act),
-                   d.V,
-                   B,
-                   alpha.ce,
-                   alpha.l1,
-                   backward};
+  DSparkRowArgs ra;
+  ra.dl = dl;
+  ra.tl = need_target ? tl : nullptr;
+  ra.gd = gd;
+  ra.ld = L.ldv;
+  ra.labels = labels;
+  ra.row_w = row_w;
+  ra.argmax = argmax;
+  ra.l1 = l1;
+  ra.stat = head_stat_rows(ws, L.off_loss, L.off_w, L.off_lab, L.off_am, L.off_act, B, 1);
+  ra.V = d.V;
+  ra.a_ce = alpha.ce;
+  ra.a_l1 = alpha.l1;
+  ra.backward = backward;
   for (int64_t p0 = 0; p0 < N; p0 += L.chunk) {
     const int64_t n = std::min(L.chunk, N - p0);
     gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, dl, L.ldv, true, n, d.V, H, 1.0f, 0.0f,
@@ -415,18 +390,13 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
   }
   float* dconf = d.confidence ? at<float>(ws, L.dconf) : nullptr;
   if (conf_loss) {
-    dspark_conf_loss_kernel<<<grid_of(N), kThreads, 0, stream>>>(conf, l1, row_w, N, B, alpha.confidence,
-                                                                 ra.off_loss, dconf);
+    dspark_conf_loss_kernel<<<grid_of(N), kThreads, 0, stream>>>(conf, l1, row_w, N, alpha.confidence,
+                                                                 ra.stat, dconf);
     DF_CUDA_CHECK_LAUNCH("dspark_conf_loss_kernel");
   } else if (dconf) {
     zero(dconf, size_t(N) * 4, stream);
   }
-  LossRowDims sd;
-  sd.nb = d.nb;
-  sd.block = B;
-  sd.weights_given = true;
-  loss_row_stats_launch(ra.off_lab, ra.off_act, ra.off_loss, ra.off_loss, ra.off_am, sd, ra.off_w, stats,
-                        stream);
+  head_stats_launch(ra.stat, d.nb, stats, stream);
   if (!backward) return;
 
   // ---- backward: the Markov head, then every input gradient gathered, then W1 and the confidence head ----

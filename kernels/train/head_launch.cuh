@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/train_launchers.cuh"
 
 namespace df::head_launch {
 
@@ -38,6 +39,51 @@ T* at(void* ws, size_t off) {
 
 inline void zero(void* p, size_t bytes, cudaStream_t stream) {
   DF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+}
+
+// The statistics rows a head's loss kernel writes and loss_row_stats reads (with given weights), slot k of
+// block j at row j·B + (k + shift) mod B: the accuracy counts then fall on block offsets as DFlash's do, and
+// a slot past offset B − 1 (shift 1) lands on offset 0, whose loss and weight are summed but whose accuracy
+// is not counted.
+struct HeadStatRows {
+  float* loss;
+  float* w;
+  int32_t* lab;
+  int32_t* am;
+  uint8_t* act;
+  int B, shift;
+
+  __device__ int64_t row_of(int64_t r) const { return (r / B) * B + (r % B + shift) % B; }
+  // Slot r's loss l (unweighted), weight wt, label and argmax; a weightless slot is put as inactive.
+  __device__ void put(int64_t r, float l, float wt, int32_t label, int32_t argmax) const {
+    const int64_t o = row_of(r);
+    loss[o] = l;
+    w[o] = wt;
+    lab[o] = label;
+    am[o] = argmax;
+    act[o] = wt != 0.0f;
+  }
+};
+
+// The rows at byte offsets loss, w, lab, am, act of the workspace.
+inline HeadStatRows head_stat_rows(void* ws, size_t loss, size_t w, size_t lab, size_t am, size_t act, int B,
+                                   int shift) {
+  return {at<float>(ws, loss),
+          at<float>(ws, w),
+          at<int32_t>(ws, lab),
+          at<int32_t>(ws, am),
+          at<uint8_t>(ws, act),
+          B,
+          shift};
+}
+
+// Adds the statistics of nb blocks of these rows to stats (loss_row_stats with the given weights).
+inline void head_stats_launch(const HeadStatRows& s, int64_t nb, double* stats, cudaStream_t stream) {
+  LossRowDims d;
+  d.nb = nb;
+  d.block = s.B;
+  d.weights_given = true;
+  loss_row_stats_launch(s.lab, s.act, s.loss, s.loss, s.am, d, s.w, stats, stream);
 }
 
 }  // namespace df::head_launch

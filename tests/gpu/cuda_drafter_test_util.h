@@ -1,5 +1,6 @@
-// What the CUDA drafter tests share (test_cuda_drafter.cpp, test_cuda_dspark.cpp, test_cuda_dflash2.cpp): backend copies of host
-// vectors, bf16 rounding of host data, and the element-wise comparison that prints the worst element.
+// What the CUDA drafter tests share (test_cuda_drafter.cpp, test_cuda_dspark.cpp, test_cuda_dflash2.cpp; CUDA
+// builds only): backend copies of host vectors, the fixture, bf16 rounding of host data, the element-wise
+// comparison that prints the worst element, and the comparison of a head loss op's statistics.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -7,11 +8,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "kernels/train/loss_slots.h"
+#include "ops/cpu/cpu_train_ops.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_train_ops.h"
 #include "ops/train_ops.h"
 
 namespace df::testing {
@@ -60,6 +65,19 @@ class Dev {
  private:
   TrainOps& ops_;
   std::vector<void*> mem_;
+};
+
+// The CUDA training-op tests' fixture: skipped without a device; the CPU oracle and a CUDA backend on device
+// 0.
+class CudaTrainFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
+    gpu_ = std::make_unique<CudaTrainOps>(0);
+  }
+  CpuTrainOps cpu_;
+  std::unique_ptr<CudaTrainOps> gpu_;
 };
 
 // In place: the batch and the CPU model keep pointing at these vectors.

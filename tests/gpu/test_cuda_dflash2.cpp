@@ -43,16 +43,7 @@ double rel_err(double got, double want) {
   return std::fabs(got - want) / std::max(std::fabs(want), 1e-30);
 }
 
-class CudaDflash2 : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-    gpu_ = std::make_unique<CudaTrainOps>(0);
-  }
-  CpuTrainOps cpu_;
-  std::unique_ptr<CudaTrainOps> gpu_;
-};
+using CudaDflash2 = CudaTrainFixture;
 
 // ---- the convolution ----
 

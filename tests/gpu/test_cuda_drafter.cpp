@@ -30,16 +30,7 @@ using namespace df::testing;
 
 namespace {
 
-class CudaDrafter : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-    gpu_ = std::make_unique<CudaTrainOps>(0);
-  }
-  CpuTrainOps cpu_;
-  std::unique_ptr<CudaTrainOps> gpu_;
-};
+using CudaDrafter = CudaTrainFixture;
 
 }  // namespace
 

@@ -139,60 +139,40 @@ struct DSparkRun {
 // them).
 DSparkRun run_dspark(TrainOps& ops, const DSparkInputs& in, bool backward, const DSparkRun* prior = nullptr) {
   Dev d(ops);
-  const bool lp = ops.act_dtype() == DType::bf16;
-  auto act = [&](const std::vector<float>& v, int64_t rows, int64_t cols) {
-    return lp ? d.bf16(v, rows, cols) : d.up(v, DType::f32, rows, cols);
-  };
-  auto to_f32 = [&](const Tensor& t) {
-    if (!lp) return d.down<float>(t);
-    const std::vector<uint16_t> b = d.down<uint16_t>(t);
-    std::vector<float> f(b.size());
-    for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
-    return f;
-  };
   const int64_t H = in.d.hidden, V = in.d.vocab, N = in.N;
   const std::vector<Part> parts = parts_of(in.d);
   TrainOps::DSparkHeadWeights w, dw;
   for (int i = 0; i < 8; ++i) {
     const Part& p = parts[size_t(i)];
     if (!p.present) continue;
-    *slot_of(w, i) = p.matrix ? act(in.w[i], p.rows, p.cols) : d.up(in.w[i], DType::f32, p.rows, p.cols);
+    *slot_of(w, i) = p.matrix ? d.act(in.w[i], p.rows, p.cols) : d.up(in.w[i], DType::f32, p.rows, p.cols);
     *slot_of(dw, i) = d.up(prior ? prior->dw[i] : std::vector<float>(size_t(p.rows * p.cols), NAN),
                            DType::f32, p.rows, p.cols);
   }
   const int slots = LossStatsSlots::size(in.d.block_size);
   const Tensor stats = d.up(std::vector<double>(size_t(slots), 0.0), DType::u8, 1, slots * 8);
   const Tensor argmax = d.up(std::vector<int32_t>(size_t(N), 7), DType::i32, 1, N);
-  const Tensor dy = act(std::vector<float>(size_t(N * H), NAN), N, H);
+  const Tensor dy = d.act(std::vector<float>(size_t(N * H), NAN), N, H);
   TrainOps::DSparkHeadArgs a;
   a.dims = in.d;
   a.alpha = in.alpha;
   a.backward = backward;
   a.beta_dw = prior ? 1.0f : 0.0f;
   const bool target = dspark_needs_target_hidden(in.d, in.alpha);
-  ops.dspark_head_loss(act(in.y, N, H), act(in.lm, V, H), target ? act(in.tgt, N, H) : Tensor{}, w,
+  ops.dspark_head_loss(d.act(in.y, N, H), d.act(in.lm, V, H), target ? d.act(in.tgt, N, H) : Tensor{}, w,
                        d.up(in.labels, DType::i32, 1, N), d.up(in.prev, DType::i32, 1, N),
                        d.up(in.row_w, DType::f32, 1, N), a, argmax, dy, dw, stats);
   DSparkRun r;
   r.argmax = d.down<int32_t>(argmax);
   r.stats = d.down<double>(stats);
   if (!backward) return r;
-  r.dy = to_f32(dy);
+  r.dy = d.f32(dy);
   for (int i = 0; i < 8; ++i)
     if (parts[size_t(i)].present) r.dw[i] = d.down<float>(*slot_of(dw, i));
   return r;
 }
 
-class CudaDSpark : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports 0): GPU test skipped";
-    gpu_ = std::make_unique<CudaTrainOps>(0);
-  }
-  CpuTrainOps cpu_;
-  std::unique_ptr<CudaTrainOps> gpu_;
-};
+using CudaDSpark = CudaTrainFixture;
 
 }  // namespace
 
