@@ -10,7 +10,9 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "model/qwen_config.h"
 #include "model/safetensors.h"
+#include "train/init_from.h"
 
 namespace df {
 
@@ -131,6 +133,22 @@ void drafter_export_hf(const std::string& dir, const DrafterModel& model, int nu
   // Weights first: a folder with a config.json always has the weights that go with it.
   safetensors_write(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   file_write_text_atomic(dir + "/config.json", config_text);
+}
+
+void drafter_export_hf_folder(const std::string& in, const std::string& out, TrainOps& ops) {
+  std::string file;
+  const nlohmann::json j = qwen_config_read_json(in, &file);
+  const auto layers = j.find("num_target_layers");
+  DF_CHECK(layers != j.end() && layers->is_number_integer(),
+           "export: %s has no integer num_target_layers (the target's layer count, which SGLang reads); "
+           "HINT: add it to the drafter's config.json",
+           file.c_str());
+  int64_t max_positions = 262144;
+  if (const auto it = j.find("max_position_embeddings"); it != j.end() && it->is_number_integer())
+    max_positions = it->get<int64_t>();
+  DrafterModel model(drafter_config_from_hf_json(j, file), ops);
+  drafter_load_hf_weights(model, in);
+  drafter_export_hf(out, model, layers->get<int>(), max_positions);
 }
 
 }  // namespace df

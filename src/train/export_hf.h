@@ -21,4 +21,10 @@ nlohmann::json drafter_hf_config(const DrafterConfig& c, int num_target_layers,
 void drafter_export_hf(const std::string& dir, const DrafterModel& model, int num_target_layers,
                        int64_t max_position_embeddings = 262144);
 
+// Rewrites the Hugging Face drafter folder `in` (SpecForge's own save, a published drafter: anything
+// drafter.init_from reads) into `out` in the layout above, which SGLang loads: its config.json read as
+// init_from reads it (num_target_layers required, max_position_embeddings kept when present), its weights
+// loaded through init_from's strict reader into a model on `ops`, then drafter_export_hf.
+void drafter_export_hf_folder(const std::string& in, const std::string& out, TrainOps& ops);
+
 }  // namespace df

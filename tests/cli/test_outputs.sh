@@ -62,6 +62,13 @@ printf '[run]\ndir = "%s/run"\n[target]\nrandom_config = "%s/configs/tiny-target
 printf '[drafter]\nmask_token_id = 255\n' >>run.toml
 refused "would overwrite the input" run "$BIN" export --config run.toml --out run --force
 refused "--out exported is a folder that already holds files" exported "$BIN" export --config run.toml --out exported
+# export --drafter: a Hugging Face drafter folder in, never overwritten; --config and --drafter exclude each other
+cp -r "$SRC/tests/golden/drafter/model" hf_drafter
+refused "would overwrite the input" hf_drafter "$BIN" export --drafter hf_drafter --out hf_drafter --force
+refused "--config excludes --drafter" hf_drafter "$BIN" export --drafter hf_drafter --config run.toml --out re
+refused "give --config" run.toml "$BIN" export --out re
+accepted "$BIN" export --drafter hf_drafter --out re
+refused "--out re is a folder that already holds files" re "$BIN" export --drafter hf_drafter --out re
 
 # topo rankfile / nccl-xml: the sysfs tree read, or an earlier file
 cp -r "$SRC/tests/fixtures/sysfs/vm_8" sysfs

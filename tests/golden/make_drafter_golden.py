@@ -28,7 +28,7 @@
 # confidence terms in float32 (its .float() casts) even in a float64 run, which the tolerances allow for.
 #
 # --kind dflash2 runs SpecForge's DFlash2DraftModel + OnlineDFlashModel with its candidate selector; they exist
-# from SpecForge commit DFLASH2_COMMIT on (the tree --specforge names must hold it, and its commit in
+# from SpecForge commit specforge_draft.DFLASH2_COMMIT on (the tree --specforge names must hold it, and its commit in
 # <tree>/SPECFORGE_COMMIT). It records the backbone's normed output per block with the loss's gradient (the
 # selector oracle, ops/dflash2_selector.h, is checked on those), the label and predecessor ids, the loss
 # terms, and for every grouped convolution its input, output and the loss's gradients with respect to both,
@@ -44,9 +44,9 @@ import math
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-import specforge_drafter_step as peer  # noqa: E402  (SpecForge loader shared with the peer benchmark)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import specforge_draft  # noqa: E402  (the kind's SpecForge class, shared with check_export_specforge.py)
+from specforge_draft import REPO, peer  # noqa: E402
 
 # The config: H 64, 2 layers (sliding then full), GQA 4/2 x 16, block 4, window 5, vocab 97, two taps.
 TARGET = {"hidden": 64, "vocab": 97, "layers": 6, "intermediate": 96}
@@ -63,7 +63,6 @@ DOMINO = {"projector_type": "domino", "pure_draft_prefix_len": 1, "emb_dim": 23,
 LAMBDA_BASE = 0.3
 # DFlash2 (dflash_config keys): 3 taps in blocks of 4, 4 groups of 16 channels, an odd rank, a top-K that
 # holds the gold label for some rows and not for others, both unary transforms on; α between 0 and 1.
-DFLASH2_COMMIT = "5943b2f66840d809d68925d1aa6896e7cd2775db"
 DFLASH2 = {"conv_kernel_size": 3, "conv_group_size": 16, "selector_rank": 7, "selector_top_k": 24,
            "output_multiplier": 0.7, "final_logit_softcapping": 4.0}
 SELECTOR_ALPHA = 0.6
@@ -92,7 +91,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--specforge", default=None,
                    help="SpecForge tree (default .peer/SpecForge; for dflash2 .peer/SpecForge-dflash2)")
-    p.add_argument("--kind", default="dflash", choices=["dflash", "domino", "dspark", "dflash2"])
+    p.add_argument("--kind", default="dflash", choices=specforge_draft.KINDS)
     p.add_argument("--markov-head", default="rnn", choices=["vanilla", "gated", "rnn"],
                    help="--kind dspark: the Markov head type")
     p.add_argument("--out", default=None, help="default tests/golden/drafter (dflash), drafter_domino (domino), "
@@ -106,7 +105,7 @@ def main():
                 "dflash2": "drafter_dflash2"}
         args.out = os.path.join(REPO, "tests", "golden", name[args.kind])
     if args.specforge is None:
-        args.specforge = os.path.join(REPO, ".peer", "SpecForge-dflash2") if dflash2 else peer.DEFAULT_SPECFORGE
+        args.specforge = specforge_draft.default_specforge(args.kind)
     head_keys = DOMINO if domino else dspark_head(args.markov_head) if dspark else DFLASH2 if dflash2 else {}
 
     import torch
@@ -114,53 +113,30 @@ def main():
     from torch import nn
     import transformers
 
-    if dflash2:
-        commit_file = os.path.join(args.specforge, "SPECFORGE_COMMIT")
-        commit = open(commit_file).read().strip() if os.path.isfile(commit_file) else "unknown"
-        pinned = DFLASH2_COMMIT
-        if not os.path.isfile(os.path.join(args.specforge, "specforge", "modeling", "draft", "dflash2.py")):
-            sys.exit(f"make_drafter_golden: {args.specforge} has no specforge/modeling/draft/dflash2.py. HINT: "
-                     f"export SpecForge {DFLASH2_COMMIT} there (git --git-dir=<mirror> archive {DFLASH2_COMMIT} "
-                     f"| tar -x -C {args.specforge}) and write the commit into {commit_file}")
-    else:
-        commit, pinned = peer.specforge_commit(args.specforge), peer.SPECFORGE_COMMIT
+    commit, pinned = specforge_draft.check_commit(args.kind, args.specforge, "make_drafter_golden")
     print(f"SpecForge {commit} (pinned {pinned}), torch {torch.__version__}, "
           f"transformers {transformers.__version__}")
     if commit != pinned:
         print("WARNING: the SpecForge tree is not the pinned commit", file=sys.stderr)
-    sf = peer.load_specforge(args.specforge, optimizer=False)
+    sf, draft_class = specforge_draft.load_draft_class(args.kind, args.specforge)
     dflash, family = sf.dflash, sf.family
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     f64 = getattr(torch, args.dtype)  # the reference's compute dtype (float64 unless asked otherwise)
 
     cfg = peer.qwen3_draft_config(dflash, FIELDS, TARGET, args.attn)
+    cfg.architectures = [specforge_draft.CLASS_NAMES[args.kind]]
+    cfg.dflash_config.update(head_keys)
+    draft = draft_class(cfg).to(f64)
     if domino:
-        import importlib
-
-        cfg.architectures = ["DominoDraftModel"]
-        cfg.dflash_config.update(DOMINO)
-        draft = importlib.import_module("specforge.modeling.draft.domino").DominoDraftModel(cfg).to(f64)
         assert draft.suffix_start == DOMINO["pure_draft_prefix_len"] and draft.shift_label
     elif dflash2:
-        import importlib
-
-        d2 = importlib.import_module("specforge.modeling.draft.dflash2")
-        cfg.architectures = ["DFlash2DraftModel"]
-        cfg.dflash_config.update(DFLASH2)
-        draft = d2.DFlash2DraftModel(cfg).to(f64)
+        d2 = sys.modules[draft_class.__module__]
         assert draft.candidate_selector.top_k == DFLASH2["selector_top_k"]
     elif dspark:
-        import importlib
-
-        cfg.architectures = ["DSparkDraftModel"]
-        cfg.dflash_config.update(head_keys)
-        draft = importlib.import_module("specforge.modeling.draft.dspark").DSparkDraftModel(cfg).to(f64)
         assert draft.markov_head is not None and draft.markov_head.markov_head_type == args.markov_head
         assert draft.confidence_head is not None
         assert draft.confidence_head_with_markov == head_keys["confidence_head_with_markov"]
-    else:
-        draft = dflash.DFlashDraftModel(cfg).to(f64)
     hd, theta = FIELDS["head_dim"], FIELDS["rope_theta"]
     want = theta ** (-torch.arange(0, hd, 2, dtype=f64) / hd)
     got = draft.rotary_emb.inv_freq.to(f64)
@@ -425,8 +401,7 @@ def main():
     save_file(weights, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     # The 2026 published layout: block_size inside dflash_config, rope_theta inside rope_parameters.
     hf = {
-        "architectures": [{"dflash": "DFlashDraftModel", "domino": "DominoDraftModel", "dspark": "DSparkDraftModel",
-                           "dflash2": "DFlash2DraftModel"}[args.kind]], "model_type": "qwen3",
+        "architectures": [specforge_draft.CLASS_NAMES[args.kind]], "model_type": "qwen3",
         "hidden_size": H,
         "intermediate_size": FIELDS["intermediate"], "num_hidden_layers": FIELDS["layers"],
         "num_attention_heads": FIELDS["heads"], "num_key_value_heads": FIELDS["kv_heads"], "head_dim": hd,
