@@ -8,8 +8,10 @@ command -v clang++ >/dev/null ||
 mkdir -p "$OUT"
 # Line tables are all the debug information a sanitizer report needs for file:line stack frames; full -g makes
 # every object larger (src/core/config.cpp: 3.7 MB against 2.5 MB) and every compile and link of this tree slower.
+# -O1, the level AddressSanitizer's documentation recommends (more optimisation can remove a faulty access before
+# it is checked), compiles in a quarter less CPU time than -O2 (src/train/checkpoint.cpp: 7.5 s against 10.1 s).
 CC=clang CXX=clang++ cmake -S "$SRC" -B "$OUT" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDF_ENABLE_CUDA=OFF -DDF_FUZZ=ON \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
   >"$OUT/configure.log" 2>&1 || { cat "$OUT/configure.log"; exit 1; }
 # Every core: GNU nproc honours OMP_NUM_THREADS, which launch/setup.sh sets to 1 for the tests.
 jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
