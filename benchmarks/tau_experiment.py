@@ -211,7 +211,8 @@ def plot(args):
     ax[0].set_xlabel("drafter kind")
     ax[0].set_ylabel("τ (eval, greedy, held-out prompts)")
     ax[0].set_title("acceptance length per kind")
-    ax[0].legend(fontsize=8)
+    ax[0].set_ylim(0, 1.25 * max(r["tau"] for r in rows))
+    ax[0].legend(fontsize=8, ncol=len(targets), loc="upper center")
     for i, t in enumerate(targets):
         a = ax[1 + i]
         for kind in KINDS:

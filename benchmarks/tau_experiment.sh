@@ -52,7 +52,10 @@ for t in "${TARGET_LIST[@]}"; do
   case "$t" in dense|hybrid) ;; *) die "--targets: unknown target '$t' (dense, hybrid)" ;; esac
 done
 for k in "${KIND_LIST[@]}"; do
-  case "$k" in dflash|domino|dspark|dflash2) ;; *) die "--kinds: unknown kind '$k' (dflash, domino, dspark, dflash2)" ;; esac
+  case "$k" in
+    dflash|domino|dspark|dflash2) ;;
+    *) die "--kinds: unknown kind '$k' (dflash, domino, dspark, dflash2)" ;;
+  esac
 done
 [ -x "$BIN" ] || die "$BIN: no dflash_mpi binary; HINT: cmake --build build --target dflash_mpi, or --bin PATH"
 PY=python3

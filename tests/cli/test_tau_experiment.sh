@@ -49,14 +49,18 @@ for k in dflash domino dspark dflash2; do
 done
 # Only the kind and its own keys differ: every line of the dflash config but its run dir is in the others.
 for k in domino dspark dflash2; do
-  grep -q '^kind = ' "$TMP/$k.toml" && grep -q '^max_steps = 7$' "$TMP/$k.toml" && grep -q '^seed = 3$' "$TMP/$k.toml" ||
+  grep -q "^kind = \"$k\"$" "$TMP/$k.toml" && grep -q '^max_steps = 7$' "$TMP/$k.toml" &&
+    grep -q '^seed = 3$' "$TMP/$k.toml" ||
     { echo "FAIL: $k config lacks kind, steps or seed"; fails=$((fails + 1)); }
 done
 base=$(grep -v -e '^dir = ' -e '^#' "$TMP/dflash.toml" | grep -v '^$')
 for k in domino dspark dflash2; do
   missing=$(grep -F -x -v -f <(grep -v '^$' "$TMP/$k.toml") <<<"$base")
-  if [ -n "$missing" ]; then echo "FAIL: the $k config changes the shared settings: $missing"; fails=$((fails + 1)); else
-    echo "ok: the $k config keeps every dflash setting"; fi
+  if [ -n "$missing" ]; then
+    echo "FAIL: the $k config changes the shared settings: $missing"; fails=$((fails + 1))
+  else
+    echo "ok: the $k config keeps every dflash setting"
+  fi
 done
 
 [ $fails -eq 0 ] && echo "PASS" || { echo "$fails check(s) failed"; exit 1; }
