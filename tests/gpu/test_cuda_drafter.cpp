@@ -20,8 +20,8 @@ TEST(CudaDrafter, SkippedWithoutCudaBuild) {
 #include "core/dtype.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_train_ops.h"
-#include "tests/unit/target_test_util.h"
 #include "tests/gpu/train_ops_dev.h"
+#include "tests/unit/target_test_util.h"
 #include "tests/unit/test_drafter_util.h"
 #include "train/optimizer.h"
 

@@ -1,5 +1,6 @@
 // Backend copies of host rows for the GPU training-op tests (test_cuda_drafter.cpp, test_cuda_dflash2.cpp):
-// uploads as f32, bf16 or the backend's activation dtype, downloads back to host vectors, frees with the owner.
+// uploads as f32, bf16 or the backend's activation dtype, downloads back to host vectors, frees with the
+// owner.
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -12,8 +12,8 @@
 namespace df {
 
 // The arguments every head-loss op checks (domino_head_loss, dflash2_selector_loss): y bf16 [N, H] of whole
-// blocks of B rows, lm_head bf16 [V, H] contiguous, labels i32, row_w f32, argmax i32 [1, N] and the statistics
-// slots; messages name op and the tensor.
+// blocks of B rows, lm_head bf16 [V, H] contiguous, labels i32, row_w f32, argmax i32 [1, N] and the
+// statistics slots; messages name op and the tensor.
 void cuda_expect_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& labels, const Tensor& row_w,
                            const Tensor& argmax, const Tensor& stats, int B, int H, int V, const char* op);
 
