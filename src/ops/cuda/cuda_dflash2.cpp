@@ -139,11 +139,7 @@ std::vector<int32_t> CudaTrainOps::dflash2_selector_propose(const Tensor& y, con
   const int32_t* tok =
       dflash2_selector_propose_launch(dev_.gemm, selector_shape(d, 1), bptr(y), y.stride, bptr(lm_head),
                                       selector_weights(w), first, scratch(ws), ws, dev_.stream);
-  std::vector<int32_t> host(size_t(d.block_size));
-  DF_CUDA_CHECK(
-      cudaMemcpyAsync(host.data(), tok, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, dev_.stream));
-  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
-  return std::vector<int32_t>(host.begin() + 1, host.end());
+  return download_proposals(tok, d.block_size);
 }
 
 }  // namespace df

@@ -124,6 +124,9 @@ class CudaTrainOps final : public TrainOps {
   // Device scratch of at least `bytes` (backward partial sums, attention and loss workspaces): one buffer for
   // every op, since they run one after another on the stream; grown, never shrunk.
   void* scratch(size_t bytes);
+  // A head's proposal launcher left `block` tokens on the device (the first the committed one): the others,
+  // after the stream drained.
+  std::vector<int32_t> download_proposals(const int32_t* tok, int block);
   void* tracked_alloc(size_t bytes);
   void tracked_free(void* p);
 
