@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kRowThreads) dflash2_selector_row_kernel(Selec
     }
   }
   st = stat_block_reduce(st, red);
-  topk_block_merge(tk, K, cv, cid, red_v, red_id);  // its syncs publish thread 0's st below too
+  topk_block_merge(tk, K, cv, cid, red_v, red_id);
   const bool ok = lab >= 0 && lab < V && prv >= 0 && prv < V;
   if (threadIdx.x == 0) {
     fin[0] = st.m;
