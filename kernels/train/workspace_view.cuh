@@ -1,5 +1,5 @@
 // The training launchers' check of the scratch they are handed and their typed views into it (domino_head.cu,
-// dflash2.cu): the offsets come from the layout functions of train_workspace.h.
+// dflash2_conv.cu, dflash2_selector.cu): the offsets come from the layout functions of train_workspace.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>

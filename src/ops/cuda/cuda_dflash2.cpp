@@ -1,6 +1,7 @@
 // CudaTrainOps' DFlash2 ops (train_ops.h "DFlash2"): each checks its tensors against train_ops.h (device,
 // dtype, shape; messages name the op and the tensor), sizes its workspace in the shared scratch and makes one
-// launcher call (kernels/train/dflash2.cu). Activations and GEMM weights bf16, base kernels and gradients
+// launcher call (kernels/train/dflash2_conv.cu, dflash2_selector.cu). Activations and GEMM weights bf16, base
+// kernels and gradients
 // f32.
 #include <vector>
 

@@ -88,7 +88,7 @@ class CudaTrainOps final : public TrainOps {
                                            const DominoHeadWeights& w, const DominoHeadDims& d,
                                            int32_t first) override;
 
-  // DFlash2's convolution and selector (cuda_dflash2.cpp, kernels/train/dflash2.cu).
+  // DFlash2's convolution and selector (cuda_dflash2.cpp, kernels/train/dflash2_conv.cu and _selector.cu).
   void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
                         const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d) override;
   void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
