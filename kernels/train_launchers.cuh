@@ -105,9 +105,9 @@ const int32_t* domino_head_propose_launch(GemmContext* gemm, const DominoHeadSha
                                           const DominoHeadWeightPtrs& w, int shift, int32_t first, void* ws,
                                           size_t ws_bytes, cudaStream_t stream);
 
-// ---- dflash2.cu ---------------------------------------------------------------------------------------
-// train_ops.h's DFlash2 ops on the device (ops/dflash2_conv.h and ops/dflash2_selector.h are the math, the
-// CPU oracle ops/cpu/cpu_dflash2.cpp).
+// ---- dflash2_conv.cu, dflash2_selector.cu
+// ------------------------------------------------------------------- train_ops.h's DFlash2 ops on the device
+// (ops/dflash2_conv.h and ops/dflash2_selector.h are the math, the CPU oracle ops/cpu/cpu_dflash2.cpp).
 struct Dflash2ConvShape {
   int H = 0, B = 0, taps = 0, gs = 0;  // hidden, block, taps, channels a group
 };

@@ -1,4 +1,5 @@
-// What the drafter heads' kernels and launchers share (domino_head.cu, dspark_head.cu, dspark_markov.cu, dflash2.cu): the
+// What the drafter heads' kernels and launchers share (domino_head.cu, dspark_head.cu, dspark_markov.cu,
+// dflash2_conv.cu, dflash2_selector.cu): the
 // element-wise grid, the logistic function, and the carving of the op's workspace (its layout in
 // train_workspace.h or dspark_workspace.h) with the check that the caller sized it so.
 #pragma once

@@ -193,8 +193,9 @@ inline DominoProposeLayout domino_propose_layout(int64_t B, int64_t H, int64_t G
   return L;
 }
 
-// ---- dflash2.cu ------------------------------------------------------------------------------------------
-// The selector keeps each thread's top-K in local arrays and the context row [R] in shared memory.
+// ---- dflash2_conv.cu, dflash2_selector.cu
+// ------------------------------------------------------------------- The selector keeps each thread's top-K
+// in local arrays and the context row [R] in shared memory.
 constexpr int kDflash2MaxTopK = 64;
 constexpr int kDflash2MaxRank = 8192;
 

@@ -1,9 +1,10 @@
-// DFlash2's CUDA ops (kernels/train/dflash2.cu) against the CPU fp32 oracle (ops/cpu/cpu_dflash2.cpp) on
-// awkward shapes: the in-block convolution forward and backward (odd H, groups of 1, 3 and 5 channels, blocks
-// of 3, 4 and 8, 1 to 4 taps, both sides), the selector loss (odd H and V, K from 1 to 64 and larger than a
-// thread's share of the vocabulary, chunks of 1 row to all rows, padding blocks and holes, gold labels
-// outside the top-K, softcap, stop_gradient, beta_dw 0 and 1) and the greedy lattice walk. Prints the worst
-// element of every comparison. Skips itself without a GPU; one skipped test in a build without CUDA.
+// DFlash2's CUDA ops (kernels/train/dflash2_conv.cu, dflash2_selector.cu) against the CPU fp32 oracle
+// (ops/cpu/cpu_dflash2.cpp) on awkward shapes: the in-block convolution forward and backward (odd H, groups
+// of 1, 3 and 5 channels, blocks of 3, 4 and 8, 1 to 4 taps, both sides), the selector loss (odd H and V, K
+// from 1 to 64 and larger than a thread's share of the vocabulary, chunks of 1 row to all rows, padding
+// blocks and holes, gold labels outside the top-K, softcap, stop_gradient, beta_dw 0 and 1) and the greedy
+// lattice walk. Prints the worst element of every comparison. Skips itself without a GPU; one skipped test in
+// a build without CUDA.
 #include <gtest/gtest.h>
 
 #ifndef DF_HAVE_CUDA

@@ -217,8 +217,8 @@ TEST_F(CudaDrafter, DSparkStepMatchesTheCpuOracle) {
 }
 
 // The same comparison for a DFlash2 drafter (convolutions around both sublayers, the selector's term with α
-// between 0 and 1, with and without stop_gradient; kernels/train/dflash2.cu, its ops' own cases in
-// test_cuda_dflash2.cpp).
+// between 0 and 1, with and without stop_gradient; kernels/train/dflash2_conv.cu and dflash2_selector.cu,
+// their ops' own cases in test_cuda_dflash2.cpp).
 TEST_F(CudaDrafter, Dflash2StepMatchesTheCpuOracle) {
   for (const bool stop : {false, true}) {
     TinySetup host({11, 1, 13}, 7, tiny_dflash2_config(8));

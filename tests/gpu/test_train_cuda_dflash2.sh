@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # A DFlash2 drafter (drafter.kind = "dflash2") on the GPU end to end: a CUDA target rank and a CUDA drafter rank
 # share the GPU over the MPI feature channel for 40 steps of the tiny config as DFlash2 (3-tap convolutions in
-# groups of 16 channels, a rank-12 selector over the top 6, α 0.5; the drafter step's convolutions and
-# selector run kernels/train/dflash2.cu): the loss falls, and its first step's loss is the CPU drafter's on
-# the same batch and anchors (within 3 %: bf16 activations against the fp32 oracle). The export then decodes
-# speculatively on the GPU (`eval --device cuda`, the selector's lattice walk on the device) and prints τ over
-# the prompts, each continuation of the asked length. That the committed tokens are the target's greedy ones
-# is asserted by test_target_decode_cuda (Dflash2SpeculativeDecodingCommitsTheGreedyTokens). Skips (77)
-# without a GPU.
+# groups of 16 channels, a rank-12 selector over the top 6, α 0.5; the drafter step's convolutions and selector
+# run kernels/train/dflash2_conv.cu, dflash2_selector.cu): the loss falls, and its first step's loss is the CPU
+# drafter's on the same batch and anchors (within 3 %: bf16 activations against the fp32 oracle). The export
+# then decodes speculatively on the GPU (`eval --device cuda`, the selector's lattice walk on the device) and
+# prints τ over the prompts, each continuation of the asked length. That the committed tokens are the target's
+# greedy ones is asserted by test_target_decode_cuda (Dflash2SpeculativeDecodingCommitsTheGreedyTokens). Skips
+# (77) without a GPU.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "SKIP: no GPU"; exit 77; }

@@ -1,6 +1,7 @@
 // CudaTrainOps' DFlash2 ops (train_ops.h "DFlash2"): each checks its tensors against train_ops.h (device,
 // dtype, shape; messages name the op and the tensor), sizes its workspace in the shared scratch and makes one
-// launcher call (kernels/train/dflash2.cu). Activations and GEMM weights bf16, base kernels and gradients
+// launcher call (kernels/train/dflash2_conv.cu, dflash2_selector.cu). Activations and GEMM weights bf16, base
+// kernels and gradients
 // f32.
 #include <vector>
 
@@ -139,11 +140,7 @@ std::vector<int32_t> CudaTrainOps::dflash2_selector_propose(const Tensor& y, con
   const int32_t* tok =
       dflash2_selector_propose_launch(dev_.gemm, selector_shape(d, 1), bptr(y), y.stride, bptr(lm_head),
                                       selector_weights(w), first, scratch(ws), ws, dev_.stream);
-  std::vector<int32_t> host(size_t(d.block_size));
-  DF_CUDA_CHECK(
-      cudaMemcpyAsync(host.data(), tok, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, dev_.stream));
-  DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
-  return std::vector<int32_t>(host.begin() + 1, host.end());
+  return download_proposals(tok, d.block_size);
 }
 
 }  // namespace df

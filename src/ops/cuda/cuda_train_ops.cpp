@@ -436,7 +436,11 @@ std::vector<int32_t> CudaTrainOps::domino_head_propose(const Tensor& y, const Te
   const int32_t* tok = domino_head_propose_launch(dev_.gemm, s, bptr(y), y.stride, bptr(lm_head), bptr(embed),
                                                   domino_weights(w), d.shift_label ? 1 : 0, first,
                                                   scratch(ws), ws, dev_.stream);
-  std::vector<int32_t> host(size_t(d.block_size));
+  return download_proposals(tok, d.block_size);
+}
+
+std::vector<int32_t> CudaTrainOps::download_proposals(const int32_t* tok, int block) {
+  std::vector<int32_t> host(static_cast<size_t>(block));
   DF_CUDA_CHECK(
       cudaMemcpyAsync(host.data(), tok, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, dev_.stream));
   DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream));

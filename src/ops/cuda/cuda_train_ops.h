@@ -12,8 +12,8 @@
 namespace df {
 
 // The arguments every head-loss op checks (domino_head_loss, dflash2_selector_loss): y bf16 [N, H] of whole
-// blocks of B rows, lm_head bf16 [V, H] contiguous, labels i32, row_w f32, argmax i32 [1, N] and the statistics
-// slots; messages name op and the tensor.
+// blocks of B rows, lm_head bf16 [V, H] contiguous, labels i32, row_w f32, argmax i32 [1, N] and the
+// statistics slots; messages name op and the tensor.
 void cuda_expect_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& labels, const Tensor& row_w,
                            const Tensor& argmax, const Tensor& stats, int B, int H, int V, const char* op);
 
@@ -88,7 +88,7 @@ class CudaTrainOps final : public TrainOps {
                                            const DominoHeadWeights& w, const DominoHeadDims& d,
                                            int32_t first) override;
 
-  // DFlash2's convolution and selector (cuda_dflash2.cpp, kernels/train/dflash2.cu).
+  // DFlash2's convolution and selector (cuda_dflash2.cpp, kernels/train/dflash2_conv.cu and _selector.cu).
   void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
                         const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d) override;
   void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
@@ -124,6 +124,9 @@ class CudaTrainOps final : public TrainOps {
   // Device scratch of at least `bytes` (backward partial sums, attention and loss workspaces): one buffer for
   // every op, since they run one after another on the stream; grown, never shrunk.
   void* scratch(size_t bytes);
+  // A head's proposal launcher left `block` tokens on the device (the first the committed one): the others,
+  // after the stream drained.
+  std::vector<int32_t> download_proposals(const int32_t* tok, int block);
   void* tracked_alloc(size_t bytes);
   void tracked_free(void* p);
 
