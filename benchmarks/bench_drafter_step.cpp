@@ -512,6 +512,11 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
     loss_hi = a.ce * (ln_v + 0.1) + a.l1 * 0.2 +
               (dc.enable_confidence_head ? a.confidence * (std::log(2.0) + 4 * sigma_c) : 0.0);
   }
+  if (dc.kind == DrafterKind::dflash2) {
+    // DFlash2's adds α·CE over the selector's K candidates, whose scores start nearly equal (a zero successor
+    // codebook): about α·ln K, and at most α·(ln K + 1) where the gold token outside the top K takes a slot.
+    loss_hi = ln_v + 0.1 + lo.dflash2_selector_alpha * (std::log(double(dc.selector_top_k)) + 1.0);
+  }
   const bool loss_ok = o.warmup == 0 || (first_loss >= loss_lo && first_loss <= loss_hi);
   ok = ok && loss_ok && std::isfinite(params_sq);
   std::printf(
