@@ -38,7 +38,16 @@
 # (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).
 # Every value is seeded, and float64 on the CPU is deterministic, so a rerun with the same versions writes the
 # same numbers.
+#
+# Then <out>/peer_bf16_error.json: the same SpecForge step once more with the drafter, the frozen tables and the
+# inputs in bfloat16 (the loss mask stays float32, as SpecForge's batches hold it), on CUDA when there is a device
+# (as SpecForge trains; else the CPU), same anchors and attention (the SDPA mask on the math kernel), no float32
+# master copy: the relative RMS error ||g_bf16 − g_f64|| / ||g_f64|| of every parameter gradient and the loss's
+# relative error, with the torch version and the device. tests/gpu/test_drafter_golden_cuda.cpp bounds our bf16
+# step by 1.25× these where they exceed its own constant. This pass runs after the golden is written and draws
+# no random number the golden records, so the golden files are what they were without it.
 import argparse
+import copy
 import json
 import math
 import os
@@ -99,6 +108,8 @@ def main():
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     args = p.parse_args()
+    # cuBLAS's deterministic mode for the bfloat16 pass on CUDA (read when torch first makes a cuBLAS handle).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     domino, dspark, dflash2 = args.kind == "domino", args.kind == "dspark", args.kind == "dflash2"
     if args.out is None:
         name = {"dflash": "drafter", "domino": "drafter_domino", "dspark": "drafter_dspark_" + args.markov_head,
@@ -199,22 +210,28 @@ def main():
             assert a <= n - 2 and loss_mask[s, a] > 0.5 and loss_mask[s, a + 1] > 0.5, (s, a)
             anchors[s, j], keep[s, j] = a, True
 
-    common = dict(draft_model=draft, target_lm_head=lm_head, target_embed_tokens=embed,
-                  mask_token_id=FIELDS["mask_token_id"], block_size=B, attention_backend=args.attn, num_anchors=N,
-                  loss_decay_gamma=GAMMA, objective_chunk_blocks=128)
-    if domino:
-        model = family.OnlineDominoModel(**common, shift_label=DOMINO["shift_label"])
-    elif dflash2:
-        model = family.OnlineDFlashModel(**common, loss_type="dflash", selector_loss_alpha=SELECTOR_ALPHA)
-    elif dspark:
-        model = family.OnlineDSparkModel(**common, **DSPARK_ALPHAS)
-    else:
-        model = family.OnlineDFlashModel(**common, loss_type="dflash")
-    model.train()
-    # Fixed anchors in place of SpecForge's random draw (same return contract: positions with 0 where not
-    # kept, and the keep mask); the weight mask the objective receives is recorded for the row-by-row
-    # comparison.
-    model._sample_anchor_positions = lambda seq_len, lm, device, **kw: (anchors.clone(), keep.clone())
+    # SpecForge's training wrapper of the kind around a drafter and frozen tables, with fixed anchors in place of
+    # its random draw (same return contract: positions with 0 where not kept, and the keep mask, on the
+    # wrapper's device).
+    def online_model(draft_model, embed_tokens, target_lm_head):
+        common = dict(draft_model=draft_model, target_lm_head=target_lm_head, target_embed_tokens=embed_tokens,
+                      mask_token_id=FIELDS["mask_token_id"], block_size=B, attention_backend=args.attn,
+                      num_anchors=N, loss_decay_gamma=GAMMA, objective_chunk_blocks=128)
+        if domino:
+            online = family.OnlineDominoModel(**common, shift_label=DOMINO["shift_label"])
+        elif dflash2:
+            online = family.OnlineDFlashModel(**common, loss_type="dflash", selector_loss_alpha=SELECTOR_ALPHA)
+        elif dspark:
+            online = family.OnlineDSparkModel(**common, **DSPARK_ALPHAS)
+        else:
+            online = family.OnlineDFlashModel(**common, loss_type="dflash")
+        online.train()
+        online._sample_anchor_positions = lambda seq_len, lm, device, **kw: (anchors.to(device, copy=True),
+                                                                             keep.to(device, copy=True))
+        return online
+
+    model = online_model(draft, embed, lm_head)
+    # The weight mask the objective receives is recorded for the row-by-row comparison.
     seen = {}
     if domino:
         objective = model._domino_objective_chunk_terms
@@ -307,6 +324,8 @@ def main():
                  {"target_last_hidden_states": target_last} if dspark else {})
         loss, _acc, metrics = model(input_ids=input_ids, hidden_states=hidden, loss_mask=loss_mask, **extra)
         loss.backward()
+    if dflash2:  # the recording is this pass's alone
+        d2.DFlashGroupedConv.prepare, d2.DFlashGroupedConv.finish = prepare, finish
     if domino:
         loss_den = seen["weight_mask"].sum()
         loss_num = loss * (loss_den + 1e-6)
@@ -420,6 +439,73 @@ def main():
     save_file(out, os.path.join(args.out, "golden.safetensors"), metadata=meta)
     print(f"wrote {model_dir}/{{config.json,model.safetensors}} and {args.out}/golden.safetensors "
           f"({len(weights)} parameters)")
+
+    inputs = dict(input_ids=input_ids, hidden_states=hidden, loss_mask=loss_mask, **extra)
+    error = peer_bf16_error(torch, online_model, draft_class(cfg), draft, embed, lm_head, inputs, loss)
+    error.update(specforge_commit=commit, transformers=transformers.__version__)
+    with open(os.path.join(args.out, "peer_bf16_error.json"), "w") as fh:
+        json.dump(error, fh, indent=2)
+        fh.write("\n")
+    worst = max(error["grad_rel_rms"], key=error["grad_rel_rms"].get)
+    print(f"SpecForge in bfloat16 on {error['device']}: loss relative error {error['loss_rel_error']:.3g}, worst "
+          f"gradient relative RMS error {error['grad_rel_rms'][worst]:.3g} ({worst}); wrote "
+          f"{args.out}/peer_bf16_error.json")
+
+
+def rel_rms(got, want):
+    """||got − want|| / ||want|| (||got − want|| where want is 0), as the C++ golden tests' grad_diff."""
+    num, den = float((got - want).norm()), float(want.norm())
+    return num / den if den > 0 else num
+
+
+def peer_bf16_error(torch, online_model, draft_bf16, draft, embed, lm_head, inputs, loss):
+    """SpecForge's step in bfloat16 on the inputs the float64 step `draft` (its gradients filled, loss `loss`)
+    ran: the drafter `draft_bf16` (fresh, of the same class and config) takes `draft`'s values, the frozen tables
+    and the floating inputs are rounded to bfloat16 (the loss mask stays float32, as SpecForge's batches hold
+    it), on CUDA when there is a device. Returns the loss's relative error and every parameter gradient's
+    relative RMS error against the float64 step, with the torch version and the device."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bf16 = torch.bfloat16
+    draft_bf16.load_state_dict(draft.state_dict())
+    draft_bf16.to(device=dev, dtype=bf16)
+    embed_bf16 = copy.deepcopy(embed).to(device=dev, dtype=bf16)
+    lm_head_bf16 = copy.deepcopy(lm_head).to(device=dev, dtype=bf16)
+    model = online_model(draft_bf16, embed_bf16, lm_head_bf16)
+    batch = {}
+    for key, value in inputs.items():
+        if not torch.is_tensor(value):
+            batch[key] = value
+        elif value.is_floating_point() and key != "loss_mask":
+            batch[key] = value.to(device=dev, dtype=bf16)
+        else:
+            batch[key] = value.to(dev)
+    # An op without a deterministic CUDA kernel warns instead of stopping: this pass measures an error, the
+    # golden does not depend on it.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    with sdpa_kernel(SDPBackend.MATH):
+        loss_bf16, _acc, _metrics = model(**batch)
+        loss_bf16.backward()
+    grads = dict(draft_bf16.named_parameters())
+    bad = [n for n, prm in grads.items() if prm.grad is None or not torch.isfinite(prm.grad).all()]
+    if not math.isfinite(float(loss_bf16)) or bad:
+        sys.exit(f"make_drafter_golden: the bfloat16 pass's loss {float(loss_bf16)} or gradients of {bad} are not "
+                 f"finite; the golden files are written, peer_bf16_error.json is not")
+    errors = {}
+    for name, prm in draft.named_parameters():
+        got = grads[name].grad.detach().to(device="cpu", dtype=torch.float64)
+        errors[name] = rel_rms(got, prm.grad.detach().to(torch.float64))
+    want = float(loss)
+    return {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "dtype": "bfloat16 drafter, frozen tables and inputs; float32 loss mask; no float32 master copy",
+        "loss_f64": want,
+        "loss_bf16": float(loss_bf16),
+        "loss_rel_error": abs(float(loss_bf16) - want) / abs(want),
+        "grad_rel_rms": errors,
+    }
 
 
 if __name__ == "__main__":
