@@ -20,7 +20,7 @@ grep -q "dflash2: 2-tap convolutions in groups of 16 channels around every subla
 
 # The recipe against the fixture's target config and the test corpus; its drafter is the peer's.
 recipe=qwen3.6-27b-dflash2
-kind_recipes_check dflash2 cuda "$recipe:qwen3.6-27b"
+kind_recipes_check dflash2 cuda "$recipe:qwen3.6-27b" qwen3-8b-dflash2:qwen3-8b
 python3 - "$SRC/configs/$recipe.toml" <<'PY' || fail "configs/$recipe.toml is not SpecForge's qwen3.6-27b-dflash2.json"
 import sys, tomllib
 d = tomllib.load(open(sys.argv[1], "rb"))["drafter"]

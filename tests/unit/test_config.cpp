@@ -126,7 +126,7 @@ TEST(Config, DrafterDeviceAndBlockRowCap) {
 
 TEST(Config, ShippedConfigsChooseTheDrafterDevice) {
   EXPECT_EQ(config_load(std::string(DF_SOURCE_DIR) + "/configs/tiny.toml").drafter.device, "cpu");
-  for (const char* f : {"qwen3.6-27b.toml", "qwen3-8b.toml", "qwen3.6-35b-a3b.toml"}) {
+  for (const char* f : {"qwen3.6-27b.toml", "qwen3-8b.toml", "qwen3-8b-dflash2.toml", "qwen3.6-35b-a3b.toml"}) {
     Config c = config_load(std::string(DF_SOURCE_DIR) + "/configs/" + f);
     EXPECT_EQ(c.drafter.device, "cuda") << f;
     EXPECT_EQ(c.drafter.max_block_rows, 8192) << f;
