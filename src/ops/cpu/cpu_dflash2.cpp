@@ -98,24 +98,15 @@ void CpuTrainOps::dflash2_selector_loss(const Tensor& y, const Tensor& lm_head,
       for (const Tensor* g : {&dw.predecessor_codebook, &dw.successor_codebook, &dw.hidden_projection})
         fill(*g, 0.0f);
   }
-  const int32_t* lab = labels.ptr<int32_t>();
-  const int32_t* pre = prev.ptr<int32_t>();
-  const float* wr = row_w.ptr<float>();
-  int32_t* am = argmax.ptr<int32_t>();
   // The accuracy counts in block offsets: slot k predicts offset k.
-  HeadLossStats hs(N, B, 0);
-  std::vector<float> logits(size_t(B) * size_t(V));
-  Dflash2BlockRows rows;
-  for (int64_t j = 0; j < N / B; ++j) {
-    const int64_t r0 = j * B;
-    if (!hs.open_block(r0, lab, wr, am, rows.labels, rows.weights)) continue;
-    rows.prev.assign(pre + r0, pre + r0 + B);
-    const Dflash2BlockLoss l = dflash2_block_step<float>(
-        d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, rows, a.alpha, a.stop_gradient, logits.data(),
-        a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
-    hs.add_block(r0, l.base_sum + a.alpha * l.selector_sum, logits.data(), V, wr, lab, am);
-  }
-  hs.add_to(stats);
+  cpu_head_blocks<Dflash2BlockRows>(labels, &prev, row_w, argmax, stats, B, V, 0,
+                                    [&](int64_t r0, const Dflash2BlockRows& rows, float* logits) {
+                                      const Dflash2BlockLoss l = dflash2_block_step<float>(
+                                          d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, rows, a.alpha,
+                                          a.stop_gradient, logits, a.backward ? &gt : nullptr,
+                                          a.backward ? dy.ptr<float>() + r0 * H : nullptr);
+                                      return l.base_sum + a.alpha * l.selector_sum;
+                                    });
 }
 
 std::vector<int32_t> CpuTrainOps::dflash2_selector_propose(const Tensor& y, const Tensor& lm_head,

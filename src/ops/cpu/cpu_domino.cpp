@@ -46,22 +46,15 @@ void CpuTrainOps::domino_head_loss(const Tensor& y, const Tensor& lm_head, const
     if (a.beta_dw == 0.0f)
       for (const Tensor* g : {&dw.gru_ih, &dw.gru_hh, &dw.proj_in, &dw.proj_out}) fill(*g, 0.0f);
   }
-  const int32_t* lab = labels.ptr<int32_t>();
-  const float* wr = row_w.ptr<float>();
-  int32_t* am = argmax.ptr<int32_t>();
   // The accuracy counts in block offsets (slot k predicts offset k + shift).
-  HeadLossStats hs(N, B, d.shift_label ? 1 : 0);
-  std::vector<float> logits(size_t(B) * size_t(V));
-  DominoBlockRows rows;
-  for (int64_t j = 0; j < N / B; ++j) {
-    const int64_t r0 = j * B;
-    if (!hs.open_block(r0, lab, wr, am, rows.labels, rows.weights)) continue;
-    const DominoBlockLoss l = domino_block_step<float>(
-        d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, gru_in.ptr<float>() + r0 * H, rows, a.lambda,
-        logits.data(), a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
-    hs.add_block(r0, (1.0 - a.lambda) * l.final_sum + a.lambda * l.base_sum, logits.data(), V, wr, lab, am);
-  }
-  hs.add_to(stats);
+  cpu_head_blocks<DominoBlockRows>(
+      labels, nullptr, row_w, argmax, stats, B, V, d.shift_label ? 1 : 0,
+      [&](int64_t r0, const DominoBlockRows& rows, float* logits) {
+        const DominoBlockLoss l = domino_block_step<float>(
+            d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, gru_in.ptr<float>() + r0 * H, rows,
+            a.lambda, logits, a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
+        return (1.0 - a.lambda) * l.final_sum + a.lambda * l.base_sum;
+      });
 }
 
 std::vector<int32_t> CpuTrainOps::domino_head_propose(const Tensor& y, const Tensor& lm_head,

@@ -72,26 +72,16 @@ void CpuTrainOps::dspark_head_loss(const Tensor& y, const Tensor& lm_head, const
                               &dw.conf_w, &dw.conf_b})
         if (!g->empty()) fill(*g, 0.0f);
   }
-  const int32_t* lab = labels.ptr<int32_t>();
-  const int32_t* prv = prev.ptr<int32_t>();
-  const float* wr = row_w.ptr<float>();
-  int32_t* am = argmax.ptr<int32_t>();
   // The accuracy counts in block offsets: slot k predicts offset k + 1.
-  HeadLossStats hs(N, B, 1);
-  std::vector<float> logits(size_t(B) * size_t(V));
-  DSparkBlockRows rows;
-  for (int64_t j = 0; j < N / B; ++j) {
-    const int64_t r0 = j * B;
-    if (!hs.open_block(r0, lab, wr, am, rows.labels, rows.weights)) continue;
-    rows.prev.assign(prv + r0, prv + r0 + B);
-    const DSparkBlockLoss l = dspark_block_step<float>(
-        d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H,
-        need_target ? target_hidden.ptr<float>() + r0 * H : nullptr, rows, a.alpha, logits.data(), nullptr,
-        a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
-    hs.add_block(r0, a.alpha.ce * l.ce_sum + a.alpha.l1 * l.l1_sum + a.alpha.confidence * l.confidence_sum,
-                 logits.data(), V, wr, lab, am);
-  }
-  hs.add_to(stats);
+  cpu_head_blocks<DSparkBlockRows>(
+      labels, &prev, row_w, argmax, stats, B, V, 1,
+      [&](int64_t r0, const DSparkBlockRows& rows, float* logits) {
+        const DSparkBlockLoss l = dspark_block_step<float>(
+            d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H,
+            need_target ? target_hidden.ptr<float>() + r0 * H : nullptr, rows, a.alpha, logits, nullptr,
+            a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
+        return a.alpha.ce * l.ce_sum + a.alpha.l1 * l.l1_sum + a.alpha.confidence * l.confidence_sum;
+      });
 }
 
 std::vector<int32_t> CpuTrainOps::dspark_head_propose(const Tensor& y, const Tensor& lm_head,

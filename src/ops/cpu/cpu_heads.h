@@ -44,4 +44,27 @@ class HeadLossStats {
   std::vector<int32_t> argmax_, labels_;
 };
 
+// The CPU heads' loss ops over their N / B blocks: each block whose rows carry weight gets its labels and
+// weights (and, where Rows has them, its previous tokens from `prev`) into a Rows, then block(r0, rows,
+// logits) runs the head's block step and returns its Σ w·L with the block's [B, V] logits in `logits`; the
+// statistics (slot k counted at offset k + shift) go to `stats`.
+template <class Rows, class Block>
+void cpu_head_blocks(const Tensor& labels, const Tensor* prev, const Tensor& row_w, const Tensor& argmax,
+                     const Tensor& stats, int B, int V, int shift, Block block) {
+  const int64_t N = labels.numel();
+  const int32_t* lab = labels.ptr<int32_t>();
+  const float* wr = row_w.ptr<float>();
+  int32_t* am = argmax.ptr<int32_t>();
+  HeadLossStats hs(N, B, shift);
+  std::vector<float> logits(size_t(B) * size_t(V));
+  Rows rows;
+  for (int64_t r0 = 0; r0 + B <= N; r0 += B) {
+    if (!hs.open_block(r0, lab, wr, am, rows.labels, rows.weights)) continue;
+    if constexpr (requires(Rows r) { r.prev; })
+      rows.prev.assign(prev->ptr<int32_t>() + r0, prev->ptr<int32_t>() + r0 + B);
+    hs.add_block(r0, block(r0, rows, logits.data()), logits.data(), V, wr, lab, am);
+  }
+  hs.add_to(stats);
+}
+
 }  // namespace df
