@@ -79,7 +79,7 @@ class CudaTrainOps final : public TrainOps {
                     const Tensor& argmax, const Tensor& dhidden,
                     int64_t max_active = -1) override;
 
-  // Not built yet on this backend: both refuse, naming drafter.kind (cuda_train_ops.cpp).
+  // Domino's head and its proposals (cuda_train_ops.cpp, kernels/train/domino_head.cu).
   void domino_head_loss(const Tensor& y, const Tensor& lm_head, const Tensor& gru_in,
                         const DominoHeadWeights& w, const Tensor& labels, const Tensor& row_w,
                         const DominoHeadArgs& a, const Tensor& argmax, const Tensor& dy,
