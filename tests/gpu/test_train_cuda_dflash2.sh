@@ -33,19 +33,6 @@ print(f"CUDA DFlash2 drafter: {len(g)} steps, mean loss of the first 8 {first:.4
 sys.exit(0 if len(g) == 40 and last < first and abs(g[0] - c[0]) <= 3e-2 * abs(c[0]) else 1)
 PY
 
-"$BIN" export --config "$TMP/cuda.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"
-"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --seed 5 --out "$TMP/target" >/dev/null 2>&1 || fail "model init"
-if "$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
-  --max-new-tokens 24 --device cuda --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1; then
-  grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval.log" || fail "eval printed no tau: $(tail -3 "$TMP/eval.log")"
-  python3 - "$TMP/eval.jsonl" <<'PY' || fail "eval --device cuda of the DFlash2 drafter: jsonl"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-assert len(rows) == 3 and all(len(r["tokens"]) == 24 and r["tau"] >= 1 for r in rows), rows
-PY
-  echo "ok: eval --device cuda with the DFlash2 drafter: $(grep '^tau' "$TMP/eval.log")"
-else
-  fail "eval --device cuda of the DFlash2 drafter: $(tail -5 "$TMP/eval.log")"
-fi
+kind_cuda_eval "DFlash2 drafter" "$TMP/cuda.toml"
 echo "$fails failed"
 [ "$fails" -eq 0 ]

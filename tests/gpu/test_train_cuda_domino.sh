@@ -15,27 +15,7 @@ sed -i -e 's/^device = "cpu"$/device = "cuda"/' \
   -e '/^\[train\]/a lambda_base_start = 1.0\nlambda_base_decay_ratio = 0.5' "$TMP/d.toml"
 if ! run_mpi 2 "$TMP/d.log" --config "$TMP/d.toml"; then fail "CUDA target + CUDA Domino drafter run"; tail -30 "$TMP/d.log"; fi
 grep -q "drafter on cuda" "$TMP/d.log" || fail "the Domino drafter did not train on the CUDA backend"
-python3 - "$TMP/d/metrics.jsonl" <<'PY' || fail "the CUDA Domino drafter's loss did not fall over 40 steps"
-import json, sys
-l = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x]
-first, last = sum(l[:8]) / 8, sum(l[-8:]) / 8
-print(f"CUDA Domino drafter: {len(l)} steps, mean loss of the first 8 {first:.4f}, of the last 8 {last:.4f}")
-sys.exit(0 if len(l) == 40 and last < first else 1)
-PY
-
-"$BIN" export --config "$TMP/d.toml" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"
-"$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --seed 5 --out "$TMP/target" >/dev/null 2>&1 || fail "model init"
-if "$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
-  --max-new-tokens 24 --device cuda --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1; then
-  grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval.log" || fail "eval printed no tau: $(tail -3 "$TMP/eval.log")"
-  python3 - "$TMP/eval.jsonl" <<'PY' || fail "eval --device cuda of the Domino drafter: jsonl"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-assert len(rows) == 3 and all(len(r["tokens"]) == 24 and r["tau"] >= 1 for r in rows), rows
-PY
-  echo "ok: eval --device cuda with the Domino drafter: $(grep '^tau' "$TMP/eval.log")"
-else
-  fail "eval --device cuda of the Domino drafter: $(tail -5 "$TMP/eval.log")"
-fi
+loss_fell "CUDA Domino drafter" "$TMP/d/metrics.jsonl" 40
+kind_cuda_eval "Domino drafter" "$TMP/d.toml"
 echo "$fails failed"
 [ "$fails" -eq 0 ]

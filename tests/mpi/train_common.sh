@@ -151,3 +151,42 @@ kind_eval() {
   grep -qE "^tau [0-9]+\.[0-9]{3} over 2 prompts$" "$TMP/eval_ck.log" ||
     fail "eval of the checkpoint printed no tau: $(tail -3 "$TMP/eval_ck.log")"
 }
+
+# loss_fell LABEL METRICS STEPS: METRICS (a run's metrics.jsonl) holds STEPS losses and the mean of the last 8 is
+# below the mean of the first 8.
+loss_fell() {
+  python3 - "$1" "$2" "$3" <<'PY' || fail "the $1's loss did not fall over $3 steps"
+import json, sys
+label, path, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+l = [json.loads(x)["loss"] for x in open(path) if '"loss"' in x]
+first, last = sum(l[:8]) / 8, sum(l[-8:]) / 8
+print(f"{label}: {len(l)} steps, mean loss of the first 8 {first:.4f}, of the last 8 {last:.4f}")
+sys.exit(0 if len(l) == steps and last < first else 1)
+PY
+}
+
+# kind_cuda_eval LABEL CONFIG [EVAL_ARGS...]: exports CONFIG's drafter to $TMP/drafter, then `eval --device cuda`
+# against a random tiny target ($TMP/target) decodes 3 prompts of 24 new tokens once per EVAL_ARGS word list ("" or
+# none: no extra arguments), each printing τ and writing 3 continuations of 24 tokens to $TMP/eval.jsonl.
+kind_cuda_eval() {
+  local label=$1 config=$2 extra
+  shift 2
+  [ $# -gt 0 ] || set -- ""
+  "$BIN" export --config "$config" --out "$TMP/drafter" >"$TMP/export.log" 2>&1 || fail "export: $(tail -3 "$TMP/export.log")"
+  "$BIN" model init --hf-config "$SRC/configs/tiny-target.json" --seed 5 --out "$TMP/target" >/dev/null 2>&1 || fail "model init"
+  for extra in "$@"; do
+    # shellcheck disable=SC2086 # extra is a word list
+    if "$BIN" eval --target "$TMP/target" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
+      --max-new-tokens 24 --device cuda $extra --out "$TMP/eval.jsonl" >"$TMP/eval.log" 2>&1; then
+      grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts" "$TMP/eval.log" || fail "eval $extra printed no tau: $(tail -3 "$TMP/eval.log")"
+      python3 - "$TMP/eval.jsonl" <<'PY' || fail "eval --device cuda $extra of the $label: jsonl"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3 and all(len(r["tokens"]) == 24 and r["tau"] >= 1 for r in rows), rows
+PY
+      echo "ok: eval --device cuda $extra with the $label: $(grep '^tau' "$TMP/eval.log")"
+    else
+      fail "eval --device cuda $extra of the $label: $(tail -5 "$TMP/eval.log")"
+    fi
+  done
+}
