@@ -1,0 +1,297 @@
+// DSpark's CUDA head op alone on each DSpark golden's own block rows (the backbone's normed output `hidden`,
+// the target rows, labels, previous tokens and weights that SpecForge's float64 step recorded), to tell which
+// part of the bf16 CUDA step carries its gradient error: the head op against the CPU oracle on the same
+// bf16-rounded inputs (the head's own rounding), both against the golden (what rounding the head's input
+// alone costs), the near-tie of the L1 term closest to a sign flip, and the head's error when its input
+// carries bf16-sized noise, as the backbone's forward leaves it. Asserts that the head op matches the oracle
+// on the same inputs; the rest is printed for the reader. Skips without a device or a golden.
+#include <gtest/gtest.h>
+
+#ifndef DF_HAVE_CUDA
+TEST(CudaDSparkGoldenHead, SkippedWithoutCudaBuild) {
+  GTEST_SKIP() << "built without CUDA: GPU DSpark golden head test skipped";
+}
+#else
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/drafter.h"
+#include "ops/dspark_head.h"
+#include "tests/gpu/cuda_drafter_test_util.h"
+#include "tests/unit/drafter_golden_util.h"
+#include "tests/unit/test_drafter_util.h"
+
+using namespace df;
+using namespace df::testing;
+using df::drafter_golden::grad_diff;
+using df::drafter_golden::read_f32;
+using df::drafter_golden::read_raw;
+
+namespace {
+
+// One golden's head inputs as the step hands them to dspark_head_loss (block-major rows).
+struct GoldenHead {
+  DSparkHeadDims d;
+  DSparkLossAlphas alpha;
+  int64_t N = 0;
+  double den = 0;  // Σ w, SpecForge's loss denominator
+  std::vector<float> y, tgt, lm, row_w;
+  std::vector<int32_t> labels, prev;
+  std::vector<DSparkHeadParam> params;   // the head's parameters present, dspark_head_params order
+  std::vector<std::vector<float>> w, g;  // their values and the golden's gradients (∂loss/∂θ)
+  std::vector<float> dhidden;            // the golden's ∂loss/∂hidden
+};
+
+GoldenHead load_golden_head(const std::string& dir) {
+  GoldenHead h;
+  const DrafterConfig cfg = drafter_config_load_hf(dir + "/model");
+  h.d = dspark_head_dims(cfg);
+  const SafetensorsIndex g = SafetensorsIndex::open(dir + "/golden.safetensors");
+  const SafetensorsIndex m = SafetensorsIndex::open(dir + "/model");
+  const int H = h.d.hidden, B = h.d.block_size;
+  const std::vector<int64_t> offsets = read_raw<int64_t>(g, "offsets", DType::i64);
+  const std::vector<int32_t> anchors = read_raw<int32_t>(g, "anchors", DType::i32),
+                             tokens = read_raw<int32_t>(g, "tokens", DType::i32);
+  const std::vector<uint8_t> loss_mask = read_raw<uint8_t>(g, "loss_mask", DType::u8);
+  const std::vector<float> target_hidden = read_f32(g, "target_hidden"), alphas = read_f32(g, "alphas");
+  const double gamma = read_f32(g, "gamma")[0];
+  h.alpha = {alphas[0], alphas[1], alphas[2]};
+  h.y = read_f32(g, "hidden");
+  h.lm = read_f32(g, "lm_head");
+  h.dhidden = read_f32(g, "grad.hidden");
+  h.den = read_f32(g, "loss_den")[0];
+  const int64_t blocks = int64_t(anchors.size()) / 2;
+  h.N = blocks * B;
+  h.tgt.assign(size_t(h.N * H), 0.0f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t seq = anchors[size_t(2 * b)], pos = anchors[size_t(2 * b + 1)];
+    const int64_t start = offsets[size_t(seq)], len = offsets[size_t(seq + 1)] - start;
+    const DSparkBlockRows rows =
+        dspark_block_rows(h.d, tokens.data() + start, loss_mask.data() + start, len, pos, gamma);
+    for (int k = 0; k < B; ++k) {
+      h.labels.push_back(rows.labels[size_t(k)]);
+      h.prev.push_back(rows.prev[size_t(k)]);
+      h.row_w.push_back(float(rows.weights[size_t(k)]));
+      std::copy_n(target_hidden.begin() + (start + rows.target_pos[size_t(k)]) * H, H,
+                  h.tgt.begin() + (b * B + k) * H);
+    }
+  }
+  for (const DSparkHeadParam& p : dspark_head_params(h.d)) {
+    const StTensor* t = m.find(p.name);
+    if (!t) throw std::runtime_error(dir + "/model lacks " + p.name);
+    std::vector<float> v(size_t(t->numel()));
+    st_to_f32(*t, v.data());
+    h.params.push_back(p);
+    h.w.push_back(std::move(v));
+    h.g.push_back(read_f32(g, "grad." + p.name));
+  }
+  return h;
+}
+
+// The slot of `w` that holds the parameter of this peer name.
+Tensor& slot_of(TrainOps::DSparkHeadWeights& w, const std::string& name) {
+  if (name == "markov_head.markov_w1.weight") return w.markov_w1;
+  if (name == "markov_head.markov_w2.weight") return w.markov_w2;
+  if (name == "markov_head.gate_proj.weight") return w.gate_w;
+  if (name == "markov_head.gate_proj.bias") return w.gate_b;
+  if (name == "markov_head.joint_proj.weight") return w.joint_w;
+  if (name == "markov_head.joint_proj.bias") return w.joint_b;
+  if (name == "confidence_head.proj.weight") return w.conf_w;
+  if (name == "confidence_head.proj.bias") return w.conf_b;
+  throw std::runtime_error("not a DSpark head parameter: " + name);
+}
+
+struct HeadRun {
+  std::vector<float> dy;               // ∂loss/∂y (divided by Σ w, as the golden's)
+  std::vector<std::vector<float>> dw;  // likewise, in h.params order
+};
+
+// One dspark_head_loss call with y (host f32; the backend rounds it to its activation dtype): matrices in the
+// backend's activation dtype, biases f32, as the step holds them.
+HeadRun run_head(TrainOps& ops, const GoldenHead& h, const std::vector<float>& y) {
+  Dev dev(ops);
+  const int64_t H = h.d.hidden, V = h.d.vocab, N = h.N;
+  TrainOps::DSparkHeadWeights w, dw;
+  for (size_t i = 0; i < h.params.size(); ++i) {
+    const DSparkHeadParam& p = h.params[i];
+    slot_of(w, p.name) = p.matrix ? dev.act(h.w[i], p.rows, p.cols) : dev.up(h.w[i], DType::f32, p.rows, p.cols);
+    slot_of(dw, p.name) = dev.up(std::vector<float>(h.w[i].size(), 0.0f), DType::f32, p.rows, p.cols);
+  }
+  const int slots = LossStatsSlots::size(h.d.block_size);
+  const Tensor stats = dev.up(std::vector<double>(size_t(slots), 0.0), DType::u8, 1, slots * 8);
+  const Tensor argmax = dev.up(std::vector<int32_t>(size_t(N), 0), DType::i32, 1, N);
+  const Tensor dy = dev.act(std::vector<float>(size_t(N * H), 0.0f), N, H);
+  TrainOps::DSparkHeadArgs a;
+  a.dims = h.d;
+  a.alpha = h.alpha;
+  a.backward = true;
+  a.beta_dw = 0.0f;
+  ops.dspark_head_loss(dev.act(y, N, H), dev.act(h.lm, V, H), dev.act(h.tgt, N, H), w,
+                       dev.up(h.labels, DType::i32, 1, N), dev.up(h.prev, DType::i32, 1, N),
+                       dev.up(h.row_w, DType::f32, 1, N), a, argmax, dy, dw, stats);
+  HeadRun r;
+  r.dy = dev.f32(dy);
+  for (float& x : r.dy) x = float(x / h.den);
+  for (const DSparkHeadParam& p : h.params) {
+    r.dw.push_back(dev.down<float>(slot_of(dw, p.name)));
+    for (float& x : r.dw.back()) x = float(x / h.den);
+  }
+  return r;
+}
+
+// The labelled (row, token) whose L1 sign sign(q − t) is nearest to flipping, among tokens with q ≥ 1 %
+// (where a flip moves the gradient by 2·α_l1·w·q): |log q − log t| smallest, from y in float64.
+struct NearTie {
+  int64_t row = -1;
+  int token = -1;
+  double q = 0, log_ratio = 0;
+};
+
+std::vector<double> softmax_of(const float* x, const float* lm, const GoldenHead& h, const float* w1,
+                               const float* w2, int32_t prev) {
+  const int H = h.d.hidden, V = h.d.vocab, R = h.d.markov_rank;
+  std::vector<double> l(static_cast<size_t>(V));
+  double mx = -1e300;
+  for (int v = 0; v < V; ++v) {
+    double s = 0;
+    for (int c = 0; c < H; ++c) s += double(x[c]) * lm[size_t(v) * H + c];
+    if (w1)
+      for (int c = 0; c < R; ++c) s += double(w1[size_t(prev) * R + c]) * w2[size_t(v) * R + c];
+    l[size_t(v)] = s;
+    mx = std::max(mx, s);
+  }
+  double z = 0;
+  for (double& s : l) z += (s = std::exp(s - mx));
+  for (double& s : l) s /= z;
+  return l;
+}
+
+// The vanilla head's bias is W2·W1[prev] (no hidden state); the other heads' biases depend on y, and their
+// near-tie is taken on the base logits alone (printed as such).
+NearTie nearest_tie(const GoldenHead& h, const std::vector<float>& y) {
+  const int H = h.d.hidden;
+  const bool vanilla = h.d.markov_rank > 0 && h.d.markov_head_type == DrafterMarkovHead::vanilla;
+  const float* w1 = vanilla ? h.w[0].data() : nullptr;
+  const float* w2 = vanilla ? h.w[1].data() : nullptr;
+  NearTie best;
+  for (int64_t r = 0; r < h.N; ++r) {
+    if (h.row_w[size_t(r)] == 0.0f) continue;
+    const std::vector<double> q = softmax_of(&y[size_t(r * H)], h.lm.data(), h, w1, w2, h.prev[size_t(r)]);
+    const std::vector<double> t = softmax_of(&h.tgt[size_t(r * H)], h.lm.data(), h, nullptr, nullptr, 0);
+    for (size_t v = 0; v < q.size(); ++v) {
+      if (q[v] < 1e-2) continue;
+      const double lr = std::log(q[v]) - std::log(t[v]);
+      if (best.row < 0 || std::fabs(lr) < std::fabs(best.log_ratio)) best = {r, int(v), q[v], lr};
+    }
+  }
+  return best;
+}
+
+void diagnose(const std::string& head) {
+  const std::string dir = std::string(DF_SOURCE_DIR) + "/tests/golden/drafter_dspark_" + head;
+  if (!std::filesystem::exists(dir + "/golden.safetensors")) {
+    std::printf("[ dspark golden head ] %s: golden absent, skipped\n", head.c_str());
+    return;
+  }
+  const GoldenHead h = load_golden_head(dir);
+  std::vector<float> yb = h.y;
+  round_to_bf16(yb);
+  CpuTrainOps cpu;
+  CudaTrainOps gpu(0, 1024);
+  // The CPU oracle on the bf16-rounded inputs the GPU reads (its matrices rounded likewise).
+  GoldenHead hb = h;
+  for (size_t i = 0; i < hb.params.size(); ++i)
+    if (hb.params[i].matrix) round_to_bf16(hb.w[i]);
+  round_to_bf16(hb.lm);
+  round_to_bf16(hb.tgt);
+  const HeadRun rg = run_head(gpu, h, h.y), rc = run_head(cpu, hb, yb);
+  const auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return grad_diff(a, b, 0, 0).rel_rms;
+  };
+  std::printf("[ dspark golden head ] %s: dy rel-RMS: GPU vs oracle on its inputs %.3e, GPU vs golden %.3e, "
+              "oracle on bf16 inputs vs golden %.3e\n",
+              head.c_str(), rel(rg.dy, rc.dy), rel(rg.dy, h.dhidden), rel(rc.dy, h.dhidden));
+  EXPECT_LE(rel(rg.dy, rc.dy), 3e-2) << head << " dy: the CUDA head op against the oracle on the same inputs";
+  for (size_t i = 0; i < h.params.size(); ++i) {
+    std::printf("[ dspark golden head ] %s: %s rel-RMS: GPU vs oracle %.3e, GPU vs golden %.3e, oracle on "
+                "bf16 inputs vs golden %.3e\n",
+                head.c_str(), h.params[i].name.c_str(), rel(rg.dw[i], rc.dw[i]), rel(rg.dw[i], h.g[i]),
+                rel(rc.dw[i], h.g[i]));
+    EXPECT_LE(rel(rg.dw[i], rc.dw[i]), 3e-2) << head << " " << h.params[i].name;
+  }
+  const NearTie tie = nearest_tie(h, h.y);
+  std::printf("[ dspark golden head ] %s: the L1 sign nearest to a flip (%s): row %lld (block %lld slot %lld, "
+              "previous token %d), token %d, q %.4f, log q - log t %.3e\n",
+              head.c_str(), head == "vanilla" ? "draft logits with the Markov bias" : "base draft logits",
+              (long long)tie.row, (long long)(tie.row / h.d.block_size),
+              (long long)(tie.row % h.d.block_size), tie.row >= 0 ? h.prev[size_t(tie.row)] : -1, tie.token,
+              tie.q, tie.log_ratio);
+  // The backbone's forward leaves y with bf16-sized noise; the same head op on y·(1 + 2^-8·n), n ~ N(0, 1):
+  // which of these flip the near-tie, and what each costs against the golden.
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const std::vector<float> n = normal_vec(h.y.size(), 1.0f, 7000 + seed);
+    std::vector<float> yp(h.y.size());
+    for (size_t i = 0; i < yp.size(); ++i) yp[i] = h.y[i] * (1.0f + n[i] / 256.0f);
+    round_to_bf16(yp);
+    const HeadRun rp = run_head(gpu, h, yp);
+    const NearTie at = nearest_tie(h, yp);
+    bool flipped = false;
+    if (tie.row >= 0) {
+      const bool vanilla = h.d.markov_rank > 0 && h.d.markov_head_type == DrafterMarkovHead::vanilla;
+      const int H = h.d.hidden;
+      const std::vector<double> q =
+          softmax_of(&yp[size_t(tie.row * H)], h.lm.data(), h, vanilla ? h.w[0].data() : nullptr,
+                     vanilla ? h.w[1].data() : nullptr, h.prev[size_t(tie.row)]);
+      const std::vector<double> t =
+          softmax_of(&h.tgt[size_t(tie.row * H)], h.lm.data(), h, nullptr, nullptr, 0);
+      flipped = (q[size_t(tie.token)] > t[size_t(tie.token)]) != (tie.log_ratio > 0);
+    }
+    std::printf("[ dspark golden head ] %s: noisy y seed %llu: near-tie %s (nearest now row %lld token %d, "
+                "%.3e); dy vs golden %.3e",
+                head.c_str(), (unsigned long long)seed, flipped ? "FLIPPED" : "kept", (long long)at.row,
+                at.token, at.log_ratio, rel(rp.dy, h.dhidden));
+    for (size_t i = 0; i < h.params.size(); ++i)
+      std::printf(", %s %.3e", h.params[i].name.c_str(), rel(rp.dw[i], h.g[i]));
+    std::printf("\n");
+  }
+  // The whole CUDA step on the golden (what test_drafter_golden_cuda bounds): W1's gradient error by token
+  // row. A flip of the L1 sign at the near-tie moves W1's row of that row's previous token alone.
+  const SafetensorsIndex g = SafetensorsIndex::open(dir + "/golden.safetensors");
+  const drafter_golden::StepResult step = drafter_golden::run_golden_step(gpu, g, dir + "/model");
+  const std::string w1 = "markov_head.markov_w1.weight";
+  if (h.d.markov_rank == 0 || !step.grads.count(w1)) return;
+  const std::vector<float>& got = step.grads.at(w1);
+  const std::vector<float>& want = h.g[0];
+  const int R = h.d.markov_rank;
+  std::vector<std::pair<double, int>> share;
+  double total = 0;
+  for (int v = 0; v < h.d.vocab; ++v) {
+    double e = 0;
+    for (int c = 0; c < R; ++c) e += std::pow(double(got[size_t(v * R + c)]) - want[size_t(v * R + c)], 2);
+    share.push_back({e, v});
+    total += e;
+  }
+  std::sort(share.rbegin(), share.rend());
+  std::printf("[ dspark golden head ] %s: the CUDA step's %s rel-RMS vs golden %.3e; its squared error by "
+              "token row:",
+              head.c_str(), w1.c_str(), rel(got, want));
+  for (size_t i = 0; i < 3 && i < share.size(); ++i)
+    std::printf(" token %d %.0f%%", share[i].second, total > 0 ? 100.0 * share[i].first / total : 0.0);
+  std::printf(" (the near-tie's previous token: %d)\n", tie.row >= 0 ? h.prev[size_t(tie.row)] : -1);
+}
+
+}  // namespace
+
+TEST(CudaDSparkGoldenHead, HeadOpOnTheGoldensHiddenMatchesTheOracle) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU DSpark golden head test skipped";
+  for (const char* head : {"vanilla", "gated", "rnn"}) {
+    SCOPED_TRACE(head);
+    diagnose(head);
+  }
+}
+
+#endif
