@@ -2,7 +2,7 @@
 // the target rows, labels, previous tokens and weights that SpecForge's float64 step recorded), to tell which
 // part of the bf16 CUDA step carries its gradient error: the head op against the CPU oracle on the same
 // bf16-rounded inputs (the head's own rounding), both against the golden (what rounding the head's input
-// alone costs), the near-tie of the L1 term closest to a sign flip, and the head's error when its input
+// alone costs), the L1 term's (row, token) pairs nearest to a sign flip, and the head's error when its input
 // carries bf16-sized noise, as the backbone's forward leaves it. Asserts that the head op matches the oracle
 // on the same inputs; the rest is printed for the reader. Skips without a device or a golden.
 #include <gtest/gtest.h>
@@ -44,6 +44,7 @@ struct GoldenHead {
   std::vector<DSparkHeadParam> params;   // the head's parameters present, dspark_head_params order
   std::vector<std::vector<float>> w, g;  // their values and the golden's gradients (∂loss/∂θ)
   std::vector<float> dhidden;            // the golden's ∂loss/∂hidden
+  std::vector<DSparkBlockRows> rows;     // each block's rows (the oracle's input)
 };
 
 GoldenHead load_golden_head(const std::string& dir) {
@@ -72,6 +73,7 @@ GoldenHead load_golden_head(const std::string& dir) {
     const int64_t start = offsets[size_t(seq)], len = offsets[size_t(seq + 1)] - start;
     const DSparkBlockRows rows =
         dspark_block_rows(h.d, tokens.data() + start, loss_mask.data() + start, len, pos, gamma);
+    h.rows.push_back(rows);
     for (int k = 0; k < B; ++k) {
       h.labels.push_back(rows.labels[size_t(k)]);
       h.prev.push_back(rows.prev[size_t(k)]);
@@ -143,52 +145,72 @@ HeadRun run_head(TrainOps& ops, const GoldenHead& h, const std::vector<float>& y
   return r;
 }
 
-// The labelled (row, token) whose L1 sign sign(q − t) is nearest to flipping, among tokens with q ≥ 1 %
-// (where a flip moves the gradient by 2·α_l1·w·q): |log q − log t| smallest, from y in float64.
-struct NearTie {
-  int64_t row = -1;
-  int token = -1;
-  double q = 0, log_ratio = 0;
-};
-
-std::vector<double> softmax_of(const float* x, const float* lm, const GoldenHead& h, const float* w1,
-                               const float* w2, int32_t prev) {
-  const int H = h.d.hidden, V = h.d.vocab, R = h.d.markov_rank;
-  std::vector<double> l(static_cast<size_t>(V));
-  double mx = -1e300;
-  for (int v = 0; v < V; ++v) {
-    double s = 0;
-    for (int c = 0; c < H; ++c) s += double(x[c]) * lm[size_t(v) * H + c];
-    if (w1)
-      for (int c = 0; c < R; ++c) s += double(w1[size_t(prev) * R + c]) * w2[size_t(v) * R + c];
-    l[size_t(v)] = s;
-    mx = std::max(mx, s);
+// The oracle's probabilities softmax(logits) of every row, draft (from y, with the head's Markov bias) or
+// target (from the target rows and the lm_head alone), in float64 from its f32 logits.
+std::vector<double> probabilities(const GoldenHead& h, const std::vector<float>& y, bool draft) {
+  const int H = h.d.hidden, V = h.d.vocab, B = h.d.block_size;
+  std::vector<float> logits(size_t(h.N) * V);
+  if (draft) {
+    DSparkHeadTensors<const float> w;
+    for (size_t i = 0; i < h.params.size(); ++i) {
+      const std::string& n = h.params[i].name;
+      const float* p = h.w[i].data();
+      if (n == "markov_head.markov_w1.weight") w.markov_w1 = p;
+      if (n == "markov_head.markov_w2.weight") w.markov_w2 = p;
+      if (n == "markov_head.gate_proj.weight") w.gate_w = p;
+      if (n == "markov_head.gate_proj.bias") w.gate_b = p;
+      if (n == "markov_head.joint_proj.weight") w.joint_w = p;
+      if (n == "markov_head.joint_proj.bias") w.joint_b = p;
+      if (n == "confidence_head.proj.weight") w.conf_w = p;
+      if (n == "confidence_head.proj.bias") w.conf_b = p;
+    }
+    for (size_t b = 0; b < h.rows.size(); ++b)
+      dspark_block_step<float>(h.d, w, h.lm.data(), y.data() + b * B * H, h.tgt.data() + b * B * H,
+                               h.rows[b], h.alpha, logits.data() + b * B * V, nullptr, nullptr, nullptr);
+  } else {
+    for (int64_t r = 0; r < h.N; ++r)
+      for (int v = 0; v < V; ++v) {
+        double s = 0;
+        for (int c = 0; c < H; ++c) s += double(h.tgt[size_t(r * H + c)]) * h.lm[size_t(v) * H + c];
+        logits[size_t(r * V + v)] = float(s);
+      }
   }
-  double z = 0;
-  for (double& s : l) z += (s = std::exp(s - mx));
-  for (double& s : l) s /= z;
-  return l;
+  std::vector<double> p(logits.size());
+  for (int64_t r = 0; r < h.N; ++r) {
+    const float* l = &logits[size_t(r * V)];
+    const double mx = *std::max_element(l, l + V);
+    double z = 0;
+    for (int v = 0; v < V; ++v) z += (p[size_t(r * V + v)] = std::exp(double(l[v]) - mx));
+    for (int v = 0; v < V; ++v) p[size_t(r * V + v)] /= z;
+  }
+  return p;
 }
 
-// The vanilla head's bias is W2·W1[prev] (no hidden state); the other heads' biases depend on y, and their
-// near-tie is taken on the base logits alone (printed as such).
-NearTie nearest_tie(const GoldenHead& h, const std::vector<float>& y) {
-  const int H = h.d.hidden;
-  const bool vanilla = h.d.markov_rank > 0 && h.d.markov_head_type == DrafterMarkovHead::vanilla;
-  const float* w1 = vanilla ? h.w[0].data() : nullptr;
-  const float* w2 = vanilla ? h.w[1].data() : nullptr;
-  NearTie best;
+// A labelled (row, token) near a flip of the L1 sign sign(q − t): a flip there moves the logit gradient by
+// 2·α_l1·w·q, whatever the precision that caused it.
+struct NearTie {
+  int64_t row = 0;
+  int token = 0;
+  double q = 0, log_ratio = 0;  // log q − log t
+};
+
+// The `k` labelled (row, token) with q ≥ 1 % nearest to a flip (|log q − log t| smallest).
+std::vector<NearTie> nearest_ties(const GoldenHead& h, const std::vector<double>& q,
+                                  const std::vector<double>& t, size_t k) {
+  const int V = h.d.vocab;
+  std::vector<NearTie> all;
   for (int64_t r = 0; r < h.N; ++r) {
     if (h.row_w[size_t(r)] == 0.0f) continue;
-    const std::vector<double> q = softmax_of(&y[size_t(r * H)], h.lm.data(), h, w1, w2, h.prev[size_t(r)]);
-    const std::vector<double> t = softmax_of(&h.tgt[size_t(r * H)], h.lm.data(), h, nullptr, nullptr, 0);
-    for (size_t v = 0; v < q.size(); ++v) {
-      if (q[v] < 1e-2) continue;
-      const double lr = std::log(q[v]) - std::log(t[v]);
-      if (best.row < 0 || std::fabs(lr) < std::fabs(best.log_ratio)) best = {r, int(v), q[v], lr};
+    for (int v = 0; v < V; ++v) {
+      const size_t i = size_t(r * V + v);
+      if (q[i] >= 1e-2) all.push_back({r, v, q[i], std::log(q[i]) - std::log(t[i])});
     }
   }
-  return best;
+  std::sort(all.begin(), all.end(), [](const NearTie& a, const NearTie& b) {
+    return std::fabs(a.log_ratio) < std::fabs(b.log_ratio);
+  });
+  if (all.size() > k) all.resize(k);
+  return all;
 }
 
 void diagnose(const std::string& head) {
@@ -223,37 +245,30 @@ void diagnose(const std::string& head) {
                 rel(rc.dw[i], h.g[i]));
     EXPECT_LE(rel(rg.dw[i], rc.dw[i]), 3e-2) << head << " " << h.params[i].name;
   }
-  const NearTie tie = nearest_tie(h, h.y);
-  std::printf("[ dspark golden head ] %s: the L1 sign nearest to a flip (%s): row %lld (block %lld slot %lld, "
-              "previous token %d), token %d, q %.4f, log q - log t %.3e\n",
-              head.c_str(), head == "vanilla" ? "draft logits with the Markov bias" : "base draft logits",
-              (long long)tie.row, (long long)(tie.row / h.d.block_size),
-              (long long)(tie.row % h.d.block_size), tie.row >= 0 ? h.prev[size_t(tie.row)] : -1, tie.token,
-              tie.q, tie.log_ratio);
+  const std::vector<double> t = probabilities(h, h.y, false);
+  const std::vector<NearTie> ties = nearest_ties(h, probabilities(h, h.y, true), t, 5);
+  const int B = h.d.block_size;
+  for (const NearTie& n : ties)
+    std::printf("[ dspark golden head ] %s: L1 near-tie row %lld (block %lld slot %lld, weight %.3f, previous "
+                "token %d) token %d: q %.4f, log q - log t %.3e\n",
+                head.c_str(), (long long)n.row, (long long)(n.row / B), (long long)(n.row % B),
+                h.row_w[size_t(n.row)], h.prev[size_t(n.row)], n.token, n.q, n.log_ratio);
   // The backbone's forward leaves y with bf16-sized noise; the same head op on y·(1 + 2^-8·n), n ~ N(0, 1):
-  // which of these flip the near-tie, and what each costs against the golden.
+  // which near-ties each draw flips, and what it costs against the golden.
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     const std::vector<float> n = normal_vec(h.y.size(), 1.0f, 7000 + seed);
     std::vector<float> yp(h.y.size());
     for (size_t i = 0; i < yp.size(); ++i) yp[i] = h.y[i] * (1.0f + n[i] / 256.0f);
     round_to_bf16(yp);
     const HeadRun rp = run_head(gpu, h, yp);
-    const NearTie at = nearest_tie(h, yp);
-    bool flipped = false;
-    if (tie.row >= 0) {
-      const bool vanilla = h.d.markov_rank > 0 && h.d.markov_head_type == DrafterMarkovHead::vanilla;
-      const int H = h.d.hidden;
-      const std::vector<double> q =
-          softmax_of(&yp[size_t(tie.row * H)], h.lm.data(), h, vanilla ? h.w[0].data() : nullptr,
-                     vanilla ? h.w[1].data() : nullptr, h.prev[size_t(tie.row)]);
-      const std::vector<double> t =
-          softmax_of(&h.tgt[size_t(tie.row * H)], h.lm.data(), h, nullptr, nullptr, 0);
-      flipped = (q[size_t(tie.token)] > t[size_t(tie.token)]) != (tie.log_ratio > 0);
+    const std::vector<double> qp = probabilities(h, yp, true);
+    std::printf("[ dspark golden head ] %s: noisy y seed %llu: flipped near-ties [", head.c_str(),
+                (unsigned long long)seed);
+    for (const NearTie& nt : ties) {
+      const size_t i = size_t(nt.row * h.d.vocab + nt.token);
+      if ((qp[i] > t[i]) != (nt.log_ratio > 0)) std::printf(" row %lld token %d", (long long)nt.row, nt.token);
     }
-    std::printf("[ dspark golden head ] %s: noisy y seed %llu: near-tie %s (nearest now row %lld token %d, "
-                "%.3e); dy vs golden %.3e",
-                head.c_str(), (unsigned long long)seed, flipped ? "FLIPPED" : "kept", (long long)at.row,
-                at.token, at.log_ratio, rel(rp.dy, h.dhidden));
+    std::printf(" ]; dy vs golden %.3e", rel(rp.dy, h.dhidden));
     for (size_t i = 0; i < h.params.size(); ++i)
       std::printf(", %s %.3e", h.params[i].name.c_str(), rel(rp.dw[i], h.g[i]));
     std::printf("\n");
@@ -281,7 +296,7 @@ void diagnose(const std::string& head) {
               head.c_str(), w1.c_str(), rel(got, want));
   for (size_t i = 0; i < 3 && i < share.size(); ++i)
     std::printf(" token %d %.0f%%", share[i].second, total > 0 ? 100.0 * share[i].first / total : 0.0);
-  std::printf(" (the near-tie's previous token: %d)\n", tie.row >= 0 ? h.prev[size_t(tie.row)] : -1);
+  std::printf(" (a flip at a near-tie above shows as its previous token's row)\n");
 }
 
 }  // namespace
