@@ -361,7 +361,7 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
   ra.row_w = row_w;
   ra.argmax = argmax;
   ra.l1 = l1;
-  ra.stat = head_stat_rows(ws, L.off_loss, L.off_w, L.off_lab, L.off_am, L.off_act, B, 1);
+  ra.stat = head_stat_rows(ws, L.stat, B, 1);
   ra.V = d.V;
   ra.a_ce = alpha.ce;
   ra.a_l1 = alpha.l1;

@@ -42,7 +42,7 @@ struct DSparkLayout {
   size_t dz = 0, du = 0, de = 0, dpre_f = 0, dpre_b = 0, din = 0, ds = 0, dconf = 0;     // backward
   int64_t n_sort = 0;                                                                    // keys sorted
   size_t keys = 0;                                                                       // W1's gradient
-  size_t off_loss = 0, off_w = 0, off_lab = 0, off_am = 0, off_act = 0;                  // statistics rows
+  HeadStatOffsets stat;                                                                  // statistics rows
   size_t bytes = 0;
 };
 
@@ -87,11 +87,7 @@ inline DSparkLayout dspark_head_layout(const DSparkHeadShape& d, int64_t chunk_r
     while (L.n_sort < N) L.n_sort *= 2;
     L.keys = take(L.n_sort * 8);
   }
-  L.off_loss = take(N * f4);
-  L.off_w = take(N * f4);
-  L.off_lab = take(N * 4);
-  L.off_am = take(N * 4);
-  L.off_act = take(N);
+  L.stat = head_stat_offsets_take(ws, N);
   L.bytes = ws.off;
   return L;
 }
