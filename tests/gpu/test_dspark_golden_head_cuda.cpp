@@ -38,13 +38,14 @@ struct GoldenHead {
   DSparkHeadDims d;
   DSparkLossAlphas alpha;
   int64_t N = 0;
-  double den = 0;  // Σ w, SpecForge's loss denominator
-  std::vector<float> y, tgt, lm, row_w;
-  std::vector<int32_t> labels, prev;
-  std::vector<DSparkHeadParam> params;   // the head's parameters present, dspark_head_params order
-  std::vector<std::vector<float>> w, g;  // their values and the golden's gradients (∂loss/∂θ)
-  std::vector<float> dhidden;            // the golden's ∂loss/∂hidden
-  std::vector<DSparkBlockRows> rows;     // each block's rows (the oracle's input)
+  double den = 0;                                       // Σ w, SpecForge's loss denominator
+  int64_t T = 0;                                        // tokens: target_hidden's rows
+  std::vector<float> y, target_hidden, tgt, lm, row_w;  // tgt: target_hidden's row of each block row
+  std::vector<int32_t> labels, prev, target_rows;
+  std::vector<DSparkHeadParam> params;    // the head's parameters present, dspark_head_params order
+  std::vector<std::vector<float> > w, g;  // their values and the golden's gradients (∂loss/∂θ)
+  std::vector<float> dhidden;             // the golden's ∂loss/∂hidden
+  std::vector<DSparkBlockRows> rows;      // each block's rows (the oracle's input)
 };
 
 GoldenHead load_golden_head(const std::string& dir) {
@@ -58,7 +59,9 @@ GoldenHead load_golden_head(const std::string& dir) {
   const std::vector<int32_t> anchors = read_raw<int32_t>(g, "anchors", DType::i32),
                              tokens = read_raw<int32_t>(g, "tokens", DType::i32);
   const std::vector<uint8_t> loss_mask = read_raw<uint8_t>(g, "loss_mask", DType::u8);
-  const std::vector<float> target_hidden = read_f32(g, "target_hidden"), alphas = read_f32(g, "alphas");
+  const std::vector<float> alphas = read_f32(g, "alphas");
+  h.target_hidden = read_f32(g, "target_hidden");
+  h.T = offsets.back();
   const double gamma = read_f32(g, "gamma")[0];
   h.alpha = {alphas[0], alphas[1], alphas[2]};
   h.y = read_f32(g, "hidden");
@@ -78,7 +81,8 @@ GoldenHead load_golden_head(const std::string& dir) {
       h.labels.push_back(rows.labels[size_t(k)]);
       h.prev.push_back(rows.prev[size_t(k)]);
       h.row_w.push_back(float(rows.weights[size_t(k)]));
-      std::copy_n(target_hidden.begin() + (start + rows.target_pos[size_t(k)]) * H, H,
+      h.target_rows.push_back(int32_t(start + rows.target_pos[size_t(k)]));
+      std::copy_n(h.target_hidden.begin() + int64_t(h.target_rows.back()) * H, H,
                   h.tgt.begin() + (b * B + k) * H);
     }
   }
@@ -108,8 +112,8 @@ Tensor& slot_of(TrainOps::DSparkHeadWeights& w, const std::string& name) {
 }
 
 struct HeadRun {
-  std::vector<float> dy;               // ∂loss/∂y (divided by Σ w, as the golden's)
-  std::vector<std::vector<float>> dw;  // likewise, in h.params order
+  std::vector<float> dy;                // ∂loss/∂y (divided by Σ w, as the golden's)
+  std::vector<std::vector<float> > dw;  // likewise, in h.params order
 };
 
 // One dspark_head_loss call with y (host f32; the backend rounds it to its activation dtype): matrices in the
@@ -120,7 +124,8 @@ HeadRun run_head(TrainOps& ops, const GoldenHead& h, const std::vector<float>& y
   TrainOps::DSparkHeadWeights w, dw;
   for (size_t i = 0; i < h.params.size(); ++i) {
     const DSparkHeadParam& p = h.params[i];
-    slot_of(w, p.name) = p.matrix ? dev.act(h.w[i], p.rows, p.cols) : dev.up(h.w[i], DType::f32, p.rows, p.cols);
+    slot_of(w, p.name) =
+        p.matrix ? dev.act(h.w[i], p.rows, p.cols) : dev.up(h.w[i], DType::f32, p.rows, p.cols);
     slot_of(dw, p.name) = dev.up(std::vector<float>(h.w[i].size(), 0.0f), DType::f32, p.rows, p.cols);
   }
   const int slots = LossStatsSlots::size(h.d.block_size);
@@ -132,7 +137,8 @@ HeadRun run_head(TrainOps& ops, const GoldenHead& h, const std::vector<float>& y
   a.alpha = h.alpha;
   a.backward = true;
   a.beta_dw = 0.0f;
-  ops.dspark_head_loss(dev.act(y, N, H), dev.act(h.lm, V, H), dev.act(h.tgt, N, H), w,
+  a.target_rows = h.target_rows;
+  ops.dspark_head_loss(dev.act(y, N, H), dev.act(h.lm, V, H), dev.act(h.target_hidden, h.T, H), w,
                        dev.up(h.labels, DType::i32, 1, N), dev.up(h.prev, DType::i32, 1, N),
                        dev.up(h.row_w, DType::f32, 1, N), a, argmax, dy, dw, stats);
   HeadRun r;
@@ -165,8 +171,8 @@ std::vector<double> probabilities(const GoldenHead& h, const std::vector<float>&
       if (n == "confidence_head.proj.bias") w.conf_b = p;
     }
     for (size_t b = 0; b < h.rows.size(); ++b)
-      dspark_block_step<float>(h.d, w, h.lm.data(), y.data() + b * B * H, h.tgt.data() + b * B * H,
-                               h.rows[b], h.alpha, logits.data() + b * B * V, nullptr, nullptr, nullptr);
+      dspark_block_step<float>(h.d, w, h.lm.data(), y.data() + b * B * H, h.tgt.data() + b * B * H, h.rows[b],
+                               h.alpha, logits.data() + b * B * V, nullptr, nullptr, nullptr);
   } else {
     for (int64_t r = 0; r < h.N; ++r)
       for (int v = 0; v < V; ++v) {
@@ -230,29 +236,33 @@ void diagnose(const std::string& head) {
     if (hb.params[i].matrix) round_to_bf16(hb.w[i]);
   round_to_bf16(hb.lm);
   round_to_bf16(hb.tgt);
+  round_to_bf16(hb.target_hidden);
   const HeadRun rg = run_head(gpu, h, h.y), rc = run_head(cpu, hb, yb);
   const auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
     return grad_diff(a, b, 0, 0).rel_rms;
   };
-  std::printf("[ dspark golden head ] %s: dy rel-RMS: GPU vs oracle on its inputs %.3e, GPU vs golden %.3e, "
-              "oracle on bf16 inputs vs golden %.3e\n",
-              head.c_str(), rel(rg.dy, rc.dy), rel(rg.dy, h.dhidden), rel(rc.dy, h.dhidden));
+  std::printf(
+      "[ dspark golden head ] %s: dy rel-RMS: GPU vs oracle on its inputs %.3e, GPU vs golden %.3e, "
+      "oracle on bf16 inputs vs golden %.3e\n",
+      head.c_str(), rel(rg.dy, rc.dy), rel(rg.dy, h.dhidden), rel(rc.dy, h.dhidden));
   EXPECT_LE(rel(rg.dy, rc.dy), 3e-2) << head << " dy: the CUDA head op against the oracle on the same inputs";
   for (size_t i = 0; i < h.params.size(); ++i) {
-    std::printf("[ dspark golden head ] %s: %s rel-RMS: GPU vs oracle %.3e, GPU vs golden %.3e, oracle on "
-                "bf16 inputs vs golden %.3e\n",
-                head.c_str(), h.params[i].name.c_str(), rel(rg.dw[i], rc.dw[i]), rel(rg.dw[i], h.g[i]),
-                rel(rc.dw[i], h.g[i]));
+    std::printf(
+        "[ dspark golden head ] %s: %s rel-RMS: GPU vs oracle %.3e, GPU vs golden %.3e, oracle on "
+        "bf16 inputs vs golden %.3e\n",
+        head.c_str(), h.params[i].name.c_str(), rel(rg.dw[i], rc.dw[i]), rel(rg.dw[i], h.g[i]),
+        rel(rc.dw[i], h.g[i]));
     EXPECT_LE(rel(rg.dw[i], rc.dw[i]), 3e-2) << head << " " << h.params[i].name;
   }
   const std::vector<double> t = probabilities(h, h.y, false);
   const std::vector<NearTie> ties = nearest_ties(h, probabilities(h, h.y, true), t, 5);
   const int B = h.d.block_size;
   for (const NearTie& n : ties)
-    std::printf("[ dspark golden head ] %s: L1 near-tie row %lld (block %lld slot %lld, weight %.3f, previous "
-                "token %d) token %d: q %.4f, log q - log t %.3e\n",
-                head.c_str(), (long long)n.row, (long long)(n.row / B), (long long)(n.row % B),
-                h.row_w[size_t(n.row)], h.prev[size_t(n.row)], n.token, n.q, n.log_ratio);
+    std::printf(
+        "[ dspark golden head ] %s: L1 near-tie row %lld (block %lld slot %lld, weight %.3f, previous "
+        "token %d) token %d: q %.4f, log q - log t %.3e\n",
+        head.c_str(), (long long)n.row, (long long)(n.row / B), (long long)(n.row % B),
+        h.row_w[size_t(n.row)], h.prev[size_t(n.row)], n.token, n.q, n.log_ratio);
   // The backbone's forward leaves y with bf16-sized noise; the same head op on y·(1 + 2^-8·n), n ~ N(0, 1):
   // which near-ties each draw flips, and what it costs against the golden.
   for (uint64_t seed = 1; seed <= 8; ++seed) {
@@ -266,7 +276,8 @@ void diagnose(const std::string& head) {
                 (unsigned long long)seed);
     for (const NearTie& nt : ties) {
       const size_t i = size_t(nt.row * h.d.vocab + nt.token);
-      if ((qp[i] > t[i]) != (nt.log_ratio > 0)) std::printf(" row %lld token %d", (long long)nt.row, nt.token);
+      if ((qp[i] > t[i]) != (nt.log_ratio > 0))
+        std::printf(" row %lld token %d", (long long)nt.row, nt.token);
     }
     std::printf(" ]; dy vs golden %.3e", rel(rp.dy, h.dhidden));
     for (size_t i = 0; i < h.params.size(); ++i)
@@ -282,7 +293,7 @@ void diagnose(const std::string& head) {
   const std::vector<float>& got = step.grads.at(w1);
   const std::vector<float>& want = h.g[0];
   const int R = h.d.markov_rank;
-  std::vector<std::pair<double, int>> share;
+  std::vector<std::pair<double, int> > share;
   double total = 0;
   for (int v = 0; v < h.d.vocab; ++v) {
     double e = 0;
@@ -291,9 +302,10 @@ void diagnose(const std::string& head) {
     total += e;
   }
   std::sort(share.rbegin(), share.rend());
-  std::printf("[ dspark golden head ] %s: the CUDA step's %s rel-RMS vs golden %.3e; its squared error by "
-              "token row:",
-              head.c_str(), w1.c_str(), rel(got, want));
+  std::printf(
+      "[ dspark golden head ] %s: the CUDA step's %s rel-RMS vs golden %.3e; its squared error by "
+      "token row:",
+      head.c_str(), w1.c_str(), rel(got, want));
   for (size_t i = 0; i < 3 && i < share.size(); ++i)
     std::printf(" token %d %.0f%%", share[i].second, total > 0 ? 100.0 * share[i].first / total : 0.0);
   std::printf(" (a flip at a near-tie above shows as its previous token's row)\n");
