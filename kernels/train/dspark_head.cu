@@ -221,20 +221,22 @@ __global__ void dspark_combine_kernel(const float* dz, int H, const float* din, 
   }
 }
 
-// The confidence head's weight gradient: dw[c] += Σ_r dconf[r]·in[r, c] with in = [y ; W1[prev] if markov],
-// one thread a column, rows in order.
-__global__ void dspark_conf_dw_kernel(const float* dconf, const bf16* y, int64_t ld_y, const bf16* w1,
-                                      const int32_t* prev, int V, int64_t N, int H, int R, bool markov,
-                                      float* dw) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= H + (markov ? R : 0)) return;
+// The confidence head's weight gradient, first pass: part[k·C + c] = Σ dconf[r]·in[r, c] over chunk k's rows
+// [k·per, (k + 1)·per) in row order, with in = [y ; W1[prev] if markov] (one thread a column of one chunk);
+// column_sum_launch adds the chunks in order.
+__global__ void dspark_conf_dw_partial_kernel(const float* dconf, const bf16* y, int64_t ld_y, const bf16* w1,
+                                              const int32_t* prev, int V, int64_t N, int H, int R, bool markov,
+                                              int64_t per, float* part) {
+  const int C = H + (markov ? R : 0), c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t r0 = blockIdx.y * per, r1 = min(N, r0 + per);
   float s = 0.0f;
-  for (int64_t r = 0; r < N; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float d = dconf[r];
     if (d == 0.0f) continue;
     s += d * __bfloat162float(c < H ? y[r * ld_y + c] : w1_at(w1, prev[r], V, R, c - H));
   }
-  dw[c] += s;
+  part[int64_t(blockIdx.y) * C + c] = s;
 }
 
 // keys[i] = (prev[i] as u32) << 32 | i for the N rows, all ones for the padding up to n.
@@ -455,10 +457,13 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
     DF_CUDA_CHECK_LAUNCH("dspark_w1_scatter_kernel");
   }
   if (d.confidence) {
-    dspark_conf_dw_kernel<<<grid_of(C), kThreads, 0, stream>>>(dconf, y, ld_y, w.markov_w1, prev, d.V, N, H,
-                                                               R, d.confidence_markov, dw.conf_w);
-    DF_CUDA_CHECK_LAUNCH("dspark_conf_dw_kernel");
-    dspark_colsum_launch(dconf, 1, N, 1, dw.conf_b, stream);
+    float* part = at<float>(ws, L.part);
+    const int64_t chunks = column_partial_chunks(N, C), per = (N + chunks - 1) / chunks;
+    dspark_conf_dw_partial_kernel<<<dim3(grid_of(C), unsigned(chunks)), kThreads, 0, stream>>>(
+        dconf, y, ld_y, w.markov_w1, prev, d.V, N, H, R, d.confidence_markov, per, part);
+    DF_CUDA_CHECK_LAUNCH("dspark_conf_dw_partial_kernel");
+    column_sum_launch(part, chunks, C, dw.conf_w, 1.0f, stream);
+    dspark_colsum_launch(dconf, 1, N, 1, dw.conf_b, 1.0f, part, stream);
   }
 }
 

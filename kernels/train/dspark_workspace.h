@@ -35,7 +35,7 @@ struct DSparkHeadShape {
 // of draft and target logits f32 with the bf16 draft-logit gradient, the chunk's distinct target rows
 // gathered (dspark_target_plan) with each row's index among them, the confidence logits and each row's L1,
 // the backward's buffers, the W1 gradient's sort keys (previous token and row, one u64 each, padded to a
-// power of two for the bitonic sort), and the statistics rows. Byte offsets, 256-byte aligned; logits and
+// power of two for the bitonic sort), the fixed-order column sums' partials and the statistics rows. Byte offsets, 256-byte aligned; logits and
 // input rows padded to a multiple of 8 elements (16-byte aligned rows for the vector loads and cuBLASLt). Two
 // f32 logit arrays a chunk, as Domino's: the chunk is half of chunk_rows.
 struct DSparkLayout {
@@ -46,6 +46,7 @@ struct DSparkLayout {
   size_t dz = 0, du = 0, de = 0, dpre_f = 0, dpre_b = 0, din = 0, ds = 0, dconf = 0;  // backward
   int64_t n_sort = 0;                                                                 // keys sorted
   size_t keys = 0;                                                                    // W1's gradient
+  size_t part = 0;                                                                    // column sums
   HeadStatOffsets stat;                                                               // statistics rows
   size_t bytes = 0;
 };
@@ -95,6 +96,12 @@ inline DSparkLayout dspark_head_layout(const DSparkHeadShape& d, int64_t chunk_r
     while (L.n_sort < N) L.n_sort *= 2;
     L.keys = take(L.n_sort * 8);
   }
+  // The fixed-order column sums (dspark_colsum_launch, the confidence weight's): one row-chunk partial per
+  // column of the widest, the projection's bias (P), the confidence weight (C) or its bias (1).
+  const auto partials = [&](int64_t cols) { return column_partial_chunks(N, cols) * cols; };
+  L.part = take(std::max({d.markov == DSparkMarkov::gated || rnn ? partials(P) : 0,
+                          partials(d.confidence_in()), partials(1)}) *
+                f4);
   L.stat = head_stat_offsets_take(ws, N);
   L.bytes = ws.off;
   return L;
