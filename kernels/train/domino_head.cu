@@ -313,7 +313,7 @@ void domino_head_loss_launch(GemmContext* gemm, const DominoHeadShape& d, const 
                    labels,
                    row_w,
                    argmax,
-                   head_stat_rows(ws, L.off_loss, L.off_w, L.off_lab, L.off_am, L.off_act, B, shift),
+                   head_stat_rows(ws, L.stat, B, shift),
                    d.V,
                    float(lambda),
                    backward};

@@ -5,20 +5,23 @@
 // gradients and W1's scatter.
 //
 // The loss: draft logits d = z·lm_headᵀ + u·W2ᵀ and target logits t = h_T·lm_headᵀ are made a chunk of rows
-// at a time (never [N, V] at once). The L1 term ‖softmax(d) − softmax(t)‖₁ needs both full softmaxes, and its
-// gradient q_v·(sign_v − Σ sign·q) needs a second full-row sum, so the row kernel walks each row three times
-// from the f32 logits: pass 1 the max, Σ exp and argmax of both rows (the CE row statistics of row_stat.cuh),
-// pass 2 Σ|q − t| and Σ sign(q − t)·q, pass 3 the bf16 gradient α_ce·w·(q − onehot) + α_l1·w·q·(sign − Σ
-// sign·q). dz = gd·lm_head and du = gd·W2 are then GEMMs over the vocabulary, as in DFlash's loss. The
-// confidence head is a dot product per row; its BCE target 1 − L1/2 is known after the chunks, so its loss
-// and gradient come last. W1's gradient is a scatter by previous token: the keys (token, row) are sorted (a
-// bitonic sort: unique keys, so one order whatever the schedule) and each token's rows summed in row order,
-// so the result is the same bits every run.
-// Everything is queued on one stream: no sync, no allocation.
+// at a time (never [N, V] at once), t once per distinct target row of the chunk (dspark_target_plan: the
+// blocks of neighbouring anchors share most of their target rows). The L1 term ‖softmax(d) − softmax(t)‖₁
+// needs both full softmaxes, and its gradient q_v·(sign_v − Σ sign·q) needs a second full-row sum, so the
+// row kernel walks each row three times from the f32 logits: pass 1 the max, Σ exp and argmax of both rows
+// (the CE row statistics of row_stat.cuh), pass 2 Σ|q − t| and Σ sign(q − t)·q, pass 3 the bf16 gradient
+// α_ce·w·(q − onehot) + α_l1·w·q·(sign − Σ sign·q). dz = gd·lm_head and du = gd·W2 are then GEMMs over the
+// vocabulary, as in DFlash's loss. The confidence head is a dot product per row; its BCE target 1 − L1/2 is
+// known after the chunks, so its loss and gradient come last. W1's gradient is a scatter by previous token:
+// the keys (token, row) are sorted (a bitonic sort: unique keys, so one order whatever the schedule) and each
+// token's rows summed in row order, so the result is the same bits every run.
+// Everything is queued on one stream with no device sync and no allocation; the target plan is copied from
+// the host's pageable memory (the copy has read it when the call returns).
 #include <algorithm>
 #include <climits>
 
 #include "kernels/gemm/gemm.cuh"
+#include "kernels/launchers.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/primitives/device_math.cuh"
 #include "kernels/train/dspark_head.cuh"
@@ -51,9 +54,10 @@ __global__ void dspark_conf_fwd_kernel(const bf16* y, int64_t ld_y, const bf16* 
 }
 
 struct DSparkRowArgs {
-  const float* dl;  // [chunk, ld] f32 draft logits
-  const float* tl;  // [chunk, ld] f32 target logits, or null without a target distribution
-  bf16* gd;         // [chunk, ld] bf16 ∂/∂draft logits
+  const float* dl;      // [chunk, ld] f32 draft logits
+  const float* tl;      // [chunk, ld] f32 target logits of the chunk's distinct target rows, or null
+  const int32_t* tidx;  // [N] row r's target logits row in tl
+  bf16* gd;             // [chunk, ld] bf16 ∂/∂draft logits
   int64_t ld;
   int64_t row0;  // the chunk's first row
   const int32_t* labels;
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(kRowThreads) dspark_row_kernel(DSparkRowArgs a
   const int64_t V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
   const bool target = a.tl != nullptr;
   const float4* d4 = reinterpret_cast<const float4*>(a.dl + i * a.ld);
-  const float4* t4 = target ? reinterpret_cast<const float4*>(a.tl + i * a.ld) : nullptr;
+  const float4* t4 = target ? reinterpret_cast<const float4*>(a.tl + a.tidx[r] * a.ld) : nullptr;
   uint2* g4 = reinterpret_cast<uint2*>(a.gd + i * a.ld);
   if (w == 0.0f) {
     if (threadIdx.x == 0) {
@@ -217,20 +221,22 @@ __global__ void dspark_combine_kernel(const float* dz, int H, const float* din, 
   }
 }
 
-// The confidence head's weight gradient: dw[c] += Σ_r dconf[r]·in[r, c] with in = [y ; W1[prev] if markov],
-// one thread a column, rows in order.
-__global__ void dspark_conf_dw_kernel(const float* dconf, const bf16* y, int64_t ld_y, const bf16* w1,
-                                      const int32_t* prev, int V, int64_t N, int H, int R, bool markov,
-                                      float* dw) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= H + (markov ? R : 0)) return;
+// The confidence head's weight gradient, first pass: part[k·C + c] = Σ dconf[r]·in[r, c] over chunk k's rows
+// [k·per, (k + 1)·per) in row order, with in = [y ; W1[prev] if markov] (one thread a column of one chunk);
+// column_sum_launch adds the chunks in order.
+__global__ void dspark_conf_dw_partial_kernel(const float* dconf, const bf16* y, int64_t ld_y, const bf16* w1,
+                                              const int32_t* prev, int V, int64_t N, int H, int R, bool markov,
+                                              int64_t per, float* part) {
+  const int C = H + (markov ? R : 0), c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t r0 = blockIdx.y * per, r1 = min(N, r0 + per);
   float s = 0.0f;
-  for (int64_t r = 0; r < N; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float d = dconf[r];
     if (d == 0.0f) continue;
     s += d * __bfloat162float(c < H ? y[r * ld_y + c] : w1_at(w1, prev[r], V, R, c - H));
   }
-  dw[c] += s;
+  part[int64_t(blockIdx.y) * C + c] = s;
 }
 
 // keys[i] = (prev[i] as u32) << 32 | i for the N rows, all ones for the padding up to n.
@@ -284,12 +290,12 @@ void check_shape(const char* op, const DSparkHeadShape& d) {
 }  // namespace
 
 void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const bf16* y, int64_t ld_y,
-                             const bf16* lm_head, const bf16* target, int64_t ld_target,
-                             const DSparkHeadWeightPtrs& w, const int32_t* labels, const int32_t* prev,
-                             const float* row_w, const DSparkLossWeights& alpha, bool backward, float beta_dw,
-                             int32_t* argmax, bf16* dy, int64_t ld_dy, const DSparkHeadGradPtrs& dw,
-                             double* stats, int64_t chunk_rows, void* ws, size_t ws_bytes,
-                             cudaStream_t stream) {
+                             const bf16* lm_head, const bf16* target, int64_t ld_target, int64_t target_count,
+                             const int32_t* target_rows, const DSparkHeadWeightPtrs& w, const int32_t* labels,
+                             const int32_t* prev, const float* row_w, const DSparkLossWeights& alpha,
+                             bool backward, float beta_dw, int32_t* argmax, bf16* dy, int64_t ld_dy,
+                             const DSparkHeadGradPtrs& dw, double* stats, int64_t chunk_rows, void* ws,
+                             size_t ws_bytes, cudaStream_t stream) {
   const char* op = "dspark_head_loss_launch";
   check_shape(op, d);
   const int64_t N = d.nb * d.B;
@@ -305,12 +311,19 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
                (!markov || (w.markov_w1 && w.markov_w2)) &&
                (d.markov != DSparkMarkov::gated || (w.gate_w && w.gate_b)) &&
                (d.markov != DSparkMarkov::rnn || (w.joint_w && w.joint_b)) &&
-               (!d.confidence || (w.conf_w && w.conf_b)) && (!need_target || target) &&
+               (!d.confidence || (w.conf_w && w.conf_b)) && (!need_target || (target && target_rows)) &&
                (!backward || (dy && (!markov || (dw.markov_w1 && dw.markov_w2)) &&
                               (d.markov != DSparkMarkov::gated || (dw.gate_w && dw.gate_b)) &&
                               (d.markov != DSparkMarkov::rnn || (dw.joint_w && dw.joint_b)) &&
                               (!d.confidence || (dw.conf_w && dw.conf_b)))),
-           "%s: null pointer argument (a weight, gradient or target_hidden the head or the loss needs)", op);
+           "%s: null pointer argument (a weight, gradient, target_hidden or target_rows the head or the loss "
+           "needs)",
+           op);
+  if (need_target)
+    for (int64_t r = 0; r < N; ++r)
+      DF_CHECK(target_rows[r] >= 0 && target_rows[r] < target_count,
+               "%s: target_rows[%lld] = %d is not a row of target_hidden (%lld rows)", op, (long long)r,
+               target_rows[r], (long long)target_count);
   // The CPU backend zeroes the gradients for beta 0 and adds for any other beta.
   const float beta = beta_dw == 0.0f ? 0.0f : 1.0f;
   if (backward && beta == 0.0f) {  // every gradient is written below by adding, or the range is empty
@@ -345,6 +358,18 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
   }
 
   // ---- the logits a chunk at a time: CE and L1, the row gradients, what flows back through the vocab ----
+  // The chunks' distinct target rows and each row's index among them, computed here and copied from pageable
+  // memory (the copy has read them when it returns).
+  DSparkTargetPlan plan;
+  int32_t* tidx = at<int32_t>(ws, L.tidx);
+  int32_t* tlist = at<int32_t>(ws, L.tlist);
+  bf16* tg = at<bf16>(ws, L.tg);
+  if (need_target) {
+    plan = dspark_target_plan(target_rows, N, L.chunk);
+    DF_CUDA_CHECK(cudaMemcpyAsync(tidx, plan.local.data(), size_t(N) * 4, cudaMemcpyHostToDevice, stream));
+    DF_CUDA_CHECK(
+        cudaMemcpyAsync(tlist, plan.list.data(), plan.list.size() * 4, cudaMemcpyHostToDevice, stream));
+  }
   const bf16* u = markov ? at<bf16>(ws, L.u) : nullptr;
   float* dl = at<float>(ws, L.dl);
   float* tl = at<float>(ws, L.tl);
@@ -355,13 +380,14 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
   DSparkRowArgs ra;
   ra.dl = dl;
   ra.tl = need_target ? tl : nullptr;
+  ra.tidx = tidx;
   ra.gd = gd;
   ra.ld = L.ldv;
   ra.labels = labels;
   ra.row_w = row_w;
   ra.argmax = argmax;
   ra.l1 = l1;
-  ra.stat = head_stat_rows(ws, L.off_loss, L.off_w, L.off_lab, L.off_am, L.off_act, B, 1);
+  ra.stat = head_stat_rows(ws, L.stat, B, 1);
   ra.V = d.V;
   ra.a_ce = alpha.ce;
   ra.a_l1 = alpha.l1;
@@ -373,9 +399,12 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
     if (markov)
       gemm_launch_ex(gemm, u + p0 * L.ldr, L.ldr, false, w.markov_w2, R, true, dl, L.ldv, true, n, d.V, R,
                      1.0f, 1.0f, stream);
-    if (need_target)
-      gemm_launch_ex(gemm, target + p0 * ld_target, ld_target, false, lm_head, H, true, tl, L.ldv, true, n,
-                     d.V, H, 1.0f, 0.0f, stream);
+    if (need_target) {
+      const int64_t c = p0 / L.chunk, t0 = plan.start[size_t(c)], nt = plan.start[size_t(c) + 1] - t0;
+      embedding_launch(tlist + t0, target, ld_target, tg, L.ldh, nt, H, stream);
+      gemm_launch_ex(gemm, tg, L.ldh, false, lm_head, H, true, tl, L.ldv, true, nt, d.V, H, 1.0f, 0.0f,
+                     stream);
+    }
     ra.row0 = p0;
     dspark_row_kernel<<<unsigned(n), kRowThreads, 0, stream>>>(ra);
     DF_CUDA_CHECK_LAUNCH("dspark_row_kernel");
@@ -428,10 +457,13 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
     DF_CUDA_CHECK_LAUNCH("dspark_w1_scatter_kernel");
   }
   if (d.confidence) {
-    dspark_conf_dw_kernel<<<grid_of(C), kThreads, 0, stream>>>(dconf, y, ld_y, w.markov_w1, prev, d.V, N, H,
-                                                               R, d.confidence_markov, dw.conf_w);
-    DF_CUDA_CHECK_LAUNCH("dspark_conf_dw_kernel");
-    dspark_colsum_launch(dconf, 1, N, 1, dw.conf_b, stream);
+    float* part = at<float>(ws, L.part);
+    const int64_t chunks = column_partial_chunks(N, C), per = (N + chunks - 1) / chunks;
+    dspark_conf_dw_partial_kernel<<<dim3(grid_of(C), unsigned(chunks)), kThreads, 0, stream>>>(
+        dconf, y, ld_y, w.markov_w1, prev, d.V, N, H, R, d.confidence_markov, per, part);
+    DF_CUDA_CHECK_LAUNCH("dspark_conf_dw_partial_kernel");
+    column_sum_launch(part, chunks, C, dw.conf_w, 1.0f, stream);
+    dspark_colsum_launch(dconf, 1, N, 1, dw.conf_b, 1.0f, part, stream);
   }
 }
 

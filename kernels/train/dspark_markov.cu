@@ -3,6 +3,7 @@
 // through the one cuBLASLt entry point), their backward, and the bias reductions. All in a fixed order: the
 // same bits every run.
 #include "kernels/gemm/gemm.cuh"
+#include "kernels/launchers.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/train/dspark_markov.cuh"
 #include "kernels/train/head_launch.cuh"
@@ -123,13 +124,16 @@ __global__ void dspark_rnn_carry_kernel(float* ds, const float* gate, int64_t ld
   ds[i] = ds[i] * gate[j * ld_s + c] + din[j * ld_din + c];
 }
 
-// out[c] += Σ_r x[r, c] over rows in row order (one thread a column): the bias gradients.
-__global__ void dspark_colsum_kernel(const float* x, int64_t ld, int64_t rows, int cols, float* out) {
+// part[k·cols + c] = Σ x[r, c] over chunk k's rows [k·per, (k + 1)·per) in row order (one thread a column of
+// one chunk): the first pass of a fixed-order column sum, column_sum_launch the second.
+__global__ void dspark_colsum_partial_kernel(const float* x, int64_t ld, int64_t rows, int cols, int64_t per,
+                                             float* part) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
+  const int64_t r0 = blockIdx.y * per, r1 = min(rows, r0 + per);
   float s = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) s += x[r * ld + c];
-  out[c] += s;
+  for (int64_t r = r0; r < r1; ++r) s += x[r * ld + c];
+  part[int64_t(blockIdx.y) * cols + c] = s;
 }
 
 // ---- launchers ----
@@ -215,8 +219,7 @@ void dspark_markov_bwd(GemmContext* gemm, const DSparkHeadShape& d, const DSpark
   float* dW = gated ? dw.gate_w : dw.joint_w;
   float* db = gated ? dw.gate_b : dw.joint_b;
   gemm_launch_ex(gemm, dpre_b, P, true, cat, L.ldc, false, dW, W, true, P, W, N, 1.0f, beta, stream);
-  if (beta == 0.0f) zero(db, size_t(P) * 4, stream);
-  dspark_colsum_launch(dpre_f, P, N, P, db, stream);
+  dspark_colsum_launch(dpre_f, P, N, P, db, beta, at<float>(ws, L.part), stream);
 }
 
 void dspark_markov_slot(GemmContext* gemm, const DSparkHeadShape& d, const DSparkProposeLayout& L,
@@ -250,10 +253,13 @@ void dspark_markov_slot(GemmContext* gemm, const DSparkHeadShape& d, const DSpar
   }
 }
 
-void dspark_colsum_launch(const float* x, int64_t ld, int64_t rows, int cols, float* out,
-                          cudaStream_t stream) {
-  dspark_colsum_kernel<<<grid_of(cols), kThreads, 0, stream>>>(x, ld, rows, cols, out);
-  DF_CUDA_CHECK_LAUNCH("dspark_colsum_kernel");
+void dspark_colsum_launch(const float* x, int64_t ld, int64_t rows, int cols, float* out, float beta,
+                          float* part, cudaStream_t stream) {
+  const int64_t chunks = column_partial_chunks(rows, cols), per = (rows + chunks - 1) / chunks;
+  dspark_colsum_partial_kernel<<<dim3(grid_of(cols), unsigned(chunks)), kThreads, 0, stream>>>(x, ld, rows,
+                                                                                               cols, per, part);
+  DF_CUDA_CHECK_LAUNCH("dspark_colsum_partial_kernel");
+  column_sum_launch(part, chunks, cols, out, beta, stream);
 }
 
 }  // namespace df

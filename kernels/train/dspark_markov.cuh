@@ -39,8 +39,9 @@ void dspark_markov_slot(GemmContext* gemm, const DSparkHeadShape& d, const DSpar
                         const bf16* yk, const DSparkHeadWeightPtrs& w, const int32_t* prev, bool first_slot,
                         void* ws, cudaStream_t stream);
 
-// out[c] += Σ_r x[r, c] (x [rows, cols], row stride ld), rows summed in order: the bias gradients.
-void dspark_colsum_launch(const float* x, int64_t ld, int64_t rows, int cols, float* out,
-                          cudaStream_t stream);
+// out[c] = beta·out[c] + Σ_r x[r, c] (x [rows, cols], row stride ld; beta 0 or 1) in a fixed order: row chunks
+// (column_partial_chunks) summed into part (L.part) and the chunks' sums added in order. The bias gradients.
+void dspark_colsum_launch(const float* x, int64_t ld, int64_t rows, int cols, float* out, float beta,
+                          float* part, cudaStream_t stream);
 
 }  // namespace df

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/train/train_workspace.h"
 #include "kernels/train_launchers.cuh"
 
 namespace df::head_launch {
@@ -66,16 +67,10 @@ struct HeadStatRows {
   }
 };
 
-// The rows at byte offsets loss, w, lab, am, act of the workspace.
-inline HeadStatRows head_stat_rows(void* ws, size_t loss, size_t w, size_t lab, size_t am, size_t act, int B,
-                                   int shift) {
-  return {at<float>(ws, loss),
-          at<float>(ws, w),
-          at<int32_t>(ws, lab),
-          at<int32_t>(ws, am),
-          at<uint8_t>(ws, act),
-          B,
-          shift};
+// The rows the op's layout carved at `o` (train_workspace.h head_stat_offsets_take) in the workspace.
+inline HeadStatRows head_stat_rows(void* ws, const HeadStatOffsets& o, int B, int shift) {
+  return {at<float>(ws, o.loss), at<float>(ws, o.w), at<int32_t>(ws, o.lab), at<int32_t>(ws, o.am),
+          at<uint8_t>(ws, o.act), B, shift};
 }
 
 // Adds the statistics of nb blocks of these rows to stats (loss_row_stats with the given weights).

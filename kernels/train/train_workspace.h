@@ -74,6 +74,23 @@ struct WorkspaceCarver {
   }
 };
 
+// ---- the drafter heads' statistics rows (head_launch.cuh HeadStatRows) ------------------------------------
+// Where a head's N statistics rows live in its workspace (byte offsets): loss and weight f32, label and
+// argmax i32, active u8. Carved here, in the CUDA-free layout header, so the planner counts them;
+// head_launch.cuh's head_stat_rows turns them into the kernels' pointers.
+struct HeadStatOffsets {
+  size_t loss = 0, w = 0, lab = 0, am = 0, act = 0;
+};
+inline HeadStatOffsets head_stat_offsets_take(WorkspaceCarver& ws, int64_t N) {
+  HeadStatOffsets o;
+  o.loss = ws.take(N * 4);
+  o.w = ws.take(N * 4);
+  o.lab = ws.take(N * 4);
+  o.am = ws.take(N * 4);
+  o.act = ws.take(N);
+  return o;
+}
+
 // ---- lm_head_loss.cu -------------------------------------------------------------------------------------
 // Where each piece of the loss workspace lives (byte offsets, 256-byte aligned) and the padded row strides:
 // logits rows of a multiple of 8 elements keep every row 16-byte aligned for the vector loads and cuBLASLt.
@@ -117,7 +134,7 @@ struct DominoLayout {
   size_t xi = 0, hh = 0, hs = 0, hsb = 0, gates = 0, fcat = 0, m = 0, a = 0;  // forward
   size_t base = 0, corr = 0, gbase = 0, gfin = 0;                             // one chunk of logits
   size_t da = 0, dm = 0, df = 0, dh = 0, dhs = 0, dgi = 0, dgh = 0;           // backward
-  size_t off_loss = 0, off_w = 0, off_lab = 0, off_am = 0, off_act = 0;       // statistics rows
+  HeadStatOffsets stat;                                                       // statistics rows
   size_t bytes = 0;
 };
 
@@ -151,11 +168,7 @@ inline DominoLayout domino_head_layout(int64_t nb, int64_t B, int64_t H, int64_t
   L.dhs = take(B * nb * G * f4);
   L.dgi = take(N * 3 * G * b2);
   L.dgh = take(B * nb * 3 * G * b2);
-  L.off_loss = take(N * f4);
-  L.off_w = take(N * f4);
-  L.off_lab = take(N * 4);
-  L.off_am = take(N * 4);
-  L.off_act = take(N);
+  L.stat = head_stat_offsets_take(ws, N);
   L.bytes = ws.off;
   return L;
 }

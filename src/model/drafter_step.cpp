@@ -115,8 +115,7 @@ struct StepBuffers {
 
 // taps: the copy feature noise is added into (the batch's taps are the caller's: a replayed batch, the
 // finite-difference checks, must see the same features again); only when noise is on. tgt: the gathered rows
-// of the target's final hidden state, for the soft-KL loss and for every DSpark drafter (its L1 term and
-// confidence target; a run whose alphas need neither leaves them unread).
+// of the target's final hidden state for the soft-KL loss (DSpark's head reads the batch's rows itself).
 StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, bool kl, bool noise,
                        DType act) {
   const int64_t H = c.hidden;
@@ -136,7 +135,7 @@ StepBuffers step_alloc(Arena& a, const DrafterConfig& c, const DrafterDims& d, b
   s.labels = a.alloc(DType::i32, 1, d.N);
   s.active = a.alloc(DType::u8, 1, d.N);
   s.tgt_rows = a.alloc(DType::i32, 1, d.N);
-  if (kl || c.kind == DrafterKind::dspark) s.tgt = a.alloc(act, d.N, H);
+  if (kl) s.tgt = a.alloc(act, d.N, H);
   s.loss = a.alloc(DType::f32, 1, d.N);
   s.p_label = a.alloc(DType::f32, 1, d.N);
   s.argmax = a.alloc(DType::i32, 1, d.N);
@@ -346,10 +345,11 @@ void drafter_accumulate(DrafterModel& m, const DrafterBatch& batch, const std::v
     da.alpha = opts.dspark;
     da.backward = opts.backward;
     da.beta_dw = beta_g;
+    // The head reads the target rows itself, each distinct one once (its blocks share most of them).
     const bool target = dspark_needs_target_hidden(da.dims, da.alpha);
-    if (target) ops.embedding(s.tgt_rows, batch.target_hidden, s.tgt);
-    ops.dspark_head_loss(s.y, m.lm_head, target ? s.tgt : Tensor{}, m.w.dspark, s.labels, s.prev, s.row_w, da,
-                         s.argmax, s.dy, m.g.dspark, m.stats);
+    if (target) da.target_rows = L.tgt_rows;
+    ops.dspark_head_loss(s.y, m.lm_head, target ? batch.target_hidden : Tensor{}, m.w.dspark, s.labels,
+                         s.prev, s.row_w, da, s.argmax, s.dy, m.g.dspark, m.stats);
   } else {
     if (kl) ops.embedding(s.tgt_rows, batch.target_hidden, s.tgt);
     const int64_t labelled = std::count(L.labelled.begin(), L.labelled.end(), uint8_t(1));

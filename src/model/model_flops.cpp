@@ -2,6 +2,8 @@
 #include "model/model_flops.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 
@@ -58,14 +60,28 @@ double drafter_step_flops(const DrafterConfig& c, const std::vector<DrafterAncho
     f += (4.0 * 3 * G * H + 6.0 * 3 * G * G + 6.0 * E * (H + G) + 6.0 * E * double(c.vocab)) * N;
   }
   if (c.kind == DrafterKind::dspark) {
-    // The target distributions (the frozen lm_head over the target's final hidden state, forward only), the
-    // Markov bias u·W2ᵀ (forward, dU, dW2), the gated or RNN projection and the confidence head.
+    // The target distributions (the frozen lm_head over the target's final hidden state, forward only) once
+    // per distinct position a labelled slot reads (slot k of anchor a reads a + k; neighbouring anchors'
+    // blocks share most: the CUDA head makes them once per logits chunk, so this is its floor), the Markov
+    // bias u·W2ᵀ (forward, dU, dW2), the gated or RNN projection and the confidence head.
+    int64_t distinct = 0;
+    std::vector<std::vector<uint8_t>> read(seq_lens.size());
+    for (size_t s = 0; s < seq_lens.size(); ++s) read[s].assign(size_t(std::max<int64_t>(0, seq_lens[s])), 0);
+    for (const DrafterAnchor& an : anchors) {
+      if (an.pos < 0) continue;
+      const int64_t n = std::min<int64_t>(c.block_size, seq_lens[size_t(an.seq)] - 1 - an.pos);
+      for (int64_t k = 0; k < n; ++k) {
+        uint8_t& r = read[size_t(an.seq)][size_t(an.pos + k)];
+        distinct += r == 0;
+        r = 1;
+      }
+    }
     const double R = c.markov_rank, V = c.vocab;
     const bool gated = R > 0 && c.markov_head_type == DrafterMarkovHead::gated,
                rnn = R > 0 && c.markov_head_type == DrafterMarkovHead::rnn;
     const double proj = gated ? R * (H + R) : rnn ? 3 * R * (2 * R + H) : 0.0;
     const double conf = c.enable_confidence_head ? H + (c.confidence_head_with_markov ? R : 0.0) : 0.0;
-    f += 2.0 * H * V * double(active);
+    f += 2.0 * H * V * double(distinct);
     f += (6.0 * R * V + 6.0 * proj + 6.0 * conf) * N;
   }
   for (int l = 0; l < c.layers; ++l) {

@@ -29,6 +29,9 @@ double target_forward_flops_per_token(const QwenConfig& c, int64_t seq_len, int 
 // frozen)
 //   (offsets k = 1..B−1 with a + k inside the anchor's sequence, Domino with shift_label slots k = 0..B−1
 //   with a + k + 1 inside it; a loss mask of all ones),
+// + DSpark's target distributions, 2 · H · V · distinct target positions the labelled slots read (slot k of
+//   anchor a reads a + k, k = 0..B−1 inside the sequence), and its head over the N block rows: 6 · R·V (Markov
+//   bias fwd, dU, dW2) + 6 · the gated or RNN projection's and the confidence head's params,
 // + Domino's head over the N block rows: 4 · 3G·H (GRU input projection fwd + dW; the embeddings are
 //   frozen) + 6 · 3G·G (recurrence) + 6 · E·(H + G) + 6 · E·V (correction MLP), with G = gru_hidden_dim
 //   and E = emb_dim,

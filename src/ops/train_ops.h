@@ -255,12 +255,15 @@ class TrainOps {
     DSparkLossAlphas alpha;  // the weights of Σ w·CE, Σ w·L1 and Σ w·BCE
     bool backward = true;    // false: neither dy nor dw is written
     float beta_dw = 0;       // head gradients: beta 0 writes, beta 1 adds
+    // [nb·B] row r's row of target_hidden (read only with target_hidden; a row outside it is an error)
+    std::vector<int32_t> target_rows;
   };
   // nb blocks of the final-norm output y [nb·B, H] (block-major rows; act_dtype) through the Markov bias, the
   // confidence head and DSpark's loss: labels, prev i32 and row_w f32 [1, nb·B] what each slot predicts, its
   // previous (gold) token and its loss weight (ops/dspark_head.h dspark_block_rows; 0: no loss);
-  // target_hidden [nb·B, H] the target's final-norm output at the position that predicts each label, or empty
-  // when dspark_needs_target_hidden(dims, alpha) is false. Writes argmax i32 [1, nb·B] of the draft logits
+  // target_hidden [T, H] the target's final-norm output per token, a.target_rows the one that predicts each
+  // row's label (blocks of neighbouring anchors share most of theirs), or empty when
+  // dspark_needs_target_hidden(dims, alpha) is false. Writes argmax i32 [1, nb·B] of the draft logits
   // (−1 where row_w is 0) and, with backward, dy [nb·B, H] = ∂(Σ w·L)/∂y with L = α_ce·CE + α_l1·L1 +
   // α_conf·BCE (the weights are already in it) and dw. Adds Σ w·L, Σ w and the accuracy and τ counts to
   // stats as loss_row_stats does, slot k counted at block offset k + 1 (its label is x[a+k+1]); slot B − 1

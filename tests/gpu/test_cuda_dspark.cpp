@@ -81,13 +81,16 @@ Tensor* slot_of(TrainOps::DSparkHeadWeights& w, int i) {
 
 // bf16-representable inputs of one call: block 0 is padding (no weight), a quarter of the other rows are
 // holes, the rest weigh exp(−k/3); weights scaled so that the gates, the Markov bias and the confidence logit
-// are neither saturated nor negligible, and the target distribution differs from the draft's.
+// are neither saturated nor negligible, and the target distribution differs from the draft's. The target
+// rows number about half the rows and each row reads a random one, so rows share them within a chunk and
+// across chunks, as neighbouring anchors' blocks do.
 struct DSparkInputs {
   DSparkHeadDims d;
   DSparkLossAlphas alpha;
   int64_t N = 0;
+  int64_t T = 0;  // target rows
   std::vector<float> y, tgt, lm, row_w, w[8];
-  std::vector<int32_t> labels, prev;
+  std::vector<int32_t> labels, prev, target_rows;
 };
 
 DSparkInputs dspark_inputs(const DSparkCase& c, uint64_t seed) {
@@ -102,6 +105,7 @@ DSparkInputs dspark_inputs(const DSparkCase& c, uint64_t seed) {
   d.confidence_with_markov = c.conf_markov;
   in.alpha = {c.a_ce, c.a_l1, c.a_conf};
   in.N = c.nb * c.B;
+  in.T = in.N / 2 + 1;
   const size_t N = size_t(in.N), H = size_t(c.H), V = size_t(c.V);
   auto make = [&](size_t n, double std, uint64_t s) {
     std::vector<float> v = normal_vec(n, float(std), seed * 16 + s);
@@ -109,7 +113,7 @@ DSparkInputs dspark_inputs(const DSparkCase& c, uint64_t seed) {
     return v;
   };
   in.y = make(N * H, 1.0, 1);
-  in.tgt = make(N * H, 1.0, 2);
+  in.tgt = make(size_t(in.T) * H, 1.0, 2);
   in.lm = make(V * H, 2.0 / std::sqrt(double(H)), 3);
   const std::vector<Part> parts = parts_of(d);
   for (int i = 0; i < 8; ++i)
@@ -117,8 +121,9 @@ DSparkInputs dspark_inputs(const DSparkCase& c, uint64_t seed) {
       in.w[i] = make(size_t(parts[size_t(i)].rows * parts[size_t(i)].cols),
                      parts[size_t(i)].matrix ? 1.5 / std::sqrt(double(parts[size_t(i)].cols)) : 0.3,
                      4 + uint64_t(i));
-  Rng r(seed);
+  Rng r(seed), rt(seed + 1000);  // rt: the target rows, drawn apart so the other inputs stay as they were
   for (int64_t i = 0; i < in.N; ++i) {
+    in.target_rows.push_back(int32_t(rt.below(uint64_t(in.T))));
     const int k = int(i % c.B);
     in.labels.push_back(int32_t(r.below(uint64_t(c.V))));
     in.prev.push_back(int32_t(r.below(uint64_t(c.V))));
@@ -159,7 +164,8 @@ DSparkRun run_dspark(TrainOps& ops, const DSparkInputs& in, bool backward, const
   a.backward = backward;
   a.beta_dw = prior ? 1.0f : 0.0f;
   const bool target = dspark_needs_target_hidden(in.d, in.alpha);
-  ops.dspark_head_loss(d.act(in.y, N, H), d.act(in.lm, V, H), target ? d.act(in.tgt, N, H) : Tensor{}, w,
+  if (target) a.target_rows = in.target_rows;
+  ops.dspark_head_loss(d.act(in.y, N, H), d.act(in.lm, V, H), target ? d.act(in.tgt, in.T, H) : Tensor{}, w,
                        d.up(in.labels, DType::i32, 1, N), d.up(in.prev, DType::i32, 1, N),
                        d.up(in.row_w, DType::f32, 1, N), a, argmax, dy, dw, stats);
   DSparkRun r;

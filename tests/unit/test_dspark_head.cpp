@@ -1,13 +1,16 @@
 // DSpark's head oracle (ops/dspark_head.h): the block rows (shifted labels, the cumulative mask that a hole
 // or the sequence end closes, exp(-k/γ) from slot 0, padding), the head's parameters in the drafter's table,
 // and the analytic backward of CE + L1 + BCE against central finite differences on awkward shapes (odd H, V,
-// R; rank 1; no Markov head; every head type, with and without the Markov input to the confidence head).
+// R; rank 1; no Markov head; every head type, with and without the Markov input to the confidence head), and
+// the CUDA head's plan of each logits chunk's distinct target rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "head_test_util.h"
+#include "kernels/train/dspark_workspace.h"
 #include "model/drafter.h"
 #include "ops/dspark_head.h"
 #include "test_drafter_util.h"
@@ -256,6 +259,39 @@ TEST(DSparkHead, TargetHiddenIsNeededOnlyForL1AndConfidence) {
   EXPECT_THROW(dspark_block_step<double>(d, b.weights(), b.lm.data(), b.z.data(), nullptr, b.rows, b.alpha,
                                          nullptr, nullptr, nullptr, nullptr),
                Error);
+}
+
+// Blocks of B = 4 at anchors 0, 1, 2, 7, 11 of one sequence and 3, 4 of another (starting at token 20), a
+// padding block (row 0): row j·B + k reads target row a_j + k. Every chunk's list holds its rows' target rows
+// once each, in increasing order, and each row finds its own through local.
+TEST(DSparkHead, TargetPlanListsEachChunksDistinctRowsOnce) {
+  std::vector<int32_t> rows;
+  for (int a : {0, 1, 2, 7, 11, 23, 24})
+    for (int k = 0; k < 4; ++k) rows.push_back(a + k);
+  for (int k = 0; k < 4; ++k) rows.push_back(0);
+  const int64_t N = int64_t(rows.size());
+  for (int64_t chunk : {int64_t(1), int64_t(3), int64_t(8), int64_t(12), N, N + 5}) {
+    const DSparkTargetPlan p = dspark_target_plan(rows.data(), N, chunk);
+    const int64_t chunks = (N + chunk - 1) / chunk;
+    ASSERT_EQ(int64_t(p.start.size()), chunks + 1) << chunk;
+    EXPECT_EQ(p.start.front(), 0);
+    EXPECT_EQ(p.start.back(), int64_t(p.list.size()));
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t r0 = c * chunk, r1 = std::min(N, r0 + chunk);
+      std::vector<int32_t> want(rows.begin() + r0, rows.begin() + r1);
+      std::sort(want.begin(), want.end());
+      want.erase(std::unique(want.begin(), want.end()), want.end());
+      const std::vector<int32_t> got(p.list.begin() + p.start[size_t(c)],
+                                     p.list.begin() + p.start[size_t(c) + 1]);
+      EXPECT_EQ(got, want) << "chunk " << c << " of " << chunk << " rows";
+      for (int64_t r = r0; r < r1; ++r) {
+        ASSERT_LT(p.local[size_t(r)], int32_t(got.size())) << r;
+        EXPECT_EQ(got[size_t(p.local[size_t(r)])], rows[size_t(r)]) << "row " << r << ", chunk of " << chunk;
+      }
+    }
+  }
+  // One chunk over everything: the overlapping blocks read 19 distinct rows of the 32.
+  EXPECT_EQ(dspark_target_plan(rows.data(), N, N).list.size(), size_t(19));
 }
 
 TEST(DSparkHead, AnalyticBackwardMatchesFiniteDifferences) {

@@ -51,6 +51,15 @@ TEST(ModelFlops, DrafterStepByHandOnATinyDrafter) {
   c.gru_hidden_dim = 3, c.emb_dim = 5, c.shift_label = true;
   EXPECT_DOUBLE_EQ(drafter_step_flops(c, anchors, {10}),
                    23040.0 + 3840 + 5120 + 4096 + 3.5 * 4 * 4 * 2 * 11 + 13920);
+  // DSpark without Markov or confidence head, anchors 2 and 3: each labels min(4, 10 - 1 - a) = 4 slots
+  // (DFlash 3), so the lm_head adds 4*8*32*2; the target distributions are made once per distinct position
+  // read, {2..5} and {3..6}: 5 of the 8 rows, 2*8*32*5.
+  const std::vector<DrafterAnchor> two = {{0, 2}, {0, 3}, {0, -1}};
+  c.kind = DrafterKind::dflash;
+  const double dflash = drafter_step_flops(c, two, {10});
+  c.kind = DrafterKind::dspark;
+  c.markov_rank = 0, c.enable_confidence_head = false;
+  EXPECT_DOUBLE_EQ(drafter_step_flops(c, two, {10}) - dflash, 4.0 * 8 * 32 * 2 + 2.0 * 8 * 32 * 5);
 }
 
 TEST(ModelFlops, TargetForwardIsTwiceTheParamsPlusAttentionAndDeltaNetChunks) {

@@ -162,9 +162,11 @@ TEST(PlanVram, DSparkShipsFinalHiddenAndCountsItsHead) {
   // The largest op workspace is the DSpark head loss's (kernels/train/dspark_workspace.h), 12 rows, each part
   // rounded to 256 B: input rows [z ; e] 12·16·2 (512), u 12·8·2, the gate's pre-activation and gate 12·3·4,
   // confidence logits, L1 (5 × 256); f32 draft and target logits 2 × 12·32·4, bf16 dlogits 12·32·2 (3840);
-  // dz 12·8·4 (512); dconf, du, de, dpre f32 and bf16 (5 × 256); din 12·16·4 (768); the RNN carry, the 16 sort
-  // keys and the 5 statistics rows (7 × 256).
-  EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"), 512 + 5 * 256 + 3840 + 512 + 5 * 256 + 768 + 7 * 256);
+  // the target rows' index per row, lists and gathered rows 12·8·2 (3 × 256); dz 12·8·4 (512); dconf, du, de,
+  // dpre f32 and bf16 (5 × 256); din 12·16·4 (768); the RNN carry, the 16 sort keys, the column sums' partials
+  // (one row chunk of the confidence weight's 8 columns) and the 5 statistics rows (8 × 256).
+  EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"),
+                   512 + 5 * 256 + 3840 + 3 * 256 + 512 + 5 * 256 + 768 + 8 * 256);
   // Only CE weighed and no confidence head: the target stops after the last tap and sends the taps alone.
   p = plan_vram_compute(dspark("enable_confidence_head = false\n", "dspark_l1_loss_alpha = 0.0\n"),
                         tiny_target(), 80 * kGiB, "test", {1, 0, 2048});

@@ -1,5 +1,6 @@
 // CpuTrainOps' DSpark ops (train_ops.h "DSpark's head"): ops/dspark_head.h's block functions run one block
 // after another on the host tensors, so the CPU drafter's DSpark step is the oracle's own arithmetic.
+#include <algorithm>
 #include <vector>
 
 #include "ops/cpu/cpu_heads.h"
@@ -58,7 +59,15 @@ void CpuTrainOps::dspark_head_loss(const Tensor& y, const Tensor& lm_head, const
   cpu_expect_head_loss(y, lm_head, labels, row_w, argmax, stats, B, H, V, op);
   cpu_expect(prev, DType::i32, 1, N, op, "prev");
   const bool need_target = dspark_needs_target_hidden(d, a.alpha);
-  if (need_target) cpu_expect(target_hidden, DType::f32, N, H, op, "target_hidden");
+  if (need_target) {
+    cpu_expect(target_hidden, DType::f32, target_hidden.rows, H, op, "target_hidden");
+    DF_CHECK(int64_t(a.target_rows.size()) == N, "%s: %zu target_rows for %lld rows", op,
+             a.target_rows.size(), (long long)N);
+    for (size_t r = 0; r < a.target_rows.size(); ++r)
+      DF_CHECK(a.target_rows[r] >= 0 && a.target_rows[r] < target_hidden.rows,
+               "%s: target_rows[%zu] = %d is not a row of target_hidden (%lld rows)", op, r, a.target_rows[r],
+               (long long)target_hidden.rows);
+  }
   expect_head(w, d, op, "a head weight");
   const DSparkHeadTensors<const float> wt = head_ptrs<const float>(w);
   DSparkHeadTensors<float> gt;
@@ -72,14 +81,19 @@ void CpuTrainOps::dspark_head_loss(const Tensor& y, const Tensor& lm_head, const
                               &dw.conf_w, &dw.conf_b})
         if (!g->empty()) fill(*g, 0.0f);
   }
-  // The accuracy counts in block offsets: slot k predicts offset k + 1.
+  // The accuracy counts in block offsets: slot k predicts offset k + 1. A block's target rows are gathered
+  // into th.
+  std::vector<float> th(need_target ? size_t(B) * size_t(H) : 0);
   cpu_head_blocks<DSparkBlockRows>(
       labels, &prev, row_w, argmax, stats, B, V, 1,
       [&](int64_t r0, const DSparkBlockRows& rows, float* logits) {
+        for (int k = 0; need_target && k < B; ++k)
+          std::copy_n(target_hidden.ptr<float>() + int64_t(a.target_rows[size_t(r0 + k)]) * H, H,
+                      th.begin() + int64_t(k) * H);
         const DSparkBlockLoss l = dspark_block_step<float>(
-            d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H,
-            need_target ? target_hidden.ptr<float>() + r0 * H : nullptr, rows, a.alpha, logits, nullptr,
-            a.backward ? &gt : nullptr, a.backward ? dy.ptr<float>() + r0 * H : nullptr);
+            d, wt, lm_head.ptr<float>(), y.ptr<float>() + r0 * H, need_target ? th.data() : nullptr, rows,
+            a.alpha, logits, nullptr, a.backward ? &gt : nullptr,
+            a.backward ? dy.ptr<float>() + r0 * H : nullptr);
         return a.alpha.ce * l.ce_sum + a.alpha.l1 * l.l1_sum + a.alpha.confidence * l.confidence_sum;
       });
 }

@@ -512,7 +512,11 @@ void CudaTrainOps::dspark_head_loss(const Tensor& y, const Tensor& lm_head, cons
   cuda_expect_as(lm_head, DType::bf16, d.vocab, H, op, "lm_head");
   DF_CHECK(lm_head.contiguous(), "%s: lm_head %s must be contiguous", op, lm_head.shape_str().c_str());
   const bool need_target = dspark_needs_target_hidden(d, a.alpha);
-  if (need_target) cuda_expect_as(target_hidden, DType::bf16, N, H, op, "target_hidden");
+  if (need_target) {
+    cuda_expect_as(target_hidden, DType::bf16, target_hidden.rows, H, op, "target_hidden");
+    DF_CHECK(int64_t(a.target_rows.size()) == N, "%s: %zu target_rows for %lld rows", op,
+             a.target_rows.size(), (long long)N);
+  }
   cuda_expect_as(labels, DType::i32, 1, N, op, "labels");
   cuda_expect_as(prev, DType::i32, 1, N, op, "prev");
   cuda_expect_as(row_w, DType::f32, 1, N, op, "row_w");
@@ -532,6 +536,7 @@ void CudaTrainOps::dspark_head_loss(const Tensor& y, const Tensor& lm_head, cons
   const size_t ws = dspark_head_workspace_bytes(s, loss_chunk_rows_);
   dspark_head_loss_launch(dev_.gemm, s, bptr(y), y.stride, bptr(lm_head),
                           need_target ? bptr(target_hidden) : nullptr, need_target ? target_hidden.stride : 0,
+                          need_target ? target_hidden.rows : 0, need_target ? a.target_rows.data() : nullptr,
                           dspark_weights(w), iptr(labels), iptr(prev), fptr(row_w), alpha, a.backward,
                           a.beta_dw, static_cast<int32_t*>(argmax.data), a.backward ? bptr(dy) : nullptr,
                           a.backward ? dy.stride : 0, g, static_cast<double*>(stats.data), loss_chunk_rows_,
