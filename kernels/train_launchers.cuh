@@ -135,6 +135,10 @@ struct Dflash2SelectorWeightPtrs {
 struct Dflash2SelectorGradPtrs {
   float *pred = nullptr, *succ = nullptr, *proj = nullptr;
 };
+// The strict top-K (descending, ties to the lower id, NaN ranked nowhere) of n rows of V f32 logits (row
+// stride ld, a multiple of 4; rows 16-byte aligned): ids to cand i32 [n, K], values to cval f32 [n, K].
+void dflash2_topk_rows_launch(const float* logits, int64_t ld, int64_t V, int K, int64_t n, int32_t* cand,
+                              float* cval, cudaStream_t stream);
 // CUB's radix-sort scratch for the selector's two scatters over N rows of K candidates.
 size_t dflash2_sort_temp_bytes(int64_t N, int K, int64_t V);
 // The selector loss's workspace: dflash2_selector_layout with CUB's scratch.
