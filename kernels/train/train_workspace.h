@@ -199,9 +199,15 @@ inline DominoProposeLayout domino_propose_layout(int64_t B, int64_t H, int64_t G
 constexpr int kDflash2MaxTopK = 64;
 constexpr int kDflash2MaxRank = 8192;
 
-// The convolution backward's ∂/∂base row-chunk partials: column_partial_chunks of [rows, taps·H].
+// The convolution backward's ∂/∂base row-chunk partials [chunks, taps·H]: chunks of 16 rows (enough CTAs to
+// stream the two operands), at most 512 chunks. A function of the shape only, so a shape always sums in the
+// same order.
+inline int64_t dflash2_conv_dbase_chunks(int64_t rows) {
+  const int64_t c = (rows + 15) / 16;
+  return c < 1 ? 1 : (c > 512 ? 512 : c);
+}
 inline size_t dflash2_conv_bwd_workspace_bytes(int64_t rows, int64_t H, int64_t taps) {
-  return size_t(column_partial_chunks(rows, taps * H)) * size_t(taps * H) * sizeof(float);
+  return size_t(dflash2_conv_dbase_chunks(rows)) * size_t(taps * H) * sizeof(float);
 }
 
 // The selector loss over N block rows: W_h·y for every row, one chunk of logits with its bf16 gradient and

@@ -1,6 +1,7 @@
 // DFlash2's CUDA ops (kernels/train/dflash2_conv.cu, dflash2_selector.cu) against the CPU fp32 oracle
 // (ops/cpu/cpu_dflash2.cpp) on awkward shapes: the in-block convolution forward and backward (odd H, groups
-// of 1, 3 and 5 channels, blocks of 3, 4 and 8, 1 to 4 taps, both sides), the selector loss (odd H and V, K
+// of 1, 3 and 5 channels and the 8-channel vector path with groups of 8, 16 and 24, blocks of 3, 4 and 8, 1
+// to 4 taps, both sides, more than 16 rows for several ∂/∂base chunks), the selector loss (odd H and V, K
 // from 1 to 64 and larger than a thread's share of the vocabulary, chunks of 1 row to all rows, padding
 // blocks and holes, gold labels outside the top-K, softcap, stop_gradient, beta_dw 0 and 1) and the greedy
 // lattice walk. Prints the worst element of every comparison. Skips itself without a GPU; one skipped test in
@@ -87,7 +88,8 @@ ConvRun run_conv(TrainOps& ops, const ConvCase& c, int side, const std::vector<f
 // backward with beta 1 doubles dbase; a repeat gives the same bits.
 TEST_F(CudaDflash2, ConvForwardAndBackwardMatchTheCpuOracle) {
   const ConvCase cases[] = {
-      {5, 3, 15, 1, 5}, {4, 4, 15, 4, 3}, {3, 8, 33, 2, 1}, {2, 8, 48, 3, 16}, {7, 3, 9, 3, 9}};
+      {5, 3, 15, 1, 5}, {4, 4, 15, 4, 3}, {3, 8, 33, 2, 1}, {2, 8, 48, 3, 16}, {7, 3, 9, 3, 9},
+      {3, 8, 40, 2, 8}, {2, 4, 48, 4, 24}, {41, 8, 64, 2, 16}};
   for (const ConvCase& c : cases) {
     const Dflash2ConvDims dm{c.H, c.B, c.taps, c.gs};
     const int64_t N = c.nb * c.B, C = dm.coeffs();
