@@ -112,7 +112,8 @@ inline cudaLaunchConfig_t row_config(int ctas, int64_t n, size_t smem, cudaStrea
 template <class Kernel>
 int row_cluster_size(Kernel kernel, int64_t V, size_t smem) {
   const int64_t per_cta = kThreads * kMinPerThread;
-  int ctas = lm_row_ctas_choose(device_caps(), int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, kMaxCluster)));
+  int ctas = lm_row_ctas_choose(device_caps(),
+                                int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, kMaxCluster)));
   for (; ctas > 1; ctas /= 2) {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = row_config(ctas, 1, smem, nullptr, &attr);

@@ -20,7 +20,7 @@
 
 namespace df::row_topk {
 
-constexpr int kMaxK = 64;                          // two entries a lane
+constexpr int kMaxK = 64;                         // two entries a lane
 constexpr int kWarps = row_slice::kThreads / 32;  // warp lists a CTA merges
 constexpr unsigned kFull = 0xffffffffu;
 
