@@ -8,12 +8,11 @@
 // over the vocabulary), the cluster's rank 0 merges both, scores the K candidates and takes both
 // cross-entropies, every CTA writes its slice's logit gradient, and rank 0 then rewrites the candidates'
 // entries with the selector's terms added in f32 before the one bf16 rounding; then dy = grad·lm_head
-// (+ dP·W_h). The codebook gradients are scatters by token id: the (token, row)
-// entries are sorted by token with CUB's stable radix sort and each token's entries summed in row order by
-// one CTA, so the bits never depend on float atomics.
+// (+ dP·W_h). The codebook gradients are scatters by token id (token_scatter.cu): the (token, entry) keys are
+// sorted and each token's entries summed in entry order by one CTA, so the bits never depend on float
+// atomics.
 #include <algorithm>
 #include <climits>
-#include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
@@ -45,6 +44,11 @@ __device__ __forceinline__ float unary_grad_of(float logit, float mult, float so
   if (softcap <= 0.0f) return mult;
   const float t = tanhf(logit * mult / softcap);
   return mult * (1.0f - t * t);
+}
+
+// The scatter key of entry e for token tok (token_scatter.cu).
+__device__ __forceinline__ uint64_t token_key(int64_t tok, int64_t e) {
+  return (uint64_t(uint32_t(tok)) << 32) | uint64_t(uint32_t(e));
 }
 
 // Warp-strided dot products of ctx [R] (shared) with the successor rows of the K candidates: score[j] =
@@ -79,12 +83,10 @@ struct SelectorRowArgs {
   int32_t* argmax;
   float* row_loss;  // [N] CE + α·CE_selector
   uint8_t* row_act;
-  uint32_t* cand_key;  // [N, K] candidate ids, V for a weightless row
-  uint32_t* cand_val;  // [N, K] entry index r·K + j
-  float* ds;           // [N, K] ∂/∂score
-  float* ctx;          // [N, R] pred[prev] ⊙ proj
-  uint32_t* prev_key;  // [N] prev, V for a weightless row
-  uint32_t* prev_val;  // [N] r
+  uint64_t* cand_keys;  // [N, K] candidate id << 32 | entry r·K + j (token_scatter.cu); id V for a weightless row
+  float* ds;            // [N, K] ∂/∂score
+  float* ctx;           // [N, R] pred[prev] ⊙ proj
+  uint64_t* prev_keys;  // [N] prev << 32 | r; prev V for a weightless row
   float* dpr;          // [N, R] dctx ⊙ proj: the predecessor row's gradient
   bf16* dproj;         // [N, R] dctx ⊙ pred[prev]: ∂/∂(W_h·y)
   int64_t V;
@@ -128,12 +130,10 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
         a.argmax[r] = -1;
         a.row_loss[r] = 0.0f;
         a.row_act[r] = 0;
-        a.prev_key[r] = uint32_t(V);
-        a.prev_val[r] = uint32_t(r);
+        a.prev_keys[r] = token_key(V, r);
       }
       for (int j = threadIdx.x; j < K; j += blockDim.x) {
-        a.cand_key[r * K + j] = uint32_t(V);
-        a.cand_val[r * K + j] = uint32_t(r * K + j);
+        a.cand_keys[r * K + j] = token_key(V, r * K + j);
         a.ds[r * K + j] = 0.0f;
       }
       if (a.backward)
@@ -211,13 +211,11 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
       const float ce_sel = lse - score[tgt];
       a.row_loss[r] = ok ? ce + a.alpha * ce_sel : __int_as_float(0x7fc00000);
       a.row_act[r] = 1;
-      a.prev_key[r] = uint32_t(ok ? prv : 0);
-      a.prev_val[r] = uint32_t(r);
+      a.prev_keys[r] = token_key(ok ? prv : 0, r);
       for (int j = 0; j < K; ++j) {
         const float q = __expf(score[j] - lse);
         dsc[j] = a.alpha * w * (q - (j == tgt ? 1.0f : 0.0f));
-        a.cand_key[r * K + j] = uint32_t(cid[j]);
-        a.cand_val[r * K + j] = uint32_t(r * K + j);
+        a.cand_keys[r * K + j] = token_key(cid[j], r * K + j);
         a.ds[r * K + j] = dsc[j];
       }
     }
@@ -254,35 +252,6 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
     const float g =
         w * (__expf((e - m) - l) - (t == lab ? 1.0f : 0.0f)) + dsc[j] * unary_grad_of(e, a.mult, a.softcap);
     a.grad[i * a.ld + t] = __float2bfloat16(g);
-  }
-}
-
-// For every sorted entry e that ends a run of equal keys: seg_end[key] = e + 1.
-__global__ void dflash2_segment_end_kernel(const uint32_t* keys, int64_t M, uint32_t sentinel,
-                                           uint32_t* seg_end) {
-  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (e >= M) return;
-  const uint32_t k = keys[e];
-  if (k != sentinel && (e + 1 == M || keys[e + 1] != k)) seg_end[k] = uint32_t(e + 1);
-}
-
-// One CTA per sorted entry; the first entry of each key's run sums the run in sorted (row) order:
-// out[key, c] += Σ_e coef[val_e] · src[(val_e / per)·R + c] (coef null: 1).
-__global__ void dflash2_scatter_rows_kernel(const uint32_t* keys, const uint32_t* vals,
-                                            const uint32_t* seg_end, uint32_t sentinel, const float* coef,
-                                            const float* src, int per, int R, float* out) {
-  const int64_t e = blockIdx.x;
-  const uint32_t key = keys[e];
-  if (key == sentinel || (e > 0 && keys[e - 1] == key)) return;
-  const int64_t end = seg_end[key];
-  for (int c = threadIdx.x; c < R; c += blockDim.x) {
-    float s = 0.0f;
-#pragma unroll 4
-    for (int64_t f = e; f < end; ++f) {
-      const uint32_t v = vals[f];
-      s += (coef ? coef[v] : 1.0f) * src[int64_t(v / uint32_t(per)) * R + c];
-    }
-    out[int64_t(key) * R + c] += s;
   }
 }
 
@@ -364,33 +333,12 @@ void check_selector(const char* op, const Dflash2SelectorShape& d) {
       double(d.softcap));
 }
 
-int key_bits(int64_t V) {  // bits that hold every key 0..V (V is the sentinel)
-  int b = 1;
-  while ((int64_t(1) << b) <= V) ++b;
-  return b;
-}
-
 // out = beta·out over n floats (beta 1: untouched).
 void scale_flat(float* out, int64_t n, float beta, cudaStream_t stream) {
   if (beta == 0.0f)
     DF_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(n) * 4, stream));
   else if (beta != 1.0f)
     column_sum_launch(nullptr, 0, n, out, beta, stream);
-}
-
-// out[key] += Σ coef·src rows over M (key, val) entries, in row order per key (see the kernels above).
-void scatter_rows(uint32_t* keys_in, uint32_t* vals_in, uint32_t* keys_out, uint32_t* vals_out, int64_t M,
-                  int64_t V, const float* coef, const float* src, int per, int R, float* out,
-                  uint32_t* seg_end, void* sort_tmp, size_t sort_bytes, cudaStream_t stream) {
-  if (M == 0) return;
-  size_t bytes = sort_bytes;
-  DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, bytes, keys_in, keys_out, vals_in, vals_out, int(M),
-                                                0, key_bits(V), stream));
-  dflash2_segment_end_kernel<<<grid_of(M), kThreads, 0, stream>>>(keys_out, M, uint32_t(V), seg_end);
-  DF_CUDA_CHECK_LAUNCH("dflash2_segment_end_kernel");
-  dflash2_scatter_rows_kernel<<<unsigned(M), std::min(R, kThreads), 0, stream>>>(
-      keys_out, vals_out, seg_end, uint32_t(V), coef, src, per, R, out);
-  DF_CUDA_CHECK_LAUNCH("dflash2_scatter_rows_kernel");
 }
 
 }  // namespace
@@ -409,24 +357,9 @@ void dflash2_topk_rows_launch(const float* logits, int64_t ld, int64_t V, int K,
   DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, dflash2_topk_rows_kernel, logits, ld, V, K, ctas, cand, cval));
 }
 
-size_t dflash2_sort_temp_bytes(int64_t N, int K, int64_t V) {
-  size_t most = 0;
-  for (const int64_t entries : {N * K, N}) {  // the candidates' sort, then the predecessors'
-    size_t bytes = 0;
-    if (entries > 0)
-      DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-          nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
-          static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), int(entries), 0,
-          key_bits(V)));
-    most = std::max(most, bytes);
-  }
-  return most;
-}
-
 size_t dflash2_selector_workspace_bytes(const Dflash2SelectorShape& d, int64_t chunk_rows) {
   const int64_t N = d.nb * d.B;
-  return dflash2_selector_layout(N, d.H, d.V, d.R, d.K, chunk_rows, dflash2_sort_temp_bytes(N, d.K, d.V))
-      .bytes;
+  return dflash2_selector_layout(N, d.H, d.V, d.R, d.K, chunk_rows).bytes;
 }
 
 void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape& d, const bf16* y,
@@ -451,8 +384,7 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
     if (N == 0) scale_flat(dw.proj, int64_t(R) * H, beta_dw, stream);
   }
   if (N == 0) return;
-  const size_t sort_bytes = dflash2_sort_temp_bytes(N, K, V);
-  const Dflash2SelectorLayout L = dflash2_selector_layout(N, H, V, R, K, chunk_rows, sort_bytes);
+  const Dflash2SelectorLayout L = dflash2_selector_layout(N, H, V, R, K, chunk_rows);
   check_ws(op, ws, ws_bytes, L.bytes);
   float* proj = at<float>(ws, L.proj);
   float* logits = at<float>(ws, L.logits);
@@ -473,12 +405,10 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                      argmax,
                      at<float>(ws, L.row_loss),
                      at<uint8_t>(ws, L.row_act),
-                     at<uint32_t>(ws, L.keys_in),
-                     at<uint32_t>(ws, L.vals_in),
+                     at<uint64_t>(ws, L.cand_keys),
                      at<float>(ws, L.ds),
                      at<float>(ws, L.ctx),
-                     at<uint32_t>(ws, L.prev_key),
-                     at<uint32_t>(ws, L.prev_val),
+                     at<uint64_t>(ws, L.prev_keys),
                      at<float>(ws, L.dpr),
                      dproj,
                      V,
@@ -520,14 +450,15 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                         stats, stream);
   if (!backward) return;
   gemm_launch_ex(gemm, dproj, R, true, y, ld_y, false, dw.proj, H, true, R, H, N, 1.0f, beta_dw, stream);
-  void* tmp = at<void>(ws, L.sort_tmp);
-  uint32_t* seg_end = at<uint32_t>(ws, L.seg_end);
-  uint32_t* keys_out = at<uint32_t>(ws, L.keys_out);
-  uint32_t* vals_out = at<uint32_t>(ws, L.vals_out);
-  scatter_rows(ra.cand_key, ra.cand_val, keys_out, vals_out, N * K, V, ra.ds, ra.ctx, K, R, dw.succ, seg_end,
-               tmp, sort_bytes, stream);
-  scatter_rows(ra.prev_key, ra.prev_val, keys_out, vals_out, N, V, nullptr, ra.dpr, 1, R, dw.pred, seg_end,
-               tmp, sort_bytes, stream);
+  // The codebook gradients: the successor rows by candidate, the predecessor rows by previous token, each
+  // sorted with its padding (all ones) after the row kernels wrote the keys.
+  const int64_t nc = token_sort_keys(N * K), np = token_sort_keys(N);
+  DF_CUDA_CHECK(cudaMemsetAsync(ra.cand_keys + N * K, 0xff, size_t(nc - N * K) * 8, stream));
+  DF_CUDA_CHECK(cudaMemsetAsync(ra.prev_keys + N, 0xff, size_t(np - N) * 8, stream));
+  token_sort_launch(ra.cand_keys, nc, stream);
+  token_row_sum_launch(ra.cand_keys, N * K, V, ra.ds, ra.ctx, K, R, dw.succ, stream);
+  token_sort_launch(ra.prev_keys, np, stream);
+  token_row_sum_launch(ra.prev_keys, N, V, nullptr, ra.dpr, 1, R, dw.pred, stream);
 }
 
 const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2SelectorShape& d,
