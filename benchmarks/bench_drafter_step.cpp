@@ -211,13 +211,22 @@ class TimedTrainOps final : public TrainOps {
   }
   void dflash2_conv_fwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
                         const Tensor& resid, const Tensor& out, const Dflash2ConvDims& d) override {
-    timed("dflash2_conv_fwd", [&] { g_.dflash2_conv_fwd(u, base, coeff, side, resid, out, d); });
+    // The bytes it must move: u (and resid) read, out written, its side's coefficients and base read.
+    const double act = double(u.rows) * d.hidden * 2, side_coeffs = double(u.rows) * d.taps * d.groups() * 2;
+    timed(
+        "dflash2_conv_fwd", [&] { g_.dflash2_conv_fwd(u, base, coeff, side, resid, out, d); },
+        act * (resid.empty() ? 2 : 3) + side_coeffs + double(d.taps) * d.hidden * 4);
   }
   void dflash2_conv_bwd(const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
                         const Tensor& dout, const Tensor& du, const Tensor& dcoeff, const Tensor& dbase,
                         float beta_dbase, const Dflash2ConvDims& d) override {
-    timed("dflash2_conv_bwd",
-          [&] { g_.dflash2_conv_bwd(u, base, coeff, side, dout, du, dcoeff, dbase, beta_dbase, d); });
+    // The bytes it must move: u and dout read, du written, its side's coefficients read and their gradient
+    // written, base read, dbase read and written.
+    const double act = double(u.rows) * d.hidden * 2, side_coeffs = double(u.rows) * d.taps * d.groups() * 2;
+    timed(
+        "dflash2_conv_bwd",
+        [&] { g_.dflash2_conv_bwd(u, base, coeff, side, dout, du, dcoeff, dbase, beta_dbase, d); },
+        3 * act + 2 * side_coeffs + 3.0 * d.taps * d.hidden * 4);
   }
   void dflash2_selector_loss(const Tensor& y, const Tensor& lm_head, const Dflash2SelectorWeights& w,
                              const Tensor& labels, const Tensor& prev, const Tensor& row_w,
@@ -265,10 +274,15 @@ class TimedTrainOps final : public TrainOps {
     timed("adamw", [&] { g_.adamw(p, g, m, v, p_lp, hp); });
   }
 
-  // Per op name: (total ms, calls) since the last collect().
-  std::map<std::string, std::pair<double, int>> collect() {
+  // Per op name since the last collect(): total ms, calls, and the bytes the calls must move (0: not given).
+  struct OpTime {
+    double ms = 0;
+    int calls = 0;
+    double bytes = 0;
+  };
+  std::map<std::string, OpTime> collect() {
     device_sync(g_);
-    std::map<std::string, std::pair<double, int>> out;
+    std::map<std::string, OpTime> out;
     for (size_t i = 0; i < names_.size(); ++i) {
       double ms = cpu_ms_.empty() ? 0.0 : cpu_ms_[i];
 #ifdef DF_HAVE_CUDA
@@ -278,18 +292,22 @@ class TimedTrainOps final : public TrainOps {
         ms = e;
       }
 #endif
-      out[names_[i]].first += ms;
-      out[names_[i]].second += 1;
+      OpTime& o = out[names_[i]];
+      o.ms += ms;
+      o.calls += 1;
+      o.bytes += bytes_[i];
     }
     names_.clear();
+    bytes_.clear();
     cpu_ms_.clear();
     return out;
   }
 
  private:
   template <class F>
-  void timed(const std::string& what, F&& fn) {
+  void timed(const std::string& what, F&& fn, double bytes = 0) {
     if (!timing) return fn();
+    bytes_.push_back(bytes);
 #ifdef DF_HAVE_CUDA
     if (stream_) {
       const size_t i = names_.size();
@@ -314,7 +332,7 @@ class TimedTrainOps final : public TrainOps {
   TrainOps& g_;
   std::map<void*, size_t> sizes_;
   std::vector<std::string> names_;
-  std::vector<double> cpu_ms_;
+  std::vector<double> bytes_, cpu_ms_;
 #ifdef DF_HAVE_CUDA
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
@@ -576,12 +594,15 @@ bool bench_shape(const std::string& label, const std::string& toml, const QwenCo
   ops.timing = true;
   step();
   ops.timing = false;
-  std::map<std::string, std::pair<double, int>> by = ops.collect();
+  const std::map<std::string, TimedTrainOps::OpTime> by = ops.collect();
   std::vector<std::pair<double, std::string>> rows;
   double sum = 0;
-  for (auto& [name, v] : by) {
-    rows.push_back({v.first, strfmt("%-46s %5d calls %9.2f ms", name.c_str(), v.second, v.first)});
-    sum += v.first;
+  for (const auto& [name, v] : by) {
+    std::string line = strfmt("%-46s %5d calls %9.2f ms", name.c_str(), v.calls, v.ms);
+    if (v.bytes > 0)  // the bytes the op must move and the rate that makes
+      line += strfmt(" (%.1f MB, %.0f GB/s)", v.bytes / 1e6, v.ms > 0 ? v.bytes / (v.ms * 1e6) : 0.0);
+    rows.push_back({v.ms, line});
+    sum += v.ms;
   }
   std::sort(rows.rbegin(), rows.rend());
   std::printf("per-op breakdown (event-timed step, sum %.1f ms):\n", sum);

@@ -105,6 +105,15 @@ const int32_t* domino_head_propose_launch(GemmContext* gemm, const DominoHeadSha
                                           const DominoHeadWeightPtrs& w, int shift, int32_t first, void* ws,
                                           size_t ws_bytes, cudaStream_t stream);
 
+// ---- token_scatter.cu ----------------------------------------------------------------------------------
+// Sorts n (a power of two, token_sort_keys) u64 keys ascending in place; keys token << 32 | entry, unique, the
+// padding all ones.
+void token_sort_launch(uint64_t* keys, int64_t n, cudaStream_t stream);
+// Over the first M sorted keys: out[token, c] += Σ over the token's entries e, in order, of coef[e]·src[(e /
+// per)·R + c] (coef null: 1), out f32 [V, R]; tokens ≥ V are skipped.
+void token_row_sum_launch(const uint64_t* keys, int64_t M, int64_t V, const float* coef, const float* src,
+                          int per, int R, float* out, cudaStream_t stream);
+
 // ---- dflash2_conv.cu, dflash2_selector.cu
 // ------------------------------------------------------------------- train_ops.h's DFlash2 ops on the device
 // (ops/dflash2_conv.h and ops/dflash2_selector.h are the math, the CPU oracle ops/cpu/cpu_dflash2.cpp).
@@ -135,9 +144,11 @@ struct Dflash2SelectorWeightPtrs {
 struct Dflash2SelectorGradPtrs {
   float *pred = nullptr, *succ = nullptr, *proj = nullptr;
 };
-// CUB's radix-sort scratch for the selector's two scatters over N rows of K candidates.
-size_t dflash2_sort_temp_bytes(int64_t N, int K, int64_t V);
-// The selector loss's workspace: dflash2_selector_layout with CUB's scratch.
+// The strict top-K (descending, ties to the lower id, NaN ranked nowhere) of n rows of V f32 logits (row
+// stride ld, a multiple of 4; rows 16-byte aligned): ids to cand i32 [n, K], values to cval f32 [n, K].
+void dflash2_topk_rows_launch(const float* logits, int64_t ld, int64_t V, int K, int64_t n, int32_t* cand,
+                              float* cval, cudaStream_t stream);
+// The selector loss's workspace: dflash2_selector_layout of the shape.
 size_t dflash2_selector_workspace_bytes(const Dflash2SelectorShape& d, int64_t chunk_rows);
 // y [nb·B, H] bf16 (row stride ld_y), lm_head [V, H] bf16 contiguous, weights bf16 contiguous; labels, prev
 // i32 and row_w f32 [nb·B]. Writes argmax i32 [nb·B] of the raw logits (−1 where row_w is 0) and adds Σ w·(CE

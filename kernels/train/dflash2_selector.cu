@@ -3,98 +3,37 @@
 // dflash2_conv.cu).
 //
 // The selector loss rides on DFlash's chunked lm_head pass: for each chunk of rows the logits GEMM, then one
-// row kernel that reduces the row for the CE, keeps each thread's running top-K of the same elements and
-// merges them (no second pass over the vocabulary), scores the K candidates, takes both cross-entropies and
-// writes the row's logit gradient (the selector's candidate terms added in f32 before the one bf16 rounding),
-// then dy = grad·lm_head (+ dP·W_h). The codebook gradients are scatters by token id: the (token, row)
-// entries are sorted by token with CUB's stable radix sort and each token's entries summed in row order by
-// one CTA, so the bits never depend on float atomics.
+// row kernel that splits each row over a cluster of CTAs as lm_head_loss.cu does (row_slice.cuh): the slice
+// pass reduces the row for the CE and keeps the top-K of the same elements (row_topk.cuh; no second pass
+// over the vocabulary), the cluster's rank 0 merges both, scores the K candidates and takes both
+// cross-entropies, every CTA writes its slice's logit gradient, and rank 0 then rewrites the candidates'
+// entries with the selector's terms added in f32 before the one bf16 rounding; then dy = grad·lm_head
+// (+ dP·W_h). The codebook gradients are scatters by token id (token_scatter.cu): the (token, entry) keys are
+// sorted and each token's entries summed in entry order by one CTA, so the bits never depend on float
+// atomics.
 #include <algorithm>
 #include <climits>
-#include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/launchers.cuh"
 #include "kernels/primitives/cuda_check.cuh"
 #include "kernels/train/head_launch.cuh"
+#include "kernels/train/row_slice.cuh"
 #include "kernels/train/row_stat.cuh"
+#include "kernels/train/row_topk.cuh"
 #include "kernels/train_launchers.cuh"
 
 namespace df {
 
 using namespace head_launch;
+using row_slice::row_partial;
+using row_slice::row_sync;
+using row_slice::slice_for_each;
+using row_slice::slice_of;
+
+static_assert(kDflash2MaxTopK <= row_topk::kMaxK, "the device top-K holds up to row_topk::kMaxK entries");
 
 namespace {
-
-// A thread's running top-K of the logits it has seen, descending, ties to the lower id (the oracle's order;
-// ranking raw logits equals ranking unary values since output_multiplier > 0 and tanh is increasing). The
-// weakest kept entry sits in registers, so the common case (not among the K best) is one compare.
-struct TopK {
-  float v[kDflash2MaxTopK];
-  int32_t id[kDflash2MaxTopK];
-  int n;
-  float low_v;
-  int32_t low_id;
-};
-
-__device__ __forceinline__ bool topk_better(float a, int32_t ia, float b, int32_t ib) {
-  return a > b || (a == b && ia < ib);
-}
-
-__device__ __forceinline__ void topk_init(TopK& s) {
-  s.n = 0;
-  s.low_v = -INFINITY;
-  s.low_id = INT_MAX;
-}
-
-__device__ __forceinline__ void topk_push(TopK& s, int K, float x, int32_t id) {
-  if (s.n == K && !topk_better(x, id, s.low_v, s.low_id)) return;
-  if (x != x) return;  // NaN ranks nowhere
-  int p = s.n < K ? s.n++ : K - 1;
-  while (p > 0 && topk_better(x, id, s.v[p - 1], s.id[p - 1])) {
-    s.v[p] = s.v[p - 1];
-    s.id[p] = s.id[p - 1];
-    --p;
-  }
-  s.v[p] = x;
-  s.id[p] = id;
-  if (s.n == K) {
-    s.low_v = s.v[K - 1];
-    s.low_id = s.id[K - 1];
-  }
-}
-
-// The best (value, id) of the warp's, in lane 0, in a fixed tree order.
-__device__ __forceinline__ void warp_best(float& v, int32_t& id) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v2 = __shfl_down_sync(0xffffffffu, v, o);
-    const int32_t i2 = __shfl_down_sync(0xffffffffu, id, o);
-    if (topk_better(v2, i2, v, id)) v = v2, id = i2;
-  }
-}
-
-// The block's K best of every thread's list, in K rounds of a fixed-order argmax over the list heads: out_v,
-// out_id (shared, K entries) valid in every thread on return. red_v/red_id: one entry per warp.
-__device__ void topk_block_merge(const TopK& s, int K, float* out_v, int32_t* out_id, float* red_v,
-                                 int32_t* red_id) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  int pos = 0;
-  for (int j = 0; j < K; ++j) {
-    float v = pos < s.n ? s.v[pos] : -INFINITY;
-    int32_t id = pos < s.n ? s.id[pos] : INT_MAX;
-    warp_best(v, id);
-    if (lane == 0) red_v[warp] = v, red_id[warp] = id;
-    __syncthreads();
-    if (warp == 0) {
-      v = lane < warps ? red_v[lane] : -INFINITY;
-      id = lane < warps ? red_id[lane] : INT_MAX;
-      warp_best(v, id);
-      if (lane == 0) out_v[j] = v, out_id[j] = id;
-    }
-    __syncthreads();
-    if (j + 1 < K && pos < s.n && s.id[pos] == out_id[j]) ++pos;
-  }
-}
 
 __device__ __forceinline__ float unary_of(float logit, float mult, float softcap) {
   const float u = logit * mult;
@@ -105,6 +44,11 @@ __device__ __forceinline__ float unary_grad_of(float logit, float mult, float so
   if (softcap <= 0.0f) return mult;
   const float t = tanhf(logit * mult / softcap);
   return mult * (1.0f - t * t);
+}
+
+// The scatter key of entry e for token tok (token_scatter.cu).
+__device__ __forceinline__ uint64_t token_key(int64_t tok, int64_t e) {
+  return (uint64_t(uint32_t(tok)) << 32) | uint64_t(uint32_t(e));
 }
 
 // Warp-strided dot products of ctx [R] (shared) with the successor rows of the K candidates: score[j] =
@@ -139,149 +83,169 @@ struct SelectorRowArgs {
   int32_t* argmax;
   float* row_loss;  // [N] CE + α·CE_selector
   uint8_t* row_act;
-  uint32_t* cand_key;  // [N, K] candidate ids, V for a weightless row
-  uint32_t* cand_val;  // [N, K] entry index r·K + j
-  float* ds;           // [N, K] ∂/∂score
-  float* ctx;          // [N, R] pred[prev] ⊙ proj
-  uint32_t* prev_key;  // [N] prev, V for a weightless row
-  uint32_t* prev_val;  // [N] r
+  uint64_t* cand_keys;  // [N, K] candidate id << 32 | entry r·K + j (token_scatter.cu); id V for a weightless row
+  float* ds;            // [N, K] ∂/∂score
+  float* ctx;           // [N, R] pred[prev] ⊙ proj
+  uint64_t* prev_keys;  // [N] prev << 32 | r; prev V for a weightless row
   float* dpr;          // [N, R] dctx ⊙ proj: the predecessor row's gradient
   bf16* dproj;         // [N, R] dctx ⊙ pred[prev]: ∂/∂(W_h·y)
   int64_t V;
   int R, K;
   float mult, softcap, alpha;
   bool stop_gradient, backward;
+  int ctas;  // CTAs a row (the cluster size)
 };
 
-// One row per CTA (chunk position blockIdx.x). Pass 1: the CE statistics and each thread's top-K; the merge;
-// the training candidate set (a gold label outside the top-K replaces the K-th); the selector's context,
-// scores, softmax and CE; with backward, ∂/∂score, the rows of the selector's gradients and pass 2 over the
-// logits. A weightless row gets argmax −1, loss 0, sentinel keys and zero gradient rows. An active row whose
-// label lies outside [0, V) gets NaN loss (the CPU backend rejects such a label).
-__global__ void __launch_bounds__(kRowThreads) dflash2_selector_row_kernel(SelectorRowArgs a) {
-  extern __shared__ float sh_ctx[];  // [R]
+// One row (chunk position blockIdx.x / ctas) per cluster of `ctas` CTAs, CTA `rank` owning a slice of float4
+// columns. The slice pass: the CE statistics and the slice's top-K; rank 0 merges the cluster's (statistics
+// in rank order, every CTA the same bits) and takes the training candidate set (a gold label outside the
+// top-K replaces the K-th), the selector's context, scores, softmax and CE; with backward, ∂/∂score and the
+// rows of the selector's gradients, every CTA's second pass over its slice, and rank 0's rewrite of the
+// candidates' entries. A weightless row gets argmax −1, loss 0, sentinel keys and zero gradient rows. An
+// active row whose label lies outside [0, V) gets NaN loss (the CPU backend rejects such a label).
+__global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kernel(SelectorRowArgs a) {
+  extern __shared__ float sh_ctx[];  // [R], rank 0
+  __shared__ row_topk::Scratch tks;
   __shared__ RowStat red[32];
-  __shared__ float red_v[32];
-  __shared__ int32_t red_id[32];
+  __shared__ RowStat part;
   __shared__ float cv[kDflash2MaxTopK], un[kDflash2MaxTopK], score[kDflash2MaxTopK], dsc[kDflash2MaxTopK];
   __shared__ int32_t cid[kDflash2MaxTopK];
   __shared__ float fin[2];  // max, log Σ
   __shared__ int tgt_s;
-  const int64_t i = blockIdx.x, r = a.row0 + i, V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
+  const int rank = int(blockIdx.x % unsigned(a.ctas));
+  const int64_t i = blockIdx.x / unsigned(a.ctas), r = a.row0 + i, V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
   const int K = a.K, R = a.R;
+  int64_t q0, q1;
+  slice_of(V, rank, a.ctas, q0, q1);
   const float w = a.row_w[r];
   const int32_t lab = a.labels[r], prv = a.prev[r];
   const float* z = a.logits + i * a.ld;
   const float4* z4 = reinterpret_cast<const float4*>(z);
   uint2* g4 = reinterpret_cast<uint2*>(a.grad + i * a.ld);
-  if (w == 0.0f) {
-    if (threadIdx.x == 0) {
-      a.argmax[r] = -1;
-      a.row_loss[r] = 0.0f;
-      a.row_act[r] = 0;
-      a.prev_key[r] = uint32_t(V);
-      a.prev_val[r] = uint32_t(r);
-    }
-    for (int j = threadIdx.x; j < K; j += blockDim.x) {
-      a.cand_key[r * K + j] = uint32_t(V);
-      a.cand_val[r * K + j] = uint32_t(r * K + j);
-      a.ds[r * K + j] = 0.0f;
+  // The row's padding float4 columns [V4, ld / 4), kept defined (the GEMM never reads them).
+  const int64_t pad0 = rank == a.ctas - 1 ? V4 : L4;
+  if (w == 0.0f) {  // the same in every CTA of the cluster: none waits at a barrier
+    if (rank == 0) {
+      if (threadIdx.x == 0) {
+        a.argmax[r] = -1;
+        a.row_loss[r] = 0.0f;
+        a.row_act[r] = 0;
+        a.prev_keys[r] = token_key(V, r);
+      }
+      for (int j = threadIdx.x; j < K; j += blockDim.x) {
+        a.cand_keys[r * K + j] = token_key(V, r * K + j);
+        a.ds[r * K + j] = 0.0f;
+      }
+      if (a.backward)
+        for (int c = threadIdx.x; c < R; c += blockDim.x) a.dproj[r * R + c] = __float2bfloat16(0.0f);
     }
     if (!a.backward) return;
-    for (int c = threadIdx.x; c < R; c += blockDim.x) a.dproj[r * R + c] = __float2bfloat16(0.0f);
-    for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) g4[q] = make_uint2(0u, 0u);
+    for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) g4[q] = make_uint2(0u, 0u);
+    for (int64_t q = pad0 + threadIdx.x; q < L4; q += blockDim.x) g4[q] = make_uint2(0u, 0u);
     return;
   }
   RowStat st{-INFINITY, 0.0f, INT_MAX};
-  TopK tk;
-  topk_init(tk);
-  for (int64_t q = threadIdx.x; q < V4; q += blockDim.x) {
-    const float4 v = __ldcg(z4 + q);
-    const float e[4] = {v.x, v.y, v.z, v.w};
+  row_topk::WarpList tl;
+  row_topk::list_init(tl);
+  row_topk::scratch_init(tks);
+  __syncthreads();
+  slice_for_each<row_slice::kUnroll<false>, false>(
+      z4, nullptr, q0, q1, false, [&](int64_t qu, bool live, const float(&zv)[4], const float(&)[4]) {
+        const float lo = row_topk::bar_of(tks);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int64_t t = 4 * q + c;
-      if (t < V) {
-        row_stat_add(st, e[c], int32_t(t));
-        topk_push(tk, K, e[c], int32_t(t));
-      }
-    }
-  }
+        for (int c = 0; c < 4; ++c) {
+          const int64_t t = 4 * qu + c;
+          const bool in = live && t < V;
+          if (in) row_stat_add(st, zv[c], int32_t(t));
+          row_topk::list_offer(tl, K, in ? zv[c] : -INFINITY, in ? int32_t(t) : INT_MAX, lo, &tks.bar);
+        }
+      });
   st = stat_block_reduce(st, red);
-  topk_block_merge(tk, K, cv, cid, red_v, red_id);
+  row_topk::cta_merge(tl, K, tks);
+  if (threadIdx.x == 0) part = st;
+  row_sync(a.ctas);
+  if (threadIdx.x == 0 && (rank == 0 || a.backward)) {
+    RowStat d = *row_partial(&part, 0, a.ctas);
+    for (int k = 1; k < a.ctas; ++k) d = stat_merge(d, *row_partial(&part, k, a.ctas));
+    fin[0] = d.m;
+    fin[1] = __logf(d.s);
+    if (rank == 0) a.argmax[r] = d.am;
+  }
+  if (rank == 0) row_topk::cluster_merge(K, a.ctas, tks, cv, cid);
+  row_sync(a.ctas);  // no CTA leaves (or reuses its partials) before rank 0 has read them; fin is visible
   const bool ok = lab >= 0 && lab < V && prv >= 0 && prv < V;
-  if (threadIdx.x == 0) {
-    fin[0] = st.m;
-    fin[1] = __logf(st.s);
-    a.argmax[r] = st.am;
-    int tgt = -1;
-    for (int j = 0; j < K; ++j)
-      if (cid[j] == lab) tgt = j;
-    if (tgt < 0) {  // the gold label replaces the weakest candidate (the pinned peer)
-      tgt = K - 1;
-      cid[K - 1] = ok ? lab : 0;
-      cv[K - 1] = ok ? z[lab] : 0.0f;
+  if (rank == 0) {
+    if (threadIdx.x == 0) {
+      int tgt = -1;
+      for (int j = 0; j < K; ++j) {
+        if (cid[j] >= V) cid[j] = 0, cv[j] = __int_as_float(0x7fc00000);  // unfilled: the row has NaN logits
+        if (cid[j] == lab) tgt = j;
+      }
+      if (tgt < 0) {  // the gold label replaces the weakest candidate (the pinned peer)
+        tgt = K - 1;
+        cid[K - 1] = ok ? lab : 0;
+        cv[K - 1] = ok ? z[lab] : 0.0f;
+      }
+      tgt_s = tgt;
     }
-    tgt_s = tgt;
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < K; j += blockDim.x) un[j] = unary_of(cv[j], a.mult, a.softcap);
-  const bf16* pr = a.pred + int64_t(ok ? prv : 0) * R;
-  const float* pj = a.proj + r * R;
-  for (int c = threadIdx.x; c < R; c += blockDim.x) {
-    const float x = __bfloat162float(pr[c]) * pj[c];
-    sh_ctx[c] = x;
-    a.ctx[r * R + c] = x;
-  }
-  __syncthreads();
-  selector_scores(sh_ctx, a.succ, R, K, cid, un, score);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int tgt = tgt_s;
-    float mx = -INFINITY;
-    for (int j = 0; j < K; ++j) mx = fmaxf(mx, score[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < K; ++j) sum += __expf(score[j] - mx);
-    const float lse = mx + __logf(sum);
-    const float ce = (fin[0] - (ok ? z[lab] : 0.0f)) + fin[1];
-    const float ce_sel = lse - score[tgt];
-    a.row_loss[r] = ok ? ce + a.alpha * ce_sel : __int_as_float(0x7fc00000);
-    a.row_act[r] = 1;
-    a.prev_key[r] = uint32_t(ok ? prv : 0);
-    a.prev_val[r] = uint32_t(r);
-    for (int j = 0; j < K; ++j) {
-      const float q = __expf(score[j] - lse);
-      dsc[j] = a.alpha * w * (q - (j == tgt ? 1.0f : 0.0f));
-      a.cand_key[r * K + j] = uint32_t(cid[j]);
-      a.cand_val[r * K + j] = uint32_t(r * K + j);
-      a.ds[r * K + j] = dsc[j];
+    __syncthreads();
+    for (int j = threadIdx.x; j < K; j += blockDim.x) un[j] = unary_of(cv[j], a.mult, a.softcap);
+    const bf16* pr = a.pred + int64_t(ok ? prv : 0) * R;
+    const float* pj = a.proj + r * R;
+    for (int c = threadIdx.x; c < R; c += blockDim.x) {
+      const float x = __bfloat162float(pr[c]) * pj[c];
+      sh_ctx[c] = x;
+      a.ctx[r * R + c] = x;
     }
-  }
-  __syncthreads();
-  if (!a.backward) return;
-  for (int c = threadIdx.x; c < R; c += blockDim.x) {
-    float dctx = 0.0f;
-    for (int j = 0; j < K; ++j) dctx += dsc[j] * __bfloat162float(a.succ[int64_t(cid[j]) * R + c]);
-    a.dpr[r * R + c] = dctx * pj[c];
-    a.dproj[r * R + c] = __float2bfloat16(dctx * __bfloat162float(pr[c]));
-  }
-  const float m = fin[0], l = fin[1];
-  for (int64_t q = threadIdx.x; q < L4; q += blockDim.x) {
-    float g[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (q < V4) {
-      const float4 v = __ldcs(z4 + q);
-      const float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int64_t t = 4 * q + c;
-        if (t < V) g[c] = w * (__expf((e[c] - m) - l) - (t == lab ? 1.0f : 0.0f));
+    __syncthreads();
+    selector_scores(sh_ctx, a.succ, R, K, cid, un, score);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int tgt = tgt_s;
+      float mx = -INFINITY;
+      for (int j = 0; j < K; ++j) mx = fmaxf(mx, score[j]);
+      float sum = 0.0f;
+      for (int j = 0; j < K; ++j) sum += __expf(score[j] - mx);
+      const float lse = mx + __logf(sum);
+      const float ce = (fin[0] - (ok ? z[lab] : 0.0f)) + fin[1];
+      const float ce_sel = lse - score[tgt];
+      a.row_loss[r] = ok ? ce + a.alpha * ce_sel : __int_as_float(0x7fc00000);
+      a.row_act[r] = 1;
+      a.prev_keys[r] = token_key(ok ? prv : 0, r);
+      for (int j = 0; j < K; ++j) {
+        const float q = __expf(score[j] - lse);
+        dsc[j] = a.alpha * w * (q - (j == tgt ? 1.0f : 0.0f));
+        a.cand_keys[r * K + j] = token_key(cid[j], r * K + j);
+        a.ds[r * K + j] = dsc[j];
       }
     }
-    const __nv_bfloat162 b0 = __floats2bfloat162_rn(g[0], g[1]), b1 = __floats2bfloat162_rn(g[2], g[3]);
-    g4[q] = make_uint2(*reinterpret_cast<const uint32_t*>(&b0), *reinterpret_cast<const uint32_t*>(&b1));
+    __syncthreads();
+    if (a.backward)
+      for (int c = threadIdx.x; c < R; c += blockDim.x) {
+        float dctx = 0.0f;
+        for (int j = 0; j < K; ++j) dctx += dsc[j] * __bfloat162float(a.succ[int64_t(cid[j]) * R + c]);
+        a.dpr[r * R + c] = dctx * pj[c];
+        a.dproj[r * R + c] = __float2bfloat16(dctx * __bfloat162float(pr[c]));
+      }
   }
+  if (!a.backward) return;
+  const float m = fin[0], l = fin[1];
+  slice_for_each<row_slice::kUnroll<false>, false>(
+      z4, nullptr, q0, q1, true, [&](int64_t qu, bool live, const float(&zv)[4], const float(&)[4]) {
+        if (!live) return;
+        float g[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int64_t t = 4 * qu + c;
+          g[c] = t < V ? w * (__expf((zv[c] - m) - l) - (t == lab ? 1.0f : 0.0f)) : 0.0f;
+        }
+        const __nv_bfloat162 b0 = __floats2bfloat162_rn(g[0], g[1]), b1 = __floats2bfloat162_rn(g[2], g[3]);
+        g4[qu] = make_uint2(*reinterpret_cast<const uint32_t*>(&b0), *reinterpret_cast<const uint32_t*>(&b1));
+      });
+  for (int64_t q = pad0 + threadIdx.x; q < L4; q += blockDim.x) g4[q] = make_uint2(0u, 0u);
   if (a.stop_gradient) return;
-  __syncthreads();  // the candidates' entries are rewritten with their selector term, rounded once
+  row_sync(a.ctas);  // every slice's plain gradient is written before rank 0 rewrites the candidates' entries
+  if (rank != 0) return;
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
     const int64_t t = cid[j];
     const float e = z[t];
@@ -291,50 +255,42 @@ __global__ void __launch_bounds__(kRowThreads) dflash2_selector_row_kernel(Selec
   }
 }
 
-// For every sorted entry e that ends a run of equal keys: seg_end[key] = e + 1.
-__global__ void dflash2_segment_end_kernel(const uint32_t* keys, int64_t M, uint32_t sentinel,
-                                           uint32_t* seg_end) {
-  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (e >= M) return;
-  const uint32_t k = keys[e];
-  if (k != sentinel && (e + 1 == M || keys[e + 1] != k)) seg_end[k] = uint32_t(e + 1);
-}
-
-// One CTA per sorted entry; the first entry of each key's run sums the run in sorted (row) order:
-// out[key, c] += Σ_e coef[val_e] · src[(val_e / per)·R + c] (coef null: 1).
-__global__ void dflash2_scatter_rows_kernel(const uint32_t* keys, const uint32_t* vals,
-                                            const uint32_t* seg_end, uint32_t sentinel, const float* coef,
-                                            const float* src, int per, int R, float* out) {
-  const int64_t e = blockIdx.x;
-  const uint32_t key = keys[e];
-  if (key == sentinel || (e > 0 && keys[e - 1] == key)) return;
-  const int64_t end = seg_end[key];
-  for (int c = threadIdx.x; c < R; c += blockDim.x) {
-    float s = 0.0f;
-#pragma unroll 4
-    for (int64_t f = e; f < end; ++f) {
-      const uint32_t v = vals[f];
-      s += (coef ? coef[v] : 1.0f) * src[int64_t(v / uint32_t(per)) * R + c];
+// Proposal row blockIdx.x / ctas on a cluster of `ctas` CTAs: its strict top-K (ids and raw logits).
+__global__ void __launch_bounds__(row_slice::kThreads)
+    dflash2_topk_rows_kernel(const float* logits, int64_t ld, int64_t V, int K, int ctas, int32_t* cand,
+                             float* cval) {
+  __shared__ row_topk::Scratch tks;
+  __shared__ float out_v[kDflash2MaxTopK];
+  __shared__ int32_t out_id[kDflash2MaxTopK];
+  const int rank = int(blockIdx.x % unsigned(ctas));
+  const int64_t i = blockIdx.x / unsigned(ctas);
+  int64_t q0, q1;
+  slice_of(V, rank, ctas, q0, q1);
+  row_topk::WarpList tl;
+  row_topk::list_init(tl);
+  row_topk::scratch_init(tks);
+  __syncthreads();
+  slice_for_each<row_slice::kUnroll<false>, false>(
+      reinterpret_cast<const float4*>(logits + i * ld), nullptr, q0, q1, false,
+      [&](int64_t qu, bool live, const float(&zv)[4], const float(&)[4]) {
+        const float lo = row_topk::bar_of(tks);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int64_t t = 4 * qu + c;
+          const bool in = live && t < V;
+          row_topk::list_offer(tl, K, in ? zv[c] : -INFINITY, in ? int32_t(t) : INT_MAX, lo, &tks.bar);
+        }
+      });
+  row_topk::cta_merge(tl, K, tks);
+  row_sync(ctas);
+  if (rank == 0) {
+    row_topk::cluster_merge(K, ctas, tks, out_v, out_id);
+    for (int j = threadIdx.x; j < K; j += blockDim.x) {
+      cand[i * K + j] = out_id[j];
+      cval[i * K + j] = out_v[j];
     }
-    out[int64_t(key) * R + c] += s;
   }
-}
-
-// One CTA per proposal row: its strict top-K (ids and raw logits).
-__global__ void __launch_bounds__(kRowThreads)
-    dflash2_topk_rows_kernel(const float* logits, int64_t ld, int64_t V, int K, int32_t* cand, float* cval) {
-  __shared__ float red_v[32], out_v[kDflash2MaxTopK];
-  __shared__ int32_t red_id[32], out_id[kDflash2MaxTopK];
-  const int64_t i = blockIdx.x;
-  const float* z = logits + i * ld;
-  TopK tk;
-  topk_init(tk);
-  for (int64_t t = threadIdx.x; t < V; t += blockDim.x) topk_push(tk, K, z[t], int32_t(t));
-  topk_block_merge(tk, K, out_v, out_id, red_v, red_id);
-  for (int j = threadIdx.x; j < K; j += blockDim.x) {
-    cand[i * K + j] = out_id[j];
-    cval[i * K + j] = out_v[j];
-  }
+  row_sync(ctas);  // no CTA leaves before rank 0 has read its list
 }
 
 // The greedy lattice walk of one block on one CTA: slot k scores its candidates with the previous slot's
@@ -377,12 +333,6 @@ void check_selector(const char* op, const Dflash2SelectorShape& d) {
       double(d.softcap));
 }
 
-int key_bits(int64_t V) {  // bits that hold every key 0..V (V is the sentinel)
-  int b = 1;
-  while ((int64_t(1) << b) <= V) ++b;
-  return b;
-}
-
 // out = beta·out over n floats (beta 1: untouched).
 void scale_flat(float* out, int64_t n, float beta, cudaStream_t stream) {
   if (beta == 0.0f)
@@ -391,41 +341,25 @@ void scale_flat(float* out, int64_t n, float beta, cudaStream_t stream) {
     column_sum_launch(nullptr, 0, n, out, beta, stream);
 }
 
-// out[key] += Σ coef·src rows over M (key, val) entries, in row order per key (see the kernels above).
-void scatter_rows(uint32_t* keys_in, uint32_t* vals_in, uint32_t* keys_out, uint32_t* vals_out, int64_t M,
-                  int64_t V, const float* coef, const float* src, int per, int R, float* out,
-                  uint32_t* seg_end, void* sort_tmp, size_t sort_bytes, cudaStream_t stream) {
-  if (M == 0) return;
-  size_t bytes = sort_bytes;
-  DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, bytes, keys_in, keys_out, vals_in, vals_out, int(M),
-                                                0, key_bits(V), stream));
-  dflash2_segment_end_kernel<<<grid_of(M), kThreads, 0, stream>>>(keys_out, M, uint32_t(V), seg_end);
-  DF_CUDA_CHECK_LAUNCH("dflash2_segment_end_kernel");
-  dflash2_scatter_rows_kernel<<<unsigned(M), std::min(R, kThreads), 0, stream>>>(
-      keys_out, vals_out, seg_end, uint32_t(V), coef, src, per, R, out);
-  DF_CUDA_CHECK_LAUNCH("dflash2_scatter_rows_kernel");
-}
-
 }  // namespace
 
-size_t dflash2_sort_temp_bytes(int64_t N, int K, int64_t V) {
-  size_t most = 0;
-  for (const int64_t entries : {N * K, N}) {  // the candidates' sort, then the predecessors'
-    size_t bytes = 0;
-    if (entries > 0)
-      DF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-          nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
-          static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), int(entries), 0,
-          key_bits(V)));
-    most = std::max(most, bytes);
-  }
-  return most;
+void dflash2_topk_rows_launch(const float* logits, int64_t ld, int64_t V, int K, int64_t n, int32_t* cand,
+                              float* cval, cudaStream_t stream) {
+  DF_CHECK(K >= 1 && K <= kDflash2MaxTopK && K <= V && V <= INT_MAX && ld >= V && ld % 4 == 0 && n >= 0 &&
+               reinterpret_cast<uintptr_t>(logits) % 16 == 0,
+           "dflash2_topk_rows_launch: top_k %d (1..%d, ≤ V), V %lld, row stride %lld (≥ V, a multiple of 4, "
+           "rows 16-byte aligned), rows %lld",
+           K, kDflash2MaxTopK, (long long)V, (long long)ld, (long long)n);
+  if (n == 0) return;
+  const int ctas = row_slice::row_cluster_size(dflash2_topk_rows_kernel, V, 0);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = row_slice::row_config(ctas, n, 0, stream, &attr);
+  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, dflash2_topk_rows_kernel, logits, ld, V, K, ctas, cand, cval));
 }
 
 size_t dflash2_selector_workspace_bytes(const Dflash2SelectorShape& d, int64_t chunk_rows) {
   const int64_t N = d.nb * d.B;
-  return dflash2_selector_layout(N, d.H, d.V, d.R, d.K, chunk_rows, dflash2_sort_temp_bytes(N, d.K, d.V))
-      .bytes;
+  return dflash2_selector_layout(N, d.H, d.V, d.R, d.K, chunk_rows).bytes;
 }
 
 void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape& d, const bf16* y,
@@ -450,8 +384,7 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
     if (N == 0) scale_flat(dw.proj, int64_t(R) * H, beta_dw, stream);
   }
   if (N == 0) return;
-  const size_t sort_bytes = dflash2_sort_temp_bytes(N, K, V);
-  const Dflash2SelectorLayout L = dflash2_selector_layout(N, H, V, R, K, chunk_rows, sort_bytes);
+  const Dflash2SelectorLayout L = dflash2_selector_layout(N, H, V, R, K, chunk_rows);
   check_ws(op, ws, ws_bytes, L.bytes);
   float* proj = at<float>(ws, L.proj);
   float* logits = at<float>(ws, L.logits);
@@ -472,12 +405,10 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                      argmax,
                      at<float>(ws, L.row_loss),
                      at<uint8_t>(ws, L.row_act),
-                     at<uint32_t>(ws, L.keys_in),
-                     at<uint32_t>(ws, L.vals_in),
+                     at<uint64_t>(ws, L.cand_keys),
                      at<float>(ws, L.ds),
                      at<float>(ws, L.ctx),
-                     at<uint32_t>(ws, L.prev_key),
-                     at<uint32_t>(ws, L.prev_val),
+                     at<uint64_t>(ws, L.prev_keys),
                      at<float>(ws, L.dpr),
                      dproj,
                      V,
@@ -487,15 +418,18 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                      d.softcap,
                      alpha,
                      stop_gradient,
-                     backward};
+                     backward,
+                     1};
   const size_t smem = size_t(R) * sizeof(float);
+  ra.ctas = row_slice::row_cluster_size(dflash2_selector_row_kernel, V, smem);
   for (int64_t p0 = 0; p0 < N; p0 += L.chunk) {
     const int64_t n = std::min(L.chunk, N - p0);
     gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, logits, L.ldv, true, n, V, H, 1.0f,
                    0.0f, stream);
     ra.row0 = p0;
-    dflash2_selector_row_kernel<<<unsigned(n), kRowThreads, smem, stream>>>(ra);
-    DF_CUDA_CHECK_LAUNCH("dflash2_selector_row_kernel");
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = row_slice::row_config(ra.ctas, n, smem, stream, &attr);
+    DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, dflash2_selector_row_kernel, ra));
     if (!backward) continue;
     if (stop_gradient) {  // the selector term stays out of dy: dy = grad·lm_head alone
       gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dy + p0 * ld_dy, ld_dy, false, n, H, V,
@@ -516,14 +450,15 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                         stats, stream);
   if (!backward) return;
   gemm_launch_ex(gemm, dproj, R, true, y, ld_y, false, dw.proj, H, true, R, H, N, 1.0f, beta_dw, stream);
-  void* tmp = at<void>(ws, L.sort_tmp);
-  uint32_t* seg_end = at<uint32_t>(ws, L.seg_end);
-  uint32_t* keys_out = at<uint32_t>(ws, L.keys_out);
-  uint32_t* vals_out = at<uint32_t>(ws, L.vals_out);
-  scatter_rows(ra.cand_key, ra.cand_val, keys_out, vals_out, N * K, V, ra.ds, ra.ctx, K, R, dw.succ, seg_end,
-               tmp, sort_bytes, stream);
-  scatter_rows(ra.prev_key, ra.prev_val, keys_out, vals_out, N, V, nullptr, ra.dpr, 1, R, dw.pred, seg_end,
-               tmp, sort_bytes, stream);
+  // The codebook gradients: the successor rows by candidate, the predecessor rows by previous token, each
+  // sorted with its padding (all ones) after the row kernels wrote the keys.
+  const int64_t nc = token_sort_keys(N * K), np = token_sort_keys(N);
+  DF_CUDA_CHECK(cudaMemsetAsync(ra.cand_keys + N * K, 0xff, size_t(nc - N * K) * 8, stream));
+  DF_CUDA_CHECK(cudaMemsetAsync(ra.prev_keys + N, 0xff, size_t(np - N) * 8, stream));
+  token_sort_launch(ra.cand_keys, nc, stream);
+  token_row_sum_launch(ra.cand_keys, N * K, V, ra.ds, ra.ctx, K, R, dw.succ, stream);
+  token_sort_launch(ra.prev_keys, np, stream);
+  token_row_sum_launch(ra.prev_keys, N, V, nullptr, ra.dpr, 1, R, dw.pred, stream);
 }
 
 const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2SelectorShape& d,
@@ -548,8 +483,7 @@ const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2S
   const bf16* z = y + ld_y;  // rows 1..B−1: the slots after the anchor
   gemm_launch_ex(gemm, z, ld_y, false, lm_head, H, true, logits, L.ldv, true, n, d.V, H, 1.0f, 0.0f, stream);
   gemm_launch_ex(gemm, z, ld_y, false, w.proj, H, true, proj, R, true, n, R, H, 1.0f, 0.0f, stream);
-  dflash2_topk_rows_kernel<<<unsigned(n), kRowThreads, 0, stream>>>(logits, L.ldv, d.V, K, cand, cval);
-  DF_CUDA_CHECK_LAUNCH("dflash2_topk_rows_kernel");
+  dflash2_topk_rows_launch(logits, L.ldv, d.V, K, n, cand, cval, stream);
   // From pageable memory: the copy has read `first` when it returns.
   DF_CUDA_CHECK(cudaMemcpyAsync(tok, &first, sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   dflash2_walk_kernel<<<1, kRowThreads, size_t(R) * sizeof(float), stream>>>(cand, cval, proj, w.pred, w.succ,

@@ -12,9 +12,9 @@
 // (the CE row statistics of row_stat.cuh), pass 2 Σ|q − t| and Σ sign(q − t)·q, pass 3 the bf16 gradient
 // α_ce·w·(q − onehot) + α_l1·w·q·(sign − Σ sign·q). dz = gd·lm_head and du = gd·W2 are then GEMMs over the
 // vocabulary, as in DFlash's loss. The confidence head is a dot product per row; its BCE target 1 − L1/2 is
-// known after the chunks, so its loss and gradient come last. W1's gradient is a scatter by previous token:
-// the keys (token, row) are sorted (a bitonic sort: unique keys, so one order whatever the schedule) and each
-// token's rows summed in row order, so the result is the same bits every run.
+// known after the chunks, so its loss and gradient come last. W1's gradient is a scatter by previous token
+// (token_scatter.cu): the keys (token, row) are sorted and each token's rows summed in row order, so the
+// result is the same bits every run.
 // Everything is queued on one stream with no device sync and no allocation; the target plan is copied from
 // the host's pageable memory (the copy has read it when the call returns).
 #include <algorithm>
@@ -246,33 +246,6 @@ __global__ void dspark_sort_keys_kernel(const int32_t* prev, int64_t N, int64_t 
   keys[i] = i < N ? (uint64_t(uint32_t(prev[i])) << 32) | uint64_t(i) : ~uint64_t(0);
 }
 
-// One compare-exchange stage (k, j) of the bitonic sort of n (a power of two) keys, ascending.
-__global__ void dspark_bitonic_kernel(uint64_t* keys, int64_t n, int64_t k, int64_t j) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, p = i ^ j;
-  if (i >= n || p <= i) return;
-  const uint64_t a = keys[i], b = keys[p];
-  if ((a > b) == ((i & k) == 0)) {
-    keys[i] = b;
-    keys[p] = a;
-  }
-}
-
-// W1's gradient from the sorted keys (token in the high half, row in the low): the CTA at the first key of
-// each token sums that token's de rows in row order and adds the sum to dw1[token] (a token outside [0, V),
-// the padding's included, has none: its loss is already NaN).
-__global__ void dspark_w1_scatter_kernel(const uint64_t* keys, const float* de, int64_t N, int V, int R,
-                                         float* dw1) {
-  const int64_t i = blockIdx.x;
-  const uint32_t tok = uint32_t(keys[i] >> 32);
-  if ((i > 0 && uint32_t(keys[i - 1] >> 32) == tok) || tok >= uint32_t(V)) return;
-  for (int c = threadIdx.x; c < R; c += blockDim.x) {
-    float s = 0.0f;
-    for (int64_t j = i; j < N && uint32_t(keys[j] >> 32) == tok; ++j)
-      s += de[int64_t(keys[j] & 0xffffffffu) * R + c];
-    dw1[int64_t(tok) * R + c] += s;
-  }
-}
-
 // ---- launchers ----
 
 namespace {
@@ -448,13 +421,8 @@ void dspark_head_loss_launch(GemmContext* gemm, const DSparkHeadShape& d, const 
     const int64_t n = L.n_sort;
     dspark_sort_keys_kernel<<<grid_of(n), kThreads, 0, stream>>>(prev, N, n, keys);
     DF_CUDA_CHECK_LAUNCH("dspark_sort_keys_kernel");
-    for (int64_t k = 2; k <= n; k *= 2)
-      for (int64_t j = k / 2; j > 0; j /= 2) {
-        dspark_bitonic_kernel<<<grid_of(n), kThreads, 0, stream>>>(keys, n, k, j);
-        DF_CUDA_CHECK_LAUNCH("dspark_bitonic_kernel");
-      }
-    dspark_w1_scatter_kernel<<<unsigned(N), kThreads, 0, stream>>>(keys, de, N, d.V, R, dw.markov_w1);
-    DF_CUDA_CHECK_LAUNCH("dspark_w1_scatter_kernel");
+    token_sort_launch(keys, n, stream);
+    token_row_sum_launch(keys, N, d.V, nullptr, de, 1, R, dw.markov_w1, stream);
   }
   if (d.confidence) {
     float* part = at<float>(ws, L.part);

@@ -34,8 +34,9 @@ struct DSparkHeadShape {
 // Training over nb blocks (N = nb·B rows): the Markov head's forward state (input rows, gates, u), one chunk
 // of draft and target logits f32 with the bf16 draft-logit gradient, the chunk's distinct target rows
 // gathered (dspark_target_plan) with each row's index among them, the confidence logits and each row's L1,
-// the backward's buffers, the W1 gradient's sort keys (previous token and row, one u64 each, padded to a
-// power of two for the bitonic sort), the fixed-order column sums' partials and the statistics rows. Byte offsets, 256-byte aligned; logits and
+// the backward's buffers, the W1 gradient's sort keys (previous token and row, one u64 each, padded as
+// token_sort_keys pads them), the fixed-order column sums' partials and the statistics rows. Byte offsets,
+// 256-byte aligned; logits and
 // input rows padded to a multiple of 8 elements (16-byte aligned rows for the vector loads and cuBLASLt). Two
 // f32 logit arrays a chunk, as Domino's: the chunk is half of chunk_rows.
 struct DSparkLayout {
@@ -92,8 +93,7 @@ inline DSparkLayout dspark_head_layout(const DSparkHeadShape& d, int64_t chunk_r
     L.dpre_b = take(N * P * b2);
     L.din = take(N * L.ldc * f4);
     L.ds = take(d.nb * R * f4);
-    L.n_sort = 1;
-    while (L.n_sort < N) L.n_sort *= 2;
+    L.n_sort = token_sort_keys(N);
     L.keys = take(L.n_sort * 8);
   }
   // The fixed-order column sums (dspark_colsum_launch, the confidence weight's): one row-chunk partial per

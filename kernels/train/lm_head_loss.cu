@@ -2,8 +2,6 @@
 // cpu_train_ops.cpp): active rows are compacted by a scan on the device, then each chunk of them is gathered,
 // multiplied by lm_headᵀ into f32 logits, reduced by one row kernel and multiplied back for dhidden, so the
 // logits exist for at most chunk_rows rows. Everything is queued on one stream: no sync, no allocation.
-#include <cooperative_groups.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -11,29 +9,21 @@
 #include "kernels/dispatch/dispatch.h"
 #include "kernels/gemm/gemm.cuh"
 #include "kernels/primitives/cuda_check.cuh"
+#include "kernels/train/row_slice.cuh"
 #include "kernels/train/row_stat.cuh"
 #include "kernels/train_launchers.cuh"
 
-namespace cg = cooperative_groups;
-
 namespace df {
+
+using namespace row_slice;
 
 namespace {
 
 constexpr int kScanThreads = 1024;  // one block compacts every row; 32 warps = one warp's worth of sums
 constexpr int kCopyThreads = 256;
-// The row kernel's CTA: 256 threads, so that several CTAs share an SM and one's loads stream while another
-// waits at its cluster barriers (about 5 % faster than one 1024-thread CTA per SM at the 8B and 27B shapes,
-// bench_kernels lm). kRowMaxThreads bounds the registers: the kernel is compiled for CTAs of up to 1024.
-constexpr int kRowThreads = 256;
+// The row kernel is compiled for CTAs of up to 1024 threads, which bounds its registers; it runs
+// row_slice::kThreads.
 constexpr int kRowMaxThreads = 1024;
-// A row is split over a cluster of up to 8 CTAs (the portable cluster size), each owning a slice of the
-// vocabulary, so that the second pass over a slice finds it in L2: a 124 KB slice at V = 248,320, about
-// 5 CTAs per SM, 80 MB over 132 SMs at most (less in practice: the CTAs of an SM are at different passes),
-// where a whole row per CTA would be 650 MB.
-constexpr int kMaxCluster = 8;
-// Elements per thread below which a row is not split further (the exchange costs two cluster barriers).
-constexpr int64_t kMinPerThread = 8;
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
@@ -154,58 +144,6 @@ struct RowArgs {
   int ctas;  // CTAs per row (the cluster size)
 };
 
-// The cluster's barrier (a block barrier when the row has one CTA) and CTA `rank`'s partial as seen from
-// here.
-__device__ __forceinline__ void row_sync(int ctas) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (ctas > 1) {
-    cg::this_cluster().sync();
-    return;
-  }
-#endif
-  __syncthreads();
-}
-
-template <class S>
-__device__ __forceinline__ const S& row_partial(S* p, int rank, int ctas) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (ctas > 1) return *cg::this_cluster().map_shared_rank(p, rank);
-#endif
-  return *p;  // one CTA per row: rank is 0
-}
-
-// Loads per thread issued before any is used, enough bytes in flight per SM to stream at HBM speed (the KL
-// reads two rows, so half as many of each).
-template <bool KL>
-constexpr int kRowUnroll = KL ? 2 : 4;
-
-// Calls f(qu, z, y) with the four logits z (and target logits y) of every float4 column qu of the slice
-// [q0, q1) that this thread owns, in increasing order, U loads issued before any is used. `last` marks the
-// slice's second pass: its loads evict first, keeping L2 for the slices still in their first pass.
-template <int U, bool KL, class F>
-__device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y4, int64_t q0, int64_t q1,
-                                               bool last, F&& f) {
-  for (int64_t q = q0 + threadIdx.x; q < q1; q += int64_t(blockDim.x) * U) {
-    float4 zb[U], yb[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t qu = q + int64_t(u) * blockDim.x;
-      zb[u] = yb[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (qu < q1) {
-        zb[u] = last ? __ldcs(z4 + qu) : __ldcg(z4 + qu);
-        if constexpr (KL) yb[u] = last ? __ldcs(y4 + qu) : __ldcg(y4 + qu);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t qu = q + int64_t(u) * blockDim.x;
-      if (qu >= q1) break;
-      const float zv[4] = {zb[u].x, zb[u].y, zb[u].z, zb[u].w}, yv[4] = {yb[u].x, yb[u].y, yb[u].z, yb[u].w};
-      f(qu, zv, yv);
-    }
-  }
-}
-
 // One logits row (chunk position blockIdx.x / ctas) per cluster of `ctas` CTAs, CTA `rank` owning a slice of
 // float4 columns. Pass 1 builds the slice's statistics; every CTA merges the cluster's partials in rank
 // order; pass 2 re-reads the slice (from L2) and writes ∂loss/∂logits as bf16: softmax − onehot(label) for
@@ -213,7 +151,7 @@ __device__ __forceinline__ void slice_for_each(const float4* z4, const float4* y
 // (the device cannot raise an error without a sync; the CPU backend rejects such a label).
 template <bool KL>
 __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) {
-  constexpr int U = kRowUnroll<KL>;
+  constexpr int U = kUnroll<KL>;
   __shared__ RowStat red_d[32];
   __shared__ TgtStat red_t[32];
   __shared__ RowStat part_d;
@@ -223,14 +161,17 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
   const int64_t i = blockIdx.x / unsigned(a.ctas);
   const int32_t r = a.idx[i];
   if (r < 0) return;  // a dead position: every CTA of the cluster leaves before any barrier
-  const int64_t V = a.V, V4 = (V + 3) / 4, per = (V4 + a.ctas - 1) / a.ctas;
-  const int64_t q0 = rank * per, q1 = min(V4, q0 + per);
+  const int64_t V = a.V;
+  int64_t q0, q1;
+  slice_of(V, rank, a.ctas, q0, q1);
   const float4* z4 = reinterpret_cast<const float4*>(a.logits + i * a.ld);
   const float4* y4 = KL ? reinterpret_cast<const float4*>(a.tlogits + i * a.ld) : nullptr;
 
   RowStat sd{-INFINITY, 0.0f, INT_MAX};
   TgtStat st{-INFINITY, 0.0f, 0.0f};
-  slice_for_each<U, KL>(z4, y4, q0, q1, false, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+  slice_for_each<U, KL>(z4, y4, q0, q1, false,
+                        [&](int64_t qu, bool live, const float(&zv)[4], const float(&yv)[4]) {
+    if (!live) return;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t t = 4 * qu + j;
@@ -248,11 +189,11 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
   }
   row_sync(a.ctas);
   if (threadIdx.x == 0) {
-    RowStat d = row_partial(&part_d, 0, a.ctas);
-    TgtStat g = KL ? row_partial(&part_t, 0, a.ctas) : TgtStat{};
+    RowStat d = *row_partial(&part_d, 0, a.ctas);
+    TgtStat g = KL ? *row_partial(&part_t, 0, a.ctas) : TgtStat{};
     for (int k = 1; k < a.ctas; ++k) {
-      d = stat_merge(d, row_partial(&part_d, k, a.ctas));
-      if constexpr (KL) g = stat_merge(g, row_partial(&part_t, k, a.ctas));
+      d = stat_merge(d, *row_partial(&part_d, k, a.ctas));
+      if constexpr (KL) g = stat_merge(g, *row_partial(&part_t, k, a.ctas));
     }
     const float log_d = __logf(d.s), log_t = KL ? __logf(g.s) : 0.0f;
     fin[0] = d.m;
@@ -275,7 +216,9 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
   const int32_t lab = a.labels[r];
   const float mz = fin[0], lz = fin[1], my = fin[2], ly = fin[3];
   uint2* g4 = reinterpret_cast<uint2*>(a.grad + i * a.ld);
-  slice_for_each<U, KL>(z4, y4, q0, q1, true, [&](int64_t qu, const float(&zv)[4], const float(&yv)[4]) {
+  slice_for_each<U, KL>(z4, y4, q0, q1, true,
+                        [&](int64_t qu, bool live, const float(&zv)[4], const float(&yv)[4]) {
+    if (!live) return;
     float gv[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -308,48 +251,10 @@ void rows_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, con
   DF_CUDA_CHECK_LAUNCH("lm_loss_rows_kernel");
 }
 
-// The row kernel's launch for `ctas` CTAs of `threads` per row over n rows; the cluster attribute only when
-// ctas > 1.
-cudaLaunchConfig_t row_config(int ctas, int threads, int64_t n, cudaStream_t stream,
-                              cudaLaunchAttribute* attr) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(n * ctas));
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.stream = stream;
-  *attr = cudaLaunchAttribute{};
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = unsigned(ctas);
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = ctas > 1 ? 1 : 0;
-  return cfg;
-}
-
-// CTAs that split one row of V logits: as many as the row has work for, up to kMaxCluster and the cluster
-// size the device launches (lm_row_ctas_choose: 1 without clusters). A cluster's CTAs run at once inside
-// one GPC, so it is halved until the occupancy calculator finds room for one (a MIG slice or a smaller part
-// can have fewer than 8 SMs free per GPC).
-template <bool KL>
-int loss_cluster_size(int64_t V) {
-  const int64_t per_cta = kRowThreads * kMinPerThread;
-  int ctas = lm_row_ctas_choose(device_caps(), int(std::clamp<int64_t>((V + per_cta - 1) / per_cta, 1, kMaxCluster)));
-  for (; ctas > 1; ctas /= 2) {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = row_config(ctas, kRowThreads, 1, nullptr, &attr);
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, lm_loss_row_kernel<KL>, &cfg) == cudaSuccess &&
-        clusters > 0)
-      break;
-    cudaGetLastError();  // a refusal is an answer here, not an error to leave pending
-  }
-  return ctas;
-}
-
 template <bool KL>
 void row_kernel_launch(const RowArgs& args, int64_t n, cudaStream_t stream) {
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = row_config(args.ctas, kRowThreads, n, stream, &attr);
+  const cudaLaunchConfig_t cfg = row_config(args.ctas, n, 0, stream, &attr);
   DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, lm_loss_row_kernel<KL>, args));
 }
 
@@ -398,7 +303,8 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
   // The active rows come first in idx. Without max_active the host does not know how many there are (that
   // would take a sync), so it walks every position and the row kernel and the scatter skip the dead ones;
   // with it the GEMMs stop at the last active row (the anchor rows alone are 1/16 of a drafter's rows).
-  const int ctas = kl ? loss_cluster_size<true>(V) : loss_cluster_size<false>(V);
+  const int ctas = kl ? row_cluster_size(lm_loss_row_kernel<true>, V, 0)
+                      : row_cluster_size(lm_loss_row_kernel<false>, V, 0);
   const RowArgs base_args{logits, tlogits, grad, L.ldv, idx, labels, loss, p_label, argmax, V, ctas};
   const int64_t walk = max_active >= 0 ? std::min(rows, max_active) : rows;
   for (int64_t p0 = 0; p0 < walk; p0 += L.chunk) {

@@ -206,30 +206,42 @@ inline DominoProposeLayout domino_propose_layout(int64_t B, int64_t H, int64_t G
   return L;
 }
 
-// ---- dflash2_conv.cu, dflash2_selector.cu
-// ------------------------------------------------------------------- The selector keeps each thread's top-K
-// in local arrays and the context row [R] in shared memory.
+// ---- token_scatter.cu: the token-keyed gradient scatters (DSpark's W1, DFlash2's codebooks) -------------
+// Keys a sort of M entries takes: M padded to a power of two (the bitonic sort sorts in place).
+inline int64_t token_sort_keys(int64_t M) {
+  int64_t n = 1;
+  while (n < M) n *= 2;
+  return n;
+}
+
+// ---- dflash2_conv.cu, dflash2_selector.cu -----------------------------------------------------------
+// The selector's top-K (row_topk.cuh holds up to 64) and its context row [R] in shared memory.
 constexpr int kDflash2MaxTopK = 64;
 constexpr int kDflash2MaxRank = 8192;
 
-// The convolution backward's ∂/∂base row-chunk partials: column_partial_chunks of [rows, taps·H].
+// The convolution backward's ∂/∂base row-chunk partials [chunks, taps·H]: chunks of 16 rows (enough CTAs to
+// stream the two operands), at most 512 chunks. A function of the shape only, so a shape always sums in the
+// same order.
+inline int64_t dflash2_conv_dbase_chunks(int64_t rows) {
+  const int64_t c = (rows + 15) / 16;
+  return c < 1 ? 1 : (c > 512 ? 512 : c);
+}
 inline size_t dflash2_conv_bwd_workspace_bytes(int64_t rows, int64_t H, int64_t taps) {
-  return size_t(column_partial_chunks(rows, taps * H)) * size_t(taps * H) * sizeof(float);
+  return size_t(dflash2_conv_dbase_chunks(rows)) * size_t(taps * H) * sizeof(float);
 }
 
 // The selector loss over N block rows: W_h·y for every row, one chunk of logits with its bf16 gradient and
-// the f32 dy rows, each row's statistics, the candidates' (token, entry) keys, ∂/∂score, the context and the
-// predecessor gradient rows the scatters read, the sorted copies, each token's run end and CUB's sort
-// scratch (sort_bytes, from dflash2_sort_temp_bytes: CUB alone knows it).
+// the f32 dy rows, each row's statistics, the candidates' (token, entry) scatter keys and the predecessors'
+// (each padded by token_sort_keys), ∂/∂score, and the context and predecessor gradient rows the scatters
+// read.
 struct Dflash2SelectorLayout {
   int64_t chunk = 0, ldv = 0, ldh = 0;
   size_t proj = 0, logits = 0, grad = 0, dyf = 0, dproj = 0, row_loss = 0, row_act = 0;
-  size_t keys_in = 0, vals_in = 0, keys_out = 0, vals_out = 0, ds = 0, ctx = 0, prev_key = 0, prev_val = 0;
-  size_t dpr = 0, seg_end = 0, sort_tmp = 0, bytes = 0;
+  size_t cand_keys = 0, ds = 0, ctx = 0, prev_keys = 0, dpr = 0, bytes = 0;
 };
 
 inline Dflash2SelectorLayout dflash2_selector_layout(int64_t N, int64_t H, int64_t V, int64_t R, int64_t K,
-                                                     int64_t chunk_rows, size_t sort_bytes) {
+                                                     int64_t chunk_rows) {
   Dflash2SelectorLayout L;
   L.chunk = chunk_rows < N ? chunk_rows : N;
   if (L.chunk < 1) L.chunk = 1;
@@ -245,17 +257,11 @@ inline Dflash2SelectorLayout dflash2_selector_layout(int64_t N, int64_t H, int64
   L.dproj = take(N * R * 2);
   L.row_loss = take(N * f4);
   L.row_act = take(N);
-  L.keys_in = take(N * K * 4);
-  L.vals_in = take(N * K * 4);
-  L.keys_out = take(N * K * 4);
-  L.vals_out = take(N * K * 4);
+  L.cand_keys = take(token_sort_keys(N * K) * 8);
   L.ds = take(N * K * f4);
   L.ctx = take(N * R * f4);
-  L.prev_key = take(N * 4);
-  L.prev_val = take(N * 4);
+  L.prev_keys = take(token_sort_keys(N) * 8);
   L.dpr = take(N * R * f4);
-  L.seg_end = take((V + 1) * 4);
-  L.sort_tmp = take(int64_t(sort_bytes));
   L.bytes = ws.off;
   return L;
 }

@@ -171,7 +171,15 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
       {"dspark_head_loss",
        dc.kind == DrafterKind::dspark
            ? dspark_head_workspace_bytes(dspark_head_shape(dspark_head_dims(dc), nb), assume.lm_chunk)
-           : 0}};
+           : 0},
+      {"dflash2_selector_loss", dc.kind == DrafterKind::dflash2
+                                    ? dflash2_selector_layout(N, dc.hidden, dc.vocab, dc.selector_rank,
+                                                              dc.selector_top_k, assume.lm_chunk)
+                                          .bytes
+                                    : 0},
+      {"dflash2_conv_bwd", dc.kind == DrafterKind::dflash2
+                               ? dflash2_conv_bwd_workspace_bytes(N, dc.hidden, dc.conv_kernel_size)
+                               : 0}};
   const auto* big = std::max_element(std::begin(ops), std::end(ops),
                                      [](const auto& a, const auto& b) { return a.second < b.second; });
   add(dr, "op scratch", double(big->second),

@@ -1,6 +1,7 @@
 // DFlash2's CUDA ops (kernels/train/dflash2_conv.cu, dflash2_selector.cu) against the CPU fp32 oracle
 // (ops/cpu/cpu_dflash2.cpp) on awkward shapes: the in-block convolution forward and backward (odd H, groups
-// of 1, 3 and 5 channels, blocks of 3, 4 and 8, 1 to 4 taps, both sides), the selector loss (odd H and V, K
+// of 1, 3 and 5 channels and the 8-channel vector path with groups of 8, 16 and 24, blocks of 3, 4 and 8, 1
+// to 4 taps, both sides, more than 16 rows for several ∂/∂base chunks), the selector loss (odd H and V, K
 // from 1 to 64 and larger than a thread's share of the vocabulary, chunks of 1 row to all rows, padding
 // blocks and holes, gold labels outside the top-K, softcap, stop_gradient, beta_dw 0 and 1) and the greedy
 // lattice walk. Prints the worst element of every comparison. Skips itself without a GPU; one skipped test in
@@ -12,6 +13,8 @@ TEST(CudaDflash2, SkippedWithoutCudaBuild) {
   GTEST_SKIP() << "built without CUDA: GPU DFlash2 tests skipped";
 }
 #else
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +25,7 @@ TEST(CudaDflash2, SkippedWithoutCudaBuild) {
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "kernels/train/loss_slots.h"
+#include "kernels/train_launchers.cuh"
 #include "ops/cpu/cpu_train_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_train_ops.h"
@@ -86,8 +90,8 @@ ConvRun run_conv(TrainOps& ops, const ConvCase& c, int side, const std::vector<f
 // backends, and rows past the block's start read nothing across the boundary (the oracle's check). A second
 // backward with beta 1 doubles dbase; a repeat gives the same bits.
 TEST_F(CudaDflash2, ConvForwardAndBackwardMatchTheCpuOracle) {
-  const ConvCase cases[] = {
-      {5, 3, 15, 1, 5}, {4, 4, 15, 4, 3}, {3, 8, 33, 2, 1}, {2, 8, 48, 3, 16}, {7, 3, 9, 3, 9}};
+  const ConvCase cases[] = {{5, 3, 15, 1, 5}, {4, 4, 15, 4, 3}, {3, 8, 33, 2, 1},  {2, 8, 48, 3, 16},
+                            {7, 3, 9, 3, 9},  {3, 8, 40, 2, 8}, {2, 4, 48, 4, 24}, {41, 8, 64, 2, 16}};
   for (const ConvCase& c : cases) {
     const Dflash2ConvDims dm{c.H, c.B, c.taps, c.gs};
     const int64_t N = c.nb * c.B, C = dm.coeffs();
@@ -289,6 +293,112 @@ TEST_F(CudaDflash2, SelectorLossMatchesTheCpuOracle) {
         std::vector<float> twice(rg.dw[i].size());
         for (size_t j = 0; j < twice.size(); ++j) twice[j] = 2.0f * rg.dw[i][j];
         EXPECT_LE(rel_rms(acc.dw[i], twice), 1e-5) << name << " beta_dw 1 " << wn[i];
+      }
+    }
+}
+
+// The selector loss on logits that are exact on both backends (every lm_head row has one nonzero bf16 entry,
+// so each logit is one exact product): every token ties with hundreds of others of its class, the 40 last
+// tokens (the row's last slice and partial float4) beat all the rest, V = 4099; the gold label is the token
+// tied with the K-th candidate just past it by id (outside the top-K), the K-th candidate itself, or random;
+// K of 1, 16 and 64. The candidate sets must be the oracle's exactly: the tokens with a nonzero
+// successor-codebook gradient row are the same set on both backends; losses and gradients within the main
+// test's bounds.
+TEST_F(CudaDflash2, SelectorLossOnTiedLogitsMatchesTheCpuOracle) {
+  for (const int K : {1, 16, 64}) {
+    const SelCase c{6, 4, 16, 4099, 8, K, 1.0, 0.0, 7};
+    const std::string name = "tied logits K " + std::to_string(K);
+    SelInputs in = sel_inputs(c, 77 + uint64_t(K));
+    const size_t H = size_t(c.H), V = size_t(c.V);
+    std::fill(in.lm.begin(), in.lm.end(), 0.0f);
+    for (size_t v = 0; v < V; ++v) in.lm[v * H + v % H] = v + 40 >= V ? 2.0f : 1.0f;
+    Rng r(5);
+    for (float& x : in.y) x = bf16_round(1.0f + float(r.below(60)) / 64.0f);
+    for (int64_t i = 0; i < in.N; ++i) {
+      std::vector<float> logits(V);
+      for (size_t v = 0; v < V; ++v) logits[v] = in.y[size_t(i) * H + v % H] * in.lm[v * H + v % H];
+      const Dflash2Candidates top = dflash2_selector_candidates<float>(in.d, logits.data(), -1);
+      const int32_t kth = top.ids[size_t(K - 1)];
+      int32_t past = kth;  // the next token by id tied with the K-th candidate
+      for (size_t v = size_t(kth) + 1; v < V && past == kth; ++v)
+        if (logits[v] == logits[size_t(kth)]) past = int32_t(v);
+      const int pick = int(i % 3);
+      if (pick == 0) in.labels[size_t(i)] = past;
+      if (pick == 1) in.labels[size_t(i)] = kth;
+    }
+    CudaTrainOps gpu(0, c.chunk);
+    for (const bool stop : {false, true}) {
+      const SelRun rc = run_sel(cpu_, in, 0.6, stop, true), rg = run_sel(gpu, in, 0.6, stop, true);
+      EXPECT_LE(rel_err(rg.stats[0], rc.stats[0]), 2e-2) << name << " loss_sum";
+      EXPECT_LE(rel_rms(rg.dy, rc.dy), 3e-2) << name << " dy";
+      for (int w = 0; w < 3; ++w) EXPECT_LE(rel_rms(rg.dw[w], rc.dw[w]), 3e-2) << name << " weight " << w;
+      int64_t candidates = 0;
+      for (size_t v = 0; v < V; ++v) {
+        bool nz_c = false, nz_g = false;
+        for (size_t j = 0; j < size_t(c.R); ++j) {
+          nz_c = nz_c || rc.dw[1][v * size_t(c.R) + j] != 0.0f;
+          nz_g = nz_g || rg.dw[1][v * size_t(c.R) + j] != 0.0f;
+        }
+        candidates += nz_c;
+        EXPECT_EQ(nz_g, nz_c) << name << (stop ? " stop_gradient" : "") << ": token " << v
+                              << (nz_c ? " is" : " is not") << " a candidate of the oracle";
+      }
+      EXPECT_GE(candidates, K) << name;
+    }
+  }
+}
+
+// The device top-K (kernels/train/row_topk.cuh, through dflash2_topk_rows_launch, which the proposals use and
+// whose warp lists and merges the selector loss shares) equals the oracle's strict top-K exactly, ids and
+// values, on rows built to break it: integer logits (hundreds of ties at the K-th place), the K best all in
+// the row's last slice and last partial float4, every value equal, −inf everywhere but one, signed zeros,
+// K − 1 distinct leaders then thousands tied; K from 1 to 64; V of 37 (fewer elements than a CTA's
+// threads), 4099 and 250,003 (not a multiple of 4) and the 27B vocabulary; the row stride padded as the
+// selector's workspace pads it. The sm80-profile ctest entry runs it with one CTA a row.
+TEST_F(CudaDflash2, TopKRowsAreTheOraclesStrictTopK) {
+  const int Ks[] = {1, 2, 16, 33, 64};
+  const int64_t Vs[] = {37, 4099, 250003, 248320};
+  const char* kinds[] = {"normal",       "integers",     "ascending",        "all equal",
+                         "-inf but one", "signed zeros", "leaders then ties"};
+  constexpr int kKinds = 7;
+  for (const int64_t V : Vs)
+    for (const int K : Ks) {
+      if (K > V) continue;
+      const int64_t ld = (V + 7) / 8 * 8;
+      std::vector<float> z(size_t(kKinds * ld), NAN);
+      Rng rng(uint64_t(V * 131 + K));
+      const auto value = [&](int kind, int64_t v) {
+        if (kind == 0) return float(int64_t(rng.below(2001)) - 1000) / 250.0f;
+        if (kind == 1) return float(int64_t(rng.below(7)) - 3);
+        if (kind == 2) return float(v) * 1e-3f - 7.0f;
+        if (kind == 3) return 0.5f;
+        if (kind == 4) return v == V / 3 ? -1e30f : -INFINITY;
+        if (kind == 5) return rng.below(2) ? 0.0f : -0.0f;
+        return v % 97 == 5 && v / 97 < K - 1 ? 10.0f + float(v) : 1.0f;
+      };
+      for (int k = 0; k < kKinds; ++k)
+        for (int64_t v = 0; v < V; ++v) z[size_t(k * ld + v)] = value(k, v);
+      Dev d(*gpu_);
+      const Tensor tz = d.up(z, DType::f32, kKinds, ld);
+      const Tensor cand = d.up(std::vector<int32_t>(size_t(kKinds * K), -7), DType::i32, kKinds, K);
+      const Tensor cval = d.up(std::vector<float>(size_t(kKinds * K), NAN), DType::f32, kKinds, K);
+      dflash2_topk_rows_launch(static_cast<const float*>(tz.data), ld, V, K, kKinds,
+                               static_cast<int32_t*>(cand.data), static_cast<float*>(cval.data), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<int32_t> ids = d.down<int32_t>(cand);
+      const std::vector<float> vals = d.down<float>(cval);
+      Dflash2SelectorDims dm;
+      dm.vocab = int(V);
+      dm.top_k = K;
+      for (int k = 0; k < kKinds; ++k) {
+        const Dflash2Candidates want = dflash2_selector_candidates<float>(dm, &z[size_t(k * ld)], -1);
+        for (int j = 0; j < K; ++j) {
+          const size_t e = size_t(k * K + j);
+          ASSERT_EQ(ids[e], want.ids[size_t(j)]) << kinds[k] << " V " << V << " K " << K << " place " << j;
+          ASSERT_TRUE(
+              same_bits(std::vector<float>{vals[e]}, std::vector<float>{z[size_t(k * ld) + size_t(ids[e])]}))
+              << kinds[k] << " V " << V << " K " << K << " place " << j << " value";
+        }
       }
     }
 }
