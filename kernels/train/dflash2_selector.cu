@@ -2,16 +2,16 @@
 // ops/dflash2_selector.h is the math, ops/cpu/cpu_dflash2.cpp the oracle; the convolution is
 // dflash2_conv.cu).
 //
-// The selector loss rides on DFlash's chunked lm_head pass over the rows after each block's anchor (the anchor
-// slot carries no weight: those rows are gathered first and their dy rows scattered back, so the vocabulary
-// GEMMs skip 1/B of the rows, as lm_head_loss's compaction does): for each chunk the logits GEMM, then one
-// row kernel that splits each row over a cluster of CTAs as lm_head_loss.cu does (row_slice.cuh): the slice
-// pass reduces the row for the CE and keeps the top-K of the same elements (row_topk.cuh; no second pass
-// over the vocabulary), the cluster's rank 0 merges both, scores the K candidates and takes both
+// The selector loss rides on DFlash's chunked lm_head pass over the rows after each block's anchor (the
+// anchor slot carries no weight: those rows are gathered first and their dy rows scattered back, so the
+// vocabulary GEMMs skip 1/B of the rows, as lm_head_loss's compaction does): for each chunk the logits GEMM,
+// then one row kernel that splits each row over a cluster of CTAs as lm_head_loss.cu does (row_slice.cuh):
+// the slice pass reduces the row for the CE and keeps the top-K of the same elements (row_topk.cuh; no second
+// pass over the vocabulary), the cluster's rank 0 merges both, scores the K candidates and takes both
 // cross-entropies, every CTA writes its slice's logit gradient, and rank 0 then rewrites the candidates'
 // entries with the selector's terms added in f32 before the one bf16 rounding; then dy = grad·lm_head
-// (+ dP·W_h). The codebook gradients are scatters by token id (token_scatter.cu): the (token, entry) keys are
-// sorted and each token's entries summed in entry order by one CTA, so the bits never depend on float
+// (+ dP·W_h). The codebook gradients are scatters by token id (token_scatter.cu): the (token, entry) keys
+// are sorted and each token's entries summed in entry order by one CTA, so the bits never depend on float
 // atomics.
 #include <algorithm>
 #include <climits>

@@ -248,8 +248,8 @@ void row_kernel_launch(const RowArgs& args, int64_t n, cudaStream_t stream) {
 
 }  // namespace
 
-void row_copy_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, const int32_t* idx, int64_t n,
-                     int64_t H, bool scatter, cudaStream_t stream) {
+void row_copy_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, const int32_t* idx,
+                     int64_t n, int64_t H, bool scatter, cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = H % 8 == 0 && ld_src % 8 == 0 && ld_dst % 8 == 0 && aligned16(src) && aligned16(dst);
   if (vec)

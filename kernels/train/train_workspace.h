@@ -224,7 +224,8 @@ inline size_t dflash2_conv_bwd_workspace_bytes(int64_t rows, int64_t H, int64_t 
 // and the context and predecessor gradient rows the scatters read.
 struct Dflash2SelectorLayout {
   int64_t Nc = 0, chunk = 0, ldv = 0, ldh = 0;
-  size_t idx = 0, yc = 0, proj = 0, logits = 0, grad = 0, dyf = 0, dyc = 0, dproj = 0, row_loss = 0, row_act = 0;
+  size_t idx = 0, yc = 0, proj = 0, logits = 0, grad = 0, dyf = 0, dyc = 0, dproj = 0;
+  size_t row_loss = 0, row_act = 0;
   size_t cand_keys = 0, ds = 0, ctx = 0, prev_keys = 0, dpr = 0, bytes = 0;
 };
 
