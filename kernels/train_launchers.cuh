@@ -53,6 +53,11 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
                          int64_t ld_dhidden, int64_t rows, int64_t H, int64_t V, int64_t chunk_rows,
                          int64_t max_active, void* ws, size_t ws_bytes, cudaStream_t stream);
 
+// n rows of H bf16 through an index (lm_head_loss's gather and scatter, DFlash2's compaction): gather, dst
+// row i = src row idx[i] (zeros for idx −1); scatter, dst row idx[i] = src row i (idx −1 skipped).
+void row_copy_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, const int32_t* idx,
+                     int64_t n, int64_t H, bool scatter, cudaStream_t stream);
+
 // ---- loss_stats.cu ------------------------------------------------------------------------------------
 // train_ops.h loss_row_stats on the device for nb blocks of `block` rows: labels, argmax i32, active u8,
 // loss, p_label f32 [nb·block] (contiguous); row_w f32 [nb·block] written (read when weights_given); stats:
@@ -106,8 +111,8 @@ const int32_t* domino_head_propose_launch(GemmContext* gemm, const DominoHeadSha
                                           size_t ws_bytes, cudaStream_t stream);
 
 // ---- token_scatter.cu ----------------------------------------------------------------------------------
-// Sorts n (a power of two, token_sort_keys) u64 keys ascending in place; keys token << 32 | entry, unique, the
-// padding all ones.
+// Sorts n (a power of two, token_sort_keys) u64 keys ascending in place; keys token << 32 | entry, unique,
+// the padding all ones.
 void token_sort_launch(uint64_t* keys, int64_t n, cudaStream_t stream);
 // Over the first M sorted keys: out[token, c] += Σ over the token's entries e, in order, of coef[e]·src[(e /
 // per)·R + c] (coef null: 1), out f32 [V, R]; tokens ≥ V are skipped.

@@ -2,14 +2,16 @@
 // ops/dflash2_selector.h is the math, ops/cpu/cpu_dflash2.cpp the oracle; the convolution is
 // dflash2_conv.cu).
 //
-// The selector loss rides on DFlash's chunked lm_head pass: for each chunk of rows the logits GEMM, then one
-// row kernel that splits each row over a cluster of CTAs as lm_head_loss.cu does (row_slice.cuh): the slice
-// pass reduces the row for the CE and keeps the top-K of the same elements (row_topk.cuh; no second pass
-// over the vocabulary), the cluster's rank 0 merges both, scores the K candidates and takes both
+// The selector loss rides on DFlash's chunked lm_head pass over the rows after each block's anchor (the
+// anchor slot carries no weight: those rows are gathered first and their dy rows scattered back, so the
+// vocabulary GEMMs skip 1/B of the rows, as lm_head_loss's compaction does): for each chunk the logits GEMM,
+// then one row kernel that splits each row over a cluster of CTAs as lm_head_loss.cu does (row_slice.cuh):
+// the slice pass reduces the row for the CE and keeps the top-K of the same elements (row_topk.cuh; no second
+// pass over the vocabulary), the cluster's rank 0 merges both, scores the K candidates and takes both
 // cross-entropies, every CTA writes its slice's logit gradient, and rank 0 then rewrites the candidates'
 // entries with the selector's terms added in f32 before the one bf16 rounding; then dy = grad·lm_head
-// (+ dP·W_h). The codebook gradients are scatters by token id (token_scatter.cu): the (token, entry) keys are
-// sorted and each token's entries summed in entry order by one CTA, so the bits never depend on float
+// (+ dP·W_h). The codebook gradients are scatters by token id (token_scatter.cu): the (token, entry) keys
+// are sorted and each token's entries summed in entry order by one CTA, so the bits never depend on float
 // atomics.
 #include <algorithm>
 #include <climits>
@@ -69,26 +71,29 @@ __device__ void selector_scores(const float* ctx, const bf16* succ, int R, int K
 
 // ---- kernels: the selector ----
 
+// The loss walks the non-anchor rows compacted (train_workspace.h Dflash2SelectorLayout): compact row cr is
+// block row idx[cr]; the row's inputs and statistics are at the block row, its selector rows and keys at cr.
 struct SelectorRowArgs {
   const float* logits;  // [chunk, ld] f32
   bf16* grad;           // [chunk, ld] bf16: ∂/∂logits, the selector's candidate terms included
   int64_t ld;
-  int64_t row0;
+  int64_t row0;        // the chunk's first compact row
+  const int32_t* idx;  // [Nc] block row of each compact row
   const int32_t* labels;
   const int32_t* prev;
   const float* row_w;
-  const float* proj;  // [N, R] f32: W_h·y
+  const float* proj;  // [Nc, R] f32: W_h·y
   const bf16* pred;   // [V, R]
   const bf16* succ;   // [V, R]
   int32_t* argmax;
   float* row_loss;  // [N] CE + α·CE_selector
   uint8_t* row_act;
-  uint64_t* cand_keys;  // [N, K] candidate id << 32 | entry r·K + j (token_scatter.cu); id V for a weightless row
-  float* ds;            // [N, K] ∂/∂score
-  float* ctx;           // [N, R] pred[prev] ⊙ proj
-  uint64_t* prev_keys;  // [N] prev << 32 | r; prev V for a weightless row
-  float* dpr;          // [N, R] dctx ⊙ proj: the predecessor row's gradient
-  bf16* dproj;         // [N, R] dctx ⊙ pred[prev]: ∂/∂(W_h·y)
+  uint64_t* cand_keys;  // [Nc, K] candidate id << 32 | entry cr·K + j (token_scatter.cu); V: weightless row
+  float* ds;            // [Nc, K] ∂/∂score
+  float* ctx;           // [Nc, R] pred[prev] ⊙ proj
+  uint64_t* prev_keys;  // [Nc] prev << 32 | cr; prev V for a weightless row
+  float* dpr;           // [Nc, R] dctx ⊙ proj: the predecessor row's gradient
+  bf16* dproj;          // [Nc, R] dctx ⊙ pred[prev]: ∂/∂(W_h·y)
   int64_t V;
   int R, K;
   float mult, softcap, alpha;
@@ -113,7 +118,8 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
   __shared__ float fin[2];  // max, log Σ
   __shared__ int tgt_s;
   const int rank = int(blockIdx.x % unsigned(a.ctas));
-  const int64_t i = blockIdx.x / unsigned(a.ctas), r = a.row0 + i, V = a.V, V4 = (V + 3) / 4, L4 = a.ld / 4;
+  const int64_t i = blockIdx.x / unsigned(a.ctas), cr = a.row0 + i, r = a.idx[cr], V = a.V, V4 = (V + 3) / 4,
+                L4 = a.ld / 4;
   const int K = a.K, R = a.R;
   int64_t q0, q1;
   slice_of(V, rank, a.ctas, q0, q1);
@@ -130,14 +136,14 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
         a.argmax[r] = -1;
         a.row_loss[r] = 0.0f;
         a.row_act[r] = 0;
-        a.prev_keys[r] = token_key(V, r);
+        a.prev_keys[cr] = token_key(V, cr);
       }
       for (int j = threadIdx.x; j < K; j += blockDim.x) {
-        a.cand_keys[r * K + j] = token_key(V, r * K + j);
-        a.ds[r * K + j] = 0.0f;
+        a.cand_keys[cr * K + j] = token_key(V, cr * K + j);
+        a.ds[cr * K + j] = 0.0f;
       }
       if (a.backward)
-        for (int c = threadIdx.x; c < R; c += blockDim.x) a.dproj[r * R + c] = __float2bfloat16(0.0f);
+        for (int c = threadIdx.x; c < R; c += blockDim.x) a.dproj[cr * R + c] = __float2bfloat16(0.0f);
     }
     if (!a.backward) return;
     for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) g4[q] = make_uint2(0u, 0u);
@@ -191,11 +197,11 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
     __syncthreads();
     for (int j = threadIdx.x; j < K; j += blockDim.x) un[j] = unary_of(cv[j], a.mult, a.softcap);
     const bf16* pr = a.pred + int64_t(ok ? prv : 0) * R;
-    const float* pj = a.proj + r * R;
+    const float* pj = a.proj + cr * R;
     for (int c = threadIdx.x; c < R; c += blockDim.x) {
       const float x = __bfloat162float(pr[c]) * pj[c];
       sh_ctx[c] = x;
-      a.ctx[r * R + c] = x;
+      a.ctx[cr * R + c] = x;
     }
     __syncthreads();
     selector_scores(sh_ctx, a.succ, R, K, cid, un, score);
@@ -211,12 +217,12 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
       const float ce_sel = lse - score[tgt];
       a.row_loss[r] = ok ? ce + a.alpha * ce_sel : __int_as_float(0x7fc00000);
       a.row_act[r] = 1;
-      a.prev_keys[r] = token_key(ok ? prv : 0, r);
+      a.prev_keys[cr] = token_key(ok ? prv : 0, cr);
       for (int j = 0; j < K; ++j) {
         const float q = __expf(score[j] - lse);
         dsc[j] = a.alpha * w * (q - (j == tgt ? 1.0f : 0.0f));
-        a.cand_keys[r * K + j] = token_key(cid[j], r * K + j);
-        a.ds[r * K + j] = dsc[j];
+        a.cand_keys[cr * K + j] = token_key(cid[j], cr * K + j);
+        a.ds[cr * K + j] = dsc[j];
       }
     }
     __syncthreads();
@@ -224,8 +230,8 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
       for (int c = threadIdx.x; c < R; c += blockDim.x) {
         float dctx = 0.0f;
         for (int j = 0; j < K; ++j) dctx += dsc[j] * __bfloat162float(a.succ[int64_t(cid[j]) * R + c]);
-        a.dpr[r * R + c] = dctx * pj[c];
-        a.dproj[r * R + c] = __float2bfloat16(dctx * __bfloat162float(pr[c]));
+        a.dpr[cr * R + c] = dctx * pj[c];
+        a.dproj[cr * R + c] = __float2bfloat16(dctx * __bfloat162float(pr[c]));
       }
   }
   if (!a.backward) return;
@@ -253,6 +259,22 @@ __global__ void __launch_bounds__(row_slice::kThreads) dflash2_selector_row_kern
         w * (__expf((e - m) - l) - (t == lab ? 1.0f : 0.0f)) + dsc[j] * unary_grad_of(e, a.mult, a.softcap);
     a.grad[i * a.ld + t] = __float2bfloat16(g);
   }
+}
+
+// Block blockIdx.x: its anchor row (slot 0, which carries no weight: NaN loss if row_w says otherwise) gets
+// argmax −1, loss 0, inactive and a zero dy row (dy null: forward only); idx[cr] = the block row of compact
+// row cr for its B − 1 other rows.
+__global__ void dflash2_anchor_rows_kernel(int B, int H, const float* row_w, int32_t* argmax, float* row_loss,
+                                           uint8_t* row_act, bf16* dy, int64_t ld_dy, int32_t* idx) {
+  const int64_t j = blockIdx.x, r = j * B;
+  if (threadIdx.x == 0) {
+    argmax[r] = -1;
+    row_loss[r] = row_w[r] == 0.0f ? 0.0f : __int_as_float(0x7fc00000);
+    row_act[r] = 0;
+  }
+  for (int k = 1 + threadIdx.x; k < B; k += blockDim.x) idx[j * (B - 1) + k - 1] = int32_t(r + k);
+  if (dy)
+    for (int h = threadIdx.x; h < H; h += blockDim.x) dy[r * ld_dy + h] = __float2bfloat16(0.0f);
 }
 
 // Proposal row blockIdx.x / ctas on a cluster of `ctas` CTAs: its strict top-K (ids and raw logits).
@@ -358,8 +380,7 @@ void dflash2_topk_rows_launch(const float* logits, int64_t ld, int64_t V, int K,
 }
 
 size_t dflash2_selector_workspace_bytes(const Dflash2SelectorShape& d, int64_t chunk_rows) {
-  const int64_t N = d.nb * d.B;
-  return dflash2_selector_layout(N, d.H, d.V, d.R, d.K, chunk_rows).bytes;
+  return dflash2_selector_layout(d.nb * d.B, d.B, d.H, d.V, d.R, d.K, chunk_rows).bytes;
 }
 
 void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape& d, const bf16* y,
@@ -378,24 +399,33 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
   DF_CHECK(gemm && y && lm_head && w.pred && w.succ && w.proj && labels && prev && row_w && argmax && stats &&
                (!backward || (dy && dw.pred && dw.succ && dw.proj)),
            "%s: null pointer argument", op);
+  const Dflash2SelectorLayout L = dflash2_selector_layout(N, d.B, H, V, R, K, chunk_rows);
+  const int64_t Nc = L.Nc;
   if (backward) {  // the scatters add into the codebook gradients
     scale_flat(dw.pred, V * R, beta_dw, stream);
     scale_flat(dw.succ, V * R, beta_dw, stream);
-    if (N == 0) scale_flat(dw.proj, int64_t(R) * H, beta_dw, stream);
+    if (Nc == 0) scale_flat(dw.proj, int64_t(R) * H, beta_dw, stream);
   }
   if (N == 0) return;
-  const Dflash2SelectorLayout L = dflash2_selector_layout(N, H, V, R, K, chunk_rows);
   check_ws(op, ws, ws_bytes, L.bytes);
+  int32_t* idx = at<int32_t>(ws, L.idx);
+  bf16* yc = at<bf16>(ws, L.yc);
   float* proj = at<float>(ws, L.proj);
   float* logits = at<float>(ws, L.logits);
   bf16* grad = at<bf16>(ws, L.grad);
   float* dyf = at<float>(ws, L.dyf);
+  bf16* dyc = at<bf16>(ws, L.dyc);
   bf16* dproj = at<bf16>(ws, L.dproj);
-  gemm_launch_ex(gemm, y, ld_y, false, w.proj, H, true, proj, R, true, N, R, H, 1.0f, 0.0f, stream);
+  float* row_loss = at<float>(ws, L.row_loss);
+  uint8_t* row_act = at<uint8_t>(ws, L.row_act);
+  dflash2_anchor_rows_kernel<<<unsigned(d.nb), kThreads, 0, stream>>>(
+      d.B, H, row_w, argmax, row_loss, row_act, backward ? dy : nullptr, ld_dy, idx);
+  DF_CUDA_CHECK_LAUNCH("dflash2_anchor_rows_kernel");
   SelectorRowArgs ra{logits,
                      grad,
                      L.ldv,
                      0,
+                     idx,
                      labels,
                      prev,
                      row_w,
@@ -403,8 +433,8 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                      w.pred,
                      w.succ,
                      argmax,
-                     at<float>(ws, L.row_loss),
-                     at<uint8_t>(ws, L.row_act),
+                     row_loss,
+                     row_act,
                      at<uint64_t>(ws, L.cand_keys),
                      at<float>(ws, L.ds),
                      at<float>(ws, L.ctx),
@@ -422,9 +452,13 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
                      1};
   const size_t smem = size_t(R) * sizeof(float);
   ra.ctas = row_slice::row_cluster_size(dflash2_selector_row_kernel, V, smem);
-  for (int64_t p0 = 0; p0 < N; p0 += L.chunk) {
-    const int64_t n = std::min(L.chunk, N - p0);
-    gemm_launch_ex(gemm, y + p0 * ld_y, ld_y, false, lm_head, H, true, logits, L.ldv, true, n, V, H, 1.0f,
+  if (Nc > 0) {
+    row_copy_launch(y, ld_y, yc, L.ldh, idx, Nc, H, false, stream);
+    gemm_launch_ex(gemm, yc, L.ldh, false, w.proj, H, true, proj, R, true, Nc, R, H, 1.0f, 0.0f, stream);
+  }
+  for (int64_t p0 = 0; p0 < Nc; p0 += L.chunk) {
+    const int64_t n = std::min(L.chunk, Nc - p0);
+    gemm_launch_ex(gemm, yc + p0 * L.ldh, L.ldh, false, lm_head, H, true, logits, L.ldv, true, n, V, H, 1.0f,
                    0.0f, stream);
     ra.row0 = p0;
     cudaLaunchAttribute attr;
@@ -432,33 +466,34 @@ void dflash2_selector_loss_launch(GemmContext* gemm, const Dflash2SelectorShape&
     DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, dflash2_selector_row_kernel, ra));
     if (!backward) continue;
     if (stop_gradient) {  // the selector term stays out of dy: dy = grad·lm_head alone
-      gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dy + p0 * ld_dy, ld_dy, false, n, H, V,
-                     1.0f, 0.0f, stream);
-      continue;
+      gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dyc, L.ldh, false, n, H, V, 1.0f, 0.0f,
+                     stream);
+    } else {
+      gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dyf, L.ldh, true, n, H, V, 1.0f, 0.0f,
+                     stream);
+      gemm_launch_ex(gemm, dproj + p0 * R, R, false, w.proj, H, false, dyf, L.ldh, true, n, H, R, 1.0f, 1.0f,
+                     stream);
+      cast_launch(dyf, true, L.ldh, dyc, false, L.ldh, n, H, stream);
     }
-    gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, H, false, dyf, L.ldh, true, n, H, V, 1.0f, 0.0f,
-                   stream);
-    gemm_launch_ex(gemm, dproj + p0 * R, R, false, w.proj, H, false, dyf, L.ldh, true, n, H, R, 1.0f, 1.0f,
-                   stream);
-    cast_launch(dyf, true, L.ldh, dy + p0 * ld_dy, false, ld_dy, n, H, stream);
+    row_copy_launch(dyc, L.ldh, dy, ld_dy, idx + p0, n, H, true, stream);
   }
   LossRowDims sd;
   sd.nb = d.nb;
   sd.block = d.B;
   sd.weights_given = true;
-  loss_row_stats_launch(labels, ra.row_act, ra.row_loss, ra.row_loss, argmax, sd, const_cast<float*>(row_w),
-                        stats, stream);
-  if (!backward) return;
-  gemm_launch_ex(gemm, dproj, R, true, y, ld_y, false, dw.proj, H, true, R, H, N, 1.0f, beta_dw, stream);
+  loss_row_stats_launch(labels, row_act, row_loss, row_loss, argmax, sd, const_cast<float*>(row_w), stats,
+                        stream);
+  if (!backward || Nc == 0) return;
+  gemm_launch_ex(gemm, dproj, R, true, yc, L.ldh, false, dw.proj, H, true, R, H, Nc, 1.0f, beta_dw, stream);
   // The codebook gradients: the successor rows by candidate, the predecessor rows by previous token, each
   // sorted with its padding (all ones) after the row kernels wrote the keys.
-  const int64_t nc = token_sort_keys(N * K), np = token_sort_keys(N);
-  DF_CUDA_CHECK(cudaMemsetAsync(ra.cand_keys + N * K, 0xff, size_t(nc - N * K) * 8, stream));
-  DF_CUDA_CHECK(cudaMemsetAsync(ra.prev_keys + N, 0xff, size_t(np - N) * 8, stream));
+  const int64_t nc = token_sort_keys(Nc * K), np = token_sort_keys(Nc);
+  DF_CUDA_CHECK(cudaMemsetAsync(ra.cand_keys + Nc * K, 0xff, size_t(nc - Nc * K) * 8, stream));
+  DF_CUDA_CHECK(cudaMemsetAsync(ra.prev_keys + Nc, 0xff, size_t(np - Nc) * 8, stream));
   token_sort_launch(ra.cand_keys, nc, stream);
-  token_row_sum_launch(ra.cand_keys, N * K, V, ra.ds, ra.ctx, K, R, dw.succ, stream);
+  token_row_sum_launch(ra.cand_keys, Nc * K, V, ra.ds, ra.ctx, K, R, dw.succ, stream);
   token_sort_launch(ra.prev_keys, np, stream);
-  token_row_sum_launch(ra.prev_keys, N, V, nullptr, ra.dpr, 1, R, dw.pred, stream);
+  token_row_sum_launch(ra.prev_keys, Nc, V, nullptr, ra.dpr, 1, R, dw.pred, stream);
 }
 
 const int32_t* dflash2_selector_propose_launch(GemmContext* gemm, const Dflash2SelectorShape& d,

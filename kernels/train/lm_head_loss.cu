@@ -239,8 +239,18 @@ __global__ void __launch_bounds__(kRowMaxThreads) lm_loss_row_kernel(RowArgs a) 
 
 namespace {
 
-void rows_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, const int32_t* idx, int64_t n,
-                 int64_t H, bool scatter, cudaStream_t stream) {
+template <bool KL>
+void row_kernel_launch(const RowArgs& args, int64_t n, cudaStream_t stream) {
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = row_config(args.ctas, n, 0, stream, &attr);
+  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, lm_loss_row_kernel<KL>, args));
+}
+
+}  // namespace
+
+void row_copy_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, const int32_t* idx,
+                     int64_t n, int64_t H, bool scatter, cudaStream_t stream) {
+  if (n == 0) return;
   const bool vec = H % 8 == 0 && ld_src % 8 == 0 && ld_dst % 8 == 0 && aligned16(src) && aligned16(dst);
   if (vec)
     lm_loss_rows_kernel<8>
@@ -250,15 +260,6 @@ void rows_launch(const bf16* src, int64_t ld_src, bf16* dst, int64_t ld_dst, con
         <<<unsigned(n), kCopyThreads, 0, stream>>>(src, ld_src, dst, ld_dst, idx, H, scatter);
   DF_CUDA_CHECK_LAUNCH("lm_loss_rows_kernel");
 }
-
-template <bool KL>
-void row_kernel_launch(const RowArgs& args, int64_t n, cudaStream_t stream) {
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = row_config(args.ctas, n, 0, stream, &attr);
-  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, lm_loss_row_kernel<KL>, args));
-}
-
-}  // namespace
 
 void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidden, const bf16* lm_head,
                          int64_t ld_lm_head, const int32_t* labels, const uint8_t* active,
@@ -311,11 +312,11 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
     const int64_t n = std::min(L.chunk, walk - p0);
     RowArgs args = base_args;
     args.idx = idx + p0;
-    rows_launch(hidden, ld_hidden, hid, L.ldh, args.idx, n, H, false, stream);
+    row_copy_launch(hidden, ld_hidden, hid, L.ldh, args.idx, n, H, false, stream);
     gemm_launch_ex(gemm, hid, L.ldh, false, lm_head, ld_lm_head, true, logits, L.ldv, true, n, V, H, 1.0f,
                    0.0f, stream);
     if (kl) {
-      rows_launch(target_hidden, ld_target, tgt, L.ldh, args.idx, n, H, false, stream);
+      row_copy_launch(target_hidden, ld_target, tgt, L.ldh, args.idx, n, H, false, stream);
       gemm_launch_ex(gemm, tgt, L.ldh, false, lm_head, ld_lm_head, true, tlogits, L.ldv, true, n, V, H, 1.0f,
                      0.0f, stream);
       row_kernel_launch<true>(args, n, stream);
@@ -325,7 +326,7 @@ void lm_head_loss_launch(GemmContext* gemm, const bf16* hidden, int64_t ld_hidde
     // dhidden of the chunk = grad [n, V] · lm_head [V, H], into the gathered rows' buffer, then scattered.
     gemm_launch_ex(gemm, grad, L.ldv, false, lm_head, ld_lm_head, false, hid, L.ldh, false, n, H, V, 1.0f,
                    0.0f, stream);
-    rows_launch(hid, L.ldh, dhidden, ld_dhidden, args.idx, n, H, true, stream);
+    row_copy_launch(hid, L.ldh, dhidden, ld_dhidden, args.idx, n, H, true, stream);
   }
 }
 

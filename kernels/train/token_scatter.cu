@@ -90,7 +90,8 @@ void token_sort_launch(uint64_t* keys, int64_t n, cudaStream_t stream) {
   DF_CUDA_CHECK_LAUNCH("token_sort_tile_kernel");
   for (int64_t k = 2 * int64_t(T); k <= n; k *= 2) {
     for (int64_t j = k / 2; j >= T; j /= 2) {
-      token_sort_stage_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(keys, n, k, j);
+      const unsigned grid = unsigned((n + kThreads - 1) / kThreads);
+      token_sort_stage_kernel<<<grid, kThreads, 0, stream>>>(keys, n, k, j);
       DF_CUDA_CHECK_LAUNCH("token_sort_stage_kernel");
     }
     token_sort_tile_kernel<<<tiles, kSortThreads, 0, stream>>>(keys, k, k, T);

@@ -230,38 +230,45 @@ inline size_t dflash2_conv_bwd_workspace_bytes(int64_t rows, int64_t H, int64_t 
   return size_t(dflash2_conv_dbase_chunks(rows)) * size_t(taps * H) * sizeof(float);
 }
 
-// The selector loss over N block rows: W_h·y for every row, one chunk of logits with its bf16 gradient and
-// the f32 dy rows, each row's statistics, the candidates' (token, entry) scatter keys and the predecessors'
-// (each padded by token_sort_keys), ∂/∂score, and the context and predecessor gradient rows the scatters
-// read.
+// The selector loss over N = nb·B block rows walks the Nc = nb·(B − 1) rows after the anchors (an anchor's
+// slot carries no weight), gathered: their block-row index, the gathered y, W_h·y, one chunk of logits with
+// its bf16 gradient and the dy rows (f32, then bf16 for the scatter), the statistics of every block row, the
+// candidates' (token, entry) scatter keys and the predecessors' (each padded by token_sort_keys), ∂/∂score,
+// and the context and predecessor gradient rows the scatters read.
 struct Dflash2SelectorLayout {
-  int64_t chunk = 0, ldv = 0, ldh = 0;
-  size_t proj = 0, logits = 0, grad = 0, dyf = 0, dproj = 0, row_loss = 0, row_act = 0;
+  int64_t Nc = 0, chunk = 0, ldv = 0, ldh = 0;
+  size_t idx = 0, yc = 0, proj = 0, logits = 0, grad = 0, dyf = 0, dyc = 0, dproj = 0;
+  size_t row_loss = 0, row_act = 0;
   size_t cand_keys = 0, ds = 0, ctx = 0, prev_keys = 0, dpr = 0, bytes = 0;
 };
 
-inline Dflash2SelectorLayout dflash2_selector_layout(int64_t N, int64_t H, int64_t V, int64_t R, int64_t K,
-                                                     int64_t chunk_rows) {
+inline Dflash2SelectorLayout dflash2_selector_layout(int64_t N, int64_t B, int64_t H, int64_t V, int64_t R,
+                                                     int64_t K, int64_t chunk_rows) {
   Dflash2SelectorLayout L;
-  L.chunk = chunk_rows < N ? chunk_rows : N;
+  L.Nc = B > 0 ? N / B * (B - 1) : 0;
+  const int64_t Nc = L.Nc;
+  L.chunk = chunk_rows < Nc ? chunk_rows : Nc;
   if (L.chunk < 1) L.chunk = 1;
   L.ldv = round_up(V, 8);
   L.ldh = round_up(H, 8);
   WorkspaceCarver ws;
   auto take = [&](int64_t bytes) { return ws.take(bytes); };
-  const int64_t f4 = 4;
-  L.proj = take(N * R * f4);
+  const int64_t f4 = 4, b2 = 2;
+  L.idx = take(Nc * 4);
+  L.yc = take(Nc * L.ldh * b2);
+  L.proj = take(Nc * R * f4);
   L.logits = take(L.chunk * L.ldv * f4);
-  L.grad = take(L.chunk * L.ldv * 2);
+  L.grad = take(L.chunk * L.ldv * b2);
   L.dyf = take(L.chunk * L.ldh * f4);
-  L.dproj = take(N * R * 2);
+  L.dyc = take(L.chunk * L.ldh * b2);
+  L.dproj = take(Nc * R * b2);
   L.row_loss = take(N * f4);
   L.row_act = take(N);
-  L.cand_keys = take(token_sort_keys(N * K) * 8);
-  L.ds = take(N * K * f4);
-  L.ctx = take(N * R * f4);
-  L.prev_keys = take(token_sort_keys(N) * 8);
-  L.dpr = take(N * R * f4);
+  L.cand_keys = take(token_sort_keys(Nc * K) * 8);
+  L.ds = take(Nc * K * f4);
+  L.ctx = take(Nc * R * f4);
+  L.prev_keys = take(token_sort_keys(Nc) * 8);
+  L.dpr = take(Nc * R * f4);
   L.bytes = ws.off;
   return L;
 }

@@ -231,7 +231,9 @@ class TrainOps {
   };
   // nb blocks of the final-norm output y [nb·B, H] through the lm_head's CE and the selector's K-way CE:
   // labels, prev i32 and row_w f32 [1, nb·B] each slot's label, its predecessor and its DFlash row weight
-  // (ops/dflash2_selector.h dflash2_block_rows; 0: no label). Writes argmax i32 [1, nb·B] of the raw logits
+  // (ops/dflash2_selector.h dflash2_block_rows; 0: no label; slot 0, the anchor, must carry 0: the CPU
+  // backend rejects a weight there, the CUDA one skips the anchor rows and gives a NaN loss for one).
+  // Writes argmax i32 [1, nb·B] of the raw logits
   // (−1 where row_w is 0) and, with backward, dy = ∂(Σ w·CE + α·Σ w·CE_selector)/∂y (weights in it) and dw.
   // Adds Σ w·CE + α·Σ w·CE_selector, Σ w and the accuracy and τ counts of the raw argmax to stats as
   // loss_row_stats does.

@@ -173,8 +173,9 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
            ? dspark_head_workspace_bytes(dspark_head_shape(dspark_head_dims(dc), nb), assume.lm_chunk)
            : 0},
       {"dflash2_selector_loss", dc.kind == DrafterKind::dflash2
-                                    ? dflash2_selector_layout(N, dc.hidden, dc.vocab, dc.selector_rank,
-                                                              dc.selector_top_k, assume.lm_chunk)
+                                    ? dflash2_selector_layout(N, dc.block_size, dc.hidden, dc.vocab,
+                                                              dc.selector_rank, dc.selector_top_k,
+                                                              assume.lm_chunk)
                                           .bytes
                                     : 0},
       {"dflash2_conv_bwd", dc.kind == DrafterKind::dflash2

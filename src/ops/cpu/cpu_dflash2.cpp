@@ -87,6 +87,11 @@ void CpuTrainOps::dflash2_selector_loss(const Tensor& y, const Tensor& lm_head,
   cpu_expect_head_loss(y, lm_head, labels, row_w, argmax, stats, B, H, V, op);
   cpu_expect(prev, DType::i32, 1, N, op, "prev");
   expect_selector(w, d, op, "a selector weight");
+  for (int64_t r = 0; r < N; r += B)
+    DF_CHECK(row_w.ptr<float>()[r] == 0.0f,
+             "%s: row_w of block row %lld, a block's anchor slot, is %g: the anchor carries no weight "
+             "(dflash2_block_rows; the CUDA backend skips these rows)",
+             op, (long long)r, double(row_w.ptr<float>()[r]));
   const Dflash2SelectorTensors<const float> wt = selector_ptrs<const float>(w);
   Dflash2SelectorTensors<float> gt;
   if (a.backward) {
