@@ -14,8 +14,6 @@
 #                                                                 (-> tests/golden/drafter_dflash2)
 #   python3 tests/golden/make_drafter_golden.py --kind dspark --markov-head rnn   (-> drafter_dspark_rnn; also
 #                                                               vanilla, gated)
-#   python3 tests/golden/make_drafter_golden.py --kind dspark --markov-head vanilla --seed 1
-#                                                 (-> drafter_dspark_vanilla, the committed one: see --seed below)
 #
 # --kind domino runs SpecForge's DominoDraftModel + OnlineDominoModel instead (shift_label, a GRU prefix head,
 # λ fixed at LAMBDA_BASE so both CE terms carry gradient) and also records the backbone's normed output per
@@ -40,8 +38,9 @@
 # probabilities of a token are equal; on a draw with a heavily weighted token within a bf16 rounding of it, which
 # side of the kink a bf16 step lands on is a coin flip that moves that logit's gradient by 2·α_l1·w·q, for
 # SpecForge's bf16 step and ours alike, so the bf16 comparison measures the flip instead of the precision. Seed
-# 0's vanilla draw has one (row 24, token 28: q = 0.051 with log q − log t = −7e-3;
-# tests/gpu/test_dspark_golden_head_cuda.cpp prints the near-ties of each golden), hence seed 1 there.
+# 0's vanilla draw, the committed drafter_dspark_vanilla, has one (row 24, token 28: q = 0.051 with
+# log q − log t = −7e-3); tests/gpu/test_dspark_golden_head_cuda.cpp prints each golden's near-ties, so a draw of
+# another seed can be checked for them before it replaces that golden.
 #
 # Out: <out>/model/{config.json, model.safetensors} (the drafter, HF layout, F32) and <out>/golden.safetensors
 # (inputs, SpecForge's per-row weight mask, loss and gradients, F32; versions and commit in its metadata).
