@@ -12,6 +12,9 @@ namespace df {
 // The folder part of a path ("." when there is none).
 std::string file_dir_of(const std::string& path);
 
+// True when `path` names a directory (following symlinks).
+bool path_is_dir(const std::string& path);
+
 // fsync of a file or of a directory; throws naming the path. A directory fsync that the filesystem does not
 // support (EINVAL) is accepted: the rename is then as durable as that filesystem allows.
 void file_fsync(const std::string& path, bool directory);

@@ -3,8 +3,6 @@
 // reject (or read in a way this code cannot run) is refused with the key and the file named.
 #include "model/qwen_config.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace df {
 
@@ -183,11 +182,6 @@ std::string file_read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   DF_CHECK(in.good(), "cannot open model config %s (expected a Hugging Face config.json)", path.c_str());
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-bool path_is_dir(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 // mRoPE splits the rotary frequencies into (temporal, height, width) sections; for text all three positions

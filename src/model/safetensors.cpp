@@ -91,11 +91,6 @@ const char* st_dtype_tag(DType t) {
   return "?";
 }
 
-bool path_is_dir(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 bool path_exists(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "comm/drafter_links.h"
@@ -31,8 +32,6 @@ namespace df {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 OptimConfig optim_config(const TrainPlan& p) {
   const TrainSection& t = p.cfg.train;

@@ -8,17 +8,10 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace df {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 DrafterBatch draft_batch(const std::vector<int32_t>& committed, const Tensor& ctx, int block) {
   const int64_t anchor = int64_t(committed.size()) - 1, len = anchor + block;

@@ -27,7 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kGroups[3] = {"params", "adam_m", "adam_v"};
 constexpr const char* kRootObjects[5] = {"params", "adam_m", "adam_v", "config_text", "drafter_config"};
 
 const Tensor& flat_buffer(const DrafterModel& m, int g) {
@@ -251,7 +250,7 @@ CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
   for (const auto& e : table.entries) table_names.insert(e.name);
   std::vector<std::string> problems;
   std::vector<std::unique_ptr<H5Handle>> group_handles;
-  for (const char* gname : kGroups) {
+  for (const char* gname : kCheckpointGroups) {
     group_handles.push_back(std::make_unique<H5Handle>(H5Gopen2(file.get(), gname, H5P_DEFAULT), H5Gclose));
     const hid_t g = group_handles.back()->get();
     DF_CHECK(g >= 0, "%s: '%s' is not a group (file corrupt?)", path.c_str(), gname);
@@ -287,7 +286,7 @@ CheckpointState checkpoint_load(const std::string& path, DrafterModel& model) {
                "%s: reading tensor '%s/%s' failed (checksum mismatch or truncated file: the checkpoint is "
                "corrupt; "
                "resume from an older step_*.h5)",
-               path.c_str(), kGroups[g], e.name.c_str());
+               path.c_str(), kCheckpointGroups[g], e.name.c_str());
     }
   }
   CheckpointState st;

@@ -16,6 +16,9 @@ namespace df {
 // vanish, small enough to stay far below HDF5's 4 GiB chunk limit; it is also the writer's host staging size.
 constexpr int64_t kCheckpointChunkElems = int64_t(4) << 20;
 
+// The groups holding one dataset per parameter tensor: the fp32 master weights and AdamW's two moments.
+constexpr const char* kCheckpointGroups[3] = {"params", "adam_m", "adam_v"};
+
 // A fixed-length, NUL-padded UTF-8 string type of n bytes (HDF5 refuses size 0, so empty text gets one NUL).
 hid_t h5_string_type(size_t n);
 

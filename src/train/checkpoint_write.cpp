@@ -29,7 +29,6 @@ namespace df {
 
 namespace {
 
-constexpr const char* kGroups[3] = {"params", "adam_m", "adam_v"};
 
 // ---- the latching POSIX file driver ---------------------------------------------------------------------
 
@@ -189,7 +188,7 @@ void h5_write_string_dataset(hid_t file, const char* name, const std::string& te
 // back): each slab is pulled from `src` into `scratch` and handed to HDF5, which checksums and writes it.
 void h5_write_matrix(hid_t group, int g, const DrafterParamEntry& e, const CheckpointSource& src,
                      std::vector<float>& scratch, const std::string& path) {
-  const std::string where = std::string(kGroups[g]) + "/" + e.name;
+  const std::string where = std::string(kCheckpointGroups[g]) + "/" + e.name;
   const int64_t rows = e.rows, cols = e.cols;
   hsize_t dims[2] = {hsize_t(rows), hsize_t(cols)};
   // Equal chunks: HDF5 stores a partial edge chunk at full size, so rows are split evenly, not greedily.
@@ -263,11 +262,11 @@ void checkpoint_write_file(const std::string& path, const DrafterConfig& cfg, co
 
     std::vector<float> scratch;
     for (int g = 0; g < 3; ++g) {
-      H5Handle group(H5Gcreate2(file.get(), kGroups[g], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-      DF_CHECK(group.get() >= 0, "%s: cannot create group '%s'", path.c_str(), kGroups[g]);
+      H5Handle group(H5Gcreate2(file.get(), kCheckpointGroups[g], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      DF_CHECK(group.get() >= 0, "%s: cannot create group '%s'", path.c_str(), kCheckpointGroups[g]);
       for (const auto& e : table.entries) {
         h5_write_matrix(group.get(), g, e, src, scratch, path);
-        check_io("tensor '" + std::string(kGroups[g]) + "/" + e.name + "'");
+        check_io("tensor '" + std::string(kCheckpointGroups[g]) + "/" + e.name + "'");
       }
     }
     DF_CHECK(file.close(), "%s: closing the HDF5 file %s failed", path.c_str(), tmp.c_str());
