@@ -17,12 +17,6 @@ void check_moe_shape(const char* op, const MoeShape& s) {
            op, s.experts, s.top_k, s.inter, s.shared_inter);
 }
 
-void check_i32(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t cols) {
-  DF_CHECK(t.device == Device::cpu && t.dtype == DType::i32 && t.rows == rows && t.cols == cols,
-           "%s: %s must be host i32 [%lld, %lld], got %s", op, what, (long long)rows, (long long)cols,
-           t.shape_str().c_str());
-}
-
 // c[M, N] = a[M, K] · w[N, K]ᵀ for contiguous host rows.
 void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, const float* w, float* c) {
   if (m > 0) cpu_gemm(false, true, m, n, k, 1.0f, a, k, w, k, 0.0f, c, n);
@@ -70,7 +64,7 @@ void CpuOps::moe_route(const Tensor& x, const Tensor& router, const MoeShape& sh
   check_moe_shape(op, shape);
   cpu_check_f32(op, "x", x, -1, -1);
   cpu_check_f32(op, "router", router, shape.experts, x.cols);
-  check_i32(op, "ids", ids, x.rows, shape.top_k);
+  cpu_check_i32(op, "ids", ids, x.rows, shape.top_k);
   cpu_check_f32(op, "weights", weights, x.rows, shape.top_k);
   const int64_t T = x.rows, E = shape.experts, k = shape.top_k;
   std::vector<float> logits(size_t(std::max<int64_t>(T * E, 1)));
@@ -104,7 +98,7 @@ void CpuOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weigh
   check_moe_shape(op, shape);
   const int64_t T = x.rows, H = x.cols, E = shape.experts, k = shape.top_k, I = shape.inter, Is = shape.shared_inter;
   cpu_check_f32(op, "x", x, -1, -1);
-  check_i32(op, "ids", ids, T, k);
+  cpu_check_i32(op, "ids", ids, T, k);
   cpu_check_f32(op, "weights", weights, T, k);
   cpu_check_f32(op, "gate_up", w.gate_up, E * 2 * I, H);
   cpu_check_f32(op, "down", w.down, E * H, I);

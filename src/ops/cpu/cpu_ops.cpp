@@ -29,6 +29,12 @@ void cpu_check_f32(const char* op, const char* what, const Tensor& t, int64_t ro
   DF_CHECK(t.data != nullptr || t.numel() == 0, "%s: %s has no memory", op, what);
 }
 
+void cpu_check_i32(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t cols) {
+  DF_CHECK(t.device == Device::cpu && t.dtype == DType::i32 && t.rows == rows && t.cols == cols,
+           "%s: %s must be host i32 [%lld, %lld], got %s", op, what, (long long)rows, (long long)cols,
+           t.shape_str().c_str());
+}
+
 void cpu_check_layout(const char* op, const SeqLayout& seqs, int64_t tokens) {
   const auto& cu = seqs.cu_host;
   DF_CHECK(seqs.num_seqs >= 0 && cu.size() == size_t(seqs.num_seqs) + 1,

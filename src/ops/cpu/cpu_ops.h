@@ -83,8 +83,10 @@ class CpuOps final : public Ops {
 void cpu_topk_torch_order(std::vector<std::pair<double, int64_t>>& q, int64_t k);
 
 // Checks shared by the CPU ops and the CPU Gated DeltaNet: a host f32 tensor of the given shape (rows < 0 or
-// cols < 0: any), and a SeqLayout whose host offsets cover exactly `tokens` rows.
+// cols < 0: any), a host i32 tensor of exactly [rows, cols], and a SeqLayout whose host offsets cover exactly
+// `tokens` rows.
 void cpu_check_f32(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t cols);
+void cpu_check_i32(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t cols);
 void cpu_check_layout(const char* op, const SeqLayout& seqs, int64_t tokens);
 
 // Row r of a host f32 tensor, honouring its row stride.

@@ -15,12 +15,6 @@ namespace df {
 
 namespace {
 
-void check_i32(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t cols) {
-  DF_CHECK(t.device == Device::cpu && t.dtype == DType::i32 && t.rows == rows && t.cols == cols,
-           "%s: %s must be host i32 [%lld, %lld], got %s", op, what, (long long)rows, (long long)cols,
-           t.shape_str().c_str());
-}
-
 // dst = beta · dst + v; beta 0 never reads dst (an optimizer step's first backward writes over whatever the
 // last step left there, NaN included).
 inline void cpu_beta_add(float& dst, float beta, float v) {
@@ -76,7 +70,7 @@ void check_attn(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
   DF_CHECK(s.window == 0 || s.window >= s.block, "%s: sliding window %d smaller than the block %d", op, s.window,
            s.block);
   int64_t nb = blocks.rows;
-  check_i32(op, "blocks", blocks, nb, 2);
+  cpu_check_i32(op, "blocks", blocks, nb, 2);
   cpu_check_f32(op, "q", q, nb * s.block, int64_t(s.hq) * s.hd);
   cpu_check_f32(op, "k", k, -1, int64_t(s.hkv) * s.hd);
   cpu_check_f32(op, "v", v, k.rows, int64_t(s.hkv) * s.hd);
@@ -232,7 +226,7 @@ void CpuTrainOps::qk_norm_rope_fwd(const Tensor& x, const Tensor& w, const Tenso
   cpu_check_f32("qk_norm_rope_fwd", "w", w, 1, hd);
   cpu_check_f32("qk_norm_rope_fwd", "y", y, x.rows, x.cols);
   cpu_check_f32("qk_norm_rope_fwd", "rstd", rstd, x.rows, heads);
-  check_i32("qk_norm_rope_fwd", "pos", pos, 1, x.rows);
+  cpu_check_i32("qk_norm_rope_fwd", "pos", pos, 1, x.rows);
   const int half = hd / 2;
   const std::vector<float> inv_freq = cpu_rope_inv_freq(hd, theta);
 #pragma omp parallel for schedule(static) if(cpu_parallel_worth(x.numel()))
@@ -412,13 +406,13 @@ void CpuTrainOps::lm_head_loss(const Tensor& hidden, const Tensor& lm_head, cons
                                const Tensor& dhidden, int64_t max_active) {
   const int64_t rows = hidden.rows, H = hidden.cols, V = lm_head.rows;
   cpu_check_f32("lm_head_loss", "lm_head", lm_head, V, H);
-  check_i32("lm_head_loss", "labels", labels, 1, rows);
+  cpu_check_i32("lm_head_loss", "labels", labels, 1, rows);
   DF_CHECK(active.dtype == DType::u8 && active.rows == 1 && active.cols == rows,
            "lm_head_loss: active must be u8 [1, %lld], got %s", (long long)rows, active.shape_str().c_str());
   if (kind == LmLossKind::kl) cpu_check_f32("lm_head_loss", "target_hidden", target_hidden, rows, H);
   cpu_check_f32("lm_head_loss", "loss", loss, 1, rows);
   cpu_check_f32("lm_head_loss", "p_label", p_label, 1, rows);
-  check_i32("lm_head_loss", "argmax", argmax, 1, rows);
+  cpu_check_i32("lm_head_loss", "argmax", argmax, 1, rows);
   cpu_check_f32("lm_head_loss", "dhidden", dhidden, rows, H);
   std::vector<int64_t> act;
   for (int64_t r = 0; r < rows; ++r) {

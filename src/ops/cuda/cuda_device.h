@@ -2,6 +2,7 @@
 // stream and cuBLASLt context, memory and copies, and the tensor checks whose messages name the op and the
 // tensor. One copy of each, so both backends validate and move memory the same way.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -47,6 +48,11 @@ void cuda_expect_float(const Tensor& t, const char* op, const char* what);
 inline bool cuda_is_float(DType t) {
   return t == DType::f32 || t == DType::bf16;
 }
+
+// A tensor's device data as the element type the kernels take; the cuda_expect* checks above come first.
+inline __nv_bfloat16* bptr(const Tensor& t) { return static_cast<__nv_bfloat16*>(t.data); }
+inline float* fptr(const Tensor& t) { return static_cast<float*>(t.data); }
+inline const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data); }
 
 // The ops both backends run with the same contract, checked and launched once here: out[t] = table[ids[t]]
 // (ids i32 [1, T]; bf16 table and out), out = silu(gate)·up (bf16), and c = alpha·op(a)·op(b) + beta·c_in

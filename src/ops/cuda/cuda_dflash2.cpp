@@ -13,10 +13,6 @@ namespace df {
 
 namespace {
 
-bf16* bptr(const Tensor& t) {
-  return static_cast<bf16*>(t.data);
-}
-
 void expect_conv(const char* op, const Tensor& u, const Tensor& base, const Tensor& coeff, int side,
                  const Dflash2ConvDims& d) {
   DF_CHECK(side == 0 || side == 1, "%s: side %d is neither the input (0) nor the output (1) side", op, side);

@@ -15,10 +15,6 @@ namespace df {
 
 namespace {
 
-bf16* bptr(const Tensor& t) { return static_cast<bf16*>(t.data); }
-float* fptr(const Tensor& t) { return static_cast<float*>(t.data); }
-const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data); }
-
 // The checks conv1d_silu, gdn_prefill and gdn_mixer share. The causal conv's weights for x_cols channels:
 // contiguous f32 [x_cols, K] with K one of the built sizes.
 void expect_conv_w(const Tensor& w, int64_t x_cols, const char* op, const char* name) {

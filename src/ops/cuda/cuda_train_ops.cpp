@@ -16,16 +16,6 @@ namespace df {
 
 namespace {
 
-bf16* bptr(const Tensor& t) {
-  return static_cast<bf16*>(t.data);
-}
-float* fptr(const Tensor& t) {
-  return static_cast<float*>(t.data);
-}
-const int32_t* iptr(const Tensor& t) {
-  return static_cast<const int32_t*>(t.data);
-}
-
 // cuda_expect and cuda_expect_shape in one: most checks below are "this dtype, that shape".
 // What the QK norm forward and backward share: x bf16 [rows, heads·hd], w f32 [1, hd], pos i32 [1, rows],
 // rstd f32 [rows, heads].
