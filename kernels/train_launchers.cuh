@@ -150,7 +150,8 @@ struct Dflash2SelectorGradPtrs {
   float *pred = nullptr, *succ = nullptr, *proj = nullptr;
 };
 // The strict top-K (descending, ties to the lower id, NaN ranked nowhere) of n rows of V f32 logits (row
-// stride ld, a multiple of 4; rows 16-byte aligned): ids to cand i32 [n, K], values to cval f32 [n, K].
+// stride ld, a multiple of 4; rows 16-byte aligned): ids to cand i32 [n, K], values to cval f32 [n, K]; a row
+// with fewer than K non-NaN logits ends in id 0 with value NaN.
 void dflash2_topk_rows_launch(const float* logits, int64_t ld, int64_t V, int K, int64_t n, int32_t* cand,
                               float* cval, cudaStream_t stream);
 // The selector loss's workspace: dflash2_selector_layout of the shape.

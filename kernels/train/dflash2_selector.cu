@@ -277,7 +277,9 @@ __global__ void dflash2_anchor_rows_kernel(int B, int H, const float* row_w, int
     for (int h = threadIdx.x; h < H; h += blockDim.x) dy[r * ld_dy + h] = __float2bfloat16(0.0f);
 }
 
-// Proposal row blockIdx.x / ctas on a cluster of `ctas` CTAs: its strict top-K (ids and raw logits).
+// Proposal row blockIdx.x / ctas on a cluster of `ctas` CTAs: its strict top-K (ids and raw logits). A row
+// with fewer than K non-NaN logits fills its last places with id 0 and a NaN value, as the selector loss
+// does, so that the walk never indexes a codebook with the unfilled id.
 __global__ void __launch_bounds__(row_slice::kThreads)
     dflash2_topk_rows_kernel(const float* logits, int64_t ld, int64_t V, int K, int ctas, int32_t* cand,
                              float* cval) {
@@ -308,8 +310,9 @@ __global__ void __launch_bounds__(row_slice::kThreads)
   if (rank == 0) {
     row_topk::cluster_merge(K, ctas, tks, out_v, out_id);
     for (int j = threadIdx.x; j < K; j += blockDim.x) {
-      cand[i * K + j] = out_id[j];
-      cval[i * K + j] = out_v[j];
+      const bool filled = out_id[j] < V;
+      cand[i * K + j] = filled ? out_id[j] : 0;
+      cval[i * K + j] = filled ? out_v[j] : __int_as_float(0x7fc00000);
     }
   }
   row_sync(ctas);  // no CTA leaves before rank 0 has read its list

@@ -354,13 +354,16 @@ TEST_F(CudaDflash2, SelectorLossOnTiedLogitsMatchesTheCpuOracle) {
 // the row's last slice and last partial float4, every value equal, −inf everywhere but one, signed zeros,
 // K − 1 distinct leaders then thousands tied; K from 1 to 64; V of 37 (fewer elements than a CTA's
 // threads), 4099 and 250,003 (not a multiple of 4) and the 27B vocabulary; the row stride padded as the
-// selector's workspace pads it. The sm80-profile ctest entry runs it with one CTA a row.
+// selector's workspace pads it. A row of NaN but fewer than K values (the oracle cannot order NaN) gives
+// those values in order, then id 0 with a NaN value: never an id outside the vocabulary for the walk to read.
+// The sm80-profile ctest entry runs it with one CTA a row.
 TEST_F(CudaDflash2, TopKRowsAreTheOraclesStrictTopK) {
   const int Ks[] = {1, 2, 16, 33, 64};
   const int64_t Vs[] = {37, 4099, 250003, 248320};
-  const char* kinds[] = {"normal",       "integers",     "ascending",        "all equal",
-                         "-inf but one", "signed zeros", "leaders then ties"};
-  constexpr int kKinds = 7;
+  const char* kinds[] = {"normal",       "integers",     "ascending",         "all equal",
+                         "-inf but one", "signed zeros", "leaders then ties", "NaN but K / 2"};
+  constexpr int kKinds = 8;
+  constexpr int kNanKind = 7;
   for (const int64_t V : Vs)
     for (const int K : Ks) {
       if (K > V) continue;
@@ -374,6 +377,7 @@ TEST_F(CudaDflash2, TopKRowsAreTheOraclesStrictTopK) {
         if (kind == 3) return 0.5f;
         if (kind == 4) return v == V / 3 ? -1e30f : -INFINITY;
         if (kind == 5) return rng.below(2) ? 0.0f : -0.0f;
+        if (kind == kNanKind) return v % 13 == 4 && v / 13 < K / 2 ? float(v % 5) : NAN;
         return v % 97 == 5 && v / 97 < K - 1 ? 10.0f + float(v) : 1.0f;
       };
       for (int k = 0; k < kKinds; ++k)
@@ -391,6 +395,26 @@ TEST_F(CudaDflash2, TopKRowsAreTheOraclesStrictTopK) {
       dm.vocab = int(V);
       dm.top_k = K;
       for (int k = 0; k < kKinds; ++k) {
+        if (k == kNanKind) {
+          const float* row = &z[size_t(k * ld)];
+          std::vector<int32_t> real;
+          for (int32_t v = 0; v < int32_t(V); ++v)
+            if (!std::isnan(row[v])) real.push_back(v);
+          std::sort(real.begin(), real.end(),
+                    [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+          for (int j = 0; j < K; ++j) {
+            const size_t e = size_t(k * K + j);
+            const bool filled = j < int(real.size());
+            ASSERT_EQ(ids[e], filled ? real[size_t(j)] : 0)
+                << kinds[k] << " V " << V << " K " << K << " place " << j;
+            if (filled)
+              ASSERT_EQ(vals[e], row[real[size_t(j)]])
+                  << kinds[k] << " V " << V << " K " << K << " place " << j;
+            else
+              ASSERT_TRUE(std::isnan(vals[e])) << kinds[k] << " V " << V << " K " << K << " place " << j;
+          }
+          continue;
+        }
         const Dflash2Candidates want = dflash2_selector_candidates<float>(dm, &z[size_t(k * ld)], -1);
         for (int j = 0; j < K; ++j) {
           const size_t e = size_t(k * K + j);
