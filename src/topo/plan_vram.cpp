@@ -193,9 +193,14 @@ VramRole plan_vram_drafter(const Config& cfg, const DrafterConfig& dc, bool tied
                          gemm_tune_scratch_bytes(T, dc.hidden, dc.hidden, false));
   for (const DrafterParamEntry& e : table.entries)
     if (e.rows > 1) tune = std::max(tune, gemm_tune_scratch_bytes(e.rows, e.cols, e.cols, true));
+  // DSpark's Markov bias u·W2ᵀ is added into a chunk of f32 draft logits [chunk, V] (dspark_head.cu).
+  if (dc.kind == DrafterKind::dspark && dc.markov_rank > 0) {
+    const DSparkLayout L = dspark_head_layout(dspark_head_shape(dspark_head_dims(dc), nb), assume.lm_chunk);
+    tune = std::max(tune, gemm_tune_scratch_bytes(L.chunk, dc.vocab, L.ldv, true));
+  }
   add(dr, "GEMM tuning output", double(tune),
-      "the largest beta != 0 GEMM output (weight gradients f32, dctx / residuals bf16); 0 with "
-      "DFLASH_KERNEL_VARIANTS=gemm=heuristic");
+      "the largest beta != 0 GEMM output (weight gradients f32, dctx / residuals bf16, DSpark's draft logits "
+      "f32); 0 with DFLASH_KERNEL_VARIANTS=gemm=heuristic");
   add(dr, "receive slot's pinned mirror (host)", 0,
       offline ? std::string("none: offline")
               : strfmt("host RAM, not VRAM: %.4g B pinned (the MPI wire lands there, NCCL lands in the slot and "

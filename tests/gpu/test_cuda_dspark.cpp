@@ -1,8 +1,10 @@
 // DSpark's head ops on the CUDA backend (train_ops.h dspark_head_loss and dspark_head_propose,
 // kernels/train/dspark_head.cu) against the CPU oracle (ops/dspark_head.h through CpuTrainOps) on awkward
 // shapes: odd hidden sizes, vocabularies and ranks, blocks of 3 to 16, each Markov head type and none, the
-// confidence head with and without the Markov input and absent, the loss terms switched off one by one, a
-// padding block and holes, chunks smaller than a block and larger than the call. The whole DSpark step is
+// confidence head with and without the Markov input and absent, the loss terms switched off one by one (the
+// confidence head present with its loss off), a padding block and holes, chunks smaller than a block and
+// larger than the call, and 2,560 rows over 37 tokens: W1's sort spans two shared-memory tiles with each
+// token's rows on both sides of the tile boundary. The whole DSpark step is
 // compared in test_cuda_drafter.cpp. Skips itself without a GPU; one skipped test in a build without CUDA.
 #include <gtest/gtest.h>
 
@@ -199,7 +201,9 @@ TEST_F(CudaDSpark, HeadLossMatchesTheCpuOracle) {
                               {4, 3, 13, 37, 5, T::gated, true, true, 0.3, 0.0, 1.0, 5},
                               {4, 3, 13, 37, 5, T::vanilla, false, false, 1.0, 0.0, 0.0, 5},
                               {9, 16, 64, 999, 16, T::gated, true, false, 0.1, 0.9, 1.0, 64},
-                              {9, 16, 64, 999, 16, T::rnn, true, true, 0.1, 0.9, 1.0, 64}};
+                              {9, 16, 64, 999, 16, T::rnn, true, true, 0.1, 0.9, 1.0, 64},
+                              {4, 3, 13, 37, 5, T::rnn, true, true, 0.1, 0.9, 0.0, 5},
+                              {160, 16, 13, 37, 5, T::vanilla, true, true, 0.1, 0.9, 1.0, 700}};
   for (const DSparkCase& c : cases) {
     const std::string name = name_of(c);
     const DSparkInputs in = dspark_inputs(c, uint64_t(c.nb * 100 + c.B * 10 + c.R));

@@ -167,6 +167,9 @@ TEST(PlanVram, DSparkShipsFinalHiddenAndCountsItsHead) {
   // (one row chunk of the confidence weight's 8 columns) and the 5 statistics rows (8 × 256).
   EXPECT_DOUBLE_EQ(item(p.drafter, "op scratch"),
                    512 + 5 * 256 + 3840 + 3 * 256 + 512 + 5 * 256 + 768 + 8 * 256);
+  // GEMM tuning output: the largest beta != 0 product is the Markov bias added into the f32 draft logits of
+  // one chunk, [12, 32] (the fc gradient is [8, 16]).
+  EXPECT_DOUBLE_EQ(item(p.drafter, "GEMM tuning output"), 4 * 12 * 32);
   // Only CE weighed and no confidence head: the target stops after the last tap and sends the taps alone.
   p = plan_vram_compute(dspark("enable_confidence_head = false\n", "dspark_l1_loss_alpha = 0.0\n"),
                         tiny_target(), 80 * kGiB, "test", {1, 0, 2048});
