@@ -31,6 +31,7 @@ import types
 
 # The SpecForge commit these scripts were written against (github:sgl-project/SpecForge, 2026-08-08).
 SPECFORGE_COMMIT = "a6b6b0230009d15ec2a97a57384e6f53f0f96946"
+DFLASH2_COMMIT = "5943b2f66840d809d68925d1aa6896e7cd2775db"  # the first commit with DFlash2DraftModel
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SPECFORGE = os.path.join(REPO, ".peer", "SpecForge")
 
@@ -47,13 +48,16 @@ TARGETS = {
 
 
 def specforge_commit(root):
-    """The commit recorded beside the exported tree (.peer/SPECFORGE_COMMIT), or 'unknown'."""
-    path = os.path.join(os.path.dirname(os.path.abspath(root)), "SPECFORGE_COMMIT")
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
+    """The commit recorded in the tree (<root>/SPECFORGE_COMMIT, as .peer/SpecForge-dflash2 holds it) or beside
+    it (.peer/SPECFORGE_COMMIT for .peer/SpecForge), or 'unknown'."""
+    for path in (os.path.join(root, "SPECFORGE_COMMIT"),
+                 os.path.join(os.path.dirname(os.path.abspath(root)), "SPECFORGE_COMMIT")):
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            pass
+    return "unknown"
 
 
 def load_specforge(root, trainer=False, optimizer=True, domino=False, dspark=False, dflash2=False):
@@ -310,9 +314,10 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("specforge_drafter_step: no CUDA device; this peer benchmark runs on the GPU machine only")
     commit = specforge_commit(args.specforge)
-    if commit != SPECFORGE_COMMIT:
-        print(f"specforge_drafter_step: WARNING .peer/SPECFORGE_COMMIT says {commit}, these scripts pin "
-              f"{SPECFORGE_COMMIT}", file=sys.stderr)
+    pinned = DFLASH2_COMMIT if args.kind == "dflash2" else SPECFORGE_COMMIT
+    if commit != pinned:
+        print(f"specforge_drafter_step: WARNING the tree at {args.specforge} records commit {commit}, this "
+              f"script pins {pinned} for --kind {args.kind}", file=sys.stderr)
     mods = load_specforge(args.specforge, trainer=True, domino=args.kind == "domino", dspark=args.kind == "dspark",
                           dflash2=args.kind == "dflash2")
     ok = True
