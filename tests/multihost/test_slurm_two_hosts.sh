@@ -21,9 +21,9 @@ fi
 S=$TMP/slurm
 mkdir -p "$S/ctld" "$S/spool_h1" "$S/spool_h2"
 cpus=$(getconf _NPROCESSORS_ONLN)  # what slurmd sees on the hardware (nproc may show a narrower affinity)
-# The plugins slurm_up.sh chose for containers (linuxproc, task/none, pmix, no accounting): taken from the
-# file it wrote, so both clusters follow one set of choices.
-keys='AuthType|ProctrackType|TaskPlugin|JobAcctGatherType|AccountingStorageType|SelectType|MpiDefault|ReturnToService'
+# The plugins slurm_up.sh chose for containers (linuxproc, task/none, pmix, no accounting) and its message
+# timeout: taken from the file it wrote, so both clusters follow one set of choices.
+keys='AuthType|ProctrackType|TaskPlugin|JobAcctGatherType|AccountingStorageType|SelectType|MpiDefault|ReturnToService|MessageTimeout'
 common=$(grep -E "^($keys|SelectTypeParameters)=" /etc/slurm/slurm.conf)
 cat >"$S/slurm.conf" <<CONF
 # Two namespace hosts on one machine (tests/multihost/test_slurm_two_hosts.sh).

@@ -74,6 +74,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=pmix
 ReturnToService=2
+# A 2-core CI machine under a parallel ctest can leave slurmd unanswered for over the 10 s default; the
+# controller then drops the step's messages and srun's PMIx wire-up fails in the ranks.
+MessageTimeout=60
 SchedulerType=sched/backfill
 MinJobAge=600
 $node_line State=UNKNOWN
