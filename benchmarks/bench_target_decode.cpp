@@ -18,6 +18,7 @@
 
 #include "benchmarks/cuda_timing.h"
 #include "benchmarks/target_configs.h"
+#include "core/clock.h"
 #include "kernels/dispatch/dispatch.h"
 #include "kernels/primitives/cuda_check.cuh"
 #include "model/drafter.h"
@@ -49,10 +50,6 @@ double rel_rms(const std::vector<float>& got, const std::vector<float>& want) {
     den += double(want[i]) * want[i];
   }
   return std::sqrt(num / std::max(den, 1e-300));
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // The copy ceiling on this card now: a 1 GiB device-to-device copy, read + write bytes per second.

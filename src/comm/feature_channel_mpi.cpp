@@ -10,6 +10,7 @@
 #include <numeric>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "comm/feature_channel.h"
 
@@ -136,7 +137,7 @@ class ChannelSender final : public FeatureSender {
     slot_ = -1;
     staged_.push_back(std::move(f));
     poll();
-    send_path_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_credit).count();
+    send_path_s_ += seconds_since(t_credit);
     return true;
   }
 

@@ -11,6 +11,7 @@
 // two communicators never have work in flight at once, so nothing of one can wait behind the other.
 #include "comm/feature_channel_nccl.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "kernels/primitives/cuda_check.cuh"
 
@@ -64,7 +65,7 @@ void NcclWire::post(int slot, size_t n, int to, int64_t batch, MPI_Request*) {
 bool NcclWire::left(int slot) {
   Slot& s = at(slot);
   if (!s.pending) return true;
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.posted).count();
+  const double waited = seconds_since(s.posted);
   s.pending = !comm_.test(s.done, waited, s.what.c_str(), s.peers);
   return !s.pending;
 }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/primitives/cuda_check.cuh"
@@ -36,7 +37,7 @@ ncclResult_t nccl_poll(const std::function<ncclResult_t()>& check, double timeou
   *timed_out = false;
   for (;;) {
     const ncclResult_t r = check();
-    *waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    *waited_s = seconds_since(t0);
     if (r != ncclInProgress) return r;
     if (timeout_s > 0 && *waited_s >= timeout_s) {
       *timed_out = true;

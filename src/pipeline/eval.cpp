@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/file_util.h"
@@ -139,7 +140,7 @@ SpecSummary eval_run(const EvalOptions& o) {
     log_info("eval: prompt %zu / %zu: tau %.3f over %zu blocks", s + 1, L.prompts.size(), r.tau(),
              r.accept_lengths.size());
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = seconds_since(t0);
   const double work = std::max(sum.draft_s + sum.verify_s, 1e-12);
   std::printf("tau %.3f over %lld prompts\n", sum.tau(), (long long)sum.prompts);
   std::printf("%s\n", histogram_line(sum).c_str());
@@ -187,7 +188,7 @@ void generate_run(const EvalOptions& o) {
   }
   token_data_validate(out, o.out);
   token_file_write(o.out, out);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = seconds_since(t0);
   std::printf("generated %lld tokens for %zu prompts in %.3f s (%.1f tok/s), %s; wrote %s\n",
               (long long)generated, L.prompts.size(), wall, double(generated) / std::max(wall, 1e-12),
               o.sample.temperature > 0

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/bounded_queue.h"
+#include "core/clock.h"
 #include "data/feature_file.h"
 #include "data/prefetcher.h"
 
@@ -68,7 +69,7 @@ class FileFeatureReceiver final : public FeatureReceiver {
         p.offsets = std::move(mb.offsets);
         p.tokens = std::move(mb.tokens);
         p.loss_mask = std::move(mb.loss_mask);
-        p.hdr.target_busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        p.hdr.target_busy_s = seconds_since(t0);
         p.hdr.q_pre = int64_t(queue_.size());
         if (!queue_.push(std::move(p))) return;
       }

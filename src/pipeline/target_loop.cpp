@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "data/prefetcher.h"
 #include "comm/feature_channel.h"
@@ -81,7 +82,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     char* slot = sender->acquire();
     // Waiting for a slot is the drafters' back-pressure, not the target's work: it stays out of the busy time
     // the split planner reads as this target's rate.
-    const double slot_wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_slot).count();
+    const double slot_wait_s = seconds_since(t_slot);
     watchdog.beat("running the forward");
     const Device where = pool->device();
     Tensor feats = in_place ? tensor_make(slot, DType::bf16, where, T, feat_cols) : feats_f32.rows_view(0, T);
@@ -120,8 +121,7 @@ void target_loop(const TrainPlan& plan, const DistContext& ctx) {
     p.offsets = std::move(mb->offsets);
     p.tokens = std::move(mb->tokens);
     p.loss_mask = std::move(mb->loss_mask);
-    p.hdr.target_busy_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - slot_wait_s;
+    p.hdr.target_busy_s = seconds_since(t0) - slot_wait_s;
     p.hdr.target_send_s = sender->send_path_s() - send_path_reported;
     send_path_reported = sender->send_path_s();
     const int drafter = int(p.hdr.batch_id % plan.num_drafters);

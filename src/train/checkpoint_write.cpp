@@ -29,7 +29,6 @@ namespace df {
 
 namespace {
 
-
 // ---- the latching POSIX file driver ---------------------------------------------------------------------
 
 struct LatchInfo {
