@@ -23,7 +23,9 @@ void cmd_model_register(CLI::App& root) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* init = m->add_subcommand("init", "Write a random-weight checkpoint (config.json + model.safetensors)");
-  init->add_option("--hf-config", args->config, "a Hugging Face config.json (qwen3 / qwen3_5 / qwen3_5_text)")
+  init->add_option("--hf-config", args->config,
+                   "a Hugging Face config.json (model_type qwen3, qwen3_5[_text], qwen3_moe, qwen3_5_moe[_text] or "
+                   "qwen3_next)")
       ->required()->check(CLI::ExistingFile);
   init->add_option("--out", args->out, "output directory")->required();
   init->add_option("--seed", args->seed, "random seed")->capture_default_str();

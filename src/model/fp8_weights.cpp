@@ -127,6 +127,7 @@ bool fp8_quantized_weight(const std::string& name) {
                                    "self_attn.o_proj.weight",
                                    "linear_attn.in_proj_qkv.weight",
                                    "linear_attn.in_proj_z.weight",
+                                   "linear_attn.in_proj_qkvz.weight",
                                    "linear_attn.out_proj.weight",
                                    ".gate_proj.weight",
                                    ".up_proj.weight",

@@ -79,12 +79,12 @@ struct CfgObj {
 
 // The attention/mixer family of a model_type and whether its MLP is the mixture-of-experts block.
 bool model_type_family(const std::string& t, ModelFamily* out, bool* moe) {
-  *moe = t == "qwen3_moe" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text";
+  *moe = t == "qwen3_moe" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text" || t == "qwen3_next";
   if (t == "qwen3" || t == "qwen3_moe") {
     *out = ModelFamily::qwen3;
     return true;
   }
-  if (t == "qwen3_5" || t == "qwen3_5_text" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text") {
+  if (t == "qwen3_5" || t == "qwen3_5_text" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text" || t == "qwen3_next") {
     *out = ModelFamily::qwen3_5;
     return true;
   }
@@ -96,20 +96,22 @@ bool model_type_family(const std::string& t, ModelFamily* out, bool* moe) {
 // shared_expert_intermediate_size key in such a file is ignored, as Qwen3MoeSparseMoeBlock ignores it).
 // Qwen3_5MoeTextConfig: 256 experts, top-8, experts and shared expert of 512, every layer sparse and the top-k
 // always renormalised (its router has no norm_topk_prob; the config class deletes that key, decoder_sparse_step
-// and mlp_only_layers, so the model ignores them and so does this reader).
+// and mlp_only_layers, so the model ignores them and so does this reader). Qwen3NextConfig: 512 experts, top-10,
+// experts and shared expert of 512, norm_topk_prob true, and it honours decoder_sparse_step and mlp_only_layers.
 void parse_moe(const CfgObj& cfg, QwenConfig& c) {
-  const bool q35 = c.family == ModelFamily::qwen3_5;
+  const bool next = c.per_key_head_gdn_proj();
+  const bool q35 = c.family == ModelFamily::qwen3_5 && !next;
   // Qwen3MoeConfig maps num_experts to num_local_experts (its attribute_map), so transformers 5.x writes the
   // latter; released files carry the former. Both are read; two different values are refused.
-  c.num_experts = cfg.get_int("num_experts", cfg.get_int("num_local_experts", q35 ? 256 : 128));
+  c.num_experts = cfg.get_int("num_experts", cfg.get_int("num_local_experts", next ? 512 : q35 ? 256 : 128));
   DF_CHECK(!cfg.find("num_experts") || !cfg.find("num_local_experts") ||
                cfg.get_int("num_local_experts") == c.num_experts,
            "%s: keys 'num_experts' (%d) and 'num_local_experts' (%d) disagree", cfg.where.c_str(), c.num_experts,
            cfg.get_int("num_local_experts", 0));
-  c.experts_per_tok = cfg.get_int("num_experts_per_tok", 8);
-  c.moe_intermediate = cfg.get_int("moe_intermediate_size", q35 ? 512 : 768);
-  c.shared_intermediate = q35 ? cfg.get_int("shared_expert_intermediate_size", 512) : 0;
-  c.norm_topk_prob = q35 ? true : cfg.get_bool("norm_topk_prob", false);
+  c.experts_per_tok = cfg.get_int("num_experts_per_tok", next ? 10 : 8);
+  c.moe_intermediate = cfg.get_int("moe_intermediate_size", q35 || next ? 512 : 768);
+  c.shared_intermediate = q35 || next ? cfg.get_int("shared_expert_intermediate_size", 512) : 0;
+  c.norm_topk_prob = q35 ? true : cfg.get_bool("norm_topk_prob", next);
   DF_CHECK(c.num_experts >= 0, "%s: key 'num_experts' must not be negative, got %d", cfg.where.c_str(),
            c.num_experts);
   DF_CHECK(c.shared_intermediate >= 0, "%s: key 'shared_expert_intermediate_size' must not be negative, got %d",
@@ -302,14 +304,10 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
 
   QwenConfig c;
   c.model_type = cfg.find("model_type") ? cfg.get_string("model_type") : outer.get_string("model_type");
-  DF_CHECK(c.model_type != "qwen3_next",
-           "%s: model_type 'qwen3_next' is not supported: its DeltaNet projections (in_proj_qkvz, in_proj_ba) are "
-           "laid out per key head, unlike Qwen3.5's; HINT: Qwen3.5 / Qwen3.6 MoE checkpoints (qwen3_5_moe) are supported",
-           cfg.where.c_str());
   bool moe = false;
   DF_CHECK(model_type_family(c.model_type, &c.family, &moe),
            "%s: model_type '%s' is not supported (supported: qwen3, qwen3_5, qwen3_5_text, qwen3_moe, "
-           "qwen3_5_moe, qwen3_5_moe_text)",
+           "qwen3_5_moe, qwen3_5_moe_text, qwen3_next)",
            cfg.where.c_str(), c.model_type.c_str());
   const bool q35 = c.family == ModelFamily::qwen3_5;
 
@@ -319,7 +317,9 @@ QwenConfig qwen_config_from_json(const json& root, const std::string& where) {
   if (moe) parse_moe(cfg, c);
   const bool any_dense = !moe || std::count(c.moe_layers.begin(), c.moe_layers.end(), 0) > 0;
   // An MoE model's intermediate_size is the width of its dense layers only (Qwen3_5MoeTextConfig has none).
-  c.intermediate = !any_dense ? 0 : moe ? cfg.get_int("intermediate_size", 6144) : cfg.get_int("intermediate_size");
+  const int dense_default = c.per_key_head_gdn_proj() ? 5632 : 6144;  // Qwen3NextConfig / Qwen3MoeConfig
+  c.intermediate =
+      !any_dense ? 0 : moe ? cfg.get_int("intermediate_size", dense_default) : cfg.get_int("intermediate_size");
   c.vocab = cfg.get_int("vocab_size");
   c.heads = cfg.get_int("num_attention_heads");
   // Defaults below are transformers' own (Qwen3Config / Qwen3_5TextConfig / Qwen3MoeConfig /
@@ -461,7 +461,11 @@ double float_for_json(float f) {
 json qwen_config_to_json(const QwenConfig& c) {
   const bool q35 = c.family == ModelFamily::qwen3_5;
   json j;
-  if (c.is_moe()) {
+  const bool next = c.per_key_head_gdn_proj();
+  if (next) {
+    j["architectures"] = {"Qwen3NextForCausalLM"};
+    j["model_type"] = "qwen3_next";
+  } else if (c.is_moe()) {
     j["architectures"] = {q35 ? "Qwen3_5MoeForCausalLM" : "Qwen3MoeForCausalLM"};
     j["model_type"] = q35 ? "qwen3_5_moe_text" : "qwen3_moe";
   } else {
@@ -475,9 +479,8 @@ json qwen_config_to_json(const QwenConfig& c) {
     j["num_experts"] = c.num_experts;
     j["num_experts_per_tok"] = c.experts_per_tok;
     j["moe_intermediate_size"] = c.moe_intermediate;
-    if (q35) {
-      j["shared_expert_intermediate_size"] = c.shared_intermediate;
-    } else {
+    if (q35) j["shared_expert_intermediate_size"] = c.shared_intermediate;
+    if (!q35 || next) {
       json dense = json::array();
       for (int l = 0; l < c.layers; ++l)
         if (!c.layer_is_moe(l)) dense.push_back(l);

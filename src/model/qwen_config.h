@@ -1,5 +1,5 @@
 // The target model's architecture as read from a Hugging Face config.json (model_type qwen3, qwen3_5,
-// qwen3_5_text, the mixture-of-experts qwen3_moe, qwen3_5_moe and qwen3_5_moe_text, also nested under
+// qwen3_5_text, the mixture-of-experts qwen3_moe, qwen3_5_moe, qwen3_5_moe_text and qwen3_next, also nested under
 // text_config), parsed once into this struct with every key checked.
 #pragma once
 #include <cstdint>
@@ -65,6 +65,11 @@ struct QwenConfig {
   std::vector<uint8_t> moe_layers;  // size == layers; 1 where the layer's MLP is the sparse block
 
   bool is_moe() const { return num_experts > 0; }
+  // qwen3_next: a Qwen3.5-family hybrid whose DeltaNet input projections come fused per key head
+  // (in_proj_qkvz, in_proj_ba: for each key head its q, k, then its value heads' v and z; then its value heads'
+  // b and a), regrouped at load time into Qwen3.5's in_proj_qkv / z / b / a; otherwise it computes as a
+  // qwen3_5_moe model whose dense layers (mlp_only_layers, decoder_sparse_step) keep the plain MLP.
+  bool per_key_head_gdn_proj() const { return model_type == "qwen3_next"; }
   bool layer_is_moe(int l) const { return l >= 0 && size_t(l) < moe_layers.size() && moe_layers[size_t(l)] != 0; }
 
   NormKind norm_kind() const { return family == ModelFamily::qwen3_5 ? NormKind::zero_centred : NormKind::plain; }

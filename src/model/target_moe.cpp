@@ -78,7 +78,7 @@ void target_moe_save(const QwenConfig& c, const TargetLayer& L, const std::strin
   const int64_t H = c.hidden, E = c.num_experts, I = c.moe_intermediate, Is = c.shared_intermediate;
   add(mp + "gate.weight", {E, H}, get(L.w_router));
   std::vector<float> gu = get(L.moe.gate_up), down = get(L.moe.down);
-  if (c.family == ModelFamily::qwen3_5) {
+  if (c.family == ModelFamily::qwen3_5 && !c.per_key_head_gdn_proj()) {  // Qwen3-Next releases: per expert
     add(target_moe_fused_name(mp), {E, 2 * I, H}, std::move(gu));
     add(mp + "experts.down_proj", {E, H, I}, std::move(down));
   } else {

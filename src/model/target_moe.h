@@ -45,8 +45,8 @@ std::string target_moe_fused_name(const std::string& mp);
 
 // Adds a tensor to a checkpoint being written (name, Hugging Face shape, values in row-major order).
 using MoeTensorAdd = std::function<void(const std::string& name, std::vector<int64_t> shape, std::vector<float> v)>;
-// Writes one MoE layer in the naming the model type's releases use (per expert for qwen3_moe, fused for
-// qwen3_5_moe); get copies a model tensor to the host.
+// Writes one MoE layer in the naming the model type's releases use (per expert for qwen3_moe and qwen3_next,
+// fused for qwen3_5_moe); get copies a model tensor to the host.
 void target_moe_save(const QwenConfig& c, const TargetLayer& L, const std::string& mp,
                      const std::function<std::vector<float>(const Tensor&)>& get, const MoeTensorAdd& add);
 

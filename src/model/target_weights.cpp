@@ -21,6 +21,11 @@ namespace df {
 
 namespace {
 
+// n rows that move from row src_row of an HF tensor to row dst_row of ours.
+struct RowRun {
+  int64_t dst_row, src_row, n;
+};
+
 // Where the weights come from: a checkpoint (host copies, uploaded) or the counter-based RNG (drawn in
 // place by the backend, so a 27 B-parameter random model never exists as host floats).
 class WeightSource {
@@ -28,19 +33,59 @@ class WeightSource {
   virtual ~WeightSource() = default;
   // Writes HF tensor `name`, of HF shape `shape`, into dst (its rows in order, flattened to dst's 2-D shape).
   virtual void fill(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape) = 0;
-  // A gated q_proj [2·heads·hd, H]: HF rows per head are [q (hd) | gate (hd)]; dst wants all q heads, then
-  // all gate heads.
-  virtual void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) = 0;
+  // HF tensor `name` regrouped: each run moves n rows from HF row src_row to dst row dst_row (the runs cover
+  // both exactly once: row_runs_*).
+  virtual void fill_runs(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape,
+                         const std::vector<RowRun>& runs) = 0;
   // Whether the MoE layer under `mp` holds its experts as the two fused tensors (else one triple per expert).
   virtual bool fused_experts(const std::string& mp) const = 0;
   // A 128x128 block checkpoint's FP8 tensor `name` as it is: its codes into `codes` (f8_e4m3 rows, a multiple of
-  // 128) and its block scales into `scales` (one row per 128 rows, fp8_block_scale_ld columns); q_gate_hd > 0:
-  // the gated q_proj, regrouped as fill_q_gate does (hd a multiple of 128, so blocks move whole).
+  // 128) and its block scales into `scales` (one row per 128 rows, fp8_block_scale_ld columns); with runs,
+  // regrouped as fill_runs does (every run whole 128-row blocks: fp8_check_blocks).
   virtual void fill_fp8_blocks(const Tensor& codes, const Tensor& /*scales*/, const std::string& name,
-                               const std::vector<int64_t>& /*shape*/, int64_t /*q_gate_hd*/) {
+                               const std::vector<int64_t>& /*shape*/, const std::vector<RowRun>& /*runs*/) {
     DF_FAIL("'%s' -> %s: this weight source has no FP8 blocks", name.c_str(), codes.shape_str().c_str());
   }
 };
+
+// A gated q_proj [2·heads·hd, H]: HF rows per head are [q (hd) | gate (hd)]; ours are all q heads, then all
+// gate heads.
+std::vector<RowRun> row_runs_q_gate(int heads, int64_t hd) {
+  std::vector<RowRun> runs;
+  for (int64_t h = 0; h < heads; ++h) {
+    runs.push_back({h * hd, 2 * h * hd, hd});
+    runs.push_back({heads * hd + h * hd, 2 * h * hd + hd, hd});
+  }
+  return runs;
+}
+
+// qwen3_next's in_proj_qkvz: for each key head g, [q_g (dk) | k_g (dk) | v (r·dv) | z (r·dv)] with r value heads
+// per key head (transformers' fix_query_key_value_ordering); ours are every q, every k, every v (the conv's
+// channels), then every z.
+std::vector<RowRun> row_runs_qkvz(const QwenConfig& c) {
+  const int64_t nk = c.lin_nk, dk = c.lin_dk, rv = int64_t(c.lin_nv / c.lin_nk) * c.lin_dv;
+  const int64_t conv_ch = 2 * nk * dk + nk * rv;
+  std::vector<RowRun> runs;
+  for (int64_t g = 0; g < nk; ++g) {
+    const int64_t base = g * (2 * dk + 2 * rv);
+    runs.push_back({g * dk, base, dk});
+    runs.push_back({nk * dk + g * dk, base + dk, dk});
+    runs.push_back({2 * nk * dk + g * rv, base + 2 * dk, rv});
+    runs.push_back({conv_ch + g * rv, base + 2 * dk + rv, rv});
+  }
+  return runs;
+}
+
+// qwen3_next's in_proj_ba: for each key head g, [b (r) | a (r)]; ours are every b, then every a.
+std::vector<RowRun> row_runs_ba(const QwenConfig& c) {
+  const int64_t nk = c.lin_nk, r = c.lin_nv / c.lin_nk;
+  std::vector<RowRun> runs;
+  for (int64_t g = 0; g < nk; ++g) {
+    runs.push_back({g * r, 2 * g * r, r});
+    runs.push_back({c.lin_nv + g * r, 2 * g * r + r, r});
+  }
+  return runs;
+}
 
 int64_t numel_of(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -111,25 +156,26 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
     src.fill(dst, name, shape);
   };
   // Rows [r0, r0 + n) of projection w (scales s) from HF tensor `name` of HF shape `shape` ({n, w.cols} when
-  // empty; the MoE experts' fused tensors are 3-D); q_gate: the gated q_proj's regrouping.
+  // empty; the MoE experts' fused tensors are 3-D); runs: the HF tensor's regrouping (none: rows in order).
+  const std::vector<RowRun> in_order;
   auto proj_as = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name,
-                     bool q_gate, std::vector<int64_t> shape) {
+                     const std::vector<RowRun>& runs, std::vector<int64_t> shape) {
     if (shape.empty()) shape = {n, w.cols};
     if (m.fp8_codes && m.fp8_group > 0) {  // rows in whole blocks: fp8_check_blocks
-      src.fill_fp8_blocks(w.rows_view(r0, n), s.rows_view(r0 / 128, n / 128), name, shape,
-                          q_gate ? c.head_dim : 0);
+      src.fill_fp8_blocks(w.rows_view(r0, n), s.rows_view(r0 / 128, n / 128), name, shape, runs);
       return;
     }
     const Tensor dst = m.fp8_codes ? Tensor{staging.data, staging.dtype, staging.device, n, w.cols, w.cols}
                                     : w.rows_view(r0, n);
-    if (q_gate)
-      src.fill_q_gate(dst, name, c.heads, c.head_dim, H);
-    else
+    if (runs.empty())
       src.fill(dst, name, shape);
+    else
+      src.fill_runs(dst, name, shape, runs);
     if (m.fp8_codes) m.ops->fp8_quantize_rows(dst, w.rows_view(r0, n), s.cols_view(r0, n), false);
   };
   auto proj = [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name,
-                  bool q_gate) { proj_as(w, s, r0, n, name, q_gate, {}); };
+                  const std::vector<RowRun>& runs) { proj_as(w, s, r0, n, name, runs, {}); };
+  const std::vector<RowRun> q_gate = c.attn_output_gate ? row_runs_q_gate(c.heads, c.head_dim) : in_order;
   whole(m.embed, p + "embed_tokens.weight", {c.vocab, H});
   whole(m.final_norm, p + "norm.weight", {H});
   if (!m.lm_head.empty() && !c.tie_word_embeddings) whole(m.lm_head, "lm_head.weight", {c.vocab, H});
@@ -142,21 +188,26 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
       const int64_t hd = c.head_dim, q = int64_t(c.heads) * hd, kv = int64_t(c.kv_heads) * hd;
       std::string ap = lp + "self_attn.";
       const int64_t k0 = q * (c.attn_output_gate ? 2 : 1);
-      proj(L.w_qkv, L.s_qkv, 0, k0, ap + "q_proj.weight", c.attn_output_gate);
-      proj(L.w_qkv, L.s_qkv, k0, kv, ap + "k_proj.weight", false);
-      proj(L.w_qkv, L.s_qkv, k0 + kv, kv, ap + "v_proj.weight", false);
-      proj(L.w_o, L.s_o, 0, H, ap + "o_proj.weight", false);
+      proj(L.w_qkv, L.s_qkv, 0, k0, ap + "q_proj.weight", q_gate);
+      proj(L.w_qkv, L.s_qkv, k0, kv, ap + "k_proj.weight", in_order);
+      proj(L.w_qkv, L.s_qkv, k0 + kv, kv, ap + "v_proj.weight", in_order);
+      proj(L.w_o, L.s_o, 0, H, ap + "o_proj.weight", in_order);
       whole(L.q_norm, ap + "q_norm.weight", {hd});
       whole(L.k_norm, ap + "k_norm.weight", {hd});
     } else {
       std::string gp = lp + "linear_attn.";
       const int64_t conv_ch = L.conv_w.rows, vdim = int64_t(c.lin_nv) * c.lin_dv, nv = c.lin_nv;
-      proj(L.w_in, L.s_in, 0, conv_ch, gp + "in_proj_qkv.weight", false);
-      proj(L.w_in, L.s_in, conv_ch, vdim, gp + "in_proj_z.weight", false);
       // With codes, b / a live in bf16 in w_in_ba; their rows of codes stay zero with scale 1 (never read).
       const Tensor& ba = m.fp8_codes ? L.w_in_ba : L.w_in.rows_view(conv_ch + vdim, 2 * nv);
-      whole(ba.rows_view(0, nv), gp + "in_proj_b.weight", {nv, H});
-      whole(ba.rows_view(nv, nv), gp + "in_proj_a.weight", {nv, H});
+      if (c.per_key_head_gdn_proj()) {
+        proj(L.w_in, L.s_in, 0, conv_ch + vdim, gp + "in_proj_qkvz.weight", row_runs_qkvz(c));
+        src.fill_runs(ba, gp + "in_proj_ba.weight", {2 * nv, H}, row_runs_ba(c));
+      } else {
+        proj(L.w_in, L.s_in, 0, conv_ch, gp + "in_proj_qkv.weight", in_order);
+        proj(L.w_in, L.s_in, conv_ch, vdim, gp + "in_proj_z.weight", in_order);
+        whole(ba.rows_view(0, nv), gp + "in_proj_b.weight", {nv, H});
+        whole(ba.rows_view(nv, nv), gp + "in_proj_a.weight", {nv, H});
+      }
       if (m.fp8_codes) {
         const std::vector<uint8_t> zero(size_t(2 * nv * H), 0);
         const std::vector<float> one(size_t(2 * nv), 1.0f);
@@ -167,7 +218,7 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
       whole(L.A_log, gp + "A_log", {nv});
       whole(L.dt_bias, gp + "dt_bias", {nv});
       whole(L.gdn_norm, gp + "norm.weight", {c.lin_dv});
-      proj(L.w_out, L.s_out, 0, H, gp + "out_proj.weight", false);
+      proj(L.w_out, L.s_out, 0, H, gp + "out_proj.weight", in_order);
     }
     std::string mp = lp + "mlp.";
     if (c.layer_is_moe(i)) {
@@ -177,13 +228,13 @@ void fill_model(TargetModel& m, const std::string& p, WeightSource& src, const T
             src.fill(dst, name, shape);
           },
           [&](const Tensor& w, const Tensor& s, int64_t r0, int64_t n, const std::string& name,
-              const std::vector<int64_t>& shape) { proj_as(w, s, r0, n, name, false, shape); });
+              const std::vector<int64_t>& shape) { proj_as(w, s, r0, n, name, in_order, shape); });
       continue;
     }
     const int64_t I = c.intermediate;
-    proj(L.w_gate_up, L.s_gate_up, 0, I, mp + "gate_proj.weight", false);
-    proj(L.w_gate_up, L.s_gate_up, I, I, mp + "up_proj.weight", false);
-    proj(L.w_down, L.s_down, 0, H, mp + "down_proj.weight", false);
+    proj(L.w_gate_up, L.s_gate_up, 0, I, mp + "gate_proj.weight", in_order);
+    proj(L.w_gate_up, L.s_gate_up, I, I, mp + "up_proj.weight", in_order);
+    proj(L.w_down, L.s_down, 0, H, mp + "down_proj.weight", in_order);
   }
 }
 
@@ -239,6 +290,11 @@ void fp8_check_blocks(const TargetModel& m) {
       parts.insert(parts.end(), {{"self_attn.q_proj", q}, {"self_attn.k_proj", kv}, {"self_attn.v_proj", kv},
                                  {"self_attn.o_proj", c.hidden}});
       if (c.attn_output_gate) parts.push_back({"self_attn.q_proj (per head)", hd});
+    } else if (c.per_key_head_gdn_proj()) {  // in_proj_qkvz's per key head pieces move whole: row_runs_qkvz
+      parts.insert(parts.end(), {{"linear_attn.in_proj_qkvz (q and k per key head)", c.lin_dk},
+                                 {"linear_attn.in_proj_qkvz (v and z per key head)",
+                                  int64_t(c.lin_nv / c.lin_nk) * c.lin_dv},
+                                 {"linear_attn.out_proj", c.hidden}});
     } else {
       parts.insert(parts.end(), {{"linear_attn.in_proj_qkv", conv_ch}, {"linear_attn.in_proj_z", vdim},
                                  {"linear_attn.out_proj", c.hidden}});
@@ -352,10 +408,11 @@ class RandomSource final : public WeightSource {
     }
     ops_.fill_normal(dst, seed_, stream, mean, std);
   }
-  // Rows are i.i.d., so drawing the fused [q | gate] block in our row order is the same distribution; the
-  // HF order is restored by target_save_hf.
-  void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) override {
-    fill(dst, name, {2 * heads * hd, H});
+  // Rows are i.i.d., so drawing a regrouped tensor in our row order is the same distribution; the HF order is
+  // restored by target_save_hf.
+  void fill_runs(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape,
+                 const std::vector<RowRun>& /*runs*/) override {
+    fill(dst, name, shape);
   }
   // Each fused expert tensor is one stream; target_save_hf writes the naming of the model type's releases.
   bool fused_experts(const std::string& /*mp*/) const override { return true; }
@@ -380,7 +437,7 @@ class CheckpointSource final : public WeightSource {
     ops_.upload_f32(dst, v.data());
   }
   void fill_fp8_blocks(const Tensor& codes, const Tensor& scales, const std::string& name,
-                       const std::vector<int64_t>& shape, int64_t q_gate_hd) override {
+                       const std::vector<int64_t>& shape, const std::vector<RowRun>& runs) override {
     const StTensor* t = find(name, shape);
     check_fp8(*t, name);
     std::vector<float> s;
@@ -395,24 +452,15 @@ class CheckpointSource final : public WeightSource {
       for (int64_t b = 0; b < n / 128; ++b)
         std::copy_n(s.data() + (src_row / 128 + b) * kb, kb, padded.data() + (dst_row / 128 + b) * ld);
     };
-    if (q_gate_hd == 0) {
-      place(0, 0, N);
-    } else {
-      const int64_t heads = N / (2 * q_gate_hd), qrows = N / 2;
-      for (int64_t h = 0; h < heads; ++h) {
-        place(h * q_gate_hd, 2 * h * q_gate_hd, q_gate_hd);
-        place(qrows + h * q_gate_hd, (2 * h + 1) * q_gate_hd, q_gate_hd);
-      }
-    }
+    if (runs.empty()) place(0, 0, N);
+    for (const RowRun& r : runs) place(r.dst_row, r.src_row, r.n);
     ops_.upload_f32(scales, padded.data());
   }
-  void fill_q_gate(const Tensor& dst, const std::string& name, int heads, int64_t hd, int64_t H) override {
-    std::vector<float> w = get(name, {2 * heads * hd, H});
-    const int64_t q = heads * hd;
-    for (int h = 0; h < heads; ++h) {
-      ops_.upload_f32(dst.rows_view(h * hd, hd), w.data() + 2 * h * hd * H);
-      ops_.upload_f32(dst.rows_view(q + h * hd, hd), w.data() + (2 * h * hd + hd) * H);
-    }
+  void fill_runs(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape,
+                 const std::vector<RowRun>& runs) override {
+    std::vector<float> w = get(name, shape);
+    const int64_t K = shape.back();
+    for (const RowRun& r : runs) ops_.upload_f32(dst.rows_view(r.dst_row, r.n), w.data() + r.src_row * K);
   }
   bool fused_experts(const std::string& mp) const override { return st_.find(target_moe_fused_name(mp)) != nullptr; }
 
@@ -503,6 +551,19 @@ std::unique_ptr<TargetModel> target_load_for_run(const TargetSection& t, const Q
   return target_random(arch, t.random_seed, ops, opt);
 }
 
+namespace {
+
+// The HF tensor that `runs` regroup into our rows `ours` (K columns): fill_runs undone.
+std::vector<float> hf_rows(const float* ours, int64_t K, const std::vector<RowRun>& runs) {
+  int64_t n = 0;
+  for (const RowRun& r : runs) n += r.n;
+  std::vector<float> hf(size_t(n * K));
+  for (const RowRun& r : runs) std::copy_n(ours + r.dst_row * K, r.n * K, hf.begin() + r.src_row * K);
+  return hf;
+}
+
+}  // namespace
+
 void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSaveOptions& opt) {
   const QwenConfig& c = m.cfg;
   DF_CHECK((opt.fp8_block_n > 0) == (opt.fp8_block_k > 0),
@@ -554,12 +615,7 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
       std::vector<float> w = get(L.w_qkv);
       std::string ap = lp + "self_attn.";
       if (c.attn_output_gate) {
-        std::vector<float> qg(2 * q * H);
-        for (int h = 0; h < c.heads; ++h) {
-          std::copy_n(w.begin() + h * hd * H, hd * H, qg.begin() + 2 * h * hd * H);
-          std::copy_n(w.begin() + (q + h * hd) * H, hd * H, qg.begin() + (2 * h * hd + hd) * H);
-        }
-        add(ap + "q_proj.weight", {2 * q, H}, std::move(qg));
+        add(ap + "q_proj.weight", {2 * q, H}, hf_rows(w.data(), H, row_runs_q_gate(c.heads, hd)));
       } else {
         add(ap + "q_proj.weight", {q, H}, std::vector<float>(w.begin(), w.begin() + q * H));
       }
@@ -577,10 +633,15 @@ void target_save_hf(const TargetModel& m, const std::string& dir, const TargetSa
       auto rows = [&](int64_t r0, int64_t n) {
         return std::vector<float>(w.begin() + r0 * H, w.begin() + (r0 + n) * H);
       };
-      add(gp + "in_proj_qkv.weight", {conv_ch, H}, rows(0, conv_ch));
-      add(gp + "in_proj_z.weight", {vdim, H}, rows(conv_ch, vdim));
-      add(gp + "in_proj_b.weight", {nv, H}, rows(conv_ch + vdim, nv));
-      add(gp + "in_proj_a.weight", {nv, H}, rows(conv_ch + vdim + nv, nv));
+      if (c.per_key_head_gdn_proj()) {
+        add(gp + "in_proj_qkvz.weight", {conv_ch + vdim, H}, hf_rows(w.data(), H, row_runs_qkvz(c)));
+        add(gp + "in_proj_ba.weight", {2 * nv, H}, hf_rows(w.data() + (conv_ch + vdim) * H, H, row_runs_ba(c)));
+      } else {
+        add(gp + "in_proj_qkv.weight", {conv_ch, H}, rows(0, conv_ch));
+        add(gp + "in_proj_z.weight", {vdim, H}, rows(conv_ch, vdim));
+        add(gp + "in_proj_b.weight", {nv, H}, rows(conv_ch + vdim, nv));
+        add(gp + "in_proj_a.weight", {nv, H}, rows(conv_ch + vdim + nv, nv));
+      }
       add(gp + "conv1d.weight", {conv_ch, 1, c.conv_kernel}, get(L.conv_w));
       add(gp + "A_log", {nv}, get(L.A_log));
       add(gp + "dt_bias", {nv}, get(L.dt_bias));

@@ -565,7 +565,7 @@ def load_bf16(model_dir):
     16-byte rows, which the goldens' odd expert widths (20, 12) do not have. A block-scaled FP8 golden is its
     dequantised model in bf16 (load_fp8_dequantized): HF-bf16's error on the model the fp32 golden holds."""
     kind = model_type(model_dir)
-    moe = kind in ("qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text")
+    moe = kind in ("qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
     if moe:
         from transformers import Qwen3MoeForCausalLM
         from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as q35m
@@ -589,6 +589,9 @@ def load_bf16(model_dir):
             cls = Qwen3MoeForCausalLM
         elif kind == "qwen3_5_moe_text":
             cls = q35m.Qwen3_5MoeForCausalLM
+        elif kind == "qwen3_next":
+            from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextForCausalLM
+            cls = Qwen3NextForCausalLM
         model = cls.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32, **extra)
     return model.to("cuda", torch.bfloat16).eval()
 

@@ -3,7 +3,8 @@
 # transformers computes for them on the CPU in float32 (eager attention, eager experts, pure-torch DeltaNet).
 # Each case stresses a part of the MoE block: odd expert counts, top-1 and top-8, a dense layer among sparse ones
 # (mlp_only_layers, decoder_sparse_step), a routing tie at the top-k boundary (two experts with the same router
-# row), an expert no token picks, the shared expert and its gate, the multimodal wrapper, long sequences.
+# row), an expert no token picks, the shared expert and its gate, the multimodal wrapper, long sequences, and
+# Qwen3-Next (qwen3_next: the DeltaNet projections fused per key head, Qwen3.5's layers otherwise).
 # Two more cases are block-scaled FP8 checkpoints as the Qwen FP8 releases (Qwen3.6-35B-A3B-FP8) store them
 # (make_moe_fp8): e4m3 weights with 128x128 weight_scale_inv blocks for every decoder projection, routed and shared
 # experts included, the router, the shared expert's gate and the DeltaNet's in_proj_a / in_proj_b in float32, one
@@ -32,6 +33,8 @@ from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: E402
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as q35m  # noqa: E402
 from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import (  # noqa: E402
     Qwen3_5MoeConfig, Qwen3_5MoeTextConfig)
+from transformers.models.qwen3_next import modeling_qwen3_next as q3n  # noqa: E402
+from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig  # noqa: E402
 
 # Long sequences for the MoE cases: 11 full 64-token DeltaNet chunks plus 60, one token alone, 333 more; small
 # enough that the files stay near a megabyte.
@@ -101,6 +104,22 @@ def qwen35moe_fp8_config():
     kw["rope_parameters"] = dict(kw["rope_parameters"], mrope_section=[6, 5, 5])  # 32 rotary dims of 128
     return Qwen3_5MoeTextConfig(layer_types=["linear_attention", "full_attention", "linear_attention",
                                              "full_attention"], **kw)
+
+
+def qwen3next_tiny_config():
+    # Qwen3-Next: DeltaNet projections fused per key head (in_proj_qkvz, in_proj_ba) with 2 key heads feeding 2
+    # value heads each, so every piece of that layout moves when it is regrouped; top-3 of 7 not renormalised,
+    # a shared expert of 20; decoder_sparse_step 2 makes layers 1 and 3 sparse and mlp_only_layers [3] leaves
+    # layer 1 the only sparse one (dense MLPs of 56 elsewhere).
+    kw = qwen35moe_text_kwargs()
+    kw.update(vocab_size=101, hidden_size=40, num_attention_heads=3, num_key_value_heads=1, head_dim=16,
+              linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6,
+              intermediate_size=56, num_experts=7, num_experts_per_tok=3, moe_intermediate_size=12,
+              shared_expert_intermediate_size=20, norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[3])
+    kw["rope_parameters"] = {"rope_type": "default", "rope_theta": kw["rope_parameters"]["rope_theta"],
+                             "partial_rotary_factor": 0.25}
+    return Qwen3NextConfig(layer_types=["linear_attention", "full_attention", "linear_attention",
+                                        "full_attention"], **kw)
 
 
 def qwen3moe_fp8_config():
@@ -198,8 +217,8 @@ def gdn_impl(backbone):
             # transformers keeps the chunked rule on the layer in some releases, as a module function in others.
             fn = getattr(la, "chunk_gated_delta_rule", None) or \
                 getattr(sys.modules[type(la).__module__], "torch_chunk_gated_delta_rule")
-            if not getattr(fn, "__module__", "").endswith("modeling_qwen3_5_moe"):
-                raise SystemExit(f"DeltaNet runs {mg.describe(fn)}, not the pure-torch one of modeling_qwen3_5_moe")
+            if not getattr(fn, "__module__", "").endswith(("modeling_qwen3_5_moe", "modeling_qwen3_next")):
+                raise SystemExit(f"DeltaNet runs {mg.describe(fn)}, not the pure-torch one of its modeling module")
             return mg.describe(fn)
     return ""
 
@@ -407,6 +426,8 @@ JOBS = {
     "qwen35moe_top8_multimodal": lambda o: make_moe_multimodal(o, "qwen35moe_top8_multimodal", 35),
     "qwen35moe_fp8": lambda o: make_moe_fp8(o, "qwen35moe_fp8", q35m.Qwen3_5MoeForCausalLM, qwen35moe_fp8_config(),
                                             36, fused=False),
+    "qwen3next_tiny": lambda o: make_moe_text(o, "qwen3next_tiny", q3n.Qwen3NextForCausalLM, qwen3next_tiny_config(),
+                                              38, lengths=mg.SEQ_LENGTHS_257),
     "qwen3moe_fp8_fused": lambda o: make_moe_fp8(o, "qwen3moe_fp8_fused", Qwen3MoeForCausalLM, qwen3moe_fp8_config(),
                                                  37, fused=True),
 }

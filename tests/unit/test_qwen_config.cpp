@@ -540,8 +540,12 @@ TEST(QwenConfig, MoeErrorsNameTheKey) {
   q["text_config"]["shared_expert_intermediate_size"] = -2;
   expect_error(q, {"text_config", "shared_expert_intermediate_size", "negative"});
   q = json::parse(kQwen36_35B_A3B);
-  q["text_config"]["model_type"] = "qwen3_next";
-  expect_error(q, {"qwen3_next", "in_proj_qkvz"});
+  q["text_config"]["model_type"] = "qwen3_next";  // Qwen3-Next reads the sparse-step keys Qwen3.5-MoE drops
+  q["text_config"]["decoder_sparse_step"] = 0;
+  expect_error(q, {"text_config", "decoder_sparse_step", "positive"});
+  q["text_config"]["decoder_sparse_step"] = 1;
+  q["text_config"]["mlp_only_layers"] = {40};
+  expect_error(q, {"text_config", "mlp_only_layers", "40"});
 }
 
 TEST(QwenConfig, ToJsonRoundTrips) {
