@@ -76,8 +76,8 @@ inline QwenConfig tiny_moe_dense() {
 
 // tiny_hybrid as a Qwen3.5-MoE (qwen3_5_moe_text): every layer top-3 of 7 experts of width 10 plus a gated shared
 // expert of 14.
-inline QwenConfig tiny_moe_hybrid() {
-  nlohmann::json j = {
+inline nlohmann::json tiny_moe_hybrid_json() {
+  return {
       {"model_type", "qwen3_5_moe_text"},
       {"hidden_size", 24},
       {"num_hidden_layers", 4},
@@ -99,8 +99,9 @@ inline QwenConfig tiny_moe_hybrid() {
       {"num_experts_per_tok", 3},
       {"moe_intermediate_size", 10},
       {"shared_expert_intermediate_size", 14}};
-  return qwen_config_from_json(j, "tiny_moe_hybrid");
 }
+
+inline QwenConfig tiny_moe_hybrid() { return qwen_config_from_json(tiny_moe_hybrid_json(), "tiny_moe_hybrid"); }
 
 // A gated hybrid of `layers` layers alternating a DeltaNet layer (1 key and 2 value heads) and an attention layer
 // (2 heads, 1 KV head), of the given widths: the FP8 tests choose them against the FP8 GEMMs' 16-wide K steps and

@@ -28,28 +28,12 @@ namespace {
 // tiny_moe_hybrid with 2 key heads of 4 and 4 value heads of 3 (2 value heads per key head), so that every piece
 // of the per-key-head layout moves; `model_type` and the extra keys given.
 nlohmann::json hybrid_json(const std::string& model_type, const nlohmann::json& extra = nlohmann::json::object()) {
-  nlohmann::json j = {
-      {"model_type", model_type},
-      {"hidden_size", 24},
-      {"num_hidden_layers", 4},
-      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-      {"vocab_size", 37},
-      {"num_attention_heads", 3},
-      {"num_key_value_heads", 1},
-      {"head_dim", 8},
-      {"partial_rotary_factor", 0.5},
-      {"rope_theta", 10000.0},
-      {"rms_norm_eps", 1e-6},
-      {"linear_num_key_heads", 2},
-      {"linear_num_value_heads", 4},
-      {"linear_key_head_dim", 4},
-      {"linear_value_head_dim", 3},
-      {"linear_conv_kernel_dim", 4},
-      {"tie_word_embeddings", false},
-      {"num_experts", 7},
-      {"num_experts_per_tok", 3},
-      {"moe_intermediate_size", 10},
-      {"shared_expert_intermediate_size", 14}};
+  nlohmann::json j = tiny_moe_hybrid_json();
+  j.update({{"model_type", model_type},
+            {"linear_num_key_heads", 2},
+            {"linear_num_value_heads", 4},
+            {"linear_key_head_dim", 4},
+            {"linear_value_head_dim", 3}});
   j.update(extra);
   return j;
 }
