@@ -3,7 +3,8 @@
 # `plan vram` lists the experts and the routing buffers, `model init` writes a random Qwen3.5-MoE checkpoint that
 # `extract` reads, 1 target + 1 drafter train from the random MoE target with a falling loss, and the exported
 # drafter decodes speculatively against it (`eval`, `eval --generate`); the MoE target's measured rate drives the
-# rebalancer's advice and the end-of-run split table. On a GPU, `extract --device cuda` runs it too.
+# rebalancer's advice and the end-of-run split table; a Qwen3-Next checkpoint from `model init` decodes with the same
+# drafter. On a GPU, `extract --device cuda` runs it too.
 # Args: <dflash_mpi> <source dir> <mpiexec>
 BIN=$1 SRC=$2 MPIEXEC=$3
 source "$SRC/tests/mpi/train_common.sh"
@@ -63,6 +64,32 @@ for b in 3 1; do
     --batch $b --out "$TMP/gen_b$b.h5" >"$TMP/gen_b$b.log" 2>&1 || fail "eval --generate --batch $b: $(tail -3 "$TMP/gen_b$b.log")"
 done
 h5diff "$TMP/gen_b3.h5" "$TMP/gen_b1.h5" tokens tokens >/dev/null || fail "batched greedy generation on the MoE target differs"
+
+# A Qwen3-Next target (qwen3_next: DeltaNet projections fused per key head, layer 2 dense by mlp_only_layers) of
+# the same shapes: `model init` writes Qwen3-Next's tensor names, and the same drafter decodes against it.
+python3 - "$SRC/configs/tiny-moe-target.json" "$TMP/next.json" <<'PY' || fail "writing the Qwen3-Next config"
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg.update(architectures=["Qwen3NextForCausalLM"], model_type="qwen3_next", norm_topk_prob=True,
+           decoder_sparse_step=1, mlp_only_layers=[2], intermediate_size=48)
+json.dump(cfg, open(sys.argv[2], "w"))
+PY
+"$BIN" model init --hf-config "$TMP/next.json" --out "$TMP/next" --seed 2 >"$TMP/next_init.log" 2>&1 ||
+  fail "model init of the Qwen3-Next config: $(tail -2 "$TMP/next_init.log")"
+python3 - "$TMP/next" <<'PY' || fail "the written Qwen3-Next checkpoint"
+import json, struct, sys
+raw = open(f"{sys.argv[1]}/model.safetensors", "rb").read()
+names = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+p = "model.layers.0.linear_attn."
+assert names[p + "in_proj_qkvz.weight"]["shape"] == [2 * 2 * 16 + 2 * 4 * 16, 64], names[p + "in_proj_qkvz.weight"]
+assert names[p + "in_proj_ba.weight"]["shape"] == [8, 64] and p + "in_proj_qkv.weight" not in names
+assert "model.layers.2.mlp.gate_proj.weight" in names and "model.layers.1.mlp.experts.0.gate_proj.weight" in names
+print("model init wrote Qwen3-Next's fused DeltaNet projections and per-expert tensors")
+PY
+"$BIN" eval --target "$TMP/next" --drafter "$TMP/drafter" --prompts "$TMP/tokens.h5" --num-prompts 3 \
+  --max-new-tokens 16 --out "$TMP/eval_next.jsonl" >"$TMP/eval_next.log" 2>&1 ||
+  fail "eval on the Qwen3-Next target: $(tail -3 "$TMP/eval_next.log")"
+grep -qE "^tau [0-9]+\.[0-9]{3} over 3 prompts$" "$TMP/eval_next.log" || fail "eval on Qwen3-Next printed no tau"
 
 # The split planner and the rebalancer take the MoE target's rate as measured by its rank, as they take a dense
 # one's: nothing in them reads the model kind. 1 target + 2 drafters with the target slowed to at most 2 batches/s
