@@ -24,7 +24,7 @@ void cuda_check_device_supported(int device) {
   char buf[768];
   std::snprintf(buf, sizeof(buf),
                 "GPU %d (%s, compute capability %d.%d) is not one this build runs on: it was compiled for "
-                "CUDA archs %s (%s). HINT: rebuild with -DDF_CUDA_ARCHS=%d (or \"all\"), see README \"GPU builds\"",
+                "CUDA archs %s (%s). HINT: rebuild with -DDF_CUDA_ARCHS=%d (or \"all\"), see README \"GPU build\"",
                 device, prop.name, prop.major, prop.minor, DF_CUDA_ARCH_LIST,
                 e == cudaSuccess ? "older than the oldest built" : cudaGetErrorString(e), cc);
   throw Error(buf);

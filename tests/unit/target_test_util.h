@@ -103,6 +103,22 @@ inline nlohmann::json tiny_moe_hybrid_json() {
 
 inline QwenConfig tiny_moe_hybrid() { return qwen_config_from_json(tiny_moe_hybrid_json(), "tiny_moe_hybrid"); }
 
+// tiny_moe_hybrid as a Qwen3-Next (qwen3_next): DeltaNet projections fused per key head, here 2 key heads of 4 feeding
+// 2 value heads of 3 each so every piece of that layout is regrouped; top-3 not renormalised; layer 2 dense
+// (mlp_only_layers, width 18).
+inline QwenConfig tiny_next() {
+  nlohmann::json j = tiny_moe_hybrid_json();
+  j.update({{"model_type", "qwen3_next"},
+            {"linear_num_key_heads", 2},
+            {"linear_num_value_heads", 4},
+            {"linear_key_head_dim", 4},
+            {"linear_value_head_dim", 3},
+            {"norm_topk_prob", false},
+            {"mlp_only_layers", {2}},
+            {"intermediate_size", 18}});
+  return qwen_config_from_json(j, "tiny_next");
+}
+
 // A gated hybrid of `layers` layers alternating a DeltaNet layer (1 key and 2 value heads) and an attention layer
 // (2 heads, 1 KV head), of the given widths: the FP8 tests choose them against the FP8 GEMMs' 16-wide K steps and
 // the 128-wide blocks.
@@ -228,7 +244,8 @@ inline TargetLoadOptions with_lm_head() {
 }
 
 // Tests run for both families: parameter 0 = the Qwen3.5 hybrid, 1 = Qwen3 dense, and where a test also covers
-// the mixture-of-experts targets 2 = Qwen3-MoE, 3 = Qwen3.5-MoE (INSTANTIATE with target_family_name).
+// the mixture-of-experts targets 2 = Qwen3-MoE, 3 = Qwen3.5-MoE, 4 = Qwen3-Next (INSTANTIATE with
+// target_family_name).
 class TargetFamilyTest : public ::testing::TestWithParam<int> {
  protected:
   QwenConfig cfg() const {
@@ -236,7 +253,8 @@ class TargetFamilyTest : public ::testing::TestWithParam<int> {
       case 0: return tiny_hybrid();
       case 1: return tiny_dense();
       case 2: return tiny_moe_dense();
-      default: return tiny_moe_hybrid();
+      case 3: return tiny_moe_hybrid();
+      default: return tiny_next();
     }
   }
   // How much more than the others this model amplifies fp32 rounding, for bounds that compare two summation
@@ -244,7 +262,7 @@ class TargetFamilyTest : public ::testing::TestWithParam<int> {
   // difference about 5x more than the dense hybrid's third layer does: packed vs alone, the 65-token sequence's
   // taps differ by 2.0e-5 after it (4.3e-6 on the dense hybrid), 1.3e-6 before it on both. Still rounding: a
   // routing decision flipped by it would move a tap by ~1e-2.
-  double rounding_factor() const { return GetParam() == 3 ? 5.0 : 1.0; }
+  double rounding_factor() const { return GetParam() >= 3 ? 5.0 : 1.0; }
 };
 // The rollback scenario both backends test, on model seed 5 and ids seed 8. The speculative path: a prompt of
 // 9, a 6-token block rejected outright (nothing of it may remain), another of which 3 are kept, then a probe
@@ -288,7 +306,7 @@ inline RollbackRun rollback_vs_fresh_prefill(const TargetModel& m) {
 }
 
 inline std::string target_family_name(const ::testing::TestParamInfo<int>& info) {
-  static const char* names[] = {"qwen3_5", "qwen3", "qwen3_moe", "qwen3_5_moe"};
+  static const char* names[] = {"qwen3_5", "qwen3", "qwen3_moe", "qwen3_5_moe", "qwen3_next"};
   return names[info.param];
 }
 

@@ -424,7 +424,7 @@ TEST(SpecDecode, ConfidenceThresholdNeedsADSparkConfidenceHead) {
   EXPECT_NO_THROW(DFlashBlockDrafter(dspark, 0.5));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1, 2, 3), target_family_name);
+INSTANTIATE_TEST_SUITE_P(Families, SpecDecodeTest, ::testing::Values(0, 1, 2, 3, 4), target_family_name);
 
 TEST(SampleToken, TemperatureAndTopP) {
   const float logits[4] = {0.0f, 1.0f, 2.0f, 3.0f};

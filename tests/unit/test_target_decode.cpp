@@ -125,4 +125,4 @@ TEST_P(TargetDecodeTest, MisuseIsAnError) {
   EXPECT_THROW(TargetDecoder(*no_head, {16, 8, 4}, {}), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TargetDecodeTest, ::testing::Values(0, 1, 2, 3), target_family_name);
+INSTANTIATE_TEST_SUITE_P(Families, TargetDecodeTest, ::testing::Values(0, 1, 2, 3, 4), target_family_name);

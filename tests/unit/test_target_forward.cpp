@@ -151,7 +151,7 @@ TEST_P(TargetForwardTest, SaveAndLoadRoundTrip) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TargetForwardTest, ::testing::Values(0, 1, 2, 3), target_family_name);
+INSTANTIATE_TEST_SUITE_P(Families, TargetForwardTest, ::testing::Values(0, 1, 2, 3, 4), target_family_name);
 
 TEST(TargetForward, ChunkedAndRecurrentDeltaNetAgree) {
   CpuOps chunked(CpuGdnMode::chunked), recurrent(CpuGdnMode::recurrent);
