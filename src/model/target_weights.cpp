@@ -37,7 +37,8 @@ class WeightSource {
   // both exactly once: row_runs_*).
   virtual void fill_runs(const Tensor& dst, const std::string& name, const std::vector<int64_t>& shape,
                          const std::vector<RowRun>& runs) = 0;
-  // Whether the MoE layer under `mp` holds its experts as the two fused tensors (else one triple per expert).
+  // Whether the MoE layer under `mp` holds its experts as the two fused tensors (else one triple per expert). A
+  // checkpoint that holds both namings, or an expert past the config's num_experts, is refused naming the tensor.
   virtual bool fused_experts(const std::string& mp) const = 0;
   // A 128x128 block checkpoint's FP8 tensor `name` as it is: its codes into `codes` (f8_e4m3 rows, a multiple of
   // 128) and its block scales into `scales` (one row per 128 rows, fp8_block_scale_ld columns); with runs,
@@ -462,7 +463,20 @@ class CheckpointSource final : public WeightSource {
     const int64_t K = shape.back();
     for (const RowRun& r : runs) ops_.upload_f32(dst.rows_view(r.dst_row, r.n), w.data() + r.src_row * K);
   }
-  bool fused_experts(const std::string& mp) const override { return st_.find(target_moe_fused_name(mp)) != nullptr; }
+  bool fused_experts(const std::string& mp) const override {
+    const std::string fused = target_moe_fused_name(mp), first = mp + "experts.0.gate_proj.weight";
+    const bool is_fused = st_.find(fused) != nullptr;
+    DF_CHECK(!is_fused || st_.find(first) == nullptr,
+             "%s: tensors '%s' and '%s' are both in the checkpoint: one layer's experts in two namings; HINT: keep "
+             "the fused or the per-expert tensors, not both",
+             dir_.c_str(), fused.c_str(), first.c_str());
+    const std::string beyond = mp + "experts." + std::to_string(cfg_.num_experts) + ".gate_proj.weight";
+    DF_CHECK(st_.find(beyond) == nullptr,
+             "%s: tensor '%s' is an expert past num_experts (%d); HINT: config.json and the weights do not "
+             "belong together",
+             dir_.c_str(), beyond.c_str(), cfg_.num_experts);
+    return is_fused;
+  }
 
  private:
   // Tensor `name`, present and of the expected shape.

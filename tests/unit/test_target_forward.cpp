@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/safetensors.h"
 #include "model/target.h"
 #include "ops/cpu/cpu_ops.h"
 #include "target_test_util.h"
@@ -187,6 +188,53 @@ TEST(TargetLoad, MissingAndMisshapedTensorsAreNamed) {
     EXPECT_NE(msg.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[38, 20]"), std::string::npos) << msg;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// An MoE checkpoint whose experts disagree with its config or with themselves is refused naming the tensor: an expert
+// past num_experts (here the file's fifth of a config that says 4), a layer holding both the fused and the
+// per-expert naming.
+TEST(TargetLoad, StrayMoeExpertsAreNamed) {
+  CpuOps ops;
+  auto expect_refusal = [&](const std::filesystem::path& dir, const std::string& needle) {
+    try {
+      target_load(dir.string(), ops, {});
+      FAIL() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const QwenConfig per_expert = tiny_moe_dense();  // qwen3_moe: saved one triple per expert, 5 experts
+  auto dir = std::filesystem::temp_directory_path() / ("df_moe_stray_" + std::to_string(::getpid()));
+  target_save_hf(*target_random(per_expert, 3, ops, {}), dir.string());
+  QwenConfig fewer = per_expert;
+  fewer.num_experts = 4;
+  std::ofstream((dir / "config.json").string()) << qwen_config_to_json(fewer).dump();
+  expect_refusal(dir, "model.layers.0.mlp.experts.4.gate_proj.weight");
+  std::filesystem::remove_all(dir);
+
+  const QwenConfig fused = tiny_moe_hybrid();  // qwen3_5_moe_text: saved fused
+  target_save_hf(*target_random(fused, 4, ops, with_lm_head()), dir.string());
+  {  // the same file with one per-expert tensor added beside layer 0's fused experts
+    const SafetensorsIndex st = SafetensorsIndex::open(dir.string());
+    std::vector<std::vector<float>> keep;
+    std::vector<StWriteTensor> out;
+    keep.reserve(st.size() + 1);
+    for (const std::string& name : st.names()) {
+      const StTensor* t = st.find(name);
+      int64_t n = 1;
+      for (int64_t d : t->shape) n *= d;
+      keep.emplace_back(static_cast<size_t>(n));
+      st_to_f32(*t, keep.back().data());
+      out.push_back({name, DType::f32, t->shape, keep.back().data()});
+    }
+    keep.emplace_back(static_cast<size_t>(fused.moe_intermediate * fused.hidden), 0.0f);
+    out.push_back({"model.layers.0.mlp.experts.0.gate_proj.weight", DType::f32,
+                   {fused.moe_intermediate, fused.hidden}, keep.back().data()});
+    safetensors_write((dir / "model.safetensors.new").string(), out);
+  }
+  std::filesystem::rename(dir / "model.safetensors.new", dir / "model.safetensors");
+  expect_refusal(dir, "model.layers.0.mlp.experts.0.gate_proj.weight");
   std::filesystem::remove_all(dir);
 }
 
