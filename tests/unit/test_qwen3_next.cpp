@@ -46,9 +46,7 @@ std::vector<float> host_tensor(const SafetensorsIndex& st, const std::string& na
   const StTensor* t = st.find(name);
   EXPECT_NE(t, nullptr) << name;
   if (t == nullptr) return {};
-  int64_t n = 1;
-  for (int64_t d : t->shape) n *= d;
-  std::vector<float> v(static_cast<size_t>(n));
+  std::vector<float> v(static_cast<size_t>(t->numel()));
   st_to_f32(*t, v.data());
   return v;
 }
@@ -91,7 +89,7 @@ void rewrite_as_qwen3_next(const std::filesystem::path& from, const std::filesys
     }
     if (name.find("linear_attn.in_proj_") != std::string::npos) continue;  // fused above
     const StTensor* t = st.find(name);
-    out.push_back({name, DType::f32, t->shape, (keep[name] = host_tensor(st, name)).data()});
+    out.push_back({name, t->dtype, t->shape, t->data});  // as it is (the index's mapping outlives the write)
   }
   std::filesystem::create_directories(to);
   safetensors_write((to / "model.safetensors").string(), out);

@@ -217,20 +217,14 @@ TEST(TargetLoad, StrayMoeExpertsAreNamed) {
   target_save_hf(*target_random(fused, 4, ops, with_lm_head()), dir.string());
   {  // the same file with one per-expert tensor added beside layer 0's fused experts
     const SafetensorsIndex st = SafetensorsIndex::open(dir.string());
-    std::vector<std::vector<float>> keep;
     std::vector<StWriteTensor> out;
-    keep.reserve(st.size() + 1);
     for (const std::string& name : st.names()) {
       const StTensor* t = st.find(name);
-      int64_t n = 1;
-      for (int64_t d : t->shape) n *= d;
-      keep.emplace_back(static_cast<size_t>(n));
-      st_to_f32(*t, keep.back().data());
-      out.push_back({name, DType::f32, t->shape, keep.back().data()});
+      out.push_back({name, t->dtype, t->shape, t->data});
     }
-    keep.emplace_back(static_cast<size_t>(fused.moe_intermediate * fused.hidden), 0.0f);
+    const std::vector<float> extra(static_cast<size_t>(fused.moe_intermediate * fused.hidden), 0.0f);
     out.push_back({"model.layers.0.mlp.experts.0.gate_proj.weight", DType::f32,
-                   {fused.moe_intermediate, fused.hidden}, keep.back().data()});
+                   {fused.moe_intermediate, fused.hidden}, extra.data()});
     safetensors_write((dir / "model.safetensors.new").string(), out);
   }
   std::filesystem::rename(dir / "model.safetensors.new", dir / "model.safetensors");
